@@ -1,0 +1,166 @@
+"""Render compose files and shell launchers from templates/ with one Jinja environment.
+
+All files are rendered in memory first, so a failure writes nothing; each write is
+atomic (temp file + rename) and files whose bytes are unchanged are not rewritten.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from composer.errors import RenderError
+from composer.spec import ServiceSpec, Text, Var, build_spec
+from composer.stack import Stack
+
+TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+OUTPUTS = (("compose.yml.j2", "{variant}.yml", 0o644), ("launcher.sh.j2", "{variant}.sh", 0o755))
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One output: where it goes, its text and its file mode."""
+
+    path: Path
+    content: str
+    mode: int
+
+
+def _compose_literal(value: str) -> str:
+    return value.replace("$", "$$")
+
+
+def compose_text(value: Text) -> str:
+    """A Text as a compose string: literals `$`-escaped, variables as `${VAR:-default}`."""
+    out = []
+    for part in value:
+        if isinstance(part, Var):
+            if "}" in part.default:
+                raise RenderError(
+                    f"{part.name} default {part.default!r} contains '}}', which a compose "
+                    "${VAR:-default} cannot hold: choose a value without '}'"
+                )
+            out.append(f"${{{part.name}:-{_compose_literal(part.default)}}}")
+        else:
+            out.append(_compose_literal(part))
+    return "".join(out)
+
+
+def yaml_quote(value: str) -> str:
+    """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+def compose_quote(value: Text | str) -> str:
+    """compose_text, then YAML-quoted."""
+    return yaml_quote(compose_text((value,) if isinstance(value, str) else value))
+
+
+def shell_inner(value: Text | str) -> str:
+    """A Text as the inside of a bash double-quoted word: literals escaped, `${VAR}`s."""
+    parts = (value,) if isinstance(value, str) else value
+    out = []
+    for part in parts:
+        if isinstance(part, Var):
+            out.append(f"${{{part.name}}}")
+        else:
+            out.append("".join("\\" + c if c in '\\"$`' else c for c in part))
+    return "".join(out)
+
+
+def shell_double_quoted(value: Text | str) -> str:
+    """A Text as one bash double-quoted word."""
+    return '"' + shell_inner(value) + '"'
+
+
+def one_line(value: str) -> str:
+    """Text safe for a `#` comment: control characters folded to spaces."""
+    return "".join(c if c.isprintable() else " " for c in value)
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters.update(
+        cq=compose_quote,
+        yq=yaml_quote,
+        shd=shell_double_quoted,
+        shi=shell_inner,
+        shq=shlex.quote,
+        comment=one_line,
+    )
+    return env
+
+
+def _context(stack: Stack, spec: ServiceSpec) -> dict[str, object]:
+    variant = stack.variant(spec.variant)
+    return {
+        "spec": spec,
+        "variant": variant,
+        "health_cmd": shlex.join(spec.healthcheck.test[1:]),
+    }
+
+
+def render_variant(stack: Stack, variant: str, out_dir: Path) -> list[RenderedFile]:
+    """The compose file and the launcher of one variant, in memory."""
+    spec = build_spec(stack, variant)
+    env = _environment()
+    context = _context(stack, spec)
+    try:
+        return [
+            RenderedFile(
+                out_dir / name.format(variant=variant),
+                env.get_template(template).render(context),
+                mode,
+            )
+            for template, name, mode in OUTPUTS
+        ]
+    except jinja2.TemplateError as err:
+        raise RenderError(f"template error while rendering {variant}: {err}") from err
+
+
+def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
+    """Render every requested variant (all when empty) before anything is written."""
+    names = variants or list(stack.variants)
+    files: list[RenderedFile] = []
+    for name in names:
+        stack.variant(name)
+        files += render_variant(stack, name, out_dir)
+    return files
+
+
+def is_current(file: RenderedFile) -> bool:
+    """True when the file on disk already has exactly these bytes."""
+    try:
+        return file.path.read_bytes() == file.content.encode()
+    except FileNotFoundError:
+        return False
+
+
+def write_atomic(file: RenderedFile) -> bool:
+    """Write unless unchanged; return True when the file was (re)written."""
+    if is_current(file):
+        return False
+    file.path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=file.path.parent, prefix=f".{file.path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(file.content.encode())
+        os.chmod(tmp, file.mode)
+        os.replace(tmp, file.path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True

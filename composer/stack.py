@@ -1,0 +1,85 @@
+"""The typed, validated description of a stack: shared settings, images, variants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Speculative:
+    """A variant's speculative decoding settings."""
+
+    method: str
+    num_speculative_tokens: int
+    draft_model: bool = False
+    attention_backend: str | None = None
+    extra: tuple[tuple[str, object], ...] = ()
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One container flavour of the model."""
+
+    name: str
+    image_key: str
+    kv_cache_memory: int | None
+    speculative: Speculative | None
+    env: tuple[tuple[str, str], ...] = ()
+    extra_args: tuple[str, ...] = ()
+    min_kv_cache_tokens: int | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Everything needed to derive a container spec for any variant."""
+
+    project: str
+    service: str
+    served_model_name: str
+    port: int
+    bind_address: str
+    tensor_parallel_size: int
+    max_model_len: int
+    gpus: tuple[str, ...] | None
+    attention_backend: str
+    model_dir: str
+    model_path: str
+    draft_dir: str
+    draft_path: str
+    start_period: int
+    stop_grace_period: int
+    images: dict[str, str]
+    variants: dict[str, Variant]
+    workloads: dict[str, str]
+    env: tuple[tuple[str, str], ...] = ()
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+    api_key: str | None = field(default=None, repr=False, compare=False)
+
+    def variant(self, name: str) -> Variant:
+        """The named variant, or a UsageError listing the known ones."""
+        from composer.errors import UsageError
+
+        try:
+            return self.variants[name]
+        except KeyError:
+            known = ", ".join(sorted(self.variants))
+            raise UsageError(f"unknown variant {name!r}: choose one of {known}") from None
+
+    def image(self, variant: Variant) -> str:
+        """The image reference a variant runs."""
+        return self.images[variant.image_key]
+
+    def workload_variant(self, workload: str) -> Variant:
+        """The variant mapped to a workload name."""
+        from composer.errors import UsageError
+
+        if workload not in self.workloads:
+            known = ", ".join(sorted(self.workloads))
+            raise UsageError(f"unknown workload {workload!r}: choose one of {known}")
+        return self.variant(self.workloads[workload])
+
+
+def image_env_var(key: str) -> str:
+    """The environment variable that overrides an image: `vllm` -> `VLLM_IMAGE`."""
+    return "".join(c if c.isalnum() else "_" for c in key).upper() + "_IMAGE"

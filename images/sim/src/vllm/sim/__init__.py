@@ -1,0 +1,1 @@
+"""Simulation internals: timing model, token stream, engine, HTTP server, boot."""

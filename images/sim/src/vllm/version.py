@@ -1,0 +1,3 @@
+"""Version of the simulated vLLM."""
+
+__version__ = "0.0.0+sim"
