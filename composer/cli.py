@@ -26,7 +26,7 @@ class Context:
         self.stacks = stacks
         self.sets = sets
 
-    def stack(self, extra_sets: tuple[str, ...] = ()):  # noqa: ANN201 - Stack, imported lazily
+    def stack(self, extra_sets: tuple[str, ...] = ()):
         from composer.config import load_stack
 
         return load_stack(self.stacks or None, self.env_file, flags=(*self.sets, *extra_sets))
@@ -57,9 +57,19 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--env-file", default=".env", show_default=True, help="Env file with host values and VLLM_API_KEY.")
-@click.option("--stack", "stacks", multiple=True, help="Stack file(s), merged in order [default: composer.toml].")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="Override a stack value, e.g. --set stack.port=8001.")
+@click.option(
+    "--env-file", default=".env", show_default=True, help="Env file with host values and VLLM_API_KEY."
+)
+@click.option(
+    "--stack", "stacks", multiple=True, help="Stack file(s), merged in order [default: composer.toml]."
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a stack value, e.g. --set stack.port=8001.",
+)
 @click.version_option(package_name="vllm-variant-composer")
 @click.pass_context
 def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple[str, ...]) -> None:

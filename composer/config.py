@@ -139,8 +139,7 @@ def _read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
         unknown = set(data) - TOP_KEYS
         if unknown:
             raise ConfigError(
-                f"{path}: unknown table {sorted(unknown)[0]!r}: allowed are "
-                + ", ".join(sorted(TOP_KEYS))
+                f"{path}: unknown table {sorted(unknown)[0]!r}: allowed are " + ", ".join(sorted(TOP_KEYS))
             )
         _merge(merged, data, origin, "", path.resolve())
     return merged, origin
@@ -249,15 +248,13 @@ def _table(data: Mapping, key: str) -> dict:
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ConfigError(
-            f"unknown key {where}.{unknown[0]}: allowed are " + ", ".join(sorted(allowed))
-        )
+        raise ConfigError(f"unknown key {where}.{unknown[0]}: allowed are " + ", ".join(sorted(allowed)))
 
 
 def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
     raw = _table(sources.toml, "images")
     if not raw:
-        raise ConfigError("images: define at least one image, e.g. [images] vllm = \"vllm/vllm-openai:TAG\"")
+        raise ConfigError('images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"')
     return {
         key: str(resolve.get(f"images.{key}", v.parse_text, None, image_env_var(key), value))
         for key, value in raw.items()
@@ -266,11 +263,13 @@ def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
 
 def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, dict):
-        raise ConfigError(f"{where} must be a table of NAME = \"value\", got {raw!r}")
+        raise ConfigError(f'{where} must be a table of NAME = "value", got {raw!r}')
     result = []
     for name, value in raw.items():
-        if not name or not (name[0].isalpha() or name[0] == "_") or not all(
-            c.isalnum() or c == "_" for c in name
+        if (
+            not name
+            or not (name[0].isalpha() or name[0] == "_")
+            or not all(c.isalnum() or c == "_" for c in name)
         ):
             raise ConfigError(f"invalid {where} name {name!r}: expected letters, digits and '_'")
         if name == API_KEY_VAR:
@@ -293,9 +292,7 @@ def _flatten(name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = ()) ->
         raise ConfigError(f"variants.{name}.extends forms a cycle: {' -> '.join((*chain, name))}")
     table = raw.get(name)
     if not isinstance(table, dict):
-        raise ConfigError(
-            f"variants.{chain[-1]}.extends = {name!r}: choose one of " + ", ".join(sorted(raw))
-        )
+        raise ConfigError(f"variants.{chain[-1]}.extends = {name!r}: choose one of " + ", ".join(sorted(raw)))
     _reject_unknown(table, VARIANT_KEYS, f"variants.{name}")
     parent = table.get("extends")
     merged = _flatten(str(parent), raw, (*chain, name)) if parent is not None else {}
@@ -333,7 +330,9 @@ def _variant(
     )
     min_tokens = table.get("min_kv_cache_tokens")
     if min_tokens is not None:
-        min_tokens = resolve.get(f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens)
+        min_tokens = resolve.get(
+            f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
+        )
     extra_args = table.get("extra_args", [])
     if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
         raise ConfigError(f"invalid {prefix}.extra_args = {extra_args!r}: expected a list of strings")
@@ -353,7 +352,7 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     if raw is None or raw == "none":
         return None
     if not isinstance(raw, dict):
-        raise ConfigError(f"invalid {prefix}.speculative = {raw!r}: expected a table or \"none\"")
+        raise ConfigError(f'invalid {prefix}.speculative = {raw!r}: expected a table or "none"')
     _reject_unknown(raw, SPECULATIVE_KEYS, f"{prefix}.speculative")
     where = f"{prefix}.speculative"
     if "method" not in raw:

@@ -56,8 +56,11 @@ def format_stack(data: dict) -> str:
         prefix = f"variants.{name}"
         rows.append((f"{prefix}.image", variant["image"], ""))
         rows.append(
-            (f"{prefix}.kv_cache_memory", str(variant["kv_cache_memory"]),
-             sources.get(f"{prefix}.kv_cache_memory", "default"))
+            (
+                f"{prefix}.kv_cache_memory",
+                str(variant["kv_cache_memory"]),
+                sources.get(f"{prefix}.kv_cache_memory", "default"),
+            )
         )
         spec = variant["speculative"]
         if spec:
@@ -73,6 +76,4 @@ def format_stack(data: dict) -> str:
     rows.append(("VLLM_API_KEY", data["api_key"] or "(not set)", key_source))
     width = max(len(r[0]) for r in rows)
     value_width = min(max(len(r[1]) for r in rows), 48)
-    return "\n".join(
-        f"{k:<{width}}  {val:<{value_width}}  {src}".rstrip() for k, val, src in rows
-    )
+    return "\n".join(f"{k:<{width}}  {val:<{value_width}}  {src}".rstrip() for k, val, src in rows)

@@ -21,10 +21,7 @@ LABEL_SERVED_NAME = f"{LABEL_PREFIX}.served-model-name"
 LABEL_PORT = f"{LABEL_PREFIX}.port"
 API_KEY_VAR = "VLLM_API_KEY"
 PIN_MEMORY_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
-HEALTH_PROBE = (
-    "import urllib.request as u; "
-    f'u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/health", timeout=5)'
-)
+HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/health", timeout=5)'
 
 
 @dataclass(frozen=True)
@@ -47,9 +44,7 @@ def text(*parts: Part) -> Text:
 def resolve(value: Text, overrides: dict[str, str] | None = None) -> str:
     """The string a Text becomes with each variable at its default (or override)."""
     overrides = overrides or {}
-    return "".join(
-        p if isinstance(p, str) else overrides.get(p.name) or p.default for p in value
-    )
+    return "".join(p if isinstance(p, str) else overrides.get(p.name) or p.default for p in value)
 
 
 def variables(value: Text) -> list[Var]:

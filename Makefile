@@ -1,0 +1,45 @@
+# Everyday entry points. ENV_FILE is passed as --env-file to every compose-spec call,
+# e.g. `make image-dflash2 ENV_FILE=.env.demo`.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+ENV_FILE ?= .env
+COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
+PYTEST_ARGS ?=
+
+.PHONY: install docker tools base-image image-sim render test lint demo bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+docker:
+	bash images/host/ensure-docker.sh
+
+tools:
+	@command -v shellcheck >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }
+
+base-image: docker
+	bash images/base/build-base.sh
+
+image-sim: base-image
+	bash images/sim/build.sh
+
+image-%: install
+	$(COMPOSE_SPEC) build $*
+
+render: install
+	$(COMPOSE_SPEC) render
+
+test: install tools docker image-sim
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check composer tests
+
+clean:
+	rm -rf $(VENV) .composer .pytest_cache
