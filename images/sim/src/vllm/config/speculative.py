@@ -87,9 +87,7 @@ def _check_types(data: Mapping[str, Any]) -> list[FieldError]:
         if expected is None:
             errors.append(FieldError(key, "Extra inputs are not permitted", "extra_forbidden", value))
         elif expected is int and (isinstance(value, bool) or not isinstance(value, int)):
-            errors.append(
-                FieldError(key, "Input should be a valid integer", "int_type", value)
-            )
+            errors.append(FieldError(key, "Input should be a valid integer", "int_type", value))
         elif expected is str and not isinstance(value, str):
             errors.append(FieldError(key, "Input should be a valid string", "string_type", value))
     return errors
@@ -112,9 +110,7 @@ def parse_speculative_config(raw: str | Mapping[str, Any]) -> SpeculativeConfig:
     errors = _check_types(data)
     method = data.get("method")
     if method is not None and isinstance(method, str) and method not in SPECULATIVE_METHODS:
-        errors.append(
-            FieldError("method", _literal_message(SPECULATIVE_METHODS), "literal_error", method)
-        )
+        errors.append(FieldError("method", _literal_message(SPECULATIVE_METHODS), "literal_error", method))
     k = data.get("num_speculative_tokens")
     if isinstance(k, int) and not isinstance(k, bool) and k <= 0:
         errors.append(
@@ -132,8 +128,7 @@ def parse_speculative_config(raw: str | Mapping[str, Any]) -> SpeculativeConfig:
     requested = method
     if method in MTP_ALIASES:
         method = "mtp"
-    known = {"method", "model", "num_speculative_tokens", "attention_backend",
-             "draft_tensor_parallel_size"}
+    known = {"method", "model", "num_speculative_tokens", "attention_backend", "draft_tensor_parallel_size"}
     return SpeculativeConfig(
         method=method,
         num_speculative_tokens=k,

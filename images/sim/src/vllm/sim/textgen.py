@@ -15,14 +15,87 @@ CHARS_PER_TOKEN = 4
 CHAT_TOKENS_PER_MESSAGE = 4
 CHAT_TOKENS_FIXED = 3
 
-_VOCAB = (
-    "the model runs on four GPUs and serves one port with a small draft that guesses "
-    "several tokens ahead while the target verifies them in a single forward pass so "
-    "decode speed rises when the guesses are right and falls back when they are wrong "
-    "cache memory blocks hold keys values for every request sequence length matters "
-    "tensor parallel shards weights across devices through shared memory links latency "
-    "throughput benchmark warm cold start measure median stream token per second"
-).split()
+_VOCAB = [
+    "the",
+    "model",
+    "runs",
+    "on",
+    "four",
+    "GPUs",
+    "and",
+    "serves",
+    "one",
+    "port",
+    "with",
+    "a",
+    "small",
+    "draft",
+    "that",
+    "guesses",
+    "several",
+    "tokens",
+    "ahead",
+    "while",
+    "the",
+    "target",
+    "verifies",
+    "them",
+    "in",
+    "a",
+    "single",
+    "forward",
+    "pass",
+    "so",
+    "decode",
+    "speed",
+    "rises",
+    "when",
+    "the",
+    "guesses",
+    "are",
+    "right",
+    "and",
+    "falls",
+    "back",
+    "when",
+    "they",
+    "are",
+    "wrong",
+    "cache",
+    "memory",
+    "blocks",
+    "hold",
+    "keys",
+    "values",
+    "for",
+    "every",
+    "request",
+    "sequence",
+    "length",
+    "matters",
+    "tensor",
+    "parallel",
+    "shards",
+    "weights",
+    "across",
+    "devices",
+    "through",
+    "shared",
+    "memory",
+    "links",
+    "latency",
+    "throughput",
+    "benchmark",
+    "warm",
+    "cold",
+    "start",
+    "measure",
+    "median",
+    "stream",
+    "token",
+    "per",
+    "second",
+]
 
 
 def count_text_tokens(text: str) -> int:
@@ -43,9 +116,7 @@ def content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(
-            str(part.get("text", "")) for part in content if isinstance(part, Mapping)
-        )
+        return "".join(str(part.get("text", "")) for part in content if isinstance(part, Mapping))
     return ""
 
 

@@ -26,10 +26,8 @@ _MIN_ITERATION_MS = 0.1
 def _extend(values: Sequence[float], length: int, tail_ratio: float) -> list[float]:
     """Truncate, or extend geometrically with the last ratio (or ``tail_ratio``)."""
     out = list(values[:length])
-    if len(values) >= 2 and values[-2] > 0:
-        ratio = min(values[-1] / values[-2], 1.0)
-    else:
-        ratio = tail_ratio
+    has_ratio = len(values) >= 2 and values[-2] > 0
+    ratio = min(values[-1] / values[-2], 1.0) if has_ratio else tail_ratio
     while len(out) < length:
         out.append(out[-1] * ratio if out else _MAX_P)
     return out
@@ -71,9 +69,7 @@ def block_factor(method: MethodProfile, k: int, block_size: int | None) -> float
     return float(method.block_mismatch_decay**extra)
 
 
-def acceptance(
-    profile: Profile, method: str, k: int, block_size: int | None = None
-) -> tuple[float, ...]:
+def acceptance(profile: Profile, method: str, k: int, block_size: int | None = None) -> tuple[float, ...]:
     """Per-position unconditional acceptance p_0..p_{K-1} (non-increasing)."""
     if k <= 0:
         return ()
@@ -130,18 +126,12 @@ def iteration_seconds(profile: Profile, method: str | None, k: int) -> float:
     return max(ms, _MIN_ITERATION_MS) / 1000.0
 
 
-def decode_tok_s(
-    profile: Profile, method: str | None, k: int, block_size: int | None = None
-) -> float:
+def decode_tok_s(profile: Profile, method: str | None, k: int, block_size: int | None = None) -> float:
     """Expected steady-state single-stream decode rate (tokens per unscaled second)."""
-    return tokens_per_iteration(profile, method, k, block_size) / iteration_seconds(
-        profile, method, k
-    )
+    return tokens_per_iteration(profile, method, k, block_size) / iteration_seconds(profile, method, k)
 
 
-def acceptance_rate(
-    profile: Profile, method: str, k: int, block_size: int | None = None
-) -> float:
+def acceptance_rate(profile: Profile, method: str, k: int, block_size: int | None = None) -> float:
     """Accepted / drafted tokens: ``sum(p_i) / K``."""
     if k <= 0:
         return 0.0

@@ -24,9 +24,7 @@ def validate(config: Any, context: SpecContext) -> None:
     depth = n_predict(context.target_config)
     k = config.num_speculative_tokens
     if k is not None and k > depth and k % depth != 0:
-        raise ValueError(
-            f"num_speculative_tokens:{k} must be divisible by n_predict={depth}"
-        )
+        raise ValueError(f"num_speculative_tokens:{k} must be divisible by n_predict={depth}")
 
 
 def default_num_speculative_tokens(context: SpecContext) -> int:

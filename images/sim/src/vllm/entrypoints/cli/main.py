@@ -1,0 +1,38 @@
+"""The ``vllm`` command: only the ``serve`` subcommand is simulated."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+SUBCOMMANDS = ("chat", "complete", "serve", "bench", "collect-env", "run-batch")
+USAGE = "usage: vllm [-h] [-v] {chat,complete,serve,bench,collect-env,run-batch} ..."
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Dispatch ``vllm serve ...``; other subcommands are not simulated."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if args else 2
+    if args[0] in ("-v", "--version"):
+        from vllm.version import __version__
+
+        print(__version__)
+        return 0
+    if args[0] != "serve":
+        print(USAGE, file=sys.stderr)
+        choices = ", ".join(f"'{c}'" for c in SUBCOMMANDS)
+        print(
+            f"vllm: error: argument subparser: invalid choice: '{args[0]}' (choose from {choices})",
+            file=sys.stderr,
+        )
+        return 2
+    from vllm.entrypoints.cli.serve_args import parse_serve_args
+    from vllm.sim.boot import run
+
+    return run(parse_serve_args(args[1:]))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,139 @@
+"""Failure injection and vLLM's failure output (log line, traceback, exit code)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+from vllm.sim.logs import VllmLog, traceback_text
+
+ENGINE_FAILED = (
+    "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+)
+FAIL_MODES = ("hang", "crash", "crash-after:N", "cuda-oom", "no-kv-memory")
+FA3_UNSUPPORTED = (
+    "Cannot use FA version 3 is not supported due to FA3 is only supported on devices with "
+    "compute capability >= 8 excluding 8.6 and 8.9 and Blackwell archs (>=10)"
+)
+CUDA_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.02 GiB. GPU 0 has a total "
+    "capacity of 23.52 GiB of which 312.00 MiB is free. Including non-PyTorch memory, this "
+    "process has 23.20 GiB memory in use. Of the allocated memory 22.41 GiB is allocated by "
+    "PyTorch, and 201.55 MiB is reserved by PyTorch but unallocated. If reserved but unallocated "
+    "memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid "
+    "fragmentation.  See documentation for Memory Management  "
+    "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
+)
+
+
+class EngineInitError(Exception):
+    """A failure inside engine start-up; ``exception`` is the traceback's last line."""
+
+    def __init__(
+        self, exception: str, process: str = "EngineCore_DP0", log_lines: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        super().__init__(exception)
+        self.exception = exception
+        self.process = process
+        self.log_lines = log_lines
+
+
+def report_engine_failure(err: EngineInitError, api: VllmLog) -> int:
+    """Print the failing process's error and the API server's generic line; return 1."""
+    proc = VllmLog(err.process)
+    for where, line in err.log_lines:
+        proc.error(where, line)
+    proc.error("core.py:866", "EngineCore failed to start.")
+    proc.raw(
+        traceback_text(
+            [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 857, "run_engine_core")],
+            err.exception,
+        )
+    )
+    api.raw(
+        traceback_text(
+            [
+                (
+                    "/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/utils.py",
+                    933,
+                    "wait_for_engine_startup",
+                )
+            ],
+            ENGINE_FAILED,
+        )
+    )
+    return 1
+
+
+def validate_fail_mode(mode: str) -> float | None:
+    """Check SIM_FAIL; return N for ``crash-after:N``."""
+    if not mode:
+        return None
+    if mode.startswith("crash-after:"):
+        try:
+            return float(mode.split(":", 1)[1])
+        except ValueError:
+            pass
+    elif mode in FAIL_MODES:
+        return None
+    raise ValueError(f"SIM_FAIL={mode!r} is not one of: {', '.join(FAIL_MODES)}")
+
+
+def shm_bytes(path: str = "/dev/shm") -> int | None:
+    """Size of the shared-memory filesystem, or None when there is none."""
+    try:
+        stats = os.statvfs(path)
+    except OSError:
+        return None
+    return stats.f_frsize * stats.f_blocks
+
+
+def nccl_shm_error(shm: int) -> EngineInitError:
+    """NCCL's failure when /dev/shm is too small for tensor parallel buffers."""
+    detail = (
+        "Error while creating shared memory segment /dev/shm/nccl-vlQ8Xs "
+        f"(size 9637888), error: No space left on device (28) [shm size {shm} bytes]"
+    )
+    return EngineInitError(
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "ProcessGroupNCCL.cpp:3356, unhandled system error (run with NCCL_DEBUG=INFO for "
+        "details), NCCL version 2.27.3\nncclSystemError: System call (e.g. socket, malloc) or "
+        f"external library call failed or device error. \nLast error:\n{detail}",
+        process="Worker_TP0",
+        log_lines=(("multiproc_executor.py:597", "WorkerProc failed to start."),),
+    )
+
+
+def hang_forever() -> None:
+    """Stay 'loading' forever (never listen); SIGTERM still ends the process."""
+    while True:
+        time.sleep(3600)
+
+
+def schedule_crash(seconds: float, log: VllmLog) -> threading.Timer:
+    """Kill the server ``seconds`` real seconds after it became ready."""
+
+    def crash() -> None:
+        core = VllmLog("EngineCore_DP0")
+        core.error("core.py:760", "EngineCore encountered a fatal error.")
+        core.raw(
+            traceback_text(
+                [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 751, "run_busy_loop")],
+                "RuntimeError: CUDA error: an illegal memory access was encountered",
+            )
+        )
+        log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
+        log.raw(
+            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+            "See stack trace (above) for the root cause."
+        )
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+
+    timer = threading.Timer(seconds, crash)
+    timer.daemon = True
+    timer.start()
+    return timer

@@ -1,0 +1,192 @@
+"""OpenAI-compatible request parsing and response bodies (chat and text completions)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from vllm.sim import textgen
+from vllm.sim.engine import GenRequest
+
+
+class ApiError(Exception):
+    """An error answered as an OpenAI-style JSON error body."""
+
+    def __init__(
+        self, status: int, message: str, kind: str = "BadRequestError", param: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.kind = kind
+        self.param = param
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param, "code": self.status}}
+
+
+@dataclass(frozen=True)
+class ParsedRequest:
+    """A validated completion request."""
+
+    chat: bool
+    model: str
+    stream: bool
+    include_usage: bool
+    gen: GenRequest
+
+
+def _number(body: Mapping[str, Any], key: str, default: float) -> float:
+    value = body.get(key, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, f"'{key}' must be a number", param=key)
+    return float(value)
+
+
+def parse_request(
+    body: Mapping[str, Any], chat: bool, served_names: list[str], max_model_len: int
+) -> ParsedRequest:
+    """Validate a completion request and derive the engine request."""
+    model = body.get("model") or served_names[0]
+    if model not in served_names:
+        raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+        prompt_tokens = textgen.count_chat_tokens(m for m in messages if isinstance(m, Mapping))
+        prompt_text = repr(
+            [
+                (m.get("role"), textgen.content_text(m.get("content")))
+                for m in messages
+                if isinstance(m, Mapping)
+            ]
+        )
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1:
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            prompt_tokens, prompt_text = max(1, textgen.count_text_tokens(prompt)), prompt
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            prompt_tokens, prompt_text = len(prompt), repr(prompt)
+        else:
+            raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
+    limit_key = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
+    raw_max = body.get(limit_key)
+    room = max_model_len - prompt_tokens
+    if raw_max is None:
+        max_tokens = room
+    elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
+        raise ApiError(400, f"'{limit_key}' must be a positive integer", param=limit_key)
+    else:
+        max_tokens = raw_max
+    if max_tokens > room or room <= 0:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {max_model_len} tokens. However, you "
+            f"requested {prompt_tokens + max_tokens} tokens ({prompt_tokens} in the messages, "
+            f"{max_tokens} in the completion). Please reduce the length of the messages or "
+            "completion.",
+            param=limit_key,
+        )
+    temperature = _number(body, "temperature", 1.0)
+    seed = body.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise ApiError(400, "'seed' must be an integer", param="seed")
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise ApiError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    options = body.get("stream_options") or {}
+    gen = GenRequest(
+        prompt_key=textgen.digest("chat" if chat else "text", prompt_text, sorted(kwargs.items(), key=str)),
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        sample_key=textgen.sample_key(temperature, seed),
+    )
+    return ParsedRequest(
+        chat=chat,
+        model=model,
+        stream=bool(body.get("stream", False)),
+        include_usage=bool(options.get("include_usage", False)),
+        gen=gen,
+    )
+
+
+class ResponseBuilder:
+    """Builds the response objects of one request."""
+
+    def __init__(self, request: ParsedRequest) -> None:
+        self.request = request
+        prefix = "chatcmpl" if request.chat else "cmpl"
+        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+
+    def usage(self, completion_tokens: int) -> dict[str, int]:
+        prompt = self.request.gen.prompt_tokens
+        return {
+            "prompt_tokens": prompt,
+            "total_tokens": prompt + completion_tokens,
+            "completion_tokens": completion_tokens,
+        }
+
+    def _envelope(self, chunk: bool) -> dict[str, Any]:
+        if self.request.chat:
+            kind = "chat.completion.chunk" if chunk else "chat.completion"
+        else:
+            kind = "text_completion"
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
+
+    def chunk(self, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+        """One streaming chunk (``text=None`` with ``role=True``: the opening role delta)."""
+        body = self._envelope(chunk=True)
+        if self.request.chat:
+            delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {}
+            if text is not None:
+                delta["content"] = text
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+        else:
+            choice = {
+                "index": 0,
+                "text": text or "",
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        body["choices"] = [choice]
+        return body
+
+    def usage_chunk(self, completion_tokens: int) -> dict[str, Any]:
+        body = self._envelope(chunk=True)
+        body["choices"] = []
+        body["usage"] = self.usage(completion_tokens)
+        return body
+
+    def full(self, text: str, finish: str, completion_tokens: int) -> dict[str, Any]:
+        """The non-streaming response."""
+        body = self._envelope(chunk=False)
+        if self.request.chat:
+            message = {"role": "assistant", "content": text, "reasoning_content": None, "tool_calls": []}
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": text,
+                "logprobs": None,
+                "finish_reason": finish,
+                "stop_reason": None,
+            }
+        body["choices"] = [choice]
+        body["usage"] = self.usage(completion_tokens)
+        return body
