@@ -3,12 +3,15 @@
 Precedence, highest first: flags (`--set key=value`) > environment > .env >
 composer.toml (later `--stack` files over earlier ones) > built-in defaults.
 Every value is validated; an invalid one raises ConfigError naming the key, the
-value, where it came from and what is allowed.
+value, where it came from and what is allowed. An empty value in the environment or
+.env counts as unset, as it does for the `${VAR:-default}` of the rendered files.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -42,7 +45,7 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("service", None, v.parse_name, "vllm"),
     Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_text, "model"),
     Setting("port", "VLLM_PORT", v.parse_port, 8000),
-    Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_text, "127.0.0.1"),
+    Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_ip, "127.0.0.1"),
     Setting("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", v.parse_positive_int, 1),
     Setting("max_model_len", "MAX_MODEL_LEN", v.parse_positive_int, 8192),
     Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
@@ -72,7 +75,10 @@ SPECULATIVE_KEYS = {
     "attention_backend",
     "extra",
 }
+RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_backend"}
 VARIANT_ENV = {"kv_cache_memory": "KV_CACHE_MEMORY", "num_speculative_tokens": "NUM_SPECULATIVE_TOKENS"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
 TOP_KEYS = {"stack", "images", "variants", "workloads"}
 
 
@@ -172,6 +178,8 @@ class _Resolver:
     def __init__(self, sources: Sources) -> None:
         self.s = sources
         self.record: dict[str, str] = {}
+        self.inherited: dict[str, str] = {}
+        """Dotted key of a variant -> the key of the variant that defines it (`extends`)."""
 
     def get(
         self,
@@ -197,13 +205,13 @@ class _Resolver:
     ) -> tuple[object, str, Path | None]:
         if dotted in self.s.flags:
             return self.s.flags[dotted], "flag --set", Path.cwd()
-        if env and env in self.s.environ:
+        if env and self.s.environ.get(env):
             return self.s.environ[env], f"environment {env}", Path.cwd()
-        if env and env in self.s.dotenv:
+        if env and self.s.dotenv.get(env):
             dotenv_dir = self.s.dotenv_path.parent if self.s.dotenv_path else Path.cwd()
             return self.s.dotenv[env], f".env {env}", dotenv_dir
         if toml_value is not None:
-            origin = self.s.toml_origin.get(dotted)
+            origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
             label = str(origin.name) if origin else "composer.toml"
             return toml_value, label, origin.parent if origin else Path.cwd()
         return default, "default", Path.cwd()
@@ -212,6 +220,8 @@ class _Resolver:
 def _build(sources: Sources) -> Stack:
     resolve = _Resolver(sources)
     raw_stack = _table(sources.toml, "stack")
+    if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
+        raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
     settings = {
         s.key: resolve.get(f"stack.{s.key}", s.parse, s.default, s.env, raw_stack.get(s.key), s.is_path)
@@ -221,11 +231,15 @@ def _build(sources: Sources) -> Stack:
     variants = _variants(sources, resolve, images)
     workloads = _workloads(sources, variants)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
-    if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
-        raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
-            f"environment {API_KEY_VAR}" if API_KEY_VAR in sources.environ else f".env {API_KEY_VAR}"
+            f"environment {API_KEY_VAR}" if sources.environ.get(API_KEY_VAR) else f".env {API_KEY_VAR}"
+        )
+    unused = sorted(set(sources.flags) - set(resolve.record))
+    if unused:
+        raise ConfigError(
+            f"--set {unused[0]}: not a setting of this stack: use a key that "
+            "`compose-spec config` lists, e.g. stack.port or variants.mtp.kv_cache_memory"
         )
     return Stack(
         **settings,
@@ -255,6 +269,16 @@ def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
     raw = _table(sources.toml, "images")
     if not raw:
         raise ConfigError('images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"')
+    seen: dict[str, str] = {}
+    for key in raw:
+        if not _IMAGE_KEY.fullmatch(key):
+            raise ConfigError(
+                f"invalid image name images.{key}: expected lowercase letters, digits, '-' and '_', "
+                "starting with a letter"
+            )
+        other = seen.setdefault(image_env_var(key), key)
+        if other != key:
+            raise ConfigError(f"images.{other} and images.{key} share the variable {image_env_var(key)}")
     return {
         key: str(resolve.get(f"images.{key}", v.parse_text, None, image_env_var(key), value))
         for key, value in raw.items()
@@ -266,16 +290,17 @@ def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
         raise ConfigError(f'{where} must be a table of NAME = "value", got {raw!r}')
     result = []
     for name, value in raw.items():
-        if (
-            not name
-            or not (name[0].isalpha() or name[0] == "_")
-            or not all(c.isalnum() or c == "_" for c in name)
-        ):
-            raise ConfigError(f"invalid {where} name {name!r}: expected letters, digits and '_'")
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"invalid {where} name {name!r}: expected ASCII letters, digits and '_', "
+                "not starting with a digit"
+            )
         if name == API_KEY_VAR:
             raise ConfigError(f"{where}.{name}: secrets never go in composer.toml; use .env")
         if isinstance(value, bool) or not isinstance(value, str | int | float):
             raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string or number")
+        if "\x00" in str(value):
+            raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string without NUL bytes")
         result.append((name, str(value)))
     return tuple(sorted(result))
 
@@ -287,7 +312,12 @@ def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> d
     return {name: _variant(name, raw, sources, resolve, images) for name in raw}
 
 
-def _flatten(name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = ()) -> dict:
+def _flatten(
+    name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = (), defined: dict[str, str] | None = None
+) -> dict:
+    """A variant's table with its `extends` chain merged in; `defined` maps each key
+    (`kv_cache_memory`, `speculative.method`) to the dotted key that sets it."""
+    defined = {} if defined is None else defined
     if name in chain:
         raise ConfigError(f"variants.{name}.extends forms a cycle: {' -> '.join((*chain, name))}")
     table = raw.get(name)
@@ -295,10 +325,13 @@ def _flatten(name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = ()) ->
         raise ConfigError(f"variants.{chain[-1]}.extends = {name!r}: choose one of " + ", ".join(sorted(raw)))
     _reject_unknown(table, VARIANT_KEYS, f"variants.{name}")
     parent = table.get("extends")
-    merged = _flatten(str(parent), raw, (*chain, name)) if parent is not None else {}
+    merged = _flatten(str(parent), raw, (*chain, name), defined) if parent is not None else {}
     for key, value in table.items():
         if key == "extends":
             continue
+        defined[key] = f"variants.{name}.{key}"
+        for sub in value if isinstance(value, dict) else ():
+            defined[f"{key}.{sub}"] = f"variants.{name}.{key}.{sub}"
         if key in {"speculative", "env"} and isinstance(value, dict) and isinstance(merged.get(key), dict):
             merged[key] = {**merged[key], **value}
         else:
@@ -313,8 +346,10 @@ def _variant(
         v.parse_name(name)
     except ValueError as err:
         raise ConfigError(f"invalid variant name {name!r}: expected {err}") from err
-    table = _flatten(name, raw)
+    defined: dict[str, str] = {}
+    table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
+    resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
     image_key = str(table.get("image", next(iter(images))))
     if image_key not in images:
         raise ConfigError(
@@ -334,8 +369,12 @@ def _variant(
             f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
         )
     extra_args = table.get("extra_args", [])
-    if not isinstance(extra_args, list) or not all(isinstance(a, str) for a in extra_args):
-        raise ConfigError(f"invalid {prefix}.extra_args = {extra_args!r}: expected a list of strings")
+    if not isinstance(extra_args, list) or not all(
+        isinstance(a, str) and "\x00" not in a for a in extra_args
+    ):
+        raise ConfigError(
+            f"invalid {prefix}.extra_args = {extra_args!r}: expected a list of strings without NUL bytes"
+        )
     return Variant(
         name=name,
         image_key=image_key,
@@ -374,6 +413,13 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         raise ConfigError(f"invalid {where}.extra = {extra!r}: expected a table")
     if "tensor_parallel_size" in extra:
         raise ConfigError(f"{where}.extra.tensor_parallel_size: use draft_tensor_parallel_size")
+    reserved = RESERVED_SPECULATIVE_EXTRA | ({"model"} if draft else set())
+    for key in sorted(reserved & set(extra)):
+        raise ConfigError(f"{where}.extra.{key}: set it as {where}.{key} (or draft_model for model)")
+    try:
+        json.dumps(extra, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"invalid {where}.extra = {extra!r}: expected JSON values ({err})") from err
     return Speculative(
         method=str(method),
         num_speculative_tokens=int(k),  # type: ignore[call-overload]

@@ -16,10 +16,12 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
     data: dict[str, object] = {
         "description": variant.description,
         "image": stack.image(variant),
+        "image_key": variant.image_key,
         "kv_cache_memory": variant.kv_cache_memory,
         "min_kv_cache_tokens": variant.min_kv_cache_tokens,
         "speculative": asdict(variant.speculative) if variant.speculative else None,
         "env": dict(spec.environment),
+        "derived_env": sorted(set(dict(spec.environment)) - {n for n, _ in (*stack.env, *variant.env)}),
         "extra_args": list(variant.extra_args),
         "command": [resolve(arg) for arg in spec.command],
         "config_hash": dict(spec.labels)["vllm-composer.config-hash"],
@@ -54,7 +56,8 @@ def format_stack(data: dict) -> str:
         rows.append((f"images.{key}", str(value), sources.get(f"images.{key}", "default")))
     for name, variant in data["variants"].items():
         prefix = f"variants.{name}"
-        rows.append((f"{prefix}.image", variant["image"], ""))
+        image_source = sources.get(f"images.{variant['image_key']}", "default")
+        rows.append((f"{prefix}.image", variant["image"], image_source))
         rows.append(
             (
                 f"{prefix}.kv_cache_memory",
@@ -68,7 +71,8 @@ def format_stack(data: dict) -> str:
                 src = sources.get(f"{prefix}.speculative.{key}", "default")
                 rows.append((f"{prefix}.speculative.{key}", str(spec[key]), src))
         for env_name, env_value in variant["env"].items():
-            rows.append((f"{prefix}.env.{env_name}", env_value, "composer.toml"))
+            env_source = "derived" if env_name in variant["derived_env"] else "composer.toml"
+            rows.append((f"{prefix}.env.{env_name}", env_value, env_source))
         rows.append((f"{prefix}.config_hash", variant["config_hash"], "derived"))
     for workload, variant_name in data["workloads"].items():
         rows.append((f"workloads.{workload}", variant_name, "composer.toml"))

@@ -2,11 +2,20 @@
 
 All files are rendered in memory first, so a failure writes nothing; each write is
 atomic (temp file + rename) and files whose bytes are unchanged are not rewritten.
+
+Quoting contract. In compose files every literal is a YAML double-quoted scalar with
+`$` escaped as `$$`; a host value is `${VAR:-default}` with the default escaped the
+same way. Compose's interpolation cannot hold a default containing `}` (it ends the
+expression) or a newline (its pattern does not match across lines), so such a default
+is refused with a RenderError instead of rendering a file that means something else.
+Launchers use bash double-quoted words (backslash, double quote, dollar and backtick
+escaped), `${VAR}` for host values and single-quoted defaults, so nothing is split,
+globbed or expanded.
 """
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import shlex
 import tempfile
@@ -32,6 +41,10 @@ class RenderedFile:
     mode: int
 
 
+UNHOLDABLE_IN_DEFAULT = {"}": "'}'", "\n": "a newline"}
+"""Characters a compose `${VAR:-default}` default cannot contain."""
+
+
 def _compose_literal(value: str) -> str:
     return value.replace("$", "$$")
 
@@ -41,20 +54,35 @@ def compose_text(value: Text) -> str:
     out = []
     for part in value:
         if isinstance(part, Var):
-            if "}" in part.default:
-                raise RenderError(
-                    f"{part.name} default {part.default!r} contains '}}', which a compose "
-                    "${VAR:-default} cannot hold: choose a value without '}'"
-                )
+            for char, what in UNHOLDABLE_IN_DEFAULT.items():
+                if char in part.default:
+                    raise RenderError(
+                        f"{part.name} default {part.default!r} contains {what}, which a compose "
+                        f"${{VAR:-default}} cannot hold: choose a value without it"
+                    )
             out.append(f"${{{part.name}:-{_compose_literal(part.default)}}}")
         else:
             out.append(_compose_literal(part))
     return "".join(out)
 
 
+def _yaml_char(char: str) -> str:
+    code = ord(char)
+    if char in '"\\':
+        return "\\" + char
+    if 0x20 <= code < 0x7F:
+        return char
+    if 0xD800 <= code <= 0xDFFF:
+        raise RenderError(f"cannot render {char!r}: a lone surrogate is not text")
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 def yaml_quote(value: str) -> str:
-    """A YAML double-quoted scalar (JSON string syntax is valid YAML)."""
-    return json.dumps(value, ensure_ascii=True)
+    """A YAML double-quoted scalar in ASCII: non-printable and non-ASCII characters as
+    `\\x`, `\\u` or `\\U` escapes (never surrogate pairs, which Go's YAML rejects)."""
+    return '"' + "".join(_yaml_char(c) for c in value) + '"'
 
 
 def compose_quote(value: Text | str) -> str:
@@ -84,6 +112,7 @@ def one_line(value: str) -> str:
     return "".join(c if c.isprintable() else " " for c in value)
 
 
+@functools.cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(TEMPLATES_DIR)),
@@ -152,6 +181,8 @@ def is_current(file: RenderedFile) -> bool:
 def write_atomic(file: RenderedFile) -> bool:
     """Write unless unchanged; return True when the file was (re)written."""
     if is_current(file):
+        if file.path.stat().st_mode & 0o777 != file.mode:
+            os.chmod(file.path, file.mode)
         return False
     file.path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=file.path.parent, prefix=f".{file.path.name}.", suffix=".tmp")

@@ -116,16 +116,31 @@ def speculative_config(stack: Stack, variant: Variant) -> Text | None:
     spec = variant.speculative
     if spec is None:
         return None
-    marker = 9_876_543_210_123
+    k = Var("NUM_SPECULATIVE_TOKENS", str(spec.num_speculative_tokens))
     config: dict[str, object] = {"method": spec.method}
     if spec.draft_model:
         config["model"] = stack.draft_path
-    config["num_speculative_tokens"] = marker
+    config["num_speculative_tokens"] = k
     if spec.attention_backend:
         config["attention_backend"] = spec.attention_backend
     config.update(dict(spec.extra))
-    before, after = json.dumps(config, separators=(",", ":")).split(str(marker), 1)
-    return text(before, Var("NUM_SPECULATIVE_TOKENS", str(spec.num_speculative_tokens)), after)
+    parts: list[Part] = []
+    for index, (key, value) in enumerate(config.items()):
+        parts.append(("," if index else "{") + json.dumps(key) + ":")
+        parts.append(value if isinstance(value, Var) else json.dumps(value, separators=(",", ":")))
+    parts.append("}")
+    return _joined(parts)
+
+
+def _joined(parts: list[Part]) -> Text:
+    """A Text with adjacent literal strings merged."""
+    merged: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return text(*merged)
 
 
 def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:

@@ -3,6 +3,7 @@ with a short description of what is allowed."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 SPECULATIVE_METHODS: tuple[str, ...] = (
@@ -49,7 +50,7 @@ ATTENTION_BACKENDS: tuple[str, ...] = (
     "TORCH_SDPA",
 )
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$")
 _BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI)"
@@ -83,10 +84,12 @@ def parse_positive_int(raw: object) -> int:
     """A whole number greater than zero."""
     if isinstance(raw, bool):
         raise ValueError("a positive integer")
-    try:
-        value = int(str(raw).strip()) if not isinstance(raw, int) else raw
-    except ValueError as err:
-        raise ValueError("a positive integer") from err
+    if isinstance(raw, int):
+        value = raw
+    elif re.fullmatch(r"\s*[0-9]+\s*", str(raw)):
+        value = int(str(raw))
+    else:
+        raise ValueError("a positive integer")
     if value <= 0:
         raise ValueError("a positive integer")
     return value
@@ -106,7 +109,7 @@ def parse_port(raw: object) -> int:
 def parse_duration(raw: object) -> int:
     """Seconds from an int or `90s`, `15m`, `1h`."""
     text = str(raw).strip()
-    match = re.fullmatch(r"(\d+)\s*([smh]?)", text)
+    match = re.fullmatch(r"([0-9]+)\s*([smh]?)", text)
     if isinstance(raw, bool) or not match:
         raise ValueError("a duration such as 900, 90s, 15m or 1h")
     return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
@@ -121,7 +124,7 @@ def parse_gpus(raw: object) -> tuple[str, ...] | None:
         return None
     if len(items) == 1 and items[0].lower() == "all":
         return ("all",)
-    if not items or not all(re.fullmatch(r"\d+|GPU-[0-9a-fA-F-]+", i) for i in items):
+    if not items or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", i) for i in items):
         raise ValueError(allowed)
     return tuple(items)
 
@@ -135,19 +138,28 @@ def parse_method(raw: object) -> str:
 
 def parse_attention_backend(raw: object) -> str:
     """An attention backend name (case-insensitive), kept as written."""
-    if str(raw).upper() not in ATTENTION_BACKENDS:
+    if not str(raw).isascii() or str(raw).upper() not in ATTENTION_BACKENDS:
         raise ValueError("one of " + ", ".join(b.lower() for b in ATTENTION_BACKENDS))
     return str(raw)
 
 
 def parse_text(raw: object) -> str:
-    """Any non-empty string without NUL bytes."""
+    """Any non-empty string without NUL bytes (or bytes that are not UTF-8)."""
     if not isinstance(raw, str | int | float) or isinstance(raw, bool):
         raise ValueError("a non-empty string")
     text = str(raw)
-    if not text or "\x00" in text:
-        raise ValueError("a non-empty string without NUL bytes")
+    if not text or "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text):
+        raise ValueError("a non-empty UTF-8 string without NUL bytes")
     return text
+
+
+def parse_ip(raw: object) -> str:
+    """An IPv4 or IPv6 address to bind a published port to."""
+    text = str(raw).strip()
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError as err:
+        raise ValueError("an IP address such as 127.0.0.1, 0.0.0.0 or ::1") from err
 
 
 def parse_name(raw: object) -> str:
