@@ -113,5 +113,203 @@ def config_cmd(obj: Context, variant: str | None, as_json: bool) -> None:
     click.echo(json.dumps(data, indent=2) if as_json else format_stack(data))
 
 
+class LiveLine:
+    """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise."""
+
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+        self.open = False
+
+    def step(self, message: str) -> None:
+        self._close()
+        click.echo(message, err=True)
+
+    def waiting(self, message: str) -> None:
+        if self.tty:
+            click.echo(f"\r\033[K{message}", err=True, nl=False)
+            self.open = True
+            return
+        stage = message.split(" (")[0]
+        if stage != self.last:
+            click.echo(message, err=True)
+            self.last = stage
+
+    def _close(self) -> None:
+        if self.open:
+            click.echo("", err=True)
+            self.open = False
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str, Any]) -> None:
+    import signal
+
+    from composer.docker_client import docker_client
+    from composer.errors import SwapFailed
+    from composer.lifecycle import UpOptions, up
+
+    stack = obj.stack()
+    variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
+    stack.variant(variant)
+    options = UpOptions(
+        timeout=opts["timeout"],
+        rollback=not opts["no_rollback"],
+        wait_for_lock=not opts["no_wait"],
+        allow_weak_key=opts["allow_weak_key"],
+    )
+    line = LiveLine()
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        result = up(
+            stack, variant, client=docker_client(), options=options, progress=line.step, waiting=line.waiting
+        )
+    except SwapFailed as err:
+        line._close()
+        if opts["as_json"]:
+            outcome = "rolled-back" if err.rolled_back else "failed"
+            click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
+        raise
+    line._close()
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    if opts["as_json"]:
+        click.echo(
+            json.dumps({**result.__dict__, "timings": {k: round(v, 3) for k, v in result.timings.items()}})
+        )
+    else:
+        total = result.timings.get("total", 0.0)
+        click.echo(f"{variant}: {result.outcome} ({total:.1f}s)")
+
+
+def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by `up` and `use`."""
+    options = [
+        click.option("--timeout", default=900.0, show_default=True, help="Seconds to wait for readiness."),
+        click.option("--no-rollback", is_flag=True, help="On failure, do not restart the previous variant."),
+        click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
+        click.option("--allow-weak-key", is_flag=True, help="Accept a well-known weak VLLM_API_KEY."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@main.command()
+@click.argument("variant")
+@swap_options
+@click.pass_obj
+@handle_errors
+def up(obj: Context, variant: str, **opts: Any) -> None:
+    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure."""
+    _swap(obj, variant, False, opts)
+
+
+@main.command()
+@click.argument("workload")
+@swap_options
+@click.pass_obj
+@handle_errors
+def use(obj: Context, workload: str, **opts: Any) -> None:
+    """Swap to the variant mapped to WORKLOAD in composer.toml ([workloads])."""
+    _swap(obj, workload, True, opts)
+
+
+@main.command()
+@click.pass_obj
+@handle_errors
+def down(obj: Context) -> None:
+    """Stop and remove the running variant."""
+    from composer.docker_client import docker_client
+    from composer.lifecycle import down as stop
+
+    line = LiveLine()
+    stopped = stop(obj.stack(), client=docker_client(), progress=line.step)
+    click.echo(f"stopped {stopped}" if stopped else "nothing was running")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+@handle_errors
+def status(obj: Context, as_json: bool) -> None:
+    """Show the running variant: health, served name, port, image, uptime."""
+    from composer.docker_client import docker_client
+    from composer.status import format_status, status_data
+
+    data = status_data(obj.stack(), docker_client())
+    click.echo(json.dumps(data, indent=2) if as_json else format_status(data))
+
+
+@main.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
+@click.option("--tail", default=200, show_default=True, help="Lines to show.")
+@click.option("--explain", is_flag=True, help="Explain known failure lines with their fixes.")
+@click.pass_obj
+@handle_errors
+def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
+    """Print the newest variant container's log (running or exited)."""
+    from composer.containers import our_containers
+    from composer.diagnose import explain as find_signatures
+    from composer.docker_client import docker_client
+
+    containers = our_containers(obj.stack(), docker_client())
+    if not containers:
+        fail("no variant container exists (start one with `compose-spec up VARIANT`)", 1)
+    container = containers[0]
+    if follow and not explain:
+        for chunk in container.logs(stream=True, follow=True, tail=tail):
+            click.echo(chunk.decode(errors="replace"), nl=False)
+        return
+    text = container.logs(tail=tail).decode(errors="replace")
+    if not explain:
+        click.echo(text, nl=False)
+        return
+    found = find_signatures(text)
+    if not found:
+        click.echo("no known failure signature in the log")
+    for signature in found:
+        click.echo(f"{signature.name}: {signature.explanation}\n  fix: {signature.fix}")
+
+
+@main.command("build")
+@click.argument("recipe")
+@click.option("--dry-run", is_flag=True, help="Validate and apply the diffs against the base; build nothing.")
+@click.option("--pin", is_flag=True, help="Record the diffs' current sha256 in image.toml, then build.")
+@click.option("--force", is_flag=True, help="Rebuild even when the image already records the same inputs.")
+@click.option(
+    "--recipes-dir", default="images", show_default=True, type=click.Path(file_okay=False), hidden=True
+)
+@click.pass_obj
+@handle_errors
+def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, recipes_dir: str) -> None:
+    """Build the overlay image of images/RECIPE offline (base must be local; never pulls)."""
+    from composer.docker_client import docker_client
+    from composer.images import build_overlay
+    from composer.overlay_recipe import load_recipe
+
+    loaded = load_recipe(Path(recipes_dir), recipe, obj.stack().images)
+    client = docker_client()
+    try:
+        result = build_overlay(
+            client,
+            loaded,
+            dry_run=dry_run,
+            pin=pin,
+            force=force,
+            progress=lambda line: click.echo(f"build {recipe}: {line}"),
+        )
+    finally:
+        client.close()
+    summary = {"built": "built", "current": "up to date", "dry-run": "dry run passed, nothing built"}
+    click.echo(f"{result.tag}: {summary[result.status]}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

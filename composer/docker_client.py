@@ -60,13 +60,14 @@ def compose_version() -> str:
 
 def compose(
     project: str,
-    compose_file: Path,
+    compose_file: Path | None,
     args: Sequence[str],
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `docker compose -p PROJECT -f FILE ARGS...`; raise ComposerError on failure."""
-    argv = [docker_binary(), "compose", "--project-name", project, "--file", str(compose_file), *args]
+    """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure."""
+    files = ["--file", str(compose_file)] if compose_file is not None else []
+    argv = [docker_binary(), "compose", "--project-name", project, *files, *args]
     try:
         done = subprocess.run(
             argv,
