@@ -1,0 +1,77 @@
+"""Output correctness: determinism and agreement with the baseline's output.
+
+Streaming chat deltas do not expose token ids, so outputs are compared as word pieces:
+each piece is a run of non-space characters with the whitespace before it
+(`re.findall(r"\\s*\\S+", text)`), which is close to a tokenizer's split for prose.
+
+Agreement of an output with the baseline output for the same prompt is the number of
+positions i where both have piece i and the pieces are equal, divided by the length of
+the longer of the two. Identical texts give 100%; a missing or extra tail counts as
+disagreement. Over several prompts the matches and lengths are summed before dividing,
+so long outputs weigh more. The first position that differs is reported as well: in
+real greedy decoding one flipped low-confidence token changes the continuation after it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+_PIECE = re.compile(r"\s*\S+")
+
+
+def pieces(text: str) -> list[str]:
+    """A text split into word pieces (leading whitespace attached; trailing space dropped)."""
+    return _PIECE.findall(text)
+
+
+@dataclass(frozen=True)
+class Agreement:
+    """How far an output agrees with a reference output."""
+
+    matched: int
+    compared: int
+    first_difference: int | None
+
+    @property
+    def percent(self) -> float:
+        """Matched pieces over compared pieces, in percent (100 for two empty texts)."""
+        return 100.0 if self.compared == 0 else 100.0 * self.matched / self.compared
+
+
+def agreement(output: str, reference: str) -> Agreement:
+    """Position-wise piece agreement of `output` with `reference`."""
+    out, ref = pieces(output), pieces(reference)
+    matched = sum(1 for a, b in zip(out, ref, strict=False) if a == b)
+    first = next((i for i, (a, b) in enumerate(zip(out, ref, strict=False)) if a != b), None)
+    if first is None and len(out) != len(ref):
+        first = min(len(out), len(ref))
+    return Agreement(matched, max(len(out), len(ref)), first)
+
+
+def combined(parts: Iterable[Agreement]) -> Agreement:
+    """Sum of several agreements; the first difference is the earliest one seen."""
+    items = list(parts)
+    firsts = [a.first_difference for a in items if a.first_difference is not None]
+    return Agreement(
+        matched=sum(a.matched for a in items),
+        compared=sum(a.compared for a in items),
+        first_difference=min(firsts) if firsts else None,
+    )
+
+
+def agreement_with(outputs: Mapping[str, str], reference: Mapping[str, str]) -> Agreement | None:
+    """Agreement over the prompts both mappings (prompt -> text) have, or None if none."""
+    shared = [p for p in outputs if p in reference]
+    if not shared:
+        return None
+    return combined(agreement(outputs[p], reference[p]) for p in shared)
+
+
+def deterministic(texts_by_prompt: Mapping[str, Sequence[str]]) -> bool | None:
+    """True when every prompt sent more than once gave one text; None if none was repeated."""
+    repeated = [texts for texts in texts_by_prompt.values() if len(texts) > 1]
+    if not repeated:
+        return None
+    return all(len(set(texts)) == 1 for texts in repeated)

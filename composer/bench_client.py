@@ -1,0 +1,177 @@
+"""One timed streaming chat completion against an OpenAI-compatible vLLM server.
+
+Timing is taken on the client's monotonic clock: time to first token (TTFT) is from
+sending the request to the first chunk carrying text; decode speed counts the tokens
+after the first (`usage.completion_tokens - 1`) over the time from the first to the last
+text chunk, so prefill and queueing never dilute it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from composer.errors import ComposerError
+
+DONE = "[DONE]"
+
+
+class BenchError(ComposerError):
+    """A benchmark request or measurement failed."""
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    """What one streamed completion produced and how long it took."""
+
+    text: str
+    completion_tokens: int
+    prompt_tokens: int
+    ttft_s: float
+    e2e_s: float
+    decode_s: float
+    chunks: int
+
+    @property
+    def decode_tok_s(self) -> float:
+        """Tokens after the first over the time after the first token (0 if undefined)."""
+        if self.completion_tokens < 2 or self.decode_s <= 0:
+            return 0.0
+        return (self.completion_tokens - 1) / self.decode_s
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """The fixed parts of a benchmark request."""
+
+    model: str
+    max_tokens: int
+    temperature: float = 0.0
+    ignore_eos: bool = True
+    enable_thinking: bool = False
+
+    def body(self, prompt: str) -> dict[str, Any]:
+        """The JSON body: streaming, usage in the last chunk, thinking off."""
+        return {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
+            "ignore_eos": self.ignore_eos,
+        }
+
+
+def sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The payload of each `data:` event, up to `[DONE]` (comments and blanks skipped)."""
+    for raw in lines:
+        line = raw.rstrip("\r\n")
+        if not line.startswith("data:"):
+            continue
+        payload = line[5:].strip()
+        if payload == DONE:
+            return
+        if payload:
+            yield payload
+
+
+def chunk_text(chunk: dict[str, Any]) -> str:
+    """The generated text in one chat (delta.content) or text completion chunk."""
+    pieces: list[str] = []
+    for choice in chunk.get("choices") or ():
+        delta = choice.get("delta")
+        if isinstance(delta, dict):
+            pieces.append(delta.get("content") or "")
+        else:
+            pieces.append(choice.get("text") or "")
+    return "".join(pieces)
+
+
+def parse_chunk(payload: str) -> dict[str, Any]:
+    """Decode one event payload, or BenchError (an error object is an error too)."""
+    try:
+        chunk = json.loads(payload)
+    except ValueError as err:
+        raise BenchError(f"the server sent an event that is not JSON: {payload[:120]!r}") from err
+    if not isinstance(chunk, dict):
+        raise BenchError(f"the server sent an unexpected event: {payload[:120]!r}")
+    if "error" in chunk:
+        raise BenchError(f"the server reported an error mid-stream: {chunk['error']}")
+    return chunk
+
+
+class StreamTimer:
+    """Accumulates the chunks of one stream with their arrival times."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.first: float | None = None
+        self.last: float | None = None
+        self.pieces: list[str] = []
+        self.usage: dict[str, Any] | None = None
+        self.chunks = 0
+
+    def feed(self, chunk: dict[str, Any], now: float) -> None:
+        """Record one parsed chunk that arrived at `now`."""
+        text = chunk_text(chunk)
+        if text:
+            self.chunks += 1
+            self.pieces.append(text)
+            if self.first is None:
+                self.first = now
+            self.last = now
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+
+    def result(self, finished: float) -> StreamResult:
+        """The timed result; BenchError when no text or no usage arrived."""
+        if self.first is None or self.last is None:
+            raise BenchError("the stream ended without any generated text")
+        if self.usage is None or "completion_tokens" not in self.usage:
+            raise BenchError("the stream carried no usage: the server ignored stream_options")
+        return StreamResult(
+            text="".join(self.pieces),
+            completion_tokens=int(self.usage["completion_tokens"]),
+            prompt_tokens=int(self.usage.get("prompt_tokens") or 0),
+            ttft_s=self.first - self.started,
+            e2e_s=finished - self.started,
+            decode_s=self.last - self.first,
+            chunks=self.chunks,
+        )
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """The bearer header when an API key is set."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def stream_chat(client: httpx.Client, request: ChatRequest, prompt: str) -> StreamResult:
+    """Send one streaming chat completion and time it (client has base URL and auth)."""
+    started = time.perf_counter()
+    timer = StreamTimer(started)
+    try:
+        with client.stream("POST", "/v1/chat/completions", json=request.body(prompt)) as response:
+            if response.status_code != 200:
+                response.read()
+                raise BenchError(
+                    f"POST /v1/chat/completions answered {response.status_code}: {response.text[:300]}"
+                )
+            for payload in sse_data(response.iter_lines()):
+                timer.feed(parse_chunk(payload), time.perf_counter())
+    except httpx.HTTPError as err:
+        raise BenchError(f"the benchmark request failed: {err}") from err
+    return timer.result(time.perf_counter())
+
+
+def make_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Client:
+    """An HTTP client for one server (one connection reused across requests)."""
+    return httpx.Client(
+        base_url=base_url, headers=auth_headers(api_key), timeout=httpx.Timeout(timeout, connect=10.0)
+    )

@@ -1,0 +1,64 @@
+"""Benchmark prompts: built-in ones, padded to a size, or read from a file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from composer.errors import UsageError
+
+SEPARATOR = "---"
+CHARS_PER_TOKEN = 4  # a rough English average; only used to size synthetic prompts
+
+BUILTIN_PROMPTS: tuple[str, ...] = (
+    "Explain in detail how speculative decoding speeds up large language model inference, "
+    "covering drafting, verification and the acceptance rate.",
+    "Write a detailed technical guide to running a large language model on four consumer GPUs "
+    "with tensor parallelism, including memory planning for the KV cache.",
+    "Describe step by step how an operator should benchmark an inference server fairly: "
+    "warm-up, single-stream measurement, medians and correctness checks.",
+)
+
+_CONTEXT = (
+    "Context: the server runs one model behind one port. Requests arrive one at a time. "
+    "Decode speed is measured in tokens per second after the first token. "
+)
+
+
+def padded(prompt: str, tokens: int) -> str:
+    """The prompt preceded by repeated context so that it is about `tokens` tokens long."""
+    missing = tokens * CHARS_PER_TOKEN - len(prompt)
+    if missing <= 0:
+        return prompt
+    repeats = -(-missing // len(_CONTEXT))
+    return (_CONTEXT * repeats)[:missing].rstrip() + "\n\n" + prompt
+
+
+def read_prompt_file(path: str | Path) -> tuple[str, ...]:
+    """Prompts from a text file, separated by lines that hold only `---`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read the prompt file {str(path)!r}: {err.strerror}") from err
+    prompts: list[list[str]] = [[]]
+    for line in text.splitlines():
+        if line.strip() == SEPARATOR:
+            prompts.append([])
+        else:
+            prompts[-1].append(line)
+    found = tuple(p for p in ("\n".join(lines).strip() for lines in prompts) if p)
+    if not found:
+        raise UsageError(f"the prompt file {str(path)!r} holds no prompt")
+    return found
+
+
+def bench_prompts(prompt_file: str | Path | None = None, prompt_tokens: int | None = None) -> tuple[str, ...]:
+    """The prompts of a run: from the file, else the built-in ones, padded when asked."""
+    if prompt_file is not None and prompt_tokens is not None:
+        raise UsageError("give either --prompt-file or --prompt-tokens, not both")
+    if prompt_file is not None:
+        return read_prompt_file(prompt_file)
+    if prompt_tokens is not None:
+        if prompt_tokens < 1:
+            raise UsageError(f"--prompt-tokens must be positive, got {prompt_tokens}")
+        return tuple(padded(p, prompt_tokens) for p in BUILTIN_PROMPTS)
+    return BUILTIN_PROMPTS
