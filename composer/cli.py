@@ -311,5 +311,20 @@ def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, 
     click.echo(f"{result.tag}: {summary[result.status]}")
 
 
+@main.command()
+@click.argument("variant", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema 1).")
+@click.pass_obj
+@handle_errors
+def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
+    """Check the host, Docker, GPUs, checkpoints and secrets for VARIANT (all by default)."""
+    from composer.doctor import default_host, format_report, run_doctor
+
+    report = run_doctor(obj.stack(), variant, default_host(obj.env_file))
+    click.echo(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
+    if report.failed:
+        sys.exit(1)
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

@@ -1,0 +1,150 @@
+"""Facts read from checkpoint directories: config.json fields and weight sizes.
+
+Weights are sized from safetensors headers only (8-byte little-endian header length,
+then a JSON header mapping tensor names to dtype, shape and data offsets), so a
+multi-GiB checkpoint is measured by reading a few kilobytes per shard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from pathlib import Path
+
+from composer.errors import ComposerError
+
+CONFIG_FILE = "config.json"
+INDEX_FILE = "model.safetensors.index.json"
+MAX_HEADER_BYTES = 100 * (1 << 20)
+MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
+DTYPE_BYTES: dict[str, float] = {
+    "BOOL": 1,
+    "U8": 1,
+    "I8": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
+    "I16": 2,
+    "U16": 2,
+    "F16": 2,
+    "BF16": 2,
+    "I32": 4,
+    "U32": 4,
+    "F32": 4,
+    "I64": 8,
+    "U64": 8,
+    "F64": 8,
+    "F4": 0.5,
+}
+
+
+class CheckpointError(ComposerError):
+    """A checkpoint file is missing or unreadable."""
+
+
+def read_config(model_dir: str | Path) -> dict:
+    """The parsed config.json of a checkpoint directory."""
+    path = Path(model_dir) / CONFIG_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise CheckpointError(f"{path} does not exist") from None
+    except (OSError, ValueError) as err:
+        raise CheckpointError(f"{path} is not readable JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} is not a JSON object")
+    return data
+
+
+def _field(config: dict, key: str) -> object:
+    """A field at the top level or in `text_config` (multimodal wrappers)."""
+    if key in config:
+        return config[key]
+    text_config = config.get("text_config")
+    return text_config.get(key) if isinstance(text_config, dict) else None
+
+
+def mtp_layers(config: dict) -> int:
+    """The number of MTP layers (`mtp_num_hidden_layers`, top level or text_config); 0 if none."""
+    for key in MTP_LAYER_KEYS:
+        value = _field(config, key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return 0
+
+
+def dflash_block_size(config: dict) -> int | None:
+    """`dflash_config.block_size` of a DFlash draft checkpoint, or None when absent."""
+    dflash = _field(config, "dflash_config")
+    if not isinstance(dflash, dict):
+        return None
+    size = dflash.get("block_size")
+    return size if isinstance(size, int) and not isinstance(size, bool) else None
+
+
+def has_dflash_config(config: dict) -> bool:
+    """True when the config carries a `dflash_config` table."""
+    return isinstance(_field(config, "dflash_config"), dict)
+
+
+def read_safetensors_header(path: str | Path) -> dict:
+    """The JSON header of one .safetensors file."""
+    path = Path(path)
+    try:
+        with path.open("rb") as handle:
+            prefix = handle.read(8)
+            if len(prefix) != 8:
+                raise CheckpointError(f"{path} is too short to be a safetensors file")
+            (length,) = struct.unpack("<Q", prefix)
+            if length > MAX_HEADER_BYTES:
+                raise CheckpointError(f"{path}: header length {length} is implausible")
+            raw = handle.read(length)
+    except OSError as err:
+        raise CheckpointError(f"{path} is not readable: {err}") from err
+    if len(raw) != length:
+        raise CheckpointError(f"{path}: header is truncated")
+    try:
+        header = json.loads(raw)
+    except ValueError as err:
+        raise CheckpointError(f"{path}: header is not JSON: {err}") from err
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{path}: header is not a JSON object")
+    return header
+
+
+def tensor_bytes(header: dict) -> int:
+    """Bytes of every tensor a header lists: dtype size x elements (data offsets if dtype is unknown)."""
+    total = 0.0
+    for name, entry in header.items():
+        if name == "__metadata__" or not isinstance(entry, dict):
+            continue
+        size = DTYPE_BYTES.get(str(entry.get("dtype", "")))
+        shape = entry.get("shape")
+        if size is not None and isinstance(shape, list):
+            total += size * math.prod(int(d) for d in shape)
+        else:
+            start, end = entry.get("data_offsets", (0, 0))
+            total += int(end) - int(start)
+    return int(total)
+
+
+def shard_files(model_dir: str | Path) -> list[Path]:
+    """The safetensors shards of a checkpoint: from the index when present, else every *.safetensors."""
+    model_dir = Path(model_dir)
+    index = model_dir / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        except (OSError, ValueError, AttributeError) as err:
+            raise CheckpointError(f"{index} is not readable JSON: {err}") from err
+        return [model_dir / name for name in sorted(set(weight_map.values()))]
+    return sorted(model_dir.glob("*.safetensors"))
+
+
+def weights_bytes(model_dir: str | Path) -> int | None:
+    """Total weight bytes of a checkpoint, or None when it has no safetensors files."""
+    shards = shard_files(model_dir)
+    if not shards:
+        return None
+    return sum(tensor_bytes(read_safetensors_header(shard)) for shard in shards)
