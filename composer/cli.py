@@ -160,6 +160,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
         rollback=not opts["no_rollback"],
         wait_for_lock=not opts["no_wait"],
         allow_weak_key=opts["allow_weak_key"],
+        settle=opts["settle"],
     )
     line = LiveLine()
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -192,6 +193,9 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
     options = [
         click.option("--timeout", default=900.0, show_default=True, help="Seconds to wait for readiness."),
         click.option("--no-rollback", is_flag=True, help="On failure, do not restart the previous variant."),
+        click.option(
+            "--settle", default=1.0, show_default=True, help="Seconds to keep watching after readiness."
+        ),
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
         click.option("--allow-weak-key", is_flag=True, help="Accept a well-known weak VLLM_API_KEY."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
@@ -324,6 +328,83 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
     if report.failed:
         sys.exit(1)
+
+
+def _csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[Any, ...] | None:
+    """`a,b,c` -> a tuple (None when not given); BadParameter on a bad item."""
+    if not value:
+        return None
+    try:
+        return tuple(convert(item.strip()) for item in value.split(",") if item.strip())
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r}: {err}") from err
+
+
+@main.command()
+@click.option("--variants", help="Comma-separated variants to measure [default: all in the stack].")
+@click.option("--k", "ks", help="Comma-separated K values for speculative variants [default: 1,3,4,7,10].")
+@click.option("--prompt-file", type=click.Path(dir_okay=False), help="Prompts separated by lines of `---`.")
+@click.option("--prompt-tokens", type=int, help="Pad the built-in prompts to about N tokens.")
+@click.option("--max-tokens", default=512, show_default=True, help="Tokens generated per request.")
+@click.option("--runs", default=5, show_default=True, help="Measured requests per point (median).")
+@click.option("--warmup", default=1, show_default=True, help="Uncounted warm-up requests per point.")
+@click.option(
+    "--out",
+    "out_dir",
+    default="bench-results",
+    show_default=True,
+    type=click.Path(file_okay=False),
+    help="Where bench.json, bench.csv and bench.png go.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
+@click.option("--timeout", default=900.0, show_default=True, help="Seconds per swap and per request.")
+@click.pass_obj
+@handle_errors
+def bench(
+    obj: Context,
+    variants: str | None,
+    ks: str | None,
+    prompt_file: str | None,
+    prompt_tokens: int | None,
+    max_tokens: int,
+    runs: int,
+    warmup: int,
+    out_dir: str,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    """Measure warm decode speed, acceptance and correctness per variant and K; restore after."""
+    from composer.bench import BenchOptions
+    from composer.bench_prompts import bench_prompts
+    from composer.bench_report import format_table, report_data, write_outputs
+    from composer.bench_swap import bench_with_swaps
+    from composer.docker_client import docker_client
+
+    options = BenchOptions(
+        prompts=bench_prompts(prompt_file, prompt_tokens),
+        max_tokens=max_tokens,
+        runs=runs,
+        warmup=warmup,
+        request_timeout=timeout,
+    )
+    names = _csv_list(variants) or tuple(obj.stack().variants)
+    line = LiveLine()
+    client = docker_client()
+    try:
+        report = bench_with_swaps(
+            lambda flags: obj.stack(extra_sets=flags),
+            names,
+            _csv_list(ks, int),
+            options,
+            client=client,
+            swap_timeout=timeout,
+            progress=line.step,
+        )
+    finally:
+        client.close()
+    written = write_outputs(report, Path(out_dir))
+    click.echo(json.dumps(report_data(report), indent=2) if as_json else format_table(report))
+    click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover
