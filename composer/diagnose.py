@@ -54,8 +54,8 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "fa3-not-hopper",
-        r"(?i)FlashAttention ?3? .*(not supported|requires).*(Hopper|sm_?90|compute capability 9)"
-        r"|(?i)FA3 is only supported on Hopper|VLLM_FLASH_ATTN_VERSION=3.*not supported",
+        r"(?i:FA3 is only supported on devices with compute capability|"
+        r"FA version 3 is not supported|FlashAttention ?3 .*requires.*Hopper)",
         "FlashAttention 3 is Hopper-only (SM 9.x); Ada (SM 8.9) and Ampere use FA2 via FLASH_ATTN.",
         'remove VLLM_FLASH_ATTN_VERSION=3 and use attention_backend = "flash_attn"',
     ),

@@ -100,3 +100,20 @@ def wait_ready(
                     f"{waited} (last stage: {stage}; {state.step}: {state.detail})", _logs(container)
                 )
             time.sleep(interval)
+
+
+def watch_settled(container: Container, target: GateTarget, seconds: float, interval: float) -> None:
+    """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
+    end = time.monotonic() + seconds
+    with _http() as client:
+        while time.monotonic() < end:
+            exited = _exited(container)
+            if exited:
+                raise _failure(f"{exited} {seconds:.1f}s after becoming ready", _logs(container))
+            try:
+                healthy = client.get(f"{target.url}/health").status_code == 200
+            except httpx.TransportError:
+                healthy = False
+            if not healthy:
+                raise _failure("/health stopped answering 200 right after readiness", _logs(container))
+            time.sleep(interval)

@@ -20,7 +20,7 @@ from composer import bootlog, diagnose, preflight
 from composer.containers import RunningVariant, current_variant, describe, our_containers
 from composer.docker_client import compose
 from composer.errors import ComposerError, HealthCheckFailed, PreflightFailed, SwapFailed
-from composer.gate import GateTarget, wait_ready
+from composer.gate import GateTarget, wait_ready, watch_settled
 from composer.gpu_release import wait_for_release
 from composer.runfiles import compose_environment, run_file
 from composer.spec import LABEL_CONFIG_HASH, build_spec
@@ -46,6 +46,7 @@ class UpOptions:
     allow_weak_key: bool = False
     poll_interval: float = 0.1
     release_timeout: float = 60.0
+    settle: float = 1.0
 
 
 @dataclass
@@ -106,6 +107,7 @@ class Swapper:
         self.options = options
         self.say = progress
         self.waiting = waiting or progress
+        self.ready_at = 0.0
 
     # -- checks -------------------------------------------------------------------------
     def preflight(self, variant: str) -> list[str]:
@@ -166,13 +168,17 @@ class Swapper:
         containers = our_containers(self.stack, self.client)
         if not containers:
             raise HealthCheckFailed("the container was not created")
-        return wait_ready(
+        log = wait_ready(
             containers[0],
             target,
             deadline=started + self.options.timeout,
             interval=self.options.poll_interval,
             waiting=self.waiting,
         )
+        self.ready_at = time.monotonic()
+        self.say(f"{target.variant} is ready ({self.ready_at - started:.1f}s); watching it settle")
+        watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        return log
 
     # -- the swap -----------------------------------------------------------------------
     def up(self, variant: str) -> UpResult:
@@ -195,7 +201,7 @@ class Swapper:
         compose_file = run_file(self.stack, variant)
         try:
             self._execute(plan, compose_file, result)
-        except (ComposerError, KeyboardInterrupt) as err:
+        except BaseException as err:  # any failure, Ctrl-C included, rolls back
             with _interrupts_ignored():
                 raise self._fail(plan, err) from err
         result.outcome = "swapped" if current else "started"
@@ -229,7 +235,8 @@ class Swapper:
             self.stack.api_key,
         )
         log = self.gate(target, began)
-        result.timings["start_to_ready"] = time.monotonic() - began
+        result.timings["start_to_ready"] = self.ready_at - began
+        result.timings["settle"] = time.monotonic() - self.ready_at
         result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
         expected = self.stack.variant(plan.target).min_kv_cache_tokens
         if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
@@ -239,7 +246,12 @@ class Swapper:
             )
 
     def _fail(self, plan: SwapPlan, err: BaseException) -> SwapFailed:
-        cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err)
+        if isinstance(err, KeyboardInterrupt):
+            cause = "interrupted"
+        elif isinstance(err, ComposerError):
+            cause = str(err)
+        else:
+            cause = f"unexpected {type(err).__name__}: {err}"
         log_tail = getattr(err, "log_tail", "") or self._log_tail()
         hints = getattr(err, "hints", ()) or diagnose.hints(log_tail)
         self.say(f"{plan.target} failed: {cause}; removing it")
@@ -250,7 +262,7 @@ class Swapper:
             return SwapFailed(f"{plan.target} failed: {cause}; {left}", log_tail, hints, rolled_back=False)
         try:
             self._restore(previous)
-        except (ComposerError, KeyboardInterrupt) as rollback_err:
+        except BaseException as rollback_err:  # report, never mask the original failure
             return SwapFailed(
                 f"{plan.target} failed: {cause}; rollback to {previous.variant} failed too: {rollback_err}",
                 log_tail,
