@@ -45,13 +45,13 @@ def report_engine_failure(err: EngineInitError, api: VllmLog) -> int:
     proc = VllmLog(err.process)
     for where, line in err.log_lines:
         proc.error(where, line)
-    proc.error("core.py:866", "EngineCore failed to start.")
     proc.raw(
         traceback_text(
             [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 857, "run_engine_core")],
             err.exception,
         )
     )
+    VllmLog("EngineCore_DP0").error("core.py:866", "EngineCore failed to start.")
     api.raw(
         traceback_text(
             [
