@@ -154,7 +154,9 @@ def _read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
 def _merge(into: dict, new: dict, origin: dict[str, Path], prefix: str, path: Path) -> None:
     for key, value in new.items():
         dotted = f"{prefix}{key}"
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
+        if isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
             _merge(into[key], value, origin, dotted + ".", path)
         else:
             into[key] = value
