@@ -42,9 +42,23 @@ def sim_docker() -> Iterator[Any]:
             pytest.fail(f"{reason} (CI=true: Docker tests must not skip)")
         pytest.skip(reason)
     yield client
-    for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=1"}):
-        container.remove(force=True)
     client.close()
+
+
+@pytest.fixture(scope="session")
+def sim_labels() -> dict[str, str]:
+    """Labels for every container these tests create (the session label scopes cleanup)."""
+    return {TEST_LABEL: "1", f"{TEST_LABEL}.session": uuid.uuid4().hex}
+
+
+@pytest.fixture
+def sim_containers(sim_docker: Any, sim_labels: dict[str, str]) -> Iterator[list[Any]]:
+    """Collects containers a test starts; all containers of this session are removed after."""
+    started: list[Any] = []
+    yield started
+    session = f"{TEST_LABEL}.session={sim_labels[f'{TEST_LABEL}.session']}"
+    for container in sim_docker.containers.list(all=True, filters={"label": session}):
+        container.remove(force=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from vllm.sim.engine import Engine, GenRequest, RequestStats, SpecSetup
 from vllm.sim.metrics import Metrics
 from vllm.sim.profiles import get_profile

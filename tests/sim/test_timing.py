@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
+from itertools import pairwise
 
 import pytest
-
 from vllm.sim import timing
 from vllm.sim.acceptance import AcceptanceSampler, start_offset
 from vllm.sim.profiles import get_profile, load_profile_file
@@ -65,7 +65,7 @@ def test_speculation_roughly_doubles_decode() -> None:
 
 def test_mtp_iteration_cost_is_linear_in_k() -> None:
     costs = [timing.iteration_seconds(REF, "mtp", k) for k in range(1, 15)]
-    steps = {round(b - a, 9) for a, b in zip(costs, costs[1:], strict=False)}
+    steps = {round(b - a, 9) for a, b in pairwise(costs)}
     assert len(steps) == 1 and steps.pop() > 0
 
 
