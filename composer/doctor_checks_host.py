@@ -36,13 +36,19 @@ def check_wsl_pin_memory(stack: Stack, variant: str, release: str) -> Finding | 
     value = dict(build_spec(stack, variant).environment).get(PIN_MEMORY_VAR)
     if value == "1":
         return Finding("wsl2-pin-memory", "ok", f"{PIN_MEMORY_VAR}=1 is set for method {method}")
+    shown = "unset" if value is None else f"{value!r}"
     if not is_wsl(release):
+        if value is None:
+            return Finding(
+                "wsl2-pin-memory", "ok", f"not WSL2 (kernel {release}): {PIN_MEMORY_VAR} is not needed here"
+            )
         return Finding(
             "wsl2-pin-memory",
-            "ok",
-            f"not WSL2 (kernel {release}): {PIN_MEMORY_VAR} is not needed here",
+            "warn",
+            f"not WSL2 here (kernel {release}), but {PIN_MEMORY_VAR} is {shown} for method {method}: "
+            "the committed compose file fails on a WSL2 host ('UVA is not available')",
+            f"drop the {PIN_MEMORY_VAR} override from [variants.{variant}.env]",
         )
-    shown = "unset" if value is None else f"{value!r}"
     return Finding(
         "wsl2-pin-memory",
         "fail",

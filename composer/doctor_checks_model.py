@@ -100,7 +100,19 @@ def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
             f"not a DFlash draft for method {spec.method}",
             "point DRAFT_DIR at a DFlash/DFlash2 draft checkpoint",
         )
-    return Finding("draft-config", "ok", f"{stack.draft_dir}: model_type {config.get('model_type', '?')}")
+    detail = f"{stack.draft_dir}: model_type {config.get('model_type', '?')}"
+    try:
+        shards = ckpt.shard_files(stack.draft_dir)
+    except ckpt.CheckpointError as err:
+        return Finding("draft-config", "warn", f"{detail}; {err}", "repair the draft's index file")
+    if not shards and stack.gpus is not None:
+        return Finding(
+            "draft-config",
+            "warn",
+            f"{detail}, but no *.safetensors: vLLM cannot load the drafter",
+            "point DRAFT_DIR at the full draft checkpoint",
+        )
+    return Finding("draft-config", "ok", detail + ("" if shards else ", no weights (simulator demo)"))
 
 
 def check_draft_k(stack: Stack, variant: Variant) -> Finding | None:
