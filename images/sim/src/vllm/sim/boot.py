@@ -71,7 +71,8 @@ def _non_default_args(args: argparse.Namespace) -> dict[str, Any]:
 
     defaults = vars(make_parser().parse_args([]))
     shown = {k: v for k, v in vars(args).items() if defaults.get(k, object()) != v}
-    shown.pop("model", None)
+    if args.model_tag:
+        shown.pop("model", None)
     if shown.get("api_key"):
         shown["api_key"] = "***"
     return shown
