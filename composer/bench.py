@@ -156,14 +156,15 @@ class Eta:
         self.swaps: list[float] = []
         self.requests: list[float] = []
 
-    def seconds_left(self, requests_left_in_point: int) -> float | None:
-        """Remaining seconds, or None before anything was timed."""
+    def seconds_left(self, requests_left_in_point: int, swap_pending: bool = False) -> float | None:
+        """Remaining seconds of the sweep, or None before any request was timed."""
         if not self.requests:
             return None
         per_request = statistics.fmean(self.requests)
         per_swap = statistics.fmean(self.swaps) if self.swaps else 0.0
         later = max(self.points_left - 1, 0)
-        return (requests_left_in_point + later * self.requests_per_point) * per_request + later * per_swap
+        requests = requests_left_in_point + later * self.requests_per_point
+        return requests * per_request + (later + swap_pending) * per_swap
 
 
 def format_duration(seconds: float | None) -> str:
@@ -235,7 +236,8 @@ def run_bench(
     report = BenchReport([], options, tuple(hints))
     eta = Eta(len(points), options.warmup + options.runs)
     for number, point in enumerate(points, 1):
-        progress(f"[{number}/{len(points)}] {point.label}: starting ({format_duration(eta.seconds_left(0))})")
+        left = eta.seconds_left(eta.requests_per_point, swap_pending=True)
+        progress(f"[{number}/{len(points)}] {point.label}: starting ({format_duration(left)})")
         started = time.perf_counter()
         try:
             serve(point)
