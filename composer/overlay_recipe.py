@@ -32,6 +32,12 @@ DEFAULT_LOCATE = (
 TOP_KEYS = {"description", "base", "package", "output", "verify", "diffs", "for_base"}
 DIFF_KEYS = {"file", "sha256", "source", "skip"}
 FOR_BASE_KEYS = {"match", "diffs", "verify", "base_id"}
+TABLE_KEYS = {
+    "base": {"image", "id"},
+    "package": {"name", "locate"},
+    "output": {"tag"},
+    "verify": {"command"},
+}
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,10 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
     except tomllib.TOMLDecodeError as err:
         raise UsageError(f"{path}: not valid TOML: {err}") from err
     _reject_unknown(data, TOP_KEYS, path, "")
+    for table, allowed in TABLE_KEYS.items():
+        if not isinstance(data.get(table, {}), dict):
+            raise UsageError(f"{path}: [{table}] must be a table")
+        _reject_unknown(data.get(table, {}), allowed, path, f"{table}.")
     base = _resolve_ref(_text(data, "base", "image", path), images, path, "base.image")
     tag = _resolve_ref(_text(data, "output", "tag", path), images, path, "output.tag")
     package = _text(data, "package", "name", path)
