@@ -1,0 +1,95 @@
+"""Docker checks against the real daemon, plus the pure classifications of what it reports."""
+
+from __future__ import annotations
+
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from composer import doctor_checks_docker as dck
+from composer.docker_client import compose_version, docker_client
+from composer.preflight import check_port
+from composer.spec import LABEL_PORT, LABEL_VARIANT
+
+from .fakes import make_stack
+
+SIM_IMAGE = "vllm-sim:latest"
+
+
+@pytest.mark.docker
+def test_engine_reachable_reports_its_version() -> None:
+    found, client = dck.check_engine(lambda: docker_client(timeout=30))
+    assert found.status == "ok" and "Docker Engine" in found.detail
+    assert client is not None
+    client.close()
+
+
+def test_engine_unreachable_fails_with_the_fix(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-such.sock")
+    found, client = dck.check_engine(lambda: docker_client(timeout=5))
+    assert (found.status, client) == ("fail", None)
+    assert "make docker" in found.fix
+
+
+def test_old_engine_warns() -> None:
+    assert dck.engine_finding("18.09.7").status == "warn"
+    assert dck.engine_finding("20.10.24+dfsg1").status == "ok"
+
+
+@pytest.mark.docker
+def test_compose_plugin_ok_missing_and_old(tmp_path: Path, monkeypatch) -> None:
+    assert dck.check_compose(compose_version).status == "ok"
+    assert dck.check_compose(lambda: "1.29.2").status == "warn"
+    monkeypatch.setenv("PATH", str(tmp_path))
+    missing = dck.check_compose(compose_version)
+    assert missing.status == "fail" and "docker CLI" in missing.detail
+
+
+@pytest.mark.docker
+def test_nvidia_runtime_from_the_real_engine(docker_client, tmp_path: Path) -> None:
+    demo = make_stack(tmp_path, environ={"GPU_DEVICES": "none"})
+    assert dck.check_nvidia_runtime(demo, docker_client).detail == dck.DEMO_ONLY
+    gpu_stack = make_stack(tmp_path)
+    found = dck.check_nvidia_runtime(gpu_stack, docker_client)
+    has_nvidia = "nvidia" in (docker_client.info().get("Runtimes") or {})
+    assert found.status == "ok" if has_nvidia else found.status in {"warn", "fail"}
+
+
+def test_nvidia_runtime_classification() -> None:
+    assert dck.nvidia_runtime_finding(["runc", "nvidia"], True, False).status == "ok"
+    assert dck.nvidia_runtime_finding(["runc"], True, True).status == "warn"
+    failed = dck.nvidia_runtime_finding(["runc"], True, False)
+    assert failed.status == "fail" and "nvidia-ctk" in failed.fix
+    assert dck.nvidia_runtime_finding(["runc"], False, False).status == "ok"
+
+
+@pytest.mark.docker
+def test_variant_image_present_or_missing(docker_client, scratch_image: str, tmp_path: Path) -> None:
+    present = make_stack(tmp_path, environ={"VLLM_IMAGE": scratch_image})
+    assert dck.check_variant_image(present, "mtp", docker_client).status == "ok"
+    absent = make_stack(tmp_path, environ={"DFLASH2_IMAGE": f"vct-missing-{uuid.uuid4().hex[:8]}:x"})
+    found = dck.check_variant_image(absent, "dflash2", docker_client)
+    assert found.status == "fail" and "never pulled" in found.detail
+
+
+@pytest.mark.docker
+def test_port_free_foreign_or_held_by_our_container(docker_client, tmp_path: Path) -> None:
+    stack = make_stack(tmp_path)
+    assert check_port(stack, docker_client).status == "ok"
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", stack.port))
+        holder.listen()
+        assert check_port(stack, docker_client).status == "fail"
+        if not docker_client.images.list(name=SIM_IMAGE):
+            pytest.skip(f"{SIM_IMAGE} is not built (make image-sim): 'held by our container' not checked")
+        labels = {LABEL_PORT: str(stack.port), LABEL_VARIANT: "mtp", "vllm-composer.test": "doctor"}
+        container = docker_client.containers.run(
+            SIM_IMAGE, entrypoint=["sleep", "30"], labels=labels, detach=True, network_mode="none"
+        )
+        try:
+            found = check_port(stack, docker_client)
+            assert found.status == "ok" and "our mtp container" in found.detail
+        finally:
+            container.remove(force=True)
