@@ -355,3 +355,25 @@ def test_dflash_serves_with_the_overlay(dflash_src: Path, tmp_path: Path) -> Non
         assert 1 + accepted / drafts == pytest.approx(3.92, rel=0.08)
     finally:
         server.stop()
+
+
+def test_keep_alive_survives_rejected_posts(mtp_server: SimProcess) -> None:
+    """A 401 answer must not leave the request body in the connection."""
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", mtp_server.port, timeout=10)
+    try:
+        body = json.dumps(chat("keep alive", 3))
+        conn.request("POST", "/v1/chat/completions", body=body,
+                     headers={"content-type": "application/json", "authorization": "Bearer x"})
+        first = conn.getresponse()
+        assert first.status == 401
+        first.read()
+        conn.request("POST", "/v1/chat/completions", body=body,
+                     headers={"content-type": "application/json",
+                              "authorization": f"Bearer {KEY}"})
+        second = conn.getresponse()
+        assert second.status == 200
+        assert json.loads(second.read())["usage"]["completion_tokens"] == 3
+    finally:
+        conn.close()

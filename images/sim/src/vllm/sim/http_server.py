@@ -42,6 +42,7 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "uvicorn"
     sys_version = ""
     state: ServerState  # set on the subclass made by make_server
+    _body: bytes = b""
 
     # ---- plumbing -------------------------------------------------------------------
     def log_message(self, format: str, *args: Any) -> None:
@@ -70,9 +71,13 @@ class Handler(BaseHTTPRequestHandler):
     def _json(self, status: int, payload: Any) -> None:
         self._send(status, json.dumps(payload).encode())
 
-    def _read_json(self) -> Any:
+    def _read_body(self) -> bytes:
+        """Consume the request body (always, so keep-alive connections stay in sync)."""
         length = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(length) if length else b""
+        return self.rfile.read(length) if length > 0 else b""
+
+    def _read_json(self) -> Any:
+        raw = self._body
         try:
             return json.loads(raw or b"{}")
         except ValueError as err:
@@ -109,6 +114,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(404, {"detail": "Not Found"})
 
     def do_POST(self) -> None:
+        self._body = self._read_body()
         path, query = self._route()
         if not self._authorized(path):
             self._json(401, {"error": "Unauthorized"})
