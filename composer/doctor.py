@@ -33,6 +33,7 @@ from composer import doctor_checks_docker as dck
 from composer import doctor_checks_gpu as gck
 from composer import doctor_checks_host as hck
 from composer import doctor_checks_model as mck
+from composer import doctor_checks_overlay as ock
 from composer.gpu import GpuProbe
 from composer.preflight import Finding, check_api_key, check_mounts, check_port
 from composer.stack import Stack
@@ -80,6 +81,7 @@ class Host:
     probe: GpuProbe
     client_factory: Callable[[], docker.DockerClient]
     compose_version: Callable[[], str]
+    recipes_dir: Path = Path("images")
 
 
 def default_host(env_file: str | Path | None) -> Host:
@@ -153,7 +155,7 @@ def _variant_checks(
     found: list[Finding | None] = []
     if client is not None:
         found.append(dck.check_variant_image(stack, name, client))
-        found.append(_image_current(stack, name, client))
+        found.append(ock.check_overlay_current(stack, name, client, host.recipes_dir, host.env_file))
     found += check_mounts(stack, name)
     found += [
         gck.check_attention_backend(stack, variant),
@@ -165,11 +167,6 @@ def _variant_checks(
         gck.check_gpu_memory(stack, variant, facts),
     ]
     return found
-
-
-def _image_current(stack: Stack, name: str, client: docker.DockerClient) -> Finding | None:
-    """Overlay images whose labels no longer match their recipe (filled in by images.py)."""
-    return None
 
 
 def fast_checks(
