@@ -76,7 +76,7 @@ def build_image(
     no_cache: bool = False,
 ) -> str:
     """Build `FROM base_id` + one COPY of `files` into `package_parent`; return the new image id."""
-    context = _context(base_id, package_parent, files, labels)
+    context = build_context(base_id, package_parent, files, labels)
     image_id = ""
     try:
         stream = client.api.build(
@@ -153,9 +153,10 @@ def dockerfile_text(base_id: str, package_parent: str, labels: Mapping[str, str]
     return f"FROM {base_id}\nCOPY {copy}\n" + (f"LABEL {label_args}\n" if labels else "")
 
 
-def _context(
+def build_context(
     base_id: str, package_parent: str, files: Mapping[str, str], labels: Mapping[str, str]
 ) -> io.BytesIO:
+    """An in-memory tar: the Dockerfile and `overlay/<path>` for each patched file."""
     dockerfile = dockerfile_text(base_id, package_parent, labels).encode()
     buffer = io.BytesIO()
     now = int(time.time())

@@ -174,3 +174,21 @@ def test_hunk_that_does_not_apply_names_file_and_hunk(
     assert line.endswith(f"{expected} the base image's file")
     assert no_image(docker_client, output_tag)
     assert no_helpers_left(docker_client)
+
+
+def test_fresh_clone_says_what_to_put_where(tmp_path, monkeypatch) -> None:
+    """The shipped reference recipe without its diff and base image: one actionable line."""
+    (tmp_path / "dflash2").mkdir()
+    shipped = (REPO / "images" / "dflash2" / "image.toml").read_text()
+    (tmp_path / "dflash2" / "image.toml").write_text(shipped)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("VLLM_IMAGE", "vct-missing-verified:none")
+    argv = ["--stack", str(REPO / "composer.toml"), "build", "dflash2", "--recipes-dir", str(tmp_path)]
+    line = assert_refused(CliRunner().invoke(main, argv))
+    assert line == (
+        "compose-spec: error: cannot build dflash2: download "
+        "https://github.com/vllm-project/vllm/pull/52816.diff on a connected machine and put it at "
+        "dflash2/pr-52816.diff, then run `compose-spec build dflash2 --pin`; load the base image "
+        "vct-missing-verified:none into the local Docker engine (e.g. `docker load -i FILE.tar`; "
+        "builds never pull)"
+    )
