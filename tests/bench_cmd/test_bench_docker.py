@@ -1,0 +1,211 @@
+"""`compose-spec bench` on the real Docker engine with the simulator images.
+
+The simulator's own timing model (images/sim/src/vllm/sim/timing.py) is the truth the
+measurements are compared with. Time runs SIM_TIME_SCALE times faster in the containers,
+so measured rates are divided by it before the comparison.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_SRC = REPO / "images" / "sim" / "src"
+DRAFT_BLOCK_SIZE = 8  # images/sim/models/Qwen3.8-27B-DFlash2/config.json
+TOLERANCE = 0.03
+
+pytestmark = pytest.mark.docker
+
+
+def sim_truth():
+    """The simulator's timing model and profiles (stdlib-only modules)."""
+    if str(SIM_SRC) not in sys.path:
+        sys.path.insert(0, str(SIM_SRC))
+    from vllm.sim import profiles, timing
+
+    return timing, profiles
+
+
+@dataclass
+class Stack:
+    """One isolated stack: project, port, env, extra stack file."""
+
+    project: str
+    port: int
+    env: dict[str, str]
+    extra: Path
+    out: Path
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = [
+            "compose-spec",
+            "--env-file",
+            ".env.demo",
+            "--stack",
+            "composer.toml",
+            "--stack",
+            str(self.extra),
+            "--set",
+            f"stack.project={self.project}",
+            "--set",
+            f"stack.port={self.port}",
+            *args,
+        ]
+        done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
+        if check and done.returncode != 0:
+            command = " ".join(args)
+            raise AssertionError(f"{command} failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+        return done
+
+    def running(self, docker_client) -> list[dict[str, str]]:
+        containers = docker_client.containers.list(
+            filters={"label": ["vllm-composer.variant", f"com.docker.compose.project={self.project}"]}
+        )
+        return [c.labels for c in containers]
+
+
+def _cleanup(docker_client, project: str) -> None:
+    filters = {"label": ["vllm-composer.variant", f"com.docker.compose.project={project}"]}
+    for container in docker_client.containers.list(all=True, filters=filters):
+        container.remove(force=True)
+    for network in docker_client.networks.list(filters={"label": f"com.docker.compose.project={project}"}):
+        network.remove()
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path, docker_client) -> Iterator:
+    projects: list[str] = []
+
+    def make(sim_env: dict[str, str]) -> Stack:
+        project = f"vctbench{uuid.uuid4().hex[:8]}"
+        projects.append(project)
+        extra = tmp_path / f"{project}.toml"
+        extra.write_text("[stack.env]\n" + "".join(f'{k} = "{v}"\n' for k, v in sim_env.items()))
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("SIM_", "VLLM_", "COMPOSE_"))
+            and not k.endswith("_IMAGE")
+            and k not in {"NUM_SPECULATIVE_TOKENS", "KV_CACHE_MEMORY", "COMPOSER_STACK"}
+        }
+        env["VLLM_API_KEY"] = f"sk-bench-{uuid.uuid4().hex}"
+        env["XDG_STATE_HOME"] = str(tmp_path / "state")
+        return Stack(project, free_port(), env, extra, tmp_path / f"{project}-out")
+
+    yield make
+    for project in projects:
+        _cleanup(docker_client, project)
+
+
+def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stack, docker_client) -> None:
+    timing, profiles = sim_truth()
+    profile = profiles.get_profile("qwen3.8-27b")
+    scale = 40.0
+    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2", "SIM_SEED": "7"})
+    stack.run("up", "mtp")
+    (before,) = stack.running(docker_client)
+
+    done = stack.run(
+        "bench",
+        "--variants",
+        "baseline,mtp,dflash2",
+        "--k",
+        "3,7,10",
+        "--max-tokens",
+        "800",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--timeout",
+        "120",
+        "--json",
+        "--out",
+        str(stack.out),
+    )
+    report = json.loads(done.stdout)
+    points = {(p["variant"], p["k"]): p for p in report["points"]}
+    swept = [(v, k) for v in ("mtp", "dflash2") for k in (3, 7, 10)]
+    assert sorted(points) == sorted([("baseline", 0), *swept])
+    for (variant, k), point in points.items():
+        method = {"baseline": None, "mtp": "mtp", "dflash2": "dflash"}[variant]
+        block = DRAFT_BLOCK_SIZE if method == "dflash" else None
+        expected_rate = timing.decode_tok_s(profile, method, k, block)
+        expected_tpi = timing.tokens_per_iteration(profile, method, k, block)
+        measured_rate = point["decode_tok_s"] / scale
+        assert measured_rate == pytest.approx(expected_rate, rel=TOLERANCE), (variant, k)
+        assert point["tokens_per_iteration"] == pytest.approx(expected_tpi, rel=TOLERANCE), (variant, k)
+        if method:
+            expected_pos = timing.acceptance(profile, method, k, block)
+            assert len(point["per_position"]) == k
+            for measured, truth in zip(point["per_position"], expected_pos, strict=True):
+                assert measured == pytest.approx(truth, abs=0.03), (variant, k, point["per_position"])
+            assert point["acceptance_rate"] == pytest.approx(sum(expected_pos) / k, abs=0.03)
+        assert point["deterministic"] is True
+        assert point["agreement_percent"] == 100.0
+        assert point["ttft_s"] > 0 and point["e2e_s"] > point["ttft_s"]
+        assert len(point["runs"]) == 3 and all(r["completion_tokens"] == 800 for r in point["runs"])
+    assert report["best_k"] == {"mtp": 7, "dflash2": 7}
+    assert any("block_size 8" in h for h in report["hints"])
+    assert points[("mtp", 7)]["speedup"] == pytest.approx(59.2 / 29.4, rel=2 * TOLERANCE)
+
+    (after,) = stack.running(docker_client)
+    assert after["vllm-composer.variant"] == "mtp"
+    assert after["vllm-composer.config-hash"] == before["vllm-composer.config-hash"]
+    assert (stack.out / "bench.json").is_file() and (stack.out / "bench.csv").is_file()
+    assert "[7/7] dflash2 K=10: run 3/3" in done.stderr and "left" in done.stderr
+    assert "mtp serves again" in done.stderr
+
+
+def test_small_model_prefers_k1_and_flipped_tokens_lower_agreement(make_stack, docker_client) -> None:
+    scale = 10.0
+    stack = make_stack(
+        {
+            "SIM_TIME_SCALE": str(scale),
+            "SIM_LOAD_SECONDS": "0.2",
+            "SIM_SEED": "3",
+            "SIM_PROFILE": "qwen3.5-2b",
+            "SIM_FLIP_RATE": "0.01",
+        }
+    )
+    assert stack.running(docker_client) == []
+    done = stack.run(
+        "bench",
+        "--variants",
+        "baseline,mtp",
+        "--k",
+        "1,3,5",
+        "--max-tokens",
+        "600",
+        "--runs",
+        "3",
+        "--warmup",
+        "1",
+        "--timeout",
+        "120",
+        "--out",
+        str(stack.out),
+    )
+    assert "best K for mtp: 1 at" in done.stdout
+    report = json.loads((stack.out / "bench.json").read_text())
+    assert report["best_k"] == {"mtp": 1}
+    points = {(p["variant"], p["k"]): p for p in report["points"]}
+    assert points[("baseline", 0)]["agreement_percent"] == 100.0
+    for k in (1, 3, 5):
+        point = points[("mtp", k)]
+        assert point["deterministic"] is True  # flips are reproducible, like a numerics difference
+        assert 90.0 < point["agreement_percent"] < 100.0
+        assert point["first_difference"] is not None
+    assert points[("mtp", 1)]["speedup"] > 1.05 > points[("mtp", 5)]["speedup"]
+    assert stack.running(docker_client) == []  # nothing served before, so nothing serves after
