@@ -90,6 +90,15 @@ def compose_quote(value: Text | str) -> str:
     return yaml_quote(compose_text((value,) if isinstance(value, str) else value))
 
 
+def _shell_char(char: str) -> str:
+    if char in '\\"$`':
+        return "\\" + char
+    if char < " " or char == "\x7f":
+        # Outside the double quotes: bash 5.2 corrupts \x01 and \x7f inside them in arrays.
+        return f"\"$'\\{ord(char):03o}'\""
+    return char
+
+
 def shell_inner(value: Text | str) -> str:
     """A Text as the inside of a bash double-quoted word: literals escaped, `${VAR}`s."""
     parts = (value,) if isinstance(value, str) else value
@@ -98,7 +107,7 @@ def shell_inner(value: Text | str) -> str:
         if isinstance(part, Var):
             out.append(f"${{{part.name}}}")
         else:
-            out.append("".join("\\" + c if c in '\\"$`' else c for c in part))
+            out.append("".join(_shell_char(c) for c in part))
     return "".join(out)
 
 
