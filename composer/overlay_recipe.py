@@ -27,7 +27,7 @@ IMAGE_REF_PREFIX = "@images."
 DEFAULT_LOCATE = (
     "python3",
     "-c",
-    "import importlib, os; m = importlib.import_module('{package}'); print(os.path.dirname(m.__file__))",
+    "import importlib.util as u; print(u.find_spec('{package}').submodule_search_locations[0])",
 )
 TOP_KEYS = {"description", "base", "package", "output", "verify", "diffs", "for_base"}
 DIFF_KEYS = {"file", "sha256", "source", "skip"}

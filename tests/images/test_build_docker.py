@@ -192,3 +192,12 @@ def test_fresh_clone_says_what_to_put_where(tmp_path, monkeypatch) -> None:
         "vct-missing-verified:none into the local Docker engine (e.g. `docker load -i FILE.tar`; "
         "builds never pull)"
     )
+
+
+def test_pinned_base_id_must_match(docker_client, standin_base, output_tag, tmp_path, monkeypatch) -> None:
+    path = write_recipe(tmp_path, {"dflash.diff": ADD_DFLASH})
+    path.write_text(path.read_text().replace("[base]\n", '[base]\nid = "sha256:' + "0" * 64 + '"\n'))
+    base_id = docker_client.images.get(standin_base).id
+    line = assert_refused(cli(tmp_path, monkeypatch, standin_base, output_tag))
+    assert line.endswith(f"base image {standin_base} is {base_id}, the recipe pins sha256:{'0' * 64}")
+    assert no_image(docker_client, output_tag)

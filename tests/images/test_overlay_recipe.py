@@ -61,7 +61,7 @@ def test_references_resolve_to_stack_images(tmp_path: Path) -> None:
     )
     assert [d.name for d in recipe.diffs] == ["one.diff", "two.diff"]
     assert recipe.diffs[0].file == (tmp_path / "r" / "one.diff").resolve()
-    assert recipe.locate[:2] == ("python3", "-c") and "'vllm'" in recipe.locate[2]
+    assert recipe.locate[:2] == ("python3", "-c") and "find_spec('vllm')" in recipe.locate[2]
     assert recipe.for_base is None
 
 
