@@ -131,21 +131,31 @@ def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
     """Run every check for one variant (or all), stack-wide checks first."""
     names = [stack.variant(variant).name] if variant else list(stack.variants)
     engine, client = dck.check_engine(host.client_factory)
-    stack_wide: list[Finding | None] = [engine, dck.check_compose(host.compose_version)]
+    try:
+        facts = gck.gather_gpu_facts(stack, host.probe)
+        checks = tag(_stack_checks(stack, host, engine, client, facts), None)
+        for name in names:
+            checks += tag(_variant_checks(stack, name, host, client, facts), name)
+    finally:
+        if client is not None:
+            client.close()
+    return Report(variant, tuple(checks))
+
+
+def _stack_checks(
+    stack: Stack, host: Host, engine: Finding, client: docker.DockerClient | None, facts: gck.GpuFacts
+) -> list[Finding | None]:
+    found: list[Finding | None] = [engine, dck.check_compose(host.compose_version)]
     if client is not None:
-        stack_wide.append(dck.check_nvidia_runtime(stack, client))
-    facts = gck.gather_gpu_facts(stack, host.probe)
-    stack_wide += [
+        found.append(dck.check_nvidia_runtime(stack, client))
+    return [
+        *found,
         gck.check_gpu_count(stack, facts),
         check_api_key(stack),
         hck.check_env_file(host.env_file),
         check_port(stack, client),
         mck.check_model_config(stack),
     ]
-    checks = tag(stack_wide, None)
-    for name in names:
-        checks += tag(_variant_checks(stack, name, host, client, facts), name)
-    return Report(variant, tuple(checks))
 
 
 def _variant_checks(

@@ -7,7 +7,6 @@ could not be read, so nothing is known).
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from composer.doctor_checks_model import draft_tensor_parallel_size, weight_share
@@ -46,7 +45,11 @@ def gather_gpu_facts(stack: Stack, probe: GpuProbe) -> GpuFacts:
         return GpuFacts(unavailable=str(err))
     if not found:
         return GpuFacts(unavailable=f"{probe.name} reports no GPUs")
-    return GpuFacts(tuple(select_gpus(found, stack.gpus)), tuple(found))
+    selected = tuple(select_gpus(found, stack.gpus))
+    if not selected:
+        host = ", ".join(str(g.index) for g in found)
+        return GpuFacts((), tuple(found), f"none of GPU_DEVICES is among the host's GPUs ({host})")
+    return GpuFacts(selected, tuple(found))
 
 
 def not_available(name: str, facts: GpuFacts) -> Finding:
@@ -73,7 +76,7 @@ def check_gpu_count(stack: Stack, facts: GpuFacts) -> Finding:
             f"GPU_DEVICES lists {len(listed)} GPU(s) but tensor_parallel_size is {tp}",
             f"list {tp} devices in GPU_DEVICES or lower TENSOR_PARALLEL_SIZE",
         )
-    if facts.unavailable:
+    if not facts.all_gpus:
         return not_available("gpu-count", facts)
     if listed is not None and len(facts.gpus) < len(listed):
         seen = {str(g.index) for g in facts.gpus} | {g.uuid for g in facts.gpus}
@@ -228,8 +231,8 @@ def _memory_utilization(variant: Variant) -> float:
         if arg.startswith("--gpu-memory-utilization"):
             value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
             try:
-                return float(shlex.split(value)[0])
-            except (ValueError, IndexError):
+                return float(value)
+            except ValueError:
                 break
     return DEFAULT_GPU_MEMORY_UTILIZATION
 

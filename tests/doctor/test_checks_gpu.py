@@ -134,3 +134,13 @@ def test_gpu_memory_notes_unknown_weights(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
     found = gck.check_gpu_memory(stack, stack.variant("baseline"), facts(stack))
     assert found.status == "ok" and "target weights unknown" in found.detail
+
+
+def test_device_list_naming_no_host_gpu_fails_count_without_crashing_the_rest(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, environ={"GPU_DEVICES": "4,5,6,7"})
+    gpu_facts = facts(stack)
+    count = gck.check_gpu_count(stack, gpu_facts)
+    assert count.status == "fail" and "4, 5, 6, 7" in count.detail
+    memory = gck.check_gpu_memory(stack, stack.variant("mtp"), gpu_facts)
+    assert memory.status == "warn" and "none of GPU_DEVICES" in memory.detail
+    assert gck.check_compute_capability(stack, stack.variant("mtp"), gpu_facts).status == "warn"
