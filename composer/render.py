@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import shlex
 import tempfile
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class RenderedFile:
     mode: int
 
 
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
 UNHOLDABLE_IN_DEFAULT = {"}": "'}'", "\n": "a newline"}
 """Characters a compose `${VAR:-default}` default cannot contain."""
 
@@ -116,6 +118,15 @@ def shell_double_quoted(value: Text | str) -> str:
     return '"' + shell_inner(value) + '"'
 
 
+def shell_word(value: str) -> str:
+    """A literal as one bash word: bare when it is plainly safe, else double-quoted.
+
+    Double quotes (not single) keep shellcheck quiet about `$` that is meant literally."""
+    if _SAFE_WORD.fullmatch(value):
+        return value
+    return shell_double_quoted(value)
+
+
 def one_line(value: str) -> str:
     """Text safe for a `#` comment: control characters folded to spaces."""
     return "".join(c if c.isprintable() else " " for c in value)
@@ -136,7 +147,7 @@ def _environment() -> jinja2.Environment:
         yq=yaml_quote,
         shd=shell_double_quoted,
         shi=shell_inner,
-        shq=shlex.quote,
+        shw=shell_word,
         comment=one_line,
     )
     return env
