@@ -1,0 +1,143 @@
+"""Fixtures for swap tests: an isolated stack (own project, port, state dir) on the simulator."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port
+
+FAILURE_VARIANTS = """
+[variants.mtp-crash]
+extends = "mtp"
+env = { SIM_FAIL = "crash" }
+
+[variants.mtp-hang]
+extends = "mtp"
+env = { SIM_FAIL = "hang" }
+
+[variants.mtp-late-crash]
+extends = "mtp"
+env = { SIM_FAIL = "crash-after:0.3" }
+
+[variants.wrong-name]
+extends = "baseline"
+extra_args = ["--served-model-name", "someone-else"]
+"""
+
+
+@dataclass
+class Stack:
+    """A test stack and a way to run compose-spec against it."""
+
+    project: str
+    port: int
+    api_key: str
+    env: dict[str, str]
+    stack_file: Path
+
+    def args(self, *extra: str) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "composer.cli",
+            "--env-file",
+            str(REPO / ".env.demo"),
+            "--stack",
+            str(REPO / "composer.toml"),
+            "--stack",
+            str(self.stack_file),
+            *extra,
+        ]
+
+    def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.args(*extra), capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
+        )
+
+    def popen(self, *extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.args(*extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+        )
+
+    def status(self) -> dict:
+        done = self.run("status", "--json")
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+def running_containers(client, project: str) -> list:
+    """Running variant containers of a compose project."""
+    return client.containers.list(
+        filters={"label": [f"com.docker.compose.project={project}", "vllm-composer.variant"]}
+    )
+
+
+def remove_project(client, project: str) -> None:
+    """Remove every container of a compose project."""
+    for container in client.containers.list(
+        all=True, filters={"label": f"com.docker.compose.project={project}"}
+    ):
+        container.remove(force=True)
+
+
+@pytest.fixture(scope="session")
+def sim_images(docker_client) -> None:
+    """The simulator images must exist (make test builds them before pytest)."""
+    from docker.errors import ImageNotFound
+
+    for tag in ("vllm-sim:latest", "vllm-sim:dflash2"):
+        try:
+            docker_client.images.get(tag)
+        except ImageNotFound:
+            if tag.endswith("dflash2"):
+                done = subprocess.run(
+                    [sys.executable, "-m", "composer.cli", "--env-file", ".env.demo", "build", "dflash2"],
+                    cwd=REPO,
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                )
+                assert done.returncode == 0, done.stderr
+            else:
+                pytest.fail(f"{tag} is missing: run `make image-sim` first")
+
+
+@pytest.fixture
+def sim_stack(tmp_path, project_name, docker_client, sim_images) -> Iterator[Stack]:
+    """An isolated stack on the simulator with fast loads and failure variants."""
+    port = free_port()
+    stack_file = tmp_path / "test-stack.toml"
+    stack_file.write_text(
+        f'[stack]\nproject = "{project_name}"\nport = {port}\n'
+        '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
+        encoding="utf-8",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE"}
+    }
+    api_key = secrets.token_urlsafe(24)
+    env.update(
+        VLLM_API_KEY=api_key,
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(tmp_path),
+        PYTHONPATH=str(REPO),
+    )
+    stack = Stack(project_name, port, api_key, env, stack_file)
+    yield stack
+    remove_project(docker_client, project_name)
