@@ -258,7 +258,8 @@ def run_bench(
         )
         eta.points_left -= 1
         report.results.append(result)
-        progress(f"[{number}/{len(points)}] {point.label}: {result.decode_tok_s:.1f} tok/s")
+        rate = result.decode_tok_s
+        progress(f"[{number}/{len(points)}] {point.label}: " + (f"{rate:.1f} tok/s" if rate else "no runs"))
     compare_with_baseline(report)
     return report
 

@@ -1,0 +1,124 @@
+"""The sweep's swap and restore logic, with the lifecycle replaced by a recorder (no Docker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import composer.containers
+import composer.lifecycle
+from composer import bench_swap
+from composer.bench import BenchOptions, BenchPoint, PointResult
+from composer.bench_client import BenchError
+from composer.config import load_stack
+from composer.containers import RunningVariant
+from composer.errors import SwapFailed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def stack_for(tmp_path: Path):
+    env = tmp_path / "empty.env"
+    env.write_text("")
+    return lambda flags: load_stack([REPO / "composer.toml"], env, environ={}, flags=flags)
+
+
+def running(variant: str, config_hash: str) -> RunningVariant:
+    return RunningVariant(
+        "id", "vllm-vllm-1", variant, config_hash, "img", "running", None, None, 8000, "m", None, 0
+    )
+
+
+@dataclass
+class FakeDocker:
+    """Stands in for lifecycle.up/down and containers.current_variant."""
+
+    serving: tuple[str, str] | None
+    calls: list[str] = field(default_factory=list)
+    fail_k: int | None = None
+
+    def up(self, stack, variant, *, client, options, progress):
+        k = (
+            stack.variant(variant).speculative.num_speculative_tokens
+            if stack.variant(variant).speculative
+            else 0
+        )
+        if k == self.fail_k:
+            self.calls.append(f"up {variant} K={k} failed")
+            raise SwapFailed(f"{variant} failed: boom; rolled back", rolled_back=True)
+        self.calls.append(f"up {variant} K={k}")
+        self.serving = (variant, bench_swap.config_hash(stack, variant))
+        return composer.lifecycle.UpResult(variant=variant, outcome="swapped")
+
+    def down(self, stack, *, client, progress):
+        self.calls.append("down")
+        self.serving = None
+        return None
+
+    def current(self, stack, client):
+        return running(*self.serving) if self.serving else None
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    def install(serving, measured=None, fail_k=None) -> FakeDocker:
+        docker = FakeDocker(serving, fail_k=fail_k)
+        monkeypatch.setattr(composer.lifecycle, "up", docker.up)
+        monkeypatch.setattr(composer.lifecycle, "down", docker.down)
+        monkeypatch.setattr(composer.containers, "current_variant", docker.current)
+
+        def measure(point, options, **_):
+            if measured is not None:
+                return measured(point)
+            return PointResult(point, error=None)
+
+        monkeypatch.setattr("composer.bench.measure_point", measure)
+        return docker
+
+    return install
+
+
+OPTIONS = BenchOptions(prompts=("p",), runs=1, warmup=0)
+
+
+def test_previous_variant_with_a_swept_k_is_restored_exactly(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    k3 = load(("variants.mtp.speculative.num_speculative_tokens=3",))
+    docker = fake(("mtp", bench_swap.config_hash(k3, "mtp")))
+    report = bench_swap.bench_with_swaps(load, ["baseline", "mtp"], [3, 7], OPTIONS, client=None)
+    assert docker.calls == ["up baseline K=0", "up mtp K=3", "up mtp K=7", "up mtp K=3"]
+    assert docker.serving == ("mtp", bench_swap.config_hash(k3, "mtp"))
+    assert report.notes == ["no baseline point was measured: no speed-up or agreement"]
+
+
+def test_restores_even_when_a_measurement_fails(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("dflash2", bench_swap.config_hash(load(()), "dflash2")), measured=_fail_on_k7)
+    with pytest.raises(BenchError, match="lost"):
+        bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7", "up dflash2 K=7"]
+
+
+def _fail_on_k7(point: BenchPoint) -> PointResult:
+    if point.k == 7:
+        raise BenchError("connection lost")
+    return PointResult(point)
+
+
+def test_failed_swap_is_recorded_and_the_sweep_goes_on(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(None, fail_k=7)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3, 7], OPTIONS, client=None)
+    failed = [r for r in report.results if r.error]
+    assert [r.point.k for r in failed] == [7] and "boom" in failed[0].error
+    assert docker.calls[-1] == "down"  # nothing served before the benchmark
+
+
+def test_unknown_previous_configuration_is_restored_from_the_stack_with_a_note(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("mtp", "0123456789abcdef"))
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7"]
+    assert any("0123456789abcdef" in n for n in report.notes)
