@@ -1,0 +1,121 @@
+"""The command line: exit codes (2 usage/config, 1 failure), one-line errors, `config`
+sources, and the API key never printed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from composer.cli import main
+
+from .conftest import REPO
+
+SECRET = "sk-very-secret-0123456789"
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+
+
+def assert_one_line_error(result: Result, code: int, fragment: str) -> None:
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("compose-spec: error: "), result.stderr
+    assert fragment in lines[0]
+
+
+def test_help_and_version() -> None:
+    assert run("--help").exit_code == 0
+    assert "render" in run("--help").stdout and "config" in run("--help").stdout
+    assert run("--version").exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--set", "port=0", "config"], "invalid stack.port = '0'"),
+        (["--set", "nokey", "config"], "expected KEY=VALUE"),
+        (["--env-file", "/nonexistent/x.env", "config"], "env file '/nonexistent/x.env' does not exist"),
+        (["--stack", "/nonexistent.toml", "config"], "stack file '/nonexistent.toml' does not exist"),
+        (["config", "nope"], "unknown variant 'nope'"),
+        (["render", "nope", "--check"], "unknown variant 'nope'"),
+    ],
+)
+def test_usage_and_config_errors_exit_2(empty_env_file: Path, args: list[str], fragment: str) -> None:
+    if args[0] != "--env-file":
+        args = ["--env-file", str(empty_env_file), *args]
+    assert_one_line_error(run(*args), 2, fragment)
+
+
+def test_click_usage_errors_exit_2() -> None:
+    assert run("render", "--no-such-option").exit_code == 2
+    assert run("no-such-command").exit_code == 2
+
+
+def test_failures_exit_1(tmp_path: Path, empty_env_file: Path) -> None:
+    out = tmp_path / "out"
+    result = run("--env-file", str(empty_env_file), "--set", "model_dir=/m}", "render", "--out", str(out))
+    assert_one_line_error(result, 1, "MODEL_DIR default '/m}' contains '}'")
+    result = run("--env-file", str(empty_env_file), "render", "--check", "--out", str(out))
+    assert_one_line_error(result, 1, "6 rendered file(s) are stale")
+
+
+def test_config_reports_the_source_of_each_value(tmp_path: Path) -> None:
+    env_file = tmp_path / "site.env"
+    env_file.write_text(f"VLLM_PORT=8100\nMODEL_DIR=/from/dotenv\nVLLM_API_KEY={SECRET}\n")
+    override = tmp_path / "late.toml"
+    override.write_text('[stack]\nmax_model_len = 65536\n[variants.baseline]\nkv_cache_memory = "6G"\n')
+    result = run(
+        "--env-file",
+        str(env_file),
+        "--stack",
+        str(REPO / "composer.toml"),
+        "--stack",
+        str(override),
+        "--set",
+        "variants.mtp.speculative.num_speculative_tokens=5",
+        "config",
+        "--json",
+        env={"GPU_DEVICES": "0,1", "SERVED_MODEL_NAME": ""},
+    )
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    sources = data["sources"]
+    assert sources["stack.port"] == ".env VLLM_PORT" and data["stack"]["port"] == 8100
+    assert sources["stack.gpus"] == "environment GPU_DEVICES" and data["stack"]["gpus"] == "0,1"
+    assert sources["stack.max_model_len"] == "late.toml"
+    assert sources["variants.mtp.kv_cache_memory"] == "late.toml"
+    assert sources["stack.served_model_name"] == "composer.toml", "an empty variable counts as unset"
+    assert sources["stack.service"] == "composer.toml"
+    assert sources["variants.mtp.speculative.num_speculative_tokens"] == "flag --set"
+    assert data["variants"]["mtp"]["speculative"]["num_speculative_tokens"] == 5
+    assert sources["variants.mtp.speculative.draft_model"] == "default"
+    assert sources["VLLM_API_KEY"] == ".env VLLM_API_KEY" and data["api_key"] == "********"
+
+
+def test_config_text_has_a_source_column(empty_env_file: Path) -> None:
+    result = run("--env-file", str(empty_env_file), "--set", "port=8001", "config", "mtp")
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line.split()[-2:] for line in result.stdout.splitlines()}
+    assert rows["stack.port"] == ["flag", "--set"]
+    assert rows["stack.project"][-1] == "composer.toml"
+    assert "variants.dflash2.image" not in rows and rows["VLLM_API_KEY"] == ["(not", "set)"]
+
+
+@pytest.mark.parametrize("where", ["dotenv", "environment"])
+def test_the_api_key_never_appears(tmp_path: Path, where: str) -> None:
+    env_file = tmp_path / "k.env"
+    env_file.write_text(f"VLLM_API_KEY={SECRET}\n" if where == "dotenv" else "")
+    env = {"VLLM_API_KEY": SECRET} if where == "environment" else None
+    out = tmp_path / "out"
+    outputs = []
+    for args in (["config"], ["config", "--json"], ["config", "dflash2"], ["render", "--out", str(out)]):
+        result = run("--env-file", str(env_file), *args, env=env)
+        assert result.exit_code == 0, result.stderr
+        outputs.append(result.output)
+    assert "********" in outputs[0] and "********" in outputs[1]
+    assert all(SECRET not in text for text in outputs)
+    assert all(SECRET not in path.read_text() for path in out.iterdir())
