@@ -7,7 +7,7 @@ ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
 
-.PHONY: install docker tools base-image image-sim render test lint demo bench clean
+.PHONY: install docker tools base-image image-sim render test lint demo clean
 
 install: $(VENV)/.installed
 
@@ -25,8 +25,10 @@ tools:
 base-image: docker
 	bash images/base/build-base.sh
 
-image-sim: base-image
-	bash images/sim/build.sh
+# The simulator images that .env.demo names: vllm-sim:latest and its dflash2 overlay.
+image-sim: install base-image
+	bash images/sim/build.sh --no-base-build
+	$(BIN)/compose-spec --env-file .env.demo build dflash2
 
 image-%: install
 	$(COMPOSE_SPEC) build $*
@@ -36,6 +38,10 @@ render: install
 
 test: install tools docker image-sim
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
+demo: install docker image-sim
+	bash images/sim/demo.sh $(BIN)/compose-spec
 
 lint: install
 	$(BIN)/ruff check .
