@@ -95,7 +95,8 @@ def build_overlay(
     verify_image(client, image_id, recipe, helper_labels, progress)
     dock.tag_image(client, image_id, recipe.tag)
     progress(f"tagged {recipe.tag} ({image_id[:19]})")
-    if current is not None and current.id != image_id and dock.drop_if_untagged(client, current.id):
+    replaced = current is not None and current.id != image_id and f"{LABEL_PREFIX}.recipe" in current.labels
+    if replaced and dock.drop_if_untagged(client, current.id):
         progress(f"removed the replaced image {current.short_id}")
     return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
 

@@ -101,6 +101,8 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
         _reject_unknown(data.get(table, {}), allowed, path, f"{table}.")
     base = _resolve_ref(_text(data, "base", "image", path), images, path, "base.image")
     tag = _resolve_ref(_text(data, "output", "tag", path), images, path, "output.tag")
+    if tag == base:
+        raise UsageError(f"{path}: output.tag and base.image are both {tag!r}: the overlay needs its own tag")
     package = _text(data, "package", "name", path)
     locate = _argv(data.get("package", {}).get("locate"), path, "package.locate")
     locate = locate or tuple(part.replace("{package}", package) for part in DEFAULT_LOCATE)

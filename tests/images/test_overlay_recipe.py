@@ -97,6 +97,7 @@ def test_unknown_recipe_lists_known_ones(tmp_path: Path) -> None:
         ('file = "one.diff"', 'file = "/abs/one.diff"', "must be relative to the recipe folder"),
         ('[output]\ntag = "@images.dflash2"', "", "output.tag is required"),
         ("[[diffs]]", "[broken", "not valid TOML"),
+        ('tag = "@images.dflash2"', 'tag = "@images.vllm"', "the overlay needs its own tag"),
     ],
 )
 def test_bad_recipes_are_usage_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
