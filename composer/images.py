@@ -13,14 +13,14 @@ from __future__ import annotations
 import posixpath
 import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from composer import __version__
 from composer import overlay_docker as dock
 from composer.errors import ImageBuildError
-from composer.overlay_diff import ParsedDiff, check_pin, parse_diff, sha256_hex
+from composer.overlay_diff import ParsedDiff, check_pin, parse_diff
 from composer.overlay_patch import apply_diffs
 from composer.overlay_recipe import Recipe, pin_recipe
 
@@ -57,21 +57,7 @@ def build_overlay(
 ) -> BuildResult:
     """Validate, build and verify the recipe's overlay image (see the module docstring)."""
     extra = dict(extra_labels or {})
-    base = check_inputs(client, recipe)
-    diffs = validate_diffs(recipe)
-    for diff in diffs:
-        for path in diff.skipped:
-            progress(f"{diff.name}: skipping {path} (matches the recipe's skip list)")
-    pinned: tuple[str, ...] = ()
-    if pin:
-        pinned = tuple(pin_recipe(recipe, {d.name: d.sha256 for d in diffs}))
-        for name in pinned:
-            progress(f"pinned {name} in {recipe.path}")
-        recipe = _repinned(recipe, diffs)
-    for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
-        check_pin(diff, pin_of.sha256, f"run `compose-spec build {recipe.name} --pin`")
-    if recipe.base_id and recipe.base_id not in {base.id, *base.attrs.get("RepoDigests", [])}:
-        raise ImageBuildError(f"base image {recipe.base} is {base.id}, the recipe pins {recipe.base_id}")
+    recipe, base, diffs, pinned = prepare(client, recipe, pin, progress)
     labels = image_labels(recipe, base, diffs)
     current = dock.local_image(client, recipe.tag)
     if current is not None and not force and not dry_run and _same_inputs(current.labels, labels):
@@ -99,6 +85,28 @@ def build_overlay(
     if replaced and dock.drop_if_untagged(client, current.id):
         progress(f"removed the replaced image {current.short_id}")
     return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
+
+
+def prepare(
+    client: Any, recipe: Recipe, pin: bool, progress: Progress
+) -> tuple[Recipe, Any, list[ParsedDiff], tuple[str, ...]]:
+    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned."""
+    base = check_inputs(client, recipe)
+    diffs = validate_diffs(recipe)
+    for diff in diffs:
+        for path in diff.skipped:
+            progress(f"{diff.name}: skipping {path} (matches the recipe's skip list)")
+    pinned: tuple[str, ...] = ()
+    if pin:
+        pinned = tuple(pin_recipe(recipe, {d.name: d.sha256 for d in diffs}))
+        for name in pinned:
+            progress(f"pinned {name} in {recipe.path}")
+        recipe = _repinned(recipe, diffs)
+    for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
+        check_pin(diff, pin_of.sha256, f"run `compose-spec build {recipe.name} --pin`")
+    if recipe.base_id and recipe.base_id not in {base.id, *base.attrs.get("RepoDigests", [])}:
+        raise ImageBuildError(f"base image {recipe.base} is {base.id}, the recipe pins {recipe.base_id}")
+    return recipe, base, diffs, pinned
 
 
 def check_inputs(client: Any, recipe: Recipe) -> Any:
@@ -171,8 +179,6 @@ def _same_inputs(current: Mapping[str, str] | None, wanted: Mapping[str, str]) -
 
 
 def _repinned(recipe: Recipe, diffs: list[ParsedDiff]) -> Recipe:
-    from dataclasses import replace
-
     pins = tuple(replace(p, sha256=d.sha256) for p, d in zip(recipe.diffs, diffs, strict=True))
     return replace(recipe, diffs=pins)
 
@@ -188,6 +194,3 @@ def _shown(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
-
-
-__all__ = ["BuildResult", "build_overlay", "check_inputs", "image_labels", "sha256_hex", "validate_diffs"]
