@@ -132,6 +132,15 @@ def one_line(value: str) -> str:
     return "".join(c if c.isprintable() else " " for c in value)
 
 
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates in the user's private temp cache (Jinja's default directory);
+    None when it cannot be used. Jinja checks the template source checksum on load."""
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
+
+
 @functools.cache
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -141,6 +150,7 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
         autoescape=False,
+        bytecode_cache=_bytecode_cache(),
     )
     env.filters.update(
         cq=compose_quote,

@@ -119,3 +119,30 @@ def test_the_api_key_never_appears(tmp_path: Path, where: str) -> None:
     assert "********" in outputs[0] and "********" in outputs[1]
     assert all(SECRET not in text for text in outputs)
     assert all(SECRET not in path.read_text() for path in out.iterdir())
+
+
+_IMPORT_PROBE = """
+import sys
+from composer.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+except SystemExit:
+    pass
+print(",".join(m for m in ("docker", "jinja2", "dotenv", "httpx") if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize(
+    ("args", "allowed"),
+    [(["--help"], set()), (["config"], {"dotenv"}), (["render", "--check"], {"dotenv", "jinja2"})],
+)
+def test_commands_import_only_what_they_need(
+    empty_env_file: Path, args: list[str], allowed: set[str]
+) -> None:
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-c", _IMPORT_PROBE, "--env-file", str(empty_env_file), *args]
+    result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
+    imported = set(filter(None, result.stdout.strip().splitlines()[-1].split(",")))
+    assert imported <= allowed, f"{args} imported {sorted(imported - allowed)}"
