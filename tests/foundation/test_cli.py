@@ -128,7 +128,7 @@ try:
     main(sys.argv[1:], standalone_mode=False)
 except SystemExit:
     pass
-print(",".join(m for m in ("docker", "jinja2", "dotenv", "httpx") if m in sys.modules))
+print("IMPORTED:" + ",".join(m for m in ("docker", "jinja2", "dotenv", "httpx") if m in sys.modules))
 """
 
 
@@ -144,5 +144,6 @@ def test_commands_import_only_what_they_need(
 
     argv = [sys.executable, "-c", _IMPORT_PROBE, "--env-file", str(empty_env_file), *args]
     result = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60)
-    imported = set(filter(None, result.stdout.strip().splitlines()[-1].split(",")))
+    (line,) = [x for x in result.stdout.splitlines() if x.startswith("IMPORTED:")]
+    imported = set(filter(None, line.removeprefix("IMPORTED:").split(",")))
     assert imported <= allowed, f"{args} imported {sorted(imported - allowed)}"
