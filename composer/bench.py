@@ -276,4 +276,5 @@ def compare_with_baseline(report: BenchReport) -> None:
             continue
         if base.decode_tok_s:
             result.speedup = (result.decode_tok_s or 0.0) / base.decode_tok_s
-        result.agreement = agreement_with(result.first_texts(), reference)
+        if result is not base:
+            result.agreement = agreement_with(result.first_texts(), reference)

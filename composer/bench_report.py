@@ -104,7 +104,8 @@ def table_rows(report: BenchReport) -> list[list[str]]:
             rows.append([r.point.variant, str(r.point.k or "-"), f"failed: {r.error}", *[""] * 7])
             continue
         det = {True: "", False: " (not deterministic)", None: ""}[r.deterministic]
-        agree = (_fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
+        reference = r is report.baseline()
+        agree = ("ref" if reference else _fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
         rows.append(
             [
                 r.point.variant,

@@ -139,6 +139,7 @@ def test_medians_best_k_speedup_and_agreement() -> None:
     assert k7.speedup == pytest.approx(59.0 / 29.4)
     assert k7.agreement.percent == 75.0
     assert k3.agreement.percent == 100.0
+    assert base.agreement is None  # the reference itself
     assert k7.deterministic is True
     assert not failed.ok and failed.speedup is None
 
