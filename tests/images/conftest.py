@@ -14,7 +14,10 @@ import pytest
 
 from .diffs import INIT_PY, METHODS_PY
 
-TEST_LABEL = "vllm-composer.test"  # the shared conftest's label, for cleanup
+TEST_LABEL = "vllm-composer.test"  # the shared conftest's label
+SESSION_LABEL = f"{TEST_LABEL}.session"
+SESSION = uuid.uuid4().hex
+TEST_LABELS = {TEST_LABEL: "1", SESSION_LABEL: SESSION}  # cleanup removes only this session's
 
 
 def in_ci() -> bool:
@@ -28,7 +31,7 @@ STANDIN_DOCKERFILE = f"""FROM {BASE_OS}
 COPY vllm {SITE}/vllm
 ENV PYTHONPATH={SITE}
 ENTRYPOINT ["false"]
-LABEL {TEST_LABEL}=1
+LABEL {TEST_LABEL}=1 {SESSION_LABEL}={SESSION}
 """
 
 
@@ -77,11 +80,13 @@ def standin_base(docker_client) -> Iterator[str]:
 
 
 def remove_test_images(client) -> None:
-    """Remove every container and image carrying the test label."""
-    for container in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}=1"}):
+    """Remove every container and image this test session labelled."""
+    session = {"label": f"{SESSION_LABEL}={SESSION}"}
+    for container in client.containers.list(all=True, filters=session):
         container.remove(force=True)
-    for image in client.images.list(filters={"label": f"{TEST_LABEL}=1"}):
-        with contextlib.suppress(Exception):  # already gone with a parent
+    images = client.images.list(filters=session)  # children inherit labels: newest first
+    for image in sorted(images, key=lambda i: i.attrs.get("Created", ""), reverse=True):
+        with contextlib.suppress(Exception):  # already gone with a child
             client.images.remove(image.id, force=True)
 
 

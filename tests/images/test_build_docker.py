@@ -18,12 +18,12 @@ from composer.images import BUILD_LABEL, LABEL_PREFIX, build_overlay
 from composer.overlay_diff import sha256_hex
 from composer.overlay_recipe import load_recipe
 
-from .conftest import TEST_LABEL, write_recipe
+from .conftest import SESSION, SESSION_LABEL, TEST_LABELS, write_recipe
 from .diffs import ADD_DFLASH, one_file
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.docker
-LABELS = {TEST_LABEL: "1"}
+LABELS = TEST_LABELS
 
 
 def stack_images(base: str, tag: str) -> dict[str, str]:
@@ -55,7 +55,8 @@ def no_image(client, tag: str) -> bool:
 
 
 def no_helpers_left(client) -> bool:
-    return not client.containers.list(all=True, filters={"label": BUILD_LABEL})
+    labels = [BUILD_LABEL, f"{SESSION_LABEL}={SESSION}"]
+    return not client.containers.list(all=True, filters={"label": labels})
 
 
 def test_build_labels_verify_noop_and_force(docker_client, standin_base, output_tag, tmp_path) -> None:

@@ -15,7 +15,7 @@ from composer.config import load_stack
 from composer.images import build_overlay
 from composer.overlay_recipe import load_recipe
 
-from .conftest import TEST_LABEL, require_image
+from .conftest import TEST_LABELS, require_image
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = REPO / "images" / "sim" / "models"
@@ -43,7 +43,7 @@ def overlay(docker_client) -> Iterator[str]:
     stack = load_stack([REPO / "composer.toml"], REPO / ".env.demo", environ={"DFLASH2_IMAGE": tag})
     recipe = load_recipe(REPO / "images", "dflash2", stack.images)
     assert recipe.base == SIM and recipe.diffs[0].name.endswith("sim-dflash.diff")
-    result = build_overlay(docker_client, recipe, extra_labels={TEST_LABEL: "1"})
+    result = build_overlay(docker_client, recipe, extra_labels=TEST_LABELS)
     assert result.status == "built"
     assert "vllm/v1/spec_decode/dflash.py" in result.files
     yield tag
@@ -59,7 +59,7 @@ def serve(client, image: str):
         network_mode="none",
         environment={"SIM_LOAD_SECONDS": "0"},
         volumes={str(MODELS): {"bind": "/models", "mode": "ro"}},
-        labels={TEST_LABEL: "1"},
+        labels=TEST_LABELS,
     )
 
 
