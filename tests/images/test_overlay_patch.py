@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import difflib
+
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from composer.errors import ImageBuildError
 from composer.overlay_diff import parse_diff
@@ -86,3 +90,16 @@ def test_second_diff_failure_names_that_diff() -> None:
             {"vllm/a.py": original},
             [parse(one_file("vllm/a.py", body="@@ -1 +1 @@\n-a\n+A\n"), "1.diff"), parse(second, "2.diff")],
         )
+
+
+LINES = st.lists(st.sampled_from(["a\n", "b\n", "c\n", "def f():\n", "    pass\n", "\n"]), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(before=LINES, after=LINES, context=st.integers(min_value=0, max_value=3))
+def test_any_difflib_diff_round_trips(before: list[str], after: list[str], context: int) -> None:
+    """A diff made by difflib, parsed by unidiff and applied here, gives the new text."""
+    text = "".join(difflib.unified_diff(before, after, "a/vllm/m.py", "b/vllm/m.py", n=context))
+    assume(text)
+    out = apply_diffs({"vllm/m.py": "".join(before)}, [parse(text)])
+    assert out["vllm/m.py"] == "".join(after)
