@@ -58,4 +58,4 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
-  "${VLLM_IMAGE}" "${vllm_args[@]}"
+  -- "${VLLM_IMAGE}" "${vllm_args[@]}"

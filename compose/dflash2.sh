@@ -64,4 +64,4 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
-  "${DFLASH2_IMAGE}" "${vllm_args[@]}"
+  -- "${DFLASH2_IMAGE}" "${vllm_args[@]}"

@@ -43,7 +43,7 @@ class Setting:
 STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, "vllm"),
     Setting("service", None, v.parse_name, "vllm"),
-    Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_text, "model"),
+    Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_served_name, "model"),
     Setting("port", "VLLM_PORT", v.parse_port, 8000),
     Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_ip, "127.0.0.1"),
     Setting("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", v.parse_positive_int, 1),
@@ -51,9 +51,9 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
     Setting("attention_backend", "ATTENTION_BACKEND", v.parse_attention_backend, "flash_attn"),
     Setting("model_dir", "MODEL_DIR", v.parse_text, "./models/model", is_path=True),
-    Setting("model_path", None, v.parse_text, "/models/model"),
+    Setting("model_path", None, v.parse_container_path, "/models/model"),
     Setting("draft_dir", "DRAFT_DIR", v.parse_text, "./models/draft", is_path=True),
-    Setting("draft_path", None, v.parse_text, "/models/draft"),
+    Setting("draft_path", None, v.parse_container_path, "/models/draft"),
     Setting("start_period", None, v.parse_duration, 900),
     Setting("stop_grace_period", None, v.parse_duration, 30),
 )

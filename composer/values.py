@@ -153,6 +153,22 @@ def parse_text(raw: object) -> str:
     return text
 
 
+def parse_container_path(raw: object) -> str:
+    """An absolute path inside the container (Docker refuses relative mount targets)."""
+    text = parse_text(raw)
+    if not text.startswith("/"):
+        raise ValueError("an absolute path inside the container, such as /models/model")
+    return text
+
+
+def parse_served_name(raw: object) -> str:
+    """A served model name; it may not start with '-', which vLLM would read as a flag."""
+    text = parse_text(raw)
+    if text.startswith("-"):
+        raise ValueError("a non-empty name that does not start with '-'")
+    return text
+
+
 def parse_ip(raw: object) -> str:
     """An IPv4 or IPv6 address to bind a published port to."""
     text = str(raw).strip()

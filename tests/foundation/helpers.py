@@ -112,7 +112,7 @@ def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str
     assert argv[:2] == ["run", "--rm"], argv[:2]
     shape: dict[str, object] = {"environment": {}, "labels": {}, "mounts": [], "ports": [], "gpus": None}
     i = 2
-    while argv[i].startswith("--"):
+    while argv[i] != "--":
         option = argv[i]
         if option in {"--interactive", "--tty"}:
             i += 1
@@ -140,8 +140,8 @@ def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str
             shape["gpus"] = frozenset(ids.split(","))
         else:
             shape[option.lstrip("-")] = value
-    shape["image"] = argv[i]
-    shape["command"] = argv[i + 1 :]
+    shape["image"] = argv[i + 1]
+    shape["command"] = argv[i + 2 :]
     shape["mounts"] = sorted(shape["mounts"])  # type: ignore[type-var]
     return shape
 

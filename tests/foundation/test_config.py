@@ -123,6 +123,8 @@ def test_default_env_file_is_optional_but_a_named_one_is_not(tmp_path: Path) -> 
         ("bind_address=localhost", "stack.bind_address", "IP address"),
         ("attention_backend=fa3", "stack.attention_backend", "flash_attn"),
         ("served_model_name=", "stack.served_model_name", "non-empty"),
+        ("served_model_name=--x", "stack.served_model_name", "start with '-'"),
+        ("model_path=models/x", "stack.model_path", "absolute path"),
     ],
 )
 def test_invalid_value_names_key_value_and_allowed(

@@ -134,3 +134,16 @@ def test_names_and_bools() -> None:
     assert v.parse_bool("yes") is True and v.parse_bool("0") is False
     with pytest.raises(ValueError, match="true or false"):
         v.parse_bool("maybe")
+
+
+def test_container_paths_are_absolute() -> None:
+    assert v.parse_container_path("/models/m x") == "/models/m x"
+    for bad in ("models/m", "-x", ""):
+        with pytest.raises(ValueError):
+            v.parse_container_path(bad)
+
+
+def test_served_name_cannot_look_like_a_flag() -> None:
+    assert v.parse_served_name("qwen 3 $x") == "qwen 3 $x"
+    with pytest.raises(ValueError, match="start with '-'"):
+        v.parse_served_name("--api-key")
