@@ -111,7 +111,7 @@ def make_stack(tmp_path: Path, docker_client) -> Iterator:
 def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stack, docker_client) -> None:
     timing, profiles = sim_truth()
     profile = profiles.get_profile("qwen3.8-27b")
-    scale = 40.0
+    scale = 20.0  # fast, yet about 1 s of decode per request so ms jitter stays far below 3%
     stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2", "SIM_SEED": "7"})
     stack.run("up", "mtp")
     (before,) = stack.running(docker_client)
@@ -123,7 +123,7 @@ def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stac
         "--k",
         "3,7,10",
         "--max-tokens",
-        "800",
+        "1000",
         "--runs",
         "3",
         "--warmup",
@@ -144,6 +144,7 @@ def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stac
         expected_rate = timing.decode_tok_s(profile, method, k, block)
         expected_tpi = timing.tokens_per_iteration(profile, method, k, block)
         measured_rate = point["decode_tok_s"] / scale
+        print(f"{variant} K={k}: {measured_rate:.2f} tok/s, truth {expected_rate:.2f}")
         assert measured_rate == pytest.approx(expected_rate, rel=TOLERANCE), (variant, k)
         assert point["tokens_per_iteration"] == pytest.approx(expected_tpi, rel=TOLERANCE), (variant, k)
         if method:
@@ -155,7 +156,7 @@ def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stac
         assert point["deterministic"] is True
         assert point["agreement_percent"] == (100.0 if method else None)  # baseline is the reference
         assert point["ttft_s"] > 0 and point["e2e_s"] > point["ttft_s"]
-        assert len(point["runs"]) == 3 and all(r["completion_tokens"] == 800 for r in point["runs"])
+        assert len(point["runs"]) == 3 and all(r["completion_tokens"] == 1000 for r in point["runs"])
     assert report["best_k"] == {"mtp": 7, "dflash2": 7}
     assert any("block_size 8" in h for h in report["hints"])
     assert points[("mtp", 7)]["speedup"] == pytest.approx(59.2 / 29.4, rel=2 * TOLERANCE)
