@@ -128,8 +128,25 @@ def _read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
         if str(path) != DEFAULT_ENV_FILE:
             raise ConfigError(f"env file {str(path)!r} does not exist: give an existing file")
         return {}, None
+    _refuse_expansions(path)
     parsed = dotenv_values(path, interpolate=False)
     return {k: val for k, val in parsed.items() if val is not None}, path.resolve()
+
+
+def _refuse_expansions(path: Path) -> None:
+    """compose expands `$` in unquoted and double-quoted env-file values; compose-spec
+    reads them literally. Refuse the ambiguity instead of rendering a different value."""
+    from dotenv.parser import parse_stream
+
+    with path.open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            if binding.key and binding.value and "$" in binding.value:
+                raw = binding.original.string.partition("=")[2].lstrip()
+                if not raw.startswith("'"):
+                    raise ConfigError(
+                        f"{path}:{binding.original.line}: {binding.key} contains '$', which compose would "
+                        f"expand: single-quote the value ({binding.key}='...') to keep it literal"
+                    )
 
 
 def _read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:

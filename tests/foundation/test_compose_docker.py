@@ -32,7 +32,7 @@ OVERRIDES = {
     "VLLM_PORT": "8123",
     "VLLM_BIND_ADDRESS": "0.0.0.0",
     "GPU_DEVICES": "1,3",
-    "MODEL_DIR": "/srv/models/target",
+    "MODEL_DIR": "/srv/models/$target dir",  # single-quoted in the env file: literal
     "DRAFT_DIR": "/srv/models/draft",
     "KV_CACHE_MEMORY": "4294967296",
     "NUM_SPECULATIVE_TOKENS": "3",

@@ -177,3 +177,17 @@ def test_api_key_is_read_but_kept_out_of_repr(tmp_path: Path) -> None:
     assert "sk-dotenv-secret" not in repr(stack)
     stack = load_stack([BASE], env_file, environ={"VLLM_API_KEY": "sk-env-secret"})
     assert stack.api_key == "sk-env-secret" and stack.sources["VLLM_API_KEY"] == "environment VLLM_API_KEY"
+
+
+@pytest.mark.parametrize("line", ["MODEL_DIR=$HOME/m", 'MODEL_DIR="/m/${X}"', "VLLM_API_KEY=sk-$ecret"])
+def test_dotenv_values_compose_would_expand_are_refused(tmp_path: Path, line: str) -> None:
+    env_file = _write(tmp_path / "d.env", f"# note\n{line}\n")
+    with pytest.raises(ConfigError, match=r"d\.env:2: .* contains '\$'.*single-quote") as err:
+        load_stack([BASE], env_file, environ={})
+    assert "ecret" not in str(err.value)
+
+
+def test_single_quoted_dollar_is_literal(tmp_path: Path) -> None:
+    env_file = _write(tmp_path / "d.env", "MODEL_DIR='/m/$x'\nVLLM_API_KEY='sk-$ecret'\n")
+    stack = load_stack([BASE], env_file, environ={})
+    assert stack.model_dir == "/m/$x" and stack.api_key == "sk-$ecret"
