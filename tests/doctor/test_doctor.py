@@ -111,3 +111,10 @@ def test_fast_checks_fail_on_weak_key_unless_allowed(tmp_path: Path) -> None:
     assert fast_checks(stack, "mtp", None, kernel_release="6.8.0")[0].status == "fail"
     allowed = fast_checks(stack, "mtp", None, allow_weak_key=True, kernel_release="6.8.0")
     assert allowed[0].status == "warn"
+
+
+def test_fast_checks_fail_when_the_draft_dir_is_missing(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, draft=None)
+    found = {(f.name, f.status) for f in fast_checks(stack, "dflash2", None, kernel_release=WSL2)}
+    assert ("mounts", "fail") in found and ("draft-config", "fail") in found
+    assert ("mounts", "ok") in found
