@@ -78,6 +78,7 @@ def format_stack(data: dict) -> str:
         rows.append((f"workloads.{workload}", variant_name, "composer.toml"))
     key_source = sources.get("VLLM_API_KEY", "")
     rows.append(("VLLM_API_KEY", data["api_key"] or "(not set)", key_source))
+    rows = [(k, val if val.isprintable() else repr(val), src) for k, val, src in rows]
     width = max(len(r[0]) for r in rows)
     value_width = min(max(len(r[1]) for r in rows), 48)
     return "\n".join(f"{k:<{width}}  {val:<{value_width}}  {src}".rstrip() for k, val, src in rows)

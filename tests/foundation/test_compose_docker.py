@@ -125,3 +125,20 @@ def test_odd_values_survive_compose_and_the_launcher(
     intended = comparable(container_from_spec(build_spec(stack, variant), {"VLLM_API_KEY": API_KEY}))
     assert comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY})) == intended
     assert comparable(container_from_compose(service, unescape=True)) == intended
+
+
+def test_no_gpus_and_an_ipv6_bind_agree(tmp_path: Path, stub_dir: Path, default_stack: Stack) -> None:
+    from dataclasses import replace
+
+    stack = replace(default_stack, gpus=None, bind_address="::1")
+    files = {f.path.suffix: f for f in render_all(stack, ["mtp"], tmp_path)}
+    for file in files.values():
+        file.path.write_text(file.content)
+    assert "deploy:" not in files[".yml"].content and "--gpus" not in files[".sh"].content
+    service = compose_config(files[".yml"].path, _env_file(tmp_path, {"VLLM_API_KEY": API_KEY}))["services"][
+        "vllm"
+    ]
+    argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
+    from_launcher = comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY}))
+    assert from_launcher == comparable(container_from_compose(service, unescape=True))
+    assert from_launcher["gpus"] is None and from_launcher["ports"] == [("::1", "8000", 8000)]
