@@ -140,3 +140,15 @@ def test_selected_variants_only(tmp_path: Path, empty_env_file: Path) -> None:
 )
 def test_yaml_quote_is_ascii_without_surrogate_pairs(value: str, expected: str) -> None:
     assert yaml_quote(value) == expected
+
+
+def test_a_lost_executable_bit_is_restored_without_rewriting(tmp_path: Path, empty_env_file: Path) -> None:
+    out = tmp_path / "out"
+    _render(empty_env_file, "render", "mtp", "--out", str(out))
+    launcher = out / "mtp.sh"
+    launcher.chmod(0o644)
+    inode, mtime = launcher.stat().st_ino, launcher.stat().st_mtime_ns
+    code, stdout, _ = _render(empty_env_file, "render", "mtp", "--out", str(out))
+    assert code == 0 and f"unchanged: {launcher}" in stdout
+    assert launcher.stat().st_mode & 0o777 == 0o755
+    assert (launcher.stat().st_ino, launcher.stat().st_mtime_ns) == (inode, mtime)
