@@ -85,7 +85,7 @@ def test_measure_point_matches_the_timing_model(mtp7: str) -> None:
 
 def test_wrong_k_on_the_server_is_an_error(mtp7: str) -> None:
     options = BenchOptions(prompts=("p",), max_tokens=50, runs=1, warmup=0)
-    with pytest.raises(BenchError, match="drafts 7 token"):
+    with pytest.raises(BenchError, match="shows 7 draft token"):
         measure_point(BenchPoint("mtp", "mtp", 3), options, base_url=mtp7, api_key=KEY, served_name="m")
 
 
