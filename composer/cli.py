@@ -388,13 +388,14 @@ def bench(
         request_timeout=timeout,
     )
     names = _csv_list(variants) or tuple(obj.stack().variants)
+    k_values = _csv_list(ks, int)
     line = LiveLine()
     client = docker_client()
     try:
         report = bench_with_swaps(
             lambda flags: obj.stack(extra_sets=flags),
             names,
-            _csv_list(ks, int),
+            k_values,
             options,
             client=client,
             swap_timeout=timeout,
