@@ -12,21 +12,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dotenv import dotenv_values
-
 from composer import values as v
+from composer.config_files import DEFAULT_ENV_FILE, find_stack_files, read_dotenv, read_toml
+from composer.config_files import STACK_FILES_VAR as STACK_FILES_VAR
 from composer.errors import ConfigError
 from composer.stack import Speculative, Stack, Variant, image_env_var
 
-DEFAULT_STACK_FILE = "composer.toml"
-DEFAULT_ENV_FILE = ".env"
 API_KEY_VAR = "VLLM_API_KEY"
-STACK_FILES_VAR = "COMPOSER_STACK"
 
 
 @dataclass(frozen=True)
@@ -79,7 +75,6 @@ RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_bac
 VARIANT_ENV = {"kv_cache_memory": "KV_CACHE_MEMORY", "num_speculative_tokens": "NUM_SPECULATIVE_TOKENS"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
-TOP_KEYS = {"stack", "images", "variants", "workloads"}
 
 
 @dataclass(frozen=True)
@@ -102,82 +97,11 @@ def load_stack(
 ) -> Stack:
     """Read and validate a stack. `flags` are `key=value` strings (`--set`)."""
     environ = dict(os.environ if environ is None else environ)
-    dotenv, dotenv_path = _read_dotenv(env_file)
-    files = _stack_files(stack_files, environ, dotenv)
-    toml, origin = _read_toml(files)
+    dotenv, dotenv_path = read_dotenv(env_file)
+    files = find_stack_files(stack_files, environ, dotenv)
+    toml, origin = read_toml(files)
     sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags))
     return _build(sources)
-
-
-def _stack_files(
-    given: Sequence[str | Path] | None, environ: Mapping[str, str], dotenv: Mapping[str, str]
-) -> list[Path]:
-    if given:
-        return [Path(p) for p in given]
-    listed = environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
-    if listed:
-        return [Path(p) for p in listed.split(os.pathsep) if p]
-    return [Path(DEFAULT_STACK_FILE)]
-
-
-def _read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
-    if path is None:
-        return {}, None
-    path = Path(path)
-    if not path.is_file():
-        if str(path) != DEFAULT_ENV_FILE:
-            raise ConfigError(f"env file {str(path)!r} does not exist: give an existing file")
-        return {}, None
-    _refuse_expansions(path)
-    parsed = dotenv_values(path, interpolate=False)
-    return {k: val for k, val in parsed.items() if val is not None}, path.resolve()
-
-
-def _refuse_expansions(path: Path) -> None:
-    """compose expands `$` in unquoted and double-quoted env-file values; compose-spec
-    reads them literally. Refuse the ambiguity instead of rendering a different value."""
-    from dotenv.parser import parse_stream
-
-    with path.open(encoding="utf-8") as stream:
-        for binding in parse_stream(stream):
-            if binding.key and binding.value and "$" in binding.value:
-                raw = binding.original.string.partition("=")[2].lstrip()
-                if not raw.startswith("'"):
-                    raise ConfigError(
-                        f"{path}:{binding.original.line}: {binding.key} contains '$', which compose would "
-                        f"expand: single-quote the value ({binding.key}='...') to keep it literal"
-                    )
-
-
-def _read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
-    merged: dict = {}
-    origin: dict[str, Path] = {}
-    for path in files:
-        try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"stack file {str(path)!r} does not exist") from None
-        except tomllib.TOMLDecodeError as err:
-            raise ConfigError(f"stack file {str(path)!r} is not valid TOML: {err}") from err
-        unknown = set(data) - TOP_KEYS
-        if unknown:
-            raise ConfigError(
-                f"{path}: unknown table {sorted(unknown)[0]!r}: allowed are " + ", ".join(sorted(TOP_KEYS))
-            )
-        _merge(merged, data, origin, "", path.resolve())
-    return merged, origin
-
-
-def _merge(into: dict, new: dict, origin: dict[str, Path], prefix: str, path: Path) -> None:
-    for key, value in new.items():
-        dotted = f"{prefix}{key}"
-        if isinstance(value, dict):
-            if not isinstance(into.get(key), dict):
-                into[key] = {}
-            _merge(into[key], value, origin, dotted + ".", path)
-        else:
-            into[key] = value
-        origin[dotted] = path
 
 
 def _parse_flags(flags: Sequence[str]) -> dict[str, str]:

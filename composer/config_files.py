@@ -1,0 +1,88 @@
+"""Find and read the raw inputs of a stack: composer.toml files and the .env file."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from dotenv import dotenv_values
+
+from composer.errors import ConfigError
+
+DEFAULT_STACK_FILE = "composer.toml"
+DEFAULT_ENV_FILE = ".env"
+STACK_FILES_VAR = "COMPOSER_STACK"
+TOP_KEYS = {"stack", "images", "variants", "workloads"}
+
+
+def find_stack_files(
+    given: Sequence[str | Path] | None, environ: Mapping[str, str], dotenv: Mapping[str, str]
+) -> list[Path]:
+    if given:
+        return [Path(p) for p in given]
+    listed = environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
+    if listed:
+        return [Path(p) for p in listed.split(os.pathsep) if p]
+    return [Path(DEFAULT_STACK_FILE)]
+
+
+def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
+    if path is None:
+        return {}, None
+    path = Path(path)
+    if not path.is_file():
+        if str(path) != DEFAULT_ENV_FILE:
+            raise ConfigError(f"env file {str(path)!r} does not exist: give an existing file")
+        return {}, None
+    refuse_expansions(path)
+    parsed = dotenv_values(path, interpolate=False)
+    return {k: val for k, val in parsed.items() if val is not None}, path.resolve()
+
+
+def refuse_expansions(path: Path) -> None:
+    """compose expands `$` in unquoted and double-quoted env-file values; compose-spec
+    reads them literally. Refuse the ambiguity instead of rendering a different value."""
+    from dotenv.parser import parse_stream
+
+    with path.open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            if binding.key and binding.value and "$" in binding.value:
+                raw = binding.original.string.partition("=")[2].lstrip()
+                if not raw.startswith("'"):
+                    raise ConfigError(
+                        f"{path}:{binding.original.line}: {binding.key} contains '$', which compose would "
+                        f"expand: single-quote the value ({binding.key}='...') to keep it literal"
+                    )
+
+
+def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
+    merged: dict = {}
+    origin: dict[str, Path] = {}
+    for path in files:
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"stack file {str(path)!r} does not exist") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"stack file {str(path)!r} is not valid TOML: {err}") from err
+        unknown = set(data) - TOP_KEYS
+        if unknown:
+            raise ConfigError(
+                f"{path}: unknown table {sorted(unknown)[0]!r}: allowed are " + ", ".join(sorted(TOP_KEYS))
+            )
+        merge(merged, data, origin, "", path.resolve())
+    return merged, origin
+
+
+def merge(into: dict, new: dict, origin: dict[str, Path], prefix: str, path: Path) -> None:
+    for key, value in new.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict):
+            if not isinstance(into.get(key), dict):
+                into[key] = {}
+            merge(into[key], value, origin, dotted + ".", path)
+        else:
+            into[key] = value
+        origin[dotted] = path
