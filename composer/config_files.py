@@ -20,6 +20,7 @@ TOP_KEYS = {"stack", "images", "variants", "workloads"}
 def find_stack_files(
     given: Sequence[str | Path] | None, environ: Mapping[str, str], dotenv: Mapping[str, str]
 ) -> list[Path]:
+    """--stack files, else COMPOSER_STACK (environment, then .env; ':'-separated), else composer.toml."""
     if given:
         return [Path(p) for p in given]
     listed = environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
@@ -29,6 +30,7 @@ def find_stack_files(
 
 
 def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
+    """The env file's values and its path; the default .env may be absent, a named file may not."""
     if path is None:
         return {}, None
     path = Path(path)
@@ -58,6 +60,7 @@ def refuse_expansions(path: Path) -> None:
 
 
 def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
+    """The stack files merged in order, and the file that set each dotted key."""
     merged: dict = {}
     origin: dict[str, Path] = {}
     for path in files:
@@ -77,6 +80,7 @@ def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
 
 
 def merge(into: dict, new: dict, origin: dict[str, Path], prefix: str, path: Path) -> None:
+    """Deep-merge `new` into `into`, recording `path` as the origin of every key it sets."""
     for key, value in new.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict):
