@@ -17,12 +17,18 @@ def odd_stack(base: Stack, multiline: bool = True) -> Stack:
     variants = dict(base.variants)
     variants["dflash2"] = replace(
         variants["dflash2"],
-        env=(*variants["dflash2"].env, ("ODD_VALUE", f"{QUOTES} {EXPANSIONS}{newline}")),
+        env=(
+            *variants["dflash2"].env,
+            ("ODD_VALUE", f"{QUOTES} {EXPANSIONS}{newline}"),
+            ("ON", "off"),
+            ("null", ""),
+        ),
         extra_args=("--odd", f"{EXPANSIONS}", "", " ", f"-{UNICODE}", f"x{newline}"),
         description=f"odd {QUOTES} {EXPANSIONS}{newline}",
     )
     return replace(
         base,
+        service="on",  # YAML 1.1 reads an unquoted on as true
         served_model_name=f"-served {QUOTES} {EXPANSIONS} {UNICODE}{newline}",
         model_dir=f"/tmp/model dir/{QUOTES} $X ${{Y ,x=1 é😀 {{",
         draft_dir='/tmp/draft,with=csv,"quotes"$$',

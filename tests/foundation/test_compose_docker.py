@@ -120,7 +120,7 @@ def test_odd_values_survive_compose_and_the_launcher(
     for file in files.values():
         file.path.write_text(file.content)
     env_file = _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
-    service = compose_config(files[".yml"].path, env_file)["services"]["vllm"]
+    service = compose_config(files[".yml"].path, env_file)["services"]["on"]
     argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
     intended = comparable(container_from_spec(build_spec(stack, variant), {"VLLM_API_KEY": API_KEY}))
     assert comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY})) == intended

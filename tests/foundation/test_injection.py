@@ -32,7 +32,15 @@ from .helpers import (
 
 API_KEY = "sk-key with spaces $(id) 'q'"
 free_text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=24)
-env_names = st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True).filter(lambda n: n != "VLLM_API_KEY")
+# Names YAML 1.1 reads as booleans, nulls or numbers unless quoted: on, Y, null, 123.
+env_names = st.one_of(
+    st.sampled_from(["ON", "on", "Y", "n", "NULL", "null", "True", "OFF", "_"]),
+    st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),
+).filter(lambda n: n != "VLLM_API_KEY")
+names = st.one_of(
+    st.sampled_from(["on", "y", "null", "123", "1e3", "no"]),
+    st.from_regex(r"[a-z0-9][a-z0-9_-]{0,8}", fullmatch=True),
+)
 extra_keys = st.text(max_size=8).filter(
     lambda k: k not in {"method", "num_speculative_tokens", "attention_backend", "model"}
 )
@@ -57,6 +65,8 @@ def odd_stacks(draw: st.DrawFn, base: Stack) -> tuple[Stack, str]:
     )
     stack = replace(
         base,
+        project=draw(names),
+        service=draw(names),
         served_model_name=draw(free_text),
         model_dir=draw(free_text),
         draft_dir=draw(free_text),
