@@ -156,8 +156,10 @@ def parse_text(raw: object) -> str:
 def parse_container_path(raw: object) -> str:
     """An absolute path inside the container (Docker refuses relative mount targets)."""
     text = parse_text(raw)
-    if not text.startswith("/"):
-        raise ValueError("an absolute path inside the container, such as /models/model")
+    if not text.startswith("/") or any(c < " " or c == "\x7f" for c in text):
+        raise ValueError(
+            "an absolute path inside the container without control characters, such as /models/m"
+        )
     return text
 
 

@@ -138,7 +138,7 @@ def test_names_and_bools() -> None:
 
 def test_container_paths_are_absolute() -> None:
     assert v.parse_container_path("/models/m x") == "/models/m x"
-    for bad in ("models/m", "-x", ""):
+    for bad in ("models/m", "-x", "", "/m\r\n", "/m\t"):
         with pytest.raises(ValueError):
             v.parse_container_path(bad)
 
