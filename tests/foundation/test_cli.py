@@ -147,3 +147,26 @@ def test_commands_import_only_what_they_need(
     (line,) = [x for x in result.stdout.splitlines() if x.startswith("IMPORTED:")]
     imported = set(filter(None, line.removeprefix("IMPORTED:").split(",")))
     assert imported <= allowed, f"{args} imported {sorted(imported - allowed)}"
+
+
+@pytest.mark.parametrize(
+    ("dotenv", "environ", "flag", "expected"),
+    [
+        ("", {}, None, "8000"),
+        ("VLLM_PORT=8003\n", {}, None, "8003"),
+        ("VLLM_PORT=8003\n", {"VLLM_PORT": "8004"}, None, "8004"),
+        ("VLLM_PORT=8003\n", {"VLLM_PORT": "8004"}, "port=8005", "8005"),
+    ],
+)
+def test_rendered_defaults_follow_precedence(
+    tmp_path: Path, dotenv: str, environ: dict[str, str], flag: str | None, expected: str
+) -> None:
+    env_file = tmp_path / "p.env"
+    env_file.write_text(dotenv)
+    sets = ["--set", flag] if flag else []
+    result = run(
+        "--env-file", str(env_file), *sets, "render", "mtp", "--out", str(tmp_path / "o"), env=environ
+    )
+    assert result.exit_code == 0, result.stderr
+    assert f'published: "${{VLLM_PORT:-{expected}}}"' in (tmp_path / "o" / "mtp.yml").read_text()
+    assert f"VLLM_PORT={expected}; fi" in (tmp_path / "o" / "mtp.sh").read_text()
