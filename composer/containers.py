@@ -78,7 +78,14 @@ def describe(container: Container) -> RunningVariant:
 
 def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]:
     """Variant containers of this stack's project (compose or launcher started), newest first."""
-    found = client.containers.list(all=True, filters={"label": [LABEL_VARIANT]})
+    from docker.errors import NotFound
+
+    found: list[Container] = []
+    for summary in client.api.containers(all=True, filters={"label": [LABEL_VARIANT]}):
+        try:
+            found.append(client.containers.get(summary["Id"]))
+        except NotFound:  # removed between the listing and the inspection
+            continue
     launcher_name = f"{stack.project}-{stack.service}-1"
     ours = [
         c

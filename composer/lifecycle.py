@@ -298,6 +298,7 @@ class Swapper:
         """Stop and remove whatever variant runs; return its name."""
         current = current_variant(self.stack, self.client)
         self.stop_all()
+        compose(self.stack.project, None, ["down", "--remove-orphans"], timeout=120)
         return current.variant if current else None
 
 

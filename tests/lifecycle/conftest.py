@@ -87,11 +87,12 @@ def running_containers(client, project: str) -> list:
 
 
 def remove_project(client, project: str) -> None:
-    """Remove every container of a compose project."""
-    for container in client.containers.list(
-        all=True, filters={"label": f"com.docker.compose.project={project}"}
-    ):
+    """Remove every container and network of a compose project."""
+    selector = {"label": f"com.docker.compose.project={project}"}
+    for container in client.containers.list(all=True, filters=selector):
         container.remove(force=True)
+    for network in client.networks.list(filters=selector):
+        network.remove()
 
 
 @pytest.fixture(scope="session")
