@@ -111,12 +111,10 @@ class Swapper:
 
     # -- checks -------------------------------------------------------------------------
     def preflight(self, variant: str) -> list[str]:
-        """Fast checks that need no lock; return warnings, raise on failure."""
-        findings = [
-            preflight.check_api_key(self.stack, self.options.allow_weak_key),
-            preflight.check_image(self.client, self.stack.image(self.stack.variant(variant))),
-            *preflight.check_mounts(self.stack, variant),
-        ]
+        """The fast subset of doctor's checks; return warnings, raise on the first failure."""
+        from composer.doctor import fast_checks
+
+        findings = fast_checks(self.stack, variant, self.client, allow_weak_key=self.options.allow_weak_key)
         self._raise_failed(findings)
         return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
 
@@ -197,7 +195,6 @@ class Swapper:
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
-        self._raise_failed([preflight.check_port(self.stack, self.client)])
         compose_file = run_file(self.stack, variant)
         try:
             self._execute(plan, compose_file, result)
