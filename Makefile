@@ -19,10 +19,17 @@ $(VENV)/.installed: pyproject.toml
 docker:
 	bash images/host/ensure-docker.sh
 
+# Debian tools the build and the tests use, installed when absent.
 tools:
-	@command -v shellcheck >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null; }
+	@missing=""; \
+	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
+	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
 
-base-image: docker
+base-image: docker tools
 	bash images/base/build-base.sh
 
 # The simulator images that .env.demo names: vllm-sim:latest and its dflash2 overlay.
