@@ -67,8 +67,7 @@ def dflash_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("patch") is None:
         pytest.skip("the `patch` tool is not installed")
     root = tmp_path_factory.mktemp("sim-dflash")
-    shutil.copytree(SIM_SRC, root, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(SIM_SRC, root, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(["patch", "-p1", "--quiet", "-i", str(DFLASH_DIFF)], cwd=root, check=True)
     return root
 

@@ -35,12 +35,18 @@ def sim_env(extra: Mapping[str, str] | None = None, src: Path = SIM_SRC) -> dict
     return env
 
 
-def run_sim(args: Sequence[str], env: Mapping[str, str] | None = None, src: Path = SIM_SRC,
-            timeout: float = 20) -> subprocess.CompletedProcess[str]:
+def run_sim(
+    args: Sequence[str], env: Mapping[str, str] | None = None, src: Path = SIM_SRC, timeout: float = 20
+) -> subprocess.CompletedProcess[str]:
     """Run `vllm serve ARGS` to completion (for failures); stdout and stderr merged."""
     return subprocess.run(
-        [sys.executable, "-m", "vllm", "serve", *args], env=sim_env(env, src), text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, check=False,
+        [sys.executable, "-m", "vllm", "serve", *args],
+        env=sim_env(env, src),
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -55,18 +61,23 @@ class SimProcess:
     headers: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def start(cls, args: Sequence[str], env: Mapping[str, str] | None = None,
-              src: Path = SIM_SRC, api_key: str | None = None,
-              log_dir: Path | None = None) -> SimProcess:
+    def start(
+        cls,
+        args: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        src: Path = SIM_SRC,
+        api_key: str | None = None,
+        log_dir: Path | None = None,
+    ) -> SimProcess:
         port = free_port()
-        argv = [sys.executable, "-m", "vllm", "serve", *args, "--port", str(port),
-                "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "vllm", "serve", *args, "--port", str(port), "--host", "127.0.0.1"]
         if api_key:
             argv += ["--api-key", api_key]
         log_path = (log_dir or Path("/tmp")) / f"sim-{port}.log"
         handle = open(log_path, "w")  # noqa: SIM115 - kept open for the child's lifetime
-        proc = subprocess.Popen(argv, env=sim_env(env, src), stdout=handle,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            argv, env=sim_env(env, src), stdout=handle, stderr=subprocess.STDOUT, text=True
+        )
         return cls(proc, port, api_key, log_path)
 
     def output(self) -> str:
@@ -102,8 +113,9 @@ class SimProcess:
                 self.proc.wait()
         return self.proc.returncode
 
-    def request(self, method: str, path: str, body: Any = None, key: str | None = None,
-                timeout: float = 30) -> tuple[int, bytes]:
+    def request(
+        self, method: str, path: str, body: Any = None, key: str | None = None, timeout: float = 30
+    ) -> tuple[int, bytes]:
         """One HTTP request; ``key`` defaults to the server's API key."""
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
         headers = {"content-type": "application/json"}
@@ -143,7 +155,7 @@ class SimProcess:
                 if not line.startswith(b"data: "):
                     continue
                 times.append(time.monotonic())
-                payload = line[len(b"data: "):]
+                payload = line[len(b"data: ") :]
                 events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
         finally:
             conn.close()

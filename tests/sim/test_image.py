@@ -23,8 +23,9 @@ FAST = {"SIM_TIME_SCALE": "50", "SIM_LOAD_SECONDS": "0.3"}
 def sim_image(sim_docker: Any, unique_module: str) -> Iterator[str]:
     """Build the image with build.sh (network disabled; builds the base once if missing)."""
     tag = f"vllm-sim:pytest-{unique_module}"
-    result = subprocess.run([str(SIM_DIR / "build.sh"), "--tag", tag], capture_output=True,
-                            text=True, timeout=1800, check=False)
+    result = subprocess.run(
+        [str(SIM_DIR / "build.sh"), "--tag", tag], capture_output=True, text=True, timeout=1800, check=False
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "--network=none" in (SIM_DIR / "build.sh").read_text()
     yield tag
@@ -38,12 +39,23 @@ def unique_module() -> str:
     return uuid.uuid4().hex[:8]
 
 
-def start(docker: Any, image: str, labels: dict[str, str], args: list[str],
-          env: dict[str, str] | None = None, **kwargs: Any) -> Any:
+def start(
+    docker: Any,
+    image: str,
+    labels: dict[str, str],
+    args: list[str],
+    env: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> Any:
     return docker.containers.run(
-        image, command=args, detach=True, labels=labels, environment={**FAST, **(env or {})},
+        image,
+        command=args,
+        detach=True,
+        labels=labels,
+        environment={**FAST, **(env or {})},
         volumes={str(MODELS): {"bind": "/models", "mode": "ro"}},
-        ports={"8000/tcp": ("127.0.0.1", None)}, **kwargs,
+        ports={"8000/tcp": ("127.0.0.1", None)},
+        **kwargs,
     )
 
 
@@ -73,24 +85,42 @@ def test_image_shape(sim_docker: Any, sim_image: str) -> None:
     config = sim_docker.images.get(sim_image).attrs["Config"]
     assert config["Entrypoint"] == ["vllm", "serve"]
     assert "8000/tcp" in config["ExposedPorts"]
-    out = sim_docker.containers.run(sim_image, entrypoint=["python3", "-c", "import vllm, shutil;"
-                                    "print(vllm.__version__, shutil.which('vllm'))"],
-                                    network_mode="none", remove=True)
+    out = sim_docker.containers.run(
+        sim_image,
+        entrypoint=["python3", "-c", "import vllm, shutil;print(vllm.__version__, shutil.which('vllm'))"],
+        network_mode="none",
+        remove=True,
+    )
     assert out.decode().split() == ["0.0.0+sim", "/usr/local/bin/vllm"]
 
 
-def test_container_serves_and_stops_cleanly(sim_docker: Any, sim_image: str,
-                                            sim_labels: dict[str, str],
-                                            sim_containers: list[Any]) -> None:
-    container = start(sim_docker, sim_image, sim_labels,
-                      [TARGET, "--served-model-name", "qwen", "-tp", "4", "--max-model-len",
-                       "131072", "--api-key", "k", "-sc",
-                       '{"method":"mtp","num_speculative_tokens":7}'],
-                      ipc_mode="host")
+def test_container_serves_and_stops_cleanly(
+    sim_docker: Any, sim_image: str, sim_labels: dict[str, str], sim_containers: list[Any]
+) -> None:
+    container = start(
+        sim_docker,
+        sim_image,
+        sim_labels,
+        [
+            TARGET,
+            "--served-model-name",
+            "qwen",
+            "-tp",
+            "4",
+            "--max-model-len",
+            "131072",
+            "--api-key",
+            "k",
+            "-sc",
+            '{"method":"mtp","num_speculative_tokens":7}',
+        ],
+        ipc_mode="host",
+    )
     sim_containers.append(container)
     port = wait_health(container)
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models",
-                                     headers={"Authorization": "Bearer k"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/v1/models", headers={"Authorization": "Bearer k"}
+    )
     with urllib.request.urlopen(request, timeout=5) as resp:
         assert b'"id": "qwen"' in resp.read()
     started = time.monotonic()
@@ -100,14 +130,22 @@ def test_container_serves_and_stops_cleanly(sim_docker: Any, sim_image: str,
     assert b"Application startup complete." in container.logs()
 
 
-@pytest.mark.parametrize(("args", "env", "needle"), [
-    ([], {"SIM_FAIL": "cuda-oom"}, b"torch.OutOfMemoryError: CUDA out of memory"),
-    (["-tp", "2"], {}, b"ncclSystemError"),  # Docker's default 64 MiB /dev/shm
-])
-def test_failure_exits_non_zero_in_container(sim_docker: Any, sim_image: str,
-                                             sim_labels: dict[str, str],
-                                             sim_containers: list[Any], args: list[str],
-                                             env: dict[str, str], needle: bytes) -> None:
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        ([], {"SIM_FAIL": "cuda-oom"}, b"torch.OutOfMemoryError: CUDA out of memory"),
+        (["-tp", "2"], {}, b"ncclSystemError"),  # Docker's default 64 MiB /dev/shm
+    ],
+)
+def test_failure_exits_non_zero_in_container(
+    sim_docker: Any,
+    sim_image: str,
+    sim_labels: dict[str, str],
+    sim_containers: list[Any],
+    args: list[str],
+    env: dict[str, str],
+    needle: bytes,
+) -> None:
     container = start(sim_docker, sim_image, sim_labels, [TARGET, *args], env)
     sim_containers.append(container)
     assert container.wait(timeout=30)["StatusCode"] != 0

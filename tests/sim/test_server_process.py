@@ -29,15 +29,22 @@ def dflash(k: int = 7, backend: str | None = "flash_attn") -> str:
 
 
 def chat(content: str, max_tokens: int = 32, **extra: object) -> dict[str, object]:
-    return {"model": "qwen", "messages": [{"role": "user", "content": content}],
-            "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True, **extra}
+    return {
+        "model": "qwen",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
 def mtp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
     server = SimProcess.start(
         [TARGET, "--served-model-name", "qwen", "--max-model-len", "131072", "-sc", MTP7],
-        api_key=KEY, log_dir=tmp_path_factory.mktemp("logs"),
+        api_key=KEY,
+        log_dir=tmp_path_factory.mktemp("logs"),
     )
     yield server.wait_ready()
     server.stop()
@@ -46,8 +53,7 @@ def mtp_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]
 @pytest.fixture(scope="module")
 def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
     server = SimProcess.start(
-        [TARGET, "--served-model-name", "qwen", "--max-model-len", "32k",
-         "--enable-sleep-mode"],
+        [TARGET, "--served-model-name", "qwen", "--max-model-len", "32k", "--enable-sleep-mode"],
         env={"SIM_TIME_SCALE": "10", "VLLM_SERVER_DEV_MODE": "1"},
         log_dir=tmp_path_factory.mktemp("logs"),
     )
@@ -56,6 +62,7 @@ def plain_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProces
 
 
 # ---- API surface ------------------------------------------------------------------------
+
 
 def test_health_needs_no_key_and_has_empty_body(mtp_server: SimProcess) -> None:
     assert mtp_server.request("GET", "/health", key="") == (200, b"")
@@ -79,11 +86,14 @@ def test_models_lists_the_served_name(mtp_server: SimProcess) -> None:
 
 def test_boot_log_lines(mtp_server: SimProcess) -> None:
     out = mtp_server.output()
-    for needle in ("Loading weights took", "Model loading took",
-                   "init engine (profile, create kv cache, warmup model) took",
-                   "Maximum concurrency for 131,072 tokens per request",
-                   f"Starting vLLM server on http://127.0.0.1:{mtp_server.port}",
-                   "Application startup complete."):
+    for needle in (
+        "Loading weights took",
+        "Model loading took",
+        "init engine (profile, create kv cache, warmup model) took",
+        "Maximum concurrency for 131,072 tokens per request",
+        f"Starting vLLM server on http://127.0.0.1:{mtp_server.port}",
+        "Application startup complete.",
+    ):
         assert needle in out
     tokens = int(re.search(r"KV cache size: ([\d,]+) tokens", out).group(1).replace(",", ""))
     assert tokens == pytest.approx(389_000, rel=0.01)  # 7.0 GiB at the default utilisation
@@ -93,8 +103,12 @@ def test_boot_log_lines(mtp_server: SimProcess) -> None:
 def test_streaming_chat_with_usage(mtp_server: SimProcess) -> None:
     events, _, headers = mtp_server.stream(
         "/v1/chat/completions",
-        chat("stream me", 20, stream_options={"include_usage": True},
-             chat_template_kwargs={"enable_thinking": False}),
+        chat(
+            "stream me",
+            20,
+            stream_options={"include_usage": True},
+            chat_template_kwargs={"enable_thinking": False},
+        ),
     )
     assert headers["transfer-encoding"] == "chunked"
     assert headers["content-type"].startswith("text/event-stream")
@@ -112,9 +126,11 @@ def test_streaming_chat_with_usage(mtp_server: SimProcess) -> None:
 
 
 def test_non_streaming_completion(mtp_server: SimProcess) -> None:
-    body = mtp_server.json("POST", "/v1/completions", {
-        "model": "qwen", "prompt": "a" * 400, "max_tokens": 9, "temperature": 0,
-        "ignore_eos": True})
+    body = mtp_server.json(
+        "POST",
+        "/v1/completions",
+        {"model": "qwen", "prompt": "a" * 400, "max_tokens": 9, "temperature": 0, "ignore_eos": True},
+    )
     assert body["object"] == "text_completion"
     assert body["usage"] == {"prompt_tokens": 100, "completion_tokens": 9, "total_tokens": 109}
     assert len(body["choices"][0]["text"].split()) == 9
@@ -129,8 +145,9 @@ def test_unknown_model_and_too_long_request(mtp_server: SimProcess) -> None:
 
 def test_greedy_output_is_deterministic(mtp_server: SimProcess, plain_server: SimProcess) -> None:
     def text(server: SimProcess, prompt: str) -> str:
-        return server.json("POST", "/v1/chat/completions",
-                           chat(prompt, 24))["choices"][0]["message"]["content"]
+        return server.json("POST", "/v1/chat/completions", chat(prompt, 24))["choices"][0]["message"][
+            "content"
+        ]
 
     first = text(mtp_server, "determinism")
     assert text(mtp_server, "determinism") == first
@@ -155,8 +172,7 @@ def test_metrics_identities(mtp_server: SimProcess) -> None:
     assert generated == sum(sizes)
     assert generated == len(sizes) + accepted + drafts
     assert drafted == 7 * drafts and accepted <= drafted
-    per_pos = [delta("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(p))
-               for p in range(7)]
+    per_pos = [delta("vllm:spec_decode_num_accepted_tokens_per_pos_total", position=str(p)) for p in range(7)]
     assert per_pos == sorted(per_pos, reverse=True) and sum(per_pos) == accepted
     assert delta("vllm:time_to_first_token_seconds_count") == len(sizes)
     assert delta("vllm:e2e_request_latency_seconds_count") == len(sizes)
@@ -170,11 +186,15 @@ def test_no_spec_metrics_without_speculation(plain_server: SimProcess) -> None:
 
 def test_stream_timing_follows_the_model(plain_server: SimProcess) -> None:
     """SIM_TIME_SCALE=10: plain decode at ~294 tok/s of wall clock."""
-    events, times, _ = plain_server.stream("/v1/completions", {
-        "model": "qwen", "prompt": "timing", "max_tokens": 120, "temperature": 0,
-        "ignore_eos": True})
-    content_times = [t for e, t in zip(events, times, strict=True)
-                     if e != "[DONE]" and e["choices"] and e["choices"][0]["text"]]
+    events, times, _ = plain_server.stream(
+        "/v1/completions",
+        {"model": "qwen", "prompt": "timing", "max_tokens": 120, "temperature": 0, "ignore_eos": True},
+    )
+    content_times = [
+        t
+        for e, t in zip(events, times, strict=True)
+        if e != "[DONE]" and e["choices"] and e["choices"][0]["text"]
+    ]
     rate = (len(content_times) - 1) / (content_times[-1] - content_times[0])
     assert rate == pytest.approx(294, rel=0.15)
 
@@ -195,6 +215,7 @@ def test_sleep_routes(plain_server: SimProcess, mtp_server: SimProcess) -> None:
 
 # ---- process lifecycle ------------------------------------------------------------------
 
+
 def test_port_closed_while_loading_then_sigterm_exits_zero(tmp_path: Path) -> None:
     server = SimProcess.start([TARGET], env={"SIM_LOAD_SECONDS": "1.5"}, log_dir=tmp_path)
     try:
@@ -210,8 +231,7 @@ def test_port_closed_while_loading_then_sigterm_exits_zero(tmp_path: Path) -> No
 
 
 def test_hang_never_listens(tmp_path: Path) -> None:
-    server = SimProcess.start([TARGET], env={"SIM_FAIL": "hang", "SIM_LOAD_SECONDS": "0"},
-                              log_dir=tmp_path)
+    server = SimProcess.start([TARGET], env={"SIM_FAIL": "hang", "SIM_LOAD_SECONDS": "0"}, log_dir=tmp_path)
     try:
         time.sleep(1.0)
         assert server.proc.poll() is None and not server.listening()
@@ -234,6 +254,7 @@ def test_crash_after_ready(tmp_path: Path) -> None:
 
 # ---- argument and configuration errors --------------------------------------------------
 
+
 def test_unknown_flag_is_a_usage_error() -> None:
     result = run_sim([TARGET, "--foo"])
     assert result.returncode == 2
@@ -241,23 +262,35 @@ def test_unknown_flag_is_a_usage_error() -> None:
 
 
 def test_abbreviated_and_underscore_flags_are_accepted() -> None:
-    result = run_sim([TARGET, "--kv-cache-memory", "1G", "--max_model_len", "1024"],
-                     env={"SIM_FAIL": "crash"})
+    result = run_sim(
+        [TARGET, "--kv-cache-memory", "1G", "--max_model_len", "1024"], env={"SIM_FAIL": "crash"}
+    )
     assert "kv_cache_memory_bytes': 1073741824" in result.stdout
     assert "'max_model_len': 1024" in result.stdout
 
 
-@pytest.mark.parametrize(("config", "needles"), [
-    ({"method": "foo", "num_speculative_tokens": 3},
-     ["1 validation error for SpeculativeConfig", "Input should be 'ngram', 'draft_model'",
-      "[type=literal_error, input_value='foo', input_type=str]"]),
-    ({"method": "dflash", "model": DRAFT, "num_speculative_tokens": 7},
-     ["input_value='dflash'"]),
-    ({"method": "mtp", "num_speculative_tokens": 0},
-     ["Input should be greater than 0", "type=greater_than"]),
-    ({"method": "mtp", "num_speculative_tokens": 2, "tensor_parallel_size": 2},
-     ["Please pass 'draft_tensor_parallel_size'"]),
-])
+@pytest.mark.parametrize(
+    ("config", "needles"),
+    [
+        (
+            {"method": "foo", "num_speculative_tokens": 3},
+            [
+                "1 validation error for SpeculativeConfig",
+                "Input should be 'ngram', 'draft_model'",
+                "[type=literal_error, input_value='foo', input_type=str]",
+            ],
+        ),
+        ({"method": "dflash", "model": DRAFT, "num_speculative_tokens": 7}, ["input_value='dflash'"]),
+        (
+            {"method": "mtp", "num_speculative_tokens": 0},
+            ["Input should be greater than 0", "type=greater_than"],
+        ),
+        (
+            {"method": "mtp", "num_speculative_tokens": 2, "tensor_parallel_size": 2},
+            ["Please pass 'draft_tensor_parallel_size'"],
+        ),
+    ],
+)
 def test_invalid_speculative_config(config: dict[str, object], needles: list[str]) -> None:
     result = run_sim([TARGET, "-sc", json.dumps(config)])
     assert result.returncode == 1
@@ -277,18 +310,34 @@ def test_mtp_k_must_be_divisible_by_depth(tmp_path: Path) -> None:
 
 # ---- failure injection ------------------------------------------------------------------
 
-@pytest.mark.parametrize(("args", "env", "needle"), [
-    ([], {"SIM_FAIL": "crash"}, "CUDA error"),
-    ([], {"SIM_FAIL": "cuda-oom"}, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
-    ([], {"SIM_FAIL": "no-kv-memory"},
-     "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"),
-    (["--attention-backend", "flash_attn"],
-     {"VLLM_FLASH_ATTN_VERSION": "3", "SIM_GPU_CAPABILITY": "8.9"}, "Cannot use FA version 3"),
-    (["-tp", "2"], {"SIM_MIN_SHM_BYTES": "1T"},
-     "Error while creating shared memory segment /dev/shm/nccl-"),
-    (["--kv-cache-memory-bytes", "1G", "--max-model-len", "131072"], {},
-     "To serve at least one request with the model's max seq len (131072)"),
-])
+
+@pytest.mark.parametrize(
+    ("args", "env", "needle"),
+    [
+        ([], {"SIM_FAIL": "crash"}, "CUDA error"),
+        ([], {"SIM_FAIL": "cuda-oom"}, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"),
+        (
+            [],
+            {"SIM_FAIL": "no-kv-memory"},
+            "No available memory for the cache blocks. Try increasing `gpu_memory_utilization`",
+        ),
+        (
+            ["--attention-backend", "flash_attn"],
+            {"VLLM_FLASH_ATTN_VERSION": "3", "SIM_GPU_CAPABILITY": "8.9"},
+            "Cannot use FA version 3",
+        ),
+        (
+            ["-tp", "2"],
+            {"SIM_MIN_SHM_BYTES": "1T"},
+            "Error while creating shared memory segment /dev/shm/nccl-",
+        ),
+        (
+            ["--kv-cache-memory-bytes", "1G", "--max-model-len", "131072"],
+            {},
+            "To serve at least one request with the model's max seq len (131072)",
+        ),
+    ],
+)
 def test_failure_modes(args: list[str], env: dict[str, str], needle: str) -> None:
     result = run_sim([TARGET, *args], env={**env, "SIM_LOAD_SECONDS": "0"})
     assert result.returncode != 0
@@ -305,8 +354,7 @@ def test_nccl_failure_names_the_nccl_error() -> None:
 def test_fa3_on_hopper_and_tp_with_enough_shm_boot(tmp_path: Path) -> None:
     server = SimProcess.start(
         [TARGET, "-tp", "2", "--attention-backend", "FLASH_ATTN", "--max-model-len", "8192"],
-        env={"VLLM_FLASH_ATTN_VERSION": "3", "SIM_GPU_CAPABILITY": "9.0",
-             "SIM_MIN_SHM_BYTES": "0"},
+        env={"VLLM_FLASH_ATTN_VERSION": "3", "SIM_GPU_CAPABILITY": "9.0", "SIM_MIN_SHM_BYTES": "0"},
         log_dir=tmp_path,
     )
     try:
@@ -317,9 +365,9 @@ def test_fa3_on_hopper_and_tp_with_enough_shm_boot(tmp_path: Path) -> None:
 
 # ---- the dflash overlay -----------------------------------------------------------------
 
+
 def dflash_args(k: int = 7, backend: str | None = "flash_attn") -> list[str]:
-    return [TARGET, "--kv-cache-memory-bytes", "4.5G", "--max-model-len", "131072",
-            "-sc", dflash(k, backend)]
+    return [TARGET, "--kv-cache-memory-bytes", "4.5G", "--max-model-len", "131072", "-sc", dflash(k, backend)]
 
 
 def test_dflash_needs_non_causal_backend(dflash_src: Path) -> None:
@@ -336,22 +384,30 @@ def test_dflash_on_wsl_needs_pinned_memory(dflash_src: Path) -> None:
 
 
 def test_dflash_serves_with_the_overlay(dflash_src: Path, tmp_path: Path) -> None:
-    server = SimProcess.start(dflash_args(), env={"SIM_WSL": "1",
-                                                  "VLLM_WSL2_ENABLE_PIN_MEMORY": "1"},
-                              src=dflash_src, log_dir=tmp_path)
+    server = SimProcess.start(
+        dflash_args(),
+        env={"SIM_WSL": "1", "VLLM_WSL2_ENABLE_PIN_MEMORY": "1"},
+        src=dflash_src,
+        log_dir=tmp_path,
+    )
     try:
         server.wait_ready()
         out = server.output()
         assert "block_size=8" in out
         assert re.search(r"KV cache size: 249,99\d tokens", out)
         before = server.metrics()
-        server.json("POST", "/v1/completions", {"prompt": "dflash", "max_tokens": 200,
-                                                "temperature": 0, "ignore_eos": True})
+        server.json(
+            "POST",
+            "/v1/completions",
+            {"prompt": "dflash", "max_tokens": 200, "temperature": 0, "ignore_eos": True},
+        )
         after = server.metrics()
-        accepted = (metric(after, "vllm:spec_decode_num_accepted_tokens_total")
-                    - metric(before, "vllm:spec_decode_num_accepted_tokens_total"))
-        drafts = (metric(after, "vllm:spec_decode_num_drafts_total")
-                  - metric(before, "vllm:spec_decode_num_drafts_total"))
+        accepted = metric(after, "vllm:spec_decode_num_accepted_tokens_total") - metric(
+            before, "vllm:spec_decode_num_accepted_tokens_total"
+        )
+        drafts = metric(after, "vllm:spec_decode_num_drafts_total") - metric(
+            before, "vllm:spec_decode_num_drafts_total"
+        )
         assert 1 + accepted / drafts == pytest.approx(3.92, rel=0.08)
     finally:
         server.stop()
@@ -364,14 +420,21 @@ def test_keep_alive_survives_rejected_posts(mtp_server: SimProcess) -> None:
     conn = http.client.HTTPConnection("127.0.0.1", mtp_server.port, timeout=10)
     try:
         body = json.dumps(chat("keep alive", 3))
-        conn.request("POST", "/v1/chat/completions", body=body,
-                     headers={"content-type": "application/json", "authorization": "Bearer x"})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=body,
+            headers={"content-type": "application/json", "authorization": "Bearer x"},
+        )
         first = conn.getresponse()
         assert first.status == 401
         first.read()
-        conn.request("POST", "/v1/chat/completions", body=body,
-                     headers={"content-type": "application/json",
-                              "authorization": f"Bearer {KEY}"})
+        conn.request(
+            "POST",
+            "/v1/chat/completions",
+            body=body,
+            headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
+        )
         second = conn.getresponse()
         assert second.status == 200
         assert json.loads(second.read())["usage"]["completion_tokens"] == 3

@@ -42,9 +42,7 @@ def test_baseline_rate() -> None:
 
 
 def test_reference_per_position_acceptance_k7() -> None:
-    assert timing.acceptance(REF, "dflash", 7, 8) == pytest.approx(
-        (0.77, 0.60, 0.50, 0.42, 0.29, 0.19, 0.15)
-    )
+    assert timing.acceptance(REF, "dflash", 7, 8) == pytest.approx((0.77, 0.60, 0.50, 0.42, 0.29, 0.19, 0.15))
     assert timing.acceptance(REF, "mtp", 7) == pytest.approx((0.87, 0.79, 0.69, 0.54, 0.44, 0.28, 0.21))
 
 
@@ -106,11 +104,22 @@ def test_ttft_grows_with_prompt_and_ignores_speculation() -> None:
 
 def test_profile_file_extends_a_builtin(tmp_path) -> None:
     path = tmp_path / "p.json"
-    path.write_text(json.dumps({
-        "base": "qwen3.8-27b", "name": "faster", "baseline_tok_s": 40.0,
-        "methods": {"mtp": {"acceptance": {"4": [0.9, 0.8, 0.7, 0.6]}, "tok_s": {"4": 80.0},
-                            "iteration_ms": {"8": 70.0}}},
-    }))
+    path.write_text(
+        json.dumps(
+            {
+                "base": "qwen3.8-27b",
+                "name": "faster",
+                "baseline_tok_s": 40.0,
+                "methods": {
+                    "mtp": {
+                        "acceptance": {"4": [0.9, 0.8, 0.7, 0.6]},
+                        "tok_s": {"4": 80.0},
+                        "iteration_ms": {"8": 70.0},
+                    }
+                },
+            }
+        )
+    )
     profile = load_profile_file(path)
     assert profile.name == "faster"
     assert timing.decode_tok_s(profile, None, 0) == pytest.approx(40.0)
