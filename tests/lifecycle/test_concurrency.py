@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 
@@ -82,3 +83,24 @@ def test_kill_9_at_random_moments(sim_stack, docker_client):
         assert recovered.returncode == 0, f"trial {trial}: {recovered.stderr}"
         after = running_containers(docker_client, sim_stack.project)
         assert [c.labels["vllm-composer.variant"] for c in after] == [target]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_mid_swap_rolls_back(sim_stack, docker_client, signum):
+    assert sim_stack.run("up", "baseline").returncode == 0
+    swap = sim_stack.popen("up", "mtp-hang", "--timeout", "60")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        running = running_containers(docker_client, sim_stack.project)
+        if [c.labels["vllm-composer.variant"] for c in running] == ["mtp-hang"]:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail("the swap never started mtp-hang")
+    swap.send_signal(signum)
+    _, stderr = swap.communicate(timeout=60)
+    assert swap.returncode == 1
+    assert "interrupted; rolled back to baseline" in stderr
+    running = running_containers(docker_client, sim_stack.project)
+    assert [c.labels["vllm-composer.variant"] for c in running] == ["baseline"]
+    assert sim_stack.status()["health"] == "ready"
