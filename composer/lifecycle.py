@@ -187,7 +187,8 @@ class Swapper:
         result = UpResult(variant=variant, outcome="started")
         result.warnings += self.preflight(variant)
         current = current_variant(self.stack, self.client)
-        ready = current is not None and self._is_ready(current)
+        same = current is not None and current.variant == variant and current.config_hash == target_hash
+        ready = same and self._is_ready(current)  # probing matters only for a possible no-op
         plan = plan_swap(variant, target_hash, current, ready)
         result.previous = current.variant if current else None
         if not plan.steps:
