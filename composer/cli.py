@@ -122,7 +122,7 @@ class LiveLine:
         self.open = False
 
     def step(self, message: str) -> None:
-        self._close()
+        self.finish()
         click.echo(message, err=True)
 
     def waiting(self, message: str) -> None:
@@ -135,7 +135,7 @@ class LiveLine:
             click.echo(message, err=True)
             self.last = stage
 
-    def _close(self) -> None:
+    def finish(self) -> None:
         if self.open:
             click.echo("", err=True)
             self.open = False
@@ -169,12 +169,12 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
             stack, variant, client=docker_client(), options=options, progress=line.step, waiting=line.waiting
         )
     except SwapFailed as err:
-        line._close()
+        line.finish()
         if opts["as_json"]:
             outcome = "rolled-back" if err.rolled_back else "failed"
             click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
         raise
-    line._close()
+    line.finish()
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     for note in result.notes:
