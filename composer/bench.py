@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from composer.bench_agreement import Agreement, agreement_with, deterministic
@@ -124,8 +124,17 @@ class BenchReport:
         return best
 
 
-def plan_points(stack: Stack, variants: Sequence[str], ks: Sequence[int] | None) -> list[BenchPoint]:
-    """The sweep: each variant once, each speculative variant once per K (pure)."""
+def plan_points(
+    stack: Stack,
+    variants: Sequence[str],
+    ks: Sequence[int] | None,
+    suggested: Mapping[str, int | None] | None = None,
+) -> list[BenchPoint]:
+    """The sweep: each variant once, each speculative variant once per K (pure).
+
+    Without `ks`, a speculative variant gets DEFAULT_KS, its configured K and the K its
+    checkpoint suggests (`suggested`, by variant name).
+    """
     points: list[BenchPoint] = []
     for name in variants:
         variant = stack.variant(name)
@@ -133,7 +142,9 @@ def plan_points(stack: Stack, variants: Sequence[str], ks: Sequence[int] | None)
         if spec is None:
             points.append(BenchPoint(name, None, 0))
             continue
-        chosen = sorted(set(ks)) if ks else sorted({*DEFAULT_KS, spec.num_speculative_tokens})
+        hinted = (suggested or {}).get(name)
+        defaults = {*DEFAULT_KS, spec.num_speculative_tokens, *([hinted] if hinted else [])}
+        chosen = sorted(set(ks)) if ks else sorted(defaults)
         if any(k < 1 for k in chosen):
             raise UsageError(f"--k values must be positive integers, got {chosen}")
         points += [BenchPoint(name, spec.method, k) for k in chosen]
@@ -228,14 +239,21 @@ def run_bench(
     served_name: str,
     progress: Progress = lambda _: None,
     hints: Sequence[str] = (),
+    skip: Mapping[BenchPoint, str] | None = None,
 ) -> BenchReport:
     """Measure every point in order; `serve` makes the server serve a point (a swap).
 
-    A point whose swap fails is recorded with its error and the sweep goes on.
+    A point whose swap fails is recorded with its error and the sweep goes on; a point in
+    `skip` (one the server is known to reject) is recorded with the reason, never swapped in.
     """
     report = BenchReport([], options, tuple(hints))
-    eta = Eta(len(points), options.warmup + options.runs)
+    skip = skip or {}
+    eta = Eta(len(points) - len(skip), options.warmup + options.runs)
     for number, point in enumerate(points, 1):
+        if point in skip:
+            report.results.append(PointResult(point, error=f"skipped: {skip[point]}"))
+            progress(f"[{number}/{len(points)}] {point.label}: skipped: {skip[point]}")
+            continue
         left = eta.seconds_left(eta.requests_per_point, swap_pending=True)
         progress(f"[{number}/{len(points)}] {point.label}: starting ({format_duration(left)})")
         started = time.perf_counter()

@@ -36,6 +36,7 @@ class KHints:
     variant: str
     suggested_k: int | None
     messages: tuple[str, ...]
+    rejected: tuple[tuple[int, str], ...] = ()
 
 
 def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
@@ -45,6 +46,7 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
         return KHints(variant.name, None, ())
     name = variant.name
     messages: list[str] = []
+    rejected: list[tuple[int, str]] = []
     suggested: int | None = None
     if spec.draft_model:
         try:
@@ -68,4 +70,5 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
                     problem = mtp_k_problem(k, layers)
                     if problem:
                         messages.append(f"{name}: {problem}: vLLM will reject it")
-    return KHints(name, suggested, tuple(messages))
+                        rejected.append((k, problem))
+    return KHints(name, suggested, tuple(messages), tuple(rejected))

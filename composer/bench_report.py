@@ -101,7 +101,7 @@ def table_rows(report: BenchReport) -> list[list[str]]:
     rows = [["variant", "K", "tok/s", "tok/iter", "accept", "p0..", "TTFT ms", "e2e s", "speed-up", "agree"]]
     for r in report.results:
         if not r.ok:
-            rows.append([r.point.variant, str(r.point.k or "-"), f"failed: {r.error}", *[""] * 7])
+            rows.append([r.point.variant, str(r.point.k or "-"), str(r.error), *[""] * 7])
             continue
         det = {True: "", False: " (not deterministic)", None: ""}[r.deterministic]
         reference = r is report.baseline()

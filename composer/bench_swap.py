@@ -6,7 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from composer.bench import BenchOptions, BenchPoint, BenchReport, Progress, k_override, plan_points, run_bench
+from composer.bench import (
+    BenchOptions,
+    BenchPoint,
+    BenchReport,
+    Progress,
+    k_override,
+    plan_points,
+    run_bench,
+)
 from composer.bench_hints import variant_hints
 from composer.health import base_url
 from composer.spec import LABEL_CONFIG_HASH, build_spec
@@ -39,13 +47,20 @@ def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -
     return None
 
 
-def checkpoint_hints(stack: Stack, points: Sequence[BenchPoint]) -> list[str]:
-    """What the checkpoints say about the Ks of the sweep."""
+def plan_with_hints(
+    stack: Stack, variants: Sequence[str], ks: Sequence[int] | None
+) -> tuple[list[BenchPoint], list[str], dict[BenchPoint, str]]:
+    """The sweep (with each checkpoint's suggested K), the hints, and the points vLLM would reject."""
+    suggested = {name: variant_hints(stack, stack.variant(name), ()).suggested_k for name in variants}
+    points = plan_points(stack, variants, ks, suggested)
     messages: list[str] = []
+    skip: dict[BenchPoint, str] = {}
     for name in dict.fromkeys(p.variant for p in points):
-        ks = [p.k for p in points if p.variant == name and p.k]
-        messages += variant_hints(stack, stack.variant(name), ks).messages
-    return messages
+        hints = variant_hints(stack, stack.variant(name), [p.k for p in points if p.variant == name and p.k])
+        messages += hints.messages
+        rejected = dict(hints.rejected)
+        skip.update({p: rejected[p.k] for p in points if p.variant == name and p.k in rejected})
+    return points, messages, skip
 
 
 def bench_with_swaps(
@@ -66,8 +81,7 @@ def bench_with_swaps(
     from composer.lifecycle import UpOptions, up
 
     stack = stack_for(())
-    points = plan_points(stack, variants, ks)
-    hints = checkpoint_hints(stack, points)
+    points, hints, skip = plan_with_hints(stack, variants, ks)
     for hint in hints:
         progress(f"hint: {hint}")
     up_options = UpOptions(timeout=swap_timeout)
@@ -91,6 +105,7 @@ def bench_with_swaps(
             served_name=stack.served_model_name,
             progress=progress,
             hints=hints,
+            skip=skip,
         )
     finally:
         notes = _restore(previous, stack_for, [p.k for p in points if p.k], client, up_options, progress)

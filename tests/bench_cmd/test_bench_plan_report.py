@@ -64,6 +64,7 @@ def test_plan_sweeps_k_for_speculative_variants_only(stack) -> None:
 
 def test_plan_default_ks_include_the_configured_k(stack) -> None:
     assert [p.k for p in plan_points(stack, ["mtp"], None)] == [1, 3, 4, 7, 10]
+    assert [p.k for p in plan_points(stack, ["dflash2"], None, {"dflash2": 5})] == [1, 3, 4, 5, 7, 10]
     with pytest.raises(UsageError, match="unknown variant"):
         plan_points(stack, ["nope"], None)
     with pytest.raises(UsageError, match="positive"):
@@ -157,7 +158,7 @@ def test_table_and_files(tmp_path: Path) -> None:
     assert "mtp       7" in table
     assert ".87/.79/.69/.54/.44/.28/.21" in table
     assert "best K for mtp: 7 at 59.0 tok/s (2.01x baseline)" in table
-    assert "failed: dflash2 failed: boom" in table
+    assert "dflash2   10  dflash2 failed: boom" in table
     assert "hint: dflash2: start at K=7" in table
 
     data = report_data(report)

@@ -122,3 +122,41 @@ def test_unknown_previous_configuration_is_restored_from_the_stack_with_a_note(t
     report = bench_swap.bench_with_swaps(load, ["mtp"], [3], OPTIONS, client=None)
     assert docker.calls == ["up mtp K=3", "up mtp K=7"]
     assert any("0123456789abcdef" in n for n in report.notes)
+
+
+def test_ks_the_target_cannot_run_are_skipped_not_swapped(tmp_path: Path, fake) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text('{"text_config": {"mtp_num_hidden_layers": 2}}')
+    env = tmp_path / "empty.env"
+    env.write_text("")
+
+    def load(flags):
+        return load_stack(
+            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.model_dir={target}", *flags)
+        )
+
+    docker = fake(None)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [2, 3, 4], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=2", "up mtp K=4", "down"]
+    skipped = {r.point.k: r.error for r in report.results if r.error}
+    assert list(skipped) == [3] and skipped[3].startswith("skipped: K=3 exceeds the 2 MTP layer(s)")
+    assert any("K=3" in h and "reject" in h for h in report.hints)
+
+
+def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"dflash_config": {"block_size": 9}}')
+    env = tmp_path / "empty.env"
+    env.write_text("")
+
+    def load(flags):
+        return load_stack(
+            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.draft_dir={draft}", *flags)
+        )
+
+    fake(None)
+    report = bench_swap.bench_with_swaps(load, ["dflash2"], None, OPTIONS, client=None)
+    assert [r.point.k for r in report.results] == [1, 3, 4, 7, 8, 10]
+    assert any("block_size 9" in h and "K=8" in h for h in report.hints)
