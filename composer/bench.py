@@ -260,6 +260,8 @@ def run_bench(
         try:
             serve(point)
         except (SwapFailed, HealthCheckFailed) as err:
+            if isinstance(err.__cause__, KeyboardInterrupt):  # rolled back, but the user wants out
+                raise KeyboardInterrupt from err
             report.results.append(PointResult(point, error=str(err)))
             progress(f"[{number}/{len(points)}] {point.label}: swap failed: {err}")
             eta.points_left -= 1

@@ -374,6 +374,8 @@ def bench(
     timeout: float,
 ) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after."""
+    import signal
+
     from composer.bench import BenchOptions
     from composer.bench_prompts import bench_prompts
     from composer.bench_report import format_table, report_data, write_outputs
@@ -391,6 +393,7 @@ def bench(
     k_values = _csv_list(ks, int)
     line = LiveLine()
     client = docker_client()
+    signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM also restores the previous variant
     try:
         report = bench_with_swaps(
             lambda flags: obj.stack(extra_sets=flags),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import uuid
@@ -47,8 +48,8 @@ class Stack:
     extra: Path
     out: Path
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [
+    def argv(self, *args: str) -> list[str]:
+        return [
             "compose-spec",
             "--env-file",
             ".env.demo",
@@ -62,6 +63,9 @@ class Stack:
             f"stack.port={self.port}",
             *args,
         ]
+
+    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        argv = self.argv(*args)
         done = subprocess.run(argv, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=300)
         if check and done.returncode != 0:
             command = " ".join(args)
@@ -212,3 +216,30 @@ def test_small_model_prefers_k1_and_flipped_tokens_lower_agreement(make_stack, d
         assert point["first_difference"] is not None
     assert points[("mtp", 1)]["speedup"] > 1.05 > points[("mtp", 5)]["speedup"]
     assert stack.running(docker_client) == []  # nothing served before, so nothing serves after
+
+
+def test_sigterm_mid_sweep_still_restores_the_previous_variant(make_stack, docker_client) -> None:
+    stack = make_stack({"SIM_TIME_SCALE": "20", "SIM_LOAD_SECONDS": "0.2"})
+    stack.run("up", "baseline")
+    (before,) = stack.running(docker_client)
+    args = ("bench", "--variants", "mtp", "--k", "3,7", "--max-tokens", "1000", "--out", str(stack.out))
+    proc = subprocess.Popen(stack.argv(*args), cwd=REPO, env=stack.env, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
+    try:
+        for line in proc.stderr:
+            seen.append(line)
+            if "mtp K=3: run 1/5" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        _, rest = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    output = "".join(seen) + (rest or "")
+    assert proc.returncode != 0, output
+    assert "baseline serves again" in output
+    (after,) = stack.running(docker_client)
+    assert after["vllm-composer.variant"] == "baseline"
+    assert after["vllm-composer.config-hash"] == before["vllm-composer.config-hash"]
+    assert "Aborted!" in output
+    assert not (stack.out / "bench.json").exists()  # an interrupted sweep writes no report

@@ -38,13 +38,15 @@ class FakeDocker:
     serving: tuple[str, str] | None
     calls: list[str] = field(default_factory=list)
     fail_k: int | None = None
+    interrupt_k: int | None = None
 
     def up(self, stack, variant, *, client, options, progress):
-        k = (
-            stack.variant(variant).speculative.num_speculative_tokens
-            if stack.variant(variant).speculative
-            else 0
-        )
+        spec = stack.variant(variant).speculative
+        k = spec.num_speculative_tokens if spec else 0
+        if k == self.interrupt_k:
+            self.calls.append(f"up {variant} K={k} interrupted")
+            failed = SwapFailed(f"{variant} failed: interrupted; rolled back", rolled_back=True)
+            raise failed from KeyboardInterrupt()
         if k == self.fail_k:
             self.calls.append(f"up {variant} K={k} failed")
             raise SwapFailed(f"{variant} failed: boom; rolled back", rolled_back=True)
@@ -63,8 +65,8 @@ class FakeDocker:
 
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch):
-    def install(serving, measured=None, fail_k=None) -> FakeDocker:
-        docker = FakeDocker(serving, fail_k=fail_k)
+    def install(serving, measured=None, fail_k=None, interrupt_k=None) -> FakeDocker:
+        docker = FakeDocker(serving, fail_k=fail_k, interrupt_k=interrupt_k)
         monkeypatch.setattr(composer.lifecycle, "up", docker.up)
         monkeypatch.setattr(composer.lifecycle, "down", docker.down)
         monkeypatch.setattr(composer.containers, "current_variant", docker.current)
@@ -160,3 +162,11 @@ def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> N
     report = bench_swap.bench_with_swaps(load, ["dflash2"], None, OPTIONS, client=None)
     assert [r.point.k for r in report.results] == [1, 3, 4, 7, 8, 10]
     assert any("block_size 9" in h and "K=8" in h for h in report.hints)
+
+
+def test_interrupt_during_a_swap_stops_the_sweep_and_restores(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("baseline", bench_swap.config_hash(load(()), "baseline")), interrupt_k=7)
+    with pytest.raises(KeyboardInterrupt):
+        bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7 interrupted", "up baseline K=0"]
