@@ -108,12 +108,17 @@ def watch_settled(container: Container, target: GateTarget, seconds: float, inte
     with _http() as client:
         while time.monotonic() < end:
             exited = _exited(container)
-            if exited:
-                raise _failure(f"{exited} {seconds:.1f}s after becoming ready", _logs(container))
-            try:
-                healthy = client.get(f"{target.url}/health").status_code == 200
-            except httpx.TransportError:
-                healthy = False
-            if not healthy:
-                raise _failure("/health stopped answering 200 right after readiness", _logs(container))
-            time.sleep(interval)
+            if not exited and _healthy(client, target):
+                time.sleep(interval)
+                continue
+            if not exited:
+                time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
+                exited = _exited(container) or "/health stopped answering 200"
+            raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", _logs(container))
+
+
+def _healthy(client: httpx.Client, target: GateTarget) -> bool:
+    try:
+        return client.get(f"{target.url}/health").status_code == 200
+    except httpx.TransportError:
+        return False
