@@ -7,7 +7,7 @@ ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
 
-.PHONY: install docker tools base-image image-sim render test lint demo clean
+.PHONY: install docker tools base-image image-sim render test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -45,6 +45,12 @@ render: install
 
 test: install tools docker image-sim
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
+bench: install docker image-sim
+	$(BIN)/python tests/bench/bench_render.py
+	$(BIN)/python tests/bench/bench_swap.py
+	$(BIN)/python tests/bench/bench_client_capacity.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim
