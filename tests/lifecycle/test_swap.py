@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import httpx
 import pytest
 
@@ -24,11 +26,59 @@ def assert_serving(stack, client, variant: str) -> None:
     assert status["port"] == stack.port
 
 
+def spec_counters(url: str) -> dict[str, float]:
+    """The spec-decode and generation counters from /metrics, summed over labels."""
+    totals: dict[str, float] = {}
+    for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
+        if line.startswith(("vllm:spec_decode", "vllm:generation_tokens_total")):
+            name, value = line.rsplit(" ", 1)
+            key = name if "per_pos" in name else name.split("{")[0]
+            totals[key] = totals.get(key, 0.0) + float(value)
+    return totals
+
+
+def assert_api_surface(stack, speculative: bool) -> None:
+    """Wrong key 401; streaming yields tokens and [DONE]; spec-decode counters add up."""
+    url = f"http://127.0.0.1:{stack.port}"
+    wrong = httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong"}, timeout=5)
+    assert wrong.status_code == 401 and wrong.json() == {"error": "Unauthorized"}
+    before = spec_counters(url)
+    body = {
+        "model": "claude-opus-5",
+        "messages": [{"role": "user", "content": "Tell me about speculative decoding."}],
+        "max_tokens": 64,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    with httpx.stream(
+        "POST", f"{url}/v1/chat/completions", json=body, headers=headers, timeout=60
+    ) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    usage = json.loads(lines[-2][len("data: ") :])["usage"]
+    assert usage["completion_tokens"] == 64
+    delta = {k: v - before.get(k, 0.0) for k, v in spec_counters(url).items()}
+    assert delta["vllm:generation_tokens_total"] == 64
+    if not speculative:
+        assert not any(k.startswith("vllm:spec_decode") for k in delta)
+        return
+    drafts = delta["vllm:spec_decode_num_drafts_total"]
+    accepted = delta["vllm:spec_decode_num_accepted_tokens_total"]
+    assert accepted <= delta["vllm:spec_decode_num_draft_tokens_total"]
+    assert 1 + accepted + drafts == 64
+    positions = {int(k.split('position="')[1].split('"')[0]): v for k, v in delta.items() if "per_pos" in k}
+    per_pos = [positions[i] for i in sorted(positions)]
+    assert len(per_pos) == 7 and per_pos == sorted(per_pos, reverse=True) and sum(per_pos) == accepted
+
+
 def test_baseline_mtp_dflash2_baseline(sim_stack, docker_client):
     for variant in ("baseline", "mtp", "dflash2", "baseline"):
         done = sim_stack.run("up", variant, "--json")
         assert done.returncode == 0, done.stderr
         assert_serving(sim_stack, docker_client, variant)
+        assert_api_surface(sim_stack, speculative=variant != "baseline")
 
 
 def test_same_variant_again_is_a_no_op(sim_stack, docker_client):
