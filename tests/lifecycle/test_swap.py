@@ -74,9 +74,18 @@ def assert_api_surface(stack, speculative: bool) -> None:
 
 
 def test_baseline_mtp_dflash2_baseline(sim_stack, docker_client):
+    previous = None
     for variant in ("baseline", "mtp", "dflash2", "baseline"):
         done = sim_stack.run("up", variant, "--json")
         assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["variant"] == variant and result["previous"] == previous
+        assert result["outcome"] == ("swapped" if previous else "started")
+        expected = {"start_to_ready", "settle", "total"} | ({"stop", "release_wait"} if previous else set())
+        assert set(result["timings"]) == expected
+        assert result["timings"]["total"] >= result["timings"]["start_to_ready"] > 0
+        assert result["kv_cache_tokens"] > 0
+        previous = variant
         assert_serving(sim_stack, docker_client, variant)
         assert_api_surface(sim_stack, speculative=variant != "baseline")
 
