@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import socket
+import threading
 import time
 from dataclasses import replace
 
@@ -73,33 +74,40 @@ def _hold_lock(project: str, held, release) -> None:
         release.wait(10)
 
 
-def test_lock_serialises_and_no_wait_fails(tmp_path, monkeypatch):
+@pytest.fixture
+def lock_holder(tmp_path, monkeypatch):
+    """Another process holding the swap lock of project `p`; `release` lets it go."""
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     ctx = multiprocessing.get_context("fork")
     held, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_lock, args=("p1", held, release))
+    holder = ctx.Process(target=_hold_lock, args=("p", held, release))
     holder.start()
     assert held.wait(10)
-    with pytest.raises(LockBusy, match="another swap of project 'p1'"), swap_lock("p1", wait=False):
+    yield holder, release
+    if holder.is_alive():  # setting the event waits for its sleepers: never for a killed one
+        release.set()
+        holder.join(5)
+
+
+def test_lock_serialises_and_no_wait_fails(lock_holder):
+    holder, release = lock_holder
+    busy = f"another swap of project 'p' is running \\(pid {holder.pid}\\)"
+    with pytest.raises(LockBusy, match=busy), swap_lock("p", wait=False):
         pass
+    threading.Timer(0.3, release.set).start()
     messages: list[str] = []
-    release.set()
     began = time.monotonic()
-    with swap_lock("p1", wait=True, on_wait=messages.append):
-        assert time.monotonic() - began < 10
-    holder.join(5)
+    with swap_lock("p", wait=True, on_wait=messages.append):
+        waited = time.monotonic() - began
+    assert waited >= 0.25
+    assert messages == [f"waiting for another swap of project 'p' (pid {holder.pid}) to finish"]
 
 
-def test_lock_released_when_holder_is_killed(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
-    ctx = multiprocessing.get_context("fork")
-    held, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_lock, args=("p2", held, release))
-    holder.start()
-    assert held.wait(10)
+def test_lock_released_when_holder_is_killed(lock_holder):
+    holder, _ = lock_holder
     holder.kill()
     holder.join(5)
-    with swap_lock("p2", wait=False):
+    with swap_lock("p", wait=False):
         pass
 
 
