@@ -32,3 +32,8 @@ def kv_cache_tokens(log: str) -> int | None:
 def tail(log: str, lines: int = 30) -> str:
     """The last lines of a log."""
     return "\n".join(log.rstrip().splitlines()[-lines:])
+
+
+def redact(log: str, secret: str | None) -> str:
+    """The log with every occurrence of a secret (the API key) masked."""
+    return log.replace(secret, "********") if secret else log

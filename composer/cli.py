@@ -259,19 +259,21 @@ def status(obj: Context, as_json: bool) -> None:
 @handle_errors
 def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
     """Print the newest variant container's log (running or exited)."""
+    from composer.bootlog import redact
     from composer.containers import our_containers
     from composer.diagnose import explain as find_signatures
     from composer.docker_client import docker_client
 
-    containers = our_containers(obj.stack(), docker_client())
+    stack = obj.stack()
+    containers = our_containers(stack, docker_client())
     if not containers:
         fail("no variant container exists (start one with `compose-spec up VARIANT`)", 1)
     container = containers[0]
     if follow and not explain:
         for chunk in container.logs(stream=True, follow=True, tail=tail):
-            click.echo(chunk.decode(errors="replace"), nl=False)
+            click.echo(redact(chunk.decode(errors="replace"), stack.api_key), nl=False)
         return
-    text = container.logs(tail=tail).decode(errors="replace")
+    text = redact(container.logs(tail=tail).decode(errors="replace"), stack.api_key)
     if not explain:
         click.echo(text, nl=False)
         return

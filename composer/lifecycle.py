@@ -250,7 +250,7 @@ class Swapper:
             cause = str(err)
         else:
             cause = f"unexpected {type(err).__name__}: {err}"
-        log_tail = getattr(err, "log_tail", "") or self._log_tail()
+        log_tail = bootlog.redact(getattr(err, "log_tail", "") or self._log_tail(), self.stack.api_key)
         hints = getattr(err, "hints", ()) or diagnose.hints(log_tail)
         self.say(f"{plan.target} failed: {cause}; removing it")
         self.stop_all()

@@ -148,3 +148,8 @@ def test_workload_mapping_defaults():
         "draft": "dflash2",
     }
     assert replace(s.variant("mtp")).speculative.method == "mtp"
+
+
+def test_redact_masks_the_key_everywhere():
+    assert bootlog.redact("key=sk-abc; again sk-abc.", "sk-abc") == "key=********; again ********."
+    assert bootlog.redact("nothing to hide", None) == "nothing to hide"
