@@ -154,7 +154,6 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
 
     stack = obj.stack()
     variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
-    stack.variant(variant)
     options = UpOptions(
         timeout=opts["timeout"],
         rollback=not opts["no_rollback"],

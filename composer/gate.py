@@ -16,6 +16,9 @@ from composer.health import Readiness, base_url, probe
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
+    from composer.containers import RunningVariant
+    from composer.stack import Stack
+
 LOG_EVERY = 1.0
 
 
@@ -32,6 +35,17 @@ class GateTarget:
     @property
     def url(self) -> str:
         return base_url(self.bind_address, self.port)
+
+
+def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
+    """How to reach a running variant container's API (its labels first, then the stack)."""
+    return GateTarget(
+        variant=running.variant,
+        port=running.port or stack.port,
+        bind_address=stack.bind_address,
+        served_name=running.served_name or stack.served_model_name,
+        api_key=stack.api_key,
+    )
 
 
 def _http() -> httpx.Client:

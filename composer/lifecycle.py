@@ -20,7 +20,7 @@ from composer import bootlog, diagnose, preflight
 from composer.containers import RunningVariant, current_variant, describe, our_containers
 from composer.docker_client import compose
 from composer.errors import ComposerError, HealthCheckFailed, PreflightFailed, SwapFailed
-from composer.gate import GateTarget, wait_ready, watch_settled
+from composer.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.gpu_release import wait_for_release
 from composer.runfiles import compose_environment, run_file
 from composer.spec import LABEL_CONFIG_HASH, build_spec
@@ -125,30 +125,20 @@ class Swapper:
             first = failed[0]
             raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
-    def target_of(self, running: RunningVariant) -> GateTarget:
-        """How to reach a running container's API."""
-        return GateTarget(
-            variant=running.variant,
-            port=running.port or self.stack.port,
-            bind_address=self.stack.bind_address,
-            served_name=running.served_name or self.stack.served_model_name,
-            api_key=self.stack.api_key,
-        )
-
     # -- steps --------------------------------------------------------------------------
     def stop_all(self) -> None:
         """Stop and remove every variant container of the project (grace period, then kill)."""
-        grace = str(self.stack.stop_grace_period)
+        from docker.errors import NotFound
+
         for container in our_containers(self.stack, self.client):
             self.say(f"stopping {describe(container).variant} ({container.name})")
             try:
-                container.stop(timeout=int(grace))
+                container.stop(timeout=self.stack.stop_grace_period)
                 container.remove(force=True)
-            except Exception as err:  # already gone is fine; anything else is reported
-                from docker.errors import NotFound
-
-                if not isinstance(err, NotFound):
-                    raise ComposerError(f"could not stop {container.name}: {err}") from err
+            except NotFound:  # already gone
+                continue
+            except Exception as err:
+                raise ComposerError(f"could not stop {container.name}: {err}") from err
 
     def start(self, compose_file: Path) -> None:
         """`docker compose up -d` on a run file (never builds, never pulls)."""
@@ -207,9 +197,7 @@ class Swapper:
         return result
 
     def _is_ready(self, current: RunningVariant) -> bool:
-        from composer.gate import probe_once
-
-        return probe_once(self.target_of(current))
+        return probe_once(running_target(self.stack, current))
 
     def _execute(self, plan: SwapPlan, compose_file: Path, result: UpResult) -> None:
         if "stop" in plan.steps:
@@ -281,7 +269,7 @@ class Swapper:
             compose_file = run_file(self.stack, previous.variant)
         began = time.monotonic()
         self.start(compose_file)
-        self.gate(self.target_of(previous), began)
+        self.gate(running_target(self.stack, previous), began)
 
     def _log_tail(self) -> str:
         containers = our_containers(self.stack, self.client)

@@ -10,7 +10,7 @@ import os
 import re
 from pathlib import Path
 
-from composer.render import render_variant, write_atomic
+from composer.render import RenderedFile, render_variant, write_atomic
 from composer.spec import API_KEY_VAR, build_spec
 from composer.stack import Stack
 
@@ -30,7 +30,7 @@ def run_file(stack: Stack, variant: str, directory: Path | None = None) -> Path:
     config_hash = dict(spec.labels)["vllm-composer.config-hash"]
     out = (directory or state_dir()) / stack.project
     compose_file = next(f for f in render_variant(stack, variant, out) if f.path.suffix == ".yml")
-    target = compose_file.__class__(out / f"{variant}-{config_hash}.yml", compose_file.content, 0o644)
+    target = RenderedFile(out / f"{variant}-{config_hash}.yml", compose_file.content, 0o644)
     write_atomic(target)
     return target.path
 

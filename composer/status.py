@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from composer.containers import current_variant, describe, our_containers
-from composer.gate import GateTarget, probe_once
+from composer.gate import probe_once, running_target
 from composer.spec import LABEL_CONFIG_HASH, build_spec
 from composer.stack import Stack
 
@@ -24,13 +24,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
             "variant": None,
             "stopped": [s.name for s in stopped],
         }
-    target = GateTarget(
-        running.variant,
-        running.port or stack.port,
-        stack.bind_address,
-        running.served_name or stack.served_model_name,
-        stack.api_key,
-    )
+    target = running_target(stack, running)
     ready = probe_once(target)
     current_hash = None
     if running.variant in stack.variants:
