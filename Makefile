@@ -48,9 +48,9 @@ test: install tools docker image-sim
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
 bench: install docker image-sim
-	$(BIN)/python tests/bench/bench_render.py
-	$(BIN)/python tests/bench/bench_swap.py
-	$(BIN)/python tests/bench/bench_client_capacity.py
+	$(BIN)/python benchmarks/bench_render.py
+	$(BIN)/python benchmarks/bench_swap.py
+	$(BIN)/python benchmarks/bench_client_capacity.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim

@@ -27,7 +27,7 @@ class Context:
         self.sets = sets
 
     def stack(self, extra_sets: tuple[str, ...] = ()):
-        from composer.config import load_stack
+        from composer.stack.load import load_stack
 
         return load_stack(self.stacks or None, self.env_file, flags=(*self.sets, *extra_sets))
 
@@ -85,7 +85,7 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
 @handle_errors
 def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str) -> None:
     """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default)."""
-    from composer.render import is_current, render_all, write_atomic
+    from composer.render.files import is_current, render_all, write_atomic
 
     files = render_all(obj.stack(), list(variants), Path(out_dir))
     if check:
@@ -107,7 +107,7 @@ def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str) -
 @handle_errors
 def config_cmd(obj: Context, variant: str | None, as_json: bool) -> None:
     """Print the resolved stack and where each value came from (API key masked)."""
-    from composer.describe import format_stack, stack_data
+    from composer.render.describe import format_stack, stack_data
 
     data = stack_data(obj.stack(), variant)
     click.echo(json.dumps(data, indent=2) if as_json else format_stack(data))
@@ -148,9 +148,9 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str, Any]) -> None:
     import signal
 
-    from composer.docker_client import docker_client
+    from composer.engine.client import docker_client
     from composer.errors import SwapFailed
-    from composer.lifecycle import UpOptions, up
+    from composer.swap.swapper import UpOptions, up
 
     stack = obj.stack()
     variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
@@ -229,8 +229,8 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
 @handle_errors
 def down(obj: Context) -> None:
     """Stop and remove the running variant."""
-    from composer.docker_client import docker_client
-    from composer.lifecycle import down as stop
+    from composer.engine.client import docker_client
+    from composer.swap.swapper import down as stop
 
     line = LiveLine()
     stopped = stop(obj.stack(), client=docker_client(), progress=line.step)
@@ -243,8 +243,8 @@ def down(obj: Context) -> None:
 @handle_errors
 def status(obj: Context, as_json: bool) -> None:
     """Show the running variant: health, served name, port, image, uptime."""
-    from composer.docker_client import docker_client
-    from composer.status import format_status, status_data
+    from composer.engine.client import docker_client
+    from composer.swap.status import format_status, status_data
 
     data = status_data(obj.stack(), docker_client())
     click.echo(json.dumps(data, indent=2) if as_json else format_status(data))
@@ -258,10 +258,10 @@ def status(obj: Context, as_json: bool) -> None:
 @handle_errors
 def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
     """Print the newest variant container's log (running or exited)."""
-    from composer.bootlog import redact
-    from composer.containers import our_containers
-    from composer.diagnose import explain as find_signatures
-    from composer.docker_client import docker_client
+    from composer.engine.bootlog import redact
+    from composer.engine.client import docker_client
+    from composer.engine.containers import our_containers
+    from composer.engine.diagnose import explain as find_signatures
 
     stack = obj.stack()
     containers = our_containers(stack, docker_client())
@@ -295,9 +295,9 @@ def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
 @handle_errors
 def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, recipes_dir: str) -> None:
     """Build the overlay image of images/RECIPE offline (base must be local; never pulls)."""
-    from composer.docker_client import docker_client
-    from composer.images import build_overlay
-    from composer.overlay_recipe import load_recipe
+    from composer.engine.client import docker_client
+    from composer.overlay.builder import build_overlay
+    from composer.overlay.recipe import load_recipe
 
     loaded = load_recipe(Path(recipes_dir), recipe, obj.stack().images)
     client = docker_client()
@@ -323,7 +323,7 @@ def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, 
 @handle_errors
 def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     """Check the host, Docker, GPUs, checkpoints and secrets for VARIANT (all by default)."""
-    from composer.doctor import default_host, format_report, run_doctor
+    from composer.doctor.report import default_host, format_report, run_doctor
 
     report = run_doctor(obj.stack(), variant, default_host(obj.env_file))
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
@@ -377,11 +377,11 @@ def bench(
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after."""
     import signal
 
-    from composer.bench import BenchOptions
-    from composer.bench_prompts import bench_prompts
-    from composer.bench_report import format_table, report_data, write_outputs
-    from composer.bench_swap import bench_with_swaps
-    from composer.docker_client import docker_client
+    from composer.bench.prompts import bench_prompts
+    from composer.bench.report import format_table, report_data, write_outputs
+    from composer.bench.swaps import bench_with_swaps
+    from composer.bench.sweep import BenchOptions
+    from composer.engine.client import docker_client
 
     options = BenchOptions(
         prompts=bench_prompts(prompt_file, prompt_tokens),

@@ -8,9 +8,9 @@ import struct
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from composer.config import load_stack
-from composer.gpu import GpuInfo, GpuProcess
-from composer.stack import Stack
+from composer.probes.gpu import GpuInfo, GpuProcess
+from composer.stack.load import load_stack
+from composer.stack.model import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 GIB = 1 << 30

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from composer import doctor_checks_docker as dck
-from composer.docker_client import compose_version, docker_client
-from composer.preflight import check_port
-from composer.spec import LABEL_PORT, LABEL_VARIANT
+from composer.doctor import engine_checks as dck
+from composer.doctor.preflight import check_port
+from composer.engine.client import compose_version, docker_client
+from composer.render.spec import LABEL_PORT, LABEL_VARIANT
 
 from .fakes import make_stack
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from composer import doctor_checks_gpu as gck
-from composer.gpu import GpuInfo, GpuProcess
+from composer.doctor import gpu_checks as gck
+from composer.probes.gpu import GpuInfo, GpuProcess
 
 from .fakes import GIB, FakeProbe, h100, make_stack, rtx4090
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from composer import doctor_checks_host as hck
+from composer.doctor import host_checks as hck
 
 from .fakes import make_stack
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from composer import doctor_checks_model as mck
+from composer.doctor import model_checks as mck
 
 from .fakes import make_stack
 

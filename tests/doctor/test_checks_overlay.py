@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor_checks_overlay import check_overlay_current, make_target, recipe_for_image
-from composer.images import image_labels
-from composer.overlay_diff import sha256_hex
-from composer.overlay_recipe import load_recipe
+from composer.doctor.overlay_checks import check_overlay_current, make_target, recipe_for_image
+from composer.overlay.builder import image_labels
+from composer.overlay.diff import sha256_hex
+from composer.overlay.recipe import load_recipe
 
 from .fakes import make_stack
 

@@ -6,8 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from composer.docker_client import compose_version, docker_client
-from composer.doctor import CHECK_NAMES, SCHEMA_VERSION, Host, Report, fast_checks, format_report, run_doctor
+from composer.doctor.report import (
+    CHECK_NAMES,
+    SCHEMA_VERSION,
+    Host,
+    Report,
+    fast_checks,
+    format_report,
+    run_doctor,
+)
+from composer.engine.client import compose_version, docker_client
 from composer.errors import DockerUnavailable
 
 from .fakes import GIB, FakeProbe, make_stack, rtx4090
@@ -65,7 +73,7 @@ def test_json_schema_is_stable(tmp_path: Path) -> None:
 
 
 def test_format_report_shows_fixes_and_counts() -> None:
-    from composer.doctor import Check
+    from composer.doctor.report import Check
 
     report = Report(
         None, (Check("port", "fail", "in use", "choose another port"), Check("api-key", "ok", "set"))

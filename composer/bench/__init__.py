@@ -1,0 +1,22 @@
+"""`bench`: what each variant and K really gives, measured on a running server.
+
+Owns: the sweep plan and its run (`sweep`), the swaps between points through the gated
+`up` (`swaps`), the streaming client (`client`), `/metrics` deltas and acceptance
+(`metrics`), output agreement (`agreement`), K hints from the checkpoints (`hints`),
+prompts (`prompts`) and the report (`report`). May import: `composer.stack`,
+`composer.render`, `composer.engine`, `composer.probes`, `composer.swap`,
+`composer.errors`. Public: `BenchOptions`, `run_bench`, `bench_with_swaps`,
+`bench_prompts`, `report_data`, `format_table`, `write_outputs`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "prompts": ["bench_prompts"],
+        "report": ["format_table", "report_data", "write_outputs"],
+        "swaps": ["bench_with_swaps"],
+        "sweep": ["BenchOptions", "run_bench"],
+    },
+)

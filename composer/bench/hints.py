@@ -1,0 +1,74 @@
+"""Hints for K from the checkpoints' config.json (read with composer.probes.checkpoints).
+
+- A DFlash draft's `dflash_config.block_size` is the block it was trained on:
+  K = block_size - 1 is the starting point of the sweep.
+- The target's `mtp_num_hidden_layers` (top level or under `text_config`) says whether
+  MTP is available; vLLM rejects a K above the MTP layer count that is not a multiple of it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from composer.probes.checkpoints import CheckpointError, dflash_block_size, mtp_layers, read_config
+from composer.stack.model import Stack, Variant
+
+
+def mtp_k_problem(k: int, layers: int) -> str | None:
+    """Why vLLM would reject K for this MTP depth, or None when K is allowed."""
+    if layers <= 0:
+        return "the target has no MTP layers"
+    if k > layers and k % layers != 0:
+        return f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
+    return None
+
+
+def is_mtp(method: str) -> bool:
+    """`mtp` or a model-named alias such as `qwen3_next_mtp`."""
+    return method == "mtp" or method.endswith("_mtp")
+
+
+@dataclass(frozen=True)
+class KHints:
+    """What the checkpoints say about K for one variant."""
+
+    variant: str
+    suggested_k: int | None
+    messages: tuple[str, ...]
+    rejected: tuple[tuple[int, str], ...] = ()
+
+
+def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
+    """Hints for one speculative variant and the Ks about to be measured."""
+    spec = variant.speculative
+    if spec is None:
+        return KHints(variant.name, None, ())
+    name = variant.name
+    messages: list[str] = []
+    rejected: list[tuple[int, str]] = []
+    suggested: int | None = None
+    if spec.draft_model:
+        try:
+            block = dflash_block_size(read_config(stack.draft_dir))
+        except CheckpointError as err:
+            block = None
+            messages.append(f"{name}: cannot read the draft's config: {err}")
+        if block is not None and block > 1:
+            suggested = block - 1
+            messages.append(f"{name}: the draft was trained with block_size {block}: start at K={suggested}")
+    if is_mtp(spec.method):
+        try:
+            layers = mtp_layers(read_config(stack.model_dir))
+        except CheckpointError as err:
+            messages.append(f"{name}: cannot read the target's config: {err}")
+        else:
+            if layers == 0:
+                messages.append(f"{name}: the target has no mtp_num_hidden_layers: MTP is not available")
+            else:
+                for k in sorted(set(ks)):
+                    problem = mtp_k_problem(k, layers)
+                    if problem:
+                        messages.append(f"{name}: {problem}: vLLM will reject it")
+                        rejected.append((k, problem))
+    return KHints(name, suggested, tuple(messages), tuple(rejected))

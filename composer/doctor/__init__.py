@@ -1,0 +1,20 @@
+"""`doctor`: the known pitfalls as one registry of checks, each ok / warn / fail with a fix.
+
+Owns: the check registry and report (`report`), the fast checks that double as the swap
+preflight (`preflight`), and the checks grouped by what they read: the Docker engine
+(`engine_checks`), GPUs (`gpu_checks`), the host (`host_checks`), checkpoints
+(`model_checks`) and overlay images (`overlay_checks`). Reads only; changes nothing.
+May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.overlay`,
+`composer.errors`, `composer.labels`. Public: `run_doctor`, `fast_checks`, `Report`,
+`Host`, `default_host`, `format_report`, `Finding`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "preflight": ["Finding"],
+        "report": ["Host", "Report", "default_host", "fast_checks", "format_report", "run_doctor"],
+    },
+)

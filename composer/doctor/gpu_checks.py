@@ -1,0 +1,252 @@
+"""GPU checks: count against TP, compute capability against the attention backend, memory.
+
+Without GPU facts every GPU check reports "not available": `ok` with "no GPU: demo
+only" when the stack asks for no GPUs (GPU_DEVICES=none), else `warn` (the facts
+could not be read, so nothing is known).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from composer.doctor.model_checks import draft_tensor_parallel_size, weight_share
+from composer.doctor.preflight import Finding
+from composer.probes.gpu import GpuInfo, GpuProbe, GpuProbeError, select_gpus
+from composer.render.spec import build_spec
+from composer.stack.model import Stack, Variant
+from composer.stack.values import V2_RUNNER_METHODS
+
+GIB = float(1 << 30)
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
+FA_VERSION_VAR = "VLLM_FLASH_ATTN_VERSION"
+NON_CAUSAL_BACKENDS = frozenset({"FLASH_ATTN", "FLEX_ATTENTION"})
+DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    """The stack's GPUs as the probe sees them, or why there are none."""
+
+    gpus: tuple[GpuInfo, ...] = ()
+    all_gpus: tuple[GpuInfo, ...] = ()
+    unavailable: str = ""
+    demo: bool = False
+
+
+def gather_gpu_facts(stack: Stack, probe: GpuProbe) -> GpuFacts:
+    """One probe snapshot, narrowed to the stack's device list."""
+    if stack.gpus is None:
+        return GpuFacts(demo=True, unavailable=DEMO_ONLY)
+    if not probe.available:
+        return GpuFacts(unavailable=probe.reason or "no GPU probe")
+    try:
+        found = probe.gpus()
+    except GpuProbeError as err:
+        return GpuFacts(unavailable=str(err))
+    if not found:
+        return GpuFacts(unavailable=f"{probe.name} reports no GPUs")
+    selected = tuple(select_gpus(found, stack.gpus))
+    if not selected:
+        host = ", ".join(str(g.index) for g in found)
+        return GpuFacts((), tuple(found), f"none of GPU_DEVICES is among the host's GPUs ({host})")
+    return GpuFacts(selected, tuple(found))
+
+
+def not_available(name: str, facts: GpuFacts) -> Finding:
+    """The finding of a GPU check that has no facts to look at."""
+    if facts.demo:
+        return Finding(name, "ok", DEMO_ONLY)
+    return Finding(
+        name,
+        "warn",
+        f"GPU facts not available: {facts.unavailable}",
+        "install the NVIDIA driver (nvidia-smi) or `pip install nvidia-ml-py`; "
+        "for a demo without GPUs set GPU_DEVICES=none",
+    )
+
+
+def check_gpu_count(stack: Stack, facts: GpuFacts) -> Finding:
+    """Enough GPUs for tensor parallelism, and every listed device exists."""
+    tp = stack.tensor_parallel_size
+    listed = stack.gpus if stack.gpus not in (None, ("all",)) else None
+    if listed is not None and len(listed) < tp:
+        return Finding(
+            "gpu-count",
+            "fail",
+            f"GPU_DEVICES lists {len(listed)} GPU(s) but tensor_parallel_size is {tp}",
+            f"list {tp} devices in GPU_DEVICES or lower TENSOR_PARALLEL_SIZE",
+        )
+    if not facts.all_gpus:
+        return not_available("gpu-count", facts)
+    if listed is not None and len(facts.gpus) < len(listed):
+        seen = {str(g.index) for g in facts.gpus} | {g.uuid for g in facts.gpus}
+        missing = [d for d in listed if d not in seen]
+        return Finding(
+            "gpu-count",
+            "fail",
+            f"GPU_DEVICES names {', '.join(missing)} but the host has GPUs "
+            + ", ".join(str(g.index) for g in facts.all_gpus),
+            "set GPU_DEVICES to existing device indices",
+        )
+    if len(facts.gpus) < tp:
+        return Finding(
+            "gpu-count",
+            "fail",
+            f"{len(facts.gpus)} GPU(s) visible, tensor_parallel_size is {tp}",
+            f"lower TENSOR_PARALLEL_SIZE to {len(facts.gpus)} or add GPUs",
+        )
+    summary = _describe(facts.gpus)
+    if listed is not None and len(listed) > tp:
+        return Finding(
+            "gpu-count",
+            "warn",
+            f"{len(listed)} GPUs given to the container, TP uses {tp}: {summary}",
+            f"list only {tp} devices in GPU_DEVICES so the others stay free",
+        )
+    return Finding("gpu-count", "ok", f"{len(facts.gpus)} GPU(s) for TP={tp}: {summary}")
+
+
+def check_attention_backend(stack: Stack, variant: Variant) -> Finding | None:
+    """DFlash drafters need a non-causal backend (FLASH_ATTN or FLEX_ATTENTION), set explicitly."""
+    spec = variant.speculative
+    if spec is None or spec.method not in V2_RUNNER_METHODS:
+        return None
+    backend = (spec.attention_backend or stack.attention_backend).upper()
+    if backend not in NON_CAUSAL_BACKENDS:
+        return Finding(
+            "attention-backend",
+            "fail",
+            f"method {spec.method} with attention backend {backend.lower()}: it has no non-causal "
+            "support, which DFlash requires",
+            f'set attention_backend = "flash_attn" in [variants.{variant.name}.speculative]',
+        )
+    if spec.attention_backend is None:
+        return Finding(
+            "attention-backend",
+            "warn",
+            f"the drafter inherits {backend.lower()} from the stack; set it explicitly",
+            f'set attention_backend = "{backend.lower()}" in [variants.{variant.name}.speculative]',
+        )
+    return Finding("attention-backend", "ok", f"drafter uses {backend.lower()} (non-causal support)")
+
+
+def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
+    """FA3 (VLLM_FLASH_ATTN_VERSION=3) needs Hopper (SM 9.x); FLASH_ATTN needs SM 8.0+."""
+    if facts.unavailable:
+        return not_available("compute-capability", facts)
+    env = dict(build_spec(stack, variant.name).environment)
+    backends = {stack.attention_backend.upper()}
+    if variant.speculative and variant.speculative.attention_backend:
+        backends.add(variant.speculative.attention_backend.upper())
+    summary = _describe(facts.gpus)
+    if env.get(FA_VERSION_VAR) == "3":
+        not_hopper = [g for g in facts.gpus if g.compute_capability[0] != 9]
+        if not_hopper:
+            return Finding(
+                "compute-capability",
+                "fail",
+                f"{FA_VERSION_VAR}=3 forces FA3, which is Hopper-only (SM 9.x); "
+                f"GPU {not_hopper[0].index} is {not_hopper[0].name} {not_hopper[0].sm}",
+                f"remove {FA_VERSION_VAR} from [variants.{variant.name}.env]: flash_attn uses FA2 there",
+            )
+    if "FLASH_ATTN" in backends:
+        old = [g for g in facts.gpus if g.compute_capability < (8, 0)]
+        if old:
+            return Finding(
+                "compute-capability",
+                "fail",
+                f"flash_attn needs SM 8.0 or newer; GPU {old[0].index} is {old[0].name} {old[0].sm}",
+                "set attention_backend to triton_attn (flex_attention for DFlash drafters)",
+            )
+    if len({g.compute_capability for g in facts.gpus}) > 1:
+        return Finding(
+            "compute-capability",
+            "warn",
+            f"mixed compute capabilities under one TP group: {summary}",
+            "use identical GPUs in GPU_DEVICES",
+        )
+    hopper = facts.gpus[0].compute_capability[0] == 9
+    fa = " (FA3)" if hopper else " (FA2)" if "FLASH_ATTN" in backends else ""
+    using = ", ".join(sorted(b.lower() for b in backends)) + fa
+    return Finding("compute-capability", "ok", f"{summary}: {using}")
+
+
+def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
+    """Free memory per GPU covers the weights share (target + drafter) and the KV budget."""
+    if facts.unavailable:
+        return not_available("gpu-memory", facts)
+    tp = stack.tensor_parallel_size
+    parts, notes = [], []
+    target, why = weight_share(stack.model_dir, tp)
+    parts.append(("weights", target or 0))
+    if target is None:
+        notes.append(f"target weights unknown ({why})")
+    spec = variant.speculative
+    if spec is not None and spec.draft_model:
+        draft_tp = draft_tensor_parallel_size(stack, variant)
+        draft, why = weight_share(stack.draft_dir, draft_tp)
+        parts.append((f"draft weights (TP {draft_tp})", draft or 0))
+        if draft is None:
+            notes.append(f"draft weights unknown ({why})")
+    worst: tuple[str, GpuInfo, int] | None = None
+    for gpu in facts.gpus:
+        kv = variant.kv_cache_memory
+        if kv is None:
+            kv = int(gpu.total_bytes * _memory_utilization(variant)) - sum(p for _, p in parts)
+        need = sum(p for _, p in parts) + max(kv, 0)
+        status = "fail" if need > gpu.total_bytes else "warn" if need > gpu.free_bytes else "ok"
+        if worst is None or _rank(status) > _rank(worst[0]):
+            worst = (status, gpu, need)
+    assert worst is not None
+    status, gpu, need = worst
+    kv_text = _gib(variant.kv_cache_memory) if variant.kv_cache_memory else "gpu-memory-utilization"
+    breakdown = " + ".join(f"{_gib(b)} {label}" for label, b in parts) + f" + {kv_text} KV"
+    detail = f"needs {breakdown} = {_gib(need)} per GPU; GPU {gpu.index} has {_gib(gpu.free_bytes)} free"
+    detail += f" of {_gib(gpu.total_bytes)}" + "".join(f"; {n}" for n in notes)
+    if status == "ok":
+        return Finding("gpu-memory", "ok", detail + " (activations and CUDA graphs not counted)")
+    if status == "fail":
+        return Finding(
+            "gpu-memory",
+            "fail",
+            detail,
+            f"lower KV_CACHE_MEMORY for {variant.name} or raise TENSOR_PARALLEL_SIZE",
+        )
+    holders = ", ".join(
+        f"{p.name} (pid {p.pid}" + (f", {_gib(p.used_bytes)})" if p.used_bytes is not None else ")")
+        for p in gpu.processes
+    )
+    return Finding(
+        "gpu-memory",
+        "warn",
+        detail + (f"; held by {holders}" if holders else "; holders unknown"),
+        "stop the processes holding GPU memory (a running variant is swapped out by `compose-spec up`) "
+        f"or lower KV_CACHE_MEMORY for {variant.name}",
+    )
+
+
+def _memory_utilization(variant: Variant) -> float:
+    args = list(variant.extra_args)
+    for i, arg in enumerate(args):
+        if arg.startswith("--gpu-memory-utilization"):
+            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+def _rank(status: str) -> int:
+    return {"ok": 0, "warn": 1, "fail": 2}[status]
+
+
+def _gib(size: int | None) -> str:
+    return "?" if size is None else f"{size / GIB:.1f} GiB"
+
+
+def _describe(gpus: tuple[GpuInfo, ...]) -> str:
+    kinds: dict[tuple[str, str], list[str]] = {}
+    for gpu in gpus:
+        kinds.setdefault((gpu.name, gpu.sm), []).append(str(gpu.index))
+    return "; ".join(f"GPU {','.join(idx)} {name} {sm}" for (name, sm), idx in kinds.items())

@@ -1,0 +1,105 @@
+"""Overlay image check: a local overlay image whose labels no longer match its recipe is stale.
+
+The labels are the ones `compose-spec build` writes (composer.overlay.builder.image_labels):
+recipe hash, diff sha256s, base image id/digest and toolkit version. The diff files
+on disk are also compared with the recipe's sha256 pins.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.doctor.preflight import Finding
+from composer.errors import ComposerError
+from composer.stack.model import Stack
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.overlay.recipe import DiffPin, Recipe
+
+
+def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> Recipe | None:
+    """The overlay recipe whose output tag is `image`, or None (not an overlay image)."""
+    from composer.overlay.recipe import load_recipe, recipe_names
+
+    for name in recipe_names(recipes_dir):
+        try:
+            recipe = load_recipe(recipes_dir, name, images)
+        except ComposerError:
+            continue  # a broken recipe is reported by `compose-spec build`, not here
+        if recipe.tag == image:
+            return recipe
+    return None
+
+
+def make_target(recipe_name: str, env_file: Path | None) -> str:
+    """The make command that rebuilds a recipe with the env file in use."""
+    extra = f" ENV_FILE={env_file}" if env_file is not None and env_file.name != ".env" else ""
+    return f"make image-{recipe_name}{extra}"
+
+
+def check_overlay_current(
+    stack: Stack,
+    variant: str,
+    client: docker.DockerClient,
+    recipes_dir: Path,
+    env_file: Path | None = None,
+) -> Finding | None:
+    """ok when the overlay image records its recipe's current inputs; None for non-overlay images."""
+    from composer.overlay.builder import LABEL_PREFIX, image_labels
+    from composer.overlay.steps import local_image
+
+    image = stack.image(stack.variant(variant))
+    recipe = recipe_for_image(recipes_dir, image, stack.images)
+    if recipe is None:
+        return None
+    built, base = local_image(client, image), local_image(client, recipe.base)
+    if built is None:
+        return None  # the image check already fails
+    rebuild = make_target(recipe.name, env_file)
+    labels = built.labels or {}
+    if labels.get(f"{LABEL_PREFIX}.recipe") != recipe.name:
+        return Finding(
+            "image-current",
+            "warn",
+            f"{image} has no overlay labels for recipe {recipe.name}: not built by `compose-spec build`",
+            rebuild,
+        )
+    changed = [f"{d.file.name} differs from its sha256 pin" for d in recipe.diffs if _drifted(d)]
+    if changed:
+        return Finding(
+            "image-current",
+            "warn",
+            f"{image}: " + "; ".join(changed),
+            f"review the diff, then compose-spec build {recipe.name} --pin",
+        )
+    if base is None:
+        return Finding(
+            "image-current",
+            "warn",
+            f"base image {recipe.base} is not local: cannot tell whether {image} is current",
+            f"load {recipe.base} (docker load -i FILE.tar)",
+        )
+    wanted = image_labels(recipe, base, list(recipe.diffs))  # type: ignore[arg-type]
+    stale = [
+        key.removeprefix(f"{LABEL_PREFIX}.") for key, value in wanted.items() if labels.get(key) != value
+    ]
+    if stale:
+        return Finding(
+            "image-current",
+            "warn",
+            f"{image} is stale: its labels differ from recipe {recipe.name} in " + ", ".join(stale),
+            rebuild,
+        )
+    return Finding("image-current", "ok", f"{image} matches recipe {recipe.name} and base {recipe.base}")
+
+
+def _drifted(pin: DiffPin) -> bool:
+    """True when a pinned diff file exists and its content no longer matches the pin."""
+    from composer.overlay.diff import sha256_hex
+
+    if not pin.sha256 or not pin.file.is_file():
+        return False
+    return sha256_hex(pin.file.read_bytes()) != pin.sha256

@@ -1,0 +1,222 @@
+"""`compose-spec doctor`: the known pitfalls as checks, each ok / warn / fail with a fix.
+
+JSON output (`compose-spec doctor --json`), schema 1; keys are stable, new keys may be
+added, none removed or renamed without bumping "schema":
+
+    {
+      "schema": 1,
+      "variant": "mtp" | null,          # the variant asked for; null = every variant
+      "checks": [
+        {"name": "gpu-memory",          # stable check name (see CHECK_NAMES)
+         "status": "ok" | "warn" | "fail",
+         "detail": "what was seen",
+         "fix": "what to do" | "",      # empty when status is ok
+         "variant": "mtp" | null}       # null for stack-wide checks
+      ],
+      "summary": {"ok": 12, "warn": 1, "fail": 0}
+    }
+
+Exit code: 1 when any check fails, else 0. Checks that do not apply to a variant
+(e.g. draft-k for a variant without a draft model) are left out, not reported ok.
+Without GPU facts the GPU checks report `ok` "no GPU: demo only" when the stack asks
+for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.doctor import engine_checks as dck
+from composer.doctor import gpu_checks as gck
+from composer.doctor import host_checks as hck
+from composer.doctor import model_checks as mck
+from composer.doctor import overlay_checks as ock
+from composer.doctor.preflight import Finding, check_api_key, check_mounts, check_port
+from composer.probes.gpu import GpuProbe
+from composer.stack.model import Stack
+
+if TYPE_CHECKING:
+    import docker
+
+SCHEMA_VERSION = 1
+STATUSES = ("ok", "warn", "fail")
+CHECK_NAMES = (
+    "docker-engine",
+    "compose-plugin",
+    "nvidia-runtime",
+    "gpu-count",
+    "api-key",
+    "env-file",
+    "port",
+    "model-config",
+    "image",
+    "image-current",
+    "mounts",
+    "attention-backend",
+    "compute-capability",
+    "wsl2-pin-memory",
+    "mtp-layers",
+    "draft-config",
+    "draft-k",
+    "gpu-memory",
+)
+
+
+@dataclass(frozen=True)
+class Check(Finding):
+    """A finding tagged with the variant it is about (None for stack-wide checks)."""
+
+    variant: str | None = None
+
+
+@dataclass(frozen=True)
+class Host:
+    """What doctor reads from the machine; tests replace any part."""
+
+    env_file: Path | None
+    kernel_release: str
+    probe: GpuProbe
+    client_factory: Callable[[], docker.DockerClient]
+    compose_version: Callable[[], str]
+    recipes_dir: Path = Path("images")
+
+
+def default_host(env_file: str | Path | None) -> Host:
+    """This machine: its kernel, the detected GPU probe and the one Docker client factory."""
+    from composer.engine.client import compose_version, docker_client
+    from composer.probes.gpu import detect_probe
+
+    return Host(
+        env_file=Path(env_file) if env_file else None,
+        kernel_release=hck.kernel_release(),
+        probe=detect_probe(),
+        client_factory=lambda: docker_client(timeout=30),
+        compose_version=compose_version,
+    )
+
+
+@dataclass(frozen=True)
+class Report:
+    """Every check of one doctor run."""
+
+    variant: str | None
+    checks: tuple[Check, ...] = field(default_factory=tuple)
+
+    @property
+    def failed(self) -> bool:
+        return any(c.failed for c in self.checks)
+
+    def summary(self) -> dict[str, int]:
+        return {s: sum(c.status == s for c in self.checks) for s in STATUSES}
+
+    def to_json(self) -> dict:
+        """The schema-1 document described in this module's docstring."""
+        return {
+            "schema": SCHEMA_VERSION,
+            "variant": self.variant,
+            "checks": [asdict(c) for c in self.checks],
+            "summary": self.summary(),
+        }
+
+
+def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Check]:
+    """Findings as Checks about `variant`; None entries (not applicable) are dropped."""
+    return [Check(f.name, f.status, f.detail, f.fix, variant) for f in findings if f is not None]
+
+
+def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
+    """Run every check for one variant (or all), stack-wide checks first."""
+    names = [stack.variant(variant).name] if variant else list(stack.variants)
+    engine, client = dck.check_engine(host.client_factory)
+    try:
+        facts = gck.gather_gpu_facts(stack, host.probe)
+        checks = tag(_stack_checks(stack, host, engine, client, facts), None)
+        for name in names:
+            checks += tag(_variant_checks(stack, name, host, client, facts), name)
+    finally:
+        if client is not None:
+            client.close()
+    return Report(variant, tuple(checks))
+
+
+def _stack_checks(
+    stack: Stack, host: Host, engine: Finding, client: docker.DockerClient | None, facts: gck.GpuFacts
+) -> list[Finding | None]:
+    found: list[Finding | None] = [engine, dck.check_compose(host.compose_version)]
+    if client is not None:
+        found.append(dck.check_nvidia_runtime(stack, client))
+    return [
+        *found,
+        gck.check_gpu_count(stack, facts),
+        check_api_key(stack),
+        hck.check_env_file(host.env_file),
+        check_port(stack, client),
+        mck.check_model_config(stack),
+    ]
+
+
+def _variant_checks(
+    stack: Stack, name: str, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
+) -> list[Finding | None]:
+    variant = stack.variant(name)
+    found: list[Finding | None] = []
+    if client is not None:
+        found.append(dck.check_variant_image(stack, name, client))
+        found.append(ock.check_overlay_current(stack, name, client, host.recipes_dir, host.env_file))
+    found += check_mounts(stack, name)
+    found += [
+        gck.check_attention_backend(stack, variant),
+        gck.check_compute_capability(stack, variant, facts),
+        hck.check_wsl_pin_memory(stack, name, host.kernel_release),
+        mck.check_mtp(stack, variant),
+        mck.check_draft_config(stack, variant),
+        mck.check_draft_k(stack, variant),
+        gck.check_gpu_memory(stack, variant, facts),
+    ]
+    return found
+
+
+def fast_checks(
+    stack: Stack,
+    variant: str,
+    client: docker.DockerClient | None,
+    *,
+    allow_weak_key: bool = False,
+    kernel_release: str | None = None,
+) -> list[Finding]:
+    """The instant subset for `compose-spec up`: no GPU probing, images checked for presence only.
+
+    Returns Checks (Findings with a `variant`); the caller refuses to swap when any failed.
+    """
+    release = hck.kernel_release() if kernel_release is None else kernel_release
+    variant_obj = stack.variant(variant)
+    found: list[Finding | None] = [check_api_key(stack, allow_weak=allow_weak_key), check_port(stack, client)]
+    checks = tag(found, None)
+    per_variant: list[Finding | None] = []
+    if client is not None:
+        per_variant.append(dck.check_variant_image(stack, variant, client))
+    per_variant += check_mounts(stack, variant)
+    per_variant += [
+        gck.check_attention_backend(stack, variant_obj),
+        hck.check_wsl_pin_memory(stack, variant, release),
+        mck.check_mtp(stack, variant_obj),
+        mck.check_draft_config(stack, variant_obj),
+        mck.check_draft_k(stack, variant_obj),
+    ]
+    return [*checks, *tag(per_variant, variant)]
+
+
+def format_report(report: Report) -> str:
+    """Human-readable lines: status, check, variant, detail, and the fix under it."""
+    lines = []
+    for check in report.checks:
+        where = f" [{check.variant}]" if check.variant else ""
+        lines.append(f"{check.status:<4}  {check.name}{where}: {check.detail}")
+        if check.fix and check.status != "ok":
+            lines.append(f"      fix: {check.fix}")
+    counts = report.summary()
+    lines.append(", ".join(f"{counts[s]} {s}" for s in STATUSES))
+    return "\n".join(lines)

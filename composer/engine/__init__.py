@@ -1,0 +1,24 @@
+"""Adapters to Docker and to a variant's HTTP API, with no swap policy.
+
+Owns: the one Docker client factory and the one entry point to the `docker compose` CLI
+(`client`); reading what runs from labels (`containers`); the readiness probe (`health`)
+and the gate that watches a starting container as well as its API (`gate`); boot stages
+and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
+their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,
+`composer.errors`, `composer.labels`. Public: `docker_client`, `compose`,
+`current_variant`, `our_containers`, `RunningVariant`, `probe`, `Readiness`,
+`wait_ready`, `watch_settled`, `GateTarget`, `explain`, `hints`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "client": ["compose", "docker_client"],
+        "containers": ["RunningVariant", "current_variant", "our_containers"],
+        "diagnose": ["explain", "hints"],
+        "gate": ["GateTarget", "wait_ready", "watch_settled"],
+        "health": ["Readiness", "probe"],
+    },
+)

@@ -1,0 +1,105 @@
+"""What runs, read from Docker labels: the variant container of a compose project."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from composer.render.spec import LABEL_CONFIG_HASH, LABEL_PORT, LABEL_SERVED_NAME, LABEL_VARIANT
+from composer.stack.model import Stack
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+COMPOSE_PROJECT = "com.docker.compose.project"
+COMPOSE_SERVICE = "com.docker.compose.service"
+COMPOSE_CONFIG_FILES = "com.docker.compose.project.config_files"
+
+
+@dataclass(frozen=True)
+class RunningVariant:
+    """A variant container as Docker reports it."""
+
+    container_id: str
+    name: str
+    variant: str
+    config_hash: str
+    image: str
+    status: str
+    docker_health: str | None
+    started_at: datetime | None
+    port: int | None
+    served_name: str
+    config_file: str | None
+    restart_count: int
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    def uptime_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the container started, when running."""
+        if not self.running or self.started_at is None:
+            return None
+        return ((now or datetime.now(UTC)) - self.started_at).total_seconds()
+
+
+def _started_at(raw: str | None) -> datetime | None:
+    if not raw or raw.startswith("0001-"):
+        return None
+    trimmed = raw.rstrip("Z").split(".")[0]
+    return datetime.fromisoformat(trimmed).replace(tzinfo=UTC)
+
+
+def describe(container: Container) -> RunningVariant:
+    """A RunningVariant from a container's attributes."""
+    attrs = container.attrs
+    labels = attrs.get("Config", {}).get("Labels") or {}
+    state = attrs.get("State", {})
+    port = labels.get(LABEL_PORT)
+    files = labels.get(COMPOSE_CONFIG_FILES)
+    return RunningVariant(
+        container_id=container.id or "",
+        name=container.name or "",
+        variant=labels.get(LABEL_VARIANT, "?"),
+        config_hash=labels.get(LABEL_CONFIG_HASH, ""),
+        image=attrs.get("Config", {}).get("Image", ""),
+        status=state.get("Status", "unknown"),
+        docker_health=(state.get("Health") or {}).get("Status"),
+        started_at=_started_at(state.get("StartedAt")),
+        port=int(port) if port and port.isdigit() else None,
+        served_name=labels.get(LABEL_SERVED_NAME, ""),
+        config_file=files.split(",")[0] if files else None,
+        restart_count=int(attrs.get("RestartCount", 0) or 0),
+    )
+
+
+def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]:
+    """Variant containers of this stack's project (compose or launcher started), newest first."""
+    from docker.errors import NotFound
+
+    found: list[Container] = []
+    for summary in client.api.containers(all=True, filters={"label": [LABEL_VARIANT]}):
+        try:
+            found.append(client.containers.get(summary["Id"]))
+        except NotFound:  # removed between the listing and the inspection
+            continue
+    launcher_name = f"{stack.project}-{stack.service}-1"
+    ours = [
+        c
+        for c in found
+        if (c.labels.get(COMPOSE_PROJECT) == stack.project and c.labels.get(COMPOSE_SERVICE) == stack.service)
+        or (COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
+    ]
+    return sorted(ours, key=lambda c: c.attrs.get("Created", ""), reverse=True)
+
+
+def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
+    """The running variant container of the stack, if any."""
+    for container in our_containers(stack, client):
+        described = describe(container)
+        if described.running:
+            return described
+    return None

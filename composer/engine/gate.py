@@ -1,0 +1,138 @@
+"""Wait for a started container to become ready, watching the container as well as its API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from composer.engine import bootlog, diagnose
+from composer.engine.health import Readiness, base_url, probe
+from composer.errors import HealthCheckFailed
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from composer.engine.containers import RunningVariant
+    from composer.stack.model import Stack
+
+LOG_EVERY = 1.0
+
+
+@dataclass(frozen=True)
+class GateTarget:
+    """Where a variant answers and what it must serve."""
+
+    variant: str
+    port: int
+    bind_address: str
+    served_name: str
+    api_key: str | None
+
+    @property
+    def url(self) -> str:
+        return base_url(self.bind_address, self.port)
+
+
+def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
+    """How to reach a running variant container's API (its labels first, then the stack)."""
+    return GateTarget(
+        variant=running.variant,
+        port=running.port or stack.port,
+        bind_address=stack.bind_address,
+        served_name=running.served_name or stack.served_model_name,
+        api_key=stack.api_key,
+    )
+
+
+def _http() -> httpx.Client:
+    return httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False)
+
+
+def probe_once(target: GateTarget) -> bool:
+    """One readiness probe of a running variant."""
+    with _http() as client:
+        return probe(client, target.url, target.served_name, target.api_key).ready
+
+
+def _logs(container: Container) -> str:
+    try:
+        return container.logs().decode(errors="replace")
+    except Exception:  # the container may have been removed under us
+        return ""
+
+
+def _exited(container: Container) -> str | None:
+    """Why the container stopped serving, or None while it runs."""
+    container.reload()
+    state = container.attrs.get("State", {})
+    if state.get("Status") in {"exited", "dead"}:
+        return f"the container exited with code {state.get('ExitCode')}"
+    if state.get("Restarting") or int(container.attrs.get("RestartCount", 0) or 0) > 0:
+        return "the container restarted"
+    return None
+
+
+def _failure(message: str, log: str) -> HealthCheckFailed:
+    tail = bootlog.tail(log, 40)
+    return HealthCheckFailed(message, tail, diagnose.hints(tail))
+
+
+def wait_ready(
+    container: Container,
+    target: GateTarget,
+    deadline: float,
+    interval: float,
+    waiting: Callable[[str], None],
+) -> str:
+    """Poll until ready; fail at once when the container exits. Returns the container log."""
+    started = time.monotonic()
+    last_log_read = 0.0
+    log = ""
+    stage = "starting container"
+    with _http() as client:
+        while True:
+            exited = _exited(container)
+            if exited:
+                raise _failure(exited, _logs(container))
+            state: Readiness = probe(client, target.url, target.served_name, target.api_key)
+            now = time.monotonic()
+            if state.ready:
+                return _logs(container)
+            if state.fatal:
+                raise _failure(state.detail, _logs(container))
+            if now - last_log_read >= LOG_EVERY:
+                log, last_log_read = _logs(container), now
+                stage = bootlog.boot_stage(log)
+                waiting(f"{target.variant}: {stage} ({now - started:.1f}s)")
+            if now >= deadline:
+                waited = f"not ready after {now - started:.0f}s"
+                raise _failure(
+                    f"{waited} (last stage: {stage}; {state.step}: {state.detail})", _logs(container)
+                )
+            time.sleep(interval)
+
+
+def watch_settled(container: Container, target: GateTarget, seconds: float, interval: float) -> None:
+    """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
+    end = time.monotonic() + seconds
+    with _http() as client:
+        while time.monotonic() < end:
+            exited = _exited(container)
+            if not exited and _healthy(client, target):
+                time.sleep(interval)
+                continue
+            if not exited:
+                time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
+                exited = _exited(container) or "/health stopped answering 200"
+            raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", _logs(container))
+
+
+def _healthy(client: httpx.Client, target: GateTarget) -> bool:
+    try:
+        return client.get(f"{target.url}/health").status_code == 200
+    except httpx.TransportError:
+        return False

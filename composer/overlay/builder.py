@@ -1,0 +1,196 @@
+"""Offline overlay images: validate vendored diffs, build FROM a local base, verify, label.
+
+Steps of `build_overlay`: every input present (diff files, local base image) -> diffs
+parse and pass the path rules -> (optionally re-pin) -> sha256 pins match -> a no-op when
+the output image's labels already record the same inputs -> find the package in the base
+-> read the touched files from the base -> apply the diffs in memory (a dry run stops
+here) -> build `FROM base` + one COPY with networking disabled -> run the verification
+command offline -> tag. A failed verification removes the new image; the old tag stays.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from composer import __version__
+from composer.errors import ImageBuildError
+from composer.overlay import steps as dock
+from composer.overlay.diff import ParsedDiff, check_pin, parse_diff
+from composer.overlay.patch import apply_diffs
+from composer.overlay.recipe import Recipe, pin_recipe
+
+LABEL_PREFIX = "vllm-composer.overlay"
+BUILD_LABEL = "vllm-composer.build"
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """What `build_overlay` did: `built`, `current` (no-op) or `dry-run`."""
+
+    status: str
+    tag: str
+    image_id: str = ""
+    files: tuple[str, ...] = ()
+    pinned: tuple[str, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def _quiet(_: str) -> None:
+    """A progress callback that drops messages."""
+
+
+def build_overlay(
+    client: Any,
+    recipe: Recipe,
+    *,
+    dry_run: bool = False,
+    pin: bool = False,
+    force: bool = False,
+    progress: Progress = _quiet,
+    extra_labels: Mapping[str, str] | None = None,
+) -> BuildResult:
+    """Validate, build and verify the recipe's overlay image (see the module docstring)."""
+    extra = dict(extra_labels or {})
+    recipe, base, diffs, pinned = prepare(client, recipe, pin, progress)
+    labels = image_labels(recipe, base, diffs)
+    current = dock.local_image(client, recipe.tag)
+    if current is not None and not force and not dry_run and _same_inputs(current.labels, labels):
+        progress(f"{recipe.tag} is current ({current.short_id}); --force rebuilds")
+        return BuildResult("current", recipe.tag, current.id, pinned=pinned, labels=labels)
+    helper_labels = {BUILD_LABEL: recipe.name, **extra}
+    progress(f"locating package {recipe.package} in {recipe.base} (offline)")
+    package_dir = locate_package(client, base.id, recipe, helper_labels)
+    parent = posixpath.dirname(package_dir.rstrip("/"))
+    paths = sorted({c.path for d in diffs for c in d.changes})
+    progress(f"reading {len(paths)} file(s) from {package_dir}")
+    originals = dock.read_files(client, base.id, parent, paths, helper_labels)
+    patched = apply_diffs(originals, diffs)
+    progress(f"dry run: {len(diffs)} diff(s) apply cleanly to {len(patched)} file(s)")
+    if dry_run:
+        return BuildResult("dry-run", recipe.tag, files=tuple(patched), pinned=pinned, labels=labels)
+    labels[f"{LABEL_PREFIX}.package-dir"] = package_dir
+    image_id = dock.build_image(
+        client, base.id, parent, patched, {**labels, **extra}, progress, no_cache=force
+    )
+    verify_image(client, image_id, recipe, helper_labels, progress)
+    dock.tag_image(client, image_id, recipe.tag)
+    progress(f"tagged {recipe.tag} ({image_id[:19]})")
+    replaced = current is not None and current.id != image_id and f"{LABEL_PREFIX}.recipe" in current.labels
+    if replaced and dock.drop_if_untagged(client, current.id):
+        progress(f"removed the replaced image {current.short_id}")
+    return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
+
+
+def prepare(
+    client: Any, recipe: Recipe, pin: bool, progress: Progress
+) -> tuple[Recipe, Any, list[ParsedDiff], tuple[str, ...]]:
+    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned."""
+    base = check_inputs(client, recipe)
+    diffs = validate_diffs(recipe)
+    for diff in diffs:
+        for path in diff.skipped:
+            progress(f"{diff.name}: skipping {path} (matches the recipe's skip list)")
+    pinned: tuple[str, ...] = ()
+    if pin:
+        pinned = tuple(pin_recipe(recipe, {d.name: d.sha256 for d in diffs}))
+        for name in pinned:
+            progress(f"pinned {name} in {recipe.path}")
+        recipe = _repinned(recipe, diffs)
+    for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
+        check_pin(diff, pin_of.sha256, f"run `compose-spec build {recipe.name} --pin`")
+    if recipe.base_id and recipe.base_id not in {base.id, *base.attrs.get("RepoDigests", [])}:
+        raise ImageBuildError(f"base image {recipe.base} is {base.id}, the recipe pins {recipe.base_id}")
+    return recipe, base, diffs, pinned
+
+
+def check_inputs(client: Any, recipe: Recipe) -> Any:
+    """The local base image; one error line listing every missing input (diffs, base)."""
+    missing = [_missing_diff(recipe, d) for d in recipe.diffs if not d.file.is_file()]
+    base = dock.local_image(client, recipe.base)
+    if base is None:
+        missing.append(
+            f"load the base image {recipe.base} into the local Docker engine "
+            "(e.g. `docker load -i FILE.tar`; builds never pull)"
+        )
+    if missing:
+        raise ImageBuildError(f"cannot build {recipe.name}: " + "; ".join(missing))
+    return base
+
+
+def validate_diffs(recipe: Recipe) -> list[ParsedDiff]:
+    """Parse and check every diff of the recipe (no Docker)."""
+    return [parse_diff(pin.name, pin.file.read_bytes(), recipe.package, pin.skip) for pin in recipe.diffs]
+
+
+def locate_package(client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str]) -> str:
+    """The package folder inside the image, from the recipe's locate command."""
+    code, output = dock.run_offline(client, image_id, recipe.locate, labels)
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if code != 0 or not lines or not lines[-1].startswith("/"):
+        tail = lines[-1] if lines else "no output"
+        raise ImageBuildError(
+            f"cannot locate package {recipe.package} in {recipe.base} (exit {code}): {tail}"
+        )
+    return lines[-1]
+
+
+def verify_image(
+    client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str], progress: Progress
+) -> None:
+    """Run the recipe's verification offline in the new image; remove the image if it fails."""
+    progress(f"verifying (offline): {shlex.join(recipe.verify)}")
+    try:
+        code, output = dock.run_offline(client, image_id, recipe.verify, labels)
+    except BaseException:
+        dock.remove_image(client, image_id)
+        raise
+    if code != 0:
+        dock.remove_image(client, image_id)
+        last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
+        raise ImageBuildError(
+            f"verification failed in the new image (exit {code}), image removed: {last[0].strip()}"
+        )
+    progress("verification passed")
+
+
+def image_labels(recipe: Recipe, base: Any, diffs: list[ParsedDiff]) -> dict[str, str]:
+    """The labels that record every input of the image."""
+    digests = base.attrs.get("RepoDigests") or []
+    return {
+        f"{LABEL_PREFIX}.recipe": recipe.name,
+        f"{LABEL_PREFIX}.recipe-hash": recipe.fingerprint(),
+        f"{LABEL_PREFIX}.base": recipe.base,
+        f"{LABEL_PREFIX}.base-id": base.id,
+        f"{LABEL_PREFIX}.base-digest": digests[0] if digests else "",
+        f"{LABEL_PREFIX}.diffs": ",".join(f"{Path(d.name).name}=sha256:{d.sha256}" for d in diffs),
+        f"{LABEL_PREFIX}.version": __version__,
+    }
+
+
+def _same_inputs(current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:
+    current = current or {}
+    return all(current.get(key) == value for key, value in wanted.items())
+
+
+def _repinned(recipe: Recipe, diffs: list[ParsedDiff]) -> Recipe:
+    pins = tuple(replace(p, sha256=d.sha256) for p, d in zip(recipe.diffs, diffs, strict=True))
+    return replace(recipe, diffs=pins)
+
+
+def _missing_diff(recipe: Recipe, pin: Any) -> str:
+    where = _shown(pin.file)
+    step = f"download {pin.source} on a connected machine and " if pin.source else ""
+    return f"{step}put it at {where}, then run `compose-spec build {recipe.name} --pin`"
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

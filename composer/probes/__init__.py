@@ -1,0 +1,16 @@
+"""Facts read from the host: GPUs (NVML, `nvidia-smi`, or none) and checkpoint folders.
+
+Read-only; never changes anything. May import: `composer.errors`.
+Public: `GpuProbe`, `GpuInfo`, `GpuProcess`, `detect_probe`, `select_gpus`,
+`read_config`, `mtp_layers`, `dflash_block_size`, `weights_bytes`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "checkpoints": ["dflash_block_size", "mtp_layers", "read_config", "weights_bytes"],
+        "gpu": ["GpuInfo", "GpuProbe", "GpuProcess", "detect_probe", "select_gpus"],
+    },
+)

@@ -1,0 +1,23 @@
+"""ServiceSpec and everything rendered from it.
+
+Owns: `ServiceSpec`, the one description of a variant's container (image, argv, env,
+mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
+function; the compose files and bash launchers rendered from the Jinja templates in the
+top-level `templates/` folder (shipped in the wheel as `composer/templates`); the fully
+resolved run files `up` starts; the resolved stack as data (`describe`). Never calls
+Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
+Public: `ServiceSpec`, `build_spec`, `config_hash`, `render_all`, `render_variant`,
+`is_current`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "describe": ["format_stack", "stack_data"],
+        "files": ["is_current", "render_all", "render_variant", "write_atomic"],
+        "runfiles": ["run_file", "state_dir"],
+        "spec": ["ServiceSpec", "build_spec", "config_hash"],
+    },
+)

@@ -1,0 +1,235 @@
+"""Render compose files and shell launchers from templates/ with one Jinja environment.
+
+All files are rendered in memory first, so a failure writes nothing; each write is
+atomic (temp file + rename) and files whose bytes are unchanged are not rewritten.
+
+Quoting contract. In compose files every literal is a YAML double-quoted scalar with
+`$` escaped as `$$`; a host value is `${VAR:-default}` with the default escaped the
+same way. Compose's interpolation cannot hold a default containing `}` (it ends the
+expression) or a newline (its pattern does not match across lines), so such a default
+is refused with a RenderError instead of rendering a file that means something else.
+Launchers use bash double-quoted words (backslash, double quote, dollar and backtick
+escaped), `${VAR}` for host values and single-quoted defaults, so nothing is split,
+globbed or expanded.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shlex
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from composer.errors import RenderError
+from composer.render.spec import ServiceSpec, Text, Var, build_spec
+from composer.stack.model import Stack
+
+
+def templates_dir() -> Path:
+    """The Jinja templates: `composer/templates` in an installed wheel, else the
+    top-level `templates/` folder of a source checkout (editable installs)."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "templates"
+    return installed if installed.is_dir() else package.parent / "templates"
+
+
+OUTPUTS = (("compose.yml.j2", "{variant}.yml", 0o644), ("launcher.sh.j2", "{variant}.sh", 0o755))
+
+
+@dataclass(frozen=True)
+class RenderedFile:
+    """One output: where it goes, its text and its file mode."""
+
+    path: Path
+    content: str
+    mode: int
+
+
+_SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
+UNHOLDABLE_IN_DEFAULT = {"}": "'}'", "\n": "a newline"}
+"""Characters a compose `${VAR:-default}` default cannot contain."""
+
+
+def _compose_literal(value: str) -> str:
+    return value.replace("$", "$$")
+
+
+def compose_text(value: Text) -> str:
+    """A Text as a compose string: literals `$`-escaped, variables as `${VAR:-default}`."""
+    out = []
+    for part in value:
+        if isinstance(part, Var):
+            for char, what in UNHOLDABLE_IN_DEFAULT.items():
+                if char in part.default:
+                    raise RenderError(
+                        f"{part.name} default {part.default!r} contains {what}, which a compose "
+                        f"${{VAR:-default}} cannot hold: choose a value without it"
+                    )
+            out.append(f"${{{part.name}:-{_compose_literal(part.default)}}}")
+        else:
+            out.append(_compose_literal(part))
+    return "".join(out)
+
+
+def _yaml_char(char: str) -> str:
+    code = ord(char)
+    if char in '"\\':
+        return "\\" + char
+    if 0x20 <= code < 0x7F:
+        return char
+    if 0xD800 <= code <= 0xDFFF:
+        raise RenderError(f"cannot render {char!r}: a lone surrogate is not text")
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def yaml_quote(value: str) -> str:
+    """A YAML double-quoted scalar in ASCII: non-printable and non-ASCII characters as
+    `\\x`, `\\u` or `\\U` escapes (never surrogate pairs, which Go's YAML rejects)."""
+    return '"' + "".join(_yaml_char(c) for c in value) + '"'
+
+
+def compose_quote(value: Text | str) -> str:
+    """compose_text, then YAML-quoted."""
+    return yaml_quote(compose_text((value,) if isinstance(value, str) else value))
+
+
+def _shell_char(char: str) -> str:
+    if char in '\\"$`':
+        return "\\" + char
+    if char < " " or char == "\x7f":
+        # Outside the double quotes: bash 5.2 corrupts \x01 and \x7f inside them in arrays.
+        return f"\"$'\\{ord(char):03o}'\""
+    return char
+
+
+def shell_inner(value: Text | str) -> str:
+    """A Text as the inside of a bash double-quoted word: literals escaped, `${VAR}`s."""
+    parts = (value,) if isinstance(value, str) else value
+    out = []
+    for part in parts:
+        if isinstance(part, Var):
+            out.append(f"${{{part.name}}}")
+        else:
+            out.append("".join(_shell_char(c) for c in part))
+    return "".join(out)
+
+
+def shell_double_quoted(value: Text | str) -> str:
+    """A Text as one bash double-quoted word."""
+    return '"' + shell_inner(value) + '"'
+
+
+def shell_word(value: str) -> str:
+    """A literal as one bash word: bare when it is plainly safe, else double-quoted.
+
+    Double quotes (not single) keep shellcheck quiet about `$` that is meant literally."""
+    if _SAFE_WORD.fullmatch(value):
+        return value
+    return shell_double_quoted(value)
+
+
+def one_line(value: str) -> str:
+    """Text safe for a `#` comment: control characters folded to spaces."""
+    return "".join(c if c.isprintable() else " " for c in value)
+
+
+def _bytecode_cache() -> jinja2.BytecodeCache | None:
+    """Compiled templates in the user's private temp cache (Jinja's default directory);
+    None when it cannot be used. Jinja checks the template source checksum on load."""
+    try:
+        return jinja2.FileSystemBytecodeCache()
+    except (OSError, RuntimeError):
+        return None
+
+
+@functools.cache
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+        bytecode_cache=_bytecode_cache(),
+    )
+    env.filters.update(
+        cq=compose_quote,
+        yq=yaml_quote,
+        shd=shell_double_quoted,
+        shi=shell_inner,
+        shw=shell_word,
+        comment=one_line,
+    )
+    return env
+
+
+def _context(stack: Stack, spec: ServiceSpec) -> dict[str, object]:
+    variant = stack.variant(spec.variant)
+    return {
+        "spec": spec,
+        "variant": variant,
+        "health_cmd": shlex.join(spec.healthcheck.test[1:]),
+    }
+
+
+def render_variant(stack: Stack, variant: str, out_dir: Path) -> list[RenderedFile]:
+    """The compose file and the launcher of one variant, in memory."""
+    spec = build_spec(stack, variant)
+    env = _environment()
+    context = _context(stack, spec)
+    try:
+        return [
+            RenderedFile(
+                out_dir / name.format(variant=variant),
+                env.get_template(template).render(context),
+                mode,
+            )
+            for template, name, mode in OUTPUTS
+        ]
+    except jinja2.TemplateError as err:
+        raise RenderError(f"template error while rendering {variant}: {err}") from err
+
+
+def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
+    """Render every requested variant (all when empty) before anything is written."""
+    names = variants or list(stack.variants)
+    files: list[RenderedFile] = []
+    for name in names:
+        stack.variant(name)
+        files += render_variant(stack, name, out_dir)
+    return files
+
+
+def is_current(file: RenderedFile) -> bool:
+    """True when the file on disk already has exactly these bytes."""
+    try:
+        return file.path.read_bytes() == file.content.encode()
+    except FileNotFoundError:
+        return False
+
+
+def write_atomic(file: RenderedFile) -> bool:
+    """Write unless unchanged; return True when the file was (re)written."""
+    if is_current(file):
+        if file.path.stat().st_mode & 0o777 != file.mode:
+            os.chmod(file.path, file.mode)
+        return False
+    file.path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=file.path.parent, prefix=f".{file.path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(file.content.encode())
+        os.chmod(tmp, file.mode)
+        os.replace(tmp, file.path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return True

@@ -1,0 +1,225 @@
+"""ServiceSpec: the one description of a container, derived from a stack variant.
+
+Pure data, no I/O. Host-specific values are `Var`s (an environment variable with a
+default) so that renderers can emit `${VAR:-default}`; everything else is literal.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
+
+from composer.stack.model import Stack, Variant, image_env_var
+from composer.stack.values import V2_RUNNER_METHODS
+
+CONTAINER_PORT = 8000
+LABEL_PREFIX = "vllm-composer"
+LABEL_VARIANT = f"{LABEL_PREFIX}.variant"
+LABEL_CONFIG_HASH = f"{LABEL_PREFIX}.config-hash"
+LABEL_SERVED_NAME = f"{LABEL_PREFIX}.served-model-name"
+LABEL_PORT = f"{LABEL_PREFIX}.port"
+API_KEY_VAR = "VLLM_API_KEY"
+PIN_MEMORY_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
+HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/health", timeout=5)'
+
+
+@dataclass(frozen=True)
+class Var:
+    """A host value: environment variable `name`, falling back to `default`."""
+
+    name: str
+    default: str
+
+
+Part = str | Var
+Text = tuple[Part, ...]
+
+
+def text(*parts: Part) -> Text:
+    """A value made of literal strings and variables."""
+    return tuple(p for p in parts if p != "")
+
+
+def resolve(value: Text, overrides: dict[str, str] | None = None) -> str:
+    """The string a Text becomes with each variable at its default (or override)."""
+    overrides = overrides or {}
+    return "".join(p if isinstance(p, str) else overrides.get(p.name) or p.default for p in value)
+
+
+def variables(value: Text) -> list[Var]:
+    """The variables a Text refers to."""
+    return [p for p in value if isinstance(p, Var)]
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A read-only bind mount."""
+
+    source: Text
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class Healthcheck:
+    """A container healthcheck on vLLM's /health."""
+
+    test: tuple[str, ...]
+    interval: int
+    timeout: int
+    retries: int
+    start_period: int
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """Everything a container needs, shared by the compose and shell renderers."""
+
+    project: str
+    service: str
+    variant: str
+    image: Text
+    command: tuple[Text, ...]
+    environment: tuple[tuple[str, str], ...]
+    secret_env: tuple[str, ...]
+    mounts: tuple[Mount, ...]
+    published_port: Text
+    host_ip: Text
+    container_port: int
+    gpus: Text | None
+    ipc: str
+    labels: tuple[tuple[str, str], ...]
+    healthcheck: Healthcheck
+    stop_grace_period: int
+
+    @property
+    def container_name(self) -> str:
+        """The name compose gives the first container of the service."""
+        return f"{self.project}-{self.service}-1"
+
+    def variables(self) -> list[Var]:
+        """Every host variable the spec uses, first occurrence order, no duplicates."""
+        seen: dict[str, Var] = {}
+        values: list[Text] = [self.image, *self.command, self.published_port, self.host_ip]
+        values += [m.source for m in self.mounts]
+        if self.gpus is not None:
+            values.append(self.gpus)
+        for value in values:
+            for var in variables(value):
+                seen.setdefault(var.name, var)
+        return list(seen.values())
+
+
+def speculative_config(stack: Stack, variant: Variant) -> Text | None:
+    """`--speculative-config` as compact JSON, with K as the NUM_SPECULATIVE_TOKENS variable."""
+    spec = variant.speculative
+    if spec is None:
+        return None
+    k = Var("NUM_SPECULATIVE_TOKENS", str(spec.num_speculative_tokens))
+    config: dict[str, object] = {"method": spec.method}
+    if spec.draft_model:
+        config["model"] = stack.draft_path
+    config["num_speculative_tokens"] = k
+    if spec.attention_backend:
+        config["attention_backend"] = spec.attention_backend
+    config.update(dict(spec.extra))
+    parts: list[Part] = []
+    for index, (key, value) in enumerate(config.items()):
+        parts.append(("," if index else "{") + json.dumps(key) + ":")
+        parts.append(value if isinstance(value, Var) else json.dumps(value, separators=(",", ":")))
+    parts.append("}")
+    return _joined(parts)
+
+
+def _joined(parts: list[Part]) -> Text:
+    """A Text with adjacent literal strings merged."""
+    merged: list[Part] = []
+    for part in parts:
+        if isinstance(part, str) and merged and isinstance(merged[-1], str):
+            merged[-1] += part
+        else:
+            merged.append(part)
+    return text(*merged)
+
+
+def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:
+    args: list[Text] = [
+        text(stack.model_path),
+        text("--served-model-name"),
+        text(stack.served_model_name),
+        text("--port"),
+        text(str(CONTAINER_PORT)),
+        text("--tensor-parallel-size"),
+        text(str(stack.tensor_parallel_size)),
+        text("--max-model-len"),
+        text(str(stack.max_model_len)),
+    ]
+    if variant.kv_cache_memory is not None:
+        args += [
+            text("--kv-cache-memory-bytes"),
+            text(Var("KV_CACHE_MEMORY", str(variant.kv_cache_memory))),
+        ]
+    args += [text("--attention-backend"), text(stack.attention_backend)]
+    speculative = speculative_config(stack, variant)
+    if speculative is not None:
+        args += [text("--speculative-config"), speculative]
+    args += [text(a) for a in variant.extra_args]
+    return tuple(args)
+
+
+def _environment(stack: Stack, variant: Variant) -> tuple[tuple[str, str], ...]:
+    env = dict(stack.env)
+    spec = variant.speculative
+    if spec is not None and spec.method in V2_RUNNER_METHODS:
+        # Always on for V2-runner methods: harmless off WSL2, required on it.
+        env[PIN_MEMORY_VAR] = "1"
+    env.update(dict(variant.env))
+    return tuple(sorted(env.items()))
+
+
+def build_spec(stack: Stack, variant_name: str) -> ServiceSpec:
+    """Derive the container spec of one variant."""
+    variant = stack.variant(variant_name)
+    mounts = [Mount(text(Var("MODEL_DIR", stack.model_dir)), stack.model_path)]
+    if variant.speculative is not None and variant.speculative.draft_model:
+        mounts.append(Mount(text(Var("DRAFT_DIR", stack.draft_dir)), stack.draft_path))
+    gpus = None if stack.gpus is None else text(Var("GPU_DEVICES", ",".join(stack.gpus)))
+    spec = ServiceSpec(
+        project=stack.project,
+        service=stack.service,
+        variant=variant.name,
+        image=text(Var(image_env_var(variant.image_key), stack.image(variant))),
+        command=_command(stack, variant),
+        environment=_environment(stack, variant),
+        secret_env=(API_KEY_VAR,),
+        mounts=tuple(mounts),
+        published_port=text(Var("VLLM_PORT", str(stack.port))),
+        host_ip=text(Var("VLLM_BIND_ADDRESS", stack.bind_address)),
+        container_port=CONTAINER_PORT,
+        gpus=gpus,
+        ipc="host",
+        labels=(),
+        healthcheck=Healthcheck(
+            test=("CMD", "python3", "-c", HEALTH_PROBE),
+            interval=10,
+            timeout=5,
+            retries=3,
+            start_period=stack.start_period,
+        ),
+        stop_grace_period=stack.stop_grace_period,
+    )
+    labels = (
+        (LABEL_CONFIG_HASH, config_hash(spec)),
+        (LABEL_PORT, str(stack.port)),
+        (LABEL_SERVED_NAME, stack.served_model_name),
+        (LABEL_VARIANT, variant.name),
+    )
+    return replace(spec, labels=labels)
+
+
+def config_hash(spec: ServiceSpec) -> str:
+    """A short digest of what the container would run (labels excluded, no secrets)."""
+    data = asdict(replace(spec, labels=()))
+    encoded = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(encoded).hexdigest()[:16]

@@ -1,0 +1,382 @@
+"""Load a stack from composer.toml files, a .env file, the environment and CLI flags.
+
+Precedence, highest first: flags (`--set key=value`) > environment > .env >
+composer.toml (later `--stack` files over earlier ones) > built-in defaults.
+Every value is validated; an invalid one raises ConfigError naming the key, the
+value, where it came from and what is allowed. An empty value in the environment or
+.env counts as unset, as it does for the `${VAR:-default}` of the rendered files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.errors import ConfigError
+from composer.stack import values as v
+from composer.stack.files import DEFAULT_ENV_FILE, find_stack_files, read_dotenv, read_toml
+from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
+from composer.stack.model import Speculative, Stack, Variant, image_env_var
+
+API_KEY_VAR = "VLLM_API_KEY"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One stack-level setting: its key, environment variable, parser and default."""
+
+    key: str
+    env: str | None
+    parse: Callable[[object], object]
+    default: object
+    is_path: bool = False
+
+
+STACK_SETTINGS: tuple[Setting, ...] = (
+    Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, "vllm"),
+    Setting("service", None, v.parse_name, "vllm"),
+    Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_served_name, "model"),
+    Setting("port", "VLLM_PORT", v.parse_port, 8000),
+    Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_ip, "127.0.0.1"),
+    Setting("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", v.parse_positive_int, 1),
+    Setting("max_model_len", "MAX_MODEL_LEN", v.parse_positive_int, 8192),
+    Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
+    Setting("attention_backend", "ATTENTION_BACKEND", v.parse_attention_backend, "flash_attn"),
+    Setting("model_dir", "MODEL_DIR", v.parse_text, "./models/model", is_path=True),
+    Setting("model_path", None, v.parse_container_path, "/models/model"),
+    Setting("draft_dir", "DRAFT_DIR", v.parse_text, "./models/draft", is_path=True),
+    Setting("draft_path", None, v.parse_container_path, "/models/draft"),
+    Setting("start_period", None, v.parse_duration, 900),
+    Setting("stop_grace_period", None, v.parse_duration, 30),
+)
+STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
+VARIANT_KEYS = {
+    "extends",
+    "image",
+    "kv_cache_memory",
+    "speculative",
+    "env",
+    "extra_args",
+    "min_kv_cache_tokens",
+    "description",
+}
+SPECULATIVE_KEYS = {
+    "method",
+    "num_speculative_tokens",
+    "draft_model",
+    "attention_backend",
+    "extra",
+}
+RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_backend"}
+VARIANT_ENV = {"kv_cache_memory": "KV_CACHE_MEMORY", "num_speculative_tokens": "NUM_SPECULATIVE_TOKENS"}
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """The raw inputs of a load, lowest precedence first."""
+
+    toml: dict
+    toml_origin: dict[str, Path]
+    dotenv: dict[str, str]
+    dotenv_path: Path | None
+    environ: Mapping[str, str]
+    flags: dict[str, str]
+
+
+def load_stack(
+    stack_files: Sequence[str | Path] | None = None,
+    env_file: str | Path | None = DEFAULT_ENV_FILE,
+    environ: Mapping[str, str] | None = None,
+    flags: Sequence[str] = (),
+) -> Stack:
+    """Read and validate a stack. `flags` are `key=value` strings (`--set`)."""
+    environ = dict(os.environ if environ is None else environ)
+    dotenv, dotenv_path = read_dotenv(env_file)
+    files = find_stack_files(stack_files, environ, dotenv)
+    toml, origin = read_toml(files)
+    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags))
+    return _build(sources)
+
+
+def _parse_flags(flags: Sequence[str]) -> dict[str, str]:
+    parsed: dict[str, str] = {}
+    for flag in flags:
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set {flag!r}: expected KEY=VALUE, e.g. --set stack.port=8001")
+        key = key.strip()
+        parsed[key if "." in key else f"stack.{key}"] = value
+    return parsed
+
+
+class _Resolver:
+    """Looks a value up through the precedence chain and validates it."""
+
+    def __init__(self, sources: Sources) -> None:
+        self.s = sources
+        self.record: dict[str, str] = {}
+        self.inherited: dict[str, str] = {}
+        """Dotted key of a variant -> the key of the variant that defines it (`extends`)."""
+
+    def get(
+        self,
+        dotted: str,
+        parse: Callable[[object], object],
+        default: object,
+        env: str | None = None,
+        toml_value: object = None,
+        is_path: bool = False,
+    ) -> object:
+        raw, where, base = self._lookup(dotted, env, toml_value, default)
+        try:
+            value = parse(raw)
+        except ValueError as err:
+            raise ConfigError(f"invalid {dotted} = {raw!r} (from {where}): expected {err}") from err
+        if is_path and isinstance(value, str) and base is not None:
+            value = str((base / value).resolve()) if not os.path.isabs(value) else value
+        self.record[dotted] = where
+        return value
+
+    def _lookup(
+        self, dotted: str, env: str | None, toml_value: object, default: object
+    ) -> tuple[object, str, Path | None]:
+        if dotted in self.s.flags:
+            return self.s.flags[dotted], "flag --set", Path.cwd()
+        if env and self.s.environ.get(env):
+            return self.s.environ[env], f"environment {env}", Path.cwd()
+        if env and self.s.dotenv.get(env):
+            dotenv_dir = self.s.dotenv_path.parent if self.s.dotenv_path else Path.cwd()
+            return self.s.dotenv[env], f".env {env}", dotenv_dir
+        if toml_value is not None:
+            origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
+            label = str(origin.name) if origin else "composer.toml"
+            return toml_value, label, origin.parent if origin else Path.cwd()
+        return default, "default", Path.cwd()
+
+
+def _build(sources: Sources) -> Stack:
+    resolve = _Resolver(sources)
+    raw_stack = _table(sources.toml, "stack")
+    if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
+        raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
+    _reject_unknown(raw_stack, STACK_KEYS, "stack")
+    settings = {
+        s.key: resolve.get(f"stack.{s.key}", s.parse, s.default, s.env, raw_stack.get(s.key), s.is_path)
+        for s in STACK_SETTINGS
+    }
+    images = _images(sources, resolve)
+    variants = _variants(sources, resolve, images)
+    workloads = _workloads(sources, variants)
+    api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
+    if api_key is not None:
+        resolve.record[API_KEY_VAR] = (
+            f"environment {API_KEY_VAR}" if sources.environ.get(API_KEY_VAR) else f".env {API_KEY_VAR}"
+        )
+    unused = sorted(set(sources.flags) - set(resolve.record))
+    if unused:
+        raise ConfigError(
+            f"--set {unused[0]}: not a setting of this stack: use a key that "
+            "`compose-spec config` lists, e.g. stack.port or variants.mtp.kv_cache_memory"
+        )
+    return Stack(
+        **settings,
+        images=images,
+        variants=variants,
+        workloads=workloads,
+        env=_env_table(raw_stack.get("env", {}), "stack.env"),
+        sources=resolve.record,
+        api_key=api_key,
+    )
+
+
+def _table(data: Mapping, key: str) -> dict:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} must be a table, got {value!r}")
+    return value
+
+
+def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
+    unknown = sorted(set(table) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown key {where}.{unknown[0]}: allowed are " + ", ".join(sorted(allowed)))
+
+
+def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
+    raw = _table(sources.toml, "images")
+    if not raw:
+        raise ConfigError('images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"')
+    seen: dict[str, str] = {}
+    for key in raw:
+        if not _IMAGE_KEY.fullmatch(key):
+            raise ConfigError(
+                f"invalid image name images.{key}: expected lowercase letters, digits, '-' and '_', "
+                "starting with a letter"
+            )
+        other = seen.setdefault(image_env_var(key), key)
+        if other != key:
+            raise ConfigError(f"images.{other} and images.{key} share the variable {image_env_var(key)}")
+    return {
+        key: str(resolve.get(f"images.{key}", v.parse_text, None, image_env_var(key), value))
+        for key, value in raw.items()
+    }
+
+
+def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f'{where} must be a table of NAME = "value", got {raw!r}')
+    result = []
+    for name, value in raw.items():
+        if not _ENV_NAME.fullmatch(name):
+            raise ConfigError(
+                f"invalid {where} name {name!r}: expected ASCII letters, digits and '_', "
+                "not starting with a digit"
+            )
+        if name == API_KEY_VAR:
+            raise ConfigError(f"{where}.{name}: secrets never go in composer.toml; use .env")
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string or number")
+        if "\x00" in str(value):
+            raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string without NUL bytes")
+        result.append((name, str(value)))
+    return tuple(sorted(result))
+
+
+def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> dict[str, Variant]:
+    raw = _table(sources.toml, "variants")
+    if not raw:
+        raise ConfigError("variants: define at least one variant, e.g. [variants.baseline]")
+    return {name: _variant(name, raw, sources, resolve, images) for name in raw}
+
+
+def _flatten(
+    name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = (), defined: dict[str, str] | None = None
+) -> dict:
+    """A variant's table with its `extends` chain merged in; `defined` maps each key
+    (`kv_cache_memory`, `speculative.method`) to the dotted key that sets it."""
+    defined = {} if defined is None else defined
+    if name in chain:
+        raise ConfigError(f"variants.{name}.extends forms a cycle: {' -> '.join((*chain, name))}")
+    table = raw.get(name)
+    if not isinstance(table, dict):
+        raise ConfigError(f"variants.{chain[-1]}.extends = {name!r}: choose one of " + ", ".join(sorted(raw)))
+    _reject_unknown(table, VARIANT_KEYS, f"variants.{name}")
+    parent = table.get("extends")
+    merged = _flatten(str(parent), raw, (*chain, name), defined) if parent is not None else {}
+    for key, value in table.items():
+        if key == "extends":
+            continue
+        defined[key] = f"variants.{name}.{key}"
+        for sub in value if isinstance(value, dict) else ():
+            defined[f"{key}.{sub}"] = f"variants.{name}.{key}.{sub}"
+        if key in {"speculative", "env"} and isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = {**merged[key], **value}
+        else:
+            merged[key] = value
+    return merged
+
+
+def _variant(
+    name: str, raw: Mapping[str, dict], sources: Sources, resolve: _Resolver, images: dict[str, str]
+) -> Variant:
+    try:
+        v.parse_name(name)
+    except ValueError as err:
+        raise ConfigError(f"invalid variant name {name!r}: expected {err}") from err
+    defined: dict[str, str] = {}
+    table = _flatten(name, raw, defined=defined)
+    prefix = f"variants.{name}"
+    resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
+    image_key = str(table.get("image", next(iter(images))))
+    if image_key not in images:
+        raise ConfigError(
+            f"invalid {prefix}.image = {image_key!r}: choose one of " + ", ".join(sorted(images))
+        )
+    kv_raw = table.get("kv_cache_memory")
+    kv = resolve.get(
+        f"{prefix}.kv_cache_memory",
+        lambda x: None if x is None else v.parse_size(x),
+        None,
+        VARIANT_ENV["kv_cache_memory"],
+        kv_raw,
+    )
+    min_tokens = table.get("min_kv_cache_tokens")
+    if min_tokens is not None:
+        min_tokens = resolve.get(
+            f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
+        )
+    extra_args = table.get("extra_args", [])
+    if not isinstance(extra_args, list) or not all(
+        isinstance(a, str) and "\x00" not in a for a in extra_args
+    ):
+        raise ConfigError(
+            f"invalid {prefix}.extra_args = {extra_args!r}: expected a list of strings without NUL bytes"
+        )
+    return Variant(
+        name=name,
+        image_key=image_key,
+        kv_cache_memory=kv,  # type: ignore[arg-type]
+        speculative=_speculative(prefix, table.get("speculative"), resolve),
+        env=_env_table(table.get("env", {}), f"{prefix}.env"),
+        extra_args=tuple(extra_args),
+        min_kv_cache_tokens=min_tokens,  # type: ignore[arg-type]
+        description=str(table.get("description", "")),
+    )
+
+
+def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | None:
+    if raw is None or raw == "none":
+        return None
+    if not isinstance(raw, dict):
+        raise ConfigError(f'invalid {prefix}.speculative = {raw!r}: expected a table or "none"')
+    _reject_unknown(raw, SPECULATIVE_KEYS, f"{prefix}.speculative")
+    where = f"{prefix}.speculative"
+    if "method" not in raw:
+        raise ConfigError(f"{where}.method is missing: choose one of " + ", ".join(v.SPECULATIVE_METHODS))
+    method = resolve.get(f"{where}.method", v.parse_method, None, None, raw["method"])
+    k = resolve.get(
+        f"{where}.num_speculative_tokens",
+        v.parse_positive_int,
+        None,
+        VARIANT_ENV["num_speculative_tokens"],
+        raw.get("num_speculative_tokens"),
+    )
+    backend = raw.get("attention_backend")
+    if backend is not None:
+        backend = resolve.get(f"{where}.attention_backend", v.parse_attention_backend, None, None, backend)
+    draft = resolve.get(f"{where}.draft_model", v.parse_bool, False, None, raw.get("draft_model"))
+    extra = raw.get("extra", {})
+    if not isinstance(extra, dict):
+        raise ConfigError(f"invalid {where}.extra = {extra!r}: expected a table")
+    if "tensor_parallel_size" in extra:
+        raise ConfigError(f"{where}.extra.tensor_parallel_size: use draft_tensor_parallel_size")
+    reserved = RESERVED_SPECULATIVE_EXTRA | ({"model"} if draft else set())
+    for key in sorted(reserved & set(extra)):
+        raise ConfigError(f"{where}.extra.{key}: set it as {where}.{key} (or draft_model for model)")
+    try:
+        json.dumps(extra, allow_nan=False)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"invalid {where}.extra = {extra!r}: expected JSON values ({err})") from err
+    return Speculative(
+        method=str(method),
+        num_speculative_tokens=int(k),  # type: ignore[call-overload]
+        draft_model=bool(draft),
+        attention_backend=backend if backend is None else str(backend),
+        extra=tuple(sorted(extra.items())),
+    )
+
+
+def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
+    raw = _table(sources.toml, "workloads")
+    for workload, variant in raw.items():
+        if variant not in variants:
+            raise ConfigError(
+                f"invalid workloads.{workload} = {variant!r}: choose one of " + ", ".join(sorted(variants))
+            )
+    return {str(k): str(val) for k, val in raw.items()}

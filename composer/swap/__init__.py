@@ -1,0 +1,21 @@
+"""Switching the serving variant: up, down and status.
+
+Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
+to be released, start the new one from its run file, gate it, roll back on any failure),
+the per-project swap lock, and the status report. Uses the rendered run files, never the
+templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
+`composer.probes`, `composer.doctor` (its fast checks are the preflight),
+`composer.errors`, `composer.labels`. Public: `up`, `down`, `plan_swap`, `SwapPlan`,
+`UpOptions`, `UpResult`, `swap_lock`, `status_data`, `format_status`.
+"""
+
+from composer._exports import lazy_exports
+
+__all__, __getattr__ = lazy_exports(
+    __name__,
+    {
+        "lock": ["swap_lock"],
+        "status": ["format_status", "status_data"],
+        "swapper": ["SwapPlan", "UpOptions", "UpResult", "down", "plan_swap", "up"],
+    },
+)

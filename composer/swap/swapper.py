@@ -1,0 +1,316 @@
+"""Health-gated swap with rollback: plan (pure), then execute with Docker.
+
+Order on one set of GPUs: stop the old container -> wait until its GPU memory is
+released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
+one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
+hints, remove the new container, start the previous one again and gate it too.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.doctor import preflight
+from composer.engine import bootlog, diagnose
+from composer.engine.client import compose
+from composer.engine.containers import RunningVariant, current_variant, describe, our_containers
+from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
+from composer.errors import ComposerError, HealthCheckFailed, PreflightFailed, SwapFailed
+from composer.render.runfiles import compose_environment, run_file
+from composer.render.spec import LABEL_CONFIG_HASH, build_spec
+from composer.stack.model import Stack
+from composer.swap.gpu_release import wait_for_release
+
+if TYPE_CHECKING:
+    import docker
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class UpOptions:
+    """How a swap behaves."""
+
+    timeout: float = 900.0
+    rollback: bool = True
+    wait_for_lock: bool = True
+    allow_weak_key: bool = False
+    poll_interval: float = 0.1
+    release_timeout: float = 60.0
+    settle: float = 1.0
+
+
+@dataclass
+class UpResult:
+    """What a swap did, with timings in seconds."""
+
+    variant: str
+    outcome: str
+    previous: str | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    kv_cache_tokens: int | None = None
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """The steps a swap will take; empty when the target already serves."""
+
+    target: str
+    target_hash: str
+    previous: RunningVariant | None
+    steps: tuple[str, ...]
+
+
+def plan_swap(target: str, target_hash: str, current: RunningVariant | None, current_ready: bool) -> SwapPlan:
+    """Decide the steps from what runs now (pure)."""
+    if current and current.variant == target and current.config_hash == target_hash and current_ready:
+        return SwapPlan(target, target_hash, current, ())
+    steps = ("stop", "release", "start", "gate") if current else ("start", "gate")
+    return SwapPlan(target, target_hash, current, steps)
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Let a rollback finish: Ctrl-C and SIGTERM are ignored while it runs."""
+    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Swapper:
+    """Executes swap plans for one stack against one Docker engine."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        client: docker.DockerClient,
+        options: UpOptions,
+        progress: Say = _quiet,
+        waiting: Say | None = None,
+    ) -> None:
+        self.stack = stack
+        self.client = client
+        self.options = options
+        self.say = progress
+        self.waiting = waiting or progress
+        self.ready_at = 0.0
+
+    # -- checks -------------------------------------------------------------------------
+    def preflight(self, variant: str) -> list[str]:
+        """The fast subset of doctor's checks; return warnings, raise on the first failure."""
+        from composer.doctor.report import fast_checks
+
+        findings = fast_checks(self.stack, variant, self.client, allow_weak_key=self.options.allow_weak_key)
+        self._raise_failed(findings)
+        return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
+
+    @staticmethod
+    def _raise_failed(findings: list[preflight.Finding]) -> None:
+        failed = [f for f in findings if f.failed]
+        if failed:
+            first = failed[0]
+            raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
+
+    # -- steps --------------------------------------------------------------------------
+    def stop_all(self) -> None:
+        """Stop and remove every variant container of the project (grace period, then kill)."""
+        from docker.errors import NotFound
+
+        for container in our_containers(self.stack, self.client):
+            self.say(f"stopping {describe(container).variant} ({container.name})")
+            try:
+                container.stop(timeout=self.stack.stop_grace_period)
+                container.remove(force=True)
+            except NotFound:  # already gone
+                continue
+            except Exception as err:
+                raise ComposerError(f"could not stop {container.name}: {err}") from err
+
+    def start(self, compose_file: Path) -> None:
+        """`docker compose up -d` on a run file (never builds, never pulls)."""
+        env = compose_environment(compose_file, self.stack.api_key)
+        compose(
+            self.stack.project,
+            compose_file,
+            ["up", "--detach", "--no-build", "--pull", "never", self.stack.service],
+            env=env,
+            timeout=max(120.0, self.options.timeout),
+        )
+
+    def gate(self, target: GateTarget, started: float) -> str:
+        """Wait until the newest variant container is ready; return its log."""
+        containers = our_containers(self.stack, self.client)
+        if not containers:
+            raise HealthCheckFailed("the container was not created")
+        log = wait_ready(
+            containers[0],
+            target,
+            deadline=started + self.options.timeout,
+            interval=self.options.poll_interval,
+            waiting=self.waiting,
+        )
+        self.ready_at = time.monotonic()
+        self.say(f"{target.variant} is ready ({self.ready_at - started:.1f}s); watching it settle")
+        watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        return log
+
+    # -- the swap -----------------------------------------------------------------------
+    def up(self, variant: str) -> UpResult:
+        """Swap `variant` in; raise SwapFailed (after rolling back) when it fails."""
+        total_start = time.monotonic()
+        spec = build_spec(self.stack, variant)
+        target_hash = dict(spec.labels)[LABEL_CONFIG_HASH]
+        result = UpResult(variant=variant, outcome="started")
+        result.warnings += self.preflight(variant)
+        current = current_variant(self.stack, self.client)
+        same = current is not None and current.variant == variant and current.config_hash == target_hash
+        ready = same and self._is_ready(current)  # probing matters only for a possible no-op
+        plan = plan_swap(variant, target_hash, current, ready)
+        result.previous = current.variant if current else None
+        if not plan.steps:
+            result.outcome = "unchanged"
+            result.notes.append(f"{variant} already serves with the same configuration")
+            result.timings["total"] = time.monotonic() - total_start
+            return result
+        compose_file = run_file(self.stack, variant)
+        try:
+            self._execute(plan, compose_file, result)
+        except BaseException as err:  # any failure, Ctrl-C included, rolls back
+            with _interrupts_ignored():
+                raise self._fail(plan, err) from err
+        result.outcome = "swapped" if current else "started"
+        result.timings["total"] = time.monotonic() - total_start
+        return result
+
+    def _is_ready(self, current: RunningVariant) -> bool:
+        return probe_once(running_target(self.stack, current))
+
+    def _execute(self, plan: SwapPlan, compose_file: Path, result: UpResult) -> None:
+        if "stop" in plan.steps:
+            began = time.monotonic()
+            self.stop_all()
+            result.timings["stop"] = time.monotonic() - began
+        if "release" in plan.steps:
+            began = time.monotonic()
+            note = wait_for_release(self.stack.gpus, self.options.release_timeout, self.waiting)
+            result.timings["release_wait"] = time.monotonic() - began
+            if note:
+                result.notes.append(note)
+        began = time.monotonic()
+        self.say(f"starting {plan.target}")
+        self.start(compose_file)
+        target = GateTarget(
+            plan.target,
+            self.stack.port,
+            self.stack.bind_address,
+            self.stack.served_model_name,
+            self.stack.api_key,
+        )
+        log = self.gate(target, began)
+        result.timings["start_to_ready"] = self.ready_at - began
+        result.timings["settle"] = time.monotonic() - self.ready_at
+        result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
+        expected = self.stack.variant(plan.target).min_kv_cache_tokens
+        if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
+            result.warnings.append(
+                f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
+                "GPU memory may still be held by another process"
+            )
+
+    def _fail(self, plan: SwapPlan, err: BaseException) -> SwapFailed:
+        if isinstance(err, KeyboardInterrupt):
+            cause = "interrupted"
+        elif isinstance(err, ComposerError):
+            cause = str(err)
+        else:
+            cause = f"unexpected {type(err).__name__}: {err}"
+        log_tail = bootlog.redact(getattr(err, "log_tail", "") or self._log_tail(), self.stack.api_key)
+        hints = getattr(err, "hints", ()) or diagnose.hints(log_tail)
+        self.say(f"{plan.target} failed: {cause}; removing it")
+        self.stop_all()
+        previous = plan.previous
+        if previous is None or not self.options.rollback:
+            left = "nothing is running" if previous is None else "rollback disabled: nothing is running"
+            return SwapFailed(f"{plan.target} failed: {cause}; {left}", log_tail, hints, rolled_back=False)
+        try:
+            self._restore(previous)
+        except BaseException as rollback_err:  # report, never mask the original failure
+            return SwapFailed(
+                f"{plan.target} failed: {cause}; rollback to {previous.variant} failed too: {rollback_err}",
+                log_tail,
+                hints,
+                rolled_back=False,
+            )
+        return SwapFailed(
+            f"{plan.target} failed: {cause}; rolled back to {previous.variant}, which serves again",
+            log_tail,
+            hints,
+            rolled_back=True,
+        )
+
+    def _restore(self, previous: RunningVariant) -> None:
+        self.say(f"rolling back to {previous.variant}")
+        compose_file = Path(previous.config_file) if previous.config_file else None
+        if compose_file is None or not compose_file.is_file():
+            compose_file = run_file(self.stack, previous.variant)
+        began = time.monotonic()
+        self.start(compose_file)
+        self.gate(running_target(self.stack, previous), began)
+
+    def _log_tail(self) -> str:
+        containers = our_containers(self.stack, self.client)
+        if not containers:
+            return ""
+        try:
+            return bootlog.tail(containers[0].logs(tail=60).decode(errors="replace"), 40)
+        except Exception:  # the container may be gone already
+            return ""
+
+    def down(self) -> str | None:
+        """Stop and remove whatever variant runs; return its name."""
+        current = current_variant(self.stack, self.client)
+        self.stop_all()
+        compose(self.stack.project, None, ["down", "--remove-orphans"], timeout=120)
+        return current.variant if current else None
+
+
+def up(
+    stack: Stack,
+    variant: str,
+    *,
+    client: docker.DockerClient,
+    options: UpOptions | None = None,
+    progress: Say = _quiet,
+    waiting: Say | None = None,
+) -> UpResult:
+    """Swap `variant` in under the project's lock (see Swapper.up)."""
+    from composer.swap.lock import swap_lock
+
+    options = options or UpOptions()
+    stack.variant(variant)
+    swapper = Swapper(stack, client, options, progress, waiting)
+    with swap_lock(stack.project, options.wait_for_lock, progress):
+        return swapper.up(variant)
+
+
+def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
+    """Stop and remove the running variant under the project's lock."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, True, progress):
+        return Swapper(stack, client, UpOptions(), progress).down()

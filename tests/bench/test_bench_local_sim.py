@@ -1,0 +1,97 @@
+"""measure_point against the simulator run as a local subprocess (no Docker)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from composer.bench.client import BenchError
+from composer.bench.sweep import BenchOptions, BenchPoint, measure_point
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SIM_SRC = REPO / "images" / "sim" / "src"
+MODEL = REPO / "images" / "sim" / "models" / "Qwen3.8-27B"
+KEY = "sk-local-bench-0123456789abcdef"
+SCALE = 40.0
+
+
+@pytest.fixture(scope="module")
+def mtp7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A simulator serving MTP K=7 on a free port; yields its base URL."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_"))}
+    env.update({"PYTHONPATH": str(SIM_SRC), "SIM_TIME_SCALE": str(SCALE), "SIM_LOAD_SECONDS": "0"})
+    argv = [sys.executable, "-m", "vllm", "serve", str(MODEL), "--served-model-name", "m"]
+    argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
+    argv += ["--speculative-config", '{"method":"mtp","num_speculative_tokens":7}']
+    log = tmp_path_factory.mktemp("sim") / "sim.log"
+    with open(log, "w") as handle:
+        proc = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the simulator did not start:\n{log.read_text()}")
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def sim_timing():
+    if str(SIM_SRC) not in sys.path:
+        sys.path.insert(0, str(SIM_SRC))
+    from vllm.sim import profiles, timing
+
+    return timing, profiles.get_profile()
+
+
+def test_measure_point_matches_the_timing_model(mtp7: str) -> None:
+    timing, profile = sim_timing()
+    options = BenchOptions(prompts=("one prompt", "another prompt"), max_tokens=800, runs=3, warmup=1)
+    messages: list[str] = []
+    result = measure_point(
+        BenchPoint("mtp", "mtp", 7),
+        options,
+        base_url=mtp7,
+        api_key=KEY,
+        served_name="m",
+        progress=messages.append,
+    )
+    assert result.decode_tok_s / SCALE == pytest.approx(timing.decode_tok_s(profile, "mtp", 7), rel=0.03)
+    assert result.tokens_per_iteration == pytest.approx(
+        timing.tokens_per_iteration(profile, "mtp", 7), rel=0.03
+    )
+    assert result.acceptance.per_position == pytest.approx(timing.acceptance(profile, "mtp", 7), abs=0.03)
+    assert result.deterministic is True  # the warm-up and run 1 use the same prompt
+    assert sorted(result.texts) == [0, 1]
+    assert messages[0].startswith("mtp K=7: warm-up 1/1") and messages[-1].startswith("mtp K=7: run 3/3")
+
+
+def test_wrong_k_on_the_server_is_an_error(mtp7: str) -> None:
+    options = BenchOptions(prompts=("p",), max_tokens=50, runs=1, warmup=0)
+    with pytest.raises(BenchError, match="shows 7 draft token"):
+        measure_point(BenchPoint("mtp", "mtp", 3), options, base_url=mtp7, api_key=KEY, served_name="m")
+
+
+def test_rejected_api_key_is_an_error(mtp7: str) -> None:
+    options = BenchOptions(prompts=("p",), max_tokens=50, runs=1, warmup=0)
+    with pytest.raises(BenchError, match="401"):
+        measure_point(
+            BenchPoint("mtp", "mtp", 7), options, base_url=mtp7, api_key="sk-wrong", served_name="m"
+        )

@@ -1,0 +1,172 @@
+"""The sweep's swap and restore logic, with the lifecycle replaced by a recorder (no Docker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import composer.engine.containers
+import composer.swap.swapper
+from composer.bench import swaps as bench_swap
+from composer.bench.client import BenchError
+from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
+from composer.engine.containers import RunningVariant
+from composer.errors import SwapFailed
+from composer.stack.load import load_stack
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def stack_for(tmp_path: Path):
+    env = tmp_path / "empty.env"
+    env.write_text("")
+    return lambda flags: load_stack([REPO / "composer.toml"], env, environ={}, flags=flags)
+
+
+def running(variant: str, config_hash: str) -> RunningVariant:
+    return RunningVariant(
+        "id", "vllm-vllm-1", variant, config_hash, "img", "running", None, None, 8000, "m", None, 0
+    )
+
+
+@dataclass
+class FakeDocker:
+    """Stands in for lifecycle.up/down and containers.current_variant."""
+
+    serving: tuple[str, str] | None
+    calls: list[str] = field(default_factory=list)
+    fail_k: int | None = None
+    interrupt_k: int | None = None
+
+    def up(self, stack, variant, *, client, options, progress):
+        spec = stack.variant(variant).speculative
+        k = spec.num_speculative_tokens if spec else 0
+        if k == self.interrupt_k:
+            self.calls.append(f"up {variant} K={k} interrupted")
+            failed = SwapFailed(f"{variant} failed: interrupted; rolled back", rolled_back=True)
+            raise failed from KeyboardInterrupt()
+        if k == self.fail_k:
+            self.calls.append(f"up {variant} K={k} failed")
+            raise SwapFailed(f"{variant} failed: boom; rolled back", rolled_back=True)
+        self.calls.append(f"up {variant} K={k}")
+        self.serving = (variant, bench_swap.config_hash(stack, variant))
+        return composer.swap.swapper.UpResult(variant=variant, outcome="swapped")
+
+    def down(self, stack, *, client, progress):
+        self.calls.append("down")
+        self.serving = None
+        return None
+
+    def current(self, stack, client):
+        return running(*self.serving) if self.serving else None
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch):
+    def install(serving, measured=None, fail_k=None, interrupt_k=None) -> FakeDocker:
+        docker = FakeDocker(serving, fail_k=fail_k, interrupt_k=interrupt_k)
+        monkeypatch.setattr(composer.swap.swapper, "up", docker.up)
+        monkeypatch.setattr(composer.swap.swapper, "down", docker.down)
+        monkeypatch.setattr(composer.engine.containers, "current_variant", docker.current)
+
+        def measure(point, options, **_):
+            if measured is not None:
+                return measured(point)
+            return PointResult(point, error=None)
+
+        monkeypatch.setattr("composer.bench.sweep.measure_point", measure)
+        return docker
+
+    return install
+
+
+OPTIONS = BenchOptions(prompts=("p",), runs=1, warmup=0)
+
+
+def test_previous_variant_with_a_swept_k_is_restored_exactly(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    k3 = load(("variants.mtp.speculative.num_speculative_tokens=3",))
+    docker = fake(("mtp", bench_swap.config_hash(k3, "mtp")))
+    report = bench_swap.bench_with_swaps(load, ["baseline", "mtp"], [3, 7], OPTIONS, client=None)
+    assert docker.calls == ["up baseline K=0", "up mtp K=3", "up mtp K=7", "up mtp K=3"]
+    assert docker.serving == ("mtp", bench_swap.config_hash(k3, "mtp"))
+    assert report.notes == ["no baseline point was measured: no speed-up or agreement"]
+
+
+def test_restores_even_when_a_measurement_fails(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("dflash2", bench_swap.config_hash(load(()), "dflash2")), measured=_fail_on_k7)
+    with pytest.raises(BenchError, match="lost"):
+        bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7", "up dflash2 K=7"]
+
+
+def _fail_on_k7(point: BenchPoint) -> PointResult:
+    if point.k == 7:
+        raise BenchError("connection lost")
+    return PointResult(point)
+
+
+def test_failed_swap_is_recorded_and_the_sweep_goes_on(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(None, fail_k=7)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3, 7], OPTIONS, client=None)
+    failed = [r for r in report.results if r.error]
+    assert [r.point.k for r in failed] == [7] and "boom" in failed[0].error
+    assert docker.calls[-1] == "down"  # nothing served before the benchmark
+
+
+def test_unknown_previous_configuration_is_restored_from_the_stack_with_a_note(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("mtp", "0123456789abcdef"))
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7"]
+    assert any("0123456789abcdef" in n for n in report.notes)
+
+
+def test_ks_the_target_cannot_run_are_skipped_not_swapped(tmp_path: Path, fake) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text('{"text_config": {"mtp_num_hidden_layers": 2}}')
+    env = tmp_path / "empty.env"
+    env.write_text("")
+
+    def load(flags):
+        return load_stack(
+            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.model_dir={target}", *flags)
+        )
+
+    docker = fake(None)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [2, 3, 4], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=2", "up mtp K=4", "down"]
+    skipped = {r.point.k: r.error for r in report.results if r.error}
+    assert list(skipped) == [3] and skipped[3].startswith("skipped: K=3 exceeds the 2 MTP layer(s)")
+    assert any("K=3" in h and "reject" in h for h in report.hints)
+
+
+def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> None:
+    draft = tmp_path / "draft"
+    draft.mkdir()
+    (draft / "config.json").write_text('{"dflash_config": {"block_size": 9}}')
+    env = tmp_path / "empty.env"
+    env.write_text("")
+
+    def load(flags):
+        return load_stack(
+            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.draft_dir={draft}", *flags)
+        )
+
+    fake(None)
+    report = bench_swap.bench_with_swaps(load, ["dflash2"], None, OPTIONS, client=None)
+    assert [r.point.k for r in report.results] == [1, 3, 4, 7, 8, 10]
+    assert any("block_size 9" in h and "K=8" in h for h in report.hints)
+
+
+def test_interrupt_during_a_swap_stops_the_sweep_and_restores(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+    docker = fake(("baseline", bench_swap.config_hash(load(()), "baseline")), interrupt_k=7)
+    with pytest.raises(KeyboardInterrupt):
+        bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7 interrupted", "up baseline K=0"]

@@ -1,0 +1,144 @@
+"""The real Compose v2 plugin accepts every rendered file, and the container a launcher
+would create agrees with the compose service on image, command, environment, mounts,
+ports and GPUs."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from composer.render.files import render_all
+from composer.render.spec import build_spec
+from composer.stack.model import Stack
+
+from .conftest import REPO
+from .helpers import (
+    clean_environ,
+    comparable,
+    container_from_compose,
+    container_from_run_argv,
+    container_from_spec,
+    run_launcher,
+)
+from .odd import odd_stack
+
+pytestmark = pytest.mark.docker
+VARIANTS = ("baseline", "mtp", "dflash2")
+API_KEY = "sk-test-0123456789abcdef"
+OVERRIDES = {
+    "VLLM_PORT": "8123",
+    "VLLM_BIND_ADDRESS": "0.0.0.0",
+    "GPU_DEVICES": "1,3",
+    "MODEL_DIR": "/srv/models/$target dir",  # single-quoted in the env file: literal
+    "DRAFT_DIR": "/srv/models/draft",
+    "KV_CACHE_MEMORY": "4294967296",
+    "NUM_SPECULATIVE_TOKENS": "3",
+    "VLLM_IMAGE": "local/vllm:test",
+    "DFLASH2_IMAGE": "local/dflash2:test",
+}
+
+
+def _env_file(tmp_path: Path, values: dict[str, str]) -> Path:
+    path = tmp_path / "sample.env"
+    path.write_text("".join(f"{k}='{v}'\n" for k, v in values.items()))
+    return path
+
+
+def compose_config(compose_file: Path, env_file: Path) -> dict:
+    """`docker compose config --format json` of one file, run with a clean environment."""
+    result = subprocess.run(
+        [
+            "docker",
+            "compose",
+            "--env-file",
+            str(env_file),
+            "-f",
+            str(compose_file),
+            "config",
+            "--format",
+            "json",
+        ],
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_compose_accepts_the_committed_file(tmp_path: Path, variant: str) -> None:
+    config = compose_config(
+        REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
+    )
+    assert list(config["services"]) == ["vllm"] and config["name"] == "vllm"
+
+
+def test_compose_refuses_a_missing_api_key(tmp_path: Path) -> None:
+    result = subprocess.run(
+        ["docker", "compose", "--env-file", str(_env_file(tmp_path, {})), "-f", "compose/mtp.yml", "config"],
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0 and "set VLLM_API_KEY" in result.stderr
+
+
+@pytest.mark.parametrize("overrides", [False, True], ids=["defaults", "overrides"])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_launcher_and_compose_agree(
+    tmp_path: Path, stub_dir: Path, default_stack: Stack, variant: str, overrides: bool
+) -> None:
+    values = {"VLLM_API_KEY": API_KEY, **(OVERRIDES if overrides else {})}
+    service = compose_config(REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, values))["services"][
+        "vllm"
+    ]
+    from_compose = container_from_compose(service, unescape=True)
+    argv = run_launcher(REPO / "compose" / f"{variant}.sh", stub_dir, clean_environ(**values))
+    from_launcher = container_from_run_argv(argv, values)
+    assert comparable(from_launcher) == comparable(from_compose)
+    assert comparable(from_launcher) == comparable(
+        container_from_spec(build_spec(default_stack, variant), values)
+    )
+    assert from_launcher["name"] == "vllm-vllm-1"
+    if overrides:
+        assert from_launcher["gpus"] == {"1", "3"} and from_launcher["ports"] == [("0.0.0.0", "8123", 8000)]
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_odd_values_survive_compose_and_the_launcher(
+    tmp_path: Path, stub_dir: Path, default_stack: Stack, variant: str
+) -> None:
+    """Quotes, `$`, globs, unicode and newlines reach compose and docker run unchanged."""
+    stack = odd_stack(default_stack)
+    files = {f.path.suffix: f for f in render_all(stack, [variant], tmp_path)}
+    for file in files.values():
+        file.path.write_text(file.content)
+    env_file = _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
+    service = compose_config(files[".yml"].path, env_file)["services"]["on"]
+    argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
+    intended = comparable(container_from_spec(build_spec(stack, variant), {"VLLM_API_KEY": API_KEY}))
+    assert comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY})) == intended
+    assert comparable(container_from_compose(service, unescape=True)) == intended
+
+
+def test_no_gpus_and_an_ipv6_bind_agree(tmp_path: Path, stub_dir: Path, default_stack: Stack) -> None:
+    from dataclasses import replace
+
+    stack = replace(default_stack, gpus=None, bind_address="::1")
+    files = {f.path.suffix: f for f in render_all(stack, ["mtp"], tmp_path)}
+    for file in files.values():
+        file.path.write_text(file.content)
+    assert "deploy:" not in files[".yml"].content and "--gpus" not in files[".sh"].content
+    service = compose_config(files[".yml"].path, _env_file(tmp_path, {"VLLM_API_KEY": API_KEY}))["services"][
+        "vllm"
+    ]
+    argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
+    from_launcher = comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY}))
+    assert from_launcher == comparable(container_from_compose(service, unescape=True))
+    assert from_launcher["gpus"] is None and from_launcher["ports"] == [("::1", "8000", 8000)]
