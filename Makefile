@@ -58,7 +58,7 @@ demo: install docker image-sim
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check composer tests
+	$(BIN)/ruff format --check composer tests benchmarks images/sim/src
 
 clean:
 	rm -rf $(VENV) .composer .pytest_cache

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args()
-    compose_spec = shutil.which("compose-spec") or sys.exit("compose-spec is not on PATH: pip install -e .")
+    # This environment's entry point (next to its interpreter), never one found on PATH.
+    compose_spec = str(Path(sys.executable).with_name("compose-spec"))
+    if not Path(compose_spec).exists():
+        sys.exit(f"{compose_spec} is missing: run `make install`")
     env = _clean_env()
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         empty_env = Path(tmp, "empty.env")

@@ -49,7 +49,7 @@ class Setup:
         extra.write_text(f'[stack]\nproject = "{self.project}"\nport = {self.port}\n')
         self.env = dict(os.environ, VLLM_API_KEY=secrets.token_urlsafe(24), XDG_STATE_HOME=str(self.tmp))
         self.base = [
-            sys.executable, "-m", "composer.cli", "--env-file", str(REPO / ".env.demo"),
+            sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.demo"),
             "--stack", str(REPO / "composer.toml"), "--stack", str(extra),
         ]  # fmt: skip
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_LABEL = "vllm-composer.test"
+# The command line of this environment, never whatever `compose-spec` is on PATH.
+COMPOSE_SPEC = (sys.executable, "-m", "composer")
 
 
 def in_ci() -> bool:

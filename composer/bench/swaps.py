@@ -17,7 +17,7 @@ from composer.bench.sweep import (
     run_bench,
 )
 from composer.engine.health import base_url
-from composer.render.spec import LABEL_CONFIG_HASH, build_spec
+from composer.render.spec import build_spec
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ StackFor = Callable[[tuple[str, ...]], Stack]
 
 def config_hash(stack: Stack, variant: str) -> str:
     """The config hash a variant's container gets from this stack (pure)."""
-    return dict(build_spec(stack, variant).labels)[LABEL_CONFIG_HASH]
+    return build_spec(stack, variant).hash
 
 
 def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -> Stack | None:

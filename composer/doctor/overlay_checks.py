@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer import labels as label_names
 from composer.doctor.preflight import Finding
 from composer.errors import ComposerError
 from composer.stack.model import Stack
@@ -48,7 +49,7 @@ def check_overlay_current(
     env_file: Path | None = None,
 ) -> Finding | None:
     """ok when the overlay image records its recipe's current inputs; None for non-overlay images."""
-    from composer.overlay.builder import LABEL_PREFIX, image_labels
+    from composer.overlay.builder import image_labels
     from composer.overlay.steps import local_image
 
     image = stack.image(stack.variant(variant))
@@ -60,7 +61,7 @@ def check_overlay_current(
         return None  # the image check already fails
     rebuild = make_target(recipe.name, env_file)
     labels = built.labels or {}
-    if labels.get(f"{LABEL_PREFIX}.recipe") != recipe.name:
+    if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
         return Finding(
             "image-current",
             "warn",
@@ -84,7 +85,9 @@ def check_overlay_current(
         )
     wanted = image_labels(recipe, base, list(recipe.diffs))  # type: ignore[arg-type]
     stale = [
-        key.removeprefix(f"{LABEL_PREFIX}.") for key, value in wanted.items() if labels.get(key) != value
+        key.removeprefix(f"{label_names.OVERLAY_PREFIX}.")
+        for key, value in wanted.items()
+        if labels.get(key) != value
     ]
     if stale:
         return Finding(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.render.spec import LABEL_PORT, LABEL_VARIANT
+from composer import labels
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -134,10 +134,10 @@ def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
         return Finding("port", "ok", f"{host}:{stack.port} is free")
     if client is not None:
         ours = client.containers.list(
-            filters={"label": [f"{LABEL_PORT}={stack.port}", LABEL_VARIANT]},
+            filters={"label": [f"{labels.PORT}={stack.port}", labels.VARIANT]},
         )
         if ours:
-            variant = ours[0].labels.get(LABEL_VARIANT, "?")
+            variant = ours[0].labels.get(labels.VARIANT, "?")
             return Finding("port", "ok", f"port {stack.port} is held by our {variant} container")
     return Finding(
         "port",

@@ -6,16 +6,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from composer.render.spec import LABEL_CONFIG_HASH, LABEL_PORT, LABEL_SERVED_NAME, LABEL_VARIANT
+from composer import labels as label_names
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
-
-COMPOSE_PROJECT = "com.docker.compose.project"
-COMPOSE_SERVICE = "com.docker.compose.service"
-COMPOSE_CONFIG_FILES = "com.docker.compose.project.config_files"
 
 
 @dataclass(frozen=True)
@@ -58,19 +54,19 @@ def describe(container: Container) -> RunningVariant:
     attrs = container.attrs
     labels = attrs.get("Config", {}).get("Labels") or {}
     state = attrs.get("State", {})
-    port = labels.get(LABEL_PORT)
-    files = labels.get(COMPOSE_CONFIG_FILES)
+    port = labels.get(label_names.PORT)
+    files = labels.get(label_names.COMPOSE_CONFIG_FILES)
     return RunningVariant(
         container_id=container.id or "",
         name=container.name or "",
-        variant=labels.get(LABEL_VARIANT, "?"),
-        config_hash=labels.get(LABEL_CONFIG_HASH, ""),
+        variant=labels.get(label_names.VARIANT, "?"),
+        config_hash=labels.get(label_names.CONFIG_HASH, ""),
         image=attrs.get("Config", {}).get("Image", ""),
         status=state.get("Status", "unknown"),
         docker_health=(state.get("Health") or {}).get("Status"),
         started_at=_started_at(state.get("StartedAt")),
         port=int(port) if port and port.isdigit() else None,
-        served_name=labels.get(LABEL_SERVED_NAME, ""),
+        served_name=labels.get(label_names.SERVED_NAME, ""),
         config_file=files.split(",")[0] if files else None,
         restart_count=int(attrs.get("RestartCount", 0) or 0),
     )
@@ -81,7 +77,7 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]
     from docker.errors import NotFound
 
     found: list[Container] = []
-    for summary in client.api.containers(all=True, filters={"label": [LABEL_VARIANT]}):
+    for summary in client.api.containers(all=True, filters={"label": [label_names.VARIANT]}):
         try:
             found.append(client.containers.get(summary["Id"]))
         except NotFound:  # removed between the listing and the inspection
@@ -90,8 +86,11 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]
     ours = [
         c
         for c in found
-        if (c.labels.get(COMPOSE_PROJECT) == stack.project and c.labels.get(COMPOSE_SERVICE) == stack.service)
-        or (COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
+        if (
+            c.labels.get(label_names.COMPOSE_PROJECT) == stack.project
+            and c.labels.get(label_names.COMPOSE_SERVICE) == stack.service
+        )
+        or (label_names.COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
     ]
     return sorted(ours, key=lambda c: c.attrs.get("Created", ""), reverse=True)
 

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from composer import __version__
+from composer import labels as label_names
 from composer.errors import ImageBuildError
 from composer.overlay import steps as dock
 from composer.overlay.diff import ParsedDiff, check_pin, parse_diff
 from composer.overlay.patch import apply_diffs
 from composer.overlay.recipe import Recipe, pin_recipe
 
-LABEL_PREFIX = "vllm-composer.overlay"
-BUILD_LABEL = "vllm-composer.build"
 Progress = Callable[[str], None]
 
 
@@ -63,7 +62,7 @@ def build_overlay(
     if current is not None and not force and not dry_run and _same_inputs(current.labels, labels):
         progress(f"{recipe.tag} is current ({current.short_id}); --force rebuilds")
         return BuildResult("current", recipe.tag, current.id, pinned=pinned, labels=labels)
-    helper_labels = {BUILD_LABEL: recipe.name, **extra}
+    helper_labels = {label_names.BUILD: recipe.name, **extra}
     progress(f"locating package {recipe.package} in {recipe.base} (offline)")
     package_dir = locate_package(client, base.id, recipe, helper_labels)
     parent = posixpath.dirname(package_dir.rstrip("/"))
@@ -74,14 +73,14 @@ def build_overlay(
     progress(f"dry run: {len(diffs)} diff(s) apply cleanly to {len(patched)} file(s)")
     if dry_run:
         return BuildResult("dry-run", recipe.tag, files=tuple(patched), pinned=pinned, labels=labels)
-    labels[f"{LABEL_PREFIX}.package-dir"] = package_dir
+    labels[label_names.OVERLAY_PACKAGE_DIR] = package_dir
     image_id = dock.build_image(
         client, base.id, parent, patched, {**labels, **extra}, progress, no_cache=force
     )
     verify_image(client, image_id, recipe, helper_labels, progress)
     dock.tag_image(client, image_id, recipe.tag)
     progress(f"tagged {recipe.tag} ({image_id[:19]})")
-    replaced = current is not None and current.id != image_id and f"{LABEL_PREFIX}.recipe" in current.labels
+    replaced = current is not None and current.id != image_id and label_names.OVERLAY_RECIPE in current.labels
     if replaced and dock.drop_if_untagged(client, current.id):
         progress(f"removed the replaced image {current.short_id}")
     return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
@@ -163,13 +162,15 @@ def image_labels(recipe: Recipe, base: Any, diffs: list[ParsedDiff]) -> dict[str
     """The labels that record every input of the image."""
     digests = base.attrs.get("RepoDigests") or []
     return {
-        f"{LABEL_PREFIX}.recipe": recipe.name,
-        f"{LABEL_PREFIX}.recipe-hash": recipe.fingerprint(),
-        f"{LABEL_PREFIX}.base": recipe.base,
-        f"{LABEL_PREFIX}.base-id": base.id,
-        f"{LABEL_PREFIX}.base-digest": digests[0] if digests else "",
-        f"{LABEL_PREFIX}.diffs": ",".join(f"{Path(d.name).name}=sha256:{d.sha256}" for d in diffs),
-        f"{LABEL_PREFIX}.version": __version__,
+        label_names.OVERLAY_RECIPE: recipe.name,
+        f"{label_names.OVERLAY_PREFIX}.recipe-hash": recipe.fingerprint(),
+        f"{label_names.OVERLAY_PREFIX}.base": recipe.base,
+        f"{label_names.OVERLAY_PREFIX}.base-id": base.id,
+        f"{label_names.OVERLAY_PREFIX}.base-digest": digests[0] if digests else "",
+        f"{label_names.OVERLAY_PREFIX}.diffs": ",".join(
+            f"{Path(d.name).name}=sha256:{d.sha256}" for d in diffs
+        ),
+        f"{label_names.OVERLAY_PREFIX}.version": __version__,
     }
 
 

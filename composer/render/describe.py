@@ -24,7 +24,7 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
         "derived_env": sorted(set(dict(spec.environment)) - {n for n, _ in (*stack.env, *variant.env)}),
         "extra_args": list(variant.extra_args),
         "command": [resolve(arg) for arg in spec.command],
-        "config_hash": dict(spec.labels)["vllm-composer.config-hash"],
+        "config_hash": spec.hash,
     }
     if isinstance(data["speculative"], dict):
         data["speculative"]["extra"] = dict(variant.speculative.extra)  # type: ignore[union-attr]

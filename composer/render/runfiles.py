@@ -27,7 +27,7 @@ def state_dir() -> Path:
 def run_file(stack: Stack, variant: str, directory: Path | None = None) -> Path:
     """Write (if needed) and return the compose file that `up` starts for a variant."""
     spec = build_spec(stack, variant)
-    config_hash = dict(spec.labels)["vllm-composer.config-hash"]
+    config_hash = spec.hash
     out = (directory or state_dir()) / stack.project
     compose_file = next(f for f in render_variant(stack, variant, out) if f.path.suffix == ".yml")
     target = RenderedFile(out / f"{variant}-{config_hash}.yml", compose_file.content, 0o644)

@@ -10,15 +10,11 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
 
+from composer import labels as label_names
 from composer.stack.model import Stack, Variant, image_env_var
 from composer.stack.values import V2_RUNNER_METHODS
 
 CONTAINER_PORT = 8000
-LABEL_PREFIX = "vllm-composer"
-LABEL_VARIANT = f"{LABEL_PREFIX}.variant"
-LABEL_CONFIG_HASH = f"{LABEL_PREFIX}.config-hash"
-LABEL_SERVED_NAME = f"{LABEL_PREFIX}.served-model-name"
-LABEL_PORT = f"{LABEL_PREFIX}.port"
 API_KEY_VAR = "VLLM_API_KEY"
 PIN_MEMORY_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
 HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/health", timeout=5)'
@@ -92,6 +88,11 @@ class ServiceSpec:
     labels: tuple[tuple[str, str], ...]
     healthcheck: Healthcheck
     stop_grace_period: int
+
+    @property
+    def hash(self) -> str:
+        """The config hash this spec's container is labelled with."""
+        return dict(self.labels)[label_names.CONFIG_HASH]
 
     @property
     def container_name(self) -> str:
@@ -210,10 +211,10 @@ def build_spec(stack: Stack, variant_name: str) -> ServiceSpec:
         stop_grace_period=stack.stop_grace_period,
     )
     labels = (
-        (LABEL_CONFIG_HASH, config_hash(spec)),
-        (LABEL_PORT, str(stack.port)),
-        (LABEL_SERVED_NAME, stack.served_model_name),
-        (LABEL_VARIANT, variant.name),
+        (label_names.CONFIG_HASH, config_hash(spec)),
+        (label_names.PORT, str(stack.port)),
+        (label_names.SERVED_NAME, stack.served_model_name),
+        (label_names.VARIANT, variant.name),
     )
     return replace(spec, labels=labels)
 

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from composer.engine.containers import current_variant, describe, our_containers
 from composer.engine.gate import probe_once, running_target
-from composer.render.spec import LABEL_CONFIG_HASH, build_spec
+from composer.render.spec import build_spec
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     ready = probe_once(target)
     current_hash = None
     if running.variant in stack.variants:
-        current_hash = dict(build_spec(stack, running.variant).labels)[LABEL_CONFIG_HASH]
+        current_hash = build_spec(stack, running.variant).hash
     uptime = running.uptime_seconds()
     return {
         "project": stack.project,

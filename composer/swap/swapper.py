@@ -23,7 +23,7 @@ from composer.engine.containers import RunningVariant, current_variant, describe
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, HealthCheckFailed, PreflightFailed, SwapFailed
 from composer.render.runfiles import compose_environment, run_file
-from composer.render.spec import LABEL_CONFIG_HASH, build_spec
+from composer.render.spec import build_spec
 from composer.stack.model import Stack
 from composer.swap.gpu_release import wait_for_release
 
@@ -174,7 +174,7 @@ class Swapper:
         """Swap `variant` in; raise SwapFailed (after rolling back) when it fails."""
         total_start = time.monotonic()
         spec = build_spec(self.stack, variant)
-        target_hash = dict(spec.labels)[LABEL_CONFIG_HASH]
+        target_hash = spec.hash
         result = UpResult(variant=variant, outcome="started")
         result.warnings += self.preflight(variant)
         current = current_variant(self.stack, self.client)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import COMPOSE_SPEC, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_SRC = REPO / "images" / "sim" / "src"
@@ -50,7 +50,7 @@ class Stack:
 
     def argv(self, *args: str) -> list[str]:
         return [
-            "compose-spec",
+            *COMPOSE_SPEC,
             "--env-file",
             ".env.demo",
             "--stack",

@@ -72,13 +72,13 @@ def test_plan_default_ks_include_the_configured_k(stack) -> None:
 
 
 def test_k_override_renders_a_different_container(stack, tmp_path: Path) -> None:
-    from composer.render.spec import LABEL_CONFIG_HASH, build_spec
+    from composer.render.spec import build_spec
 
     env = tmp_path / "empty.env"
     flags = k_override(BenchPoint("mtp", "mtp", 3))
     with_k3 = load_stack([REPO / "composer.toml"], env, environ={}, flags=flags)
     assert with_k3.variant("mtp").speculative.num_speculative_tokens == 3
-    hashes = {dict(build_spec(s, "mtp").labels)[LABEL_CONFIG_HASH] for s in (stack, with_k3)}
+    hashes = {build_spec(s, "mtp").hash for s in (stack, with_k3)}
     assert len(hashes) == 2
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from composer import labels as label_names
 from composer.doctor import engine_checks as dck
 from composer.doctor.preflight import check_port
 from composer.engine.client import compose_version, docker_client
-from composer.render.spec import LABEL_PORT, LABEL_VARIANT
 
 from .fakes import make_stack
 
@@ -84,7 +84,11 @@ def test_port_free_foreign_or_held_by_our_container(docker_client, tmp_path: Pat
         assert check_port(stack, docker_client).status == "fail"
         if not docker_client.images.list(name=SIM_IMAGE):
             pytest.skip(f"{SIM_IMAGE} is not built (make image-sim): 'held by our container' not checked")
-        labels = {LABEL_PORT: str(stack.port), LABEL_VARIANT: "mtp", "vllm-composer.test": "doctor"}
+        labels = {
+            label_names.PORT: str(stack.port),
+            label_names.VARIANT: "mtp",
+            "vllm-composer.test": "doctor",
+        }
         container = docker_client.containers.run(
             SIM_IMAGE, entrypoint=["sleep", "30"], labels=labels, detach=True, network_mode="none"
         )

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from composer import labels as label_names
 from composer.cli import main
 from composer.errors import ImageBuildError
-from composer.overlay.builder import BUILD_LABEL, LABEL_PREFIX, build_overlay
+from composer.overlay.builder import build_overlay
 from composer.overlay.diff import sha256_hex
 from composer.overlay.recipe import load_recipe
 from composer.stack.load import load_stack
@@ -55,7 +56,7 @@ def no_image(client, tag: str) -> bool:
 
 
 def no_helpers_left(client) -> bool:
-    labels = [BUILD_LABEL, f"{SESSION_LABEL}={SESSION}"]
+    labels = [label_names.BUILD, f"{SESSION_LABEL}={SESSION}"]
     return not client.containers.list(all=True, filters={"label": labels})
 
 
@@ -70,11 +71,14 @@ def test_build_labels_verify_noop_and_force(docker_client, standin_base, output_
     image = docker_client.images.get(output_tag)
     base = docker_client.images.get(standin_base)
     labels = image.labels
-    assert labels[f"{LABEL_PREFIX}.base-id"] == base.id
-    assert labels[f"{LABEL_PREFIX}.diffs"] == f"dflash.diff=sha256:{sha256_hex(ADD_DFLASH.encode())}"
-    assert labels[f"{LABEL_PREFIX}.recipe-hash"] == recipe.fingerprint()
-    assert labels[f"{LABEL_PREFIX}.version"] == "0.1.0"
-    assert labels[f"{LABEL_PREFIX}.package-dir"] == "/opt/site/vllm"
+    assert labels[f"{label_names.OVERLAY_PREFIX}.base-id"] == base.id
+    assert (
+        labels[f"{label_names.OVERLAY_PREFIX}.diffs"]
+        == f"dflash.diff=sha256:{sha256_hex(ADD_DFLASH.encode())}"
+    )
+    assert labels[f"{label_names.OVERLAY_PREFIX}.recipe-hash"] == recipe.fingerprint()
+    assert labels[f"{label_names.OVERLAY_PREFIX}.version"] == "0.1.0"
+    assert labels[f"{label_names.OVERLAY_PREFIX}.package-dir"] == "/opt/site/vllm"
     # one new layer on top of the base: the COPY of the two patched files
     assert len(image.attrs["RootFS"]["Layers"]) == len(base.attrs["RootFS"]["Layers"]) + 1
     assert no_helpers_left(docker_client)

@@ -48,7 +48,7 @@ class Stack:
         return [
             sys.executable,
             "-m",
-            "composer.cli",
+            "composer",
             "--env-file",
             str(REPO / ".env.demo"),
             "--stack",
@@ -106,7 +106,7 @@ def sim_images(docker_client) -> None:
         except ImageNotFound:
             if tag.endswith("dflash2"):
                 done = subprocess.run(
-                    [sys.executable, "-m", "composer.cli", "--env-file", ".env.demo", "build", "dflash2"],
+                    [sys.executable, "-m", "composer", "--env-file", ".env.demo", "build", "dflash2"],
                     cwd=REPO,
                     capture_output=True,
                     text=True,

@@ -1,0 +1,25 @@
+"""Every label name the toolkit writes or reads, in one place.
+
+Variant containers carry `vllm-composer.*` labels (rendered into every compose file and
+launcher); overlay images carry `vllm-composer.overlay.*`; Compose's own labels are read
+to tell which project and service a container belongs to.
+"""
+
+PREFIX = "vllm-composer"
+
+# On variant containers.
+VARIANT = f"{PREFIX}.variant"
+CONFIG_HASH = f"{PREFIX}.config-hash"
+SERVED_NAME = f"{PREFIX}.served-model-name"
+PORT = f"{PREFIX}.port"
+
+# On overlay images and the helper containers of an overlay build.
+OVERLAY_PREFIX = f"{PREFIX}.overlay"
+OVERLAY_RECIPE = f"{OVERLAY_PREFIX}.recipe"
+OVERLAY_PACKAGE_DIR = f"{OVERLAY_PREFIX}.package-dir"
+BUILD = f"{PREFIX}.build"
+
+# Written by Docker Compose.
+COMPOSE_PROJECT = "com.docker.compose.project"
+COMPOSE_SERVICE = "com.docker.compose.service"
+COMPOSE_CONFIG_FILES = "com.docker.compose.project.config_files"
