@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from composer.errors import ComposerError
+from composer.errors import ComposerError, DiagnosedError
 
 
 class Context:
@@ -45,12 +45,13 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except ComposerError as err:
-            details = getattr(err, "log_tail", "")
-            if details:
-                click.echo(details.rstrip(), err=True)
-            for hint in getattr(err, "hints", ()):
+        except DiagnosedError as err:
+            if err.log_tail:
+                click.echo(err.log_tail.rstrip(), err=True)
+            for hint in err.hints:
                 click.echo(f"hint: {hint}", err=True)
+            fail(str(err), err.exit_code)
+        except ComposerError as err:
             fail(str(err), err.exit_code)
 
     return wrapper
@@ -150,10 +151,12 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
 
     from composer.engine.client import docker_client
     from composer.errors import SwapFailed
+    from composer.render.spec import resolve_target
     from composer.swap.swapper import UpOptions, up
 
     stack = obj.stack()
     variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
+    target = resolve_target(stack, variant)
     options = UpOptions(
         timeout=opts["timeout"],
         rollback=not opts["no_rollback"],
@@ -165,7 +168,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
     signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         result = up(
-            stack, variant, client=docker_client(), options=options, progress=line.step, waiting=line.waiting
+            stack, target, client=docker_client(), options=options, progress=line.step, waiting=line.waiting
         )
     except SwapFailed as err:
         line.finish()
@@ -269,10 +272,10 @@ def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
         fail("no variant container exists (start one with `compose-spec up VARIANT`)", 1)
     container = containers[0]
     if follow and not explain:
-        for chunk in container.logs(stream=True, follow=True, tail=tail):
-            click.echo(redact(chunk.decode(errors="replace"), stack.api_key), nl=False)
+        for chunk in container.follow(tail):
+            click.echo(redact(chunk, stack.api_key), nl=False)
         return
-    text = redact(container.logs(tail=tail).decode(errors="replace"), stack.api_key)
+    text = redact(container.log(tail=tail), stack.api_key)
     if not explain:
         click.echo(text, nl=False)
         return

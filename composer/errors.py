@@ -1,4 +1,9 @@
-"""The toolkit's exceptions: one base class, one subclass per kind of failure."""
+"""Every exception of the toolkit: one base class, one subclass per kind of failure.
+
+The CLI maps them to exit codes in one place: `UsageError` (and `ConfigError`) exit 2,
+every other `ComposerError` exits 1. `DiagnosedError` carries a container's log tail
+and the hints that match it.
+"""
 
 from __future__ import annotations
 
@@ -27,8 +32,8 @@ class DockerUnavailable(ComposerError):
     """The Docker engine or the Compose v2 plugin cannot be reached."""
 
 
-class HealthCheckFailed(ComposerError):
-    """A container did not become ready; carries the log tail and matching hints."""
+class DiagnosedError(ComposerError):
+    """A failure seen in a container: carries its (redacted) log tail and matching hints."""
 
     def __init__(self, message: str, log_tail: str = "", hints: tuple[str, ...] = ()) -> None:
         super().__init__(message)
@@ -36,15 +41,17 @@ class HealthCheckFailed(ComposerError):
         self.hints = hints
 
 
-class SwapFailed(ComposerError):
+class HealthCheckFailed(DiagnosedError):
+    """A container did not become ready."""
+
+
+class SwapFailed(DiagnosedError):
     """A swap failed; says whether the previous variant was brought back."""
 
     def __init__(
         self, message: str, log_tail: str = "", hints: tuple[str, ...] = (), rolled_back: bool = False
     ) -> None:
-        super().__init__(message)
-        self.log_tail = log_tail
-        self.hints = hints
+        super().__init__(message, log_tail, hints)
         self.rolled_back = rolled_back
 
 
@@ -58,3 +65,15 @@ class ImageBuildError(ComposerError):
 
 class PreflightFailed(ComposerError):
     """A check before a swap failed; nothing was changed."""
+
+
+class GpuProbeError(ComposerError):
+    """The GPU tool is present but could not answer."""
+
+
+class CheckpointError(ComposerError):
+    """A checkpoint file is missing or unreadable."""
+
+
+class BenchError(ComposerError):
+    """A benchmark request or measurement failed."""

@@ -16,13 +16,9 @@ from typing import Any
 
 import httpx
 
-from composer.errors import ComposerError
+from composer.errors import BenchError
 
 DONE = "[DONE]"
-
-
-class BenchError(ComposerError):
-    """A benchmark request or measurement failed."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from composer.probes.checkpoints import CheckpointError, dflash_block_size, mtp_layers, read_config
+from composer.errors import CheckpointError
+from composer.probes.checkpoints import dflash_block_size, mtp_layers, read_config
 from composer.stack.model import Stack, Variant
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from composer.bench.client import BenchError
+from composer.errors import BenchError
 
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"

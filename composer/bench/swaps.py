@@ -17,7 +17,7 @@ from composer.bench.sweep import (
     run_bench,
 )
 from composer.engine.health import base_url
-from composer.render.spec import build_spec
+from composer.render.spec import resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ StackFor = Callable[[tuple[str, ...]], Stack]
 
 def config_hash(stack: Stack, variant: str) -> str:
     """The config hash a variant's container gets from this stack (pure)."""
-    return build_spec(stack, variant).hash
+    return resolve_target(stack, variant).hash
 
 
 def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -> Stack | None:
@@ -89,9 +89,9 @@ def bench_with_swaps(
     progress(f"serving before the benchmark: {previous.variant if previous else 'nothing'}")
 
     def serve(point: BenchPoint) -> None:
-        result = up(
-            stack_for(k_override(point)), point.variant, client=client, options=up_options, progress=progress
-        )
+        point_stack = stack_for(k_override(point))
+        target = resolve_target(point_stack, point.variant)
+        result = up(point_stack, target, client=client, options=up_options, progress=progress)
         progress(f"{point.label}: {result.outcome}")
 
     notes: list[str] = []
@@ -138,6 +138,12 @@ def _restore(
             f"(hash {previous.config_hash}); it was restored with the stack's configuration"
         )
     progress(f"restoring {previous.variant}")
-    up(matching, previous.variant, client=client, options=options, progress=progress)
+    up(
+        matching,
+        resolve_target(matching, previous.variant),
+        client=client,
+        options=options,
+        progress=progress,
+    )
     progress(f"{previous.variant} serves again")
     return notes

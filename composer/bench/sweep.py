@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from composer.bench.agreement import Agreement, agreement_with, deterministic
-from composer.bench.client import BenchError, ChatRequest, StreamResult, make_client, stream_chat
+from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
 from composer.bench.metrics import Acceptance, acceptance, scrape
-from composer.errors import HealthCheckFailed, SwapFailed, UsageError
+from composer.errors import BenchError, HealthCheckFailed, SwapFailed, UsageError
 from composer.stack.model import Stack
 
 Progress = Callable[[str], None]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from composer.doctor.preflight import Finding, check_image
 from composer.errors import DockerUnavailable
-from composer.stack.model import Stack
+from composer.stack.model import Stack, Variant
 
 if TYPE_CHECKING:
     import docker
@@ -96,6 +96,6 @@ def check_nvidia_runtime(stack: Stack, client: docker.DockerClient) -> Finding:
     return nvidia_runtime_finding(runtimes, stack.gpus is not None, shutil.which(NVIDIA_HOOK) is not None)
 
 
-def check_variant_image(stack: Stack, variant: str, client: docker.DockerClient) -> Finding:
+def check_variant_image(stack: Stack, variant: Variant, client: docker.DockerClient) -> Finding:
     """The variant's image is present locally (preflight's check; never pulls)."""
-    return check_image(client, stack.image(stack.variant(variant)))
+    return check_image(client, stack.image(variant))

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from composer.doctor.model_checks import draft_tensor_parallel_size, weight_share
 from composer.doctor.preflight import Finding
-from composer.probes.gpu import GpuInfo, GpuProbe, GpuProbeError, select_gpus
+from composer.errors import GpuProbeError
+from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.render.spec import build_spec
 from composer.stack.model import Stack, Variant
 from composer.stack.values import V2_RUNNER_METHODS
@@ -134,7 +135,7 @@ def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) ->
     """FA3 (VLLM_FLASH_ATTN_VERSION=3) needs Hopper (SM 9.x); FLASH_ATTN needs SM 8.0+."""
     if facts.unavailable:
         return not_available("compute-capability", facts)
-    env = dict(build_spec(stack, variant.name).environment)
+    env = dict(build_spec(stack, variant).environment)
     backends = {stack.attention_backend.upper()}
     if variant.speculative and variant.speculative.attention_backend:
         backends.add(variant.speculative.attention_backend.upper())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from composer.doctor.preflight import Finding
+from composer.errors import CheckpointError
 from composer.probes import checkpoints as ckpt
 from composer.stack.model import Stack, Variant
 from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
@@ -12,7 +13,7 @@ def load_config(directory: str) -> tuple[dict | None, str]:
     """A checkpoint's config.json, or None and the reason."""
     try:
         return ckpt.read_config(directory), ""
-    except ckpt.CheckpointError as err:
+    except CheckpointError as err:
         return None, str(err)
 
 
@@ -24,7 +25,7 @@ def check_model_config(stack: Stack) -> Finding:
     model_type = config.get("model_type") or "?"
     try:
         shards = ckpt.shard_files(stack.model_dir)
-    except ckpt.CheckpointError as err:
+    except CheckpointError as err:
         return Finding("model-config", "warn", f"model_type {model_type}; {err}", "repair the index file")
     if not shards:
         detail = f"{stack.model_dir}/config.json is readable (model_type {model_type}), no *.safetensors"
@@ -103,7 +104,7 @@ def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
     detail = f"{stack.draft_dir}: model_type {config.get('model_type', '?')}"
     try:
         shards = ckpt.shard_files(stack.draft_dir)
-    except ckpt.CheckpointError as err:
+    except CheckpointError as err:
         return Finding("draft-config", "warn", f"{detail}; {err}", "repair the draft's index file")
     if not shards and stack.gpus is not None:
         return Finding(
@@ -145,7 +146,7 @@ def weight_share(directory: str, tensor_parallel_size: int) -> tuple[int | None,
     """Weight bytes per GPU of a checkpoint under TP, or None and the reason."""
     try:
         total = ckpt.weights_bytes(directory)
-    except ckpt.CheckpointError as err:
+    except CheckpointError as err:
         return None, str(err)
     if total is None:
         return None, f"no safetensors in {directory}"

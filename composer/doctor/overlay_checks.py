@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from composer import labels as label_names
 from composer.doctor.preflight import Finding
 from composer.errors import ComposerError
-from composer.stack.model import Stack
+from composer.stack.model import Stack, Variant
 
 if TYPE_CHECKING:
     import docker
@@ -43,7 +43,7 @@ def make_target(recipe_name: str, env_file: Path | None) -> str:
 
 def check_overlay_current(
     stack: Stack,
-    variant: str,
+    variant: Variant,
     client: docker.DockerClient,
     recipes_dir: Path,
     env_file: Path | None = None,
@@ -52,7 +52,7 @@ def check_overlay_current(
     from composer.overlay.builder import image_labels
     from composer.overlay.steps import local_image
 
-    image = stack.image(stack.variant(variant))
+    image = stack.image(variant)
     recipe = recipe_for_image(recipes_dir, image, stack.images)
     if recipe is None:
         return None

@@ -14,6 +14,8 @@ from composer.stack.model import Stack
 if TYPE_CHECKING:
     import docker
 
+    from composer.render.spec import Target
+
 WEAK_API_KEYS = frozenset(
     {
         "sk-123456",
@@ -91,12 +93,12 @@ def check_image(client: docker.DockerClient, image: str) -> Finding:
     return Finding("image", "ok", f"image {image} is present ({found.short_id})")
 
 
-def check_mounts(stack: Stack, variant: str) -> list[Finding]:
+def check_mounts(target: Target) -> list[Finding]:
     """Every host directory the variant mounts exists."""
-    from composer.render.spec import build_spec, resolve
+    from composer.render.spec import resolve
 
     findings = []
-    for mount in build_spec(stack, variant).mounts:
+    for mount in target.spec.mounts:
         source = resolve(mount.source)
         if Path(source).is_dir():
             findings.append(Finding("mounts", "ok", f"{source} exists"))

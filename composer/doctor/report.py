@@ -36,6 +36,7 @@ from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor.preflight import Finding, check_api_key, check_mounts, check_port
 from composer.probes.gpu import GpuProbe
+from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -135,7 +136,7 @@ def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
         facts = gck.gather_gpu_facts(stack, host.probe)
         checks = tag(_stack_checks(stack, host, engine, client, facts), None)
         for name in names:
-            checks += tag(_variant_checks(stack, name, host, client, facts), name)
+            checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
     finally:
         if client is not None:
             client.close()
@@ -159,18 +160,18 @@ def _stack_checks(
 
 
 def _variant_checks(
-    stack: Stack, name: str, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
+    stack: Stack, target: Target, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
 ) -> list[Finding | None]:
-    variant = stack.variant(name)
+    variant = target.variant
     found: list[Finding | None] = []
     if client is not None:
-        found.append(dck.check_variant_image(stack, name, client))
-        found.append(ock.check_overlay_current(stack, name, client, host.recipes_dir, host.env_file))
-    found += check_mounts(stack, name)
+        found.append(dck.check_variant_image(stack, variant, client))
+        found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
+    found += check_mounts(target)
     found += [
         gck.check_attention_backend(stack, variant),
         gck.check_compute_capability(stack, variant, facts),
-        hck.check_wsl_pin_memory(stack, name, host.kernel_release),
+        hck.check_wsl_pin_memory(target, host.kernel_release),
         mck.check_mtp(stack, variant),
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
@@ -181,7 +182,7 @@ def _variant_checks(
 
 def fast_checks(
     stack: Stack,
-    variant: str,
+    target: Target,
     client: docker.DockerClient | None,
     *,
     allow_weak_key: bool = False,
@@ -192,21 +193,21 @@ def fast_checks(
     Returns Checks (Findings with a `variant`); the caller refuses to swap when any failed.
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
-    variant_obj = stack.variant(variant)
+    variant = target.variant
     found: list[Finding | None] = [check_api_key(stack, allow_weak=allow_weak_key), check_port(stack, client)]
     checks = tag(found, None)
     per_variant: list[Finding | None] = []
     if client is not None:
         per_variant.append(dck.check_variant_image(stack, variant, client))
-    per_variant += check_mounts(stack, variant)
+    per_variant += check_mounts(target)
     per_variant += [
-        gck.check_attention_backend(stack, variant_obj),
-        hck.check_wsl_pin_memory(stack, variant, release),
-        mck.check_mtp(stack, variant_obj),
-        mck.check_draft_config(stack, variant_obj),
-        mck.check_draft_k(stack, variant_obj),
+        gck.check_attention_backend(stack, variant),
+        hck.check_wsl_pin_memory(target, release),
+        mck.check_mtp(stack, variant),
+        mck.check_draft_config(stack, variant),
+        mck.check_draft_k(stack, variant),
     ]
-    return [*checks, *tag(per_variant, variant)]
+    return [*checks, *tag(per_variant, target.name)]
 
 
 def format_report(report: Report) -> str:

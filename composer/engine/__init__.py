@@ -7,7 +7,7 @@ and the KV cache size read from vLLM's log (`bootlog`); known failure signatures
 their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,
 `composer.errors`, `composer.labels`. Public: `docker_client`, `compose`,
 `current_variant`, `our_containers`, `RunningVariant`, `probe`, `Readiness`,
-`wait_ready`, `watch_settled`, `GateTarget`, `explain`, `hints`.
+`wait_ready`, `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`.
 """
 
 from composer._exports import lazy_exports
@@ -20,5 +20,6 @@ __all__, __getattr__ = lazy_exports(
         "diagnose": ["explain", "hints"],
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
+        "variant_container": ["VariantContainer"],
     },
 )

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from composer import labels as label_names
+from composer.engine.variant_container import VariantContainer
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def describe(container: Container) -> RunningVariant:
     )
 
 
-def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]:
+def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """Variant containers of this stack's project (compose or launcher started), newest first."""
     from docker.errors import NotFound
 
@@ -92,13 +93,14 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[Container]
         )
         or (label_names.COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
     ]
-    return sorted(ours, key=lambda c: c.attrs.get("Created", ""), reverse=True)
+    ours.sort(key=lambda c: c.attrs.get("Created", ""), reverse=True)
+    return [VariantContainer(c) for c in ours]
 
 
 def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
     """The running variant container of the stack, if any."""
     for container in our_containers(stack, client):
-        described = describe(container)
+        described = container.describe()
         if described.running:
             return described
     return None

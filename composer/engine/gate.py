@@ -14,9 +14,8 @@ from composer.engine.health import Readiness, base_url, probe
 from composer.errors import HealthCheckFailed
 
 if TYPE_CHECKING:
-    from docker.models.containers import Container
-
     from composer.engine.containers import RunningVariant
+    from composer.engine.variant_container import VariantContainer
     from composer.stack.model import Stack
 
 LOG_EVERY = 1.0
@@ -58,31 +57,13 @@ def probe_once(target: GateTarget) -> bool:
         return probe(client, target.url, target.served_name, target.api_key).ready
 
 
-def _logs(container: Container) -> str:
-    try:
-        return container.logs().decode(errors="replace")
-    except Exception:  # the container may have been removed under us
-        return ""
-
-
-def _exited(container: Container) -> str | None:
-    """Why the container stopped serving, or None while it runs."""
-    container.reload()
-    state = container.attrs.get("State", {})
-    if state.get("Status") in {"exited", "dead"}:
-        return f"the container exited with code {state.get('ExitCode')}"
-    if state.get("Restarting") or int(container.attrs.get("RestartCount", 0) or 0) > 0:
-        return "the container restarted"
-    return None
-
-
 def _failure(message: str, log: str) -> HealthCheckFailed:
     tail = bootlog.tail(log, 40)
     return HealthCheckFailed(message, tail, diagnose.hints(tail))
 
 
 def wait_ready(
-    container: Container,
+    container: VariantContainer,
     target: GateTarget,
     deadline: float,
     interval: float,
@@ -95,40 +76,40 @@ def wait_ready(
     stage = "starting container"
     with _http() as client:
         while True:
-            exited = _exited(container)
+            exited = container.exit_reason()
             if exited:
-                raise _failure(exited, _logs(container))
+                raise _failure(exited, container.log())
             state: Readiness = probe(client, target.url, target.served_name, target.api_key)
             now = time.monotonic()
             if state.ready:
-                return _logs(container)
+                return container.log()
             if state.fatal:
-                raise _failure(state.detail, _logs(container))
+                raise _failure(state.detail, container.log())
             if now - last_log_read >= LOG_EVERY:
-                log, last_log_read = _logs(container), now
+                log, last_log_read = container.log(), now
                 stage = bootlog.boot_stage(log)
                 waiting(f"{target.variant}: {stage} ({now - started:.1f}s)")
             if now >= deadline:
                 waited = f"not ready after {now - started:.0f}s"
                 raise _failure(
-                    f"{waited} (last stage: {stage}; {state.step}: {state.detail})", _logs(container)
+                    f"{waited} (last stage: {stage}; {state.step}: {state.detail})", container.log()
                 )
             time.sleep(interval)
 
 
-def watch_settled(container: Container, target: GateTarget, seconds: float, interval: float) -> None:
+def watch_settled(container: VariantContainer, target: GateTarget, seconds: float, interval: float) -> None:
     """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
     end = time.monotonic() + seconds
     with _http() as client:
         while time.monotonic() < end:
-            exited = _exited(container)
+            exited = container.exit_reason()
             if not exited and _healthy(client, target):
                 time.sleep(interval)
                 continue
             if not exited:
                 time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
-                exited = _exited(container) or "/health stopped answering 200"
-            raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", _logs(container))
+                exited = container.exit_reason() or "/health stopped answering 200"
+            raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.log())
 
 
 def _healthy(client: httpx.Client, target: GateTarget) -> bool:

@@ -12,7 +12,7 @@ import math
 import struct
 from pathlib import Path
 
-from composer.errors import ComposerError
+from composer.errors import CheckpointError
 
 CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
@@ -37,10 +37,6 @@ DTYPE_BYTES: dict[str, float] = {
     "F64": 8,
     "F4": 0.5,
 }
-
-
-class CheckpointError(ComposerError):
-    """A checkpoint file is missing or unreadable."""
 
 
 def read_config(model_dir: str | Path) -> dict:

@@ -20,16 +20,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from composer.errors import ComposerError
+from composer.errors import GpuProbeError
 
 MIB = 1 << 20
 SMI_TIMEOUT = 15
 SMI_GPU_FIELDS = "index,uuid,name,compute_cap,memory.total,memory.used,memory.free"
 SMI_APP_FIELDS = "gpu_uuid,pid,process_name,used_memory"
-
-
-class GpuProbeError(ComposerError):
-    """The GPU tool is present but could not answer."""
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ MASK = "********"
 
 
 def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
-    spec = build_spec(stack, variant.name)
+    spec = build_spec(stack, variant)
     data: dict[str, object] = {
         "description": variant.description,
         "image": stack.image(variant),

@@ -26,7 +26,7 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import RenderError
-from composer.render.spec import ServiceSpec, Text, Var, build_spec
+from composer.render.spec import Target, Text, Var, resolve_target
 from composer.stack.model import Stack
 
 
@@ -171,31 +171,30 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _context(stack: Stack, spec: ServiceSpec) -> dict[str, object]:
-    variant = stack.variant(spec.variant)
+def _context(target: Target) -> dict[str, object]:
+    spec = target.spec
     return {
         "spec": spec,
-        "variant": variant,
+        "variant": target.variant,
         "health_cmd": shlex.join(spec.healthcheck.test[1:]),
     }
 
 
-def render_variant(stack: Stack, variant: str, out_dir: Path) -> list[RenderedFile]:
+def render_variant(target: Target, out_dir: Path) -> list[RenderedFile]:
     """The compose file and the launcher of one variant, in memory."""
-    spec = build_spec(stack, variant)
     env = _environment()
-    context = _context(stack, spec)
+    context = _context(target)
     try:
         return [
             RenderedFile(
-                out_dir / name.format(variant=variant),
+                out_dir / name.format(variant=target.name),
                 env.get_template(template).render(context),
                 mode,
             )
             for template, name, mode in OUTPUTS
         ]
     except jinja2.TemplateError as err:
-        raise RenderError(f"template error while rendering {variant}: {err}") from err
+        raise RenderError(f"template error while rendering {target.name}: {err}") from err
 
 
 def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
@@ -203,8 +202,7 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
     names = variants or list(stack.variants)
     files: list[RenderedFile] = []
     for name in names:
-        stack.variant(name)
-        files += render_variant(stack, name, out_dir)
+        files += render_variant(resolve_target(stack, name), out_dir)
     return files
 
 

@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 from composer.render.files import RenderedFile, render_variant, write_atomic
-from composer.render.spec import API_KEY_VAR, build_spec
-from composer.stack.model import Stack
+from composer.render.spec import API_KEY_VAR, Target
 
 _INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):[-?]")
 COMPOSE_ENV_VARS = ("COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "COMPOSE_PROFILES", "COMPOSE_ENV_FILES")
@@ -24,15 +23,13 @@ def state_dir() -> Path:
     return Path(base) / "vllm-composer"
 
 
-def run_file(stack: Stack, variant: str, directory: Path | None = None) -> Path:
+def run_file(target: Target, directory: Path | None = None) -> Path:
     """Write (if needed) and return the compose file that `up` starts for a variant."""
-    spec = build_spec(stack, variant)
-    config_hash = spec.hash
-    out = (directory or state_dir()) / stack.project
-    compose_file = next(f for f in render_variant(stack, variant, out) if f.path.suffix == ".yml")
-    target = RenderedFile(out / f"{variant}-{config_hash}.yml", compose_file.content, 0o644)
-    write_atomic(target)
-    return target.path
+    out = (directory or state_dir()) / target.spec.project
+    compose_file = next(f for f in render_variant(target, out) if f.path.suffix == ".yml")
+    written = RenderedFile(out / f"{target.name}-{target.hash}.yml", compose_file.content, 0o644)
+    write_atomic(written)
+    return written.path
 
 
 def compose_environment(compose_file: Path, api_key: str | None) -> dict[str, str]:

@@ -179,9 +179,8 @@ def _environment(stack: Stack, variant: Variant) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(env.items()))
 
 
-def build_spec(stack: Stack, variant_name: str) -> ServiceSpec:
+def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
     """Derive the container spec of one variant."""
-    variant = stack.variant(variant_name)
     mounts = [Mount(text(Var("MODEL_DIR", stack.model_dir)), stack.model_path)]
     if variant.speculative is not None and variant.speculative.draft_model:
         mounts.append(Mount(text(Var("DRAFT_DIR", stack.draft_dir)), stack.draft_path))
@@ -224,3 +223,25 @@ def config_hash(spec: ServiceSpec) -> str:
     data = asdict(replace(spec, labels=()))
     encoded = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A variant resolved once, at the edge: the variant and the spec of its container."""
+
+    variant: Variant
+    spec: ServiceSpec
+
+    @property
+    def name(self) -> str:
+        return self.variant.name
+
+    @property
+    def hash(self) -> str:
+        return self.spec.hash
+
+
+def resolve_target(stack: Stack, name: str) -> Target:
+    """Turn a variant name into the variant and its ServiceSpec (UsageError when unknown)."""
+    variant = stack.variant(name)
+    return Target(variant, build_spec(stack, variant))

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import current_variant, describe, our_containers
+from composer.engine.containers import current_variant, our_containers
 from composer.engine.gate import probe_once, running_target
-from composer.render.spec import build_spec
+from composer.render.spec import resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """What runs for this stack, read from Docker and one readiness probe."""
     running = current_variant(stack, client)
-    stopped = [describe(c) for c in our_containers(stack, client) if c.status != "running"]
+    stopped = [c.describe() for c in our_containers(stack, client) if c.status != "running"]
     if running is None:
         return {
             "project": stack.project,
@@ -28,7 +28,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     ready = probe_once(target)
     current_hash = None
     if running.variant in stack.variants:
-        current_hash = build_spec(stack, running.variant).hash
+        current_hash = resolve_target(stack, running.variant).hash
     uptime = running.uptime_seconds()
     return {
         "project": stack.project,

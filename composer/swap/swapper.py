@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING
 from composer.doctor import preflight
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
-from composer.engine.containers import RunningVariant, current_variant, describe, our_containers
+from composer.engine.containers import RunningVariant, current_variant, our_containers
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
-from composer.errors import ComposerError, HealthCheckFailed, PreflightFailed, SwapFailed
+from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
 from composer.render.runfiles import compose_environment, run_file
-from composer.render.spec import build_spec
+from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap.gpu_release import wait_for_release
 
@@ -111,11 +111,11 @@ class Swapper:
         self.ready_at = 0.0
 
     # -- checks -------------------------------------------------------------------------
-    def preflight(self, variant: str) -> list[str]:
+    def preflight(self, target: Target) -> list[str]:
         """The fast subset of doctor's checks; return warnings, raise on the first failure."""
         from composer.doctor.report import fast_checks
 
-        findings = fast_checks(self.stack, variant, self.client, allow_weak_key=self.options.allow_weak_key)
+        findings = fast_checks(self.stack, target, self.client, allow_weak_key=self.options.allow_weak_key)
         self._raise_failed(findings)
         return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
 
@@ -129,17 +129,9 @@ class Swapper:
     # -- steps --------------------------------------------------------------------------
     def stop_all(self) -> None:
         """Stop and remove every variant container of the project (grace period, then kill)."""
-        from docker.errors import NotFound
-
         for container in our_containers(self.stack, self.client):
-            self.say(f"stopping {describe(container).variant} ({container.name})")
-            try:
-                container.stop(timeout=self.stack.stop_grace_period)
-                container.remove(force=True)
-            except NotFound:  # already gone
-                continue
-            except Exception as err:
-                raise ComposerError(f"could not stop {container.name}: {err}") from err
+            self.say(f"stopping {container.describe().variant} ({container.name})")
+            container.stop_and_remove(self.stack.stop_grace_period)
 
     def start(self, compose_file: Path) -> None:
         """`docker compose up -d` on a run file (never builds, never pulls)."""
@@ -170,13 +162,12 @@ class Swapper:
         return log
 
     # -- the swap -----------------------------------------------------------------------
-    def up(self, variant: str) -> UpResult:
-        """Swap `variant` in; raise SwapFailed (after rolling back) when it fails."""
+    def up(self, target: Target) -> UpResult:
+        """Swap `target` in; raise SwapFailed (after rolling back) when it fails."""
         total_start = time.monotonic()
-        spec = build_spec(self.stack, variant)
-        target_hash = spec.hash
+        variant, target_hash = target.name, target.hash
         result = UpResult(variant=variant, outcome="started")
-        result.warnings += self.preflight(variant)
+        result.warnings += self.preflight(target)
         current = current_variant(self.stack, self.client)
         same = current is not None and current.variant == variant and current.config_hash == target_hash
         ready = same and self._is_ready(current)  # probing matters only for a possible no-op
@@ -187,9 +178,9 @@ class Swapper:
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
-        compose_file = run_file(self.stack, variant)
+        compose_file = run_file(target)
         try:
-            self._execute(plan, compose_file, result)
+            self._execute(plan, target, compose_file, result)
         except BaseException as err:  # any failure, Ctrl-C included, rolls back
             with _interrupts_ignored():
                 raise self._fail(plan, err) from err
@@ -200,7 +191,7 @@ class Swapper:
     def _is_ready(self, current: RunningVariant) -> bool:
         return probe_once(running_target(self.stack, current))
 
-    def _execute(self, plan: SwapPlan, compose_file: Path, result: UpResult) -> None:
+    def _execute(self, plan: SwapPlan, target: Target, compose_file: Path, result: UpResult) -> None:
         if "stop" in plan.steps:
             began = time.monotonic()
             self.stop_all()
@@ -214,18 +205,18 @@ class Swapper:
         began = time.monotonic()
         self.say(f"starting {plan.target}")
         self.start(compose_file)
-        target = GateTarget(
+        gate_target = GateTarget(
             plan.target,
             self.stack.port,
             self.stack.bind_address,
             self.stack.served_model_name,
             self.stack.api_key,
         )
-        log = self.gate(target, began)
+        log = self.gate(gate_target, began)
         result.timings["start_to_ready"] = self.ready_at - began
         result.timings["settle"] = time.monotonic() - self.ready_at
         result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
-        expected = self.stack.variant(plan.target).min_kv_cache_tokens
+        expected = target.variant.min_kv_cache_tokens
         if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
             result.warnings.append(
                 f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
@@ -239,8 +230,9 @@ class Swapper:
             cause = str(err)
         else:
             cause = f"unexpected {type(err).__name__}: {err}"
-        log_tail = bootlog.redact(getattr(err, "log_tail", "") or self._log_tail(), self.stack.api_key)
-        hints = getattr(err, "hints", ()) or diagnose.hints(log_tail)
+        diagnosed = err if isinstance(err, DiagnosedError) else None
+        log_tail = bootlog.redact((diagnosed and diagnosed.log_tail) or self._log_tail(), self.stack.api_key)
+        hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
         self.say(f"{plan.target} failed: {cause}; removing it")
         self.stop_all()
         previous = plan.previous
@@ -267,7 +259,7 @@ class Swapper:
         self.say(f"rolling back to {previous.variant}")
         compose_file = Path(previous.config_file) if previous.config_file else None
         if compose_file is None or not compose_file.is_file():
-            compose_file = run_file(self.stack, previous.variant)
+            compose_file = run_file(resolve_target(self.stack, previous.variant))
         began = time.monotonic()
         self.start(compose_file)
         self.gate(running_target(self.stack, previous), began)
@@ -276,10 +268,7 @@ class Swapper:
         containers = our_containers(self.stack, self.client)
         if not containers:
             return ""
-        try:
-            return bootlog.tail(containers[0].logs(tail=60).decode(errors="replace"), 40)
-        except Exception:  # the container may be gone already
-            return ""
+        return bootlog.tail(containers[0].log(tail=60), 40)
 
     def down(self) -> str | None:
         """Stop and remove whatever variant runs; return its name."""
@@ -291,21 +280,20 @@ class Swapper:
 
 def up(
     stack: Stack,
-    variant: str,
+    target: Target,
     *,
     client: docker.DockerClient,
     options: UpOptions | None = None,
     progress: Say = _quiet,
     waiting: Say | None = None,
 ) -> UpResult:
-    """Swap `variant` in under the project's lock (see Swapper.up)."""
+    """Swap `target` in under the project's lock (see Swapper.up)."""
     from composer.swap.lock import swap_lock
 
     options = options or UpOptions()
-    stack.variant(variant)
     swapper = Swapper(stack, client, options, progress, waiting)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return swapper.up(variant)
+        return swapper.up(target)
 
 
 def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from composer.bench.client import BenchError, ChatRequest, StreamTimer, chunk_text, parse_chunk, sse_data
+from composer.bench.client import ChatRequest, StreamTimer, chunk_text, parse_chunk, sse_data
+from composer.errors import BenchError
 
 
 def event(content: str | None = None, usage: dict | None = None) -> dict:

@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from composer.bench.client import BenchError
 from composer.bench.sweep import BenchOptions, BenchPoint, measure_point
+from composer.errors import BenchError
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]

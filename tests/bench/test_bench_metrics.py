@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from composer.bench.client import BenchError
 from composer.bench.metrics import (
     ACCEPTED_PER_POS,
     DRAFTS,
@@ -13,6 +12,7 @@ from composer.bench.metrics import (
     parse_prometheus,
     total,
 )
+from composer.errors import BenchError
 
 LABELS = 'engine="0",model_name="m"'
 

@@ -25,6 +25,7 @@ from composer.bench.sweep import (
     plan_points,
 )
 from composer.errors import UsageError
+from composer.render.spec import resolve_target
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -72,13 +73,12 @@ def test_plan_default_ks_include_the_configured_k(stack) -> None:
 
 
 def test_k_override_renders_a_different_container(stack, tmp_path: Path) -> None:
-    from composer.render.spec import build_spec
 
     env = tmp_path / "empty.env"
     flags = k_override(BenchPoint("mtp", "mtp", 3))
     with_k3 = load_stack([REPO / "composer.toml"], env, environ={}, flags=flags)
     assert with_k3.variant("mtp").speculative.num_speculative_tokens == 3
-    hashes = {build_spec(s, "mtp").hash for s in (stack, with_k3)}
+    hashes = {resolve_target(s, "mtp").spec.hash for s in (stack, with_k3)}
     assert len(hashes) == 2
 
 

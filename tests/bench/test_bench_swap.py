@@ -10,10 +10,9 @@ import pytest
 import composer.engine.containers
 import composer.swap.swapper
 from composer.bench import swaps as bench_swap
-from composer.bench.client import BenchError
 from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
 from composer.engine.containers import RunningVariant
-from composer.errors import SwapFailed
+from composer.errors import BenchError, SwapFailed
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -40,8 +39,9 @@ class FakeDocker:
     fail_k: int | None = None
     interrupt_k: int | None = None
 
-    def up(self, stack, variant, *, client, options, progress):
-        spec = stack.variant(variant).speculative
+    def up(self, stack, target, *, client, options, progress):
+        variant = target.name
+        spec = target.variant.speculative
         k = spec.num_speculative_tokens if spec else 0
         if k == self.interrupt_k:
             self.calls.append(f"up {variant} K={k} interrupted")

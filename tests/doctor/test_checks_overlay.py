@@ -53,16 +53,16 @@ def overlay(tmp_path: Path, docker_client, make_image):
 @pytest.mark.docker
 def test_overlay_matching_its_recipe_is_ok(overlay, docker_client) -> None:
     stack, recipes, _ = overlay
-    found = check_overlay_current(stack, "dflash2", docker_client, recipes)
+    found = check_overlay_current(stack, stack.variant("dflash2"), docker_client, recipes)
     assert found is not None and found.status == "ok" and "matches recipe ov" in found.detail
-    assert check_overlay_current(stack, "mtp", docker_client, recipes) is None
+    assert check_overlay_current(stack, stack.variant("mtp"), docker_client, recipes) is None
 
 
 @pytest.mark.docker
 def test_overlay_with_a_repinned_diff_is_stale(overlay, docker_client) -> None:
     stack, recipes, _ = overlay
     write_recipe(recipes, DIFF.replace(b"a = 2", b"a = 3"))
-    found = check_overlay_current(stack, "dflash2", docker_client, recipes, Path(".env.demo"))
+    found = check_overlay_current(stack, stack.variant("dflash2"), docker_client, recipes, Path(".env.demo"))
     assert found.status == "warn" and "recipe-hash" in found.detail and "diffs" in found.detail
     assert found.fix == "make image-ov ENV_FILE=.env.demo"
 
@@ -71,7 +71,7 @@ def test_overlay_with_a_repinned_diff_is_stale(overlay, docker_client) -> None:
 def test_diff_changed_since_pinned_warns(overlay, docker_client) -> None:
     stack, recipes, _ = overlay
     write_recipe(recipes, DIFF.replace(b"a = 2", b"a = 4"), pinned=DIFF)
-    found = check_overlay_current(stack, "dflash2", docker_client, recipes)
+    found = check_overlay_current(stack, stack.variant("dflash2"), docker_client, recipes)
     assert found.status == "warn" and "differs from its sha256 pin" in found.detail
     assert "--pin" in found.fix
 
@@ -81,7 +81,7 @@ def test_image_without_overlay_labels_warns(tmp_path: Path, docker_client, scrat
     recipes = tmp_path / "images"
     write_recipe(recipes)
     stack = make_stack(tmp_path, environ={"DFLASH2_IMAGE": scratch_image})
-    found = check_overlay_current(stack, "dflash2", docker_client, recipes)
+    found = check_overlay_current(stack, stack.variant("dflash2"), docker_client, recipes)
     assert found.status == "warn" and "no overlay labels" in found.detail
 
 

@@ -17,6 +17,7 @@ from composer.doctor.report import (
 )
 from composer.engine.client import compose_version, docker_client
 from composer.errors import DockerUnavailable
+from composer.render.spec import resolve_target
 
 from .fakes import GIB, FakeProbe, make_stack, rtx4090
 
@@ -98,7 +99,7 @@ def test_full_run_against_the_real_daemon(tmp_path: Path, scratch_image: str) ->
 
 def test_fast_checks_skip_gpu_probing_and_image_inspection(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
-    found = fast_checks(stack, "dflash2", None, kernel_release=WSL2)
+    found = fast_checks(stack, resolve_target(stack, "dflash2"), None, kernel_release=WSL2)
     names = [f.name for f in found]
     assert names == [
         "api-key",
@@ -116,13 +117,18 @@ def test_fast_checks_skip_gpu_probing_and_image_inspection(tmp_path: Path) -> No
 
 def test_fast_checks_fail_on_weak_key_unless_allowed(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, environ={"VLLM_API_KEY": "sk-123456"})
-    assert fast_checks(stack, "mtp", None, kernel_release="6.8.0")[0].status == "fail"
-    allowed = fast_checks(stack, "mtp", None, allow_weak_key=True, kernel_release="6.8.0")
+    assert fast_checks(stack, resolve_target(stack, "mtp"), None, kernel_release="6.8.0")[0].status == "fail"
+    allowed = fast_checks(
+        stack, resolve_target(stack, "mtp"), None, allow_weak_key=True, kernel_release="6.8.0"
+    )
     assert allowed[0].status == "warn"
 
 
 def test_fast_checks_fail_when_the_draft_dir_is_missing(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, draft=None)
-    found = {(f.name, f.status) for f in fast_checks(stack, "dflash2", None, kernel_release=WSL2)}
+    found = {
+        (f.name, f.status)
+        for f in fast_checks(stack, resolve_target(stack, "dflash2"), None, kernel_release=WSL2)
+    }
     assert ("mounts", "fail") in found and ("draft-config", "fail") in found
     assert ("mounts", "ok") in found

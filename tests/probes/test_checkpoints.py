@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.errors import CheckpointError
 from composer.probes import checkpoints as ckpt
 from tests.doctor.fakes import write_checkpoint, write_safetensors
 
@@ -47,7 +48,7 @@ def test_weights_bytes_without_index_globs_shards_and_none_without_weights(tmp_p
 def test_bad_safetensors_headers_raise_checkpoint_error(tmp_path: Path, raw: bytes) -> None:
     path = tmp_path / "bad.safetensors"
     path.write_bytes(raw)
-    with pytest.raises(ckpt.CheckpointError):
+    with pytest.raises(CheckpointError):
         ckpt.read_safetensors_header(path)
 
 
@@ -62,11 +63,11 @@ def test_config_fields_top_level_and_text_config(tmp_path: Path) -> None:
 
 
 def test_read_config_errors_name_the_file(tmp_path: Path) -> None:
-    with pytest.raises(ckpt.CheckpointError, match="does not exist"):
+    with pytest.raises(CheckpointError, match="does not exist"):
         ckpt.read_config(tmp_path)
     (tmp_path / "config.json").write_text("{not json")
-    with pytest.raises(ckpt.CheckpointError, match="not readable JSON"):
+    with pytest.raises(CheckpointError, match="not readable JSON"):
         ckpt.read_config(tmp_path)
     (tmp_path / "config.json").write_text(json.dumps([1]))
-    with pytest.raises(ckpt.CheckpointError, match="not a JSON object"):
+    with pytest.raises(CheckpointError, match="not a JSON object"):
         ckpt.read_config(tmp_path)

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from composer.errors import GpuProbeError
 from composer.probes import gpu
 from composer.probes.gpu import (
-    GpuProbeError,
     NoGpuProbe,
     NvidiaSmiProbe,
     NvmlProbe,

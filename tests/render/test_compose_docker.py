@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from composer.render.files import render_all
-from composer.render.spec import build_spec
+from composer.render.spec import resolve_target
 from composer.stack.model import Stack
 
 from .conftest import REPO
@@ -103,7 +103,7 @@ def test_launcher_and_compose_agree(
     from_launcher = container_from_run_argv(argv, values)
     assert comparable(from_launcher) == comparable(from_compose)
     assert comparable(from_launcher) == comparable(
-        container_from_spec(build_spec(default_stack, variant), values)
+        container_from_spec(resolve_target(default_stack, variant).spec, values)
     )
     assert from_launcher["name"] == "vllm-vllm-1"
     if overrides:
@@ -122,7 +122,7 @@ def test_odd_values_survive_compose_and_the_launcher(
     env_file = _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
     service = compose_config(files[".yml"].path, env_file)["services"]["on"]
     argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
-    intended = comparable(container_from_spec(build_spec(stack, variant), {"VLLM_API_KEY": API_KEY}))
+    intended = comparable(container_from_spec(resolve_target(stack, variant).spec, {"VLLM_API_KEY": API_KEY}))
     assert comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY})) == intended
     assert comparable(container_from_compose(service, unescape=True)) == intended
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from composer.errors import RenderError
 from composer.render.files import UNHOLDABLE_IN_DEFAULT, render_variant
-from composer.render.spec import build_spec
+from composer.render.spec import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 
@@ -97,15 +97,16 @@ ENV = {"VLLM_API_KEY": API_KEY}
 def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir: Path) -> None:
     env = ENV
     stack, variant = case
-    spec = build_spec(stack, variant)
+    target = resolve_target(stack, variant)
+    spec = target.spec
     unholdable = [v for v in spec.variables() if any(c in v.default for c in UNHOLDABLE_IN_DEFAULT)]
     if unholdable:
         event("refused: a default compose cannot hold")
         with pytest.raises(RenderError, match=unholdable[0].name):
-            render_variant(stack, variant, workdir)
+            render_variant(target, workdir)
         return
     event(f"rendered {variant}")
-    compose_file, launcher = render_variant(stack, variant, workdir)
+    compose_file, launcher = render_variant(target, workdir)
     intended = comparable(container_from_spec(spec, env))
 
     document = yaml.load(compose_file.content, Loader=Loader)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from composer.render.files import render_all
-from composer.render.spec import build_spec
+from composer.render.spec import resolve_target
 from composer.stack import load as config
 from composer.stack.load import load_stack
 from composer.stack.model import Stack, image_env_var
@@ -22,7 +22,7 @@ def variables_read(stack: Stack) -> set[str]:
     names |= set(config.VARIANT_ENV.values()) | {config.API_KEY_VAR, config.STACK_FILES_VAR}
     names |= {image_env_var(key) for key in stack.images}
     for variant in stack.variants:
-        spec = build_spec(stack, variant)
+        spec = resolve_target(stack, variant).spec
         names |= {var.name for var in spec.variables()} | set(spec.secret_env)
     return names
 

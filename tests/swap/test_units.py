@@ -14,6 +14,7 @@ from composer.doctor.preflight import check_api_key, check_mounts, port_is_free
 from composer.engine import bootlog, diagnose
 from composer.engine.containers import RunningVariant
 from composer.errors import LockBusy
+from composer.render.spec import resolve_target
 from composer.stack.load import load_stack
 from composer.swap.lock import swap_lock
 from composer.swap.swapper import plan_swap
@@ -125,8 +126,8 @@ def test_api_key_checks():
 
 def test_mount_check_names_missing_dir(tmp_path):
     s = stack(MODEL_DIR=str(tmp_path), DRAFT_DIR=str(tmp_path / "missing"))
-    assert [f.status for f in check_mounts(s, "baseline")] == ["ok"]
-    findings = check_mounts(s, "dflash2")
+    assert [f.status for f in check_mounts(resolve_target(s, "baseline"))] == ["ok"]
+    findings = check_mounts(resolve_target(s, "dflash2"))
     assert [f.status for f in findings] == ["ok", "fail"]
     assert "missing" in findings[1].detail and findings[1].fix == "set DRAFT_DIR to the checkpoint directory"
 
