@@ -81,24 +81,58 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
 @main.command()
 @click.argument("variants", nargs=-1)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 listing files that are stale.")
-@click.option("--out", "out_dir", default="compose", show_default=True, type=click.Path(file_okay=False))
+@click.option(
+    "--out",
+    "out_dir",
+    default=None,
+    type=click.Path(file_okay=False),
+    help="Output folder [default: compose/ next to the stack file].",
+)
 @click.pass_obj
 @handle_errors
-def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str) -> None:
+def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None) -> None:
     """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default)."""
     from composer.render.files import is_current, render_all, write_atomic
 
-    files = render_all(obj.stack(), list(variants), Path(out_dir))
+    stack = obj.stack()
+    files = render_all(stack, list(variants), Path(out_dir) if out_dir else stack.render_dir)
     if check:
         stale = [f for f in files if not is_current(f)]
         for file in stale:
-            click.echo(f"stale: {file.path}")
+            click.echo(f"stale: {_shown(file.path)}")
         if stale:
             fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render`", 1)
         click.echo(f"{len(files)} rendered file(s) are current")
         return
     for file in files:
-        click.echo(f"{'wrote' if write_atomic(file) else 'unchanged'}: {file.path}")
+        click.echo(f"{'wrote' if write_atomic(file) else 'unchanged'}: {_shown(file.path)}")
+
+
+def _shown(path: Path) -> Path:
+    """A path relative to the working directory when it lies below it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
+
+
+@main.command("init")
+@click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
+@click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
+@handle_errors
+def init_cmd(directory: Path, with_env: bool, force: bool) -> None:
+    """Write a starter composer.toml and .env.example into DIRECTORY (default: here).
+
+    \b
+    Example:
+      compose-spec init my-stack --env && cd my-stack && compose-spec render
+    """
+    from composer.stack.starter import init_stack
+
+    for written in init_stack(directory, with_env=with_env, force=force):
+        click.echo(f"wrote: {_shown(written.path)}")
+    click.echo("next: edit composer.toml and .env, then `compose-spec render` and `compose-spec doctor`")
 
 
 @main.command("config")

@@ -1,7 +1,8 @@
 """Adapters to Docker and to a variant's HTTP API, with no swap policy.
 
 Owns: the one Docker client factory and the one entry point to the `docker compose` CLI
-(`client`); reading what runs from labels (`containers`); the readiness probe (`health`)
+(`client`); reading what runs from labels (`containers`); every Docker verb on a variant
+container (`variant_container`); the readiness probe (`health`)
 and the gate that watches a starting container as well as its API (`gate`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,

@@ -1,6 +1,8 @@
-"""Facts read from the host: GPUs (NVML, `nvidia-smi`, or none) and checkpoint folders.
+"""Facts read from the host, read-only.
 
-Read-only; never changes anything. May import: `composer.errors`.
+Owns: GPU facts behind one small interface (`gpu`: NVML, `nvidia-smi`, or none) and
+facts read from checkpoint folders (`checkpoints`: config.json fields, safetensors
+header sizes). Never changes anything. May import: `composer.errors`.
 Public: `GpuProbe`, `GpuInfo`, `GpuProcess`, `detect_probe`, `select_gpus`,
 `read_config`, `mtp_layers`, `dflash_block_size`, `weights_bytes`.
 """

@@ -87,6 +87,7 @@ class Sources:
     dotenv_path: Path | None
     environ: Mapping[str, str]
     flags: dict[str, str]
+    home: Path | None = None
 
 
 def load_stack(
@@ -100,7 +101,8 @@ def load_stack(
     dotenv, dotenv_path = read_dotenv(env_file)
     files = find_stack_files(stack_files, environ, dotenv)
     toml, origin = read_toml(files)
-    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags))
+    home = files[0].resolve().parent if files else None
+    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home)
     return _build(sources)
 
 
@@ -192,6 +194,7 @@ def _build(sources: Sources) -> Stack:
         env=_env_table(raw_stack.get("env", {}), "stack.env"),
         sources=resolve.record,
         api_key=api_key,
+        home=sources.home,
     )
 
 

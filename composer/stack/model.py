@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,12 @@ class Stack:
     env: tuple[tuple[str, str], ...] = ()
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
+    home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
+
+    @property
+    def render_dir(self) -> Path:
+        """Where `render` writes by default: `compose/` next to the (first) stack file."""
+        return (self.home or Path.cwd()) / "compose"
 
     def variant(self, name: str) -> Variant:
         """The named variant, or a UsageError listing the known ones."""

@@ -1,0 +1,84 @@
+"""`compose-spec init`: a starter stack in any folder.
+
+The starter files are the project's own top-level `composer.toml` and `.env.example`,
+shipped in the wheel as `composer/starter/`. `init` never overwrites a file unless asked,
+and a `.env` it writes holds a generated API key and is created with mode 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.errors import UsageError
+
+STARTER_FILES = ("composer.toml", ".env.example")
+ENV_MODE = 0o600
+
+
+@dataclass(frozen=True)
+class Written:
+    """One file `init` wrote (or left as it was)."""
+
+    path: Path
+    created: bool
+
+
+def starter_dir() -> Path:
+    """The starter files: `composer/starter` in an installed wheel, else the checkout's root."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / "starter"
+    return installed if installed.is_dir() else package.parent
+
+
+def generated_key() -> str:
+    """A fresh API key: 48 hex digits behind `sk-`."""
+    return "sk-" + secrets.token_hex(24)
+
+
+def init_stack(directory: Path, *, with_env: bool = False, force: bool = False) -> list[Written]:
+    """Write the starter files (and a `.env` with a generated key) into `directory`.
+
+    Refuses (UsageError) before writing anything when a file exists and `force` is off;
+    `.env` is never overwritten, since it holds the key clients use.
+    """
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"{directory} is not a folder: give a folder for the starter files")
+    targets = [directory / name for name in STARTER_FILES]
+    existing = [p for p in targets if p.exists() or p.is_symlink()]
+    if existing and not force:
+        raise UsageError(f"{existing[0]} exists already: pass --force to overwrite the starter files")
+    env_path = directory / ".env"
+    if with_env and (env_path.exists() or env_path.is_symlink()):
+        raise UsageError(f"{env_path} exists already: it holds your API key, so init never overwrites it")
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, target in zip(STARTER_FILES, targets, strict=True):
+        _write_atomic(target, (starter_dir() / name).read_bytes(), 0o644)
+        written.append(Written(target, True))
+    if with_env:
+        _create_private(env_path, f"VLLM_API_KEY={generated_key()}\n".encode())
+        written.append(Written(env_path, True))
+    return written
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _create_private(path: Path, data: bytes) -> None:
+    """Create a new file readable only by its owner (never follows or replaces a file)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, ENV_MODE)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)

@@ -1,0 +1,88 @@
+"""The package's shape: one subpackage per part of the architecture, each with its contract,
+and imports that only point the allowed way (no layer reaches back up)."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO
+
+PACKAGE = REPO / "composer"
+SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench")
+# What each part may import from the rest of the package (besides errors, labels, _exports).
+ALLOWED = {
+    "stack": set(),
+    "render": {"stack"},
+    "probes": set(),
+    "engine": {"stack", "render"},
+    "overlay": set(),
+    "doctor": {"stack", "render", "probes", "overlay", "engine"},
+    "swap": {"stack", "render", "engine", "probes", "doctor"},
+    "bench": {"stack", "render", "engine", "probes", "swap"},
+}
+SHARED = {"errors", "labels", "_exports", "__init__", "__version__"}
+
+
+def _imports(path: Path) -> set[str]:
+    """Top-level parts of `composer.X...` that a module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("composer"):
+            parts = node.module.split(".")
+            if len(parts) > 1:
+                found.add(parts[1])
+            else:
+                found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                parts = alias.name.split(".")
+                if parts[0] == "composer" and len(parts) > 1:
+                    found.add(parts[1])
+    return found
+
+
+def test_no_module_families_by_name_prefix_at_the_top() -> None:
+    top = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert top == ["__init__", "__main__", "_exports", "cli", "errors", "labels"], top
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_each_subpackage_states_its_contract_and_exports_resolve(name: str) -> None:
+    module = importlib.import_module(f"composer.{name}")
+    doc = module.__doc__ or ""
+    assert "Owns:" in doc and "May import:" in doc and "Public:" in doc, f"composer.{name} has no contract"
+    assert module.__all__, f"composer.{name} names no public API"
+    for public in module.__all__:
+        assert getattr(module, public) is not None
+        assert f"`{public}`" in doc, f"composer.{name}'s contract does not name {public}"
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_imports_follow_the_data_flow(name: str) -> None:
+    for path in (PACKAGE / name).rglob("*.py"):
+        used = _imports(path) - SHARED - {name}
+        extra = used - ALLOWED[name]
+        assert not extra, f"{path.relative_to(REPO)} imports {sorted(extra)}, outside its contract"
+
+
+def test_domain_code_never_imports_click() -> None:
+    offenders = [
+        str(p.relative_to(REPO))
+        for p in PACKAGE.rglob("*.py")
+        if p.name != "cli.py" and "click" in {n.split(".")[0] for n in _module_names(p)}
+    ]
+    assert offenders == []
+
+
+def _module_names(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
