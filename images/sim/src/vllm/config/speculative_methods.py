@@ -26,4 +26,5 @@ SPECULATIVE_METHODS: tuple[str, ...] = (
     "ngram_gpu",
     "mtp",
     *MTP_ALIASES,
+    "dspark",
 )
