@@ -210,7 +210,8 @@ def test_sleep_routes(plain_server: SimProcess, mtp_server: SimProcess) -> None:
     assert metric(plain_server.metrics(), "vllm:engine_sleep_state", sleep_state="awake") == 1.0
     # Without --enable-sleep-mode and VLLM_SERVER_DEV_MODE the routes do not exist.
     assert mtp_server.request("POST", "/sleep?level=1")[0] == 404
-    assert not any("sleep_state" in name for name in mtp_server.metrics())
+    # Like vLLM, the sleep-state gauge is always exported (awake = 1 without sleep mode).
+    assert metric(mtp_server.metrics(), "vllm:engine_sleep_state", sleep_state="awake") == 1.0
 
 
 # ---- process lifecycle ------------------------------------------------------------------
