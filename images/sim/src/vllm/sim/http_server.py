@@ -223,6 +223,7 @@ class SimHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 2048  # uvicorn's backlog; the stdlib default of 5 drops bursts of clients
 
 
 def make_server(host: str, port: int, state: ServerState) -> SimHTTPServer:

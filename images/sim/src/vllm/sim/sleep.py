@@ -130,10 +130,9 @@ class SleepMode:
             self.engine.pause(abort=mode == "abort")
             started = time.monotonic()
             self._wait(sleep_seconds(self.cfg, level))
-            freed = self.cfg.awake_bytes - self.cfg.residue_bytes
-            self.core.info(
+            self._log_workers(
                 "gpu_worker.py:134",
-                f"Sleep mode freed {gib(freed):.2f} GiB memory, "
+                f"Sleep mode freed {gib(self.cfg.awake_bytes - self.cfg.residue_bytes):.2f} GiB memory, "
                 f"{gib(self.cfg.residue_bytes):.2f} GiB memory is still in use.",
             )
             self.core.info(
@@ -183,7 +182,7 @@ class SleepMode:
             self._check_alive()
             if method != "reload_weights":
                 raise SleepError(f"'Worker' object has no attribute '{method}'", status=500)
-            self.core.info("gpu_model_runner.py:2716", "Reloading weights inplace...")
+            self._log_workers("gpu_model_runner.py:2716", "Reloading weights inplace...")
             started = time.monotonic()
             self._wait(reload_seconds(self.cfg))
             self.core.info(
@@ -196,6 +195,14 @@ class SleepMode:
             return [None] * self.cfg.tensor_parallel
 
     # ---- helpers ------------------------------------------------------------------------
+    def _log_workers(self, where: str, message: str) -> None:
+        """A worker-side line: from the engine core at TP 1, else once per ``Worker_TP<i>``."""
+        if self.cfg.tensor_parallel == 1:
+            self.core.info(where, message)
+            return
+        for rank in range(self.cfg.tensor_parallel):
+            VllmLog(f"Worker_TP{rank}").info(where, message)
+
     def _finish_wake(self) -> None:
         level, self.level = self.level, 0
         with self.engine.metrics.lock:
