@@ -18,7 +18,7 @@ from .simproc import SimProcess, metric
 
 TARGET = str(MODELS / "Qwen3.8-27B")
 MTP7 = json.dumps({"method": "mtp", "num_speculative_tokens": 7})
-SCALE = 10.0
+SCALE = 5.0
 TOKENS = 120
 
 

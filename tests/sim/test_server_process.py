@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from composer.bootlog import kv_cache_tokens
+
 from .conftest import MODELS
 from .simproc import SimProcess, metric, run_sim
 
@@ -95,8 +97,9 @@ def test_boot_log_lines(mtp_server: SimProcess) -> None:
         "Application startup complete.",
     ):
         assert needle in out
-    tokens = int(re.search(r"KV cache size: ([\d,]+) tokens", out).group(1).replace(",", ""))
+    tokens = int(re.search(r"GPU KV cache size: (\d{1,3}(?:,\d{3})+) tokens", out).group(1).replace(",", ""))
     assert tokens == pytest.approx(389_000, rel=0.01)  # 7.0 GiB at the default utilisation
+    assert kv_cache_tokens(out) == tokens  # the tool's own boot-log parser reads it
     assert KEY not in out
 
 
