@@ -6,7 +6,7 @@ import re
 
 from vllm.sim.metrics import Metrics, go_float
 
-# prometheus_client 0.21's generate_latest() for a counter and a histogram with vLLM's label
+# prometheus_client 0.26.0 generate_latest() for a counter and a histogram with vLLM's label
 # names; only the _created timestamps are replaced by CREATED.
 PROMETHEUS_CLIENT_TEXT = """\
 # HELP vllm:prompt_tokens_total Number of prefill tokens processed.
