@@ -101,6 +101,8 @@ class Engine:
         try:
             while True:
                 step = seq.outbox.get()
+                if step.finish_reason == "error" and self.dead:
+                    raise EngineDeadError()
                 yield step
                 if step.finish_reason is not None:
                     return
@@ -140,6 +142,12 @@ class Engine:
                     self.metrics.finished["abort"] += 1
         else:
             self.scheduler.drain()
+        self._gauges()
+
+    def fail_all(self) -> None:
+        """The engine died: every request in it, held ones included, ends with an error."""
+        for seq in self.scheduler.take_all(held=True):
+            seq.outbox.put(Step([], "error"))
         self._gauges()
 
     def resume(self) -> None:

@@ -188,6 +188,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         self._access(200)
+        try:
+            self._stream_events(builder, steps, chat, usage)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            steps.close()
+            self.close_connection = True
+
+    def _stream_events(self, builder: ResponseBuilder, steps: Any, chat: bool, usage: bool) -> None:
         generated = 0
         try:
             if chat:
@@ -197,11 +206,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(builder.chunk("".join(step.tokens), step.finish_reason))
             if usage:
                 self._event(builder.usage_chunk(generated))
-            self._chunk(b"data: [DONE]\n\n")
-            self._chunk(b"")
-        except (BrokenPipeError, ConnectionResetError):
-            steps.close()
-            self.close_connection = True
+        except EngineDeadError as err:
+            error = {"object": "error", "message": str(err), "type": "InternalServerError", "code": 500}
+            self._event({"error": error})
 
     def _event(self, payload: dict[str, Any]) -> None:
         self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")

@@ -104,12 +104,14 @@ class Scheduler:
         with self._cond:
             self._paused = True
 
-    def take_all(self) -> list[Schedulable]:
-        """Remove every queued and running sequence (to abort them); held ones stay."""
+    def take_all(self, held: bool = False) -> list[Schedulable]:
+        """Remove every queued and running sequence (to abort them), and held ones if asked."""
         with self._cond:
-            taken = [*self._running, *self._waiting]
+            taken = [*self._running, *self._waiting, *(self._held if held else ())]
             self._running.clear()
             self._waiting.clear()
+            if held:
+                self._held.clear()
             for seq in taken:
                 seq.done = True
             self._cond.notify_all()

@@ -229,6 +229,7 @@ class SleepMode:
     def _die(self, exception: str) -> None:
         self.engine.dead = True
         log_engine_dead(exception, self.api)
+        self.engine.fail_all()
 
     def _set_memory(self) -> None:
         cfg = self.cfg
