@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,8 +135,13 @@ class SimProcess:
         assert status == 200, (status, raw)
         return json.loads(raw)
 
-    def stream(self, path: str, body: dict[str, Any]) -> tuple[list[Any], list[float], Any]:
-        """POST with stream=true; returns (events, arrival times, response headers)."""
+    def stream(
+        self, path: str, body: dict[str, Any], on_event: Callable[[int], object] | None = None
+    ) -> tuple[list[Any], list[float], Any]:
+        """POST with stream=true; returns (events, arrival times, response headers).
+
+        ``on_event(n)`` is called after the n-th event arrived (1-based).
+        """
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)
         headers = {"content-type": "application/json"}
         if self.api_key:
@@ -157,6 +162,8 @@ class SimProcess:
                 times.append(time.monotonic())
                 payload = line[len(b"data: ") :]
                 events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
+                if on_event is not None:
+                    on_event(len(events))
         finally:
             conn.close()
         return events, times, resp.headers

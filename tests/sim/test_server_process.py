@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from composer.bootlog import kv_cache_tokens
+
 from .conftest import MODELS
 from .simproc import SimProcess, metric, run_sim
 
@@ -95,8 +97,9 @@ def test_boot_log_lines(mtp_server: SimProcess) -> None:
         "Application startup complete.",
     ):
         assert needle in out
-    tokens = int(re.search(r"KV cache size: ([\d,]+) tokens", out).group(1).replace(",", ""))
+    tokens = int(re.search(r"GPU KV cache size: (\d{1,3}(?:,\d{3})+) tokens", out).group(1).replace(",", ""))
     assert tokens == pytest.approx(389_000, rel=0.01)  # 7.0 GiB at the default utilisation
+    assert kv_cache_tokens(out) == tokens  # the tool's own boot-log parser reads it
     assert KEY not in out
 
 
@@ -210,7 +213,8 @@ def test_sleep_routes(plain_server: SimProcess, mtp_server: SimProcess) -> None:
     assert metric(plain_server.metrics(), "vllm:engine_sleep_state", sleep_state="awake") == 1.0
     # Without --enable-sleep-mode and VLLM_SERVER_DEV_MODE the routes do not exist.
     assert mtp_server.request("POST", "/sleep?level=1")[0] == 404
-    assert not any("sleep_state" in name for name in mtp_server.metrics())
+    # Like vLLM, the sleep-state gauge is always exported (awake = 1 without sleep mode).
+    assert metric(mtp_server.metrics(), "vllm:engine_sleep_state", sleep_state="awake") == 1.0
 
 
 # ---- process lifecycle ------------------------------------------------------------------

@@ -33,11 +33,13 @@ from vllm.sim.metrics import Metrics
 from vllm.sim.profiles import resolve_profile
 from vllm.sim.settings import Settings
 from vllm.sim.sizes import gib
+from vllm.sim.sleep import SleepConfig, SleepMode
 from vllm.sim.spec_setup import ResolvedSpec, resolve_spec
 from vllm.version import __version__
 
 DRAFT_WEIGHTS_BYTES = int(0.9 * 2**30)
 ROUTES = ("/health", "/metrics", "/v1/models", "/v1/chat/completions", "/v1/completions", "/version")
+SLEEP_ROUTES = ("/sleep", "/wake_up", "/is_sleeping", "/collective_rpc")
 
 
 @dataclass(frozen=True)
@@ -131,28 +133,31 @@ def _load(plan: BootPlan, core: VllmLog) -> None:
     core.info("gpu_model_runner.py:2602", f"Starting to load model {plan.args.model}...")
     if settings.fail == "hang":
         hang_forever()
+    load = settings.load_wall_seconds
     if settings.fail == "crash":
-        time.sleep(settings.load_seconds / 2)
+        time.sleep(load / 2)
         raise EngineInitError("RuntimeError: CUDA error: unspecified launch failure")
-    time.sleep(settings.load_seconds)
+    time.sleep(load)
     if settings.fail == "cuda-oom":
         raise EngineInitError(CUDA_OOM)
-    weights = settings.weights_bytes + (DRAFT_WEIGHTS_BYTES if plan.spec.has_draft_model else 0)
-    core.info("default_loader.py:267", f"Loading weights took {settings.load_seconds * 0.8:.2f} seconds")
+    core.info("default_loader.py:267", f"Loading weights took {load * 0.8:.2f} seconds")
     core.info(
         "gpu_model_runner.py:2653",
-        f"Model loading took {gib(weights):.4f} GiB and {settings.load_seconds:.6f} seconds",
+        f"Model loading took {gib(_weights_per_gpu(plan)):.4f} GiB and {load:.6f} seconds",
     )
+
+
+def _weights_per_gpu(plan: BootPlan) -> int:
+    return plan.settings.weights_bytes + (DRAFT_WEIGHTS_BYTES if plan.spec.has_draft_model else 0)
 
 
 def _kv_budget(plan: BootPlan, core: VllmLog) -> tuple[kv.KvBudget, int]:
     settings, args = plan.settings, plan.args
-    weights = settings.weights_bytes + (DRAFT_WEIGHTS_BYTES if plan.spec.has_draft_model else 0)
     available = kv.available_bytes(
         args.kv_cache_memory_bytes,
         settings.gpu_memory_bytes,
         args.gpu_memory_utilization,
-        weights,
+        _weights_per_gpu(plan),
         settings.activation_bytes,
     )
     if settings.fail == "no-kv-memory":
@@ -175,8 +180,8 @@ def _kv_budget(plan: BootPlan, core: VllmLog) -> tuple[kv.KvBudget, int]:
     return budget, max_len
 
 
-def _start_engine(plan: BootPlan, core: VllmLog) -> int:
-    """Run the engine start-up stages; return the max model length."""
+def _start_engine(plan: BootPlan, core: VllmLog) -> tuple[kv.KvBudget, int]:
+    """Run the engine start-up stages; return the KV budget and the max model length."""
     args, spec = plan.args, plan.spec
     core.info(
         "core.py:93",
@@ -194,12 +199,30 @@ def _start_engine(plan: BootPlan, core: VllmLog) -> int:
     started = time.monotonic()
     _device_checks(plan, core)
     _load(plan, core)
-    _budget, max_len = _kv_budget(plan, core)
+    budget, max_len = _kv_budget(plan, core)
     core.info(
         "core.py:210",
         f"init engine (profile, create kv cache, warmup model) took {time.monotonic() - started:.2f} seconds",
     )
-    return max_len
+    return budget, max_len
+
+
+def _sleep_config(plan: BootPlan, budget: kv.KvBudget) -> SleepConfig:
+    settings = plan.settings
+    weights = _weights_per_gpu(plan)
+    return SleepConfig(
+        weights_bytes=weights,
+        awake_bytes=weights + settings.activation_bytes + max(0, budget.available_bytes),
+        residue_bytes=settings.sleep_residue_bytes,
+        tensor_parallel=max(1, plan.args.tensor_parallel_size),
+        pinned=settings.pinned,
+        h2d_pinned=settings.h2d_pinned_bytes_per_s,
+        h2d_pageable=settings.h2d_pageable_bytes_per_s,
+        d2h_pinned=settings.d2h_pinned_bytes_per_s,
+        d2h_pageable=settings.d2h_pageable_bytes_per_s,
+        reload_bytes_per_s=settings.reload_bytes_per_s,
+        fixed_seconds=settings.sleep_fixed_seconds,
+    )
 
 
 def _config_error(api: VllmLog, err: Exception) -> int:
@@ -217,7 +240,7 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     _install_signal_handlers(api)
     try:
         settings = Settings.from_env(os.environ if environ is None else environ)
-        profile = resolve_profile(settings.profile, settings.profile_file)
+        profile = resolve_profile(settings.profile, settings.profile_file, settings.batching)
     except (ValueError, OSError, KeyError) as err:
         print(f"vllm serve: simulator configuration error: {err}", file=sys.stderr, flush=True)
         return 2
@@ -230,31 +253,37 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     api.info("model.py:547", f"Resolved architecture: {model_config.architecture(plan.target_config)}")
     core = VllmLog("EngineCore_DP0")
     try:
-        max_len = _start_engine(plan, core)
+        budget, max_len = _start_engine(plan, core)
     except EngineInitError as err:
         return report_engine_failure(err, api)
     metrics = Metrics(plan.served_names[0], plan.spec.setup.k if plan.spec.setup.enabled else 0)
-    sleep_routes = settings.dev_mode and args.enable_sleep_mode
-    if args.enable_sleep_mode:
-        metrics.sleep_state = "awake"
-    engine = Engine(profile, plan.spec.setup, metrics, settings.time_scale, settings.seed, settings.flip_rate)
-    state = ServerState(
-        plan.served_names,
-        args.model,
-        max_len,
-        plan.api_key,
-        engine,
+    engine = Engine(
+        profile,
+        plan.spec.setup,
         metrics,
-        api,
-        sleep_routes,
         settings.time_scale,
-        int(time.time()),
+        settings.seed,
+        settings.flip_rate,
+        max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens,
+        kv_tokens=budget.tokens,
+    )
+    sleep = None
+    sleep_routes = settings.dev_mode and args.enable_sleep_mode
+    sleep_cfg = _sleep_config(plan, budget)
+    metrics.gpu_memory_bytes = [sleep_cfg.awake_bytes] * sleep_cfg.tensor_parallel
+    if sleep_routes:
+        sleep = SleepMode(
+            engine, sleep_cfg, settings.fail, lambda s: time.sleep(settings.scaled(s)), core, api
+        )
+    state = ServerState(
+        plan.served_names, args.model, max_len, plan.api_key, engine, metrics, api, sleep, int(time.time())
     )
     host = args.host or "0.0.0.0"
     server = make_server(host, args.port, state)
     api.info("api_server.py:1912", f"Starting vLLM server on http://{host}:{args.port}")
     api.info("launcher.py:37", "Available routes are:")
-    for route in ROUTES + (("/sleep", "/wake_up", "/is_sleeping") if sleep_routes else ()):
+    for route in ROUTES + (SLEEP_ROUTES if sleep_routes else ()):
         api.info("launcher.py:45", f"Route: {route}")
     api.info("server.py:84", f"Started server process [{os.getpid()}]")
     api.info("on.py:48", "Waiting for application startup.")

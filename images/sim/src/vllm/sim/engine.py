@@ -1,64 +1,50 @@
-"""The simulated engine: turns one request into timed steps of generated tokens."""
+"""The simulated engine: requests become sequences that advance in shared, timed steps."""
 
 from __future__ import annotations
 
-import threading
+import queue
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vllm.sim import timing
+from vllm.sim import batching, timing
 from vllm.sim.acceptance import AcceptanceSampler, start_offset
+from vllm.sim.engine_types import EngineDeadError, GenRequest, RequestStats, SpecSetup, Step
+from vllm.sim.failures import log_engine_dead
+from vllm.sim.logs import VllmLog
 from vllm.sim.metrics import Metrics
 from vllm.sim.profiles import Profile
+from vllm.sim.scheduler import Plan, Scheduler
 from vllm.sim.textgen import TokenStream
 
+__all__ = ["Engine", "EngineDeadError", "GenRequest", "RequestStats", "SpecSetup", "Step"]
 
-@dataclass(frozen=True)
-class SpecSetup:
-    """Speculative decoding as configured at boot (``method=None``: plain decode)."""
-
-    method: str | None = None
-    k: int = 0
-    block_size: int | None = None
-
-    @property
-    def enabled(self) -> bool:
-        return self.method is not None and self.k > 0
+# What a model whose weights were discarded (level-2 sleep, no reload) keeps generating.
+GARBAGE_TOKEN = "!"
 
 
-@dataclass(frozen=True)
-class GenRequest:
-    """What the engine needs from an API request."""
+@dataclass(eq=False)
+class Sequence:
+    """One request inside the engine."""
 
-    prompt_key: bytes
-    prompt_tokens: int
-    max_tokens: int
-    ignore_eos: bool = False
-    sample_key: str | None = None
-
-
-@dataclass
-class Step:
-    """Tokens produced by one engine step for one request."""
-
-    tokens: list[str]
-    finish_reason: str | None = None
-
-
-@dataclass
-class RequestStats:
-    """Per-request counters (kept for tests and logging)."""
-
-    generated: int = 0
-    drafts: int = 0
-    draft_tokens: int = 0
-    accepted: int = 0
-    accepted_per_pos: list[int] = field(default_factory=list)
+    request: GenRequest
+    stream: TokenStream
+    sampler: AcceptanceSampler
+    limit: int
+    stopped: bool
+    stats: RequestStats
+    garbage: bool
+    arrival: float
+    prompt_tokens: int = 0
+    prefilled: int = 0
+    produced: int = 0
+    last_token_at: float = 0.0
+    done: bool = False
+    outbox: queue.SimpleQueue[Step] = field(default_factory=queue.SimpleQueue)
 
 
 class Engine:
-    """Generates tokens for requests, sleeping to follow the timing model."""
+    """Generates tokens for requests; a scheduler thread times the shared steps."""
 
     def __init__(
         self,
@@ -68,6 +54,9 @@ class Engine:
         time_scale: float,
         seed: int = 0,
         flip_rate: float = 0.0,
+        max_num_seqs: int | None = None,
+        max_num_batched_tokens: int | None = None,
+        kv_tokens: int = 0,
     ) -> None:
         self.profile = profile
         self.spec = spec
@@ -75,89 +64,153 @@ class Engine:
         self.time_scale = time_scale
         self.seed = seed
         self.flip_rate = flip_rate if spec.enabled else 0.0
-        self.awake = threading.Event()
-        self.awake.set()
+        self.kv_tokens = kv_tokens
+        self.dead = False
+        self.zero_acceptance = False
+        self.garbage_output = False
+        self.crash_on_next_request: str | None = None
         if spec.enabled:
             assert spec.method is not None
             self.acceptance = timing.acceptance(profile, spec.method, spec.k, spec.block_size)
         else:
             self.acceptance = ()
-        self.iteration = timing.iteration_seconds(profile, spec.method, spec.k) / time_scale
+        self.scheduler = Scheduler(
+            self._cost,
+            self._apply,
+            time_scale,
+            max_num_seqs or profile.batching.max_num_seqs,
+            max_num_batched_tokens or profile.batching.max_num_batched_tokens,
+            batching.decode_tokens(spec.method, spec.k, 1),
+        )
 
-    def _wait_until(self, deadline: float) -> None:
-        delay = deadline - time.monotonic()
-        if delay > 0:
-            time.sleep(delay)
+    # ---- requests -----------------------------------------------------------------------
+    def check_alive(self) -> None:
+        """Raise :class:`EngineDeadError` when the engine is dead (or dies on this request)."""
+        if self.crash_on_next_request is not None and not self.dead:
+            self.dead = True
+            log_engine_dead(self.crash_on_next_request, VllmLog("APIServer"))
+        if self.dead:
+            raise EngineDeadError()
 
     def generate(self, request: GenRequest, stats: RequestStats | None = None) -> Iterator[Step]:
-        """Yield steps as they 'complete' in wall-clock time; update metrics."""
-        stats = stats if stats is not None else RequestStats()
+        """Yield steps as they complete in wall-clock time; the last one has a finish reason."""
+        self.check_alive()
+        seq = self._sequence(request, stats if stats is not None else RequestStats())
+        self.scheduler.submit(seq)
+        self._gauges()
+        try:
+            while True:
+                step = seq.outbox.get()
+                if step.finish_reason == "error" and self.dead:
+                    raise EngineDeadError()
+                yield step
+                if step.finish_reason is not None:
+                    return
+        finally:
+            if not seq.done:
+                self.scheduler.drop(seq)
+                self._gauges()
+
+    def _sequence(self, request: GenRequest, stats: RequestStats) -> Sequence:
         stats.accepted_per_pos = [0] * self.spec.k
         stream = TokenStream(request.prompt_key, request.sample_key, self.flip_rate)
         limit = request.max_tokens
         natural = stream.natural_length()
         stopped = not request.ignore_eos and natural < limit
-        if stopped:
-            limit = natural
-        sampler = AcceptanceSampler(
-            self.acceptance, start_offset(self.seed, request.prompt_key.hex(), request.max_tokens)
+        probabilities = () if self.zero_acceptance else self.acceptance
+        offset = start_offset(self.seed, request.prompt_key.hex(), request.max_tokens)
+        return Sequence(
+            request=request,
+            stream=stream,
+            sampler=AcceptanceSampler(probabilities, offset),
+            limit=natural if stopped else limit,
+            stopped=stopped,
+            stats=stats,
+            garbage=self.garbage_output,
+            arrival=time.monotonic(),
+            prompt_tokens=request.prompt_tokens,
         )
-        self.awake.wait()
-        start = time.monotonic()
-        with self.metrics.lock:
-            self.metrics.running += 1
-        try:
-            yield from self._steps(request, stream, limit, stopped, sampler, stats, start)
-        finally:
-            with self.metrics.lock:
-                self.metrics.running -= 1
 
-    def _steps(
-        self,
-        request: GenRequest,
-        stream: TokenStream,
-        limit: int,
-        stopped: bool,
-        sampler: AcceptanceSampler,
-        stats: RequestStats,
-        start: float,
-    ) -> Iterator[Step]:
-        deadline = start + timing.ttft_seconds(self.profile, request.prompt_tokens) / self.time_scale
-        self._wait_until(deadline)
-        with self.metrics.lock:
-            self.metrics.prompt_tokens += request.prompt_tokens
-            self.metrics.ttft.observe(time.monotonic() - start)
-        produced = 0
-        last = time.monotonic()
-        while produced < limit:
-            if produced == 0:
-                count = 1
-            else:
-                deadline += self.iteration
-                self._wait_until(deadline)
-                count = self._iteration(limit - produced, sampler, stats)
-                now = time.monotonic()
+    # ---- sleep mode hooks ---------------------------------------------------------------
+    def pause(self, abort: bool) -> None:
+        """Hold new requests; abort the in-flight ones, or wait for them to finish."""
+        self.scheduler.pause()
+        if abort:
+            for seq in self.scheduler.take_all():
+                seq.outbox.put(Step([], "abort"))
                 with self.metrics.lock:
-                    self.metrics.itl.observe(now - last)
-                last = now
-            tokens = [stream.token(i) for i in range(produced, produced + count)]
-            produced += count
-            stats.generated = produced
-            with self.metrics.lock:
-                self.metrics.generation_tokens += count
-            finish = None
-            if produced >= limit:
-                finish = "stop" if stopped else "length"
-            yield Step(tokens, finish)
-        with self.metrics.lock:
-            self.metrics.e2e.observe(time.monotonic() - start)
-            self.metrics.requests_success += 1
+                    self.metrics.finished["abort"] += 1
+        else:
+            self.scheduler.drain()
+        self._gauges()
 
-    def _iteration(self, remaining: int, sampler: AcceptanceSampler, stats: RequestStats) -> int:
+    def fail_all(self) -> None:
+        """The engine died: every request in it, held ones included, ends with an error."""
+        for seq in self.scheduler.take_all(held=True):
+            seq.outbox.put(Step([], "error"))
+        self._gauges()
+
+    def resume(self) -> None:
+        """Serve the held requests again."""
+        self.scheduler.resume()
+        self._gauges()
+
+    # ---- the step callbacks (run on the scheduler thread) -------------------------------
+    def _cost(self, plan: Plan) -> float:
+        return batching.step_seconds(
+            self.profile, self.spec.method, self.spec.k, len(plan.decode), plan.prefill_tokens
+        )
+
+    def _apply(self, plan: Plan, now: float) -> None:
+        step_tokens = plan.prefill_tokens
+        for seq in plan.decode:
+            assert isinstance(seq, Sequence)
+            if seq.done:
+                continue
+            step_tokens += batching.decode_tokens(self.spec.method, self.spec.k, 1)
+            count = self._iteration(seq)
+            with self.metrics.lock:
+                self.metrics.itl.observe(now - seq.last_token_at)
+            self._emit(seq, count, now)
+        for seq, chunk in plan.prefill:
+            assert isinstance(seq, Sequence)
+            if seq.done:
+                continue
+            seq.prefilled += chunk
+            if seq.prefilled >= seq.prompt_tokens:
+                with self.metrics.lock:
+                    self.metrics.prompt_tokens += seq.prompt_tokens
+                    self.metrics.ttft.observe(now - seq.arrival)
+                self._emit(seq, 1, now)
+        with self.metrics.lock:
+            self.metrics.iteration_tokens.observe(step_tokens)
+        self._gauges()
+
+    def _emit(self, seq: Sequence, count: int, now: float) -> None:
+        if seq.garbage:
+            tokens = [GARBAGE_TOKEN] * count
+        else:
+            tokens = [seq.stream.token(i) for i in range(seq.produced, seq.produced + count)]
+        seq.produced += count
+        seq.stats.generated = seq.produced
+        seq.last_token_at = now
+        finish = None
+        if seq.produced >= seq.limit:
+            finish = "stop" if seq.stopped else "length"
+            seq.done = True
+        with self.metrics.lock:
+            self.metrics.generation_tokens += count
+            if finish is not None:
+                self.metrics.e2e.observe(now - seq.arrival)
+                self.metrics.finished[finish] += 1
+        seq.outbox.put(Step(tokens, finish))
+
+    def _iteration(self, seq: Sequence) -> int:
         """Tokens produced by one decode iteration (records speculative counters)."""
         if not self.spec.enabled:
             return 1
-        accepted = min(sampler.next_accepted(), remaining - 1)
+        stats = seq.stats
+        accepted = min(seq.sampler.next_accepted(), seq.limit - seq.produced - 1)
         stats.drafts += 1
         stats.draft_tokens += self.spec.k
         stats.accepted += accepted
@@ -165,3 +218,12 @@ class Engine:
             stats.accepted_per_pos[pos] += 1
         self.metrics.record_iteration(self.spec.k, accepted)
         return accepted + 1
+
+    def _gauges(self) -> None:
+        running = self.scheduler.contexts()
+        _, waiting = self.scheduler.counts()
+        used = sum(min(s.prefilled, s.prompt_tokens) + getattr(s, "produced", 0) for s in running)
+        with self.metrics.lock:
+            self.metrics.running = len(running)
+            self.metrics.waiting = waiting
+            self.metrics.kv_usage = min(1.0, used / self.kv_tokens) if self.kv_tokens > 0 else 0.0

@@ -12,7 +12,15 @@ from vllm.sim.logs import VllmLog, traceback_text
 ENGINE_FAILED = (
     "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
 )
-FAIL_MODES = ("hang", "crash", "crash-after:N", "cuda-oom", "no-kv-memory")
+FAIL_MODES = (
+    "hang",
+    "crash",
+    "crash-after:N",
+    "cuda-oom",
+    "no-kv-memory",
+    "wake-fail",
+    "wake-zero-acceptance",
+)
 FA3_UNSUPPORTED = (
     "Cannot use FA version 3 is not supported due to FA3 is only supported on devices with "
     "compute capability >= 8 excluding 8.6 and 8.9 and Blackwell archs (>=10)"
@@ -112,23 +120,28 @@ def hang_forever() -> None:
         time.sleep(3600)
 
 
+def log_engine_dead(exception: str, log: VllmLog) -> None:
+    """The lines vLLM prints when the engine core dies after start-up."""
+    core = VllmLog("EngineCore_DP0")
+    core.error("core.py:760", "EngineCore encountered a fatal error.")
+    core.raw(
+        traceback_text(
+            [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 751, "run_busy_loop")],
+            exception,
+        )
+    )
+    log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
+    log.raw(
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
+        "See stack trace (above) for the root cause."
+    )
+
+
 def schedule_crash(seconds: float, log: VllmLog) -> threading.Timer:
     """Kill the server ``seconds`` real seconds after it became ready."""
 
     def crash() -> None:
-        core = VllmLog("EngineCore_DP0")
-        core.error("core.py:760", "EngineCore encountered a fatal error.")
-        core.raw(
-            traceback_text(
-                [("/usr/local/lib/python3.12/dist-packages/vllm/v1/engine/core.py", 751, "run_busy_loop")],
-                "RuntimeError: CUDA error: an illegal memory access was encountered",
-            )
-        )
-        log.error("async_llm.py:480", "AsyncLLM output_handler failed.")
-        log.raw(
-            "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. "
-            "See stack trace (above) for the root cause."
-        )
+        log_engine_dead("RuntimeError: CUDA error: an illegal memory access was encountered", log)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from socket import AF_INET6
@@ -11,12 +10,13 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from vllm.sim.engine import Engine
+from vllm.sim.engine_types import EngineDeadError
 from vllm.sim.logs import VllmLog
 from vllm.sim.metrics import Metrics
 from vllm.sim.openai_api import ApiError, ResponseBuilder, parse_request
+from vllm.sim.sleep import SleepError, SleepMode
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
-SLEEP_STATE_BY_LEVEL = {1: "weights_offloaded", 2: "discard_all"}
 
 
 @dataclass
@@ -30,8 +30,7 @@ class ServerState:
     engine: Engine
     metrics: Metrics
     log: VllmLog
-    sleep_routes: bool
-    time_scale: float
+    sleep: SleepMode | None
     created: int = 0
 
 
@@ -99,7 +98,7 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized(path):
             self._json(401, {"error": "Unauthorized"})
         elif path == "/health":
-            self._send(200, b"")
+            self._send(503 if self.state.engine.dead else 200, b"")
         elif path == "/v1/models":
             self._json(200, self._models())
         elif path == "/metrics":
@@ -108,8 +107,9 @@ class Handler(BaseHTTPRequestHandler):
             from vllm.version import __version__
 
             self._json(200, {"version": __version__})
-        elif path == "/is_sleeping" and self.state.sleep_routes:
-            self._json(200, {"is_sleeping": not self.state.engine.awake.is_set()})
+        elif path == "/is_sleeping" and self.state.sleep is not None:
+            self.state.log.info("api_router.py:68", "check whether the engine is sleeping")
+            self._json(200, {"is_sleeping": self.state.sleep.is_sleeping})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -119,17 +119,30 @@ class Handler(BaseHTTPRequestHandler):
         if not self._authorized(path):
             self._json(401, {"error": "Unauthorized"})
             return
+        sleep = self.state.sleep
         try:
             if path in ("/v1/chat/completions", "/v1/completions"):
                 self._completion(chat=path.endswith("chat/completions"))
-            elif path == "/sleep" and self.state.sleep_routes:
-                self._sleep(int((query.get("level") or ["1"])[0]))
-            elif path == "/wake_up" and self.state.sleep_routes:
-                self._wake_up()
+            elif path == "/sleep" and sleep is not None:
+                # The level and mode come from the query string only (a body is ignored).
+                level = (query.get("level") or ["1"])[0]
+                if not level.strip().lstrip("-").isdigit():
+                    raise ApiError(400, f"Invalid sleep level {level!r}; expected 1 or 2", param="level")
+                sleep.sleep(int(level), (query.get("mode") or ["abort"])[0])
+                self._send(200, b"")
+            elif path == "/wake_up" and sleep is not None:
+                sleep.wake_up(query.get("tags") or None)
+                self._send(200, b"")
+            elif path == "/collective_rpc" and sleep is not None:
+                self._collective_rpc(sleep)
             else:
                 self._json(404, {"detail": "Not Found"})
         except ApiError as err:
             self._json(err.status, err.body())
+        except SleepError as err:
+            self._json(err.status, ApiError(err.status, str(err)).body())
+        except EngineDeadError as err:
+            self._json(500, ApiError(500, str(err), "InternalServerError").body())
 
     # ---- handlers -------------------------------------------------------------------
     def _models(self) -> dict[str, Any]:
@@ -153,6 +166,7 @@ class Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             raise ApiError(400, "request body must be a JSON object")
         request = parse_request(body, chat, self.state.served_names, self.state.max_model_len)
+        self.state.engine.check_alive()
         builder = ResponseBuilder(request)
         steps = self.state.engine.generate(request.gen)
         if not request.stream:
@@ -174,6 +188,15 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         self._access(200)
+        try:
+            self._stream_events(builder, steps, chat, usage)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            steps.close()
+            self.close_connection = True
+
+    def _stream_events(self, builder: ResponseBuilder, steps: Any, chat: bool, usage: bool) -> None:
         generated = 0
         try:
             if chat:
@@ -183,11 +206,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(builder.chunk("".join(step.tokens), step.finish_reason))
             if usage:
                 self._event(builder.usage_chunk(generated))
-            self._chunk(b"data: [DONE]\n\n")
-            self._chunk(b"")
-        except (BrokenPipeError, ConnectionResetError):
-            steps.close()
-            self.close_connection = True
+        except EngineDeadError as err:
+            error = {"object": "error", "message": str(err), "type": "InternalServerError", "code": 500}
+            self._event({"error": error})
 
     def _event(self, payload: dict[str, Any]) -> None:
         self._chunk(b"data: " + json.dumps(payload).encode() + b"\n\n")
@@ -196,30 +217,12 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def _sleep(self, level: int) -> None:
-        if level not in SLEEP_STATE_BY_LEVEL:
-            raise ApiError(400, f"Invalid sleep level {level}; expected 1 or 2", param="level")
-        started = time.monotonic()
-        self.state.engine.awake.clear()
-        time.sleep(0.2 / self.state.time_scale)
-        with self.state.metrics.lock:
-            self.state.metrics.sleep_state = SLEEP_STATE_BY_LEVEL[level]
-        self.state.log.info(
-            "gpu_worker.py:117", f"It took {time.monotonic() - started:.6f} seconds to fall asleep."
-        )
-        self._send(200, b"")
-
-    def _wake_up(self) -> None:
-        started = time.monotonic()
-        if not self.state.engine.awake.is_set():
-            time.sleep(0.5 / self.state.time_scale)
-        with self.state.metrics.lock:
-            self.state.metrics.sleep_state = "awake"
-        self.state.engine.awake.set()
-        self.state.log.info(
-            "gpu_worker.py:149", f"It took {time.monotonic() - started:.6f} seconds to wake up."
-        )
-        self._send(200, b"")
+    def _collective_rpc(self, sleep: SleepMode) -> None:
+        body = self._read_json()
+        method = body.get("method") if isinstance(body, dict) else None
+        if not isinstance(method, str) or not method:
+            raise ApiError(400, "Missing 'method' in request body", param="method")
+        self._json(200, {"results": sleep.collective_rpc(method)})
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -227,6 +230,7 @@ class SimHTTPServer(ThreadingHTTPServer):
 
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 2048  # uvicorn's backlog; the stdlib default of 5 drops bursts of clients
 
 
 def make_server(host: str, port: int, state: ServerState) -> SimHTTPServer:

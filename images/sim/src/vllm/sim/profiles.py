@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,28 @@ class MethodProfile:
     tail_ratio: float = 0.75
     block_size: int | None = None
     block_mismatch_decay: float = 1.0
+    draft_ms_per_token: float = 0.2
+
+
+@dataclass(frozen=True)
+class BatchProfile:
+    """How the cost of one engine step grows with the batch (assumptions, not measurements).
+
+    A step runs every running request at once. Its target forward pass over ``n`` decode
+    tokens (one per plain sequence, ``K + 1`` per speculative sequence) costs the batch-1
+    step (``1 / baseline_tok_s``) plus ``memory_ms_per_token`` per extra token (the
+    memory-bound region: the weights are read once per step whatever the batch), plus
+    ``compute_ms_per_token`` per token beyond ``compute_knee_tokens`` (the compute-bound
+    region). Prefill tokens cost ``1 / prefill_tok_s`` each in the same step. A step
+    holds at most ``max_num_batched_tokens`` tokens (longer prompts are prefilled in
+    chunks) and ``max_num_seqs`` sequences (vLLM's flags of the same names win).
+    """
+
+    memory_ms_per_token: float = 0.05
+    compute_knee_tokens: int = 16
+    compute_ms_per_token: float = 1.07
+    max_num_batched_tokens: int = 2048
+    max_num_seqs: int = 256
 
 
 @dataclass(frozen=True)
@@ -47,6 +69,7 @@ class Profile:
     prefill_tok_s: float
     ttft_overhead_ms: float
     methods: Mapping[str, MethodProfile]
+    batching: BatchProfile = field(default_factory=BatchProfile)
 
     def method(self, name: str) -> MethodProfile:
         """The calibration for ``name``, falling back to the generic one."""
@@ -105,12 +128,16 @@ QWEN3_5_2B = Profile(
             },
             tok_s={1: 133.5, 3: 120.6, 5: 91.1},
             tail_ratio=0.5,
+            draft_ms_per_token=0.05,
         ),
         GENERIC_METHOD: MethodProfile(
             acceptance={4: (0.50, 0.30, 0.18, 0.10)},
             iteration_ms={1: 10.5, 8: 22.0},
+            draft_ms_per_token=0.05,
         ),
     },
+    # The 27B values scaled by the ratio of the batch-1 step times (8.6 / 34 ms).
+    batching=BatchProfile(memory_ms_per_token=0.0125, compute_ms_per_token=0.27),
 )
 
 BUILTIN_PROFILES: dict[str, Profile] = {p.name: p for p in (QWEN3_8_27B, QWEN3_5_2B)}
@@ -139,7 +166,35 @@ def method_from_dict(data: Mapping[str, Any]) -> MethodProfile:
         tail_ratio=float(data.get("tail_ratio", 0.75)),
         block_size=int(data["block_size"]) if data.get("block_size") else None,
         block_mismatch_decay=float(data.get("block_mismatch_decay", 1.0)),
+        draft_ms_per_token=float(data.get("draft_ms_per_token", 0.2)),
     )
+
+
+def batching_from_dict(data: Mapping[str, Any], base: BatchProfile | None = None) -> BatchProfile:
+    """Override fields of ``base`` (default: the reference values) from a mapping."""
+    base = base or BatchProfile()
+    known = {f.name: f.type for f in fields(BatchProfile)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise ValueError(f"unknown batching key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(known))}")
+    values: dict[str, Any] = {}
+    for key, raw in data.items():
+        number = float(raw)
+        values[key] = int(number) if known[key] == "int" else number
+        if values[key] < 0 or (known[key] == "int" and values[key] < 1):
+            raise ValueError(f"batching {key} must be positive, got {raw!r}")
+    return replace(base, **values)
+
+
+def parse_batching_env(raw: str) -> dict[str, str]:
+    """``SIM_BATCHING="compute_ms_per_token=0.8,compute_knee_tokens=32"`` as a mapping."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"SIM_BATCHING item {item!r} is not KEY=VALUE")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def profile_from_dict(data: Mapping[str, Any]) -> Profile:
@@ -148,16 +203,18 @@ def profile_from_dict(data: Mapping[str, Any]) -> Profile:
     methods = dict(base.methods) if base else {}
     for name, method in data.get("methods", {}).items():
         methods[name] = method_from_dict(method)
-    fields: dict[str, Any] = {"methods": methods, "name": data.get("name", "custom")}
+    values: dict[str, Any] = {"methods": methods, "name": data.get("name", "custom")}
     for key in ("baseline_tok_s", "prefill_tok_s", "ttft_overhead_ms"):
         if key in data:
-            fields[key] = float(data[key])
+            values[key] = float(data[key])
+    if "batching" in data:
+        values["batching"] = batching_from_dict(data["batching"], base.batching if base else None)
     if base is not None:
-        return replace(base, **fields)
-    missing = [k for k in ("baseline_tok_s", "prefill_tok_s", "ttft_overhead_ms") if k not in fields]
+        return replace(base, **values)
+    missing = [k for k in ("baseline_tok_s", "prefill_tok_s", "ttft_overhead_ms") if k not in values]
     if missing:
         raise ValueError(f"profile without 'base' must set {', '.join(missing)}")
-    return Profile(**fields)
+    return Profile(**values)
 
 
 def load_profile_file(path: str | Path) -> Profile:
@@ -166,8 +223,11 @@ def load_profile_file(path: str | Path) -> Profile:
         return profile_from_dict(json.load(handle))
 
 
-def resolve_profile(name: str | None, path: str | None) -> Profile:
-    """The profile selected by SIM_PROFILE_FILE (wins) or SIM_PROFILE."""
-    if path:
-        return load_profile_file(path)
-    return get_profile(name)
+def resolve_profile(name: str | None, path: str | None, batching: str | None = None) -> Profile:
+    """The profile selected by SIM_PROFILE_FILE (wins) or SIM_PROFILE, then SIM_BATCHING."""
+    profile = load_profile_file(path) if path else get_profile(name)
+    if batching:
+        profile = replace(
+            profile, batching=batching_from_dict(parse_batching_env(batching), profile.batching)
+        )
+    return profile

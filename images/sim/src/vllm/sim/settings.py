@@ -35,6 +35,31 @@ def _size(env: Mapping[str, str], key: str, default: int) -> int:
         raise ValueError(f"{key} must be a size like 1073741824 or 1G, got {raw!r}") from None
 
 
+def _optional_float(env: Mapping[str, str], key: str) -> float | None:
+    if (env.get(key) or "").strip() == "":
+        return None
+    value = _float(env, key, 0.0)
+    if value < 0:
+        raise ValueError(f"{key} must be >= 0, got {value}")
+    return value
+
+
+def _rate(env: Mapping[str, str], key: str, default: int) -> int:
+    value = _size(env, key, default)
+    if value <= 0:
+        raise ValueError(f"{key} must be > 0 bytes per second")
+    return value
+
+
+def _tristate(env: Mapping[str, str], key: str) -> bool | None:
+    raw = (env.get(key) or "auto").strip().lower()
+    if raw == "auto":
+        return None
+    if raw in {"1", "true", "yes", "on", "0", "false", "no", "off"}:
+        return _flag(raw)
+    raise ValueError(f"{key} must be auto, 1 or 0, got {raw!r}")
+
+
 def _wsl(value: str | None) -> bool:
     if (value or "").strip().lower() == "auto":
         return "microsoft" in platform.release().lower()
@@ -64,6 +89,16 @@ class Settings:
     dev_mode: bool = False
     wsl_pin_memory: bool = False
     flash_attn_version: str | None = None
+    cold_start_seconds: float | None = None
+    batching: str = ""
+    pin_memory: bool | None = None
+    h2d_pinned_bytes_per_s: int = int(55e9)
+    h2d_pageable_bytes_per_s: int = int(8.5e9)
+    d2h_pinned_bytes_per_s: int = int(55e9)
+    d2h_pageable_bytes_per_s: int = int(1.36e9)
+    reload_bytes_per_s: int = int(2e9)
+    sleep_fixed_seconds: float = 0.2
+    sleep_residue_bytes: int = int(1.3 * GIB)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -96,8 +131,32 @@ class Settings:
             dev_mode=_flag(env.get("VLLM_SERVER_DEV_MODE")),
             wsl_pin_memory=_flag(env.get("VLLM_WSL2_ENABLE_PIN_MEMORY")),
             flash_attn_version=env.get("VLLM_FLASH_ATTN_VERSION") or None,
+            cold_start_seconds=_optional_float(env, "SIM_COLD_START_SECONDS"),
+            batching=env.get("SIM_BATCHING") or "",
+            pin_memory=_tristate(env, "SIM_PIN_MEMORY"),
+            h2d_pinned_bytes_per_s=_rate(env, "SIM_H2D_PINNED_BYTES_PER_S", int(55e9)),
+            h2d_pageable_bytes_per_s=_rate(env, "SIM_H2D_PAGEABLE_BYTES_PER_S", int(8.5e9)),
+            d2h_pinned_bytes_per_s=_rate(env, "SIM_D2H_PINNED_BYTES_PER_S", int(55e9)),
+            d2h_pageable_bytes_per_s=_rate(env, "SIM_D2H_PAGEABLE_BYTES_PER_S", int(1.36e9)),
+            reload_bytes_per_s=_rate(env, "SIM_RELOAD_BYTES_PER_S", int(2e9)),
+            sleep_fixed_seconds=max(0.0, _float(env, "SIM_SLEEP_FIXED_SECONDS", 0.2)),
+            sleep_residue_bytes=_size(env, "SIM_SLEEP_RESIDUE_BYTES", int(1.3 * GIB)),
         )
 
     def scaled(self, seconds: float) -> float:
         """A simulated duration in wall-clock seconds."""
         return seconds / self.time_scale
+
+    @property
+    def load_wall_seconds(self) -> float:
+        """Wall-clock seconds of 'loading': SIM_COLD_START_SECONDS scaled, else SIM_LOAD_SECONDS."""
+        if self.cold_start_seconds is not None:
+            return self.scaled(self.cold_start_seconds)
+        return self.load_seconds
+
+    @property
+    def pinned(self) -> bool:
+        """Whether host memory is pinned (vLLM turns pinning off under WSL unless asked)."""
+        if self.pin_memory is not None:
+            return self.pin_memory
+        return not self.wsl or self.wsl_pin_memory
