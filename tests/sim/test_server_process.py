@@ -10,7 +10,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from composer.bootlog import kv_cache_tokens
 
 from .conftest import MODELS
