@@ -86,7 +86,11 @@ class Lab:
         )
         return self
 
-    def start_sim(self, name: str, alias: str = "vllm", env: dict[str, str] | None = None) -> Any:
+    def start_sim(
+        self, name: str, alias: str = "vllm", env: dict[str, str] | None = None, publish: int | None = None
+    ) -> Any:
+        """A simulator on the lab network under `alias` (published on 127.0.0.1:`publish` if given)."""
+        ports = {"8000/tcp": ("127.0.0.1", publish)} if publish else None
         container = self.docker.containers.create(
             SIM_IMAGE,
             command=["Qwen3.8-27B", "--served-model-name", SERVED],
@@ -94,6 +98,7 @@ class Lab:
             detach=True,
             labels=self.labels,
             environment={**SIM_ENV, **(env or {})},
+            ports=ports,
         )
         self.network.connect(container, aliases=[alias])
         container.start()
