@@ -115,3 +115,17 @@ def test_server_modules_import_no_composer_host_dependencies() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_image_lock_pins_the_same_versions_as_the_gateway_extra() -> None:
+    import tomllib
+
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gateway"]
+    lock = {
+        line.split("==")[0].lower(): line.split("==")[1]
+        for line in (REPO / "images/gateway/requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    }
+    for pin in extra:
+        name, version = pin.split("==")
+        assert lock.get(name.lower()) == version, pin
