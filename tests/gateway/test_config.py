@@ -120,7 +120,9 @@ def test_server_modules_import_no_composer_host_dependencies() -> None:
 def test_image_lock_pins_the_same_versions_as_the_gateway_extra() -> None:
     import tomllib
 
-    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]["gateway"]
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"][
+        "gateway"
+    ]
     lock = {
         line.split("==")[0].lower(): line.split("==")[1]
         for line in (REPO / "images/gateway/requirements.txt").read_text().splitlines()
