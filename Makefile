@@ -7,7 +7,7 @@ ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
 
-.PHONY: install docker tools base-image image-sim render test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway render test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -37,13 +37,18 @@ image-sim: install base-image
 	bash images/sim/build.sh --no-base-build
 	$(BIN)/compose-spec --env-file .env.demo build dflash2
 
+# The gateway image: pinned wheels fetched on the host, installed in a --network=none build;
+# skipped when the image's inputs label is current.
+image-gateway: install base-image
+	PIP=$(BIN)/pip bash images/gateway/build.sh --no-base-build
+
 image-%: install
 	$(COMPOSE_SPEC) build $*
 
 render: install
 	$(COMPOSE_SPEC) render
 
-test: install tools docker image-sim
+test: install tools docker image-sim image-gateway
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).

@@ -1,0 +1,7 @@
+"""`python3 -m composer.gateway`: run the gateway server."""
+
+import sys
+
+from .server import main
+
+sys.exit(main())

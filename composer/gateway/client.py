@@ -1,0 +1,226 @@
+"""Host-side control of a gateway container, through `docker exec` (Docker SDK `exec_run`).
+
+Each call runs `python3 -m composer.gateway.ctl VERB ...` inside the gateway container and
+parses the JSON it prints, so it works with remote Docker contexts and needs no port: who
+can exec into the container can control it, nobody else. The container object is passed in
+(one Docker client factory lives elsewhere); anything with Docker's
+`exec_run(cmd, demux=True)` works.
+
+Long waits (drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no
+single exec outlives a Docker client's read timeout (60 s by default). A backend call (sleep,
+wake_up) is one exec: give the Docker client a timeout above `timeout_s`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from .errors import GatewayControlError
+
+CALL_WAIT_S = 20.0
+CTL = ("python3", "-m", "composer.gateway.ctl")
+
+
+class ExecTarget(Protocol):
+    """What the client needs from a container: Docker SDK's `Container.exec_run`."""
+
+    def exec_run(self, cmd: Sequence[str], demux: bool = ...) -> Any: ...
+
+
+@dataclass(frozen=True)
+class HoldInfo:
+    """A control hold: requests wait while it exists, until released or its lease runs out."""
+
+    id: str
+    owner: str
+    lease_s: float
+    expires_in_s: float
+
+
+@dataclass(frozen=True)
+class DrainReport:
+    """A finished drain: requests that finished, requests cut at the timeout, seconds taken.
+
+    The drain's hold (`hold_id`) is still set: release it once the next backend serves.
+    """
+
+    hold_id: str
+    drained: int
+    cut: int
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class GatewayState:
+    """The gateway as its control channel reports it (`raw` has every field)."""
+
+    upstream: str
+    open: bool
+    backend_ready: bool
+    held: int
+    inflight: int
+    holds: tuple[HoldInfo, ...]
+    raw: Mapping[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class BackendReply:
+    """A backend route called through the control channel."""
+
+    status: int
+    body: Any
+
+
+def _hold(d: Mapping[str, Any]) -> HoldInfo:
+    return HoldInfo(str(d["id"]), str(d.get("owner", "")), float(d["lease_s"]), float(d["expires_in_s"]))
+
+
+def _state(d: Mapping[str, Any]) -> GatewayState:
+    return GatewayState(
+        upstream=str(d["upstream"]),
+        open=bool(d["open"]),
+        backend_ready=bool(d["backend_ready"]),
+        held=int(d["held"]),
+        inflight=int(d["inflight"]),
+        holds=tuple(_hold(h) for h in d.get("holds", [])),
+        raw=dict(d),
+    )
+
+
+class GatewayControl:
+    """Hold, drain, release, route and backend calls on one gateway container."""
+
+    def __init__(self, container: ExecTarget, *, socket: str | None = None) -> None:
+        self.container = container
+        self.socket = socket
+
+    def _run(self, verb: str, *args: str) -> dict[str, Any]:
+        cmd = [*CTL]
+        if self.socket:
+            cmd += ["--socket", self.socket]
+        cmd += [verb, *args]
+        try:
+            result = self.container.exec_run(cmd, demux=True)
+        except Exception as err:  # the Docker SDK raises several families
+            raise GatewayControlError(verb, f"docker exec failed: {err}") from err
+        code = result[0] if isinstance(result, tuple) else result.exit_code
+        output = result[1] if isinstance(result, tuple) else result.output
+        out, err_out = output if isinstance(output, tuple) else (output, b"")
+        text = (out or b"").decode(errors="replace").strip()
+        err_text = (err_out or b"").decode(errors="replace").strip()
+        try:
+            reply = json.loads(text) if text else {}
+        except ValueError:
+            reply = {}
+        if code != 0:
+            message = reply.get("error") if isinstance(reply, dict) else None
+            raise GatewayControlError(
+                verb, str(message or err_text or text or f"exit {code}"), code, text + err_text
+            )
+        if not isinstance(reply, dict):
+            raise GatewayControlError(verb, f"unexpected reply: {text[:200]!r}", 1, text)
+        return reply
+
+    def state(self) -> GatewayState:
+        """Upstream, readiness, holds, held and in-flight counts."""
+        return _state(self._run("state"))
+
+    def hold(self, lease_s: float, owner: str = "") -> HoldInfo:
+        """Set a hold that expires after `lease_s` unless renewed or released."""
+        return _hold(self._run("hold", "--lease", str(lease_s), "--owner", owner)["hold"])
+
+    def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
+        """Extend a hold's lease from now on."""
+        args = [hold_id] + (["--lease", str(lease_s)] if lease_s is not None else [])
+        return _hold(self._run("renew", *args)["hold"])
+
+    def release(self, hold_id: str | None = None) -> list[str]:
+        """Remove one hold, or every hold; held requests flow in arrival order."""
+        return list(self._run("release", *([hold_id] if hold_id else []))["released"])
+
+    def drain(self, timeout_s: float, lease_s: float, owner: str = "") -> DrainReport:
+        """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut."""
+        wait = str(min(CALL_WAIT_S, timeout_s + 3.0))
+        args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
+        reply = self._run("drain", *args)
+        while not reply.get("done"):
+            reply = self._run("drain-wait", str(reply["id"]), "--wait", str(CALL_WAIT_S))
+        return DrainReport(
+            str(reply["hold_id"]), int(reply["drained"]), int(reply["cut"]), float(reply["duration_s"])
+        )
+
+    def route(self, upstream: str) -> str:
+        """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
+        return str(self._run("route", upstream)["previous"])
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until the gateway sees its backend ready; False at the timeout."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            left = deadline - time.monotonic()
+            reply = self._run("wait-ready", "--timeout", str(max(0.0, min(CALL_WAIT_S, left))))
+            if reply.get("ready") or left <= CALL_WAIT_S:
+                return bool(reply.get("ready"))
+
+    def backend(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+        body: Any = None,
+        timeout_s: float = 300.0,
+    ) -> BackendReply:
+        """Call a backend route directly (dev routes such as /sleep are reachable only here)."""
+        pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
+        args = [method, path, "--timeout", str(timeout_s)]
+        for name, value in pairs:
+            args += ["--query", f"{name}={value}"]
+        if body is not None:
+            args += ["--json", json.dumps(body)]
+        reply = self._run("backend", *args)
+        return BackendReply(int(reply["status"]), reply.get("body"))
+
+    def sleep(self, level: int = 1, timeout_s: float = 300.0) -> BackendReply:
+        """`POST /sleep?level=N` on the backend (the level is a query parameter in vLLM)."""
+        return self.backend("POST", "/sleep", {"level": str(level)}, timeout_s=timeout_s)
+
+    def wake_up(self, tags: Sequence[str] = (), timeout_s: float = 300.0) -> BackendReply:
+        """`POST /wake_up` (optionally `tags=weights|kv_cache`, repeated)."""
+        return self.backend("POST", "/wake_up", [("tags", t) for t in tags], timeout_s=timeout_s)
+
+    def is_sleeping(self) -> bool:
+        """`GET /is_sleeping` -> the backend's own answer (`/health` is 200 while asleep)."""
+        reply = self.backend("GET", "/is_sleeping", timeout_s=30.0)
+        if reply.status != 200 or not isinstance(reply.body, dict):
+            raise GatewayControlError("backend", f"/is_sleeping answered {reply.status}: {reply.body!r}")
+        return bool(reply.body.get("is_sleeping"))
+
+    @contextlib.contextmanager
+    def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:
+        """Hold for the duration of a `with` block, renewing the lease every `lease_s / 3` seconds.
+
+        If this process dies, the renewals stop and the gateway drops the hold after the lease.
+        """
+        hold = self.hold(lease_s, owner)
+        stop = threading.Event()
+
+        def renew_loop() -> None:
+            while not stop.wait(lease_s / 3):
+                with contextlib.suppress(GatewayControlError):
+                    self.renew(hold.id, lease_s)
+
+        renewer = threading.Thread(target=renew_loop, name=f"gateway-hold-{hold.id}", daemon=True)
+        renewer.start()
+        try:
+            yield hold
+        finally:
+            stop.set()
+            renewer.join(timeout=5)
+            with contextlib.suppress(GatewayControlError):
+                self.release(hold.id)

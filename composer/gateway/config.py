@@ -1,0 +1,148 @@
+"""Gateway settings from the environment, validated once at start.
+
+Every knob is an environment variable (the compose file sets them); a bad value raises
+`GatewayConfigError` with a one-line message naming the variable and the allowed values.
+The API key is read from `VLLM_API_KEY` and never appears in `repr()` or `describe()`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from .errors import GatewayConfigError
+
+DEFAULT_UPSTREAM = "http://vllm:8000"
+DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"
+
+# name -> (meaning, default) for documentation and for renderers that set them.
+ENV_VARS: dict[str, tuple[str, str]] = {
+    "GATEWAY_UPSTREAM": (
+        "backend base URL (the variant's service name on the private network)",
+        DEFAULT_UPSTREAM,
+    ),
+    "GATEWAY_HOST": ("address the public port binds inside the container", "0.0.0.0"),
+    "GATEWAY_PORT": ("public port inside the container", "8000"),
+    "GATEWAY_SERVED_NAME": ("served model name the backend must list in /v1/models to count as ready", ""),
+    "GATEWAY_HOLD_TIMEOUT": ("seconds a request may be held before 503 + Retry-After", "300"),
+    "GATEWAY_MAX_HELD": ("requests that may wait at once; more get 429 + Retry-After", "256"),
+    "GATEWAY_DRAIN_TIMEOUT": ("default seconds a drain waits for in-flight requests", "60"),
+    "GATEWAY_POLL_INTERVAL": ("seconds between backend readiness polls", "0.1"),
+    "GATEWAY_HOLD_LEASE": ("default lease of a control hold in seconds (expires unless renewed)", "60"),
+    "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
+    "GATEWAY_CONTROL_SOCKET": ("UNIX socket of the control channel (mode 0600)", DEFAULT_CONTROL_SOCKET),
+    "GATEWAY_LOG_LEVEL": ("log level: debug, info, warning, error", "info"),
+    "VLLM_API_KEY": ("API key checked on /v1, /v2, /inference (unset: no check)", ""),
+}
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+MAX_LEASE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class GatewayConfig:
+    """Validated gateway settings (see `ENV_VARS` for each one's meaning)."""
+
+    upstream: str = DEFAULT_UPSTREAM
+    host: str = "0.0.0.0"
+    port: int = 8000
+    served_name: str = ""
+    hold_timeout: float = 300.0
+    max_held: int = 256
+    drain_timeout: float = 60.0
+    poll_interval: float = 0.1
+    hold_lease: float = 60.0
+    retry_after: int = 2
+    control_socket: str = DEFAULT_CONTROL_SOCKET
+    log_level: str = "info"
+    api_key: str = field(default="", repr=False)
+
+    def describe(self) -> dict[str, object]:
+        """The settings as a JSON-ready dict, with the API key reduced to whether it is set."""
+        out: dict[str, object] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "api_key"}
+        out["api_key_set"] = bool(self.api_key)
+        return out
+
+
+def check_upstream(value: str, name: str = "GATEWAY_UPSTREAM") -> str:
+    """An http(s) base URL with a host and no path, query or credentials; returns it without '/'."""
+    parts = urlsplit(value.strip())
+    ok = (
+        parts.scheme in ("http", "https")
+        and bool(parts.hostname)
+        and parts.path in ("", "/")
+        and not parts.query
+        and not parts.fragment
+        and parts.username is None
+    )
+    if ok:
+        try:
+            parts.port  # noqa: B018 - raises ValueError on a bad port
+        except ValueError:
+            ok = False
+    if not ok:
+        raise GatewayConfigError(
+            f"{name}={value!r} is not a backend base URL; "
+            f"allowed: http(s)://HOST[:PORT], e.g. {DEFAULT_UPSTREAM}"
+        )
+    return value.strip().rstrip("/")
+
+
+def _number(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not (low <= value <= high):
+        raise GatewayConfigError(
+            f"{name}={raw!r} is invalid; allowed: a number of seconds from {low:g} to {high:g}"
+        )
+    return value
+
+
+def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = env.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = low - 1
+    if not (low <= value <= high):
+        raise GatewayConfigError(f"{name}={raw!r} is invalid; allowed: an integer from {low} to {high}")
+    return value
+
+
+def load_config(env: Mapping[str, str]) -> GatewayConfig:
+    """Read and validate every `GATEWAY_*` variable (and `VLLM_API_KEY`) from `env`."""
+    level = env.get("GATEWAY_LOG_LEVEL", "").strip().lower() or "info"
+    if level not in LOG_LEVELS:
+        raise GatewayConfigError(f"GATEWAY_LOG_LEVEL={level!r} is invalid; allowed: {', '.join(LOG_LEVELS)}")
+    socket_path = env.get("GATEWAY_CONTROL_SOCKET", "").strip() or DEFAULT_CONTROL_SOCKET
+    if not socket_path.startswith("/") or len(socket_path.encode()) > 100:
+        raise GatewayConfigError(
+            f"GATEWAY_CONTROL_SOCKET={socket_path!r} is invalid; "
+            "allowed: an absolute path of at most 100 bytes"
+        )
+    host = env.get("GATEWAY_HOST", "").strip() or "0.0.0.0"
+    served = env.get("GATEWAY_SERVED_NAME", "").strip()
+    return GatewayConfig(
+        upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
+        host=host,
+        port=_integer(env, "GATEWAY_PORT", 8000, 1, 65535),
+        served_name=served,
+        hold_timeout=_number(env, "GATEWAY_HOLD_TIMEOUT", 300.0, 0.1, 86400.0),
+        max_held=_integer(env, "GATEWAY_MAX_HELD", 256, 0, 100000),
+        drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0, 0.0, 86400.0),
+        poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1, 0.01, 1.0),
+        hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0, 1.0, MAX_LEASE_S),
+        retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),
+        control_socket=socket_path,
+        log_level=level,
+        api_key=env.get("VLLM_API_KEY", ""),
+    )

@@ -1,0 +1,196 @@
+"""The control ASGI app, served only on a UNIX socket inside the gateway container.
+
+Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
+
+| route | does |
+|---|---|
+| `GET /state` | upstream, readiness, holds, held, in flight, counters |
+| `POST /hold {lease_s?, owner?}` | set a hold (expires after the lease unless renewed) |
+| `POST /renew {id, lease_s?}` | extend a hold's lease |
+| `POST /release {id?}` | remove one hold, or all; held requests flow in arrival order |
+| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?}` | hold, wait for in-flight requests, cut at timeout |
+| `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result |
+| `POST /route {upstream}` | forward to another backend from now on |
+| `POST /wait-ready {timeout_s}` | wait until the backend is ready |
+| `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
+
+Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
+`docker exec` never hits its client's read timeout; it calls again until `done` is true.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from .config import MAX_LEASE_S, check_upstream
+from .errors import GatewayConfigError
+from .gate import DrainResult, UnknownHold
+
+if TYPE_CHECKING:
+    from .runtime import Gateway
+
+MAX_WAIT_S = 25.0
+KEEP_DRAINS = 16
+
+
+class BadInput(ValueError):
+    """A control request carried an invalid value."""
+
+
+def _seconds(body: dict[str, Any], key: str, default: float, high: float) -> float:
+    value = body.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not (0 <= value <= high):
+        raise BadInput(f"{key}={value!r} is invalid; allowed: a number of seconds from 0 to {high:g}")
+    return float(value)
+
+
+class Drains:
+    """Drains started through the control channel, kept until a caller has read them."""
+
+    def __init__(self) -> None:
+        self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
+
+    def start(self, gateway: Gateway, timeout: float, lease: float, owner: str) -> str:
+        drain_id = secrets.token_hex(6)
+        self._tasks[drain_id] = asyncio.get_running_loop().create_task(
+            gateway.gate.drain(timeout, lease, owner)
+        )
+        while len(self._tasks) > KEEP_DRAINS:
+            self._tasks.popitem(last=False)
+        return drain_id
+
+    async def wait(self, drain_id: str, wait_s: float) -> dict[str, Any]:
+        task = self._tasks.get(drain_id)
+        if task is None:
+            raise KeyError(drain_id)
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            return {"id": drain_id, "done": False}
+        return {"id": drain_id, "done": True, **task.result().to_dict()}
+
+
+def build_control_app(gateway: Gateway) -> Starlette:
+    """The control app bound to one gateway."""
+    drains = Drains()
+
+    async def body_of(request: Request) -> dict[str, Any]:
+        raw = await request.body()
+        if not raw:
+            return {}
+        try:
+            data = await request.json()
+        except ValueError as err:
+            raise BadInput(f"body is not JSON: {err}") from err
+        if not isinstance(data, dict):
+            raise BadInput("body must be a JSON object")
+        return data
+
+    async def state(_: Request) -> JSONResponse:
+        return JSONResponse(gateway.state())
+
+    async def hold(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
+        h = gateway.gate.add_hold(lease, str(body.get("owner", "")))
+        return JSONResponse({"hold": h.describe(time.monotonic()), "state": gateway.state()})
+
+    async def renew(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        lease = body.get("lease_s")
+        lease_s = None if lease is None else _seconds(body, "lease_s", 0, MAX_LEASE_S)
+        h = gateway.gate.renew(str(body.get("id", "")), lease_s)
+        return JSONResponse({"hold": h.describe(time.monotonic())})
+
+    async def release(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        hold_id = body.get("id")
+        released = gateway.gate.release(None if hold_id in (None, "") else str(hold_id))
+        return JSONResponse({"released": released, "state": gateway.state()})
+
+    async def drain(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        timeout = _seconds(body, "timeout_s", gateway.config.drain_timeout, 86400)
+        lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
+        wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
+        drain_id = drains.start(gateway, timeout, lease, str(body.get("owner", "")))
+        return JSONResponse(await drains.wait(drain_id, wait_s))
+
+    async def drain_wait(request: Request) -> JSONResponse:
+        try:
+            wait_s = float(request.query_params.get("wait_s", MAX_WAIT_S))
+        except ValueError as err:
+            raise BadInput("wait_s must be a number of seconds") from err
+        return JSONResponse(await drains.wait(request.path_params["id"], min(max(wait_s, 0.0), MAX_WAIT_S)))
+
+    async def route(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        try:
+            url = check_upstream(str(body.get("upstream", "")), "upstream")
+        except GatewayConfigError as err:
+            raise BadInput(str(err)) from err
+        old = gateway.route(url)
+        return JSONResponse({"previous": old, "upstream": url, "state": gateway.state()})
+
+    async def wait_ready(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        timeout = _seconds(body, "timeout_s", MAX_WAIT_S, MAX_WAIT_S)
+        deadline = time.monotonic() + timeout
+        while not gateway.upstream.ready and time.monotonic() < deadline:
+            await asyncio.sleep(min(0.02, gateway.config.poll_interval))
+        return JSONResponse({"ready": gateway.upstream.ready, "state": gateway.state()})
+
+    async def backend(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        method = str(body.get("method", "GET")).upper()
+        path = str(body.get("path", ""))
+        if method not in ("GET", "POST", "PUT", "DELETE") or not path.startswith("/"):
+            raise BadInput("method must be GET, POST, PUT or DELETE and path must start with '/'")
+        timeout = _seconds(body, "timeout_s", 300.0, 3600.0)
+        query = body.get("query") or {}
+        if not isinstance(query, dict | list):
+            raise BadInput("query must be an object or a list of [name, value] pairs")
+        kwargs: dict[str, Any] = {"params": query, "timeout": httpx.Timeout(timeout, connect=5.0)}
+        if "json" in body:
+            kwargs["json"] = body["json"]
+        try:
+            reply = await gateway.backend_client.request(method, gateway.upstream.url + path, **kwargs)
+        except httpx.HTTPError as err:
+            return JSONResponse(
+                {"error": f"backend unreachable: {type(err).__name__}: {err}"}, status_code=502
+            )
+        try:
+            payload: Any = reply.json()
+        except ValueError:
+            payload = reply.text
+        return JSONResponse({"status": reply.status_code, "body": payload})
+
+    async def on_bad_input(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+    async def on_unknown(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": f"unknown id {exc.args[0]!r} (released, expired or never set)"}, 404)
+
+    return Starlette(
+        routes=[
+            Route("/state", state),
+            Route("/hold", hold, methods=["POST"]),
+            Route("/renew", renew, methods=["POST"]),
+            Route("/release", release, methods=["POST"]),
+            Route("/drain", drain, methods=["POST"]),
+            Route("/drain/{id}", drain_wait),
+            Route("/route", route, methods=["POST"]),
+            Route("/wait-ready", wait_ready, methods=["POST"]),
+            Route("/backend", backend, methods=["POST"]),
+        ],
+        exception_handlers={BadInput: on_bad_input, UnknownHold: on_unknown, KeyError: on_unknown},
+    )

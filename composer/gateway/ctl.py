@@ -1,0 +1,134 @@
+"""`python3 -m composer.gateway.ctl VERB ...`: talk to the control socket, print one JSON object.
+
+Runs inside the gateway container (the host reaches it with `docker exec`, so control access
+is Docker access). Exit 0 with the reply on stdout; 1 with `{"error": ...}` when the gateway
+refuses or cannot be reached; 2 for bad usage.
+
+    state
+    hold [--lease S] [--owner NAME]
+    renew ID [--lease S]
+    release [ID]
+    drain [--timeout S] [--lease S] [--owner NAME] [--wait S]
+    drain-wait ID [--wait S]
+    route URL
+    wait-ready [--timeout S]
+    backend METHOD PATH [--query NAME=VALUE ...] [--json BODY] [--timeout S]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import httpx
+
+from .config import DEFAULT_CONTROL_SOCKET
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="composer.gateway.ctl", description="Gateway control channel client")
+    p.add_argument("--socket", default=os.environ.get("GATEWAY_CONTROL_SOCKET") or DEFAULT_CONTROL_SOCKET)
+    sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
+    sub.add_parser("state")
+    h = sub.add_parser("hold")
+    h.add_argument("--lease", type=float)
+    h.add_argument("--owner", default="")
+    r = sub.add_parser("renew")
+    r.add_argument("id")
+    r.add_argument("--lease", type=float)
+    rel = sub.add_parser("release")
+    rel.add_argument("id", nargs="?")
+    d = sub.add_parser("drain")
+    d.add_argument("--timeout", type=float)
+    d.add_argument("--lease", type=float)
+    d.add_argument("--owner", default="")
+    d.add_argument("--wait", type=float)
+    dw = sub.add_parser("drain-wait")
+    dw.add_argument("id")
+    dw.add_argument("--wait", type=float, default=25.0)
+    ro = sub.add_parser("route")
+    ro.add_argument("upstream")
+    w = sub.add_parser("wait-ready")
+    w.add_argument("--timeout", type=float, default=25.0)
+    b = sub.add_parser("backend")
+    b.add_argument("method")
+    b.add_argument("path")
+    b.add_argument("--query", action="append", default=[], metavar="NAME=VALUE")
+    b.add_argument("--json", dest="json_body")
+    b.add_argument("--timeout", type=float)
+    return p
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if v is not None}
+
+
+def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
+    """(method, path, JSON body) for the parsed verb; ValueError on a bad argument."""
+    verb = args.verb
+    if verb == "state":
+        return "GET", "/state", None
+    if verb == "hold":
+        return "POST", "/hold", _drop_none({"lease_s": args.lease, "owner": args.owner})
+    if verb == "renew":
+        return "POST", "/renew", _drop_none({"id": args.id, "lease_s": args.lease})
+    if verb == "release":
+        return "POST", "/release", _drop_none({"id": args.id})
+    if verb == "drain":
+        body = {"timeout_s": args.timeout, "lease_s": args.lease, "owner": args.owner, "wait_s": args.wait}
+        return "POST", "/drain", _drop_none(body)
+    if verb == "drain-wait":
+        return "GET", f"/drain/{args.id}?wait_s={args.wait}", None
+    if verb == "route":
+        return "POST", "/route", {"upstream": args.upstream}
+    if verb == "wait-ready":
+        return "POST", "/wait-ready", {"timeout_s": args.timeout}
+    query = []
+    for item in args.query:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"--query {item!r} is invalid; allowed: NAME=VALUE")
+        query.append([name, value])
+    body = {"method": args.method, "path": args.path, "query": query, "timeout_s": args.timeout}
+    if args.json_body is not None:
+        body["json"] = json.loads(args.json_body)
+    return "POST", "/backend", _drop_none(body)
+
+
+def call(socket_path: str, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, Any]:
+    """One request to the control socket: (HTTP status, decoded JSON)."""
+    transport = httpx.HTTPTransport(uds=socket_path)
+    with httpx.Client(
+        transport=transport, base_url="http://gateway", timeout=httpx.Timeout(3700.0)
+    ) as client:
+        reply = client.request(method, path, json=body)
+    return reply.status_code, reply.json()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run one verb; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        method, path, body = request_for(args)
+    except ValueError as err:
+        print(f"composer.gateway.ctl: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        status, reply = call(args.socket, method, path, body)
+    except (httpx.HTTPError, OSError, ValueError) as err:
+        print(json.dumps({"error": f"control socket {args.socket}: {type(err).__name__}: {err}"}))
+        return 1
+    print(json.dumps(reply))
+    return 0 if status < 400 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,373 @@
+"""Admission of requests: hold while no backend is ready or a control hold is set, then release
+in arrival order; count what is in flight; drain it.
+
+Pure asyncio, no HTTP: the proxy asks `Gate.enter()` for a `Ticket` before it forwards a
+request and calls `Ticket.done()` when the response is over. Waiting is bounded by a deadline
+(`Refused("hold_timeout")`, answered 503) and by `max_held` (`Refused("queue_full")`, 429).
+Control holds carry a lease: a hold that is not renewed expires, so a crashed controller
+cannot leave the port held for ever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .metrics import Metrics
+
+log = logging.getLogger("gateway")
+
+# How long the releaser waits for one released request to reach the backend before it
+# releases the next one (keeps arrival order on the wire without serialising slow requests).
+RELEASE_PACE_S = 0.05
+# How long a drain waits for cut requests to unwind after it cancels them.
+CUT_GRACE_S = 2.0
+
+
+class Refused(Exception):
+    """The gateway answers this request itself: `reason` is a metrics label."""
+
+    def __init__(self, reason: str, status: int, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.status = status
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request was waiting."""
+
+
+class UnknownHold(KeyError):
+    """No hold with this id (released or expired)."""
+
+
+@dataclass
+class Hold:
+    """A control hold: requests wait while it exists; it expires at `expires_at` (monotonic)."""
+
+    id: str
+    owner: str
+    lease_s: float
+    expires_at: float
+    timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+
+    def describe(self, now: float) -> dict[str, Any]:
+        """JSON-ready view with the seconds left on the lease."""
+        return {
+            "id": self.id,
+            "owner": self.owner,
+            "lease_s": self.lease_s,
+            "expires_in_s": round(max(0.0, self.expires_at - now), 3),
+        }
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What a drain did: requests that finished, requests cut at the timeout, and how long it took."""
+
+    hold_id: str
+    drained: int
+    cut: int
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view."""
+        return {
+            "hold_id": self.hold_id,
+            "drained": self.drained,
+            "cut": self.cut,
+            "duration_s": self.duration_s,
+        }
+
+
+class Ticket:
+    """One admitted request, in flight until `done()`; a drain may `cut()` it."""
+
+    __slots__ = ("_dispatched", "_gate", "cancel", "cut_requested", "finished")
+
+    def __init__(self, gate: Gate) -> None:
+        self._gate = gate
+        self._dispatched: asyncio.Event | None = None
+        self.cancel: Any = None  # a callable set by the proxy while it forwards
+        self.cut_requested = False
+        self.finished = False
+
+    def mark_dispatched(self) -> None:
+        """The request reached the backend (or failed to): the releaser may release the next one."""
+        if self._dispatched is not None:
+            self._dispatched.set()
+
+    def cut(self) -> None:
+        """Abort the forwarding of this request (a drain timed out)."""
+        self.cut_requested = True
+        if self.cancel is not None:
+            self.cancel()
+
+    def done(self, *, completed: bool = True) -> None:
+        """The request is over (`completed=False`: it goes back to the queue and is not 'drained')."""
+        if not self.finished:
+            self.finished = True
+            self.mark_dispatched()
+            self._gate._finish(self, completed)
+
+
+class Gate:
+    """Holds, queue and in-flight accounting for one gateway (one event loop)."""
+
+    def __init__(self, *, max_held: int, hold_timeout: float, retry_after: int, metrics: Metrics) -> None:
+        self.max_held = max_held
+        self.hold_timeout = hold_timeout
+        self.retry_after = retry_after
+        self.metrics = metrics
+        self._backend_ready = False
+        self._holds: dict[str, Hold] = {}
+        self._waiters: deque[asyncio.Future[Ticket]] = deque()
+        self._inflight: set[Ticket] = set()
+        self._draining: set[Ticket] | None = None
+        self._drain_finished = 0
+        self._idle: asyncio.Event | None = None
+        self._releaser: asyncio.Task[None] | None = None
+
+    # -- state -----------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        """True when requests may pass: the backend is ready and no control hold is set."""
+        return self._backend_ready and not self._holds
+
+    @property
+    def backend_ready(self) -> bool:
+        """The backend's readiness as last reported by the poller or the proxy."""
+        return self._backend_ready
+
+    @property
+    def held(self) -> int:
+        """Requests waiting now."""
+        return len(self._waiters)
+
+    @property
+    def inflight(self) -> int:
+        """Requests forwarded and not finished."""
+        return len(self._inflight)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready state for the control channel."""
+        now = time.monotonic()
+        return {
+            "open": self.is_open,
+            "backend_ready": self._backend_ready,
+            "holds": [h.describe(now) for h in self._holds.values()],
+            "held": self.held,
+            "inflight": self.inflight,
+            "max_held": self.max_held,
+            "hold_timeout_s": self.hold_timeout,
+        }
+
+    def set_backend_ready(self, ready: bool) -> None:
+        """Record the backend's readiness; becoming ready releases held requests."""
+        if ready == self._backend_ready:
+            return
+        self._backend_ready = ready
+        self.metrics.backend_ready.set(1 if ready else 0)
+        log.info("backend %s", "ready" if ready else "not ready: holding new requests")
+        self._kick()
+
+    # -- admission -------------------------------------------------------------------------
+
+    def deadline(self) -> float:
+        """The monotonic time until which a request arriving now may be held."""
+        return time.monotonic() + self.hold_timeout
+
+    def _admit(self) -> Ticket:
+        ticket = Ticket(self)
+        self._inflight.add(ticket)
+        self.metrics.inflight.inc()
+        if self._idle is not None:
+            self._idle.clear()
+        return ticket
+
+    async def enter(
+        self, deadline: float, *, front: bool = False, disconnected: Awaitable[Any] | None = None
+    ) -> Ticket:
+        """Wait for a turn and return a ticket; raise `Refused` or `ClientGone`.
+
+        `front=True` puts a request that has already waited (its backend went away under it)
+        at the head of the queue, ignoring `max_held`. `disconnected` completes when the
+        client goes away; a waiting request then leaves the queue.
+        """
+        if self.is_open and not self._waiters and self._releaser is None:
+            return self._admit()
+        if not front and len(self._waiters) >= self.max_held:
+            raise Refused("queue_full", 429, f"too many requests waiting (max_held={self.max_held})")
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Ticket] = loop.create_future()
+        if front:
+            self._waiters.appendleft(fut)
+        else:
+            self._waiters.append(fut)
+        self.metrics.held.inc()
+        started = time.monotonic()
+        self._kick()
+        waits: set[asyncio.Future[Any]] = {fut}
+        if disconnected is not None:
+            waits.add(asyncio.ensure_future(disconnected))
+        try:
+            timeout = max(0.0, deadline - started)
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            self._abandon(fut)
+            raise
+        finally:
+            self.metrics.held.dec()
+            self.metrics.hold_seconds.observe(time.monotonic() - started)
+            for w in waits:
+                if w is not fut and not w.done():
+                    w.cancel()
+        if fut.done() and not fut.cancelled():
+            return fut.result()
+        self._abandon(fut)
+        if len(done) > 0:
+            raise ClientGone()
+        raise Refused(
+            "hold_timeout", 503, f"no backend became ready within hold_timeout={self.hold_timeout:g}s"
+        )
+
+    def _abandon(self, fut: asyncio.Future[Ticket]) -> None:
+        """Take a waiter out of the queue; a ticket it was already given is returned."""
+        if fut.done() and not fut.cancelled():
+            fut.result().done(completed=False)
+            return
+        fut.cancel()
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(fut)
+
+    def _kick(self) -> None:
+        if self.is_open and self._waiters and self._releaser is None:
+            self._releaser = asyncio.get_running_loop().create_task(self._release_in_order())
+
+    async def _release_in_order(self) -> None:
+        """Release waiters one by one, each once the previous one has reached the backend."""
+        try:
+            while self.is_open and self._waiters:
+                fut = self._waiters.popleft()
+                if fut.done():
+                    continue
+                ticket = self._admit()
+                ticket._dispatched = asyncio.Event()
+                fut.set_result(ticket)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(ticket._dispatched.wait(), RELEASE_PACE_S)
+        finally:
+            self._releaser = None
+        self._kick()
+
+    def _finish(self, ticket: Ticket, completed: bool) -> None:
+        self._inflight.discard(ticket)
+        self.metrics.inflight.dec()
+        if self._draining is not None and ticket in self._draining:
+            self._draining.discard(ticket)
+            if completed and not ticket.cut_requested:
+                self._drain_finished += 1
+        if not self._inflight and self._idle is not None:
+            self._idle.set()
+
+    # -- control holds -----------------------------------------------------------------------
+
+    def add_hold(self, lease_s: float, owner: str = "") -> Hold:
+        """Set a hold that expires after `lease_s` seconds unless renewed or released."""
+        now = time.monotonic()
+        hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s)
+        self._holds[hold.id] = hold
+        self._arm(hold)
+        self.metrics.hold_active.set(1)
+        log.info("hold %s set by %s (lease %.0fs)", hold.id, hold.owner, lease_s)
+        return hold
+
+    def renew(self, hold_id: str, lease_s: float | None = None) -> Hold:
+        """Extend a hold's lease from now on."""
+        hold = self._holds.get(hold_id)
+        if hold is None:
+            raise UnknownHold(hold_id)
+        if lease_s is not None:
+            hold.lease_s = lease_s
+        hold.expires_at = time.monotonic() + hold.lease_s
+        self._arm(hold)
+        return hold
+
+    def release(self, hold_id: str | None = None) -> list[str]:
+        """Remove one hold (or all when `hold_id` is None); held requests flow when none is left."""
+        if hold_id is not None and hold_id not in self._holds:
+            raise UnknownHold(hold_id)
+        ids = [hold_id] if hold_id is not None else list(self._holds)
+        for hid in ids:
+            hold = self._holds.pop(hid)
+            if hold.timer is not None:
+                hold.timer.cancel()
+            log.info("hold %s released", hid)
+        self._after_holds_changed()
+        return ids
+
+    def _arm(self, hold: Hold) -> None:
+        if hold.timer is not None:
+            hold.timer.cancel()
+        delay = max(0.0, hold.expires_at - time.monotonic())
+        hold.timer = asyncio.get_running_loop().call_later(delay, self._expire, hold.id)
+
+    def _expire(self, hold_id: str) -> None:
+        hold = self._holds.get(hold_id)
+        if hold is None:
+            return
+        if hold.expires_at > time.monotonic():  # renewed meanwhile
+            self._arm(hold)
+            return
+        del self._holds[hold_id]
+        log.warning("hold %s of %s expired: lease of %.0fs not renewed", hold_id, hold.owner, hold.lease_s)
+        self._after_holds_changed()
+
+    def _after_holds_changed(self) -> None:
+        self.metrics.hold_active.set(1 if self._holds else 0)
+        self._kick()
+
+    # -- drain -------------------------------------------------------------------------------
+
+    async def drain(self, timeout: float, lease_s: float, owner: str = "") -> DrainResult:
+        """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
+
+        The hold stays set (under its lease) so the caller can stop the backend and then
+        release it; `DrainResult.hold_id` names it.
+        """
+        started = time.monotonic()
+        hold = self.add_hold(lease_s, owner or "drain")
+        self.metrics.drains.inc()
+        self._draining = set(self._inflight)
+        self._drain_finished = 0
+        self._idle = asyncio.Event()
+        if not self._inflight:
+            self._idle.set()
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._idle.wait(), timeout)
+            left = list(self._draining)
+            for ticket in left:
+                ticket.cut()
+            if left:
+                try:
+                    await asyncio.wait_for(self._idle.wait(), CUT_GRACE_S)
+                except TimeoutError:
+                    log.warning("drain: %d cut requests still unwinding", self.inflight)
+            drained = self._drain_finished
+        finally:
+            self._draining = None
+            self._idle = None
+        result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4))
+        self.metrics.drained.inc(result.drained)
+        self.metrics.cut.inc(result.cut)
+        log.info("drain: %d finished, %d cut, %.3fs", result.drained, result.cut, result.duration_s)
+        return result

@@ -1,0 +1,75 @@
+"""The gateway's Prometheus metrics, in a registry of their own (served at /gateway/metrics).
+
+| metric | type | meaning |
+|---|---|---|
+| `gateway_held_requests` | gauge | requests waiting now (backend not ready or a hold is set) |
+| `gateway_hold_seconds` | histogram | how long each held request waited |
+| `gateway_inflight_requests` | gauge | requests forwarded to the backend and not finished |
+| `gateway_requests_total` | counter | requests forwarded to the backend |
+| `gateway_drained_requests_total` | counter | in-flight requests that finished during a drain |
+| `gateway_cut_requests_total` | counter | in-flight requests cut because a drain timed out |
+| `gateway_refused_requests_total{reason}` | counter | `hold_timeout` (503), `queue_full` (429), |
+|  |  | `unauthorized` (401), `dev_route` (404) |
+| `gateway_upstream_retries_total` | counter | requests sent again after the backend refused the connection |
+| `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
+| `gateway_routes_total` | counter | upstream changes through the control channel |
+| `gateway_drains_total` | counter | drains run |
+| `gateway_hold_active` | gauge | 1 while a control hold is set |
+| `gateway_backend_ready` | gauge | 1 while the backend answers `/health` (and lists the served name) |
+| `gateway_backend_info{upstream}` | gauge | 1 for the upstream served now |
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route")
+HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """Every gateway metric, bound to one registry so several gateways can live in one process."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.held = Gauge("gateway_held_requests", "Requests waiting now", registry=r)
+        self.hold_seconds = Histogram(
+            "gateway_hold_seconds", "Seconds each held request waited", buckets=HOLD_BUCKETS, registry=r
+        )
+        self.inflight = Gauge("gateway_inflight_requests", "Requests forwarded and not finished", registry=r)
+        self.forwarded = Counter("gateway_requests", "Requests forwarded to the backend", registry=r)
+        self.drained = Counter(
+            "gateway_drained_requests", "In-flight requests finished during a drain", registry=r
+        )
+        self.cut = Counter("gateway_cut_requests", "In-flight requests cut by a drain timeout", registry=r)
+        self.refused = Counter(
+            "gateway_refused_requests", "Requests refused by the gateway", ["reason"], registry=r
+        )
+        for reason in REFUSAL_REASONS:
+            self.refused.labels(reason)
+        self.retries = Counter(
+            "gateway_upstream_retries", "Requests sent again after a refused connection", registry=r
+        )
+        self.upstream_errors = Counter(
+            "gateway_upstream_errors", "Backend failures seen by clients", registry=r
+        )
+        self.routes = Counter("gateway_routes", "Upstream changes through the control channel", registry=r)
+        self.drains = Counter("gateway_drains", "Drains run", registry=r)
+        self.hold_active = Gauge("gateway_hold_active", "1 while a control hold is set", registry=r)
+        self.backend_ready = Gauge("gateway_backend_ready", "1 while the backend is ready", registry=r)
+        self.backend_info = Gauge(
+            "gateway_backend_info", "1 for the upstream served now", ["upstream"], registry=r
+        )
+
+    def set_upstream(self, old: str | None, new: str) -> None:
+        """Point `gateway_backend_info` at the new upstream."""
+        if old is not None and old != new:
+            self.backend_info.remove(old)
+        self.backend_info.labels(new).set(1)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

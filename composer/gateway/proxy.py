@@ -1,0 +1,325 @@
+"""The public ASGI app: key check, hold, and unbuffered forwarding to the backend.
+
+Order for each request: dev routes are refused (404); a guarded path without the right key is
+refused (401) before it can take a queue slot; the gate admits it (maybe after holding it);
+then the request is forwarded with httpx and the response streamed back chunk by chunk as
+the backend sends it. A client that disconnects cancels its upstream request. Request bodies
+up to `REPLAY_LIMIT` are read first so the request can be sent again when the backend refuses
+the connection (it is being replaced); larger bodies are streamed through as they arrive.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import httpx
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .gate import ClientGone, Gate, Refused, Ticket
+from .metrics import Metrics
+from .routes import KeyCheck, is_dev_route, is_guarded
+from .upstream import Upstream
+
+log = logging.getLogger("gateway")
+
+REPLAY_LIMIT = 128 * 1024
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authorization",
+        b"proxy-authenticate",
+        b"transfer-encoding",
+        b"te",
+        b"trailer",
+        b"upgrade",
+        b"host",
+        b"expect",
+    }
+)
+# Errors that mean the backend went away before it answered: safe to send again when the
+# body can be replayed (a refused connection never reached it at all).
+CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
+GONE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+
+
+def upstream_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
+    """The pooled client for forwarded requests: no read timeout (streams are long)."""
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(None, connect=5.0),
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30.0),
+        transport=transport,
+        follow_redirects=False,
+        trust_env=False,
+    )
+
+
+def _forward_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """Request or response headers without hop-by-hop ones (and those `Connection` names)."""
+    named = set()
+    for key, value in raw:
+        if key.lower() == b"connection":
+            named.update(v.strip().lower() for v in value.split(b","))
+    return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        *extra,
+    ]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})
+
+
+async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
+    """Read the body up to REPLAY_LIMIT: (chunks, complete)."""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientGone()
+        chunk = message.get("body", b"")
+        if chunk:
+            chunks.append(chunk)
+            size += len(chunk)
+        if not message.get("more_body", False):
+            return chunks, True
+        if size > REPLAY_LIMIT:
+            return chunks, False
+
+
+async def _wait_disconnect(receive: Receive) -> None:
+    """Complete when the client disconnects (only valid once the whole body was read)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+class Body:
+    """The request body for httpx: replayable bytes, or the read prefix followed by the rest."""
+
+    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive) -> None:
+        self.data = b"".join(chunks) if complete else b""
+        self.complete = complete
+        self._prefix = chunks
+        self._receive = receive
+        self.started = False
+        self.ticket: Ticket | None = None
+
+    def replayable(self) -> bool:
+        """True when the body can be sent again."""
+        return self.complete or not self.started
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """Yield the body; the first pull means the request head has been written upstream."""
+        self.started = True
+        if self.ticket is not None:
+            self.ticket.mark_dispatched()
+        if self.complete:
+            if self.data:
+                yield self.data
+            return
+        for chunk in self._prefix:
+            yield chunk
+        while True:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone()
+            if message.get("body"):
+                yield message["body"]
+            if not message.get("more_body", False):
+                return
+
+
+class ProxyApp:
+    """ASGI app forwarding every request (but dev routes) to the current upstream."""
+
+    def __init__(
+        self, gate: Gate, upstream: Upstream, client: httpx.AsyncClient, keys: KeyCheck, metrics: Metrics
+    ) -> None:
+        self.gate = gate
+        self.upstream = upstream
+        self.client = client
+        self.keys = keys
+        self.metrics = metrics
+
+    def _retry_after(self) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", str(self.gate.retry_after).encode())]
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        if is_dev_route(path):
+            self.metrics.refused.labels("dev_route").inc()
+            await _send_json(send, 404, {"detail": "Not Found"}, [])
+            return
+        if is_guarded(path) and scope["method"] != "OPTIONS" and self.keys.enabled:
+            auth = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+            if not self.keys.allows(auth):
+                self.metrics.refused.labels("unauthorized").inc()
+                await _send_json(send, 401, {"error": "Unauthorized"}, [])
+                return
+        deadline = self.gate.deadline()
+        try:
+            chunks, complete = await _read_prefix(receive)
+        except ClientGone:
+            return
+        body = Body(chunks, complete, receive)
+        watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
+        try:
+            await self._admit_and_forward(scope, receive, send, body, deadline, watcher)
+        finally:
+            if watcher is not None and not watcher.done():
+                watcher.cancel()
+
+    async def _enter(self, deadline: float, watcher: asyncio.Future[None] | None, front: bool) -> Ticket:
+        disconnected = asyncio.shield(watcher) if watcher is not None else None
+        return await self.gate.enter(deadline, front=front, disconnected=disconnected)
+
+    async def _admit_and_forward(
+        self,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: Body,
+        deadline: float,
+        watcher: asyncio.Future[None] | None,
+    ) -> None:
+        front = False
+        while True:
+            try:
+                ticket = await self._enter(deadline, watcher, front)
+            except Refused as refused:
+                self.metrics.refused.labels(refused.reason).inc()
+                await _send_json(send, refused.status, {"error": str(refused)}, self._retry_after())
+                return
+            except ClientGone:
+                return
+            body.ticket = ticket
+            try:
+                again = await self._forward(ticket, scope, receive, send, body, watcher)
+            finally:
+                ticket.done(completed=not again)
+            if not again:
+                return
+            front = True
+
+    async def _forward(
+        self,
+        ticket: Ticket,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: Body,
+        watcher: asyncio.Future[None] | None,
+    ) -> bool:
+        """Forward once; True means 'the backend went away before answering: queue it again'."""
+        url = self.upstream.url + scope["raw_path"].decode("latin-1")
+        if scope["query_string"]:
+            url += "?" + scope["query_string"].decode("latin-1")
+        headers = _forward_headers(scope["headers"])
+        request = self.client.build_request(
+            scope["method"], httpx.URL(url), headers=headers, content=body.stream()
+        )
+        started = False
+        response: httpx.Response | None = None
+        with anyio.CancelScope() as cancel_scope:
+            ticket.cancel = cancel_scope.cancel
+            if ticket.cut_requested:
+                cancel_scope.cancel()
+            try:
+                response = await self._send_upstream(request, watcher)
+                if response is None:
+                    return False  # client went away
+                ticket.mark_dispatched()
+                self.metrics.forwarded.inc()
+                out = StreamingResponse(response.aiter_raw(), status_code=response.status_code)
+                out.raw_headers = _forward_headers(response.headers.raw)
+                if watcher is not None:
+                    watcher.cancel()  # StreamingResponse listens for the disconnect itself
+                started = True
+                await out(scope, receive, send)
+            except CONNECT_ERRORS as err:
+                if self._went_away(body, f"{type(err).__name__}: {err}", started):
+                    return True
+                await self._bad_gateway(send, err)
+                return False
+            except GONE_ERRORS as err:
+                if self._went_away(body, f"{type(err).__name__}: {err}", started):
+                    return True
+                log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
+                if started:
+                    self.metrics.upstream_errors.inc()
+                else:
+                    await self._bad_gateway(send, err)
+                return False
+            except ClientGone:
+                return False
+            except httpx.HTTPError as err:
+                log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
+                if started:
+                    self.metrics.upstream_errors.inc()
+                else:
+                    await self._bad_gateway(send, err)
+                return False
+            finally:
+                ticket.cancel = None
+                if response is not None:
+                    with anyio.CancelScope(shield=True):
+                        await response.aclose()
+        if cancel_scope.cancelled_caught:
+            log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+            if not started:
+                await _send_json(send, 503, {"error": "cut by a drain timeout"}, self._retry_after())
+        return False
+
+    def _went_away(self, body: Body, reason: str, started: bool) -> bool:
+        """The backend went away before answering: True when the request may be queued again."""
+        if started or not body.replayable():
+            return False
+        self.upstream.mark_down(reason)
+        self.metrics.retries.inc()
+        return True
+
+    async def _bad_gateway(self, send: Send, err: Exception) -> None:
+        self.metrics.upstream_errors.inc()
+        await _send_json(send, 502, {"error": f"backend failed: {type(err).__name__}"}, [])
+
+    async def _send_upstream(
+        self, request: httpx.Request, watcher: asyncio.Future[None] | None
+    ) -> httpx.Response | None:
+        """Send and wait for the response head; None when the client disconnected first."""
+        if watcher is None:
+            return await self.client.send(request, stream=True)
+        sending = asyncio.ensure_future(self.client.send(request, stream=True))
+        try:
+            await asyncio.wait({sending, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            sending.cancel()
+            await _settle(sending)
+            raise
+        if sending.done():
+            return sending.result()
+        sending.cancel()
+        await _settle(sending)
+        return None
+
+
+async def _settle(task: asyncio.Future[httpx.Response]) -> None:
+    """Wait for a cancelled send; close a response that arrived anyway."""
+    try:
+        response = await task
+    except BaseException:  # cancelled or failed: nothing to close
+        return
+    await response.aclose()

@@ -1,0 +1,221 @@
+"""One gateway: its settings, gate, upstream poller, HTTP clients and both ASGI apps.
+
+`Gateway` wires the parts; `serve()` runs the public app on TCP and the control app on a
+UNIX socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .config import GatewayConfig
+from .control import build_control_app
+from .gate import Gate
+from .metrics import CONTENT_TYPE, Metrics
+from .proxy import ProxyApp, upstream_client
+from .routes import KeyCheck
+from .upstream import Upstream
+
+log = logging.getLogger("gateway")
+
+
+class Gateway:
+    """The gateway's state and apps, bound to the running event loop by `start()`."""
+
+    def __init__(self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.metrics = Metrics()
+        self.started_at = time.time()
+        self.gate = Gate(
+            max_held=config.max_held,
+            hold_timeout=config.hold_timeout,
+            retry_after=config.retry_after,
+            metrics=self.metrics,
+        )
+        self.upstream = Upstream(
+            config.upstream,
+            on_ready=self.gate.set_backend_ready,
+            on_route=self.metrics.set_upstream,
+            served_name=config.served_name,
+            api_key=config.api_key,
+            poll_interval=config.poll_interval,
+            transport=transport,
+        )
+        self.client = upstream_client(transport)
+        headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self.backend_client = httpx.AsyncClient(headers=headers, transport=transport, trust_env=False)
+        self.proxy = ProxyApp(self.gate, self.upstream, self.client, KeyCheck(config.api_key), self.metrics)
+        self.public_app = self._public_app()
+        self.control_app = build_control_app(self)
+        self._poller: asyncio.Task[None] | None = None
+
+    def _public_app(self) -> Starlette:
+        async def metrics(_: Request) -> Response:
+            return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+
+        async def health(_: Request) -> JSONResponse:
+            return JSONResponse(
+                {"gateway": "up", "backend_ready": self.upstream.ready, "held": self.gate.held}
+            )
+
+        return Starlette(
+            routes=[
+                Route("/gateway/metrics", metrics),
+                Route("/gateway/health", health),
+                Route("/{path:path}", self.proxy),
+            ]
+        )
+
+    def route(self, url: str) -> str:
+        """Forward to `url` from now on (held until it is ready); returns the previous URL."""
+        old = self.upstream.route(url)
+        if old != url:
+            self.metrics.routes.inc()
+        return old
+
+    def state(self) -> dict[str, Any]:
+        """Everything the control channel reports."""
+        refused = {
+            s.labels["reason"]: s.value
+            for metric in self.metrics.refused.collect()
+            for s in metric.samples
+            if s.name.endswith("_total")
+        }
+        return {
+            "upstream": self.upstream.url,
+            "served_name": self.config.served_name,
+            "backend_error": self.upstream.last_error,
+            **self.gate.snapshot(),
+            "refused": refused,
+            "drained_total": self.metrics.drained._value.get(),
+            "cut_total": self.metrics.cut._value.get(),
+            "routes_total": self.metrics.routes._value.get(),
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "pid": os.getpid(),
+        }
+
+    async def start(self) -> None:
+        """Start the readiness poller (call inside the serving loop)."""
+        self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
+
+    async def aclose(self) -> None:
+        """Stop polling and close the HTTP clients."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+        await self.client.aclose()
+        await self.backend_client.aclose()
+        await self.upstream.aclose()
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signal handling to `serve()` (two servers share one loop)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def control_socket(path: str) -> socket.socket:
+    """Bind the control socket with mode 0600 (created under umask 0177, checked after)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, mode=0o700, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if stat.S_ISSOCK(os.lstat(path).st_mode):
+            os.unlink(path)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.set_inheritable(True)
+    return sock
+
+
+def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.Config:
+    return uvicorn.Config(
+        app,
+        log_level=config.log_level,
+        access_log=False,
+        server_header=False,
+        date_header=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+        **kwargs,
+    )
+
+
+class GatewayServer:
+    """The public server (TCP) and the control server (UNIX socket) of one gateway."""
+
+    def __init__(self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.config = config
+        self.gateway = Gateway(config, transport)
+        self.public = _Server(
+            _uvicorn_config(self.gateway.public_app, config, host=config.host, port=config.port)
+        )
+        self.control = _Server(_uvicorn_config(self.gateway.control_app, config))
+        self.ready = asyncio.Event()
+
+    def stop(self) -> None:
+        """Ask both servers to finish (safe from signal handlers and other threads via the loop)."""
+        self.public.should_exit = True
+        self.control.should_exit = True
+
+    async def serve(self, *, signals: bool = True) -> None:
+        """Serve until stopped; the control socket exists (mode 0600) before the public port opens."""
+        loop = asyncio.get_running_loop()
+        if signals:
+            import signal
+
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        sock = control_socket(self.config.control_socket)
+        await self.gateway.start()
+        try:
+            tasks = [
+                asyncio.ensure_future(self.control.serve(sockets=[sock])),
+                asyncio.ensure_future(self.public.serve()),
+            ]
+            while not (self.public.started and self.control.started):
+                if any(t.done() for t in tasks):
+                    break
+                await asyncio.sleep(0.005)
+            if self.public.started and self.control.started:
+                self.ready.set()
+                log.info(
+                    "gateway on %s:%d -> %s (control %s)",
+                    self.config.host,
+                    self.config.port,
+                    self.config.upstream,
+                    self.config.control_socket,
+                )
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            self.stop()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for task in done:
+                if task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        finally:
+            await self.gateway.aclose()
+            sock.close()
+            with contextlib.suppress(OSError):
+                os.unlink(self.config.control_socket)

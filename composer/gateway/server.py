@@ -1,0 +1,52 @@
+"""Entry point of the gateway container: `python3 -m composer.gateway`.
+
+Reads the settings from the environment (a bad value: one line on stderr, exit 2), then serves
+until SIGTERM/SIGINT (exit 0). Uses uvloop when it is installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+
+from .config import load_config
+from .errors import GatewayConfigError
+
+
+def _loop_runner():
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run
+    return uvloop.run
+
+
+def main() -> int:
+    """Run the gateway; returns the process exit code."""
+    try:
+        config = load_config(os.environ)
+    except GatewayConfigError as err:
+        print(f"gateway: {err}", file=sys.stderr)
+        return err.exit_code
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    from .runtime import GatewayServer  # the server's dependencies load only after the settings are valid
+
+    server = GatewayServer(config)
+    try:
+        _loop_runner()(server.serve())
+    except OSError as err:
+        print(f"gateway: cannot serve: {err}", file=sys.stderr)
+        return 1
+    except SystemExit as err:  # uvicorn exits 1 when a port cannot be bound
+        return int(err.code or 0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

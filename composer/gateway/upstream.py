@@ -1,0 +1,130 @@
+"""The backend the gateway forwards to, and a poller that tracks whether it is ready.
+
+Ready means `GET /health` answers 200 and, when a served name is configured, `GET /v1/models`
+lists it (checked once per ready period, with the API key). The poller runs every
+`poll_interval` seconds, so a backend replaced by hand (`docker compose up -d` of another
+variant) is noticed within one interval and requests are held meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import httpx
+
+log = logging.getLogger("gateway")
+
+PROBE_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
+
+
+class Upstream:
+    """Current upstream URL plus its readiness, reported to `on_ready(bool)` on every change."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        on_ready: Callable[[bool], None],
+        on_route: Callable[[str | None, str], None] | None = None,
+        served_name: str = "",
+        api_key: str = "",
+        poll_interval: float = 0.1,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self._url = url
+        self._on_ready = on_ready
+        self._on_route = on_route
+        self.served_name = served_name
+        self.poll_interval = poll_interval
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.AsyncClient(
+            timeout=PROBE_TIMEOUT,
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+            transport=transport,
+        )
+        self._ready = False
+        self._listed = False
+        self._wake = asyncio.Event()
+        self.last_error = ""
+        if on_route is not None:
+            on_route(None, url)
+
+    @property
+    def url(self) -> str:
+        """The base URL requests go to now."""
+        return self._url
+
+    @property
+    def ready(self) -> bool:
+        """Readiness as of the last probe (or the last `mark_down`)."""
+        return self._ready
+
+    def route(self, url: str) -> str:
+        """Send new requests to `url` (not ready until probed); returns the old URL."""
+        old = self._url
+        self._url = url
+        self._listed = False
+        self._set_ready(False)
+        if self._on_route is not None:
+            self._on_route(old, url)
+        log.info("route: %s -> %s", old, url)
+        self._wake.set()
+        return old
+
+    def mark_down(self, reason: str) -> None:
+        """The proxy could not reach the backend: hold new requests until the poller sees it ready."""
+        if self._ready:
+            log.info("backend unreachable (%s)", reason)
+        self.last_error = reason
+        self._listed = False
+        self._set_ready(False)
+        self._wake.set()
+
+    def _set_ready(self, ready: bool) -> None:
+        if ready != self._ready:
+            self._ready = ready
+        self._on_ready(ready)
+
+    async def probe(self) -> bool:
+        """One readiness check of the current upstream."""
+        url = self._url
+        try:
+            health = await self._client.get(f"{url}/health")
+            if health.status_code != 200:
+                self.last_error = f"/health answered {health.status_code}"
+                self._listed = False
+                return False
+            if self.served_name and not self._listed:
+                models = await self._client.get(f"{url}/v1/models", headers=self._headers)
+                ids = (
+                    [m.get("id") for m in models.json().get("data", [])] if models.status_code == 200 else []
+                )
+                if self.served_name not in ids:
+                    self.last_error = (
+                        f"/v1/models does not list {self.served_name!r} (status {models.status_code})"
+                    )
+                    return False
+                self._listed = True
+        except (httpx.HTTPError, ValueError, AttributeError) as err:
+            self.last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
+            self._listed = False
+            return False
+        if url != self._url:  # routed elsewhere while probing
+            return False
+        self.last_error = ""
+        return True
+
+    async def run(self) -> None:
+        """Poll for ever (cancel the task to stop)."""
+        while True:
+            self._wake.clear()
+            self._set_ready(await self.probe())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+
+    async def aclose(self) -> None:
+        """Close the probe client."""
+        await self._client.aclose()

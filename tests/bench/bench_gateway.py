@@ -1,0 +1,201 @@
+"""Direct to the simulator vs through the gateway, side by side in one run.
+
+Figures: one stream's decode tok/s (ratio gateway/direct), 64 concurrent streams' aggregate
+tok/s (ratio), TTFT p50 (added ms), and the gateway's open TCP connections before and after
+N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100 (the 27B
+profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
+(`make image-sim`) and the gateway image (built here when missing or stale).
+
+Usage: .venv/bin/python tests/bench/bench_gateway.py [--requests N] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import docker
+import httpx
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.gateway.dockerlab import KEY, Lab, build_gateway_image, chat_body, host_port  # noqa: E402
+
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+
+
+async def one_stream(client: httpx.AsyncClient, url: str, max_tokens: int) -> tuple[float, float, int]:
+    """(ttft s, decode seconds from first to last content chunk, content chunks)."""
+    started = time.perf_counter()
+    first = last = 0.0
+    chunks = 0
+    async with client.stream(
+        "POST", url + "/v1/chat/completions", json=chat_body(max_tokens), headers=HEADERS
+    ) as r:
+        assert r.status_code == 200, r.status_code
+        buf = b""
+        async for data in r.aiter_raw():
+            now = time.perf_counter()
+            buf += data
+            *events, buf = buf.split(b"\n\n")
+            for ev in events:
+                if ev.startswith(b"data: {") and b'"content"' in ev:
+                    chunks += 1
+                    if not first:
+                        first = now
+                    last = now
+    return first - started, last - first, chunks
+
+
+async def decode_rate(url: str, runs: int, max_tokens: int) -> float:
+    rates = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for _ in range(runs):
+            _, decode, chunks = await one_stream(client, url, max_tokens)
+            rates.append((chunks - 1) / decode)
+    return statistics.median(rates)
+
+
+async def aggregate_rate(url: str, streams: int, max_tokens: int) -> float:
+    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        results = await asyncio.gather(*(one_stream(client, url, max_tokens) for _ in range(streams)))
+        wall = time.perf_counter() - started
+    return sum(c for _, _, c in results) / wall
+
+
+async def ttft_p50(url: str, requests: int) -> float:
+    values = []
+    async with httpx.AsyncClient(timeout=30) as client:
+        for _ in range(requests):
+            ttft, _, _ = await one_stream(client, url, 2)
+            values.append(ttft)
+    return statistics.median(values)
+
+
+async def churn(url: str, requests: int, concurrency: int = 16) -> int:
+    """`requests` small requests, each on a fresh client connection; returns failures."""
+    failures = 0
+    sem = asyncio.Semaphore(concurrency)
+    body = {**chat_body(1), "stream": False}
+
+    async def one() -> None:
+        nonlocal failures
+        async with sem, httpx.AsyncClient(timeout=30) as client:
+            r = await client.post(url + "/v1/chat/completions", json=body, headers=HEADERS)
+            failures += r.status_code != 200
+
+    await asyncio.gather(*(one() for _ in range(requests)))
+    return failures
+
+
+def established(container) -> int:
+    """ESTABLISHED TCP sockets inside a container (from /proc/net/tcp and tcp6)."""
+    out = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"]).output.decode()
+    return sum(1 for line in out.splitlines()[1:] if len(line.split()) > 3 and line.split()[3] == "01")
+
+
+def cpu_seconds(container) -> float:
+    """User + system CPU seconds of the container's main process."""
+    probe = "import os; f=open('/proc/1/stat').read().rsplit(')',1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf('SC_CLK_TCK'))"
+    return float(container.exec_run(["python3", "-c", probe]).output.decode())
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests for the connection count")
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    client = docker.from_env(timeout=120)
+    build_gateway_image()
+    lab = Lab(client).start()
+    try:
+        sim = lab.start_sim("bench", publish=host_port(18350))
+        sim.reload()
+        direct = f"http://127.0.0.1:{sim.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}"
+        gateway = lab.url
+        lab.wait_gateway()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(gateway + "/v1/models", headers=HEADERS, timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        asyncio.run(decode_rate(gateway, 2, 200))  # warm both paths
+        asyncio.run(decode_rate(direct, 2, 200))
+        figures: dict[str, float] = {}
+        cpu_before = cpu_seconds(lab.gateway)
+        for name, url in (
+            ("direct", direct),
+            ("gateway", gateway),
+            ("direct2", direct),
+            ("gateway2", gateway),
+        ):
+            figures[f"decode_{name}"] = asyncio.run(decode_rate(url, 5, 1000))
+        # 10 gateway streams of 1000 tokens (one chunk per token) ran in the two gateway rounds
+        cpu_us_per_chunk = (cpu_seconds(lab.gateway) - cpu_before) / 10_000 * 1e6
+        d1 = statistics.mean([figures["decode_direct"], figures["decode_direct2"]])
+        g1 = statistics.mean([figures["decode_gateway"], figures["decode_gateway2"]])
+        agg_d = asyncio.run(aggregate_rate(direct, 64, 300))
+        agg_g = asyncio.run(aggregate_rate(gateway, 64, 300))
+        agg_d2 = asyncio.run(aggregate_rate(direct, 64, 300))
+        agg_g2 = asyncio.run(aggregate_rate(gateway, 64, 300))
+        t_d = asyncio.run(ttft_p50(direct, 150))
+        t_g = asyncio.run(ttft_p50(gateway, 150))
+        idle = established(lab.gateway)
+        failures = asyncio.run(churn(gateway, args.requests))
+        time.sleep(2)
+        after = established(lab.gateway)
+        rss = next(
+            int(x.split()[1])
+            for x in lab.gateway.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
+            if x.startswith("VmRSS")
+        )
+        report = {
+            "single_stream_tok_s": {
+                "direct": round(d1, 1),
+                "gateway": round(g1, 1),
+                "ratio": round(g1 / d1, 3),
+            },
+            "aggregate_64_tok_s": {
+                "direct": round((agg_d + agg_d2) / 2, 1),
+                "gateway": round((agg_g + agg_g2) / 2, 1),
+                "ratio": round((agg_g + agg_g2) / (agg_d + agg_d2), 3),
+            },
+            "ttft_p50_ms": {
+                "direct": round(t_d * 1000, 2),
+                "gateway": round(t_g * 1000, 2),
+                "added": round((t_g - t_d) * 1000, 2),
+            },
+            "connections": {
+                "requests": args.requests,
+                "failed": failures,
+                "gateway_established_before": idle,
+                "gateway_established_after": after,
+            },
+            "gateway_rss_mib": round(rss / 1024, 1),
+            "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk, 1),
+            "load_average": [round(x, 2) for x in os.getloadavg()],
+            "cpus": os.cpu_count(),
+        }
+    finally:
+        lab.cleanup()
+    text = json.dumps(report, indent=2)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

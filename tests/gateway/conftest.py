@@ -1,0 +1,42 @@
+"""Fixtures: a fake backend and a gateway in front of it, both real servers on 127.0.0.1."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from .fakes import FakeBackend, GatewayThread
+
+KEY = "test-key-123"
+
+
+@pytest.fixture
+def backend() -> Iterator[FakeBackend]:
+    server = FakeBackend().start()
+    server.state.api_key = KEY
+    yield server
+    server.state.release.set()
+    server.stop()
+
+
+@pytest.fixture
+def make_gateway(backend: FakeBackend) -> Iterator:
+    started: list[GatewayThread] = []
+
+    def make(ready: bool = True, **settings) -> GatewayThread:
+        settings.setdefault("api_key", KEY)
+        gw = GatewayThread(backend.url, **settings).start()
+        started.append(gw)
+        if ready:
+            gw.wait(lambda g: g.upstream.ready)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+
+
+@pytest.fixture
+def gateway(make_gateway) -> GatewayThread:
+    return make_gateway()

@@ -1,0 +1,233 @@
+"""A fake vLLM backend (a real uvicorn server in a thread) and a gateway run in a thread."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from composer.gateway.config import GatewayConfig
+from composer.gateway.runtime import GatewayServer
+from tests.conftest import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+SERVED = "test-model"
+
+
+@dataclass
+class BackendState:
+    """What the fake backend saw; mutated from its own thread."""
+
+    ready: bool = True
+    api_key: str = ""
+    arrivals: list[str] = field(default_factory=list)
+    finished: list[str] = field(default_factory=list)
+    cancelled: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    release: threading.Event = field(default_factory=threading.Event)
+    sleeping: bool = False
+
+
+def backend_app(state: BackendState) -> Starlette:
+    async def health(_: Request) -> Response:
+        return Response(status_code=200 if state.ready else 503)
+
+    def authorised(request: Request) -> bool:
+        return not state.api_key or request.headers.get("authorization") == f"Bearer {state.api_key}"
+
+    async def models(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, 401)
+        return JSONResponse({"object": "list", "data": [{"id": SERVED, "object": "model"}]})
+
+    async def chat(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, 401)
+        body = await request.json()
+        tag = str(body.get("tag", ""))
+        state.arrivals.append(tag)
+        chunks = int(body.get("chunks", 5))
+        interval = float(body.get("interval", 0.0))
+        wait_release = bool(body.get("wait_release", False))
+
+        async def stream():
+            try:
+                for i in range(chunks):
+                    yield f'data: {{"i": {i}, "tag": "{tag}"}}\n\n'.encode()
+                    if i == 0 and wait_release:
+                        while not state.release.is_set():
+                            await asyncio.sleep(0.005)
+                    if interval:
+                        await asyncio.sleep(interval)
+                yield b"data: [DONE]\n\n"
+                state.finished.append(tag)
+            except asyncio.CancelledError:
+                state.cancelled.append(tag)
+                raise
+
+        if body.get("stream", True):
+            return StreamingResponse(stream(), media_type="text/event-stream")
+        await asyncio.sleep(interval)
+        state.finished.append(tag)
+        return JSONResponse({"tag": tag})
+
+    async def echo(request: Request) -> Response:
+        digest = hashlib.sha256()
+        size = pieces = 0
+        async for chunk in request.stream():
+            digest.update(chunk)
+            size += len(chunk)
+            pieces += bool(chunk)
+        return JSONResponse({"size": size, "sha256": digest.hexdigest(), "pieces": pieces})
+
+    async def dev(request: Request) -> Response:
+        state.paths.append(request.url.path + ("?" + request.url.query if request.url.query else ""))
+        if request.url.path == "/sleep":
+            state.sleeping = True
+        elif request.url.path == "/wake_up":
+            state.sleeping = False
+        if request.url.path == "/is_sleeping":
+            return JSONResponse({"is_sleeping": state.sleeping})
+        return Response(status_code=200)
+
+    async def plain(request: Request) -> Response:
+        state.paths.append(request.url.path)
+        return PlainTextResponse(f"backend {request.url.path}")
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/echo", echo, methods=["POST"]),
+            Route("/sleep", dev, methods=["POST"]),
+            Route("/wake_up", dev, methods=["POST"]),
+            Route("/is_sleeping", dev),
+            Route("/version", plain),
+            Route("/metrics", plain),
+        ]
+    )
+
+
+class ThreadServer:
+    """A uvicorn server on 127.0.0.1 in a background thread."""
+
+    def __init__(self, app: Any, port: int) -> None:
+        self.port = port
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+        )
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> ThreadServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert time.monotonic() < deadline, "server did not start"
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+class FakeBackend(ThreadServer):
+    """The fake vLLM server with its recorded state."""
+
+    def __init__(self, port: int | None = None, state: BackendState | None = None) -> None:
+        self.state = state or BackendState()
+        super().__init__(backend_app(self.state), port or free_port())
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class GatewayThread:
+    """A real gateway (public TCP port + control UNIX socket) in a background thread."""
+
+    def __init__(self, upstream: str, **settings: Any) -> None:
+        self.dir = tempfile.mkdtemp(prefix="hgw-")
+        self.port = free_port()
+        settings.setdefault("poll_interval", 0.02)
+        self.config = GatewayConfig(
+            upstream=upstream,
+            host="127.0.0.1",
+            port=self.port,
+            control_socket=os.path.join(self.dir, "control.sock"),
+            log_level="warning",
+            **settings,
+        )
+        self.server = GatewayServer(self.config)
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.loop.run_until_complete(self.server.serve(signals=False))
+
+    def start(self) -> GatewayThread:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not (self.server.public.started and self.server.control.started):
+            assert time.monotonic() < deadline, "gateway did not start"
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self.loop is not None:
+            self.loop.call_soon_threadsafe(self.server.stop)
+        self.thread.join(timeout=15)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def gateway(self):
+        return self.server.gateway
+
+    def wait(self, predicate: Any, timeout: float = 5.0) -> None:
+        """Poll `predicate(gateway)` until true."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.gateway):
+            assert time.monotonic() < deadline, "condition not reached"
+            time.sleep(0.005)
+
+
+class LocalExec:
+    """Stands in for a Docker container: runs the control tool as a local process."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+        self.commands: list[list[str]] = []
+
+    def exec_run(self, cmd: list[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
+        self.commands.append(list(cmd))
+        assert cmd[:3] == ["python3", "-m", "composer.gateway.ctl"]
+        env = {**os.environ, "PYTHONPATH": str(REPO), "GATEWAY_CONTROL_SOCKET": self.socket_path}
+        done = subprocess.run(
+            [sys.executable, *cmd[1:]], capture_output=True, env=env, timeout=120, check=False
+        )
+        return done.returncode, (done.stdout, done.stderr)
+
+
+def sse_request(tag: str, **extra: Any) -> bytes:
+    """A chat request body the fake backend understands."""
+    return json.dumps({"model": SERVED, "stream": True, "tag": tag, **extra}).encode()

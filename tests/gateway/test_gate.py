@@ -1,0 +1,158 @@
+"""The gate on its own (asyncio, no HTTP): order, bounds, leases, drain accounting."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from composer.gateway.gate import Gate, Refused, UnknownHold
+from composer.gateway.metrics import Metrics
+
+
+def make_gate(**kw) -> Gate:
+    kw.setdefault("max_held", 10)
+    kw.setdefault("hold_timeout", 5.0)
+    return Gate(retry_after=2, metrics=Metrics(), **kw)
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+def test_open_gate_admits_at_once_and_counts_inflight() -> None:
+    async def main() -> None:
+        gate = make_gate()
+        gate.set_backend_ready(True)
+        t = await gate.enter(gate.deadline())
+        assert gate.inflight == 1 and gate.held == 0
+        t.done()
+        assert gate.inflight == 0
+
+    run(main())
+
+
+def test_release_in_arrival_order() -> None:
+    async def main() -> list[int]:
+        gate = make_gate()
+        order: list[int] = []
+
+        async def client(i: int) -> None:
+            ticket = await gate.enter(gate.deadline())
+            order.append(i)
+            ticket.mark_dispatched()
+            await asyncio.sleep(0.01)
+            ticket.done()
+
+        tasks = []
+        for i in range(8):
+            tasks.append(asyncio.create_task(client(i)))
+            await asyncio.sleep(0.001)
+        assert gate.held == 8
+        gate.set_backend_ready(True)
+        await asyncio.gather(*tasks)
+        return order
+
+    assert run(main()) == list(range(8))
+
+
+def test_new_arrivals_queue_behind_released_ones() -> None:
+    async def main() -> list[str]:
+        gate = make_gate()
+        order: list[str] = []
+
+        async def client(name: str) -> None:
+            ticket = await gate.enter(gate.deadline())
+            order.append(name)
+            await asyncio.sleep(0.02)  # never marks dispatched: the releaser paces at its bound
+            ticket.done()
+
+        held = [asyncio.create_task(client(f"held{i}")) for i in range(3)]
+        await asyncio.sleep(0.01)
+        gate.set_backend_ready(True)
+        late = asyncio.create_task(client("late"))
+        await asyncio.gather(*held, late)
+        return order
+
+    assert run(main()) == ["held0", "held1", "held2", "late"]
+
+
+def test_hold_timeout_refuses_with_503() -> None:
+    async def main() -> None:
+        gate = make_gate(hold_timeout=0.2)
+        started = time.monotonic()
+        with pytest.raises(Refused) as err:
+            await gate.enter(gate.deadline())
+        assert err.value.reason == "hold_timeout" and err.value.status == 503
+        assert 0.15 < time.monotonic() - started < 1.0
+        assert gate.held == 0
+
+    run(main())
+
+
+def test_queue_full_refuses_with_429() -> None:
+    async def main() -> None:
+        gate = make_gate(max_held=2)
+        waiting = [asyncio.create_task(gate.enter(gate.deadline())) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        with pytest.raises(Refused) as err:
+            await gate.enter(gate.deadline())
+        assert err.value.reason == "queue_full" and err.value.status == 429
+        gate.set_backend_ready(True)
+        for t in await asyncio.gather(*waiting):
+            t.done()
+
+    run(main())
+
+
+def test_hold_lease_expires_and_renew_extends_it() -> None:
+    async def main() -> None:
+        gate = make_gate()
+        gate.set_backend_ready(True)
+        hold = gate.add_hold(0.3, "swap")
+        assert not gate.is_open
+        await asyncio.sleep(0.2)
+        gate.renew(hold.id, 0.3)
+        await asyncio.sleep(0.2)
+        assert not gate.is_open, "renewed lease must still hold"
+        waiter = asyncio.create_task(gate.enter(gate.deadline()))
+        await asyncio.sleep(0.25)
+        assert gate.is_open, "lease not renewed: the hold expires"
+        (await waiter).done()
+        with pytest.raises(UnknownHold):
+            gate.renew(hold.id)
+
+    run(main())
+
+
+def test_drain_counts_finished_and_cut() -> None:
+    async def main() -> None:
+        gate = make_gate()
+        gate.set_backend_ready(True)
+        cut_seen: list[int] = []
+        fast = [await gate.enter(gate.deadline()) for _ in range(3)]
+        slow = [await gate.enter(gate.deadline()) for _ in range(2)]
+        for i, t in enumerate(slow):
+            t.cancel = lambda t=t, i=i: (cut_seen.append(i), t.done())
+        for t in fast:
+            asyncio.get_running_loop().call_later(0.1, t.done)
+        result = await gate.drain(0.4, lease_s=10)
+        assert (result.drained, result.cut) == (3, 2)
+        assert sorted(cut_seen) == [0, 1]
+        assert 0.35 < result.duration_s < 1.5
+        assert not gate.is_open and gate.inflight == 0
+        gate.release(result.hold_id)
+        assert gate.is_open
+
+    run(main())
+
+
+def test_drain_with_nothing_in_flight_is_immediate() -> None:
+    async def main() -> None:
+        gate = make_gate()
+        gate.set_backend_ready(True)
+        result = await gate.drain(5, lease_s=10)
+        assert (result.drained, result.cut) == (0, 0) and result.duration_s < 0.1
+
+    run(main())

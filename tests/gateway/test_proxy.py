@@ -1,0 +1,314 @@
+"""The gateway between a client and a fake backend: real servers over real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from composer.gateway import GatewayControl
+
+from .conftest import KEY
+from .fakes import FakeBackend, LocalExec, sse_request
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+CHAT = "/v1/chat/completions"
+
+
+def metric(gw, name: str) -> float:
+    text = httpx.get(gw.url + "/gateway/metrics").text
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name} not in metrics")
+
+
+def post_in_thread(url: str, tag: str, results: dict, **extra) -> threading.Thread:
+    def run() -> None:
+        try:
+            r = httpx.post(url + CHAT, content=sse_request(tag, **extra), headers=AUTH, timeout=30)
+            results[tag] = (r.status_code, r.text, dict(r.headers))
+        except httpx.HTTPError as err:
+            results[tag] = (0, repr(err), {})
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_sse_chunks_arrive_before_the_stream_ends(gateway, backend) -> None:
+    body = sse_request("s", chunks=3, wait_release=True)
+    with httpx.stream("POST", gateway.url + CHAT, content=body, headers=AUTH, timeout=10) as r:
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("text/event-stream")
+        it = r.iter_raw()
+        first = next(it)
+        # the backend is still blocked after its first chunk: the gateway did not buffer
+        assert b'"i": 0' in first and b"[DONE]" not in first
+        assert "s" not in backend.state.finished
+        backend.state.release.set()
+        rest = b"".join(it)
+    assert rest.endswith(b"data: [DONE]\n\n")
+    assert backend.state.finished == ["s"]
+
+
+@pytest.mark.parametrize("size", [1000, 300 * 1024, 24 * 1024 * 1024])
+def test_request_bodies_of_any_size_pass_intact(gateway, size: int) -> None:
+    payload = os.urandom(size)
+
+    def chunks():
+        for i in range(0, size, 65536):
+            yield payload[i : i + 65536]
+
+    r = httpx.post(gateway.url + "/v1/echo", content=chunks(), headers=AUTH, timeout=60)
+    assert r.status_code == 200
+    assert r.json()["size"] == size
+    assert r.json()["sha256"] == hashlib.sha256(payload).hexdigest()
+
+
+def test_wrong_key_is_refused_at_once_without_taking_a_queue_slot(make_gateway, backend) -> None:
+    gw = make_gateway(max_held=1, hold_timeout=30)
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    hold = ctl.hold(30)
+    results: dict = {}
+    t = post_in_thread(gw.url, "ok", results)
+    gw.wait(lambda g: g.gate.held == 1)
+    started = time.monotonic()
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
+        r = httpx.post(gw.url + CHAT, content=sse_request("bad"), headers=headers, timeout=5)
+        assert r.status_code == 401
+        assert r.json() == {"error": "Unauthorized"}
+    assert time.monotonic() - started < 1.0
+    assert gw.gateway.gate.held == 1  # the queue (max_held=1) still has only the good request
+    assert metric(gw, 'gateway_refused_requests_total{reason="unauthorized"}') == 3
+    ctl.release(hold.id)
+    t.join(10)
+    assert results["ok"][0] == 200
+    assert "bad" not in backend.state.arrivals
+    # unguarded paths need no key, like vLLM
+    assert httpx.get(gw.url + "/version", timeout=5).text == "backend /version"
+
+
+def test_held_requests_flow_in_arrival_order(make_gateway, backend) -> None:
+    gw = make_gateway()
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    hold = ctl.hold(30, owner="test")
+    results: dict = {}
+    threads = []
+    tags = [f"r{i}" for i in range(10)]
+    for i, tag in enumerate(tags):
+        threads.append(post_in_thread(gw.url, tag, results))
+        gw.wait(lambda g, n=i + 1: g.gate.held == n)
+    assert backend.state.arrivals == []
+    assert ctl.state().held == 10 and not ctl.state().open
+    ctl.release(hold.id)
+    for t in threads:
+        t.join(15)
+    assert backend.state.arrivals == tags
+    assert all(results[t][0] == 200 and results[t][1].endswith("data: [DONE]\n\n") for t in tags)
+    assert metric(gw, "gateway_hold_seconds_count") == 10
+
+
+def test_hold_timeout_answers_503_with_retry_after(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, hold_timeout=0.5, retry_after=7)
+    started = time.monotonic()
+    r = httpx.post(gw.url + CHAT, content=sse_request("t"), headers=AUTH, timeout=10)
+    waited = time.monotonic() - started
+    assert r.status_code == 503
+    assert r.headers["retry-after"] == "7"
+    assert 0.45 < waited < 2.0
+    assert metric(gw, 'gateway_refused_requests_total{reason="hold_timeout"}') == 1
+    assert backend.state.arrivals == []
+
+
+def test_full_queue_answers_429_with_retry_after(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, max_held=2, hold_timeout=30)
+    results: dict = {}
+    threads = [post_in_thread(gw.url, f"q{i}", results) for i in range(2)]
+    gw.wait(lambda g: g.gate.held == 2)
+    r = httpx.post(gw.url + CHAT, content=sse_request("over"), headers=AUTH, timeout=5)
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "2"
+    assert metric(gw, 'gateway_refused_requests_total{reason="queue_full"}') == 1
+    backend.state.ready = True  # the poller notices and the two held requests flow
+    for t in threads:
+        t.join(10)
+    assert sorted(results) == ["q0", "q1"] and all(v[0] == 200 for v in results.values())
+
+
+def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    results: dict = {}
+    finishing = [post_in_thread(gateway.url, f"f{i}", results, chunks=6, interval=0.1) for i in range(3)]
+    gateway.wait(lambda g: g.gate.inflight == 3)
+    report = ctl.drain(timeout_s=10, lease_s=30)
+    assert (report.drained, report.cut) == (3, 0)
+    assert 0.2 < report.duration_s < 5
+    for t in finishing:
+        t.join(10)
+    assert all(results[f"f{i}"][0] == 200 for i in range(3))
+    # the drain's hold stays until released: a new request waits
+    late = post_in_thread(gateway.url, "late", results)
+    gateway.wait(lambda g: g.gate.held == 1)
+    ctl.release(report.hold_id)
+    late.join(10)
+    assert results["late"][0] == 200
+
+    # a drain that times out cuts what is still streaming, and the client sees a broken stream
+    slow = [post_in_thread(gateway.url, f"s{i}", results, chunks=200, interval=0.05) for i in range(2)]
+    gateway.wait(lambda g: g.gate.inflight == 2)
+    report = ctl.drain(timeout_s=0.5, lease_s=30)
+    assert (report.drained, report.cut) == (0, 2)
+    for t in slow:
+        t.join(10)
+    for i in range(2):
+        assert results[f"s{i}"][0] == 0, "a cut stream must not look complete"
+    assert ctl.state().inflight == 0
+    assert metric(gateway, "gateway_cut_requests_total") == 2
+    assert metric(gateway, "gateway_drained_requests_total") == 3
+    ctl.release()
+
+
+def test_dev_routes_are_not_reachable_publicly_only_through_control(gateway, backend) -> None:
+    for method, path in [
+        ("POST", "/sleep?level=1"),
+        ("POST", "//sleep/"),
+        ("POST", "/wake_up"),
+        ("GET", "/is_sleeping"),
+        ("POST", "/collective_rpc"),
+        ("POST", "/reset_prefix_cache"),
+        ("POST", "/v1/load_lora_adapter"),
+    ]:
+        r = httpx.request(method, gateway.url + path, headers=AUTH, timeout=5)
+        assert r.status_code == 404, path
+    assert backend.state.paths == []
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    assert ctl.sleep(level=1).status == 200
+    assert ctl.is_sleeping() is True
+    assert ctl.wake_up(tags=["weights"]).status == 200
+    assert ctl.is_sleeping() is False
+    assert backend.state.paths == ["/sleep?level=1", "/is_sleeping", "/wake_up?tags=weights", "/is_sleeping"]
+
+
+def test_control_is_not_served_on_the_public_port(gateway, backend) -> None:
+    for path in ("/state", "/hold", "/release", "/drain", "/route"):
+        r = httpx.post(gateway.url + path, json={}, timeout=5)
+        assert (
+            "holds" not in r.text and "hold" not in r.json()
+            if r.headers.get("content-type") == "application/json"
+            else True
+        )
+        assert r.status_code in (404, 405)  # the backend's own answer
+    assert gateway.gateway.gate.is_open
+    mode = os.stat(gateway.config.control_socket).st_mode & 0o777
+    assert mode == 0o600
+
+
+def test_client_disconnect_cancels_the_upstream_request(gateway, backend) -> None:
+    body = sse_request("gone", chunks=1000, interval=0.01)
+    with httpx.stream("POST", gateway.url + CHAT, content=body, headers=AUTH, timeout=10) as r:
+        next(r.iter_raw())
+    deadline = time.monotonic() + 3
+    while "gone" not in backend.state.cancelled and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert backend.state.cancelled == ["gone"]
+    gateway.wait(lambda g: g.gate.inflight == 0)
+
+
+def test_client_disconnect_while_held_leaves_the_queue(make_gateway, backend) -> None:
+    gw = make_gateway()
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    ctl.hold(30)
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(gw.url + CHAT, content=sse_request("impatient"), headers=AUTH, timeout=0.5)
+    gw.wait(lambda g: g.gate.held == 0)
+    ctl.release()
+    time.sleep(0.2)
+    assert backend.state.arrivals == []
+
+
+def test_lease_expiry_releases_held_requests(make_gateway, backend) -> None:
+    gw = make_gateway()
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    ctl.hold(lease_s=1)  # the controller "crashes": no renewal, no release
+    results: dict = {}
+    started = time.monotonic()
+    t = post_in_thread(gw.url, "waits", results)
+    t.join(10)
+    assert results["waits"][0] == 200
+    assert 0.5 < time.monotonic() - started < 3
+    assert ctl.state().holds == ()
+
+
+def test_held_context_manager_renews_then_releases(make_gateway) -> None:
+    gw = make_gateway()
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    with ctl.held(lease_s=1.5, owner="swap") as hold:
+        time.sleep(2.2)  # longer than the lease: renewals keep it
+        assert [h.id for h in ctl.state().holds] == [hold.id]
+    assert ctl.state().holds == () and ctl.state().open
+
+
+def test_backend_replaced_by_hand_is_held_not_refused(make_gateway, backend) -> None:
+    gw = make_gateway(hold_timeout=20)
+    port = backend.port
+    backend.stop()  # the variant goes away; nothing is listening on its port
+    results: dict = {}
+    threads = [post_in_thread(gw.url, f"h{i}", results) for i in range(5)]
+    time.sleep(0.5)
+    assert not gw.gateway.upstream.ready and gw.gateway.gate.held == 5
+    replacement = FakeBackend(port=port).start()  # another variant, same address
+    replacement.state.api_key = KEY
+    try:
+        for t in threads:
+            t.join(10)
+        assert {k: v[0] for k, v in results.items()} == {f"h{i}": 200 for i in range(5)}
+        assert sorted(replacement.state.arrivals) == [f"h{i}" for i in range(5)]
+    finally:
+        replacement.stop()
+
+
+def test_route_moves_new_requests_to_another_backend(gateway, backend) -> None:
+    other = FakeBackend().start()
+    other.state.api_key = KEY
+    try:
+        ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+        assert ctl.route(other.url) == backend.url
+        assert ctl.wait_ready(5)
+        r = httpx.post(gateway.url + CHAT, content=sse_request("moved"), headers=AUTH, timeout=5)
+        assert r.status_code == 200
+        assert other.state.arrivals == ["moved"] and backend.state.arrivals == []
+        assert metric(gateway, "gateway_routes_total") == 1
+        assert (
+            f'gateway_backend_info{{upstream="{other.url}"}} 1.0'
+            in httpx.get(gateway.url + "/gateway/metrics").text
+        )
+    finally:
+        other.stop()
+
+
+def test_served_name_must_be_listed_for_ready(make_gateway, backend) -> None:
+    gw = make_gateway(ready=False, served_name="another-model")
+    time.sleep(0.3)
+    assert not gw.gateway.upstream.ready
+    assert "another-model" in gw.gateway.upstream.last_error
+    ok = make_gateway(ready=False, served_name="test-model")
+    ok.wait(lambda g: g.upstream.ready)
+
+
+def test_control_errors_are_reported(gateway) -> None:
+    from composer.gateway import GatewayControlError
+
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    with pytest.raises(GatewayControlError, match="unknown id"):
+        ctl.release("nope")
+    with pytest.raises(GatewayControlError, match="upstream"):
+        ctl.route("not a url")
+    with pytest.raises(GatewayControlError, match="lease_s"):
+        ctl.hold(-1)
