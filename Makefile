@@ -11,8 +11,13 @@ PYTEST_ARGS ?=
 
 install: $(VENV)/.installed
 
+# The virtualenv is created once (Debian's python3-venv is installed when venv is missing)
+# and re-synced whenever pyproject.toml changes.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+	  rm -rf $(VENV); echo "installing: python3-venv"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
+	  $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 

@@ -24,6 +24,8 @@ from typing import Any, Protocol
 from .errors import GatewayControlError
 
 CALL_WAIT_S = 20.0
+# The header with which the holder's readiness probes pass its hold (see `drain`).
+PROBE_HEADER = "x-gateway-probe"
 CTL = ("python3", "-m", "composer.gateway.ctl")
 
 
@@ -131,9 +133,15 @@ class GatewayControl:
         """Upstream, readiness, holds, held and in-flight counts."""
         return _state(self._run("state"))
 
-    def hold(self, lease_s: float, owner: str = "") -> HoldInfo:
-        """Set a hold that expires after `lease_s` unless renewed or released."""
-        return _hold(self._run("hold", "--lease", str(lease_s), "--owner", owner)["hold"])
+    def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
+        """Set a hold that expires after `lease_s` unless renewed or released.
+
+        Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
+        """
+        args = ["--lease", str(lease_s), "--owner", owner]
+        return _hold(
+            self._run("hold", *args, *(["--probe-token", probe_token] if probe_token else []))["hold"]
+        )
 
     def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
         """Extend a hold's lease from now on."""
@@ -144,10 +152,17 @@ class GatewayControl:
         """Remove one hold, or every hold; held requests flow in arrival order."""
         return list(self._run("release", *([hold_id] if hold_id else []))["released"])
 
-    def drain(self, timeout_s: float, lease_s: float, owner: str = "") -> DrainReport:
-        """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut."""
+    def drain(self, timeout_s: float, lease_s: float, owner: str = "", probe_token: str = "") -> DrainReport:
+        """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
+
+        With a `probe_token`, requests that carry it in `PROBE_HEADER` pass the drain's hold
+        straight to the backend (never queued, never retried): the swap's gate uses them to
+        check the new variant before the held clients reach it.
+        """
         wait = str(min(CALL_WAIT_S, timeout_s + 3.0))
         args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
+        if probe_token:
+            args += ["--probe-token", probe_token]
         reply = self._run("drain", *args)
         while not reply.get("done"):
             reply = self._run("drain-wait", str(reply["id"]), "--wait", str(CALL_WAIT_S))

@@ -54,16 +54,30 @@ def _seconds(body: dict[str, Any], key: str, default: float, high: float) -> flo
     return float(value)
 
 
+def _probe_token(body: dict[str, Any]) -> str:
+    """The optional probe token of a hold: 32 to 128 URL-safe characters."""
+    token = body.get("probe_token", "")
+    if token in ("", None):
+        return ""
+    if (
+        not isinstance(token, str)
+        or not 32 <= len(token) <= 128
+        or not all(c.isalnum() or c in "-_" for c in token)
+    ):
+        raise BadInput("probe_token must be 32 to 128 URL-safe characters")
+    return token
+
+
 class Drains:
     """Drains started through the control channel, kept until a caller has read them."""
 
     def __init__(self) -> None:
         self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
 
-    def start(self, gateway: Gateway, timeout: float, lease: float, owner: str) -> str:
+    def start(self, gateway: Gateway, timeout: float, lease: float, owner: str, probe_token: str = "") -> str:
         drain_id = secrets.token_hex(6)
         self._tasks[drain_id] = asyncio.get_running_loop().create_task(
-            gateway.gate.drain(timeout, lease, owner)
+            gateway.gate.drain(timeout, lease, owner, probe_token)
         )
         while len(self._tasks) > KEEP_DRAINS:
             self._tasks.popitem(last=False)
@@ -101,7 +115,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
     async def hold(request: Request) -> JSONResponse:
         body = await body_of(request)
         lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
-        h = gateway.gate.add_hold(lease, str(body.get("owner", "")))
+        h = gateway.gate.add_hold(lease, str(body.get("owner", "")), _probe_token(body))
         return JSONResponse({"hold": h.describe(time.monotonic()), "state": gateway.state()})
 
     async def renew(request: Request) -> JSONResponse:
@@ -122,7 +136,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
         timeout = _seconds(body, "timeout_s", gateway.config.drain_timeout, 86400)
         lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
         wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
-        drain_id = drains.start(gateway, timeout, lease, str(body.get("owner", "")))
+        drain_id = drains.start(gateway, timeout, lease, str(body.get("owner", "")), _probe_token(body))
         return JSONResponse(await drains.wait(drain_id, wait_s))
 
     async def drain_wait(request: Request) -> JSONResponse:

@@ -5,10 +5,10 @@ is Docker access). Exit 0 with the reply on stdout; 1 with `{"error": ...}` when
 refuses or cannot be reached; 2 for bad usage.
 
     state
-    hold [--lease S] [--owner NAME]
+    hold [--lease S] [--owner NAME] [--probe-token T]
     renew ID [--lease S]
     release [ID]
-    drain [--timeout S] [--lease S] [--owner NAME] [--wait S]
+    drain [--timeout S] [--lease S] [--owner NAME] [--wait S] [--probe-token T]
     drain-wait ID [--wait S]
     route URL
     wait-ready [--timeout S]
@@ -41,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
     h = sub.add_parser("hold")
     h.add_argument("--lease", type=float)
     h.add_argument("--owner", default="")
+    h.add_argument("--probe-token", default="")
     r = sub.add_parser("renew")
     r.add_argument("id")
     r.add_argument("--lease", type=float)
@@ -50,6 +51,7 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--timeout", type=float)
     d.add_argument("--lease", type=float)
     d.add_argument("--owner", default="")
+    d.add_argument("--probe-token", default="")
     d.add_argument("--wait", type=float)
     dw = sub.add_parser("drain-wait")
     dw.add_argument("id")
@@ -77,13 +79,20 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
     if verb == "state":
         return "GET", "/state", None
     if verb == "hold":
-        return "POST", "/hold", _drop_none({"lease_s": args.lease, "owner": args.owner})
+        body = {"lease_s": args.lease, "owner": args.owner, "probe_token": args.probe_token or None}
+        return "POST", "/hold", _drop_none(body)
     if verb == "renew":
         return "POST", "/renew", _drop_none({"id": args.id, "lease_s": args.lease})
     if verb == "release":
         return "POST", "/release", _drop_none({"id": args.id})
     if verb == "drain":
-        body = {"timeout_s": args.timeout, "lease_s": args.lease, "owner": args.owner, "wait_s": args.wait}
+        body = {
+            "timeout_s": args.timeout,
+            "lease_s": args.lease,
+            "owner": args.owner,
+            "wait_s": args.wait,
+            "probe_token": args.probe_token or None,
+        }
         return "POST", "/drain", _drop_none(body)
     if verb == "drain-wait":
         return "GET", f"/drain/{args.id}?wait_s={args.wait}", None

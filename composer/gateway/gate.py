@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import secrets
 import time
@@ -57,6 +58,7 @@ class Hold:
     lease_s: float
     expires_at: float
     timer: asyncio.TimerHandle | None = field(default=None, repr=False)
+    probe_token: str = field(default="", repr=False)  # lets the holder's probes pass the hold
 
     def describe(self, now: float) -> dict[str, Any]:
         """JSON-ready view with the seconds left on the lease."""
@@ -280,10 +282,14 @@ class Gate:
 
     # -- control holds -----------------------------------------------------------------------
 
-    def add_hold(self, lease_s: float, owner: str = "") -> Hold:
-        """Set a hold that expires after `lease_s` seconds unless renewed or released."""
+    def add_hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> Hold:
+        """Set a hold that expires after `lease_s` seconds unless renewed or released.
+
+        A request carrying the hold's `probe_token` passes the hold straight to the backend:
+        the swap's readiness gate checks the new variant before held clients reach it.
+        """
         now = time.monotonic()
-        hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s)
+        hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s, probe_token=probe_token)
         self._holds[hold.id] = hold
         self._arm(hold)
         self.metrics.hold_active.set(1)
@@ -314,6 +320,13 @@ class Gate:
         self._after_holds_changed()
         return ids
 
+    def probe_allowed(self, token: bytes) -> bool:
+        """True when `token` is the probe token of a live hold (constant-time comparison)."""
+        matches = [
+            hmac.compare_digest(h.probe_token.encode(), token) for h in self._holds.values() if h.probe_token
+        ]
+        return any(matches)
+
     def _arm(self, hold: Hold) -> None:
         if hold.timer is not None:
             hold.timer.cancel()
@@ -337,14 +350,16 @@ class Gate:
 
     # -- drain -------------------------------------------------------------------------------
 
-    async def drain(self, timeout: float, lease_s: float, owner: str = "") -> DrainResult:
+    async def drain(
+        self, timeout: float, lease_s: float, owner: str = "", probe_token: str = ""
+    ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
         The hold stays set (under its lease) so the caller can stop the backend and then
         release it; `DrainResult.hold_id` names it.
         """
         started = time.monotonic()
-        hold = self.add_hold(lease_s, owner or "drain")
+        hold = self.add_hold(lease_s, owner or "drain", probe_token)
         self.metrics.drains.inc()
         self._draining = set(self._inflight)
         self._drain_finished = 0

@@ -21,6 +21,7 @@ import httpx
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_guarded
@@ -42,6 +43,7 @@ HOP_BY_HOP = frozenset(
         b"upgrade",
         b"host",
         b"expect",
+        PROBE_HEADER.encode(),
     }
 )
 # Errors that mean the backend went away before it answered: safe to send again when the
@@ -176,12 +178,24 @@ class ProxyApp:
         except ClientGone:
             return
         body = Body(chunks, complete, receive)
+        probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
+        if probe is not None:
+            await self._probe(scope, receive, send, body, probe)
+            return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
         try:
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher)
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
+
+    async def _probe(self, scope: Scope, receive: Receive, send: Send, body: Body, token: bytes) -> None:
+        """A holder's readiness probe: past the hold, straight to the backend, never queued."""
+        if not self.gate.probe_allowed(token):
+            self.metrics.refused.labels("probe_token").inc()
+            await _send_json(send, 403, {"error": "unknown probe token"}, [])
+            return
+        await self._forward(Ticket(self.gate), scope, receive, send, body, None, retry=False)
 
     async def _enter(self, deadline: float, watcher: asyncio.Future[None] | None, front: bool) -> Ticket:
         disconnected = asyncio.shield(watcher) if watcher is not None else None
@@ -223,8 +237,11 @@ class ProxyApp:
         send: Send,
         body: Body,
         watcher: asyncio.Future[None] | None,
+        *,
+        retry: bool = True,
     ) -> bool:
-        """Forward once; True means 'the backend went away before answering: queue it again'."""
+        """Forward once; True means 'the backend went away before answering: queue it again'
+        (only with `retry`; without it such a request gets 502)."""
         url = self.upstream.url + scope["raw_path"].decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
@@ -251,12 +268,12 @@ class ProxyApp:
                 started = True
                 await out(scope, receive, send)
             except CONNECT_ERRORS as err:
-                if self._went_away(body, f"{type(err).__name__}: {err}", started):
+                if retry and self._went_away(body, f"{type(err).__name__}: {err}", started):
                     return True
                 await self._bad_gateway(send, err)
                 return False
             except GONE_ERRORS as err:
-                if self._went_away(body, f"{type(err).__name__}: {err}", started):
+                if retry and self._went_away(body, f"{type(err).__name__}: {err}", started):
                     return True
                 log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 if started:

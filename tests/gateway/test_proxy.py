@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from composer.gateway import GatewayControl
+from composer.gateway.client import PROBE_HEADER
 
 from .conftest import KEY
 from .fakes import FakeBackend, LocalExec, sse_request
@@ -145,14 +146,15 @@ def test_full_queue_answers_429_with_retry_after(make_gateway, backend) -> None:
 def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
     results: dict = {}
-    finishing = [post_in_thread(gateway.url, f"f{i}", results, chunks=6, interval=0.1) for i in range(3)]
+    finishing = [post_in_thread(gateway.url, f"f{i}", results, chunks=30, interval=0.1) for i in range(3)]
     gateway.wait(lambda g: g.gate.inflight == 3)
-    report = ctl.drain(timeout_s=10, lease_s=30)
+    report = ctl.drain(timeout_s=20, lease_s=30)
     assert (report.drained, report.cut) == (3, 0)
-    assert 0.2 < report.duration_s < 5
+    # the drain returned only once the three streams had ended: their clients are done too
     for t in finishing:
-        t.join(10)
+        t.join(2)
     assert all(results[f"f{i}"][0] == 200 for i in range(3))
+    assert 0 < report.duration_s < 15
     # the drain's hold stays until released: a new request waits
     late = post_in_thread(gateway.url, "late", results)
     gateway.wait(lambda g: g.gate.held == 1)
@@ -312,3 +314,41 @@ def test_control_errors_are_reported(gateway) -> None:
         ctl.route("not a url")
     with pytest.raises(GatewayControlError, match="lease_s"):
         ctl.hold(-1)
+
+
+def test_probe_token_passes_its_own_hold_only(gateway, backend) -> None:
+    """The swap's gate reaches the new backend through a drain's hold; clients stay held."""
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    token = "p" * 40
+    report = ctl.drain(timeout_s=5, lease_s=30, probe_token=token)
+    results: dict = {}
+    client = post_in_thread(gateway.url, "client", results)
+    gateway.wait(lambda g: g.gate.held == 1)
+    probe = {**AUTH, PROBE_HEADER: token}
+    passed = httpx.post(gateway.url + CHAT, content=sse_request("probe"), headers=probe, timeout=10)
+    assert passed.status_code == 200 and "probe" in backend.state.arrivals
+    assert "client" not in backend.state.arrivals and gateway.gateway.gate.held == 1
+    wrong = httpx.get(gateway.url + "/health", headers={PROBE_HEADER: "q" * 40}, timeout=5)
+    assert wrong.status_code == 403
+    unauthorized = httpx.post(
+        gateway.url + CHAT, content=sse_request("nokey"), headers={PROBE_HEADER: token}, timeout=5
+    )
+    assert unauthorized.status_code == 401  # the key check comes first, token or not
+    ctl.release(report.hold_id)
+    client.join(10)
+    assert results["client"][0] == 200
+    after = httpx.get(gateway.url + "/health", headers={PROBE_HEADER: token}, timeout=5)
+    assert after.status_code == 403  # the token died with its hold
+
+
+def test_probe_to_a_down_backend_fails_fast_instead_of_queueing(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, hold_timeout=30)
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    token = "t" * 40
+    hold = ctl.hold(lease_s=30, probe_token=token)
+    ctl.route("http://127.0.0.1:9")  # nothing listens there
+    began = time.monotonic()
+    r = httpx.get(gw.url + "/health", headers={PROBE_HEADER: token}, timeout=10)
+    assert r.status_code == 502 and time.monotonic() - began < 5
+    ctl.release(hold.id)
