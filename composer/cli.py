@@ -78,6 +78,31 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
     ctx.obj = Context(env_file, stacks, sets)
 
 
+TARGETS = ("compose", "kubernetes")
+
+
+def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--target compose|kubernetes` (render and up)."""
+    return click.option(
+        "--target",
+        type=click.Choice(TARGETS),
+        default="compose",
+        show_default=True,
+        help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
+    )(func)
+
+
+def _rendered_files(stack: Any, target: str, variants: list[str], out_dir: str | None) -> list[Any]:
+    """The files `render` writes for a target, rendered in memory."""
+    if target == "kubernetes":
+        from composer.render.kubernetes import kube_dir, render_kubernetes
+
+        return render_kubernetes(stack, variants, Path(out_dir) if out_dir else kube_dir(stack))
+    from composer.render.files import render_all
+
+    return render_all(stack, variants, Path(out_dir) if out_dir else stack.render_dir)
+
+
 @main.command()
 @click.argument("variants", nargs=-1)
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 listing files that are stale.")
@@ -86,22 +111,26 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
     "out_dir",
     default=None,
     type=click.Path(file_okay=False),
-    help="Output folder [default: compose/ next to the stack file].",
+    help="Output folder [default: compose/ (or kubernetes/) next to the stack file].",
 )
+@target_option
 @click.pass_obj
 @handle_errors
-def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None) -> None:
-    """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default)."""
-    from composer.render.files import is_current, render_all, write_atomic
+def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None, target: str) -> None:
+    """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default).
 
-    stack = obj.stack()
-    files = render_all(stack, list(variants), Path(out_dir) if out_dir else stack.render_dir)
+    With --target kubernetes: kubernetes/base and kubernetes/overlays/<variant> (kustomize).
+    """
+    from composer.render.files import is_current, write_atomic
+
+    files = _rendered_files(obj.stack(), target, list(variants), out_dir)
     if check:
         stale = [f for f in files if not is_current(f)]
         for file in stale:
             click.echo(f"stale: {_shown(file.path)}")
         if stale:
-            fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render`", 1)
+            again = "" if target == "compose" else f" --target {target}"
+            fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render{again}`", 1)
         click.echo(f"{len(files)} rendered file(s) are current")
         return
     for file in files:

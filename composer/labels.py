@@ -23,3 +23,10 @@ BUILD = f"{PREFIX}.build"
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"
 COMPOSE_CONFIG_FILES = "com.docker.compose.project.config_files"
+
+# On Kubernetes objects (the recommended app labels; the Deployment's selector and the
+# Service's selector use NAME and INSTANCE, which every variant shares).
+K8S_NAME = "app.kubernetes.io/name"
+K8S_INSTANCE = "app.kubernetes.io/instance"
+K8S_COMPONENT = "app.kubernetes.io/component"
+K8S_MANAGED_BY = "app.kubernetes.io/managed-by"
