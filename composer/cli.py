@@ -273,11 +273,50 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @main.command()
 @click.argument("variant")
 @swap_options
+@target_option
 @click.pass_obj
 @handle_errors
-def up(obj: Context, variant: str, **opts: Any) -> None:
-    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure."""
+def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
+
+    With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
+    Service, and kubectl rollout undo on failure.
+    """
+    if target == "kubernetes":
+        _kube_up(obj, variant, opts)
+        return
     _swap(obj, variant, False, opts)
+
+
+def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
+    """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
+    from composer.errors import SwapFailed
+    from composer.kube.rollout import KubeUpOptions, up_kubernetes
+    from composer.render.spec import resolve_target
+
+    stack = obj.stack()
+    line = LiveLine()
+    options = KubeUpOptions(timeout=opts["timeout"], rollback=not opts["no_rollback"])
+    try:
+        result = up_kubernetes(
+            stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
+        )
+    except SwapFailed as err:
+        line.finish()
+        if opts["as_json"]:
+            outcome = "rolled-back" if err.rolled_back else "failed"
+            click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
+        raise
+    line.finish()
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    total = result.timings.get("total", 0.0)
+    if opts["as_json"]:
+        click.echo(
+            json.dumps({**result.__dict__, "timings": {k: round(v, 3) for k, v in result.timings.items()}})
+        )
+    else:
+        click.echo(f"{variant}: {result.outcome} on Kubernetes ({total:.1f}s)")
 
 
 @main.command()
