@@ -57,6 +57,24 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def context_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The global `--context NAME`: the Docker engine every command talks to."""
+    return click.option(
+        "--context",
+        "docker_context",
+        default=None,
+        metavar="NAME",
+        help="Docker context to use (like `docker --context`) [default: DOCKER_HOST, else the current one].",
+    )(func)
+
+
+def _select_engine(docker_context: str | None) -> None:
+    """Point the one Docker client factory and `docker compose` at the chosen context."""
+    from composer.engine.client import select_context
+
+    select_context(docker_context)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--env-file", default=".env", show_default=True, help="Env file with host values and VLLM_API_KEY."
@@ -71,11 +89,19 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     metavar="KEY=VALUE",
     help="Override a stack value, e.g. --set stack.port=8001.",
 )
+@context_option
 @click.version_option(package_name="vllm-variant-composer")
 @click.pass_context
-def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple[str, ...]) -> None:
+def main(
+    ctx: click.Context,
+    env_file: str,
+    stacks: tuple[str, ...],
+    sets: tuple[str, ...],
+    docker_context: str | None,
+) -> None:
     """Render, build, swap and benchmark vLLM containers behind one port and one served name."""
     ctx.obj = Context(env_file, stacks, sets)
+    _select_engine(docker_context)
 
 
 TARGETS = ("compose", "kubernetes")

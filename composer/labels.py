@@ -19,6 +19,9 @@ OVERLAY_RECIPE = f"{OVERLAY_PREFIX}.recipe"
 OVERLAY_PACKAGE_DIR = f"{OVERLAY_PREFIX}.package-dir"
 BUILD = f"{PREFIX}.build"
 
+# On the short-lived containers doctor creates to check host paths on a remote engine.
+DOCTOR_PROBE = f"{PREFIX}.doctor-probe"
+
 # Written by Docker Compose.
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"
