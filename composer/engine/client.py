@@ -58,17 +58,45 @@ class Endpoint:
 
 
 def _context_endpoint(name: str) -> Endpoint:
-    from docker.context import ContextAPI
-    from docker.errors import DockerException
+    """A context's endpoint as the docker CLI stores it (`docker context inspect`; the SDK's
+    ContextAPI misses contexts when no config.json exists)."""
+    import json
 
+    done = _docker_quiet("context", "inspect", name)
     try:
-        context = ContextAPI.get_context(name)
-        known = sorted(c.Name for c in ContextAPI.contexts())
-    except DockerException as err:
-        raise DockerUnavailable(f"cannot read Docker context {name!r}: {err}") from err
-    if context is None:
-        raise UsageError(f"unknown Docker context {name!r}: choose one of {', '.join(known)}")
-    return Endpoint(name, context.Host or "unix:///var/run/docker.sock", context.TLSConfig)
+        (info,) = json.loads(done.stdout) if done.returncode == 0 else [None]
+        docker_endpoint = info["Endpoints"]["docker"]
+    except (ValueError, TypeError, KeyError):
+        listed = _docker_quiet("context", "ls", "--format", "{{.Name}}").stdout.split()
+        raise UsageError(
+            f"unknown Docker context {name!r}: choose one of {', '.join(sorted(listed)) or 'default'}"
+        ) from None
+    return Endpoint(name, docker_endpoint["Host"], _context_tls(info, docker_endpoint))
+
+
+def _context_tls(info: dict, docker_endpoint: dict) -> Any:
+    """The TLS settings a context stores for its docker endpoint (None without TLS material)."""
+    if "docker" not in (info.get("TLSMaterial") or {}):
+        return None
+    from docker.tls import TLSConfig
+
+    folder = Path(info["Storage"]["TLSPath"]) / "docker"
+    ca, cert, key = (folder / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    return TLSConfig(
+        client_cert=(str(cert), str(key)) if cert.exists() else None,
+        ca_cert=str(ca) if ca.exists() else None,
+        verify=not docker_endpoint.get("SkipTLSVerify", False),
+    )
+
+
+def _docker_quiet(*args: str) -> subprocess.CompletedProcess[str]:
+    """A short docker CLI query (context inspect / ls); never raises for its exit code."""
+    try:
+        return subprocess.run(
+            [docker_binary(), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except subprocess.TimeoutExpired as err:
+        raise DockerUnavailable(f"`docker {' '.join(args)}` did not answer within 30 s") from err
 
 
 def engine_endpoint() -> Endpoint:
