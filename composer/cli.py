@@ -57,6 +57,24 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def context_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The global `--context NAME`: the Docker engine every command talks to."""
+    return click.option(
+        "--context",
+        "docker_context",
+        default=None,
+        metavar="NAME",
+        help="Docker context to use (like `docker --context`) [default: DOCKER_HOST, else the current one].",
+    )(func)
+
+
+def _select_engine(docker_context: str | None) -> None:
+    """Point the one Docker client factory and `docker compose` at the chosen context."""
+    from composer.engine.client import select_context
+
+    select_context(docker_context)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option(
     "--env-file", default=".env", show_default=True, help="Env file with host values and VLLM_API_KEY."
@@ -71,11 +89,44 @@ def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
     metavar="KEY=VALUE",
     help="Override a stack value, e.g. --set stack.port=8001.",
 )
+@context_option
 @click.version_option(package_name="vllm-variant-composer")
 @click.pass_context
-def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple[str, ...]) -> None:
+def main(
+    ctx: click.Context,
+    env_file: str,
+    stacks: tuple[str, ...],
+    sets: tuple[str, ...],
+    docker_context: str | None,
+) -> None:
     """Render, build, swap and benchmark vLLM containers behind one port and one served name."""
     ctx.obj = Context(env_file, stacks, sets)
+    _select_engine(docker_context)
+
+
+TARGETS = ("compose", "kubernetes")
+
+
+def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--target compose|kubernetes` (render and up)."""
+    return click.option(
+        "--target",
+        type=click.Choice(TARGETS),
+        default="compose",
+        show_default=True,
+        help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
+    )(func)
+
+
+def _rendered_files(stack: Any, target: str, variants: list[str], out_dir: str | None) -> list[Any]:
+    """The files `render` writes for a target, rendered in memory."""
+    if target == "kubernetes":
+        from composer.render.kubernetes import kube_dir, render_kubernetes
+
+        return render_kubernetes(stack, variants, Path(out_dir) if out_dir else kube_dir(stack))
+    from composer.render.files import render_all
+
+    return render_all(stack, variants, Path(out_dir) if out_dir else stack.render_dir)
 
 
 @main.command()
@@ -86,22 +137,26 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
     "out_dir",
     default=None,
     type=click.Path(file_okay=False),
-    help="Output folder [default: compose/ next to the stack file].",
+    help="Output folder [default: compose/ (or kubernetes/) next to the stack file].",
 )
+@target_option
 @click.pass_obj
 @handle_errors
-def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None) -> None:
-    """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default)."""
-    from composer.render.files import is_current, render_all, write_atomic
+def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None, target: str) -> None:
+    """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default).
 
-    stack = obj.stack()
-    files = render_all(stack, list(variants), Path(out_dir) if out_dir else stack.render_dir)
+    With --target kubernetes: kubernetes/base and kubernetes/overlays/<variant> (kustomize).
+    """
+    from composer.render.files import is_current, write_atomic
+
+    files = _rendered_files(obj.stack(), target, list(variants), out_dir)
     if check:
         stale = [f for f in files if not is_current(f)]
         for file in stale:
             click.echo(f"stale: {_shown(file.path)}")
         if stale:
-            fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render`", 1)
+            again = "" if target == "compose" else f" --target {target}"
+            fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render{again}`", 1)
         click.echo(f"{len(files)} rendered file(s) are current")
         return
     for file in files:
@@ -244,11 +299,50 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @main.command()
 @click.argument("variant")
 @swap_options
+@target_option
 @click.pass_obj
 @handle_errors
-def up(obj: Context, variant: str, **opts: Any) -> None:
-    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure."""
+def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
+
+    With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
+    Service, and kubectl rollout undo on failure.
+    """
+    if target == "kubernetes":
+        _kube_up(obj, variant, opts)
+        return
     _swap(obj, variant, False, opts)
+
+
+def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
+    """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
+    from composer.errors import SwapFailed
+    from composer.kube.rollout import KubeUpOptions, up_kubernetes
+    from composer.render.spec import resolve_target
+
+    stack = obj.stack()
+    line = LiveLine()
+    options = KubeUpOptions(timeout=opts["timeout"], rollback=not opts["no_rollback"])
+    try:
+        result = up_kubernetes(
+            stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
+        )
+    except SwapFailed as err:
+        line.finish()
+        if opts["as_json"]:
+            outcome = "rolled-back" if err.rolled_back else "failed"
+            click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
+        raise
+    line.finish()
+    for note in result.notes:
+        click.echo(f"note: {note}", err=True)
+    total = result.timings.get("total", 0.0)
+    if opts["as_json"]:
+        click.echo(
+            json.dumps({**result.__dict__, "timings": {k: round(v, 3) for k, v in result.timings.items()}})
+        )
+    else:
+        click.echo(f"{variant}: {result.outcome} on Kubernetes ({total:.1f}s)")
 
 
 @main.command()

@@ -77,3 +77,12 @@ class CheckpointError(ComposerError):
 
 class BenchError(ComposerError):
     """A benchmark request or measurement failed."""
+
+
+class KubectlFailed(ComposerError):
+    """A `kubectl` command failed or did not finish; carries the command and its output."""
+
+    def __init__(self, message: str, command: tuple[str, ...] = (), returncode: int | None = None) -> None:
+        super().__init__(message)
+        self.command = command
+        self.returncode = returncode

@@ -19,7 +19,17 @@ OVERLAY_RECIPE = f"{OVERLAY_PREFIX}.recipe"
 OVERLAY_PACKAGE_DIR = f"{OVERLAY_PREFIX}.package-dir"
 BUILD = f"{PREFIX}.build"
 
+# On the short-lived containers doctor creates to check host paths on a remote engine.
+DOCTOR_PROBE = f"{PREFIX}.doctor-probe"
+
 # Written by Docker Compose.
 COMPOSE_PROJECT = "com.docker.compose.project"
 COMPOSE_SERVICE = "com.docker.compose.service"
 COMPOSE_CONFIG_FILES = "com.docker.compose.project.config_files"
+
+# On Kubernetes objects (the recommended app labels; the Deployment's selector and the
+# Service's selector use NAME and INSTANCE, which every variant shares).
+K8S_NAME = "app.kubernetes.io/name"
+K8S_INSTANCE = "app.kubernetes.io/instance"
+K8S_COMPONENT = "app.kubernetes.io/component"
+K8S_MANAGED_BY = "app.kubernetes.io/managed-by"

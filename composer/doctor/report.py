@@ -34,7 +34,8 @@ from composer.doctor import gpu_checks as gck
 from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
-from composer.doctor.preflight import Finding, check_api_key, check_mounts, check_port
+from composer.doctor import remote_checks as rck
+from composer.doctor.preflight import Finding, check_api_key
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
@@ -63,6 +64,8 @@ CHECK_NAMES = (
     "draft-config",
     "draft-k",
     "gpu-memory",
+    "docker-endpoint",
+    "client-address",
 )
 
 
@@ -146,7 +149,12 @@ def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
 def _stack_checks(
     stack: Stack, host: Host, engine: Finding, client: docker.DockerClient | None, facts: gck.GpuFacts
 ) -> list[Finding | None]:
-    found: list[Finding | None] = [engine, dck.check_compose(host.compose_version)]
+    endpoint = rck.current_endpoint()
+    found: list[Finding | None] = [
+        engine,
+        rck.check_endpoint(endpoint),
+        dck.check_compose(host.compose_version),
+    ]
     if client is not None:
         found.append(dck.check_nvidia_runtime(stack, client))
     return [
@@ -154,7 +162,8 @@ def _stack_checks(
         gck.check_gpu_count(stack, facts),
         check_api_key(stack),
         hck.check_env_file(host.env_file),
-        check_port(stack, client),
+        rck.port_check(stack, client, endpoint),
+        rck.check_client_address(stack, endpoint),
         mck.check_model_config(stack),
     ]
 
@@ -167,7 +176,7 @@ def _variant_checks(
     if client is not None:
         found.append(dck.check_variant_image(stack, variant, client))
         found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
-    found += check_mounts(target)
+    found += rck.mount_checks(target, client, rck.current_endpoint())
     found += [
         gck.check_attention_backend(stack, variant),
         gck.check_compute_capability(stack, variant, facts),
@@ -194,12 +203,17 @@ def fast_checks(
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
     variant = target.variant
-    found: list[Finding | None] = [check_api_key(stack, allow_weak=allow_weak_key), check_port(stack, client)]
+    endpoint = rck.current_endpoint()
+    found: list[Finding | None] = [
+        check_api_key(stack, allow_weak=allow_weak_key),
+        rck.port_check(stack, client, endpoint),
+        rck.check_client_address(stack, endpoint),
+    ]
     checks = tag(found, None)
     per_variant: list[Finding | None] = []
     if client is not None:
         per_variant.append(dck.check_variant_image(stack, variant, client))
-    per_variant += check_mounts(target)
+    per_variant += rck.mount_checks(target, client, endpoint)
     per_variant += [
         gck.check_attention_backend(stack, variant),
         hck.check_wsl_pin_memory(target, release),

@@ -1,4 +1,10 @@
-"""The one place that builds the Docker SDK client and runs the `docker compose` CLI."""
+"""The one place that builds the Docker SDK client and runs the `docker compose` CLI.
+
+Which engine: the one the docker CLI would use, in its order: `--context NAME`
+(`select_context`, set once by the command line), then DOCKER_HOST, then DOCKER_CONTEXT,
+then the current context of the docker config, then the local socket. The SDK client
+and `docker --context NAME compose ...` always talk to the same engine.
+"""
 
 from __future__ import annotations
 
@@ -6,29 +12,143 @@ import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
-from composer.errors import ComposerError, DockerUnavailable
+from composer.errors import ComposerError, DockerUnavailable, UsageError
 
 if TYPE_CHECKING:
     import docker
 
+_selected_context: str | None = None
+LOCAL_SCHEMES = ("unix", "npipe", "fd")
+
+
+def select_context(name: str | None) -> None:
+    """Use the Docker context NAME for every client and compose call (None: the default order)."""
+    global _selected_context
+    _selected_context = name or None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """The engine in use: the context it came from (None for DOCKER_HOST or the default), its
+    host URL and TLS settings."""
+
+    context: str | None
+    host: str
+    tls: Any = None
+
+    @property
+    def remote(self) -> bool:
+        """True when the engine is reached over the network (tcp://, ssh://): host paths and
+        published ports are on another machine."""
+        return urlsplit(self.host).scheme not in LOCAL_SCHEMES
+
+    @property
+    def address(self) -> str | None:
+        """The host name clients use to reach ports the engine publishes; None when local."""
+        return urlsplit(self.host).hostname if self.remote else None
+
+    def describe(self) -> str:
+        where = f"context {self.context} at " if self.context else ""
+        return f"{where}{self.host}"
+
+
+def _context_endpoint(name: str) -> Endpoint:
+    """A context's endpoint as the docker CLI stores it (`docker context inspect`; the SDK's
+    ContextAPI misses contexts when no config.json exists)."""
+    import json
+
+    done = _docker_quiet("context", "inspect", name)
+    try:
+        (info,) = json.loads(done.stdout) if done.returncode == 0 else [None]
+        docker_endpoint = info["Endpoints"]["docker"]
+    except (ValueError, TypeError, KeyError):
+        listed = _docker_quiet("context", "ls", "--format", "{{.Name}}").stdout.split()
+        raise UsageError(
+            f"unknown Docker context {name!r}: choose one of {', '.join(sorted(listed)) or 'default'}"
+        ) from None
+    return Endpoint(name, docker_endpoint["Host"], _context_tls(info, docker_endpoint))
+
+
+def _context_tls(info: dict, docker_endpoint: dict) -> Any:
+    """The TLS settings a context stores for its docker endpoint (None without TLS material)."""
+    if "docker" not in (info.get("TLSMaterial") or {}):
+        return None
+    from docker.tls import TLSConfig
+
+    folder = Path(info["Storage"]["TLSPath"]) / "docker"
+    ca, cert, key = (folder / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    return TLSConfig(
+        client_cert=(str(cert), str(key)) if cert.exists() else None,
+        ca_cert=str(ca) if ca.exists() else None,
+        verify=not docker_endpoint.get("SkipTLSVerify", False),
+    )
+
+
+def _docker_quiet(*args: str) -> subprocess.CompletedProcess[str]:
+    """A short docker CLI query (context inspect / ls); never raises for its exit code."""
+    try:
+        return subprocess.run(
+            [docker_binary(), *args], capture_output=True, text=True, timeout=30, check=False
+        )
+    except subprocess.TimeoutExpired as err:
+        raise DockerUnavailable(f"`docker {' '.join(args)}` did not answer within 30 s") from err
+
+
+def engine_endpoint() -> Endpoint:
+    """The engine this run talks to (see the module docstring for the order)."""
+    if _selected_context:
+        return _context_endpoint(_selected_context)
+    if os.environ.get("DOCKER_HOST"):
+        return Endpoint(None, os.environ["DOCKER_HOST"])
+    from docker.context.config import get_current_context_name
+
+    name = os.environ.get("DOCKER_CONTEXT") or get_current_context_name()
+    if name and name != "default":
+        return _context_endpoint(name)
+    return Endpoint(None, "unix:///var/run/docker.sock")
+
+
+def engine_address() -> str | None:
+    """The host clients use to reach the selected engine's published ports; None when local."""
+    try:
+        return engine_endpoint().address
+    except ComposerError:
+        return None
+
 
 def docker_client(timeout: int = 120) -> docker.DockerClient:
-    """A client for the engine at DOCKER_HOST (or the default socket), checked with a ping."""
+    """A client for the selected engine (see `engine_endpoint`), checked with a ping."""
     import docker
     from docker.errors import DockerException
 
+    endpoint = engine_endpoint()
     try:
-        client = docker.from_env(timeout=timeout)
+        if endpoint.context is None:
+            client = docker.from_env(timeout=timeout)  # DOCKER_HOST and its TLS variables
+        else:
+            client = docker.DockerClient(
+                base_url=endpoint.host,
+                tls=endpoint.tls or False,
+                timeout=timeout,
+                use_ssh_client=endpoint.host.startswith("ssh://"),
+            )
         client.ping()
     except DockerException as err:
-        host = os.environ.get("DOCKER_HOST", "the default socket")
         raise DockerUnavailable(
-            f"cannot reach the Docker engine at {host}: {err}; start dockerd (make docker)"
+            f"cannot reach the Docker engine ({endpoint.describe()}): {err}; start dockerd (make docker)"
         ) from err
     return client
+
+
+def docker_cli(*args: str) -> list[str]:
+    """`docker [--context NAME] ARGS...`: the CLI on the same engine as `docker_client`."""
+    context = ["--context", _selected_context] if _selected_context else []
+    return [docker_binary(), *context, *args]
 
 
 def docker_binary() -> str:
@@ -43,7 +163,7 @@ def compose_version() -> str:
     """The Compose v2 plugin's version, or DockerUnavailable."""
     try:
         done = subprocess.run(
-            [docker_binary(), "compose", "version", "--short"],
+            docker_cli("compose", "version", "--short"),
             capture_output=True,
             text=True,
             timeout=30,
@@ -67,7 +187,7 @@ def compose(
 ) -> subprocess.CompletedProcess[str]:
     """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure."""
     files = ["--file", str(compose_file)] if compose_file is not None else []
-    argv = [docker_binary(), "compose", "--project-name", project, *files, *args]
+    argv = docker_cli("compose", "--project-name", project, *files, *args)
     try:
         done = subprocess.run(
             argv,

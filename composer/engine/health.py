@@ -18,10 +18,16 @@ class Readiness:
 
 
 def base_url(bind_address: str, port: int) -> str:
-    """Where the API answers from this host."""
+    """Where the API answers from this host; on a remote engine (a Docker context or
+    DOCKER_HOST over tcp or ssh), its host name stands for a wildcard or loopback address."""
+    from composer.engine.client import engine_address
+
     host = "127.0.0.1" if bind_address in {"", "0.0.0.0", "*"} else bind_address
     if host == "::":
         host = "::1"
+    remote = engine_address()
+    if remote and (host in {"127.0.0.1", "::1"} or host.startswith("127.")):
+        host = remote
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 

@@ -4,10 +4,12 @@ Owns: `ServiceSpec`, the one description of a variant's container (image, argv, 
 mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
 function; the compose files and bash launchers rendered from the Jinja templates in the
 top-level `templates/` folder (shipped in the wheel as `composer/templates`); the fully
-resolved run files `up` starts; the resolved stack as data (`describe`). Never calls
+resolved run files `up` starts; the resolved stack as data (`describe`); the Kubernetes
+manifests, a kustomize base and one overlay per variant (`kubernetes`). Never calls
 Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `render_all`, `render_variant`,
-`is_current`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`.
+`is_current`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`,
+`render_kubernetes`.
 """
 
 from composer._exports import lazy_exports
@@ -17,6 +19,7 @@ __all__, __getattr__ = lazy_exports(
     {
         "describe": ["format_stack", "stack_data"],
         "files": ["is_current", "render_all", "render_variant", "write_atomic"],
+        "kubernetes": ["render_kubernetes"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
     },

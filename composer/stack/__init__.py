@@ -3,8 +3,9 @@
 Owns: reading `composer.toml` files, the `.env` file, the environment and `--set` flags
 (in that order of precedence, lowest first), validating every value, and the typed
 `Stack` that the rest of the package consumes. Reads files; never touches Docker.
-May import: `composer.errors`. Public: `Stack`, `Variant`, `Speculative`, `Sources`,
-`load_stack`, `image_env_var`.
+The `[kubernetes]` table is `KubeSettings` (`kubernetes`). May import: `composer.errors`.
+Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
+`image_env_var`.
 """
 
 from composer._exports import lazy_exports
@@ -12,6 +13,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "kubernetes": ["KubeSettings"],
         "load": ["Sources", "load_stack"],
         "model": ["Speculative", "Stack", "Variant", "image_env_var"],
     },

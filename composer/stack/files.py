@@ -14,7 +14,7 @@ from composer.errors import ConfigError
 DEFAULT_STACK_FILE = "composer.toml"
 DEFAULT_ENV_FILE = ".env"
 STACK_FILES_VAR = "COMPOSER_STACK"
-TOP_KEYS = {"stack", "images", "variants", "workloads"}
+TOP_KEYS = {"stack", "images", "variants", "workloads", "kubernetes"}
 
 
 def find_stack_files(

@@ -20,6 +20,7 @@ from composer.errors import ConfigError
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
+from composer.stack.kubernetes import KUBE_KEYS, KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 
 API_KEY_VAR = "VLLM_API_KEY"
@@ -175,6 +176,7 @@ def _build(sources: Sources) -> Stack:
     images = _images(sources, resolve)
     variants = _variants(sources, resolve, images)
     workloads = _workloads(sources, variants)
+    kubernetes = _kubernetes(sources, resolve)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -192,10 +194,21 @@ def _build(sources: Sources) -> Stack:
         variants=variants,
         workloads=workloads,
         env=_env_table(raw_stack.get("env", {}), "stack.env"),
+        kubernetes=kubernetes,
         sources=resolve.record,
         api_key=api_key,
         home=sources.home,
     )
+
+
+def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
+    raw = _table(sources.toml, "kubernetes")
+    _reject_unknown(raw, KUBE_KEYS, "kubernetes")
+    values = {
+        key: resolve.get(f"kubernetes.{key}", parse, default, env, raw.get(key))
+        for key, env, parse, default in KUBE_SETTINGS
+    }
+    return KubeSettings(**values)  # type: ignore[arg-type]
 
 
 def _table(data: Mapping, key: str) -> dict:

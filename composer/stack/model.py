@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer.stack.kubernetes import KubeSettings
+
 
 @dataclass(frozen=True)
 class Speculative:
@@ -54,6 +56,7 @@ class Stack:
     variants: dict[str, Variant]
     workloads: dict[str, str]
     env: tuple[tuple[str, str], ...] = ()
+    kubernetes: KubeSettings = field(default_factory=KubeSettings)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file

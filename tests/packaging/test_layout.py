@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "composer"
-SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench")
+SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench", "kube")
 # What each part may import from the rest of the package (besides errors, labels, _exports).
 ALLOWED = {
     "stack": set(),
@@ -23,6 +23,7 @@ ALLOWED = {
     "doctor": {"stack", "render", "probes", "overlay", "engine"},
     "swap": {"stack", "render", "engine", "probes", "doctor"},
     "bench": {"stack", "render", "engine", "probes", "swap"},
+    "kube": {"stack", "render", "engine"},
 }
 SHARED = {"errors", "labels", "_exports", "__init__", "__version__"}
 

@@ -1,0 +1,60 @@
+"""How the readiness gate reaches the Service: a configured URL, or `kubectl port-forward`."""
+
+from __future__ import annotations
+
+import re
+import selectors
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from composer.errors import KubectlFailed
+from composer.kube.kubectl import Kubectl
+from composer.stack.model import Stack
+
+_FORWARDING = re.compile(r"Forwarding from (127\.0\.0\.1|\[::1\]):(\d+) -> \d+")
+READY_WITHIN = 30.0
+
+
+@contextmanager
+def service_url(kubectl: Kubectl, stack: Stack) -> Iterator[str]:
+    """The Service's base URL from this machine while the block runs.
+
+    `kubernetes.service_url` (env KUBE_SERVICE_URL) when set, e.g. an Ingress or a
+    NodePort; otherwise `kubectl port-forward service/NAME :PORT` on a free local port,
+    stopped when the block ends."""
+    if stack.kubernetes.service_url:
+        yield stack.kubernetes.service_url
+        return
+    proc = kubectl.popen(["port-forward", f"service/{stack.service}", f":{stack.port}"])
+    try:
+        yield f"http://127.0.0.1:{_local_port(proc)}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except Exception:
+            proc.kill()
+            proc.wait()
+
+
+def _local_port(proc) -> int:  # type: ignore[no-untyped-def]
+    """Read port-forward's output until it says which local port it listens on."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_WITHIN
+    seen: list[str] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line.strip())
+            match = _FORWARDING.search(line)
+            if match and match.group(1) == "127.0.0.1":
+                return int(match.group(2))
+    proc.kill()
+    said = next((s for s in reversed(seen) if s), "nothing")
+    raise KubectlFailed(f"`kubectl port-forward` did not start forwarding (it said: {said})")

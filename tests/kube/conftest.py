@@ -1,0 +1,105 @@
+"""The kubectl stand-in on PATH, a simulator behind its port-forward, and the CLI to drive them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import COMPOSE_SPEC, REPO
+from tests.sim.simproc import SimProcess
+
+STANDIN = Path(__file__).resolve().parent / "standin.py"
+KEY = "sk-kube-test-0123456789abcdefghij"
+SERVED = "claude-opus-5"  # composer.toml's served name
+MODEL = str(REPO / "images" / "sim" / "models" / "Qwen3.8-27B")
+
+
+@dataclass
+class Standin:
+    """A recording kubectl: `bin` holds the `kubectl` wrapper, `home` its scenario and state."""
+
+    bin: Path
+    home: Path
+
+    def scenario(self, **values: object) -> None:
+        (self.home / "scenario.json").write_text(json.dumps(values))
+
+    def calls(self) -> list[dict]:
+        path = self.home / "calls.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def commands(self) -> list[str]:
+        """Each call as `verb noun` (e.g. `rollout undo`), for checking the order."""
+        out = []
+        for call in self.calls():
+            argv = call["argv"][2:] if call["argv"][:1] == ["--namespace"] else call["argv"]
+            out.append(" ".join(argv[:2]))
+        return out
+
+    def serving(self) -> str | None:
+        path = self.home / "state.json"
+        history = json.loads(path.read_text())["history"] if path.exists() else []
+        return history[-1]["labels"]["vllm-composer.variant"] if history else None
+
+    def forget_calls(self) -> None:
+        (self.home / "calls.jsonl").unlink(missing_ok=True)
+
+
+@pytest.fixture
+def standin(tmp_path: Path) -> Standin:
+    bin_dir, home = tmp_path / "bin", tmp_path / "cluster"
+    bin_dir.mkdir()
+    home.mkdir()
+    wrapper = bin_dir / "kubectl"
+    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{STANDIN}" "$@"\n')
+    wrapper.chmod(0o755)
+    return Standin(bin_dir, home)
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    """A simulator serving the stack's name: what the Service reaches when a rollout succeeds."""
+    server = SimProcess.start(
+        [MODEL, "--served-model-name", SERVED], api_key=KEY, log_dir=tmp_path_factory.mktemp("sim")
+    )
+    yield server.wait_ready()
+    server.stop()
+
+
+@pytest.fixture
+def run_cli(standin: Standin, tmp_path: Path):
+    """Run compose-spec with the stand-in first on PATH, the API key in the environment."""
+    env_file = tmp_path / "empty.env"
+    env_file.write_text("")
+
+    def run(*args: str, extra_env: dict[str, str] | None = None, path_first: bool = True):
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("KUBE", "VLLM_", "SIM_")) and k not in {"COMPOSER_STACK"}
+        }
+        env["PATH"] = f"{standin.bin}:{env['PATH']}" if path_first else env["PATH"]
+        env |= {
+            "KUBECTL_STANDIN_DIR": str(standin.home),
+            "VLLM_API_KEY": KEY,
+            "XDG_STATE_HOME": str(tmp_path / "state"),
+        }
+        env |= extra_env or {}
+        return subprocess.run(
+            [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    return run
