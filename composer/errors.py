@@ -2,7 +2,8 @@
 
 The CLI maps them to exit codes in one place: `UsageError` (and `ConfigError`) exit 2,
 every other `ComposerError` exits 1. `DiagnosedError` carries a container's log tail
-and the hints that match it.
+and the hints that match it. This module uses only the standard library: the gateway's
+image ships it beside `composer/gateway/`.
 """
 
 from __future__ import annotations
@@ -86,3 +87,23 @@ class KubectlFailed(ComposerError):
         super().__init__(message)
         self.command = command
         self.returncode = returncode
+
+
+class GatewayError(ComposerError):
+    """Base of every gateway error reported to a user (exit code 1)."""
+
+
+class GatewayConfigError(GatewayError):
+    """A gateway setting is missing or invalid (exit code 2); the message names it."""
+
+    exit_code = 2
+
+
+class GatewayControlError(GatewayError):
+    """A control verb failed: carries the verb, the exit code and what the control tool said."""
+
+    def __init__(self, verb: str, message: str, exit_code: int = 1, output: str = "") -> None:
+        super().__init__(f"gateway control {verb!r} failed: {message}")
+        self.verb = verb
+        self.returncode = exit_code
+        self.output = output

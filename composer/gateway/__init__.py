@@ -1,25 +1,25 @@
 """The gateway: the proxy that owns the shared port, and the client that controls it.
 
-Contract
-- Owns: the gateway server (runs in its own container: `python3 -m composer.gateway`), its
+Owns: the gateway server (runs in its own container: `python3 -m composer.gateway`), its
   settings (`GATEWAY_*` environment variables), its control channel (a UNIX socket inside the
   container, reached with `python3 -m composer.gateway.ctl` through `docker exec`), and the
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
-- Imports: the server modules (`runtime`, `proxy`, `control`, `gate`, `upstream`, `metrics`,
-  `server`, `ctl`) use only the standard library, starlette, uvicorn, httpx and
-  prometheus_client; nothing else from `composer`. The image copies only
-  `composer/__init__.py` and this package.
-- This module imports only standard-library modules, so host code can use the client and the
-  settings without the server's dependencies.
+May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
+  `gate`, `upstream`, `metrics`, `server`, `ctl`) use only the standard library, starlette,
+  uvicorn, httpx and prometheus_client; the image copies only `composer/__init__.py`,
+  `composer/errors.py` and this package. This module imports only standard-library
+  modules, so host code can use the client and the settings without the server's
+  dependencies.
 
-Public names: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
+Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
 `GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
 `GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
 """
 
+from composer.errors import GatewayConfigError, GatewayControlError, GatewayError
+
 from .client import BackendReply, DrainReport, GatewayControl, GatewayState, HoldInfo
 from .config import ENV_VARS, GatewayConfig, load_config
-from .errors import GatewayConfigError, GatewayControlError, GatewayError
 from .routes import DEV_ROUTES
 
 # Paths the gateway answers itself on the public port (everything else goes to the backend).

@@ -21,7 +21,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import GatewayControlError
+from composer.errors import GatewayControlError
 
 CALL_WAIT_S = 20.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).

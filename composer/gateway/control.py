@@ -32,8 +32,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from composer.errors import GatewayConfigError
+
 from .config import MAX_LEASE_S, check_upstream
-from .errors import GatewayConfigError
 from .gate import DrainResult, UnknownHold
 
 if TYPE_CHECKING:

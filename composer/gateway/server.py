@@ -11,8 +11,9 @@ import logging
 import os
 import sys
 
+from composer.errors import GatewayConfigError
+
 from .config import load_config
-from .errors import GatewayConfigError
 
 
 def _loop_runner():

@@ -2,7 +2,7 @@
 # Build the gateway image offline (docker build --network=none) from a local base image.
 #
 # Usage: images/gateway/build.sh [--tag TAG] [--base IMAGE] [--no-base-build] [--force]
-#   --tag TAG        image tag (default $GATEWAY_IMAGE_TAG or vllm-composer-gateway:latest)
+#   --tag TAG        image tag (default $GATEWAY_IMAGE_TAG or vllm-composer-gateway:<toolkit version>)
 #   --base IMAGE     base image (default $BASE_IMAGE or vllm-composer-base:bookworm)
 #   --no-base-build  never run images/base/build-base.sh; fail if the base is missing
 #   --force          build even when the image's inputs label matches
@@ -14,7 +14,8 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
 default_base="vllm-composer-base:bookworm"
-tag="${GATEWAY_IMAGE_TAG:-vllm-composer-gateway:latest}"
+version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "${repo}/composer/__init__.py")"
+tag="${GATEWAY_IMAGE_TAG:-vllm-composer-gateway:${version}}"
 base="${BASE_IMAGE:-${default_base}}"
 build_base=1
 force=0
@@ -83,7 +84,7 @@ trap cleanup EXIT
 mkdir -p "${ctx}/wheels" "${ctx}/app/composer/gateway"
 cp "${here}/Dockerfile" "${here}/requirements.txt" "${here}/installer.txt" "${ctx}/"
 cp "${wheels}"/*.whl "${ctx}/wheels/"
-cp "${repo}/composer/__init__.py" "${ctx}/app/composer/"
+cp "${repo}/composer/__init__.py" "${repo}/composer/errors.py" "${ctx}/app/composer/"
 cp "${repo}/composer/gateway/"*.py "${ctx}/app/composer/gateway/"
 
 inputs="$(

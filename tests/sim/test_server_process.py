@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from composer.bootlog import kv_cache_tokens
+
+from composer.engine.bootlog import kv_cache_tokens
 
 from .conftest import MODELS
 from .simproc import SimProcess, metric, run_sim

@@ -12,7 +12,7 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "composer"
-SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench", "kube")
+SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench", "kube", "gateway")
 # What each part may import from the rest of the package (besides errors, labels, _exports).
 ALLOWED = {
     "stack": set(),
@@ -24,6 +24,7 @@ ALLOWED = {
     "swap": {"stack", "render", "engine", "probes", "doctor"},
     "bench": {"stack", "render", "engine", "probes", "swap"},
     "kube": {"stack", "render", "engine"},
+    "gateway": set(),
 }
 SHARED = {"errors", "labels", "_exports", "__init__", "__version__"}
 
