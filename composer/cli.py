@@ -417,19 +417,33 @@ def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
 @main.command("build")
 @click.argument("recipe")
 @click.option("--dry-run", is_flag=True, help="Validate and apply the diffs against the base; build nothing.")
-@click.option("--pin", is_flag=True, help="Record the diffs' current sha256 in image.toml, then build.")
+@click.option(
+    "--pin",
+    is_flag=True,
+    help="Record the diffs' current sha256 in image.toml, then build (--dry-run: show it).",
+)
 @click.option("--force", is_flag=True, help="Rebuild even when the image already records the same inputs.")
+@click.option(
+    "--verify",
+    "verify_cmd",
+    metavar="CMD",
+    help="Run CMD (a shell-quoted command line) offline in the image instead of the recipe's verify.command; "
+    "the modules the diffs add are imported either way.",
+)
 @click.option(
     "--recipes-dir", default="images", show_default=True, type=click.Path(file_okay=False), hidden=True
 )
 @click.pass_obj
 @handle_errors
-def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, recipes_dir: str) -> None:
+def build_cmd(
+    obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, verify_cmd: str | None, recipes_dir: str
+) -> None:
     """Build the overlay image of images/RECIPE offline (base must be local; never pulls)."""
     from composer.engine.client import docker_client
     from composer.overlay.builder import build_overlay
-    from composer.overlay.recipe import load_recipe
+    from composer.overlay.recipe import load_recipe, verify_argv
 
+    verify = verify_argv(verify_cmd) if verify_cmd is not None else None
     loaded = load_recipe(Path(recipes_dir), recipe, obj.stack().images)
     client = docker_client()
     try:
@@ -440,6 +454,7 @@ def build_cmd(obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, 
             pin=pin,
             force=force,
             progress=lambda line: click.echo(f"build {recipe}: {line}"),
+            verify=verify,
         )
     finally:
         client.close()

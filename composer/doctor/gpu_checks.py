@@ -172,47 +172,106 @@ def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) ->
     return Finding("compute-capability", "ok", f"{summary}: {using}")
 
 
-def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
-    """Free memory per GPU covers the weights share (target + drafter) and the KV budget."""
-    if facts.unavailable:
-        return not_available("gpu-memory", facts)
+@dataclass(frozen=True)
+class MemoryNeed:
+    """What one GPU must hold for a variant: weight shares (None when unknown) and KV cache."""
+
+    parts: tuple[tuple[str, int | None], ...]
+    kv_bytes: int
+    unknown: tuple[str, ...] = ()
+
+    @property
+    def known_bytes(self) -> int:
+        """The parts that are known plus the KV cache: a lower bound while something is unknown."""
+        return sum(b for _, b in self.parts if b is not None) + max(self.kv_bytes, 0)
+
+    @property
+    def total_bytes(self) -> int | None:
+        """The whole budget, or None while a weight share is unknown."""
+        return None if self.unknown else self.known_bytes
+
+
+def weight_parts(
+    stack: Stack, variant: Variant
+) -> tuple[tuple[tuple[str, int | None], ...], tuple[str, ...]]:
+    """Per-GPU weight shares (target, then drafter) read from the checkpoints, and what is unknown."""
     tp = stack.tensor_parallel_size
-    parts, notes = [], []
     target, why = weight_share(stack.model_dir, tp)
-    parts.append(("weights", target or 0))
-    if target is None:
-        notes.append(f"target weights unknown ({why})")
+    parts: list[tuple[str, int | None]] = [("weights", target)]
+    unknown = [] if target is not None else [f"target weights unknown ({why})"]
     spec = variant.speculative
     if spec is not None and spec.draft_model:
         draft_tp = draft_tensor_parallel_size(stack, variant)
         draft, why = weight_share(stack.draft_dir, draft_tp)
-        parts.append((f"draft weights (TP {draft_tp})", draft or 0))
+        parts.append((f"draft weights (TP {draft_tp})", draft))
         if draft is None:
-            notes.append(f"draft weights unknown ({why})")
-    worst: tuple[str, GpuInfo, int] | None = None
+            unknown.append(f"draft weights unknown ({why})")
+    return tuple(parts), tuple(unknown)
+
+
+def memory_need(
+    variant: Variant, gpu: GpuInfo, parts: tuple[tuple[str, int | None], ...], unknown: tuple[str, ...]
+) -> MemoryNeed:
+    """The variant's budget on `gpu`: weight shares + KV (KV_CACHE_MEMORY, else what
+    --gpu-memory-utilization leaves after the weights, as vLLM sizes it)."""
+    kv = variant.kv_cache_memory
+    if kv is None:
+        kv = int(gpu.total_bytes * _memory_utilization(variant)) - sum(b or 0 for _, b in parts)
+    return MemoryNeed(parts, kv, unknown)
+
+
+def variant_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) -> dict[int, int] | None:
+    """Bytes per GPU index the variant needs free to start, or None when a weight share is unknown."""
+    parts, unknown = weight_parts(stack, variant)
+    budget: dict[int, int] = {}
+    for gpu in gpus:
+        need = memory_need(variant, gpu, parts, unknown).total_bytes
+        if need is None:
+            return None
+        budget[gpu.index] = need
+    return budget
+
+
+def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
+    """Free memory per GPU covers the weights share (target + drafter) and the KV budget.
+
+    A weight share that cannot be read is a warn that says so: the check cannot tell
+    whether the variant fits (it still fails when the known parts alone do not fit).
+    """
+    if facts.unavailable:
+        return not_available("gpu-memory", facts)
+    parts, unknown = weight_parts(stack, variant)
+    worst: tuple[str, GpuInfo, MemoryNeed] | None = None
     for gpu in facts.gpus:
-        kv = variant.kv_cache_memory
-        if kv is None:
-            kv = int(gpu.total_bytes * _memory_utilization(variant)) - sum(p for _, p in parts)
-        need = sum(p for _, p in parts) + max(kv, 0)
-        status = "fail" if need > gpu.total_bytes else "warn" if need > gpu.free_bytes else "ok"
+        need = memory_need(variant, gpu, parts, unknown)
+        size = need.known_bytes
+        status = "fail" if size > gpu.total_bytes else "warn" if size > gpu.free_bytes else "ok"
         if worst is None or _rank(status) > _rank(worst[0]):
             worst = (status, gpu, need)
     assert worst is not None
     status, gpu, need = worst
     kv_text = _gib(variant.kv_cache_memory) if variant.kv_cache_memory else "gpu-memory-utilization"
     breakdown = " + ".join(f"{_gib(b)} {label}" for label, b in parts) + f" + {kv_text} KV"
-    detail = f"needs {breakdown} = {_gib(need)} per GPU; GPU {gpu.index} has {_gib(gpu.free_bytes)} free"
-    detail += f" of {_gib(gpu.total_bytes)}" + "".join(f"; {n}" for n in notes)
-    if status == "ok":
-        return Finding("gpu-memory", "ok", detail + " (activations and CUDA graphs not counted)")
+    total = _gib(need.total_bytes) if not unknown else f"at least {_gib(need.known_bytes)}"
+    detail = f"needs {breakdown} = {total} per GPU; GPU {gpu.index} has {_gib(gpu.free_bytes)} free"
+    detail += f" of {_gib(gpu.total_bytes)}"
     if status == "fail":
         return Finding(
             "gpu-memory",
             "fail",
-            detail,
+            detail + "".join(f"; {n}" for n in unknown),
             f"lower KV_CACHE_MEMORY for {variant.name} or raise TENSOR_PARALLEL_SIZE",
         )
+    if status == "ok" and unknown:
+        return Finding(
+            "gpu-memory",
+            "warn",
+            "cannot tell whether it fits: " + "; ".join(unknown) + f"; {detail}",
+            "put the checkpoint (*.safetensors) in MODEL_DIR (and the drafter in DRAFT_DIR) "
+            "so doctor can read the weight sizes",
+        )
+    if status == "ok":
+        return Finding("gpu-memory", "ok", detail + " (activations and CUDA graphs not counted)")
     holders = ", ".join(
         f"{p.name} (pid {p.pid}" + (f", {_gib(p.used_bytes)})" if p.used_bytes is not None else ")")
         for p in gpu.processes
@@ -220,7 +279,9 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
     return Finding(
         "gpu-memory",
         "warn",
-        detail + (f"; held by {holders}" if holders else "; holders unknown"),
+        detail
+        + "".join(f"; {n}" for n in unknown)
+        + (f"; held by {holders}" if holders else "; holders unknown"),
         "stop the processes holding GPU memory (a running variant is swapped out by `compose-spec up`) "
         f"or lower KV_CACHE_MEMORY for {variant.name}",
     )

@@ -2,7 +2,8 @@
 
 The labels are the ones `compose-spec build` writes (composer.overlay.builder.image_labels):
 recipe hash, diff sha256s, base image id/digest and toolkit version. The diff files
-on disk are also compared with the recipe's sha256 pins.
+on disk are also compared with the recipe's sha256 pins. Two recipes writing the same
+tag fail the check: neither can be told to be the image's recipe.
 """
 
 from __future__ import annotations
@@ -50,9 +51,18 @@ def check_overlay_current(
 ) -> Finding | None:
     """ok when the overlay image records its recipe's current inputs; None for non-overlay images."""
     from composer.overlay.builder import image_labels
+    from composer.overlay.recipe import recipes_writing
     from composer.overlay.steps import local_image
 
     image = stack.image(variant)
+    writers = recipes_writing(recipes_dir, image, stack.images)
+    if len(writers) > 1:
+        return Finding(
+            "image-current",
+            "fail",
+            f"recipes {' and '.join(writers)} both write {image}: cannot tell which one it should match",
+            f"give each recipe its own output.tag ({recipes_dir}/<name>/image.toml)",
+        )
     recipe = recipe_for_image(recipes_dir, image, stack.images)
     if recipe is None:
         return None

@@ -1,15 +1,19 @@
 """Offline overlay images: validate vendored diffs, build FROM a local base, verify, label.
 
 Steps of `build_overlay`: every input present (diff files, local base image) -> diffs
-parse and pass the path rules -> (optionally re-pin) -> sha256 pins match -> a no-op when
-the output image's labels already record the same inputs -> find the package in the base
--> read the touched files from the base -> apply the diffs in memory (a dry run stops
-here) -> build `FROM base` + one COPY with networking disabled -> run the verification
-command offline -> tag. A failed verification removes the new image; the old tag stays.
+parse and pass the path rules (every problem of every diff in one error) -> (optionally
+re-pin; a dry run only says what it would pin) -> sha256 pins match -> a no-op when the
+output image's labels already record the same inputs -> find the package in the base ->
+read the touched files from the base -> apply the diffs in memory (every failing hunk in
+one error; a dry run stops here) -> build `FROM base` + one COPY with networking disabled
+-> verify offline: import every module the diffs add (proof that the diff is in), then
+the recipe's command (or the caller's) -> tag. A failed verification removes the new
+image; the old tag stays.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import posixpath
 import shlex
 from collections.abc import Callable, Mapping
@@ -21,11 +25,23 @@ from composer import __version__
 from composer import labels as label_names
 from composer.errors import ImageBuildError
 from composer.overlay import steps as dock
-from composer.overlay.diff import ParsedDiff, check_pin, parse_diff
+from composer.overlay.diff import ParsedDiff, added_modules, check_pin, problems_error, read_diff
 from composer.overlay.patch import apply_diffs
 from composer.overlay.recipe import Recipe, pin_recipe
 
 Progress = Callable[[str], None]
+IMPORT_PYTHON = "python3"
+IMPORT_CHECK = (
+    "import importlib, sys\n"
+    "failed = []\n"
+    "for name in sys.argv[1:]:\n"
+    "    try:\n"
+    "        importlib.import_module(name)\n"
+    "    except BaseException as err:\n"
+    "        failed.append(f'{name} ({type(err).__name__}: {err})')\n"
+    "print('cannot import ' + '; '.join(failed) if failed else f'imported {len(sys.argv) - 1} module(s)')\n"
+    "sys.exit(1 if failed else 0)\n"
+)
 
 
 @dataclass(frozen=True)
@@ -53,14 +69,23 @@ def build_overlay(
     force: bool = False,
     progress: Progress = _quiet,
     extra_labels: Mapping[str, str] | None = None,
+    verify: tuple[str, ...] | None = None,
 ) -> BuildResult:
-    """Validate, build and verify the recipe's overlay image (see the module docstring)."""
+    """Validate, build and verify the recipe's overlay image (see the module docstring).
+
+    `verify` replaces the recipe's verification command (the imports still run). A dry
+    run writes nothing: not the image, not image.toml.
+    """
     extra = dict(extra_labels or {})
-    recipe, base, diffs, pinned = prepare(client, recipe, pin, progress)
+    recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
+    checks = Verification(modules_to_import(recipe, diffs), verify or recipe.verify)
     labels = image_labels(recipe, base, diffs)
     current = dock.local_image(client, recipe.tag)
     if current is not None and not force and not dry_run and _same_inputs(current.labels, labels):
         progress(f"{recipe.tag} is current ({current.short_id}); --force rebuilds")
+        if verify:
+            helper = {label_names.BUILD: recipe.name, **extra}
+            verify_image(client, current.id, checks, helper, progress, remove_on_failure=False)
         return BuildResult("current", recipe.tag, current.id, pinned=pinned, labels=labels)
     helper_labels = {label_names.BUILD: recipe.name, **extra}
     progress(f"locating package {recipe.package} in {recipe.base} (offline)")
@@ -72,12 +97,13 @@ def build_overlay(
     patched = apply_diffs(originals, diffs)
     progress(f"dry run: {len(diffs)} diff(s) apply cleanly to {len(patched)} file(s)")
     if dry_run:
+        progress(f"dry run: verification would {checks.describe()}")
         return BuildResult("dry-run", recipe.tag, files=tuple(patched), pinned=pinned, labels=labels)
     labels[label_names.OVERLAY_PACKAGE_DIR] = package_dir
     image_id = dock.build_image(
         client, base.id, parent, patched, {**labels, **extra}, progress, no_cache=force
     )
-    verify_image(client, image_id, recipe, helper_labels, progress)
+    verify_image(client, image_id, checks, helper_labels, progress)
     dock.tag_image(client, image_id, recipe.tag)
     progress(f"tagged {recipe.tag} ({image_id[:19]})")
     replaced = current is not None and current.id != image_id and label_names.OVERLAY_RECIPE in current.labels
@@ -86,17 +112,53 @@ def build_overlay(
     return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
 
 
+@dataclass(frozen=True)
+class Verification:
+    """What proves a built image right: modules the diffs add must import, then a command."""
+
+    modules: tuple[str, ...]
+    command: tuple[str, ...]
+
+    def steps(self) -> list[tuple[str, ...]]:
+        """The argvs to run, in order."""
+        imports = [(IMPORT_PYTHON, "-c", IMPORT_CHECK, *self.modules)] if self.modules else []
+        return [*imports, self.command]
+
+    def describe(self) -> str:
+        """In words, for progress lines."""
+        imports = (
+            f"import {len(self.modules)} added module(s) ({', '.join(self.modules)}), then "
+            if self.modules
+            else ""
+        )
+        return f"{imports}run {shlex.join(self.command)}"
+
+
+def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...]:
+    """The modules the diffs add, less the recipe's `verify.skip_imports` globs."""
+    found = added_modules(diffs)
+    return tuple(m for m in found if not any(fnmatch.fnmatchcase(m, g) for g in recipe.skip_imports))
+
+
 def prepare(
-    client: Any, recipe: Recipe, pin: bool, progress: Progress
+    client: Any, recipe: Recipe, pin: bool, progress: Progress, dry_run: bool = False
 ) -> tuple[Recipe, Any, list[ParsedDiff], tuple[str, ...]]:
-    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned."""
+    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned.
+
+    With `dry_run`, a pin is only reported: image.toml is never written.
+    """
     base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
     for diff in diffs:
         for path in diff.skipped:
             progress(f"{diff.name}: skipping {path} (matches the recipe's skip list)")
     pinned: tuple[str, ...] = ()
-    if pin:
+    if pin and dry_run:
+        for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
+            if pin_of.sha256 != diff.sha256:
+                progress(f"dry run: would pin {diff.name} to sha256 {diff.sha256}; {recipe.path} unchanged")
+        recipe = _repinned(recipe, diffs)
+    elif pin:
         pinned = tuple(pin_recipe(recipe, {d.name: d.sha256 for d in diffs}))
         for name in pinned:
             progress(f"pinned {name} in {recipe.path}")
@@ -123,8 +185,17 @@ def check_inputs(client: Any, recipe: Recipe) -> Any:
 
 
 def validate_diffs(recipe: Recipe) -> list[ParsedDiff]:
-    """Parse and check every diff of the recipe (no Docker)."""
-    return [parse_diff(pin.name, pin.file.read_bytes(), recipe.package, pin.skip) for pin in recipe.diffs]
+    """Parse and check every diff of the recipe (no Docker); one error lists every problem."""
+    diffs: list[ParsedDiff] = []
+    problems: list[str] = []
+    for pin in recipe.diffs:
+        diff, found = read_diff(pin.name, pin.file.read_bytes(), recipe.package, pin.skip, pin.strip)
+        problems += found
+        if diff is not None:
+            diffs.append(diff)
+    if problems:
+        raise problems_error(problems, f"in the diffs of recipe {recipe.name}")
+    return diffs
 
 
 def locate_package(client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str]) -> str:
@@ -140,22 +211,37 @@ def locate_package(client: Any, image_id: str, recipe: Recipe, labels: Mapping[s
 
 
 def verify_image(
-    client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str], progress: Progress
+    client: Any,
+    image_id: str,
+    checks: Verification,
+    labels: Mapping[str, str],
+    progress: Progress,
+    remove_on_failure: bool = True,
 ) -> None:
-    """Run the recipe's verification offline in the new image; remove the image if it fails."""
-    progress(f"verifying (offline): {shlex.join(recipe.verify)}")
-    try:
-        code, output = dock.run_offline(client, image_id, recipe.verify, labels)
-    except BaseException:
-        dock.remove_image(client, image_id)
-        raise
-    if code != 0:
-        dock.remove_image(client, image_id)
-        last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
-        raise ImageBuildError(
-            f"verification failed in the new image (exit {code}), image removed: {last[0].strip()}"
-        )
+    """Run the verification offline in the image; remove a new image when it fails."""
+    progress(f"verifying (offline): {checks.describe()}")
+    for argv in checks.steps():
+        try:
+            code, output = dock.run_offline(client, image_id, argv, labels)
+        except BaseException:
+            if remove_on_failure:
+                dock.remove_image(client, image_id)
+            raise
+        if code != 0:
+            if remove_on_failure:
+                dock.remove_image(client, image_id)
+            last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
+            what = "the image is kept" if not remove_on_failure else "image removed"
+            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else shlex.join(argv)
+            raise ImageBuildError(
+                f"verification failed in {'the image' if not remove_on_failure else 'the new image'} "
+                f"(exit {code} from {_short(step)}), {what}: {last[0].strip()}"
+            )
     progress("verification passed")
+
+
+def _short(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def image_labels(recipe: Recipe, base: Any, diffs: list[ParsedDiff]) -> dict[str, str]:

@@ -1,16 +1,25 @@
 """Read and validate a vendored diff before anything is built.
 
-A diff is usable as an overlay when it parses as a unified diff, every path is a
-relative path inside the package (no `..`, not absolute), it changes or adds only
-Python files (.py, .pyi), and it has no binary patches, symlinks, renames or deletions.
-Paths outside the package may be dropped with the recipe's `skip` globs (tests, docs);
-compiled sources (C/C++/CUDA) are always refused: an overlay cannot compile them.
+A diff is usable as an overlay when it parses as a unified diff and every file it keeps
+is a relative path inside the package (no `..`, not absolute) that it adds or edits as
+text: Python files and data files alike (.py, .json, .yaml, .txt, ...). Refused inside the
+package: native sources (C/C++/CUDA, Cython: an overlay cannot compile), binary patches,
+symlinks, submodules, renames and deletions. The recipe's `skip` globs drop paths whatever
+their type (tests, docs, a binary under docs/). Every problem of every file is reported
+in one error.
+
+Paths: by default git's `a/` and `b/` prefixes are removed and the rest is relative to the
+package's parent folder (`a/vllm/config/vllm.py`), like `patch -p1` at the repository
+root. A diff with `strip = N` is taken like `patch -pN` run inside the package folder: N
+leading components are removed and the rest is relative to the package
+(`a/config/vllm.py` with `strip = 1` is `vllm/config/vllm.py`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
@@ -20,8 +29,8 @@ from unidiff.errors import UnidiffParseError
 from composer.errors import ImageBuildError
 
 DEV_NULL = "/dev/null"
-PYTHON_SUFFIXES = frozenset({".py", ".pyi"})
-COMPILED_SUFFIXES = frozenset(
+MODULE_SUFFIX = ".py"
+NATIVE_SUFFIXES = frozenset(
     {".c", ".cc", ".cpp", ".cxx", ".c++", ".h", ".hh", ".hpp", ".hxx", ".cu", ".cuh", ".so", ".pyx", ".pxd"}
 )
 SYMLINK_MODE = "120000"
@@ -55,29 +64,69 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def parse_diff(name: str, data: bytes, package: str, skip: tuple[str, ...] = ()) -> ParsedDiff:
-    """Parse and validate a diff; raise ImageBuildError naming the diff and the offending path."""
+def parse_diff(
+    name: str, data: bytes, package: str, skip: tuple[str, ...] = (), strip: int | None = None
+) -> ParsedDiff:
+    """Parse and validate a diff; raise one ImageBuildError naming every offending file."""
+    diff, problems = read_diff(name, data, package, skip, strip)
+    if diff is None:
+        raise problems_error(problems, f"in diff {name}")
+    return diff
+
+
+def read_diff(
+    name: str, data: bytes, package: str, skip: tuple[str, ...] = (), strip: int | None = None
+) -> tuple[ParsedDiff | None, list[str]]:
+    """The validated diff, or None and every problem found in it (one line each)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ImageBuildError(f"diff {name}: not UTF-8 text ({err.reason} at byte {err.start})") from err
+        return None, [f"diff {name}: not UTF-8 text ({err.reason} at byte {err.start})"]
     try:
         patch_set = PatchSet(text)
     except UnidiffParseError as err:
-        raise ImageBuildError(f"diff {name}: does not parse as a unified diff: {err}") from err
+        return None, [f"diff {name}: does not parse as a unified diff: {err}"]
     if not patch_set:
-        raise ImageBuildError(f"diff {name}: contains no file changes")
+        return None, [f"diff {name}: contains no file changes"]
     changes: list[FileChange] = []
     skipped: list[str] = []
+    problems: list[str] = []
     for patched in patch_set:
-        path = _check_file(name, patched, package, skip)
+        try:
+            path = _check_file(name, patched, package, skip, strip)
+        except ImageBuildError as err:
+            problems.append(str(err))
+            continue
         if path is None:
-            skipped.append(_display(patched))
+            skipped.append(_display(patched, package, strip))
         else:
             changes.append(FileChange(path, patched))
-    if not changes:
-        raise ImageBuildError(f"diff {name}: every file is skipped; nothing would change in {package}/")
-    return ParsedDiff(name, sha256_hex(data), tuple(changes), tuple(skipped))
+    if not changes and not problems:
+        problems.append(f"diff {name}: every file is skipped; nothing would change in {package}/")
+    if problems:
+        return None, problems
+    return ParsedDiff(name, sha256_hex(data), tuple(changes), tuple(skipped)), []
+
+
+def problems_error(problems: list[str], where: str) -> ImageBuildError:
+    """One error for every problem: the problem itself, or a count and one line per problem."""
+    if len(problems) == 1:
+        return ImageBuildError(problems[0])
+    return ImageBuildError(f"{len(problems)} problems {where}:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+def added_modules(diffs: Iterable[ParsedDiff]) -> list[str]:
+    """Dotted names of the Python modules the diffs add (`vllm/a/b.py` -> `vllm.a.b`)."""
+    found: list[str] = []
+    for diff in diffs:
+        for change in diff.changes:
+            path = PurePosixPath(change.path)
+            if not change.is_new or path.suffix != MODULE_SUFFIX:
+                continue
+            parts = [*path.parent.parts, path.stem] if path.stem != "__init__" else list(path.parent.parts)
+            if all(part.isidentifier() for part in parts) and ".".join(parts) not in found:
+                found.append(".".join(parts))
+    return found
 
 
 def check_pin(diff: ParsedDiff, pinned: str, hint: str) -> None:
@@ -93,51 +142,67 @@ def check_pin(diff: ParsedDiff, pinned: str, hint: str) -> None:
         )
 
 
-def _check_file(name: str, patched: PatchedFile, package: str, skip: tuple[str, ...]) -> str | None:
+def _check_file(
+    name: str, patched: PatchedFile, package: str, skip: tuple[str, ...], strip: int | None
+) -> str | None:
     """The validated path of one file change, or None when a skip glob drops it."""
-    where = f"diff {name}: {_display(patched)}"
+    where = f"diff {name}: {_display(patched, package, strip)}"
     sources = [p for p in (patched.source_file, patched.target_file) if p and p != DEV_NULL]
-    paths = [_relative(where, p) for p in sources]
+    written = [_stripped(where, p, strip) for p in sources]
+    paths = [_inside(package, p, strip) for p in written]
+    if any(fnmatch.fnmatchcase(path, glob) for path in {*written, *paths} for glob in skip):
+        return None
+    outside = [p for p in paths if len(PurePosixPath(p).parts) < 2 or PurePosixPath(p).parts[0] != package]
+    if outside:
+        raise ImageBuildError(f"{where}: outside the package {package}/; {_outside_hint(package, strip)}")
     if patched.is_binary_file:
-        raise ImageBuildError(f"{where}: binary patches are not allowed in an overlay")
+        raise ImageBuildError(
+            f"{where}: a binary file inside {package}/; an overlay applies only text patches"
+        )
     if patched.is_symlink or SYMLINK_MODE in (patched.source_mode, patched.target_mode):
         raise ImageBuildError(f"{where}: symlinks (git mode 120000) are not allowed in an overlay")
     if GITLINK_MODE in (patched.source_mode, patched.target_mode):
         raise ImageBuildError(f"{where}: submodules are not allowed in an overlay")
     for path in paths:
-        if PurePosixPath(path).suffix.lower() in COMPILED_SUFFIXES:
+        if PurePosixPath(path).suffix.lower() in NATIVE_SUFFIXES:
             raise ImageBuildError(
-                f"{where}: C/C++/CUDA source; the overlay cannot compile, it only replaces Python files"
+                f"{where}: native source (C/C++/CUDA/Cython); the overlay cannot compile, "
+                "it only adds or edits Python and data files"
             )
-    if any(fnmatch.fnmatchcase(path, glob) for path in paths for glob in skip):
-        return None
     if len(set(paths)) > 1:
         raise ImageBuildError(f"{where}: renames are not supported; the overlay only adds or edits files")
     if patched.target_file == DEV_NULL:
         raise ImageBuildError(f"{where}: deletes a file; an overlay image cannot delete files")
-    path = paths[0]
-    parts = PurePosixPath(path).parts
-    if len(parts) < 2 or parts[0] != package:
-        raise ImageBuildError(
-            f"{where}: outside the package {package}/; add it to the recipe's skip list if it is "
-            "not needed at runtime"
-        )
-    if PurePosixPath(path).suffix not in PYTHON_SUFFIXES:
-        raise ImageBuildError(f"{where}: only Python files (.py, .pyi) can be overlaid")
     if not patched:
         raise ImageBuildError(f"{where}: has no hunks (mode-only changes are not supported)")
-    return path
+    return paths[0]
 
 
-def _relative(where: str, raw: str) -> str:
-    """Strip git's a/ or b/ prefix and refuse absolute, escaping or odd paths."""
+def _outside_hint(package: str, strip: int | None) -> str:
+    if strip is None:
+        return (
+            f"if the diff's paths are relative to the package (like a/config/x.py), set strip = 1 "
+            f"in its [[diffs]] table (like `patch -p1` inside {package}/); "
+            "else add the path to the recipe's skip list if it is not needed at runtime"
+        )
+    return f"check strip = {strip} in its [[diffs]] table, or add the path to the recipe's skip list"
+
+
+def _stripped(where: str, raw: str, strip: int | None) -> str:
+    """The path as the diff writes it, without git's a/ b/ prefix (or `strip` components)."""
     if raw.startswith('"'):
         raise ImageBuildError(f"{where}: quoted path {raw} (unusual characters) is not allowed")
     if "\\" in raw or (len(raw) > 1 and raw[1] == ":"):
         raise ImageBuildError(f"{where}: path {raw!r} is not a relative POSIX path")
-    path = raw[2:] if raw.startswith(("a/", "b/")) else raw
-    if path.startswith("/"):
-        raise ImageBuildError(f"{where}: absolute path {path!r} is not allowed")
+    if raw.startswith("/"):
+        raise ImageBuildError(f"{where}: absolute path {raw!r} is not allowed")
+    if strip is None:
+        path = raw[2:] if raw.startswith(("a/", "b/")) else raw
+    else:
+        parts = raw.split("/")
+        if len(parts) <= strip:
+            raise ImageBuildError(f"{where}: strip = {strip} leaves nothing of the path {raw!r}")
+        path = "/".join(parts[strip:])
     parts = path.split("/")
     if ".." in parts:
         raise ImageBuildError(f"{where}: path {path!r} contains '..'")
@@ -146,7 +211,15 @@ def _relative(where: str, raw: str) -> str:
     return path
 
 
-def _display(patched: PatchedFile) -> str:
+def _inside(package: str, path: str, strip: int | None) -> str:
+    """The path relative to the package's parent folder."""
+    return path if strip is None else f"{package}/{path}"
+
+
+def _display(patched: PatchedFile, package: str = "", strip: int | None = None) -> str:
     target = patched.target_file
     raw = target if target and target != DEV_NULL else patched.source_file
+    if strip is not None and package:
+        parts = raw.split("/")
+        return f"{package}/" + "/".join(parts[strip:]) if len(parts) > strip else raw
     return raw[2:] if raw.startswith(("a/", "b/")) else raw

@@ -1,7 +1,9 @@
 """Apply validated diffs to file contents in memory, in pure Python (no git, no patch).
 
 Hunks must match exactly (no fuzz); a hunk may move by an offset, like `patch` does.
-A hunk that does not match raises ImageBuildError naming the diff, the file and the hunk.
+Every hunk of every file is tried: one ImageBuildError then names each diff, file and hunk
+that does not apply (and each file missing from, or already in, the base), so a base far
+from the diff needs one run to see everything that differs.
 """
 
 from __future__ import annotations
@@ -19,24 +21,40 @@ NO_NEWLINE = "\\"
 def apply_diffs(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff]) -> dict[str, str]:
     """Apply `diffs` in order to `base_files` (path -> text, None when absent).
 
-    Returns the new text of every file the diffs touch.
+    Returns the new text of every file the diffs touch; raises one ImageBuildError
+    listing every failing file and hunk.
     """
     tree: dict[str, str | None] = dict(base_files)
     touched: set[str] = set()
+    failures: list[tuple[str, str]] = []  # (diff: file, problem)
     for diff in diffs:
         for change in diff.changes:
-            tree[change.path] = apply_change(tree.get(change.path), change, diff.name)
+            tree[change.path] = apply_change(tree.get(change.path), change, diff.name, failures)
             touched.add(change.path)
+    if failures:
+        raise _failures_error(failures)
     return {path: text for path in sorted(touched) if (text := tree[path]) is not None}
 
 
-def apply_change(original: str | None, change: FileChange, diff_name: str) -> str:
-    """The text of one file after applying one file's hunks."""
+def apply_change(
+    original: str | None,
+    change: FileChange,
+    diff_name: str,
+    failures: list[tuple[str, str]] | None = None,
+) -> str | None:
+    """The text of one file after applying one file's hunks.
+
+    With `failures`, each problem is appended there as (`diff NAME: PATH`, line) and the
+    hunks that apply are still applied; without it, the first problem raises ImageBuildError.
+    """
     where = f"diff {diff_name}: {change.path}"
+    found: list[str] = []
     if change.is_new and original is not None:
-        raise ImageBuildError(f"{where}: the diff adds this file but the base image already has it")
-    if not change.is_new and original is None:
-        raise ImageBuildError(f"{where}: the diff edits this file but the base image does not have it")
+        found.append(f"{where}: the diff adds this file but the base image already has it")
+    elif not change.is_new and original is None:
+        found.append(f"{where}: the diff edits this file but the base image does not have it")
+    if found:
+        return _report(where, found, failures, original)
     lines = (original or "").splitlines(keepends=True)
     result: list[str] = []
     cursor = 0  # next unconsumed line of `lines`
@@ -46,13 +64,34 @@ def apply_change(original: str | None, change: FileChange, diff_name: str) -> st
         wanted = (hunk.source_start if not old else hunk.source_start - 1) + offset
         at = _find(lines, old, wanted, cursor)
         if at is None:
-            raise ImageBuildError(_failure(where, number, len(change.patch), hunk, lines, new, wanted))
+            found.append(_failure(where, number, len(change.patch), hunk, lines, new, wanted))
+            continue
         offset = at - (wanted - offset)
         result.extend(lines[cursor:at])
         result.extend(new)
         cursor = at + len(old)
     result.extend(lines[cursor:])
-    return "".join(result)
+    text = "".join(result)
+    return _report(where, found, failures, text) if found else text
+
+
+def _report(
+    where: str, found: list[str], failures: list[tuple[str, str]] | None, text: str | None
+) -> str | None:
+    if failures is None:
+        raise ImageBuildError(found[0])
+    failures.extend((where, line) for line in found)
+    return text
+
+
+def _failures_error(failures: list[tuple[str, str]]) -> ImageBuildError:
+    if len(failures) == 1:
+        return ImageBuildError(failures[0][1])
+    files = len({where for where, _ in failures})
+    return ImageBuildError(
+        f"{len(failures)} problems in {files} file(s): the diffs do not apply to the base image:\n"
+        + "\n".join(f"  {line}" for _, line in failures)
+    )
 
 
 def hunk_lines(hunk: Hunk) -> tuple[list[str], list[str]]:

@@ -6,6 +6,8 @@ verification command. `base` and `tag` may be `@images.<key>` references to the 
 A `[[for_base]]` table whose `match` glob matches the resolved base replaces the diffs
 (and optionally the verify command) for that base: the demo stack points
 `@images.vllm` at the simulator, which needs its own diff instead of the PR.
+A diff's `strip = N` takes its paths like `patch -pN` inside the package folder
+(composer.overlay.diff). Two recipes that write the same output tag are refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import fnmatch
 import hashlib
 import json
 import os
+import shlex
 import tempfile
 import tomllib
 from collections.abc import Mapping
@@ -30,13 +33,13 @@ DEFAULT_LOCATE = (
     "import importlib.util as u; print(u.find_spec('{package}').submodule_search_locations[0])",
 )
 TOP_KEYS = {"description", "base", "package", "output", "verify", "diffs", "for_base"}
-DIFF_KEYS = {"file", "sha256", "source", "skip"}
+DIFF_KEYS = {"file", "sha256", "source", "skip", "strip"}
 FOR_BASE_KEYS = {"match", "diffs", "verify", "base_id"}
 TABLE_KEYS = {
     "base": {"image", "id"},
     "package": {"name", "locate"},
     "output": {"tag"},
-    "verify": {"command"},
+    "verify": {"command", "skip_imports"},
 }
 
 
@@ -49,6 +52,7 @@ class DiffPin:
     sha256: str
     source: str = ""
     skip: tuple[str, ...] = ()
+    strip: int | None = None
 
 
 @dataclass(frozen=True)
@@ -65,15 +69,20 @@ class Recipe:
     diffs: tuple[DiffPin, ...]
     base_id: str | None = None
     for_base: int | None = None
+    skip_imports: tuple[str, ...] = ()
 
     def fingerprint(self) -> str:
         """A hash of every input that shapes the image, except the base image itself."""
-        data = {
+        data: dict[str, object] = {
             "package": self.package,
             "locate": self.locate,
             "verify": self.verify,
             "diffs": [(d.name, d.sha256, d.skip) for d in self.diffs],
         }
+        if any(d.strip is not None for d in self.diffs):  # only when used: older images stay current
+            data["strip"] = [d.strip for d in self.diffs]
+        if self.skip_imports:
+            data["skip_imports"] = self.skip_imports
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
@@ -103,12 +112,21 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
     tag = _resolve_ref(_text(data, "output", "tag", path), images, path, "output.tag")
     if tag == base:
         raise UsageError(f"{path}: output.tag and base.image are both {tag!r}: the overlay needs its own tag")
+    same = [n for n in recipes_writing(recipes_dir, tag, images) if n != name]
+    if same:
+        raise UsageError(
+            f"recipes {name} and {same[0]} both write the image {tag}: give each its own output.tag "
+            f"({path} and {recipes_dir / same[0] / RECIPE_FILE})"
+        )
     package = _text(data, "package", "name", path)
     locate = _argv(data.get("package", {}).get("locate"), path, "package.locate")
     locate = locate or tuple(part.replace("{package}", package) for part in DEFAULT_LOCATE)
     verify = _argv(data.get("verify", {}).get("command"), path, "verify.command")
     if not verify:
         raise UsageError(f"{path}: verify.command is required (an argv list run in the built image)")
+    skip_imports = data.get("verify", {}).get("skip_imports", [])
+    if not isinstance(skip_imports, list) or not all(isinstance(s, str) and s for s in skip_imports):
+        raise UsageError(f"{path}: verify.skip_imports must be a list of module globs, got {skip_imports!r}")
     diffs_raw, base_id, index = data.get("diffs", []), data.get("base", {}).get("id"), None
     for i, alt in enumerate(data.get("for_base", [])):
         _reject_unknown(alt, FOR_BASE_KEYS, path, "for_base.")
@@ -120,7 +138,36 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
     diffs = tuple(_diff(raw, path) for raw in diffs_raw)
     if not diffs:
         raise UsageError(f"{path}: no diffs listed for base {base!r}")
-    return Recipe(name, path, base, tag, package, locate, verify, diffs, base_id, index)
+    return Recipe(name, path, base, tag, package, locate, verify, diffs, base_id, index, tuple(skip_imports))
+
+
+def verify_argv(command: str) -> tuple[str, ...]:
+    """A `--verify` command line split like a shell would (no shell runs it)."""
+    try:
+        argv = tuple(shlex.split(command))
+    except ValueError as err:
+        raise UsageError(f"--verify {command!r}: {err}; quote it like a shell command line") from err
+    if not argv:
+        raise UsageError("--verify needs a command, e.g. --verify \"python3 -c 'import vllm'\"")
+    return argv
+
+
+def recipes_writing(recipes_dir: Path, tag: str, images: Mapping[str, str]) -> list[str]:
+    """The recipes under `recipes_dir` whose output tag resolves to `tag` (unreadable ones skipped)."""
+    return [n for n in recipe_names(recipes_dir) if _output_tag(recipes_dir / n / RECIPE_FILE, images) == tag]
+
+
+def _output_tag(path: Path, images: Mapping[str, str]) -> str | None:
+    """A recipe's resolved output tag, or None when the file cannot tell."""
+    try:
+        value = tomllib.loads(path.read_text(encoding="utf-8")).get("output", {}).get("tag")
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, AttributeError):
+        return None
+    if not isinstance(value, str) or not value:
+        return None
+    if value.startswith(IMAGE_REF_PREFIX):
+        return images.get(value[len(IMAGE_REF_PREFIX) :])
+    return value
 
 
 def pin_recipe(recipe: Recipe, digests: Mapping[str, str]) -> list[str]:
@@ -203,8 +250,15 @@ def _diff(raw: object, path: Path) -> DiffPin:
     skip = raw.get("skip", [])
     if not isinstance(skip, list) or not all(isinstance(s, str) for s in skip):
         raise UsageError(f"{path}: diffs.skip must be a list of path globs, got {skip!r}")
+    strip = raw.get("strip")
+    if strip is not None and (isinstance(strip, bool) or not isinstance(strip, int) or not 0 <= strip <= 32):
+        raise UsageError(
+            f"{path}: diffs.strip must be a whole number of leading path components (0 to 32, like "
+            f"`patch -p1`), got {strip!r}"
+        )
     sha = str(raw.get("sha256", "")).lower()
-    return DiffPin(name, (path.parent / name).resolve(), sha, str(raw.get("source", "")), tuple(skip))
+    source = str(raw.get("source", ""))
+    return DiffPin(name, (path.parent / name).resolve(), sha, source, tuple(skip), strip)
 
 
 def _resolve_ref(value: str, images: Mapping[str, str], path: Path, key: str) -> str:

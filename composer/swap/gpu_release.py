@@ -1,42 +1,206 @@
-"""Wait until GPU memory held by a stopped container is released (bounded)."""
+"""Wait (bounded) until a stopped container's GPU memory is released, or the next variant fits.
+
+Take the snapshot before the stop, wait after it::
+
+    release = ReleaseWait.before_stop(stack, next_variant, previous)   # before stopping
+    ...stop the container...
+    outcome = release.wait(timeout, waiting)                           # ReleaseOutcome
+
+Per GPU of the stack the wait ends when either holds:
+
+- the memory the stopped container held is gone. With per-process accounting (NVML or
+  nvidia-smi list the container's processes, found through their cgroup): when none of
+  them is listed on that GPU any more; a GPU on which none was listed held nothing of it.
+  Without it (no process list, as under WSL2, or the processes are not visible from here):
+  when the GPU's used memory dropped below the snapshot by at least `DROP_FLOOR` and held
+  steady (within `STEADY`) between two polls.
+- the next variant's budget is free: its weight share + KV cache on that GPU, as doctor's
+  gpu-memory check computes it (`composer.doctor.gpu_checks.variant_budget`); not used
+  while a weight share is unknown.
+
+Memory held by anything else (a desktop, another user's job, a sleeping variant) does not
+hold the wait up. The wait always ends by `timeout` and says how it ended.
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-RELEASED_FRACTION = 0.05
-INTERVAL = 0.25
+from composer.errors import ComposerError
+from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
+
+if TYPE_CHECKING:
+    from composer.engine.containers import RunningVariant
+    from composer.stack.model import Stack, Variant
+
+INTERVAL = 0.1
+MIB = 1 << 20
+DROP_FLOOR = 256 * MIB
+STEADY = 64 * MIB
+GIB = float(1 << 30)
+
+PER_PROCESS = "per-process"
+SNAPSHOT_DROP = "snapshot drop"
 
 
-def wait_for_release(
-    gpus: tuple[str, ...] | None, timeout: float, waiting: Callable[[str], None]
-) -> str | None:
-    """Poll the GPU probe until the stack's GPUs hold almost no memory.
+def _quiet(_: str) -> None:
+    return None
 
-    Returns a note when the wait was skipped or gave up; None when memory was released.
+
+@dataclass(frozen=True)
+class ReleaseOutcome:
+    """How a release wait ended: `released`, `budget-free`, `timeout` or `skipped`."""
+
+    how: str
+    seconds: float
+    detail: str = ""
+
+    @property
+    def note(self) -> str | None:
+        """A line for the swap's notes; None when the memory was simply released."""
+        return None if self.how == "released" else self.detail
+
+
+class ReleaseWait:
+    """A snapshot of the stack's GPUs taken before a stop, and the wait that follows it.
+
+    `accounting` is `per-process` when a GPU listed one of the stopped processes in the
+    snapshot, else `snapshot drop`.
     """
-    if gpus is None:
-        return "no GPUs configured: GPU release wait skipped"
-    from composer.errors import ComposerError
-    from composer.probes.gpu import detect_probe
 
-    probe = detect_probe()
-    began = time.monotonic()
-    while True:
+    def __init__(
+        self,
+        probe: GpuProbe | None,
+        before: tuple[GpuInfo, ...] = (),
+        pids: frozenset[int] = frozenset(),
+        budget: Mapping[int, int] | None = None,
+        skipped: str = "",
+        seen: tuple[GpuInfo, ...] | None = None,
+    ) -> None:
+        """`before`: the stack's GPUs before the stop; `seen`: every GPU then (default `before`)."""
+        self.probe = probe
+        self.before = before
+        self.pids = pids
+        self.budget = dict(budget) if budget is not None else None
+        self.skipped = skipped
+        listed = [p for g in (before if seen is None else seen) for p in g.processes if p.pid in pids]
+        self.accounting = PER_PROCESS if listed else SNAPSHOT_DROP
+
+    @classmethod
+    def snapshot(
+        cls,
+        probe: GpuProbe,
+        devices: tuple[str, ...] | None,
+        pids: frozenset[int] = frozenset(),
+        budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None = None,
+    ) -> ReleaseWait:
+        """Read the GPUs `devices` names now; `pids` are the processes about to be stopped."""
+        if devices is None:
+            return cls(None, skipped="no GPUs configured: GPU release wait skipped")
+        if not probe.available:
+            return cls(None, skipped=f"no GPU probe ({probe.reason}): GPU release wait skipped")
         try:
-            infos = probe.gpus()
+            found = probe.gpus()
         except ComposerError as err:
-            return f"GPU probe failed ({err}): GPU release wait skipped"
-        if not infos:
-            return "no GPU probe (NVML or nvidia-smi) available: GPU release wait skipped"
-        wanted = [g for g in infos if gpus == ("all",) or str(g.index) in gpus]
-        busy = [g for g in wanted if g.total_bytes and g.used_bytes > RELEASED_FRACTION * g.total_bytes]
-        if not busy:
-            return None
-        elapsed = time.monotonic() - began
-        if elapsed >= timeout:
-            held = ", ".join(f"GPU {g.index}: {g.used_bytes / 2**30:.1f} GiB" for g in busy)
-            return f"GPU memory still in use after {timeout:.0f}s ({held}); starting anyway"
-        waiting(f"waiting for GPU memory to be released ({elapsed:.1f}s)")
-        time.sleep(INTERVAL)
+            return cls(None, skipped=f"GPU probe failed ({err}): GPU release wait skipped")
+        before = tuple(select_gpus(found, devices))
+        if not before:
+            return cls(None, skipped="none of the stack's GPUs is visible: GPU release wait skipped")
+        return cls(probe, before, pids, budget(before) if budget else None, seen=tuple(found))
+
+    @classmethod
+    def before_stop(
+        cls,
+        stack: Stack,
+        next_variant: Variant,
+        previous: RunningVariant | None,
+        probe: GpuProbe | None = None,
+    ) -> ReleaseWait:
+        """The snapshot a swap takes before stopping `previous` to start `next_variant`."""
+        from composer.doctor.gpu_checks import variant_budget
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        pids = container_pids([previous.container_id]) if previous is not None else frozenset()
+        return cls.snapshot(
+            probe or detect_probe(),
+            stack.gpus,
+            pids,
+            lambda gpus: variant_budget(stack, next_variant, gpus),
+        )
+
+    def wait(
+        self,
+        timeout: float,
+        waiting: Callable[[str], None] = _quiet,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> ReleaseOutcome:
+        """Poll until every GPU is released or has the budget free, or `timeout` passed."""
+        began = clock()
+        if self.probe is None:
+            return ReleaseOutcome("skipped", 0.0, self.skipped)
+        last: dict[int, int] = {}
+        while True:
+            try:
+                now = {
+                    g.index: g for g in select_gpus(self.probe.gpus(), [str(b.index) for b in self.before])
+                }
+            except ComposerError as err:
+                return ReleaseOutcome("skipped", clock() - began, f"GPU probe failed ({err}): wait abandoned")
+            released = {b.index for b in self.before if self._released(b, now.get(b.index), last)}
+            fits = {b.index for b in self.before if self._fits(now.get(b.index))}
+            last = {i: g.used_bytes for i, g in now.items()}
+            elapsed = clock() - began
+            pending = [b for b in self.before if b.index not in released]
+            if not pending:
+                return ReleaseOutcome("released", elapsed, f"released ({self.accounting}) in {elapsed:.1f}s")
+            if all(b.index in fits for b in pending):
+                gpus = ", ".join(str(b.index) for b in pending)
+                return ReleaseOutcome(
+                    "budget-free",
+                    elapsed,
+                    f"the next variant's memory budget is free after {elapsed:.1f}s "
+                    f"(the stopped container's memory is not released yet on GPU {gpus})",
+                )
+            if elapsed >= timeout:
+                held = "; ".join(self._describe(b, now.get(b.index)) for b in pending)
+                return ReleaseOutcome(
+                    "timeout",
+                    elapsed,
+                    f"GPU memory not released after {timeout:.0f}s ({held}); starting anyway",
+                )
+            waiting(f"waiting for the stopped container's GPU memory ({elapsed:.1f}s)")
+            sleep(INTERVAL)
+
+    def _released(self, before: GpuInfo, now: GpuInfo | None, last: Mapping[int, int]) -> bool:
+        if now is None:
+            return True  # the GPU is gone from the list: nothing to wait for on it
+        if self.accounting == PER_PROCESS:
+            return not any(p.pid in self.pids for p in now.processes)
+        dropped = now.used_bytes <= before.used_bytes - DROP_FLOOR
+        previous = last.get(now.index)
+        return dropped and previous is not None and abs(now.used_bytes - previous) <= STEADY
+
+    def _fits(self, now: GpuInfo | None) -> bool:
+        if self.budget is None or now is None or now.index not in self.budget:
+            return False
+        return now.free_bytes >= self.budget[now.index]
+
+    def _describe(self, before: GpuInfo, now: GpuInfo | None) -> str:
+        if now is None:
+            return f"GPU {before.index}: gone"
+        text = f"GPU {now.index}: {now.used_bytes / GIB:.1f} GiB used"
+        if self.accounting == PER_PROCESS:
+            pids = sorted(p.pid for p in now.processes if p.pid in self.pids)
+            text += ", stopped processes still listed: " + ", ".join(map(str, pids))
+        else:
+            text += f", {before.used_bytes / GIB:.1f} GiB before the stop"
+        if self.budget is not None and now.index in self.budget:
+            text += (
+                f", {now.free_bytes / GIB:.1f} GiB free of the {self.budget[now.index] / GIB:.1f} GiB needed"
+            )
+        return text

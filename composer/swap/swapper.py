@@ -25,7 +25,7 @@ from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, Pr
 from composer.render.runfiles import compose_environment, run_file
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap.gpu_release import wait_for_release
+from composer.swap.gpu_release import ReleaseWait
 
 if TYPE_CHECKING:
     import docker
@@ -192,13 +192,16 @@ class Swapper:
         return probe_once(running_target(self.stack, current))
 
     def _execute(self, plan: SwapPlan, target: Target, compose_file: Path, result: UpResult) -> None:
+        release = None
+        if "release" in plan.steps:  # the snapshot the release wait compares with, before the stop
+            release = ReleaseWait.before_stop(self.stack, target.variant, plan.previous)
         if "stop" in plan.steps:
             began = time.monotonic()
             self.stop_all()
             result.timings["stop"] = time.monotonic() - began
-        if "release" in plan.steps:
+        if release is not None:
             began = time.monotonic()
-            note = wait_for_release(self.stack.gpus, self.options.release_timeout, self.waiting)
+            note = release.wait(self.options.release_timeout, self.waiting).note
             result.timings["release_wait"] = time.monotonic() - began
             if note:
                 result.notes.append(note)

@@ -130,10 +130,34 @@ def test_gpu_memory_counts_the_drafter_share_per_draft_tp(tmp_path: Path) -> Non
     assert "holders unknown" in warn.detail
 
 
-def test_gpu_memory_notes_unknown_weights(tmp_path: Path) -> None:
+def test_gpu_memory_with_unknown_weights_is_a_warn_that_says_so(tmp_path: Path) -> None:
+    """Unknown weights never read as "ok ... needs 0.0 GiB weights"."""
     stack = make_stack(tmp_path)
     found = gck.check_gpu_memory(stack, stack.variant("baseline"), facts(stack))
-    assert found.status == "ok" and "target weights unknown" in found.detail
+    assert found.status == "warn"
+    assert found.detail.startswith("cannot tell whether it fits: target weights unknown")
+    assert "0.0 GiB weights" not in found.detail and "? weights" in found.detail
+    assert "MODEL_DIR" in found.fix
+
+
+def test_gpu_memory_with_unknown_draft_weights_warns_and_still_fails_what_cannot_fit(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, environ={"KV_CACHE_MEMORY": "4GiB"}, target_shards=[54 * GIB])
+    found = gck.check_gpu_memory(stack, stack.variant("dflash2"), facts(stack))
+    assert found.status == "warn" and "draft weights unknown" in found.detail
+    assert "at least 17.5 GiB" in found.detail
+    huge = make_stack(tmp_path / "huge", environ={"KV_CACHE_MEMORY": "30GiB"})
+    failed = gck.check_gpu_memory(huge, huge.variant("mtp"), facts(huge))
+    assert failed.status == "fail" and "target weights unknown" in failed.detail
+
+
+def test_variant_budget_is_known_only_with_the_weights(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, target_shards=[27 * GIB, 27 * GIB])
+    assert gck.variant_budget(stack, stack.variant("mtp"), tuple(FOUR_4090[:2])) == {
+        0: int(13.5 * GIB) + 7 * GIB,
+        1: int(13.5 * GIB) + 7 * GIB,
+    }
+    unknown = make_stack(tmp_path / "unknown")
+    assert gck.variant_budget(unknown, unknown.variant("mtp"), tuple(FOUR_4090)) is None
 
 
 def test_device_list_naming_no_host_gpu_fails_count_without_crashing_the_rest(tmp_path: Path) -> None:

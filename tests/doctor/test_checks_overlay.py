@@ -92,3 +92,15 @@ def test_recipe_lookup_and_make_target(tmp_path: Path) -> None:
     assert recipe_for_image(tmp_path, "base:1", images) is None
     assert make_target("dflash2", Path(".env")) == "make image-dflash2"
     assert make_target("dflash2", None) == "make image-dflash2"
+
+
+def test_two_recipes_writing_the_image_fail_naming_both(tmp_path: Path) -> None:
+    """Regression: the first recipe found was silently taken as the image's recipe."""
+    recipes = tmp_path / "images"
+    write_recipe(recipes)
+    (recipes / "copy").mkdir()
+    (recipes / "copy" / "image.toml").write_text((recipes / "ov" / "image.toml").read_text())
+    stack = make_stack(tmp_path, environ={"VLLM_IMAGE": "base:1", "DFLASH2_IMAGE": "overlay:1"})
+    found = check_overlay_current(stack, stack.variant("dflash2"), None, recipes)  # type: ignore[arg-type]
+    assert found is not None and found.status == "fail"
+    assert "recipes copy and ov both write overlay:1" in found.detail and "own output.tag" in found.fix

@@ -100,7 +100,11 @@ def output_tag(docker_client) -> Iterator[str]:
 
 
 def write_recipe(
-    folder: Path, diffs: dict[str, str], verify: str = "", pins: dict[str, str] | None = None
+    folder: Path,
+    diffs: dict[str, str],
+    verify: str = "",
+    pins: dict[str, str] | None = None,
+    strip: int | None = None,
 ) -> Path:
     """A recipe folder `folder/r` whose base is @images.vllm and tag @images.dflash2."""
     from composer.overlay.diff import sha256_hex
@@ -111,7 +115,8 @@ def write_recipe(
     for name, text in diffs.items():
         (recipe / name).write_text(text)
         pin = (pins or {}).get(name, sha256_hex(text.encode()))
-        entries.append(f'[[diffs]]\nfile = "{name}"\nsha256 = "{pin}"\nskip = ["tests/*"]\n')
+        strip_line = f"strip = {strip}\n" if strip is not None else ""
+        entries.append(f'[[diffs]]\nfile = "{name}"\nsha256 = "{pin}"\nskip = ["tests/*"]\n{strip_line}')
     verify = verify or "import vllm.spec.dflash, vllm.config.methods as m; assert 'dflash' in m.METHODS"
     (recipe / "image.toml").write_text(
         '[base]\nimage = "@images.vllm"\n\n[package]\nname = "vllm"\n\n[output]\ntag = "@images.dflash2"\n\n'

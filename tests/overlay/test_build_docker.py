@@ -107,16 +107,113 @@ def test_failed_verification_removes_the_image_and_keeps_the_tag(
     assert no_helpers_left(docker_client)
 
 
-def test_pin_then_build_through_the_cli(
+def test_pin_dry_run_writes_nothing_then_pin_writes_the_pin(
     docker_client, standin_base, output_tag, tmp_path, monkeypatch
 ) -> None:
+    """Regression: `build --pin --dry-run` rewrote image.toml, even when the dry run failed."""
     path = write_recipe(tmp_path, {"dflash.diff": ADD_DFLASH}, pins={"dflash.diff": ""})
+    unpinned = path.read_bytes()
     refused = cli(tmp_path, monkeypatch, standin_base, output_tag)
     assert_refused(refused, "diff dflash.diff is not pinned", "compose-spec build r --pin")
     dry = cli(tmp_path, monkeypatch, standin_base, output_tag, "--pin", "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert f'sha256 = "{sha256_hex(ADD_DFLASH.encode())}"' in path.read_text()
+    digest = sha256_hex(ADD_DFLASH.encode())
+    assert f"dry run: would pin dflash.diff to sha256 {digest}; {path} unchanged" in dry.output
     assert "dry run passed, nothing built" in dry.output and no_image(docker_client, output_tag)
+    assert path.read_bytes() == unpinned
+    stale = ADD_DFLASH.replace('     "eagle",\n', '     "eagle3",\n')
+    (tmp_path / "r" / "dflash.diff").write_text(stale)
+    failed = cli(tmp_path, monkeypatch, standin_base, output_tag, "--pin", "--dry-run")
+    assert_refused(failed, "hunk 1/1")
+    assert path.read_bytes() == unpinned
+    (tmp_path / "r" / "dflash.diff").write_text(ADD_DFLASH)
+    built = cli(tmp_path, monkeypatch, standin_base, output_tag, "--pin")
+    assert built.exit_code == 0, built.output
+    assert f'sha256 = "{digest}"' in path.read_text() and not no_image(docker_client, output_tag)
+
+
+BROKEN_MODULE = ADD_DFLASH.replace("+BLOCK = 8\n", "+from vllm.spec import helper_the_base_lacks\n")
+
+
+def test_verification_imports_every_module_the_diff_adds(
+    docker_client, standin_base, output_tag, tmp_path
+) -> None:
+    """Regression: a verify command that passes on a base without the change proved nothing."""
+    write_recipe(tmp_path, {"dflash.diff": BROKEN_MODULE}, verify="import vllm")
+    recipe = load_recipe(tmp_path, "r", stack_images(standin_base, output_tag))
+    before = {i.id for i in docker_client.images.list(all=True)}
+    with pytest.raises(ImageBuildError) as err:
+        build_overlay(docker_client, recipe, extra_labels=LABELS)
+    message = str(err.value)
+    assert "verification failed in the new image (exit 1 from importing the added modules)" in message
+    assert (
+        "cannot import vllm.spec.dflash (ImportError: cannot import name 'helper_the_base_lacks'" in message
+    )
+    assert not ({i.id for i in docker_client.images.list(all=True)} - before)
+    assert no_image(docker_client, output_tag) and no_helpers_left(docker_client)
+
+    write_recipe(tmp_path, {"dflash.diff": ADD_DFLASH}, verify="import vllm")
+    lines: list[str] = []
+    recipe = load_recipe(tmp_path, "r", stack_images(standin_base, output_tag))
+    assert build_overlay(docker_client, recipe, progress=lines.append, extra_labels=LABELS).status == "built"
+    assert (
+        "verifying (offline): import 1 added module(s) (vllm.spec.dflash), then run python3 -c"
+        in "\n".join(lines)
+    )
+
+
+def test_verify_option_replaces_the_recipe_command(
+    docker_client, standin_base, output_tag, tmp_path, monkeypatch
+) -> None:
+    write_recipe(tmp_path, {"dflash.diff": ADD_DFLASH})
+    custom = "python3 -c 'import vllm.spec.dflash as d; raise SystemExit(f\"custom check saw {d.BLOCK}\")'"
+    failed = cli(tmp_path, monkeypatch, standin_base, output_tag, "--verify", custom)
+    assert_refused(failed, "verification failed in the new image", "image removed: custom check saw 8")
+    assert no_image(docker_client, output_tag)
+    assert cli(tmp_path, monkeypatch, standin_base, output_tag).exit_code == 0
+    image_id = docker_client.images.get(output_tag).id
+    again = cli(tmp_path, monkeypatch, standin_base, output_tag, "--verify", custom)
+    assert_refused(again, "verification failed in the image", "the image is kept: custom check saw 8")
+    assert docker_client.images.get(output_tag).id == image_id
+    passing = cli(tmp_path, monkeypatch, standin_base, output_tag, "--verify", "python3 -c 'import vllm'")
+    assert (
+        passing.exit_code == 0 and "up to date" in passing.output and "verification passed" in passing.output
+    )
+
+
+PACKAGE_RELATIVE_WITH_DATA = """diff --git a/config/methods.py b/config/methods.py
+--- a/config/methods.py
++++ b/config/methods.py
+@@ -3,5 +3,6 @@
+ METHODS = (
+     "ngram",
+     "eagle",
++    "dflash",
+     "mtp",
+ )
+diff --git a/config/limits.json b/config/limits.json
+new file mode 100644
+--- /dev/null
++++ b/config/limits.json
+@@ -0,0 +1 @@
++{"dflash": 15}
+"""
+
+
+def test_a_package_relative_diff_with_a_data_file_builds_with_strip(
+    docker_client, standin_base, output_tag, tmp_path
+) -> None:
+    """Regressions: strip = 1 for package-relative paths; a .json inside the package is applied."""
+    verify = (
+        "import json, pathlib, vllm.config.methods as m; "
+        "assert json.loads((pathlib.Path(m.__file__).parent / 'limits.json').read_text()) == {'dflash': 15}; "
+        "assert 'dflash' in m.METHODS"
+    )
+    write_recipe(tmp_path, {"backport.diff": PACKAGE_RELATIVE_WITH_DATA}, verify=verify, strip=1)
+    recipe = load_recipe(tmp_path, "r", stack_images(standin_base, output_tag))
+    result = build_overlay(docker_client, recipe, extra_labels=LABELS)
+    assert result.status == "built"
+    assert result.files == ("vllm/config/limits.json", "vllm/config/methods.py")
 
 
 def test_missing_diff_and_missing_base_in_one_line(tmp_path, monkeypatch) -> None:
@@ -143,14 +240,11 @@ BINARY = "diff --git a/vllm/a.py b/vllm/a.py\nBinary files a/vllm/a.py and b/vll
 @pytest.mark.parametrize(
     ("diff", "message"),
     [
-        (
-            one_file("csrc/attention/paged.cu"),
-            "csrc/attention/paged.cu: C/C++/CUDA source; the overlay cannot compile",
-        ),
-        (one_file("vllm/_C/ops.cpp"), "vllm/_C/ops.cpp: C/C++/CUDA source; the overlay cannot compile"),
+        (one_file("csrc/attention/paged.cu"), "csrc/attention/paged.cu: outside the package vllm/"),
+        (one_file("vllm/_C/ops.cpp"), "vllm/_C/ops.cpp: native source (C/C++/CUDA/Cython); the overlay"),
         (one_file("vllm/../../../etc/evil.py"), "contains '..'"),
         (ABSOLUTE, "absolute path '/opt/site/vllm/a.py' is not allowed"),
-        (BINARY, "binary patches are not allowed"),
+        (BINARY, "vllm/a.py: a binary file inside vllm/"),
     ],
 )
 def test_bad_diffs_are_refused(
@@ -206,3 +300,21 @@ def test_pinned_base_id_must_match(docker_client, standin_base, output_tag, tmp_
     line = assert_refused(cli(tmp_path, monkeypatch, standin_base, output_tag))
     assert line.endswith(f"base image {standin_base} is {base_id}, the recipe pins sha256:{'0' * 64}")
     assert no_image(docker_client, output_tag)
+
+
+def test_every_failing_hunk_is_reported_through_the_cli(
+    docker_client, standin_base, output_tag, tmp_path, monkeypatch
+) -> None:
+    stale = ADD_DFLASH.replace('     "eagle",\n', '     "eagle3",\n') + one_file("vllm/__init__.py")
+    write_recipe(tmp_path, {"stale.diff": stale})
+    result = cli(tmp_path, monkeypatch, standin_base, output_tag)
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert lines[-3] == (
+        "compose-spec: error: 2 problems in 2 file(s): the diffs do not apply to the base image:"
+    )
+    assert lines[-2].startswith("  diff stale.diff: vllm/config/methods.py: hunk 1/1 @@ -3,5 +3,6 @@")
+    assert lines[-1].startswith(
+        "  diff stale.diff: vllm/__init__.py: hunk 1/1 @@ -1,1 +1,1 @@ does not match"
+    )
+    assert no_image(docker_client, output_tag) and no_helpers_left(docker_client)

@@ -103,3 +103,36 @@ def test_any_difflib_diff_round_trips(before: list[str], after: list[str], conte
     assume(text)
     out = apply_diffs({"vllm/m.py": "".join(before)}, [parse(text)])
     assert out["vllm/m.py"] == "".join(after)
+
+
+def test_every_failing_file_and_hunk_is_reported_in_one_run() -> None:
+    """Regression: only the first failing hunk was named; a far-away base needed one run per file."""
+    original = "".join(f"line{i}\n" for i in range(1, 21))
+    three_hunks = one_file(
+        "vllm/a.py",
+        body=(
+            "@@ -2,3 +2,3 @@\n line2\n-line3\n+LINE3\n line4\n"
+            "@@ -9,3 +9,3 @@\n line9\n-zzz\n+ZZZ\n line11\n"
+            "@@ -17,3 +17,3 @@\n line17\n-yyy\n+YYY\n line19\n"
+        ),
+    )
+    other = one_file("vllm/b.py", body="@@ -1 +1 @@\n-old\n+new\n")
+    with pytest.raises(ImageBuildError) as err:
+        apply_diffs(
+            {
+                "vllm/a.py": original,
+                "vllm/b.py": "changed\n",
+                "vllm/config/methods.py": None,
+                "vllm/spec/dflash.py": "x\n",
+            },
+            [parse(three_hunks, "1.diff"), parse(other + ADD_DFLASH, "2.diff")],
+        )
+    lines = str(err.value).splitlines()
+    assert lines[0] == "5 problems in 4 file(s): the diffs do not apply to the base image:"
+    assert [line.strip().split(" @@")[0] for line in lines[1:]] == [
+        "diff 1.diff: vllm/a.py: hunk 2/3",
+        "diff 1.diff: vllm/a.py: hunk 3/3",
+        "diff 2.diff: vllm/b.py: hunk 1/1",
+        "diff 2.diff: vllm/config/methods.py: the diff edits this file but the base image does not have it",
+        "diff 2.diff: vllm/spec/dflash.py: the diff adds this file but the base image already has it",
+    ]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer.errors import UsageError
-from composer.overlay.recipe import load_recipe, pin_recipe, recipe_names
+from composer.overlay.recipe import load_recipe, pin_recipe, recipe_names, recipes_writing, verify_argv
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ file = "sim.diff"
 
 def write(tmp_path: Path, text: str = RECIPE, name: str = "r") -> Path:
     folder = tmp_path / name
-    folder.mkdir()
+    folder.mkdir(parents=True)
     (folder / "image.toml").write_text(text)
     return folder / "image.toml"
 
@@ -98,6 +98,14 @@ def test_unknown_recipe_lists_known_ones(tmp_path: Path) -> None:
         ('[output]\ntag = "@images.dflash2"', "", "output.tag is required"),
         ("[[diffs]]", "[broken", "not valid TOML"),
         ('tag = "@images.dflash2"', 'tag = "@images.vllm"', "the overlay needs its own tag"),
+        (
+            'file = "one.diff"',
+            'file = "one.diff"\nstrip = -1',
+            r"diffs.strip must be a whole number .* got -1",
+        ),
+        ('file = "one.diff"', 'file = "one.diff"\nstrip = "1"', r"diffs.strip must be .*like `patch -p1`"),
+        ('file = "one.diff"', 'file = "one.diff"\nstrip = true', "diffs.strip must be"),
+        ('"import vllm"]', '"import vllm"]\nskip_imports = "vllm.x"', "verify.skip_imports must be a list"),
     ],
 )
 def test_bad_recipes_are_usage_errors(tmp_path: Path, old: str, new: str, message: str) -> None:
@@ -139,3 +147,37 @@ def test_shipped_dflash2_recipe_with_reference_and_demo_stacks() -> None:
     recipe = load_recipe(REPO / "images", "dflash2", demo.images)
     assert (recipe.base, recipe.tag) == ("vllm-sim:latest", "vllm-sim:dflash2")
     assert recipe.diffs[0].file == REPO / "images" / "sim" / "overlay" / "sim-dflash.diff"
+
+
+def test_strip_and_skip_imports_are_read_and_change_the_fingerprint(tmp_path: Path) -> None:
+    write(tmp_path / "plain")
+    plain = load_recipe(tmp_path / "plain", "r", IMAGES)
+    assert [d.strip for d in plain.diffs] == [None, None] and plain.skip_imports == ()
+    text = RECIPE.replace('file = "one.diff"', 'file = "one.diff"\nstrip = 1', 1)
+    text = text.replace('"import vllm"]', '"import vllm"]\nskip_imports = ["vllm.gpu_only.*"]', 1)
+    write(tmp_path / "stripped", text)
+    stripped = load_recipe(tmp_path / "stripped", "r", IMAGES)
+    assert [d.strip for d in stripped.diffs] == [1, None] and stripped.skip_imports == ("vllm.gpu_only.*",)
+    assert stripped.fingerprint() != plain.fingerprint()
+
+
+def test_two_recipes_writing_the_same_tag_are_refused_with_both_names(tmp_path: Path) -> None:
+    """Regression: two recipes with one output tag made doctor misreport the overlay."""
+    write(tmp_path, name="alpha")
+    write(tmp_path, RECIPE.replace('tag = "@images.dflash2"', 'tag = "vllm-openai:dflash2"'), name="beta")
+    write(tmp_path, RECIPE.replace('tag = "@images.dflash2"', 'tag = "other:1"'), name="gamma")
+    assert recipes_writing(tmp_path, "vllm-openai:dflash2", IMAGES) == ["alpha", "beta"]
+    for name, other in (("alpha", "beta"), ("beta", "alpha")):
+        with pytest.raises(
+            UsageError, match=f"recipes {name} and {other} both write the image vllm-openai:dflash2"
+        ):
+            load_recipe(tmp_path, name, IMAGES)
+    assert load_recipe(tmp_path, "gamma", IMAGES).tag == "other:1"
+
+
+def test_verify_override_is_split_like_a_shell_line() -> None:
+    assert verify_argv("python3 -c 'import vllm.x; print(1)'") == ("python3", "-c", "import vllm.x; print(1)")
+    with pytest.raises(UsageError, match="--verify needs a command"):
+        verify_argv("  ")
+    with pytest.raises(UsageError, match="No closing quotation"):
+        verify_argv("python3 -c 'import")

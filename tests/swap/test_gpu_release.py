@@ -1,74 +1,210 @@
-"""The bounded wait for GPU memory release, with a fake probe."""
+"""The bounded GPU release wait (snapshot before the stop, wait after), with a fake probe."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from pathlib import Path
+
 import pytest
 
-from composer.probes.gpu import GpuInfo
+from composer.errors import GpuProbeError
+from composer.probes.gpu import GpuInfo, GpuProcess
 from composer.swap import gpu_release
+from composer.swap.gpu_release import ReleaseWait
+from tests.doctor.fakes import make_stack
 
 GIB = 1 << 30
+H200 = 140 * GIB
+CONTAINER, FOREIGN = 4242, 777
 
 
-class DrainingProbe:
-    """Reports GPU 0 and 1 busy for `busy_calls` snapshots, then free."""
+def gpu(index: int, used_gib: float, processes: Sequence[GpuProcess] = (), total: int = H200) -> GpuInfo:
+    used = int(used_gib * GIB)
+    return GpuInfo(index, "NVIDIA H200", (9, 0), total, used, total - used, tuple(processes))
+
+
+def proc(pid: int, gib: float) -> GpuProcess:
+    return GpuProcess(pid, "python3", int(gib * GIB))
+
+
+class ScriptedProbe:
+    """Answers each `gpus()` call with the next scripted snapshot; the last one repeats."""
 
     name = "fake"
     available = True
     reason = ""
 
-    def __init__(self, busy_calls: int) -> None:
-        self.busy_calls = busy_calls
+    def __init__(self, *snapshots: list[GpuInfo]) -> None:
+        self.snapshots = list(snapshots)
         self.calls = 0
 
     def gpus(self) -> list[GpuInfo]:
         self.calls += 1
-        used = 20 * GIB if self.calls <= self.busy_calls else GIB // 4
-        return [GpuInfo(i, "RTX 4090", (8, 9), 24 * GIB, used, 24 * GIB - used) for i in range(2)]
+        return list(self.snapshots[min(self.calls - 1, len(self.snapshots) - 1)])
 
 
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch):
-    monkeypatch.setattr(gpu_release, "INTERVAL", 0.01)
+class FakeClock:
+    """A monotonic clock that `sleep` advances: the wait's timing without real waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
 
 
-def use_probe(monkeypatch, probe) -> None:
-    monkeypatch.setattr("composer.probes.gpu.detect_probe", lambda: probe)
+def wait(release: ReleaseWait, timeout: float = 60.0, said: list[str] | None = None):
+    clock = FakeClock()
+    return release.wait(timeout, (said if said is not None else []).append, clock=clock, sleep=clock.sleep)
 
 
-def test_waits_until_memory_is_released(monkeypatch):
-    probe = DrainingProbe(busy_calls=3)
-    use_probe(monkeypatch, probe)
+BOTH = [gpu(0, 70.5, [proc(FOREIGN, 10), proc(CONTAINER, 60)])]
+FOREIGN_ONLY = [gpu(0, 10.5, [proc(FOREIGN, 10)])]
+
+
+def test_a_foreign_process_holding_memory_does_not_hold_the_wait_up() -> None:
+    """Regression: a foreign 10 GiB holder made every swap wait its whole timeout (> 5% used)."""
+    probe = ScriptedProbe(BOTH, FOREIGN_ONLY)
+    release = ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER}))
+    outcome = wait(release, timeout=20)
+    assert release.accounting == "per-process"
+    assert (outcome.how, outcome.note) == ("released", None)
+    assert outcome.seconds < 1 and probe.calls == 2
+
+
+def test_per_process_waits_while_a_stopped_process_is_still_listed() -> None:
+    probe = ScriptedProbe(BOTH, BOTH, BOTH, FOREIGN_ONLY)
     said: list[str] = []
-    assert gpu_release.wait_for_release(("0", "1"), timeout=5, waiting=said.append) is None
-    assert probe.calls == 4 and len(said) == 3
+    outcome = wait(ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER})), said=said)
+    assert outcome.how == "released" and probe.calls == 4 and len(said) == 2
+    assert outcome.seconds == pytest.approx(2 * gpu_release.INTERVAL)
 
 
-def test_gives_up_after_the_timeout_with_a_note(monkeypatch):
-    use_probe(monkeypatch, DrainingProbe(busy_calls=10**9))
-    note = gpu_release.wait_for_release(("0",), timeout=0.05, waiting=lambda _: None)
-    assert note is not None and "still in use" in note and "GPU 0: 20.0 GiB" in note
+def test_a_gpu_the_container_did_not_use_is_released_at_once() -> None:
+    probe = ScriptedProbe(
+        [gpu(0, 60.5, [proc(CONTAINER, 60)]), gpu(1, 10.5, [proc(FOREIGN, 10)])],
+        [gpu(0, 0.5), gpu(1, 10.5, [proc(FOREIGN, 10)])],
+    )
+    outcome = wait(ReleaseWait.snapshot(probe, ("all",), frozenset({CONTAINER})))
+    assert outcome.how == "released" and probe.calls == 2
 
 
-def test_only_the_stack_gpus_count(monkeypatch):
-    class SecondGpuBusy(DrainingProbe):
-        def gpus(self):
-            return [
-                GpuInfo(0, "a", (8, 9), 24 * GIB, GIB // 4, 0),
-                GpuInfo(1, "b", (8, 9), 24 * GIB, 20 * GIB, 0),
-            ]
-
-    use_probe(monkeypatch, SecondGpuBusy(busy_calls=0))
-    assert gpu_release.wait_for_release(("0",), timeout=0.05, waiting=lambda _: None) is None
-    assert "GPU 1" in gpu_release.wait_for_release(("1",), timeout=0.05, waiting=lambda _: None)
+def test_without_a_process_list_the_drop_against_the_snapshot_counts() -> None:
+    """No per-process accounting (WSL2): released once used memory dropped and held steady."""
+    probe = ScriptedProbe([gpu(0, 70.5)], [gpu(0, 70.5)], [gpu(0, 30)], [gpu(0, 10.5)], [gpu(0, 10.5)])
+    release = ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER}))
+    outcome = wait(release)
+    assert release.accounting == "snapshot drop"
+    assert outcome.how == "released" and probe.calls == 5
 
 
-def test_skipped_without_gpus_or_probe(monkeypatch):
-    assert "skipped" in gpu_release.wait_for_release(None, 1, lambda _: None)
+def test_unseen_container_processes_fall_back_to_the_drop() -> None:
+    """Processes listed under other PIDs (another PID namespace) do not count as released."""
+    probe = ScriptedProbe([gpu(0, 60.5, [proc(1, 60)])], [gpu(0, 60.5)], [gpu(0, 0.5)], [gpu(0, 0.5)])
+    outcome = wait(ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER})))
+    assert outcome.how == "released" and probe.calls == 4
 
-    class NoGpus(DrainingProbe):
-        def gpus(self):
-            return []
 
-    use_probe(monkeypatch, NoGpus(0))
-    assert "skipped" in gpu_release.wait_for_release(("0",), 1, lambda _: None)
+def test_the_next_variants_budget_free_ends_the_wait() -> None:
+    stuck = [gpu(0, 70.5, [proc(FOREIGN, 10), proc(CONTAINER, 60)])]
+    probe = ScriptedProbe(stuck)
+    release = ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER}), lambda gpus: {0: 60 * GIB})
+    outcome = wait(release)
+    assert outcome.how == "budget-free" and probe.calls == 2
+    assert outcome.note is not None and "not released yet on GPU 0" in outcome.note
+    short = ReleaseWait.snapshot(
+        ScriptedProbe(stuck), ("0",), frozenset({CONTAINER}), lambda g: {0: 80 * GIB}
+    )
+    assert wait(short, timeout=1).how == "timeout"
+
+
+def test_gives_up_after_the_timeout_and_says_what_still_holds_memory() -> None:
+    probe = ScriptedProbe(BOTH)
+    release = ReleaseWait.snapshot(probe, ("0",), frozenset({CONTAINER}), lambda gpus: {0: 135 * GIB})
+    outcome = wait(release, timeout=2)
+    assert outcome.how == "timeout" and outcome.seconds == pytest.approx(2, abs=gpu_release.INTERVAL)
+    assert outcome.note is not None and "not released after 2s" in outcome.note
+    assert (
+        "stopped processes still listed: 4242" in outcome.note and "of the 135.0 GiB needed" in outcome.note
+    )
+    drop = ReleaseWait.snapshot(ScriptedProbe([gpu(0, 70.5)]), ("0",))
+    assert "70.5 GiB before the stop" in (wait(drop, timeout=1).note or "")
+
+
+def test_only_the_stack_gpus_count() -> None:
+    busy = [gpu(0, 0.5), gpu(1, 70.5, [proc(CONTAINER, 70)])]
+    assert wait(ReleaseWait.snapshot(ScriptedProbe(busy), ("0",), frozenset({CONTAINER}))).how == "released"
+    assert wait(ReleaseWait.snapshot(ScriptedProbe(busy), ("1",), frozenset({CONTAINER})), 1).how == "timeout"
+
+
+def test_skipped_without_gpus_probe_or_visible_gpu() -> None:
+    assert "skipped" in (wait(ReleaseWait.snapshot(ScriptedProbe(BOTH), None)).note or "")
+
+    class Failing(ScriptedProbe):
+        def gpus(self) -> list[GpuInfo]:
+            raise GpuProbeError("NVML query failed: boom")
+
+    failed = wait(ReleaseWait.snapshot(Failing(), ("0",)))
+    assert failed.how == "skipped" and "boom" in (failed.note or "")
+    assert wait(ReleaseWait.snapshot(ScriptedProbe([]), ("0",))).how == "skipped"
+    later = ReleaseWait.snapshot(ScriptedProbe(BOTH), ("0",), frozenset({CONTAINER}))
+    later.probe = Failing()
+    assert wait(later).how == "skipped"
+
+
+def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
+    tmp_path: Path, monkeypatch
+) -> None:
+    stack = make_stack(tmp_path, environ={"GPU_DEVICES": "0"}, target_shards=[27 * GIB, 27 * GIB])
+    asked: list[list[str]] = []
+
+    def pids(ids):
+        asked.append(list(ids))
+        return frozenset({CONTAINER})
+
+    monkeypatch.setattr("composer.probes.cgroups.container_pids", pids)
+
+    class Previous:
+        container_id = "c" * 64
+
+    release = ReleaseWait.before_stop(stack, stack.variant("mtp"), Previous(), ScriptedProbe(BOTH))  # type: ignore[arg-type]
+    assert asked == [["c" * 64]] and release.pids == {CONTAINER}
+    assert release.budget == {0: int(13.5 * GIB) + 7 * GIB}  # TP 4: a quarter of 54 GiB + KV 7 GiB
+
+
+def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch) -> None:
+    from composer.swap.swapper import Swapper, SwapPlan, UpOptions, UpResult
+
+    order: list[str] = []
+
+    class Recorded(ReleaseWait):
+        def wait(self, timeout, waiting=gpu_release._quiet, clock=None, sleep=None):  # type: ignore[override]
+            order.append(f"wait {timeout:.0f}")
+            return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
+
+    def snapshot(stack, variant, previous, probe=None):
+        order.append(f"snapshot {previous}")
+        return Recorded(None)
+
+    class Stop(Exception):
+        pass
+
+    def start(_file):
+        order.append("start")
+        raise Stop
+
+    monkeypatch.setattr("composer.swap.swapper.ReleaseWait.before_stop", snapshot)
+    stack = type("FakeStack", (), {"gpus": ("0",)})()
+    swapper = Swapper(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
+    monkeypatch.setattr(swapper, "stop_all", lambda: order.append("stop"))
+    monkeypatch.setattr(swapper, "start", start)
+    result = UpResult("mtp", "started")
+    plan = SwapPlan("mtp", "h", "previous-variant", ("stop", "release", "start", "gate"))  # type: ignore[arg-type]
+    target = type("T", (), {"variant": "mtp-variant"})()
+    with pytest.raises(Stop):
+        swapper._execute(plan, target, Path("run.yml"), result)  # type: ignore[arg-type]
+    assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]
+    assert result.notes == ["budget free"] and "release_wait" in result.timings

@@ -1,0 +1,44 @@
+"""The host PIDs of a container's processes, read from `/proc/<pid>/cgroup` (read-only).
+
+Docker puts every process of a container in a cgroup whose path holds the container's
+full id (`/system.slice/docker-<id>.scope` with the systemd driver, `/docker/<id>` with
+cgroupfs, the same under a user slice when rootless). Reading the host's `/proc` needs
+no Docker call and sees host PIDs, the ones NVML reports. An empty set means the
+processes are not visible from here (Docker in a VM, this tool in a PID namespace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+PROC = Path("/proc")
+MIN_ID_LENGTH = 12  # shorter ids could match unrelated cgroup paths
+
+
+def container_pids(container_ids: Iterable[str], proc: Path = PROC) -> frozenset[int]:
+    """PIDs whose cgroup path names one of `container_ids` (full ids; short ones are ignored)."""
+    ids = tuple(i for i in container_ids if len(i) >= MIN_ID_LENGTH)
+    if not ids:
+        return frozenset()
+    found: set[int] = set()
+    try:
+        entries = list(proc.iterdir())
+    except OSError:
+        return frozenset()
+    for entry in entries:
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = (entry / "cgroup").read_text(encoding="utf-8", errors="replace")
+        except OSError:  # the process ended, or we may not read it
+            continue
+        if any(_names(line, ids) for line in text.splitlines()):
+            found.add(int(entry.name))
+    return frozenset(found)
+
+
+def _names(line: str, ids: tuple[str, ...]) -> bool:
+    """True when the cgroup path of a `/proc/<pid>/cgroup` line carries one of `ids`."""
+    path = line.split(":", 2)[-1]
+    return any(container_id in path for container_id in ids)
