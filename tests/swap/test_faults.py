@@ -203,3 +203,41 @@ def test_run_files_pruned_but_never_the_running_ones(sim_stack, docker_client):
     assert original in kept and len(kept) == 4, kept
     assert_serving(sim_stack, docker_client, "probe")
     assert sorted(p.name for p in runs.glob("*.yml") if not p.name.startswith("probe-")) == []
+
+
+def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
+    sim_stack, docker_client, tmp_path, monkeypatch
+):
+    """dockerd vanishes after the new variant failed: the cause stays first, then each step's outcome."""
+    import docker
+
+    from composer.errors import SwapFailed
+    from composer.render.spec import resolve_target
+    from composer.stack.load import load_stack
+    from composer.swap import swapper
+
+    for name in ("XDG_STATE_HOME", "VLLM_API_KEY"):
+        monkeypatch.setenv(name, sim_stack.env[name])
+    stack = load_stack(
+        [REPO / "composer.toml", sim_stack.stack_file], env_file=REPO / ".env.demo", environ=sim_stack.env
+    )
+    options = swapper.UpOptions(timeout=60)
+    swapper.up(stack, resolve_target(stack, "baseline"), client=docker_client, options=options)
+
+    dead = f"unix://{tmp_path}/dead.sock"
+    original_fail = swapper.Swapper._fail
+
+    def fail_without_docker(self, *args):
+        self.client = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
+        monkeypatch.setenv("DOCKER_HOST", dead)
+        return original_fail(self, *args)
+
+    monkeypatch.setattr(swapper.Swapper, "_fail", fail_without_docker)
+    with pytest.raises(SwapFailed) as failed:
+        swapper.up(stack, resolve_target(stack, "mtp-crash"), client=docker_client, options=options)
+    message = str(failed.value)
+    assert message.startswith("mtp-crash failed: the container exited with code 1; could not remove it: ")
+    assert message.index("could not remove it") < message.index("rollback to baseline failed too: ")
+    assert "Cannot connect to the Docker daemon" in message.split("rollback to baseline failed too: ")[1]
+    assert failed.value.rolled_back is False
+    assert "EngineCore failed to start" in failed.value.log_tail
