@@ -23,7 +23,7 @@ from composer.engine.client import compose
 from composer.engine.containers import RunningVariant, current_variant, our_containers
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
-from composer.render.runfiles import compose_environment, run_file
+from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap.gpu_release import wait_for_release
@@ -209,6 +209,8 @@ class Swapper:
             result.timings["total"] = time.monotonic() - total_start
             return result
         compose_file = run_file(target)
+        previous_file = current.config_file if current else None
+        prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
         with _signals(_interrupt_once):
             try:
                 self._execute(plan, target, compose_file, result)

@@ -222,3 +222,27 @@ def test_pruning_the_file_on_release_keeps_the_lock_exclusive(tmp_path):
     assert [w.exitcode for w in workers] == [0, 0, 0, 0]
     assert overlaps.value == 0
     assert list((tmp_path / "locks").iterdir()) == []
+
+
+# -- run files --------------------------------------------------------------------------
+
+
+def test_prune_run_files_keeps_the_newest_and_the_protected(tmp_path):
+    from composer.render.runfiles import prune_run_files
+
+    folder = tmp_path / "p"
+    folder.mkdir()
+    names = [f"mtp-{i:016x}.yml" for i in range(6)]
+    for age, name in enumerate(names):  # names[0] newest ... names[5] oldest
+        path = folder / name
+        path.write_text("services: {}\n")
+        os.utime(path, (1_000_000 - age, 1_000_000 - age))
+    others = ["mtp-crash-0000000000000001.yml", "baseline-0000000000000002.yml", "mtp-notes.txt"]
+    for name in others:
+        (folder / name).write_text("x")
+        os.utime(folder / name, (1, 1))
+    removed = prune_run_files("p", "mtp", keep=(folder / names[5], None), directory=tmp_path)
+    assert sorted(p.name for p in removed) == sorted(names[3:5])
+    assert sorted(p.name for p in folder.iterdir()) == sorted([*names[:3], names[5], *others])
+    assert prune_run_files("p", "mtp", keep=(str(folder / names[5]),), directory=tmp_path) == []
+    assert prune_run_files("nothing-here", "mtp", directory=tmp_path) == []
