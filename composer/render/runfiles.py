@@ -52,16 +52,20 @@ def prune_run_files(
     folder = (directory or state_dir()) / project
     own = re.compile(re.escape(variant) + r"-[0-9a-f]{16}\.yml")
     try:
-        files = [p for p in folder.iterdir() if own.fullmatch(p.name) and p.is_file()]
-    except FileNotFoundError:
+        names = [p for p in folder.iterdir() if own.fullmatch(p.name)]
+    except OSError:  # no folder yet: nothing to prune
         return []
-    files.sort(key=lambda p: p.stat().st_mtime_ns, reverse=True)
+    aged: list[tuple[int, Path]] = []
+    for path in names:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            aged.append((path.lstat().st_mtime_ns, path))
+    aged.sort(reverse=True)
     protected = {Path(k).resolve() for k in keep if k}
     removed = []
-    for path in files[newest:]:
+    for _, path in aged[newest:]:
         if path.resolve() in protected:
             continue
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(OSError):  # pruning never fails a swap
             path.unlink()
             removed.append(path)
     return removed

@@ -3,7 +3,10 @@
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
 one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
-hints, remove the new container, start the previous one again and gate it too.
+hints, remove the new container, start the previous one again and gate it too. Only the
+first Ctrl-C or SIGTERM counts: later ones are ignored until the rollback has ended, and
+`docker compose` runs in its own session, out of reach of the terminal's Ctrl-C. The
+error names the original cause first, then what each clean-up step and the rollback did.
 """
 
 from __future__ import annotations
@@ -284,7 +287,8 @@ class Swapper:
             left = self._clean_up(compose_file) if removed else "no variant was running before"
             return SwapFailed(f"{message}; {left}", log_tail, hints, rolled_back=False)
         if not self.options.rollback:
-            return SwapFailed(f"{message}; rollback disabled: nothing is running", log_tail, hints)
+            left = "rollback disabled: nothing is running" if removed else "rollback disabled"
+            return SwapFailed(f"{message}; {left}", log_tail, hints)
         try:
             self._restore(previous)
         except BaseException as rollback_err:  # report, never mask the original failure
