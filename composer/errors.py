@@ -60,6 +60,10 @@ class LockBusy(ComposerError):
     """Another swap holds the lock and the caller chose not to wait."""
 
 
+class LockError(ComposerError):
+    """The swap lock's directory or file is unsafe to use (a link, not ours, writable by others)."""
+
+
 class ImageBuildError(ComposerError):
     """An overlay image could not be validated, built or verified."""
 

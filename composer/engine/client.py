@@ -8,8 +8,10 @@ and `docker --context NAME compose ...` always talk to the same engine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -178,6 +180,40 @@ def compose_version() -> str:
     return done.stdout.strip()
 
 
+def run_detached(
+    argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run a command in a session of its own; kill its whole process group on a timeout.
+
+    The terminal's Ctrl-C goes to the foreground process group: a child in its own
+    session never receives it, so a rollback's `docker compose` finishes even when the
+    user presses Ctrl-C again. The child, and anything it started, is killed when the
+    timeout passes or when this process stops waiting for it (an exception, Ctrl-C).
+    """
+    with subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(env) if env is not None else None,
+        start_new_session=True,
+    ) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=timeout)
+        except BaseException:
+            _kill_group(process)
+            raise
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+
+
+def _kill_group(process: subprocess.Popen[str]) -> None:
+    """SIGKILL the child's process group (its session leader's pid) and reap the child."""
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
+        os.killpg(process.pid, signal.SIGKILL)
+    process.communicate()
+
+
 def compose(
     project: str,
     compose_file: Path | None,
@@ -185,19 +221,15 @@ def compose(
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure."""
+    """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure.
+
+    It runs in its own session (see run_detached): signals sent to our process group
+    do not reach it, and it is killed with its children when `timeout` passes.
+    """
     files = ["--file", str(compose_file)] if compose_file is not None else []
     argv = docker_cli("compose", "--project-name", project, *files, *args)
     try:
-        done = subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=dict(env) if env is not None else None,
-            check=False,
-            stdin=subprocess.DEVNULL,
-        )
+        done = run_detached(argv, env, timeout)
     except subprocess.TimeoutExpired as err:
         command = " ".join(args)
         raise ComposerError(f"`docker compose {command}` did not finish within {timeout:.0f} s") from err

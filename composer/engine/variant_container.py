@@ -7,15 +7,27 @@ its description from labels. Nothing else in the package calls these verbs direc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from composer.errors import ComposerError
 
 if TYPE_CHECKING:
+    from docker.errors import APIError
     from docker.models.containers import Container
 
     from composer.engine.containers import RunningVariant
+
+
+REMOVAL_WAIT = 30.0  # seconds a container being removed by Docker may take to disappear
+REMOVAL_POLL = 0.1
+
+
+def removal_in_progress(err: APIError) -> bool:
+    """Docker's 409 for a container that is already being removed (e.g. `docker run --rm`)."""
+    text = str(err.explanation or err).lower()
+    return err.status_code == 409 and ("already in progress" in text or "marked for removal" in text)
 
 
 class VariantContainer:
@@ -38,17 +50,42 @@ class VariantContainer:
 
         return describe(self.container)
 
-    def stop_and_remove(self, grace_seconds: int) -> None:
-        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine."""
-        from docker.errors import NotFound
+    def stop_and_remove(self, grace_seconds: int, gone_within: float = REMOVAL_WAIT) -> None:
+        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.
+
+        A container started with `docker run --rm` removes itself once stopped: Docker
+        then answers our removal with 409 "removal ... already in progress" (or 404).
+        Both mean it is on its way out; wait (at most `gone_within` s) until it is gone.
+        """
+        from docker.errors import APIError, NotFound
 
         try:
             self.container.stop(timeout=grace_seconds)
             self.container.remove(force=True)
         except NotFound:  # already gone
             return
+        except APIError as err:
+            if not removal_in_progress(err):
+                raise ComposerError(f"could not stop {self.name}: {err}") from err
+            self.wait_gone(gone_within)
         except Exception as err:
             raise ComposerError(f"could not stop {self.name}: {err}") from err
+
+    def wait_gone(self, timeout: float) -> None:
+        """Poll until Docker no longer knows the container; ComposerError after `timeout` s."""
+        from docker.errors import NotFound
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.container.reload()
+            except NotFound:
+                return
+            except Exception as err:
+                raise ComposerError(f"could not stop {self.name}: {err}") from err
+            if time.monotonic() >= deadline:
+                raise ComposerError(f"{self.name} is still being removed after {timeout:.0f} s")
+            time.sleep(REMOVAL_POLL)
 
     def exit_reason(self) -> str | None:
         """Why the container stopped serving (exited, dead or restarted), or None while it runs."""

@@ -1,48 +1,169 @@
-"""A per-project file lock so that one swap runs at a time; released when the process dies."""
+"""The swap lock: one swap of a compose project at a time; released when its holder dies.
+
+Scope: per user, per project, per machine. The lock of project P is the file
+`<home>/.local/state/vllm-composer/locks/P.lock`, where <home> is the user's home
+directory from the password database (`/tmp/vllm-composer-<uid>-locks/` for a user id
+without an entry), found from the user id alone: neither $HOME nor
+$XDG_RUNTIME_DIR, $XDG_STATE_HOME or $TMPDIR move it, so every shell of one user takes
+turns whatever its environment. Two different users (root and a user in the docker
+group, say) hold different locks: give a project to one user.
+
+Safety: the lock directory must be a real directory (not a link), owned by the user and
+not writable by group or others (it is created 0700); anything else is refused. The lock
+file is opened without following links and without truncating, must be a regular file
+of the user's with a single link, and gets the holder's pid only once the lock is held.
+A waiting swap shows the holder's pid only when the file holds digits naming a live
+process.
+
+Pruning: the holder removes the file while still holding the lock, when it is done. A
+waiter that then gets the lock of the removed file sees that the name no longer leads
+to it and tries again on the new file; the file of a killed holder is reused.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
-import tempfile
+import pwd
+import re
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from composer.errors import LockBusy
+from composer.errors import LockBusy, LockError
+
+_PID = re.compile(r"[0-9]{1,10}")
+_PROJECT = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
-def lock_path(project: str) -> Path:
+def lock_dir() -> Path:
+    """The user's lock directory, derived from the user id only."""
+    uid = os.geteuid()
+    try:
+        home = Path(pwd.getpwuid(uid).pw_dir)
+    except KeyError:  # a user id without a passwd entry (some containers): sticky /tmp
+        return Path("/tmp") / f"vllm-composer-{uid}-locks"
+    return home / ".local" / "state" / "vllm-composer" / "locks"
+
+
+def lock_path(project: str, directory: Path | None = None) -> Path:
     """Where the lock of a compose project lives."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or tempfile.gettempdir()
-    return Path(base) / f"vllm-composer-{project}.lock"
+    return (directory or lock_dir()) / f"{project}.lock"
 
 
 @contextmanager
 def swap_lock(
-    project: str, wait: bool = True, on_wait: Callable[[str], None] | None = None
+    project: str,
+    wait: bool = True,
+    on_wait: Callable[[str], None] | None = None,
+    directory: Path | None = None,
 ) -> Iterator[None]:
     """Hold the project's swap lock; wait for it (telling on_wait) or raise LockBusy."""
-    path = lock_path(project)
-    handle = path.open("a+")
+    if not _PROJECT.fullmatch(project):
+        raise LockError(f"cannot lock project {project!r}: not a compose project name")
+    folder = directory or lock_dir()
+    name = f"{project}.lock"
+    dir_fd = _open_directory(folder)
     try:
+        fd = _acquire(dir_fd, folder / name, project, wait, on_wait)
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            if not wait:
-                raise LockBusy(
-                    f"another swap of project {project!r} is running (pid {holder}); "
-                    "retry later or drop --no-wait"
-                ) from None
-            if on_wait:
-                on_wait(f"waiting for another swap of project {project!r} (pid {holder}) to finish")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        handle.seek(0)
-        handle.truncate()
-        handle.write(str(os.getpid()))
-        handle.flush()
-        yield
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            with contextlib.suppress(OSError):  # prune while the lock is still ours
+                os.unlink(name, dir_fd=dir_fd)
+            os.close(fd)
     finally:
-        handle.close()
+        os.close(dir_fd)
+
+
+def _open_directory(folder: Path) -> int:
+    """Create (0700) and open the lock directory; refuse one that others could write."""
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        raise LockError(f"cannot use {folder} for swap locks: {err.strerror or err}") from err
+    info = os.fstat(fd)
+    problem = None
+    if info.st_uid != os.geteuid():
+        problem = f"it belongs to uid {info.st_uid}, not to uid {os.geteuid()}"
+    elif info.st_mode & 0o022:
+        problem = f"group or others may write to it (mode {info.st_mode & 0o777:o}): run chmod 700 {folder}"
+    if problem:
+        os.close(fd)
+        raise LockError(f"refusing the lock directory {folder}: {problem}")
+    return fd
+
+
+def _open_file(dir_fd: int, path: Path) -> int | None:
+    """Open (create 0600) the lock file: never through a link, never truncated, ours only.
+
+    None when its holder removed it between our open and our check: try again.
+    """
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)
+    except OSError as err:
+        raise LockError(f"refusing the swap lock {path}: {err.strerror or err}") from err
+    info = os.fstat(fd)
+    if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
+        os.close(fd)
+        return None
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_nlink != 1:
+        os.close(fd)
+        owner = os.geteuid()
+        raise LockError(f"refusing the swap lock {path}: not a regular file of uid {owner} with one link")
+    return fd
+
+
+def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callable[[str], None] | None) -> int:
+    """Lock the file the name leads to; retry when its holder removed it meanwhile."""
+    told = False
+    while True:
+        fd = _open_file(dir_fd, path)
+        if fd is None:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                if not wait:
+                    raise LockBusy(
+                        f"another swap of project {project!r} is running ({holder}); "
+                        "retry later or drop --no-wait"
+                    ) from None
+                if on_wait and not told:
+                    on_wait(f"waiting for another swap of project {project!r} ({holder}) to finish")
+                    told = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            if _still_named(dir_fd, path.name, fd):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+
+
+def _still_named(dir_fd: int, name: str, fd: int) -> bool:
+    """True when `name` in the lock directory is still the file we hold open."""
+    try:
+        named = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _holder(fd: int) -> str:
+    """`pid N` when the lock file names a live process by digits alone, else a neutral phrase."""
+    text = os.pread(fd, 16, 0).decode("ascii", errors="replace").strip()
+    if _PID.fullmatch(text) and Path(f"/proc/{int(text)}").is_dir():
+        return f"pid {int(text)}"
+    return "another process"

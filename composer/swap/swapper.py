@@ -3,15 +3,19 @@
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
 one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
-hints, remove the new container, start the previous one again and gate it too.
+hints, remove the new container, start the previous one again and gate it too. Only the
+first Ctrl-C or SIGTERM counts: later ones are ignored until the rollback has ended, and
+`docker compose` runs in its own session, out of reach of the terminal's Ctrl-C. The
+error names the original cause first, then what each clean-up step and the rollback did.
 """
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,7 +26,7 @@ from composer.engine.client import compose
 from composer.engine.containers import RunningVariant, current_variant, our_containers
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
-from composer.render.runfiles import compose_environment, run_file
+from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap.gpu_release import ReleaseWait
@@ -81,15 +85,44 @@ def plan_swap(target: str, target_hash: str, current: RunningVariant | None, cur
     return SwapPlan(target, target_hash, current, steps)
 
 
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 @contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Let a rollback finish: Ctrl-C and SIGTERM are ignored while it runs."""
-    previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+def _signals(handler: Callable[[int, object], None] | int) -> Iterator[None]:
+    """Handle Ctrl-C and SIGTERM with `handler` inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _interrupt_once(signum: int, frame: object) -> None:
+    """The first Ctrl-C or SIGTERM interrupts the swap; the ones after it are ignored.
+
+    Ignoring starts inside the handler, so no second signal can land between the
+    interruption and the rollback it starts.
+    """
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def _interrupts_ignored() -> AbstractContextManager[None]:
+    """Let a rollback finish: Ctrl-C and SIGTERM are ignored while it runs."""
+    return _signals(signal.SIG_IGN)
+
+
+def _reason(err: BaseException) -> str:
+    """An error as one line: our own messages as they are, others with their type."""
+    if isinstance(err, ComposerError):
+        return str(err)
+    return f"{type(err).__name__}: {err}"
 
 
 class Swapper:
@@ -179,11 +212,14 @@ class Swapper:
             result.timings["total"] = time.monotonic() - total_start
             return result
         compose_file = run_file(target)
-        try:
-            self._execute(plan, target, compose_file, result)
-        except BaseException as err:  # any failure, Ctrl-C included, rolls back
-            with _interrupts_ignored():
-                raise self._fail(plan, err) from err
+        previous_file = current.config_file if current else None
+        prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
+        with _signals(_interrupt_once):
+            try:
+                self._execute(plan, target, compose_file, result)
+            except BaseException as err:  # any failure, Ctrl-C included, rolls back
+                with _interrupts_ignored():
+                    raise self._fail(plan, err, compose_file) from err
         result.outcome = "swapped" if current else "started"
         result.timings["total"] = time.monotonic() - total_start
         return result
@@ -226,37 +262,60 @@ class Swapper:
                 "GPU memory may still be held by another process"
             )
 
-    def _fail(self, plan: SwapPlan, err: BaseException) -> SwapFailed:
+    def _fail(self, plan: SwapPlan, err: BaseException, compose_file: Path) -> SwapFailed:
+        """Clean up after a failed start and roll back; the message gives the cause first.
+
+        Nothing here may hide the original failure: each step that fails (Docker gone,
+        a container that will not stop) is reported after it, with what the rollback did.
+        """
         if isinstance(err, KeyboardInterrupt):
             cause = "interrupted"
         elif isinstance(err, ComposerError):
             cause = str(err)
         else:
-            cause = f"unexpected {type(err).__name__}: {err}"
+            cause = f"unexpected {_reason(err)}"
         diagnosed = err if isinstance(err, DiagnosedError) else None
         log_tail = bootlog.redact((diagnosed and diagnosed.log_tail) or self._log_tail(), self.stack.api_key)
         hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
-        self.say(f"{plan.target} failed: {cause}; removing it")
-        self.stop_all()
+        message = f"{plan.target} failed: {cause}"
+        self.say(f"{message}; removing it")
+        removed = True
+        try:
+            self.stop_all()
+        except Exception as stop_err:  # Docker itself may be gone: say so after the cause
+            removed = False
+            message += f"; could not remove it: {_reason(stop_err)}"
         previous = plan.previous
-        if previous is None or not self.options.rollback:
-            left = "nothing is running" if previous is None else "rollback disabled: nothing is running"
-            return SwapFailed(f"{plan.target} failed: {cause}; {left}", log_tail, hints, rolled_back=False)
+        if previous is None:
+            left = self._clean_up(compose_file) if removed else "no variant was running before"
+            return SwapFailed(f"{message}; {left}", log_tail, hints, rolled_back=False)
+        if not self.options.rollback:
+            left = "rollback disabled: nothing is running" if removed else "rollback disabled"
+            return SwapFailed(f"{message}; {left}", log_tail, hints)
         try:
             self._restore(previous)
         except BaseException as rollback_err:  # report, never mask the original failure
             return SwapFailed(
-                f"{plan.target} failed: {cause}; rollback to {previous.variant} failed too: {rollback_err}",
+                f"{message}; rollback to {previous.variant} failed too: {_reason(rollback_err)}",
                 log_tail,
                 hints,
                 rolled_back=False,
             )
         return SwapFailed(
-            f"{plan.target} failed: {cause}; rolled back to {previous.variant}, which serves again",
+            f"{message}; rolled back to {previous.variant}, which serves again",
             log_tail,
             hints,
             rolled_back=True,
         )
+
+    def _clean_up(self, compose_file: Path) -> str:
+        """After a failed first start, remove what it created (the project's network)."""
+        try:
+            env = compose_environment(compose_file, self.stack.api_key)
+            compose(self.stack.project, compose_file, ["down"], env=env, timeout=120)
+        except Exception as err:
+            return f"nothing is running; could not remove the project's network: {_reason(err)}"
+        return "nothing is running"
 
     def _restore(self, previous: RunningVariant) -> None:
         self.say(f"rolling back to {previous.variant}")
@@ -268,7 +327,10 @@ class Swapper:
         self.gate(running_target(self.stack, previous), began)
 
     def _log_tail(self) -> str:
-        containers = our_containers(self.stack, self.client)
+        try:
+            containers = our_containers(self.stack, self.client)
+        except Exception:  # Docker gone: the failure itself is reported, without a log
+            return ""
         if not containers:
             return ""
         return bootlog.tail(containers[0].log(tail=60), 40)

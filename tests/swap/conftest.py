@@ -73,6 +73,10 @@ class Stack:
             cwd=REPO,
         )
 
+    def run_dir(self) -> Path:
+        """Where `up` keeps this project's run files."""
+        return Path(self.env["XDG_STATE_HOME"]) / "vllm-composer" / self.project
+
     def status(self) -> dict:
         done = self.run("status", "--json")
         assert done.returncode == 0, done.stderr

@@ -69,19 +69,24 @@ def test_boot_stage_and_kv_tokens():
     assert bootlog.kv_cache_tokens("nothing") is None
 
 
-def _hold_lock(project: str, held, release) -> None:
-    with swap_lock(project):
+def _hold_lock(project: str, held, release, directory) -> None:
+    with swap_lock(project, directory=directory):
         held.set()
         release.wait(10)
 
 
 @pytest.fixture
-def lock_holder(tmp_path, monkeypatch):
+def lock_dir(tmp_path):
+    """A private lock directory for one test."""
+    return tmp_path / "locks"
+
+
+@pytest.fixture
+def lock_holder(lock_dir):
     """Another process holding the swap lock of project `p`; `release` lets it go."""
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     ctx = multiprocessing.get_context("fork")
     held, release = ctx.Event(), ctx.Event()
-    holder = ctx.Process(target=_hold_lock, args=("p", held, release))
+    holder = ctx.Process(target=_hold_lock, args=("p", held, release, lock_dir))
     holder.start()
     assert held.wait(10)
     yield holder, release
@@ -90,25 +95,25 @@ def lock_holder(tmp_path, monkeypatch):
         holder.join(5)
 
 
-def test_lock_serialises_and_no_wait_fails(lock_holder):
+def test_lock_serialises_and_no_wait_fails(lock_holder, lock_dir):
     holder, release = lock_holder
     busy = f"another swap of project 'p' is running \\(pid {holder.pid}\\)"
-    with pytest.raises(LockBusy, match=busy), swap_lock("p", wait=False):
+    with pytest.raises(LockBusy, match=busy), swap_lock("p", wait=False, directory=lock_dir):
         pass
     threading.Timer(0.3, release.set).start()
     messages: list[str] = []
     began = time.monotonic()
-    with swap_lock("p", wait=True, on_wait=messages.append):
+    with swap_lock("p", wait=True, on_wait=messages.append, directory=lock_dir):
         waited = time.monotonic() - began
     assert waited >= 0.25
     assert messages == [f"waiting for another swap of project 'p' (pid {holder.pid}) to finish"]
 
 
-def test_lock_released_when_holder_is_killed(lock_holder):
+def test_lock_released_when_holder_is_killed(lock_holder, lock_dir):
     holder, _ = lock_holder
     holder.kill()
     holder.join(5)
-    with swap_lock("p", wait=False):
+    with swap_lock("p", wait=False, directory=lock_dir):
         pass
 
 
