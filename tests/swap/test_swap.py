@@ -32,6 +32,8 @@ def spec_counters(url: str) -> dict[str, float]:
     for line in httpx.get(f"{url}/metrics", timeout=5).text.splitlines():
         if line.startswith(("vllm:spec_decode", "vllm:generation_tokens_total")):
             name, value = line.rsplit(" ", 1)
+            if not name.split("{")[0].endswith("_total"):
+                continue  # `_created` samples are timestamps (prometheus_client, like vLLM)
             key = name if "per_pos" in name else name.split("{")[0]
             totals[key] = totals.get(key, 0.0) + float(value)
     return totals
