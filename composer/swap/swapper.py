@@ -25,6 +25,7 @@ from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, Pr
 from composer.render.runfiles import compose_environment, run_file
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
+from composer.swap import evidence
 from composer.swap.gpu_release import wait_for_release
 
 if TYPE_CHECKING:
@@ -233,7 +234,7 @@ class Swapper:
         diagnosed = err if isinstance(err, DiagnosedError) else None
         log_tail = bootlog.redact((diagnosed and diagnosed.log_tail) or self._log_tail(), self.stack.api_key)
         hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
-        self.say(f"{plan.target} failed: {cause}; removing it")
+        evidence.keep(self.stack, self.client, plan.target, cause, log_tail, self.say)
         self.stop_all()
         previous = plan.previous
         if previous is None or not self.options.rollback:
