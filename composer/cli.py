@@ -95,7 +95,7 @@ class ComposeSpecGroup(click.Group):
         unknown = name and not name.startswith("-") and self.get_command(ctx, name) is None
         if unknown and not ctx.resilient_parsing:
             hint = did_you_mean(name, self.list_commands(ctx))
-            raise click.UsageError(f"No such command {name!r}.{hint}", ctx)
+            raise click.UsageError(f"No such command {name!r}{':' + hint if hint else '.'}", ctx)
         return super().resolve_command(ctx, args)
 
     def command_of(self, argv: Sequence[str]) -> click.Command | None:

@@ -105,6 +105,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
         "docker_health": running.docker_health,
         "uptime_seconds": round(uptime, 1) if uptime is not None else None,
         "restart_count": running.restart_count,
+        # Docker resets the exit code when it restarts a container: only the time is known.
+        "last_exit": {"finished_at": _iso(running.finished_at)} if running.restart_count else None,
         "port": running.port,
         "url": target.url,
         "served_model_name": running.served_name,
@@ -168,7 +170,14 @@ def format_status(data: dict) -> str:
         ("uptime", _duration(data["uptime_seconds"])),
     ]
     if data["restart_count"]:
-        rows.append(("restarts", f"{data['restart_count']} (Docker restarted it after a crash)"))
+        last = data["last_exit"] or {}
+        rows.append(
+            (
+                "restarts",
+                f"{data['restart_count']}: Docker restarted it after a crash "
+                f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)",
+            )
+        )
     if data["matches_stack"] is False:
         rows.append(
             (
