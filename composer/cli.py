@@ -1,21 +1,38 @@
 """The `compose-spec` command line: thin commands over the domain modules.
 
-The only module that imports click. Domain errors become one line on stderr:
-exit 2 for usage and configuration errors, 1 for failures.
+The only module that imports click. Every error is handled in one place
+(`ComposeSpecGroup.main`): one line on stderr, and exit 2 for usage and configuration
+errors, 1 for failures, 130 when interrupted (Ctrl-C). A command run with `--json`
+prints exactly one JSON object on stdout when it fails:
+`{"error": MESSAGE, "kind": FAMILY, "exit_code": N, ...}`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
+import os
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import click
+from click.shell_completion import CompletionItem
 
-from composer.errors import ComposerError, DiagnosedError
+from composer.errors import (
+    ComposerError,
+    ConfigError,
+    DiagnosedError,
+    Interrupted,
+    SwapFailed,
+    UsageError,
+    did_you_mean,
+)
+
+EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
+GLOBAL_OPTIONS = {"--env-file", "--stack", "--set", "--context"}
+DEBUG_VAR = "COMPOSE_SPEC_DEBUG"
 
 
 class Context:
@@ -31,30 +48,113 @@ class Context:
 
         return load_stack(self.stacks or None, self.env_file, flags=(*self.sets, *extra_sets))
 
+    def stack_alone(self):
+        """The stack from its files alone: no env file, no environment, no --set."""
+        from composer.stack.files import STACK_FILES_VAR, read_dotenv
+        from composer.stack.load import load_stack
 
-def fail(message: str, code: int) -> None:
-    """Print one error line and exit."""
-    click.echo(f"compose-spec: error: {message}", err=True)
-    sys.exit(code)
+        dotenv, _ = read_dotenv(self.env_file)
+        listed = os.environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
+        return load_stack(self.stacks or None, None, environ={STACK_FILES_VAR: listed} if listed else {})
 
 
-def handle_errors(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Map ComposerError to a one-line message and its exit code."""
+def _error_object(err: ComposerError) -> dict[str, Any]:
+    """The `--json` form of a failure."""
+    data: dict[str, Any] = {"error": str(err), "kind": err.kind, "exit_code": _exit_code(err)}
+    if isinstance(err, DiagnosedError):
+        data["hints"] = list(err.hints)
+        data["log_tail"] = err.log_tail
+    data.update(err.details)
+    if _exit_code(err) == 130:
+        data["kind"] = Interrupted.kind
+    return data
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+
+def _exit_code(err: ComposerError) -> int:
+    """The error's exit code; 130 when it was caused by an interrupt."""
+    return 130 if isinstance(err.__cause__, KeyboardInterrupt) else err.exit_code
+
+
+class ComposeSpecCommand(click.Command):
+    """A command whose help ends with its exit codes."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)
+        notes = EXIT_NOTES.get(self.name or "", "")
+        formatter.write_paragraph()
+        formatter.write_text(f"Exit codes: {EXIT_CODES}{'; ' + notes if notes else ''}.")
+
+
+class ComposeSpecGroup(click.Group):
+    """The command group: central error handling and close-match suggestions."""
+
+    command_class = ComposeSpecCommand
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, ...]:
+        name = args[0] if args else ""
+        unknown = name and not name.startswith("-") and self.get_command(ctx, name) is None
+        if unknown and not ctx.resilient_parsing:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            raise click.UsageError(f"No such command {name!r}{':' + hint if hint else '.'}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def command_of(self, argv: Sequence[str]) -> click.Command | None:
+        """The command an argument list runs (global options and their values skipped)."""
+        skip = False
+        for word in argv:
+            if skip:
+                skip = False
+            elif word in GLOBAL_OPTIONS:
+                skip = True
+            elif not word.startswith("-"):
+                return self.commands.get(word)
+        return None
+
+    def wants_json(self, argv: Sequence[str]) -> bool:
+        """True when the command supports --json and it was given."""
+        command = self.command_of(argv)
+        supports = command is not None and any(p.name == "as_json" for p in command.params)
+        return supports and "--json" in argv
+
+    def main(self, args: Sequence[str] | None = None, *posargs: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        kwargs["standalone_mode"] = False
+        as_json = self.wants_json(argv)
         try:
-            return func(*args, **kwargs)
-        except DiagnosedError as err:
-            if err.log_tail:
+            result = super().main(argv, *posargs, **kwargs)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            self._exit(Interrupted("interrupted"), as_json, quiet=True)
+        except click.ClickException as err:
+            if as_json:
+                click.echo(
+                    json.dumps({"error": err.format_message(), "kind": "usage", "exit_code": err.exit_code})
+                )
+            err.show()
+            sys.exit(err.exit_code)
+        except ComposerError as err:
+            self._exit(err, as_json)
+        except Exception as err:
+            if os.environ.get(DEBUG_VAR):
+                raise
+            wrapped = ComposerError(
+                f"unexpected {type(err).__name__}: {err} (set {DEBUG_VAR}=1 to see the traceback)"
+            )
+            wrapped.kind = "internal"
+            self._exit(wrapped, as_json)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    @staticmethod
+    def _exit(err: ComposerError, as_json: bool, quiet: bool = False) -> None:
+        if isinstance(err, DiagnosedError):
+            if err.log_tail and not err.tail_shown:  # a swap shows it before rolling back
                 click.echo(err.log_tail.rstrip(), err=True)
             for hint in err.hints:
                 click.echo(f"hint: {hint}", err=True)
-            fail(str(err), err.exit_code)
-        except ComposerError as err:
-            fail(str(err), err.exit_code)
-
-    return wrapper
+        if as_json:
+            click.echo(json.dumps(_error_object(err)))
+        if not quiet:
+            click.echo(f"compose-spec: error: {err}", err=True)
+        sys.exit(_exit_code(err))
 
 
 def context_option(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -75,12 +175,41 @@ def _select_engine(docker_context: str | None) -> None:
     select_context(docker_context)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def fail(message: str, code: int = 1) -> None:
+    """Stop the command with one error line and an exit code (1 failure, 2 usage)."""
+    raise UsageError(message) if code == 2 else ComposerError(message)
+
+
+def _complete(kind: str) -> Callable[[click.Context, click.Parameter, str], list[CompletionItem]]:
+    """Shell completion of variant or workload names from the stack the global options name."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        from composer.stack.load import load_stack
+
+        params = ctx.find_root().params
+        try:
+            stack = load_stack(
+                params.get("stacks") or None, params.get("env_file"), flags=params.get("sets") or ()
+            )
+        except Exception:  # completion never fails loudly
+            return []
+        names = stack.variants if kind == "variant" else stack.workloads
+        return [CompletionItem(name) for name in sorted(names) if name.startswith(incomplete)]
+
+    return complete
+
+
+@click.group(
+    name="compose-spec", cls=ComposeSpecGroup, context_settings={"help_option_names": ["-h", "--help"]}
+)
 @click.option(
     "--env-file", default=".env", show_default=True, help="Env file with host values and VLLM_API_KEY."
 )
 @click.option(
-    "--stack", "stacks", multiple=True, help="Stack file(s), merged in order [default: composer.toml]."
+    "--stack",
+    "stacks",
+    multiple=True,
+    help="Stack file(s), merged in order; replaces the default composer.toml [default: composer.toml].",
 )
 @click.option(
     "--set",
@@ -99,7 +228,17 @@ def main(
     sets: tuple[str, ...],
     docker_context: str | None,
 ) -> None:
-    """Render, build, swap and benchmark vLLM containers behind one port and one served name."""
+    """Render, build, swap and benchmark vLLM containers behind one port and one served name.
+
+    \b
+    Examples:
+      compose-spec --env-file .env.demo up mtp
+      compose-spec status --watch
+
+    \b
+    Shell completion (bash; zsh and fish alike):
+      eval "$(_COMPOSE_SPEC_COMPLETE=bash_source compose-spec)"
+    """
     ctx.obj = Context(env_file, stacks, sets)
     _select_engine(docker_context)
 
@@ -118,6 +257,15 @@ def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def _default_render_dir(stack: Any, target: str) -> Path:
+    """The committed folder of a target: compose/ or kubernetes/ next to the stack file."""
+    if target == "kubernetes":
+        from composer.render.kubernetes import kube_dir
+
+        return kube_dir(stack)
+    return stack.render_dir
+
+
 def _rendered_files(stack: Any, target: str, variants: list[str], out_dir: str | None) -> list[Any]:
     """The files `render` writes for a target, rendered in memory."""
     if target == "kubernetes":
@@ -129,27 +277,64 @@ def _rendered_files(stack: Any, target: str, variants: list[str], out_dir: str |
     return render_all(stack, variants, Path(out_dir) if out_dir else stack.render_dir)
 
 
+EXIT_NOTES = {
+    "render": "with --check, 1 when a file is stale",
+    "doctor": "1 when any check fails",
+    "bench": "1 when a point failed (named); 130 after writing what was measured",
+    "logs": "130 ends -f",
+    "status": "130 ends --watch",
+}
+
+
 @main.command()
-@click.argument("variants", nargs=-1)
+@click.argument("variants", nargs=-1, shell_complete=_complete("variant"))
 @click.option("--check", is_flag=True, help="Write nothing; exit 1 listing files that are stale.")
 @click.option(
     "--out",
     "out_dir",
     default=None,
     type=click.Path(file_okay=False),
-    help="Output folder [default: compose/ (or kubernetes/) next to the stack file].",
+    help="Folder for a local render with env-file and --set values "
+    "[default: compose/ (or kubernetes/) next to the stack file].",
 )
 @target_option
 @click.pass_obj
-@handle_errors
 def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None, target: str) -> None:
     """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default).
 
-    With --target kubernetes: kubernetes/base and kubernetes/overlays/<variant> (kustomize).
+    The committed compose/ folder next to the stack file is rendered from the stack
+    files alone: the env file, the environment and --set never reach it. A local render
+    with those values goes to --out DIR. With --target kubernetes: kubernetes/base and
+    kubernetes/overlays/<variant> (kustomize).
+
+    \b
+    Examples:
+      compose-spec render                      # the committed compose/ files
+      compose-spec --env-file .env render mtp --out /tmp/local
+      compose-spec render --target kubernetes
     """
     from composer.render.files import is_current, write_atomic
 
-    files = _rendered_files(obj.stack(), target, list(variants), out_dir)
+    stack = obj.stack()
+    committed_dir = _default_render_dir(stack, target)
+    if out_dir and Path(out_dir).resolve() != committed_dir.resolve():
+        files = _rendered_files(stack, target, list(variants), out_dir)
+    else:
+        if obj.sets:
+            fail(
+                f"--set does not reach the committed {_shown(committed_dir)}/ files (they come from the "
+                "stack files alone): render a local copy with --out DIR",
+                2,
+            )
+        local = _rendered_files(stack, target, list(variants), None)
+        files = _rendered_files(obj.stack_alone(), target, list(variants), None)
+        if [f.content for f in local] != [f.content for f in files]:
+            click.echo(
+                f"note: values from {obj.env_file} and the environment are not written into "
+                f"{_shown(committed_dir)}/ (rendered from the stack files alone): use --out DIR for a "
+                "local render",
+                err=True,
+            )
     if check:
         stale = [f for f in files if not is_current(f)]
         for file in stale:
@@ -175,13 +360,13 @@ def _shown(path: Path) -> Path:
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
-@handle_errors
 def init_cmd(directory: Path, with_env: bool, force: bool) -> None:
     """Write a starter composer.toml and .env.example into DIRECTORY (default: here).
 
     \b
-    Example:
+    Examples:
       compose-spec init my-stack --env && cd my-stack && compose-spec render
+      compose-spec init --force
     """
     from composer.stack.starter import init_stack
 
@@ -191,12 +376,17 @@ def init_cmd(directory: Path, with_env: bool, force: bool) -> None:
 
 
 @main.command("config")
-@click.argument("variant", required=False)
+@click.argument("variant", required=False, shell_complete=_complete("variant"))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-@handle_errors
 def config_cmd(obj: Context, variant: str | None, as_json: bool) -> None:
-    """Print the resolved stack and where each value came from (API key masked)."""
+    """Print the resolved stack and where each value came from (API key masked).
+
+    \b
+    Examples:
+      compose-spec config
+      compose-spec --env-file .env.demo config dflash2 --json
+    """
     from composer.render.describe import format_stack, stack_data
 
     data = stack_data(obj.stack(), variant)
@@ -235,17 +425,26 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _require_api_key(stack: Any) -> None:
+    """Commands that talk to the server need the key: its absence is a configuration error."""
+    if not stack.api_key:
+        raise ConfigError(
+            "VLLM_API_KEY is not set: put it in the env file (--env-file, default .env) or the "
+            "environment (see .env.example)"
+        )
+
+
 def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str, Any]) -> None:
     import signal
 
     from composer.engine.client import docker_client
-    from composer.errors import SwapFailed
     from composer.render.spec import resolve_target
     from composer.swap.swapper import UpOptions, up
 
     stack = obj.stack()
     variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
     target = resolve_target(stack, variant)
+    _require_api_key(stack)
     options = UpOptions(
         timeout=opts["timeout"],
         rollback=not opts["no_rollback"],
@@ -261,9 +460,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
         )
     except SwapFailed as err:
         line.finish()
-        if opts["as_json"]:
-            outcome = "rolled-back" if err.rolled_back else "failed"
-            click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
+        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
         raise
     line.finish()
     for warning in result.warnings:
@@ -289,7 +486,7 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
         click.option("--allow-weak-key", is_flag=True, help="Accept a well-known weak VLLM_API_KEY."),
-        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -297,16 +494,21 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @main.command()
-@click.argument("variant")
+@click.argument("variant", shell_complete=_complete("variant"))
 @swap_options
 @target_option
 @click.pass_obj
-@handle_errors
 def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
     With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
     Service, and kubectl rollout undo on failure.
+
+    \b
+    Examples:
+      compose-spec up mtp
+      compose-spec --env-file .env.demo up dflash2 --timeout 1200 --json
+      compose-spec up mtp --target kubernetes
     """
     if target == "kubernetes":
         _kube_up(obj, variant, opts)
@@ -316,7 +518,6 @@ def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
 
 def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
     """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
-    from composer.errors import SwapFailed
     from composer.kube.rollout import KubeUpOptions, up_kubernetes
     from composer.render.spec import resolve_target
 
@@ -329,9 +530,7 @@ def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
         )
     except SwapFailed as err:
         line.finish()
-        if opts["as_json"]:
-            outcome = "rolled-back" if err.rolled_back else "failed"
-            click.echo(json.dumps({"variant": variant, "outcome": outcome, "error": str(err)}))
+        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
         raise
     line.finish()
     for note in result.notes:
@@ -346,20 +545,30 @@ def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
 
 
 @main.command()
-@click.argument("workload")
+@click.argument("workload", shell_complete=_complete("workload"))
 @swap_options
 @click.pass_obj
-@handle_errors
 def use(obj: Context, workload: str, **opts: Any) -> None:
-    """Swap to the variant mapped to WORKLOAD in composer.toml ([workloads])."""
+    """Swap to the variant mapped to WORKLOAD in composer.toml ([workloads]).
+
+    \b
+    Examples:
+      compose-spec use chat
+      compose-spec use long-prompt --json
+    """
     _swap(obj, workload, True, opts)
 
 
 @main.command()
 @click.pass_obj
-@handle_errors
 def down(obj: Context) -> None:
-    """Stop and remove the running variant."""
+    """Stop and remove the running variant.
+
+    \b
+    Examples:
+      compose-spec down
+      compose-spec --env-file .env.demo down
+    """
     from composer.engine.client import docker_client
     from composer.swap.swapper import down as stop
 
@@ -369,49 +578,189 @@ def down(obj: Context) -> None:
 
 
 @main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (with --watch: one object per change).")
+@click.option("-w", "--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.pass_obj
+def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
+    """Show the running variant: readiness, served name, port, image, uptime; or why none runs.
+
+    Readiness is the swap gate's own verdict (/health, /v1/models, a 1-token completion);
+    Docker's healthcheck is shown only when it disagrees (unhealthy, or healthy while
+    the gate fails). A crashed variant is shown with its exit code, when, and its last
+    log lines.
+
+    \b
+    Examples:
+      compose-spec status
+      compose-spec status --watch --interval 1
+    """
+    from composer.engine.client import docker_client
+    from composer.swap.status import format_status, status_data, without_clock
+
+    stack = obj.stack()
+    client = docker_client()
+
+    def show(data: dict[str, Any]) -> str:
+        return json.dumps(data, indent=None if watch else 2) if as_json else format_status(data)
+
+    if not watch:
+        click.echo(show(status_data(stack, client)))
+        return
+    tty = sys.stdout.isatty()
+    last: dict[str, Any] | None = None
+    while True:
+        data = status_data(stack, client)
+        if tty:
+            click.clear()
+            click.echo(f"every {interval:g}s; Ctrl-C to stop\n\n{show(data)}")
+        elif without_clock(data) != last:
+            click.echo(show(data) + ("" if as_json else "\n"))
+            last = without_clock(data)
+        time.sleep(interval)
+
+
+@main.command("ls")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-@handle_errors
-def status(obj: Context, as_json: bool) -> None:
-    """Show the running variant: health, served name, port, image, uptime."""
-    from composer.engine.client import docker_client
-    from composer.swap.status import format_status, status_data
+def ls_cmd(obj: Context, as_json: bool) -> None:
+    """List every variant: method, K, image, whether the image is here, and which one serves.
 
-    data = status_data(obj.stack(), docker_client())
-    click.echo(json.dumps(data, indent=2) if as_json else format_status(data))
+    \b
+    Examples:
+      compose-spec ls
+      compose-spec variants --json
+    """
+    from composer.swap.status import format_variants, variants_data
+
+    client = None
+    try:
+        from composer.engine.client import docker_client
+
+        client = docker_client(timeout=10)
+    except ComposerError as err:
+        click.echo(f"note: {err} (image presence and the serving variant are unknown)", err=True)
+    rows = variants_data(obj.stack(), client)
+    click.echo(json.dumps(rows, indent=2) if as_json else format_variants(rows))
+
+
+main.add_command(ls_cmd, "variants")
+
+
+class TailType(click.ParamType):
+    """`--tail N` or `--tail all`."""
+
+    name = "N|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "all":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number < 0:
+            self.fail(f"{value!r}: expected a number of lines (0 or more) or 'all'", param, ctx)
+        return number
 
 
 @main.command()
-@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines.")
-@click.option("--tail", default=200, show_default=True, help="Lines to show.")
+@click.option("-f", "--follow", is_flag=True, help="Keep printing new lines, across swaps, until Ctrl-C.")
+@click.option("--tail", default="200", show_default=True, type=TailType(), help="Lines to show, or 'all'.")
+@click.option("--since", help="Only lines since a time: 10m, 2h, 90s, or 2024-05-01T10:00:00.")
+@click.option("-t", "--timestamps", is_flag=True, help="Prefix each line with its time.")
 @click.option("--explain", is_flag=True, help="Explain known failure lines with their fixes.")
+@click.option("--failed", is_flag=True, help="The log kept from the last failed swap.")
 @click.pass_obj
-@handle_errors
-def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
-    """Print the newest variant container's log (running or exited)."""
+def logs(
+    obj: Context,
+    follow: bool,
+    tail: int | None,
+    since: str | None,
+    timestamps: bool,
+    explain: bool,
+    failed: bool,
+) -> None:
+    """Print the newest variant container's log (running or exited), or the last failed one.
+
+    With -f it follows the service across swaps, like `docker compose logs -f`: when the
+    container goes away it waits for the next one and goes on. The API key is masked.
+
+    \b
+    Examples:
+      compose-spec logs -f --tail 20
+      compose-spec logs --failed --explain
+    """
     from composer.engine.bootlog import redact
-    from composer.engine.client import docker_client
-    from composer.engine.containers import our_containers
-    from composer.engine.diagnose import explain as find_signatures
+    from composer.swap.logs import parse_since
 
     stack = obj.stack()
-    containers = our_containers(stack, docker_client())
+    since_time = parse_since(since) if since else None
+    if failed:
+        if follow:
+            fail("--failed reads a saved log: it cannot be combined with -f", 2)
+        _print_failed_log(stack, tail, explain)
+        return
+    from composer.engine.client import docker_client
+    from composer.engine.containers import our_containers
+
+    client = docker_client()
+    if follow and not explain:
+        from composer.swap.logs import follow_service
+
+        for event in follow_service(stack, client, tail=tail, since=since_time, timestamps=timestamps):
+            if event.switch:
+                click.echo(f"--- {event.text} ---", err=True)
+            else:
+                click.echo(redact(event.text, stack.api_key), nl=False)
+        return
+    containers = our_containers(stack, client)
     if not containers:
         fail("no variant container exists (start one with `compose-spec up VARIANT`)", 1)
-    container = containers[0]
-    if follow and not explain:
-        for chunk in container.follow(tail):
-            click.echo(redact(chunk, stack.api_key), nl=False)
-        return
-    text = redact(container.log(tail=tail), stack.api_key)
+    text = redact(containers[0].log(tail=tail, since=since_time, timestamps=timestamps), stack.api_key)
     if not explain:
         click.echo(text, nl=False)
         return
+    _explain(text)
+    from composer.swap.evidence import last_failure
+
+    saved = last_failure(stack.project)
+    if saved is not None:
+        click.echo(
+            f"note: the last failed swap ({saved.variant}, {saved.when}) kept its log: "
+            "compose-spec logs --failed --explain",
+            err=True,
+        )
+
+
+def _explain(text: str) -> None:
+    from composer.engine.diagnose import explain as find_signatures
+
     found = find_signatures(text)
     if not found:
         click.echo("no known failure signature in the log")
     for signature in found:
         click.echo(f"{signature.name}: {signature.explanation}\n  fix: {signature.fix}")
+
+
+def _print_failed_log(stack: Any, tail: int | None, explain: bool) -> None:
+    from composer.engine.bootlog import redact
+    from composer.swap.evidence import last_failure
+
+    saved = last_failure(stack.project)
+    if saved is None:
+        fail(f"no failed swap has been recorded for project {stack.project}", 1)
+    click.echo(f"last failed swap: {saved.variant} at {saved.when}: {saved.cause}", err=True)
+    text = redact(saved.log, stack.api_key)
+    if tail is not None:
+        lines = text.splitlines(keepends=True)
+        text = "".join(lines[-tail:] if tail else [])
+    if explain:
+        _explain(text)
+    else:
+        click.echo(text, nl=False)
 
 
 @main.command("build")
@@ -434,11 +783,16 @@ def logs(obj: Context, follow: bool, tail: int, explain: bool) -> None:
     "--recipes-dir", default="images", show_default=True, type=click.Path(file_okay=False), hidden=True
 )
 @click.pass_obj
-@handle_errors
 def build_cmd(
     obj: Context, recipe: str, dry_run: bool, pin: bool, force: bool, verify_cmd: str | None, recipes_dir: str
 ) -> None:
-    """Build the overlay image of images/RECIPE offline (base must be local; never pulls)."""
+    """Build the overlay image of images/RECIPE offline (base must be local; never pulls).
+
+    \b
+    Examples:
+      compose-spec build dflash2 --dry-run
+      compose-spec --env-file .env.demo build dflash2
+    """
     from composer.engine.client import docker_client
     from composer.overlay.builder import build_overlay
     from composer.overlay.recipe import load_recipe, verify_argv
@@ -463,18 +817,32 @@ def build_cmd(
 
 
 @main.command()
-@click.argument("variant", required=False)
+@click.argument("variant", required=False, shell_complete=_complete("variant"))
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (schema 1).")
 @click.pass_obj
-@handle_errors
 def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
-    """Check the host, Docker, GPUs, checkpoints and secrets for VARIANT (all by default)."""
+    """Check the host, Docker, GPUs, checkpoints and secrets for VARIANT (all by default).
+
+    \b
+    Examples:
+      compose-spec doctor
+      compose-spec --env-file .env.demo doctor dflash2 --json
+    """
     from composer.doctor.report import default_host, format_report, run_doctor
+    from composer.errors import ChecksFailed
 
     report = run_doctor(obj.stack(), variant, default_host(obj.env_file))
+    failed = [c for c in report.checks if c.failed]
+    if failed:
+        err = ChecksFailed(
+            f"{len(failed)} check(s) failed: " + ", ".join(dict.fromkeys(c.name for c in failed))
+        )
+        if as_json:
+            err.details.update(report.to_json())
+        else:
+            click.echo(format_report(report))
+        raise err
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else format_report(report))
-    if report.failed:
-        sys.exit(1)
 
 
 def _csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[Any, ...] | None:
@@ -506,7 +874,6 @@ def _csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[A
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--timeout", default=900.0, show_default=True, help="Seconds per swap and per request.")
 @click.pass_obj
-@handle_errors
 def bench(
     obj: Context,
     variants: str | None,
@@ -520,7 +887,16 @@ def bench(
     as_json: bool,
     timeout: float,
 ) -> None:
-    """Measure warm decode speed, acceptance and correctness per variant and K; restore after."""
+    """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
+
+    Ctrl-C stops the sweep, brings back the variant that served before (once) and
+    writes the points measured so far.
+
+    \b
+    Examples:
+      compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
+      compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
+    """
     import signal
 
     from composer.bench.prompts import bench_prompts
@@ -528,6 +904,7 @@ def bench(
     from composer.bench.swaps import bench_with_swaps
     from composer.bench.sweep import BenchOptions
     from composer.engine.client import docker_client
+    from composer.errors import BenchError
 
     options = BenchOptions(
         prompts=bench_prompts(prompt_file, prompt_tokens),
@@ -536,8 +913,12 @@ def bench(
         warmup=warmup,
         request_timeout=timeout,
     )
-    names = _csv_list(variants) or tuple(obj.stack().variants)
+    stack = obj.stack()
+    names = _csv_list(variants) or tuple(stack.variants)
+    for name in names:
+        stack.variant(name)
     k_values = _csv_list(ks, int)
+    _require_api_key(stack)
     line = LiveLine()
     client = docker_client()
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM also restores the previous variant
@@ -550,12 +931,29 @@ def bench(
             client=client,
             swap_timeout=timeout,
             progress=line.step,
+            waiting=line.waiting,
         )
     finally:
+        line.finish()
         client.close()
     written = write_outputs(report, Path(out_dir))
-    click.echo(json.dumps(report_data(report), indent=2) if as_json else format_table(report))
+    data = report_data(report)
     click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
+    failed = report.failed_points()
+    error: ComposerError | None = None
+    if report.interrupted:
+        error = Interrupted(
+            f"{report.interrupted}: wrote the {len(report.measured())} point(s) measured so far"
+        )
+    elif failed:
+        error = BenchError(
+            f"{len(failed)} point(s) failed: " + "; ".join(f"{r.point.label}: {r.error}" for r in failed)
+        )
+    if error is None or not as_json:
+        click.echo(json.dumps(data, indent=2) if as_json else format_table(report))
+    if error is not None:
+        error.details.update(data)
+        raise error
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -82,6 +82,8 @@ def report_data(report: BenchReport) -> dict[str, Any]:
         "best_k": {name: r.point.k for name, r in report.best_k().items()},
         "hints": list(report.hints),
         "notes": list(report.notes),
+        "interrupted": report.interrupted or None,
+        "metadata": dict(report.metadata),
     }
 
 
@@ -148,6 +150,12 @@ def csv_text(report: BenchReport) -> str:
     return buffer.getvalue()
 
 
+def y_limits(report: BenchReport) -> tuple[float, float]:
+    """The plot's y range: from 0 (speed-ups read honestly) to a little above the fastest point."""
+    rates = [r.decode_tok_s for r in report.results if r.ok and r.decode_tok_s]
+    return 0.0, (max(rates) * 1.1 if rates else 1.0)
+
+
 def write_plot(report: BenchReport, path: Path) -> bool:
     """tok/s against K per method, baseline as a horizontal line; False without matplotlib."""
     try:
@@ -168,6 +176,7 @@ def write_plot(report: BenchReport, path: Path) -> bool:
     base = report.baseline()
     if base is not None and base.decode_tok_s:
         axes.axhline(base.decode_tok_s, color="grey", linestyle="--", label=f"{base.point.variant}")
+    axes.set_ylim(y_limits(report))
     axes.set_xlabel("K (num_speculative_tokens)")
     axes.set_ylabel("decode tok/s (median, warm)")
     axes.set_title("Decode speed against K")

@@ -1,9 +1,22 @@
 """The benchmark on Docker: each point swapped in through the health-gated `up`, and
-whatever served before the benchmark brought back afterwards (in a `finally`)."""
+whatever served before the benchmark brought back afterwards (in a `finally`), once.
+
+A point that fails is not rolled back (the next point replaces it anyway); the variant
+that served before the benchmark is restored once at the end, Ctrl-C included, with
+further Ctrl-Cs ignored while it loads. The report carries its metadata: the tool
+version, a hash of the stack, the image ids, the time and the host's facts.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import hashlib
+import json
+import os
+import platform
+import signal
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from composer.bench.hints import variant_hints
@@ -72,6 +85,7 @@ def bench_with_swaps(
     client: docker.DockerClient,
     swap_timeout: float = 900.0,
     progress: Progress = lambda _: None,
+    waiting: Progress | None = None,
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
@@ -84,14 +98,17 @@ def bench_with_swaps(
     points, hints, skip = plan_with_hints(stack, variants, ks)
     for hint in hints:
         progress(f"hint: {hint}")
-    up_options = UpOptions(timeout=swap_timeout)
+    up_options = UpOptions(timeout=swap_timeout, rollback=False)
+    metadata = bench_metadata(stack, variants, client)
     previous = current_variant(stack, client)
     progress(f"serving before the benchmark: {previous.variant if previous else 'nothing'}")
 
     def serve(point: BenchPoint) -> None:
         point_stack = stack_for(k_override(point))
         target = resolve_target(point_stack, point.variant)
-        result = up(point_stack, target, client=client, options=up_options, progress=progress)
+        result = up(
+            point_stack, target, client=client, options=up_options, progress=progress, waiting=waiting
+        )
         progress(f"{point.label}: {result.outcome}")
 
     notes: list[str] = []
@@ -108,9 +125,94 @@ def bench_with_swaps(
             skip=skip,
         )
     finally:
-        notes = _restore(previous, stack_for, [p.k for p in points if p.k], client, up_options, progress)
+        with _interrupts_ignored():
+            restore_options = UpOptions(timeout=swap_timeout)
+            ks_swept = [p.k for p in points if p.k]
+            notes = _restore(previous, stack_for, ks_swept, client, restore_options, progress, waiting)
     report.notes += notes
+    metadata["finished_at"] = _now()
+    report.metadata = metadata
     return report
+
+
+@contextmanager
+def _interrupts_ignored() -> Iterator[None]:
+    """Let the one restore at the end finish: Ctrl-C and SIGTERM are ignored while it runs."""
+    try:
+        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread: signals cannot be changed here
+        yield
+        return
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def stack_hash(stack: Stack) -> str:
+    """A digest of every variant's configuration (the config hashes), so results can be
+    matched with the stack they came from."""
+    hashes = {name: resolve_target(stack, name).hash for name in sorted(stack.variants)}
+    return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _image_ids(
+    stack: Stack, variants: Sequence[str], client: docker.DockerClient | None
+) -> dict[str, str | None]:
+    from docker.errors import DockerException
+
+    ids: dict[str, str | None] = {}
+    for ref in sorted({stack.image(stack.variant(name)) for name in variants}):
+        try:
+            ids[ref] = client.images.get(ref).id if client is not None else None
+        except DockerException:
+            ids[ref] = None
+    return ids
+
+
+def host_facts(client: docker.DockerClient | None) -> dict[str, object]:
+    """The machine the numbers come from (no host name, no user)."""
+    from composer.errors import GpuProbeError
+    from composer.probes.gpu import detect_probe
+
+    facts: dict[str, object] = {
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+    }
+    try:
+        facts["docker"] = client.version().get("Version") if client is not None else None
+    except Exception:  # the version is a nicety
+        facts["docker"] = None
+    probe = detect_probe()
+    try:
+        gpus = probe.gpus() if probe.available else []
+    except GpuProbeError:
+        gpus = []
+    facts["gpus"] = [{"name": g.name, "memory_bytes": g.total_bytes} for g in gpus]
+    return facts
+
+
+def bench_metadata(
+    stack: Stack, variants: Sequence[str], client: docker.DockerClient | None
+) -> dict[str, object]:
+    """What a report needs to be compared with another one later."""
+    from composer import __version__
+
+    return {
+        "tool_version": __version__,
+        "stack_hash": stack_hash(stack),
+        "config_hashes": {name: resolve_target(stack, name).hash for name in variants},
+        "images": _image_ids(stack, variants, client),
+        "started_at": _now(),
+        "host": host_facts(client),
+    }
 
 
 def _restore(
@@ -120,6 +222,7 @@ def _restore(
     client: docker.DockerClient,
     options: UpOptions,
     progress: Progress,
+    waiting: Progress | None = None,
 ) -> list[str]:
     """Bring back what served before (or stop the benchmark's container); return notes."""
     from composer.swap.swapper import down, up
@@ -144,6 +247,7 @@ def _restore(
         client=client,
         options=options,
         progress=progress,
+        waiting=waiting,
     )
     progress(f"{previous.variant} serves again")
     return notes

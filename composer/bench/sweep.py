@@ -107,6 +107,18 @@ class BenchReport:
     options: BenchOptions
     hints: tuple[str, ...] = ()
     notes: list[str] = field(default_factory=list)
+    interrupted: str = ""
+    """Why the sweep stopped early (`interrupted at mtp K=7`), or empty when it ran to the end."""
+    metadata: dict[str, object] = field(default_factory=dict)
+    """What the results were measured with: tool version, stack hash, images, time, host."""
+
+    def measured(self) -> list[PointResult]:
+        """The points with measurements."""
+        return [r for r in self.results if r.ok]
+
+    def failed_points(self) -> list[PointResult]:
+        """Points that were tried and failed (skipped points, known to be refused, are not)."""
+        return [r for r in self.results if r.error is not None and not r.error.startswith("skipped:")]
 
     def baseline(self) -> PointResult | None:
         """The measured point without speculation (the reference), if any."""
@@ -249,37 +261,45 @@ def run_bench(
     report = BenchReport([], options, tuple(hints))
     skip = skip or {}
     eta = Eta(len(points) - len(skip), options.warmup + options.runs)
-    for number, point in enumerate(points, 1):
-        if point in skip:
-            report.results.append(PointResult(point, error=f"skipped: {skip[point]}"))
-            progress(f"[{number}/{len(points)}] {point.label}: skipped: {skip[point]}")
-            continue
-        left = eta.seconds_left(eta.requests_per_point, swap_pending=True)
-        progress(f"[{number}/{len(points)}] {point.label}: starting ({format_duration(left)})")
-        started = time.perf_counter()
-        try:
-            serve(point)
-        except (SwapFailed, HealthCheckFailed) as err:
-            if isinstance(err.__cause__, KeyboardInterrupt):  # rolled back, but the user wants out
-                raise KeyboardInterrupt from err
-            report.results.append(PointResult(point, error=str(err)))
-            progress(f"[{number}/{len(points)}] {point.label}: swap failed: {err}")
+    point: BenchPoint | None = None
+    try:
+        for number, point in enumerate(points, 1):
+            tag = f"[{number}/{len(points)}]"
+            if point in skip:
+                report.results.append(PointResult(point, error=f"skipped: {skip[point]}"))
+                progress(f"{tag} {point.label}: skipped: {skip[point]}")
+                continue
+            left = eta.seconds_left(eta.requests_per_point, swap_pending=True)
+            progress(f"{tag} {point.label}: starting ({format_duration(left)})")
+            started = time.perf_counter()
+            try:
+                serve(point)
+            except (SwapFailed, HealthCheckFailed) as err:
+                if isinstance(err.__cause__, KeyboardInterrupt):  # the user wants out
+                    raise KeyboardInterrupt from err
+                report.results.append(PointResult(point, error=str(err)))
+                progress(f"{tag} {point.label}: swap failed: {err}")
+                eta.points_left -= 1
+                continue
+            eta.swaps.append(time.perf_counter() - started)
+            result = measure_point(
+                point,
+                options,
+                base_url=base_url,
+                api_key=api_key,
+                served_name=served_name,
+                progress=lambda msg, t=tag: progress(f"{t} {msg}"),
+                eta=eta,
+            )
             eta.points_left -= 1
-            continue
-        eta.swaps.append(time.perf_counter() - started)
-        result = measure_point(
-            point,
-            options,
-            base_url=base_url,
-            api_key=api_key,
-            served_name=served_name,
-            progress=lambda msg, n=number: progress(f"[{n}/{len(points)}] {msg}"),
-            eta=eta,
+            report.results.append(result)
+            rate = result.decode_tok_s
+            progress(f"{tag} {point.label}: " + (f"{rate:.1f} tok/s" if rate else "no runs"))
+    except KeyboardInterrupt:  # keep what was measured; the point in progress is dropped
+        report.interrupted = f"interrupted at {point.label}" if point else "interrupted"
+        report.notes.append(
+            f"{report.interrupted}: {len(report.measured())} of {len(points)} point(s) measured"
         )
-        eta.points_left -= 1
-        report.results.append(result)
-        rate = result.decode_tok_s
-        progress(f"[{number}/{len(points)}] {point.label}: " + (f"{rate:.1f} tok/s" if rate else "no runs"))
     compare_with_baseline(report)
     return report
 

@@ -58,11 +58,27 @@ def check_wsl_pin_memory(target: Target, release: str) -> Finding | None:
     )
 
 
+SECRET_VARS = ("VLLM_API_KEY",)
+
+
+def holds_secret(path: Path) -> bool:
+    """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value."""
+    from dotenv import dotenv_values
+
+    try:
+        values = dotenv_values(path, interpolate=False)
+    except (OSError, UnicodeDecodeError):
+        return True  # cannot tell: treat it as secret
+    return any(values.get(name) for name in SECRET_VARS)
+
+
 def check_env_file(path: str | Path | None) -> Finding:
-    """The env file (which holds VLLM_API_KEY) is not readable by group or others."""
+    """An env file that holds a secret (VLLM_API_KEY) is not readable by group or others."""
     if path is None or not Path(path).is_file():
         return Finding("env-file", "ok", f"no env file at {path}" if path else "no env file in use")
     mode = stat.S_IMODE(Path(path).stat().st_mode)
+    if not holds_secret(Path(path)):
+        return Finding("env-file", "ok", f"{path} holds no secret (mode {mode:04o} is fine)")
     if mode & 0o044:
         return Finding(
             "env-file",

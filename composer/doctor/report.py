@@ -224,12 +224,28 @@ def fast_checks(
     return [*checks, *tag(per_variant, target.name)]
 
 
+def _grouped(checks: Iterable[Check]) -> list[tuple[Check, list[str]]]:
+    """Checks with the same status, detail and fix as one entry (first-seen order), with
+    the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
+    groups: dict[tuple[str, str, str], list[Check]] = {}
+    for check in checks:
+        groups.setdefault((check.status, check.detail, check.fix), []).append(check)
+    result = []
+    for members in groups.values():
+        by_name: dict[str, list[str]] = {}
+        for check in members:
+            by_name.setdefault(check.name, []).extend([check.variant] if check.variant else [])
+        names = [f"{n} [{', '.join(v)}]" if v else n for n, v in by_name.items()]
+        result.append((members[0], names))
+    return result
+
+
 def format_report(report: Report) -> str:
-    """Human-readable lines: status, check, variant, detail, and the fix under it."""
+    """Human-readable lines: status, check(s), detail, and the fix under it; identical
+    findings (the same GPU warning for every check and variant) are printed once."""
     lines = []
-    for check in report.checks:
-        where = f" [{check.variant}]" if check.variant else ""
-        lines.append(f"{check.status:<4}  {check.name}{where}: {check.detail}")
+    for check, names in _grouped(report.checks):
+        lines.append(f"{check.status:<4}  {', '.join(names)}: {check.detail}")
         if check.fix and check.status != "ok":
             lines.append(f"      fix: {check.fix}")
     counts = report.summary()

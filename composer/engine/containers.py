@@ -31,6 +31,8 @@ class RunningVariant:
     served_name: str
     config_file: str | None
     restart_count: int
+    exit_code: int | None = None
+    finished_at: datetime | None = None
 
     @property
     def running(self) -> bool:
@@ -70,6 +72,8 @@ def describe(container: Container) -> RunningVariant:
         served_name=labels.get(label_names.SERVED_NAME, ""),
         config_file=files.split(",")[0] if files else None,
         restart_count=int(attrs.get("RestartCount", 0) or 0),
+        exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
+        finished_at=_started_at(state.get("FinishedAt")),
     )
 
 

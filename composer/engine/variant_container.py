@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from composer.errors import ComposerError
@@ -95,18 +96,28 @@ class VariantContainer:
         if state.get("Status") in {"exited", "dead"}:
             return f"the container exited with code {state.get('ExitCode')}"
         if state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0:
-            return "the container restarted"
+            return f"the container exited with code {state.get('ExitCode')} and was restarted"
         return None
 
-    def log(self, tail: int | None = None) -> str:
-        """Its log (all of it, or the last `tail` lines); empty when it is gone already."""
+    def log(self, tail: int | None = None, since: datetime | None = None, timestamps: bool = False) -> str:
+        """Its log (all of it, or the last `tail` lines, since a time); empty when it is gone."""
         try:
-            raw = self.container.logs(tail=tail) if tail is not None else self.container.logs()
+            raw = self.container.logs(**_log_args(tail, since, timestamps))
         except Exception:  # removed under us
             return ""
         return raw.decode(errors="replace")
 
-    def follow(self, tail: int) -> Iterator[str]:
-        """The last `tail` lines, then new lines as they come, until the container stops."""
-        for chunk in self.container.logs(stream=True, follow=True, tail=tail):
+    def follow(
+        self, tail: int | None, since: datetime | None = None, timestamps: bool = False
+    ) -> Iterator[str]:
+        """The last `tail` lines (all with None), then new lines as they come, until it stops."""
+        for chunk in self.container.logs(stream=True, follow=True, **_log_args(tail, since, timestamps)):
             yield chunk.decode(errors="replace")
+
+
+def _log_args(tail: int | None, since: datetime | None, timestamps: bool) -> dict[str, object]:
+    """Keyword arguments of the SDK's `logs` (it takes `tail="all"`, and `since` as a datetime)."""
+    args: dict[str, object] = {"tail": "all" if tail is None else tail, "timestamps": timestamps}
+    if since is not None:
+        args["since"] = since
+    return args

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from composer.errors import ImageBuildError, UsageError
+from composer.errors import ImageBuildError, UsageError, did_you_mean
 
 RECIPE_FILE = "image.toml"
 IMAGE_REF_PREFIX = "@images."
@@ -97,8 +97,10 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
     """Read `recipes_dir/name/image.toml` and resolve it against the stack's images."""
     path = recipes_dir / name / RECIPE_FILE
     if "/" in name or name in {"", ".", ".."} or not path.is_file():
-        known = ", ".join(recipe_names(recipes_dir)) or "none"
-        raise UsageError(f"unknown image recipe {name!r} in {recipes_dir}/: choose one of {known}")
+        names = recipe_names(recipes_dir)
+        known = ", ".join(names) or "none"
+        hint = did_you_mean(name, names)
+        raise UsageError(f"unknown image recipe {name!r} in {recipes_dir}/:{hint} choose one of {known}")
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:

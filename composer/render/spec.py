@@ -88,6 +88,7 @@ class ServiceSpec:
     labels: tuple[tuple[str, str], ...]
     healthcheck: Healthcheck
     stop_grace_period: int
+    restart: str = "unless-stopped"
 
     @property
     def hash(self) -> str:
@@ -208,6 +209,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
             start_period=stack.start_period,
         ),
         stop_grace_period=stack.stop_grace_period,
+        restart=stack.restart,
     )
     labels = (
         (label_names.CONFIG_HASH, config_hash(spec)),

@@ -29,6 +29,23 @@ def find_stack_files(
     return [Path(DEFAULT_STACK_FILE)]
 
 
+def files_read_note(files: Sequence[Path]) -> str:
+    """` (read: a.toml; composer.toml here was not read: ...)` for errors about a missing table.
+
+    `--stack` replaces composer.toml (like `docker compose -f`); say so when one was
+    left out, since that is the usual reason a table is missing."""
+    shown = ", ".join(str(p) for p in files) or "no stack file"
+    default = Path(DEFAULT_STACK_FILE)
+    skipped = default.is_file() and all(p.resolve() != default.resolve() for p in files)
+    if not skipped:
+        return f" (stack files read: {shown})"
+    return (
+        f" (stack files read: {shown}; {DEFAULT_STACK_FILE} here was not read because --stack "
+        f"(or COMPOSER_STACK) replaces it: list it first, e.g. --stack {DEFAULT_STACK_FILE} "
+        f"--stack {files[0] if files else 'FILE'})"
+    )
+
+
 def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
     """The env file's values and its path; the default .env may be absent, a named file may not."""
     if path is None:

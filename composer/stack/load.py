@@ -18,7 +18,7 @@ from pathlib import Path
 
 from composer.errors import ConfigError
 from composer.stack import values as v
-from composer.stack.files import DEFAULT_ENV_FILE, find_stack_files, read_dotenv, read_toml
+from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
 from composer.stack.kubernetes import KUBE_KEYS, KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
@@ -53,6 +53,7 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("draft_path", None, v.parse_container_path, "/models/draft"),
     Setting("start_period", None, v.parse_duration, 900),
     Setting("stop_grace_period", None, v.parse_duration, 30),
+    Setting("restart", None, v.parse_restart, "unless-stopped"),
 )
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {
@@ -89,6 +90,12 @@ class Sources:
     environ: Mapping[str, str]
     flags: dict[str, str]
     home: Path | None = None
+    files: tuple[Path, ...] = ()
+
+    @property
+    def dotenv_label(self) -> str:
+        """The env file as `config` names it: its file name (e.g. `.env.demo`)."""
+        return self.dotenv_path.name if self.dotenv_path else ".env"
 
 
 def load_stack(
@@ -103,7 +110,7 @@ def load_stack(
     files = find_stack_files(stack_files, environ, dotenv)
     toml, origin = read_toml(files)
     home = files[0].resolve().parent if files else None
-    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home)
+    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home, tuple(files))
     return _build(sources)
 
 
@@ -155,7 +162,7 @@ class _Resolver:
             return self.s.environ[env], f"environment {env}", Path.cwd()
         if env and self.s.dotenv.get(env):
             dotenv_dir = self.s.dotenv_path.parent if self.s.dotenv_path else Path.cwd()
-            return self.s.dotenv[env], f".env {env}", dotenv_dir
+            return self.s.dotenv[env], f"{self.s.dotenv_label} {env}", dotenv_dir
         if toml_value is not None:
             origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
             label = str(origin.name) if origin else "composer.toml"
@@ -180,7 +187,9 @@ def _build(sources: Sources) -> Stack:
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
-            f"environment {API_KEY_VAR}" if sources.environ.get(API_KEY_VAR) else f".env {API_KEY_VAR}"
+            f"environment {API_KEY_VAR}"
+            if sources.environ.get(API_KEY_VAR)
+            else f"{sources.dotenv_label} {API_KEY_VAR}"
         )
     unused = sorted(set(sources.flags) - set(resolve.record))
     if unused:
@@ -227,7 +236,10 @@ def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
 def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
     raw = _table(sources.toml, "images")
     if not raw:
-        raise ConfigError('images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"')
+        raise ConfigError(
+            'images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"'
+            + files_read_note(sources.files)
+        )
     seen: dict[str, str] = {}
     for key in raw:
         if not _IMAGE_KEY.fullmatch(key):
@@ -267,7 +279,9 @@ def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
 def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> dict[str, Variant]:
     raw = _table(sources.toml, "variants")
     if not raw:
-        raise ConfigError("variants: define at least one variant, e.g. [variants.baseline]")
+        raise ConfigError(
+            "variants: define at least one variant, e.g. [variants.baseline]" + files_read_note(sources.files)
+        )
     return {name: _variant(name, raw, sources, resolve, images) for name in raw}
 
 

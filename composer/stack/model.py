@@ -57,6 +57,7 @@ class Stack:
     workloads: dict[str, str]
     env: tuple[tuple[str, str], ...] = ()
     kubernetes: KubeSettings = field(default_factory=KubeSettings)
+    restart: str = "unless-stopped"
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
@@ -68,13 +69,12 @@ class Stack:
 
     def variant(self, name: str) -> Variant:
         """The named variant, or a UsageError listing the known ones."""
-        from composer.errors import UsageError
+        from composer.errors import unknown_choice
 
         try:
             return self.variants[name]
         except KeyError:
-            known = ", ".join(sorted(self.variants))
-            raise UsageError(f"unknown variant {name!r}: choose one of {known}") from None
+            raise unknown_choice("variant", name, self.variants) from None
 
     def image(self, variant: Variant) -> str:
         """The image reference a variant runs."""
@@ -82,11 +82,10 @@ class Stack:
 
     def workload_variant(self, workload: str) -> Variant:
         """The variant mapped to a workload name."""
-        from composer.errors import UsageError
+        from composer.errors import unknown_choice
 
         if workload not in self.workloads:
-            known = ", ".join(sorted(self.workloads))
-            raise UsageError(f"unknown workload {workload!r}: choose one of {known}")
+            raise unknown_choice("workload", workload, self.workloads)
         return self.variant(self.workloads[workload])
 
 

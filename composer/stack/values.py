@@ -198,3 +198,14 @@ def parse_bool(raw: object) -> bool:
     if text in {"0", "false", "no", "off"}:
         return False
     raise ValueError("true or false")
+
+
+RESTART_POLICIES: tuple[str, ...] = ("no", "always", "on-failure", "unless-stopped")
+
+
+def parse_restart(raw: object) -> str:
+    """A Docker restart policy: no, always, on-failure or unless-stopped."""
+    text = "no" if raw is False else str(raw).strip()
+    if text not in RESTART_POLICIES:
+        raise ValueError("one of " + ", ".join(RESTART_POLICIES))
+    return text

@@ -1,31 +1,95 @@
-"""The running variant as plain data and text; the API key is never part of it."""
+"""The running variant as plain data and text; the API key is never part of it.
+
+Readiness is the swap gate's own verdict (one probe: /health, /v1/models, a 1-token
+completion). Docker's healthcheck has a long start period (it says `starting` for up to
+`start_period` after every swap), so its state is shown only when it disagrees in a way a
+user can act on: `unhealthy`, or `healthy` while the gate fails. A variant that is not
+running (it crashed, or Docker keeps restarting it) is reported with its exit code,
+when it stopped and its last log lines.
+"""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import current_variant, our_containers
-from composer.engine.gate import probe_once, running_target
+from composer.engine import bootlog
+from composer.engine.containers import RunningVariant, current_variant, our_containers
+from composer.engine.gate import GateTarget, running_target
+from composer.engine.health import Readiness, probe
 from composer.render.spec import resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
     import docker
 
+    from composer.engine.variant_container import VariantContainer
+
+LOG_LINES = 10
+UNAUTHORIZED = "401: the key does not match the running container's"
+NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires a key"
+
+
+def _probe(target: GateTarget) -> Readiness:
+    import httpx
+
+    with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
+        return probe(client, target.url, target.served_name, target.api_key)
+
+
+def readiness(target: GateTarget) -> tuple[str, str]:
+    """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
+    state = _probe(target)
+    if state.ready:
+        return "ready", ""
+    if "(401)" in state.detail:
+        return "unauthorized", UNAUTHORIZED if target.api_key else NO_KEY
+    return "not ready", f"{state.step}: {state.detail}"
+
+
+def docker_disagrees(health: str, docker_health: str | None) -> bool:
+    """True when Docker's healthcheck says something the gate's verdict does not."""
+    return docker_health == "unhealthy" or (docker_health == "healthy" and health == "not ready")
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="seconds") if moment else None
+
+
+def _exited(container: VariantContainer, described: RunningVariant, key: str | None) -> dict[str, object]:
+    """What is known about a variant container that does not run."""
+    finished = described.finished_at
+    ago = (datetime.now(UTC) - finished).total_seconds() if finished else None
+    crashed = described.exit_code not in (0, None) or described.status == "restarting"
+    return {
+        "variant": described.variant,
+        "container": described.name,
+        "state": "restarting" if described.status == "restarting" else "crashed" if crashed else "stopped",
+        "exit_code": described.exit_code,
+        "finished_at": _iso(finished),
+        "seconds_ago": round(ago, 1) if ago is not None else None,
+        "restart_count": described.restart_count,
+        "log_tail": bootlog.redact(bootlog.tail(container.log(tail=LOG_LINES * 4), LOG_LINES), key),
+    }
+
 
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """What runs for this stack, read from Docker and one readiness probe."""
-    running = current_variant(stack, client)
-    stopped = [c.describe() for c in our_containers(stack, client) if c.status != "running"]
+    containers = our_containers(stack, client)
+    described = [(c, c.describe()) for c in containers]
+    running = next((d for _, d in described if d.running), None)
+    stopped = [d.name for _, d in described if not d.running]
     if running is None:
+        newest = described[0] if described else None
         return {
             "project": stack.project,
             "running": False,
             "variant": None,
-            "stopped": [s.name for s in stopped],
+            "last_exit": _exited(*newest, stack.api_key) if newest else None,
+            "stopped": stopped,
         }
     target = running_target(stack, running)
-    ready = probe_once(target)
+    health, detail = readiness(target)
     current_hash = None
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
@@ -36,16 +100,29 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
         "variant": running.variant,
         "container": running.name,
         "image": running.image,
-        "health": "ready" if ready else "not ready",
+        "health": health,
+        "health_detail": detail,
         "docker_health": running.docker_health,
         "uptime_seconds": round(uptime, 1) if uptime is not None else None,
+        "restart_count": running.restart_count,
+        # Docker resets the exit code when it restarts a container: only the time is known.
+        "last_exit": {"finished_at": _iso(running.finished_at)} if running.restart_count else None,
         "port": running.port,
         "url": target.url,
         "served_model_name": running.served_name,
         "config_hash": running.config_hash,
         "matches_stack": current_hash == running.config_hash if current_hash else None,
-        "stopped": [s.name for s in stopped],
+        "stopped": stopped,
     }
+
+
+def without_clock(data: dict[str, object]) -> dict[str, object]:
+    """status_data() without the fields that change every second (to spot real changes)."""
+    clock = {"uptime_seconds", "seconds_ago"}
+    shown = {k: v for k, v in data.items() if k not in clock}
+    if isinstance(data.get("last_exit"), dict):
+        shown["last_exit"] = {k: v for k, v in data["last_exit"].items() if k not in clock}  # type: ignore[union-attr]
+    return shown
 
 
 def _duration(seconds: float | None) -> str:
@@ -56,19 +133,118 @@ def _duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def _format_exit(project: str, last: dict) -> str:
+    when = f"at {last['finished_at']} ({_duration(last['seconds_ago'])} ago)" if last["finished_at"] else ""
+    code = f"exit code {last['exit_code']}"
+    if last["state"] == "restarting":
+        head = f"{last['variant']} is crash-looping: {code} {when}, restarted {last['restart_count']} time(s)"
+    elif last["state"] == "crashed":
+        head = f"{last['variant']} crashed: {code} {when}"
+    else:
+        head = f"{last['variant']} stopped: {code} {when}"
+    lines = [f"project {project}: no variant is running; {head.strip()}"]
+    lines.append(f"container: {last['container']} (`compose-spec logs` shows its whole log)")
+    if last["log_tail"]:
+        lines += ["last log lines:", *("  " + line for line in str(last["log_tail"]).splitlines())]
+    return "\n".join(lines)
+
+
 def format_status(data: dict) -> str:
     """Human-readable form of status_data()."""
     if not data["running"]:
+        if data.get("last_exit"):
+            return _format_exit(data["project"], data["last_exit"])
         return f"project {data['project']}: no variant is running"
-    stale = {True: "yes", False: "no (the stack changed since it started)", None: "unknown variant"}
+    health = data["health"] if data["health"] == "ready" else data["health_detail"] or data["health"]
+    if data["health"] == "not ready":
+        health = f"not ready ({data['health_detail']})"
+    if docker_disagrees(data["health"], data["docker_health"]):
+        health += f" (docker healthcheck: {data['docker_health']})"
     rows = [
         ("variant", data["variant"]),
-        ("health", data["health"] + (f" (docker: {data['docker_health']})" if data["docker_health"] else "")),
+        ("health", health),
         ("served name", data["served_model_name"]),
         ("url", data["url"]),
         ("image", data["image"]),
         ("container", data["container"]),
         ("uptime", _duration(data["uptime_seconds"])),
-        ("matches stack", stale[data["matches_stack"]]),
     ]
+    if data["restart_count"]:
+        last = data["last_exit"] or {}
+        rows.append(
+            (
+                "restarts",
+                f"{data['restart_count']}: Docker restarted it after a crash "
+                f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)",
+            )
+        )
+    if data["matches_stack"] is False:
+        rows.append(
+            (
+                "matches stack",
+                f"no: this stack now renders {data['variant']} differently "
+                f"(`compose-spec up {data['variant']}` applies it)",
+            )
+        )
+    elif data["matches_stack"] is None:
+        rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
     return "\n".join(f"{key:<14}{value}" for key, value in rows)
+
+
+def _image_present(client: docker.DockerClient | None, image: str) -> bool | None:
+    if client is None:
+        return None
+    from docker.errors import DockerException, ImageNotFound
+
+    try:
+        client.images.get(image)
+    except ImageNotFound:
+        return False
+    except DockerException:
+        return None
+    return True
+
+
+def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
+    """Every variant: method, K, image, whether the image is local, and whether it serves."""
+    serving = current_variant(stack, client) if client is not None else None
+    rows = []
+    for name, variant in stack.variants.items():
+        spec = variant.speculative
+        image = stack.image(variant)
+        rows.append(
+            {
+                "variant": name,
+                "method": spec.method if spec else None,
+                "k": spec.num_speculative_tokens if spec else None,
+                "image": image,
+                "image_present": _image_present(client, image),
+                "serving": serving is not None and serving.variant == name,
+                "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
+                "description": variant.description,
+            }
+        )
+    return rows
+
+
+def format_variants(rows: list[dict[str, object]]) -> str:
+    """The variants as a table; `*` marks the one that serves."""
+    yes_no = {True: "yes", False: "no", None: "?"}
+    table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS"]]
+    for row in rows:
+        table.append(
+            [
+                "*" if row["serving"] else "",
+                str(row["variant"]),
+                str(row["method"] or "-"),
+                str(row["k"] or "-"),
+                str(row["image"]),
+                yes_no[row["image_present"]],  # type: ignore[index]
+                ",".join(row["workloads"]) or "-",  # type: ignore[arg-type]
+            ]
+        )
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    serving = next((r["variant"] for r in rows if r["serving"]), None)
+    lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
+    return "\n".join(lines)

@@ -29,6 +29,7 @@ from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, Pr
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
+from composer.swap import evidence
 from composer.swap.gpu_release import ReleaseWait
 
 if TYPE_CHECKING:
@@ -219,7 +220,9 @@ class Swapper:
                 self._execute(plan, target, compose_file, result)
             except BaseException as err:  # any failure, Ctrl-C included, rolls back
                 with _interrupts_ignored():
-                    raise self._fail(plan, err, compose_file) from err
+                    failure = self._fail(plan, err, compose_file)
+                    failure.tail_shown = True  # evidence.keep printed it before the rollback
+                    raise failure from err
         result.outcome = "swapped" if current else "started"
         result.timings["total"] = time.monotonic() - total_start
         return result
@@ -277,8 +280,8 @@ class Swapper:
         diagnosed = err if isinstance(err, DiagnosedError) else None
         log_tail = bootlog.redact((diagnosed and diagnosed.log_tail) or self._log_tail(), self.stack.api_key)
         hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
+        evidence.keep(self.stack, self.client, plan.target, cause, log_tail, self.say)
         message = f"{plan.target} failed: {cause}"
-        self.say(f"{message}; removing it")
         removed = True
         try:
             self.stop_all()

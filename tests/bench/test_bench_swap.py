@@ -38,9 +38,11 @@ class FakeDocker:
     calls: list[str] = field(default_factory=list)
     fail_k: int | None = None
     interrupt_k: int | None = None
+    rollbacks: list[bool] = field(default_factory=list)
 
-    def up(self, stack, target, *, client, options, progress):
+    def up(self, stack, target, *, client, options, progress, waiting=None):
         variant = target.name
+        self.rollbacks.append(options.rollback)
         spec = target.variant.speculative
         k = spec.num_speculative_tokens if spec else 0
         if k == self.interrupt_k:
@@ -164,9 +166,43 @@ def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> N
     assert any("block_size 9" in h and "K=8" in h for h in report.hints)
 
 
-def test_interrupt_during_a_swap_stops_the_sweep_and_restores(tmp_path: Path, fake) -> None:
+def test_interrupt_during_a_swap_keeps_what_was_measured_and_restores_once(tmp_path: Path, fake) -> None:
     load = stack_for(tmp_path)
     docker = fake(("baseline", bench_swap.config_hash(load(()), "baseline")), interrupt_k=7)
-    with pytest.raises(KeyboardInterrupt):
-        bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    # The point's own swap does not roll back (one load saved); the restore is the only other load.
     assert docker.calls == ["up mtp K=3", "up mtp K=7 interrupted", "up baseline K=0"]
+    assert docker.rollbacks == [False, False, True]
+    assert report.interrupted == "interrupted at mtp K=7"
+    assert [r.point.k for r in report.results] == [3]
+
+
+def test_interrupt_during_a_measurement_drops_only_that_point(tmp_path: Path, fake) -> None:
+    load = stack_for(tmp_path)
+
+    def measured(point: BenchPoint) -> PointResult:
+        if point.k == 7:
+            raise KeyboardInterrupt
+        return PointResult(point)
+
+    docker = fake(None, measured=measured)
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up mtp K=7", "down"]
+    assert [r.point.k for r in report.results] == [3] and report.interrupted == "interrupted at mtp K=7"
+
+
+def test_report_carries_its_metadata(tmp_path: Path, fake) -> None:
+    from composer import __version__
+
+    load = stack_for(tmp_path)
+    fake(None)
+    report = bench_swap.bench_with_swaps(load, ["baseline", "mtp"], [3], OPTIONS, client=None)
+    meta = report.metadata
+    assert meta["tool_version"] == __version__
+    assert meta["stack_hash"] == bench_swap.stack_hash(load(())) and len(str(meta["stack_hash"])) == 16
+    assert meta["config_hashes"] == {n: bench_swap.config_hash(load(()), n) for n in ("baseline", "mtp")}
+    assert meta["images"] == {"vllm-openai:qwen38-verified": None}  # no Docker here: unknown ids
+    assert meta["started_at"] <= meta["finished_at"]
+    assert {"platform", "cpus", "gpus", "docker"} <= set(meta["host"])
+    changed = load(("variants.baseline.kv_cache_memory=6G",))
+    assert bench_swap.stack_hash(changed) != meta["stack_hash"]

@@ -47,3 +47,13 @@ def test_env_file_readable_by_others_warns_with_chmod(tmp_path: Path) -> None:
     assert hck.check_env_file(env).status == "ok"
     assert hck.check_env_file(tmp_path / "absent").status == "ok"
     assert hck.check_env_file(None).status == "ok"
+
+
+def test_env_file_without_a_secret_is_not_a_permission_problem(tmp_path: Path) -> None:
+    demo = tmp_path / ".env.demo"
+    demo.write_text("VLLM_IMAGE=vllm-sim:latest\nGPU_DEVICES=none\nVLLM_API_KEY=\n")
+    demo.chmod(0o644)
+    found = hck.check_env_file(demo)
+    assert found.status == "ok" and "holds no secret" in found.detail
+    demo.write_text("VLLM_API_KEY=sk-0123456789abcdef\n")
+    assert hck.check_env_file(demo).status == "warn"

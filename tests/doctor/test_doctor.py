@@ -133,3 +133,28 @@ def test_fast_checks_fail_when_the_draft_dir_is_missing(tmp_path: Path) -> None:
     }
     assert ("mounts", "fail") in found and ("draft-config", "fail") in found
     assert ("mounts", "ok") in found
+
+
+def test_identical_findings_are_printed_once_with_the_checks_they_cover() -> None:
+    from composer.doctor.report import Check, Report, format_report
+
+    gpu = ("warn", "GPU facts not available: no NVML", "install the driver")
+    report = Report(
+        None,
+        (
+            Check("gpu-count", *gpu),
+            Check("api-key", "ok", "VLLM_API_KEY is set"),
+            *(
+                Check(name, *gpu, variant=v)
+                for v in ("baseline", "mtp")
+                for name in ("compute-capability", "gpu-memory")
+            ),
+        ),
+    )
+    lines = format_report(report).splitlines()
+    assert lines[0] == (
+        "warn  gpu-count, compute-capability [baseline, mtp], gpu-memory [baseline, mtp]: "
+        "GPU facts not available: no NVML"
+    )
+    assert sum("GPU facts not available" in line for line in lines) == 1
+    assert lines[-1] == "1 ok, 5 warn, 0 fail"

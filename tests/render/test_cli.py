@@ -84,7 +84,7 @@ def test_config_reports_the_source_of_each_value(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
     sources = data["sources"]
-    assert sources["stack.port"] == ".env VLLM_PORT" and data["stack"]["port"] == 8100
+    assert sources["stack.port"] == "site.env VLLM_PORT" and data["stack"]["port"] == 8100
     assert sources["stack.gpus"] == "environment GPU_DEVICES" and data["stack"]["gpus"] == "0,1"
     assert sources["stack.max_model_len"] == "late.toml"
     assert sources["variants.mtp.kv_cache_memory"] == "late.toml"
@@ -93,7 +93,7 @@ def test_config_reports_the_source_of_each_value(tmp_path: Path) -> None:
     assert sources["variants.mtp.speculative.num_speculative_tokens"] == "flag --set"
     assert data["variants"]["mtp"]["speculative"]["num_speculative_tokens"] == 5
     assert sources["variants.mtp.speculative.draft_model"] == "default"
-    assert sources["VLLM_API_KEY"] == ".env VLLM_API_KEY" and data["api_key"] == "********"
+    assert sources["VLLM_API_KEY"] == "site.env VLLM_API_KEY" and data["api_key"] == "********"
 
 
 def test_config_text_has_a_source_column(empty_env_file: Path) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,16 @@ OVERRIDES = {
     "VLLM_IMAGE": "local/vllm:test",
     "DFLASH2_IMAGE": "local/dflash2:test",
 }
+MOUNT_DEFAULTS = {"MODEL_DIR": "/models/model", "DRAFT_DIR": "/models/draft"}
+
+
+def _host_dirs(tmp_path: Path, values: dict[str, str]) -> dict[str, str]:
+    """`values` with MODEL_DIR and DRAFT_DIR as existing directories under tmp_path (same
+    text below it): the launcher refuses a mount source that does not exist."""
+    dirs = {name: str(tmp_path) + values.get(name, default) for name, default in MOUNT_DEFAULTS.items()}
+    for path in dirs.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    return {**values, **dirs}
 
 
 def _env_file(tmp_path: Path, values: dict[str, str]) -> Path:
@@ -94,7 +105,7 @@ def test_compose_refuses_a_missing_api_key(tmp_path: Path) -> None:
 def test_launcher_and_compose_agree(
     tmp_path: Path, stub_dir: Path, default_stack: Stack, variant: str, overrides: bool
 ) -> None:
-    values = {"VLLM_API_KEY": API_KEY, **(OVERRIDES if overrides else {})}
+    values = _host_dirs(tmp_path, {"VLLM_API_KEY": API_KEY, **(OVERRIDES if overrides else {})})
     service = compose_config(REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, values))["services"][
         "vllm"
     ]
@@ -116,6 +127,11 @@ def test_odd_values_survive_compose_and_the_launcher(
 ) -> None:
     """Quotes, `$`, globs, unicode and newlines reach compose and docker run unchanged."""
     stack = odd_stack(default_stack)
+    stack = replace(
+        stack, model_dir=str(tmp_path) + stack.model_dir, draft_dir=str(tmp_path) + stack.draft_dir
+    )
+    for path in (stack.model_dir, stack.draft_dir):
+        Path(path).mkdir(parents=True, exist_ok=True)
     files = {f.path.suffix: f for f in render_all(stack, [variant], tmp_path)}
     for file in files.values():
         file.path.write_text(file.content)
@@ -128,9 +144,10 @@ def test_odd_values_survive_compose_and_the_launcher(
 
 
 def test_no_gpus_and_an_ipv6_bind_agree(tmp_path: Path, stub_dir: Path, default_stack: Stack) -> None:
-    from dataclasses import replace
-
-    stack = replace(default_stack, gpus=None, bind_address="::1")
+    dirs = _host_dirs(tmp_path, {})
+    stack = replace(
+        default_stack, gpus=None, bind_address="::1", model_dir=dirs["MODEL_DIR"], draft_dir=dirs["DRAFT_DIR"]
+    )
     files = {f.path.suffix: f for f in render_all(stack, ["mtp"], tmp_path)}
     for file in files.values():
         file.path.write_text(file.content)

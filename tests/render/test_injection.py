@@ -88,6 +88,14 @@ BASE = load_stack([REPO / "composer.toml"], None, environ={})
 ENV = {"VLLM_API_KEY": API_KEY}
 
 
+def existing_dir(root: Path, text: str) -> str:
+    """A host directory named by free text (one path component under `root`), created:
+    the launcher refuses a mount source that does not exist."""
+    path = root / "mounts" / text.replace("/", "_")
+    path.mkdir(parents=True, exist_ok=True)
+    return str(path)
+
+
 @settings(
     max_examples=300,
     deadline=None,
@@ -97,6 +105,11 @@ ENV = {"VLLM_API_KEY": API_KEY}
 def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir: Path) -> None:
     env = ENV
     stack, variant = case
+    stack = replace(
+        stack,
+        model_dir=existing_dir(workdir, stack.model_dir),
+        draft_dir=existing_dir(workdir, stack.draft_dir),
+    )
     target = resolve_target(stack, variant)
     spec = target.spec
     unholdable = [v for v in spec.variables() if any(c in v.default for c in UNHOLDABLE_IN_DEFAULT)]

@@ -37,7 +37,7 @@ def test_each_layer_overrides_the_ones_below(tmp_path: Path, top: int) -> None:
         0: (8000, "default"),
         1: (8001, "a.toml"),
         2: (8002, "b.toml"),
-        3: (8003, ".env VLLM_PORT"),
+        3: (8003, "x.env VLLM_PORT"),
         4: (8004, "environment VLLM_PORT"),
         5: (8005, "flag --set"),
     }[top]
@@ -51,7 +51,7 @@ def test_variant_values_follow_the_same_chain(tmp_path: Path, empty_env_file: Pa
     stack = load_stack([BASE], env_file, environ={})
     assert stack.variants["dflash2"].kv_cache_memory == 4 << 30
     assert stack.variants["mtp"].speculative.num_speculative_tokens == 3  # type: ignore[union-attr]
-    assert stack.sources[key] == ".env KV_CACHE_MEMORY"
+    assert stack.sources[key] == "k.env KV_CACHE_MEMORY"
     stack = load_stack([BASE], env_file, environ={"KV_CACHE_MEMORY": "5368709120"})
     assert (stack.variants["dflash2"].kv_cache_memory, stack.sources[key]) == (
         5 << 30,
@@ -172,7 +172,7 @@ def test_unknown_or_malformed_set_is_refused(empty_env_file: Path, flag: str) ->
 def test_api_key_is_read_but_kept_out_of_repr(tmp_path: Path) -> None:
     env_file = _write(tmp_path / "k.env", "VLLM_API_KEY=sk-dotenv-secret\n")
     stack = load_stack([BASE], env_file, environ={})
-    assert stack.api_key == "sk-dotenv-secret" and stack.sources["VLLM_API_KEY"] == ".env VLLM_API_KEY"
+    assert stack.api_key == "sk-dotenv-secret" and stack.sources["VLLM_API_KEY"] == "k.env VLLM_API_KEY"
     assert "sk-dotenv-secret" not in repr(stack)
     stack = load_stack([BASE], env_file, environ={"VLLM_API_KEY": "sk-env-secret"})
     assert stack.api_key == "sk-env-secret" and stack.sources["VLLM_API_KEY"] == "environment VLLM_API_KEY"

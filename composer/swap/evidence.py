@@ -1,0 +1,124 @@
+"""The evidence of the last failed swap: the failed container's log, kept after it is removed.
+
+A failed swap removes its container (and rolls back), which would take its log with it.
+Before that, the log is saved in the state directory
+(`~/.local/state/vllm-composer/<project>/last-failure.log`, mode 0600, the API key
+masked, at most MAX_BYTES: the end of the log is kept) with a small JSON record of what
+failed and when; `compose-spec logs --failed [--explain]` reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.engine.bootlog import redact
+from composer.engine.containers import our_containers
+from composer.render.runfiles import state_dir
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.stack.model import Stack
+
+MAX_BYTES = 512 * 1024
+LOG_FILE = "last-failure.log"
+RECORD_FILE = "last-failure.json"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A saved failure: which variant, when (ISO time, UTC), why, and its log."""
+
+    variant: str
+    when: str
+    cause: str
+    log: str
+    truncated: bool = False
+
+
+def _folder(project: str, directory: Path | None) -> Path:
+    return (directory or state_dir()) / project
+
+
+def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
+    """The end of a log within `limit` bytes, cut at a line start; and whether it was cut."""
+    data = log.encode()
+    if len(data) <= limit:
+        return log, False
+    cut = data[-limit:]
+    newline = cut.find(b"\n")
+    return cut[newline + 1 :].decode(errors="replace"), True
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def save_failure(
+    project: str,
+    variant: str,
+    cause: str,
+    log: str,
+    api_key: str | None,
+    directory: Path | None = None,
+) -> Path:
+    """Keep a failed container's log (bounded, key masked); return where it went."""
+    folder = _folder(project, directory)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    text, truncated = bounded(redact(log, api_key))
+    record = {
+        "variant": variant,
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "cause": redact(cause, api_key),
+        "truncated": truncated,
+    }
+    _write_private(folder / LOG_FILE, text)
+    _write_private(folder / RECORD_FILE, json.dumps(record) + "\n")
+    return folder / LOG_FILE
+
+
+def last_failure(project: str, directory: Path | None = None) -> Failure | None:
+    """The saved failure of a project, or None when no swap failed (or the record is unreadable)."""
+    folder = _folder(project, directory)
+    try:
+        record = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
+        log = (folder / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+        return Failure(
+            str(record["variant"]), str(record["when"]), str(record["cause"]), log, bool(record["truncated"])
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def keep(
+    stack: Stack,
+    client: docker.DockerClient,
+    variant: str,
+    cause: str,
+    log_tail: str,
+    say: Callable[[str], None],
+) -> None:
+    """Before a failed variant's container is removed: save its whole log, then show the
+    cause and the log's tail under a header (so it comes before any rollback progress)."""
+    failed = next((c for c in our_containers(stack, client) if c.describe().variant == variant), None)
+    saved = ""
+    if failed is not None:
+        try:
+            where = save_failure(stack.project, variant, cause, failed.log(), stack.api_key)
+            saved = f" (whole log kept in {where}: compose-spec logs --failed)"
+        except OSError as err:  # never hide the failure behind its evidence
+            saved = f" (its log could not be kept: {err})"
+    say(f"{variant} failed: {cause}")
+    if log_tail:
+        say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
+    say(f"removing {variant}")
