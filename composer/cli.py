@@ -92,7 +92,7 @@ def main(ctx: click.Context, env_file: str, stacks: tuple[str, ...], sets: tuple
 @handle_errors
 def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | None) -> None:
     """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default)."""
-    from composer.render.files import is_current, render_all, write_atomic
+    from composer.render.files import is_current, render_all, write_all
 
     stack = obj.stack()
     files = render_all(stack, list(variants), Path(out_dir) if out_dir else stack.render_dir)
@@ -104,8 +104,8 @@ def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | 
             fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render`", 1)
         click.echo(f"{len(files)} rendered file(s) are current")
         return
-    for file in files:
-        click.echo(f"{'wrote' if write_atomic(file) else 'unchanged'}: {_shown(file.path)}")
+    for file, written in zip(files, write_all(files), strict=True):
+        click.echo(f"{'wrote' if written else 'unchanged'}: {_shown(file.path)}")
 
 
 def _shown(path: Path) -> Path:

@@ -5,8 +5,8 @@ preflight (`preflight`), and the checks grouped by what they read: the Docker en
 (`engine_checks`), GPUs (`gpu_checks`), the host (`host_checks`), checkpoints
 (`model_checks`) and overlay images (`overlay_checks`). Reads only; changes nothing.
 May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.overlay`,
-`composer.errors`, `composer.labels`. Public: `run_doctor`, `fast_checks`, `Report`,
-`Host`, `default_host`, `format_report`, `Finding`.
+`composer.engine` (reading what runs), `composer.errors`, `composer.labels`.
+Public: `run_doctor`, `fast_checks`, `Report`, `Host`, `default_host`, `format_report`, `Finding`.
 """
 
 from composer._exports import lazy_exports

@@ -34,7 +34,7 @@ from composer.doctor import gpu_checks as gck
 from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
-from composer.doctor.preflight import Finding, check_api_key, check_mounts, check_port
+from composer.doctor.preflight import Finding, check_api_key, check_bind_address, check_mounts, check_port
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
@@ -52,6 +52,7 @@ CHECK_NAMES = (
     "api-key",
     "env-file",
     "port",
+    "bind-address",
     "model-config",
     "image",
     "image-current",
@@ -155,6 +156,7 @@ def _stack_checks(
         check_api_key(stack),
         hck.check_env_file(host.env_file),
         check_port(stack, client),
+        check_bind_address(stack),
         mck.check_model_config(stack),
     ]
 
@@ -194,7 +196,11 @@ def fast_checks(
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
     variant = target.variant
-    found: list[Finding | None] = [check_api_key(stack, allow_weak=allow_weak_key), check_port(stack, client)]
+    found: list[Finding | None] = [
+        check_api_key(stack, allow_weak=allow_weak_key),
+        check_port(stack, client),
+        check_bind_address(stack),
+    ]
     checks = tag(found, None)
     per_variant: list[Finding | None] = []
     if client is not None:

@@ -7,7 +7,7 @@ top-level `templates/` folder (shipped in the wheel as `composer/templates`); th
 resolved run files `up` starts; the resolved stack as data (`describe`). Never calls
 Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `render_all`, `render_variant`,
-`is_current`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`.
+`is_current`, `write_all`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`.
 """
 
 from composer._exports import lazy_exports
@@ -16,7 +16,7 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "describe": ["format_stack", "stack_data"],
-        "files": ["is_current", "render_all", "render_variant", "write_atomic"],
+        "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
     },

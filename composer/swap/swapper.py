@@ -178,6 +178,8 @@ class Swapper:
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
+        if current is not None and "stop" in plan.steps and self.options.rollback:
+            self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
         compose_file = run_file(target)
         try:
             self._execute(plan, target, compose_file, result)

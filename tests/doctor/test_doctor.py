@@ -104,6 +104,7 @@ def test_fast_checks_skip_gpu_probing_and_image_inspection(tmp_path: Path) -> No
     assert names == [
         "api-key",
         "port",
+        "bind-address",
         "mounts",
         "mounts",
         "attention-backend",
