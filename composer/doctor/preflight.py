@@ -149,7 +149,7 @@ def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
     """Running variant containers labelled with the stack's port: ours, and other projects'."""
     from composer.engine.containers import our_containers
 
-    ours = {c.id for c in our_containers(stack, client)}
+    ours = {c.container.id for c in our_containers(stack, client)}
     labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}", labels.VARIANT]})
     return [c for c in labelled if c.id in ours], [c for c in labelled if c.id not in ours]
 

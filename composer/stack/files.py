@@ -69,7 +69,9 @@ def check_env_lines(path: Path, text: str) -> None:
     from dotenv.parser import parse_stream
 
     for binding in parse_stream(io.StringIO(text)):
-        line = binding.original.line
+        original = binding.original.string
+        # A binding starts with the blank lines before it: count from its first text.
+        line = binding.original.line + original[: len(original) - len(original.lstrip())].count("\n")
         if binding.error:
             raise ConfigError(
                 f"{path}:{line}: cannot parse {v.shown(binding.original.string.strip(), 40)}: "
