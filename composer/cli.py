@@ -233,7 +233,9 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--settle", default=1.0, show_default=True, help="Seconds to keep watching after readiness."
         ),
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
-        click.option("--allow-weak-key", is_flag=True, help="Accept a well-known weak VLLM_API_KEY."),
+        click.option(
+            "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
     ]
     for option in reversed(options):

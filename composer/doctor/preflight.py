@@ -88,11 +88,13 @@ def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
 
 def check_image(client: docker.DockerClient, image: str) -> Finding:
     """The image is present locally (never pulled)."""
-    from docker.errors import ImageNotFound
+    from docker.errors import APIError, ImageNotFound
 
     try:
         found = client.images.get(image)
-    except ImageNotFound:
+    except APIError as err:
+        if not isinstance(err, ImageNotFound):
+            return Finding("image", "fail", f"image {image}: {err.explanation or err}", "check the reference")
         return Finding(
             "image",
             "fail",
@@ -210,11 +212,19 @@ def check_bind_address(stack: Stack) -> Finding:
 
 def check_rollback_image(client: docker.DockerClient, variant: str, image: str) -> Finding:
     """The serving variant's image is still present, so a failed swap can start it again."""
-    from docker.errors import ImageNotFound
+    from docker.errors import APIError, ImageNotFound
 
     try:
         client.images.get(image)
-    except ImageNotFound:
+    except APIError as err:
+        if not isinstance(err, ImageNotFound):
+            return Finding(
+                "rollback-image",
+                "fail",
+                f"cannot inspect the image {image} of the serving variant {variant}: "
+                f"{err.explanation or err}",
+                "check the Docker engine, or pass --no-rollback to swap without a way back",
+            )
         return Finding(
             "rollback-image",
             "fail",

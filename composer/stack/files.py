@@ -47,6 +47,8 @@ def read_text(path: Path, what: str) -> str:
         raise ConfigError(f"{what} {shown} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
     except OSError as err:
         raise ConfigError(f"{what} {shown} cannot be read: {err.strerror or err}") from None
+    except ValueError:  # a NUL byte in the name
+        raise ConfigError(f"{what} {shown} is not a valid file name: give an existing file") from None
 
 
 def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:

@@ -94,6 +94,13 @@ def test_env_file_naming_a_directory_is_a_config_error(tmp_path: Path) -> None:
     assert f"env file '{folder}' is a directory" in result.stderr
 
 
+def test_stack_file_name_with_a_nul_byte_is_a_config_error(tmp_path: Path) -> None:
+    (tmp_path / "nul.env").write_bytes(b"COMPOSER_STACK=a\x00b\n")
+    result = run("--env-file", str(tmp_path / "nul.env"), "config", env={})
+    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
+    assert "stack file 'a\\x00b' is not a valid file name" in result.stderr
+
+
 def test_non_utf8_stack_file_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "latin1.toml").write_bytes('[stack]\nserved_model_name = "caf\xe9"\n'.encode("latin-1"))
     line = refused(tmp_path, "--stack", str(tmp_path / "latin1.toml"))

@@ -278,14 +278,18 @@ def test_any_stack_env_and_flags_end_in_success_or_one_line_exit_2() -> None:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         database=None,
     )
-    @given(stack=stack_text(), env=env_text(), sets=flags())
-    def feed(stack: bytes, env: bytes, sets: list[str]) -> None:
+    @given(stack=stack_text(), env=env_text(), sets=flags(), named_in_env=st.booleans())
+    def feed(stack: bytes, env: bytes, sets: list[str], named_in_env: bool) -> None:
         OUTCOMES["inputs"] += 1
         with tempfile.TemporaryDirectory(prefix="prop-") as folder:
             root = Path(folder)
             (root / "composer.toml").write_bytes(stack)
+            common = ["--env-file", str(root / "gen.env"), *sets]
+            if named_in_env:  # the stack file named by COMPOSER_STACK (a later env line may override it)
+                env = f"COMPOSER_STACK={root / 'composer.toml'}\n".encode() + env
+            else:
+                common += ["--stack", str(root / "composer.toml")]
             (root / "gen.env").write_bytes(env)
-            common = ["--env-file", str(root / "gen.env"), "--stack", str(root / "composer.toml"), *sets]
             out = root / "out"
             for command, args in (
                 ("config", ["config"]),
