@@ -313,7 +313,7 @@ def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | 
       compose-spec --env-file .env render mtp --out /tmp/local
       compose-spec render --target kubernetes
     """
-    from composer.render.files import is_current, write_atomic
+    from composer.render.files import is_current, write_all
 
     stack = obj.stack()
     committed_dir = _default_render_dir(stack, target)
@@ -344,8 +344,8 @@ def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: str | 
             fail(f"{len(stale)} rendered file(s) are stale: run `compose-spec render{again}`", 1)
         click.echo(f"{len(files)} rendered file(s) are current")
         return
-    for file in files:
-        click.echo(f"{'wrote' if write_atomic(file) else 'unchanged'}: {_shown(file.path)}")
+    for file, written in zip(files, write_all(files), strict=True):
+        click.echo(f"{'wrote' if written else 'unchanged'}: {_shown(file.path)}")
 
 
 def _shown(path: Path) -> Path:
@@ -485,7 +485,9 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--settle", default=1.0, show_default=True, help="Seconds to keep watching after readiness."
         ),
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
-        click.option("--allow-weak-key", is_flag=True, help="Accept a well-known weak VLLM_API_KEY."),
+        click.option(
+            "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
+        ),
         click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON."),
     ]
     for option in reversed(options):

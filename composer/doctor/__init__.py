@@ -7,8 +7,8 @@ preflight (`preflight`), and the checks grouped by what they read: the Docker en
 paths, its port and the address clients use (`remote_checks`). Reads only; changes
 nothing (the remote path check creates a container it never starts, then removes it).
 May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.overlay`,
-`composer.errors`, `composer.labels`. Public: `run_doctor`, `fast_checks`, `Report`,
-`Host`, `default_host`, `format_report`, `Finding`.
+`composer.engine` (reading what runs), `composer.errors`, `composer.labels`.
+Public: `run_doctor`, `fast_checks`, `Report`, `Host`, `default_host`, `format_report`, `Finding`.
 """
 
 from composer._exports import lazy_exports

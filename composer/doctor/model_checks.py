@@ -46,7 +46,8 @@ def check_model_config(stack: Stack) -> Finding:
 
 
 def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
-    """An MTP variant needs MTP layers; K above the layer count must be a multiple of it."""
+    """An MTP variant needs MTP layers; K above the layer count must be a multiple of it
+    (vLLM refuses the rest at startup: 'must be divisible by n_predict=')."""
     spec = variant.speculative
     if spec is None or spec.method not in MTP_METHODS:
         return None
@@ -66,9 +67,9 @@ def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
         lower, upper = (k // layers) * layers, (k // layers + 1) * layers
         return Finding(
             "mtp-layers",
-            "warn",
-            f"K={k} is larger than mtp_num_hidden_layers={layers} and not divisible by it "
-            f"(vLLM: 'must be divisible by n_predict={layers}')",
+            "fail",
+            f"K={k} is larger than mtp_num_hidden_layers={layers} and not divisible by it: vLLM "
+            f"refuses it at startup ('must be divisible by n_predict={layers}')",
             f"set num_speculative_tokens to {lower} or {upper} (NUM_SPECULATIVE_TOKENS)",
         )
     return Finding("mtp-layers", "ok", f"{layers} MTP layer(s); K={k} is compatible")
@@ -117,7 +118,8 @@ def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
 
 
 def check_draft_k(stack: Stack, variant: Variant) -> Finding | None:
-    """A DFlash variant's K should equal the draft's trained block_size - 1."""
+    """A DFlash variant's K may not exceed the draft's trained block (block_size - 1) and
+    is best equal to it: a larger K drafts past what the drafter was trained to fill."""
     spec = variant.speculative
     if spec is None or not spec.draft_model or spec.method not in V2_RUNNER_METHODS:
         return None
@@ -131,6 +133,13 @@ def check_draft_k(stack: Stack, variant: Variant) -> Finding | None:
             "warn",
             "dflash_config has no block_size: K cannot be checked against the trained block",
             "read the draft's model card for its block size",
+        )
+    if k > block - 1:
+        return Finding(
+            "draft-k",
+            "fail",
+            f"K={k} exceeds the draft's trained block: block_size {block} allows K up to {block - 1}",
+            f"set num_speculative_tokens = {block - 1} (NUM_SPECULATIVE_TOKENS={block - 1})",
         )
     if k != block - 1:
         return Finding(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ WEAK_API_KEYS = frozenset(
     }
 )
 MIN_KEY_LENGTH = 16
+"""Shorter keys are refused unless `--allow-weak-key` (then a warning)."""
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,17 @@ class Finding:
 
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
-    """The API key is set, not a known weak default, and not short."""
+    """The API key is set, header-safe, not a known weak default, and not short
+    (weak or short keys fail unless `allow_weak`, then warn)."""
+    from composer.stack.values import API_KEY_HELP, is_header_safe
+
     key = stack.api_key
     if not key:
         return Finding("api-key", "fail", "VLLM_API_KEY is not set", "set VLLM_API_KEY in .env")
+    if not is_header_safe(key):
+        return Finding(
+            "api-key", "fail", "VLLM_API_KEY cannot be sent in an HTTP header", f"use {API_KEY_HELP}"
+        )
     if key.strip().lower() in WEAK_API_KEYS:
         status = "warn" if allow_weak else "fail"
         return Finding(
@@ -69,20 +78,23 @@ def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
     if len(key) < MIN_KEY_LENGTH:
         return Finding(
             "api-key",
-            "warn",
-            f"VLLM_API_KEY is short ({len(key)} characters)",
-            f"use at least {MIN_KEY_LENGTH} random characters",
+            "warn" if allow_weak else "fail",
+            f"VLLM_API_KEY is short ({len(key)} characters, at least {MIN_KEY_LENGTH} are required)",
+            f"use at least {MIN_KEY_LENGTH} random characters"
+            + ("" if allow_weak else " (or pass --allow-weak-key)"),
         )
     return Finding("api-key", "ok", "VLLM_API_KEY is set")
 
 
 def check_image(client: docker.DockerClient, image: str) -> Finding:
     """The image is present locally (never pulled)."""
-    from docker.errors import ImageNotFound
+    from docker.errors import APIError, ImageNotFound
 
     try:
         found = client.images.get(image)
-    except ImageNotFound:
+    except APIError as err:
+        if not isinstance(err, ImageNotFound):
+            return Finding("image", "fail", f"image {image}: {err.explanation or err}", "check the reference")
         return Finding(
             "image",
             "fail",
@@ -115,8 +127,14 @@ def check_mounts(target: Target) -> list[Finding]:
     return findings
 
 
+class AddressNotHere(OSError):
+    """The bind address is not an address of this host."""
+
+
 def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (we can bind it ourselves)."""
+    """True when nothing listens on host:port (we can bind it ourselves).
+
+    Raises AddressNotHere when `host` is not an address of this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -125,25 +143,93 @@ def port_is_free(host: str, port: int) -> bool:
         except OSError as err:
             if err.errno in (errno.EADDRINUSE, errno.EACCES):
                 return False
-            raise
+            raise AddressNotHere(err.errno, err.strerror) from err
     return True
 
 
+def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
+    """Running variant containers labelled with the stack's port: ours, and other projects'."""
+    from composer.engine.containers import our_containers
+
+    ours = {c.container.id for c in our_containers(stack, client)}
+    labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}", labels.VARIANT]})
+    return [c for c in labelled if c.id in ours], [c for c in labelled if c.id not in ours]
+
+
 def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
-    """The port is free, or held by our own current container."""
+    """The port is free, or held by this project's own variant container (only ours
+    counts: a container of another project on the port would make our start fail)."""
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
-    if port_is_free(host, stack.port):
+    try:
+        free = port_is_free(host, stack.port)
+    except AddressNotHere as err:
+        return Finding(
+            "port",
+            "fail",
+            f"cannot bind {host}:{stack.port}: {err.strerror} (bind_address is not an address of this host)",
+            "set stack.bind_address (VLLM_BIND_ADDRESS) to an address of this host, e.g. 127.0.0.1",
+        )
+    if free:
         return Finding("port", "ok", f"{host}:{stack.port} is free")
     if client is not None:
-        ours = client.containers.list(
-            filters={"label": [f"{labels.PORT}={stack.port}", labels.VARIANT]},
-        )
+        ours, others = _holders(stack, client)
         if ours:
             variant = ours[0].labels.get(labels.VARIANT, "?")
             return Finding("port", "ok", f"port {stack.port} is held by our {variant} container")
+        if others:
+            other = others[0]
+            project = other.labels.get(labels.COMPOSE_PROJECT, "none")
+            return Finding(
+                "port",
+                "fail",
+                f"port {stack.port} on {host} is held by container {other.name} of compose project "
+                f"{project!r}, not by this stack's project {stack.project!r}",
+                f"stop that project (compose-spec --set stack.project={project} down) or choose another "
+                "port (VLLM_PORT)",
+            )
     return Finding(
         "port",
         "fail",
         f"port {stack.port} on {host} is in use by a process that is not ours",
         "stop that process or choose another port (VLLM_PORT)",
     )
+
+
+def check_bind_address(stack: Stack) -> Finding:
+    """A port published beyond loopback reaches the network: say so."""
+    address = ipaddress.ip_address(stack.bind_address)
+    mapped = getattr(address, "ipv4_mapped", None)
+    if (mapped or address).is_loopback:
+        return Finding("bind-address", "ok", f"the API listens on {stack.bind_address} (this host only)")
+    return Finding(
+        "bind-address",
+        "warn",
+        f"the API port {stack.port} is published on {stack.bind_address}, beyond loopback: "
+        "other machines can reach it (the API key is the only guard)",
+        "set stack.bind_address (VLLM_BIND_ADDRESS) to 127.0.0.1 unless clients on the network need it",
+    )
+
+
+def check_rollback_image(client: docker.DockerClient, variant: str, image: str) -> Finding:
+    """The serving variant's image is still present, so a failed swap can start it again."""
+    from docker.errors import APIError, ImageNotFound
+
+    try:
+        client.images.get(image)
+    except APIError as err:
+        if not isinstance(err, ImageNotFound):
+            return Finding(
+                "rollback-image",
+                "fail",
+                f"cannot inspect the image {image} of the serving variant {variant}: "
+                f"{err.explanation or err}",
+                "check the Docker engine, or pass --no-rollback to swap without a way back",
+            )
+        return Finding(
+            "rollback-image",
+            "fail",
+            f"the image {image} of the serving variant {variant} is no longer present: "
+            f"stopping {variant} now would leave nothing to roll back to",
+            f"restore the image (build or load {image}), or pass --no-rollback to swap without a way back",
+        )
+    return Finding("rollback-image", "ok", f"rollback target {variant}: image {image} is present")

@@ -35,7 +35,7 @@ from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
-from composer.doctor.preflight import Finding, check_api_key
+from composer.doctor.preflight import Finding, check_api_key, check_bind_address
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import Target, resolve_target
 from composer.stack.model import Stack
@@ -53,6 +53,7 @@ CHECK_NAMES = (
     "api-key",
     "env-file",
     "port",
+    "bind-address",
     "model-config",
     "image",
     "image-current",
@@ -164,6 +165,7 @@ def _stack_checks(
         hck.check_env_file(host.env_file),
         rck.port_check(stack, client, endpoint),
         rck.check_client_address(stack, endpoint),
+        check_bind_address(stack),
         mck.check_model_config(stack),
     ]
 
@@ -208,6 +210,7 @@ def fast_checks(
         check_api_key(stack, allow_weak=allow_weak_key),
         rck.port_check(stack, client, endpoint),
         rck.check_client_address(stack, endpoint),
+        check_bind_address(stack),
     ]
     checks = tag(found, None)
     per_variant: list[Finding | None] = []

@@ -31,11 +31,46 @@ def base_url(bind_address: str, port: int) -> str:
     return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
 
 
+NOT_A_READINESS_STATE = (
+    httpx.LocalProtocolError,
+    httpx.UnsupportedProtocol,
+    httpx.InvalidURL,
+    httpx.CookieConflict,
+    UnicodeError,
+)
+"""Errors in building a request: they say nothing about the server, and waiting longer
+cannot change them (a key with characters a header cannot carry, a bad URL)."""
+
+
+def _request_failure(step: str, err: Exception) -> Readiness:
+    # The error's text may quote the header, so only its type is shown (never the key).
+    return Readiness(
+        False,
+        step,
+        f"the probe request cannot be built or sent ({type(err).__name__}): the API key or the "
+        "URL holds characters an HTTP request cannot carry",
+        fatal=True,
+    )
+
+
 def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None) -> Readiness:
-    """Check the three readiness steps in order; stop at the first that is not yet met."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    """Check the three readiness steps in order; stop at the first that is not yet met.
+
+    A failure to build or send a request that no server state explains (see
+    NOT_A_READINESS_STATE) is fatal: the gate fails at once instead of polling to its timeout."""
+    try:
+        return _probe(client, url, served_name, api_key)
+    except NOT_A_READINESS_STATE as err:
+        return _request_failure("request", err)
+
+
+def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None) -> Readiness:
+    # Built first, so a key a header cannot carry fails before the server is even up.
+    headers = httpx.Headers({"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
         health = client.get(f"{url}/health")
+    except NOT_A_READINESS_STATE:
+        raise
     except httpx.TransportError as err:
         return Readiness(False, "health", f"not listening yet ({type(err).__name__})")
     if health.status_code != 200:
@@ -46,6 +81,8 @@ def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None)
             return Readiness(False, "models", "/v1/models refused the API key (401)", fatal=True)
         models.raise_for_status()
         served = [m.get("id") for m in models.json().get("data", [])]
+    except NOT_A_READINESS_STATE:
+        raise
     except (httpx.HTTPError, ValueError, AttributeError) as err:
         return Readiness(False, "models", f"/v1/models failed: {err}")
     if served_name not in served:
@@ -63,6 +100,8 @@ def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None)
         )
         completion.raise_for_status()
         completion.json()["choices"][0]
+    except NOT_A_READINESS_STATE:
+        raise
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as err:
         return Readiness(False, "completion", f"a 1-token completion failed: {err}")
     return Readiness(True, "ready")

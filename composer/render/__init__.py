@@ -8,8 +8,8 @@ resolved run files `up` starts; the resolved stack as data (`describe`); the Kub
 manifests, a kustomize base and one overlay per variant (`kubernetes`). Never calls
 Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `render_all`, `render_variant`,
-`is_current`, `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`,
-`render_kubernetes`.
+`is_current`, `write_all`, `write_atomic`, `run_file`, `state_dir`, `stack_data`,
+`format_stack`, `render_kubernetes`.
 """
 
 from composer._exports import lazy_exports
@@ -18,7 +18,7 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "describe": ["format_stack", "stack_data"],
-        "files": ["is_current", "render_all", "render_variant", "write_atomic"],
+        "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
         "kubernetes": ["render_kubernetes"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],

@@ -1,7 +1,10 @@
 """Render compose files and shell launchers from templates/ with one Jinja environment.
 
-All files are rendered in memory first, so a failure writes nothing; each write is
-atomic (temp file + rename) and files whose bytes are unchanged are not rewritten.
+All files are rendered in memory first, so a failure writes nothing. `write_all` then
+writes the set all or nothing: every changed file goes to a temp file beside its
+target first; only when all of them are written are they renamed into place, and a
+rename that fails puts the files already replaced back as they were. Files whose bytes
+are unchanged are not rewritten.
 
 Quoting contract. In compose files every literal is a YAML double-quoted scalar with
 `$` escaped as `$$`; a host value is `${VAR:-default}` with the default escaped the
@@ -210,8 +213,103 @@ def is_current(file: RenderedFile) -> bool:
     """True when the file on disk already has exactly these bytes."""
     try:
         return file.path.read_bytes() == file.content.encode()
-    except FileNotFoundError:
+    except OSError:  # absent, a directory, unreadable: not current (writing says why)
         return False
+
+
+@dataclass
+class _Staged:
+    """A changed file written to a temp file beside its target, and what it replaces."""
+
+    file: RenderedFile
+    tmp: Path
+    old: bytes | None = None
+    old_mode: int | None = None
+    placed: bool = False
+
+
+def _old_content(path: Path) -> tuple[bytes | None, int | None]:
+    """The bytes and mode a target has now (None when it does not exist)."""
+    if path.is_symlink() or path.exists():
+        if path.is_dir():
+            raise RenderError(f"cannot write {path}: a directory is in its place (remove it or use --out)")
+        try:
+            return path.read_bytes(), path.stat().st_mode & 0o777
+        except OSError as err:
+            raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+    return None, None
+
+
+def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
+    """`data` in a new temp file in `path`'s directory, with `mode`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+    except OSError as err:
+        Path(tmp).unlink(missing_ok=True)
+        raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+    return Path(tmp)
+
+
+def _stage(file: RenderedFile) -> _Staged:
+    """Write one file's new bytes to a temp file in its target's directory."""
+    old, old_mode = _old_content(file.path)
+    return _Staged(file, _temp_beside(file.path, file.content.encode(), file.mode), old, old_mode)
+
+
+def _put_back(staged: _Staged) -> None:
+    """Undo one rename: the old bytes and mode again, or no file when there was none."""
+    path = staged.file.path
+    if staged.old is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = _temp_beside(path, staged.old, staged.old_mode or 0o644)
+    try:
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_all(files: list[RenderedFile]) -> list[bool]:
+    """Write every file, all or nothing; return, per file, whether it was (re)written.
+
+    Nothing is replaced until every changed file is staged; when a rename fails, the
+    files already replaced get their old bytes back and the temp files are removed, so
+    the previous set stays as it was. Raises RenderError naming the file that failed."""
+    changed = [not is_current(f) for f in files]
+    staged: list[_Staged] = []
+    try:
+        for file, differs in zip(files, changed, strict=True):
+            if differs:
+                staged.append(_stage(file))
+        for item in staged:
+            try:
+                os.replace(item.tmp, item.file.path)
+            except OSError as err:
+                raise RenderError(
+                    f"cannot write {item.file.path}: {err.strerror or err}; no file was changed"
+                ) from err
+            item.placed = True
+    except BaseException:
+        for item in reversed(staged):
+            if item.placed:
+                _put_back(item)
+            else:
+                item.tmp.unlink(missing_ok=True)
+        raise
+    for file, differs in zip(files, changed, strict=True):
+        try:
+            if not differs and file.path.stat().st_mode & 0o777 != file.mode:
+                os.chmod(file.path, file.mode)
+        except OSError as err:
+            raise RenderError(f"cannot set the mode of {file.path}: {err.strerror or err}") from err
+    return changed
 
 
 def write_atomic(file: RenderedFile) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -10,6 +11,7 @@ from pathlib import Path
 from dotenv import dotenv_values
 
 from composer.errors import ConfigError
+from composer.stack import values as v
 
 DEFAULT_STACK_FILE = "composer.toml"
 DEFAULT_ENV_FILE = ".env"
@@ -46,34 +48,66 @@ def files_read_note(files: Sequence[Path]) -> str:
     )
 
 
+ENV_LINE_HELP = "NAME=value lines (quote a value with '...' or \"...\"), comments and blank lines"
+
+
+def read_text(path: Path, what: str) -> str:
+    """A stack or env file's text (UTF-8), or a ConfigError saying why it cannot be read."""
+    shown = repr(str(path))
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{what} {shown} does not exist: give an existing file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{what} {shown} is a directory: give a file") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{what} {shown} is not UTF-8 text (byte {err.start}): save it as UTF-8") from None
+    except OSError as err:
+        raise ConfigError(f"{what} {shown} cannot be read: {err.strerror or err}") from None
+    except ValueError:  # a NUL byte in the name
+        raise ConfigError(f"{what} {shown} is not a valid file name: give an existing file") from None
+
+
 def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
     """The env file's values and its path; the default .env may be absent, a named file may not."""
     if path is None:
         return {}, None
     path = Path(path)
-    if not path.is_file():
-        if str(path) != DEFAULT_ENV_FILE:
-            raise ConfigError(f"env file {str(path)!r} does not exist: give an existing file")
+    if str(path) == DEFAULT_ENV_FILE and not path.exists():
         return {}, None
-    refuse_expansions(path)
-    parsed = dotenv_values(path, interpolate=False)
+    text = read_text(path, "env file")
+    check_env_lines(path, text)
+    parsed = dotenv_values(stream=io.StringIO(text), interpolate=False)
     return {k: val for k, val in parsed.items() if val is not None}, path.resolve()
 
 
-def refuse_expansions(path: Path) -> None:
-    """compose expands `$` in unquoted and double-quoted env-file values; compose-spec
-    reads them literally. Refuse the ambiguity instead of rendering a different value."""
+def check_env_lines(path: Path, text: str) -> None:
+    """Refuse what `docker compose --env-file` refuses and python-dotenv only warns about
+    (an unterminated quote, `=value`, a line without `=`), and `$` that compose would
+    expand while compose-spec reads it literally; each with the file and line."""
     from dotenv.parser import parse_stream
 
-    with path.open(encoding="utf-8") as stream:
-        for binding in parse_stream(stream):
-            if binding.key and binding.value and "$" in binding.value:
-                raw = binding.original.string.partition("=")[2].lstrip()
-                if not raw.startswith("'"):
-                    raise ConfigError(
-                        f"{path}:{binding.original.line}: {binding.key} contains '$', which compose would "
-                        f"expand: single-quote the value ({binding.key}='...') to keep it literal"
-                    )
+    for binding in parse_stream(io.StringIO(text)):
+        original = binding.original.string
+        # A binding starts with the blank lines before it: count from its first text.
+        line = binding.original.line + original[: len(original) - len(original.lstrip())].count("\n")
+        if binding.error:
+            raise ConfigError(
+                f"{path}:{line}: cannot parse {v.shown(binding.original.string.strip(), 40)}: "
+                f"expected {ENV_LINE_HELP}"
+            )
+        if binding.key and binding.value is None:
+            raise ConfigError(
+                f"{path}:{line}: {v.shown(binding.key, 40)} has no '=': expected {binding.key}=value "
+                "(an empty value NAME= counts as unset)"
+            )
+        if binding.key and binding.value and "$" in binding.value:
+            raw = binding.original.string.partition("=")[2].lstrip()
+            if not raw.startswith("'"):
+                raise ConfigError(
+                    f"{path}:{line}: {binding.key} contains '$', which compose would "
+                    f"expand: single-quote the value ({binding.key}='...') to keep it literal"
+                )
 
 
 def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
@@ -81,10 +115,9 @@ def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:
     merged: dict = {}
     origin: dict[str, Path] = {}
     for path in files:
+        text = read_text(path, "stack file")
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"stack file {str(path)!r} does not exist") from None
+            data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as err:
             raise ConfigError(f"stack file {str(path)!r} is not valid TOML: {err}") from err
         unknown = set(data) - TOP_KEYS

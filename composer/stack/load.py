@@ -47,9 +47,9 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("max_model_len", "MAX_MODEL_LEN", v.parse_positive_int, 8192),
     Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
     Setting("attention_backend", "ATTENTION_BACKEND", v.parse_attention_backend, "flash_attn"),
-    Setting("model_dir", "MODEL_DIR", v.parse_text, "./models/model", is_path=True),
+    Setting("model_dir", "MODEL_DIR", v.parse_host_path, "./models/model", is_path=True),
     Setting("model_path", None, v.parse_container_path, "/models/model"),
-    Setting("draft_dir", "DRAFT_DIR", v.parse_text, "./models/draft", is_path=True),
+    Setting("draft_dir", "DRAFT_DIR", v.parse_host_path, "./models/draft", is_path=True),
     Setting("draft_path", None, v.parse_container_path, "/models/draft"),
     Setting("start_period", None, v.parse_duration, 900),
     Setting("stop_grace_period", None, v.parse_duration, 30),
@@ -119,7 +119,7 @@ def _parse_flags(flags: Sequence[str]) -> dict[str, str]:
     for flag in flags:
         key, sep, value = flag.partition("=")
         if not sep or not key.strip():
-            raise ConfigError(f"--set {flag!r}: expected KEY=VALUE, e.g. --set stack.port=8001")
+            raise ConfigError(f"--set {v.shown(flag)}: expected KEY=VALUE, e.g. --set stack.port=8001")
         key = key.strip()
         parsed[key if "." in key else f"stack.{key}"] = value
     return parsed
@@ -147,7 +147,7 @@ class _Resolver:
         try:
             value = parse(raw)
         except ValueError as err:
-            raise ConfigError(f"invalid {dotted} = {raw!r} (from {where}): expected {err}") from err
+            raise ConfigError(f"invalid {dotted} = {v.shown(raw)} (from {where}): expected {err}") from err
         if is_path and isinstance(value, str) and base is not None:
             value = str((base / value).resolve()) if not os.path.isabs(value) else value
         self.record[dotted] = where
@@ -172,7 +172,7 @@ class _Resolver:
 
 def _build(sources: Sources) -> Stack:
     resolve = _Resolver(sources)
-    raw_stack = _table(sources.toml, "stack")
+    raw_stack = _table(sources.toml, "stack", sources.toml_origin)
     if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
         raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
@@ -184,6 +184,7 @@ def _build(sources: Sources) -> Stack:
     variants = _variants(sources, resolve, images)
     workloads = _workloads(sources, variants)
     kubernetes = _kubernetes(sources, resolve)
+    _refuse_shared_mount_targets(settings, variants, resolve.record)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -191,6 +192,11 @@ def _build(sources: Sources) -> Stack:
             if sources.environ.get(API_KEY_VAR)
             else f"{sources.dotenv_label} {API_KEY_VAR}"
         )
+        if not v.is_header_safe(api_key):
+            # Never shown: only where it came from and what is allowed.
+            raise ConfigError(
+                f"invalid {API_KEY_VAR} (from {resolve.record[API_KEY_VAR]}): expected {v.API_KEY_HELP}"
+            )
     unused = sorted(set(sources.flags) - set(resolve.record))
     if unused:
         raise ConfigError(
@@ -220,11 +226,29 @@ def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
     return KubeSettings(**values)  # type: ignore[arg-type]
 
 
-def _table(data: Mapping, key: str) -> dict:
+def _table(data: Mapping, key: str, origin: Mapping[str, Path] | None = None) -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        raise ConfigError(f"{key} must be a table, got {value!r}")
+        where = f" (from {origin[key].name})" if origin and key in origin else ""
+        raise ConfigError(f"invalid {key} = {v.shown(value)}{where}: expected a table ([{key}])")
     return value
+
+
+def _refuse_shared_mount_targets(
+    settings: Mapping[str, object], variants: Mapping[str, Variant], record: Mapping[str, str]
+) -> None:
+    """Docker keeps one bind per container path: the model and the draft need their own."""
+    if settings["model_path"] != settings["draft_path"]:
+        return
+    users = sorted(n for n, var in variants.items() if var.speculative and var.speculative.draft_model)
+    if users:
+        raise ConfigError(
+            f"invalid stack.draft_path = {v.shown(settings['draft_path'])} "
+            f"(from {record.get('stack.draft_path', 'default')}): it equals stack.model_path "
+            f"(from {record.get('stack.model_path', 'default')}), so variant {users[0]} would mount the "
+            "model and the draft on one container path: expected a different absolute path, "
+            "e.g. /models/draft"
+        )
 
 
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
@@ -234,7 +258,7 @@ def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
 
 
 def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
-    raw = _table(sources.toml, "images")
+    raw = _table(sources.toml, "images", sources.toml_origin)
     if not raw:
         raise ConfigError(
             'images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"'
@@ -251,37 +275,46 @@ def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
         if other != key:
             raise ConfigError(f"images.{other} and images.{key} share the variable {image_env_var(key)}")
     return {
-        key: str(resolve.get(f"images.{key}", v.parse_text, None, image_env_var(key), value))
+        key: str(resolve.get(f"images.{key}", v.parse_image_ref, None, image_env_var(key), value))
         for key, value in raw.items()
     }
 
 
 def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, dict):
-        raise ConfigError(f'{where} must be a table of NAME = "value", got {raw!r}')
+        raise ConfigError(f'invalid {where} = {v.shown(raw)}: expected a table of NAME = "value"')
     result = []
     for name, value in raw.items():
         if not _ENV_NAME.fullmatch(name):
             raise ConfigError(
-                f"invalid {where} name {name!r}: expected ASCII letters, digits and '_', "
+                f"invalid {where} name {v.shown(name)}: expected ASCII letters, digits and '_', "
                 "not starting with a digit"
             )
         if name == API_KEY_VAR:
             raise ConfigError(f"{where}.{name}: secrets never go in composer.toml; use .env")
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string or number")
+            raise ConfigError(f"invalid {where}.{name} = {v.shown(value)}: expected a string or number")
         if "\x00" in str(value):
-            raise ConfigError(f"invalid {where}.{name} = {value!r}: expected a string without NUL bytes")
+            raise ConfigError(
+                f"invalid {where}.{name} = {v.shown(value)}: expected a string without NUL bytes"
+            )
         result.append((name, str(value)))
     return tuple(sorted(result))
 
 
 def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> dict[str, Variant]:
-    raw = _table(sources.toml, "variants")
+    raw = _table(sources.toml, "variants", sources.toml_origin)
     if not raw:
         raise ConfigError(
             "variants: define at least one variant, e.g. [variants.baseline]" + files_read_note(sources.files)
         )
+    for name, table in raw.items():
+        if not isinstance(table, dict):
+            origin = sources.toml_origin.get(f"variants.{name}")
+            where = f" (from {origin.name})" if origin else ""
+            raise ConfigError(
+                f"invalid variants.{name} = {v.shown(table)}{where}: expected a table ([variants.{name}])"
+            )
     return {name: _variant(name, raw, sources, resolve, images) for name in raw}
 
 
@@ -295,7 +328,9 @@ def _flatten(
         raise ConfigError(f"variants.{name}.extends forms a cycle: {' -> '.join((*chain, name))}")
     table = raw.get(name)
     if not isinstance(table, dict):
-        raise ConfigError(f"variants.{chain[-1]}.extends = {name!r}: choose one of " + ", ".join(sorted(raw)))
+        raise ConfigError(
+            f"invalid variants.{chain[-1]}.extends = {v.shown(name)}: choose one of " + ", ".join(sorted(raw))
+        )
     _reject_unknown(table, VARIANT_KEYS, f"variants.{name}")
     parent = table.get("extends")
     merged = _flatten(str(parent), raw, (*chain, name), defined) if parent is not None else {}
@@ -318,7 +353,7 @@ def _variant(
     try:
         v.parse_name(name)
     except ValueError as err:
-        raise ConfigError(f"invalid variant name {name!r}: expected {err}") from err
+        raise ConfigError(f"invalid variant name {v.shown(name)}: expected {err}") from err
     defined: dict[str, str] = {}
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
@@ -326,7 +361,7 @@ def _variant(
     image_key = str(table.get("image", next(iter(images))))
     if image_key not in images:
         raise ConfigError(
-            f"invalid {prefix}.image = {image_key!r}: choose one of " + ", ".join(sorted(images))
+            f"invalid {prefix}.image = {v.shown(image_key)}: choose one of " + ", ".join(sorted(images))
         )
     kv_raw = table.get("kv_cache_memory")
     kv = resolve.get(
@@ -346,7 +381,8 @@ def _variant(
         isinstance(a, str) and "\x00" not in a for a in extra_args
     ):
         raise ConfigError(
-            f"invalid {prefix}.extra_args = {extra_args!r}: expected a list of strings without NUL bytes"
+            f"invalid {prefix}.extra_args = {v.shown(extra_args)}: "
+            "expected a list of strings without NUL bytes"
         )
     return Variant(
         name=name,
@@ -364,7 +400,7 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     if raw is None or raw == "none":
         return None
     if not isinstance(raw, dict):
-        raise ConfigError(f'invalid {prefix}.speculative = {raw!r}: expected a table or "none"')
+        raise ConfigError(f'invalid {prefix}.speculative = {v.shown(raw)}: expected a table or "none"')
     _reject_unknown(raw, SPECULATIVE_KEYS, f"{prefix}.speculative")
     where = f"{prefix}.speculative"
     if "method" not in raw:
@@ -372,7 +408,7 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     method = resolve.get(f"{where}.method", v.parse_method, None, None, raw["method"])
     k = resolve.get(
         f"{where}.num_speculative_tokens",
-        v.parse_positive_int,
+        v.parse_speculative_tokens,
         None,
         VARIANT_ENV["num_speculative_tokens"],
         raw.get("num_speculative_tokens"),
@@ -383,7 +419,7 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     draft = resolve.get(f"{where}.draft_model", v.parse_bool, False, None, raw.get("draft_model"))
     extra = raw.get("extra", {})
     if not isinstance(extra, dict):
-        raise ConfigError(f"invalid {where}.extra = {extra!r}: expected a table")
+        raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected a table")
     if "tensor_parallel_size" in extra:
         raise ConfigError(f"{where}.extra.tensor_parallel_size: use draft_tensor_parallel_size")
     reserved = RESERVED_SPECULATIVE_EXTRA | ({"model"} if draft else set())
@@ -392,7 +428,7 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     try:
         json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as err:
-        raise ConfigError(f"invalid {where}.extra = {extra!r}: expected JSON values ({err})") from err
+        raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected JSON values ({err})") from err
     return Speculative(
         method=str(method),
         num_speculative_tokens=int(k),  # type: ignore[call-overload]
@@ -403,10 +439,13 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
 
 
 def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
-    raw = _table(sources.toml, "workloads")
+    raw = _table(sources.toml, "workloads", sources.toml_origin)
     for workload, variant in raw.items():
-        if variant not in variants:
+        if not isinstance(variant, str) or variant not in variants:
+            origin = sources.toml_origin.get(f"workloads.{workload}")
+            where = f" (from {origin.name})" if origin else ""
             raise ConfigError(
-                f"invalid workloads.{workload} = {variant!r}: choose one of " + ", ".join(sorted(variants))
+                f"invalid workloads.{workload} = {v.shown(variant)}{where}: expected a variant name, one of "
+                + ", ".join(sorted(variants))
             )
     return {str(k): str(val) for k, val in raw.items()}

@@ -4,7 +4,9 @@ with a short description of what is allowed."""
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
+from fractions import Fraction
 
 SPECULATIVE_METHODS: tuple[str, ...] = (
     "ngram",
@@ -50,10 +52,17 @@ ATTENTION_BACKENDS: tuple[str, ...] = (
     "TORCH_SDPA",
 )
 
-_SIZE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$")
+_SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$", re.ASCII)
 _BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI)"
+INT64_MAX = (1 << 63) - 1
+"""vLLM, Docker and compose read these numbers as 64-bit signed integers."""
+SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI), at most 8 EiB"
+MAX_DURATION = INT64_MAX // 10**9
+"""Docker and compose hold durations as int64 nanoseconds: about 292 years in seconds."""
+MAX_SPECULATIVE_TOKENS = 128
+"""vLLM's MAX_SPEC_LEN (vllm/v1/sample/rejection_sampler.py): the rejection sampler
+asserts K <= 128 on the first speculative step; its config only checks K > 0."""
 
 
 def parse_size(raw: object) -> int:
@@ -61,13 +70,15 @@ def parse_size(raw: object) -> int:
     if isinstance(raw, bool):
         raise ValueError(SIZE_HELP)
     if isinstance(raw, int):
-        if raw <= 0:
+        if not 0 < raw <= INT64_MAX:
             raise ValueError(SIZE_HELP)
         return raw
+    if not isinstance(raw, str | float):
+        raise ValueError(SIZE_HELP)
     match = _SIZE.match(str(raw))
     if not match:
         raise ValueError(SIZE_HELP)
-    number, unit = float(match.group(1)), match.group(2) or "B"
+    number, unit = Fraction(match.group(1)), match.group(2) or "B"
     if unit == "B":
         factor = 1
     elif unit[0] in _BINARY and (len(unit) == 1 or unit[1] == "i"):
@@ -75,24 +86,30 @@ def parse_size(raw: object) -> int:
     else:
         factor = _DECIMAL[unit[0].lower()]
     size = int(number * factor)
-    if size <= 0:
+    if not 0 < size <= INT64_MAX:
         raise ValueError(SIZE_HELP)
     return size
 
 
-def parse_positive_int(raw: object) -> int:
-    """A whole number greater than zero."""
+def parse_positive_int(raw: object, maximum: int = INT64_MAX) -> int:
+    """A whole number greater than zero and at most `maximum` (int64 by default)."""
+    allowed = "a positive integer" + (f" up to {maximum}" if maximum < INT64_MAX else "")
     if isinstance(raw, bool):
-        raise ValueError("a positive integer")
+        raise ValueError(allowed)
     if isinstance(raw, int):
         value = raw
-    elif re.fullmatch(r"\s*[0-9]+\s*", str(raw)):
-        value = int(str(raw))
+    elif isinstance(raw, str) and re.fullmatch(r"\s*[0-9]{1,19}\s*", raw, re.ASCII):
+        value = int(raw)
     else:
-        raise ValueError("a positive integer")
-    if value <= 0:
-        raise ValueError("a positive integer")
+        raise ValueError(allowed)
+    if not 0 < value <= maximum:
+        raise ValueError(allowed)
     return value
+
+
+def parse_speculative_tokens(raw: object) -> int:
+    """K, the speculative tokens per step: 1 to vLLM's MAX_SPEC_LEN (128)."""
+    return parse_positive_int(raw, MAX_SPECULATIVE_TOKENS)
 
 
 def parse_port(raw: object) -> int:
@@ -107,12 +124,17 @@ def parse_port(raw: object) -> int:
 
 
 def parse_duration(raw: object) -> int:
-    """Seconds from an int or `90s`, `15m`, `1h`."""
-    text = str(raw).strip()
-    match = re.fullmatch(r"([0-9]+)\s*([smh]?)", text)
-    if isinstance(raw, bool) or not match:
-        raise ValueError("a duration such as 900, 90s, 15m or 1h")
-    return int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    """Seconds from an int or `90s`, `15m`, `1h`; at most what Docker holds (int64 ns)."""
+    allowed = f"a duration such as 900, 90s, 15m or 1h, at most {MAX_DURATION}s"
+    if isinstance(raw, bool) or not isinstance(raw, str | int):
+        raise ValueError(allowed)
+    match = re.fullmatch(r"([0-9]{1,19})\s*([smh]?)", str(raw).strip(), re.ASCII)
+    if not match:
+        raise ValueError(allowed)
+    seconds = int(match.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    if seconds > MAX_DURATION:
+        raise ValueError(allowed)
+    return seconds
 
 
 def parse_gpus(raw: object) -> tuple[str, ...] | None:
@@ -154,13 +176,72 @@ def parse_text(raw: object) -> str:
 
 
 def parse_container_path(raw: object) -> str:
-    """An absolute path inside the container (Docker refuses relative mount targets)."""
+    """An absolute, normalised path inside the container, other than `/` itself.
+
+    Docker refuses relative mount targets and a mount on `/`; `.`/`..` components,
+    `//`, a trailing `/` or `:` would name another path than the one written (or be
+    read as a mount option), so they are refused too."""
+    allowed = (
+        "an absolute path inside the container such as /models/m: not '/', no '.' or '..' "
+        "components, no '//', trailing '/', ':' or control characters"
+    )
     text = parse_text(raw)
-    if not text.startswith("/") or any(c < " " or c == "\x7f" for c in text):
-        raise ValueError(
-            "an absolute path inside the container without control characters, such as /models/m"
-        )
+    if (
+        not text.startswith("/")
+        or text == "/"
+        or posixpath.normpath(text) != text
+        or text.startswith("//")
+        or ":" in text
+        or any(c < " " or c == "\x7f" for c in text)
+    ):
+        raise ValueError(allowed)
     return text
+
+
+def parse_host_path(raw: object) -> str:
+    """A host path to mount: any text compose's `${VAR:-default}` can hold (no '}',
+    newline or control characters)."""
+    text = parse_text(raw)
+    if "}" in text or any(c < " " or c == "\x7f" for c in text):
+        raise ValueError("a host path without '}' or control characters (newlines included)")
+    return text
+
+
+# Docker's reference grammar (distribution/reference, regexp.go): [host[:port]/]path[:tag][@digest].
+_ALNUM = r"[a-z0-9]+"
+_SEPARATOR = r"(?:[._]|__|-+)"
+_PATH_COMPONENT = rf"{_ALNUM}(?:{_SEPARATOR}{_ALNUM})*"
+_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN_NAME = rf"{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*"
+_DOMAIN = rf"{_DOMAIN_NAME}(?::[0-9]+)?"  # no [IPv6] hosts: Docker 20.10's daemon refuses them
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}"
+IMAGE_REFERENCE = re.compile(
+    rf"(?P<name>(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?",
+    re.ASCII,
+)
+IMAGE_HELP = (
+    "an image reference like Docker's: [registry-host[:port]/]path[:tag][@sha256:<64 hex>], "
+    "path components in lowercase letters, digits and . _ -, a tag of at most 128 characters "
+    "from letters, digits, _ . - (e.g. vllm/vllm-openai:v0.33.0)"
+)
+NAME_TOTAL_LENGTH_MAX = 255
+
+
+def parse_image_ref(raw: object) -> str:
+    """An image reference Docker accepts (its `reference` grammar), e.g. `repo/name:tag`."""
+    if not isinstance(raw, str):
+        raise ValueError(IMAGE_HELP)
+    match = IMAGE_REFERENCE.fullmatch(raw)
+    if not match:
+        raise ValueError(IMAGE_HELP)
+    name = match.group("name")
+    if len(name) > NAME_TOTAL_LENGTH_MAX:
+        raise ValueError(f"{IMAGE_HELP}; the name may have at most {NAME_TOTAL_LENGTH_MAX} characters")
+    if re.fullmatch(r"[a-f0-9]{64}", name):
+        raise ValueError(f"{IMAGE_HELP}; a bare 64-digit hex string is read as an image id, not a name")
+    return raw
 
 
 def parse_served_name(raw: object) -> str:
@@ -172,12 +253,14 @@ def parse_served_name(raw: object) -> str:
 
 
 def parse_ip(raw: object) -> str:
-    """An IPv4 or IPv6 address to bind a published port to."""
-    text = str(raw).strip()
+    """An IPv4 or IPv6 address (without a %zone) to bind a published port to."""
+    allowed = "an IP address such as 127.0.0.1, 0.0.0.0 or ::1 (no %zone)"
+    if not isinstance(raw, str) or "%" in raw:
+        raise ValueError(allowed)
     try:
-        return str(ipaddress.ip_address(text))
+        return str(ipaddress.ip_address(raw.strip()))
     except ValueError as err:
-        raise ValueError("an IP address such as 127.0.0.1, 0.0.0.0 or ::1") from err
+        raise ValueError(allowed) from err
 
 
 def parse_name(raw: object) -> str:
@@ -209,3 +292,22 @@ def parse_restart(raw: object) -> str:
     if text not in RESTART_POLICIES:
         raise ValueError("one of " + ", ".join(RESTART_POLICIES))
     return text
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """A value for an error message: its repr, cut to about `limit` characters."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int too long to print
+        text = f"<{type(value).__name__}>"
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 20]}... ({len(text)} characters)"
+
+
+API_KEY_HELP = "printable ASCII without spaces (letters, digits and punctuation), as HTTP headers carry it"
+
+
+def is_header_safe(key: str) -> bool:
+    """True when a key can travel in an `Authorization: Bearer` header unchanged."""
+    return bool(key) and all("!" <= c <= "~" for c in key)

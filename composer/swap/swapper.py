@@ -212,6 +212,8 @@ class Swapper:
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
+        if current is not None and "stop" in plan.steps and self.options.rollback:
+            self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
         compose_file = run_file(target)
         previous_file = current.config_file if current else None
         prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))

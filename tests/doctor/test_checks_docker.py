@@ -87,6 +87,8 @@ def test_port_free_foreign_or_held_by_our_container(docker_client, tmp_path: Pat
         labels = {
             label_names.PORT: str(stack.port),
             label_names.VARIANT: "mtp",
+            label_names.COMPOSE_PROJECT: stack.project,
+            label_names.COMPOSE_SERVICE: stack.service,
             "vllm-composer.test": "doctor",
         }
         container = docker_client.containers.run(
@@ -97,3 +99,35 @@ def test_port_free_foreign_or_held_by_our_container(docker_client, tmp_path: Pat
             assert found.status == "ok" and "our mtp container" in found.detail
         finally:
             container.remove(force=True)
+
+
+@pytest.mark.docker
+def test_port_held_by_another_projects_container_is_refused(docker_client, tmp_path: Path) -> None:
+    """Only this project's container counts as ours: another compose-spec project's variant
+    container publishing the port makes preflight fail, naming that project."""
+    if not docker_client.images.list(name=SIM_IMAGE):
+        pytest.fail(f"{SIM_IMAGE} is not built: run `make image-sim`")
+    stack = make_stack(tmp_path)
+    other = f"vct{uuid.uuid4().hex[:10]}"
+    labels = {
+        label_names.PORT: str(stack.port),
+        label_names.VARIANT: "baseline",
+        label_names.COMPOSE_PROJECT: other,
+        label_names.COMPOSE_SERVICE: stack.service,
+        "vllm-composer.test": "doctor",
+    }
+    container = docker_client.containers.run(
+        SIM_IMAGE,
+        entrypoint=["sleep", "60"],
+        labels=labels,
+        detach=True,
+        ports={"8000/tcp": ("127.0.0.1", stack.port)},
+        name=f"{other}-{stack.service}-1",
+    )
+    try:
+        found = check_port(stack, docker_client)
+        assert found.status == "fail", found
+        assert f"compose project {other!r}" in found.detail and f"project {stack.project!r}" in found.detail
+        assert "choose another port" in found.fix
+    finally:
+        container.remove(force=True)

@@ -35,10 +35,11 @@ def test_mtp_variant_on_a_model_without_mtp_layers_fails(tmp_path: Path) -> None
     assert found.status == "fail" and "no MTP head" in found.detail
 
 
-def test_k_not_divisible_by_mtp_layers_warns_with_multiples(tmp_path: Path) -> None:
+def test_k_not_divisible_by_mtp_layers_fails_with_multiples(tmp_path: Path) -> None:
+    """vLLM refuses such a K at startup, so preflight refuses it before anything stops."""
     stack = make_stack(tmp_path, target={"mtp_num_hidden_layers": 3})
     found = mck.check_mtp(stack, stack.variant("mtp"))
-    assert found.status == "warn" and "n_predict=3" in found.detail
+    assert found.status == "fail" and "n_predict=3" in found.detail
     assert "6 or 9" in found.fix
     divisible = make_stack(
         tmp_path, environ={"NUM_SPECULATIVE_TOKENS": "6"}, target={"mtp_num_hidden_layers": 3}
@@ -64,7 +65,10 @@ def test_draft_k_against_block_size(tmp_path: Path) -> None:
     found = mck.check_draft_k(stack, stack.variant("dflash2"))
     assert found.status == "ok" and "block_size 8" in found.detail
     k10 = make_stack(tmp_path / "b", environ={"NUM_SPECULATIVE_TOKENS": "10"})
-    warn = mck.check_draft_k(k10, k10.variant("dflash2"))
+    beyond = mck.check_draft_k(k10, k10.variant("dflash2"))
+    assert beyond.status == "fail" and "num_speculative_tokens = 7" in beyond.fix
+    k5 = make_stack(tmp_path / "e", environ={"NUM_SPECULATIVE_TOKENS": "5"})
+    warn = mck.check_draft_k(k5, k5.variant("dflash2"))
     assert warn.status == "warn" and "num_speculative_tokens = 7" in warn.fix
     no_block = make_stack(tmp_path / "c", draft={"dflash_config": {}})
     assert mck.check_draft_k(no_block, no_block.variant("dflash2")).status == "warn"

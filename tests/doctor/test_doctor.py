@@ -105,6 +105,7 @@ def test_fast_checks_skip_gpu_probing_and_image_inspection(tmp_path: Path) -> No
         "api-key",
         "port",
         "client-address",
+        "bind-address",
         "mounts",
         "mounts",
         "attention-backend",

@@ -41,6 +41,7 @@ def test_help_and_version() -> None:
         (["--env-file", "/nonexistent/x.env", "config"], "env file '/nonexistent/x.env' does not exist"),
         (["--stack", "/nonexistent.toml", "config"], "stack file '/nonexistent.toml' does not exist"),
         (["config", "nope"], "unknown variant 'nope'"),
+        (["--set", "model_dir=/m}", "render", "--check"], "stack.model_dir = '/m}' (from flag --set)"),
         (["render", "nope", "--check"], "unknown variant 'nope'"),
     ],
 )
@@ -57,8 +58,9 @@ def test_click_usage_errors_exit_2() -> None:
 
 def test_failures_exit_1(tmp_path: Path, empty_env_file: Path) -> None:
     out = tmp_path / "out"
-    result = run("--env-file", str(empty_env_file), "--set", "model_dir=/m}", "render", "--out", str(out))
-    assert_one_line_error(result, 1, "MODEL_DIR default '/m}' contains '}'")
+    (out / "mtp.sh").mkdir(parents=True)
+    result = run("--env-file", str(empty_env_file), "render", "--out", str(out))
+    assert_one_line_error(result, 1, "mtp.sh: a directory is in its place")
     result = run("--env-file", str(empty_env_file), "render", "--check", "--out", str(out))
     assert_one_line_error(result, 1, "6 rendered file(s) are stale")
 

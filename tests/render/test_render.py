@@ -104,8 +104,10 @@ def test_an_unholdable_default_is_refused_and_nothing_is_written(tmp_path: Path)
     env_file = tmp_path / "odd.env"
     env_file.write_text("DRAFT_DIR='/models/{draft}'\n")
     code, stdout, stderr = _render(env_file, "render", "--out", str(out))
-    assert code == 1 and stdout == ""
-    assert stderr.count("\n") == 1 and "DRAFT_DIR default '/models/{draft}' contains '}'" in stderr
+    assert code == 2 and stdout == ""
+    assert stderr.count("\n") == 1
+    assert "invalid stack.draft_dir = '/models/{draft}' (from odd.env DRAFT_DIR)" in stderr
+    assert "without '}'" in stderr
     assert not out.exists(), "the baseline files were rendered fine but must not be written either"
 
 

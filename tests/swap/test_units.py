@@ -125,7 +125,8 @@ def test_api_key_checks():
     assert check_api_key(stack()).status == "fail"
     assert check_api_key(stack(VLLM_API_KEY="sk-123456")).status == "fail"
     assert check_api_key(stack(VLLM_API_KEY="sk-123456"), allow_weak=True).status == "warn"
-    assert check_api_key(stack(VLLM_API_KEY="short-key")).status == "warn"
+    assert check_api_key(stack(VLLM_API_KEY="short-key")).status == "fail"
+    assert check_api_key(stack(VLLM_API_KEY="short-key"), allow_weak=True).status == "warn"
     assert check_api_key(stack(VLLM_API_KEY="a" * 32)).status == "ok"
 
 

@@ -1,0 +1,78 @@
+"""Preflight rules that refuse before anything stops: short keys, K beyond what vLLM and the
+checkpoint accept, a bind address that is not this host's; and the warning for a port
+published beyond loopback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer.doctor.preflight import MIN_KEY_LENGTH, check_api_key, check_bind_address, check_port
+from composer.doctor.report import fast_checks
+from composer.render.spec import resolve_target
+
+from .fakes import make_stack
+
+
+def _failed(stack, variant: str) -> dict[str, str]:
+    found = fast_checks(stack, resolve_target(stack, variant), None, kernel_release="6.8.0")
+    return {f.name: f.detail for f in found if f.failed}
+
+
+# -- 28. keys shorter than the documented minimum ---------------------------------------------
+@pytest.mark.parametrize("key", ["Q", "Zq9" * 5])
+def test_short_api_key_is_refused_unless_allowed(tmp_path: Path, key: str) -> None:
+    stack = make_stack(tmp_path, environ={"VLLM_API_KEY": key})
+    found = check_api_key(stack)
+    assert found.status == "fail" and f"at least {MIN_KEY_LENGTH} are required" in found.detail
+    assert "--allow-weak-key" in found.fix and key not in found.detail + found.fix
+    assert "api-key" in _failed(stack, "baseline")
+    assert check_api_key(stack, allow_weak=True).status == "warn"
+    allowed = fast_checks(stack, resolve_target(stack, "baseline"), None, allow_weak_key=True)
+    assert not [f for f in allowed if f.failed and f.name == "api-key"]
+
+
+def test_key_of_minimum_length_passes(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, environ={"VLLM_API_KEY": "q7Z" + "x" * (MIN_KEY_LENGTH - 3)})
+    assert check_api_key(stack).status == "ok"
+
+
+# -- 28. a port published beyond loopback ----------------------------------------------------
+@pytest.mark.parametrize(("address", "status"), [("127.0.0.1", "ok"), ("127.0.0.2", "ok"), ("::1", "ok")])
+def test_loopback_bind_address_is_ok(tmp_path: Path, address: str, status: str) -> None:
+    stack = make_stack(tmp_path, environ={"VLLM_BIND_ADDRESS": address})
+    assert check_bind_address(stack).status == status
+
+
+@pytest.mark.parametrize("address", ["0.0.0.0", "::", "192.0.2.10"])
+def test_port_published_beyond_loopback_warns(tmp_path: Path, address: str) -> None:
+    stack = make_stack(tmp_path, environ={"VLLM_BIND_ADDRESS": address})
+    found = check_bind_address(stack)
+    assert found.status == "warn" and "beyond loopback" in found.detail and "127.0.0.1" in found.fix
+    names = [f.name for f in fast_checks(stack, resolve_target(stack, "baseline"), None)]
+    assert "bind-address" in names
+
+
+def test_bind_address_not_on_this_host_fails_the_port_check(tmp_path: Path) -> None:
+    """Docker could not publish there either; before, the bind error was a traceback."""
+    stack = make_stack(tmp_path, environ={"VLLM_BIND_ADDRESS": "192.0.2.10"})
+    found = check_port(stack, None)
+    assert found.status == "fail" and "not an address of this host" in found.detail
+
+
+# -- 26. K bounded by what vLLM accepts for the method and the checkpoint ------------------------
+def test_mtp_k_vllm_refuses_fails_preflight(tmp_path: Path) -> None:
+    stack = make_stack(
+        tmp_path,
+        environ={"NUM_SPECULATIVE_TOKENS": "7"},
+        target={"text_config": {"mtp_num_hidden_layers": 2}},
+    )
+    assert "must be divisible by n_predict=2" in _failed(stack, "mtp")["mtp-layers"]
+
+
+def test_dflash_k_beyond_the_trained_block_fails_preflight(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path, environ={"NUM_SPECULATIVE_TOKENS": "8"})
+    assert "block_size 8 allows K up to 7" in _failed(stack, "dflash2")["draft-k"]
+    at_block = make_stack(tmp_path / "k7", environ={"NUM_SPECULATIVE_TOKENS": "7"})
+    assert "draft-k" not in _failed(at_block, "dflash2")

@@ -1,0 +1,186 @@
+"""Everything that would fail after the serving variant stopped is refused before: with
+baseline serving on the simulator, each bad `up` exits non-zero and baseline keeps serving
+in the very same container (real daemon)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.conftest import REPO, free_port
+from tests.swap.conftest import FAILURE_VARIANTS, Stack, remove_project, running_containers
+
+pytestmark = pytest.mark.docker
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
+    """One stack with baseline serving, shared by the tests of this module."""
+    tmp = tmp_path_factory.mktemp("serving")
+    project, port = f"vct{uuid.uuid4().hex[:10]}", free_port()
+    stack_file = tmp / "test-stack.toml"
+    stack_file.write_text(
+        f'[stack]\nproject = "{project}"\nport = {port}\n'
+        '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
+        encoding="utf-8",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE"}
+    }
+    env.update(
+        VLLM_API_KEY=secrets.token_urlsafe(24),
+        XDG_STATE_HOME=str(tmp / "state"),
+        XDG_RUNTIME_DIR=str(tmp),
+        PYTHONPATH=str(REPO),
+    )
+    stack = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    started = stack.run("up", "baseline")
+    assert started.returncode == 0, started.stderr
+    yield stack
+    remove_project(docker_client, project)
+
+
+def _baseline_id(stack: Stack, client) -> str:
+    running = running_containers(client, stack.project)
+    assert [c.labels["vllm-composer.variant"] for c in running] == ["baseline"]
+    return running[0].id
+
+
+def assert_refused_and_untouched(stack: Stack, client, *args: str, code: int, env=None) -> str:
+    """`up ...` exits `code` with one error line, and baseline's container still runs."""
+    before = _baseline_id(stack, client)
+    if env is not None:
+        stack = Stack(stack.project, stack.port, stack.api_key, {**stack.env, **env}, stack.stack_file)
+    done = stack.run(*args)
+    assert done.returncode == code, (done.stdout, done.stderr)
+    errors = [line for line in done.stderr.splitlines() if line.startswith("compose-spec: error: ")]
+    assert len(errors) == 1, done.stderr
+    assert not [line for line in done.stderr.splitlines() if line.startswith("stopping ")], "nothing stops"
+    assert _baseline_id(stack, client) == before
+    return errors[0]
+
+
+# -- 11. the port held by another compose-spec project's container ------------------------------
+def test_port_held_by_another_project_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    other, port = f"vct{uuid.uuid4().hex[:10]}", free_port()
+    labels = {
+        "vllm-composer.port": str(port),
+        "vllm-composer.variant": "baseline",
+        "com.docker.compose.project": other,
+        "com.docker.compose.service": "vllm",
+        "vllm-composer.test": "swap",
+    }
+    holder = docker_client.containers.run(
+        "vllm-sim:latest",
+        entrypoint=["sleep", "120"],
+        labels=labels,
+        detach=True,
+        ports={"8000/tcp": ("127.0.0.1", port)},
+        name=f"{other}-vllm-1",
+    )
+    try:
+        line = assert_refused_and_untouched(
+            serving, docker_client, "--set", f"stack.port={port}", "up", "mtp", code=1
+        )
+        assert f"compose project {other!r}" in line
+    finally:
+        holder.remove(force=True)
+
+
+# -- 12. the rollback target's image is gone ---------------------------------------------------
+def test_missing_rollback_image_is_refused_before_stopping(tmp_path, docker_client, sim_images) -> None:
+    tag = f"vct-rollback-{uuid.uuid4().hex[:8]}:gone"
+    docker_client.images.get("vllm-sim:latest").tag(tag)
+    project, port = f"vct{uuid.uuid4().hex[:10]}", free_port()
+    stack_file = tmp_path / "test-stack.toml"
+    stack_file.write_text(
+        f'[stack]\nproject = "{project}"\nport = {port}\n'
+        '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n',
+        encoding="utf-8",
+    )
+    env = {k: v for k, v in os.environ.items() if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME"}}
+    env.update(
+        VLLM_API_KEY=secrets.token_urlsafe(24),
+        VLLM_IMAGE=tag,
+        XDG_STATE_HOME=str(tmp_path / "state"),
+        XDG_RUNTIME_DIR=str(tmp_path),
+        PYTHONPATH=str(REPO),
+    )
+    stack = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    try:
+        assert stack.run("up", "baseline").returncode == 0
+        docker_client.images.remove(tag)  # untag only: the running container keeps its layers
+        line = assert_refused_and_untouched(stack, docker_client, "up", "dflash2", code=1)
+        assert f"the image {tag} of the serving variant baseline is no longer present" in line
+        assert "--no-rollback" in line
+    finally:
+        remove_project(docker_client, project)
+        if docker_client.images.list(name=tag.split(":")[0]):
+            docker_client.images.remove(tag)
+
+
+# -- 26. K beyond what vLLM accepts -------------------------------------------------------------
+def test_huge_k_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    line = assert_refused_and_untouched(
+        serving,
+        docker_client,
+        "--set",
+        "variants.mtp.speculative.num_speculative_tokens=1000000000",
+        "up",
+        "mtp",
+        code=2,
+    )
+    assert "a positive integer up to 128" in line
+
+
+def test_dflash_k_beyond_the_trained_block_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    line = assert_refused_and_untouched(
+        serving, docker_client, "up", "dflash2", code=1, env={"NUM_SPECULATIVE_TOKENS": "9"}
+    )
+    assert "block_size 8 allows K up to 7" in line
+
+
+# -- 27. what Docker or compose would refuse ----------------------------------------------------
+@pytest.mark.parametrize(
+    "setting",
+    ["stack.model_path=/", "stack.model_path=/models/../etc", "stack.start_period=99999999999h"],
+)
+def test_docker_refusals_are_refused_before_stopping(serving: Stack, docker_client, setting: str) -> None:
+    line = assert_refused_and_untouched(serving, docker_client, "--set", setting, "up", "mtp", code=2)
+    assert setting.split("=")[0] in line
+
+
+# -- 7. two mounts on one container path ----------------------------------------------------
+def test_shared_mount_target_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    line = assert_refused_and_untouched(
+        serving, docker_client, "--set", "stack.draft_path=/models/Qwen3.8-27B", "up", "dflash2", code=2
+    )
+    assert "equals stack.model_path" in line
+
+
+# -- 9 and 28. keys ---------------------------------------------------------------------------
+def test_non_ascii_key_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    key = "sk-schlüssel-0123456789abcdef"
+    line = assert_refused_and_untouched(
+        serving, docker_client, "up", "mtp", code=2, env={"VLLM_API_KEY": key}
+    )
+    assert "invalid VLLM_API_KEY" in line and key not in line
+
+
+def test_one_character_key_is_refused_before_stopping(serving: Stack, docker_client) -> None:
+    line = assert_refused_and_untouched(
+        serving, docker_client, "up", "mtp", code=1, env={"VLLM_API_KEY": "k"}
+    )
+    assert "VLLM_API_KEY is short" in line and "--allow-weak-key" in line
+
+
+def test_port_beyond_loopback_is_a_warning(serving: Stack, docker_client) -> None:
+    """doctor runs the same fast checks as the preflight of `up`."""
+    done = serving.run("--set", "stack.bind_address=0.0.0.0", "doctor", "baseline")
+    assert "bind-address" in done.stdout and "beyond loopback" in done.stdout
