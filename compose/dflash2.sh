@@ -12,8 +12,6 @@ set -euo pipefail
 if [[ -z "${DFLASH2_IMAGE:-}" ]]; then DFLASH2_IMAGE=vllm-openai:qwen38-dflash2; fi
 if [[ -z "${KV_CACHE_MEMORY:-}" ]]; then KV_CACHE_MEMORY=4831838208; fi
 if [[ -z "${NUM_SPECULATIVE_TOKENS:-}" ]]; then NUM_SPECULATIVE_TOKENS=7; fi
-if [[ -z "${VLLM_PORT:-}" ]]; then VLLM_PORT=8000; fi
-if [[ -z "${VLLM_BIND_ADDRESS:-}" ]]; then VLLM_BIND_ADDRESS=127.0.0.1; fi
 if [[ -z "${MODEL_DIR:-}" ]]; then MODEL_DIR=/root/HuggingFaceCache/Qwen3.8-27B; fi
 if [[ -z "${DRAFT_DIR:-}" ]]; then DRAFT_DIR=/root/HuggingFaceCache/Qwen3.8-27B-DFlash2; fi
 if [[ -z "${GPU_DEVICES:-}" ]]; then GPU_DEVICES=0,1,2,3; fi
@@ -34,8 +32,13 @@ host_path() {
 mount_source_1=$(host_path MODEL_DIR "${MODEL_DIR}")
 mount_source_2=$(host_path DRAFT_DIR "${DRAFT_DIR}")
 
-publish_ip="${VLLM_BIND_ADDRESS}"
-if [[ $publish_ip == *:* ]]; then publish_ip="[$publish_ip]"; fi
+# Behind the gateway: the variant joins the project's network under the service's name
+# and publishes no port (the gateway owns it and holds requests while this one starts).
+network=vllm_default
+if ! docker network inspect "$network" >/dev/null 2>&1; then
+  echo "network $network does not exist: start the gateway first (compose-spec up VARIANT)" >&2
+  exit 1
+fi
 
 tty_flags=()
 if [[ -t 0 && -t 1 ]]; then tty_flags=(--interactive --tty); fi
@@ -62,12 +65,12 @@ exec docker run --rm "${tty_flags[@]}" \
   --name vllm-vllm-1 \
   --ipc host \
   --gpus "\"device=${GPU_DEVICES}\"" \
-  --publish "${publish_ip}:${VLLM_PORT}:8000" \
+  --network "$network" --network-alias vllm \
   --mount "type=bind,$(csv_field "source=${mount_source_1}"),$(csv_field target=/models/Qwen3.8-27B),readonly" \
   --mount "type=bind,$(csv_field "source=${mount_source_2}"),$(csv_field target=/models/Qwen3.8-27B-DFlash2),readonly" \
   --env VLLM_API_KEY \
   --env VLLM_WSL2_ENABLE_PIN_MEMORY=1 \
-  --label vllm-composer.config-hash=ae23f809939ba059 \
+  --label vllm-composer.config-hash=f32cabf7726ca644 \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=dflash2 \

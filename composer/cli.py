@@ -438,7 +438,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
     import signal
 
     from composer.engine.client import docker_client
-    from composer.render.spec import resolve_target
+    from composer.render.target import resolve_target
     from composer.swap.swapper import UpOptions, up
 
     stack = obj.stack()
@@ -521,7 +521,7 @@ def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
 def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
     """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
     from composer.kube.rollout import KubeUpOptions, up_kubernetes
-    from composer.render.spec import resolve_target
+    from composer.render.target import resolve_target
 
     stack = obj.stack()
     line = LiveLine()

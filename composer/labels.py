@@ -13,6 +13,10 @@ CONFIG_HASH = f"{PREFIX}.config-hash"
 SERVED_NAME = f"{PREFIX}.served-model-name"
 PORT = f"{PREFIX}.port"
 
+# On the gateway's container (which also carries PORT: it publishes the shared port).
+ROLE = f"{PREFIX}.role"
+ROLE_GATEWAY = "gateway"
+
 # On overlay images and the helper containers of an overlay build.
 OVERLAY_PREFIX = f"{PREFIX}.overlay"
 OVERLAY_RECIPE = f"{OVERLAY_PREFIX}.recipe"

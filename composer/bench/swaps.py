@@ -30,7 +30,7 @@ from composer.bench.sweep import (
     run_bench,
 )
 from composer.engine.health import base_url
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:

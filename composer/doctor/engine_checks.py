@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from composer.doctor.preflight import Finding, check_image
@@ -94,6 +95,15 @@ def check_nvidia_runtime(stack: Stack, client: docker.DockerClient) -> Finding:
     """GPUs reach containers through the NVIDIA runtime (or the stack wants none)."""
     runtimes = (client.info().get("Runtimes") or {}).keys()
     return nvidia_runtime_finding(runtimes, stack.gpus is not None, shutil.which(NVIDIA_HOOK) is not None)
+
+
+def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | None:
+    """The gateway's image is present locally; None when the stack runs without a gateway."""
+    if not stack.gateway.enabled:
+        return None
+    found = check_image(client, stack.gateway.image)
+    fix = found.fix.replace("make image-sim for the simulator", "make image-gateway for the gateway")
+    return replace(found, name="gateway-image", fix=fix)
 
 
 def check_variant_image(stack: Stack, variant: Variant, client: docker.DockerClient) -> Finding:

@@ -7,7 +7,8 @@ import stat
 from pathlib import Path
 
 from composer.doctor.preflight import Finding
-from composer.render.spec import PIN_MEMORY_VAR, Target
+from composer.render.spec import PIN_MEMORY_VAR
+from composer.render.target import Target
 from composer.stack.model import Variant
 from composer.stack.values import V2_RUNNER_METHODS
 

@@ -15,7 +15,7 @@ from composer.stack.model import Stack
 if TYPE_CHECKING:
     import docker
 
-    from composer.render.spec import Target
+    from composer.render.target import Target
 
 WEAK_API_KEYS = frozenset(
     {
@@ -148,11 +148,16 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
-    """Running variant containers labelled with the stack's port: ours, and other projects'."""
-    from composer.engine.containers import our_containers
+    """Running variant or gateway containers labelled with the stack's port: ours (this
+    project's), and other projects'."""
+    from composer.engine.containers import gateway_container, our_containers
 
     ours = {c.container.id for c in our_containers(stack, client)}
-    labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}", labels.VARIANT]})
+    gateway = gateway_container(stack, client)
+    if gateway is not None:
+        ours.add(gateway.id)
+    labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}"]})
+    labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
     return [c for c in labelled if c.id in ours], [c for c in labelled if c.id not in ours]
 
 
@@ -174,8 +179,8 @@ def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
     if client is not None:
         ours, others = _holders(stack, client)
         if ours:
-            variant = ours[0].labels.get(labels.VARIANT, "?")
-            return Finding("port", "ok", f"port {stack.port} is held by our {variant} container")
+            holder = ours[0].labels.get(labels.VARIANT) or ours[0].labels.get(labels.ROLE, "?")
+            return Finding("port", "ok", f"port {stack.port} is held by our {holder} container")
         if others:
             other = others[0]
             project = other.labels.get(labels.COMPOSE_PROJECT, "none")

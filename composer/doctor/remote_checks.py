@@ -16,7 +16,8 @@ from composer.doctor.preflight import Finding, check_mounts, check_port
 from composer.engine.client import Endpoint, engine_endpoint
 from composer.engine.health import base_url
 from composer.errors import ComposerError
-from composer.render.spec import Target, resolve
+from composer.render.spec import resolve
+from composer.render.target import Target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def port_check(stack: Stack, client: docker.DockerClient | None, endpoint: Endpo
             for binding in bindings or []
         )
     ]
-    theirs = [c for c in holders if labels.VARIANT not in c.labels]
+    theirs = [c for c in holders if labels.VARIANT not in c.labels and labels.ROLE not in c.labels]
     if theirs:
         return Finding(
             "port",

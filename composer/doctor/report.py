@@ -37,7 +37,7 @@ from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor.preflight import Finding, check_api_key, check_bind_address
 from composer.probes.gpu import GpuProbe
-from composer.render.spec import Target, resolve_target
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -67,6 +67,7 @@ CHECK_NAMES = (
     "gpu-memory",
     "docker-endpoint",
     "client-address",
+    "gateway-image",
 )
 
 
@@ -158,6 +159,7 @@ def _stack_checks(
     ]
     if client is not None:
         found.append(dck.check_nvidia_runtime(stack, client))
+        found.append(dck.check_gateway_image(stack, client))
     return [
         *found,
         gck.check_gpu_count(stack, facts),
@@ -212,6 +214,8 @@ def fast_checks(
         rck.check_client_address(stack, endpoint),
         check_bind_address(stack),
     ]
+    if client is not None:
+        found.append(dck.check_gateway_image(stack, client))
     checks = tag(found, None)
     per_variant: list[Finding | None] = []
     if client is not None:

@@ -101,6 +101,20 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
     return [VariantContainer(c) for c in ours]
 
 
+def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
+    """The stack's gateway container (running or not), if compose created one."""
+    found = client.containers.list(
+        all=True,
+        filters={
+            "label": [
+                f"{label_names.COMPOSE_PROJECT}={stack.project}",
+                f"{label_names.ROLE}={label_names.ROLE_GATEWAY}",
+            ]
+        },
+    )
+    return found[0] if found else None
+
+
 def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
     """The running variant container of the stack, if any."""
     for container in our_containers(stack, client):

@@ -30,6 +30,8 @@ class GateTarget:
     bind_address: str
     served_name: str
     api_key: str | None
+    # Extra headers on every probe: the gateway's probe token passes a swap's hold.
+    headers: tuple[tuple[str, str], ...] = ()
 
     @property
     def url(self) -> str:
@@ -47,13 +49,15 @@ def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
     )
 
 
-def _http() -> httpx.Client:
-    return httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False)
+def _http(target: GateTarget) -> httpx.Client:
+    return httpx.Client(
+        timeout=httpx.Timeout(10.0, connect=0.5), headers=dict(target.headers), trust_env=False
+    )
 
 
 def probe_once(target: GateTarget) -> bool:
     """One readiness probe of a running variant."""
-    with _http() as client:
+    with _http(target) as client:
         return probe(client, target.url, target.served_name, target.api_key).ready
 
 
@@ -74,7 +78,7 @@ def wait_ready(
     last_log_read = 0.0
     log = ""
     stage = "starting container"
-    with _http() as client:
+    with _http(target) as client:
         while True:
             exited = container.exit_reason()
             if exited:
@@ -100,7 +104,7 @@ def wait_ready(
 def watch_settled(container: VariantContainer, target: GateTarget, seconds: float, interval: float) -> None:
     """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
     end = time.monotonic() + seconds
-    with _http() as client:
+    with _http(target) as client:
         while time.monotonic() < end:
             exited = container.exit_reason()
             if not exited and _healthy(client, target):

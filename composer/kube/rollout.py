@@ -29,7 +29,8 @@ from composer.kube.kubectl import Kubectl, last_line
 from composer.render.files import write_atomic
 from composer.render.kubernetes import render_kubernetes, secret_name
 from composer.render.runfiles import state_dir
-from composer.render.spec import API_KEY_VAR, Target
+from composer.render.spec import API_KEY_VAR
+from composer.render.target import Target
 from composer.stack.model import Stack
 
 Say = Callable[[str], None]

@@ -2,14 +2,16 @@
 
 Owns: `ServiceSpec`, the one description of a variant's container (image, argv, env,
 mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
-function; the compose files and bash launchers rendered from the Jinja templates in the
-top-level `templates/` folder (shipped in the wheel as `composer/templates`); the fully
-resolved run files `up` starts; the resolved stack as data (`describe`); the Kubernetes
-manifests, a kustomize base and one overlay per variant (`kubernetes`). Never calls
+function; `GatewaySpec`, the gateway's container in front of it (`gateway`); `Target`,
+a variant resolved once into both (`target`); the compose files and bash launchers
+rendered from the Jinja templates in the top-level `templates/` folder (shipped in the
+wheel as `composer/templates`); the fully resolved run files `up` starts; the resolved
+stack as data (`describe`); the Kubernetes manifests, a kustomize base and one overlay
+per variant (`kubernetes`). Never calls
 Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
-Public: `ServiceSpec`, `build_spec`, `config_hash`, `render_all`, `render_variant`,
-`is_current`, `write_all`, `write_atomic`, `run_file`, `state_dir`, `stack_data`,
-`format_stack`, `render_kubernetes`.
+Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
+`Target`, `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
+`write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`.
 """
 
 from composer._exports import lazy_exports
@@ -22,5 +24,7 @@ __all__, __getattr__ = lazy_exports(
         "kubernetes": ["render_kubernetes"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
+        "target": ["Target", "resolve_target"],
+        "gateway": ["GatewaySpec", "build_gateway_spec"],
     },
 )

@@ -29,7 +29,8 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import RenderError
-from composer.render.spec import Target, Text, Var, resolve_target
+from composer.render.spec import Text, Var
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 
 
@@ -179,6 +180,7 @@ def _context(target: Target) -> dict[str, object]:
     return {
         "spec": spec,
         "variant": target.variant,
+        "gateway": target.gateway,
         "health_cmd": shlex.join(spec.healthcheck.test[1:]),
     }
 

@@ -33,7 +33,8 @@ import yaml
 from composer import labels
 from composer.errors import RenderError
 from composer.render.files import RenderedFile, one_line
-from composer.render.spec import API_KEY_VAR, ServiceSpec, Target, resolve, resolve_target
+from composer.render.spec import API_KEY_VAR, ServiceSpec, resolve
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 
 Manifest = dict[str, Any]

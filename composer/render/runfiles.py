@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from composer.render.files import RenderedFile, render_variant, write_atomic
-from composer.render.spec import API_KEY_VAR, Target
+from composer.render.spec import API_KEY_VAR
+from composer.render.target import Target
 
 _INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):[-?]")
 KEEP_RUN_FILES = 3  # run files kept per variant, besides those containers were created from

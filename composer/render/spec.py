@@ -82,6 +82,7 @@ class ServiceSpec:
     mounts: tuple[Mount, ...]
     published_port: Text
     host_ip: Text
+    publishes: bool  # False behind the gateway: the variant is reached on the project network
     container_port: int
     gpus: Text | None
     ipc: str
@@ -103,7 +104,9 @@ class ServiceSpec:
     def variables(self) -> list[Var]:
         """Every host variable the spec uses, first occurrence order, no duplicates."""
         seen: dict[str, Var] = {}
-        values: list[Text] = [self.image, *self.command, self.published_port, self.host_ip]
+        values: list[Text] = [self.image, *self.command]
+        if self.publishes:
+            values += [self.published_port, self.host_ip]
         values += [m.source for m in self.mounts]
         if self.gpus is not None:
             values.append(self.gpus)
@@ -197,6 +200,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         mounts=tuple(mounts),
         published_port=text(Var("VLLM_PORT", str(stack.port))),
         host_ip=text(Var("VLLM_BIND_ADDRESS", stack.bind_address)),
+        publishes=not stack.gateway.enabled,
         container_port=CONTAINER_PORT,
         gpus=gpus,
         ipc="host",
@@ -225,25 +229,3 @@ def config_hash(spec: ServiceSpec) -> str:
     data = asdict(replace(spec, labels=()))
     encoded = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A variant resolved once, at the edge: the variant and the spec of its container."""
-
-    variant: Variant
-    spec: ServiceSpec
-
-    @property
-    def name(self) -> str:
-        return self.variant.name
-
-    @property
-    def hash(self) -> str:
-        return self.spec.hash
-
-
-def resolve_target(stack: Stack, name: str) -> Target:
-    """Turn a variant name into the variant and its ServiceSpec (UsageError when unknown)."""
-    variant = stack.variant(name)
-    return Target(variant, build_spec(stack, variant))

@@ -16,7 +16,7 @@ from composer.stack import values as v
 DEFAULT_STACK_FILE = "composer.toml"
 DEFAULT_ENV_FILE = ".env"
 STACK_FILES_VAR = "COMPOSER_STACK"
-TOP_KEYS = {"stack", "images", "variants", "workloads", "kubernetes"}
+TOP_KEYS = {"stack", "images", "variants", "workloads", "kubernetes", "gateway"}
 
 
 def find_stack_files(

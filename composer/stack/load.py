@@ -20,6 +20,7 @@ from composer.errors import ConfigError
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
+from composer.stack.gateway import GATEWAY_KEYS, GATEWAY_SETTINGS, GatewaySettings
 from composer.stack.kubernetes import KUBE_KEYS, KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 
@@ -185,6 +186,7 @@ def _build(sources: Sources) -> Stack:
     workloads = _workloads(sources, variants)
     kubernetes = _kubernetes(sources, resolve)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
+    gateway = _gateway(sources, resolve)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -210,6 +212,7 @@ def _build(sources: Sources) -> Stack:
         workloads=workloads,
         env=_env_table(raw_stack.get("env", {}), "stack.env"),
         kubernetes=kubernetes,
+        gateway=gateway,
         sources=resolve.record,
         api_key=api_key,
         home=sources.home,
@@ -224,6 +227,16 @@ def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
         for key, env, parse, default in KUBE_SETTINGS
     }
     return KubeSettings(**values)  # type: ignore[arg-type]
+
+
+def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
+    raw = _table(sources.toml, "gateway")
+    _reject_unknown(raw, GATEWAY_KEYS, "gateway")
+    values = {
+        key: resolve.get(f"gateway.{key}", parse, default, env, raw.get(key))
+        for key, env, parse, default in GATEWAY_SETTINGS
+    }
+    return GatewaySettings(**values)  # type: ignore[arg-type]
 
 
 def _table(data: Mapping, key: str, origin: Mapping[str, Path] | None = None) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer.stack.gateway import GatewaySettings
 from composer.stack.kubernetes import KubeSettings
 
 
@@ -58,6 +59,7 @@ class Stack:
     env: tuple[tuple[str, str], ...] = ()
     kubernetes: KubeSettings = field(default_factory=KubeSettings)
     restart: str = "unless-stopped"
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file

@@ -17,7 +17,7 @@ from composer.engine import bootlog
 from composer.engine.containers import RunningVariant, current_variant, our_containers
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -73,8 +73,52 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
     }
 
 
+def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, object] | None:
+    """The gateway's container and what its control channel reports; None without one."""
+    from composer.engine.containers import gateway_container
+    from composer.errors import GatewayControlError
+    from composer.gateway.client import GatewayControl
+
+    if not stack.gateway.enabled:
+        return None
+    container = gateway_container(stack, client)
+    if container is None:
+        return {"state": "absent"}
+    data: dict[str, object] = {"container": container.name, "state": container.status}
+    if container.status == "running":
+        try:
+            state = GatewayControl(container).state()
+        except GatewayControlError as err:
+            data["error"] = str(err)
+        else:
+            data.update(
+                backend_ready=state.backend_ready,
+                held=state.held,
+                inflight=state.inflight,
+                holds=len(state.holds),
+            )
+    return data
+
+
+def _gateway_line(gateway: dict) -> str:
+    if gateway.get("state") != "running":
+        return f"{gateway.get('state')} (`compose-spec up VARIANT` starts it)"
+    if "error" in gateway:
+        return f"running, control channel failed: {gateway['error']}"
+    backend = "backend ready" if gateway["backend_ready"] else "backend not ready: requests are held"
+    hold = f", held by {gateway['holds']} swap(s)" if gateway["holds"] else ""
+    counts = f"{gateway['held']} held, {gateway['inflight']} in flight"
+    return f"running ({gateway['container']}): {counts}, {backend}{hold}"
+
+
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """What runs for this stack, read from Docker and one readiness probe."""
+    data = _variant_status(stack, client)
+    data["gateway"] = gateway_status(stack, client)
+    return data
+
+
+def _variant_status(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     containers = our_containers(stack, client)
     described = [(c, c.describe()) for c in containers]
     running = next((d for _, d in described if d.running), None)
@@ -151,10 +195,11 @@ def _format_exit(project: str, last: dict) -> str:
 
 def format_status(data: dict) -> str:
     """Human-readable form of status_data()."""
+    gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
     if not data["running"]:
         if data.get("last_exit"):
-            return _format_exit(data["project"], data["last_exit"])
-        return f"project {data['project']}: no variant is running"
+            return _format_exit(data["project"], data["last_exit"]) + gateway
+        return f"project {data['project']}: no variant is running" + gateway
     health = data["health"] if data["health"] == "ready" else data["health_detail"] or data["health"]
     if data["health"] == "not ready":
         health = f"not ready ({data['health_detail']})"
@@ -188,6 +233,8 @@ def format_status(data: dict) -> str:
         )
     elif data["matches_stack"] is None:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
+    if data.get("gateway"):
+        rows.append(("gateway", _gateway_line(data["gateway"])))
     return "\n".join(f"{key:<14}{value}" for key, value in rows)
 
 

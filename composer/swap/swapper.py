@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,10 +27,11 @@ from composer.engine.containers import RunningVariant, current_variant, our_cont
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
-from composer.render.spec import Target, resolve_target
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import evidence
 from composer.swap.gpu_release import ReleaseWait
+from composer.swap.holding import SwapHold, start_hold, warm_up
 
 if TYPE_CHECKING:
     import docker
@@ -66,6 +67,7 @@ class UpResult:
     kv_cache_tokens: int | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
 
 
 @dataclass(frozen=True)
@@ -143,6 +145,7 @@ class Swapper:
         self.say = progress
         self.waiting = waiting or progress
         self.ready_at = 0.0
+        self.hold: SwapHold | None = None  # the gateway's hold while a swap runs
 
     # -- checks -------------------------------------------------------------------------
     def preflight(self, target: Target) -> list[str]:
@@ -167,16 +170,47 @@ class Swapper:
             self.say(f"stopping {container.describe().variant} ({container.name})")
             container.stop_and_remove(self.stack.stop_grace_period)
 
-    def start(self, compose_file: Path) -> None:
-        """`docker compose up -d` on a run file (never builds, never pulls)."""
+    def start(self, compose_file: Path, service: str | None = None) -> None:
+        """`docker compose up -d` of one service of a run file (never builds, never pulls)."""
         env = compose_environment(compose_file, self.stack.api_key)
         compose(
             self.stack.project,
             compose_file,
-            ["up", "--detach", "--no-build", "--pull", "never", self.stack.service],
+            ["up", "--detach", "--no-build", "--pull", "never", service or self.stack.service],
             env=env,
             timeout=max(120.0, self.options.timeout),
         )
+
+    def hold_clients(self, target: Target, compose_file: Path, result: UpResult) -> None:
+        """With a gateway: make sure it runs, then drain it (clients wait from now on)."""
+        if target.gateway is None:
+            return
+        self.start(compose_file, target.gateway.service)
+        self.hold = start_hold(self.stack, self.client, self.stack.gateway.drain_timeout, self.say)
+        self.say("draining the gateway: new requests wait, requests in flight finish")
+        drained = self.hold.begin()
+        result.timings["drain"] = drained.seconds
+        result.drained = {"finished": drained.drained, "cut": drained.cut}
+        if drained.cut:
+            result.warnings.append(
+                f"{drained.cut} request(s) still running after the drain timeout "
+                f"({self.stack.gateway.drain_timeout}s) were cut"
+            )
+
+    def release_clients(self, result: UpResult) -> None:
+        """The held requests flow to whatever serves now."""
+        if self.hold is None:
+            return
+        began = time.monotonic()
+        note = self.hold.end()
+        self.hold = None
+        result.timings["release"] = time.monotonic() - began
+        if note:
+            result.notes.append(note)
+
+    def _past_the_hold(self, target: GateTarget) -> GateTarget:
+        """The gate's target, carrying the hold's probe token when the gateway holds clients."""
+        return replace(target, headers=self.hold.headers) if self.hold is not None else target
 
     def gate(self, target: GateTarget, started: float) -> str:
         """Wait until the newest variant container is ready; return its log."""
@@ -217,14 +251,19 @@ class Swapper:
         compose_file = run_file(target)
         previous_file = current.config_file if current else None
         prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
-        with _signals(_interrupt_once):
-            try:
-                self._execute(plan, target, compose_file, result)
-            except BaseException as err:  # any failure, Ctrl-C included, rolls back
-                with _interrupts_ignored():
-                    failure = self._fail(plan, err, compose_file)
-                    failure.tail_shown = True  # evidence.keep printed it before the rollback
-                    raise failure from err
+        try:
+            self.hold_clients(target, compose_file, result)  # nothing has changed if this fails
+            with _signals(_interrupt_once):
+                try:
+                    self._execute(plan, target, compose_file, result)
+                except BaseException as err:  # any failure, Ctrl-C included, rolls back
+                    with _interrupts_ignored():
+                        failure = self._fail(plan, err, compose_file)
+                        failure.tail_shown = True  # evidence.keep printed it before the rollback
+                        raise failure from err
+        finally:
+            with _interrupts_ignored():
+                self.release_clients(result)
         result.outcome = "swapped" if current else "started"
         result.timings["total"] = time.monotonic() - total_start
         return result
@@ -249,16 +288,24 @@ class Swapper:
         began = time.monotonic()
         self.say(f"starting {plan.target}")
         self.start(compose_file)
-        gate_target = GateTarget(
-            plan.target,
-            self.stack.port,
-            self.stack.bind_address,
-            self.stack.served_model_name,
-            self.stack.api_key,
+        gate_target = self._past_the_hold(
+            GateTarget(
+                plan.target,
+                self.stack.port,
+                self.stack.bind_address,
+                self.stack.served_model_name,
+                self.stack.api_key,
+            )
         )
         log = self.gate(gate_target, began)
         result.timings["start_to_ready"] = self.ready_at - began
         result.timings["settle"] = time.monotonic() - self.ready_at
+        if self.hold is not None and self.stack.gateway.warmup_requests:
+            took = warm_up(gate_target, self.stack.gateway.warmup_requests)
+            result.timings["warmup"] = sum(took)
+            result.notes.append(
+                "warm-up before clients: " + ", ".join(f"{t:.2f}s" for t in took) + " per request"
+            )
         result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
         expected = target.variant.min_kv_cache_tokens
         if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
@@ -329,7 +376,7 @@ class Swapper:
             compose_file = run_file(resolve_target(self.stack, previous.variant))
         began = time.monotonic()
         self.start(compose_file)
-        self.gate(running_target(self.stack, previous), began)
+        self.gate(self._past_the_hold(running_target(self.stack, previous)), began)
 
     def _log_tail(self) -> str:
         try:

@@ -25,7 +25,7 @@ from composer.bench.sweep import (
     plan_points,
 )
 from composer.errors import UsageError
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -108,7 +108,7 @@ def test_a_bad_restart_policy_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_restart_policy_is_part_of_the_config_hash() -> None:
-    from composer.render.spec import resolve_target
+    from composer.render.target import resolve_target
 
     default = load_stack([REPO / "composer.toml"], None, environ={})
     never = load_stack([REPO / "composer.toml"], None, environ={}, flags=["stack.restart=no"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from composer.doctor import host_checks as hck
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 
 from .fakes import make_stack
 

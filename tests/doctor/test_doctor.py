@@ -17,7 +17,7 @@ from composer.doctor.report import (
 )
 from composer.engine.client import compose_version, docker_client
 from composer.errors import DockerUnavailable
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 
 from .fakes import GIB, FakeProbe, make_stack, rtx4090
 

@@ -10,7 +10,7 @@ import pytest
 
 from composer.doctor.preflight import MIN_KEY_LENGTH, check_api_key, check_bind_address, check_port
 from composer.doctor.report import fast_checks
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 
 from .fakes import make_stack
 

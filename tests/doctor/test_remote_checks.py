@@ -11,7 +11,7 @@ from composer.doctor.remote_checks import check_client_address, check_endpoint, 
 from composer.engine import client as engine_client
 from composer.engine.client import Endpoint
 from composer.engine.health import base_url
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from tests.conftest import REPO
 

@@ -15,7 +15,7 @@ import pytest
 
 from composer.doctor.remote_checks import check_mounts_on_engine, mount_checks
 from composer.engine.client import Endpoint
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from tests.conftest import REPO, free_port
 

@@ -21,7 +21,7 @@ ALLOWED = {
     "engine": {"stack", "render"},
     "overlay": set(),
     "doctor": {"stack", "render", "probes", "overlay", "engine"},
-    "swap": {"stack", "render", "engine", "probes", "doctor"},
+    "swap": {"stack", "render", "engine", "probes", "doctor", "gateway"},
     "bench": {"stack", "render", "engine", "probes", "swap"},
     "kube": {"stack", "render", "engine"},
     "gateway": set(),

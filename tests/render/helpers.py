@@ -162,7 +162,7 @@ def container_from_compose(service: Mapping, unescape: bool) -> dict[str, object
         "environment": {k: u(val) for k, val in service["environment"].items()},
         "labels": {k: u(val) for k, val in service["labels"].items()},
         "mounts": sorted((u(m["source"]), u(m["target"]), bool(m["read_only"])) for m in service["volumes"]),
-        "ports": [(u(p["host_ip"]), u(p["published"]), int(p["target"])) for p in service["ports"]],
+        "ports": [(u(p["host_ip"]), u(p["published"]), int(p["target"])) for p in service.get("ports", [])],
         "gpus": gpus,
     }
 
@@ -178,7 +178,9 @@ def container_from_spec(spec: ServiceSpec, env: Mapping[str, str]) -> dict[str, 
         "environment": environment,
         "labels": dict(spec.labels),
         "mounts": sorted((resolve(m.source, values), m.target, m.read_only) for m in spec.mounts),
-        "ports": [(resolve(spec.host_ip, values), resolve(spec.published_port, values), spec.container_port)],
+        "ports": [(resolve(spec.host_ip, values), resolve(spec.published_port, values), spec.container_port)]
+        if spec.publishes
+        else [],
         "gpus": None if spec.gpus is None else frozenset(resolve(spec.gpus, values).split(",")),
     }
 

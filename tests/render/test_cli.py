@@ -166,8 +166,17 @@ def test_rendered_defaults_follow_precedence(
     env_file = tmp_path / "p.env"
     env_file.write_text(dotenv)
     sets = ["--set", flag] if flag else []
+    direct = ["--set", "gateway.enabled=false"]  # the variant itself publishes the port
     result = run(
-        "--env-file", str(env_file), *sets, "render", "mtp", "--out", str(tmp_path / "o"), env=environ
+        "--env-file",
+        str(env_file),
+        *sets,
+        *direct,
+        "render",
+        "mtp",
+        "--out",
+        str(tmp_path / "o"),
+        env=environ,
     )
     assert result.exit_code == 0, result.stderr
     assert f'published: "${{VLLM_PORT:-{expected}}}"' in (tmp_path / "o" / "mtp.yml").read_text()

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from composer.render.files import render_all
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.model import Stack
 
 from .conftest import REPO

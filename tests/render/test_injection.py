@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from composer.errors import RenderError
 from composer.render.files import UNHOLDABLE_IN_DEFAULT, render_variant
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 

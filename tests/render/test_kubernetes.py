@@ -133,7 +133,7 @@ def test_strict_validation_would_catch_a_misplaced_key(default_stack: Stack, tmp
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_deployment_args_equal_the_compose_command(variant: str) -> None:
     compose = yaml.safe_load((REPO / "compose" / f"{variant}.yml").read_text())
-    command = [interpolate(arg, {}) for arg in next(iter(compose["services"].values()))["command"]]
+    command = [interpolate(arg, {}) for arg in compose["services"]["vllm"]["command"]]
     deployment = yaml.safe_load((REPO / "kubernetes" / "overlays" / variant / "deployment.yaml").read_text())
     assert _container(deployment)["args"] == command
     assert "command" not in _container(deployment)  # the image's entrypoint stays, as in compose
@@ -146,7 +146,7 @@ def test_odd_values_keep_the_same_argv_and_env(default_stack: Stack, tmp_path: P
     compose = yaml.safe_load(
         next(f for f in render_all(stack, ["dflash2"], tmp_path) if f.path.suffix == ".yml").content
     )
-    service = next(iter(compose["services"].values()))
+    service = compose["services"][stack.service]
     container = _container(_deployment(render_kubernetes(stack, ["dflash2"], tmp_path), "dflash2"))
     assert container["args"] == [interpolate(a, {}) for a in service["command"]]
     plain = {e["name"]: e["value"] for e in container["env"] if "value" in e}
@@ -216,7 +216,7 @@ def test_deployment_shape(default_stack: Stack, tmp_path: Path) -> None:
 
 
 def test_config_hash_label_is_the_spec_hash(default_stack: Stack, tmp_path: Path) -> None:
-    from composer.render.spec import resolve_target
+    from composer.render.target import resolve_target
 
     files = render_kubernetes(default_stack, [], tmp_path)
     for variant in VARIANTS:

@@ -6,8 +6,10 @@ import re
 from pathlib import Path
 
 from composer.render.files import render_all
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack import load as config
+from composer.stack.gateway import GATEWAY_SETTINGS
+from composer.stack.kubernetes import KUBE_SETTINGS
 from composer.stack.load import load_stack
 from composer.stack.model import Stack, image_env_var
 from tests.conftest import REPO
@@ -21,6 +23,7 @@ def variables_read(stack: Stack) -> set[str]:
     names = {s.env for s in config.STACK_SETTINGS if s.env}
     names |= set(config.VARIANT_ENV.values()) | {config.API_KEY_VAR, config.STACK_FILES_VAR}
     names |= {image_env_var(key) for key in stack.images}
+    names |= {env for _, env, _, _ in GATEWAY_SETTINGS + KUBE_SETTINGS if env}
     for variant in stack.variants:
         spec = resolve_target(stack, variant).spec
         names |= {var.name for var in spec.variables()} | set(spec.secret_env)

@@ -212,7 +212,7 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     import docker
 
     from composer.errors import SwapFailed
-    from composer.render.spec import resolve_target
+    from composer.render.target import resolve_target
     from composer.stack.load import load_stack
     from composer.swap import swapper
 

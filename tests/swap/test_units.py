@@ -14,7 +14,7 @@ from composer.doctor.preflight import check_api_key, check_mounts, port_is_free
 from composer.engine import bootlog, diagnose
 from composer.engine.containers import RunningVariant
 from composer.errors import LockBusy
-from composer.render.spec import resolve_target
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.swap.lock import swap_lock
 from composer.swap.swapper import plan_swap

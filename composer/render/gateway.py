@@ -1,0 +1,71 @@
+"""GatewaySpec: the gateway's container, derived from the stack (pure data, no I/O).
+
+The gateway owns the shared port and forwards to the variant service on the project's
+network. Its description is the same in every variant's compose file, so starting any
+of them by hand leaves a running gateway untouched and recreates only the variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from composer import labels as label_names
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, Healthcheck, Text, Var, text
+from composer.stack.model import Stack
+
+SERVICE = "gateway"
+HEALTH_PROBE = (
+    f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/gateway/health", timeout=5)'
+)
+
+
+@dataclass(frozen=True)
+class GatewaySpec:
+    """Everything the gateway's container needs, for the compose renderer."""
+
+    project: str
+    service: str
+    image: Text
+    environment: tuple[tuple[str, Text], ...]
+    secret_env: tuple[str, ...]
+    published_port: Text
+    host_ip: Text
+    container_port: int
+    labels: tuple[tuple[str, str], ...]
+    healthcheck: Healthcheck
+    stop_grace_period: int
+
+    @property
+    def container_name(self) -> str:
+        """The name compose gives the gateway's container."""
+        return f"{self.project}-{self.service}-1"
+
+
+def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
+    """The gateway's container, or None when the stack runs without one."""
+    settings = stack.gateway
+    if not settings.enabled:
+        return None
+    environment = (
+        ("GATEWAY_UPSTREAM", text(f"http://{stack.service}:{CONTAINER_PORT}")),
+        ("GATEWAY_PORT", text(str(CONTAINER_PORT))),
+        ("GATEWAY_SERVED_NAME", text(stack.served_model_name)),
+        ("GATEWAY_HOLD_TIMEOUT", text(Var("GATEWAY_HOLD_TIMEOUT", str(settings.hold_timeout)))),
+        ("GATEWAY_MAX_HELD", text(Var("GATEWAY_MAX_HELD", str(settings.max_held)))),
+        ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
+    )
+    return GatewaySpec(
+        project=stack.project,
+        service=SERVICE,
+        image=text(Var("GATEWAY_IMAGE", settings.image)),
+        environment=environment,
+        secret_env=(API_KEY_VAR,),
+        published_port=text(Var("VLLM_PORT", str(stack.port))),
+        host_ip=text(Var("VLLM_BIND_ADDRESS", stack.bind_address)),
+        container_port=CONTAINER_PORT,
+        labels=((label_names.PORT, str(stack.port)), (label_names.ROLE, label_names.ROLE_GATEWAY)),
+        healthcheck=Healthcheck(
+            test=("CMD", "python3", "-c", HEALTH_PROBE), interval=10, timeout=5, retries=3, start_period=5
+        ),
+        stop_grace_period=10,
+    )

@@ -1,0 +1,134 @@
+"""The gateway's side of a swap: clients wait, nothing they send is refused or cut.
+
+With a gateway in front of the variants, a swap first drains it: requests in flight on
+the old variant finish (bounded by the drain timeout; what it cuts is counted), new
+ones are held. The hold's lease is renewed while the swap runs, so a swap that dies
+leaves no hold behind for longer than the lease. The gate and the warm-up requests
+carry the hold's probe token and reach the new variant before any client does; then
+the held requests flow, in arrival order, to the variant that serves: the new one, or
+the previous one after a rollback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import httpx
+
+from composer.engine.containers import gateway_container
+from composer.errors import GatewayControlError, SwapFailed
+from composer.gateway.client import PROBE_HEADER, GatewayControl
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.engine.gate import GateTarget
+    from composer.stack.model import Stack
+
+LEASE_S = 60.0
+READY_TIMEOUT_S = 30.0
+WARMUP_PROMPT = "Write one sentence about the weather."
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What draining the gateway did before the old variant stopped."""
+
+    drained: int
+    cut: int
+    seconds: float
+
+
+class SwapHold:
+    """One swap's hold on the gateway: drain, keep the lease, let the gate through, release."""
+
+    def __init__(self, control: GatewayControl, drain_timeout: float, say: Callable[[str], None]) -> None:
+        self.control = control
+        self.drain_timeout = drain_timeout
+        self.say = say
+        self.token = secrets.token_urlsafe(32)
+        self.hold_id: str | None = None
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    @property
+    def headers(self) -> tuple[tuple[str, str], ...]:
+        """What the gate's and the warm-up's requests carry to pass the hold."""
+        return ((PROBE_HEADER, self.token),)
+
+    def begin(self) -> Drained:
+        """Hold new requests and wait for the ones in flight (cut at the drain timeout)."""
+        report = self.control.drain(
+            self.drain_timeout, LEASE_S, owner="compose-spec up", probe_token=self.token
+        )
+        self.hold_id = report.hold_id
+        self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
+        self._renewer.start()
+        return Drained(report.drained, report.cut, report.duration_s)
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LEASE_S / 4):
+            with contextlib.suppress(GatewayControlError):
+                self.control.renew(self.hold_id or "", LEASE_S)
+
+    def end(self) -> str | None:
+        """Release the held requests; a note when the release failed (the lease ends it)."""
+        self._stop.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
+        if self.hold_id is None:
+            return None
+        try:
+            self.control.release(self.hold_id)
+        except GatewayControlError as err:
+            return (
+                f"the gateway's hold could not be released ({err}); it ends with its lease ({LEASE_S:.0f}s)"
+            )
+        return None
+
+
+def start_hold(
+    stack: Stack,
+    client: docker.DockerClient,
+    drain_timeout: float,
+    say: Callable[[str], None],
+) -> SwapHold:
+    """A SwapHold on the stack's running gateway, once its control channel answers."""
+    container = gateway_container(stack, client)
+    if container is None:
+        raise SwapFailed("the gateway container was not created")
+    control = GatewayControl(container)
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            control.state()
+            break
+        except GatewayControlError as err:
+            container.reload()
+            if container.status in {"exited", "dead"} or time.monotonic() > deadline:
+                logs = container.logs(tail=20).decode(errors="replace")
+                raise SwapFailed(f"the gateway does not answer its control channel: {err}", logs) from err
+            time.sleep(0.2)
+    return SwapHold(control, drain_timeout, say)
+
+
+def warm_up(target: GateTarget, requests: int) -> list[float]:
+    """Send `requests` short completions past the hold; the seconds each one took."""
+    headers = {**dict(target.headers)}
+    if target.api_key:
+        headers["Authorization"] = f"Bearer {target.api_key}"
+    body = {"model": target.served_name, "prompt": WARMUP_PROMPT, "max_tokens": 16, "temperature": 0}
+    took = []
+    with httpx.Client(timeout=httpx.Timeout(300.0, connect=2.0), headers=headers, trust_env=False) as http:
+        for _ in range(requests):
+            began = time.monotonic()
+            response = http.post(f"{target.url}/v1/completions", json=body)
+            response.raise_for_status()
+            took.append(time.monotonic() - began)
+    return took
