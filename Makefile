@@ -37,8 +37,9 @@ tools:
 base-image: docker tools
 	bash images/base/build-base.sh
 
-# The simulator images that .env.demo names: vllm-sim:latest and its dflash2 overlay.
-image-sim: install base-image
+# The simulator images that .env.demo names: vllm-sim:latest and its dflash2 overlay,
+# and the gateway image every rendered compose file puts in front of them.
+image-sim: install base-image image-gateway
 	bash images/sim/build.sh --no-base-build
 	$(BIN)/compose-spec --env-file .env.demo build dflash2
 
@@ -61,6 +62,7 @@ bench: install docker image-sim
 	$(BIN)/python benchmarks/bench_render.py
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
+	$(BIN)/python benchmarks/bench_gateway.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim

@@ -6,7 +6,7 @@ N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100
 profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
 (`make image-sim`) and the gateway image (built here when missing or stale).
 
-Usage: .venv/bin/python tests/bench/bench_gateway.py [--requests N] [--json PATH]
+Usage: .venv/bin/python benchmarks/bench_gateway.py [--requests N] [--json PATH]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 import docker
 import httpx
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tests.gateway.dockerlab import KEY, Lab, build_gateway_image, chat_body, host_port  # noqa: E402
