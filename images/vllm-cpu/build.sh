@@ -20,8 +20,8 @@ base="${BASE_IMAGE:-${default_base}}"
 python="${PYTHON:-python3}"
 pip_version="26.3"
 vllm_version="0.32.0"
-libnuma_version="2.0.16-1"   # Debian bookworm's libnuma1, which vLLM's CPU kernels link
-libnuma_deb="libnuma1_${libnuma_version}_amd64.deb"
+# Debian bookworm packages: libnuma1 (linked by vLLM's CPU kernels) and tcmalloc (preloaded).
+debs=(libnuma1=2.0.16-1 libtcmalloc-minimal4=2.10-1)
 label="vllm-composer.inputs-sha256"
 build_base=1
 force=0
@@ -51,7 +51,7 @@ fi
 base_id="$(docker image inspect --format '{{.Id}}' "${base}")"
 inputs="$(
   {
-    printf 'pip %s\nvllm %s\nlibnuma %s\nbase %s\n' "${pip_version}" "${vllm_version}" "${libnuma_version}" "${base_id}"
+    printf 'pip %s\nvllm %s\ndebs %s\nbase %s\n' "${pip_version}" "${vllm_version}" "${debs[*]}" "${base_id}"
     cat "${here}/Dockerfile" "${here}/.dockerignore" "${here}/requirements.txt"
   } | sha256sum | cut -d' ' -f1
 )"
@@ -80,21 +80,29 @@ if [[ ! -e "${stamp}" ]]; then
   rm -f "${wheels}"/.complete-*
   touch "${stamp}"
 fi
-if [[ ! -s "${wheels}/${libnuma_deb}" ]]; then
-  echo "build.sh: fetching ${libnuma_deb}"
-  fetch_deb() { (cd "${wheels}" && apt-get download -qq "libnuma1=${libnuma_version}" 2>/dev/null); }
+for deb in "${debs[@]}"; do
+  file="${deb%%=*}_${deb#*=}_amd64.deb"
+  [[ -s "${wheels}/${file}" ]] && continue
+  echo "build.sh: fetching ${file}"
+  fetch_deb() { (cd "${wheels}" && apt-get download -qq "${deb}" 2>/dev/null); }
   if ! fetch_deb && ! { apt-get update -qq && fetch_deb; }; then
-    echo "build.sh: apt-get could not fetch libnuma1=${libnuma_version} (Debian bookworm's package)" >&2
+    echo "build.sh: apt-get could not fetch ${deb} (a Debian bookworm package)" >&2
     exit 1
   fi
-fi
+done
+# Only the pinned packages go into the build context.
+for file in "${wheels}"/*.deb; do
+  name="$(basename "${file}")"
+  keep=0
+  for deb in "${debs[@]}"; do [[ "${name}" == "${deb%%=*}_${deb#*=}_amd64.deb" ]] && keep=1; done
+  [[ "${keep}" -eq 1 ]] || rm -f "${file}"
+done
 
 echo "build.sh: building ${tag} from ${base} (network disabled)"
 docker build --network=none \
   --build-arg "BASE_IMAGE=${base}" \
   --build-arg "PIP_VERSION=${pip_version}" \
   --build-arg "VLLM_VERSION=${vllm_version}" \
-  --build-arg "LIBNUMA_DEB=${libnuma_deb}" \
   --label "${label}=${inputs}" \
   --tag "${tag}" \
   "${here}"
