@@ -52,13 +52,14 @@ CHAT_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-WORDS = (
+_WORD_TEXT = (
     "the model serves one port and one name in several variants baseline mtp draft "
     "speculative decoding tokens accepted per step cache memory swap gate health rollback "
     "stream request response prompt completion chat user assistant system hello world "
     "quick brown fox jumps over lazy dog alpha beta gamma delta one two three four five "
     "six seven eight nine ten def return import class self value key list dict print"
-).split()
+)
+WORDS = tuple(_WORD_TEXT.split())
 
 
 @dataclass(frozen=True)
@@ -101,14 +102,22 @@ def recipes(seed: int, mtp: bool) -> list[Recipe]:
         Recipe(
             "qwen3-tiny", layers=2, heads=4, kv_heads=2, head_dim=64, extra={"last_layer_scale": 0.1}, **base
         ),
-        Recipe("qwen3-tiny-draft", layers=1, heads=4, kv_heads=2, head_dim=64, derived_from="qwen3-tiny", **base),
+        Recipe(
+            "qwen3-tiny-draft", layers=1, heads=4, kv_heads=2, head_dim=64, derived_from="qwen3-tiny", **base
+        ),
         Recipe("qwen3-tiny-hd16", layers=2, heads=16, kv_heads=4, head_dim=16, **base),
     ]
     if mtp:
         mtp_base = {**base, "architecture": "qwen3_5"}
         result.append(
             Recipe(
-                "qwen3_5-tiny-mtp", layers=2, heads=4, kv_heads=2, head_dim=64, extra={"mtp_layers": 1}, **mtp_base
+                "qwen3_5-tiny-mtp",
+                layers=2,
+                heads=4,
+                kv_heads=2,
+                head_dim=64,
+                extra={"mtp_layers": 1},
+                **mtp_base,
             )
         )
     return result
@@ -215,7 +224,7 @@ def mtp_weights(recipe: Recipe, model) -> dict:
     q_out, kv_out = recipe.heads * recipe.head_dim, recipe.kv_heads * recipe.head_dim
 
     def rand(*shape: int) -> torch.Tensor:
-        return (torch.randn(*shape, generator=gen) * 0.02)
+        return torch.randn(*shape, generator=gen) * 0.02
 
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, dtype=torch.float32)
@@ -307,7 +316,8 @@ def main(argv: list[str] | None = None) -> int:
     names = [r.name for r in selected]
     unknown = [n for n in args.only if n not in names]
     if unknown:
-        print(f"make_models.py: unknown model {unknown[0]!r}: choose from {', '.join(names)}", file=sys.stderr)
+        allowed = ", ".join(names)
+        print(f"make_models.py: unknown model {unknown[0]!r}: choose from {allowed}", file=sys.stderr)
         return 2
     args.outdir.mkdir(parents=True, exist_ok=True)
     for recipe in selected:
