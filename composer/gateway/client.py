@@ -139,9 +139,9 @@ class GatewayControl:
         Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
         """
         args = ["--lease", str(lease_s), "--owner", owner]
-        return _hold(
-            self._run("hold", *args, *(["--probe-token", probe_token] if probe_token else []))["hold"]
-        )
+        if probe_token:
+            args.append(f"--probe-token={probe_token}")  # the token may start with "-"
+        return _hold(self._run("hold", *args)["hold"])
 
     def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
         """Extend a hold's lease from now on."""
@@ -162,7 +162,7 @@ class GatewayControl:
         wait = str(min(CALL_WAIT_S, timeout_s + 3.0))
         args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
         if probe_token:
-            args += ["--probe-token", probe_token]
+            args.append(f"--probe-token={probe_token}")  # the token may start with "-"
         reply = self._run("drain", *args)
         while not reply.get("done"):
             reply = self._run("drain-wait", str(reply["id"]), "--wait", str(CALL_WAIT_S))

@@ -325,7 +325,7 @@ def test_control_errors_are_reported(gateway) -> None:
 def test_probe_token_passes_its_own_hold_only(gateway, backend) -> None:
     """The swap's gate reaches the new backend through a drain's hold; clients stay held."""
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
-    token = "p" * 40
+    token = "-p" + "p" * 38  # may start with "-", like secrets.token_urlsafe
     report = ctl.drain(timeout_s=5, lease_s=30, probe_token=token)
     results: dict = {}
     client = post_in_thread(gateway.url, "client", results)
@@ -351,7 +351,7 @@ def test_probe_to_a_down_backend_fails_fast_instead_of_queueing(make_gateway, ba
     backend.state.ready = False
     gw = make_gateway(ready=False, hold_timeout=30)
     ctl = GatewayControl(LocalExec(gw.config.control_socket))
-    token = "t" * 40
+    token = "-t" + "t" * 38
     hold = ctl.hold(lease_s=30, probe_token=token)
     ctl.route("http://127.0.0.1:9")  # nothing listens there
     began = time.monotonic()
