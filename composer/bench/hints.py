@@ -1,7 +1,8 @@
 """Hints for K from the checkpoints' config.json (read with composer.probes.checkpoints).
 
 - A DFlash draft's `dflash_config.block_size` is the block it was trained on:
-  K = block_size - 1 is the starting point of the sweep.
+  K = block_size - 1 is the starting point of the sweep, and a larger K is skipped
+  (`up` refuses it, as doctor's draft-k check does).
 - The target's `mtp_num_hidden_layers` (top level or under `text_config`) says whether
   MTP is available; vLLM rejects a K above the MTP layer count that is not a multiple of it.
 """
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 from composer.errors import CheckpointError
 from composer.probes.checkpoints import dflash_block_size, mtp_layers, read_config
 from composer.stack.model import Stack, Variant
+from composer.stack.values import V2_RUNNER_METHODS
 
 
 def mtp_k_problem(k: int, layers: int) -> str | None:
@@ -58,6 +60,11 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
         if block is not None and block > 1:
             suggested = block - 1
             messages.append(f"{name}: the draft was trained with block_size {block}: start at K={suggested}")
+            if spec.method in V2_RUNNER_METHODS:  # the same rule as doctor's draft-k check
+                for k in sorted(k for k in set(ks) if k > block - 1):
+                    problem = f"K={k} exceeds the draft's trained block (block_size {block})"
+                    messages.append(f"{name}: {problem}: up refuses it")
+                    rejected.append((k, problem))
     if is_mtp(spec.method):
         try:
             layers = mtp_layers(read_config(stack.model_dir))

@@ -110,7 +110,10 @@ def keep(
 ) -> None:
     """Before a failed variant's container is removed: save its whole log, then show the
     cause and the log's tail under a header (so it comes before any rollback progress)."""
-    failed = next((c for c in our_containers(stack, client) if c.describe().variant == variant), None)
+    try:
+        failed = next((c for c in our_containers(stack, client) if c.describe().variant == variant), None)
+    except Exception:  # Docker itself may be gone: the failure is still reported, without its log
+        failed = None
     saved = ""
     if failed is not None:
         try:

@@ -86,7 +86,10 @@ def test_compose_accepts_the_committed_file(tmp_path: Path, variant: str) -> Non
     config = compose_config(
         REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
     )
-    assert list(config["services"]) == ["vllm"] and config["name"] == "vllm"
+    assert sorted(config["services"]) == ["gateway", "vllm"] and config["name"] == "vllm"
+    assert "ports" not in config["services"]["vllm"]  # only the gateway publishes the shared port
+    (port,) = config["services"]["gateway"]["ports"]
+    assert (port["host_ip"], str(port["published"]), port["target"]) == ("127.0.0.1", "8000", 8000)
 
 
 def test_compose_refuses_a_missing_api_key(tmp_path: Path) -> None:
@@ -106,9 +109,8 @@ def test_launcher_and_compose_agree(
     tmp_path: Path, stub_dir: Path, default_stack: Stack, variant: str, overrides: bool
 ) -> None:
     values = _host_dirs(tmp_path, {"VLLM_API_KEY": API_KEY, **(OVERRIDES if overrides else {})})
-    service = compose_config(REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, values))["services"][
-        "vllm"
-    ]
+    services = compose_config(REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, values))["services"]
+    service = services["vllm"]
     from_compose = container_from_compose(service, unescape=True)
     argv = run_launcher(REPO / "compose" / f"{variant}.sh", stub_dir, clean_environ(**values))
     from_launcher = container_from_run_argv(argv, values)
@@ -117,8 +119,13 @@ def test_launcher_and_compose_agree(
         container_from_spec(resolve_target(default_stack, variant).spec, values)
     )
     assert from_launcher["name"] == "vllm-vllm-1"
+    assert from_launcher["ports"] == []  # behind the gateway, on the project's network
+    assert from_launcher["network-alias"] == "vllm"
+    gateway_ports = container_from_compose(
+        services["gateway"] | {"command": [], "volumes": []}, unescape=True
+    )["ports"]
     if overrides:
-        assert from_launcher["gpus"] == {"1", "3"} and from_launcher["ports"] == [("0.0.0.0", "8123", 8000)]
+        assert from_launcher["gpus"] == {"1", "3"} and gateway_ports == [("0.0.0.0", "8123", 8000)]
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -152,10 +159,19 @@ def test_no_gpus_and_an_ipv6_bind_agree(tmp_path: Path, stub_dir: Path, default_
     for file in files.values():
         file.path.write_text(file.content)
     assert "deploy:" not in files[".yml"].content and "--gpus" not in files[".sh"].content
-    service = compose_config(files[".yml"].path, _env_file(tmp_path, {"VLLM_API_KEY": API_KEY}))["services"][
-        "vllm"
-    ]
+    services = compose_config(files[".yml"].path, _env_file(tmp_path, {"VLLM_API_KEY": API_KEY}))["services"]
     argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
     from_launcher = comparable(container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY}))
-    assert from_launcher == comparable(container_from_compose(service, unescape=True))
-    assert from_launcher["gpus"] is None and from_launcher["ports"] == [("::1", "8000", 8000)]
+    assert from_launcher == comparable(container_from_compose(services["vllm"], unescape=True))
+    assert from_launcher["gpus"] is None and from_launcher["ports"] == []
+    gateway_ports = container_from_compose(
+        services["gateway"] | {"command": [], "volumes": []}, unescape=True
+    )["ports"]
+    assert gateway_ports == [("::1", "8000", 8000)]
+    direct = replace(stack, gateway=replace(stack.gateway, enabled=False))
+    (tmp_path / "direct").mkdir()
+    files = {f.path.suffix: f for f in render_all(direct, ["mtp"], tmp_path / "direct")}
+    for file in files.values():
+        file.path.write_text(file.content)
+    argv = run_launcher(files[".sh"].path, stub_dir, clean_environ(VLLM_API_KEY=API_KEY))
+    assert container_from_run_argv(argv, {"VLLM_API_KEY": API_KEY})["ports"] == [("::1", "8000", 8000)]
