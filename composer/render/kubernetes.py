@@ -4,6 +4,8 @@ The tree (`kubernetes/` next to the stack file by default):
 
     base/kustomization.yaml          the Service on the shared port (+ extra_base_manifests)
     base/service.yaml
+    base/gateway-deployment.yaml     with a gateway: its Deployment, in front of the variant
+    base/variant-service.yaml        with a gateway: the internal Service it forwards to
     overlays/<variant>/kustomization.yaml   base + this variant's Deployment
     overlays/<variant>/deployment.yaml
 
@@ -33,7 +35,8 @@ import yaml
 from composer import labels
 from composer.errors import RenderError
 from composer.render.files import RenderedFile, one_line
-from composer.render.spec import API_KEY_VAR, ServiceSpec, resolve
+from composer.render.gateway import GatewaySpec, build_gateway_spec
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, ServiceSpec, resolve
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 
@@ -41,6 +44,7 @@ Manifest = dict[str, Any]
 KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 MANAGED_BY = "compose-spec"
 SERVER_COMPONENT = "server"
+GATEWAY_COMPONENT = "gateway"
 PROGRESS_MARGIN = 120
 """Seconds on top of the cold-start budget before a rollout counts as stuck."""
 SHM_VOLUME = "dshm"
@@ -189,26 +193,96 @@ def deployment(stack: Stack, target: Target) -> Manifest:
 
 
 def service(stack: Stack) -> Manifest:
-    """The Service on the shared port, selecting whichever variant serves (ClusterIP)."""
-    selector = selector_labels(stack)
+    """The Service on the shared port (ClusterIP): the gateway when the stack has one,
+    else whichever variant serves."""
+    component = GATEWAY_COMPONENT if stack.gateway.enabled else SERVER_COMPONENT
+    return _service(stack, stack.service, selector_labels(stack, component), stack.port)
+
+
+def variant_service(stack: Stack) -> Manifest:
+    """Behind the gateway: the internal Service the gateway forwards to (the serving variant)."""
+    return _service(stack, variant_service_name(stack), selector_labels(stack), CONTAINER_PORT)
+
+
+def variant_service_name(stack: Stack) -> str:
+    return _dns_label(f"{stack.service}-variant", "stack.service")
+
+
+def _service(stack: Stack, name: str, selector: dict[str, str], port: int) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": stack.service, "labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}},
+        "metadata": {"name": name, "labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}},
         "spec": {
             "type": "ClusterIP",
             "selector": selector,
-            "ports": [{"name": "http", "port": stack.port, "targetPort": "http", "protocol": "TCP"}],
+            "ports": [{"name": "http", "port": port, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
+    """The gateway's Deployment: one replica in front of whichever variant serves. Its
+    control channel is a UNIX socket inside the pod: no port of it is exposed."""
+    selector = selector_labels(stack, GATEWAY_COMPONENT)
+    upstream = f"http://{variant_service_name(stack)}:{CONTAINER_PORT}"
+    env: list[Manifest] = [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(stack), "key": API_KEY_VAR}}}
+        for name in gateway.secret_env
+    ]
+    env += [
+        {"name": name, "value": upstream if name == "GATEWAY_UPSTREAM" else resolve(value)}
+        for name, value in gateway.environment
+    ]
+    probe = {
+        "httpGet": {"path": "/gateway/health", "port": "http"},
+        "periodSeconds": gateway.healthcheck.interval,
+        "timeoutSeconds": gateway.healthcheck.timeout,
+        "failureThreshold": gateway.healthcheck.retries,
+    }
+    container: Manifest = {
+        "name": gateway.service,
+        "image": _pinned_image(resolve(gateway.image), gateway.service),
+        "imagePullPolicy": "IfNotPresent",
+        "env": env,
+        "ports": [{"name": "http", "containerPort": gateway.container_port, "protocol": "TCP"}],
+        "readinessProbe": probe,
+        "livenessProbe": probe,
+        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": _dns_label(f"{stack.service}-{gateway.service}", "stack.service"),
+            "labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY},
+        },
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}},
+                "spec": {
+                    "terminationGracePeriodSeconds": gateway.stop_grace_period,
+                    "containers": [container],
+                },
+            },
         },
     }
 
 
 def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
-    """Further stack-wide objects of the base, as (file name, manifest); none yet.
+    """Stack-wide objects of the base besides the shared Service, as (file name, manifest):
+    the gateway's Deployment and the internal Service it forwards to, when enabled.
 
-    The seam for components every variant shares (a gateway's Deployment and Service
-    belong here): each file lands in `base/` and is listed in its kustomization."""
-    return []
+    Each file lands in `base/` and is listed in its kustomization."""
+    gateway = build_gateway_spec(stack)
+    if gateway is None:
+        return []
+    return [
+        ("gateway-deployment.yaml", gateway_deployment(stack, gateway)),
+        ("variant-service.yaml", variant_service(stack)),
+    ]
 
 
 class _Dumper(yaml.SafeDumper):

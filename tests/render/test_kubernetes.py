@@ -58,9 +58,12 @@ def _container(deployment: dict) -> dict:
 
 def test_defaults_reproduce_the_committed_tree(default_stack: Stack) -> None:
     files = render_kubernetes(default_stack, [], REPO / "kubernetes")
-    expected = {"base/kustomization.yaml", "base/service.yaml"} | {
-        f"overlays/{v}/{name}" for v in VARIANTS for name in ("kustomization.yaml", "deployment.yaml")
-    }
+    expected = {
+        "base/kustomization.yaml",
+        "base/service.yaml",
+        "base/gateway-deployment.yaml",
+        "base/variant-service.yaml",
+    } | {f"overlays/{v}/{name}" for v in VARIANTS for name in ("kustomization.yaml", "deployment.yaml")}
     assert {str(f.path.relative_to(REPO / "kubernetes")) for f in files} == expected
     on_disk = {
         str(p.relative_to(REPO / "kubernetes")) for p in (REPO / "kubernetes").rglob("*") if p.is_file()
@@ -109,12 +112,13 @@ def test_every_resource_passes_strict_schema_validation(default_stack: Stack, tm
         if which == "default":
             continue
         resources = _resources(render_kubernetes(stack, [], tmp_path / which))
-        assert sorted(doc["kind"] for doc in resources) == ["Deployment"] * 3 + ["Service"]
+        # three variants, the gateway's Deployment; the shared and the internal Services
+        assert sorted(doc["kind"] for doc in resources) == ["Deployment"] * 4 + ["Service"] * 2
         (tmp_path / which).mkdir()
         paths += _write_resources(resources, tmp_path / which)
     done = validate(paths)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(" passed ") == len(paths) == 12, done.stdout
+    assert done.stdout.count(" passed ") == len(paths) == 18, done.stdout  # 3 stacks x 6 resources
     assert f"against version {KUBERNETES_VERSION.rsplit('.', 1)[0]}" in done.stdout
 
 
@@ -256,11 +260,20 @@ def test_every_overlay_resolves_to_the_service_and_its_deployment(
 
     for variant in VARIANTS:
         docs = build(tmp_path / "overlays" / variant)
-        kinds = {d["kind"]: d for d in docs}
-        assert sorted(kinds) == ["Deployment", "Service"] and len(docs) == 2
-        pod_labels = kinds["Deployment"]["spec"]["template"]["metadata"]["labels"]
-        assert kinds["Service"]["spec"]["selector"].items() <= pod_labels.items()
-        assert kinds["Service"]["spec"]["ports"][0]["port"] == default_stack.port
+        assert sorted(d["kind"] for d in docs) == ["Deployment", "Deployment", "Service", "Service"]
+        named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+        name = default_stack.service
+        shared, internal = named["Service", name], named["Service", f"{name}-variant"]
+        gateway, variant = named["Deployment", f"{name}-gateway"], named["Deployment", name]
+        # clients reach the gateway on the shared port; the gateway reaches the variant
+        gateway_pods = gateway["spec"]["template"]["metadata"]["labels"]
+        assert shared["spec"]["selector"].items() <= gateway_pods.items()
+        assert shared["spec"]["ports"][0]["port"] == default_stack.port
+        variant_pods = variant["spec"]["template"]["metadata"]["labels"]
+        assert internal["spec"]["selector"].items() <= variant_pods.items()
+        assert not internal["spec"]["selector"].items() <= gateway_pods.items()
+        env = {e["name"]: e.get("value") for e in gateway["spec"]["template"]["spec"]["containers"][0]["env"]}
+        assert env["GATEWAY_UPSTREAM"] == f"http://{default_stack.service}-variant:8000"
 
 
 def test_invalid_kubernetes_names_are_refused(default_stack: Stack, tmp_path: Path) -> None:
@@ -276,7 +289,7 @@ def test_cli_check_passes_on_the_committed_tree_and_finds_stale_copies(
         main, ["--env-file", str(empty_env_file), "render", "--target", "kubernetes", "--check"]
     )
     assert result.exit_code == 0, result.output
-    assert "8 rendered file(s) are current" in result.stdout
+    assert "10 rendered file(s) are current" in result.stdout
     copy_dir = tmp_path / "k"
     shutil.copytree(REPO / "kubernetes", copy_dir)
     stale = copy_dir / "overlays" / "mtp" / "deployment.yaml"
@@ -301,8 +314,8 @@ def test_cli_writes_only_changed_files_and_names_bad_settings(empty_env_file: Pa
     runner = CliRunner()
     base = ["--env-file", str(empty_env_file)]
     out = ["render", "--target", "kubernetes", "--out", str(tmp_path)]
-    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == 8
-    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == 8
+    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == 10
+    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == 10
     result = runner.invoke(main, [*base, "--set", "kubernetes.models=nfs", *out])
     assert result.exit_code == 2
     assert "kubernetes.models" in result.stderr and "hostPath" in result.stderr and "pvc" in result.stderr
