@@ -857,13 +857,47 @@ def _csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[A
         raise click.BadParameter(f"{value!r}: {err}") from err
 
 
+def _bench_options(
+    prompt_file: str | None,
+    prompt_tokens: str | None,
+    concurrency: str | None,
+    max_tokens: int,
+    runs: int,
+    warmup: int,
+    timeout: float,
+):
+    """The bench options from the command line (lists parsed, prompts read)."""
+    from composer.bench.prompts import bench_prompts
+    from composer.bench.sweep import BenchOptions
+
+    lengths = _csv_list(prompt_tokens, int)
+    if prompt_file is not None and lengths is not None:
+        raise UsageError("give either --prompt-file or --prompt-tokens, not both")
+    return BenchOptions(
+        prompts=bench_prompts(prompt_file),
+        max_tokens=max_tokens,
+        runs=runs,
+        warmup=warmup,
+        request_timeout=timeout,
+        concurrency=_csv_list(concurrency, int) or (1,),
+        prompt_tokens=lengths or (None,),
+    )
+
+
 @main.command()
 @click.option("--variants", help="Comma-separated variants to measure [default: all in the stack].")
 @click.option("--k", "ks", help="Comma-separated K values for speculative variants [default: 1,3,4,7,10].")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), help="Prompts separated by lines of `---`.")
-@click.option("--prompt-tokens", type=int, help="Pad the built-in prompts to about N tokens.")
+@click.option(
+    "--prompt-tokens",
+    help="Comma-separated prompt lengths: pad the built-in prompts to about N tokens (e.g. 128,2000,16000).",
+)
+@click.option(
+    "--concurrency",
+    help="Comma-separated numbers of concurrent streams per point (e.g. 1,4,16) [default: 1].",
+)
 @click.option("--max-tokens", default=512, show_default=True, help="Tokens generated per request.")
-@click.option("--runs", default=5, show_default=True, help="Measured requests per point (median).")
+@click.option("--runs", default=5, show_default=True, help="Measured requests per point and stream.")
 @click.option("--warmup", default=1, show_default=True, help="Uncounted warm-up requests per point.")
 @click.option(
     "--out",
@@ -881,7 +915,8 @@ def bench(
     variants: str | None,
     ks: str | None,
     prompt_file: str | None,
-    prompt_tokens: int | None,
+    prompt_tokens: str | None,
+    concurrency: str | None,
     max_tokens: int,
     runs: int,
     warmup: int,
@@ -898,23 +933,16 @@ def bench(
     Examples:
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
+      compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
     """
     import signal
 
-    from composer.bench.prompts import bench_prompts
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
-    from composer.bench.sweep import BenchOptions
     from composer.engine.client import docker_client
     from composer.errors import BenchError
 
-    options = BenchOptions(
-        prompts=bench_prompts(prompt_file, prompt_tokens),
-        max_tokens=max_tokens,
-        runs=runs,
-        warmup=warmup,
-        request_timeout=timeout,
-    )
+    options = _bench_options(prompt_file, prompt_tokens, concurrency, max_tokens, runs, warmup, timeout)
     stack = obj.stack()
     names = _csv_list(variants) or tuple(stack.variants)
     for name in names:
