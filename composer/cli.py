@@ -986,5 +986,73 @@ def bench(
         raise error
 
 
+@main.command()
+@click.option(
+    "--from",
+    "source",
+    default="bench-results/bench.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The benchmark's JSON (from `bench --concurrency ... --prompt-tokens ...`).",
+)
+@click.option(
+    "--write", is_flag=True, help="Write the proposed keys into the stack file's [workloads] table."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the winners and the block as JSON.")
+@click.pass_obj
+def recommend(obj: Context, source: str, write: bool, as_json: bool) -> None:
+    """Name the variant and K that won each workload (prompt length x streams) and propose [workloads].
+
+    Classes: chat (prompts up to 512 tokens, or as given), medium (up to 4096), long
+    (longer), each followed by the number of streams: chat-1, long-16. The winner has the
+    highest aggregate tok/s. --write keeps every other line of the first stack file,
+    comments included, and checks that the stack still loads.
+
+    \b
+    Examples:
+      compose-spec recommend --from bench-results/bench.json
+      compose-spec recommend --write
+    """
+    from composer.bench.recommend import (
+        format_wins,
+        k_notes,
+        read_bench,
+        winners,
+        workloads_block,
+        write_workloads,
+    )
+    from composer.stack.files import find_stack_files, read_dotenv
+
+    wins = winners(read_bench(source))
+    stack = obj.stack()
+    unknown = sorted({w.variant for w in wins} - set(stack.variants))
+    if unknown:
+        raise ConfigError(
+            f"the benchmark measured variant(s) {', '.join(unknown)} that the stack does not define; "
+            "known: " + ", ".join(sorted(stack.variants))
+        )
+    configured = {
+        name: v.speculative.num_speculative_tokens for name, v in stack.variants.items() if v.speculative
+    }
+    notes = k_notes(wins, configured)
+    written = None
+    if write:
+        dotenv, _ = read_dotenv(obj.env_file)
+        written = find_stack_files(obj.stacks or None, os.environ, dotenv)[0]
+        write_workloads(written, wins)
+        obj.stack()  # the written table must load
+        notes.append(f"wrote {len(wins)} workload(s) into [workloads] of {written}")
+    block = workloads_block(wins)
+    if as_json:
+        data = {"workloads": [w.to_json() for w in wins], "block": block, "notes": notes}
+        data["written"] = str(written) if written else None
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(format_wins(wins))
+    click.echo("\nproposed:\n" + block.rstrip("\n"))
+    for note in notes:
+        click.echo(f"note: {note}")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()
