@@ -36,6 +36,8 @@ from composer.errors import ConfigError, UsageError
 
 CHAT_MAX_TOKENS = 512
 MEDIUM_MAX_TOKENS = 4096
+CLOSE_MARGIN = 1.05
+"""A win by less than this is flagged `close`: within run-to-run noise of a short sweep."""
 
 
 @dataclass(frozen=True)
@@ -157,7 +159,7 @@ def _label(point: Mapping[str, Any]) -> str:
 def _comment(win: Win) -> str:
     parts = [f"K={win.k}" if win.k else "no speculation", f"{win.aggregate_tok_s:.1f} tok/s"]
     if win.runner_up and win.margin is not None:
-        parts.append(f"{win.margin:.2f}x {win.runner_up}")
+        parts.append(f"{win.margin:.2f}x {win.runner_up}" + (" (close)" if win.margin < CLOSE_MARGIN else ""))
     return ", ".join(parts)
 
 
@@ -253,6 +255,8 @@ def format_wins(wins: Sequence[Win]) -> str:
     rows = [["workload", "prompt", "streams", "winner", "agg tok/s", "margin", "vs baseline"]]
     for w in wins:
         margin = "-" if w.margin is None else f"{w.margin:.2f}x {w.runner_up}"
+        if w.margin is not None and w.margin < CLOSE_MARGIN:
+            margin += " (close)"
         rows.append(
             [
                 w.workload,

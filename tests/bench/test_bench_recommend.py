@@ -12,6 +12,7 @@ import pytest
 
 from composer.bench.recommend import (
     class_names,
+    format_wins,
     updated_stack_text,
     winners,
     workloads_block,
@@ -27,7 +28,7 @@ RATES = {
     # (prompt tokens, streams): {(variant, K): aggregate tok/s}
     (128, 1): {("baseline", 0): 29.0, ("mtp", 3): 47.0, ("mtp", 7): 58.0, ("dflash2", 7): 55.0},
     (128, 16): {("baseline", 0): 450.0, ("mtp", 3): 400.0, ("mtp", 7): 330.0, ("dflash2", 7): 290.0},
-    (16000, 1): {("baseline", 0): 20.0, ("mtp", 3): 19.0, ("mtp", 7): 18.5, ("dflash2", 7): 18.0},
+    (16000, 1): {("baseline", 0): 20.0, ("mtp", 3): 19.5, ("mtp", 7): 18.5, ("dflash2", 7): 18.0},
     (16000, 16): {("baseline", 0): 120.0, ("mtp", 3): 90.0, ("mtp", 7): 80.0, ("dflash2", 7): 70.0},
 }
 
@@ -62,6 +63,8 @@ def test_winners_per_class_with_margins() -> None:
         assert (wins[name].variant, wins[name].k) == ("baseline", 0), name
         assert wins[name].over_baseline == pytest.approx(1.0)
     assert wins["chat-16"].runner_up == "mtp K=3" and wins["chat-16"].margin == pytest.approx(450 / 400)
+    assert "(close)" in format_wins(list(wins.values())).splitlines()[3]  # long-1: 20 against 19.5
+    assert "(close)" not in format_wins([chat1])
 
 
 def test_class_names_spell_out_lengths_sharing_a_bucket() -> None:
