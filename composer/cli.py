@@ -857,13 +857,47 @@ def _csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[A
         raise click.BadParameter(f"{value!r}: {err}") from err
 
 
+def _bench_options(
+    prompt_file: str | None,
+    prompt_tokens: str | None,
+    concurrency: str | None,
+    max_tokens: int,
+    runs: int,
+    warmup: int,
+    timeout: float,
+):
+    """The bench options from the command line (lists parsed, prompts read)."""
+    from composer.bench.prompts import bench_prompts
+    from composer.bench.sweep import BenchOptions
+
+    lengths = _csv_list(prompt_tokens, int)
+    if prompt_file is not None and lengths is not None:
+        raise UsageError("give either --prompt-file or --prompt-tokens, not both")
+    return BenchOptions(
+        prompts=bench_prompts(prompt_file),
+        max_tokens=max_tokens,
+        runs=runs,
+        warmup=warmup,
+        request_timeout=timeout,
+        concurrency=_csv_list(concurrency, int) or (1,),
+        prompt_tokens=lengths or (None,),
+    )
+
+
 @main.command()
 @click.option("--variants", help="Comma-separated variants to measure [default: all in the stack].")
 @click.option("--k", "ks", help="Comma-separated K values for speculative variants [default: 1,3,4,7,10].")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), help="Prompts separated by lines of `---`.")
-@click.option("--prompt-tokens", type=int, help="Pad the built-in prompts to about N tokens.")
+@click.option(
+    "--prompt-tokens",
+    help="Comma-separated prompt lengths: pad the built-in prompts to about N tokens (e.g. 128,2000,16000).",
+)
+@click.option(
+    "--concurrency",
+    help="Comma-separated numbers of concurrent streams per point (e.g. 1,4,16) [default: 1].",
+)
 @click.option("--max-tokens", default=512, show_default=True, help="Tokens generated per request.")
-@click.option("--runs", default=5, show_default=True, help="Measured requests per point (median).")
+@click.option("--runs", default=5, show_default=True, help="Measured requests per point and stream.")
 @click.option("--warmup", default=1, show_default=True, help="Uncounted warm-up requests per point.")
 @click.option(
     "--out",
@@ -881,7 +915,8 @@ def bench(
     variants: str | None,
     ks: str | None,
     prompt_file: str | None,
-    prompt_tokens: int | None,
+    prompt_tokens: str | None,
+    concurrency: str | None,
     max_tokens: int,
     runs: int,
     warmup: int,
@@ -898,23 +933,16 @@ def bench(
     Examples:
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
+      compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
     """
     import signal
 
-    from composer.bench.prompts import bench_prompts
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
-    from composer.bench.sweep import BenchOptions
     from composer.engine.client import docker_client
     from composer.errors import BenchError
 
-    options = BenchOptions(
-        prompts=bench_prompts(prompt_file, prompt_tokens),
-        max_tokens=max_tokens,
-        runs=runs,
-        warmup=warmup,
-        request_timeout=timeout,
-    )
+    options = _bench_options(prompt_file, prompt_tokens, concurrency, max_tokens, runs, warmup, timeout)
     stack = obj.stack()
     names = _csv_list(variants) or tuple(stack.variants)
     for name in names:
@@ -956,6 +984,74 @@ def bench(
     if error is not None:
         error.details.update(data)
         raise error
+
+
+@main.command()
+@click.option(
+    "--from",
+    "source",
+    default="bench-results/bench.json",
+    show_default=True,
+    type=click.Path(dir_okay=False),
+    help="The benchmark's JSON (from `bench --concurrency ... --prompt-tokens ...`).",
+)
+@click.option(
+    "--write", is_flag=True, help="Write the proposed keys into the stack file's [workloads] table."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the winners and the block as JSON.")
+@click.pass_obj
+def recommend(obj: Context, source: str, write: bool, as_json: bool) -> None:
+    """Name the variant and K that won each workload (prompt length x streams) and propose [workloads].
+
+    Classes: chat (prompts up to 512 tokens, or as given), medium (up to 4096), long
+    (longer), each followed by the number of streams: chat-1, long-16. The winner has the
+    highest aggregate tok/s. --write keeps every other line of the first stack file,
+    comments included, and checks that the stack still loads.
+
+    \b
+    Examples:
+      compose-spec recommend --from bench-results/bench.json
+      compose-spec recommend --write
+    """
+    from composer.bench.recommend import (
+        format_wins,
+        k_notes,
+        read_bench,
+        winners,
+        workloads_block,
+        write_workloads,
+    )
+    from composer.stack.files import find_stack_files, read_dotenv
+
+    wins = winners(read_bench(source))
+    stack = obj.stack()
+    unknown = sorted({w.variant for w in wins} - set(stack.variants))
+    if unknown:
+        raise ConfigError(
+            f"the benchmark measured variant(s) {', '.join(unknown)} that the stack does not define; "
+            "known: " + ", ".join(sorted(stack.variants))
+        )
+    configured = {
+        name: v.speculative.num_speculative_tokens for name, v in stack.variants.items() if v.speculative
+    }
+    notes = k_notes(wins, configured)
+    written = None
+    if write:
+        dotenv, _ = read_dotenv(obj.env_file)
+        written = find_stack_files(obj.stacks or None, os.environ, dotenv)[0]
+        write_workloads(written, wins)
+        obj.stack()  # the written table must load
+        notes.append(f"wrote {len(wins)} workload(s) into [workloads] of {written}")
+    block = workloads_block(wins)
+    if as_json:
+        data = {"workloads": [w.to_json() for w in wins], "block": block, "notes": notes}
+        data["written"] = str(written) if written else None
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(format_wins(wins))
+    click.echo("\nproposed:\n" + block.rstrip("\n"))
+    for note in notes:
+        click.echo(f"note: {note}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,12 +1,14 @@
 """`bench`: what each variant and K really gives, measured on a running server.
 
-Owns: the sweep plan and its run (`sweep`), the swaps between points through the gated
-`up` (`swaps`), the streaming client (`client`), `/metrics` deltas and acceptance
-(`metrics`), output agreement (`agreement`), K hints from the checkpoints (`hints`),
-prompts (`prompts`) and the report (`report`). May import: `composer.stack`,
-`composer.render`, `composer.engine`, `composer.probes`, `composer.swap`,
-`composer.errors`. Public: `BenchOptions`, `run_bench`, `bench_with_swaps`,
-`bench_prompts`, `report_data`, `format_table`, `write_outputs`.
+Owns: the sweep plan and its run over workloads (prompt length x concurrent streams)
+(`sweep`), the swaps between points through the gated `up` (`swaps`), the streaming
+client (`client`), `/metrics` deltas and acceptance (`metrics`), output agreement
+(`agreement`), K hints from the checkpoints (`hints`), prompts (`prompts`), the report
+(`report`) and the per-workload recommendation with its `[workloads]` block
+(`recommend`). May import: `composer.stack`, `composer.render`, `composer.engine`,
+`composer.probes`, `composer.swap`, `composer.errors`. Public: `BenchOptions`,
+`Workload`, `run_bench`, `bench_with_swaps`, `bench_prompts`, `report_data`,
+`format_table`, `write_outputs`, `winners`, `workloads_block`, `write_workloads`.
 """
 
 from composer._exports import lazy_exports
@@ -15,8 +17,9 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "prompts": ["bench_prompts"],
+        "recommend": ["winners", "workloads_block", "write_workloads"],
         "report": ["format_table", "report_data", "write_outputs"],
         "swaps": ["bench_with_swaps"],
-        "sweep": ["BenchOptions", "run_bench"],
+        "sweep": ["BenchOptions", "Workload", "run_bench"],
     },
 )

@@ -1,4 +1,10 @@
-"""Benchmark output: a text table, JSON, CSV and an optional PNG plot (matplotlib)."""
+"""Benchmark output: a text table, JSON, CSV and optional PNG plots (matplotlib).
+
+A single-stream run with the prompts as given keeps the plain table and one plot (tok/s
+against K); a run over several workloads adds the prompt length, the streams, the
+aggregate rate and the percentiles to the table, and draws one plot per concurrency
+(aggregate tok/s against prompt length, one line per variant and K).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from composer.bench.sweep import BenchReport, PointResult
+from composer.bench.sweep import BenchReport, PointResult, Workload
 
 JSON_FILE = "bench.json"
 CSV_FILE = "bench.csv"
@@ -17,13 +23,19 @@ CSV_FIELDS = (
     "variant",
     "method",
     "k",
+    "prompt_tokens",
+    "concurrency",
     "decode_tok_s",
+    "aggregate_tok_s",
     "tokens_per_iteration",
     "acceptance_rate",
     "per_position",
     "ttft_s",
+    "ttft_p95_s",
     "e2e_s",
+    "e2e_p95_s",
     "speedup",
+    "aggregate_speedup",
     "agreement_percent",
     "deterministic",
     "runs",
@@ -43,14 +55,21 @@ def point_data(result: PointResult) -> dict[str, Any]:
         "variant": result.point.variant,
         "method": result.point.method,
         "k": result.point.k,
+        "prompt_tokens": result.workload.prompt_tokens,
+        "concurrency": result.workload.concurrency,
         "decode_tok_s": _round(result.decode_tok_s, 2),
+        "aggregate_tok_s": _round(result.aggregate_tok_s, 2),
+        "wall_s": _round(result.wall_s),
         "tokens_per_iteration": _round(result.tokens_per_iteration if result.ok else None),
         "acceptance_rate": _round(acc.rate) if acc else None,
         "per_position": [round(p, 4) for p in acc.per_position] if acc else [],
         "drafts": acc.drafts if acc else 0,
         "ttft_s": _round(result.ttft_s),
+        "ttft_p95_s": _round(result.ttft_p95_s),
         "e2e_s": _round(result.e2e_s),
+        "e2e_p95_s": _round(result.e2e_p95_s),
         "speedup": _round(result.speedup, 3),
+        "aggregate_speedup": _round(result.aggregate_speedup, 3),
         "agreement_percent": _round(agreement.percent, 2) if agreement else None,
         "first_difference": agreement.first_difference if agreement else None,
         "deterministic": result.deterministic,
@@ -77,6 +96,8 @@ def report_data(report: BenchReport) -> dict[str, Any]:
             "runs": options.runs,
             "warmup": options.warmup,
             "prompts": len(options.prompts),
+            "concurrency": list(options.concurrency),
+            "prompt_tokens": list(options.prompt_tokens),
         },
         "points": [point_data(r) for r in report.results],
         "best_k": {name: r.point.k for name, r in report.best_k().items()},
@@ -99,30 +120,50 @@ def _positions(result: PointResult, shown: int = 8) -> str:
 
 
 def table_rows(report: BenchReport) -> list[list[str]]:
-    """Rows of the text table, header first."""
-    rows = [["variant", "K", "tok/s", "tok/iter", "accept", "p0..", "TTFT ms", "e2e s", "speed-up", "agree"]]
+    """Rows of the text table, header first (workload columns when several were measured)."""
+    wide = report.options.multi
+    header = ["variant", "K", "tok/s", "tok/iter", "accept", "p0..", "TTFT ms", "e2e s", "speed-up", "agree"]
+    if wide:
+        header[2:2] = ["prompt", "streams", "agg tok/s"]
+        header[header.index("TTFT ms")] = "TTFT p50/p95 ms"
+        header[header.index("e2e s")] = "e2e p50/p95 s"
+        header.insert(header.index("speed-up") + 1, "agg speed-up")
+    rows = [header]
     for r in report.results:
+        where = [_prompt(r.workload), str(r.workload.concurrency), ""] if wide else []
         if not r.ok:
-            rows.append([r.point.variant, str(r.point.k or "-"), str(r.error), *[""] * 7])
+            row = [r.point.variant, str(r.point.k or "-"), *where[:2], str(r.error)]
+            rows.append(row + [""] * (len(header) - len(row)))
             continue
         det = {True: "", False: " (not deterministic)", None: ""}[r.deterministic]
-        reference = r is report.baseline()
+        reference = r is report.baseline(r.workload)
         agree = ("ref" if reference else _fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
-        rows.append(
-            [
-                r.point.variant,
-                str(r.point.k or "-"),
-                _fmt(r.decode_tok_s, "{:.1f}"),
-                f"{r.tokens_per_iteration:.2f}",
-                _fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
-                _positions(r),
-                _fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}"),
-                _fmt(r.e2e_s, "{:.2f}"),
-                _fmt(r.speedup, "{:.2f}x"),
-                agree,
-            ]
-        )
+        ttft = _fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}")
+        e2e = _fmt(r.e2e_s, "{:.2f}")
+        if wide:
+            where[2] = _fmt(r.aggregate_tok_s, "{:.1f}")
+            ttft += "/" + _fmt(None if r.ttft_p95_s is None else r.ttft_p95_s * 1000, "{:.0f}")
+            e2e += "/" + _fmt(r.e2e_p95_s, "{:.2f}")
+        row = [
+            r.point.variant,
+            str(r.point.k or "-"),
+            *where,
+            _fmt(r.decode_tok_s, "{:.1f}"),
+            f"{r.tokens_per_iteration:.2f}",
+            _fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
+            _positions(r),
+            ttft,
+            e2e,
+            _fmt(r.speedup, "{:.2f}x"),
+        ]
+        if wide:
+            row.append(_fmt(r.aggregate_speedup, "{:.2f}x"))
+        rows.append([*row, agree])
     return rows
+
+
+def _prompt(workload: Workload) -> str:
+    return "as given" if workload.prompt_tokens is None else str(workload.prompt_tokens)
 
 
 def format_table(report: BenchReport) -> str:
@@ -130,9 +171,10 @@ def format_table(report: BenchReport) -> str:
     rows = table_rows(report)
     widths = [max(len(row[i]) for row in rows if len(row[i]) < 40) for i in range(len(rows[0]))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    scope = f" ({report.first_workload().label})" if report.options.multi else ""
     for name, best in report.best_k().items():
         speed = _fmt(best.speedup, " ({:.2f}x baseline)")
-        lines.append(f"best K for {name}: {best.point.k} at {best.decode_tok_s:.1f} tok/s{speed}")
+        lines.append(f"best K for {name}: {best.point.k} at {best.decode_tok_s:.1f} tok/s{speed}{scope}")
     lines += [f"hint: {h}" for h in report.hints]
     lines += [f"note: {n}" for n in report.notes]
     return "\n".join(lines)
@@ -188,13 +230,68 @@ def write_plot(report: BenchReport, path: Path) -> bool:
     return True
 
 
+def concurrency_plot_name(concurrency: int) -> str:
+    """`bench-c16.png`: the plot of one concurrency."""
+    return f"bench-c{concurrency}.png"
+
+
+def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) -> bool:
+    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K;
+    False without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    workloads = report.options.workloads()
+    lengths = list(dict.fromkeys(_prompt(w) for w in workloads if w.concurrency == concurrency))
+    lines: dict[str, dict[str, float]] = {}
+    for r in report.results:
+        if r.ok and r.workload.concurrency == concurrency and r.aggregate_tok_s:
+            lines.setdefault(r.point.label, {})[_prompt(r.workload)] = r.aggregate_tok_s
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for label, rates in lines.items():
+        xs = [i for i, length in enumerate(lengths) if length in rates]
+        axes.plot(xs, [rates[lengths[i]] for i in xs], marker="o", label=label)
+    axes.set_xticks(range(len(lengths)), lengths)
+    top = max((v for rates in lines.values() for v in rates.values()), default=1.0)
+    axes.set_ylim(0.0, top * 1.1)
+    axes.set_xlabel("prompt tokens")
+    axes.set_ylabel("aggregate tok/s (all streams)")
+    axes.set_title(f"Aggregate throughput at {concurrency} concurrent stream(s)")
+    axes.grid(True, alpha=0.3)
+    if lines:
+        axes.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:
+    """The plots (None without matplotlib): one per concurrency for a workload sweep."""
+    if not report.options.multi:
+        path = out_dir / PNG_FILE
+        return [path] if write_plot(report, path) else None
+    written = []
+    for concurrency in dict.fromkeys(report.options.concurrency):
+        path = out_dir / concurrency_plot_name(concurrency)
+        if not write_concurrency_plot(report, concurrency, path):
+            return None
+        written.append(path)
+    return written
+
+
 def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
-    """Write JSON, CSV and (when possible) the PNG; note a skipped plot in the report."""
+    """Write JSON, CSV and (when possible) the PNGs; note skipped plots in the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    json_path, csv_path, png_path = out_dir / JSON_FILE, out_dir / CSV_FILE, out_dir / PNG_FILE
+    json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
     written = [json_path, csv_path]
-    if write_plot(report, png_path):
-        written.append(png_path)
+    plots = _write_plots(report, out_dir)
+    if plots is not None:
+        written += plots
     else:
         report.notes.append("plot skipped: matplotlib is not installed (pip install '.[plot]')")
     json_path.write_text(json.dumps(report_data(report), indent=2) + "\n", encoding="utf-8")

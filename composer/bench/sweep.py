@@ -1,22 +1,29 @@
-"""The benchmark: warm single-stream decode speed, acceptance and correctness per (variant, K).
+"""The benchmark: warm decode speed, acceptance and correctness per (variant, K) and workload.
 
 For each point of the sweep the server is made to serve it (a swap, supplied by the
-caller), warm-up requests run uncounted (the first requests include JIT compilation and
-graph capture), then the measured requests run one at a time at temperature 0 with
-thinking off. Medians of the timings are reported; acceptance comes from /metrics deltas
-around the measured requests; outputs are checked for determinism and against baseline.
+caller); then each workload (a prompt length and a number of concurrent streams) is
+measured in turn: warm-up requests run uncounted, one at a time (the first requests include
+JIT compilation and graph capture), then the measured requests run at temperature 0 with
+thinking off: one stream sends `runs` requests back to back, or N streams do so at once
+(N x `runs` requests). Per-request figures are medians and 95th percentiles; the aggregate
+rate is every completion token over the measured window (first request sent to last one
+finished). Acceptance comes from /metrics deltas around the measured requests; outputs are
+checked for determinism and against the baseline of the same workload.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from composer.bench.agreement import Agreement, agreement_with, deterministic
 from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
-from composer.bench.metrics import Acceptance, acceptance, scrape
+from composer.bench.metrics import Acceptance, SpecCounters, acceptance, scrape
+from composer.bench.prompts import padded
 from composer.errors import BenchError, HealthCheckFailed, SwapFailed, UsageError
 from composer.stack.model import Stack
 
@@ -25,20 +32,73 @@ DEFAULT_KS = (1, 3, 4, 7, 10)
 
 
 @dataclass(frozen=True)
+class Workload:
+    """What the server is measured under: a prompt length and a number of concurrent streams.
+
+    `prompt_tokens` None means the prompts as given (the built-in ones or a file's).
+    """
+
+    prompt_tokens: int | None = None
+    concurrency: int = 1
+
+    @property
+    def label(self) -> str:
+        prompt = "prompts as given" if self.prompt_tokens is None else f"{self.prompt_tokens} tok"
+        return f"{prompt} x {self.concurrency} stream{'s' if self.concurrency > 1 else ''}"
+
+
+SINGLE_STREAM = Workload()
+
+
+@dataclass(frozen=True)
 class BenchOptions:
-    """How each point is measured."""
+    """How each point is measured; the workloads are every prompt length x every concurrency."""
 
     prompts: tuple[str, ...]
     max_tokens: int = 512
     runs: int = 5
     warmup: int = 1
     request_timeout: float = 300.0
+    concurrency: tuple[int, ...] = (1,)
+    prompt_tokens: tuple[int | None, ...] = (None,)
 
     def __post_init__(self) -> None:
         if not self.prompts:
             raise UsageError("the benchmark needs at least one prompt")
         if self.runs < 1 or self.warmup < 0 or self.max_tokens < 2:
             raise UsageError("--runs must be >= 1, --warmup >= 0 and --max-tokens >= 2")
+        if not self.concurrency or any(c < 1 for c in self.concurrency):
+            raise UsageError(f"--concurrency values must be positive integers, got {list(self.concurrency)}")
+        if not self.prompt_tokens or any(t is not None and t < 1 for t in self.prompt_tokens):
+            shown = list(self.prompt_tokens)
+            raise UsageError(f"--prompt-tokens values must be positive integers, got {shown}")
+
+    def workloads(self) -> list[Workload]:
+        """Every prompt length x every concurrency, in the order given (duplicates dropped)."""
+        cells = [Workload(t, c) for t in self.prompt_tokens for c in self.concurrency]
+        return list(dict.fromkeys(cells))
+
+    def prompts_for(self, workload: Workload) -> tuple[str, ...]:
+        """The prompts of a workload: padded to its length when it has one."""
+        if workload.prompt_tokens is None:
+            return self.prompts
+        return tuple(padded(p, workload.prompt_tokens) for p in self.prompts)
+
+    @property
+    def multi(self) -> bool:
+        """True when anything but today's single-stream, prompts-as-given run is measured."""
+        return self.workloads() != [SINGLE_STREAM]
+
+
+def percentile(values: Iterable[float], q: float) -> float | None:
+    """The q-th percentile (0..100) with linear interpolation between ranks; None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 @dataclass(frozen=True)
@@ -65,6 +125,10 @@ class PointResult:
     error: str | None = None
     speedup: float | None = None
     agreement: Agreement | None = None
+    workload: Workload = SINGLE_STREAM
+    wall_s: float | None = None
+    """The measured window: first measured request sent to last one finished."""
+    aggregate_speedup: float | None = None
 
     @property
     def ok(self) -> bool:
@@ -85,6 +149,28 @@ class PointResult:
     @property
     def e2e_s(self) -> float | None:
         return self._median(r.e2e_s for r in self.runs)
+
+    @property
+    def aggregate_tok_s(self) -> float | None:
+        """Every completion token of the measured requests over the measured window."""
+        if not self.runs or not self.wall_s:
+            return None
+        return sum(r.completion_tokens for r in self.runs) / self.wall_s
+
+    @property
+    def ttft_p95_s(self) -> float | None:
+        return percentile((r.ttft_s for r in self.runs), 95)
+
+    @property
+    def e2e_p95_s(self) -> float | None:
+        return percentile((r.e2e_s for r in self.runs), 95)
+
+    @property
+    def label(self) -> str:
+        """The point, with its workload when it is not the single-stream default."""
+        if self.workload == SINGLE_STREAM:
+            return self.point.label
+        return f"{self.point.label} [{self.workload.label}]"
 
     @property
     def tokens_per_iteration(self) -> float:
@@ -120,15 +206,20 @@ class BenchReport:
         """Points that were tried and failed (skipped points, known to be refused, are not)."""
         return [r for r in self.results if r.error is not None and not r.error.startswith("skipped:")]
 
-    def baseline(self) -> PointResult | None:
-        """The measured point without speculation (the reference), if any."""
-        return next((r for r in self.results if r.point.k == 0 and r.ok), None)
+    def first_workload(self) -> Workload:
+        """The workload the best K and the plain table speak of (the first one measured)."""
+        return self.options.workloads()[0]
+
+    def baseline(self, workload: Workload | None = None) -> PointResult | None:
+        """The measured point without speculation (the reference) of a workload, if any."""
+        workload = workload or self.first_workload()
+        return next((r for r in self.results if r.point.k == 0 and r.ok and r.workload == workload), None)
 
     def best_k(self) -> dict[str, PointResult]:
-        """Per speculative variant, the point with the highest median decode speed."""
+        """Per speculative variant, the point with the highest median decode speed (first workload)."""
         best: dict[str, PointResult] = {}
         for result in self.results:
-            if result.point.k == 0 or not result.ok:
+            if result.point.k == 0 or not result.ok or result.workload != self.first_workload():
                 continue
             current = best.get(result.point.variant)
             if current is None or (result.decode_tok_s or 0) > (current.decode_tok_s or 0):
@@ -207,29 +298,113 @@ def measure_point(
     served_name: str,
     progress: Progress = lambda _: None,
     eta: Eta | None = None,
+    workload: Workload = SINGLE_STREAM,
 ) -> PointResult:
-    """Warm up, then time the measured requests and read acceptance from /metrics deltas."""
+    """Warm up, then time the measured requests of one workload and read acceptance from
+    /metrics deltas."""
     request = ChatRequest(model=served_name, max_tokens=options.max_tokens)
-    result = PointResult(point)
-    total = options.warmup + options.runs
+    prompts = options.prompts_for(workload)
+    result = PointResult(point, workload=workload)
+    label = result.label
     with make_client(base_url, api_key, options.request_timeout) as client:
-        for i in range(total):
-            warm = i < options.warmup
-            if i == options.warmup:
-                before = scrape(client)
-            index = 0 if warm else (i - options.warmup) % len(options.prompts)
-            n = i - options.warmup + 1
-            step = f"warm-up {i + 1}/{options.warmup}" if warm else f"run {n}/{options.runs}"
-            left = eta.seconds_left(total - i) if eta else None
-            progress(f"{point.label}: {step} ({format_duration(left)})")
+        for i in range(options.warmup):
+            left = eta.seconds_left(_requests(options, workload) - i) if eta else None
+            progress(f"{label}: warm-up {i + 1}/{options.warmup} ({format_duration(left)})")
+            run = _timed(client, request, prompts[0], eta)
+            result.texts.setdefault(0, []).append(run.text)
+        before = scrape(client)
+        if workload.concurrency == 1:
             started = time.perf_counter()
-            run = stream_chat(client, request, options.prompts[index])
-            if eta:
-                eta.requests.append(time.perf_counter() - started)
-            result.texts.setdefault(index, []).append(run.text)
-            if not warm:
+            for n in range(options.runs):
+                left = eta.seconds_left(options.runs - n) if eta else None
+                progress(f"{label}: run {n + 1}/{options.runs} ({format_duration(left)})")
+                index = n % len(prompts)
+                run = _timed(client, request, prompts[index], eta)
+                result.texts.setdefault(index, []).append(run.text)
                 result.runs.append(run)
+            result.wall_s = time.perf_counter() - started
+        else:
+            _measure_streams(result, options, request, prompts, base_url, api_key, progress, eta)
         delta = scrape(client) - before
+    _check_acceptance(result, delta)
+    return result
+
+
+def _requests(options: BenchOptions, workload: Workload) -> int:
+    return options.warmup + options.runs * workload.concurrency
+
+
+def _timed(client, request: ChatRequest, prompt: str, eta: Eta | None, share: int = 1) -> StreamResult:
+    started = time.perf_counter()
+    run = stream_chat(client, request, prompt)
+    if eta:
+        eta.requests.append((time.perf_counter() - started) / share)
+    return run
+
+
+def _measure_streams(
+    result: PointResult,
+    options: BenchOptions,
+    request: ChatRequest,
+    prompts: tuple[str, ...],
+    base_url: str,
+    api_key: str | None,
+    progress: Progress,
+    eta: Eta | None,
+) -> None:
+    """N streams at once, each sending `runs` requests back to back (N x `runs` in all).
+
+    Stream s sends prompt (j * N + s) mod len(prompts) as its j-th request. The streams
+    start together (a barrier); on an error or an interrupt the other streams stop after
+    their request in flight and their connections are closed.
+    """
+    streams = result.workload.concurrency
+    total = streams * options.runs
+    lock = threading.Lock()
+    stop = threading.Event()
+    barrier = threading.Barrier(streams)
+    clients = [make_client(base_url, api_key, options.request_timeout) for _ in range(streams)]
+    window: list[float] = []
+    done: list[tuple[int, StreamResult]] = []
+
+    def stream(s: int) -> None:
+        barrier.wait(timeout=options.request_timeout)
+        for j in range(options.runs):
+            if stop.is_set():
+                return
+            index = (j * streams + s) % len(prompts)
+            started = time.perf_counter()
+            run = _timed(clients[s], request, prompts[index], eta, share=streams)
+            with lock:
+                window.extend((started, time.perf_counter()))
+                done.append((index, run))
+                left = eta.seconds_left(total - len(done)) if eta else None
+                progress(f"{result.label}: run {len(done)}/{total} ({format_duration(left)})")
+
+    pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bench-stream")
+    try:
+        futures = [pool.submit(stream, s) for s in range(streams)]
+        for future in futures:
+            future.result()
+    except BaseException:
+        stop.set()
+        barrier.abort()
+        for client in clients:
+            client.close()
+        raise
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+        for client in clients:
+            client.close()
+    for index, run in done:
+        result.texts.setdefault(index, []).append(run.text)
+        result.runs.append(run)
+    result.wall_s = max(window) - min(window)
+
+
+def _check_acceptance(result: PointResult, delta: SpecCounters) -> None:
+    """Fill in acceptance; BenchError when the server drafts another K than the point's."""
+    point = result.point
     result.acceptance = acceptance(delta)
     served_k = round(delta.draft_tokens / delta.drafts) if delta.drafts > 0 else 0
     if served_k != point.k:
@@ -238,7 +413,6 @@ def measure_point(
             f"not {point.k}: the server does not run what was swapped in "
             "(is NUM_SPECULATIVE_TOKENS set in the environment?)"
         )
-    return result
 
 
 def run_bench(
@@ -260,7 +434,8 @@ def run_bench(
     """
     report = BenchReport([], options, tuple(hints))
     skip = skip or {}
-    eta = Eta(len(points) - len(skip), options.warmup + options.runs)
+    workloads = options.workloads()
+    eta = Eta(len(points) - len(skip), sum(_requests(options, w) for w in workloads))
     point: BenchPoint | None = None
     try:
         for number, point in enumerate(points, 1):
@@ -282,19 +457,26 @@ def run_bench(
                 eta.points_left -= 1
                 continue
             eta.swaps.append(time.perf_counter() - started)
-            result = measure_point(
-                point,
-                options,
-                base_url=base_url,
-                api_key=api_key,
-                served_name=served_name,
-                progress=lambda msg, t=tag: progress(f"{t} {msg}"),
-                eta=eta,
-            )
+            measured = []
+            for workload in workloads:
+                result = measure_point(
+                    point,
+                    options,
+                    base_url=base_url,
+                    api_key=api_key,
+                    served_name=served_name,
+                    progress=lambda msg, t=tag: progress(f"{t} {msg}"),
+                    eta=eta,
+                    workload=workload,
+                )
+                measured.append(result)
+                rate, total = result.decode_tok_s, result.aggregate_tok_s
+                summary = f"{rate:.1f} tok/s" if rate else "no runs"
+                if workload.concurrency > 1 and total:
+                    summary += f" per request, {total:.1f} tok/s in all"
+                progress(f"{tag} {result.label}: {summary}")
             eta.points_left -= 1
-            report.results.append(result)
-            rate = result.decode_tok_s
-            progress(f"{tag} {point.label}: " + (f"{rate:.1f} tok/s" if rate else "no runs"))
+            report.results += measured
     except KeyboardInterrupt:  # keep what was measured; the point in progress is dropped
         report.interrupted = f"interrupted at {point.label}" if point else "interrupted"
         report.notes.append(
@@ -305,16 +487,16 @@ def run_bench(
 
 
 def compare_with_baseline(report: BenchReport) -> None:
-    """Fill in speed-up and output agreement against the baseline point."""
-    base = report.baseline()
-    if base is None:
+    """Fill in speed-ups and output agreement against the baseline point of the same workload."""
+    if report.baseline() is None:
         report.notes.append("no baseline point was measured: no speed-up or agreement")
-        return
-    reference = base.first_texts()
     for result in report.results:
-        if not result.ok:
+        base = report.baseline(result.workload)
+        if not result.ok or base is None:
             continue
         if base.decode_tok_s:
             result.speedup = (result.decode_tok_s or 0.0) / base.decode_tok_s
+        if base.aggregate_tok_s:
+            result.aggregate_speedup = (result.aggregate_tok_s or 0.0) / base.aggregate_tok_s
         if result is not base:
-            result.agreement = agreement_with(result.first_texts(), reference)
+            result.agreement = agreement_with(result.first_texts(), base.first_texts())

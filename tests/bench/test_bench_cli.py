@@ -146,3 +146,23 @@ def test_live_line_prints_stage_changes_only_without_a_tty(capsys: pytest.Captur
     line.waiting("mtp: weights loaded (5.0s)")
     line.waiting("mtp: weights loaded (6.0s)")
     assert capsys.readouterr().err.splitlines() == ["mtp: loading (0.0s)", "mtp: weights loaded (5.0s)"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--concurrency", "1,0"), "--concurrency values must be positive integers"),
+        (("--concurrency", "four"), "four"),
+        (("--prompt-tokens", "128,-5"), "--prompt-tokens values must be positive integers"),
+    ],
+)
+def test_bad_workload_lists_are_usage_errors(runner: CliRunner, args: tuple[str, ...], message: str) -> None:
+    result = invoke(runner, *args)
+    assert result.exit_code == 2
+    assert message in result.output
+    assert "Traceback" not in result.output
+
+
+def test_help_lists_the_workload_options(runner: CliRunner) -> None:
+    result = runner.invoke(main, ["bench", "--help"])
+    assert "--concurrency" in result.output and "128,2000,16000" in result.output

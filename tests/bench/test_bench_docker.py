@@ -248,3 +248,48 @@ def test_sigterm_mid_sweep_still_restores_the_previous_variant(make_stack, docke
     report = json.loads((stack.out / "bench.json").read_text())
     assert report["interrupted"] == "interrupted at mtp K=3" and report["points"] == []
     assert "interrupted at mtp K=3: wrote the 0 point(s) measured so far" in output
+
+
+def test_concurrency_sweep_reproduces_the_crossover_and_recommend_follows_it(
+    make_stack, docker_client
+) -> None:
+    """MTP K=7 beats the baseline at 1 stream and loses at 16 (the simulator's batching model),
+    and `recommend` turns that into chat-1 = mtp, chat-16 = baseline."""
+    if str(SIM_SRC) not in sys.path:
+        sys.path.insert(0, str(SIM_SRC))
+    from vllm.sim import batching, profiles
+
+    profile = profiles.get_profile("qwen3.8-27b")
+    scale = 4.0  # slow enough that 16 streams of SSE parsing on a small host do not cap the client
+    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2", "SIM_SEED": "5"})
+    args = ["--variants", "baseline,mtp", "--k", "7", "--concurrency", "1,16", "--prompt-tokens", "128"]
+    args += ["--max-tokens", "100", "--runs", "2", "--warmup", "1", "--timeout", "120"]
+    done = stack.run("bench", *args, "--json", "--out", str(stack.out))
+    report = json.loads(done.stdout)
+    assert report["options"]["concurrency"] == [1, 16] and report["options"]["prompt_tokens"] == [128]
+    points = {(p["variant"], p["concurrency"]): p for p in report["points"]}
+    assert sorted(points) == [("baseline", 1), ("baseline", 16), ("mtp", 1), ("mtp", 16)]
+    for (variant, streams), point in points.items():
+        method, k = (None, 0) if variant == "baseline" else ("mtp", 7)
+        truth = batching.aggregate_tok_s(profile, method, k, streams)
+        measured = point["aggregate_tok_s"] / scale
+        print(f"{variant} x{streams}: {measured:.1f} tok/s in all, model {truth:.1f}")
+        # Below the model's steady state (TTFT and the last steps are in the window), never above.
+        assert 0.7 * truth < measured < 1.05 * truth, (variant, streams)
+        assert len(point["runs"]) == 2 * streams and point["prompt_tokens"] == 128
+        assert all(r["prompt_tokens"] >= 128 for r in point["runs"])
+        assert point["ttft_p95_s"] >= point["ttft_s"] > 0 and point["e2e_p95_s"] >= point["e2e_s"]
+        assert point["deterministic"] is True
+    mtp1, mtp16 = points[("mtp", 1)], points[("mtp", 16)]
+    assert mtp1["aggregate_speedup"] > 1.5  # the model says 2.01x
+    assert mtp16["aggregate_speedup"] < 0.9  # the model says 0.73x
+    assert mtp1["tokens_per_iteration"] == pytest.approx(4.82, rel=0.05)
+    assert mtp16["agreement_percent"] == 100.0  # batching changes no output
+    assert (stack.out / "bench.csv").read_text().count("\n") == 5
+
+    shown = stack.run("recommend", "--from", str(stack.out / "bench.json"), "--json")
+    wins = {w["workload"]: w for w in json.loads(shown.stdout)["workloads"]}
+    assert (wins["chat-1"]["variant"], wins["chat-1"]["k"]) == ("mtp", 7)
+    assert wins["chat-16"]["variant"] == "baseline"
+    assert wins["chat-1"]["over_baseline"] == pytest.approx(mtp1["aggregate_speedup"], rel=0.01)
+    print("crossover:", {name: (w["variant"], w["margin"]) for name, w in wins.items()})

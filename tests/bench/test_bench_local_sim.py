@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from composer.bench.sweep import BenchOptions, BenchPoint, measure_point
+from composer.bench.sweep import BenchOptions, BenchPoint, Workload, measure_point
 from composer.errors import BenchError
 from tests.conftest import free_port
 
@@ -95,3 +95,32 @@ def test_rejected_api_key_is_an_error(mtp7: str) -> None:
         measure_point(
             BenchPoint("mtp", "mtp", 7), options, base_url=mtp7, api_key="sk-wrong", served_name="m"
         )
+
+
+def test_concurrent_streams_share_the_batch(mtp7: str) -> None:
+    """Four streams at once: each one decodes slower than alone, all together faster (the
+    simulator's batching model), and every request of every stream is counted once."""
+    if str(SIM_SRC) not in sys.path:
+        sys.path.insert(0, str(SIM_SRC))
+    from vllm.sim import batching, profiles
+
+    profile = profiles.get_profile()
+    options = BenchOptions(prompts=("one prompt", "another prompt"), max_tokens=300, runs=2, warmup=1)
+    messages: list[str] = []
+    result = measure_point(
+        BenchPoint("mtp", "mtp", 7),
+        options,
+        base_url=mtp7,
+        api_key=KEY,
+        served_name="m",
+        progress=messages.append,
+        workload=Workload(200, 4),
+    )
+    assert len(result.runs) == 8 and all(r.completion_tokens == 300 for r in result.runs)
+    assert all(r.prompt_tokens >= 200 for r in result.runs)
+    alone, together = 59.2, batching.aggregate_tok_s(profile, "mtp", 7, 4)
+    assert result.decode_tok_s / SCALE < 0.95 * alone
+    assert 0.6 * together < result.aggregate_tok_s / SCALE < 1.05 * together
+    assert result.aggregate_tok_s > 2 * result.decode_tok_s
+    assert result.acceptance is not None and result.deterministic is True
+    assert messages[-1].startswith("mtp K=7 [200 tok x 4 streams]: run 8/8")

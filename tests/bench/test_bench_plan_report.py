@@ -14,14 +14,17 @@ from composer.bench.metrics import Acceptance
 from composer.bench.prompts import BUILTIN_PROMPTS, bench_prompts, padded
 from composer.bench.report import csv_text, format_table, report_data, write_outputs
 from composer.bench.sweep import (
+    SINGLE_STREAM,
     BenchOptions,
     BenchPoint,
     BenchReport,
     Eta,
     PointResult,
+    Workload,
     compare_with_baseline,
     format_duration,
     k_override,
+    percentile,
     plan_points,
 )
 from composer.errors import UsageError
@@ -183,3 +186,66 @@ def test_table_and_files(tmp_path: Path) -> None:
     else:
         png = tmp_path / "out" / "bench.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_workloads_padding_and_percentiles() -> None:
+    options = BenchOptions(prompts=("question?",), concurrency=(1, 4), prompt_tokens=(128, 2000))
+    assert options.workloads() == [Workload(128, 1), Workload(128, 4), Workload(2000, 1), Workload(2000, 4)]
+    assert options.multi and not BenchOptions(prompts=("p",)).multi
+    (long,) = options.prompts_for(Workload(2000, 4))
+    assert long.endswith("question?") and 7900 <= len(long) <= 8010
+    assert BenchOptions(prompts=("p",)).prompts_for(SINGLE_STREAM) == ("p",)
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 50) == 3.0
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0], 95) == pytest.approx(4.8)
+    assert percentile([], 95) is None
+    with pytest.raises(UsageError, match="--concurrency"):
+        BenchOptions(prompts=("p",), concurrency=(0,))
+
+
+def workload_result(variant: str, k: int, workload: Workload, tok_s: float, wall: float) -> PointResult:
+    r = result(variant, k, [tok_s] * 4, per_pos=(0.8,) * k)
+    r.workload, r.wall_s = workload, wall
+    return r
+
+
+def test_workload_report_table_csv_and_a_plot_per_concurrency(tmp_path: Path) -> None:
+    options = BenchOptions(prompts=("p",), concurrency=(1, 16), prompt_tokens=(128, 16000))
+    results = []
+    for tokens in (128, 16000):
+        results += [
+            workload_result("baseline", 0, Workload(tokens, 1), 30.0, 404 / 30.0),
+            workload_result("mtp", 7, Workload(tokens, 1), 60.0, 404 / 60.0),
+            workload_result("baseline", 0, Workload(tokens, 16), 28.0, 404 / 450.0),
+            workload_result("mtp", 7, Workload(tokens, 16), 21.0, 404 / 330.0),
+        ]
+    report = BenchReport(results, options)
+    compare_with_baseline(report)
+    mtp16 = results[3]
+    assert mtp16.aggregate_tok_s == pytest.approx(330.0)
+    assert mtp16.aggregate_speedup == pytest.approx(330.0 / 450.0)  # against the baseline of its workload
+    assert mtp16.speedup == pytest.approx(21.0 / 28.0)
+    assert results[1].aggregate_speedup == pytest.approx(2.0)
+    table = format_table(report)
+    header = table.splitlines()[0]
+    assert (
+        "prompt" in header and "streams" in header and "agg tok/s" in header and "TTFT p50/p95 ms" in header
+    )
+    assert "best K for mtp: 7 at 60.0 tok/s (2.00x baseline) (128 tok x 1 stream)" in table
+    rows = list(csv.DictReader(io.StringIO(csv_text(report))))
+    assert [(r["prompt_tokens"], r["concurrency"]) for r in rows[:4]] == [
+        ("128", "1"),
+        ("128", "1"),
+        ("128", "16"),
+        ("128", "16"),
+    ]
+    assert float(rows[3]["aggregate_tok_s"]) == pytest.approx(330.0)
+    data = report_data(report)
+    assert data["options"]["concurrency"] == [1, 16] and data["points"][3]["aggregate_speedup"] == 0.733
+    written = {p.name for p in write_outputs(report, tmp_path / "out")}
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        assert written == {"bench.json", "bench.csv"}
+        assert any("matplotlib" in n for n in report.notes)
+    else:
+        assert written == {"bench.json", "bench.csv", "bench-c1.png", "bench-c16.png"}

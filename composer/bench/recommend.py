@@ -1,0 +1,285 @@
+"""Which variant to serve for which workload, from a benchmark's JSON, and the `[workloads]`
+block that says so.
+
+A workload class is a prompt length x a number of concurrent streams. Its name is the
+length bucket and the streams: `chat-1`, `medium-4`, `long-16`, where `chat` is a prompt of
+at most 512 tokens (or the prompts as given: the built-in ones are short questions),
+`medium` at most 4,096 and `long` anything longer. When a run measured two lengths in one
+bucket, the length is spelled out (`long8000-16`, `long16000-16`).
+
+In each class the winner is the point (variant and K) with the highest aggregate tok/s
+(every completion token of every stream over the measured window); its margin is its rate
+over the best point of any other variant, and over the baseline (no speculation) of the
+same class. Reports written before workloads were measured count as `chat-1`, with the
+single-stream decode rate.
+
+`write_workloads` puts the proposed keys into a stack file's `[workloads]` table as text:
+every other line (comments included) is kept, a recommended key that exists gets its new
+value, a new one is appended to the table (or a new table at the end of the file). The
+result is parsed back and must differ from the original in those keys only; it replaces
+the file atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from composer.errors import ConfigError, UsageError
+
+CHAT_MAX_TOKENS = 512
+MEDIUM_MAX_TOKENS = 4096
+CLOSE_MARGIN = 1.05
+"""A win by less than this is flagged `close`: within run-to-run noise of a short sweep."""
+
+
+@dataclass(frozen=True)
+class Win:
+    """The point that won one workload class, and by how much."""
+
+    workload: str
+    prompt_tokens: int | None
+    concurrency: int
+    variant: str
+    k: int
+    aggregate_tok_s: float
+    runner_up: str | None
+    """The best point of any other variant (`baseline`, `dflash2 K=7`), None when alone."""
+    margin: float | None
+    """Winner's aggregate rate over the runner-up's."""
+    over_baseline: float | None
+    """Winner's aggregate rate over the baseline's in the same class (None without one)."""
+
+    @property
+    def label(self) -> str:
+        return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.workload,
+            "prompt_tokens": self.prompt_tokens,
+            "concurrency": self.concurrency,
+            "variant": self.variant,
+            "k": self.k,
+            "aggregate_tok_s": round(self.aggregate_tok_s, 2),
+            "runner_up": self.runner_up,
+            "margin": None if self.margin is None else round(self.margin, 3),
+            "over_baseline": None if self.over_baseline is None else round(self.over_baseline, 3),
+        }
+
+
+def read_bench(path: str | Path) -> dict[str, Any]:
+    """A benchmark's JSON (bench.json), or a UsageError naming what is wrong with it."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UsageError(
+            f"cannot read the benchmark results {str(path)!r}: {err.strerror} "
+            "(run `compose-spec bench` first)"
+        ) from err
+    except ValueError as err:
+        raise UsageError(f"{str(path)!r} is not a benchmark's JSON: {err}") from err
+    if not isinstance(data, dict) or not isinstance(data.get("points"), list):
+        raise UsageError(f"{str(path)!r} is not a benchmark's JSON: it has no list of points")
+    return data
+
+
+def bucket(prompt_tokens: int | None) -> str:
+    """`chat` (<= 512 tokens or the prompts as given), `medium` (<= 4096) or `long`."""
+    if prompt_tokens is None or prompt_tokens <= CHAT_MAX_TOKENS:
+        return "chat"
+    return "medium" if prompt_tokens <= MEDIUM_MAX_TOKENS else "long"
+
+
+def class_names(cells: Sequence[tuple[int | None, int]]) -> dict[tuple[int | None, int], str]:
+    """The workload class name of each (prompt tokens, concurrency) cell."""
+    lengths: dict[str, set[int | None]] = {}
+    for tokens, _ in cells:
+        lengths.setdefault(bucket(tokens), set()).add(tokens)
+    names = {}
+    for tokens, streams in cells:
+        name = bucket(tokens)
+        if len(lengths[name]) > 1:
+            name += "as-given" if tokens is None else str(tokens)
+        names[(tokens, streams)] = f"{name}-{streams}"
+    return names
+
+
+def _rate(point: Mapping[str, Any]) -> float | None:
+    rate = point.get("aggregate_tok_s", point.get("decode_tok_s"))
+    return float(rate) if isinstance(rate, int | float) and rate > 0 else None
+
+
+def winners(data: Mapping[str, Any]) -> list[Win]:
+    """The winner of every workload class measured (in the order the classes were measured)."""
+    cells: dict[tuple[int | None, int], list[Mapping[str, Any]]] = {}
+    for point in data.get("points") or ():
+        if not isinstance(point, dict) or point.get("error") or _rate(point) is None:
+            continue
+        cell = (point.get("prompt_tokens"), int(point.get("concurrency") or 1))
+        cells.setdefault(cell, []).append(point)
+    if not cells:
+        raise UsageError("the benchmark results hold no measured point: nothing to recommend")
+    names = class_names(list(cells))
+    wins = []
+    for cell, points in cells.items():
+        ranked = sorted(points, key=lambda p: _rate(p) or 0.0, reverse=True)
+        best = ranked[0]
+        rate = _rate(best) or 0.0
+        other = next((p for p in ranked if p["variant"] != best["variant"]), None)
+        base = next((p for p in ranked if int(p.get("k") or 0) == 0), None)
+        wins.append(
+            Win(
+                workload=names[cell],
+                prompt_tokens=cell[0],
+                concurrency=cell[1],
+                variant=str(best["variant"]),
+                k=int(best.get("k") or 0),
+                aggregate_tok_s=rate,
+                runner_up=_label(other) if other else None,
+                margin=rate / (_rate(other) or rate) if other else None,
+                over_baseline=rate / (_rate(base) or rate) if base else None,
+            )
+        )
+    return wins
+
+
+def _label(point: Mapping[str, Any]) -> str:
+    k = int(point.get("k") or 0)
+    return str(point["variant"]) if k == 0 else f"{point['variant']} K={k}"
+
+
+def _comment(win: Win) -> str:
+    parts = [f"K={win.k}" if win.k else "no speculation", f"{win.aggregate_tok_s:.1f} tok/s"]
+    if win.runner_up and win.margin is not None:
+        parts.append(f"{win.margin:.2f}x {win.runner_up}" + (" (close)" if win.margin < CLOSE_MARGIN else ""))
+    return ", ".join(parts)
+
+
+def workloads_lines(wins: Sequence[Win]) -> list[str]:
+    """The proposed `key = "variant"  # why` lines."""
+    return [f'{w.workload} = "{w.variant}"  # {_comment(w)}' for w in wins]
+
+
+def workloads_block(wins: Sequence[Win]) -> str:
+    """The proposed `[workloads]` table as TOML text."""
+    return "\n".join(["[workloads]", *workloads_lines(wins)]) + "\n"
+
+
+_TABLE = re.compile(r"^\s*\[\s*workloads\s*\]\s*(#.*)?$")
+_ANY_TABLE = re.compile(r"^\s*\[")
+_KEY = re.compile(r"""^\s*(?P<q>["']?)(?P<key>[A-Za-z0-9_-]+)(?P=q)\s*=""")
+
+
+def updated_stack_text(text: str, wins: Sequence[Win]) -> str:
+    """The stack file's text with the recommended keys in its `[workloads]` table (pure).
+
+    ConfigError when the file is not valid TOML, holds `workloads` in another form (an
+    inline table or dotted keys), or when the edit would change anything else.
+    """
+    try:
+        original = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"the stack file is not valid TOML: {err}") from err
+    proposed = {w.workload: w.variant for w in wins}
+    lines = text.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if _TABLE.match(line.rstrip("\r\n"))]
+    if len(starts) > 1:
+        raise ConfigError("the stack file has more than one [workloads] table: edit it by hand")
+    if not starts:
+        if "workloads" in original:
+            raise ConfigError("the stack file sets workloads without a [workloads] table: edit it by hand")
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+        lines += ["\n", "[workloads]\n"]
+        starts = [len(lines) - 1]
+    start = starts[0]
+    end = next((i for i in range(start + 1, len(lines)) if _ANY_TABLE.match(lines[i])), len(lines))
+    new_lines = dict(zip(proposed, workloads_lines(wins), strict=True))
+    last = start
+    for i in range(start + 1, end):
+        match = _KEY.match(lines[i])
+        if match and match["key"] in new_lines:
+            lines[i] = new_lines.pop(match["key"]) + "\n"
+        if lines[i].strip() and not lines[i].lstrip().startswith("#"):
+            last = i
+    lines[last + 1 : last + 1] = [line + "\n" for line in new_lines.values()]
+    result = "".join(lines)
+    _check_edit(original, result, proposed)
+    return result
+
+
+def _check_edit(original: dict[str, Any], result: str, proposed: Mapping[str, str]) -> None:
+    try:
+        parsed = tomllib.loads(result)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(
+            f"the [workloads] table could not be edited safely ({err}): edit it by hand"
+        ) from err
+    expected = dict(original)
+    expected["workloads"] = {**original.get("workloads", {}), **proposed}
+    if parsed != expected:
+        raise ConfigError("the [workloads] table could not be edited safely: edit it by hand")
+
+
+def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
+    """Put the recommended keys into the stack file's `[workloads]` table, atomically."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read the stack file {str(path)!r}: {err.strerror}") from err
+    updated = updated_stack_text(text, wins)
+    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(updated)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temp, path.stat().st_mode & 0o7777)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def format_wins(wins: Sequence[Win]) -> str:
+    """The winners as a text table."""
+    rows = [["workload", "prompt", "streams", "winner", "agg tok/s", "margin", "vs baseline"]]
+    for w in wins:
+        margin = "-" if w.margin is None else f"{w.margin:.2f}x {w.runner_up}"
+        if w.margin is not None and w.margin < CLOSE_MARGIN:
+            margin += " (close)"
+        rows.append(
+            [
+                w.workload,
+                "as given" if w.prompt_tokens is None else str(w.prompt_tokens),
+                str(w.concurrency),
+                w.label,
+                f"{w.aggregate_tok_s:.1f}",
+                margin,
+                "-" if w.over_baseline is None else f"{w.over_baseline:.2f}x",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip() for r in rows)
+
+
+def k_notes(wins: Sequence[Win], configured: Mapping[str, int]) -> list[str]:
+    """Where a winner's K differs from the K its variant is configured with."""
+    notes = []
+    for w in wins:
+        have = configured.get(w.variant)
+        if w.k and have is not None and have != w.k:
+            notes.append(
+                f"{w.workload}: {w.variant} won with K={w.k} but the stack runs it with K={have} "
+                f"(set variants.{w.variant}.speculative.num_speculative_tokens = {w.k} to serve what won)"
+            )
+    return notes
