@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from composer.stack.gateway import DEFAULT_IMAGE as GATEWAY_IMAGE
 from tests.conftest import in_ci
 
-IMAGES = ("vllm-composer-base:bookworm", "vllm-sim:latest")
+IMAGES = ("vllm-composer-base:bookworm", "vllm-sim:latest", GATEWAY_IMAGE)
 START_WITHIN = 60
 
 

@@ -23,9 +23,14 @@ from .conftest import SecondEngine
 
 pytestmark = pytest.mark.docker
 
+# Direct mode: the second engine runs with --iptables=false (it must leave the first
+# engine's firewall rules alone), and without its rules the embedded DNS that the gateway
+# needs to reach the variant by service name does not answer inside containers.
 STACK = """
 [stack]
 project = "{project}"
+[gateway]
+enabled = false
 [stack.env]
 SIM_LOAD_SECONDS = "0.3"
 SIM_TIME_SCALE = "20"
@@ -72,6 +77,11 @@ def _ours(client, project: str) -> list:
     return client.containers.list(all=True, filters={"label": f"com.docker.compose.project={project}"})
 
 
+def _variants(client, project: str) -> list:
+    """The project's variant containers (the gateway in front of them is not one)."""
+    return [c for c in _ours(client, project) if "vllm-composer.variant" in c.labels]
+
+
 def test_swap_and_rollback_on_the_second_engine_leave_the_first_untouched(
     second_engine: SecondEngine, docker_client, project: str, tmp_path: Path
 ) -> None:
@@ -82,7 +92,8 @@ def test_swap_and_rollback_on_the_second_engine_leave_the_first_untouched(
         # The first engine serves baseline for the same project and service.
         done = _cli(tmp_path, "--set", f"stack.port={local_port}", "up", "baseline")
         assert done.returncode == 0, done.stderr
-        (sentinel,) = _ours(docker_client, project)
+        (sentinel,) = _variants(docker_client, project)
+        first_engine = sorted(c.id for c in _ours(docker_client, project))  # the variant and the gateway
         sentinel_started = sentinel.attrs["State"]["StartedAt"]
 
         on_second = ("--set", f"stack.port={remote_port}")
@@ -96,7 +107,7 @@ def test_swap_and_rollback_on_the_second_engine_leave_the_first_untouched(
         status = _cli(tmp_path, *remote, *on_second, "status", "--json")
         assert status.returncode == 0, status.stderr
         assert json.loads(status.stdout)["variant"] == "mtp"
-        (serving,) = [c for c in _ours(second_engine.client, project) if c.status == "running"]
+        (serving,) = [c for c in _variants(second_engine.client, project) if c.status == "running"]
         assert serving.labels["vllm-composer.variant"] == "mtp"
         # DOCKER_HOST reaches the same engine without --context.
         via_host = _cli(
@@ -112,7 +123,8 @@ def test_swap_and_rollback_on_the_second_engine_leave_the_first_untouched(
 
         # The first engine's container: the same one, never restarted, still baseline.
         sentinel.reload()
-        assert [c.id for c in _ours(docker_client, project)] == [sentinel.id]
+        assert [c.id for c in _variants(docker_client, project)] == [sentinel.id]
+        assert sorted(c.id for c in _ours(docker_client, project)) == first_engine
         assert sentinel.status == "running"
         assert sentinel.attrs["State"]["StartedAt"] == sentinel_started
         assert sentinel.labels["vllm-composer.variant"] == "baseline"
