@@ -452,18 +452,29 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
         allow_weak_key=opts["allow_weak_key"],
         settle=opts["settle"],
     )
-    line = LiveLine()
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    try:
-        result = up(
+    _report_swap(
+        variant,
+        opts,
+        lambda line: up(
             stack, target, client=docker_client(), options=options, progress=line.step, waiting=line.waiting
-        )
+        ),
+    )
+
+
+def _report_swap(variant: str, opts: dict[str, Any], run: Callable[[LiveLine], Any], where: str = "") -> None:
+    """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
+
+    A failed swap's error carries the variant and the outcome for the `--json` error object."""
+    line = LiveLine()
+    try:
+        result = run(line)
     except SwapFailed as err:
         line.finish()
         err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
         raise
     line.finish()
-    for warning in result.warnings:
+    for warning in getattr(result, "warnings", ()):
         click.echo(f"warning: {warning}", err=True)
     for note in result.notes:
         click.echo(f"note: {note}", err=True)
@@ -473,7 +484,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
         )
     else:
         total = result.timings.get("total", 0.0)
-        click.echo(f"{variant}: {result.outcome} ({total:.1f}s)")
+        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
 
 
 def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -524,26 +535,15 @@ def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
     from composer.render.target import resolve_target
 
     stack = obj.stack()
-    line = LiveLine()
     options = KubeUpOptions(timeout=opts["timeout"], rollback=not opts["no_rollback"])
-    try:
-        result = up_kubernetes(
+    _report_swap(
+        variant,
+        opts,
+        lambda line: up_kubernetes(
             stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
-        )
-    except SwapFailed as err:
-        line.finish()
-        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
-        raise
-    line.finish()
-    for note in result.notes:
-        click.echo(f"note: {note}", err=True)
-    total = result.timings.get("total", 0.0)
-    if opts["as_json"]:
-        click.echo(
-            json.dumps({**result.__dict__, "timings": {k: round(v, 3) for k, v in result.timings.items()}})
-        )
-    else:
-        click.echo(f"{variant}: {result.outcome} on Kubernetes ({total:.1f}s)")
+        ),
+        " on Kubernetes",
+    )
 
 
 @main.command()
