@@ -73,7 +73,7 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         "invalid-speculative-config",
-        r"validation error for SpeculativeConfig\s*\n\s*Value error,",
+        r"validation error for SpeculativeConfig\s*\n(?:\(\w+ pid=\d+\))?\s*Value error,",
         "vLLM rejected a key or value of the speculative config (the line after "
         "'validation error for SpeculativeConfig' names it).",
         "correct the variant's [speculative] table, e.g. draft_tensor_parallel_size instead of "
