@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 
+# Latest first: the first marker found in the log names the stage.
 STAGES: tuple[tuple[str, str], ...] = (
     ("Application startup complete", "server ready"),
     ("Starting vLLM server on http://", "starting server"),
-    ("KV cache size:", "KV cache allocated"),
     ("init engine (profile, create kv cache, warmup model) took", "engine initialised"),
+    ("KV cache size:", "KV cache allocated"),  # printed before the `init engine` line
     ("Model loading took", "model loaded"),
     ("Loading weights took", "weights loaded"),
 )

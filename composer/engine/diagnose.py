@@ -72,6 +72,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "pick a method the image supports, or build the overlay image (make image-dflash2)",
     ),
     Signature(
+        "invalid-speculative-config",
+        r"validation error for SpeculativeConfig\s*\n(?:\(\w+ pid=\d+\))?\s*Value error,",
+        "vLLM rejected a key or value of the speculative config (the line after "
+        "'validation error for SpeculativeConfig' names it).",
+        "correct the variant's [speculative] table, e.g. draft_tensor_parallel_size instead of "
+        "tensor_parallel_size in speculative.extra",
+    ),
+    Signature(
         "unsupported-architecture",
         r"are not supported for now\. Supported architectures:",
         "This vLLM version does not support the model's architecture.",
@@ -94,6 +102,51 @@ SIGNATURES: tuple[Signature, ...] = (
         r"error: unrecognized arguments:",
         "The image's vLLM does not know one of the rendered flags (an older image?).",
         "use a vLLM version that has the flag, or remove it from extra_args",
+    ),
+    Signature(
+        "model-not-first-positional",
+        r"`model` should be provided as the first positional argument",
+        "vLLM serve needs the model path as its first argument, before any flag.",
+        "do not pass the model in extra_args; set stack.model_path (MODEL_DIR) instead",
+    ),
+    Signature(
+        "sleep-mode-unsupported",
+        r"Sleep mode is not supported on current platform",
+        "This vLLM build (the CPU build, for one) has no sleep mode.",
+        "remove --enable-sleep-mode from extra_args",
+    ),
+    Signature(
+        "cpu-attention-unsupported",
+        r"Unsupported CPU attention configuration",
+        "vLLM's CPU attention has no kernel for the model's head_dim on this CPU: "
+        "the server passes /health and the engine dies on the first request.",
+        "serve a model whose head_dim the CPU build supports, or run it on a GPU",
+    ),
+    Signature(
+        "worker-illegal-instruction",
+        r"Worker proc \S+ died unexpectedly \(exit code: -4\)",
+        "The worker died of an illegal instruction: a CPU kernel (bfloat16 on AMX, often in "
+        "virtual machines that report AMX without granting it) is not usable here.",
+        'pass --dtype float32 in extra_args (extra_args = ["--dtype", "float32"])',
+    ),
+    Signature(
+        "shm-too-small",
+        r"Insufficient space in /dev/shm",
+        "vLLM's engine and workers share memory through /dev/shm, which is too small in the container.",
+        "run with ipc: host (the rendered files do) or a larger shm_size",
+    ),
+    Signature(
+        "cpu-memory-held",
+        r"is less than desired CPU memory utilization",
+        "With no KV cache size given, vLLM's CPU build takes a share of host RAM, and too little is free.",
+        'set kv_cache_memory (e.g. "256MiB") on the variant, or free host memory',
+    ),
+    Signature(
+        "engine-core-init-failed",
+        r"Engine core initialization failed\. See root cause above",
+        "The engine core failed to start; its root cause is printed earlier in the log.",
+        "read the full log (compose-spec logs, or the evidence kept after a failed swap) "
+        "for the first ERROR line",
     ),
 )
 

@@ -31,6 +31,16 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+class ArgsKwargs:
+    """The input of a model-level validator, shown as pydantic shows it."""
+
+    def __init__(self, kwargs: Mapping[str, Any]) -> None:
+        self.kwargs = dict(kwargs)
+
+    def __repr__(self) -> str:
+        return f"ArgsKwargs((), {self.kwargs!r})"
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One pydantic-style error line."""
@@ -53,7 +63,8 @@ class ValidationError(ValueError):
         noun = "error" if count == 1 else "errors"
         lines = [f"{count} validation {noun} for SpeculativeConfig"]
         for err in self.errors:
-            lines.append(err.location)
+            if err.location:  # a model-level validator's error has no field line
+                lines.append(err.location)
             lines.append(
                 f"  {err.message} [type={err.kind}, input_value={err.value!r}, "
                 f"input_type={type(err.value).__name__}]"
@@ -96,17 +107,18 @@ def _check_types(data: Mapping[str, Any]) -> list[FieldError]:
 def parse_speculative_config(raw: str | Mapping[str, Any]) -> SpeculativeConfig:
     """Validate a speculative config (JSON text or mapping).
 
-    Raises :class:`ValidationError` for pydantic-level problems and ``ValueError`` for
-    vLLM's own checks (e.g. ``tensor_parallel_size`` inside the config).
+    Raises :class:`ValidationError` for pydantic-level problems and vLLM's model-level
+    validators (``tensor_parallel_size`` inside the config), ``ValueError`` for other checks.
     """
     data = json.loads(raw) if isinstance(raw, str) else dict(raw)
     if not isinstance(data, Mapping):
         raise ValueError("speculative_config must be a JSON object")
     if "tensor_parallel_size" in data:
-        raise ValueError(
-            "'tensor_parallel_size' is not a valid argument in the speculative_config. "
+        message = (
+            "Value error, 'tensor_parallel_size' is not a valid argument in the speculative_config. "
             "Please pass 'draft_tensor_parallel_size' instead."
         )
+        raise ValidationError([FieldError("", message, "value_error", ArgsKwargs(data))])
     errors = _check_types(data)
     method = data.get("method")
     if method is not None and isinstance(method, str) and method not in SPECULATIVE_METHODS:

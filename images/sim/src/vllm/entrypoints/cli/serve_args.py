@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -105,9 +106,20 @@ def _normalise(argv: Sequence[str]) -> list[str]:
 
 
 def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
-    """Parse ``vllm serve`` arguments; exits 2 on unknown flags like argparse does."""
+    """Parse ``vllm serve`` arguments; exits 2 on unknown flags like vLLM does.
+
+    vLLM's top-level parser reports unknown flags, so the message names the program
+    ``vllm`` (not ``vllm serve``) after the top-level usage; a bad value for a known flag
+    is still reported by the ``vllm serve`` parser.
+    """
     parser = make_parser()
-    args = parser.parse_args(_normalise(argv))
+    args, unknown = parser.parse_known_args(_normalise(argv))
+    if unknown:
+        from vllm.entrypoints.cli.main import USAGE
+
+        print(USAGE, file=sys.stderr)
+        print(f"vllm: error: unrecognized arguments: {' '.join(unknown)}", file=sys.stderr)
+        raise SystemExit(2)
     args.model = args.model_tag or args.model or DEFAULT_MODEL
     if args.tensor_parallel_size < 1:
         parser.error("argument --tensor-parallel-size/-tp: must be >= 1")
