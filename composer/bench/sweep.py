@@ -406,7 +406,10 @@ def _check_acceptance(result: PointResult, delta: SpecCounters) -> None:
     """Fill in acceptance; BenchError when the server drafts another K than the point's."""
     point = result.point
     result.acceptance = acceptance(delta)
-    served_k = round(delta.draft_tokens / delta.drafts) if delta.drafts > 0 else 0
+    if delta.accepted_per_pos:  # vLLM labels positions 0..K-1 from the start
+        served_k = len(delta.accepted_per_pos)
+    else:  # no per-position counter: the mean draft length (methods such as ngram may draft less)
+        served_k = round(delta.draft_tokens / delta.drafts) if delta.drafts > 0 else 0
     if served_k != point.k:
         raise BenchError(
             f"{point.label}: /metrics shows {served_k} draft token(s) per step during the measured runs, "

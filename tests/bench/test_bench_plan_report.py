@@ -249,3 +249,22 @@ def test_workload_report_table_csv_and_a_plot_per_concurrency(tmp_path: Path) ->
         assert any("matplotlib" in n for n in report.notes)
     else:
         assert written == {"bench.json", "bench.csv", "bench-c1.png", "bench-c16.png"}
+
+
+def test_served_k_comes_from_the_draft_positions_not_the_mean_draft_length() -> None:
+    """Real ngram drafts fewer than K tokens on some steps: K is read from the positions."""
+    from composer.bench.metrics import SpecCounters
+    from composer.bench.sweep import BenchPoint, PointResult, _check_acceptance
+    from composer.errors import BenchError
+
+    short_drafts = SpecCounters(
+        drafts=10, draft_tokens=21, accepted=9, accepted_per_pos=(5, 3, 1), generation_tokens=30
+    )
+    result = PointResult(BenchPoint("ngram", "ngram", 3))
+    _check_acceptance(result, short_drafts)
+    assert result.acceptance is not None
+    wrong_k = SpecCounters(
+        drafts=10, draft_tokens=50, accepted=9, accepted_per_pos=(5, 3, 1, 0, 0), generation_tokens=30
+    )
+    with pytest.raises(BenchError, match="shows 5 draft token"):
+        _check_acceptance(PointResult(BenchPoint("ngram", "ngram", 3)), wrong_k)
