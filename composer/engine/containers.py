@@ -93,12 +93,33 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
         for c in found
         if (
             c.labels.get(label_names.COMPOSE_PROJECT) == stack.project
-            and c.labels.get(label_names.COMPOSE_SERVICE) == stack.service
+            and c.labels.get(label_names.COMPOSE_SERVICE)
+            in {stack.service, f"{stack.service}-{c.labels.get(label_names.VARIANT)}"}
         )
         or (label_names.COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
     ]
     ours.sort(key=lambda c: c.attrs.get("Created", ""), reverse=True)
     return [VariantContainer(c) for c in ours]
+
+
+def is_asleep(container: VariantContainer, stack: Stack) -> bool:
+    """A sleep-standby container (service `<service>-<variant>`) that does not answer to the
+    shared name `<service>` on its network: `up` put it to sleep. This is the only record of
+    sleeping variants: Docker's own view, no state file."""
+    service = container.container.labels.get(label_names.COMPOSE_SERVICE)
+    if service in (None, stack.service) or container.status != "running":
+        return False
+    return not any(stack.service in aliases for aliases in container.network_aliases().values())
+
+
+def serving_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
+    """The project's variant containers but the sleeping ones, newest first."""
+    return [c for c in our_containers(stack, client) if not is_asleep(c, stack)]
+
+
+def sleeping_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
+    """The project's sleeping variant containers, newest first."""
+    return [c for c in our_containers(stack, client) if is_asleep(c, stack)]
 
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
@@ -116,8 +137,8 @@ def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | 
 
 
 def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
-    """The running variant container of the stack, if any."""
-    for container in our_containers(stack, client):
+    """The running variant container of the stack that serves (not asleep), if any."""
+    for container in serving_containers(stack, client):
         described = container.describe()
         if described.running:
             return described

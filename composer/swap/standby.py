@@ -1,0 +1,164 @@
+"""Sleep standby in a swap: put the serving variant to sleep, wake a sleeping one, gate it.
+
+A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose
+keeps one container per service and recreates a renamed one, so a sleeping container
+needs a service of its own). While it serves it also answers to the shared name
+`<service>` on the project network; asleep, it answers only to `standby-<variant>`. That
+alias is the record of who sleeps: Docker's view, no state file. The gateway is routed
+to the serving container by its own name, so no pooled connection of the gateway can
+reach a sleeping container.
+
+The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
+check) are called through the gateway's control channel (`docker exec`), never opened to
+clients. Only level 1 is used (see `standby_plan`).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING
+
+from composer.bench.metrics import SpecCounters, parse_prometheus
+from composer.engine.containers import sleeping_containers
+from composer.engine.variant_container import VariantContainer
+from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed, PreflightFailed
+from composer.render.spec import CONTAINER_PORT
+from composer.render.target import Target, resolve_target
+from composer.swap.holding import warm_up
+from composer.swap.standby_plan import Awake, Sleeper, StandbyPlan, plan_standby
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.engine.gate import GateTarget
+    from composer.gateway.client import GatewayControl
+    from composer.stack.model import Stack
+
+SLEEP_LEVEL = 1
+ACCEPTANCE_WARMUP_REQUESTS = 2
+ACTIVATIONS_PER_GPU = 1_696_512_327  # 1.58 GiB: non-KV runtime memory (an estimate)
+
+
+def standby_alias(variant: str) -> str:
+    """A sleeping variant's only name on the project network."""
+    return f"standby-{variant}"
+
+
+def upstream_of(container: VariantContainer) -> str:
+    """The gateway's upstream URL for one container, by its own name."""
+    return f"http://{container.name}:{CONTAINER_PORT}"
+
+
+def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> VariantContainer | None:
+    """The sleeping container of `variant`, if any."""
+    for container in sleeping_containers(stack, client):
+        if container.describe().variant == variant:
+            return container
+    return None
+
+
+def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
+    """`POST /sleep?level=1` on the serving (drained) variant, then take the shared name from it."""
+    try:
+        reply = control.sleep(SLEEP_LEVEL)
+    except GatewayControlError as err:
+        raise ComposerError(f"could not put {variant} to sleep: {err}") from err
+    if reply.status != 200:
+        raise ComposerError(f"could not put {variant} to sleep: /sleep answered {reply.status}: {reply.body}")
+    container.set_aliases([standby_alias(variant)])
+
+
+def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
+    """Give the sleeping container the shared name, route the gateway to it, `POST /wake_up`."""
+    container.set_aliases([stack.service])
+    control.route(upstream_of(container))
+    try:
+        reply = control.wake_up()
+    except GatewayControlError as err:
+        raise HealthCheckFailed(f"the wake of {variant} failed: {err}") from err
+    if reply.status != 200:
+        body = str(reply.body)[:300]
+        raise HealthCheckFailed(f"the wake of {variant} failed: /wake_up answered {reply.status}: {body}")
+
+
+def check_awake(control: GatewayControl, variant: str) -> None:
+    """`/is_sleeping` must say false (`/health` is 200 while asleep)."""
+    try:
+        sleeping = control.is_sleeping()
+    except GatewayControlError as err:
+        raise HealthCheckFailed(f"{variant} after its wake: {err}") from err
+    if sleeping:
+        raise HealthCheckFailed(f"{variant} still reports is_sleeping after its wake")
+
+
+def _counters(control: GatewayControl) -> SpecCounters:
+    reply = control.backend("GET", "/metrics", timeout_s=30.0)
+    if reply.status != 200 or not isinstance(reply.body, str):
+        raise HealthCheckFailed(f"/metrics answered {reply.status}")
+    return SpecCounters.from_samples(parse_prometheus(reply.body))
+
+
+def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: str, floor: float) -> float:
+    """Acceptance over a short warm-up after a wake: above `floor`, or HealthCheckFailed.
+
+    A wake can bring a speculative variant back with acceptance 0 (output still correct,
+    decoding slower): only the /metrics counters show it.
+    """
+    before = _counters(control)
+    warm_up(gate_target, ACCEPTANCE_WARMUP_REQUESTS)
+    delta = _counters(control) - before
+    if delta.draft_tokens <= 0:
+        raise HealthCheckFailed(f"{variant} drafted no tokens over the warm-up after its wake")
+    rate = delta.accepted / delta.draft_tokens
+    if rate <= floor:
+        raise HealthCheckFailed(
+            f"{variant} accepts {rate:.2f} of its draft tokens after the wake, at or below the floor "
+            f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
+        )
+    return rate
+
+
+def host_memory() -> int | None:
+    """The host's physical memory in bytes (None where the OS does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def plan_for(stack: Stack, target: Target, asleep_after: list[str], gpu_memory: int | None) -> StandbyPlan:
+    """The planner's verdict for `target` serving with `asleep_after` sleeping."""
+    variant = target.variant
+    awake = Awake(variant.name, variant.weights_bytes, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
+    sleepers = [Sleeper(n, stack.variant(n).weights_bytes) for n in asleep_after]
+    return plan_standby(
+        awake,
+        sleepers,
+        residue=stack.sleep_residue,
+        tensor_parallel=stack.tensor_parallel_size,
+        gpu_memory=gpu_memory if gpu_memory is not None else stack.gpu_memory_bytes,
+        host_memory=host_memory(),
+    )
+
+
+def check_fits(stack: Stack, target: Target, asleep_after: list[str]) -> StandbyPlan:
+    """Refuse (PreflightFailed, with the numbers) before anything stops when it does not fit."""
+    plan = plan_for(stack, target, asleep_after, None)
+    if not plan.fits:
+        raise PreflightFailed(
+            "preflight: sleep standby does not fit: "
+            + "; ".join(plan.problems)
+            + '; fix: set standby = "stop" on a variant, or lower kv_cache_memory'
+        )
+    return plan
+
+
+def target_of(stack: Stack, variant: str) -> Target:
+    """The variant's Target (resolved once where a RunningVariant only gives the name)."""
+    return resolve_target(stack, variant)
+
+
+def waited(began: float) -> float:
+    """Seconds since `began` (monotonic)."""
+    return time.monotonic() - began

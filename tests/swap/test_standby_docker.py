@@ -1,0 +1,83 @@
+"""Sleep standby on the real daemon with the simulator: wakes instead of cold starts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.swap.conftest import running_containers
+
+pytestmark = pytest.mark.docker
+
+COLD_START_S = 60  # simulated seconds; the stack's SIM_TIME_SCALE (20) makes it 3 s of real time
+
+FAILING_WAKES = """
+[variants.mtp-wakefail]
+extends = "mtp"
+env = { SIM_FAIL = "wake-fail" }
+
+[variants.mtp-zero]
+extends = "mtp"
+env = { SIM_FAIL = "wake-zero-acceptance" }
+"""
+
+
+@pytest.fixture
+def standby_stack(sim_stack):
+    """The simulator stack with sleep standby for every variant and a slow cold start."""
+    text = sim_stack.stack_file.read_text(encoding="utf-8")
+    text = text.replace(
+        "[stack.env]\n", f'standby = "sleep"\n[stack.env]\nSIM_COLD_START_SECONDS = "{COLD_START_S}"\n'
+    )
+    sim_stack.stack_file.write_text(text + FAILING_WAKES, encoding="utf-8")
+    return sim_stack
+
+
+def _up(stack, variant: str) -> tuple[int, dict, str, float]:
+    began = time.monotonic()
+    done = stack.run("up", variant, "--json", timeout=300)
+    took = time.monotonic() - began
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr, took
+
+
+def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_client) -> None:
+    outcomes = []
+    for variant in ("mtp", "baseline", "mtp", "baseline"):
+        code, result, err, took = _up(standby_stack, variant)
+        assert code == 0, err
+        outcomes.append((result["outcome"], took, result["timings"]))
+    assert [o for o, _, _ in outcomes] == ["started", "swapped", "woke", "woke"], outcomes
+    cold = min(outcomes[0][2]["start_to_ready"], outcomes[1][2]["start_to_ready"])
+    for _, _, timings in outcomes[2:]:
+        assert "wake" in timings
+        assert timings["wake"] < cold / 5, (timings, cold)
+    # one serving container, one asleep; both belong to the project
+    containers = running_containers(docker_client, standby_stack.project)
+    assert len(containers) == 2
+    status = standby_stack.status()
+    assert json.dumps(status).count("baseline") >= 1
+    done = standby_stack.run("down")
+    assert done.returncode == 0, done.stderr
+    assert running_containers(docker_client, standby_stack.project) == []
+
+
+@pytest.mark.parametrize(
+    ("variant", "cause"),
+    [("mtp-wakefail", "wake"), ("mtp-zero", "accepts 0.00 of its draft tokens")],
+)
+def test_a_failed_wake_rolls_back_to_the_variant_that_served(
+    standby_stack, docker_client, variant: str, cause: str
+) -> None:
+    for step in (variant, "baseline"):
+        code, _, err, _ = _up(standby_stack, step)
+        assert code == 0, err
+    code, result, err, _ = _up(standby_stack, variant)
+    assert code == 1, (result, err)
+    message = json.dumps(result) + err
+    assert cause in message, message
+    assert "rolled back to baseline" in message, message
+    code, result, err, _ = _up(standby_stack, "baseline")
+    assert code == 0 and result["outcome"] == "unchanged", (result, err)
