@@ -102,24 +102,51 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
     return [VariantContainer(c) for c in ours]
 
 
-def is_asleep(container: VariantContainer, stack: Stack) -> bool:
-    """A sleep-standby container (service `<service>-<variant>`) that does not answer to the
-    shared name `<service>` on its network: `up` put it to sleep. This is the only record of
-    sleeping variants: Docker's own view, no state file."""
+def gateway_upstream(stack: Stack, client: docker.DockerClient) -> str | None:
+    """Where the stack's gateway forwards now (None: no gateway, or it does not answer)."""
+    from composer.errors import GatewayControlError
+    from composer.gateway.client import GatewayControl
+
+    gateway = gateway_container(stack, client)
+    if gateway is None or gateway.status != "running":
+        return None
+    try:
+        return GatewayControl(gateway).state().upstream
+    except GatewayControlError:
+        return None
+
+
+def upstream_url(container_name: str) -> str:
+    """The gateway's upstream URL for a variant container, by its own name."""
+    return f"http://{container_name}:8000"
+
+
+def is_asleep(container: VariantContainer, stack: Stack, upstream: str | None) -> bool:
+    """A running sleep-standby container (service `<service>-<variant>`) the gateway does not
+    route to: `up` put it to sleep. The gateway's route is the only record of which one
+    serves: Docker's and the gateway's view, no state file."""
     service = container.container.labels.get(label_names.COMPOSE_SERVICE)
     if service in (None, stack.service) or container.status != "running":
         return False
-    return not any(stack.service in aliases for aliases in container.network_aliases().values())
+    return upstream != upstream_url(container.name)
 
 
 def serving_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """The project's variant containers but the sleeping ones, newest first."""
-    return [c for c in our_containers(stack, client) if not is_asleep(c, stack)]
+    ours = our_containers(stack, client)
+    upstream = gateway_upstream(stack, client) if any(_standby(c, stack) for c in ours) else None
+    return [c for c in ours if not is_asleep(c, stack, upstream)]
 
 
 def sleeping_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """The project's sleeping variant containers, newest first."""
-    return [c for c in our_containers(stack, client) if is_asleep(c, stack)]
+    ours = our_containers(stack, client)
+    upstream = gateway_upstream(stack, client) if any(_standby(c, stack) for c in ours) else None
+    return [c for c in ours if is_asleep(c, stack, upstream)]
+
+
+def _standby(container: VariantContainer, stack: Stack) -> bool:
+    return container.container.labels.get(label_names.COMPOSE_SERVICE) not in (None, stack.service)
 
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:

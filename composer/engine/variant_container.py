@@ -88,27 +88,6 @@ class VariantContainer:
                 raise ComposerError(f"{self.name} is still being removed after {timeout:.0f} s")
             time.sleep(REMOVAL_POLL)
 
-    def network_aliases(self) -> dict[str, list[str]]:
-        """The container's aliases on each network it is connected to."""
-        networks = self.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-        return {name: list(net.get("Aliases") or []) for name, net in networks.items()}
-
-    def set_aliases(self, aliases: list[str]) -> None:
-        """Reconnect the container to each of its networks with exactly these aliases.
-
-        The process keeps running; only its names on the network change (Docker keeps no
-        way to edit the aliases of a connected container).
-        """
-        try:
-            self.container.reload()
-            for name in self.network_aliases():
-                network = self.container.client.networks.get(name)
-                network.disconnect(self.container)
-                network.connect(self.container, aliases=aliases)
-            self.container.reload()
-        except Exception as err:
-            raise ComposerError(f"could not change the network aliases of {self.name}: {err}") from err
-
     def exit_reason(self) -> str | None:
         """Why the container stopped serving (exited, dead or restarted), or None while it runs."""
         self.container.reload()

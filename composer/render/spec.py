@@ -100,8 +100,7 @@ class ServiceSpec:
 
         A sleeping variant keeps its container while another one serves, and compose keeps
         one container per service (it recreates a renamed one): so a sleep-standby variant
-        runs as `<service>-<variant>`, and answers to the shared name `<service>` on the
-        project network only while it serves.
+        runs as `<service>-<variant>`, and the gateway is routed to it by container name.
         """
         return self.service if self.standby == "stop" else f"{self.service}-{self.variant}"
 

@@ -2,11 +2,11 @@
 
 A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose
 keeps one container per service and recreates a renamed one, so a sleeping container
-needs a service of its own). While it serves it also answers to the shared name
-`<service>` on the project network; asleep, it answers only to `standby-<variant>`. That
-alias is the record of who sleeps: Docker's view, no state file. The gateway is routed
-to the serving container by its own name, so no pooled connection of the gateway can
-reach a sleeping container.
+needs a service of its own). The gateway is routed to the serving one by its container
+name (`GatewayControl.route`); a running sleep-standby container it does not route to is
+asleep. That route is the record of who sleeps: no state file, and no network change
+(a container reconnected to a network gets a new address, which the gateway's pooled
+connections would not follow).
 
 The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
 check) are called through the gateway's control channel (`docker exec`), never opened to
@@ -20,10 +20,9 @@ import time
 from typing import TYPE_CHECKING
 
 from composer.bench.metrics import SpecCounters, parse_prometheus
-from composer.engine.containers import sleeping_containers
+from composer.engine.containers import sleeping_containers, upstream_url
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed, PreflightFailed
-from composer.render.spec import CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
 from composer.swap.standby_plan import Awake, Sleeper, StandbyPlan, plan_standby
@@ -40,14 +39,9 @@ ACCEPTANCE_WARMUP_REQUESTS = 2
 ACTIVATIONS_PER_GPU = 1_696_512_327  # 1.58 GiB: non-KV runtime memory (an estimate)
 
 
-def standby_alias(variant: str) -> str:
-    """A sleeping variant's only name on the project network."""
-    return f"standby-{variant}"
-
-
 def upstream_of(container: VariantContainer) -> str:
     """The gateway's upstream URL for one container, by its own name."""
-    return f"http://{container.name}:{CONTAINER_PORT}"
+    return upstream_url(container.name)
 
 
 def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> VariantContainer | None:
@@ -59,19 +53,17 @@ def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> Varia
 
 
 def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
-    """`POST /sleep?level=1` on the serving (drained) variant, then take the shared name from it."""
+    """`POST /sleep?level=1` on the serving (drained) variant: the gateway still routes to it."""
     try:
         reply = control.sleep(SLEEP_LEVEL)
     except GatewayControlError as err:
         raise ComposerError(f"could not put {variant} to sleep: {err}") from err
     if reply.status != 200:
         raise ComposerError(f"could not put {variant} to sleep: /sleep answered {reply.status}: {reply.body}")
-    container.set_aliases([standby_alias(variant)])
 
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
-    """Give the sleeping container the shared name, route the gateway to it, `POST /wake_up`."""
-    container.set_aliases([stack.service])
+    """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
     control.route(upstream_of(container))
     try:
         reply = control.wake_up()

@@ -29,6 +29,7 @@ from composer.engine.containers import (
     our_containers,
     serving_containers,
     sleeping_containers,
+    upstream_url,
 )
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
@@ -344,11 +345,9 @@ class Swapper:
         if self.hold is None:
             return
         if target.variant.standby == "sleep":
-            containers = serving_containers(self.stack, self.client)
-            if containers:
-                self.hold.control.route(standby.upstream_of(containers[0]))
-                return
-        self.hold.control.route(f"http://{self.stack.service}:{CONTAINER_PORT}")
+            self.hold.control.route(upstream_url(target.spec.container_name))
+        else:
+            self.hold.control.route(f"http://{self.stack.service}:{CONTAINER_PORT}")
 
     def _is_ready(self, current: RunningVariant) -> bool:
         return probe_once(running_target(self.stack, current))
@@ -445,6 +444,7 @@ class Swapper:
         removed = True
         try:
             self.stop_all()
+            self._remove_variant(plan.target)
         except Exception as stop_err:  # Docker itself may be gone: say so after the cause
             removed = False
             message += f"; could not remove it: {_reason(stop_err)}"
@@ -470,6 +470,12 @@ class Swapper:
             hints,
             rolled_back=True,
         )
+
+    def _remove_variant(self, variant: str) -> None:
+        """Remove the failed variant's containers, a sleeping one included."""
+        for container in our_containers(self.stack, self.client):
+            if container.describe().variant == variant:
+                container.stop_and_remove(self.stack.stop_grace_period)
 
     def _clean_up(self, compose_file: Path) -> str:
         """After a failed first start, remove what it created (the project's network)."""

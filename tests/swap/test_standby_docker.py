@@ -11,7 +11,7 @@ from tests.swap.conftest import running_containers
 
 pytestmark = pytest.mark.docker
 
-COLD_START_S = 60  # simulated seconds; the stack's SIM_TIME_SCALE (20) makes it 3 s of real time
+COLD_START_S = 100  # simulated seconds; SIM_TIME_SCALE = 10 makes it 10 s of real time
 
 FAILING_WAKES = """
 [variants.mtp-wakefail]
@@ -30,7 +30,7 @@ def standby_stack(sim_stack):
     text = sim_stack.stack_file.read_text(encoding="utf-8")
     text = text.replace(
         "[stack.env]\n", f'standby = "sleep"\n[stack.env]\nSIM_COLD_START_SECONDS = "{COLD_START_S}"\n'
-    )
+    ).replace('SIM_TIME_SCALE = "20"', 'SIM_TIME_SCALE = "10"')
     sim_stack.stack_file.write_text(text + FAILING_WAKES, encoding="utf-8")
     return sim_stack
 
@@ -51,9 +51,11 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
         outcomes.append((result["outcome"], took, result["timings"]))
     assert [o for o, _, _ in outcomes] == ["started", "swapped", "woke", "woke"], outcomes
     cold = min(outcomes[0][2]["start_to_ready"], outcomes[1][2]["start_to_ready"])
-    for _, _, timings in outcomes[2:]:
+    cold_switch = max(took for _, took, _ in outcomes[:2])
+    for _, took, timings in outcomes[2:]:
         assert "wake" in timings
         assert timings["wake"] < cold / 5, (timings, cold)
+        assert took < cold_switch / 2, (took, cold_switch)
     # one serving container, one asleep; both belong to the project
     containers = running_containers(docker_client, standby_stack.project)
     assert len(containers) == 2
