@@ -134,18 +134,19 @@ def is_asleep(container: VariantContainer, stack: Stack, upstream: str | None) -
 def serving_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """The project's variant containers but the sleeping ones, newest first."""
     ours = our_containers(stack, client)
-    upstream = gateway_upstream(stack, client) if any(_standby(c, stack) for c in ours) else None
+    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
     return [c for c in ours if not is_asleep(c, stack, upstream)]
 
 
 def sleeping_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """The project's sleeping variant containers, newest first."""
     ours = our_containers(stack, client)
-    upstream = gateway_upstream(stack, client) if any(_standby(c, stack) for c in ours) else None
+    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
     return [c for c in ours if is_asleep(c, stack, upstream)]
 
 
-def _standby(container: VariantContainer, stack: Stack) -> bool:
+def has_standby_service(container: VariantContainer, stack: Stack) -> bool:
+    """A container of a sleep-standby service (`<service>-<variant>`)."""
     return container.container.labels.get(label_names.COMPOSE_SERVICE) not in (None, stack.service)
 
 

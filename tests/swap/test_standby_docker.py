@@ -59,8 +59,26 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
     # one serving container, one asleep; both belong to the project
     containers = running_containers(docker_client, standby_stack.project)
     assert len(containers) == 2
-    status = standby_stack.status()
-    assert json.dumps(status).count("baseline") >= 1
+    weights = ("--set", "variants.mtp.weights_bytes=13.5G")
+    done = standby_stack.run(*weights, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["variant"] == "baseline"
+    assert status["asleep"] == [
+        {
+            "variant": "mtp",
+            "container": f"{standby_stack.project}-vllm-mtp-1",
+            "state": "asleep",
+            "host_memory_bytes": 4 * int(13.5 * 2**30),  # each of the 4 GPUs (tensor_parallel_size)
+        }
+    ]
+    # a third sleeper that does not fit is refused with the numbers, before anything stops
+    tight = ("--set", "stack.gpu_memory_bytes=16G", "--set", "variants.dflash2.weights_bytes=13.5G")
+    done = standby_stack.run(*tight, "up", "dflash2", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "sleep standby does not fit" in done.stderr and "above the GPU's 16.0 GiB" in done.stderr
+    assert standby_stack.status()["variant"] == "baseline"
+    assert len(running_containers(docker_client, standby_stack.project)) == 2
     done = standby_stack.run("down")
     assert done.returncode == 0, done.stderr
     assert running_containers(docker_client, standby_stack.project) == []
