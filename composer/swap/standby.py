@@ -19,7 +19,6 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from composer.bench.metrics import SpecCounters, parse_prometheus
 from composer.engine.containers import sleeping_containers, upstream_url
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed, PreflightFailed
@@ -36,6 +35,8 @@ if TYPE_CHECKING:
 
 SLEEP_LEVEL = 1
 ACCEPTANCE_WARMUP_REQUESTS = 2
+DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 ACTIVATIONS_PER_GPU = 1_696_512_327  # 1.58 GiB: non-KV runtime memory (an estimate)
 
 
@@ -84,11 +85,26 @@ def check_awake(control: GatewayControl, variant: str) -> None:
         raise HealthCheckFailed(f"{variant} still reports is_sleeping after its wake")
 
 
-def _counters(control: GatewayControl) -> SpecCounters:
+def spec_counters(text: str) -> tuple[float, float]:
+    """(draft tokens, accepted tokens) summed over every label set of a /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = {DRAFT_TOKENS: 0.0, ACCEPTED_TOKENS: 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in totals:
+                totals[sample.name] += sample.value
+    return totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS]
+
+
+def _counters(control: GatewayControl) -> tuple[float, float]:
     reply = control.backend("GET", "/metrics", timeout_s=30.0)
     if reply.status != 200 or not isinstance(reply.body, str):
         raise HealthCheckFailed(f"/metrics answered {reply.status}")
-    return SpecCounters.from_samples(parse_prometheus(reply.body))
+    try:
+        return spec_counters(reply.body)
+    except ValueError as err:
+        raise HealthCheckFailed(f"/metrics could not be read: {err}") from err
 
 
 def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: str, floor: float) -> float:
@@ -97,12 +113,13 @@ def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: 
     A wake can bring a speculative variant back with acceptance 0 (output still correct,
     decoding slower): only the /metrics counters show it.
     """
-    before = _counters(control)
+    drafted_before, accepted_before = _counters(control)
     warm_up(gate_target, ACCEPTANCE_WARMUP_REQUESTS)
-    delta = _counters(control) - before
-    if delta.draft_tokens <= 0:
+    drafted_after, accepted_after = _counters(control)
+    drafted = drafted_after - drafted_before
+    if drafted <= 0:
         raise HealthCheckFailed(f"{variant} drafted no tokens over the warm-up after its wake")
-    rate = delta.accepted / delta.draft_tokens
+    rate = (accepted_after - accepted_before) / drafted
     if rate <= floor:
         raise HealthCheckFailed(
             f"{variant} accepts {rate:.2f} of its draft tokens after the wake, at or below the floor "

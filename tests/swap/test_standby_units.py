@@ -91,3 +91,17 @@ def test_the_planner_says_what_it_could_not_check() -> None:
     )
     assert plan.fits and len(plan.notes) == 2
     assert plan_standby(awake, [], residue=GIB, tensor_parallel=1, gpu_memory=1, host_memory=1).costs == []
+
+
+def test_acceptance_counters_are_read_from_a_metrics_text() -> None:
+    from composer.swap.standby import spec_counters
+
+    text = (
+        "# TYPE vllm:spec_decode_num_draft_tokens counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{engine="0"} 70.0\n'
+        'vllm:spec_decode_num_draft_tokens_total{engine="1"} 7.0\n'
+        "# TYPE vllm:spec_decode_num_accepted_tokens counter\n"
+        'vllm:spec_decode_num_accepted_tokens_total{engine="0"} 30.0\n'
+    )
+    assert spec_counters(text) == (77.0, 30.0)
+    assert spec_counters("# nothing\n") == (0.0, 0.0)
