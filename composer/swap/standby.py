@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
     from composer.engine.gate import GateTarget
     from composer.gateway.client import GatewayControl
-    from composer.stack.model import Stack
+    from composer.stack.model import Stack, Variant
 
 SLEEP_LEVEL = 1
 ACCEPTANCE_WARMUP_REQUESTS = 2
@@ -136,11 +136,31 @@ def host_memory() -> int | None:
         return None
 
 
+def weights_per_gpu(stack: Stack, variant: Variant) -> int | None:
+    """A variant's weights per GPU: `weights_bytes`, else estimated from the checkpoint's
+    safetensors headers (model plus draft, split over the GPUs); None when unknown."""
+    if variant.weights_bytes is not None:
+        return variant.weights_bytes
+    from composer.probes.checkpoints import weights_bytes
+
+    dirs = [stack.model_dir]
+    if variant.speculative is not None and variant.speculative.draft_model:
+        dirs.append(stack.draft_dir)
+    try:
+        sizes = [weights_bytes(d) for d in dirs]
+    except (ComposerError, OSError, ValueError):  # unreadable checkpoint: unknown, the planner says so
+        return None
+    if any(size is None for size in sizes):
+        return None
+    return sum(size or 0 for size in sizes) // stack.tensor_parallel_size
+
+
 def plan_for(stack: Stack, target: Target, asleep_after: list[str], gpu_memory: int | None) -> StandbyPlan:
     """The planner's verdict for `target` serving with `asleep_after` sleeping."""
     variant = target.variant
-    awake = Awake(variant.name, variant.weights_bytes, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
-    sleepers = [Sleeper(n, stack.variant(n).weights_bytes) for n in asleep_after]
+    weights = weights_per_gpu(stack, variant)
+    awake = Awake(variant.name, weights, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
+    sleepers = [Sleeper(n, weights_per_gpu(stack, stack.variant(n))) for n in asleep_after]
     return plan_standby(
         awake,
         sleepers,

@@ -105,3 +105,24 @@ def test_acceptance_counters_are_read_from_a_metrics_text() -> None:
     )
     assert spec_counters(text) == (77.0, 30.0)
     assert spec_counters("# nothing\n") == (0.0, 0.0)
+
+
+def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path) -> None:
+    import json
+    import struct
+    from dataclasses import replace
+
+    from composer.swap.standby import weights_per_gpu
+
+    header = json.dumps(
+        {"w": {"dtype": "BF16", "shape": [1024, 1024], "data_offsets": [0, 2 << 20]}}
+    ).encode()
+    (tmp_path / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    stack = _stack()
+    stack = replace(stack, model_dir=str(tmp_path), tensor_parallel_size=2)
+    assert weights_per_gpu(stack, stack.variants["baseline"]) == (2 << 20) // 2
+    configured = replace(stack.variants["baseline"], weights_bytes=5 * GIB)
+    assert weights_per_gpu(stack, configured) == 5 * GIB
+    assert (
+        weights_per_gpu(replace(stack, model_dir=str(tmp_path / "none")), stack.variants["baseline"]) is None
+    )
