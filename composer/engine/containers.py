@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -93,12 +94,68 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
         for c in found
         if (
             c.labels.get(label_names.COMPOSE_PROJECT) == stack.project
-            and c.labels.get(label_names.COMPOSE_SERVICE) == stack.service
+            and c.labels.get(label_names.COMPOSE_SERVICE)
+            in {stack.service, f"{stack.service}-{c.labels.get(label_names.VARIANT)}"}
         )
         or (label_names.COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
     ]
     ours.sort(key=lambda c: c.attrs.get("Created", ""), reverse=True)
     return [VariantContainer(c) for c in ours]
+
+
+GATEWAY_STATE = ("python3", "-m", "composer.gateway.ctl", "state")
+
+
+def gateway_upstream(stack: Stack, client: docker.DockerClient) -> str | None:
+    """Where the stack's gateway forwards now (None: no gateway, or it does not answer).
+
+    Read with the gateway's control command inside its container (`ctl state`, the same
+    call `composer.gateway.client.GatewayControl.state` makes; the engine layer does not
+    import the gateway package).
+    """
+    gateway = gateway_container(stack, client)
+    if gateway is None or gateway.status != "running":
+        return None
+    try:
+        code, (out, _err) = gateway.exec_run(list(GATEWAY_STATE), demux=True)
+        upstream = json.loads(out or b"{}").get("upstream") if code == 0 else None
+    except Exception:  # Docker or the gateway gone, or not JSON: nothing routed that we know of
+        return None
+    return upstream if isinstance(upstream, str) else None
+
+
+def upstream_url(container_name: str) -> str:
+    """The gateway's upstream URL for a variant container, by its own name."""
+    return f"http://{container_name}:8000"
+
+
+def is_asleep(container: VariantContainer, stack: Stack, upstream: str | None) -> bool:
+    """A running sleep-standby container (service `<service>-<variant>`) the gateway does not
+    route to: `up` put it to sleep. The gateway's route is the only record of which one
+    serves: Docker's and the gateway's view, no state file."""
+    service = container.container.labels.get(label_names.COMPOSE_SERVICE)
+    if service in (None, stack.service) or container.status != "running":
+        return False
+    return upstream != upstream_url(container.name)
+
+
+def serving_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
+    """The project's variant containers but the sleeping ones, newest first."""
+    ours = our_containers(stack, client)
+    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
+    return [c for c in ours if not is_asleep(c, stack, upstream)]
+
+
+def sleeping_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
+    """The project's sleeping variant containers, newest first."""
+    ours = our_containers(stack, client)
+    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
+    return [c for c in ours if is_asleep(c, stack, upstream)]
+
+
+def has_standby_service(container: VariantContainer, stack: Stack) -> bool:
+    """A container of a sleep-standby service (`<service>-<variant>`)."""
+    return container.container.labels.get(label_names.COMPOSE_SERVICE) not in (None, stack.service)
 
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
@@ -116,8 +173,8 @@ def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | 
 
 
 def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
-    """The running variant container of the stack, if any."""
-    for container in our_containers(stack, client):
+    """The running variant container of the stack that serves (not asleep), if any."""
+    for container in serving_containers(stack, client):
         described = container.describe()
         if described.running:
             return described

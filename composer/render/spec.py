@@ -17,6 +17,8 @@ from composer.stack.values import V2_RUNNER_METHODS
 CONTAINER_PORT = 8000
 API_KEY_VAR = "VLLM_API_KEY"
 PIN_MEMORY_VAR = "VLLM_WSL2_ENABLE_PIN_MEMORY"
+DEV_MODE_VAR = "VLLM_SERVER_DEV_MODE"  # opens /sleep, /wake_up, /is_sleeping (behind the gateway only)
+SLEEP_MODE_FLAG = "--enable-sleep-mode"
 HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/health", timeout=5)'
 
 
@@ -90,6 +92,17 @@ class ServiceSpec:
     healthcheck: Healthcheck
     stop_grace_period: int
     restart: str = "unless-stopped"
+    standby: str = "stop"
+
+    @property
+    def compose_service(self) -> str:
+        """The compose service: the shared one, or the variant's own under sleep standby.
+
+        A sleeping variant keeps its container while another one serves, and compose keeps
+        one container per service (it recreates a renamed one): so a sleep-standby variant
+        runs as `<service>-<variant>`, and the gateway is routed to it by container name.
+        """
+        return self.service if self.standby == "stop" else f"{self.service}-{self.variant}"
 
     @property
     def hash(self) -> str:
@@ -99,7 +112,7 @@ class ServiceSpec:
     @property
     def container_name(self) -> str:
         """The name compose gives the first container of the service."""
-        return f"{self.project}-{self.service}-1"
+        return f"{self.project}-{self.compose_service}-1"
 
     def variables(self) -> list[Var]:
         """Every host variable the spec uses, first occurrence order, no duplicates."""
@@ -169,6 +182,8 @@ def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:
     speculative = speculative_config(stack, variant)
     if speculative is not None:
         args += [text("--speculative-config"), speculative]
+    if variant.standby == "sleep":
+        args.append(text(SLEEP_MODE_FLAG))
     args += [text(a) for a in variant.extra_args]
     return tuple(args)
 
@@ -179,6 +194,8 @@ def _environment(stack: Stack, variant: Variant) -> tuple[tuple[str, str], ...]:
     if spec is not None and spec.method in V2_RUNNER_METHODS:
         # Always on for V2-runner methods: harmless off WSL2, required on it.
         env[PIN_MEMORY_VAR] = "1"
+    if variant.standby == "sleep":
+        env[DEV_MODE_VAR] = "1"
     env.update(dict(variant.env))
     return tuple(sorted(env.items()))
 
@@ -214,6 +231,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         ),
         stop_grace_period=stack.stop_grace_period,
         restart=stack.restart,
+        standby=variant.standby,
     )
     labels = (
         (label_names.CONFIG_HASH, config_hash(spec)),
@@ -227,5 +245,6 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
 def config_hash(spec: ServiceSpec) -> str:
     """A short digest of what the container would run (labels excluded, no secrets)."""
     data = asdict(replace(spec, labels=()))
+    del data["standby"]  # already in the command (--enable-sleep-mode): stop-standby hashes stay as they were
     encoded = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(encoded).hexdigest()[:16]

@@ -55,6 +55,10 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("start_period", None, v.parse_duration, 900),
     Setting("stop_grace_period", None, v.parse_duration, 30),
     Setting("restart", None, v.parse_restart, "unless-stopped"),
+    Setting("standby", None, v.parse_standby, "stop"),
+    Setting("sleep_residue", None, v.parse_size, "1.3G"),
+    Setting("gpu_memory_bytes", None, v.parse_optional_size, None),
+    Setting("acceptance_floor", None, v.parse_fraction, 0.05),
 )
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {
@@ -66,6 +70,8 @@ VARIANT_KEYS = {
     "extra_args",
     "min_kv_cache_tokens",
     "description",
+    "standby",
+    "weights_bytes",
 }
 SPECULATIVE_KEYS = {
     "method",
@@ -182,11 +188,12 @@ def _build(sources: Sources) -> Stack:
         for s in STACK_SETTINGS
     }
     images = _images(sources, resolve)
-    variants = _variants(sources, resolve, images)
+    variants = _variants(sources, resolve, images, str(settings["standby"]))
     workloads = _workloads(sources, variants)
     kubernetes = _kubernetes(sources, resolve)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
+    _refuse_standby_without_gateway(variants, gateway)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -237,6 +244,16 @@ def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
         for key, env, parse, default in GATEWAY_SETTINGS
     }
     return GatewaySettings(**values)  # type: ignore[arg-type]
+
+
+def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: GatewaySettings) -> None:
+    """A sleeping variant keeps its container: only the gateway can keep it off the shared port."""
+    sleepers = sorted(n for n, var in variants.items() if var.standby == "sleep")
+    if sleepers and not gateway.enabled:
+        raise ConfigError(
+            f"variants.{sleepers[0]}.standby = 'sleep' needs the gateway (gateway.enabled = true): "
+            'a sleeping container cannot share the published port; use standby = "stop"'
+        )
 
 
 def _table(data: Mapping, key: str, origin: Mapping[str, Path] | None = None) -> dict:
@@ -315,7 +332,9 @@ def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted(result))
 
 
-def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> dict[str, Variant]:
+def _variants(
+    sources: Sources, resolve: _Resolver, images: dict[str, str], stack_standby: str = "stop"
+) -> dict[str, Variant]:
     raw = _table(sources.toml, "variants", sources.toml_origin)
     if not raw:
         raise ConfigError(
@@ -328,7 +347,7 @@ def _variants(sources: Sources, resolve: _Resolver, images: dict[str, str]) -> d
             raise ConfigError(
                 f"invalid variants.{name} = {v.shown(table)}{where}: expected a table ([variants.{name}])"
             )
-    return {name: _variant(name, raw, sources, resolve, images) for name in raw}
+    return {name: _variant(name, raw, sources, resolve, images, stack_standby) for name in raw}
 
 
 def _flatten(
@@ -361,7 +380,12 @@ def _flatten(
 
 
 def _variant(
-    name: str, raw: Mapping[str, dict], sources: Sources, resolve: _Resolver, images: dict[str, str]
+    name: str,
+    raw: Mapping[str, dict],
+    sources: Sources,
+    resolve: _Resolver,
+    images: dict[str, str],
+    stack_standby: str = "stop",
 ) -> Variant:
     try:
         v.parse_name(name)
@@ -397,6 +421,10 @@ def _variant(
             f"invalid {prefix}.extra_args = {v.shown(extra_args)}: "
             "expected a list of strings without NUL bytes"
         )
+    standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
+    weights = resolve.get(
+        f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
+    )
     return Variant(
         name=name,
         image_key=image_key,
@@ -406,6 +434,8 @@ def _variant(
         extra_args=tuple(extra_args),
         min_kv_cache_tokens=min_tokens,  # type: ignore[arg-type]
         description=str(table.get("description", "")),
+        standby=str(standby),
+        weights_bytes=weights,  # type: ignore[arg-type]
     )
 
 

@@ -32,6 +32,8 @@ class Variant:
     extra_args: tuple[str, ...] = ()
     min_kv_cache_tokens: int | None = None
     description: str = ""
+    standby: str = "stop"  # "sleep": `up` puts it to sleep (level 1) instead of removing it
+    weights_bytes: int | None = None  # weights per GPU, for the standby memory planner
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,10 @@ class Stack:
     kubernetes: KubeSettings = field(default_factory=KubeSettings)
     restart: str = "unless-stopped"
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
+    standby: str = "stop"  # the variants' default standby
+    sleep_residue: int = 1_395_864_371  # GPU bytes a sleeping variant still holds per GPU (1.3 GiB)
+    gpu_memory_bytes: int | None = None  # per GPU, for the planner when no GPU can be probed
+    acceptance_floor: float = 0.05  # a speculative variant's acceptance after a wake must exceed it
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file

@@ -283,6 +283,35 @@ def parse_bool(raw: object) -> bool:
     raise ValueError("true or false")
 
 
+STANDBY_MODES: tuple[str, ...] = ("stop", "sleep")
+
+
+def parse_standby(raw: object) -> str:
+    """What `up` does with a variant it swaps away from: stop (remove) it or put it to sleep."""
+    text = str(raw).strip()
+    if text not in STANDBY_MODES:
+        raise ValueError("one of " + ", ".join(STANDBY_MODES))
+    return text
+
+
+def parse_optional_size(raw: object) -> int | None:
+    """A size, or nothing (an empty string or "none")."""
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in {"", "none"}):
+        return None
+    return parse_size(raw)
+
+
+def parse_fraction(raw: object) -> float:
+    """A number from 0 to 1 (a share, such as an acceptance rate)."""
+    try:
+        value = float(str(raw).strip()) if not isinstance(raw, bool) else -1.0
+    except ValueError:
+        value = -1.0
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("a number from 0 to 1, e.g. 0.05")
+    return value
+
+
 RESTART_POLICIES: tuple[str, ...] = ("no", "always", "on-failure", "unless-stopped")
 
 

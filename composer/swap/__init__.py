@@ -2,9 +2,11 @@
 
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
 to be released, start the new one from its run file, gate it, roll back on any failure),
-the per-project swap lock, and the status report. Uses the rendered run files, never the
-templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
-`composer.probes`, `composer.doctor` (its fast checks are the preflight),
+sleep standby (`standby`: put a variant to sleep and wake it through the gateway;
+`standby_plan`: the pure memory planner), the per-project swap lock, and the status
+report. Uses the rendered run files, never the templates. May import: `composer.stack`,
+`composer.render`, `composer.engine`, `composer.probes`, `composer.doctor` (its fast
+checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. Public: `up`, `down`, `plan_swap`, `SwapPlan`,
 `UpOptions`, `UpResult`, `swap_lock`, `status_data`, `format_status`.
 """

@@ -14,7 +14,14 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from composer.engine import bootlog
-from composer.engine.containers import RunningVariant, current_variant, our_containers
+from composer.engine.containers import (
+    RunningVariant,
+    current_variant,
+    gateway_upstream,
+    has_standby_service,
+    is_asleep,
+    our_containers,
+)
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
 from composer.render.target import resolve_target
@@ -118,9 +125,28 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     return data
 
 
+def _asleep(stack: Stack, variant: str, container: str) -> dict[str, object]:
+    """A sleeping variant and the host RAM its weights hold (configured weights_bytes x GPUs)."""
+    weights = stack.variants[variant].weights_bytes if variant in stack.variants else None
+    held = weights * stack.tensor_parallel_size if weights else None
+    return {"variant": variant, "container": container, "state": "asleep", "host_memory_bytes": held}
+
+
 def _variant_status(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     containers = our_containers(stack, client)
-    described = [(c, c.describe()) for c in containers]
+    standby = any(has_standby_service(c, stack) for c in containers)
+    upstream = gateway_upstream(stack, client) if standby else None
+    sleeping = {c.name for c in containers if is_asleep(c, stack, upstream)}
+    described = [(c, c.describe()) for c in containers if c.name not in sleeping]
+    asleep = [_asleep(stack, c.describe().variant, c.name) for c in containers if c.name in sleeping]
+    data = _serving_status(stack, described)
+    data["asleep"] = asleep
+    return data
+
+
+def _serving_status(
+    stack: Stack, described: list[tuple[VariantContainer, RunningVariant]]
+) -> dict[str, object]:
     running = next((d for _, d in described if d.running), None)
     stopped = [d.name for _, d in described if not d.running]
     if running is None:
@@ -196,10 +222,11 @@ def _format_exit(project: str, last: dict) -> str:
 def format_status(data: dict) -> str:
     """Human-readable form of status_data()."""
     gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
+    asleep = "".join(f"\n{'asleep':<14}{_asleep_line(a)}" for a in data.get("asleep") or ())
     if not data["running"]:
         if data.get("last_exit"):
-            return _format_exit(data["project"], data["last_exit"]) + gateway
-        return f"project {data['project']}: no variant is running" + gateway
+            return _format_exit(data["project"], data["last_exit"]) + gateway + asleep
+        return f"project {data['project']}: no variant is running" + gateway + asleep
     health = data["health"] if data["health"] == "ready" else data["health_detail"] or data["health"]
     if data["health"] == "not ready":
         health = f"not ready ({data['health_detail']})"
@@ -235,7 +262,14 @@ def format_status(data: dict) -> str:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
     if data.get("gateway"):
         rows.append(("gateway", _gateway_line(data["gateway"])))
-    return "\n".join(f"{key:<14}{value}" for key, value in rows)
+    return "\n".join(f"{key:<14}{value}" for key, value in rows) + asleep
+
+
+def _asleep_line(asleep: dict) -> str:
+    held = asleep.get("host_memory_bytes")
+    unknown = "host RAM held: unknown (set weights_bytes)"
+    ram = f"holds {held / (1 << 30):.1f} GiB of host RAM" if held else unknown
+    return f"{asleep['variant']} ({asleep['container']}): {ram}"
 
 
 def _image_present(client: docker.DockerClient | None, image: str) -> bool | None:

@@ -23,18 +23,29 @@ from typing import TYPE_CHECKING
 from composer.doctor import preflight
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
-from composer.engine.containers import RunningVariant, current_variant, our_containers
+from composer.engine.containers import (
+    RunningVariant,
+    current_variant,
+    our_containers,
+    serving_containers,
+    sleeping_containers,
+    upstream_url,
+)
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
+from composer.render.spec import CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import evidence
+from composer.swap import evidence, standby
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import SwapHold, start_hold, warm_up
 
 if TYPE_CHECKING:
     import docker
+
+    from composer.engine.variant_container import VariantContainer
+    from composer.gateway.client import GatewayControl
 
 Say = Callable[[str], None]
 
@@ -80,11 +91,27 @@ class SwapPlan:
     steps: tuple[str, ...]
 
 
-def plan_swap(target: str, target_hash: str, current: RunningVariant | None, current_ready: bool) -> SwapPlan:
-    """Decide the steps from what runs now (pure)."""
+def plan_swap(
+    target: str,
+    target_hash: str,
+    current: RunningVariant | None,
+    current_ready: bool,
+    *,
+    current_sleeps: bool = False,
+    target_asleep: bool = False,
+) -> SwapPlan:
+    """Decide the steps from what runs now (pure).
+
+    `current_sleeps`: the serving variant has sleep standby (it is put to sleep, not
+    stopped); `target_asleep`: the target sleeps with the same configuration (woken, not
+    started).
+    """
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
         return SwapPlan(target, target_hash, current, ())
-    steps = ("stop", "release", "start", "gate") if current else ("start", "gate")
+    steps: tuple[str, ...] = ()
+    if current:
+        steps = ("sleep",) if current_sleeps and current.variant != target else ("stop", "release")
+    steps += ("wake", "gate") if target_asleep else ("start", "gate")
     return SwapPlan(target, target_hash, current, steps)
 
 
@@ -146,6 +173,8 @@ class Swapper:
         self.waiting = waiting or progress
         self.ready_at = 0.0
         self.hold: SwapHold | None = None  # the gateway's hold while a swap runs
+        self.parked: str | None = None  # the variant this swap put to sleep
+        self.standby_notes: list[str] = []
 
     # -- checks -------------------------------------------------------------------------
     def preflight(self, target: Target) -> list[str]:
@@ -164,9 +193,13 @@ class Swapper:
             raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
     # -- steps --------------------------------------------------------------------------
-    def stop_all(self) -> None:
-        """Stop and remove every variant container of the project (grace period, then kill)."""
-        for container in our_containers(self.stack, self.client):
+    def stop_all(self, sleeping_too: bool = False) -> None:
+        """Stop and remove the project's serving variant containers (grace period, then kill).
+
+        Sleeping ones are left alone unless `sleeping_too` (`down` stops them all).
+        """
+        pick = our_containers if sleeping_too else serving_containers
+        for container in pick(self.stack, self.client):
             self.say(f"stopping {container.describe().variant} ({container.name})")
             container.stop_and_remove(self.stack.stop_grace_period)
 
@@ -213,8 +246,8 @@ class Swapper:
         return replace(target, headers=self.hold.headers) if self.hold is not None else target
 
     def gate(self, target: GateTarget, started: float) -> str:
-        """Wait until the newest variant container is ready; return its log."""
-        containers = our_containers(self.stack, self.client)
+        """Wait until the newest serving variant container is ready; return its log."""
+        containers = serving_containers(self.stack, self.client)
         if not containers:
             raise HealthCheckFailed("the container was not created")
         log = wait_ready(
@@ -239,13 +272,24 @@ class Swapper:
         current = current_variant(self.stack, self.client)
         same = current is not None and current.variant == variant and current.config_hash == target_hash
         ready = same and self._is_ready(current)  # probing matters only for a possible no-op
-        plan = plan_swap(variant, target_hash, current, ready)
+        sleeper = self._target_sleeper(target)
+        current_sleeps = current is not None and self._sleeps(current.variant)
+        plan = plan_swap(
+            variant,
+            target_hash,
+            current,
+            ready,
+            current_sleeps=current_sleeps,
+            target_asleep=sleeper is not None,
+        )
         result.previous = current.variant if current else None
         if not plan.steps:
             result.outcome = "unchanged"
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
+        if plan.steps:
+            self._check_standby_fits(target, plan)
         if current is not None and "stop" in plan.steps and self.options.rollback:
             self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
         compose_file = run_file(target)
@@ -264,9 +308,46 @@ class Swapper:
         finally:
             with _interrupts_ignored():
                 self.release_clients(result)
-        result.outcome = "swapped" if current else "started"
+        result.outcome = "woke" if "wake" in plan.steps else "swapped" if current else "started"
         result.timings["total"] = time.monotonic() - total_start
         return result
+
+    def _sleeps(self, variant: str) -> bool:
+        return variant in self.stack.variants and self.stack.variants[variant].standby == "sleep"
+
+    def _target_sleeper(self, target: Target) -> VariantContainer | None:
+        """The target's sleeping container when it can be woken; a stale one is removed."""
+        sleeper = standby.sleeper_of(self.stack, self.client, target.name)
+        if sleeper is None:
+            return None
+        if sleeper.describe().config_hash == target.hash and target.variant.standby == "sleep":
+            return sleeper
+        self.say(f"removing {target.name}'s sleeping container: its configuration changed")
+        sleeper.stop_and_remove(self.stack.stop_grace_period)
+        return None
+
+    def _check_standby_fits(self, target: Target, plan: SwapPlan) -> None:
+        """The memory planner, before anything stops: refuse with the numbers."""
+        asleep = {c.describe().variant for c in sleeping_containers(self.stack, self.client)}
+        asleep.discard(target.name)
+        if "sleep" in plan.steps and plan.previous is not None:
+            asleep.add(plan.previous.variant)
+        fit = standby.check_fits(self.stack, target, sorted(asleep))
+        self.standby_notes = fit.costs + fit.notes
+
+    def _control(self) -> GatewayControl:
+        if self.hold is None:
+            raise SwapFailed("sleep standby needs the gateway's control channel, which is not held")
+        return self.hold.control
+
+    def _route(self, target: Target) -> None:
+        """Point the gateway at the container that will serve (by name, or the shared name)."""
+        if self.hold is None:
+            return
+        if target.variant.standby == "sleep":
+            self.hold.control.route(upstream_url(target.spec.container_name))
+        else:
+            self.hold.control.route(f"http://{self.stack.service}:{CONTAINER_PORT}")
 
     def _is_ready(self, current: RunningVariant) -> bool:
         return probe_once(running_target(self.stack, current))
@@ -275,6 +356,13 @@ class Swapper:
         release = None
         if "release" in plan.steps:  # the snapshot the release wait compares with, before the stop
             release = ReleaseWait.before_stop(self.stack, target.variant, plan.previous)
+        if "sleep" in plan.steps and plan.previous is not None:
+            began = time.monotonic()
+            self.say(f"putting {plan.previous.variant} to sleep (level {standby.SLEEP_LEVEL})")
+            serving = serving_containers(self.stack, self.client)
+            standby.put_to_sleep(self._control(), serving[0], plan.previous.variant, self.stack)
+            self.parked = plan.previous.variant
+            result.timings["sleep"] = time.monotonic() - began
         if "stop" in plan.steps:
             began = time.monotonic()
             self.stop_all()
@@ -286,8 +374,19 @@ class Swapper:
             if note:
                 result.notes.append(note)
         began = time.monotonic()
-        self.say(f"starting {plan.target}")
-        self.start(compose_file)
+        if "wake" in plan.steps:
+            self.say(f"waking {plan.target}")
+            sleeper = standby.sleeper_of(self.stack, self.client, plan.target)
+            if sleeper is None:
+                raise HealthCheckFailed(f"{plan.target}'s sleeping container is gone")
+            standby.wake(self._control(), sleeper, plan.target, self.stack)
+        else:
+            self.say(f"starting {plan.target}")
+            if target.variant.standby == "sleep":
+                self.start(compose_file, target.spec.compose_service)
+            else:
+                self.start(compose_file)
+            self._route(target)
         gate_target = self._past_the_hold(
             GateTarget(
                 plan.target,
@@ -298,6 +397,17 @@ class Swapper:
             )
         )
         log = self.gate(gate_target, began)
+        if "wake" in plan.steps:
+            result.timings["wake"] = self.ready_at - began  # wake_up until the gate passed
+            standby.check_awake(self._control(), plan.target)
+            if target.variant.speculative is not None:
+                checked = time.monotonic()
+                rate = standby.check_acceptance(
+                    self._control(), gate_target, plan.target, self.stack.acceptance_floor
+                )
+                result.notes.append(f"acceptance after the wake: {rate:.2f}")
+                result.timings["acceptance_check"] = time.monotonic() - checked
+        result.notes += self.standby_notes
         result.timings["start_to_ready"] = self.ready_at - began
         result.timings["settle"] = time.monotonic() - self.ready_at
         if self.hold is not None and self.stack.gateway.warmup_requests:
@@ -334,6 +444,7 @@ class Swapper:
         removed = True
         try:
             self.stop_all()
+            self._remove_variant(plan.target)
         except Exception as stop_err:  # Docker itself may be gone: say so after the cause
             removed = False
             message += f"; could not remove it: {_reason(stop_err)}"
@@ -360,6 +471,12 @@ class Swapper:
             rolled_back=True,
         )
 
+    def _remove_variant(self, variant: str) -> None:
+        """Remove the failed variant's containers, a sleeping one included."""
+        for container in our_containers(self.stack, self.client):
+            if container.describe().variant == variant:
+                container.stop_and_remove(self.stack.stop_grace_period)
+
     def _clean_up(self, compose_file: Path) -> str:
         """After a failed first start, remove what it created (the project's network)."""
         try:
@@ -371,11 +488,21 @@ class Swapper:
 
     def _restore(self, previous: RunningVariant) -> None:
         self.say(f"rolling back to {previous.variant}")
+        if self.parked == previous.variant:  # it was put to sleep: wake it again
+            sleeper = standby.sleeper_of(self.stack, self.client, previous.variant)
+            if sleeper is not None:
+                began = time.monotonic()
+                standby.wake(self._control(), sleeper, previous.variant, self.stack)
+                self.gate(self._past_the_hold(running_target(self.stack, previous)), began)
+                standby.check_awake(self._control(), previous.variant)
+                return
         compose_file = Path(previous.config_file) if previous.config_file else None
         if compose_file is None or not compose_file.is_file():
             compose_file = run_file(resolve_target(self.stack, previous.variant))
         began = time.monotonic()
-        self.start(compose_file)
+        previous_target = resolve_target(self.stack, previous.variant)
+        self.start(compose_file, previous_target.spec.compose_service)
+        self._route(previous_target)
         self.gate(self._past_the_hold(running_target(self.stack, previous)), began)
 
     def _log_tail(self) -> str:
@@ -390,7 +517,7 @@ class Swapper:
     def down(self) -> str | None:
         """Stop and remove whatever variant runs; return its name."""
         current = current_variant(self.stack, self.client)
-        self.stop_all()
+        self.stop_all(sleeping_too=True)
         compose(self.stack.project, None, ["down", "--remove-orphans"], timeout=120)
         return current.variant if current else None
 

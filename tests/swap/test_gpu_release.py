@@ -203,7 +203,7 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     monkeypatch.setattr(swapper, "start", start)
     result = UpResult("mtp", "started")
     plan = SwapPlan("mtp", "h", "previous-variant", ("stop", "release", "start", "gate"))  # type: ignore[arg-type]
-    target = type("T", (), {"variant": "mtp-variant"})()
+    target = type("T", (), {"variant": type("V", (), {"standby": "stop"})()})()
     with pytest.raises(Stop):
         swapper._execute(plan, target, Path("run.yml"), result)  # type: ignore[arg-type]
     assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]

@@ -1,0 +1,103 @@
+"""Sleep standby on the real daemon with the simulator: wakes instead of cold starts."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.swap.conftest import running_containers
+
+pytestmark = pytest.mark.docker
+
+COLD_START_S = 100  # simulated seconds; SIM_TIME_SCALE = 10 makes it 10 s of real time
+
+FAILING_WAKES = """
+[variants.mtp-wakefail]
+extends = "mtp"
+env = { SIM_FAIL = "wake-fail" }
+
+[variants.mtp-zero]
+extends = "mtp"
+env = { SIM_FAIL = "wake-zero-acceptance" }
+"""
+
+
+@pytest.fixture
+def standby_stack(sim_stack):
+    """The simulator stack with sleep standby for every variant and a slow cold start."""
+    text = sim_stack.stack_file.read_text(encoding="utf-8")
+    text = text.replace(
+        "[stack.env]\n", f'standby = "sleep"\n[stack.env]\nSIM_COLD_START_SECONDS = "{COLD_START_S}"\n'
+    ).replace('SIM_TIME_SCALE = "20"', 'SIM_TIME_SCALE = "10"')
+    sim_stack.stack_file.write_text(text + FAILING_WAKES, encoding="utf-8")
+    return sim_stack
+
+
+def _up(stack, variant: str) -> tuple[int, dict, str, float]:
+    began = time.monotonic()
+    done = stack.run("up", variant, "--json", timeout=300)
+    took = time.monotonic() - began
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr, took
+
+
+def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_client) -> None:
+    outcomes = []
+    for variant in ("mtp", "baseline", "mtp", "baseline"):
+        code, result, err, took = _up(standby_stack, variant)
+        assert code == 0, err
+        outcomes.append((result["outcome"], took, result["timings"]))
+    assert [o for o, _, _ in outcomes] == ["started", "swapped", "woke", "woke"], outcomes
+    cold = min(outcomes[0][2]["start_to_ready"], outcomes[1][2]["start_to_ready"])
+    cold_switch = max(took for _, took, _ in outcomes[:2])
+    for _, took, timings in outcomes[2:]:
+        assert "wake" in timings
+        assert timings["wake"] < cold / 5, (timings, cold)
+        assert took < cold_switch / 2, (took, cold_switch)
+    # one serving container, one asleep; both belong to the project
+    containers = running_containers(docker_client, standby_stack.project)
+    assert len(containers) == 2
+    weights = ("--set", "variants.mtp.weights_bytes=13.5G")
+    done = standby_stack.run(*weights, "status", "--json")
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["variant"] == "baseline"
+    assert status["asleep"] == [
+        {
+            "variant": "mtp",
+            "container": f"{standby_stack.project}-vllm-mtp-1",
+            "state": "asleep",
+            "host_memory_bytes": 4 * int(13.5 * 2**30),  # each of the 4 GPUs (tensor_parallel_size)
+        }
+    ]
+    # a third sleeper that does not fit is refused with the numbers, before anything stops
+    tight = ("--set", "stack.gpu_memory_bytes=16G", "--set", "variants.dflash2.weights_bytes=13.5G")
+    done = standby_stack.run(*tight, "up", "dflash2", timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "sleep standby does not fit" in done.stderr and "above the GPU's 16.0 GiB" in done.stderr
+    assert standby_stack.status()["variant"] == "baseline"
+    assert len(running_containers(docker_client, standby_stack.project)) == 2
+    done = standby_stack.run("down")
+    assert done.returncode == 0, done.stderr
+    assert running_containers(docker_client, standby_stack.project) == []
+
+
+@pytest.mark.parametrize(
+    ("variant", "cause"),
+    [("mtp-wakefail", "wake"), ("mtp-zero", "accepts 0.00 of its draft tokens")],
+)
+def test_a_failed_wake_rolls_back_to_the_variant_that_served(
+    standby_stack, docker_client, variant: str, cause: str
+) -> None:
+    for step in (variant, "baseline"):
+        code, _, err, _ = _up(standby_stack, step)
+        assert code == 0, err
+    code, result, err, _ = _up(standby_stack, variant)
+    assert code == 1, (result, err)
+    message = json.dumps(result) + err
+    assert cause in message, message
+    assert "rolled back to baseline" in message, message
+    code, result, err, _ = _up(standby_stack, "baseline")
+    assert code == 0 and result["outcome"] == "unchanged", (result, err)
