@@ -70,6 +70,7 @@ bench: install docker image-sim
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
 	$(BIN)/python benchmarks/bench_gateway.py
+	$(BIN)/python benchmarks/bench_standby.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim

@@ -136,12 +136,13 @@ def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir:
 
     args: list[str] = shape["command"]  # type: ignore[assignment]
     assert args[0] == stack.model_path
-    assert args[args.index("--served-model-name") + 1] == stack.served_model_name
+    # args[0] is the model path, free text too: look for the flags after it
+    assert args[args.index("--served-model-name", 1) + 1] == stack.served_model_name
     assert args[len(args) - len(stack.variant(variant).extra_args) :] == list(
         stack.variant(variant).extra_args
     )
-    if "--speculative-config" in args:
-        config = json.loads(args[args.index("--speculative-config") + 1])
+    if "--speculative-config" in args[1:]:
+        config = json.loads(args[args.index("--speculative-config", 1) + 1])
         speculative = stack.variant(variant).speculative
         assert speculative is not None
         assert {k: config[k] for k, _ in speculative.extra} == dict(speculative.extra)
