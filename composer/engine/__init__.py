@@ -6,9 +6,10 @@ container (`variant_container`); the readiness probe (`health`)
 and the gate that watches a starting container as well as its API (`gate`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,
-`composer.errors`, `composer.labels`. Public: `docker_client`, `compose`,
-`current_variant`, `our_containers`, `RunningVariant`, `probe`, `Readiness`,
-`wait_ready`, `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`.
+`composer.gateway` (its standard-library control client), `composer.errors`,
+`composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
+`our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
+`watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`.
 """
 
 from composer._exports import lazy_exports

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.engine.variant_container import VariantContainer
+from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -103,30 +103,23 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
     return [VariantContainer(c) for c in ours]
 
 
-GATEWAY_STATE = ("python3", "-m", "composer.gateway.ctl", "state")
-
-
 def gateway_upstream(stack: Stack, client: docker.DockerClient) -> str | None:
-    """Where the stack's gateway forwards now (None: no gateway, or it does not answer).
+    """Where the stack's gateway forwards now (None: no gateway, or it does not answer)."""
+    from composer.errors import GatewayControlError
+    from composer.gateway.client import GatewayControl
 
-    Read with the gateway's control command inside its container (`ctl state`, the same
-    call `composer.gateway.client.GatewayControl.state` makes; the engine layer does not
-    import the gateway package).
-    """
     gateway = gateway_container(stack, client)
     if gateway is None or gateway.status != "running":
         return None
     try:
-        code, (out, _err) = gateway.exec_run(list(GATEWAY_STATE), demux=True)
-        upstream = json.loads(out or b"{}").get("upstream") if code == 0 else None
-    except Exception:  # Docker or the gateway gone, or not JSON: nothing routed that we know of
+        return GatewayControl(gateway).state().upstream
+    except GatewayControlError:  # Docker or the gateway gone: nothing routed that we know of
         return None
-    return upstream if isinstance(upstream, str) else None
 
 
 def upstream_url(container_name: str) -> str:
     """The gateway's upstream URL for a variant container, by its own name."""
-    return f"http://{container_name}:8000"
+    return f"http://{container_name}:{CONTAINER_PORT}"
 
 
 def is_asleep(container: VariantContainer, stack: Stack, upstream: str | None) -> bool:

@@ -18,7 +18,7 @@ ALLOWED = {
     "stack": set(),
     "render": {"stack"},
     "probes": set(),
-    "engine": {"stack", "render"},
+    "engine": {"stack", "render", "gateway"},
     "overlay": set(),
     "doctor": {"stack", "render", "probes", "overlay", "engine"},
     "swap": {"stack", "render", "engine", "probes", "doctor", "gateway"},
