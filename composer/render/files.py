@@ -32,14 +32,13 @@ from composer.errors import RenderError
 from composer.render.spec import Text, Var
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
+from composer.stack.starter import shipped_dir
 
 
 def templates_dir() -> Path:
     """The Jinja templates: `composer/templates` in an installed wheel, else the
     top-level `templates/` folder of a source checkout (editable installs)."""
-    package = Path(__file__).resolve().parent.parent
-    installed = package / "templates"
-    return installed if installed.is_dir() else package.parent / "templates"
+    return shipped_dir("templates", "templates")
 
 
 OUTPUTS = (("compose.yml.j2", "{variant}.yml", 0o644), ("launcher.sh.j2", "{variant}.sh", 0o755))

@@ -26,11 +26,17 @@ class Written:
     created: bool
 
 
+def shipped_dir(installed_name: str, checkout_name: str = "") -> Path:
+    """A folder the wheel ships as `composer/<installed_name>`; in a source checkout
+    (editable installs) the top-level folder `checkout_name` (the root when empty)."""
+    package = Path(__file__).resolve().parent.parent
+    installed = package / installed_name
+    return installed if installed.is_dir() else package.parent / checkout_name
+
+
 def starter_dir() -> Path:
     """The starter files: `composer/starter` in an installed wheel, else the checkout's root."""
-    package = Path(__file__).resolve().parent.parent
-    installed = package / "starter"
-    return installed if installed.is_dir() else package.parent
+    return shipped_dir("starter")
 
 
 def generated_key() -> str:

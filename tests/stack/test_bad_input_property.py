@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from composer.cli import main
 from tests.conftest import REPO
+from tests.render.helpers import ENV_VARS_READ
 
 EXAMPLES = 300
 BASE = tomllib.loads((REPO / "composer.toml").read_text(encoding="utf-8"))
@@ -154,25 +155,7 @@ PATHS = (
     + [("workloads", k) for k in ("chat", "new", "")]
     + [(top,) for top in ("stack", "images", "variants", "workloads", "nope")]
 )
-ENV_NAMES = [
-    "VLLM_API_KEY",
-    "VLLM_IMAGE",
-    "DFLASH2_IMAGE",
-    "COMPOSE_PROJECT_NAME",
-    "SERVED_MODEL_NAME",
-    "VLLM_PORT",
-    "VLLM_BIND_ADDRESS",
-    "TENSOR_PARALLEL_SIZE",
-    "MAX_MODEL_LEN",
-    "GPU_DEVICES",
-    "ATTENTION_BACKEND",
-    "MODEL_DIR",
-    "DRAFT_DIR",
-    "KV_CACHE_MEMORY",
-    "NUM_SPECULATIVE_TOKENS",
-    "COMPOSER_STACK",
-    "OTHER",
-]
+ENV_NAMES = [*ENV_VARS_READ, "VLLM_IMAGE", "DFLASH2_IMAGE", "OTHER"]
 FLAG_KEYS = [".".join(p) for p in PATHS] + ["port", "stack.nope", "", "variants..x"]
 
 
