@@ -126,3 +126,18 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     assert (
         weights_per_gpu(replace(stack, model_dir=str(tmp_path / "none")), stack.variants["baseline"]) is None
     )
+
+
+def test_status_says_waking_while_the_gateway_runs_a_wake(monkeypatch) -> None:
+    from composer.swap import status
+
+    running = {"project": "p", "running": True, "variant": "mtp", "health": "not ready", "health_detail": "x"}
+    monkeypatch.setattr(status, "_variant_status", lambda stack, client: dict(running))
+    gateway = {"container": "p-gateway-1", "state": "running", "backend_ready": False, "held": 3}
+    gateway.update(inflight=0, holds=1, waking=True)
+    monkeypatch.setattr(status, "gateway_status", lambda stack, client: dict(gateway))
+    data = status.status_data(_stack(), None)
+    assert data["health"] == "waking" and "waking from sleep" in data["health_detail"]
+    assert "backend waking from sleep" in status._gateway_line(data["gateway"])
+    monkeypatch.setattr(status, "gateway_status", lambda stack, client: {**gateway, "waking": False})
+    assert status.status_data(_stack(), None)["health"] == "not ready"
