@@ -10,7 +10,9 @@ connections would not follow).
 
 The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
 check) are called through the gateway's control channel (`docker exec`), never opened to
-clients. Only level 1 is used (see `standby_plan`).
+clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
+also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
+variants unless `allow_sleep_level_2_with_speculation` (see `standby_plan`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,13 @@ from typing import TYPE_CHECKING
 
 from composer.engine.containers import sleeping_containers, upstream_url
 from composer.engine.variant_container import VariantContainer
-from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed, PreflightFailed
+from composer.errors import (
+    ComposerError,
+    GatewayControlError,
+    GpuProbeError,
+    HealthCheckFailed,
+    PreflightFailed,
+)
 from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
 from composer.swap.standby_plan import Awake, Sleeper, StandbyPlan, plan_standby
@@ -31,9 +39,9 @@ if TYPE_CHECKING:
 
     from composer.engine.gate import GateTarget
     from composer.gateway.client import GatewayControl
+    from composer.probes.gpu import GpuProbe
     from composer.stack.model import Stack, Variant
 
-SLEEP_LEVEL = 1
 ACCEPTANCE_WARMUP_REQUESTS = 2
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
@@ -54,9 +62,9 @@ def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> Varia
 
 
 def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
-    """`POST /sleep?level=1` on the serving (drained) variant: the gateway still routes to it."""
+    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it."""
     try:
-        reply = control.sleep(SLEEP_LEVEL)
+        reply = control.sleep(stack.sleep_level)
     except GatewayControlError as err:
         raise ComposerError(f"could not put {variant} to sleep: {err}") from err
     if reply.status != 200:
@@ -73,6 +81,17 @@ def wake(control: GatewayControl, container: VariantContainer, variant: str, sta
     if reply.status != 200:
         body = str(reply.body)[:300]
         raise HealthCheckFailed(f"the wake of {variant} failed: /wake_up answered {reply.status}: {body}")
+    if stack.sleep_level == 2:  # level 2 dropped the weights: read the checkpoint again
+        try:
+            reply = control.backend("POST", "/collective_rpc", body={"method": "reload_weights"})
+        except GatewayControlError as err:
+            raise HealthCheckFailed(f"reloading {variant}'s weights after its wake failed: {err}") from err
+        if reply.status != 200:
+            body = str(reply.body)[:300]
+            raise HealthCheckFailed(
+                f"reloading {variant}'s weights after its wake failed: /collective_rpc answered "
+                f"{reply.status}: {body}"
+            )
 
 
 def check_awake(control: GatewayControl, variant: str) -> None:
@@ -155,31 +174,82 @@ def weights_per_gpu(stack: Stack, variant: Variant) -> int | None:
     return sum(size or 0 for size in sizes) // stack.tensor_parallel_size
 
 
-def plan_for(stack: Stack, target: Target, asleep_after: list[str], gpu_memory: int | None) -> StandbyPlan:
-    """The planner's verdict for `target` serving with `asleep_after` sleeping."""
+def gpu_memory(stack: Stack, probe: GpuProbe | None = None) -> tuple[int | None, str]:
+    """Memory of the stack's smallest GPU and where it came from: the GPU probe when it sees
+    the stack's GPUs, else `stack.gpu_memory_bytes` (None: unknown)."""
+    from composer.probes.gpu import detect_probe, select_gpus
+
+    if stack.gpus is not None:
+        probe = probe if probe is not None else detect_probe()
+        if probe.available:
+            try:
+                gpus = select_gpus(probe.gpus(), stack.gpus)
+            except GpuProbeError:
+                gpus = []
+            if gpus:
+                return min(g.total_bytes for g in gpus), f"probed by {probe.name}"
+    if stack.gpu_memory_bytes is not None:
+        return stack.gpu_memory_bytes, "stack.gpu_memory_bytes"
+    return None, ""
+
+
+def kv_bytes_per_token(stack: Stack) -> int | None:
+    """KV cache bytes per token per GPU, from the checkpoint's config.json (None: unknown)."""
+    from composer.probes.checkpoints import kv_bytes_per_token as model_bytes
+    from composer.probes.checkpoints import read_config
+
+    try:
+        total = model_bytes(read_config(stack.model_dir))
+    except ComposerError:
+        return None
+    return total // stack.tensor_parallel_size if total else None
+
+
+def plan_for(
+    stack: Stack, target: Target, asleep_after: list[str], probe: GpuProbe | None = None
+) -> StandbyPlan:
+    """The planner's verdict for `target` serving with `asleep_after` sleeping.
+
+    GPU memory comes from the GPU probe when available, else from `stack.gpu_memory_bytes`.
+    At sleep level 2 a sleeper holds no weights in host RAM (they are dropped).
+    """
     variant = target.variant
     weights = weights_per_gpu(stack, variant)
     awake = Awake(variant.name, weights, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
-    sleepers = [Sleeper(n, weights_per_gpu(stack, stack.variant(n))) for n in asleep_after]
+    sleepers = [
+        Sleeper(n, 0 if stack.sleep_level == 2 else weights_per_gpu(stack, stack.variant(n)))
+        for n in asleep_after
+    ]
+    memory, source = gpu_memory(stack, probe)
     return plan_standby(
         awake,
         sleepers,
         residue=stack.sleep_residue,
         tensor_parallel=stack.tensor_parallel_size,
-        gpu_memory=gpu_memory if gpu_memory is not None else stack.gpu_memory_bytes,
+        gpu_memory=memory,
         host_memory=host_memory(),
+        kv_bytes_per_token=kv_bytes_per_token(stack),
+        gpu_source=source,
     )
 
 
-def check_fits(stack: Stack, target: Target, asleep_after: list[str]) -> StandbyPlan:
+def refusal(plan: StandbyPlan) -> PreflightFailed:
+    """The error of a standby that does not fit, with the numbers and the ways out."""
+    return PreflightFailed(
+        "preflight: sleep standby does not fit: "
+        + "; ".join(plan.problems)
+        + '; fix: set standby = "stop" on a variant, set stack.standby_fallback = "stop", '
+        "or lower kv_cache_memory"
+    )
+
+
+def check_fits(
+    stack: Stack, target: Target, asleep_after: list[str], probe: GpuProbe | None = None
+) -> StandbyPlan:
     """Refuse (PreflightFailed, with the numbers) before anything stops when it does not fit."""
-    plan = plan_for(stack, target, asleep_after, None)
+    plan = plan_for(stack, target, asleep_after, probe)
     if not plan.fits:
-        raise PreflightFailed(
-            "preflight: sleep standby does not fit: "
-            + "; ".join(plan.problems)
-            + '; fix: set standby = "stop" on a variant, or lower kv_cache_memory'
-        )
+        raise refusal(plan)
     return plan
 
 

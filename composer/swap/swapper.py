@@ -289,7 +289,7 @@ class Swapper:
             result.timings["total"] = time.monotonic() - total_start
             return result
         if plan.steps:
-            self._check_standby_fits(target, plan)
+            plan = self._check_standby_fits(target, plan, result)
         if current is not None and "stop" in plan.steps and self.options.rollback:
             self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
         compose_file = run_file(target)
@@ -326,14 +326,36 @@ class Swapper:
         sleeper.stop_and_remove(self.stack.stop_grace_period)
         return None
 
-    def _check_standby_fits(self, target: Target, plan: SwapPlan) -> None:
-        """The memory planner, before anything stops: refuse with the numbers."""
+    def _check_standby_fits(self, target: Target, plan: SwapPlan, result: UpResult) -> SwapPlan:
+        """The memory planner, before anything stops: refuse with the numbers.
+
+        When putting the serving variant to sleep does not fit and the stack says
+        `standby_fallback = "stop"`, it is stopped instead (and the result says so).
+        """
         asleep = {c.describe().variant for c in sleeping_containers(self.stack, self.client)}
         asleep.discard(target.name)
+        sleeping_now = sorted(asleep)
         if "sleep" in plan.steps and plan.previous is not None:
             asleep.add(plan.previous.variant)
-        fit = standby.check_fits(self.stack, target, sorted(asleep))
+        fit = standby.plan_for(self.stack, target, sorted(asleep))
+        if not fit.fits and "sleep" in plan.steps and self.stack.standby_fallback == "stop":
+            without = standby.plan_for(self.stack, target, sleeping_now)
+            if without.fits:
+                stopped = plan.previous.variant if plan.previous else "the serving variant"
+                fallback = (
+                    f'{stopped} is stopped instead of put to sleep (stack.standby_fallback = "stop"): '
+                    "sleep standby does not fit: " + "; ".join(fit.problems)
+                )
+                self.say(fallback)
+                result.warnings.append(fallback)
+                steps = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
+                self.standby_notes = without.costs + without.notes
+                return replace(plan, steps=steps)
+            fit = without if not without.fits else fit
+        if not fit.fits:
+            raise standby.refusal(fit)
         self.standby_notes = fit.costs + fit.notes
+        return plan
 
     def _control(self) -> GatewayControl:
         if self.hold is None:
@@ -358,7 +380,7 @@ class Swapper:
             release = ReleaseWait.before_stop(self.stack, target.variant, plan.previous)
         if "sleep" in plan.steps and plan.previous is not None:
             began = time.monotonic()
-            self.say(f"putting {plan.previous.variant} to sleep (level {standby.SLEEP_LEVEL})")
+            self.say(f"putting {plan.previous.variant} to sleep (level {self.stack.sleep_level})")
             serving = serving_containers(self.stack, self.client)
             standby.put_to_sleep(self._control(), serving[0], plan.previous.variant, self.stack)
             self.parked = plan.previous.variant
