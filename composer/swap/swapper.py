@@ -32,7 +32,14 @@ from composer.engine.containers import (
     upstream_url,
 )
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
-from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
+from composer.errors import (
+    ComposerError,
+    DiagnosedError,
+    DownRefused,
+    HealthCheckFailed,
+    PreflightFailed,
+    SwapFailed,
+)
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import Target, resolve_target
@@ -543,6 +550,42 @@ class Swapper:
         compose(self.stack.project, None, ["down", "--remove-orphans"], timeout=120)
         return current.variant if current else None
 
+    def down_variant(self, variant: str, force: bool = False) -> str:
+        """Stop and remove one variant's container, asleep or serving; say what was done.
+
+        Stopping the serving variant while others sleep would leave nothing serving
+        (clients held, then 503): refused unless `force`. When it is the only variant
+        running, this is `down` (the whole project, gateway included).
+        """
+        ours = our_containers(self.stack, self.client)
+        mine = [c for c in ours if c.describe().variant == variant]
+        if not mine:
+            return f"{variant} is not running; nothing stopped"
+        asleep = {c.name for c in sleeping_containers(self.stack, self.client)}
+        others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
+        sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
+        if all(c.name in asleep for c in mine):
+            for container in mine:
+                self.say(f"stopping {variant} ({container.name}, asleep)")
+                container.stop_and_remove(self.stack.stop_grace_period)
+            return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
+        if not others:
+            self.down()
+            return f"stopped {variant} (the only variant running: the whole project is down)"
+        if not force:
+            left = sleeping_others or others
+            raise DownRefused(
+                f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
+                f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
+                f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
+                f"stops only {variant}"
+            )
+        for container in mine:
+            self.say(f"stopping {variant} ({container.name})")
+            container.stop_and_remove(self.stack.stop_grace_period)
+        left = ", ".join(others)
+        return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
+
 
 def up(
     stack: Stack,
@@ -568,3 +611,13 @@ def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -
 
     with swap_lock(stack.project, True, progress):
         return Swapper(stack, client, UpOptions(), progress).down()
+
+
+def down_variant(
+    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
+) -> str:
+    """Stop one variant's container under the project's lock (see Swapper.down_variant)."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, True, progress):
+        return Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)

@@ -79,6 +79,15 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
     assert "sleep standby does not fit" in done.stderr and "above the GPU's 16.0 GiB" in done.stderr
     assert standby_stack.status()["variant"] == "baseline"
     assert len(running_containers(docker_client, standby_stack.project)) == 2
+    # down VARIANT: the serving one is refused while another sleeps; the sleeping one stops
+    done = standby_stack.run("down", "baseline")
+    assert done.returncode == 1 and "leaves nothing serving while mtp sleep" in done.stderr, done.stderr
+    done = standby_stack.run("down", "mtp")
+    assert done.returncode == 0 and "stopped mtp (it was asleep" in done.stdout, done.stdout + done.stderr
+    assert [c.name for c in running_containers(docker_client, standby_stack.project)] == [
+        f"{standby_stack.project}-vllm-baseline-1"
+    ]
+    assert standby_stack.status()["asleep"] == []
     done = standby_stack.run("down")
     assert done.returncode == 0, done.stderr
     assert running_containers(docker_client, standby_stack.project) == []

@@ -125,3 +125,50 @@ def test_with_the_stop_fallback_the_serving_variant_is_stopped_instead_and_up_sa
     tight, plan = _swapper(monkeypatch, "stack.standby_fallback=stop", asleep=("dflash2",))
     with pytest.raises(PreflightFailed, match=r"1 x 1\.3 GiB for dflash2 asleep"):
         tight._check_standby_fits(target, plan, result)
+
+
+class Running:
+    """A project container as `down VARIANT` sees it."""
+
+    def __init__(self, variant: str, name: str) -> None:
+        self.variant, self.name, self.status = variant, name, "running"
+        self.stopped = False
+
+    def describe(self) -> Running:
+        return self
+
+    def stop_and_remove(self, grace: int) -> None:
+        self.stopped = True
+
+
+def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Swapper:
+    from composer.swap import swapper as module
+
+    monkeypatch.setattr(module, "our_containers", lambda stack, client: containers)
+    monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: asleep)
+    swapper = Swapper(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
+    swapper.downed = False  # type: ignore[attr-defined]
+    monkeypatch.setattr(swapper, "down", lambda: setattr(swapper, "downed", True))
+    return swapper
+
+
+def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
+    from composer.errors import DownRefused
+
+    serving, sleeping = Running("baseline", "p-vllm-baseline-1"), Running("mtp", "p-vllm-mtp-1")
+    swapper = _down(monkeypatch, [serving, sleeping], [sleeping])
+    with pytest.raises(DownRefused, match="leaves nothing serving while mtp sleep") as refused:
+        swapper.down_variant("baseline")
+    assert refused.value.exit_code == 1 and "up mtp" in str(refused.value)
+    assert not serving.stopped and not sleeping.stopped
+    assert "was asleep" in swapper.down_variant("mtp") and sleeping.stopped and not serving.stopped
+    assert "nothing serves now (mtp left)" in swapper.down_variant("baseline", force=True)
+    assert serving.stopped and not swapper.downed  # type: ignore[attr-defined]
+    assert swapper.down_variant("dflash2") == "dflash2 is not running; nothing stopped"
+
+
+def test_down_of_the_only_variant_running_is_down(monkeypatch) -> None:
+    only = Running("mtp", "p-vllm-mtp-1")
+    swapper = _down(monkeypatch, [only], [])
+    assert "the whole project is down" in swapper.down_variant("mtp")
+    assert swapper.downed  # type: ignore[attr-defined]
