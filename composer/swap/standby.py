@@ -12,12 +12,11 @@ The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the accep
 check) are called through the gateway's control channel (`docker exec`), never opened to
 clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
 also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
-variants unless `allow_sleep_level_2_with_speculation` (see `standby_plan`).
+variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.doctor.standby_checks`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING
 
@@ -26,26 +25,21 @@ from composer.engine.variant_container import VariantContainer
 from composer.errors import (
     ComposerError,
     GatewayControlError,
-    GpuProbeError,
     HealthCheckFailed,
-    PreflightFailed,
 )
 from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
-from composer.swap.standby_plan import Awake, Sleeper, StandbyPlan, plan_standby
 
 if TYPE_CHECKING:
     import docker
 
     from composer.engine.gate import GateTarget
     from composer.gateway.client import GatewayControl
-    from composer.probes.gpu import GpuProbe
-    from composer.stack.model import Stack, Variant
+    from composer.stack.model import Stack
 
 ACCEPTANCE_WARMUP_REQUESTS = 2
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
-ACTIVATIONS_PER_GPU = 1_696_512_327  # 1.58 GiB: non-KV runtime memory (an estimate)
 
 
 def upstream_of(container: VariantContainer) -> str:
@@ -145,112 +139,6 @@ def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: 
             f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
         )
     return rate
-
-
-def host_memory() -> int | None:
-    """The host's physical memory in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def weights_per_gpu(stack: Stack, variant: Variant) -> int | None:
-    """A variant's weights per GPU: `weights_bytes`, else estimated from the checkpoint's
-    safetensors headers (model plus draft, split over the GPUs); None when unknown."""
-    if variant.weights_bytes is not None:
-        return variant.weights_bytes
-    from composer.probes.checkpoints import weights_bytes
-
-    dirs = [stack.model_dir]
-    if variant.speculative is not None and variant.speculative.draft_model:
-        dirs.append(stack.draft_dir)
-    try:
-        sizes = [weights_bytes(d) for d in dirs]
-    except (ComposerError, OSError, ValueError):  # unreadable checkpoint: unknown, the planner says so
-        return None
-    if any(size is None for size in sizes):
-        return None
-    return sum(size or 0 for size in sizes) // stack.tensor_parallel_size
-
-
-def gpu_memory(stack: Stack, probe: GpuProbe | None = None) -> tuple[int | None, str]:
-    """Memory of the stack's smallest GPU and where it came from: the GPU probe when it sees
-    the stack's GPUs, else `stack.gpu_memory_bytes` (None: unknown)."""
-    from composer.probes.gpu import detect_probe, select_gpus
-
-    if stack.gpus is not None:
-        probe = probe if probe is not None else detect_probe()
-        if probe.available:
-            try:
-                gpus = select_gpus(probe.gpus(), stack.gpus)
-            except GpuProbeError:
-                gpus = []
-            if gpus:
-                return min(g.total_bytes for g in gpus), f"probed by {probe.name}"
-    if stack.gpu_memory_bytes is not None:
-        return stack.gpu_memory_bytes, "stack.gpu_memory_bytes"
-    return None, ""
-
-
-def kv_bytes_per_token(stack: Stack) -> int | None:
-    """KV cache bytes per token per GPU, from the checkpoint's config.json (None: unknown)."""
-    from composer.probes.checkpoints import kv_bytes_per_token as model_bytes
-    from composer.probes.checkpoints import read_config
-
-    try:
-        total = model_bytes(read_config(stack.model_dir))
-    except ComposerError:
-        return None
-    return total // stack.tensor_parallel_size if total else None
-
-
-def plan_for(
-    stack: Stack, target: Target, asleep_after: list[str], probe: GpuProbe | None = None
-) -> StandbyPlan:
-    """The planner's verdict for `target` serving with `asleep_after` sleeping.
-
-    GPU memory comes from the GPU probe when available, else from `stack.gpu_memory_bytes`.
-    At sleep level 2 a sleeper holds no weights in host RAM (they are dropped).
-    """
-    variant = target.variant
-    weights = weights_per_gpu(stack, variant)
-    awake = Awake(variant.name, weights, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
-    sleepers = [
-        Sleeper(n, 0 if stack.sleep_level == 2 else weights_per_gpu(stack, stack.variant(n)))
-        for n in asleep_after
-    ]
-    memory, source = gpu_memory(stack, probe)
-    return plan_standby(
-        awake,
-        sleepers,
-        residue=stack.sleep_residue,
-        tensor_parallel=stack.tensor_parallel_size,
-        gpu_memory=memory,
-        host_memory=host_memory(),
-        kv_bytes_per_token=kv_bytes_per_token(stack),
-        gpu_source=source,
-    )
-
-
-def refusal(plan: StandbyPlan) -> PreflightFailed:
-    """The error of a standby that does not fit, with the numbers and the ways out."""
-    return PreflightFailed(
-        "preflight: sleep standby does not fit: "
-        + "; ".join(plan.problems)
-        + '; fix: set standby = "stop" on a variant, set stack.standby_fallback = "stop", '
-        "or lower kv_cache_memory"
-    )
-
-
-def check_fits(
-    stack: Stack, target: Target, asleep_after: list[str], probe: GpuProbe | None = None
-) -> StandbyPlan:
-    """Refuse (PreflightFailed, with the numbers) before anything stops when it does not fit."""
-    plan = plan_for(stack, target, asleep_after, probe)
-    if not plan.fits:
-        raise refusal(plan)
-    return plan
 
 
 def target_of(stack: Stack, variant: str) -> Target:

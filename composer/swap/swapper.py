@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.doctor import preflight
+from composer.doctor import preflight, standby_checks
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import (
@@ -344,9 +344,9 @@ class Swapper:
         sleeping_now = sorted(asleep)
         if "sleep" in plan.steps and plan.previous is not None:
             asleep.add(plan.previous.variant)
-        fit = standby.plan_for(self.stack, target, sorted(asleep))
+        fit = standby_checks.plan_for(self.stack, target, sorted(asleep))
         if not fit.fits and "sleep" in plan.steps and self.stack.standby_fallback == "stop":
-            without = standby.plan_for(self.stack, target, sleeping_now)
+            without = standby_checks.plan_for(self.stack, target, sleeping_now)
             if without.fits:
                 stopped = plan.previous.variant if plan.previous else "the serving variant"
                 fallback = (
@@ -360,7 +360,7 @@ class Swapper:
                 return replace(plan, steps=steps)
             fit = without if not without.fits else fit
         if not fit.fits:
-            raise standby.refusal(fit)
+            raise standby_checks.refusal(fit)
         self.standby_notes = fit.costs + fit.notes
         return plan
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+from composer.doctor import standby_checks as standby
 from composer.doctor.gpu_checks import GpuFacts
 from composer.doctor.standby_checks import check_standby
 from composer.probes.gpu import GpuInfo
 from composer.stack.load import load_stack
-from composer.swap import standby
 from tests.conftest import REPO
 
 GIB = 1 << 30

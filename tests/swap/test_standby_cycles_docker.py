@@ -17,12 +17,12 @@ import time
 
 import pytest
 
+from composer.doctor import standby_checks as standby
 from composer.engine.containers import current_variant, gateway_container, is_asleep
 from composer.engine.variant_container import VariantContainer
 from composer.gateway.client import GatewayControl
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
-from composer.swap import standby
 from composer.swap.swapper import UpOptions, up
 from tests.conftest import REPO
 

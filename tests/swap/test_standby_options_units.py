@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from composer.doctor import standby_checks as standby
+from composer.doctor.standby_plan import GIB, standby_cost
 from composer.errors import ConfigError, PreflightFailed
 from composer.probes.gpu import GpuInfo
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
-from composer.swap import standby
-from composer.swap.standby_plan import GIB, standby_cost
 from composer.swap.swapper import Swapper, UpOptions, UpResult, plan_swap
 from tests.conftest import REPO
 from tests.swap.test_standby_units import _running

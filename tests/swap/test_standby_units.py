@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from composer.doctor.standby_plan import GIB, Awake, Sleeper, plan_standby
 from composer.engine.containers import RunningVariant
 from composer.errors import ConfigError
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
-from composer.swap.standby_plan import GIB, Awake, Sleeper, plan_standby
 from composer.swap.swapper import plan_swap
 from tests.conftest import REPO
 
@@ -112,7 +112,7 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     import struct
     from dataclasses import replace
 
-    from composer.swap.standby import weights_per_gpu
+    from composer.doctor.standby_checks import weights_per_gpu
 
     header = json.dumps(
         {"w": {"dtype": "BF16", "shape": [1024, 1024], "data_offsets": [0, 2 << 20]}}
