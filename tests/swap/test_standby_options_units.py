@@ -172,3 +172,48 @@ def test_down_of_the_only_variant_running_is_down(monkeypatch) -> None:
     swapper = _down(monkeypatch, [only], [])
     assert "the whole project is down" in swapper.down_variant("mtp")
     assert swapper.downed  # type: ignore[attr-defined]
+
+
+class FakeControl:
+    """The gateway's control channel as `wake` and `put_to_sleep` use it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def route(self, upstream: str) -> str:
+        self.calls.append(("route", upstream))
+        return ""
+
+    def sleep(self, level: int):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append(("sleep", level))
+        return BackendReply(200, "")
+
+    def wake_up(self):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append(("wake_up",))
+        return BackendReply(200, "")
+
+    def backend(self, method: str, path: str, query=(), body=None, timeout_s: float = 300.0):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append((method, path, body))
+        return BackendReply(200, [None])
+
+
+def test_level_2_sleeps_at_level_2_and_reloads_the_weights_on_wake() -> None:
+    from composer.swap.standby import put_to_sleep, wake
+
+    class Named:
+        name = "p-vllm-baseline-1"
+
+    for level, reload in ((1, False), (2, True)):
+        stack = _stack("variants.baseline.standby=sleep", f"stack.sleep_level={level}")
+        control = FakeControl()
+        put_to_sleep(control, Named(), "baseline", stack)  # type: ignore[arg-type]
+        wake(control, Named(), "baseline", stack)  # type: ignore[arg-type]
+        assert control.calls[0] == ("sleep", level)
+        assert control.calls[1:3] == [("route", "http://p-vllm-baseline-1:8000"), ("wake_up",)]
+        assert (("POST", "/collective_rpc", {"method": "reload_weights"}) in control.calls) is reload
