@@ -122,16 +122,6 @@ def refusal(plan: StandbyPlan) -> PreflightFailed:
     )
 
 
-def check_fits(
-    stack: Stack, target: Target, asleep_after: list[str], probe: GpuProbe | None = None
-) -> StandbyPlan:
-    """Refuse (PreflightFailed, with the numbers) before anything stops when it does not fit."""
-    plan = plan_for(stack, target, asleep_after, probe)
-    if not plan.fits:
-        raise refusal(plan)
-    return plan
-
-
 @dataclass(frozen=True)
 class FactsProbe:
     """The GPUs doctor already probed, offered to the planner as a probe."""
