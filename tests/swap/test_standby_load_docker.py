@@ -74,10 +74,12 @@ def test_sleep_standby_switches_under_16_streams_refuse_and_cut_nothing(
     assert load.cut() == [], load.cut()[:5]
     cold_wall = min(first["timings"]["start_to_ready"], results[0][1]["timings"]["start_to_ready"])
     assert cold_wall * TIME_SCALE >= 20.0, cold_wall  # a cold start of at least 20 simulated seconds
+    engine_wakes = []
     for variant, result in results[1:]:
         wake_wall = result["timings"]["wake"]  # /wake_up until the gate passed, on this machine
         assert wake_wall <= cold_wall / 5, (variant, wake_wall, cold_wall)
         engine = _engine_wake_seconds(docker_client, f"{stack.project}-vllm-{variant}-1")
+        engine_wakes.append(round(engine * TIME_SCALE, 2))
         assert engine * TIME_SCALE <= 3.0, (variant, engine * TIME_SCALE)  # simulated seconds
         assert result["drained"]["cut"] == 0
     metrics = httpx.get(f"http://127.0.0.1:{stack.port}/gateway/metrics", timeout=10).text
@@ -89,6 +91,8 @@ def test_sleep_standby_switches_under_16_streams_refuse_and_cut_nothing(
         round(cold_wall, 2),
         "wakes (wall):",
         [round(r["timings"]["wake"], 2) for _, r in results[1:]],
+        "engine wakes (simulated):",
+        engine_wakes,
         "requests:",
         len(finished),
     )
