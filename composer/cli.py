@@ -562,20 +562,35 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
 
 
 @main.command()
+@click.argument("variant", required=False, shell_complete=_complete("variant"))
+@click.option("--force", is_flag=True, help="Stop VARIANT even when it serves while others sleep.")
 @click.pass_obj
-def down(obj: Context) -> None:
-    """Stop and remove the running variant.
+def down(obj: Context, variant: str | None, force: bool) -> None:
+    """Stop and remove the running variant, sleeping ones and the gateway too.
+
+    With VARIANT: stop only that variant's container. A sleeping one is always stopped;
+    the serving one is refused while others sleep (nothing would serve) unless --force;
+    the only variant running takes the whole project down, like `down`.
 
     \b
     Examples:
       compose-spec down
+      compose-spec down mtp
       compose-spec --env-file .env.demo down
     """
     from composer.engine.client import docker_client
     from composer.swap.swapper import down as stop
+    from composer.swap.swapper import down_variant
 
     line = LiveLine()
-    stopped = stop(obj.stack(), client=docker_client(), progress=line.step)
+    stack = obj.stack()
+    if variant is not None:
+        stack.variant(variant)  # an unknown name: exit 2 with the known ones
+        said = down_variant(stack, variant, client=docker_client(), force=force, progress=line.step)
+        line.finish()
+        click.echo(said)
+        return
+    stopped = stop(stack, client=docker_client(), progress=line.step)
     click.echo(f"stopped {stopped}" if stopped else "nothing was running")
 
 

@@ -104,6 +104,12 @@ class PreflightFailed(ComposerError):
     kind = "preflight"
 
 
+class DownRefused(ComposerError):
+    """`down VARIANT` would leave nothing serving (use --force); nothing was changed."""
+
+    kind = "down"
+
+
 class GpuProbeError(ComposerError):
     """The GPU tool is present but could not answer."""
 

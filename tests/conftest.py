@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import socket
 import sys
 import uuid
@@ -53,7 +54,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now."""
+    """A TCP port that is free on 127.0.0.1 right now (inside TEST_PORT_RANGE=LOW-HIGH if set)."""
+    low, _, high = os.environ.get("TEST_PORT_RANGE", "").partition("-")
+    if low and high:
+        for port in random.sample(range(int(low), int(high) + 1), int(high) - int(low) + 1):
+            with socket.socket() as sock:
+                try:
+                    sock.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+                return port
+        raise RuntimeError(f"no free port in TEST_PORT_RANGE={low}-{high}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -62,4 +73,4 @@ def free_port() -> int:
 @pytest.fixture
 def project_name() -> Iterator[str]:
     """A unique compose project name for one test."""
-    yield f"vct{uuid.uuid4().hex[:10]}"
+    yield f"{os.environ.get('TEST_PROJECT_PREFIX', 'vct')}{uuid.uuid4().hex[:10]}"

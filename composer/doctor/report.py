@@ -35,6 +35,7 @@ from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
+from composer.doctor import standby_checks as sck
 from composer.doctor.preflight import Finding, check_api_key, check_bind_address
 from composer.probes.gpu import GpuProbe
 from composer.render.target import Target, resolve_target
@@ -169,6 +170,7 @@ def _stack_checks(
         rck.check_client_address(stack, endpoint),
         check_bind_address(stack),
         mck.check_model_config(stack),
+        sck.check_standby(stack, facts),
     ]
 
 

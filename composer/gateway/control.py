@@ -4,7 +4,7 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
 
 | route | does |
 |---|---|
-| `GET /state` | upstream, readiness, holds, held, in flight, counters |
+| `GET /state` | upstream, readiness, holds, held, in flight, counters, `waking` |
 | `POST /hold {lease_s?, owner?}` | set a hold (expires after the lease unless renewed) |
 | `POST /renew {id, lease_s?}` | extend a hold's lease |
 | `POST /release {id?}` | remove one hold, or all; held requests flow in arrival order |
@@ -110,8 +110,11 @@ def build_control_app(gateway: Gateway) -> Starlette:
             raise BadInput("body must be a JSON object")
         return data
 
+    def state_now() -> dict[str, Any]:
+        return {**gateway.state(), "waking": bool(gateway.metrics.waking._value.get())}
+
     async def state(_: Request) -> JSONResponse:
-        return JSONResponse(gateway.state())
+        return JSONResponse(state_now())
 
     async def hold(request: Request) -> JSONResponse:
         body = await body_of(request)
@@ -177,12 +180,22 @@ def build_control_app(gateway: Gateway) -> Starlette:
         kwargs: dict[str, Any] = {"params": query, "timeout": httpx.Timeout(timeout, connect=5.0)}
         if "json" in body:
             kwargs["json"] = body["json"]
+        waking = method == "POST" and path == "/wake_up"
+        if waking:
+            gateway.metrics.waking.set(1)
         try:
             reply = await gateway.backend_client.request(method, gateway.upstream.url + path, **kwargs)
         except httpx.HTTPError as err:
+            if method == "POST":
+                gateway.metrics.count_sleep_call(path, ok=False)
             return JSONResponse(
                 {"error": f"backend unreachable: {type(err).__name__}: {err}"}, status_code=502
             )
+        finally:
+            if waking:
+                gateway.metrics.waking.set(0)
+        if method == "POST":
+            gateway.metrics.count_sleep_call(path, ok=reply.status_code == 200)
         try:
             payload: Any = reply.json()
         except ValueError:

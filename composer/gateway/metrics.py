@@ -17,6 +17,9 @@
 | `gateway_hold_active` | gauge | 1 while a control hold is set |
 | `gateway_backend_ready` | gauge | 1 while the backend answers `/health` (and lists the served name) |
 | `gateway_backend_info{upstream}` | gauge | 1 for the upstream served now |
+| `gateway_sleeps_total{result}` | counter | `/sleep` calls through the control channel (`ok`, `failed`) |
+| `gateway_wakes_total{result}` | counter | `/wake_up` calls through the control channel (`ok`, `failed`) |
+| `gateway_waking` | gauge | 1 while a `/wake_up` runs (status shows the backend as `waking`) |
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route")
+SLEEP_RESULTS = ("ok", "failed")
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -63,6 +67,19 @@ class Metrics:
         self.backend_info = Gauge(
             "gateway_backend_info", "1 for the upstream served now", ["upstream"], registry=r
         )
+
+        self.sleeps = Counter("gateway_sleeps", "Backend /sleep calls", ["result"], registry=r)
+        self.wakes = Counter("gateway_wakes", "Backend /wake_up calls", ["result"], registry=r)
+        for result in SLEEP_RESULTS:
+            self.sleeps.labels(result)
+            self.wakes.labels(result)
+        self.waking = Gauge("gateway_waking", "1 while a /wake_up runs", registry=r)
+
+    def count_sleep_call(self, path: str, ok: bool) -> None:
+        """Count a backend `/sleep` or `/wake_up` call (other paths are not counted)."""
+        counter = {"/sleep": self.sleeps, "/wake_up": self.wakes}.get(path)
+        if counter is not None:
+            counter.labels("ok" if ok else "failed").inc()
 
     def set_upstream(self, old: str | None, new: str) -> None:
         """Point `gateway_backend_info` at the new upstream."""

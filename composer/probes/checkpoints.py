@@ -61,6 +61,35 @@ def _field(config: dict, key: str) -> object:
     return text_config.get(key) if isinstance(text_config, dict) else None
 
 
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "fp8": 1}
+
+
+def kv_bytes_per_token(config: dict) -> int | None:
+    """KV cache bytes one token takes over the whole model (all GPUs), from config.json.
+
+    2 (K and V) x attention layers x KV heads x head size x dtype bytes. Hybrid models
+    count only their full-attention layers (`layer_types`, else `full_attention_interval`);
+    None when a field is missing.
+    """
+    layers, heads = _field(config, "num_hidden_layers"), _field(config, "num_key_value_heads")
+    head_dim = _field(config, "head_dim")
+    if head_dim is None:
+        hidden, attention_heads = _field(config, "hidden_size"), _field(config, "num_attention_heads")
+        if isinstance(hidden, int) and isinstance(attention_heads, int) and attention_heads > 0:
+            head_dim = hidden // attention_heads
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (layers, heads, head_dim)):
+        return None
+    assert isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int)
+    types = _field(config, "layer_types")
+    interval = _field(config, "full_attention_interval")
+    if isinstance(types, list) and types:
+        layers = sum(1 for t in types if t == "full_attention") or layers
+    elif isinstance(interval, int) and interval > 0:
+        layers //= interval
+    dtype = _field(config, "torch_dtype") or _field(config, "dtype") or "bfloat16"
+    return 2 * layers * heads * head_dim * DTYPE_BYTES.get(str(dtype), 2)
+
+
 def mtp_layers(config: dict) -> int:
     """The number of MTP layers (`mtp_num_hidden_layers`, top level or text_config); 0 if none."""
     for key in MTP_LAYER_KEYS:

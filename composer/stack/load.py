@@ -59,6 +59,9 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("sleep_residue", None, v.parse_size, "1.3G"),
     Setting("gpu_memory_bytes", None, v.parse_optional_size, None),
     Setting("acceptance_floor", None, v.parse_fraction, 0.05),
+    Setting("standby_fallback", None, v.parse_standby_fallback, "refuse"),
+    Setting("sleep_level", None, v.parse_sleep_level, 1),
+    Setting("allow_sleep_level_2_with_speculation", None, v.parse_bool, False),
 )
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {
@@ -194,6 +197,7 @@ def _build(sources: Sources) -> Stack:
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
     _refuse_standby_without_gateway(variants, gateway)
+    _refuse_level_2_with_speculation(variants, settings)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -253,6 +257,20 @@ def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: Ga
         raise ConfigError(
             f"variants.{sleepers[0]}.standby = 'sleep' needs the gateway (gateway.enabled = true): "
             'a sleeping container cannot share the published port; use standby = "stop"'
+        )
+
+
+def _refuse_level_2_with_speculation(variants: Mapping[str, Variant], settings: Mapping[str, object]) -> None:
+    """Sleep level 2 loses a speculative variant's drafter weights on wake (a vLLM bug)."""
+    if settings["sleep_level"] != 2 or settings["allow_sleep_level_2_with_speculation"]:
+        return
+    speculative = sorted(n for n, var in variants.items() if var.standby == "sleep" and var.speculative)
+    if speculative:
+        raise ConfigError(
+            f"stack.sleep_level = 2 with speculative variant {speculative[0]} on sleep standby: "
+            "vLLM does not reload the drafter after a level-2 wake (MTP acceptance drops to 0, "
+            "EAGLE3 crashes); allowed: sleep_level = 1, or set "
+            "allow_sleep_level_2_with_speculation = true to accept it"
         )
 
 

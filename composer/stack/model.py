@@ -66,6 +66,9 @@ class Stack:
     sleep_residue: int = 1_395_864_371  # GPU bytes a sleeping variant still holds per GPU (1.3 GiB)
     gpu_memory_bytes: int | None = None  # per GPU, for the planner when no GPU can be probed
     acceptance_floor: float = 0.05  # a speculative variant's acceptance after a wake must exceed it
+    standby_fallback: str = "refuse"  # a sleep standby that does not fit: refuse, or stop instead
+    sleep_level: int = 1  # vLLM sleep level; 2 drops the weights (reloaded from disk on wake)
+    allow_sleep_level_2_with_speculation: bool = False  # accept vLLM's level-2 drafter bug
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file

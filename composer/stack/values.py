@@ -294,6 +294,28 @@ def parse_standby(raw: object) -> str:
     return text
 
 
+STANDBY_FALLBACKS: tuple[str, ...] = ("refuse", "stop")
+
+
+def parse_standby_fallback(raw: object) -> str:
+    """What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
+    text = str(raw).strip()
+    if text not in STANDBY_FALLBACKS:
+        raise ValueError("one of " + ", ".join(STANDBY_FALLBACKS))
+    return text
+
+
+SLEEP_LEVELS: tuple[int, ...] = (1, 2)
+
+
+def parse_sleep_level(raw: object) -> int:
+    """vLLM's sleep level: 1 (weights to host RAM) or 2 (weights dropped, reloaded on wake)."""
+    text = str(raw).strip()
+    if isinstance(raw, bool) or text not in {str(level) for level in SLEEP_LEVELS}:
+        raise ValueError("one of " + ", ".join(str(level) for level in SLEEP_LEVELS))
+    return int(text)
+
+
 def parse_optional_size(raw: object) -> int | None:
     """A size, or nothing (an empty string or "none")."""
     if raw is None or (isinstance(raw, str) and raw.strip().lower() in {"", "none"}):

@@ -2,8 +2,9 @@
 
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
 to be released, start the new one from its run file, gate it, roll back on any failure),
-sleep standby (`standby`: put a variant to sleep and wake it through the gateway;
-`standby_plan`: the pure memory planner), the per-project swap lock, and the status
+sleep standby (`standby`: put a variant to sleep and wake it through the gateway; the
+memory planner it runs first lives in `composer.doctor.standby_checks`), the per-project
+swap lock, and the status
 report. Uses the rendered run files, never the templates. May import: `composer.stack`,
 `composer.render`, `composer.engine`, `composer.probes`, `composer.doctor` (its fast
 checks are the preflight), `composer.gateway` (its control client),

@@ -10,34 +10,36 @@ connections would not follow).
 
 The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
 check) are called through the gateway's control channel (`docker exec`), never opened to
-clients. Only level 1 is used (see `standby_plan`).
+clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
+also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
+variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.doctor.standby_checks`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import sleeping_containers, upstream_url
 from composer.engine.variant_container import VariantContainer
-from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed, PreflightFailed
+from composer.errors import (
+    ComposerError,
+    GatewayControlError,
+    HealthCheckFailed,
+)
 from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
-from composer.swap.standby_plan import Awake, Sleeper, StandbyPlan, plan_standby
 
 if TYPE_CHECKING:
     import docker
 
     from composer.engine.gate import GateTarget
     from composer.gateway.client import GatewayControl
-    from composer.stack.model import Stack, Variant
+    from composer.stack.model import Stack
 
-SLEEP_LEVEL = 1
 ACCEPTANCE_WARMUP_REQUESTS = 2
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
-ACTIVATIONS_PER_GPU = 1_696_512_327  # 1.58 GiB: non-KV runtime memory (an estimate)
 
 
 def upstream_of(container: VariantContainer) -> str:
@@ -54,9 +56,9 @@ def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> Varia
 
 
 def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
-    """`POST /sleep?level=1` on the serving (drained) variant: the gateway still routes to it."""
+    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it."""
     try:
-        reply = control.sleep(SLEEP_LEVEL)
+        reply = control.sleep(stack.sleep_level)
     except GatewayControlError as err:
         raise ComposerError(f"could not put {variant} to sleep: {err}") from err
     if reply.status != 200:
@@ -73,6 +75,17 @@ def wake(control: GatewayControl, container: VariantContainer, variant: str, sta
     if reply.status != 200:
         body = str(reply.body)[:300]
         raise HealthCheckFailed(f"the wake of {variant} failed: /wake_up answered {reply.status}: {body}")
+    if stack.sleep_level == 2:  # level 2 dropped the weights: read the checkpoint again
+        try:
+            reply = control.backend("POST", "/collective_rpc", body={"method": "reload_weights"})
+        except GatewayControlError as err:
+            raise HealthCheckFailed(f"reloading {variant}'s weights after its wake failed: {err}") from err
+        if reply.status != 200:
+            body = str(reply.body)[:300]
+            raise HealthCheckFailed(
+                f"reloading {variant}'s weights after its wake failed: /collective_rpc answered "
+                f"{reply.status}: {body}"
+            )
 
 
 def check_awake(control: GatewayControl, variant: str) -> None:
@@ -126,61 +139,6 @@ def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: 
             f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
         )
     return rate
-
-
-def host_memory() -> int | None:
-    """The host's physical memory in bytes (None where the OS does not say)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
-
-
-def weights_per_gpu(stack: Stack, variant: Variant) -> int | None:
-    """A variant's weights per GPU: `weights_bytes`, else estimated from the checkpoint's
-    safetensors headers (model plus draft, split over the GPUs); None when unknown."""
-    if variant.weights_bytes is not None:
-        return variant.weights_bytes
-    from composer.probes.checkpoints import weights_bytes
-
-    dirs = [stack.model_dir]
-    if variant.speculative is not None and variant.speculative.draft_model:
-        dirs.append(stack.draft_dir)
-    try:
-        sizes = [weights_bytes(d) for d in dirs]
-    except (ComposerError, OSError, ValueError):  # unreadable checkpoint: unknown, the planner says so
-        return None
-    if any(size is None for size in sizes):
-        return None
-    return sum(size or 0 for size in sizes) // stack.tensor_parallel_size
-
-
-def plan_for(stack: Stack, target: Target, asleep_after: list[str], gpu_memory: int | None) -> StandbyPlan:
-    """The planner's verdict for `target` serving with `asleep_after` sleeping."""
-    variant = target.variant
-    weights = weights_per_gpu(stack, variant)
-    awake = Awake(variant.name, weights, variant.kv_cache_memory, ACTIVATIONS_PER_GPU)
-    sleepers = [Sleeper(n, weights_per_gpu(stack, stack.variant(n))) for n in asleep_after]
-    return plan_standby(
-        awake,
-        sleepers,
-        residue=stack.sleep_residue,
-        tensor_parallel=stack.tensor_parallel_size,
-        gpu_memory=gpu_memory if gpu_memory is not None else stack.gpu_memory_bytes,
-        host_memory=host_memory(),
-    )
-
-
-def check_fits(stack: Stack, target: Target, asleep_after: list[str]) -> StandbyPlan:
-    """Refuse (PreflightFailed, with the numbers) before anything stops when it does not fit."""
-    plan = plan_for(stack, target, asleep_after, None)
-    if not plan.fits:
-        raise PreflightFailed(
-            "preflight: sleep standby does not fit: "
-            + "; ".join(plan.problems)
-            + '; fix: set standby = "stop" on a variant, or lower kv_cache_memory'
-        )
-    return plan
 
 
 def target_of(stack: Stack, variant: str) -> Target:

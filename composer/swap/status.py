@@ -103,6 +103,7 @@ def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, objec
                 held=state.held,
                 inflight=state.inflight,
                 holds=len(state.holds),
+                waking=bool(state.raw.get("waking", False)),
             )
     return data
 
@@ -113,6 +114,8 @@ def _gateway_line(gateway: dict) -> str:
     if "error" in gateway:
         return f"running, control channel failed: {gateway['error']}"
     backend = "backend ready" if gateway["backend_ready"] else "backend not ready: requests are held"
+    if gateway.get("waking"):
+        backend = "backend waking from sleep: requests are held"
     hold = f", held by {gateway['holds']} swap(s)" if gateway["holds"] else ""
     counts = f"{gateway['held']} held, {gateway['inflight']} in flight"
     return f"running ({gateway['container']}): {counts}, {backend}{hold}"
@@ -122,6 +125,10 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """What runs for this stack, read from Docker and one readiness probe."""
     data = _variant_status(stack, client)
     data["gateway"] = gateway_status(stack, client)
+    gateway = data["gateway"]
+    if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
+        data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
+        data["health_detail"] = "waking from sleep: requests are held until the wake is over"
     return data
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.doctor import preflight
+from composer.doctor import preflight, standby_checks
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import (
@@ -32,7 +32,14 @@ from composer.engine.containers import (
     upstream_url,
 )
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
-from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, PreflightFailed, SwapFailed
+from composer.errors import (
+    ComposerError,
+    DiagnosedError,
+    DownRefused,
+    HealthCheckFailed,
+    PreflightFailed,
+    SwapFailed,
+)
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import Target, resolve_target
@@ -289,7 +296,7 @@ class Swapper:
             result.timings["total"] = time.monotonic() - total_start
             return result
         if plan.steps:
-            self._check_standby_fits(target, plan)
+            plan = self._check_standby_fits(target, plan, result)
         if current is not None and "stop" in plan.steps and self.options.rollback:
             self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
         compose_file = run_file(target)
@@ -326,14 +333,36 @@ class Swapper:
         sleeper.stop_and_remove(self.stack.stop_grace_period)
         return None
 
-    def _check_standby_fits(self, target: Target, plan: SwapPlan) -> None:
-        """The memory planner, before anything stops: refuse with the numbers."""
+    def _check_standby_fits(self, target: Target, plan: SwapPlan, result: UpResult) -> SwapPlan:
+        """The memory planner, before anything stops: refuse with the numbers.
+
+        When putting the serving variant to sleep does not fit and the stack says
+        `standby_fallback = "stop"`, it is stopped instead (and the result says so).
+        """
         asleep = {c.describe().variant for c in sleeping_containers(self.stack, self.client)}
         asleep.discard(target.name)
+        sleeping_now = sorted(asleep)
         if "sleep" in plan.steps and plan.previous is not None:
             asleep.add(plan.previous.variant)
-        fit = standby.check_fits(self.stack, target, sorted(asleep))
+        fit = standby_checks.plan_for(self.stack, target, sorted(asleep))
+        if not fit.fits and "sleep" in plan.steps and self.stack.standby_fallback == "stop":
+            without = standby_checks.plan_for(self.stack, target, sleeping_now)
+            if without.fits:
+                stopped = plan.previous.variant if plan.previous else "the serving variant"
+                fallback = (
+                    f'{stopped} is stopped instead of put to sleep (stack.standby_fallback = "stop"): '
+                    "sleep standby does not fit: " + "; ".join(fit.problems)
+                )
+                self.say(fallback)
+                result.warnings.append(fallback)
+                steps = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
+                self.standby_notes = without.costs + without.notes
+                return replace(plan, steps=steps)
+            fit = without if not without.fits else fit
+        if not fit.fits:
+            raise standby_checks.refusal(fit)
         self.standby_notes = fit.costs + fit.notes
+        return plan
 
     def _control(self) -> GatewayControl:
         if self.hold is None:
@@ -358,7 +387,7 @@ class Swapper:
             release = ReleaseWait.before_stop(self.stack, target.variant, plan.previous)
         if "sleep" in plan.steps and plan.previous is not None:
             began = time.monotonic()
-            self.say(f"putting {plan.previous.variant} to sleep (level {standby.SLEEP_LEVEL})")
+            self.say(f"putting {plan.previous.variant} to sleep (level {self.stack.sleep_level})")
             serving = serving_containers(self.stack, self.client)
             standby.put_to_sleep(self._control(), serving[0], plan.previous.variant, self.stack)
             self.parked = plan.previous.variant
@@ -521,6 +550,42 @@ class Swapper:
         compose(self.stack.project, None, ["down", "--remove-orphans"], timeout=120)
         return current.variant if current else None
 
+    def down_variant(self, variant: str, force: bool = False) -> str:
+        """Stop and remove one variant's container, asleep or serving; say what was done.
+
+        Stopping the serving variant while others sleep would leave nothing serving
+        (clients held, then 503): refused unless `force`. When it is the only variant
+        running, this is `down` (the whole project, gateway included).
+        """
+        ours = our_containers(self.stack, self.client)
+        mine = [c for c in ours if c.describe().variant == variant]
+        if not mine:
+            return f"{variant} is not running; nothing stopped"
+        asleep = {c.name for c in sleeping_containers(self.stack, self.client)}
+        others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
+        sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
+        if all(c.name in asleep for c in mine):
+            for container in mine:
+                self.say(f"stopping {variant} ({container.name}, asleep)")
+                container.stop_and_remove(self.stack.stop_grace_period)
+            return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
+        if not others:
+            self.down()
+            return f"stopped {variant} (the only variant running: the whole project is down)"
+        if not force:
+            left = sleeping_others or others
+            raise DownRefused(
+                f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
+                f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
+                f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
+                f"stops only {variant}"
+            )
+        for container in mine:
+            self.say(f"stopping {variant} ({container.name})")
+            container.stop_and_remove(self.stack.stop_grace_period)
+        left = ", ".join(others)
+        return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
+
 
 def up(
     stack: Stack,
@@ -546,3 +611,13 @@ def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -
 
     with swap_lock(stack.project, True, progress):
         return Swapper(stack, client, UpOptions(), progress).down()
+
+
+def down_variant(
+    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
+) -> str:
+    """Stop one variant's container under the project's lock (see Swapper.down_variant)."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, True, progress):
+        return Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)

@@ -41,6 +41,8 @@ class BackendState:
     paths: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     sleeping: bool = False
+    wake_seconds: float = 0.0  # how long /wake_up takes
+    sleep_status: int = 200  # what /sleep answers
 
 
 def backend_app(state: BackendState) -> Starlette:
@@ -98,8 +100,11 @@ def backend_app(state: BackendState) -> Starlette:
     async def dev(request: Request) -> Response:
         state.paths.append(request.url.path + ("?" + request.url.query if request.url.query else ""))
         if request.url.path == "/sleep":
+            if state.sleep_status != 200:
+                return Response(status_code=state.sleep_status)
             state.sleeping = True
         elif request.url.path == "/wake_up":
+            await asyncio.sleep(state.wake_seconds)
             state.sleeping = False
         if request.url.path == "/is_sleeping":
             return JSONResponse({"is_sleeping": state.sleeping})

@@ -79,6 +79,23 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
     assert "sleep standby does not fit" in done.stderr and "above the GPU's 16.0 GiB" in done.stderr
     assert standby_stack.status()["variant"] == "baseline"
     assert len(running_containers(docker_client, standby_stack.project)) == 2
+    # with standby_fallback = "stop", a sleeper that does not fit is stopped instead, and up says so
+    fallback = ("--set", "stack.gpu_memory_bytes=21G", "--set", "variants.dflash2.weights_bytes=13.5G")
+    done = standby_stack.run(*fallback, "--set", "stack.standby_fallback=stop", "up", "dflash2", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "baseline is stopped instead of put to sleep" in done.stderr, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "swapped"
+    names = sorted(c.name for c in running_containers(docker_client, standby_stack.project))
+    assert names == [f"{standby_stack.project}-vllm-dflash2-1", f"{standby_stack.project}-vllm-mtp-1"]
+    # down VARIANT: the serving one is refused while another sleeps; the sleeping one stops
+    done = standby_stack.run("down", "dflash2")
+    assert done.returncode == 1 and "leaves nothing serving while mtp sleep" in done.stderr, done.stderr
+    done = standby_stack.run("down", "mtp")
+    assert done.returncode == 0 and "stopped mtp (it was asleep" in done.stdout, done.stdout + done.stderr
+    assert [c.name for c in running_containers(docker_client, standby_stack.project)] == [
+        f"{standby_stack.project}-vllm-dflash2-1"
+    ]
+    assert standby_stack.status()["asleep"] == []
     done = standby_stack.run("down")
     assert done.returncode == 0, done.stderr
     assert running_containers(docker_client, standby_stack.project) == []

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from composer.doctor.standby_plan import GIB, Awake, Sleeper, plan_standby
 from composer.engine.containers import RunningVariant
 from composer.errors import ConfigError
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
-from composer.swap.standby_plan import GIB, Awake, Sleeper, plan_standby
 from composer.swap.swapper import plan_swap
 from tests.conftest import REPO
 
@@ -112,7 +112,7 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     import struct
     from dataclasses import replace
 
-    from composer.swap.standby import weights_per_gpu
+    from composer.doctor.standby_checks import weights_per_gpu
 
     header = json.dumps(
         {"w": {"dtype": "BF16", "shape": [1024, 1024], "data_offsets": [0, 2 << 20]}}
@@ -126,3 +126,18 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     assert (
         weights_per_gpu(replace(stack, model_dir=str(tmp_path / "none")), stack.variants["baseline"]) is None
     )
+
+
+def test_status_says_waking_while_the_gateway_runs_a_wake(monkeypatch) -> None:
+    from composer.swap import status
+
+    running = {"project": "p", "running": True, "variant": "mtp", "health": "not ready", "health_detail": "x"}
+    monkeypatch.setattr(status, "_variant_status", lambda stack, client: dict(running))
+    gateway = {"container": "p-gateway-1", "state": "running", "backend_ready": False, "held": 3}
+    gateway.update(inflight=0, holds=1, waking=True)
+    monkeypatch.setattr(status, "gateway_status", lambda stack, client: dict(gateway))
+    data = status.status_data(_stack(), None)
+    assert data["health"] == "waking" and "waking from sleep" in data["health_detail"]
+    assert "backend waking from sleep" in status._gateway_line(data["gateway"])
+    monkeypatch.setattr(status, "gateway_status", lambda stack, client: {**gateway, "waking": False})
+    assert status.status_data(_stack(), None)["health"] == "not ready"

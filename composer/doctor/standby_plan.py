@@ -3,9 +3,10 @@
 Per GPU, the awake variant's weights share, its KV cache and its activations, plus the
 residue each sleeping variant still holds (CUDA context, graph pools, NCCL buffers:
 about 1.3 GiB per GPU measured), must fit the GPU's memory. The host must hold every
-sleeping variant's weights (a level-1 sleep copies them to host RAM). Only level 1 is
-used: level 2 with speculative decoding drops acceptance to 0 or crashes (a known vLLM
-bug), so `up` never uses it.
+sleeping variant's weights (a level-1 sleep copies them to host RAM; level 2 drops them).
+Level 2 with speculative decoding drops acceptance to 0 or crashes (a known vLLM bug):
+the stack refuses it unless allowed. Each standby's cost is given in words, in GiB and,
+when the KV bytes per token are known, in tokens of KV cache.
 """
 
 from __future__ import annotations
@@ -38,6 +39,19 @@ class Sleeper:
     weights: int | None
 
 
+def tokens_text(n: int) -> str:
+    """A token count rounded for words: `72,000`."""
+    return f"{round(n, -3):,}" if n >= 10_000 else f"{n:,}"
+
+
+def standby_cost(name: str, residue: int, kv_bytes_per_token: int | None) -> str:
+    """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens`."""
+    if not kv_bytes_per_token:
+        return f"standby of {name} costs {gib(residue)} per GPU"
+    tokens = tokens_text(residue // kv_bytes_per_token)
+    return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens} tokens"
+
+
 @dataclass(frozen=True)
 class StandbyPlan:
     """The verdict, the cost of each standby in words, and what could not be checked."""
@@ -56,13 +70,19 @@ def plan_standby(
     tensor_parallel: int,
     gpu_memory: int | None,
     host_memory: int | None,
+    kv_bytes_per_token: int | None = None,
+    gpu_source: str = "",
 ) -> StandbyPlan:
-    """Check the GPU and host budgets with `sleepers` asleep next to `awake`."""
+    """Check the GPU and host budgets with `sleepers` asleep next to `awake`.
+
+    `kv_bytes_per_token` (per GPU) turns each cost into tokens; `gpu_source` says where
+    `gpu_memory` came from (the GPU probe or the stack), shown with the numbers.
+    """
     plan = StandbyPlan(fits=True)
     if not sleepers:
         return plan
     for sleeper in sleepers:
-        plan.costs.append(f"standby of {sleeper.name} costs {gib(residue)} per GPU")
+        plan.costs.append(standby_cost(sleeper.name, residue, kv_bytes_per_token))
     gpu_need_known = awake.weights is not None and awake.kv_cache is not None
     if gpu_memory is None:
         plan.notes.append(
@@ -82,6 +102,7 @@ def plan_standby(
                 f"{gib(awake.kv_cache)} KV cache + {gib(awake.activations)} activations, "
                 f"plus {len(sleepers)} x {gib(residue)} for {', '.join(s.name for s in sleepers)} "
                 f"asleep = {gib(need)}, above the GPU's {gib(gpu_memory)}"
+                + (f" ({gpu_source})" if gpu_source else "")
             )
     unknown = [s.name for s in sleepers if s.weights is None]
     if unknown:

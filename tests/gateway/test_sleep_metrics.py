@@ -1,0 +1,51 @@
+"""Sleeps and wakes through the control channel are counted, and a wake shows as `waking`."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+
+from composer.gateway.client import GatewayControl
+
+from .fakes import LocalExec
+
+
+def _counter(metrics: str, name: str, result: str) -> float:
+    for line in metrics.splitlines():
+        if line.startswith(f'{name}{{result="{result}"}} '):
+            return float(line.split()[-1])
+    raise AssertionError(f"{name}{{result={result}}} missing from /gateway/metrics")
+
+
+def test_sleeps_and_wakes_are_counted_and_a_wake_in_progress_is_waking(gateway, backend) -> None:
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    assert ctl.state().raw["waking"] is False
+    assert ctl.sleep(level=1).status == 200
+    backend.state.sleep_status = 500
+    assert ctl.sleep(level=1).status == 500
+    backend.state.wake_seconds = 1.5
+    woke: list[int] = []
+    waker = threading.Thread(target=lambda: woke.append(ctl.wake_up().status))
+    waker.start()
+    deadline = time.monotonic() + 5
+    seen_waking = False
+    while waker.is_alive() and time.monotonic() < deadline:
+        if gateway.gateway.metrics.waking._value.get() == 1:
+            seen_waking = ctl.state().raw["waking"] is True
+            break
+        time.sleep(0.01)
+    waker.join(10)
+    assert seen_waking, "the control state never said waking during a 1.5 s wake"
+    assert woke == [200]
+    assert ctl.state().raw["waking"] is False
+    metrics = httpx.get(gateway.url + "/gateway/metrics", timeout=5).text
+    assert _counter(metrics, "gateway_sleeps_total", "ok") == 1
+    assert _counter(metrics, "gateway_sleeps_total", "failed") == 1
+    assert _counter(metrics, "gateway_wakes_total", "ok") == 1
+    assert _counter(metrics, "gateway_wakes_total", "failed") == 0
+    assert "gateway_waking 0.0" in metrics
+    ctl.is_sleeping()  # a GET is never counted
+    metrics = httpx.get(gateway.url + "/gateway/metrics", timeout=5).text
+    assert _counter(metrics, "gateway_wakes_total", "ok") == 1

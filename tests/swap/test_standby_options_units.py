@@ -1,0 +1,219 @@
+"""Sleep standby options without Docker: the fallback, the sleep level, the GPU probe and
+the cost in words."""
+
+from __future__ import annotations
+
+import pytest
+
+from composer.doctor import standby_checks as standby
+from composer.doctor.standby_plan import GIB, standby_cost
+from composer.errors import ConfigError, PreflightFailed
+from composer.probes.gpu import GpuInfo
+from composer.render.target import resolve_target
+from composer.stack.load import load_stack
+from composer.swap.swapper import Swapper, UpOptions, UpResult, plan_swap
+from tests.conftest import REPO
+from tests.swap.test_standby_units import _running
+
+SLEEPY = ("stack.standby=sleep", "variants.baseline.weights_bytes=13.5G", "variants.mtp.weights_bytes=13.5G")
+
+
+def _stack(*flags: str):
+    return load_stack([REPO / "composer.toml"], REPO / ".env.demo", environ={}, flags=list(flags))
+
+
+class FakeProbe:
+    name = "fake-nvml"
+    reason = ""
+
+    def __init__(self, totals: list[int], available: bool = True) -> None:
+        self.available = available
+        self.totals = totals
+
+    def gpus(self) -> list[GpuInfo]:
+        return [GpuInfo(i, "H200", (9, 0), t, 0, t) for i, t in enumerate(self.totals)]
+
+
+def test_fallback_and_sleep_level_are_validated_with_the_allowed_values() -> None:
+    with pytest.raises(ConfigError, match=r"standby_fallback = 'nap'.*expected one of refuse, stop"):
+        _stack("stack.standby_fallback=nap")
+    with pytest.raises(ConfigError, match="expected one of 1, 2"):
+        _stack("stack.sleep_level=3")
+    assert _stack().standby_fallback == "refuse" and _stack().sleep_level == 1
+
+
+def test_sleep_level_2_is_refused_for_speculative_sleepers_unless_allowed() -> None:
+    with pytest.raises(ConfigError, match="acceptance drops to 0") as refused:
+        _stack("stack.standby=sleep", "stack.sleep_level=2")
+    assert "allow_sleep_level_2_with_speculation" in str(refused.value)
+    allowed = _stack(
+        "stack.standby=sleep", "stack.sleep_level=2", "stack.allow_sleep_level_2_with_speculation=1"
+    )
+    assert allowed.sleep_level == 2
+    # only the non-speculative variant sleeps: level 2 has no drafter to lose
+    assert _stack("variants.baseline.standby=sleep", "stack.sleep_level=2").sleep_level == 2
+
+
+def test_gpu_memory_comes_from_the_probe_else_from_the_stack() -> None:
+    stack = _stack("stack.gpus=all", "stack.gpu_memory_bytes=24G")
+    assert standby.gpu_memory(stack, FakeProbe([80 * GIB, 141 * GIB])) == (80 * GIB, "probed by fake-nvml")
+    assert standby.gpu_memory(stack, FakeProbe([], available=False)) == (24 * GIB, "stack.gpu_memory_bytes")
+    assert standby.gpu_memory(_stack("stack.gpus=7", "stack.gpu_memory_bytes=24G"), FakeProbe([GIB])) == (
+        24 * GIB,
+        "stack.gpu_memory_bytes",
+    )
+    assert standby.gpu_memory(_stack("stack.gpus=all"), FakeProbe([], available=False)) == (None, "")
+
+
+def test_the_planner_uses_the_probed_gpu_and_says_so(monkeypatch) -> None:
+    monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
+    stack = _stack(*SLEEPY, "stack.gpus=all", "stack.gpu_memory_bytes=141G")
+    target = resolve_target(stack, "baseline")
+    small = standby.plan_for(stack, target, ["mtp"], FakeProbe([16 * GIB] * 4))
+    assert not small.fits and "above the GPU's 16.0 GiB (probed by fake-nvml)" in small.problems[0]
+    assert standby.plan_for(stack, target, ["mtp"], FakeProbe([], available=False)).fits
+
+
+def test_the_cost_is_given_in_gib_and_in_tokens_of_kv_cache() -> None:
+    assert standby_cost("mtp", int(1.3 * GIB), 19328) == (
+        "standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens"
+    )
+    assert standby_cost("mtp", int(1.3 * GIB), None) == "standby of mtp costs 1.3 GiB per GPU"
+    # the demo checkpoint: 16 full-attention layers x 2 x 4 KV heads x 256 x 2 bytes, over 4 GPUs
+    assert standby.kv_bytes_per_token(_stack()) == 16 * 2 * 4 * 256 * 2 // 4
+
+
+class Asleep:
+    """A sleeping container as the swapper sees it."""
+
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+
+    def describe(self) -> Asleep:
+        return self
+
+
+def _swapper(monkeypatch, *flags: str, asleep: tuple[str, ...] = ()) -> tuple[Swapper, object]:
+    from composer.swap import swapper as module
+
+    monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: [Asleep(v) for v in asleep])
+    monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
+    stack = _stack(*SLEEPY, "stack.gpu_memory_bytes=23G", *flags)
+    swapper = Swapper(stack, None, UpOptions())  # type: ignore[arg-type]
+    plan = plan_swap("baseline", "h", _running("mtp"), True, current_sleeps=True)
+    assert plan.steps == ("sleep", "start", "gate")
+    return swapper, plan
+
+
+def test_a_standby_that_does_not_fit_is_refused_with_the_numbers(monkeypatch) -> None:
+    swapper, plan = _swapper(monkeypatch)
+    target = resolve_target(swapper.stack, "baseline")
+    with pytest.raises(PreflightFailed, match=r"above the GPU's 23.0 GiB \(stack.gpu_memory_bytes\)") as err:
+        swapper._check_standby_fits(target, plan, UpResult("baseline", "started"))
+    assert 'standby_fallback = "stop"' in str(err.value)
+
+
+def test_with_the_stop_fallback_the_serving_variant_is_stopped_instead_and_up_says_so(monkeypatch) -> None:
+    swapper, plan = _swapper(monkeypatch, "stack.standby_fallback=stop")
+    target = resolve_target(swapper.stack, "baseline")
+    result = UpResult("baseline", "started")
+    changed = swapper._check_standby_fits(target, plan, result)
+    assert changed.steps == ("stop", "release", "start", "gate")
+    assert "mtp is stopped instead of put to sleep" in result.warnings[0]
+    assert "above the GPU's 23.0 GiB" in result.warnings[0]
+    # a GPU too small even without mtp asleep (dflash2 already sleeps) is still refused
+    tight, plan = _swapper(monkeypatch, "stack.standby_fallback=stop", asleep=("dflash2",))
+    with pytest.raises(PreflightFailed, match=r"1 x 1\.3 GiB for dflash2 asleep"):
+        tight._check_standby_fits(target, plan, result)
+
+
+class Running:
+    """A project container as `down VARIANT` sees it."""
+
+    def __init__(self, variant: str, name: str) -> None:
+        self.variant, self.name, self.status = variant, name, "running"
+        self.stopped = False
+
+    def describe(self) -> Running:
+        return self
+
+    def stop_and_remove(self, grace: int) -> None:
+        self.stopped = True
+
+
+def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Swapper:
+    from composer.swap import swapper as module
+
+    monkeypatch.setattr(module, "our_containers", lambda stack, client: containers)
+    monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: asleep)
+    swapper = Swapper(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
+    swapper.downed = False  # type: ignore[attr-defined]
+    monkeypatch.setattr(swapper, "down", lambda: setattr(swapper, "downed", True))
+    return swapper
+
+
+def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
+    from composer.errors import DownRefused
+
+    serving, sleeping = Running("baseline", "p-vllm-baseline-1"), Running("mtp", "p-vllm-mtp-1")
+    swapper = _down(monkeypatch, [serving, sleeping], [sleeping])
+    with pytest.raises(DownRefused, match="leaves nothing serving while mtp sleep") as refused:
+        swapper.down_variant("baseline")
+    assert refused.value.exit_code == 1 and "up mtp" in str(refused.value)
+    assert not serving.stopped and not sleeping.stopped
+    assert "was asleep" in swapper.down_variant("mtp") and sleeping.stopped and not serving.stopped
+    assert "nothing serves now (mtp left)" in swapper.down_variant("baseline", force=True)
+    assert serving.stopped and not swapper.downed  # type: ignore[attr-defined]
+    assert swapper.down_variant("dflash2") == "dflash2 is not running; nothing stopped"
+
+
+def test_down_of_the_only_variant_running_is_down(monkeypatch) -> None:
+    only = Running("mtp", "p-vllm-mtp-1")
+    swapper = _down(monkeypatch, [only], [])
+    assert "the whole project is down" in swapper.down_variant("mtp")
+    assert swapper.downed  # type: ignore[attr-defined]
+
+
+class FakeControl:
+    """The gateway's control channel as `wake` and `put_to_sleep` use it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def route(self, upstream: str) -> str:
+        self.calls.append(("route", upstream))
+        return ""
+
+    def sleep(self, level: int):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append(("sleep", level))
+        return BackendReply(200, "")
+
+    def wake_up(self):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append(("wake_up",))
+        return BackendReply(200, "")
+
+    def backend(self, method: str, path: str, query=(), body=None, timeout_s: float = 300.0):
+        from composer.gateway.client import BackendReply
+
+        self.calls.append((method, path, body))
+        return BackendReply(200, [None])
+
+
+def test_level_2_sleeps_at_level_2_and_reloads_the_weights_on_wake() -> None:
+    from composer.swap.standby import put_to_sleep, wake
+
+    class Named:
+        name = "p-vllm-baseline-1"
+
+    for level, reload in ((1, False), (2, True)):
+        stack = _stack("variants.baseline.standby=sleep", f"stack.sleep_level={level}")
+        control = FakeControl()
+        put_to_sleep(control, Named(), "baseline", stack)  # type: ignore[arg-type]
+        wake(control, Named(), "baseline", stack)  # type: ignore[arg-type]
+        assert control.calls[0] == ("sleep", level)
+        assert control.calls[1:3] == [("route", "http://p-vllm-baseline-1:8000"), ("wake_up",)]
+        assert (("POST", "/collective_rpc", {"method": "reload_weights"}) in control.calls) is reload
