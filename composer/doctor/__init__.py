@@ -2,7 +2,8 @@
 
 Owns: the check registry and report (`report`), the fast checks that double as the swap
 preflight (`preflight`), and the checks grouped by what they read: the Docker engine
-(`engine_checks`), GPUs (`gpu_checks`), the host (`host_checks`), checkpoints
+(`engine_checks`), GPUs (`gpu_checks`), the speculative methods vLLM's CPU build refuses
+(`cpu_checks`), the host (`host_checks`), checkpoints
 (`model_checks`), overlay images (`overlay_checks`) and a remote engine's host: its
 paths, its port and the address clients use (`remote_checks`). Reads only; changes
 nothing (the remote path check creates a container it never starts, then removes it).
