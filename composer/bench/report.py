@@ -64,6 +64,8 @@ def point_data(result: PointResult) -> dict[str, Any]:
         "acceptance_rate": _round(acc.rate) if acc else None,
         "per_position": [round(p, 4) for p in acc.per_position] if acc else [],
         "drafts": acc.drafts if acc else 0,
+        "draft_tokens": acc.draft_tokens if acc else 0,
+        "accepted": acc.accepted if acc else 0,
         "ttft_s": _round(result.ttft_s),
         "ttft_p95_s": _round(result.ttft_p95_s),
         "e2e_s": _round(result.e2e_s),

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.doctor import cpu_checks as cck
 from composer.doctor import engine_checks as dck
 from composer.doctor import gpu_checks as gck
 from composer.doctor import host_checks as hck
@@ -191,6 +192,7 @@ def _variant_checks(
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
         gck.check_gpu_memory(stack, variant, facts),
+        cck.check_cpu_method(stack, variant, client),
     ]
     return found
 

@@ -17,8 +17,10 @@ Writes one directory per model under the output directory:
   greedy tokens in 4), like a trained draft;
 - `qwen3-tiny-hd16`: like `qwen3-tiny` with head_dim 16, which vLLM's CPU attention
   rejects only when the first request runs (startup and /health succeed);
+- `mimo-tiny-mtp` (with `--mtp`): a MiMo model (Qwen2 layers, `MiMoForCausalLM`) with one
+  MTP layer, served by vLLM's `mtp` method on CPU (K=1: vLLM's MiMo MTP predicts one token);
 - `qwen3_5-tiny-mtp` (with `--mtp`): a Qwen3.5 text model (full attention only) with
-  one MTP layer, to try vLLM's `mtp` method.
+  one MTP layer; vLLM cannot inspect it without torchvision, which the image leaves out.
 
 The same seed gives byte-identical files. Each directory carries `composer-model.json`
 (the recipe and the sha256 of every file); a run whose recipe matches an existing
@@ -108,6 +110,17 @@ def recipes(seed: int, mtp: bool) -> list[Recipe]:
         Recipe("qwen3-tiny-hd16", layers=2, heads=16, kv_heads=4, head_dim=16, **base),
     ]
     if mtp:
+        result.append(
+            Recipe(
+                "mimo-tiny-mtp",
+                layers=2,
+                heads=4,
+                kv_heads=2,
+                head_dim=64,
+                extra={"mtp_layers": 1},
+                **{**base, "architecture": "mimo"},
+            )
+        )
         mtp_base = {**base, "architecture": "qwen3_5"}
         result.append(
             Recipe(
@@ -182,6 +195,16 @@ def build_config(recipe: Recipe, tokenizer):
         from transformers import Qwen3Config
 
         return Qwen3Config(**common)
+    if recipe.architecture == "mimo":
+        from transformers import Qwen2Config
+
+        # MiMo is Qwen2 with MTP layers: vLLM picks MiMoForCausalLM from `architectures`
+        # and its MTP model reads num_nextn_predict_layers (no remote code needed).
+        return Qwen2Config(
+            **{k: v for k, v in common.items() if k != "head_dim"},
+            architectures=["MiMoForCausalLM"],
+            num_nextn_predict_layers=recipe.extra.get("mtp_layers", 1),
+        )
     from transformers import Qwen3_5TextConfig
 
     return Qwen3_5TextConfig(
@@ -216,7 +239,7 @@ def build_model(recipe: Recipe, tokenizer, outdir: Path):
 
 
 def mtp_weights(recipe: Recipe, model) -> dict:
-    """Random weights of the MTP layer(s), named as vLLM's Qwen3.5 MTP loader expects."""
+    """Random weights of the MTP layer(s), named as vLLM's MTP loader of the architecture expects."""
     import torch
 
     gen = torch.Generator().manual_seed(recipe.seed + 1)
@@ -229,6 +252,8 @@ def mtp_weights(recipe: Recipe, model) -> dict:
     def ones(n: int) -> torch.Tensor:
         return torch.ones(n, dtype=torch.float32)
 
+    if recipe.architecture == "mimo":
+        return mimo_mtp_weights(recipe, rand, ones)
     weights = {
         "mtp.fc.weight": rand(hidden, 2 * hidden),
         "mtp.pre_fc_norm_embedding.weight": ones(hidden),
@@ -247,6 +272,34 @@ def mtp_weights(recipe: Recipe, model) -> dict:
             p + "self_attn.o_proj.weight": rand(hidden, q_out),
             p + "self_attn.q_norm.weight": ones(recipe.head_dim),
             p + "self_attn.k_norm.weight": ones(recipe.head_dim),
+            p + "mlp.gate_proj.weight": rand(inter, hidden),
+            p + "mlp.up_proj.weight": rand(inter, hidden),
+            p + "mlp.down_proj.weight": rand(hidden, inter),
+        }
+    return weights
+
+
+def mimo_mtp_weights(recipe: Recipe, rand, ones) -> dict:
+    """MiMo's MTP layers (`model.mtp_layers.N.`): two norms, the input projection and a Qwen2 block."""
+    hidden, inter = recipe.hidden_size, recipe.intermediate_size
+    q_out, kv_out = recipe.heads * recipe.head_dim, recipe.kv_heads * recipe.head_dim
+    weights = {}
+    for i in range(recipe.extra.get("mtp_layers", 1)):
+        p = f"model.mtp_layers.{i}."
+        weights |= {
+            p + "token_layernorm.weight": ones(hidden),
+            p + "hidden_layernorm.weight": ones(hidden),
+            p + "input_proj.weight": rand(hidden, 2 * hidden),
+            p + "final_layernorm.weight": ones(hidden),
+            p + "input_layernorm.weight": ones(hidden),
+            p + "post_attention_layernorm.weight": ones(hidden),
+            p + "self_attn.q_proj.weight": rand(q_out, hidden),
+            p + "self_attn.q_proj.bias": rand(q_out),
+            p + "self_attn.k_proj.weight": rand(kv_out, hidden),
+            p + "self_attn.k_proj.bias": rand(kv_out),
+            p + "self_attn.v_proj.weight": rand(kv_out, hidden),
+            p + "self_attn.v_proj.bias": rand(kv_out),
+            p + "self_attn.o_proj.weight": rand(hidden, q_out),
             p + "mlp.gate_proj.weight": rand(inter, hidden),
             p + "mlp.up_proj.weight": rand(inter, hidden),
             p + "mlp.down_proj.weight": rand(hidden, inter),
@@ -284,6 +337,11 @@ def generate(recipe: Recipe, outdir: Path) -> bool:
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        if recipe.architecture == "mimo":  # save_pretrained names the transformers class
+            config_file = staging / "config.json"
+            config = json.loads(config_file.read_text())
+            config["architectures"] = ["MiMoForCausalLM"]
+            config_file.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         if recipe.extra.get("mtp_layers"):
             from safetensors.torch import load_file, save_file
 
@@ -307,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("outdir", type=Path)
     parser.add_argument("--seed", type=int, default=1234)
-    parser.add_argument("--mtp", action="store_true", help="also write the Qwen3.5 MTP model")
+    parser.add_argument("--mtp", action="store_true", help="also write the MTP models (MiMo, Qwen3.5)")
     parser.add_argument("--only", action="append", default=[], help="generate only this model (repeatable)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")

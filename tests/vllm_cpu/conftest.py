@@ -2,7 +2,8 @@
 
 Both are built when absent (`make test` builds them first through `make image-vllm-cpu`;
 the build scripts are no-ops when their inputs are unchanged), so these tests never skip
-for lack of an image. Names of everything these tests create start with `hcpu-`.
+for lack of an image. Names of everything these tests create start with `hcpu-`; host
+ports come from 18200-18299 (`VLLM_CPU_TEST_PORTS=FIRST-LAST` picks another range).
 """
 
 from __future__ import annotations
@@ -11,17 +12,20 @@ import hashlib
 import os
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO
+from tests.vllm_cpu.stack import Stack, make_stack, remove_project
 
 IMAGE = os.environ.get("VLLM_CPU_IMAGE", "vllm-cpu:0.32.0")
 VLLM_VERSION = "0.32.0"
 RECIPE = REPO / "images" / "vllm-cpu"
 MODELS = REPO / ".composer" / "models-cpu"
-PORTS = range(18200, 18300)
+_FIRST, _LAST = (int(p) for p in os.environ.get("VLLM_CPU_TEST_PORTS", "18200-18299").split("-"))
+PORTS = range(_FIRST, _LAST + 1)
 
 
 def run(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -32,7 +36,7 @@ def run(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[
 
 
 def port_in_range() -> int:
-    """A port of 18200-18299 free on 127.0.0.1 right now."""
+    """A port of PORTS free on 127.0.0.1 right now."""
     for port in PORTS:
         with socket.socket() as sock:
             try:
@@ -40,7 +44,7 @@ def port_in_range() -> int:
             except OSError:
                 continue
             return port
-    raise RuntimeError("no free port in 18200-18299")
+    raise RuntimeError(f"no free port in {_FIRST}-{_LAST}")
 
 
 def weights_sha256(directory: Path) -> dict[str, str]:
@@ -64,3 +68,17 @@ def cpu_models(cpu_image) -> Path:
     done = run("bash", RECIPE / "models.sh", "--image", cpu_image, MODELS, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return MODELS
+
+
+@pytest.fixture(scope="session")
+def cpu_stack(cpu_models: Path, docker_client, tmp_path_factory) -> Iterator[Stack]:
+    """The one stack of the tier (nothing started yet); taken down at the end of the session.
+
+    Tests share it so that a variant one test leaves serving saves the next test a boot.
+    """
+    made = make_stack(port_in_range(), tmp_path_factory.mktemp("state"))
+    try:
+        yield made
+    finally:
+        made.run("down", timeout=300)
+        remove_project(docker_client, made.project)

@@ -57,3 +57,32 @@ def test_unknown_model_name_is_refused(cpu_image, tmp_path):
     done = run("bash", RECIPE / "models.sh", "--image", cpu_image, tmp_path, "--", "--only", "nope")
     assert done.returncode == 2
     assert "unknown model 'nope'" in done.stderr and "qwen3-tiny" in done.stderr
+
+
+def safetensors_names(path) -> set[str]:
+    """Tensor names from a safetensors file's JSON header."""
+    with open(path, "rb") as handle:
+        size = int.from_bytes(handle.read(8), "little")
+        return set(json.loads(handle.read(size))) - {"__metadata__"}
+
+
+def test_mimo_mtp_checkpoint_is_what_vllms_mimo_mtp_loader_reads(cpu_image, tmp_path):
+    """MiMo: Qwen2 layers under `MiMoForCausalLM` and `model.mtp_layers.0.*` (served on CPU by
+    vLLM's `mtp` method, images/vllm-cpu/captures/mtp.txt)."""
+    generate(cpu_image, tmp_path, "--mtp", "--only", "mimo-tiny-mtp")
+    config = json.loads((tmp_path / "mimo-tiny-mtp" / "config.json").read_text())
+    assert config["architectures"] == ["MiMoForCausalLM"] and config["model_type"] == "qwen2"
+    assert config["num_nextn_predict_layers"] == 1 and config["num_hidden_layers"] == 2
+    names = safetensors_names(tmp_path / "mimo-tiny-mtp" / "model.safetensors")
+    mtp = {n for n in names if n.startswith("model.mtp_layers.0.")}
+    for part in (
+        "input_proj.weight",
+        "token_layernorm.weight",
+        "hidden_layernorm.weight",
+        "final_layernorm.weight",
+    ):
+        assert f"model.mtp_layers.0.{part}" in mtp
+    assert (
+        "model.mtp_layers.0.self_attn.q_proj.bias" in mtp and "model.mtp_layers.0.mlp.down_proj.weight" in mtp
+    )
+    assert "model.layers.1.self_attn.q_proj.weight" in names and "lm_head.weight" in names

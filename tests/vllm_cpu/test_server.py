@@ -1,106 +1,59 @@
-"""One real vLLM server (CPU build, tiny checkpoint) started by `compose-spec up ngram`.
+"""Real vLLM (CPU build, tiny checkpoint) serving the `ngram` variant started by `compose-spec up`.
 
-A single module-scoped boot (about a minute on 2 cores) serves every test here: the
-version and model list are the real ones, a completion moves the real spec-decode
-counters, and the boot log carries the stages vLLM really prints.
+The tier's shared stack (`cpu_stack`) serves ngram for every test here: the version and
+model list are the real ones, a completion moves the real spec-decode counters, and the
+boot log carries the stages vLLM really prints. test_swaps.py goes on from ngram.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
 import subprocess
-import sys
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.conftest import REPO
-from tests.vllm_cpu.conftest import VLLM_VERSION, port_in_range
+from tests.vllm_cpu.conftest import VLLM_VERSION
+from tests.vllm_cpu.stack import SERVED, Stack, spec_counters
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm_cpu]
 
-SERVED = "claude-opus-5"
 K = 3
-HOST_VARS = {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE", "COMPOSER_STACK"}
 
 
 @dataclass
 class Server:
-    """A variant started by compose-spec, and the command line that started it."""
+    """The shared stack serving ngram, and how `up ngram` went."""
 
-    project: str
-    url: str
-    api_key: str
-    env: dict[str, str]
-    args: list[str]
+    stack: Stack
     boot_seconds: float
     up: subprocess.CompletedProcess[str] = field(repr=False)
 
     @property
+    def url(self) -> str:
+        return self.stack.url
+
+    @property
+    def api_key(self) -> str:
+        return self.stack.api_key
+
+    @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.api_key}"}
+        return self.stack.headers
 
     def compose_spec(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*self.args, *extra], capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
-        )
-
-
-def remove_project(client, project: str) -> None:
-    """Remove every container and network of a compose project."""
-    selector = {"label": f"com.docker.compose.project={project}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for network in client.networks.list(filters=selector):
-        network.remove()
+        return self.stack.run(*extra, timeout=timeout)
 
 
 @pytest.fixture(scope="module")
-def ngram_server(cpu_models: Path, docker_client, tmp_path_factory) -> Iterator[Server]:
-    """`compose-spec up ngram` on .env.cpu + cpu.toml, in its own project and port."""
-    project = f"hcpu-{uuid.uuid4().hex[:8]}"
-    port = port_in_range()
-    state = tmp_path_factory.mktemp("state")
-    env = {k: v for k, v in os.environ.items() if k not in HOST_VARS}
-    env.update(
-        VLLM_API_KEY=secrets.token_urlsafe(32),
-        XDG_STATE_HOME=str(state),
-        XDG_RUNTIME_DIR=str(state),
-        PYTHONPATH=str(REPO),
-    )
-    args = [sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.cpu")]
-    args += ["--stack", "composer.toml", "--stack", "images/vllm-cpu/cpu.toml"]
-    args += ["--set", f"stack.project={project}", "--set", f"stack.port={port}"]
+def ngram_server(cpu_stack: Stack) -> Iterator[Server]:
+    """`compose-spec up ngram` on .env.cpu + cpu.toml (left serving for test_swaps.py)."""
     started = time.monotonic()
-    up = subprocess.run(
-        [*args, "up", "ngram"], capture_output=True, text=True, env=env, cwd=REPO, timeout=900
-    )
-    server = Server(project, f"http://127.0.0.1:{port}", env["VLLM_API_KEY"], env, args, 0.0, up)
-    server.boot_seconds = time.monotonic() - started
-    try:
-        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
-        yield server
-    finally:
-        server.compose_spec("down")
-        remove_project(docker_client, project)
-
-
-def spec_counters(url: str) -> dict[str, float]:
-    """Spec-decode and generation counters (`*_total` samples only), summed over labels."""
-    totals: dict[str, float] = {}
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
-        if line.startswith(("vllm:spec_decode", "vllm:generation_tokens_total")):
-            name, value = line.rsplit(" ", 1)
-            if name.split("{")[0].endswith("_total"):
-                key = name if "per_pos" in name else name.split("{")[0]
-                totals[key] = totals.get(key, 0.0) + float(value)
-    return totals
+    up = cpu_stack.run("up", "ngram")
+    assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+    yield Server(cpu_stack, time.monotonic() - started, up)
 
 
 def test_version_and_models_are_the_real_servers(ngram_server):

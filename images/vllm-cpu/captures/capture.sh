@@ -242,20 +242,32 @@ case_sleep() {
   cleanup
 }
 
-case_mtp() {
-  local out="${here}/mtp.txt"
-  if [[ ! -d "${models}/qwen3_5-tiny-mtp" ]]; then
-    echo "capture.sh: no ${models}/qwen3_5-tiny-mtp: run images/vllm-cpu/models.sh -- --mtp" >&2
-    return 1
-  fi
-  { echo "## boot: Qwen3.5 (full attention) with 1 MTP layer, method mtp K=1"
-    start qwen3_5-tiny-mtp -- "${common[@]}" --speculative-config '{"method":"mtp","num_speculative_tokens":1}'; } > "${out}" 2>&1 || true
+# mtp_boot MODEL TITLE: boot MODEL with method mtp K=1, one completion and the counters.
+mtp_boot() {
+  local model="$1" title="$2"
+  { echo "## boot: ${title}, method mtp K=1"
+    start "${model}" -- "${common[@]}" --speculative-config '{"method":"mtp","num_speculative_tokens":1}'; } >> "${out}" 2>&1 || true
   {
     echo "## completion"; completion '{"model":"tiny","prompt":"hello world the model","max_tokens":64,"temperature":0,"ignore_eos":true}'; echo
     echo "## spec-decode counters"; spec_metrics
   } >> "${out}" 2>&1 || true
-  logs | grep -E 'registry.py:[0-9]+\] (ModuleNotFoundError|Error in inspecting)|ValidationError|Value error|Starting vLLM|spec' > "${here}/boot-mtp.log" || true
+  { echo "## ${model}"
+    logs | grep -E 'registry.py:[0-9]+\] (ModuleNotFoundError|Error in inspecting)|ValidationError|Value error|Resolved architecture|Starting vLLM|spec|[Mm]odel [Rr]unner|Loading drafter|MTP' || true
+  } >> "${here}/boot-mtp.log"
   cleanup
+}
+
+case_mtp() {
+  out="${here}/mtp.txt"
+  for model in mimo-tiny-mtp qwen3_5-tiny-mtp; do
+    if [[ ! -d "${models}/${model}" ]]; then
+      echo "capture.sh: no ${models}/${model}: run images/vllm-cpu/models.sh -- --mtp" >&2
+      return 1
+    fi
+  done
+  : > "${out}"; : > "${here}/boot-mtp.log"
+  mtp_boot mimo-tiny-mtp "MiMo (Qwen2 layers) with 1 MTP layer"
+  mtp_boot qwen3_5-tiny-mtp "Qwen3.5 (full attention) with 1 MTP layer"
 }
 
 for c in "${cases[@]}"; do

@@ -20,6 +20,7 @@ from vllm.sim.failures import (
     CUDA_OOM,
     FA3_UNSUPPORTED,
     EngineInitError,
+    attention_kernel_error,
     hang_forever,
     nccl_shm_error,
     report_engine_failure,
@@ -55,6 +56,8 @@ class BootPlan:
     attention_backend: str
     spec: ResolvedSpec
     crash_after: float | None
+    first_request_error: str | None = None
+    """What kills the engine on its first request (a head size the attention backend lacks)."""
 
 
 def _install_signal_handlers(log: VllmLog) -> None:
@@ -104,6 +107,7 @@ def plan_boot(args: argparse.Namespace, settings: Settings, log: VllmLog) -> Boo
         attention_backend=backend,
         spec=spec,
         crash_after=crash_after,
+        first_request_error=attention_kernel_error(backend, target),
     )
 
 
@@ -225,12 +229,14 @@ def _sleep_config(plan: BootPlan, budget: kv.KvBudget) -> SleepConfig:
     )
 
 
-def _config_error(api: VllmLog, err: Exception) -> int:
+def _config_error(err: Exception) -> int:
+    """The traceback of a configuration error raised before the engine starts; exit code 1."""
     if isinstance(err, ValidationError):
         last = f"pydantic_core._pydantic_core.ValidationError: {err.render()}"
     else:
         last = f"{type(err).__name__}: {err}"
-    api.raw(traceback_text([("/usr/local/bin/vllm", 10, "<module>")], last))
+    # uncaught in vLLM's API server process: Python prints it, without the log prefix
+    print(traceback_text([("/usr/local/bin/vllm", 10, "<module>")], last), file=sys.stderr, flush=True)
     return 1
 
 
@@ -249,7 +255,7 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     try:
         plan = plan_boot(args, settings, api)
     except (ValidationError, ValueError) as err:
-        return _config_error(api, err)
+        return _config_error(err)
     api.info("model.py:547", f"Resolved architecture: {model_config.architecture(plan.target_config)}")
     core = VllmLog("EngineCore_DP0")
     try:
@@ -268,6 +274,7 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
         max_num_batched_tokens=args.max_num_batched_tokens,
         kv_tokens=budget.tokens,
     )
+    engine.worker_error_on_first_request = plan.first_request_error
     sleep = None
     sleep_routes = settings.dev_mode and args.enable_sleep_mode
     sleep_cfg = _sleep_config(plan, budget)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from vllm.sim import batching, timing
 from vllm.sim.acceptance import AcceptanceSampler, start_offset
 from vllm.sim.engine_types import EngineDeadError, GenRequest, RequestStats, SpecSetup, Step
-from vllm.sim.failures import log_engine_dead
+from vllm.sim.failures import exit_after_death, log_engine_dead
 from vllm.sim.logs import VllmLog
 from vllm.sim.metrics import Metrics
 from vllm.sim.profiles import Profile
@@ -69,6 +69,9 @@ class Engine:
         self.zero_acceptance = False
         self.garbage_output = False
         self.crash_on_next_request: str | None = None
+        self.worker_error_on_first_request: str | None = None
+        """A worker failure on the first request (a head size CPU_ATTN cannot run): the engine
+        dies with it, the request gets HTTP 500 and the server exits (code 0)."""
         if spec.enabled:
             assert spec.method is not None
             self.acceptance = timing.acceptance(profile, spec.method, spec.k, spec.block_size)
@@ -89,6 +92,17 @@ class Engine:
         if self.crash_on_next_request is not None and not self.dead:
             self.dead = True
             log_engine_dead(self.crash_on_next_request, VllmLog("APIServer"))
+        if self.worker_error_on_first_request is not None and not self.dead:
+            self.dead = True
+            error = self.worker_error_on_first_request
+            VllmLog("Worker").error("multiproc_executor.py:1063", f"RuntimeError: {error}")
+            api = VllmLog("APIServer")
+            log_engine_dead(
+                f"RuntimeError: Worker failed with error '{error}', please check the stack trace "
+                "above for the root cause",
+                api,
+            )
+            exit_after_death(api)
         if self.dead:
             raise EngineDeadError()
 

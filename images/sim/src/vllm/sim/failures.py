@@ -36,6 +36,51 @@ CUDA_OOM = (
 )
 
 
+CPU_ATTN_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
+"""Head sizes vLLM's CPU attention (CPU_ATTN) has kernels for (`get_supported_head_sizes`)."""
+
+
+def head_dim(config: dict) -> int | None:
+    """The attention head size of a checkpoint config (`head_dim`, else hidden / heads)."""
+    for section in (config.get("text_config") or {}, config):
+        value = section.get("head_dim")
+        if isinstance(value, int) and value > 0:
+            return value
+        hidden, heads = section.get("hidden_size"), section.get("num_attention_heads")
+        if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+            return hidden // heads
+    return None
+
+
+def attention_kernel_error(backend: str, config: dict) -> str | None:
+    """The worker's error when CPU_ATTN has no kernel for the model's head size, else None.
+
+    Real vLLM checks this only when the first batch runs: startup and /health succeed, then
+    the first request kills the engine (and the server exits).
+    """
+    size = head_dim(config)
+    if backend != "CPU_ATTN" or size is None or size in CPU_ATTN_HEAD_SIZES:
+        return None
+    return f"Unsupported CPU attention configuration: head_dim={size} isa=2 kv_cache_idx=0"
+
+
+def exit_after_death(log: VllmLog, delay: float = 0.5) -> threading.Timer:
+    """Shut the server down as vLLM does once its engine died on a request (exit code 0)."""
+
+    def stop() -> None:
+        for line in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete."):
+            log.info("server.py:264", line)
+        log.info("server.py:94", f"Finished server process [{os.getpid()}]")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    timer = threading.Timer(delay, stop)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 class EngineInitError(Exception):
     """A failure inside engine start-up; ``exception`` is the traceback's last line."""
 

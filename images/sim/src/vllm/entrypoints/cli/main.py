@@ -28,10 +28,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from vllm.entrypoints.cli.serve_args import parse_serve_args
+    from vllm.entrypoints.cli.serve_args import ModelNotFirstError, parse_serve_args
     from vllm.sim.boot import run
+    from vllm.sim.logs import traceback_text
 
-    return run(parse_serve_args(args[1:]))
+    try:
+        parsed = parse_serve_args(args[1:])
+    except ModelNotFirstError as err:  # uncaught in vLLM: a bare traceback, exit 1
+        frames = [("/usr/local/bin/vllm", 10, "<module>")]
+        print(traceback_text(frames, str(err)), file=sys.stderr, flush=True)
+        return 1
+    return run(parsed)
 
 
 if __name__ == "__main__":

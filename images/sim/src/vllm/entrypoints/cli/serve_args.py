@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -105,6 +106,48 @@ def _normalise(argv: Sequence[str]) -> list[str]:
     return out
 
 
+MODEL_NOT_FIRST = (
+    "ValueError: `model` should be provided as the first positional argument when using "
+    "`vllm serve`. i.e. `vllm serve <model> --<arg> <value>`."
+)
+MODEL_OPTION_WARNING = (
+    "With `vllm serve`, you should provide the model as a positional argument or in a config "
+    "file instead of via the `--model` option. The `--model` option will be removed in a future version."
+)
+
+
+class ModelNotFirstError(ValueError):
+    """`vllm serve` got a flag before the model (and --served-model-name): vLLM refuses it."""
+
+
+def model_first(argv: Sequence[str]) -> list[str]:
+    """vLLM's rule before parsing `vllm serve` arguments (utils/argparse_utils.py).
+
+    `--model X` (or `--model=X`) moves to the front, with a warning; then, when the first
+    argument is still a flag, `--served-model-name` is present and `--config` is not, vLLM
+    raises ModelNotFirstError (its ValueError): the model must come first.
+    """
+    args = list(argv)
+    index = next((i for i, arg in enumerate(args) if re.match(r"^--model(=.+|$)", arg)), None)
+    if index is not None:
+        from vllm.sim.logs import VllmLog
+
+        VllmLog("APIServer").warning("argparse_utils.py:292", MODEL_OPTION_WARNING)
+        if args[index] == "--model" and index + 1 < len(args):
+            tag, rest = args[index + 1], index + 2
+        else:
+            tag, rest = args[index].removeprefix("--model="), index + 1
+        args = [tag, *args[:index], *args[rest:]]
+    if (
+        args
+        and args[0].startswith("-")
+        and not any(re.match(r"^--config(=.+|$)", arg) for arg in args)
+        and any(re.match(r"^--served[-_]model[-_]name(=.+|$)", arg) for arg in args)
+    ):
+        raise ModelNotFirstError(MODEL_NOT_FIRST)
+    return args
+
+
 def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
     """Parse ``vllm serve`` arguments; exits 2 on unknown flags like vLLM does.
 
@@ -113,7 +156,7 @@ def parse_serve_args(argv: Sequence[str]) -> argparse.Namespace:
     is still reported by the ``vllm serve`` parser.
     """
     parser = make_parser()
-    args, unknown = parser.parse_known_args(_normalise(argv))
+    args, unknown = parser.parse_known_args(_normalise(model_first(argv)))
     if unknown:
         from vllm.entrypoints.cli.main import USAGE
 

@@ -1,0 +1,151 @@
+"""CPU checks: which speculative methods vLLM's CPU build cannot run (the vllm-cpu image).
+
+A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM (it picks its CPU
+platform from that variable): set in the variant's environment, or by the variant's image,
+or, with no GPUs (GPU_DEVICES=none), by one of the stack's images (the stack runs on the CPU
+build even where a variant's own image is missing). Without any of these nothing is said:
+GPU_DEVICES=none alone is also the simulator's demo, which runs every method.
+
+What the CPU build of vLLM 0.32 does (images/vllm-cpu/README.md):
+- it has no Triton, so vLLM runs its V1 model runner ("Model Runner V2 requires Triton");
+  DFlash2 drafts (candidate heads: `DFlash2DraftModel`) and `dspark` exist only in the V2
+  runner, and vLLM refuses them at startup ("Model Runner V1 does not support: ...");
+- `mtp` runs with a MiMo checkpoint (measured on the tiny generated one); Qwen3.5 cannot be
+  inspected without torchvision, which the image leaves out (it does not match CPU torch).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from composer.doctor.preflight import Finding
+from composer.errors import CheckpointError
+from composer.probes import checkpoints as ckpt
+from composer.render.spec import build_spec
+from composer.stack.model import Stack, Variant
+from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
+
+if TYPE_CHECKING:
+    import docker
+
+TARGET_DEVICE = "VLLM_TARGET_DEVICE"
+CANDIDATE_HEAD_DRAFTS = frozenset({"DFlash2DraftModel", "LiLiCorrDraftModel"})
+"""Draft architectures vLLM drafts only in its V2 runner (`_is_dflash_candidate_draft`)."""
+CPU_RUNS = frozenset({"ngram", "draft_model"})
+"""Methods measured on the CPU build (the tier tests/vllm_cpu)."""
+CPU_MTP_RUNS = frozenset({"MiMoForCausalLM"})
+"""Target architectures whose `mtp` ran on the CPU build (images/vllm-cpu/captures/mtp.txt)."""
+CPU_MTP_FAILS = {
+    "Qwen3_5ForCausalLM": "vLLM's Qwen3.5 model imports torchvision, which the CPU image leaves out "
+    "(`No module named 'torchvision'`)",
+    "Qwen3_5ForConditionalGeneration": "vLLM's Qwen3.5 model imports torchvision, which the CPU image "
+    "leaves out (`No module named 'torchvision'`)",
+}
+GPU_HOST_FIX = "run this variant on a GPU host (a CUDA vLLM image and GPU_DEVICES)"
+
+
+def image_sets_cpu(client: docker.DockerClient | None, image: str) -> bool:
+    """Whether a local image sets VLLM_TARGET_DEVICE=cpu (False when absent or unreadable)."""
+    if client is None:
+        return False
+    import docker as docker_sdk
+
+    try:
+        env = client.images.get(image).attrs.get("Config", {}).get("Env") or []
+    except (docker_sdk.errors.DockerException, OSError):
+        return False
+    return f"{TARGET_DEVICE}=cpu" in env
+
+
+def cpu_build(stack: Stack, variant: Variant, client: docker.DockerClient | None) -> str | None:
+    """Why `variant` runs vLLM's CPU build (for the finding's text), or None when it does not."""
+    env = dict(build_spec(stack, variant).environment)
+    if env.get(TARGET_DEVICE, "").lower() == "cpu":
+        return f"its environment sets {TARGET_DEVICE}=cpu"
+    image = stack.image(variant)
+    if image_sets_cpu(client, image):
+        return f"image {image} sets {TARGET_DEVICE}=cpu"
+    if stack.gpus is None:
+        for other in sorted(set(stack.images.values()) - {image}):
+            if image_sets_cpu(client, other):
+                return f"GPU_DEVICES=none and the stack's image {other} sets {TARGET_DEVICE}=cpu"
+    return None
+
+
+def _architectures(directory: str) -> tuple[str, ...] | None:
+    """A checkpoint's `architectures`, or None when its config cannot be read."""
+    try:
+        config = ckpt.read_config(directory)
+    except CheckpointError:
+        return None
+    found = config.get("architectures")
+    return tuple(str(a) for a in found) if isinstance(found, list) else ()
+
+
+def _dflash_draft_architectures(directory: str) -> tuple[str, ...] | None:
+    """A DFlash draft's `architectures` (None unless its config has `dflash_config`)."""
+    try:
+        config = ckpt.read_config(directory)
+    except CheckpointError:
+        return None
+    if not ckpt.has_dflash_config(config):
+        return None
+    return _architectures(directory)
+
+
+def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient | None) -> Finding | None:
+    """On vLLM's CPU build: fail for methods it refuses, warn for ones not run there, ok for MTP
+    on an architecture that ran; None for variants without speculation or off the CPU build."""
+    spec = variant.speculative
+    if spec is None:
+        return None
+    why = cpu_build(stack, variant, client)
+    if why is None:
+        return None
+    name, method = "cpu-method", spec.method
+    if method in CPU_RUNS:
+        return Finding(name, "ok", f"method {method} runs on vLLM's CPU build ({why})")
+    if method == "dspark":
+        return Finding(
+            name,
+            "fail",
+            f"method dspark on vLLM's CPU build ({why}): only vLLM's Model Runner V2 drafts it, which needs "
+            "Triton; the CPU build has none and refuses it (`Model Runner V1 does not support: dspark "
+            "speculative decoding`)",
+            GPU_HOST_FIX,
+        )
+    if method in V2_RUNNER_METHODS:
+        drafts = _dflash_draft_architectures(stack.draft_dir) if spec.draft_model else None
+        if drafts and not CANDIDATE_HEAD_DRAFTS.intersection(drafts):
+            return Finding(
+                name,
+                "warn",
+                f"method {method} on vLLM's CPU build ({why}) with a {', '.join(drafts)} draft: vLLM's V1 "
+                "runner drafts it (DFlashProposer); not run on CPU here",
+                "check a completion on the CPU build before relying on it",
+            )
+        return Finding(
+            name,
+            "fail",
+            f"method {method} on vLLM's CPU build ({why}): DFlash2 drafts (candidate heads) need vLLM's "
+            "GPU Model Runner V2, which needs Triton; the CPU build has none and refuses them "
+            "(`Model Runner V1 does not support: DFlash candidate-head drafts`)",
+            GPU_HOST_FIX,
+        )
+    if method in MTP_METHODS:
+        targets = _architectures(stack.model_dir) or ()
+        where = f"method {method} on vLLM's CPU build ({why})"
+        failing = [CPU_MTP_FAILS[a] for a in targets if a in CPU_MTP_FAILS]
+        if failing:
+            return Finding(name, "fail", f"{where}: {failing[0]}", GPU_HOST_FIX)
+        if CPU_MTP_RUNS.intersection(targets):
+            return Finding(name, "ok", f"{where}: {targets[0]} MTP runs there")
+        shown = ", ".join(targets) or "an unreadable checkpoint"
+        return Finding(
+            name,
+            "warn",
+            f"method {method} on vLLM's CPU build ({why}) with {shown}: MTP ran on CPU only with "
+            f"{', '.join(sorted(CPU_MTP_RUNS))}",
+            "check a completion on the CPU build before relying on it",
+        )
+    return None
