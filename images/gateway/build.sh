@@ -13,25 +13,14 @@ set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
-default_base="vllm-composer-base:bookworm"
 version="$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "${repo}/composer/__init__.py")"
 tag="${GATEWAY_IMAGE_TAG:-vllm-composer-gateway:${version}}"
-base="${BASE_IMAGE:-${default_base}}"
-build_base=1
-force=0
 label="vllm-composer.gateway.inputs"
-
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --tag) tag="${2:?--tag needs a value}"; shift ;;
-    --base) base="${2:?--base needs a value}"; shift ;;
-    --no-base-build) build_base=0 ;;
-    --force) force=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "build.sh: unknown argument: $1 (allowed: --tag, --base, --no-base-build, --force)" >&2; exit 2 ;;
-  esac
-  shift
-done
+usage_lines="2,12"
+allowed_force=1
+# shellcheck source-path=SCRIPTDIR source=../build-lib.sh
+source "${here}/../build-lib.sh"
+parse_build_args "$@"
 
 if [[ -n "${PIP:-}" ]]; then
   read -r -a pip <<<"${PIP}"
@@ -41,15 +30,7 @@ else
   pip=(python3 -m pip)
 fi
 
-if ! docker image inspect "${base}" >/dev/null 2>&1; then
-  if [[ "${build_base}" -eq 1 && "${base}" == "${default_base}" ]]; then
-    "${here}/../base/build-base.sh" "${base}"
-  else
-    echo "build.sh: base image ${base} is not available locally" >&2
-    echo "  build it with images/base/build-base.sh, or pull it where a registry is reachable" >&2
-    exit 1
-  fi
-fi
+ensure_base
 base_id="$(docker image inspect -f '{{.Id}}' "${base}")"
 
 # The base's Python version and machine decide which wheels to fetch (cached per base image).
@@ -78,7 +59,7 @@ if [[ "$(cat "${wheels}/.complete" 2>/dev/null)" != "${lock_sum}" ]]; then
   echo "${lock_sum}" >"${wheels}/.complete"
 fi
 
-ctx="$(mktemp -d "${TMPDIR:-/tmp}/hgw-gateway-ctx.XXXXXX")"
+ctx="$(mktemp -d "${TMPDIR:-/tmp}/vllm-composer-gateway-ctx.XXXXXX")"
 cleanup() { rm -rf -- "${ctx}"; }
 trap cleanup EXIT
 mkdir -p "${ctx}/wheels" "${ctx}/app/composer/gateway"

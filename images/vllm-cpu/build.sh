@@ -14,39 +14,19 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
-default_base="vllm-composer-base:bookworm"
 tag="${VLLM_CPU_IMAGE:-vllm-cpu:0.32.0}"
-base="${BASE_IMAGE:-${default_base}}"
 python="${PYTHON:-python3}"
 pip_version="26.3"
 vllm_version="0.32.0"
 # Debian bookworm packages: libnuma1 (linked by vLLM's CPU kernels) and tcmalloc (preloaded).
 debs=(libnuma1=2.0.16-1 libtcmalloc-minimal4=2.10-1)
 label="vllm-composer.inputs-sha256"
-build_base=1
-force=0
-
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --tag) tag="${2:?--tag needs a value}"; shift ;;
-    --base) base="${2:?--base needs a value}"; shift ;;
-    --no-base-build) build_base=0 ;;
-    --force) force=1 ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "build.sh: unknown argument: $1 (allowed: --tag, --base, --no-base-build, --force)" >&2; exit 2 ;;
-  esac
-  shift
-done
-
-if ! docker image inspect "${base}" >/dev/null 2>&1; then
-  if [[ "${build_base}" -eq 1 && "${base}" == "${default_base}" ]]; then
-    "${here}/../base/build-base.sh" "${base}"
-  else
-    echo "build.sh: base image ${base} is not available locally" >&2
-    echo "  build it with images/base/build-base.sh" >&2
-    exit 1
-  fi
-fi
+usage_lines="2,13"
+allowed_force=1
+# shellcheck source-path=SCRIPTDIR source=../build-lib.sh
+source "${here}/../build-lib.sh"
+parse_build_args "$@"
+ensure_base
 
 base_id="$(docker image inspect --format '{{.Id}}' "${base}")"
 inputs="$(
