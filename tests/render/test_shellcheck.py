@@ -54,3 +54,12 @@ def test_odd_value_launchers_are_clean(default_stack: Stack, tmp_path: Path, mul
         file.path.write_text(file.content)
     result = _shellcheck([f.path for f in files] + [f.path for f in extra if f.path.suffix == ".sh"])
     assert result.returncode == 0 and result.stdout == "", result.stdout
+
+
+def test_image_build_scripts_are_clean() -> None:
+    """The image scripts and the library they source (followed with -x)."""
+    scripts = sorted((REPO / "images").glob("*/*.sh")) + [REPO / "images/build-lib.sh"]
+    result = subprocess.run(
+        ["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0 and result.stdout == "", result.stdout
