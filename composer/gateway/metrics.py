@@ -17,14 +17,24 @@
 | `gateway_hold_active` | gauge | 1 while a control hold is set |
 | `gateway_backend_ready` | gauge | 1 while the backend answers `/health` (and lists the served name) |
 | `gateway_backend_info{upstream}` | gauge | 1 for the upstream served now |
+| `gateway_switch_demands_total{reason}` | counter | switch demands raised: `alias` (a request named |
+|  |  | an alias) or `auto` (the automatic policy) |
+| `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
+| `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
+
+`gateway_refused_requests_total` also counts `residency` (429: another variant's
+`min_residency` runs) and `switch_failed` (503: the switch a request waited for failed).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route")
+REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route", "residency", "switch_failed")
+SWITCH_REASONS = ("alias", "auto")
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -63,6 +73,27 @@ class Metrics:
         self.backend_info = Gauge(
             "gateway_backend_info", "1 for the upstream served now", ["upstream"], registry=r
         )
+
+        self.switch_demands = Counter(
+            "gateway_switch_demands", "Switch demands raised", ["reason"], registry=r
+        )
+        self.switches = Counter(
+            "gateway_switches", "Switch demands answered by the host", ["reason", "outcome"], registry=r
+        )
+        for reason in SWITCH_REASONS:
+            self.switch_demands.labels(reason)
+            for outcome in ("ok", "failed"):
+                self.switches.labels(reason, outcome)
+        self.serving_info = Gauge(
+            "gateway_serving_variant_info", "1 for the variant reported serving", ["variant"], registry=r
+        )
+
+    def set_serving(self, old: str | None, new: str) -> None:
+        """Point `gateway_serving_variant_info` at the variant that serves now."""
+        if old is not None and old != new:
+            with contextlib.suppress(KeyError):
+                self.serving_info.remove(old)
+        self.serving_info.labels(new).set(1)
 
     def set_upstream(self, old: str | None, new: str) -> None:
         """Point `gateway_backend_info` at the new upstream."""
