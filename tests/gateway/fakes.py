@@ -41,6 +41,7 @@ class BackendState:
     paths: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     sleeping: bool = False
+    models: list[str] = field(default_factory=list)  # the `model` of each chat request
 
 
 def backend_app(state: BackendState) -> Starlette:
@@ -60,6 +61,7 @@ def backend_app(state: BackendState) -> Starlette:
             return JSONResponse({"error": "Unauthorized"}, 401)
         body = await request.json()
         tag = str(body.get("tag", ""))
+        state.models.append(str(body.get("model")))
         state.arrivals.append(tag)
         chunks = int(body.get("chunks", 5))
         interval = float(body.get("interval", 0.0))
