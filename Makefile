@@ -65,12 +65,13 @@ test: install tools docker image-sim image-gateway image-vllm-cpu
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
-bench: install docker image-sim
+bench: install docker image-sim image-gateway
 	$(BIN)/python benchmarks/bench_render.py
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
 	$(BIN)/python benchmarks/bench_gateway.py
 	$(BIN)/python benchmarks/bench_standby.py
+	$(BIN)/python benchmarks/bench_trace.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim

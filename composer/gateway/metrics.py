@@ -20,6 +20,7 @@
 | `gateway_switch_demands_total{reason}` | counter | switch demands raised: `alias` (a request named |
 |  |  | an alias) or `auto` (the automatic policy) |
 | `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
+| `gateway_switch_withdrawn_total` | counter | automatic demands dropped before the host took them |
 | `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
 
 `gateway_refused_requests_total` also counts `residency` (429: another variant's
@@ -84,6 +85,9 @@ class Metrics:
             self.switch_demands.labels(reason)
             for outcome in ("ok", "failed"):
                 self.switches.labels(reason, outcome)
+        self.switch_withdrawn = Counter(
+            "gateway_switch_withdrawn", "Automatic demands dropped before the host took them", registry=r
+        )
         self.serving_info = Gauge(
             "gateway_serving_variant_info", "1 for the variant reported serving", ["variant"], registry=r
         )

@@ -53,6 +53,7 @@ class Demand:
     raised_at: float
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     ok: bool | None = None
+    taken: bool = False  # handed to the host (a demand not taken yet may be withdrawn)
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -133,7 +134,20 @@ class Switcher:
             if left <= 0:
                 return None
             await self._wait_change(left)
+        self.demand.taken = True
         return self.demand
+
+    def withdraw(self, why: str) -> None:
+        """Drop an automatic demand no host has taken yet (the traffic changed or stopped)."""
+        demand = self.demand
+        if demand is None or demand.taken or demand.source != "auto":
+            return
+        self.demand = None
+        demand.ok = False
+        demand.done.set()
+        self.metrics.switch_withdrawn.inc()
+        log.info("switch demand -> %s withdrawn: %s", demand.variant, why)
+        self._notify()
 
     def report(self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "") -> None:
         """The host says what serves now, and how the demand `demand_id` ended."""
@@ -226,7 +240,10 @@ class Switcher:
             return None
         decision = decide(self.config.workloads, self.window.mix(now, MIN_REQUESTS), self.serving)
         if decision is None:
+            self.withdraw("no traffic in the window")
             return None
+        if self.demand is not None and decision.variant != self.demand.variant:
+            self.withdraw(decision.reason)
         wanted = self.demand.variant if self.demand else self.serving
         if decision.variant == wanted:
             self._note(f"keep {decision.variant}: {decision.reason}", decision.workload)

@@ -264,3 +264,29 @@ def test_alias_request_is_held_switched_and_renamed(make_gateway, backend) -> No
     assert 'gateway_switches_total{outcome="ok",reason="alias"} 1.0' in metrics
     assert 'gateway_refused_requests_total{reason="residency"} 1.0' in metrics
     assert 'gateway_serving_variant_info{variant="mtp"} 1.0' in metrics
+
+
+def test_an_automatic_demand_not_taken_is_withdrawn_when_the_traffic_stops() -> None:
+    async def scenario() -> None:
+        sw, clock, metrics = _switcher(policy="auto", min_residency=5, policy_window=4)
+        sw.report("mtp", None, True)
+        for _ in range(6):
+            clock.now += 0.5
+            for _ in range(4):
+                sw.observe(8000)
+            sw.tick(16)
+        assert sw.demand is not None and sw.demand.variant == "baseline"
+        clock.now += 10  # the window empties: nobody asks for baseline any more
+        sw.tick(0)
+        assert sw.demand is None and metrics.switch_withdrawn._value.get() == 1
+        for _ in range(6):
+            clock.now += 0.5
+            for _ in range(4):
+                sw.observe(8000)
+            sw.tick(16)
+        taken = await sw.next_demand(0.1)
+        clock.now += 10
+        sw.tick(0)
+        assert sw.demand is taken  # a host runs it: it stays until reported
+
+    asyncio.run(scenario())
