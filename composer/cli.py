@@ -580,6 +580,7 @@ def follow(obj: Context, timeout: float, settle: float, max_switches: int | None
       compose-spec --env-file .env.demo follow --json
     """
     import signal
+    import threading
 
     from composer.engine.client import docker_client
     from composer.swap.follow import FollowEvent
@@ -600,7 +601,14 @@ def follow(obj: Context, timeout: float, settle: float, max_switches: int | None
     signal.signal(signal.SIGTERM, _raise_interrupt)
     options = UpOptions(timeout=timeout, settle=settle)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
-    count = run_follow(stack, client=docker_client(), options=options, emit=emit, max_switches=max_switches)
+    stop = threading.Event()
+    try:
+        count = run_follow(
+            stack, client=docker_client(), options=options, emit=emit, stop=stop, max_switches=max_switches
+        )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM between switches: the normal way to end
+        emit(FollowEvent("stop", None, "stopped by a signal"))
+        return
     emit(FollowEvent("stop", None, f"{count} switches run"))
 
 
