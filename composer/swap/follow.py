@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import current_variant, gateway_container
-from composer.errors import ComposerError, GatewayControlError, SwapFailed
+from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
 from composer.gateway.client import GatewayControl, SwitchDemand
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
@@ -121,6 +121,9 @@ class Follower:
                     time.monotonic() - began,
                 )
             )
+            if isinstance(err, Interrupted) or isinstance(err.__cause__, KeyboardInterrupt):
+                # SIGTERM or Ctrl-C during the switch (rolled back): stop after it
+                self.stop.set()
             return
         control.report_serving(demand.variant, demand.id, ok=True, detail=result.outcome)
         self.reported = demand.variant
