@@ -55,7 +55,9 @@ def test_port(low: int = 18100, high: int = 18199) -> int:
 test_port.__test__ = False  # type: ignore[attr-defined]
 
 
-def switch_stack_at(tmp_path: Path, residency: int, wait: int, scale: str, extra: str = "") -> Stack:
+def switch_stack_at(
+    tmp_path: Path, residency: int, wait: int, scale: str, extra: str = "", tail: str = ""
+) -> Stack:
     """A simulator stack with sleep standby, aliases and the given residency."""
     project = f"hsw{uuid.uuid4().hex[:10]}"
     port = test_port()
@@ -63,7 +65,8 @@ def switch_stack_at(tmp_path: Path, residency: int, wait: int, scale: str, extra
     stack_file.write_text(
         f'[stack]\nproject = "{project}"\nport = {port}\nstandby = "sleep"\n'
         f'[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "{scale}"\n'
-        + SWITCHING.format(residency=residency, wait=wait, extra=extra),
+        + SWITCHING.format(residency=residency, wait=wait, extra=extra)
+        + tail,
         encoding="utf-8",
     )
     env = {
@@ -181,3 +184,76 @@ def test_alternating_aliases_inside_one_residency_switch_once_and_fail_nothing(s
     assert 'gateway_refused_requests_total{reason="residency"} 0.0' in metrics
     assert f'gateway_switches_total{{outcome="ok",reason="alias"}} {len(switches)}.0' in metrics
     assert "follow" not in err or "Traceback" not in err
+
+
+AUTO_RESIDENCY = 6
+WORKLOADS = '[workloads]\nchat-1 = "mtp"\nchat-16 = "baseline"\nlong-16 = "baseline"\n'
+
+
+@pytest.fixture
+def auto_stack(tmp_path, docker_client, sim_images) -> Iterator[Stack]:
+    extra = 'policy = "auto"\npolicy_window = 3'
+    stack = switch_stack_at(tmp_path, AUTO_RESIDENCY, 0, "20", extra, WORKLOADS)
+    yield stack
+    remove_project(docker_client, stack.project)
+
+
+def _phase(stack: Stack, streams: int, prompt: int, max_tokens: int, until) -> list[int]:
+    """Closed-loop streams of one request shape until `until()`; the status codes."""
+    codes: list[int] = []
+    body = {"model": "claude-opus-5", "prompt": [11] * prompt, "max_tokens": max_tokens, "ignore_eos": True}
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+
+    def loop() -> None:
+        with httpx.Client(timeout=180, headers=headers) as client:
+            while not until():
+                codes.append(
+                    client.post(f"http://127.0.0.1:{stack.port}/v1/completions", json=body).status_code
+                )
+
+    threads = [threading.Thread(target=loop) for _ in range(streams)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(240)
+    return codes
+
+
+def test_auto_policy_follows_a_three_phase_trace_with_one_switch_per_phase(auto_stack) -> None:
+    for variant in ("baseline", "mtp"):  # baseline asleep, mtp serves
+        done = auto_stack.run("up", variant, timeout=180)
+        assert done.returncode == 0, done.stderr
+    follow = Follow(auto_stack)
+    try:
+        follow.wait_for("serving")
+        phases = {}
+        for name, streams, prompt, tokens, wanted in (
+            ("chat", 1, 60, 100, None),
+            ("long", 16, 4500, 200, "baseline"),
+            ("chat again", 1, 60, 100, "mtp"),
+        ):
+            began = time.monotonic()
+            seen = len(follow.of("switched"))
+
+            def until(began=began, seen=seen, wanted=wanted) -> bool:
+                """A phase lasts 6 s, or until its switch is done and a residency has passed."""
+                took = time.monotonic() - began
+                if wanted is None:
+                    return took > 6
+                return took > 60 or (len(follow.of("switched")) > seen and took > AUTO_RESIDENCY + 2)
+
+            codes = _phase(auto_stack, streams, prompt, tokens, until)
+            phases[name] = (began, time.monotonic(), codes)
+    finally:
+        follow.stop()
+    print("follow:", [(e["event"], e["variant"], e["reason"]) for _, e in follow.events])
+    for name, (began, ended, codes) in phases.items():
+        assert codes and set(codes) == {200}, (name, codes)  # zero failed requests
+        started = [e["variant"] for t, e in follow.of("switch") if began <= t < ended]
+        assert len(started) <= 1, (name, started)  # at most one switch per phase
+        phases[name] = started
+    assert phases == {"chat": [], "long": ["baseline"], "chat again": ["mtp"]}, follow.events
+    reasons = [e["reason"] for _, e in follow.of("switch")]
+    assert "-> long-16 = baseline" in reasons[0] and "-> chat-1 = mtp" in reasons[1], reasons
+    metrics = gateway_metrics(auto_stack)
+    assert 'gateway_switches_total{outcome="ok",reason="auto"} 2.0' in metrics
