@@ -1,7 +1,13 @@
 """A replayed three-phase trace served by each fixed variant and by the automatic policy.
 
-Run: python3 benchmarks/bench_trace.py [--time-scale 8] [--chat-requests 60] [--long-rounds 8]
+Run: python3 benchmarks/bench_trace.py [--time-scale 8] [--chat-requests 175] [--long-rounds 17]
      [--project NAME] [--port N] [--dflash2]
+
+About 22 minutes with the defaults (each phase about 2 minutes on its best variant, the
+fixed baseline's chat phases twice that). A switch costs 7 to 12 real seconds here
+(drain, sleep, wake, gate, warm-up, `docker exec`s), so shorter phases
+(`--chat-requests 60 --long-rounds 8`, about 9 minutes) measure the switch more than
+the policy.
 
 The trace: `chat` at 1 stream (short prompts), then `long` prompts at 16 streams, then
 `chat` again; each phase is a fixed list of requests replayed closed-loop (each stream sends
@@ -184,8 +190,8 @@ def run_trace(url: str, key: str, phases: list[Phase], follow: Follow | None = N
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--time-scale", type=float, default=8.0, help="SIM_TIME_SCALE")
-    parser.add_argument("--chat-requests", type=int, default=60, help="requests in each chat phase")
-    parser.add_argument("--long-rounds", type=int, default=8, help="rounds of 16 long requests")
+    parser.add_argument("--chat-requests", type=int, default=175, help="requests in each chat phase")
+    parser.add_argument("--long-rounds", type=int, default=17, help="rounds of 16 long requests")
     parser.add_argument("--min-residency", type=int, default=20, help="gateway.min_residency, seconds")
     parser.add_argument("--window", type=int, default=4, help="gateway.policy_window, seconds")
     parser.add_argument("--project", default=f"benchtrace{secrets.token_hex(3)}")
