@@ -72,6 +72,7 @@ bench: install docker image-sim image-gateway
 	$(BIN)/python benchmarks/bench_gateway.py
 	$(BIN)/python benchmarks/bench_standby.py
 	STANDBY_SWITCHES=100 $(BIN)/pytest -q -s -p no:cacheprovider tests/swap/test_standby_cycles_docker.py
+	$(BIN)/python benchmarks/bench_trace.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 demo: install docker image-sim

@@ -562,6 +562,57 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
 
 
 @main.command()
+@click.option("--timeout", default=900.0, show_default=True, help="Seconds each switch waits for readiness.")
+@click.option("--settle", default=1.0, show_default=True, help="Seconds to keep watching after readiness.")
+@click.option("--max-switches", type=click.IntRange(min=1), default=None, help="Stop after N switches.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per decision instead of a line.")
+@click.pass_obj
+def follow(obj: Context, timeout: float, settle: float, max_switches: int | None, as_json: bool) -> None:
+    """Run the switches the gateway asks for (switch_on_model, policy = "auto").
+
+    Waits on the gateway's control channel for a switch demand, runs it through the same
+    gated swap as `up` (with rollback), reports the outcome to the gateway, and logs each
+    decision with its reason. Runs until Ctrl-C or SIGTERM; keep one per stack.
+
+    \b
+    Examples:
+      compose-spec follow
+      compose-spec --env-file .env.demo follow --json
+    """
+    import signal
+    import threading
+
+    from composer.engine.client import docker_client
+    from composer.swap.follow import FollowEvent
+    from composer.swap.follow import follow as run_follow
+    from composer.swap.swapper import UpOptions
+
+    stack = obj.stack()
+    _require_api_key(stack)
+    if not stack.gateway.switches:
+        raise ConfigError(
+            "follow has nothing to run: set gateway.switch_on_model = true or gateway.policy = 'auto'"
+        )
+
+    def emit(event: FollowEvent) -> None:
+        stamp = time.strftime("%H:%M:%S")
+        click.echo(json.dumps({"time": stamp, **event.to_json()}) if as_json else f"{stamp} {event.line()}")
+
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    options = UpOptions(timeout=timeout, settle=settle)
+    emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
+    stop = threading.Event()
+    try:
+        count = run_follow(
+            stack, client=docker_client(), options=options, emit=emit, stop=stop, max_switches=max_switches
+        )
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM between switches: the normal way to end
+        emit(FollowEvent("stop", None, "stopped by a signal"))
+        return
+    emit(FollowEvent("stop", None, f"{count} switches run"))
+
+
+@main.command()
 @click.argument("variant", required=False, shell_complete=_complete("variant"))
 @click.option("--force", is_flag=True, help="Stop VARIANT even when it serves while others sleep.")
 @click.pass_obj

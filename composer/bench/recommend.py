@@ -33,9 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import ConfigError, UsageError
+from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
-CHAT_MAX_TOKENS = 512
-MEDIUM_MAX_TOKENS = 4096
 CLOSE_MARGIN = 1.05
 """A win by less than this is flagged `close`: within run-to-run noise of a short sweep."""
 

@@ -72,6 +72,16 @@ class GatewayState:
 
 
 @dataclass(frozen=True)
+class SwitchDemand:
+    """A switch the gateway asks for: the variant, why, and who asked (`alias` or `auto`)."""
+
+    id: str
+    variant: str
+    reason: str
+    source: str
+
+
+@dataclass(frozen=True)
 class BackendReply:
     """A backend route called through the control channel."""
 
@@ -215,6 +225,29 @@ class GatewayControl:
         if reply.status != 200 or not isinstance(reply.body, dict):
             raise GatewayControlError("backend", f"/is_sleeping answered {reply.status}: {reply.body!r}")
         return bool(reply.body.get("is_sleeping"))
+
+    def next_demand(self, wait_s: float = CALL_WAIT_S) -> SwitchDemand | None:
+        """The gateway's pending switch demand, waiting up to `wait_s` for one (one exec)."""
+        reply = self._run("demand", "--wait", str(min(wait_s, CALL_WAIT_S)))
+        found = reply.get("demand")
+        if not found:
+            return None
+        return SwitchDemand(
+            str(found["id"]), str(found["variant"]), str(found["reason"]), str(found["source"])
+        )
+
+    def report_serving(
+        self, variant: str | None, demand_id: str | None = None, ok: bool = True, detail: str = ""
+    ) -> dict[str, Any]:
+        """Tell the gateway which variant serves now and how the demand `demand_id` ended."""
+        args = [variant] if variant else []
+        if demand_id:
+            args += ["--demand", demand_id]
+        if not ok:
+            args.append("--failed")
+        if detail:
+            args.append(f"--detail={detail[:400]}")
+        return dict(self._run("serving", *args).get("switching") or {})
 
     @contextlib.contextmanager
     def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:

@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 
 from composer.errors import GatewayConfigError
 
+from .policy import WorkloadClass, parse_workloads
+
 DEFAULT_UPSTREAM = "http://vllm:8000"
 DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"
 
@@ -34,10 +36,21 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
     "GATEWAY_CONTROL_SOCKET": ("UNIX socket of the control channel (mode 0600)", DEFAULT_CONTROL_SOCKET),
     "GATEWAY_LOG_LEVEL": ("log level: debug, info, warning, error", "info"),
+    "GATEWAY_SWITCH_ON_MODEL": ("true: a request naming a variant's alias switches to that variant", "false"),
+    "GATEWAY_ALIASES": ("ALIAS=VARIANT,... model names that name a variant (switch_on_model)", ""),
+    "GATEWAY_POLICY": ("manual, or auto: switch to the variant [workloads] names for the traffic", "manual"),
+    "GATEWAY_MIN_RESIDENCY": ("seconds a variant serves after a switch before another switch", "60"),
+    "GATEWAY_RESIDENCY_WAIT": (
+        "seconds a request for another variant may wait out a residency (then 429)",
+        "30",
+    ),
+    "GATEWAY_POLICY_WINDOW": ("seconds of traffic the auto policy looks at", "30"),
+    "GATEWAY_WORKLOADS": ("NAME:MIN:MAX:TOKENS:STREAMS=VARIANT,... workload classes (policy = auto)", ""),
     "VLLM_API_KEY": ("API key checked on /v1, /v2, /inference (unset: no check)", ""),
 }
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+POLICIES = ("manual", "auto")
 MAX_LEASE_S = 3600.0
 
 
@@ -58,11 +71,25 @@ class GatewayConfig:
     control_socket: str = DEFAULT_CONTROL_SOCKET
     log_level: str = "info"
     api_key: str = field(default="", repr=False)
+    switch_on_model: bool = False
+    aliases: tuple[tuple[str, str], ...] = ()
+    policy: str = "manual"
+    min_residency: float = 60.0
+    residency_wait: float = 30.0
+    policy_window: float = 30.0
+    workloads: tuple[WorkloadClass, ...] = ()
+
+    @property
+    def inspects_bodies(self) -> bool:
+        """True when request bodies are read for their model name and prompt size."""
+        return self.switch_on_model or self.policy == "auto"
 
     def describe(self) -> dict[str, object]:
         """The settings as a JSON-ready dict, with the API key reduced to whether it is set."""
         out: dict[str, object] = {k: getattr(self, k) for k in self.__dataclass_fields__ if k != "api_key"}
         out["api_key_set"] = bool(self.api_key)
+        out["aliases"] = dict(self.aliases)
+        out["workloads"] = [w.name for w in self.workloads]
         return out
 
 
@@ -129,6 +156,18 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
             f"GATEWAY_CONTROL_SOCKET={socket_path!r} is invalid; "
             "allowed: an absolute path of at most 100 bytes"
         )
+    policy = env.get("GATEWAY_POLICY", "").strip().lower() or "manual"
+    if policy not in POLICIES:
+        raise GatewayConfigError(f"GATEWAY_POLICY={policy!r} is invalid; allowed: {', '.join(POLICIES)}")
+    switch = env.get("GATEWAY_SWITCH_ON_MODEL", "").strip().lower() or "false"
+    if switch not in ("true", "false", "1", "0"):
+        raise GatewayConfigError(f"GATEWAY_SWITCH_ON_MODEL={switch!r} is invalid; allowed: true, false")
+    try:
+        workloads = parse_workloads(env.get("GATEWAY_WORKLOADS", ""))
+    except ValueError as err:
+        raise GatewayConfigError(f"GATEWAY_WORKLOADS is invalid: {err}") from err
+    if policy == "auto" and not workloads:
+        raise GatewayConfigError("GATEWAY_POLICY=auto needs GATEWAY_WORKLOADS (workload classes)")
     host = env.get("GATEWAY_HOST", "").strip() or "0.0.0.0"
     served = env.get("GATEWAY_SERVED_NAME", "").strip()
     return GatewayConfig(
@@ -145,4 +184,27 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         control_socket=socket_path,
         log_level=level,
         api_key=env.get("VLLM_API_KEY", ""),
+        switch_on_model=switch in ("true", "1"),
+        aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
+        policy=policy,
+        min_residency=_number(env, "GATEWAY_MIN_RESIDENCY", 60.0, 0.0, 86400.0),
+        residency_wait=_number(env, "GATEWAY_RESIDENCY_WAIT", 30.0, 0.0, 86400.0),
+        policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0, 1.0, 86400.0),
+        workloads=workloads,
     )
+
+
+def _aliases(raw: str, served: str) -> tuple[tuple[str, str], ...]:
+    """`ALIAS=VARIANT,...`: each alias once, never the served name."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in raw.split(","))):
+        alias, sep, variant = item.partition("=")
+        if not sep or not alias.strip() or not variant.strip():
+            raise GatewayConfigError(f"GATEWAY_ALIASES item {item!r} is invalid; allowed: ALIAS=VARIANT")
+        alias = alias.strip()
+        if alias == served:
+            raise GatewayConfigError(f"GATEWAY_ALIASES: alias {alias!r} is the served name")
+        if alias in pairs:
+            raise GatewayConfigError(f"GATEWAY_ALIASES: alias {alias!r} is given twice")
+        pairs[alias] = variant.strip()
+    return tuple(pairs.items())

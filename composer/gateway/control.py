@@ -13,6 +13,8 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
 | `POST /route {upstream}` | forward to another backend from now on |
 | `POST /wait-ready {timeout_s}` | wait until the backend is ready |
 | `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
+| `GET /demand?wait_s=` | the pending switch demand (`{"demand": null}` when none came within wait_s) |
+| `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
 
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
@@ -202,6 +204,26 @@ def build_control_app(gateway: Gateway) -> Starlette:
             payload = reply.text
         return JSONResponse({"status": reply.status_code, "body": payload})
 
+    async def demand(request: Request) -> JSONResponse:
+        try:
+            wait_s = float(request.query_params.get("wait_s", MAX_WAIT_S))
+        except ValueError as err:
+            raise BadInput("wait_s must be a number of seconds") from err
+        found = await gateway.switcher.next_demand(min(max(wait_s, 0.0), MAX_WAIT_S))
+        return JSONResponse({"demand": found.describe(time.monotonic()) if found else None})
+
+    async def serving(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        variant = body.get("variant")
+        if variant is not None and (not isinstance(variant, str) or not variant):
+            raise BadInput("variant must be a variant name or null")
+        demand_id = body.get("demand")
+        ok = body.get("ok", True)
+        if not isinstance(ok, bool) or (demand_id is not None and not isinstance(demand_id, str)):
+            raise BadInput("ok must be true or false and demand a demand id")
+        gateway.switcher.report(variant, demand_id, ok, str(body.get("detail", ""))[:500])
+        return JSONResponse({"switching": gateway.switcher.snapshot()})
+
     async def on_bad_input(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -219,6 +241,8 @@ def build_control_app(gateway: Gateway) -> Starlette:
             Route("/route", route, methods=["POST"]),
             Route("/wait-ready", wait_ready, methods=["POST"]),
             Route("/backend", backend, methods=["POST"]),
+            Route("/demand", demand),
+            Route("/serving", serving, methods=["POST"]),
         ],
         exception_handlers={BadInput: on_bad_input, UnknownHold: on_unknown, KeyError: on_unknown},
     )

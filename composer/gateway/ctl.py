@@ -13,6 +13,8 @@ refuses or cannot be reached; 2 for bad usage.
     route URL
     wait-ready [--timeout S]
     backend METHOD PATH [--query NAME=VALUE ...] [--json BODY] [--timeout S]
+    demand [--wait S]
+    serving [VARIANT] [--demand ID] [--failed] [--detail TEXT]
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--query", action="append", default=[], metavar="NAME=VALUE")
     b.add_argument("--json", dest="json_body")
     b.add_argument("--timeout", type=float)
+    dm = sub.add_parser("demand")
+    dm.add_argument("--wait", type=float, default=25.0)
+    sv = sub.add_parser("serving")
+    sv.add_argument("variant", nargs="?")
+    sv.add_argument("--demand")
+    sv.add_argument("--failed", action="store_true")
+    sv.add_argument("--detail", default="")
     return p
 
 
@@ -100,6 +109,11 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         return "POST", "/route", {"upstream": args.upstream}
     if verb == "wait-ready":
         return "POST", "/wait-ready", {"timeout_s": args.timeout}
+    if verb == "demand":
+        return "GET", f"/demand?wait_s={args.wait}", None
+    if verb == "serving":
+        body = {"variant": args.variant, "demand": args.demand, "ok": not args.failed, "detail": args.detail}
+        return "POST", "/serving", body
     query = []
     for item in args.query:
         name, sep, value = item.partition("=")

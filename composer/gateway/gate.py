@@ -35,10 +35,11 @@ CUT_GRACE_S = 2.0
 class Refused(Exception):
     """The gateway answers this request itself: `reason` is a metrics label."""
 
-    def __init__(self, reason: str, status: int, message: str) -> None:
+    def __init__(self, reason: str, status: int, message: str, retry_after: int | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.status = status
+        self.retry_after = retry_after  # seconds for Retry-After (None: the gateway's default)
 
 
 class ClientGone(Exception):

@@ -20,14 +20,25 @@
 | `gateway_sleeps_total{result}` | counter | `/sleep` calls through the control channel (`ok`, `failed`) |
 | `gateway_wakes_total{result}` | counter | `/wake_up` calls through the control channel (`ok`, `failed`) |
 | `gateway_waking` | gauge | 1 while a `/wake_up` runs (status shows the backend as `waking`) |
+| `gateway_switch_demands_total{reason}` | counter | switch demands raised: `alias` (a request named |
+|  |  | an alias) or `auto` (the automatic policy) |
+| `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
+| `gateway_switch_withdrawn_total` | counter | automatic demands dropped before the host took them |
+| `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
+
+`gateway_refused_requests_total` also counts `residency` (429: another variant's
+`min_residency` runs) and `switch_failed` (503: the switch a request waited for failed).
 """
 
 from __future__ import annotations
 
+import contextlib
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route")
+REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route", "residency", "switch_failed")
+SWITCH_REASONS = ("alias", "auto")
 SLEEP_RESULTS = ("ok", "failed")
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -75,11 +86,35 @@ class Metrics:
             self.wakes.labels(result)
         self.waking = Gauge("gateway_waking", "1 while a /wake_up runs", registry=r)
 
+        self.switch_demands = Counter(
+            "gateway_switch_demands", "Switch demands raised", ["reason"], registry=r
+        )
+        self.switches = Counter(
+            "gateway_switches", "Switch demands answered by the host", ["reason", "outcome"], registry=r
+        )
+        for reason in SWITCH_REASONS:
+            self.switch_demands.labels(reason)
+            for outcome in ("ok", "failed"):
+                self.switches.labels(reason, outcome)
+        self.switch_withdrawn = Counter(
+            "gateway_switch_withdrawn", "Automatic demands dropped before the host took them", registry=r
+        )
+        self.serving_info = Gauge(
+            "gateway_serving_variant_info", "1 for the variant reported serving", ["variant"], registry=r
+        )
+
     def count_sleep_call(self, path: str, ok: bool) -> None:
         """Count a backend `/sleep` or `/wake_up` call (other paths are not counted)."""
         counter = {"/sleep": self.sleeps, "/wake_up": self.wakes}.get(path)
         if counter is not None:
             counter.labels("ok" if ok else "failed").inc()
+
+    def set_serving(self, old: str | None, new: str) -> None:
+        """Point `gateway_serving_variant_info` at the variant that serves now."""
+        if old is not None and old != new:
+            with contextlib.suppress(KeyError):
+                self.serving_info.remove(old)
+        self.serving_info.labels(new).set(1)
 
     def set_upstream(self, old: str | None, new: str) -> None:
         """Point `gateway_backend_info` at the new upstream."""

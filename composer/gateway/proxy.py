@@ -14,18 +14,22 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from . import bodies
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_guarded
 from .upstream import Upstream
+
+if TYPE_CHECKING:
+    from .switching import Switcher
 
 log = logging.getLogger("gateway")
 
@@ -147,16 +151,46 @@ class ProxyApp:
     """ASGI app forwarding every request (but dev routes) to the current upstream."""
 
     def __init__(
-        self, gate: Gate, upstream: Upstream, client: httpx.AsyncClient, keys: KeyCheck, metrics: Metrics
+        self,
+        gate: Gate,
+        upstream: Upstream,
+        client: httpx.AsyncClient,
+        keys: KeyCheck,
+        metrics: Metrics,
+        switcher: Switcher | None = None,
+        served_name: str = "",
     ) -> None:
         self.gate = gate
         self.upstream = upstream
         self.client = client
         self.keys = keys
         self.metrics = metrics
+        self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
+        self.served_name = served_name
+        self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
 
-    def _retry_after(self) -> list[tuple[bytes, bytes]]:
-        return [(b"retry-after", str(self.gate.retry_after).encode())]
+    def _retry_after(self, seconds: int | None = None) -> list[tuple[bytes, bytes]]:
+        return [(b"retry-after", str(seconds or self.gate.retry_after).encode())]
+
+    async def _switch(self, scope: Scope, body: Body, deadline: float) -> None:
+        """Read the body's model and prompt size; an alias waits for its variant and is
+        renamed to the served name. Raises `Refused`."""
+        assert self.switcher is not None
+        seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
+        if seen is None:
+            return
+        self.switcher.observe(seen.prompt_tokens)
+        variant = self.switcher.alias_variant(seen.model) if self.switcher.config.switch_on_model else None
+        if variant is None or seen.model is None:
+            return
+        self.switch_waiting += 1
+        try:
+            await self.switcher.admit(variant, seen.model, deadline)
+        finally:
+            self.switch_waiting -= 1
+        body.data = bodies.with_model(seen.payload, self.served_name)
+        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+        scope["headers"] = [*headers, (b"content-length", str(len(body.data)).encode())]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -182,6 +216,14 @@ class ProxyApp:
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)
             return
+        if self.switcher is not None and complete:
+            try:
+                await self._switch(scope, body, deadline)
+            except Refused as refused:
+                self.metrics.refused.labels(refused.reason).inc()
+                retry = self._retry_after(refused.retry_after)
+                await _send_json(send, refused.status, {"error": str(refused)}, retry)
+                return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
         try:
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher)

@@ -29,9 +29,12 @@ from .gate import Gate
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp, upstream_client
 from .routes import KeyCheck
+from .switching import Switcher
 from .upstream import Upstream
 
 log = logging.getLogger("gateway")
+
+POLICY_TICK_S = 0.5
 
 
 class Gateway:
@@ -59,10 +62,20 @@ class Gateway:
         self.client = upstream_client(transport)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, transport=transport, trust_env=False)
-        self.proxy = ProxyApp(self.gate, self.upstream, self.client, KeyCheck(config.api_key), self.metrics)
+        self.switcher = Switcher(config, self.metrics)
+        self.proxy = ProxyApp(
+            self.gate,
+            self.upstream,
+            self.client,
+            KeyCheck(config.api_key),
+            self.metrics,
+            self.switcher if config.inspects_bodies else None,
+            config.served_name,
+        )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
         self._poller: asyncio.Task[None] | None = None
+        self._policy: asyncio.Task[None] | None = None
 
     def _public_app(self) -> Starlette:
         async def metrics(_: Request) -> Response:
@@ -105,6 +118,7 @@ class Gateway:
             "drained_total": self.metrics.drained._value.get(),
             "cut_total": self.metrics.cut._value.get(),
             "routes_total": self.metrics.routes._value.get(),
+            "switching": self.switcher.snapshot(),
             "uptime_s": round(time.time() - self.started_at, 3),
             "pid": os.getpid(),
         }
@@ -112,13 +126,25 @@ class Gateway:
     async def start(self) -> None:
         """Start the readiness poller (call inside the serving loop)."""
         self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
+        if self.config.policy == "auto":
+            self._policy = asyncio.get_running_loop().create_task(self._run_policy())
+
+    async def _run_policy(self) -> None:
+        """Tick the automatic policy: sample the outstanding requests, maybe raise a demand."""
+        while True:
+            await asyncio.sleep(POLICY_TICK_S)
+            try:
+                self.switcher.tick(self.gate.held + self.gate.inflight + self.proxy.switch_waiting)
+            except Exception:  # a policy bug must not stop the gateway
+                log.exception("policy tick failed")
 
     async def aclose(self) -> None:
         """Stop polling and close the HTTP clients."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
+        for task in (self._poller, self._policy):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         await self.client.aclose()
         await self.backend_client.aclose()
         await self.upstream.aclose()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from composer import labels as label_names
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, Healthcheck, Text, Var, text
 from composer.stack.model import Stack
+from composer.stack.workload_classes import gateway_workloads
 
 SERVICE = "gateway"
 HEALTH_PROBE = (
@@ -54,6 +55,8 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_MAX_HELD", text(Var("GATEWAY_MAX_HELD", str(settings.max_held)))),
         ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
     )
+    if settings.switches:
+        environment += _switching_environment(stack)
     return GatewaySpec(
         project=stack.project,
         service=SERVICE,
@@ -68,4 +71,19 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
             test=("CMD", "python3", "-c", HEALTH_PROBE), interval=10, timeout=5, retries=3, start_period=5
         ),
         stop_grace_period=10,
+    )
+
+
+def _switching_environment(stack: Stack) -> tuple[tuple[str, Text], ...]:
+    """The switching settings (only with switch_on_model or policy = "auto")."""
+    settings = stack.gateway
+    aliases = ",".join(f"{alias}={name}" for name, var in stack.variants.items() for alias in var.aliases)
+    return (
+        ("GATEWAY_SWITCH_ON_MODEL", text("true" if settings.switch_on_model else "false")),
+        ("GATEWAY_ALIASES", text(aliases)),
+        ("GATEWAY_POLICY", text(settings.policy)),
+        ("GATEWAY_MIN_RESIDENCY", text(Var("GATEWAY_MIN_RESIDENCY", str(settings.min_residency)))),
+        ("GATEWAY_RESIDENCY_WAIT", text(Var("GATEWAY_RESIDENCY_WAIT", str(settings.residency_wait)))),
+        ("GATEWAY_POLICY_WINDOW", text(Var("GATEWAY_POLICY_WINDOW", str(settings.policy_window)))),
+        ("GATEWAY_WORKLOADS", text(gateway_workloads(stack.workloads))),
     )

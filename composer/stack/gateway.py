@@ -27,6 +27,16 @@ class GatewaySettings:
     max_held: int = 256  # requests held at once (more get 429 + Retry-After)
     drain_timeout: int = 60  # seconds a swap waits for in-flight requests before cutting them
     warmup_requests: int = 1  # requests sent to a new variant after its gate, before clients
+    switch_on_model: bool = False  # a request naming a variant's alias switches to it
+    policy: str = "manual"  # "auto": switch to the variant [workloads] names for the traffic
+    min_residency: int = 60  # seconds a variant serves after a switch before another one
+    residency_wait: int = 30  # seconds a request for another variant may wait (then 429)
+    policy_window: int = 30  # seconds of traffic the automatic policy looks at
+
+    @property
+    def switches(self) -> bool:
+        """True when the gateway raises switch demands (aliases or the automatic policy)."""
+        return self.switch_on_model or self.policy == "auto"
 
 
 def parse_count(raw: object) -> int:
@@ -39,6 +49,25 @@ def parse_count(raw: object) -> int:
         raise ValueError("a whole number, zero or more") from None
 
 
+POLICIES = ("manual", "auto")
+
+
+def parse_policy(raw: object) -> str:
+    """manual or auto."""
+    text = str(raw).strip()
+    if text not in POLICIES:
+        raise ValueError("one of " + ", ".join(POLICIES))
+    return text
+
+
+def parse_window(raw: object) -> int:
+    """A duration of at least one second."""
+    seconds = parse_duration(raw)
+    if seconds < 1:
+        raise ValueError("a duration of at least 1s, such as 30 or 2m")
+    return seconds
+
+
 GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object], ...] = (
     # key, environment variable, parser, default
     ("enabled", "GATEWAY_ENABLED", parse_bool, GatewaySettings.enabled),
@@ -47,5 +76,10 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("max_held", "GATEWAY_MAX_HELD", parse_positive_int, GatewaySettings.max_held),
     ("drain_timeout", "GATEWAY_DRAIN_TIMEOUT", parse_duration, GatewaySettings.drain_timeout),
     ("warmup_requests", "GATEWAY_WARMUP_REQUESTS", parse_count, GatewaySettings.warmup_requests),
+    ("switch_on_model", "GATEWAY_SWITCH_ON_MODEL", parse_bool, GatewaySettings.switch_on_model),
+    ("policy", "GATEWAY_POLICY", parse_policy, GatewaySettings.policy),
+    ("min_residency", "GATEWAY_MIN_RESIDENCY", parse_duration, GatewaySettings.min_residency),
+    ("residency_wait", "GATEWAY_RESIDENCY_WAIT", parse_duration, GatewaySettings.residency_wait),
+    ("policy_window", "GATEWAY_POLICY_WINDOW", parse_window, GatewaySettings.policy_window),
 )
 GATEWAY_KEYS = {key for key, *_ in GATEWAY_SETTINGS}

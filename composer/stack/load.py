@@ -23,6 +23,7 @@ from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
 from composer.stack.gateway import GATEWAY_KEYS, GATEWAY_SETTINGS, GatewaySettings
 from composer.stack.kubernetes import KUBE_KEYS, KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
+from composer.stack.workload_classes import gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
 
@@ -75,6 +76,7 @@ VARIANT_KEYS = {
     "description",
     "standby",
     "weights_bytes",
+    "aliases",
 }
 SPECULATIVE_KEYS = {
     "method",
@@ -198,6 +200,7 @@ def _build(sources: Sources) -> Stack:
     gateway = _gateway(sources, resolve)
     _refuse_standby_without_gateway(variants, gateway)
     _refuse_level_2_with_speculation(variants, settings)
+    _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -272,6 +275,53 @@ def _refuse_level_2_with_speculation(variants: Mapping[str, Variant], settings: 
             "EAGLE3 crashes); allowed: sleep_level = 1, or set "
             "allow_sleep_level_2_with_speculation = true to accept it"
         )
+
+
+_ALIAS = re.compile(r"[^\s,=]{1,200}")
+
+
+def _check_switching(
+    gateway: GatewaySettings, variants: Mapping[str, Variant], workloads: Mapping[str, str], served: str
+) -> None:
+    """Aliases are distinct model names; switching needs the gateway; auto needs workload classes."""
+    owner: dict[str, str] = {}
+    for name, variant in variants.items():
+        for alias in variant.aliases:
+            if alias == served:
+                raise ConfigError(
+                    f"invalid variants.{name}.aliases: {alias!r} is the served model name, which always "
+                    "reaches the serving variant: expected another model name"
+                )
+            if alias in owner:
+                raise ConfigError(
+                    f"invalid variants.{name}.aliases: {alias!r} is also an alias of variant "
+                    f"{owner[alias]}: expected each alias on one variant"
+                )
+            owner[alias] = name
+    if gateway.switches and not gateway.enabled:
+        raise ConfigError(
+            "gateway.switch_on_model and gateway.policy = 'auto' need the gateway (gateway.enabled = true)"
+        )
+    if gateway.policy == "auto" and not gateway_workloads(workloads):
+        raise ConfigError(
+            "gateway.policy = 'auto' needs workload classes in [workloads], e.g. chat-1 = \"mtp\" and "
+            'long-16 = "baseline" (run `compose-spec recommend --write`)'
+        )
+
+
+def _aliases(prefix: str, raw: object) -> tuple[str, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(a, str) and _ALIAS.fullmatch(a) for a in raw):
+        raise ConfigError(
+            f"invalid {prefix}.aliases = {v.shown(raw)}: expected a list of model names "
+            "(no spaces, ',' or '=', at most 200 characters), e.g. [\"fast\"]"
+        )
+    if any(a.startswith("-") for a in raw):
+        raise ConfigError(f"invalid {prefix}.aliases = {v.shown(raw)}: a model name may not start with '-'")
+    if len(set(raw)) != len(raw):
+        raise ConfigError(f"invalid {prefix}.aliases = {v.shown(raw)}: an alias is listed twice")
+    return tuple(raw)
 
 
 def _table(data: Mapping, key: str, origin: Mapping[str, Path] | None = None) -> dict:
@@ -454,6 +504,7 @@ def _variant(
         description=str(table.get("description", "")),
         standby=str(standby),
         weights_bytes=weights,  # type: ignore[arg-type]
+        aliases=_aliases(prefix, raw[name].get("aliases")),  # its own, never inherited through extends
     )
 
 

@@ -34,6 +34,7 @@ class Variant:
     description: str = ""
     standby: str = "stop"  # "sleep": `up` puts it to sleep (level 1) instead of removing it
     weights_bytes: int | None = None  # weights per GPU, for the standby memory planner
+    aliases: tuple[str, ...] = ()  # model names that ask for this variant ([gateway] switch_on_model)
 
 
 @dataclass(frozen=True)

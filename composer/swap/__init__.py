@@ -8,8 +8,10 @@ swap lock, and the status
 report. Uses the rendered run files, never the templates. May import: `composer.stack`,
 `composer.render`, `composer.engine`, `composer.probes`, `composer.doctor` (its fast
 checks are the preflight), `composer.gateway` (its control client),
-`composer.errors`, `composer.labels`. Public: `up`, `down`, `plan_swap`, `SwapPlan`,
-`UpOptions`, `UpResult`, `swap_lock`, `status_data`, `format_status`.
+`composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
+(aliases, the automatic policy) through the same `up`, on the host: the gateway never
+gets Docker access. Public: `up`, `down`, `plan_swap`, `SwapPlan`, `UpOptions`,
+`UpResult`, `swap_lock`, `status_data`, `format_status`, `follow`, `FollowEvent`.
 """
 
 from composer._exports import lazy_exports
@@ -17,6 +19,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "follow": ["FollowEvent", "follow"],
         "lock": ["swap_lock"],
         "status": ["format_status", "status_data"],
         "swapper": ["SwapPlan", "UpOptions", "UpResult", "down", "plan_swap", "up"],

@@ -43,6 +43,7 @@ class BackendState:
     sleeping: bool = False
     wake_seconds: float = 0.0  # how long /wake_up takes
     sleep_status: int = 200  # what /sleep answers
+    models: list[str] = field(default_factory=list)  # the `model` of each chat request
 
 
 def backend_app(state: BackendState) -> Starlette:
@@ -62,6 +63,7 @@ def backend_app(state: BackendState) -> Starlette:
             return JSONResponse({"error": "Unauthorized"}, 401)
         body = await request.json()
         tag = str(body.get("tag", ""))
+        state.models.append(str(body.get("model")))
         state.arrivals.append(tag)
         chunks = int(body.get("chunks", 5))
         interval = float(body.get("interval", 0.0))

@@ -58,7 +58,7 @@ def test_odd_value_launchers_are_clean(default_stack: Stack, tmp_path: Path, mul
 
 def test_image_build_scripts_are_clean() -> None:
     """The image scripts and the library they source (followed with -x)."""
-    scripts = sorted((REPO / "images").glob("*/*.sh")) + [REPO / "images/build-lib.sh"]
+    scripts = [*sorted((REPO / "images").glob("*/*.sh")), REPO / "images/build-lib.sh"]
     result = subprocess.run(
         ["shellcheck", "-x", *map(str, scripts)], capture_output=True, text=True, timeout=120
     )

@@ -1,0 +1,265 @@
+"""Request-driven switching and the automatic policy, on the gateway's side (asyncio, no HTTP).
+
+The gateway cannot start containers: it raises a *demand* (a variant and a reason) that the
+host's `compose-spec follow` picks up through the control channel (`GET /demand`, a long
+poll), runs through the gated `up`, and answers with `POST /serving` (the variant that
+serves now and whether the switch worked). At most one demand exists at a time.
+
+A request whose model is an alias of variant V:
+- V serves (and no switch is under way): its model becomes the served name, it goes on;
+- a switch to V is under way: it waits for it (bounded by the hold deadline);
+- another variant serves and its `min_residency` runs: when the residency ends within
+  `residency_wait` (and the hold deadline) it waits, otherwise it gets 429 with
+  `Retry-After` = the residency left;
+- else it raises the demand for V and waits for the switch.
+A failed switch answers its waiting requests 503 (and starts a residency, so a failing
+variant is not retried on every request). The shared served name is never held here.
+
+The automatic policy (`tick`) feeds a `policy.Window` and raises a demand when the class of
+the current mix names another variant and no residency runs: at most one switch per
+`min_residency`. Each decision that changes something is logged with its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import GatewayConfig
+from .gate import Refused
+from .metrics import Metrics
+from .policy import Decision, Window, decide
+
+log = logging.getLogger("gateway")
+
+MIN_REQUESTS = 3  # requests in the window before the automatic policy decides anything
+
+
+@dataclass
+class Demand:
+    """A switch the gateway asks the host to make."""
+
+    id: str
+    variant: str
+    reason: str
+    source: str  # "alias" or "auto"
+    raised_at: float
+    done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    ok: bool | None = None
+    taken: bool = False  # handed to the host (a demand not taken yet may be withdrawn)
+
+    def describe(self, now: float) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "variant": self.variant,
+            "reason": self.reason,
+            "source": self.source,
+            "age_s": round(now - self.raised_at, 3),
+        }
+
+
+class Switcher:
+    """The serving variant as the gateway knows it, the pending demand and the residency."""
+
+    def __init__(
+        self, config: GatewayConfig, metrics: Metrics, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self.clock = clock
+        self.aliases = dict(config.aliases)
+        self.serving: str | None = None
+        self.demand: Demand | None = None
+        self.last_switch: float | None = None
+        self.window = Window(config.policy_window)
+        self.last_decision: str | None = None
+        self._pulse = asyncio.Event()
+
+    # -- state ---------------------------------------------------------------------------
+
+    def _notify(self) -> None:
+        self._pulse.set()
+        self._pulse = asyncio.Event()
+
+    def residency_left(self, now: float | None = None) -> float:
+        """Seconds before another switch may start (a switch under way counts a full residency)."""
+        now = self.clock() if now is None else now
+        if self.demand is not None:
+            return self.config.min_residency
+        if self.last_switch is None:
+            return 0.0
+        return max(0.0, self.last_switch + self.config.min_residency - now)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-ready state for the control channel."""
+        now = self.clock()
+        return {
+            "serving_variant": self.serving,
+            "demand": self.demand.describe(now) if self.demand else None,
+            "residency_left_s": round(self.residency_left(now), 3),
+            "policy": self.config.policy,
+            "last_decision": self.last_decision,
+        }
+
+    async def _wait_change(self, timeout: float) -> None:
+        pulse = self._pulse
+        if timeout > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pulse.wait(), timeout)
+
+    # -- demands -------------------------------------------------------------------------
+
+    def raise_demand(self, variant: str, reason: str, source: str) -> Demand:
+        """Ask the host for `variant` (the pending demand when one exists)."""
+        if self.demand is not None:
+            return self.demand
+        self.demand = Demand(secrets.token_hex(6), variant, reason, source, self.clock())
+        self.metrics.switch_demands.labels(source).inc()
+        log.info("switch demand %s -> %s (%s): %s", self.serving or "?", variant, source, reason)
+        self._notify()
+        return self.demand
+
+    async def next_demand(self, wait_s: float) -> Demand | None:
+        """The pending demand, waiting up to `wait_s` for one (the host's long poll)."""
+        deadline = self.clock() + wait_s
+        while self.demand is None:
+            left = deadline - self.clock()
+            if left <= 0:
+                return None
+            await self._wait_change(left)
+        self.demand.taken = True
+        return self.demand
+
+    def withdraw(self, why: str) -> None:
+        """Drop an automatic demand no host has taken yet (the traffic changed or stopped)."""
+        demand = self.demand
+        if demand is None or demand.taken or demand.source != "auto":
+            return
+        self.demand = None
+        demand.ok = False
+        demand.done.set()
+        self.metrics.switch_withdrawn.inc()
+        log.info("switch demand -> %s withdrawn: %s", demand.variant, why)
+        self._notify()
+
+    def report(self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "") -> None:
+        """The host says what serves now, and how the demand `demand_id` ended."""
+        now = self.clock()
+        previous = self.serving
+        if variant:
+            self.serving = variant
+        demand = self.demand
+        if demand is not None and demand_id == demand.id:
+            demand.ok = ok
+            demand.done.set()
+            self.demand = None
+            self.last_switch = now
+            self.window.clear()
+            outcome = "ok" if ok else "failed"
+            self.metrics.switches.labels(demand.source, outcome).inc()
+            log.info(
+                "switch %s -> %s %s after %.1fs%s",
+                previous or "?",
+                demand.variant,
+                outcome,
+                now - demand.raised_at,
+                f": {detail}" if detail else "",
+            )
+        elif variant and previous is not None and variant != previous:
+            self.last_switch = now  # switched by hand: the residency applies too
+            self.window.clear()
+            log.info("serving variant is now %s (switched outside the gateway)", variant)
+        if variant:
+            self.metrics.set_serving(previous, variant)
+        self._notify()
+
+    # -- requests ------------------------------------------------------------------------
+
+    def alias_variant(self, model: str | None) -> str | None:
+        """The variant an alias names (None for the served name or any other model)."""
+        return self.aliases.get(model) if model else None
+
+    async def admit(self, variant: str, alias: str, deadline: float) -> None:
+        """Return once `variant` serves; raise `Refused` (429 residency, 503 timeout or failure)."""
+        while True:
+            now = self.clock()
+            demand = self.demand
+            if demand is None and self.serving == variant:
+                return
+            if deadline <= now:
+                raise Refused(
+                    "hold_timeout",
+                    503,
+                    f"no switch to {variant} within hold_timeout={self.config.hold_timeout:g}s",
+                )
+            if demand is not None and demand.variant == variant:
+                try:
+                    await asyncio.wait_for(demand.done.wait(), deadline - now)
+                except TimeoutError:
+                    continue
+                if not demand.ok:
+                    raise Refused(
+                        "switch_failed",
+                        503,
+                        f"the switch to {variant} failed",
+                        retry_after=max(1, math.ceil(self.config.min_residency)),
+                    )
+                continue
+            left = self.residency_left(now)
+            if left > 0:
+                if left > self.config.residency_wait or now + left > deadline:
+                    raise Refused(
+                        "residency",
+                        429,
+                        f"{self.serving or (demand and demand.variant)} serves for another {left:.0f}s "
+                        f"(min_residency={self.config.min_residency:g}s); retry for {variant} later",
+                        retry_after=max(1, math.ceil(left)),
+                    )
+                await self._wait_change(min(left, deadline - now))
+                continue
+            self.raise_demand(variant, f"a request names alias {alias!r}", "alias")
+
+    # -- automatic policy -----------------------------------------------------------------
+
+    def observe(self, prompt_tokens: int) -> None:
+        """A request's estimated prompt size, for the window."""
+        self.window.add_request(self.clock(), prompt_tokens)
+
+    def tick(self, outstanding: int) -> Decision | None:
+        """One policy step: sample the concurrency, and raise a demand when the mix says so."""
+        now = self.clock()
+        self.window.sample(now, outstanding)
+        if self.config.policy != "auto":
+            return None
+        decision = decide(self.config.workloads, self.window.mix(now, MIN_REQUESTS), self.serving)
+        if decision is None:
+            self.withdraw("no traffic in the window")
+            return None
+        if self.demand is not None and decision.variant != self.demand.variant:
+            self.withdraw(decision.reason)
+        wanted = self.demand.variant if self.demand else self.serving
+        if decision.variant == wanted:
+            self._note(f"keep {decision.variant}: {decision.reason}", decision.workload)
+            return decision
+        left = self.residency_left(now)
+        if left > 0:
+            self._note(f"wait {left:.0f}s of min_residency: {decision.reason}", decision.workload)
+            return decision
+        self.last_decision = decision.reason
+        self.raise_demand(decision.variant, decision.reason, "auto")
+        return decision
+
+    def _note(self, line: str, workload: str) -> None:
+        """Log a policy line when its conclusion changed (not on every tick)."""
+        key = f"{workload}:{line.split(':', 1)[0].split(' ')[0]}"
+        if key != getattr(self, "_last_note", None):
+            self._last_note = key
+            log.info("policy: %s", line)
+        self.last_decision = line

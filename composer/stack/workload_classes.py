@@ -1,0 +1,59 @@
+"""Workload classes by name: the prompt-length bucket and the streams a `[workloads]` key names.
+
+`compose-spec recommend` names a class `<bucket>[<tokens>]-<streams>`: `chat-1`,
+`medium-4`, `long-16`, `long16000-16` (a length spelled out when one bucket held two),
+`chatas-given-1` (the prompts as given). `chat` is a prompt of at most `CHAT_MAX_TOKENS`
+tokens, `medium` at most `MEDIUM_MAX_TOKENS`, `long` anything longer. Keys of another form
+(`chat`, `long-prompt`) name workloads for `compose-spec use` only; the gateway's automatic
+policy ignores them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+CHAT_MAX_TOKENS = 512
+MEDIUM_MAX_TOKENS = 4096
+BUCKETS: dict[str, tuple[int, int | None]] = {
+    "chat": (0, CHAT_MAX_TOKENS),
+    "medium": (CHAT_MAX_TOKENS + 1, MEDIUM_MAX_TOKENS),
+    "long": (MEDIUM_MAX_TOKENS + 1, None),
+}
+_NAME = re.compile(r"(?P<bucket>chat|medium|long)(?P<tokens>as-given|[0-9]{1,7})?-(?P<streams>[0-9]{1,5})")
+
+
+@dataclass(frozen=True)
+class ClassShape:
+    """What a class name says: the bucket's token range, a measured length, the streams."""
+
+    name: str
+    min_tokens: int
+    max_tokens: int | None
+    tokens: int | None
+    streams: int
+
+
+def class_shape(name: str) -> ClassShape | None:
+    """The shape a workload key names, or None for a key of another form."""
+    match = _NAME.fullmatch(name)
+    if match is None or int(match["streams"]) < 1:
+        return None
+    low, high = BUCKETS[match["bucket"]]
+    raw = match["tokens"]
+    tokens = int(raw) if raw and raw != "as-given" else None
+    return ClassShape(name, low, high, tokens, int(match["streams"]))
+
+
+def gateway_workloads(workloads: Mapping[str, str]) -> str:
+    """The `GATEWAY_WORKLOADS` value for a `[workloads]` table (classes only, in order)."""
+    items = []
+    for key, variant in workloads.items():
+        shape = class_shape(key)
+        if shape is not None:
+            items.append(
+                f"{shape.name}:{shape.min_tokens}:{shape.max_tokens or 0}:{shape.tokens or 0}:"
+                f"{shape.streams}={variant}"
+            )
+    return ",".join(items)

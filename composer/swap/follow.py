@@ -1,0 +1,178 @@
+"""`compose-spec follow`: run the switches the gateway asks for, on the host.
+
+The gateway owns no Docker access. With `[gateway] switch_on_model = true` or
+`policy = "auto"` it raises switch demands; this loop waits for them on the gateway's
+control channel (`GatewayControl.next_demand`, a long poll of at most 20 s per `docker
+exec`), runs the very same gated `up` as the CLI (hold, drain, stop or sleep, start or
+wake, gate, warm-up, release; rollback on failure), and reports the outcome back with
+`report_serving`, which releases or refuses the requests that wait for it.
+
+At start, and whenever Docker shows another serving variant between demands (a by-hand
+`up`), it tells the gateway which variant serves. Every decision is one `FollowEvent`
+(a line, or a JSON object with `--json`). It ends when `stop` is set (SIGTERM, Ctrl-C):
+a switch under way finishes or rolls back first, as `up` does.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
+
+from composer.engine.containers import current_variant, gateway_container
+from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
+from composer.gateway.client import GatewayControl, SwitchDemand
+from composer.render.target import resolve_target
+from composer.stack.model import Stack
+from composer.swap.swapper import UpOptions, up
+
+if TYPE_CHECKING:
+    import docker
+
+RETRY_S = 2.0  # pause after the gateway did not answer
+SYNC_EVERY_S = 30.0  # how often the serving variant is read from Docker between demands
+
+
+@dataclass(frozen=True)
+class FollowEvent:
+    """One decision of the follow loop."""
+
+    event: str  # serving, switch, switched, failed, refused, gateway
+    variant: str | None
+    reason: str
+    seconds: float | None = None
+    details: dict[str, object] = field(default_factory=dict)
+
+    def line(self) -> str:
+        """The event as one log line."""
+        took = f" ({self.seconds:.1f}s)" if self.seconds is not None else ""
+        return f"{self.event} {self.variant or '-'}{took}: {self.reason}"
+
+    def to_json(self) -> dict[str, object]:
+        return asdict(self)
+
+
+class Follower:
+    """Waits for the gateway's demands and runs them through `up`."""
+
+    def __init__(
+        self,
+        stack: Stack,
+        client: docker.DockerClient,
+        options: UpOptions,
+        emit: Callable[[FollowEvent], None],
+        stop: threading.Event,
+    ) -> None:
+        self.stack = stack
+        self.client = client
+        self.options = options
+        self.emit = emit
+        self.stop = stop
+        self.reported: str | None = None
+        self.switches = 0
+
+    def _control(self) -> GatewayControl:
+        container = gateway_container(self.stack, self.client)
+        if container is None or container.status != "running":
+            raise GatewayControlError("demand", "the gateway container is not running")
+        return GatewayControl(container)
+
+    def _serving_now(self) -> str | None:
+        running = current_variant(self.stack, self.client)
+        return running.variant if running else None
+
+    def sync(self, control: GatewayControl) -> None:
+        """Tell the gateway what serves when it changed since the last report."""
+        serving = self._serving_now()
+        if serving is not None and serving != self.reported:
+            control.report_serving(serving)
+            self.reported = serving
+            self.emit(FollowEvent("serving", serving, "read from Docker"))
+
+    def handle(self, control: GatewayControl, demand: SwitchDemand) -> None:
+        """Run one demand through `up` and report how it ended."""
+        if demand.variant not in self.stack.variants:
+            reason = f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
+            control.report_serving(self.reported, demand.id, ok=False, detail=reason)
+            self.emit(FollowEvent("refused", demand.variant, reason))
+            return
+        self.emit(FollowEvent("switch", demand.variant, f"{demand.source}: {demand.reason}"))
+        began = time.monotonic()
+        try:
+            result = up(
+                self.stack,
+                resolve_target(self.stack, demand.variant),
+                client=self.client,
+                options=self.options,
+            )
+        except ComposerError as err:
+            serving = self._serving_now()
+            control.report_serving(serving, demand.id, ok=False, detail=str(err).splitlines()[0])
+            self.reported = serving
+            rolled = isinstance(err, SwapFailed) and err.rolled_back
+            after = f"rolled back to {serving}" if rolled else f"serving {serving or 'nothing'}"
+            self.emit(
+                FollowEvent(
+                    "failed",
+                    demand.variant,
+                    f"{str(err).splitlines()[0]} ({after})",
+                    time.monotonic() - began,
+                )
+            )
+            if isinstance(err, Interrupted) or isinstance(err.__cause__, KeyboardInterrupt):
+                # SIGTERM or Ctrl-C during the switch (rolled back): stop after it
+                self.stop.set()
+            return
+        control.report_serving(demand.variant, demand.id, ok=True, detail=result.outcome)
+        self.reported = demand.variant
+        self.switches += 1
+        self.emit(
+            FollowEvent(
+                "switched",
+                demand.variant,
+                f"{result.outcome} from {result.previous or 'nothing'}",
+                time.monotonic() - began,
+                {"timings": {k: round(v, 3) for k, v in result.timings.items()}},
+            )
+        )
+
+    def run(self, max_switches: int | None = None) -> int:
+        """Follow until `stop` is set (or `max_switches` switches ran); returns the switches run."""
+        last_sync = 0.0
+        control: GatewayControl | None = None
+        while not self.stop.is_set():
+            try:
+                if control is None:
+                    control = self._control()
+                    self.reported = None
+                if time.monotonic() - last_sync >= SYNC_EVERY_S:
+                    self.sync(control)
+                    last_sync = time.monotonic()
+                demand = control.next_demand()
+                if demand is not None:
+                    self.handle(control, demand)
+                    last_sync = time.monotonic()
+                    if max_switches is not None and self.switches >= max_switches:
+                        break
+            except GatewayControlError as err:
+                self.emit(FollowEvent("gateway", None, f"{err}; retrying in {RETRY_S:.0f}s"))
+                control = None
+                last_sync = 0.0
+                self.stop.wait(RETRY_S)
+        return self.switches
+
+
+def follow(
+    stack: Stack,
+    *,
+    client: docker.DockerClient,
+    options: UpOptions | None = None,
+    emit: Callable[[FollowEvent], None],
+    stop: threading.Event | None = None,
+    max_switches: int | None = None,
+) -> int:
+    """Run the gateway's switch demands until stopped; returns how many switches ran."""
+    follower = Follower(stack, client, options or UpOptions(), emit, stop or threading.Event())
+    return follower.run(max_switches)
