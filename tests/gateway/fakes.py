@@ -41,10 +41,12 @@ class BackendState:
     paths: list[str] = field(default_factory=list)
     release: threading.Event = field(default_factory=threading.Event)
     sleeping: bool = False
+    health_checks: int = 0
 
 
 def backend_app(state: BackendState) -> Starlette:
     async def health(_: Request) -> Response:
+        state.health_checks += 1
         return Response(status_code=200 if state.ready else 503)
 
     def authorised(request: Request) -> bool:
