@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -83,12 +84,15 @@ async def aggregate_rate(url: str, streams: int, max_tokens: int) -> float:
 
 
 async def ttft_p50(urls: list[str], requests: int) -> list[float]:
-    """TTFT p50 of each URL, their requests alternating (both see the same host load)."""
+    """TTFT p50 of each URL, their requests interleaved (both see the same host load) in a
+    random order with a random pause (a fixed rhythm can lock onto the simulator's steps)."""
     values: list[list[float]] = [[] for _ in urls]
+    rng = random.Random(0)
     async with httpx.AsyncClient(timeout=30) as client:
         for _ in range(requests):
-            for i, url in enumerate(urls):
-                ttft, _, _ = await one_stream(client, url, 2)
+            for i in rng.sample(range(len(urls)), len(urls)):
+                await asyncio.sleep(rng.uniform(0.0, 0.05))
+                ttft, _, _ = await one_stream(client, urls[i], 2)
                 values[i].append(ttft)
     return [statistics.median(v) for v in values]
 
