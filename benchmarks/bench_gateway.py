@@ -4,9 +4,17 @@ Figures: one stream's decode tok/s (ratio gateway/direct), 64 concurrent streams
 tok/s (ratio), TTFT p50 (added ms), and the gateway's open TCP connections before and after
 N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100 (the 27B
 profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
-(`make image-sim`) and the gateway image (built here when missing or stale).
+(`make image-sim`) and the gateway image (built here when missing or stale, under
+$GATEWAY_IMAGE or the toolkit's version; --image with --no-build measures an existing one).
+
+The gateway container gets the CPU weight the rendered compose file gives it. With --pin
+(the default on a host of 2+ CPUs) this process, the load client, runs on CPU 0 and the
+simulator and the gateway on the others, so the client does not take the CPU from the
+servers it measures; other processes on the host are not pinned (the load average at the
+end says how busy it was).
 
 Usage: .venv/bin/python benchmarks/bench_gateway.py [--requests N] [--json PATH]
+           [--image TAG --no-build] [--no-pin]
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -26,6 +35,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from composer.render.gateway import CPU_SHARES  # noqa: E402
+from tests.gateway import dockerlab  # noqa: E402
 from tests.gateway.dockerlab import KEY, Lab, build_gateway_image, chat_body, host_port  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {KEY}"}
@@ -72,13 +83,18 @@ async def aggregate_rate(url: str, streams: int, max_tokens: int) -> float:
     return sum(c for _, _, c in results) / wall
 
 
-async def ttft_p50(url: str, requests: int) -> float:
-    values = []
+async def ttft_p50(urls: list[str], requests: int) -> list[float]:
+    """TTFT p50 of each URL, their requests interleaved (both see the same host load) in a
+    random order with a random pause (a fixed rhythm can lock onto the simulator's steps)."""
+    values: list[list[float]] = [[] for _ in urls]
+    rng = random.Random(0)
     async with httpx.AsyncClient(timeout=30) as client:
         for _ in range(requests):
-            ttft, _, _ = await one_stream(client, url, 2)
-            values.append(ttft)
-    return statistics.median(values)
+            for i in rng.sample(range(len(urls)), len(urls)):
+                await asyncio.sleep(rng.uniform(0.0, 0.05))
+                ttft, _, _ = await one_stream(client, urls[i], 2)
+                values[i].append(ttft)
+    return [statistics.median(v) for v in values]
 
 
 async def churn(url: str, requests: int, concurrency: int = 16) -> int:
@@ -111,14 +127,26 @@ def cpu_seconds(container) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=2000, help="requests for the connection count")
+    parser.add_argument("--requests", type=int, default=10_000, help="requests for the connection count")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--image", default=dockerlab.GATEWAY_IMAGE, help="gateway image tag")
+    parser.add_argument("--no-build", action="store_true", help="measure --image as it is")
+    parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
     args = parser.parse_args()
     client = docker.from_env(timeout=120)
-    build_gateway_image()
+    dockerlab.GATEWAY_IMAGE = args.image
+    if not args.no_build:
+        build_gateway_image()
+    cpus = sorted(os.sched_getaffinity(0))
+    pin = not args.no_pin and len(cpus) >= 2
     lab = Lab(client).start()
     try:
         sim = lab.start_sim("bench", publish=host_port(18350))
+        servers = ",".join(str(c) for c in cpus[1:])
+        lab.gateway.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": servers} if pin else {}))
+        if pin:
+            sim.update(cpuset_cpus=servers)
+            os.sched_setaffinity(0, {cpus[0]})
         sim.reload()
         direct = f"http://127.0.0.1:{sim.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}"
         gateway = lab.url
@@ -150,8 +178,7 @@ def main() -> int:
         agg_g = asyncio.run(aggregate_rate(gateway, 64, 300))
         agg_d2 = asyncio.run(aggregate_rate(direct, 64, 300))
         agg_g2 = asyncio.run(aggregate_rate(gateway, 64, 300))
-        t_d = asyncio.run(ttft_p50(direct, 150))
-        t_g = asyncio.run(ttft_p50(gateway, 150))
+        t_d, t_g = asyncio.run(ttft_p50([direct, gateway], 150))
         idle = established(lab.gateway)
         failures = asyncio.run(churn(gateway, args.requests))
         time.sleep(2)
@@ -183,6 +210,12 @@ def main() -> int:
                 "gateway_established_before": idle,
                 "gateway_established_after": after,
             },
+            "gateway_image": args.image,
+            "placement": (
+                f"client on CPU {cpus[0]}; simulator and gateway on CPU {servers}; gateway cpu_shares {CPU_SHARES}"
+                if pin
+                else f"unpinned; gateway cpu_shares {CPU_SHARES}"
+            ),
             "gateway_rss_mib": round(rss / 1024, 1),
             "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk, 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],

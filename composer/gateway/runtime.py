@@ -57,6 +57,7 @@ class Gateway:
             served_name=config.served_name,
             api_key=config.api_key,
             poll_interval=config.poll_interval,
+            urgent=lambda: not self.gate.is_open or self.gate.held > 0,
             transport=transport,
         )
         self.client = upstream_client(transport)

@@ -36,6 +36,8 @@ def main() -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if config.log_level != "debug":  # httpx logs every readiness probe and forwarded request at info
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     from .runtime import GatewayServer  # the server's dependencies load only after the settings are valid
 
     server = GatewayServer(config)

@@ -1,9 +1,12 @@
 """The backend the gateway forwards to, and a poller that tracks whether it is ready.
 
 Ready means `GET /health` answers 200 and, when a served name is configured, `GET /v1/models`
-lists it (checked once per ready period, with the API key). The poller runs every
-`poll_interval` seconds, so a backend replaced by hand (`docker compose up -d` of another
-variant) is noticed within one interval and requests are held meanwhile.
+lists it (checked once per ready period, with the API key). While the backend is not ready,
+or requests are held (`urgent()`), the poller probes every `poll_interval` seconds, so a
+backend that comes up is noticed within one interval. While it is ready and nothing waits,
+it probes every `ready_interval` seconds only (each probe is a line in vLLM's access log):
+a backend that goes away meanwhile is noticed at once by the proxy (`mark_down`, which
+wakes the poller), or by the next probe when no request comes.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import httpx
 log = logging.getLogger("gateway")
 
 PROBE_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
+READY_POLL_INTERVAL = 2.0
 
 
 class Upstream:
@@ -32,6 +36,8 @@ class Upstream:
         served_name: str = "",
         api_key: str = "",
         poll_interval: float = 0.1,
+        ready_interval: float = READY_POLL_INTERVAL,
+        urgent: Callable[[], bool] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._url = url
@@ -39,6 +45,8 @@ class Upstream:
         self._on_route = on_route
         self.served_name = served_name
         self.poll_interval = poll_interval
+        self.ready_interval = max(ready_interval, poll_interval)
+        self._urgent = urgent or (lambda: False)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             timeout=PROBE_TIMEOUT,
@@ -117,13 +125,25 @@ class Upstream:
         self.last_error = ""
         return True
 
+    def _fast(self) -> bool:
+        return not self._ready or self._urgent()
+
     async def run(self) -> None:
-        """Poll for ever (cancel the task to stop)."""
+        """Poll for ever (cancel the task to stop): every `poll_interval` while not ready or
+        urgent, else every `ready_interval`; at once when woken by `route` or `mark_down`."""
+        loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
             self._set_ready(await self.probe())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval)
+            next_probe = loop.time() + (self.poll_interval if self._fast() else self.ready_interval)
+            while not self._wake.is_set():
+                left = next_probe - loop.time()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(left, self.poll_interval))
+                if self._fast():  # requests are held now: probe within one poll interval
+                    next_probe = min(next_probe, loop.time())
 
     async def aclose(self) -> None:
         """Close the probe client."""

@@ -6,6 +6,7 @@ Everything created here is named `hgw-...` and labelled `hgw.lab=<id>`, and remo
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import threading
@@ -17,8 +18,11 @@ from typing import Any
 
 import httpx
 
+from composer import __version__
+
 REPO = Path(__file__).resolve().parents[2]
-GATEWAY_IMAGE = "vllm-composer-gateway:latest"
+# The tag images/gateway/build.sh builds: $GATEWAY_IMAGE, else the toolkit's version.
+GATEWAY_IMAGE = os.environ.get("GATEWAY_IMAGE") or f"vllm-composer-gateway:{__version__}"
 SIM_IMAGE = "vllm-sim:latest"
 LAB_LABEL = "hgw.lab"
 SERVED = "qwen"
@@ -30,6 +34,7 @@ def build_gateway_image() -> str:
     """Run images/gateway/build.sh (a no-op when the image is current); return its output."""
     done = subprocess.run(
         ["bash", str(REPO / "images/gateway/build.sh")],
+        env={**os.environ, "GATEWAY_IMAGE_TAG": GATEWAY_IMAGE},
         capture_output=True,
         text=True,
         timeout=1200,

@@ -44,10 +44,12 @@ class BackendState:
     wake_seconds: float = 0.0  # how long /wake_up takes
     sleep_status: int = 200  # what /sleep answers
     models: list[str] = field(default_factory=list)  # the `model` of each chat request
+    health_checks: int = 0
 
 
 def backend_app(state: BackendState) -> Starlette:
     async def health(_: Request) -> Response:
+        state.health_checks += 1
         return Response(status_code=200 if state.ready else 503)
 
     def authorised(request: Request) -> bool:

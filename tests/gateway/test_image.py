@@ -60,7 +60,7 @@ def test_image_runs_as_non_root_with_only_the_gateway_package(docker_client, ima
         remove=True,
         network_mode="none",
     )
-    assert out.decode().strip() == "['__init__.py', '__pycache__', 'gateway']"
+    assert out.decode().strip() == "['__init__.py', '__pycache__', 'errors.py', 'gateway']"
     second = build_gateway_image()
     assert "is current" in second
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from composer.render.files import render_all
+from composer.render.gateway import CPU_SHARES
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 
@@ -90,6 +91,7 @@ def test_compose_accepts_the_committed_file(tmp_path: Path, variant: str) -> Non
     assert "ports" not in config["services"]["vllm"]  # only the gateway publishes the shared port
     (port,) = config["services"]["gateway"]["ports"]
     assert (port["host_ip"], str(port["published"]), port["target"]) == ("127.0.0.1", "8000", 8000)
+    assert config["services"]["gateway"]["cpu_shares"] == CPU_SHARES  # runs first when the CPUs are busy
 
 
 def test_compose_refuses_a_missing_api_key(tmp_path: Path) -> None:
