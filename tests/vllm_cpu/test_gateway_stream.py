@@ -10,21 +10,16 @@ connection, several requests in a row, while the CPUs are saturated.
 
 from __future__ import annotations
 
-import os
-import secrets
-import sys
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from composer.render.gateway import CPU_SHARES
-from tests.conftest import REPO
-from tests.vllm_cpu.conftest import port_in_range, run
-from tests.vllm_cpu.test_server import HOST_VARS, SERVED, Server, remove_project
+from tests.vllm_cpu.conftest import run
+from tests.vllm_cpu.stack import SERVED, Stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm_cpu]
 
@@ -45,29 +40,10 @@ BURNER = (
 
 
 @pytest.fixture(scope="module")
-def baseline_server(cpu_models: Path, docker_client, tmp_path_factory) -> Iterator[Server]:
-    """`compose-spec up baseline` on .env.cpu + cpu.toml, in its own project and port."""
-    project = f"{PREFIX}-{uuid.uuid4().hex[:8]}"
-    port = port_in_range()
-    state = tmp_path_factory.mktemp("state")
-    env = {k: v for k, v in os.environ.items() if k not in HOST_VARS}
-    env.update(
-        VLLM_API_KEY=secrets.token_urlsafe(32),
-        XDG_STATE_HOME=str(state),
-        XDG_RUNTIME_DIR=str(state),
-        PYTHONPATH=str(REPO),
-    )
-    args = [sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.cpu")]
-    args += ["--stack", "composer.toml", "--stack", "images/vllm-cpu/cpu.toml"]
-    args += ["--set", f"stack.project={project}", "--set", f"stack.port={port}"]
-    server = Server(project, f"http://127.0.0.1:{port}", env["VLLM_API_KEY"], env, args, 0.0, None)  # type: ignore[arg-type]
-    try:
-        server.up = server.compose_spec("up", "baseline", timeout=900)
-        assert server.up.returncode == 0, server.up.stdout[-3000:] + server.up.stderr[-3000:]
-        yield server
-    finally:
-        server.compose_spec("down")
-        remove_project(docker_client, project)
+def serving_stack(cpu_stack: Stack) -> Stack:
+    """The tier's shared stack serving ngram (what test_server.py needs next: no extra boot)."""
+    cpu_stack.ensure_serving("ngram")
+    return cpu_stack
 
 
 @pytest.fixture
@@ -86,7 +62,7 @@ def saturated_cpus(cpu_image: str, docker_client) -> Iterator[None]:
         run("docker", "rm", "-f", name)
 
 
-def arrival_times(client: httpx.Client, server: Server) -> list[float]:
+def arrival_times(client: httpx.Client, server: Stack) -> list[float]:
     """Seconds from sending one streaming completion to each read of its body."""
     body = {
         "model": SERVED,
@@ -105,11 +81,11 @@ def arrival_times(client: httpx.Client, server: Server) -> list[float]:
     return times
 
 
-def test_gateway_runs_at_a_high_cpu_weight(baseline_server, docker_client):
+def test_gateway_runs_at_a_high_cpu_weight(serving_stack, docker_client):
     (gateway,) = docker_client.containers.list(
         filters={
             "label": [
-                f"com.docker.compose.project={baseline_server.project}",
+                f"com.docker.compose.project={serving_stack.project}",
                 "com.docker.compose.service=gateway",
             ]
         }
@@ -117,12 +93,12 @@ def test_gateway_runs_at_a_high_cpu_weight(baseline_server, docker_client):
     assert gateway.attrs["HostConfig"]["CpuShares"] == CPU_SHARES
 
 
-def test_streams_arrive_chunk_by_chunk_on_a_reused_connection(baseline_server, saturated_cpus):
+def test_streams_arrive_chunk_by_chunk_on_a_reused_connection(serving_stack, saturated_cpus):
     """Each stream's reads spread over most of its duration (all at once: a spread near 0)."""
     spreads = []
     with httpx.Client(timeout=120) as client:  # one keep-alive connection for every request
         for _ in range(REQUESTS):
-            times = arrival_times(client, baseline_server)
+            times = arrival_times(client, serving_stack)
             assert len(times) > 1, "the whole stream came in one read"
             spreads.append((times[-1] - times[0]) / times[-1])
     # At the default weight most of them arrive at once here (spreads of 0.0-0.3); one
