@@ -174,4 +174,4 @@ def test_swap_by_hand_without_control_is_held_not_refused(lab: Lab) -> None:
     assert result["cut"] <= 8, "only streams in flight when the backend died can break"
     assert len(after_stop) >= 8 and all(o.status == 200 and o.done for o in after_stop)
     state = ctl.state().raw
-    assert state["refused"] == {"hold_timeout": 0, "queue_full": 0, "unauthorized": 0, "dev_route": 0}
+    assert set(state["refused"].values()) == {0}, state["refused"]
