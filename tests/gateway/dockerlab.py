@@ -1,6 +1,6 @@
 """Containers for the gateway's Docker tests and benchmark: a private network, the gateway, simulators.
 
-Everything created here is named `hgw-...` and labelled `hgw.lab=<id>`, and removed by that label.
+Everything created here is named `vctgw-...` and labelled `vct-gateway.lab=<id>`, and removed by that label.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The tag images/gateway/build.sh builds: $GATEWAY_IMAGE, else the toolkit's version.
 GATEWAY_IMAGE = os.environ.get("GATEWAY_IMAGE") or f"vllm-composer-gateway:{__version__}"
 SIM_IMAGE = "vllm-sim:latest"
-LAB_LABEL = "hgw.lab"
+LAB_LABEL = "vct-gateway.lab"
 SERVED = "qwen"
 KEY = "lab-key-not-secret"
 SIM_ENV = {"SIM_TIME_SCALE": "100", "SIM_LOAD_SECONDS": "1.0", "VLLM_API_KEY": KEY}
@@ -72,7 +72,7 @@ class Lab:
         return {LAB_LABEL: self.lab_id}
 
     def start(self, gateway_env: dict[str, str] | None = None, sim_alias: str = "vllm") -> Lab:
-        self.network = self.docker.networks.create(f"hgw-net-{self.lab_id}", labels=self.labels)
+        self.network = self.docker.networks.create(f"vctgw-net-{self.lab_id}", labels=self.labels)
         self.port = host_port()
         env = {
             "GATEWAY_UPSTREAM": f"http://{sim_alias}:8000",
@@ -82,7 +82,7 @@ class Lab:
         }
         self.gateway = self.docker.containers.run(
             GATEWAY_IMAGE,
-            name=f"hgw-gw-{self.lab_id}",
+            name=f"vctgw-gw-{self.lab_id}",
             detach=True,
             labels=self.labels,
             environment=env,
@@ -99,7 +99,7 @@ class Lab:
         container = self.docker.containers.create(
             SIM_IMAGE,
             command=["Qwen3.8-27B", "--served-model-name", SERVED],
-            name=f"hgw-sim-{name}-{self.lab_id}",
+            name=f"vctgw-sim-{name}-{self.lab_id}",
             detach=True,
             labels=self.labels,
             environment={**SIM_ENV, **(env or {})},

@@ -172,7 +172,7 @@ class GatewayThread:
     """A real gateway (public TCP port + control UNIX socket) in a background thread."""
 
     def __init__(self, upstream: str, **settings: Any) -> None:
-        self.dir = tempfile.mkdtemp(prefix="hgw-")
+        self.dir = tempfile.mkdtemp(prefix="vctgw-")
         self.port = free_port()
         settings.setdefault("poll_interval", 0.02)
         self.config = GatewayConfig(

@@ -59,7 +59,7 @@ def switch_stack_at(
     tmp_path: Path, residency: int, wait: int, scale: str, extra: str = "", tail: str = ""
 ) -> Stack:
     """A simulator stack with sleep standby, aliases and the given residency."""
-    project = f"hsw{uuid.uuid4().hex[:10]}"
+    project = f"vctsw{uuid.uuid4().hex[:10]}"
     port = test_port()
     stack_file = tmp_path / "switch-stack.toml"
     stack_file.write_text(
