@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import socket
 import sys
 import uuid
@@ -53,21 +54,51 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.fixturenames.append("docker_client")  # type: ignore[attr-defined]
 
 
-def free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (inside TEST_PORT_RANGE=LOW-HIGH if set)."""
+def free_port(ports: tuple[int, int] | None = None) -> int:
+    """A TCP port free on 127.0.0.1 right now: inside `ports` (first, last) when given, else
+    inside TEST_PORT_RANGE=LOW-HIGH when set (RuntimeError when none is free), else any."""
     low, _, high = os.environ.get("TEST_PORT_RANGE", "").partition("-")
-    if low and high:
-        for port in random.sample(range(int(low), int(high) + 1), int(high) - int(low) + 1):
+    if ports is None and low and high:
+        ports = (int(low), int(high))
+    if ports is not None:
+        first, last = ports
+        for port in random.sample(range(first, last + 1), last - first + 1):
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
                 return port
-        raise RuntimeError(f"no free port in TEST_PORT_RANGE={low}-{high}")
+        raise RuntimeError(f"no free port in {first}-{last}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+HOST_VARS = {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE", "COMPOSER_STACK"}
+"""Host variables that would override a test stack's own settings."""
+
+
+def isolated_env(state: Path, key_bytes: int = 24) -> dict[str, str]:
+    """This process's environment without HOST_VARS, with a fresh API key, the state and
+    runtime directories under `state` and this checkout on PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k not in HOST_VARS}
+    env.update(
+        VLLM_API_KEY=secrets.token_urlsafe(key_bytes),
+        XDG_STATE_HOME=str(state / "state"),
+        XDG_RUNTIME_DIR=str(state),
+        PYTHONPATH=str(REPO),
+    )
+    return env
+
+
+def remove_project(client, project: str) -> None:
+    """Remove every container and network of a compose project."""
+    selector = {"label": f"com.docker.compose.project={project}"}
+    for container in client.containers.list(all=True, filters=selector):
+        container.remove(force=True)
+    for network in client.networks.list(filters=selector):
+        network.remove()
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import threading
 import time
@@ -19,6 +18,7 @@ from typing import Any
 import httpx
 
 from composer import __version__
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 # The tag images/gateway/build.sh builds: $GATEWAY_IMAGE, else the toolkit's version.
@@ -45,15 +45,8 @@ def build_gateway_image() -> str:
 
 
 def host_port(low: int = 18300, high: int = 18399) -> int:
-    """A free 127.0.0.1 port in this project's range."""
-    for port in range(low, high + 1):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {low}-{high}")
+    """A free 127.0.0.1 port in this lab's range."""
+    return free_port((low, high))
 
 
 @dataclass

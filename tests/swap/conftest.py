@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -13,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port
+from tests.conftest import REPO, free_port, isolated_env, remove_project
 
 FAILURE_VARIANTS = """
 [variants.mtp-crash]
@@ -90,15 +88,6 @@ def running_containers(client, project: str) -> list:
     )
 
 
-def remove_project(client, project: str) -> None:
-    """Remove every container and network of a compose project."""
-    selector = {"label": f"com.docker.compose.project={project}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for network in client.networks.list(filters=selector):
-        network.remove()
-
-
 @pytest.fixture(scope="session")
 def sim_images(docker_client) -> None:
     """The simulator images must exist (make test builds them before pytest)."""
@@ -131,18 +120,8 @@ def sim_stack(tmp_path, project_name, docker_client, sim_images) -> Iterator[Sta
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
         encoding="utf-8",
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE"}
-    }
-    api_key = secrets.token_urlsafe(24)
-    env.update(
-        VLLM_API_KEY=api_key,
-        XDG_STATE_HOME=str(tmp_path / "state"),
-        XDG_RUNTIME_DIR=str(tmp_path),
-        PYTHONPATH=str(REPO),
-    )
+    env = isolated_env(tmp_path)
+    api_key = env["VLLM_API_KEY"]
     stack = Stack(project_name, port, api_key, env, stack_file)
     yield stack
     remove_project(docker_client, project_name)

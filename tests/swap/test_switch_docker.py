@@ -5,9 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import secrets
-import socket
 import subprocess
 import threading
 import time
@@ -18,8 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import REPO
-from tests.swap.conftest import Stack, remove_project
+from tests.conftest import free_port, isolated_env, remove_project
+from tests.swap.conftest import Stack
 
 pytestmark = pytest.mark.docker
 
@@ -38,29 +35,12 @@ aliases = ["plain"]
 """
 
 
-def test_port(low: int = 18100, high: int = 18199) -> int:
-    """A free port in this suite's range (falls back to any free port)."""
-    for port in range(low, high + 1):
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-test_port.__test__ = False  # type: ignore[attr-defined]
-
-
 def switch_stack_at(
     tmp_path: Path, residency: int, wait: int, scale: str, extra: str = "", tail: str = ""
 ) -> Stack:
     """A simulator stack with sleep standby, aliases and the given residency."""
     project = f"vctsw{uuid.uuid4().hex[:10]}"
-    port = test_port()
+    port = free_port()
     stack_file = tmp_path / "switch-stack.toml"
     stack_file.write_text(
         f'[stack]\nproject = "{project}"\nport = {port}\nstandby = "sleep"\n'
@@ -69,17 +49,7 @@ def switch_stack_at(
         + tail,
         encoding="utf-8",
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE"}
-    }
-    env.update(
-        VLLM_API_KEY=secrets.token_urlsafe(24),
-        XDG_STATE_HOME=str(tmp_path / "state"),
-        XDG_RUNTIME_DIR=str(tmp_path),
-        PYTHONPATH=str(REPO),
-    )
+    env = isolated_env(tmp_path)
     return Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
 
 

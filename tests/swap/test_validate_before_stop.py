@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import REPO, free_port
-from tests.swap.conftest import FAILURE_VARIANTS, Stack, remove_project, running_containers
+from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.swap.conftest import FAILURE_VARIANTS, Stack, running_containers
 
 pytestmark = pytest.mark.docker
 
@@ -28,17 +28,7 @@ def serving(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
         encoding="utf-8",
     )
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE"}
-    }
-    env.update(
-        VLLM_API_KEY=secrets.token_urlsafe(24),
-        XDG_STATE_HOME=str(tmp / "state"),
-        XDG_RUNTIME_DIR=str(tmp),
-        PYTHONPATH=str(REPO),
-    )
+    env = isolated_env(tmp)
     stack = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
     started = stack.run("up", "baseline")
     assert started.returncode == 0, started.stderr

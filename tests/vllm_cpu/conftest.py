@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.vllm_cpu.stack import Stack, make_stack, remove_project
+from tests.conftest import REPO, free_port, remove_project
+from tests.vllm_cpu.stack import Stack, make_stack
 
 IMAGE = os.environ.get("VLLM_CPU_IMAGE", "vllm-cpu:0.32.0")
 VLLM_VERSION = "0.32.0"
@@ -37,14 +36,7 @@ def run(*argv: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[
 
 def port_in_range() -> int:
     """A port of PORTS free on 127.0.0.1 right now."""
-    for port in PORTS:
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError(f"no free port in {_FIRST}-{_LAST}")
+    return free_port((_FIRST, _LAST))
 
 
 def weights_sha256(directory: Path) -> dict[str, str]:

@@ -8,8 +8,6 @@ with `up`, which is a no-op when that variant already serves with the same confi
 from __future__ import annotations
 
 import json
-import os
-import secrets
 import subprocess
 import sys
 import uuid
@@ -18,11 +16,9 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import REPO
+from tests.conftest import REPO, isolated_env
 
 SERVED = "claude-opus-5"
-HOST_VARS = {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE", "COMPOSER_STACK"}
-"""Host variables that would override .env.cpu: dropped from the tests' environment."""
 
 FAILING = """
 [variants.badflag]
@@ -94,26 +90,11 @@ def make_stack(port: int, state: Path) -> Stack:
     project = f"hcpu-{uuid.uuid4().hex[:8]}"
     failing = state / "failing.toml"
     failing.write_text(FAILING)
-    env = {k: v for k, v in os.environ.items() if k not in HOST_VARS}
-    env.update(
-        VLLM_API_KEY=secrets.token_urlsafe(32),
-        XDG_STATE_HOME=str(state),
-        XDG_RUNTIME_DIR=str(state),
-        PYTHONPATH=str(REPO),
-    )
+    env = isolated_env(state, key_bytes=32)
     args = [sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.cpu")]
     args += ["--stack", "composer.toml", "--stack", "images/vllm-cpu/cpu.toml", "--stack", str(failing)]
     args += ["--set", f"stack.project={project}", "--set", f"stack.port={port}"]
     return Stack(project, f"http://127.0.0.1:{port}", env["VLLM_API_KEY"], env, args)
-
-
-def remove_project(client, project: str) -> None:
-    """Remove every container and network of a compose project."""
-    selector = {"label": f"com.docker.compose.project={project}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for network in client.networks.list(filters=selector):
-        network.remove()
 
 
 def spec_counters(url: str) -> dict[str, float]:
