@@ -7,9 +7,10 @@ exec`), runs the very same gated `up` as the CLI (hold, drain, stop or sleep, st
 wake, gate, warm-up, release; rollback on failure), and reports the outcome back with
 `report_serving`, which releases or refuses the requests that wait for it.
 
-At start, and whenever Docker shows another serving variant between demands (a by-hand
-`up`), it tells the gateway which variant serves. Every decision is one `FollowEvent`
-(a line, or a JSON object with `--json`). It ends when `stop` is set (SIGTERM, Ctrl-C):
+At start, every 30 s between demands, and before each demand, it reads which variant
+Docker shows serving and tells the gateway when that changed (a by-hand `up`); a demand
+for the variant that already serves is answered without a swap. Every decision is one
+`FollowEvent` (a line, or a JSON object with `--json`). It ends when `stop` is set (SIGTERM, Ctrl-C):
 a switch under way finishes or rolls back first, as `up` does.
 """
 
@@ -97,6 +98,12 @@ class Follower:
             reason = f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
             control.report_serving(self.reported, demand.id, ok=False, detail=reason)
             self.emit(FollowEvent("refused", demand.variant, reason))
+            return
+        serving = self._serving_now()
+        if serving == demand.variant:  # a by-hand `up` since the last sync: nothing to switch
+            control.report_serving(serving, demand.id, ok=True, detail="already serving")
+            self.reported = serving
+            self.emit(FollowEvent("serving", serving, "already serving (read from Docker): no switch"))
             return
         self.emit(FollowEvent("switch", demand.variant, f"{demand.source}: {demand.reason}"))
         began = time.monotonic()

@@ -1,11 +1,19 @@
-"""`compose-spec follow` without Docker: its refusal when nothing switches, and its event lines."""
+"""`compose-spec follow` without Docker: its refusal when nothing switches, its event lines,
+and how it answers a demand (Docker and `up` replaced by recorders)."""
 
 from __future__ import annotations
 
+import threading
+from types import SimpleNamespace
+
+import pytest
 from click.testing import CliRunner
 
 from composer.cli import main
-from composer.swap.follow import FollowEvent
+from composer.gateway.client import SwitchDemand
+from composer.swap import follow as follow_module
+from composer.swap.follow import Follower, FollowEvent
+from composer.swap.swapper import UpOptions
 from tests.conftest import REPO
 
 
@@ -26,3 +34,51 @@ def test_follow_events_are_one_line_each_with_their_reason() -> None:
     assert event.line() == "switched mtp (3.1s): woke from baseline"
     assert FollowEvent("gateway", None, "not running").line() == "gateway -: not running"
     assert event.to_json()["details"] == {"timings": {"wake": 1.0}}
+
+
+class RecordingControl:
+    """The gateway side of `report_serving`, recorded."""
+
+    def __init__(self) -> None:
+        self.reports: list[tuple[str | None, str | None, bool, str]] = []
+
+    def report_serving(self, variant, demand_id=None, ok=True, detail=""):
+        self.reports.append((variant, demand_id, ok, detail))
+        return {}
+
+
+def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch) -> None:
+    """After a by-hand `up mtp` the gateway may still think baseline serves and ask for mtp."""
+    monkeypatch.setattr(
+        follow_module, "current_variant", lambda stack, client: SimpleNamespace(variant="mtp")
+    )
+    monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
+    events: list[FollowEvent] = []
+    stack = SimpleNamespace(variants={"baseline": object(), "mtp": object()})
+    follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
+    follower.reported = "baseline"
+    control = RecordingControl()
+    follower.handle(control, SwitchDemand("d1", "mtp", "a request names alias 'fast'", "alias"))  # type: ignore[arg-type]
+    assert control.reports == [("mtp", "d1", True, "already serving")]
+    assert (follower.reported, follower.switches) == ("mtp", 0)
+    assert [e.event for e in events] == ["serving"]
+
+
+def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> None:
+    monkeypatch.setattr(
+        follow_module, "current_variant", lambda stack, client: SimpleNamespace(variant="baseline")
+    )
+    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
+    result = SimpleNamespace(outcome="woke", previous="baseline", timings={"wake": 0.5})
+    ran: list[str] = []
+    monkeypatch.setattr(follow_module, "up", lambda stack, target, **k: ran.append(target) or result)
+    events: list[FollowEvent] = []
+    stack = SimpleNamespace(variants={"baseline": object(), "mtp": object()})
+    follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
+    control = RecordingControl()
+    follower.handle(control, SwitchDemand("d2", "mtp", "prompt p50 40 tok -> chat-1 = mtp", "auto"))  # type: ignore[arg-type]
+    assert ran == ["mtp"]
+    assert control.reports == [("mtp", "d2", True, "woke")]
+    assert follower.switches == 1
+    assert [e.event for e in events] == ["switch", "switched"]
+    assert events[-1].line().startswith("switched mtp (")
