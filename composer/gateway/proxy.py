@@ -172,9 +172,12 @@ class ProxyApp:
     def _retry_after(self, seconds: int | None = None) -> list[tuple[bytes, bytes]]:
         return [(b"retry-after", str(seconds or self.gate.retry_after).encode())]
 
-    async def _switch(self, scope: Scope, body: Body, deadline: float) -> None:
+    async def _switch(
+        self, scope: Scope, body: Body, deadline: float, watcher: asyncio.Future[None] | None
+    ) -> None:
         """Read the body's model and prompt size; an alias waits for its variant and is
-        renamed to the served name. Raises `Refused`."""
+        renamed to the served name. Raises `Refused`, or `ClientGone` when the client
+        disconnects while it waits (`watcher` completes)."""
         assert self.switcher is not None
         seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
         if seen is None:
@@ -184,9 +187,16 @@ class ProxyApp:
         if variant is None or seen.model is None:
             return
         self.switch_waiting += 1
+        waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
         try:
-            await self.switcher.admit(variant, seen.model, deadline)
+            if watcher is not None:
+                await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)
+                if not waiting.done():
+                    raise ClientGone
+            await waiting
         finally:
+            if not waiting.done():
+                waiting.cancel()
             self.switch_waiting -= 1
         body.data = bodies.with_model(seen.payload, self.served_name)
         headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
@@ -216,16 +226,18 @@ class ProxyApp:
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)
             return
-        if self.switcher is not None and complete:
-            try:
-                await self._switch(scope, body, deadline)
-            except Refused as refused:
-                self.metrics.refused.labels(refused.reason).inc()
-                retry = self._retry_after(refused.retry_after)
-                await _send_json(send, refused.status, {"error": str(refused)}, retry)
-                return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
         try:
+            if self.switcher is not None and complete:
+                try:
+                    await self._switch(scope, body, deadline, watcher)
+                except Refused as refused:
+                    self.metrics.refused.labels(refused.reason).inc()
+                    retry = self._retry_after(refused.retry_after)
+                    await _send_json(send, refused.status, {"error": str(refused)}, retry)
+                    return
+                except ClientGone:
+                    return
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher)
         finally:
             if watcher is not None and not watcher.done():

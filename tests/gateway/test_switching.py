@@ -7,6 +7,7 @@ import asyncio
 import itertools
 import json
 import threading
+import time
 
 import httpx
 import pytest
@@ -290,3 +291,20 @@ def test_an_automatic_demand_not_taken_is_withdrawn_when_the_traffic_stops() -> 
         assert sw.demand is taken  # a host runs it: it stays until reported
 
     asyncio.run(scenario())
+
+
+def test_a_client_that_leaves_while_waiting_for_a_switch_stops_waiting_at_once(make_gateway, backend) -> None:
+    gw = make_gateway(served_name=SERVED, aliases=(("fast", "mtp"),), switch_on_model=True)
+    control = GatewayControl(LocalExec(gw.config.control_socket))
+    control.report_serving("baseline")
+    body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "chunks": 1}
+    with pytest.raises(httpx.ReadTimeout):  # the client gives up after 0.5 s and closes
+        httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=0.5)
+    demand = control.next_demand(1)
+    assert demand is not None and demand.variant == "mtp"  # the switch is still pending
+    deadline = time.monotonic() + 3
+    while gw.gateway.proxy.switch_waiting and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert gw.gateway.proxy.switch_waiting == 0  # left before the host answered the demand
+    control.report_serving("mtp", demand.id, ok=True)
+    assert backend.state.models == []  # nothing reached the backend for the departed client
