@@ -82,4 +82,3 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("residency_wait", "GATEWAY_RESIDENCY_WAIT", parse_duration, GatewaySettings.residency_wait),
     ("policy_window", "GATEWAY_POLICY_WINDOW", parse_window, GatewaySettings.policy_window),
 )
-GATEWAY_KEYS = {key for key, *_ in GATEWAY_SETTINGS}

@@ -68,4 +68,3 @@ KUBE_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object],
     ("service_url", "KUBE_SERVICE_URL", parse_url, KubeSettings.service_url),
     ("kubectl", "KUBECTL", parse_text, KubeSettings.kubectl),
 )
-KUBE_KEYS = {key for key, *_ in KUBE_SETTINGS}

@@ -20,8 +20,8 @@ from composer.errors import ConfigError
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
-from composer.stack.gateway import GATEWAY_KEYS, GATEWAY_SETTINGS, GatewaySettings
-from composer.stack.kubernetes import KUBE_KEYS, KUBE_SETTINGS, KubeSettings
+from composer.stack.gateway import GATEWAY_SETTINGS, GatewaySettings
+from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.workload_classes import gateway_workloads
 
@@ -233,23 +233,26 @@ def _build(sources: Sources) -> Stack:
     )
 
 
-def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
-    raw = _table(sources.toml, "kubernetes")
-    _reject_unknown(raw, KUBE_KEYS, "kubernetes")
-    values = {
-        key: resolve.get(f"kubernetes.{key}", parse, default, env, raw.get(key))
-        for key, env, parse, default in KUBE_SETTINGS
+def _settings_table(
+    sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple]
+) -> dict[str, object]:
+    """The resolved values of a settings table (`[kubernetes]`, `[gateway]`): unknown keys
+    refused, each key from the environment, the file or its default."""
+    raw = _table(sources.toml, table)
+    _reject_unknown(raw, {key for key, *_ in settings}, table)
+    return {
+        key: resolve.get(f"{table}.{key}", parse, default, env, raw.get(key))
+        for key, env, parse, default in settings
     }
+
+
+def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
+    values = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS)
     return KubeSettings(**values)  # type: ignore[arg-type]
 
 
 def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
-    raw = _table(sources.toml, "gateway")
-    _reject_unknown(raw, GATEWAY_KEYS, "gateway")
-    values = {
-        key: resolve.get(f"gateway.{key}", parse, default, env, raw.get(key))
-        for key, env, parse, default in GATEWAY_SETTINGS
-    }
+    values = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS)
     return GatewaySettings(**values)  # type: ignore[arg-type]
 
 
