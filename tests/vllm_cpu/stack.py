@@ -19,6 +19,8 @@ import httpx
 from tests.conftest import REPO, isolated_env
 
 SERVED = "claude-opus-5"
+PREFIX = "hcpu"
+"""What the names of everything the tier creates start with."""
 
 FAILING = """
 [variants.badflag]
@@ -87,7 +89,7 @@ class Stack:
 
 def make_stack(port: int, state: Path) -> Stack:
     """A stack on .env.cpu + cpu.toml + the failing variants, in a fresh project; nothing started."""
-    project = f"hcpu-{uuid.uuid4().hex[:8]}"
+    project = f"{PREFIX}-{uuid.uuid4().hex[:8]}"
     failing = state / "failing.toml"
     failing.write_text(FAILING)
     env = isolated_env(state, key_bytes=32)

@@ -19,11 +19,10 @@ import pytest
 
 from composer.render.gateway import CPU_SHARES
 from tests.vllm_cpu.conftest import run
-from tests.vllm_cpu.stack import SERVED, Stack
+from tests.vllm_cpu.stack import PREFIX, SERVED, Stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.vllm_cpu]
 
-PREFIX = "hcpu"  # the tier's name prefix
 REQUESTS = 12
 TOKENS = 96
 # Spinning processes, one per CPU, that stop by themselves (the test also removes them).
