@@ -1,20 +1,25 @@
 """Direct to the simulator vs through the gateway, side by side in one run.
 
 Figures: one stream's decode tok/s (ratio gateway/direct), 64 concurrent streams' aggregate
-tok/s (ratio), TTFT p50 (added ms), and the gateway's open TCP connections before and after
-N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100 (the 27B
+tok/s (ratio), TTFT p50 (added ms), and the gateway's open TCP connections, idle, before and
+after N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100 (the 27B
 profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
 (`make image-sim`) and the gateway image (built here when missing or stale, under
 $GATEWAY_IMAGE or the toolkit's version; --image with --no-build measures an existing one).
 
-The gateway container gets the CPU weight the rendered compose file gives it. With --pin
-(the default on a host of 2+ CPUs) this process, the load client, runs on CPU 0 and the
-simulator and the gateway on the others, so the client does not take the CPU from the
-servers it measures; other processes on the host are not pinned (the load average at the
-end says how busy it was).
+The gateway container gets the CPU weight the rendered compose file gives it. --placement
+says which CPUs each process gets (a host of 2+ CPUs; other host processes are not pinned, and
+the load average at the end says how busy it was):
+  own-core (default)  the gateway alone on the last CPU; the simulator and this process, the
+                      load client, on the others. As on a GPU host, where the proxy's CPU is
+                      not the one the backend's server needs.
+  shared-core         the client on CPU 0; the simulator and the gateway together on the
+                      others: at 64 streams both are CPU-bound on one core, so the ratio shows
+                      how that core is shared more than what the proxy costs.
+  kernel              nothing pinned.
 
 Usage: .venv/bin/python benchmarks/bench_gateway.py [--requests N] [--json PATH]
-           [--image TAG --no-build] [--no-pin]
+           [--image TAG --no-build] [--placement own-core|shared-core|kernel]
 """
 
 from __future__ import annotations
@@ -74,13 +79,14 @@ async def decode_rate(url: str, runs: int, max_tokens: int) -> float:
     return statistics.median(rates)
 
 
-async def aggregate_rate(url: str, streams: int, max_tokens: int) -> float:
+async def aggregate_rate(url: str, streams: int, max_tokens: int) -> tuple[float, float]:
+    """(content chunks per second over all streams, wall seconds)."""
     limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         started = time.perf_counter()
         results = await asyncio.gather(*(one_stream(client, url, max_tokens) for _ in range(streams)))
         wall = time.perf_counter() - started
-    return sum(c for _, _, c in results) / wall
+    return sum(c for _, _, c in results) / wall, wall
 
 
 async def ttft_p50(urls: list[str], requests: int) -> list[float]:
@@ -100,16 +106,16 @@ async def ttft_p50(urls: list[str], requests: int) -> list[float]:
 async def churn(url: str, requests: int, concurrency: int = 16) -> int:
     """`requests` small requests, each on a fresh client connection; returns failures."""
     failures = 0
-    sem = asyncio.Semaphore(concurrency)
     body = {**chat_body(1), "stream": False}
+    no_reuse = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
+    async with httpx.AsyncClient(timeout=30, limits=no_reuse) as client:
 
-    async def one() -> None:
-        nonlocal failures
-        async with sem, httpx.AsyncClient(timeout=30) as client:
+        async def one() -> None:
+            nonlocal failures
             r = await client.post(url + "/v1/chat/completions", json=body, headers=HEADERS)
             failures += r.status_code != 200
 
-    await asyncio.gather(*(one() for _ in range(requests)))
+        await asyncio.gather(*(one() for _ in range(requests)))
     return failures
 
 
@@ -125,28 +131,49 @@ def cpu_seconds(container) -> float:
     return float(container.exec_run(["python3", "-c", probe]).output.decode())
 
 
+PLACEMENTS = ("own-core", "shared-core", "kernel")
+# Connections are counted after this long without requests: past the keep-alive timeouts of
+# clients' connections (uvicorn's 5 s) and of idle upstream ones (at most twice 4 s).
+IDLE_S = 10
+
+
+def placement_cpus(placement: str, cpus: list[int]) -> tuple[set[int], str, str]:
+    """(client CPUs, simulator cpuset, gateway cpuset) for a placement; empty means unpinned."""
+    if placement == "own-core":
+        rest = cpus[:-1]
+        return set(rest), ",".join(map(str, rest)), str(cpus[-1])
+    if placement == "shared-core":
+        servers = ",".join(map(str, cpus[1:]))
+        return {cpus[0]}, servers, servers
+    return set(), "", ""
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=10_000, help="requests for the connection count")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--image", default=dockerlab.GATEWAY_IMAGE, help="gateway image tag")
     parser.add_argument("--no-build", action="store_true", help="measure --image as it is")
-    parser.add_argument("--no-pin", action="store_true", help="leave CPU placement to the kernel")
+    parser.add_argument(
+        "--placement", choices=PLACEMENTS, default="own-core", help="which CPUs each process gets"
+    )
     args = parser.parse_args()
     client = docker.from_env(timeout=120)
     dockerlab.GATEWAY_IMAGE = args.image
     if not args.no_build:
         build_gateway_image()
     cpus = sorted(os.sched_getaffinity(0))
-    pin = not args.no_pin and len(cpus) >= 2
+    if len(cpus) < 2:
+        args.placement = "kernel"
+    client_cpus, sim_cpus, gateway_cpus = placement_cpus(args.placement, cpus)
     lab = Lab(client).start()
     try:
         sim = lab.start_sim("bench", publish=host_port(18350))
-        servers = ",".join(str(c) for c in cpus[1:])
-        lab.gateway.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": servers} if pin else {}))
-        if pin:
-            sim.update(cpuset_cpus=servers)
-            os.sched_setaffinity(0, {cpus[0]})
+        lab.gateway.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": gateway_cpus} if gateway_cpus else {}))
+        if sim_cpus:
+            sim.update(cpuset_cpus=sim_cpus)
+        if client_cpus:
+            os.sched_setaffinity(0, client_cpus)
         sim.reload()
         direct = f"http://127.0.0.1:{sim.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}"
         gateway = lab.url
@@ -174,14 +201,17 @@ def main() -> int:
         cpu_us_per_chunk = (cpu_seconds(lab.gateway) - cpu_before) / 10_000 * 1e6
         d1 = statistics.mean([figures["decode_direct"], figures["decode_direct2"]])
         g1 = statistics.mean([figures["decode_gateway"], figures["decode_gateway2"]])
-        agg_d = asyncio.run(aggregate_rate(direct, 64, 300))
-        agg_g = asyncio.run(aggregate_rate(gateway, 64, 300))
-        agg_d2 = asyncio.run(aggregate_rate(direct, 64, 300))
-        agg_g2 = asyncio.run(aggregate_rate(gateway, 64, 300))
+        agg_d, _ = asyncio.run(aggregate_rate(direct, 64, 300))
+        cpu_before = cpu_seconds(lab.gateway)
+        agg_g, wall_g = asyncio.run(aggregate_rate(gateway, 64, 300))
+        gateway_busy = (cpu_seconds(lab.gateway) - cpu_before) / wall_g
+        agg_d2, _ = asyncio.run(aggregate_rate(direct, 64, 300))
+        agg_g2, _ = asyncio.run(aggregate_rate(gateway, 64, 300))
         t_d, t_g = asyncio.run(ttft_p50([direct, gateway], 150))
+        time.sleep(IDLE_S)
         idle = established(lab.gateway)
         failures = asyncio.run(churn(gateway, args.requests))
-        time.sleep(2)
+        time.sleep(IDLE_S)
         after = established(lab.gateway)
         rss = next(
             int(x.split()[1])
@@ -198,6 +228,7 @@ def main() -> int:
                 "direct": round((agg_d + agg_d2) / 2, 1),
                 "gateway": round((agg_g + agg_g2) / 2, 1),
                 "ratio": round((agg_g + agg_g2) / (agg_d + agg_d2), 3),
+                "gateway_cpu_cores_busy": round(gateway_busy, 2),
             },
             "ttft_p50_ms": {
                 "direct": round(t_d * 1000, 2),
@@ -211,11 +242,13 @@ def main() -> int:
                 "gateway_established_after": after,
             },
             "gateway_image": args.image,
-            "placement": (
-                f"client on CPU {cpus[0]}; simulator and gateway on CPU {servers}; gateway cpu_shares {CPU_SHARES}"
-                if pin
-                else f"unpinned; gateway cpu_shares {CPU_SHARES}"
-            ),
+            "placement": {
+                "name": args.placement,
+                "client_cpus": sorted(client_cpus) if client_cpus else "any",
+                "simulator_cpus": sim_cpus or "any",
+                "gateway_cpus": gateway_cpus or "any",
+                "gateway_cpu_shares": CPU_SHARES,
+            },
             "gateway_rss_mib": round(rss / 1024, 1),
             "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk, 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],

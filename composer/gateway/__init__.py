@@ -6,10 +6,10 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
   `gate`, `upstream`, `metrics`, `server`, `ctl`) use only the standard library, starlette,
-  uvicorn, httpx and prometheus_client; the image copies only `composer/__init__.py`,
-  `composer/errors.py` and this package. This module imports only standard-library
-  modules, so host code can use the client and the settings without the server's
-  dependencies.
+  uvicorn, httpx, aiohttp (the forwarding client) and prometheus_client; the image copies
+  only `composer/__init__.py`, `composer/errors.py` and this package. This module imports
+  only standard-library modules, so host code can use the client and the settings without
+  the server's dependencies.
 
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
 `GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
@@ -20,10 +20,7 @@ from composer.errors import GatewayConfigError, GatewayControlError, GatewayErro
 
 from .client import BackendReply, DrainReport, GatewayControl, GatewayState, HoldInfo
 from .config import ENV_VARS, GatewayConfig, load_config
-from .routes import DEV_ROUTES
-
-# Paths the gateway answers itself on the public port (everything else goes to the backend).
-PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health")
+from .routes import DEV_ROUTES, PUBLIC_PATHS
 
 __all__ = [
     "DEV_ROUTES",

@@ -2,10 +2,16 @@
 
 Order for each request: dev routes are refused (404); a guarded path without the right key is
 refused (401) before it can take a queue slot; the gate admits it (maybe after holding it);
-then the request is forwarded with httpx and the response streamed back chunk by chunk as
-the backend sends it. A client that disconnects cancels its upstream request. Request bodies
-up to `REPLAY_LIMIT` are read first so the request can be sent again when the backend refuses
-the connection (it is being replaced); larger bodies are streamed through as they arrive.
+then the request is forwarded with aiohttp's client and the response streamed back as the
+backend sends it: each read passes on at once whatever has arrived (one chunk while the
+gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
+more. A client that disconnects cancels its upstream request. Request bodies up to
+`REPLAY_LIMIT` are read first so the request can be sent again when the backend refuses the
+connection (it is being replaced); larger bodies are streamed through as they arrive.
+
+The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
+control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
+its connection pool does not scan every idle connection on each request.
 """
 
 from __future__ import annotations
@@ -13,11 +19,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine, Iterable
 from typing import TYPE_CHECKING, Any
 
+import aiohttp
 import anyio
-import httpx
+from multidict import CIMultiDict
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
@@ -34,6 +41,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway")
 
 REPLAY_LIMIT = 128 * 1024
+# Idle upstream connections close after this long: under vLLM's own keep-alive timeout
+# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s), so the gateway never sends on a connection the server
+# is closing.
+UPSTREAM_KEEPALIVE_S = 4.0
 HOP_BY_HOP = frozenset(
     {
         b"connection",
@@ -50,30 +61,54 @@ HOP_BY_HOP = frozenset(
         PROBE_HEADER.encode(),
     }
 )
+# Headers aiohttp would add on its own: the client's are forwarded as they came, or not at all.
+NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 # Errors that mean the backend went away before it answered: safe to send again when the
-# body can be replayed (a refused connection never reached it at all).
-CONNECT_ERRORS = (httpx.ConnectError, httpx.ConnectTimeout)
-GONE_ERRORS = (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError)
+# body can be replayed (a refused connection never reached it at all). CONNECT_ERRORS are
+# caught first (they are connection errors too).
+CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
-def upstream_client(transport: httpx.AsyncBaseTransport | None = None) -> httpx.AsyncClient:
-    """The pooled client for forwarded requests: no read timeout (streams are long)."""
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(None, connect=5.0),
-        limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=30.0),
-        transport=transport,
-        follow_redirects=False,
+def upstream_session() -> aiohttp.ClientSession:
+    """The pooled session for forwarded requests (create it inside the running loop).
+
+    No read timeout (streams are long); no DNS cache (a recreated variant answers under the
+    same name at a new address); no cookie jar; bodies pass through as they are (no
+    decompression); idle connections close after `UPSTREAM_KEEPALIVE_S`.
+    """
+    dispatched = aiohttp.TraceConfig()
+    dispatched.on_request_headers_sent.append(_headers_sent)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, keepalive_timeout=UPSTREAM_KEEPALIVE_S),
+        trace_configs=[dispatched],
+        timeout=aiohttp.ClientTimeout(total=None, connect=5.0),
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        skip_auto_headers=NO_AUTO_HEADERS,
         trust_env=False,
     )
 
 
-def _forward_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
+    """The request head is written upstream: the held request after it may be released."""
+    ticket: Ticket | None = context.trace_request_ctx
+    if ticket is not None:
+        ticket.mark_dispatched()
+
+
+def _forward_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Request or response headers without hop-by-hop ones (and those `Connection` names)."""
     named = set()
     for key, value in raw:
         if key.lower() == b"connection":
             named.update(v.strip().lower() for v in value.split(b","))
     return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+
+
+def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
+    """The client's headers to send upstream, as aiohttp takes them."""
+    return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
 async def _send_json(send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]) -> None:
@@ -112,7 +147,7 @@ async def _wait_disconnect(receive: Receive) -> None:
 
 
 class Body:
-    """The request body for httpx: replayable bytes, or the read prefix followed by the rest."""
+    """The request body to forward: replayable bytes, or the read prefix followed by the rest."""
 
     def __init__(self, chunks: list[bytes], complete: bool, receive: Receive) -> None:
         self.data = b"".join(chunks) if complete else b""
@@ -120,21 +155,14 @@ class Body:
         self._prefix = chunks
         self._receive = receive
         self.started = False
-        self.ticket: Ticket | None = None
 
     def replayable(self) -> bool:
         """True when the body can be sent again."""
         return self.complete or not self.started
 
     async def stream(self) -> AsyncIterator[bytes]:
-        """Yield the body; the first pull means the request head has been written upstream."""
+        """Yield a body that was too large to read first: the prefix read, then the rest."""
         self.started = True
-        if self.ticket is not None:
-            self.ticket.mark_dispatched()
-        if self.complete:
-            if self.data:
-                yield self.data
-            return
         for chunk in self._prefix:
             yield chunk
         while True:
@@ -154,7 +182,6 @@ class ProxyApp:
         self,
         gate: Gate,
         upstream: Upstream,
-        client: httpx.AsyncClient,
         keys: KeyCheck,
         metrics: Metrics,
         switcher: Switcher | None = None,
@@ -162,12 +189,21 @@ class ProxyApp:
     ) -> None:
         self.gate = gate
         self.upstream = upstream
-        self.client = client
+        self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
         self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
         self.served_name = served_name
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
+
+    def open(self) -> None:
+        """Open the forwarding session (inside the serving loop)."""
+        self.session = upstream_session()
+
+    async def aclose(self) -> None:
+        """Close the forwarding session and its connections."""
+        if self.session is not None:
+            await self.session.close()
 
     def _retry_after(self, seconds: int | None = None) -> list[tuple[bytes, bytes]]:
         return [(b"retry-after", str(seconds or self.gate.retry_after).encode())]
@@ -274,7 +310,6 @@ class ProxyApp:
                 return
             except ClientGone:
                 return
-            body.ticket = ticket
             try:
                 again = await self._forward(ticket, scope, receive, send, body, watcher)
             finally:
@@ -299,24 +334,21 @@ class ProxyApp:
         url = self.upstream.url + scope["raw_path"].decode("latin-1")
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
-        headers = _forward_headers(scope["headers"])
-        request = self.client.build_request(
-            scope["method"], httpx.URL(url), headers=headers, content=body.stream()
-        )
+        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, ticket)
         started = False
-        response: httpx.Response | None = None
+        response: aiohttp.ClientResponse | None = None
         with anyio.CancelScope() as cancel_scope:
             ticket.cancel = cancel_scope.cancel
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(request, watcher)
+                response = await self._send_upstream(opening, watcher)
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
                 self.metrics.forwarded.inc()
-                out = StreamingResponse(response.aiter_raw(), status_code=response.status_code)
-                out.raw_headers = _forward_headers(response.headers.raw)
+                out = StreamingResponse(response.content.iter_any(), status_code=response.status)
+                out.raw_headers = _forward_headers(response.raw_headers)
                 if watcher is not None:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
                 started = True
@@ -337,7 +369,7 @@ class ProxyApp:
                 return False
             except ClientGone:
                 return False
-            except httpx.HTTPError as err:
+            except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 if started:
                     self.metrics.upstream_errors.inc()
@@ -347,8 +379,7 @@ class ProxyApp:
             finally:
                 ticket.cancel = None
                 if response is not None:
-                    with anyio.CancelScope(shield=True):
-                        await response.aclose()
+                    response.close()  # drops the connection unless the body was read to its end
         if cancel_scope.cancelled_caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
@@ -367,13 +398,27 @@ class ProxyApp:
         self.metrics.upstream_errors.inc()
         await _send_json(send, 502, {"error": f"backend failed: {type(err).__name__}"}, [])
 
+    async def _open(
+        self, method: str, url: str, headers: CIMultiDict[str], body: Body, ticket: Ticket
+    ) -> aiohttp.ClientResponse:
+        """Send the request and return once the response head has arrived."""
+        assert self.session is not None, "open() the proxy in the serving loop first"
+        return await self.session.request(
+            method,
+            url,
+            headers=headers,
+            data=body.data if body.complete else body.stream(),
+            allow_redirects=False,
+            trace_request_ctx=ticket,
+        )
+
     async def _send_upstream(
-        self, request: httpx.Request, watcher: asyncio.Future[None] | None
-    ) -> httpx.Response | None:
-        """Send and wait for the response head; None when the client disconnected first."""
+        self, opening: Coroutine[Any, Any, aiohttp.ClientResponse], watcher: asyncio.Future[None] | None
+    ) -> aiohttp.ClientResponse | None:
+        """Await `opening`; None when the client disconnected first (the sending is cancelled)."""
         if watcher is None:
-            return await self.client.send(request, stream=True)
-        sending = asyncio.ensure_future(self.client.send(request, stream=True))
+            return await opening
+        sending = asyncio.ensure_future(opening)
         try:
             await asyncio.wait({sending, watcher}, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
@@ -387,10 +432,10 @@ class ProxyApp:
         return None
 
 
-async def _settle(task: asyncio.Future[httpx.Response]) -> None:
+async def _settle(task: asyncio.Future[aiohttp.ClientResponse]) -> None:
     """Wait for a cancelled send; close a response that arrived anyway."""
     try:
         response = await task
     except BaseException:  # cancelled or failed: nothing to close
         return
-    await response.aclose()
+    response.close()

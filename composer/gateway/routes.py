@@ -13,6 +13,8 @@ import hmac
 import re
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
+# Paths the gateway answers itself on the public port (everything else goes to the backend).
+PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health")
 
 DEV_ROUTES = frozenset(
     {

@@ -22,13 +22,14 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .config import GatewayConfig
 from .control import build_control_app
 from .gate import Gate
 from .metrics import CONTENT_TYPE, Metrics
-from .proxy import ProxyApp, upstream_client
-from .routes import KeyCheck
+from .proxy import ProxyApp
+from .routes import PUBLIC_PATHS, KeyCheck
 from .switching import Switcher
 from .upstream import Upstream
 
@@ -60,14 +61,12 @@ class Gateway:
             urgent=lambda: not self.gate.is_open or self.gate.held > 0,
             transport=transport,
         )
-        self.client = upstream_client(transport)
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, transport=transport, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
         self.proxy = ProxyApp(
             self.gate,
             self.upstream,
-            self.client,
             KeyCheck(config.api_key),
             self.metrics,
             self.switcher if config.inspects_bodies else None,
@@ -78,7 +77,10 @@ class Gateway:
         self._poller: asyncio.Task[None] | None = None
         self._policy: asyncio.Task[None] | None = None
 
-    def _public_app(self) -> Starlette:
+    def _public_app(self) -> ASGIApp:
+        """The gateway's own two paths; every other request goes straight to the proxy (no
+        router or middleware on the forwarding path: they would run for every chunk sent)."""
+
         async def metrics(_: Request) -> Response:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
@@ -87,13 +89,16 @@ class Gateway:
                 {"gateway": "up", "backend_ready": self.upstream.ready, "held": self.gate.held}
             )
 
-        return Starlette(
-            routes=[
-                Route("/gateway/metrics", metrics),
-                Route("/gateway/health", health),
-                Route("/{path:path}", self.proxy),
-            ]
-        )
+        own = Starlette(routes=[Route(PUBLIC_PATHS[0], metrics), Route(PUBLIC_PATHS[1], health)])
+        proxy = self.proxy
+
+        async def app(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http" and scope["path"] in PUBLIC_PATHS:
+                await own(scope, receive, send)
+            else:
+                await proxy(scope, receive, send)
+
+        return app
 
     def route(self, url: str) -> str:
         """Forward to `url` from now on (held until it is ready); returns the previous URL."""
@@ -125,7 +130,8 @@ class Gateway:
         }
 
     async def start(self) -> None:
-        """Start the readiness poller (call inside the serving loop)."""
+        """Open the forwarding session and start the readiness poller (inside the serving loop)."""
+        self.proxy.open()
         self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
         if self.config.policy == "auto":
             self._policy = asyncio.get_running_loop().create_task(self._run_policy())
@@ -146,7 +152,7 @@ class Gateway:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
-        await self.client.aclose()
+        await self.proxy.aclose()
         await self.backend_client.aclose()
         await self.upstream.aclose()
 

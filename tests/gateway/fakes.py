@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import os
@@ -114,6 +115,17 @@ def backend_app(state: BackendState) -> Starlette:
             return JSONResponse({"is_sleeping": state.sleeping})
         return Response(status_code=200)
 
+    async def seen(request: Request) -> Response:
+        """What reached the backend (headers in order, query); answers gzip bytes, untouched."""
+        report = {
+            "headers": [[k.decode(), v.decode()] for k, v in request.scope["headers"]],
+            "query": request.scope["query_string"].decode(),
+        }
+        body = gzip.compress(json.dumps(report).encode())
+        return Response(
+            body, media_type="application/json", headers={"content-encoding": "gzip", "x-backend": "seen"}
+        )
+
     async def plain(request: Request) -> Response:
         state.paths.append(request.url.path)
         return PlainTextResponse(f"backend {request.url.path}")
@@ -124,6 +136,7 @@ def backend_app(state: BackendState) -> Starlette:
             Route("/v1/models", models),
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/echo", echo, methods=["POST"]),
+            Route("/v1/seen", seen, methods=["GET", "POST"]),
             Route("/sleep", dev, methods=["POST"]),
             Route("/wake_up", dev, methods=["POST"]),
             Route("/is_sleeping", dev),

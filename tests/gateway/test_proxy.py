@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import http.client
+import json
 import os
 import threading
 import time
@@ -69,6 +72,33 @@ def test_request_bodies_of_any_size_pass_intact(gateway, size: int) -> None:
     assert r.status_code == 200
     assert r.json()["size"] == size
     assert r.json()["sha256"] == hashlib.sha256(payload).hexdigest()
+
+
+def test_headers_query_and_encoded_bodies_pass_as_they_came(gateway) -> None:
+    # http.client sends only what it is told (no user agent, no content type): the gateway
+    # must add none of its own, drop only hop-by-hop headers, and leave gzip bodies alone.
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=10)
+    conn.putrequest("GET", "/v1/seen?a=1&b=%20x&a=2", skip_accept_encoding=True)
+    for name, value in (
+        ("Authorization", AUTH["Authorization"]),
+        ("X-Trace", "t1"),
+        ("X-Trace", "t2"),
+        ("Connection", "keep-alive, X-Hop"),
+        ("X-Hop", "drop me"),
+    ):
+        conn.putheader(name, value)
+    conn.endheaders()
+    response = conn.getresponse()
+    raw = response.read()
+    conn.close()
+    assert response.status == 200
+    assert response.getheader("content-encoding") == "gzip" and response.getheader("x-backend") == "seen"
+    report = json.loads(gzip.decompress(raw))
+    assert report["query"] == "a=1&b=%20x&a=2"
+    names = [name for name, _ in report["headers"]]
+    assert [v for k, v in report["headers"] if k == "x-trace"] == ["t1", "t2"]
+    assert "x-hop" not in names
+    assert not {"user-agent", "accept", "accept-encoding", "content-type"} & set(names), names
 
 
 def test_wrong_key_is_refused_at_once_without_taking_a_queue_slot(make_gateway, backend) -> None:
