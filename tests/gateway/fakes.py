@@ -120,6 +120,7 @@ def backend_app(state: BackendState) -> Starlette:
         report = {
             "headers": [[k.decode(), v.decode()] for k, v in request.scope["headers"]],
             "query": request.scope["query_string"].decode(),
+            "peer_port": request.scope["client"][1],
         }
         body = gzip.compress(json.dumps(report).encode())
         return Response(

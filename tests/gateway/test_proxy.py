@@ -101,6 +101,15 @@ def test_headers_query_and_encoded_bodies_pass_as_they_came(gateway) -> None:
     assert not {"user-agent", "accept", "accept-encoding", "content-type"} & set(names), names
 
 
+def test_sequential_requests_reuse_one_upstream_connection(gateway) -> None:
+    ports = set()
+    for _ in range(5):
+        r = httpx.get(gateway.url + "/v1/seen", headers=AUTH, timeout=10)  # a new client connection each
+        assert r.status_code == 200
+        ports.add(r.json()["peer_port"])  # httpx decodes the gzip body
+    assert len(ports) == 1, ports
+
+
 def test_wrong_key_is_refused_at_once_without_taking_a_queue_slot(make_gateway, backend) -> None:
     gw = make_gateway(max_held=1, hold_timeout=30)
     ctl = GatewayControl(LocalExec(gw.config.control_socket))
