@@ -107,12 +107,14 @@ async def churn(url: str, requests: int, concurrency: int = 16) -> int:
     """`requests` small requests, each on a fresh client connection; returns failures."""
     failures = 0
     body = {**chat_body(1), "stream": False}
+    sem = asyncio.Semaphore(concurrency)
     no_reuse = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
     async with httpx.AsyncClient(timeout=30, limits=no_reuse) as client:
 
         async def one() -> None:
             nonlocal failures
-            r = await client.post(url + "/v1/chat/completions", json=body, headers=HEADERS)
+            async with sem:
+                r = await client.post(url + "/v1/chat/completions", json=body, headers=HEADERS)
             failures += r.status_code != 200
 
         await asyncio.gather(*(one() for _ in range(requests)))
