@@ -41,7 +41,7 @@ POLICY_TICK_S = 0.5
 class Gateway:
     """The gateway's state and apps, bound to the running event loop by `start()`."""
 
-    def __init__(self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.metrics = Metrics()
         self.started_at = time.time()
@@ -59,10 +59,9 @@ class Gateway:
             api_key=config.api_key,
             poll_interval=config.poll_interval,
             urgent=lambda: not self.gate.is_open or self.gate.held > 0,
-            transport=transport,
         )
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
-        self.backend_client = httpx.AsyncClient(headers=headers, transport=transport, trust_env=False)
+        self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
         self.proxy = ProxyApp(
             self.gate,
@@ -199,9 +198,9 @@ def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.C
 class GatewayServer:
     """The public server (TCP) and the control server (UNIX socket) of one gateway."""
 
-    def __init__(self, config: GatewayConfig, transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.gateway = Gateway(config, transport)
+        self.gateway = Gateway(config)
         self.public = _Server(
             _uvicorn_config(self.gateway.public_app, config, host=config.host, port=config.port)
         )

@@ -38,7 +38,6 @@ class Upstream:
         poll_interval: float = 0.1,
         ready_interval: float = READY_POLL_INTERVAL,
         urgent: Callable[[], bool] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self._url = url
         self._on_ready = on_ready
@@ -51,7 +50,6 @@ class Upstream:
         self._client = httpx.AsyncClient(
             timeout=PROBE_TIMEOUT,
             limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
-            transport=transport,
         )
         self._ready = False
         self._listed = False
