@@ -110,29 +110,18 @@ def recipes(seed: int, mtp: bool) -> list[Recipe]:
         Recipe("qwen3-tiny-hd16", layers=2, heads=16, kv_heads=4, head_dim=16, **base),
     ]
     if mtp:
-        result.append(
-            Recipe(
-                "mimo-tiny-mtp",
-                layers=2,
-                heads=4,
-                kv_heads=2,
-                head_dim=64,
-                extra={"mtp_layers": 1},
-                **{**base, "architecture": "mimo"},
+        for name, architecture in (("mimo-tiny-mtp", "mimo"), ("qwen3_5-tiny-mtp", "qwen3_5")):
+            result.append(
+                Recipe(
+                    name,
+                    layers=2,
+                    heads=4,
+                    kv_heads=2,
+                    head_dim=64,
+                    extra={"mtp_layers": 1},
+                    **{**base, "architecture": architecture},
+                )
             )
-        )
-        mtp_base = {**base, "architecture": "qwen3_5"}
-        result.append(
-            Recipe(
-                "qwen3_5-tiny-mtp",
-                layers=2,
-                heads=4,
-                kv_heads=2,
-                head_dim=64,
-                extra={"mtp_layers": 1},
-                **mtp_base,
-            )
-        )
     return result
 
 

@@ -6,6 +6,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 from vllm.sim.logs import VllmLog, traceback_text
 
@@ -67,15 +68,24 @@ def attention_kernel_error(backend: str, config: dict) -> str | None:
 def exit_after_death(log: VllmLog, delay: float = 0.5) -> threading.Timer:
     """Shut the server down as vLLM does once its engine died on a request (exit code 0)."""
 
-    def stop() -> None:
+    def last_words() -> None:
         for line in ("Shutting down", "Waiting for application shutdown.", "Application shutdown complete."):
             log.info("server.py:264", line)
         log.info("server.py:94", f"Finished server process [{os.getpid()}]")
+
+    return _exit_later(delay, last_words, 0)
+
+
+def _exit_later(seconds: float, last_words: Callable[[], None], code: int) -> threading.Timer:
+    """After `seconds` (a daemon timer): log `last_words()`, flush, exit the process with `code`."""
+
+    def run() -> None:
+        last_words()
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0)
+        os._exit(code)
 
-    timer = threading.Timer(delay, stop)
+    timer = threading.Timer(seconds, run)
     timer.daemon = True
     timer.start()
     return timer
@@ -185,13 +195,7 @@ def log_engine_dead(exception: str, log: VllmLog) -> None:
 def schedule_crash(seconds: float, log: VllmLog) -> threading.Timer:
     """Kill the server ``seconds`` real seconds after it became ready."""
 
-    def crash() -> None:
+    def last_words() -> None:
         log_engine_dead("RuntimeError: CUDA error: an illegal memory access was encountered", log)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
 
-    timer = threading.Timer(seconds, crash)
-    timer.daemon = True
-    timer.start()
-    return timer
+    return _exit_later(seconds, last_words, 1)
