@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from composer.errors import ComposerError
@@ -96,8 +96,26 @@ class VariantContainer:
         if state.get("Status") in {"exited", "dead"}:
             return f"the container exited with code {state.get('ExitCode')}"
         if state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0:
-            return f"the container exited with code {state.get('ExitCode')} and was restarted"
+            return f"the container exited with code {self._last_exit_code(attrs)} and was restarted"
         return None
+
+    def _last_exit_code(self, attrs: dict) -> object:
+        """The code of the container's last exit. Docker resets `State.ExitCode` to 0 once a
+        restart runs it again, so it comes from the last `die` event; the state's is the fallback."""
+        try:
+            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
+            events = self.container.client.events(
+                since=created.replace(tzinfo=UTC),
+                until=datetime.now(UTC) + timedelta(seconds=1),
+                filters={"container": self.container.id, "event": "die"},
+                decode=True,
+            )
+            codes = [event.get("Actor", {}).get("Attributes", {}).get("exitCode") for event in events]
+        except Exception:  # events unavailable (the daemon went away): the state's code
+            codes = []
+        if codes and codes[-1] is not None:
+            return codes[-1]
+        return attrs.get("State", {}).get("ExitCode")
 
     def log(self, tail: int | None = None, since: datetime | None = None, timestamps: bool = False) -> str:
         """Its log (all of it, or the last `tail` lines, since a time); empty when it is gone."""
