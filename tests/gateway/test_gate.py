@@ -153,6 +153,6 @@ def test_drain_with_nothing_in_flight_is_immediate() -> None:
         gate = make_gate()
         gate.set_backend_ready(True)
         result = await gate.drain(5, lease_s=10)
-        assert (result.drained, result.cut) == (0, 0) and result.duration_s < 0.1
+        assert (result.drained, result.cut) == (0, 0) and result.duration_s < 1  # not the 5 s timeout
 
     run(main())

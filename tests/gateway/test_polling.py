@@ -27,9 +27,9 @@ def test_not_ready_probes_fast_and_notices_readiness_within_an_interval(make_gat
     gw = make_gateway(ready=False, poll_interval=0.05)
     assert probes_during(backend, 0.5) >= 6
     backend.state.ready = True
-    began = time.monotonic()
+    before = backend.state.health_checks
     gw.wait(lambda g: g.upstream.ready, timeout=2)
-    assert time.monotonic() - began < 0.2
+    assert backend.state.health_checks - before <= 2  # the probe in flight, then the next one
 
 
 def test_a_hold_makes_it_probe_fast(gateway, backend) -> None:
@@ -48,6 +48,6 @@ def test_a_backend_failing_while_idle_is_noticed_by_the_next_slow_probe(gateway,
     gateway.gateway.upstream.ready_interval = 0.5  # from the next probe on
     time.sleep(READY_POLL_INTERVAL + 0.1)
     backend.state.ready = False
-    began = time.monotonic()
+    before = backend.state.health_checks
     gateway.wait(lambda g: not g.upstream.ready, timeout=3)
-    assert time.monotonic() - began < 0.5 + 0.3
+    assert backend.state.health_checks - before <= 2  # the probe in flight, then the next one

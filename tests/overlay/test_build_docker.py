@@ -5,7 +5,6 @@ Every refusal is checked through the CLI: exit code 1, one error line, no image 
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -83,10 +82,8 @@ def test_build_labels_verify_noop_and_force(docker_client, standin_base, output_
     assert len(image.attrs["RootFS"]["Layers"]) == len(base.attrs["RootFS"]["Layers"]) + 1
     assert no_helpers_left(docker_client)
 
-    started = time.monotonic()
     again = build_overlay(docker_client, recipe, extra_labels=LABELS)
     assert again.status == "current" and again.image_id == image.id
-    assert time.monotonic() - started < 1.0
 
     forced = build_overlay(docker_client, recipe, force=True, extra_labels=LABELS)
     assert forced.status == "built" and forced.image_id != image.id

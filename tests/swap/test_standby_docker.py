@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -35,27 +34,37 @@ def standby_stack(sim_stack):
     return sim_stack
 
 
-def _up(stack, variant: str) -> tuple[int, dict, str, float]:
-    began = time.monotonic()
+def _up(stack, variant: str) -> tuple[int, dict, str]:
     done = stack.run("up", variant, "--json", timeout=300)
-    took = time.monotonic() - began
     lines = done.stdout.strip().splitlines()
-    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr, took
+    return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
+
+
+def _started_at(client, project: str) -> dict[str, tuple[str, str]]:
+    """Container ID and start time of each running variant container, by variant."""
+    found = {}
+    for container in running_containers(client, project):
+        container.reload()
+        variant = container.labels["vllm-composer.variant"]
+        found[variant] = (container.id, container.attrs["State"]["StartedAt"])
+    return found
 
 
 def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_client) -> None:
-    outcomes = []
+    outcomes, first_start = [], {}
     for variant in ("mtp", "baseline", "mtp", "baseline"):
-        code, result, err, took = _up(standby_stack, variant)
+        code, result, err = _up(standby_stack, variant)
         assert code == 0, err
-        outcomes.append((result["outcome"], took, result["timings"]))
-    assert [o for o, _, _ in outcomes] == ["started", "swapped", "woke", "woke"], outcomes
-    cold = min(outcomes[0][2]["start_to_ready"], outcomes[1][2]["start_to_ready"])
-    cold_switch = max(took for _, took, _ in outcomes[:2])
-    for _, took, timings in outcomes[2:]:
-        assert "wake" in timings
-        assert timings["wake"] < cold / 5, (timings, cold)
-        assert took < cold_switch / 2, (took, cold_switch)
+        outcomes.append((result["outcome"], result["timings"]))
+        for name, started in _started_at(docker_client, standby_stack.project).items():
+            first_start.setdefault(name, started)
+    assert [o for o, _ in outcomes] == ["started", "swapped", "woke", "woke"], outcomes
+    # a wake is the container that was put to sleep, never recreated nor restarted (no cold start);
+    # how much faster a wake is than a cold switch is measured by benchmarks/bench_standby.py
+    assert _started_at(docker_client, standby_stack.project) == first_start
+    assert sorted(first_start) == ["baseline", "mtp"]
+    for _, timings in outcomes[2:]:
+        assert "wake" in timings and "stop" not in timings, timings
     # one serving container, one asleep; both belong to the project
     containers = running_containers(docker_client, standby_stack.project)
     assert len(containers) == 2
@@ -109,12 +118,12 @@ def test_a_failed_wake_rolls_back_to_the_variant_that_served(
     standby_stack, docker_client, variant: str, cause: str
 ) -> None:
     for step in (variant, "baseline"):
-        code, _, err, _ = _up(standby_stack, step)
+        code, _, err = _up(standby_stack, step)
         assert code == 0, err
-    code, result, err, _ = _up(standby_stack, variant)
+    code, result, err = _up(standby_stack, variant)
     assert code == 1, (result, err)
     message = json.dumps(result) + err
     assert cause in message, message
     assert "rolled back to baseline" in message, message
-    code, result, err, _ = _up(standby_stack, "baseline")
+    code, result, err = _up(standby_stack, "baseline")
     assert code == 0 and result["outcome"] == "unchanged", (result, err)
