@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Coroutine, Iterable
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -97,7 +97,7 @@ async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
         ticket.mark_dispatched()
 
 
-def _forward_headers(raw: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+def _forward_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Request or response headers without hop-by-hop ones (and those `Connection` names)."""
     named = set()
     for key, value in raw:
