@@ -1,8 +1,10 @@
 """Direct to the simulator vs through the gateway, side by side in one run.
 
 Figures: one stream's decode tok/s (ratio gateway/direct), 64 concurrent streams' aggregate
-tok/s (ratio), TTFT p50 (added ms), and the gateway's open TCP connections, idle, before and
-after N requests on fresh client connections. The simulator runs at SIM_TIME_SCALE=100 (the 27B
+tok/s (ratio), TTFT p50 (added ms), the gateway's open TCP connections, idle, before and
+after N requests on fresh client connections, and its startup: container process created to
+the 'gateway on' log line, beside a bare container of the same image running one line of
+Python (the container runtime's and the interpreter's share). The simulator runs at SIM_TIME_SCALE=100 (the 27B
 profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
 (`make image-sim`) and the gateway image (built here when missing or stale, under
 $GATEWAY_IMAGE or the toolkit's version; --image with --no-build measures an existing one).
@@ -32,6 +34,7 @@ import random
 import statistics
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import docker
@@ -133,6 +136,40 @@ def cpu_seconds(container) -> float:
     return float(container.exec_run(["python3", "-c", probe]).output.decode())
 
 
+# The wall-clock time at which PID 1 of the container was created (before the container
+# runtime's setup and the exec), read inside the container.
+CREATED_AT = (
+    "import os, time;"
+    "ticks = int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]);"
+    "up = float(open('/proc/uptime').read().split()[0]);"
+    "created = time.time() - (up - ticks / os.sysconf('SC_CLK_TCK'))"
+)
+STARTS = 3
+
+
+def gateway_startup_s(client) -> float:
+    """A fresh gateway container: its process created to its 'gateway on' log line."""
+    lab = Lab(client).start()
+    try:
+        lab.wait_gateway()
+        created = lab.gateway.exec_run(["python3", "-c", CREATED_AT + ";print(created)"]).output
+        line = next(x for x in lab.gateway.logs().decode().splitlines() if "gateway on" in x)
+        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() - float(created)
+    finally:
+        lab.cleanup()
+
+
+def bare_startup_s(client, image: str) -> float:
+    """A container of the same image running one line of Python: created to that line."""
+    out = client.containers.run(
+        image,
+        entrypoint=["python3", "-c", CREATED_AT + ";print(time.time() - created)"],
+        remove=True,
+        network_mode="none",
+    )
+    return float(out)
+
+
 PLACEMENTS = ("own-core", "shared-core", "kernel")
 # Connections are counted after this long without requests: past the keep-alive timeouts of
 # clients' connections (uvicorn's 5 s) and of idle upstream ones (at most twice 4 s).
@@ -168,6 +205,9 @@ def main() -> int:
     if len(cpus) < 2:
         args.placement = "kernel"
     client_cpus, sim_cpus, gateway_cpus = placement_cpus(args.placement, cpus)
+    startups = [(gateway_startup_s(client), bare_startup_s(client, args.image)) for _ in range(STARTS)]
+    started_gateway = statistics.median(g for g, _ in startups)
+    started_bare = statistics.median(b for _, b in startups)
     lab = Lab(client).start()
     try:
         sim = lab.start_sim("bench", publish=host_port(18350))
@@ -242,6 +282,12 @@ def main() -> int:
                 "failed": failures,
                 "gateway_established_before": idle,
                 "gateway_established_after": after,
+            },
+            "startup_s": {
+                "runs": STARTS,
+                "bare_container": round(started_bare, 3),
+                "gateway": round(started_gateway, 3),
+                "added": round(started_gateway - started_bare, 3),
             },
             "gateway_image": args.image,
             "placement": {

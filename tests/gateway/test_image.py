@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import datetime
 
 import httpx
 import pytest
@@ -65,22 +64,9 @@ def test_image_runs_as_non_root_with_only_the_gateway_package(docker_client, ima
     assert "is current" in second
 
 
-def test_starts_fast_streams_and_stays_small(lab: Lab) -> None:
+def test_streams_and_stays_small(lab: Lab) -> None:
+    # how fast it starts is measured by benchmarks/bench_gateway.py (startup_s)
     lab.wait_gateway()
-    # process start (from /proc) to the 'gateway on' log line, both read inside the container
-    probe = (
-        "import os, time;"
-        "ticks=int(open('/proc/1/stat').read().rsplit(')',1)[1].split()[19]);"
-        "up=float(open('/proc/uptime').read().split()[0]);"
-        "print(time.time() - (up - ticks / os.sysconf('SC_CLK_TCK')))"
-    )
-    started = float(lab.gateway.exec_run(["python3", "-c", probe]).output.decode())
-    line = next(x for x in lab.gateway.logs().decode().splitlines() if "gateway on" in x)
-    ready = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-    startup = ready - started
-    print(f"gateway startup {startup:.3f}s")
-    assert startup < 1.0
-
     lab.start_sim("a")
     ctl = GatewayControl(lab.gateway)
     wait_ready(ctl)
