@@ -61,6 +61,19 @@ def test_no_wait_fails_while_another_swap_runs(sim_stack):
     assert "another swap of project" in second.stderr
 
 
+def _settled(stack, client, timeout: float = 30) -> tuple[list, dict]:
+    """The running containers and `status`, read while nothing changes them: the killed `up`'s
+    own `docker compose` child outlives it for a moment and may still start or stop one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        before = running_containers(client, stack.project)
+        status = stack.status()
+        after = running_containers(client, stack.project)
+        if [c.id for c in before] == [c.id for c in after] or time.monotonic() > deadline:
+            return after, status
+        time.sleep(0.5)
+
+
 def test_kill_9_at_random_moments(sim_stack, docker_client):
     rng = random.Random(1234)
     targets = ["baseline", "mtp"]
@@ -70,9 +83,8 @@ def test_kill_9_at_random_moments(sim_stack, docker_client):
         time.sleep(rng.uniform(0.2, 2.5))
         victim.kill()
         victim.communicate(timeout=30)
-        running = running_containers(docker_client, sim_stack.project)
+        running, status = _settled(sim_stack, docker_client)
         assert len(running) <= 1
-        status = sim_stack.status()
         if running:
             assert status["running"] is True
             assert status["variant"] == running[0].labels["vllm-composer.variant"]
