@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from composer.errors import ConfigError, UsageError
+from composer.stack.model import Stack
 from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
 CLOSE_MARGIN = 1.05
@@ -282,3 +283,18 @@ def k_notes(wins: Sequence[Win], configured: Mapping[str, int]) -> list[str]:
                 f"(set variants.{w.variant}.speculative.num_speculative_tokens = {w.k} to serve what won)"
             )
     return notes
+
+
+def check_against_stack(wins: Sequence[Win], stack: Stack) -> list[str]:
+    """Refuse (ConfigError) winners the stack does not define; the notes where a winner's K
+    differs from the one its variant is configured with."""
+    unknown = sorted({w.variant for w in wins} - set(stack.variants))
+    if unknown:
+        raise ConfigError(
+            f"the benchmark measured variant(s) {', '.join(unknown)} that the stack does not define; "
+            "known: " + ", ".join(sorted(stack.variants))
+        )
+    configured = {
+        name: v.speculative.num_speculative_tokens for name, v in stack.variants.items() if v.speculative
+    }
+    return k_notes(wins, configured)

@@ -89,7 +89,7 @@ def bench_with_swaps(
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
-    `stack_for(flags)` loads the stack with extra `--set` flags (the CLI's `obj.stack`).
+    `stack_for(flags)` loads the stack with extra `--set` flags (`StackSource.load`).
     """
     from composer.engine.containers import current_variant
     from composer.swap.swapper import UpOptions, up

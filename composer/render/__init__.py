@@ -11,7 +11,8 @@ per variant (`kubernetes`). Never calls
 Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `Target`, `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
-`write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`.
+`write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
+`render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`).
 """
 
 from composer._exports import lazy_exports
@@ -22,6 +23,7 @@ __all__, __getattr__ = lazy_exports(
         "describe": ["format_stack", "stack_data"],
         "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
         "kubernetes": ["render_kubernetes"],
+        "outputs": ["RenderPlan", "render_plan", "stale_files"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
         "target": ["Target", "resolve_target"],

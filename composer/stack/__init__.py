@@ -5,7 +5,8 @@ Owns: reading `composer.toml` files, the `.env` file, the environment and `--set
 `Stack` that the rest of the package consumes. Reads files; never touches Docker.
 The `[kubernetes]` table is `KubeSettings` (`kubernetes`). May import: `composer.errors`.
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
-`image_env_var`.
+`image_env_var`, `StackSource` (the files, env file, flags and project name a stack
+is loaded from).
 """
 
 from composer._exports import lazy_exports
@@ -16,5 +17,6 @@ __all__, __getattr__ = lazy_exports(
         "kubernetes": ["KubeSettings"],
         "load": ["Sources", "load_stack"],
         "model": ["Speculative", "Stack", "Variant", "image_env_var"],
+        "source": ["StackSource"],
     },
 )

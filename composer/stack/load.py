@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from composer.errors import ConfigError
@@ -103,6 +103,8 @@ class Sources:
     flags: dict[str, str]
     home: Path | None = None
     files: tuple[Path, ...] = ()
+    flag_labels: Mapping[str, str] = field(default_factory=dict)
+    """Dotted key -> how `config` names the flag that set it (default `flag --set`)."""
 
     @property
     def dotenv_label(self) -> str:
@@ -115,14 +117,18 @@ def load_stack(
     env_file: str | Path | None = DEFAULT_ENV_FILE,
     environ: Mapping[str, str] | None = None,
     flags: Sequence[str] = (),
+    flag_labels: Mapping[str, str] | None = None,
 ) -> Stack:
-    """Read and validate a stack. `flags` are `key=value` strings (`--set`)."""
+    """Read and validate a stack. `flags` are `key=value` strings (`--set`); `flag_labels`
+    names the option behind a flag's key when it is not `--set` (e.g. `-p`)."""
     environ = dict(os.environ if environ is None else environ)
     dotenv, dotenv_path = read_dotenv(env_file)
     files = find_stack_files(stack_files, environ, dotenv)
     toml, origin = read_toml(files)
     home = files[0].resolve().parent if files else None
-    sources = Sources(toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home, tuple(files))
+    sources = Sources(
+        toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home, tuple(files), flag_labels or {}
+    )
     return _build(sources)
 
 
@@ -169,7 +175,7 @@ class _Resolver:
         self, dotted: str, env: str | None, toml_value: object, default: object
     ) -> tuple[object, str, Path | None]:
         if dotted in self.s.flags:
-            return self.s.flags[dotted], "flag --set", Path.cwd()
+            return self.s.flags[dotted], self.s.flag_labels.get(dotted, "flag --set"), Path.cwd()
         if env and self.s.environ.get(env):
             return self.s.environ[env], f"environment {env}", Path.cwd()
         if env and self.s.dotenv.get(env):

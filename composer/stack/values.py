@@ -362,3 +362,40 @@ API_KEY_HELP = "printable ASCII without spaces (letters, digits and punctuation)
 def is_header_safe(key: str) -> bool:
     """True when a key can travel in an `Authorization: Bearer` header unchanged."""
     return bool(key) and all("!" <= c <= "~" for c in key)
+
+
+_SPAN = re.compile(r"([0-9]{1,12}(?:\.[0-9]{1,9})?)\s*(ms|s|m|h)?", re.ASCII)
+SECONDS_HELP = "a duration such as 900, 1.5, 90s, 500ms, 15m, 1h or 1h30m"
+_SPAN_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_seconds(raw: object) -> float:
+    """Seconds (a float, zero or more) from a number or a duration with units: `1.5`,
+    `500ms`, `90s`, `15m`, `1h30m`. What command-line durations take."""
+    if isinstance(raw, bool):
+        raise ValueError(SECONDS_HELP)
+    if isinstance(raw, int | float):
+        if raw < 0 or raw != raw:  # negative or NaN
+            raise ValueError(SECONDS_HELP)
+        return float(raw)
+    text = str(raw).strip().replace(" ", "")
+    parts = list(_SPAN.finditer(text))
+    if not text or not parts or "".join(p.group(0) for p in parts) != text:
+        raise ValueError(SECONDS_HELP)
+    if len(parts) > 1 and any(not p.group(2) for p in parts):
+        raise ValueError(SECONDS_HELP)
+    seconds = sum(float(p.group(1)) * _SPAN_UNITS[p.group(2) or ""] for p in parts)
+    if seconds > MAX_DURATION:
+        raise ValueError(SECONDS_HELP)
+    return seconds
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration as a user writes it: `15m`, `90s`, `1h`, `1.5s`, `500ms`."""
+    if seconds and seconds < 1:
+        return f"{seconds * 1000:g}ms"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds >= 60 and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"

@@ -77,7 +77,7 @@ def test_unexpected_errors_are_one_line(monkeypatch: pytest.MonkeyPatch, empty_e
     assert result.exit_code == 1
     assert error_object(result.stdout)["kind"] == "internal"
     assert result.stderr.splitlines() == [
-        "compose-spec: error: unexpected TypeError: boom (set COMPOSE_SPEC_DEBUG=1 to see the traceback)"
+        "compose-spec: error: internal error: boom (a bug: set COMPOSE_SPEC_DEBUG=1 to see the traceback, and report it)"
     ]
 
 

@@ -49,7 +49,7 @@ def _imports(path: Path) -> set[str]:
 
 def test_no_module_families_by_name_prefix_at_the_top() -> None:
     top = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert top == ["__init__", "__main__", "_exports", "cli", "errors", "labels"], top
+    assert top == ["__init__", "__main__", "_exports", "errors", "labels"], top
 
 
 @pytest.mark.parametrize("name", SUBPACKAGES)
@@ -75,9 +75,31 @@ def test_domain_code_never_imports_click() -> None:
     offenders = [
         str(p.relative_to(REPO))
         for p in PACKAGE.rglob("*.py")
-        if p.name != "cli.py" and "click" in {n.split(".")[0] for n in _module_names(p)}
+        if "cli" not in p.relative_to(PACKAGE).parts
+        and "click" in {n.split(".")[0] for n in _module_names(p)}
     ]
     assert offenders == []
+
+
+def test_the_command_line_is_a_package_that_only_the_entry_points_import() -> None:
+    """composer/cli/ states its contract; no other part of the package imports it."""
+    import composer.cli
+
+    doc = composer.cli.__doc__ or ""
+    assert "Owns:" in doc and "May import:" in doc and "Public:" in doc
+    for public in composer.cli.__all__:
+        assert f"`{public}`" in doc
+    importers = [
+        str(p.relative_to(REPO))
+        for p in PACKAGE.rglob("*.py")
+        if "cli" not in p.relative_to(PACKAGE).parts and p.name != "__main__.py" and "cli" in _imports(p)
+    ]
+    assert importers == []
+
+
+def test_cli_modules_stay_small() -> None:
+    sizes = {p.name: len(p.read_text(encoding="utf-8").splitlines()) for p in (PACKAGE / "cli").glob("*.py")}
+    assert max(sizes.values()) <= 300, sizes
 
 
 def _module_names(path: Path) -> set[str]:

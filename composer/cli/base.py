@@ -1,0 +1,153 @@
+"""The command classes: help that ends with exit codes, close-match suggestions, global
+options anywhere on the line, and the one place errors become output and exit codes.
+
+Every error is handled in `ComposeSpecGroup.main`: one line on stderr, and exit 2 for
+usage and configuration errors, 1 for failures, 130 when interrupted (Ctrl-C, SIGTERM).
+A command run with `--json` prints exactly one JSON object on stdout when it fails:
+`{"error": MESSAGE, "kind": FAMILY, "exit_code": N, ...}`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from composer.cli.globals import VALUE_OPTIONS, add_hidden_globals
+from composer.cli.signals import interrupts
+from composer.errors import ComposerError, DiagnosedError, Interrupted, did_you_mean
+
+EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
+DEBUG_VAR = "COMPOSE_SPEC_DEBUG"
+GLOBALS_NOTE = (
+    "Global options (--env-file, -f/--stack, --set, -p/--project-name, --context) may also "
+    "follow the command."
+)
+
+
+def _exit_code(err: ComposerError) -> int:
+    """The error's exit code; 130 when it was caused by an interrupt."""
+    return 130 if isinstance(err.__cause__, KeyboardInterrupt) else err.exit_code
+
+
+def error_object(err: ComposerError) -> dict[str, Any]:
+    """The `--json` form of a failure."""
+    data: dict[str, Any] = {"error": str(err), "kind": err.kind, "exit_code": _exit_code(err)}
+    if isinstance(err, DiagnosedError):
+        data["hints"] = list(err.hints)
+        data["log_tail"] = err.log_tail
+    data.update(err.details)
+    if _exit_code(err) == 130:
+        data["kind"] = Interrupted.kind
+    return data
+
+
+class ComposeSpecCommand(click.Command):
+    """A command whose help ends with its exit codes (and `exit_note`, when it has one)."""
+
+    def __init__(self, *args: Any, exit_note: str = "", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.exit_note = exit_note
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_epilog(ctx, formatter)
+        formatter.write_paragraph()
+        formatter.write_text(GLOBALS_NOTE)
+        formatter.write_paragraph()
+        note = f"; {self.exit_note}" if self.exit_note else ""
+        formatter.write_text(f"Exit codes: {EXIT_CODES}{note}.")
+
+    def invoke(self, ctx: click.Context) -> Any:
+        from composer.cli.context import Context
+
+        obj = ctx.find_object(Context)
+        if obj is not None:
+            obj.bind(ctx)
+        return super().invoke(ctx)
+
+
+class ComposeSpecGroup(click.Group):
+    """The command group: central error handling and close-match suggestions."""
+
+    command_class = ComposeSpecCommand
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        add_hidden_globals(cmd)
+        super().add_command(cmd, name)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, ...]:
+        name = args[0] if args else ""
+        unknown = name and not name.startswith("-") and self.get_command(ctx, name) is None
+        if unknown and not ctx.resilient_parsing:
+            hint = did_you_mean(name, self.list_commands(ctx))
+            raise click.UsageError(f"No such command {name!r}{':' + hint if hint else '.'}", ctx)
+        return super().resolve_command(ctx, args)
+
+    def command_of(self, argv: Sequence[str]) -> click.Command | None:
+        """The command an argument list runs (global options and their values skipped)."""
+        skip = False
+        for word in argv:
+            if skip:
+                skip = False
+            elif word in VALUE_OPTIONS:
+                skip = True
+            elif not word.startswith("-"):
+                return self.commands.get(word)
+        return None
+
+    def wants_json(self, argv: Sequence[str]) -> bool:
+        """True when the command supports --json and it was given."""
+        command = self.command_of(argv)
+        supports = command is not None and any(p.name == "as_json" for p in command.params)
+        return supports and "--json" in argv
+
+    def main(self, args: Sequence[str] | None = None, *posargs: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        argv = list(sys.argv[1:] if args is None else args)
+        kwargs["standalone_mode"] = False
+        as_json = self.wants_json(argv)
+        try:
+            with interrupts():
+                result = super().main(argv, *posargs, **kwargs)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            self._exit(Interrupted("interrupted"), as_json, quiet=True)
+        except click.ClickException as err:
+            if as_json:
+                click.echo(
+                    json.dumps({"error": err.format_message(), "kind": "usage", "exit_code": err.exit_code})
+                )
+            err.show()
+            sys.exit(err.exit_code)
+        except ComposerError as err:
+            self._exit(err, as_json)
+        except Exception as err:
+            if os.environ.get(DEBUG_VAR):
+                raise
+            wrapped = ComposerError(
+                f"internal error: {err or 'no message'} "
+                f"(a bug: set {DEBUG_VAR}=1 to see the traceback, and report it)"
+            )
+            wrapped.kind = "internal"
+            self._exit(wrapped, as_json)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    @staticmethod
+    def _exit(err: ComposerError, as_json: bool, quiet: bool = False) -> None:
+        if isinstance(err, DiagnosedError):
+            if err.log_tail and not err.tail_shown:  # a swap shows it before rolling back
+                click.echo(err.log_tail.rstrip(), err=True)
+            for hint in err.hints:
+                click.echo(f"hint: {hint}", err=True)
+        if as_json:
+            click.echo(json.dumps(error_object(err)))
+        if not quiet:
+            click.echo(f"compose-spec: error: {err}", err=True)
+        sys.exit(_exit_code(err))
+
+
+def command(*args: Any, **kwargs: Any) -> Any:
+    """`click.command` making a ComposeSpecCommand (help with exit codes, global options)."""
+    return click.command(*args, cls=ComposeSpecCommand, **kwargs)

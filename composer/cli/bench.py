@@ -1,0 +1,134 @@
+"""`compose-spec bench`: warm decode speed, acceptance and correctness per variant and K."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+from composer.cli.base import command
+from composer.cli.context import Context, require_api_key
+from composer.cli.output import LiveLine
+from composer.cli.params import Duration, csv_list, json_option
+from composer.errors import ComposerError, Interrupted, UsageError
+
+
+@dataclass(frozen=True)
+class BenchArgs:
+    variants: str | None
+    ks: str | None
+    prompt_file: str | None
+    prompt_tokens: str | None
+    concurrency: str | None
+    max_tokens: int
+    runs: int
+    warmup: int
+    out_dir: Path
+    as_json: bool
+    timeout: float
+
+    def options(self):
+        """The sweep's options (lists parsed, prompts read)."""
+        from composer.bench.prompts import bench_prompts
+        from composer.bench.sweep import BenchOptions
+
+        lengths = csv_list(self.prompt_tokens, int)
+        if self.prompt_file is not None and lengths is not None:
+            raise UsageError("give either --prompt-file or --prompt-tokens, not both")
+        return BenchOptions(
+            prompts=bench_prompts(self.prompt_file),
+            max_tokens=self.max_tokens,
+            runs=self.runs,
+            warmup=self.warmup,
+            request_timeout=self.timeout,
+            concurrency=csv_list(self.concurrency, int) or (1,),
+            prompt_tokens=lengths or (None,),
+        )
+
+
+@command(exit_note="1 when a point failed (named); 130 after writing what was measured")
+@click.option("--variants", help="Comma-separated variants to measure [default: all in the stack].")
+@click.option("--k", "ks", help="Comma-separated K values for speculative variants [default: 1,3,4,7,10].")
+@click.option("--prompt-file", type=click.Path(dir_okay=False), help="Prompts separated by lines of `---`.")
+@click.option(
+    "--prompt-tokens",
+    help="Comma-separated prompt lengths: pad the built-in prompts to about N tokens (e.g. 128,2000,16000).",
+)
+@click.option(
+    "--concurrency",
+    help="Comma-separated numbers of concurrent streams per point (e.g. 1,4,16) [default: 1].",
+)
+@click.option("--max-tokens", default=512, show_default=True, help="Tokens generated per request.")
+@click.option("--runs", default=5, show_default=True, help="Measured requests per point and stream.")
+@click.option("--warmup", default=1, show_default=True, help="Uncounted warm-up requests per point.")
+@click.option(
+    "--out",
+    "out_dir",
+    default="bench-results",
+    show_default=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Where bench.json, bench.csv and bench.png go.",
+)
+@json_option("Print the report as JSON instead of a table.")
+@click.option(
+    "--timeout", type=Duration(), default="15m", show_default=True, help="Time per swap and per request."
+)
+@click.pass_obj
+def bench(obj: Context, **kwargs: object) -> None:
+    """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
+
+    Ctrl-C stops the sweep, brings back the variant that served before (once) and
+    writes the points measured so far.
+
+    \b
+    Examples:
+      compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
+      compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
+      compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
+    """
+    from composer.bench.report import format_table, report_data, write_outputs
+    from composer.bench.swaps import bench_with_swaps
+    from composer.errors import BenchError
+
+    args = BenchArgs(**kwargs)  # type: ignore[arg-type]
+    options = args.options()
+    stack = obj.stack()
+    names = csv_list(args.variants) or tuple(stack.variants)
+    for name in names:
+        stack.variant(name)
+    k_values = csv_list(args.ks, int)
+    require_api_key(stack)
+    line = LiveLine()
+    try:
+        report = bench_with_swaps(
+            obj.source.load,
+            names,
+            k_values,
+            options,
+            client=obj.docker(),
+            swap_timeout=args.timeout,
+            progress=line.step,
+            waiting=line.waiting,
+        )
+    finally:
+        line.finish()
+    written = write_outputs(report, args.out_dir)
+    data = report_data(report)
+    click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
+    failed = report.failed_points()
+    error: ComposerError | None = None
+    if report.interrupted:
+        error = Interrupted(
+            f"{report.interrupted}: wrote the {len(report.measured())} point(s) measured so far"
+        )
+    elif failed:
+        error = BenchError(
+            f"{len(failed)} point(s) failed: " + "; ".join(f"{r.point.label}: {r.error}" for r in failed)
+        )
+    if error is None or not args.as_json:
+        click.echo(json.dumps(data, indent=2) if args.as_json else format_table(report))
+    if error is not None:
+        error.details.update(data)
+        raise error

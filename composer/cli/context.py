@@ -1,0 +1,74 @@
+"""What every command is handed: the global options, the stack they name, one Docker client."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from composer.cli.globals import GlobalOptions, options_of
+from composer.errors import ConfigError
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.stack.model import Stack
+    from composer.stack.source import StackSource
+
+
+class Context:
+    """The global options of the running command, the stack source they name, and the
+    command's one Docker client (opened on first use, closed when the command ends)."""
+
+    def __init__(self, options: GlobalOptions | None = None) -> None:
+        self.options = options or GlobalOptions()
+        self._client: docker.DockerClient | None = None
+
+    def bind(self, ctx: click.Context) -> None:
+        """Take the global options in force for this command; point the engine at --context."""
+        from composer.engine.client import select_context
+
+        self.options = options_of(ctx)
+        select_context(self.options.docker_context)
+        ctx.call_on_close(self.close)
+
+    @property
+    def env_file(self) -> str:
+        return self.options.env_file
+
+    @property
+    def source(self) -> StackSource:
+        return self.options.source()
+
+    def stack(self, extra_sets: tuple[str, ...] = ()) -> Stack:
+        return self.source.load(extra_sets)
+
+    def stack_alone(self) -> Stack:
+        """The stack from its files alone: no env file, no environment, no flags."""
+        return self.source.load_alone()
+
+    def docker(self, timeout: int | None = None) -> docker.DockerClient:
+        """The command's Docker client (one per command; closed when the command ends)."""
+        if self._client is None:
+            from composer.engine import client as engine_client
+
+            self._client = (
+                engine_client.docker_client()
+                if timeout is None
+                else engine_client.docker_client(timeout=timeout)
+            )
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            client.close()
+
+
+def require_api_key(stack: Any) -> None:
+    """Commands that talk to the server need the key: its absence is a configuration error."""
+    if not stack.api_key:
+        raise ConfigError(
+            "VLLM_API_KEY is not set: put it in the env file (--env-file, default .env) or the "
+            "environment (see .env.example)"
+        )

@@ -1,0 +1,144 @@
+"""The global options: given before the command or anywhere after it, like docker compose's.
+
+`compose-spec --env-file .env up mtp` and `compose-spec up mtp --env-file .env` mean the
+same. Each command carries hidden copies of the global options (except a name the command
+uses itself, such as `logs -f` for follow); what they read is merged over the values given
+before the command when the command runs. Repeatable ones (`--stack`, `--set`) add up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import click
+
+LATE = "compose_spec.globals"
+"""`ctx.meta` key of the global options read after the command name."""
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    """What the global options say, typed."""
+
+    env_file: str = ".env"
+    stacks: tuple[str, ...] = ()
+    sets: tuple[str, ...] = ()
+    project_name: str | None = None
+    docker_context: str | None = None
+
+    def merged(self, late: dict[str, Any]) -> GlobalOptions:
+        """These options with the ones read after the command over them."""
+        changes: dict[str, Any] = {}
+        for name, value in late.items():
+            current = getattr(self, name)
+            changes[name] = (*current, *value) if isinstance(current, tuple) else value
+        return replace(self, **changes)
+
+    def source(self):
+        """Where the stack comes from."""
+        from composer.stack.source import StackSource
+
+        return StackSource(self.stacks, self.env_file, self.sets, self.project_name)
+
+
+SPECS: tuple[tuple[str, tuple[str, ...], dict[str, Any]], ...] = (
+    (
+        "env_file",
+        ("--env-file",),
+        {
+            "type": click.Path(),
+            "metavar": "FILE",
+            "help": "Env file with host values and VLLM_API_KEY [default: .env].",
+        },
+    ),
+    (
+        "stacks",
+        ("-f", "--stack"),
+        {
+            "multiple": True,
+            "type": click.Path(),
+            "metavar": "FILE",
+            "help": "Stack file(s), merged in order; replaces the default composer.toml "
+            "[default: composer.toml].",
+        },
+    ),
+    (
+        "sets",
+        ("--set",),
+        {
+            "multiple": True,
+            "metavar": "KEY=VALUE",
+            "help": "Override a stack value, e.g. --set stack.port=8001.",
+        },
+    ),
+    (
+        "project_name",
+        ("-p", "--project-name"),
+        {
+            "metavar": "NAME",
+            "help": "Compose project name (overrides stack.project and COMPOSE_PROJECT_NAME).",
+        },
+    ),
+    (
+        "docker_context",
+        ("--context",),
+        {
+            "metavar": "NAME",
+            "help": "Docker context to use (like `docker --context`) "
+            "[default: DOCKER_HOST, else the current one].",
+        },
+    ),
+)
+VALUE_OPTIONS = frozenset(decl for _, decls, _ in SPECS for decl in decls)
+"""Global options that take a value (skipped when looking for the command name)."""
+
+
+def group_options(func: Any) -> Any:
+    """The global options on the group, before the command."""
+    for name, decls, attrs in reversed(SPECS):
+        func = click.option(*decls, name, **attrs)(func)
+    return func
+
+
+def _record_late(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is None or value == ():
+        return
+    assert param.name is not None
+    ctx.meta.setdefault(LATE, {})[param.name] = value
+
+
+def add_hidden_globals(command: click.Command) -> None:
+    """Let the global options stand after the command's name too (hidden in its help)."""
+    if getattr(command, "_globals_added", False):
+        return
+    taken = {decl for param in command.params for decl in (*param.opts, *param.secondary_opts)}
+    for name, decls, attrs in SPECS:
+        free = tuple(d for d in decls if d not in taken)
+        if not free:
+            continue
+        extra = {k: val for k, val in attrs.items() if k != "help"}
+        command.params.append(
+            click.Option(
+                [*free, name], hidden=True, expose_value=False, callback=_record_late, default=None, **extra
+            )
+        )
+    command._globals_added = True  # type: ignore[attr-defined]
+
+
+def options_of(ctx: click.Context) -> GlobalOptions:
+    """The global options in force for the command of `ctx` (before and after its name)."""
+    root = ctx.find_root().params
+    early = GlobalOptions(
+        env_file=root.get("env_file") or ".env",
+        stacks=tuple(root.get("stacks") or ()),
+        sets=tuple(root.get("sets") or ()),
+        project_name=root.get("project_name"),
+        docker_context=root.get("docker_context"),
+    )
+    return early.merged(ctx.meta.get(LATE, {}))
+
+
+def source_of(ctx: click.Context):
+    """The stack source the global options name (for completion)."""
+    return options_of(ctx).source()

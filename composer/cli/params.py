@@ -1,0 +1,134 @@
+"""Parameter types, completions and the options several commands share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+from click.shell_completion import CompletionItem
+
+TARGETS = ("compose", "kubernetes")
+
+
+class Duration(click.ParamType):
+    """Seconds, written with or without units: `900`, `1.5`, `90s`, `15m`, `1h30m`, `500ms`."""
+
+    name = "duration"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        from composer.stack.values import parse_seconds
+
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_seconds(value)
+        except ValueError as err:
+            self.fail(f"{value!r}: expected {err}", param, ctx)
+
+
+class TailType(click.ParamType):
+    """`--tail N` or `--tail all`."""
+
+    name = "N|all"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        if str(value).strip().lower() == "all":
+            return None
+        try:
+            number = int(value)
+        except ValueError:
+            number = -1
+        if number < 0:
+            self.fail(f"{value!r}: expected a number of lines (0 or more) or 'all'", param, ctx)
+        return number
+
+
+def csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[Any, ...] | None:
+    """`a,b,c` -> a tuple (None when not given); BadParameter on a bad item."""
+    if not value:
+        return None
+    try:
+        return tuple(convert(item.strip()) for item in value.split(",") if item.strip())
+    except ValueError as err:
+        raise click.BadParameter(f"{value!r}: {err}") from err
+
+
+def complete_from_stack(kind: str) -> Callable[[click.Context, click.Parameter, str], list[CompletionItem]]:
+    """Shell completion of variant, workload or log-service names from the stack the global
+    options name (wherever they stand on the line)."""
+
+    def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+        from composer.cli.globals import source_of
+
+        try:
+            stack = source_of(ctx).load()
+        except Exception:  # completion never fails loudly
+            return []
+        if kind == "variant":
+            names = list(stack.variants)
+        elif kind == "workload":
+            names = list(stack.workloads)
+        else:
+            from composer.swap.service_logs import log_sources
+
+            names = log_sources(stack)
+        return [CompletionItem(name) for name in sorted(names) if name.startswith(incomplete)]
+
+    return complete
+
+
+def complete_recipe(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """Shell completion of the image recipes under --recipes-dir (default images/)."""
+    from composer.overlay.recipe import recipe_names
+
+    folder = Path(ctx.params.get("recipes_dir") or "images")
+    return [CompletionItem(n) for n in recipe_names(folder) if n.startswith(incomplete)]
+
+
+def json_option(help_text: str = "Print JSON.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`--json` (stored as `as_json`)."""
+    return click.option("--json", "as_json", is_flag=True, help=help_text)
+
+
+def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--target compose|kubernetes` (render and up)."""
+    return click.option(
+        "--target",
+        type=click.Choice(TARGETS),
+        default="compose",
+        show_default=True,
+        help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
+    )(func)
+
+
+def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Options shared by `up` and `use` (read into `SwapArgs`)."""
+    options = [
+        click.option(
+            "--timeout",
+            type=Duration(),
+            default="15m",
+            show_default=True,
+            help="How long to wait for readiness.",
+        ),
+        click.option("--no-rollback", is_flag=True, help="On failure, do not restart the previous variant."),
+        click.option(
+            "--settle",
+            type=Duration(),
+            default="1s",
+            show_default=True,
+            help="How long to keep watching after readiness.",
+        ),
+        click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
+        click.option(
+            "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
+        ),
+        json_option("Print the result (or the error) as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func

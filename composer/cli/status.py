@@ -1,0 +1,90 @@
+"""`status` (alias `ps`) and `ls` (alias `variants`): what runs, and what could."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import click
+
+from composer.cli.base import command
+from composer.cli.context import Context
+from composer.cli.output import echo_json, note
+from composer.cli.params import Duration, json_option
+from composer.errors import ComposerError
+
+
+@command(exit_note="130 ends --watch")
+@json_option("Print JSON (with --watch: one object per change).")
+@click.option("-w", "--watch", is_flag=True, help="Refresh until Ctrl-C.")
+@click.option(
+    "--interval",
+    type=Duration(),
+    default="2s",
+    show_default=True,
+    help="Time between refreshes with --watch.",
+)
+@click.pass_obj
+def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
+    """Show the running variant: readiness, served name, port, image, uptime; or why none runs.
+
+    Readiness is the swap gate's own verdict (/health, /v1/models, a 1-token completion);
+    Docker's healthcheck is shown only when it disagrees (unhealthy, or healthy while
+    the gate fails). A crashed variant is shown with its exit code, when, and its last
+    log lines.
+
+    \b
+    Examples:
+      compose-spec status
+      compose-spec ps --watch --interval 1s
+    """
+    from composer.swap.status import format_status, status_data, without_clock
+
+    stack = obj.stack()
+    client = obj.docker()
+
+    def show(data: dict[str, Any]) -> str:
+        return json.dumps(data, indent=None if watch else 2) if as_json else format_status(data)
+
+    if not watch:
+        click.echo(show(status_data(stack, client)))
+        return
+    tty = sys.stdout.isatty()
+    last: dict[str, Any] | None = None
+    while True:
+        data = status_data(stack, client)
+        if tty:
+            click.clear()
+            click.echo(f"every {interval:g}s; Ctrl-C to stop\n\n{show(data)}")
+        elif without_clock(data) != last:
+            click.echo(show(data) + ("" if as_json else "\n"))
+            last = without_clock(data)
+        time.sleep(interval)
+
+
+@command("ls")
+@json_option()
+@click.pass_obj
+def ls_cmd(obj: Context, as_json: bool) -> None:
+    """List every variant: method, K, image, whether the image is here, and which one serves.
+
+    \b
+    Examples:
+      compose-spec ls
+      compose-spec variants --json
+    """
+    from composer.swap.status import format_variants, variants_data
+
+    stack = obj.stack()
+    client = None
+    try:
+        client = obj.docker(timeout=10)
+    except ComposerError as err:
+        note(f"{err} (image presence and the serving variant are unknown)")
+    rows = variants_data(stack, client)
+    if as_json:
+        echo_json(rows)
+    else:
+        click.echo(format_variants(rows))

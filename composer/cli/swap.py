@@ -1,0 +1,170 @@
+"""`up`, `use` and `down`: swap a variant in (Docker or Kubernetes), or take the stack down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from composer.cli.base import command
+from composer.cli.context import Context, require_api_key
+from composer.cli.output import LiveLine, note, warning
+from composer.cli.params import complete_from_stack, swap_options, target_option
+from composer.errors import SwapFailed
+
+
+@dataclass(frozen=True)
+class SwapArgs:
+    """The options of `up` and `use`."""
+
+    timeout: float
+    no_rollback: bool
+    settle: float
+    no_wait: bool
+    allow_weak_key: bool
+    as_json: bool
+
+    def up_options(self):
+        from composer.swap.swapper import UpOptions
+
+        return UpOptions(
+            timeout=self.timeout,
+            rollback=not self.no_rollback,
+            wait_for_lock=not self.no_wait,
+            allow_weak_key=self.allow_weak_key,
+            settle=self.settle,
+        )
+
+
+def report_swap(variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "") -> None:
+    """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
+
+    A failed swap's error carries the variant and the outcome for the `--json` error object."""
+    line = LiveLine()
+    try:
+        result = run(line)
+    except SwapFailed as err:
+        line.finish()
+        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
+        raise
+    line.finish()
+    for text in getattr(result, "warnings", ()):
+        warning(text)
+    for text in result.notes:
+        note(text)
+    if as_json:
+        timings = {k: round(v, 3) for k, v in result.timings.items()}
+        click.echo(json.dumps({**result.__dict__, "timings": timings}))
+    else:
+        total = result.timings.get("total", 0.0)
+        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
+
+
+def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
+    from composer.render.target import resolve_target
+    from composer.swap.swapper import up as run_up
+
+    stack = obj.stack()
+    target = resolve_target(stack, variant)
+    require_api_key(stack)
+    options = args.up_options()
+    report_swap(
+        variant,
+        args.as_json,
+        lambda line: run_up(
+            stack, target, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
+        ),
+    )
+
+
+def _kube_up(obj: Context, variant: str, args: SwapArgs) -> None:
+    """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
+    from composer.kube.rollout import KubeUpOptions, up_kubernetes
+    from composer.render.target import resolve_target
+
+    stack = obj.stack()
+    options = KubeUpOptions(timeout=args.timeout, rollback=not args.no_rollback)
+    report_swap(
+        variant,
+        args.as_json,
+        lambda line: up_kubernetes(
+            stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
+        ),
+        " on Kubernetes",
+    )
+
+
+@command()
+@click.argument("variant", shell_complete=complete_from_stack("variant"))
+@swap_options
+@target_option
+@click.pass_obj
+def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+    """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
+
+    With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
+    Service, and kubectl rollout undo on failure.
+
+    \b
+    Examples:
+      compose-spec up mtp
+      compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
+      compose-spec up mtp --target kubernetes
+    """
+    args = SwapArgs(**opts)
+    if target == "kubernetes":
+        _kube_up(obj, variant, args)
+    else:
+        _swap(obj, variant, args)
+
+
+@command()
+@click.argument("workload", shell_complete=complete_from_stack("workload"))
+@swap_options
+@click.pass_obj
+def use(obj: Context, workload: str, **opts: Any) -> None:
+    """Swap to the variant mapped to WORKLOAD in composer.toml ([workloads]).
+
+    \b
+    Examples:
+      compose-spec use chat
+      compose-spec use long-prompt --json
+    """
+    variant = obj.stack().workload_variant(workload).name
+    _swap(obj, variant, SwapArgs(**opts))
+
+
+@command()
+@click.argument("variant", required=False, shell_complete=complete_from_stack("variant"))
+@click.option("--force", is_flag=True, help="Stop VARIANT even when it serves while others sleep.")
+@click.pass_obj
+def down(obj: Context, variant: str | None, force: bool) -> None:
+    """Stop and remove the running variant, sleeping ones and the gateway too.
+
+    With VARIANT: stop only that variant's container. A sleeping one is always stopped;
+    the serving one is refused while others sleep (nothing would serve) unless --force;
+    the only variant running takes the whole project down, like `down`.
+
+    \b
+    Examples:
+      compose-spec down
+      compose-spec down mtp
+      compose-spec down -p demo
+    """
+    from composer.swap.swapper import down as stop
+    from composer.swap.swapper import down_variant
+
+    line = LiveLine()
+    stack = obj.stack()
+    if variant is not None:
+        stack.variant(variant)  # an unknown name: exit 2 with the known ones
+        said = down_variant(stack, variant, client=obj.docker(), force=force, progress=line.step)
+        line.finish()
+        click.echo(said)
+        return
+    stopped = stop(stack, client=obj.docker(), progress=line.step)
+    line.finish()
+    click.echo(f"stopped {stopped}" if stopped else "nothing was running")

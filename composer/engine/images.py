@@ -1,0 +1,90 @@
+"""What the engine knows about the images a stack would run: present or not, id, version.
+
+A vLLM version is read from the image's labels (`org.opencontainers.image.version`, or
+`vllm-composer.vllm-version` where our builds record it); with `probe=True`, from
+`vllm --version` run offline in a throwaway container of the image when no label says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from composer.stack.model import Stack
+
+if TYPE_CHECKING:
+    import docker
+
+VERSION_LABELS = ("vllm-composer.vllm-version", "org.opencontainers.image.version")
+
+
+@dataclass(frozen=True)
+class ImageFacts:
+    """One image the stack names: its role, reference, whether it is here, and what it says."""
+
+    role: str
+    ref: str
+    present: bool | None  # None: the engine could not be asked
+    image_id: str = ""
+    version: str = ""
+    used_by: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        data["used_by"] = list(self.used_by)
+        return data
+
+
+def _probe_version(client: docker.DockerClient, ref: str) -> str:
+    """`vllm --version` in a throwaway container (no network); empty when it fails."""
+    try:
+        out = client.containers.run(
+            ref,
+            ["--version"],
+            entrypoint=["vllm"],
+            network_mode="none",
+            remove=True,
+            stdout=True,
+            stderr=False,
+        )
+    except Exception:  # no vllm in the image, or it failed: the version stays unknown
+        return ""
+    lines = out.decode(errors="replace").strip().splitlines()
+    return lines[-1].strip() if lines else ""
+
+
+def image_facts(
+    client: docker.DockerClient | None,
+    role: str,
+    ref: str,
+    used_by: tuple[str, ...] = (),
+    probe: bool = False,
+) -> ImageFacts:
+    """What the engine says about `ref` (present is None without an engine)."""
+    if client is None:
+        return ImageFacts(role, ref, None, used_by=used_by)
+    from docker.errors import DockerException, ImageNotFound
+
+    try:
+        image = client.images.get(ref)
+    except ImageNotFound:
+        return ImageFacts(role, ref, False, used_by=used_by)
+    except DockerException:
+        return ImageFacts(role, ref, None, used_by=used_by)
+    labels = image.labels or {}
+    version = next((labels[k] for k in VERSION_LABELS if labels.get(k)), "")
+    if not version and probe and role == "vllm":
+        version = _probe_version(client, ref)
+    return ImageFacts(role, ref, True, image.short_id.removeprefix("sha256:"), version, used_by)
+
+
+def stack_images(stack: Stack, client: docker.DockerClient | None, probe: bool = False) -> list[ImageFacts]:
+    """The gateway image (when the gateway is on) and every vLLM image the variants use."""
+    facts = []
+    if stack.gateway.enabled:
+        facts.append(image_facts(client, "gateway", stack.gateway.image, ("gateway",)))
+    for key, ref in stack.images.items():
+        users = tuple(name for name, v in stack.variants.items() if v.image_key == key)
+        if users:
+            facts.append(image_facts(client, "vllm", ref, users, probe))
+    return facts

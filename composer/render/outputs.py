@@ -1,0 +1,85 @@
+"""What `render` writes for a target, decided before anything is written.
+
+The committed folder next to the stack file (compose/ or kubernetes/) is rendered from
+the stack files alone; a local render with the env file, the environment and flags goes
+to a folder of its own. `render_plan` returns the files and whether local values were
+left out of the committed ones; `stale_files` is what `render --check` reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.errors import UsageError
+from composer.render.files import RenderedFile, is_current, render_all
+from composer.stack.model import Stack
+
+
+def committed_dir(stack: Stack, target: str) -> Path:
+    """The committed folder of a target: compose/ or kubernetes/ next to the stack file."""
+    if target == "kubernetes":
+        from composer.render.kubernetes import kube_dir
+
+        return kube_dir(stack)
+    return stack.render_dir
+
+
+def rendered_files(
+    stack: Stack, target: str, variants: Sequence[str], out_dir: Path | None
+) -> list[RenderedFile]:
+    """The files of a target, rendered in memory into `out_dir` (default: the committed folder)."""
+    folder = out_dir or committed_dir(stack, target)
+    if target == "kubernetes":
+        from composer.render.kubernetes import render_kubernetes
+
+        return render_kubernetes(stack, list(variants), folder)
+    return render_all(stack, list(variants), folder)
+
+
+@dataclass(frozen=True)
+class RenderPlan:
+    """The files to write, and whether local values differ from what the committed files hold."""
+
+    files: list[RenderedFile]
+    folder: Path
+    local_values_left_out: bool = False
+
+
+def render_plan(
+    stack: Stack,
+    stack_alone: Callable[[], Stack],
+    target: str,
+    variants: Sequence[str],
+    out_dir: Path | None,
+    *,
+    has_flags: bool,
+) -> RenderPlan:
+    """The files `render` writes: into `out_dir` with every local value, or into the
+    committed folder from the stack files alone (`stack_alone()`); flags cannot reach it."""
+    committed = committed_dir(stack, target)
+    if out_dir is not None and out_dir.resolve() != committed.resolve():
+        return RenderPlan(rendered_files(stack, target, variants, out_dir), out_dir)
+    if has_flags:
+        raise UsageError(
+            f"--set does not reach the committed {shown_path(committed)}/ files (they come from the "
+            "stack files alone): render a local copy with --out DIR"
+        )
+    local = rendered_files(stack, target, variants, None)
+    files = rendered_files(stack_alone(), target, variants, None)
+    differs = [f.content for f in local] != [f.content for f in files]
+    return RenderPlan(files, committed, differs)
+
+
+def stale_files(files: Sequence[RenderedFile]) -> list[RenderedFile]:
+    """The files whose bytes on disk differ from the rendered ones (or that are missing)."""
+    return [f for f in files if not is_current(f)]
+
+
+def shown_path(path: Path) -> Path:
+    """A path relative to the working directory when it lies below it."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path

@@ -1,0 +1,50 @@
+"""Where a stack comes from: its files, the env file, `--set` flags and a project name.
+
+The command line resolves its global options into one `StackSource` and loads the stack
+from it; `bench` reloads it with extra flags for each K it measures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from composer.stack.files import DEFAULT_ENV_FILE, STACK_FILES_VAR, find_stack_files, read_dotenv
+from composer.stack.load import load_stack
+from composer.stack.model import Stack
+
+PROJECT_KEY = "stack.project"
+
+
+@dataclass(frozen=True)
+class StackSource:
+    """The inputs of a stack: files (empty: COMPOSER_STACK or composer.toml), the env file,
+    `--set KEY=VALUE` flags and a project name that overrides `stack.project` (`-p`)."""
+
+    files: tuple[str, ...] = ()
+    env_file: str = DEFAULT_ENV_FILE
+    sets: tuple[str, ...] = ()
+    project_name: str | None = None
+
+    def load(self, extra_sets: Sequence[str] = ()) -> Stack:
+        """The stack with every input applied (and `extra_sets` over the flags)."""
+        flags = [*self.sets, *extra_sets]
+        labels = {}
+        if self.project_name is not None:
+            flags.append(f"{PROJECT_KEY}={self.project_name}")
+            labels[PROJECT_KEY] = "flag -p"
+        return load_stack(self.files or None, self.env_file, flags=flags, flag_labels=labels)
+
+    def load_alone(self) -> Stack:
+        """The stack from its files alone: no env file, no environment, no flags (what the
+        committed compose/ files are rendered from). COMPOSER_STACK still picks the files."""
+        dotenv, _ = read_dotenv(self.env_file)
+        listed = os.environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
+        return load_stack(self.files or None, None, environ={STACK_FILES_VAR: listed} if listed else {})
+
+    def first_file(self) -> Path:
+        """The first stack file (the one `recommend --write` edits)."""
+        dotenv, _ = read_dotenv(self.env_file)
+        return find_stack_files(self.files or None, os.environ, dotenv)[0]
