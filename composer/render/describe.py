@@ -7,8 +7,95 @@ from dataclasses import asdict
 from composer.render.spec import build_spec, resolve
 from composer.stack.load import STACK_SETTINGS
 from composer.stack.model import Stack, Variant
+from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, Key, key_named
+from composer.stack.values import format_seconds
 
 MASK = "********"
+
+
+def shown_value(value: object, kind: str = "string") -> str:
+    """A value as a user writes it in composer.toml: `true`, `15m`, `7.0GiB`, `0,1`."""
+    if value is None:
+        return "(not set)"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if kind == "duration" and isinstance(value, int | float):
+        return format_seconds(value)
+    if kind == "size" and isinstance(value, int):
+        for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= factor:
+                return f"{value / factor:.1f}{unit}" if value % (factor // 10 or 1) == 0 else str(value)
+        return str(value)
+    if isinstance(value, list | tuple):
+        return ",".join(str(item) for item in value) if value else "(none)"
+    if value == "":
+        return "(empty)"
+    return str(value)
+
+
+def _defaults(stack: Stack) -> dict[str, object]:
+    """The typed value of each fixed-table key (what the stack resolved to)."""
+    values: dict[str, object] = {s.key and f"stack.{s.key}": getattr(stack, s.key) for s in STACK_SETTINGS}
+    values["stack.gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
+    values.update({f"gateway.{k}": v for k, v in asdict(stack.gateway).items()})
+    values.update({f"kubernetes.{k}": v for k, v in asdict(stack.kubernetes).items()})
+    return values
+
+
+def _row(stack: Stack, dotted: str, key: Key | None, resolved: object) -> dict[str, str]:
+    source = stack.sources.get(dotted) or ("composer.toml" if resolved not in (None, "", []) else "default")
+    kind = key.kind if key else "string"
+    raw = stack.written.get(dotted, resolved)  # as written, defaults included (`1.3G`, 900)
+    return {
+        "key": dotted,
+        "value": shown_value(raw, kind),
+        "source": source,
+        "description": key.description if key else "",
+    }
+
+
+def settings_rows(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
+    """Every settable key with its value as written, its source and a description."""
+    values = _defaults(stack)
+    rows = [
+        _row(stack, k.dotted, k, values[k.dotted])
+        for k in KEYS
+        if k.table in ("stack", "gateway", "kubernetes") and k.kind != "table"
+    ]
+    rows += [
+        {
+            "key": f"images.{n}",
+            "value": ref,
+            "source": stack.sources.get(f"images.{n}", "default"),
+            "description": "image reference",
+        }
+        for n, ref in stack.images.items()
+    ]
+    for name in variants:
+        variant = stack.variant(name)
+        typed: dict[str, object] = {
+            "description": variant.description,
+            "image": variant.image_key,
+            "kv_cache_memory": variant.kv_cache_memory,
+            "min_kv_cache_tokens": variant.min_kv_cache_tokens,
+            "extra_args": list(variant.extra_args),
+            "standby": variant.standby,
+            "weights_bytes": variant.weights_bytes,
+            "aliases": list(variant.aliases),
+        }
+        for key in (k for k in KEYS if k.table == VARIANT and k.name in typed):
+            dotted = f"variants.{name}.{key.name}"
+            rows.append(_row(stack, dotted, key, typed[key.name]))
+        if variant.speculative:
+            for key in (k for k in KEYS if k.table == SPECULATIVE and k.kind != "table"):
+                dotted = f"variants.{name}.speculative.{key.name}"
+                rows.append(_row(stack, dotted, key, getattr(variant.speculative, key.name)))
+    return rows
+
+
+def key_description(dotted: str) -> str:
+    key = key_named(dotted)
+    return key.description if key else ""
 
 
 def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
@@ -37,6 +124,7 @@ def stack_data(stack: Stack, variant: str | None = None) -> dict[str, object]:
     settings = {s.key: getattr(stack, s.key) for s in STACK_SETTINGS}
     settings["gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
     return {
+        "settings": settings_rows(stack, names),
         "stack": settings,
         "images": dict(stack.images),
         "variants": {n: _variant_data(stack, stack.variant(n)) for n in names},
@@ -47,38 +135,38 @@ def stack_data(stack: Stack, variant: str | None = None) -> dict[str, object]:
 
 
 def format_stack(data: dict) -> str:
-    """Human-readable form of stack_data()."""
-    sources: dict[str, str] = data["sources"]
-    rows: list[tuple[str, str, str]] = []
-    for key, value in data["stack"].items():
-        rows.append((f"stack.{key}", str(value), sources.get(f"stack.{key}", "default")))
-    for key, value in data["images"].items():
-        rows.append((f"images.{key}", str(value), sources.get(f"images.{key}", "default")))
+    """Human-readable form of stack_data(): key, value as written, source, description."""
+    rows: list[tuple[str, str, str, str]] = [
+        (r["key"], r["value"], r["source"], r["description"]) for r in data["settings"]
+    ]
     for name, variant in data["variants"].items():
         prefix = f"variants.{name}"
-        image_source = sources.get(f"images.{variant['image_key']}", "default")
-        rows.append((f"{prefix}.image", variant["image"], image_source))
-        rows.append(
-            (
-                f"{prefix}.kv_cache_memory",
-                str(variant["kv_cache_memory"]),
-                sources.get(f"{prefix}.kv_cache_memory", "default"),
-            )
-        )
-        spec = variant["speculative"]
-        if spec:
-            for key in ("method", "num_speculative_tokens", "attention_backend", "draft_model"):
-                src = sources.get(f"{prefix}.speculative.{key}", "default")
-                rows.append((f"{prefix}.speculative.{key}", str(spec[key]), src))
         for env_name, env_value in variant["env"].items():
             env_source = "derived" if env_name in variant["derived_env"] else "composer.toml"
-            rows.append((f"{prefix}.env.{env_name}", env_value, env_source))
-        rows.append((f"{prefix}.config_hash", variant["config_hash"], "derived"))
+            rows.append((f"{prefix}.env.{env_name}", env_value, env_source, ""))
+        rows.append((f"{prefix}.config_hash", variant["config_hash"], "derived", "what decides a rebuild"))
     for workload, variant_name in data["workloads"].items():
-        rows.append((f"workloads.{workload}", variant_name, "composer.toml"))
-    key_source = sources.get("VLLM_API_KEY", "")
-    rows.append(("VLLM_API_KEY", data["api_key"] or "(not set)", key_source))
-    rows = [(k, val if val.isprintable() else repr(val), src) for k, val, src in rows]
+        rows.append((f"workloads.{workload}", variant_name, "composer.toml", "variant that serves it"))
+    key_source = data["sources"].get("VLLM_API_KEY", "")
+    rows.append(("VLLM_API_KEY", data["api_key"] or "(not set)", key_source, "the API key (masked)"))
+    rows = [(k, val if val.isprintable() else repr(val), src, d) for k, val, src, d in rows]
+    rows = [(k, val if len(val) <= 40 else val[:39] + "~", src, d) for k, val, src, d in rows]
     width = max(len(r[0]) for r in rows)
-    value_width = min(max(len(r[1]) for r in rows), 48)
-    return "\n".join(f"{k:<{width}}  {val:<{value_width}}  {src}".rstrip() for k, val, src in rows)
+    value_width = min(max(len(r[1]) for r in rows), 40)
+    source_width = max(len(r[2]) for r in rows)
+    return "\n".join(
+        f"{k:<{width}}  {val:<{value_width}}  {src:<{source_width}}  {d}".rstrip() for k, val, src, d in rows
+    )
+
+
+def format_keys() -> str:
+    """Every settable key: its dotted name, kind (with the choices of an enum) and description."""
+    rows = []
+    for key in KEYS:
+        kind = key.kind if key.kind != "enum" else "|".join(c.lower() for c in key.choices)
+        if len(kind) > 40:
+            kind = "one of: see the description"
+        rows.append((key.dotted, kind, key.description))
+    width = max(len(r[0]) for r in rows)
+    kind_width = max(len(r[1]) for r in rows)
+    return "\n".join(f"{k:<{width}}  {t:<{kind_width}}  {d}" for k, t, d in rows)

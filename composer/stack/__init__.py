@@ -6,7 +6,8 @@ Owns: reading `composer.toml` files, the `.env` file, the environment and `--set
 The `[kubernetes]` table is `KubeSettings` (`kubernetes`). May import: `composer.errors`.
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
 `image_env_var`, `StackSource` (the files, env file, flags and project name a stack
-is loaded from).
+is loaded from). Every settable key with its kind and description is one table
+(`settings.KEYS`), from which the JSON Schema of composer.toml is generated (`schema`).
 """
 
 from composer._exports import lazy_exports

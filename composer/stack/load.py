@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from composer.errors import ConfigError
+from composer.errors import ConfigError, did_you_mean
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
@@ -149,6 +149,8 @@ class _Resolver:
     def __init__(self, sources: Sources) -> None:
         self.s = sources
         self.record: dict[str, str] = {}
+        self.written: dict[str, object] = {}
+        """Dotted key -> the value as written where it came from (`7.0GiB`, `15m`, `true`)."""
         self.inherited: dict[str, str] = {}
         """Dotted key of a variant -> the key of the variant that defines it (`extends`)."""
 
@@ -169,6 +171,7 @@ class _Resolver:
         if is_path and isinstance(value, str) and base is not None:
             value = str((base / value).resolve()) if not os.path.isabs(value) else value
         self.record[dotted] = where
+        self.written[dotted] = raw
         return value
 
     def _lookup(
@@ -221,9 +224,12 @@ def _build(sources: Sources) -> Stack:
             )
     unused = sorted(set(sources.flags) - set(resolve.record))
     if unused:
+        from composer.stack.settings import settable_keys
+
+        hint = did_you_mean(unused[0], settable_keys(list(variants)))
         raise ConfigError(
-            f"--set {unused[0]}: not a setting of this stack: use a key that "
-            "`compose-spec config` lists, e.g. stack.port or variants.mtp.kv_cache_memory"
+            f"--set {unused[0]}: not a setting of this stack:{hint or ''} use a key that "
+            "`compose-spec config --keys` lists, e.g. stack.port or variants.mtp.kv_cache_memory"
         )
     return Stack(
         **settings,
@@ -234,6 +240,7 @@ def _build(sources: Sources) -> Stack:
         kubernetes=kubernetes,
         gateway=gateway,
         sources=resolve.record,
+        written=resolve.written,
         api_key=api_key,
         home=sources.home,
     )

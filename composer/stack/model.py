@@ -71,6 +71,7 @@ class Stack:
     sleep_level: int = 1  # vLLM sleep level; 2 drops the weights (reloaded from disk on wake)
     allow_sleep_level_2_with_speculation: bool = False  # accept vLLM's level-2 drafter bug
     sources: dict[str, str] = field(default_factory=dict, compare=False)
+    written: dict[str, object] = field(default_factory=dict, compare=False)  # values as written
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
 

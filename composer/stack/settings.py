@@ -1,0 +1,159 @@
+"""Every settable key of a stack, with its kind and a one-line description.
+
+The one table `config` lists, `config --keys` prints, `--set` suggests from, and the
+JSON Schema of composer.toml (`schema/composer.schema.json`) is generated from. The
+loader's own tables (`STACK_SETTINGS`, `GATEWAY_SETTINGS`, `KUBE_SETTINGS`, the variant
+and speculative keys) say how a value is parsed; a test keeps this table equal to them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from composer.stack import values as v
+from composer.stack.gateway import GATEWAY_SETTINGS, POLICIES
+from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES
+from composer.stack.load import STACK_SETTINGS
+
+VARIANT = "variants.<name>"
+SPECULATIVE = "variants.<name>.speculative"
+
+
+@dataclass(frozen=True)
+class Key:
+    """One settable key: its table, name, kind, description, and choices for an enum."""
+
+    table: str
+    name: str
+    kind: str  # string, path, integer, count, boolean, size, duration, fraction, enum, gpus, list, table
+    description: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def dotted(self) -> str:
+        return f"{self.table}.{self.name}"
+
+
+def _enum(choices: tuple[object, ...]) -> tuple[str, ...]:
+    return tuple(str(c) for c in choices)
+
+
+KEYS: tuple[Key, ...] = (
+    Key("stack", "project", "string", "compose project name, shared by every variant"),
+    Key("stack", "service", "string", "compose service name, the same for every variant"),
+    Key("stack", "served_model_name", "string", "the model name clients send"),
+    Key("stack", "port", "integer", "host port clients use (1-65535)"),
+    Key("stack", "bind_address", "string", "address the port binds to; 0.0.0.0 exposes it to the network"),
+    Key("stack", "tensor_parallel_size", "integer", "GPUs one variant spans (vLLM --tensor-parallel-size)"),
+    Key("stack", "max_model_len", "integer", "longest prompt plus output in tokens (vLLM --max-model-len)"),
+    Key("stack", "gpus", "gpus", "GPU devices: a list such as 0,1,2,3, all, or none"),
+    Key("stack", "attention_backend", "enum", "vLLM attention backend", _enum(v.ATTENTION_BACKENDS)),
+    Key("stack", "model_dir", "path", "the model's folder on the host"),
+    Key("stack", "model_path", "string", "where the model is mounted in the container (read-only)"),
+    Key("stack", "draft_dir", "path", "the draft model's folder on the host"),
+    Key("stack", "draft_path", "string", "where the draft model is mounted in the container"),
+    Key("stack", "start_period", "duration", "healthcheck grace while the model loads"),
+    Key("stack", "stop_grace_period", "duration", "time a stopping variant gets before it is killed"),
+    Key("stack", "restart", "enum", "Docker restart policy of a serving variant", v.RESTART_POLICIES),
+    Key("stack", "standby", "enum", "what a swap does with the variant it leaves", v.STANDBY_MODES),
+    Key("stack", "sleep_residue", "size", "GPU memory a sleeping variant still holds per GPU"),
+    Key(
+        "stack", "gpu_memory_bytes", "size", "memory per GPU for the standby planner when none can be probed"
+    ),
+    Key("stack", "acceptance_floor", "fraction", "acceptance a speculative variant must exceed after a wake"),
+    Key("stack", "standby_fallback", "enum", "a sleep standby that does not fit", v.STANDBY_FALLBACKS),
+    Key(
+        "stack",
+        "sleep_level",
+        "enum",
+        "vLLM sleep level: 1 keeps weights in host RAM, 2 drops them",
+        ("1", "2"),
+    ),
+    Key("stack", "allow_sleep_level_2_with_speculation", "boolean", "accept vLLM's level-2 drafter bug"),
+    Key("stack", "env", "table", "environment variables for every variant (NAME = value)"),
+    Key(
+        "gateway", "enabled", "boolean", "the gateway owns the shared port (false: the variant publishes it)"
+    ),
+    Key("gateway", "image", "string", "the gateway's image"),
+    Key("gateway", "hold_timeout", "duration", "how long a request may be held (then 503 with Retry-After)"),
+    Key("gateway", "max_held", "integer", "requests held at once (more get 429 with Retry-After)"),
+    Key("gateway", "drain_timeout", "duration", "how long a swap lets in-flight requests finish"),
+    Key("gateway", "warmup_requests", "count", "requests sent to a new variant before clients reach it"),
+    Key("gateway", "switch_on_model", "boolean", "a request naming a variant's alias switches to it"),
+    Key(
+        "gateway", "policy", "enum", "auto: switch to the variant [workloads] names for the traffic", POLICIES
+    ),
+    Key("gateway", "min_residency", "duration", "how long a variant serves after a switch before another"),
+    Key(
+        "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 429)"
+    ),
+    Key("gateway", "policy_window", "duration", "traffic the automatic policy looks at"),
+    Key(
+        "kubernetes",
+        "models",
+        "enum",
+        "where pods find the models: the node's folders or claims",
+        MODEL_SOURCES,
+    ),
+    Key("kubernetes", "model_claim", "string", "PersistentVolumeClaim of the model (models = pvc)"),
+    Key("kubernetes", "draft_claim", "string", "PersistentVolumeClaim of the draft model (models = pvc)"),
+    Key(
+        "kubernetes", "namespace", "string", "namespace of up --target kubernetes (empty: kubectl's current)"
+    ),
+    Key(
+        "kubernetes", "service_url", "string", "URL of the Service for the gate (empty: kubectl port-forward)"
+    ),
+    Key("kubernetes", "kubectl", "string", "the kubectl command to run"),
+    Key(VARIANT, "description", "string", "one line shown by ls"),
+    Key(VARIANT, "extends", "string", "another variant whose keys this one starts from"),
+    Key(VARIANT, "image", "string", "key of the [images] table this variant runs"),
+    Key(VARIANT, "kv_cache_memory", "size", "KV cache size (vLLM --kv-cache-memory)"),
+    Key(VARIANT, "min_kv_cache_tokens", "integer", "tokens the KV cache must hold (checked by doctor)"),
+    Key(VARIANT, "speculative", "table", 'speculative decoding (a table, or "none")'),
+    Key(VARIANT, "env", "table", "environment variables of this variant (NAME = value)"),
+    Key(VARIANT, "extra_args", "list", "extra vLLM arguments, one per item"),
+    Key(VARIANT, "standby", "enum", "this variant's standby (default: stack.standby)", v.STANDBY_MODES),
+    Key(VARIANT, "weights_bytes", "size", "weights in host RAM while asleep (default: read from the model)"),
+    Key(VARIANT, "aliases", "list", "other model names that reach (or switch to) this variant"),
+    Key(SPECULATIVE, "method", "enum", "vLLM's speculative method", v.SPECULATIVE_METHODS),
+    Key(SPECULATIVE, "num_speculative_tokens", "integer", "K, tokens proposed per step (1-128)"),
+    Key(SPECULATIVE, "draft_model", "boolean", "mount the draft model and pass it as the speculative model"),
+    Key(
+        SPECULATIVE,
+        "attention_backend",
+        "enum",
+        "the drafter's attention backend",
+        _enum(v.ATTENTION_BACKENDS),
+    ),
+    Key(SPECULATIVE, "extra", "table", "more speculative_config fields, passed as written"),
+)
+"""Every key, in the order `config --keys` lists them."""
+
+TABLE_KEYS: dict[str, tuple[str, ...]] = {
+    "stack": (*(s.key for s in STACK_SETTINGS), "env"),
+    "gateway": tuple(key for key, *_ in GATEWAY_SETTINGS),
+    "kubernetes": tuple(key for key, *_ in KUBE_SETTINGS),
+}
+"""The keys the loader reads from each fixed table."""
+
+
+def key_named(dotted: str) -> Key | None:
+    """The key of a dotted name (`stack.port`, `variants.mtp.kv_cache_memory`), if any."""
+    parts = dotted.split(".")
+    if parts[0] == "variants" and len(parts) >= 3:
+        table = SPECULATIVE if len(parts) == 4 and parts[2] == "speculative" else VARIANT
+        name = parts[-1]
+    else:
+        table, name = ".".join(parts[:-1]), parts[-1]
+    return next((k for k in KEYS if k.table == table and k.name == name), None)
+
+
+def settable_keys(variants: list[str]) -> list[str]:
+    """Every dotted key `--set` takes for a stack with these variants (env tables left out)."""
+    keys = [k.dotted for k in KEYS if not k.table.startswith("variants") and k.kind != "table"]
+    for name in variants:
+        keys += [k.dotted.replace("<name>", name) for k in KEYS if k.table == VARIANT and k.kind != "table"]
+        keys += [
+            k.dotted.replace("<name>", name) for k in KEYS if k.table == SPECULATIVE and k.kind != "table"
+        ]
+    return keys
