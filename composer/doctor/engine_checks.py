@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from composer.doctor.preflight import Finding, check_image
 from composer.errors import DockerUnavailable
 from composer.stack.model import Stack, Variant
+from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -19,6 +20,15 @@ if TYPE_CHECKING:
 MIN_ENGINE = (19, 3)  # first engine with --gpus and compose device reservations
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
+
+START_ENGINE = fix_command(
+    "start dockerd (make docker)", "start the Docker engine (sudo systemctl start docker)"
+)
+INSTALL_COMPOSE = fix_command(
+    "install the Compose v2 plugin (make docker)",
+    "install the Docker Compose v2 plugin (docker-compose-plugin)",
+)
+UPGRADE_ENGINE = fix_command("upgrade Docker Engine (make docker)", "upgrade Docker Engine to 19.03 or later")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -33,7 +43,7 @@ def engine_finding(version: str) -> Finding:
             "docker-engine",
             "warn",
             f"Docker Engine {version} at {where} predates GPU support (--gpus, 19.03)",
-            "upgrade Docker Engine (make docker)",
+            UPGRADE_ENGINE,
         )
     return Finding("docker-engine", "ok", f"Docker Engine {version} at {where}")
 
@@ -48,7 +58,12 @@ def check_engine(
         client = client_factory()
         version = str(client.version().get("Version", "?"))
     except (DockerUnavailable, DockerException) as err:
-        return Finding("docker-engine", "fail", str(err), "start dockerd (make docker)"), None
+        return Finding(
+            "docker-engine",
+            "fail",
+            str(err),
+            START_ENGINE,
+        ), None
     return engine_finding(version), client
 
 
@@ -57,13 +72,18 @@ def check_compose(compose_version: Callable[[], str]) -> Finding:
     try:
         version = compose_version()
     except DockerUnavailable as err:
-        return Finding("compose-plugin", "fail", str(err), "install the Compose v2 plugin (make docker)")
+        return Finding(
+            "compose-plugin",
+            "fail",
+            str(err),
+            INSTALL_COMPOSE,
+        )
     if _version_tuple(version) < (2, 0):
         return Finding(
             "compose-plugin",
             "warn",
             f"Compose {version} is older than v2",
-            "install the Compose v2 plugin (make docker)",
+            INSTALL_COMPOSE,
         )
     return Finding("compose-plugin", "ok", f"Compose {version}")
 

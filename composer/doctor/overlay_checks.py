@@ -15,6 +15,7 @@ from composer import labels as label_names
 from composer.doctor.preflight import Finding
 from composer.errors import ComposerError
 from composer.stack.model import Stack, Variant
+from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -38,8 +39,10 @@ def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> R
 
 def make_target(recipe_name: str, env_file: Path | None) -> str:
     """The make command that rebuilds a recipe with the env file in use."""
-    extra = f" ENV_FILE={env_file}" if env_file is not None and env_file.name != ".env" else ""
-    return f"make image-{recipe_name}{extra}"
+    named = env_file is not None and env_file.name != ".env"
+    extra = f" ENV_FILE={env_file}" if named else ""
+    installed = f"compose-spec build {recipe_name}" + (f" --env-file {env_file}" if named else "")
+    return fix_command(f"make image-{recipe_name}{extra}", installed)
 
 
 def check_overlay_current(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from composer import labels
 from composer.stack.model import Stack
+from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -99,8 +100,12 @@ def check_image(client: docker.DockerClient, image: str) -> Finding:
             "image",
             "fail",
             f"image {image} is not present locally (images are never pulled)",
-            f"build or load it first (make image-sim for the simulator, make image-dflash2 for the overlay, "
-            f"or docker pull {image} on a connected host)",
+            fix_command(
+                "build or load it first (make image-sim for the simulator, make image-dflash2 for the "
+                f"overlay, or docker pull {image} on a connected host)",
+                "build or load it first (compose-spec build RECIPE for an overlay image, "
+                f"or docker pull {image} on a connected host)",
+            ),
         )
     return Finding("image", "ok", f"image {image} is present ({found.short_id})")
 

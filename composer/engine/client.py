@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from composer.errors import ComposerError, DockerUnavailable, UsageError
+from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -123,6 +124,24 @@ def engine_address() -> str | None:
         return None
 
 
+def unreachable_reason(err: BaseException) -> str:
+    """Why the engine did not answer, in words (no exception names or tuples)."""
+    seen: BaseException | None = err
+    while seen is not None:
+        for item in (seen, *getattr(seen, "args", ())):
+            if isinstance(item, FileNotFoundError):
+                return "its socket does not exist (is the engine running?)"
+            if isinstance(item, PermissionError):
+                return (
+                    "permission denied on its socket (add your user to the docker group, then log in again)"
+                )
+            if isinstance(item, ConnectionRefusedError):
+                return "the connection was refused (is the engine running?)"
+        seen = seen.__cause__ or seen.__context__
+    text = str(err).removeprefix("Error while fetching server API version: ")
+    return text or "no answer"
+
+
 def docker_client(timeout: int = 120) -> docker.DockerClient:
     """A client for the selected engine (see `engine_endpoint`), checked with a ping."""
     import docker
@@ -142,7 +161,10 @@ def docker_client(timeout: int = 120) -> docker.DockerClient:
         client.ping()
     except DockerException as err:
         raise DockerUnavailable(
-            f"cannot reach the Docker engine ({endpoint.describe()}): {err}; start dockerd (make docker)"
+            f"cannot reach the Docker engine ({endpoint.describe()}): {unreachable_reason(err)}; "
+            + fix_command(
+                "start dockerd (make docker)", "start the Docker engine (sudo systemctl start docker)"
+            )
         ) from err
     return client
 

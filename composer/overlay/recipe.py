@@ -98,9 +98,16 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
     path = recipes_dir / name / RECIPE_FILE
     if "/" in name or name in {"", ".", ".."} or not path.is_file():
         names = recipe_names(recipes_dir)
-        known = ", ".join(names) or "none"
+        if not names:
+            raise UsageError(
+                f"no image recipes in {recipes_dir}/ (a recipe is {recipes_dir}/NAME/{RECIPE_FILE}): "
+                "run build "
+                "from the folder that holds them, e.g. the project's checkout"
+            )
         hint = did_you_mean(name, names)
-        raise UsageError(f"unknown image recipe {name!r} in {recipes_dir}/:{hint} choose one of {known}")
+        raise UsageError(
+            f"unknown image recipe {name!r} in {recipes_dir}/:{hint} choose one of {', '.join(names)}"
+        )
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:

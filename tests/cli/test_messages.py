@@ -1,0 +1,58 @@
+"""User-facing messages: no Python reprs or exception names, and fixes a pip user can run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer.doctor.overlay_checks import make_target
+from composer.engine.client import unreachable_reason
+from composer.stack import starter
+
+from .conftest import invoke
+
+
+def test_an_unreachable_engine_is_said_in_words(empty_env_file: Path, no_docker: None) -> None:
+    result = invoke("status", "--env-file", str(empty_env_file))
+    assert result.exit_code == 1
+    (line,) = result.stderr.splitlines()
+    assert "its socket does not exist (is the engine running?)" in line
+    for leak in ("FileNotFoundError", "Connection aborted", "('", "Error while fetching"):
+        assert leak not in line
+
+
+def test_reasons_come_from_the_cause_chain() -> None:
+    try:
+        try:
+            raise PermissionError(13, "denied")
+        except PermissionError as inner:
+            raise RuntimeError(("Connection aborted.", inner)) from inner
+    except RuntimeError as err:
+        assert "permission denied on its socket" in unreachable_reason(err)
+
+
+def test_fixes_name_make_targets_only_in_a_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert starter.in_checkout()  # the tests run from the checkout
+    assert make_target("dflash2", Path(".env.demo")) == "make image-dflash2 ENV_FILE=.env.demo"
+    monkeypatch.setattr(starter, "in_checkout", lambda: False)
+    assert make_target("dflash2", Path(".env.demo")) == "compose-spec build dflash2 --env-file .env.demo"
+    assert make_target("dflash2", None) == "compose-spec build dflash2"
+    assert starter.fix_command("make docker", "sudo systemctl start docker") == "sudo systemctl start docker"
+
+
+def test_an_empty_recipe_folder_says_what_a_recipe_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "none.env").write_text("")
+    result = invoke(
+        "build",
+        "dflash2",
+        "--env-file",
+        str(tmp_path / "none.env"),
+        "-f",
+        str(Path(__file__).parents[2] / "composer.toml"),
+    )
+    assert result.exit_code == 2
+    assert "choose one of none" not in result.stderr and "no image recipes" in result.stderr
