@@ -64,6 +64,26 @@ def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None)
         return _request_failure("request", err)
 
 
+def _transport_said(err: httpx.TransportError) -> str:
+    """A connection failure in words."""
+    if isinstance(err, httpx.TimeoutException):
+        return "timed out"
+    if isinstance(err, httpx.ConnectError):
+        return "connection refused"
+    return "connection closed"
+
+
+def _reply_said(err: Exception) -> str:
+    """What went wrong with a reply, in words (no exception names or reprs)."""
+    if isinstance(err, httpx.HTTPStatusError):
+        return f"answered {err.response.status_code} {err.response.reason_phrase}".rstrip()
+    if isinstance(err, httpx.TransportError):
+        return _transport_said(err)
+    if isinstance(err, ValueError):
+        return "the answer is not JSON"
+    return "the answer lacks the expected fields"
+
+
 def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None) -> Readiness:
     # Built first, so a key a header cannot carry fails before the server is even up.
     headers = httpx.Headers({"Authorization": f"Bearer {api_key}"} if api_key else {})
@@ -72,7 +92,7 @@ def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None
     except NOT_A_READINESS_STATE:
         raise
     except httpx.TransportError as err:
-        return Readiness(False, "health", f"not listening yet ({type(err).__name__})")
+        return Readiness(False, "health", f"not listening yet ({_transport_said(err)})")
     if health.status_code != 200:
         return Readiness(False, "health", f"/health answered {health.status_code}")
     try:
@@ -84,12 +104,13 @@ def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None
     except NOT_A_READINESS_STATE:
         raise
     except (httpx.HTTPError, ValueError, AttributeError) as err:
-        return Readiness(False, "models", f"/v1/models failed: {err}")
+        return Readiness(False, "models", f"/v1/models failed: {_reply_said(err)}")
     if served_name not in served:
         return Readiness(
             False,
             "models",
-            f"the server serves {served!r}, not the expected name {served_name!r}",
+            f"the server serves {', '.join(map(str, served)) or 'no model'}, not the expected name "
+            f"'{served_name}'",
             fatal=True,
         )
     try:
@@ -103,5 +124,5 @@ def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None
     except NOT_A_READINESS_STATE:
         raise
     except (httpx.HTTPError, ValueError, KeyError, IndexError) as err:
-        return Readiness(False, "completion", f"a 1-token completion failed: {err}")
+        return Readiness(False, "completion", f"a 1-token completion failed: {_reply_said(err)}")
     return Readiness(True, "ready")

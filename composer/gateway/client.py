@@ -89,6 +89,18 @@ class BackendReply:
     body: Any
 
 
+def body_text(body: Any) -> str:
+    """A reply body in words: its error message (vLLM's `detail`, OpenAI's `error.message`),
+    else its JSON, cut short; never a Python repr."""
+    if isinstance(body, dict):
+        error = body.get("error")
+        message = body.get("detail") or (error.get("message") if isinstance(error, dict) else error)
+        if isinstance(message, str) and message:
+            return message
+    text = body if isinstance(body, str) else json.dumps(body)
+    return (text[:200] + "...") if len(text) > 200 else (text or "an empty body")
+
+
 def _hold(d: Mapping[str, Any]) -> HoldInfo:
     return HoldInfo(str(d["id"]), str(d.get("owner", "")), float(d["lease_s"]), float(d["expires_in_s"]))
 
@@ -136,7 +148,7 @@ class GatewayControl:
                 verb, str(message or err_text or text or f"exit {code}"), code, text + err_text
             )
         if not isinstance(reply, dict):
-            raise GatewayControlError(verb, f"unexpected reply: {text[:200]!r}", 1, text)
+            raise GatewayControlError(verb, f"unexpected reply: {body_text(text)}", 1, text)
         return reply
 
     def state(self) -> GatewayState:
@@ -223,7 +235,9 @@ class GatewayControl:
         """`GET /is_sleeping` -> the backend's own answer (`/health` is 200 while asleep)."""
         reply = self.backend("GET", "/is_sleeping", timeout_s=30.0)
         if reply.status != 200 or not isinstance(reply.body, dict):
-            raise GatewayControlError("backend", f"/is_sleeping answered {reply.status}: {reply.body!r}")
+            raise GatewayControlError(
+                "backend", f"/is_sleeping answered {reply.status}: {body_text(reply.body)}"
+            )
         return bool(reply.body.get("is_sleeping"))
 
     def next_demand(self, wait_s: float = CALL_WAIT_S) -> SwitchDemand | None:
