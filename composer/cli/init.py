@@ -1,14 +1,16 @@
-"""`compose-spec init`: a starter stack in a folder."""
+"""`compose-spec init`: a stack for the user's model, or the reference stack to edit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import sys
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
 
 from composer.cli.base import command
-from composer.cli.output import shown
+from composer.cli.output import note, shown
+from composer.errors import UsageError
 
 
 @dataclass(frozen=True)
@@ -16,23 +18,110 @@ class InitArgs:
     directory: Path
     with_env: bool
     force: bool
+    model_dir: Path | None
+    served_name: str | None
+    tp: int | None
+    gpus: str | None
+    image: str | None
+
+    @property
+    def describes_a_model(self) -> bool:
+        return any(x is not None for x in (self.model_dir, self.served_name, self.tp, self.gpus, self.image))
+
+
+def _facts(model_dir: Path):
+    """What the model's config.json says (nothing when it has none yet)."""
+    from composer.errors import CheckpointError
+    from composer.probes.checkpoints import model_summary, read_config
+    from composer.stack.new_stack import ModelFacts
+
+    try:
+        architecture, layers, max_len = model_summary(read_config(model_dir))
+    except CheckpointError as err:
+        note(f"{err}: the stack has no MTP variant and max_model_len 8192 (edit them when you know)")
+        return ModelFacts()
+    return ModelFacts(architecture, layers, max_len)
+
+
+def _ask() -> InitArgs | None:
+    """Questions on a terminal; None when the user wants the reference stack."""
+    answer = click.prompt(
+        "Model folder on this host (empty: write the reference stack to edit)", default="", show_default=False
+    )
+    if not answer.strip():
+        return None
+    model_dir = Path(answer.strip()).expanduser()
+    served = click.prompt("Model name clients send", default=model_dir.name.lower() or "model")
+    tp = click.prompt("GPUs per variant (tensor-parallel size)", default=1, type=click.IntRange(min=1))
+    gpus = click.prompt(
+        "GPU ids (e.g. 0,1), all, or none", default="all" if tp == 1 else ",".join(map(str, range(tp)))
+    )
+    return InitArgs(Path("."), False, False, model_dir, served, tp, gpus, None)
+
+
+def _model_text(args: InitArgs) -> str:
+    from composer.stack.new_stack import DEFAULT_VLLM_IMAGE, NewStack, model_stack_text, schema_path
+    from composer.stack.starter import schema_file
+
+    assert args.model_dir is not None
+    model_dir = args.model_dir.expanduser().resolve()
+    tp = args.tp or 1
+    answers = NewStack(
+        model_dir=str(model_dir),
+        served_name=args.served_name or model_dir.name.lower() or "model",
+        tensor_parallel_size=tp,
+        gpus=args.gpus or ("all" if tp == 1 else ",".join(str(i) for i in range(tp))),
+        image=args.image or DEFAULT_VLLM_IMAGE,
+    ).validated()
+    return model_stack_text(answers, _facts(model_dir), schema_path(schema_file()))
 
 
 @command("init")
 @click.argument("directory", default=".", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--model-dir", type=click.Path(file_okay=False, path_type=Path), help="Your model's folder on this host."
+)
+@click.option(
+    "--served-name", metavar="NAME", help="The model name clients send [default: the folder's name]."
+)
+@click.option(
+    "--tp", type=click.IntRange(min=1), help="GPUs per variant (tensor-parallel size) [default: 1]."
+)
+@click.option("--gpus", metavar="LIST", help="GPU ids such as 0,1, all, or none [default: all, or 0..TP-1].")
+@click.option("--image", metavar="REF", help="The vLLM image [default: vllm/vllm-openai:v0.33.0].")
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
 def init_cmd(**kwargs: object) -> None:
-    """Write a starter composer.toml and .env.example into DIRECTORY (default: here).
+    """Write composer.toml and .env.example into DIRECTORY (default: here).
+
+    With --model-dir (and --served-name, --tp, --gpus) the stack is for your model: its
+    config.json decides whether an mtp variant is added (MTP layers) and max_model_len.
+    Without them, init asks on a terminal; otherwise it writes the reference stack with
+    `# CHANGE:` on each line to adapt.
 
     \b
     Examples:
-      compose-spec init my-stack --env && cd my-stack && compose-spec render
+      compose-spec init my-stack --model-dir /models/Qwen3-8B --served-name qwen3 --env
+      compose-spec init --model-dir ~/models/llama --tp 2 --gpus 0,1
       compose-spec init --force
     """
     from composer.stack.starter import init_stack
 
     args = InitArgs(**kwargs)  # type: ignore[arg-type]
-    for written in init_stack(args.directory, with_env=args.with_env, force=args.force):
+    if args.describes_a_model and args.model_dir is None:
+        raise UsageError(
+            "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"
+        )
+    if not args.describes_a_model and sys.stdin.isatty():
+        asked = _ask()
+        if asked is not None:
+            args = replace(asked, directory=args.directory, with_env=args.with_env, force=args.force)
+    text = _model_text(args) if args.model_dir is not None else None
+    for written in init_stack(args.directory, with_env=args.with_env, force=args.force, stack_text=text):
         click.echo(f"wrote: {shown(written.path)}")
-    click.echo("next: edit composer.toml and .env, then `compose-spec render` and `compose-spec doctor`")
+    if text is None:
+        click.echo(
+            "next: edit the lines of composer.toml marked CHANGE, and .env, then `compose-spec doctor`"
+        )
+    else:
+        click.echo("next: `compose-spec doctor`, then `compose-spec up baseline`")

@@ -173,3 +173,13 @@ def weights_bytes(model_dir: str | Path) -> int | None:
     if not shards:
         return None
     return sum(tensor_bytes(read_safetensors_header(shard)) for shard in shards)
+
+
+def model_summary(config: dict) -> tuple[str | None, int, int | None]:
+    """(architecture, MTP layers, max_position_embeddings) of a config.json, as far as it says."""
+    architectures = _field(config, "architectures")
+    architecture = architectures[0] if isinstance(architectures, list) and architectures else None
+    max_len = _field(config, "max_position_embeddings")
+    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
+        max_len = None
+    return (str(architecture) if architecture else None), mtp_layers(config), max_len

@@ -44,8 +44,18 @@ def generated_key() -> str:
     return "sk-" + secrets.token_hex(24)
 
 
-def init_stack(directory: Path, *, with_env: bool = False, force: bool = False) -> list[Written]:
+def schema_file() -> Path:
+    """The JSON Schema of composer.toml: `composer/schema` in a wheel, else the checkout's schema/."""
+    return shipped_dir("schema", "schema") / "composer.schema.json"
+
+
+def init_stack(
+    directory: Path, *, with_env: bool = False, force: bool = False, stack_text: str | None = None
+) -> list[Written]:
     """Write the starter files (and a `.env` with a generated key) into `directory`.
+
+    composer.toml is `stack_text` when given (a stack for the user's model), else the
+    reference stack with each line to change marked; both name the shipped JSON Schema.
 
     Refuses (UsageError) before writing anything when a file exists and `force` is off;
     `.env` is never overwritten, since it holds the key clients use.
@@ -61,8 +71,14 @@ def init_stack(directory: Path, *, with_env: bool = False, force: bool = False) 
         raise UsageError(f"{env_path} exists already: it holds your API key, so init never overwrites it")
     directory.mkdir(parents=True, exist_ok=True)
     written = []
+    from composer.stack.new_stack import reference_stack_text, schema_path
+
     for name, target in zip(STARTER_FILES, targets, strict=True):
-        _write_atomic(target, (starter_dir() / name).read_bytes(), 0o644)
+        data = (starter_dir() / name).read_bytes()
+        if name == "composer.toml":
+            ref = schema_path(schema_file())
+            data = (stack_text or reference_stack_text(data.decode("utf-8"), ref)).encode("utf-8")
+        _write_atomic(target, data, 0o644)
         written.append(Written(target, True))
     if with_env:
         _create_private(env_path, f"VLLM_API_KEY={generated_key()}\n".encode())

@@ -78,6 +78,8 @@ def test_init_then_render_in_an_empty_folder(installed: Path, tmp_path: Path) ->
     key_line = (stack_dir / ".env").read_text().strip()
     assert key_line.startswith("VLLM_API_KEY=sk-") and len(key_line) > len("VLLM_API_KEY=sk-") + 40
     assert key_line.split("=", 1)[1] not in done.stdout + done.stderr  # the key is never shown
+    schema = (stack_dir / "composer.toml").read_text().splitlines()[0].removeprefix("#:schema file://")
+    assert schema.startswith(str(installed)) and Path(schema).is_file()  # the wheel ships the schema
     # Rendered from elsewhere, the files land next to the stack file, like the committed ones.
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
