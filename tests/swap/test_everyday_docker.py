@@ -128,6 +128,20 @@ def test_logs_since_timestamps_and_tail_all(sim_stack):
     assert bad.returncode == 2 and "--since 'yesterday'" in bad.stderr
 
 
+def test_logs_of_the_gateway_and_of_a_named_variant_and_ps(sim_stack):
+    assert sim_stack.run("up", "baseline", "--timeout", "10m").returncode == 0
+    gateway = sim_stack.run("logs", "gateway", "-n", "5")
+    assert gateway.returncode == 0, gateway.stderr
+    assert 0 < len(gateway.stdout.splitlines()) <= 5
+    assert "vLLM API server version" not in sim_stack.run("logs", "gateway", "-n", "all").stdout
+    named = sim_stack.run("logs", "baseline", "-n", "all").stdout
+    assert "vLLM API server version" in named
+    absent = sim_stack.run("logs", "mtp")
+    assert absent.returncode == 1 and "no variant container of variant mtp exists" in absent.stderr
+    ps = sim_stack.run("ps", "--json")
+    assert ps.returncode == 0 and json.loads(ps.stdout)["variant"] == "baseline"
+
+
 def test_crash_after_the_settle_window_is_reported_by_status(sim_stack):
     add_variants(sim_stack, LATE)
     done = sim_stack.run("--set", "stack.restart=no", "up", "late", "--settle", "0.2")

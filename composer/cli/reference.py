@@ -1,0 +1,80 @@
+"""The commands reference (docs/commands.md), generated from the command line's own help.
+
+`python -m composer.cli.reference > docs/commands.md` writes it; a test keeps the committed
+page equal to what this prints, so the page never drifts from `--help`. An MkDocs hook may
+call `commands_markdown()` instead.
+"""
+
+from __future__ import annotations
+
+import click
+
+from composer.cli.base import EXIT_CODES, GLOBALS_NOTE
+
+WIDTH = 100
+
+
+def _help(command: click.Command, name: str, parent: click.Context) -> str:
+    ctx = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
+    return command.get_help(ctx)
+
+
+def commands_markdown() -> str:
+    """The page: the global options, then each command's help as `--help` prints it."""
+    from composer.cli.app import main
+
+    root = click.Context(
+        main,
+        info_name="compose-spec",
+        terminal_width=WIDTH,
+        max_content_width=WIDTH,
+        help_option_names=["-h", "--help"],
+    )
+    aliases: dict[int, list[str]] = {}
+    for name, command in main.commands.items():
+        aliases.setdefault(id(command), []).append(name)
+    lines = [
+        "# Commands",
+        "",
+        "<!-- Generated from `compose-spec --help` by `python -m composer.cli.reference`; do not edit. -->",
+        "",
+        "Every command of `compose-spec`, as its `--help` prints it. "
+        + GLOBALS_NOTE
+        + " For example `compose-spec up mtp --env-file .env` is `compose-spec --env-file .env up mtp`.",
+        "",
+        f"Exit codes: {EXIT_CODES}.",
+        "",
+        "Habits from docker compose work: `-f FILE` and `-p NAME` anywhere on the line, `ps` for",
+        "`status`, `logs gateway` or `logs VARIANT`, `logs -n 20 -f`. Durations take units",
+        "(`--timeout 15m`, `--settle 500ms`, `--interval 2s`; a bare number is seconds).",
+        "`config` lists every key of the stack with its value as written, its source and what it",
+        "does; `config --keys` lists every settable key; `config --schema` prints the JSON Schema",
+        "of composer.toml (committed as `schema/composer.schema.json`; a `#:schema` first line lets",
+        "Taplo / Even Better TOML validate and complete the file in the editor).",
+        "",
+        "Shell completion (commands, variants, workloads, recipes, file names):",
+        "",
+        "```bash",
+        'eval "$(_COMPOSE_SPEC_COMPLETE=bash_source compose-spec)"   # zsh: zsh_source, fish: fish_source',
+        "```",
+        "",
+        "## compose-spec",
+        "",
+        "```text",
+        main.get_help(root),
+        "```",
+    ]
+    canonical = {id(c): c.name or n for n, c in main.commands.items()}
+    for name in sorted(set(canonical.values())):
+        command = main.commands[name]
+        names = aliases[id(command)]
+        lines += ["", f"## compose-spec {name}", ""]
+        others = [n for n in names if n != name]
+        if others:
+            lines += ["Also: " + ", ".join(f"`compose-spec {n}`" for n in others) + ".", ""]
+        lines += ["```text", _help(command, name, root), "```"]
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    click.echo(commands_markdown(), nl=False)
