@@ -43,6 +43,11 @@ def _facts(model_dir: Path):
     return ModelFacts(architecture, layers, max_len)
 
 
+def interactive() -> bool:
+    """True when init may ask (stdin is a terminal)."""
+    return sys.stdin.isatty()
+
+
 def _ask() -> InitArgs | None:
     """Questions on a terminal; None when the user wants the reference stack."""
     answer = click.prompt(
@@ -112,7 +117,7 @@ def init_cmd(**kwargs: object) -> None:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"
         )
-    if not args.describes_a_model and sys.stdin.isatty():
+    if not args.describes_a_model and interactive():
         asked = _ask()
         if asked is not None:
             args = replace(asked, directory=args.directory, with_env=args.with_env, force=args.force)

@@ -133,3 +133,20 @@ def test_version_says_which_images_are_here(empty_env_file: Path) -> None:
     assert any(line.startswith("vllm image vllm-sim:latest: present [") for line in lines)
     assert "vllm image vllm-composer.test/absent:none: not present (variants: dflash2)" in lines
     assert "absent:none is not here" in result.stderr
+
+
+def test_init_asks_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from composer.cli import main
+
+    model = _model(tmp_path, {"architectures": ["LlamaForCausalLM"]})
+    monkeypatch.setattr("composer.cli.init.interactive", lambda: True)
+    answers = f"{model}\nllama\n2\n0,1\n"
+    result = CliRunner().invoke(main, ["init", str(tmp_path / "s")], input=answers)
+    assert result.exit_code == 0, result.output
+    stack = _load(tmp_path / "s")
+    assert (stack.served_model_name, stack.tensor_parallel_size, stack.gpus) == ("llama", 2, ("0", "1"))
+    assert list(stack.variants) == ["baseline"]
+    empty = CliRunner().invoke(main, ["init", str(tmp_path / "r")], input="\n")
+    assert empty.exit_code == 0 and "# CHANGE:" in (tmp_path / "r" / "composer.toml").read_text()
