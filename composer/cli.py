@@ -38,10 +38,13 @@ DEBUG_VAR = "COMPOSE_SPEC_DEBUG"
 class Context:
     """Global options shared by every command."""
 
-    def __init__(self, env_file: str, stacks: tuple[str, ...], sets: tuple[str, ...]) -> None:
+    def __init__(
+        self, env_file: str, stacks: tuple[str, ...], sets: tuple[str, ...], allow_weak_key: bool = False
+    ) -> None:
         self.env_file = env_file
         self.stacks = stacks
         self.sets = sets
+        self.allow_weak_key = allow_weak_key
 
     def stack(self, extra_sets: tuple[str, ...] = ()):
         from composer.stack.load import load_stack
@@ -219,6 +222,13 @@ def _complete(kind: str) -> Callable[[click.Context, click.Parameter, str], list
     help="Override a stack value, e.g. --set stack.port=8001.",
 )
 @context_option
+@click.option(
+    "--allow-weak-key",
+    is_flag=True,
+    envvar="COMPOSER_ALLOW_WEAK_KEY",
+    help="Accept a VLLM_API_KEY estimated under 64 bits of entropy (a warning instead) "
+    "[env: COMPOSER_ALLOW_WEAK_KEY=1].",
+)
 @click.version_option(package_name="vllm-variant-composer")
 @click.pass_context
 def main(
@@ -227,6 +237,7 @@ def main(
     stacks: tuple[str, ...],
     sets: tuple[str, ...],
     docker_context: str | None,
+    allow_weak_key: bool,
 ) -> None:
     """Render, build, swap and benchmark vLLM containers behind one port and one served name.
 
@@ -239,7 +250,7 @@ def main(
     Shell completion (bash; zsh and fish alike):
       eval "$(_COMPOSE_SPEC_COMPLETE=bash_source compose-spec)"
     """
-    ctx.obj = Context(env_file, stacks, sets)
+    ctx.obj = Context(env_file, stacks, sets, allow_weak_key)
     _select_engine(docker_context)
 
 
@@ -425,13 +436,16 @@ def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _require_api_key(stack: Any) -> None:
-    """Commands that talk to the server need the key: its absence is a configuration error."""
+def _require_api_key(stack: Any, allow_weak: bool = False) -> None:
+    """Commands that serve with the key need it, hard to guess: else a configuration error."""
+    from composer.stack.keys import require_strong_key
+
     if not stack.api_key:
         raise ConfigError(
             "VLLM_API_KEY is not set: put it in the env file (--env-file, default .env) or the "
             "environment (see .env.example)"
         )
+    require_strong_key(stack.api_key, allow_weak)
 
 
 def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str, Any]) -> None:
@@ -444,12 +458,13 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
     stack = obj.stack()
     variant = stack.workload_variant(variant_or_workload).name if workload else variant_or_workload
     target = resolve_target(stack, variant)
-    _require_api_key(stack)
+    allow_weak = opts["allow_weak_key"] or obj.allow_weak_key
+    _require_api_key(stack, allow_weak)
     options = UpOptions(
         timeout=opts["timeout"],
         rollback=not opts["no_rollback"],
         wait_for_lock=not opts["no_wait"],
-        allow_weak_key=opts["allow_weak_key"],
+        allow_weak_key=allow_weak,
         settle=opts["settle"],
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
@@ -497,7 +512,7 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
         click.option(
-            "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
+            "--allow-weak-key", is_flag=True, help="Accept a weak VLLM_API_KEY (as the global option does)."
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON."),
     ]
@@ -507,11 +522,17 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 @main.command()
-@click.argument("variant", shell_complete=_complete("variant"))
+@click.argument("variant", required=False, shell_complete=_complete("variant"))
 @swap_options
+@click.option(
+    "--recreate-gateway",
+    is_flag=True,
+    help="Recreate only the gateway's container (brings back a dead published port); "
+    "the serving variant keeps running. With VARIANT, swap it in afterwards.",
+)
 @target_option
 @click.pass_obj
-def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+def up(obj: Context, variant: str | None, target: str, recreate_gateway: bool, **opts: Any) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
     With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
@@ -522,11 +543,44 @@ def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
       compose-spec up mtp
       compose-spec --env-file .env.demo up dflash2 --timeout 1200 --json
       compose-spec up mtp --target kubernetes
+      compose-spec up --recreate-gateway
     """
+    if recreate_gateway or variant is None:
+        _recreate_gateway(obj, variant, target, recreate_gateway, opts)
+        if variant is None:
+            return
     if target == "kubernetes":
         _kube_up(obj, variant, opts)
         return
     _swap(obj, variant, False, opts)
+
+
+def _recreate_gateway(
+    obj: Context, variant: str | None, target: str, recreate: bool, opts: dict[str, Any]
+) -> None:
+    """`up --recreate-gateway`: a new gateway container, the serving variant untouched."""
+    from composer.engine.client import docker_client
+    from composer.swap.gateway_port import recreate_gateway
+
+    stack = obj.stack()
+    if not recreate:
+        fail(f"up needs a VARIANT: one of {', '.join(stack.variants)} (or --recreate-gateway alone)", 2)
+    if target != "compose":
+        fail("--recreate-gateway works on the compose target (a Kubernetes gateway is a Deployment)", 2)
+    if variant is not None:
+        stack.variant(variant)  # an unknown name: exit 2 before anything changes
+    _require_api_key(stack, opts["allow_weak_key"] or obj.allow_weak_key)
+    line = LiveLine()
+    client = docker_client()
+    try:
+        done = recreate_gateway(stack, client, wait_for_lock=not opts["no_wait"], progress=line.step)
+    finally:
+        line.finish()
+        client.close()
+    if opts["as_json"] and variant is None:
+        click.echo(json.dumps(done.to_json()))
+    else:
+        click.echo(done.line(), err=variant is not None)
 
 
 def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
@@ -535,6 +589,8 @@ def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
     from composer.render.target import resolve_target
 
     stack = obj.stack()
+    if stack.api_key:  # the Secret is made from it
+        _require_api_key(stack, opts["allow_weak_key"] or obj.allow_weak_key)
     options = KubeUpOptions(timeout=opts["timeout"], rollback=not opts["no_rollback"])
     _report_swap(
         variant,
@@ -588,7 +644,7 @@ def follow(obj: Context, timeout: float, settle: float, max_switches: int | None
     from composer.swap.swapper import UpOptions
 
     stack = obj.stack()
-    _require_api_key(stack)
+    _require_api_key(stack, obj.allow_weak_key)
     if not stack.gateway.switches:
         raise ConfigError(
             "follow has nothing to run: set gateway.switch_on_model = true or gateway.policy = 'auto'"
@@ -599,7 +655,7 @@ def follow(obj: Context, timeout: float, settle: float, max_switches: int | None
         click.echo(json.dumps({"time": stamp, **event.to_json()}) if as_json else f"{stamp} {event.line()}")
 
     signal.signal(signal.SIGTERM, _raise_interrupt)
-    options = UpOptions(timeout=timeout, settle=settle)
+    options = UpOptions(timeout=timeout, settle=settle, allow_weak_key=obj.allow_weak_key)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
     stop = threading.Event()
     try:
@@ -899,7 +955,7 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     from composer.doctor.report import default_host, format_report, run_doctor
     from composer.errors import ChecksFailed
 
-    report = run_doctor(obj.stack(), variant, default_host(obj.env_file))
+    report = run_doctor(obj.stack(), variant, default_host(obj.env_file), allow_weak_key=obj.allow_weak_key)
     failed = [c for c in report.checks if c.failed]
     if failed:
         err = ChecksFailed(
@@ -1014,7 +1070,7 @@ def bench(
     for name in names:
         stack.variant(name)
     k_values = _csv_list(ks, int)
-    _require_api_key(stack)
+    _require_api_key(stack, obj.allow_weak_key)
     line = LiveLine()
     client = docker_client()
     signal.signal(signal.SIGTERM, _raise_interrupt)  # SIGTERM also restores the previous variant
@@ -1028,6 +1084,7 @@ def bench(
             swap_timeout=timeout,
             progress=line.step,
             waiting=line.waiting,
+            allow_weak_key=obj.allow_weak_key,
         )
     finally:
         line.finish()

@@ -3,13 +3,15 @@
 Owns: the one Docker client factory and the one entry point to the `docker compose` CLI
 (`client`); reading what runs from labels (`containers`); every Docker verb on a variant
 container (`variant_container`); the readiness probe (`health`)
-and the gate that watches a starting container as well as its API (`gate`); boot stages
+and the gate that watches a starting container as well as its API (`gate`); the gateway
+probed end to end through its published host port (`published_port`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,
 `composer.gateway` (its standard-library control client), `composer.errors`,
 `composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
-`watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`.
+`watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `probe_published`,
+`PublishedPort`.
 """
 
 from composer._exports import lazy_exports
@@ -22,6 +24,7 @@ __all__, __getattr__ = lazy_exports(
         "diagnose": ["explain", "hints"],
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
+        "published_port": ["PublishedPort", "probe_published"],
         "variant_container": ["VariantContainer"],
     },
 )

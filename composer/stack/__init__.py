@@ -3,9 +3,10 @@
 Owns: reading `composer.toml` files, the `.env` file, the environment and `--set` flags
 (in that order of precedence, lowest first), validating every value, and the typed
 `Stack` that the rest of the package consumes. Reads files; never touches Docker.
-The `[kubernetes]` table is `KubeSettings` (`kubernetes`). May import: `composer.errors`.
+The `[kubernetes]` table is `KubeSettings` (`kubernetes`). How hard VLLM_API_KEY is to
+guess (`keys`: zxcvbn's estimate, weak keys refused). May import: `composer.errors`.
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
-`image_env_var`.
+`image_env_var`, `estimate_key`, `require_strong_key`.
 """
 
 from composer._exports import lazy_exports
@@ -13,6 +14,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "keys": ["estimate_key", "require_strong_key"],
         "kubernetes": ["KubeSettings"],
         "load": ["Sources", "load_stack"],
         "model": ["Speculative", "Stack", "Variant", "image_env_var"],
