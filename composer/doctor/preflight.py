@@ -192,8 +192,7 @@ def check_published_port(stack: Stack, client: docker.DockerClient | None) -> Fi
             "port",
             "fail",
             DEAD_PORT,
-            f"compose-spec up --recreate-gateway (the serving variant keeps running), "
-            f"or docker restart {gateway.name}",
+            f"the serving variant keeps running either way; by hand: docker restart {gateway.name}",
         )
     return None
 
