@@ -86,6 +86,7 @@ def bench_with_swaps(
     swap_timeout: float = 900.0,
     progress: Progress = lambda _: None,
     waiting: Progress | None = None,
+    allow_weak_key: bool = False,
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
@@ -98,7 +99,7 @@ def bench_with_swaps(
     points, hints, skip = plan_with_hints(stack, variants, ks)
     for hint in hints:
         progress(f"hint: {hint}")
-    up_options = UpOptions(timeout=swap_timeout, rollback=False)
+    up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
     metadata = bench_metadata(stack, variants, client)
     previous = current_variant(stack, client)
     progress(f"serving before the benchmark: {previous.variant if previous else 'nothing'}")
@@ -126,7 +127,7 @@ def bench_with_swaps(
         )
     finally:
         with _interrupts_ignored():
-            restore_options = UpOptions(timeout=swap_timeout)
+            restore_options = UpOptions(timeout=swap_timeout, allow_weak_key=allow_weak_key)
             ks_swept = [p.k for p in points if p.k]
             notes = _restore(previous, stack_for, ks_swept, client, restore_options, progress, waiting)
     report.notes += notes

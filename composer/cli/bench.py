@@ -99,7 +99,7 @@ def bench(obj: Context, **kwargs: object) -> None:
     for name in names:
         stack.variant(name)
     k_values = csv_list(args.ks, int)
-    require_api_key(stack)
+    require_api_key(stack, obj.allow_weak_key)
     line = LiveLine()
     try:
         report = bench_with_swaps(
@@ -111,6 +111,7 @@ def bench(obj: Context, **kwargs: object) -> None:
             swap_timeout=args.timeout,
             progress=line.step,
             waiting=line.waiting,
+            allow_weak_key=obj.allow_weak_key,
         )
     finally:
         line.finish()

@@ -37,6 +37,10 @@ class Context:
         return self.options.env_file
 
     @property
+    def allow_weak_key(self) -> bool:
+        return self.options.allow_weak_key
+
+    @property
     def source(self) -> StackSource:
         return self.options.source()
 
@@ -65,10 +69,13 @@ class Context:
             client.close()
 
 
-def require_api_key(stack: Any) -> None:
-    """Commands that talk to the server need the key: its absence is a configuration error."""
+def require_api_key(stack: Any, allow_weak: bool = False) -> None:
+    """Commands that serve with the key need it, hard to guess: else a configuration error."""
+    from composer.stack.keys import require_strong_key
+
     if not stack.api_key:
         raise ConfigError(
             "VLLM_API_KEY is not set: put it in the env file (--env-file, default .env) or the "
             "environment (see .env.example)"
         )
+    require_strong_key(stack.api_key, allow_weak)

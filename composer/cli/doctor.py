@@ -25,7 +25,7 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     from composer.doctor.report import default_host, format_report, run_doctor
     from composer.errors import ChecksFailed
 
-    report = run_doctor(obj.stack(), variant, default_host(obj.env_file))
+    report = run_doctor(obj.stack(), variant, default_host(obj.env_file), allow_weak_key=obj.allow_weak_key)
     failed = [c for c in report.checks if c.failed]
     if failed:
         err = ChecksFailed(

@@ -59,7 +59,7 @@ def follow(obj: Context, **kwargs: object) -> None:
 
     args = FollowArgs(**kwargs)  # type: ignore[arg-type]
     stack = obj.stack()
-    require_api_key(stack)
+    require_api_key(stack, obj.allow_weak_key)
     if not stack.gateway.switches:
         raise ConfigError(
             "follow has nothing to run: set gateway.switch_on_model = true or gateway.policy = 'auto'"
@@ -71,7 +71,7 @@ def follow(obj: Context, **kwargs: object) -> None:
             json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
         )
 
-    options = UpOptions(timeout=args.timeout, settle=args.settle)
+    options = UpOptions(timeout=args.timeout, settle=args.settle, allow_weak_key=obj.allow_weak_key)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
     stop = threading.Event()
     try:

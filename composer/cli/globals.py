@@ -26,6 +26,7 @@ class GlobalOptions:
     sets: tuple[str, ...] = ()
     project_name: str | None = None
     docker_context: str | None = None
+    allow_weak_key: bool = False
 
     def merged(self, late: dict[str, Any]) -> GlobalOptions:
         """These options with the ones read after the command over them."""
@@ -89,8 +90,18 @@ SPECS: tuple[tuple[str, tuple[str, ...], dict[str, Any]], ...] = (
             "[default: DOCKER_HOST, else the current one].",
         },
     ),
+    (
+        "allow_weak_key",
+        ("--allow-weak-key",),
+        {
+            "is_flag": True,
+            "envvar": "COMPOSER_ALLOW_WEAK_KEY",
+            "help": "Accept a VLLM_API_KEY estimated under 64 bits of entropy (a warning instead) "
+            "[env: COMPOSER_ALLOW_WEAK_KEY=1].",
+        },
+    ),
 )
-VALUE_OPTIONS = frozenset(decl for _, decls, _ in SPECS for decl in decls)
+VALUE_OPTIONS = frozenset(decl for _, decls, attrs in SPECS if not attrs.get("is_flag") for decl in decls)
 """Global options that take a value (skipped when looking for the command name)."""
 
 
@@ -102,7 +113,7 @@ def group_options(func: Any) -> Any:
 
 
 def _record_late(ctx: click.Context, param: click.Parameter, value: Any) -> None:
-    if value is None or value == ():
+    if value is None or value == () or value is False:  # an absent flag never overrides
         return
     assert param.name is not None
     ctx.meta.setdefault(LATE, {})[param.name] = value
@@ -117,7 +128,7 @@ def add_hidden_globals(command: click.Command) -> None:
         free = tuple(d for d in decls if d not in taken)
         if not free:
             continue
-        extra = {k: val for k, val in attrs.items() if k != "help"}
+        extra = {k: val for k, val in attrs.items() if k not in ("help", "envvar")}
         command.params.append(
             click.Option(
                 [*free, name], hidden=True, expose_value=False, callback=_record_late, default=None, **extra
@@ -135,6 +146,7 @@ def options_of(ctx: click.Context) -> GlobalOptions:
         sets=tuple(root.get("sets") or ()),
         project_name=root.get("project_name"),
         docker_context=root.get("docker_context"),
+        allow_weak_key=bool(root.get("allow_weak_key")),
     )
     return early.merged(ctx.meta.get(LATE, {}))
 

@@ -13,7 +13,7 @@ from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
-from composer.errors import SwapFailed
+from composer.errors import ConfigError, SwapFailed
 
 
 @dataclass(frozen=True)
@@ -27,16 +27,20 @@ class SwapArgs:
     allow_weak_key: bool
     as_json: bool
 
-    def up_options(self):
+    def up_options(self, allow_weak_key: bool):
         from composer.swap.swapper import UpOptions
 
         return UpOptions(
             timeout=self.timeout,
             rollback=not self.no_rollback,
             wait_for_lock=not self.no_wait,
-            allow_weak_key=self.allow_weak_key,
+            allow_weak_key=allow_weak_key,
             settle=self.settle,
         )
+
+    def weak_key_allowed(self, obj: Context) -> bool:
+        """`--allow-weak-key` given to the command or as the global option."""
+        return self.allow_weak_key or obj.allow_weak_key
 
 
 def report_swap(variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "") -> None:
@@ -69,8 +73,9 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
 
     stack = obj.stack()
     target = resolve_target(stack, variant)
-    require_api_key(stack)
-    options = args.up_options()
+    allow_weak = args.weak_key_allowed(obj)
+    require_api_key(stack, allow_weak)
+    options = args.up_options(allow_weak)
     report_swap(
         variant,
         args.as_json,
@@ -86,6 +91,8 @@ def _kube_up(obj: Context, variant: str, args: SwapArgs) -> None:
     from composer.render.target import resolve_target
 
     stack = obj.stack()
+    if stack.api_key:  # the Secret is made from it
+        require_api_key(stack, args.weak_key_allowed(obj))
     options = KubeUpOptions(timeout=args.timeout, rollback=not args.no_rollback)
     report_swap(
         variant,
@@ -97,12 +104,41 @@ def _kube_up(obj: Context, variant: str, args: SwapArgs) -> None:
     )
 
 
+def _recreate_gateway(obj: Context, variant: str | None, target: str, args: SwapArgs) -> None:
+    """`up --recreate-gateway`: a new gateway container, the serving variant untouched."""
+    from composer.swap.gateway_port import recreate_gateway
+
+    stack = obj.stack()
+    if target != "compose":
+        raise ConfigError(
+            "--recreate-gateway works on the compose target (a Kubernetes gateway is a Deployment)"
+        )
+    if variant is not None:
+        stack.variant(variant)  # an unknown name: exit 2 before anything changes
+    require_api_key(stack, args.weak_key_allowed(obj))
+    line = LiveLine()
+    try:
+        done = recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
+    finally:
+        line.finish()
+    if args.as_json and variant is None:
+        click.echo(json.dumps(done.to_json()))
+    else:
+        click.echo(done.line(), err=variant is not None)
+
+
 @command()
-@click.argument("variant", shell_complete=complete_from_stack("variant"))
+@click.argument("variant", required=False, shell_complete=complete_from_stack("variant"))
 @swap_options
+@click.option(
+    "--recreate-gateway",
+    is_flag=True,
+    help="Recreate only the gateway's container (brings back a dead published port); "
+    "the serving variant keeps running. With VARIANT, swap it in afterwards.",
+)
 @target_option
 @click.pass_obj
-def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+def up(obj: Context, variant: str | None, target: str, recreate_gateway: bool, **opts: Any) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
     With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
@@ -113,8 +149,17 @@ def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
       compose-spec up mtp
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes
+      compose-spec up --recreate-gateway
     """
     args = SwapArgs(**opts)
+    if variant is None and not recreate_gateway:
+        names = ", ".join(obj.stack().variants)
+        raise ConfigError(f"up needs a VARIANT: one of {names} (or --recreate-gateway alone)")
+    if recreate_gateway:
+        _recreate_gateway(obj, variant, target, args)
+        if variant is None:
+            return
+    assert variant is not None
     if target == "kubernetes":
         _kube_up(obj, variant, args)
     else:

@@ -18,28 +18,6 @@ if TYPE_CHECKING:
 
     from composer.render.target import Target
 
-WEAK_API_KEYS = frozenset(
-    {
-        "sk-123456",
-        "sk-1234",
-        "sk-12345678",
-        "token-abc123",
-        "empty",
-        "none",
-        "changeme",
-        "change-me",
-        "password",
-        "secret",
-        "test",
-        "123456",
-        "12345678",
-        "admin",
-        "vllm",
-    }
-)
-MIN_KEY_LENGTH = 16
-"""Shorter keys are refused unless `--allow-weak-key` (then a warning)."""
-
 
 @dataclass(frozen=True)
 class Finding:
@@ -56,8 +34,9 @@ class Finding:
 
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
-    """The API key is set, header-safe, not a known weak default, and not short
-    (weak or short keys fail unless `allow_weak`, then warn)."""
+    """The API key is set, header-safe and hard to guess (an estimated entropy of at least
+    64 bits, see `composer.stack.keys`); a weak key fails unless `allow_weak` (then warns)."""
+    from composer.stack.keys import ALLOW_HELP, GENERATE_HELP, MIN_KEY_BITS, estimate_key
     from composer.stack.values import API_KEY_HELP, is_header_safe
 
     key = stack.api_key
@@ -67,22 +46,14 @@ def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
         return Finding(
             "api-key", "fail", "VLLM_API_KEY cannot be sent in an HTTP header", f"use {API_KEY_HELP}"
         )
-    if key.strip().lower() in WEAK_API_KEYS:
-        status = "warn" if allow_weak else "fail"
-        return Finding(
-            "api-key",
-            status,
-            "VLLM_API_KEY is a well-known weak default",
-            "generate one: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
-            + ("" if allow_weak else " (or pass --allow-weak-key)"),
-        )
-    if len(key) < MIN_KEY_LENGTH:
+    strength = estimate_key(key)
+    if strength.weak:
         return Finding(
             "api-key",
             "warn" if allow_weak else "fail",
-            f"VLLM_API_KEY is short ({len(key)} characters, at least {MIN_KEY_LENGTH} are required)",
-            f"use at least {MIN_KEY_LENGTH} random characters"
-            + ("" if allow_weak else " (or pass --allow-weak-key)"),
+            f"VLLM_API_KEY is too easy to guess: its estimated entropy is {strength.describe()}, "
+            f"at least {MIN_KEY_BITS} bits are required",
+            f"generate one: {GENERATE_HELP}" + ("" if allow_weak else f" (or pass {ALLOW_HELP})"),
         )
     return Finding("api-key", "ok", "VLLM_API_KEY is set")
 
@@ -203,6 +174,32 @@ def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
         f"port {stack.port} on {host} is in use by a process that is not ours",
         "stop that process or choose another port (VLLM_PORT)",
     )
+
+
+def check_published_port(stack: Stack, client: docker.DockerClient | None) -> Finding | None:
+    """With the gateway's container running on the stack's port: it answers through the
+    published host port (not only inside the container). A refusal there means Docker's
+    port proxy is gone, which a bind test would take for a free port: a failure. None
+    when it answers, or when there is nothing to probe (the bind test then speaks)."""
+    from composer.engine.containers import gateway_container
+    from composer.engine.published_port import DEAD_PORT, probe_published, published_address
+
+    if client is None or not stack.gateway.enabled:
+        return None
+    gateway = gateway_container(stack, client)
+    if gateway is None or gateway.status != "running":
+        return None
+    if published_address(gateway, stack)[1] != stack.port:
+        return None  # another port: `up` recreates the gateway anyway
+    published = probe_published(gateway, stack)
+    if published.dead:
+        return Finding(
+            "port",
+            "fail",
+            DEAD_PORT,
+            f"the serving variant keeps running either way; by hand: docker restart {gateway.name}",
+        )
+    return None
 
 
 def check_bind_address(stack: Stack) -> Finding:

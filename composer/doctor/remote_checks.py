@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from composer import labels
-from composer.doctor.preflight import Finding, check_mounts, check_port
+from composer.doctor.preflight import Finding, check_mounts, check_port, check_published_port
 from composer.engine.client import Endpoint, engine_endpoint
 from composer.engine.health import base_url
 from composer.errors import ComposerError
@@ -67,7 +67,10 @@ def check_client_address(stack: Stack, endpoint: Endpoint | None) -> Finding | N
 
 def port_check(stack: Stack, client: docker.DockerClient | None, endpoint: Endpoint | None) -> Finding:
     """The port check of the engine's host: containers there publishing it (remote engine),
-    or the local bind test (local engine)."""
+    or the local bind test (local engine); first, a running gateway probed end to end."""
+    published = check_published_port(stack, client)
+    if published is not None:
+        return published
     if endpoint is None or not endpoint.remote or client is None:
         return check_port(stack, client)
     holders = [

@@ -135,13 +135,14 @@ def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Check]:
     return [Check(f.name, f.status, f.detail, f.fix, variant) for f in findings if f is not None]
 
 
-def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
-    """Run every check for one variant (or all), stack-wide checks first."""
+def run_doctor(stack: Stack, variant: str | None, host: Host, *, allow_weak_key: bool = False) -> Report:
+    """Run every check for one variant (or all), stack-wide checks first (a weak key only
+    warns with `allow_weak_key`)."""
     names = [stack.variant(variant).name] if variant else list(stack.variants)
     engine, client = dck.check_engine(host.client_factory)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
-        checks = tag(_stack_checks(stack, host, engine, client, facts), None)
+        checks = tag(_stack_checks(stack, host, engine, client, facts, allow_weak_key), None)
         for name in names:
             checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
     finally:
@@ -151,7 +152,12 @@ def run_doctor(stack: Stack, variant: str | None, host: Host) -> Report:
 
 
 def _stack_checks(
-    stack: Stack, host: Host, engine: Finding, client: docker.DockerClient | None, facts: gck.GpuFacts
+    stack: Stack,
+    host: Host,
+    engine: Finding,
+    client: docker.DockerClient | None,
+    facts: gck.GpuFacts,
+    allow_weak_key: bool = False,
 ) -> list[Finding | None]:
     endpoint = rck.current_endpoint()
     found: list[Finding | None] = [
@@ -165,7 +171,7 @@ def _stack_checks(
     return [
         *found,
         gck.check_gpu_count(stack, facts),
-        check_api_key(stack),
+        check_api_key(stack, allow_weak=allow_weak_key),
         hck.check_env_file(host.env_file),
         rck.port_check(stack, client, endpoint),
         rck.check_client_address(stack, endpoint),

@@ -3,7 +3,8 @@
 Owns: the one Docker client factory and the one entry point to the `docker compose` CLI
 (`client`); reading what runs from labels (`containers`); every Docker verb on a variant
 container (`variant_container`); the readiness probe (`health`)
-and the gate that watches a starting container as well as its API (`gate`); boot stages
+and the gate that watches a starting container as well as its API (`gate`); the gateway
+probed end to end through its published host port (`published_port`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`); the images a stack would run, present or not, with their
 versions (`images`). May import: `composer.stack`, `composer.render`,
@@ -11,7 +12,7 @@ versions (`images`). May import: `composer.stack`, `composer.render`,
 `composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
 `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `ImageFacts`,
-`stack_images`.
+`stack_images`, `probe_published`, `PublishedPort`.
 """
 
 from composer._exports import lazy_exports
@@ -25,6 +26,7 @@ __all__, __getattr__ = lazy_exports(
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
         "images": ["ImageFacts", "stack_images"],
+        "published_port": ["PublishedPort", "probe_published"],
         "variant_container": ["VariantContainer"],
     },
 )

@@ -3,11 +3,13 @@
 Owns: reading `composer.toml` files, the `.env` file, the environment and `--set` flags
 (in that order of precedence, lowest first), validating every value, and the typed
 `Stack` that the rest of the package consumes. Reads files; never touches Docker.
-The `[kubernetes]` table is `KubeSettings` (`kubernetes`). May import: `composer.errors`.
+The `[kubernetes]` table is `KubeSettings` (`kubernetes`). How hard VLLM_API_KEY is to
+guess (`keys`: zxcvbn's estimate, weak keys refused). May import: `composer.errors`.
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
 `image_env_var`, `StackSource` (the files, env file, flags and project name a stack
-is loaded from). Every settable key with its kind and description is one table
-(`settings.KEYS`), from which the JSON Schema of composer.toml is generated (`schema`).
+is loaded from), `estimate_key`, `require_strong_key`. Every settable key with its kind and
+description is one table (`settings.KEYS`), from which the JSON Schema of composer.toml is
+generated (`schema`).
 """
 
 from composer._exports import lazy_exports
@@ -15,6 +17,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "keys": ["estimate_key", "require_strong_key"],
         "kubernetes": ["KubeSettings"],
         "load": ["Sources", "load_stack"],
         "model": ["Speculative", "Stack", "Variant", "image_env_var"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import tomllib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -93,12 +94,14 @@ def check_env_lines(path: Path, text: str) -> None:
         line = binding.original.line + original[: len(original) - len(original.lstrip())].count("\n")
         if binding.error:
             raise ConfigError(
-                f"{path}:{line}: cannot parse {v.shown(binding.original.string.strip(), 40)}: "
+                f"{path}:{line}: cannot parse {shown_env_line(binding.original.string)}: "
                 f"expected {ENV_LINE_HELP}"
             )
         if binding.key and binding.value is None:
+            shown_key = shown_env_line(binding.key)
+            expected = binding.key if shown_key == v.shown(binding.key, 40) else "NAME"
             raise ConfigError(
-                f"{path}:{line}: {v.shown(binding.key, 40)} has no '=': expected {binding.key}=value "
+                f"{path}:{line}: {shown_key} has no '=': expected {expected}=value "
                 "(an empty value NAME= counts as unset)"
             )
         if binding.key and binding.value and "$" in binding.value:
@@ -108,6 +111,27 @@ def check_env_lines(path: Path, text: str) -> None:
                     f"{path}:{line}: {binding.key} contains '$', which compose would "
                     f"expand: single-quote the value ({binding.key}='...') to keep it literal"
                 )
+
+
+_LINE_NAME = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)")
+
+
+def shown_env_line(text: str) -> str:
+    """An env-file line for an error message; never a secret's value.
+
+    The line of a secret variable (VLLM_API_KEY, or a name with KEY, TOKEN, SECRET or
+    PASSWORD) is shown by its name alone; a lone word that is not a variable name (a key
+    pasted without `NAME=`) by its length alone."""
+    from composer.stack.keys import is_secret_name
+
+    text = text.strip()
+    named = _LINE_NAME.match(text)
+    if named and is_secret_name(named.group(1)):
+        return f"{named.group(1)}=... (the value is not shown)"
+    lone = text and not any(c.isspace() or c in "=#" for c in text)
+    if lone and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", text):
+        return f"a word of {len(text)} characters (not shown: it may be a secret)"
+    return v.shown(text, 40)
 
 
 def read_toml(files: Sequence[Path]) -> tuple[dict, dict[str, Path]]:

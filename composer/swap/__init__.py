@@ -4,14 +4,17 @@ Owns: the pure swap plan and its executor (stop the old variant, wait for its GP
 to be released, start the new one from its run file, gate it, roll back on any failure),
 sleep standby (`standby`: put a variant to sleep and wake it through the gateway; the
 memory planner it runs first lives in `composer.doctor.standby_checks`), the per-project
-swap lock, and the status
-report. Uses the rendered run files, never the templates. May import: `composer.stack`,
+swap lock, the status
+report, and the gateway's published port checked end to end (`gateway_port`:
+`recreate_gateway` brings a dead port back, the variant untouched). Uses the rendered
+run files, never the templates. May import: `composer.stack`,
 `composer.render`, `composer.engine`, `composer.probes`, `composer.doctor` (its fast
 checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
 gets Docker access. Public: `up`, `down`, `plan_swap`, `SwapPlan`, `UpOptions`,
-`UpResult`, `swap_lock`, `status_data`, `format_status`, `follow`, `FollowEvent`.
+`UpResult`, `swap_lock`, `status_data`, `format_status`, `follow`, `FollowEvent`,
+`recreate_gateway`.
 """
 
 from composer._exports import lazy_exports
@@ -20,6 +23,7 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "follow": ["FollowEvent", "follow"],
+        "gateway_port": ["recreate_gateway"],
         "lock": ["swap_lock"],
         "status": ["format_status", "status_data"],
         "swapper": ["SwapPlan", "UpOptions", "UpResult", "down", "plan_swap", "up"],

@@ -24,8 +24,10 @@ from composer.engine.containers import (
 )
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
+from composer.engine.published_port import DEAD_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
 
 if TYPE_CHECKING:
     import docker
@@ -93,6 +95,7 @@ def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, objec
         return {"state": "absent"}
     data: dict[str, object] = {"container": container.name, "state": container.status}
     if container.status == "running":
+        data.update(published_port_fields(stack, container))
         try:
             state = GatewayControl(container).state()
         except GatewayControlError as err:
@@ -111,6 +114,8 @@ def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, objec
 def _gateway_line(gateway: dict) -> str:
     if gateway.get("state") != "running":
         return f"{gateway.get('state')} (`compose-spec up VARIANT` starts it)"
+    if port_is_dead(gateway):
+        return f"running ({gateway['container']}), but {DEAD_PORT}"
     if "error" in gateway:
         return f"running, control channel failed: {gateway['error']}"
     backend = "backend ready" if gateway["backend_ready"] else "backend not ready: requests are held"
@@ -126,6 +131,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data = _variant_status(stack, client)
     data["gateway"] = gateway_status(stack, client)
     gateway = data["gateway"]
+    mark_unreachable(data)
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"

@@ -77,7 +77,7 @@ def fake_sweep(monkeypatch: pytest.MonkeyPatch, results, interrupted: str = "") 
 
     monkeypatch.setattr("composer.bench.swaps.bench_with_swaps", sweep)
     monkeypatch.setattr("composer.engine.client.docker_client", lambda *a, **k: _Client())
-    monkeypatch.setenv("VLLM_API_KEY", "sk-test-0123456789abcdef")
+    monkeypatch.setenv("VLLM_API_KEY", "sk-test-Jr4uW3dfZ7SWrbnsSTPMvSct")
     return calls
 
 

@@ -23,7 +23,7 @@ def demo_args(*extra: str) -> list[str]:
 def demo_env(scratch_image: str) -> dict[str, str]:
     """The demo settings with a generated key and images that exist locally."""
     return {
-        "VLLM_API_KEY": "doctor-test-key-0123456789abcdef",
+        "VLLM_API_KEY": "doctor-test-key-Jr4uW3dfZ7SWrbnsSTPM",
         "VLLM_IMAGE": scratch_image,
         "DFLASH2_IMAGE": scratch_image,
     }

@@ -16,7 +16,7 @@ from tests.conftest import COMPOSE_SPEC, REPO
 from tests.sim.simproc import SimProcess
 
 STANDIN = Path(__file__).resolve().parent / "standin.py"
-KEY = "sk-kube-test-0123456789abcdefghij"
+KEY = "sk-kube-test-Jr4uW3dfZ7SWrbnsSTPMvSct"
 SERVED = "claude-opus-5"  # composer.toml's served name
 MODEL = str(REPO / "images" / "sim" / "models" / "Qwen3.8-27B")
 

@@ -166,9 +166,11 @@ def test_missing_image_fails_preflight(sim_stack, docker_client):
 def test_weak_key_refused_unless_allowed(sim_stack):
     sim_stack.env["VLLM_API_KEY"] = "sk-123456"
     refused = sim_stack.run("up", "baseline")
-    assert refused.returncode == 1 and "weak" in refused.stderr
+    assert refused.returncode == 2 and "too easy to guess" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1 and "sk-123456" not in refused.stderr
     allowed = sim_stack.run("up", "baseline", "--allow-weak-key")
     assert allowed.returncode == 0, allowed.stderr
+    assert "too easy to guess" in allowed.stderr, "a weak key accepted is still a warning"
 
 
 def test_workload_maps_to_variant(sim_stack, docker_client):

@@ -127,7 +127,8 @@ def test_api_key_checks():
     assert check_api_key(stack(VLLM_API_KEY="sk-123456"), allow_weak=True).status == "warn"
     assert check_api_key(stack(VLLM_API_KEY="short-key")).status == "fail"
     assert check_api_key(stack(VLLM_API_KEY="short-key"), allow_weak=True).status == "warn"
-    assert check_api_key(stack(VLLM_API_KEY="a" * 32)).status == "ok"
+    assert check_api_key(stack(VLLM_API_KEY="a" * 32)).status == "fail"  # repeated: about 9 bits
+    assert check_api_key(stack(VLLM_API_KEY="sk-Jr4uW3dfZ7SWrbnsSTPMvSct")).status == "ok"
 
 
 def test_mount_check_names_missing_dir(tmp_path):

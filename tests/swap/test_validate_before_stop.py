@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.conftest import REPO, free_port, isolated_env, remove_project
+from composer.engine.published_port import DEAD_PORT
+from tests.conftest import REPO, free_port, in_ci, isolated_env, remove_project
 from tests.swap.conftest import FAILURE_VARIANTS, Stack, running_containers
 
 pytestmark = pytest.mark.docker
@@ -165,12 +169,78 @@ def test_non_ascii_key_is_refused_before_stopping(serving: Stack, docker_client)
 
 def test_one_character_key_is_refused_before_stopping(serving: Stack, docker_client) -> None:
     line = assert_refused_and_untouched(
-        serving, docker_client, "up", "mtp", code=1, env={"VLLM_API_KEY": "k"}
+        serving, docker_client, "up", "mtp", code=2, env={"VLLM_API_KEY": "k"}
     )
-    assert "VLLM_API_KEY is short" in line and "--allow-weak-key" in line
+    assert "VLLM_API_KEY is too easy to guess" in line and "--allow-weak-key" in line
 
 
 def test_port_beyond_loopback_is_a_warning(serving: Stack, docker_client) -> None:
     """doctor runs the same fast checks as the preflight of `up`."""
     done = serving.run("--set", "stack.bind_address=0.0.0.0", "doctor", "baseline")
     assert "bind-address" in done.stdout and "beyond loopback" in done.stdout
+
+
+# -- issue 22. Docker's port proxy for the published port is gone --------------------------------
+def _kill_port_proxy(port: int) -> None:
+    """Kill the docker-proxy process that publishes `port` on the host (Docker's userland
+    proxy, which publishes loopback ports by default): what a flood of half-open
+    connections did in issue 22. Clients then get "connection refused"."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        proxy = argv[0].endswith(b"docker-proxy") and b"-host-port" in argv
+        if proxy and argv[argv.index(b"-host-port") + 1] == str(port).encode():
+            found.append(int(cmdline.parent.name))
+    if not found:
+        reason = f"no docker-proxy publishes port {port}: this engine runs without its userland proxy"
+        if in_ci():
+            pytest.fail(reason)
+        pytest.skip(reason)
+    for pid in found:
+        os.kill(pid, signal.SIGTERM)
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://127.0.0.1:{port}/gateway/health", timeout=5)
+
+
+def _gateway_id(stack: Stack, client) -> str:
+    (gateway,) = client.containers.list(
+        filters={"label": [f"com.docker.compose.project={stack.project}", "vllm-composer.role=gateway"]}
+    )
+    return gateway.id
+
+
+def test_a_dead_published_port_is_named_and_brought_back_without_restarting_the_variant(
+    serving: Stack, docker_client
+) -> None:
+    """Last in this module: it replaces the gateway (the variant keeps serving)."""
+    variant, gateway = _baseline_id(serving, docker_client), _gateway_id(serving, docker_client)
+    _kill_port_proxy(serving.port)
+
+    status = serving.run("status")
+    assert status.returncode == 0, status.stderr
+    assert f"health        {DEAD_PORT}" in status.stdout and "not listening yet" not in status.stdout
+    assert serving.status()["health"] == "unreachable"
+    doctor = serving.run("doctor", "baseline")
+    assert doctor.returncode == 1 and f"fail  port: {DEAD_PORT}" in doctor.stdout
+    assert "is free" not in doctor.stdout
+
+    line = assert_refused_and_untouched(serving, docker_client, "up", "baseline", code=1)
+    assert DEAD_PORT in line
+
+    recreated = serving.run("up", "--recreate-gateway")
+    assert recreated.returncode == 0, recreated.stderr
+    assert "baseline serves through it again" in recreated.stdout
+    assert _baseline_id(serving, docker_client) == variant, "the variant kept running"
+    assert _gateway_id(serving, docker_client) != gateway
+    reply = httpx.get(
+        f"http://127.0.0.1:{serving.port}/v1/models",
+        headers={"Authorization": f"Bearer {serving.api_key}"},
+        timeout=10,
+    )
+    assert reply.status_code == 200
+    again = serving.run("up", "baseline")
+    assert again.returncode == 0 and "unchanged" in again.stdout, again.stderr
+    assert serving.status()["health"] == "ready"

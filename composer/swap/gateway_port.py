@@ -1,0 +1,165 @@
+"""The gateway's published port, end to end: what `status` says about it, and
+`up --recreate-gateway`, which brings Docker's port proxy back by recreating only the
+gateway's container (the serving variant keeps running, and keeps serving through it).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
+
+from composer.engine.client import compose
+from composer.engine.containers import (
+    gateway_container,
+    has_standby_service,
+    serving_containers,
+    upstream_url,
+)
+from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_published
+from composer.errors import ComposerError, GatewayControlError, UsageError
+from composer.render.runfiles import compose_environment, run_file
+from composer.render.target import resolve_target
+from composer.stack.model import Stack
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from composer.engine.variant_container import VariantContainer
+
+Say = Callable[[str], None]
+PORT_BACK_TIMEOUT = 60.0
+"""Seconds a recreated gateway has to answer through the published port."""
+
+
+def published_port_fields(stack: Stack, container: Container) -> dict[str, object]:
+    """`status`'s `published_port` entry for a running gateway container."""
+    return {"published_port": probe_published(container, stack).to_json()}
+
+
+def port_is_dead(gateway: object) -> bool:
+    """True when `status`'s gateway entry says Docker's port proxy is gone."""
+    if not isinstance(gateway, dict):
+        return False
+    published = gateway.get("published_port")
+    return isinstance(published, dict) and bool(published.get("dead"))
+
+
+def mark_unreachable(data: dict[str, object]) -> None:
+    """A running variant behind a dead published port is `unreachable`, with the fix,
+    instead of the probe's `not listening yet`."""
+    if data.get("running") and port_is_dead(data.get("gateway")):
+        data["health"] = "unreachable"
+        data["health_detail"] = DEAD_PORT
+
+
+@dataclass(frozen=True)
+class Recreated:
+    """What `up --recreate-gateway` did."""
+
+    container: str
+    url: str
+    serving: str | None
+    seconds: float
+
+    def line(self) -> str:
+        who = f"{self.serving} serves through it again" if self.serving else "no variant serves"
+        return f"gateway recreated ({self.container}): {self.url} answers; {who} ({self.seconds:.1f}s)"
+
+    def to_json(self) -> dict[str, object]:
+        return {"outcome": "gateway-recreated", **self.__dict__, "seconds": round(self.seconds, 3)}
+
+
+def recreate_gateway(
+    stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = lambda _: None
+) -> Recreated:
+    """Recreate only the gateway's container under the project's swap lock."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, wait_for_lock, progress):
+        return _recreate(stack, client, progress)
+
+
+def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
+    if not stack.gateway.enabled:
+        raise UsageError(
+            "--recreate-gateway: this stack runs without a gateway (gateway.enabled = false); "
+            "the variant publishes the port: `compose-spec up VARIANT` restarts it"
+        )
+    began = time.monotonic()
+    # Read before the recreation: the old gateway's route tells which standby container serves.
+    serving = next((c for c in serving_containers(stack, client) if c.describe().running), None)
+    variant = serving.describe().variant if serving is not None else None
+    compose_file = _compose_file(stack, serving)
+    target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
+    service = target.gateway.service if target.gateway else "gateway"
+    say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
+    compose(
+        stack.project,
+        compose_file,
+        ["up", "--detach", "--no-build", "--pull", "never", "--no-deps", "--force-recreate", service],
+        env=compose_environment(compose_file, stack.api_key),
+        timeout=120,
+    )
+    gateway = gateway_container(stack, client)
+    if gateway is None:
+        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
+    if serving is not None and has_standby_service(serving, stack):
+        _route(gateway, upstream_url(serving.name))
+    published = _wait_answers(gateway, stack)
+    if not published.answers:
+        raise ComposerError(
+            f"the recreated gateway does not answer through {published.url}: {published.detail}"
+        )
+    if variant is not None:
+        say(f"waiting for the gateway to reach {variant}")
+        if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
+            raise ComposerError(
+                f"the recreated gateway answers on {published.url} but does not reach {variant} "
+                f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
+            )
+    return Recreated(gateway.name, published.url, variant, time.monotonic() - began)
+
+
+def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
+    """The serving variant's run file (every run file describes the same gateway)."""
+    described = serving.describe() if serving is not None else None
+    if described is not None and described.config_file and Path(described.config_file).is_file():
+        return Path(described.config_file)
+    name = described.variant if described is not None and described.variant in stack.variants else None
+    return run_file(resolve_target(stack, name or next(iter(stack.variants))))
+
+
+def _control(gateway: Container):
+    from composer.gateway.client import GatewayControl
+
+    return GatewayControl(gateway)
+
+
+def _route(gateway: Container, upstream: str) -> None:
+    """Point the new gateway at the standby container that served (its control channel
+    answers once the process is up)."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(GatewayControlError),
+        stop=stop_after_delay(PORT_BACK_TIMEOUT),
+        wait=wait_fixed(0.2),
+        reraise=True,
+    ):
+        with attempt:
+            _control(gateway).route(upstream)
+
+
+def _wait_answers(gateway: Container, stack: Stack) -> PublishedPort:
+    gateway.reload()
+    retrying = Retrying(
+        retry=retry_if_result(lambda found: not found.answers),
+        stop=stop_after_delay(PORT_BACK_TIMEOUT),
+        wait=wait_fixed(0.2),
+        retry_error_callback=lambda state: state.outcome.result(),
+    )
+    return retrying(probe_published, gateway, stack)

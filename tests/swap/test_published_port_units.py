@@ -1,0 +1,187 @@
+"""The gateway probed through its published host port (issue 22), without Docker: a
+refused connection is a dead port proxy, a server that accepts and hangs up is not, and
+`status` and doctor say the fix instead of "not listening yet" or "port is free"."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from composer.doctor.preflight import check_published_port
+from composer.engine.published_port import DEAD_PORT, probe_published, published_address
+from composer.swap.gateway_port import mark_unreachable
+from composer.swap.status import format_status
+from tests.doctor.fakes import make_stack
+
+
+class _Gateway:
+    """A running gateway container as the Docker SDK shows it: its published binding."""
+
+    def __init__(self, port: int, status: str = "running") -> None:
+        self.name = "p-gateway-1"
+        self.status = status
+        self.labels = {"vllm-composer.role": "gateway"}
+        self.attrs = {
+            "NetworkSettings": {"Ports": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}}
+        }
+
+
+class _Client:
+    def __init__(self, gateway: _Gateway | None) -> None:
+        self.containers = self
+        self._gateway = gateway
+
+    def list(self, all: bool = False, filters: dict | None = None) -> list[_Gateway]:
+        return [self._gateway] if self._gateway is not None else []
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Health(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/gateway/health" else 404)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    def log_message(self, *args: object) -> None:
+        return None
+
+
+@pytest.fixture
+def answering() -> Iterator[int]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def hanging_up() -> Iterator[int]:
+    """Accepts and closes at once: Docker's proxy while the gateway does not listen yet."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    stop = threading.Event()
+
+    def serve() -> None:
+        sock.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                conn, _ = sock.accept()
+            except OSError:
+                continue
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield sock.getsockname()[1]
+    stop.set()
+    thread.join(2)
+    sock.close()
+
+
+def test_the_published_address_comes_from_dockers_record(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path)
+    assert published_address(_Gateway(21999), stack) == ("127.0.0.1", 21999)  # type: ignore[arg-type]
+
+
+def test_a_refused_port_is_dead(tmp_path: Path) -> None:
+    found = probe_published(_Gateway(_closed_port()), make_stack(tmp_path))  # type: ignore[arg-type]
+    assert found.dead and not found.answers
+
+
+def test_an_answering_gateway_is_alive(tmp_path: Path, answering: int) -> None:
+    found = probe_published(_Gateway(answering), make_stack(tmp_path))  # type: ignore[arg-type]
+    assert found.answers and not found.dead and found.url == f"http://127.0.0.1:{answering}"
+
+
+def test_a_proxy_that_hangs_up_is_not_called_dead(tmp_path: Path, hanging_up: int) -> None:
+    found = probe_published(_Gateway(hanging_up), make_stack(tmp_path))  # type: ignore[arg-type]
+    assert not found.answers and not found.dead
+
+
+def test_doctor_says_the_proxy_is_gone_instead_of_port_is_free(tmp_path: Path) -> None:
+    port = _closed_port()
+    stack = make_stack(tmp_path, environ={"VLLM_PORT": str(port)})
+    found = check_published_port(stack, _Client(_Gateway(port)))  # type: ignore[arg-type]
+    assert found is not None and found.failed and found.detail == DEAD_PORT
+    assert "--recreate-gateway" in found.detail and "docker restart p-gateway-1" in found.fix
+
+
+def test_doctor_says_nothing_more_without_a_running_gateway(tmp_path: Path) -> None:
+    stack = make_stack(tmp_path)
+    assert check_published_port(stack, _Client(None)) is None  # type: ignore[arg-type]
+    assert check_published_port(stack, _Client(_Gateway(_closed_port(), "exited"))) is None  # type: ignore[arg-type]
+    assert check_published_port(stack, None) is None
+
+
+def test_doctor_leaves_a_live_port_or_another_port_to_the_bind_test(tmp_path: Path, answering: int) -> None:
+    stack = make_stack(tmp_path, environ={"VLLM_PORT": str(answering)})
+    assert check_published_port(stack, _Client(_Gateway(answering))) is None  # type: ignore[arg-type]
+    elsewhere = make_stack(tmp_path, environ={"VLLM_PORT": str(_closed_port())})
+    assert check_published_port(elsewhere, _Client(_Gateway(_closed_port()))) is None  # type: ignore[arg-type]
+
+
+def _status(dead: bool) -> dict:
+    return {
+        "project": "p",
+        "running": True,
+        "variant": "mtp",
+        "container": "p-vllm-1",
+        "image": "vllm-sim:latest",
+        "health": "not ready",
+        "health_detail": "health: not listening yet (ConnectError)",
+        "docker_health": "healthy",
+        "uptime_seconds": 60.0,
+        "restart_count": 0,
+        "last_exit": None,
+        "port": 8000,
+        "url": "http://127.0.0.1:8000",
+        "served_model_name": "m",
+        "config_hash": "x",
+        "matches_stack": True,
+        "stopped": [],
+        "asleep": [],
+        "gateway": {
+            "container": "p-gateway-1",
+            "state": "running",
+            "published_port": {
+                "url": "http://127.0.0.1:8000",
+                "answers": not dead,
+                "dead": dead,
+                "detail": "",
+            },
+            "backend_ready": True,
+            "held": 0,
+            "inflight": 0,
+            "holds": 0,
+            "waking": False,
+        },
+    }
+
+
+def test_status_says_the_proxy_is_gone_instead_of_not_listening_yet() -> None:
+    data = _status(dead=True)
+    mark_unreachable(data)
+    assert data["health"] == "unreachable" and data["health_detail"] == DEAD_PORT
+    text = format_status(data)
+    assert f"health        {DEAD_PORT}" in text and "not listening yet" not in text
+    assert f"running (p-gateway-1), but {DEAD_PORT}" in text
+
+
+def test_status_of_a_live_port_is_unchanged() -> None:
+    data = _status(dead=False)
+    mark_unreachable(data)
+    assert data["health"] == "not ready" and "backend ready" in format_status(data)
