@@ -29,7 +29,8 @@ from .control import build_control_app
 from .gate import Gate
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
-from .routes import PUBLIC_PATHS, KeyCheck
+from .routes import PUBLIC_PATHS, KeyCheck, is_own
+from .screen import Refusal, screen, send_refusal
 from .switching import Switcher
 from .upstream import Upstream
 
@@ -77,8 +78,9 @@ class Gateway:
         self._policy: asyncio.Task[None] | None = None
 
     def _public_app(self) -> ASGIApp:
-        """The gateway's own two paths; every other request goes straight to the proxy (no
-        router or middleware on the forwarding path: they would run for every chunk sent)."""
+        """Every request is screened (canonical path, one Authorization header); the gateway's
+        own paths go to a small router, every other request straight to the proxy (no router
+        or middleware on the forwarding path: they would run for every chunk sent)."""
 
         async def metrics(_: Request) -> Response:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -90,9 +92,18 @@ class Gateway:
 
         own = Starlette(routes=[Route(PUBLIC_PATHS[0], metrics), Route(PUBLIC_PATHS[1], health)])
         proxy = self.proxy
+        refused = self.metrics.refused
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http" and scope["path"] in PUBLIC_PATHS:
+            if scope["type"] != "http":
+                return
+            try:
+                screen(scope)  # the canonical path, from here on the only one
+            except Refusal as refusal:
+                refused.labels(refusal.reason).inc()
+                await send_refusal(send, refusal)
+                return
+            if is_own(scope["path"]):
                 await own(scope, receive, send)
             else:
                 await proxy(scope, receive, send)
