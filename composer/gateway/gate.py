@@ -215,7 +215,7 @@ class Gate:
         if self.is_open and not self._waiters and self._releaser is None:
             return self._admit()
         if not hold:
-            raise Refused("not_ready", 503, "no backend is ready; retry later (requests without the key are not held)")
+            raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
             raise Refused("queue_full", 429, f"too many requests waiting (max_held={self.max_held})")
         loop = asyncio.get_running_loop()

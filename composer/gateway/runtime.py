@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .config import GatewayConfig
 from .control import build_control_app
 from .gate import Gate
+from .limits import ConnectionLimits, limited_protocol
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
@@ -212,8 +213,16 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
+        limits = ConnectionLimits(config.max_head_bytes, config.head_timeout, config.max_connections)
         self.public = _Server(
-            _uvicorn_config(self.gateway.public_app, config, host=config.host, port=config.port)
+            _uvicorn_config(
+                self.gateway.public_app,
+                config,
+                host=config.host,
+                port=config.port,
+                http=limited_protocol(limits, self.gateway.metrics),
+                timeout_keep_alive=config.keep_alive_timeout,
+            )
         )
         self.control = _Server(_uvicorn_config(self.gateway.control_app, config))
         self.ready = asyncio.Event()

@@ -20,7 +20,9 @@ from .paths import BadPath, canonical_path
 class Refusal(Exception):
     """The gateway answers the request itself with `status` and an OpenAI-style error body."""
 
-    def __init__(self, status: int, message: str, reason: str, extra: list[tuple[bytes, bytes]] | None = None):
+    def __init__(
+        self, status: int, message: str, reason: str, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # metrics label
@@ -50,7 +52,7 @@ def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
 
 async def send_refusal(send: Send, refusal: Refusal) -> None:
     """Answer a `Refusal`."""
-    kind = "BadRequestError" if refusal.status == 400 else "NotFoundError" if refusal.status == 404 else "Error"
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(refusal.status, "Error")
     payload = json.dumps(error_body(refusal.status, str(refusal), kind)).encode()
     headers = [
         (b"content-type", b"application/json"),
