@@ -1,7 +1,8 @@
 """One gateway: its settings, gate, upstream poller, HTTP clients and both ASGI apps.
 
-`Gateway` wires the parts; `serve()` runs the public app on TCP and the control app on a
-UNIX socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
+`Gateway` wires the parts; `serve()` runs the public app on TCP (with the connection limits of
+`limits`: head size and time, keep-alive, open connections) and the control app on a UNIX
+socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
