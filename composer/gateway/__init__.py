@@ -9,8 +9,7 @@ May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `con
   library, starlette, uvicorn with httptools (`limits` builds the public port's HTTP protocol
   on it), httpx, aiohttp (the forwarding client) and prometheus_client; `paths` and `routes`
   (the canonical path and the allow-list of forwarded routes) only the standard library. The
-  image copies
-  only `composer/__init__.py`, `composer/errors.py` and this package. This module imports
+  image copies only `composer/__init__.py`, `composer/errors.py` and this package. This module imports
   only standard-library modules, so host code can use the client and the settings without
   the server's dependencies.
 
