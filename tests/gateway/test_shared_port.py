@@ -228,3 +228,31 @@ def test_past_max_connections_the_oldest_idle_connection_is_closed(make_gateway,
     finally:
         for s in idle:
             s.close()
+
+
+def test_past_max_connections_with_none_idle_the_new_one_gets_503(make_gateway, backend) -> None:
+    gw = make_gateway(max_connections=3, hold_timeout=60)
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    hold = ctl.hold(60)
+    results: dict = {}
+    threads = []
+    for i in range(3):  # three connections, each with a request in progress (held)
+        t = threading.Thread(
+            target=lambda i=i: results.setdefault(
+                i,
+                httpx.post(
+                    gw.url + "/v1/chat/completions", content=sse_request(f"b{i}"), headers=AUTH, timeout=30
+                ),
+            ),
+            daemon=True,
+        )
+        t.start()
+        threads.append(t)
+        gw.wait(lambda g, n=i + 1: g.gate.held == n)
+    status, body = raw_request(gw.port, "GET", b"/v1/models", [("Authorization", f"Bearer {KEY}")])
+    assert status == 503 and b"too many open connections" in body
+    assert gw.gateway.metrics.connections_closed.labels("over_capacity")._value.get() == 1
+    ctl.release(hold.id)
+    for t in threads:
+        t.join(15)
+    assert sorted(r.status_code for r in results.values()) == [200, 200, 200]

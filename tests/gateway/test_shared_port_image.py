@@ -13,6 +13,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -76,6 +77,39 @@ def test_no_path_shape_reaches_the_dev_routes(lab: Lab) -> None:
 
 def _chat() -> dict:
     return {"model": "qwen", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def test_unkeyed_flood_during_a_hold_leaves_the_keyed_request_served(lab: Lab) -> None:
+    ctl = GatewayControl(lab.gateway)
+    hold = ctl.hold(60, owner="swap")
+    paths = ["/health", "/metrics", "/version", "/v1/models", "/sleep"]
+    try:
+        with httpx.Client(limits=httpx.Limits(max_connections=64), timeout=15) as client:
+
+            def unkeyed(i: int) -> int:
+                try:
+                    return client.get(lab.url + paths[i % len(paths)]).status_code
+                except httpx.HTTPError:
+                    return 0
+
+            with ThreadPoolExecutor(32) as pool:
+                statuses = list(pool.map(unkeyed, range(300)))
+        assert sorted(set(statuses)) == [401, 404, 503], statuses
+        result: dict = {}
+
+        def keyed() -> None:
+            result["r"] = httpx.post(lab.url + "/v1/chat/completions", json=_chat(), headers=AUTH, timeout=60)
+
+        t = threading.Thread(target=keyed, daemon=True)
+        t.start()
+        deadline = time.monotonic() + 30
+        while ctl.state().held < 1:
+            assert time.monotonic() < deadline, "the keyed request was not held"
+            time.sleep(0.05)
+    finally:
+        ctl.release(hold.id)
+    t.join(60)
+    assert result["r"].status_code == 200
 
 
 def test_a_huge_head_gets_431_while_a_keyed_request_is_served(lab: Lab) -> None:
