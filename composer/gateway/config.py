@@ -34,6 +34,13 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_POLL_INTERVAL": ("seconds between backend readiness polls", "0.1"),
     "GATEWAY_HOLD_LEASE": ("default lease of a control hold in seconds (expires unless renewed)", "60"),
     "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
+    "GATEWAY_MAX_HEAD_BYTES": ("bytes a request head (request line, headers) may have; more: 431", "65536"),
+    "GATEWAY_HEAD_TIMEOUT": ("seconds a client has to send a request head; then 408 and close", "10"),
+    "GATEWAY_KEEP_ALIVE_TIMEOUT": ("seconds an idle client connection stays open between requests", "5"),
+    "GATEWAY_MAX_CONNECTIONS": (
+        "open client connections; past it the oldest idle one is closed (none idle: 503)",
+        "1024",
+    ),
     "GATEWAY_CONTROL_SOCKET": ("UNIX socket of the control channel (mode 0600)", DEFAULT_CONTROL_SOCKET),
     "GATEWAY_LOG_LEVEL": ("log level: debug, info, warning, error", "info"),
     "GATEWAY_SWITCH_ON_MODEL": ("true: a request naming a variant's alias switches to that variant", "false"),
@@ -46,7 +53,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     ),
     "GATEWAY_POLICY_WINDOW": ("seconds of traffic the auto policy looks at", "30"),
     "GATEWAY_WORKLOADS": ("NAME:MIN:MAX:TOKENS:STREAMS=VARIANT,... workload classes (policy = auto)", ""),
-    "VLLM_API_KEY": ("API key checked on /v1, /v2, /inference (unset: no check)", ""),
+    "VLLM_API_KEY": ("API key checked on every forwarded route but health/version/metrics/ping/load", ""),
 }
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -68,6 +75,10 @@ class GatewayConfig:
     poll_interval: float = 0.1
     hold_lease: float = 60.0
     retry_after: int = 2
+    max_head_bytes: int = 65536
+    head_timeout: float = 10.0
+    keep_alive_timeout: float = 5.0
+    max_connections: int = 1024
     control_socket: str = DEFAULT_CONTROL_SOCKET
     log_level: str = "info"
     api_key: str = field(default="", repr=False)
@@ -181,6 +192,10 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1, 0.01, 1.0),
         hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0, 1.0, MAX_LEASE_S),
         retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),
+        max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536, 1024, 16 * 1024 * 1024),
+        head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0, 0.1, 3600.0),
+        keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0, 0.1, 3600.0),
+        max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024, 1, 1_000_000),
         control_socket=socket_path,
         log_level=level,
         api_key=env.get("VLLM_API_KEY", ""),

@@ -197,16 +197,25 @@ class Gate:
         return ticket
 
     async def enter(
-        self, deadline: float, *, front: bool = False, disconnected: Awaitable[Any] | None = None
+        self,
+        deadline: float,
+        *,
+        front: bool = False,
+        disconnected: Awaitable[Any] | None = None,
+        hold: bool = True,
     ) -> Ticket:
         """Wait for a turn and return a ticket; raise `Refused` or `ClientGone`.
 
         `front=True` puts a request that has already waited (its backend went away under it)
         at the head of the queue, ignoring `max_held`. `disconnected` completes when the
-        client goes away; a waiting request then leaves the queue.
+        client goes away; a waiting request then leaves the queue. `hold=False` (a request
+        without the key, when one is set) never waits: it is refused with 503 at once rather
+        than take a place keyed clients need.
         """
         if self.is_open and not self._waiters and self._releaser is None:
             return self._admit()
+        if not hold:
+            raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
             raise Refused("queue_full", 429, f"too many requests waiting (max_held={self.max_held})")
         loop = asyncio.get_running_loop()

@@ -9,7 +9,12 @@
 | `gateway_drained_requests_total` | counter | in-flight requests that finished during a drain |
 | `gateway_cut_requests_total` | counter | in-flight requests cut because a drain timed out |
 | `gateway_refused_requests_total{reason}` | counter | `hold_timeout` (503), `queue_full` (429), |
-|  |  | `unauthorized` (401), `dev_route` (404) |
+|  |  | `unauthorized` (401), `dev_route` (404), `not_found` (404: not on the allow-list), |
+|  |  | `bad_path` (400), `duplicate_authorization` (400), `not_ready` (503: no key, no backend) |
+| `gateway_open_connections` | gauge | client connections open on the public port |
+| `gateway_connections_closed_total{reason}` | counter | connections the gateway closed: `head_too_large` |
+|  |  | (431), `head_timeout` (408 or silent), `evicted` (idle, at `max_connections`), |
+|  |  | `over_capacity` (503: `max_connections` busy) |
 | `gateway_upstream_retries_total` | counter | requests sent again after the backend refused the connection |
 | `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
 | `gateway_routes_total` | counter | upstream changes through the control channel |
@@ -37,7 +42,19 @@ import contextlib
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-REFUSAL_REASONS = ("hold_timeout", "queue_full", "unauthorized", "dev_route", "residency", "switch_failed")
+REFUSAL_REASONS = (
+    "hold_timeout",
+    "queue_full",
+    "unauthorized",
+    "dev_route",
+    "not_found",
+    "bad_path",
+    "duplicate_authorization",
+    "not_ready",
+    "residency",
+    "switch_failed",
+)
+CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "evicted", "over_capacity")
 SWITCH_REASONS = ("alias", "auto")
 SLEEP_RESULTS = ("ok", "failed")
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
@@ -71,6 +88,12 @@ class Metrics:
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Backend failures seen by clients", registry=r
         )
+        self.connections = Gauge("gateway_open_connections", "Client connections open", registry=r)
+        self.connections_closed = Counter(
+            "gateway_connections_closed", "Client connections the gateway closed", ["reason"], registry=r
+        )
+        for reason in CONNECTION_CLOSE_REASONS:
+            self.connections_closed.labels(reason)
         self.routes = Counter("gateway_routes", "Upstream changes through the control channel", registry=r)
         self.drains = Counter("gateway_drains", "Drains run", registry=r)
         self.hold_active = Gauge("gateway_hold_active", "1 while a control hold is set", registry=r)

@@ -1,7 +1,10 @@
 """The public ASGI app: key check, hold, and unbuffered forwarding to the backend.
 
-Order for each request: dev routes are refused (404); a guarded path without the right key is
-refused (401) before it can take a queue slot; the gate admits it (maybe after holding it);
+Order for each request (its path is already canonical: `screen`): a path off the allow-list is
+refused (404); a path that needs the key, without the right key, is refused (401) before it
+can take a queue slot; a request without the key (on an open route such as /health, when a key
+is set) is never held: the gate admits it at once or it is refused (503); the gate admits a
+keyed request (maybe after holding it);
 then the request is forwarded with aiohttp's client and the response streamed back as the
 backend sends it: each read passes on at once whatever has arrived (one chunk while the
 gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
@@ -27,12 +30,13 @@ import anyio
 from multidict import CIMultiDict
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
+from yarl import URL
 
 from . import bodies
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .metrics import Metrics
-from .routes import KeyCheck, is_dev_route, is_guarded
+from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
 
 if TYPE_CHECKING:
@@ -241,14 +245,16 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
-        path: str = scope["path"]
-        if is_dev_route(path):
-            self.metrics.refused.labels("dev_route").inc()
+        path: str = scope["path"]  # canonical: the public app screened it
+        if not is_forwarded(path):
+            self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
             await _send_json(send, 404, {"detail": "Not Found"}, [])
             return
-        if is_guarded(path) and scope["method"] != "OPTIONS" and self.keys.enabled:
+        may_hold = True
+        if self.keys.enabled:
             auth = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-            if not self.keys.allows(auth):
+            may_hold = self.keys.allows(auth)
+            if not may_hold and needs_key(path) and scope["method"] != "OPTIONS":
                 self.metrics.refused.labels("unauthorized").inc()
                 await _send_json(send, 401, {"error": "Unauthorized"}, [])
                 return
@@ -274,7 +280,7 @@ class ProxyApp:
                     return
                 except ClientGone:
                     return
-            await self._admit_and_forward(scope, receive, send, body, deadline, watcher)
+            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold)
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -287,9 +293,11 @@ class ProxyApp:
             return
         await self._forward(Ticket(self.gate), scope, receive, send, body, None, retry=False)
 
-    async def _enter(self, deadline: float, watcher: asyncio.Future[None] | None, front: bool) -> Ticket:
+    async def _enter(
+        self, deadline: float, watcher: asyncio.Future[None] | None, front: bool, hold: bool
+    ) -> Ticket:
         disconnected = asyncio.shield(watcher) if watcher is not None else None
-        return await self.gate.enter(deadline, front=front, disconnected=disconnected)
+        return await self.gate.enter(deadline, front=front, disconnected=disconnected, hold=hold)
 
     async def _admit_and_forward(
         self,
@@ -299,11 +307,12 @@ class ProxyApp:
         body: Body,
         deadline: float,
         watcher: asyncio.Future[None] | None,
+        may_hold: bool = True,
     ) -> None:
         front = False
         while True:
             try:
-                ticket = await self._enter(deadline, watcher, front)
+                ticket = await self._enter(deadline, watcher, front, may_hold)
             except Refused as refused:
                 self.metrics.refused.labels(refused.reason).inc()
                 await _send_json(send, refused.status, {"error": str(refused)}, self._retry_after())
@@ -331,7 +340,8 @@ class ProxyApp:
     ) -> bool:
         """Forward once; True means 'the backend went away before answering: queue it again'
         (only with `retry`; without it such a request gets 502)."""
-        url = self.upstream.url + scope["raw_path"].decode("latin-1")
+        # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
+        url = self.upstream.url + scope["path"]
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, ticket)
@@ -405,7 +415,7 @@ class ProxyApp:
         assert self.session is not None, "open() the proxy in the serving loop first"
         return await self.session.request(
             method,
-            url,
+            URL(url, encoded=True),
             headers=headers,
             data=body.data if body.complete else body.stream(),
             allow_redirects=False,

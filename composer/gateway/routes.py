@@ -1,69 +1,99 @@
-"""Which paths the gateway guards with the API key and which it never forwards.
+"""What the public port does with a canonical path: the gateway's own paths, the allow-list of
+backend routes it forwards, and which of those need the API key.
 
-The key guards the same path prefixes vLLM guards (`/v1`, `/v2`, `/inference`). vLLM's
-dev-mode and admin routes (sleep, wake-up, weight reloads, cache resets, profiler, runtime
-LoRA loading, ...) are never reachable through the public port: the control channel reaches
-them instead.
+Every decision reads the canonical path (`paths.canonical_path`), never the raw one. The
+public port forwards only vLLM's public API, listed here in one place: the OpenAI-compatible
+`/v1/...` (less the runtime LoRA routes), `/v2/...`, `/inference/...`, and the single routes of
+`FORWARDED_ROUTES`. Everything else, vLLM's dev-mode and admin routes included (sleep,
+wake-up, weight reloads, cache resets, profiler, ...), is answered 404 by the gateway without
+reaching the backend; the control channel reaches those instead.
+
+With a key set, the gateway asks for it on every forwarded route but the unguarded status
+routes (`OPEN_ROUTES`: health, version, metrics, ping, load); vLLM itself guards only `/v1`,
+`/v2` and `/inference`, which leaves `/invocations`, `/pooling`, `/score`, ... open.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import re
 
-GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
-# Paths the gateway answers itself on the public port (everything else goes to the backend).
+# Paths the gateway answers itself on the public port; anything under OWN_PREFIX is never
+# forwarded (an unknown one is 404). Add a path here and a route in `runtime`.
+OWN_PREFIX = "/gateway/"
 PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health")
 
-DEV_ROUTES = frozenset(
-    {
-        "/sleep",
-        "/wake_up",
-        "/is_sleeping",
-        "/collective_rpc",
-        "/reset_prefix_cache",
-        "/reset_mm_cache",
-        "/reset_encoder_cache",
-        "/server_info",
-        "/pause",
-        "/resume",
-        "/is_paused",
-        "/scale_elastic_ep",
-        "/is_scaling_elastic_ep",
-        "/update_weights",
-        "/init_weight_transfer",
-        "/init_weight_transfer_engine",
-        "/update_weights_from_disk",
-        "/start_profile",
-        "/stop_profile",
-        "/v1/load_lora_adapter",
-        "/v1/unload_lora_adapter",
-    }
-)
+# Backend routes forwarded without the key (status only, no model work).
+OPEN_ROUTES = frozenset({"/health", "/version", "/metrics", "/ping", "/load"})
+# Single backend routes forwarded (vLLM's public API outside the prefixes below).
+FORWARDED_ROUTES = OPEN_ROUTES | {
+    "/tokenize",
+    "/detokenize",
+    "/tokenizer_info",
+    "/pooling",
+    "/classify",
+    "/score",
+    "/rerank",
+    "/invocations",
+}
+# Everything below these prefixes is forwarded (the OpenAI-compatible API and its siblings) ...
+FORWARDED_PREFIXES = ("/v1/", "/v2/", "/inference/")
+# ... but for these dev-mode routes inside them (runtime LoRA loading).
+BLOCKED_ROUTES = frozenset({"/v1/load_lora_adapter", "/v1/unload_lora_adapter"})
 
-_SLASHES = re.compile(r"/{2,}")
+# vLLM's dev-mode and admin routes: never forwarded (they are not in the allow-list); listed
+# for documentation and tests.
+DEV_ROUTES = BLOCKED_ROUTES | {
+    "/sleep",
+    "/wake_up",
+    "/is_sleeping",
+    "/collective_rpc",
+    "/reset_prefix_cache",
+    "/reset_mm_cache",
+    "/reset_encoder_cache",
+    "/server_info",
+    "/pause",
+    "/resume",
+    "/is_paused",
+    "/scale_elastic_ep",
+    "/is_scaling_elastic_ep",
+    "/update_weights",
+    "/init_weight_transfer",
+    "/init_weight_transfer_engine",
+    "/update_weights_from_disk",
+    "/start_profile",
+    "/stop_profile",
+}
 
 
-def normalise(path: str) -> str:
-    """Collapse repeated slashes and drop a trailing one, so `//sleep/` compares as `/sleep`."""
-    path = _SLASHES.sub("/", path)
-    if len(path) > 1:
-        path = path.rstrip("/")
-    return path or "/"
+def _route(path: str) -> str:
+    """The path without one trailing slash (`/health/` names the same route as `/health`)."""
+    return path[:-1] if len(path) > 1 and path.endswith("/") else path
+
+
+def is_own(path: str) -> bool:
+    """True for a path the gateway answers itself."""
+    return path.startswith(OWN_PREFIX) or path == OWN_PREFIX[:-1]
+
+
+def is_forwarded(path: str) -> bool:
+    """True when the canonical `path` is on the allow-list of backend routes."""
+    route = _route(path)
+    if route in FORWARDED_ROUTES:
+        return True
+    if not path.startswith(FORWARDED_PREFIXES):
+        return False
+    return not any(route == blocked or route.startswith(blocked + "/") for blocked in BLOCKED_ROUTES)
 
 
 def is_dev_route(path: str) -> bool:
-    """True for a backend dev/admin route (or anything below one)."""
-    norm = normalise(path)
-    if norm in DEV_ROUTES:
-        return True
-    return any(norm.startswith(route + "/") for route in DEV_ROUTES)
+    """True for one of vLLM's dev-mode or admin routes (for counting refusals)."""
+    return _route(path) in DEV_ROUTES
 
 
-def is_guarded(path: str) -> bool:
-    """True when vLLM would check the API key on this path."""
-    return normalise(path).startswith(GUARDED_PREFIXES)
+def needs_key(path: str) -> bool:
+    """True when a forwarded `path` needs the API key (when one is set)."""
+    return _route(path) not in OPEN_ROUTES
 
 
 class KeyCheck:

@@ -1,7 +1,8 @@
 """One gateway: its settings, gate, upstream poller, HTTP clients and both ASGI apps.
 
-`Gateway` wires the parts; `serve()` runs the public app on TCP and the control app on a
-UNIX socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
+`Gateway` wires the parts; `serve()` runs the public app on TCP (with the connection limits of
+`limits`: head size and time, keep-alive, open connections) and the control app on a UNIX
+socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .config import GatewayConfig
 from .control import build_control_app
 from .gate import Gate
+from .limits import ConnectionLimits, limited_protocol
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
-from .routes import PUBLIC_PATHS, KeyCheck
+from .routes import PUBLIC_PATHS, KeyCheck, is_own
+from .screen import Refusal, screen, send_refusal
 from .switching import Switcher
 from .upstream import Upstream
 
@@ -77,8 +80,9 @@ class Gateway:
         self._policy: asyncio.Task[None] | None = None
 
     def _public_app(self) -> ASGIApp:
-        """The gateway's own two paths; every other request goes straight to the proxy (no
-        router or middleware on the forwarding path: they would run for every chunk sent)."""
+        """Every request is screened (canonical path, one Authorization header); the gateway's
+        own paths go to a small router, every other request straight to the proxy (no router
+        or middleware on the forwarding path: they would run for every chunk sent)."""
 
         async def metrics(_: Request) -> Response:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE)
@@ -90,9 +94,18 @@ class Gateway:
 
         own = Starlette(routes=[Route(PUBLIC_PATHS[0], metrics), Route(PUBLIC_PATHS[1], health)])
         proxy = self.proxy
+        refused = self.metrics.refused
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
-            if scope["type"] == "http" and scope["path"] in PUBLIC_PATHS:
+            if scope["type"] != "http":
+                return
+            try:
+                screen(scope)  # the canonical path, from here on the only one
+            except Refusal as refusal:
+                refused.labels(refusal.reason).inc()
+                await send_refusal(send, refusal)
+                return
+            if is_own(scope["path"]):
                 await own(scope, receive, send)
             else:
                 await proxy(scope, receive, send)
@@ -201,8 +214,16 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
+        limits = ConnectionLimits(config.max_head_bytes, config.head_timeout, config.max_connections)
         self.public = _Server(
-            _uvicorn_config(self.gateway.public_app, config, host=config.host, port=config.port)
+            _uvicorn_config(
+                self.gateway.public_app,
+                config,
+                host=config.host,
+                port=config.port,
+                http=limited_protocol(limits, self.gateway.metrics),
+                timeout_keep_alive=config.keep_alive_timeout,
+            )
         )
         self.control = _Server(_uvicorn_config(self.gateway.control_app, config))
         self.ready = asyncio.Event()

@@ -60,6 +60,13 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_HOLD_TIMEOUT", text(Var("GATEWAY_HOLD_TIMEOUT", str(settings.hold_timeout)))),
         ("GATEWAY_MAX_HELD", text(Var("GATEWAY_MAX_HELD", str(settings.max_held)))),
         ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
+        ("GATEWAY_MAX_HEAD_BYTES", text(Var("GATEWAY_MAX_HEAD_BYTES", str(settings.max_head_bytes)))),
+        ("GATEWAY_HEAD_TIMEOUT", text(Var("GATEWAY_HEAD_TIMEOUT", str(settings.head_timeout)))),
+        (
+            "GATEWAY_KEEP_ALIVE_TIMEOUT",
+            text(Var("GATEWAY_KEEP_ALIVE_TIMEOUT", str(settings.keep_alive_timeout))),
+        ),
+        ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
     )
     if settings.switches:
         environment += _switching_environment(stack)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from composer import __version__
-from composer.stack.values import parse_bool, parse_duration, parse_positive_int, parse_text
+from composer.stack.values import parse_bool, parse_duration, parse_positive_int, parse_size, parse_text
 
 DEFAULT_IMAGE = f"vllm-composer-gateway:{__version__}"
 
@@ -32,6 +32,10 @@ class GatewaySettings:
     min_residency: int = 60  # seconds a variant serves after a switch before another one
     residency_wait: int = 30  # seconds a request for another variant may wait (then 429)
     policy_window: int = 30  # seconds of traffic the automatic policy looks at
+    max_head_bytes: int = 65536  # bytes a request head may have (more: 431)
+    head_timeout: int = 10  # seconds a client has to send a request head (then 408 and close)
+    keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
+    max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
 
     @property
     def switches(self) -> bool:
@@ -68,6 +72,40 @@ def parse_window(raw: object) -> int:
     return seconds
 
 
+MAX_HEAD_BYTES = (1024, 16 * 1024 * 1024)  # the gateway's own bounds (GATEWAY_MAX_HEAD_BYTES)
+MAX_CONNECTIONS = 1_000_000
+MAX_CLIENT_TIMEOUT = 3600
+
+
+def parse_head_bytes(raw: object) -> int:
+    """A size from 1KiB to 16MiB, such as 65536 or 64KiB."""
+    allowed = "a size from 1KiB to 16MiB, such as 65536 or 64KiB"
+    try:
+        size = parse_size(raw)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if not MAX_HEAD_BYTES[0] <= size <= MAX_HEAD_BYTES[1]:
+        raise ValueError(allowed)
+    return size
+
+
+def parse_client_timeout(raw: object) -> int:
+    """A duration from 1s to 1h."""
+    allowed = "a duration from 1s to 1h, such as 10 or 10s"
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if not 1 <= seconds <= MAX_CLIENT_TIMEOUT:
+        raise ValueError(allowed)
+    return seconds
+
+
+def parse_max_connections(raw: object) -> int:
+    """A positive whole number up to 1000000."""
+    return parse_positive_int(raw, MAX_CONNECTIONS)
+
+
 GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object], ...] = (
     # key, environment variable, parser, default
     ("enabled", "GATEWAY_ENABLED", parse_bool, GatewaySettings.enabled),
@@ -81,4 +119,13 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("min_residency", "GATEWAY_MIN_RESIDENCY", parse_duration, GatewaySettings.min_residency),
     ("residency_wait", "GATEWAY_RESIDENCY_WAIT", parse_duration, GatewaySettings.residency_wait),
     ("policy_window", "GATEWAY_POLICY_WINDOW", parse_window, GatewaySettings.policy_window),
+    ("max_head_bytes", "GATEWAY_MAX_HEAD_BYTES", parse_head_bytes, GatewaySettings.max_head_bytes),
+    ("head_timeout", "GATEWAY_HEAD_TIMEOUT", parse_client_timeout, GatewaySettings.head_timeout),
+    (
+        "keep_alive_timeout",
+        "GATEWAY_KEEP_ALIVE_TIMEOUT",
+        parse_client_timeout,
+        GatewaySettings.keep_alive_timeout,
+    ),
+    ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
 )

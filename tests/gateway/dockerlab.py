@@ -45,8 +45,8 @@ def build_gateway_image() -> str:
 
 
 def host_port(low: int = 18300, high: int = 18399) -> int:
-    """A free 127.0.0.1 port in this lab's range."""
-    return free_port((low, high))
+    """A free 127.0.0.1 port in this lab's range (in TEST_PORT_RANGE when that is set)."""
+    return free_port(None if os.environ.get("TEST_PORT_RANGE") else (low, high))
 
 
 @dataclass
@@ -85,13 +85,19 @@ class Lab:
         return self
 
     def start_sim(
-        self, name: str, alias: str = "vllm", env: dict[str, str] | None = None, publish: int | None = None
+        self,
+        name: str,
+        alias: str = "vllm",
+        env: dict[str, str] | None = None,
+        publish: int | None = None,
+        args: tuple[str, ...] = (),
     ) -> Any:
-        """A simulator on the lab network under `alias` (published on 127.0.0.1:`publish` if given)."""
+        """A simulator on the lab network under `alias` (published on 127.0.0.1:`publish` if given),
+        with `args` after the served name (e.g. `--enable-sleep-mode`)."""
         ports = {"8000/tcp": ("127.0.0.1", publish)} if publish else None
         container = self.docker.containers.create(
             SIM_IMAGE,
-            command=["Qwen3.8-27B", "--served-model-name", SERVED],
+            command=["Qwen3.8-27B", "--served-model-name", SERVED, *args],
             name=f"vctgw-sim-{name}-{self.lab_id}",
             detach=True,
             labels=self.labels,

@@ -46,9 +46,13 @@ class BackendState:
     sleep_status: int = 200  # what /sleep answers
     models: list[str] = field(default_factory=list)  # the `model` of each chat request
     health_checks: int = 0
+    requests: list[str] = field(default_factory=list)  # "METHOD raw_path" of every request
 
 
-def backend_app(state: BackendState) -> Starlette:
+POLLER_REQUESTS = ("GET /health", "GET /v1/models")  # what the gateway's readiness poller sends
+
+
+def backend_app(state: BackendState) -> Any:
     async def health(_: Request) -> Response:
         state.health_checks += 1
         return Response(status_code=200 if state.ready else 503)
@@ -131,7 +135,7 @@ def backend_app(state: BackendState) -> Starlette:
         state.paths.append(request.url.path)
         return PlainTextResponse(f"backend {request.url.path}")
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/health", health),
             Route("/v1/models", models),
@@ -145,6 +149,13 @@ def backend_app(state: BackendState) -> Starlette:
             Route("/metrics", plain),
         ]
     )
+
+    async def recorded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            state.requests.append(f"{scope['method']} {scope['raw_path'].decode('latin-1')}")
+        await app(scope, receive, send)
+
+    return recorded
 
 
 class ThreadServer:

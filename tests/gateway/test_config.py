@@ -17,6 +17,25 @@ def test_defaults() -> None:
     cfg = load_config({})
     assert (cfg.upstream, cfg.port, cfg.poll_interval, cfg.max_held) == ("http://vllm:8000", 8000, 0.1, 256)
     assert cfg.control_socket == "/run/gateway/control.sock"
+    limits = (cfg.max_head_bytes, cfg.head_timeout, cfg.keep_alive_timeout, cfg.max_connections)
+    assert limits == (65536, 10.0, 5.0, 1024)
+
+
+def test_connection_limits() -> None:
+    cfg = load_config(
+        {
+            "GATEWAY_MAX_HEAD_BYTES": "8192",
+            "GATEWAY_HEAD_TIMEOUT": "2.5",
+            "GATEWAY_KEEP_ALIVE_TIMEOUT": "1",
+            "GATEWAY_MAX_CONNECTIONS": "50",
+        }
+    )
+    assert (cfg.max_head_bytes, cfg.head_timeout, cfg.keep_alive_timeout, cfg.max_connections) == (
+        8192,
+        2.5,
+        1.0,
+        50,
+    )
 
 
 def test_values_and_key_kept_out_of_repr() -> None:
@@ -54,6 +73,11 @@ def test_values_and_key_kept_out_of_repr() -> None:
         ("GATEWAY_POLL_INTERVAL", "5"),
         ("GATEWAY_LOG_LEVEL", "loud"),
         ("GATEWAY_CONTROL_SOCKET", "relative.sock"),
+        ("GATEWAY_MAX_HEAD_BYTES", "100"),
+        ("GATEWAY_MAX_HEAD_BYTES", "64KiB"),
+        ("GATEWAY_HEAD_TIMEOUT", "0"),
+        ("GATEWAY_KEEP_ALIVE_TIMEOUT", "forever"),
+        ("GATEWAY_MAX_CONNECTIONS", "0"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str) -> None:

@@ -233,7 +233,7 @@ def test_dev_routes_are_not_reachable_publicly_only_through_control(gateway, bac
         ("POST", "/v1/load_lora_adapter"),
     ]:
         r = httpx.request(method, gateway.url + path, headers=AUTH, timeout=5)
-        assert r.status_code == 404, path
+        assert r.status_code == (400 if path.startswith("//") else 404), path
     assert backend.state.paths == []
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
     assert ctl.sleep(level=1).status == 200

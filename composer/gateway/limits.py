@@ -1,0 +1,228 @@
+"""Limits on client connections, enforced in uvicorn's HTTP protocol before a head is parsed.
+
+`limited_protocol()` returns a subclass of uvicorn's httptools protocol (one class per server,
+sharing one `Connections` registry) that:
+
+- counts the bytes of each request head before the parser sees them: the parser is never fed
+  more than `max_head_bytes` of a head; a longer one is answered 431 and the connection closed;
+- gives each head `head_timeout` seconds from its first byte (from the connection's opening for
+  the first one): a head still incomplete then is answered 408 (nothing, when no byte came) and
+  the connection closed; idle keep-alive connections close after uvicorn's `timeout_keep_alive`;
+- caps the open connections at `max_connections`: a new one past the cap closes the oldest
+  connection that has no request in progress (waiting for a head or idle between requests),
+  or, when every connection is busy, is answered 503 and closed.
+
+A refused connection gets its answer and the end of the gateway's output, then the gateway
+stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
+so a client that reads while it sends gets the answer before the close resets the connection.
+No per-chunk work is added once a head is complete: the body path is uvicorn's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .metrics import Metrics
+
+# How long a refused connection stays open (not read) after its answer, before it is closed.
+LINGER_S = 2.0
+_RESPONSES = {
+    status: (
+        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n{body}"
+    ).encode()
+    for status, phrase, extra, body in (
+        (
+            431,
+            "Request Header Fields Too Large",
+            "",
+            '{"error": {"message": "request head too large", "type": "BadRequestError", '
+            '"param": null, "code": 431}}',
+        ),
+        (
+            408,
+            "Request Timeout",
+            "",
+            '{"error": {"message": "request head not received in time", "type": "BadRequestError", '
+            '"param": null, "code": 408}}',
+        ),
+        (
+            503,
+            "Service Unavailable",
+            "retry-after: 2\r\n",
+            '{"error": {"message": "too many open connections", "type": "ServiceUnavailableError", '
+            '"param": null, "code": 503}}',
+        ),
+    )
+}
+
+
+@dataclass(frozen=True)
+class ConnectionLimits:
+    """The limits of one public port."""
+
+    max_head_bytes: int = 64 * 1024
+    head_timeout: float = 10.0
+    max_connections: int = 1024
+
+
+@dataclass
+class Connections:
+    """The open connections of one server; `idle` (insertion-ordered) holds those without a
+    request in progress, oldest first."""
+
+    limits: ConnectionLimits
+    metrics: Metrics | None = None
+    open: int = 0
+    idle: dict[LimitedProtocol, None] = field(default_factory=dict)
+
+    def closed(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.connections_closed.labels(reason).inc()
+
+    def count(self) -> None:
+        if self.metrics is not None:
+            self.metrics.connections.set(self.open)
+
+
+class LimitedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with head size, head time and connection count limits."""
+
+    registry: Connections  # set on the subclass `limited_protocol` makes
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True  # waiting for (the rest of) a request head
+        self._head_bytes = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refused = False  # answered and lingering: input is dropped
+        self._counted = False
+
+    # -- connection ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        registry = self.registry
+        registry.open += 1
+        self._counted = True
+        registry.count()
+        if registry.open > registry.limits.max_connections:
+            if registry.idle:
+                oldest = next(iter(registry.idle))
+                registry.closed("evicted")
+                oldest._close_idle()
+            else:
+                registry.closed("over_capacity")
+                self._refuse(503)
+                return
+        registry.idle[self] = None
+        self._head_timer = self.loop.call_later(registry.limits.head_timeout, self._head_timed_out)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_head_timer()
+        if self._counted:
+            self._counted = False
+            self.registry.open -= 1
+            self.registry.count()
+        self.registry.idle.pop(self, None)
+        super().connection_lost(exc)
+
+    def _close_idle(self) -> None:
+        self.registry.idle.pop(self, None)
+        self._stop_head_timer()
+        self.transport.close()
+
+    # -- input --------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return  # answered and closing: ignore anything read before the pause took effect
+        if not self._in_head:
+            super().data_received(data)  # a body (or the rest of a pipeline): uvicorn's path
+            return
+        if self._head_timer is None:  # first byte of a head on a kept-alive connection
+            self._head_timer = self.loop.call_later(self.registry.limits.head_timeout, self._head_timed_out)
+        room = self.registry.limits.max_head_bytes - self._head_bytes
+        if len(data) <= room:
+            self._head_bytes += len(data)
+            super().data_received(data)
+            return
+        # More than the head may hold: feed only what fits; if the head ends inside it, the
+        # rest is body (or the next request) and goes on; otherwise the head is too large.
+        self._head_bytes += room
+        super().data_received(data[:room])
+        if self._in_head:
+            if not self.transport.is_closing():
+                self.registry.closed("head_too_large")
+                self._refuse(431)
+            return
+        if not self.transport.is_closing():
+            self.data_received(data[room:])
+
+    # -- parser callbacks ---------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._in_head = True
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._head_bytes = 0
+        self._stop_head_timer()
+        self.registry.idle.pop(self, None)
+        super().on_headers_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing() and not self.pipeline and not self._refused:
+            self.registry.idle[self] = None  # idle between requests: may be evicted
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True  # whatever comes next is the next request's head
+        self._head_bytes = 0
+
+    # -- refusals -----------------------------------------------------------------------
+
+    def _stop_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or not self._in_head:
+            return
+        self.registry.closed("head_timeout")
+        if self._head_bytes:
+            self._refuse(408)
+        else:
+            self.registry.idle.pop(self, None)
+            self.transport.close()
+
+    def _refuse(self, status: int) -> None:
+        """Answer `status`, stop sending, drop further input for `LINGER_S`, then close."""
+        self._refused = True
+        self._stop_head_timer()
+        self.registry.idle.pop(self, None)
+        if self.cycle is not None and not self.cycle.response_complete:
+            # a pipelined head went wrong while a response is still going out: end the
+            # connection after that response instead of writing into it
+            self.cycle.keep_alive = False
+            self.flow.pause_reading()
+            return
+        self.transport.write(_RESPONSES[status])
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self.flow.pause_reading()  # what the client still sends is never read
+        self.loop.call_later(LINGER_S, self.transport.close)
+
+
+def limited_protocol(limits: ConnectionLimits, metrics: Metrics | None = None) -> type[LimitedProtocol]:
+    """A protocol class for `uvicorn.Config(http=...)` enforcing `limits` on one server."""
+    registry = Connections(limits, metrics)
+    return type("GatewayHttpProtocol", (LimitedProtocol,), {"registry": registry})

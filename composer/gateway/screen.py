@@ -1,0 +1,63 @@
+"""The first look at every request on the public port, before any route or key decision.
+
+`screen()` computes the request's canonical path once and writes it into the scope
+(`path` and `raw_path` both hold it from then on, so the own paths, the allow-list, the key
+check and the forward read the same value), and refuses with 400 what is ambiguous: a path
+that is not already canonical (`paths.canonical_path`) and a request with more than one
+`Authorization` header (which one would count is up to each server on the way).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.types import Scope, Send
+
+from .paths import BadPath, canonical_path
+
+
+class Refusal(Exception):
+    """The gateway answers the request itself with `status` and an OpenAI-style error body."""
+
+    def __init__(
+        self, status: int, message: str, reason: str, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason  # metrics label
+        self.extra = extra or []
+
+
+def screen(scope: Scope) -> None:
+    """Canonicalise `scope`'s path in place; raise `Refusal` (400) for an ambiguous request."""
+    try:
+        path = canonical_path(scope["raw_path"])
+    except BadPath as err:
+        raise Refusal(400, f"invalid request path: {err}", "bad_path") from None
+    scope["path"] = path
+    scope["raw_path"] = path.encode("ascii")
+    seen = False
+    for name, _ in scope["headers"]:
+        if name == b"authorization":
+            if seen:
+                raise Refusal(400, "more than one Authorization header", "duplicate_authorization")
+            seen = True
+
+
+def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
+    """The gateway's own error answer, in the OpenAI shape vLLM uses."""
+    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
+
+
+async def send_refusal(send: Send, refusal: Refusal) -> None:
+    """Answer a `Refusal`."""
+    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(refusal.status, "Error")
+    payload = json.dumps(error_body(refusal.status, str(refusal), kind)).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(payload)).encode()),
+        *refusal.extra,
+    ]
+    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload, "more_body": False})

@@ -1,0 +1,45 @@
+"""The gateway's connection limits: `[gateway]` keys (and their variables) validated at load, one
+line, exit 2; valid ones reach the gateway's environment as `${VAR:-value}`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer.render.gateway import build_gateway_spec
+from composer.render.spec import resolve
+from composer.stack.load import load_stack
+from tests.conftest import REPO
+from tests.stack.test_bad_input import refused
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ("[gateway]\nmax_head_bytes = 100\n", "invalid gateway.max_head_bytes = 100"),
+        ('[gateway]\nmax_head_bytes = "1GiB"\n', "a size from 1KiB to 16MiB"),
+        ("[gateway]\nhead_timeout = 0\n", "invalid gateway.head_timeout = 0"),
+        ('[gateway]\nkeep_alive_timeout = "2h"\n', "a duration from 1s to 1h"),
+        ("[gateway]\nmax_connections = 0\n", "invalid gateway.max_connections = 0"),
+    ],
+)
+def test_bad_limits_are_refused(tmp_path: Path, extra: str, expected: str) -> None:
+    assert expected in refused(tmp_path, extra_toml=extra)
+
+
+def test_limits_reach_the_gateway_environment(tmp_path: Path) -> None:
+    override = tmp_path / "limits.toml"
+    override.write_text(
+        '[gateway]\nmax_head_bytes = "128KiB"\nhead_timeout = "30s"\nkeep_alive_timeout = 2\nmax_connections = 64\n'
+    )
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    stack = load_stack([REPO / "composer.toml", override], empty, environ={})
+    env = {name: resolve(value) for name, value in build_gateway_spec(stack).environment}
+    assert env["GATEWAY_MAX_HEAD_BYTES"] == "131072"
+    assert env["GATEWAY_HEAD_TIMEOUT"] == "30"
+    assert env["GATEWAY_KEEP_ALIVE_TIMEOUT"] == "2"
+    assert env["GATEWAY_MAX_CONNECTIONS"] == "64"
+    from_env = load_stack([REPO / "composer.toml"], empty, environ={"GATEWAY_MAX_CONNECTIONS": "99"})
+    assert from_env.gateway.max_connections == 99
