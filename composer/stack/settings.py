@@ -88,6 +88,10 @@ KEYS: tuple[Key, ...] = (
         "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 429)"
     ),
     Key("gateway", "policy_window", "duration", "traffic the automatic policy looks at"),
+    Key("gateway", "max_head_bytes", "size", "bytes a request head may have (more: 431)"),
+    Key("gateway", "head_timeout", "duration", "time a client has to send a request head (then 408)"),
+    Key("gateway", "keep_alive_timeout", "duration", "how long an idle client connection stays open"),
+    Key("gateway", "max_connections", "integer", "open client connections (past it the oldest idle closes)"),
     Key(
         "kubernetes",
         "models",
