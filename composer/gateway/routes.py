@@ -14,7 +14,8 @@ import re
 
 GUARDED_PREFIXES = ("/v1", "/v2", "/inference")
 # Paths the gateway answers itself on the public port (everything else goes to the backend).
-PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health")
+# /gateway/status needs the API key; /gateway/ui is a static page that reads it with the key.
+PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health", "/gateway/status", "/gateway/ui")
 
 DEV_ROUTES = frozenset(
     {

@@ -30,6 +30,7 @@ from .gate import Gate
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck
+from .status import StatusBoard
 from .switching import Switcher
 from .upstream import Upstream
 
@@ -53,7 +54,7 @@ class Gateway:
         )
         self.upstream = Upstream(
             config.upstream,
-            on_ready=self.gate.set_backend_ready,
+            on_ready=self._backend_ready,
             on_route=self.metrics.set_upstream,
             served_name=config.served_name,
             api_key=config.api_key,
@@ -63,6 +64,7 @@ class Gateway:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
+        self.status = StatusBoard(self)
         self.proxy = ProxyApp(
             self.gate,
             self.upstream,
@@ -77,7 +79,7 @@ class Gateway:
         self._policy: asyncio.Task[None] | None = None
 
     def _public_app(self) -> ASGIApp:
-        """The gateway's own two paths; every other request goes straight to the proxy (no
+        """The gateway's own paths; every other request goes straight to the proxy (no
         router or middleware on the forwarding path: they would run for every chunk sent)."""
 
         async def metrics(_: Request) -> Response:
@@ -88,7 +90,14 @@ class Gateway:
                 {"gateway": "up", "backend_ready": self.upstream.ready, "held": self.gate.held}
             )
 
-        own = Starlette(routes=[Route(PUBLIC_PATHS[0], metrics), Route(PUBLIC_PATHS[1], health)])
+        own = Starlette(
+            routes=[
+                Route(PUBLIC_PATHS[0], metrics),
+                Route(PUBLIC_PATHS[1], health),
+                Route(PUBLIC_PATHS[2], self.status.status),
+                Route(PUBLIC_PATHS[3], self.status.page),
+            ]
+        )
         proxy = self.proxy
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,6 +107,10 @@ class Gateway:
                 await proxy(scope, receive, send)
 
         return app
+
+    def _backend_ready(self, ready: bool) -> None:
+        self.gate.set_backend_ready(ready)
+        self.status.switches.backend_ready(ready)
 
     def route(self, url: str) -> str:
         """Forward to `url` from now on (held until it is ready); returns the previous URL."""
@@ -151,6 +164,7 @@ class Gateway:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.status.aclose()
         await self.proxy.aclose()
         await self.backend_client.aclose()
         await self.upstream.aclose()
