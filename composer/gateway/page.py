@@ -19,6 +19,7 @@ STYLE = """
     --accent: #60a5fa; --ok: #4ade80; --bad: #f87171; --warn: #fbbf24; }
 }
 * { box-sizing: border-box; }
+[hidden] { display: none !important; }
 body { margin: 0; font: 16px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
   background: var(--bg); color: var(--fg); }
 header { display: flex; flex-wrap: wrap; gap: .5rem 1rem; align-items: center;
@@ -42,13 +43,13 @@ section > h2 { font-size: 1rem; margin: 0 0 .5rem; }
 .variant { display: grid; grid-template-columns: minmax(6rem, 1fr) auto; gap: .2rem 1rem;
   align-items: center; }
 .variant .name { font-weight: 600; }
-.spark { width: 100%; height: 2.6rem; grid-column: 1 / -1; }
+.spark { width: 100%; height: 2.4rem; grid-column: 1 / -1; }
 .spark polyline { fill: none; stroke: var(--accent); stroke-width: 1.5; vector-effect: non-scaling-stroke; }
 .badge { font-size: .75rem; border-radius: .3rem; padding: 0 .35rem; border: 1px solid currentColor; }
 .serving { color: var(--ok); } .sleeping { color: var(--accent); } .stopped { color: var(--dim); }
 .ok { color: var(--ok); } .failed, .abandoned { color: var(--bad); }
 ol.history { list-style: none; margin: 0; padding: 0; }
-ol.history li { background: var(--card); border: 1px solid var(--line); border-radius: .6rem;
+ol.history > li { background: var(--card); border: 1px solid var(--line); border-radius: .6rem;
   padding: .5rem .8rem; margin-bottom: .4rem; }
 form { display: flex; flex-wrap: wrap; gap: .5rem; margin-top: .6rem; }
 input { flex: 1 1 14rem; font: inherit; padding: .45rem .6rem; border-radius: .4rem;
@@ -112,8 +113,8 @@ SCRIPT = """
       t0 = t0 === null ? p[0] : Math.min(t0, p[0]);
       t1 = t1 === null ? p[0] : Math.max(t1, p[0]);
     });
-    var top = Math.max.apply(null, vals.concat([1])), span = Math.max(1, t1 - t0);
-    svg.setAttribute("aria-label", "tokens per second, up to " + top.toFixed(1));
+    var top = 1.2 * Math.max.apply(null, vals.concat([1])), span = Math.max(1, t1 - t0);
+    svg.setAttribute("aria-label", "tokens per second, up to " + (top / 1.2).toFixed(1));
     var run = [];
     function flush() {
       if (run.length) {
