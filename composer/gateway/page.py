@@ -210,7 +210,7 @@ SCRIPT = """
       hist.appendChild(li);
     });
     if (!st.switches.length) { hist.appendChild(el("li", "dim", "No switch since the gateway started.")); }
-    $("updated").textContent = "updated " + clock(st.time) + " \\u00b7 gateway " + st.version;
+    $("updated").textContent = "updated " + clock(st.time);
   }
 
   async function poll() {

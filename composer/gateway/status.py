@@ -24,8 +24,6 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from composer import __version__
-
 from .page import HEADERS as PAGE_HEADERS
 from .page import PAGE
 from .routes import KeyCheck
@@ -124,7 +122,6 @@ class StatusBoard:
         }
         return {
             "time": round(now, 3),
-            "version": __version__,
             "served_name": gw.config.served_name,
             "uptime_s": round(now - gw.started_at, 3),
             "backend": {
