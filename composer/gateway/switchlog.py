@@ -124,6 +124,10 @@ class SwitchLog:
                     self.sleeping.append(cur.from_variant)
                 self.stage("start")
         elif ok is None:
+            if cur.stage == "gate" and cur.stages and cur.stages[-1][0] == "start":
+                # a sleeping backend answers /health: its readiness before the wake was no gate
+                _, seconds = cur.stages.pop()
+                cur.stage, cur.stage_began = "start", cur.stage_began - seconds
             self.stage("wake")
         elif ok:
             self.sleeping = [v for v in self.sleeping if v != cur.to_variant]

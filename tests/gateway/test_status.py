@@ -95,6 +95,10 @@ def test_the_switch_log_follows_the_stages_and_keeps_a_bounded_history() -> None
     log.backend_call("/sleep", None)
     clock[0] = 4.0
     log.backend_call("/sleep", True)
+    log.stage("start")  # routed to the sleeping container, which answers /health
+    clock[0] = 4.5
+    log.backend_ready(True)
+    assert log.current.stage == "gate"
     clock[0] = 5.0
     log.backend_call("/wake_up", None)
     clock[0] = 7.0
