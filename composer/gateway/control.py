@@ -200,7 +200,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
         except GatewayConfigError as err:
             raise BadInput(str(err)) from err
         old = gateway.route(url)
-        gateway.status.switches.stage("start")
+        gateway.status.switches.routed()
         return JSONResponse({"previous": old, "upstream": url, "state": gateway.state()})
 
     async def wait_ready(request: Request) -> JSONResponse:

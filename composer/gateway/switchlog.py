@@ -46,6 +46,7 @@ class Switch:
     outcome: str | None = None
     detail: str = ""
     duration_s: float | None = None
+    routed: bool = False  # the gateway was routed to the new backend (its readiness means the gate)
 
     def enter(self, stage: str, now: float) -> None:
         """Close the current stage and start `stage` (no-op when it is the current one)."""
@@ -111,6 +112,12 @@ class SwitchLog:
         if self.current is not None:
             self.current.enter(name, self.clock())
 
+    def routed(self) -> None:
+        """The gateway was routed to the new backend: it starts (or is woken next)."""
+        if self.current is not None:
+            self.current.routed = True
+            self.stage("start")
+
     def backend_call(self, path: str, ok: bool | None) -> None:
         """A `/sleep` or `/wake_up` through the control channel: started (None) or ended."""
         cur = self.current
@@ -135,7 +142,8 @@ class SwitchLog:
 
     def backend_ready(self, ready: bool) -> None:
         """The backend became ready (a routed one booted): the gate follows."""
-        if ready and self.current is not None and self.current.stage == "start":
+        cur = self.current
+        if ready and cur is not None and cur.routed and cur.stage == "start":
             self.stage("gate")
 
     def released(self, hold_ids: Iterable[str], report: dict[str, Any] | None = None) -> None:

@@ -95,7 +95,9 @@ def test_the_switch_log_follows_the_stages_and_keeps_a_bounded_history() -> None
     log.backend_call("/sleep", None)
     clock[0] = 4.0
     log.backend_call("/sleep", True)
-    log.stage("start")  # routed to the sleeping container, which answers /health
+    log.backend_ready(True)  # the sleeping old backend answers /health: no gate yet
+    assert log.current.stage == "start"
+    log.routed()  # to the sleeping container, which answers /health too
     clock[0] = 4.5
     log.backend_ready(True)
     assert log.current.stage == "gate"
@@ -128,7 +130,7 @@ def test_the_switch_log_follows_the_stages_and_keeps_a_bounded_history() -> None
     for i in range(3):
         log.begin("baseline", "mtp", "x")
         log.drained(f"z{i}", 0, 0)
-        log.stage("start")
+        log.routed()
         log.backend_ready(True)
         assert log.current.stage == "gate"
         log.released([f"z{i}"], {"ok": False, "detail": "gate failed"})
