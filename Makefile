@@ -24,11 +24,15 @@ $(VENV)/.installed: pyproject.toml
 docker:
 	bash images/host/ensure-docker.sh
 
-# Debian tools the build and the tests use, installed when absent.
+# Debian tools the build and the tests use, installed when absent (chromium and
+# chromium-driver drive the status page's test; prometheus checks the dashboard's queries).
 tools:
 	@missing=""; \
 	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
 	command -v debootstrap >/dev/null || missing="$$missing debootstrap"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
+	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

@@ -4,12 +4,15 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   settings (`GATEWAY_*` environment variables), its control channel (a UNIX socket inside the
   container, reached with `python3 -m composer.gateway.ctl` through `docker exec`), and the
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
+  The public port also serves `/gateway/status` (JSON, behind the API key) and
+  `/gateway/ui` (a self-contained status page): `status`, `page`, `switchlog`, `throughput`.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
-  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`) use only the standard
-  library, starlette, uvicorn with httptools (`limits` builds the public port's HTTP protocol
-  on it), httpx, aiohttp (the forwarding client) and prometheus_client; `paths` and `routes`
-  (the canonical path and the allow-list of forwarded routes) only the standard library. The
-  image copies only `composer/__init__.py`, `composer/errors.py` and this package. This module imports
+  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `status`, `throughput`)
+  use only the standard library, starlette, uvicorn with httptools (`limits` builds the public
+  port's HTTP protocol on it), httpx, aiohttp (the forwarding client) and prometheus_client;
+  `paths` and `routes` (the canonical path and the allow-list of forwarded routes) only the
+  standard library. The image copies only `composer/__init__.py`, `composer/errors.py` and
+  this package (Python files only: the status page is a Python module). This module imports
   only standard-library modules, so host code can use the client and the settings without
   the server's dependencies.
 

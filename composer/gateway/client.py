@@ -170,21 +170,44 @@ class GatewayControl:
         args = [hold_id] + (["--lease", str(lease_s)] if lease_s is not None else [])
         return _hold(self._run("renew", *args)["hold"])
 
-    def release(self, hold_id: str | None = None) -> list[str]:
-        """Remove one hold, or every hold; held requests flow in arrival order."""
-        return list(self._run("release", *([hold_id] if hold_id else []))["released"])
+    def release(
+        self,
+        hold_id: str | None = None,
+        *,
+        serving: str | None = None,
+        ok: bool | None = None,
+        detail: str = "",
+    ) -> list[str]:
+        """Remove one hold, or every hold; held requests flow in arrival order.
 
-    def drain(self, timeout_s: float, lease_s: float, owner: str = "", probe_token: str = "") -> DrainReport:
+        With `serving`/`ok`/`detail` it also tells the gateway how the switch the hold was
+        for ended (its status page and switch log show it).
+        """
+        args = [hold_id] if hold_id else []
+        if serving:
+            args.append(f"--serving={serving}")
+        if ok is False:
+            args.append("--failed")
+        if ok is not None or detail:
+            args.append(f"--detail={detail[:400]}")
+        return list(self._run("release", *args)["released"])
+
+    def drain(
+        self, timeout_s: float, lease_s: float, owner: str = "", probe_token: str = "", target: str = ""
+    ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
         With a `probe_token`, requests that carry it in `PROBE_HEADER` pass the drain's hold
         straight to the backend (never queued, never retried): the swap's gate uses them to
-        check the new variant before the held clients reach it.
+        check the new variant before the held clients reach it. A `target` variant starts a
+        switch in the gateway's switch log (its status shows the stages as they pass).
         """
         wait = str(min(CALL_WAIT_S, timeout_s + 3.0))
         args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
         if probe_token:
             args.append(f"--probe-token={probe_token}")  # the token may start with "-"
+        if target:
+            args.append(f"--target={target}")
         reply = self._run("drain", *args)
         while not reply.get("done"):
             reply = self._run("drain-wait", str(reply["id"]), "--wait", str(CALL_WAIT_S))

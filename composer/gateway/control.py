@@ -7,8 +7,10 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
 | `GET /state` | upstream, readiness, holds, held, in flight, counters, `waking` |
 | `POST /hold {lease_s?, owner?}` | set a hold (expires after the lease unless renewed) |
 | `POST /renew {id, lease_s?}` | extend a hold's lease |
-| `POST /release {id?}` | remove one hold, or all; held requests flow in arrival order |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?}` | hold, wait for in-flight requests, cut at timeout |
+| `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
+|  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
+| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?}` | hold, wait for in-flight requests, cut |
+|  | at timeout; `target` (a variant) starts a switch in the status's switch log |
 | `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result |
 | `POST /route {upstream}` | forward to another backend from now on |
 | `POST /wait-ready {timeout_s}` | wait until the backend is ready |
@@ -23,9 +25,11 @@ Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going th
 from __future__ import annotations
 
 import asyncio
+import re
 import secrets
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16
+VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class BadInput(ValueError):
@@ -71,17 +76,36 @@ def _probe_token(body: dict[str, Any]) -> str:
     return token
 
 
+def _variant(body: dict[str, Any], key: str) -> str | None:
+    """An optional variant name: 1 to 64 letters, digits, '.', '_' or '-'."""
+    value = body.get(key)
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str) or not VARIANT_NAME.fullmatch(value):
+        raise BadInput(f"{key} must be a variant name (letters, digits, '.', '_', '-'; at most 64)")
+    return value
+
+
 class Drains:
     """Drains started through the control channel, kept until a caller has read them."""
 
     def __init__(self) -> None:
         self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
 
-    def start(self, gateway: Gateway, timeout: float, lease: float, owner: str, probe_token: str = "") -> str:
+    def start(
+        self,
+        gateway: Gateway,
+        timeout: float,
+        lease: float,
+        owner: str,
+        probe_token: str = "",
+        on_done: Callable[[DrainResult], None] | None = None,
+    ) -> str:
         drain_id = secrets.token_hex(6)
-        self._tasks[drain_id] = asyncio.get_running_loop().create_task(
-            gateway.gate.drain(timeout, lease, owner, probe_token)
-        )
+        task = asyncio.get_running_loop().create_task(gateway.gate.drain(timeout, lease, owner, probe_token))
+        if on_done is not None:
+            task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
+        self._tasks[drain_id] = task
         while len(self._tasks) > KEEP_DRAINS:
             self._tasks.popitem(last=False)
         return drain_id
@@ -134,7 +158,17 @@ def build_control_app(gateway: Gateway) -> Starlette:
     async def release(request: Request) -> JSONResponse:
         body = await body_of(request)
         hold_id = body.get("id")
+        serving = _variant(body, "serving")
+        ok = body.get("ok", True)
+        if not isinstance(ok, bool):
+            raise BadInput("ok must be true or false")
         released = gateway.gate.release(None if hold_id in (None, "") else str(hold_id))
+        detail = str(body.get("detail", ""))[:500]
+        if serving is not None:
+            gateway.switcher.report(serving, None, ok, detail)
+        reported = serving is not None or "ok" in body
+        report = {"serving": serving, "ok": ok, "detail": detail} if reported else None
+        gateway.status.switches.released(released, report)
         return JSONResponse({"released": released, "state": gateway.state()})
 
     async def drain(request: Request) -> JSONResponse:
@@ -142,7 +176,14 @@ def build_control_app(gateway: Gateway) -> Starlette:
         timeout = _seconds(body, "timeout_s", gateway.config.drain_timeout, 86400)
         lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
         wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
-        drain_id = drains.start(gateway, timeout, lease, str(body.get("owner", "")), _probe_token(body))
+        owner = str(body.get("owner", ""))
+        target = _variant(body, "target")
+        token = _probe_token(body)
+        log = gateway.status.switches
+        if target is not None:
+            log.begin(target, gateway.switcher.serving, owner or "control")
+        on_done = (lambda r: log.drained(r.hold_id, r.drained, r.cut)) if target is not None else None
+        drain_id = drains.start(gateway, timeout, lease, owner, token, on_done)
         return JSONResponse(await drains.wait(drain_id, wait_s))
 
     async def drain_wait(request: Request) -> JSONResponse:
@@ -159,6 +200,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
         except GatewayConfigError as err:
             raise BadInput(str(err)) from err
         old = gateway.route(url)
+        gateway.status.switches.routed()
         return JSONResponse({"previous": old, "upstream": url, "state": gateway.state()})
 
     async def wait_ready(request: Request) -> JSONResponse:
@@ -183,6 +225,9 @@ def build_control_app(gateway: Gateway) -> Starlette:
         if "json" in body:
             kwargs["json"] = body["json"]
         waking = method == "POST" and path == "/wake_up"
+        switches = gateway.status.switches
+        if method == "POST":
+            switches.backend_call(path, None)
         if waking:
             gateway.metrics.waking.set(1)
         try:
@@ -190,6 +235,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
         except httpx.HTTPError as err:
             if method == "POST":
                 gateway.metrics.count_sleep_call(path, ok=False)
+                switches.backend_call(path, False)
             return JSONResponse(
                 {"error": f"backend unreachable: {type(err).__name__}: {err}"}, status_code=502
             )
@@ -198,6 +244,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
                 gateway.metrics.waking.set(0)
         if method == "POST":
             gateway.metrics.count_sleep_call(path, ok=reply.status_code == 200)
+            switches.backend_call(path, reply.status_code == 200)
         try:
             payload: Any = reply.json()
         except ValueError:

@@ -7,8 +7,8 @@ refuses or cannot be reached; 2 for bad usage.
     state
     hold [--lease S] [--owner NAME] [--probe-token T]
     renew ID [--lease S]
-    release [ID]
-    drain [--timeout S] [--lease S] [--owner NAME] [--wait S] [--probe-token T]
+    release [ID] [--serving VARIANT] [--failed] [--detail TEXT]
+    drain [--timeout S] [--lease S] [--owner NAME] [--wait S] [--probe-token T] [--target VARIANT]
     drain-wait ID [--wait S]
     route URL
     wait-ready [--timeout S]
@@ -49,12 +49,16 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--lease", type=float)
     rel = sub.add_parser("release")
     rel.add_argument("id", nargs="?")
+    rel.add_argument("--serving")
+    rel.add_argument("--failed", action="store_true")
+    rel.add_argument("--detail")
     d = sub.add_parser("drain")
     d.add_argument("--timeout", type=float)
     d.add_argument("--lease", type=float)
     d.add_argument("--owner", default="")
     d.add_argument("--probe-token", default="")
     d.add_argument("--wait", type=float)
+    d.add_argument("--target")
     dw = sub.add_parser("drain-wait")
     dw.add_argument("id")
     dw.add_argument("--wait", type=float, default=25.0)
@@ -93,7 +97,10 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
     if verb == "renew":
         return "POST", "/renew", _drop_none({"id": args.id, "lease_s": args.lease})
     if verb == "release":
-        return "POST", "/release", _drop_none({"id": args.id})
+        body = {"id": args.id, "serving": args.serving, "detail": args.detail}
+        if args.serving or args.failed or args.detail is not None:
+            body["ok"] = not args.failed
+        return "POST", "/release", _drop_none(body)
     if verb == "drain":
         body = {
             "timeout_s": args.timeout,
@@ -101,6 +108,7 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
             "owner": args.owner,
             "wait_s": args.wait,
             "probe_token": args.probe_token or None,
+            "target": args.target or None,
         }
         return "POST", "/drain", _drop_none(body)
     if verb == "drain-wait":

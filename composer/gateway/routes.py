@@ -21,7 +21,8 @@ import hmac
 # Paths the gateway answers itself on the public port; anything under OWN_PREFIX is never
 # forwarded (an unknown one is 404). Add a path here and a route in `runtime`.
 OWN_PREFIX = "/gateway/"
-PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health")
+# /gateway/status needs the API key; /gateway/ui is a static page that reads it with the key.
+PUBLIC_PATHS = ("/gateway/metrics", "/gateway/health", "/gateway/status", "/gateway/ui")
 
 # Backend routes forwarded without the key (status only, no model work).
 OPEN_ROUTES = frozenset({"/health", "/version", "/metrics", "/ping", "/load"})

@@ -33,6 +33,7 @@ from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
 from .screen import Refusal, screen, send_refusal
+from .status import StatusBoard
 from .switching import Switcher
 from .upstream import Upstream
 
@@ -56,7 +57,7 @@ class Gateway:
         )
         self.upstream = Upstream(
             config.upstream,
-            on_ready=self.gate.set_backend_ready,
+            on_ready=self._backend_ready,
             on_route=self.metrics.set_upstream,
             served_name=config.served_name,
             api_key=config.api_key,
@@ -66,6 +67,7 @@ class Gateway:
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
+        self.status = StatusBoard(self)
         self.proxy = ProxyApp(
             self.gate,
             self.upstream,
@@ -92,7 +94,14 @@ class Gateway:
                 {"gateway": "up", "backend_ready": self.upstream.ready, "held": self.gate.held}
             )
 
-        own = Starlette(routes=[Route(PUBLIC_PATHS[0], metrics), Route(PUBLIC_PATHS[1], health)])
+        own = Starlette(
+            routes=[
+                Route(PUBLIC_PATHS[0], metrics),
+                Route(PUBLIC_PATHS[1], health),
+                Route(PUBLIC_PATHS[2], self.status.status),
+                Route(PUBLIC_PATHS[3], self.status.page),
+            ]
+        )
         proxy = self.proxy
         refused = self.metrics.refused
 
@@ -111,6 +120,10 @@ class Gateway:
                 await proxy(scope, receive, send)
 
         return app
+
+    def _backend_ready(self, ready: bool) -> None:
+        self.gate.set_backend_ready(ready)
+        self.status.switches.backend_ready(ready)
 
     def route(self, url: str) -> str:
         """Forward to `url` from now on (held until it is ready); returns the previous URL."""
@@ -164,6 +177,7 @@ class Gateway:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await self.status.aclose()
         await self.proxy.aclose()
         await self.backend_client.aclose()
         await self.upstream.aclose()

@@ -175,7 +175,8 @@ class Switcher:
         elif variant and previous is not None and variant != previous:
             self.last_switch = now  # switched by hand: the residency applies too
             self.window.clear()
-            log.info("serving variant is now %s (switched outside the gateway)", variant)
+            if demand is None or demand.variant != variant:  # else the swap for the demand reports
+                log.info("serving variant is now %s (switched outside the gateway)", variant)
         if variant:
             self.metrics.set_serving(previous, variant)
         self._notify()

@@ -48,10 +48,13 @@ class Drained:
 class SwapHold:
     """One swap's hold on the gateway: drain, keep the lease, let the gate through, release."""
 
-    def __init__(self, control: GatewayControl, drain_timeout: float, say: Callable[[str], None]) -> None:
+    def __init__(
+        self, control: GatewayControl, drain_timeout: float, say: Callable[[str], None], target: str = ""
+    ) -> None:
         self.control = control
         self.drain_timeout = drain_timeout
         self.say = say
+        self.target = target  # the variant the swap brings in (the gateway's switch log shows it)
         self.token = secrets.token_urlsafe(32)
         self.hold_id: str | None = None
         self._stop = threading.Event()
@@ -65,7 +68,7 @@ class SwapHold:
     def begin(self) -> Drained:
         """Hold new requests and wait for the ones in flight (cut at the drain timeout)."""
         report = self.control.drain(
-            self.drain_timeout, LEASE_S, owner="compose-spec up", probe_token=self.token
+            self.drain_timeout, LEASE_S, owner="compose-spec up", probe_token=self.token, target=self.target
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
@@ -77,15 +80,16 @@ class SwapHold:
             with contextlib.suppress(GatewayControlError):
                 self.control.renew(self.hold_id or "", LEASE_S)
 
-    def end(self) -> str | None:
-        """Release the held requests; a note when the release failed (the lease ends it)."""
+    def end(self, serving: str | None = None, ok: bool | None = None, detail: str = "") -> str | None:
+        """Release the held requests, telling the gateway what serves now and whether the swap
+        worked; a note when the release failed (the lease ends it)."""
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
         if self.hold_id is None:
             return None
         try:
-            self.control.release(self.hold_id)
+            self.control.release(self.hold_id, serving=serving, ok=ok, detail=detail)
         except GatewayControlError as err:
             return (
                 f"the gateway's hold could not be released ({err}); it ends with its lease ({LEASE_S:.0f}s)"
@@ -98,6 +102,7 @@ def start_hold(
     client: docker.DockerClient,
     drain_timeout: float,
     say: Callable[[str], None],
+    target: str = "",
 ) -> SwapHold:
     """A SwapHold on the stack's running gateway, once its control channel answers."""
     container = gateway_container(stack, client)
@@ -115,7 +120,7 @@ def start_hold(
                 logs = container.logs(tail=20).decode(errors="replace")
                 raise SwapFailed(f"the gateway does not answer its control channel: {err}", logs) from err
             time.sleep(0.2)
-    return SwapHold(control, drain_timeout, say)
+    return SwapHold(control, drain_timeout, say, target)
 
 
 def warm_up(target: GateTarget, requests: int) -> list[float]:

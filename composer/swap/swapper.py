@@ -226,7 +226,9 @@ class Swapper:
         if target.gateway is None:
             return
         self.start(compose_file, target.gateway.service)
-        self.hold = start_hold(self.stack, self.client, self.stack.gateway.drain_timeout, self.say)
+        self.hold = start_hold(
+            self.stack, self.client, self.stack.gateway.drain_timeout, self.say, target=target.name
+        )
         self.say("draining the gateway: new requests wait, requests in flight finish")
         drained = self.hold.begin()
         result.timings["drain"] = drained.seconds
@@ -237,12 +239,21 @@ class Swapper:
                 f"({self.stack.gateway.drain_timeout}s) were cut"
             )
 
-    def release_clients(self, result: UpResult) -> None:
-        """The held requests flow to whatever serves now."""
+    def release_clients(
+        self, result: UpResult, done: bool = False, failure: SwapFailed | None = None
+    ) -> None:
+        """The held requests flow to whatever serves now (the gateway is told what that is:
+        the target when `done`, the previous variant after a rollback)."""
         if self.hold is None:
             return
         began = time.monotonic()
-        note = self.hold.end()
+        if done:
+            note = self.hold.end(result.variant, ok=True, detail=result.outcome)
+        elif failure is not None:
+            serving = result.previous if failure.rolled_back else None
+            note = self.hold.end(serving, ok=False, detail=str(failure).splitlines()[0])
+        else:
+            note = self.hold.end()
         self.hold = None
         result.timings["release"] = time.monotonic() - began
         if note:
@@ -302,6 +313,8 @@ class Swapper:
         compose_file = run_file(target)
         previous_file = current.config_file if current else None
         prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
+        failure: SwapFailed | None = None
+        done = False
         try:
             self.hold_clients(target, compose_file, result)  # nothing has changed if this fails
             with _signals(_interrupt_once):
@@ -312,10 +325,11 @@ class Swapper:
                         failure = self._fail(plan, err, compose_file)
                         failure.tail_shown = True  # evidence.keep printed it before the rollback
                         raise failure from err
+            result.outcome = "woke" if "wake" in plan.steps else "swapped" if current else "started"
+            done = True
         finally:
             with _interrupts_ignored():
-                self.release_clients(result)
-        result.outcome = "woke" if "wake" in plan.steps else "swapped" if current else "started"
+                self.release_clients(result, done, failure)
         result.timings["total"] = time.monotonic() - total_start
         return result
 

@@ -123,6 +123,21 @@ def test_swaps_and_a_rollback_under_16_streams_cost_clients_nothing(sim_stack, d
     assert all(r["drained"]["cut"] == 0 for r in swapped)
     # the gateway itself was never restarted by any swap
     assert docker_client.containers.get(f"{sim_stack.project}-gateway-1").id == gateway.id
+    # its status saw every swap: target, outcome and stages, newest first; no key in it
+    url = f"http://127.0.0.1:{sim_stack.port}/gateway/status"
+    assert httpx.get(url, timeout=10).status_code == 401
+    reply = httpx.get(url, headers={"Authorization": f"Bearer {sim_stack.api_key}"}, timeout=10)
+    status = reply.json()
+    assert sim_stack.api_key not in reply.text
+    assert status["serving"] == ["baseline"] and status["switch"] is None
+    seen = [(s["from"], s["to"], s["outcome"]) for s in status["switches"]][:4]
+    assert seen == [
+        ("dflash2", "baseline", "ok"),
+        ("dflash2", "mtp-crash", "failed"),
+        ("mtp", "dflash2", "ok"),
+        ("baseline", "mtp", "ok"),
+    ], seen
+    assert all({"drain", "gate"} <= {st["stage"] for st in s["stages"]} for s in status["switches"][:4:2])
 
 
 def _render_by_hand(sim_stack, variant: str, out: Path) -> Path:

@@ -86,6 +86,15 @@ def test_sleep_standby_switches_under_16_streams_refuse_and_cut_nothing(
     assert _counter(metrics, 'gateway_sleeps_total{result="ok"}') == 3
     assert _counter(metrics, 'gateway_wakes_total{result="ok"}') == 2
     assert _counter(metrics, 'gateway_wakes_total{result="failed"}') == 0
+    status = httpx.get(
+        f"http://127.0.0.1:{stack.port}/gateway/status",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+        timeout=10,
+    ).json()
+    assert status["serving"] == ["baseline"] and status["sleeping"] == ["mtp"], status
+    last = status["switches"][0]
+    assert (last["from"], last["to"], last["outcome"], last["detail"]) == ("mtp", "baseline", "ok", "woke")
+    assert [st["stage"] for st in last["stages"]] == ["drain", "stop", "sleep", "start", "wake", "gate"], last
     print(
         "cold start (wall):",
         round(cold_wall, 2),

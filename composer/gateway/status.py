@@ -1,0 +1,163 @@
+"""`/gateway/status` (JSON) and `/gateway/ui` (the status page), on the public port.
+
+The JSON needs the API key, like `/v1` (401 `{"error": "Unauthorized"}` without it); the page
+itself is static (no data in it) and reads the JSON with the key the user enters. Neither
+reaches the control channel's powers, and neither shows the key or a hold's token.
+
+What the JSON holds: the serving variant(s), the sleeping ones, the switch under way (from,
+to, stage, seconds) and the last switches with outcome and stage timings (`switchlog`), held
+and in-flight requests, and per-variant tokens/s and acceptance over the last minute with a
+tokens/s series for a sparkline (`throughput`). The backend's `/metrics` is sampled every
+`SAMPLE_EVERY_S` seconds only while someone reads the status (for `WATCH_IDLE_S` after the
+last read), and never during a switch, so an unwatched gateway sends nothing extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from .page import HEADERS as PAGE_HEADERS
+from .page import PAGE
+from .routes import KeyCheck
+from .switchlog import SwitchLog
+from .throughput import Samples, parse
+
+if TYPE_CHECKING:
+    from .runtime import Gateway
+
+log = logging.getLogger("gateway")
+
+SAMPLE_EVERY_S = 2.0
+WATCH_IDLE_S = 300.0
+SPARK_S = 300.0
+METRICS_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
+UNKNOWN = "unknown"  # the variant name used while the host has not reported one
+NO_STORE = {"Cache-Control": "no-store"}
+
+
+class StatusBoard:
+    """The gateway's status for people: the switch log, throughput samples and both endpoints."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.keys = KeyCheck(gateway.config.api_key)
+        self.switches = SwitchLog()
+        self.samples = Samples(max_gap=SAMPLE_EVERY_S * 3)
+        self._task: asyncio.Task[None] | None = None
+        self._watched_at = 0.0
+
+    # -- sampling ------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """Someone reads the status: sample the backend until nobody has for `WATCH_IDLE_S`."""
+        self._watched_at = time.monotonic()
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while time.monotonic() - self._watched_at < WATCH_IDLE_S:
+            try:
+                await self.sample_once()
+            except Exception:  # a sampling bug must never take the gateway down
+                log.exception("status: sampling the backend's metrics failed")
+            await asyncio.sleep(SAMPLE_EVERY_S)
+
+    async def sample_once(self) -> bool:
+        """Read the backend's `/metrics` once into the serving variant's series."""
+        gw = self.gateway
+        if self.switches.current is not None or not gw.upstream.ready:
+            return False
+        url = gw.upstream.url
+        try:
+            reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
+        except httpx.HTTPError:
+            return False
+        if reply.status_code != 200 or url != gw.upstream.url or self.switches.current is not None:
+            return False
+        self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
+        return True
+
+    async def aclose(self) -> None:
+        """Stop sampling."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    # -- the status ----------------------------------------------------------------------
+
+    def build(self) -> dict[str, Any]:
+        """The status as JSON-ready data (never the key, a hold's id or its token)."""
+        gw = self.gateway
+        gate = gw.gate.snapshot()
+        self.switches.expire(h["id"] for h in gate["holds"])
+        switching = gw.switcher.snapshot()
+        log_now = self.switches.snapshot()
+        serving = gw.switcher.serving
+        sleeping = [v for v in self.switches.sleeping if v != serving]
+        now = time.time()
+        names = [*([serving] if serving else []), *sleeping]
+        names += sorted(v for v in self.samples.series if v not in names)
+        variants = {}
+        for name in names:
+            state = "serving" if name == serving else "sleeping" if name in sleeping else "stopped"
+            variants[name] = {
+                "state": state,
+                **self.samples.summary(name),
+                "sparkline": self.samples.sparkline(name, now - SPARK_S),
+            }
+        refused = {
+            s.labels["reason"]: s.value
+            for metric in gw.metrics.refused.collect()
+            for s in metric.samples
+            if s.name.endswith("_total")
+        }
+        return {
+            "time": round(now, 3),
+            "served_name": gw.config.served_name,
+            "uptime_s": round(now - gw.started_at, 3),
+            "backend": {
+                "ready": gw.upstream.ready,
+                "waking": bool(gw.metrics.waking._value.get()),
+                "error": gw.upstream.last_error,
+            },
+            "serving": [serving] if serving else [],
+            "sleeping": sleeping,
+            "switch": log_now["current"],
+            "switches": log_now["recent"],
+            "demand": switching["demand"],
+            "policy": switching["policy"],
+            "residency_left_s": switching["residency_left_s"],
+            "requests": {
+                "held": gate["held"],
+                "inflight": gate["inflight"],
+                "max_held": gate["max_held"],
+                "open": gate["open"],
+                "holds": [{"owner": h["owner"], "expires_in_s": h["expires_in_s"]} for h in gate["holds"]],
+                "forwarded_total": gw.metrics.forwarded._value.get(),
+                "refused_total": refused,
+            },
+            "variants": variants,
+        }
+
+    # -- endpoints -----------------------------------------------------------------------
+
+    async def status(self, request: Request) -> Response:
+        """`GET /gateway/status`: the status JSON, with the API key only."""
+        if not self.keys.allows(request.headers.get("authorization", "").encode() or None):
+            self.gateway.metrics.refused.labels("unauthorized").inc()
+            return JSONResponse({"error": "Unauthorized"}, 401, headers=NO_STORE)
+        self.watch()
+        return JSONResponse(self.build(), headers=NO_STORE)
+
+    async def page(self, _: Request) -> Response:
+        """`GET /gateway/ui`: the self-contained status page (no data in it)."""
+        return Response(PAGE, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
