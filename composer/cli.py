@@ -510,37 +510,56 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("variant", shell_complete=_complete("variant"))
 @swap_options
 @target_option
+@click.option(
+    "--kube-context",
+    metavar="NAME",
+    help="With --target kubernetes: the kubeconfig context kubectl uses [default: kubernetes.context, "
+    "env KUBE_CONTEXT, else the current one].",
+)
 @click.pass_obj
-def up(obj: Context, variant: str, target: str, **opts: Any) -> None:
+def up(obj: Context, variant: str, target: str, kube_context: str | None, **opts: Any) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
-    With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
-    Service, and kubectl rollout undo on failure.
+    With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
+    rollout status, the same gate through the Service, the hold released, and kubectl
+    rollout undo (under the hold) on failure or Ctrl-C.
 
     \b
     Examples:
       compose-spec up mtp
       compose-spec --env-file .env.demo up dflash2 --timeout 1200 --json
-      compose-spec up mtp --target kubernetes
+      compose-spec up mtp --target kubernetes --kube-context gpu-cluster
     """
     if target == "kubernetes":
-        _kube_up(obj, variant, opts)
+        _kube_up(obj, variant, kube_context, opts)
         return
+    if kube_context:
+        fail("--kube-context needs --target kubernetes (Docker's engine is chosen with --context)", 2)
     _swap(obj, variant, False, opts)
 
 
-def _kube_up(obj: Context, variant: str, opts: dict[str, Any]) -> None:
-    """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
+def _kube_up(obj: Context, variant: str, kube_context: str | None, opts: dict[str, Any]) -> None:
+    """`up --target kubernetes`: a drained rollout of the variant's overlay, undone on failure."""
+    from composer.kube.kubectl import Kubectl
     from composer.kube.rollout import KubeUpOptions, up_kubernetes
     from composer.render.target import resolve_target
 
+    if click.get_current_context().find_root().params.get("docker_context"):
+        fail("--context names a Docker context; with --target kubernetes use --kube-context NAME", 2)
     stack = obj.stack()
-    options = KubeUpOptions(timeout=opts["timeout"], rollback=not opts["no_rollback"])
+    options = KubeUpOptions(
+        timeout=opts["timeout"], rollback=not opts["no_rollback"], wait_for_lock=not opts["no_wait"]
+    )
     _report_swap(
         variant,
         opts,
         lambda line: up_kubernetes(
-            stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
+            stack,
+            resolve_target(stack, variant),
+            kubectl=Kubectl.for_stack(stack, kube_context),
+            options=options,
+            progress=line.step,
+            waiting=line.waiting,
         ),
         " on Kubernetes",
     )

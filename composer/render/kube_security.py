@@ -155,11 +155,14 @@ def restricted_violations(manifest: Manifest) -> list[str]:
     return found
 
 
-def level(manifest: Manifest) -> str:
+def pod_security_level(manifest: Manifest) -> str:
     """The strictest level a pod meets: restricted, baseline or privileged."""
     if not restricted_violations(manifest):
         return "restricted"
     return "baseline" if not baseline_violations(manifest) else "privileged"
+
+
+level = pod_security_level
 
 
 def _seccomp_not_unconfined(where: str, sc: Manifest) -> list[str]:
