@@ -9,7 +9,7 @@ who may exec into the pod may hold, drain and release it, nobody else.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
 from composer.gateway.client import CALL_WAIT_S, GatewayControl
@@ -44,7 +44,7 @@ def gateway_exists(kubectl: Kubectl, stack: Stack) -> bool:
     return bool(done.stdout.strip())
 
 
-def kube_hold(kubectl: Kubectl, stack: Stack, say) -> SwapHold:  # type: ignore[no-untyped-def]
+def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
     """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
     control = GatewayControl(KubeExec(kubectl, f"deployment/{gateway_name(stack)}"))
     deadline = time.monotonic() + READY_TIMEOUT_S

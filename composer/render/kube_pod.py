@@ -29,7 +29,7 @@ GATEWAY_DEFAULTS: Resources = {
 OWNERS = ("gateway", "server")
 
 
-def _gib(size: int) -> str:
+def gib(size: int) -> str:
     return f"{math.ceil(size / GIB)}Gi"
 
 
@@ -41,7 +41,7 @@ def server_defaults(stack: Stack, variant: Variant) -> Resources:
     return {
         "requests": {
             "cpu": str(CPU_PER_RANK * ranks),
-            "memory": _gib(memory),
+            "memory": gib(memory),
             "ephemeral-storage": SERVER_EPHEMERAL,
         }
     }

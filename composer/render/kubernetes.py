@@ -145,7 +145,7 @@ def _volumes(stack: Stack, spec: ServiceSpec) -> tuple[list[Manifest], list[Mani
             source = {"hostPath": {"path": resolve(mount.source), "type": "Directory"}}
         volumes.append({"name": name, **source})
         mounts.append({"name": name, "mountPath": mount.target, "readOnly": mount.read_only})
-    shm = {"medium": "Memory", "sizeLimit": kube_pod._gib(stack.kubernetes.shm_size)}
+    shm = {"medium": "Memory", "sizeLimit": kube_pod.gib(stack.kubernetes.shm_size)}
     volumes.append({"name": SHM_VOLUME, "emptyDir": shm})
     mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     return volumes, mounts
