@@ -23,18 +23,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import yaml
 
 from composer import labels
 from composer.engine.bootlog import redact, tail
 from composer.engine.diagnose import hints
 from composer.engine.health import Readiness, probe
 from composer.errors import GatewayControlError, HealthCheckFailed, KubectlFailed, PreflightFailed, SwapFailed
-from composer.kube.control import gateway_exists, kube_hold
+from composer.kube.control import cluster_gateway_hash, kube_hold
 from composer.kube.forward import service_url
 from composer.kube.kubectl import Kubectl
 from composer.kube.signals import interrupt_once, interrupts_ignored, stop_signals
 from composer.render.files import write_atomic
-from composer.render.kubernetes import render_kubernetes, secret_name
+from composer.render.kubernetes import gateway_name, render_kubernetes, secret_name
 from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
@@ -152,11 +153,12 @@ def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
         kubectl.run(["annotate", f"secret/{name}", f"{LAST_APPLIED}-"])
 
 
-def rollout_status(kubectl: Kubectl, stack: Stack, timeout: float) -> None:
-    """`kubectl rollout status` within `timeout` seconds; KubectlFailed with kubectl's reason."""
+def rollout_status(kubectl: Kubectl, stack: Stack, timeout: float, deployment: str | None = None) -> None:
+    """`kubectl rollout status` (of the variant's Deployment unless named) within `timeout`
+    seconds; KubectlFailed with kubectl's reason."""
     seconds = max(1, int(timeout))
     done = kubectl.run(
-        ["rollout", "status", f"deployment/{stack.service}", f"--timeout={seconds}s"],
+        ["rollout", "status", f"deployment/{deployment or stack.service}", f"--timeout={seconds}s"],
         timeout=seconds + 30,
         check=False,
     )
@@ -253,8 +255,11 @@ class KubeRollout:
         overlay = write_overlay(self.stack, target)
         apply_secret(self.kubectl, self.stack)
         same = before is not None and before.config_hash == target.hash
-        if target.gateway is not None and not same and gateway_exists(self.kubectl, self.stack):
-            self.hold = kube_hold(self.kubectl, self.stack, self.say)
+        if target.gateway is not None and not same:
+            on_cluster = cluster_gateway_hash(self.kubectl, self.stack)
+            if on_cluster is not None:
+                self._update_gateway_first(overlay, on_cluster)
+                self.hold = kube_hold(self.kubectl, self.stack, self.say)
         applied = False
         try:
             with stop_signals(interrupt_once):
@@ -280,6 +285,19 @@ class KubeRollout:
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
         return result
+
+    def _update_gateway_first(self, overlay: Path, on_cluster: str) -> None:
+        """When the gateway itself changes, roll it on its own before the switch (its new pod
+        is ready before the old one stops), so the hold is set on the pod that stays."""
+        rendered = overlay.parent.parent / "base" / "gateway-deployment.yaml"
+        template = yaml.safe_load(rendered.read_text())["spec"]["template"]
+        if template["metadata"]["labels"].get(labels.CONFIG_HASH) == on_cluster:
+            return
+        self.say(
+            "the gateway itself changes: rolling it first (its new pod is ready before the old one stops)"
+        )
+        self.kubectl.run(["apply", "--filename", str(rendered)], timeout=120)
+        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
 
     def _drain(self, result: KubeUpResult) -> None:
         """Hold new requests at the gateway and let the ones in flight finish."""

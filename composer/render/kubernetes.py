@@ -33,6 +33,8 @@ says which level it meets.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -312,8 +314,27 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    pod_labels = {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}
     annotations = kube_extras.scrape_annotations(stack, gateway.container_port, kube_extras.GATEWAY_METRICS)
+    pod_spec = {
+        **kube_pod.common_pod_fields(stack),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": GATEWAY_UID,
+            "runAsGroup": GATEWAY_UID,
+            "fsGroup": GATEWAY_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": gateway_grace(stack),
+        "containers": [container],
+        "volumes": [
+            {"name": "control", "emptyDir": {"sizeLimit": "1Mi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    # The hash tells `up --target kubernetes` whether the gateway itself changes (it is
+    # then rolled first, on its own, so the switch's hold is on the pod that stays).
+    digest = hashlib.sha256(json.dumps([pod_spec, annotations], sort_keys=True).encode()).hexdigest()[:16]
+    pod_labels = {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -327,23 +348,11 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": pod_labels, **({"annotations": annotations} if annotations else {})},
-                "spec": {
-                    **kube_pod.common_pod_fields(stack),
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": GATEWAY_UID,
-                        "runAsGroup": GATEWAY_UID,
-                        "fsGroup": GATEWAY_UID,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "terminationGracePeriodSeconds": gateway_grace(stack),
-                    "containers": [container],
-                    "volumes": [
-                        {"name": "control", "emptyDir": {"sizeLimit": "1Mi"}},
-                        {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
-                    ],
+                "metadata": {
+                    "labels": {**pod_labels, labels.CONFIG_HASH: digest},
+                    **({"annotations": annotations} if annotations else {}),
                 },
+                "spec": pod_spec,
             },
         },
     }

@@ -200,6 +200,38 @@ def resource(word: str, verb: str) -> tuple[str, str]:
     return canonical, name
 
 
+def pod_name(deployment: str, template_labels: dict) -> str:
+    return f"{deployment}-{template_labels.get('vllm-composer.config-hash', 'x')[:10]}-q7x2k"
+
+
+def pods(state: dict, selector: str) -> list[dict]:
+    """The pods of the Deployments whose template matches the selector: a terminating one of
+    a replaced template first (as an API server may list it), then the running one."""
+    wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
+    found = []
+    for key, doc in state["objects"].items():
+        if not key.startswith("deployment.apps/"):
+            continue
+        name = key.split("/", 1)[1]
+        current = doc["spec"]["template"]["metadata"]["labels"]
+        old = state.get("terminating", {}).get(key)
+        for template_labels, stopping in ((old, True), (current, False)):
+            if template_labels is None or not wanted.items() <= template_labels.items():
+                continue
+            pod = {
+                "metadata": {
+                    "name": pod_name(name, template_labels),
+                    "labels": template_labels,
+                    "creationTimestamp": "2026-01-01T00:00:00Z" if stopping else "2026-01-01T00:05:00Z",
+                },
+                "status": {"phase": "Running", "containerStatuses": [{"name": "gateway", "ready": True}]},
+            }
+            if stopping:
+                pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:05:30Z"
+            found.append(pod)
+    return found
+
+
 def deployment_json(name: str, revision: dict, number: int) -> str:
     """What `kubectl get deployment/NAME -o json` prints (abridged to the fields read)."""
     doc = {
@@ -284,6 +316,10 @@ def apply_document(state: dict, doc: dict, server_side: bool, verb_word: str) ->
     if not server_side:
         annotations[LAST_APPLIED] = json.dumps(doc, separators=(",", ":"))
     meta["annotations"] = annotations
+    if kind == "deployment.apps" and existed:
+        old = state["objects"][key]["spec"]["template"]["metadata"]["labels"]
+        if old != doc["spec"]["template"]["metadata"]["labels"]:
+            state.setdefault("terminating", {})[key] = old  # its pod is still stopping
     state["objects"][key] = {**doc, "metadata": meta}
     return f"{key} {'serverside-applied' if server_side else ('configured' if existed else 'created')}"
 
@@ -324,6 +360,10 @@ def main(argv: list[str]) -> None:
     name = scenario.get("name", "vllm")
     revision = state["history"][-1] if state["history"] else None
 
+    if verb == "get" and positional[:1] == ["pods"]:
+        selector = str(flags.get("--selector", flags.get("-l", "")))
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods(state, selector)}, indent=4))
+        return
     if verb == "get":
         kind, obj = resource(positional[0], verb)
         key = f"{kind}/{obj}"
@@ -348,8 +388,14 @@ def main(argv: list[str]) -> None:
         if flags.get("--force-conflicts") and not server_side:
             fail("error: --force-conflicts only works with --server-side")
         if has_f:
-            if flags.get("--filename", flags.get("-f")) != "-":
-                fail("error: the stand-in reads objects from stdin only")
+            source = str(flags.get("--filename", flags.get("-f")))
+            if source != "-":
+                if not Path(source).is_file():
+                    fail(f'error: the path "{source}" does not exist')
+                doc = yaml.safe_load(Path(source).read_text())
+                print(apply_document(state, doc, server_side, "apply"))
+                save_state(state)
+                return
             doc = json.loads(stdin)
             if scenario.get("fail_secret"):
                 # As kubectl does when the server refuses a patch: the object is echoed back.
@@ -373,7 +419,13 @@ def main(argv: list[str]) -> None:
         print("\n".join(lines))
         return
     if verb == "rollout status":
-        resource(positional[0], verb)
+        _, rolled = resource(positional[0], verb)
+        if rolled != name:
+            if f"deployment.apps/{rolled}" not in state["objects"]:
+                fail(f'Error from server (NotFound): deployments.apps "{rolled}" not found')
+            # its old pod may still be terminating (preStop, grace period): it stays listed
+            print(f'deployment "{rolled}" successfully rolled out')
+            return
         timeout = float(str(flags["--timeout"]).rstrip("s"))
         variant = revision["labels"]["vllm-composer.variant"] if revision else ""
         outcome = scenario.get("rollout", {}).get(variant, "ok")
@@ -430,6 +482,21 @@ def main(argv: list[str]) -> None:
         kind, obj = resource(positional[0], verb)
         if not after:
             fail("error: you must specify at least one command for the container")
+        if kind == "pod":
+            owner = next(
+                (
+                    key
+                    for key, doc in state["objects"].items()
+                    if key.startswith("deployment.apps/")
+                    and pod_name(key.split("/", 1)[1], doc["spec"]["template"]["metadata"]["labels"]) == obj
+                ),
+                None,
+            )
+            if owner is None:
+                fail(f'Error from server (NotFound): pods "{obj}" not found')
+            kind, obj = owner.split("/", 1)
+            with (HOME / "exec-pods.log").open("a") as pod_log:
+                pod_log.write(positional[0] + "\n")
         if f"{kind}/{obj}" not in state["objects"]:
             fail(f'Error from server (NotFound): {kind.split(".")[0]}s "{obj}" not found')
         container = flags.get("--container", flags.get("-c"))

@@ -54,6 +54,7 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
         "apply --server-side",
         "get secret/vllm-api-key",
         "get deployment/vllm-gateway",
+        "get pods",
         "exec state",
         "exec drain",
         "apply --kustomize",
@@ -62,8 +63,8 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
         "exec release",
     ]
     calls = standin.calls()
-    assert calls[7]["argv"] == ["rollout", "status", "deployment/vllm", "--timeout=20s"]
-    assert calls[8]["argv"] == ["port-forward", "service/vllm", ":8000"]
+    assert calls[8]["argv"] == ["rollout", "status", "deployment/vllm", "--timeout=20s"]
+    assert calls[9]["argv"] == ["port-forward", "service/vllm", ":8000"]
     # The key reaches the cluster on stdin only, as the Secret's data (server-side applied).
     secret = json.loads(calls[1]["stdin"])
     assert secret["kind"] == "Secret" and secret["data"] == {
@@ -72,7 +73,7 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
     assert all(KEY not in " ".join(c["argv"]) for c in calls)
     assert KEY not in done.stdout + done.stderr
     # What was applied is exactly the committed overlay (no .env here), key-free on disk.
-    overlay = Path(calls[6]["argv"][2])
+    overlay = Path(calls[7]["argv"][2])
     assert overlay.name == "mtp" and overlay.is_relative_to(tmp_path / "state")
     committed = REPO / "kubernetes" / "overlays" / "mtp"
     assert (overlay / "deployment.yaml").read_text() == (committed / "deployment.yaml").read_text()
@@ -103,6 +104,7 @@ def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
         "apply --server-side",
         "get secret/vllm-api-key",
         "get deployment/vllm-gateway",
+        "get pods",
         "exec state",
         "exec drain",
         "apply --kustomize",

@@ -242,3 +242,23 @@ def test_a_second_up_waits_for_the_first(standin: Standin, run_cli, gateway: Gat
     second_calls = [c["t"] for c in calls if c["pid"] == second.pid]
     assert first_calls and second_calls and max(first_calls) < min(second_calls)
     assert standin.serving() == "baseline"
+
+
+def test_a_changed_gateway_is_rolled_first_and_the_hold_stays_on_its_new_pod(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    done = run_cli("--set", "gateway.hold_timeout=120", "up", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    assert "the gateway itself changes: rolling it first" in done.stderr
+    commands = standin.commands()
+    first = commands.index("apply --filename")
+    assert commands[first : first + 2] == ["apply --filename", "rollout status"]
+    assert standin.calls()[first + 1]["argv"][2] == "deployment/vllm-gateway"
+    assert first < commands.index("exec drain") < commands.index("apply --kustomize")
+    # every control call went to the new gateway pod, not the one still terminating
+    state = standin.state()
+    labels = state["objects"]["deployment.apps/vllm-gateway"]["spec"]["template"]["metadata"]["labels"]
+    new_pod = f"pod/vllm-gateway-{labels['vllm-composer.config-hash'][:10]}-q7x2k"
+    assert set((standin.home / "exec-pods.log").read_text().split()) == {new_pod}
+    assert _holds(gateway) == 0
