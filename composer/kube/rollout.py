@@ -29,7 +29,7 @@ from composer import labels
 from composer.engine.bootlog import redact, tail
 from composer.engine.diagnose import hints
 from composer.engine.health import Readiness, probe
-from composer.errors import GatewayControlError, HealthCheckFailed, KubectlFailed, PreflightFailed, SwapFailed
+from composer.errors import ComposerError, HealthCheckFailed, KubectlFailed, PreflightFailed, SwapFailed
 from composer.kube.control import cluster_gateway_hash, kube_hold
 from composer.kube.forward import service_url
 from composer.kube.kubectl import Kubectl
@@ -48,7 +48,6 @@ POLL = 0.5
 MANAGER = "compose-spec"
 """The field manager of what `up` applies server-side."""
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-FAILED_DURING_ROLLOUT = (KubectlFailed, HealthCheckFailed, GatewayControlError, SwapFailed, KeyboardInterrupt)
 
 
 def _quiet(message: str) -> None:
@@ -260,7 +259,7 @@ class KubeRollout:
             if on_cluster is not None:
                 self._update_gateway_first(overlay, on_cluster)
                 self.hold = kube_hold(self.kubectl, self.stack, self.say)
-        applied = False
+        applied = finished = False  # apply -k started, finished
         try:
             with stop_signals(interrupt_once):
                 try:
@@ -268,11 +267,12 @@ class KubeRollout:
                     self.say(f"applying {target.name} (kubectl apply -k {overlay})")
                     applied = True
                     self.kubectl.run(["apply", "--kustomize", str(overlay)], timeout=120)
+                    finished = True
                     self.roll(self.stack.served_model_name)
-                except FAILED_DURING_ROLLOUT as err:
+                except BaseException as err:  # any failure, Ctrl-C included, is undone
                     with interrupts_ignored():
                         result.timings["total"] = time.monotonic() - began
-                        if not applied:
+                        if not applied or (not finished and not self._changed(before)):
                             raise SwapFailed(
                                 f"{target.name} failed: {_cause(err)}; nothing was changed"
                             ) from err
@@ -285,6 +285,15 @@ class KubeRollout:
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
         return result
+
+    def _changed(self, before: Serving | None) -> bool:
+        """True when the Deployment no longer runs what it ran before `apply` (a failed apply
+        may have changed nothing: undoing then would go back one revision too far)."""
+        try:
+            now = serving(self.kubectl, self.stack)
+        except KubectlFailed:
+            return True  # the cluster cannot say: try the undo, which reports its own failure
+        return now is not None and (before is None or now.config_hash != before.config_hash)
 
     def _update_gateway_first(self, overlay: Path, on_cluster: str) -> None:
         """When the gateway itself changes, roll it on its own before the switch (its new pod
@@ -337,7 +346,7 @@ class KubeRollout:
         try:
             self.kubectl.run(["rollout", "undo", f"deployment/{self.stack.service}"])
             self.roll(before.served_name or self.stack.served_model_name)
-        except (KubectlFailed, HealthCheckFailed) as again:
+        except Exception as again:  # report, never mask the original failure
             raise SwapFailed(
                 f"{message}; the rollback to {before.variant} failed too: {again}", log, found
             ) from err
@@ -345,7 +354,10 @@ class KubeRollout:
 
 
 def _cause(err: BaseException) -> str:
-    return "interrupted" if isinstance(err, KeyboardInterrupt) else str(err)
+    """An error as one line: interrupted, our own messages as they are, others with their type."""
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    return str(err) if isinstance(err, ComposerError) else f"unexpected {type(err).__name__}: {err}"
 
 
 def up_kubernetes(

@@ -409,6 +409,10 @@ def main(argv: list[str]) -> None:
             save_state(state)
             return
         docs = read_overlay(Path(str(flags.get("--kustomize", flags.get("-k")))))
+        if scenario.get("fail_apply"):
+            fail(
+                'Error from server (Forbidden): error when creating "deployment.yaml": admission webhook denied the request'
+            )
         lines = [apply_document(state, doc, server_side, "apply") for doc in docs]
         deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
         meta = deployment["spec"]["template"]["metadata"]

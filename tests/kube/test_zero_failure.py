@@ -190,6 +190,19 @@ def test_a_failed_rollout_is_undone_under_the_hold(standin: Standin, run_cli, ga
     assert released == len(commands) - 1 and standin.serving() == "baseline" and _holds(gateway) == 0
 
 
+def test_a_refused_apply_changes_nothing_and_undoes_nothing(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    standin.scenario(backends={"baseline": f"127.0.0.1:{gateway.port}"}, fail_apply=True)
+    done = run_cli("up", "mtp", *UP)
+    assert done.returncode == 1 and "admission webhook denied" in done.stderr
+    assert "nothing was changed" in done.stderr
+    commands = standin.commands()
+    assert "rollout undo" not in commands and commands[-1] == "exec release"
+    assert standin.serving() == "baseline" and _holds(gateway) == 0
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals
