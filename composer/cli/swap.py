@@ -85,20 +85,32 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
     )
 
 
-def _kube_up(obj: Context, variant: str, args: SwapArgs) -> None:
-    """`up --target kubernetes`: a rollout of the variant's overlay, undone on failure."""
+def _kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs) -> None:
+    """`up --target kubernetes`: a drained rollout of the variant's overlay, undone on failure."""
+    from composer.kube.kubectl import Kubectl
     from composer.kube.rollout import KubeUpOptions, up_kubernetes
     from composer.render.target import resolve_target
 
+    if obj.options.docker_context:
+        raise ConfigError(
+            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
+        )
     stack = obj.stack()
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
-    options = KubeUpOptions(timeout=args.timeout, rollback=not args.no_rollback)
+    options = KubeUpOptions(
+        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
+    )
     report_swap(
         variant,
         args.as_json,
         lambda line: up_kubernetes(
-            stack, resolve_target(stack, variant), options=options, progress=line.step, waiting=line.waiting
+            stack,
+            resolve_target(stack, variant),
+            kubectl=Kubectl.for_stack(stack, kube_context),
+            options=options,
+            progress=line.step,
+            waiting=line.waiting,
         ),
         " on Kubernetes",
     )
@@ -137,18 +149,32 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     "the serving variant keeps running. With VARIANT, swap it in afterwards.",
 )
 @target_option
+@click.option(
+    "--kube-context",
+    metavar="NAME",
+    help="With --target kubernetes: the kubeconfig context kubectl uses [default: kubernetes.context, "
+    "env KUBE_CONTEXT, else the current one].",
+)
 @click.pass_obj
-def up(obj: Context, variant: str | None, target: str, recreate_gateway: bool, **opts: Any) -> None:
+def up(
+    obj: Context,
+    variant: str | None,
+    target: str,
+    recreate_gateway: bool,
+    kube_context: str | None,
+    **opts: Any,
+) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
-    With --target kubernetes: kubectl apply -k, rollout status, the same gate through the
-    Service, and kubectl rollout undo on failure.
+    With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
+    rollout status, the same gate through the Service, the hold released, and kubectl
+    rollout undo (under the hold) on failure or Ctrl-C.
 
     \b
     Examples:
       compose-spec up mtp
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
-      compose-spec up mtp --target kubernetes
+      compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up --recreate-gateway
     """
     args = SwapArgs(**opts)
@@ -161,9 +187,13 @@ def up(obj: Context, variant: str | None, target: str, recreate_gateway: bool, *
             return
     assert variant is not None
     if target == "kubernetes":
-        _kube_up(obj, variant, args)
-    else:
-        _swap(obj, variant, args)
+        _kube_up(obj, variant, kube_context, args)
+        return
+    if kube_context:
+        raise ConfigError(
+            "--kube-context needs --target kubernetes (Docker's engine is chosen with --context)"
+        )
+    _swap(obj, variant, args)
 
 
 @command()

@@ -1,14 +1,20 @@
 """Kubernetes: the same switch as `up`, as a rollout of the rendered manifests.
 
-Owns: the one entry point to the `kubectl` CLI (`kubectl`: the binary and namespace from
-the stack's `[kubernetes]` table, a `KubectlFailed` carrying the command), the rollout
-that switches the serving variant (`rollout`: write the variant's overlay, apply the API
-key Secret from stdin, `kubectl apply -k`, `kubectl rollout status --timeout`, the
-readiness gate through the Service, `kubectl rollout undo` on failure), and the way the
-gate reaches the Service (`forward`: the configured URL or `kubectl port-forward`).
+Owns: the one entry point to the `kubectl` CLI (`kubectl`: the binary, namespace, kube
+context and kubeconfig from the stack's `[kubernetes]` table or `--kube-context`, a
+`KubectlFailed` carrying the command, every message redacted of the API key, a fix line
+for an unreachable cluster), the gateway's control channel through `kubectl exec`
+(`control`: `KubeExec`, an exec target for the host-side `GatewayControl`), the rollout
+that switches the serving variant (`rollout`: under the project's swap lock, write the
+variant's overlay, server-side apply the API key Secret from stdin, drain the gateway,
+`kubectl apply -k`, `kubectl rollout status --timeout`, the readiness gate and warm-up
+through the Service past the hold, release; `kubectl rollout undo` under the hold on
+failure or interruption), its signal handling (`signals`), and the way the gate reaches
+the Service (`forward`: the configured URL or `kubectl port-forward`).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
-(the readiness probe, log redaction and hints), `composer.errors`, `composer.labels`.
-Public: `Kubectl`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`.
+(the readiness probe, log redaction and hints), `composer.gateway` (its control client),
+`composer.swap` (the swap lock and the hold), `composer.errors`, `composer.labels`.
+Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`.
 """
 
 from composer._exports import lazy_exports
@@ -16,6 +22,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "control": ["KubeExec"],
         "forward": ["service_url"],
         "kubectl": ["Kubectl"],
         "rollout": ["KubeUpOptions", "KubeUpResult", "up_kubernetes"],

@@ -28,7 +28,11 @@ def service_url(kubectl: Kubectl, stack: Stack) -> Iterator[str]:
         return
     proc = kubectl.popen(["port-forward", f"service/{stack.service}", f":{stack.port}"])
     try:
-        yield f"http://127.0.0.1:{_local_port(proc)}"
+        try:
+            port = _local_port(proc)
+        except KubectlFailed as err:  # what kubectl said goes through the key redaction too
+            raise KubectlFailed(kubectl.redact(str(err))) from err
+        yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:

@@ -7,12 +7,15 @@ a variant resolved once into both (`target`); the compose files and bash launche
 rendered from the Jinja templates in the top-level `templates/` folder (shipped in the
 wheel as `composer/templates`); the fully resolved run files `up` starts; the resolved
 stack as data (`describe`); the Kubernetes manifests, a kustomize base and one overlay
-per variant (`kubernetes`). Never calls
-Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
+per variant (`kubernetes`), with the production settings of the `[kubernetes]` table
+(`kube_pod`: resources and scheduling; `kube_extras`: disruption budgets, ServiceMonitors,
+scrape annotations) and an offline Pod Security Standards check (`kube_security`:
+`pod_security_level`). Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `Target`, `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
 `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
-`render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`).
+`render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`),
+`pod_security_level`.
 """
 
 from composer._exports import lazy_exports
@@ -23,6 +26,7 @@ __all__, __getattr__ = lazy_exports(
         "describe": ["format_stack", "stack_data"],
         "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
         "kubernetes": ["render_kubernetes"],
+        "kube_security": ["pod_security_level"],
         "outputs": ["RenderPlan", "render_plan", "stale_files"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from composer.render.spec import build_spec, resolve
@@ -26,6 +27,10 @@ def shown_value(value: object, kind: str = "string") -> str:
             if value >= factor:
                 return f"{value / factor:.1f}{unit}" if value % (factor // 10 or 1) == 0 else str(value)
         return str(value)
+    if isinstance(value, dict) or (
+        isinstance(value, list | tuple) and any(isinstance(i, dict) for i in value)
+    ):
+        return json.dumps(value, separators=(", ", ": ")) if value else "(none)"
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value) if value else "(none)"
     if value == "":

@@ -6,6 +6,8 @@ The tree (`kubernetes/` next to the stack file by default):
     base/service.yaml
     base/gateway-deployment.yaml     with a gateway: its Deployment, in front of the variant
     base/variant-service.yaml        with a gateway: the internal Service it forwards to
+    base/pdb-*.yaml                  PodDisruptionBudgets (`pdb`: the gateway by default)
+    base/servicemonitor-*.yaml       with `service_monitor = true` (Prometheus Operator)
     overlays/<variant>/kustomization.yaml   base + this variant's Deployment
     overlays/<variant>/deployment.yaml
 
@@ -21,10 +23,18 @@ Kubernetes has no `${VAR:-default}`: host values are rendered at their resolved 
 (the composer.toml defaults for the committed tree; `--set` or a kustomize patch
 overrides them). The API key is only ever a `secretKeyRef`; the Secret itself is never
 rendered.
+
+Production settings come from the `[kubernetes]` table: resources and scheduling
+(`kube_pod`), disruption budgets and monitoring (`kube_extras`). The gateway meets Pod
+Security "restricted"; the vLLM pod meets "baseline" with `models = "pvc"` (a hostPath
+volume is outside baseline). `kube_security` checks both, and each Deployment's header
+says which level it meets.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 from pathlib import Path
@@ -33,7 +43,8 @@ from typing import Any
 import yaml
 
 from composer import labels
-from composer.errors import RenderError
+from composer.errors import ConfigError, RenderError
+from composer.render import kube_extras, kube_pod, kube_security
 from composer.render.files import RenderedFile, one_line
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, ServiceSpec, resolve
@@ -48,6 +59,16 @@ GATEWAY_COMPONENT = "gateway"
 PROGRESS_MARGIN = 120
 """Seconds on top of the cold-start budget before a rollout counts as stuck."""
 SHM_VOLUME = "dshm"
+GATEWAY_UID = 10001
+"""The gateway image's user and group (images/gateway/Dockerfile)."""
+GATEWAY_GRACE_MARGIN = 30
+"""Seconds the gateway's termination grace period adds to the drain timeout."""
+PRE_STOP_SLEEP = 5
+"""Seconds a stopping gateway keeps serving while the Service drops its endpoint."""
+LIVENESS_TIMEOUT = 10
+CONTROL_SOCKET_DIR = "/run/gateway"
+"""Where the gateway's control socket lives (its default GATEWAY_CONTROL_SOCKET's folder):
+an emptyDir, as the root filesystem is read-only."""
 _DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 _LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
@@ -126,7 +147,8 @@ def _volumes(stack: Stack, spec: ServiceSpec) -> tuple[list[Manifest], list[Mani
             source = {"hostPath": {"path": resolve(mount.source), "type": "Directory"}}
         volumes.append({"name": name, **source})
         mounts.append({"name": name, "mountPath": mount.target, "readOnly": mount.read_only})
-    volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})
+    shm = {"medium": "Memory", "sizeLimit": kube_pod.gib(stack.kubernetes.shm_size)}
+    volumes.append({"name": SHM_VOLUME, "emptyDir": shm})
     mounts.append({"name": SHM_VOLUME, "mountPath": "/dev/shm"})
     return volumes, mounts
 
@@ -154,22 +176,29 @@ def deployment(stack: Stack, target: Target) -> Manifest:
     container: Manifest = {
         "name": spec.service,
         "image": _pinned_image(resolve(spec.image), spec.variant),
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": stack.kubernetes.image_pull_policy,
         "args": [resolve(arg) for arg in spec.command],
         "env": env,
         "ports": [{"name": "http", "containerPort": spec.container_port, "protocol": "TCP"}],
+        "resources": kube_pod.server_resources(
+            stack, target.variant, stack.tensor_parallel_size if spec.gpus is not None else None
+        ),
     }
-    if spec.gpus is not None:
-        # One GPU per tensor-parallel rank; the device plugin picks which (GPU_DEVICES is not used).
-        container["resources"] = {"limits": {"nvidia.com/gpu": stack.tensor_parallel_size}}
     health = spec.healthcheck
     cold_start = max(1, math.ceil(health.start_period / health.interval))
     container |= {
         "volumeMounts": mounts,
-        # The cold-start budget: start_period of probing before liveness takes over.
+        # The cold-start budget: start_period of probing before readiness (and liveness) take over.
         "startupProbe": _probe(spec, health.interval, cold_start),
         "readinessProbe": _probe(spec, health.interval, health.retries),
-        "livenessProbe": _probe(spec, health.interval, health.retries),
+    }
+    liveness = _liveness(stack, spec)
+    if liveness:
+        container["livenessProbe"] = liveness
+    container["securityContext"] = {"allowPrivilegeEscalation": False}
+    pod_annotations = {
+        **annotations,
+        **kube_extras.scrape_annotations(stack, spec.container_port, "/metrics"),
     }
     return {
         "apiVersion": "apps/v1",
@@ -181,14 +210,37 @@ def deployment(stack: Stack, target: Target) -> Manifest:
             "progressDeadlineSeconds": health.start_period + PROGRESS_MARGIN,
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": pod_labels, "annotations": annotations},
+                "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": {
+                    **kube_pod.common_pod_fields(stack),
+                    **(kube_pod.gpu_pod_fields(stack) if spec.gpus is not None else {}),
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": spec.stop_grace_period,
                     "containers": [container],
                     "volumes": volumes,
                 },
             },
         },
+    }
+
+
+def _liveness(stack: Stack, spec: ServiceSpec) -> Manifest | None:
+    """A liveness probe only when asked for, and never shorter than the load (start_period)."""
+    budget = stack.kubernetes.liveness
+    if not budget:
+        return None
+    if budget < stack.start_period:
+        raise ConfigError(
+            f"invalid kubernetes.liveness = {budget}s: shorter than stack.start_period "
+            f"({stack.start_period}s), it would restart a server that is still loading; "
+            "use off or at least the start period"
+        )
+    interval = spec.healthcheck.interval
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": interval,
+        "timeoutSeconds": max(LIVENESS_TIMEOUT, spec.healthcheck.timeout),
+        "failureThreshold": max(1, math.ceil(budget / interval)),
     }
 
 
@@ -243,46 +295,129 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
     container: Manifest = {
         "name": gateway.service,
         "image": _pinned_image(resolve(gateway.image), gateway.service),
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": stack.kubernetes.image_pull_policy,
         "env": env,
         "ports": [{"name": "http", "containerPort": gateway.container_port, "protocol": "TCP"}],
+        "resources": kube_pod.gateway_resources(stack),
         "readinessProbe": probe,
         "livenessProbe": probe,
-        "securityContext": {"runAsNonRoot": True, "allowPrivilegeEscalation": False},
+        # Keep serving while the Service drops this pod's endpoint, then stop.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SLEEP}}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": [
+            {"name": "control", "mountPath": CONTROL_SOCKET_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
     }
+    annotations = kube_extras.scrape_annotations(stack, gateway.container_port, kube_extras.GATEWAY_METRICS)
+    pod_spec = {
+        **kube_pod.common_pod_fields(stack),
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": GATEWAY_UID,
+            "runAsGroup": GATEWAY_UID,
+            "fsGroup": GATEWAY_UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "terminationGracePeriodSeconds": gateway_grace(stack),
+        "containers": [container],
+        "volumes": [
+            {"name": "control", "emptyDir": {"sizeLimit": "1Mi"}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    # The hash tells `up --target kubernetes` whether the gateway itself changes (it is
+    # then rolled first, on its own, so the switch's hold is on the pod that stays).
+    digest = hashlib.sha256(json.dumps([pod_spec, annotations], sort_keys=True).encode()).hexdigest()[:16]
+    pod_labels = {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            "name": _dns_label(f"{stack.service}-{gateway.service}", "stack.service"),
-            "labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY},
+            "name": gateway_name(stack),
+            "labels": pod_labels,
         },
         "spec": {
             "replicas": 1,
+            # The new pod is ready before the old one stops: no gap on the shared port.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {**selector, labels.K8S_MANAGED_BY: MANAGED_BY}},
-                "spec": {
-                    "terminationGracePeriodSeconds": gateway.stop_grace_period,
-                    "containers": [container],
+                "metadata": {
+                    "labels": {**pod_labels, labels.CONFIG_HASH: digest},
+                    **({"annotations": annotations} if annotations else {}),
                 },
+                "spec": pod_spec,
             },
         },
     }
 
 
+def gateway_name(stack: Stack) -> str:
+    """The gateway's Deployment (and the target of `kubectl exec` for its control channel)."""
+    return _dns_label(f"{stack.service}-gateway", "stack.service")
+
+
+def gateway_grace(stack: Stack) -> int:
+    """The gateway's termination grace period: longer than the drain timeout."""
+    drain = stack.gateway.drain_timeout
+    grace = stack.kubernetes.gateway_grace or drain + PRE_STOP_SLEEP + GATEWAY_GRACE_MARGIN
+    if grace <= drain:
+        raise ConfigError(
+            f"invalid kubernetes.gateway_grace = {grace}s: not longer than gateway.drain_timeout "
+            f"({drain}s); a drain would be cut by the kubelet: use more than {drain}s"
+        )
+    return grace
+
+
 def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
     """Stack-wide objects of the base besides the shared Service, as (file name, manifest):
-    the gateway's Deployment and the internal Service it forwards to, when enabled.
+    the gateway's Deployment and the internal Service it forwards to (when enabled), the
+    disruption budgets and the ServiceMonitors the `[kubernetes]` table asks for.
 
     Each file lands in `base/` and is listed in its kustomization."""
+    kube_pod.check_owners(stack)
     gateway = build_gateway_spec(stack)
-    if gateway is None:
-        return []
-    return [
-        ("gateway-deployment.yaml", gateway_deployment(stack, gateway)),
-        ("variant-service.yaml", variant_service(stack)),
-    ]
+    managed = {labels.K8S_MANAGED_BY: MANAGED_BY}
+    found: list[tuple[str, Manifest]] = []
+    if gateway is not None:
+        found += [
+            ("gateway-deployment.yaml", gateway_deployment(stack, gateway)),
+            ("variant-service.yaml", variant_service(stack)),
+        ]
+    budgets = {"gateway": ["gateway"] if gateway else [], "all": ["gateway", "server"], "none": []}
+    for which in budgets[stack.kubernetes.pdb]:
+        if which == "gateway" and gateway is None:
+            continue
+        component = GATEWAY_COMPONENT if which == "gateway" else SERVER_COMPONENT
+        name = gateway_name(stack) if which == "gateway" else stack.service
+        found.append(
+            (
+                f"pdb-{which}.yaml",
+                kube_extras.disruption_budget(name, selector_labels(stack, component), managed),
+            )
+        )
+    if stack.kubernetes.service_monitor:
+        monitored = [(SERVER_COMPONENT, stack.service if gateway is None else variant_service_name(stack))]
+        if gateway is not None:
+            monitored.insert(0, (GATEWAY_COMPONENT, stack.service))
+        for component, name in monitored:
+            path = (
+                kube_extras.GATEWAY_METRICS if component == GATEWAY_COMPONENT else kube_extras.SERVER_METRICS
+            )
+            service_labels = {**selector_labels(stack, component), **managed}
+            found.append(
+                (
+                    f"servicemonitor-{component}.yaml",
+                    kube_extras.service_monitor(stack, name, service_labels, path),
+                )
+            )
+    return found
 
 
 class _Dumper(yaml.SafeDumper):
@@ -308,6 +443,22 @@ def _kustomization(resources: list[str], namespace: str = "") -> Manifest:
     return doc
 
 
+def _header(doc: Manifest) -> str:
+    """The generated-file header; a Deployment's says which Pod Security level it meets."""
+    if doc.get("kind") != "Deployment":
+        return GENERATED
+    level = kube_security.level(doc)
+    line = f"Pod Security: meets {level!r}."
+    if level != "restricted":
+        hostpath = any("hostPath" in v for v in doc["spec"]["template"]["spec"].get("volumes", []))
+        line += (
+            " The hostPath model volume is outside 'baseline': set kubernetes.models = \"pvc\" to meet it."
+            if hostpath
+            else " vLLM runs as root in its image, so 'restricted' is out of reach."
+        )
+    return f"{GENERATED}\n{line}"
+
+
 GENERATED = "Generated by `compose-spec render --target kubernetes` from composer.toml: do not edit by hand."
 
 
@@ -331,7 +482,7 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
             dump(service(stack), f"{GENERATED}\nThe shared port, on whichever variant serves."),
             0o644,
         ),
-        *(RenderedFile(base / name, dump(doc, GENERATED), 0o644) for name, doc in extras),
+        *(RenderedFile(base / name, dump(doc, _header(doc)), 0o644) for name, doc in extras),
     ]
     for name in names:
         target = resolve_target(stack, name)
@@ -353,8 +504,8 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
             RenderedFile(
                 overlay / "deployment.yaml",
                 dump(
-                    deployment(stack, target),
-                    f"{GENERATED}\n{about}\nThe API key comes from the Secret {secret_name(stack)} "
+                    doc := deployment(stack, target),
+                    f"{_header(doc)}\n{about}\nThe API key comes from the Secret {secret_name(stack)} "
                     f"(key {API_KEY_VAR}), which is never rendered.",
                 ),
                 0o644,

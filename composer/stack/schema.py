@@ -35,6 +35,8 @@ def _value_schema(key: Key) -> dict[str, Any]:
         "gpus": {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": ["string", "integer"]}}]},
         "list": {"type": "array", "items": {"type": "string"}},
         "table": dict(_ENV_TABLE),
+        "object": {"type": "object"},
+        "objects": {"type": "array", "items": {"type": "object"}},
     }
     if key.kind == "enum":
         lowered = [c.lower() for c in key.choices if c.lower() != c]

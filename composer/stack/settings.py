@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from composer.stack import values as v
 from composer.stack.gateway import GATEWAY_SETTINGS, POLICIES
+from composer.stack.kube_values import PDB_CHOICES, PULL_POLICIES
 from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES
 from composer.stack.load import STACK_SETTINGS
 
@@ -25,7 +26,8 @@ class Key:
 
     table: str
     name: str
-    kind: str  # string, path, integer, count, boolean, size, duration, fraction, enum, gpus, list, table
+    kind: str  # string, path, integer, count, boolean, size, duration, fraction, enum, gpus, list,
+    # table (NAME = value), object (any table), objects (a list of tables)
     description: str
     choices: tuple[str, ...] = ()
 
@@ -108,6 +110,29 @@ KEYS: tuple[Key, ...] = (
         "kubernetes", "service_url", "string", "URL of the Service for the gate (empty: kubectl port-forward)"
     ),
     Key("kubernetes", "kubectl", "string", "the kubectl command to run"),
+    Key("kubernetes", "context", "string", "kubeconfig context kubectl uses (empty: the current one)"),
+    Key("kubernetes", "kubeconfig", "path", "kubeconfig file kubectl reads (empty: kubectl's default)"),
+    Key("kubernetes", "resources", "object", "CPU, memory and ephemeral-storage requests and limits per pod"),
+    Key("kubernetes", "shm_size", "size", "size limit of the vLLM pod's /dev/shm (a memory emptyDir)"),
+    Key("kubernetes", "node_selector", "object", "node labels the vLLM pod must run on"),
+    Key("kubernetes", "tolerations", "objects", "taints the vLLM pod tolerates (default: nvidia.com/gpu)"),
+    Key("kubernetes", "runtime_class", "string", "RuntimeClass of the vLLM pod (e.g. nvidia)"),
+    Key("kubernetes", "priority_class", "string", "PriorityClass of the vLLM pod"),
+    Key("kubernetes", "service_account", "string", "ServiceAccount of the pods"),
+    Key("kubernetes", "image_pull_policy", "enum", "when the kubelet pulls images", PULL_POLICIES),
+    Key("kubernetes", "image_pull_secrets", "list", "Secrets with registry credentials"),
+    Key("kubernetes", "pdb", "enum", "PodDisruptionBudgets: for the gateway, all pods or none", PDB_CHOICES),
+    Key("kubernetes", "liveness", "duration", "liveness failure budget of a loaded server (0: no probe)"),
+    Key("kubernetes", "gateway_grace", "duration", "gateway's termination grace (0: drain timeout + 35 s)"),
+    Key("kubernetes", "service_monitor", "boolean", "render Prometheus Operator ServiceMonitors"),
+    Key(
+        "kubernetes",
+        "monitor_labels",
+        "object",
+        "labels the ServiceMonitors carry (for the Prometheus selector)",
+    ),
+    Key("kubernetes", "scrape_interval", "duration", "how often Prometheus scrapes the pods"),
+    Key("kubernetes", "scrape_annotations", "boolean", "add prometheus.io scrape annotations to the pods"),
     Key(VARIANT, "description", "string", "one line shown by ls"),
     Key(VARIANT, "extends", "string", "another variant whose keys this one starts from"),
     Key(VARIANT, "image", "string", "key of the [images] table this variant runs"),

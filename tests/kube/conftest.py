@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import COMPOSE_SPEC, REPO
+from tests.gateway.fakes import GatewayThread
 from tests.sim.simproc import SimProcess
 
 STANDIN = Path(__file__).resolve().parent / "standin.py"
@@ -27,34 +28,43 @@ class Standin:
 
     bin: Path
     home: Path
+    defaults: dict | None = None
 
     def scenario(self, **values: object) -> None:
-        (self.home / "scenario.json").write_text(json.dumps(values))
+        """What the cluster does; the gateway pod's control socket is the test gateway's."""
+        (self.home / "scenario.json").write_text(json.dumps({**(self.defaults or {}), **values}))
 
     def calls(self) -> list[dict]:
         path = self.home / "calls.jsonl"
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
-    def commands(self) -> list[str]:
-        """Each call as `verb noun` (e.g. `rollout undo`), for checking the order."""
+    def commands(self, calls: list[dict] | None = None) -> list[str]:
+        """Each call as `verb noun` (e.g. `rollout undo`; `exec VERB` for the gateway's
+        control tool), global flags left out, for checking the order."""
         out = []
-        for call in self.calls():
-            argv = call["argv"][2:] if call["argv"][:1] == ["--namespace"] else call["argv"]
-            out.append(" ".join(argv[:2]))
+        for call in self.calls() if calls is None else calls:
+            argv = list(call["argv"])
+            while argv[:1] in (["--namespace"], ["--context"]):
+                argv = argv[2:]
+            if argv[0] == "exec":
+                out.append(f"exec {argv[argv.index('--') + 4]}")
+            else:
+                out.append(" ".join(argv[:2]))
         return out
 
-    def serving(self) -> str | None:
+    def state(self) -> dict:
         path = self.home / "state.json"
-        history = json.loads(path.read_text())["history"] if path.exists() else []
+        return json.loads(path.read_text()) if path.exists() else {"history": [], "objects": {}}
+
+    def serving(self) -> str | None:
+        history = self.state()["history"]
         return history[-1]["labels"]["vllm-composer.variant"] if history else None
 
     def forget_calls(self) -> None:
         (self.home / "calls.jsonl").unlink(missing_ok=True)
 
 
-@pytest.fixture
-def standin(tmp_path: Path) -> Standin:
-    bin_dir, home = tmp_path / "bin", tmp_path / "cluster"
+def install_standin(bin_dir: Path, home: Path) -> Standin:
     bin_dir.mkdir()
     home.mkdir()
     wrapper = bin_dir / "kubectl"
@@ -63,13 +73,31 @@ def standin(tmp_path: Path) -> Standin:
     return Standin(bin_dir, home)
 
 
+@pytest.fixture
+def standin(tmp_path: Path, request: pytest.FixtureRequest) -> Standin:
+    made = install_standin(tmp_path / "bin", tmp_path / "cluster")
+    if "gateway" in request.fixturenames:
+        made.defaults = {"gateway_socket": request.getfixturevalue("gateway").config.control_socket}
+    return made
+
+
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
-    """A simulator serving the stack's name: what the Service reaches when a rollout succeeds."""
+    """A simulator serving the stack's name: the vLLM pod behind the variant Service."""
     server = SimProcess.start(
         [MODEL, "--served-model-name", SERVED], api_key=KEY, log_dir=tmp_path_factory.mktemp("sim")
     )
     yield server.wait_ready()
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(backend: SimProcess) -> Iterator[GatewayThread]:
+    """The real gateway in front of it: the gateway pod behind the shared Service, its control
+    socket reached by the stand-in's `kubectl exec`."""
+    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY).start()
+    server.wait(lambda g: g.upstream.ready, timeout=30)
+    yield server
     server.stop()
 
 
@@ -79,11 +107,13 @@ def run_cli(standin: Standin, tmp_path: Path):
     env_file = tmp_path / "empty.env"
     env_file.write_text("")
 
-    def run(*args: str, extra_env: dict[str, str] | None = None, path_first: bool = True):
+    def run(
+        *args: str, extra_env: dict[str, str] | None = None, path_first: bool = True, popen: bool = False
+    ):
         env = {
             k: v
             for k, v in os.environ.items()
-            if not k.startswith(("KUBE", "VLLM_", "SIM_")) and k not in {"COMPOSER_STACK"}
+            if not k.startswith(("KUBE", "VLLM_", "SIM_", "GATEWAY_")) and k not in {"COMPOSER_STACK"}
         }
         env["PATH"] = f"{standin.bin}:{env['PATH']}" if path_first else env["PATH"]
         env |= {
@@ -92,6 +122,15 @@ def run_cli(standin: Standin, tmp_path: Path):
             "XDG_STATE_HOME": str(tmp_path / "state"),
         }
         env |= extra_env or {}
+        if popen:
+            return subprocess.Popen(
+                [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
+                cwd=REPO,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         return subprocess.run(
             [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
             cwd=REPO,

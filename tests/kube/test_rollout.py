@@ -4,6 +4,7 @@ a gate failure through the Service, and the edges (no history, URL, namespace, n
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 from pathlib import Path
@@ -11,20 +12,23 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
+from tests.gateway.fakes import GatewayThread
 from tests.sim.simproc import SimProcess
 
 from .conftest import KEY, MODEL, Standin
+
+pytestmark = pytest.mark.usefixtures("gateway")
 
 UP = ("up", "--target", "kubernetes", "--timeout", "20")
 FAILURE_LOG = "INFO loading weights\nRuntimeError: UVA is not available on this platform\n"
 
 
-def _addr(server: SimProcess) -> str:
+def _addr(server: SimProcess | GatewayThread) -> str:
     return f"127.0.0.1:{server.port}"
 
 
-def _serve_baseline(standin: Standin, run_cli, backend: SimProcess) -> None:
-    standin.scenario(backends={"baseline": _addr(backend), "mtp": _addr(backend)})
+def _serve_baseline(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+    standin.scenario(backends={"baseline": _addr(gateway), "mtp": _addr(gateway)})
     done = run_cli(*UP[:1], "baseline", *UP[1:])
     assert done.returncode == 0, done.stderr
     assert standin.serving() == "baseline"
@@ -32,9 +36,9 @@ def _serve_baseline(standin: Standin, run_cli, backend: SimProcess) -> None:
 
 
 def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
-    standin: Standin, run_cli, backend: SimProcess, tmp_path: Path
+    standin: Standin, run_cli, gateway: GatewayThread, tmp_path: Path
 ) -> None:
-    standin.scenario(backends={"baseline": _addr(backend), "mtp": _addr(backend)})
+    standin.scenario(backends={"baseline": _addr(gateway), "mtp": _addr(gateway)})
     first = run_cli("up", "baseline", *UP[1:])
     assert first.returncode == 0, first.stderr
     assert "baseline: started on Kubernetes" in first.stdout
@@ -44,23 +48,32 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
     assert done.returncode == 0, done.stderr
     assert "mtp: started on Kubernetes" in done.stdout
     assert standin.serving() == "mtp"
-    assert standin.commands() == [
+    commands = standin.commands()
+    assert commands == [
         "get deployment/vllm",
-        "apply --filename",
+        "apply --server-side",
+        "get secret/vllm-api-key",
+        "get deployment/vllm-gateway",
+        "get pods",
+        "exec state",
+        "exec drain",
         "apply --kustomize",
         "rollout status",
         "port-forward service/vllm",
+        "exec release",
     ]
     calls = standin.calls()
-    assert calls[3]["argv"] == ["rollout", "status", "deployment/vllm", "--timeout=20s"]
-    assert calls[4]["argv"] == ["port-forward", "service/vllm", ":8000"]
-    # The key reaches the cluster on stdin only, as the Secret's stringData.
+    assert calls[8]["argv"] == ["rollout", "status", "deployment/vllm", "--timeout=20s"]
+    assert calls[9]["argv"] == ["port-forward", "service/vllm", ":8000"]
+    # The key reaches the cluster on stdin only, as the Secret's data (server-side applied).
     secret = json.loads(calls[1]["stdin"])
-    assert secret["kind"] == "Secret" and secret["stringData"] == {"VLLM_API_KEY": KEY}
+    assert secret["kind"] == "Secret" and secret["data"] == {
+        "VLLM_API_KEY": base64.b64encode(KEY.encode()).decode()
+    }
     assert all(KEY not in " ".join(c["argv"]) for c in calls)
     assert KEY not in done.stdout + done.stderr
     # What was applied is exactly the committed overlay (no .env here), key-free on disk.
-    overlay = Path(calls[2]["argv"][2])
+    overlay = Path(calls[7]["argv"][2])
     assert overlay.name == "mtp" and overlay.is_relative_to(tmp_path / "state")
     committed = REPO / "kubernetes" / "overlays" / "mtp"
     assert (overlay / "deployment.yaml").read_text() == (committed / "deployment.yaml").read_text()
@@ -73,11 +86,11 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
 
 
 def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
-    standin: Standin, run_cli, backend: SimProcess
+    standin: Standin, run_cli, gateway: GatewayThread
 ) -> None:
-    _serve_baseline(standin, run_cli, backend)
+    _serve_baseline(standin, run_cli, gateway)
     standin.scenario(
-        backends={"baseline": _addr(backend)}, rollout={"mtp": "fail"}, logs={"mtp": FAILURE_LOG}
+        backends={"baseline": _addr(gateway)}, rollout={"mtp": "fail"}, logs={"mtp": FAILURE_LOG}
     )
     done = run_cli("up", "mtp", *UP[1:])
     assert done.returncode == 1
@@ -85,22 +98,29 @@ def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
     assert "rolled back to baseline" in done.stderr
     assert "UVA is not available" in done.stderr and "hint: " in done.stderr  # the pod's log and its fix
     assert "Traceback" not in done.stderr
+    # the undo and the previous variant's gate run under the same hold, released last
     assert standin.commands() == [
         "get deployment/vllm",
-        "apply --filename",
+        "apply --server-side",
+        "get secret/vllm-api-key",
+        "get deployment/vllm-gateway",
+        "get pods",
+        "exec state",
+        "exec drain",
         "apply --kustomize",
         "rollout status",
         "logs deployment/vllm",
         "rollout undo",
         "rollout status",
         "port-forward service/vllm",
+        "exec release",
     ]
     assert standin.serving() == "baseline"
 
 
-def test_a_rollout_that_times_out_is_undone(standin: Standin, run_cli, backend: SimProcess) -> None:
-    _serve_baseline(standin, run_cli, backend)
-    standin.scenario(backends={"baseline": _addr(backend)}, rollout={"mtp": "timeout"})
+def test_a_rollout_that_times_out_is_undone(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    standin.scenario(backends={"baseline": _addr(gateway)}, rollout={"mtp": "timeout"})
     began = time.monotonic()
     done = run_cli("up", "mtp", "--target", "kubernetes", "--timeout", "2", "--json")
     assert done.returncode == 1
@@ -114,13 +134,13 @@ def test_a_rollout_that_times_out_is_undone(standin: Standin, run_cli, backend: 
 
 
 def test_a_gate_failure_through_the_service_is_undone(
-    standin: Standin, run_cli, backend: SimProcess, tmp_path: Path
+    standin: Standin, run_cli, gateway: GatewayThread, tmp_path: Path
 ) -> None:
-    _serve_baseline(standin, run_cli, backend)
+    _serve_baseline(standin, run_cli, gateway)
     wrong = SimProcess.start([MODEL, "--served-model-name", "other-name"], api_key=KEY, log_dir=tmp_path)
     try:
         wrong.wait_ready()
-        standin.scenario(backends={"baseline": _addr(backend), "mtp": _addr(wrong)})
+        standin.scenario(backends={"baseline": _addr(gateway), "mtp": _addr(wrong)})
         done = run_cli("up", "mtp", *UP[1:])
     finally:
         wrong.stop()
@@ -144,12 +164,12 @@ def test_without_an_earlier_revision_nothing_is_undone(standin: Standin, run_cli
 
 
 def test_service_url_namespace_and_kubectl_from_the_stack(
-    standin: Standin, run_cli, backend: SimProcess
+    standin: Standin, run_cli, gateway: GatewayThread
 ) -> None:
     standin.scenario(backends={})  # a port-forward would fail: the URL must be used
     done = run_cli(
         "--set",
-        f"kubernetes.service_url=http://{_addr(backend)}/",
+        f"kubernetes.service_url=http://{_addr(gateway)}/",
         "--set",
         "kubernetes.namespace=llm",
         "up",

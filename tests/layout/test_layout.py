@@ -23,7 +23,7 @@ ALLOWED = {
     "doctor": {"stack", "render", "probes", "overlay", "engine"},
     "swap": {"stack", "render", "engine", "probes", "doctor", "gateway"},
     "bench": {"stack", "render", "engine", "probes", "swap"},
-    "kube": {"stack", "render", "engine"},
+    "kube": {"stack", "render", "engine", "gateway", "swap"},
     "gateway": set(),
 }
 SHARED = {"errors", "labels", "_exports", "__init__", "__version__"}

@@ -63,6 +63,7 @@ def test_defaults_reproduce_the_committed_tree(default_stack: Stack) -> None:
         "base/service.yaml",
         "base/gateway-deployment.yaml",
         "base/variant-service.yaml",
+        "base/pdb-gateway.yaml",
     } | {f"overlays/{v}/{name}" for v in VARIANTS for name in ("kustomization.yaml", "deployment.yaml")}
     assert {str(f.path.relative_to(REPO / "kubernetes")) for f in files} == expected
     on_disk = {
@@ -112,13 +113,14 @@ def test_every_resource_passes_strict_schema_validation(default_stack: Stack, tm
         if which == "default":
             continue
         resources = _resources(render_kubernetes(stack, [], tmp_path / which))
-        # three variants, the gateway's Deployment; the shared and the internal Services
-        assert sorted(doc["kind"] for doc in resources) == ["Deployment"] * 4 + ["Service"] * 2
+        # three variants, the gateway's Deployment; the shared and the internal Services; its PDB
+        kinds = ["Deployment"] * 4 + ["PodDisruptionBudget"] + ["Service"] * 2
+        assert sorted(doc["kind"] for doc in resources) == kinds
         (tmp_path / which).mkdir()
         paths += _write_resources(resources, tmp_path / which)
     done = validate(paths)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(" passed ") == len(paths) == 18, done.stdout  # 3 stacks x 6 resources
+    assert done.stdout.count(" passed ") == len(paths) == 21, done.stdout  # 3 stacks x 7 resources
     assert f"against version {KUBERNETES_VERSION.rsplit('.', 1)[0]}" in done.stdout
 
 
@@ -205,9 +207,9 @@ def test_deployment_shape(default_stack: Stack, tmp_path: Path) -> None:
         assert startup["httpGet"]["path"] == "/health"
         assert startup["periodSeconds"] * startup["failureThreshold"] >= default_stack.start_period
         assert container["readinessProbe"]["httpGet"]["path"] == "/health"
-        assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+        assert "livenessProbe" not in container  # off by default: it would restart a slow loader
         volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
-        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory"}
+        assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "8Gi"}
         assert volumes["models"]["hostPath"] == {"path": default_stack.model_dir, "type": "Directory"}
         mounts = {m["name"]: m for m in container["volumeMounts"]}
         assert mounts["models"]["readOnly"] is True and mounts["dshm"]["mountPath"] == "/dev/shm"
@@ -234,7 +236,8 @@ def test_pvc_models_and_no_gpus(default_stack: Stack, tmp_path: Path) -> None:
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["models"]["persistentVolumeClaim"] == {"claimName": "vllm-models", "readOnly": True}
     assert volumes["draft"]["persistentVolumeClaim"] == {"claimName": "vllm-drafts", "readOnly": True}
-    assert "resources" not in pod["containers"][0]
+    assert "nvidia.com/gpu" not in str(pod["containers"][0]["resources"])
+    assert "tolerations" not in pod  # the GPU node pool's scheduling only with GPUs
     overlay = yaml.safe_load(
         next(f for f in files if str(f.path).endswith("dflash2/kustomization.yaml")).content
     )
@@ -260,7 +263,8 @@ def test_every_overlay_resolves_to_the_service_and_its_deployment(
 
     for variant in VARIANTS:
         docs = build(tmp_path / "overlays" / variant)
-        assert sorted(d["kind"] for d in docs) == ["Deployment", "Deployment", "Service", "Service"]
+        kinds = ["Deployment", "Deployment", "PodDisruptionBudget", "Service", "Service"]
+        assert sorted(d["kind"] for d in docs) == kinds
         named = {(d["kind"], d["metadata"]["name"]): d for d in docs}
         name = default_stack.service
         shared, internal = named["Service", name], named["Service", f"{name}-variant"]
@@ -289,7 +293,7 @@ def test_cli_check_passes_on_the_committed_tree_and_finds_stale_copies(
         main, ["--env-file", str(empty_env_file), "render", "--target", "kubernetes", "--check"]
     )
     assert result.exit_code == 0, result.output
-    assert "10 rendered file(s) are current" in result.stdout
+    assert "11 rendered file(s) are current" in result.stdout
     copy_dir = tmp_path / "k"
     shutil.copytree(REPO / "kubernetes", copy_dir)
     stale = copy_dir / "overlays" / "mtp" / "deployment.yaml"
@@ -314,8 +318,8 @@ def test_cli_writes_only_changed_files_and_names_bad_settings(empty_env_file: Pa
     runner = CliRunner()
     base = ["--env-file", str(empty_env_file)]
     out = ["render", "--target", "kubernetes", "--out", str(tmp_path)]
-    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == 10
-    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == 10
+    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == 11
+    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == 11
     result = runner.invoke(main, [*base, "--set", "kubernetes.models=nfs", *out])
     assert result.exit_code == 2
     assert "kubernetes.models" in result.stderr and "hostPath" in result.stderr and "pvc" in result.stderr

@@ -1,0 +1,97 @@
+"""The gateway's control channel on Kubernetes: `kubectl exec` into the gateway pod.
+
+The same host-side client as the Docker path (`GatewayControl`, which runs
+`python3 -m composer.gateway.ctl VERB ...` in the gateway's container and parses its
+JSON), given an exec target that runs through `kubectl exec` instead of `docker exec`:
+who may exec into the pod may hold, drain and release it, nobody else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+
+from composer import labels
+from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
+from composer.gateway.client import CALL_WAIT_S, GatewayControl
+from composer.kube.kubectl import Kubectl
+from composer.render.kubernetes import GATEWAY_COMPONENT, gateway_name, selector_labels
+from composer.stack.model import Stack
+from composer.swap.holding import SwapHold
+
+READY_TIMEOUT_S = 30.0
+GATEWAY_CONTAINER = "gateway"
+
+
+class KubeExec:
+    """An exec target (Docker SDK's `exec_run` shape) backed by `kubectl exec`."""
+
+    def __init__(self, kubectl: Kubectl, target: str, container: str = GATEWAY_CONTAINER) -> None:
+        self.kubectl = kubectl
+        self.target = target
+        self.container = container
+
+    def exec_run(self, cmd: Sequence[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
+        """Run `cmd` in the pod; (exit code, (stdout, stderr)) with kubectl's messages redacted."""
+        args = ["exec", self.target, "--container", self.container, "--", *cmd]
+        done = self.kubectl.run(args, timeout=CALL_WAIT_S + 40, check=False)
+        out, err = self.kubectl.redact(done.stdout), self.kubectl.redact(done.stderr)
+        return done.returncode, (out.encode(), err.encode())
+
+
+def cluster_gateway_hash(kubectl: Kubectl, stack: Stack) -> str | None:
+    """The config hash of the gateway Deployment's pod template on the cluster ('' without
+    one); None when the cluster has no gateway Deployment."""
+    done = kubectl.run(["get", f"deployment/{gateway_name(stack)}", "--ignore-not-found", "--output", "json"])
+    if not done.stdout.strip():
+        return None
+    try:
+        template = json.loads(done.stdout)["spec"]["template"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise KubectlFailed(f"`kubectl get deployment/{gateway_name(stack)}` printed no Deployment") from err
+    return str((template.get("metadata") or {}).get("labels", {}).get(labels.CONFIG_HASH, ""))
+
+
+def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:
+    """`pod/NAME` of the gateway's newest running, ready pod that is not terminating.
+
+    Every control call of one switch goes to this one pod: the hold it sets is the one it
+    releases, even while an old gateway pod is still terminating."""
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(stack, GATEWAY_COMPONENT).items())
+    done = kubectl.run(["get", "pods", "--selector", selector, "--output", "json"])
+    try:
+        pods = json.loads(done.stdout).get("items") or []
+    except (ValueError, AttributeError) as err:
+        raise KubectlFailed("`kubectl get pods` printed no pod list") from err
+    ready = [
+        pod
+        for pod in pods
+        if not pod["metadata"].get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase") == "Running"
+        and all(c.get("ready") for c in (pod.get("status") or {}).get("containerStatuses") or [{}])
+    ]
+    if not ready:
+        return None
+    newest = max(ready, key=lambda pod: pod["metadata"].get("creationTimestamp", ""))
+    return f"pod/{newest['metadata']['name']}"
+
+
+def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
+    """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while True:
+        try:
+            pod = gateway_pod(kubectl, stack)
+            if pod is None:
+                raise KubectlFailed(f"no running, ready pod of deployment/{gateway_name(stack)}")
+            control = GatewayControl(KubeExec(kubectl, pod))
+            control.state()
+            return SwapHold(control, stack.gateway.drain_timeout, say)
+        except (GatewayControlError, KubectlFailed) as err:
+            if time.monotonic() > deadline:
+                raise SwapFailed(
+                    f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
+                    f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
+                ) from err
+            time.sleep(1.0)

@@ -1,0 +1,115 @@
+"""What the `[kubernetes]` table adds to the pods: resources, scheduling, image pulls.
+
+Defaults are safe on a GPU node pool: the vLLM pod requests the host memory its ranks
+need while loading (the weights when `weights_bytes` is known, a few GiB of runtime per
+rank, and the /dev/shm it may fill), so it is never BestEffort and never evicted first;
+no memory limit by default (a loader that crosses one is killed). The gateway gets small
+requests and a memory limit. `kubernetes.resources` overrides any figure, per variant,
+for every variant (`server`) or for the gateway.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from composer.errors import ConfigError
+from composer.stack.kube_values import Resources, quantity_value
+from composer.stack.model import Stack, Variant
+
+GIB = 2**30
+RUNTIME_PER_RANK = 4 * GIB
+"""Host memory per tensor-parallel rank besides the weights: CUDA context, Python, torch."""
+CPU_PER_RANK = 2
+SERVER_EPHEMERAL = "10Gi"
+GATEWAY_DEFAULTS: Resources = {
+    "requests": {"cpu": "100m", "memory": "128Mi", "ephemeral-storage": "64Mi"},
+    "limits": {"memory": "512Mi", "ephemeral-storage": "256Mi"},
+}
+OWNERS = ("gateway", "server")
+
+
+def gib(size: int) -> str:
+    return f"{math.ceil(size / GIB)}Gi"
+
+
+def server_defaults(stack: Stack, variant: Variant) -> Resources:
+    """Requests from what the stack knows: weights per GPU, ranks, the shm size."""
+    ranks = stack.tensor_parallel_size if stack.gpus is not None else 1
+    weights = (variant.weights_bytes or 0) * ranks
+    memory = weights + RUNTIME_PER_RANK * ranks + stack.kubernetes.shm_size
+    return {
+        "requests": {
+            "cpu": str(CPU_PER_RANK * ranks),
+            "memory": gib(memory),
+            "ephemeral-storage": SERVER_EPHEMERAL,
+        }
+    }
+
+
+def check_owners(stack: Stack) -> None:
+    """Every key of kubernetes.resources names the gateway, `server` or a variant."""
+    for owner in stack.kubernetes.resources:
+        if owner not in OWNERS and owner not in stack.variants:
+            allowed = ", ".join([*OWNERS, *sorted(stack.variants)])
+            raise ConfigError(f"invalid kubernetes.resources.{owner}: not a variant: use one of {allowed}")
+
+
+def _merge(key: str, *layers: Resources) -> dict[str, dict[str, str]]:
+    merged: dict[str, dict[str, str]] = {}
+    for layer in layers:
+        for kind, values in layer.items():
+            merged.setdefault(kind, {}).update(values)
+    for name, amount in merged.get("requests", {}).items():
+        limit = merged.get("limits", {}).get(name)
+        if limit is not None and quantity_value(amount) > quantity_value(limit):
+            raise ConfigError(
+                f"invalid kubernetes.resources.{key}.limits.{name} = {limit!r}: below the request "
+                f"{amount!r} (set requests.{name} too, at most the limit)"
+            )
+    return {kind: values for kind, values in merged.items() if values}
+
+
+def server_resources(stack: Stack, variant: Variant, gpus: int | None) -> dict[str, Any]:
+    """The vLLM container's resources: defaults, then `server`, then the variant's own."""
+    table = stack.kubernetes.resources
+    merged: dict[str, Any] = _merge(
+        variant.name if variant.name in table else "server",
+        server_defaults(stack, variant),
+        table.get("server", {}),
+        table.get(variant.name, {}),
+    )
+    if gpus is not None:
+        # One GPU per tensor-parallel rank; the device plugin picks which (GPU_DEVICES is not used).
+        merged.setdefault("limits", {})["nvidia.com/gpu"] = gpus
+    return merged
+
+
+def gateway_resources(stack: Stack) -> dict[str, Any]:
+    return _merge("gateway", GATEWAY_DEFAULTS, stack.kubernetes.resources.get("gateway", {}))
+
+
+def common_pod_fields(stack: Stack) -> dict[str, Any]:
+    """Fields every pod of the stack gets: service account, priority, pull secrets."""
+    kube = stack.kubernetes
+    fields: dict[str, Any] = {"automountServiceAccountToken": False}
+    if kube.service_account:
+        fields["serviceAccountName"] = kube.service_account
+    if kube.priority_class:
+        fields["priorityClassName"] = kube.priority_class
+    if kube.image_pull_secrets:
+        fields["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
+    return fields
+
+
+def gpu_pod_fields(stack: Stack) -> dict[str, Any]:
+    """Scheduling on the GPU node pool: node selector, tolerations, runtime class."""
+    kube = stack.kubernetes
+    fields: dict[str, Any] = {}
+    if kube.node_selector:
+        fields["nodeSelector"] = dict(kube.node_selector)
+    if kube.tolerations:
+        fields["tolerations"] = [dict(t) for t in kube.tolerations]
+    if kube.runtime_class:
+        fields["runtimeClassName"] = kube.runtime_class
+    return fields

@@ -1,0 +1,277 @@
+"""The zero-failure switch on Kubernetes, against the recording kubectl and a real gateway:
+streams in flight finish and new requests wait during the rollout; a failed or interrupted
+rollout is undone under the same hold; two `up --target kubernetes` take turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from composer.gateway.client import GatewayControl
+from tests.conftest import free_port
+from tests.gateway.fakes import GatewayThread, LocalExec, ThreadServer
+
+from .conftest import KEY, SERVED, Standin
+
+UP = ("--target", "kubernetes", "--timeout", "60")
+
+
+@dataclass
+class Seen:
+    """What the backend (the vLLM pod) saw, by prompt: arrival and finish times."""
+
+    arrived: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
+    release: threading.Event = field(default_factory=threading.Event)
+
+
+def _app(seen: Seen) -> Starlette:
+    def authorised(request: Request) -> bool:
+        return request.headers.get("authorization") == f"Bearer {KEY}"
+
+    async def health(_: Request) -> Response:
+        return Response(status_code=200)
+
+    async def models(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, 401)
+        return JSONResponse({"object": "list", "data": [{"id": SERVED, "object": "model"}]})
+
+    async def completions(request: Request) -> Response:
+        if not authorised(request):
+            return JSONResponse({"error": "Unauthorized"}, 401)
+        body = await request.json()
+        prompt = str(body.get("prompt"))
+        seen.arrived.setdefault(prompt, time.time())
+        if not body.get("stream"):
+            seen.finished[prompt] = time.time()
+            return JSONResponse({"choices": [{"index": 0, "text": " ok"}]})
+
+        async def stream():
+            for index in range(5):
+                yield f'data: {{"choices": [{{"index": 0, "text": "{index}"}}]}}\n\n'.encode()
+                while body.get("hold") and not seen.release.is_set():
+                    await asyncio.sleep(0.01)
+            seen.finished[prompt] = time.time()
+            yield b"data: [DONE]\n\n"
+
+        return StreamingResponse(stream(), media_type="text/event-stream")
+
+    return Starlette(
+        routes=[
+            Route("/health", health),
+            Route("/v1/models", models),
+            Route("/v1/completions", completions, methods=["POST"]),
+        ]
+    )
+
+
+@pytest.fixture
+def seen() -> Seen:
+    return Seen()
+
+
+@pytest.fixture
+def gateway(seen: Seen) -> Iterator[GatewayThread]:
+    """A real gateway in front of a backend that records what reached it and when."""
+    backend = ThreadServer(_app(seen), free_port()).start()
+    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY).start()
+    server.wait(lambda g: g.upstream.ready, timeout=30)
+    yield server
+    seen.release.set()
+    server.stop()
+    backend.stop()
+
+
+def _wait(predicate, timeout: float = 60.0, what: str = "a condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _serve_baseline(standin: Standin, run_cli, gateway: GatewayThread, *flags: str, **scenario) -> None:
+    standin.scenario(backends={v: f"127.0.0.1:{gateway.port}" for v in ("baseline", "mtp")}, **scenario)
+    done = run_cli(*flags, "up", "baseline", *UP)
+    assert done.returncode == 0, done.stderr
+    standin.forget_calls()
+
+
+def _state(gateway: GatewayThread):  # type: ignore[no-untyped-def]
+    return GatewayControl(LocalExec(gateway.config.control_socket)).state()
+
+
+def _holds(gateway: GatewayThread) -> int:
+    return len(_state(gateway).holds)
+
+
+def _call_time(standin: Standin, command: str) -> float:
+    return next(
+        c["t"] for c, name in zip(standin.calls(), standin.commands(), strict=True) if name == command
+    )
+
+
+def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
+    standin: Standin, run_cli, gateway: GatewayThread, seen: Seen
+) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    headers = {"Authorization": f"Bearer {KEY}"}
+    chunks: list[str] = []
+    late: list[httpx.Response] = []
+
+    def stream() -> None:
+        body = {"model": SERVED, "prompt": "in-flight", "stream": True, "hold": True}
+        with (
+            httpx.Client(timeout=120, trust_env=False) as http,
+            http.stream("POST", f"{gateway.url}/v1/completions", json=body, headers=headers) as response,
+        ):
+            chunks.extend(line for line in response.iter_lines() if line)
+
+    def request_late() -> None:
+        with httpx.Client(timeout=120, trust_env=False) as http:
+            body = {"model": SERVED, "prompt": "late"}
+            late.append(http.post(f"{gateway.url}/v1/completions", json=body, headers=headers))
+
+    streamer = threading.Thread(target=stream)
+    streamer.start()
+    _wait(lambda: "in-flight" in seen.arrived, what="the stream to reach the backend")
+    up = run_cli("up", "mtp", *UP, "--json", popen=True)
+    try:
+        _wait(lambda: _holds(gateway) == 1, what="the drain's hold")
+        latecomer = threading.Thread(target=request_late)
+        latecomer.start()
+        _wait(lambda: _state(gateway).held == 1, what="the new request to be held")
+        # The drain waits for the stream: nothing is applied yet, and the new request waits.
+        assert "apply --kustomize" not in standin.commands()
+        assert "late" not in seen.arrived
+        seen.release.set()
+        out, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 0, err
+    streamer.join(30)
+    latecomer.join(30)
+    assert chunks[-1] == "data: [DONE]" and len(chunks) == 6  # the stream was not cut
+    assert late and late[0].status_code == 200
+    applied = _call_time(standin, "apply --kustomize")
+    assert seen.finished["in-flight"] < applied < seen.arrived["late"]
+    assert json.loads(out)["drained"] == {"finished": 1, "cut": 0}
+    commands = standin.commands()
+    order = ["exec drain", "apply --kustomize", "rollout status", "port-forward service/vllm", "exec release"]
+    assert [c for c in commands if c in order] == order
+    assert _holds(gateway) == 0
+    assert KEY not in out + err
+
+
+def test_a_failed_rollout_is_undone_under_the_hold(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    standin.scenario(backends={"baseline": f"127.0.0.1:{gateway.port}"}, rollout={"mtp": "fail"})
+    done = run_cli("up", "mtp", *UP)
+    assert done.returncode == 1 and "rolled back to baseline" in done.stderr
+    commands = standin.commands()
+    drained, released = commands.index("exec drain"), commands.index("exec release")
+    undo = commands.index("rollout undo")
+    assert drained < commands.index("apply --kustomize") < undo < released
+    assert commands[undo:released] == ["rollout undo", "rollout status", "port-forward service/vllm"]
+    assert released == len(commands) - 1 and standin.serving() == "baseline" and _holds(gateway) == 0
+
+
+def test_a_refused_apply_changes_nothing_and_undoes_nothing(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    standin.scenario(backends={"baseline": f"127.0.0.1:{gateway.port}"}, fail_apply=True)
+    done = run_cli("up", "mtp", *UP)
+    assert done.returncode == 1 and "admission webhook denied" in done.stderr
+    assert "nothing was changed" in done.stderr
+    commands = standin.commands()
+    assert "rollout undo" not in commands and commands[-1] == "exec release"
+    assert standin.serving() == "baseline" and _holds(gateway) == 0
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
+    standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals
+) -> None:
+    _serve_baseline(standin, run_cli, gateway, rollout={"mtp": "hang"})
+    up = run_cli("up", "mtp", *UP, popen=True)
+    try:
+        _wait(lambda: "rollout status" in standin.commands(), what="kubectl rollout status")
+        time.sleep(0.5)
+        up.send_signal(sig)
+        _, err = up.communicate(timeout=120)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 130, err
+    assert "interrupted" in err and "rolled back to baseline" in err and "Traceback" not in err
+    commands = standin.commands()
+    tail = commands[commands.index("rollout status") :]
+    assert tail == [
+        "rollout status",
+        "logs deployment/vllm",
+        "rollout undo",
+        "rollout status",
+        "port-forward service/vllm",
+        "exec release",
+    ]
+    assert standin.serving() == "baseline" and _holds(gateway) == 0
+
+
+def test_a_second_up_waits_for_the_first(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+    project = f"kl{secrets.token_hex(4)}"
+    flags = ("--set", f"stack.project={project}")
+    _serve_baseline(standin, run_cli, gateway, *flags, rollout={"mtp": "slow:3"})
+    first = run_cli(*flags, "up", "mtp", *UP, popen=True)
+    second = None
+    try:
+        _wait(lambda: "rollout status" in standin.commands(), what="the first rollout")
+        second = run_cli(*flags, "up", "baseline", *UP, popen=True)
+        _, first_err = first.communicate(timeout=120)
+        _, second_err = second.communicate(timeout=120)
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+    assert first.returncode == 0, first_err
+    assert second.returncode == 0, second_err
+    assert f"waiting for another swap of project {project!r}" in second_err
+    calls = standin.calls()
+    first_calls = [c["t"] for c in calls if c["pid"] == first.pid]
+    second_calls = [c["t"] for c in calls if c["pid"] == second.pid]
+    assert first_calls and second_calls and max(first_calls) < min(second_calls)
+    assert standin.serving() == "baseline"
+
+
+def test_a_changed_gateway_is_rolled_first_and_the_hold_stays_on_its_new_pod(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    _serve_baseline(standin, run_cli, gateway)
+    done = run_cli("--set", "gateway.hold_timeout=120", "up", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    assert "the gateway itself changes: rolling it first" in done.stderr
+    commands = standin.commands()
+    first = commands.index("apply --filename")
+    assert commands[first : first + 2] == ["apply --filename", "rollout status"]
+    assert standin.calls()[first + 1]["argv"][2] == "deployment/vllm-gateway"
+    assert first < commands.index("exec drain") < commands.index("apply --kustomize")
+    # every control call went to the new gateway pod, not the one still terminating
+    state = standin.state()
+    labels = state["objects"]["deployment.apps/vllm-gateway"]["spec"]["template"]["metadata"]["labels"]
+    new_pod = f"pod/vllm-gateway-{labels['vllm-composer.config-hash'][:10]}-q7x2k"
+    assert set((standin.home / "exec-pods.log").read_text().split()) == {new_pod}
+    assert _holds(gateway) == 0
