@@ -5,11 +5,14 @@ Owns: the one Docker client factory and the one entry point to the `docker compo
 container (`variant_container`); the readiness probe (`health`)
 and the gate that watches a starting container as well as its API (`gate`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
-their fixes (`diagnose`). May import: `composer.stack`, `composer.render`,
+their fixes (`diagnose`); the named retry and poll policies every wait uses, on tenacity
+(`retry`). May import: `composer.stack`, `composer.render`,
 `composer.gateway` (its standard-library control client), `composer.errors`,
 `composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
-`watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`.
+`watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `Pending` and the
+policies `until`, `within`, `watch`, `readiness`, `removal`, `control_ready`, `following`,
+`renewal`, `reopen`.
 """
 
 from composer._exports import lazy_exports
@@ -22,6 +25,18 @@ __all__, __getattr__ = lazy_exports(
         "diagnose": ["explain", "hints"],
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
+        "retry": [
+            "Pending",
+            "control_ready",
+            "following",
+            "readiness",
+            "removal",
+            "renewal",
+            "reopen",
+            "until",
+            "watch",
+            "within",
+        ],
         "variant_container": ["VariantContainer"],
     },
 )
