@@ -26,7 +26,7 @@ from tenacity import (
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
-REMOVAL_INTERVAL_S = 0.2
+REMOVAL_INTERVAL_S = 0.1
 """How often a container being removed is looked up again."""
 CONTROL_READY_INTERVAL_S = 0.2
 """How often a starting gateway's control channel is asked again."""
