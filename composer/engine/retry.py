@@ -30,10 +30,22 @@ REMOVAL_INTERVAL_S = 0.1
 """How often a container being removed is looked up again."""
 CONTROL_READY_INTERVAL_S = 0.2
 """How often a starting gateway's control channel is asked again."""
+GPU_RELEASE_INTERVAL_S = 0.1
+"""How often the GPUs are probed while a stopped container's memory is released."""
+HOLD_RENEWAL_SHARE = 4
+"""A hold's lease is renewed this many times per lease."""
 
 
 class Pending(Exception):
-    """The polled condition does not hold yet: try again after the interval."""
+    """The polled condition does not hold yet: try again after the interval.
+
+    `result` is what the wait gives back when its deadline passes on this attempt (for a
+    wait that ends with an outcome rather than an error).
+    """
+
+    def __init__(self, detail: str, result: object = None) -> None:
+        super().__init__(detail)
+        self.result = result
 
 
 def _stop_at(deadline: float | None, clock: Clock):
@@ -53,14 +65,22 @@ def until(
     retry_on: tuple[type[BaseException], ...] = (Pending,),
     clock: Clock = time.monotonic,
     sleep: Sleep = time.sleep,
+    on_wait: Callable[[BaseException], None] | None = None,
 ) -> Retrying:
     """Retry while the step raises one of `retry_on`, every `interval` s, until `clock()`
-    reaches `deadline` (None: no deadline); then the last error is raised again."""
+    reaches `deadline` (None: no deadline); then the last error is raised again.
+    `on_wait` gets each error that is retried, just before the sleep (not the last one)."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_wait is not None and state.outcome is not None:
+            on_wait(state.outcome.exception())
+
     return Retrying(
         retry=retry_if_exception_type(retry_on),
         wait=wait_fixed(interval) if interval > 0 else wait_none(),
         stop=_stop_at(deadline, clock),
         sleep=sleep,
+        before_sleep=before_sleep,
         reraise=True,
     )
 
@@ -72,9 +92,11 @@ def within(
     retry_on: tuple[type[BaseException], ...] = (Pending,),
     clock: Clock = time.monotonic,
     sleep: Sleep = time.sleep,
+    on_wait: Callable[[BaseException], None] | None = None,
 ) -> Retrying:
     """`until` a deadline `timeout` s from now."""
-    return until(clock() + timeout, interval, retry_on=retry_on, clock=clock, sleep=sleep)
+    deadline = clock() + timeout
+    return until(deadline, interval, retry_on=retry_on, clock=clock, sleep=sleep, on_wait=on_wait)
 
 
 def watch(
@@ -100,6 +122,13 @@ def readiness(deadline: float, interval: float) -> Retrying:
 def removal(timeout: float) -> Retrying:
     """A container Docker is removing: looked up every REMOVAL_INTERVAL_S for `timeout` s."""
     return within(timeout, REMOVAL_INTERVAL_S)
+
+
+def gpu_release(
+    timeout: float, *, clock: Clock, sleep: Sleep, on_wait: Callable[[BaseException], None]
+) -> Retrying:
+    """A stopped container's GPU memory: probed every GPU_RELEASE_INTERVAL_S for `timeout` s."""
+    return within(timeout, GPU_RELEASE_INTERVAL_S, clock=clock, sleep=sleep, on_wait=on_wait)
 
 
 def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
