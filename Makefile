@@ -6,8 +6,11 @@ BIN := $(VENV)/bin
 ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
+# The fast tier: every test that needs no Docker engine and no image (most of its time is
+# waiting, so 4 workers help even on 2 cores).
+CHECK_WORKERS ?= 4
 
-.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render check test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -61,6 +64,14 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
+# Lint and every test that needs no Docker engine and no image build
+# (minutes; benchmarks/bench_check.py times it). No daemon, no image, no root needed.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check composer tests benchmarks images/sim/src
+	$(BIN)/pytest -m "not docker" -n $(CHECK_WORKERS) -p no:cacheprovider $(PYTEST_ARGS)
+
+# The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
 test: install tools docker image-sim image-gateway image-vllm-cpu
 	$(BIN)/pytest $(PYTEST_ARGS)
 
