@@ -86,8 +86,11 @@ bench: install docker image-sim image-gateway
 	$(BIN)/python benchmarks/bench_trace.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
+# ENV_FILE picks the env file (default .env.demo here); its VLLM_PORT and
+# COMPOSE_PROJECT_NAME choose the port and the project: `make demo ENV_FILE=.env.mydemo`.
+DEMO_ENV_FILE = $(if $(filter command line environment environment override,$(origin ENV_FILE)),$(ENV_FILE),.env.demo)
 demo: install docker image-sim
-	bash images/sim/demo.sh $(BIN)/compose-spec
+	bash images/sim/demo.sh $(BIN)/compose-spec $(DEMO_ENV_FILE)
 
 lint: install
 	$(BIN)/ruff check .
