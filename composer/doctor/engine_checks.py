@@ -10,6 +10,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from composer.doctor.preflight import Finding, check_image
+from composer.engine import fixes
 from composer.errors import DockerUnavailable
 from composer.stack.model import Stack, Variant
 
@@ -33,7 +34,7 @@ def engine_finding(version: str) -> Finding:
             "docker-engine",
             "warn",
             f"Docker Engine {version} at {where} predates GPU support (--gpus, 19.03)",
-            "upgrade Docker Engine (make docker)",
+            fixes.install_docker("a newer Docker Engine"),
         )
     return Finding("docker-engine", "ok", f"Docker Engine {version} at {where}")
 
@@ -48,7 +49,7 @@ def check_engine(
         client = client_factory()
         version = str(client.version().get("Version", "?"))
     except (DockerUnavailable, DockerException) as err:
-        return Finding("docker-engine", "fail", str(err), "start dockerd (make docker)"), None
+        return Finding("docker-engine", "fail", str(err), fixes.start_docker()), None
     return engine_finding(version), client
 
 
@@ -57,13 +58,13 @@ def check_compose(compose_version: Callable[[], str]) -> Finding:
     try:
         version = compose_version()
     except DockerUnavailable as err:
-        return Finding("compose-plugin", "fail", str(err), "install the Compose v2 plugin (make docker)")
+        return Finding("compose-plugin", "fail", str(err), fixes.install_docker("the Compose v2 plugin"))
     if _version_tuple(version) < (2, 0):
         return Finding(
             "compose-plugin",
             "warn",
             f"Compose {version} is older than v2",
-            "install the Compose v2 plugin (make docker)",
+            fixes.install_docker("the Compose v2 plugin"),
         )
     return Finding("compose-plugin", "ok", f"Compose {version}")
 
@@ -102,7 +103,7 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
     if not stack.gateway.enabled:
         return None
     found = check_image(client, stack.gateway.image)
-    fix = found.fix.replace("make image-sim for the simulator", "make image-gateway for the gateway")
+    fix = f"build or load it first ({fixes.build_image(stack.gateway.image)})" if found.fix else ""
     return replace(found, name="gateway-image", fix=fix)
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer import labels
+from composer.engine import fixes
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -99,8 +100,8 @@ def check_image(client: docker.DockerClient, image: str) -> Finding:
             "image",
             "fail",
             f"image {image} is not present locally (images are never pulled)",
-            f"build or load it first (make image-sim for the simulator, make image-dflash2 for the overlay, "
-            f"or docker pull {image} on a connected host)",
+            f"build or load it first ({fixes.build_image(image)}; "
+            f"an overlay image: {fixes.build_overlay('RECIPE')})",
         )
     return Finding("image", "ok", f"image {image} is present ({found.short_id})")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from composer.engine import fixes
 from composer.errors import ComposerError, DockerUnavailable, UsageError
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ def docker_client(timeout: int = 120) -> docker.DockerClient:
         client.ping()
     except DockerException as err:
         raise DockerUnavailable(
-            f"cannot reach the Docker engine ({endpoint.describe()}): {err}; start dockerd (make docker)"
+            f"cannot reach the Docker engine ({endpoint.describe()}): {err}; {fixes.start_docker()}"
         ) from err
     return client
 
@@ -157,7 +158,7 @@ def docker_binary() -> str:
     """Path of the docker CLI, or DockerUnavailable."""
     found = shutil.which("docker")
     if not found:
-        raise DockerUnavailable("the docker CLI is not on PATH: install it (make docker)")
+        raise DockerUnavailable(f"the docker CLI is not on PATH: {fixes.install_docker('the docker CLI')}")
     return found
 
 
@@ -175,7 +176,8 @@ def compose_version() -> str:
         raise DockerUnavailable("`docker compose version` did not answer within 30 s") from err
     if done.returncode != 0:
         raise DockerUnavailable(
-            "the Compose v2 plugin is missing (`docker compose` failed): install it (make docker)"
+            "the Compose v2 plugin is missing (`docker compose` failed): "
+            + fixes.install_docker("the Compose v2 plugin")
         )
     return done.stdout.strip()
 

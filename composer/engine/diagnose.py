@@ -69,7 +69,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "unknown-speculative-method",
         r"validation error for SpeculativeConfig[\s\S]*?literal_error",
         "This vLLM image does not know the speculative method (an older image, or the overlay is missing).",
-        "pick a method the image supports, or build the overlay image (make image-dflash2)",
+        "pick a method the image supports, or build the overlay image (compose-spec build dflash2)",
     ),
     Signature(
         "invalid-speculative-config",
