@@ -6,7 +6,8 @@ container (`variant_container`); the readiness probe (`health`)
 and the gate that watches a starting container as well as its API (`gate`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`); the named retry and poll policies every wait uses, on tenacity
-(`retry`). May import: `composer.stack`, `composer.render`,
+(`retry`); the commands a fix names, `make` only from the checkout (`fixes`).
+May import: `composer.stack`, `composer.render`,
 `composer.gateway` (its standard-library control client), `composer.errors`,
 `composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
