@@ -16,6 +16,9 @@ from composer.engine.bootlog import kv_cache_tokens
 from .conftest import MODELS
 from .simproc import SimProcess, metric, run_sim
 
+# Real-time checks of the timing model: make check runs them alone, after the parallel pass.
+pytestmark = pytest.mark.timing
+
 KEY = "test-key"
 TARGET = str(MODELS / "Qwen3.8-27B")
 DRAFT = str(MODELS / "Qwen3.8-27B-DFlash2")
