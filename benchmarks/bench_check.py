@@ -5,8 +5,8 @@ fast tier run serially beside it as the baseline: the ratio says what the parall
 The fast tier is every test that needs no Docker engine and no image build
 (`pytest -m "not docker"`): make check runs it in parallel, except the real-time checks
 of the simulator's timing (`timing`), which run alone after it. Target: the whole check
-under 180 s on the 2-core reference machine. The daemon is hidden (DOCKER_HOST points at a missing socket) so a test that needs
-it fails here. Not collected by pytest (bench_*.py). Usage:
+under 180 s on the 2-core reference machine. The daemon is hidden (DOCKER_HOST points at
+a missing socket), so a test that needs it fails here. Not collected by pytest (bench_*.py). Usage:
 
     python benchmarks/bench_check.py [--workers 4] [--no-baseline] [--json]
 """
