@@ -104,6 +104,8 @@ def wait_ready(
 
 def watch_settled(container: VariantContainer, target: GateTarget, seconds: float, interval: float) -> None:
     """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
+    if seconds <= 0:
+        return
 
     def attempt(client: httpx.Client) -> None:
         exited = container.exit_reason()
