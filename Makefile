@@ -6,8 +6,13 @@ BIN := $(VENV)/bin
 ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
+# The fast tier: every test that needs no Docker engine and no image (most of its time is
+# waiting, so 4 workers help even on 2 cores).
+CHECK_WORKERS ?= 4
+# The documentation site (mkdocs.yml, docs/), built strict by check and test.
+MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
-.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render check test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -18,7 +23,7 @@ $(VENV)/.installed: pyproject.toml
 	  rm -rf $(VENV); echo "installing: python3-venv"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
 	  $(PYTHON) -m venv $(VENV); }
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,docs]'
 	touch $@
 
 docker:
@@ -65,7 +70,18 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
+# Lint, the docs build and every test that needs no Docker engine and no image build
+# (minutes; benchmarks/bench_check.py times it). No daemon, no image, no root needed.
+check: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
+	$(MKDOCS) build --strict --quiet --site-dir .composer/site
+	$(BIN)/pytest -m "not docker and not timing" -n $(CHECK_WORKERS) -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
+
+# The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
 test: install tools docker image-sim image-gateway image-vllm-cpu
+	$(MKDOCS) build --strict --quiet --site-dir .composer/site
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
@@ -79,12 +95,15 @@ bench: install docker image-sim image-gateway
 	$(BIN)/python benchmarks/bench_trace.py
 
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
+# ENV_FILE picks the env file (default .env.demo here); its VLLM_PORT and
+# COMPOSE_PROJECT_NAME choose the port and the project: `make demo ENV_FILE=.env.mydemo`.
+DEMO_ENV_FILE = $(if $(filter command line environment environment override,$(origin ENV_FILE)),$(ENV_FILE),.env.demo)
 demo: install docker image-sim
-	bash images/sim/demo.sh $(BIN)/compose-spec
+	bash images/sim/demo.sh $(BIN)/compose-spec $(DEMO_ENV_FILE)
 
 lint: install
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check composer tests benchmarks images/sim/src
+	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 
 clean:
 	rm -rf $(VENV) .composer .pytest_cache

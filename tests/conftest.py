@@ -48,10 +48,27 @@ def docker_client():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Every test marked `docker` gets the docker_client fixture, so it cannot skip in CI."""
+    """The tiers: `pytest -m "not docker"` (make check) runs every test that needs no Docker
+    engine and no image; `pytest` (make test) runs them all.
+
+    Every test marked `docker` gets the docker_client fixture, so it cannot skip in CI; a
+    test that reaches the daemon (docker_client, directly or through another fixture) or
+    runs real vLLM (`vllm_cpu`) without the `docker` marker is a collection error, so the
+    fast tier never needs the daemon.
+    """
+    unmarked = []
     for item in items:
-        if item.get_closest_marker("docker") and "docker_client" not in getattr(item, "fixturenames", []):
-            item.fixturenames.append("docker_client")  # type: ignore[attr-defined]
+        fixtures = getattr(item, "fixturenames", [])
+        if item.get_closest_marker("docker"):
+            if "docker_client" not in fixtures:
+                item.fixturenames.append("docker_client")  # type: ignore[attr-defined]
+        elif "docker_client" in fixtures or item.get_closest_marker("vllm_cpu"):
+            unmarked.append(item.nodeid)
+    if unmarked:
+        listed = "\n  ".join(unmarked)
+        raise pytest.UsageError(
+            f"these tests need the Docker engine but are not marked @pytest.mark.docker:\n  {listed}"
+        )
 
 
 def free_port(ports: tuple[int, int] | None = None) -> int:

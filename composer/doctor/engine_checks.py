@@ -10,9 +10,9 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from composer.doctor.preflight import Finding, check_image
+from composer.engine import fixes
 from composer.errors import DockerUnavailable
 from composer.stack.model import Stack, Variant
-from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -20,15 +20,6 @@ if TYPE_CHECKING:
 MIN_ENGINE = (19, 3)  # first engine with --gpus and compose device reservations
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
-
-START_ENGINE = fix_command(
-    "start dockerd (make docker)", "start the Docker engine (sudo systemctl start docker)"
-)
-INSTALL_COMPOSE = fix_command(
-    "install the Compose v2 plugin (make docker)",
-    "install the Docker Compose v2 plugin (docker-compose-plugin)",
-)
-UPGRADE_ENGINE = fix_command("upgrade Docker Engine (make docker)", "upgrade Docker Engine to 19.03 or later")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -43,7 +34,7 @@ def engine_finding(version: str) -> Finding:
             "docker-engine",
             "warn",
             f"Docker Engine {version} at {where} predates GPU support (--gpus, 19.03)",
-            UPGRADE_ENGINE,
+            fixes.install_docker("a newer Docker Engine"),
         )
     return Finding("docker-engine", "ok", f"Docker Engine {version} at {where}")
 
@@ -58,12 +49,7 @@ def check_engine(
         client = client_factory()
         version = str(client.version().get("Version", "?"))
     except (DockerUnavailable, DockerException) as err:
-        return Finding(
-            "docker-engine",
-            "fail",
-            str(err),
-            START_ENGINE,
-        ), None
+        return Finding("docker-engine", "fail", str(err), fixes.start_docker()), None
     return engine_finding(version), client
 
 
@@ -72,18 +58,13 @@ def check_compose(compose_version: Callable[[], str]) -> Finding:
     try:
         version = compose_version()
     except DockerUnavailable as err:
-        return Finding(
-            "compose-plugin",
-            "fail",
-            str(err),
-            INSTALL_COMPOSE,
-        )
+        return Finding("compose-plugin", "fail", str(err), fixes.install_docker("the Compose v2 plugin"))
     if _version_tuple(version) < (2, 0):
         return Finding(
             "compose-plugin",
             "warn",
             f"Compose {version} is older than v2",
-            INSTALL_COMPOSE,
+            fixes.install_docker("the Compose v2 plugin"),
         )
     return Finding("compose-plugin", "ok", f"Compose {version}")
 
@@ -122,7 +103,7 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
     if not stack.gateway.enabled:
         return None
     found = check_image(client, stack.gateway.image)
-    fix = found.fix.replace("make image-sim for the simulator", "make image-gateway for the gateway")
+    fix = f"build or load it first ({fixes.build_image(stack.gateway.image)})" if found.fix else ""
     return replace(found, name="gateway-image", fix=fix)
 
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.doctor.preflight import Finding
+from composer.engine import fixes
 from composer.errors import ComposerError
 from composer.stack.model import Stack, Variant
-from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -37,12 +37,9 @@ def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> R
     return None
 
 
-def make_target(recipe_name: str, env_file: Path | None) -> str:
-    """The make command that rebuilds a recipe with the env file in use."""
-    named = env_file is not None and env_file.name != ".env"
-    extra = f" ENV_FILE={env_file}" if named else ""
-    installed = f"compose-spec build {recipe_name}" + (f" --env-file {env_file}" if named else "")
-    return fix_command(f"make image-{recipe_name}{extra}", installed)
+def rebuild_command(recipe_name: str, env_file: Path | None) -> str:
+    """The command that rebuilds a recipe with the env file in use."""
+    return fixes.build_overlay(recipe_name, env_file)
 
 
 def check_overlay_current(
@@ -72,7 +69,7 @@ def check_overlay_current(
     built, base = local_image(client, image), local_image(client, recipe.base)
     if built is None:
         return None  # the image check already fails
-    rebuild = make_target(recipe.name, env_file)
+    rebuild = rebuild_command(recipe.name, env_file)
     labels = built.labels or {}
     if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
         return Finding(

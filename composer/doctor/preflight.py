@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer import labels
+from composer.engine import fixes
 from composer.stack.model import Stack
-from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -71,12 +71,8 @@ def check_image(client: docker.DockerClient, image: str) -> Finding:
             "image",
             "fail",
             f"image {image} is not present locally (images are never pulled)",
-            fix_command(
-                "build or load it first (make image-sim for the simulator, make image-dflash2 for the "
-                f"overlay, or docker pull {image} on a connected host)",
-                "build or load it first (compose-spec build RECIPE for an overlay image, "
-                f"or docker pull {image} on a connected host)",
-            ),
+            f"build or load it first ({fixes.build_image(image)}; "
+            f"an overlay image: {fixes.build_overlay('RECIPE')})",
         )
     return Finding("image", "ok", f"image {image} is present ({found.short_id})")
 

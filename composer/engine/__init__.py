@@ -7,12 +7,16 @@ and the gate that watches a starting container as well as its API (`gate`); the 
 probed end to end through its published host port (`published_port`); boot stages
 and the KV cache size read from vLLM's log (`bootlog`); known failure signatures with
 their fixes (`diagnose`); the images a stack would run, present or not, with their
-versions (`images`). May import: `composer.stack`, `composer.render`,
+versions (`images`); the named retry and poll policies every wait uses, on tenacity
+(`retry`); the commands a fix names, `make` only from the checkout (`fixes`).
+May import: `composer.stack`, `composer.render`,
 `composer.gateway` (its standard-library control client), `composer.errors`,
 `composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
 `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `ImageFacts`,
-`stack_images`, `probe_published`, `PublishedPort`.
+`stack_images`, `probe_published`, `PublishedPort`, `Pending` and the
+policies `until`, `within`, `watch`, `readiness`, `removal`, `control_ready`, `following`,
+`renewal`, `reopen`.
 """
 
 from composer._exports import lazy_exports
@@ -27,6 +31,18 @@ __all__, __getattr__ = lazy_exports(
         "health": ["Readiness", "probe"],
         "images": ["ImageFacts", "stack_images"],
         "published_port": ["PublishedPort", "probe_published"],
+        "retry": [
+            "Pending",
+            "control_ready",
+            "following",
+            "readiness",
+            "removal",
+            "renewal",
+            "reopen",
+            "until",
+            "watch",
+            "within",
+        ],
         "variant_container": ["VariantContainer"],
     },
 )

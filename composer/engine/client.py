@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from composer.engine import fixes
 from composer.errors import ComposerError, DockerUnavailable, UsageError
-from composer.stack.starter import fix_command
 
 if TYPE_CHECKING:
     import docker
@@ -162,9 +162,7 @@ def docker_client(timeout: int = 120) -> docker.DockerClient:
     except DockerException as err:
         raise DockerUnavailable(
             f"cannot reach the Docker engine ({endpoint.describe()}): {unreachable_reason(err)}; "
-            + fix_command(
-                "start dockerd (make docker)", "start the Docker engine (sudo systemctl start docker)"
-            )
+            + fixes.start_docker()
         ) from err
     return client
 
@@ -179,7 +177,7 @@ def docker_binary() -> str:
     """Path of the docker CLI, or DockerUnavailable."""
     found = shutil.which("docker")
     if not found:
-        raise DockerUnavailable("the docker CLI is not on PATH: install it (make docker)")
+        raise DockerUnavailable(f"the docker CLI is not on PATH: {fixes.install_docker('the docker CLI')}")
     return found
 
 
@@ -197,7 +195,8 @@ def compose_version() -> str:
         raise DockerUnavailable("`docker compose version` did not answer within 30 s") from err
     if done.returncode != 0:
         raise DockerUnavailable(
-            "the Compose v2 plugin is missing (`docker compose` failed): install it (make docker)"
+            "the Compose v2 plugin is missing (`docker compose` failed): "
+            + fixes.install_docker("the Compose v2 plugin")
         )
     return done.stdout.strip()
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from composer.stack.starter import fix_command
-
 
 @dataclass(frozen=True)
 class Signature:
@@ -71,8 +69,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "unknown-speculative-method",
         r"validation error for SpeculativeConfig[\s\S]*?literal_error",
         "This vLLM image does not know the speculative method (an older image, or the overlay is missing).",
-        "pick a method the image supports, or build the overlay image "
-        + fix_command("(make image-dflash2)", "(compose-spec build dflash2)"),
+        "pick a method the image supports, or build the overlay image (compose-spec build dflash2)",
     ),
     Signature(
         "invalid-speculative-config",

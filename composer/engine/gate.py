@@ -9,8 +9,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
-from composer.engine import bootlog, diagnose
+from composer.engine import bootlog, diagnose, retry
 from composer.engine.health import Readiness, base_url, probe
+from composer.engine.retry import Pending
 from composer.errors import HealthCheckFailed
 
 if TYPE_CHECKING:
@@ -75,45 +76,48 @@ def wait_ready(
 ) -> str:
     """Poll until ready; fail at once when the container exits. Returns the container log."""
     started = time.monotonic()
-    last_log_read = 0.0
-    log = ""
-    stage = "starting container"
+    seen = {"log_read": 0.0, "stage": "starting container"}
+
+    def attempt(client: httpx.Client) -> str:
+        exited = container.exit_reason()
+        if exited:
+            raise _failure(exited, container.log())
+        state: Readiness = probe(client, target.url, target.served_name, target.api_key)
+        now = time.monotonic()
+        if state.ready:
+            return container.log()
+        if state.fatal:
+            raise _failure(state.detail, container.log())
+        if now - seen["log_read"] >= LOG_EVERY:
+            seen["log_read"] = now
+            seen["stage"] = bootlog.boot_stage(container.log())
+            waiting(f"{target.variant}: {seen['stage']} ({now - started:.1f}s)")
+        waited = f"not ready after {now - started:.0f}s"
+        raise Pending(f"{waited} (last stage: {seen['stage']}; {state.step}: {state.detail})")
+
     with _http(target) as client:
-        while True:
-            exited = container.exit_reason()
-            if exited:
-                raise _failure(exited, container.log())
-            state: Readiness = probe(client, target.url, target.served_name, target.api_key)
-            now = time.monotonic()
-            if state.ready:
-                return container.log()
-            if state.fatal:
-                raise _failure(state.detail, container.log())
-            if now - last_log_read >= LOG_EVERY:
-                log, last_log_read = container.log(), now
-                stage = bootlog.boot_stage(log)
-                waiting(f"{target.variant}: {stage} ({now - started:.1f}s)")
-            if now >= deadline:
-                waited = f"not ready after {now - started:.0f}s"
-                raise _failure(
-                    f"{waited} (last stage: {stage}; {state.step}: {state.detail})", container.log()
-                )
-            time.sleep(interval)
+        try:
+            return retry.readiness(deadline, interval)(attempt, client)
+        except Pending as timed_out:
+            raise _failure(str(timed_out), container.log()) from None
 
 
 def watch_settled(container: VariantContainer, target: GateTarget, seconds: float, interval: float) -> None:
     """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
-    end = time.monotonic() + seconds
+    if seconds <= 0:
+        return
+
+    def attempt(client: httpx.Client) -> None:
+        exited = container.exit_reason()
+        if not exited and _healthy(client, target):
+            raise Pending("settling")
+        if not exited:
+            time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
+            exited = container.exit_reason() or "/health stopped answering 200"
+        raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.log())
+
     with _http(target) as client:
-        while time.monotonic() < end:
-            exited = container.exit_reason()
-            if not exited and _healthy(client, target):
-                time.sleep(interval)
-                continue
-            if not exited:
-                time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
-                exited = container.exit_reason() or "/health stopped answering 200"
-            raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.log())
+        retry.watch(seconds, interval)(attempt, client)
 
 
 def _healthy(client: httpx.Client, target: GateTarget) -> bool:

@@ -7,11 +7,12 @@ its description from labels. Nothing else in the package calls these verbs direc
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from composer.engine import retry
+from composer.engine.retry import Pending
 from composer.errors import ComposerError
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 
 REMOVAL_WAIT = 30.0  # seconds a container being removed by Docker may take to disappear
-REMOVAL_POLL = 0.1
 
 
 def removal_in_progress(err: APIError) -> bool:
@@ -76,17 +76,19 @@ class VariantContainer:
         """Poll until Docker no longer knows the container; ComposerError after `timeout` s."""
         from docker.errors import NotFound
 
-        deadline = time.monotonic() + timeout
-        while True:
+        def attempt() -> None:
             try:
                 self.container.reload()
             except NotFound:
                 return
             except Exception as err:
                 raise ComposerError(f"could not stop {self.name}: {err}") from err
-            if time.monotonic() >= deadline:
-                raise ComposerError(f"{self.name} is still being removed after {timeout:.0f} s")
-            time.sleep(REMOVAL_POLL)
+            raise Pending(f"{self.name} is still being removed after {timeout:.0f} s")
+
+        try:
+            retry.removal(timeout)(attempt)
+        except Pending as still_there:
+            raise ComposerError(str(still_there)) from None
 
     def exit_reason(self) -> str | None:
         """Why the container stopped serving (exited, dead or restarted), or None while it runs."""

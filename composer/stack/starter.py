@@ -104,17 +104,3 @@ def _create_private(path: Path, data: bytes) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, ENV_MODE)
     with os.fdopen(fd, "wb") as handle:
         handle.write(data)
-
-
-def in_checkout() -> bool:
-    """True when running from a source checkout (its Makefile and images/ beside the package)."""
-    root = Path(__file__).resolve().parent.parent.parent
-    return (
-        (root / "Makefile").is_file() and (root / "images").is_dir() and (root / "pyproject.toml").is_file()
-    )
-
-
-def fix_command(checkout: str, installed: str) -> str:
-    """The fix a user can run: the checkout's make target there, else a command an installed
-    compose-spec (pip, pipx, uv) has."""
-    return checkout if in_checkout() else installed

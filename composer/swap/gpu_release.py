@@ -29,6 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from composer.engine import retry
+from composer.engine.retry import Pending
 from composer.errors import ComposerError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.stack.model import Stack, Variant
 
-INTERVAL = 0.1
+INTERVAL = retry.GPU_RELEASE_INTERVAL_S
 MIB = 1 << 20
 DROP_FLOOR = 256 * MIB
 STEADY = 64 * MIB
@@ -144,7 +146,8 @@ class ReleaseWait:
         if self.probe is None:
             return ReleaseOutcome("skipped", 0.0, self.skipped)
         last: dict[int, int] = {}
-        while True:
+
+        def attempt() -> ReleaseOutcome:
             try:
                 now = {
                     g.index: g for g in select_gpus(self.probe.gpus(), [str(b.index) for b in self.before])
@@ -153,7 +156,8 @@ class ReleaseWait:
                 return ReleaseOutcome("skipped", clock() - began, f"GPU probe failed ({err}): wait abandoned")
             released = {b.index for b in self.before if self._released(b, now.get(b.index), last)}
             fits = {b.index for b in self.before if self._fits(now.get(b.index))}
-            last = {i: g.used_bytes for i, g in now.items()}
+            last.clear()
+            last.update({i: g.used_bytes for i, g in now.items()})
             elapsed = clock() - began
             pending = [b for b in self.before if b.index not in released]
             if not pending:
@@ -166,15 +170,18 @@ class ReleaseWait:
                     f"the next variant's memory budget is free after {elapsed:.1f}s "
                     f"(the stopped container's memory is not released yet on GPU {gpus})",
                 )
-            if elapsed >= timeout:
-                held = "; ".join(self._describe(b, now.get(b.index)) for b in pending)
-                return ReleaseOutcome(
-                    "timeout",
-                    elapsed,
-                    f"GPU memory not released after {timeout:.0f}s ({held}); starting anyway",
-                )
-            waiting(f"waiting for the stopped container's GPU memory ({elapsed:.1f}s)")
-            sleep(INTERVAL)
+            held = "; ".join(self._describe(b, now.get(b.index)) for b in pending)
+            timed_out = ReleaseOutcome(
+                "timeout", elapsed, f"GPU memory not released after {timeout:.0f}s ({held}); starting anyway"
+            )
+            raise Pending(f"waiting for the stopped container's GPU memory ({elapsed:.1f}s)", timed_out)
+
+        try:
+            return retry.gpu_release(timeout, clock=clock, sleep=sleep, on_wait=lambda p: waiting(str(p)))(
+                attempt
+            )
+        except Pending as gave_up:
+            return gave_up.result  # type: ignore[return-value]
 
     def _released(self, before: GpuInfo, now: GpuInfo | None, last: Mapping[int, int]) -> bool:
         if now is None:

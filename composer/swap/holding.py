@@ -11,7 +11,6 @@ the previous one after a rollback.
 
 from __future__ import annotations
 
-import contextlib
 import secrets
 import threading
 import time
@@ -21,7 +20,9 @@ from typing import TYPE_CHECKING
 
 import httpx
 
+from composer.engine import retry
 from composer.engine.containers import gateway_container
+from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
 from composer.gateway.client import PROBE_HEADER, GatewayControl
 
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
     from composer.stack.model import Stack
 
 LEASE_S = 60.0
+RENEW_EVERY_S = LEASE_S / retry.HOLD_RENEWAL_SHARE
 READY_TIMEOUT_S = 30.0
+
+
 WARMUP_PROMPT = "Write one sentence about the weather."
 
 
@@ -76,9 +80,16 @@ class SwapHold:
         return Drained(report.drained, report.cut, report.duration_s)
 
     def _renew(self) -> None:
-        while not self._stop.wait(LEASE_S / 4):
-            with contextlib.suppress(GatewayControlError):
-                self.control.renew(self.hold_id or "", LEASE_S)
+        """Renew the lease a few times per lease until `end`; a failed renewal waits its turn."""
+
+        def renew() -> None:
+            if self._stop.is_set():
+                return
+            self.control.renew(self.hold_id or "", LEASE_S)
+            raise Pending("renewed: again at the next turn")
+
+        if not self._stop.wait(RENEW_EVERY_S):
+            retry.renewal(RENEW_EVERY_S, self._stop, (GatewayControlError,))(renew)
 
     def end(self, serving: str | None = None, ok: bool | None = None, detail: str = "") -> str | None:
         """Release the held requests, telling the gateway what serves now and whether the swap
@@ -109,17 +120,24 @@ def start_hold(
     if container is None:
         raise SwapFailed("the gateway container was not created")
     control = GatewayControl(container)
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
+
+    def failed(err: GatewayControlError) -> SwapFailed:
+        logs = container.logs(tail=20).decode(errors="replace")
+        return SwapFailed(f"the gateway does not answer its control channel: {err}", logs)
+
+    def answers() -> None:
         try:
             control.state()
-            break
         except GatewayControlError as err:
             container.reload()
-            if container.status in {"exited", "dead"} or time.monotonic() > deadline:
-                logs = container.logs(tail=20).decode(errors="replace")
-                raise SwapFailed(f"the gateway does not answer its control channel: {err}", logs) from err
-            time.sleep(0.2)
+            if container.status in {"exited", "dead"}:
+                raise failed(err) from err
+            raise
+
+    try:
+        retry.control_ready(READY_TIMEOUT_S, (GatewayControlError,))(answers)
+    except GatewayControlError as err:
+        raise failed(err) from err
     return SwapHold(control, drain_timeout, say, target)
 
 

@@ -32,6 +32,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from composer.engine import retry
+from composer.engine.retry import Pending
 from composer.errors import LockBusy, LockError
 
 _PID = re.compile(r"[0-9]{1,10}")
@@ -125,10 +127,12 @@ def _open_file(dir_fd: int, path: Path) -> int | None:
 def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callable[[str], None] | None) -> int:
     """Lock the file the name leads to; retry when its holder removed it meanwhile."""
     told = False
-    while True:
+
+    def attempt() -> int:
+        nonlocal told
         fd = _open_file(dir_fd, path)
         if fd is None:
-            continue
+            raise Pending("the lock file was removed by its holder meanwhile")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -149,6 +153,9 @@ def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callabl
             os.close(fd)
             raise
         os.close(fd)
+        raise Pending("the lock file was removed by its holder while we waited")
+
+    return retry.reopen()(attempt)
 
 
 def _still_named(dir_fd: int, name: str, fd: int) -> bool:

@@ -9,13 +9,14 @@ that Docker restarts in place is resumed from where it stopped.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from composer.engine import retry
 from composer.engine.containers import our_containers
+from composer.engine.retry import Pending
 from composer.errors import UsageError
 from composer.stack.model import Stack
 
@@ -66,26 +67,26 @@ def follow_service(
     resume: datetime | None = since
     first = True
     waiting_said = False
-    while True:
-        containers = our_containers(stack, client)
-        newest = containers[0] if containers else None
-        if newest is None or (newest.container.id == followed and newest.status != "running"):
-            if newest is None and not waiting_said:
-                yield LogEvent(f"waiting for a variant container of project {stack.project}", switch=True)
-                waiting_said = True
-            time.sleep(poll)
-            continue
-        if newest.container.id != followed:
-            if followed is not None or not first:
-                described = newest.describe()
-                yield LogEvent(f"now following {described.variant} ({newest.name})", switch=True)
-            lines, resume = (tail if first else None), (since if first else None)
-            followed = newest.container.id
-        else:
-            lines = None  # the same container, restarted in place: go on from where it stopped
-        first = False
-        waiting_said = False
-        for chunk in newest.follow(lines, since=resume, timestamps=timestamps):
-            yield LogEvent(chunk)
-        resume = datetime.now(UTC)
-        time.sleep(poll)
+    for attempt in retry.following(poll):
+        with attempt:
+            containers = our_containers(stack, client)
+            newest = containers[0] if containers else None
+            if newest is None or (newest.container.id == followed and newest.status != "running"):
+                if newest is None and not waiting_said:
+                    yield LogEvent(f"waiting for a variant container of project {stack.project}", switch=True)
+                    waiting_said = True
+                raise Pending("no running container to follow yet")
+            if newest.container.id != followed:
+                if followed is not None or not first:
+                    described = newest.describe()
+                    yield LogEvent(f"now following {described.variant} ({newest.name})", switch=True)
+                lines, resume = (tail if first else None), (since if first else None)
+                followed = newest.container.id
+            else:
+                lines = None  # the same container, restarted in place: go on from where it stopped
+            first = False
+            waiting_said = False
+            for chunk in newest.follow(lines, since=resume, timestamps=timestamps):
+                yield LogEvent(chunk)
+            resume = datetime.now(UTC)
+            raise Pending(f"{newest.name} stopped: looking for the next container")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from composer.engine.containers import sleeping_containers, upstream_url
 from composer.engine.variant_container import VariantContainer
 from composer.errors import (
@@ -100,8 +102,6 @@ def check_awake(control: GatewayControl, variant: str) -> None:
 
 def spec_counters(text: str) -> tuple[float, float]:
     """(draft tokens, accepted tokens) summed over every label set of a /metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals = {DRAFT_TOKENS: 0.0, ACCEPTED_TOKENS: 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:

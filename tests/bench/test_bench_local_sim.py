@@ -16,6 +16,9 @@ from composer.bench.sweep import BenchOptions, BenchPoint, Workload, measure_poi
 from composer.errors import BenchError
 from tests.conftest import free_port
 
+# Real-time checks of the timing model: make check runs them alone, after the parallel pass.
+pytestmark = pytest.mark.timing
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_SRC = REPO / "images" / "sim" / "src"
 MODEL = REPO / "images" / "sim" / "models" / "Qwen3.8-27B"

@@ -6,9 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor.overlay_checks import make_target
 from composer.engine.client import unreachable_reason
-from composer.stack import starter
 
 from .conftest import invoke
 
@@ -30,15 +28,6 @@ def test_reasons_come_from_the_cause_chain() -> None:
             raise RuntimeError(("Connection aborted.", inner)) from inner
     except RuntimeError as err:
         assert "permission denied on its socket" in unreachable_reason(err)
-
-
-def test_fixes_name_make_targets_only_in_a_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert starter.in_checkout()  # the tests run from the checkout
-    assert make_target("dflash2", Path(".env.demo")) == "make image-dflash2 ENV_FILE=.env.demo"
-    monkeypatch.setattr(starter, "in_checkout", lambda: False)
-    assert make_target("dflash2", Path(".env.demo")) == "compose-spec build dflash2 --env-file .env.demo"
-    assert make_target("dflash2", None) == "compose-spec build dflash2"
-    assert starter.fix_command("make docker", "sudo systemctl start docker") == "sudo systemctl start docker"
 
 
 def test_an_empty_recipe_folder_says_what_a_recipe_is(

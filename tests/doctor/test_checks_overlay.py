@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor.overlay_checks import check_overlay_current, make_target, recipe_for_image
+from composer.doctor.overlay_checks import check_overlay_current, rebuild_command, recipe_for_image
 from composer.overlay.builder import image_labels
 from composer.overlay.diff import sha256_hex
 from composer.overlay.recipe import load_recipe
@@ -64,7 +64,7 @@ def test_overlay_with_a_repinned_diff_is_stale(overlay, docker_client) -> None:
     write_recipe(recipes, DIFF.replace(b"a = 2", b"a = 3"))
     found = check_overlay_current(stack, stack.variant("dflash2"), docker_client, recipes, Path(".env.demo"))
     assert found.status == "warn" and "recipe-hash" in found.detail and "diffs" in found.detail
-    assert found.fix == "make image-ov ENV_FILE=.env.demo"
+    assert found.fix == "compose-spec --env-file .env.demo build ov"
 
 
 @pytest.mark.docker
@@ -85,13 +85,13 @@ def test_image_without_overlay_labels_warns(tmp_path: Path, docker_client, scrat
     assert found.status == "warn" and "no overlay labels" in found.detail
 
 
-def test_recipe_lookup_and_make_target(tmp_path: Path) -> None:
+def test_recipe_lookup_and_rebuild_command(tmp_path: Path) -> None:
     write_recipe(tmp_path)
     images = {"vllm": "base:1", "dflash2": "overlay:1"}
     assert recipe_for_image(tmp_path, "overlay:1", images).name == "ov"
     assert recipe_for_image(tmp_path, "base:1", images) is None
-    assert make_target("dflash2", Path(".env")) == "make image-dflash2"
-    assert make_target("dflash2", None) == "make image-dflash2"
+    assert rebuild_command("dflash2", Path(".env")) == "compose-spec build dflash2"
+    assert rebuild_command("dflash2", None) == "compose-spec build dflash2"
 
 
 def test_two_recipes_writing_the_image_fail_naming_both(tmp_path: Path) -> None:

@@ -16,6 +16,9 @@ from vllm.sim import sleep as sleep_model
 from .conftest import MODELS
 from .simproc import SimProcess, metric
 
+# Real-time checks of the timing model: make check runs them alone, after the parallel pass.
+pytestmark = pytest.mark.timing
+
 TARGET = str(MODELS / "Qwen3.8-27B")
 MTP7 = json.dumps({"method": "mtp", "num_speculative_tokens": 7})
 GIB = 2**30

@@ -52,9 +52,24 @@ def test_two_concurrent_ups_are_serialised(sim_stack, docker_client):
     assert [c.labels["vllm-composer.variant"] for c in running] == ["baseline"]
 
 
+def _holds_the_lock(project: str, pid: int, timeout: float = 60) -> bool:
+    """True once the swap lock of `project` names `pid` (its holder writes it once it holds it)."""
+    from composer.swap.lock import lock_path
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if lock_path(project).read_text().strip() == str(pid):
+                return True
+        except OSError:
+            pass
+        time.sleep(0.05)
+    return False
+
+
 def test_no_wait_fails_while_another_swap_runs(sim_stack):
     first = sim_stack.popen("up", "mtp")
-    time.sleep(0.5)
+    assert _holds_the_lock(sim_stack.project, first.pid)  # under load its start-up takes a while
     second = sim_stack.run("up", "baseline", "--no-wait")
     first.communicate(timeout=120)
     assert second.returncode == 1

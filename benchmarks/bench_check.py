@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Wall time of `make check`'s steps (lint, the docs build, the fast test tier), and of the
+fast tier run serially beside it as the baseline: the ratio says what the parallel run buys.
+
+The fast tier is every test that needs no Docker engine and no image build
+(`pytest -m "not docker"`): make check runs it in parallel, except the real-time checks
+of the simulator's timing (`timing`), which run alone after it. Target: the whole check
+under 180 s on the 2-core reference machine. The daemon is hidden (DOCKER_HOST points at
+a missing socket), so a test that needs it fails here. Not collected by pytest (bench_*.py). Usage:
+
+    python benchmarks/bench_check.py [--workers 4] [--no-baseline] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+TARGET_S = 180.0
+
+
+def _env() -> dict[str, str]:
+    env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
+    env["DOCKER_HOST"] = f"unix://{tempfile.gettempdir()}/bench-check-no-docker.sock"
+    return env
+
+
+def _timed(name: str, argv: list[str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1800)
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+        raise SystemExit(f"{name} failed ({done.returncode}):\n" + "\n".join(tail))
+    return elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--no-baseline", action="store_true", help="skip the serial run")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    pytest = [str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", "-m", "not docker"]
+    steps = {
+        "ruff check": [str(BIN / "ruff"), "check", "."],
+        "ruff format": [
+            str(BIN / "ruff"),
+            "format",
+            "--check",
+            "composer",
+            "tests",
+            "benchmarks",
+            "images/sim/src",
+        ],
+    }
+    if (REPO / "mkdocs.yml").exists():
+        site = Path(tempfile.mkdtemp(prefix="bench-check-site-"))
+        steps["mkdocs build"] = [str(BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(site)]
+    parallel = f"fast tier (-n {args.workers})"
+    steps[parallel] = [*pytest[:-1], "not docker and not timing", "-n", str(args.workers)]
+    steps["timing tests, alone"] = [*pytest[:-1], "timing and not docker"]
+    times = {name: _timed(name, argv) for name, argv in steps.items()}
+    total = sum(times.values())
+    report: dict[str, object] = {
+        "steps_s": times,
+        "check_s": total,
+        "target_s": TARGET_S,
+        "cpus": os.cpu_count(),
+    }
+    if not args.no_baseline:
+        serial = _timed("fast tier (serial)", pytest)
+        report["fast_tier_serial_s"] = serial
+        report["parallel_over_serial"] = (times[parallel] + times["timing tests, alone"]) / serial
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        for name, seconds in times.items():
+            print(f"{name:24} {seconds:7.1f} s")
+        print(f"{'make check':24} {total:7.1f} s  (target < {TARGET_S:.0f} s on {os.cpu_count()} CPUs)")
+        if "fast_tier_serial_s" in report:
+            print(
+                f"{'fast tier (serial)':24} {report['fast_tier_serial_s']:7.1f} s  "
+                f"(parallel/serial {report['parallel_over_serial']:.2f})"
+            )
+    return 0 if total < TARGET_S else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,160 @@
+"""Named retry and poll policies on tenacity: each wait's interval, deadline and the errors
+that end it, written once.
+
+A polled step raises `Pending` while its condition does not hold yet; the policy calls it
+again after its interval until the deadline, then re-raises the last `Pending` (its message
+says what was still missing) unless the policy ends quietly (`watch`). Any other error ends
+the wait at once: a container that exits, a fatal reply, a refused lock. Clocks and sleeps
+are injectable so that tests run a wait without waiting.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_never,
+    wait_fixed,
+    wait_none,
+)
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], None]
+
+REMOVAL_INTERVAL_S = 0.1
+"""How often a container being removed is looked up again."""
+CONTROL_READY_INTERVAL_S = 0.2
+"""How often a starting gateway's control channel is asked again."""
+GPU_RELEASE_INTERVAL_S = 0.1
+"""How often the GPUs are probed while a stopped container's memory is released."""
+HOLD_RENEWAL_SHARE = 4
+"""A hold's lease is renewed this many times per lease."""
+
+
+class Pending(Exception):
+    """The polled condition does not hold yet: try again after the interval.
+
+    `result` is what the wait gives back when its deadline passes on this attempt (for a
+    wait that ends with an outcome rather than an error).
+    """
+
+    def __init__(self, detail: str, result: object = None) -> None:
+        super().__init__(detail)
+        self.result = result
+
+
+def _stop_at(deadline: float | None, clock: Clock):
+    if deadline is None:
+        return stop_never
+
+    def stop(_state: RetryCallState) -> bool:
+        return clock() >= deadline
+
+    return stop
+
+
+def until(
+    deadline: float | None,
+    interval: float,
+    *,
+    retry_on: tuple[type[BaseException], ...] = (Pending,),
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+    on_wait: Callable[[BaseException], None] | None = None,
+) -> Retrying:
+    """Retry while the step raises one of `retry_on`, every `interval` s, until `clock()`
+    reaches `deadline` (None: no deadline); then the last error is raised again.
+    `on_wait` gets each error that is retried, just before the sleep (not the last one)."""
+
+    def before_sleep(state: RetryCallState) -> None:
+        if on_wait is not None and state.outcome is not None:
+            on_wait(state.outcome.exception())
+
+    return Retrying(
+        retry=retry_if_exception_type(retry_on),
+        wait=wait_fixed(interval) if interval > 0 else wait_none(),
+        stop=_stop_at(deadline, clock),
+        sleep=sleep,
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def within(
+    timeout: float,
+    interval: float,
+    *,
+    retry_on: tuple[type[BaseException], ...] = (Pending,),
+    clock: Clock = time.monotonic,
+    sleep: Sleep = time.sleep,
+    on_wait: Callable[[BaseException], None] | None = None,
+) -> Retrying:
+    """`until` a deadline `timeout` s from now."""
+    deadline = clock() + timeout
+    return until(deadline, interval, retry_on=retry_on, clock=clock, sleep=sleep, on_wait=on_wait)
+
+
+def watch(
+    seconds: float, interval: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
+) -> Retrying:
+    """Call the step every `interval` s for `seconds`: it raises `Pending` while all is well,
+    anything else to end the watch with that error; the watch ends quietly at the deadline."""
+    deadline = clock() + seconds
+    return Retrying(
+        retry=retry_if_exception_type(Pending),
+        wait=wait_fixed(interval),
+        stop=_stop_at(deadline, clock),
+        sleep=sleep,
+        retry_error_callback=lambda _state: None,
+    )
+
+
+def readiness(deadline: float, interval: float) -> Retrying:
+    """A started variant's readiness: probed every `interval` s until `deadline` (monotonic)."""
+    return until(deadline, interval)
+
+
+def removal(timeout: float) -> Retrying:
+    """A container Docker is removing: looked up every REMOVAL_INTERVAL_S for `timeout` s."""
+    return within(timeout, REMOVAL_INTERVAL_S)
+
+
+def gpu_release(
+    timeout: float, *, clock: Clock, sleep: Sleep, on_wait: Callable[[BaseException], None]
+) -> Retrying:
+    """A stopped container's GPU memory: probed every GPU_RELEASE_INTERVAL_S for `timeout` s."""
+    return within(timeout, GPU_RELEASE_INTERVAL_S, clock=clock, sleep=sleep, on_wait=on_wait)
+
+
+def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
+    """A starting gateway's control channel: asked every CONTROL_READY_INTERVAL_S while it
+    answers with one of `errors`, for `timeout` s."""
+    return within(timeout, CONTROL_READY_INTERVAL_S, retry_on=errors)
+
+
+def following(interval: float) -> Retrying:
+    """Forever, every `interval` s, while the step raises `Pending` (a log follower): the
+    caller ends it by returning or raising."""
+    return until(None, interval)
+
+
+def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
+    """Every `interval` s until `stopped` is set (the sleep ends early when it is): the step
+    raises `Pending` after each renewal; one of `errors` is tried again at the next turn."""
+    return Retrying(
+        retry=retry_if_exception_type((Pending, *errors)),
+        wait=wait_fixed(interval),
+        stop=lambda _state: stopped.is_set(),
+        sleep=stopped.wait,
+        retry_error_callback=lambda _state: None,
+    )
+
+
+def reopen() -> Retrying:
+    """At once and without limit, while the step raises `Pending` (a file replaced meanwhile)."""
+    return until(None, 0)

@@ -1,0 +1,94 @@
+"""SwapHold and start_hold without Docker: the lease renewal and the control channel wait."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from composer.errors import GatewayControlError, SwapFailed
+from composer.gateway.client import DrainReport
+from composer.swap import holding
+
+
+class _Control:
+    """Records renewals; the second one fails (the channel was busy)."""
+
+    def __init__(self) -> None:
+        self.renewed: list[tuple[str, float]] = []
+        self.released: list[str] = []
+        self.four = threading.Event()
+
+    def drain(self, timeout, lease, owner, probe_token, target="") -> DrainReport:
+        return DrainReport("h1", 2, 0, 0.1)
+
+    def renew(self, hold_id: str, lease: float) -> None:
+        self.renewed.append((hold_id, lease))
+        if len(self.renewed) == 4:
+            self.four.set()
+        if len(self.renewed) == 2:
+            raise GatewayControlError("renew", "control channel busy")
+
+    def release(self, hold_id: str, **_report: object) -> None:
+        self.released.append(hold_id)
+
+
+def test_the_hold_is_renewed_until_it_ends_even_after_a_failed_renewal(monkeypatch) -> None:
+    monkeypatch.setattr(holding, "RENEW_EVERY_S", 0.01)
+    control = _Control()
+    hold = holding.SwapHold(control, 5, lambda _: None)  # type: ignore[arg-type]
+    assert hold.begin() == holding.Drained(2, 0, 0.1)
+    assert control.four.wait(5), control.renewed
+    assert hold.end() is None
+    count = len(control.renewed)
+    assert set(control.renewed) == {("h1", holding.LEASE_S)} and count >= 4
+    assert control.released == ["h1"]
+    assert not hold._renewer.is_alive()  # type: ignore[union-attr]
+    assert len(control.renewed) == count  # no renewal after the release
+
+
+class _Gateway:
+    def __init__(self, status: str) -> None:
+        self.status, self.reloads = status, 0
+
+    def reload(self) -> None:
+        self.reloads += 1
+
+    def logs(self, tail: int) -> bytes:
+        return b"gateway: bind failed\n"
+
+
+class _Silent:
+    calls = 0
+
+    def __init__(self, container) -> None:
+        pass
+
+    def state(self) -> None:
+        _Silent.calls += 1
+        raise GatewayControlError("state", "no answer on the control socket")
+
+
+def _start(monkeypatch, gateway: _Gateway) -> None:
+    monkeypatch.setattr(holding, "gateway_container", lambda stack, client: gateway)
+    monkeypatch.setattr(holding, "GatewayControl", _Silent)
+    holding.start_hold(None, None, 5, lambda _: None)  # type: ignore[arg-type]
+
+
+def test_start_hold_fails_at_once_when_the_gateway_exited(monkeypatch) -> None:
+    _Silent.calls = 0
+    with pytest.raises(
+        SwapFailed, match=r"does not answer its control channel: gateway control .state. failed: no answer"
+    ) as failed:
+        _start(monkeypatch, _Gateway("exited"))
+    assert _Silent.calls == 1 and "bind failed" in str(failed.value.log_tail)
+
+
+def test_start_hold_gives_up_after_its_timeout(monkeypatch) -> None:
+    monkeypatch.setattr(holding, "READY_TIMEOUT_S", 0.5)
+    _Silent.calls = 0
+    with pytest.raises(
+        SwapFailed, match=r"does not answer its control channel: gateway control .state. failed: no answer"
+    ):
+        _start(monkeypatch, _Gateway("running"))
+    assert _Silent.calls >= 2
