@@ -217,7 +217,12 @@ class Gate:
         if not hold:
             raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
-            raise Refused("queue_full", 429, f"too many requests waiting (max_held={self.max_held})")
+            raise Refused(
+                "queue_full",
+                429,
+                f"the hold queue is full ({len(self._waiters)} requests wait for a ready backend, "
+                f"max_held={self.max_held})",
+            )
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Ticket] = loop.create_future()
         if front:

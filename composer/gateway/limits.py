@@ -26,6 +26,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .answers import error_bytes
 from .metrics import Metrics
 
 # How long a refused connection stays open (not read) after its answer, before it is closed.
@@ -33,30 +34,13 @@ LINGER_S = 2.0
 _RESPONSES = {
     status: (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n{body}"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
     ).encode()
+    + body
     for status, phrase, extra, body in (
-        (
-            431,
-            "Request Header Fields Too Large",
-            "",
-            '{"error": {"message": "request head too large", "type": "BadRequestError", '
-            '"param": null, "code": 431}}',
-        ),
-        (
-            408,
-            "Request Timeout",
-            "",
-            '{"error": {"message": "request head not received in time", "type": "BadRequestError", '
-            '"param": null, "code": 408}}',
-        ),
-        (
-            503,
-            "Service Unavailable",
-            "retry-after: 2\r\n",
-            '{"error": {"message": "too many open connections", "type": "ServiceUnavailableError", '
-            '"param": null, "code": 503}}',
-        ),
+        (431, "Request Header Fields Too Large", "", error_bytes(431, "request head too large")),
+        (408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
+        (503, "Service Unavailable", "retry-after: 2\r\n", error_bytes(503, "too many open connections")),
     )
 }
 

@@ -20,7 +20,6 @@ its connection pool does not scan every idle connection on each request.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,7 +31,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
-from . import bodies
+from . import bodies, listing
+from .answers import send_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .metrics import Metrics
@@ -115,17 +115,6 @@ def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload, "more_body": False})
-
-
 async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
     """Read the body up to REPLAY_LIMIT: (chunks, complete)."""
     chunks: list[bytes] = []
@@ -199,6 +188,8 @@ class ProxyApp:
         self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
         self.served_name = served_name
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
+        # aliases listed in /v1/models (with switch_on_model)
+        self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -209,8 +200,35 @@ class ProxyApp:
         if self.session is not None:
             await self.session.close()
 
-    def _retry_after(self, seconds: int | None = None) -> list[tuple[bytes, bytes]]:
-        return [(b"retry-after", str(seconds or self.gate.retry_after).encode())]
+    async def _refuse(self, send: Send, refused: Refused) -> None:
+        """Answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        await send_error(send, refused.status, str(refused), refused.retry_after or self.gate.retry_after)
+
+    def _listing_aliases(self, send: Send) -> Send:
+        """`send` for a `/v1/models` answer: a 200 JSON body gets the aliases' entries."""
+        start: dict[str, Any] = {}
+        parts: list[bytes] = []
+
+        async def relay(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body" or not start:
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(parts)
+            headers = start["headers"]
+            if start["status"] == 200 and not any(k.lower() == b"content-encoding" for k, _ in headers):
+                body = listing.with_aliases(body, self.served_name, self.aliases)
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+        return relay
 
     async def _switch(
         self, scope: Scope, body: Body, deadline: float, watcher: asyncio.Future[None] | None
@@ -248,7 +266,7 @@ class ProxyApp:
         path: str = scope["path"]  # canonical: the public app screened it
         if not is_forwarded(path):
             self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
-            await _send_json(send, 404, {"detail": "Not Found"}, [])
+            await send_error(send, 404, f"no route {path!r} on this port")
             return
         may_hold = True
         if self.keys.enabled:
@@ -256,8 +274,12 @@ class ProxyApp:
             may_hold = self.keys.allows(auth)
             if not may_hold and needs_key(path) and scope["method"] != "OPTIONS":
                 self.metrics.refused.labels("unauthorized").inc()
-                await _send_json(send, 401, {"error": "Unauthorized"}, [])
+                await send_error(
+                    send, 401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)"
+                )
                 return
+        if self.aliases and path == listing.MODELS_PATH and scope["method"] == "GET":
+            send = self._listing_aliases(send)
         deadline = self.gate.deadline()
         try:
             chunks, complete = await _read_prefix(receive)
@@ -275,8 +297,7 @@ class ProxyApp:
                     await self._switch(scope, body, deadline, watcher)
                 except Refused as refused:
                     self.metrics.refused.labels(refused.reason).inc()
-                    retry = self._retry_after(refused.retry_after)
-                    await _send_json(send, refused.status, {"error": str(refused)}, retry)
+                    await self._refuse(send, refused)
                     return
                 except ClientGone:
                     return
@@ -289,7 +310,7 @@ class ProxyApp:
         """A holder's readiness probe: past the hold, straight to the backend, never queued."""
         if not self.gate.probe_allowed(token):
             self.metrics.refused.labels("probe_token").inc()
-            await _send_json(send, 403, {"error": "unknown probe token"}, [])
+            await send_error(send, 403, "unknown probe token")
             return
         await self._forward(Ticket(self.gate), scope, receive, send, body, None, retry=False)
 
@@ -315,7 +336,7 @@ class ProxyApp:
                 ticket = await self._enter(deadline, watcher, front, may_hold)
             except Refused as refused:
                 self.metrics.refused.labels(refused.reason).inc()
-                await _send_json(send, refused.status, {"error": str(refused)}, self._retry_after())
+                await self._refuse(send, refused)
                 return
             except ClientGone:
                 return
@@ -393,7 +414,9 @@ class ProxyApp:
         if cancel_scope.cancelled_caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
-                await _send_json(send, 503, {"error": "cut by a drain timeout"}, self._retry_after())
+                await send_error(
+                    send, 503, "cut by a drain timeout (the variant is being replaced)", self.gate.retry_after
+                )
         return False
 
     def _went_away(self, body: Body, reason: str, started: bool) -> bool:
@@ -406,7 +429,7 @@ class ProxyApp:
 
     async def _bad_gateway(self, send: Send, err: Exception) -> None:
         self.metrics.upstream_errors.inc()
-        await _send_json(send, 502, {"error": f"backend failed: {type(err).__name__}"}, [])
+        await send_error(send, 502, f"backend failed: {type(err).__name__}")
 
     async def _open(
         self, method: str, url: str, headers: CIMultiDict[str], body: Body, ticket: Ticket

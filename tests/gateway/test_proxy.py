@@ -121,7 +121,7 @@ def test_wrong_key_is_refused_at_once_without_taking_a_queue_slot(make_gateway, 
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
         r = httpx.post(gw.url + CHAT, content=sse_request("bad"), headers=headers, timeout=5)
         assert r.status_code == 401
-        assert r.json() == {"error": "Unauthorized"}
+        assert r.json()["error"]["message"].startswith("Unauthorized")
     assert time.monotonic() - started < 1.0
     assert gw.gateway.gate.held == 1  # the queue (max_held=1) still has only the good request
     assert metric(gw, 'gateway_refused_requests_total{reason="unauthorized"}') == 3
