@@ -20,8 +20,9 @@ its connection pool does not scan every idle connection on each request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -32,7 +33,7 @@ from starlette.types import Receive, Scope, Send
 from yarl import URL
 
 from . import bodies, listing
-from .answers import send_error
+from .answers import send_error, sse_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .metrics import Metrics
@@ -168,6 +169,51 @@ class Body:
                 return
 
 
+class Relay:
+    """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
+    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]`."""
+
+    __slots__ = ("_content", "_loop", "_timer", "stall_s", "ticket")
+
+    def __init__(self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float) -> None:
+        self._content = response.content
+        self.ticket = ticket
+        self.stall_s = stall_s or None  # 0: no stall timeout
+        self._timer: asyncio.Timeout | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def cut(self) -> None:
+        """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
+        timer = self._timer
+        if timer is not None:
+            with contextlib.suppress(RuntimeError):  # the read just finished
+                timer.reschedule(self._loop.time())
+
+    async def chunks(self, on_stall: Callable[[Scope], None], scope: Scope) -> AsyncIterator[bytes]:
+        """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
+        content = self._content
+        while not self.ticket.cut_requested:
+            try:
+                async with asyncio.timeout(self.stall_s) as timer:
+                    self._timer = timer
+                    chunk = await content.readany()
+            except TimeoutError:
+                if self.ticket.cut_requested:
+                    break
+                on_stall(scope)
+                yield sse_error(
+                    504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
+                )
+                return
+            finally:
+                self._timer = None
+            if not chunk:
+                return
+            yield chunk
+        log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+        yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
+
+
 class ProxyApp:
     """ASGI app forwarding every request (but dev routes) to the current upstream."""
 
@@ -179,6 +225,7 @@ class ProxyApp:
         metrics: Metrics,
         switcher: Switcher | None = None,
         served_name: str = "",
+        stall_timeout: float = 0.0,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -187,6 +234,7 @@ class ProxyApp:
         self.metrics = metrics
         self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
         self.served_name = served_name
+        self.stall_timeout = stall_timeout
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
@@ -378,7 +426,13 @@ class ProxyApp:
                     return False  # client went away
                 ticket.mark_dispatched()
                 self.metrics.forwarded.inc()
-                out = StreamingResponse(response.content.iter_any(), status_code=response.status)
+                if self._is_stream(response):
+                    relay = Relay(response, ticket, self.stall_timeout)
+                    ticket.cancel = relay.cut  # a cut ends the stream with an error event
+                    chunks = relay.chunks(self._stalled, scope)
+                else:
+                    chunks = response.content.iter_any()
+                out = StreamingResponse(chunks, status_code=response.status)
                 out.raw_headers = _forward_headers(response.raw_headers)
                 if watcher is not None:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
@@ -418,6 +472,17 @@ class ProxyApp:
                     send, 503, "cut by a drain timeout (the variant is being replaced)", self.gate.retry_after
                 )
         return False
+
+    @staticmethod
+    def _is_stream(response: aiohttp.ClientResponse) -> bool:
+        return response.headers.get("content-type", "").startswith("text/event-stream")
+
+    def _stalled(self, scope: Scope) -> None:
+        """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
+        poller sees the backend ready again."""
+        log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
+        self.metrics.stalled.inc()
+        self.upstream.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
     def _went_away(self, body: Body, reason: str, started: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again."""

@@ -73,6 +73,7 @@ class Gateway:
             self.metrics,
             self.switcher if config.inspects_bodies else None,
             config.served_name,
+            config.stall_timeout,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
