@@ -5,14 +5,14 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   container, reached with `python3 -m composer.gateway.ctl` through `docker exec`), and the
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
-  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `answers`) use only the standard
-  library, starlette, uvicorn with httptools (`limits` builds the public port's HTTP protocol
-  on it), httpx, aiohttp (the forwarding client) and prometheus_client; `paths`, `routes`
-  and `listing` (the canonical path, the allow-list of forwarded routes, the model list with
-  its aliases) only the standard library. The
-  image copies only `composer/__init__.py`, `composer/errors.py` and this package. This module imports
-  only standard-library modules, so host code can use the client and the settings without
-  the server's dependencies.
+  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`)
+  use only the standard library, starlette, uvicorn with httptools (`limits` builds the
+  public port's HTTP protocol on it), httpx, aiohttp (the forwarding client) and
+  prometheus_client; `paths`, `routes` and `listing` (the canonical path, the allow-list of
+  forwarded routes, the model list with its aliases) only the standard library. The image
+  copies only `composer/__init__.py`, `composer/errors.py` and this package. This module
+  imports only standard-library modules, so host code can use the client and the settings
+  without the server's dependencies.
 
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
 `GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,

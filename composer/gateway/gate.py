@@ -42,6 +42,11 @@ class Refused(Exception):
         self.retry_after = retry_after  # seconds for Retry-After (None: the gateway's default)
 
 
+def stopping() -> Refused:
+    """The answer to a request held (or arriving) while the gateway stops."""
+    return Refused("stopping", 503, "the gateway is stopping (restart, recreate or down); retry shortly")
+
+
 class ClientGone(Exception):
     """The client disconnected while its request was waiting."""
 
@@ -137,6 +142,7 @@ class Gate:
         self._drain_finished = 0
         self._idle: asyncio.Event | None = None
         self._releaser: asyncio.Task[None] | None = None
+        self.stopping = False
 
     # -- state -----------------------------------------------------------------------------
 
@@ -212,6 +218,8 @@ class Gate:
         without the key, when one is set) never waits: it is refused with 503 at once rather
         than take a place keyed clients need.
         """
+        if self.stopping:
+            raise stopping()
         if self.is_open and not self._waiters and self._releaser is None:
             return self._admit()
         if not hold:
@@ -248,7 +256,7 @@ class Gate:
                 if w is not fut and not w.done():
                     w.cancel()
         if fut.done() and not fut.cancelled():
-            return fut.result()
+            return fut.result()  # raises Refused when the gateway stopped meanwhile
         self._abandon(fut)
         if len(done) > 0:
             raise ClientGone()
@@ -256,9 +264,17 @@ class Gate:
             "hold_timeout", 503, f"no backend became ready within hold_timeout={self.hold_timeout:g}s"
         )
 
+    def stop(self) -> None:
+        """The gateway is stopping: every held request and every new one is answered 503."""
+        self.stopping = True
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(stopping())
+
     def _abandon(self, fut: asyncio.Future[Ticket]) -> None:
         """Take a waiter out of the queue; a ticket it was already given is returned."""
-        if fut.done() and not fut.cancelled():
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
             fut.result().done(completed=False)
             return
         fut.cancel()

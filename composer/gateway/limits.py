@@ -15,7 +15,8 @@ sharing one `Connections` registry) that:
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-No per-chunk work is added once a head is complete: the body path is uvicorn's.
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). No per-chunk work is added once a
+head is complete: the body path is uvicorn's.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .answers import error_bytes
+from .http10 import Http10Cycle
 from .metrics import Metrics
 
 # How long a refused connection stays open (not read) after its answer, before it is closed.
@@ -159,6 +161,9 @@ class LimitedProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self.registry.idle.pop(self, None)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and self.scope.get("http_version") == "1.0":
+            cycle.__class__ = Http10Cycle  # answered in HTTP/1.0, never chunked
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -116,8 +116,9 @@ def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
-async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
-    """Read the body up to REPLAY_LIMIT: (chunks, complete)."""
+async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool, bool]:
+    """Read the body up to REPLAY_LIMIT: (chunks, complete, ended). A body over the limit is
+    never complete (nor read or rewritten), even when its last chunk crossed the limit."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -128,10 +129,9 @@ async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
         if chunk:
             chunks.append(chunk)
             size += len(chunk)
-        if not message.get("more_body", False):
-            return chunks, True
-        if size > REPLAY_LIMIT:
-            return chunks, False
+        ended = not message.get("more_body", False)
+        if ended or size > REPLAY_LIMIT:
+            return chunks, ended and size <= REPLAY_LIMIT, ended
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -143,10 +143,11 @@ async def _wait_disconnect(receive: Receive) -> None:
 class Body:
     """The request body to forward: replayable bytes, or the read prefix followed by the rest."""
 
-    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive) -> None:
+    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool = False) -> None:
         self.data = b"".join(chunks) if complete else b""
         self.complete = complete
         self._prefix = chunks
+        self._ended = ended  # the prefix is the whole body (over the limit): nothing more to receive
         self._receive = receive
         self.started = False
 
@@ -159,6 +160,8 @@ class Body:
         self.started = True
         for chunk in self._prefix:
             yield chunk
+        if self._ended:
+            return
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
@@ -330,10 +333,10 @@ class ProxyApp:
             send = self._listing_aliases(send)
         deadline = self.gate.deadline()
         try:
-            chunks, complete = await _read_prefix(receive)
+            chunks, complete, ended = await _read_prefix(receive)
         except ClientGone:
             return
-        body = Body(chunks, complete, receive)
+        body = Body(chunks, complete, receive, ended)
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)

@@ -230,7 +230,10 @@ class GatewayServer:
         self.ready = asyncio.Event()
 
     def stop(self) -> None:
-        """Ask both servers to finish (safe from signal handlers and other threads via the loop)."""
+        """Ask both servers to finish (call it in the serving loop: signal handlers, or
+        `call_soon_threadsafe` from another thread); held requests are answered 503 at once."""
+        self.gateway.gate.stop()
+        self.gateway.switcher.stop()
         self.public.should_exit = True
         self.control.should_exit = True
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import GatewayConfig
-from .gate import Refused
+from .gate import Refused, stopping
 from .metrics import Metrics
 from .policy import Decision, Window, decide
 
@@ -95,6 +95,7 @@ class Switcher:
         self.queued: dict[str, int] = {}  # requests waiting for a switch, per variant
         self.last_contact: float | None = None  # the host's last long poll or report
         self._polls = 0  # long polls in progress
+        self.stopping = False
         self._pulse = asyncio.Event()
 
     # -- state ---------------------------------------------------------------------------
@@ -250,8 +251,17 @@ class Switcher:
         finally:
             self.queued[variant] -= 1
 
+    def stop(self) -> None:
+        """The gateway is stopping: requests waiting for a switch are answered 503."""
+        self.stopping = True
+        self._notify()
+        if self.demand is not None:
+            self.demand.done.set()  # its waiters look again and see `stopping`
+
     async def _wait_for(self, variant: str, alias: str, deadline: float) -> None:
         while True:
+            if self.stopping:
+                raise stopping()
             now = self.clock()
             demand = self.demand
             if self.serves(variant):
@@ -269,6 +279,8 @@ class Switcher:
                     await asyncio.wait_for(demand.done.wait(), min(deadline - now, FOLLOWER_WINDOW_S))
                 except TimeoutError:
                     continue
+                if self.stopping:
+                    raise stopping()
                 if not demand.ok:
                     raise Refused(
                         "switch_failed",

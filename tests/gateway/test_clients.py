@@ -4,13 +4,16 @@ needs a switch with no follower attached is answered at once."""
 
 from __future__ import annotations
 
+import json
 import threading
 
 import httpx
 import openai
 import pytest
 
+from composer.gateway import bodies
 from composer.gateway.client import GatewayControl
+from composer.gateway.proxy import REPLAY_LIMIT
 
 from .conftest import KEY
 from .fakes import SERVED, LocalExec
@@ -104,3 +107,106 @@ def test_alias_without_a_follower_is_answered_at_once(make_gateway, backend) -> 
     assert gw.gateway.switcher.demand is None
     body["model"] = "plain"  # the serving variant's alias needs no switch
     assert httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=5).status_code == 200
+
+
+def test_a_stopping_gateway_answers_held_requests_503_with_retry_after(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, hold_timeout=60, retry_after=4)
+    answers: list[httpx.Response] = []
+    body = {"model": SERVED, "messages": MESSAGES, "chunks": 1}
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=30)
+        )
+    )
+    asking.start()
+    gw.wait(lambda g: g.gate.held == 1)
+    gw.stop()
+    asking.join(10)
+    assert len(answers) == 1 and answers[0].status_code == 503, answers
+    assert answers[0].headers["retry-after"] == "4"
+    assert "the gateway is stopping" in answers[0].json()["error"]["message"]
+
+
+def test_a_request_waiting_for_a_switch_is_answered_503_when_the_gateway_stops(make_gateway, backend) -> None:
+    gw = switching_gateway(make_gateway, hold_timeout=60)
+    control = GatewayControl(LocalExec(gw.config.control_socket))
+    control.report_serving("baseline")
+    answers: list[httpx.Response] = []
+    body = {"model": "fast", "messages": MESSAGES, "chunks": 1}
+    asking = threading.Thread(
+        target=lambda: answers.append(
+            httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=30)
+        )
+    )
+    asking.start()
+    assert control.next_demand(5) is not None
+    gw.stop()
+    asking.join(10)
+    assert len(answers) == 1 and answers[0].status_code == 503
+    assert "the gateway is stopping" in answers[0].json()["error"]["message"]
+
+
+def test_an_http_1_0_client_gets_an_http_1_0_stream_ended_by_the_close(gateway) -> None:
+    import socket
+
+    body = json.dumps({"model": SERVED, "stream": True, "chunks": 3}).encode()
+    head = (
+        f"POST /v1/chat/completions HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(head + body)
+        data = b""
+        while chunk := sock.recv(65536):  # the gateway closes at the end of the body
+            data += chunk
+    head_part, _, rest = data.partition(b"\r\n\r\n")
+    lines = head_part.lower().split(b"\r\n")
+    assert lines[0].startswith(b"http/1.0 200"), lines[0]
+    assert b"transfer-encoding: chunked" not in lines and b"connection: close" in lines
+    assert rest.startswith(b'data: {"i": 0') and rest.endswith(b"data: [DONE]\n\n"), rest
+    # a body with its length keeps it, also in HTTP/1.0
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(b"GET /version HTTP/1.0\r\n\r\n")
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.0 200") and data.endswith(b"backend /version")
+    assert b"content-length: 16" in data.lower()
+
+
+def test_deep_json_bodies_pass_through_untouched_when_bodies_are_read(make_gateway, backend) -> None:
+    gw = switching_gateway(make_gateway)
+    deep = b"[" * 50_000 + b"]" * 50_000  # under the replay limit, far past any parser's depth
+    r = httpx.post(
+        gw.url + "/v1/completions",
+        content=deep,
+        headers={**AUTH, "content-type": "application/json"},
+        timeout=10,
+    )
+    assert r.status_code == 404 and r.text == "Not Found"  # the backend's answer: forwarded, not a 500
+    assert (
+        bodies.inspect(
+            "POST", "/v1/completions", [], b'{"model": "x", "p": ' + b"[" * 100 + b"]" * 100 + b"}"
+        )
+        is None
+    )
+    seen = bodies.inspect("POST", "/v1/completions", [], b'{"model": "x", "prompt": [[1, 2], [3]]}')
+    assert seen is not None and seen.prompt_tokens == 3
+
+
+def test_the_replay_limit_is_exact_an_alias_over_it_is_never_rewritten(make_gateway, backend) -> None:
+    gw = switching_gateway(make_gateway)
+    control = GatewayControl(LocalExec(gw.config.control_socket))
+    control.report_serving("baseline")  # `plain` names what serves: no switch needed
+
+    def sized(size: int) -> bytes:
+        start = json.dumps({"model": "plain", "messages": MESSAGES, "stream": False, "pad": ""}).encode()
+        body = start[:-2] + b"x" * (size - len(start)) + start[-2:]
+        assert len(body) == size
+        return body
+
+    for size in (REPLAY_LIMIT, REPLAY_LIMIT + 1):
+        r = httpx.post(gw.url + "/v1/chat/completions", content=sized(size), headers=AUTH, timeout=10)
+        assert r.status_code == 200
+    assert backend.state.models == [SERVED, "plain"]  # read and renamed at the limit, untouched past it
