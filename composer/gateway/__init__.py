@@ -5,7 +5,8 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   container, reached with `python3 -m composer.gateway.ctl` through `docker exec`), and the
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
-  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`)
+  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`,
+  `keepalive`)
   use only the standard library, starlette, uvicorn with httptools (`limits` builds the
   public port's HTTP protocol on it), httpx, aiohttp (the forwarding client) and
   prometheus_client; `paths`, `routes` and `listing` (the canonical path, the allow-list of

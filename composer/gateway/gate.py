@@ -166,6 +166,10 @@ class Gate:
         """Requests forwarded and not finished."""
         return len(self._inflight)
 
+    def would_hold(self) -> bool:
+        """True when a request arriving now would wait (or be refused) rather than pass."""
+        return self.stopping or not (self.is_open and not self._waiters and self._releaser is None)
+
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the control channel."""
         now = time.monotonic()

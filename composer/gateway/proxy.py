@@ -36,6 +36,7 @@ from . import bodies, listing
 from .answers import send_error, sse_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
+from .keepalive import HeldStream
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
@@ -229,6 +230,7 @@ class ProxyApp:
         switcher: Switcher | None = None,
         served_name: str = "",
         stall_timeout: float = 0.0,
+        hold_keepalive: float = 0.0,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -238,6 +240,7 @@ class ProxyApp:
         self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
         self.served_name = served_name
         self.stall_timeout = stall_timeout
+        self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
@@ -282,7 +285,12 @@ class ProxyApp:
         return relay
 
     async def _switch(
-        self, scope: Scope, body: Body, deadline: float, watcher: asyncio.Future[None] | None
+        self,
+        scope: Scope,
+        body: Body,
+        deadline: float,
+        watcher: asyncio.Future[None] | None,
+        held: HeldStream | None = None,
     ) -> None:
         """Read the body's model and prompt size; an alias waits for its variant and is
         renamed to the served name. Raises `Refused`, or `ClientGone` when the client
@@ -298,10 +306,11 @@ class ProxyApp:
         self.switch_waiting += 1
         waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
         try:
-            if watcher is not None:
-                await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiting.done():
-                    raise ClientGone
+            waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
+            both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await (held.wait(both) if held is not None else both)
+            if not waiting.done():
+                raise ClientGone
             await waiting
         finally:
             if not waiting.done():
@@ -342,17 +351,20 @@ class ProxyApp:
             await self._probe(scope, receive, send, body, probe)
             return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
+        held = None
+        if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
+            held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
             if self.switcher is not None and complete:
                 try:
-                    await self._switch(scope, body, deadline, watcher)
+                    await self._switch(scope, body, deadline, watcher, held)
                 except Refused as refused:
                     self.metrics.refused.labels(refused.reason).inc()
-                    await self._refuse(send, refused)
+                    await self._refuse(_out(send, held), refused)
                     return
                 except ClientGone:
                     return
-            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold)
+            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -380,19 +392,24 @@ class ProxyApp:
         deadline: float,
         watcher: asyncio.Future[None] | None,
         may_hold: bool = True,
+        held: HeldStream | None = None,
     ) -> None:
         front = False
         while True:
             try:
-                ticket = await self._enter(deadline, watcher, front, may_hold)
+                entering = self._enter(deadline, watcher, front, may_hold)
+                if held is not None and self.gate.would_hold():
+                    ticket = await held.wait(entering)
+                else:
+                    ticket = await entering
             except Refused as refused:
                 self.metrics.refused.labels(refused.reason).inc()
-                await self._refuse(send, refused)
+                await self._refuse(_out(send, held), refused)
                 return
             except ClientGone:
                 return
             try:
-                again = await self._forward(ticket, scope, receive, send, body, watcher)
+                again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
             finally:
                 ticket.done(completed=not again)
             if not again:
@@ -531,6 +548,11 @@ class ProxyApp:
         sending.cancel()
         await _settle(sending)
         return None
+
+
+def _out(send: Send, held: HeldStream | None) -> Send:
+    """Where an answer goes: into the open stream once a held request's headers went out."""
+    return held.send if held is not None and held.started else send
 
 
 async def _settle(task: asyncio.Future[aiohttp.ClientResponse]) -> None:

@@ -74,6 +74,7 @@ class Gateway:
             self.switcher if config.inspects_bodies else None,
             config.served_name,
             config.stall_timeout,
+            config.hold_keepalive,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)

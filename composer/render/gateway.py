@@ -68,6 +68,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ),
         ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
         ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
+        ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
     )
     if settings.switches:
         environment += _switching_environment(stack)

@@ -37,6 +37,7 @@ class GatewaySettings:
     keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
+    hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
 
     @property
     def switches(self) -> bool:
@@ -117,6 +118,18 @@ def parse_stream_timeout(raw: object) -> int:
     return seconds
 
 
+def parse_keepalive(raw: object) -> int:
+    """0 (off) or a duration from 1s to 1h."""
+    allowed = "0 (off) or a duration from 1s to 1h, such as 15 or 15s"
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if seconds > MAX_CLIENT_TIMEOUT:
+        raise ValueError(allowed)
+    return seconds
+
+
 def parse_max_connections(raw: object) -> int:
     """A positive whole number up to 1000000."""
     return parse_positive_int(raw, MAX_CONNECTIONS)
@@ -145,4 +158,5 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ),
     ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
     ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
+    ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
 )

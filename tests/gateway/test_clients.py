@@ -210,3 +210,51 @@ def test_the_replay_limit_is_exact_an_alias_over_it_is_never_rewritten(make_gate
         r = httpx.post(gw.url + "/v1/chat/completions", content=sized(size), headers=AUTH, timeout=10)
         assert r.status_code == 200
     assert backend.state.models == [SERVED, "plain"]  # read and renamed at the limit, untouched past it
+
+
+def _stream_in_thread(gw, body: dict, out: dict) -> threading.Thread:
+    """POST a request and record its status, headers and the body pieces as they came."""
+
+    def run() -> None:
+        with httpx.stream("POST", gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=30) as r:
+            out["status"], out["headers"], out["pieces"] = r.status_code, dict(r.headers), []
+            for piece in r.iter_raw():
+                out["pieces"].append(piece)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_held_stream_gets_headers_and_comments_then_its_tokens(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, hold_keepalive=0.1, hold_timeout=30)
+    out: dict = {}
+    streaming = _stream_in_thread(gw, {"model": SERVED, "stream": True, "chunks": 2}, out)
+    quiet: dict = {}
+    plain = _stream_in_thread(gw, {"model": SERVED, "stream": False}, quiet)
+    gw.wait(lambda g: len(out.get("pieces", [])) >= 2)  # headers and two comments while held
+    assert out["status"] == 200 and out["headers"]["content-type"].startswith("text/event-stream")
+    assert "status" not in quiet  # a request that does not stream is held as before: nothing yet
+    assert backend.state.arrivals == []
+    backend.state.ready = True
+    streaming.join(10)
+    plain.join(10)
+    text = b"".join(out["pieces"]).decode()
+    assert text.startswith(": held by the gateway until the model is ready\n\n")
+    events = [e for e in text.split("\n\n") if e and not e.startswith(":")]
+    assert events[0].startswith('data: {"i": 0') and events[-1] == "data: [DONE]"
+    assert quiet["status"] == 200 and json.loads(b"".join(quiet["pieces"])) == {"tag": ""}
+
+
+def test_a_held_stream_refused_after_its_headers_ends_with_an_error_event(make_gateway, backend) -> None:
+    backend.state.ready = False
+    gw = make_gateway(ready=False, hold_keepalive=0.1, hold_timeout=0.5)
+    out: dict = {}
+    _stream_in_thread(gw, {"model": SERVED, "stream": True}, out).join(10)
+    assert out["status"] == 200
+    text = b"".join(out["pieces"]).decode()
+    events = [e for e in text.split("\n\n") if e and not e.startswith(":")]
+    assert events[-1] == "data: [DONE]" and text.startswith(": held")
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == 503 and "hold_timeout=0.5s" in error["message"]
