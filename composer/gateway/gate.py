@@ -143,6 +143,7 @@ class Gate:
         self._idle: asyncio.Event | None = None
         self._releaser: asyncio.Task[None] | None = None
         self.stopping = False
+        self._pinned: set[str] = set()  # holds of drains under way: their lease starts at the end
 
     # -- state -----------------------------------------------------------------------------
 
@@ -372,7 +373,9 @@ class Gate:
         hold = self._holds.get(hold_id)
         if hold is None:
             return
-        if hold.expires_at > time.monotonic():  # renewed meanwhile
+        if hold.expires_at > time.monotonic() or hold_id in self._pinned:  # renewed, or draining
+            if hold_id in self._pinned:
+                hold.expires_at = time.monotonic() + hold.lease_s
             self._arm(hold)
             return
         del self._holds[hold_id]
@@ -390,11 +393,13 @@ class Gate:
     ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
-        The hold stays set (under its lease) so the caller can stop the backend and then
-        release it; `DrainResult.hold_id` names it.
+        The hold stays set so the caller can stop the backend and then release it;
+        `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
+        when the drain ends (a drain may take longer than the lease).
         """
         started = time.monotonic()
         hold = self.add_hold(lease_s, owner or "drain", probe_token)
+        self._pinned.add(hold.id)  # the owner waits for the drain: its lease runs from the end
         self.metrics.drains.inc()
         self._draining = set(self._inflight)
         self._drain_finished = 0
@@ -416,6 +421,9 @@ class Gate:
         finally:
             self._draining = None
             self._idle = None
+            self._pinned.discard(hold.id)
+            with contextlib.suppress(UnknownHold):
+                self.renew(hold.id)
         result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4))
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)
