@@ -93,6 +93,13 @@ def _probe(client: httpx.Client, url: str, served_name: str, api_key: str | None
         raise
     except httpx.TransportError as err:
         return Readiness(False, "health", f"not listening yet ({_transport_said(err)})")
+    if health.status_code == 403:  # only the gateway answers 403 here: the probe token is dead
+        return Readiness(
+            False,
+            "health",
+            "/health answered 403: the gateway refused the swap's probe token (its hold ended)",
+            fatal=True,
+        )
     if health.status_code != 200:
         return Readiness(False, "health", f"/health answered {health.status_code}")
     try:

@@ -7,10 +7,11 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   The public port also serves `/gateway/status` (JSON, behind the API key) and
   `/gateway/ui` (a self-contained status page): `status`, `page`, `switchlog`, `throughput`.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
-  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `status`, `throughput`)
-  use only the standard library, starlette, uvicorn with httptools (`limits` builds the public
-  port's HTTP protocol on it), httpx, aiohttp (the forwarding client) and prometheus_client;
-  `paths` and `routes` (the canonical path and the allow-list of forwarded routes) only the
+  `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`,
+  `keepalive`, `status`, `throughput`) use only the standard library, starlette, uvicorn with
+  httptools (`limits` builds the public port's HTTP protocol on it), httpx, aiohttp (the
+  forwarding client) and prometheus_client; `paths`, `routes` and `listing` (the canonical
+  path, the allow-list of forwarded routes, the model list with its aliases) only the
   standard library. The image copies only `composer/__init__.py`, `composer/errors.py` and
   this package (Python files only: the status page is a Python module). This module imports
   only standard-library modules, so host code can use the client and the settings without

@@ -1,8 +1,8 @@
 """What the gateway reads from a request body: the model it names and its prompt size.
 
 Only POST requests to `/v1/completions` and `/v1/chat/completions` with a complete JSON
-body of at most `proxy.REPLAY_LIMIT` bytes are read; everything else streams through
-untouched.
+body of at most `MAX_BODY` bytes (`proxy.REPLAY_LIMIT`) nested at most `MAX_DEPTH` deep are
+read; everything else streams through untouched.
 
 The prompt size is an estimate, not a tokenisation (the gateway has no tokenizer): a
 prompt given as token ids counts its ids; text counts one token per `CHARS_PER_TOKEN`
@@ -21,6 +21,10 @@ from typing import Any
 INSPECTED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
+# Bounds of the inspection: larger or deeper bodies pass through untouched, unread.
+MAX_BODY = 128 * 1024  # = proxy.REPLAY_LIMIT
+MAX_DEPTH = 64
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 
 
 @dataclass(frozen=True)
@@ -36,13 +40,14 @@ def _text_tokens(text: str) -> int:
     return (len(text) + CHARS_PER_TOKEN - 1) // CHARS_PER_TOKEN
 
 
-def _prompt_tokens(prompt: Any) -> int:
+def _prompt_tokens(prompt: Any, depth: int = 0) -> int:
+    """A prompt: text, token ids, or a list of those (deeper nesting counts nothing)."""
     if isinstance(prompt, str):
         return _text_tokens(prompt)
-    if isinstance(prompt, list):
+    if isinstance(prompt, list) and depth < 2:
         if all(isinstance(t, int) for t in prompt):
             return len(prompt)
-        return sum(_prompt_tokens(p) for p in prompt)
+        return sum(_prompt_tokens(p, depth + 1) for p in prompt)
     return 0
 
 
@@ -70,6 +75,21 @@ def estimate_tokens(path: str, payload: dict[str, Any]) -> int:
     return _prompt_tokens(payload.get("prompt"))
 
 
+def _too_deep(body: bytes) -> bool:
+    """True when the body may nest deeper than `MAX_DEPTH` (brackets counted, strings too:
+    an over-estimate is safe, the body then passes through unread)."""
+    opened = body.count(b"[") + body.count(b"{")
+    if opened <= MAX_DEPTH:
+        return False
+    depth = deepest = 0
+    for byte in body.translate(None, _NOT_BRACKETS):
+        depth += 1 if byte in b"[{" else -1
+        deepest = max(deepest, depth)
+        if deepest > MAX_DEPTH:
+            return True
+    return False
+
+
 def inspect(method: str, path: str, headers: list[tuple[bytes, bytes]], body: bytes) -> Inspected | None:
     """The model and prompt size of a body the gateway reads, None for anything else."""
     if method != "POST" or path not in INSPECTED_PATHS or not body:
@@ -77,9 +97,11 @@ def inspect(method: str, path: str, headers: list[tuple[bytes, bytes]], body: by
     kind = next((v for k, v in headers if k == b"content-type"), b"application/json")
     if not kind.split(b";")[0].strip().lower().endswith(b"json"):
         return None
+    if len(body) > MAX_BODY or _too_deep(body):
+        return None
     try:
         payload = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     if not isinstance(payload, dict):
         return None

@@ -31,6 +31,15 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_HOLD_TIMEOUT": ("seconds a request may be held before 503 + Retry-After", "300"),
     "GATEWAY_MAX_HELD": ("requests that may wait at once; more get 429 + Retry-After", "256"),
     "GATEWAY_DRAIN_TIMEOUT": ("default seconds a drain waits for in-flight requests", "60"),
+    "GATEWAY_STALL_TIMEOUT": (
+        "seconds an SSE stream may get no bytes from the backend; then an error event, [DONE] and the "
+        "backend counts as not ready (0: off)",
+        "120",
+    ),
+    "GATEWAY_HOLD_KEEPALIVE": (
+        "seconds between SSE comment lines to a held stream: true request, headers first (0: off)",
+        "15",
+    ),
     "GATEWAY_POLL_INTERVAL": ("seconds between backend readiness polls", "0.1"),
     "GATEWAY_HOLD_LEASE": ("default lease of a control hold in seconds (expires unless renewed)", "60"),
     "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
@@ -48,7 +57,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_POLICY": ("manual, or auto: switch to the variant [workloads] names for the traffic", "manual"),
     "GATEWAY_MIN_RESIDENCY": ("seconds a variant serves after a switch before another switch", "60"),
     "GATEWAY_RESIDENCY_WAIT": (
-        "seconds a request for another variant may wait out a residency (then 429)",
+        "seconds a request for another variant may wait out a residency (then 503)",
         "30",
     ),
     "GATEWAY_POLICY_WINDOW": ("seconds of traffic the auto policy looks at", "30"),
@@ -73,6 +82,8 @@ class GatewayConfig:
     max_held: int = 256
     drain_timeout: float = 60.0
     poll_interval: float = 0.1
+    stall_timeout: float = 120.0
+    hold_keepalive: float = 15.0
     hold_lease: float = 60.0
     retry_after: int = 2
     max_head_bytes: int = 65536
@@ -190,6 +201,8 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         max_held=_integer(env, "GATEWAY_MAX_HELD", 256, 0, 100000),
         drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0, 0.0, 86400.0),
         poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1, 0.01, 1.0),
+        stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0, 0.0, 86400.0),
+        hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0, 0.0, 3600.0),
         hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0, 1.0, MAX_LEASE_S),
         retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),
         max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536, 1024, 16 * 1024 * 1024),

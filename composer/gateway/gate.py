@@ -42,6 +42,11 @@ class Refused(Exception):
         self.retry_after = retry_after  # seconds for Retry-After (None: the gateway's default)
 
 
+def stopping() -> Refused:
+    """The answer to a request held (or arriving) while the gateway stops."""
+    return Refused("stopping", 503, "the gateway is stopping (restart, recreate or down); retry shortly")
+
+
 class ClientGone(Exception):
     """The client disconnected while its request was waiting."""
 
@@ -137,6 +142,8 @@ class Gate:
         self._drain_finished = 0
         self._idle: asyncio.Event | None = None
         self._releaser: asyncio.Task[None] | None = None
+        self.stopping = False
+        self._pinned: set[str] = set()  # holds of drains under way: their lease starts at the end
 
     # -- state -----------------------------------------------------------------------------
 
@@ -159,6 +166,10 @@ class Gate:
     def inflight(self) -> int:
         """Requests forwarded and not finished."""
         return len(self._inflight)
+
+    def would_hold(self) -> bool:
+        """True when a request arriving now would wait (or be refused) rather than pass."""
+        return self.stopping or not (self.is_open and not self._waiters and self._releaser is None)
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the control channel."""
@@ -212,12 +223,19 @@ class Gate:
         without the key, when one is set) never waits: it is refused with 503 at once rather
         than take a place keyed clients need.
         """
+        if self.stopping:
+            raise stopping()
         if self.is_open and not self._waiters and self._releaser is None:
             return self._admit()
         if not hold:
             raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
-            raise Refused("queue_full", 429, f"too many requests waiting (max_held={self.max_held})")
+            raise Refused(
+                "queue_full",
+                429,
+                f"the hold queue is full ({len(self._waiters)} requests wait for a ready backend, "
+                f"max_held={self.max_held})",
+            )
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[Ticket] = loop.create_future()
         if front:
@@ -243,7 +261,7 @@ class Gate:
                 if w is not fut and not w.done():
                     w.cancel()
         if fut.done() and not fut.cancelled():
-            return fut.result()
+            return fut.result()  # raises Refused when the gateway stopped meanwhile
         self._abandon(fut)
         if len(done) > 0:
             raise ClientGone()
@@ -251,9 +269,17 @@ class Gate:
             "hold_timeout", 503, f"no backend became ready within hold_timeout={self.hold_timeout:g}s"
         )
 
+    def stop(self) -> None:
+        """The gateway is stopping: every held request and every new one is answered 503."""
+        self.stopping = True
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_exception(stopping())
+
     def _abandon(self, fut: asyncio.Future[Ticket]) -> None:
         """Take a waiter out of the queue; a ticket it was already given is returned."""
-        if fut.done() and not fut.cancelled():
+        if fut.done() and not fut.cancelled() and fut.exception() is None:
             fut.result().done(completed=False)
             return
         fut.cancel()
@@ -347,7 +373,9 @@ class Gate:
         hold = self._holds.get(hold_id)
         if hold is None:
             return
-        if hold.expires_at > time.monotonic():  # renewed meanwhile
+        if hold.expires_at > time.monotonic() or hold_id in self._pinned:  # renewed, or draining
+            if hold_id in self._pinned:
+                hold.expires_at = time.monotonic() + hold.lease_s
             self._arm(hold)
             return
         del self._holds[hold_id]
@@ -365,11 +393,13 @@ class Gate:
     ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
-        The hold stays set (under its lease) so the caller can stop the backend and then
-        release it; `DrainResult.hold_id` names it.
+        The hold stays set so the caller can stop the backend and then release it;
+        `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
+        when the drain ends (a drain may take longer than the lease).
         """
         started = time.monotonic()
         hold = self.add_hold(lease_s, owner or "drain", probe_token)
+        self._pinned.add(hold.id)  # the owner waits for the drain: its lease runs from the end
         self.metrics.drains.inc()
         self._draining = set(self._inflight)
         self._drain_finished = 0
@@ -391,6 +421,9 @@ class Gate:
         finally:
             self._draining = None
             self._idle = None
+            self._pinned.discard(hold.id)
+            with contextlib.suppress(UnknownHold):
+                self.renew(hold.id)
         result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4))
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)

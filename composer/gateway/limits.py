@@ -15,7 +15,8 @@ sharing one `Connections` registry) that:
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-No per-chunk work is added once a head is complete: the body path is uvicorn's.
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). No per-chunk work is added once a
+head is complete: the body path is uvicorn's.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from .answers import error_bytes
+from .http10 import Http10Cycle
 from .metrics import Metrics
 
 # How long a refused connection stays open (not read) after its answer, before it is closed.
@@ -33,30 +36,13 @@ LINGER_S = 2.0
 _RESPONSES = {
     status: (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n{body}"
+        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
     ).encode()
+    + body
     for status, phrase, extra, body in (
-        (
-            431,
-            "Request Header Fields Too Large",
-            "",
-            '{"error": {"message": "request head too large", "type": "BadRequestError", '
-            '"param": null, "code": 431}}',
-        ),
-        (
-            408,
-            "Request Timeout",
-            "",
-            '{"error": {"message": "request head not received in time", "type": "BadRequestError", '
-            '"param": null, "code": 408}}',
-        ),
-        (
-            503,
-            "Service Unavailable",
-            "retry-after: 2\r\n",
-            '{"error": {"message": "too many open connections", "type": "ServiceUnavailableError", '
-            '"param": null, "code": 503}}',
-        ),
+        (431, "Request Header Fields Too Large", "", error_bytes(431, "request head too large")),
+        (408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
+        (503, "Service Unavailable", "retry-after: 2\r\n", error_bytes(503, "too many open connections")),
     )
 }
 
@@ -175,6 +161,9 @@ class LimitedProtocol(HttpToolsProtocol):
         self._stop_head_timer()
         self.registry.idle.pop(self, None)
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None and cycle.scope is self.scope and self.scope.get("http_version") == "1.0":
+            cycle.__class__ = Http10Cycle  # answered in HTTP/1.0, never chunked
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -53,6 +53,8 @@ REFUSAL_REASONS = (
     "not_ready",
     "residency",
     "switch_failed",
+    "no_follower",
+    "stopping",
 )
 CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "evicted", "over_capacity")
 SWITCH_REASONS = ("alias", "auto")
@@ -77,6 +79,11 @@ class Metrics:
             "gateway_drained_requests", "In-flight requests finished during a drain", registry=r
         )
         self.cut = Counter("gateway_cut_requests", "In-flight requests cut by a drain timeout", registry=r)
+        self.stalled = Counter(
+            "gateway_stalled_streams",
+            "Streams ended after stall_timeout without bytes from the backend",
+            registry=r,
+        )
         self.refused = Counter(
             "gateway_refused_requests", "Requests refused by the gateway", ["reason"], registry=r
         )

@@ -20,9 +20,9 @@ its connection pool does not scan every idle connection on each request.
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -32,9 +32,11 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 from yarl import URL
 
-from . import bodies
+from . import bodies, listing
+from .answers import send_error, sse_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
+from .keepalive import HeldStream
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
@@ -115,19 +117,9 @@ def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]]) -> None:
-    payload = json.dumps(body).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        *extra,
-    ]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload, "more_body": False})
-
-
-async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
-    """Read the body up to REPLAY_LIMIT: (chunks, complete)."""
+async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool, bool]:
+    """Read the body up to REPLAY_LIMIT: (chunks, complete, ended). A body over the limit is
+    never complete (nor read or rewritten), even when its last chunk crossed the limit."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -138,10 +130,9 @@ async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool]:
         if chunk:
             chunks.append(chunk)
             size += len(chunk)
-        if not message.get("more_body", False):
-            return chunks, True
-        if size > REPLAY_LIMIT:
-            return chunks, False
+        ended = not message.get("more_body", False)
+        if ended or size > REPLAY_LIMIT:
+            return chunks, ended and size <= REPLAY_LIMIT, ended
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -153,10 +144,11 @@ async def _wait_disconnect(receive: Receive) -> None:
 class Body:
     """The request body to forward: replayable bytes, or the read prefix followed by the rest."""
 
-    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive) -> None:
+    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool = False) -> None:
         self.data = b"".join(chunks) if complete else b""
         self.complete = complete
         self._prefix = chunks
+        self._ended = ended  # the prefix is the whole body (over the limit): nothing more to receive
         self._receive = receive
         self.started = False
 
@@ -169,6 +161,8 @@ class Body:
         self.started = True
         for chunk in self._prefix:
             yield chunk
+        if self._ended:
+            return
         while True:
             message = await self._receive()
             if message["type"] == "http.disconnect":
@@ -177,6 +171,51 @@ class Body:
                 yield message["body"]
             if not message.get("more_body", False):
                 return
+
+
+class Relay:
+    """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
+    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]`."""
+
+    __slots__ = ("_content", "_loop", "_timer", "stall_s", "ticket")
+
+    def __init__(self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float) -> None:
+        self._content = response.content
+        self.ticket = ticket
+        self.stall_s = stall_s or None  # 0: no stall timeout
+        self._timer: asyncio.Timeout | None = None
+        self._loop = asyncio.get_running_loop()
+
+    def cut(self) -> None:
+        """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
+        timer = self._timer
+        if timer is not None:
+            with contextlib.suppress(RuntimeError):  # the read just finished
+                timer.reschedule(self._loop.time())
+
+    async def chunks(self, on_stall: Callable[[Scope], None], scope: Scope) -> AsyncIterator[bytes]:
+        """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
+        content = self._content
+        while not self.ticket.cut_requested:
+            try:
+                async with asyncio.timeout(self.stall_s) as timer:
+                    self._timer = timer
+                    chunk = await content.readany()
+            except TimeoutError:
+                if self.ticket.cut_requested:
+                    break
+                on_stall(scope)
+                yield sse_error(
+                    504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
+                )
+                return
+            finally:
+                self._timer = None
+            if not chunk:
+                return
+            yield chunk
+        log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+        yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
 
 
 class ProxyApp:
@@ -190,6 +229,8 @@ class ProxyApp:
         metrics: Metrics,
         switcher: Switcher | None = None,
         served_name: str = "",
+        stall_timeout: float = 0.0,
+        hold_keepalive: float = 0.0,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -198,7 +239,11 @@ class ProxyApp:
         self.metrics = metrics
         self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
         self.served_name = served_name
+        self.stall_timeout = stall_timeout
+        self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
+        # aliases listed in /v1/models (with switch_on_model)
+        self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -209,11 +254,43 @@ class ProxyApp:
         if self.session is not None:
             await self.session.close()
 
-    def _retry_after(self, seconds: int | None = None) -> list[tuple[bytes, bytes]]:
-        return [(b"retry-after", str(seconds or self.gate.retry_after).encode())]
+    async def _refuse(self, send: Send, refused: Refused) -> None:
+        """Answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        await send_error(send, refused.status, str(refused), refused.retry_after or self.gate.retry_after)
+
+    def _listing_aliases(self, send: Send) -> Send:
+        """`send` for a `/v1/models` answer: a 200 JSON body gets the aliases' entries."""
+        start: dict[str, Any] = {}
+        parts: list[bytes] = []
+
+        async def relay(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+                return
+            if message["type"] != "http.response.body" or not start:
+                await send(message)
+                return
+            parts.append(message.get("body", b""))
+            if message.get("more_body", False):
+                return
+            body = b"".join(parts)
+            headers = start["headers"]
+            if start["status"] == 200 and not any(k.lower() == b"content-encoding" for k, _ in headers):
+                body = listing.with_aliases(body, self.served_name, self.aliases)
+                headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                headers.append((b"content-length", str(len(body)).encode()))
+            await send({**start, "headers": headers})
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+        return relay
 
     async def _switch(
-        self, scope: Scope, body: Body, deadline: float, watcher: asyncio.Future[None] | None
+        self,
+        scope: Scope,
+        body: Body,
+        deadline: float,
+        watcher: asyncio.Future[None] | None,
+        held: HeldStream | None = None,
     ) -> None:
         """Read the body's model and prompt size; an alias waits for its variant and is
         renamed to the served name. Raises `Refused`, or `ClientGone` when the client
@@ -229,10 +306,11 @@ class ProxyApp:
         self.switch_waiting += 1
         waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
         try:
-            if watcher is not None:
-                await asyncio.wait({waiting, watcher}, return_when=asyncio.FIRST_COMPLETED)
-                if not waiting.done():
-                    raise ClientGone
+            waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
+            both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            await (held.wait(both) if held is not None else both)
+            if not waiting.done():
+                raise ClientGone
             await waiting
         finally:
             if not waiting.done():
@@ -248,7 +326,7 @@ class ProxyApp:
         path: str = scope["path"]  # canonical: the public app screened it
         if not is_forwarded(path):
             self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
-            await _send_json(send, 404, {"detail": "Not Found"}, [])
+            await send_error(send, 404, f"no route {path!r} on this port")
             return
         may_hold = True
         if self.keys.enabled:
@@ -256,31 +334,37 @@ class ProxyApp:
             may_hold = self.keys.allows(auth)
             if not may_hold and needs_key(path) and scope["method"] != "OPTIONS":
                 self.metrics.refused.labels("unauthorized").inc()
-                await _send_json(send, 401, {"error": "Unauthorized"}, [])
+                await send_error(
+                    send, 401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)"
+                )
                 return
+        if self.aliases and path == listing.MODELS_PATH and scope["method"] == "GET":
+            send = self._listing_aliases(send)
         deadline = self.gate.deadline()
         try:
-            chunks, complete = await _read_prefix(receive)
+            chunks, complete, ended = await _read_prefix(receive)
         except ClientGone:
             return
-        body = Body(chunks, complete, receive)
+        body = Body(chunks, complete, receive, ended)
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)
             return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
+        held = None
+        if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
+            held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
             if self.switcher is not None and complete:
                 try:
-                    await self._switch(scope, body, deadline, watcher)
+                    await self._switch(scope, body, deadline, watcher, held)
                 except Refused as refused:
                     self.metrics.refused.labels(refused.reason).inc()
-                    retry = self._retry_after(refused.retry_after)
-                    await _send_json(send, refused.status, {"error": str(refused)}, retry)
+                    await self._refuse(_out(send, held), refused)
                     return
                 except ClientGone:
                     return
-            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold)
+            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -289,7 +373,7 @@ class ProxyApp:
         """A holder's readiness probe: past the hold, straight to the backend, never queued."""
         if not self.gate.probe_allowed(token):
             self.metrics.refused.labels("probe_token").inc()
-            await _send_json(send, 403, {"error": "unknown probe token"}, [])
+            await send_error(send, 403, "unknown probe token")
             return
         await self._forward(Ticket(self.gate), scope, receive, send, body, None, retry=False)
 
@@ -308,19 +392,24 @@ class ProxyApp:
         deadline: float,
         watcher: asyncio.Future[None] | None,
         may_hold: bool = True,
+        held: HeldStream | None = None,
     ) -> None:
         front = False
         while True:
             try:
-                ticket = await self._enter(deadline, watcher, front, may_hold)
+                entering = self._enter(deadline, watcher, front, may_hold)
+                if held is not None and self.gate.would_hold():
+                    ticket = await held.wait(entering)
+                else:
+                    ticket = await entering
             except Refused as refused:
                 self.metrics.refused.labels(refused.reason).inc()
-                await _send_json(send, refused.status, {"error": str(refused)}, self._retry_after())
+                await self._refuse(_out(send, held), refused)
                 return
             except ClientGone:
                 return
             try:
-                again = await self._forward(ticket, scope, receive, send, body, watcher)
+                again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
             finally:
                 ticket.done(completed=not again)
             if not again:
@@ -357,7 +446,13 @@ class ProxyApp:
                     return False  # client went away
                 ticket.mark_dispatched()
                 self.metrics.forwarded.inc()
-                out = StreamingResponse(response.content.iter_any(), status_code=response.status)
+                if self._is_stream(response):
+                    relay = Relay(response, ticket, self.stall_timeout)
+                    ticket.cancel = relay.cut  # a cut ends the stream with an error event
+                    chunks = relay.chunks(self._stalled, scope)
+                else:
+                    chunks = response.content.iter_any()
+                out = StreamingResponse(chunks, status_code=response.status)
                 out.raw_headers = _forward_headers(response.raw_headers)
                 if watcher is not None:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
@@ -393,8 +488,21 @@ class ProxyApp:
         if cancel_scope.cancelled_caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
-                await _send_json(send, 503, {"error": "cut by a drain timeout"}, self._retry_after())
+                await send_error(
+                    send, 503, "cut by a drain timeout (the variant is being replaced)", self.gate.retry_after
+                )
         return False
+
+    @staticmethod
+    def _is_stream(response: aiohttp.ClientResponse) -> bool:
+        return response.headers.get("content-type", "").startswith("text/event-stream")
+
+    def _stalled(self, scope: Scope) -> None:
+        """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
+        poller sees the backend ready again."""
+        log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
+        self.metrics.stalled.inc()
+        self.upstream.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
     def _went_away(self, body: Body, reason: str, started: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again."""
@@ -406,7 +514,7 @@ class ProxyApp:
 
     async def _bad_gateway(self, send: Send, err: Exception) -> None:
         self.metrics.upstream_errors.inc()
-        await _send_json(send, 502, {"error": f"backend failed: {type(err).__name__}"}, [])
+        await send_error(send, 502, f"backend failed: {type(err).__name__}")
 
     async def _open(
         self, method: str, url: str, headers: CIMultiDict[str], body: Body, ticket: Ticket
@@ -440,6 +548,11 @@ class ProxyApp:
         sending.cancel()
         await _settle(sending)
         return None
+
+
+def _out(send: Send, held: HeldStream | None) -> Send:
+    """Where an answer goes: into the open stream once a held request's headers went out."""
+    return held.send if held is not None and held.started else send
 
 
 async def _settle(task: asyncio.Future[aiohttp.ClientResponse]) -> None:

@@ -75,6 +75,8 @@ class Gateway:
             self.metrics,
             self.switcher if config.inspects_bodies else None,
             config.served_name,
+            config.stall_timeout,
+            config.hold_keepalive,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
@@ -243,7 +245,10 @@ class GatewayServer:
         self.ready = asyncio.Event()
 
     def stop(self) -> None:
-        """Ask both servers to finish (safe from signal handlers and other threads via the loop)."""
+        """Ask both servers to finish (call it in the serving loop: signal handlers, or
+        `call_soon_threadsafe` from another thread); held requests are answered 503 at once."""
+        self.gateway.gate.stop()
+        self.gateway.switcher.stop()
         self.public.should_exit = True
         self.control.should_exit = True
 

@@ -9,11 +9,9 @@ that is not already canonical (`paths.canonical_path`) and a request with more t
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 from starlette.types import Scope, Send
 
+from .answers import send_error
 from .paths import BadPath, canonical_path
 
 
@@ -45,19 +43,6 @@ def screen(scope: Scope) -> None:
             seen = True
 
 
-def error_body(status: int, message: str, kind: str) -> dict[str, Any]:
-    """The gateway's own error answer, in the OpenAI shape vLLM uses."""
-    return {"error": {"message": message, "type": kind, "param": None, "code": status}}
-
-
 async def send_refusal(send: Send, refusal: Refusal) -> None:
-    """Answer a `Refusal`."""
-    kind = {400: "BadRequestError", 404: "NotFoundError"}.get(refusal.status, "Error")
-    payload = json.dumps(error_body(refusal.status, str(refusal), kind)).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(payload)).encode()),
-        *refusal.extra,
-    ]
-    await send({"type": "http.response.start", "status": refusal.status, "headers": headers})
-    await send({"type": "http.response.body", "body": payload, "more_body": False})
+    """Answer a `Refusal` in the gateway's error envelope."""
+    await send_error(send, refusal.status, str(refusal), extra=refusal.extra)

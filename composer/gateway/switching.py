@@ -6,14 +6,23 @@ poll), runs through the gated `up`, and answers with `POST /serving` (the varian
 serves now and whether the switch worked). At most one demand exists at a time.
 
 A request whose model is an alias of variant V:
-- V serves (and no switch is under way): its model becomes the served name, it goes on;
-- a switch to V is under way: it waits for it (bounded by the hold deadline);
-- another variant serves and its `min_residency` runs: when the residency ends within
-  `residency_wait` (and the hold deadline) it waits, otherwise it gets 429 with
-  `Retry-After` = the residency left;
-- else it raises the demand for V and waits for the switch.
-A failed switch answers its waiting requests 503 (and starts a residency, so a failing
-variant is not retried on every request). The shared served name is never held here.
+- V serves and no switch away from it is under way (a demand not yet taken by the host
+  does not count): its model becomes the served name, it goes on;
+- otherwise it waits in V's queue (at most `max_held` requests per variant; past that 429
+  naming the queue), bounded by the hold deadline, and all of V's queue goes on together
+  once V serves:
+  - a switch to V is under way: it waits for it;
+  - a switch to another variant is under way: it waits for that one to end first;
+  - another variant serves and its `min_residency` runs: when the residency ends within
+    `residency_wait` (and the hold deadline) it waits, otherwise it gets 503 at once with
+    `Retry-After` = the residency left;
+  - else it raises the demand for V and waits for the switch.
+A demand needs a follower: with no host long-polling (none within `FOLLOWER_WINDOW_S`), a
+request that would raise or wait for a demand no host has taken gets 503 at once (`no
+compose-spec follow is running for this stack`), and the automatic policy raises nothing.
+A failed switch answers its waiting requests 503 with what failed (and starts a residency,
+so a failing variant is not retried on every request). The shared served name is never held
+here.
 
 The automatic policy (`tick`) feeds a `policy.Window` and raises a demand when the class of
 the current mix names another variant and no residency runs: at most one switch per
@@ -33,13 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .config import GatewayConfig
-from .gate import Refused
+from .gate import Refused, stopping
 from .metrics import Metrics
 from .policy import Decision, Window, decide
 
 log = logging.getLogger("gateway")
 
 MIN_REQUESTS = 3  # requests in the window before the automatic policy decides anything
+# A host's `follow` counts as attached while it long-polls and this long after its last poll.
+FOLLOWER_WINDOW_S = 30.0
 
 
 @dataclass
@@ -54,6 +65,7 @@ class Demand:
     done: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     ok: bool | None = None
     taken: bool = False  # handed to the host (a demand not taken yet may be withdrawn)
+    detail: str = ""  # how it ended, as the host reported it (what failed)
 
     def describe(self, now: float) -> dict[str, Any]:
         return {
@@ -80,6 +92,10 @@ class Switcher:
         self.last_switch: float | None = None
         self.window = Window(config.policy_window)
         self.last_decision: str | None = None
+        self.queued: dict[str, int] = {}  # requests waiting for a switch, per variant
+        self.last_contact: float | None = None  # the host's last long poll or report
+        self._polls = 0  # long polls in progress
+        self.stopping = False
         self._pulse = asyncio.Event()
 
     # -- state ---------------------------------------------------------------------------
@@ -129,11 +145,17 @@ class Switcher:
     async def next_demand(self, wait_s: float) -> Demand | None:
         """The pending demand, waiting up to `wait_s` for one (the host's long poll)."""
         deadline = self.clock() + wait_s
-        while self.demand is None:
-            left = deadline - self.clock()
-            if left <= 0:
-                return None
-            await self._wait_change(left)
+        self.last_contact = self.clock()
+        self._polls += 1
+        try:
+            while self.demand is None:
+                left = deadline - self.clock()
+                if left <= 0:
+                    return None
+                await self._wait_change(left)
+        finally:
+            self._polls -= 1
+            self.last_contact = self.clock()
         self.demand.taken = True
         return self.demand
 
@@ -152,12 +174,14 @@ class Switcher:
     def report(self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "") -> None:
         """The host says what serves now, and how the demand `demand_id` ended."""
         now = self.clock()
+        self.last_contact = now
         previous = self.serving
         if variant:
             self.serving = variant
         demand = self.demand
         if demand is not None and demand_id == demand.id:
             demand.ok = ok
+            demand.detail = detail
             demand.done.set()
             self.demand = None
             self.last_switch = now
@@ -187,12 +211,61 @@ class Switcher:
         """The variant an alias names (None for the served name or any other model)."""
         return self.aliases.get(model) if model else None
 
+    def serves(self, variant: str) -> bool:
+        """True when a request for `variant` may go on now: it serves and no switch away from it
+        is under way (a demand the host has not taken yet leaves it serving)."""
+        demand = self.demand
+        return self.serving == variant and (demand is None or not demand.taken or demand.variant == variant)
+
+    def follower_attached(self, now: float | None = None) -> bool:
+        """True while a host's `follow` long-polls (or did within `FOLLOWER_WINDOW_S`)."""
+        now = self.clock() if now is None else now
+        return self._polls > 0 or (
+            self.last_contact is not None and now - self.last_contact <= FOLLOWER_WINDOW_S
+        )
+
+    def _no_follower(self, variant: str) -> Refused:
+        return Refused(
+            "no_follower",
+            503,
+            f"no compose-spec follow is running for this stack: nothing can switch to {variant} "
+            "(start `compose-spec follow`, or name the served model)",
+        )
+
     async def admit(self, variant: str, alias: str, deadline: float) -> None:
-        """Return once `variant` serves; raise `Refused` (429 residency, 503 timeout or failure)."""
+        """Return once `variant` serves; raise `Refused` (429: its queue is full; 503: timeout,
+        failure, a residency longer than the request may wait, or no follower)."""
+        if self.serves(variant):
+            return
+        waiting = self.queued.get(variant, 0)
+        if waiting >= self.config.max_held:
+            raise Refused(
+                "queue_full",
+                429,
+                f"the queue for {variant} is full ({waiting} requests wait for a switch to it, "
+                f"max_held={self.config.max_held})",
+                retry_after=max(1, math.ceil(self.residency_left())),
+            )
+        self.queued[variant] = waiting + 1
+        try:
+            await self._wait_for(variant, alias, deadline)
+        finally:
+            self.queued[variant] -= 1
+
+    def stop(self) -> None:
+        """The gateway is stopping: requests waiting for a switch are answered 503."""
+        self.stopping = True
+        self._notify()
+        if self.demand is not None:
+            self.demand.done.set()  # its waiters look again and see `stopping`
+
+    async def _wait_for(self, variant: str, alias: str, deadline: float) -> None:
         while True:
+            if self.stopping:
+                raise stopping()
             now = self.clock()
             demand = self.demand
-            if demand is None and self.serving == variant:
+            if self.serves(variant):
                 return
             if deadline <= now:
                 raise Refused(
@@ -201,30 +274,40 @@ class Switcher:
                     f"no switch to {variant} within hold_timeout={self.config.hold_timeout:g}s",
                 )
             if demand is not None and demand.variant == variant:
+                if not demand.taken and not self.follower_attached(now):
+                    raise self._no_follower(variant)
                 try:
-                    await asyncio.wait_for(demand.done.wait(), deadline - now)
+                    await asyncio.wait_for(demand.done.wait(), min(deadline - now, FOLLOWER_WINDOW_S))
                 except TimeoutError:
                     continue
+                if self.stopping:
+                    raise stopping()
                 if not demand.ok:
                     raise Refused(
                         "switch_failed",
                         503,
-                        f"the switch to {variant} failed",
+                        f"the switch to {variant} failed" + (f": {demand.detail}" if demand.detail else ""),
                         retry_after=max(1, math.ceil(self.config.min_residency)),
                     )
+                continue
+            if demand is not None:  # a switch to another variant first: wait for it to end
+                await self._wait_change(deadline - now)
                 continue
             left = self.residency_left(now)
             if left > 0:
                 if left > self.config.residency_wait or now + left > deadline:
                     raise Refused(
                         "residency",
-                        429,
-                        f"{self.serving or (demand and demand.variant)} serves for another {left:.0f}s "
-                        f"(min_residency={self.config.min_residency:g}s); retry for {variant} later",
+                        503,
+                        f"{self.serving} serves for another {left:.0f}s (min_residency="
+                        f"{self.config.min_residency:g}s), longer than a request for {variant} may wait; "
+                        f"retry for {variant} later",
                         retry_after=max(1, math.ceil(left)),
                     )
                 await self._wait_change(min(left, deadline - now))
                 continue
+            if not self.follower_attached(now):
+                raise self._no_follower(variant)
             self.raise_demand(variant, f"a request names alias {alias!r}", "alias")
 
     # -- automatic policy -----------------------------------------------------------------
@@ -252,6 +335,11 @@ class Switcher:
         left = self.residency_left(now)
         if left > 0:
             self._note(f"wait {left:.0f}s of min_residency: {decision.reason}", decision.workload)
+            return decision
+        if not self.follower_attached(now):
+            self._note(
+                f"no compose-spec follow is running for this stack: {decision.reason}", decision.workload
+            )
             return decision
         self.last_decision = decision.reason
         self.raise_demand(decision.variant, decision.reason, "auto")

@@ -67,6 +67,8 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
             text(Var("GATEWAY_KEEP_ALIVE_TIMEOUT", str(settings.keep_alive_timeout))),
         ),
         ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
+        ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
+        ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
     )
     if settings.switches:
         environment += _switching_environment(stack)

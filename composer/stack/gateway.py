@@ -30,12 +30,14 @@ class GatewaySettings:
     switch_on_model: bool = False  # a request naming a variant's alias switches to it
     policy: str = "manual"  # "auto": switch to the variant [workloads] names for the traffic
     min_residency: int = 60  # seconds a variant serves after a switch before another one
-    residency_wait: int = 30  # seconds a request for another variant may wait (then 429)
+    residency_wait: int = 30  # seconds a request for another variant may wait (then 503)
     policy_window: int = 30  # seconds of traffic the automatic policy looks at
     max_head_bytes: int = 65536  # bytes a request head may have (more: 431)
     head_timeout: int = 10  # seconds a client has to send a request head (then 408 and close)
     keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
+    stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
+    hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
 
     @property
     def switches(self) -> bool:
@@ -101,6 +103,33 @@ def parse_client_timeout(raw: object) -> int:
     return seconds
 
 
+MAX_STREAM_TIMEOUT = 86400
+
+
+def parse_stream_timeout(raw: object) -> int:
+    """0 (off) or a duration up to 1 day."""
+    allowed = "0 (off) or a duration up to 1d, such as 120 or 2m"
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if seconds > MAX_STREAM_TIMEOUT:
+        raise ValueError(allowed)
+    return seconds
+
+
+def parse_keepalive(raw: object) -> int:
+    """0 (off) or a duration from 1s to 1h."""
+    allowed = "0 (off) or a duration from 1s to 1h, such as 15 or 15s"
+    try:
+        seconds = parse_duration(raw)
+    except ValueError:
+        raise ValueError(allowed) from None
+    if seconds > MAX_CLIENT_TIMEOUT:
+        raise ValueError(allowed)
+    return seconds
+
+
 def parse_max_connections(raw: object) -> int:
     """A positive whole number up to 1000000."""
     return parse_positive_int(raw, MAX_CONNECTIONS)
@@ -128,4 +157,6 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
         GatewaySettings.keep_alive_timeout,
     ),
     ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
+    ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
+    ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
 )

@@ -95,6 +95,15 @@ KEYS: tuple[Key, ...] = (
     Key("gateway", "keep_alive_timeout", "duration", "how long an idle client connection stays open"),
     Key("gateway", "max_connections", "integer", "open client connections (past it the oldest idle closes)"),
     Key(
+        "gateway",
+        "stall_timeout",
+        "duration",
+        "a stream with no bytes from the backend this long ends (0: off)",
+    ),
+    Key(
+        "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"
+    ),
+    Key(
         "kubernetes",
         "models",
         "enum",

@@ -6,6 +6,7 @@ import gzip
 import hashlib
 import http.client
 import json
+import logging
 import os
 import threading
 import time
@@ -121,7 +122,7 @@ def test_wrong_key_is_refused_at_once_without_taking_a_queue_slot(make_gateway, 
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": KEY}):
         r = httpx.post(gw.url + CHAT, content=sse_request("bad"), headers=headers, timeout=5)
         assert r.status_code == 401
-        assert r.json() == {"error": "Unauthorized"}
+        assert r.json()["error"]["message"].startswith("Unauthorized")
     assert time.monotonic() - started < 1.0
     assert gw.gateway.gate.held == 1  # the queue (max_held=1) still has only the good request
     assert metric(gw, 'gateway_refused_requests_total{reason="unauthorized"}') == 3
@@ -207,7 +208,8 @@ def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
     late.join(10)
     assert results["late"][0] == 200
 
-    # a drain that times out cuts what is still streaming, and the client sees a broken stream
+    # a drain that times out cuts what is still streaming: each stream ends with an error event
+    # in OpenAI's shape and [DONE], so its client sees why it ended
     slow = [post_in_thread(gateway.url, f"s{i}", results, chunks=200, interval=0.05) for i in range(2)]
     gateway.wait(lambda g: g.gate.inflight == 2)
     report = ctl.drain(timeout_s=0.5, lease_s=30)
@@ -215,11 +217,35 @@ def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
     for t in slow:
         t.join(10)
     for i in range(2):
-        assert results[f"s{i}"][0] == 0, "a cut stream must not look complete"
+        status, text, _ = results[f"s{i}"]
+        events = [e for e in text.split("\n\n") if e]
+        assert status == 200 and events[-1] == "data: [DONE]", text[-300:]
+        error = json.loads(events[-2].removeprefix("data: "))["error"]
+        assert error["code"] == 503 and "drain timeout" in error["message"]
+        assert '"i": 199' not in text  # cut before the backend's end
     assert ctl.state().inflight == 0
     assert metric(gateway, "gateway_cut_requests_total") == 2
     assert metric(gateway, "gateway_drained_requests_total") == 3
     ctl.release()
+
+
+def test_a_stalled_stream_ends_with_an_error_event_and_marks_the_backend_down(
+    make_gateway, backend, caplog
+) -> None:
+    caplog.set_level(logging.INFO, logger="gateway")
+    gw = make_gateway(stall_timeout=0.3)
+    results: dict = {}
+    post_in_thread(gw.url, "stall", results, chunks=2, interval=5).join(15)
+    status, text, _ = results["stall"]
+    events = [e for e in text.split("\n\n") if e]
+    assert status == 200 and events[0].startswith('data: {"i": 0') and events[-1] == "data: [DONE]", text
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert error["code"] == 504 and "stall_timeout" in error["message"]
+    assert '"i": 1' not in text
+    assert metric(gw, "gateway_stalled_streams_total") == 1
+    assert "backend unreachable (a stream stalled for 0.3s)" in caplog.text  # held until ready again
+    post_in_thread(gw.url, "after", results, chunks=2).join(10)  # the poller finds it ready again
+    assert results["after"][0] == 200 and results["after"][1].endswith("data: [DONE]\n\n")
 
 
 def test_dev_routes_are_not_reachable_publicly_only_through_control(gateway, backend) -> None:

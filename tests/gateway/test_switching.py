@@ -147,7 +147,7 @@ def test_alias_of_another_variant_demands_it_and_waits_for_the_report() -> None:
         with pytest.raises(Refused) as refused:
             await sw.admit("baseline", "plain", clock.now + 60)
         assert (refused.value.status, refused.value.reason, refused.value.retry_after) == (
-            429,
+            503,
             "residency",
             20,
         )
@@ -190,6 +190,7 @@ def test_auto_policy_switches_once_per_residency() -> None:
         for step in range(120):  # 60 s of ticks, the mix flipping every 10 s
             clock.now += 0.5
             long_phase = (step // 20) % 2 == 0
+            sw.last_contact = clock.now  # a follow long-polls
             sw.observe(6000 if long_phase else 50)
             sw.tick(16 if long_phase else 1)
             if sw.demand is not None:
@@ -198,6 +199,51 @@ def test_auto_policy_switches_once_per_residency() -> None:
         times = [t for t, _ in demands]
         assert len(demands) >= 2
         assert all(b - a >= 20 for a, b in itertools.pairwise(times)), demands
+
+    asyncio.run(scenario())
+
+
+def test_auto_policy_raises_no_demand_without_a_follower() -> None:
+    async def scenario() -> None:
+        sw, clock, _ = _switcher(policy="auto", min_residency=5, policy_window=4)
+        sw.serving = "mtp"  # never reported: no follow is attached
+        for _ in range(20):
+            clock.now += 0.5
+            for _ in range(8):
+                sw.observe(8000)
+            sw.tick(16)
+        assert sw.demand is None and "no compose-spec follow is running" in sw.last_decision
+        sw.report("mtp", None, True)  # a follow attaches
+        clock.now += 0.5
+        sw.observe(8000)
+        sw.tick(16)
+        assert sw.demand is not None and sw.demand.variant == "baseline"
+        clock.now += 31  # it stopped polling: a request for the pending switch is refused at once
+        with pytest.raises(Refused, match="no compose-spec follow is running for this stack"):
+            await sw.admit("baseline", "plain", clock.now + 60)
+
+    asyncio.run(scenario())
+
+
+def test_the_serving_variant_is_served_while_a_switch_away_is_pending() -> None:
+    async def scenario() -> None:
+        sw, clock, _ = _switcher(min_residency=0, max_held=2)
+        sw.report("baseline", None, True)
+        away = [asyncio.ensure_future(sw.admit("mtp", "fast", clock.now + 60)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        assert sw.demand is not None and sw.demand.variant == "mtp" and sw.queued["mtp"] == 2
+        await asyncio.wait_for(sw.admit("baseline", "plain", clock.now + 60), 1)  # served at once
+        with pytest.raises(Refused) as full:
+            await sw.admit("mtp", "fast", clock.now + 60)
+        assert full.value.status == 429 and "the queue for mtp is full" in str(full.value)
+        demand = await sw.next_demand(1)  # the host takes it: the switch away is under way
+        staying = asyncio.ensure_future(sw.admit("baseline", "plain", clock.now + 60))
+        await asyncio.sleep(0.01)
+        assert not staying.done()  # it would reach mtp: it waits for the switch back
+        sw.report("mtp", demand.id, True)
+        await asyncio.wait_for(asyncio.gather(*away), 1)  # mtp's queue goes on together
+        assert (await sw.next_demand(1)).variant == "baseline"
+        staying.cancel()
 
     asyncio.run(scenario())
 
@@ -260,7 +306,7 @@ def test_alias_request_is_held_switched_and_renamed(make_gateway, backend) -> No
     assert backend.state.models[-1] == "other-alias-free-name"
     gw.gateway.switcher.aliases["plain"] = "baseline"
     post("c", "plain")
-    assert results["c"][0] == 429 and int(results["c"][1]) >= 29
+    assert results["c"][0] == 503 and int(results["c"][1]) >= 29
     metrics = httpx.get(gw.url + "/gateway/metrics").text
     assert 'gateway_switches_total{outcome="ok",reason="alias"} 1.0' in metrics
     assert 'gateway_refused_requests_total{reason="residency"} 1.0' in metrics

@@ -31,6 +31,9 @@ GATEWAY_SERVER = {
     "limits",
     "status",
     "throughput",
+    "answers",
+    "http10",
+    "keepalive",
 }
 # Import names that differ from their distribution's name.
 DISTRIBUTION = {

@@ -1,0 +1,121 @@
+"""Keep-alive for held streaming requests: a live connection while the model is not ready.
+
+A `stream: true` request that waits (for a ready backend, a swap, or a switch to its alias's
+variant) gets, once it has waited `hold_keepalive` seconds, the response headers (200,
+`text/event-stream`) and then an SSE comment line every `hold_keepalive` seconds, so clients
+and proxies (nginx's 60 s read timeout) see a live connection through a cold start of
+minutes; the tokens follow on the same response. SSE clients ignore comment lines.
+
+Once the headers are out, the status cannot change: whatever answer comes later (the
+backend's, or the gateway's own refusal) goes on as it is when it is a success, and becomes
+an SSE error event in OpenAI's shape followed by `[DONE]` when it is an error. Requests that
+are not streaming, or that wait less than one interval, are answered exactly as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+from starlette.types import Message, Send
+
+from .answers import sse_error
+
+T = TypeVar("T")
+
+COMMENT = b": held by the gateway until the model is ready\n\n"
+HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # nginx: pass the comments on at once
+]
+MAX_BODY = 128 * 1024  # bodies larger than this are not parsed for `stream`
+
+
+def wants_stream(body: bytes) -> bool:
+    """True for a JSON object body with `"stream": true` (bounded: larger bodies say no)."""
+    if b'"stream"' not in body or len(body) > MAX_BODY:
+        return False
+    try:
+        payload = json.loads(body)
+    except (ValueError, RecursionError):
+        return False
+    return isinstance(payload, dict) and payload.get("stream") is True
+
+
+class HeldStream:
+    """One request's response while it may be held; `send` replaces the request's `send`."""
+
+    def __init__(self, send: Send, interval: float, body: bytes) -> None:
+        self._send = send
+        self.interval = interval
+        self._body = body
+        self._wanted: bool | None = None
+        self.started = False  # the headers went out: later answers go into the open stream
+        self._status = 200
+        self._error: list[bytes] = []
+
+    def wanted(self) -> bool:
+        """True when the request streams (read once, on its first wait)."""
+        if self._wanted is None:
+            self._wanted = wants_stream(self._body)
+        return self._wanted
+
+    async def wait(self, waiting: Awaitable[T]) -> T:
+        """Await `waiting`, with the headers and a comment every interval while it runs."""
+        if not self.wanted():
+            return await waiting
+        task = asyncio.ensure_future(waiting)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=self.interval)
+                if done:
+                    return task.result()
+                await self._beat()
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _beat(self) -> None:
+        if not self.started:
+            self.started = True
+            await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+        await self._send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+
+    async def send(self, message: Message) -> None:
+        """The request's `send`: as it is until the headers went out, then into the stream."""
+        if not self.started:
+            await self._send(message)
+            return
+        if message["type"] == "http.response.start":
+            self._status = message["status"]
+            return
+        if message["type"] != "http.response.body":
+            await self._send(message)
+            return
+        if self._status < 400:
+            await self._send(message)
+            return
+        self._error.append(message.get("body", b""))
+        if message.get("more_body", False):
+            return
+        text = _error_message(b"".join(self._error))
+        await self._send(
+            {"type": "http.response.body", "body": sse_error(self._status, text), "more_body": False}
+        )
+
+
+def _error_message(body: bytes) -> str:
+    """The message of an error answer (OpenAI's shape, vLLM's older one, or its text)."""
+    try:
+        payload: Any = json.loads(body)
+    except (ValueError, RecursionError):
+        return body.decode("utf-8", "replace")[:500] or "error"
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if isinstance(error, dict) and isinstance(error.get("message"), str):
+        return error["message"]
+    if isinstance(error, str):
+        return error
+    return json.dumps(payload)[:500]
