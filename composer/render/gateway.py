@@ -61,6 +61,12 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_MAX_HELD", text(Var("GATEWAY_MAX_HELD", str(settings.max_held)))),
         ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
     )
+    sleepers = [name for name, variant in stack.variants.items() if variant.standby == "sleep"]
+    if sleepers:  # the sleep-standby containers, each by its own name (see composer.render.spec)
+        urls = ",".join(
+            f"http://{stack.project}-{stack.service}-{name}-1:{CONTAINER_PORT}" for name in sleepers
+        )
+        environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
     if settings.switches:
         environment += _switching_environment(stack)
     return GatewaySpec(

@@ -17,7 +17,7 @@ Who serves and who sleeps, in order of trust:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant, gateway_container, our_containers, upstream_url
@@ -73,12 +73,7 @@ class Snapshot:
     gateway_state: GatewayState | None = None
     gateway_error: str | None = None
     swap: RunningSwap | None = None
-    notes: tuple[str, ...] = field(default=())
-
-    @property
-    def route(self) -> str | None:
-        """Where the gateway forwards now (None: no gateway, or it did not answer)."""
-        return self.gateway_state.upstream if self.gateway_state else None
+    route: str | None = None  # where the gateway forwards now (None: no gateway, or no answer)
 
     @property
     def serving(self) -> Member | None:
@@ -157,6 +152,7 @@ def take(
         gateway_state=state,
         gateway_error=error,
         swap=running_swap(stack.project),
+        route=state.upstream if state else None,
     )
 
 
