@@ -451,6 +451,7 @@ def _swap(obj: Context, variant_or_workload: str, workload: bool, opts: dict[str
         wait_for_lock=not opts["no_wait"],
         allow_weak_key=opts["allow_weak_key"],
         settle=opts["settle"],
+        dry_run=opts.get("dry_run", False),
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
     _report_swap(
@@ -482,6 +483,8 @@ def _report_swap(variant: str, opts: dict[str, Any], run: Callable[[LiveLine], A
         click.echo(
             json.dumps({**result.__dict__, "timings": {k: round(v, 3) for k, v in result.timings.items()}})
         )
+    elif opts.get("dry_run"):
+        click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
         total = result.timings.get("total", 0.0)
         click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
@@ -500,6 +503,11 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
         ),
         click.option("--json", "as_json", is_flag=True, help="Print the result (or the error) as JSON."),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Print the plan (steps, rollback, gateway update); change nothing.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
@@ -686,6 +694,24 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
             click.echo(show(data) + ("" if as_json else "\n"))
             last = without_clock(data)
         time.sleep(interval)
+
+
+@main.command()
+@click.option("-n", "last", type=click.IntRange(min=1), default=20, show_default=True, help="Events shown.")
+@click.option("--json", "as_json", is_flag=True, help="Print the events as JSON.")
+@click.pass_obj
+def history(obj: Context, last: int, as_json: bool) -> None:
+    """Show the project's swaps: every up, down, wake and rollback, newest last.
+
+    \b
+    Examples:
+      compose-spec history
+      compose-spec history -n 5 --json
+    """
+    from composer.swap.journal import format_history, read_history
+
+    events = read_history(obj.stack().project, last)
+    click.echo(json.dumps(events) if as_json else format_history(events))
 
 
 @main.command("ls")

@@ -46,6 +46,11 @@ class SwapPlan:
     rollback: Rollback | None = None
     stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
     notes: tuple[str, ...] = field(default=())
+    gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
+
+    @property
+    def no_op(self) -> bool:
+        return not self.steps and not self.gateway_update
 
     def as_data(self) -> dict[str, object]:
         """The plan as JSON-ready data (no secrets: names, steps and files only)."""
@@ -57,13 +62,19 @@ class SwapPlan:
             "stop_first": list(self.stop_first),
             "rollback": self.rollback.__dict__ if self.rollback else None,
             "notes": list(self.notes),
+            "gateway_update": self.gateway_update,
         }
 
     def describe(self) -> str:
         """The plan as text, one line per fact."""
+        gateway = "drain the gateway, recreate it with its new settings, release"
         if not self.steps:
+            if self.gateway_update:
+                return f"plan: {self.target} keeps serving; {gateway}"
             return f"{self.target} already serves with the same configuration: nothing to do"
         lines = [f"plan: {self.previous.variant if self.previous else 'nothing'} -> {self.target}"]
+        if self.gateway_update:
+            lines.append(f"first: {gateway}")
         lines.append("steps: " + " -> ".join(self.steps))
         if self.stop_first:
             lines.append("stops first: " + ", ".join(self.stop_first))
@@ -109,6 +120,7 @@ def decide(
     target_sleeps: bool,
     sleeps_in_stack: dict[str, bool],
     current_ready: bool,
+    gateway_update: bool = False,
 ) -> SwapPlan:
     """The whole plan from one snapshot (pure).
 
@@ -175,4 +187,6 @@ def decide(
         )
     elif current is not None and steps and "stop" in steps:
         rollback = Rollback(current.variant, "start", current.name, current.config_file, current.service)
-    return SwapPlan(target, target_hash, current, steps, rollback, tuple(stop_first), tuple(notes))
+    return SwapPlan(
+        target, target_hash, current, steps, rollback, tuple(stop_first), tuple(notes), gateway_update
+    )

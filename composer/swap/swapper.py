@@ -74,6 +74,7 @@ class UpOptions:
     poll_interval: float = 0.1
     release_timeout: float = 60.0
     settle: float = 1.0
+    dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
 
 
 @dataclass
@@ -89,6 +90,7 @@ class UpResult:
     notes: list[str] = field(default_factory=list)
     drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
+    plan_text: str | None = None  # the plan as text (SwapPlan.describe)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -190,21 +192,85 @@ class Swapper:
             timeout=max(120.0, self.options.timeout),
         )
 
-    def hold_clients(self, target: Target, compose_file: Path, result: UpResult) -> None:
-        """With a gateway: make sure it runs, then drain it (clients wait from now on)."""
+    def hold_clients(
+        self, target: Target, compose_file: Path, result: UpResult, recreate_gateway: bool = False
+    ) -> None:
+        """With a gateway: make sure it runs, then drain it (clients wait from now on).
+
+        `recreate_gateway` (its settings or image changed): drain the running gateway first,
+        so requests in flight finish, then recreate it; requests held by the old gateway
+        at that moment are cut, and counted.
+        """
         if target.gateway is None:
             return
-        self.start(compose_file, target.gateway.service)
+        if recreate_gateway:
+            self._recreate_gateway(compose_file, target, result)
+        else:
+            self.start(compose_file, target.gateway.service)
         self.hold = start_hold(self.stack, self.client, self.stack.gateway.drain_timeout, self.say)
         self.say("draining the gateway: new requests wait, requests in flight finish")
         drained = self.hold.begin()
-        result.timings["drain"] = drained.seconds
-        result.drained = {"finished": drained.drained, "cut": drained.cut}
+        result.timings["drain"] = result.timings.get("drain", 0.0) + drained.seconds
+        before = result.drained or {"finished": 0, "cut": 0}
+        result.drained = {
+            "finished": before["finished"] + drained.drained,
+            "cut": before["cut"] + drained.cut,
+        }
         if drained.cut:
             result.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "
                 f"({self.stack.gateway.drain_timeout}s) were cut"
             )
+
+    def _recreate_gateway(self, compose_file: Path, target: Target, result: UpResult) -> None:
+        """Drain the old gateway, then recreate it with the new settings (held requests cut)."""
+        assert target.gateway is not None
+        old = start_hold(self.stack, self.client, self.stack.gateway.drain_timeout, self.say)
+        self.say("the gateway's settings changed: draining it before it is recreated")
+        drained = old.begin()
+        try:
+            held = old.control.state().held
+        except Exception:  # the old gateway's count is gone with it: unknown, not zero
+            held = 0
+        old._stop.set()
+        began = time.monotonic()
+        self.start(compose_file, target.gateway.service)
+        result.timings["gateway_recreate"] = time.monotonic() - began
+        result.timings["drain"] = drained.seconds
+        cut = drained.cut + held
+        result.drained = {"finished": drained.drained, "cut": cut}
+        result.notes.append(
+            f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "
+            f"finished first, {cut} cut"
+        )
+        if cut:
+            result.warnings.append(
+                f"{cut} request(s) were cut by the gateway's recreation ({drained.cut} still running after "
+                f"the drain timeout, {held} waiting in the old gateway): clients retry them"
+            )
+
+    def gateway_differs(self, compose_file: Path, snap: snapshot.Snapshot) -> bool:
+        """True when the running gateway's settings or image differ from the run file's."""
+        gateway = snap.gateway
+        if gateway is None or not snap.gateway_running or not self.stack.gateway.enabled:
+            return False
+        labels = gateway.labels or {}
+        env = compose_environment(compose_file, self.stack.api_key)
+        try:
+            done = compose(
+                self.stack.project, compose_file, ["config", "--hash", "gateway"], env=env, timeout=60
+            )
+        except ComposerError:
+            return False  # unknown: leave it to `docker compose up` as before
+        words = done.stdout.split()
+        wanted = words[-1] if words else ""
+        if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
+            return True
+        image = gateway.attrs.get("Config", {}).get("Image", "")
+        try:
+            return bool(image) and self.client.images.get(image).id != gateway.attrs.get("Image")
+        except Exception:  # the image is gone or Docker does not answer: compose decides
+            return False
 
     def release_clients(self, result: UpResult) -> None:
         """The held requests flow to whatever serves now."""
@@ -252,7 +318,15 @@ class Swapper:
         snap = snapshot.take(self.stack, self.client)
         current = snap.current
         same = current is not None and current.variant == variant and current.config_hash == target_hash
-        ready = same and self._is_ready(current)  # probing matters only for a possible no-op
+        compose_file = run_file(target)
+        recovered = same and target.gateway is not None and not snap.gateway_running and not dry_run
+        if recovered:
+            # the gateway was killed or removed: start only it, never reload a healthy variant
+            self.say("the gateway is not running: starting it")
+            self.start(compose_file, target.gateway.service)
+            snap = snapshot.take(self.stack, self.client)
+            current = snap.current
+        ready = same and current is not None and self._is_ready(current, settle_s=10.0 if recovered else 0.0)
         plan = decide(
             snap,
             variant,
@@ -260,30 +334,41 @@ class Swapper:
             target_sleeps=target.variant.standby == "sleep",
             sleeps_in_stack={name: v.standby == "sleep" for name, v in self.stack.variants.items()},
             current_ready=ready,
+            gateway_update=self.gateway_differs(compose_file, snap),
         )
         result.previous = current.variant if current else None
         if plan.steps:
             asleep = [m.variant for m in snap.asleep if m.info.name not in plan.stop_first]
             plan = self._check_standby_fits(target, plan, result, asleep)
         result.plan = plan.as_data()
+        result.plan_text = plan.describe()
         result.notes += list(plan.notes)
         if dry_run:
-            result.outcome = "planned" if plan.steps else "unchanged"
+            result.outcome = "unchanged" if plan.no_op else "planned"
             return result
-        if not plan.steps:
+        if plan.no_op:
             result.outcome = "unchanged"
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
+        if not plan.steps:  # only the gateway's settings changed
+            try:
+                self.hold_clients(target, compose_file, result, recreate_gateway=True)
+            finally:
+                self.release_clients(result)
+            result.outcome = "gateway updated"
+            result.timings["total"] = time.monotonic() - total_start
+            self._history(plan, result.outcome, result)
+            return result
         if current is not None and "stop" in plan.steps and self.options.rollback:
             self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
-        compose_file = run_file(target)
         previous_file = current.config_file if current else None
         prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
         record = SwapRecord(self.stack.project, result.previous, variant, self.options.timeout)
         record.stage("draining")
         try:
-            self.hold_clients(target, compose_file, result)  # nothing has changed if this fails
+            # nothing has changed if this fails
+            self.hold_clients(target, compose_file, result, recreate_gateway=plan.gateway_update)
             with _signals(_interrupt_once):
                 try:
                     self._execute(plan, target, compose_file, result, snap=snap, record=record)
@@ -417,8 +502,15 @@ class Swapper:
                 self.say(f"stopping {member.variant} ({member.info.name})")
                 member.container.stop_and_remove(self.stack.stop_grace_period)
 
-    def _is_ready(self, current: RunningVariant) -> bool:
-        return probe_once(running_target(self.stack, current))
+    def _is_ready(self, current: RunningVariant, settle_s: float = 0.0) -> bool:
+        """One probe; with `settle_s`, probes until then (a gateway that just started)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            if probe_once(running_target(self.stack, current)):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
 
     def _execute(
         self,
@@ -695,6 +787,8 @@ def up(
 
     options = options or UpOptions()
     swapper = Swapper(stack, client, options, progress, waiting)
+    if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
+        return swapper.up(target, dry_run=True)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return swapper.up(target)
 
@@ -704,7 +798,9 @@ def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
-        return Swapper(stack, client, UpOptions(), progress).down()
+        stopped = Swapper(stack, client, UpOptions(), progress).down()
+    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
+    return stopped
 
 
 def down_variant(
@@ -714,4 +810,6 @@ def down_variant(
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
-        return Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)
+        said = Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)
+    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
+    return said
