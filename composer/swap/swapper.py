@@ -354,6 +354,7 @@ class Swapper:
         if not plan.steps:  # only the gateway's settings changed
             try:
                 self.hold_clients(target, compose_file, result, recreate_gateway=True)
+                self._tell_serving(variant)
             finally:
                 self.release_clients(result)
             result.outcome = "gateway updated"
@@ -372,6 +373,8 @@ class Swapper:
             with _signals(_interrupt_once):
                 try:
                     self._execute(plan, target, compose_file, result, snap=snap, record=record)
+                    if plan.gateway_update:
+                        self._tell_serving(variant)
                 except BaseException as err:  # any failure, Ctrl-C included, rolls back
                     with _interrupts_ignored():
                         record.stage("rolling back")
@@ -397,6 +400,15 @@ class Swapper:
         result.timings["total"] = time.monotonic() - total_start
         self._history(plan, result.outcome, result)
         return result
+
+    def _tell_serving(self, variant: str) -> None:
+        """A recreated gateway with switching settings learns which variant serves (aliases of
+        it are answered at once, not raised as a demand)."""
+        if self.hold is not None and self.stack.gateway.switches:
+            try:
+                self.hold.control.report_serving(variant)
+            except ComposerError as err:
+                self.say(f"the gateway was not told that {variant} serves: {err}")
 
     def _history(self, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
         append_history(
