@@ -287,8 +287,18 @@ class Swapper:
         """The gate's target, carrying the hold's probe token when the gateway holds clients."""
         return replace(target, headers=self.hold.headers) if self.hold is not None else target
 
-    def gate(self, target: GateTarget, started: float, container: VariantContainer | None = None) -> str:
-        """Wait until the variant's container (by default the newest serving one) is ready; return its log."""
+    def gate(
+        self,
+        target: GateTarget,
+        started: float,
+        container: VariantContainer | None = None,
+        during_settle: Callable[[], None] | None = None,
+    ) -> str:
+        """Wait until the variant's container (by default the newest serving one) is ready; return its log.
+
+        `during_settle` (the warm-up) runs while the settle watch runs, not after it: both
+        wait on the same engine, and clients are released only when both are over.
+        """
         containers = [container] if container is not None else serving_containers(self.stack, self.client)
         if not containers:
             raise HealthCheckFailed("the container was not created")
@@ -301,7 +311,24 @@ class Swapper:
         )
         self.ready_at = time.monotonic()
         self.say(f"{target.variant} is ready ({self.ready_at - started:.1f}s); watching it settle")
-        watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        failed: list[BaseException] = []
+
+        def beside() -> None:
+            try:
+                during_settle()  # type: ignore[misc]
+            except Exception as err:  # reported after the settle watch, which fails first if it fails
+                failed.append(err)
+
+        thread = threading.Thread(target=beside, name="warm-up", daemon=True) if during_settle else None
+        if thread is not None:
+            thread.start()
+        try:
+            watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        finally:
+            if thread is not None:
+                thread.join()
+        if failed:
+            raise failed[0]
         return log
 
     # -- the swap -----------------------------------------------------------------------
@@ -609,7 +636,14 @@ class Swapper:
                 self.stack.api_key,
             )
         )
-        log = self.gate(gate_target, began, watched)
+        warmed: list[float] = []
+        warm = None
+        if self.hold is not None and self.stack.gateway.warmup_requests:
+
+            def warm() -> None:
+                warmed.extend(warm_up(gate_target, self.stack.gateway.warmup_requests))
+
+        log = self.gate(gate_target, began, watched, warm)
         stage("settling")
         if "wake" in plan.steps:
             result.timings["wake"] = self.ready_at - began  # wake_up until the gate passed
@@ -624,11 +658,12 @@ class Swapper:
         result.notes += self.standby_notes
         result.timings["start_to_ready"] = self.ready_at - began
         result.timings["settle"] = time.monotonic() - self.ready_at
-        if self.hold is not None and self.stack.gateway.warmup_requests:
-            took = warm_up(gate_target, self.stack.gateway.warmup_requests)
-            result.timings["warmup"] = sum(took)
+        if warmed:  # it ran during the settle watch
+            result.timings["warmup"] = sum(warmed)
             result.notes.append(
-                "warm-up before clients: " + ", ".join(f"{t:.2f}s" for t in took) + " per request"
+                "warm-up before clients (during the settle watch): "
+                + ", ".join(f"{t:.2f}s" for t in warmed)
+                + " per request"
             )
         result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
         expected = target.variant.min_kv_cache_tokens
