@@ -708,7 +708,7 @@ def history(obj: Context, last: int, as_json: bool) -> None:
       compose-spec history
       compose-spec history -n 5 --json
     """
-    from composer.swap.journal import format_history, read_history
+    from composer.swap import format_history, read_history
 
     events = read_history(obj.stack().project, last)
     click.echo(json.dumps(events) if as_json else format_history(events))

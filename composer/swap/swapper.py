@@ -381,6 +381,7 @@ class Swapper:
         if not plan.steps:  # only the gateway's settings changed
             try:
                 self.hold_clients(target, compose_file, result, recreate_gateway=True)
+                self._route(target)  # the new gateway forwards to the serving container at once
                 self._tell_serving(variant)
             finally:
                 self.release_clients(result)
