@@ -150,3 +150,42 @@ def test_status_names_a_running_swap_instead_of_waiting_on_the_hold(sim_stack) -
     finally:
         _out, errs = swap.communicate(timeout=240)
     assert swap.returncode == 0, errs
+
+
+class _Counting:
+    """A Docker client that counts the calls that list containers."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+        self.listings = 0
+        outer = self
+
+        class Api:
+            def __getattr__(self, name):
+                if name == "containers":
+                    outer.listings += 1
+                return getattr(client.api, name)
+
+        self.api = Api()
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+
+def test_one_swap_lists_the_projects_variant_containers_once(sim_stack, docker_client, monkeypatch) -> None:
+    from composer.render.target import resolve_target
+    from composer.stack.load import load_stack
+    from composer.swap.swapper import up
+    from tests.conftest import REPO
+
+    code, _, err = _up(sim_stack, "up", "baseline")
+    assert code == 0, err
+    for name, value in sim_stack.env.items():
+        monkeypatch.setenv(name, value)
+    stack = load_stack(
+        [REPO / "composer.toml", sim_stack.stack_file], REPO / ".env.demo", environ=sim_stack.env
+    )
+    counting = _Counting(docker_client)
+    result = up(stack, resolve_target(stack, "mtp"), client=counting)  # type: ignore[arg-type]
+    assert result.outcome == "swapped" and result.previous == "baseline"
+    assert counting.listings == 1, counting.listings
