@@ -150,13 +150,18 @@ def _asleep(stack: Stack, member: Member) -> dict[str, object]:
     }
 
 
-def _held(snap: Snapshot) -> str | None:
-    """Why a probe through the shared port would wait now (None: it would not)."""
+def _held(snap: Snapshot) -> tuple[str, str] | None:
+    """(health, detail) when a probe through the shared port would wait on a hold now."""
     if snap.swap is not None:
-        return snap.swap.line()
+        return "swapping", snap.swap.line()
     state = snap.gateway_state
-    if state is not None and (state.holds or not state.backend_ready):
-        return "the gateway holds requests (a swap or a hold is running)"
+    if state is not None and state.holds:
+        return "held", "the gateway holds requests (a swap or a control hold is running)"
+    if state is not None and not state.backend_ready:
+        error = str(state.raw.get("backend_error") or "")
+        return "not ready", "the gateway holds requests: the backend is not ready" + (
+            f" ({error})" if error else ""
+        )
     return None
 
 
@@ -171,7 +176,9 @@ def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
 
 
 def _serving_status(
-    stack: Stack, described: list[tuple[VariantContainer, RunningVariant]], held: str | None = None
+    stack: Stack,
+    described: list[tuple[VariantContainer, RunningVariant]],
+    held: tuple[str, str] | None = None,
 ) -> dict[str, object]:
     running = next((d for _, d in described if d.running), None)
     stopped = [d.name for _, d in described if not d.running]
@@ -185,7 +192,7 @@ def _serving_status(
             "stopped": stopped,
         }
     target = running_target(stack, running)
-    health, detail = ("swapping", held) if held else readiness(target)
+    health, detail = held or readiness(target)
     current_hash = None
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
