@@ -5,14 +5,15 @@ Run: python3 benchmarks/bench_swap_paths.py --before /path/to/other/checkout [--
 For each mode (a cold switch in stop standby, a wake switch in sleep standby) and each
 checkout, one isolated project (own port and state) switches baseline <-> mtp; rounds
 alternate between the checkouts so load drifts hit both alike. Per switch: the wall
-time of `compose-spec up`, the client-visible hold (`drain` to `release` as the result's
-timings report it), and the `docker exec` calls on the gateway (Docker's `exec_create`
+time of `compose-spec up`, the client-visible hold (the longest round trip of a client
+sending 1-token completions every 50 ms through the gateway), and the `docker exec` calls on the gateway (Docker's `exec_create`
 events). Prints medians and the after/before ratios. Needs Docker and the simulator images.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -21,8 +22,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
+
+import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,8 +45,9 @@ class Project:
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-paths-"))
         self.project = f"benchpath{secrets.token_hex(3)}"
         extra = self.tmp / "stack.toml"
+        self.port = free_port()
         extra.write_text(
-            f'[stack]\nproject = "{self.project}"\nport = {free_port()}\nstandby = "{standby}"\n'
+            f'[stack]\nproject = "{self.project}"\nport = {self.port}\nstandby = "{standby}"\n'
             '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n',
             encoding="utf-8",
         )
@@ -89,16 +94,43 @@ def exec_calls(client, container: str, since: float, until: float) -> int:
     return sum(1 for e in events if since <= e.get("timeNano", 0) / 1e9 <= until)
 
 
+def _client(project: Project, stop: threading.Event, waits: list[float]) -> None:
+    """1-token completions every 50 ms through the gateway; each one's round trip."""
+    served = json.loads(
+        subprocess.run(
+            [*project.base, "status", "--json"],
+            env=project.env,
+            cwd=project.checkout,
+            capture_output=True,
+            text=True,
+        ).stdout
+    )["served_model_name"]
+    url = f"http://127.0.0.1:{project.port}/v1/completions"
+    body = {"model": served, "prompt": "x", "max_tokens": 1}
+    headers = {"Authorization": f"Bearer {project.env['VLLM_API_KEY']}"}
+    with httpx.Client(timeout=120, trust_env=False) as http:
+        while not stop.is_set():
+            began = time.monotonic()
+            with contextlib.suppress(httpx.HTTPError):
+                http.post(url, json=body, headers=headers)
+            waits.append(time.monotonic() - began)
+            stop.wait(0.05)
+
+
 def measure(client, project: Project, variant: str) -> dict[str, float]:
+    waits: list[float] = []
+    stop = threading.Event()
+    sender = threading.Thread(target=_client, args=(project, stop, waits), daemon=True)
+    sender.start()
+    time.sleep(0.5)
     since = time.time()
     took, result = project.up(variant)
     until = time.time()
-    timings = result.get("timings", {})
-    hold = sum(timings.get(k, 0.0) for k in ("drain", "sleep", "stop", "release_wait", "start_to_ready"))
-    hold += sum(timings.get(k, 0.0) for k in ("settle", "warmup", "acceptance_check", "release"))
+    stop.set()
+    sender.join()
     return {
         "up_s": took,
-        "hold_s": hold,
+        "hold_s": max(waits, default=float("nan")),
         "execs": float(exec_calls(client, f"{project.project}-gateway-1", since, until)),
         "outcome": result.get("outcome"),
     }

@@ -41,7 +41,7 @@ from composer.errors import (
     SwapFailed,
 )
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import evidence, snapshot, standby
@@ -255,6 +255,9 @@ class Swapper:
         if gateway is None or not snap.gateway_running or not self.stack.gateway.enabled:
             return False
         labels = gateway.labels or {}
+        same = self._same_gateway_file(compose_file, labels.get("com.docker.compose.project.config_files"))
+        if same and self._gateway_key_matches(gateway):
+            return self._gateway_image_differs(gateway)
         env = compose_environment(compose_file, self.stack.api_key)
         try:
             done = compose(
@@ -266,11 +269,36 @@ class Swapper:
         wanted = words[-1] if words else ""
         if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
             return True
-        image = gateway.attrs.get("Config", {}).get("Image", "")
+        return self._gateway_image_differs(gateway)
+
+    def _gateway_image_differs(self, gateway: object) -> bool:
+        attrs = gateway.attrs  # type: ignore[attr-defined]
+        image = attrs.get("Config", {}).get("Image", "")
         try:
-            return bool(image) and self.client.images.get(image).id != gateway.attrs.get("Image")
+            return bool(image) and self.client.images.get(image).id != attrs.get("Image")
         except Exception:  # the image is gone or Docker does not answer: compose decides
             return False
+
+    @staticmethod
+    def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
+        """The gateway's service in the run file equals the one in the file that created it
+        (run files resolve every value but the API key: no `docker compose config` needed)."""
+        import yaml
+
+        if not created_from:
+            return False
+        try:
+            old, new = (
+                yaml.safe_load(Path(f).read_text(encoding="utf-8"))["services"]["gateway"]
+                for f in (created_from.split(",")[0], compose_file)
+            )
+        except (OSError, KeyError, TypeError, yaml.YAMLError):
+            return False
+        return bool(old == new)
+
+    def _gateway_key_matches(self, gateway: object) -> bool:
+        env = gateway.attrs.get("Config", {}).get("Env") or []  # type: ignore[attr-defined]
+        return f"{API_KEY_VAR}={self.stack.api_key or ''}" in env
 
     def release_clients(self, result: UpResult) -> None:
         """The held requests flow to whatever serves now."""
