@@ -1,4 +1,9 @@
-"""Health-gated swap with rollback: plan (pure), then execute with Docker.
+"""Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
+
+`up` reads the project once (`snapshot.take`), decides every step and the rollback source
+before anything stops (`plan.decide`; `--dry-run` stops here), then runs the steps. A
+changed gateway is drained before it is recreated. The running swap's stage is written to
+`journal.SwapRecord` (what `status` shows), and every outcome to the history.
 
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
