@@ -128,6 +128,11 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."
         ),
         json_option("Print the result (or the error) as JSON."),
+        click.option(
+            "--dry-run",
+            is_flag=True,
+            help="Print the plan (steps, rollback, gateway update); change nothing.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

@@ -26,6 +26,7 @@ class SwapArgs:
     no_wait: bool
     allow_weak_key: bool
     as_json: bool
+    dry_run: bool = False
 
     def up_options(self, allow_weak_key: bool):
         from composer.swap.swapper import UpOptions
@@ -36,6 +37,7 @@ class SwapArgs:
             wait_for_lock=not self.no_wait,
             allow_weak_key=allow_weak_key,
             settle=self.settle,
+            dry_run=self.dry_run,
         )
 
     def weak_key_allowed(self, obj: Context) -> bool:
@@ -43,7 +45,9 @@ class SwapArgs:
         return self.allow_weak_key or obj.allow_weak_key
 
 
-def report_swap(variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "") -> None:
+def report_swap(
+    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
+) -> None:
     """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
 
     A failed swap's error carries the variant and the outcome for the `--json` error object."""
@@ -62,6 +66,8 @@ def report_swap(variant: str, as_json: bool, run: Callable[[LiveLine], Any], whe
     if as_json:
         timings = {k: round(v, 3) for k, v in result.timings.items()}
         click.echo(json.dumps({**result.__dict__, "timings": timings}))
+    elif dry_run:
+        click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
         total = result.timings.get("total", 0.0)
         click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
@@ -82,6 +88,7 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
         lambda line: run_up(
             stack, target, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
         ),
+        dry_run=args.dry_run,
     )
 
 
@@ -187,6 +194,8 @@ def up(
             return
     assert variant is not None
     if target == "kubernetes":
+        if args.dry_run:
+            raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
         _kube_up(obj, variant, kube_context, args)
         return
     if kube_context:

@@ -122,15 +122,15 @@ def port_is_free(host: str, port: int) -> bool:
 def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
     """Running variant or gateway containers labelled with the stack's port: ours (this
     project's), and other projects'."""
-    from composer.engine.containers import gateway_container, our_containers
-
-    ours = {c.container.id for c in our_containers(stack, client)}
-    gateway = gateway_container(stack, client)
-    if gateway is not None:
-        ours.add(gateway.id)
     labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}"]})
     labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
-    return [c for c in labelled if c.id in ours], [c for c in labelled if c.id not in ours]
+    launcher = f"{stack.project}-{stack.service}-1"  # a launcher-started container has no compose labels
+
+    def ours(c: object) -> bool:
+        project = c.labels.get(labels.COMPOSE_PROJECT)  # type: ignore[attr-defined]
+        return project == stack.project or (project is None and c.name == launcher)  # type: ignore[attr-defined]
+
+    return [c for c in labelled if ours(c)], [c for c in labelled if not ours(c)]
 
 
 def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:

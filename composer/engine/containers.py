@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.engine.variant_container import VariantContainer
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import CONTAINER_PORT, SLEEP_MODE_FLAG
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -34,6 +34,9 @@ class RunningVariant:
     restart_count: int
     exit_code: int | None = None
     finished_at: datetime | None = None
+    service: str | None = None  # the compose service that created it (None: launcher)
+    sleep_mode: bool = False  # started with --enable-sleep-mode: it can be put to sleep
+    restart_policy: str = ""  # Docker's restart policy now (`no` while it is parked asleep)
 
     @property
     def running(self) -> bool:
@@ -75,7 +78,16 @@ def describe(container: Container) -> RunningVariant:
         restart_count=int(attrs.get("RestartCount", 0) or 0),
         exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
         finished_at=_started_at(state.get("FinishedAt")),
+        service=labels.get(label_names.COMPOSE_SERVICE),
+        sleep_mode=SLEEP_MODE_FLAG in _argv(attrs),
+        restart_policy=str(((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""),
     )
+
+
+def _argv(attrs: dict) -> list[str]:
+    """The container's command line (entrypoint arguments and command) as Docker stores it."""
+    config = attrs.get("Config") or {}
+    return [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
 
 
 def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:

@@ -27,6 +27,24 @@ CALL_WAIT_S = 20.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
 CTL = ("python3", "-m", "composer.gateway.ctl")
+# One exec that reads the gateway's state and asks each URL's `/is_sleeping` (a snapshot
+# costs one `docker exec`, whatever the number of sleep-mode containers).
+_LOOK = """
+import json, sys, httpx
+from composer.gateway.ctl import call
+out = {"state": None, "sleeping": {}}
+try:
+    code, out["state"] = call(sys.argv[1], "GET", "/state", None)
+except Exception as err:
+    out["error"] = f"{type(err).__name__}: {err}"
+for url in sys.argv[2:]:
+    try:
+        reply = httpx.get(url + "/is_sleeping", timeout=2.0, trust_env=False)
+        out["sleeping"][url] = bool(reply.json().get("is_sleeping")) if reply.status_code == 200 else None
+    except Exception:
+        out["sleeping"][url] = None
+print(json.dumps(out))
+"""
 
 
 class ExecTarget(Protocol):
@@ -154,6 +172,33 @@ class GatewayControl:
     def state(self) -> GatewayState:
         """Upstream, readiness, holds, held and in-flight counts."""
         return _state(self._run("state"))
+
+    def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
+        """The gateway's state and each URL's `/is_sleeping` answer (None: no answer), in one exec.
+
+        The state is None when the control socket does not answer (the gateway is starting).
+        """
+        from .config import DEFAULT_CONTROL_SOCKET
+
+        cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
+        try:
+            result = self.container.exec_run(cmd, demux=True)
+        except Exception as err:
+            raise GatewayControlError("look", f"docker exec failed: {err}") from err
+        code = result[0] if isinstance(result, tuple) else result.exit_code
+        output = result[1] if isinstance(result, tuple) else result.output
+        out = (output[0] if isinstance(output, tuple) else output) or b""
+        try:
+            reply = json.loads(out.decode(errors="replace"))
+        except ValueError:
+            reply = None
+        if code != 0 or not isinstance(reply, dict):
+            raise GatewayControlError("look", f"exit {code}: {out[:200]!r}", code or 1)
+        state = reply.get("state")
+        sleeping = {
+            str(k): (None if v is None else bool(v)) for k, v in (reply.get("sleeping") or {}).items()
+        }
+        return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
         """Set a hold that expires after `lease_s` unless renewed or released.

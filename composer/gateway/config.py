@@ -25,6 +25,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "backend base URL (the variant's service name on the private network)",
         DEFAULT_UPSTREAM,
     ),
+    "GATEWAY_UPSTREAM_CANDIDATES": (
+        "URL,... of sleep-mode backends: readiness asks their /is_sleeping, and a gateway that "
+        "starts (a restart, a reboot) forwards to the one that answers healthy and awake",
+        "",
+    ),
     "GATEWAY_HOST": ("address the public port binds inside the container", "0.0.0.0"),
     "GATEWAY_PORT": ("public port inside the container", "8000"),
     "GATEWAY_SERVED_NAME": ("served model name the backend must list in /v1/models to count as ready", ""),
@@ -75,6 +80,7 @@ class GatewayConfig:
     """Validated gateway settings (see `ENV_VARS` for each one's meaning)."""
 
     upstream: str = DEFAULT_UPSTREAM
+    upstream_candidates: tuple[str, ...] = ()
     host: str = "0.0.0.0"
     port: int = 8000
     served_name: str = ""
@@ -194,6 +200,12 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
     served = env.get("GATEWAY_SERVED_NAME", "").strip()
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
+        upstream_candidates=tuple(
+            check_upstream(url, "GATEWAY_UPSTREAM_CANDIDATES")
+            for url in filter(
+                None, (u.strip() for u in env.get("GATEWAY_UPSTREAM_CANDIDATES", "").split(","))
+            )
+        ),
         host=host,
         port=_integer(env, "GATEWAY_PORT", 8000, 1, 65535),
         served_name=served,
@@ -220,6 +232,12 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0, 1.0, 86400.0),
         workloads=workloads,
     )
+
+
+def _candidates(raw: str) -> tuple[str, ...]:
+    """`URL,...`: each a backend base URL (see `check_upstream`)."""
+    urls = filter(None, (part.strip() for part in raw.split(",")))
+    return tuple(check_upstream(url, "GATEWAY_UPSTREAM_CANDIDATES") for url in urls)
 
 
 def _aliases(raw: str, served: str) -> tuple[tuple[str, str], ...]:

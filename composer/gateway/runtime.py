@@ -63,6 +63,7 @@ class Gateway:
             api_key=config.api_key,
             poll_interval=config.poll_interval,
             urgent=lambda: not self.gate.is_open or self.gate.held > 0,
+            candidates=config.upstream_candidates,
         )
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)

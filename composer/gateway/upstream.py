@@ -7,6 +7,13 @@ backend that comes up is noticed within one interval. While it is ready and noth
 it probes every `ready_interval` seconds only (each probe is a line in vLLM's access log):
 a backend that goes away meanwhile is noticed at once by the proxy (`mark_down`, which
 wakes the poller), or by the next probe when no request comes.
+
+Sleep-mode backends (`candidates`, GATEWAY_UPSTREAM_CANDIDATES): `/health` answers 200
+while vLLM sleeps, so their readiness also needs `GET /is_sleeping` to say false (a
+gateway left routed to a sleeper never forwards to it). Until the first explicit `route()`
+(a gateway that just started: a restart, a reboot, a crash), a configured upstream that
+is not ready is replaced by the first candidate that answers healthy and awake: the
+serving variant is found again without `compose-spec up`.
 """
 
 from __future__ import annotations
@@ -14,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 
@@ -38,8 +45,11 @@ class Upstream:
         poll_interval: float = 0.1,
         ready_interval: float = READY_POLL_INTERVAL,
         urgent: Callable[[], bool] | None = None,
+        candidates: Sequence[str] = (),
     ) -> None:
         self._url = url
+        self.candidates = tuple(candidates)
+        self._routed = False  # True after the first route(): no more rediscovery
         self._on_ready = on_ready
         self._on_route = on_route
         self.served_name = served_name
@@ -72,6 +82,7 @@ class Upstream:
         """Send new requests to `url` (not ready until probed); returns the old URL."""
         old = self._url
         self._url = url
+        self._routed = True
         self._listed = False
         self._set_ready(False)
         if self._on_route is not None:
@@ -103,6 +114,10 @@ class Upstream:
                 self.last_error = f"/health answered {health.status_code}"
                 self._listed = False
                 return False
+            if url in self.candidates and await self._asleep(url):
+                self.last_error = "the backend is asleep (/is_sleeping: true)"
+                self._listed = False
+                return False
             if self.served_name and not self._listed:
                 models = await self._client.get(f"{url}/v1/models", headers=self._headers)
                 ids = (
@@ -123,6 +138,31 @@ class Upstream:
         self.last_error = ""
         return True
 
+    async def _asleep(self, url: str) -> bool:
+        """A sleep-mode backend's own answer; a backend without the route counts as awake."""
+        reply = await self._client.get(f"{url}/is_sleeping")
+        return reply.status_code == 200 and bool(reply.json().get("is_sleeping"))
+
+    async def _awake(self, url: str) -> bool:
+        try:
+            health = await self._client.get(f"{url}/health")
+            return health.status_code == 200 and not await self._asleep(url)
+        except (httpx.HTTPError, ValueError, AttributeError):
+            return False
+
+    async def rediscover(self) -> str | None:
+        """Before any route(): move to the first candidate that is healthy and awake."""
+        if self._routed:
+            return None
+        for url in self.candidates:
+            if url != self._url and await self._awake(url) and not self._routed:
+                old, self._url, self._listed = self._url, url, False
+                if self._on_route is not None:
+                    self._on_route(old, url)
+                log.info("upstream %s is not ready; found %s healthy and awake", old, url)
+                return url
+        return None
+
     def _fast(self) -> bool:
         return not self._ready or self._urgent()
 
@@ -132,7 +172,10 @@ class Upstream:
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
-            self._set_ready(await self.probe())
+            ready = await self.probe()
+            if not ready and self.candidates and await self.rediscover():
+                ready = await self.probe()
+            self._set_ready(ready)
             next_probe = loop.time() + (self.poll_interval if self._fast() else self.ready_interval)
             while not self._wake.is_set():
                 left = next_probe - loop.time()

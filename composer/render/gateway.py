@@ -70,6 +70,12 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
         ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
     )
+    sleepers = [name for name, variant in stack.variants.items() if variant.standby == "sleep"]
+    if sleepers:  # the sleep-standby containers, each by its own name (see composer.render.spec)
+        urls = ",".join(
+            f"http://{stack.project}-{stack.service}-{name}-1:{CONTAINER_PORT}" for name in sleepers
+        )
+        environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
     if settings.switches:
         environment += _switching_environment(stack)
     return GatewaySpec(

@@ -285,6 +285,7 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
     env += [
         {"name": name, "value": upstream if name == "GATEWAY_UPSTREAM" else resolve(value)}
         for name, value in gateway.environment
+        if name != "GATEWAY_UPSTREAM_CANDIDATES"  # sleep standby is a compose feature
     ]
     probe = {
         "httpGet": {"path": "/gateway/health", "port": "http"},

@@ -1,5 +1,11 @@
 """Switching the serving variant: up, down and status.
 
+Shape: `snapshot` (one read of what runs: the project's containers, each sleep-mode
+container's own `/is_sleeping`, the gateway's route, the running swap) -> `plan` (pure:
+every decision, the rollback source, the gateway update; `up --dry-run` prints it) ->
+`swapper` (runs the plan's steps and, on failure, its rollback) -> `journal` (the running
+swap's record that `status` reads, and the swap history).
+
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
 to be released, start the new one from its run file, gate it, roll back on any failure),
 sleep standby (`standby`: put a variant to sleep and wake it through the gateway; the
@@ -12,9 +18,9 @@ run files, never the templates. May import: `composer.stack`,
 checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
-gets Docker access. Public: `up`, `down`, `plan_swap`, `SwapPlan`, `UpOptions`,
-`UpResult`, `swap_lock`, `status_data`, `format_status`, `follow`, `FollowEvent`,
-`recreate_gateway`.
+gets Docker access. Public: `up`, `down`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
+`UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
+`status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`.
 """
 
 from composer._exports import lazy_exports
@@ -24,6 +30,9 @@ __all__, __getattr__ = lazy_exports(
     {
         "follow": ["FollowEvent", "follow"],
         "gateway_port": ["recreate_gateway"],
+        "journal": ["format_history", "read_history"],
+        "plan": ["decide"],
+        "snapshot": ["Snapshot"],
         "lock": ["swap_lock"],
         "status": ["format_status", "status_data"],
         "swapper": ["SwapPlan", "UpOptions", "UpResult", "down", "plan_swap", "up"],

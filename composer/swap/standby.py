@@ -3,10 +3,12 @@
 A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose
 keeps one container per service and recreates a renamed one, so a sleeping container
 needs a service of its own). The gateway is routed to the serving one by its container
-name (`GatewayControl.route`); a running sleep-standby container it does not route to is
-asleep. That route is the record of who sleeps: no state file, and no network change
-(a container reconnected to a network gets a new address, which the gateway's pooled
-connections would not follow).
+name (`GatewayControl.route`). Who sleeps is each container's own `/is_sleeping` answer
+(`composer.swap.snapshot`); a container put to sleep gets restart policy `no` (`park`),
+set back when it serves again (`unpark`), so a reboot or a dockerd restart brings back
+only the serving variant, and that policy tells who serves when the gateway cannot say.
+No network change (a container reconnected to a network gets a new address, which the
+gateway's pooled connections would not follow).
 
 The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
 check) are called through the gateway's control channel (`docker exec`), never opened to
@@ -55,6 +57,28 @@ def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> Varia
         if container.describe().variant == variant:
             return container
     return None
+
+
+def park(container: VariantContainer) -> None:
+    """A container put to sleep gets restart policy `no`: a reboot brings back only what serves.
+
+    Never fails the swap: a policy that could not be set is the old behaviour (it restarts awake).
+    """
+    _set_restart(container, "no")
+
+
+def unpark(container: VariantContainer, policy: str) -> None:
+    """A container that serves again gets the stack's restart policy back."""
+    _set_restart(container, policy)
+
+
+def _set_restart(container: VariantContainer, policy: str) -> None:
+    import contextlib
+
+    from docker.errors import DockerException
+
+    with contextlib.suppress(DockerException, AttributeError):
+        container.container.update(restart_policy={"Name": policy})
 
 
 def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:

@@ -10,24 +10,20 @@ when it stopped and its last log lines.
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from composer.engine import bootlog
-from composer.engine.containers import (
-    RunningVariant,
-    current_variant,
-    gateway_upstream,
-    has_standby_service,
-    is_asleep,
-    our_containers,
-)
+from composer.engine.containers import RunningVariant, current_variant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
 from composer.engine.published_port import DEAD_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.snapshot import Member, Snapshot
 
 if TYPE_CHECKING:
     import docker
@@ -82,24 +78,23 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
     }
 
 
-def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, object] | None:
+def gateway_status(
+    stack: Stack, client: docker.DockerClient, snap: Snapshot | None = None
+) -> dict[str, object] | None:
     """The gateway's container and what its control channel reports; None without one."""
-    from composer.engine.containers import gateway_container
-    from composer.errors import GatewayControlError
-    from composer.gateway.client import GatewayControl
-
     if not stack.gateway.enabled:
         return None
-    container = gateway_container(stack, client)
+    if snap is None:
+        snap = snapshot.take(stack, client, gateway_state=True)
+    container = snap.gateway
     if container is None:
         return {"state": "absent"}
     data: dict[str, object] = {"container": container.name, "state": container.status}
     if container.status == "running":
         data.update(published_port_fields(stack, container))
-        try:
-            state = GatewayControl(container).state()
-        except GatewayControlError as err:
-            data["error"] = str(err)
+        state = snap.gateway_state
+        if state is None:
+            data["error"] = snap.gateway_error or "the control channel did not answer"
         else:
             data.update(
                 backend_ready=state.backend_ready,
@@ -107,6 +102,7 @@ def gateway_status(stack: Stack, client: docker.DockerClient) -> dict[str, objec
                 inflight=state.inflight,
                 holds=len(state.holds),
                 waking=bool(state.raw.get("waking", False)),
+                upstream=state.upstream,
             )
     return data
 
@@ -127,9 +123,16 @@ def _gateway_line(gateway: dict) -> str:
 
 
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
-    """What runs for this stack, read from Docker and one readiness probe."""
-    data = _variant_status(stack, client)
-    data["gateway"] = gateway_status(stack, client)
+    """What runs for this stack, from one snapshot and (unless a swap holds the gateway) one probe.
+
+    While a swap runs (its record names a live process) or the gateway holds requests, the
+    readiness probe through the shared port would wait on the hold: it is skipped and the
+    swap is named instead, so status answers at once.
+    """
+    snap = snapshot.take(stack, client, gateway_state=True)
+    data = _variant_status(stack, snap)
+    data["gateway"] = gateway_status(stack, client, snap)
+    data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     gateway = data["gateway"]
     mark_unreachable(data)
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
@@ -138,27 +141,50 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     return data
 
 
-def _asleep(stack: Stack, variant: str, container: str) -> dict[str, object]:
-    """A sleeping variant and the host RAM its weights hold (configured weights_bytes x GPUs)."""
+def _asleep(stack: Stack, member: Member) -> dict[str, object]:
+    """A sleeping (or awake, not serving) variant and the host RAM a sleeper's weights hold."""
+    variant = member.variant
     weights = stack.variants[variant].weights_bytes if variant in stack.variants else None
-    held = weights * stack.tensor_parallel_size if weights else None
-    return {"variant": variant, "container": container, "state": "asleep", "host_memory_bytes": held}
+    held = weights * stack.tensor_parallel_size if weights and member.asleep else None
+    return {
+        "variant": variant,
+        "container": member.info.name,
+        "state": member.state,
+        "is_sleeping": member.sleeping,
+        "restart_policy": member.info.restart_policy,
+        "host_memory_bytes": held,
+    }
 
 
-def _variant_status(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
-    containers = our_containers(stack, client)
-    standby = any(has_standby_service(c, stack) for c in containers)
-    upstream = gateway_upstream(stack, client) if standby else None
-    sleeping = {c.name for c in containers if is_asleep(c, stack, upstream)}
-    described = [(c, c.describe()) for c in containers if c.name not in sleeping]
-    asleep = [_asleep(stack, c.describe().variant, c.name) for c in containers if c.name in sleeping]
-    data = _serving_status(stack, described)
-    data["asleep"] = asleep
+def _held(snap: Snapshot) -> tuple[str, str] | None:
+    """(health, detail) when a probe through the shared port would wait on a hold now."""
+    if snap.swap is not None:
+        return "swapping", snap.swap.line()
+    state = snap.gateway_state
+    if state is not None and state.holds:
+        return "held", "the gateway holds requests (a swap or a control hold is running)"
+    if state is not None and not state.backend_ready:
+        error = str(state.raw.get("backend_error") or "")
+        return "not ready", "the gateway holds requests: the backend is not ready" + (
+            f" ({error})" if error else ""
+        )
+    return None
+
+
+def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
+    described = [(m.container, m.info) for m in snap.members if m.serving or not m.running]
+    data = _serving_status(stack, described, _held(snap))
+    data["asleep"] = [_asleep(stack, m) for m in snap.asleep]
+    data["awake"] = [_asleep(stack, m) for m in snap.awake_idle]
+    if snap.route_ok is False:
+        data["route"] = f"the gateway forwards to {snap.route}, not to the serving container"
     return data
 
 
 def _serving_status(
-    stack: Stack, described: list[tuple[VariantContainer, RunningVariant]]
+    stack: Stack,
+    described: list[tuple[VariantContainer, RunningVariant]],
+    held: tuple[str, str] | None = None,
 ) -> dict[str, object]:
     running = next((d for _, d in described if d.running), None)
     stopped = [d.name for _, d in described if not d.running]
@@ -172,7 +198,7 @@ def _serving_status(
             "stopped": stopped,
         }
     target = running_target(stack, running)
-    health, detail = readiness(target)
+    health, detail = held or readiness(target)
     current_hash = None
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
@@ -236,6 +262,15 @@ def format_status(data: dict) -> str:
     """Human-readable form of status_data()."""
     gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
     asleep = "".join(f"\n{'asleep':<14}{_asleep_line(a)}" for a in data.get("asleep") or ())
+    asleep += "".join(
+        f"\n{'awake':<14}{a['variant']} ({a['container']}): running awake, not serving "
+        "(the next `compose-spec up` stops it or routes to it)"
+        for a in data.get("awake") or ()
+    )
+    if data.get("route"):
+        asleep += f"\n{'route':<14}{data['route']} (`compose-spec up VARIANT` routes it again)"
+    if data.get("swap"):
+        gateway = f"\n{'swap':<14}{data['swap']['line']}" + gateway
     if not data["running"]:
         if data.get("last_exit"):
             return _format_exit(data["project"], data["last_exit"]) + gateway + asleep

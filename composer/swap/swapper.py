@@ -1,4 +1,9 @@
-"""Health-gated swap with rollback: plan (pure), then execute with Docker.
+"""Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
+
+`up` reads the project once (`snapshot.take`), decides every step and the rollback source
+before anything stops (`plan.decide`; `--dry-run` stops here), then runs the steps. A
+changed gateway is drained before it is recreated. The running swap's stage is written to
+`journal.SwapRecord` (what `status` shows), and every outcome to the history.
 
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
@@ -41,12 +46,14 @@ from composer.errors import (
     SwapFailed,
 )
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import evidence, standby
+from composer.swap import evidence, snapshot, standby
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import SwapHold, start_hold, warm_up
+from composer.swap.journal import SwapRecord, append_history
+from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
 
 if TYPE_CHECKING:
     import docker
@@ -72,6 +79,7 @@ class UpOptions:
     poll_interval: float = 0.1
     release_timeout: float = 60.0
     settle: float = 1.0
+    dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
 
 
 @dataclass
@@ -86,40 +94,8 @@ class UpResult:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
-
-
-@dataclass(frozen=True)
-class SwapPlan:
-    """The steps a swap will take; empty when the target already serves."""
-
-    target: str
-    target_hash: str
-    previous: RunningVariant | None
-    steps: tuple[str, ...]
-
-
-def plan_swap(
-    target: str,
-    target_hash: str,
-    current: RunningVariant | None,
-    current_ready: bool,
-    *,
-    current_sleeps: bool = False,
-    target_asleep: bool = False,
-) -> SwapPlan:
-    """Decide the steps from what runs now (pure).
-
-    `current_sleeps`: the serving variant has sleep standby (it is put to sleep, not
-    stopped); `target_asleep`: the target sleeps with the same configuration (woken, not
-    started).
-    """
-    if current and current.variant == target and current.config_hash == target_hash and current_ready:
-        return SwapPlan(target, target_hash, current, ())
-    steps: tuple[str, ...] = ()
-    if current:
-        steps = ("sleep",) if current_sleeps and current.variant != target else ("stop", "release")
-    steps += ("wake", "gate") if target_asleep else ("start", "gate")
-    return SwapPlan(target, target_hash, current, steps)
+    plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
+    plan_text: str | None = None  # the plan as text (SwapPlan.describe)
 
 
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -221,23 +197,115 @@ class Swapper:
             timeout=max(120.0, self.options.timeout),
         )
 
-    def hold_clients(self, target: Target, compose_file: Path, result: UpResult) -> None:
-        """With a gateway: make sure it runs, then drain it (clients wait from now on)."""
+    def hold_clients(
+        self, target: Target, compose_file: Path, result: UpResult, recreate_gateway: bool = False
+    ) -> None:
+        """With a gateway: make sure it runs, then drain it (clients wait from now on).
+
+        `recreate_gateway` (its settings or image changed): drain the running gateway first,
+        so requests in flight finish, then recreate it; requests held by the old gateway
+        at that moment are cut, and counted.
+        """
         if target.gateway is None:
             return
-        self.start(compose_file, target.gateway.service)
+        if recreate_gateway:
+            self._recreate_gateway(compose_file, target, result)
+        else:
+            self.start(compose_file, target.gateway.service)
         self.hold = start_hold(
             self.stack, self.client, self.stack.gateway.drain_timeout, self.say, target=target.name
         )
         self.say("draining the gateway: new requests wait, requests in flight finish")
         drained = self.hold.begin()
-        result.timings["drain"] = drained.seconds
-        result.drained = {"finished": drained.drained, "cut": drained.cut}
+        result.timings["drain"] = result.timings.get("drain", 0.0) + drained.seconds
+        before = result.drained or {"finished": 0, "cut": 0}
+        result.drained = {
+            "finished": before["finished"] + drained.drained,
+            "cut": before["cut"] + drained.cut,
+        }
         if drained.cut:
             result.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "
                 f"({self.stack.gateway.drain_timeout}s) were cut"
             )
+
+    def _recreate_gateway(self, compose_file: Path, target: Target, result: UpResult) -> None:
+        """Drain the old gateway, then recreate it with the new settings (held requests cut)."""
+        assert target.gateway is not None
+        old = start_hold(self.stack, self.client, self.stack.gateway.drain_timeout, self.say)
+        self.say("the gateway's settings changed: draining it before it is recreated")
+        drained = old.begin()
+        try:
+            held = old.control.state().held
+        except Exception:  # the old gateway's count is gone with it: unknown, not zero
+            held = 0
+        old._stop.set()
+        began = time.monotonic()
+        self.start(compose_file, target.gateway.service)
+        result.timings["gateway_recreate"] = time.monotonic() - began
+        result.timings["drain"] = drained.seconds
+        cut = drained.cut + held
+        result.drained = {"finished": drained.drained, "cut": cut}
+        result.notes.append(
+            f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "
+            f"finished first, {cut} cut"
+        )
+        if cut:
+            result.warnings.append(
+                f"{cut} request(s) were cut by the gateway's recreation ({drained.cut} still running after "
+                f"the drain timeout, {held} waiting in the old gateway): clients retry them"
+            )
+
+    def gateway_differs(self, compose_file: Path, snap: snapshot.Snapshot) -> bool:
+        """True when the running gateway's settings or image differ from the run file's."""
+        gateway = snap.gateway
+        if gateway is None or not snap.gateway_running or not self.stack.gateway.enabled:
+            return False
+        labels = gateway.labels or {}
+        same = self._same_gateway_file(compose_file, labels.get("com.docker.compose.project.config_files"))
+        if same and self._gateway_key_matches(gateway):
+            return self._gateway_image_differs(gateway)
+        env = compose_environment(compose_file, self.stack.api_key)
+        try:
+            done = compose(
+                self.stack.project, compose_file, ["config", "--hash", "gateway"], env=env, timeout=60
+            )
+        except ComposerError:
+            return False  # unknown: leave it to `docker compose up` as before
+        words = done.stdout.split()
+        wanted = words[-1] if words else ""
+        if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
+            return True
+        return self._gateway_image_differs(gateway)
+
+    def _gateway_image_differs(self, gateway: object) -> bool:
+        attrs = gateway.attrs  # type: ignore[attr-defined]
+        image = attrs.get("Config", {}).get("Image", "")
+        try:
+            return bool(image) and self.client.images.get(image).id != attrs.get("Image")
+        except Exception:  # the image is gone or Docker does not answer: compose decides
+            return False
+
+    @staticmethod
+    def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
+        """The gateway's service in the run file equals the one in the file that created it
+        (run files resolve every value but the API key: no `docker compose config` needed)."""
+        import yaml
+
+        if not created_from:
+            return False
+        try:
+            old, new = (
+                yaml.safe_load(Path(f).read_text(encoding="utf-8"))["services"]["gateway"]
+                for f in (created_from.split(",")[0], compose_file)
+            )
+        except (OSError, KeyError, TypeError, yaml.YAMLError):
+            return False
+        return bool(old == new)
+
+    def _gateway_key_matches(self, gateway: object) -> bool:
+        env = gateway.attrs.get("Config", {}).get("Env") or []  # type: ignore[attr-defined]
+        return f"{API_KEY_VAR}={self.stack.api_key or ''}" in env
 
     def release_clients(
         self, result: UpResult, done: bool = False, failure: SwapFailed | None = None
@@ -263,9 +331,19 @@ class Swapper:
         """The gate's target, carrying the hold's probe token when the gateway holds clients."""
         return replace(target, headers=self.hold.headers) if self.hold is not None else target
 
-    def gate(self, target: GateTarget, started: float) -> str:
-        """Wait until the newest serving variant container is ready; return its log."""
-        containers = serving_containers(self.stack, self.client)
+    def gate(
+        self,
+        target: GateTarget,
+        started: float,
+        container: VariantContainer | None = None,
+        during_settle: Callable[[], None] | None = None,
+    ) -> str:
+        """Wait until the variant's container (by default the newest serving one) is ready; return its log.
+
+        `during_settle` (the warm-up) runs while the settle watch runs, not after it: both
+        wait on the same engine, and clients are released only when both are over.
+        """
+        containers = [container] if container is not None else serving_containers(self.stack, self.client)
         if not containers:
             raise HealthCheckFailed("the container was not created")
         log = wait_ready(
@@ -277,61 +355,152 @@ class Swapper:
         )
         self.ready_at = time.monotonic()
         self.say(f"{target.variant} is ready ({self.ready_at - started:.1f}s); watching it settle")
-        watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        failed: list[BaseException] = []
+
+        def beside() -> None:
+            try:
+                during_settle()  # type: ignore[misc]
+            except Exception as err:  # reported after the settle watch, which fails first if it fails
+                failed.append(err)
+
+        thread = threading.Thread(target=beside, name="warm-up", daemon=True) if during_settle else None
+        if thread is not None:
+            thread.start()
+        try:
+            watch_settled(containers[0], target, self.options.settle, self.options.poll_interval)
+        finally:
+            if thread is not None:
+                thread.join()
+        if failed:
+            raise failed[0]
         return log
 
     # -- the swap -----------------------------------------------------------------------
-    def up(self, target: Target) -> UpResult:
-        """Swap `target` in; raise SwapFailed (after rolling back) when it fails."""
+    def up(self, target: Target, dry_run: bool = False) -> UpResult:
+        """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
+
+        One snapshot is read, one plan decided from it before anything stops; `dry_run`
+        returns the plan (in `result.plan`) and changes nothing.
+        """
         total_start = time.monotonic()
         variant, target_hash = target.name, target.hash
         result = UpResult(variant=variant, outcome="started")
         result.warnings += self.preflight(target)
-        current = current_variant(self.stack, self.client)
+        snap = snapshot.take(self.stack, self.client)
+        current = snap.current
         same = current is not None and current.variant == variant and current.config_hash == target_hash
-        ready = same and self._is_ready(current)  # probing matters only for a possible no-op
-        sleeper = self._target_sleeper(target)
-        current_sleeps = current is not None and self._sleeps(current.variant)
-        plan = plan_swap(
+        compose_file = run_file(target)
+        recovered = same and target.gateway is not None and not snap.gateway_running and not dry_run
+        if recovered:
+            # the gateway was killed or removed: start only it, never reload a healthy variant
+            self.say("the gateway is not running: starting it")
+            self.start(compose_file, target.gateway.service)
+            snap = snapshot.take(self.stack, self.client)
+            current = snap.current
+        ready = same and current is not None and self._is_ready(current, settle_s=10.0 if recovered else 0.0)
+        plan = decide(
+            snap,
             variant,
             target_hash,
-            current,
-            ready,
-            current_sleeps=current_sleeps,
-            target_asleep=sleeper is not None,
+            target_sleeps=target.variant.standby == "sleep",
+            sleeps_in_stack={name: v.standby == "sleep" for name, v in self.stack.variants.items()},
+            current_ready=ready,
+            gateway_update=self.gateway_differs(compose_file, snap),
         )
         result.previous = current.variant if current else None
-        if not plan.steps:
+        if plan.steps:
+            asleep = [m.variant for m in snap.asleep if m.info.name not in plan.stop_first]
+            plan = self._check_standby_fits(target, plan, result, asleep)
+        result.plan = plan.as_data()
+        result.plan_text = plan.describe()
+        result.notes += list(plan.notes)
+        if dry_run:
+            result.outcome = "unchanged" if plan.no_op else "planned"
+            return result
+        if plan.no_op:
             result.outcome = "unchanged"
             result.notes.append(f"{variant} already serves with the same configuration")
             result.timings["total"] = time.monotonic() - total_start
             return result
-        if plan.steps:
-            plan = self._check_standby_fits(target, plan, result)
+        if not plan.steps:  # only the gateway's settings changed
+            result.outcome = "gateway updated"
+            updated = False
+            try:
+                self.hold_clients(target, compose_file, result, recreate_gateway=True)
+                self._route(target)  # the new gateway forwards to the serving container at once
+                self._tell_serving(variant)
+                updated = True
+            finally:
+                self.release_clients(result, updated)
+            result.timings["total"] = time.monotonic() - total_start
+            self._history(plan, result.outcome, result)
+            return result
         if current is not None and "stop" in plan.steps and self.options.rollback:
             self._raise_failed([preflight.check_rollback_image(self.client, current.variant, current.image)])
-        compose_file = run_file(target)
         previous_file = current.config_file if current else None
         prune_run_files(self.stack.project, variant, keep=(compose_file, previous_file))
         failure: SwapFailed | None = None
         done = False
+        record = SwapRecord(self.stack.project, result.previous, variant, self.options.timeout)
+        record.stage("draining")
         try:
-            self.hold_clients(target, compose_file, result)  # nothing has changed if this fails
+            # nothing has changed if this fails
+            self.hold_clients(target, compose_file, result, recreate_gateway=plan.gateway_update)
             with _signals(_interrupt_once):
                 try:
-                    self._execute(plan, target, compose_file, result)
+                    self._execute(plan, target, compose_file, result, snap=snap, record=record)
+                    if plan.gateway_update:
+                        self._tell_serving(variant)
                 except BaseException as err:  # any failure, Ctrl-C included, rolls back
                     with _interrupts_ignored():
+                        record.stage("rolling back")
                         failure = self._fail(plan, err, compose_file)
                         failure.tail_shown = True  # evidence.keep printed it before the rollback
+                        self._history(
+                            plan, "rolled back" if failure.rolled_back else "failed", result, str(failure)
+                        )
                         raise failure from err
-            result.outcome = "woke" if "wake" in plan.steps else "swapped" if current else "started"
+            result.outcome = (
+                "woke"
+                if "wake" in plan.steps
+                else "routed"
+                if plan.steps[0] == "route"
+                else "swapped"
+                if current
+                else "started"
+            )
             done = True
         finally:
             with _interrupts_ignored():
                 self.release_clients(result, done, failure)
+                record.close()
         result.timings["total"] = time.monotonic() - total_start
+        self._history(plan, result.outcome, result)
         return result
+
+    def _tell_serving(self, variant: str) -> None:
+        """A recreated gateway with switching settings learns which variant serves (aliases of
+        it are answered at once, not raised as a demand)."""
+        if self.hold is not None and self.stack.gateway.switches:
+            try:
+                self.hold.control.report_serving(variant)
+            except ComposerError as err:
+                self.say(f"the gateway was not told that {variant} serves: {err}")
+
+    def _history(self, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+        append_history(
+            self.stack.project,
+            {
+                "kind": "up",
+                "source": plan.previous.variant if plan.previous else None,
+                "target": plan.target,
+                "outcome": outcome,
+                "steps": list(plan.steps),
+                "timings": {k: round(v, 3) for k, v in result.timings.items()},
+                "drained": result.drained,
+                "cause": cause.splitlines()[0][:500] if cause else None,
+            },
+        )
 
     def _sleeps(self, variant: str) -> bool:
         return variant in self.stack.variants and self.stack.variants[variant].standby == "sleep"
@@ -347,13 +516,17 @@ class Swapper:
         sleeper.stop_and_remove(self.stack.stop_grace_period)
         return None
 
-    def _check_standby_fits(self, target: Target, plan: SwapPlan, result: UpResult) -> SwapPlan:
+    def _check_standby_fits(
+        self, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
+    ) -> SwapPlan:
         """The memory planner, before anything stops: refuse with the numbers.
 
         When putting the serving variant to sleep does not fit and the stack says
         `standby_fallback = "stop"`, it is stopped instead (and the result says so).
         """
-        asleep = {c.describe().variant for c in sleeping_containers(self.stack, self.client)}
+        if sleeping is None:
+            sleeping = [c.describe().variant for c in sleeping_containers(self.stack, self.client)]
+        asleep = set(sleeping)
         asleep.discard(target.name)
         sleeping_now = sorted(asleep)
         if "sleep" in plan.steps and plan.previous is not None:
@@ -371,7 +544,13 @@ class Swapper:
                 result.warnings.append(fallback)
                 steps = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
                 self.standby_notes = without.costs + without.notes
-                return replace(plan, steps=steps)
+                rollback = plan.rollback
+                if rollback is not None and plan.previous is not None:
+                    previous = plan.previous
+                    rollback = replace(
+                        rollback, how="start", config_file=previous.config_file, service=previous.service
+                    )
+                return replace(plan, steps=steps, rollback=rollback)
             fit = without if not without.fits else fit
         if not fit.fits:
             raise standby_checks.refusal(fit)
@@ -392,44 +571,112 @@ class Swapper:
         else:
             self.hold.control.route(f"http://{self.stack.service}:{CONTAINER_PORT}")
 
-    def _is_ready(self, current: RunningVariant) -> bool:
-        return probe_once(running_target(self.stack, current))
+    def _named(self, name: str) -> VariantContainer | None:
+        """The container compose just created, by its name (no listing)."""
+        from docker.errors import NotFound
 
-    def _execute(self, plan: SwapPlan, target: Target, compose_file: Path, result: UpResult) -> None:
+        from composer.engine.variant_container import VariantContainer
+
+        try:
+            return VariantContainer(self.client.containers.get(name))
+        except NotFound:
+            return None
+
+    def _stop_serving(self, snap: snapshot.Snapshot, plan: SwapPlan) -> None:
+        """Stop what the snapshot saw serving (and exited containers of the shared service)."""
+        for member in snap.members:
+            if member.asleep or member.info.name in plan.stop_first:
+                continue
+            if member.serving or not member.running:
+                self.say(f"stopping {member.variant} ({member.info.name})")
+                member.container.stop_and_remove(self.stack.stop_grace_period)
+
+    def _is_ready(self, current: RunningVariant, settle_s: float = 0.0) -> bool:
+        """One probe; with `settle_s`, probes until then (a gateway that just started)."""
+        deadline = time.monotonic() + settle_s
+        while True:
+            if probe_once(running_target(self.stack, current)):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.2)
+
+    def _execute(
+        self,
+        plan: SwapPlan,
+        target: Target,
+        compose_file: Path,
+        result: UpResult,
+        *,
+        snap: snapshot.Snapshot | None = None,
+        record: SwapRecord | None = None,
+    ) -> None:
+        stage = record.stage if record is not None else _quiet
+        members = {m.info.name: m for m in snap.members} if snap is not None else {}
+        for name in plan.stop_first:
+            self.say(f"stopping {members[name].variant} ({name})")
+            members[name].container.stop_and_remove(self.stack.stop_grace_period)
         release = None
         if "release" in plan.steps:  # the snapshot the release wait compares with, before the stop
             release = ReleaseWait.before_stop(self.stack, target.variant, plan.previous)
         if "sleep" in plan.steps and plan.previous is not None:
+            stage("putting the serving variant to sleep")
             began = time.monotonic()
             self.say(f"putting {plan.previous.variant} to sleep (level {self.stack.sleep_level})")
-            serving = serving_containers(self.stack, self.client)
-            standby.put_to_sleep(self._control(), serving[0], plan.previous.variant, self.stack)
+            serving = members[plan.previous.name].container
+            standby.put_to_sleep(self._control(), serving, plan.previous.variant, self.stack)
             self.parked = plan.previous.variant
+            standby.park(serving)
             result.timings["sleep"] = time.monotonic() - began
         if "stop" in plan.steps:
+            stage("stopping")
             began = time.monotonic()
-            self.stop_all()
+            if snap is None:
+                self.stop_all()
+            else:
+                self._stop_serving(snap, plan)
             result.timings["stop"] = time.monotonic() - began
         if release is not None:
+            stage("waiting for GPU memory")
             began = time.monotonic()
             note = release.wait(self.options.release_timeout, self.waiting).note
             result.timings["release_wait"] = time.monotonic() - began
             if note:
                 result.notes.append(note)
         began = time.monotonic()
+        watched: VariantContainer | None = None
         if "wake" in plan.steps:
+            stage("waking")
             self.say(f"waking {plan.target}")
-            sleeper = standby.sleeper_of(self.stack, self.client, plan.target)
-            if sleeper is None:
+            sleeper = snap.sleeper_of(plan.target) if snap is not None else None
+            watched = (
+                sleeper.container if sleeper else standby.sleeper_of(self.stack, self.client, plan.target)
+            )
+            if watched is None:
                 raise HealthCheckFailed(f"{plan.target}'s sleeping container is gone")
-            standby.wake(self._control(), sleeper, plan.target, self.stack)
+            standby.wake(self._control(), watched, plan.target, self.stack)
+            standby.unpark(watched, self.stack.restart)
+        elif "adopt" in plan.steps and snap is not None:
+            stage("routing")
+            awake = next(m for m in snap.awake_idle if m.variant == plan.target)
+            watched = awake.container
+            self.say(f"{plan.target} runs awake ({watched.name}): routing to it")
+            self._control().route(standby.upstream_of(watched))
+            standby.unpark(watched, self.stack.restart)
+        elif "route" in plan.steps:
+            stage("routing")
+            self.say(f"routing the gateway to {plan.target}")
+            self._route(target)
         else:
+            stage("loading")
             self.say(f"starting {plan.target}")
             if target.variant.standby == "sleep":
                 self.start(compose_file, target.spec.compose_service)
             else:
                 self.start(compose_file)
             self._route(target)
+            watched = self._named(target.spec.container_name) if snap is not None else None
+        stage("gating")
         gate_target = self._past_the_hold(
             GateTarget(
                 plan.target,
@@ -439,7 +686,15 @@ class Swapper:
                 self.stack.api_key,
             )
         )
-        log = self.gate(gate_target, began)
+        warmed: list[float] = []
+        warm = None
+        if self.hold is not None and self.stack.gateway.warmup_requests:
+
+            def warm() -> None:
+                warmed.extend(warm_up(gate_target, self.stack.gateway.warmup_requests))
+
+        log = self.gate(gate_target, began, watched, warm)
+        stage("settling")
         if "wake" in plan.steps:
             result.timings["wake"] = self.ready_at - began  # wake_up until the gate passed
             standby.check_awake(self._control(), plan.target)
@@ -453,11 +708,12 @@ class Swapper:
         result.notes += self.standby_notes
         result.timings["start_to_ready"] = self.ready_at - began
         result.timings["settle"] = time.monotonic() - self.ready_at
-        if self.hold is not None and self.stack.gateway.warmup_requests:
-            took = warm_up(gate_target, self.stack.gateway.warmup_requests)
-            result.timings["warmup"] = sum(took)
+        if warmed:  # it ran during the settle watch
+            result.timings["warmup"] = sum(warmed)
             result.notes.append(
-                "warm-up before clients: " + ", ".join(f"{t:.2f}s" for t in took) + " per request"
+                "warm-up before clients (during the settle watch): "
+                + ", ".join(f"{t:.2f}s" for t in warmed)
+                + " per request"
             )
         result.kv_cache_tokens = bootlog.kv_cache_tokens(log)
         expected = target.variant.min_kv_cache_tokens
@@ -499,7 +755,7 @@ class Swapper:
             left = "rollback disabled: nothing is running" if removed else "rollback disabled"
             return SwapFailed(f"{message}; {left}", log_tail, hints)
         try:
-            self._restore(previous)
+            self._restore(previous, plan)
         except BaseException as rollback_err:  # report, never mask the original failure
             return SwapFailed(
                 f"{message}; rollback to {previous.variant} failed too: {_reason(rollback_err)}",
@@ -529,23 +785,36 @@ class Swapper:
             return f"nothing is running; could not remove the project's network: {_reason(err)}"
         return "nothing is running"
 
-    def _restore(self, previous: RunningVariant) -> None:
+    def _restore(self, previous: RunningVariant, plan: SwapPlan | None = None) -> None:
+        """Bring the previous variant back from where the plan says: its sleeping container,
+        or exactly the run file and compose service that created its container."""
         self.say(f"rolling back to {previous.variant}")
         if self.parked == previous.variant:  # it was put to sleep: wake it again
             sleeper = standby.sleeper_of(self.stack, self.client, previous.variant)
             if sleeper is not None:
                 began = time.monotonic()
                 standby.wake(self._control(), sleeper, previous.variant, self.stack)
-                self.gate(self._past_the_hold(running_target(self.stack, previous)), began)
+                standby.unpark(sleeper, self.stack.restart)
+                self.gate(self._past_the_hold(running_target(self.stack, previous)), began, sleeper)
                 standby.check_awake(self._control(), previous.variant)
                 return
-        compose_file = Path(previous.config_file) if previous.config_file else None
+        rollback = plan.rollback if plan is not None else None
+        recorded = (rollback.config_file if rollback else None) or previous.config_file
+        compose_file = Path(recorded) if recorded else None
+        service = (rollback.service if rollback else None) or previous.service
         if compose_file is None or not compose_file.is_file():
-            compose_file = run_file(resolve_target(self.stack, previous.variant))
+            previous_target = resolve_target(self.stack, previous.variant)
+            compose_file = run_file(previous_target)
+            service = previous_target.spec.compose_service
         began = time.monotonic()
-        previous_target = resolve_target(self.stack, previous.variant)
-        self.start(compose_file, previous_target.spec.compose_service)
-        self._route(previous_target)
+        self.start(compose_file, service or self.stack.service)
+        if self.hold is not None:
+            standby_service = service not in (None, self.stack.service)
+            self.hold.control.route(
+                upstream_url(previous.name)
+                if standby_service
+                else f"http://{self.stack.service}:{CONTAINER_PORT}"
+            )
         self.gate(self._past_the_hold(running_target(self.stack, previous)), began)
 
     def _log_tail(self) -> str:
@@ -615,6 +884,8 @@ def up(
 
     options = options or UpOptions()
     swapper = Swapper(stack, client, options, progress, waiting)
+    if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
+        return swapper.up(target, dry_run=True)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return swapper.up(target)
 
@@ -624,7 +895,9 @@ def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
-        return Swapper(stack, client, UpOptions(), progress).down()
+        stopped = Swapper(stack, client, UpOptions(), progress).down()
+    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
+    return stopped
 
 
 def down_variant(
@@ -634,4 +907,6 @@ def down_variant(
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
-        return Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)
+        said = Swapper(stack, client, UpOptions(), progress).down_variant(variant, force)
+    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
+    return said

@@ -30,6 +30,7 @@ MINIMAL_ARGS = {
     "doctor": [],
     "bench": [],
     "recommend": [],
+    "history": [],
     "version": [],
 }
 

@@ -200,6 +200,9 @@ class GatewayThread:
         self.dir = tempfile.mkdtemp(prefix="vctgw-")
         self.port = free_port()
         settings.setdefault("poll_interval", 0.02)
+        if "candidates" in settings:
+            settings["upstream_candidates"] = tuple(settings.pop("candidates"))
+        upstream = settings.pop("upstream_override", upstream)
         self.config = GatewayConfig(
             upstream=upstream,
             host="127.0.0.1",

@@ -34,8 +34,8 @@ def standby_stack(sim_stack):
     return sim_stack
 
 
-def _up(stack, variant: str) -> tuple[int, dict, str]:
-    done = stack.run("up", variant, "--json", timeout=300)
+def _up(stack, variant: str, *flags: str) -> tuple[int, dict, str]:
+    done = stack.run(*flags, "up", variant, "--json", timeout=300)
     lines = done.stdout.strip().splitlines()
     return done.returncode, json.loads(lines[-1]) if lines else {}, done.stderr
 
@@ -78,9 +78,15 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
             "variant": "mtp",
             "container": f"{standby_stack.project}-vllm-mtp-1",
             "state": "asleep",
+            "is_sleeping": True,  # its own /is_sleeping answer, not the gateway's route
+            "restart_policy": "no",  # a reboot brings back only the serving variant
             "host_memory_bytes": 4 * int(13.5 * 2**30),  # each of the 4 GPUs (tensor_parallel_size)
         }
     ]
+    policies = {c.name: c.attrs["HostConfig"]["RestartPolicy"]["Name"] for c in containers}
+    assert policies[f"{standby_stack.project}-vllm-baseline-1"] == "unless-stopped"
+    _gateway_restart_serves_again_without_up(standby_stack, docker_client)
+    _a_sleeper_restarted_by_hand_is_awake_and_the_next_up_handles_it(standby_stack, docker_client)
     # a third sleeper that does not fit is refused with the numbers, before anything stops
     tight = ("--set", "stack.gpu_memory_bytes=16G", "--set", "variants.dflash2.weights_bytes=13.5G")
     done = standby_stack.run(*tight, "up", "dflash2", timeout=120)
@@ -115,6 +121,70 @@ def test_mtp_baseline_mtp_baseline_wakes_the_second_time(standby_stack, docker_c
     done = standby_stack.run("down")
     assert done.returncode == 0, done.stderr
     assert running_containers(docker_client, standby_stack.project) == []
+
+
+def _gateway_restart_serves_again_without_up(stack, client) -> None:
+    """`docker restart` of the gateway (a reboot, a crash): it finds the awake serving
+    container itself and serves again without `up` (the old gateway forwarded to `vllm`, a
+    service that does not exist under sleep standby, until `up`); status names the serving
+    and the asleep variant. The deadline is generous (no timing assertion under CI load)."""
+    import time
+
+    import httpx
+
+    served = stack.status()["served_model_name"]
+    client.containers.get(f"{stack.project}-gateway-1").restart(timeout=5)
+    url = f"http://127.0.0.1:{stack.port}/v1/completions"
+    body = {"model": served, "prompt": "hi", "max_tokens": 1}
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    deadline, answer = time.monotonic() + 60.0, None
+    while time.monotonic() < deadline:
+        try:
+            answer = httpx.post(url, json=body, headers=headers, timeout=deadline - time.monotonic() + 0.5)
+        except httpx.HTTPError:
+            time.sleep(0.2)
+            continue
+        if answer.status_code == 200:
+            break
+    assert answer is not None and answer.status_code == 200, answer and answer.text
+    status = stack.status()
+    assert status["variant"] == "baseline" and [a["variant"] for a in status["asleep"]] == ["mtp"]
+    assert status["gateway"]["upstream"].endswith("-vllm-baseline-1:8000")
+
+
+def _a_sleeper_restarted_by_hand_is_awake_and_the_next_up_handles_it(stack, client) -> None:
+    """`docker restart` of the sleeper (or Docker restarting it after a crash) brings it back
+    awake: status says so (not `asleep`), and `up mtp` routes to it without a new start."""
+    import time
+
+    sleeper = client.containers.get(f"{stack.project}-vllm-mtp-1")
+    sleeper.restart(timeout=5)
+    deadline, status = time.monotonic() + 120, {}
+    while time.monotonic() < deadline:
+        status = stack.status()
+        if status.get("awake"):
+            break
+        time.sleep(0.5)
+    assert [a["variant"] for a in status["awake"]] == ["mtp"] and status["asleep"] == [], status
+    assert status["variant"] == "baseline"
+    sleeper.reload()
+    started = sleeper.attrs["State"]["StartedAt"]
+    code, result, err = _up(stack, "mtp")
+    assert code == 0, err
+    assert "adopt" in result["plan"]["steps"] and "start" not in result["plan"]["steps"], result
+    sleeper.reload()
+    assert sleeper.attrs["State"]["StartedAt"] == started  # the same process serves
+    assert sleeper.attrs["HostConfig"]["RestartPolicy"]["Name"] == "unless-stopped"
+    code, result, err = _up(stack, "baseline")
+    assert code == 0 and result["outcome"] == "woke", err
+    status = stack.status()
+    assert status["variant"] == "baseline" and [a["variant"] for a in status["asleep"]] == ["mtp"]
+    # a gateway setting changed under sleep standby: the gateway is recreated after a drain,
+    # the sleeper stays asleep (it was deleted, with an IndexError, before)
+    code, result, err = _up(stack, "baseline", "--set", "gateway.hold_timeout=77")
+    assert code == 0 and result["outcome"] == "gateway updated", err
+    status = stack.status()
+    assert status["variant"] == "baseline" and [a["variant"] for a in status["asleep"]] == ["mtp"]
 
 
 @pytest.mark.parametrize(

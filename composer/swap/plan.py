@@ -1,0 +1,192 @@
+"""The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
+
+`decide()` reads a `Snapshot` and the target and returns a `SwapPlan`: the steps in order,
+the variant that serves now and exactly where a rollback brings it back from (its
+container to wake, or the run file and compose service that created it), what else must
+stop first (awake containers that neither serve nor sleep, sleepers the stack no longer
+wants), and notes a user must read (a serving container that cannot sleep is stopped
+cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON.
+
+Steps: `sleep` (the serving container was started with sleep mode and its variant sleeps
+in this stack), `stop` + `release` (stop it and wait for its GPU memory), `wake` (the
+target sleeps with the same configuration), `adopt` (the target's container runs awake
+but does not serve: route to it), `start` (compose up from the run file), `gate`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from composer.engine.containers import RunningVariant
+
+if TYPE_CHECKING:
+    from composer.swap.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Rollback:
+    """Where the variant that serves now comes back from if the swap fails."""
+
+    variant: str
+    how: str  # "wake" (its sleeping container) or "start" (the file that created it)
+    container: str
+    config_file: str | None = None
+    service: str | None = None
+
+
+@dataclass(frozen=True)
+class SwapPlan:
+    """The steps a swap will take; empty when the target already serves."""
+
+    target: str
+    target_hash: str
+    previous: RunningVariant | None
+    steps: tuple[str, ...]
+    rollback: Rollback | None = None
+    stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
+    notes: tuple[str, ...] = field(default=())
+    gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
+
+    @property
+    def no_op(self) -> bool:
+        return not self.steps and not self.gateway_update
+
+    def as_data(self) -> dict[str, object]:
+        """The plan as JSON-ready data (no secrets: names, steps and files only)."""
+        return {
+            "target": self.target,
+            "target_hash": self.target_hash,
+            "serving": self.previous.variant if self.previous else None,
+            "steps": list(self.steps),
+            "stop_first": list(self.stop_first),
+            "rollback": self.rollback.__dict__ if self.rollback else None,
+            "notes": list(self.notes),
+            "gateway_update": self.gateway_update,
+        }
+
+    def describe(self) -> str:
+        """The plan as text, one line per fact."""
+        gateway = "drain the gateway, recreate it with its new settings, release"
+        if not self.steps:
+            if self.gateway_update:
+                return f"plan: {self.target} keeps serving; {gateway}"
+            return f"{self.target} already serves with the same configuration: nothing to do"
+        lines = [f"plan: {self.previous.variant if self.previous else 'nothing'} -> {self.target}"]
+        if self.gateway_update:
+            lines.append(f"first: {gateway}")
+        lines.append("steps: " + " -> ".join(self.steps))
+        if self.stop_first:
+            lines.append("stops first: " + ", ".join(self.stop_first))
+        if self.rollback:
+            source = (
+                f"wake its sleeping container {self.rollback.container}"
+                if self.rollback.how == "wake"
+                else f"start it from {self.rollback.config_file} (service {self.rollback.service})"
+            )
+            lines.append(f"rollback: {self.rollback.variant}: {source}")
+        lines += [f"note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+def plan_swap(
+    target: str,
+    target_hash: str,
+    current: RunningVariant | None,
+    current_ready: bool,
+    *,
+    current_sleeps: bool = False,
+    target_asleep: bool = False,
+) -> SwapPlan:
+    """Decide the steps from what runs now (pure).
+
+    `current_sleeps`: the serving variant is put to sleep, not stopped; `target_asleep`:
+    the target sleeps with the same configuration (woken, not started).
+    """
+    if current and current.variant == target and current.config_hash == target_hash and current_ready:
+        return SwapPlan(target, target_hash, current, ())
+    steps: tuple[str, ...] = ()
+    if current:
+        steps = ("sleep",) if current_sleeps and current.variant != target else ("stop", "release")
+    steps += ("wake", "gate") if target_asleep else ("start", "gate")
+    return SwapPlan(target, target_hash, current, steps)
+
+
+def decide(
+    snapshot: Snapshot,
+    target: str,
+    target_hash: str,
+    *,
+    target_sleeps: bool,
+    sleeps_in_stack: dict[str, bool],
+    current_ready: bool,
+    gateway_update: bool = False,
+) -> SwapPlan:
+    """The whole plan from one snapshot (pure).
+
+    `target_sleeps`: the target runs with sleep standby in this stack; `sleeps_in_stack`:
+    per variant, whether the stack puts it to sleep (a variant the stack no longer has
+    counts as not).
+    """
+    notes: list[str] = []
+    serving = snapshot.serving
+    current = serving.info if serving else None
+    route_ok = snapshot.route_ok is not False
+    if current is not None and current.variant == target and current.config_hash == target_hash:
+        ready = current_ready and route_ok
+    else:
+        ready = False
+    current_sleeps = False
+    if current is not None and current.variant != target and sleeps_in_stack.get(current.variant, False):
+        if current.sleep_mode:
+            current_sleeps = True
+        else:
+            notes.append(
+                f"{current.variant} was started without sleep mode: it is stopped, not put to sleep "
+                "(it sleeps after its next start)"
+            )
+    sleeper = snapshot.sleeper_of(target)
+    wakeable = sleeper is not None and sleeper.info.config_hash == target_hash and target_sleeps
+    stop_first = []
+    adopt = None
+    for member in snapshot.awake_idle:
+        if (
+            member.variant == target
+            and member.info.config_hash == target_hash
+            and target_sleeps
+            and adopt is None
+        ):
+            adopt = member
+            continue
+        stop_first.append(member.info.name)
+        notes.append(f"{member.variant} ({member.info.name}) runs awake without serving: it is stopped")
+    for member in snapshot.asleep:
+        stale_target = member.variant == target and not wakeable
+        if stale_target or not sleeps_in_stack.get(member.variant, False):
+            stop_first.append(member.info.name)
+            why = "its configuration changed" if stale_target else "this stack no longer puts it to sleep"
+            notes.append(f"{member.variant}'s sleeping container is stopped: {why}")
+    base = plan_swap(
+        target, target_hash, current, ready, current_sleeps=current_sleeps, target_asleep=wakeable
+    )
+    steps = base.steps
+    if adopt is not None and steps:
+        steps = tuple(s for s in steps if s not in ("start", "wake"))
+        steps = (*steps[: steps.index("gate")], "adopt", "gate")
+        notes.append(f"{target}'s container {adopt.info.name} runs awake: it serves again without a restart")
+    same = current is not None and current.variant == target and current.config_hash == target_hash
+    if same and steps and not route_ok:
+        steps = ("route", "gate")
+        notes.append(f"the gateway does not forward to {target}'s container: it is routed again")
+    rollback = None
+    if current is not None and current.variant != target:
+        rollback = (
+            Rollback(current.variant, "wake", current.name)
+            if current_sleeps
+            else Rollback(current.variant, "start", current.name, current.config_file, current.service)
+        )
+    elif current is not None and steps and "stop" in steps:
+        rollback = Rollback(current.variant, "start", current.name, current.config_file, current.service)
+    return SwapPlan(
+        target, target_hash, current, steps, rollback, tuple(stop_first), tuple(notes), gateway_update
+    )

@@ -1,0 +1,188 @@
+"""One read of what runs for a project: its containers, the gateway, the running swap.
+
+`take()` lists the project's variant containers once, finds the gateway's container, and,
+where it matters, asks in ONE `docker exec` in the gateway for the gateway's state (its
+route) and for each running sleep-mode container's `/is_sleeping` answer. Everything
+after that (`status`, the swap plan, `down`) reads the `Snapshot`, never Docker again.
+
+Who serves and who sleeps, in order of trust:
+- asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
+- serving is the gateway's route; when the gateway cannot say (absent, restarting), the
+  record Docker keeps: a sleep-standby container put to sleep has restart policy `no`
+  (`up` sets it, so a reboot brings back only what served), the serving one does not;
+- a running container that is neither serving nor asleep is `awake` (restarted by hand,
+  or by Docker after a crash, or left from a run with another standby mode): the next
+  `up` stops it or puts it to sleep.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from composer.engine.containers import RunningVariant, gateway_container, our_containers, upstream_url
+from composer.swap.journal import RunningSwap, running_swap
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from composer.engine.variant_container import VariantContainer
+    from composer.gateway.client import GatewayState
+    from composer.stack.model import Stack
+
+PARKED_POLICY = "no"  # the restart policy of a container put to sleep
+
+
+@dataclass(frozen=True)
+class Member:
+    """One variant container as the snapshot sees it."""
+
+    container: VariantContainer
+    info: RunningVariant
+    standby_service: bool  # a `<service>-<variant>` service (sleep standby), not the shared one
+    sleeping: bool | None  # its own /is_sleeping answer; None when not asked or no answer
+    serving: bool = False
+    asleep: bool = False
+
+    @property
+    def variant(self) -> str:
+        return self.info.variant
+
+    @property
+    def running(self) -> bool:
+        return self.info.running
+
+    @property
+    def state(self) -> str:
+        """serving, asleep, awake (running, not serving), or Docker's status."""
+        if self.serving:
+            return "serving"
+        if self.asleep:
+            return "asleep"
+        return "awake" if self.running else self.info.status
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What runs for one project, read once."""
+
+    project: str
+    members: tuple[Member, ...]  # newest first
+    gateway: Container | None = None
+    gateway_state: GatewayState | None = None
+    gateway_error: str | None = None
+    swap: RunningSwap | None = None
+    route: str | None = None  # where the gateway forwards now (None: no gateway, or no answer)
+
+    @property
+    def serving(self) -> Member | None:
+        return next((m for m in self.members if m.serving), None)
+
+    @property
+    def current(self) -> RunningVariant | None:
+        """The serving variant's description (what the old `current_variant` answered)."""
+        serving = self.serving
+        return serving.info if serving else None
+
+    @property
+    def asleep(self) -> list[Member]:
+        return [m for m in self.members if m.asleep]
+
+    @property
+    def awake_idle(self) -> list[Member]:
+        """Running containers that neither serve nor sleep."""
+        return [m for m in self.members if m.running and not m.serving and not m.asleep]
+
+    def sleeper_of(self, variant: str) -> Member | None:
+        return next((m for m in self.asleep if m.variant == variant), None)
+
+    def of(self, variant: str) -> list[Member]:
+        return [m for m in self.members if m.variant == variant]
+
+    @property
+    def route_ok(self) -> bool | None:
+        """Whether the gateway forwards to the serving container (None: unknown or nothing serves)."""
+        serving = self.serving
+        if self.route is None or serving is None:
+            return None
+        if serving.standby_service:
+            return self.route == upstream_url(serving.info.name)
+        return self.route not in {upstream_url(m.info.name) for m in self.members if m.standby_service}
+
+    @property
+    def gateway_running(self) -> bool:
+        return self.gateway is not None and self.gateway.status == "running"
+
+
+def _standby_service(info: RunningVariant, stack: Stack) -> bool:
+    return info.service is not None and info.service != stack.service
+
+
+def take(
+    stack: Stack, client: docker.DockerClient, *, gateway_state: bool = False, ask_sleeping: bool = True
+) -> Snapshot:
+    """Read the project's containers, gateway and running swap once.
+
+    The gateway is asked (one exec) when a sleep-mode container runs, or when
+    `gateway_state` wants its state anyway (status).
+    """
+    found = [(c, c.describe()) for c in our_containers(stack, client)]
+    gateway = gateway_container(stack, client) if stack.gateway.enabled else None
+    sleep_mode = [
+        info for _, info in found if info.running and (info.sleep_mode or _standby_service(info, stack))
+    ]
+    state: GatewayState | None = None
+    error: str | None = None
+    answers: dict[str, bool | None] = {}
+    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state):
+        from composer.errors import GatewayControlError
+        from composer.gateway.client import GatewayControl
+
+        urls = [upstream_url(info.name) for info in sleep_mode] if ask_sleeping else []
+        try:
+            state, answers = GatewayControl(gateway).look(urls)
+        except GatewayControlError as err:
+            error = str(err)
+    members = classify(stack, found, state.upstream if state else None, answers)
+    return Snapshot(
+        project=stack.project,
+        members=members,
+        gateway=gateway,
+        gateway_state=state,
+        gateway_error=error,
+        swap=running_swap(stack.project),
+        route=state.upstream if state else None,
+    )
+
+
+def classify(
+    stack: Stack,
+    found: list[tuple[VariantContainer, RunningVariant]],
+    route: str | None,
+    answers: dict[str, bool | None],
+) -> tuple[Member, ...]:
+    """Decide serving/asleep for each container (pure; see the module's docstring)."""
+    names = {upstream_url(info.name) for _, info in found if info.running}
+    routed_to_one = route is not None and route in names
+    members: list[Member] = []
+    serving_taken = False
+    for container, info in found:
+        standby = _standby_service(info, stack)
+        sleeping = answers.get(upstream_url(info.name))
+        serving = asleep = False
+        if info.running:
+            if routed_to_one:
+                serving = route == upstream_url(info.name)
+                asleep = not serving and standby and sleeping is not False
+            elif standby:
+                parked = info.restart_policy == PARKED_POLICY
+                asleep = sleeping is True or (sleeping is None and parked)
+                serving = not asleep and not parked
+            else:
+                serving = True
+            if serving and serving_taken:  # two candidates: the newest serves, the other is awake
+                serving = False
+            serving_taken = serving_taken or serving
+        members.append(Member(container, info, standby, sleeping, serving, asleep))
+    return tuple(members)
