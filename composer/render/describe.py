@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from composer.render.spec import build_spec, resolve
@@ -70,6 +71,13 @@ def format_stack(data: dict) -> str:
             for key in ("method", "num_speculative_tokens", "attention_backend", "draft_model"):
                 src = sources.get(f"{prefix}.speculative.{key}", "default")
                 rows.append((f"{prefix}.speculative.{key}", str(spec[key]), src))
+            if spec.get("per_batch_size"):
+                src = sources.get(f"{prefix}.speculative.per_batch_size", "default")
+                schedule = json.dumps([list(r) for r in spec["per_batch_size"]], separators=(",", ":"))
+                rows.append((f"{prefix}.speculative.per_batch_size", schedule, src))
+            if spec.get("adaptive_verification"):
+                src = sources.get(f"{prefix}.speculative.adaptive_verification", "default")
+                rows.append((f"{prefix}.speculative.adaptive_verification", "True", src))
         for env_name, env_value in variant["env"].items():
             env_source = "derived" if env_name in variant["derived_env"] else "composer.toml"
             rows.append((f"{prefix}.env.{env_name}", env_value, env_source))
