@@ -975,6 +975,7 @@ def _bench_options(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON instead of a table.")
 @click.option("--timeout", default=900.0, show_default=True, help="Seconds per swap and per request.")
+@click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
 def bench(
     obj: Context,
@@ -989,6 +990,7 @@ def bench(
     out_dir: str,
     as_json: bool,
     timeout: float,
+    decide: bool = False,
 ) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
 
@@ -1000,17 +1002,25 @@ def bench(
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
       compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
+      compose-spec --stack composer.toml --stack adaptive.toml bench --decide
     """
     import signal
 
+    from composer.bench import decide as arms
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
     from composer.engine.client import docker_client
     from composer.errors import BenchError
 
+    if decide:
+        concurrency = concurrency or ",".join(map(str, arms.DECIDE_CONCURRENCY))
+        prompt_tokens = prompt_tokens or (
+            None if prompt_file else ",".join(map(str, arms.DECIDE_PROMPT_TOKENS))
+        )
     options = _bench_options(prompt_file, prompt_tokens, concurrency, max_tokens, runs, warmup, timeout)
     stack = obj.stack()
-    names = _csv_list(variants) or tuple(stack.variants)
+    plan = arms.plan_arms(stack, arms.image_present, _csv_list(ks, int)) if decide else None
+    names = _csv_list(variants) or (plan.variants if plan else tuple(stack.variants))
     for name in names:
         stack.variant(name)
     k_values = _csv_list(ks, int)
@@ -1028,12 +1038,18 @@ def bench(
             swap_timeout=timeout,
             progress=line.step,
             waiting=line.waiting,
+            ks_by_variant=plan.ks_by_variant if plan else None,
         )
     finally:
         line.finish()
         client.close()
     written = write_outputs(report, Path(out_dir))
     data = report_data(report)
+    if plan is not None and report.measured():
+        decision = arms.decide(data, plan, arms.switch_seconds(data))
+        written += arms.write_decision(decision, Path(out_dir))
+        data["decide"] = arms.decision_data(decision)
+        data["decide"]["notes"] = list(plan.notes)
     click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
     failed = report.failed_points()
     error: ComposerError | None = None
@@ -1047,6 +1063,10 @@ def bench(
         )
     if error is None or not as_json:
         click.echo(json.dumps(data, indent=2) if as_json else format_table(report))
+        if not as_json and "decide" in data:
+            click.echo("\n" + arms.format_decision(decision))
+            for note in plan.notes if plan else ():
+                click.echo(f"note: {note}")
     if error is not None:
         error.details.update(data)
         raise error
