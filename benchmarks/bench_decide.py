@@ -71,7 +71,7 @@ def simulator(spec: dict | None, env_extra: dict[str, str], scale: float) -> Ite
     argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -82,7 +82,10 @@ def simulator(spec: dict | None, env_extra: dict[str, str], scale: float) -> Ite
             except httpx.HTTPError:
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit(f"the simulator did not start for {spec}")
+                proc.kill()
+                out = proc.communicate()[0] or ""
+                lines = [line for line in out.splitlines() if "Error:" in line]
+                raise RuntimeError(lines[-1] if lines else f"the simulator did not start for {spec}")
             time.sleep(0.05)
         yield url
     finally:
@@ -122,13 +125,20 @@ def model_setup(spec: dict | None, env: dict[str, str], hybrid: bool) -> SpecSet
 
 
 def run_setting(stack, hybrid: bool, options: BenchOptions, scale: float) -> dict:
-    points, model = [], {}
+    points, model, refused = [], {}, {}
     for variant, k in ARMS:
         spec, env = arm_spec(stack, variant, k)
         setup = model_setup(spec, env, hybrid)
         env = {**env, "SIM_HYBRID_MODEL": "1" if hybrid else "0"}
         label = variant if variant != "mtp" else f"mtp K={k}"
-        with simulator(spec, env, scale) as url:
+        try:
+            server = simulator(spec, env, scale)
+            url = server.__enter__()
+        except RuntimeError as err:
+            refused[label] = str(err)
+            print(f"{'hybrid' if hybrid else 'plain '} {label}: refused: {err}", flush=True)
+            continue
+        try:
             for workload in options.workloads():
                 result = measure_point(
                     BenchPoint(variant, spec["method"] if spec else None, k),
@@ -157,7 +167,9 @@ def run_setting(stack, hybrid: bool, options: BenchOptions, scale: float) -> dic
                     "max_running": data["max_running"],
                 }
                 print(f"{'hybrid' if hybrid else 'plain '} {key}: {model[key]}", flush=True)
-    return {"points": points, "model": model}
+        finally:
+            server.__exit__(None, None, None)
+    return {"points": points, "model": model, "refused": refused}
 
 
 def main() -> int:

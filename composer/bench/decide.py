@@ -161,7 +161,9 @@ def decide(
     workloads = sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
     if not workloads:
         raise ValueError("no arm was measured: nothing to decide")
-    phases = trace_phases(workloads)
+    options = data.get("options") or {}
+    planned = [(t, c) for t in options.get("prompt_tokens") or [] for c in options.get("concurrency") or []]
+    phases = trace_phases(planned or workloads)  # what was asked for, even when interrupted
     complete = {a: cells for a, cells in arms.items() if all(p in cells for p in phases)}
 
     def goodput(arm: str) -> float:
@@ -171,6 +173,10 @@ def decide(
     best_static = max((a for a in complete if a.split(" K=")[0] in static), key=goodput, default=None)
     singles = [a for a in complete if a.split(" K=")[0] not in static or a == best_static]
     trace = {a: goodput(a) for a in singles}
+    if not trace:  # interrupted before any arm covered the trace's workloads
+        shown = " -> ".join(_cell(p) for p in phases)
+        line = f"no decision: no arm was measured at every workload of the trace ({shown})"
+        return Decision(arms, {}, 0, switch_s, 0.0, "none", "", 0.0, line, phases)
     best = max(trace, key=lambda a: trace[a])
     switches, held = 0, 0.0
     switch_arms: tuple[str, str] | None = None
@@ -229,7 +235,7 @@ def _cell(w: tuple[int | None, int]) -> str:
 def format_decision(decision: Decision) -> str:
     """Arms side by side: aggregate tok/s per workload (effective concurrency in brackets),
     then the trace's goodput, then the decision."""
-    names = [a for a in decision.arms if a in decision.trace]
+    names = [a for a in decision.arms if a in decision.trace] or list(decision.arms)
     workloads = sorted(
         {w for cells in decision.arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1])
     )
@@ -242,7 +248,7 @@ def format_decision(decision: Decision) -> str:
             if w in plain and w in spec
         }
     names = list(columns)
-    width = max(12, *(len(n) for n in names))
+    width = max([12, *(len(n) for n in names)])
     lines = ["workload".ljust(18) + "".join(n.rjust(width + 2) for n in names)]
     for w in workloads:
         row = _cell(w).ljust(18)

@@ -135,3 +135,13 @@ def test_the_plot_and_json_are_written(tmp_path: Path) -> None:
     written = decide.write_decision(decision, tmp_path)
     assert tmp_path / decide.JSON_FILE in written
     assert json.loads((tmp_path / decide.JSON_FILE).read_text())["decision"]["line"] == decision.line
+
+
+def test_an_interrupted_run_without_a_whole_trace_decides_nothing() -> None:
+    data = model_bench(hybrid=False, concurrency=(1,), lengths=(128,))
+    data["points"] = [p for p in data["points"] if p["variant"] == "baseline"]
+    data["options"] = {"prompt_tokens": [128, 2000], "concurrency": [1, 16]}
+    decision = decide.decide(data, _plan(), switch_s=1.0)
+    assert decision.action == "none" and decision.line.startswith("no decision:")
+    assert "decision: no decision" in decide.format_decision(decision)
+    assert decide.decision_data(decision)["decision"]["action"] == "none"
