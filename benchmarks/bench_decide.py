@@ -1,7 +1,7 @@
 """Switch or adapt, on the simulator: `bench --decide`'s arms measured, in its hybrid and
 non-hybrid settings, side by side with the simulator model's own figures.
 
-Run: python3 benchmarks/bench_decide.py [--time-scale 20] [--runs 1] [--max-tokens 256]
+Run: python3 benchmarks/bench_decide.py [--time-scale 10] [--runs 2] [--max-tokens 320]
      [--switch-seconds 5]
 
 Each arm (baseline, MTP K=3 and K=7, mtp-dsd, mtp-adaptive) runs in its own local
@@ -174,9 +174,9 @@ def run_setting(stack, hybrid: bool, options: BenchOptions, scale: float) -> dic
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--time-scale", type=float, default=20.0)
-    parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=256)
+    parser.add_argument("--time-scale", type=float, default=10.0)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--max-tokens", type=int, default=320)
     parser.add_argument("--switch-seconds", type=float, default=5.0)
     args = parser.parse_args()
     stack = load_stack([REPO / "composer.toml", REPO / "adaptive.toml"], env_file=None, environ={})

@@ -138,3 +138,16 @@ def test_a_bad_schedule_exits_2_with_one_line_before_anything_runs(
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and "leaves a gap" in lines[0] and "Traceback" not in result.output
     assert not (tmp_path / "out").exists()
+
+
+def test_config_lists_the_schedule_and_adaptive_verification(tmp_path: Path) -> None:
+    env_file = tmp_path / "t.env"
+    env_file.write_text(f"VLLM_API_KEY={KEY}\n")
+    stacks = [a for path in STACKS for a in ("--stack", str(path))]
+    result = CliRunner().invoke(main, ["--env-file", str(env_file), *stacks, "config"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines() if line.strip()}
+    assert rows["variants.mtp-dsd.speculative.per_batch_size"] == "[[1,2,7],[3,8,3],[9,512,0]]"
+    assert rows["variants.mtp-adaptive.speculative.adaptive_verification"] == "True"
+    assert rows["variants.mtp-adaptive.env.VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    assert "variants.mtp.speculative.per_batch_size" not in rows
