@@ -26,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -71,7 +72,8 @@ def simulator(spec: dict | None, env_extra: dict[str, str], scale: float) -> Ite
     argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
     if spec is not None:
         argv += ["--speculative-config", json.dumps(spec)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = tempfile.NamedTemporaryFile("w+", prefix="bench-decide-sim-", suffix=".log")  # noqa: SIM115
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -83,14 +85,16 @@ def simulator(spec: dict | None, env_extra: dict[str, str], scale: float) -> Ite
                 pass
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
-                out = proc.communicate()[0] or ""
-                lines = [line for line in out.splitlines() if "Error:" in line]
+                proc.wait(timeout=10)
+                log.seek(0)
+                lines = [line for line in log.read().splitlines() if "Error:" in line]
                 raise RuntimeError(lines[-1] if lines else f"the simulator did not start for {spec}")
             time.sleep(0.05)
         yield url
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+        log.close()
 
 
 def arm_spec(stack, variant: str, k: int) -> tuple[dict | None, dict[str, str]]:

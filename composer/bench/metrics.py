@@ -156,7 +156,7 @@ class RunningSampler:
     cannot. `peak` stays None when no sample could be read. /metrics needs no API key.
     """
 
-    def __init__(self, base_url: str, interval_s: float = 0.1) -> None:
+    def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
         import threading
 
         self._url = base_url

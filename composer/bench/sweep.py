@@ -321,20 +321,21 @@ def measure_point(
             run = _timed(client, request, prompts[0], eta)
             result.texts.setdefault(0, []).append(run.text)
         before = scrape(client)
-        with RunningSampler(base_url) as sampler:
-            if workload.concurrency == 1:
-                started = time.perf_counter()
-                for n in range(options.runs):
-                    left = eta.seconds_left(options.runs - n) if eta else None
-                    progress(f"{label}: run {n + 1}/{options.runs} ({format_duration(left)})")
-                    index = n % len(prompts)
-                    run = _timed(client, request, prompts[index], eta)
-                    result.texts.setdefault(index, []).append(run.text)
-                    result.runs.append(run)
-                result.wall_s = time.perf_counter() - started
-            else:
+        if workload.concurrency == 1:
+            started = time.perf_counter()
+            for n in range(options.runs):
+                left = eta.seconds_left(options.runs - n) if eta else None
+                progress(f"{label}: run {n + 1}/{options.runs} ({format_duration(left)})")
+                index = n % len(prompts)
+                run = _timed(client, request, prompts[index], eta)
+                result.texts.setdefault(index, []).append(run.text)
+                result.runs.append(run)
+            result.wall_s = time.perf_counter() - started
+            result.max_running = 1  # one stream, one request at a time
+        else:
+            with RunningSampler(base_url) as sampler:
                 _measure_streams(result, options, request, prompts, base_url, api_key, progress, eta)
-        result.max_running = sampler.peak
+            result.max_running = sampler.peak
         delta = scrape(client) - before
     _check_acceptance(result, delta)
     return result
