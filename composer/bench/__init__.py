@@ -5,10 +5,13 @@ Owns: the sweep plan and its run over workloads (prompt length x concurrent stre
 client (`client`), `/metrics` deltas and acceptance (`metrics`), output agreement
 (`agreement`), K hints from the checkpoints (`hints`), prompts (`prompts`), the report
 (`report`) and the per-workload recommendation with its `[workloads]` block
-(`recommend`). May import: `composer.stack`, `composer.render`, `composer.engine`,
+(`recommend`), and `bench --decide`: the arms (plain, best static MTP K, in-server
+adaptive variants, switching) and the switch-or-adapt decision over a phase-changing
+trace (`decide`). May import: `composer.stack`, `composer.render`, `composer.engine`,
 `composer.probes`, `composer.swap`, `composer.errors`. Public: `BenchOptions`,
 `Workload`, `run_bench`, `bench_with_swaps`, `bench_prompts`, `report_data`,
-`format_table`, `write_outputs`, `winners`, `workloads_block`, `write_workloads`.
+`format_table`, `write_outputs`, `winners`, `workloads_block`, `write_workloads`,
+`plan_arms`, `decide`, `format_decision`, `decision_data`, `write_decision`.
 """
 
 from composer._exports import lazy_exports
@@ -16,6 +19,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
+        "decide": ["decide", "decision_data", "format_decision", "plan_arms", "write_decision"],
         "prompts": ["bench_prompts"],
         "recommend": ["winners", "workloads_block", "write_workloads"],
         "report": ["format_table", "report_data", "write_outputs"],

@@ -143,3 +143,45 @@ def scrape(client: httpx.Client) -> SpecCounters:
     if response.status_code != 200:
         raise BenchError(f"GET /metrics answered {response.status_code}")
     return SpecCounters.from_samples(parse_prometheus(response.text))
+
+
+RUNNING = "vllm:num_requests_running"
+
+
+class RunningSampler:
+    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once.
+
+    The effective maximum concurrency: a server may run fewer sequences than the clients
+    send (a KV or state budget, `--max-num-seqs`), and the gauge says so where the client
+    cannot. `peak` stays None when no sample could be read. /metrics needs no API key.
+    """
+
+    def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
+        import threading
+
+        self._url = base_url
+        self._interval = interval_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="bench-running", daemon=True)
+        self.peak: int | None = None
+
+    def _poll(self) -> None:
+        with httpx.Client(base_url=self._url, timeout=5.0) as client:
+            while True:
+                try:
+                    response = client.get("/metrics")
+                    if response.status_code == 200:
+                        value = round(total(parse_prometheus(response.text), RUNNING))
+                        self.peak = value if self.peak is None else max(self.peak, value)
+                except httpx.HTTPError:
+                    pass
+                if self._stop.wait(self._interval):
+                    return
+
+    def __enter__(self) -> RunningSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)

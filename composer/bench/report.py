@@ -60,6 +60,7 @@ def point_data(result: PointResult) -> dict[str, Any]:
         "decode_tok_s": _round(result.decode_tok_s, 2),
         "aggregate_tok_s": _round(result.aggregate_tok_s, 2),
         "wall_s": _round(result.wall_s),
+        "max_running": result.max_running,
         "tokens_per_iteration": _round(result.tokens_per_iteration if result.ok else None),
         "acceptance_rate": _round(acc.rate) if acc else None,
         "per_position": [round(p, 4) for p in acc.per_position] if acc else [],
@@ -106,6 +107,7 @@ def report_data(report: BenchReport) -> dict[str, Any]:
         "hints": list(report.hints),
         "notes": list(report.notes),
         "interrupted": report.interrupted or None,
+        "swap_seconds": [round(s, 3) for s in report.swap_seconds],
         "metadata": dict(report.metadata),
     }
 

@@ -14,7 +14,7 @@ import json
 import os
 import platform
 import signal
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -61,11 +61,14 @@ def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -
 
 
 def plan_with_hints(
-    stack: Stack, variants: Sequence[str], ks: Sequence[int] | None
+    stack: Stack,
+    variants: Sequence[str],
+    ks: Sequence[int] | None,
+    ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> tuple[list[BenchPoint], list[str], dict[BenchPoint, str]]:
     """The sweep (with each checkpoint's suggested K), the hints, and the points vLLM would reject."""
     suggested = {name: variant_hints(stack, stack.variant(name), ()).suggested_k for name in variants}
-    points = plan_points(stack, variants, ks, suggested)
+    points = plan_points(stack, variants, ks, suggested, ks_by_variant)
     messages: list[str] = []
     skip: dict[BenchPoint, str] = {}
     for name in dict.fromkeys(p.variant for p in points):
@@ -87,6 +90,7 @@ def bench_with_swaps(
     progress: Progress = lambda _: None,
     waiting: Progress | None = None,
     allow_weak_key: bool = False,
+    ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
@@ -96,7 +100,7 @@ def bench_with_swaps(
     from composer.swap.swapper import UpOptions, up
 
     stack = stack_for(())
-    points, hints, skip = plan_with_hints(stack, variants, ks)
+    points, hints, skip = plan_with_hints(stack, variants, ks, ks_by_variant)
     for hint in hints:
         progress(f"hint: {hint}")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)

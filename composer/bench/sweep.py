@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from composer.bench.agreement import Agreement, agreement_with, deterministic
 from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
-from composer.bench.metrics import Acceptance, SpecCounters, acceptance, scrape
+from composer.bench.metrics import Acceptance, RunningSampler, SpecCounters, acceptance, scrape
 from composer.bench.prompts import padded
 from composer.errors import BenchError, HealthCheckFailed, SwapFailed, UsageError
 from composer.stack.model import Stack
@@ -129,6 +129,8 @@ class PointResult:
     wall_s: float | None = None
     """The measured window: first measured request sent to last one finished."""
     aggregate_speedup: float | None = None
+    max_running: int | None = None
+    """The most sequences `/metrics` showed running at once during the measured window."""
 
     @property
     def ok(self) -> bool:
@@ -197,6 +199,8 @@ class BenchReport:
     """Why the sweep stopped early (`interrupted at mtp K=7`), or empty when it ran to the end."""
     metadata: dict[str, object] = field(default_factory=dict)
     """What the results were measured with: tool version, stack hash, images, time, host."""
+    swap_seconds: list[float] = field(default_factory=list)
+    """How long each successful swap took (the switch cost `bench --decide` charges)."""
 
     def measured(self) -> list[PointResult]:
         """The points with measurements."""
@@ -232,11 +236,13 @@ def plan_points(
     variants: Sequence[str],
     ks: Sequence[int] | None,
     suggested: Mapping[str, int | None] | None = None,
+    ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> list[BenchPoint]:
     """The sweep: each variant once, each speculative variant once per K (pure).
 
     Without `ks`, a speculative variant gets DEFAULT_KS, its configured K and the K its
-    checkpoint suggests (`suggested`, by variant name).
+    checkpoint suggests (`suggested`, by variant name); `ks_by_variant` names the Ks of
+    some variants outright (`bench --decide`: adaptive variants at their own K).
     """
     points: list[BenchPoint] = []
     for name in variants:
@@ -248,6 +254,8 @@ def plan_points(
         hinted = (suggested or {}).get(name)
         defaults = {*DEFAULT_KS, spec.num_speculative_tokens, *([hinted] if hinted else [])}
         chosen = sorted(set(ks)) if ks else sorted(defaults)
+        if ks_by_variant and name in ks_by_variant:
+            chosen = sorted(set(ks_by_variant[name]))
         if any(k < 1 for k in chosen):
             raise UsageError(f"--k values must be positive integers, got {chosen}")
         points += [BenchPoint(name, spec.method, k) for k in chosen]
@@ -323,8 +331,11 @@ def measure_point(
                 result.texts.setdefault(index, []).append(run.text)
                 result.runs.append(run)
             result.wall_s = time.perf_counter() - started
+            result.max_running = 1  # one stream, one request at a time
         else:
-            _measure_streams(result, options, request, prompts, base_url, api_key, progress, eta)
+            with RunningSampler(base_url) as sampler:
+                _measure_streams(result, options, request, prompts, base_url, api_key, progress, eta)
+            result.max_running = sampler.peak
         delta = scrape(client) - before
     _check_acceptance(result, delta)
     return result
@@ -460,6 +471,7 @@ def run_bench(
                 eta.points_left -= 1
                 continue
             eta.swaps.append(time.perf_counter() - started)
+            report.swap_seconds.append(eta.swaps[-1])
             measured = []
             for workload in workloads:
                 result = measure_point(

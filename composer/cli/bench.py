@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import click
@@ -28,6 +28,19 @@ class BenchArgs:
     out_dir: Path
     as_json: bool
     timeout: float
+    decide: bool = False
+
+    def with_decide_defaults(self) -> BenchArgs:
+        """`--decide`: the decision's streams and prompt lengths unless given."""
+        from composer.bench import decide as arms
+
+        if not self.decide:
+            return self
+        concurrency = self.concurrency or ",".join(map(str, arms.DECIDE_CONCURRENCY))
+        prompt_tokens = self.prompt_tokens or (
+            None if self.prompt_file else ",".join(map(str, arms.DECIDE_PROMPT_TOKENS))
+        )
+        return replace(self, concurrency=concurrency, prompt_tokens=prompt_tokens)
 
     def options(self):
         """The sweep's options (lists parsed, prompts read)."""
@@ -75,6 +88,7 @@ class BenchArgs:
 @click.option(
     "--timeout", type=Duration(), default="15m", show_default=True, help="Time per swap and per request."
 )
+@click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
 def bench(obj: Context, **kwargs: object) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
@@ -87,15 +101,18 @@ def bench(obj: Context, **kwargs: object) -> None:
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
       compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
+      compose-spec --stack composer.toml --stack adaptive.toml bench --decide
     """
+    from composer.bench import decide as arms
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
     from composer.errors import BenchError
 
-    args = BenchArgs(**kwargs)  # type: ignore[arg-type]
+    args = BenchArgs(**kwargs).with_decide_defaults()  # type: ignore[arg-type]
     options = args.options()
     stack = obj.stack()
-    names = csv_list(args.variants) or tuple(stack.variants)
+    plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None
+    names = csv_list(args.variants) or (plan.variants if plan else tuple(stack.variants))
     for name in names:
         stack.variant(name)
     k_values = csv_list(args.ks, int)
@@ -112,11 +129,17 @@ def bench(obj: Context, **kwargs: object) -> None:
             progress=line.step,
             waiting=line.waiting,
             allow_weak_key=obj.allow_weak_key,
+            ks_by_variant=plan.ks_by_variant if plan else None,
         )
     finally:
         line.finish()
     written = write_outputs(report, args.out_dir)
     data = report_data(report)
+    decision = None
+    if plan is not None and report.measured():
+        decision = arms.decide(data, plan, arms.switch_seconds(data))
+        written += arms.write_decision(decision, args.out_dir)
+        data["decide"] = arms.decision_data(decision) | {"notes": list(plan.notes)}
     click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
     failed = report.failed_points()
     error: ComposerError | None = None
@@ -130,6 +153,10 @@ def bench(obj: Context, **kwargs: object) -> None:
         )
     if error is None or not args.as_json:
         click.echo(json.dumps(data, indent=2) if args.as_json else format_table(report))
+        if decision is not None and plan is not None and not args.as_json:
+            click.echo("\n" + arms.format_decision(decision))
+            for note in plan.notes:
+                click.echo(f"note: {note}")
     if error is not None:
         error.details.update(data)
         raise error

@@ -3,7 +3,8 @@
 Owns: the check registry and report (`report`), the fast checks that double as the swap
 preflight (`preflight`), and the checks grouped by what they read: the Docker engine
 (`engine_checks`), GPUs (`gpu_checks`), the speculative methods vLLM's CPU build refuses
-(`cpu_checks`), the host (`host_checks`), checkpoints (`model_checks`), overlay images
+(`cpu_checks`), the host (`host_checks`), checkpoints (`model_checks`), the known costs of
+in-server adaptive speculation and a hybrid model's notes (`adaptive_checks`), overlay images
 (`overlay_checks`), the sleep standby memory planner (`standby_plan`, pure;
 `standby_checks`: its inputs, `up`'s refusal and doctor's check) and a remote engine's
 host: its paths, its port and the address clients use (`remote_checks`). Reads only;

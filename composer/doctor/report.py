@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.doctor import adaptive_checks as ack
 from composer.doctor import cpu_checks as cck
 from composer.doctor import engine_checks as dck
 from composer.doctor import gpu_checks as gck
@@ -197,6 +198,7 @@ def _variant_checks(
         mck.check_mtp(stack, variant),
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
+        ack.check_adaptive(stack, variant),
         gck.check_gpu_memory(stack, variant, facts),
         cck.check_cpu_method(stack, variant, client),
     ]
@@ -237,6 +239,7 @@ def fast_checks(
         mck.check_mtp(stack, variant),
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
+        ack.check_adaptive(stack, variant),
     ]
     return [*checks, *tag(per_variant, target.name)]
 

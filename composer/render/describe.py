@@ -28,9 +28,9 @@ def shown_value(value: object, kind: str = "string") -> str:
                 return f"{value / factor:.1f}{unit}" if value % (factor // 10 or 1) == 0 else str(value)
         return str(value)
     if isinstance(value, dict) or (
-        isinstance(value, list | tuple) and any(isinstance(i, dict) for i in value)
+        isinstance(value, list | tuple) and any(isinstance(i, dict | list | tuple) for i in value)
     ):
-        return json.dumps(value, separators=(", ", ": ")) if value else "(none)"
+        return json.dumps(value, separators=(",", ":")) if value else "(none)"
     if isinstance(value, list | tuple):
         return ",".join(str(item) for item in value) if value else "(none)"
     if value == "":

@@ -11,6 +11,7 @@ import json
 from dataclasses import asdict, dataclass, replace
 
 from composer import labels as label_names
+from composer.stack.adaptive import ADAPTIVE_KEY, SCHEDULE_KEY, V2_RUNNER_VAR
 from composer.stack.model import Stack, Variant, image_env_var
 from composer.stack.values import V2_RUNNER_METHODS
 
@@ -142,6 +143,10 @@ def speculative_config(stack: Stack, variant: Variant) -> Text | None:
     if spec.attention_backend:
         config["attention_backend"] = spec.attention_backend
     config.update(dict(spec.extra))
+    if spec.per_batch_size is not None:
+        config[SCHEDULE_KEY] = [list(entry) for entry in spec.per_batch_size]
+    if spec.adaptive_verification:
+        config[ADAPTIVE_KEY] = True
     parts: list[Part] = []
     for index, (key, value) in enumerate(config.items()):
         parts.append(("," if index else "{") + json.dumps(key) + ":")
@@ -191,9 +196,11 @@ def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:
 def _environment(stack: Stack, variant: Variant) -> tuple[tuple[str, str], ...]:
     env = dict(stack.env)
     spec = variant.speculative
-    if spec is not None and spec.method in V2_RUNNER_METHODS:
+    if spec is not None and (spec.method in V2_RUNNER_METHODS or spec.adaptive_verification):
         # Always on for V2-runner methods: harmless off WSL2, required on it.
         env[PIN_MEMORY_VAR] = "1"
+    if spec is not None and spec.adaptive_verification:
+        env[V2_RUNNER_VAR] = "1"  # adaptive verification exists only in the V2 model runner
     if variant.standby == "sleep":
         env[DEV_MODE_VAR] = "1"
     env.update(dict(variant.env))

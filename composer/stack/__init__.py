@@ -4,8 +4,10 @@ Owns: reading `composer.toml` files, the `.env` file, the environment and `--set
 (in that order of precedence, lowest first), validating every value, and the typed
 `Stack` that the rest of the package consumes. Reads files; never touches Docker.
 The `[kubernetes]` table is `KubeSettings` (`kubernetes`; its structured values, resources,
-tolerations and labels, are parsed in `kube_values`). How hard VLLM_API_KEY is to guess
-(`keys`: zxcvbn's estimate, weak keys refused). May import: `composer.errors`.
+tolerations and labels, are parsed in `kube_values`); the in-server adaptive speculation
+keys (`speculative.per_batch_size`, `speculative.adaptive_verification`) are parsed and
+checked by `adaptive`. How hard VLLM_API_KEY is to guess (`keys`: zxcvbn's estimate, weak
+keys refused). May import: `composer.errors`.
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
 `image_env_var`, `StackSource` (the files, env file, flags and project name a stack
 is loaded from), `estimate_key`, `require_strong_key`. Every settable key with its kind and

@@ -13,10 +13,11 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from composer.errors import ConfigError, did_you_mean
+from composer.stack import adaptive
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
@@ -84,8 +85,14 @@ SPECULATIVE_KEYS = {
     "draft_model",
     "attention_backend",
     "extra",
+    "per_batch_size",
+    "adaptive_verification",
 }
 RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_backend"}
+RESERVED_SPECULATIVE_EXTRA_AS = {
+    adaptive.SCHEDULE_KEY: "per_batch_size",
+    adaptive.ADAPTIVE_KEY: "adaptive_verification",
+}
 VARIANT_ENV = {"kv_cache_memory": "KV_CACHE_MEMORY", "num_speculative_tokens": "NUM_SPECULATIVE_TOKENS"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
@@ -209,6 +216,7 @@ def _build(sources: Sources) -> Stack:
     gateway = _gateway(sources, resolve)
     _refuse_standby_without_gateway(variants, gateway)
     _refuse_level_2_with_speculation(variants, settings)
+    variants = _adaptive_speculation(variants, str(settings["attention_backend"]), resolve.record)
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
@@ -553,6 +561,23 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     reserved = RESERVED_SPECULATIVE_EXTRA | ({"model"} if draft else set())
     for key in sorted(reserved & set(extra)):
         raise ConfigError(f"{where}.extra.{key}: set it as {where}.{key} (or draft_model for model)")
+    for key in sorted(adaptive.REMOVED_KEYS & set(extra)):
+        raise ConfigError(
+            f"{where}.extra.{key}: removed from vLLM (PR #35060; it did nothing since v0.10): "
+            f"use {where}.per_batch_size, e.g. [[1, 2, 7], [3, 8, 3], [9, 512, 0]]"
+        )
+    for key in sorted(RESERVED_SPECULATIVE_EXTRA_AS.keys() & set(extra)):
+        raise ConfigError(f"{where}.extra.{key}: set it as {where}.{RESERVED_SPECULATIVE_EXTRA_AS[key]}")
+    schedule = resolve.get(
+        f"{where}.per_batch_size",
+        lambda x: None if x is None else adaptive.schedule_entries(x),
+        None,
+        None,
+        raw.get("per_batch_size"),
+    )
+    adaptive_on = resolve.get(
+        f"{where}.adaptive_verification", v.parse_bool, False, None, raw.get("adaptive_verification")
+    )
     try:
         json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as err:
@@ -563,7 +588,38 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         draft_model=bool(draft),
         attention_backend=backend if backend is None else str(backend),
         extra=tuple(sorted(extra.items())),
+        per_batch_size=None if schedule is None else tuple(schedule),  # type: ignore[arg-type]  # checked later
+        adaptive_verification=bool(adaptive_on),
     )
+
+
+def _adaptive_speculation(
+    variants: Mapping[str, Variant], attention_backend: str, record: Mapping[str, str]
+) -> dict[str, Variant]:
+    """Validate each variant's K schedule and adaptive verification before anything starts."""
+    checked: dict[str, Variant] = {}
+    for name, variant in variants.items():
+        spec = variant.speculative
+        where = f"variants.{name}.speculative"
+        if spec is not None and spec.per_batch_size is not None:
+            key = f"{where}.per_batch_size"
+            seqs = adaptive.max_num_seqs(variant.extra_args)
+            try:
+                schedule = adaptive.parse_schedule(
+                    list(spec.per_batch_size), spec.num_speculative_tokens, seqs
+                )
+            except ValueError as err:
+                raise ConfigError(
+                    f"invalid {key} = {v.shown(list(spec.per_batch_size), 120)} "
+                    f"(from {record.get(key, 'composer.toml')}): expected {err}"
+                ) from err
+            variant = replace(variant, speculative=replace(spec, per_batch_size=schedule))
+        if spec is not None and spec.adaptive_verification:
+            problem = adaptive.adaptive_problem(variant.extra_args, dict(variant.env), attention_backend)
+            if problem:
+                raise ConfigError(f"{where}.adaptive_verification = true: {problem}")
+        checked[name] = variant
+    return checked
 
 
 def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:

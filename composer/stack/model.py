@@ -18,6 +18,8 @@ class Speculative:
     draft_model: bool = False
     attention_backend: str | None = None
     extra: tuple[tuple[str, object], ...] = ()
+    per_batch_size: tuple[tuple[int, int, int], ...] | None = None  # [start_bs, end_bs, K] ranges
+    adaptive_verification: bool = False  # vLLM's enable_adaptive_verification (V2 model runner)
 
 
 @dataclass(frozen=True)

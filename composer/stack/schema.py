@@ -37,6 +37,10 @@ def _value_schema(key: Key) -> dict[str, Any]:
         "table": dict(_ENV_TABLE),
         "object": {"type": "object"},
         "objects": {"type": "array", "items": {"type": "object"}},
+        "schedule": {
+            "type": "array",
+            "items": {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 3},
+        },
     }
     if key.kind == "enum":
         lowered = [c.lower() for c in key.choices if c.lower() != c]

@@ -27,7 +27,7 @@ class Key:
     table: str
     name: str
     kind: str  # string, path, integer, count, boolean, size, duration, fraction, enum, gpus, list,
-    # table (NAME = value), object (any table), objects (a list of tables)
+    # table (NAME = value), object (any table), objects (a list of tables), schedule ([[a, b, K], ...])
     description: str
     choices: tuple[str, ...] = ()
 
@@ -163,6 +163,13 @@ KEYS: tuple[Key, ...] = (
         "the drafter's attention backend",
         _enum(v.ATTENTION_BACKENDS),
     ),
+    Key(
+        SPECULATIVE,
+        "per_batch_size",
+        "schedule",
+        "in-server K schedule: [[first_batch, last_batch, K], ...] (dynamic speculative decoding)",
+    ),
+    Key(SPECULATIVE, "adaptive_verification", "boolean", "vLLM's per-step adaptive verification budget"),
     Key(SPECULATIVE, "extra", "table", "more speculative_config fields, passed as written"),
 )
 """Every key, in the order `config --keys` lists them."""

@@ -28,6 +28,8 @@ _FIELDS: dict[str, type | tuple[type, ...]] = {
     "code_revision": str,
     "disable_padded_drafter_batch": bool,
     "speculative_token_tree": str,
+    "num_speculative_tokens_per_batch_size": list,
+    "enable_adaptive_verification": bool,
 }
 
 
@@ -101,6 +103,8 @@ def _check_types(data: Mapping[str, Any]) -> list[FieldError]:
             errors.append(FieldError(key, "Input should be a valid integer", "int_type", value))
         elif expected is str and not isinstance(value, str):
             errors.append(FieldError(key, "Input should be a valid string", "string_type", value))
+        elif expected is list and value is not None and not isinstance(value, list):
+            errors.append(FieldError(key, "Input should be a valid list", "list_type", value))
     return errors
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm.config.speculative import ValidationError
-from vllm.sim import kv, model_config
+from vllm.sim import adaptive, kv, model_config
 from vllm.sim.engine import Engine
 from vllm.sim.failures import (
     CUDA_OOM,
@@ -35,7 +35,7 @@ from vllm.sim.profiles import resolve_profile
 from vllm.sim.settings import Settings
 from vllm.sim.sizes import gib
 from vllm.sim.sleep import SleepConfig, SleepMode
-from vllm.sim.spec_setup import ResolvedSpec, resolve_spec
+from vllm.sim.spec_setup import ResolvedSpec, Runtime, resolve_spec
 from vllm.version import __version__
 
 DRAFT_WEIGHTS_BYTES = int(0.9 * 2**30)
@@ -96,7 +96,9 @@ def plan_boot(args: argparse.Namespace, settings: Settings, log: VllmLog) -> Boo
             "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1."
         )
     backend = args.attention_backend or settings.default_attention_backend
-    spec = resolve_spec(args.speculative_config, target, backend, log)
+    hybrid = settings.hybrid_model == "1" or (settings.hybrid_model == "auto" and adaptive.is_hybrid(target))
+    runtime = Runtime(settings.v2_runner_env, bool(getattr(args, "enforce_eager", False)), hybrid)
+    spec = resolve_spec(args.speculative_config, target, backend, log, runtime)
     return BootPlan(
         args=args,
         settings=settings,
@@ -130,6 +132,25 @@ def _device_checks(plan: BootPlan, core: VllmLog) -> None:
         raise EngineInitError("AssertionError", log_lines=(("fa_utils.py:72", FA3_UNSUPPORTED),))
     if plan.spec.needs_v2_runner and settings.wsl and not settings.wsl_pin_memory:
         raise EngineInitError("RuntimeError: UVA is not available")
+    refused = _adaptive_refused_backend(plan)
+    if refused is not None:
+        raise EngineInitError(
+            "ValueError: Adaptive verification trims verification requests on device, which the "
+            f"{refused} attention backend does not support. Pass enable_adaptive_verification=false "
+            "in the speculative config, or use a backend that does."
+        )
+
+
+def _adaptive_refused_backend(plan: BootPlan) -> str | None:
+    """The backend that cannot take device-decided query lengths (GDN layers, FlashInfer off SM100)."""
+    setup = plan.spec.setup
+    if not setup.adaptive:
+        return None
+    if setup.hybrid:
+        return "GDNAttentionBackend"
+    if plan.attention_backend == "FLASHINFER" and plan.settings.gpu_capability < 10.0:
+        return "FlashInferBackend"
+    return None
 
 
 def _load(plan: BootPlan, core: VllmLog) -> None:

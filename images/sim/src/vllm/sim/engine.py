@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from vllm.sim import batching, timing
+from vllm.sim import adaptive, batching, timing
 from vllm.sim.acceptance import AcceptanceSampler, start_offset
 from vllm.sim.engine_types import EngineDeadError, GenRequest, RequestStats, SpecSetup, Step
 from vllm.sim.failures import exit_after_death, log_engine_dead
@@ -81,7 +81,7 @@ class Engine:
             self._cost,
             self._apply,
             time_scale,
-            max_num_seqs or profile.batching.max_num_seqs,
+            adaptive.max_running(spec.method, spec.hybrid, max_num_seqs or profile.batching.max_num_seqs),
             max_num_batched_tokens or profile.batching.max_num_batched_tokens,
             batching.decode_tokens(spec.method, spec.k, 1),
         )
@@ -170,19 +170,37 @@ class Engine:
         self._gauges()
 
     # ---- the step callbacks (run on the scheduler thread) -------------------------------
+    def step_k(self, seqs: int) -> int:
+        """K of a step with ``seqs`` decoding sequences (the schedule's, else the fixed K)."""
+        return adaptive.k_at(self.spec.schedule, self.spec.k, seqs) if self.spec.enabled else 0
+
     def _cost(self, plan: Plan) -> float:
-        return batching.step_seconds(
-            self.profile, self.spec.method, self.spec.k, len(plan.decode), plan.prefill_tokens
+        seqs = len(plan.decode)
+        if seqs <= 0 or not self.spec.enabled:
+            return batching.step_seconds(
+                self.profile, self.spec.method, self.spec.k, seqs, plan.prefill_tokens
+            )
+        k = self.step_k(seqs)
+        decode = batching.decode_seconds(self.profile, self.spec.method if k > 0 else None, k, seqs)
+        spec = self.spec
+        factor = adaptive.decode_factor(
+            dynamic=spec.schedule is not None,
+            piecewise=spec.piecewise,
+            adaptive=spec.adaptive,
+            k=k,
+            seqs=seqs,
         )
+        return decode * factor + plan.prefill_tokens / self.profile.prefill_tok_s
 
     def _apply(self, plan: Plan, now: float) -> None:
         step_tokens = plan.prefill_tokens
+        k = self.step_k(len(plan.decode))
         for seq in plan.decode:
             assert isinstance(seq, Sequence)
             if seq.done:
                 continue
-            step_tokens += batching.decode_tokens(self.spec.method, self.spec.k, 1)
-            count = self._iteration(seq)
+            step_tokens += batching.decode_tokens(self.spec.method, k, 1)
+            count = self._iteration(seq, k)
             with self.metrics.lock:
                 self.metrics.itl.observe(now - seq.last_token_at)
             self._emit(seq, count, now)
@@ -219,18 +237,18 @@ class Engine:
                 self.metrics.finished[finish] += 1
         seq.outbox.put(Step(tokens, finish))
 
-    def _iteration(self, seq: Sequence) -> int:
-        """Tokens produced by one decode iteration (records speculative counters)."""
-        if not self.spec.enabled:
+    def _iteration(self, seq: Sequence, k: int) -> int:
+        """Tokens produced by one decode iteration drafting ``k`` (records speculative counters)."""
+        if not self.spec.enabled or k <= 0:
             return 1
         stats = seq.stats
-        accepted = min(seq.sampler.next_accepted(), seq.limit - seq.produced - 1)
+        accepted = min(seq.sampler.next_accepted(), k, seq.limit - seq.produced - 1)
         stats.drafts += 1
-        stats.draft_tokens += self.spec.k
+        stats.draft_tokens += k
         stats.accepted += accepted
         for pos in range(accepted):
             stats.accepted_per_pos[pos] += 1
-        self.metrics.record_iteration(self.spec.k, accepted)
+        self.metrics.record_iteration(k, accepted)
         return accepted + 1
 
     def _gauges(self) -> None:

@@ -12,6 +12,10 @@ class SpecSetup:
     method: str | None = None
     k: int = 0
     block_size: int | None = None
+    schedule: tuple[tuple[int, int, int], ...] | None = None  # dynamic SD: (start, end, K) ranges
+    adaptive: bool = False  # adaptive verification (V2 model runner)
+    piecewise: bool = False  # dynamic SD on the V1 runner: piecewise CUDA graphs
+    hybrid: bool = False  # hybrid linear-attention target: speculative MTP runs few sequences
 
     @property
     def enabled(self) -> bool:

@@ -66,6 +66,13 @@ def _wsl(value: str | None) -> bool:
     return _flag(value)
 
 
+def _hybrid(value: str | None) -> str:
+    text = (value or "0").strip().lower()
+    if text not in {"0", "1", "auto"}:
+        raise ValueError(f"SIM_HYBRID_MODEL must be 0, 1 or auto, got {value!r}")
+    return text
+
+
 @dataclass(frozen=True)
 class Settings:
     """Simulation knobs; see images/sim/README.md for each variable."""
@@ -99,6 +106,8 @@ class Settings:
     reload_bytes_per_s: int = int(2e9)
     sleep_fixed_seconds: float = 0.2
     sleep_residue_bytes: int = int(1.3 * GIB)
+    v2_runner_env: str | None = None
+    hybrid_model: str = "0"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Settings:
@@ -141,6 +150,8 @@ class Settings:
             reload_bytes_per_s=_rate(env, "SIM_RELOAD_BYTES_PER_S", int(2e9)),
             sleep_fixed_seconds=max(0.0, _float(env, "SIM_SLEEP_FIXED_SECONDS", 0.2)),
             sleep_residue_bytes=_size(env, "SIM_SLEEP_RESIDUE_BYTES", int(1.3 * GIB)),
+            v2_runner_env=(env.get("VLLM_USE_V2_MODEL_RUNNER") or "").strip() or None,
+            hybrid_model=_hybrid(env.get("SIM_HYBRID_MODEL")),
         )
 
     def scaled(self, seconds: float) -> float:

@@ -1,0 +1,387 @@
+"""`bench --decide`: switch containers, or pin one server that adapts its speculation?
+
+The arms: the plain variant, the best static MTP K, each in-server adaptive variant
+(`per_batch_size` or `adaptive_verification`; DFlash2's only when its image exists) and
+switching between the plain variant and the best speculative arm. Each single arm is
+measured over every workload (prompt length x concurrency) by the ordinary sweep; the
+decision is taken on a phase-changing trace like `benchmarks/bench_trace.py`'s (short
+prompts at 1 stream, long prompts at many streams, short prompts at 1 stream again,
+the same number of tokens per phase): an arm's trace goodput is the trace's tokens
+over the time its measured rates need. Switching takes the better of its two arms in
+each phase and pays, at each change of arm, the measured swap time (no tokens flow
+and requests are held meanwhile). Its numbers are computed from the single arms, not
+measured as one run: `benchmarks/bench_trace.py` measures the automatic policy itself.
+Pure: reads the bench JSON (`report_data`), never Docker.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from composer.bench.sweep import DEFAULT_KS, percentile
+from composer.stack.model import Stack
+from composer.stack.values import MTP_METHODS
+
+DECIDE_CONCURRENCY = (1, 2, 4, 8, 16, 32)
+DECIDE_PROMPT_TOKENS = (128, 2000)
+PIN_MARGIN = 0.02
+"""Switching must beat the best single arm by more than this to be worth its switches."""
+SWITCH = "switching"
+JSON_FILE = "decide.json"
+PNG_FILE = "decide.png"
+
+
+@dataclass(frozen=True)
+class ArmPlan:
+    """What `bench --decide` sweeps: variants, the Ks of each, and what it left out."""
+
+    plain: str | None
+    static: tuple[str, ...]
+    adaptive: tuple[str, ...]
+    ks_by_variant: dict[str, tuple[int, ...]]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        return tuple(v for v in (self.plain, *self.static, *self.adaptive) if v)
+
+
+def is_adaptive(stack: Stack, name: str) -> bool:
+    """True for a variant that adapts its speculation inside the server."""
+    spec = stack.variant(name).speculative
+    return spec is not None and (spec.per_batch_size is not None or spec.adaptive_verification)
+
+
+def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[int] | None = None) -> ArmPlan:
+    """The arms this stack offers (pure but for `image_exists`, the local image check)."""
+    plain = next((n for n, v in stack.variants.items() if v.speculative is None), None)
+    static = tuple(
+        n
+        for n, v in stack.variants.items()
+        if v.speculative is not None and v.speculative.method in MTP_METHODS and not is_adaptive(stack, n)
+    )
+    adaptive: list[str] = []
+    notes: list[str] = []
+    for name in stack.variants:
+        if not is_adaptive(stack, name):
+            continue
+        image = stack.image(stack.variant(name))
+        if image_exists(image):
+            adaptive.append(name)
+        else:
+            notes.append(f"{name} left out: its image {image} is not present (build it to include it)")
+    sweep = tuple(sorted(set(ks or DEFAULT_KS)))
+    ks_by_variant = {n: sweep for n in static}
+    for name in adaptive:
+        ks_by_variant[name] = (stack.variant(name).speculative.num_speculative_tokens,)  # type: ignore[union-attr]
+    if plain is None:
+        notes.append("no variant without speculation: the switching arm needs one")
+    return ArmPlan(plain, static, tuple(adaptive), ks_by_variant, tuple(notes))
+
+
+@dataclass
+class ArmStats:
+    """One arm at one workload."""
+
+    aggregate_tok_s: float
+    tpot_p50_ms: float | None
+    tpot_p95_ms: float | None
+    ttft_p50_s: float | None
+    ttft_p95_s: float | None
+    max_running: int | None
+
+
+@dataclass
+class Decision:
+    """The table, the trace and the one-line decision."""
+
+    arms: dict[str, dict[tuple[int | None, int], ArmStats]]
+    trace: dict[str, float]
+    switches: int
+    switch_s: float
+    held_s: float
+    action: str
+    variant: str
+    gain: float
+    line: str
+    phases: list[tuple[int | None, int]] = field(default_factory=list)
+    switch_arms: tuple[str, str] | None = None
+    by_concurrency: dict[int, str] = field(default_factory=dict)
+    """The best single arm at each concurrency (over the prompt lengths, harmonic mean)."""
+
+
+def _stats(point: Mapping[str, Any]) -> ArmStats:
+    runs = point.get("runs") or []
+    tpots = [1000.0 / r["decode_tok_s"] for r in runs if r.get("decode_tok_s")]
+    ttfts = [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
+    return ArmStats(
+        aggregate_tok_s=float(point.get("aggregate_tok_s") or point.get("decode_tok_s") or 0.0),
+        tpot_p50_ms=statistics.median(tpots) if tpots else None,
+        tpot_p95_ms=percentile(tpots, 95),
+        ttft_p50_s=statistics.median(ttfts) if ttfts else None,
+        ttft_p95_s=percentile(ttfts, 95),
+        max_running=point.get("max_running"),
+    )
+
+
+def _arm_name(point: Mapping[str, Any], static: set[str]) -> str:
+    return f"{point['variant']} K={point['k']}" if point["variant"] in static else str(point["variant"])
+
+
+def trace_phases(workloads: Sequence[tuple[int | None, int]]) -> list[tuple[int | None, int]]:
+    """Short prompts at the lowest concurrency, long ones at up to 16 streams, short again."""
+    lengths = sorted({w[0] for w in workloads}, key=lambda t: -1 if t is None else t)
+    streams = sorted({w[1] for w in workloads})
+    chat = (lengths[0], streams[0])
+    busy = max((s for s in streams if s <= 16), default=streams[-1])
+    return [chat, (lengths[-1], busy), chat]
+
+
+def _trace_seconds(rates: Sequence[float], tokens: float) -> float:
+    return sum(tokens / r if r > 0 else float("inf") for r in rates)
+
+
+def decide(
+    data: Mapping[str, Any], plan: ArmPlan, switch_s: float, trace_tokens: float = 10_000.0
+) -> Decision:
+    """The decision from a bench JSON measured over `plan`'s arms."""
+    static = set(plan.static)
+    arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
+    for point in data.get("points", []):
+        if point.get("error") or not point.get("runs"):
+            continue
+        workload = (point.get("prompt_tokens"), int(point.get("concurrency") or 1))
+        arms.setdefault(_arm_name(point, static), {})[workload] = _stats(point)
+    workloads = sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
+    if not workloads:
+        raise ValueError("no arm was measured: nothing to decide")
+    options = data.get("options") or {}
+    planned = [(t, c) for t in options.get("prompt_tokens") or [] for c in options.get("concurrency") or []]
+    phases = trace_phases(planned or workloads)  # what was asked for, even when interrupted
+    complete = {a: cells for a, cells in arms.items() if all(p in cells for p in phases)}
+
+    def goodput(arm: str) -> float:
+        rates = [complete[arm][p].aggregate_tok_s for p in phases]
+        return len(phases) * trace_tokens / _trace_seconds(rates, trace_tokens)
+
+    best_static = max((a for a in complete if a.split(" K=")[0] in static), key=goodput, default=None)
+    singles = [a for a in complete if a.split(" K=")[0] not in static or a == best_static]
+    trace = {a: goodput(a) for a in singles}
+    if not trace:  # interrupted before any arm covered the trace's workloads
+        shown = " -> ".join(_cell(p) for p in phases)
+        line = f"no decision: no arm was measured at every workload of the trace ({shown})"
+        return Decision(arms, {}, 0, switch_s, 0.0, "none", "", 0.0, line, phases)
+    best = max(trace, key=lambda a: trace[a])
+    switches, held = 0, 0.0
+    switch_arms: tuple[str, str] | None = None
+    speculative = [a for a in singles if a != plan.plain]
+    if plan.plain in complete and speculative:
+        spec_best = max(speculative, key=lambda a: trace[a])
+        switch_arms = (plan.plain, spec_best)  # type: ignore[assignment]
+        chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
+        switches = sum(1 for a, b in itertools.pairwise(chosen) if a != b)
+        held = switch_s if switches else 0.0
+        seconds = _trace_seconds(
+            [complete[a][p].aggregate_tok_s for a, p in zip(chosen, phases, strict=True)], trace_tokens
+        )
+        trace[SWITCH] = len(phases) * trace_tokens / (seconds + switches * switch_s)
+    gain = trace.get(SWITCH, 0.0) / trace[best] - 1.0
+    if SWITCH in trace and gain > PIN_MARGIN:
+        action, variant = "switch", SWITCH
+        line = f"switch: +{gain * 100:.0f}% over the best single variant ({best}) on this trace"
+    else:
+        action, variant = "pin", best.split(" K=")[0]
+        if SWITCH in trace:
+            within = f"within {PIN_MARGIN * 100:.0f}% of switching" if gain > 0 else "beats switching"
+            line = f"pin {best} ({within}, no switches)"
+        else:
+            line = f"pin {best} (no switching arm measured)"
+    by_concurrency = {}
+    for streams in sorted({w[1] for w in workloads}):
+        cells = [w for w in workloads if w[1] == streams]
+        scores = {
+            a: len(cells) / sum(1 / max(arms[a][w].aggregate_tok_s, 1e-9) for w in cells)
+            for a in singles
+            if all(w in arms[a] for w in cells)
+        }
+        if scores:
+            by_concurrency[streams] = max(scores, key=lambda a: scores[a])
+    return Decision(
+        arms,
+        trace,
+        switches,
+        switch_s,
+        held,
+        action,
+        variant,
+        gain,
+        line,
+        phases,
+        switch_arms,
+        by_concurrency,
+    )
+
+
+def _cell(w: tuple[int | None, int]) -> str:
+    return f"{'as given' if w[0] is None else w[0]} tok x {w[1]}"
+
+
+def format_decision(decision: Decision) -> str:
+    """Arms side by side: aggregate tok/s per workload (effective concurrency in brackets),
+    then the trace's goodput, then the decision."""
+    names = [a for a in decision.arms if a in decision.trace] or list(decision.arms)
+    workloads = sorted(
+        {w for cells in decision.arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1])
+    )
+    columns = {name: decision.arms[name] for name in names}
+    if decision.switch_arms:
+        plain, spec = (decision.arms[a] for a in decision.switch_arms)
+        columns[SWITCH] = {
+            w: max(plain[w], spec[w], key=lambda s: s.aggregate_tok_s)
+            for w in workloads
+            if w in plain and w in spec
+        }
+    names = list(columns)
+    width = max([12, *(len(n) for n in names)])
+    lines = ["workload".ljust(18) + "".join(n.rjust(width + 2) for n in names)]
+    for w in workloads:
+        row = _cell(w).ljust(18)
+        for name in names:
+            stats = columns[name].get(w)
+            text = "-"
+            if stats is not None:
+                text = f"{stats.aggregate_tok_s:.1f}"
+                if stats.max_running is not None and stats.max_running < w[1]:
+                    text += f" [{stats.max_running}]"
+            row += text.rjust(width + 2)
+        lines.append(row)
+    lines.append("")
+    trace = " -> ".join(_cell(p) for p in decision.phases)
+    lines.append(f"trace ({trace}), goodput tok/s:")
+    for name, rate in sorted(decision.trace.items(), key=lambda item: -item[1]):
+        extra = ""
+        if name == SWITCH and decision.switch_arms:
+            extra = (
+                f"  ({' <-> '.join(decision.switch_arms)}, {decision.switches} switch(es) of "
+                f"{decision.switch_s:.1f} s, requests held up to {decision.held_s:.1f} s)"
+            )
+        lines.append(f"  {name:<{width}}  {rate:8.1f}{extra}")
+    best = ", ".join(f"{c}: {arm}" for c, arm in decision.by_concurrency.items())
+    lines.append(f"best single arm per concurrency: {best}")
+    lines.append("")
+    lines.append(f"decision: {decision.line}")
+    lines.append("[n]: /metrics showed at most n sequences running at once (fewer than the streams sent)")
+    return "\n".join(lines)
+
+
+def decision_data(decision: Decision) -> dict[str, Any]:
+    """The decision as plain data (decide.json)."""
+
+    def cell(stats: ArmStats) -> dict[str, Any]:
+        return {
+            "aggregate_tok_s": round(stats.aggregate_tok_s, 2),
+            "tpot_p50_ms": None if stats.tpot_p50_ms is None else round(stats.tpot_p50_ms, 2),
+            "tpot_p95_ms": None if stats.tpot_p95_ms is None else round(stats.tpot_p95_ms, 2),
+            "ttft_p50_s": None if stats.ttft_p50_s is None else round(stats.ttft_p50_s, 4),
+            "ttft_p95_s": None if stats.ttft_p95_s is None else round(stats.ttft_p95_s, 4),
+            "max_running": stats.max_running,
+        }
+
+    return {
+        "arms": {
+            name: [
+                {"prompt_tokens": w[0], "concurrency": w[1], **cell(s)}
+                for w, s in sorted(cells.items(), key=lambda i: (i[0][0] or 0, i[0][1]))
+            ]
+            for name, cells in decision.arms.items()
+        },
+        "trace": {
+            "phases": [{"prompt_tokens": p[0], "concurrency": p[1]} for p in decision.phases],
+            "goodput_tok_s": {name: round(rate, 2) for name, rate in decision.trace.items()},
+            "switches": decision.switches,
+            "switch_s": round(decision.switch_s, 3),
+            "held_request_s": round(decision.held_s, 3),
+            "switch_arms": list(decision.switch_arms) if decision.switch_arms else None,
+        },
+        "best_by_concurrency": {str(c): arm for c, arm in decision.by_concurrency.items()},
+        "decision": {
+            "action": decision.action,
+            "variant": decision.variant,
+            "gain_of_switching": round(decision.gain, 4),
+            "line": decision.line,
+        },
+    }
+
+
+def write_decision_plot(decision: Decision, path: Path) -> bool:
+    """Aggregate tok/s against concurrency per arm, one panel per prompt length; False
+    without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    lengths = sorted({w[0] for cells in decision.arms.values() for w in cells}, key=lambda t: t or 0)
+    figure, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.5), squeeze=False)
+    for axis, length in zip(axes[0], lengths, strict=True):
+        for name, cells in decision.arms.items():
+            points = sorted((w[1], s.aggregate_tok_s) for w, s in cells.items() if w[0] == length)
+            if points:
+                axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("concurrent streams")
+        axis.set_ylabel("aggregate tok/s")
+        axis.set_title(f"{'prompts as given' if length is None else f'{length} prompt tokens'}")
+        axis.grid(True, alpha=0.3)
+        axis.legend(fontsize="small")
+    figure.suptitle(decision.line)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
+    """decide.json and (with matplotlib) decide.png beside the bench files."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / JSON_FILE
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(decision_data(decision), indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    written = [path]
+    if write_decision_plot(decision, out_dir / PNG_FILE):
+        written.append(out_dir / PNG_FILE)
+    return written
+
+
+def image_present(ref: str) -> bool:
+    """True when the image is present locally (arms without one are left out)."""
+    from docker.errors import DockerException
+
+    from composer.engine.client import docker_client
+
+    try:
+        client = docker_client()
+    except Exception:  # no Docker: the swaps will say so
+        return True
+    try:
+        client.images.get(ref)
+    except DockerException:
+        return False
+    finally:
+        client.close()
+    return True
+
+
+def switch_seconds(data: Mapping[str, Any]) -> float:
+    """The median swap time the bench measured (0 when it swapped nothing)."""
+    swaps = data.get("swap_seconds") or []
+    return float(statistics.median(swaps)) if swaps else 0.0

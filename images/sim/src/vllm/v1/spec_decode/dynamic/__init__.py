@@ -1,0 +1,1 @@
+"""Dynamic speculative decoding: a batch-size schedule for K."""

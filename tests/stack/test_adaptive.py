@@ -1,0 +1,155 @@
+"""In-server adaptive speculation variants (adaptive.toml): they render, bad ones exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from composer.cli import main
+from composer.errors import ConfigError
+from composer.render.spec import build_spec, resolve
+from composer.stack import adaptive
+from composer.stack.load import load_stack
+from tests.conftest import REPO
+
+STACKS = (REPO / "composer.toml", REPO / "adaptive.toml")
+KEY = "sk-adaptive-test-key-0123456789"
+
+
+def _stack(extra: str | None = None, tmp_path: Path | None = None, flags: tuple[str, ...] = ()):
+    files = list(STACKS)
+    if extra is not None:
+        assert tmp_path is not None
+        (tmp_path / "extra.toml").write_text(extra, encoding="utf-8")
+        files.append(tmp_path / "extra.toml")
+    return load_stack(files, env_file=None, environ={}, flags=flags)
+
+
+def _speculative_config(stack, name: str) -> dict:
+    command = [resolve(part) for part in build_spec(stack, stack.variant(name)).command]
+    return json.loads(command[command.index("--speculative-config") + 1])
+
+
+def test_the_three_variants_render_vllms_field_names() -> None:
+    stack = _stack()
+    dsd = _speculative_config(stack, "mtp-dsd")
+    assert dsd == {
+        "method": "mtp",
+        "num_speculative_tokens": 7,
+        "num_speculative_tokens_per_batch_size": [[1, 2, 7], [3, 8, 3], [9, 512, 0]],
+    }
+    for name, method in (("mtp-adaptive", "mtp"), ("dflash2-adaptive", "dflash")):
+        config = _speculative_config(stack, name)
+        assert config["method"] == method and config["enable_adaptive_verification"] is True
+        env = dict(build_spec(stack, stack.variant(name)).environment)
+        assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["VLLM_WSL2_ENABLE_PIN_MEMORY"] == "1"
+    assert "VLLM_USE_V2_MODEL_RUNNER" not in dict(build_spec(stack, stack.variant("mtp")).environment)
+    for name in stack.variants:
+        rendered = json.dumps([resolve(p) for p in build_spec(stack, stack.variant(name)).command])
+        assert "disable_by_batch_size" not in rendered
+
+
+def test_the_shipped_stack_is_unchanged_without_the_layer() -> None:
+    stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
+    assert set(stack.variants) == {"baseline", "mtp", "dflash2"}
+
+
+@pytest.mark.parametrize(
+    ("schedule", "reason"),
+    [
+        ("[[1, 2, 7], [2, 8, 3], [9, 512, 0]]", "range 2..8 overlaps or is out of order"),
+        ("[[1, 2, 7], [4, 512, 3]]", "range 4..512 leaves a gap: expected it to start at 3"),
+        ("[[2, 512, 3]]", "expected it to start at 1"),
+        ("[[1, 2, 8], [3, 512, 0]]", "K=8 for 1..2 is outside 0..7"),
+        ("[[1, 2, 7], [3, 100, 0]]", "the last range ends at 100, below max_num_seqs 256"),
+        ("[[1, 512, 0]]", "every K is 0"),
+        ("[[1, 2]]", "is not [start_bs, end_bs, K]"),
+        ("[[5, 2, 1]]", "range 5..2 is empty"),
+        ('"x"', "not JSON"),
+    ],
+)
+def test_bad_schedules_are_refused_naming_the_rule(tmp_path: Path, schedule: str, reason: str) -> None:
+    extra = f"[variants.mtp-dsd.speculative]\nper_batch_size = {schedule}\n"
+    with pytest.raises(ConfigError) as err:
+        _stack(extra, tmp_path)
+    message = str(err.value)
+    assert message.startswith("invalid variants.mtp-dsd.speculative.per_batch_size")
+    assert reason in message and "\n" not in message
+
+
+def test_max_num_seqs_in_extra_args_sets_the_coverage(tmp_path: Path) -> None:
+    extra = '[variants.mtp-dsd]\nextra_args = ["--max-num-seqs", "64"]\n'
+    extra += "[variants.mtp-dsd.speculative]\nper_batch_size = [[1, 2, 7], [3, 64, 0]]\n"
+    assert _stack(extra, tmp_path).variant("mtp-dsd").speculative.per_batch_size == ((1, 2, 7), (3, 64, 0))
+    assert adaptive.max_num_seqs(["--max_num_seqs=32"]) == 32
+
+
+def test_a_schedule_from_set_is_json() -> None:
+    stack = _stack(flags=("variants.mtp-dsd.speculative.per_batch_size=[[1,4,5],[5,256,0]]",))
+    assert stack.variant("mtp-dsd").speculative.per_batch_size == ((1, 4, 5), (5, 256, 0))
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ('[variants.mtp-adaptive]\nextra_args = ["--enforce-eager"]\n', "refuses it with --enforce-eager"),
+        ('[variants.mtp-adaptive.env]\nVLLM_USE_V2_MODEL_RUNNER = "0"\n', "V2 model runner"),
+        ('[stack]\nattention_backend = "flashinfer"\n', "device-decided query lengths"),
+    ],
+)
+def test_adaptive_verification_requirements_are_checked(tmp_path: Path, extra: str, reason: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        _stack(extra, tmp_path)
+    assert str(err.value).startswith("variants.")
+    assert "adaptive_verification = true" in str(err.value) and reason in str(err.value)
+
+
+@pytest.mark.parametrize("key", ["speculative_disable_by_batch_size", "disable_by_batch_size"])
+def test_the_removed_vllm_key_is_refused(tmp_path: Path, key: str) -> None:
+    extra = f"[variants.mtp.speculative.extra]\n{key} = 4\n"
+    with pytest.raises(ConfigError, match="removed from vLLM"):
+        _stack(extra, tmp_path)
+
+
+def test_the_raw_vllm_keys_in_extra_point_to_the_stack_keys(tmp_path: Path) -> None:
+    extra = "[variants.mtp.speculative.extra]\nenable_adaptive_verification = true\n"
+    with pytest.raises(ConfigError, match=r"set it as variants\.mtp\.speculative\.adaptive_verification"):
+        _stack(extra, tmp_path)
+
+
+def _cli(tmp_path: Path, *args: str) -> Result:
+    env_file = tmp_path / "t.env"
+    env_file.write_text(f"VLLM_API_KEY={KEY}\n")
+    stacks = [a for path in STACKS for a in ("--stack", str(path))]
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[variants.mtp-dsd.speculative]\nper_batch_size = [[1, 2, 7], [4, 512, 0]]\n")
+    return CliRunner().invoke(main, ["--env-file", str(env_file), *stacks, "--stack", str(bad), *args])
+
+
+@pytest.mark.parametrize("command", [["up", "mtp-dsd"], ["render", "--out", "OUT"], ["config"]])
+def test_a_bad_schedule_exits_2_with_one_line_before_anything_runs(
+    tmp_path: Path, command: list[str]
+) -> None:
+    result = _cli(tmp_path, *[str(tmp_path / "out") if c == "OUT" else c for c in command])
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "leaves a gap" in lines[0] and "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_config_lists_the_schedule_and_adaptive_verification(tmp_path: Path) -> None:
+    env_file = tmp_path / "t.env"
+    env_file.write_text(f"VLLM_API_KEY={KEY}\n")
+    stacks = [a for path in STACKS for a in ("--stack", str(path))]
+    result = CliRunner().invoke(main, ["--env-file", str(env_file), *stacks, "config"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines() if line.strip()}
+    assert rows["variants.mtp-dsd.speculative.per_batch_size"] == "[[1,2,7],[3,8,3],[9,512,0]]"
+    assert rows["variants.mtp-adaptive.speculative.adaptive_verification"] == "true"
+    assert rows["variants.mtp-adaptive.env.VLLM_USE_V2_MODEL_RUNNER"] == "1"
+    # config lists every settable key: a variant without a schedule shows it unset
+    assert rows["variants.mtp.speculative.per_batch_size"] == "(not"
+    assert rows["variants.mtp.speculative.adaptive_verification"] == "false"
