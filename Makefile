@@ -75,13 +75,13 @@ render: install
 check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
-	$(MKDOCS) build --strict --quiet --site-dir .composer/site
+	$(MKDOCS) build --strict --site-dir .composer/site
 	$(BIN)/pytest -m "not docker and not timing" -n $(CHECK_WORKERS) -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
 test: install tools docker image-sim image-gateway image-vllm-cpu
-	$(MKDOCS) build --strict --quiet --site-dir .composer/site
+	$(MKDOCS) build --strict --site-dir .composer/site
 	$(BIN)/pytest $(PYTEST_ARGS)
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).

@@ -206,7 +206,7 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
             pytest.fail("mkdocs is not installed: make install installs the docs extra")
         pytest.skip("mkdocs is not installed (pip install -e '.[docs]')")
     done = subprocess.run(
-        [mkdocs, "build", "--strict", "--quiet", "--site-dir", str(tmp_path / "site")],
+        [mkdocs, "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=REPO,
         capture_output=True,
         text=True,
