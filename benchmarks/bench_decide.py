@@ -23,16 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
-
-import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 SIM_SRC = REPO / "images" / "sim" / "src"
@@ -51,54 +46,24 @@ from composer.bench.sweep import BenchOptions, BenchPoint, measure_point  # noqa
 from composer.render.spec import resolve as resolve_text  # noqa: E402
 from composer.render.spec import speculative_config  # noqa: E402
 from composer.stack.load import load_stack  # noqa: E402
+from tests.sim.simproc import serving  # noqa: E402
 
 ARMS = (("baseline", 0), ("mtp", 3), ("mtp", 7), ("mtp-dsd", 7), ("mtp-adaptive", 7))
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def simulator(spec: dict | None, env_extra: dict[str, str], scale: float) -> Iterator[str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_"))}
-    env |= {"PYTHONPATH": str(SIM_SRC), "SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0", **env_extra}
-    argv = [sys.executable, "-m", "vllm", "serve", str(MODEL), "--served-model-name", "m"]
-    argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
-    if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec)]
-    log = tempfile.NamedTemporaryFile("w+", prefix="bench-decide-sim-", suffix=".log")  # noqa: SIM115
-    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                proc.wait(timeout=10)
-                log.seek(0)
-                lines = [
-                    line for line in log.read().splitlines() if "ValueError:" in line or "Error:" in line
-                ]
-                raise RuntimeError(
-                    lines[0].split(") ", 1)[-1] if lines else f"the simulator did not start for {spec}"
-                )
-            time.sleep(0.05)
+    """One arm's simulator; a refused configuration raises with the simulator's own line."""
+    env = {"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0", **env_extra}
+    with tempfile.TemporaryDirectory(prefix="bench-decide-") as logs, ExitStack() as running:
+        try:
+            url = running.enter_context(serving(spec, api_key=KEY, log_dir=Path(logs), env=env))
+        except (RuntimeError, TimeoutError) as err:
+            lines = [line for line in str(err).splitlines() if "ValueError:" in line or "Error:" in line]
+            raise RuntimeError(
+                lines[0].split(") ", 1)[-1] if lines else f"the simulator did not start for {spec}"
+            ) from err
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        log.close()
 
 
 def arm_spec(stack, variant: str, k: int) -> tuple[dict | None, dict[str, str]]:

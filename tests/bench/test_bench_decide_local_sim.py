@@ -9,20 +9,15 @@ shows the hybrid-model MTP cap. The rates under load are in benchmarks/bench_dec
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 
 from composer.bench.sweep import BenchOptions, BenchPoint, Workload, measure_point
-from tests.conftest import free_port
+from tests.sim.simproc import serving
 
 REPO = Path(__file__).resolve().parents[2]
 SIM_SRC = REPO / "images" / "sim" / "src"
@@ -40,33 +35,9 @@ from vllm.sim.profiles import get_profile  # noqa: E402
 
 @contextmanager
 def simulator(tmp_path: Path, spec: dict | None, **env_extra: str) -> Iterator[str]:
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_"))}
-    env.update({"PYTHONPATH": str(SIM_SRC), "SIM_TIME_SCALE": str(SCALE), "SIM_LOAD_SECONDS": "0"})
-    env.update(env_extra)
-    argv = [sys.executable, "-m", "vllm", "serve", str(MODEL), "--served-model-name", "m"]
-    argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
-    if spec is not None:
-        argv += ["--speculative-config", json.dumps(spec)]
-    log = tmp_path / f"sim-{port}.log"
-    with open(log, "w") as handle:
-        proc = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the simulator did not start:\n{log.read_text()}")
-            time.sleep(0.05)
+    env = {"SIM_TIME_SCALE": str(SCALE), "SIM_LOAD_SECONDS": "0", **env_extra}
+    with serving(spec, api_key=KEY, log_dir=tmp_path, env=env) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def _measure(url: str, point: BenchPoint, streams: int, max_tokens: int = 400):

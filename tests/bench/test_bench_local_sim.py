@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from composer.bench.sweep import BenchOptions, BenchPoint, Workload, measure_point
 from composer.errors import BenchError
-from tests.conftest import free_port
+from tests.sim.simproc import serving
 
 # Real-time checks of the timing model: make check runs them alone, after the parallel pass.
 pytestmark = pytest.mark.timing
@@ -29,31 +25,10 @@ SCALE = 40.0
 @pytest.fixture(scope="module")
 def mtp7(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A simulator serving MTP K=7 on a free port; yields its base URL."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "VLLM_"))}
-    env.update({"PYTHONPATH": str(SIM_SRC), "SIM_TIME_SCALE": str(SCALE), "SIM_LOAD_SECONDS": "0"})
-    argv = [sys.executable, "-m", "vllm", "serve", str(MODEL), "--served-model-name", "m"]
-    argv += ["--port", str(port), "--host", "127.0.0.1", "--api-key", KEY]
-    argv += ["--speculative-config", '{"method":"mtp","num_speculative_tokens":7}']
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    with open(log, "w") as handle:
-        proc = subprocess.Popen(argv, env=env, stdout=handle, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the simulator did not start:\n{log.read_text()}")
-            time.sleep(0.05)
+    spec = {"method": "mtp", "num_speculative_tokens": 7}
+    env = {"SIM_TIME_SCALE": str(SCALE), "SIM_LOAD_SECONDS": "0"}
+    with serving(spec, api_key=KEY, log_dir=tmp_path_factory.mktemp("sim"), env=env, timeout=20) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 def sim_timing():

@@ -9,12 +9,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 SIM_SRC = Path(__file__).resolve().parents[2] / "images" / "sim" / "src"
+SIM_MODEL = Path(__file__).resolve().parents[2] / "images" / "sim" / "models" / "Qwen3.8-27B"
 FAST_ENV = {"SIM_TIME_SCALE": "50", "SIM_LOAD_SECONDS": "0.2"}
 
 
@@ -194,3 +196,25 @@ def metric(samples: Mapping[str, float], name: str, **labels: str) -> float:
     if not found:
         raise KeyError(name)
     return total
+
+
+@contextmanager
+def serving(
+    spec: Mapping[str, Any] | None,
+    *,
+    api_key: str,
+    log_dir: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 30,
+) -> Iterator[str]:
+    """The simulator serving the reference model as `m` (with `spec` as its speculative
+    config, if any) on a free loopback port; yields its base URL and stops it after."""
+    args = [str(SIM_MODEL), "--served-model-name", "m"]
+    if spec is not None:
+        args += ["--speculative-config", json.dumps(spec)]
+    sim = SimProcess.start(args, env=env, api_key=api_key, log_dir=log_dir)
+    try:
+        sim.wait_ready(timeout)
+        yield f"http://127.0.0.1:{sim.port}"
+    finally:
+        sim.stop()
