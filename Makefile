@@ -76,7 +76,7 @@ check: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(BIN)/pytest -m "not docker and not timing" -n $(CHECK_WORKERS) -p no:cacheprovider $(PYTEST_ARGS)
+	$(BIN)/pytest -m "not docker and not timing" -n $(CHECK_WORKERS) --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
 	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.

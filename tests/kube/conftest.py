@@ -142,3 +142,12 @@ def run_cli(standin: Standin, tmp_path: Path):
         )
 
     return run
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`up --target kubernetes` takes the user's swap lock of project vllm (one per machine):
+    under xdist (`make check`) these tests share one worker, so none waits for another."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.xdist_group("swap-lock-vllm"))

@@ -145,7 +145,7 @@ def _paths(text: str) -> set[str]:
         word = word.removeprefix("./")
         first = word.split("/")[0]
         if (
-            "/" in word and (REPO / first).exists() and first not in {".venv", ".composer"}
+            "/" in word and (REPO / first).exists() and first not in {".venv", ".composer", "build"}
         ) or word in TOP_FILES:
             found.add(word)
     return found
