@@ -186,24 +186,26 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
     return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
-def settle_ready(seconds: float) -> Retrying:
+def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
     """A serving variant behind a gateway that just started: probed every
     SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
     return Retrying(
         retry=retry_if_exception_type(Pending),
         wait=wait_fixed(SETTLE_PROBE_INTERVAL_S),
-        stop=_stop_at(time.monotonic() + seconds, time.monotonic),
+        stop=_stop_at(clock() + seconds, clock),
+        sleep=sleep,
         retry_error_callback=_last_result,
     )
 
 
-def published_refusal() -> Retrying:
+def published_refusal(*, sleep: Sleep = time.sleep) -> Retrying:
     """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
     (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
     return Retrying(
         retry=retry_if_exception_type(Pending),
         wait=wait_fixed(REFUSAL_INTERVAL_S),
         stop=stop_after_attempt(REFUSAL_ATTEMPTS),
+        sleep=sleep,
         retry_error_callback=_last_result,
     )
 
@@ -214,13 +216,14 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
     return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
 
 
-def port_answers(timeout: float) -> Retrying:
+def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
     """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
     step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
     return Retrying(
         retry=retry_if_exception_type(Pending),
         wait=wait_fixed(PORT_BACK_INTERVAL_S),
-        stop=_stop_at(time.monotonic() + timeout, time.monotonic),
+        stop=_stop_at(clock() + timeout, clock),
+        sleep=sleep,
         retry_error_callback=_last_result,
     )
 
