@@ -15,8 +15,9 @@ May import: `composer.stack`, `composer.render`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
 `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `ImageFacts`,
 `stack_images`, `probe_published`, `PublishedPort`, `Pending` and the
-policies `until`, `within`, `watch`, `readiness`, `removal`, `control_ready`, `following`,
-`renewal`, `reopen`.
+policies `until`, `within`, `watch`, `readiness`, `removal`, `gpu_release`, `control_ready`,
+`following`, `renewal`, `reopen`, `settle_ready`, `published_refusal`, `port_back`,
+`port_answers`, `service_readiness`, `kube_control_ready`.
 """
 
 from composer._exports import lazy_exports
@@ -35,10 +36,17 @@ __all__, __getattr__ = lazy_exports(
             "Pending",
             "control_ready",
             "following",
+            "gpu_release",
+            "kube_control_ready",
+            "port_answers",
+            "port_back",
+            "published_refusal",
             "readiness",
             "removal",
             "renewal",
             "reopen",
+            "service_readiness",
+            "settle_ready",
             "until",
             "watch",
             "within",

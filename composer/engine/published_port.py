@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
-from tenacity import Retrying, retry_if_result, stop_after_attempt, wait_fixed
 
+from composer.engine import retry
 from composer.engine.health import base_url
+from composer.engine.retry import Pending
 from composer.render.spec import CONTAINER_PORT
 
 if TYPE_CHECKING:
@@ -31,9 +32,6 @@ DEAD_PORT = (
 )
 HEALTH_PATH = "/gateway/health"
 PROBE_TIMEOUT = httpx.Timeout(5.0, connect=1.0)
-# A refusal is asked again before it counts: the proxy of a container that was just
-# (re)started may not listen yet.
-RETRY_REFUSED = {"stop": stop_after_attempt(3), "wait": wait_fixed(0.2)}
 
 
 @dataclass(frozen=True)
@@ -78,9 +76,11 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
     """Probe the gateway through its published host port (a refusal is asked twice more)."""
     host, port = published_address(container, stack)
     url = base_url(host, port)
-    retrying = Retrying(
-        retry=retry_if_result(lambda found: found.dead),
-        retry_error_callback=lambda state: state.outcome.result(),  # the last refusal is the answer
-        **RETRY_REFUSED,
-    )
-    return retrying(_probe_once, url)
+
+    def attempt() -> PublishedPort:
+        found = _probe_once(url)
+        if found.dead:
+            raise Pending(found.detail, result=found)  # the last refusal is the answer
+        return found
+
+    return retry.published_refusal()(attempt)

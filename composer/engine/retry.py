@@ -18,6 +18,7 @@ from tenacity import (
     RetryCallState,
     Retrying,
     retry_if_exception_type,
+    stop_after_attempt,
     stop_never,
     wait_fixed,
     wait_none,
@@ -34,6 +35,18 @@ GPU_RELEASE_INTERVAL_S = 0.1
 """How often the GPUs are probed while a stopped container's memory is released."""
 HOLD_RENEWAL_SHARE = 4
 """A hold's lease is renewed this many times per lease."""
+SERVICE_READINESS_INTERVAL_S = 0.5
+"""How often a rolled-out variant is probed through the Kubernetes Service."""
+KUBE_CONTROL_INTERVAL_S = 1.0
+"""How often a gateway pod's control channel is asked again through `kubectl exec`."""
+SETTLE_PROBE_INTERVAL_S = 0.2
+"""How often a just-started gateway's serving variant is probed before a swap decides."""
+REFUSAL_INTERVAL_S = 0.2
+"""How long a refused published port is given before it is asked again."""
+REFUSAL_ATTEMPTS = 3
+"""How often a refused published port is asked before the refusal counts."""
+PORT_BACK_INTERVAL_S = 0.2
+"""How often a recreated gateway is routed and probed through its published port again."""
 
 
 class Pending(Exception):
@@ -46,6 +59,12 @@ class Pending(Exception):
     def __init__(self, detail: str, result: object = None) -> None:
         super().__init__(detail)
         self.result = result
+
+
+def _last_result(state: RetryCallState) -> object:
+    """What the wait gives back when its last attempt was still `Pending`."""
+    error = state.outcome.exception() if state.outcome is not None else None
+    return error.result if isinstance(error, Pending) else None
 
 
 def _stop_at(deadline: float | None, clock: Clock):
@@ -152,6 +171,60 @@ def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseEx
         stop=lambda _state: stopped.is_set(),
         sleep=stopped.wait,
         retry_error_callback=lambda _state: None,
+    )
+
+
+def service_readiness(deadline: float) -> Retrying:
+    """A rolled-out variant through the Kubernetes Service: probed every
+    SERVICE_READINESS_INTERVAL_S until `deadline` (monotonic)."""
+    return until(deadline, SERVICE_READINESS_INTERVAL_S)
+
+
+def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
+    """A gateway pod's control channel through `kubectl exec`: asked every
+    KUBE_CONTROL_INTERVAL_S while it fails with one of `errors`, for `timeout` s."""
+    return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
+
+
+def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
+    """A serving variant behind a gateway that just started: probed every
+    SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
+    return Retrying(
+        retry=retry_if_exception_type(Pending),
+        wait=wait_fixed(SETTLE_PROBE_INTERVAL_S),
+        stop=_stop_at(clock() + seconds, clock),
+        sleep=sleep,
+        retry_error_callback=_last_result,
+    )
+
+
+def published_refusal(*, sleep: Sleep = time.sleep) -> Retrying:
+    """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
+    (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
+    return Retrying(
+        retry=retry_if_exception_type(Pending),
+        wait=wait_fixed(REFUSAL_INTERVAL_S),
+        stop=stop_after_attempt(REFUSAL_ATTEMPTS),
+        sleep=sleep,
+        retry_error_callback=_last_result,
+    )
+
+
+def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
+    """A recreated gateway's control channel: asked every PORT_BACK_INTERVAL_S while it
+    fails with one of `errors`, for `timeout` s; then the last error is raised again."""
+    return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
+
+
+def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
+    """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
+    step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
+    return Retrying(
+        retry=retry_if_exception_type(Pending),
+        wait=wait_fixed(PORT_BACK_INTERVAL_S),
+        stop=_stop_at(clock() + timeout, clock),
+        sleep=sleep,
+        retry_error_callback=_last_result,
     )
 
 

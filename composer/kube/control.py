@@ -9,10 +9,10 @@ who may exec into the pod may hold, drain and release it, nobody else.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Sequence
 
 from composer import labels
+from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
 from composer.gateway.client import CALL_WAIT_S, GatewayControl
 from composer.kube.kubectl import Kubectl
@@ -79,19 +79,19 @@ def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:
 
 def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
     """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            pod = gateway_pod(kubectl, stack)
-            if pod is None:
-                raise KubectlFailed(f"no running, ready pod of deployment/{gateway_name(stack)}")
-            control = GatewayControl(KubeExec(kubectl, pod))
-            control.state()
-            return SwapHold(control, stack.gateway.drain_timeout, say)
-        except (GatewayControlError, KubectlFailed) as err:
-            if time.monotonic() > deadline:
-                raise SwapFailed(
-                    f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
-                    f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
-                ) from err
-            time.sleep(1.0)
+
+    def answers() -> SwapHold:
+        pod = gateway_pod(kubectl, stack)
+        if pod is None:
+            raise KubectlFailed(f"no running, ready pod of deployment/{gateway_name(stack)}")
+        control = GatewayControl(KubeExec(kubectl, pod))
+        control.state()
+        return SwapHold(control, stack.gateway.drain_timeout, say)
+
+    try:
+        return retry.kube_control_ready(READY_TIMEOUT_S, (GatewayControlError, KubectlFailed))(answers)
+    except (GatewayControlError, KubectlFailed) as err:
+        raise SwapFailed(
+            f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
+            f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
+        ) from err

@@ -26,9 +26,11 @@ import httpx
 import yaml
 
 from composer import labels
+from composer.engine import retry
 from composer.engine.bootlog import redact, tail
 from composer.engine.diagnose import hints
 from composer.engine.health import Readiness, probe
+from composer.engine.retry import Pending
 from composer.errors import ComposerError, HealthCheckFailed, KubectlFailed, PreflightFailed, SwapFailed
 from composer.kube.control import cluster_gateway_hash, kube_hold
 from composer.kube.forward import service_url
@@ -44,7 +46,6 @@ from composer.swap.holding import WARMUP_PROMPT, SwapHold
 from composer.swap.lock import swap_lock
 
 Say = Callable[[str], None]
-POLL = 0.5
 MANAGER = "compose-spec"
 """The field manager of what `up` applies server-side."""
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -184,18 +185,21 @@ def gate(
             timeout=httpx.Timeout(10.0, connect=2.0), headers=dict(headers), trust_env=False
         ) as http,
     ):
-        while True:
+
+        def attempt() -> None:
+            nonlocal last
             last = probe(http, url, served_name, stack.api_key)
-            if last.ready:
-                _warm_up(http, url, served_name, stack.api_key, warmup)
-                return
             if last.fatal:
-                break
-            waiting(f"waiting for {served_name} through the Service ({last.step}: {last.detail})")
-            if time.monotonic() >= deadline:
-                break
-            time.sleep(POLL)
-    raise HealthCheckFailed(f"not ready through the Service at {last.step}: {last.detail}")
+                raise HealthCheckFailed(f"not ready through the Service at {last.step}: {last.detail}")
+            if not last.ready:
+                waiting(f"waiting for {served_name} through the Service ({last.step}: {last.detail})")
+                raise Pending(f"not ready through the Service at {last.step}: {last.detail}")
+
+        try:
+            retry.service_readiness(deadline)(attempt)
+        except Pending as timed_out:
+            raise HealthCheckFailed(str(timed_out)) from None
+        _warm_up(http, url, served_name, stack.api_key, warmup)
 
 
 def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None, requests: int) -> None:

@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tenacity import Retrying, retry_if_exception_type, retry_if_result, stop_after_delay, wait_fixed
-
+from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import (
     gateway_container,
@@ -21,6 +20,7 @@ from composer.engine.containers import (
     upstream_url,
 )
 from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_published
+from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError, UsageError
 from composer.render.runfiles import compose_environment, run_file
 from composer.render.target import resolve_target
@@ -144,22 +144,16 @@ def _control(gateway: Container):
 def _route(gateway: Container, upstream: str) -> None:
     """Point the new gateway at the standby container that served (its control channel
     answers once the process is up)."""
-    for attempt in Retrying(
-        retry=retry_if_exception_type(GatewayControlError),
-        stop=stop_after_delay(PORT_BACK_TIMEOUT),
-        wait=wait_fixed(0.2),
-        reraise=True,
-    ):
-        with attempt:
-            _control(gateway).route(upstream)
+    retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: _control(gateway).route(upstream))
 
 
 def _wait_answers(gateway: Container, stack: Stack) -> PublishedPort:
     gateway.reload()
-    retrying = Retrying(
-        retry=retry_if_result(lambda found: not found.answers),
-        stop=stop_after_delay(PORT_BACK_TIMEOUT),
-        wait=wait_fixed(0.2),
-        retry_error_callback=lambda state: state.outcome.result(),
-    )
-    return retrying(probe_published, gateway, stack)
+
+    def attempt() -> PublishedPort:
+        found = probe_published(gateway, stack)
+        if not found.answers:
+            raise Pending(found.detail, result=found)  # the last probe is the answer
+        return found
+
+    return retry.port_answers(PORT_BACK_TIMEOUT)(attempt)

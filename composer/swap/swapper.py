@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.doctor import preflight, standby_checks
-from composer.engine import bootlog, diagnose
+from composer.engine import bootlog, diagnose, retry
 from composer.engine.client import compose
 from composer.engine.containers import (
     RunningVariant,
@@ -37,6 +37,7 @@ from composer.engine.containers import (
     upstream_url,
 )
 from composer.engine.gate import GateTarget, probe_once, running_target, wait_ready, watch_settled
+from composer.engine.retry import Pending
 from composer.errors import (
     ComposerError,
     DiagnosedError,
@@ -593,13 +594,13 @@ class Swapper:
 
     def _is_ready(self, current: RunningVariant, settle_s: float = 0.0) -> bool:
         """One probe; with `settle_s`, probes until then (a gateway that just started)."""
-        deadline = time.monotonic() + settle_s
-        while True:
+
+        def attempt() -> bool:
             if probe_once(running_target(self.stack, current)):
                 return True
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.2)
+            raise Pending(f"{current.variant} not ready yet", result=False)
+
+        return bool(retry.settle_ready(settle_s)(attempt))
 
     def _execute(
         self,
