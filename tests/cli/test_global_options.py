@@ -148,7 +148,9 @@ def test_a_bad_duration_option_is_a_usage_error(args: list[str]) -> None:
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1e400", "169h", "-0"])
-@pytest.mark.parametrize("option", [["up", "mtp", "--timeout"], ["follow", "--settle"], ["bench", "--timeout"]])
+@pytest.mark.parametrize(
+    "option", [["up", "mtp", "--timeout"], ["follow", "--settle"], ["bench", "--timeout"]]
+)
 def test_a_duration_option_is_positive_finite_and_bounded(option: list[str], value: str) -> None:
     result = invoke(*option, value)
     assert result.exit_code == 2, result.output
