@@ -362,7 +362,8 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
-    """Every variant: method, K, image, whether the image is local, and whether it serves."""
+    """Every variant: method, K, image, whether the image is local, whether it serves, the
+    workload classes and the aliases that name it."""
     serving = current_variant(stack, client) if client is not None else None
     rows = []
     for name, variant in stack.variants.items():
@@ -377,6 +378,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "image_present": _image_present(client, image),
                 "serving": serving is not None and serving.variant == name,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
+                "aliases": list(variant.aliases),
                 "description": variant.description,
             }
         )
@@ -386,7 +388,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
 def format_variants(rows: list[dict[str, object]]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
-    table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS"]]
+    table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
     for row in rows:
         table.append(
             [
@@ -397,6 +399,7 @@ def format_variants(rows: list[dict[str, object]]) -> str:
                 str(row["image"]),
                 yes_no[row["image_present"]],  # type: ignore[index]
                 ",".join(row["workloads"]) or "-",  # type: ignore[arg-type]
+                ",".join(row.get("aliases") or ()) or "-",  # type: ignore[arg-type]
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
