@@ -191,6 +191,7 @@ def _stack_checks(
         check_bind_address(stack),
         mck.check_model_config(stack),
         sck.check_standby(stack, facts),
+        wck.check_hold_timeout(stack),
     ]
 
 
@@ -237,6 +238,7 @@ def fast_checks(
         rck.port_check(stack, client, endpoint),
         rck.check_client_address(stack, endpoint),
         check_bind_address(stack),
+        wck.check_hold_timeout(stack),
     ]
     if client is not None:
         found.append(dck.check_gateway_image(stack, client))

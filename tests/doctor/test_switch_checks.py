@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor.report import CHECK_NAMES, run_doctor
+from composer.doctor.report import CHECK_NAMES, fast_checks, run_doctor
 from composer.doctor.switch_checks import check_follower, follower_warning, switching_configured
+from composer.render.target import resolve_target
 from composer.swap.status import format_status
 
 from .fakes import make_stack
@@ -59,3 +60,31 @@ def test_status_warns_when_no_follower_is_attached(tmp_path: Path) -> None:
     data = {"project": "p", "running": False, "last_exit": None, "warnings": [warning]}
     text = format_status(data)
     assert text.splitlines()[-1].startswith("warning       switching is configured (aliases of mtp")
+
+
+@pytest.mark.parametrize(
+    ("toml", "status"),
+    [
+        ('[stack]\nstart_period = "15m"\n[gateway]\nhold_timeout = "5m"\n', "warn"),
+        ('[stack]\nstart_period = "15m"\n[gateway]\nhold_timeout = "15m"\n', "ok"),
+        ('[stack]\nstart_period = "2m"\n[gateway]\nhold_timeout = "5m"\n', "ok"),
+        ('[stack]\nstart_period = "15m"\n[gateway]\nenabled = false\nhold_timeout = "5m"\n', None),
+    ],
+)
+def test_doctor_and_up_compare_hold_timeout_with_the_start_budget(
+    tmp_path: Path, toml: str, status: str | None
+) -> None:
+    stack = make_stack(tmp_path, toml)
+    report = run_doctor(stack, "baseline", host(tmp_path))
+    found = [c.status for c in report.checks if c.name == "hold-timeout"]
+    assert found == ([status] if status else []) and "hold-timeout" in CHECK_NAMES
+    preflight = [
+        c for c in fast_checks(stack, resolve_target(stack, "baseline"), None) if c.name == "hold-timeout"
+    ]
+    assert [c.status for c in preflight] == found
+    if status == "warn":
+        detail = preflight[0].detail
+        assert detail.startswith(
+            "[gateway] hold_timeout (5m) is shorter than the start budget start_period (15m)"
+        )
+        assert "at least 15m" in preflight[0].fix
