@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -81,9 +82,10 @@ def follow(obj: Context, **kwargs: object) -> None:
 
     def emit(event: FollowEvent) -> None:
         stamp = time.strftime("%H:%M:%S")
-        click.echo(
-            json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
-        )
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe never stops a switch
+            click.echo(
+                json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
+            )
 
     options = UpOptions(timeout=args.timeout, settle=args.settle, allow_weak_key=obj.allow_weak_key)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
