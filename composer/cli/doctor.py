@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import echo_json
 from composer.cli.params import complete_from_stack, json_option
+
+if TYPE_CHECKING:
+    from composer.stack.model import Stack
 
 
 @command(exit_note="1 when any check fails")
@@ -25,7 +30,14 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     from composer.doctor.report import default_host, format_report, run_doctor
     from composer.errors import ChecksFailed
 
-    report = run_doctor(obj.stack(), variant, default_host(obj.env_file), allow_weak_key=obj.allow_weak_key)
+    stack = obj.stack()
+    report = run_doctor(
+        stack,
+        variant,
+        default_host(obj.env_file),
+        allow_weak_key=obj.allow_weak_key,
+        follower_attached=_follower_attached(obj, stack),
+    )
     failed = [c for c in report.checks if c.failed]
     if failed:
         err = ChecksFailed(
@@ -40,3 +52,16 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
         echo_json(report.to_json())
     else:
         click.echo(format_report(report))
+
+
+def _follower_attached(obj: Context, stack: Stack) -> bool | None:
+    """What the running gateway says about `compose-spec follow` (None: it cannot be asked)."""
+    from composer.doctor.switch_checks import switching_configured
+    from composer.swap.status import follower_attached
+
+    if switching_configured(stack) is None:
+        return None
+    try:
+        return follower_attached(stack, obj.docker())
+    except Exception:  # no engine, no gateway, the SDK's errors: doctor reports the engine itself
+        return None

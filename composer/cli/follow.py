@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import shutil
+import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import click
 
@@ -21,6 +26,7 @@ class FollowArgs:
     settle: float
     max_switches: int | None
     as_json: bool
+    print_systemd_unit: bool
 
 
 @command()
@@ -40,6 +46,12 @@ class FollowArgs:
 )
 @click.option("--max-switches", type=click.IntRange(min=1), default=None, help="Stop after N switches.")
 @json_option("One JSON object per decision instead of a line.")
+@click.option(
+    "--print-systemd-unit",
+    is_flag=True,
+    help="Print a systemd service unit that runs this follow (restart on failure, this "
+    "directory, the env file and stack files in force); run nothing.",
+)
 @click.pass_obj
 def follow(obj: Context, **kwargs: object) -> None:
     """Run the switches the gateway asks for (switch_on_model, policy = "auto").
@@ -64,12 +76,16 @@ def follow(obj: Context, **kwargs: object) -> None:
         raise ConfigError(
             "follow has nothing to run: set gateway.switch_on_model = true or gateway.policy = 'auto'"
         )
+    if args.print_systemd_unit:
+        click.echo(_systemd_unit(obj, stack.project, args), nl=False)
+        return
 
     def emit(event: FollowEvent) -> None:
         stamp = time.strftime("%H:%M:%S")
-        click.echo(
-            json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
-        )
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe never stops a switch
+            click.echo(
+                json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
+            )
 
     options = UpOptions(timeout=args.timeout, settle=args.settle, allow_weak_key=obj.allow_weak_key)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
@@ -78,7 +94,59 @@ def follow(obj: Context, **kwargs: object) -> None:
         count = run_follow(
             stack, client=obj.docker(), options=options, emit=emit, stop=stop, max_switches=args.max_switches
         )
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM between switches: the normal way to end
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to end, exit 130 like a shell
         emit(FollowEvent("stop", None, "stopped by a signal"))
-        return
+        raise
     emit(FollowEvent("stop", None, f"{count} switches run"))
+
+
+def _executable() -> list[str]:
+    """The absolute command that runs this compose-spec: the script itself, else the one
+    beside this Python, else `python -m composer`."""
+    script = Path(sys.argv[0])
+    if script.name == "compose-spec" and script.exists():
+        return [os.path.abspath(script)]
+    beside = Path(sys.executable).parent / "compose-spec"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("compose-spec")
+    if found:
+        return [os.path.abspath(found)]
+    return [os.path.abspath(sys.executable), "-m", "composer"]
+
+
+def _systemd_unit(obj: Context, project: str, args: FollowArgs) -> str:
+    """The unit text for this follow, with every input in force written out absolute."""
+    import getpass
+
+    from composer.render import FollowUnit, render_follow_unit
+    from composer.stack.values import format_seconds
+
+    options = obj.options
+    command = [*_executable(), "--env-file", os.path.abspath(options.env_file)]
+    for path in obj.source.stack_files():
+        command += ["--stack", os.path.abspath(path)]
+    for item in options.sets:
+        command += ["--set", item]
+    if options.project_name:
+        command += ["--project-name", options.project_name]
+    if options.docker_context:
+        command += ["--context", options.docker_context]
+    if options.allow_weak_key:
+        command.append("--allow-weak-key")
+    command += ["follow", "--timeout", format_seconds(args.timeout), "--settle", format_seconds(args.settle)]
+    if args.as_json:
+        command.append("--json")
+    environment = {}
+    if not options.docker_context:
+        environment = {k: os.environ[k] for k in ("DOCKER_HOST", "DOCKER_CONTEXT") if os.environ.get(k)}
+    user = getpass.getuser() if os.geteuid() != 0 else None
+    unit = FollowUnit(
+        command=command,
+        working_directory=os.getcwd(),
+        project=project,
+        user=user,
+        environment=environment,
+        stop_timeout=int(args.timeout) + 60,  # a swap under way rolls back before exiting
+    )
+    return render_follow_unit(unit)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -11,30 +12,46 @@ import click
 
 
 class LiveLine:
-    """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise."""
+    """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise.
+
+    An output error (a closed pipe, `| head`, a closed terminal) never reaches the swap that
+    reports through it: the line goes quiet and the swap goes on (and rolls back as usual).
+    """
 
     def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
+        try:
+            self.tty = sys.stderr.isatty()
+        except (OSError, ValueError):
+            self.tty = False
         self.last = ""
         self.open = False
+        self.broken = False
+
+    def _echo(self, message: str, nl: bool = True) -> None:
+        if self.broken:
+            return
+        try:
+            click.echo(message, err=True, nl=nl)
+        except (OSError, ValueError):  # EPIPE, EIO, a closed stream: stop printing, never raise
+            self.broken = True
 
     def step(self, message: str) -> None:
         self.finish()
-        click.echo(message, err=True)
+        self._echo(message)
 
     def waiting(self, message: str) -> None:
         if self.tty:
-            click.echo(f"\r\033[K{message}", err=True, nl=False)
+            self._echo(f"\r\033[K{message}", nl=False)
             self.open = True
             return
         stage = message.split(" (")[0]
         if stage != self.last:
-            click.echo(message, err=True)
+            self._echo(message)
             self.last = stage
 
     def finish(self) -> None:
         if self.open:
-            click.echo("", err=True)
+            self._echo("")
             self.open = False
 
 
@@ -46,12 +63,18 @@ def shown(path: Path) -> Path:
         return path
 
 
+def _to_stderr(text: str) -> None:
+    """One line on stderr; a closed stderr (EPIPE, EIO) drops it instead of failing the command."""
+    with contextlib.suppress(OSError, ValueError):
+        click.echo(text, err=True)
+
+
 def note(message: str) -> None:
-    click.echo(f"note: {message}", err=True)
+    _to_stderr(f"note: {message}")
 
 
 def warning(message: str) -> None:
-    click.echo(f"warning: {message}", err=True)
+    _to_stderr(f"warning: {message}")
 
 
 def echo_json(data: Any, indent: int | None = 2) -> None:

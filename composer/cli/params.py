@@ -12,20 +12,29 @@ from click.shell_completion import CompletionItem
 TARGETS = ("compose", "kubernetes")
 
 
+MAX_OPTION_SECONDS = 7 * 24 * 3600
+"""The longest duration a command-line option takes (7 days)."""
+
+
 class Duration(click.ParamType):
-    """Seconds, written with or without units: `900`, `1.5`, `90s`, `15m`, `1h30m`, `500ms`."""
+    """Seconds, written with or without units: `900`, `1.5`, `90s`, `15m`, `1h30m`, `500ms`.
+
+    Positive, finite and at most 7 days (`nan`, `inf`, `0`, `-1`, `1e400` are usage errors).
+    """
 
     name = "duration"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
-        from composer.stack.values import parse_seconds
+        from composer.stack.values import SECONDS_HELP, format_seconds, parse_seconds
 
-        if isinstance(value, float):
-            return value
+        allowed = f"{SECONDS_HELP}; more than 0 and at most {format_seconds(MAX_OPTION_SECONDS)} (7 days)"
         try:
-            return parse_seconds(value)
-        except ValueError as err:
-            self.fail(f"{value!r}: expected {err}", param, ctx)
+            seconds = parse_seconds(value)
+        except (ValueError, OverflowError):
+            self.fail(f"{value!r}: expected {allowed}", param, ctx)
+        if not 0 < seconds <= MAX_OPTION_SECONDS:
+            self.fail(f"{value!r}: expected {allowed}", param, ctx)
+        return seconds
 
 
 class TailType(click.ParamType):

@@ -1,4 +1,5 @@
-"""The one signal handler: SIGTERM ends a command like Ctrl-C (SIGINT) does."""
+"""The one signal handler: SIGTERM and SIGHUP (a closed terminal) end a command like Ctrl-C
+(SIGINT) does."""
 
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 @contextlib.contextmanager
 def interrupts() -> Iterator[None]:
-    """While a command runs, SIGINT and SIGTERM raise KeyboardInterrupt (a swap rolls back,
-    a sweep restores the previous variant, a follower stops); the old handlers come back after."""
+    """While a command runs, SIGINT, SIGTERM and SIGHUP raise KeyboardInterrupt (a swap rolls
+    back, a sweep restores the previous variant, a follower stops); the old handlers come back
+    after. A SIGHUP that was ignored (`nohup`) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    signals = [signal.SIGINT, signal.SIGTERM]
+    hangup = getattr(signal, "SIGHUP", None)
+    if hangup is not None and signal.getsignal(hangup) is not signal.SIG_IGN:
+        signals.append(hangup)
+    previous = {sig: signal.getsignal(sig) for sig in signals}
     for sig in previous:
         signal.signal(sig, _raise_interrupt)
     try:

@@ -68,7 +68,8 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
 @json_option()
 @click.pass_obj
 def ls_cmd(obj: Context, as_json: bool) -> None:
-    """List every variant: method, K, image, whether the image is here, and which one serves.
+    """List every variant: method, K, image, whether the image is here, which one serves,
+    its workload classes and its aliases.
 
     \b
     Examples:

@@ -9,7 +9,8 @@ in-server adaptive speculation and a hybrid model's notes (`adaptive_checks`), o
 `standby_checks`: its inputs, `up`'s refusal and doctor's check) and a remote engine's
 host: its paths, its port and the address clients use (`remote_checks`). Reads only;
 changes nothing (the remote path check creates a container it never starts, then
-removes it).
+removes it). `switch_checks` (pure): a follower attached where switching is configured,
+and `hold_timeout` against the start budget.
 May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.overlay`,
 `composer.engine` (reading what runs), `composer.errors`, `composer.labels`.
 Public: `run_doctor`, `fast_checks`, `Report`, `Host`, `default_host`, `format_report`, `Finding`.

@@ -38,6 +38,7 @@ from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor import standby_checks as sck
+from composer.doctor import switch_checks as wck
 from composer.doctor.preflight import Finding, check_api_key, check_bind_address
 from composer.probes.gpu import GpuProbe
 from composer.render.target import Target, resolve_target
@@ -71,6 +72,8 @@ CHECK_NAMES = (
     "docker-endpoint",
     "client-address",
     "gateway-image",
+    "follower",
+    "hold-timeout",
 )
 
 
@@ -136,14 +139,23 @@ def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Check]:
     return [Check(f.name, f.status, f.detail, f.fix, variant) for f in findings if f is not None]
 
 
-def run_doctor(stack: Stack, variant: str | None, host: Host, *, allow_weak_key: bool = False) -> Report:
+def run_doctor(
+    stack: Stack,
+    variant: str | None,
+    host: Host,
+    *,
+    allow_weak_key: bool = False,
+    follower_attached: bool | None = None,
+) -> Report:
     """Run every check for one variant (or all), stack-wide checks first (a weak key only
-    warns with `allow_weak_key`)."""
+    warns with `allow_weak_key`; `follower_attached` is what the gateway says, None unknown)."""
     names = [stack.variant(variant).name] if variant else list(stack.variants)
     engine, client = dck.check_engine(host.client_factory)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
-        checks = tag(_stack_checks(stack, host, engine, client, facts, allow_weak_key), None)
+        stack_wide = _stack_checks(stack, host, engine, client, facts, allow_weak_key)
+        stack_wide.append(wck.check_follower(stack, follower_attached))
+        checks = tag(stack_wide, None)
         for name in names:
             checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
     finally:
@@ -179,6 +191,7 @@ def _stack_checks(
         check_bind_address(stack),
         mck.check_model_config(stack),
         sck.check_standby(stack, facts),
+        wck.check_hold_timeout(stack),
     ]
 
 
@@ -225,6 +238,7 @@ def fast_checks(
         rck.port_check(stack, client, endpoint),
         rck.check_client_address(stack, endpoint),
         check_bind_address(stack),
+        wck.check_hold_timeout(stack),
     ]
     if client is not None:
         found.append(dck.check_gateway_image(stack, client))

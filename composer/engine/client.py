@@ -70,9 +70,8 @@ def _context_endpoint(name: str) -> Endpoint:
         (info,) = json.loads(done.stdout) if done.returncode == 0 else [None]
         docker_endpoint = info["Endpoints"]["docker"]
     except (ValueError, TypeError, KeyError):
-        listed = _docker_quiet("context", "ls", "--format", "{{.Name}}").stdout.split()
         raise UsageError(
-            f"unknown Docker context {name!r}: choose one of {', '.join(sorted(listed)) or 'default'}"
+            f"unknown Docker context {name!r}: choose one of {', '.join(known_contexts(name)) or 'default'}"
         ) from None
     return Endpoint(name, docker_endpoint["Host"], _context_tls(info, docker_endpoint))
 
@@ -92,14 +91,57 @@ def _context_tls(info: dict, docker_endpoint: dict) -> Any:
     )
 
 
-def _docker_quiet(*args: str) -> subprocess.CompletedProcess[str]:
+def _docker_quiet(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """A short docker CLI query (context inspect / ls); never raises for its exit code."""
     try:
         return subprocess.run(
-            [docker_binary(), *args], capture_output=True, text=True, timeout=30, check=False
+            [docker_binary(), *args],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            env=dict(env) if env is not None else None,
         )
     except subprocess.TimeoutExpired as err:
         raise DockerUnavailable(f"`docker {' '.join(args)}` did not answer within 30 s") from err
+
+
+def known_contexts(missing: str = "") -> list[str]:
+    """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
+    such context exists: it is asked without it, and `missing` is never offered)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
+    done = _docker_quiet("context", "ls", "--format", "{{.Name}}", env=env)
+    names = {n for n in done.stdout.split() if n != missing} if done.returncode == 0 else set()
+    return sorted(names)
+
+
+DOCKER_HOST_FORMS = (
+    "unix:///PATH (e.g. unix:///var/run/docker.sock), tcp://HOST:PORT or npipe:////./pipe/NAME"
+)
+SSH_BY_CONTEXT = (
+    "ssh engines are reached through a Docker context: "
+    "`docker context create NAME --docker host=ssh://USER@HOST`, then `--context NAME` "
+    "(or DOCKER_CONTEXT=NAME) and unset DOCKER_HOST"
+)
+
+
+def check_docker_host(host: str) -> str:
+    """DOCKER_HOST when it names an engine this tool reaches, else UsageError in one line
+    naming the allowed forms (ssh:// is reached through a context: the SDK needs paramiko)."""
+    bad = f"DOCKER_HOST={host!r} is not a Docker engine address: expected {DOCKER_HOST_FORMS}"
+    try:
+        parts = urlsplit(host.strip())
+        parts.port  # noqa: B018  (raises ValueError on a bad port)
+    except ValueError:
+        raise UsageError(bad) from None
+    scheme = parts.scheme.lower()
+    if scheme == "ssh":
+        raise UsageError(f"DOCKER_HOST={host!r}: {SSH_BY_CONTEXT}")
+    if scheme == "tcp" and parts.hostname:
+        return host
+    if scheme in ("unix", "npipe") and parts.path:
+        return host
+    raise UsageError(bad)
 
 
 def engine_endpoint() -> Endpoint:
@@ -107,7 +149,7 @@ def engine_endpoint() -> Endpoint:
     if _selected_context:
         return _context_endpoint(_selected_context)
     if os.environ.get("DOCKER_HOST"):
-        return Endpoint(None, os.environ["DOCKER_HOST"])
+        return Endpoint(None, check_docker_host(os.environ["DOCKER_HOST"]))
     from docker.context.config import get_current_context_name
 
     name = os.environ.get("DOCKER_CONTEXT") or get_current_context_name()

@@ -88,6 +88,14 @@ class GatewayState:
     holds: tuple[HoldInfo, ...]
     raw: Mapping[str, Any] = field(repr=False)
 
+    @property
+    def follower_attached(self) -> bool | None:
+        """True while a host's `compose-spec follow` long-polls (or did within 30 s); None
+        when the gateway does not say (an older gateway image)."""
+        switching = self.raw.get("switching")
+        attached = switching.get("follower_attached") if isinstance(switching, dict) else None
+        return attached if isinstance(attached, bool) else None
+
 
 @dataclass(frozen=True)
 class SwitchDemand:

@@ -122,6 +122,8 @@ class Switcher:
             "residency_left_s": round(self.residency_left(now), 3),
             "policy": self.config.policy,
             "last_decision": self.last_decision,
+            "follower_attached": self.follower_attached(now),
+            "follower_seen_s_ago": None if self.last_contact is None else round(now - self.last_contact, 3),
         }
 
     async def _wait_change(self, timeout: float) -> None:

@@ -10,12 +10,13 @@ stack as data (`describe`); the Kubernetes manifests, a kustomize base and one o
 per variant (`kubernetes`), with the production settings of the `[kubernetes]` table
 (`kube_pod`: resources and scheduling; `kube_extras`: disruption budgets, ServiceMonitors,
 scrape annotations) and an offline Pod Security Standards check (`kube_security`:
-`pod_security_level`). Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
+`pod_security_level`); the systemd unit that keeps `follow` running (`systemd`).
+Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `Target`, `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
 `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
 `render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`),
-`pod_security_level`.
+`pod_security_level`, `FollowUnit`, `render_follow_unit`.
 """
 
 from composer._exports import lazy_exports
@@ -32,5 +33,6 @@ __all__, __getattr__ = lazy_exports(
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
         "target": ["Target", "resolve_target"],
         "gateway": ["GatewaySpec", "build_gateway_spec"],
+        "systemd": ["FollowUnit", "render_follow_unit"],
     },
 )

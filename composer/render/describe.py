@@ -115,6 +115,7 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
         "env": dict(spec.environment),
         "derived_env": sorted(set(dict(spec.environment)) - {n for n, _ in (*stack.env, *variant.env)}),
         "extra_args": list(variant.extra_args),
+        "aliases": list(variant.aliases),
         "command": [resolve(arg) for arg in spec.command],
         "config_hash": spec.hash,
     }

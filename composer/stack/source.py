@@ -44,7 +44,11 @@ class StackSource:
         listed = os.environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
         return load_stack(self.files or None, None, environ={STACK_FILES_VAR: listed} if listed else {})
 
+    def stack_files(self) -> list[Path]:
+        """The stack files in force (--stack, else COMPOSER_STACK, else composer.toml)."""
+        dotenv, _ = read_dotenv(self.env_file)
+        return find_stack_files(self.files or None, os.environ, dotenv)
+
     def first_file(self) -> Path:
         """The first stack file (the one `recommend --write` edits)."""
-        dotenv, _ = read_dotenv(self.env_file)
-        return find_stack_files(self.files or None, os.environ, dotenv)[0]
+        return self.stack_files()[0]

@@ -14,6 +14,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
 from composer.engine.containers import RunningVariant, current_variant
 from composer.engine.gate import GateTarget, running_target
@@ -103,8 +104,27 @@ def gateway_status(
                 holds=len(state.holds),
                 waking=bool(state.raw.get("waking", False)),
                 upstream=state.upstream,
+                follower_attached=state.follower_attached,
             )
     return data
+
+
+def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
+    """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it
+    does not say)."""
+    from composer.engine.containers import gateway_container
+    from composer.errors import GatewayControlError
+    from composer.gateway.client import GatewayControl
+
+    if not stack.gateway.enabled:
+        return None
+    container = gateway_container(stack, client)
+    if container is None or container.status != "running":
+        return None
+    try:
+        return GatewayControl(container).state().follower_attached
+    except GatewayControlError:
+        return None
 
 
 def _gateway_line(gateway: dict) -> str:
@@ -135,6 +155,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     gateway = data["gateway"]
     mark_unreachable(data)
+    attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
+    data["warnings"] = [w for w in (follower_warning(stack, attached),) if w]
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
@@ -259,7 +281,12 @@ def _format_exit(project: str, last: dict) -> str:
 
 
 def format_status(data: dict) -> str:
-    """Human-readable form of status_data()."""
+    """Human-readable form of status_data(), its warnings last."""
+    warnings = "".join(f"\n{'warning':<14}{w}" for w in data.get("warnings") or ())
+    return _format_status(data) + warnings
+
+
+def _format_status(data: dict) -> str:
     gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
     asleep = "".join(f"\n{'asleep':<14}{_asleep_line(a)}" for a in data.get("asleep") or ())
     asleep += "".join(
@@ -335,7 +362,8 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
-    """Every variant: method, K, image, whether the image is local, and whether it serves."""
+    """Every variant: method, K, image, whether the image is local, whether it serves, the
+    workload classes and the aliases that name it."""
     serving = current_variant(stack, client) if client is not None else None
     rows = []
     for name, variant in stack.variants.items():
@@ -350,6 +378,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "image_present": _image_present(client, image),
                 "serving": serving is not None and serving.variant == name,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
+                "aliases": list(variant.aliases),
                 "description": variant.description,
             }
         )
@@ -359,7 +388,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
 def format_variants(rows: list[dict[str, object]]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
-    table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS"]]
+    table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
     for row in rows:
         table.append(
             [
@@ -370,6 +399,7 @@ def format_variants(rows: list[dict[str, object]]) -> str:
                 str(row["image"]),
                 yes_no[row["image_present"]],  # type: ignore[index]
                 ",".join(row["workloads"]) or "-",  # type: ignore[arg-type]
+                ",".join(row.get("aliases") or ()) or "-",  # type: ignore[arg-type]
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]

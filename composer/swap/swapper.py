@@ -99,16 +99,23 @@ class UpResult:
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
 
 
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+"""Ctrl-C, SIGTERM and SIGHUP (a closed terminal): each rolls a swap back."""
+
+
+def _stop_signals() -> tuple[int, ...]:
+    """The stop signals to handle now: a SIGHUP ignored by `nohup` stays ignored."""
+    hangup = getattr(signal, "SIGHUP", None)
+    return tuple(s for s in _STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN)
 
 
 @contextmanager
 def _signals(handler: Callable[[int, object], None] | int) -> Iterator[None]:
-    """Handle Ctrl-C and SIGTERM with `handler` inside the block (main thread only)."""
+    """Handle Ctrl-C, SIGTERM and SIGHUP with `handler` inside the block (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in _STOP_SIGNALS}
+    previous = {sig: signal.signal(sig, handler) for sig in _stop_signals()}
     try:
         yield
     finally:
@@ -117,7 +124,7 @@ def _signals(handler: Callable[[int, object], None] | int) -> Iterator[None]:
 
 
 def _interrupt_once(signum: int, frame: object) -> None:
-    """The first Ctrl-C or SIGTERM interrupts the swap; the ones after it are ignored.
+    """The first Ctrl-C, SIGTERM or SIGHUP interrupts the swap; the ones after it are ignored.
 
     Ignoring starts inside the handler, so no second signal can land between the
     interruption and the rollback it starts.
@@ -128,7 +135,7 @@ def _interrupt_once(signum: int, frame: object) -> None:
 
 
 def _interrupts_ignored() -> AbstractContextManager[None]:
-    """Let a rollback finish: Ctrl-C and SIGTERM are ignored while it runs."""
+    """Let a rollback finish: Ctrl-C, SIGTERM and SIGHUP are ignored while it runs."""
     return _signals(signal.SIG_IGN)
 
 

@@ -147,6 +147,24 @@ def test_a_bad_duration_option_is_a_usage_error(args: list[str]) -> None:
     assert result.exit_code == 2 and "expected a duration such as" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["nan", "inf", "0", "-1", "1e400", "169h", "-0"])
+@pytest.mark.parametrize(
+    "option", [["up", "mtp", "--timeout"], ["follow", "--settle"], ["bench", "--timeout"]]
+)
+def test_a_duration_option_is_positive_finite_and_bounded(option: list[str], value: str) -> None:
+    result = invoke(*option, value)
+    assert result.exit_code == 2, result.output
+    assert "more than 0 and at most 168h (7 days)" in result.stderr
+    assert "Traceback" not in result.output and "OverflowError" not in result.output
+
+
+def test_a_week_is_the_longest_duration_option() -> None:
+    from composer.cli.params import Duration
+
+    assert Duration().convert("168h", None, None) == 7 * 24 * 3600
+    assert Duration().convert("0.5", None, None) == 0.5
+
+
 def test_help_shows_durations_with_units() -> None:
     assert "[default: 15m]" in invoke("up", "--help").stdout
     assert "[default: 2s]" in invoke("status", "--help").stdout

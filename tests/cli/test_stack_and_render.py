@@ -141,3 +141,21 @@ def test_launcher_refuses_a_missing_model_directory(tmp_path: Path) -> None:
     )
     assert relative.returncode == 0, relative.stderr
     assert f'"source={missing}"' in called.read_text()  # made absolute against the working directory
+
+
+def test_config_and_ls_show_each_variants_aliases(tmp_path: Path, no_docker: None) -> None:
+    extra = tmp_path / "aliases.toml"
+    extra.write_text('[gateway]\nswitch_on_model = true\n[variants.mtp]\naliases = ["fast", "opus-fast"]\n')
+    files = ["-f", "composer.toml", "-f", str(extra), "--env-file", ".env.demo"]
+    data = json.loads(invoke(*files, "config", "--json").stdout)
+    assert data["variants"]["mtp"]["aliases"] == ["fast", "opus-fast"]
+    assert data["variants"]["baseline"]["aliases"] == []
+    assert "variants.mtp.aliases" in invoke(*files, "config").stdout
+    listed = invoke(*files, "ls")
+    assert listed.exit_code == 0, listed.output
+    header, *rows = listed.stdout.splitlines()
+    assert header.split()[-1] == "ALIASES"
+    mtp = next(r for r in rows if r.split()[0] == "mtp")
+    assert mtp.split()[-1] == "fast,opus-fast"
+    rows_json = json.loads(invoke(*files, "ls", "--json").stdout)
+    assert {r["variant"]: r["aliases"] for r in rows_json}["mtp"] == ["fast", "opus-fast"]

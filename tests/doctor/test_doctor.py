@@ -106,6 +106,7 @@ def test_fast_checks_skip_gpu_probing_and_image_inspection(tmp_path: Path) -> No
         "port",
         "client-address",
         "bind-address",
+        "hold-timeout",
         "mounts",
         "mounts",
         "attention-backend",

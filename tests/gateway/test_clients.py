@@ -258,3 +258,14 @@ def test_a_held_stream_refused_after_its_headers_ends_with_an_error_event(make_g
     assert events[-1] == "data: [DONE]" and text.startswith(": held")
     error = json.loads(events[-2].removeprefix("data: "))["error"]
     assert error["code"] == 503 and "hold_timeout=0.5s" in error["message"]
+
+
+def test_the_control_state_says_whether_a_follower_is_attached(make_gateway, backend) -> None:
+    gw = switching_gateway(make_gateway)
+    control = GatewayControl(LocalExec(gw.config.control_socket))
+    state = control.state()
+    assert state.follower_attached is False and state.raw["switching"]["follower_seen_s_ago"] is None
+    control.report_serving("baseline")  # what a follower does at start and every 30 s
+    state = control.state()
+    assert state.follower_attached is True
+    assert 0 <= state.raw["switching"]["follower_seen_s_ago"] < 30

@@ -97,12 +97,12 @@ def test_variants_table_marks_the_serving_one() -> None:
         {"variant": "baseline", "method": None, "k": None, "image": "a", "image_present": True,
          "serving": False, "workloads": ["long-prompt"], "description": ""},
         {"variant": "mtp", "method": "mtp", "k": 7, "image": "a", "image_present": False,
-         "serving": True, "workloads": [], "description": ""},
+         "serving": True, "workloads": [], "aliases": ["fast", "opus-fast"], "description": ""},
     ]  # fmt: skip
     lines = format_variants(rows).splitlines()
-    assert lines[0].split() == ["VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS"]
-    assert lines[1].split() == ["baseline", "-", "-", "a", "yes", "long-prompt"]
-    assert lines[2].split() == ["*", "mtp", "mtp", "7", "a", "no", "-"]
+    assert lines[0].split() == ["VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]
+    assert lines[1].split() == ["baseline", "-", "-", "a", "yes", "long-prompt", "-"]
+    assert lines[2].split() == ["*", "mtp", "mtp", "7", "a", "no", "-", "fast,opus-fast"]
     assert lines[-1] == "* serves now: mtp"
 
 
