@@ -214,6 +214,12 @@ def _build(sources: Sources) -> Stack:
     kubernetes = _kubernetes(sources, resolve)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
+    if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
+        start_period = int(settings["start_period"])  # type: ignore[call-overload]
+        if start_period > gateway.hold_timeout:
+            gateway = replace(gateway, hold_timeout=start_period)
+            resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
+            resolve.written["gateway.hold_timeout"] = start_period
     _refuse_standby_without_gateway(variants, gateway)
     _refuse_level_2_with_speculation(variants, settings)
     variants = _adaptive_speculation(variants, str(settings["attention_backend"]), resolve.record)

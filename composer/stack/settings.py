@@ -77,7 +77,12 @@ KEYS: tuple[Key, ...] = (
         "gateway", "enabled", "boolean", "the gateway owns the shared port (false: the variant publishes it)"
     ),
     Key("gateway", "image", "string", "the gateway's image"),
-    Key("gateway", "hold_timeout", "duration", "how long a request may be held (then 503 with Retry-After)"),
+    Key(
+        "gateway",
+        "hold_timeout",
+        "duration",
+        "how long a request may be held, then 503 (default: 5m, or start_period when longer)",
+    ),
     Key("gateway", "max_held", "integer", "requests held at once (more get 429 with Retry-After)"),
     Key("gateway", "drain_timeout", "duration", "how long a swap lets in-flight requests finish"),
     Key("gateway", "warmup_requests", "count", "requests sent to a new variant before clients reach it"),

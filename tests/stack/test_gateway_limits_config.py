@@ -48,3 +48,25 @@ def test_limits_reach_the_gateway_environment(tmp_path: Path) -> None:
     assert env["GATEWAY_HOLD_KEEPALIVE"] == "0"
     from_env = load_stack([REPO / "composer.toml"], empty, environ={"GATEWAY_MAX_CONNECTIONS": "99"})
     assert from_env.gateway.max_connections == 99
+
+
+@pytest.mark.parametrize(
+    ("toml", "hold", "source"),
+    [
+        ('[stack]\nstart_period = "15m"\n', 900, "default (stack.start_period)"),
+        ('[stack]\nstart_period = "2m"\n', 300, "default"),
+        ('[stack]\nstart_period = "15m"\n[gateway]\nhold_timeout = "5m"\n', 300, "hold.toml"),
+    ],
+)
+def test_the_default_hold_timeout_follows_the_start_budget(
+    tmp_path: Path, toml: str, hold: int, source: str
+) -> None:
+    override = tmp_path / "hold.toml"
+    override.write_text(toml)
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    stack = load_stack([REPO / "composer.toml", override], empty, environ={})
+    assert stack.gateway.hold_timeout == hold
+    assert stack.sources["gateway.hold_timeout"] == source
+    env = {name: resolve(value) for name, value in build_gateway_spec(stack).environment}
+    assert env["GATEWAY_HOLD_TIMEOUT"] == str(hold)
