@@ -72,7 +72,8 @@ def test_config_lists_every_table_with_units_and_descriptions(empty_env_file: Pa
         assert f"kubernetes.{key}" in rows
     assert rows["variants.baseline.kv_cache_memory"].split()[1:3] == ["7.0GiB", "composer.toml"]
     assert rows["stack.start_period"].split()[1:3] == ["15m", "composer.toml"]
-    assert rows["gateway.hold_timeout"].split()[1:3] == ["5m", "default"]
+    # unset, it follows the start budget (start_period is longer than the 5m default)
+    assert rows["gateway.hold_timeout"].split()[1:4] == ["15m", "default", "(stack.start_period)"]
     assert rows["gateway.enabled"].split()[1:3] == ["true", "default"]
     assert "how long a request may be held" in rows["gateway.hold_timeout"]
     assert "None" not in result.stdout and "True" not in result.stdout
