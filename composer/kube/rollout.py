@@ -116,15 +116,16 @@ def write_overlay(stack: Stack, target: Target, directory: Path | None = None) -
     return out / "overlays" / target.name
 
 
+NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
+
+
 def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
     """Create or update the API key Secret by server-side apply: the key travels on stdin,
     never in argv or a file, and the object keeps no `last-applied-configuration`
     annotation (client-side apply would store the key there in clear text). An annotation
     left by an earlier client-side apply is removed."""
     if not stack.api_key:
-        raise PreflightFailed(
-            f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
-        )
+        raise PreflightFailed(NO_KEY)
     name = secret_name(stack)
     secret = {
         "apiVersion": "v1",
@@ -376,6 +377,8 @@ def up_kubernetes(
     """Switch the cluster's Deployment to `target` under the project's swap lock; raise
     SwapFailed (after undoing) on failure, caused by KeyboardInterrupt when interrupted."""
     options = options or KubeUpOptions()
+    if not stack.api_key:  # a configuration error never waits for another swap's lock
+        raise PreflightFailed(NO_KEY)
     runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return runner.up(target)

@@ -382,7 +382,8 @@ def _refuse_shared_mount_targets(
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
     unknown = sorted(set(table) - allowed)
     if unknown:
-        raise ConfigError(f"unknown key {where}.{unknown[0]}: allowed are " + ", ".join(sorted(allowed)))
+        key = unknown[0] if unknown[0].isprintable() else v.shown(unknown[0])  # one line, always
+        raise ConfigError(f"unknown key {where}.{key}: allowed are " + ", ".join(sorted(allowed)))
 
 
 def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
