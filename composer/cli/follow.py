@@ -96,7 +96,7 @@ def follow(obj: Context, **kwargs: object) -> None:
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to end, exit 130 like a shell
         emit(FollowEvent("stop", None, "stopped by a signal"))
-        raise
+        raise SystemExit(130) from None  # the stop event says it all: no error object after it
     emit(FollowEvent("stop", None, f"{count} switches run"))
 
 

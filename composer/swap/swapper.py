@@ -302,6 +302,9 @@ class Swapper:
 
         if not created_from:
             return False
+        created = Path(created_from.split(",")[0])
+        if created.resolve() == Path(compose_file).resolve():
+            return False  # rewritten for this up (same variant hash): compose's hash decides
         try:
             old, new = (
                 yaml.safe_load(Path(f).read_text(encoding="utf-8"))["services"]["gateway"]

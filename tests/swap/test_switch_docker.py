@@ -224,6 +224,9 @@ def test_auto_policy_follows_a_three_phase_trace_with_one_switch_per_phase(auto_
         phases[name] = started
     assert phases == {"chat": [], "long": ["baseline"], "chat again": ["mtp"]}, follow.events
     reasons = [e["reason"] for _, e in follow.of("switch")]
-    assert "-> long-16 = baseline" in reasons[0] and "-> chat-1 = mtp" in reasons[1], reasons
+    # the first switch is to the 16-stream class: when concurrency first reaches it, the 3 s
+    # window may still hold the chat phase's short prompts (chat-16 and long-16 both map to baseline)
+    assert "-> long-16 = baseline" in reasons[0] or "-> chat-16 = baseline" in reasons[0], reasons
+    assert "-> chat-1 = mtp" in reasons[1], reasons
     metrics = gateway_metrics(auto_stack)
     assert 'gateway_switches_total{outcome="ok",reason="auto"} 2.0' in metrics
