@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import time
 from pathlib import Path
 
@@ -194,7 +195,9 @@ def test_service_url_namespace_and_kubectl_from_the_stack(
 )
 def test_errors_are_one_line(standin: Standin, run_cli, args, env, message: str, code: int) -> None:
     standin.scenario()
-    done = run_cli(*args, "up", "baseline", *UP[1:], extra_env=env)
+    # a project of its own: the user's swap lock of project vllm may be held by a test beside it
+    own = {"COMPOSE_PROJECT_NAME": f"kt{secrets.token_hex(4)}"}
+    done = run_cli(*args, "up", "baseline", *UP[1:], extra_env={**own, **env})
     assert done.returncode == code, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import secrets
 import subprocess
 import sys
 from pathlib import Path
@@ -135,7 +136,9 @@ def test_cluster_errors_are_one_line_ending_with_the_fix(
     _scenario(standin, gateway, **scenario)
     global_args = args if args[:1] == ("--context",) else ()
     local_args = () if global_args else args
-    done = run_cli(*global_args, *UP, *local_args)
+    # a project of its own: the user's swap lock of project vllm may be held by a test beside it
+    own = {"COMPOSE_PROJECT_NAME": f"kt{secrets.token_hex(4)}"}
+    done = run_cli(*global_args, *UP, *local_args, extra_env=own)
     assert done.returncode == code, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in done.stderr
