@@ -29,6 +29,11 @@ GLOBALS_NOTE = (
 )
 
 
+def one_line(text: str) -> str:
+    """`text` with every character that would break its line (or not print) escaped."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
+
+
 def _exit_code(err: ComposerError) -> int:
     """The error's exit code; 130 when it was caused by an interrupt."""
     return 130 if isinstance(err.__cause__, KeyboardInterrupt) else err.exit_code
@@ -144,7 +149,10 @@ class ComposeSpecGroup(click.Group):
         if as_json:
             click.echo(json.dumps(error_object(err)))
         if not quiet:
-            click.echo(f"compose-spec: error: {err}", err=True)
+            text = str(err)
+            if _exit_code(err) == 2:  # usage and configuration errors are one line, whatever they quote
+                text = one_line(text)
+            click.echo(f"compose-spec: error: {text}", err=True)
         sys.exit(_exit_code(err))
 
 

@@ -45,3 +45,13 @@ def test_an_empty_recipe_folder_says_what_a_recipe_is(
     )
     assert result.exit_code == 2
     assert "choose one of none" not in result.stderr and "no image recipes" in result.stderr
+
+
+@pytest.mark.parametrize("key", ["\\r", "a\\nb", "\\u2028"])
+def test_a_configuration_error_quoting_a_line_break_is_still_one_line(tmp_path: Path, key: str) -> None:
+    stack = (Path(__file__).parents[2] / "composer.toml").read_text()
+    (tmp_path / "c.toml").write_text(stack.replace("[images]\n", f'[images]\n"{key}" = ""\n', 1))
+    (tmp_path / "e.env").write_text("")
+    result = invoke("config", "--env-file", str(tmp_path / "e.env"), "-f", str(tmp_path / "c.toml"))
+    assert result.exit_code == 2
+    assert len(result.stderr.splitlines()) == 1 and "invalid image name" in result.stderr
