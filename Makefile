@@ -72,7 +72,7 @@ render: install
 
 # Lint, the docs build and every test that needs no Docker engine and no image build
 # (minutes; benchmarks/bench_check.py times it). No daemon, no image, no root needed.
-check: install
+check: install tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 	$(MKDOCS) build --strict --site-dir .composer/site
