@@ -71,6 +71,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
 
 
+class FakeClock:
+    """A monotonic clock that `sleep` advances and records: a wait's timing without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+        self.slept: list[float] = []
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.slept.append(seconds)
+        self.now += seconds
+
+
 def free_port(ports: tuple[int, int] | None = None) -> int:
     """A TCP port free on 127.0.0.1 right now: inside `ports` (first, last) when given, else
     inside TEST_PORT_RANGE=LOW-HIGH when set (RuntimeError when none is free), else any."""

@@ -8,19 +8,7 @@ import pytest
 
 from composer.engine import retry
 from composer.engine.retry import Pending
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-        self.slept: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from tests.conftest import FakeClock
 
 
 def test_until_retries_pending_at_its_interval_then_reraises_the_last() -> None:

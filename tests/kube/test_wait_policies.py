@@ -12,18 +12,7 @@ from composer.engine import retry
 from composer.engine.health import Readiness
 from composer.errors import GatewayControlError, HealthCheckFailed, KubectlFailed, SwapFailed
 from composer.kube import control, rollout
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now, self.slept = 100.0, []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from tests.conftest import FakeClock
 
 
 @pytest.fixture

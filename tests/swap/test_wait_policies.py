@@ -12,18 +12,7 @@ from composer.engine import published_port, retry
 from composer.engine.published_port import PublishedPort
 from composer.errors import GatewayControlError
 from composer.swap import gateway_port, swapper
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now, self.slept = 100.0, []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.slept.append(seconds)
-        self.now += seconds
+from tests.conftest import FakeClock
 
 
 @pytest.fixture
