@@ -8,24 +8,52 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   `/gateway/ui` (a self-contained status page): `status`, `page`, `switchlog`, `throughput`.
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
   `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`,
-  `keepalive`, `status`, `throughput`) use only the standard library, starlette, uvicorn with
+  `keepalive`, `status`, `throughput`, `live`) use only the standard library, starlette, uvicorn with
   httptools (`limits` builds the public port's HTTP protocol on it), httpx, aiohttp (the
   forwarding client) and prometheus_client; `paths`, `routes` and `listing` (the canonical
-  path, the allow-list of forwarded routes, the model list with its aliases) only the
-  standard library. The image copies only `composer/__init__.py`, `composer/errors.py` and
+  path, the allow-list of forwarded routes, the model list with its aliases) and `routing`
+  (the live set's pure decision, with `policy`) only the standard library. The image copies
+  only `composer/__init__.py`, `composer/errors.py` and
   this package (Python files only: the status page is a Python module). This module imports
   only standard-library modules, so host code can use the client and the settings without
   the server's dependencies.
 
+Live set (several variants or replicas at once; the contract with the stack's renderer and
+`up`): `GATEWAY_LIVE_UPSTREAMS` is a JSON list of `{"name": "mtp/1", "variant": "mtp", "url":
+"http://vllm-mtp-1:8000"}`; empty or absent: the single `GATEWAY_UPSTREAM` as before (a live
+set of one behaves the same: the gate holds while no member is ready). Each request goes to
+one ready member (`routing`, pure): an alias names a variant; else the request's class
+(prompt-size estimate, `[workloads]` in `GATEWAY_WORKLOADS`, whose optional CROSSOVER field
+bounds a class's variant's outstanding requests) picks the variant; among its replicas the
+least loaded. Every forwarded response carries `x-served-by: <name>`. A member whose
+connection fails is taken out until its own health check (`/health`, `/is_sleeping`,
+`/v1/models`; bounded backoff) passes; requests that had not reached it go to the others.
+Control: `POST /upstreams {"upstreams": [...]}` replaces the set (`GatewayControl.set_upstreams`:
+new members count as ready, the host gates them first); a member left out gets no new
+requests and `GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones
+before the host stops its container. `GatewayControl.state().upstreams` (control `/state`,
+and `/gateway/status`) lists each member with name, variant, url, ready, outstanding,
+requests, served, errors, leaving. With a live set the automatic policy raises no switch
+demands, and `route`, the dev routes (`backend`) and `/gateway/status`'s throughput still
+use the single `GATEWAY_UPSTREAM`.
+
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
-`GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
-`GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
+`UpstreamInfo`, `UpstreamDrain`, `LiveSpec`, `GatewayConfig`, `load_config`, `ENV_VARS`,
+`GatewayError`, `GatewayConfigError`, `GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
 """
 
 from composer.errors import GatewayConfigError, GatewayControlError, GatewayError
 
-from .client import BackendReply, DrainReport, GatewayControl, GatewayState, HoldInfo
-from .config import ENV_VARS, GatewayConfig, load_config
+from .client import (
+    BackendReply,
+    DrainReport,
+    GatewayControl,
+    GatewayState,
+    HoldInfo,
+    UpstreamDrain,
+    UpstreamInfo,
+)
+from .config import ENV_VARS, GatewayConfig, LiveSpec, load_config
 from .routes import DEV_ROUTES, PUBLIC_PATHS
 
 __all__ = [
@@ -41,5 +69,8 @@ __all__ = [
     "GatewayError",
     "GatewayState",
     "HoldInfo",
+    "LiveSpec",
+    "UpstreamDrain",
+    "UpstreamInfo",
     "load_config",
 ]

@@ -96,6 +96,53 @@ class GatewayState:
         attached = switching.get("follower_attached") if isinstance(switching, dict) else None
         return attached if isinstance(attached, bool) else None
 
+    @property
+    def upstreams(self) -> tuple[UpstreamInfo, ...]:
+        """The live set, then its leaving members (empty: the single upstream serves)."""
+        items = self.raw.get("upstreams")
+        return tuple(_upstream(d) for d in items if isinstance(d, dict)) if isinstance(items, list) else ()
+
+
+@dataclass(frozen=True)
+class UpstreamInfo:
+    """One live upstream as the gateway reports it (`leaving`: out of the set, draining)."""
+
+    name: str
+    variant: str
+    url: str
+    ready: bool
+    outstanding: int
+    served: int
+    errors: int
+    requests: int = 0
+    leaving: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class UpstreamDrain:
+    """How a drain of a departed live upstream ended: `done` when nothing is in flight."""
+
+    name: str
+    done: bool
+    outstanding: int
+    duration_s: float
+
+
+def _upstream(d: Mapping[str, Any]) -> UpstreamInfo:
+    return UpstreamInfo(
+        name=str(d["name"]),
+        variant=str(d["variant"]),
+        url=str(d["url"]),
+        ready=bool(d.get("ready")),
+        outstanding=int(d.get("outstanding", 0)),
+        served=int(d.get("served", 0)),
+        errors=int(d.get("errors", 0)),
+        requests=int(d.get("requests", 0)),
+        leaving=bool(d.get("leaving")),
+        error=str(d.get("error", "")),
+    )
+
 
 @dataclass(frozen=True)
 class SwitchDemand:
@@ -271,6 +318,25 @@ class GatewayControl:
     def route(self, upstream: str) -> str:
         """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
         return str(self._run("route", upstream)["previous"])
+
+    def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
+        """Replace the live set with `[{name, variant, url}, ...]` (gate new members first: they
+        get requests at once); members left out get no new requests (`drain_upstream` waits
+        for their in-flight ones). `[]` goes back to the single upstream."""
+        reply = self._run("upstreams", json.dumps([dict(u) for u in upstreams]))
+        return tuple(_upstream(d) for d in reply.get("upstreams", []))
+
+    def drain_upstream(self, name: str, timeout_s: float) -> UpstreamDrain:
+        """Wait up to `timeout_s` until the live upstream `name`, already left out of the set,
+        has no request in flight (then stop its container; what is left then fails)."""
+        start = time.monotonic()
+        while True:
+            left = timeout_s - (time.monotonic() - start)
+            reply = self._run("drain-upstream", name, "--wait", str(max(0.0, min(CALL_WAIT_S, left))))
+            if reply.get("done") or left <= CALL_WAIT_S:
+                return UpstreamDrain(
+                    name, bool(reply.get("done")), int(reply.get("outstanding", 0)), time.monotonic() - start
+                )
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait until the gateway sees its backend ready; False at the timeout."""

@@ -7,7 +7,9 @@ The API key is read from `VLLM_API_KEY` and never appears in `repr()` or `descri
 
 from __future__ import annotations
 
+import json
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -18,6 +20,9 @@ from .policy import WorkloadClass, parse_workloads
 
 DEFAULT_UPSTREAM = "http://vllm:8000"
 DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"
+MAX_LIVE = 64  # upstreams in a live set (they are metric labels: bounded)
+LIVE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}(/[A-Za-z0-9._-]{1,16})?")
+VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 # name -> (meaning, default) for documentation and for renderers that set them.
 ENV_VARS: dict[str, tuple[str, str]] = {
@@ -28,6 +33,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_UPSTREAM_CANDIDATES": (
         "URL,... of sleep-mode backends: readiness asks their /is_sleeping, and a gateway that "
         "starts (a restart, a reboot) forwards to the one that answers healthy and awake",
+        "",
+    ),
+    "GATEWAY_LIVE_UPSTREAMS": (
+        'JSON list of live upstreams [{"name": "mtp/1", "variant": "mtp", "url": "http://vllm-mtp-1:8000"}]: '
+        "each request goes to one of them by alias, class and load (empty: GATEWAY_UPSTREAM alone)",
         "",
     ),
     "GATEWAY_HOST": ("address the public port binds inside the container", "0.0.0.0"),
@@ -66,13 +76,58 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "30",
     ),
     "GATEWAY_POLICY_WINDOW": ("seconds of traffic the auto policy looks at", "30"),
-    "GATEWAY_WORKLOADS": ("NAME:MIN:MAX:TOKENS:STREAMS=VARIANT,... workload classes (policy = auto)", ""),
+    "GATEWAY_WORKLOADS": (
+        "NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT,... workload classes (policy = auto, live routing)",
+        "",
+    ),
     "VLLM_API_KEY": ("API key checked on every forwarded route but health/version/metrics/ping/load", ""),
 }
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 POLICIES = ("manual", "auto")
 MAX_LEASE_S = 3600.0
+
+
+@dataclass(frozen=True)
+class LiveSpec:
+    """One upstream of a live set: its name (`variant/replica`), its variant and base URL."""
+
+    name: str
+    variant: str
+    url: str
+
+    def describe(self) -> dict[str, str]:
+        return {"name": self.name, "variant": self.variant, "url": self.url}
+
+
+def parse_live(items: object, where: str = "GATEWAY_LIVE_UPSTREAMS") -> tuple[LiveSpec, ...]:
+    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique.
+
+    Raises ValueError with a one-line message naming the problem and the allowed values.
+    """
+    if not isinstance(items, list) or len(items) > MAX_LIVE:
+        raise ValueError(f"{where} must be a JSON list of at most {MAX_LIVE} {{name, variant, url}} objects")
+    specs: dict[str, LiveSpec] = {}
+    for item in items:
+        if not isinstance(item, dict) or set(item) - {"name", "variant", "url"}:
+            raise ValueError(f"{where}: item {item!r} is invalid; allowed: an object with name, variant, url")
+        variant = item.get("variant")
+        if not isinstance(variant, str) or not VARIANT.fullmatch(variant):
+            raise ValueError(
+                f"{where}: variant {variant!r} is invalid; "
+                "allowed: letters, digits, '.', '_', '-' (at most 64)"
+            )
+        name = item.get("name") or f"{variant}/1"
+        if not isinstance(name, str) or not LIVE_NAME.fullmatch(name):
+            raise ValueError(f"{where}: name {name!r} is invalid; allowed: VARIANT/REPLICA, e.g. mtp/1")
+        if name in specs:
+            raise ValueError(f"{where}: name {name!r} is given twice")
+        try:
+            url = check_upstream(str(item.get("url", "")), f"{where} url of {name}")
+        except GatewayConfigError as err:
+            raise ValueError(str(err)) from err
+        specs[name] = LiveSpec(name, variant, url)
+    return tuple(specs.values())
 
 
 @dataclass(frozen=True)
@@ -106,11 +161,12 @@ class GatewayConfig:
     residency_wait: float = 30.0
     policy_window: float = 30.0
     workloads: tuple[WorkloadClass, ...] = ()
+    live_upstreams: tuple[LiveSpec, ...] = ()
 
     @property
     def inspects_bodies(self) -> bool:
         """True when request bodies are read for their model name and prompt size."""
-        return self.switch_on_model or self.policy == "auto"
+        return self.switch_on_model or self.policy == "auto" or bool(self.live_upstreams)
 
     def describe(self) -> dict[str, object]:
         """The settings as a JSON-ready dict, with the API key reduced to whether it is set."""
@@ -118,6 +174,7 @@ class GatewayConfig:
         out["api_key_set"] = bool(self.api_key)
         out["aliases"] = dict(self.aliases)
         out["workloads"] = [w.name for w in self.workloads]
+        out["live_upstreams"] = [spec.describe() for spec in self.live_upstreams]
         return out
 
 
@@ -198,6 +255,13 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         raise GatewayConfigError("GATEWAY_POLICY=auto needs GATEWAY_WORKLOADS (workload classes)")
     host = env.get("GATEWAY_HOST", "").strip() or "0.0.0.0"
     served = env.get("GATEWAY_SERVED_NAME", "").strip()
+    live_raw = env.get("GATEWAY_LIVE_UPSTREAMS", "").strip()
+    try:
+        live = parse_live(json.loads(live_raw)) if live_raw else ()
+    except json.JSONDecodeError as err:
+        raise GatewayConfigError(f"GATEWAY_LIVE_UPSTREAMS is not JSON: {err.msg} at {err.pos}") from err
+    except ValueError as err:
+        raise GatewayConfigError(str(err)) from err
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
         upstream_candidates=tuple(
@@ -231,6 +295,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         residency_wait=_number(env, "GATEWAY_RESIDENCY_WAIT", 30.0, 0.0, 86400.0),
         policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0, 1.0, 86400.0),
         workloads=workloads,
+        live_upstreams=live,
     )
 
 

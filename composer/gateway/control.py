@@ -17,6 +17,9 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
 | `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
 | `GET /demand?wait_s=` | the pending switch demand (`{"demand": null}` when none came within wait_s) |
 | `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
+| `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
+|  | ready: the host gated them; members that leave get no new requests); `[]`: single upstream |
+| `POST /upstreams/drain {name, wait_s?}` | wait until a member that left has no requests in flight |
 
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
@@ -40,7 +43,7 @@ from starlette.routing import Route
 
 from composer.errors import GatewayConfigError
 
-from .config import MAX_LEASE_S, check_upstream
+from .config import MAX_LEASE_S, check_upstream, parse_live
 from .gate import DrainResult, UnknownHold
 
 if TYPE_CHECKING:
@@ -207,9 +210,9 @@ def build_control_app(gateway: Gateway) -> Starlette:
         body = await body_of(request)
         timeout = _seconds(body, "timeout_s", MAX_WAIT_S, MAX_WAIT_S)
         deadline = time.monotonic() + timeout
-        while not gateway.upstream.ready and time.monotonic() < deadline:
+        while not gateway.backend_ready and time.monotonic() < deadline:
             await asyncio.sleep(min(0.02, gateway.config.poll_interval))
-        return JSONResponse({"ready": gateway.upstream.ready, "state": gateway.state()})
+        return JSONResponse({"ready": gateway.backend_ready, "state": gateway.state()})
 
     async def backend(request: Request) -> JSONResponse:
         body = await body_of(request)
@@ -271,6 +274,26 @@ def build_control_app(gateway: Gateway) -> Starlette:
         gateway.switcher.report(variant, demand_id, ok, str(body.get("detail", ""))[:500])
         return JSONResponse({"switching": gateway.switcher.snapshot()})
 
+    async def upstreams(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        try:
+            specs = parse_live(body.get("upstreams"), "upstreams")
+        except ValueError as err:
+            raise BadInput(str(err)) from err
+        gateway.set_upstreams(specs)
+        return JSONResponse({"upstreams": gateway.live.snapshot(), "state": gateway.state()})
+
+    async def drain_upstream(request: Request) -> JSONResponse:
+        body = await body_of(request)
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            raise BadInput("name must be a live upstream's name")
+        if name in gateway.live.members:
+            raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
+        wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
+        left = await gateway.live.wait_gone(name, wait_s)
+        return JSONResponse({"name": name, "done": left == 0, "outstanding": left})
+
     async def on_bad_input(_: Request, exc: Exception) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -290,6 +313,8 @@ def build_control_app(gateway: Gateway) -> Starlette:
             Route("/backend", backend, methods=["POST"]),
             Route("/demand", demand),
             Route("/serving", serving, methods=["POST"]),
+            Route("/upstreams", upstreams, methods=["POST"]),
+            Route("/upstreams/drain", drain_upstream, methods=["POST"]),
         ],
         exception_handlers={BadInput: on_bad_input, UnknownHold: on_unknown, KeyError: on_unknown},
     )

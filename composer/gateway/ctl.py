@@ -74,6 +74,11 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--timeout", type=float)
     dm = sub.add_parser("demand")
     dm.add_argument("--wait", type=float, default=25.0)
+    up = sub.add_parser("upstreams")
+    up.add_argument("json_list", metavar="JSON", help='the live set: [{"name", "variant", "url"}, ...]')
+    du = sub.add_parser("drain-upstream")
+    du.add_argument("name")
+    du.add_argument("--wait", type=float, default=25.0)
     sv = sub.add_parser("serving")
     sv.add_argument("variant", nargs="?")
     sv.add_argument("--demand")
@@ -119,6 +124,14 @@ def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | No
         return "POST", "/wait-ready", {"timeout_s": args.timeout}
     if verb == "demand":
         return "GET", f"/demand?wait_s={args.wait}", None
+    if verb == "upstreams":
+        try:
+            items = json.loads(args.json_list)
+        except ValueError as err:
+            raise ValueError(f"the live set is not JSON: {err}") from err
+        return "POST", "/upstreams", {"upstreams": items}
+    if verb == "drain-upstream":
+        return "POST", "/upstreams/drain", {"name": args.name, "wait_s": args.wait}
     if verb == "serving":
         body = {"variant": args.variant, "demand": args.demand, "ok": not args.failed, "detail": args.detail}
         return "POST", "/serving", body

@@ -30,6 +30,15 @@
 | `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
 | `gateway_switch_withdrawn_total` | counter | automatic demands dropped before the host took them |
 | `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
+| `gateway_live_requests_total{upstream}` | counter | requests forwarded to each live upstream |
+| `gateway_live_outstanding{upstream}` | gauge | requests in flight on each live upstream |
+| `gateway_live_errors_total{upstream}` | counter | refused or broken connections and 502s, per upstream |
+| `gateway_live_ready{upstream}` | gauge | 1 while a live upstream passes its health check |
+| `gateway_route_decisions_total{reason}` | counter | live routing decisions: `alias`, `class`, `crossover`, |
+|  |  | `fallback`, `balance` (see `routing`) |
+
+The `upstream` label is a live upstream's name (`mtp/2`): they come only from the gateway's
+settings and the control channel (at most 64), and an upstream's series go when it leaves.
 
 `gateway_refused_requests_total` also counts `residency` (429: another variant's
 `min_residency` runs) and `switch_failed` (503: the switch a request waited for failed).
@@ -41,6 +50,8 @@ import contextlib
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .routing import REASONS as ROUTE_REASONS
 
 REFUSAL_REASONS = (
     "hold_timeout",
@@ -132,6 +143,37 @@ class Metrics:
         self.serving_info = Gauge(
             "gateway_serving_variant_info", "1 for the variant reported serving", ["variant"], registry=r
         )
+
+        self.live_requests = Counter(
+            "gateway_live_requests", "Requests forwarded to each live upstream", ["upstream"], registry=r
+        )
+        self.live_outstanding = Gauge(
+            "gateway_live_outstanding", "Requests in flight on each live upstream", ["upstream"], registry=r
+        )
+        self.live_errors = Counter(
+            "gateway_live_errors", "Failed requests per live upstream", ["upstream"], registry=r
+        )
+        self.live_ready = Gauge(
+            "gateway_live_ready", "1 while a live upstream passes its health check", ["upstream"], registry=r
+        )
+        self.route_decisions = Counter(
+            "gateway_route_decisions", "Live routing decisions by reason", ["reason"], registry=r
+        )
+        for reason in ROUTE_REASONS:
+            self.route_decisions.labels(reason)
+
+    def live_added(self, name: str) -> None:
+        """Create a live upstream's series (zero)."""
+        self.live_requests.labels(name)
+        self.live_outstanding.labels(name)
+        self.live_errors.labels(name)
+        self.live_ready.labels(name)
+
+    def live_removed(self, name: str) -> None:
+        """Drop a live upstream's series once it has left the set and drained."""
+        for metric in (self.live_requests, self.live_outstanding, self.live_errors, self.live_ready):
+            with contextlib.suppress(KeyError):
+                metric.remove(name)
 
     def count_sleep_call(self, path: str, ok: bool) -> None:
         """Count a backend `/sleep` or `/wake_up` call (other paths are not counted)."""

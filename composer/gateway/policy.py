@@ -3,9 +3,11 @@
 A workload class is what `compose-spec recommend` measured: a prompt-length bucket and a
 number of concurrent streams (`chat-1`, `long-16`, `long16000-16`), mapped to a variant by
 the stack's `[workloads]` table. The stack hands the classes over in `GATEWAY_WORKLOADS` as
-`NAME:MIN:MAX:TOKENS:STREAMS=VARIANT` items, comma-separated: the bucket's prompt tokens
-from MIN to MAX (MAX 0: no upper bound), TOKENS the length measured when the class names
-one (0: none), STREAMS the concurrency.
+`NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT` items, comma-separated: the bucket's
+prompt tokens from MIN to MAX (MAX 0: no upper bound), TOKENS the length measured when the
+class names one (0: none), STREAMS the concurrency, and the optional CROSSOVER: the
+outstanding requests on one replica of VARIANT from which a live gateway sends the class's
+requests elsewhere (`routing`; absent or 0: derived from the classes, see there).
 
 The window keeps, for the last `seconds`, the estimated prompt tokens of each request and
 a sample of the outstanding requests (held + in flight) taken at each policy tick. The
@@ -32,12 +34,14 @@ class WorkloadClass:
     tokens: int | None
     streams: int
     variant: str
+    crossover: int | None = None
 
     def encode(self) -> str:
         """The `GATEWAY_WORKLOADS` item of this class."""
+        cross = f":{self.crossover}" if self.crossover else ""
         return (
             f"{self.name}:{self.min_tokens}:{self.max_tokens or 0}:{self.tokens or 0}:{self.streams}"
-            f"={self.variant}"
+            f"{cross}={self.variant}"
         )
 
 
@@ -48,14 +52,18 @@ def parse_workloads(raw: str) -> tuple[WorkloadClass, ...]:
         head, sep, variant = item.partition("=")
         fields = head.split(":")
         try:
-            if not sep or not variant or len(fields) != 5 or not fields[0]:
+            if not sep or not variant or len(fields) not in (5, 6) or not fields[0]:
                 raise ValueError
-            low, high, tokens, streams = (int(f) for f in fields[1:])
-            if min(low, high, tokens) < 0 or streams < 1 or (high and high < low):
+            low, high, tokens, streams, *rest = (int(f) for f in fields[1:])
+            cross = rest[0] if rest else 0
+            if min(low, high, tokens, cross) < 0 or streams < 1 or (high and high < low):
                 raise ValueError
         except ValueError:
-            raise ValueError(f"item {item!r}: allowed NAME:MIN:MAX:TOKENS:STREAMS=VARIANT") from None
-        classes.append(WorkloadClass(fields[0], low, high or None, tokens or None, streams, variant))
+            allowed = "NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT"
+            raise ValueError(f"item {item!r}: allowed {allowed}") from None
+        classes.append(
+            WorkloadClass(fields[0], low, high or None, tokens or None, streams, variant, cross or None)
+        )
     return tuple(classes)
 
 

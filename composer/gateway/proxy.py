@@ -42,6 +42,7 @@ from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
 
 if TYPE_CHECKING:
+    from .live import LiveSet, Member
     from .switching import Switcher
 
 log = logging.getLogger("gateway")
@@ -69,6 +70,9 @@ HOP_BY_HOP = frozenset(
 )
 # Headers aiohttp would add on its own: the client's are forwarded as they came, or not at all.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
+SERVED_BY = b"x-served-by"
+# The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
+ROUTE_HINT = "gateway.route_hint"
 # Errors that mean the backend went away before it answered: safe to send again when the
 # body can be replayed (a refused connection never reached it at all). CONNECT_ERRORS are
 # caught first (they are connection errors too).
@@ -231,9 +235,11 @@ class ProxyApp:
         served_name: str = "",
         stall_timeout: float = 0.0,
         hold_keepalive: float = 0.0,
+        live: LiveSet | None = None,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
+        self.live = live  # routes among several upstreams while it has members
         self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
@@ -300,7 +306,14 @@ class ProxyApp:
         if seen is None:
             return
         self.switcher.observe(seen.prompt_tokens)
-        variant = self.switcher.alias_variant(seen.model) if self.switcher.config.switch_on_model else None
+        live = self.live is not None and self.live.active
+        aliased = self.switcher.config.switch_on_model or live
+        variant = self.switcher.alias_variant(seen.model) if aliased else None
+        if live:
+            scope[ROUTE_HINT] = (variant, seen.prompt_tokens)
+            if variant is not None and seen.model is not None:
+                self._rename(scope, body, seen.payload)
+            return
         if variant is None or seen.model is None:
             return
         self.switch_waiting += 1
@@ -316,7 +329,11 @@ class ProxyApp:
             if not waiting.done():
                 waiting.cancel()
             self.switch_waiting -= 1
-        body.data = bodies.with_model(seen.payload, self.served_name)
+        self._rename(scope, body, seen.payload)
+
+    def _rename(self, scope: Scope, body: Body, payload: dict[str, Any]) -> None:
+        """Send the body with the served name as its model (it named an alias)."""
+        body.data = bodies.with_model(payload, self.served_name)
         headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
         scope["headers"] = [*headers, (b"content-length", str(len(body.data)).encode())]
 
@@ -429,8 +446,47 @@ class ProxyApp:
     ) -> bool:
         """Forward once; True means 'the backend went away before answering: queue it again'
         (only with `retry`; without it such a request gets 502)."""
+        if self.live is None or not self.live.active:
+            return await self._forward_to(None, ticket, scope, receive, send, body, watcher, retry=retry)
+        member = self.live.choose(scope.get(ROUTE_HINT))
+        if member is None:  # none ready since the gate admitted it: the gate holds it again
+            if retry and body.replayable():
+                return True
+            await send_error(send, 503, "no live upstream is ready", self.gate.retry_after)
+            return False
+        member.begin()
+        failed: list[str] = []
+        try:
+            return await self._forward_to(member, ticket, scope, receive, send, body, watcher, retry, failed)
+        finally:
+            self.live.finished(member, not failed)
+
+    async def _forward_to(
+        self,
+        member: Member | None,
+        ticket: Ticket,
+        scope: Scope,
+        receive: Receive,
+        send: Send,
+        body: Body,
+        watcher: asyncio.Future[None] | None,
+        retry: bool = True,
+        failed: list[str] | None = None,
+    ) -> bool:
+        """Forward once to `member` (None: the single upstream); see `_forward`. A connection
+        failure is appended to `failed` (and takes a member out until its probe passes)."""
+        target: Upstream | Member = self.upstream if member is None else member
+        failures = [] if failed is None else failed
+
+        def went_away(err: Exception, started: bool) -> bool:
+            reason = f"{type(err).__name__}: {err}"
+            failures.append(reason)
+            if member is not None:
+                member.mark_down(reason)  # the others serve meanwhile
+            return retry and self._went_away(target, body, reason, started)
+
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
-        url = self.upstream.url + scope["path"]
+        url = target.url + scope["path"]
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, ticket)
@@ -449,22 +505,24 @@ class ProxyApp:
                 if self._is_stream(response):
                     relay = Relay(response, ticket, self.stall_timeout)
                     ticket.cancel = relay.cut  # a cut ends the stream with an error event
-                    chunks = relay.chunks(self._stalled, scope)
+                    chunks = relay.chunks(lambda sc: self._stalled(sc, target, failures), scope)
                 else:
                     chunks = response.content.iter_any()
                 out = StreamingResponse(chunks, status_code=response.status)
                 out.raw_headers = _forward_headers(response.raw_headers)
+                if member is not None:
+                    out.raw_headers.append((SERVED_BY, member.name.encode()))
                 if watcher is not None:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
                 started = True
                 await out(scope, receive, send)
             except CONNECT_ERRORS as err:
-                if retry and self._went_away(body, f"{type(err).__name__}: {err}", started):
+                if went_away(err, started):
                     return True
                 await self._bad_gateway(send, err)
                 return False
             except GONE_ERRORS as err:
-                if retry and self._went_away(body, f"{type(err).__name__}: {err}", started):
+                if went_away(err, started):
                     return True
                 log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 if started:
@@ -476,6 +534,7 @@ class ProxyApp:
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
+                failures.append(type(err).__name__)
                 if started:
                     self.metrics.upstream_errors.inc()
                 else:
@@ -497,18 +556,19 @@ class ProxyApp:
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
 
-    def _stalled(self, scope: Scope) -> None:
+    def _stalled(self, scope: Scope, target: Upstream | Member, failures: list[str]) -> None:
         """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
         poller sees the backend ready again."""
         log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
         self.metrics.stalled.inc()
-        self.upstream.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+        failures.append("stall")
+        target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _went_away(self, body: Body, reason: str, started: bool) -> bool:
+    def _went_away(self, target: Upstream | Member, body: Body, reason: str, started: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again."""
         if started or not body.replayable():
             return False
-        self.upstream.mark_down(reason)
+        target.mark_down(reason)
         self.metrics.retries.inc()
         return True
 

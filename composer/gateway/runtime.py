@@ -14,7 +14,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -25,10 +25,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import GatewayConfig
+from .config import GatewayConfig, LiveSpec
 from .control import build_control_app
 from .gate import Gate
 from .limits import ConnectionLimits, limited_protocol
+from .live import LiveSet
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
@@ -65,6 +66,9 @@ class Gateway:
             urgent=lambda: not self.gate.is_open or self.gate.held > 0,
             candidates=config.upstream_candidates,
         )
+        self.live = LiveSet(
+            config, self.metrics, self._live_ready, urgent=lambda: not self.gate.is_open or self.gate.held > 0
+        )
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
@@ -78,6 +82,7 @@ class Gateway:
             config.served_name,
             config.stall_timeout,
             config.hold_keepalive,
+            self.live,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
@@ -93,9 +98,8 @@ class Gateway:
             return Response(self.metrics.render(), media_type=CONTENT_TYPE)
 
         async def health(_: Request) -> JSONResponse:
-            return JSONResponse(
-                {"gateway": "up", "backend_ready": self.upstream.ready, "held": self.gate.held}
-            )
+            ready = self.backend_ready
+            return JSONResponse({"gateway": "up", "backend_ready": ready, "held": self.gate.held})
 
         own = Starlette(
             routes=[
@@ -124,9 +128,34 @@ class Gateway:
 
         return app
 
+    @property
+    def backend_ready(self) -> bool:
+        """The single upstream is ready, or (with a live set) any live upstream is."""
+        return self.live.any_ready() if self.live.active else self.upstream.ready
+
     def _backend_ready(self, ready: bool) -> None:
+        if self.live.active:
+            return  # the live set decides
         self.gate.set_backend_ready(ready)
         self.status.switches.backend_ready(ready)
+
+    def _live_ready(self, any_ready: bool) -> None:
+        ready = any_ready if self.live.active else self.upstream.ready
+        self.gate.set_backend_ready(ready)
+        self.status.switches.backend_ready(ready)
+
+    def set_upstreams(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
+        """Make `specs` the live set (empty: back to the single upstream)."""
+        self.live.replace(specs, gated=gated)
+        self._single_poller()
+
+    def _single_poller(self) -> None:
+        """Poll the single upstream only while no live set routes (it would probe for nothing)."""
+        if self.live.active and self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+        elif not self.live.active and self._poller is None:
+            self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
 
     def route(self, url: str) -> str:
         """Forward to `url` from now on (held until it is ready); returns the previous URL."""
@@ -147,6 +176,8 @@ class Gateway:
             "upstream": self.upstream.url,
             "served_name": self.config.served_name,
             "backend_error": self.upstream.last_error,
+            "live": self.live.active,
+            "upstreams": self.live.snapshot(),
             **self.gate.snapshot(),
             "refused": refused,
             "drained_total": self.metrics.drained._value.get(),
@@ -160,7 +191,9 @@ class Gateway:
     async def start(self) -> None:
         """Open the forwarding session and start the readiness poller (inside the serving loop)."""
         self.proxy.open()
-        self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
+        if self.config.live_upstreams:
+            self.live.start(self.config.live_upstreams)
+        self._single_poller()
         if self.config.policy == "auto":
             self._policy = asyncio.get_running_loop().create_task(self._run_policy())
 
@@ -168,6 +201,8 @@ class Gateway:
         """Tick the automatic policy: sample the outstanding requests, maybe raise a demand."""
         while True:
             await asyncio.sleep(POLICY_TICK_S)
+            if self.live.active:
+                continue  # live routing picks per request: no switch demands
             try:
                 self.switcher.tick(self.gate.held + self.gate.inflight + self.proxy.switch_waiting)
             except Exception:  # a policy bug must not stop the gateway
@@ -184,6 +219,7 @@ class Gateway:
         await self.proxy.aclose()
         await self.backend_client.aclose()
         await self.upstream.aclose()
+        await self.live.aclose()
 
 
 class _Server(uvicorn.Server):

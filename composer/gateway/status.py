@@ -4,7 +4,8 @@ The JSON needs the API key, like `/v1` (401 `{"error": "Unauthorized"}` without 
 itself is static (no data in it) and reads the JSON with the key the user enters. Neither
 reaches the control channel's powers, and neither shows the key or a hold's token.
 
-What the JSON holds: the serving variant(s), the sleeping ones, the switch under way (from,
+What the JSON holds: the serving variant(s), every live upstream (name, variant, URL, ready,
+outstanding, requests, served, errors), the sleeping ones, the switch under way (from,
 to, stage, seconds) and the last switches with outcome and stage timings (`switchlog`), held
 and in-flight requests, and per-variant tokens/s and acceptance over the last minute with a
 tokens/s series for a sparkline (`throughput`). The backend's `/metrics` is sampled every
@@ -125,7 +126,7 @@ class StatusBoard:
             "served_name": gw.config.served_name,
             "uptime_s": round(now - gw.started_at, 3),
             "backend": {
-                "ready": gw.upstream.ready,
+                "ready": gw.backend_ready,
                 "waking": bool(gw.metrics.waking._value.get()),
                 "error": gw.upstream.last_error,
             },
@@ -146,6 +147,8 @@ class StatusBoard:
                 "refused_total": refused,
             },
             "variants": variants,
+            "live": gw.live.active,
+            "upstreams": gw.live.snapshot(),
         }
 
     # -- endpoints -----------------------------------------------------------------------

@@ -46,6 +46,7 @@ class Upstream:
         ready_interval: float = READY_POLL_INTERVAL,
         urgent: Callable[[], bool] | None = None,
         candidates: Sequence[str] = (),
+        backoff_max: float = 0.0,
     ) -> None:
         self._url = url
         self.candidates = tuple(candidates)
@@ -56,6 +57,8 @@ class Upstream:
         self.poll_interval = poll_interval
         self.ready_interval = max(ready_interval, poll_interval)
         self._urgent = urgent or (lambda: False)
+        self.backoff_max = max(backoff_max, poll_interval)
+        self._failures = 0  # probes failed in a row (the backoff's exponent)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             timeout=PROBE_TIMEOUT,
@@ -90,6 +93,12 @@ class Upstream:
         log.info("route: %s -> %s", old, url)
         self._wake.set()
         return old
+
+    def assume_ready(self) -> None:
+        """The host gated this backend before handing it over: ready now, probed as usual."""
+        self._listed = True
+        self._failures = 0
+        self._set_ready(True)
 
     def mark_down(self, reason: str) -> None:
         """The proxy could not reach the backend: hold new requests until the poller sees it ready."""
@@ -163,27 +172,35 @@ class Upstream:
                 return url
         return None
 
-    def _fast(self) -> bool:
-        return not self._ready or self._urgent()
+    def _interval(self) -> float:
+        """Seconds to the next probe: `poll_interval` while urgent; while not ready, doubling
+        from `poll_interval` up to `backoff_max` per failed probe; else `ready_interval`."""
+        if self._urgent():
+            return self.poll_interval
+        if not self._ready:
+            return min(self.backoff_max, self.poll_interval * 2 ** min(self._failures - 1, 20))
+        return self.ready_interval
 
     async def run(self) -> None:
-        """Poll for ever (cancel the task to stop): every `poll_interval` while not ready or
-        urgent, else every `ready_interval`; at once when woken by `route` or `mark_down`."""
+        """Poll for ever (cancel the task to stop): every `poll_interval` while urgent, with
+        a bounded backoff while not ready (none unless `backoff_max` says so), else every
+        `ready_interval`; at once when woken by `route` or `mark_down`."""
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
             ready = await self.probe()
             if not ready and self.candidates and await self.rediscover():
                 ready = await self.probe()
+            self._failures = 0 if ready else self._failures + 1
             self._set_ready(ready)
-            next_probe = loop.time() + (self.poll_interval if self._fast() else self.ready_interval)
+            next_probe = loop.time() + self._interval()
             while not self._wake.is_set():
                 left = next_probe - loop.time()
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(left, self.poll_interval))
-                if self._fast():  # requests are held now: probe within one poll interval
+                if self._urgent():  # requests are held now: probe within one poll interval
                     next_probe = min(next_probe, loop.time())
 
     async def aclose(self) -> None:

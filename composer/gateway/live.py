@@ -1,0 +1,246 @@
+"""The live set: several upstreams (variants, replicas) served at once, each health-checked.
+
+Each member is a `LiveSpec` (name `variant/replica`, variant, URL) with an `Upstream` poller
+of its own: `GET /health`, `GET /is_sleeping` (a sleeping member is not ready) and, with a
+served name, `/v1/models` once per ready period; every `READY_POLL_INTERVAL` seconds while
+ready, with a backoff doubling from `poll_interval` to `BACKOFF_MAX_S` while not (and every
+`poll_interval` while requests are held because no member is ready). A member whose
+connection the proxy finds refused or broken is taken out at once (`mark_down`) and comes
+back when a probe passes again.
+
+`replace()` swaps the set: members that stay (same name and URL) keep their state; new ones
+from the control channel count as ready at once (the host gated them), new ones from the
+settings are probed first; members that leave stop getting requests at once and stay listed
+(`leaving`) until their in-flight requests finish, which `wait_gone()` waits for.
+
+`choose()` asks `routing.choose_upstream` (pure) and counts the decision; the proxy brackets
+each forwarded request with `Member.begin()` / `Member.end()`. The gateway's gate counts the
+backend as ready while any member is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .config import GatewayConfig, LiveSpec
+from .metrics import Metrics
+from .routing import View, choose_upstream
+from .upstream import Upstream
+
+log = logging.getLogger("gateway")
+
+BACKOFF_MAX_S = 2.0
+
+
+class Member:
+    """One live upstream: its spec, its poller and its request counters."""
+
+    def __init__(self, spec: LiveSpec, poller: Upstream, metrics: Metrics) -> None:
+        self.spec = spec
+        self.poller = poller
+        self.metrics = metrics
+        self.outstanding = 0
+        self.requests = 0
+        self.served = 0
+        self.errors = 0
+        self.leaving = False
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def url(self) -> str:
+        return self.spec.url
+
+    @property
+    def ready(self) -> bool:
+        return self.poller.ready and not self.leaving
+
+    def view(self) -> View:
+        return View(self.name, self.spec.variant, self.ready, self.outstanding, self.requests)
+
+    def begin(self) -> None:
+        """A request goes to this member."""
+        self.outstanding += 1
+        self.requests += 1
+        self.metrics.live_requests.labels(self.name).inc()
+        self.metrics.live_outstanding.labels(self.name).inc()
+
+    def end(self, ok: bool) -> None:
+        """The request finished (`ok`: answered without a connection failure)."""
+        self.outstanding -= 1
+        if ok:
+            self.served += 1
+        else:
+            self.errors += 1
+            self.metrics.live_errors.labels(self.name).inc()
+        if not self.leaving:
+            self.metrics.live_outstanding.labels(self.name).dec()
+
+    def mark_down(self, reason: str) -> None:
+        """The proxy could not reach it: no requests until a probe passes again."""
+        self.poller.mark_down(reason)
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            **self.spec.describe(),
+            "ready": self.ready,
+            "outstanding": self.outstanding,
+            "requests": self.requests,
+            "served": self.served,
+            "errors": self.errors,
+            "leaving": self.leaving,
+            "error": self.poller.last_error,
+        }
+
+
+class LiveSet:
+    """The live upstreams; `on_ready(any_ready)` is called on every readiness change."""
+
+    def __init__(
+        self,
+        config: GatewayConfig,
+        metrics: Metrics,
+        on_ready: Callable[[bool], None],
+        urgent: Callable[[], bool],
+    ) -> None:
+        self.config = config
+        self.metrics = metrics
+        self._on_ready = on_ready
+        self._urgent = urgent
+        self.members: dict[str, Member] = {}
+        self.leaving: list[Member] = []
+        self._changed = asyncio.Event()
+        self._started = False
+
+    @property
+    def active(self) -> bool:
+        """True while the set has members: requests are routed among them."""
+        return bool(self.members)
+
+    def any_ready(self) -> bool:
+        return any(m.ready for m in self.members.values())
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def _member_ready(self, member: Member, ready: bool) -> None:
+        if not member.leaving:
+            self.metrics.live_ready.labels(member.name).set(1 if ready else 0)
+        if self.members.get(member.name) is member:
+            self._on_ready(self.any_ready())
+
+    def _make(self, spec: LiveSpec) -> Member:
+        holder: list[Member] = []
+        poller = Upstream(
+            spec.url,
+            on_ready=lambda ready: self._member_ready(holder[0], ready) if holder else None,
+            served_name=self.config.served_name,
+            api_key=self.config.api_key,
+            poll_interval=self.config.poll_interval,
+            urgent=self._urgent,
+            candidates=(spec.url,),  # readiness asks /is_sleeping too
+            backoff_max=BACKOFF_MAX_S,
+        )
+        member = Member(spec, poller, self.metrics)
+        holder.append(member)
+        self.metrics.live_added(spec.name)
+        return member
+
+    def start(self, specs: Sequence[LiveSpec]) -> None:
+        """Start with the configured set (inside the serving loop); members are probed first."""
+        self._started = True
+        self.replace(specs, gated=False)
+
+    def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
+        """Make `specs` the set; `gated` members count as ready at once (the host gated them)."""
+        keep: dict[str, Member] = {}
+        for spec in specs:
+            old = self.members.get(spec.name)
+            if old is not None and old.spec == spec:
+                keep[spec.name] = old
+                continue
+            if old is not None:  # same name, new URL or variant: the old one leaves
+                self._leave(old)
+            member = self._make(spec)
+            keep[spec.name] = member
+            if gated:
+                member.poller.assume_ready()
+            member.task = asyncio.get_running_loop().create_task(member.poller.run())
+        for name, old in self.members.items():
+            if name not in keep:
+                self._leave(old)
+        self.members = keep
+        log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
+        self._on_ready(self.any_ready())
+        self._reap()
+
+    def _leave(self, member: Member) -> None:
+        member.leaving = True
+        if member.task is not None:
+            member.task.cancel()
+        self.leaving.append(member)
+
+    def _reap(self) -> None:
+        """Forget leaving members with nothing in flight (and their metric series)."""
+        for member in [m for m in self.leaving if m.outstanding <= 0]:
+            self.leaving.remove(member)
+            if member.name not in self.members:
+                self.metrics.live_removed(member.name)
+            asyncio.get_running_loop().create_task(member.poller.aclose())
+        self._notify()
+
+    def finished(self, member: Member, ok: bool) -> None:
+        """A request to `member` ended."""
+        member.end(ok)
+        if member.leaving and member.outstanding <= 0:
+            self._reap()
+
+    def outstanding_of(self, name: str) -> int:
+        """In-flight requests on members named `name` that are leaving the set."""
+        return sum(m.outstanding for m in self.leaving if m.name == name)
+
+    async def wait_gone(self, name: str, wait_s: float) -> int:
+        """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
+        returns how many are still in flight."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (left := self.outstanding_of(name)) and loop.time() < deadline:
+            changed = self._changed
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), deadline - loop.time())
+        return left
+
+    def choose(self, hint: tuple[str | None, int | None] | None) -> Member | None:
+        """The member for a request with this (alias variant, prompt tokens) hint."""
+        alias, tokens = hint or (None, None)
+        choice = choose_upstream(
+            [m.view() for m in self.members.values()],
+            alias_variant=alias,
+            prompt_tokens=tokens,
+            classes=self.config.workloads,
+        )
+        if choice is None:
+            return None
+        self.metrics.route_decisions.labels(choice.reason).inc()
+        return self.members[choice.name]
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Every member, then every leaving one, JSON-ready."""
+        return [m.describe() for m in (*self.members.values(), *self.leaving)]
+
+    async def aclose(self) -> None:
+        """Stop every poller and close its client."""
+        for member in (*self.members.values(), *self.leaving):
+            if member.task is not None:
+                member.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await member.task
+            await member.poller.aclose()

@@ -1,0 +1,257 @@
+"""The live set: routing decisions (pure), its settings, and real simulators behind a real gateway."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from composer.errors import GatewayConfigError
+from composer.gateway import GatewayControl
+from composer.gateway.config import LiveSpec, load_config, parse_live
+from composer.gateway.policy import WorkloadClass, encode_workloads, parse_workloads
+from composer.gateway.routing import View, bucket_classes, choose_upstream, crossover
+
+from .fakes import LocalExec
+from .livelab import (
+    CHAT_TOKENS,
+    KEY,
+    LONG_TOKENS,
+    WORKLOADS,
+    Group,
+    live_gateway,
+    request,
+    run_groups,
+    start_sim,
+)
+
+CLASSES = parse_workloads(WORKLOADS)
+
+
+def views(*specs: tuple[str, bool, int]) -> list[View]:
+    return [View(name, name.split("/")[0], ready, out) for name, ready, out in specs]
+
+
+# -- the decision (pure) ---------------------------------------------------------------------
+
+
+def test_chat_goes_to_mtp_below_the_crossover_and_to_baseline_at_it() -> None:
+    ups = views(("baseline/1", True, 0), ("mtp/1", True, 3))
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "class")
+    ups = views(("baseline/1", True, 0), ("mtp/1", True, 4))  # crossover sqrt(1 * 16) = 4
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/1", "crossover")
+
+
+def test_long_prompts_go_to_baseline_whatever_its_load() -> None:
+    ups = views(("baseline/1", True, 40), ("mtp/1", True, 0))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/1", "class")
+
+
+def test_an_alias_names_the_variant_before_any_class() -> None:
+    ups = views(("baseline/1", True, 0), ("mtp/1", True, 9))
+    chosen = choose_upstream(ups, alias_variant="mtp", prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "alias")
+    # an alias whose variant is not live: the class decides
+    chosen = choose_upstream(ups, alias_variant="dflash2", prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and chosen.name == "baseline/1"
+
+
+def test_a_variant_without_a_ready_replica_falls_back_to_the_others() -> None:
+    ups = views(("baseline/1", True, 5), ("mtp/1", False, 0))
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/1", "fallback")
+    ups = views(("baseline/1", False, 0), ("mtp/1", True, 7))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "fallback")
+    assert choose_upstream(views(("mtp/1", False, 0)), prompt_tokens=1, classes=CLASSES) is None
+
+
+def test_replicas_take_the_least_outstanding_then_the_least_served() -> None:
+    ups = views(("baseline/1", True, 3), ("baseline/2", True, 1))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and chosen.name == "baseline/2"
+    ups = [View("baseline/1", "baseline", True, 0, 10), View("baseline/2", "baseline", True, 0, 9)]
+    chosen = choose_upstream(ups)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/2", "balance")
+
+
+def test_the_crossover_field_overrides_the_derived_one() -> None:
+    classes = parse_workloads("chat-1:0:1024:0:1:2=mtp,chat-16:0:1024:0:16=baseline")
+    assert classes[0].crossover == 2 and encode_workloads(classes).startswith("chat-1:0:1024:0:1:2=mtp")
+    ordered = bucket_classes(classes, CHAT_TOKENS)
+    assert [c.name for c in ordered] == ["chat-1", "chat-16"]
+    assert crossover(ordered, 0) == 2 and crossover(ordered, 1) == float("inf")
+    ups = views(("baseline/1", True, 0), ("mtp/1", True, 2))
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=classes)
+    assert chosen is not None and chosen.name == "baseline/1"
+    # only one variant in the bucket: no limit
+    solo = (WorkloadClass("chat-1", 0, 1024, None, 1, "mtp"),)
+    assert crossover(bucket_classes(solo, 10), 0) == float("inf")
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+def test_live_upstreams_are_read_from_json_and_checked() -> None:
+    raw = '[{"name": "mtp/1", "variant": "mtp", "url": "http://vllm-mtp-1:8000/"}]'
+    config = load_config({"GATEWAY_LIVE_UPSTREAMS": raw})
+    assert config.live_upstreams == (LiveSpec("mtp/1", "mtp", "http://vllm-mtp-1:8000"),)
+    assert config.inspects_bodies
+    assert load_config({}).live_upstreams == ()
+    for bad, words in [
+        ("[{", "not JSON"),
+        ('{"name": "x"}', "JSON list"),
+        ('[{"variant": "mtp", "url": "ftp://x"}]', "not a backend base URL"),
+        ('[{"variant": "m t p", "url": "http://x"}]', "variant"),
+        (
+            '[{"name": "a/1", "variant": "a", "url": "http://x"}, {"name": "a/1", "variant": "a", "url": "http://y"}]',
+            "twice",
+        ),
+        ('[{"variant": "a", "url": "http://x", "gpus": "0"}]', "an object with name, variant, url"),
+    ]:
+        with pytest.raises(GatewayConfigError, match=words) as err:
+            load_config({"GATEWAY_LIVE_UPSTREAMS": bad})
+        assert "\n" not in str(err.value)
+    assert parse_live([{"variant": "mtp", "url": "http://x:1"}])[0].name == "mtp/1"
+
+
+# -- real simulators behind a real gateway ----------------------------------------------------
+
+
+@pytest.fixture
+def sims(tmp_path: Path):
+    started = []
+
+    def make(variant: str, **kwargs):
+        sim = start_sim(variant, tmp_path, **kwargs)
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        sim.stop()
+
+
+@pytest.fixture
+def gateways():
+    started = []
+
+    def make(members, **settings):
+        gw = live_gateway(members, **settings)
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+
+
+def url_of(sim) -> str:
+    return f"http://127.0.0.1:{sim.port}"
+
+
+def gateway_metrics(gw) -> str:
+    return httpx.get(gw.url + "/gateway/metrics", timeout=10).text
+
+
+def test_chat_and_long_groups_are_served_by_their_variants(sims, gateways) -> None:
+    base, mtp = sims("baseline"), sims("mtp")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    chat = Group("chat", gw.port, CHAT_TOKENS, 64, streams=2, requests=80)
+    long = Group("long", gw.port, LONG_TOKENS, 64, streams=16, requests=120)
+    run_groups(chat, long)
+    assert len(chat.outcomes) + len(long.outcomes) == 200
+    assert chat.failed() == long.failed() == 0
+    assert chat.served()["mtp/1"] >= 0.95 * len(chat.outcomes), chat.served()
+    assert long.served()["baseline/1"] >= 0.95 * len(long.outcomes), long.served()
+    text = gateway_metrics(gw)
+    assert 'gateway_live_requests_total{upstream="mtp/1"}' in text
+    assert 'gateway_route_decisions_total{reason="class"}' in text
+    status = httpx.get(gw.url + "/gateway/status", headers={"Authorization": f"Bearer {KEY}"}).json()
+    listed = {u["name"]: u for u in status["upstreams"]}
+    assert set(listed) == {"baseline/1", "mtp/1"} and listed["mtp/1"]["served"] >= 76
+    assert status["switch"] is None and status["demand"] is None  # routed, never switched
+
+
+def test_a_killed_upstream_is_taken_out_and_rejoins(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    chat = Group("chat", gw.port, CHAT_TOKENS, 300, streams=2, requests=10_000, stream=True)
+    threads = chat.start()
+    try:
+        deadline = time.monotonic() + 30
+        while gw.gateway.live.members["mtp/1"].outstanding < 2:
+            assert time.monotonic() < deadline, "no chat streams reached mtp"
+            time.sleep(0.01)
+        mtp.proc.kill()  # SIGKILL: its streams die mid-way
+        mtp.proc.wait()
+        killed_at = len(chat.outcomes)
+        gw.wait(lambda g: not g.live.members["mtp/1"].ready, timeout=10)
+        after_kill = []
+        while len(after_kill) < 8:
+            after_kill = chat.outcomes[killed_at + 2 :]
+            time.sleep(0.05)
+        assert all(o.ok and o.served_by == "baseline/1" for o in after_kill), after_kill
+        sims("mtp", scale="5", port=mtp.port)  # started again at the same address
+        gw.wait(lambda g: g.live.members["mtp/1"].ready, timeout=15)
+        back_at = len(chat.outcomes)
+        deadline = time.monotonic() + 30
+        while not any(o.served_by == "mtp/1" for o in chat.outcomes[back_at:]):
+            assert time.monotonic() < deadline, "mtp got no chat traffic back"
+            time.sleep(0.05)
+    finally:
+        chat.stop.set()
+        for t in threads:
+            t.join(timeout=30)
+    assert chat.refused() == 0
+    failed = [o for o in chat.outcomes if not o.ok]
+    assert 1 <= len(failed) <= 2  # the streams in flight on mtp when it died, no others
+    assert all(o.status in (0, 200) for o in failed)  # broken streams, not refusals
+    text = gateway_metrics(gw)
+    assert 'gateway_live_errors_total{upstream="mtp/1"}' in text
+    assert 'gateway_live_errors_total{upstream="mtp/1"} 0.0' not in text
+
+
+def test_two_replicas_split_uniform_load(sims, gateways) -> None:
+    one, two = sims("baseline"), sims("baseline")
+    gw = gateways([("baseline/1", "baseline", url_of(one)), ("baseline/2", "baseline", url_of(two))])
+    load = Group("uniform", gw.port, LONG_TOKENS, 64, streams=6, requests=120)
+    run_groups(load)
+    assert load.failed() == 0
+    share = load.served()["baseline/1"] / len(load.outcomes)
+    assert 0.4 <= share <= 0.6, load.served()
+
+
+def test_the_host_replaces_the_set_and_drains_a_member(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base))])
+    control = GatewayControl(LocalExec(gw.config.control_socket))
+    added = control.set_upstreams(
+        [
+            {"name": "baseline/1", "variant": "baseline", "url": url_of(base)},
+            {"name": "mtp/1", "variant": "mtp", "url": url_of(mtp)},
+        ]
+    )
+    assert [(u.name, u.ready) for u in added] == [("baseline/1", True), ("mtp/1", True)]
+    assert request(gw.port, CHAT_TOKENS, 8).served_by == "mtp/1"
+    chat = Group("chat", gw.port, CHAT_TOKENS, 300, streams=1, requests=1, stream=True)
+    threads = chat.start()
+    gw.wait(lambda g: g.live.members["mtp/1"].outstanding == 1, timeout=10)
+    left = control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
+    assert [u.name for u in left] == ["baseline/1", "mtp/1"] and left[1].leaving
+    assert request(gw.port, CHAT_TOKENS, 8).served_by == "baseline/1"  # no new request to mtp
+    drained = control.drain_upstream("mtp/1", 30)
+    assert drained.done and drained.outstanding == 0
+    for t in threads:
+        t.join(timeout=30)
+    assert chat.outcomes[0].ok and chat.outcomes[0].served_by == "mtp/1"  # it finished
+    state = control.state()
+    assert [u.name for u in state.upstreams] == ["baseline/1"]
+    assert 'upstream="mtp/1"' not in gateway_metrics(gw)
+    with pytest.raises(Exception, match="still in the live set"):
+        control.drain_upstream("baseline/1", 1)
