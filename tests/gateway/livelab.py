@@ -68,10 +68,12 @@ class Outcome:
     ok: bool
 
 
-def request(port: int, prompt_tokens: int, max_tokens: int, *, stream: bool = False) -> Outcome:
+def request(
+    port: int, prompt_tokens: int, max_tokens: int, *, stream: bool = False, key: str = KEY, model: str = "m"
+) -> Outcome:
     """One completion through the gateway on `port`; a stream is ok when `[DONE]` arrived."""
     body = {
-        "model": "m",
+        "model": model,
         "prompt": [11] * prompt_tokens,
         "max_tokens": max_tokens,
         "ignore_eos": True,
@@ -83,7 +85,7 @@ def request(port: int, prompt_tokens: int, max_tokens: int, *, stream: bool = Fa
             "POST",
             "/v1/completions",
             body=json.dumps(body),
-            headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
+            headers={"content-type": "application/json", "authorization": f"Bearer {key}"},
         )
         resp = conn.getresponse()
         served = resp.getheader("x-served-by") or ""
@@ -107,6 +109,8 @@ class Group:
     streams: int
     requests: int
     stream: bool = False
+    key: str = KEY
+    model: str = "m"
     outcomes: list[Outcome] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
 
@@ -116,7 +120,14 @@ class Group:
                 if left[0] <= 0:
                     return
                 left[0] -= 1
-            got = request(self.port, self.prompt_tokens, self.max_tokens, stream=self.stream)
+            got = request(
+                self.port,
+                self.prompt_tokens,
+                self.max_tokens,
+                stream=self.stream,
+                key=self.key,
+                model=self.model,
+            )
             with lock:
                 self.outcomes.append(got)
 
