@@ -15,6 +15,8 @@ refuses or cannot be reached; 2 for bad usage.
     backend METHOD PATH [--query NAME=VALUE ...] [--json BODY] [--timeout S]
     demand [--wait S]
     serving [VARIANT] [--demand ID] [--failed] [--detail TEXT]
+    upstreams JSON                      (the live set: [{"name", "variant", "url"}, ...])
+    drain-upstream NAME [--wait S]
 """
 
 from __future__ import annotations

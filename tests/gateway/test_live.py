@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from composer.gateway import GatewayControl
 from composer.gateway.config import LiveSpec, load_config, parse_live
 from composer.gateway.policy import WorkloadClass, encode_workloads, parse_workloads
 from composer.gateway.routing import View, bucket_classes, choose_upstream, crossover
+from composer.gateway.upstream import Upstream
 
 from .fakes import LocalExec
 from .livelab import (
@@ -92,6 +94,19 @@ def test_the_crossover_field_overrides_the_derived_one() -> None:
     # only one variant in the bucket: no limit
     solo = (WorkloadClass("chat-1", 0, 1024, None, 1, "mtp"),)
     assert crossover(bucket_classes(solo, 10), 0) == float("inf")
+
+
+def test_a_member_that_is_down_is_probed_with_a_bounded_backoff() -> None:
+    async def intervals() -> list[float]:
+        up = Upstream("http://127.0.0.1:9", on_ready=lambda _: None, poll_interval=0.1, backoff_max=2.0)
+        seen = []
+        for failures in range(1, 8):
+            up._failures = failures
+            seen.append(up._interval())
+        await up.aclose()
+        return seen
+
+    assert asyncio.run(intervals()) == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
 
 
 # -- settings --------------------------------------------------------------------------------
