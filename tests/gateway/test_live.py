@@ -270,3 +270,16 @@ def test_the_host_replaces_the_set_and_drains_a_member(sims, gateways) -> None:
     assert 'upstream="mtp/1"' not in gateway_metrics(gw)
     with pytest.raises(Exception, match="still in the live set"):
         control.drain_upstream("baseline/1", 1)
+
+
+def test_an_alias_picks_its_variant_and_reaches_it_as_the_served_name(sims, gateways) -> None:
+    base, mtp = sims("baseline"), sims("mtp")
+    gw = gateways(
+        [("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))],
+        aliases=(("fast", "mtp"), ("plain", "baseline")),
+    )
+    long_on_mtp = request(gw.port, LONG_TOKENS, 8, model="fast")
+    assert (long_on_mtp.ok, long_on_mtp.served_by) == (True, "mtp/1")
+    chat_on_base = request(gw.port, CHAT_TOKENS, 8, model="plain")
+    assert (chat_on_base.ok, chat_on_base.served_by) == (True, "baseline/1")
+    assert 'gateway_route_decisions_total{reason="alias"} 2.0' in gateway_metrics(gw)
