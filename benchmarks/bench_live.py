@@ -1,13 +1,13 @@
 """Live routing vs homogeneous pairs on a mixed trace, and the gateway's CPU per request.
 
 Run: .venv/bin/python benchmarks/bench_live.py [--time-scale 8] [--chat-requests 40]
-     [--long-rounds 3] [--cpu-requests 400] [--json PATH]
+     [--long-rounds 3] [--cpu-requests 400] [--trace mixed|chat|long] [--arms A,B] [--json PATH]
 
 Arms (two simulator processes each, the same gateway settings, the same requests):
   2 x baseline, 2 x mtp, and baseline + mtp routed by the live gateway (`[workloads]` as
   `recommend --write` fills it: chat-1 = mtp, chat-16 = baseline, long-16 = baseline).
 The trace is bench_trace.py's two classes, sent at once as two interleaved client groups (not
-phases): `chat` at 1 stream (100-token prompts, 300 tokens out) and `long` at 16 streams
+phases; `--trace chat` or `long`: that group alone): `chat` at 1 stream (100-token prompts, 300 tokens out) and `long` at 16 streams
 (4500-token prompts, 1000 tokens out), each closed-loop. Completions are streamed and ignore
 EOS, so each request yields `max_tokens` tokens. Per group: goodput (tokens of the
 successful requests / the group's wall time), TTFT and TPOT p50/p95 (TPOT: seconds between
@@ -233,13 +233,16 @@ def run_arm(name: str, variants: tuple[str, ...], opts: argparse.Namespace, log_
         def group(label: str, streams: int, requests: int, prompt: int, max_tokens: int) -> None:
             out[label] = run_group(url, label, streams, requests, prompt, max_tokens)
 
-        chat = threading.Thread(target=group, args=("chat", 1, opts.chat_requests, 100, 300))
-        long = threading.Thread(target=group, args=("long", 16, 16 * opts.long_rounds, 4500, 1000))
-        chat.start()
-        long.start()
-        chat.join()
-        long.join()
-    rows = {label: out[label].row() for label in ("chat", "long")}
+        groups = {
+            "chat": threading.Thread(target=group, args=("chat", 1, opts.chat_requests, 100, 300)),
+            "long": threading.Thread(target=group, args=("long", 16, 16 * opts.long_rounds, 4500, 1000)),
+        }
+        labels = ("chat", "long") if opts.trace == "mixed" else (opts.trace,)
+        for label in labels:
+            groups[label].start()
+        for label in labels:
+            groups[label].join()
+    rows = {label: out[label].row() for label in labels}
     print(f"{name}:")
     for label, row in rows.items():
         print(
@@ -284,6 +287,9 @@ def main() -> int:
     parser.add_argument("--long-rounds", type=int, default=3, help="rounds of 16 long requests")
     parser.add_argument("--cpu-requests", type=int, default=400, help="requests per CPU measurement")
     parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated arms to run")
+    parser.add_argument(
+        "--trace", choices=("mixed", "chat", "long"), default="mixed", help="both groups, or one alone"
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "live.json")
     opts = parser.parse_args()
     results: dict = {"settings": vars(opts) | {"json": str(opts.json)}, "arms": {}}

@@ -117,7 +117,6 @@ class LiveSet:
         self.members: dict[str, Member] = {}
         self.leaving: list[Member] = []
         self._changed = asyncio.Event()
-        self._started = False
 
     @property
     def active(self) -> bool:
@@ -156,7 +155,6 @@ class LiveSet:
 
     def start(self, specs: Sequence[LiveSpec]) -> None:
         """Start with the configured set (inside the serving loop); members are probed first."""
-        self._started = True
         self.replace(specs, gated=False)
 
     def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
