@@ -292,7 +292,9 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, default=RESULTS / "live.json")
     opts = parser.parse_args()
-    results: dict = {"settings": vars(opts) | {"json": str(opts.json)}, "arms": {}}
+    shown = opts.json.resolve()
+    shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
+    results: dict = {"settings": vars(opts) | {"json": str(shown)}, "arms": {}}
     with tempfile.TemporaryDirectory(prefix="bench-live-") as tmp:
         log_dir = Path(tmp)
         for name in opts.arms.split(","):
