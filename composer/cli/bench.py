@@ -96,12 +96,18 @@ def bench(obj: Context, **kwargs: object) -> None:
     Ctrl-C stops the sweep, brings back the variant that served before (once) and
     writes the points measured so far.
 
+    --decide measures every arm (plain, best static MTP K, the in-server adaptive
+    variants) over 1-32 streams and 128/2000-token prompts, then replays a phase-changing
+    trace through the gateway with its automatic policy switching between the plain
+    variant and the best speculative arm, and ends with a decision (decide.json, decide.png).
+
     \b
     Examples:
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
       compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
       compose-spec bench --decide
+      compose-spec bench --decide --variants baseline,mtp,mtp-adaptive --k 7 --runs 3
     """
     from composer.bench import decide as arms
     from composer.bench.report import format_table, report_data, write_outputs
@@ -126,7 +132,7 @@ def bench(obj: Context, **kwargs: object) -> None:
         switching = SwitchRun(("", ""), {})
 
         def after_sweep(report) -> None:
-            _measure_switching(obj, stack, plan, options, args, report, switching, line)
+            _measure_switching(obj, plan, options, args, report, switching, line)
 
     try:
         report = bench_with_swaps(
@@ -174,9 +180,7 @@ def bench(obj: Context, **kwargs: object) -> None:
         raise error
 
 
-def _measure_switching(
-    obj: Context, stack, plan, options, args: BenchArgs, report, run, line: LiveLine
-) -> None:
+def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
     """The switching arm: the trace through the gateway with the automatic policy between
     the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
     from composer.bench import decide as arms
