@@ -193,7 +193,8 @@ def decide(
     if plan.plain in complete and speculative:
         spec_best = max(speculative, key=lambda a: trace[a])
         switch_arms = (plan.plain, spec_best)  # type: ignore[assignment]
-    if switching is not None and switching.get("goodput_tok_s"):
+    # a run cut short (Ctrl-C) is kept in the data but not compared: it covers part of the trace
+    if switching is not None and switching.get("complete", True) and switching.get("goodput_tok_s"):
         trace[SWITCH] = float(switching["goodput_tok_s"])
         switches = int(switching.get("switches") or 0)
         held = float(switching.get("held_request_s") or 0.0)
@@ -215,6 +216,8 @@ def decide(
         if SWITCH in trace:
             within = f"within {PIN_MARGIN * 100:.0f}% of switching" if gain > 0 else "beats switching"
             line = f"pin {best} ({within}, no switches)"
+        elif switching is not None:
+            line = f"pin {best} (the switching run was interrupted: not compared)"
         else:
             line = f"pin {best} (no switching arm measured)"
     by_concurrency = {}

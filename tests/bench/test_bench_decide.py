@@ -129,6 +129,11 @@ def test_switching_is_pinned_unless_its_measured_goodput_wins_by_more_than_two_p
     assert close.action == "pin" and "within 2% of switching" in close.line
     slower = decide.decide(data, _plan(), _run(best * 0.5))
     assert slower.action == "pin" and "beats switching" in slower.line
+    cut = decide.decide(data, _plan(), _run(best * 1.2) | {"complete": False, "interrupted": "interrupted"})
+    assert decide.SWITCH not in cut.trace and cut.line.endswith(
+        "(the switching run was interrupted: not compared)"
+    )
+    assert decide.decision_data(cut)["trace"]["switching_run"]["interrupted"] == "interrupted"  # kept
     faster = decide.decide(data, _plan(), _run(best * 1.2))
     assert faster.action == "switch" and faster.line.startswith("switch: +20% over the best single variant")
 
