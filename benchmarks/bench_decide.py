@@ -2,20 +2,19 @@
 non-hybrid settings, side by side with the simulator model's own figures.
 
 Run: python3 benchmarks/bench_decide.py [--time-scale 10] [--runs 2] [--max-tokens 320]
-     [--switch-seconds 5]
 
 Each arm (baseline, MTP K=3 and K=7, mtp-dsd, mtp-adaptive) runs in its own local
 simulator process (no Docker) with the speculative config `compose-spec render` writes
-for it (composer.toml + adaptive.toml); the sweep's `measure_point` measures every
+for it (composer.toml); the sweep's `measure_point` measures every
 workload of `bench --decide` (prompts of 128 and 2000 tokens x 1, 2, 4, 8, 16, 32
 streams), and `composer.bench.decide` takes the decision exactly as `bench --decide`
 does. DFlash2 is left out: the simulator's base package needs the dflash overlay.
-Switching is charged `--switch-seconds` per switch (the simulator swaps no container
-here; 5 s is a level-1 wake of a TP4 model, a cold swap on the reference box is 30-100 s).
+The switching arm needs the gateway and Docker: it is measured by `bench --decide` itself
+(tests/bench/test_bench_decide_docker.py), not here.
 
 These are MODEL figures: the simulator's timing model, calibrated on published numbers
 (images/sim/README.md, "In-server adaptive speculation"). The command exists to be run
-on a real GPU rig: `compose-spec --stack composer.toml --stack adaptive.toml bench --decide`.
+on a real GPU rig: `compose-spec bench --decide`.
 Writes benchmarks/results/decide.json; prints both decision tables.
 """
 
@@ -150,9 +149,8 @@ def main() -> int:
     parser.add_argument("--time-scale", type=float, default=10.0)
     parser.add_argument("--runs", type=int, default=2)
     parser.add_argument("--max-tokens", type=int, default=320)
-    parser.add_argument("--switch-seconds", type=float, default=5.0)
     args = parser.parse_args()
-    stack = load_stack([REPO / "composer.toml", REPO / "adaptive.toml"], env_file=None, environ={})
+    stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
     plan = decide.ArmPlan(
         "baseline",
         ("mtp",),
@@ -175,7 +173,7 @@ def main() -> int:
     tables = []
     for hybrid in (False, True):
         measured = run_setting(stack, hybrid, options, args.time_scale)
-        decision = decide.decide({"points": measured["points"]}, plan, args.switch_seconds)
+        decision = decide.decide({"points": measured["points"]}, plan)
         name = "hybrid" if hybrid else "non-hybrid"
         out["settings"][name] = {
             "decide": decide.decision_data(decision),

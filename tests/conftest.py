@@ -14,6 +14,15 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+def shipped_variants() -> tuple[str, ...]:
+    """The variants of the shipped composer.toml in their order (tests derive counts from it)."""
+    import tomllib
+
+    return tuple(tomllib.loads((REPO / "composer.toml").read_text(encoding="utf-8"))["variants"])
+
+
 TEST_LABEL = "vllm-composer.test"
 # The command line of this environment, never whatever `compose-spec` is on PATH.
 COMPOSE_SPEC = (sys.executable, "-m", "composer")

@@ -7,7 +7,8 @@ client (`client`), `/metrics` deltas and acceptance (`metrics`), output agreemen
 (`report`) and the per-workload recommendation with its `[workloads]` block
 (`recommend`), and `bench --decide`: the arms (plain, best static MTP K, in-server
 adaptive variants, switching) and the switch-or-adapt decision over a phase-changing
-trace (`decide`). May import: `composer.stack`, `composer.render`, `composer.engine`,
+trace (`decide`), whose switching arm is measured through the gateway's automatic policy
+(`switch_run`). May import: `composer.stack`, `composer.render`, `composer.engine`,
 `composer.probes`, `composer.swap`, `composer.errors`. Public: `BenchOptions`,
 `Workload`, `run_bench`, `bench_with_swaps`, `bench_prompts`, `report_data`,
 `format_table`, `write_outputs`, `winners`, `workloads_block`, `write_workloads`,

@@ -6,12 +6,12 @@ switching between the plain variant and the best speculative arm. Each single ar
 measured over every workload (prompt length x concurrency) by the ordinary sweep; the
 decision is taken on a phase-changing trace like `benchmarks/bench_trace.py`'s (short
 prompts at 1 stream, long prompts at many streams, short prompts at 1 stream again,
-the same number of tokens per phase): an arm's trace goodput is the trace's tokens
-over the time its measured rates need. Switching takes the better of its two arms in
-each phase and pays, at each change of arm, the measured swap time (no tokens flow
-and requests are held meanwhile). Its numbers are computed from the single arms, not
-measured as one run: `benchmarks/bench_trace.py` measures the automatic policy itself.
-Pure: reads the bench JSON (`report_data`), never Docker.
+the same number of tokens per phase): a single arm's trace goodput is the trace's tokens
+over the time its measured rates need. Switching is measured, not computed: the trace
+replayed through the gateway while its automatic policy switches between the plain
+variant and the best speculative arm (`switch_run`); its goodput, TPOT, TTFT, switches
+and held-request latency come from that run, and without it there is no switching arm.
+Pure: reads the bench JSON (`report_data`) and the switching run's data, never Docker.
 """
 
 from __future__ import annotations
@@ -114,6 +114,11 @@ class Decision:
     switch_arms: tuple[str, str] | None = None
     by_concurrency: dict[int, str] = field(default_factory=dict)
     """The best single arm at each concurrency (over the prompt lengths, harmonic mean)."""
+    switching: dict[str, Any] | None = None
+    """The measured switching run (`SwitchRun.data`), when one ran."""
+    predicted_switching: float | None = None
+    """Switching's goodput as the single arms predict it (each phase on the better arm plus
+    the measured switch times): what the measured run is compared with."""
 
 
 def _stats(point: Mapping[str, Any]) -> ArmStats:
@@ -148,9 +153,13 @@ def _trace_seconds(rates: Sequence[float], tokens: float) -> float:
 
 
 def decide(
-    data: Mapping[str, Any], plan: ArmPlan, switch_s: float, trace_tokens: float = 10_000.0
+    data: Mapping[str, Any],
+    plan: ArmPlan,
+    switching: Mapping[str, Any] | None = None,
+    trace_tokens: float = 10_000.0,
 ) -> Decision:
-    """The decision from a bench JSON measured over `plan`'s arms."""
+    """The decision from a bench JSON measured over `plan`'s arms and the measured
+    switching run (`SwitchRun.data`; None: no switching arm)."""
     static = set(plan.static)
     arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
     for point in data.get("points", []):
@@ -176,21 +185,28 @@ def decide(
     if not trace:  # interrupted before any arm covered the trace's workloads
         shown = " -> ".join(_cell(p) for p in phases)
         line = f"no decision: no arm was measured at every workload of the trace ({shown})"
-        return Decision(arms, {}, 0, switch_s, 0.0, "none", "", 0.0, line, phases)
+        return Decision(arms, {}, 0, 0.0, 0.0, "none", "", 0.0, line, phases)
     best = max(trace, key=lambda a: trace[a])
-    switches, held = 0, 0.0
+    switches, held, switch_s, predicted = 0, 0.0, 0.0, None
     switch_arms: tuple[str, str] | None = None
     speculative = [a for a in singles if a != plan.plain]
     if plan.plain in complete and speculative:
         spec_best = max(speculative, key=lambda a: trace[a])
         switch_arms = (plan.plain, spec_best)  # type: ignore[assignment]
-        chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
-        switches = sum(1 for a, b in itertools.pairwise(chosen) if a != b)
-        held = switch_s if switches else 0.0
-        seconds = _trace_seconds(
-            [complete[a][p].aggregate_tok_s for a, p in zip(chosen, phases, strict=True)], trace_tokens
-        )
-        trace[SWITCH] = len(phases) * trace_tokens / (seconds + switches * switch_s)
+    # a run cut short (Ctrl-C) is kept in the data but not compared: it covers part of the trace
+    if switching is not None and switching.get("complete", True) and switching.get("goodput_tok_s"):
+        trace[SWITCH] = float(switching["goodput_tok_s"])
+        switches = int(switching.get("switches") or 0)
+        held = float(switching.get("held_request_s") or 0.0)
+        times = switching.get("switch_s") or []
+        switch_s = float(statistics.median(times)) if times else 0.0
+        if switch_arms is not None:
+            chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
+            seconds = _trace_seconds(
+                [complete[a][p].aggregate_tok_s for a, p in zip(chosen, phases, strict=True)], trace_tokens
+            )
+            predicted_switches = sum(1 for a, b in itertools.pairwise(chosen) if a != b)
+            predicted = len(phases) * trace_tokens / (seconds + predicted_switches * switch_s)
     gain = trace.get(SWITCH, 0.0) / trace[best] - 1.0
     if SWITCH in trace and gain > PIN_MARGIN:
         action, variant = "switch", SWITCH
@@ -200,6 +216,8 @@ def decide(
         if SWITCH in trace:
             within = f"within {PIN_MARGIN * 100:.0f}% of switching" if gain > 0 else "beats switching"
             line = f"pin {best} ({within}, no switches)"
+        elif switching is not None:
+            line = f"pin {best} (the switching run was interrupted: not compared)"
         else:
             line = f"pin {best} (no switching arm measured)"
     by_concurrency = {}
@@ -225,6 +243,8 @@ def decide(
         phases,
         switch_arms,
         by_concurrency,
+        dict(switching) if switching is not None else None,
+        predicted,
     )
 
 
@@ -239,14 +259,7 @@ def format_decision(decision: Decision) -> str:
     workloads = sorted(
         {w for cells in decision.arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1])
     )
-    columns = {name: decision.arms[name] for name in names}
-    if decision.switch_arms:
-        plain, spec = (decision.arms[a] for a in decision.switch_arms)
-        columns[SWITCH] = {
-            w: max(plain[w], spec[w], key=lambda s: s.aggregate_tok_s)
-            for w in workloads
-            if w in plain and w in spec
-        }
+    columns = {name: decision.arms[name] for name in names}  # switching is measured on the trace only
     names = list(columns)
     width = max([12, *(len(n) for n in names)])
     lines = ["workload".ljust(18) + "".join(n.rjust(width + 2) for n in names)]
@@ -266,10 +279,14 @@ def format_decision(decision: Decision) -> str:
     lines.append(f"trace ({trace}), goodput tok/s:")
     for name, rate in sorted(decision.trace.items(), key=lambda item: -item[1]):
         extra = ""
-        if name == SWITCH and decision.switch_arms:
+        if name == SWITCH and decision.switching is not None:
+            run = decision.switching
+            arms = " <-> ".join(run.get("arms") or decision.switch_arms or ())
             extra = (
-                f"  ({' <-> '.join(decision.switch_arms)}, {decision.switches} switch(es) of "
-                f"{decision.switch_s:.1f} s, requests held up to {decision.held_s:.1f} s)"
+                f"  measured ({arms}, {decision.switches} switch(es), median {decision.switch_s:.1f} s, "
+                f"requests held up to {decision.held_s:.1f} s; TPOT p50/p95 "
+                f"{_num(run.get('tpot_p50_ms'))}/{_num(run.get('tpot_p95_ms'))} ms, TTFT p50/p95 "
+                f"{_num(run.get('ttft_p50_s'), 2)}/{_num(run.get('ttft_p95_s'), 2)} s)"
             )
         lines.append(f"  {name:<{width}}  {rate:8.1f}{extra}")
     best = ", ".join(f"{c}: {arm}" for c, arm in decision.by_concurrency.items())
@@ -278,6 +295,10 @@ def format_decision(decision: Decision) -> str:
     lines.append(f"decision: {decision.line}")
     lines.append("[n]: /metrics showed at most n sequences running at once (fewer than the streams sent)")
     return "\n".join(lines)
+
+
+def _num(value: object, digits: int = 1) -> str:
+    return "-" if value is None else f"{float(value):.{digits}f}"  # type: ignore[arg-type]
 
 
 def decision_data(decision: Decision) -> dict[str, Any]:
@@ -308,6 +329,10 @@ def decision_data(decision: Decision) -> dict[str, Any]:
             "switch_s": round(decision.switch_s, 3),
             "held_request_s": round(decision.held_s, 3),
             "switch_arms": list(decision.switch_arms) if decision.switch_arms else None,
+            "switching_predicted_tok_s": (
+                None if decision.predicted_switching is None else round(decision.predicted_switching, 2)
+            ),
+            "switching_run": decision.switching,
         },
         "best_by_concurrency": {str(c): arm for c, arm in decision.by_concurrency.items()},
         "decision": {
@@ -379,9 +404,3 @@ def image_present(ref: str) -> bool:
     finally:
         client.close()
     return True
-
-
-def switch_seconds(data: Mapping[str, Any]) -> float:
-    """The median swap time the bench measured (0 when it swapped nothing)."""
-    swaps = data.get("swap_seconds") or []
-    return float(statistics.median(swaps)) if swaps else 0.0

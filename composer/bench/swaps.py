@@ -91,10 +91,13 @@ def bench_with_swaps(
     waiting: Progress | None = None,
     allow_weak_key: bool = False,
     ks_by_variant: Mapping[str, Sequence[int]] | None = None,
+    after_sweep: Callable[[BenchReport], None] | None = None,
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
     `stack_for(flags)` loads the stack with extra `--set` flags (`StackSource.load`).
+    `after_sweep(report)` runs after an uninterrupted sweep, before the restore (the
+    switching arm of `bench --decide`).
     """
     from composer.engine.containers import current_variant
     from composer.swap.swapper import UpOptions, up
@@ -129,6 +132,8 @@ def bench_with_swaps(
             hints=hints,
             skip=skip,
         )
+        if after_sweep is not None and not report.interrupted:
+            after_sweep(report)
     finally:
         with _interrupts_ignored():
             restore_options = UpOptions(timeout=swap_timeout, allow_weak_key=allow_weak_key)

@@ -96,12 +96,18 @@ def bench(obj: Context, **kwargs: object) -> None:
     Ctrl-C stops the sweep, brings back the variant that served before (once) and
     writes the points measured so far.
 
+    --decide measures every arm (plain, best static MTP K, the in-server adaptive
+    variants) over 1-32 streams and 128/2000-token prompts, then replays a phase-changing
+    trace through the gateway with its automatic policy switching between the plain
+    variant and the best speculative arm, and ends with a decision (decide.json, decide.png).
+
     \b
     Examples:
       compose-spec bench --variants baseline,mtp --k 1,3,7 --runs 5
       compose-spec bench --variants mtp --prompt-tokens 2000 --json --out results/
       compose-spec bench --variants baseline,mtp --k 7 --concurrency 1,4,16 --prompt-tokens 128,2000,16000
-      compose-spec --stack composer.toml --stack adaptive.toml bench --decide
+      compose-spec bench --decide
+      compose-spec bench --decide --variants baseline,mtp,mtp-adaptive --k 7 --runs 3
     """
     from composer.bench import decide as arms
     from composer.bench.report import format_table, report_data, write_outputs
@@ -118,6 +124,16 @@ def bench(obj: Context, **kwargs: object) -> None:
     k_values = csv_list(args.ks, int)
     require_api_key(stack, obj.allow_weak_key)
     line = LiveLine()
+    switching = None
+    after_sweep = None
+    if plan is not None:
+        from composer.bench.switch_run import SwitchRun
+
+        switching = SwitchRun(("", ""), {})
+
+        def after_sweep(report) -> None:
+            _measure_switching(obj, plan, options, args, report, switching, line)
+
     try:
         report = bench_with_swaps(
             obj.source.load,
@@ -130,6 +146,7 @@ def bench(obj: Context, **kwargs: object) -> None:
             waiting=line.waiting,
             allow_weak_key=obj.allow_weak_key,
             ks_by_variant=plan.ks_by_variant if plan else None,
+            after_sweep=after_sweep,
         )
     finally:
         line.finish()
@@ -137,7 +154,8 @@ def bench(obj: Context, **kwargs: object) -> None:
     data = report_data(report)
     decision = None
     if plan is not None and report.measured():
-        decision = arms.decide(data, plan, arms.switch_seconds(data))
+        measured = switching.data() if switching is not None and switching.requests else None
+        decision = arms.decide(data, plan, measured)
         written += arms.write_decision(decision, args.out_dir)
         data["decide"] = arms.decision_data(decision) | {"notes": list(plan.notes)}
     click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
@@ -160,3 +178,49 @@ def bench(obj: Context, **kwargs: object) -> None:
     if error is not None:
         error.details.update(data)
         raise error
+
+
+def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
+    """The switching arm: the trace through the gateway with the automatic policy between
+    the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
+    from composer.bench import decide as arms
+    from composer.bench.report import report_data
+    from composer.bench.sweep import BenchPoint, k_override
+    from composer.bench.switch_run import policy_workloads, run_switching, switching_stack
+
+    data = report_data(report)
+    try:
+        planned = arms.decide(data, plan)
+    except ValueError:
+        return
+    if planned.switch_arms is None:
+        report.notes.append("no switching arm: it needs the plain variant and a speculative arm on the trace")
+        return
+    plain, spec = planned.switch_arms
+    variant, _, k = spec.partition(" K=")
+    flags = k_override(BenchPoint(variant, "", int(k))) if k else ()
+    names = {plain: plain, spec: variant}
+    cells = planned.arms
+
+    def rate(arm: str, cell) -> float | None:
+        stats = cells.get(arm, {}).get(cell)
+        return stats.aggregate_tok_s if stats else None
+
+    workloads = policy_workloads(planned.phases, rate, (plain, spec), names)
+    run.arms, run.workloads = (plain, spec), workloads
+    line.step(f"switching: {plain} <-> {spec} by the automatic policy over the trace")
+    try:
+        run_switching(
+            switching_stack(obj.source.load(flags), workloads),
+            variant,
+            planned.phases,
+            options,
+            run,
+            client=obj.docker(),
+            swap_timeout=args.timeout,
+            allow_weak_key=obj.allow_weak_key,
+            progress=line.step,
+            waiting=line.waiting,
+        )
+    except KeyboardInterrupt:
+        report.interrupted = "interrupted"

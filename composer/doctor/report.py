@@ -74,6 +74,7 @@ CHECK_NAMES = (
     "gateway-image",
     "follower",
     "hold-timeout",
+    "adaptive-speculation",
 )
 
 

@@ -131,11 +131,14 @@ class ServiceSpec:
 
 
 def speculative_config(stack: Stack, variant: Variant) -> Text | None:
-    """`--speculative-config` as compact JSON, with K as the NUM_SPECULATIVE_TOKENS variable."""
+    """`--speculative-config` as compact JSON, with K as the NUM_SPECULATIVE_TOKENS variable (a
+    literal with a `per_batch_size` schedule, written for its maximum K)."""
     spec = variant.speculative
     if spec is None:
         return None
-    k = Var("NUM_SPECULATIVE_TOKENS", str(spec.num_speculative_tokens))
+    k: Var | int = Var("NUM_SPECULATIVE_TOKENS", str(spec.num_speculative_tokens))
+    if spec.per_batch_size is not None:  # the schedule's maximum K: no variable moves it
+        k = spec.num_speculative_tokens
     config: dict[str, object] = {"method": spec.method}
     if spec.draft_model:
         config["model"] = stack.draft_path

@@ -549,11 +549,14 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     if "method" not in raw:
         raise ConfigError(f"{where}.method is missing: choose one of " + ", ".join(v.SPECULATIVE_METHODS))
     method = resolve.get(f"{where}.method", v.parse_method, None, None, raw["method"])
+    # a K schedule is written for its maximum K: NUM_SPECULATIVE_TOKENS (meant for the
+    # static variants) does not move it, or one .env value would break the schedule
+    scheduled = raw.get("per_batch_size") is not None
     k = resolve.get(
         f"{where}.num_speculative_tokens",
         v.parse_speculative_tokens,
         None,
-        VARIANT_ENV["num_speculative_tokens"],
+        None if scheduled else VARIANT_ENV["num_speculative_tokens"],
         raw.get("num_speculative_tokens"),
     )
     backend = raw.get("attention_backend")

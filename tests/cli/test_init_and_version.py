@@ -131,7 +131,10 @@ def test_version_says_which_images_are_here(empty_env_file: Path) -> None:
     lines = result.stdout.splitlines()
     assert lines[0].startswith("compose-spec ")
     assert any(line.startswith("vllm image vllm-sim:latest: present [") for line in lines)
-    assert "vllm image vllm-composer.test/absent:none: not present (variants: dflash2)" in lines
+    assert (
+        "vllm image vllm-composer.test/absent:none: not present (variants: dflash2, dflash2-adaptive)"
+        in lines
+    )
     assert "absent:none is not here" in result.stderr
 
 

@@ -22,9 +22,7 @@ def _stack(tmp_path: Path, config: dict):
     model.mkdir()
     (model / "config.json").write_text(json.dumps(config))
     flags = (f"stack.model_dir={model}",)
-    return load_stack(
-        [REPO / "composer.toml", REPO / "adaptive.toml"], env_file=None, environ={}, flags=flags
-    )
+    return load_stack([REPO / "composer.toml"], env_file=None, environ={}, flags=flags)
 
 
 def test_dense_model_variants_list_their_published_costs(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from composer.cli import main
+from tests.conftest import shipped_variants
 
 from .fakes import REPO, free_port
 
@@ -38,7 +39,7 @@ def test_demo_doctor_exits_0_with_gpu_checks_demo_only(demo_env: dict[str, str])
     gpu = [c for c in data["checks"] if c["name"] in GPU_CHECKS]
     assert {c["name"] for c in gpu} == GPU_CHECKS
     assert all(c["status"] == "ok" and c["detail"].startswith("no GPU: demo only") for c in gpu)
-    assert {c["variant"] for c in data["checks"]} == {None, "baseline", "mtp", "dflash2"}
+    assert {c["variant"] for c in data["checks"]} == {None, *shipped_variants()}
 
 
 @pytest.mark.docker

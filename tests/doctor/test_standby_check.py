@@ -7,10 +7,10 @@ from composer.doctor.gpu_checks import GpuFacts
 from composer.doctor.standby_checks import check_standby
 from composer.probes.gpu import GpuInfo
 from composer.stack.load import load_stack
-from tests.conftest import REPO
+from tests.conftest import REPO, shipped_variants
 
 GIB = 1 << 30
-WEIGHTS = tuple(f"variants.{v}.weights_bytes=13.5G" for v in ("baseline", "mtp", "dflash2"))
+WEIGHTS = tuple(f"variants.{v}.weights_bytes=13.5G" for v in shipped_variants())
 
 
 def _stack(*flags: str):

@@ -15,6 +15,7 @@ from composer.render.files import render_all
 from composer.render.gateway import CPU_SHARES
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from tests.conftest import shipped_variants
 
 from .conftest import REPO
 from .helpers import (
@@ -28,7 +29,7 @@ from .helpers import (
 from .odd import odd_stack
 
 pytestmark = pytest.mark.docker
-VARIANTS = ("baseline", "mtp", "dflash2")
+VARIANTS = shipped_variants()  # the committed files of every shipped variant
 API_KEY = "sk-test-0123456789abcdef"
 OVERRIDES = {
     "VLLM_PORT": "8123",

@@ -21,13 +21,14 @@ from composer.render.files import is_current
 from composer.render.kubernetes import render_kubernetes
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
+from tests.conftest import shipped_variants
 
 from .conftest import REPO
 from .helpers import interpolate
 from .odd import odd_stack
 
 KUBERNETES_VERSION = "1.37.0"
-VARIANTS = ("baseline", "mtp", "dflash2")
+VARIANTS = shipped_variants()
 KUBE_VARS = ("KUBE_NAMESPACE", "KUBE_SERVICE_URL", "KUBECTL")
 
 
@@ -113,14 +114,15 @@ def test_every_resource_passes_strict_schema_validation(default_stack: Stack, tm
         if which == "default":
             continue
         resources = _resources(render_kubernetes(stack, [], tmp_path / which))
-        # three variants, the gateway's Deployment; the shared and the internal Services; its PDB
-        kinds = ["Deployment"] * 4 + ["PodDisruptionBudget"] + ["Service"] * 2
+        # each variant's and the gateway's Deployment; the shared and the internal Services; its PDB
+        kinds = ["Deployment"] * (len(VARIANTS) + 1) + ["PodDisruptionBudget"] + ["Service"] * 2
         assert sorted(doc["kind"] for doc in resources) == kinds
         (tmp_path / which).mkdir()
         paths += _write_resources(resources, tmp_path / which)
     done = validate(paths)
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.count(" passed ") == len(paths) == 21, done.stdout  # 3 stacks x 7 resources
+    per_stack = len(VARIANTS) + 4
+    assert done.stdout.count(" passed ") == len(paths) == 3 * per_stack, done.stdout  # 3 stacks
     assert f"against version {KUBERNETES_VERSION.rsplit('.', 1)[0]}" in done.stdout
 
 
@@ -293,7 +295,7 @@ def test_cli_check_passes_on_the_committed_tree_and_finds_stale_copies(
         main, ["--env-file", str(empty_env_file), "render", "--target", "kubernetes", "--check"]
     )
     assert result.exit_code == 0, result.output
-    assert "11 rendered file(s) are current" in result.stdout
+    assert f"{5 + 2 * len(VARIANTS)} rendered file(s) are current" in result.stdout
     copy_dir = tmp_path / "k"
     shutil.copytree(REPO / "kubernetes", copy_dir)
     stale = copy_dir / "overlays" / "mtp" / "deployment.yaml"
@@ -318,8 +320,9 @@ def test_cli_writes_only_changed_files_and_names_bad_settings(empty_env_file: Pa
     runner = CliRunner()
     base = ["--env-file", str(empty_env_file)]
     out = ["render", "--target", "kubernetes", "--out", str(tmp_path)]
-    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == 11
-    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == 11
+    files = 5 + 2 * len(VARIANTS)  # the base's five, two per variant
+    assert runner.invoke(main, [*base, *out]).stdout.count("wrote: ") == files
+    assert runner.invoke(main, [*base, *out]).stdout.count("unchanged: ") == files
     result = runner.invoke(main, [*base, "--set", "kubernetes.models=nfs", *out])
     assert result.exit_code == 2
     assert "kubernetes.models" in result.stderr and "hostPath" in result.stderr and "pvc" in result.stderr

@@ -1,4 +1,4 @@
-"""In-server adaptive speculation variants (adaptive.toml): they render, bad ones exit 2."""
+"""In-server adaptive speculation variants of the shipped stack: they render, bad ones exit 2."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from composer.stack import adaptive
 from composer.stack.load import load_stack
 from tests.conftest import REPO
 
-STACKS = (REPO / "composer.toml", REPO / "adaptive.toml")
+STACKS = (REPO / "composer.toml",)
 KEY = "sk-adaptive-test-key-0123456789"
 
 
@@ -52,9 +52,22 @@ def test_the_three_variants_render_vllms_field_names() -> None:
         assert "disable_by_batch_size" not in rendered
 
 
-def test_the_shipped_stack_is_unchanged_without_the_layer() -> None:
-    stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
-    assert set(stack.variants) == {"baseline", "mtp", "dflash2"}
+def test_the_shipped_stack_has_the_three_variants_and_their_compose_files() -> None:
+    stack = _stack()
+    assert {"mtp-dsd", "mtp-adaptive", "dflash2-adaptive"} <= set(stack.variants)
+    for name in ("mtp-dsd", "mtp-adaptive", "dflash2-adaptive"):
+        assert (REPO / "compose" / f"{name}.yml").is_file()
+        assert (REPO / "kubernetes" / "overlays" / name / "deployment.yaml").is_file()
+
+
+def test_num_speculative_tokens_moves_the_static_ks_but_not_a_schedule() -> None:
+    stack = load_stack(list(STACKS), env_file=None, environ={"NUM_SPECULATIVE_TOKENS": "3"})
+    assert stack.variant("mtp").speculative.num_speculative_tokens == 3
+    assert stack.variant("mtp-adaptive").speculative.num_speculative_tokens == 3
+    dsd = stack.variant("mtp-dsd").speculative
+    assert dsd.num_speculative_tokens == 7 and dsd.per_batch_size[0] == (1, 2, 7)
+    rendered = str(build_spec(stack, stack.variant("mtp-dsd")).command)
+    assert "NUM_SPECULATIVE_TOKENS" not in rendered  # the schedule's maximum is a literal
 
 
 @pytest.mark.parametrize(

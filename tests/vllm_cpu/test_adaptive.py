@@ -26,7 +26,7 @@ PROBE = REPO / "tests" / "vllm_cpu" / "adaptive_probe.py"
 
 @pytest.fixture(scope="module")
 def probed(cpu_image: str, cpu_models) -> dict:
-    stack = load_stack([REPO / "composer.toml", REPO / "adaptive.toml"], env_file=None, environ={})
+    stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
     argv = [
         {"name": name, "argv": [resolve(part) for part in build_spec(stack, stack.variant(name)).command]}
         for name in VARIANTS

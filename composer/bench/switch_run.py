@@ -1,0 +1,320 @@
+"""`bench --decide`'s switching arm, measured: the phase-changing trace replayed through the
+gateway while its automatic policy switches between the plain variant and the best
+speculative arm.
+
+The run's stack is the user's with `[gateway] policy = "auto"` (a `POLICY_WINDOW_S` window
+and a `MIN_RESIDENCY_S` residency, so that a phase of a few dozen requests lets the policy
+act) and a `[workloads]` table naming, for every prompt length x streams of the trace, the
+better of the two arms as the sweep measured them. The speculative arm serves first;
+`follow` runs in a thread and runs the gateway's demands through the gated `up` (standby as
+the stack says), as on a user's rig. Each phase replays a fixed list of requests
+closed-loop (each stream sends its next request when its previous one ended): `streams x
+rounds` requests, the same for every phase. Goodput is the completion tokens over the
+trace's wall time, switches and held requests included; a request is *held* when it was
+sent while a switch ran, and the longest such request's time to first token is the
+held-request latency. Ctrl-C ends the replay; the requests that finished are kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
+from composer.bench.sweep import BenchOptions, Workload, format_duration, percentile
+from composer.errors import BenchError
+from composer.stack.model import Stack
+from composer.stack.workload_classes import BUCKETS
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.swap.follow import FollowEvent
+
+POLICY_WINDOW_S = 3
+MIN_RESIDENCY_S = 6
+Progress = Callable[[str], None]
+
+
+@dataclass
+class TraceRequest:
+    """One replayed request: its phase, when it was sent (monotonic) and what it gave."""
+
+    phase: int
+    sent: float
+    result: StreamResult | None
+    error: str | None = None
+
+
+@dataclass
+class SwitchRun:
+    """What the measured switching arm did over the trace."""
+
+    arms: tuple[str, str]
+    workloads: dict[str, str]
+    phases: list[dict[str, Any]] = field(default_factory=list)
+    requests: list[TraceRequest] = field(default_factory=list)
+    switches: list[tuple[float, float, str]] = field(default_factory=list)  # began, ended, variant
+    seconds: float = 0.0
+    interrupted: str | None = None
+    complete: bool = False
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.result.completion_tokens for r in self.requests if r.result)
+
+    @property
+    def goodput_tok_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.requests if r.result is None)
+
+    def _ok(self) -> list[StreamResult]:
+        return [r.result for r in self.requests if r.result is not None]
+
+    @property
+    def held_s(self) -> float:
+        """The longest time to first token of a request sent while a switch ran."""
+        held = [
+            r.result.ttft_s
+            for r in self.requests
+            if r.result is not None and any(a <= r.sent < b for a, b, _ in self.switches)
+        ]
+        return max(held, default=0.0)
+
+    def stats(self) -> dict[str, float | None]:
+        """p50/p95 TPOT (ms) and TTFT (s) over every finished request."""
+        runs = self._ok()
+        tpots = [1000.0 / r.decode_tok_s for r in runs if r.decode_tok_s]
+        ttfts = [r.ttft_s for r in runs]
+        return {
+            "tpot_p50_ms": statistics.median(tpots) if tpots else None,
+            "tpot_p95_ms": percentile(tpots, 95),
+            "ttft_p50_s": statistics.median(ttfts) if ttfts else None,
+            "ttft_p95_s": percentile(ttfts, 95),
+        }
+
+    def data(self) -> dict[str, Any]:
+        """The run as plain data (decide.json's `switching_run`)."""
+        rounded = {k: None if v is None else round(v, 4) for k, v in self.stats().items()}
+        return {
+            "arms": list(self.arms),
+            "workloads": self.workloads,
+            "goodput_tok_s": round(self.goodput_tok_s, 2),
+            "seconds": round(self.seconds, 3),
+            "tokens": self.tokens,
+            "failed_requests": self.failed,
+            "switches": len(self.switches),
+            "switch_s": [round(b - a, 3) for a, b, _ in self.switches],
+            "switched_to": [v for _, _, v in self.switches],
+            "held_request_s": round(self.held_s, 4),
+            "phases": self.phases,
+            "complete": self.complete,
+            "interrupted": self.interrupted,
+            **rounded,
+        }
+
+
+def class_name(workload: tuple[int | None, int]) -> str:
+    """The `[workloads]` class a trace workload falls in (`chat128-1`, `medium2000-16`)."""
+    tokens, streams = workload
+    if tokens is None:
+        return f"chatas-given-{streams}"
+    bucket = next(
+        b for b, (low, high) in BUCKETS.items() if low <= tokens and (high is None or tokens <= high)
+    )
+    return f"{bucket}{tokens}-{streams}"
+
+
+def policy_workloads(
+    phases: Sequence[tuple[int | None, int]],
+    rate: Callable[[str, tuple[int | None, int]], float | None],
+    arms: tuple[str, str],
+    variants: Mapping[str, str],
+) -> dict[str, str]:
+    """Every prompt length x streams of the trace -> the variant of the arm measured faster there."""
+    lengths = list(dict.fromkeys(p[0] for p in phases))
+    streams = list(dict.fromkeys(p[1] for p in phases))
+    table = {}
+    for cell in ((t, s) for t in lengths for s in streams):
+        rates = {arm: rate(arm, cell) or 0.0 for arm in arms}
+        table[class_name(cell)] = variants[max(arms, key=lambda a: rates[a])]
+    return table
+
+
+def switching_stack(stack: Stack, workloads: Mapping[str, str]) -> Stack:
+    """The stack of the run: the automatic policy on, the trace's classes, nothing else changed."""
+    gateway = replace(
+        stack.gateway, policy="auto", policy_window=POLICY_WINDOW_S, min_residency=MIN_RESIDENCY_S
+    )
+    return replace(stack, gateway=gateway, workloads=dict(workloads))
+
+
+def run_switching(
+    stack: Stack,
+    start: str,
+    phases: Sequence[tuple[int | None, int]],
+    options: BenchOptions,
+    run: SwitchRun,
+    *,
+    client: docker.DockerClient,
+    swap_timeout: float,
+    allow_weak_key: bool = False,
+    progress: Progress = lambda _: None,
+    waiting: Progress | None = None,
+) -> SwitchRun:
+    """Serve `start`, follow the gateway's demands in a thread, replay the trace; fills `run`."""
+    from composer.engine.health import base_url
+    from composer.render.target import resolve_target
+    from composer.swap.follow import follow
+    from composer.swap.swapper import UpOptions, up
+
+    if not stack.gateway.enabled:
+        raise BenchError("the switching arm needs the gateway (gateway.enabled = true)")
+    up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
+    up(
+        stack,
+        resolve_target(stack, start),
+        client=client,
+        options=up_options,
+        progress=progress,
+        waiting=waiting,
+    )
+    stop = threading.Event()
+    began: dict[str, float] = {}
+
+    def emit(event: FollowEvent) -> None:
+        now = time.monotonic()
+        if event.event == "switch":
+            began["at"] = now
+        elif event.event in ("switched", "failed") and "at" in began:
+            run.switches.append((began.pop("at"), now, str(event.variant)))
+        if event.event != "serving":
+            progress(f"switching: {event.line()}")
+
+    follower = threading.Thread(
+        target=follow,
+        kwargs={
+            "stack": stack,
+            "client": client,
+            "options": UpOptions(timeout=swap_timeout, settle=0.2, allow_weak_key=allow_weak_key),
+            "emit": emit,
+            "stop": stop,
+        },
+        name="bench-follow",
+        daemon=True,
+    )
+    follower.start()
+    url = base_url(stack.bind_address, stack.port)
+    busy = max(p[1] for p in phases)
+    per_phase = busy * options.runs
+    total = per_phase * len(phases)
+    started = time.monotonic()
+    try:
+        for i, (tokens, streams) in enumerate(phases):
+            phase_began = time.monotonic()
+            done_before = len(run.requests)
+            _replay(
+                run, i, Workload(tokens, streams), per_phase, options, url, stack, total, started, progress
+            )
+            phase_s = time.monotonic() - phase_began
+            got = run.requests[done_before:]
+            tpots = [1000.0 / r.result.decode_tok_s for r in got if r.result and r.result.decode_tok_s]
+            run.phases.append(
+                {
+                    "prompt_tokens": tokens,
+                    "concurrency": streams,
+                    "requests": len(got),
+                    "tokens": sum(r.result.completion_tokens for r in got if r.result),
+                    "seconds": round(phase_s, 3),
+                    "tpot_p50_ms": round(statistics.median(tpots), 3) if tpots else None,
+                    "switches": 0,  # counted once the run ends (a switch may end after the phase)
+                }
+            )
+        run.complete = True
+    except KeyboardInterrupt:
+        run.interrupted = "interrupted"
+        raise
+    finally:
+        run.seconds = time.monotonic() - started
+        stop.set()
+        follower.join(swap_timeout + 30)  # a switch under way finishes (or rolls back) first
+        _phase_switch_counts(run)
+    return run
+
+
+def _phase_switch_counts(run: SwitchRun) -> None:
+    """Switches counted in the phase where they began (the phase list is in order)."""
+    for phase in run.phases:
+        phase["switches"] = 0
+    if not run.phases:
+        return
+    per = [0] * len(run.phases)
+    for a, _, _ in run.switches:
+        index = max((r.phase for r in run.requests if r.sent <= a), default=0)
+        per[min(index, len(per) - 1)] += 1
+    for phase, count in zip(run.phases, per, strict=True):
+        phase["switches"] = count
+
+
+def _replay(
+    run: SwitchRun,
+    index: int,
+    workload: Workload,
+    count: int,
+    options: BenchOptions,
+    url: str,
+    stack: Stack,
+    total: int,
+    started: float,
+    progress: Progress,
+) -> None:
+    """`count` requests of one workload on `workload.concurrency` closed-loop streams."""
+    prompts = options.prompts_for(workload)
+    request = ChatRequest(model=stack.served_model_name, max_tokens=options.max_tokens)
+    lock = threading.Lock()
+    stop = threading.Event()
+    next_job = iter(range(count))
+    clients = [make_client(url, stack.api_key, options.request_timeout) for _ in range(workload.concurrency)]
+
+    def stream(s: int) -> None:
+        while not stop.is_set():
+            with lock:
+                j = next(next_job, None)
+            if j is None:
+                return
+            sent = time.monotonic()
+            try:
+                got, error = stream_chat(clients[s], request, prompts[j % len(prompts)]), None
+            except BenchError as err:
+                got, error = None, str(err)
+            with lock:
+                run.requests.append(TraceRequest(index, sent, got, error))
+                done = len(run.requests)
+                elapsed = time.monotonic() - started
+                left = elapsed / done * (total - done) if done else None
+                progress(
+                    f"switching: trace phase {index + 1}, {workload.label}: request {done}/{total} "
+                    f"({format_duration(left)})"
+                )
+
+    pool = ThreadPoolExecutor(max_workers=workload.concurrency, thread_name_prefix="bench-trace")
+    try:
+        for future in [pool.submit(stream, s) for s in range(workload.concurrency)]:
+            future.result()
+    except BaseException:
+        stop.set()
+        for c in clients:
+            c.close()
+        raise
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+        for c in clients:
+            c.close()
