@@ -36,7 +36,7 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
     from composer.cli.swap import report_swap
 
     report_swap(
-        "+".join(variants) or "live",
+        "+".join(variants or stack.gateway.live),
         args.as_json,
         lambda line: up_live(
             stack,
@@ -65,3 +65,13 @@ def down_live_variant(obj: Context, stack: Stack, variant: str, line: LiveLine) 
     line.finish()
     click.echo(said)
     return True
+
+
+def live_names(obj: Context, stack: Stack) -> list[str]:
+    """The running live members (`down` names what it stops); empty when Docker does not answer."""
+    from composer.swap.live import live_containers
+
+    try:
+        return [r.name for r in live_containers(stack, obj.docker()) if r.status == "running"]
+    except Exception:  # `down` itself reports Docker's failure
+        return []

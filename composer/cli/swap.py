@@ -11,7 +11,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
-from composer.cli.live import down_live_variant, live_up
+from composer.cli.live import down_live_variant, live_names, live_up
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
@@ -265,6 +265,8 @@ def down(obj: Context, variant: str | None, force: bool) -> None:
         line.finish()
         click.echo(said)
         return
+    live = live_names(obj, stack)
     stopped = stop(stack, client=obj.docker(), progress=line.step)
     line.finish()
+    stopped = ", ".join(n for n in (stopped, *live) if n)
     click.echo(f"stopped {stopped}" if stopped else "nothing was running")

@@ -303,7 +303,13 @@ class LiveSwapper:
         control = self._control()
         if control is None:
             return
-        control.set_upstreams(upstreams)
+        try:
+            control.set_upstreams(upstreams)
+        except GatewayControlError as err:
+            raise SwapFailed(
+                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
+                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
+            ) from err
 
     def drain(self, name: str) -> int:
         """Wait until the gateway has no request in flight on `name` (or the drain timeout); return
@@ -381,10 +387,8 @@ class LiveSwapper:
         result.drained = {"cut": cut}
         if cut:
             result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
-        result.outcome = "live"
-        result.notes.append(
-            "serving: " + ", ".join(f"{n} (GPUs {services[n].member.gpus_text})" for n in services)
-        )
+        members = ", ".join(f"{n} (GPUs {s.member.gpus_text})" for n, s in services.items())
+        result.outcome = f"live set {members}"
         result.timings["total"] = time.monotonic() - began
         self._history(plan, result.outcome, result)
         return result
