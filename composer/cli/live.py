@@ -31,6 +31,10 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
             return False
         if not is_live(variants, stack, running):
             return False
+    if len(variants) > 1:
+        from composer.stack.placement import live_members
+
+        live_members(stack, variants)  # overlapping GPU sets: exit 2 before Docker is asked anything
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
     from composer.cli.swap import report_swap

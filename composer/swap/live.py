@@ -30,6 +30,7 @@ from composer.render.live import LiveService, LiveTarget, render_live, resolve_l
 from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
+from composer.stack.placement import live_members
 from composer.swap.journal import append_history
 
 if TYPE_CHECKING:
@@ -483,6 +484,8 @@ def up_live(
     """Change the live set under the project's lock (`dry_run`: the plan only, no lock)."""
     from composer.swap.lock import swap_lock
 
+    if len(requested) > 1:
+        live_members(stack, requested)  # the set as named: refused before Docker is asked anything
     names = live_variants(requested, stack, live_containers(stack, client))
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
     swapper = LiveSwapper(stack, client, timeout, settle, progress=progress, waiting=waiting)
