@@ -3,7 +3,8 @@
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
 running live set adds C. The change runs one container at a time and never leaves zero
 ready upstreams: each new container is started from the live run file, gated like a swap
-(the container watched, /health, /v1/models, one completion, a settle watch) and only then
+(the container watched, /health, /v1/models, one completion, a settle watch and, for a
+speculative variant, acceptance from its /metrics over a short warm-up) and only then
 added to the gateway's upstreams (`set_upstreams`); a container leaving the set is first
 removed from the upstreams, its requests in flight drained (the gateway's `outstanding`
 for it reaches 0, or the drain timeout), then stopped. A new container that fails its gate
@@ -27,7 +28,7 @@ from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, SwapFailed
 from composer.render.files import write_atomic
 from composer.render.live import LiveService, LiveTarget, render_live, resolve_live
-from composer.render.runfiles import compose_environment, state_dir
+from composer.render.runfiles import compose_environment, prune_run_files, state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
@@ -297,7 +298,40 @@ class LiveSwapper:
         ready = time.monotonic() - began
         self.say(f"{service.name} is ready ({ready:.1f}s); watching it settle")
         watch_settled(container, target, self.settle, self.poll_interval)
+        if self.stack.variant(service.member.variant).speculative is not None:
+            rate = self.acceptance(target)
+            self.say(f"{service.name} accepts {rate:.2f} of its draft tokens")
         return ready
+
+    def acceptance(self, target: GateTarget) -> float:
+        """A speculative member's acceptance over a short warm-up, from its own /metrics deltas:
+        above `stack.acceptance_floor`, or HealthCheckFailed (decoding would be slower)."""
+        import httpx
+
+        from composer.errors import HealthCheckFailed
+        from composer.swap.holding import warm_up
+        from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS, spec_counters
+
+        def counters() -> tuple[float, float]:
+            try:
+                reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
+                return spec_counters(reply.text)
+            except (httpx.HTTPError, ValueError) as err:
+                raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
+
+        drafted_before, accepted_before = counters()
+        warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
+        drafted_after, accepted_after = counters()
+        drafted = drafted_after - drafted_before
+        if drafted <= 0:
+            raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
+        rate = (accepted_after - accepted_before) / drafted
+        if rate <= self.stack.acceptance_floor:
+            raise HealthCheckFailed(
+                f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "
+                f"{self.stack.acceptance_floor:.2f} (stack.acceptance_floor)"
+            )
+        return rate
 
     def publish(self, upstreams: list[dict[str, str]]) -> None:
         """Tell the gateway the set it routes among."""
@@ -348,11 +382,14 @@ class LiveSwapper:
             result.outcome = "unchanged" if plan.no_op else "planned"
             return result
         if plan.no_op:
+            # The gateway may have restarted with an older set in its environment: tell it again.
+            self.publish(target.upstreams())
             result.outcome = "unchanged"
             result.notes.append(f"the live set {{{', '.join(target.variants)}}} already runs")
             result.timings["total"] = time.monotonic() - began
             return result
         compose_file = live_run_file(target)
+        prune_run_files(self.stack.project, "live", keep=(compose_file,))
         services = {s.name: s for s in target.services}
         running = {r.name: r for r in live_containers(self.stack, self.client)}
         serving = [services[n].upstream() for n in plan.keep]  # what the gateway routes among now
