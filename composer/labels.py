@@ -12,6 +12,9 @@ VARIANT = f"{PREFIX}.variant"
 CONFIG_HASH = f"{PREFIX}.config-hash"
 SERVED_NAME = f"{PREFIX}.served-model-name"
 PORT = f"{PREFIX}.port"
+# On the containers of a live set: the upstream's name (`mtp/1`) and its GPU set (`4,5,6,7`, `-`).
+LIVE = f"{PREFIX}.live"
+GPUS = f"{PREFIX}.gpus"
 
 # On the gateway's container (which also carries PORT: it publishes the shared port).
 ROLE = f"{PREFIX}.role"

@@ -11,6 +11,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
+from composer.cli.live import down_live_variant, live_names, live_up
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
@@ -147,7 +148,7 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
 
 
 @command()
-@click.argument("variant", required=False, shell_complete=complete_from_stack("variant"))
+@click.argument("variants", nargs=-1, shell_complete=complete_from_stack("variant"))
 @swap_options
 @click.option(
     "--recreate-gateway",
@@ -165,13 +166,17 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
 @click.pass_obj
 def up(
     obj: Context,
-    variant: str | None,
+    variants: tuple[str, ...],
     target: str,
     recreate_gateway: bool,
     kube_context: str | None,
     **opts: Any,
 ) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
+
+    With several VARIANTS, or none and [gateway] live, or one while a live set runs: change
+    the live set (variants serving at once on disjoint GPUs) one container at a time: start
+    and gate each new one, then drain and stop each leaving one; the others serve throughout.
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
@@ -182,9 +187,18 @@ def up(
       compose-spec up mtp
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
+      compose-spec up baseline mtp --dry-run
       compose-spec up --recreate-gateway
     """
     args = SwapArgs(**opts)
+    if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
+        return
+    if len(variants) > 1:
+        raise ConfigError(
+            "several variants (a live set) run on the compose target without --recreate-gateway; on "
+            "Kubernetes apply kubernetes/live (render --target kubernetes writes it)"
+        )
+    variant = variants[0] if variants else None
     if variant is None and not recreate_gateway:
         names = ", ".join(obj.stack().variants)
         raise ConfigError(f"up needs a VARIANT: one of {names} (or --recreate-gateway alone)")
@@ -245,10 +259,14 @@ def down(obj: Context, variant: str | None, force: bool) -> None:
     stack = obj.stack()
     if variant is not None:
         stack.variant(variant)  # an unknown name: exit 2 with the known ones
+        if down_live_variant(obj, stack, variant, line):
+            return
         said = down_variant(stack, variant, client=obj.docker(), force=force, progress=line.step)
         line.finish()
         click.echo(said)
         return
+    live = live_names(obj, stack)
     stopped = stop(stack, client=obj.docker(), progress=line.step)
     line.finish()
+    stopped = ", ".join(n for n in (stopped, *live) if n)
     click.echo(f"stopped {stopped}" if stopped else "nothing was running")

@@ -10,13 +10,16 @@ stack as data (`describe`); the Kubernetes manifests, a kustomize base and one o
 per variant (`kubernetes`), with the production settings of the `[kubernetes]` table
 (`kube_pod`: resources and scheduling; `kube_extras`: disruption budgets, ServiceMonitors,
 scrape annotations) and an offline Pod Security Standards check (`kube_security`:
-`pod_security_level`); the systemd unit that keeps `follow` running (`systemd`).
+`pod_security_level`); a live set (`live`: one compose service per live container behind the
+one gateway, `GATEWAY_LIVE_UPSTREAMS`; `kube_live`: one Deployment and Service per live
+variant in `kubernetes/live/`); the systemd unit that keeps `follow` running (`systemd`).
 Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `Target`, `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
 `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
 `render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`),
-`pod_security_level`, `FollowUnit`, `render_follow_unit`.
+`pod_security_level`, `LiveTarget`, `LiveService`, `resolve_live`, `render_live`,
+`render_kube_live`, `FollowUnit`, `render_follow_unit`.
 """
 
 from composer._exports import lazy_exports
@@ -28,6 +31,8 @@ __all__, __getattr__ = lazy_exports(
         "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
         "kubernetes": ["render_kubernetes"],
         "kube_security": ["pod_security_level"],
+        "kube_live": ["render_kube_live"],
+        "live": ["LiveService", "LiveTarget", "render_live", "resolve_live"],
         "outputs": ["RenderPlan", "render_plan", "stale_files"],
         "runfiles": ["run_file", "state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],

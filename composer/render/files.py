@@ -174,6 +174,11 @@ def _environment() -> jinja2.Environment:
     return env
 
 
+def template_environment() -> jinja2.Environment:
+    """The one Jinja environment of the templates (for other renderers of this package)."""
+    return _environment()
+
+
 def _context(target: Target) -> dict[str, object]:
     spec = target.spec
     return {
@@ -207,6 +212,10 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
     files: list[RenderedFile] = []
     for name in names:
         files += render_variant(resolve_target(stack, name), out_dir)
+    if stack.gateway.live and not variants:  # the live set's file beside the variants' own
+        from composer.render.live import render_live, resolve_live
+
+        files += render_live(resolve_live(stack, stack.gateway.live), out_dir)
     return files
 
 

@@ -38,6 +38,7 @@ class GatewaySettings:
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
+    live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
 
     @property
     def switches(self) -> bool:
@@ -135,6 +136,17 @@ def parse_max_connections(raw: object) -> int:
     return parse_positive_int(raw, MAX_CONNECTIONS)
 
 
+def parse_live(raw: object) -> tuple[str, ...]:
+    """Variant names: a list, or a comma-separated string (from the environment)."""
+    if raw is None or raw == "" or raw == ():
+        return ()
+    items = list(raw) if isinstance(raw, list | tuple) else str(raw).split(",")
+    names = [str(i).strip() for i in items if isinstance(i, str) and i.strip()]
+    if (len(names) != len(items) and not isinstance(raw, str)) or len(set(names)) != len(names):
+        raise ValueError('a list of distinct variant names, such as ["baseline", "mtp"]')
+    return tuple(names)
+
+
 GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object], ...] = (
     # key, environment variable, parser, default
     ("enabled", "GATEWAY_ENABLED", parse_bool, GatewaySettings.enabled),
@@ -159,4 +171,5 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
     ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
     ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
+    ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
 )

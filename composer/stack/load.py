@@ -24,6 +24,7 @@ from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
 from composer.stack.gateway import GATEWAY_SETTINGS, GatewaySettings
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
+from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
 from composer.stack.workload_classes import gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
@@ -78,6 +79,8 @@ VARIANT_KEYS = {
     "standby",
     "weights_bytes",
     "aliases",
+    "gpus",
+    "replicas",
 }
 SPECULATIVE_KEYS = {
     "method",
@@ -224,6 +227,7 @@ def _build(sources: Sources) -> Stack:
     _refuse_level_2_with_speculation(variants, settings)
     variants = _adaptive_speculation(variants, str(settings["attention_backend"]), resolve.record)
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
+    check_live(variants, gateway.live, gpus_used=settings["gpus"] is not None)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
     if api_key is not None:
         resolve.record[API_KEY_VAR] = (
@@ -524,7 +528,17 @@ def _variant(
     weights = resolve.get(
         f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
     )
+    gpus = resolve.get(f"{prefix}.gpus", parse_placement, None, None, table.get("gpus"))
+    replicas = resolve.get(
+        f"{prefix}.replicas",
+        lambda x: None if x is None else parse_replicas(x),
+        None,
+        None,
+        table.get("replicas"),
+    )
     return Variant(
+        gpus=gpus,  # type: ignore[arg-type]
+        replicas=check_replicas(name, gpus, replicas),  # type: ignore[arg-type]
         name=name,
         image_key=image_key,
         kv_cache_memory=kv,  # type: ignore[arg-type]

@@ -37,6 +37,8 @@ class Variant:
     standby: str = "stop"  # "sleep": `up` puts it to sleep (level 1) instead of removing it
     weights_bytes: int | None = None  # weights per GPU, for the standby memory planner
     aliases: tuple[str, ...] = ()  # model names that ask for this variant ([gateway] switch_on_model)
+    gpus: tuple[tuple[str, ...], ...] = ()  # placement: one GPU set per replica (empty: stack.gpus)
+    replicas: int = 1  # containers of this variant in a live set
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ KEYS: tuple[Key, ...] = (
     Key(
         "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"
     ),
+    Key("gateway", "live", "list", "variants that serve at once on disjoint GPUs (a live set)"),
     Key(
         "kubernetes",
         "models",
@@ -158,6 +159,8 @@ KEYS: tuple[Key, ...] = (
     Key(VARIANT, "standby", "enum", "this variant's standby (default: stack.standby)", v.STANDBY_MODES),
     Key(VARIANT, "weights_bytes", "size", "weights in host RAM while asleep (default: read from the model)"),
     Key(VARIANT, "aliases", "list", "other model names that reach (or switch to) this variant"),
+    Key(VARIANT, "gpus", "gpus", 'GPU set of this variant in a live set; a list for replicas ("0,1", "2,3")'),
+    Key(VARIANT, "replicas", "integer", "containers of this variant in a live set (one GPU set each)"),
     Key(SPECULATIVE, "method", "enum", "vLLM's speculative method", v.SPECULATIVE_METHODS),
     Key(SPECULATIVE, "num_speculative_tokens", "integer", "K, tokens proposed per step (1-128)"),
     Key(SPECULATIVE, "draft_model", "boolean", "mount the draft model and pass it as the speculative model"),

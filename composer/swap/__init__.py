@@ -18,9 +18,13 @@ run files, never the templates. May import: `composer.stack`,
 checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
-gets Docker access. Public: `up`, `down`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
+gets Docker access. A live set (`live`: several variants serving at once on disjoint GPUs,
+changed one container at a time: start and gate, `set_upstreams`, drain and stop; `plan_live`
+is pure; `live_status`: the live containers as `status` and `ls` show them).
+Public: `up`, `down`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
-`status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`.
+`status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
+`down_live`, `plan_live`, `LivePlan`, `live_containers`, `live_rows`, `format_live`.
 """
 
 from composer._exports import lazy_exports
@@ -31,6 +35,8 @@ __all__, __getattr__ = lazy_exports(
         "follow": ["FollowEvent", "follow"],
         "gateway_port": ["recreate_gateway"],
         "journal": ["format_history", "read_history"],
+        "live": ["LivePlan", "down_live", "live_containers", "plan_live", "up_live"],
+        "live_status": ["format_live", "live_rows"],
         "plan": ["decide"],
         "snapshot": ["Snapshot"],
         "lock": ["swap_lock"],

@@ -24,6 +24,7 @@ from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.live_status import format_live, live_rows
 from composer.swap.snapshot import Member, Snapshot
 
 if TYPE_CHECKING:
@@ -153,6 +154,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data = _variant_status(stack, snap)
     data["gateway"] = gateway_status(stack, client, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
+    data["live"] = live_rows(stack, client, snap.gateway_state.raw if snap.gateway_state else None)
     gateway = data["gateway"]
     mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
@@ -283,7 +285,12 @@ def _format_exit(project: str, last: dict) -> str:
 def format_status(data: dict) -> str:
     """Human-readable form of status_data(), its warnings last."""
     warnings = "".join(f"\n{'warning':<14}{w}" for w in data.get("warnings") or ())
-    return _format_status(data) + warnings
+    live = data.get("live") or []
+    if live and not data["running"]:  # a live set serves: no single variant to describe
+        gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
+        header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
+        return header + "\n" + format_live(live) + warnings
+    return _format_status(data) + (("\n" + format_live(live)) if live else "") + warnings
 
 
 def _format_status(data: dict) -> str:
@@ -365,6 +372,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     """Every variant: method, K, image, whether the image is local, whether it serves, the
     workload classes and the aliases that name it."""
     serving = current_variant(stack, client) if client is not None else None
+    live = live_rows(stack, client) if client is not None else []
     rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
@@ -380,6 +388,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
                 "aliases": list(variant.aliases),
                 "description": variant.description,
+                "live": [r for r in live if r["variant"] == name],
             }
         )
     return rows
@@ -405,5 +414,10 @@ def format_variants(rows: list[dict[str, object]]) -> str:
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     serving = next((r["variant"] for r in rows if r["serving"]), None)
-    lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
+    live = [member for r in rows for member in r.get("live") or ()]  # type: ignore[attr-defined]
+    if live:
+        lines.append("live set: " + ", ".join(sorted({str(m["variant"]) for m in live})))
+        lines.append(format_live(live))
+    else:
+        lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
     return "\n".join(lines)

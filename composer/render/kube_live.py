@@ -1,0 +1,114 @@
+"""A live set on Kubernetes: one Deployment and one Service per live variant, one gateway.
+
+`render --target kubernetes` with `[gateway] live` also writes `kubernetes/live/`, a
+kustomization of its own (`kubectl apply -k kubernetes/live`): the shared Service, the
+gateway's Deployment with `GATEWAY_LIVE_UPSTREAMS` (one upstream per variant: its Service,
+which balances over the variant's replicas), the stack-wide extras of the base, and per
+variant a Deployment (replicas from the stack, `nvidia.com/gpu` from the placement: the size
+of its GPU set, else tensor_parallel_size) selected by its variant label, and its Service.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from composer import labels
+from composer.render import kube_pod
+from composer.render.files import RenderedFile
+from composer.render.gateway import build_gateway_spec
+from composer.render.kubernetes import (
+    GENERATED,
+    Manifest,
+    _dns_label,
+    _header,
+    _kustomization,
+    _service,
+    deployment,
+    dump,
+    extra_base_manifests,
+    gateway_deployment,
+    selector_labels,
+    service,
+)
+from composer.render.live import LIVE_UPSTREAMS_VAR
+from composer.render.spec import CONTAINER_PORT, build_spec, text
+from composer.render.target import Target
+from composer.stack.model import Stack
+from composer.stack.placement import live_members
+
+LIVE_DIR = "live"
+
+
+def live_name(stack: Stack, variant: str) -> str:
+    """The Deployment and Service name of a live variant: `<service>-<variant>`."""
+    return _dns_label(f"{stack.service}-{variant}", "stack.service and variant name")
+
+
+def live_upstreams(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
+    """The gateway's upstreams on Kubernetes: one per variant, its Service."""
+    return [
+        {"name": f"{name}/1", "variant": name, "url": f"http://{live_name(stack, name)}:{CONTAINER_PORT}"}
+        for name in variants
+    ]
+
+
+def live_deployment(stack: Stack, name: str) -> Manifest:
+    """A live variant's Deployment: its own selector, its replicas, GPUs from its placement."""
+    variant = replace(stack.variant(name), standby="stop")
+    spec = replace(build_spec(stack, variant), service=live_name(stack, name))
+    doc = deployment(stack, Target(variant, spec, None))
+    selector = {**selector_labels(stack), labels.VARIANT: name}
+    doc["spec"]["selector"] = {"matchLabels": selector}
+    doc["spec"]["replicas"] = variant.replicas
+    # No GPU is free for a surge pod: replace one replica at a time.
+    doc["spec"]["strategy"] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
+    gpus = len(variant.gpus[0]) if variant.gpus else stack.tensor_parallel_size
+    container = doc["spec"]["template"]["spec"]["containers"][0]
+    container["resources"] = kube_pod.server_resources(
+        stack, variant, gpus if spec.gpus is not None else None
+    )
+    return doc
+
+
+def live_gateway(stack: Stack, variants: list[str]) -> Manifest | None:
+    """The gateway's Deployment with the live set's upstreams."""
+    gateway = build_gateway_spec(stack)
+    if gateway is None:
+        return None
+    listed = json.dumps(live_upstreams(stack, variants), separators=(",", ":"))
+    gateway = replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
+    return gateway_deployment(stack, gateway)
+
+
+def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
+    """`kubernetes/live/`: the live set's kustomization and its manifests, in memory."""
+    live_members(stack, variants)  # unknown names or overlapping GPU sets: refused first
+    folder = out_dir / LIVE_DIR
+    docs: list[tuple[str, Manifest]] = [("service.yaml", service(stack))]
+    gateway = live_gateway(stack, variants)
+    for file, doc in extra_base_manifests(stack):
+        if file == "gateway-deployment.yaml" and gateway is not None:
+            doc = gateway
+        docs.append((file, doc))
+    for name in variants:
+        docs.append((f"deployment-{name}.yaml", live_deployment(stack, name)))
+        selector = {**selector_labels(stack), labels.VARIANT: name}
+        docs.append(
+            (f"service-{name}.yaml", _service(stack, live_name(stack, name), selector, CONTAINER_PORT))
+        )
+    about = f"Live set: {', '.join(variants)}: every variant at once behind the gateway."
+    files = [
+        RenderedFile(
+            folder / "kustomization.yaml",
+            dump(
+                _kustomization([file for file, _ in docs], stack.kubernetes.namespace),
+                f"{GENERATED}\n{about}\nApply it instead of an overlay:\n"
+                f"  kubectl apply -k kubernetes/{LIVE_DIR}",
+            ),
+            0o644,
+        )
+    ]
+    files += [RenderedFile(folder / file, dump(doc, f"{_header(doc)}\n{about}"), 0o644) for file, doc in docs]
+    return files

@@ -1,0 +1,108 @@
+"""A live set rendered: one compose service per live container, all behind the one gateway.
+
+Each member (`mtp/1`) runs as the compose service `<service>-<variant>-<n>` with its own
+GPU set in the device reservation (none with GPU_DEVICES=none) and the labels `live` and
+`gpus`; the gateway's environment lists every member in `GATEWAY_LIVE_UPSTREAMS` (JSON:
+name, variant, url), so a by-hand `docker compose -f compose/live.yml up -d` starts the
+whole set. Pure: no I/O but the rendered text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import jinja2
+
+from composer import labels as label_names
+from composer.errors import RenderError
+from composer.render.files import RenderedFile, template_environment
+from composer.render.gateway import GatewaySpec, build_gateway_spec
+from composer.render.spec import CONTAINER_PORT, ServiceSpec, build_spec, config_hash, text
+from composer.stack.model import Stack
+from composer.stack.placement import LiveMember, live_members
+
+LIVE_UPSTREAMS_VAR = "GATEWAY_LIVE_UPSTREAMS"
+LIVE_FILE = "live.yml"
+
+
+@dataclass(frozen=True)
+class LiveService:
+    """One live container: its member (name, variant, GPUs) and its container spec."""
+
+    member: LiveMember
+    spec: ServiceSpec
+
+    @property
+    def name(self) -> str:
+        return self.member.name
+
+    @property
+    def url(self) -> str:
+        """Where the gateway reaches it on the project's network (the service's DNS name)."""
+        return f"http://{self.spec.compose_service}:{CONTAINER_PORT}"
+
+    def upstream(self) -> dict[str, str]:
+        """The gateway's upstream entry (GATEWAY_LIVE_UPSTREAMS, `set_upstreams`)."""
+        return {"name": self.member.name, "variant": self.member.variant, "url": self.url}
+
+
+@dataclass(frozen=True)
+class LiveTarget:
+    """A live set resolved once: its variants, one LiveService per container, the gateway."""
+
+    variants: tuple[str, ...]
+    services: tuple[LiveService, ...]
+    gateway: GatewaySpec | None
+
+    @property
+    def hash(self) -> str:
+        """A digest of every member's config hash (names the run file)."""
+        joined = ",".join(f"{s.name}={s.spec.hash}" for s in self.services)
+        return hashlib.sha256(joined.encode()).hexdigest()[:16]
+
+    def upstreams(self) -> list[dict[str, str]]:
+        return [s.upstream() for s in self.services]
+
+
+def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
+    """The container spec of one live member: the variant's spec under its own service and GPUs."""
+    variant = replace(stack.variant(member.variant), standby="stop")  # a live container never sleeps
+    base = build_spec(stack, variant)
+    gpus = base.gpus
+    if stack.gpus is None:
+        gpus = None  # GPU_DEVICES=none: no device reservation (the simulator); the set stays a label
+    elif member.gpus:
+        gpus = text(",".join(member.gpus))
+    spec = replace(base, service=f"{stack.service}-{member.variant}-{member.index}", gpus=gpus, labels=())
+    labels = (
+        (label_names.CONFIG_HASH, config_hash(spec)),
+        (label_names.GPUS, member.gpus_text),
+        (label_names.LIVE, member.name),
+        (label_names.PORT, str(stack.port)),
+        (label_names.SERVED_NAME, stack.served_model_name),
+        (label_names.VARIANT, member.variant),
+    )
+    return replace(spec, labels=labels)
+
+
+def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
+    """Resolve a live set (ConfigError, exit 2, for unknown names or overlapping GPU sets)."""
+    services = tuple(LiveService(m, live_spec(stack, m)) for m in live_members(stack, list(variants)))
+    gateway = build_gateway_spec(stack)
+    if gateway is not None:
+        listed = json.dumps([s.upstream() for s in services], separators=(",", ":"))
+        gateway = replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
+    return LiveTarget(tuple(variants), services, gateway)
+
+
+def render_live(target: LiveTarget, out_dir: Path, name: str = LIVE_FILE) -> list[RenderedFile]:
+    """The live set's compose file, in memory (a RenderedFile)."""
+    try:
+        content = template_environment().get_template("compose-live.yml.j2").render(live=target)
+    except jinja2.TemplateError as err:
+        raise RenderError(f"template error while rendering the live set: {err}") from err
+    return [RenderedFile(out_dir / name, content, 0o644)]

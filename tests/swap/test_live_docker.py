@@ -1,0 +1,139 @@
+"""Live sets on the real daemon with the simulator (GPU_DEVICES=none, distinct simulated GPU
+sets): `up baseline mtp` runs both behind the one gateway; `up mtp` on a live {baseline} joins
+without baseline stopping and without a refused request; `down baseline` drains it out.
+
+Needs a gateway image with live upstreams (POST /upstreams, x-served-by): set GATEWAY_IMAGE
+to it when the default image predates them.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.docker
+
+PLACEMENT = """
+[gateway]
+live = ["baseline"]
+[variants.baseline]
+gpus = "0,1"
+[variants.mtp]
+gpus = "2,3"
+"""
+
+
+@dataclass
+class Client:
+    """One client sending small completions until stopped; every answer recorded."""
+
+    url: str
+    key: str
+    answers: list[tuple[int, str]] = field(default_factory=list)  # (status or 0 for an error, served by)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        body = {"model": "claude-opus-5", "prompt": "hello", "max_tokens": 4}
+        headers = {"Authorization": f"Bearer {self.key}"}
+        with httpx.Client(timeout=httpx.Timeout(60.0, connect=5.0), trust_env=False) as http:
+            while not self._stop.is_set():
+                try:
+                    reply = http.post(self.url + "/v1/completions", json=body, headers=headers)
+                    self.answers.append((reply.status_code, reply.headers.get("x-served-by", "")))
+                except httpx.HTTPError as err:
+                    self.answers.append((0, type(err).__name__))
+
+    def __enter__(self) -> Client:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join(timeout=90)
+
+
+def _live(sim_stack) -> None:
+    sim_stack.stack_file.write_text(sim_stack.stack_file.read_text() + PLACEMENT, encoding="utf-8")
+
+
+def _container(docker_client, project: str, member: str):
+    found = docker_client.containers.list(
+        filters={"label": [f"com.docker.compose.project={project}", f"vllm-composer.live={member}"]}
+    )
+    assert len(found) == 1, [c.name for c in found]
+    return found[0]
+
+
+def _gateway_upstreams(sim_stack) -> dict[str, dict]:
+    status = sim_stack.status()
+    return {row["name"]: row for row in status["live"]}
+
+
+def test_up_two_variants_runs_both_on_their_own_gpu_sets(sim_stack, docker_client) -> None:
+    _live(sim_stack)
+    plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "start baseline/1 on GPUs 0,1" in plan.stdout and "start mtp/1 on GPUs 2,3" in plan.stdout
+    done = sim_stack.run("up", "baseline", "mtp", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "live set baseline/1 (GPUs 0,1), mtp/1 (GPUs 2,3)" in done.stdout
+    baseline = _container(docker_client, sim_stack.project, "baseline/1")
+    mtp = _container(docker_client, sim_stack.project, "mtp/1")
+    assert (baseline.labels["vllm-composer.gpus"], mtp.labels["vllm-composer.gpus"]) == ("0,1", "2,3")
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: (row["gpus"], row["ready"]) for name, row in rows.items()} == {
+        "baseline/1": ("0,1", True),
+        "mtp/1": ("2,3", True),
+    }
+    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
+        while len(client.answers) < 20:
+            threading.Event().wait(0.05)
+    assert {status for status, _ in client.answers} == {200}
+    assert {served for _, served in client.answers} <= {"baseline/1", "mtp/1"}
+    again = sim_stack.run("up", "baseline", "mtp", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "unchanged", again.stderr
+
+
+def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(
+    sim_stack, docker_client
+) -> None:
+    _live(sim_stack)
+    first = sim_stack.run("up", timeout=300)  # [gateway] live = ["baseline"]
+    assert first.returncode == 0, first.stderr
+    baseline = _container(docker_client, sim_stack.project, "baseline/1")
+    started = baseline.attrs["State"]["StartedAt"]
+    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
+        while len(client.answers) < 5:
+            threading.Event().wait(0.05)
+        before = len(client.answers)
+        joined = sim_stack.run("up", "mtp", timeout=300)
+        assert joined.returncode == 0, joined.stderr
+        during = len(client.answers)
+        while len(client.answers) < during + 20:
+            threading.Event().wait(0.05)
+    assert joined.stdout.strip().startswith("mtp: live set baseline/1 (GPUs 0,1), mtp/1 (GPUs 2,3)")
+    assert {status for status, _ in client.answers} == {200}, client.answers  # none refused, none failed
+    baseline.reload()
+    assert baseline.status == "running" and baseline.attrs["State"]["StartedAt"] == started  # never restarted
+    assert {served for _, served in client.answers[:before]} == {"baseline/1"}
+    rows = _gateway_upstreams(sim_stack)
+    assert sorted(rows) == ["baseline/1", "mtp/1"] and all(row["ready"] for row in rows.values())
+    history = sim_stack.run("history", "--json")
+    assert history.returncode == 0 and "start mtp/1" in history.stdout
+
+    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
+        left = sim_stack.run("down", "baseline", timeout=180)
+        assert left.returncode == 0, left.stderr
+        after = len(client.answers)
+        while len(client.answers) < after + 10:
+            threading.Event().wait(0.05)
+    assert {status for status, _ in client.answers} == {200}, client.answers
+    assert {served for _, served in client.answers[after:]} == {"mtp/1"}
+    assert sorted(_gateway_upstreams(sim_stack)) == ["mtp/1"]

@@ -1,0 +1,109 @@
+"""The live plan (pure): what `up` starts, keeps and stops, and how `--dry-run` says it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from composer.render.live import resolve_live
+from composer.stack.load import load_stack
+from composer.stack.model import Stack
+from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
+from composer.swap.live_status import format_live
+from tests.conftest import REPO
+
+LIVE = """
+[gateway]
+live = ["baseline"]
+[variants.baseline]
+gpus = "0,1"
+[variants.mtp]
+gpus = "2,3"
+[variants.dflash2]
+gpus = "4,5"
+"""
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Stack:
+    extra = tmp_path / "live.toml"
+    extra.write_text(LIVE, encoding="utf-8")
+    return load_stack([REPO / "composer.toml", extra], None, environ={})
+
+
+def _running(stack: Stack, *names: str, changed: str = "") -> list[LiveRunning]:
+    target = resolve_live(stack, list(dict.fromkeys(n.split("/")[0] for n in names)))
+    rows = []
+    for service in target.services:
+        rows.append(
+            LiveRunning(
+                name=service.name,
+                variant=service.member.variant,
+                container=service.spec.container_name,
+                gpus=service.member.gpus_text,
+                config_hash="old" if service.name == changed else service.spec.hash,
+                status="running",
+                service=service.spec.compose_service,
+            )
+        )
+    return rows
+
+
+def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> None:
+    running = _running(stack, "baseline/1")
+    names = live_variants(["mtp"], stack, running)
+    assert names == ["baseline", "mtp"]
+    plan = plan_live(resolve_live(stack, names), running)
+    assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
+    text = plan.describe()
+    assert text.splitlines()[0] == "live set: {baseline/1} -> {baseline/1, mtp/1}"
+    assert "start mtp/1 on GPUs 2,3, gate it, add it to the gateway's upstreams" in text
+    assert "keep baseline/1 (GPUs 0,1): serves throughout" in text
+    assert "stop" not in text.replace("start", "")
+
+
+def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack) -> None:
+    running = _running(stack, "baseline/1", "mtp/1")
+    plan = plan_live(resolve_live(stack, live_variants(["mtp", "dflash2"], stack, running)), running)
+    assert (plan.keep, plan.start, plan.stop) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
+    lines = plan.describe().splitlines()
+    start = next(i for i, line in enumerate(lines) if "start dflash2/1" in line)
+    stop = next(i for i, line in enumerate(lines) if "drain its requests, stop it" in line)
+    assert start < stop and "baseline/1" in lines[stop]
+    assert plan.as_data()["stop"] == ["baseline/1"]
+
+
+def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) -> None:
+    running = _running(stack, "baseline/1", "mtp/1", changed="mtp/1")
+    target = resolve_live(stack, ["baseline", "mtp"])
+    assert plan_live(target, running).replace == ("mtp/1",)
+    same = plan_live(target, _running(stack, "baseline/1", "mtp/1"))
+    assert same.no_op and "nothing to change" in same.describe()
+    assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
+
+
+def test_which_up_is_live(stack: Stack, tmp_path: Path) -> None:
+    assert live_variants([], stack, []) == ["baseline"]  # [gateway] live
+    assert live_variants(["mtp", "baseline"], stack, _running(stack, "dflash2/1")) == ["mtp", "baseline"]
+    plain = load_stack([REPO / "composer.toml"], None, environ={})
+    assert not is_live(["mtp"], plain, [])  # today's swap
+    assert is_live(["mtp", "baseline"], plain, [])
+    assert is_live(["mtp"], plain, _running(stack, "baseline/1"))
+
+
+def test_gateway_fields_absent_are_shown_as_dashes(stack: Stack) -> None:
+    states = upstream_states({"upstreams": [{"name": "mtp/1", "ready": True, "outstanding": 3, "served": 9}]})
+    assert states["mtp/1"]["outstanding"] == 3 and upstream_states({"upstream": "x"}) == {}
+    rows = [
+        {"name": "mtp/1", "container": "c1", "state": "running", "gpus": "2,3", "ready": True,
+         "outstanding": 3, "served_last_minute": None, "served": 9, "errors": 0},
+        {"name": "baseline/1", "container": "c2", "state": "running", "gpus": "0,1", "ready": None,
+         "outstanding": None, "served_last_minute": None, "served": None, "errors": None},
+    ]  # fmt: skip
+    table = format_live(rows).splitlines()
+    assert table[0].split() == [
+        "LIVE", "CONTAINER", "STATE", "GPUS", "READY", "OUTSTANDING", "SERVED/1M", "SERVED", "ERRORS"
+    ]  # fmt: skip
+    assert table[1].split() == ["mtp/1", "c1", "running", "2,3", "yes", "3", "-", "9", "0"]
+    assert table[2].split() == ["baseline/1", "c2", "running", "0,1", "-", "-", "-", "-", "-"]
