@@ -46,20 +46,6 @@ for url in sys.argv[2:]:
 print(json.dumps(out))
 """
 
-# One exec that replaces the live set: `POST /upstreams {"upstreams": [...]}` on the control socket.
-_UPSTREAMS = """
-import json, sys
-from composer.gateway.ctl import call
-try:
-    code, reply = call(sys.argv[1], "POST", "/upstreams", {"upstreams": json.loads(sys.argv[2])})
-except Exception as err:
-    print(json.dumps({"error": f"{type(err).__name__}: {err}"}))
-    sys.exit(1)
-print(json.dumps(reply if isinstance(reply, dict) else {"reply": reply}))
-sys.exit(0 if code < 400 else 1)
-"""
-
-
 class ExecTarget(Protocol):
     """What the client needs from a container: Docker SDK's `Container.exec_run`."""
 
@@ -267,30 +253,6 @@ class GatewayControl:
             str(k): (None if v is None else bool(v)) for k, v in (reply.get("sleeping") or {}).items()
         }
         return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
-
-    def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> dict[str, Any]:
-        """Replace the live set the gateway routes among (`POST /upstreams`): each entry has
-        `name` (`mtp/1`), `variant` and `url`; an upstream left out gets no new requests."""
-        from .config import DEFAULT_CONTROL_SOCKET
-
-        listed = json.dumps([dict(u) for u in upstreams])
-        cmd = ["python3", "-c", _UPSTREAMS, self.socket or DEFAULT_CONTROL_SOCKET, listed]
-        try:
-            result = self.container.exec_run(cmd, demux=True)
-        except Exception as err:  # the Docker SDK raises several families
-            raise GatewayControlError("upstreams", f"docker exec failed: {err}") from err
-        code = result[0] if isinstance(result, tuple) else result.exit_code
-        output = result[1] if isinstance(result, tuple) else result.output
-        out = (output[0] if isinstance(output, tuple) else output) or b""
-        text = out.decode(errors="replace").strip()
-        try:
-            reply = json.loads(text) if text else {}
-        except ValueError:
-            reply = {}
-        if code != 0 or not isinstance(reply, dict):
-            message = reply.get("error") if isinstance(reply, dict) else None
-            raise GatewayControlError("upstreams", str(message or text or f"exit {code}"), code or 1, text)
-        return reply
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
         """Set a hold that expires after `lease_s` unless renewed or released.
