@@ -30,9 +30,11 @@ from composer.swap.holding import SwapHold, start_hold, warm_up
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
     from composer.gateway.client import GatewayControl
+    from composer.render.gateway import GatewaySpec
     from composer.render.target import Target
     from composer.stack.model import Stack
     from composer.swap.plan import SwapPlan
@@ -98,12 +100,15 @@ def compose_up(ctx: Context, compose_file: Path, service: str | None = None) -> 
 
 
 def drain(
-    ctx: Context, target: str, compose_file: Path, gateway_service: str, ensure: bool = True
+    ctx: Context, target: str, compose_file: Path, gateway: GatewaySpec, ensure: bool = True
 ) -> Outcome:
     """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish."""
     if ensure:
-        compose_up(ctx, compose_file, gateway_service)
-    hold = start_hold(ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, target=target)
+        compose_up(ctx, compose_file, gateway.service)
+    container = _gateway(ctx, gateway)
+    hold = start_hold(
+        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, target=target, container=container
+    )
     ctx.say("draining the gateway: new requests wait, requests in flight finish")
     drained = hold.begin()
     out = Outcome("drain", drained.seconds, drained=(drained.drained, drained.cut), hold=hold)
@@ -115,9 +120,21 @@ def drain(
     return out
 
 
-def gateway_update(ctx: Context, compose_file: Path, gateway_service: str) -> Outcome:
+def _gateway(ctx: Context, gateway: GatewaySpec) -> Container | None:
+    """The gateway's container by the name compose gives it (one inspection, no listing)."""
+    from docker.errors import NotFound
+
+    try:
+        return ctx.client.containers.get(gateway.container_name)
+    except NotFound:
+        return None
+
+
+def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
     """Drain the old gateway, then recreate it with the new settings (its held requests are cut, counted)."""
-    old = start_hold(ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say)
+    old = start_hold(
+        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, container=_gateway(ctx, gateway)
+    )
     ctx.say("the gateway's settings changed: draining it before it is recreated")
     drained = old.begin()
     try:
@@ -126,7 +143,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway_service: str) -> Ou
         held = 0
     old._stop.set()
     began = time.monotonic()
-    compose_up(ctx, compose_file, gateway_service)
+    compose_up(ctx, compose_file, gateway.service)
     cut = drained.cut + held
     out = Outcome("drain", drained.seconds, drained=(drained.drained, cut))
     out.extra["gateway_recreate"] = time.monotonic() - began

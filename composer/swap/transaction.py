@@ -119,10 +119,8 @@ def run(
     try:
         if target.gateway is not None:  # nothing has changed if this fails
             if plan.gateway_update:
-                absorb(result, steps.gateway_update(ctx, compose_file, target.gateway.service))
-            drained = steps.drain(
-                ctx, target.name, compose_file, target.gateway.service, not plan.gateway_update
-            )
+                absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
+            drained = steps.drain(ctx, target.name, compose_file, target.gateway, not plan.gateway_update)
             ctx = replace(ctx, hold=absorb(result, drained).hold)
         parked: list[str] = []
         with signals(interrupt_once):
@@ -348,8 +346,10 @@ def gateway_only(ctx: Context, plan: SwapPlan, target: Target, compose_file: Pat
     assert target.gateway is not None
     updated = False
     try:
-        absorb(result, steps.gateway_update(ctx, compose_file, target.gateway.service))
-        ctx = replace(ctx, hold=absorb(result, steps.drain(ctx, target.name, compose_file, "", False)).hold)
+        absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
+        ctx = replace(
+            ctx, hold=absorb(result, steps.drain(ctx, target.name, compose_file, target.gateway, False)).hold
+        )
         steps.route(ctx, target)  # the new gateway forwards to the serving container at once
         steps.tell_serving(ctx, target.name)
         updated = True

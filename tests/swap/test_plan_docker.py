@@ -152,40 +152,109 @@ def test_status_names_a_running_swap_instead_of_waiting_on_the_hold(sim_stack) -
     assert swap.returncode == 0, errs
 
 
-class _Counting:
-    """A Docker client that counts the calls that list containers."""
+class _Recorder:
+    """Docker's listings of containers (outside doctor's preflight checks), every Docker API
+    call and every `docker exec`, recorded at the SDK's HTTP layer during one command."""
 
-    def __init__(self, client) -> None:
-        self._client = client
-        self.listings = 0
-        outer = self
+    def __init__(self) -> None:
+        self.listings: list[str] = []
+        self.preflight_listings = 0
+        self.calls = 0
+        self.execs = 0
 
-        class Api:
-            def __getattr__(self, name):
-                if name == "containers":
-                    outer.listings += 1
-                return getattr(client.api, name)
+    def install(self, monkeypatch) -> None:
+        import traceback
 
-        self.api = Api()
+        from docker.api.client import APIClient
 
-    def __getattr__(self, name):
-        return getattr(self._client, name)
+        recorder = self
+        for verb in ("_get", "_post", "_delete", "_put"):
+            original = getattr(APIClient, verb)
+
+            def recorded(self, url, *args, _original=original, **kwargs):
+                recorder.calls += 1
+                if url.endswith("/exec"):
+                    recorder.execs += 1
+                if url.endswith("/containers/json"):
+                    stack = "".join(traceback.format_stack(limit=40))
+                    if "composer/doctor/" in stack:
+                        recorder.preflight_listings += 1
+                    else:
+                        recorder.listings.append(stack)
+                return _original(self, url, *args, **kwargs)
+
+            monkeypatch.setattr(APIClient, verb, recorded)
 
 
-def test_one_swap_lists_the_projects_variant_containers_once(sim_stack, docker_client, monkeypatch) -> None:
-    from composer.render.target import resolve_target
-    from composer.stack.load import load_stack
-    from composer.swap.swapper import up
-    from tests.conftest import REPO
+def _carries(value: object, variant: str) -> bool:
+    """Whether a call's argument is the variant: its name, or an object naming it."""
+    if isinstance(value, str):
+        return value == variant
+    for attribute in ("name", "variant", "target"):
+        try:
+            if getattr(value, attribute, None) == variant:
+                return True
+        except Exception:
+            continue
+    return False
+
+
+class _VariantTrail:
+    """The composer modules, in order, whose functions are called with the variant as an argument."""
+
+    def __init__(self, variant: str) -> None:
+        self.variant = variant
+        self.modules: list[str] = []
+
+    def __call__(self, frame, event, _arg) -> None:
+        if event != "call":
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith("composer.") or module == "composer._exports":
+            return
+        code = frame.f_code
+        names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+        carried = any(
+            _carries(frame.f_locals.get(n), self.variant) for n in names if n not in ("self", "cls")
+        )
+        if carried and (not self.modules or self.modules[-1] != module):
+            self.modules.append(module)
+
+    @property
+    def returns(self) -> int:
+        """Entries into a module visited before (A -> B -> A counts one)."""
+        return len(self.modules) - len(set(self.modules))
+
+
+def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_stack, monkeypatch) -> None:
+    """`up mtp` in process, from the CLI's `up` down to the steps: Docker's container list is
+    read once by the swap (doctor's preflight lists by port label on its own), and the
+    variant passes through at most 14 modules with at most 4 returns to an earlier one."""
+    import sys
+
+    from click.testing import CliRunner
+
+    from composer.cli import main
 
     code, _, err = _up(sim_stack, "up", "baseline")
     assert code == 0, err
     for name, value in sim_stack.env.items():
         monkeypatch.setenv(name, value)
-    stack = load_stack(
-        [REPO / "composer.toml", sim_stack.stack_file], REPO / ".env.demo", environ=sim_stack.env
+    recorder = _Recorder()
+    recorder.install(monkeypatch)
+    trail = _VariantTrail("mtp")
+    args = sim_stack.args("up", "mtp", "--json")[3:]  # without `python -m composer`
+    sys.setprofile(trail)
+    try:
+        done = CliRunner().invoke(main, args, env=sim_stack.env, catch_exceptions=False)
+    finally:
+        sys.setprofile(None)
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output.strip().splitlines()[-1])
+    assert result["outcome"] == "swapped" and result["previous"] == "baseline", result
+    assert len(recorder.listings) == 1, "\n\n".join(recorder.listings)
+    assert trail.modules[0].startswith("composer.cli") and "composer.swap.steps" in trail.modules, (
+        trail.modules
     )
-    counting = _Counting(docker_client)
-    result = up(stack, resolve_target(stack, "mtp"), client=counting)  # type: ignore[arg-type]
-    assert result.outcome == "swapped" and result.previous == "baseline"
-    assert counting.listings == 1, counting.listings
+    assert len(set(trail.modules)) <= 14, trail.modules
+    assert trail.returns <= 4, trail.modules
