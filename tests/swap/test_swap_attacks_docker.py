@@ -25,7 +25,9 @@ def _wait_for_stage(stack, words: str, swap, limit: float = 60) -> None:
     """Poll `status` until the running swap's line names `words`."""
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline and swap.poll() is None:
-        line = (json.loads(stack.run("status", "--json", timeout=30).stdout).get("swap") or {}).get("line", "")
+        line = (json.loads(stack.run("status", "--json", timeout=30).stdout).get("swap") or {}).get(
+            "line", ""
+        )
         if words in line:
             return
         time.sleep(0.2)
