@@ -100,10 +100,10 @@ def compose_up(ctx: Context, compose_file: Path, service: str | None = None) -> 
 
 
 def drain(
-    ctx: Context, target: str, compose_file: Path, gateway: GatewaySpec, ensure: bool = True
+    ctx: Context, target: str, compose_file: Path | None, gateway: GatewaySpec, ensure: bool = True
 ) -> Outcome:
     """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish."""
-    if ensure:
+    if ensure and compose_file is not None:
         compose_up(ctx, compose_file, gateway.service)
     container = _gateway(ctx, gateway)
     hold = start_hold(
@@ -128,6 +128,23 @@ def _gateway(ctx: Context, gateway: GatewaySpec) -> Container | None:
         return ctx.client.containers.get(gateway.container_name)
     except NotFound:
         return None
+
+
+def hold_lost(err: BaseException) -> bool:
+    """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
+    return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
+
+
+def rehold(ctx: Context, target: str) -> Outcome:
+    """The gateway restarted during the swap: hold it again (a new hold, a new probe token)."""
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if ctx.hold is None or gateway is None:
+        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
+    ctx.hold.end()  # stops its renewals; the restarted gateway no longer knows it
+    ctx.say("the gateway restarted during the swap: holding its requests again")
+    return drain(ctx, target, None, gateway, ensure=False)
 
 
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:

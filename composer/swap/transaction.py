@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,7 @@ from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
 from composer.engine.gate import GateTarget, running_target
-from composer.errors import ComposerError, DiagnosedError, SwapFailed
+from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, SwapFailed
 from composer.render.runfiles import compose_environment, run_file
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
@@ -116,26 +117,28 @@ def run(
     """Run `plan` (drain, its steps, release); on failure roll back and raise SwapFailed."""
     failure: SwapFailed | None = None
     done = False
+    held = [ctx]  # the context with the gateway's current hold (a restarted gateway is held again)
+    parked: list[str] = []  # the variant this swap put to sleep
     try:
         if target.gateway is not None:  # nothing has changed if this fails
             if plan.gateway_update:
                 absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
             drained = steps.drain(ctx, target.name, compose_file, target.gateway, not plan.gateway_update)
-            ctx = replace(ctx, hold=absorb(result, drained).hold)
-        parked: list[str] = []
+            held.append(replace(ctx, hold=absorb(result, drained).hold))
         with signals(interrupt_once):
             try:
-                _steps(ctx, plan, target, compose_file, snap, result, record, parked)
+                _steps(held, plan, target, compose_file, snap, result, record, parked)
                 if plan.gateway_update:
-                    steps.tell_serving(ctx, target.name)
+                    steps.tell_serving(held[-1], target.name)
             except BaseException as err:  # any failure, Ctrl-C included, rolls back
                 with interrupts_ignored():
                     record.stage("rolling back")
-                    failure = roll_back(ctx, plan, err, compose_file, parked)
+                    failure = roll_back(held, plan, err, compose_file, parked)
                     failure.tail_shown = True  # evidence.keep printed it before the rollback
                     raise failure from err
         done = True
     finally:
+        ctx = held[-1]
         with interrupts_ignored():
             if done:
                 out = steps.release(ctx, result.variant, ok=True, detail=result.outcome)
@@ -149,7 +152,7 @@ def run(
 
 
 def _steps(
-    ctx: Context,
+    held: list[Context],
     plan: SwapPlan,
     target: Target,
     compose_file: Path,
@@ -159,6 +162,7 @@ def _steps(
     parked: list[str],
 ) -> None:
     """The plan's steps in order: clear, sleep or stop, release wait, start/wake/route, gate, settle."""
+    ctx = held[-1]
     if plan.stop_first:
         absorb(result, steps.stop_named(ctx, snap, plan.stop_first))
     waiter = (
@@ -193,11 +197,24 @@ def _steps(
     container = brought.container
     if container is None and "route" in plan.steps and snap.serving is not None:
         container = snap.serving.container
-    ready = absorb(result, steps.gate(ctx, where, began, container))
+    again = partial(steps.route, target=target)
+    ready = absorb(
+        result, through_restarts(held, plan.target, again, lambda c: steps.gate(c, where, began, container))
+    )
+    ctx = held[-1]
     record.stage("settling")
     woke = "wake" in plan.steps
-    beside = _beside_settle(ctx, plan, target, where, woke)
-    absorb(result, steps.settle(ctx, where, ready.container, ctx.options.settle, beside))  # type: ignore[arg-type]
+    absorb(
+        result,
+        through_restarts(
+            held,
+            plan.target,
+            again,
+            lambda c: steps.settle(
+                c, where, ready.container, c.options.settle, _beside_settle(c, plan, target, where, woke)
+            ),  # type: ignore[arg-type]
+        ),
+    )
     if woke:
         result.timings["wake"] = ready.ready_at - began  # wake_up until the gate passed
     result.kv_cache_tokens = bootlog.kv_cache_tokens(ready.log)
@@ -207,6 +224,22 @@ def _steps(
             f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
             "GPU memory may still be held by another process"
         )
+
+
+def through_restarts(
+    held: list[Context], target: str, route: Callable[[Context], object], step: Callable[[Context], Outcome]
+) -> Outcome:
+    """Run a gate or settle step; when the gateway restarted meanwhile (it refuses the swap's
+    probe token), hold it again, route it again and run the step once more."""
+    try:
+        return step(held[-1])
+    except HealthCheckFailed as err:
+        if held[-1].hold is None or not steps.hold_lost(err):
+            raise
+        ctx = held[-1]
+        held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+        route(held[-1])
+        return step(held[-1])
 
 
 def _beside_settle(
@@ -229,13 +262,14 @@ def _beside_settle(
 
 
 def roll_back(
-    ctx: Context, plan: SwapPlan, err: BaseException, compose_file: Path, parked: list[str]
+    held: list[Context], plan: SwapPlan, err: BaseException, compose_file: Path, parked: list[str]
 ) -> SwapFailed:
     """Clean up after a failed swap and bring the previous variant back; the cause comes first.
 
     Nothing here may hide the original failure: each clean-up step that fails (Docker gone,
     a container that will not stop) is reported after it, with what the rollback did.
     """
+    ctx = held[-1]
     if isinstance(err, KeyboardInterrupt):
         cause = "interrupted"
     else:
@@ -273,7 +307,7 @@ def roll_back(
         left = "rollback disabled: nothing is running" if removed else "rollback disabled"
         return SwapFailed(f"{message}; {left}", log_tail, hints)
     try:
-        restore(ctx, previous, plan, seen if previous.variant in parked else None)
+        restore(held, previous, plan, seen if previous.variant in parked else None)
     except BaseException as rollback_err:  # report, never mask the original failure
         return SwapFailed(
             f"{message}; rollback to {previous.variant} failed too: {reason(rollback_err)}",
@@ -297,20 +331,29 @@ def _clean_up(ctx: Context, compose_file: Path) -> str:
 
 
 def restore(
-    ctx: Context, previous: RunningVariant, plan: SwapPlan, seen: snapshot.Snapshot | None = None
+    held: list[Context], previous: RunningVariant, plan: SwapPlan, seen: snapshot.Snapshot | None = None
 ) -> None:
     """Bring the previous variant back: wake its sleeping container (when this swap put it to
     sleep and `seen` still shows it), or start exactly the run file and service that created it."""
+    ctx = held[-1]
     ctx.say(f"rolling back to {previous.variant}")
     sleeper = next((m for m in seen.members if m.info.name == previous.name), None) if seen else None
-    back = ctx.past_the_hold(running_target(ctx.stack, previous))
+    back = running_target(ctx.stack, previous)
     if sleeper is not None and sleeper.running:
         began = time.monotonic()
         standby.wake(ctx.control(), sleeper.container, previous.variant, ctx.stack)
         standby.unpark(sleeper.container, ctx.stack.restart)
-        steps.gate(ctx, back, began, sleeper.container)
-        steps.settle(ctx, back, sleeper.container, ctx.options.settle)
-        standby.check_awake(ctx.control(), previous.variant)
+        again = _route_to(upstream_url(previous.name))
+        through_restarts(
+            held, previous.variant, again, lambda c: steps.gate(c, back, began, sleeper.container)
+        )
+        through_restarts(
+            held,
+            previous.variant,
+            again,
+            lambda c: steps.settle(c, back, sleeper.container, c.options.settle),
+        )
+        standby.check_awake(held[-1].control(), previous.variant)
         return
     rollback = plan.rollback
     recorded = (rollback.config_file if rollback else None) or previous.config_file
@@ -323,13 +366,28 @@ def restore(
     began = time.monotonic()
     steps.compose_up(ctx, compose_file, service or ctx.stack.service)
     standby_service = service not in (None, ctx.stack.service)
-    if ctx.hold is not None:
-        ctx.hold.control.route(
-            upstream_url(previous.name) if standby_service else f"http://{ctx.stack.service}:{CONTAINER_PORT}"
-        )
+    again = _route_to(
+        upstream_url(previous.name) if standby_service else f"http://{ctx.stack.service}:{CONTAINER_PORT}"
+    )
+    again(ctx)
     container = steps.by_name(ctx, previous.name) or _newest_serving(ctx)
-    ready = steps.gate(ctx, back, began, container)
-    steps.settle(ctx, back, ready.container, ctx.options.settle)  # type: ignore[arg-type]
+    ready = through_restarts(held, previous.variant, again, lambda c: steps.gate(c, back, began, container))
+    through_restarts(
+        held,
+        previous.variant,
+        again,
+        lambda c: steps.settle(c, back, ready.container, c.options.settle),  # type: ignore[arg-type]
+    )
+
+
+def _route_to(url: str) -> Callable[[Context], None]:
+    """Route the gateway of a context's hold to `url` (nothing without a hold)."""
+
+    def route(ctx: Context) -> None:
+        if ctx.hold is not None:
+            ctx.hold.control.route(url)
+
+    return route
 
 
 def _newest_serving(ctx: Context) -> VariantContainer | None:

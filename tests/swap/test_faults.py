@@ -233,10 +233,10 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     dead = f"unix://{tmp_path}/dead.sock"
     original_roll_back = transaction.roll_back
 
-    def fail_without_docker(ctx, *args):
+    def fail_without_docker(held, *args):
         monkeypatch.setenv("DOCKER_HOST", dead)
         gone = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
-        return original_roll_back(replace(ctx, client=gone), *args)
+        return original_roll_back([replace(held[-1], client=gone)], *args)
 
     monkeypatch.setattr(transaction, "roll_back", fail_without_docker)
     with pytest.raises(SwapFailed) as failed:

@@ -211,6 +211,6 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     target = type("T", (), {"variant": type("V", (), {"standby": "stop"})()})()
     record = type("R", (), {"stage": lambda self, _s: None})()
     with pytest.raises(Stop):
-        transaction._steps(ctx, plan, target, Path("run.yml"), None, result, record, [])  # type: ignore[arg-type]
+        transaction._steps([ctx], plan, target, Path("run.yml"), None, result, record, [])  # type: ignore[arg-type]
     assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]
     assert result.notes == ["budget free"] and "release_wait" in result.timings
