@@ -161,12 +161,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     prune_run_files(stack.project, variant, keep=(compose_file, current.config_file if current else None))
     record = SwapRecord(stack.project, result.previous, variant, ctx.options.timeout)
     record.stage("draining")
-    try:
-        transaction.run(ctx, plan, target, compose_file, snap, result, record)
-    except SwapFailed as failure:
-        _history(stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
-        raise
-    result.outcome = (
+    outcome = (
         "woke"
         if "wake" in plan.steps
         else "routed"
@@ -175,6 +170,12 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
         if current
         else "started"
     )
+    result.outcome = outcome  # what the gateway's switch log is told when the held requests flow
+    try:
+        transaction.run(ctx, plan, target, compose_file, snap, result, record)
+    except SwapFailed as failure:
+        _history(stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
+        raise
     result.timings["total"] = time.monotonic() - total_start
     _history(stack, plan, result.outcome, result)
     return result

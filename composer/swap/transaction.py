@@ -412,4 +412,7 @@ def gateway_only(ctx: Context, plan: SwapPlan, target: Target, compose_file: Pat
         steps.tell_serving(ctx, target.name)
         updated = True
     finally:
-        absorb(result, steps.release(ctx, result.variant if updated else None, ok=True if updated else None))
+        if updated:
+            absorb(result, steps.release(ctx, result.variant, ok=True, detail=result.outcome))
+        else:
+            absorb(result, steps.release(ctx))
