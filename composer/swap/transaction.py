@@ -41,6 +41,10 @@ if TYPE_CHECKING:
     from composer.swap.plan import SwapPlan
     from composer.swap.swapper import UpResult
 
+WAKE_SETTLE_SHARE = 0.25
+"""After a wake the process did not restart (no load, no engine start to fail late): the
+settle watch is a quarter of the stack's, and the wake checks and the warm-up run beside it."""
+
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 """Ctrl-C, SIGTERM and SIGHUP (a closed terminal): each rolls a swap back."""
 
@@ -211,8 +215,12 @@ def _steps(
             plan.target,
             again,
             lambda c: steps.settle(
-                c, where, ready.container, c.options.settle, _beside_settle(c, plan, target, where, woke)
-            ),  # type: ignore[arg-type]
+                c,
+                where,
+                ready.container,  # type: ignore[arg-type]
+                c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0),
+                _beside_settle(c, plan, target, where, woke),
+            ),
         ),
     )
     if woke:
