@@ -92,10 +92,42 @@ def _argv(attrs: dict) -> list[str]:
 
 def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
     """Variant containers of this stack's project (compose or launcher started), newest first."""
+    summaries = client.api.containers(all=True, filters={"label": [label_names.VARIANT]})
+    return _ours(stack, client, summaries)
+
+
+def project_containers(
+    stack: Stack, client: docker.DockerClient
+) -> tuple[list[VariantContainer], Container | None]:
+    """The project's variant containers (newest first) and its gateway, from ONE listing."""
+    from docker.errors import NotFound
+
+    summaries = client.api.containers(all=True)
+    variants = [s for s in summaries if label_names.VARIANT in (s.get("Labels") or {})]
+    gateways = [
+        s
+        for s in summaries
+        if (s.get("Labels") or {}).get(label_names.COMPOSE_PROJECT) == stack.project
+        and (s.get("Labels") or {}).get(label_names.ROLE) == label_names.ROLE_GATEWAY
+    ]
+    gateway = None
+    for summary in gateways[:1]:
+        try:
+            gateway = client.containers.get(summary["Id"])
+        except NotFound:  # removed between the listing and the inspection
+            gateway = None
+    return _ours(stack, client, variants), gateway
+
+
+def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> list[VariantContainer]:
     from docker.errors import NotFound
 
     found: list[Container] = []
-    for summary in client.api.containers(all=True, filters={"label": [label_names.VARIANT]}):
+    for summary in summaries:
+        labels = summary.get("Labels") or {}
+        project = labels.get(label_names.COMPOSE_PROJECT)
+        if project is not None and project != stack.project:
+            continue  # another project's: not inspected
         try:
             found.append(client.containers.get(summary["Id"]))
         except NotFound:  # removed between the listing and the inspection

@@ -3,8 +3,12 @@
 Shape: `snapshot` (one read of what runs: the project's containers, each sleep-mode
 container's own `/is_sleeping`, the gateway's route, the running swap) -> `plan` (pure:
 every decision, the rollback source, the gateway update; `up --dry-run` prints it) ->
-`swapper` (runs the plan's steps and, on failure, its rollback) -> `journal` (the running
-swap's record that `status` reads, and the swap history).
+`steps` (one small function per step kind: drain, sleep, stop, release wait, start, wake,
+route, gate, settle, warm-up, release, gateway update; each returns its outcome, no step
+state on a shared object) run by `transaction` (the steps in the plan's order and, on
+failure, the rollback plan) -> `journal` (the running swap's record that `status` reads,
+and the swap history). `swapper` is the entry: preflight, snapshot, plan, transaction.
+`steps.start`, `steps.route` and `steps.gate` work on one container on their own.
 
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
 to be released, start the new one from its run file, gate it, roll back on any failure),

@@ -22,11 +22,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import current_variant, gateway_container
 from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
 from composer.gateway.client import GatewayControl, SwitchDemand
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.swap import snapshot
 from composer.swap.swapper import UpOptions, up
 
 if TYPE_CHECKING:
@@ -75,13 +75,13 @@ class Follower:
         self.switches = 0
 
     def _control(self) -> GatewayControl:
-        container = gateway_container(self.stack, self.client)
+        container = snapshot.take(self.stack, self.client, ask_sleeping=False).gateway
         if container is None or container.status != "running":
             raise GatewayControlError("demand", "the gateway container is not running")
         return GatewayControl(container)
 
     def _serving_now(self) -> str | None:
-        running = current_variant(self.stack, self.client)
+        running = snapshot.take(self.stack, self.client).current
         return running.variant if running else None
 
     def sync(self, control: GatewayControl) -> None:

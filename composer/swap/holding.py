@@ -28,6 +28,7 @@ from composer.gateway.client import PROBE_HEADER, GatewayControl
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.containers import Container
 
     from composer.engine.gate import GateTarget
     from composer.stack.model import Stack
@@ -114,9 +115,11 @@ def start_hold(
     drain_timeout: float,
     say: Callable[[str], None],
     target: str = "",
+    container: Container | None = None,
 ) -> SwapHold:
-    """A SwapHold on the stack's running gateway, once its control channel answers."""
-    container = gateway_container(stack, client)
+    """A SwapHold on the stack's running gateway (`container` when the caller knows it), once
+    its control channel answers."""
+    container = container or gateway_container(stack, client)
     if container is None:
         raise SwapFailed("the gateway container was not created")
     control = GatewayControl(container)

@@ -1,6 +1,6 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists the project's variant containers once, finds the gateway's container, and,
+`take()` lists Docker's containers once (the project's variants and its gateway), and,
 where it matters, asks in ONE `docker exec` in the gateway for the gateway's state (its
 route) and for each running sleep-mode container's `/is_sleeping` answer. Everything
 after that (`status`, the swap plan, `down`) reads the `Snapshot`, never Docker again.
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import RunningVariant, gateway_container, our_containers, upstream_url
+from composer.engine.containers import RunningVariant, project_containers, upstream_url
 from composer.swap.journal import RunningSwap, running_swap
 
 if TYPE_CHECKING:
@@ -127,8 +127,9 @@ def take(
     The gateway is asked (one exec) when a sleep-mode container runs, or when
     `gateway_state` wants its state anyway (status).
     """
-    found = [(c, c.describe()) for c in our_containers(stack, client)]
-    gateway = gateway_container(stack, client) if stack.gateway.enabled else None
+    variants, gateway = project_containers(stack, client)
+    found = [(c, c.describe()) for c in variants]
+    gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
         info for _, info in found if info.running and (info.sleep_mode or _standby_service(info, stack))
     ]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
-from composer.engine.containers import RunningVariant, current_variant
+from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
 from composer.engine.published_port import DEAD_PORT
@@ -371,7 +371,7 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
     """Every variant: method, K, image, whether the image is local, whether it serves, the
     workload classes and the aliases that name it."""
-    serving = current_variant(stack, client) if client is not None else None
+    serving = snapshot.take(stack, client, ask_sleeping=True).current if client is not None else None
     live = live_rows(stack, client) if client is not None else []
     rows = []
     for name, variant in stack.variants.items():

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -219,7 +220,7 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     from composer.errors import SwapFailed
     from composer.render.target import resolve_target
     from composer.stack.load import load_stack
-    from composer.swap import swapper
+    from composer.swap import swapper, transaction
 
     for name in ("XDG_STATE_HOME", "VLLM_API_KEY"):
         monkeypatch.setenv(name, sim_stack.env[name])
@@ -230,14 +231,14 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     swapper.up(stack, resolve_target(stack, "baseline"), client=docker_client, options=options)
 
     dead = f"unix://{tmp_path}/dead.sock"
-    original_fail = swapper.Swapper._fail
+    original_roll_back = transaction.roll_back
 
-    def fail_without_docker(self, *args):
-        self.client = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
+    def fail_without_docker(held, *args):
         monkeypatch.setenv("DOCKER_HOST", dead)
-        return original_fail(self, *args)
+        gone = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
+        return original_roll_back([replace(held[-1], client=gone)], *args)
 
-    monkeypatch.setattr(swapper.Swapper, "_fail", fail_without_docker)
+    monkeypatch.setattr(transaction, "roll_back", fail_without_docker)
     with pytest.raises(SwapFailed) as failed:
         swapper.up(stack, resolve_target(stack, "mtp-crash"), client=docker_client, options=options)
     message = str(failed.value)

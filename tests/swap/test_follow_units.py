@@ -50,7 +50,9 @@ class RecordingControl:
 def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch) -> None:
     """After a by-hand `up mtp` the gateway may still think baseline serves and ask for mtp."""
     monkeypatch.setattr(
-        follow_module, "current_variant", lambda stack, client: SimpleNamespace(variant="mtp")
+        follow_module.snapshot,
+        "take",
+        lambda stack, client, **_: SimpleNamespace(current=SimpleNamespace(variant="mtp")),
     )
     monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
     events: list[FollowEvent] = []
@@ -66,7 +68,9 @@ def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch)
 
 def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> None:
     monkeypatch.setattr(
-        follow_module, "current_variant", lambda stack, client: SimpleNamespace(variant="baseline")
+        follow_module.snapshot,
+        "take",
+        lambda stack, client, **_: SimpleNamespace(current=SimpleNamespace(variant="baseline")),
     )
     monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     result = SimpleNamespace(outcome="woke", previous="baseline", timings={"wake": 0.5})

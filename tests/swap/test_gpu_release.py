@@ -176,7 +176,8 @@ def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
 
 
 def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch) -> None:
-    from composer.swap.swapper import Swapper, SwapPlan, UpOptions, UpResult
+    from composer.swap import steps, transaction
+    from composer.swap.swapper import SwapPlan, UpOptions, UpResult
 
     order: list[str] = []
 
@@ -192,19 +193,24 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     class Stop(Exception):
         pass
 
-    def start(_file):
+    def start(_ctx, _target, _file):
         order.append("start")
         raise Stop
 
-    monkeypatch.setattr("composer.swap.swapper.ReleaseWait.before_stop", snapshot)
+    def stop(_ctx, _plan, _snap):
+        order.append("stop")
+        return steps.Outcome("stop")
+
+    monkeypatch.setattr("composer.swap.transaction.ReleaseWait.before_stop", snapshot)
+    monkeypatch.setattr(steps, "stop", stop)
+    monkeypatch.setattr(steps, "start", start)
     stack = type("FakeStack", (), {"gpus": ("0",)})()
-    swapper = Swapper(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
-    monkeypatch.setattr(swapper, "stop_all", lambda: order.append("stop"))
-    monkeypatch.setattr(swapper, "start", start)
+    ctx = steps.Context(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
     result = UpResult("mtp", "started")
     plan = SwapPlan("mtp", "h", "previous-variant", ("stop", "release", "start", "gate"))  # type: ignore[arg-type]
     target = type("T", (), {"variant": type("V", (), {"standby": "stop"})()})()
+    record = type("R", (), {"stage": lambda self, _s: None})()
     with pytest.raises(Stop):
-        swapper._execute(plan, target, Path("run.yml"), result)  # type: ignore[arg-type]
+        transaction._steps([ctx], plan, target, Path("run.yml"), None, result, record, [])  # type: ignore[arg-type]
     assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]
     assert result.notes == ["budget free"] and "release_wait" in result.timings

@@ -11,7 +11,8 @@ from composer.errors import ConfigError, PreflightFailed
 from composer.probes.gpu import GpuInfo
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
-from composer.swap.swapper import Swapper, UpOptions, UpResult, plan_swap
+from composer.swap.steps import Context
+from composer.swap.swapper import UpOptions, UpResult, check_standby_fits, plan_swap, stop_variant
 from tests.conftest import REPO
 from tests.swap.test_standby_units import _running
 
@@ -93,13 +94,13 @@ class Asleep:
         return self
 
 
-def _swapper(monkeypatch, *flags: str, asleep: tuple[str, ...] = ()) -> tuple[Swapper, object]:
+def _swapper(monkeypatch, *flags: str, asleep: tuple[str, ...] = ()) -> tuple[Context, object]:
     from composer.swap import swapper as module
 
     monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: [Asleep(v) for v in asleep])
     monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
     stack = _stack(*SLEEPY, "stack.gpu_memory_bytes=23G", *flags)
-    swapper = Swapper(stack, None, UpOptions())  # type: ignore[arg-type]
+    swapper = Context(stack, None, UpOptions())  # type: ignore[arg-type]
     plan = plan_swap("baseline", "h", _running("mtp"), True, current_sleeps=True)
     assert plan.steps == ("sleep", "start", "gate")
     return swapper, plan
@@ -109,7 +110,7 @@ def test_a_standby_that_does_not_fit_is_refused_with_the_numbers(monkeypatch) ->
     swapper, plan = _swapper(monkeypatch)
     target = resolve_target(swapper.stack, "baseline")
     with pytest.raises(PreflightFailed, match=r"above the GPU's 23.0 GiB \(stack.gpu_memory_bytes\)") as err:
-        swapper._check_standby_fits(target, plan, UpResult("baseline", "started"))
+        check_standby_fits(swapper, target, plan, UpResult("baseline", "started"))
     assert 'standby_fallback = "stop"' in str(err.value)
 
 
@@ -117,14 +118,14 @@ def test_with_the_stop_fallback_the_serving_variant_is_stopped_instead_and_up_sa
     swapper, plan = _swapper(monkeypatch, "stack.standby_fallback=stop")
     target = resolve_target(swapper.stack, "baseline")
     result = UpResult("baseline", "started")
-    changed = swapper._check_standby_fits(target, plan, result)
+    changed = check_standby_fits(swapper, target, plan, result)
     assert changed.steps == ("stop", "release", "start", "gate")
     assert "mtp is stopped instead of put to sleep" in result.warnings[0]
     assert "above the GPU's 23.0 GiB" in result.warnings[0]
     # a GPU too small even without mtp asleep (dflash2 already sleeps) is still refused
     tight, plan = _swapper(monkeypatch, "stack.standby_fallback=stop", asleep=("dflash2",))
     with pytest.raises(PreflightFailed, match=r"1 x 1\.3 GiB for dflash2 asleep"):
-        tight._check_standby_fits(target, plan, result)
+        check_standby_fits(tight, target, plan, result)
 
 
 class Running:
@@ -141,15 +142,23 @@ class Running:
         self.stopped = True
 
 
-def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Swapper:
+class Downer:
+    """`down VARIANT` over fake containers; `downed` says whether the whole project went down."""
+
+    def __init__(self) -> None:
+        self.ctx = Context(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
+        self.downed = False
+
+    def down_variant(self, variant: str, force: bool = False) -> str:
+        return stop_variant(self.ctx, variant, force, down=lambda: setattr(self, "downed", True))
+
+
+def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
     from composer.swap import swapper as module
 
     monkeypatch.setattr(module, "our_containers", lambda stack, client: containers)
     monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: asleep)
-    swapper = Swapper(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
-    swapper.downed = False  # type: ignore[attr-defined]
-    monkeypatch.setattr(swapper, "down", lambda: setattr(swapper, "downed", True))
-    return swapper
+    return Downer()
 
 
 def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
@@ -163,7 +172,7 @@ def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(
     assert not serving.stopped and not sleeping.stopped
     assert "was asleep" in swapper.down_variant("mtp") and sleeping.stopped and not serving.stopped
     assert "nothing serves now (mtp left)" in swapper.down_variant("baseline", force=True)
-    assert serving.stopped and not swapper.downed  # type: ignore[attr-defined]
+    assert serving.stopped and not swapper.downed
     assert swapper.down_variant("dflash2") == "dflash2 is not running; nothing stopped"
 
 
@@ -171,7 +180,7 @@ def test_down_of_the_only_variant_running_is_down(monkeypatch) -> None:
     only = Running("mtp", "p-vllm-mtp-1")
     swapper = _down(monkeypatch, [only], [])
     assert "the whole project is down" in swapper.down_variant("mtp")
-    assert swapper.downed  # type: ignore[attr-defined]
+    assert swapper.downed
 
 
 class FakeControl:

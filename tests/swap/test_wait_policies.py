@@ -43,8 +43,7 @@ def _is_ready(monkeypatch, answers: list[object], settle_s: float) -> bool:
 
     monkeypatch.setattr(swapper, "probe_once", probe)
     monkeypatch.setattr(swapper, "running_target", lambda _stack, current: current)
-    fake = SimpleNamespace(stack=None)
-    return swapper.Swapper._is_ready(fake, SimpleNamespace(variant="mtp"), settle_s)  # type: ignore[arg-type]
+    return swapper.is_ready(None, SimpleNamespace(variant="mtp"), settle_s)  # type: ignore[arg-type]
 
 
 def test_the_settle_probe_without_settle_time_probes_once(monkeypatch, clock: FakeClock) -> None:

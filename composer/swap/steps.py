@@ -1,0 +1,368 @@
+"""The swap's steps: one small function per kind, each returning its outcome.
+
+Every step takes a `Context` (the stack, the Docker client, the options, where to say
+things, and the gateway's hold once there is one: collaborators, never step state) and
+what the plan says, does one thing, and returns an `Outcome` (its seconds, notes,
+warnings and what it produced: a hold, a container, the boot log). `transaction.run`
+runs them in the plan's order and folds the outcomes into the swap's result. `start`,
+`route` and `gate` work on one container on their own (placement calls them one
+container at a time).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.engine.client import compose
+from composer.engine.containers import upstream_url
+from composer.engine.gate import GateTarget, wait_ready, watch_settled
+from composer.errors import HealthCheckFailed, SwapFailed
+from composer.render.runfiles import compose_environment
+from composer.render.spec import CONTAINER_PORT
+from composer.swap import standby
+from composer.swap.gpu_release import ReleaseWait
+from composer.swap.holding import SwapHold, start_hold, warm_up
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from composer.engine.variant_container import VariantContainer
+    from composer.gateway.client import GatewayControl
+    from composer.render.gateway import GatewaySpec
+    from composer.render.target import Target
+    from composer.stack.model import Stack
+    from composer.swap.plan import SwapPlan
+    from composer.swap.snapshot import Snapshot
+    from composer.swap.swapper import UpOptions
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Context:
+    """The collaborators every step uses; `hold` is set once the gateway is drained."""
+
+    stack: Stack
+    client: docker.DockerClient
+    options: UpOptions
+    say: Say = _quiet
+    waiting: Say = _quiet
+    hold: SwapHold | None = None
+
+    def control(self) -> GatewayControl:
+        """The gateway's control channel of this swap's hold."""
+        if self.hold is None:
+            raise SwapFailed("sleep standby needs the gateway's control channel, which is not held")
+        return self.hold.control
+
+    def past_the_hold(self, target: GateTarget) -> GateTarget:
+        """The gate's target, carrying the hold's probe token when the gateway holds clients."""
+        return replace(target, headers=self.hold.headers) if self.hold is not None else target
+
+
+@dataclass
+class Outcome:
+    """What one step did."""
+
+    step: str
+    seconds: float = 0.0
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    drained: tuple[int, int] | None = None  # (finished, cut)
+    hold: SwapHold | None = None
+    container: VariantContainer | None = None
+    log: str = ""
+    ready_at: float = 0.0
+    parked: str | None = None  # the variant this step put to sleep
+    extra: dict[str, float] = field(default_factory=dict)  # more timings, by name
+
+
+def compose_up(ctx: Context, compose_file: Path, service: str | None = None) -> None:
+    """`docker compose up -d` of one service of a run file (never builds, never pulls)."""
+    env = compose_environment(compose_file, ctx.stack.api_key)
+    compose(
+        ctx.stack.project,
+        compose_file,
+        ["up", "--detach", "--no-build", "--pull", "never", service or ctx.stack.service],
+        env=env,
+        timeout=max(120.0, ctx.options.timeout),
+    )
+
+
+def drain(
+    ctx: Context, target: str, compose_file: Path | None, gateway: GatewaySpec, ensure: bool = True
+) -> Outcome:
+    """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish."""
+    if ensure and compose_file is not None:
+        compose_up(ctx, compose_file, gateway.service)
+    container = _gateway(ctx, gateway)
+    hold = start_hold(
+        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, target=target, container=container
+    )
+    ctx.say("draining the gateway: new requests wait, requests in flight finish")
+    drained = hold.begin()
+    out = Outcome("drain", drained.seconds, drained=(drained.drained, drained.cut), hold=hold)
+    if drained.cut:
+        out.warnings.append(
+            f"{drained.cut} request(s) still running after the drain timeout "
+            f"({ctx.stack.gateway.drain_timeout}s) were cut"
+        )
+    return out
+
+
+def _gateway(ctx: Context, gateway: GatewaySpec) -> Container | None:
+    """The gateway's container by the name compose gives it (one inspection, no listing)."""
+    from docker.errors import NotFound
+
+    try:
+        return ctx.client.containers.get(gateway.container_name)
+    except NotFound:
+        return None
+
+
+def hold_lost(err: BaseException) -> bool:
+    """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
+    return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
+
+
+def rehold(ctx: Context, target: str) -> Outcome:
+    """The gateway restarted during the swap: hold it again (a new hold, a new probe token)."""
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if ctx.hold is None or gateway is None:
+        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
+    ctx.hold.end()  # stops its renewals; the restarted gateway no longer knows it
+    ctx.say("the gateway restarted during the swap: holding its requests again")
+    return drain(ctx, target, None, gateway, ensure=False)
+
+
+def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
+    """Drain the old gateway, then recreate it with the new settings (its held requests are cut, counted)."""
+    old = start_hold(
+        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, container=_gateway(ctx, gateway)
+    )
+    ctx.say("the gateway's settings changed: draining it before it is recreated")
+    drained = old.begin()
+    try:
+        held = old.control.state().held
+    except Exception:  # the old gateway's count is gone with it: unknown, not zero
+        held = 0
+    old._stop.set()
+    began = time.monotonic()
+    compose_up(ctx, compose_file, gateway.service)
+    cut = drained.cut + held
+    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut))
+    out.extra["gateway_recreate"] = time.monotonic() - began
+    out.notes.append(
+        f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "
+        f"finished first, {cut} cut"
+    )
+    if cut:
+        out.warnings.append(
+            f"{cut} request(s) were cut by the gateway's recreation ({drained.cut} still running after "
+            f"the drain timeout, {held} waiting in the old gateway): clients retry them"
+        )
+    return out
+
+
+def stop_named(ctx: Context, snap: Snapshot, names: tuple[str, ...]) -> Outcome:
+    """Stop and remove the containers the plan names (awake idle ones, stale sleepers)."""
+    began = time.monotonic()
+    members = {m.info.name: m for m in snap.members}
+    for name in names:
+        ctx.say(f"stopping {members[name].variant} ({name})")
+        members[name].container.stop_and_remove(ctx.stack.stop_grace_period)
+    return Outcome("stop_first", time.monotonic() - began)
+
+
+def sleep(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
+    """Put the serving (drained) variant to sleep and park its restart policy."""
+    assert plan.previous is not None
+    began = time.monotonic()
+    ctx.say(f"putting {plan.previous.variant} to sleep (level {ctx.stack.sleep_level})")
+    serving = next(m.container for m in snap.members if m.info.name == plan.previous.name)
+    standby.put_to_sleep(ctx.control(), serving, plan.previous.variant, ctx.stack)
+    standby.park(serving)
+    return Outcome("sleep", time.monotonic() - began, parked=plan.previous.variant)
+
+
+def stop(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
+    """Stop what the snapshot saw serving (and exited containers of the shared service)."""
+    began = time.monotonic()
+    for member in snap.members:
+        if member.asleep or member.info.name in plan.stop_first:
+            continue
+        if member.serving or not member.running:
+            ctx.say(f"stopping {member.variant} ({member.info.name})")
+            member.container.stop_and_remove(ctx.stack.stop_grace_period)
+    return Outcome("stop", time.monotonic() - began)
+
+
+def release_wait(ctx: Context, waiter: ReleaseWait) -> Outcome:
+    """Wait until the stopped variant's GPU memory is released (the waiter was taken before the stop)."""
+    began = time.monotonic()
+    note = waiter.wait(ctx.options.release_timeout, ctx.waiting).note
+    return Outcome("release_wait", time.monotonic() - began, notes=[note] if note else [])
+
+
+def by_name(ctx: Context, name: str) -> VariantContainer | None:
+    """A container by its name (one inspection, no listing); None when there is none."""
+    from docker.errors import NotFound
+
+    from composer.engine.variant_container import VariantContainer
+
+    try:
+        return VariantContainer(ctx.client.containers.get(name))
+    except NotFound:
+        return None
+
+
+def start(ctx: Context, target: Target, compose_file: Path) -> Outcome:
+    """Create and start one variant's container from its run file; the container, by name."""
+    ctx.say(f"starting {target.name}")
+    service = target.spec.compose_service if target.variant.standby == "sleep" else None
+    compose_up(ctx, compose_file, service)
+    return Outcome("start", container=by_name(ctx, target.spec.container_name))
+
+
+def route(ctx: Context, target: Target) -> Outcome:
+    """Point the gateway at the container that will serve (by name, or the shared name)."""
+    if ctx.hold is not None:
+        if target.variant.standby == "sleep":
+            ctx.hold.control.route(upstream_url(target.spec.container_name))
+        else:
+            ctx.hold.control.route(f"http://{ctx.stack.service}:{CONTAINER_PORT}")
+    return Outcome("route")
+
+
+def wake(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
+    """Route the gateway to the target's sleeping container and wake it."""
+    ctx.say(f"waking {plan.target}")
+    sleeper = snap.sleeper_of(plan.target)
+    if sleeper is None:
+        raise HealthCheckFailed(f"{plan.target}'s sleeping container is gone")
+    standby.wake(ctx.control(), sleeper.container, plan.target, ctx.stack)
+    standby.unpark(sleeper.container, ctx.stack.restart)
+    return Outcome("wake", container=sleeper.container)
+
+
+def adopt(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
+    """The target's container runs awake without serving: route to it."""
+    awake = next(m for m in snap.awake_idle if m.variant == plan.target)
+    ctx.say(f"{plan.target} runs awake ({awake.info.name}): routing to it")
+    ctx.control().route(standby.upstream_of(awake.container))
+    standby.unpark(awake.container, ctx.stack.restart)
+    return Outcome("route", container=awake.container)
+
+
+def gate(ctx: Context, target: GateTarget, started: float, container: VariantContainer | None) -> Outcome:
+    """Wait until the container is ready (/health, /v1/models, one completion); its boot log."""
+    if container is None:
+        raise HealthCheckFailed("the container was not created")
+    log = wait_ready(
+        container,
+        ctx.past_the_hold(target),
+        deadline=started + ctx.options.timeout,
+        interval=ctx.options.poll_interval,
+        waiting=ctx.waiting,
+    )
+    ready_at = time.monotonic()
+    ctx.say(f"{target.variant} is ready ({ready_at - started:.1f}s); watching it settle")
+    return Outcome("start_to_ready", ready_at - started, container=container, log=log, ready_at=ready_at)
+
+
+def warm(ctx: Context, target: GateTarget) -> Outcome:
+    """Short completions past the hold, so the first client does not pay the first request."""
+    took = warm_up(ctx.past_the_hold(target), ctx.stack.gateway.warmup_requests)
+    out = Outcome("warmup", sum(took))
+    if took:
+        out.notes.append(
+            "warm-up before clients (during the settle watch): "
+            + ", ".join(f"{t:.2f}s" for t in took)
+            + " per request"
+        )
+    return out
+
+
+def settle(
+    ctx: Context,
+    target: GateTarget,
+    container: VariantContainer,
+    seconds: float,
+    beside: Callable[[], Outcome] | None = None,
+) -> Outcome:
+    """Watch the ready container for `seconds` while `beside` (warm-up, wake checks) runs on it.
+
+    Clients are released only when both are over; the watch fails first if the container dies.
+    """
+    began = time.monotonic()
+    done: list[Outcome] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(beside())  # type: ignore[misc]
+        except Exception as err:  # reported after the settle watch, which fails first if it fails
+            failed.append(err)
+
+    thread = threading.Thread(target=run, name="beside-settle", daemon=True) if beside else None
+    if thread is not None:
+        thread.start()
+    try:
+        watch_settled(container, ctx.past_the_hold(target), seconds, ctx.options.poll_interval)
+    finally:
+        if thread is not None:
+            thread.join()
+    if failed:
+        raise failed[0]
+    out = Outcome("settle", time.monotonic() - began)
+    for other in done:
+        out.notes += other.notes
+        out.warnings += other.warnings
+        out.extra.update(other.extra)
+    return out
+
+
+def wake_checks(ctx: Context, plan: SwapPlan, target: Target, gate_target: GateTarget) -> Outcome:
+    """After a wake: `/is_sleeping` false and, for a speculative variant, acceptance above the floor."""
+    out = Outcome("wake_checks")
+    standby.check_awake(ctx.control(), plan.target)
+    if target.variant.speculative is not None:
+        began = time.monotonic()
+        rate = standby.check_acceptance(
+            ctx.control(), ctx.past_the_hold(gate_target), plan.target, ctx.stack.acceptance_floor
+        )
+        out.notes.append(f"acceptance after the wake: {rate:.2f}")
+        out.extra["acceptance_check"] = time.monotonic() - began
+    return out
+
+
+def release(ctx: Context, serving: str | None = None, ok: bool | None = None, detail: str = "") -> Outcome:
+    """The held requests flow to what serves now (the gateway is told what that is)."""
+    if ctx.hold is None:
+        return Outcome("release")
+    began = time.monotonic()
+    note = ctx.hold.end(serving, ok=ok, detail=detail)
+    return Outcome("release", time.monotonic() - began, notes=[note] if note else [])
+
+
+def tell_serving(ctx: Context, variant: str) -> None:
+    """A recreated gateway with switching settings learns which variant serves."""
+    from composer.errors import ComposerError
+
+    if ctx.hold is not None and ctx.stack.gateway.switches:
+        try:
+            ctx.hold.control.report_serving(variant)
+        except ComposerError as err:
+            ctx.say(f"the gateway was not told that {variant} serves: {err}")

@@ -1,0 +1,426 @@
+"""One swap as a transaction: run a plan's steps in order; on any failure run its rollback.
+
+`run` drains the gateway, runs the steps the plan names (each a function of
+`composer.swap.steps` returning its outcome, folded into the result here), and releases
+the held requests to what serves at the end: the target, or the previous variant after a
+rollback. `roll_back` removes what the failed swap created and brings the previous
+variant back from exactly where the plan says (its sleeping container, or the run file
+and compose service that created it). Only the first Ctrl-C, SIGTERM or SIGHUP counts:
+later ones are ignored until the rollback has ended.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.engine import bootlog, diagnose
+from composer.engine.client import compose
+from composer.engine.containers import upstream_url
+from composer.engine.gate import GateTarget, running_target
+from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, SwapFailed
+from composer.render.runfiles import compose_environment, run_file
+from composer.render.spec import CONTAINER_PORT
+from composer.render.target import resolve_target
+from composer.swap import evidence, snapshot, standby, steps
+from composer.swap.gpu_release import ReleaseWait
+from composer.swap.steps import Context, Outcome
+
+if TYPE_CHECKING:
+    from composer.engine.containers import RunningVariant
+    from composer.engine.variant_container import VariantContainer
+    from composer.render.target import Target
+    from composer.swap.journal import SwapRecord
+    from composer.swap.plan import SwapPlan
+    from composer.swap.swapper import UpResult
+
+WAKE_SETTLE_SHARE = 0.25
+"""After a wake the process did not restart (no load, no engine start to fail late): the
+settle watch is a quarter of the stack's, and the wake checks and the warm-up run beside it."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+"""Ctrl-C, SIGTERM and SIGHUP (a closed terminal): each rolls a swap back."""
+
+
+def _stop_signals() -> tuple[int, ...]:
+    """The stop signals to handle now: a SIGHUP ignored by `nohup` stays ignored."""
+    hangup = getattr(signal, "SIGHUP", None)
+    return tuple(s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN)
+
+
+@contextmanager
+def signals(handler: Callable[[int, object], None] | int) -> Iterator[None]:
+    """Handle Ctrl-C, SIGTERM and SIGHUP with `handler` inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in _stop_signals()}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def interrupt_once(signum: int, frame: object) -> None:
+    """The first stop signal interrupts the swap; later ones are ignored (from inside the handler,
+    so none lands between the interruption and the rollback it starts)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+def interrupts_ignored() -> AbstractContextManager[None]:
+    """Let a rollback finish: Ctrl-C, SIGTERM and SIGHUP are ignored while it runs."""
+    return signals(signal.SIG_IGN)
+
+
+def reason(err: BaseException) -> str:
+    """An error as one line: our own messages as they are, others with their type."""
+    return str(err) if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
+
+
+def absorb(result: UpResult, out: Outcome) -> Outcome:
+    """Fold one step's outcome into the swap's result (timings add up per step kind)."""
+    if out.seconds or out.step in {"stop", "sleep", "release_wait", "release", "settle"}:
+        result.timings[out.step] = result.timings.get(out.step, 0.0) + out.seconds
+    for name, seconds in out.extra.items():
+        result.timings[name] = result.timings.get(name, 0.0) + seconds
+    result.notes += out.notes
+    result.warnings += out.warnings
+    if out.drained is not None:
+        before = result.drained or {"finished": 0, "cut": 0}
+        result.drained = {
+            "finished": before["finished"] + out.drained[0],
+            "cut": before["cut"] + out.drained[1],
+        }
+    return out
+
+
+def gate_target(ctx: Context, variant: str) -> GateTarget:
+    stack = ctx.stack
+    return GateTarget(variant, stack.port, stack.bind_address, stack.served_model_name, stack.api_key)
+
+
+def run(
+    ctx: Context,
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    snap: snapshot.Snapshot,
+    result: UpResult,
+    record: SwapRecord,
+) -> None:
+    """Run `plan` (drain, its steps, release); on failure roll back and raise SwapFailed."""
+    failure: SwapFailed | None = None
+    done = False
+    held = [ctx]  # the context with the gateway's current hold (a restarted gateway is held again)
+    parked: list[str] = []  # the variant this swap put to sleep
+    try:
+        if target.gateway is not None:  # nothing has changed if this fails
+            if plan.gateway_update:
+                absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
+            drained = steps.drain(ctx, target.name, compose_file, target.gateway, not plan.gateway_update)
+            held.append(replace(ctx, hold=absorb(result, drained).hold))
+        with signals(interrupt_once):
+            try:
+                _steps(held, plan, target, compose_file, snap, result, record, parked)
+                if plan.gateway_update:
+                    steps.tell_serving(held[-1], target.name)
+            except BaseException as err:  # any failure, Ctrl-C included, rolls back
+                with interrupts_ignored():
+                    record.stage("rolling back")
+                    failure = roll_back(held, plan, err, compose_file, parked)
+                    failure.tail_shown = True  # evidence.keep printed it before the rollback
+                    raise failure from err
+        done = True
+    finally:
+        ctx = held[-1]
+        with interrupts_ignored():
+            if done:
+                out = steps.release(ctx, result.variant, ok=True, detail=result.outcome)
+            elif failure is not None:
+                serving = result.previous if failure.rolled_back else None
+                out = steps.release(ctx, serving, ok=False, detail=str(failure).splitlines()[0])
+            else:
+                out = steps.release(ctx)
+            absorb(result, out)
+            record.close()
+
+
+def _steps(
+    held: list[Context],
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    snap: snapshot.Snapshot,
+    result: UpResult,
+    record: SwapRecord,
+    parked: list[str],
+) -> None:
+    """The plan's steps in order: clear, sleep or stop, release wait, start/wake/route, gate, settle."""
+    ctx = held[-1]
+    if plan.stop_first:
+        absorb(result, steps.stop_named(ctx, snap, plan.stop_first))
+    waiter = (
+        ReleaseWait.before_stop(ctx.stack, target.variant, plan.previous) if "release" in plan.steps else None
+    )
+    if "sleep" in plan.steps:
+        record.stage("putting the serving variant to sleep")
+        parked += [absorb(result, steps.sleep(ctx, plan, snap)).parked or ""]
+    if "stop" in plan.steps:
+        record.stage("stopping")
+        absorb(result, steps.stop(ctx, plan, snap))
+    if waiter is not None:
+        record.stage("waiting for GPU memory")
+        absorb(result, steps.release_wait(ctx, waiter))
+    began = time.monotonic()
+    if "wake" in plan.steps:
+        record.stage("waking")
+        brought = steps.wake(ctx, plan, snap)
+    elif "adopt" in plan.steps:
+        record.stage("routing")
+        brought = steps.adopt(ctx, plan, snap)
+    elif "route" in plan.steps:
+        record.stage("routing")
+        ctx.say(f"routing the gateway to {plan.target}")
+        brought = steps.route(ctx, target)
+    else:
+        record.stage("loading")
+        brought = steps.start(ctx, target, compose_file)
+        steps.route(ctx, target)
+    record.stage("gating")
+    where = gate_target(ctx, plan.target)
+    container = brought.container
+    if container is None and "route" in plan.steps and snap.serving is not None:
+        container = snap.serving.container
+    again = partial(steps.route, target=target)
+    ready = absorb(
+        result, through_restarts(held, plan.target, again, lambda c: steps.gate(c, where, began, container))
+    )
+    ctx = held[-1]
+    record.stage("settling")
+    woke = "wake" in plan.steps
+    absorb(
+        result,
+        through_restarts(
+            held,
+            plan.target,
+            again,
+            lambda c: steps.settle(
+                c,
+                where,
+                ready.container,  # type: ignore[arg-type]
+                c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0),
+                _beside_settle(c, plan, target, where, woke),
+            ),
+        ),
+    )
+    if woke:
+        result.timings["wake"] = ready.ready_at - began  # wake_up until the gate passed
+    result.kv_cache_tokens = bootlog.kv_cache_tokens(ready.log)
+    expected = target.variant.min_kv_cache_tokens
+    if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
+        result.warnings.append(
+            f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
+            "GPU memory may still be held by another process"
+        )
+
+
+def through_restarts(
+    held: list[Context], target: str, route: Callable[[Context], object], step: Callable[[Context], Outcome]
+) -> Outcome:
+    """Run a gate or settle step; when the gateway restarted meanwhile (it refuses the swap's
+    probe token), hold it again, route it again and run the step once more."""
+    try:
+        return step(held[-1])
+    except HealthCheckFailed as err:
+        if held[-1].hold is None or not steps.hold_lost(err):
+            raise
+        ctx = held[-1]
+        held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+        route(held[-1])
+        return step(held[-1])
+
+
+def _beside_settle(
+    ctx: Context, plan: SwapPlan, target: Target, where: GateTarget, woke: bool
+) -> Callable[[], Outcome] | None:
+    """What runs during the settle watch: the wake checks after a wake, then the warm-up."""
+    warm = ctx.hold is not None and ctx.stack.gateway.warmup_requests > 0
+    if not woke and not warm:
+        return None
+
+    def beside() -> Outcome:
+        out = steps.wake_checks(ctx, plan, target, where) if woke else Outcome("beside")
+        if warm:
+            warmed = steps.warm(ctx, where)
+            out.notes += warmed.notes
+            out.extra["warmup"] = warmed.seconds
+        return out
+
+    return beside
+
+
+def roll_back(
+    held: list[Context], plan: SwapPlan, err: BaseException, compose_file: Path, parked: list[str]
+) -> SwapFailed:
+    """Clean up after a failed swap and bring the previous variant back; the cause comes first.
+
+    Nothing here may hide the original failure: each clean-up step that fails (Docker gone,
+    a container that will not stop) is reported after it, with what the rollback did.
+    """
+    ctx = held[-1]
+    if isinstance(err, KeyboardInterrupt):
+        cause = "interrupted"
+    else:
+        cause = str(err) if isinstance(err, ComposerError) else f"unexpected {reason(err)}"
+    diagnosed = err if isinstance(err, DiagnosedError) else None
+    seen: snapshot.Snapshot | None = None
+    try:
+        seen = snapshot.take(ctx.stack, ctx.client)
+    except Exception:  # Docker gone: the failure itself is reported, without a log
+        seen = None
+    failed = [m for m in seen.members if m.variant == plan.target] if seen else []
+    log_tail = (diagnosed and diagnosed.log_tail) or (
+        bootlog.tail(failed[0].container.log(tail=60), 40) if failed else ""
+    )
+    log_tail = bootlog.redact(log_tail, ctx.stack.api_key)
+    hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
+    evidence.keep(ctx.stack, ctx.client, plan.target, cause, log_tail, ctx.say)
+    message = f"{plan.target} failed: {cause}"
+    removed = seen is not None
+    try:
+        if seen is None:
+            snapshot.take(ctx.stack, ctx.client)  # raises the Docker error to report
+        for member in seen.members if seen else ():
+            if member.variant == plan.target or (not member.asleep and member.variant not in parked):
+                ctx.say(f"stopping {member.variant} ({member.info.name})")
+                member.container.stop_and_remove(ctx.stack.stop_grace_period)
+    except Exception as stop_err:  # Docker itself may be gone: say so after the cause
+        removed = False
+        message += f"; could not remove it: {reason(stop_err)}"
+    previous = plan.previous
+    if previous is None:
+        left = _clean_up(ctx, compose_file) if removed else "no variant was running before"
+        return SwapFailed(f"{message}; {left}", log_tail, hints, rolled_back=False)
+    if not ctx.options.rollback:
+        left = "rollback disabled: nothing is running" if removed else "rollback disabled"
+        return SwapFailed(f"{message}; {left}", log_tail, hints)
+    try:
+        restore(held, previous, plan, seen if previous.variant in parked else None)
+    except BaseException as rollback_err:  # report, never mask the original failure
+        return SwapFailed(
+            f"{message}; rollback to {previous.variant} failed too: {reason(rollback_err)}",
+            log_tail,
+            hints,
+            rolled_back=False,
+        )
+    return SwapFailed(
+        f"{message}; rolled back to {previous.variant}, which serves again", log_tail, hints, rolled_back=True
+    )
+
+
+def _clean_up(ctx: Context, compose_file: Path) -> str:
+    """After a failed first start, remove what it created (the project's network)."""
+    try:
+        env = compose_environment(compose_file, ctx.stack.api_key)
+        compose(ctx.stack.project, compose_file, ["down"], env=env, timeout=120)
+    except Exception as err:
+        return f"nothing is running; could not remove the project's network: {reason(err)}"
+    return "nothing is running"
+
+
+def restore(
+    held: list[Context], previous: RunningVariant, plan: SwapPlan, seen: snapshot.Snapshot | None = None
+) -> None:
+    """Bring the previous variant back: wake its sleeping container (when this swap put it to
+    sleep and `seen` still shows it), or start exactly the run file and service that created it."""
+    ctx = held[-1]
+    ctx.say(f"rolling back to {previous.variant}")
+    sleeper = next((m for m in seen.members if m.info.name == previous.name), None) if seen else None
+    back = running_target(ctx.stack, previous)
+    if sleeper is not None and sleeper.running:
+        began = time.monotonic()
+        standby.wake(ctx.control(), sleeper.container, previous.variant, ctx.stack)
+        standby.unpark(sleeper.container, ctx.stack.restart)
+        again = _route_to(upstream_url(previous.name))
+        through_restarts(
+            held, previous.variant, again, lambda c: steps.gate(c, back, began, sleeper.container)
+        )
+        through_restarts(
+            held,
+            previous.variant,
+            again,
+            lambda c: steps.settle(c, back, sleeper.container, c.options.settle),
+        )
+        standby.check_awake(held[-1].control(), previous.variant)
+        return
+    rollback = plan.rollback
+    recorded = (rollback.config_file if rollback else None) or previous.config_file
+    compose_file = Path(recorded) if recorded else None
+    service = (rollback.service if rollback else None) or previous.service
+    if compose_file is None or not compose_file.is_file():
+        previous_target = resolve_target(ctx.stack, previous.variant)
+        compose_file = run_file(previous_target)
+        service = previous_target.spec.compose_service
+    began = time.monotonic()
+    steps.compose_up(ctx, compose_file, service or ctx.stack.service)
+    standby_service = service not in (None, ctx.stack.service)
+    again = _route_to(
+        upstream_url(previous.name) if standby_service else f"http://{ctx.stack.service}:{CONTAINER_PORT}"
+    )
+    again(ctx)
+    container = steps.by_name(ctx, previous.name) or _newest_serving(ctx)
+    ready = through_restarts(held, previous.variant, again, lambda c: steps.gate(c, back, began, container))
+    through_restarts(
+        held,
+        previous.variant,
+        again,
+        lambda c: steps.settle(c, back, ready.container, c.options.settle),  # type: ignore[arg-type]
+    )
+
+
+def _route_to(url: str) -> Callable[[Context], None]:
+    """Route the gateway of a context's hold to `url` (nothing without a hold)."""
+
+    def route(ctx: Context) -> None:
+        if ctx.hold is not None:
+            ctx.hold.control.route(url)
+
+    return route
+
+
+def _newest_serving(ctx: Context) -> VariantContainer | None:
+    """The newest running container that is not asleep (a rollback's container under another name)."""
+    seen = snapshot.take(ctx.stack, ctx.client)
+    return next((m.container for m in seen.members if not m.asleep), None)
+
+
+def gateway_only(ctx: Context, plan: SwapPlan, target: Target, compose_file: Path, result: UpResult) -> None:
+    """Only the gateway's settings changed: drain it, recreate it, route it to what serves, release.
+
+    The serving variant is never touched, so there is nothing to roll back.
+    """
+    assert target.gateway is not None
+    updated = False
+    try:
+        absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
+        ctx = replace(
+            ctx, hold=absorb(result, steps.drain(ctx, target.name, compose_file, target.gateway, False)).hold
+        )
+        steps.route(ctx, target)  # the new gateway forwards to the serving container at once
+        steps.tell_serving(ctx, target.name)
+        updated = True
+    finally:
+        if updated:
+            absorb(result, steps.release(ctx, result.variant, ok=True, detail=result.outcome))
+        else:
+            absorb(result, steps.release(ctx))
