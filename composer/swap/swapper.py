@@ -25,7 +25,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.doctor import preflight, standby_checks
+from composer.capacity.standby import decide_standby
+from composer.doctor import preflight
 from composer.engine import bootlog, diagnose, retry
 from composer.engine.client import compose
 from composer.engine.containers import (
@@ -537,36 +538,22 @@ class Swapper:
         """
         if sleeping is None:
             sleeping = [c.describe().variant for c in sleeping_containers(self.stack, self.client)]
-        asleep = set(sleeping)
-        asleep.discard(target.name)
-        sleeping_now = sorted(asleep)
-        if "sleep" in plan.steps and plan.previous is not None:
-            asleep.add(plan.previous.variant)
-        fit = standby_checks.plan_for(self.stack, target, sorted(asleep))
-        if not fit.fits and "sleep" in plan.steps and self.stack.standby_fallback == "stop":
-            without = standby_checks.plan_for(self.stack, target, sleeping_now)
-            if without.fits:
-                stopped = plan.previous.variant if plan.previous else "the serving variant"
-                fallback = (
-                    f'{stopped} is stopped instead of put to sleep (stack.standby_fallback = "stop"): '
-                    "sleep standby does not fit: " + "; ".join(fit.problems)
-                )
-                self.say(fallback)
-                result.warnings.append(fallback)
-                steps = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
-                self.standby_notes = without.costs + without.notes
-                rollback = plan.rollback
-                if rollback is not None and plan.previous is not None:
-                    previous = plan.previous
-                    rollback = replace(
-                        rollback, how="start", config_file=previous.config_file, service=previous.service
-                    )
-                return replace(plan, steps=steps, rollback=rollback)
-            fit = without if not without.fits else fit
-        if not fit.fits:
-            raise standby_checks.refusal(fit)
-        self.standby_notes = fit.costs + fit.notes
-        return plan
+        sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
+        decision = decide_standby(self.stack, target.name, sleeping, sleeping_next)
+        self.standby_notes = decision.plan.costs + decision.plan.notes
+        plan = replace(plan, capacity=decision.plan.figures)
+        if not decision.stop_instead:
+            return plan
+        self.say(decision.fallback)
+        result.warnings.append(decision.fallback)
+        steps = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
+        rollback = plan.rollback
+        if rollback is not None and plan.previous is not None:
+            previous = plan.previous
+            rollback = replace(
+                rollback, how="start", config_file=previous.config_file, service=previous.service
+            )
+        return replace(plan, steps=steps, rollback=rollback)
 
     def _control(self) -> GatewayControl:
         if self.hold is None:
