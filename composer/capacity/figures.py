@@ -67,7 +67,15 @@ def known_need(weights: int | None, kv_cache: int | None, activations: int) -> i
 
 def sleep_residue(residue: int, sleepers: int) -> int:
     """GPU bytes held per GPU by `sleepers` variants asleep (CUDA context, graph pools,
-    NCCL buffers stay while the weights and the KV cache are gone)."""
+    NCCL buffers stay while the weights and the KV cache are gone).
+
+    `residue` is `stack.sleep_residue` (default 1.3 GiB, from reports of 1.2-1.4 GiB per GPU
+    for vLLM asleep). Its floor, measured on an NVIDIA H200 (torch 2.11.0+cu130, driver
+    580.159.04, `benchmarks/cuda_residue_probe.py`, `benchmarks/results/cuda_residue_h200.json`)
+    as the device memory a process holds after every tensor is freed: CUDA context 621 MiB,
+    + cuBLAS 717 MiB, + eight kept CUDA graphs of a small MLP 847 MiB, + a one-rank NCCL
+    group 1335 MiB (1.30 GiB). Larger graph sets and TP>1 NCCL buffers hold more.
+    """
     return residue * sleepers
 
 
