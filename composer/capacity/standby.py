@@ -150,6 +150,13 @@ def plan_for(
         gpu_source=source,
         level=stack.sleep_level,
     )
+    line = f"{target} per GPU: {serving.line()}"
+    if asleep_after:
+        held = plan.figures.get("host_ram_for_sleepers_bytes")
+        line += (
+            f" + {len(asleep_after)} x {gib(stack.sleep_residue)} sleep residue ({', '.join(asleep_after)} "
+            f"asleep); host RAM for sleepers {gib(held if isinstance(held, int) else None)}"
+        )
     data = {
         "target": target,
         "per_gpu": serving.as_data(),
@@ -159,14 +166,7 @@ def plan_for(
         "gpu_memory_bytes": memory,
         "gpu_memory_from": source or None,
         "fits": plan.fits,
-        "line": f"{target} per GPU: {serving.line()}"
-        + (
-            f" + {len(asleep_after)} x {gib(stack.sleep_residue)} sleep residue"
-            f" ({', '.join(asleep_after)} asleep); host RAM for sleepers "
-            f"{gib(plan.figures.get('host_ram_for_sleepers_bytes'))}"  # type: ignore[arg-type]
-            if asleep_after
-            else ""
-        ),
+        "line": line,
     }
     return StandbyPlan(plan.fits, plan.costs, plan.problems, plan.notes, data)
 

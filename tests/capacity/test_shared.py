@@ -36,6 +36,9 @@ def _both(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
         target, plan, UpResult("baseline", "x"), []
     )  # type: ignore[arg-type]
     release = ReleaseWait.before_stop(stack, target.variant, None, probe)
+    assert (
+        "\ncapacity: baseline per GPU: 13.5 GiB weights + 4.0 GiB KV cache" in planned.describe()
+    )  # --dry-run
     return doctor, planned.as_data()["capacity"], release.budget or {}
 
 
