@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     """Check the host, Docker, GPUs, checkpoints and secrets for VARIANT (all by default).
 
+    Then print the capacity figures `up` uses: per GPU weights, KV cache, activations,
+    release budget and sleep residue, and the host RAM sleeping variants hold.
+
     \b
     Examples:
       compose-spec doctor

@@ -5,13 +5,14 @@ preflight (`preflight`), and the checks grouped by what they read: the Docker en
 (`engine_checks`), GPUs (`gpu_checks`), the speculative methods vLLM's CPU build refuses
 (`cpu_checks`), the host (`host_checks`), checkpoints (`model_checks`), the known costs of
 in-server adaptive speculation and a hybrid model's notes (`adaptive_checks`), overlay images
-(`overlay_checks`), the sleep standby memory planner (`standby_plan`, pure;
-`standby_checks`: its inputs, `up`'s refusal and doctor's check) and a remote engine's
+(`overlay_checks`), the sleep standby check (`standby_checks`; the planner and every
+memory figure are `composer.capacity`, which `up` uses too; the report prints its figures)
+and a remote engine's
 host: its paths, its port and the address clients use (`remote_checks`). Reads only;
 changes nothing (the remote path check creates a container it never starts, then
 removes it). `switch_checks` (pure): a follower attached where switching is configured,
 and `hold_timeout` against the start budget.
-May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.overlay`,
+May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.capacity`, `composer.overlay`,
 `composer.engine` (reading what runs), `composer.errors`, `composer.labels`.
 Public: `run_doctor`, `fast_checks`, `Report`, `Host`, `default_host`, `format_report`, `Finding`.
 """

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from composer.doctor.model_checks import draft_tensor_parallel_size, weight_share
+from composer.capacity import model as capacity
+from composer.capacity.figures import gib
+from composer.capacity.inputs import variant_weights
 from composer.doctor.preflight import Finding
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
@@ -17,8 +19,6 @@ from composer.render.spec import build_spec
 from composer.stack.model import Stack, Variant
 from composer.stack.values import V2_RUNNER_METHODS
 
-GIB = float(1 << 30)
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.92
 FA_VERSION_VAR = "VLLM_FLASH_ATTN_VERSION"
 NON_CAUSAL_BACKENDS = frozenset({"FLASH_ATTN", "FLEX_ATTENTION"})
 DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
@@ -172,66 +172,6 @@ def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) ->
     return Finding("compute-capability", "ok", f"{summary}: {using}")
 
 
-@dataclass(frozen=True)
-class MemoryNeed:
-    """What one GPU must hold for a variant: weight shares (None when unknown) and KV cache."""
-
-    parts: tuple[tuple[str, int | None], ...]
-    kv_bytes: int
-    unknown: tuple[str, ...] = ()
-
-    @property
-    def known_bytes(self) -> int:
-        """The parts that are known plus the KV cache: a lower bound while something is unknown."""
-        return sum(b for _, b in self.parts if b is not None) + max(self.kv_bytes, 0)
-
-    @property
-    def total_bytes(self) -> int | None:
-        """The whole budget, or None while a weight share is unknown."""
-        return None if self.unknown else self.known_bytes
-
-
-def weight_parts(
-    stack: Stack, variant: Variant
-) -> tuple[tuple[tuple[str, int | None], ...], tuple[str, ...]]:
-    """Per-GPU weight shares (target, then drafter) read from the checkpoints, and what is unknown."""
-    tp = stack.tensor_parallel_size
-    target, why = weight_share(stack.model_dir, tp)
-    parts: list[tuple[str, int | None]] = [("weights", target)]
-    unknown = [] if target is not None else [f"target weights unknown ({why})"]
-    spec = variant.speculative
-    if spec is not None and spec.draft_model:
-        draft_tp = draft_tensor_parallel_size(stack, variant)
-        draft, why = weight_share(stack.draft_dir, draft_tp)
-        parts.append((f"draft weights (TP {draft_tp})", draft))
-        if draft is None:
-            unknown.append(f"draft weights unknown ({why})")
-    return tuple(parts), tuple(unknown)
-
-
-def memory_need(
-    variant: Variant, gpu: GpuInfo, parts: tuple[tuple[str, int | None], ...], unknown: tuple[str, ...]
-) -> MemoryNeed:
-    """The variant's budget on `gpu`: weight shares + KV (KV_CACHE_MEMORY, else what
-    --gpu-memory-utilization leaves after the weights, as vLLM sizes it)."""
-    kv = variant.kv_cache_memory
-    if kv is None:
-        kv = int(gpu.total_bytes * _memory_utilization(variant)) - sum(b or 0 for _, b in parts)
-    return MemoryNeed(parts, kv, unknown)
-
-
-def variant_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) -> dict[int, int] | None:
-    """Bytes per GPU index the variant needs free to start, or None when a weight share is unknown."""
-    parts, unknown = weight_parts(stack, variant)
-    budget: dict[int, int] = {}
-    for gpu in gpus:
-        need = memory_need(variant, gpu, parts, unknown).total_bytes
-        if need is None:
-            return None
-        budget[gpu.index] = need
-    return budget
-
-
 def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
     """Free memory per GPU covers the weights share (target + drafter) and the KV budget.
 
@@ -240,21 +180,25 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
     """
     if facts.unavailable:
         return not_available("gpu-memory", facts)
-    parts, unknown = weight_parts(stack, variant)
-    worst: tuple[str, GpuInfo, MemoryNeed] | None = None
+    weights = variant_weights(stack, variant)
+    worst: tuple[str, GpuInfo, capacity.VariantFigures] | None = None
     for gpu in facts.gpus:
-        need = memory_need(variant, gpu, parts, unknown)
-        size = need.known_bytes
+        need = capacity.variant_figures(stack, variant, gpu.total_bytes, weights)
+        size = need.known_need
         status = "fail" if size > gpu.total_bytes else "warn" if size > gpu.free_bytes else "ok"
         if worst is None or _rank(status) > _rank(worst[0]):
             worst = (status, gpu, need)
     assert worst is not None
     status, gpu, need = worst
-    kv_text = _gib(variant.kv_cache_memory) if variant.kv_cache_memory else "gpu-memory-utilization"
-    breakdown = " + ".join(f"{_gib(b)} {label}" for label, b in parts) + f" + {kv_text} KV"
-    total = _gib(need.total_bytes) if not unknown else f"at least {_gib(need.known_bytes)}"
-    detail = f"needs {breakdown} = {total} per GPU; GPU {gpu.index} has {_gib(gpu.free_bytes)} free"
-    detail += f" of {_gib(gpu.total_bytes)}"
+    parts, unknown = weights.parts, weights.unknown
+    if weights.configured is not None:
+        parts, unknown = (("weights (weights_bytes)", weights.configured),), ()
+    kv_text = gib(need.kv_cache) if need.kv_cache is not None else "? (gpu-memory-utilization)"
+    breakdown = " + ".join(f"{gib(b)} {label}" for label, b in parts)
+    breakdown += f" + {kv_text} KV + {gib(need.activations)} activations"
+    total = gib(need.need) if need.need is not None else f"at least {gib(need.known_need)}"
+    detail = f"needs {breakdown} = {total} per GPU; GPU {gpu.index} has {gib(gpu.free_bytes)} free"
+    detail += f" of {gib(gpu.total_bytes)}"
     if status == "fail":
         return Finding(
             "gpu-memory",
@@ -271,9 +215,9 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
             "so doctor can read the weight sizes",
         )
     if status == "ok":
-        return Finding("gpu-memory", "ok", detail + " (activations and CUDA graphs not counted)")
+        return Finding("gpu-memory", "ok", detail)
     holders = ", ".join(
-        f"{p.name} (pid {p.pid}" + (f", {_gib(p.used_bytes)})" if p.used_bytes is not None else ")")
+        f"{p.name} (pid {p.pid}" + (f", {gib(p.used_bytes)})" if p.used_bytes is not None else ")")
         for p in gpu.processes
     )
     return Finding(
@@ -287,24 +231,8 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
     )
 
 
-def _memory_utilization(variant: Variant) -> float:
-    args = list(variant.extra_args)
-    for i, arg in enumerate(args):
-        if arg.startswith("--gpu-memory-utilization"):
-            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
-            try:
-                return float(value)
-            except ValueError:
-                break
-    return DEFAULT_GPU_MEMORY_UTILIZATION
-
-
 def _rank(status: str) -> int:
     return {"ok": 0, "warn": 1, "fail": 2}[status]
-
-
-def _gib(size: int | None) -> str:
-    return "?" if size is None else f"{size / GIB:.1f} GiB"
 
 
 def _describe(gpus: tuple[GpuInfo, ...]) -> str:

@@ -75,17 +75,6 @@ def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
     return Finding("mtp-layers", "ok", f"{layers} MTP layer(s); K={k} is compatible")
 
 
-def draft_tensor_parallel_size(stack: Stack, variant: Variant) -> int:
-    """`draft_tensor_parallel_size` from the speculative extra, else the stack's TP."""
-    extra = dict(variant.speculative.extra) if variant.speculative else {}
-    value = extra.get("draft_tensor_parallel_size")
-    return (
-        value
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0
-        else (stack.tensor_parallel_size)
-    )
-
-
 def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
     """A draft-model variant's DRAFT_DIR has config.json; DFlash drafts carry dflash_config."""
     spec = variant.speculative
@@ -149,14 +138,3 @@ def check_draft_k(stack: Stack, variant: Variant) -> Finding | None:
             f"set num_speculative_tokens = {block - 1} (NUM_SPECULATIVE_TOKENS={block - 1})",
         )
     return Finding("draft-k", "ok", f"K={k} = block_size {block} - 1")
-
-
-def weight_share(directory: str, tensor_parallel_size: int) -> tuple[int | None, str]:
-    """Weight bytes per GPU of a checkpoint under TP, or None and the reason."""
-    try:
-        total = ckpt.weights_bytes(directory)
-    except CheckpointError as err:
-        return None, str(err)
-    if total is None:
-        return None, f"no safetensors in {directory}"
-    return total // tensor_parallel_size, ""

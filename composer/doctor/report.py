@@ -13,7 +13,15 @@ added, none removed or renamed without bumping "schema":
          "fix": "what to do" | "",      # empty when status is ok
          "variant": "mtp" | null}       # null for stack-wide checks
       ],
-      "summary": {"ok": 12, "warn": 1, "fail": 0}
+      "summary": {"ok": 12, "warn": 1, "fail": 0},
+      "capacity": {                     # composer.capacity, the figures `up` uses too
+        "gpu_memory_bytes": int | null, "gpu_memory_from": "probed by nvml" | null,
+        "per_gpu": {"mtp": {"weights_bytes", "kv_cache_bytes", "kv_cache_from",
+                            "activations_bytes", "need_bytes", "sleep_residue_bytes"}},
+        "release_budget_bytes": {"mtp": int | null},
+        "host_ram_for_sleepers_bytes": {"mtp": int | null, "total": int | null},
+        "host_memory_bytes": int | null, "sleep_level": 1
+      }
     }
 
 Exit code: 1 when any check fails, else 0. Checks that do not apply to a variant
@@ -29,6 +37,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.capacity.model import Capacity, capacity_of
 from composer.doctor import adaptive_checks as ack
 from composer.doctor import cpu_checks as cck
 from composer.doctor import engine_checks as dck
@@ -117,6 +126,7 @@ class Report:
 
     variant: str | None
     checks: tuple[Check, ...] = field(default_factory=tuple)
+    capacity: Capacity | None = None
 
     @property
     def failed(self) -> bool:
@@ -132,6 +142,7 @@ class Report:
             "variant": self.variant,
             "checks": [asdict(c) for c in self.checks],
             "summary": self.summary(),
+            "capacity": self.capacity.as_data() if self.capacity else None,
         }
 
 
@@ -159,10 +170,11 @@ def run_doctor(
         checks = tag(stack_wide, None)
         for name in names:
             checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
+        capacity = capacity_of(stack, sck.FactsProbe(facts), names)
     finally:
         if client is not None:
             client.close()
-    return Report(variant, tuple(checks))
+    return Report(variant, tuple(checks), capacity)
 
 
 def _stack_checks(
@@ -283,6 +295,8 @@ def format_report(report: Report) -> str:
         lines.append(f"{check.status:<4}  {', '.join(names)}: {check.detail}")
         if check.fix and check.status != "ok":
             lines.append(f"      fix: {check.fix}")
+    if report.capacity is not None:
+        lines += report.capacity.lines()
     counts = report.summary()
     lines.append(", ".join(f"{counts[s]} {s}" for s in STATUSES))
     return "\n".join(lines)

@@ -46,6 +46,7 @@ for url in sys.argv[2:]:
 print(json.dumps(out))
 """
 
+
 class ExecTarget(Protocol):
     """What the client needs from a container: Docker SDK's `Container.exec_run`."""
 

@@ -13,12 +13,13 @@ and the swap history). `swapper` is the entry: preflight, snapshot, plan, transa
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
 to be released, start the new one from its run file, gate it, roll back on any failure),
 sleep standby (`standby`: put a variant to sleep and wake it through the gateway; the
-memory planner it runs first lives in `composer.doctor.standby_checks`), the per-project
+memory planner it runs first, `decide_standby`, and the release wait's budget are
+`composer.capacity`, the figures doctor prints), the per-project
 swap lock, the status
 report, and the gateway's published port checked end to end (`gateway_port`:
 `recreate_gateway` brings a dead port back, the variant untouched). Uses the rendered
 run files, never the templates. May import: `composer.stack`,
-`composer.render`, `composer.engine`, `composer.probes`, `composer.doctor` (its fast
+`composer.render`, `composer.engine`, `composer.probes`, `composer.capacity`, `composer.doctor` (its fast
 checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never

@@ -14,9 +14,9 @@ Per GPU of the stack the wait ends when either holds:
   Without it (no process list, as under WSL2, or the processes are not visible from here):
   when the GPU's used memory dropped below the snapshot by at least `DROP_FLOOR` and held
   steady (within `STEADY`) between two polls.
-- the next variant's budget is free: its weight share + KV cache on that GPU, as doctor's
-  gpu-memory check computes it (`composer.doctor.gpu_checks.variant_budget`); not used
-  while a weight share is unknown.
+- the next variant's release budget is free: its weights + KV cache + activations on that
+  GPU, the figure doctor prints (`composer.capacity.release_budget`); not used while a
+  weight share is unknown.
 
 Memory held by anything else (a desktop, another user's job, a sleeping variant) does not
 hold the wait up. The wait always ends by `timeout` and says how it ended.
@@ -122,7 +122,7 @@ class ReleaseWait:
         probe: GpuProbe | None = None,
     ) -> ReleaseWait:
         """The snapshot a swap takes before stopping `previous` to start `next_variant`."""
-        from composer.doctor.gpu_checks import variant_budget
+        from composer.capacity.model import release_budget
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
@@ -131,7 +131,7 @@ class ReleaseWait:
             probe or detect_probe(),
             stack.gpus,
             pids,
-            lambda gpus: variant_budget(stack, next_variant, gpus),
+            lambda gpus: release_budget(stack, next_variant, gpus),
         )
 
     def wait(

@@ -47,6 +47,7 @@ class SwapPlan:
     stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
     notes: tuple[str, ...] = field(default=())
     gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
+    capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
 
     @property
     def no_op(self) -> bool:
@@ -63,6 +64,7 @@ class SwapPlan:
             "rollback": self.rollback.__dict__ if self.rollback else None,
             "notes": list(self.notes),
             "gateway_update": self.gateway_update,
+            "capacity": self.capacity or None,
         }
 
     def describe(self) -> str:
@@ -86,6 +88,8 @@ class SwapPlan:
             )
             lines.append(f"rollback: {self.rollback.variant}: {source}")
         lines += [f"note: {note}" for note in self.notes]
+        if self.capacity.get("line"):
+            lines.append(f"capacity: {self.capacity['line']}")
         return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the accep
 check) are called through the gateway's control channel (`docker exec`), never opened to
 clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
 also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
-variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.doctor.standby_checks`).
+variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.capacity.standby`).
 """
 
 from __future__ import annotations

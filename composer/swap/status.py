@@ -14,6 +14,7 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
 from composer.engine.containers import RunningVariant
@@ -168,8 +169,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
 def _asleep(stack: Stack, member: Member) -> dict[str, object]:
     """A sleeping (or awake, not serving) variant and the host RAM a sleeper's weights hold."""
     variant = member.variant
-    weights = stack.variants[variant].weights_bytes if variant in stack.variants else None
-    held = weights * stack.tensor_parallel_size if weights and member.asleep else None
+    held = host_ram_asleep(stack, variant) if member.asleep else None
     return {
         "variant": variant,
         "container": member.info.name,
@@ -350,7 +350,7 @@ def _format_status(data: dict) -> str:
 def _asleep_line(asleep: dict) -> str:
     held = asleep.get("host_memory_bytes")
     unknown = "host RAM held: unknown (set weights_bytes)"
-    ram = f"holds {held / (1 << 30):.1f} GiB of host RAM" if held else unknown
+    ram = f"holds {held / (1 << 30):.1f} GiB of host RAM" if held is not None else unknown
     return f"{asleep['variant']} ({asleep['container']}): {ram}"
 
 

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.doctor import preflight, standby_checks
+from composer.capacity.standby import decide_standby
+from composer.doctor import preflight
 from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import (
@@ -256,41 +257,26 @@ def check_standby_fits(
 
     When putting the serving variant to sleep does not fit and the stack says
     `standby_fallback = "stop"`, it is stopped instead (and the result says so). The
-    planner's costs and notes go to `result.notes`.
+    planner's costs and notes go to `result.notes`; its figures go into the plan
+    (`composer.capacity`, the same function doctor prints them with).
     """
     stack = ctx.stack
     if sleeping is None:
         sleeping = [c.describe().variant for c in sleeping_containers(stack, ctx.client)]
-    asleep = set(sleeping)
-    asleep.discard(target.name)
-    sleeping_now = sorted(asleep)
-    if "sleep" in plan.steps and plan.previous is not None:
-        asleep.add(plan.previous.variant)
-    fit = standby_checks.plan_for(stack, target, sorted(asleep))
-    if not fit.fits and "sleep" in plan.steps and stack.standby_fallback == "stop":
-        without = standby_checks.plan_for(stack, target, sleeping_now)
-        if without.fits:
-            stopped = plan.previous.variant if plan.previous else "the serving variant"
-            fallback = (
-                f'{stopped} is stopped instead of put to sleep (stack.standby_fallback = "stop"): '
-                "sleep standby does not fit: " + "; ".join(fit.problems)
-            )
-            ctx.say(fallback)
-            result.warnings.append(fallback)
-            steps_ = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
-            result.notes += without.costs + without.notes
-            rollback = plan.rollback
-            if rollback is not None and plan.previous is not None:
-                previous = plan.previous
-                rollback = replace(
-                    rollback, how="start", config_file=previous.config_file, service=previous.service
-                )
-            return replace(plan, steps=steps_, rollback=rollback)
-        fit = without if not without.fits else fit
-    if not fit.fits:
-        raise standby_checks.refusal(fit)
-    result.notes += fit.costs + fit.notes
-    return plan
+    sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
+    decision = decide_standby(stack, target.name, sleeping, sleeping_next)
+    result.notes += decision.plan.costs + decision.plan.notes
+    plan = replace(plan, capacity=decision.plan.figures)
+    if not decision.stop_instead:
+        return plan
+    ctx.say(decision.fallback)
+    result.warnings.append(decision.fallback)
+    steps_ = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
+    rollback = plan.rollback
+    if rollback is not None and plan.previous is not None:
+        previous = plan.previous
+        rollback = replace(rollback, how="start", config_file=previous.config_file, service=previous.service)
+    return replace(plan, steps=steps_, rollback=rollback)
 
 
 def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from composer.capacity.model import release_budget
 from composer.doctor import gpu_checks as gck
 from composer.probes.gpu import GpuInfo, GpuProcess
 
@@ -96,7 +97,7 @@ def test_gpu_memory_fits_weights_share_and_kv(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, target_shards=[27 * GIB, 27 * GIB])
     found = gck.check_gpu_memory(stack, stack.variant("mtp"), facts(stack))
     assert found.status == "ok"
-    assert "13.5 GiB weights + 7.0 GiB KV = 20.5 GiB per GPU" in found.detail
+    assert "13.5 GiB weights + 7.0 GiB KV + 1.6 GiB activations = 22.1 GiB per GPU" in found.detail
 
 
 def test_gpu_memory_warns_naming_the_processes_that_hold_memory(tmp_path: Path) -> None:
@@ -119,10 +120,10 @@ def test_gpu_memory_counts_the_drafter_share_per_draft_tp(tmp_path: Path) -> Non
     stack = make_stack(tmp_path, target_shards=[54 * GIB], draft_shards=[4 * GIB])
     found = gck.check_gpu_memory(stack, stack.variant("dflash2"), facts(stack))
     assert found.status == "ok"
-    assert "1.0 GiB draft weights (TP 4) + 4.5 GiB KV = 19.0 GiB" in found.detail
+    assert "1.0 GiB draft weights (TP 4) + 4.5 GiB KV + 1.6 GiB activations = 20.6 GiB" in found.detail
     toml = "[variants.dflash2.speculative.extra]\ndraft_tensor_parallel_size = 1\n"
     single = make_stack(
-        tmp_path, toml, environ={"KV_CACHE_MEMORY": "5GiB"}, target_shards=[54 * GIB], draft_shards=[4 * GIB]
+        tmp_path, toml, environ={"KV_CACHE_MEMORY": "4GiB"}, target_shards=[54 * GIB], draft_shards=[4 * GIB]
     )
     busy = [rtx4090(i, used_gib=3) for i in range(4)]
     warn = gck.check_gpu_memory(single, single.variant("dflash2"), facts(single, busy))
@@ -144,20 +145,18 @@ def test_gpu_memory_with_unknown_draft_weights_warns_and_still_fails_what_cannot
     stack = make_stack(tmp_path, environ={"KV_CACHE_MEMORY": "4GiB"}, target_shards=[54 * GIB])
     found = gck.check_gpu_memory(stack, stack.variant("dflash2"), facts(stack))
     assert found.status == "warn" and "draft weights unknown" in found.detail
-    assert "at least 17.5 GiB" in found.detail
+    assert "at least 19.1 GiB" in found.detail
     huge = make_stack(tmp_path / "huge", environ={"KV_CACHE_MEMORY": "30GiB"})
     failed = gck.check_gpu_memory(huge, huge.variant("mtp"), facts(huge))
     assert failed.status == "fail" and "target weights unknown" in failed.detail
 
 
-def test_variant_budget_is_known_only_with_the_weights(tmp_path: Path) -> None:
+def test_release_budget_is_known_only_with_the_weights(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, target_shards=[27 * GIB, 27 * GIB])
-    assert gck.variant_budget(stack, stack.variant("mtp"), tuple(FOUR_4090[:2])) == {
-        0: int(13.5 * GIB) + 7 * GIB,
-        1: int(13.5 * GIB) + 7 * GIB,
-    }
+    need = int(13.5 * GIB) + 7 * GIB + 1_696_512_327  # weights + KV + activations
+    assert release_budget(stack, stack.variant("mtp"), tuple(FOUR_4090[:2])) == {0: need, 1: need}
     unknown = make_stack(tmp_path / "unknown")
-    assert gck.variant_budget(unknown, unknown.variant("mtp"), tuple(FOUR_4090)) is None
+    assert release_budget(unknown, unknown.variant("mtp"), tuple(FOUR_4090)) is None
 
 
 def test_device_list_naming_no_host_gpu_fails_count_without_crashing_the_rest(tmp_path: Path) -> None:

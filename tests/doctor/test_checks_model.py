@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from composer.capacity.inputs import draft_tensor_parallel_size
 from composer.doctor import model_checks as mck
 
 from .fakes import make_stack
@@ -76,7 +77,7 @@ def test_draft_k_against_block_size(tmp_path: Path) -> None:
 
 def test_draft_tensor_parallel_size_defaults_to_stack_tp(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
-    assert mck.draft_tensor_parallel_size(stack, stack.variant("dflash2")) == 4
+    assert draft_tensor_parallel_size(stack, stack.variant("dflash2")) == 4
     toml = "[variants.dflash2.speculative.extra]\ndraft_tensor_parallel_size = 1\n"
     single = make_stack(tmp_path, toml)
-    assert mck.draft_tensor_parallel_size(single, single.variant("dflash2")) == 1
+    assert draft_tensor_parallel_size(single, single.variant("dflash2")) == 1

@@ -61,7 +61,24 @@ def test_one_variant_limits_the_variant_checks(tmp_path: Path) -> None:
 def test_json_schema_is_stable(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
     data = run_doctor(stack, "mtp", host(tmp_path, probe=FakeProbe(reason="no nvidia-smi"))).to_json()
-    assert list(data) == ["schema", "variant", "checks", "summary"]
+    assert list(data) == ["schema", "variant", "checks", "summary", "capacity"]
+    assert list(data["capacity"]) == [
+        "gpu_memory_bytes",
+        "gpu_memory_from",
+        "per_gpu",
+        "release_budget_bytes",
+        "host_ram_for_sleepers_bytes",
+        "host_memory_bytes",
+        "sleep_level",
+    ]
+    assert list(data["capacity"]["per_gpu"]["mtp"]) == [
+        "weights_bytes",
+        "kv_cache_bytes",
+        "kv_cache_from",
+        "activations_bytes",
+        "need_bytes",
+        "sleep_residue_bytes",
+    ]
     assert data["schema"] == SCHEMA_VERSION == 1 and data["variant"] == "mtp"
     for check in data["checks"]:
         assert list(check) == ["name", "status", "detail", "fix", "variant"]

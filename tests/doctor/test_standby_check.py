@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from composer.doctor import standby_checks as standby
+from composer.capacity import inputs as standby
 from composer.doctor.gpu_checks import GpuFacts
 from composer.doctor.standby_checks import check_standby
 from composer.probes.gpu import GpuInfo

@@ -12,16 +12,29 @@ import pytest
 from tests.conftest import REPO
 
 PACKAGE = REPO / "composer"
-SUBPACKAGES = ("stack", "render", "engine", "probes", "swap", "doctor", "overlay", "bench", "kube", "gateway")
+SUBPACKAGES = (
+    "stack",
+    "render",
+    "engine",
+    "probes",
+    "capacity",
+    "swap",
+    "doctor",
+    "overlay",
+    "bench",
+    "kube",
+    "gateway",
+)
 # What each part may import from the rest of the package (besides errors, labels, _exports).
 ALLOWED = {
     "stack": set(),
     "render": {"stack"},
     "probes": set(),
+    "capacity": {"stack", "probes"},
     "engine": {"stack", "render", "gateway"},
     "overlay": set(),
-    "doctor": {"stack", "render", "probes", "overlay", "engine"},
-    "swap": {"stack", "render", "engine", "probes", "doctor", "gateway"},
+    "doctor": {"stack", "render", "probes", "overlay", "engine", "capacity"},
+    "swap": {"stack", "render", "engine", "probes", "capacity", "doctor", "gateway"},
     "bench": {"stack", "render", "engine", "probes", "swap"},
     "kube": {"stack", "render", "engine", "gateway", "swap"},
     "gateway": set(),

@@ -77,6 +77,18 @@ def test_standby_turned_on_then_off_settings_and_dry_runs(sim_stack, docker_clie
     assert _docker_state(docker_client, stack.project) == before
     assert _gateway_state(docker_client, stack.project) == gateway_before
 
+    # the capacity figures `up` plans with are the ones doctor prints (one capacity model)
+    code, planned, err = _up(stack, "up", "baseline", "--dry-run")
+    assert code == 0 and planned["plan"]["capacity"]["target"] == "baseline", planned
+    doctor = json.loads(stack.run("doctor", "baseline", "--json").stdout)
+    figures = dict(doctor["capacity"]["per_gpu"]["baseline"])
+    assert figures.pop("sleep_residue_bytes") == 0  # baseline does not sleep in this stack
+    assert planned["plan"]["capacity"]["per_gpu"] == figures, (planned, doctor)
+    assert (
+        planned["plan"]["capacity"]["release_budget_bytes"]
+        == doctor["capacity"]["release_budget_bytes"]["baseline"]
+    )
+
     # a [gateway] setting changed while a stream is in flight: drained first, never cut
     out: dict = {}
     streaming = threading.Thread(target=_stream, args=(stack, served, out))

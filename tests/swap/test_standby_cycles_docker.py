@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from composer.doctor import standby_checks as standby
+from composer.capacity import standby
 from composer.engine.containers import current_variant, gateway_container, is_asleep
 from composer.engine.variant_container import VariantContainer
 from composer.gateway.client import GatewayControl
@@ -105,7 +105,7 @@ def test_many_sleep_standby_switches_grow_nothing(sim_stack, docker_client, monk
         ours = [VariantContainer(c) for c in containers if "vllm-composer.variant" in c.labels]
         asleep = [c.describe().variant for c in ours if is_asleep(c, stack, state.upstream)]
         assert asleep == [("baseline", "mtp")[switch % 2]], (switch, asleep)
-        plan = standby.plan_for(stack, resolve_target(stack, variant), asleep)
+        plan = standby.plan_for(stack, variant, asleep)
         assert plan.fits and len(plan.costs) == 1, (switch, plan)
         if switch % SAMPLE_EVERY == 0 or switch == SWITCHES - 1:
             serving = current_variant(stack, docker_client)

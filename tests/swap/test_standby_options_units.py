@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from composer.doctor import standby_checks as standby
-from composer.doctor.standby_plan import GIB, standby_cost
+from composer.capacity import inputs as standby
+from composer.capacity import standby as planner
+from composer.capacity.figures import GIB
+from composer.capacity.standby import standby_cost
 from composer.errors import ConfigError, PreflightFailed
 from composer.probes.gpu import GpuInfo
 from composer.render.target import resolve_target
@@ -69,10 +71,9 @@ def test_gpu_memory_comes_from_the_probe_else_from_the_stack() -> None:
 def test_the_planner_uses_the_probed_gpu_and_says_so(monkeypatch) -> None:
     monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
     stack = _stack(*SLEEPY, "stack.gpus=all", "stack.gpu_memory_bytes=141G")
-    target = resolve_target(stack, "baseline")
-    small = standby.plan_for(stack, target, ["mtp"], FakeProbe([16 * GIB] * 4))
+    small = planner.plan_for(stack, "baseline", ["mtp"], FakeProbe([16 * GIB] * 4))
     assert not small.fits and "above the GPU's 16.0 GiB (probed by fake-nvml)" in small.problems[0]
-    assert standby.plan_for(stack, target, ["mtp"], FakeProbe([], available=False)).fits
+    assert planner.plan_for(stack, "baseline", ["mtp"], FakeProbe([], available=False)).fits
 
 
 def test_the_cost_is_given_in_gib_and_in_tokens_of_kv_cache() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from composer.doctor.standby_plan import GIB, Awake, Sleeper, plan_standby
+from composer.capacity.figures import GIB
+from composer.capacity.standby import Awake, Sleeper, plan_standby
 from composer.engine.containers import RunningVariant
 from composer.errors import ConfigError
 from composer.render.target import resolve_target
@@ -112,7 +113,10 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     import struct
     from dataclasses import replace
 
-    from composer.doctor.standby_checks import weights_per_gpu
+    from composer.capacity.inputs import variant_weights
+
+    def weights_per_gpu(stack, variant):
+        return variant_weights(stack, variant).per_gpu
 
     header = json.dumps(
         {"w": {"dtype": "BF16", "shape": [1024, 1024], "data_offsets": [0, 2 << 20]}}
