@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from socket import SHUT_RDWR
 from typing import Any, Protocol
 
 from composer.errors import GatewayControlError
@@ -141,6 +142,22 @@ def _state(d: Mapping[str, Any]) -> GatewayState:
         holds=tuple(_hold(h) for h in d.get("holds", [])),
         raw=dict(d),
     )
+
+
+class Tether:
+    """An open `ctl tether` session: closing it (or the death of this process) releases the
+    holds of its owner."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def close(self) -> None:
+        """Close the session's stdin (the gateway releases what its owner still holds)."""
+        raw = getattr(self._sock, "_sock", self._sock)  # docker-py hands a SocketIO over a socket
+        with contextlib.suppress(OSError, AttributeError):
+            raw.shutdown(SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
 
 
 class GatewayControl:
@@ -338,6 +355,23 @@ class GatewayControl:
         if detail:
             args.append(f"--detail={detail[:400]}")
         return dict(self._run("serving", *args).get("switching") or {})
+
+    def tether(self, owner: str) -> Tether | None:
+        """Tie the holds of `owner` to this process: a `ctl tether` exec whose stdin stays open
+        until `Tether.close` (or this process's death, when the kernel closes the connection)
+        and then releases them. None when the exec target cannot keep a stdin open (a plain
+        `exec_run` target, e.g. `kubectl exec`): the lease alone bounds the hold there."""
+        api = getattr(getattr(self.container, "client", None), "api", None)
+        container_id = getattr(self.container, "id", None)
+        if api is None or container_id is None:
+            return None
+        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), "tether", f"--owner={owner}"]
+        try:
+            exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except Exception as err:  # the Docker SDK raises several families
+            raise GatewayControlError("tether", f"docker exec failed: {err}") from err
+        return Tether(sock)
 
     @contextlib.contextmanager
     def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:

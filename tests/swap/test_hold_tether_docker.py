@@ -1,0 +1,105 @@
+"""A swap's hold ends with its owner: `kill -9` of `up` during the drain releases the
+clients it held at once, not after the 60 s lease (real daemon, simulator)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+import httpx
+import pytest
+
+from composer import labels
+from composer.engine import retry
+from composer.engine.retry import Pending
+from composer.gateway.client import GatewayControl
+
+pytestmark = pytest.mark.docker
+
+CHAT = "/v1/chat/completions"
+
+
+def _gateway(client, project: str) -> GatewayControl:
+    found = client.containers.list(
+        filters={"label": [f"com.docker.compose.project={project}", f"{labels.ROLE}={labels.ROLE_GATEWAY}"]}
+    )
+    assert found, "no gateway container"
+    return GatewayControl(found[0])
+
+
+def _chat(url: str, key: str, max_tokens: int, stream: bool) -> dict:
+    body = {
+        "model": "claude-opus-5",
+        "messages": [{"role": "user", "content": "hello"}],
+        "max_tokens": max_tokens,
+        "stream": stream,
+    }
+    headers = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(timeout=httpx.Timeout(180.0, connect=5.0), trust_env=False) as http:
+        if not stream:
+            return {"status": http.post(url + CHAT, json=body, headers=headers).status_code}
+        with http.stream("POST", url + CHAT, json=body, headers=headers) as response:
+            lines = list(response.iter_lines())
+        return {"status": response.status_code, "done": "data: [DONE]" in lines}
+
+
+def test_kill_9_of_up_during_the_drain_releases_its_held_clients(sim_stack, docker_client) -> None:
+    # slower tokens (2x the reference box) so that one stream keeps the drain busy for ~25 s
+    sim_stack.stack_file.write_text(
+        sim_stack.stack_file.read_text().replace('SIM_TIME_SCALE = "20"', 'SIM_TIME_SCALE = "2"')
+    )
+    done = sim_stack.run("up", "baseline", timeout=180)
+    assert done.returncode == 0, done.stderr
+    url = f"http://127.0.0.1:{sim_stack.port}"
+    control = _gateway(docker_client, sim_stack.project)
+
+    long_stream: dict = {}
+    streaming = threading.Thread(
+        target=lambda: long_stream.update(_chat(url, sim_stack.api_key, 1500, True)), daemon=True
+    )
+    streaming.start()
+
+    def in_flight() -> None:
+        if control.state().inflight < 1:
+            raise Pending("the long stream has not reached the gateway yet")
+
+    retry.within(20.0, 0.2)(in_flight)
+
+    swap = sim_stack.popen("up", "mtp")
+    try:
+
+        def held_by_up() -> str:
+            holds = [h for h in control.state().holds if h.owner.startswith("compose-spec up")]
+            if not holds:
+                raise Pending("up has not set its hold yet")
+            return holds[0].owner
+
+        owner = retry.within(60.0, 0.2)(held_by_up)
+        held: dict = {}
+        client = threading.Thread(
+            target=lambda: held.update(_chat(url, sim_stack.api_key, 4, False)), daemon=True
+        )
+        client.start()
+
+        def waiting() -> None:
+            if control.state().held < 1:
+                raise Pending("the client is not held yet")
+
+        retry.within(20.0, 0.2)(waiting)
+        assert streaming.is_alive()  # the drain still waits for the long stream
+        os.kill(swap.pid, signal.SIGKILL)
+        swap.wait(timeout=10)
+
+        client.join(timeout=30)
+        # answered by the old variant while the drained stream still runs: the hold ended with
+        # its owner, not at the end of the drain plus the 60 s lease
+        assert held == {"status": 200}
+        assert streaming.is_alive()
+        assert all(h.owner != owner for h in control.state().holds)
+    finally:
+        if swap.poll() is None:
+            swap.kill()
+            swap.wait(timeout=10)
+    streaming.join(timeout=120)
+    assert long_stream.get("status") == 200
