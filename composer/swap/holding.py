@@ -57,11 +57,18 @@ class SwapHold:
     """One swap's hold on the gateway: drain, keep the lease, let the gate through, release."""
 
     def __init__(
-        self, control: GatewayControl, drain_timeout: float, say: Callable[[str], None], target: str = ""
+        self,
+        control: GatewayControl,
+        drain_timeout: float,
+        say: Callable[[str], None],
+        target: str = "",
+        waiting: Callable[[str], None] | None = None,
     ) -> None:
         self.control = control
         self.drain_timeout = drain_timeout
         self.say = say
+        # the updating progress line: the drain's `draining (1 in flight, 8 s of 60 s)`
+        self.waiting = waiting
         self.target = target  # the variant the swap brings in (the gateway's switch log shows it)
         self.token = secrets.token_urlsafe(32)
         # unique per swap: the tether releases this owner's holds, nobody else's
@@ -82,8 +89,14 @@ class SwapHold:
             self._tether = self.control.tether(self.owner)
         except GatewayControlError as err:
             self.say(f"the hold is not tethered to this process ({err}); a crash leaves it for its lease")
+        waiting = self.waiting
         report = self.control.drain(
-            self.drain_timeout, LEASE_S, owner=self.owner, probe_token=self.token, target=self.target
+            self.drain_timeout,
+            LEASE_S,
+            owner=self.owner,
+            probe_token=self.token,
+            target=self.target,
+            progress=(lambda p: waiting(p.describe())) if waiting is not None else None,
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
@@ -130,6 +143,7 @@ def start_hold(
     drain_timeout: float,
     say: Callable[[str], None],
     target: str = "",
+    waiting: Callable[[str], None] | None = None,
 ) -> SwapHold:
     """A SwapHold on the stack's running gateway, once its control channel answers."""
     container = gateway_container(stack, client)
@@ -154,7 +168,7 @@ def start_hold(
         retry.control_ready(READY_TIMEOUT_S, (GatewayControlError,))(answers)
     except GatewayControlError as err:
         raise failed(err) from err
-    return SwapHold(control, drain_timeout, say, target)
+    return SwapHold(control, drain_timeout, say, target, waiting)
 
 
 def warm_up(target: GateTarget, requests: int) -> list[float]:

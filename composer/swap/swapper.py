@@ -221,10 +221,14 @@ class Swapper:
         else:
             self.start(compose_file, target.gateway.service)
         self.hold = start_hold(
-            self.stack, self.client, self.stack.gateway.drain_timeout, self.say, target=target.name
+            self.stack,
+            self.client,
+            self.stack.gateway.drain_timeout,
+            self.say,
+            target=target.name,
+            waiting=self.waiting,
         )
-        self.say("draining the gateway: new requests wait, requests in flight finish")
-        drained = self.hold.begin()
+        drained = self.hold.begin()  # the progress line shows the drain only while something runs
         result.timings["drain"] = result.timings.get("drain", 0.0) + drained.seconds
         before = result.drained or {"finished": 0, "cut": 0}
         result.drained = {
