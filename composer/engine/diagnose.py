@@ -98,6 +98,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "set the drafter's attention_backend to flash_attn (or flex_attention)",
     ),
     Signature(
+        "access-log-flag-unknown",
+        r"unrecognized arguments:.*--disable-access-log-for-endpoints",
+        "This vLLM (older than 0.13) has no --disable-access-log-for-endpoints, which the rendered "
+        "files pass to keep the gateway's probes out of the access log.",
+        "set log_probes = true under [stack] (or --set stack.log_probes=true) and render again, "
+        "or use a newer vLLM image",
+    ),
+    Signature(
         "unrecognized-arguments",
         r"error: unrecognized arguments:",
         "The image's vLLM does not know one of the rendered flags (an older image?).",
