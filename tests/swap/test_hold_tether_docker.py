@@ -1,6 +1,7 @@
 """A swap's hold ends with its owner: `kill -9` of `up` during the drain releases the
 clients it held at once, not after the 60 s lease; the drain shows its progress only when
-something runs (real daemon, simulator)."""
+something runs; the gateway's probes leave no line in the variant's access log (real
+daemon, simulator; TEST_SIM_IMAGE names another simulator image to run)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from composer.gateway.client import GatewayControl
 pytestmark = pytest.mark.docker
 
 CHAT = "/v1/chat/completions"
+IMAGE = ("--set", f"images.vllm={os.environ.get('TEST_SIM_IMAGE') or 'vllm-sim:latest'}")
 
 
 def _gateway(client, project: str) -> GatewayControl:
@@ -50,7 +52,7 @@ def test_kill_9_of_up_during_the_drain_releases_its_held_clients(sim_stack, dock
     sim_stack.stack_file.write_text(
         sim_stack.stack_file.read_text().replace('SIM_TIME_SCALE = "20"', 'SIM_TIME_SCALE = "2"')
     )
-    done = sim_stack.run("up", "baseline", timeout=180)
+    done = sim_stack.run(*IMAGE, "up", "baseline", timeout=180)
     assert done.returncode == 0, done.stderr
     assert "drain" not in done.stderr.lower()  # an empty project has nothing to drain
     url = f"http://127.0.0.1:{sim_stack.port}"
@@ -68,7 +70,7 @@ def test_kill_9_of_up_during_the_drain_releases_its_held_clients(sim_stack, dock
 
     retry.within(20.0, 0.2)(in_flight)
 
-    swap = sim_stack.popen("up", "mtp")
+    swap = sim_stack.popen(*IMAGE, "up", "mtp")
     said: list[str] = []
     reader = threading.Thread(target=lambda: said.extend(swap.stderr or ()), daemon=True)
     reader.start()
@@ -114,3 +116,11 @@ def test_kill_9_of_up_during_the_drain_releases_its_held_clients(sim_stack, dock
             swap.wait(timeout=10)
     streaming.join(timeout=120)
     assert long_stream.get("status") == 200
+
+    # the gateway probed the variant every few seconds all along: none of it is in its log
+    (variant,) = docker_client.containers.list(
+        filters={"label": [f"com.docker.compose.project={sim_stack.project}", f"{labels.VARIANT}=baseline"]}
+    )
+    log = variant.logs().decode(errors="replace")
+    assert '"POST /v1/chat/completions HTTP/1.1" 200' in log  # the access log is on
+    assert "GET /health" not in log and "GET /metrics" not in log
