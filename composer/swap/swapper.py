@@ -839,7 +839,7 @@ class Swapper:
             return ""
         if not containers:
             return ""
-        return bootlog.tail(containers[0].log(tail=60), 40)
+        return bootlog.tail(containers[0].first_run_log(tail=60), 40)  # each boot once
 
     def down(self) -> str | None:
         """Stop and remove whatever variant runs; return its name."""
