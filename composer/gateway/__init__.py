@@ -17,14 +17,16 @@ May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `con
   only standard-library modules, so host code can use the client and the settings without
   the server's dependencies.
 
-Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
-`GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
-`GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
+Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `DrainProgress` (a
+drain's progress: in flight, seconds of the timeout), `Tether` (a `ctl tether` session that
+ties a swap's holds to its process), `BackendReply`, `GatewayConfig`, `load_config`,
+`ENV_VARS`, `GatewayError`, `GatewayConfigError`, `GatewayControlError`, `PUBLIC_PATHS`,
+`DEV_ROUTES`.
 """
 
 from composer.errors import GatewayConfigError, GatewayControlError, GatewayError
 
-from .client import BackendReply, DrainReport, GatewayControl, GatewayState, HoldInfo
+from .client import BackendReply, DrainProgress, DrainReport, GatewayControl, GatewayState, HoldInfo, Tether
 from .config import ENV_VARS, GatewayConfig, load_config
 from .routes import DEV_ROUTES, PUBLIC_PATHS
 
@@ -33,6 +35,7 @@ __all__ = [
     "ENV_VARS",
     "PUBLIC_PATHS",
     "BackendReply",
+    "DrainProgress",
     "DrainReport",
     "GatewayConfig",
     "GatewayConfigError",
@@ -41,5 +44,6 @@ __all__ = [
     "GatewayError",
     "GatewayState",
     "HoldInfo",
+    "Tether",
     "load_config",
 ]

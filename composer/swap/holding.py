@@ -28,7 +28,8 @@ from composer.engine import retry
 from composer.engine.containers import gateway_container
 from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
-from composer.gateway.client import PROBE_HEADER, GatewayControl, Tether
+from composer.gateway import GatewayControl, Tether
+from composer.gateway.client import PROBE_HEADER
 
 if TYPE_CHECKING:
     import docker

@@ -19,7 +19,7 @@ class _Control:
         self.released: list[str] = []
         self.four = threading.Event()
 
-    def drain(self, timeout, lease, owner, probe_token, target="") -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
         return DrainReport("h1", 2, 0, 0.1)
 
     def renew(self, hold_id: str, lease: float) -> None:
@@ -72,10 +72,10 @@ class _TetheredControl(_Control):
         self.owners.append(owner)
         return _Tether(self.events)
 
-    def drain(self, timeout, lease, owner, probe_token, target="") -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
         self.events.append("drain")
         self.owners.append(owner)
-        return super().drain(timeout, lease, owner, probe_token, target)
+        return super().drain(timeout, lease, owner, probe_token, target, progress)
 
     def release(self, hold_id: str, **_report: object) -> None:
         self.events.append("release")
