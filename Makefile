@@ -12,7 +12,7 @@ CHECK_WORKERS ?= 4
 # The documentation site (mkdocs.yml, docs/), built strict by check and test.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
-.PHONY: install docker tools base-image image-sim image-gateway image-vllm-cpu render check test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway image-follow image-vllm-cpu render check test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -56,6 +56,12 @@ image-sim: install base-image image-gateway
 # skipped when the image's inputs label is current.
 image-gateway: install base-image
 	PIP=$(BIN)/pip bash images/gateway/build.sh --no-base-build
+
+# The follower image (`compose-spec follow` in a container, given the Docker socket): pinned
+# wheels fetched on the host, installed in a --network=none build with this host's docker CLI
+# and Compose v2 plugin; skipped when the image's inputs label is current.
+image-follow: install base-image
+	PIP=$(BIN)/pip bash images/follow/build.sh --no-base-build
 
 # Real vLLM, CPU build: pinned wheels fetched on the host, installed in a --network=none
 # build; then the tiny checkpoints that .env.cpu names, generated inside that image into

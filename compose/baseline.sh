@@ -54,6 +54,8 @@ vllm_args=(
   "${KV_CACHE_MEMORY}"
   "--attention-backend"
   "flash_attn"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -63,7 +65,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --network "$network" --network-alias vllm \
   --mount "type=bind,$(csv_field "source=${mount_source_1}"),$(csv_field target=/models/Qwen3.8-27B),readonly" \
   --env VLLM_API_KEY \
-  --label vllm-composer.config-hash=3a88747d5c04f554 \
+  --label vllm-composer.config-hash=bf1dbe0ee735f43c \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=baseline \
@@ -73,4 +75,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${VLLM_IMAGE}" "${vllm_args[@]}"

@@ -59,6 +59,8 @@ vllm_args=(
   "flash_attn"
   "--speculative-config"
   "{\"method\":\"dflash\",\"model\":\"/models/Qwen3.8-27B-DFlash2\",\"num_speculative_tokens\":${NUM_SPECULATIVE_TOKENS},\"attention_backend\":\"flash_attn\"}"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -70,7 +72,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --mount "type=bind,$(csv_field "source=${mount_source_2}"),$(csv_field target=/models/Qwen3.8-27B-DFlash2),readonly" \
   --env VLLM_API_KEY \
   --env VLLM_WSL2_ENABLE_PIN_MEMORY=1 \
-  --label vllm-composer.config-hash=f32cabf7726ca644 \
+  --label vllm-composer.config-hash=567640394ada4b99 \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=dflash2 \
@@ -80,4 +82,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${DFLASH2_IMAGE}" "${vllm_args[@]}"

@@ -57,6 +57,8 @@ vllm_args=(
   "flash_attn"
   "--speculative-config"
   "{\"method\":\"mtp\",\"num_speculative_tokens\":${NUM_SPECULATIVE_TOKENS}}"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -66,7 +68,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --network "$network" --network-alias vllm \
   --mount "type=bind,$(csv_field "source=${mount_source_1}"),$(csv_field target=/models/Qwen3.8-27B),readonly" \
   --env VLLM_API_KEY \
-  --label vllm-composer.config-hash=e8548dd869406db4 \
+  --label vllm-composer.config-hash=f27e30ae2fe4ca43 \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=mtp \
@@ -76,4 +78,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${VLLM_IMAGE}" "${vllm_args[@]}"

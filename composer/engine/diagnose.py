@@ -98,6 +98,14 @@ SIGNATURES: tuple[Signature, ...] = (
         "set the drafter's attention_backend to flash_attn (or flex_attention)",
     ),
     Signature(
+        "access-log-flag-unknown",
+        r"unrecognized arguments:.*--disable-access-log-for-endpoints",
+        "This vLLM (older than 0.13) has no --disable-access-log-for-endpoints, which the rendered "
+        "files pass to keep the gateway's probes out of the access log.",
+        "set log_probes = true under [stack] (or --set stack.log_probes=true) and render again, "
+        "or use a newer vLLM image",
+    ),
+    Signature(
         "unrecognized-arguments",
         r"error: unrecognized arguments:",
         "The image's vLLM does not know one of the rendered flags (an older image?).",
@@ -140,6 +148,33 @@ SIGNATURES: tuple[Signature, ...] = (
         r"is less than desired CPU memory utilization",
         "With no KV cache size given, vLLM's CPU build takes a share of host RAM, and too little is free.",
         'set kv_cache_memory (e.g. "256MiB") on the variant, or free host memory',
+    ),
+    Signature(
+        "cuda-illegal-memory-access",
+        r"CUDA error: an illegal memory access was encountered|cudaErrorIllegalAddress",
+        "A CUDA kernel read or wrote outside its memory and the engine died with it; in vLLM this "
+        "is most often a speculative-decoding or attention kernel that fails for this K or this "
+        "attention backend (EngineDeadError and 500s follow).",
+        "lower the variant's K (speculative.num_speculative_tokens), or set a different "
+        'attention_backend (e.g. "flash_attn" or "triton_attn"); CUDA_LAUNCH_BLOCKING=1 in the '
+        "variant's env names the failing kernel",
+    ),
+    Signature(
+        "cuda-launch-failure",
+        r"CUDA error: unspecified launch failure|cudaErrorLaunchFailure",
+        "A CUDA kernel failed to launch: usually the NVIDIA driver and the image's CUDA runtime "
+        "do not fit each other (a driver older than the image's CUDA needs), or a GPU is in a "
+        "bad state (nvidia-smi shows ERR!).",
+        "compare the driver's CUDA version (nvidia-smi) with the image's CUDA, then use an image "
+        "built for that CUDA or upgrade the driver; reset or reboot a GPU that shows ERR!",
+    ),
+    Signature(
+        "engine-dead",
+        r"EngineDeadError|MQLLMEngine is already dead",
+        "The engine core died; the API server answers 500 to every request until the "
+        "container is restarted. The root cause is the first ERROR above it.",
+        "read the lines above EngineDeadError (compose-spec logs --explain); a CUDA error there "
+        "names the fix, else restart the variant (compose-spec down, then compose-spec up VARIANT)",
     ),
     Signature(
         "engine-core-init-failed",

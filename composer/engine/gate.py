@@ -81,13 +81,13 @@ def wait_ready(
     def attempt(client: httpx.Client) -> str:
         exited = container.exit_reason()
         if exited:
-            raise _failure(exited, container.log())
+            raise _failure(exited, container.first_run_log())
         state: Readiness = probe(client, target.url, target.served_name, target.api_key)
         now = time.monotonic()
         if state.ready:
             return container.log()
         if state.fatal:
-            raise _failure(state.detail, container.log())
+            raise _failure(state.detail, container.first_run_log())
         if now - seen["log_read"] >= LOG_EVERY:
             seen["log_read"] = now
             seen["stage"] = bootlog.boot_stage(container.log())
@@ -114,7 +114,7 @@ def watch_settled(container: VariantContainer, target: GateTarget, seconds: floa
         if not exited:
             time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
             exited = container.exit_reason() or "/health stopped answering 200"
-        raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.log())
+        raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.first_run_log())
 
     with _http(target) as client:
         retry.watch(seconds, interval)(attempt, client)

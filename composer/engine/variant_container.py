@@ -119,6 +119,42 @@ class VariantContainer:
             return codes[-1]
         return attrs.get("State", {}).get("ExitCode")
 
+    def _first_death(self, attrs: dict) -> float | None:
+        """When (unix seconds) the container's first run ended: its first `die` event."""
+        try:
+            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
+            events = self.container.client.events(
+                since=created.replace(tzinfo=UTC),
+                until=datetime.now(UTC) + timedelta(seconds=1),
+                filters={"container": self.container.id, "event": "die"},
+                decode=True,
+            )
+            times = [int(event["timeNano"]) / 1e9 for event in events if event.get("timeNano")]
+        except Exception:  # events unavailable: the caller reads the whole log
+            return None
+        return min(times) if times else None
+
+    def first_run_log(self, tail: int | None = None) -> str:
+        """The log of its first run only (the last `tail` lines of it): a failure the restart
+        policy restarted shows its boot once, not each restart's boot after it."""
+        try:
+            self.container.reload()
+            attrs = self.container.attrs
+        except Exception:  # removed under us
+            return ""
+        state = attrs.get("State", {})
+        if not (state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0):
+            return self.log(tail)
+        died = self._first_death(attrs)
+        if died is None:
+            return self.log(tail)
+        try:  # Docker restarts no sooner than 100 ms after a death: until then it is the first run
+            raw = self.container.logs(tail="all", until=died + 0.05)  # Docker cuts `tail` before `until`
+        except Exception:
+            return ""
+        lines = raw.decode(errors="replace").splitlines(keepends=True)
+        return "".join(lines if tail is None else lines[-tail:] if tail else [])
+
     def log(self, tail: int | None = None, since: datetime | None = None, timestamps: bool = False) -> str:
         """Its log (all of it, or the last `tail` lines, since a time); empty when it is gone."""
         try:

@@ -37,19 +37,23 @@ requests, served, errors, leaving. With a live set the automatic policy raises n
 demands, and `route`, the dev routes (`backend`) and `/gateway/status`'s throughput still
 use the single `GATEWAY_UPSTREAM`.
 
-Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `BackendReply`,
-`UpstreamInfo`, `UpstreamDrain`, `LiveSpec`, `GatewayConfig`, `load_config`, `ENV_VARS`,
-`GatewayError`, `GatewayConfigError`, `GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
+Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `DrainProgress` (a
+drain's progress: in flight, seconds of the timeout), `Tether` (a `ctl tether` session that
+ties a swap's holds to its process), `BackendReply`, `UpstreamInfo`, `UpstreamDrain`,
+`LiveSpec`, `GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
+`GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
 """
 
 from composer.errors import GatewayConfigError, GatewayControlError, GatewayError
 
 from .client import (
     BackendReply,
+    DrainProgress,
     DrainReport,
     GatewayControl,
     GatewayState,
     HoldInfo,
+    Tether,
     UpstreamDrain,
     UpstreamInfo,
 )
@@ -61,6 +65,7 @@ __all__ = [
     "ENV_VARS",
     "PUBLIC_PATHS",
     "BackendReply",
+    "DrainProgress",
     "DrainReport",
     "GatewayConfig",
     "GatewayConfigError",
@@ -70,6 +75,7 @@ __all__ = [
     "GatewayState",
     "HoldInfo",
     "LiveSpec",
+    "Tether",
     "UpstreamDrain",
     "UpstreamInfo",
     "load_config",

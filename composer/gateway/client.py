@@ -17,13 +17,16 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from socket import SHUT_RDWR
 from typing import Any, Protocol
 
 from composer.errors import GatewayControlError
 
 CALL_WAIT_S = 20.0
+# How often a drain with a progress callback asks the gateway what still runs.
+PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
 CTL = ("python3", "-m", "composer.gateway.ctl")
@@ -74,6 +77,19 @@ class DrainReport:
     drained: int
     cut: int
     duration_s: float
+
+
+@dataclass(frozen=True)
+class DrainProgress:
+    """A drain that still waits: requests in flight, seconds waited, the drain timeout."""
+
+    inflight: int
+    elapsed_s: float
+    timeout_s: float
+
+    def describe(self) -> str:
+        """`draining (1 in flight, 8 s of 60 s)`: the swap's progress line."""
+        return f"draining ({self.inflight} in flight, {self.elapsed_s:.0f} s of {self.timeout_s:.0f} s)"
 
 
 @dataclass(frozen=True)
@@ -190,6 +206,22 @@ def _state(d: Mapping[str, Any]) -> GatewayState:
     )
 
 
+class Tether:
+    """An open `ctl tether` session: closing it (or the death of this process) releases the
+    holds of its owner."""
+
+    def __init__(self, sock: Any) -> None:
+        self._sock = sock
+
+    def close(self) -> None:
+        """Close the session's stdin (the gateway releases what its owner still holds)."""
+        raw = getattr(self._sock, "_sock", self._sock)  # docker-py hands a SocketIO over a socket
+        with contextlib.suppress(OSError, AttributeError):
+            raw.shutdown(SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
 class GatewayControl:
     """Hold, drain, release, route and backend calls on one gateway container."""
 
@@ -293,7 +325,13 @@ class GatewayControl:
         return list(self._run("release", *args)["released"])
 
     def drain(
-        self, timeout_s: float, lease_s: float, owner: str = "", probe_token: str = "", target: str = ""
+        self,
+        timeout_s: float,
+        lease_s: float,
+        owner: str = "",
+        probe_token: str = "",
+        target: str = "",
+        progress: Callable[[DrainProgress], None] | None = None,
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
@@ -301,8 +339,11 @@ class GatewayControl:
         straight to the backend (never queued, never retried): the swap's gate uses them to
         check the new variant before the held clients reach it. A `target` variant starts a
         switch in the gateway's switch log (its status shows the stages as they pass).
+        `progress` gets what still runs about once every `PROGRESS_EVERY_S` while the drain
+        waits (never when nothing was in flight; an older gateway does not say).
         """
-        wait = str(min(CALL_WAIT_S, timeout_s + 3.0))
+        step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
+        wait = str(min(step, timeout_s + 3.0))
         args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
         if probe_token:
             args.append(f"--probe-token={probe_token}")  # the token may start with "-"
@@ -310,7 +351,9 @@ class GatewayControl:
             args.append(f"--target={target}")
         reply = self._run("drain", *args)
         while not reply.get("done"):
-            reply = self._run("drain-wait", str(reply["id"]), "--wait", str(CALL_WAIT_S))
+            if progress is not None and "inflight" in reply:
+                progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
+            reply = self._run("drain-wait", str(reply["id"]), "--wait", str(step))
         return DrainReport(
             str(reply["hold_id"]), int(reply["drained"]), int(reply["cut"]), float(reply["duration_s"])
         )
@@ -404,6 +447,23 @@ class GatewayControl:
         if detail:
             args.append(f"--detail={detail[:400]}")
         return dict(self._run("serving", *args).get("switching") or {})
+
+    def tether(self, owner: str) -> Tether | None:
+        """Tie the holds of `owner` to this process: a `ctl tether` exec whose stdin stays open
+        until `Tether.close` (or this process's death, when the kernel closes the connection)
+        and then releases them. None when the exec target cannot keep a stdin open (a plain
+        `exec_run` target, e.g. `kubectl exec`): the lease alone bounds the hold there."""
+        api = getattr(getattr(self.container, "client", None), "api", None)
+        container_id = getattr(self.container, "id", None)
+        if api is None or container_id is None:
+            return None
+        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), "tether", f"--owner={owner}"]
+        try:
+            exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
+            sock = api.exec_start(exec_id, socket=True)
+        except Exception as err:  # the Docker SDK raises several families
+            raise GatewayControlError("tether", f"docker exec failed: {err}") from err
+        return Tether(sock)
 
     @contextlib.contextmanager
     def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:

@@ -11,7 +11,8 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
 |  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
 | `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?}` | hold, wait for in-flight requests, cut |
 |  | at timeout; `target` (a variant) starts a switch in the status's switch log |
-| `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result |
+| `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
+|  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
 | `POST /route {upstream}` | forward to another backend from now on |
 | `POST /wait-ready {timeout_s}` | wait until the backend is ready |
 | `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
@@ -92,8 +93,10 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
 class Drains:
     """Drains started through the control channel, kept until a caller has read them."""
 
-    def __init__(self) -> None:
+    def __init__(self, gateway: Gateway | None = None) -> None:
         self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
+        self._started: dict[str, float] = {}
+        self._gateway = gateway
 
     def start(
         self,
@@ -109,8 +112,10 @@ class Drains:
         if on_done is not None:
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
         self._tasks[drain_id] = task
+        self._started[drain_id] = time.monotonic()
         while len(self._tasks) > KEEP_DRAINS:
-            self._tasks.popitem(last=False)
+            gone, _ = self._tasks.popitem(last=False)
+            self._started.pop(gone, None)
         return drain_id
 
     async def wait(self, drain_id: str, wait_s: float) -> dict[str, Any]:
@@ -118,14 +123,18 @@ class Drains:
         if task is None:
             raise KeyError(drain_id)
         done, _ = await asyncio.wait({task}, timeout=wait_s)
-        if not done:
-            return {"id": drain_id, "done": False}
+        if not done:  # progress: what still runs, and for how long the drain has waited
+            reply: dict[str, Any] = {"id": drain_id, "done": False}
+            if self._gateway is not None:
+                reply["inflight"] = self._gateway.gate.inflight
+            reply["elapsed_s"] = round(time.monotonic() - self._started.get(drain_id, time.monotonic()), 3)
+            return reply
         return {"id": drain_id, "done": True, **task.result().to_dict()}
 
 
 def build_control_app(gateway: Gateway) -> Starlette:
     """The control app bound to one gateway."""
-    drains = Drains()
+    drains = Drains(gateway)
 
     async def body_of(request: Request) -> dict[str, Any]:
         raw = await request.body()

@@ -17,6 +17,11 @@ refuses or cannot be reached; 2 for bad usage.
     serving [VARIANT] [--demand ID] [--failed] [--detail TEXT]
     upstreams JSON                      (the live set: [{"name", "variant", "url"}, ...])
     drain-upstream NAME [--wait S]
+    tether --owner NAME
+
+`tether` reads its stdin until it closes, then releases every hold of OWNER: a swap keeps
+one open (a long-lived `docker exec` with stdin attached) for as long as it holds, so its
+holds end as soon as its process dies, whatever the lease.
 """
 
 from __future__ import annotations
@@ -86,6 +91,8 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--demand")
     sv.add_argument("--failed", action="store_true")
     sv.add_argument("--detail", default="")
+    t = sub.add_parser("tether")
+    t.add_argument("--owner", required=True)
     return p
 
 
@@ -159,9 +166,34 @@ def call(socket_path: str, method: str, path: str, body: dict[str, Any] | None) 
     return reply.status_code, reply.json()
 
 
+TETHER_DETAIL = "the swap that held ended without releasing its hold (its process died)"
+
+
+def tether(socket_path: str, owner: str) -> dict[str, Any]:
+    """Wait for stdin to close, then release every hold whose owner is `owner`."""
+    while sys.stdin.buffer.read1(4096):
+        pass
+    _, state = call(socket_path, "GET", "/state", None)
+    released: list[str] = []
+    for hold in state.get("holds", []) if isinstance(state, dict) else []:
+        if hold.get("owner") == owner:
+            body = {"id": hold["id"], "ok": False, "detail": TETHER_DETAIL}
+            status, reply = call(socket_path, "POST", "/release", body)
+            if status < 400:
+                released += reply.get("released", [])
+    return {"released": released}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the exit code."""
     args = _parser().parse_args(argv)
+    if args.verb == "tether":
+        try:
+            print(json.dumps(tether(args.socket, args.owner)))
+        except (httpx.HTTPError, OSError, ValueError) as err:
+            print(json.dumps({"error": f"control socket {args.socket}: {type(err).__name__}: {err}"}))
+            return 1
+        return 0
     try:
         method, path, body = request_for(args)
     except ValueError as err:

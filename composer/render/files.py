@@ -29,7 +29,7 @@ from pathlib import Path
 import jinja2
 
 from composer.errors import RenderError
-from composer.render.spec import Text, Var
+from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
@@ -186,6 +186,7 @@ def _context(target: Target) -> dict[str, object]:
         "variant": target.variant,
         "gateway": target.gateway,
         "health_cmd": shlex.join(spec.healthcheck.test[1:]),
+        "log_driver": LOG_DRIVER,
     }
 
 

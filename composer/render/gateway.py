@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from composer import labels as label_names
-from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, Healthcheck, Text, Var, text
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, Healthcheck, Text, Var, log_options, text
 from composer.stack.model import Stack
 from composer.stack.workload_classes import gateway_workloads
 
@@ -41,6 +41,7 @@ class GatewaySpec:
     healthcheck: Healthcheck
     stop_grace_period: int
     cpu_shares: int = CPU_SHARES
+    logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
 
     @property
     def container_name(self) -> str:
@@ -92,6 +93,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
             test=("CMD", "python3", "-c", HEALTH_PROBE), interval=10, timeout=5, retries=3, start_period=5
         ),
         stop_grace_period=10,
+        logging=log_options(stack),
     )
 
 

@@ -94,6 +94,7 @@ class ServiceSpec:
     stop_grace_period: int
     restart: str = "unless-stopped"
     standby: str = "stop"
+    logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
 
     @property
     def compose_service(self) -> str:
@@ -169,6 +170,27 @@ def _joined(parts: list[Part]) -> Text:
     return text(*merged)
 
 
+LOG_DRIVER = "json-file"
+# What the gateway's readiness poll and the container healthcheck ask every few seconds
+# (/health), the status page's scrapes (/metrics) and the sleep checks (/is_sleeping): kept
+# out of vLLM's access log unless stack.log_probes (vLLM has the flag since 0.13).
+PROBE_ENDPOINTS = ("/health", "/metrics", "/is_sleeping")
+QUIET_PROBES_FLAG = "--disable-access-log-for-endpoints"
+
+
+def docker_size(size: int) -> str:
+    """Bytes as Docker's log-opt size: `50m` when whole MiB, `512k` when whole KiB, else bytes."""
+    for unit, factor in (("g", 1 << 30), ("m", 1 << 20), ("k", 1 << 10)):
+        if size % factor == 0:
+            return f"{size // factor}{unit}"
+    return str(size)
+
+
+def log_options(stack: Stack) -> tuple[tuple[str, str], ...]:
+    """The json-file driver's rotation options for every rendered container."""
+    return (("max-size", docker_size(stack.log_max_size)), ("max-file", str(stack.log_max_files)))
+
+
 def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:
     args: list[Text] = [
         text(stack.model_path),
@@ -192,6 +214,8 @@ def _command(stack: Stack, variant: Variant) -> tuple[Text, ...]:
         args += [text("--speculative-config"), speculative]
     if variant.standby == "sleep":
         args.append(text(SLEEP_MODE_FLAG))
+    if not stack.log_probes and not any(a.split("=")[0] == QUIET_PROBES_FLAG for a in variant.extra_args):
+        args += [text(QUIET_PROBES_FLAG), text(",".join(PROBE_ENDPOINTS))]
     args += [text(a) for a in variant.extra_args]
     return tuple(args)
 
@@ -242,6 +266,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         stop_grace_period=stack.stop_grace_period,
         restart=stack.restart,
         standby=variant.standby,
+        logging=log_options(stack),
     )
     labels = (
         (label_names.CONFIG_HASH, config_hash(spec)),

@@ -65,6 +65,9 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("standby_fallback", None, v.parse_standby_fallback, "refuse"),
     Setting("sleep_level", None, v.parse_sleep_level, 1),
     Setting("allow_sleep_level_2_with_speculation", None, v.parse_bool, False),
+    Setting("log_max_size", None, v.parse_size, "50MiB"),
+    Setting("log_max_files", None, v.parse_log_files, 5),
+    Setting("log_probes", None, v.parse_bool, False),
 )
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {

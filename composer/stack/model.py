@@ -74,6 +74,9 @@ class Stack:
     standby_fallback: str = "refuse"  # a sleep standby that does not fit: refuse, or stop instead
     sleep_level: int = 1  # vLLM sleep level; 2 drops the weights (reloaded from disk on wake)
     allow_sleep_level_2_with_speculation: bool = False  # accept vLLM's level-2 drafter bug
+    log_max_size: int = 52_428_800  # bytes of one container log file before Docker rotates it
+    log_max_files: int = 5  # rotated log files Docker keeps per container
+    log_probes: bool = False  # keep the probes' lines (/health, /metrics, /is_sleeping) in vLLM's access log
     sources: dict[str, str] = field(default_factory=dict, compare=False)
     written: dict[str, object] = field(default_factory=dict, compare=False)  # values as written
     api_key: str | None = field(default=None, repr=False, compare=False)

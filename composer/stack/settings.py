@@ -72,6 +72,14 @@ KEYS: tuple[Key, ...] = (
         ("1", "2"),
     ),
     Key("stack", "allow_sleep_level_2_with_speculation", "boolean", "accept vLLM's level-2 drafter bug"),
+    Key("stack", "log_max_size", "size", "a container's log file size before Docker rotates it"),
+    Key("stack", "log_max_files", "integer", "rotated log files Docker keeps per container (1-100)"),
+    Key(
+        "stack",
+        "log_probes",
+        "boolean",
+        "keep /health, /metrics and /is_sleeping probes in vLLM's access log (false needs vLLM 0.13+)",
+    ),
     Key("stack", "env", "table", "environment variables for every variant (NAME = value)"),
     Key(
         "gateway", "enabled", "boolean", "the gateway owns the shared port (false: the variant publishes it)"

@@ -107,6 +107,14 @@ def parse_positive_int(raw: object, maximum: int = INT64_MAX) -> int:
     return value
 
 
+MAX_LOG_FILES = 100
+
+
+def parse_log_files(raw: object) -> int:
+    """How many rotated log files Docker keeps per container (1-100)."""
+    return parse_positive_int(raw, MAX_LOG_FILES)
+
+
 def parse_speculative_tokens(raw: object) -> int:
     """K, the speculative tokens per step: 1 to vLLM's MAX_SPEC_LEN (128)."""
     return parse_positive_int(raw, MAX_SPECULATIVE_TOKENS)

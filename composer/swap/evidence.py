@@ -117,7 +117,7 @@ def keep(
     saved = ""
     if failed is not None:
         try:
-            where = save_failure(stack.project, variant, cause, failed.log(), stack.api_key)
+            where = save_failure(stack.project, variant, cause, failed.first_run_log(), stack.api_key)
             saved = f" (whole log kept in {where}: compose-spec logs --failed)"
         except OSError as err:  # never hide the failure behind its evidence
             saved = f" (its log could not be kept: {err})"

@@ -2,15 +2,19 @@
 
 With a gateway in front of the variants, a swap first drains it: requests in flight on
 the old variant finish (bounded by the drain timeout; what it cuts is counted), new
-ones are held. The hold's lease is renewed while the swap runs, so a swap that dies
-leaves no hold behind for longer than the lease. The gate and the warm-up requests
-carry the hold's probe token and reach the new variant before any client does; then
-the held requests flow, in arrival order, to the variant that serves: the new one, or
-the previous one after a rollback.
+ones are held. The hold's lease is renewed while the swap runs, and the hold is tethered
+to this process (a `docker exec` session whose stdin stays open for the whole hold): a swap
+that dies, even by `kill -9`, leaves no hold behind once the kernel closes that session
+(the lease still bounds it where no tether can be kept, e.g. through `kubectl exec`).
+The gate and the warm-up requests carry the hold's probe token and reach the new variant
+before any client does; then the held requests flow, in arrival order, to the variant
+that serves: the new one, or the previous one after a rollback.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 import threading
 import time
@@ -24,7 +28,8 @@ from composer.engine import retry
 from composer.engine.containers import gateway_container
 from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
-from composer.gateway.client import PROBE_HEADER, GatewayControl
+from composer.gateway import GatewayControl, Tether
+from composer.gateway.client import PROBE_HEADER
 
 if TYPE_CHECKING:
     import docker
@@ -54,14 +59,24 @@ class SwapHold:
     """One swap's hold on the gateway: drain, keep the lease, let the gate through, release."""
 
     def __init__(
-        self, control: GatewayControl, drain_timeout: float, say: Callable[[str], None], target: str = ""
+        self,
+        control: GatewayControl,
+        drain_timeout: float,
+        say: Callable[[str], None],
+        target: str = "",
+        waiting: Callable[[str], None] | None = None,
     ) -> None:
         self.control = control
         self.drain_timeout = drain_timeout
         self.say = say
+        # the updating progress line: the drain's `draining (1 in flight, 8 s of 60 s)`
+        self.waiting = waiting
         self.target = target  # the variant the swap brings in (the gateway's switch log shows it)
         self.token = secrets.token_urlsafe(32)
+        # unique per swap: the tether releases this owner's holds, nobody else's
+        self.owner = f"compose-spec up (pid {os.getpid()}, {secrets.token_hex(3)})"
         self.hold_id: str | None = None
+        self._tether: Tether | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -72,8 +87,18 @@ class SwapHold:
 
     def begin(self) -> Drained:
         """Hold new requests and wait for the ones in flight (cut at the drain timeout)."""
+        try:
+            self._tether = self.control.tether(self.owner)
+        except GatewayControlError as err:
+            self.say(f"the hold is not tethered to this process ({err}); a crash leaves it for its lease")
+        waiting = self.waiting
         report = self.control.drain(
-            self.drain_timeout, LEASE_S, owner="compose-spec up", probe_token=self.token, target=self.target
+            self.drain_timeout,
+            LEASE_S,
+            owner=self.owner,
+            probe_token=self.token,
+            target=self.target,
+            progress=(lambda p: waiting(p.describe())) if waiting is not None else None,
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
@@ -98,15 +123,20 @@ class SwapHold:
         self._stop.set()
         if self._renewer is not None:
             self._renewer.join(timeout=5)
-        if self.hold_id is None:
-            return None
         try:
-            self.control.release(self.hold_id, serving=serving, ok=ok, detail=detail)
-        except GatewayControlError as err:
-            return (
-                f"the gateway's hold could not be released ({err}); it ends with its lease ({LEASE_S:.0f}s)"
-            )
-        return None
+            if self.hold_id is None:
+                return None
+            try:
+                self.control.release(self.hold_id, serving=serving, ok=ok, detail=detail)
+            except GatewayControlError as err:
+                ends = "when its tether closes" if self._tether else f"with its lease ({LEASE_S:.0f}s)"
+                return f"the gateway's hold could not be released ({err}); it ends {ends}"
+            return None
+        finally:
+            if self._tether is not None:  # after the release: closing it releases what is left
+                with contextlib.suppress(Exception):
+                    self._tether.close()
+                self._tether = None
 
 
 def start_hold(
@@ -116,6 +146,7 @@ def start_hold(
     say: Callable[[str], None],
     target: str = "",
     container: Container | None = None,
+    waiting: Callable[[str], None] | None = None,
 ) -> SwapHold:
     """A SwapHold on the stack's running gateway (`container` when the caller knows it), once
     its control channel answers."""
@@ -141,7 +172,7 @@ def start_hold(
         retry.control_ready(READY_TIMEOUT_S, (GatewayControlError,))(answers)
     except GatewayControlError as err:
         raise failed(err) from err
-    return SwapHold(control, drain_timeout, say, target)
+    return SwapHold(control, drain_timeout, say, target, waiting)
 
 
 def warm_up(target: GateTarget, requests: int) -> list[float]:

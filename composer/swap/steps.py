@@ -107,10 +107,15 @@ def drain(
         compose_up(ctx, compose_file, gateway.service)
     container = _gateway(ctx, gateway)
     hold = start_hold(
-        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, target=target, container=container
+        ctx.stack,
+        ctx.client,
+        ctx.stack.gateway.drain_timeout,
+        ctx.say,
+        target=target,
+        container=container,
+        waiting=ctx.waiting,
     )
-    ctx.say("draining the gateway: new requests wait, requests in flight finish")
-    drained = hold.begin()
+    drained = hold.begin()  # the progress line shows the drain only while something runs
     out = Outcome("drain", drained.seconds, drained=(drained.drained, drained.cut), hold=hold)
     if drained.cut:
         out.warnings.append(
@@ -150,7 +155,12 @@ def rehold(ctx: Context, target: str) -> Outcome:
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
     """Drain the old gateway, then recreate it with the new settings (its held requests are cut, counted)."""
     old = start_hold(
-        ctx.stack, ctx.client, ctx.stack.gateway.drain_timeout, ctx.say, container=_gateway(ctx, gateway)
+        ctx.stack,
+        ctx.client,
+        ctx.stack.gateway.drain_timeout,
+        ctx.say,
+        container=_gateway(ctx, gateway),
+        waiting=ctx.waiting,
     )
     ctx.say("the gateway's settings changed: draining it before it is recreated")
     drained = old.begin()

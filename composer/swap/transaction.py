@@ -290,7 +290,7 @@ def roll_back(
         seen = None
     failed = [m for m in seen.members if m.variant == plan.target] if seen else []
     log_tail = (diagnosed and diagnosed.log_tail) or (
-        bootlog.tail(failed[0].container.log(tail=60), 40) if failed else ""
+        bootlog.tail(failed[0].container.first_run_log(tail=60), 40) if failed else ""  # each boot once
     )
     log_tail = bootlog.redact(log_tail, ctx.stack.api_key)
     hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)

@@ -24,6 +24,8 @@ class _RunningContainer:
     def log(self, tail: int | None = None) -> str:
         return ""
 
+    first_run_log = log
+
 
 class _HealthyServer(BaseHTTPRequestHandler):
     """Answers /health 200 and everything else 404, like a server still loading its routes."""

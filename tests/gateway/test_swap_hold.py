@@ -26,6 +26,8 @@ class _Running:
     def log(self, tail: int | None = None) -> str:
         return ""
 
+    first_run_log = log
+
 
 def test_a_drain_longer_than_the_lease_keeps_its_hold(make_gateway, backend) -> None:
     gw = make_gateway()

@@ -10,7 +10,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from composer.render.spec import ServiceSpec, resolve
+from composer.render.spec import LOG_DRIVER, ServiceSpec, resolve
 
 STUB_DOCKER = """#!/usr/bin/env bash
 # Records its argv, NUL-separated, in $STUB_ARGV_FILE instead of running anything.
@@ -110,7 +110,14 @@ def _csv_fields(value: str) -> list[str]:
 def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str, object]:
     """The comparable shape of the container a `docker run` argv creates."""
     assert argv[:2] == ["run", "--rm"], argv[:2]
-    shape: dict[str, object] = {"environment": {}, "labels": {}, "mounts": [], "ports": [], "gpus": None}
+    shape: dict[str, object] = {
+        "environment": {},
+        "labels": {},
+        "mounts": [],
+        "ports": [],
+        "gpus": None,
+        "log-opt": {},
+    }
     i = 2
     while argv[i] != "--":
         option = argv[i]
@@ -125,6 +132,9 @@ def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str
         elif option == "--label":
             key, _, val = value.partition("=")
             shape["labels"][key] = val  # type: ignore[index]
+        elif option == "--log-opt":
+            key, _, val = value.partition("=")
+            shape["log-opt"][key] = val  # type: ignore[index]
         elif option == "--mount":
             fields = dict(f.split("=", 1) if "=" in f else (f, "true") for f in _csv_fields(value))
             assert fields.pop("type") == "bind"
@@ -143,6 +153,7 @@ def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str
     shape["image"] = argv[i + 1]
     shape["command"] = argv[i + 2 :]
     shape["mounts"] = sorted(shape["mounts"])  # type: ignore[type-var]
+    shape["logging"] = (shape.pop("log-driver", None), shape.pop("log-opt"))
     return shape
 
 
@@ -156,6 +167,7 @@ def container_from_compose(service: Mapping, unescape: bool) -> dict[str, object
     gpus = None
     if devices:
         gpus = frozenset(i for ids in devices[0]["device_ids"] for i in u(ids).split(","))
+    logging = service.get("logging") or {}
     return {
         "image": u(service["image"]),
         "command": [u(a) for a in service["command"]],
@@ -164,6 +176,7 @@ def container_from_compose(service: Mapping, unescape: bool) -> dict[str, object
         "mounts": sorted((u(m["source"]), u(m["target"]), bool(m["read_only"])) for m in service["volumes"]),
         "ports": [(u(p["host_ip"]), u(p["published"]), int(p["target"])) for p in service.get("ports", [])],
         "gpus": gpus,
+        "logging": (logging.get("driver"), {k: u(val) for k, val in (logging.get("options") or {}).items()}),
     }
 
 
@@ -182,10 +195,11 @@ def container_from_spec(spec: ServiceSpec, env: Mapping[str, str]) -> dict[str, 
         if spec.publishes
         else [],
         "gpus": None if spec.gpus is None else frozenset(resolve(spec.gpus, values).split(",")),
+        "logging": (LOG_DRIVER if spec.logging else None, dict(spec.logging)),
     }
 
 
 def comparable(shape: Mapping[str, object]) -> dict[str, object]:
     """Only the keys the compose file and the launcher must agree on."""
-    keys = ("image", "command", "environment", "labels", "mounts", "ports", "gpus")
+    keys = ("image", "command", "environment", "labels", "mounts", "ports", "gpus", "logging")
     return {k: shape[k] for k in keys}

@@ -19,7 +19,7 @@ class _Control:
         self.released: list[str] = []
         self.four = threading.Event()
 
-    def drain(self, timeout, lease, owner, probe_token, target="") -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
         return DrainReport("h1", 2, 0, 0.1)
 
     def renew(self, hold_id: str, lease: float) -> None:
@@ -31,6 +31,9 @@ class _Control:
 
     def release(self, hold_id: str, **_report: object) -> None:
         self.released.append(hold_id)
+
+    def tether(self, owner: str) -> None:
+        return None  # a target that cannot keep a stdin open (kubectl exec)
 
 
 def test_the_hold_is_renewed_until_it_ends_even_after_a_failed_renewal(monkeypatch) -> None:
@@ -45,6 +48,60 @@ def test_the_hold_is_renewed_until_it_ends_even_after_a_failed_renewal(monkeypat
     assert control.released == ["h1"]
     assert not hold._renewer.is_alive()  # type: ignore[union-attr]
     assert len(control.renewed) == count  # no renewal after the release
+
+
+class _Tether:
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    def close(self) -> None:
+        self.events.append("tether closed")
+
+
+class _TetheredControl(_Control):
+    """Records the order of drain, release and the tether's close."""
+
+    def __init__(self, release_fails: bool = False) -> None:
+        super().__init__()
+        self.events: list[str] = []
+        self.owners: list[str] = []
+        self.release_fails = release_fails
+
+    def tether(self, owner: str) -> _Tether:
+        self.events.append("tether opened")
+        self.owners.append(owner)
+        return _Tether(self.events)
+
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
+        self.events.append("drain")
+        self.owners.append(owner)
+        return super().drain(timeout, lease, owner, probe_token, target, progress)
+
+    def release(self, hold_id: str, **_report: object) -> None:
+        self.events.append("release")
+        if self.release_fails:
+            raise GatewayControlError("release", "control channel busy")
+
+
+def test_the_tether_opens_before_the_drain_and_closes_after_the_release() -> None:
+    control = _TetheredControl()
+    hold = holding.SwapHold(control, 5, lambda _: None)  # type: ignore[arg-type]
+    hold.begin()
+    assert hold.end() is None
+    assert control.events == ["tether opened", "drain", "release", "tether closed"]
+    owner = control.owners[0]
+    assert control.owners == [owner, owner] and owner.startswith("compose-spec up (pid ")
+    other = holding.SwapHold(control, 5, lambda _: None)  # type: ignore[arg-type]
+    assert other.owner != owner  # the tether releases this swap's holds, never another's
+
+
+def test_a_failed_release_leaves_the_hold_to_its_tether() -> None:
+    control = _TetheredControl(release_fails=True)
+    hold = holding.SwapHold(control, 5, lambda _: None)  # type: ignore[arg-type]
+    hold.begin()
+    note = hold.end()
+    assert note and "when its tether closes" in note
+    assert control.events[-1] == "tether closed"
 
 
 class _Gateway:

@@ -307,6 +307,8 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
     state = ServerState(
         plan.served_names, args.model, max_len, plan.api_key, engine, metrics, api, sleep, int(time.time())
     )
+    quiet = args.disable_access_log_for_endpoints
+    state.quiet_paths = frozenset(p.strip() for p in (quiet or "").split(",") if p.strip())
     host = args.host or "0.0.0.0"
     server = make_server(host, args.port, state)
     api.info("api_server.py:1912", f"Starting vLLM server on http://{host}:{args.port}")

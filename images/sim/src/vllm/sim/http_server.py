@@ -32,6 +32,7 @@ class ServerState:
     log: VllmLog
     sleep: SleepMode | None
     created: int = 0
+    quiet_paths: frozenset[str] = frozenset()  # --disable-access-log-for-endpoints
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -48,6 +49,8 @@ class Handler(BaseHTTPRequestHandler):
         """Silence the default stderr log; access lines are written in uvicorn's style."""
 
     def _access(self, status: int) -> None:
+        if self.path.split("?", 1)[0] in self.state.quiet_paths:  # vLLM's UvicornAccessLogFilter
+            return
         host, port = self.client_address[:2]
         phrase = self.responses.get(status, ("",))[0]
         self.state.log.info(

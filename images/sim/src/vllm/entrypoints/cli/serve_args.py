@@ -91,6 +91,7 @@ def make_parser() -> argparse.ArgumentParser:
     parser.add_argument("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=None)
     parser.add_argument("--reasoning-parser", default=None)
     parser.add_argument("--uvicorn-log-level", default="info")
+    parser.add_argument("--disable-access-log-for-endpoints", default=None)
     parser.add_argument("--disable-log-requests", action="store_true")
     return parser
 

@@ -1,0 +1,69 @@
+"""The control channel's tether and drain progress against a real gateway (in-process) and
+a fake backend: `ctl tether` releases its owner's holds when its stdin closes, and a drain
+reports what still runs while it waits."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+
+import httpx
+
+from composer.gateway import GatewayControl
+from composer.gateway.client import DrainProgress
+from tests.conftest import REPO
+
+from .conftest import KEY
+from .fakes import LocalExec, sse_request
+
+AUTH = {"Authorization": f"Bearer {KEY}"}
+
+
+def test_closing_the_tether_releases_its_owners_holds_only(gateway) -> None:
+    socket = gateway.config.control_socket
+    ctl = GatewayControl(LocalExec(socket))
+    mine = ctl.hold(60, owner="compose-spec up (pid 1, a)")
+    theirs = ctl.hold(60, owner="someone else")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GATEWAY_CONTROL_SOCKET": socket}
+    tether = subprocess.Popen(
+        [sys.executable, "-m", "composer.gateway.ctl", "tether", "--owner=compose-spec up (pid 1, a)"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert {h.id for h in ctl.state().holds} == {mine.id, theirs.id}  # open: nothing released
+        assert tether.stdin is not None
+        tether.stdin.close()  # what Docker does to the exec's stdin when `up` dies
+        tether.wait(timeout=30)
+        assert tether.stdout is not None
+        out = tether.stdout.read()
+    finally:
+        if tether.poll() is None:
+            tether.kill()
+    assert tether.returncode == 0 and mine.id in out.decode()
+    assert [h.id for h in ctl.state().holds] == [theirs.id]
+    ctl.release(theirs.id)
+
+
+def test_a_drain_reports_what_is_in_flight_while_it_waits(gateway) -> None:
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    body = sse_request("slow", chunks=60, interval=0.05)  # about 3 s of stream
+    stream = threading.Thread(
+        target=lambda: httpx.post(
+            gateway.url + "/v1/chat/completions", content=body, headers=AUTH, timeout=30
+        ),
+        daemon=True,
+    )
+    stream.start()
+    gateway.wait(lambda g: g.gate.inflight == 1)
+    seen: list[DrainProgress] = []
+    report = ctl.drain(timeout_s=20, lease_s=30, progress=seen.append)
+    assert (report.drained, report.cut) == (1, 0)
+    assert seen and seen[0].inflight == 1 and seen[0].timeout_s == 20
+    assert [p.elapsed_s for p in seen] == sorted(p.elapsed_s for p in seen)
+    assert seen[0].describe().startswith("draining (1 in flight, ")
+    ctl.release(report.hold_id)
+    stream.join(10)
