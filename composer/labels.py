@@ -16,6 +16,7 @@ PORT = f"{PREFIX}.port"
 # On the gateway's container (which also carries PORT: it publishes the shared port).
 ROLE = f"{PREFIX}.role"
 ROLE_GATEWAY = "gateway"
+ROLE_PROMETHEUS = "prometheus"  # the observability profile's Prometheus
 
 # On overlay images and the helper containers of an overlay build.
 OVERLAY_PREFIX = f"{PREFIX}.overlay"

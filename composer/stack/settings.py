@@ -108,6 +108,8 @@ KEYS: tuple[Key, ...] = (
     Key(
         "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"
     ),
+    Key("gateway", "prometheus_image", "string", "the observability profile's Prometheus image"),
+    Key("gateway", "prometheus_port", "integer", "host port of the observability profile's Prometheus"),
     Key(
         "kubernetes",
         "models",

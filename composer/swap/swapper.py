@@ -46,6 +46,7 @@ from composer.errors import (
     PreflightFailed,
     SwapFailed,
 )
+from composer.render.prometheus import PROFILE_SERVICES
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
 from composer.render.target import Target, resolve_target
@@ -81,6 +82,7 @@ class UpOptions:
     release_timeout: float = 60.0
     settle: float = 1.0
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
+    profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
 
 
 @dataclass
@@ -204,6 +206,14 @@ class Swapper:
             env=env,
             timeout=max(120.0, self.options.timeout),
         )
+
+    def start_profiles(self, target: Target, result: UpResult) -> None:
+        """Start the optional services of `options.profiles` (once the variant serves)."""
+        for profile in self.options.profiles:
+            service = PROFILE_SERVICES[profile]
+            self.say(f"starting {service} (the {profile} profile)")
+            self.start(run_file(target), service)
+            result.notes.append(f"{service} runs (the {profile} profile)")
 
     def hold_clients(
         self, target: Target, compose_file: Path, result: UpResult, recreate_gateway: bool = False
@@ -898,7 +908,9 @@ def up(
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return swapper.up(target, dry_run=True)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return swapper.up(target)
+        result = swapper.up(target)
+        swapper.start_profiles(target, result)
+        return result
 
 
 def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
