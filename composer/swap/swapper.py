@@ -48,7 +48,7 @@ from composer.errors import (
 )
 from composer.render.prometheus import PROFILE_SERVICES
 from composer.render.runfiles import compose_environment, prune_run_files, run_file
-from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, resolve
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import evidence, snapshot, standby
@@ -206,6 +206,20 @@ class Swapper:
             env=env,
             timeout=max(120.0, self.options.timeout),
         )
+
+    def check_profiles(self, target: Target) -> None:
+        """The images of `options.profiles` are local (checked before anything changes)."""
+        from docker.errors import ImageNotFound
+
+        if "prometheus" in self.options.profiles and target.prometheus is not None:
+            image = resolve(target.prometheus.image)
+            try:
+                self.client.images.get(image)
+            except ImageNotFound:
+                raise PreflightFailed(
+                    f"preflight: the prometheus image {image} is not here; fix: make image-prometheus "
+                    "(or set [gateway] prometheus_image)"
+                ) from None
 
     def start_profiles(self, target: Target, result: UpResult) -> None:
         """Start the optional services of `options.profiles` (once the variant serves)."""
@@ -907,6 +921,7 @@ def up(
     swapper = Swapper(stack, client, options, progress, waiting)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return swapper.up(target, dry_run=True)
+    swapper.check_profiles(target)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         result = swapper.up(target)
         swapper.start_profiles(target, result)
