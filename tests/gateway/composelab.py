@@ -152,5 +152,3 @@ def compose_stack(docker_client, workdir: Path, name: str, stack_env: str = "") 
         stack.stop_load()
         stack.run("down", timeout=120)
         remove_project(docker_client, project)
-        for volume in docker_client.volumes.list(filters={"label": f"com.docker.compose.project={project}"}):
-            volume.remove(force=True)
