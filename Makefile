@@ -12,7 +12,7 @@ CHECK_WORKERS ?= 4
 # The documentation site (mkdocs.yml, docs/), built strict by check and test.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
-.PHONY: install docker tools base-image image-sim image-gateway image-follow image-vllm-cpu render check test lint demo bench clean
+.PHONY: install docker tools base-image image-sim image-gateway image-follow image-prometheus image-vllm-cpu render check test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -63,6 +63,11 @@ image-gateway: install base-image
 image-follow: install base-image
 	PIP=$(BIN)/pip bash images/follow/build.sh --no-base-build
 
+# The observability profile's Prometheus: Debian's package fetched on the host with apt-get
+# download, its binaries copied onto the base in a --network=none build; skipped when current.
+image-prometheus: base-image
+	bash images/prometheus/build.sh --no-base-build
+
 # Real vLLM, CPU build: pinned wheels fetched on the host, installed in a --network=none
 # build; then the tiny checkpoints that .env.cpu names, generated inside that image into
 # .composer/models-cpu. Both steps are skipped when current.
@@ -86,7 +91,7 @@ check: install tools
 	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
-test: install tools docker image-sim image-gateway image-vllm-cpu
+test: install tools docker image-sim image-gateway image-prometheus image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -59,6 +59,8 @@ vllm_args=(
   "flash_attn"
   "--speculative-config"
   "{\"method\":\"dflash\",\"model\":\"/models/Qwen3.8-27B-DFlash2\",\"num_speculative_tokens\":${NUM_SPECULATIVE_TOKENS},\"attention_backend\":\"flash_attn\",\"enable_adaptive_verification\":true}"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -71,7 +73,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --env VLLM_API_KEY \
   --env VLLM_USE_V2_MODEL_RUNNER=1 \
   --env VLLM_WSL2_ENABLE_PIN_MEMORY=1 \
-  --label vllm-composer.config-hash=04aed7e55677d88c \
+  --label vllm-composer.config-hash=983e444f6f2c4b02 \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=dflash2-adaptive \
@@ -81,4 +83,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${DFLASH2_IMAGE}" "${vllm_args[@]}"

@@ -57,6 +57,8 @@ vllm_args=(
   "flash_attn"
   "--speculative-config"
   "{\"method\":\"mtp\",\"num_speculative_tokens\":${NUM_SPECULATIVE_TOKENS},\"enable_adaptive_verification\":true}"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -68,7 +70,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --env VLLM_API_KEY \
   --env VLLM_USE_V2_MODEL_RUNNER=1 \
   --env VLLM_WSL2_ENABLE_PIN_MEMORY=1 \
-  --label vllm-composer.config-hash=0490e0294f81c349 \
+  --label vllm-composer.config-hash=9c4caddc0cf6e4fe \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=mtp-adaptive \
@@ -78,4 +80,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${VLLM_IMAGE}" "${vllm_args[@]}"

@@ -56,6 +56,8 @@ vllm_args=(
   "flash_attn"
   "--speculative-config"
   "{\"method\":\"mtp\",\"num_speculative_tokens\":7,\"num_speculative_tokens_per_batch_size\":[[1,2,7],[3,8,3],[9,512,0]]}"
+  "--disable-access-log-for-endpoints"
+  "/health,/metrics,/is_sleeping"
 )
 
 exec docker run --rm "${tty_flags[@]}" \
@@ -65,7 +67,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --network "$network" --network-alias vllm \
   --mount "type=bind,$(csv_field "source=${mount_source_1}"),$(csv_field target=/models/Qwen3.8-27B),readonly" \
   --env VLLM_API_KEY \
-  --label vllm-composer.config-hash=483db0f7734a9797 \
+  --label vllm-composer.config-hash=9fa069084c289017 \
   --label vllm-composer.port=8000 \
   --label vllm-composer.served-model-name=claude-opus-5 \
   --label vllm-composer.variant=mtp-dsd \
@@ -75,4 +77,7 @@ exec docker run --rm "${tty_flags[@]}" \
   --health-retries 3 \
   --health-start-period 900s \
   --stop-timeout 30 \
+  --log-driver json-file \
+  --log-opt max-size=50m \
+  --log-opt max-file=5 \
   -- "${VLLM_IMAGE}" "${vllm_args[@]}"

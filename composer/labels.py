@@ -19,6 +19,7 @@ GPUS = f"{PREFIX}.gpus"
 # On the gateway's container (which also carries PORT: it publishes the shared port).
 ROLE = f"{PREFIX}.role"
 ROLE_GATEWAY = "gateway"
+ROLE_PROMETHEUS = "prometheus"  # the observability profile's Prometheus
 
 # On overlay images and the helper containers of an overlay build.
 OVERLAY_PREFIX = f"{PREFIX}.overlay"

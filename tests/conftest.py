@@ -134,12 +134,14 @@ def isolated_env(state: Path, key_bytes: int = 24) -> dict[str, str]:
 
 
 def remove_project(client, project: str) -> None:
-    """Remove every container and network of a compose project."""
+    """Remove every container, network and volume (the gateway's state) of a compose project."""
     selector = {"label": f"com.docker.compose.project={project}"}
     for container in client.containers.list(all=True, filters=selector):
         container.remove(force=True)
     for network in client.networks.list(filters=selector):
         network.remove()
+    for volume in client.volumes.list(filters=selector):
+        volume.remove(force=True)
 
 
 @pytest.fixture

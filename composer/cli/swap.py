@@ -15,6 +15,7 @@ from composer.cli.live import down_live_variant, live_names, live_up
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
+from composer.render.prometheus import PROFILE_SERVICES
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class SwapArgs:
     allow_weak_key: bool
     as_json: bool
     dry_run: bool = False
+    profiles: tuple[str, ...] = ()
 
     def up_options(self, allow_weak_key: bool):
         from composer.swap.swapper import UpOptions
@@ -39,6 +41,7 @@ class SwapArgs:
             allow_weak_key=allow_weak_key,
             settle=self.settle,
             dry_run=self.dry_run,
+            profiles=self.profiles,
         )
 
     def weak_key_allowed(self, obj: Context) -> bool:
@@ -158,6 +161,14 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
 )
 @target_option
 @click.option(
+    "--with",
+    "with_profiles",
+    multiple=True,
+    type=click.Choice(tuple(PROFILE_SERVICES)),
+    help="Also start an optional service of the compose files once VARIANT serves (repeatable): "
+    "prometheus scrapes the gateway and the variant (off unless asked for).",
+)
+@click.option(
     "--kube-context",
     metavar="NAME",
     help="With --target kubernetes: the kubeconfig context kubectl uses [default: kubernetes.context, "
@@ -170,6 +181,7 @@ def up(
     target: str,
     recreate_gateway: bool,
     kube_context: str | None,
+    with_profiles: tuple[str, ...],
     **opts: Any,
 ) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
@@ -189,8 +201,9 @@ def up(
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up baseline mtp --dry-run
       compose-spec up --recreate-gateway
+      compose-spec up mtp --with prometheus
     """
-    args = SwapArgs(**opts)
+    args = SwapArgs(**opts, profiles=tuple(dict.fromkeys(with_profiles)))
     if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
         return
     if len(variants) > 1:
@@ -202,12 +215,21 @@ def up(
     if variant is None and not recreate_gateway:
         names = ", ".join(obj.stack().variants)
         raise ConfigError(f"up needs a VARIANT: one of {names} (or --recreate-gateway alone)")
+    if variant is None and args.profiles:
+        raise ConfigError(
+            "--with starts its service once a VARIANT serves: give one, e.g. up mtp --with prometheus"
+        )
     if recreate_gateway:
         _recreate_gateway(obj, variant, target, args)
         if variant is None:
             return
     assert variant is not None
     if target == "kubernetes":
+        if args.profiles:
+            raise ConfigError(
+                "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
+                "([kubernetes] service_monitor) lets the cluster's Prometheus scrape"
+            )
         if args.dry_run:
             raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
         _kube_up(obj, variant, kube_context, args)

@@ -5,10 +5,12 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   container, reached with `python3 -m composer.gateway.ctl` through `docker exec`), and the
   host-side `GatewayControl` that the swap uses to hold, drain, route and release.
   The public port also serves `/gateway/status` (JSON, behind the API key) and
-  `/gateway/ui` (a self-contained status page): `status`, `page`, `switchlog`, `throughput`.
+  `/gateway/ui` (a self-contained status page): `status`, `page`, `switchlog`, `throughput`;
+  the switch history is kept in `GATEWAY_STATE_DIR` across restarts (`switchstore`).
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
   `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`,
-  `keepalive`, `status`, `throughput`, `live`) use only the standard library, starlette, uvicorn with
+  `keepalive`, `status`, `throughput`, `live`, `switchstore`) use only the standard library, starlette,
+  uvicorn with
   httptools (`limits` builds the public port's HTTP protocol on it), httpx, aiohttp (the
   forwarding client) and prometheus_client; `paths`, `routes` and `listing` (the canonical
   path, the allow-list of forwarded routes, the model list with its aliases) and `routing`

@@ -66,6 +66,10 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "1024",
     ),
     "GATEWAY_CONTROL_SOCKET": ("UNIX socket of the control channel (mode 0600)", DEFAULT_CONTROL_SOCKET),
+    "GATEWAY_STATE_DIR": (
+        "folder the gateway keeps its switch history in across restarts (empty: memory only)",
+        "",
+    ),
     "GATEWAY_LOG_LEVEL": ("log level: debug, info, warning, error", "info"),
     "GATEWAY_SWITCH_ON_MODEL": ("true: a request naming a variant's alias switches to that variant", "false"),
     "GATEWAY_ALIASES": ("ALIAS=VARIANT,... model names that name a variant (switch_on_model)", ""),
@@ -153,6 +157,7 @@ class GatewayConfig:
     max_connections: int = 1024
     control_socket: str = DEFAULT_CONTROL_SOCKET
     log_level: str = "info"
+    state_dir: str = ""
     api_key: str = field(default="", repr=False)
     switch_on_model: bool = False
     aliases: tuple[tuple[str, str], ...] = ()
@@ -241,6 +246,11 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
             f"GATEWAY_CONTROL_SOCKET={socket_path!r} is invalid; "
             "allowed: an absolute path of at most 100 bytes"
         )
+    state_dir = env.get("GATEWAY_STATE_DIR", "").strip()
+    if state_dir and not state_dir.startswith("/"):
+        raise GatewayConfigError(
+            f"GATEWAY_STATE_DIR={state_dir!r} is invalid; allowed: an absolute path, or empty (memory only)"
+        )
     policy = env.get("GATEWAY_POLICY", "").strip().lower() or "manual"
     if policy not in POLICIES:
         raise GatewayConfigError(f"GATEWAY_POLICY={policy!r} is invalid; allowed: {', '.join(POLICIES)}")
@@ -287,6 +297,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024, 1, 1_000_000),
         control_socket=socket_path,
         log_level=level,
+        state_dir=state_dir,
         api_key=env.get("VLLM_API_KEY", ""),
         switch_on_model=switch in ("true", "1"),
         aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),

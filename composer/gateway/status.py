@@ -28,7 +28,8 @@ from starlette.responses import JSONResponse, Response
 from .page import HEADERS as PAGE_HEADERS
 from .page import PAGE
 from .routes import KeyCheck
-from .switchlog import SwitchLog
+from .switchlog import KEEP_SWITCHES, SwitchLog
+from .switchstore import SwitchStore
 from .throughput import Samples, parse
 
 if TYPE_CHECKING:
@@ -50,10 +51,18 @@ class StatusBoard:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.keys = KeyCheck(gateway.config.api_key)
-        self.switches = SwitchLog()
+        self.switches = self._switch_log(gateway.config.state_dir)
         self.samples = Samples(max_gap=SAMPLE_EVERY_S * 3)
         self._task: asyncio.Task[None] | None = None
         self._watched_at = 0.0
+
+    @staticmethod
+    def _switch_log(state_dir: str) -> SwitchLog:
+        """The switch log, its history kept in `state_dir` when one is set."""
+        if not state_dir:
+            return SwitchLog()
+        store = SwitchStore(state_dir, KEEP_SWITCHES)
+        return SwitchLog(history=store.load(), on_finish=store.save)
 
     # -- sampling ------------------------------------------------------------------------
 

@@ -12,7 +12,9 @@ variants are the ones a `/sleep` during a switch put to sleep and no wake or rep
 brought back.
 
 Pure bookkeeping (no asyncio, no HTTP); times are `clock()` seconds (monotonic) for
-durations and `wall()` seconds (epoch) for what is shown.
+durations and `wall()` seconds (epoch) for what is shown. A finished switch is kept as its
+JSON view; `history` seeds the log with saved ones and `on_finish` gets the whole history
+after each switch (`switchstore` keeps it across restarts).
 """
 
 from __future__ import annotations
@@ -84,11 +86,14 @@ class SwitchLog:
         keep: int = KEEP_SWITCHES,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        history: Iterable[dict[str, Any]] = (),
+        on_finish: Callable[[list[dict[str, Any]]], None] | None = None,
     ) -> None:
         self.clock = clock
         self.wall = wall
         self.current: Switch | None = None
-        self.history: deque[Switch] = deque(maxlen=keep)
+        self.history: deque[dict[str, Any]] = deque(history, maxlen=keep)  # newest first
+        self.on_finish = on_finish
         self.sleeping: list[str] = []
 
     def begin(self, to_variant: str, from_variant: str | None, source: str) -> Switch:
@@ -175,13 +180,15 @@ class SwitchLog:
         cur.outcome = outcome
         cur.detail = detail[:300]
         cur.duration_s = now - cur.began
-        self.history.appendleft(cur)
+        self.history.appendleft(cur.describe(now))
         self.current = None
+        if self.on_finish is not None:
+            self.on_finish(list(self.history))
 
     def snapshot(self) -> dict[str, Any]:
         """The switch under way (or None) and the history, newest first."""
         now = self.clock()
         return {
             "current": self.current.describe(now) if self.current else None,
-            "recent": [s.describe(now) for s in self.history],
+            "recent": list(self.history),
         }

@@ -185,6 +185,7 @@ def _context(target: Target) -> dict[str, object]:
         "spec": spec,
         "variant": target.variant,
         "gateway": target.gateway,
+        "prometheus": target.prometheus,
         "health_cmd": shlex.join(spec.healthcheck.test[1:]),
         "log_driver": LOG_DRIVER,
     }

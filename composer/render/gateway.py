@@ -15,6 +15,9 @@ from composer.stack.model import Stack
 from composer.stack.workload_classes import gateway_workloads
 
 SERVICE = "gateway"
+# The switch history survives a restart (or a recreation) of the gateway in this named volume.
+STATE_VOLUME = "gateway-state"
+STATE_DIR = "/var/lib/gateway"
 # The gateway's CPU weight (Docker's cpu_shares; the kernel's maximum, 1024 is the default).
 # It needs little CPU but needs it at once: every chunk of every stream passes through it.
 # At the default weight, on a host whose CPUs vLLM's busy engine threads saturate, the
@@ -42,6 +45,8 @@ class GatewaySpec:
     stop_grace_period: int
     cpu_shares: int = CPU_SHARES
     logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
+    state_volume: str = STATE_VOLUME
+    state_dir: str = STATE_DIR
 
     @property
     def container_name(self) -> str:
@@ -70,6 +75,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
         ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
         ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
+        ("GATEWAY_STATE_DIR", text(STATE_DIR)),
     )
     sleepers = [name for name, variant in stack.variants.items() if variant.standby == "sleep"]
     if sleepers:  # the sleep-standby containers, each by its own name (see composer.render.spec)

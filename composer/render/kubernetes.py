@@ -285,7 +285,8 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
     env += [
         {"name": name, "value": upstream if name == "GATEWAY_UPSTREAM" else resolve(value)}
         for name, value in gateway.environment
-        if name != "GATEWAY_UPSTREAM_CANDIDATES"  # sleep standby is a compose feature
+        # sleep standby is a compose feature; so is the state volume (a pod's history is its own)
+        if name not in ("GATEWAY_UPSTREAM_CANDIDATES", "GATEWAY_STATE_DIR")
     ]
     probe = {
         "httpGet": {"path": "/gateway/health", "port": "http"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from composer.render.gateway import GatewaySpec, build_gateway_spec
+from composer.render.prometheus import PrometheusSpec, build_prometheus_spec
 from composer.render.spec import ServiceSpec, build_spec
 from composer.stack.model import Stack, Variant
 
@@ -16,6 +17,7 @@ class Target:
     variant: Variant
     spec: ServiceSpec
     gateway: GatewaySpec | None = None
+    prometheus: PrometheusSpec | None = None  # the observability profile (compose files only)
 
     @property
     def name(self) -> str:
@@ -29,4 +31,6 @@ class Target:
 def resolve_target(stack: Stack, name: str) -> Target:
     """Turn a variant name into a Target (UsageError naming the choices when unknown)."""
     variant = stack.variant(name)
-    return Target(variant, build_spec(stack, variant), build_gateway_spec(stack))
+    return Target(
+        variant, build_spec(stack, variant), build_gateway_spec(stack), build_prometheus_spec(stack)
+    )

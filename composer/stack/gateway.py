@@ -12,9 +12,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from composer import __version__
-from composer.stack.values import parse_bool, parse_duration, parse_positive_int, parse_size, parse_text
+from composer.stack.values import (
+    parse_bool,
+    parse_duration,
+    parse_port,
+    parse_positive_int,
+    parse_size,
+    parse_text,
+)
 
 DEFAULT_IMAGE = f"vllm-composer-gateway:{__version__}"
+PROMETHEUS_IMAGE = f"vllm-composer-prometheus:{__version__}"
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,8 @@ class GatewaySettings:
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
     live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
+    prometheus_image: str = PROMETHEUS_IMAGE  # the observability profile's Prometheus
+    prometheus_port: int = 9090  # its web port on the host (bound like the stack's port)
 
     @property
     def switches(self) -> bool:
@@ -172,4 +182,6 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
     ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
+    ("prometheus_image", "PROMETHEUS_IMAGE", parse_text, GatewaySettings.prometheus_image),
+    ("prometheus_port", "PROMETHEUS_PORT", parse_port, GatewaySettings.prometheus_port),
 )

@@ -117,6 +117,8 @@ KEYS: tuple[Key, ...] = (
         "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"
     ),
     Key("gateway", "live", "list", "variants that serve at once on disjoint GPUs (a live set)"),
+    Key("gateway", "prometheus_image", "string", "the observability profile's Prometheus image"),
+    Key("gateway", "prometheus_port", "integer", "host port of the observability profile's Prometheus"),
     Key(
         "kubernetes",
         "models",

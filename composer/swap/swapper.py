@@ -43,6 +43,7 @@ from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
+from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
 if TYPE_CHECKING:
@@ -67,6 +68,7 @@ class UpOptions:
     release_timeout: float = 60.0
     settle: float = 1.0
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
+    profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
 
 
 @dataclass
@@ -362,8 +364,11 @@ def up(
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return swap(ctx, target, dry_run=True)
+    check_profiles(ctx, target)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return swap(ctx, target)
+        result = swap(ctx, target)
+        result.notes += start_profiles(ctx, target)
+        return result
 
 
 def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:

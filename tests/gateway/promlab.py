@@ -3,11 +3,13 @@ configuration pointed at a test gateway, and the dashboard's expressions made co
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -82,6 +84,31 @@ def wait_until(prom: Prometheus, expr: str, timeout: float = 40.0) -> None:
     while not prom.query(expr):
         assert time.monotonic() < deadline, f"{expr} returned nothing within {timeout:g}s"
         time.sleep(0.5)
+
+
+def scraped_since(prom: Prometheus, job: str, since: float) -> bool:
+    """True when every target of `job` was scraped successfully after epoch second `since`."""
+    reply = httpx.get(f"{prom.url}/api/v1/targets", params={"state": "active"}, timeout=10)
+    targets = [t for t in reply.json()["data"]["activeTargets"] if t["labels"].get("job") == job]
+    return bool(targets) and all(t["health"] == "up" and _epoch(t["lastScrape"]) > since for t in targets)
+
+
+def _epoch(stamp: str) -> float:
+    """Prometheus' RFC 3339 time (nanoseconds, `Z` or an offset) as epoch seconds."""
+    main, _, rest = stamp.partition(".")
+    digits = "".join(itertools.takewhile(str.isdigit, rest))
+    zone = rest[len(digits) :] or "Z"
+    base = datetime.fromisoformat(main + ("+00:00" if zone == "Z" else zone))
+    return base.timestamp() + (float(f"0.{digits}") if digits else 0.0)
+
+
+def wait_for_scrape(prom: Prometheus, job: str, since: float, timeout: float = 40.0) -> None:
+    """Wait until Prometheus scraped `job` after `since` (epoch seconds): what happened before
+    `since` is then in its data."""
+    deadline = time.monotonic() + timeout
+    while not scraped_since(prom, job, since):
+        assert time.monotonic() < deadline, f"no scrape of {job} within {timeout:g}s"
+        time.sleep(0.2)
 
 
 def dashboard_queries(model: str) -> Iterator[tuple[str, str]]:

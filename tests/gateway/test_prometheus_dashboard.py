@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,15 @@ import pytest
 
 from tests.conftest import in_ci
 
-from .promlab import CONFIG, PROMETHEUS, Prometheus, dashboard_queries, scrape_config, wait_until
+from .promlab import (
+    CONFIG,
+    PROMETHEUS,
+    Prometheus,
+    dashboard_queries,
+    scrape_config,
+    wait_for_scrape,
+    wait_until,
+)
 from .statuslab import SERVED, Lab
 from .test_dashboard_model import DASHBOARD
 
@@ -36,8 +45,12 @@ def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
         lab.start_load()
         prom = Prometheus(scrape_config(lab.gateway.port), workdir)
         wait_until(prom, 'up{job="vllm"} == 1')
+        # the drain counter's value before the switch is in the data (an increase needs two samples)
+        wait_until(prom, "gateway_drains_total == 0")
         with lab.switch("mtp"):
             wait_until(prom, "max(gateway_held_requests) >= 1 or max(gateway_hold_active) == 1")
+        # ... and a scrape after it: the drain is over once the switch released its hold
+        wait_for_scrape(prom, "vllm-composer-gateway", time.time())
         wait_until(prom, 'gateway_serving_variant_info{variant="mtp"} == 1')
         wait_until(
             prom, f'count_over_time(vllm:spec_decode_num_drafts_total{{model_name="{SERVED}"}}[1m]) >= 4'

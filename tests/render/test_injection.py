@@ -123,7 +123,7 @@ def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir:
     intended = comparable(container_from_spec(spec, env))
 
     document = yaml.load(compose_file.content, Loader=Loader)
-    assert set(document) == {"name", "services"}
+    assert {"name", "services"} <= set(document) <= {"name", "services", "configs", "volumes"}
     service = interpolate_tree(document["services"][stack.service], env)
     assert comparable(container_from_compose(service, unescape=False)) == intended
 

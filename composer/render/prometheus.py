@@ -1,0 +1,107 @@
+"""PrometheusSpec: the optional observability profile of a compose stack (pure data, no I/O).
+
+A `prometheus` service in every rendered compose file, under the compose profile
+`prometheus`: `docker compose up` leaves it alone unless the profile is enabled
+(`--profile prometheus`, `COMPOSE_PROFILES=prometheus`) or the service is named
+(`compose-spec up VARIANT --with prometheus`). It scrapes, inside the project's network,
+the gateway's `/gateway/metrics` (by its service name) and the serving variant's vLLM
+`/metrics` (by the variant service name all variants share). Neither path needs the API
+key, so Prometheus is given none: the key never reaches its container or its config.
+Its scrape configuration is inlined in the compose file (a compose `configs` entry), its
+data lives in a named volume, and its web port is published on the stack's bind address.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from composer import labels as label_names
+from composer.render.gateway import SERVICE as GATEWAY_SERVICE
+from composer.render.spec import CONTAINER_PORT, Text, Var, text
+from composer.stack.model import Stack
+
+SERVICE = "prometheus"
+PROFILE = "prometheus"
+CONFIG_NAME = "prometheus-config"
+CONFIG_TARGET = "/etc/prometheus/prometheus.yml"
+VOLUME = "prometheus-data"
+DATA_DIR = "/prometheus"
+CONTAINER_PORT_PROMETHEUS = 9090
+GATEWAY_JOB = "vllm-composer-gateway"  # the dashboard's default `Gateway job`
+VLLM_JOB = "vllm"
+SCRAPE_INTERVAL = "5s"
+RETENTION = "15d"
+PROFILE_SERVICES = {PROFILE: SERVICE}  # the compose profiles `up --with` starts, and their service
+HEALTH_PROBE = ("CMD", "promtool", "check", "healthy", f"--url=http://127.0.0.1:{CONTAINER_PORT_PROMETHEUS}")
+
+
+@dataclass(frozen=True)
+class PrometheusSpec:
+    """The Prometheus service of the observability profile, for the compose renderer."""
+
+    service: str
+    profile: str
+    image: Text
+    published_port: Text
+    host_ip: Text
+    container_port: int
+    command: tuple[str, ...]
+    config_name: str
+    config_target: str
+    config: str
+    volume: str
+    data_dir: str
+    labels: tuple[tuple[str, str], ...]
+    healthcheck: tuple[str, ...]
+
+
+def scrape_config(stack: Stack) -> str:
+    """Prometheus' configuration for the stack's network: the gateway (when the stack has one)
+    and the serving variant, each by service name."""
+    jobs = []
+    if stack.gateway.enabled:
+        jobs.append((GATEWAY_JOB, "/gateway/metrics", f"{GATEWAY_SERVICE}:{CONTAINER_PORT}"))
+    jobs.append((VLLM_JOB, "/metrics", f"{stack.service}:{CONTAINER_PORT}"))
+    lines = [
+        "# Rendered by compose-spec: the gateway and the serving variant, inside the project's network.",
+        "global:",
+        f"  scrape_interval: {SCRAPE_INTERVAL}",
+        "  evaluation_interval: 15s",
+        "scrape_configs:",
+    ]
+    for job, path, address in jobs:
+        lines += [
+            f"  - job_name: {job}",
+            f"    metrics_path: {path}",
+            "    static_configs:",
+            f"      - targets: [{json.dumps(address)}]",
+            "        labels:",
+            f"          stack: {json.dumps(stack.project)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def build_prometheus_spec(stack: Stack) -> PrometheusSpec:
+    """The observability profile's Prometheus for a stack."""
+    return PrometheusSpec(
+        service=SERVICE,
+        profile=PROFILE,
+        image=text(Var("PROMETHEUS_IMAGE", stack.gateway.prometheus_image)),
+        published_port=text(Var("PROMETHEUS_PORT", str(stack.gateway.prometheus_port))),
+        host_ip=text(Var("PROMETHEUS_BIND_ADDRESS", stack.bind_address)),
+        container_port=CONTAINER_PORT_PROMETHEUS,
+        command=(
+            f"--config.file={CONFIG_TARGET}",
+            f"--storage.tsdb.path={DATA_DIR}",
+            f"--storage.tsdb.retention.time={RETENTION}",
+            f"--web.listen-address=0.0.0.0:{CONTAINER_PORT_PROMETHEUS}",
+        ),
+        config_name=CONFIG_NAME,
+        config_target=CONFIG_TARGET,
+        config=scrape_config(stack),
+        volume=VOLUME,
+        data_dir=DATA_DIR,
+        labels=((label_names.ROLE, label_names.ROLE_PROMETHEUS),),
+        healthcheck=HEALTH_PROBE,
+    )
