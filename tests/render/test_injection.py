@@ -137,12 +137,14 @@ def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir:
     args: list[str] = shape["command"]  # type: ignore[assignment]
     assert args[0] == stack.model_path
     # args[0] is the model path, free text too: look for the flags after it
-    assert args[args.index("--served-model-name", 1) + 1] == stack.served_model_name
-    assert args[len(args) - len(stack.variant(variant).extra_args) :] == list(
-        stack.variant(variant).extra_args
-    )
-    if "--speculative-config" in args[1:]:
-        config = json.loads(args[args.index("--speculative-config", 1) + 1])
+    served_at = args.index("--served-model-name", 1) + 1
+    assert args[served_at] == stack.served_model_name
+    extra = len(stack.variant(variant).extra_args)
+    assert args[len(args) - extra :] == list(stack.variant(variant).extra_args)
+    # the flag itself, not free text equal to it (the served name or an extra argument)
+    flags = [i for i in range(1, len(args) - extra) if args[i] == "--speculative-config" and i != served_at]
+    if flags:
+        config = json.loads(args[flags[0] + 1])
         speculative = stack.variant(variant).speculative
         assert speculative is not None
         assert {k: config[k] for k, _ in speculative.extra} == dict(speculative.extra)
