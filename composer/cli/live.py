@@ -17,13 +17,13 @@ if TYPE_CHECKING:
 def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
     """`up` on a live set (several variants, `[gateway] live`, or live containers running):
     start and gate the new containers, drain and stop the leaving ones. False: not live."""
-    from composer.swap.live import is_live, live_containers, up_live
+    from composer.swap.live import is_live, live_containers, ran_live, up_live
 
     stack = obj.stack()
     for name in variants:
         stack.variant(name)  # an unknown name: exit 2 before anything starts
     if len(variants) <= 1 and not stack.gateway.live:
-        if not variants:
+        if not variants or not ran_live(stack):
             return False
         try:
             running = live_containers(stack, obj.docker())

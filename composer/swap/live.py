@@ -173,6 +173,12 @@ def live_variants(requested: Sequence[str], stack: Stack, running: Sequence[Live
     return base if requested[0] in base else [*base, requested[0]]
 
 
+def ran_live(stack: Stack, directory: Path | None = None) -> bool:
+    """A live set was started for this project (its run file is there): only then does a
+    single-variant `up` look for live containers (a plain swap lists containers once)."""
+    return any(((directory or state_dir()) / stack.project).glob("live-*.yml"))
+
+
 def is_live(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> bool:
     """True when `up` changes a live set rather than swapping the one serving variant."""
     return len(requested) > 1 or bool(stack.gateway.live) or any(r.status == "running" for r in running)
