@@ -20,6 +20,7 @@ GPUS = f"{PREFIX}.gpus"
 ROLE = f"{PREFIX}.role"
 ROLE_GATEWAY = "gateway"
 ROLE_PROMETHEUS = "prometheus"  # the observability profile's Prometheus
+ROLE_FOLLOW = "follow"  # the follow profile's follower
 
 # On overlay images and the helper containers of an overlay build.
 OVERLAY_PREFIX = f"{PREFIX}.overlay"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ class SwapArgs:
     dry_run: bool = False
     profiles: tuple[str, ...] = ()
 
-    def up_options(self, allow_weak_key: bool):
+    def up_options(self, allow_weak_key: bool, obj: Context):
         from composer.swap.swapper import UpOptions
 
         return UpOptions(
@@ -42,6 +43,8 @@ class SwapArgs:
             settle=self.settle,
             dry_run=self.dry_run,
             profiles=self.profiles,
+            env_file=os.path.abspath(obj.options.env_file),
+            stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),
         )
 
     def weak_key_allowed(self, obj: Context) -> bool:
@@ -85,7 +88,7 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
     target = resolve_target(stack, variant)
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
-    options = args.up_options(allow_weak)
+    options = args.up_options(allow_weak, obj)
     report_swap(
         variant,
         args.as_json,
@@ -166,7 +169,8 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     multiple=True,
     type=click.Choice(tuple(PROFILE_SERVICES)),
     help="Also start an optional service of the compose files once VARIANT serves (repeatable): "
-    "prometheus scrapes the gateway and the variant (off unless asked for).",
+    "prometheus scrapes the gateway and the variant; follow runs `compose-spec follow` in a "
+    "container given the Docker socket, i.e. Docker's full power (both off unless asked for).",
 )
 @click.option(
     "--kube-context",
@@ -202,6 +206,7 @@ def up(
       compose-spec up baseline mtp --dry-run
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
+      compose-spec up mtp --with follow
     """
     args = SwapArgs(**opts, profiles=tuple(dict.fromkeys(with_profiles)))
     if target == "compose" and not recreate_gateway and live_up(obj, variants, args):

@@ -3,7 +3,8 @@
 Owns: `ServiceSpec`, the one description of a variant's container (image, argv, env,
 mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
 function; `GatewaySpec`, the gateway's container in front of it (`gateway`); `PrometheusSpec`,
-the optional observability profile's Prometheus beside them (`prometheus`); `Target`,
+the optional observability profile's Prometheus beside them (`prometheus`); the opt-in
+`follow` profile's follower container (`follow`: `FollowSpec`, `build_follow_spec`); `Target`,
 a variant resolved once into both (`target`); the compose files and bash launchers
 rendered from the Jinja templates in the top-level `templates/` folder (shipped in the
 wheel as `composer/templates`); the fully resolved run files `up` starts; the resolved
@@ -16,8 +17,8 @@ one gateway, `GATEWAY_LIVE_UPSTREAMS`; `kube_live`: one Deployment and Service p
 variant in `kubernetes/live/`); the systemd unit that keeps `follow` running (`systemd`).
 Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
-`PrometheusSpec`, `build_prometheus_spec`, `Target`, `resolve_target`, `render_all`,
-`render_variant`, `is_current`, `write_all`,
+`PrometheusSpec`, `build_prometheus_spec`, `FollowSpec`, `build_follow_spec`, `Target`,
+`resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
 `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
 `render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`),
 `pod_security_level`, `LiveTarget`, `LiveService`, `resolve_live`, `render_live`,
@@ -41,6 +42,7 @@ __all__, __getattr__ = lazy_exports(
         "target": ["Target", "resolve_target"],
         "gateway": ["GatewaySpec", "build_gateway_spec"],
         "prometheus": ["PrometheusSpec", "build_prometheus_spec"],
+        "follow": ["FollowSpec", "build_follow_spec"],
         "systemd": ["FollowUnit", "render_follow_unit"],
     },
 )

@@ -186,6 +186,7 @@ def _context(target: Target) -> dict[str, object]:
         "variant": target.variant,
         "gateway": target.gateway,
         "prometheus": target.prometheus,
+        "follow": target.follow,
         "health_cmd": shlex.join(spec.healthcheck.test[1:]),
         "log_driver": LOG_DRIVER,
     }

@@ -17,6 +17,8 @@ import json
 from dataclasses import dataclass
 
 from composer import labels as label_names
+from composer.render.follow import PROFILE as FOLLOW_PROFILE
+from composer.render.follow import SERVICE as FOLLOW_SERVICE
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.spec import CONTAINER_PORT, Text, Var, text
 from composer.stack.model import Stack
@@ -32,7 +34,8 @@ GATEWAY_JOB = "vllm-composer-gateway"  # the dashboard's default `Gateway job`
 VLLM_JOB = "vllm"
 SCRAPE_INTERVAL = "5s"
 RETENTION = "15d"
-PROFILE_SERVICES = {PROFILE: SERVICE}  # the compose profiles `up --with` starts, and their service
+# The compose profiles `up --with` starts, and their service.
+PROFILE_SERVICES = {PROFILE: SERVICE, FOLLOW_PROFILE: FOLLOW_SERVICE}
 HEALTH_PROBE = ("CMD", "promtool", "check", "healthy", f"--url=http://127.0.0.1:{CONTAINER_PORT_PROMETHEUS}")
 
 

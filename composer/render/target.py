@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from composer.render.follow import FollowSpec, build_follow_spec
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.prometheus import PrometheusSpec, build_prometheus_spec
 from composer.render.spec import ServiceSpec, build_spec
@@ -18,6 +19,7 @@ class Target:
     spec: ServiceSpec
     gateway: GatewaySpec | None = None
     prometheus: PrometheusSpec | None = None  # the observability profile (compose files only)
+    follow: FollowSpec | None = None  # the follow profile (compose files only)
 
     @property
     def name(self) -> str:
@@ -32,5 +34,9 @@ def resolve_target(stack: Stack, name: str) -> Target:
     """Turn a variant name into a Target (UsageError naming the choices when unknown)."""
     variant = stack.variant(name)
     return Target(
-        variant, build_spec(stack, variant), build_gateway_spec(stack), build_prometheus_spec(stack)
+        variant,
+        build_spec(stack, variant),
+        build_gateway_spec(stack),
+        build_prometheus_spec(stack),
+        build_follow_spec(stack),
     )

@@ -5,8 +5,11 @@ Scope: per user, per project, per machine. The lock of project P is the file
 directory from the password database (`/tmp/vllm-composer-<uid>-locks/` for a user id
 without an entry), found from the user id alone: neither $HOME nor
 $XDG_RUNTIME_DIR, $XDG_STATE_HOME or $TMPDIR move it, so every shell of one user takes
-turns whatever its environment. Two different users (root and a user in the docker
-group, say) hold different locks: give a project to one user.
+turns whatever its environment. The one exception is $VLLM_COMPOSER_LOCK_DIR (an absolute
+path, else ignored): the `follow` profile's container sets it to the host user's lock
+folder, mounted at the same path, so the containerised follower and the host's commands
+take turns; set it on the host only where every shell sets it. Two different users (root
+and a user in the docker group, say) hold different locks: give a project to one user.
 
 Safety: the lock directory must be a real directory (not a link), owned by the user and
 not writable by group or others (it is created 0700); anything else is refused. The lock
@@ -35,13 +38,17 @@ from pathlib import Path
 from composer.engine import retry
 from composer.engine.retry import Pending
 from composer.errors import LockBusy, LockError
+from composer.render.follow import LOCK_DIR_VAR  # an absolute path; set by the follow profile
 
 _PID = re.compile(r"[0-9]{1,10}")
 _PROJECT = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
 def lock_dir() -> Path:
-    """The user's lock directory, derived from the user id only."""
+    """The user's lock directory, derived from the user id only (or $VLLM_COMPOSER_LOCK_DIR)."""
+    moved = os.environ.get(LOCK_DIR_VAR, "")
+    if moved.startswith("/"):  # the follow profile's container: the host's folder, mounted
+        return Path(moved)
     uid = os.geteuid()
     try:
         home = Path(pwd.getpwuid(uid).pw_dir)

@@ -1,29 +1,105 @@
-"""The compose files' optional services (`up VARIANT --with prometheus`): their images are
-checked before anything changes, and they are started once the variant serves."""
+"""The compose files' optional services (`up VARIANT --with prometheus|follow`): their images
+are checked before anything changes, and they are started once the variant serves.
+
+The follow profile's container shares folders with the host at the host's own paths: they
+are passed to compose exactly (this project's folder, env file, state and lock folders) and
+the state and lock folders are created here first, as this user's, never by the daemon.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from composer.errors import PreflightFailed
+from composer.render import follow
 from composer.render.prometheus import PROFILE_SERVICES
-from composer.render.runfiles import run_file
+from composer.render.runfiles import run_file, state_dir
 from composer.render.spec import resolve
 from composer.render.target import Target
+from composer.swap.lock import lock_dir
 from composer.swap.steps import Context, compose_up
+
+
+def _image(ctx: Context, image: str, fix: str) -> None:
+    from docker.errors import ImageNotFound
+
+    try:
+        ctx.client.images.get(image)
+    except ImageNotFound:
+        name = image.rsplit(":", 1)[0]
+        raise PreflightFailed(f"preflight: the {name} image {image} is not here; fix: {fix}") from None
 
 
 def check_profiles(ctx: Context, target: Target) -> None:
     """The images of `options.profiles` are local (checked before anything changes)."""
-    from docker.errors import ImageNotFound
-
     if "prometheus" in ctx.options.profiles and target.prometheus is not None:
-        image = resolve(target.prometheus.image)
-        try:
-            ctx.client.images.get(image)
-        except ImageNotFound:
+        _image(
+            ctx,
+            resolve(target.prometheus.image),
+            "make image-prometheus (or set [gateway] prometheus_image)",
+        )
+    if follow.PROFILE in ctx.options.profiles:
+        check_follow_inputs(ctx)
+        image = os.environ.get(follow.IMAGE_VAR) or follow.IMAGE
+        _image(ctx, image, f"make image-follow (or set {follow.IMAGE_VAR})")
+
+
+def check_follow_inputs(ctx: Context) -> None:
+    """The follower's container sees the stack as `up` does: its files lie in the mounted
+    project folder and no `--set` changes it."""
+    if ctx.stack.home is None:
+        raise PreflightFailed("preflight: --with follow needs a stack file (its folder is mounted)")
+    home = Path(ctx.stack.home).resolve()
+    for kind, path in [("env file", _env_file(ctx)), *(("stack file", p) for p in ctx.options.stack_files)]:
+        resolved = Path(path).resolve()
+        if not resolved.is_file() or not resolved.is_relative_to(home):
             raise PreflightFailed(
-                f"preflight: the prometheus image {image} is not here; fix: make image-prometheus "
-                "(or set [gateway] prometheus_image)"
-            ) from None
+                f"preflight: --with follow reads the {kind} {path} in its container: it must be a file "
+                f"in the project folder {home}, the folder the follow service mounts"
+            )
+    flags = sorted(key for key, source in ctx.stack.sources.items() if source == "flag --set")
+    if flags:
+        raise PreflightFailed(
+            f"preflight: --with follow runs the stack as its files say, without --set ({', '.join(flags)}): "
+            "write those values into a stack file or the env file"
+        )
+
+
+def follow_host_values(ctx: Context) -> dict[str, str]:
+    """The follow profile's host values, exactly; creates the state and lock folders."""
+    assert ctx.stack.home is not None
+    locks = lock_dir()
+    locks.mkdir(mode=0o700, parents=True, exist_ok=True)
+    state = state_dir()
+    state.mkdir(parents=True, exist_ok=True)
+    env_file = _env_file(ctx)
+    values = {
+        follow.PROJECT_DIR_VAR: str(Path(ctx.stack.home).resolve()),
+        follow.ENV_FILE_VAR: os.path.abspath(env_file),
+        follow.STACK_VAR: os.pathsep.join(os.path.abspath(p) for p in ctx.options.stack_files)
+        or str(Path(ctx.stack.home).resolve() / "composer.toml"),
+        follow.STATE_HOME_VAR: str(state.parent.resolve()),
+        follow.LOCK_DIR_HOST_VAR: str(locks.resolve()),
+        follow.USER_VAR: f"{os.geteuid()}:{_socket_group()}",
+    }
+    image = os.environ.get(follow.IMAGE_VAR)
+    if image:
+        values[follow.IMAGE_VAR] = image
+    return values
+
+
+def _env_file(ctx: Context) -> str:
+    assert ctx.stack.home is not None
+    return ctx.options.env_file or str(Path(ctx.stack.home) / ".env")
+
+
+def _socket_group() -> int:
+    """The group that may use the Docker socket (the user's own group when it is not local)."""
+    try:
+        return os.stat(follow.SOCKET).st_gid
+    except OSError:
+        return os.getegid()
 
 
 def start_profiles(ctx: Context, target: Target) -> list[str]:
@@ -32,6 +108,8 @@ def start_profiles(ctx: Context, target: Target) -> list[str]:
     for profile in ctx.options.profiles:
         service = PROFILE_SERVICES[profile]
         ctx.say(f"starting {service} (the {profile} profile)")
-        compose_up(ctx, run_file(target), service)
-        notes.append(f"{service} runs (the {profile} profile)")
+        host = follow_host_values(ctx) if profile == follow.PROFILE else None
+        compose_up(ctx, run_file(target), service, host)
+        extra = " with the Docker socket (Docker's full power)" if profile == follow.PROFILE else ""
+        notes.append(f"{service} runs (the {profile} profile){extra}")
     return notes

@@ -87,9 +87,12 @@ class Outcome:
     extra: dict[str, float] = field(default_factory=dict)  # more timings, by name
 
 
-def compose_up(ctx: Context, compose_file: Path, service: str | None = None) -> None:
-    """`docker compose up -d` of one service of a run file (never builds, never pulls)."""
-    env = compose_environment(compose_file, ctx.stack.api_key)
+def compose_up(
+    ctx: Context, compose_file: Path, service: str | None = None, host: dict[str, str] | None = None
+) -> None:
+    """`docker compose up -d` of one service of a run file (never builds, never pulls);
+    `host`: host values the file interpolates, set exactly (the follow profile's paths)."""
+    env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     compose(
         ctx.stack.project,
         compose_file,

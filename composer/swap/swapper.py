@@ -69,6 +69,8 @@ class UpOptions:
     settle: float = 1.0
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
+    env_file: str | None = None  # the env file in force (the follow profile's container reads it)
+    stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
 
 
 @dataclass

@@ -14,7 +14,7 @@ def test_an_unknown_profile_is_a_usage_error_naming_the_known_one(
 ) -> None:
     result = invoke("--env-file", str(empty_env_file), "up", "mtp", "--with", "grafana")
     assert result.exit_code == 2
-    assert "'grafana' is not 'prometheus'" in result.stderr
+    assert "'grafana' is not one of 'prometheus', 'follow'" in result.stderr
 
 
 def test_with_needs_a_variant(empty_env_file: Path, no_docker: None) -> None:

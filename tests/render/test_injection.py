@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from composer.errors import RenderError
 from composer.render.files import UNHOLDABLE_IN_DEFAULT, render_variant
+from composer.render.spec import Var
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
@@ -112,7 +113,10 @@ def test_free_text_round_trips(case: tuple[Stack, str], stub_dir: Path, workdir:
     )
     target = resolve_target(stack, variant)
     spec = target.spec
-    unholdable = [v for v in spec.variables() if any(c in v.default for c in UNHOLDABLE_IN_DEFAULT)]
+    assert target.follow is not None  # the follow profile mounts every variant's model folders
+    follow_vars = [p for t in target.follow.model_dirs for p in t if isinstance(p, Var)]
+    variables = [*spec.variables(), *follow_vars]
+    unholdable = [v for v in variables if any(c in v.default for c in UNHOLDABLE_IN_DEFAULT)]
     if unholdable:
         event("refused: a default compose cannot hold")
         with pytest.raises(RenderError, match=unholdable[0].name):

@@ -23,7 +23,7 @@ COMMITTED = REPO / "compose"
 def test_only_the_prometheus_service_has_a_profile(variant: str) -> None:
     document = yaml.safe_load((COMMITTED / f"{variant}.yml").read_text())
     profiled = {name: svc["profiles"] for name, svc in document["services"].items() if "profiles" in svc}
-    assert profiled == {"prometheus": ["prometheus"]}
+    assert profiled == {"prometheus": ["prometheus"], "follow": ["follow"]}
     prom = document["services"]["prometheus"]
     assert "environment" not in prom  # no API key, nothing from the host's environment
     assert prom["ports"][0]["host_ip"] == "${PROMETHEUS_BIND_ADDRESS:-127.0.0.1}"

@@ -1,0 +1,84 @@
+"""FollowSpec: the opt-in `follow` profile of a compose stack (pure data, no I/O).
+
+A `follow` service in every rendered compose file, under the compose profile `follow`:
+`docker compose up` leaves it alone unless the profile is enabled (`--profile follow`,
+`COMPOSE_PROFILES=follow`) or the service is named (`compose-spec up VARIANT --with follow`).
+It runs `compose-spec follow` in the follower image (images/follow) with the Docker socket
+mounted, which gives that container Docker's full power on the host.
+
+Inside, compose-spec renders run files that the host's daemon resolves, so every folder it
+shares with the host is mounted at the host's own path: the project folder (composer.toml
+and the env file; the working directory), the state folder (run files, swap history) and
+the swap-lock folder (`VLLM_COMPOSER_LOCK_DIR`, so host and container take turns), and the
+model folders read-only (the swap's preflight reads the checkpoints); the stack
+files (`COMPOSER_STACK`) and the env file lie in the project folder. Their
+`FOLLOW_*` variables default to the shell's `${PWD}` and `${HOME}`; `up --with follow` sets
+them exactly. The API key reaches the container only through the mounted env file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from composer import __version__
+from composer import labels as label_names
+from composer.render.spec import Text, Var, text
+from composer.stack.model import Stack
+
+SERVICE = "follow"
+PROFILE = "follow"
+SOCKET = "/var/run/docker.sock"
+LOCK_DIR_VAR = "VLLM_COMPOSER_LOCK_DIR"  # honoured by composer.swap.lock on both sides
+IMAGE = f"vllm-composer-follow:{__version__}"
+# The host values `up --with follow` passes to compose (and a by-hand start may set).
+IMAGE_VAR = "FOLLOW_IMAGE"
+PROJECT_DIR_VAR = "FOLLOW_PROJECT_DIR"
+ENV_FILE_VAR = "FOLLOW_ENV_FILE"
+STACK_VAR = "FOLLOW_STACK"  # the stack files, ':'-separated (COMPOSER_STACK inside)
+STATE_HOME_VAR = "FOLLOW_STATE_HOME"
+LOCK_DIR_HOST_VAR = "FOLLOW_LOCK_DIR"
+USER_VAR = "FOLLOW_USER"
+
+
+@dataclass(frozen=True)
+class FollowSpec:
+    """The follower's service of the `follow` profile, for the compose renderer."""
+
+    service: str
+    profile: str
+    image: str
+    user: str
+    project_dir: str
+    env_file: str
+    stack: str
+    state_home: str
+    state_dir: str
+    lock_dir: str
+    socket: str
+    lock_dir_var: str
+    model_dirs: tuple[Text, ...]  # read-only: the swap's preflight reads the checkpoints
+    labels: tuple[tuple[str, str], ...]
+
+
+def build_follow_spec(stack: Stack) -> FollowSpec:
+    """The `follow` profile's service of a stack."""
+    model_dirs = [text(Var("MODEL_DIR", stack.model_dir))]
+    if any(v.speculative is not None and v.speculative.draft_model for v in stack.variants.values()):
+        model_dirs.append(text(Var("DRAFT_DIR", stack.draft_dir)))
+    state_home = f"${{{STATE_HOME_VAR}:-${{HOME}}/.local/state}}"
+    return FollowSpec(
+        service=SERVICE,
+        profile=PROFILE,
+        image=f"${{{IMAGE_VAR}:-{IMAGE}}}",
+        user=f"${{{USER_VAR}:-0:0}}",
+        project_dir=f"${{{PROJECT_DIR_VAR}:-${{PWD}}}}",
+        env_file=f"${{{ENV_FILE_VAR}:-.env}}",
+        stack=f"${{{STACK_VAR}:-composer.toml}}",
+        state_home=state_home,
+        state_dir=f"{state_home}/vllm-composer",
+        lock_dir=f"${{{LOCK_DIR_HOST_VAR}:-${{HOME}}/.local/state/vllm-composer/locks}}",
+        socket=SOCKET,
+        lock_dir_var=LOCK_DIR_VAR,
+        model_dirs=tuple(model_dirs),
+        labels=((label_names.ROLE, label_names.ROLE_FOLLOW),),
+    )
