@@ -91,7 +91,7 @@ check: install tools
 	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
-test: install tools docker image-sim image-gateway image-prometheus image-vllm-cpu
+test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
 	$(BIN)/pytest $(PYTEST_ARGS)
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from composer import __version__
-from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.conftest import REPO, free_port, in_ci, isolated_env, remove_project
 
 pytestmark = pytest.mark.docker
 
@@ -79,7 +79,10 @@ def project(tmp_path, docker_client, sim_images) -> Iterator[Project]:
     try:
         docker_client.images.get(IMAGE)
     except ImageNotFound:
-        pytest.skip(f"the follower image {IMAGE} is not built (make image-follow)")
+        missing = f"the follower image {IMAGE} is not built (make image-follow)"
+        if in_ci():
+            pytest.fail(f"{missing} (CI=true: Docker tests must not skip)")
+        pytest.skip(missing)
     made = Project(tmp_path / "project", tmp_path)
     yield made
     remove_project(docker_client, made.name)
