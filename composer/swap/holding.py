@@ -6,6 +6,8 @@ ones are held. The hold's lease is renewed while the swap runs, and the hold is 
 to this process (a `docker exec` session whose stdin stays open for the whole hold): a swap
 that dies, even by `kill -9`, leaves no hold behind once the kernel closes that session
 (the lease still bounds it where no tether can be kept, e.g. through `kubectl exec`).
+That session (`ctl session`) also carries every control call of the swap from its first
+state call on (drain, renewals, sleep, wake, route, release): one `docker exec` per swap.
 The gate and the warm-up requests carry the hold's probe token and reach the new variant
 before any client does; then the held requests flow, in arrival order, to the variant
 that serves: the new one, or the previous one after a rollback.
