@@ -7,16 +7,21 @@ import ipaddress
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from composer import labels
 from composer.engine import fixes
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import docker
 
     from composer.render.target import Target
+
+# "not read yet": the check reads Docker itself (None would say "there is none")
+UNKNOWN: Any = object()
 
 
 @dataclass(frozen=True)
@@ -119,9 +124,27 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
+def _labelled(containers: Sequence[Any], port: int) -> list:
+    """The running ones labelled with `port` as a variant or a gateway."""
+    return [
+        c
+        for c in containers
+        if c.status == "running"
+        and c.labels.get(labels.PORT) == str(port)
+        and (labels.VARIANT in c.labels or labels.ROLE in c.labels)
+    ]
+
+
+def _holders(
+    stack: Stack, client: docker.DockerClient, known: Sequence[Any] | None = None
+) -> tuple[list, list]:
     """Running variant or gateway containers labelled with the stack's port: ours (this
-    project's), and other projects'."""
+    project's), and other projects'. `known`: this project's containers as the caller
+    read them (the swap's snapshot); Docker is listed only when none of them holds the port."""
+    if known is not None:
+        ours = _labelled(known, stack.port)
+        if ours:
+            return ours, []
     labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}"]})
     labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
     launcher = f"{stack.project}-{stack.service}-1"  # a launcher-started container has no compose labels
@@ -133,9 +156,12 @@ def _holders(stack: Stack, client: docker.DockerClient) -> tuple[list, list]:
     return [c for c in labelled if ours(c)], [c for c in labelled if not ours(c)]
 
 
-def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
+def check_port(
+    stack: Stack, client: docker.DockerClient | None, known: Sequence[Any] | None = None
+) -> Finding:
     """The port is free, or held by this project's own variant container (only ours
-    counts: a container of another project on the port would make our start fail)."""
+    counts: a container of another project on the port would make our start fail).
+    `known`: this project's containers, already read (see `_holders`)."""
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
     try:
         free = port_is_free(host, stack.port)
@@ -149,7 +175,7 @@ def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
     if free:
         return Finding("port", "ok", f"{host}:{stack.port} is free")
     if client is not None:
-        ours, others = _holders(stack, client)
+        ours, others = _holders(stack, client, known)
         if ours:
             holder = ours[0].labels.get(labels.VARIANT) or ours[0].labels.get(labels.ROLE, "?")
             return Finding("port", "ok", f"port {stack.port} is held by our {holder} container")
@@ -172,17 +198,21 @@ def check_port(stack: Stack, client: docker.DockerClient | None) -> Finding:
     )
 
 
-def check_published_port(stack: Stack, client: docker.DockerClient | None) -> Finding | None:
+def check_published_port(
+    stack: Stack, client: docker.DockerClient | None, gateway: Any = UNKNOWN
+) -> Finding | None:
     """With the gateway's container running on the stack's port: it answers through the
     published host port (not only inside the container). A refusal there means Docker's
     port proxy is gone, which a bind test would take for a free port: a failure. None
-    when it answers, or when there is nothing to probe (the bind test then speaks)."""
+    when it answers, or when there is nothing to probe (the bind test then speaks).
+    `gateway`: the gateway's container (or None) when the caller has read it already."""
     from composer.engine.containers import gateway_container
     from composer.engine.published_port import DEAD_PORT, probe_published, published_address
 
     if client is None or not stack.gateway.enabled:
         return None
-    gateway = gateway_container(stack, client)
+    if gateway is UNKNOWN:
+        gateway = gateway_container(stack, client)
     if gateway is None or gateway.status != "running":
         return None
     if published_address(gateway, stack)[1] != stack.port:

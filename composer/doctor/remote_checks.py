@@ -9,10 +9,10 @@ On a local engine the plain checks of `preflight` apply and these defer to them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from composer import labels
-from composer.doctor.preflight import Finding, check_mounts, check_port, check_published_port
+from composer.doctor.preflight import UNKNOWN, Finding, check_mounts, check_port, check_published_port
 from composer.engine.client import Endpoint, engine_endpoint
 from composer.engine.health import base_url
 from composer.errors import ComposerError
@@ -21,6 +21,8 @@ from composer.render.target import Target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import docker
 
 PROBE_TARGET = "/probe"
@@ -65,14 +67,24 @@ def check_client_address(stack: Stack, endpoint: Endpoint | None) -> Finding | N
     return Finding("client-address", "ok", f"clients use {url}")
 
 
-def port_check(stack: Stack, client: docker.DockerClient | None, endpoint: Endpoint | None) -> Finding:
+def port_check(
+    stack: Stack,
+    client: docker.DockerClient | None,
+    endpoint: Endpoint | None,
+    known: Sequence[Any] | None = None,
+) -> Finding:
     """The port check of the engine's host: containers there publishing it (remote engine),
-    or the local bind test (local engine); first, a running gateway probed end to end."""
-    published = check_published_port(stack, client)
+    or the local bind test (local engine); first, a running gateway probed end to end.
+    `known`: the project's containers as the swap's snapshot read them (its gateway among
+    them), so Docker is listed again only for another project's holder."""
+    gateway = UNKNOWN
+    if known is not None:
+        gateway = next((c for c in known if c.labels.get(labels.ROLE) == labels.ROLE_GATEWAY), None)
+    published = check_published_port(stack, client, gateway)
     if published is not None:
         return published
     if endpoint is None or not endpoint.remote or client is None:
-        return check_port(stack, client)
+        return check_port(stack, client, known)
     holders = [
         c
         for c in client.containers.list()

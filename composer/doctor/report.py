@@ -32,10 +32,10 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from composer.capacity.model import Capacity, capacity_of
 from composer.doctor import adaptive_checks as ack
@@ -238,17 +238,20 @@ def fast_checks(
     *,
     allow_weak_key: bool = False,
     kernel_release: str | None = None,
+    known: Sequence[Any] | None = None,
 ) -> list[Finding]:
     """The instant subset for `compose-spec up`: no GPU probing, images checked for presence only.
 
     Returns Checks (Findings with a `variant`); the caller refuses to swap when any failed.
+    `known`: the project's containers as the swap's snapshot read them (the port check
+    reads them instead of listing Docker's containers again).
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
     variant = target.variant
     endpoint = rck.current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
-        rck.port_check(stack, client, endpoint),
+        rck.port_check(stack, client, endpoint, known),
         rck.check_client_address(stack, endpoint),
         check_bind_address(stack),
         wck.check_hold_timeout(stack),

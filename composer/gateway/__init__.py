@@ -41,7 +41,10 @@ use the single `GATEWAY_UPSTREAM`.
 
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `DrainProgress` (a
 drain's progress: in flight, seconds of the timeout), `Tether` (a `ctl tether` session that
-ties a swap's holds to its process), `BackendReply`, `UpstreamInfo`, `UpstreamDrain`,
+ties a swap's holds to its process), `Session` (a `ctl session`: a tether that also carries
+every later call of its `GatewayControl`, so a swap's control channel is one `docker exec`;
+`GatewayControl.tether` opens it, or a plain tether on an older gateway image),
+`BackendReply`, `UpstreamInfo`, `UpstreamDrain`,
 `LiveSpec`, `GatewayConfig`, `load_config`, `ENV_VARS`, `GatewayError`, `GatewayConfigError`,
 `GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
 """
@@ -55,6 +58,7 @@ from .client import (
     GatewayControl,
     GatewayState,
     HoldInfo,
+    Session,
     Tether,
     UpstreamDrain,
     UpstreamInfo,
@@ -77,6 +81,7 @@ __all__ = [
     "GatewayState",
     "HoldInfo",
     "LiveSpec",
+    "Session",
     "Tether",
     "UpstreamDrain",
     "UpstreamInfo",

@@ -14,6 +14,7 @@ wake_up) is one exec: give the Docker client a timeout above `timeout_s`.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -30,6 +31,9 @@ PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
 CTL = ("python3", "-m", "composer.gateway.ctl")
+# How long `tether` waits for a `ctl session` to say hello before it takes the gateway for
+# an older image (a plain tether); the session's Python starts in about 0.3 s.
+SESSION_HELLO_S = 10.0
 # One exec that reads the gateway's state and asks each URL's `/is_sleeping` (a snapshot
 # costs one `docker exec`, whatever the number of sleep-mode containers).
 _LOOK = """
@@ -212,14 +216,107 @@ class Tether:
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
+        self._raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over a socket
 
     def close(self) -> None:
         """Close the session's stdin (the gateway releases what its owner still holds)."""
-        raw = getattr(self._sock, "_sock", self._sock)  # docker-py hands a SocketIO over a socket
         with contextlib.suppress(OSError, AttributeError):
-            raw.shutdown(SHUT_RDWR)
+            self._raw.shutdown(SHUT_RDWR)
         with contextlib.suppress(OSError):
             self._sock.close()
+
+
+class SessionLost(Exception):
+    """The `ctl session` ended; `ran` is False when it never ran the command (safe to redo)."""
+
+    def __init__(self, ran: bool) -> None:
+        super().__init__("the control session ended")
+        self.ran = ran
+
+
+class Session(Tether):
+    """An open `ctl session`: a tether that also runs verbs, one JSON line each way, so a
+    swap's whole control channel costs one `docker exec` (see `composer.gateway.ctl`)."""
+
+    def __init__(self, sock: Any) -> None:
+        super().__init__(sock)
+        self._write = threading.Lock()
+        self._ids = itertools.count(1)
+        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self.greeted = threading.Event()  # the session said hello: it runs commands
+        self.ended = threading.Event()
+        self.settled = threading.Event()  # greeted or ended, whichever came first
+        threading.Thread(target=self._read, name="gateway-control-session", daemon=True).start()
+
+    def _read(self) -> None:
+        from docker.utils.socket import next_frame_header, read_exactly
+
+        pending = b""
+        try:
+            while True:
+                stream, size = next_frame_header(self._sock)
+                if size < 0:
+                    return
+                data = read_exactly(self._sock, size) if size else b""
+                if stream != 1:  # stderr: argparse's usage line of an older gateway
+                    continue
+                pending += data
+                while b"\n" in pending:
+                    line, pending = pending.split(b"\n", 1)
+                    self._dispatch(line)
+        except Exception:  # the socket closed under the reader: the session ended
+            return
+        finally:
+            self.ended.set()
+            self.settled.set()
+            with self._write:
+                waiting = list(self._waiting.values())
+            for event, _ in waiting:
+                event.set()
+
+    def _dispatch(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        if "session" in message:
+            self.greeted.set()
+            self.settled.set()
+            return
+        with self._write:
+            slot = self._waiting.get(message.get("id"))  # type: ignore[arg-type]
+        if slot is not None:
+            slot[1].append(message)
+            slot[0].set()
+
+    def call(self, argv: Sequence[str]) -> tuple[int, dict[str, Any]]:
+        """Run one verb through the session: (exit code, reply); SessionLost when it ended."""
+        if self.ended.is_set():
+            raise SessionLost(ran=False)
+        ident = next(self._ids)
+        event: threading.Event = threading.Event()
+        got: list[Any] = []
+        line = (json.dumps({"id": ident, "argv": list(argv)}) + "\n").encode()
+        with self._write:
+            if self.ended.is_set():  # the reader has already woken the calls it knew of
+                raise SessionLost(ran=False)
+            self._waiting[ident] = (event, got)
+            try:
+                self._raw.sendall(line)
+            except OSError as err:
+                del self._waiting[ident]
+                raise SessionLost(ran=False) from err
+        try:
+            event.wait()
+        finally:
+            with self._write:
+                self._waiting.pop(ident, None)
+        if not got:
+            raise SessionLost(ran=self.greeted.is_set())
+        reply = got[0].get("reply")
+        return int(got[0].get("code", 1)), reply if isinstance(reply, dict) else {}
 
 
 class GatewayControl:
@@ -228,8 +325,18 @@ class GatewayControl:
     def __init__(self, container: ExecTarget, *, socket: str | None = None) -> None:
         self.container = container
         self.socket = socket
+        self.session: Session | None = None  # set by `tether`: calls go through it while it lasts
 
     def _run(self, verb: str, *args: str) -> dict[str, Any]:
+        session = self.session
+        if session is not None and not session.ended.is_set():
+            try:
+                code, reply = session.call([verb, *args])
+            except SessionLost as lost:
+                if lost.ran:
+                    raise GatewayControlError(verb, "the control session ended during the call") from lost
+            else:
+                return self._reply(verb, code, reply, json.dumps(reply), "")
         cmd = [*CTL]
         if self.socket:
             cmd += ["--socket", self.socket]
@@ -247,6 +354,10 @@ class GatewayControl:
             reply = json.loads(text) if text else {}
         except ValueError:
             reply = {}
+        return self._reply(verb, code, reply, text, err_text)
+
+    @staticmethod
+    def _reply(verb: str, code: int, reply: Any, text: str, err_text: str) -> dict[str, Any]:
         if code != 0:
             message = reply.get("error") if isinstance(reply, dict) else None
             raise GatewayControlError(
@@ -449,21 +560,32 @@ class GatewayControl:
         return dict(self._run("serving", *args).get("switching") or {})
 
     def tether(self, owner: str) -> Tether | None:
-        """Tie the holds of `owner` to this process: a `ctl tether` exec whose stdin stays open
+        """Tie the holds of `owner` to this process: a `ctl session` exec whose stdin stays open
         until `Tether.close` (or this process's death, when the kernel closes the connection)
-        and then releases them. None when the exec target cannot keep a stdin open (a plain
-        `exec_run` target, e.g. `kubectl exec`): the lease alone bounds the hold there."""
+        and then releases them. Every later call of this object goes through that session
+        (one `docker exec` for the whole swap) while it lasts, through an exec of its own after.
+        A gateway image without `session` gets a plain `ctl tether`. None when the exec target
+        cannot keep a stdin open (a plain `exec_run` target, e.g. `kubectl exec`): the lease
+        alone bounds the hold there, and each call is an exec."""
         api = getattr(getattr(self.container, "client", None), "api", None)
         container_id = getattr(self.container, "id", None)
         if api is None or container_id is None:
             return None
-        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), "tether", f"--owner={owner}"]
+        session = Session(self._exec_stdin(api, container_id, "session", owner))
+        session.settled.wait(SESSION_HELLO_S)
+        if not session.greeted.is_set() or session.ended.is_set():
+            session.close()  # an older gateway image: no `session` verb
+            return Tether(self._exec_stdin(api, container_id, "tether", owner))
+        self.session = session
+        return session
+
+    def _exec_stdin(self, api: Any, container_id: str, verb: str, owner: str) -> Any:
+        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), verb, f"--owner={owner}"]
         try:
             exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
-            sock = api.exec_start(exec_id, socket=True)
+            return api.exec_start(exec_id, socket=True)
         except Exception as err:  # the Docker SDK raises several families
-            raise GatewayControlError("tether", f"docker exec failed: {err}") from err
-        return Tether(sock)
+            raise GatewayControlError(verb, f"docker exec failed: {err}") from err
 
     @contextlib.contextmanager
     def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:

@@ -18,10 +18,18 @@ refuses or cannot be reached; 2 for bad usage.
     upstreams JSON                      (the live set: [{"name", "variant", "url"}, ...])
     drain-upstream NAME [--wait S]
     tether --owner NAME
+    session --owner NAME
 
 `tether` reads its stdin until it closes, then releases every hold of OWNER: a swap keeps
 one open (a long-lived `docker exec` with stdin attached) for as long as it holds, so its
 holds end as soon as its process dies, whatever the lease.
+
+`session` is a tether that also runs verbs: it prints `{"session": OWNER}` once, then reads
+one JSON object per line, `{"id": N, "argv": [VERB, ARG, ...]}` (the arguments of any verb
+above but `tether` and `session`), and prints one line per command, `{"id": N, "code": EXIT,
+"reply": {...}}`, in the order they finish (each runs on its own thread, so a renewal never
+waits behind a long wait). A swap runs its whole control channel through one `docker exec`
+this way; at EOF it releases OWNER's holds like `tether`.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import argparse
 import json
 import os
 import sys
+import threading
 from typing import Any
 
 import httpx
@@ -91,8 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     sv.add_argument("--demand")
     sv.add_argument("--failed", action="store_true")
     sv.add_argument("--detail", default="")
-    t = sub.add_parser("tether")
-    t.add_argument("--owner", required=True)
+    for verb in ("tether", "session"):
+        t = sub.add_parser(verb)
+        t.add_argument("--owner", required=True)
     return p
 
 
@@ -173,6 +183,11 @@ def tether(socket_path: str, owner: str) -> dict[str, Any]:
     """Wait for stdin to close, then release every hold whose owner is `owner`."""
     while sys.stdin.buffer.read1(4096):
         pass
+    return tether_release(socket_path, owner)
+
+
+def tether_release(socket_path: str, owner: str) -> dict[str, Any]:
+    """Release every hold whose owner is `owner` (what a closed tether or session does)."""
     _, state = call(socket_path, "GET", "/state", None)
     released: list[str] = []
     for hold in state.get("holds", []) if isinstance(state, dict) else []:
@@ -184,12 +199,60 @@ def tether(socket_path: str, owner: str) -> dict[str, Any]:
     return {"released": released}
 
 
+def run_argv(socket_path: str, argv: list[str]) -> tuple[int, dict[str, Any]]:
+    """One verb of a session: (exit code, reply) as `main` would exit and print them."""
+    try:
+        args = _parser().parse_args(["--socket", socket_path, *argv])
+    except SystemExit as stop:  # argparse's usage error (already written to stderr)
+        return 2, {"error": f"bad command: {argv!r}"} if stop.code else {}
+    if args.verb in {"tether", "session"}:
+        return 2, {"error": f"{args.verb} cannot run inside a session"}
+    try:
+        method, path, body = request_for(args)
+        status, reply = call(socket_path, method, path, body)
+    except (httpx.HTTPError, OSError, ValueError) as err:
+        return 1, {"error": f"control socket {socket_path}: {type(err).__name__}: {err}"}
+    if not isinstance(reply, dict):
+        return 1, {"error": f"unexpected reply: {reply!r}"[:300]}
+    return (0 if status < 400 else 1), reply
+
+
+def session(socket_path: str, owner: str) -> dict[str, Any]:
+    """Run the commands read from stdin (one JSON line each) until it closes, then release
+    every hold of `owner` (see the module's docstring)."""
+    out = threading.Lock()
+
+    def write(message: dict[str, Any]) -> None:
+        with out:
+            sys.stdout.write(json.dumps(message) + "\n")
+            sys.stdout.flush()
+
+    def answer(line: bytes) -> None:
+        try:
+            command = json.loads(line)
+            ident, argv = command.get("id"), command["argv"]
+            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+                raise ValueError("argv is not a list of strings")
+        except (ValueError, KeyError, AttributeError) as err:
+            write({"id": None, "code": 2, "reply": {"error": f"bad command line: {err}"}})
+            return
+        code, reply = run_argv(socket_path, argv)
+        write({"id": ident, "code": code, "reply": reply})
+
+    write({"session": owner})
+    for line in iter(sys.stdin.buffer.readline, b""):
+        if line.strip():
+            threading.Thread(target=answer, args=(line,), daemon=True).start()
+    return tether_release(socket_path, owner)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one verb; returns the exit code."""
     args = _parser().parse_args(argv)
-    if args.verb == "tether":
+    if args.verb in {"tether", "session"}:
         try:
-            print(json.dumps(tether(args.socket, args.owner)))
+            ends = tether if args.verb == "tether" else session
+            print(json.dumps(ends(args.socket, args.owner)))
         except (httpx.HTTPError, OSError, ValueError) as err:
             print(json.dumps({"error": f"control socket {args.socket}: {type(err).__name__}: {err}"}))
             return 1

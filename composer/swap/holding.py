@@ -6,6 +6,8 @@ ones are held. The hold's lease is renewed while the swap runs, and the hold is 
 to this process (a `docker exec` session whose stdin stays open for the whole hold): a swap
 that dies, even by `kill -9`, leaves no hold behind once the kernel closes that session
 (the lease still bounds it where no tether can be kept, e.g. through `kubectl exec`).
+That session (`ctl session`) also carries every control call of the swap from its first
+state call on (drain, renewals, sleep, wake, route, release): one `docker exec` per swap.
 The gate and the warm-up requests carry the hold's probe token and reach the new variant
 before any client does; then the held requests flow, in arrival order, to the variant
 that serves: the new one, or the previous one after a rollback.
@@ -77,6 +79,7 @@ class SwapHold:
         self.owner = f"compose-spec up (pid {os.getpid()}, {secrets.token_hex(3)})"
         self.hold_id: str | None = None
         self._tether: Tether | None = None
+        self._tethered = False  # tried: a target that cannot keep a stdin open gives None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
 
@@ -85,12 +88,23 @@ class SwapHold:
         """What the gate's and the warm-up's requests carry to pass the hold."""
         return ((PROBE_HEADER, self.token),)
 
+    def connect(self) -> None:
+        """Open the tether (a `ctl session`: every later control call of this swap goes
+        through it) unless it is open, then ask the gateway's state; GatewayControlError
+        while the control channel does not answer."""
+        if not self._tethered:
+            self._tether = self.control.tether(self.owner)
+            self._tethered = True
+        self.control.state()
+
     def begin(self) -> Drained:
         """Hold new requests and wait for the ones in flight (cut at the drain timeout)."""
-        try:
-            self._tether = self.control.tether(self.owner)
-        except GatewayControlError as err:
-            self.say(f"the hold is not tethered to this process ({err}); a crash leaves it for its lease")
+        if not self._tethered:
+            self._tethered = True
+            try:
+                self._tether = self.control.tether(self.owner)
+            except GatewayControlError as err:
+                self.say(f"the hold is not tethered to this process ({err}); a crash leaves it for its lease")
         waiting = self.waiting
         report = self.control.drain(
             self.drain_timeout,
@@ -133,10 +147,14 @@ class SwapHold:
                 return f"the gateway's hold could not be released ({err}); it ends {ends}"
             return None
         finally:
-            if self._tether is not None:  # after the release: closing it releases what is left
-                with contextlib.suppress(Exception):
-                    self._tether.close()
-                self._tether = None
+            self.close_tether()  # after the release: closing it releases what is left
+
+    def close_tether(self) -> None:
+        """Close the tether (the gateway releases what this swap's owner still holds)."""
+        if self._tether is not None:
+            with contextlib.suppress(Exception):
+                self._tether.close()
+            self._tether = None
 
 
 def start_hold(
@@ -153,7 +171,7 @@ def start_hold(
     container = container or gateway_container(stack, client)
     if container is None:
         raise SwapFailed("the gateway container was not created")
-    control = GatewayControl(container)
+    hold = SwapHold(GatewayControl(container), drain_timeout, say, target, waiting)
 
     def failed(err: GatewayControlError) -> SwapFailed:
         logs = container.logs(tail=20).decode(errors="replace")
@@ -161,7 +179,7 @@ def start_hold(
 
     def answers() -> None:
         try:
-            control.state()
+            hold.connect()
         except GatewayControlError as err:
             container.reload()
             if container.status in {"exited", "dead"}:
@@ -171,8 +189,9 @@ def start_hold(
     try:
         retry.control_ready(READY_TIMEOUT_S, (GatewayControlError,))(answers)
     except GatewayControlError as err:
+        hold.close_tether()
         raise failed(err) from err
-    return SwapHold(control, drain_timeout, say, target, waiting)
+    return hold
 
 
 def warm_up(target: GateTarget, requests: int) -> list[float]:

@@ -95,11 +95,17 @@ _interrupt_once = transaction.interrupt_once
 _interrupts_ignored = transaction.interrupts_ignored
 
 
-def preflight_warnings(ctx: Context, target: Target) -> list[str]:
-    """The fast subset of doctor's checks; return warnings, raise on the first failure."""
+def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
+    """The fast subset of doctor's checks (reading the snapshot's containers, when given);
+    return warnings, raise on the first failure."""
     from composer.doctor.report import fast_checks
 
-    findings = fast_checks(ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key)
+    known = None
+    if snap is not None:
+        known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
+    findings = fast_checks(
+        ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key, known=known
+    )
     raise_failed(findings)
     return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
 
@@ -120,8 +126,8 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     total_start = time.monotonic()
     stack, variant = ctx.stack, target.name
     result = UpResult(variant=variant, outcome="started")
-    result.warnings += preflight_warnings(ctx, target)
     snap = snapshot.take(stack, ctx.client)
+    result.warnings += preflight_warnings(ctx, target, snap)
     current = snap.current
     same = current is not None and current.variant == variant and current.config_hash == target.hash
     compose_file = run_file(target)

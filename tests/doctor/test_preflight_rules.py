@@ -77,3 +77,41 @@ def test_dflash_k_beyond_the_trained_block_fails_preflight(tmp_path: Path) -> No
     assert "block_size 8 allows K up to 7" in _failed(stack, "dflash2")["draft-k"]
     at_block = make_stack(tmp_path / "k7", environ={"NUM_SPECULATIVE_TOKENS": "7"})
     assert "draft-k" not in _failed(at_block, "dflash2")
+
+
+class _Held:
+    """A running container of this project labelled with the stack's port."""
+
+    def __init__(self, stack, role: str) -> None:
+        self.name = f"{stack.project}-{role}-1"
+        self.status = "running"
+        self.labels = {
+            "vllm-composer.port": str(stack.port),
+            "vllm-composer.role": role,
+            "com.docker.compose.project": stack.project,
+        }
+
+
+class _Unlisted:
+    """A Docker client that must not be asked to list containers."""
+
+    class containers:
+        @staticmethod
+        def list(**_: object) -> list:
+            raise AssertionError("the port check listed Docker's containers again")
+
+
+def test_the_port_check_reads_the_snapshots_containers_before_listing_docker(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:  # the port is taken (by "our gateway")
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        stack = make_stack(
+            tmp_path / "busy",
+            environ={"VLLM_BIND_ADDRESS": "127.0.0.1", "VLLM_PORT": str(busy.getsockname()[1])},
+        )
+        found = check_port(stack, _Unlisted(), known=[_Held(stack, "gateway")])  # type: ignore[arg-type]
+        assert found.status == "ok" and "held by our gateway container" in found.detail
+        with pytest.raises(AssertionError, match="listed Docker's containers again"):
+            check_port(stack, _Unlisted(), known=[])  # type: ignore[arg-type]

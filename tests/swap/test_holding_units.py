@@ -121,6 +121,9 @@ class _Silent:
     def __init__(self, container) -> None:
         pass
 
+    def tether(self, owner: str) -> None:  # a target that cannot keep a stdin open
+        return None
+
     def state(self) -> None:
         _Silent.calls += 1
         raise GatewayControlError("state", "no answer on the control socket")

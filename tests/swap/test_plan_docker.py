@@ -251,7 +251,7 @@ class _VariantTrail:
 
 def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_stack, monkeypatch) -> None:
     """`up mtp` in process, from the CLI's `up` down to the steps: Docker's container list is
-    read once by the swap (doctor's preflight lists by port label on its own), and the
+    read once (doctor's preflight reads the swap's snapshot), and the
     variant passes through few modules with at most 4 returns to an earlier one."""
     import sys
 
@@ -276,6 +276,7 @@ def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_sta
     result = json.loads(done.output.strip().splitlines()[-1])
     assert result["outcome"] == "swapped" and result["previous"] == "baseline", result
     assert len(recorder.listings) == 1, "\n\n".join(recorder.listings)
+    assert recorder.preflight_listings == 0  # doctor's port check reads the snapshot
     assert trail.modules[0].startswith("composer.cli") and "composer.swap.steps" in trail.modules, (
         trail.modules
     )
