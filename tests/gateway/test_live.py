@@ -249,7 +249,22 @@ def test_chat_and_long_groups_are_served_by_their_variants(sims, gateways) -> No
     status = httpx.get(gw.url + "/gateway/status", headers={"Authorization": f"Bearer {KEY}"}).json()
     listed = {u["name"]: u for u in status["upstreams"]}
     assert set(listed) == {"baseline/1", "mtp/1"} and listed["mtp/1"]["served"] >= 76
+    assert 0 < listed["mtp/1"]["served_1m"] <= listed["mtp/1"]["served"]
+    assert listed["baseline/1"]["spilled"] == listed["mtp/1"]["spilled"] == 0
     assert status["switch"] is None and status["demand"] is None  # routed, never switched
+
+
+def test_with_spill_long_overflow_uses_mtp_and_chat_stays_there(sims, gateways) -> None:
+    base, mtp = sims("baseline"), sims("mtp")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], spill=2)
+    chat = Group("chat", gw.port, CHAT_TOKENS, 64, streams=2, requests=80)
+    long = Group("long", gw.port, LONG_TOKENS, 64, streams=16, requests=120)
+    run_groups(chat, long)
+    assert chat.failed() == long.failed() == 0
+    assert chat.served()["mtp/1"] >= 0.95 * len(chat.outcomes), chat.served()
+    served = long.served()
+    assert min(served.get("baseline/1", 0), served.get("mtp/1", 0)) >= 0.25 * len(long.outcomes), served
+    assert 'gateway_route_decisions_total{reason="spill"}' in gateway_metrics(gw)
 
 
 def test_a_killed_upstream_is_taken_out_and_rejoins(sims, gateways) -> None:
