@@ -7,7 +7,7 @@ Arms (the same requests each):
   2 x baseline, 2 x mtp, and baseline + mtp routed by the live gateway (`[workloads]` as
   `recommend --write` fills it: chat-1 = mtp, chat-16 = baseline, long-16 = baseline), once
   with GATEWAY_SPILL=2 (`routed`: a variant's overflow goes to the other's idle container)
-  and once without (`routed, no spill`, the gateway's default); two simulator processes
+  and once without (`routed no spill`, the gateway's default); two simulator processes
   each. `auto switched`: one simulator process behind the gateway with GATEWAY_POLICY=auto
   (window 3 s, residency 6 s, as `bench --decide`'s switching arm), mtp first; a follower
   thread takes each switch demand from the control socket and makes it as `up` does (hold
@@ -62,7 +62,7 @@ ARMS = {
     "2 x baseline": ("baseline", "baseline"),
     "2 x mtp": ("mtp", "mtp"),
     "routed": ("baseline", "mtp"),
-    "routed, no spill": ("baseline", "mtp"),
+    "routed no spill": ("baseline", "mtp"),
     "auto switched": ("mtp",),
 }
 AUTO_WINDOW_S = "3"  # the auto arm's GATEWAY_POLICY_WINDOW and GATEWAY_MIN_RESIDENCY, as
