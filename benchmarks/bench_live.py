@@ -3,9 +3,16 @@
 Run: .venv/bin/python benchmarks/bench_live.py [--time-scale 8] [--chat-requests 40]
      [--long-rounds 3] [--cpu-requests 400] [--trace mixed|chat|long] [--arms A,B] [--json PATH]
 
-Arms (two simulator processes each, the same gateway settings, the same requests):
+Arms (the same requests each):
   2 x baseline, 2 x mtp, and baseline + mtp routed by the live gateway (`[workloads]` as
-  `recommend --write` fills it: chat-1 = mtp, chat-16 = baseline, long-16 = baseline).
+  `recommend --write` fills it: chat-1 = mtp, chat-16 = baseline, long-16 = baseline), once
+  with GATEWAY_SPILL=2 (`routed`: a variant's overflow goes to the other's idle container)
+  and once without (`routed no spill`, the gateway's default); two simulator processes
+  each. `auto switched`: one simulator process behind the gateway with GATEWAY_POLICY=auto
+  (window 3 s, residency 6 s, as `bench --decide`'s switching arm), mtp first; a follower
+  thread takes each switch demand from the control socket and makes it as `up` does (hold
+  and drain, stop, start the other variant, wait until ready, route, release). A switch
+  costs the simulator's start (about a second), far less than a real vLLM's.
 The trace is bench_trace.py's two classes, sent at once as two interleaved client groups (not
 phases; `--trace chat` or `long`: that group alone): `chat` at 1 stream (100-token prompts, 300 tokens out) and `long` at 16 streams
 (4500-token prompts, 1000 tokens out), each closed-loop. Completions are streamed and ignore
@@ -50,7 +57,16 @@ RESULTS = REPO / "benchmarks" / "results"
 KEY = "bench-live-key"
 MTP = {"method": "mtp", "num_speculative_tokens": 7}
 WORKLOADS = "chat-1:0:1024:0:1=mtp,chat-16:0:1024:0:16=baseline,long-16:1025:0:0:16=baseline"
-ARMS = {"2 x baseline": ("baseline", "baseline"), "2 x mtp": ("mtp", "mtp"), "routed": ("baseline", "mtp")}
+SPILL = "2"  # the routed arm's GATEWAY_SPILL (the gateway's default is 0: off)
+ARMS = {
+    "2 x baseline": ("baseline", "baseline"),
+    "2 x mtp": ("mtp", "mtp"),
+    "routed": ("baseline", "mtp"),
+    "routed no spill": ("baseline", "mtp"),
+    "auto switched": ("mtp",),
+}
+AUTO_WINDOW_S = "3"  # the auto arm's GATEWAY_POLICY_WINDOW and GATEWAY_MIN_RESIDENCY, as
+AUTO_RESIDENCY_S = "6"  # composer/bench/switch_run.py sets them for a trace of a few dozen requests
 
 
 @dataclass
@@ -155,15 +171,19 @@ def run_group(url: str, name: str, streams: int, requests: int, prompt: int, max
     return result
 
 
+def start_sim(variant: str, scale: str, log_dir: Path) -> SimProcess:
+    args = [str(SIM_MODEL), "--served-model-name", "m"]
+    if variant == "mtp":
+        args += ["--speculative-config", json.dumps(MTP)]
+    return SimProcess.start(args, env={"SIM_TIME_SCALE": scale}, api_key=KEY, log_dir=log_dir)
+
+
 @contextmanager
 def simulators(variants: tuple[str, ...], scale: str, log_dir: Path) -> Iterator[list[str]]:
     sims = []
     try:
         for variant in variants:
-            args = [str(SIM_MODEL), "--served-model-name", "m"]
-            if variant == "mtp":
-                args += ["--speculative-config", json.dumps(MTP)]
-            sims.append(SimProcess.start(args, env={"SIM_TIME_SCALE": scale}, api_key=KEY, log_dir=log_dir))
+            sims.append(start_sim(variant, scale, log_dir))
         for sim in sims:
             sim.wait_ready(60)
         yield [f"http://127.0.0.1:{sim.port}" for sim in sims]
@@ -206,13 +226,66 @@ def gateway(env: dict[str, str], log_dir: Path) -> Iterator[tuple[str, int]]:
         proc.wait(10)
 
 
-def live_env(names: tuple[str, ...], urls: list[str]) -> dict[str, str]:
+def live_env(names: tuple[str, ...], urls: list[str], spill: str = "0") -> dict[str, str]:
     counts: dict[str, int] = {}
     items = []
     for variant, url in zip(names, urls, strict=True):
         counts[variant] = counts.get(variant, 0) + 1
         items.append({"name": f"{variant}/{counts[variant]}", "variant": variant, "url": url})
-    return {"GATEWAY_LIVE_UPSTREAMS": json.dumps(items), "GATEWAY_WORKLOADS": WORKLOADS}
+    return {
+        "GATEWAY_LIVE_UPSTREAMS": json.dumps(items),
+        "GATEWAY_WORKLOADS": WORKLOADS,
+        "GATEWAY_SPILL": spill,
+    }
+
+
+class Follower:
+    """The auto arm's host: takes the gateway's switch demands over its control socket and
+    makes each one as `up` does (hold and drain, stop the one container, start the demanded
+    variant and wait until it is ready, route, release), in a thread."""
+
+    def __init__(self, sock: Path, sim: SimProcess, variant: str, scale: str, log_dir: Path) -> None:
+        self.client = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://gw", timeout=90
+        )
+        self.sim, self.variant, self.scale, self.log_dir = sim, variant, scale, log_dir
+        self.switches: list[dict[str, float | str]] = []
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def __enter__(self) -> Follower:
+        self.client.post("/serving", json={"variant": self.variant}).raise_for_status()
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stopping.set()
+        self.thread.join(10)
+        self.client.close()
+        self.sim.stop()
+
+    def run(self) -> None:
+        while not self.stopping.is_set():
+            found = self.client.get("/demand", params={"wait_s": 0.5}).json().get("demand")
+            if found:
+                self.switch(str(found["id"]), str(found["variant"]))
+
+    def switch(self, demand_id: str, variant: str) -> None:
+        began = time.monotonic()
+        reply = self.client.post("/drain", json={"timeout_s": 120, "lease_s": 120, "wait_s": 20})
+        drained = reply.raise_for_status().json()
+        while not drained.get("done"):
+            drained = (
+                self.client.get(f"/drain/{drained['id']}", params={"wait_s": 20}).raise_for_status().json()
+            )
+        self.sim.stop()
+        self.sim = start_sim(variant, self.scale, self.log_dir)
+        self.sim.wait_ready(60)
+        self.client.post("/route", json={"upstream": f"http://127.0.0.1:{self.sim.port}"}).raise_for_status()
+        self.client.post("/release", json={"id": drained.get("hold_id")}).raise_for_status()
+        self.client.post("/serving", json={"variant": variant, "demand": demand_id}).raise_for_status()
+        self.switches.append({"to": variant, "seconds": round(time.monotonic() - began, 2)})
+        self.variant = variant
 
 
 def cpu_seconds(pid: int) -> float:
@@ -220,14 +293,39 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+@contextmanager
+def arm_gateway(
+    name: str, variants: tuple[str, ...], opts: argparse.Namespace, log_dir: Path
+) -> Iterator[str]:
+    """The arm's gateway URL: a live set of `variants`, or (auto) one switched container."""
+    scale = str(opts.time_scale)
+    if name != "auto switched":
+        with simulators(variants, scale, log_dir) as urls:
+            spill = SPILL if name == "routed" else "0"
+            with gateway(live_env(variants, urls, spill), log_dir) as (url, _):
+                yield url
+        return
+    sim = start_sim(variants[0], scale, log_dir)
+    sim.wait_ready(60)
+    env = {
+        "GATEWAY_UPSTREAM": f"http://127.0.0.1:{sim.port}",
+        "GATEWAY_POLICY": "auto",
+        "GATEWAY_WORKLOADS": WORKLOADS,
+        "GATEWAY_POLICY_WINDOW": AUTO_WINDOW_S,
+        "GATEWAY_MIN_RESIDENCY": AUTO_RESIDENCY_S,
+    }
+    with gateway(env, log_dir) as (url, _pid):
+        sock = log_dir / f"gw-{url.rsplit(':', 1)[1]}.sock"
+        with Follower(sock, sim, variants[0], scale, log_dir) as follower:
+            yield url
+            SWITCHES[name] = follower.switches
+
+
+SWITCHES: dict[str, list] = {}
+
+
 def run_arm(name: str, variants: tuple[str, ...], opts: argparse.Namespace, log_dir: Path) -> dict:
-    with (
-        simulators(variants, str(opts.time_scale), log_dir) as urls,
-        gateway(live_env(variants, urls), log_dir) as (
-            url,
-            _,
-        ),
-    ):
+    with arm_gateway(name, variants, opts, log_dir) as url:
         out: dict[str, GroupResult] = {}
 
         def group(label: str, streams: int, requests: int, prompt: int, max_tokens: int) -> None:
@@ -243,8 +341,11 @@ def run_arm(name: str, variants: tuple[str, ...], opts: argparse.Namespace, log_
         for label in labels:
             groups[label].join()
     rows = {label: out[label].row() for label in labels}
-    print(f"{name}:")
-    for label, row in rows.items():
+    if name in SWITCHES:
+        rows["switches"] = SWITCHES[name]
+    print(f"{name}:" + (f" switches {SWITCHES[name]}" if name in SWITCHES else ""))
+    for label in labels:
+        row = rows[label]
         print(
             f"  {label:5} goodput {row['goodput_tok_s']:7.1f} tok/s  TTFT p50/p95 {row['ttft_p50_ms']:.0f}/"
             f"{row['ttft_p95_ms']:.0f} ms  TPOT p50/p95 {row['tpot_p50_ms']:.1f}/{row['tpot_p95_ms']:.1f} ms"
@@ -305,7 +406,9 @@ def main() -> int:
     tmp_json = opts.json.with_suffix(".tmp")
     tmp_json.write_text(json.dumps(results, indent=2) + "\n")
     tmp_json.replace(opts.json)
-    failed = sum(row["failed"] for arm in results["arms"].values() for row in arm.values())
+    failed = sum(
+        row["failed"] for arm in results["arms"].values() for g, row in arm.items() if g != "switches"
+    )
     failed += sum(row["failed"] for row in results.get("cpu", {}).values())
     return 1 if failed else 0
 

@@ -27,17 +27,20 @@ set of one behaves the same: the gate holds while no member is ready). Each requ
 one ready member (`routing`, pure): an alias names a variant; else the request's class
 (prompt-size estimate, `[workloads]` in `GATEWAY_WORKLOADS`, whose optional CROSSOVER field
 bounds a class's variant's outstanding requests) picks the variant; among its replicas the
-least loaded. Every forwarded response carries `x-served-by: <name>`. A member whose
-connection fails is taken out until its own health check (`/health`, `/is_sleeping`,
-`/v1/models`; bounded backoff) passes; requests that had not reached it go to the others.
+least loaded; with `GATEWAY_SPILL=N` (0: off) a request goes instead to another variant's
+least loaded member when that one has N fewer outstanding than the chosen one has of its own
+(spilled requests do not count against their new member's classes). Every forwarded
+response carries `x-served-by: <name>`. A member whose connection fails is taken out until
+its own health check (`/health`, `/is_sleeping`, `/v1/models`; bounded backoff) passes;
+requests that had not reached it go to the others.
 Control: `POST /upstreams {"upstreams": [...]}` replaces the set (`GatewayControl.set_upstreams`:
 new members count as ready, the host gates them first); a member left out gets no new
 requests and `GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones
 before the host stops its container. `GatewayControl.state().upstreams` (control `/state`,
 and `/gateway/status`) lists each member with name, variant, url, ready, outstanding,
-requests, served, errors, leaving. With a live set the automatic policy raises no switch
-demands, and `route`, the dev routes (`backend`) and `/gateway/status`'s throughput still
-use the single `GATEWAY_UPSTREAM`.
+requests, served, served_1m (in the last minute), spilled, errors, leaving. With a live
+set the automatic policy raises no switch demands, and `route`, the dev routes (`backend`)
+and `/gateway/status`'s throughput still use the single `GATEWAY_UPSTREAM`.
 
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `DrainProgress` (a
 drain's progress: in flight, seconds of the timeout), `Tether` (a `ctl tether` session that

@@ -84,6 +84,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT,... workload classes (policy = auto, live routing)",
         "",
     ),
+    "GATEWAY_SPILL": (
+        "live routing: send a request to another variant's upstream when it has this many fewer "
+        "outstanding requests than the chosen one (0: off)",
+        "0",
+    ),
     "VLLM_API_KEY": ("API key checked on every forwarded route but health/version/metrics/ping/load", ""),
 }
 
@@ -167,6 +172,7 @@ class GatewayConfig:
     policy_window: float = 30.0
     workloads: tuple[WorkloadClass, ...] = ()
     live_upstreams: tuple[LiveSpec, ...] = ()
+    spill: int = 0
 
     @property
     def inspects_bodies(self) -> bool:
@@ -307,6 +313,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0, 1.0, 86400.0),
         workloads=workloads,
         live_upstreams=live,
+        spill=_integer(env, "GATEWAY_SPILL", 0, 0, 100000),
     )
 
 

@@ -14,7 +14,9 @@ settings are probed first; members that leave stop getting requests at once and 
 (`leaving`) until their in-flight requests finish, which `wait_gone()` waits for.
 
 `choose()` asks `routing.choose_upstream` (pure) and counts the decision; the proxy brackets
-each forwarded request with `Member.begin()` / `Member.end()`. The gateway's gate counts the
+each forwarded request with `Member.begin()` / `finished()`. Each member counts what it
+served in the last minute (`served_1m`, for `status` and `ls`) and the requests spilled onto
+it from another variant (`spilled`). The gateway's gate counts the
 backend as ready while any member is.
 """
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,6 +38,7 @@ from .upstream import Upstream
 log = logging.getLogger("gateway")
 
 BACKOFF_MAX_S = 2.0
+LAST_MINUTE_S = 60.0
 
 
 class Member:
@@ -47,6 +52,8 @@ class Member:
         self.requests = 0
         self.served = 0
         self.errors = 0
+        self.spilled = 0
+        self.recent: deque[float] = deque()  # monotonic end times of served requests
         self.leaving = False
         self.task: asyncio.Task[None] | None = None
 
@@ -63,20 +70,23 @@ class Member:
         return self.poller.ready and not self.leaving
 
     def view(self) -> View:
-        return View(self.name, self.spec.variant, self.ready, self.outstanding, self.requests)
+        return View(self.name, self.spec.variant, self.ready, self.outstanding, self.requests, self.spilled)
 
-    def begin(self) -> None:
-        """A request goes to this member."""
+    def begin(self, spilled: bool = False) -> None:
+        """A request goes to this member (`spilled`: another variant's overflow)."""
         self.outstanding += 1
+        self.spilled += spilled
         self.requests += 1
         self.metrics.live_requests.labels(self.name).inc()
         self.metrics.live_outstanding.labels(self.name).inc()
 
-    def end(self, ok: bool) -> None:
+    def end(self, ok: bool, spilled: bool = False) -> None:
         """The request finished (`ok`: answered without a connection failure)."""
         self.outstanding -= 1
+        self.spilled -= spilled
         if ok:
             self.served += 1
+            self.recent.append(time.monotonic())
         else:
             self.errors += 1
             self.metrics.live_errors.labels(self.name).inc()
@@ -87,6 +97,13 @@ class Member:
         """The proxy could not reach it: no requests until a probe passes again."""
         self.poller.mark_down(reason)
 
+    def served_last_minute(self) -> int:
+        """Requests it answered in the last `LAST_MINUTE_S` seconds."""
+        horizon = time.monotonic() - LAST_MINUTE_S
+        while self.recent and self.recent[0] < horizon:
+            self.recent.popleft()
+        return len(self.recent)
+
     def describe(self) -> dict[str, Any]:
         return {
             **self.spec.describe(),
@@ -94,6 +111,8 @@ class Member:
             "outstanding": self.outstanding,
             "requests": self.requests,
             "served": self.served,
+            "served_1m": self.served_last_minute(),
+            "spilled": self.spilled,
             "errors": self.errors,
             "leaving": self.leaving,
             "error": self.poller.last_error,
@@ -195,9 +214,9 @@ class LiveSet:
             asyncio.get_running_loop().create_task(member.poller.aclose())
         self._notify()
 
-    def finished(self, member: Member, ok: bool) -> None:
+    def finished(self, member: Member, ok: bool, spilled: bool = False) -> None:
         """A request to `member` ended."""
-        member.end(ok)
+        member.end(ok, spilled)
         if member.leaving and member.outstanding <= 0:
             self._reap()
 
@@ -216,19 +235,21 @@ class LiveSet:
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
         return left
 
-    def choose(self, hint: tuple[str | None, int | None] | None) -> Member | None:
-        """The member for a request with this (alias variant, prompt tokens) hint."""
+    def choose(self, hint: tuple[str | None, int | None] | None) -> tuple[Member, bool] | None:
+        """The member for a request with this (alias variant, prompt tokens) hint, and whether
+        it was spilled there (pass it to `Member.begin` and `finished`)."""
         alias, tokens = hint or (None, None)
         choice = choose_upstream(
             [m.view() for m in self.members.values()],
             alias_variant=alias,
             prompt_tokens=tokens,
             classes=self.config.workloads,
+            spill=self.config.spill,
         )
         if choice is None:
             return None
         self.metrics.route_decisions.labels(choice.reason).inc()
-        return self.members[choice.name]
+        return self.members[choice.name], choice.reason == "spill"
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every member, then every leaving one, JSON-ready."""

@@ -448,18 +448,19 @@ class ProxyApp:
         (only with `retry`; without it such a request gets 502)."""
         if self.live is None or not self.live.active:
             return await self._forward_to(None, ticket, scope, receive, send, body, watcher, retry=retry)
-        member = self.live.choose(scope.get(ROUTE_HINT))
-        if member is None:  # none ready since the gate admitted it: the gate holds it again
+        chosen = self.live.choose(scope.get(ROUTE_HINT))
+        if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if retry and body.replayable():
                 return True
             await send_error(send, 503, "no live upstream is ready", self.gate.retry_after)
             return False
-        member.begin()
+        member, spilled = chosen
+        member.begin(spilled)
         failed: list[str] = []
         try:
             return await self._forward_to(member, ticket, scope, receive, send, body, watcher, retry, failed)
         finally:
-            self.live.finished(member, not failed)
+            self.live.finished(member, not failed, spilled)
 
     async def _forward_to(
         self,

@@ -19,6 +19,13 @@ body was not read) and the workload classes (`policy.WorkloadClass`, `GATEWAY_WO
 4. Otherwise (no size, no classes, or no class's variant is ready): the least loaded ready
    upstream of all (reason `balance`, or `fallback` when classes named only variants with
    no ready replica).
+5. Spill (`spill` > 0, `GATEWAY_SPILL`; 0 = off): a request that steps 3-4 sent to a
+   variant goes instead to the least loaded ready upstream of another variant when that one
+   has at least `spill` fewer outstanding requests than the chosen one has of its own
+   (reason `spill`): idle capacity serves the overflow. An alias is never spilled.
+   Requests spilled onto an upstream (its `spilled` count) count neither against its own
+   classes' crossover nor as its own load, so the class it suits keeps it (chat stays on
+   mtp while long prompts overflow onto it).
 Among replicas of the chosen variant: least outstanding requests, ties to the one that has
 served fewest (round robin at concurrency 1), then to the first listed.
 """
@@ -31,7 +38,7 @@ from dataclasses import dataclass
 
 from .policy import WorkloadClass, _bucket_gap, _log_gap
 
-REASONS = ("alias", "class", "crossover", "fallback", "balance")
+REASONS = ("alias", "class", "crossover", "fallback", "balance", "spill")
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,7 @@ class View:
     ready: bool
     outstanding: int
     served: int = 0
+    spilled: int = 0
 
 
 @dataclass(frozen=True)
@@ -89,6 +97,7 @@ def choose_upstream(
     alias_variant: str | None = None,
     prompt_tokens: float | None = None,
     classes: Sequence[WorkloadClass] = (),
+    spill: int = 0,
 ) -> Choice | None:
     """The upstream for one request (see the module docstring); None when none is ready."""
     ready = [u for u in upstreams if u.ready]
@@ -101,6 +110,22 @@ def choose_upstream(
         pick = _least(by_variant[alias_variant])
         assert pick is not None
         return Choice(pick.name, pick.variant, "alias")
+    choice = _by_class(ready, by_variant, prompt_tokens, classes)
+    if spill > 0:
+        chosen = next(u for u in ready if u.name == choice.name)
+        other = _least([u for u in ready if u.variant != chosen.variant])
+        if other is not None and chosen.outstanding - chosen.spilled - other.outstanding >= spill:
+            return Choice(other.name, other.variant, "spill")
+    return choice
+
+
+def _by_class(
+    ready: Sequence[View],
+    by_variant: dict[str, list[View]],
+    prompt_tokens: float | None,
+    classes: Sequence[WorkloadClass],
+) -> Choice:
+    """Steps 3-4 of the module docstring."""
     missing = False
     if prompt_tokens is not None and classes:
         ordered = bucket_classes(classes, prompt_tokens)
@@ -112,7 +137,7 @@ def choose_upstream(
                 missing = True
                 continue
             last = pick
-            if pick.outstanding < crossover(ordered, i):
+            if pick.outstanding - pick.spilled < crossover(ordered, i):
                 reason = "crossover" if skipped else "fallback" if missing else "class"
                 return Choice(pick.name, pick.variant, reason)
             skipped = True

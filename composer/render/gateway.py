@@ -85,6 +85,8 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
     if settings.switches:
         environment += _switching_environment(stack)
+    if settings.spill:  # live routing's overflow (composer.gateway.routing); absent: off
+        environment += (("GATEWAY_SPILL", text(Var("GATEWAY_SPILL", str(settings.spill)))),)
     return GatewaySpec(
         project=stack.project,
         service=SERVICE,

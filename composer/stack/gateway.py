@@ -47,6 +47,7 @@ class GatewaySettings:
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
     live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
+    spill: int = 0  # live routing: outstanding requests past another variant's that spill to it (0: off)
     prometheus_image: str = PROMETHEUS_IMAGE  # the observability profile's Prometheus
     prometheus_port: int = 9090  # its web port on the host (bound like the stack's port)
 
@@ -182,6 +183,7 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
     ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
+    ("spill", "GATEWAY_SPILL", parse_count, GatewaySettings.spill),
     ("prometheus_image", "PROMETHEUS_IMAGE", parse_text, GatewaySettings.prometheus_image),
     ("prometheus_port", "PROMETHEUS_PORT", parse_port, GatewaySettings.prometheus_port),
 )

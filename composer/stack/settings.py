@@ -117,6 +117,12 @@ KEYS: tuple[Key, ...] = (
         "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"
     ),
     Key("gateway", "live", "list", "variants that serve at once on disjoint GPUs (a live set)"),
+    Key(
+        "gateway",
+        "spill",
+        "count",
+        "live routing: send a request to another variant when it has this many fewer outstanding (0: off)",
+    ),
     Key("gateway", "prometheus_image", "string", "the observability profile's Prometheus image"),
     Key("gateway", "prometheus_port", "integer", "host port of the observability profile's Prometheus"),
     Key(

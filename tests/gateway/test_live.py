@@ -11,7 +11,10 @@ import pytest
 
 from composer.errors import GatewayConfigError
 from composer.gateway import GatewayControl
+from composer.gateway import live as live_module
 from composer.gateway.config import LiveSpec, load_config, parse_live
+from composer.gateway.live import Member
+from composer.gateway.metrics import Metrics
 from composer.gateway.policy import WorkloadClass, encode_workloads, parse_workloads
 from composer.gateway.routing import View, bucket_classes, choose_upstream, crossover
 from composer.gateway.upstream import Upstream
@@ -94,6 +97,62 @@ def test_the_crossover_field_overrides_the_derived_one() -> None:
     # only one variant in the bucket: no limit
     solo = (WorkloadClass("chat-1", 0, 1024, None, 1, "mtp"),)
     assert crossover(bucket_classes(solo, 10), 0) == float("inf")
+
+
+def test_spill_sends_overflow_to_the_idle_variant_and_keeps_chat_on_mtp() -> None:
+    # off by default: long prompts stay on baseline whatever its load
+    ups = views(("baseline/1", True, 9), ("mtp/1", True, 1))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES)
+    assert chosen is not None and chosen.name == "baseline/1"
+    # on: baseline's own load is `spill` past mtp's: the long prompt spills
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES, spill=2)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "spill")
+    ups = views(("baseline/1", True, 8), ("mtp/1", True, 7))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES, spill=2)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/1", "class")
+    # mtp holds 7 spilled long requests: they do not count against chat's crossover (4),
+    # and chat is not spilled off mtp by baseline's lighter total load
+    ups = [View("baseline/1", "baseline", True, 6), View("mtp/1", "mtp", True, 8, spilled=7)]
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=CLASSES, spill=2)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "class")
+    # the same load counted as mtp's own: chat yields at the crossover (no spill involved)
+    ups = [View("baseline/1", "baseline", True, 6), View("mtp/1", "mtp", True, 8)]
+    chosen = choose_upstream(ups, prompt_tokens=CHAT_TOKENS, classes=CLASSES, spill=2)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("baseline/1", "crossover")
+    # an alias is never spilled; replicas of the same variant are not "another variant"
+    ups = views(("baseline/1", True, 0), ("mtp/1", True, 9))
+    chosen = choose_upstream(ups, alias_variant="mtp", classes=CLASSES, spill=1)
+    assert chosen is not None and (chosen.name, chosen.reason) == ("mtp/1", "alias")
+    ups = views(("baseline/1", True, 9), ("baseline/2", True, 9))
+    chosen = choose_upstream(ups, prompt_tokens=LONG_TOKENS, classes=CLASSES, spill=1)
+    assert chosen is not None and chosen.reason == "class"
+
+
+def test_spill_setting_is_checked() -> None:
+    env = {"GATEWAY_UPSTREAM": "http://127.0.0.1:9"}
+    assert load_config(env).spill == 0 and load_config({**env, "GATEWAY_SPILL": "2"}).spill == 2
+    with pytest.raises(GatewayConfigError, match="GATEWAY_SPILL"):
+        load_config({**env, "GATEWAY_SPILL": "-1"})
+
+
+def test_a_member_counts_what_it_served_in_the_last_minute(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(live_module.time, "monotonic", lambda: now[0])
+    poller = Upstream("http://127.0.0.1:9", on_ready=lambda ready: None)
+    member = Member(LiveSpec("mtp/1", "mtp", "http://127.0.0.1:9"), poller, Metrics())
+    member.begin(spilled=True)
+    assert member.view().spilled == 1
+    member.end(True, spilled=True)
+    member.begin()
+    member.end(False)  # a failed request is not served
+    now[0] += 30
+    member.begin()
+    member.end(True)
+    assert member.served_last_minute() == 2 and member.view().spilled == 0
+    now[0] += 45
+    assert member.served_last_minute() == 1
+    now[0] += 30
+    assert member.served_last_minute() == 0 and member.served == 2
 
 
 def test_a_member_that_is_down_is_probed_with_a_bounded_backoff() -> None:
@@ -190,7 +249,22 @@ def test_chat_and_long_groups_are_served_by_their_variants(sims, gateways) -> No
     status = httpx.get(gw.url + "/gateway/status", headers={"Authorization": f"Bearer {KEY}"}).json()
     listed = {u["name"]: u for u in status["upstreams"]}
     assert set(listed) == {"baseline/1", "mtp/1"} and listed["mtp/1"]["served"] >= 76
+    assert 0 < listed["mtp/1"]["served_1m"] <= listed["mtp/1"]["served"]
+    assert listed["baseline/1"]["spilled"] == listed["mtp/1"]["spilled"] == 0
     assert status["switch"] is None and status["demand"] is None  # routed, never switched
+
+
+def test_with_spill_long_overflow_uses_mtp_and_chat_stays_there(sims, gateways) -> None:
+    base, mtp = sims("baseline"), sims("mtp")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], spill=2)
+    chat = Group("chat", gw.port, CHAT_TOKENS, 64, streams=2, requests=80)
+    long = Group("long", gw.port, LONG_TOKENS, 64, streams=16, requests=120)
+    run_groups(chat, long)
+    assert chat.failed() == long.failed() == 0
+    assert chat.served()["mtp/1"] >= 0.95 * len(chat.outcomes), chat.served()
+    served = long.served()
+    assert min(served.get("baseline/1", 0), served.get("mtp/1", 0)) >= 0.25 * len(long.outcomes), served
+    assert 'gateway_route_decisions_total{reason="spill"}' in gateway_metrics(gw)
 
 
 def test_a_killed_upstream_is_taken_out_and_rejoins(sims, gateways) -> None:
