@@ -24,15 +24,10 @@ allowed_force=1
 source "${here}/../build-lib.sh"
 parse_build_args "$@"
 
-if [[ -n "${PIP:-}" ]]; then
-  read -r -a pip <<<"${PIP}"
-elif [[ -x "${repo}/.venv/bin/pip" ]]; then
-  pip=("${repo}/.venv/bin/pip")
-else
-  pip=(python3 -m pip)
-fi
+host_pip
 
-# The host's docker CLI and Compose v2 plugin, copied into the image: both must be static.
+# The host's docker CLI and Compose v2 plugin, copied into the image: static, or linked only
+# against glibc (which the Debian base has: Debian's docker.io CLI is such a binary).
 docker_cli="$(command -v docker)"
 compose_plugin=""
 for dir in "${DOCKER_CONFIG:-${HOME:-/root}/.docker}/cli-plugins" /usr/local/lib/docker/cli-plugins \
@@ -40,9 +35,11 @@ for dir in "${DOCKER_CONFIG:-${HOME:-/root}/.docker}/cli-plugins" /usr/local/lib
   if [[ -x "${dir}/docker-compose" ]]; then compose_plugin="${dir}/docker-compose"; break; fi
 done
 [[ -n "${compose_plugin}" ]] || { echo "build.sh: the Compose v2 plugin is missing (make docker installs it)" >&2; exit 1; }
+glibc='^(linux-vdso\.so\.1|libc\.so\.6|libpthread\.so\.0|libdl\.so\.2|libm\.so\.6|libresolv\.so\.2|/lib64/ld-linux-x86-64\.so\.2|/lib/ld-linux-aarch64\.so\.1)$'
 for binary in "${docker_cli}" "${compose_plugin}"; do
-  if ldd "${binary}" >/dev/null 2>&1; then
-    echo "build.sh: ${binary} is dynamically linked; the image needs a static build of it" >&2
+  others="$( (ldd "${binary}" 2>/dev/null || true) | awk '{print $1}' | grep -Ev "${glibc}" | grep -v '^not$' || true)"
+  if [[ -n "${others}" ]]; then
+    echo "build.sh: ${binary} needs libraries beyond glibc (${others//$'\n'/ }); the image needs a static build of it" >&2
     exit 1
   fi
 done
@@ -50,30 +47,7 @@ done
 ensure_base
 base_id="$(docker image inspect -f '{{.Id}}' "${base}")"
 
-cache="${repo}/build/follow-wheels"
-mkdir -p "${cache}"
-platform_file="${cache}/platform-${base_id#sha256:}"
-if [[ ! -s "${platform_file}" ]]; then
-  docker run --rm --network=none --entrypoint python3 "${base}" \
-    -c 'import platform, sys; print(f"{sys.version_info[0]}{sys.version_info[1]} {platform.machine()}")' \
-    >"${platform_file}.tmp"
-  mv "${platform_file}.tmp" "${platform_file}"
-fi
-read -r pyver machine <"${platform_file}"
-wheels="${cache}/cp${pyver}-${machine}"
-lock_sum="$(cat "${here}/requirements.txt" "${here}/installer.txt" | sha256sum | cut -d' ' -f1)"
-if [[ "$(cat "${wheels}/.complete" 2>/dev/null)" != "${lock_sum}" ]]; then
-  echo "build.sh: fetching pinned wheels for cp${pyver} ${machine} into ${wheels}"
-  rm -rf "${wheels}"
-  mkdir -p "${wheels}"
-  "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    --python-version "${pyver}" --implementation cp --abi "cp${pyver}" \
-    --platform "manylinux_2_28_${machine}" --platform "manylinux_2_17_${machine}" \
-    --platform "manylinux2014_${machine}" --platform "manylinux_2_5_${machine}" \
-    --platform "manylinux1_${machine}" \
-    --dest "${wheels}" -r "${here}/requirements.txt" -r "${here}/installer.txt"
-  echo "${lock_sum}" >"${wheels}/.complete"
-fi
+fetch_wheels "${repo}/build/follow-wheels" "${here}"
 
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/vllm-composer-follow-ctx.XXXXXX")"
 cleanup() { rm -rf -- "${ctx}"; }
@@ -93,15 +67,7 @@ meta="${ctx}/app/vllm_variant_composer-${version}.dist-info"
 mkdir -p "${meta}"
 printf 'Metadata-Version: 2.1\nName: vllm-variant-composer\nVersion: %s\n' "${version}" >"${meta}/METADATA"
 
-inputs="$(
-  cd "${ctx}"
-  { find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; echo "base ${base_id}"; } | sha256sum | cut -d' ' -f1
-)"
-current="$(docker image inspect -f "{{ index .Config.Labels \"${label}\" }}" "${tag}" 2>/dev/null || true)"
-if [[ "${force}" -eq 0 && "${current}" == "${inputs}" ]]; then
-  echo "build.sh: ${tag} is current (inputs ${inputs:0:12})"
-  exit 0
-fi
+exit_when_current "${ctx}"
 
 echo "build.sh: building ${tag} from ${base} (network disabled)"
 docker build --quiet --network=none \
@@ -110,4 +76,6 @@ docker build --quiet --network=none \
   --label "vllm-composer.follow.base=${base_id}" \
   --tag "${tag}" \
   "${ctx}" >/dev/null
+# the copied CLI and plugin run in the image (a library missing there fails the build here)
+docker run --rm --network=none --entrypoint docker "${tag}" compose version >/dev/null
 echo "build.sh: built ${tag} (inputs ${inputs:0:12})"

@@ -22,42 +22,13 @@ allowed_force=1
 source "${here}/../build-lib.sh"
 parse_build_args "$@"
 
-if [[ -n "${PIP:-}" ]]; then
-  read -r -a pip <<<"${PIP}"
-elif [[ -x "${repo}/.venv/bin/pip" ]]; then
-  pip=("${repo}/.venv/bin/pip")
-else
-  pip=(python3 -m pip)
-fi
+host_pip
 
 ensure_base
 base_id="$(docker image inspect -f '{{.Id}}' "${base}")"
 
 # The base's Python version and machine decide which wheels to fetch (cached per base image).
-cache="${repo}/build/gateway-wheels"
-mkdir -p "${cache}"
-platform_file="${cache}/platform-${base_id#sha256:}"
-if [[ ! -s "${platform_file}" ]]; then
-  docker run --rm --network=none --entrypoint python3 "${base}" \
-    -c 'import platform, sys; print(f"{sys.version_info[0]}{sys.version_info[1]} {platform.machine()}")' \
-    >"${platform_file}.tmp"
-  mv "${platform_file}.tmp" "${platform_file}"
-fi
-read -r pyver machine <"${platform_file}"
-wheels="${cache}/cp${pyver}-${machine}"
-lock_sum="$(cat "${here}/requirements.txt" "${here}/installer.txt" | sha256sum | cut -d' ' -f1)"
-if [[ "$(cat "${wheels}/.complete" 2>/dev/null)" != "${lock_sum}" ]]; then
-  echo "build.sh: fetching pinned wheels for cp${pyver} ${machine} into ${wheels}"
-  rm -rf "${wheels}"
-  mkdir -p "${wheels}"
-  "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --only-binary=:all: \
-    --python-version "${pyver}" --implementation cp --abi "cp${pyver}" \
-    --platform "manylinux_2_28_${machine}" --platform "manylinux_2_17_${machine}" \
-    --platform "manylinux2014_${machine}" --platform "manylinux_2_5_${machine}" \
-    --platform "manylinux1_${machine}" \
-    --dest "${wheels}" -r "${here}/requirements.txt" -r "${here}/installer.txt"
-  echo "${lock_sum}" >"${wheels}/.complete"
-fi
+fetch_wheels "${repo}/build/gateway-wheels" "${here}"
 
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/vllm-composer-gateway-ctx.XXXXXX")"
 cleanup() { rm -rf -- "${ctx}"; }
@@ -68,15 +39,7 @@ cp "${wheels}"/*.whl "${ctx}/wheels/"
 cp "${repo}/composer/__init__.py" "${repo}/composer/errors.py" "${ctx}/app/composer/"
 cp "${repo}/composer/gateway/"*.py "${ctx}/app/composer/gateway/"
 
-inputs="$(
-  cd "${ctx}"
-  { find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; echo "base ${base_id}"; } | sha256sum | cut -d' ' -f1
-)"
-current="$(docker image inspect -f "{{ index .Config.Labels \"${label}\" }}" "${tag}" 2>/dev/null || true)"
-if [[ "${force}" -eq 0 && "${current}" == "${inputs}" ]]; then
-  echo "build.sh: ${tag} is current (inputs ${inputs:0:12})"
-  exit 0
-fi
+exit_when_current "${ctx}"
 
 echo "build.sh: building ${tag} from ${base} (network disabled)"
 docker build --quiet --network=none \
@@ -85,9 +48,5 @@ docker build --quiet --network=none \
   --label "vllm-composer.gateway.base=${base_id}" \
   --tag "${tag}" \
   "${ctx}" >/dev/null
-user="$(docker run --rm --network=none --entrypoint id "${tag}" -u)"
-if [[ "${user}" == "0" ]]; then
-  echo "build.sh: ${tag} runs as root" >&2
-  exit 1
-fi
+user="$(non_root_user)"
 echo "build.sh: built ${tag} (inputs ${inputs:0:12}, user ${user})"

@@ -58,15 +58,7 @@ cp "${ctx}/root/usr/bin/prometheus" "${ctx}/root/usr/bin/promtool" "${ctx}/bin/"
 rm -rf -- "${ctx}/root"
 cp "${here}/Dockerfile" "${ctx}/"
 
-inputs="$(
-  cd "${ctx}"
-  { find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum; echo "base ${base_id}"; } | sha256sum | cut -d' ' -f1
-)"
-current="$(docker image inspect -f "{{ index .Config.Labels \"${label}\" }}" "${tag}" 2>/dev/null || true)"
-if [[ "${force}" -eq 0 && "${current}" == "${inputs}" ]]; then
-  echo "build.sh: ${tag} is current (inputs ${inputs:0:12})"
-  exit 0
-fi
+exit_when_current "${ctx}"
 
 echo "build.sh: building ${tag} from ${base} with prometheus ${deb_version} (network disabled)"
 docker build --quiet --network=none \
@@ -76,9 +68,5 @@ docker build --quiet --network=none \
   --label "vllm-composer.prometheus.base=${base_id}" \
   --tag "${tag}" \
   "${ctx}" >/dev/null
-user="$(docker run --rm --network=none --entrypoint id "${tag}" -u)"
-if [[ "${user}" == "0" ]]; then
-  echo "build.sh: ${tag} runs as root" >&2
-  exit 1
-fi
+user="$(non_root_user)"
 echo "build.sh: built ${tag} (inputs ${inputs:0:12}, prometheus ${deb_version}, user ${user})"
