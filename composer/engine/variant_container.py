@@ -101,17 +101,24 @@ class VariantContainer:
             return f"the container exited with code {self._last_exit_code(attrs)} and was restarted"
         return None
 
-    def _last_exit_code(self, attrs: dict) -> object:
-        """The code of the container's last exit. Docker resets `State.ExitCode` to 0 once a
-        restart runs it again, so it comes from the last `die` event; the state's is the fallback."""
-        try:
-            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
-            events = self.container.client.events(
+    def _die_events(self, attrs: dict) -> list[dict]:
+        """The container's `die` events since it was created, oldest first (raises when the
+        daemon cannot list them)."""
+        created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
+        return list(
+            self.container.client.events(
                 since=created.replace(tzinfo=UTC),
                 until=datetime.now(UTC) + timedelta(seconds=1),
                 filters={"container": self.container.id, "event": "die"},
                 decode=True,
             )
+        )
+
+    def _last_exit_code(self, attrs: dict) -> object:
+        """The code of the container's last exit. Docker resets `State.ExitCode` to 0 once a
+        restart runs it again, so it comes from the last `die` event; the state's is the fallback."""
+        try:
+            events = self._die_events(attrs)
             codes = [event.get("Actor", {}).get("Attributes", {}).get("exitCode") for event in events]
         except Exception:  # events unavailable (the daemon went away): the state's code
             codes = []
@@ -122,14 +129,7 @@ class VariantContainer:
     def _first_death(self, attrs: dict) -> float | None:
         """When (unix seconds) the container's first run ended: its first `die` event."""
         try:
-            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
-            events = self.container.client.events(
-                since=created.replace(tzinfo=UTC),
-                until=datetime.now(UTC) + timedelta(seconds=1),
-                filters={"container": self.container.id, "event": "die"},
-                decode=True,
-            )
-            times = [int(event["timeNano"]) / 1e9 for event in events if event.get("timeNano")]
+            times = [int(e["timeNano"]) / 1e9 for e in self._die_events(attrs) if e.get("timeNano")]
         except Exception:  # events unavailable: the caller reads the whole log
             return None
         return min(times) if times else None
