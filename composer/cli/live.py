@@ -52,6 +52,7 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
             dry_run=args.dry_run,
             progress=line.step,
             waiting=line.waiting,
+            options=args.up_options(allow_weak, obj),
         ),
         dry_run=args.dry_run,
     )

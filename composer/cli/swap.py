@@ -168,8 +168,8 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     "with_profiles",
     multiple=True,
     type=click.Choice(tuple(PROFILE_SERVICES)),
-    help="Also start an optional service of the compose files once VARIANT serves (repeatable): "
-    "prometheus scrapes the gateway and the variant; follow runs `compose-spec follow` in a "
+    help="Also start an optional service of the compose files once VARIANT (or the live set) serves "
+    "(repeatable): prometheus scrapes the gateway and the variant(s); follow runs `compose-spec follow` in a "
     "container given the Docker socket, i.e. Docker's full power (both off unless asked for).",
 )
 @click.option(

@@ -4,7 +4,9 @@ Each member (`mtp/1`) runs as the compose service `<service>-<variant>-<n>` with
 GPU set in the device reservation (none with GPU_DEVICES=none) and the labels `live` and
 `gpus`; the gateway's environment lists every member in `GATEWAY_LIVE_UPSTREAMS` (JSON:
 name, variant, url), so a by-hand `docker compose -f compose/live.yml up -d` starts the
-whole set. Pure: no I/O but the rendered text.
+whole set. The optional `prometheus` (scraping every member) and `follow` services sit
+beside them under their compose profiles, as in a variant's file (`up A B --with ...`).
+Pure: no I/O but the rendered text.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import jinja2
 from composer import labels as label_names
 from composer.errors import RenderError
 from composer.render.files import RenderedFile, template_environment
+from composer.render.follow import FollowSpec, build_follow_spec
 from composer.render.gateway import GatewaySpec, build_gateway_spec
+from composer.render.prometheus import PrometheusSpec, build_prometheus_spec
 from composer.render.spec import CONTAINER_PORT, LOG_DRIVER, ServiceSpec, build_spec, config_hash, text
 from composer.stack.model import Stack
 from composer.stack.placement import LiveMember, live_members
@@ -57,6 +61,8 @@ class LiveTarget:
     variants: tuple[str, ...]
     services: tuple[LiveService, ...]
     gateway: GatewaySpec | None
+    prometheus: PrometheusSpec | None = None  # the observability profile: scrapes every member
+    follow: FollowSpec | None = None  # the follow profile
 
     @property
     def hash(self) -> str:
@@ -96,7 +102,10 @@ def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
     if gateway is not None:
         listed = json.dumps([s.upstream() for s in services], separators=(",", ":"))
         gateway = replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
-    return LiveTarget(tuple(variants), services, gateway)
+    prometheus = build_prometheus_spec(
+        stack, [(s.name, s.member.variant, s.spec.compose_service) for s in services]
+    )
+    return LiveTarget(tuple(variants), services, gateway, prometheus, build_follow_spec(stack))
 
 
 def render_live(target: LiveTarget, out_dir: Path, name: str = LIVE_FILE) -> list[RenderedFile]:

@@ -5,7 +5,8 @@ A `prometheus` service in every rendered compose file, under the compose profile
 (`--profile prometheus`, `COMPOSE_PROFILES=prometheus`) or the service is named
 (`compose-spec up VARIANT --with prometheus`). It scrapes, inside the project's network,
 the gateway's `/gateway/metrics` (by its service name) and the serving variant's vLLM
-`/metrics` (by the variant service name all variants share). Neither path needs the API
+`/metrics` (by the variant service name all variants share; on a live set, every live
+container by its own service name). Neither path needs the API
 key, so Prometheus is given none: the key never reaches its container or its config.
 Its scrape configuration is inlined in the compose file (a compose `configs` entry), its
 data lives in a named volume, and its web port is published on the stack's bind address.
@@ -14,6 +15,7 @@ data lives in a named volume, and its web port is published on the stack's bind 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from composer import labels as label_names
@@ -59,34 +61,38 @@ class PrometheusSpec:
     healthcheck: tuple[str, ...]
 
 
-def scrape_config(stack: Stack) -> str:
+def scrape_config(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> str:
     """Prometheus' configuration for the stack's network: the gateway (when the stack has one)
-    and the serving variant, each by service name."""
-    jobs = []
+    and the serving variant, each by service name; with `live` (member name, variant, service),
+    every live container instead, labelled `upstream` and `variant`."""
+    jobs: list[tuple[str, str, list[tuple[str, dict[str, str]]]]] = []
     if stack.gateway.enabled:
-        jobs.append((GATEWAY_JOB, "/gateway/metrics", f"{GATEWAY_SERVICE}:{CONTAINER_PORT}"))
-    jobs.append((VLLM_JOB, "/metrics", f"{stack.service}:{CONTAINER_PORT}"))
+        jobs.append((GATEWAY_JOB, "/gateway/metrics", [(f"{GATEWAY_SERVICE}:{CONTAINER_PORT}", {})]))
+    members = [
+        (f"{service}:{CONTAINER_PORT}", {"upstream": name, "variant": variant})
+        for name, variant, service in live
+    ]
+    jobs.append((VLLM_JOB, "/metrics", members or [(f"{stack.service}:{CONTAINER_PORT}", {})]))
+    what = "every live container" if live else "the serving variant"
     lines = [
-        "# Rendered by compose-spec: the gateway and the serving variant, inside the project's network.",
+        f"# Rendered by compose-spec: the gateway and {what}, inside the project's network.",
         "global:",
         f"  scrape_interval: {SCRAPE_INTERVAL}",
         "  evaluation_interval: 15s",
         "scrape_configs:",
     ]
-    for job, path, address in jobs:
-        lines += [
-            f"  - job_name: {job}",
-            f"    metrics_path: {path}",
-            "    static_configs:",
-            f"      - targets: [{json.dumps(address)}]",
-            "        labels:",
-            f"          stack: {json.dumps(stack.project)}",
-        ]
+    for job, path, targets in jobs:
+        lines += [f"  - job_name: {job}", f"    metrics_path: {path}", "    static_configs:"]
+        for address, extra in targets:
+            lines += [f"      - targets: [{json.dumps(address)}]", "        labels:"]
+            labels = {"stack": stack.project, **extra}
+            lines += [f"          {key}: {json.dumps(value)}" for key, value in labels.items()]
     return "\n".join(lines) + "\n"
 
 
-def build_prometheus_spec(stack: Stack) -> PrometheusSpec:
-    """The observability profile's Prometheus for a stack."""
+def build_prometheus_spec(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> PrometheusSpec:
+    """The observability profile's Prometheus for a stack (`live`: the live set's containers,
+    see `scrape_config`)."""
     return PrometheusSpec(
         service=SERVICE,
         profile=PROFILE,
@@ -102,7 +108,7 @@ def build_prometheus_spec(stack: Stack) -> PrometheusSpec:
         ),
         config_name=CONFIG_NAME,
         config_target=CONFIG_TARGET,
-        config=scrape_config(stack),
+        config=scrape_config(stack, live),
         volume=VOLUME,
         data_dir=DATA_DIR,
         labels=((label_names.ROLE, label_names.ROLE_PROMETHEUS),),

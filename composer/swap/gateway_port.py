@@ -1,6 +1,10 @@
 """The gateway's published port, end to end: what `status` says about it, and
 `up --recreate-gateway`, which brings Docker's port proxy back by recreating only the
 gateway's container (the serving variant keeps running, and keeps serving through it).
+
+On a live set the new gateway is created from the live set's run file (its environment
+lists the set) and then told the upstreams that Docker's labels say run (`live`, `variant`,
+the compose service), so it routes to exactly the containers that serve, as before.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_publi
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError, UsageError
 from composer.render.runfiles import compose_environment, run_file
+from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 
@@ -92,6 +97,9 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
             "the variant publishes the port: `compose-spec up VARIANT` restarts it"
         )
     began = time.monotonic()
+    live = _live_upstreams(stack, client)
+    if live:
+        return _recreate_live(stack, client, live, say, began)
     # Read before the recreation: the old gateway's route tells which standby container serves.
     serving = next((c for c in serving_containers(stack, client) if c.describe().running), None)
     variant = serving.describe().variant if serving is not None else None
@@ -99,13 +107,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
     service = target.gateway.service if target.gateway else "gateway"
     say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
-    compose(
-        stack.project,
-        compose_file,
-        ["up", "--detach", "--no-build", "--pull", "never", "--no-deps", "--force-recreate", service],
-        env=compose_environment(compose_file, stack.api_key),
-        timeout=120,
-    )
+    _compose_recreate(stack, compose_file, service)
     gateway = gateway_container(stack, client)
     if gateway is None:
         raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
@@ -124,6 +126,60 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
                 f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
             )
     return Recreated(gateway.name, published.url, variant, time.monotonic() - began)
+
+
+def _live_upstreams(stack: Stack, client: docker.DockerClient) -> list[dict[str, str]]:
+    """The running live containers as the gateway's upstreams, from their labels."""
+    from composer.swap.live import live_containers
+
+    return [
+        {"name": r.name, "variant": r.variant, "url": f"http://{r.service}:{CONTAINER_PORT}"}
+        for r in live_containers(stack, client)
+        if r.status == "running" and r.service
+    ]
+
+
+def _recreate_live(
+    stack: Stack, client: docker.DockerClient, upstreams: list[dict[str, str]], say: Say, began: float
+) -> Recreated:
+    """Recreate the gateway of a running live set and route it to the same containers."""
+    from composer.render.live import resolve_live
+    from composer.swap.live import live_run_file
+
+    names = ", ".join(u["name"] for u in upstreams)
+    target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in upstreams)))
+    compose_file = live_run_file(target)
+    service = target.gateway.service if target.gateway else "gateway"
+    say(f"recreating the gateway (the live set {names} keeps running)")
+    _compose_recreate(stack, compose_file, service)
+    gateway = gateway_container(stack, client)
+    if gateway is None:
+        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
+    retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
+        lambda: _control(gateway).set_upstreams(upstreams)
+    )
+    published = _wait_answers(gateway, stack)
+    if not published.answers:
+        raise ComposerError(
+            f"the recreated gateway does not answer through {published.url}: {published.detail}"
+        )
+    say(f"waiting for the gateway to reach {names}")
+    if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
+        raise ComposerError(
+            f"the recreated gateway answers on {published.url} but reaches none of {names} "
+            f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
+        )
+    return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began)
+
+
+def _compose_recreate(stack: Stack, compose_file: Path, service: str) -> None:
+    compose(
+        stack.project,
+        compose_file,
+        ["up", "--detach", "--no-build", "--pull", "never", "--no-deps", "--force-recreate", service],
+        env=compose_environment(compose_file, stack.api_key),
+        timeout=120,
+    )
 
 
 def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
+    from composer.swap.swapper import UpOptions
 
 Say = Callable[[str], None]
 DRAIN_POLL_S = 0.2
@@ -523,9 +524,13 @@ def up_live(
     dry_run: bool = False,
     progress: Say = _quiet,
     waiting: Say | None = None,
+    options: UpOptions | None = None,
 ) -> LiveResult:
-    """Change the live set under the project's lock (`dry_run`: the plan only, no lock)."""
+    """Change the live set under the project's lock (`dry_run`: the plan only, no lock).
+    `options.profiles`: optional services (`--with`) checked first, started once the set serves."""
     from composer.swap.lock import swap_lock
+    from composer.swap.profiles import check_profiles, start_profiles
+    from composer.swap.steps import Context
 
     if len(requested) > 1:
         live_members(stack, requested)  # the set as named: refused before Docker is asked anything
@@ -534,8 +539,14 @@ def up_live(
     swapper = LiveSwapper(stack, client, timeout, settle, progress=progress, waiting=waiting)
     if dry_run:
         return swapper.up(target, dry_run=True)
+    ctx = Context(stack, client, options, progress, waiting or progress) if options else None
+    if ctx is not None:
+        check_profiles(ctx, target)
     with swap_lock(stack.project, wait_for_lock, progress):
-        return swapper.up(target)
+        result = swapper.up(target)
+        if ctx is not None and ctx.options.profiles:
+            result.notes += start_profiles(ctx, target, live_run_file(target))
+        return result
 
 
 def down_live(stack: Stack, variant: str, *, client: docker.DockerClient, progress: Say = _quiet) -> str:

@@ -1,5 +1,6 @@
-"""The compose files' optional services (`up VARIANT --with prometheus|follow`): their images
-are checked before anything changes, and they are started once the variant serves.
+"""The compose files' optional services (`up VARIANT --with prometheus|follow`, and on a live
+set `up A B --with ...`): their images are checked before anything changes, and they are
+started once the variant (or the live set) serves.
 
 The follow profile's container shares folders with the host at the host's own paths: they
 are passed to compose exactly (this project's folder, env file, state and lock folders) and
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from composer.errors import PreflightFailed
 from composer.render import follow
+from composer.render.live import LiveTarget
 from composer.render.prometheus import PROFILE_SERVICES
 from composer.render.runfiles import run_file, state_dir
 from composer.render.spec import resolve
@@ -31,7 +33,7 @@ def _image(ctx: Context, image: str, fix: str) -> None:
         raise PreflightFailed(f"preflight: the {name} image {image} is not here; fix: {fix}") from None
 
 
-def check_profiles(ctx: Context, target: Target) -> None:
+def check_profiles(ctx: Context, target: Target | LiveTarget) -> None:
     """The images of `options.profiles` are local (checked before anything changes)."""
     if "prometheus" in ctx.options.profiles and target.prometheus is not None:
         _image(
@@ -102,14 +104,18 @@ def _socket_group() -> int:
         return os.getegid()
 
 
-def start_profiles(ctx: Context, target: Target) -> list[str]:
-    """Start the optional services of `options.profiles` (once the variant serves); their notes."""
+def start_profiles(ctx: Context, target: Target | LiveTarget, compose_file: Path | None = None) -> list[str]:
+    """Start the optional services of `options.profiles` (once the variant serves) from
+    `compose_file` (default: the target's run file; a live set's run file); their notes."""
+    if compose_file is None:
+        assert isinstance(target, Target), "a live set names its run file"
+        compose_file = run_file(target)
     notes = []
     for profile in ctx.options.profiles:
         service = PROFILE_SERVICES[profile]
         ctx.say(f"starting {service} (the {profile} profile)")
         host = follow_host_values(ctx) if profile == follow.PROFILE else None
-        compose_up(ctx, run_file(target), service, host)
+        compose_up(ctx, compose_file, service, host)
         extra = " with the Docker socket (Docker's full power)" if profile == follow.PROFILE else ""
         notes.append(f"{service} runs (the {profile} profile){extra}")
     return notes

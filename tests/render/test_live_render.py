@@ -40,11 +40,18 @@ def _live_file(stack: Stack, out: Path) -> dict:
 def test_one_service_per_live_container_on_its_own_gpus(tmp_path: Path) -> None:
     doc = _live_file(_stack(tmp_path), tmp_path / "out")
     services = doc["services"]
-    assert sorted(services) == ["gateway", "vllm-baseline-1", "vllm-baseline-2", "vllm-mtp-1"]
+    assert sorted(services) == [
+        "follow",
+        "gateway",
+        "prometheus",
+        "vllm-baseline-1",
+        "vllm-baseline-2",
+        "vllm-mtp-1",
+    ]  # the optional services under their profiles, as in a variant's file
     devices = {
         name: services[name]["deploy"]["resources"]["reservations"]["devices"][0]["device_ids"]
         for name in services
-        if name != "gateway"
+        if name.startswith("vllm-")
     }
     assert devices == {"vllm-baseline-1": ["0,1"], "vllm-baseline-2": ["2,3"], "vllm-mtp-1": ["4,5,6,7"]}
     labels = services["vllm-baseline-2"]["labels"]

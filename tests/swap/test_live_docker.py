@@ -1,5 +1,6 @@
 """Live sets on the real daemon with the simulator (GPU_DEVICES=none, distinct simulated GPU
-sets): `up baseline mtp` runs both behind the one gateway; `up mtp` on a live {baseline} joins
+sets): `up baseline mtp --with prometheus` runs both behind the one gateway, Prometheus
+scraping each, and `up --recreate-gateway` brings a gateway that routes to both again; `up mtp` on a live {baseline} joins
 without baseline stopping and without a refused request; `down baseline` drains it out.
 
 Needs a gateway image with live upstreams (POST /upstreams, x-served-by): set GATEWAY_IMAGE
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 
 import httpx
 import pytest
+
+from tests.conftest import free_port
 
 pytestmark = pytest.mark.docker
 
@@ -59,8 +62,9 @@ class Client:
         self._thread.join(timeout=90)
 
 
-def _live(sim_stack) -> None:
-    sim_stack.stack_file.write_text(sim_stack.stack_file.read_text() + PLACEMENT, encoding="utf-8")
+def _live(sim_stack, gateway: str = "") -> None:
+    placement = PLACEMENT.replace("[gateway]\n", f"[gateway]\n{gateway}")
+    sim_stack.stack_file.write_text(sim_stack.stack_file.read_text() + placement, encoding="utf-8")
 
 
 def _container(docker_client, project: str, member: str):
@@ -76,13 +80,28 @@ def _gateway_upstreams(sim_stack) -> dict[str, dict]:
     return {row["name"]: row for row in status["live"]}
 
 
+def _served(sim_stack, count: int = 20) -> list[tuple[int, str]]:
+    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
+        while len(client.answers) < count:
+            threading.Event().wait(0.05)
+    return client.answers
+
+
 def test_up_two_variants_runs_both_on_their_own_gpu_sets(sim_stack, docker_client) -> None:
-    _live(sim_stack)
+    _live(sim_stack, f"prometheus_port = {free_port()}\n")
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert "start baseline/1 on GPUs 0,1" in plan.stdout and "start mtp/1 on GPUs 2,3" in plan.stdout
-    done = sim_stack.run("up", "baseline", "mtp", timeout=300)
+    done = sim_stack.run("up", "baseline", "mtp", "--with", "prometheus", timeout=300)
     assert done.returncode == 0, done.stderr
+    assert "prometheus runs (the prometheus profile)" in done.stdout + done.stderr
+    (prometheus,) = docker_client.containers.list(
+        filters={
+            "label": [f"com.docker.compose.project={sim_stack.project}", "vllm-composer.role=prometheus"]
+        }
+    )
+    config = prometheus.exec_run(["cat", "/etc/prometheus/prometheus.yml"]).output.decode()
+    assert '"vllm-baseline-1:8000"' in config and '"vllm-mtp-1:8000"' in config  # every member scraped
     assert "live set baseline/1 (GPUs 0,1), mtp/1 (GPUs 2,3)" in done.stdout
     baseline = _container(docker_client, sim_stack.project, "baseline/1")
     mtp = _container(docker_client, sim_stack.project, "mtp/1")
@@ -92,13 +111,23 @@ def test_up_two_variants_runs_both_on_their_own_gpu_sets(sim_stack, docker_clien
         "baseline/1": ("0,1", True),
         "mtp/1": ("2,3", True),
     }
-    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
-        while len(client.answers) < 20:
-            threading.Event().wait(0.05)
-    assert {status for status, _ in client.answers} == {200}
-    assert {served for _, served in client.answers} <= {"baseline/1", "mtp/1"}
+    answers = _served(sim_stack)
+    assert {status for status, _ in answers} == {200}
+    assert {served for _, served in answers} <= {"baseline/1", "mtp/1"}
     again = sim_stack.run("up", "baseline", "mtp", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "unchanged", again.stderr
+
+    # A recreated gateway routes to the same live containers (told from their labels).
+    old = docker_client.containers.get(f"{sim_stack.project}-gateway-1").id
+    recreated = sim_stack.run("up", "--recreate-gateway", timeout=300)
+    assert recreated.returncode == 0, recreated.stderr
+    assert "the live set baseline/1, mtp/1 serves through it again" in recreated.stdout
+    assert docker_client.containers.get(f"{sim_stack.project}-gateway-1").id != old
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: row["ready"] for name, row in rows.items()} == {"baseline/1": True, "mtp/1": True}
+    answers = _served(sim_stack)
+    assert {status for status, _ in answers} == {200}, answers
+    assert {served for _, served in answers} <= {"baseline/1", "mtp/1"}, answers
 
 
 def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(

@@ -107,3 +107,24 @@ def test_gateway_fields_absent_are_shown_as_dashes(stack: Stack) -> None:
     ]  # fmt: skip
     assert table[1].split() == ["mtp/1", "c1", "running", "2,3", "yes", "3", "-", "9", "0"]
     assert table[2].split() == ["baseline/1", "c2", "running", "0,1", "-", "-", "-", "-", "-"]
+
+
+def test_the_live_file_carries_the_optional_services_and_prometheus_scrapes_every_member(
+    stack: Stack, tmp_path: Path
+) -> None:
+    import yaml
+
+    from composer.render.live import render_live
+
+    (file,) = render_live(resolve_live(stack, ["baseline", "mtp"]), tmp_path)
+    rendered = yaml.safe_load(file.content)
+    assert rendered["services"]["prometheus"]["profiles"] == ["prometheus"]
+    assert rendered["services"]["follow"]["profiles"] == ["follow"]
+    assert set(rendered["volumes"]) == {"gateway-state", "prometheus-data"}
+    scrape = yaml.safe_load(rendered["configs"]["prometheus-config"]["content"])
+    jobs = {job["job_name"]: job["static_configs"] for job in scrape["scrape_configs"]}
+    assert [(c["targets"], c["labels"]["upstream"]) for c in jobs["vllm"]] == [
+        (["vllm-baseline-1:8000"], "baseline/1"),
+        (["vllm-mtp-1:8000"], "mtp/1"),
+    ]
+    assert jobs["vllm-composer-gateway"][0]["targets"] == ["gateway:8000"]
