@@ -171,11 +171,15 @@ def run_group(url: str, name: str, streams: int, requests: int, prompt: int, max
     return result
 
 
+HYBRID = ["1"]  # SIM_HYBRID_MODEL of every simulator (--no-hybrid: "0")
+
+
 def start_sim(variant: str, scale: str, log_dir: Path) -> SimProcess:
     args = [str(SIM_MODEL), "--served-model-name", "m"]
     if variant == "mtp":
         args += ["--speculative-config", json.dumps(MTP)]
-    return SimProcess.start(args, env={"SIM_TIME_SCALE": scale}, api_key=KEY, log_dir=log_dir)
+    env = {"SIM_TIME_SCALE": scale, "SIM_HYBRID_MODEL": HYBRID[0]}
+    return SimProcess.start(args, env=env, api_key=KEY, log_dir=log_dir)
 
 
 @contextmanager
@@ -391,8 +395,15 @@ def main() -> int:
     parser.add_argument(
         "--trace", choices=("mixed", "chat", "long"), default="mixed", help="both groups, or one alone"
     )
+    parser.add_argument(
+        "--no-hybrid",
+        dest="hybrid",
+        action="store_false",
+        help="model a non-hybrid target (MTP not capped at 3 running sequences)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "live.json")
     opts = parser.parse_args()
+    HYBRID[0] = "1" if opts.hybrid else "0"
     shown = opts.json.resolve()
     shown = shown.relative_to(REPO) if shown.is_relative_to(REPO) else shown
     results: dict = {"settings": vars(opts) | {"json": str(shown)}, "arms": {}}

@@ -25,7 +25,15 @@ body was not read) and the workload classes (`policy.WorkloadClass`, `GATEWAY_WO
    (reason `spill`): idle capacity serves the overflow. An alias is never spilled.
    Requests spilled onto an upstream (its `spilled` count) count neither against its own
    classes' crossover nor as its own load, so the class it suits keeps it (chat stays on
-   mtp while long prompts overflow onto it).
+   mtp while long prompts overflow onto it). The overflow is bounded by what the other
+   variant is good for: it takes a spilled request only while its outstanding requests,
+   that one included, stay at least one below the lowest crossover of the classes naming
+   it (`capacity`; chat-1 = mtp before chat-16 = baseline: mtp takes at most 2 spilled
+   requests and keeps a slot for chat). Past that point its speculation costs batch
+   capacity (real MTP loses at high concurrency; on hybrid models it runs about 3
+   sequences at once), so a request queued there would finish later than on the variant
+   its class names. A variant no class names, or named only by a bucket's last class, has
+   no bound.
 Among replicas of the chosen variant: least outstanding requests, ties to the one that has
 served fewest (round robin at concurrency 1), then to the first listed.
 """
@@ -87,6 +95,21 @@ def crossover(ordered: Sequence[WorkloadClass], index: int) -> float:
     return math.inf
 
 
+def capacity(classes: Sequence[WorkloadClass], variant: str) -> float:
+    """Outstanding requests from which `variant` yields in any bucket (its lowest finite
+    crossover; inf when none): the bound of what spills onto it."""
+    found = math.inf
+    buckets: dict[tuple[int, int | None], list[WorkloadClass]] = {}
+    for c in classes:
+        buckets.setdefault((c.min_tokens, c.max_tokens), []).append(c)
+    for members in buckets.values():
+        ordered = sorted(members, key=lambda c: c.streams)
+        for i, c in enumerate(ordered):
+            if c.variant == variant:
+                found = min(found, crossover(ordered, i))
+    return found
+
+
 def _least(views: Sequence[View]) -> View | None:
     return min(views, key=lambda v: (v.outstanding, v.served), default=None)
 
@@ -114,7 +137,11 @@ def choose_upstream(
     if spill > 0:
         chosen = next(u for u in ready if u.name == choice.name)
         other = _least([u for u in ready if u.variant != chosen.variant])
-        if other is not None and chosen.outstanding - chosen.spilled - other.outstanding >= spill:
+        if (
+            other is not None
+            and chosen.outstanding - chosen.spilled - other.outstanding >= spill
+            and other.outstanding + 1 < capacity(classes, other.variant)
+        ):
             return Choice(other.name, other.variant, "spill")
     return choice
 
