@@ -29,7 +29,8 @@ one ready member (`routing`, pure): an alias names a variant; else the request's
 bounds a class's variant's outstanding requests) picks the variant; among its replicas the
 least loaded; with `GATEWAY_SPILL=N` (0: off) a request goes instead to another variant's
 least loaded member when that one has N fewer outstanding than the chosen one has of its own
-(spilled requests do not count against their new member's classes). Every forwarded
+and stays, with it, below its variant's lowest crossover (`routing.capacity`; spilled requests
+do not count against their new member's classes). Every forwarded
 response carries `x-served-by: <name>`. A member whose connection fails is taken out until
 its own health check (`/health`, `/is_sleeping`, `/v1/models`; bounded backoff) passes;
 requests that had not reached it go to the others.

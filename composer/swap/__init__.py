@@ -17,7 +17,8 @@ memory planner it runs first, `decide_standby`, and the release wait's budget ar
 `composer.capacity`, the figures doctor prints), the per-project
 swap lock, the status
 report, and the gateway's published port checked end to end (`gateway_port`:
-`recreate_gateway` brings a dead port back, the variant untouched). Uses the rendered
+`recreate_gateway` brings a dead port back, the variant untouched; on a live set it is told
+the running live containers from their labels). Uses the rendered
 run files, never the templates. May import: `composer.stack`,
 `composer.render`, `composer.engine`, `composer.probes`, `composer.capacity`, `composer.doctor` (its fast
 checks are the preflight), `composer.gateway` (its control client),
@@ -25,7 +26,8 @@ checks are the preflight), `composer.gateway` (its control client),
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
 gets Docker access. A live set (`live`: several variants serving at once on disjoint GPUs,
 changed one container at a time: start and gate, `set_upstreams`, drain and stop; `plan_live`
-is pure; `live_status`: the live containers as `status` and `ls` show them).
+is pure; `live_status`: the live containers as `status` and `ls` show them; `--with` profiles
+start from the live run file once the set serves).
 Public: `up`, `down`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
