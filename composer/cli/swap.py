@@ -226,8 +226,8 @@ def up(
         )
     if recreate_gateway:
         _recreate_gateway(obj, variant, target, args)
-        if variant is None:
-            return
+        if variant is None or (target == "compose" and live_up(obj, variants, args)):
+            return  # with VARIANT on a live set: it joins the set, as `up VARIANT` does
     assert variant is not None
     if target == "kubernetes":
         if args.profiles:
