@@ -228,7 +228,9 @@ def _build(sources: Sources) -> Stack:
             resolve.written["gateway.hold_timeout"] = start_period
     _refuse_standby_without_gateway(variants, gateway)
     _refuse_level_2_with_speculation(variants, settings)
-    variants = _adaptive_speculation(variants, str(settings["attention_backend"]), resolve.record)
+    variants = _adaptive_speculation(
+        variants, str(settings["attention_backend"]), resolve.record, resolve.inherited
+    )
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     check_live(variants, gateway.live, gpus_used=settings["gpus"] is not None)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
@@ -621,9 +623,19 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
 
 
 def _adaptive_speculation(
-    variants: Mapping[str, Variant], attention_backend: str, record: Mapping[str, str]
+    variants: Mapping[str, Variant],
+    attention_backend: str,
+    record: Mapping[str, str],
+    inherited: Mapping[str, str] | None = None,
 ) -> dict[str, Variant]:
-    """Validate each variant's K schedule and adaptive verification before anything starts."""
+    """Validate each variant's K schedule and adaptive verification before anything starts.
+
+    An adaptive variant that inherits `--enforce-eager` through `extends` (a stack-wide flag
+    on the baseline) runs without it: vLLM refuses adaptive verification in eager mode, so
+    full CUDA graphs are the only way it starts. The dropped flag is kept in
+    `Variant.dropped_args` for doctor. Written in the variant's own extra_args it is an error.
+    """
+    inherited = inherited or {}
     checked: dict[str, Variant] = {}
     for name, variant in variants.items():
         spec = variant.speculative
@@ -642,6 +654,14 @@ def _adaptive_speculation(
                 ) from err
             variant = replace(variant, speculative=replace(spec, per_batch_size=schedule))
         if spec is not None and spec.adaptive_verification:
+            own_args = f"variants.{name}.extra_args"
+            args_from = inherited.get(own_args, own_args)
+            if args_from != own_args:
+                kept, dropped = adaptive.split_eager(variant.extra_args)
+                if dropped:
+                    variant = replace(
+                        variant, extra_args=kept, dropped_args=tuple((arg, args_from) for arg in dropped)
+                    )
             problem = adaptive.adaptive_problem(variant.extra_args, dict(variant.env), attention_backend)
             if problem:
                 raise ConfigError(f"{where}.adaptive_verification = true: {problem}")
