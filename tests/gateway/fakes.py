@@ -221,7 +221,7 @@ class GatewayThread:
 
     def start(self) -> GatewayThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not (self.server.public.started and self.server.control.started):
             assert time.monotonic() < deadline, "gateway did not start"
             time.sleep(0.01)
@@ -240,8 +240,9 @@ class GatewayThread:
     def gateway(self):
         return self.server.gateway
 
-    def wait(self, predicate: Any, timeout: float = 5.0) -> None:
-        """Poll `predicate(gateway)` until true."""
+    def wait(self, predicate: Any, timeout: float = 30.0) -> None:
+        """Poll `predicate(gateway)` until true (the timeout only bounds a failing test: a
+        loaded machine, e.g. `make check`'s 4 workers on 2 cores, may take seconds)."""
         deadline = time.monotonic() + timeout
         while not predicate(self.gateway):
             assert time.monotonic() < deadline, "condition not reached"
