@@ -18,7 +18,7 @@ from composer.gateway import GatewayControl
 from composer.gateway.client import PROBE_HEADER
 
 from .conftest import KEY
-from .fakes import FakeBackend, LocalExec, sse_request
+from .fakes import FakeBackend, InProcessExec, LocalExec, sse_request
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CHAT = "/v1/chat/completions"
@@ -193,15 +193,21 @@ def test_full_queue_answers_429_with_retry_after(make_gateway, backend) -> None:
 def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
     results: dict = {}
-    finishing = [post_in_thread(gateway.url, f"f{i}", results, chunks=30, interval=0.1) for i in range(3)]
+    # the streams wait at the backend until the drain has begun (its hold closes the gate)
+    finishing = [post_in_thread(gateway.url, f"f{i}", results, chunks=3, wait_release=True) for i in range(3)]
     gateway.wait(lambda g: g.gate.inflight == 3)
-    report = ctl.drain(timeout_s=20, lease_s=30)
+    releaser = threading.Thread(
+        target=lambda: (gateway.wait(lambda g: not g.gate.is_open), backend.state.release.set()), daemon=True
+    )
+    releaser.start()
+    report = ctl.drain(timeout_s=60, lease_s=30)
+    releaser.join(30)
     assert (report.drained, report.cut) == (3, 0)
     # the drain returned only once the three streams had ended: their clients are done too
     for t in finishing:
         t.join(15)
     assert all(results[f"f{i}"][0] == 200 for i in range(3))
-    assert 0 < report.duration_s < 15
+    assert report.duration_s > 0
     # the drain's hold stays until released: a new request waits
     late = post_in_thread(gateway.url, "late", results)
     gateway.wait(lambda g: g.gate.held == 1)
@@ -211,7 +217,8 @@ def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
 
     # a drain that times out cuts what is still streaming: each stream ends with an error event
     # in OpenAI's shape and [DONE], so its client sees why it ended
-    slow = [post_in_thread(gateway.url, f"s{i}", results, chunks=200, interval=0.05) for i in range(2)]
+    backend.state.release.clear()  # these streams wait at the backend until the drain cut them
+    slow = [post_in_thread(gateway.url, f"s{i}", results, chunks=200, wait_release=True) for i in range(2)]
     gateway.wait(lambda g: g.gate.inflight == 2)
     report = ctl.drain(timeout_s=0.5, lease_s=30)
     assert (report.drained, report.cut) == (0, 2)
@@ -223,7 +230,7 @@ def test_drain_waits_for_in_flight_and_counts_cuts(gateway, backend) -> None:
         assert status == 200 and events[-1] == "data: [DONE]", text[-300:]
         error = json.loads(events[-2].removeprefix("data: "))["error"]
         assert error["code"] == 503 and "drain timeout" in error["message"]
-        assert '"i": 199' not in text  # cut before the backend's end
+        assert '"i": 1,' not in text and '"i": 0,' in text  # cut before the backend's end
     assert ctl.state().inflight == 0
     assert metric(gateway, "gateway_cut_requests_total") == 2
     assert metric(gateway, "gateway_drained_requests_total") == 3
@@ -323,20 +330,14 @@ def test_lease_expiry_releases_held_requests(make_gateway, backend) -> None:
 
 def test_held_context_manager_renews_then_releases(make_gateway) -> None:
     gw = make_gateway()
-    ctl = GatewayControl(LocalExec(gw.config.control_socket))
-    renewals = []
-    real_renew = ctl.renew
-
-    def renew(hold_id: str, lease_s: float | None = None):  # counts what reached the gateway
-        info = real_renew(hold_id, lease_s)
-        renewals.append(time.monotonic())
-        return info
-
-    ctl.renew = renew  # type: ignore[method-assign]
-    with ctl.held(lease_s=6.0, owner="swap") as hold:
-        first_expiry = time.monotonic() + 6.0
-        # past the first lease only by renewals (every lease/3, each a process start)
-        gw.wait(lambda _: len(renewals) >= 3 and time.monotonic() > first_expiry, timeout=60)
+    # renewals through in-process calls: a process start per renewal (LocalExec) can take
+    # longer than the lease on a loaded machine, which would test the machine, not `held`
+    ctl = GatewayControl(InProcessExec(gw.config.control_socket))
+    with ctl.held(lease_s=3.0, owner="swap") as hold:
+        first_expiry = time.monotonic() + 3.0
+        renewals = lambda: sum(cmd[3] == "renew" for cmd in ctl.container.commands)  # noqa: E731
+        # longer than the lease: renewals (every lease/3) keep it
+        gw.wait(lambda _: time.monotonic() > first_expiry + 1.0 and renewals() >= 3, timeout=60)
         assert [h.id for h in ctl.state().holds] == [hold.id]
     assert ctl.state().holds == () and ctl.state().open
 

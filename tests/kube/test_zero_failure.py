@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -96,7 +97,9 @@ def gateway(seen: Seen) -> Iterator[GatewayThread]:
     backend.stop()
 
 
-def _wait(predicate, timeout: float = 60.0, what: str = "a condition") -> None:
+def _wait(predicate, timeout: float = 180.0, what: str = "a condition") -> None:
+    """Poll until true; the timeout only bounds a failing test (each step of `up` is a process
+    start, which a loaded machine, e.g. `make check`'s 4 workers on 2 cores, makes slow)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -150,10 +153,12 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
     _wait(lambda: "in-flight" in seen.arrived, what="the stream to reach the backend")
     up = run_cli("up", "mtp", *UP, "--json", popen=True)
     try:
-        _wait(lambda: _holds(gateway) == 1, what="the drain's hold")
+        gate = gateway.gateway.gate  # read in this process: no control call per poll
+        _wait(lambda: gate.backend_ready and not gate.is_open, what="the drain's hold")
+        assert _holds(gateway) == 1
         latecomer = threading.Thread(target=request_late)
         latecomer.start()
-        _wait(lambda: _state(gateway).held == 1, what="the new request to be held")
+        _wait(lambda: gate.held == 1, what="the new request to be held")
         # The drain waits for the stream: nothing is applied yet, and the new request waits.
         assert "apply --kustomize" not in standin.commands()
         assert "late" not in seen.arrived
@@ -208,7 +213,8 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals
 ) -> None:
     _serve_baseline(standin, run_cli, gateway, rollout={"mtp": "hang"})
-    up = run_cli("up", "mtp", *UP, popen=True)
+    # a budget that a loaded machine cannot spend before the signal: the rollout still hangs then
+    up = run_cli("up", "mtp", "--target", "kubernetes", "--timeout", "600", popen=True)
     try:
         _wait(lambda: "rollout status" in standin.commands(), what="kubectl rollout status")
         time.sleep(0.5)
@@ -232,24 +238,42 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
 
-def test_a_second_up_waits_for_the_first(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+def test_a_second_up_waits_for_the_first(
+    standin: Standin, run_cli, gateway: GatewayThread, tmp_path: Path
+) -> None:
     project = f"kl{secrets.token_hex(4)}"
     flags = ("--set", f"stack.project={project}")
-    _serve_baseline(standin, run_cli, gateway, *flags, rollout={"mtp": "slow:3"})
+    go = tmp_path / "rollout-may-finish"  # the first rollout lasts until the second one waits
+    _serve_baseline(standin, run_cli, gateway, *flags, rollout={"mtp": f"until:{go}"})
     first = run_cli(*flags, "up", "mtp", *UP, popen=True)
     second = None
+    second_err: list[str] = []
+    waiting = threading.Event()
+
+    def read_second_stderr() -> None:
+        for line in second.stderr:  # type: ignore[union-attr]
+            second_err.append(line)
+            if "waiting for another swap" in line:
+                waiting.set()
+
     try:
         _wait(lambda: "rollout status" in standin.commands(), what="the first rollout")
         second = run_cli(*flags, "up", "baseline", *UP, popen=True)
+        reader = threading.Thread(target=read_second_stderr, daemon=True)
+        reader.start()
+        _wait(lambda: waiting.is_set() or second.poll() is not None, what="the second up to wait")
+        go.touch()
         _, first_err = first.communicate(timeout=120)
-        _, second_err = second.communicate(timeout=120)
+        second.wait(timeout=120)
+        reader.join(30)
     finally:
+        go.touch()
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.kill()
     assert first.returncode == 0, first_err
-    assert second.returncode == 0, second_err
-    assert f"waiting for another swap of project {project!r}" in second_err
+    assert second.returncode == 0, "".join(second_err)
+    assert any(f"waiting for another swap of project {project!r}" in line for line in second_err)
     calls = standin.calls()
     first_calls = [c["t"] for c in calls if c["pid"] == first.pid]
     second_calls = [c["t"] for c in calls if c["pid"] == second.pid]
