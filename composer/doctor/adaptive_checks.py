@@ -60,8 +60,9 @@ def check_dropped_eager(stack: Stack, variant: Variant) -> Finding | None:
         "warn",
         f"{variant.name} runs without {args} (inherited from {origins}): adaptive verification needs "
         "full CUDA graphs and vLLM refuses it in eager mode; the graphs take GPU memory and start time",
-        f"nothing to do if intended (to state it, give the variant its own variants.{variant.name}.extra_args "
-        f"without {args}); adaptive_verification = false keeps eager mode instead",
+        f"nothing to do if intended (to state it, give the variant its own "
+        f"variants.{variant.name}.extra_args without {args}); adaptive_verification = false keeps "
+        "eager mode instead",
     )
 
 
