@@ -89,7 +89,9 @@ def seen() -> Seen:
 def gateway(seen: Seen) -> Iterator[GatewayThread]:
     """A real gateway in front of a backend that records what reached it and when."""
     backend = ThreadServer(_app(seen), free_port()).start()
-    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY).start()
+    # the held test stream sends nothing while `up` runs, which a loaded machine can make
+    # longer than the default stall_timeout (120 s): the gateway would cut it as stalled
+    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY, stall_timeout=900).start()
     server.wait(lambda g: g.upstream.ready, timeout=30)
     yield server
     seen.release.set()
