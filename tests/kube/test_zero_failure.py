@@ -27,7 +27,7 @@ from tests.gateway.fakes import GatewayThread, LocalExec, ThreadServer
 
 from .conftest import KEY, SERVED, Standin
 
-UP = ("--target", "kubernetes", "--timeout", "60")
+UP = ("--target", "kubernetes", "--timeout", "300")  # a budget a loaded machine does not run out of
 
 
 @dataclass
