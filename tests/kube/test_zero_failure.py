@@ -165,7 +165,7 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
         assert "apply --kustomize" not in standin.commands()
         assert "late" not in seen.arrived
         seen.release.set()
-        out, err = up.communicate(timeout=120)
+        out, err = up.communicate(timeout=600)
     finally:
         if up.poll() is None:
             up.kill()
@@ -221,7 +221,7 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
         _wait(lambda: "rollout status" in standin.commands(), what="kubectl rollout status")
         time.sleep(0.5)
         up.send_signal(sig)
-        _, err = up.communicate(timeout=120)
+        _, err = up.communicate(timeout=600)
     finally:
         if up.poll() is None:
             up.kill()
@@ -265,8 +265,8 @@ def test_a_second_up_waits_for_the_first(
         reader.start()
         _wait(lambda: waiting.is_set() or second.poll() is not None, what="the second up to wait")
         go.touch()
-        _, first_err = first.communicate(timeout=120)
-        second.wait(timeout=120)
+        _, first_err = first.communicate(timeout=600)
+        second.wait(timeout=600)
         reader.join(30)
     finally:
         go.touch()
