@@ -89,9 +89,11 @@ def seen() -> Seen:
 def gateway(seen: Seen) -> Iterator[GatewayThread]:
     """A real gateway in front of a backend that records what reached it and when."""
     backend = ThreadServer(_app(seen), free_port()).start()
-    # the held test stream sends nothing while `up` runs, which a loaded machine can make
-    # longer than the default stall_timeout (120 s): the gateway would cut it as stalled
-    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY, stall_timeout=900).start()
+    # the held test stream sends nothing, and the late request waits, while `up` runs, which a
+    # loaded machine can make longer than the default stall_timeout (120 s) and hold_timeout
+    server = GatewayThread(
+        f"http://127.0.0.1:{backend.port}", api_key=KEY, stall_timeout=900, hold_timeout=900
+    ).start()
     server.wait(lambda g: g.upstream.ready, timeout=30)
     yield server
     seen.release.set()
@@ -140,13 +142,13 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
     def stream() -> None:
         body = {"model": SERVED, "prompt": "in-flight", "stream": True, "hold": True}
         with (
-            httpx.Client(timeout=120, trust_env=False) as http,
+            httpx.Client(timeout=600, trust_env=False) as http,
             http.stream("POST", f"{gateway.url}/v1/completions", json=body, headers=headers) as response,
         ):
             chunks.extend(line for line in response.iter_lines() if line)
 
     def request_late() -> None:
-        with httpx.Client(timeout=120, trust_env=False) as http:
+        with httpx.Client(timeout=600, trust_env=False) as http:
             body = {"model": SERVED, "prompt": "late"}
             late.append(http.post(f"{gateway.url}/v1/completions", json=body, headers=headers))
 
