@@ -101,6 +101,15 @@ def free_port(ports: tuple[int, int] | None = None) -> int:
     low, _, high = os.environ.get("TEST_PORT_RANGE", "").partition("-")
     if ports is None and low and high:
         ports = (int(low), int(high))
+    if ports is None:
+        # outside the kernel's ephemeral range: a port taken from it (bind to port 0) can go to
+        # some process's outgoing connection before the test's server binds it; above it, clear
+        # of the fixed ranges of the Docker labs (18xxx)
+        first_ephemeral, last_ephemeral = _ephemeral_ports()
+        if last_ephemeral <= 63535:
+            ports = (last_ephemeral + 1, 65535)
+        elif first_ephemeral > 22000:
+            ports = (20000, first_ephemeral - 1)
     if ports is not None:
         first, last = ports
         for port in random.sample(range(first, last + 1), last - first + 1):
@@ -114,6 +123,15 @@ def free_port(ports: tuple[int, int] | None = None) -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default when it cannot be read)."""
+    try:
+        first, last = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(first), int(last)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 HOST_VARS = {"VLLM_PORT", "COMPOSE_PROJECT_NAME", "MODEL_DIR", "DRAFT_DIR", "VLLM_IMAGE", "COMPOSER_STACK"}

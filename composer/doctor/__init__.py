@@ -4,7 +4,8 @@ Owns: the check registry and report (`report`), the fast checks that double as t
 preflight (`preflight`), and the checks grouped by what they read: the Docker engine
 (`engine_checks`), GPUs (`gpu_checks`), the speculative methods vLLM's CPU build refuses
 (`cpu_checks`), the host (`host_checks`), checkpoints (`model_checks`), the known costs of
-in-server adaptive speculation and a hybrid model's notes (`adaptive_checks`), overlay images
+in-server adaptive speculation, an adaptive variant's dropped --enforce-eager and a hybrid
+model's notes (`adaptive_checks`), overlay images
 (`overlay_checks`), the sleep standby check (`standby_checks`; the planner and every
 memory figure are `composer.capacity`, which `up` uses too; the report prints its figures)
 and a remote engine's

@@ -48,6 +48,24 @@ def is_hybrid(config: dict) -> bool:
     return False
 
 
+def check_dropped_eager(stack: Stack, variant: Variant) -> Finding | None:
+    """An adaptive variant that runs without an inherited --enforce-eager (the stack drops it:
+    vLLM refuses adaptive verification in eager mode) says so, with the key it came from."""
+    if not variant.dropped_args:
+        return None
+    args = ", ".join(sorted({arg for arg, _ in variant.dropped_args}))
+    origins = ", ".join(sorted({origin for _, origin in variant.dropped_args}))
+    return Finding(
+        "adaptive-eager",
+        "warn",
+        f"{variant.name} runs without {args} (inherited from {origins}): adaptive verification needs "
+        "full CUDA graphs and vLLM refuses it in eager mode; the graphs take GPU memory and start time",
+        f"nothing to do if intended (to state it, give the variant its own "
+        f"variants.{variant.name}.extra_args without {args}); adaptive_verification = false keeps "
+        "eager mode instead",
+    )
+
+
 def check_adaptive(stack: Stack, variant: Variant) -> Finding | None:
     """The known costs of a variant's K schedule or adaptive verification, and the hybrid notes."""
     spec = variant.speculative

@@ -84,6 +84,7 @@ CHECK_NAMES = (
     "follower",
     "hold-timeout",
     "adaptive-speculation",
+    "adaptive-eager",
 )
 
 
@@ -225,6 +226,7 @@ def _variant_checks(
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
         ack.check_adaptive(stack, variant),
+        ack.check_dropped_eager(stack, variant),
         gck.check_gpu_memory(stack, variant, facts),
         cck.check_cpu_method(stack, variant, client),
     ]
@@ -270,6 +272,7 @@ def fast_checks(
         mck.check_draft_config(stack, variant),
         mck.check_draft_k(stack, variant),
         ack.check_adaptive(stack, variant),
+        ack.check_dropped_eager(stack, variant),
     ]
     return [*checks, *tag(per_variant, target.name)]
 

@@ -148,11 +148,17 @@ def format_stack(data: dict) -> str:
     for name, variant in data["variants"].items():
         prefix = f"variants.{name}"
         for env_name, env_value in variant["env"].items():
-            env_source = "derived" if env_name in variant["derived_env"] else "composer.toml"
+            env_source = (
+                "derived"
+                if env_name in variant["derived_env"]
+                else data["sources"].get(f"{prefix}.env.{env_name}")
+                or data["sources"].get(f"stack.env.{env_name}", "composer.toml")
+            )
             rows.append((f"{prefix}.env.{env_name}", env_value, env_source, ""))
         rows.append((f"{prefix}.config_hash", variant["config_hash"], "derived", "what decides a rebuild"))
     for workload, variant_name in data["workloads"].items():
-        rows.append((f"workloads.{workload}", variant_name, "composer.toml", "variant that serves it"))
+        source = data["sources"].get(f"workloads.{workload}", "composer.toml")
+        rows.append((f"workloads.{workload}", variant_name, source, "variant that serves it"))
     key_source = data["sources"].get("VLLM_API_KEY", "")
     rows.append(("VLLM_API_KEY", data["api_key"] or "(not set)", key_source, "the API key (masked)"))
     rows = [(k, val if val.isprintable() else repr(val), src, d) for k, val, src, d in rows]

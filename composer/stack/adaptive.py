@@ -113,12 +113,20 @@ def max_num_seqs(extra_args: Sequence[str]) -> int:
     return DEFAULT_MAX_NUM_SEQS
 
 
+def split_eager(extra_args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The extra arguments without vLLM's eager-mode flag, and the flags taken out."""
+    kept = tuple(a for a in extra_args if a.partition("=")[0] not in EAGER_FLAGS)
+    dropped = tuple(a for a in extra_args if a.partition("=")[0] in EAGER_FLAGS)
+    return kept, dropped
+
+
 def adaptive_problem(extra_args: Sequence[str], env: dict[str, str], attention_backend: str) -> str | None:
     """Why adaptive verification cannot start with these settings (None when it can)."""
     if any(arg.partition("=")[0] in EAGER_FLAGS for arg in extra_args):
         return (
             "adaptive verification needs full CUDA graphs and vLLM refuses it with --enforce-eager: "
-            "remove --enforce-eager from extra_args, or set adaptive_verification = false"
+            "remove it from this variant's extra_args (one inherited through extends is dropped for you), "
+            "or set adaptive_verification = false"
         )
     if env.get(V2_RUNNER_VAR, "1") != "1":
         return (

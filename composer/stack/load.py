@@ -203,6 +203,13 @@ class _Resolver:
             return toml_value, label, origin.parent if origin else Path.cwd()
         return default, "default", Path.cwd()
 
+    def note(self, dotted: str) -> None:
+        """Record the stack file that set a value read from the tables as they are
+        (`env` entries, `[workloads]`): the file of the key, or of the variant it extends."""
+        origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
+        if origin is not None:
+            self.record[dotted] = origin.name
+
 
 def _build(sources: Sources) -> Stack:
     resolve = _Resolver(sources)
@@ -217,6 +224,8 @@ def _build(sources: Sources) -> Stack:
     images = _images(sources, resolve)
     variants = _variants(sources, resolve, images, str(settings["standby"]))
     workloads = _workloads(sources, variants)
+    for workload in workloads:
+        resolve.note(f"workloads.{workload}")
     kubernetes = _kubernetes(sources, resolve)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
@@ -228,7 +237,12 @@ def _build(sources: Sources) -> Stack:
             resolve.written["gateway.hold_timeout"] = start_period
     _refuse_standby_without_gateway(variants, gateway)
     _refuse_level_2_with_speculation(variants, settings)
-    variants = _adaptive_speculation(variants, str(settings["attention_backend"]), resolve.record)
+    variants = _adaptive_speculation(
+        variants,
+        str(settings["attention_backend"]),
+        resolve.record,
+        {key: origin for key, origin in resolve.inherited.items() if key not in sources.flags},
+    )
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     check_live(variants, gateway.live, gpus_used=settings["gpus"] is not None)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
@@ -257,7 +271,7 @@ def _build(sources: Sources) -> Stack:
         images=images,
         variants=variants,
         workloads=workloads,
-        env=_env_table(raw_stack.get("env", {}), "stack.env"),
+        env=_stack_env(raw_stack.get("env", {}), resolve),
         kubernetes=kubernetes,
         gateway=gateway,
         sources=resolve.record,
@@ -265,6 +279,13 @@ def _build(sources: Sources) -> Stack:
         api_key=api_key,
         home=sources.home,
     )
+
+
+def _stack_env(raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
+    env = _env_table(raw, "stack.env")
+    for name, _ in env:
+        resolve.note(f"stack.env.{name}")
+    return env
 
 
 def _settings_table(
@@ -501,11 +522,12 @@ def _variant(
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
     resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
-    image_key = str(table.get("image", next(iter(images))))
-    if image_key not in images:
-        raise ConfigError(
-            f"invalid {prefix}.image = {v.shown(image_key)}: choose one of " + ", ".join(sorted(images))
+    image_key = str(
+        resolve.get(
+            f"{prefix}.image", lambda x: _image_key(x, images), next(iter(images)), None, table.get("image")
         )
+    )
+    description = resolve.get(f"{prefix}.description", str, "", None, table.get("description"))
     kv_raw = table.get("kv_cache_memory")
     kv = resolve.get(
         f"{prefix}.kv_cache_memory",
@@ -519,14 +541,7 @@ def _variant(
         min_tokens = resolve.get(
             f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
         )
-    extra_args = table.get("extra_args", [])
-    if not isinstance(extra_args, list) or not all(
-        isinstance(a, str) and "\x00" not in a for a in extra_args
-    ):
-        raise ConfigError(
-            f"invalid {prefix}.extra_args = {v.shown(extra_args)}: "
-            "expected a list of strings without NUL bytes"
-        )
+    extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
     standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
     weights = resolve.get(
         f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
@@ -546,14 +561,49 @@ def _variant(
         image_key=image_key,
         kv_cache_memory=kv,  # type: ignore[arg-type]
         speculative=_speculative(prefix, table.get("speculative"), resolve),
-        env=_env_table(table.get("env", {}), f"{prefix}.env"),
-        extra_args=tuple(extra_args),
+        env=_variant_env(prefix, table.get("env", {}), resolve),
+        extra_args=tuple(extra_args),  # type: ignore[arg-type]
         min_kv_cache_tokens=min_tokens,  # type: ignore[arg-type]
-        description=str(table.get("description", "")),
+        description=str(description),
         standby=str(standby),
         weights_bytes=weights,  # type: ignore[arg-type]
-        aliases=_aliases(prefix, raw[name].get("aliases")),  # its own, never inherited through extends
+        # its own, never inherited through extends
+        aliases=_aliases(
+            prefix, resolve.get(f"{prefix}.aliases", _json_list, [], None, raw[name].get("aliases"))
+        ),
     )
+
+
+def _json_list(raw: object) -> object:
+    """A list as `--set` gives it (JSON text, e.g. `["fast"]`); anything else as it is."""
+    if isinstance(raw, str) and raw.lstrip().startswith("["):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _extra_args(raw: object) -> list[str]:
+    args = _json_list(raw)
+    if not isinstance(args, list) or not all(isinstance(a, str) and "\x00" not in a for a in args):
+        raise ValueError(
+            'a list of strings without NUL bytes (from --set: JSON, e.g. ["--max-num-seqs", "64"])'
+        )
+    return args
+
+
+def _image_key(raw: object, images: Mapping[str, str]) -> str:
+    if not isinstance(raw, str) or raw not in images:
+        raise ValueError("a key of [images], one of " + ", ".join(sorted(images)))
+    return raw
+
+
+def _variant_env(prefix: str, raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
+    env = _env_table(raw, f"{prefix}.env")
+    for name, _ in env:
+        resolve.note(f"{prefix}.env.{name}")
+    return env
 
 
 def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | None:
@@ -621,9 +671,19 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
 
 
 def _adaptive_speculation(
-    variants: Mapping[str, Variant], attention_backend: str, record: Mapping[str, str]
+    variants: Mapping[str, Variant],
+    attention_backend: str,
+    record: Mapping[str, str],
+    inherited: Mapping[str, str] | None = None,
 ) -> dict[str, Variant]:
-    """Validate each variant's K schedule and adaptive verification before anything starts."""
+    """Validate each variant's K schedule and adaptive verification before anything starts.
+
+    An adaptive variant that inherits `--enforce-eager` through `extends` (a stack-wide flag
+    on the baseline) runs without it: vLLM refuses adaptive verification in eager mode, so
+    full CUDA graphs are the only way it starts. The dropped flag is kept in
+    `Variant.dropped_args` for doctor. Written in the variant's own extra_args it is an error.
+    """
+    inherited = inherited or {}
     checked: dict[str, Variant] = {}
     for name, variant in variants.items():
         spec = variant.speculative
@@ -642,6 +702,14 @@ def _adaptive_speculation(
                 ) from err
             variant = replace(variant, speculative=replace(spec, per_batch_size=schedule))
         if spec is not None and spec.adaptive_verification:
+            own_args = f"variants.{name}.extra_args"
+            args_from = inherited.get(own_args, own_args)
+            if args_from != own_args:
+                kept, dropped = adaptive.split_eager(variant.extra_args)
+                if dropped:
+                    variant = replace(
+                        variant, extra_args=kept, dropped_args=tuple((arg, args_from) for arg in dropped)
+                    )
             problem = adaptive.adaptive_problem(variant.extra_args, dict(variant.env), attention_backend)
             if problem:
                 raise ConfigError(f"{where}.adaptive_verification = true: {problem}")

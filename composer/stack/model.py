@@ -39,6 +39,9 @@ class Variant:
     aliases: tuple[str, ...] = ()  # model names that ask for this variant ([gateway] switch_on_model)
     gpus: tuple[tuple[str, ...], ...] = ()  # placement: one GPU set per replica (empty: stack.gpus)
     replicas: int = 1  # containers of this variant in a live set
+    dropped_args: tuple[tuple[str, str], ...] = ()
+    """(argument, the dotted key it came from) taken out of inherited extra_args: an adaptive
+    variant runs without the inherited --enforce-eager, which vLLM refuses with it."""
 
 
 @dataclass(frozen=True)

@@ -221,7 +221,7 @@ class GatewayThread:
 
     def start(self) -> GatewayThread:
         self.thread.start()
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30
         while not (self.server.public.started and self.server.control.started):
             assert time.monotonic() < deadline, "gateway did not start"
             time.sleep(0.01)
@@ -240,8 +240,9 @@ class GatewayThread:
     def gateway(self):
         return self.server.gateway
 
-    def wait(self, predicate: Any, timeout: float = 5.0) -> None:
-        """Poll `predicate(gateway)` until true."""
+    def wait(self, predicate: Any, timeout: float = 30.0) -> None:
+        """Poll `predicate(gateway)` until true (the timeout only bounds a failing test: a
+        loaded machine, e.g. `make check`'s 4 workers on 2 cores, may take seconds)."""
         deadline = time.monotonic() + timeout
         while not predicate(self.gateway):
             assert time.monotonic() < deadline, "condition not reached"
@@ -263,6 +264,20 @@ class LocalExec:
             [sys.executable, *cmd[1:]], capture_output=True, env=env, timeout=120, check=False
         )
         return done.returncode, (done.stdout, done.stderr)
+
+
+class InProcessExec(LocalExec):
+    """LocalExec without the process start: the control tool's verb runs in this process
+    (`ctl.run_argv`, what `ctl session` runs per line), so a call takes milliseconds even on
+    a loaded machine. For tests of timing around the calls, such as lease renewals."""
+
+    def exec_run(self, cmd: list[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
+        from composer.gateway.ctl import run_argv
+
+        self.commands.append(list(cmd))
+        assert cmd[:3] == ["python3", "-m", "composer.gateway.ctl"]
+        code, reply = run_argv(self.socket_path, list(cmd[3:]))
+        return code, (json.dumps(reply).encode(), b"")
 
 
 def sse_request(tag: str, **extra: Any) -> bytes:

@@ -137,7 +137,7 @@ def run_cli(standin: Standin, tmp_path: Path):
             env=env,
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=600,  # bounds only a hung run: on a loaded machine each kubectl call is slow
             check=False,
         )
 

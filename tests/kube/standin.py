@@ -18,7 +18,8 @@ object in the `kubectl.kubernetes.io/last-applied-configuration` annotation, a
 server-side one does not.
 
 Files in $KUBECTL_STANDIN_DIR: scenario.json (what the test wants: per-variant rollout
-outcome "ok" / "fail" / "timeout" / "hang" / "slow:SECONDS", backends "host:port",
+outcome "ok" / "fail" / "timeout" / "hang" / "slow:SECONDS" / "until:PATH" (ok once PATH
+exists, a timeout if it does not within --timeout), backends "host:port",
 logs, gateway_socket, fail_secret, unreachable, contexts), state.json (objects,
 revisions), calls.jsonl (argv, stdin, time, the caller's pid).
 """
@@ -440,6 +441,11 @@ def main(argv: list[str]) -> None:
         if outcome.startswith("slow:"):
             time.sleep(float(outcome.split(":")[1]))
             outcome = "ok"
+        if outcome.startswith("until:"):
+            go, deadline = Path(outcome.split(":", 1)[1]), time.monotonic() + timeout
+            while not go.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            outcome = "ok" if go.exists() else "timeout"
         if outcome == "ok":
             print(f'deployment "{name}" successfully rolled out')
             return

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import httpx
 import pytest
@@ -26,7 +27,7 @@ from tests.gateway.fakes import GatewayThread, LocalExec, ThreadServer
 
 from .conftest import KEY, SERVED, Standin
 
-UP = ("--target", "kubernetes", "--timeout", "60")
+UP = ("--target", "kubernetes", "--timeout", "300")  # a budget a loaded machine does not run out of
 
 
 @dataclass
@@ -88,7 +89,11 @@ def seen() -> Seen:
 def gateway(seen: Seen) -> Iterator[GatewayThread]:
     """A real gateway in front of a backend that records what reached it and when."""
     backend = ThreadServer(_app(seen), free_port()).start()
-    server = GatewayThread(f"http://127.0.0.1:{backend.port}", api_key=KEY).start()
+    # the held test stream sends nothing, and the late request waits, while `up` runs, which a
+    # loaded machine can make longer than the default stall_timeout (120 s) and hold_timeout
+    server = GatewayThread(
+        f"http://127.0.0.1:{backend.port}", api_key=KEY, stall_timeout=900, hold_timeout=900
+    ).start()
     server.wait(lambda g: g.upstream.ready, timeout=30)
     yield server
     seen.release.set()
@@ -96,7 +101,9 @@ def gateway(seen: Seen) -> Iterator[GatewayThread]:
     backend.stop()
 
 
-def _wait(predicate, timeout: float = 60.0, what: str = "a condition") -> None:
+def _wait(predicate, timeout: float = 180.0, what: str = "a condition") -> None:
+    """Poll until true; the timeout only bounds a failing test (each step of `up` is a process
+    start, which a loaded machine, e.g. `make check`'s 4 workers on 2 cores, makes slow)."""
     deadline = time.monotonic() + timeout
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -135,13 +142,13 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
     def stream() -> None:
         body = {"model": SERVED, "prompt": "in-flight", "stream": True, "hold": True}
         with (
-            httpx.Client(timeout=120, trust_env=False) as http,
+            httpx.Client(timeout=600, trust_env=False) as http,
             http.stream("POST", f"{gateway.url}/v1/completions", json=body, headers=headers) as response,
         ):
             chunks.extend(line for line in response.iter_lines() if line)
 
     def request_late() -> None:
-        with httpx.Client(timeout=120, trust_env=False) as http:
+        with httpx.Client(timeout=600, trust_env=False) as http:
             body = {"model": SERVED, "prompt": "late"}
             late.append(http.post(f"{gateway.url}/v1/completions", json=body, headers=headers))
 
@@ -150,15 +157,17 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
     _wait(lambda: "in-flight" in seen.arrived, what="the stream to reach the backend")
     up = run_cli("up", "mtp", *UP, "--json", popen=True)
     try:
-        _wait(lambda: _holds(gateway) == 1, what="the drain's hold")
+        gate = gateway.gateway.gate  # read in this process: no control call per poll
+        _wait(lambda: gate.backend_ready and not gate.is_open, what="the drain's hold")
+        assert _holds(gateway) == 1
         latecomer = threading.Thread(target=request_late)
         latecomer.start()
-        _wait(lambda: _state(gateway).held == 1, what="the new request to be held")
+        _wait(lambda: gate.held == 1, what="the new request to be held")
         # The drain waits for the stream: nothing is applied yet, and the new request waits.
         assert "apply --kustomize" not in standin.commands()
         assert "late" not in seen.arrived
         seen.release.set()
-        out, err = up.communicate(timeout=120)
+        out, err = up.communicate(timeout=600)
     finally:
         if up.poll() is None:
             up.kill()
@@ -208,12 +217,13 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals
 ) -> None:
     _serve_baseline(standin, run_cli, gateway, rollout={"mtp": "hang"})
-    up = run_cli("up", "mtp", *UP, popen=True)
+    # a budget that a loaded machine cannot spend before the signal: the rollout still hangs then
+    up = run_cli("up", "mtp", "--target", "kubernetes", "--timeout", "600", popen=True)
     try:
         _wait(lambda: "rollout status" in standin.commands(), what="kubectl rollout status")
         time.sleep(0.5)
         up.send_signal(sig)
-        _, err = up.communicate(timeout=120)
+        _, err = up.communicate(timeout=600)
     finally:
         if up.poll() is None:
             up.kill()
@@ -232,24 +242,42 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
 
-def test_a_second_up_waits_for_the_first(standin: Standin, run_cli, gateway: GatewayThread) -> None:
+def test_a_second_up_waits_for_the_first(
+    standin: Standin, run_cli, gateway: GatewayThread, tmp_path: Path
+) -> None:
     project = f"kl{secrets.token_hex(4)}"
     flags = ("--set", f"stack.project={project}")
-    _serve_baseline(standin, run_cli, gateway, *flags, rollout={"mtp": "slow:3"})
+    go = tmp_path / "rollout-may-finish"  # the first rollout lasts until the second one waits
+    _serve_baseline(standin, run_cli, gateway, *flags, rollout={"mtp": f"until:{go}"})
     first = run_cli(*flags, "up", "mtp", *UP, popen=True)
     second = None
+    second_err: list[str] = []
+    waiting = threading.Event()
+
+    def read_second_stderr() -> None:
+        for line in second.stderr:  # type: ignore[union-attr]
+            second_err.append(line)
+            if "waiting for another swap" in line:
+                waiting.set()
+
     try:
         _wait(lambda: "rollout status" in standin.commands(), what="the first rollout")
         second = run_cli(*flags, "up", "baseline", *UP, popen=True)
-        _, first_err = first.communicate(timeout=120)
-        _, second_err = second.communicate(timeout=120)
+        reader = threading.Thread(target=read_second_stderr, daemon=True)
+        reader.start()
+        _wait(lambda: waiting.is_set() or second.poll() is not None, what="the second up to wait")
+        go.touch()
+        _, first_err = first.communicate(timeout=600)
+        second.wait(timeout=600)
+        reader.join(30)
     finally:
+        go.touch()
         for proc in (first, second):
             if proc is not None and proc.poll() is None:
                 proc.kill()
     assert first.returncode == 0, first_err
-    assert second.returncode == 0, second_err
-    assert f"waiting for another swap of project {project!r}" in second_err
+    assert second.returncode == 0, "".join(second_err)
+    assert any(f"waiting for another swap of project {project!r}" in line for line in second_err)
     calls = standin.calls()
     first_calls = [c["t"] for c in calls if c["pid"] == first.pid]
     second_calls = [c["t"] for c in calls if c["pid"] == second.pid]

@@ -166,3 +166,54 @@ def test_config_lists_the_schedule_and_adaptive_verification(tmp_path: Path) -> 
     # config lists every settable key: a variant without a schedule shows it unset
     assert rows["variants.mtp.speculative.per_batch_size"] == "(not"
     assert rows["variants.mtp.speculative.adaptive_verification"] == "false"
+
+
+EAGER_BASELINE = '[variants.baseline]\nextra_args = ["--enforce-eager", "--max-num-seqs", "256"]\n'
+
+
+def test_a_stack_wide_enforce_eager_is_dropped_for_the_adaptive_variants_only(tmp_path: Path) -> None:
+    stack = _stack(EAGER_BASELINE, tmp_path)  # loads: the user only touched the baseline
+    for name in ("baseline", "mtp", "dflash2", "mtp-dsd"):
+        assert "--enforce-eager" in [resolve(part) for part in build_spec(stack, stack.variant(name)).command]
+        assert stack.variant(name).dropped_args == ()
+    for name in ("mtp-adaptive", "dflash2-adaptive"):
+        variant = stack.variant(name)
+        command = [resolve(part) for part in build_spec(stack, variant).command]
+        assert "--enforce-eager" not in command and command[-2:] == ["--max-num-seqs", "256"]
+        assert variant.dropped_args == (("--enforce-eager", "variants.baseline.extra_args"),)
+        assert _speculative_config(stack, name)["enable_adaptive_verification"] is True
+
+
+def test_doctor_says_which_variant_runs_without_the_inherited_flag(tmp_path: Path) -> None:
+    from composer.doctor.adaptive_checks import check_dropped_eager
+
+    stack = _stack(EAGER_BASELINE, tmp_path)
+    found = check_dropped_eager(stack, stack.variant("mtp-adaptive"))
+    assert found is not None and found.name == "adaptive-eager" and found.status == "warn"
+    assert "mtp-adaptive runs without --enforce-eager" in found.detail
+    assert "variants.baseline.extra_args" in found.detail and "full CUDA graphs" in found.detail
+    assert "variants.mtp-adaptive.extra_args" in found.fix
+    assert check_dropped_eager(stack, stack.variant("mtp")) is None
+    assert check_dropped_eager(_stack(), _stack().variant("mtp-adaptive")) is None
+
+
+def test_the_cpu_stack_loads_with_its_eager_baseline_and_no_per_variant_workaround() -> None:
+    cpu = REPO / "images/vllm-cpu/cpu.toml"
+    assert "[variants.mtp-adaptive]" not in cpu.read_text(encoding="utf-8")
+    stack = load_stack([*STACKS, cpu], env_file=None, environ={})
+    assert "--enforce-eager" in stack.variant("ngram").extra_args
+    assert "--enforce-eager" not in stack.variant("dflash2-adaptive").extra_args
+    assert "--dtype" in stack.variant("dflash2-adaptive").extra_args
+
+
+def test_render_and_doctor_keep_working_with_an_eager_baseline(tmp_path: Path) -> None:
+    eager = tmp_path / "eager.toml"
+    eager.write_text(EAGER_BASELINE, encoding="utf-8")
+    env_file = tmp_path / "t.env"
+    env_file.write_text(f"VLLM_API_KEY={KEY}\n")
+    stacks = [a for path in (*STACKS, eager) for a in ("--stack", str(path))]
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["--env-file", str(env_file), *stacks, "render", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "--enforce-eager" in (out / "baseline.yml").read_text()
+    assert "--enforce-eager" not in (out / "mtp-adaptive.yml").read_text()
