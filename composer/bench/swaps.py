@@ -177,7 +177,7 @@ def _image_ids(
     from docker.errors import DockerException
 
     ids: dict[str, str | None] = {}
-    for ref in sorted({stack.image(stack.variant(name)) for name in variants}):
+    for ref in sorted({stack.image(stack.variant(name).image_key) for name in variants}):
         try:
             ids[ref] = client.images.get(ref).id if client is not None else None
         except DockerException:

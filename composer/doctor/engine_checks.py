@@ -109,4 +109,4 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
 
 def check_variant_image(stack: Stack, variant: Variant, client: docker.DockerClient) -> Finding:
     """The variant's image is present locally (preflight's check; never pulls)."""
-    return check_image(client, stack.image(variant))
+    return check_image(client, stack.image(variant.image_key))
