@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from composer.capacity import model as capacity
 from composer.capacity.figures import gib
-from composer.capacity.inputs import variant_weights
+from composer.capacity.model import variant_weights
 from composer.doctor.preflight import Finding
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus

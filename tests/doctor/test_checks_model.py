@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from composer.capacity.inputs import draft_tensor_parallel_size
+from composer.capacity.model import draft_tensor_parallel_size
 from composer.doctor import model_checks as mck
 
 from .fakes import make_stack
