@@ -6,9 +6,10 @@ bench --decide` measures them on the rig. Reads the target's config.json only.
 
 from __future__ import annotations
 
+from composer.doctor.facts import VariantFacts
 from composer.doctor.model_checks import load_config
 from composer.doctor.preflight import Finding
-from composer.stack.model import Stack, Variant
+from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
 
 DSD_COSTS = (
@@ -48,7 +49,7 @@ def is_hybrid(config: dict) -> bool:
     return False
 
 
-def check_adaptive(stack: Stack, variant: Variant) -> Finding | None:
+def check_adaptive(stack: Stack, variant: VariantFacts) -> Finding | None:
     """The known costs of a variant's K schedule or adaptive verification, and the hybrid notes."""
     spec = variant.speculative
     if spec is None:
@@ -62,7 +63,7 @@ def check_adaptive(stack: Stack, variant: Variant) -> Finding | None:
             "adaptive-speculation",
             "warn",
             HYBRID_ADAPTIVE.format(model=model),
-            f"use a static or scheduled variant here; bench --decide before relying on {variant.name}",
+            f"use a static or scheduled variant here; bench --decide before relying on [{variant.table}]",
         )
     if spec.method in MTP_METHODS and hybrid:
         detail = HYBRID_MTP.format(model=model)

@@ -203,7 +203,7 @@ def execute(
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
-    record = SwapRecord(ctx.stack.project, result.previous, plan.target, ctx.options.timeout)
+    record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     record.stage("draining")
     # what the gateway's switch log is told when the held requests flow
     if "wake" in plan.steps:
