@@ -235,7 +235,8 @@ def _restore(
     waiting: Progress | None = None,
 ) -> list[str]:
     """Bring back what served before (or stop the benchmark's container); return notes."""
-    from composer.swap.swapper import down, up
+    from composer.swap.down import down
+    from composer.swap.swapper import up
 
     stack = stack_for(())
     if previous is None:

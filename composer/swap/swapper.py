@@ -1,9 +1,11 @@
 """Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
 
-`up` reads the project once (`snapshot.take`), decides every step and the rollback source
-before anything stops (`plan.decide`; `--dry-run` stops here), then runs the steps. A
-changed gateway is drained before it is recreated. The running swap's stage is written to
-`journal.SwapRecord` (what `status` shows), and every outcome to the history.
+`up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
+fast checks on it, writes the run file and decides every step and the rollback source
+before anything stops (`plan.decide`, with the standby fit from `composer.capacity`;
+`--dry-run` stops here); `execute` runs the plan (`transaction.run`). A changed gateway is
+drained before it is recreated. The running swap's stage is written to `journal.SwapRecord`
+from the plan's data (what `status` shows), and every outcome to the history.
 
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
@@ -28,14 +30,11 @@ from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import (
     RunningVariant,
-    current_variant,
-    our_containers,
-    serving_containers,
     sleeping_containers,
 )
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
-from composer.errors import ComposerError, DownRefused, PreflightFailed, SwapFailed
+from composer.errors import ComposerError, PreflightFailed, SwapFailed
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import API_KEY_VAR
@@ -329,62 +328,6 @@ def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bo
     return bool(retry.settle_ready(settle_s)(attempt))
 
 
-def _stop_all(ctx: Context, sleeping_too: bool = False) -> None:
-    """Stop and remove the project's variant containers (sleeping ones only with `sleeping_too`)."""
-    pick = our_containers if sleeping_too else serving_containers
-    for container in pick(ctx.stack, ctx.client):
-        ctx.say(f"stopping {container.describe().variant} ({container.name})")
-        container.stop_and_remove(ctx.stack.stop_grace_period)
-
-
-def stop_project(ctx: Context) -> str | None:
-    """Stop and remove whatever variant runs, and the project; return the variant's name."""
-    current = current_variant(ctx.stack, ctx.client)
-    _stop_all(ctx, sleeping_too=True)
-    compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
-    return current.variant if current else None
-
-
-def stop_variant(
-    ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
-) -> str:
-    """Stop and remove one variant's container, asleep or serving; say what was done.
-
-    Stopping the serving variant while others sleep would leave nothing serving
-    (clients held, then 503): refused unless `force`. When it is the only variant
-    running, this is `down` (the whole project, gateway included).
-    """
-    stack = ctx.stack
-    ours = our_containers(stack, ctx.client)
-    mine = [c for c in ours if c.describe().variant == variant]
-    if not mine:
-        return f"{variant} is not running; nothing stopped"
-    asleep = {c.name for c in sleeping_containers(stack, ctx.client)}
-    others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
-    sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
-    if all(c.name in asleep for c in mine):
-        for container in mine:
-            ctx.say(f"stopping {variant} ({container.name}, asleep)")
-            container.stop_and_remove(stack.stop_grace_period)
-        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
-    if not others:
-        (down or (lambda: stop_project(ctx)))()
-        return f"stopped {variant} (the only variant running: the whole project is down)"
-    if not force:
-        left = sleeping_others or others
-        raise DownRefused(
-            f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
-            f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
-            f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
-            f"stops only {variant}"
-        )
-    for container in mine:
-        ctx.say(f"stopping {variant} ({container.name})")
-        container.stop_and_remove(stack.stop_grace_period)
-    left = ", ".join(others)
-    return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
-
-
 def up(
     stack: Stack,
     target: Target,
@@ -404,25 +347,3 @@ def up(
     check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return swap(ctx, target)
-
-
-def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
-    """Stop and remove the running variant under the project's lock."""
-    from composer.swap.lock import swap_lock
-
-    with swap_lock(stack.project, True, progress):
-        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress))
-    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
-    return stopped
-
-
-def down_variant(
-    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
-) -> str:
-    """Stop one variant's container under the project's lock (see `stop_variant`)."""
-    from composer.swap.lock import swap_lock
-
-    with swap_lock(stack.project, True, progress):
-        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force)
-    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
-    return said
