@@ -186,7 +186,8 @@ def wake_rounds(client, calls: Calls, rounds: int) -> list[dict[str, float]]:
 
 
 def cold_rounds(client, calls: Calls, rounds: int) -> list[dict[str, float]]:
-    from composer.render.runfiles import compose_environment, run_file
+    from composer.render.files import run_file
+    from composer.render.runfiles import compose_environment
     from composer.render.target import resolve_target
 
     project = Project("stop")

@@ -71,7 +71,7 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
     for name in stack.variants:
         if not is_adaptive(stack, name):
             continue
-        image = stack.image(stack.variant(name))
+        image = stack.image(stack.variant(name).image_key)
         if image_exists(image):
             adaptive.append(name)
         else:

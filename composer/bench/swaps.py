@@ -177,7 +177,7 @@ def _image_ids(
     from docker.errors import DockerException
 
     ids: dict[str, str | None] = {}
-    for ref in sorted({stack.image(stack.variant(name)) for name in variants}):
+    for ref in sorted({stack.image(stack.variant(name).image_key) for name in variants}):
         try:
             ids[ref] = client.images.get(ref).id if client is not None else None
         except DockerException:
@@ -235,7 +235,8 @@ def _restore(
     waiting: Progress | None = None,
 ) -> list[str]:
     """Bring back what served before (or stop the benchmark's container); return notes."""
-    from composer.swap.swapper import down, up
+    from composer.swap.down import down
+    from composer.swap.swapper import up
 
     stack = stack_for(())
     if previous is None:

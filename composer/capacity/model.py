@@ -1,8 +1,10 @@
 """A stack's capacity figures: per variant and GPU, and for the host (the one entry point).
 
-`variant_figures` is the one function that computes a variant's figures on one GPU;
-doctor's gpu-memory check and capacity section, the swap's standby planner and its
-GPU release wait all call it (a test patches it and sees each of them change).
+`variant_inputs` is the one place a variant's settings become numbers (its weights per
+GPU, its configured KV cache, its `--gpu-memory-utilization`); `figures_on` computes the
+figures on one GPU from those numbers alone (`figures`); `variant_figures` joins the two.
+Doctor's gpu-memory check and capacity section, the swap's standby planner and its GPU
+release wait all call it (a test patches it and sees each of them change).
 """
 
 from __future__ import annotations
@@ -19,11 +21,88 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class Weights:
+    """A variant's weights per GPU, part by part (target, then drafter) as read."""
+
+    parts: tuple[tuple[str, int | None], ...]
+    unknown: tuple[str, ...] = ()
+    configured: int | None = None  # the variant's weights_bytes: wins over the parts
+
+    @property
+    def per_gpu(self) -> int | None:
+        """The weights per GPU (None while a part is unknown and none is configured)."""
+        if self.configured is not None:
+            return self.configured
+        return None if self.unknown else sum(b or 0 for _, b in self.parts)
+
+    @property
+    def known(self) -> int:
+        """The known parts: a lower bound while something is unknown."""
+        return self.per_gpu if self.per_gpu is not None else sum(b or 0 for _, b in self.parts)
+
+
+@dataclass(frozen=True)
+class VariantInputs:
+    """A variant's memory settings as numbers: weights per GPU, the configured KV cache
+    (`kv_cache_memory`, None: sized by utilization) and `--gpu-memory-utilization`."""
+
+    weights: Weights
+    kv_cache_memory: int | None
+    utilization: float
+
+
+def variant_inputs(stack: Stack, variant: Variant, weights: Weights | None = None) -> VariantInputs:
+    """The one extraction: what the formulas need from a variant and its checkpoints
+    (`weights` saves a second read of the checkpoints)."""
+    weights = weights if weights is not None else variant_weights(stack, variant)
+    return VariantInputs(weights, variant.kv_cache_memory, memory_utilization(variant))
+
+
+def draft_tensor_parallel_size(stack: Stack, variant: Variant) -> int:
+    """`draft_tensor_parallel_size` from the speculative extra, else the stack's TP."""
+    extra = dict(variant.speculative.extra) if variant.speculative else {}
+    value = extra.get("draft_tensor_parallel_size")
+    valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
+    return value if valid else stack.tensor_parallel_size  # type: ignore[return-value]
+
+
+def variant_weights(stack: Stack, variant: Variant) -> Weights:
+    """Per-GPU weight shares (target under TP, drafter under its TP) and what is unknown."""
+    tp = stack.tensor_parallel_size
+    target, why = inputs.checkpoint_bytes(stack.model_dir)
+    share = figures.weights_per_gpu(target, tp)
+    parts: list[tuple[str, int | None]] = [("weights", share)]
+    unknown = [] if share is not None else [f"target weights unknown ({why})"]
+    spec = variant.speculative
+    if spec is not None and spec.draft_model:
+        draft_tp = draft_tensor_parallel_size(stack, variant)
+        draft, why = inputs.checkpoint_bytes(stack.draft_dir)
+        draft_share = figures.weights_per_gpu(draft, draft_tp)
+        parts.append((f"draft weights (TP {draft_tp})", draft_share))
+        if draft_share is None:
+            unknown.append(f"draft weights unknown ({why})")
+    return Weights(tuple(parts), tuple(unknown), variant.weights_bytes)
+
+
+def memory_utilization(variant: Variant) -> float:
+    """The variant's `--gpu-memory-utilization` from its extra args, else vLLM's default."""
+    args = list(variant.extra_args)
+    for i, arg in enumerate(args):
+        if arg.startswith("--gpu-memory-utilization"):
+            value = arg.partition("=")[2] or (args[i + 1] if i + 1 < len(args) else "")
+            try:
+                return float(value)
+            except ValueError:
+                break
+    return figures.DEFAULT_GPU_MEMORY_UTILIZATION
+
+
+@dataclass(frozen=True)
 class VariantFigures:
     """One variant on one GPU: weights, KV cache, activations, and what it needs free."""
 
     variant: str
-    weights: inputs.Weights
+    weights: Weights
     kv_cache: int | None
     kv_source: str  # "kv_cache_memory" or "gpu-memory-utilization 0.92"
     activations: int
@@ -61,32 +140,40 @@ class VariantFigures:
         }
 
 
-def variant_figures(
-    stack: Stack, variant: Variant, gpu_total: int | None, weights: inputs.Weights | None = None
-) -> VariantFigures:
-    """`variant`'s figures on a GPU of `gpu_total` bytes (None: unknown); `weights` saves a
-    second read of the checkpoints."""
-    weights = weights if weights is not None else inputs.variant_weights(stack, variant)
-    utilization = inputs.memory_utilization(variant)
+def figures_on(name: str, facts: VariantInputs, gpu_total: int | None) -> VariantFigures:
+    """The figures of a variant (`name` labels them) on a GPU of `gpu_total` bytes (None:
+    unknown), from its numbers alone."""
     kv = figures.kv_cache_per_gpu(
-        variant.kv_cache_memory, gpu_total, utilization, weights.per_gpu, figures.ACTIVATIONS_PER_GPU
+        facts.kv_cache_memory,
+        gpu_total,
+        facts.utilization,
+        facts.weights.per_gpu,
+        figures.ACTIVATIONS_PER_GPU,
     )
-    configured = variant.kv_cache_memory is not None
-    source = "kv_cache_memory" if configured else f"gpu-memory-utilization {utilization}"
+    configured = facts.kv_cache_memory is not None
+    source = "kv_cache_memory" if configured else f"gpu-memory-utilization {facts.utilization}"
     return VariantFigures(
-        variant.name,
-        weights,
+        name,
+        facts.weights,
         kv,
         source,
         figures.ACTIVATIONS_PER_GPU,
         gpu_total,
-        None if configured else utilization,
+        None if configured else facts.utilization,
     )
+
+
+def variant_figures(
+    stack: Stack, variant: Variant, gpu_total: int | None, weights: Weights | None = None
+) -> VariantFigures:
+    """`variant`'s figures on a GPU of `gpu_total` bytes (None: unknown); `weights` saves a
+    second read of the checkpoints."""
+    return figures_on(variant.name, variant_inputs(stack, variant, weights), gpu_total)
 
 
 def release_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) -> dict[int, int] | None:
     """Bytes per GPU index that must be free before `variant` starts, or None while unknown."""
-    weights = inputs.variant_weights(stack, variant)
+    weights = variant_weights(stack, variant)
     budget: dict[int, int] = {}
     for gpu in gpus:
         need = variant_figures(stack, variant, gpu.total_bytes, weights).need
@@ -173,5 +260,5 @@ def host_ram_asleep(stack: Stack, name: str) -> int | None:
     """The host RAM variant `name` holds while asleep (None: unknown, or not in the stack)."""
     if name not in stack.variants:
         return None
-    weights = inputs.variant_weights(stack, stack.variants[name]).per_gpu
+    weights = variant_weights(stack, stack.variants[name]).per_gpu
     return figures.host_ram_of_sleeper(weights, stack.tensor_parallel_size, stack.sleep_level)

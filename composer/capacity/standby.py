@@ -138,7 +138,7 @@ def plan_for(
     memory, source = inputs.gpu_memory(stack, probe)
     serving = model.variant_figures(stack, stack.variant(target), memory)
     awake = Awake(target, serving.weights.per_gpu, serving.kv_cache, serving.activations)
-    sleepers = [Sleeper(n, inputs.variant_weights(stack, stack.variant(n)).per_gpu) for n in asleep_after]
+    sleepers = [Sleeper(n, model.variant_weights(stack, stack.variant(n)).per_gpu) for n in asleep_after]
     plan = plan_standby(
         awake,
         sleepers,

@@ -279,8 +279,8 @@ def down(obj: Context, variant: str | None, force: bool) -> None:
       compose-spec down mtp
       compose-spec down -p demo
     """
-    from composer.swap.swapper import down as stop
-    from composer.swap.swapper import down_variant
+    from composer.swap.down import down as stop
+    from composer.swap.down import down_variant
 
     line = LiveLine()
     stack = obj.stack()

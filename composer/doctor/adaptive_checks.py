@@ -6,9 +6,10 @@ bench --decide` measures them on the rig. Reads the target's config.json only.
 
 from __future__ import annotations
 
+from composer.doctor.facts import VariantFacts
 from composer.doctor.model_checks import load_config
 from composer.doctor.preflight import Finding
-from composer.stack.model import Stack, Variant
+from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
 
 DSD_COSTS = (
@@ -48,7 +49,7 @@ def is_hybrid(config: dict) -> bool:
     return False
 
 
-def check_dropped_eager(stack: Stack, variant: Variant) -> Finding | None:
+def check_dropped_eager(variant: VariantFacts) -> Finding | None:
     """An adaptive variant that runs without an inherited --enforce-eager (the stack drops it:
     vLLM refuses adaptive verification in eager mode) says so, with the key it came from."""
     if not variant.dropped_args:
@@ -58,15 +59,15 @@ def check_dropped_eager(stack: Stack, variant: Variant) -> Finding | None:
     return Finding(
         "adaptive-eager",
         "warn",
-        f"{variant.name} runs without {args} (inherited from {origins}): adaptive verification needs "
+        f"{variant.table.removeprefix('variants.')} runs without {args} (inherited from {origins}): adaptive verification needs "
         "full CUDA graphs and vLLM refuses it in eager mode; the graphs take GPU memory and start time",
         f"nothing to do if intended (to state it, give the variant its own "
-        f"variants.{variant.name}.extra_args without {args}); adaptive_verification = false keeps "
+        f"{variant.table}.extra_args without {args}); adaptive_verification = false keeps "
         "eager mode instead",
     )
 
 
-def check_adaptive(stack: Stack, variant: Variant) -> Finding | None:
+def check_adaptive(stack: Stack, variant: VariantFacts) -> Finding | None:
     """The known costs of a variant's K schedule or adaptive verification, and the hybrid notes."""
     spec = variant.speculative
     if spec is None:
@@ -80,7 +81,7 @@ def check_adaptive(stack: Stack, variant: Variant) -> Finding | None:
             "adaptive-speculation",
             "warn",
             HYBRID_ADAPTIVE.format(model=model),
-            f"use a static or scheduled variant here; bench --decide before relying on {variant.name}",
+            f"use a static or scheduled variant here; bench --decide before relying on [{variant.table}]",
         )
     if spec.method in MTP_METHODS and hybrid:
         detail = HYBRID_MTP.format(model=model)

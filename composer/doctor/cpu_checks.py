@@ -62,7 +62,7 @@ def cpu_build(stack: Stack, variant: Variant, client: docker.DockerClient | None
     env = dict(build_spec(stack, variant).environment)
     if env.get(TARGET_DEVICE, "").lower() == "cpu":
         return f"its environment sets {TARGET_DEVICE}=cpu"
-    image = stack.image(variant)
+    image = stack.image(variant.image_key)
     if image_sets_cpu(client, image):
         return f"image {image} sets {TARGET_DEVICE}=cpu"
     if stack.gpus is None:

@@ -9,10 +9,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import Finding, check_image
 from composer.engine import fixes
 from composer.errors import DockerUnavailable
-from composer.stack.model import Stack, Variant
+from composer.stack.model import Stack
 
 if TYPE_CHECKING:
     import docker
@@ -107,6 +108,6 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
     return replace(found, name="gateway-image", fix=fix)
 
 
-def check_variant_image(stack: Stack, variant: Variant, client: docker.DockerClient) -> Finding:
+def check_variant_image(variant: VariantFacts, client: docker.DockerClient) -> Finding:
     """The variant's image is present locally (preflight's check; never pulls)."""
-    return check_image(client, stack.image(variant))
+    return check_image(client, variant.image)

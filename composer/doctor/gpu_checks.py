@@ -11,11 +11,11 @@ from dataclasses import dataclass
 
 from composer.capacity import model as capacity
 from composer.capacity.figures import gib
-from composer.capacity.inputs import variant_weights
+from composer.capacity.model import variant_weights
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import Finding
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
-from composer.render.spec import build_spec
 from composer.stack.model import Stack, Variant
 from composer.stack.values import V2_RUNNER_METHODS
 
@@ -107,7 +107,7 @@ def check_gpu_count(stack: Stack, facts: GpuFacts) -> Finding:
     return Finding("gpu-count", "ok", f"{len(facts.gpus)} GPU(s) for TP={tp}: {summary}")
 
 
-def check_attention_backend(stack: Stack, variant: Variant) -> Finding | None:
+def check_attention_backend(stack: Stack, variant: VariantFacts) -> Finding | None:
     """DFlash drafters need a non-causal backend (FLASH_ATTN or FLEX_ATTENTION), set explicitly."""
     spec = variant.speculative
     if spec is None or spec.method not in V2_RUNNER_METHODS:
@@ -119,23 +119,23 @@ def check_attention_backend(stack: Stack, variant: Variant) -> Finding | None:
             "fail",
             f"method {spec.method} with attention backend {backend.lower()}: it has no non-causal "
             "support, which DFlash requires",
-            f'set attention_backend = "flash_attn" in [variants.{variant.name}.speculative]',
+            f'set attention_backend = "flash_attn" in [{variant.table}.speculative]',
         )
     if spec.attention_backend is None:
         return Finding(
             "attention-backend",
             "warn",
             f"the drafter inherits {backend.lower()} from the stack; set it explicitly",
-            f'set attention_backend = "{backend.lower()}" in [variants.{variant.name}.speculative]',
+            f'set attention_backend = "{backend.lower()}" in [{variant.table}.speculative]',
         )
     return Finding("attention-backend", "ok", f"drafter uses {backend.lower()} (non-causal support)")
 
 
-def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
+def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFacts) -> Finding:
     """FA3 (VLLM_FLASH_ATTN_VERSION=3) needs Hopper (SM 9.x); FLASH_ATTN needs SM 8.0+."""
     if facts.unavailable:
         return not_available("compute-capability", facts)
-    env = dict(build_spec(stack, variant).environment)
+    env = variant.environment
     backends = {stack.attention_backend.upper()}
     if variant.speculative and variant.speculative.attention_backend:
         backends.add(variant.speculative.attention_backend.upper())
@@ -148,7 +148,7 @@ def check_compute_capability(stack: Stack, variant: Variant, facts: GpuFacts) ->
                 "fail",
                 f"{FA_VERSION_VAR}=3 forces FA3, which is Hopper-only (SM 9.x); "
                 f"GPU {not_hopper[0].index} is {not_hopper[0].name} {not_hopper[0].sm}",
-                f"remove {FA_VERSION_VAR} from [variants.{variant.name}.env]: flash_attn uses FA2 there",
+                f"remove {FA_VERSION_VAR} from [{variant.table}.env]: flash_attn uses FA2 there",
             )
     if "FLASH_ATTN" in backends:
         old = [g for g in facts.gpus if g.compute_capability < (8, 0)]

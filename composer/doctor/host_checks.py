@@ -6,10 +6,10 @@ import platform
 import stat
 from pathlib import Path
 
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import Finding
 from composer.render.spec import PIN_MEMORY_VAR
-from composer.render.target import Target
-from composer.stack.model import Variant
+from composer.stack.model import Speculative
 from composer.stack.values import V2_RUNNER_METHODS
 
 
@@ -23,18 +23,17 @@ def is_wsl(release: str) -> bool:
     return "microsoft" in release.lower()
 
 
-def needs_pinned_memory(variant: Variant) -> bool:
-    """True when the variant's method forces the V2 model runner (which needs UVA)."""
-    spec = variant.speculative
-    return spec is not None and spec.method in V2_RUNNER_METHODS
+def needs_pinned_memory(speculative: Speculative | None) -> bool:
+    """True when the speculative method forces the V2 model runner (which needs UVA)."""
+    return speculative is not None and speculative.method in V2_RUNNER_METHODS
 
 
-def check_wsl_pin_memory(target: Target, release: str) -> Finding | None:
+def check_wsl_pin_memory(variant: VariantFacts, release: str) -> Finding | None:
     """On WSL2, a V2-runner variant must set VLLM_WSL2_ENABLE_PIN_MEMORY=1; None when not relevant."""
-    if not needs_pinned_memory(target.variant):
+    if not needs_pinned_memory(variant.speculative):
         return None
-    method = target.variant.speculative.method  # type: ignore[union-attr]
-    value = dict(target.spec.environment).get(PIN_MEMORY_VAR)
+    method = variant.method
+    value = variant.environment.get(PIN_MEMORY_VAR)
     if value == "1":
         return Finding("wsl2-pin-memory", "ok", f"{PIN_MEMORY_VAR}=1 is set for method {method}")
     shown = "unset" if value is None else f"{value!r}"
@@ -48,14 +47,14 @@ def check_wsl_pin_memory(target: Target, release: str) -> Finding | None:
             "warn",
             f"not WSL2 here (kernel {release}), but {PIN_MEMORY_VAR} is {shown} for method {method}: "
             "the committed compose file fails on a WSL2 host ('UVA is not available')",
-            f"drop the {PIN_MEMORY_VAR} override from [variants.{target.name}.env]",
+            f"drop the {PIN_MEMORY_VAR} override from [{variant.table}.env]",
         )
     return Finding(
         "wsl2-pin-memory",
         "fail",
         f"WSL2 kernel {release} and method {method} (V2 model runner needs pinned memory/UVA), "
         f"but {PIN_MEMORY_VAR} is {shown}: vLLM fails with 'UVA is not available'",
-        f'set {PIN_MEMORY_VAR} = "1" in [variants.{target.name}.env] (or drop the override)',
+        f'set {PIN_MEMORY_VAR} = "1" in [{variant.table}.env] (or drop the override)',
     )
 
 

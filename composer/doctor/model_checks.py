@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import Finding
 from composer.errors import CheckpointError
 from composer.probes import checkpoints as ckpt
-from composer.stack.model import Stack, Variant
+from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
 
 
@@ -45,7 +46,7 @@ def check_model_config(stack: Stack) -> Finding:
     )
 
 
-def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
+def check_mtp(stack: Stack, variant: VariantFacts) -> Finding | None:
     """An MTP variant needs MTP layers; K above the layer count must be a multiple of it
     (vLLM refuses the rest at startup: 'must be divisible by n_predict=')."""
     spec = variant.speculative
@@ -61,7 +62,7 @@ def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
             "fail",
             f"method {spec.method} but {stack.model_dir}/config.json has no mtp_num_hidden_layers "
             "(top level or text_config): the model has no MTP head",
-            f"use a draft-model method (e.g. dflash) or drop [variants.{variant.name}.speculative]",
+            f"use a draft-model method (e.g. dflash) or drop [{variant.table}.speculative]",
         )
     if k > layers and k % layers:
         lower, upper = (k // layers) * layers, (k // layers + 1) * layers
@@ -75,7 +76,7 @@ def check_mtp(stack: Stack, variant: Variant) -> Finding | None:
     return Finding("mtp-layers", "ok", f"{layers} MTP layer(s); K={k} is compatible")
 
 
-def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
+def check_draft_config(stack: Stack, variant: VariantFacts) -> Finding | None:
     """A draft-model variant's DRAFT_DIR has config.json; DFlash drafts carry dflash_config."""
     spec = variant.speculative
     if spec is None or not spec.draft_model:
@@ -106,7 +107,7 @@ def check_draft_config(stack: Stack, variant: Variant) -> Finding | None:
     return Finding("draft-config", "ok", detail + ("" if shards else ", no weights (simulator demo)"))
 
 
-def check_draft_k(stack: Stack, variant: Variant) -> Finding | None:
+def check_draft_k(stack: Stack, variant: VariantFacts) -> Finding | None:
     """A DFlash variant's K may not exceed the draft's trained block (block_size - 1) and
     is best equal to it: a larger K drafts past what the drafter was trained to fill."""
     spec = variant.speculative

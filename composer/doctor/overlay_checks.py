@@ -54,7 +54,7 @@ def check_overlay_current(
     from composer.overlay.recipe import recipes_writing
     from composer.overlay.steps import local_image
 
-    image = stack.image(variant)
+    image = stack.image(variant.image_key)
     writers = recipes_writing(recipes_dir, image, stack.images)
     if len(writers) > 1:
         return Finding(

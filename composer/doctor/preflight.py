@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
     import docker
 
-    from composer.render.target import Target
+    from composer.render.spec import Mount
 
 # "not read yet": the check reads Docker itself (None would say "there is none")
 UNKNOWN: Any = object()
@@ -82,12 +82,12 @@ def check_image(client: docker.DockerClient, image: str) -> Finding:
     return Finding("image", "ok", f"image {image} is present ({found.short_id})")
 
 
-def check_mounts(target: Target) -> list[Finding]:
-    """Every host directory the variant mounts exists."""
+def check_mounts(mounts: Sequence[Mount]) -> list[Finding]:
+    """Every host directory of `mounts` (a variant's) exists."""
     from composer.render.spec import resolve
 
     findings = []
-    for mount in target.spec.mounts:
+    for mount in mounts:
         source = resolve(mount.source)
         if Path(source).is_dir():
             findings.append(Finding("mounts", "ok", f"{source} exists"))

@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from composer import labels
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import UNKNOWN, Finding, check_mounts, check_port, check_published_port
 from composer.engine.client import Endpoint, engine_endpoint
 from composer.engine.health import base_url
 from composer.errors import ComposerError
 from composer.render.spec import resolve
-from composer.render.target import Target
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -115,26 +115,26 @@ def port_check(
 
 
 def mount_checks(
-    target: Target, client: docker.DockerClient | None, endpoint: Endpoint | None
+    variant: VariantFacts, client: docker.DockerClient | None, endpoint: Endpoint | None
 ) -> list[Finding]:
     """Every mounted host directory exists where the engine runs."""
     if endpoint is None or not endpoint.remote:
-        return check_mounts(target)
+        return check_mounts(variant.mounts)
     if client is None:
         return [
             Finding("mounts", "warn", "cannot check host paths on the remote engine: it is not reachable")
         ]
-    return check_mounts_on_engine(target, client, endpoint.address or endpoint.host)
+    return check_mounts_on_engine(variant, client, endpoint.address or endpoint.host)
 
 
-def check_mounts_on_engine(target: Target, client: docker.DockerClient, where: str) -> list[Finding]:
+def check_mounts_on_engine(variant: VariantFacts, client: docker.DockerClient, where: str) -> list[Finding]:
     """Create (never start) a container of the variant's image with each host path bind-mounted
     read-only: the engine refuses a bind source that does not exist on its host, where a plain
     `-v` would have created an empty directory instead."""
     from docker.errors import APIError, ImageNotFound
     from docker.types import Mount
 
-    image = resolve(target.spec.image)
+    image = variant.image
     try:
         client.images.get(image)
     except ImageNotFound:
@@ -147,7 +147,7 @@ def check_mounts_on_engine(target: Target, client: docker.DockerClient, where: s
             )
         ]
     findings = []
-    for mount in target.spec.mounts:
+    for mount in variant.mounts:
         source = resolve(mount.source)
         try:
             probe = client.containers.create(

@@ -48,8 +48,10 @@ from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor import standby_checks as sck
 from composer.doctor import switch_checks as wck
+from composer.doctor.facts import VariantFacts
 from composer.doctor.preflight import Finding, check_api_key, check_bind_address
 from composer.probes.gpu import GpuProbe
+from composer.render.spec import resolve
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 
@@ -209,24 +211,39 @@ def _stack_checks(
     ]
 
 
+def variant_facts(target: Target) -> VariantFacts:
+    """A variant's facts, read once from its Target: what its checks see."""
+    spec = target.spec
+    return VariantFacts(
+        table=f"variants.{target.name}",
+        image=resolve(spec.image),
+        mounts=spec.mounts,
+        environment=dict(spec.environment),
+        speculative=target.variant.speculative,
+        dropped_args=target.variant.dropped_args,
+    )
+
+
 def _variant_checks(
     stack: Stack, target: Target, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
 ) -> list[Finding | None]:
-    variant = target.variant
+    """Every check of one variant: those that need the capacity model or the overlay recipe
+    take the variant itself, the others its facts (`variant_facts`)."""
+    variant, seen = target.variant, variant_facts(target)
     found: list[Finding | None] = []
     if client is not None:
-        found.append(dck.check_variant_image(stack, variant, client))
+        found.append(dck.check_variant_image(seen, client))
         found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
-    found += rck.mount_checks(target, client, rck.current_endpoint())
+    found += rck.mount_checks(seen, client, rck.current_endpoint())
     found += [
-        gck.check_attention_backend(stack, variant),
-        gck.check_compute_capability(stack, variant, facts),
-        hck.check_wsl_pin_memory(target, host.kernel_release),
-        mck.check_mtp(stack, variant),
-        mck.check_draft_config(stack, variant),
-        mck.check_draft_k(stack, variant),
-        ack.check_adaptive(stack, variant),
-        ack.check_dropped_eager(stack, variant),
+        gck.check_attention_backend(stack, seen),
+        gck.check_compute_capability(stack, seen, facts),
+        hck.check_wsl_pin_memory(seen, host.kernel_release),
+        mck.check_mtp(stack, seen),
+        mck.check_draft_config(stack, seen),
+        mck.check_draft_k(stack, seen),
+        ack.check_adaptive(stack, seen),
+        ack.check_dropped_eager(seen),
         gck.check_gpu_memory(stack, variant, facts),
         cck.check_cpu_method(stack, variant, client),
     ]
@@ -249,7 +266,7 @@ def fast_checks(
     reads them instead of listing Docker's containers again).
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
-    variant = target.variant
+    seen = variant_facts(target)  # the variant's facts, read once: the checks below see only them
     endpoint = rck.current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
@@ -263,16 +280,16 @@ def fast_checks(
     checks = tag(found, None)
     per_variant: list[Finding | None] = []
     if client is not None:
-        per_variant.append(dck.check_variant_image(stack, variant, client))
-    per_variant += rck.mount_checks(target, client, endpoint)
+        per_variant.append(dck.check_variant_image(seen, client))
+    per_variant += rck.mount_checks(seen, client, endpoint)
     per_variant += [
-        gck.check_attention_backend(stack, variant),
-        hck.check_wsl_pin_memory(target, release),
-        mck.check_mtp(stack, variant),
-        mck.check_draft_config(stack, variant),
-        mck.check_draft_k(stack, variant),
-        ack.check_adaptive(stack, variant),
-        ack.check_dropped_eager(stack, variant),
+        gck.check_attention_backend(stack, seen),
+        hck.check_wsl_pin_memory(seen, release),
+        mck.check_mtp(stack, seen),
+        mck.check_draft_config(stack, seen),
+        mck.check_draft_k(stack, seen),
+        ack.check_adaptive(stack, seen),
+        ack.check_dropped_eager(seen),
     ]
     return [*checks, *tag(per_variant, target.name)]
 

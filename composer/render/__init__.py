@@ -7,7 +7,8 @@ the optional observability profile's Prometheus beside them (`prometheus`); the 
 `follow` profile's follower container (`follow`: `FollowSpec`, `build_follow_spec`); `Target`,
 a variant resolved once into both (`target`); the compose files and bash launchers
 rendered from the Jinja templates in the top-level `templates/` folder (shipped in the
-wheel as `composer/templates`); the fully resolved run files `up` starts; the resolved
+wheel as `composer/templates`); the run files `up` starts (`files.run_file`, the swap's one
+entry point into rendering; `runfiles`: their folder and environment); the resolved
 stack as data (`describe`); the Kubernetes manifests, a kustomize base and one overlay
 per variant (`kubernetes`), with the production settings of the `[kubernetes]` table
 (`kube_pod`: resources and scheduling; `kube_extras`: disruption budgets, ServiceMonitors,
@@ -31,13 +32,13 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "describe": ["format_stack", "stack_data"],
-        "files": ["is_current", "render_all", "render_variant", "write_all", "write_atomic"],
+        "files": ["is_current", "render_all", "render_variant", "run_file", "write_all", "write_atomic"],
         "kubernetes": ["render_kubernetes"],
         "kube_security": ["pod_security_level"],
         "kube_live": ["render_kube_live"],
         "live": ["LiveService", "LiveTarget", "render_live", "resolve_live"],
         "outputs": ["RenderPlan", "render_plan", "stale_files"],
-        "runfiles": ["run_file", "state_dir"],
+        "runfiles": ["state_dir"],
         "spec": ["ServiceSpec", "build_spec", "config_hash"],
         "target": ["Target", "resolve_target"],
         "gateway": ["GatewaySpec", "build_gateway_spec"],

@@ -107,7 +107,7 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
     spec = build_spec(stack, variant)
     data: dict[str, object] = {
         "description": variant.description,
-        "image": stack.image(variant),
+        "image": stack.image(variant.image_key),
         "image_key": variant.image_key,
         "kv_cache_memory": variant.kv_cache_memory,
         "min_kv_cache_tokens": variant.min_kv_cache_tokens,

@@ -4,7 +4,9 @@ All files are rendered in memory first, so a failure writes nothing. `write_all`
 writes the set all or nothing: every changed file goes to a temp file beside its
 target first; only when all of them are written are they renamed into place, and a
 rename that fails puts the files already replaced back as they were. Files whose bytes
-are unchanged are not rewritten.
+are unchanged are not rewritten. `run_file` is the swap's one entry point into rendering:
+a variant's compose file in the state folder, the file `up` starts and a rollback restarts
+(the newest few per variant are kept, and never one a container was created from).
 
 Quoting contract. In compose files every literal is a YAML double-quoted scalar with
 `$` escaped as `$$`; a host value is `${VAR:-default}` with the default escaped the
@@ -18,17 +20,20 @@ globbed or expanded.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import shlex
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from composer.errors import RenderError
+from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
@@ -42,6 +47,7 @@ def templates_dir() -> Path:
 
 
 OUTPUTS = (("compose.yml.j2", "{variant}.yml", 0o644), ("launcher.sh.j2", "{variant}.sh", 0o755))
+KEEP_RUN_FILES = 3  # run files kept per variant, besides those containers were created from
 
 
 @dataclass(frozen=True)
@@ -220,6 +226,60 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
 
         files += render_live(resolve_live(stack, stack.gateway.live), out_dir)
     return files
+
+
+def run_file(
+    target: Target, directory: Path | None = None, keep: Iterable[str | Path | None] | None = None
+) -> Path:
+    """Write (if needed) and return the compose file that `up` starts for a variant, named by
+    variant and config hash in the state folder (`runfiles.state_dir`).
+
+    With `keep`: the variant's older run files are pruned too, all but the newest few, this
+    one and those in `keep` (the files the running containers were created from).
+    """
+    folder = directory or state_dir()
+    out = folder / target.spec.project
+    compose_file = next(f for f in render_variant(target, out) if f.path.suffix == ".yml")
+    written = RenderedFile(out / f"{target.name}-{target.hash}.yml", compose_file.content, 0o644)
+    write_atomic(written)
+    os.utime(written.path)  # used now: the newest, whether rewritten or not
+    if keep is not None:
+        prune_run_files(target.spec.project, target.name, (written.path, *keep), directory=folder)
+    return written.path
+
+
+def prune_run_files(
+    project: str,
+    variant: str,
+    keep: Iterable[str | Path | None] = (),
+    newest: int = KEEP_RUN_FILES,
+    directory: Path | None = None,
+) -> list[Path]:
+    """Remove a variant's run files but the `newest` ones and those in `keep`; return the removed.
+
+    `keep` names the files that containers were created from (the running one, the
+    rollback target): they are never removed, however old.
+    """
+    folder = (directory or state_dir()) / project
+    own = re.compile(re.escape(variant) + r"-[0-9a-f]{16}\.yml")
+    try:
+        names = [p for p in folder.iterdir() if own.fullmatch(p.name)]
+    except OSError:  # no folder yet: nothing to prune
+        return []
+    aged: list[tuple[int, Path]] = []
+    for path in names:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            aged.append((path.lstat().st_mtime_ns, path))
+    aged.sort(reverse=True)
+    protected = {Path(k).resolve() for k in keep if k}
+    removed = []
+    for _, path in aged[newest:]:
+        if path.resolve() in protected:
+            continue
+        with contextlib.suppress(OSError):  # pruning never fails a swap
+            path.unlink()
+            removed.append(path)
+    return removed
 
 
 def is_current(file: RenderedFile) -> bool:

@@ -244,7 +244,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         project=stack.project,
         service=stack.service,
         variant=variant.name,
-        image=text(Var(image_env_var(variant.image_key), stack.image(variant))),
+        image=text(Var(image_env_var(variant.image_key), stack.image(variant.image_key))),
         command=_command(stack, variant),
         environment=_environment(stack, variant),
         secret_env=(API_KEY_VAR,),

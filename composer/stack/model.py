@@ -99,9 +99,9 @@ class Stack:
         except KeyError:
             raise unknown_choice("variant", name, self.variants) from None
 
-    def image(self, variant: Variant) -> str:
-        """The image reference a variant runs."""
-        return self.images[variant.image_key]
+    def image(self, key: str) -> str:
+        """The image reference of an image key (a variant's `image_key`)."""
+        return self.images[key]
 
     def workload_variant(self, workload: str) -> Variant:
         """The variant mapped to a workload name."""

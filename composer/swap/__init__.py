@@ -7,7 +7,13 @@ every decision, the rollback source, the gateway update; `up --dry-run` prints i
 route, gate, settle, warm-up, release, gateway update; each returns its outcome, no step
 state on a shared object) run by `transaction` (the steps in the plan's order and, on
 failure, the rollback plan) -> `journal` (the running swap's record that `status` reads,
-and the swap history). `swapper` is the entry: preflight, snapshot, plan, transaction.
+and the swap history, written from the plan's and the result's data). `swapper` is the
+entry: `prepare` (snapshot, doctor's fast checks, the run file, the plan and its standby
+fit) then `execute` (the transaction, the history); `down` stops the project or one
+variant's container. The variant is resolved once, into a
+`Target`; below the plan, the steps act on the containers the plan names (the sleeper to
+wake, the rollback's source) and on facts (the release wait takes the next variant's
+budget per GPU, the profiles take the run file), never on the variant's settings again.
 `steps.start`, `steps.route` and `steps.gate` work on one container on their own.
 
 Owns: the pure swap plan and its executor (stop the old variant, wait for its GPU memory
@@ -28,7 +34,7 @@ gets Docker access. A live set (`live`: several variants serving at once on disj
 changed one container at a time: start and gate, `set_upstreams`, drain and stop; `plan_live`
 is pure; `live_status`: the live containers as `status` and `ls` show them; `--with` profiles
 start from the live run file once the set serves).
-Public: `up`, `down`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
+Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
 `down_live`, `plan_live`, `LivePlan`, `live_containers`, `live_rows`, `format_live`.
@@ -48,6 +54,7 @@ __all__, __getattr__ = lazy_exports(
         "snapshot": ["Snapshot"],
         "lock": ["swap_lock"],
         "status": ["format_status", "status_data"],
-        "swapper": ["SwapPlan", "UpOptions", "UpResult", "down", "plan_swap", "up"],
+        "down": ["down", "down_variant"],
+        "swapper": ["SwapPlan", "UpOptions", "UpResult", "plan_swap", "up"],
     },
 )

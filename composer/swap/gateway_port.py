@@ -26,7 +26,8 @@ from composer.engine.containers import (
 from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_published
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError, UsageError
-from composer.render.runfiles import compose_environment, run_file
+from composer.render.files import run_file
+from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack

@@ -2,7 +2,7 @@
 
 Take the snapshot before the stop, wait after it::
 
-    release = ReleaseWait.before_stop(stack, next_variant, previous)   # before stopping
+    release = ReleaseWait.before_stop(stack, budget, previous)   # before stopping
     ...stop the container...
     outcome = release.wait(timeout, waiting)                           # ReleaseOutcome
 
@@ -15,7 +15,8 @@ Per GPU of the stack the wait ends when either holds:
   when the GPU's used memory dropped below the snapshot by at least `DROP_FLOOR` and held
   steady (within `STEADY`) between two polls.
 - the next variant's release budget is free: its weights + KV cache + activations on that
-  GPU, the figure doctor prints (`composer.capacity.release_budget`); not used while a
+  GPU, the figure doctor prints (`budget`: the caller passes `composer.capacity.release_budget`
+  for the variant it starts, so this module knows GPUs, not variants); not used while a
   weight share is unknown.
 
 Memory held by anything else (a desktop, another user's job, a sleeping variant) does not
@@ -36,7 +37,7 @@ from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 
 if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
-    from composer.stack.model import Stack, Variant
+    from composer.stack.model import Stack
 
 INTERVAL = retry.GPU_RELEASE_INTERVAL_S
 MIB = 1 << 20
@@ -117,22 +118,17 @@ class ReleaseWait:
     def before_stop(
         cls,
         stack: Stack,
-        next_variant: Variant,
+        budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None,
         previous: RunningVariant | None,
         probe: GpuProbe | None = None,
     ) -> ReleaseWait:
-        """The snapshot a swap takes before stopping `previous` to start `next_variant`."""
-        from composer.capacity.model import release_budget
+        """The snapshot a swap takes before stopping `previous`; `budget`: the bytes per GPU
+        index the next variant needs free (None: unknown), given the stack's GPUs."""
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
         pids = container_pids([previous.container_id]) if previous is not None else frozenset()
-        return cls.snapshot(
-            probe or detect_probe(),
-            stack.gpus,
-            pids,
-            lambda gpus: release_budget(stack, next_variant, gpus),
-        )
+        return cls.snapshot(probe or detect_probe(), stack.gpus, pids, budget)
 
     def wait(
         self,

@@ -1,8 +1,10 @@
 """What a swap leaves on disk: the record of the swap running now, and the swap history.
 
 Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`, beside
-the run files). `swap.json` names the swap that holds the project's lock (pid, from, to,
-stage, start time, timeout): `status` reads it instead of waiting on a held request.
+the run files), and both are written from data: the plan's (`SwapPlan.as_data()`) and the
+result's, never the stack's variant objects. `swap.json` names the swap that holds the
+project's lock (pid, from, to, the plan's steps, stage, start time, timeout): `status` reads
+it instead of waiting on a held request.
 It is written atomically at every stage and removed when the swap ends; a record whose
 pid is gone is ignored. `history.jsonl` gets one JSON line per `up`, `down`, wake and
 rollback (time, from, to, outcome, timings, drained/cut, cause), trimmed to the newest
@@ -16,7 +18,8 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,7 @@ class RunningSwap:
     started: float  # epoch seconds
     stage_started: float
     timeout: float
+    steps: tuple[str, ...] = ()  # the plan's steps
 
     def line(self, now: float | None = None) -> str:
         """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s`."""
@@ -68,22 +72,28 @@ class RunningSwap:
 
 
 class SwapRecord:
-    """Writes the running swap's record at every stage; removes it at the end."""
+    """Writes the running swap's record at every stage; removes it at the end.
+
+    It records the plan as data (`SwapPlan.as_data()`: from `serving` to `target`, its
+    steps) beside the pid, the stage and the times; `running_swap` reads it back."""
 
     def __init__(
-        self, project: str, source: str | None, target: str, timeout: float, directory: Path | None = None
+        self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
     ) -> None:
         self.path = project_dir(project, directory) / RUNNING
-        self.started = time.time()
-        self.source, self.target, self.timeout = source, target, timeout
+        self.entry = {
+            "source": plan.get("serving"),
+            "target": plan.get("target"),
+            "steps": list(plan.get("steps") or ()),
+            "started": time.time(),
+            "timeout": timeout,
+        }
 
     def stage(self, name: str) -> None:
         """Record the stage the swap is in now (never fails the swap)."""
-        record = RunningSwap(
-            os.getpid(), self.source, self.target, name, self.started, time.time(), self.timeout
-        )
+        record = {**self.entry, "pid": os.getpid(), "stage": name, "stage_started": time.time()}
         with contextlib.suppress(OSError):
-            _write_atomic(self.path, json.dumps(asdict(record)))
+            _write_atomic(self.path, json.dumps(record))
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -116,6 +126,7 @@ def running_swap(project: str, directory: Path | None = None) -> RunningSwap | N
             started=float(data["started"]),
             stage_started=float(data.get("stage_started", data["started"])),
             timeout=float(data["timeout"]),
+            steps=tuple(str(s) for s in data.get("steps") or ()),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -26,9 +26,9 @@ from composer.engine.containers import current_variant, gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, SwapFailed
-from composer.render.files import write_atomic
+from composer.render.files import prune_run_files, write_atomic
 from composer.render.live import LiveService, LiveTarget, render_live, resolve_live
-from composer.render.runfiles import compose_environment, prune_run_files, state_dir
+from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
@@ -541,11 +541,11 @@ def up_live(
         return swapper.up(target, dry_run=True)
     ctx = Context(stack, client, options, progress, waiting or progress) if options else None
     if ctx is not None:
-        check_profiles(ctx, target)
+        check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
         result = swapper.up(target)
         if ctx is not None and ctx.options.profiles:
-            result.notes += start_profiles(ctx, target, live_run_file(target))
+            result.notes += start_profiles(ctx, live_run_file(target))
         return result
 
 

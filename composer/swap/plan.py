@@ -5,7 +5,9 @@ the variant that serves now and exactly where a rollback brings it back from (it
 container to wake, or the run file and compose service that created it), what else must
 stop first (awake containers that neither serve nor sleep, sleepers the stack no longer
 wants), and notes a user must read (a serving container that cannot sleep is stopped
-cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON.
+cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON. The plan names
+every container its steps touch (the sleeper it wakes, the rollback's source), so the
+steps act on those names and never search the snapshot for the variant again.
 
 Steps: `sleep` (the serving container was started with sleep mode and its variant sleeps
 in this stack), `stop` + `release` (stop it and wait for its GPU memory), `wake` (the
@@ -48,6 +50,7 @@ class SwapPlan:
     notes: tuple[str, ...] = field(default=())
     gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
+    wake: str | None = None  # the sleeping container the `wake` step wakes (by name)
 
     @property
     def no_op(self) -> bool:
@@ -65,6 +68,7 @@ class SwapPlan:
             "notes": list(self.notes),
             "gateway_update": self.gateway_update,
             "capacity": self.capacity or None,
+            "wake": self.wake,
         }
 
     def describe(self) -> str:
@@ -78,6 +82,8 @@ class SwapPlan:
         if self.gateway_update:
             lines.append(f"first: {gateway}")
         lines.append("steps: " + " -> ".join(self.steps))
+        if self.wake and "wake" in self.steps:
+            lines.append(f"wakes: {self.wake}")
         if self.stop_first:
             lines.append("stops first: " + ", ".join(self.stop_first))
         if self.rollback:
@@ -149,7 +155,7 @@ def decide(
                 f"{current.variant} was started without sleep mode: it is stopped, not put to sleep "
                 "(it sleeps after its next start)"
             )
-    sleeper = snapshot.sleeper_of(target)
+    sleeper = next((m for m in snapshot.asleep if m.variant == target), None)
     wakeable = sleeper is not None and sleeper.info.config_hash == target_hash and target_sleeps
     stop_first = []
     adopt = None
@@ -192,5 +198,13 @@ def decide(
     elif current is not None and steps and "stop" in steps:
         rollback = Rollback(current.variant, "start", current.name, current.config_file, current.service)
     return SwapPlan(
-        target, target_hash, current, steps, rollback, tuple(stop_first), tuple(notes), gateway_update
+        target,
+        target_hash,
+        current,
+        steps,
+        rollback,
+        tuple(stop_first),
+        tuple(notes),
+        gateway_update,
+        wake=sleeper.info.name if sleeper is not None and "wake" in steps else None,
     )

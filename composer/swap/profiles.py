@@ -14,11 +14,9 @@ from pathlib import Path
 
 from composer.errors import PreflightFailed
 from composer.render import follow
-from composer.render.live import LiveTarget
-from composer.render.prometheus import PROFILE_SERVICES
-from composer.render.runfiles import run_file, state_dir
+from composer.render.prometheus import PROFILE_SERVICES, PrometheusSpec
+from composer.render.runfiles import state_dir
 from composer.render.spec import resolve
-from composer.render.target import Target
 from composer.swap.lock import lock_dir
 from composer.swap.steps import Context, compose_up
 
@@ -33,12 +31,13 @@ def _image(ctx: Context, image: str, fix: str) -> None:
         raise PreflightFailed(f"preflight: the {name} image {image} is not here; fix: {fix}") from None
 
 
-def check_profiles(ctx: Context, target: Target | LiveTarget) -> None:
-    """The images of `options.profiles` are local (checked before anything changes)."""
-    if "prometheus" in ctx.options.profiles and target.prometheus is not None:
+def check_profiles(ctx: Context, prometheus: PrometheusSpec | None) -> None:
+    """The images of `options.profiles` are local (checked before anything changes);
+    `prometheus`: the stack's Prometheus service (None: the stack has none)."""
+    if "prometheus" in ctx.options.profiles and prometheus is not None:
         _image(
             ctx,
-            resolve(target.prometheus.image),
+            resolve(prometheus.image),
             "make image-prometheus (or set [gateway] prometheus_image)",
         )
     if follow.PROFILE in ctx.options.profiles:
@@ -104,12 +103,9 @@ def _socket_group() -> int:
         return os.getegid()
 
 
-def start_profiles(ctx: Context, target: Target | LiveTarget, compose_file: Path | None = None) -> list[str]:
-    """Start the optional services of `options.profiles` (once the variant serves) from
-    `compose_file` (default: the target's run file; a live set's run file); their notes."""
-    if compose_file is None:
-        assert isinstance(target, Target), "a live set names its run file"
-        compose_file = run_file(target)
+def start_profiles(ctx: Context, compose_file: Path) -> list[str]:
+    """Start the optional services of `options.profiles` from the run file the variant was
+    started from (once it serves); their notes."""
     notes = []
     for profile in ctx.options.profiles:
         service = PROFILE_SERVICES[profile]

@@ -94,12 +94,6 @@ class Snapshot:
         """Running containers that neither serve nor sleep."""
         return [m for m in self.members if m.running and not m.serving and not m.asleep]
 
-    def sleeper_of(self, variant: str) -> Member | None:
-        return next((m for m in self.asleep if m.variant == variant), None)
-
-    def of(self, variant: str) -> list[Member]:
-        return [m for m in self.members if m.variant == variant]
-
     @property
     def route_ok(self) -> bool | None:
         """Whether the gateway forwards to the serving container (None: unknown or nothing serves)."""

@@ -376,7 +376,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
-        image = stack.image(variant)
+        image = stack.image(variant.image_key)
         rows.append(
             {
                 "variant": name,

@@ -262,7 +262,7 @@ def route(ctx: Context, target: Target) -> Outcome:
 def wake(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
     """Route the gateway to the target's sleeping container and wake it."""
     ctx.say(f"waking {plan.target}")
-    sleeper = snap.sleeper_of(plan.target)
+    sleeper = next((m for m in snap.asleep if m.info.name == plan.wake), None)
     if sleeper is None:
         raise HealthCheckFailed(f"{plan.target}'s sleeping container is gone")
     standby.wake(ctx.control(), sleeper.container, plan.target, ctx.stack)

@@ -1,9 +1,11 @@
 """Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
 
-`up` reads the project once (`snapshot.take`), decides every step and the rollback source
-before anything stops (`plan.decide`; `--dry-run` stops here), then runs the steps. A
-changed gateway is drained before it is recreated. The running swap's stage is written to
-`journal.SwapRecord` (what `status` shows), and every outcome to the history.
+`up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
+fast checks on it, writes the run file and decides every step and the rollback source
+before anything stops (`plan.decide`, with the standby fit from `composer.capacity`;
+`--dry-run` stops here); `execute` runs the plan (`transaction.run`). A changed gateway is
+drained before it is recreated. The running swap's stage is written to `journal.SwapRecord`
+from the plan's data (what `status` shows), and every outcome to the history.
 
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
@@ -28,15 +30,13 @@ from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import (
     RunningVariant,
-    current_variant,
-    our_containers,
-    serving_containers,
     sleeping_containers,
 )
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
-from composer.errors import ComposerError, DownRefused, PreflightFailed, SwapFailed
-from composer.render.runfiles import compose_environment, prune_run_files, run_file
+from composer.errors import ComposerError, PreflightFailed, SwapFailed
+from composer.render.files import run_file
+from composer.render.runfiles import compose_environment
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
@@ -120,17 +120,36 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
 def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
 
-    One snapshot is read, one plan decided from it before anything stops; `dry_run`
-    returns the plan (in `result.plan`) and changes nothing.
+    One snapshot is read, one plan decided from it before anything stops (`prepare`);
+    `dry_run` returns the plan (in `result.plan`) and changes nothing. Otherwise the plan
+    runs (`execute`), and the optional services of `options.profiles` start once it served.
     """
-    total_start = time.monotonic()
-    stack, variant = ctx.stack, target.name
-    result = UpResult(variant=variant, outcome="started")
+    began = time.monotonic()
+    result = UpResult(variant=target.name, outcome="started")
+    snap, plan, compose_file = prepare(ctx, target, result, dry_run)
+    if dry_run:
+        result.outcome = "unchanged" if plan.no_op else "planned"
+        return result
+    execute(ctx, plan, target, compose_file, snap, result, began)
+    result.notes += start_profiles(ctx, compose_file)
+    return result
+
+
+def prepare(
+    ctx: Context, target: Target, result: UpResult, dry_run: bool = False
+) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
+    """Read the project once and decide the whole plan before anything stops: the preflight's
+    findings, the run file, the gateway's settings, the standby fit (its notes go to `result`).
+
+    A killed gateway in front of a healthy target is started here (never with `dry_run`),
+    so the plan sees it: the variant is never reloaded for it."""
+    stack = ctx.stack
     snap = snapshot.take(stack, ctx.client)
     result.warnings += preflight_warnings(ctx, target, snap)
     current = snap.current
-    same = current is not None and current.variant == variant and current.config_hash == target.hash
-    compose_file = run_file(target)
+    same = current is not None and current.variant == target.name and current.config_hash == target.hash
+    # the run file; a real swap also prunes the target's older ones (never a container's own)
+    compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
     recovered = same and target.gateway is not None and not snap.gateway_running and not dry_run
     if recovered:
         # the gateway was killed or removed: start only it, never reload a healthy variant
@@ -141,7 +160,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
     plan = decide(
         snap,
-        variant,
+        target.name,
         target.hash,
         target_sleeps=target.variant.standby == "sleep",
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
@@ -155,41 +174,50 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     result.plan = plan.as_data()
     result.plan_text = plan.describe()
     result.notes += list(plan.notes)
-    if dry_run or plan.no_op:
-        result.outcome = "unchanged" if plan.no_op else "planned"
-        if plan.no_op and not dry_run:
-            result.notes.append(f"{variant} already serves with the same configuration")
-            result.timings["total"] = time.monotonic() - total_start
-        return result
+    return snap, plan, compose_file
+
+
+def execute(
+    ctx: Context,
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    snap: snapshot.Snapshot,
+    result: UpResult,
+    began: float,
+) -> None:
+    """Run a prepared plan: nothing (no-op), a gateway-only update, or the transaction; each
+    outcome, a failure's too, is appended to the history (`began`: when `up` began)."""
+    if plan.no_op:
+        result.outcome = "unchanged"
+        result.notes.append(f"{plan.target} already serves with the same configuration")
+        result.timings["total"] = time.monotonic() - began
+        return
     if not plan.steps:  # only the gateway's settings changed
         result.outcome = "gateway updated"
         transaction.gateway_only(ctx, plan, target, compose_file, result)
-        result.timings["total"] = time.monotonic() - total_start
-        _history(stack, plan, result.outcome, result)
-        return result
-    if current is not None and "stop" in plan.steps and ctx.options.rollback:
-        raise_failed([preflight.check_rollback_image(ctx.client, current.variant, current.image)])
-    prune_run_files(stack.project, variant, keep=(compose_file, current.config_file if current else None))
-    record = SwapRecord(stack.project, result.previous, variant, ctx.options.timeout)
+        result.timings["total"] = time.monotonic() - began
+        _history(ctx.stack, plan, result.outcome, result)
+        return
+    previous = plan.previous
+    if previous is not None and "stop" in plan.steps and ctx.options.rollback:
+        raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
+    record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     record.stage("draining")
-    outcome = (
-        "woke"
-        if "wake" in plan.steps
-        else "routed"
-        if plan.steps[0] == "route"
-        else "swapped"
-        if current
-        else "started"
-    )
-    result.outcome = outcome  # what the gateway's switch log is told when the held requests flow
+    # what the gateway's switch log is told when the held requests flow
+    if "wake" in plan.steps:
+        result.outcome = "woke"
+    elif plan.steps[0] == "route":
+        result.outcome = "routed"
+    else:
+        result.outcome = "swapped" if previous else "started"
     try:
         transaction.run(ctx, plan, target, compose_file, snap, result, record)
     except SwapFailed as failure:
-        _history(stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
+        _history(ctx.stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
-    result.timings["total"] = time.monotonic() - total_start
-    _history(stack, plan, result.outcome, result)
-    return result
+    result.timings["total"] = time.monotonic() - began
+    _history(ctx.stack, plan, result.outcome, result)
 
 
 def _history(stack: Stack, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
@@ -300,62 +328,6 @@ def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bo
     return bool(retry.settle_ready(settle_s)(attempt))
 
 
-def _stop_all(ctx: Context, sleeping_too: bool = False) -> None:
-    """Stop and remove the project's variant containers (sleeping ones only with `sleeping_too`)."""
-    pick = our_containers if sleeping_too else serving_containers
-    for container in pick(ctx.stack, ctx.client):
-        ctx.say(f"stopping {container.describe().variant} ({container.name})")
-        container.stop_and_remove(ctx.stack.stop_grace_period)
-
-
-def stop_project(ctx: Context) -> str | None:
-    """Stop and remove whatever variant runs, and the project; return the variant's name."""
-    current = current_variant(ctx.stack, ctx.client)
-    _stop_all(ctx, sleeping_too=True)
-    compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
-    return current.variant if current else None
-
-
-def stop_variant(
-    ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
-) -> str:
-    """Stop and remove one variant's container, asleep or serving; say what was done.
-
-    Stopping the serving variant while others sleep would leave nothing serving
-    (clients held, then 503): refused unless `force`. When it is the only variant
-    running, this is `down` (the whole project, gateway included).
-    """
-    stack = ctx.stack
-    ours = our_containers(stack, ctx.client)
-    mine = [c for c in ours if c.describe().variant == variant]
-    if not mine:
-        return f"{variant} is not running; nothing stopped"
-    asleep = {c.name for c in sleeping_containers(stack, ctx.client)}
-    others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
-    sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
-    if all(c.name in asleep for c in mine):
-        for container in mine:
-            ctx.say(f"stopping {variant} ({container.name}, asleep)")
-            container.stop_and_remove(stack.stop_grace_period)
-        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
-    if not others:
-        (down or (lambda: stop_project(ctx)))()
-        return f"stopped {variant} (the only variant running: the whole project is down)"
-    if not force:
-        left = sleeping_others or others
-        raise DownRefused(
-            f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
-            f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
-            f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
-            f"stops only {variant}"
-        )
-    for container in mine:
-        ctx.say(f"stopping {variant} ({container.name})")
-        container.stop_and_remove(stack.stop_grace_period)
-    left = ", ".join(others)
-    return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
-
-
 def up(
     stack: Stack,
     target: Target,
@@ -372,30 +344,6 @@ def up(
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return swap(ctx, target, dry_run=True)
-    check_profiles(ctx, target)
+    check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        result = swap(ctx, target)
-        result.notes += start_profiles(ctx, target)
-        return result
-
-
-def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
-    """Stop and remove the running variant under the project's lock."""
-    from composer.swap.lock import swap_lock
-
-    with swap_lock(stack.project, True, progress):
-        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress))
-    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
-    return stopped
-
-
-def down_variant(
-    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
-) -> str:
-    """Stop one variant's container under the project's lock (see `stop_variant`)."""
-    from composer.swap.lock import swap_lock
-
-    with swap_lock(stack.project, True, progress):
-        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force)
-    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
-    return said
+        return swap(ctx, target)

@@ -21,12 +21,14 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.capacity.model import release_budget
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
 from composer.engine.gate import GateTarget, running_target
 from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, SwapFailed
-from composer.render.runfiles import compose_environment, run_file
+from composer.render.files import run_file
+from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.swap import evidence, snapshot, standby, steps
@@ -169,9 +171,8 @@ def _steps(
     ctx = held[-1]
     if plan.stop_first:
         absorb(result, steps.stop_named(ctx, snap, plan.stop_first))
-    waiter = (
-        ReleaseWait.before_stop(ctx.stack, target.variant, plan.previous) if "release" in plan.steps else None
-    )
+    budget = partial(release_budget, ctx.stack, target.variant)
+    waiter = ReleaseWait.before_stop(ctx.stack, budget, plan.previous) if "release" in plan.steps else None
     if "sleep" in plan.steps:
         record.stage("putting the serving variant to sleep")
         parked += [absorb(result, steps.sleep(ctx, plan, snap)).parked or ""]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import composer.engine.containers
+import composer.swap.down
 import composer.swap.swapper
 from composer.bench import swaps as bench_swap
 from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
@@ -70,7 +71,7 @@ def fake(monkeypatch: pytest.MonkeyPatch):
     def install(serving, measured=None, fail_k=None, interrupt_k=None) -> FakeDocker:
         docker = FakeDocker(serving, fail_k=fail_k, interrupt_k=interrupt_k)
         monkeypatch.setattr(composer.swap.swapper, "up", docker.up)
-        monkeypatch.setattr(composer.swap.swapper, "down", docker.down)
+        monkeypatch.setattr(composer.swap.down, "down", docker.down)
         monkeypatch.setattr(composer.engine.containers, "current_variant", docker.current)
 
         def measure(point, options, **_):

@@ -6,7 +6,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from composer.capacity import figures as f
-from composer.capacity import inputs
+from composer.capacity import model
 from composer.capacity.model import capacity_of, host_ram_asleep, variant_figures
 from tests.doctor.fakes import GIB, FakeProbe, make_stack, rtx4090
 
@@ -53,10 +53,10 @@ def test_sleep_residue_and_host_ram_for_sleepers() -> None:
 
 def test_memory_utilization_is_read_from_the_extra_args_else_vllms_default(tmp_path: Path) -> None:
     variant = make_stack(tmp_path).variant("baseline")
-    assert inputs.memory_utilization(variant) == 0.92
-    assert inputs.memory_utilization(replace(variant, extra_args=("--gpu-memory-utilization=0.8",))) == 0.8
+    assert model.memory_utilization(variant) == 0.92
+    assert model.memory_utilization(replace(variant, extra_args=("--gpu-memory-utilization=0.8",))) == 0.8
     spaced = replace(variant, extra_args=("--gpu-memory-utilization", "0.7"))
-    assert inputs.memory_utilization(spaced) == 0.7
+    assert model.memory_utilization(spaced) == 0.7
 
 
 def test_a_variants_figures_from_its_checkpoint_and_settings(tmp_path: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from composer.capacity import model
+from composer.capacity.model import release_budget
 from composer.doctor.report import format_report, run_doctor
 from composer.render.target import resolve_target
 from composer.swap.gpu_release import ReleaseWait
@@ -35,7 +37,7 @@ def _both(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
     plan = plan_swap("baseline", "h", _running("mtp"), True, current_sleeps=True)
     ctx = Context(stack, None, UpOptions())  # type: ignore[arg-type]
     planned = check_standby_fits(ctx, target, plan, UpResult("baseline", "x"), [])
-    release = ReleaseWait.before_stop(stack, target.variant, None, probe)
+    release = ReleaseWait.before_stop(stack, partial(release_budget, stack, target.variant), None, probe)
     assert (
         "\ncapacity: baseline per GPU: 13.5 GiB weights + 4.0 GiB KV cache" in planned.describe()
     )  # --dry-run

@@ -113,3 +113,11 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def facts(stack, name: str):
+    """A variant's facts as doctor's checks read them (`composer.doctor.report.variant_facts`)."""
+    from composer.doctor.report import variant_facts
+    from composer.render.target import resolve_target
+
+    return variant_facts(resolve_target(stack, name))

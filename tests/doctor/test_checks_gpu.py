@@ -9,6 +9,7 @@ from composer.doctor import gpu_checks as gck
 from composer.probes.gpu import GpuInfo, GpuProcess
 
 from .fakes import GIB, FakeProbe, h100, make_stack, rtx4090
+from .fakes import facts as variant_facts_of
 
 FOUR_4090 = [rtx4090(i) for i in range(4)]
 DRAFTLESS_DFLASH = """
@@ -49,7 +50,7 @@ def test_gpu_checks_not_available_warn_or_demo_only(tmp_path: Path) -> None:
     demo = make_stack(tmp_path, environ={"GPU_DEVICES": "none"})
     for finding in (
         gck.check_gpu_count(demo, facts(demo)),
-        gck.check_compute_capability(demo, demo.variant("mtp"), facts(demo)),
+        gck.check_compute_capability(demo, variant_facts_of(demo, "mtp"), facts(demo)),
         gck.check_gpu_memory(demo, demo.variant("mtp"), facts(demo)),
     ):
         assert (finding.status, finding.detail) == ("ok", gck.DEMO_ONLY)
@@ -57,39 +58,43 @@ def test_gpu_checks_not_available_warn_or_demo_only(tmp_path: Path) -> None:
 
 def test_compute_capability_fa2_on_ada_is_ok(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
-    found = gck.check_compute_capability(stack, stack.variant("dflash2"), facts(stack))
+    found = gck.check_compute_capability(stack, variant_facts_of(stack, "dflash2"), facts(stack))
     assert found.status == "ok" and "SM 8.9" in found.detail and "FA2" in found.detail
 
 
 def test_compute_capability_fa3_forced_on_ada_fails_and_passes_on_hopper(tmp_path: Path) -> None:
     toml = '[variants.mtp.env]\nVLLM_FLASH_ATTN_VERSION = "3"\n'
     stack = make_stack(tmp_path, toml)
-    ada = gck.check_compute_capability(stack, stack.variant("mtp"), facts(stack))
+    ada = gck.check_compute_capability(stack, variant_facts_of(stack, "mtp"), facts(stack))
     assert ada.status == "fail" and "Hopper-only" in ada.detail and "VLLM_FLASH_ATTN_VERSION" in ada.fix
     hopper = gck.check_compute_capability(
-        stack, stack.variant("mtp"), facts(stack, [h100(i) for i in range(4)])
+        stack, variant_facts_of(stack, "mtp"), facts(stack, [h100(i) for i in range(4)])
     )
     assert hopper.status == "ok" and "FA3" in hopper.detail
-    assert gck.check_compute_capability(stack, stack.variant("baseline"), facts(stack)).status == "ok"
+    assert (
+        gck.check_compute_capability(stack, variant_facts_of(stack, "baseline"), facts(stack)).status == "ok"
+    )
 
 
 def test_compute_capability_warns_on_mixed_gpus_and_fails_before_ampere(tmp_path: Path) -> None:
     stack = make_stack(tmp_path)
-    mixed = gck.check_compute_capability(stack, stack.variant("mtp"), facts(stack, [*FOUR_4090[:3], h100(3)]))
+    mixed = gck.check_compute_capability(
+        stack, variant_facts_of(stack, "mtp"), facts(stack, [*FOUR_4090[:3], h100(3)])
+    )
     assert mixed.status == "warn"
     turing = [GpuInfo(i, "Tesla T4", (7, 5), 16 * GIB, 0, 16 * GIB) for i in range(4)]
-    old = gck.check_compute_capability(stack, stack.variant("mtp"), facts(stack, turing))
+    old = gck.check_compute_capability(stack, variant_facts_of(stack, "mtp"), facts(stack, turing))
     assert old.status == "fail" and "SM 7.5" in old.detail
 
 
 def test_attention_backend_for_dflash_ok_warn_fail(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, DRAFTLESS_DFLASH)
-    assert gck.check_attention_backend(stack, stack.variant("dflash2")).status == "ok"
-    assert gck.check_attention_backend(stack, stack.variant("mtp")) is None
-    inherited = gck.check_attention_backend(stack, stack.variant("d3"))
+    assert gck.check_attention_backend(stack, variant_facts_of(stack, "dflash2")).status == "ok"
+    assert gck.check_attention_backend(stack, variant_facts_of(stack, "mtp")) is None
+    inherited = gck.check_attention_backend(stack, variant_facts_of(stack, "d3"))
     assert inherited.status == "warn" and "explicitly" in inherited.detail
     causal = make_stack(tmp_path, '[variants.dflash2.speculative]\nattention_backend = "triton_attn"\n')
-    failed = gck.check_attention_backend(causal, causal.variant("dflash2"))
+    failed = gck.check_attention_backend(causal, variant_facts_of(causal, "dflash2"))
     assert failed.status == "fail" and "non-causal" in failed.detail
 
 
@@ -166,4 +171,4 @@ def test_device_list_naming_no_host_gpu_fails_count_without_crashing_the_rest(tm
     assert count.status == "fail" and "4, 5, 6, 7" in count.detail
     memory = gck.check_gpu_memory(stack, stack.variant("mtp"), gpu_facts)
     assert memory.status == "warn" and "none of GPU_DEVICES" in memory.detail
-    assert gck.check_compute_capability(stack, stack.variant("mtp"), gpu_facts).status == "warn"
+    assert gck.check_compute_capability(stack, variant_facts_of(stack, "mtp"), gpu_facts).status == "warn"

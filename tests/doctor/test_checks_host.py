@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from composer.doctor import host_checks as hck
-from composer.render.target import resolve_target
+from tests.doctor.fakes import facts
 
 from .fakes import make_stack
 
@@ -23,17 +23,17 @@ def test_pin_memory_is_rendered_for_v2_runner_methods_so_wsl2_is_ok(tmp_path: Pa
     toml = '[variants.d3]\nextends = "baseline"\n[variants.d3.speculative]\nmethod = "dflash"\n'
     stack = make_stack(tmp_path, toml + "draft_model = true\nnum_speculative_tokens = 7\n")
     assert dict(stack.variant("d3").env) == {}
-    found = hck.check_wsl_pin_memory(resolve_target(stack, "d3"), WSL2)
+    found = hck.check_wsl_pin_memory(facts(stack, "d3"), WSL2)
     assert found.status == "ok" and "VLLM_WSL2_ENABLE_PIN_MEMORY=1" in found.detail
-    assert hck.check_wsl_pin_memory(resolve_target(stack, "mtp"), WSL2) is None
+    assert hck.check_wsl_pin_memory(facts(stack, "mtp"), WSL2) is None
 
 
 def test_pin_memory_overridden_to_zero_fails_on_wsl2_and_warns_elsewhere(tmp_path: Path) -> None:
     stack = make_stack(tmp_path, '[variants.dflash2.env]\nVLLM_WSL2_ENABLE_PIN_MEMORY = "0"\n')
-    failed = hck.check_wsl_pin_memory(resolve_target(stack, "dflash2"), WSL2)
+    failed = hck.check_wsl_pin_memory(facts(stack, "dflash2"), WSL2)
     assert failed.status == "fail" and "UVA is not available" in failed.detail
     assert "VLLM_WSL2_ENABLE_PIN_MEMORY" in failed.fix
-    warn = hck.check_wsl_pin_memory(resolve_target(stack, "dflash2"), NATIVE)
+    warn = hck.check_wsl_pin_memory(facts(stack, "dflash2"), NATIVE)
     assert warn.status == "warn" and "WSL2 host" in warn.detail
 
 

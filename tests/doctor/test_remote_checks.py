@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from composer.doctor.remote_checks import check_client_address, check_endpoint, mount_checks, port_check
+from composer.doctor.report import variant_facts
 from composer.engine import client as engine_client
 from composer.engine.client import Endpoint
 from composer.engine.health import base_url
@@ -51,7 +52,7 @@ def test_a_remote_loopback_port_fails_with_the_fix(stack, monkeypatch: pytest.Mo
 
 
 def test_remote_checks_never_read_this_machine(stack) -> None:
-    target = resolve_target(stack, "mtp")  # MODEL_DIR does not exist here
+    target = variant_facts(resolve_target(stack, "mtp"))  # MODEL_DIR does not exist here
     (local,) = mount_checks(target, None, Endpoint(None, "unix:///x.sock"))
     assert local.status == "fail" and "does not exist" in local.detail
     (remote,) = mount_checks(target, None, SSH)

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from composer.doctor.remote_checks import check_mounts_on_engine, mount_checks
+from composer.doctor.report import variant_facts
 from composer.engine.client import Endpoint
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from tests.conftest import REPO, free_port
+from tests.doctor.fakes import facts
 
 from .conftest import SecondEngine
 
@@ -148,11 +150,11 @@ def test_host_paths_are_checked_on_the_engine_without_creating_them(
         REPO / ".env.demo",
         environ={"MODEL_DIR": str(REPO / "images/sim/models/Qwen3.8-27B")},
     )
-    ok = check_mounts_on_engine(resolve_target(stack, "mtp"), second_engine.client, "engine-2")
+    ok = check_mounts_on_engine(facts(stack, "mtp"), second_engine.client, "engine-2")
     assert [f.status for f in ok] == ["ok"] and "exists on engine-2" in ok[0].detail
 
     stack = load_stack([REPO / "composer.toml"], REPO / ".env.demo", environ={"MODEL_DIR": str(missing)})
-    target = resolve_target(stack, "mtp")
+    target = variant_facts(resolve_target(stack, "mtp"))
     # A remote endpoint routes the check to the engine, whatever this machine has.
     (found,) = mount_checks(target, second_engine.client, Endpoint("gpu-box", "ssh://user@gpu-box"))
     assert found.status == "fail"

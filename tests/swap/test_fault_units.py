@@ -228,7 +228,7 @@ def test_pruning_the_file_on_release_keeps_the_lock_exclusive(tmp_path):
 
 
 def test_prune_run_files_keeps_the_newest_and_the_protected(tmp_path):
-    from composer.render.runfiles import prune_run_files
+    from composer.render.files import prune_run_files
 
     folder = tmp_path / "p"
     folder.mkdir()

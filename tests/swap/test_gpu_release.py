@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 
 import pytest
 
+from composer.capacity.model import release_budget
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProcess
 from composer.swap import gpu_release
@@ -170,7 +172,8 @@ def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
     class Previous:
         container_id = "c" * 64
 
-    release = ReleaseWait.before_stop(stack, stack.variant("mtp"), Previous(), ScriptedProbe(BOTH))  # type: ignore[arg-type]
+    budget = partial(release_budget, stack, stack.variant("mtp"))
+    release = ReleaseWait.before_stop(stack, budget, Previous(), ScriptedProbe(BOTH))  # type: ignore[arg-type]
     assert asked == [["c" * 64]] and release.pids == {CONTAINER}
     # TP 4: a quarter of 54 GiB + KV 7 GiB + 1.58 GiB activations (the figure doctor prints)
     assert release.budget == {0: int(13.5 * GIB) + 7 * GIB + 1_696_512_327}
@@ -187,7 +190,7 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
             order.append(f"wait {timeout:.0f}")
             return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
 
-    def snapshot(stack, variant, previous, probe=None):
+    def snapshot(stack, budget, previous, probe=None):
         order.append(f"snapshot {previous}")
         return Recorded(None)
 

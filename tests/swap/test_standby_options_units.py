@@ -13,8 +13,9 @@ from composer.errors import ConfigError, PreflightFailed
 from composer.probes.gpu import GpuInfo
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
+from composer.swap.down import stop_variant
 from composer.swap.steps import Context
-from composer.swap.swapper import UpOptions, UpResult, check_standby_fits, plan_swap, stop_variant
+from composer.swap.swapper import UpOptions, UpResult, check_standby_fits, plan_swap
 from tests.conftest import REPO
 from tests.swap.test_standby_units import _running
 
@@ -155,7 +156,7 @@ class Downer:
 
 
 def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
-    from composer.swap import swapper as module
+    from composer.swap import down as module
 
     monkeypatch.setattr(module, "our_containers", lambda stack, client: containers)
     monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: asleep)

@@ -113,7 +113,7 @@ def test_weights_come_from_the_setting_else_from_the_checkpoint_headers(tmp_path
     import struct
     from dataclasses import replace
 
-    from composer.capacity.inputs import variant_weights
+    from composer.capacity.model import variant_weights
 
     def weights_per_gpu(stack, variant):
         return variant_weights(stack, variant).per_gpu

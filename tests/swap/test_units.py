@@ -133,8 +133,8 @@ def test_api_key_checks():
 
 def test_mount_check_names_missing_dir(tmp_path):
     s = stack(MODEL_DIR=str(tmp_path), DRAFT_DIR=str(tmp_path / "missing"))
-    assert [f.status for f in check_mounts(resolve_target(s, "baseline"))] == ["ok"]
-    findings = check_mounts(resolve_target(s, "dflash2"))
+    assert [f.status for f in check_mounts(resolve_target(s, "baseline").spec.mounts)] == ["ok"]
+    findings = check_mounts(resolve_target(s, "dflash2").spec.mounts)
     assert [f.status for f in findings] == ["ok", "fail"]
     assert "missing" in findings[1].detail and findings[1].fix == "set DRAFT_DIR to the checkpoint directory"
 

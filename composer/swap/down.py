@@ -1,0 +1,111 @@
+"""`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
+
+Stopping the serving variant while others sleep would leave nothing serving (clients held,
+then 503): refused unless forced. The only variant running taken down is `down` (the whole
+project, gateway included). Each one is appended to the swap history.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from composer.engine.client import compose
+from composer.engine.containers import (
+    current_variant,
+    our_containers,
+    serving_containers,
+    sleeping_containers,
+)
+from composer.errors import DownRefused
+from composer.stack.model import Stack
+from composer.swap.journal import append_history
+from composer.swap.steps import Context
+from composer.swap.swapper import UpOptions
+
+if TYPE_CHECKING:
+    import docker
+
+Say = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _stop_all(ctx: Context, sleeping_too: bool = False) -> None:
+    """Stop and remove the project's variant containers (sleeping ones only with `sleeping_too`)."""
+    pick = our_containers if sleeping_too else serving_containers
+    for container in pick(ctx.stack, ctx.client):
+        ctx.say(f"stopping {container.describe().variant} ({container.name})")
+        container.stop_and_remove(ctx.stack.stop_grace_period)
+
+
+def stop_project(ctx: Context) -> str | None:
+    """Stop and remove whatever variant runs, and the project; return the variant's name."""
+    current = current_variant(ctx.stack, ctx.client)
+    _stop_all(ctx, sleeping_too=True)
+    compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
+    return current.variant if current else None
+
+
+def stop_variant(
+    ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
+) -> str:
+    """Stop and remove one variant's container, asleep or serving; say what was done.
+
+    Stopping the serving variant while others sleep would leave nothing serving
+    (clients held, then 503): refused unless `force`. When it is the only variant
+    running, this is `down` (the whole project, gateway included).
+    """
+    stack = ctx.stack
+    ours = our_containers(stack, ctx.client)
+    mine = [c for c in ours if c.describe().variant == variant]
+    if not mine:
+        return f"{variant} is not running; nothing stopped"
+    asleep = {c.name for c in sleeping_containers(stack, ctx.client)}
+    others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
+    sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
+    if all(c.name in asleep for c in mine):
+        for container in mine:
+            ctx.say(f"stopping {variant} ({container.name}, asleep)")
+            container.stop_and_remove(stack.stop_grace_period)
+        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
+    if not others:
+        (down or (lambda: stop_project(ctx)))()
+        return f"stopped {variant} (the only variant running: the whole project is down)"
+    if not force:
+        left = sleeping_others or others
+        raise DownRefused(
+            f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
+            f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
+            f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
+            f"stops only {variant}"
+        )
+    for container in mine:
+        ctx.say(f"stopping {variant} ({container.name})")
+        container.stop_and_remove(stack.stop_grace_period)
+    left = ", ".join(others)
+    return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
+
+
+def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
+    """Stop and remove the running variant under the project's lock."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, True, progress):
+        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress))
+    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
+    return stopped
+
+
+def down_variant(
+    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
+) -> str:
+    """Stop one variant's container under the project's lock (see `stop_variant`)."""
+    from composer.swap.lock import swap_lock
+
+    with swap_lock(stack.project, True, progress):
+        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force)
+    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
+    return said
