@@ -56,10 +56,11 @@ def check_dropped_eager(variant: VariantFacts) -> Finding | None:
         return None
     args = ", ".join(sorted({arg for arg, _ in variant.dropped_args}))
     origins = ", ".join(sorted({origin for _, origin in variant.dropped_args}))
+    name = variant.table.removeprefix("variants.")
     return Finding(
         "adaptive-eager",
         "warn",
-        f"{variant.table.removeprefix('variants.')} runs without {args} (inherited from {origins}): adaptive verification needs "
+        f"{name} runs without {args} (inherited from {origins}): adaptive verification needs "
         "full CUDA graphs and vLLM refuses it in eager mode; the graphs take GPU memory and start time",
         f"nothing to do if intended (to state it, give the variant its own "
         f"{variant.table}.extra_args without {args}); adaptive_verification = false keeps "

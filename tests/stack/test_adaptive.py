@@ -186,15 +186,20 @@ def test_a_stack_wide_enforce_eager_is_dropped_for_the_adaptive_variants_only(tm
 
 def test_doctor_says_which_variant_runs_without_the_inherited_flag(tmp_path: Path) -> None:
     from composer.doctor.adaptive_checks import check_dropped_eager
+    from composer.doctor.report import variant_facts
+    from composer.render.target import resolve_target
+
+    def facts(stack, name):
+        return variant_facts(resolve_target(stack, name))
 
     stack = _stack(EAGER_BASELINE, tmp_path)
-    found = check_dropped_eager(stack, stack.variant("mtp-adaptive"))
+    found = check_dropped_eager(facts(stack, "mtp-adaptive"))
     assert found is not None and found.name == "adaptive-eager" and found.status == "warn"
     assert "mtp-adaptive runs without --enforce-eager" in found.detail
     assert "variants.baseline.extra_args" in found.detail and "full CUDA graphs" in found.detail
     assert "variants.mtp-adaptive.extra_args" in found.fix
-    assert check_dropped_eager(stack, stack.variant("mtp")) is None
-    assert check_dropped_eager(_stack(), _stack().variant("mtp-adaptive")) is None
+    assert check_dropped_eager(facts(stack, "mtp")) is None
+    assert check_dropped_eager(facts(_stack(), "mtp-adaptive")) is None
 
 
 def test_the_cpu_stack_loads_with_its_eager_baseline_and_no_per_variant_workaround() -> None:
