@@ -12,6 +12,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
+from composer.cli.kube_live import kube_live_up
 from composer.cli.live import down_live_variant, live_names, live_up
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
@@ -196,7 +197,9 @@ def up(
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
-    rollout undo (under the hold) on failure or Ctrl-C.
+    rollout undo (under the hold) on failure or Ctrl-C. A live set on Kubernetes changes one
+    Deployment at a time: each new variant applied, rolled out and gated through its own
+    Service before the gateway routes to it; each leaving one drained, then deleted.
 
     \b
     Examples:
@@ -204,6 +207,7 @@ def up(
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up baseline mtp --dry-run
+      compose-spec up baseline mtp --target kubernetes
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
       compose-spec up mtp --with follow
@@ -211,10 +215,12 @@ def up(
     args = SwapArgs(**opts, profiles=tuple(dict.fromkeys(with_profiles)))
     if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
         return
+    if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
+        return
     if len(variants) > 1:
         raise ConfigError(
-            "several variants (a live set) run on the compose target without --recreate-gateway; on "
-            "Kubernetes apply kubernetes/live (render --target kubernetes writes it)"
+            "several variants (a live set) cannot be combined with --recreate-gateway: "
+            "recreate the gateway first, then `up` the live set"
         )
     variant = variants[0] if variants else None
     if variant is None and not recreate_gateway:
