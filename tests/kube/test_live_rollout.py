@@ -143,7 +143,7 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
     calls = standin.calls()
     assert calls[4]["argv"][-1].endswith("/dflash2")
     assert calls[12]["argv"][1:] == ["deployment/vllm-mtp", "service/vllm-mtp", "--ignore-not-found"]
-    assert calls[11]["argv"][-4:-2] == ["drain-upstream", "mtp/1"] or "mtp/1" in calls[11]["argv"]
+    assert calls[11]["argv"][-4:-2] == ["drain-upstream", "mtp/1"]
     published = [json.loads(c["argv"][-1]) for c in calls if c["argv"][-2:-1] == ["upstreams"]]
     assert [[u["name"] for u in p] for p in published] == [["baseline/1", "dflash2/1"]] * 2
     # The gateway's Deployment records the new set for a restarted pod.
@@ -163,6 +163,48 @@ def test_one_variant_joins_the_live_set_the_cluster_runs(
     assert "live set baseline, mtp, dflash2" in done.stdout
     assert "delete deployment/vllm-mtp" not in standin.commands()
     assert _upstreams(gateway) == ["baseline/1", "dflash2/1", "mtp/1"]
+
+
+def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    done = run_cli(*PLACED, "--set", "variants.mtp.gpus=2,3,6,7", "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    commands = standin.commands()
+    assert commands[4:] == [
+        "get pods",
+        "exec state",
+        "exec upstreams",
+        "exec drain-upstream",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm-mtp",
+        "exec upstreams",
+    ]  # the gateway's recorded list is the same: its Deployment is left alone
+    published = [json.loads(c["argv"][-1]) for c in standin.calls() if c["argv"][-2:-1] == ["upstreams"]]
+    assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
+    mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
+    assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+
+
+def test_the_one_variant_deployment_is_deleted_once_the_live_set_serves(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    standin.scenario(backends={"baseline": _addr(gateway)})
+    single = run_cli(*PLACED, "up", "baseline", *UP)
+    assert single.returncode == 0, single.stderr
+    standin.forget_calls()
+    _scenario(standin, backend)
+    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    commands = standin.commands()
+    assert "apply --kustomize" in commands and commands.count("exec upstreams") == 2
+    # deleted after the live set is named in the gateway's upstreams, never before
+    last_publish = max(i for i, c in enumerate(commands) if c == "exec upstreams")
+    assert commands.index("delete deployment/vllm") > last_publish
+    assert "deployment.apps/vllm" not in standin.state()["objects"]
+    assert commands[-2:] == ["apply --filename", "rollout status"]  # the gateway records the set
 
 
 def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
