@@ -197,9 +197,8 @@ def up(
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
-    rollout undo (under the hold) on failure or Ctrl-C. A live set on Kubernetes changes one
-    Deployment at a time: each new variant applied, rolled out and gated through its own
-    Service before the gateway routes to it; each leaving one drained, then deleted.
+    rollout undo (under the hold) on failure or Ctrl-C; a live set changes one Deployment
+    at a time, each new one gated before a leaving one is drained and deleted.
 
     \b
     Examples:
@@ -207,7 +206,6 @@ def up(
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up baseline mtp --dry-run
-      compose-spec up baseline mtp --target kubernetes
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
       compose-spec up mtp --with follow
@@ -218,10 +216,7 @@ def up(
     if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
         return
     if len(variants) > 1:
-        raise ConfigError(
-            "several variants (a live set) cannot be combined with --recreate-gateway: "
-            "recreate the gateway first, then `up` the live set"
-        )
+        raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
     variant = variants[0] if variants else None
     if variant is None and not recreate_gateway:
         names = ", ".join(obj.stack().variants)
