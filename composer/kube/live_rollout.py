@@ -1,7 +1,8 @@
 """Change a live set on Kubernetes one Deployment at a time, never leaving zero ready upstreams.
 
     take the project's swap lock -> read the live Deployments (`kubectl get deployments
-    --selector`) -> plan (pure: keep, replace, start, stop) -> write the set's manifests
+    --selector`; each carries its configuration's identity, an annotation `up` stamps)
+    -> plan (pure: keep, replace, start, stop) -> write the set's manifests
     (a kustomization for the stack-wide objects, one per variant) -> server-side apply the
     API key Secret -> without a gateway Deployment: apply the stack-wide objects first
     -> per new variant: kubectl apply -k, rollout status --timeout, the readiness gate and
@@ -126,16 +127,17 @@ class KubeLiveResult:
 
 
 def identity(doc: Manifest) -> str:
-    """A live Deployment's configuration as `up` compares it: config hash, replicas, resources."""
-    spec = doc.get("spec") or {}
-    template = spec.get("template") or {}
-    containers = (template.get("spec") or {}).get("containers") or [{}]
-    key = {
-        "hash": ((template.get("metadata") or {}).get("labels") or {}).get(labels.CONFIG_HASH, ""),
-        "replicas": spec.get("replicas", 1),
-        "resources": containers[0].get("resources") or {},
-    }
-    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    """A rendered live Deployment's configuration, as `up` stamps it on the Deployment
+    (`labels.LIVE_CONFIG`): the API server rewrites what it stores (quantities, defaults),
+    so the cluster's copy is never compared field by field."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def stamped(doc: Manifest) -> Manifest:
+    """The Deployment with its identity annotation (a metadata change: no pod is replaced)."""
+    meta = dict(doc["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), labels.LIVE_CONFIG: identity(doc)}
+    return {**doc, "metadata": meta}
 
 
 def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
@@ -155,7 +157,8 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
         if name == stack.service:
             single = True
         elif variant in stack.variants and name == live_name(stack, variant):
-            live[variant] = LiveDeployment(variant, identity(doc))
+            notes = (doc.get("metadata") or {}).get("annotations") or {}
+            live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
     return ClusterLive(live, single)
 
 
@@ -194,7 +197,11 @@ def write_live(stack: Stack, variants: Sequence[str], directory: Path | None = N
     """The set's kustomizations under the state folder: `shared` (the shared Service, the
     gateway and the base's extras) and one per variant (its Deployment and Service)."""
     groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
-    groups |= {name: live_member_docs(stack, name) for name in variants}
+    for name in variants:
+        groups[name] = [
+            (file, stamped(doc) if doc["kind"] == "Deployment" else doc)
+            for file, doc in live_member_docs(stack, name)
+        ]
     texts = {(group, file): dump(doc, GENERATED) for group, docs in groups.items() for file, doc in docs}
     digest = hashlib.sha256(json.dumps(sorted(texts.items())).encode()).hexdigest()[:12]
     out = (directory or state_dir()) / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"

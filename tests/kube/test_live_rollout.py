@@ -107,6 +107,7 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
     mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
     assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert len(mtp["metadata"]["annotations"]["vllm-composer.live-config"]) == 16  # what `up` compares
 
     # Unchanged: nothing applied, the gateway told the set again.
     standin.forget_calls()
