@@ -310,6 +310,9 @@ class KubeLiveRollout:
         except BaseException as err:
             with interrupts_ignored():
                 log = self._log(name)
+                if not self.options.rollback:
+                    left = "left in place, out of the gateway's upstreams (--no-rollback)"
+                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
                 try:
                     self.delete(name)
                     left = "its Deployment and Service were deleted; the variants already live serve on"
@@ -332,6 +335,9 @@ class KubeLiveRollout:
         except BaseException as err:
             with interrupts_ignored():
                 log = self._log(name)
+                if not self.options.rollback:
+                    left = "not rolled back (--no-rollback)"
+                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
                 try:
                     self.say(f"rolling {name} back (kubectl rollout undo)")
                     deployment = live_name(self.stack, name)

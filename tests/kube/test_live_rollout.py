@@ -240,6 +240,18 @@ def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
 
+def test_no_rollback_leaves_the_failed_variant_in_place_out_of_the_upstreams(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _scenario(standin, backend, rollout={"dflash2": "fail"})
+    done = run_cli(*PLACED, "up", "baseline", "mtp", "dflash2", *UP, "--no-rollback")
+    assert done.returncode == 1 and "--no-rollback" in done.stderr
+    assert "delete deployment/vllm-dflash2" not in standin.commands()
+    assert "deployment.apps/vllm-dflash2" in _live_objects(standin)
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
+
+
 def test_overlapping_gpu_sets_are_refused_before_any_kubectl_call(standin: Standin, run_cli) -> None:
     standin.scenario()
     done = run_cli(
