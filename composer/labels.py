@@ -15,6 +15,8 @@ PORT = f"{PREFIX}.port"
 # On the containers of a live set: the upstream's name (`mtp/1`) and its GPU set (`4,5,6,7`, `-`).
 LIVE = f"{PREFIX}.live"
 GPUS = f"{PREFIX}.gpus"
+# On a live variant's Deployment on Kubernetes: the identity of the configuration `up` applied.
+LIVE_CONFIG = f"{PREFIX}.live-config"
 
 # On the gateway's container (which also carries PORT: it publishes the shared port).
 ROLE = f"{PREFIX}.role"

@@ -12,6 +12,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
+from composer.cli.kube_live import kube_live_up
 from composer.cli.live import down_live_variant, live_names, live_up
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import complete_from_stack, swap_options, target_option
@@ -196,7 +197,8 @@ def up(
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
-    rollout undo (under the hold) on failure or Ctrl-C.
+    rollout undo (under the hold) on failure or Ctrl-C; a live set changes one Deployment
+    at a time, each new one gated before a leaving one is drained and deleted.
 
     \b
     Examples:
@@ -211,11 +213,10 @@ def up(
     args = SwapArgs(**opts, profiles=tuple(dict.fromkeys(with_profiles)))
     if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
         return
+    if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
+        return
     if len(variants) > 1:
-        raise ConfigError(
-            "several variants (a live set) run on the compose target without --recreate-gateway; on "
-            "Kubernetes apply kubernetes/live (render --target kubernetes writes it)"
-        )
+        raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
     variant = variants[0] if variants else None
     if variant is None and not recreate_gateway:
         names = ", ".join(obj.stack().variants)

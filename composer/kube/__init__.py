@@ -10,11 +10,15 @@ variant's overlay, server-side apply the API key Secret from stdin, drain the ga
 `kubectl apply -k`, `kubectl rollout status --timeout`, the readiness gate and warm-up
 through the Service past the hold, release; `kubectl rollout undo` under the hold on
 failure or interruption), its signal handling (`signals`), and the way the gate reaches
-the Service (`forward`: the configured URL or `kubectl port-forward`).
+the Service (`forward`: the configured URL or `kubectl port-forward`), and the change of a
+live set (`live_rollout`: one Deployment at a time; each new variant applied, rolled out
+and gated through its own Service before the gateway's upstreams name it, each leaving one
+drained through `drain-upstream` and deleted; a new one that fails is deleted again).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
 `composer.swap` (the swap lock and the hold), `composer.errors`, `composer.labels`.
-Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`.
+Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`,
+`KubeLiveResult`, `up_kube_live`.
 """
 
 from composer._exports import lazy_exports
@@ -25,6 +29,7 @@ __all__, __getattr__ = lazy_exports(
         "control": ["KubeExec"],
         "forward": ["service_url"],
         "kubectl": ["Kubectl"],
+        "live_rollout": ["KubeLiveResult", "up_kube_live"],
         "rollout": ["KubeUpOptions", "KubeUpResult", "up_kubernetes"],
     },
 )

@@ -77,16 +77,16 @@ def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:
     return f"pod/{newest['metadata']['name']}"
 
 
-def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
-    """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
+def kube_control(kubectl: Kubectl, stack: Stack) -> GatewayControl:
+    """The gateway pod's control client once its control channel answers (SwapFailed if it never does)."""
 
-    def answers() -> SwapHold:
+    def answers() -> GatewayControl:
         pod = gateway_pod(kubectl, stack)
         if pod is None:
             raise KubectlFailed(f"no running, ready pod of deployment/{gateway_name(stack)}")
         control = GatewayControl(KubeExec(kubectl, pod))
         control.state()
-        return SwapHold(control, stack.gateway.drain_timeout, say)
+        return control
 
     try:
         return retry.kube_control_ready(READY_TIMEOUT_S, (GatewayControlError, KubectlFailed))(answers)
@@ -95,3 +95,8 @@ def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> Swa
             f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
             f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
         ) from err
+
+
+def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
+    """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
+    return SwapHold(kube_control(kubectl, stack), stack.gateway.drain_timeout, say)

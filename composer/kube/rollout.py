@@ -176,12 +176,14 @@ def gate(
     waiting: Say,
     headers: tuple[tuple[str, str], ...] = (),
     warmup: int = 0,
+    service: tuple[str, int] | None = None,
 ) -> None:
-    """Probe the variant through the Service until it is ready (HealthCheckFailed otherwise),
-    then send `warmup` short completions; `headers` pass the gateway's hold."""
+    """Probe the variant through the Service (the shared one, else `service`: name and port)
+    until it is ready (HealthCheckFailed otherwise), then send `warmup` short completions;
+    `headers` pass the gateway's hold."""
     last = Readiness(False, "health", "not probed yet")
     with (
-        service_url(kubectl, stack) as url,
+        service_url(kubectl, stack, *service) if service else service_url(kubectl, stack) as url,
         httpx.Client(
             timeout=httpx.Timeout(10.0, connect=2.0), headers=dict(headers), trust_env=False
         ) as http,
@@ -214,10 +216,13 @@ def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None
             raise HealthCheckFailed(f"a warm-up completion failed: {err}") from err
 
 
-def _log_tail(kubectl: Kubectl, stack: Stack) -> str:
-    """The serving pod's last log lines, redacted ('' when kubectl cannot give them)."""
+def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> str:
+    """The serving pod's (or the named Deployment's) last log lines, redacted ('' when
+    kubectl cannot give them)."""
     try:
-        done = kubectl.run(["logs", f"deployment/{stack.service}", "--tail=40"], timeout=30, check=False)
+        done = kubectl.run(
+            ["logs", f"deployment/{deployment or stack.service}", "--tail=40"], timeout=30, check=False
+        )
     except KubectlFailed:
         return ""
     return tail(redact(done.stdout, stack.api_key), 40) if done.returncode == 0 else ""

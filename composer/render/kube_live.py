@@ -82,22 +82,34 @@ def live_gateway(stack: Stack, variants: list[str]) -> Manifest | None:
     return gateway_deployment(stack, gateway)
 
 
-def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
-    """`kubernetes/live/`: the live set's kustomization and its manifests, in memory."""
-    live_members(stack, variants)  # unknown names or overlapping GPU sets: refused first
-    folder = out_dir / LIVE_DIR
+def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manifest]]:
+    """The live set's stack-wide objects, as (file name, manifest): the shared Service, the
+    gateway's Deployment with the set's upstreams, and the base's other extras."""
     docs: list[tuple[str, Manifest]] = [("service.yaml", service(stack))]
     gateway = live_gateway(stack, variants)
     for file, doc in extra_base_manifests(stack):
         if file == "gateway-deployment.yaml" and gateway is not None:
             doc = gateway
         docs.append((file, doc))
+    return docs
+
+
+def live_member_docs(stack: Stack, name: str) -> list[tuple[str, Manifest]]:
+    """One live variant's Deployment and Service, as (file name, manifest)."""
+    selector = {**selector_labels(stack), labels.VARIANT: name}
+    return [
+        (f"deployment-{name}.yaml", live_deployment(stack, name)),
+        (f"service-{name}.yaml", _service(stack, live_name(stack, name), selector, CONTAINER_PORT)),
+    ]
+
+
+def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:
+    """`kubernetes/live/`: the live set's kustomization and its manifests, in memory."""
+    live_members(stack, variants)  # unknown names or overlapping GPU sets: refused first
+    folder = out_dir / LIVE_DIR
+    docs = live_shared_docs(stack, variants)
     for name in variants:
-        docs.append((f"deployment-{name}.yaml", live_deployment(stack, name)))
-        selector = {**selector_labels(stack), labels.VARIANT: name}
-        docs.append(
-            (f"service-{name}.yaml", _service(stack, live_name(stack, name), selector, CONTAINER_PORT))
-        )
+        docs += live_member_docs(stack, name)
     about = f"Live set: {', '.join(variants)}: every variant at once behind the gateway."
     files = [
         RenderedFile(

@@ -17,6 +17,11 @@ and StatefulSets); `apply` takes exactly one of -f and -k, `--force-conflicts` o
 object in the `kubectl.kubernetes.io/last-applied-configuration` annotation, a
 server-side one does not.
 
+A live set's Deployments and Services (`<name>-<variant>`) are objects of their own:
+`get deployments --selector` lists them, `rollout status` of one plays the scenario's
+outcome for its variant, `port-forward service/<name>-<variant>` reaches that variant's
+backend, `delete` removes them.
+
 Files in $KUBECTL_STANDIN_DIR: scenario.json (what the test wants: per-variant rollout
 outcome "ok" / "fail" / "timeout" / "hang" / "slow:SECONDS" / "until:PATH" (ok once PATH
 exists, a timeout if it does not within --timeout), backends "host:port",
@@ -89,6 +94,10 @@ FLAGS: dict[str, tuple[set[str], set[str]]] = {
     "exec": (
         {"--container", "-c", "--pod-running-timeout"},
         {"--stdin", "-i", "--tty", "-t", "--quiet", "-q"},
+    ),
+    "delete": (
+        {"--timeout", "--grace-period", "--selector", "-l", "--cascade", "--output", "-o"},
+        {"--ignore-not-found", "--now", "--all", "--force", "--wait"},
     ),
     "annotate": (
         {"--field-manager", "--dry-run", "--output", "-o", "--resource-version"},
@@ -325,6 +334,38 @@ def apply_document(state: dict, doc: dict, server_side: bool, verb_word: str) ->
     return f"{key} {'serverside-applied' if server_side else ('configured' if existed else 'created')}"
 
 
+def template_variant(state: dict, key: str) -> str | None:
+    """The variant label of a stored Deployment's pod template (None: not a variant's)."""
+    doc = state["objects"].get(key) or {}
+    return doc["spec"]["template"]["metadata"].get("labels", {}).get("vllm-composer.variant") if doc else None
+
+
+def wait_rollout(deployment: str, outcome: str, timeout: float) -> None:
+    """`kubectl rollout status` of a Deployment whose rollout ends as the scenario says."""
+    print(
+        f'Waiting for deployment "{deployment}" rollout to finish: 0 of 1 updated replicas are available...',
+        flush=True,
+    )
+    if outcome.startswith("slow:"):
+        time.sleep(float(outcome.split(":")[1]))
+        outcome = "ok"
+    if outcome.startswith("until:"):
+        go, deadline = Path(outcome.split(":", 1)[1]), time.monotonic() + timeout
+        while not go.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        outcome = "ok" if go.exists() else "timeout"
+    if outcome == "ok":
+        print(f'deployment "{deployment}" successfully rolled out')
+        return
+    if outcome == "hang":
+        time.sleep(timeout)
+        outcome = "timeout"
+    if outcome == "timeout":
+        time.sleep(min(timeout, 10))
+        fail("error: timed out waiting for the condition")
+    fail(f'error: deployment "{deployment}" exceeded its progress deadline')
+
+
 def _flag_value(argv: list[str], flag: str) -> str | None:
     for index, word in enumerate(argv):
         if word == flag and index + 1 < len(argv):
@@ -364,6 +405,17 @@ def main(argv: list[str]) -> None:
     if verb == "get" and positional[:1] == ["pods"]:
         selector = str(flags.get("--selector", flags.get("-l", "")))
         print(json.dumps({"apiVersion": "v1", "kind": "List", "items": pods(state, selector)}, indent=4))
+        return
+    if verb == "get" and positional[:1] in (["deployments"], ["deployment"], ["deploy"]):
+        selector = str(flags.get("--selector", flags.get("-l", "")))
+        wanted = dict(pair.split("=", 1) for pair in selector.split(",") if pair)
+        items = [
+            doc
+            for key, doc in state["objects"].items()
+            if key.startswith("deployment.apps/")
+            and wanted.items() <= ((doc.get("metadata") or {}).get("labels") or {}).items()
+        ]
+        print(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=4))
         return
     if verb == "get":
         kind, obj = resource(positional[0], verb)
@@ -415,49 +467,40 @@ def main(argv: list[str]) -> None:
                 'Error from server (Forbidden): error when creating "deployment.yaml": admission webhook denied the request'
             )
         lines = [apply_document(state, doc, server_side, "apply") for doc in docs]
-        deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name)
-        meta = deployment["spec"]["template"]["metadata"]
-        new = {"labels": meta["labels"], "annotations": meta.get("annotations", {})}
-        if revision is None or revision["labels"] != new["labels"]:
-            state["history"].append(new)
+        deployment = next(
+            (d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == name), None
+        )
+        if deployment is not None:  # the one-variant Deployment: its revision history
+            meta = deployment["spec"]["template"]["metadata"]
+            new = {"labels": meta["labels"], "annotations": meta.get("annotations", {})}
+            if revision is None or revision["labels"] != new["labels"]:
+                state["history"].append(new)
         save_state(state)
         print("\n".join(lines))
         return
     if verb == "rollout status":
         _, rolled = resource(positional[0], verb)
+        timeout = float(str(flags["--timeout"]).rstrip("s"))
         if rolled != name:
             if f"deployment.apps/{rolled}" not in state["objects"]:
                 fail(f'Error from server (NotFound): deployments.apps "{rolled}" not found')
-            # its old pod may still be terminating (preStop, grace period): it stays listed
-            print(f'deployment "{rolled}" successfully rolled out')
+            variant = template_variant(state, f"deployment.apps/{rolled}")
+            if variant is None:
+                # the gateway: its old pod may still be terminating (preStop, grace period)
+                print(f'deployment "{rolled}" successfully rolled out')
+                return
+            wait_rollout(rolled, scenario.get("rollout", {}).get(variant, "ok"), timeout)
             return
-        timeout = float(str(flags["--timeout"]).rstrip("s"))
         variant = revision["labels"]["vllm-composer.variant"] if revision else ""
-        outcome = scenario.get("rollout", {}).get(variant, "ok")
-        print(
-            f'Waiting for deployment "{name}" rollout to finish: 0 of 1 updated replicas are available...',
-            flush=True,
-        )
-        if outcome.startswith("slow:"):
-            time.sleep(float(outcome.split(":")[1]))
-            outcome = "ok"
-        if outcome.startswith("until:"):
-            go, deadline = Path(outcome.split(":", 1)[1]), time.monotonic() + timeout
-            while not go.exists() and time.monotonic() < deadline:
-                time.sleep(0.05)
-            outcome = "ok" if go.exists() else "timeout"
-        if outcome == "ok":
-            print(f'deployment "{name}" successfully rolled out')
-            return
-        if outcome == "hang":
-            time.sleep(timeout)
-            outcome = "timeout"
-        if outcome == "timeout":
-            time.sleep(min(timeout, 10))
-            fail("error: timed out waiting for the condition")
-        fail(f'error: deployment "{name}" exceeded its progress deadline')
+        wait_rollout(name, scenario.get("rollout", {}).get(variant, "ok"), timeout)
+        return
     if verb == "rollout undo":
-        resource(positional[0], verb)
+        _, undone = resource(positional[0], verb)
+        if undone != name:
+            if f"deployment.apps/{undone}" not in state["objects"]:
+                fail(f'Error from server (NotFound): deployments.apps "{undone}" not found')
+            print(f"deployment.apps/{undone} rolled back")
+            return
         if len(state["history"]) < 2:
             fail(f'error: no rollout history found for deployment "{name}"')
         state["history"].append(state["history"][-2])
@@ -483,9 +526,19 @@ def main(argv: list[str]) -> None:
         save_state(state)
         print(f"{key} annotated")
         return
+    if verb == "delete":
+        for word in positional:
+            kind, obj = resource(word, verb)
+            if state["objects"].pop(f"{kind}/{obj}", None) is None and not flags.get("--ignore-not-found"):
+                fail(f'Error from server (NotFound): {kind.split(".")[0]}s "{obj}" not found')
+            print(f'{kind.split(".")[0]} "{obj}" deleted')
+        save_state(state)
+        return
     if verb == "logs":
-        resource(positional[0], verb)
+        _, logged = resource(positional[0], verb)
         variant = revision["labels"]["vllm-composer.variant"] if revision else ""
+        if logged != name:
+            variant = template_variant(state, f"deployment.apps/{logged}") or ""
         print(scenario.get("logs", {}).get(variant, f"INFO ... {variant} log line"))
         return
     if verb == "exec":
@@ -527,8 +580,11 @@ def main(argv: list[str]) -> None:
     if verb == "port-forward":
         kind, obj = resource(positional[0], verb)
         variant = revision["labels"]["vllm-composer.variant"] if revision else ""
+        if obj != name:  # a live variant's Service reaches that variant's backend
+            selector = (state["objects"].get(f"service/{obj}", {}).get("spec") or {}).get("selector") or {}
+            variant = selector.get("vllm-composer.variant", "")
         backend = scenario.get("backends", {}).get(variant)
-        if backend is None or obj != name:
+        if backend is None or (obj != name and f"service/{obj}" not in state["objects"]):
             fail(
                 f"error: unable to forward port because pod is not running. Current status=Pending ({variant})"
             )

@@ -1,0 +1,463 @@
+"""Change a live set on Kubernetes one Deployment at a time, never leaving zero ready upstreams.
+
+    take the project's swap lock -> read the live Deployments (`kubectl get deployments
+    --selector`; each carries its configuration's identity, an annotation `up` stamps)
+    -> plan (pure: keep, replace, start, stop) -> write the set's manifests
+    (a kustomization for the stack-wide objects, one per variant) -> server-side apply the
+    API key Secret -> without a gateway Deployment: apply the stack-wide objects first
+    -> per new variant: kubectl apply -k, rollout status --timeout, the readiness gate and
+    warm-up through its own Service (port-forward), then add it to the gateway's upstreams
+    (`upstreams` through `kubectl exec`) -> the one-variant Deployment, if any, deleted
+    -> per leaving variant: out of the upstreams, `drain-upstream` (its requests in
+    flight finish), kubectl delete of its Deployment and Service -> the gateway's
+    Deployment records the new upstream list (a restarted gateway pod starts with it).
+
+A new variant that fails its rollout or its gate (or is interrupted) is deleted again and
+the upstreams are left as they were: the variants already serving serve on. A variant whose
+configuration changed is taken out of the upstreams (when others serve), drained,
+re-applied and gated; on failure `kubectl rollout undo` brings its previous revision back.
+The Docker counterpart is `composer.swap.live.LiveSwapper`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from composer import labels
+from composer.engine.diagnose import hints
+from composer.errors import ComposerError, GatewayControlError, KubectlFailed, PreflightFailed, SwapFailed
+from composer.gateway.client import GatewayControl
+from composer.kube.control import kube_control
+from composer.kube.kubectl import Kubectl
+from composer.kube.rollout import (
+    NO_KEY,
+    KubeUpOptions,
+    _cause,
+    _log_tail,
+    apply_secret,
+    gate,
+    rollout_status,
+)
+from composer.kube.signals import interrupt_once, interrupts_ignored, stop_signals
+from composer.render.files import RenderedFile, write_atomic
+from composer.render.kube_live import live_member_docs, live_name, live_shared_docs, live_upstreams
+from composer.render.kubernetes import (
+    GENERATED,
+    Manifest,
+    _kustomization,
+    dump,
+    gateway_name,
+    selector_labels,
+)
+from composer.render.live import LIVE_UPSTREAMS_VAR
+from composer.render.runfiles import state_dir
+from composer.render.spec import CONTAINER_PORT
+from composer.stack.model import Stack
+from composer.stack.placement import live_members
+from composer.swap.lock import swap_lock
+
+Say = Callable[[str], None]
+SHARED = "shared"
+LIVE_PREFIX = "live-"
+
+
+def _quiet(message: str) -> None:
+    """Progress sink that drops messages."""
+
+
+@dataclass(frozen=True)
+class LiveDeployment:
+    """A live variant's Deployment as the cluster has it: what identifies its configuration."""
+
+    variant: str
+    identity: str
+
+
+@dataclass(frozen=True)
+class ClusterLive:
+    """The project's server Deployments on the cluster: the live ones by variant, and whether
+    the one-variant Deployment (`up VARIANT`'s) is there too."""
+
+    live: Mapping[str, LiveDeployment]
+    single: bool
+
+
+@dataclass(frozen=True)
+class KubeLivePlan:
+    """What a live-set change does on the cluster, in order."""
+
+    variants: tuple[str, ...]
+    keep: tuple[str, ...]
+    replace: tuple[str, ...]
+    start: tuple[str, ...]
+    stop: tuple[str, ...]
+    single: bool
+
+    @property
+    def no_op(self) -> bool:
+        return not (self.replace or self.start or self.stop or self.single)
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "live": list(self.variants),
+            "keep": list(self.keep),
+            "start": list(self.start),
+            "replace": list(self.replace),
+            "stop": list(self.stop),
+            "single": self.single,
+        }
+
+
+@dataclass
+class KubeLiveResult:
+    """What the change did, with timings in seconds (the shape `up` prints)."""
+
+    variant: str
+    outcome: str
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    plan: dict[str, object] | None = None
+    drained: dict[str, int] | None = None
+
+
+def identity(doc: Manifest) -> str:
+    """A rendered live Deployment's configuration, as `up` stamps it on the Deployment
+    (`labels.LIVE_CONFIG`): the API server rewrites what it stores (quantities, defaults),
+    so the cluster's copy is never compared field by field."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def stamped(doc: Manifest) -> Manifest:
+    """The Deployment with its identity annotation (a metadata change: no pod is replaced)."""
+    meta = dict(doc["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), labels.LIVE_CONFIG: identity(doc)}
+    return {**doc, "metadata": meta}
+
+
+def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
+    """The project's server Deployments (one `kubectl get deployments --selector`)."""
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(stack).items())
+    done = kubectl.run(["get", "deployments", "--selector", selector, "--output", "json"])
+    try:
+        items = json.loads(done.stdout).get("items") or []
+    except (ValueError, AttributeError) as err:
+        raise KubectlFailed("`kubectl get deployments` printed no Deployment list") from err
+    live: dict[str, LiveDeployment] = {}
+    single = False
+    for doc in items:
+        name = (doc.get("metadata") or {}).get("name", "")
+        template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        variant = (template.get("labels") or {}).get(labels.VARIANT, "")
+        if name == stack.service:
+            single = True
+        elif variant in stack.variants and name == live_name(stack, variant):
+            notes = (doc.get("metadata") or {}).get("annotations") or {}
+            live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
+    return ClusterLive(live, single)
+
+
+def ran_kube_live(stack: Stack, directory: Path | None = None) -> bool:
+    """`up --target kubernetes` changed a live set of this project from this machine before:
+    only then does a one-variant `up` ask the cluster whether a live set runs."""
+    return any(((directory or state_dir()) / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
+
+
+def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive) -> list[str]:
+    """The live set `up` aims at: several names are the set; none is `[gateway] live` (else
+    what runs); one name joins what runs (or `[gateway] live` when nothing live runs)."""
+    if len(requested) > 1:
+        return list(requested)
+    base = [name for name in stack.variants if name in cluster.live] or list(stack.gateway.live)
+    if not requested:
+        return base
+    return base if requested[0] in base else [*base, requested[0]]
+
+
+def plan_kube_live(variants: Sequence[str], wanted: Mapping[str, str], cluster: ClusterLive) -> KubeLivePlan:
+    """Decide the change (pure): `wanted` is each variant's rendered identity."""
+    now = cluster.live
+    keep = tuple(n for n in variants if n in now and now[n].identity == wanted[n])
+    return KubeLivePlan(
+        variants=tuple(variants),
+        keep=keep,
+        replace=tuple(n for n in variants if n in now and n not in keep),
+        start=tuple(n for n in variants if n not in now),
+        stop=tuple(n for n in sorted(now) if n not in variants),
+        single=cluster.single,
+    )
+
+
+def write_live(stack: Stack, variants: Sequence[str], directory: Path | None = None) -> dict[str, Path]:
+    """The set's kustomizations under the state folder: `shared` (the shared Service, the
+    gateway and the base's extras) and one per variant (its Deployment and Service)."""
+    groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
+    for name in variants:
+        groups[name] = [
+            (file, stamped(doc) if doc["kind"] == "Deployment" else doc)
+            for file, doc in live_member_docs(stack, name)
+        ]
+    texts = {(group, file): dump(doc, GENERATED) for group, docs in groups.items() for file, doc in docs}
+    digest = hashlib.sha256(json.dumps(sorted(texts.items())).encode()).hexdigest()[:12]
+    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
+    folders: dict[str, Path] = {}
+    for group, docs in groups.items():
+        folder = out / group
+        kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+        files = [RenderedFile(folder / "kustomization.yaml", dump(kustomization, GENERATED), 0o644)]
+        files += [RenderedFile(folder / file, texts[(group, file)], 0o644) for file, _ in docs]
+        for rendered in files:
+            write_atomic(rendered)
+        folders[group] = folder
+    return folders
+
+
+def _gateway_env(doc: Manifest) -> str | None:
+    """The gateway Deployment's GATEWAY_LIVE_UPSTREAMS value (None without one)."""
+    containers = ((doc.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+    for var in containers[0].get("env") or []:
+        if var.get("name") == LIVE_UPSTREAMS_VAR:
+            return str(var.get("value"))
+    return None
+
+
+class KubeLiveRollout:
+    """One change of the cluster's live set."""
+
+    def __init__(self, stack: Stack, kubectl: Kubectl, options: KubeUpOptions, progress: Say, waiting: Say):
+        self.stack = stack
+        self.kubectl = kubectl
+        self.options = options
+        self.say = progress
+        self.waiting = waiting
+        self.control: GatewayControl | None = None
+        self.variants: tuple[str, ...] = ()
+
+    # -- the gateway ----------------------------------------------------------------------
+    def _gateway_doc(self) -> Manifest | None:
+        """The gateway Deployment on the cluster (None when there is none)."""
+        name = gateway_name(self.stack)
+        done = self.kubectl.run(["get", f"deployment/{name}", "--ignore-not-found", "--output", "json"])
+        if not done.stdout.strip():
+            return None
+        try:
+            return dict(json.loads(done.stdout))
+        except ValueError as err:
+            raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
+
+    def publish(self, variants: Sequence[str]) -> None:
+        """Tell the gateway pod the variants it routes among (each one's Service)."""
+        if not self.stack.gateway.enabled:
+            return
+        if self.control is None:
+            self.control = kube_control(self.kubectl, self.stack)
+        upstreams = live_upstreams(self.stack, list(variants))
+        try:
+            self.control.set_upstreams(upstreams)
+        except GatewayControlError as err:
+            raise SwapFailed(
+                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
+                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
+            ) from err
+
+    def drain(self, variant: str) -> int:
+        """Wait until the gateway has no request in flight on `variant` (or the drain timeout);
+        the requests still running then."""
+        if self.control is None:
+            return 0
+        try:
+            drained = self.control.drain_upstream(f"{variant}/1", self.stack.gateway.drain_timeout)
+        except GatewayControlError:
+            return 0
+        return 0 if drained.done else drained.outstanding
+
+    # -- steps ----------------------------------------------------------------------------
+    def _roll(self, name: str, folder: Path) -> float:
+        """Apply one variant's kustomization, wait for its rollout, gate it through its Service."""
+        began = time.monotonic()
+        deadline = began + self.options.timeout
+        deployment = live_name(self.stack, name)
+        self.say(f"applying {name} (kubectl apply -k {folder})")
+        self.kubectl.run(["apply", "--kustomize", str(folder)], timeout=120)
+        self.say(f"waiting for {deployment} (kubectl rollout status, up to {self.options.timeout:.0f}s)")
+        rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
+        self.say(f"{name} rolled out; gating it through service/{deployment}")
+        warmup = self.stack.gateway.warmup_requests if self.stack.gateway.enabled else 0
+        gate(
+            self.kubectl,
+            self.stack,
+            self.stack.served_model_name,
+            max(deadline, time.monotonic() + 5),
+            self.waiting,
+            warmup=warmup,
+            service=(deployment, CONTAINER_PORT),
+        )
+        return time.monotonic() - began
+
+    def _log(self, name: str) -> str:
+        """A failed variant's pod log tail (read before its Deployment is deleted or undone)."""
+        return _log_tail(self.kubectl, self.stack, live_name(self.stack, name))
+
+    def start(self, name: str, folder: Path, result: KubeLiveResult) -> None:
+        """Roll a new variant in; on failure delete it again (the others serve on) and raise."""
+        try:
+            result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
+        except BaseException as err:
+            with interrupts_ignored():
+                log = self._log(name)
+                if not self.options.rollback:
+                    left = "left in place, out of the gateway's upstreams (--no-rollback)"
+                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
+                try:
+                    self.delete(name)
+                    left = "its Deployment and Service were deleted; the variants already live serve on"
+                except ComposerError as again:
+                    left = f"deleting it failed too: {again}"
+                raise SwapFailed(
+                    f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
+                ) from err
+
+    def replace(self, name: str, folder: Path, serving: list[str], result: KubeLiveResult) -> int:
+        """Re-apply a variant whose configuration changed: out of the upstreams and drained
+        first when others serve; `kubectl rollout undo` and back in on failure."""
+        others = [n for n in serving if n != name]
+        cut = 0
+        if others:
+            self.publish(others)
+            cut = self.drain(name)
+        try:
+            result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
+        except BaseException as err:
+            with interrupts_ignored():
+                log = self._log(name)
+                if not self.options.rollback:
+                    left = "not rolled back (--no-rollback)"
+                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
+                try:
+                    self.say(f"rolling {name} back (kubectl rollout undo)")
+                    deployment = live_name(self.stack, name)
+                    self.kubectl.run(["rollout", "undo", f"deployment/{deployment}"])
+                    rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
+                    self.publish(serving)
+                    left = f"rolled {name} back to its previous revision"
+                except ComposerError as again:
+                    left = f"the rollback of {name} failed too: {again}"
+                raise SwapFailed(
+                    f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
+                ) from err
+        self.publish(serving)
+        return cut
+
+    def delete(self, name: str) -> None:
+        """Delete a live variant's Deployment and Service (its pods get their grace period)."""
+        deployment = live_name(self.stack, name)
+        self.say(f"deleting {deployment}")
+        self.kubectl.run(
+            ["delete", f"deployment/{deployment}", f"service/{deployment}", "--ignore-not-found"],
+            timeout=max(120.0, self.stack.stop_grace_period + 60.0),
+        )
+
+    def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
+        """Without a gateway Deployment: the stack-wide objects first (the gateway probes the
+        set's Services itself until `up` tells it which ones passed their gate). Returns the
+        gateway Deployment the cluster has now."""
+        if gateway is not None or not self.stack.gateway.enabled:
+            return gateway
+        self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
+        self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
+        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
+
+    def _record(self, folders: Mapping[str, Path], gateway: Manifest | None) -> None:
+        """The gateway Deployment's upstream list follows the set (its new pod is ready before
+        the old one stops), so a restarted gateway pod routes to the same set."""
+        if not self.stack.gateway.enabled:
+            return
+        docs = dict(live_shared_docs(self.stack, list(self.variants)))
+        rendered = docs.get("gateway-deployment.yaml")
+        if rendered is None or (gateway is not None and _gateway_env(gateway) == _gateway_env(rendered)):
+            return
+        self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
+        self.kubectl.run(
+            ["apply", "--filename", str(folders[SHARED] / "gateway-deployment.yaml")], timeout=120
+        )
+        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+
+    # -- the change -----------------------------------------------------------------------
+    def up(self, requested: Sequence[str]) -> KubeLiveResult:
+        began = time.monotonic()
+        cluster = read_cluster(self.kubectl, self.stack)
+        names = live_set_names(requested, self.stack, cluster)
+        live_members(self.stack, names)  # the joined set's GPU sets: refused before any change
+        self.variants = tuple(names)
+        wanted = {
+            name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
+            for name in names
+        }
+        plan = plan_kube_live(names, wanted, cluster)
+        result = KubeLiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
+        folders = write_live(self.stack, names)
+        apply_secret(self.kubectl, self.stack)
+        gateway = self._gateway_doc() if self.stack.gateway.enabled else None
+        gateway = self._bootstrap(folders, gateway)
+        serving = list(plan.keep)
+        cut = 0
+        with stop_signals(interrupt_once):
+            for name in plan.replace:
+                cut += self.replace(name, folders[name], [*serving, name], result)
+                serving.append(name)
+            for name in plan.start:
+                self.start(name, folders[name], result)
+                serving.append(name)
+                self.publish(serving)
+            with interrupts_ignored():
+                if plan.no_op:
+                    self.publish(serving)  # a restarted gateway pod may route to an older set
+                if plan.single:
+                    self.say(f"deleting deployment/{self.stack.service}: the live set serves")
+                    self.kubectl.run(
+                        ["delete", f"deployment/{self.stack.service}", "--ignore-not-found"],
+                        timeout=max(120.0, self.stack.stop_grace_period + 60.0),
+                    )
+                for name in plan.stop:
+                    self.publish(serving)  # without it: no new request reaches it
+                    cut += self.drain(name)
+                    self.delete(name)
+                self._record(folders, gateway)
+        result.drained = {"cut": cut}
+        if cut:
+            result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
+        if plan.no_op:
+            result.notes.append(f"the live set {{{', '.join(names)}}} already runs on Kubernetes")
+        else:
+            result.outcome = f"live set {', '.join(names)}"
+        result.timings["total"] = time.monotonic() - began
+        return result
+
+
+def up_kube_live(
+    stack: Stack,
+    requested: Sequence[str],
+    *,
+    kubectl: Kubectl | None = None,
+    options: KubeUpOptions | None = None,
+    progress: Say = _quiet,
+    waiting: Say | None = None,
+) -> KubeLiveResult:
+    """Change the cluster's live set under the project's swap lock; raise SwapFailed (after
+    deleting a new variant that failed) on failure."""
+    options = options or KubeUpOptions()
+    if not stack.api_key:
+        raise PreflightFailed(NO_KEY)
+    if len(requested) > 1:
+        live_members(stack, requested)  # overlapping GPU sets: refused before kubectl is asked
+    runner = KubeLiveRollout(
+        stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress
+    )
+    with swap_lock(stack.project, options.wait_for_lock, progress):
+        return runner.up(requested)

@@ -1,0 +1,297 @@
+"""`compose-spec up A B --target kubernetes`: a live set changed one Deployment at a time,
+against the recording kubectl stand-in and a real gateway (its control socket)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from composer.gateway.client import GatewayControl
+from composer.kube.live_rollout import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
+from composer.stack.load import load_stack
+from tests.conftest import REPO
+from tests.gateway.fakes import GatewayThread, LocalExec
+from tests.sim.simproc import SimProcess
+
+from .conftest import Standin
+
+
+@pytest.fixture(autouse=True)
+def single_upstream_after(gateway: GatewayThread) -> Iterator[None]:
+    """The module's gateway goes back to its single upstream after each test."""
+    yield
+    GatewayControl(LocalExec(gateway.config.control_socket)).set_upstreams([])
+
+
+UP = ("--target", "kubernetes", "--timeout", "20")
+PLACED = (
+    "--set",
+    "variants.baseline.gpus=0,1",
+    "--set",
+    "variants.mtp.gpus=2,3",
+    "--set",
+    "variants.dflash2.gpus=4,5",
+)
+VARIANTS = ("baseline", "mtp", "dflash2")
+FAILURE_LOG = "INFO loading weights\nRuntimeError: UVA is not available on this platform\n"
+
+
+def _addr(server: SimProcess | GatewayThread) -> str:
+    return f"127.0.0.1:{server.port}"
+
+
+def _scenario(standin: Standin, backend: SimProcess, **values: object) -> None:
+    """Every live variant's Service reaches the simulator (it serves the stack's name)."""
+    standin.scenario(backends={v: _addr(backend) for v in VARIANTS}, **values)
+
+
+def _live_objects(standin: Standin) -> set[str]:
+    """The live variants' Deployments and Services on the cluster."""
+    names = tuple(f"{kind}/vllm-{v}" for kind in ("deployment.apps", "service") for v in VARIANTS)
+    return {k for k in standin.state()["objects"] if k in names}
+
+
+def _upstreams(gateway: GatewayThread) -> list[str]:
+    """The gateway's live set, by member name (the ones not leaving)."""
+    return sorted(gateway.gateway.live.members)
+
+
+def _serve_baseline_and_mtp(standin: Standin, run_cli, backend: SimProcess) -> None:
+    _scenario(standin, backend)
+    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    standin.forget_calls()
+
+
+def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _scenario(standin, backend)
+    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    assert "baseline+mtp: live set baseline, mtp on Kubernetes" in done.stdout
+    commands = standin.commands()
+    # No gateway yet: the stack-wide objects first, then each variant applied, rolled out,
+    # gated through its own Service, and only then named in the gateway's upstreams.
+    assert commands == [
+        "get deployments",
+        "apply --server-side",
+        "get secret/vllm-api-key",
+        "get deployment/vllm-gateway",
+        "apply --kustomize",
+        "rollout status",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm-baseline",
+        "get pods",
+        "exec state",
+        "exec upstreams",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm-mtp",
+        "exec upstreams",
+    ]
+    statuses = [c["argv"][2] for c in standin.calls() if c["argv"][:2] == ["rollout", "status"]]
+    assert statuses == ["deployment/vllm-gateway", "deployment/vllm-baseline", "deployment/vllm-mtp"]
+    published = [json.loads(c["argv"][-1]) for c in standin.calls() if c["argv"][-2:-1] == ["upstreams"]]
+    assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
+    assert published[-1][1]["url"] == "http://vllm-mtp:8000"
+    assert _live_objects(standin) == {
+        "deployment.apps/vllm-baseline",
+        "service/vllm-baseline",
+        "deployment.apps/vllm-mtp",
+        "service/vllm-mtp",
+    }
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
+    mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
+    assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
+    assert len(mtp["metadata"]["annotations"]["vllm-composer.live-config"]) == 16  # what `up` compares
+
+    # Unchanged: nothing applied, the gateway told the set again.
+    standin.forget_calls()
+    again = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--json")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["outcome"] == "unchanged"
+    assert "apply --kustomize" not in standin.commands() and "exec upstreams" in standin.commands()
+
+
+def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    done = run_cli(*PLACED, "up", "baseline", "dflash2", *UP)
+    assert done.returncode == 0, done.stderr
+    commands = standin.commands()
+    assert commands == [
+        "get deployments",
+        "apply --server-side",
+        "get secret/vllm-api-key",
+        "get deployment/vllm-gateway",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm-dflash2",
+        "get pods",
+        "exec state",
+        "exec upstreams",
+        "exec upstreams",
+        "exec drain-upstream",
+        "delete deployment/vllm-mtp",
+        "apply --filename",
+        "rollout status",
+    ]
+    calls = standin.calls()
+    assert calls[4]["argv"][-1].endswith("/dflash2")
+    assert calls[12]["argv"][1:] == ["deployment/vllm-mtp", "service/vllm-mtp", "--ignore-not-found"]
+    assert calls[11]["argv"][-4:-2] == ["drain-upstream", "mtp/1"]
+    published = [json.loads(c["argv"][-1]) for c in calls if c["argv"][-2:-1] == ["upstreams"]]
+    assert [[u["name"] for u in p] for p in published] == [["baseline/1", "dflash2/1"]] * 2
+    # The gateway's Deployment records the new set for a restarted pod.
+    gateway_doc = standin.state()["objects"]["deployment.apps/vllm-gateway"]
+    env = {e["name"]: e.get("value") for e in gateway_doc["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert [u["name"] for u in json.loads(env["GATEWAY_LIVE_UPSTREAMS"])] == ["baseline/1", "dflash2/1"]
+    assert "deployment.apps/vllm-mtp" not in _live_objects(standin)
+    assert _upstreams(gateway) == ["baseline/1", "dflash2/1"]
+
+
+def test_one_variant_joins_the_live_set_the_cluster_runs(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    done = run_cli(*PLACED, "up", "dflash2", *UP)
+    assert done.returncode == 0, done.stderr
+    assert "live set baseline, mtp, dflash2" in done.stdout
+    assert "delete deployment/vllm-mtp" not in standin.commands()
+    assert _upstreams(gateway) == ["baseline/1", "dflash2/1", "mtp/1"]
+
+
+def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    done = run_cli(*PLACED, "--set", "variants.mtp.gpus=2,3,6,7", "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    commands = standin.commands()
+    assert commands[4:] == [
+        "get pods",
+        "exec state",
+        "exec upstreams",
+        "exec drain-upstream",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm-mtp",
+        "exec upstreams",
+    ]  # the gateway's recorded list is the same: its Deployment is left alone
+    published = [json.loads(c["argv"][-1]) for c in standin.calls() if c["argv"][-2:-1] == ["upstreams"]]
+    assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
+    mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
+    assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
+
+
+def test_the_one_variant_deployment_is_deleted_once_the_live_set_serves(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    standin.scenario(backends={"baseline": _addr(gateway)})
+    single = run_cli(*PLACED, "up", "baseline", *UP)
+    assert single.returncode == 0, single.stderr
+    standin.forget_calls()
+    _scenario(standin, backend)
+    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    commands = standin.commands()
+    assert "apply --kustomize" in commands and commands.count("exec upstreams") == 2
+    # deleted after the live set is named in the gateway's upstreams, never before
+    last_publish = max(i for i, c in enumerate(commands) if c == "exec upstreams")
+    assert commands.index("delete deployment/vllm") > last_publish
+    assert "deployment.apps/vllm" not in standin.state()["objects"]
+    assert commands[-2:] == ["apply --filename", "rollout status"]  # the gateway records the set
+
+
+def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _scenario(standin, backend, rollout={"dflash2": "fail"}, logs={"dflash2": FAILURE_LOG})
+    done = run_cli(*PLACED, "up", "baseline", "dflash2", *UP, "--json")
+    assert done.returncode == 1
+    assert "dflash2 failed: the rollout did not finish" in done.stderr
+    assert "exceeded its progress deadline" in done.stderr
+    assert "UVA is not available" in done.stderr and "hint: " in done.stderr
+    assert "Traceback" not in done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "rolled-back"
+    assert standin.commands() == [
+        "get deployments",
+        "apply --server-side",
+        "get secret/vllm-api-key",
+        "get deployment/vllm-gateway",
+        "apply --kustomize",
+        "rollout status",
+        "logs deployment/vllm-dflash2",
+        "delete deployment/vllm-dflash2",
+    ]
+    # mtp was neither drained nor deleted; the gateway's upstreams are as they were
+    assert _live_objects(standin) == {
+        "deployment.apps/vllm-baseline",
+        "service/vllm-baseline",
+        "deployment.apps/vllm-mtp",
+        "service/vllm-mtp",
+    }
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
+
+
+def test_no_rollback_leaves_the_failed_variant_in_place_out_of_the_upstreams(
+    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _scenario(standin, backend, rollout={"dflash2": "fail"})
+    done = run_cli(*PLACED, "up", "baseline", "mtp", "dflash2", *UP, "--no-rollback")
+    assert done.returncode == 1 and "--no-rollback" in done.stderr
+    assert "delete deployment/vllm-dflash2" not in standin.commands()
+    assert "deployment.apps/vllm-dflash2" in _live_objects(standin)
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
+
+
+def test_overlapping_gpu_sets_are_refused_before_any_kubectl_call(standin: Standin, run_cli) -> None:
+    standin.scenario()
+    done = run_cli(
+        "--set", "variants.baseline.gpus=0,1", "--set", "variants.mtp.gpus=1,2", "up", "baseline", "mtp", *UP
+    )
+    assert done.returncode == 2
+    assert "GPU sets overlap" in done.stderr and "share GPU 1" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert standin.calls() == []
+
+
+def test_a_live_set_of_one_is_the_one_variant_rollout(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    standin.scenario(backends={"mtp": _addr(gateway)})
+    done = run_cli("--set", "gateway.live=mtp", "up", *UP)
+    assert done.returncode == 0, done.stderr
+    assert "mtp: started on Kubernetes" in done.stdout
+    commands = standin.commands()
+    assert commands[0] == "get deployments"  # no live Deployment runs: today's rollout
+    assert "apply --kustomize" in commands and "exec upstreams" not in commands
+    assert standin.serving() == "mtp"
+
+
+def test_dry_run_stays_refused_on_kubernetes(standin: Standin, run_cli) -> None:
+    standin.scenario()
+    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--dry-run")
+    assert done.returncode == 2 and "--dry-run works on the compose target" in done.stderr
+    assert standin.calls() == []
+
+
+def test_the_plan_keeps_replaces_starts_and_stops() -> None:
+    cluster = ClusterLive(
+        {"baseline": LiveDeployment("baseline", "a"), "mtp": LiveDeployment("mtp", "b")}, single=False
+    )
+    plan = plan_kube_live(["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster)
+    assert (plan.keep, plan.replace, plan.start, plan.stop) == (("baseline",), (), ("dflash2",), ("mtp",))
+    changed = plan_kube_live(["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster)
+    assert changed.replace == ("baseline",) and changed.keep == ("mtp",) and not changed.no_op
+    stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
+    assert live_set_names(["dflash2"], stack, cluster) == ["baseline", "mtp", "dflash2"]
+    assert live_set_names(["mtp"], stack, cluster) == ["baseline", "mtp"]
+    assert live_set_names([], stack, ClusterLive({}, single=True)) == list(stack.gateway.live)
