@@ -28,6 +28,7 @@ import httpx
 
 from composer.engine import retry
 from composer.engine.containers import gateway_container
+from composer.engine.health import tls_context
 from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
 from composer.gateway import GatewayControl, Tether
@@ -201,7 +202,8 @@ def warm_up(target: GateTarget, requests: int) -> list[float]:
         headers["Authorization"] = f"Bearer {target.api_key}"
     body = {"model": target.served_name, "prompt": WARMUP_PROMPT, "max_tokens": 16, "temperature": 0}
     took = []
-    with httpx.Client(timeout=httpx.Timeout(300.0, connect=2.0), headers=headers, trust_env=False) as http:
+    timeout = httpx.Timeout(300.0, connect=2.0)
+    with httpx.Client(timeout=timeout, headers=headers, trust_env=False, verify=tls_context()) as http:
         for _ in range(requests):
             began = time.monotonic()
             response = http.post(f"{target.url}/v1/completions", json=body)
