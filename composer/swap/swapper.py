@@ -41,6 +41,7 @@ from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
+from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import check_profiles, start_profiles
@@ -124,6 +125,22 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     returns the plan (in `result.plan`) and changes nothing.
     """
     total_start = time.monotonic()
+    early = None
+    if not dry_run and target.gateway is not None:  # the session opens while we read and plan
+        early = open_early(
+            ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
+        )
+    try:
+        return _swap(ctx, target, dry_run, total_start, early)
+    finally:
+        if early is not None:
+            early.drop()
+
+
+def _swap(
+    ctx: Context, target: Target, dry_run: bool, total_start: float, early: EarlyHold | None
+) -> UpResult:
+    """`swap`'s body; `early`: the gateway's control session, opening meanwhile."""
     stack, variant = ctx.stack, target.name
     result = UpResult(variant=variant, outcome="started")
     snap = snapshot.take(stack, ctx.client)
@@ -183,7 +200,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     )
     result.outcome = outcome  # what the gateway's switch log is told when the held requests flow
     try:
-        transaction.run(ctx, plan, target, compose_file, snap, result, record)
+        transaction.run(ctx, plan, target, compose_file, snap, result, record, early)
     except SwapFailed as failure:
         _history(stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
