@@ -7,6 +7,10 @@ rollback. `roll_back` removes what the failed swap created and brings the previo
 variant back from exactly where the plan says (its sleeping container, or the run file
 and compose service that created it). Only the first Ctrl-C, SIGTERM or SIGHUP counts:
 later ones are ignored until the rollback has ended.
+
+The settle watch begins when the engine came up (`_engine_started`): at readiness for a
+started container, at the wake call for a woken one, at the process's start for one
+adopted or routed to again; the warm-up and the wake checks run beside it.
 """
 
 from __future__ import annotations
