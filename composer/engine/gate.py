@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from composer.engine import bootlog, diagnose, retry
-from composer.engine.health import Readiness, base_url, probe
+from composer.engine.health import Readiness, base_url, probe, tls_context
 from composer.engine.retry import Pending
 from composer.errors import HealthCheckFailed
 
@@ -52,7 +52,10 @@ def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
 
 def _http(target: GateTarget) -> httpx.Client:
     return httpx.Client(
-        timeout=httpx.Timeout(10.0, connect=0.5), headers=dict(target.headers), trust_env=False
+        timeout=httpx.Timeout(10.0, connect=0.5),
+        headers=dict(target.headers),
+        trust_env=False,
+        verify=tls_context(),
     )
 
 

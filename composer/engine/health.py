@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+import functools
+import ssl
 from dataclasses import dataclass
 
 import httpx
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """One TLS context for the probes' clients: building it (reading the CA bundle) costs
+    about 25 ms per `httpx.Client`, paid on a swap's critical path by every gate, settle
+    watch and warm-up otherwise. The probes speak plain HTTP to loopback; it is never used
+    to skip verification."""
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import httpx
 
 from composer.engine import retry
-from composer.engine.health import base_url
+from composer.engine.health import base_url, tls_context
 from composer.engine.retry import Pending
 from composer.render.spec import CONTAINER_PORT
 
@@ -60,7 +60,7 @@ def published_address(container: Container, stack: Stack) -> tuple[str, int]:
 
 def _probe_once(url: str) -> PublishedPort:
     try:
-        with httpx.Client(timeout=PROBE_TIMEOUT, trust_env=False) as client:
+        with httpx.Client(timeout=PROBE_TIMEOUT, trust_env=False, verify=tls_context()) as client:
             reply = client.get(f"{url}{HEALTH_PATH}")
     except httpx.ConnectError as err:
         refused = "refused" in str(err).lower() or isinstance(err.__cause__, ConnectionRefusedError)

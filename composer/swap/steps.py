@@ -103,19 +103,26 @@ def compose_up(
 
 
 def drain(
-    ctx: Context, target: str, compose_file: Path | None, gateway: GatewaySpec, ensure: bool = True
+    ctx: Context,
+    target: str,
+    compose_file: Path | None,
+    gateway: GatewaySpec,
+    ensure: bool = True,
+    opened: SwapHold | None = None,
 ) -> Outcome:
-    """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish."""
+    """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish.
+
+    `opened`: a hold whose control session is already open (`holding.EarlyHold`), used as is.
+    """
     if ensure and compose_file is not None:
         compose_up(ctx, compose_file, gateway.service)
-    container = _gateway(ctx, gateway)
-    hold = start_hold(
+    hold = opened or start_hold(
         ctx.stack,
         ctx.client,
         ctx.stack.gateway.drain_timeout,
         ctx.say,
         target=target,
-        container=container,
+        container=_gateway(ctx, gateway),
         waiting=ctx.waiting,
     )
     drained = hold.begin()  # the progress line shows the drain only while something runs
@@ -295,9 +302,11 @@ def gate(ctx: Context, target: GateTarget, started: float, container: VariantCon
     return Outcome("start_to_ready", ready_at - started, container=container, log=log, ready_at=ready_at)
 
 
-def warm(ctx: Context, target: GateTarget) -> Outcome:
-    """Short completions past the hold, so the first client does not pay the first request."""
-    took = warm_up(ctx.past_the_hold(target), ctx.stack.gateway.warmup_requests)
+def warm(ctx: Context, target: GateTarget, requests: int | None = None) -> Outcome:
+    """Short completions past the hold, so the first client does not pay the first request
+    (`requests`, by default the stack's `gateway.warmup_requests`)."""
+    count = ctx.stack.gateway.warmup_requests if requests is None else requests
+    took = warm_up(ctx.past_the_hold(target), count)
     out = Outcome("warmup", sum(took))
     if took:
         out.notes.append(

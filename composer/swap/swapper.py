@@ -41,6 +41,7 @@ from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
+from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import check_profiles, start_profiles
@@ -126,11 +127,20 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     """
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
-    snap, plan, compose_file = prepare(ctx, target, result, dry_run)
-    if dry_run:
-        result.outcome = "unchanged" if plan.no_op else "planned"
-        return result
-    execute(ctx, plan, target, compose_file, snap, result, began)
+    early = None
+    if not dry_run and target.gateway is not None:  # the session opens while we read and plan
+        early = open_early(
+            ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
+        )
+    try:
+        snap, plan, compose_file = prepare(ctx, target, result, dry_run)
+        if dry_run:
+            result.outcome = "unchanged" if plan.no_op else "planned"
+            return result
+        execute(ctx, plan, target, compose_file, snap, result, began, early)
+    finally:
+        if early is not None:
+            early.drop()
     result.notes += start_profiles(ctx, compose_file)
     return result
 
@@ -185,9 +195,11 @@ def execute(
     snap: snapshot.Snapshot,
     result: UpResult,
     began: float,
+    early: EarlyHold | None = None,
 ) -> None:
     """Run a prepared plan: nothing (no-op), a gateway-only update, or the transaction; each
-    outcome, a failure's too, is appended to the history (`began`: when `up` began)."""
+    outcome, a failure's too, is appended to the history (`began`: when `up` began; `early`:
+    the gateway's control session, opened while the plan was prepared)."""
     if plan.no_op:
         result.outcome = "unchanged"
         result.notes.append(f"{plan.target} already serves with the same configuration")
@@ -212,7 +224,7 @@ def execute(
     else:
         result.outcome = "swapped" if previous else "started"
     try:
-        transaction.run(ctx, plan, target, compose_file, snap, result, record)
+        transaction.run(ctx, plan, target, compose_file, snap, result, record, early)
     except SwapFailed as failure:
         _history(ctx.stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
@@ -278,9 +290,10 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     created = Path(created_from.split(",")[0])
     if created.resolve() == Path(compose_file).resolve():
         return False  # rewritten for this up (same variant hash): compose's hash decides
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
     try:
         old, new = (
-            yaml.safe_load(Path(f).read_text(encoding="utf-8"))["services"]["gateway"]
+            yaml.load(Path(f).read_text(encoding="utf-8"), Loader=loader)["services"]["gateway"]
             for f in (created_from.split(",")[0], compose_file)
         )
     except (OSError, KeyError, TypeError, yaml.YAMLError):

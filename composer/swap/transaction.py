@@ -7,6 +7,10 @@ rollback. `roll_back` removes what the failed swap created and brings the previo
 variant back from exactly where the plan says (its sleeping container, or the run file
 and compose service that created it). Only the first Ctrl-C, SIGTERM or SIGHUP counts:
 later ones are ignored until the rollback has ended.
+
+The settle watch begins when the engine came up (`_engine_started`): at readiness for a
+started container, at the wake call for a woken one, at the process's start for one
+adopted or routed to again; the warm-up and the wake checks run beside it.
 """
 
 from __future__ import annotations
@@ -39,13 +43,15 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.engine.variant_container import VariantContainer
     from composer.render.target import Target
+    from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.plan import SwapPlan
     from composer.swap.swapper import UpResult
 
 WAKE_SETTLE_SHARE = 0.25
 """After a wake the process did not restart (no load, no engine start to fail late): the
-settle watch is a quarter of the stack's, and the wake checks and the warm-up run beside it."""
+settle watch is a quarter of the stack's, counted from the wake call (see `settle_left`),
+and the wake checks and the warm-up run beside it (clients wait until both are over)."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
 """Ctrl-C, SIGTERM and SIGHUP (a closed terminal): each rolls a swap back."""
@@ -119,8 +125,14 @@ def run(
     snap: snapshot.Snapshot,
     result: UpResult,
     record: SwapRecord,
+    early: EarlyHold | None = None,
 ) -> None:
-    """Run `plan` (drain, its steps, release); on failure roll back and raise SwapFailed."""
+    """Run `plan` (drain, its steps, release); on failure roll back and raise SwapFailed.
+
+    `early`: the gateway's control session, opened while `up` planned; the drain uses it
+    unless the gateway is recreated first; with it, the gateway is known to run and is not
+    started again (`docker compose up` of an unchanged gateway is a no-op costing a process).
+    """
     failure: SwapFailed | None = None
     done = False
     held = [ctx]  # the context with the gateway's current hold (a restarted gateway is held again)
@@ -129,7 +141,10 @@ def run(
         if target.gateway is not None:  # nothing has changed if this fails
             if plan.gateway_update:
                 absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
-            drained = steps.drain(ctx, target.name, compose_file, target.gateway, not plan.gateway_update)
+            keep = early is not None and snap.gateway_running and not plan.gateway_update
+            opened = early.take() if keep else None  # type: ignore[union-attr]
+            ensure = not plan.gateway_update and opened is None
+            drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened)
             held.append(replace(ctx, hold=absorb(result, drained).hold))
         with signals(interrupt_once):
             try:
@@ -154,6 +169,7 @@ def run(
             else:
                 out = steps.release(ctx)
             absorb(result, out)
+            standby.updates_done()  # restart policies set off the hold: in place before `up` ends
             record.close()
 
 
@@ -209,6 +225,7 @@ def _steps(
     ctx = held[-1]
     record.stage("settling")
     woke = "wake" in plan.steps
+    since = _engine_started(plan, ready, began)
     absorb(
         result,
         through_restarts(
@@ -219,7 +236,7 @@ def _steps(
                 c,
                 where,
                 ready.container,  # type: ignore[arg-type]
-                c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0),
+                settle_left(c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0), since),
                 _beside_settle(c, plan, target, where, woke),
             ),
         ),
@@ -233,6 +250,38 @@ def _steps(
             f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
             "GPU memory may still be held by another process"
         )
+
+
+def settle_left(seconds: float, since: float, now: float | None = None) -> float:
+    """What is left of a settle watch of `seconds` that began at `since` (monotonic)."""
+    return max(0.0, seconds - ((time.monotonic() if now is None else now) - since))
+
+
+def _engine_started(plan: SwapPlan, ready: Outcome, began: float) -> float:
+    """When the settle watch begins (monotonic): when a started container became ready (its
+    load can fail late); the wake call after a wake (the process did not restart: the watch
+    counts from the moment its engine came back); when an adopted or re-routed container's
+    process started (it has run since, often long ago)."""
+    if "wake" in plan.steps:
+        return began
+    if "adopt" in plan.steps or "route" in plan.steps:
+        running = _running_for(ready.container)
+        if running is not None:
+            return time.monotonic() - running
+    return ready.ready_at
+
+
+def _running_for(container: VariantContainer | None) -> float | None:
+    """Seconds since the container's process started (Docker's State.StartedAt), or None."""
+    from datetime import UTC, datetime
+
+    try:
+        started = str(container.container.attrs["State"]["StartedAt"])  # type: ignore[union-attr]
+        head, _, frac = started.rstrip("Z").partition(".")
+        when = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}").replace(tzinfo=UTC)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None
+    return max(0.0, (datetime.now(UTC) - when).total_seconds())
 
 
 def through_restarts(
@@ -254,15 +303,23 @@ def through_restarts(
 def _beside_settle(
     ctx: Context, plan: SwapPlan, target: Target, where: GateTarget, woke: bool
 ) -> Callable[[], Outcome] | None:
-    """What runs during the settle watch: the wake checks after a wake, then the warm-up."""
-    warm = ctx.hold is not None and ctx.stack.gateway.warmup_requests > 0
-    if not woke and not warm:
+    """What runs during the settle watch: the wake checks after a wake, then the warm-up.
+
+    The acceptance check after a speculative variant's wake sends its own short completions
+    past the hold (`standby.ACCEPTANCE_WARMUP_REQUESTS`): they count as warm-up, and only the
+    rest of `gateway.warmup_requests` is sent after it.
+    """
+    requests = ctx.stack.gateway.warmup_requests if ctx.hold is not None else 0
+    checked = woke and target.variant.speculative is not None
+    if checked:
+        requests = max(0, requests - standby.ACCEPTANCE_WARMUP_REQUESTS)
+    if not woke and requests <= 0:
         return None
 
     def beside() -> Outcome:
         out = steps.wake_checks(ctx, plan, target, where) if woke else Outcome("beside")
-        if warm:
-            warmed = steps.warm(ctx, where)
+        if requests > 0:
+            warmed = steps.warm(ctx, where, requests)
             out.notes += warmed.notes
             out.extra["warmup"] = warmed.seconds
         return out

@@ -1,0 +1,140 @@
+"""The swap's critical path without Docker: when the settle watch begins, the control
+session opened while `up` plans, restart policies set off the hold, the warm-up the
+acceptance check already sent, and the control socket's one client per process."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+
+from composer.errors import SwapFailed
+from composer.gateway import ctl
+from composer.swap import holding, standby, transaction
+from composer.swap.steps import Outcome
+
+
+def _ready(at: float, started_ago: float | None = None) -> Outcome:
+    container = None
+    if started_ago is not None:
+        when = datetime.now(UTC) - timedelta(seconds=started_ago)
+        attrs = {"State": {"StartedAt": when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"}}
+        container = SimpleNamespace(container=SimpleNamespace(attrs=attrs))
+    return Outcome("start_to_ready", ready_at=at, container=container)  # type: ignore[arg-type]
+
+
+def test_a_started_container_settles_from_when_it_became_ready() -> None:
+    now = time.monotonic()
+    plan = SimpleNamespace(steps=("stop", "release", "start"))
+    since = transaction._engine_started(plan, _ready(now, started_ago=100.0), now - 5)  # type: ignore[arg-type]
+    assert since == now  # its load can fail late: the whole window after readiness
+    assert transaction.settle_left(1.0, since, now=now) == 1.0
+
+
+def test_a_woken_container_settles_from_the_wake_call() -> None:
+    now = time.monotonic()
+    plan = SimpleNamespace(steps=("sleep", "wake"))
+    since = transaction._engine_started(plan, _ready(now), now - 0.2)  # type: ignore[arg-type]
+    assert since == pytest.approx(now - 0.2)
+    assert transaction.settle_left(0.25, since, now=now) == pytest.approx(0.05)
+    assert transaction.settle_left(0.25, now - 1.0, now=now) == 0.0
+
+
+@pytest.mark.parametrize("step", ["adopt", "route"])
+def test_a_container_running_long_ago_has_settled(step: str) -> None:
+    now = time.monotonic()
+    plan = SimpleNamespace(steps=(step,))
+    since = transaction._engine_started(plan, _ready(now, started_ago=30.0), now)  # type: ignore[arg-type]
+    assert now - since == pytest.approx(30.0, abs=1.0)
+    assert transaction.settle_left(1.0, since) == 0.0
+    unknown = transaction._engine_started(plan, _ready(now), now)  # type: ignore[arg-type]
+    assert unknown == now  # no start time: the whole window after readiness
+
+
+class _Hold:
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def close_tether(self) -> None:
+        self.closed += 1
+
+
+def test_an_early_session_dropped_before_it_opened_is_closed_once_it_opens() -> None:
+    hold, go = _Hold(), threading.Event()
+
+    def open_hold() -> _Hold:
+        go.wait(5)
+        return hold
+
+    early = holding.EarlyHold(open_hold)  # type: ignore[arg-type]
+    early.drop()
+    assert hold.closed == 0
+    go.set()
+    for _ in range(100):
+        if hold.closed:
+            break
+        time.sleep(0.01)
+    assert hold.closed == 1
+
+
+def test_an_early_session_taken_is_never_closed_by_drop() -> None:
+    hold = _Hold()
+    early = holding.EarlyHold(lambda: hold)  # type: ignore[arg-type,return-value]
+    assert early.take() is hold
+    early.drop()
+    assert hold.closed == 0
+
+
+def test_an_early_session_that_failed_raises_where_the_drain_would() -> None:
+    def open_hold() -> None:
+        raise SwapFailed("the gateway does not answer its control channel: timeout")
+
+    early = holding.EarlyHold(open_hold)
+    with pytest.raises(SwapFailed, match="control channel"):
+        early.take()
+    assert holding.EarlyHold(lambda: None).take() is None  # the gateway did not run
+
+
+class _Container:
+    def __init__(self, seen: list[str], delay: float) -> None:
+        self.seen, self.delay = seen, delay
+
+    def update(self, restart_policy: dict[str, str]) -> None:
+        time.sleep(self.delay)
+        self.seen.append(restart_policy["Name"])
+
+
+def test_restart_policies_are_set_in_the_order_asked_and_awaited() -> None:
+    seen: list[str] = []
+    slow = SimpleNamespace(container=_Container(seen, 0.2))
+    fast = SimpleNamespace(container=_Container(seen, 0.0))
+    standby.park(slow)  # type: ignore[arg-type]
+    standby.unpark(fast, "unless-stopped")  # type: ignore[arg-type]
+    standby.updates_done()
+    assert seen == ["no", "unless-stopped"]
+
+
+def _stack(warmup: int) -> SimpleNamespace:
+    return SimpleNamespace(gateway=SimpleNamespace(warmup_requests=warmup))
+
+
+@pytest.mark.parametrize(("warmup", "speculative", "sent"), [(1, True, None), (3, True, 1), (1, False, 1)])
+def test_the_acceptance_checks_requests_count_as_warm_up(monkeypatch, warmup, speculative, sent) -> None:
+    asked: list[int | None] = []
+    monkeypatch.setattr(transaction.steps, "wake_checks", lambda *a: Outcome("wake_checks"))
+    monkeypatch.setattr(transaction.steps, "warm", lambda ctx, where, n=None: asked.append(n) or Outcome("w"))
+    ctx = SimpleNamespace(hold=object(), stack=_stack(warmup))
+    target = SimpleNamespace(variant=SimpleNamespace(speculative=object() if speculative else None))
+    beside = transaction._beside_settle(ctx, None, target, None, woke=True)  # type: ignore[arg-type]
+    assert beside is not None
+    beside()
+    assert asked == ([] if sent is None else [sent])
+
+
+def test_the_control_socket_has_one_client_per_process_and_no_tls() -> None:
+    first = ctl._client("/run/none/control.sock")
+    assert ctl._client("/run/none/control.sock") is first
+    assert str(first.base_url).startswith("http://")
