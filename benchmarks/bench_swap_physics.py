@@ -12,8 +12,9 @@ Run: python3 benchmarks/bench_swap_physics.py [--rounds 4]
   compose rm -sf` of the serving service, `docker compose up -d` from the same run file, then
   one completion through the gateway (held until the new variant answers). Both contain the
   simulator's load; the difference is `up`'s own cost. Target: <= +0.3 s.
-  `over_less_settle_s` is that difference less `up`'s settle watch (`--settle`, 1 s after
-  readiness: the window in which a crash still rolls back), which the steps by hand lack.
+  `over_less_settle_s` is that difference less `up`'s settle watch (1 s after readiness: the
+  window in which a crash still rolls back), which the steps by hand lack; `--settle 0`
+  measures the cold switch without that window, like for like with the steps by hand.
 - Per swap: Docker API calls (every HTTP call of the SDK, `docker compose` not included) and
   `docker exec` calls, recorded at the SDK's HTTP layer.
 
@@ -78,7 +79,8 @@ class Calls:
 class Project:
     """One isolated project (own port, state and key) on the simulator."""
 
-    def __init__(self, standby: str) -> None:
+    def __init__(self, standby: str, settle: float = 1.0) -> None:
+        self.settle = settle
         from composer.stack.load import load_stack
 
         self.tmp = Path(tempfile.mkdtemp(prefix="bench-physics-"))
@@ -101,7 +103,12 @@ class Project:
 
         os.environ.update(VLLM_API_KEY=self.key, XDG_STATE_HOME=str(self.tmp))
         began = time.monotonic()
-        result = up(self.stack, resolve_target(self.stack, variant), client=client, options=UpOptions())
+        result = up(
+            self.stack,
+            resolve_target(self.stack, variant),
+            client=client,
+            options=UpOptions(settle=self.settle),
+        )
         return time.monotonic() - began, result
 
     def complete(self, http: httpx.Client) -> int:
@@ -189,12 +196,12 @@ def wake_rounds(client, calls: Calls, rounds: int) -> list[dict[str, float]]:
     return rows
 
 
-def cold_rounds(client, calls: Calls, rounds: int) -> list[dict[str, float]]:
+def cold_rounds(client, calls: Calls, rounds: int, settle: float = 1.0) -> list[dict[str, float]]:
     from composer.render.files import run_file
     from composer.render.runfiles import compose_environment
     from composer.render.target import resolve_target
 
-    project = Project("stop")
+    project = Project("stop", settle)
     rows = []
     try:
         project.up(client, "baseline")
@@ -251,19 +258,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--json", action="store_true", help="print every row as JSON too")
+    parser.add_argument(
+        "--settle",
+        type=float,
+        default=1.0,
+        help="the cold switch's settle watch (s); 0 measures up against by hand without it",
+    )
     args = parser.parse_args()
     import docker
 
     client = docker.from_env()
     calls = Calls()
     wake = wake_rounds(client, calls, args.rounds)
-    cold = cold_rounds(client, calls, args.rounds)
+    cold = cold_rounds(client, calls, args.rounds, args.settle)
     print(f"checkout: {REPO}")
     print(f"wake switch ({len(wake)} switches, medians)")
     for key in ("up_s", "hold_s", "sleep_wake_s", "over_s", "api", "execs"):
         print(f"  {key:14}{_median(wake, key):8.2f}")
     print(f"  target: hold <= sleep+wake + 0.5 s -> {'met' if _median(wake, 'over_s') <= 0.5 else 'not met'}")
-    print(f"cold switch ({len(cold)} switches, medians)")
+    print(f"cold switch ({len(cold)} switches, settle watch {args.settle:g} s, medians)")
     for key in ("up_s", "by_hand_s", "over_s", "over_less_settle_s", "api", "execs"):
         print(f"  {key:14}{_median(cold, key):8.2f}")
     print(f"  target: up <= by hand + 0.3 s -> {'met' if _median(cold, 'over_s') <= 0.3 else 'not met'}")
