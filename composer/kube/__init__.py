@@ -16,9 +16,9 @@ and gated through its own Service before the gateway's upstreams name it, each l
 drained through `drain-upstream` and deleted; a new one that fails is deleted again).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
-`composer.swap` (the swap lock and the hold), `composer.errors`, `composer.labels`.
+`composer.swap` (the swap lock, the hold, a live change's result), `composer.errors`, `composer.labels`.
 Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`,
-`KubeLiveResult`, `up_kube_live`.
+`up_kube_live` (its result is the compose target's `LiveResult`, from `composer.swap.live`).
 """
 
 from composer._exports import lazy_exports
@@ -29,7 +29,7 @@ __all__, __getattr__ = lazy_exports(
         "control": ["KubeExec"],
         "forward": ["service_url"],
         "kubectl": ["Kubectl"],
-        "live_rollout": ["KubeLiveResult", "up_kube_live"],
+        "live_rollout": ["up_kube_live"],
         "rollout": ["KubeUpOptions", "KubeUpResult", "up_kubernetes"],
     },
 )

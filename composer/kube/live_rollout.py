@@ -24,8 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from composer import labels
@@ -37,8 +37,10 @@ from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     NO_KEY,
     KubeUpOptions,
+    Say,
     _cause,
     _log_tail,
+    _quiet,
     apply_secret,
     gate,
     rollout_status,
@@ -59,15 +61,11 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
+from composer.swap.live import LiveResult
 from composer.swap.lock import swap_lock
 
-Say = Callable[[str], None]
 SHARED = "shared"
 LIVE_PREFIX = "live-"
-
-
-def _quiet(message: str) -> None:
-    """Progress sink that drops messages."""
 
 
 @dataclass(frozen=True)
@@ -111,19 +109,6 @@ class KubeLivePlan:
             "stop": list(self.stop),
             "single": self.single,
         }
-
-
-@dataclass
-class KubeLiveResult:
-    """What the change did, with timings in seconds (the shape `up` prints)."""
-
-    variant: str
-    outcome: str
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    plan: dict[str, object] | None = None
-    drained: dict[str, int] | None = None
 
 
 def identity(doc: Manifest) -> str:
@@ -303,7 +288,7 @@ class KubeLiveRollout:
         """A failed variant's pod log tail (read before its Deployment is deleted or undone)."""
         return _log_tail(self.kubectl, self.stack, live_name(self.stack, name))
 
-    def start(self, name: str, folder: Path, result: KubeLiveResult) -> None:
+    def start(self, name: str, folder: Path, result: LiveResult) -> None:
         """Roll a new variant in; on failure delete it again (the others serve on) and raise."""
         try:
             result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
@@ -322,7 +307,7 @@ class KubeLiveRollout:
                     f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
                 ) from err
 
-    def replace(self, name: str, folder: Path, serving: list[str], result: KubeLiveResult) -> int:
+    def replace(self, name: str, folder: Path, serving: list[str], result: LiveResult) -> int:
         """Re-apply a variant whose configuration changed: out of the upstreams and drained
         first when others serve; `kubectl rollout undo` and back in on failure."""
         others = [n for n in serving if n != name]
@@ -389,7 +374,7 @@ class KubeLiveRollout:
         rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
 
     # -- the change -----------------------------------------------------------------------
-    def up(self, requested: Sequence[str]) -> KubeLiveResult:
+    def up(self, requested: Sequence[str]) -> LiveResult:
         began = time.monotonic()
         cluster = read_cluster(self.kubectl, self.stack)
         names = live_set_names(requested, self.stack, cluster)
@@ -400,7 +385,7 @@ class KubeLiveRollout:
             for name in names
         }
         plan = plan_kube_live(names, wanted, cluster)
-        result = KubeLiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
+        result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
         folders = write_live(self.stack, names)
         apply_secret(self.kubectl, self.stack)
         gateway = self._gateway_doc() if self.stack.gateway.enabled else None
@@ -448,7 +433,7 @@ def up_kube_live(
     options: KubeUpOptions | None = None,
     progress: Say = _quiet,
     waiting: Say | None = None,
-) -> KubeLiveResult:
+) -> LiveResult:
     """Change the cluster's live set under the project's swap lock; raise SwapFailed (after
     deleting a new variant that failed) on failure."""
     options = options or KubeUpOptions()
