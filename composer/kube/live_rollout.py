@@ -6,13 +6,16 @@
     (a kustomization for the stack-wide objects, one per variant) -> server-side apply the
     API key Secret -> without a gateway Deployment: apply the stack-wide objects first
     -> per new variant: kubectl apply -k, rollout status --timeout, the readiness gate and
-    warm-up through its own Service (port-forward), then add it to the gateway's upstreams
-    (`upstreams` through `kubectl exec`) -> the one-variant Deployment, if any, deleted
+    warm-up through its own Service (port-forward) and, for a speculative one, its draft
+    acceptance from its own /metrics over a short warm-up (`composer.swap.live.live_acceptance`,
+    the Docker live set's check) above `stack.acceptance_floor`, then add it to the gateway's
+    upstreams (`upstreams` through `kubectl exec`) -> the one-variant Deployment, if any,
+    drained (the gateway's requests in flight on it finish, or the drain timeout) and deleted
     -> per leaving variant: out of the upstreams, `drain-upstream` (its requests in
     flight finish), kubectl delete of its Deployment and Service -> the gateway's
     Deployment records the new upstream list (a restarted gateway pod starts with it).
 
-A new variant that fails its rollout or its gate (or is interrupted) is deleted again and
+A new variant that fails its rollout, its gate or its acceptance (or is interrupted) is deleted again and
 the upstreams are left as they were: the variants already serving serve on. A variant whose
 configuration changed is taken out of the upstreams (when others serve), drained,
 re-applied and gated; on failure `kubectl rollout undo` brings its previous revision back.
@@ -27,9 +30,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from composer import labels
 from composer.engine.diagnose import hints
+from composer.engine.gate import GateTarget
+from composer.engine.retry import KUBE_CONTROL_INTERVAL_S
 from composer.errors import ComposerError, GatewayControlError, KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
 from composer.kube.control import kube_control
@@ -61,8 +67,9 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
-from composer.swap.live import LiveResult
+from composer.swap.live import LiveResult, live_acceptance, upstream_states
 from composer.swap.lock import swap_lock
+from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 SHARED = "shared"
 LIVE_PREFIX = "live-"
@@ -211,6 +218,25 @@ def _gateway_env(doc: Manifest) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class ForwardedTarget(GateTarget):
+    """A variant reached through `kubectl port-forward`: `url` is the forward's own address
+    (never a remote Docker engine's host, as a loopback GateTarget would become)."""
+
+    forwarded: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.forwarded
+
+
+def single_inflight(raw: Mapping[str, Any] | None) -> int:
+    """The gateway's requests in flight on its single upstream (the one-variant Service): every
+    forwarded request less those on live upstreams, members and leaving ones alike."""
+    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
+    return max(0, int((raw or {}).get("inflight") or 0) - live)
+
+
 class KubeLiveRollout:
     """One change of the cluster's live set."""
 
@@ -261,6 +287,22 @@ class KubeLiveRollout:
             return 0
         return 0 if drained.done else drained.outstanding
 
+    def drain_single(self) -> int:
+        """Wait until the gateway has no request in flight on the one-variant Deployment (the
+        live set takes the new ones) or the drain timeout; the requests still running then."""
+        if self.control is None:
+            return 0
+        deadline = time.monotonic() + self.stack.gateway.drain_timeout
+        while True:
+            try:
+                left = single_inflight(self.control.state().raw)
+            except GatewayControlError:
+                return 0
+            if left == 0 or time.monotonic() >= deadline:
+                return left
+            self.waiting(f"draining deployment/{self.stack.service} ({left} in flight)")
+            time.sleep(KUBE_CONTROL_INTERVAL_S)
+
     # -- steps ----------------------------------------------------------------------------
     def _roll(self, name: str, folder: Path) -> float:
         """Apply one variant's kustomization, wait for its rollout, gate it through its Service."""
@@ -273,6 +315,9 @@ class KubeLiveRollout:
         rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
         self.say(f"{name} rolled out; gating it through service/{deployment}")
         warmup = self.stack.gateway.warmup_requests if self.stack.gateway.enabled else 0
+        speculative = self.stack.variant(name).speculative is not None
+        if speculative:  # the acceptance check's completions count as warm-up
+            warmup = max(0, warmup - ACCEPTANCE_WARMUP_REQUESTS)
         gate(
             self.kubectl,
             self.stack,
@@ -281,8 +326,18 @@ class KubeLiveRollout:
             self.waiting,
             warmup=warmup,
             service=(deployment, CONTAINER_PORT),
+            check=(lambda url: self._acceptance(name, url)) if speculative else None,
         )
         return time.monotonic() - began
+
+    def _acceptance(self, name: str, url: str) -> None:
+        """A speculative variant's draft acceptance through its own Service (HealthCheckFailed
+        at or below `stack.acceptance_floor`: it would decode slower than the baseline)."""
+        target = ForwardedTarget(
+            name, CONTAINER_PORT, "127.0.0.1", self.stack.served_model_name, self.stack.api_key, forwarded=url
+        )
+        rate = live_acceptance(target, self.stack.acceptance_floor)
+        self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
     def _log(self, name: str) -> str:
         """A failed variant's pod log tail (read before its Deployment is deleted or undone)."""
@@ -404,6 +459,9 @@ class KubeLiveRollout:
                 if plan.no_op:
                     self.publish(serving)  # a restarted gateway pod may route to an older set
                 if plan.single:
+                    if self.control is None:  # nothing started: the live set takes every new request
+                        self.publish(serving)
+                    cut += self.drain_single()
                     self.say(f"deleting deployment/{self.stack.service}: the live set serves")
                     self.kubectl.run(
                         ["delete", f"deployment/{self.stack.service}", "--ignore-not-found"],

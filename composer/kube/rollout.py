@@ -177,10 +177,11 @@ def gate(
     headers: tuple[tuple[str, str], ...] = (),
     warmup: int = 0,
     service: tuple[str, int] | None = None,
+    check: Callable[[str], object] | None = None,
 ) -> None:
     """Probe the variant through the Service (the shared one, else `service`: name and port)
-    until it is ready (HealthCheckFailed otherwise), then send `warmup` short completions;
-    `headers` pass the gateway's hold."""
+    until it is ready (HealthCheckFailed otherwise), then send `warmup` short completions and
+    run `check` with the Service's URL (the same port-forward); `headers` pass the gateway's hold."""
     last = Readiness(False, "health", "not probed yet")
     with (
         service_url(kubectl, stack, *service) if service else service_url(kubectl, stack) as url,
@@ -203,6 +204,8 @@ def gate(
         except Pending as timed_out:
             raise HealthCheckFailed(str(timed_out)) from None
         _warm_up(http, url, served_name, stack.api_key, warmup)
+        if check is not None:
+            check(url)
 
 
 def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None, requests: int) -> None:

@@ -225,6 +225,38 @@ def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     return {}
 
 
+def live_acceptance(target: GateTarget, floor: float) -> float:
+    """A speculative variant's acceptance over a short warm-up, from its own /metrics deltas
+    at `target` (its own address, no gateway between): above `floor`, or HealthCheckFailed
+    (decoding would be slower). The Kubernetes live rollout checks a new variant with it too."""
+    import httpx
+
+    from composer.errors import HealthCheckFailed
+    from composer.swap.holding import warm_up
+    from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS, spec_counters
+
+    def counters() -> tuple[float, float]:
+        try:
+            reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
+            return spec_counters(reply.text)
+        except (httpx.HTTPError, ValueError) as err:
+            raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
+
+    drafted_before, accepted_before = counters()
+    warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
+    drafted_after, accepted_after = counters()
+    drafted = drafted_after - drafted_before
+    if drafted <= 0:
+        raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
+    rate = (accepted_after - accepted_before) / drafted
+    if rate <= floor:
+        raise HealthCheckFailed(
+            f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "
+            f"{floor:.2f} (stack.acceptance_floor)"
+        )
+    return rate
+
+
 class LiveSwapper:
     """Runs live plans for one stack against one Docker engine."""
 
@@ -311,34 +343,8 @@ class LiveSwapper:
         return ready
 
     def acceptance(self, target: GateTarget) -> float:
-        """A speculative member's acceptance over a short warm-up, from its own /metrics deltas:
-        above `stack.acceptance_floor`, or HealthCheckFailed (decoding would be slower)."""
-        import httpx
-
-        from composer.errors import HealthCheckFailed
-        from composer.swap.holding import warm_up
-        from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS, spec_counters
-
-        def counters() -> tuple[float, float]:
-            try:
-                reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
-                return spec_counters(reply.text)
-            except (httpx.HTTPError, ValueError) as err:
-                raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
-
-        drafted_before, accepted_before = counters()
-        warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
-        drafted_after, accepted_after = counters()
-        drafted = drafted_after - drafted_before
-        if drafted <= 0:
-            raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
-        rate = (accepted_after - accepted_before) / drafted
-        if rate <= self.stack.acceptance_floor:
-            raise HealthCheckFailed(
-                f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "
-                f"{self.stack.acceptance_floor:.2f} (stack.acceptance_floor)"
-            )
-        return rate
+        """A speculative member's acceptance over a short warm-up (`live_acceptance`)."""
+        return live_acceptance(target, self.stack.acceptance_floor)
 
     def publish(self, upstreams: list[dict[str, str]]) -> None:
         """Tell the gateway the set it routes among."""

@@ -4,18 +4,27 @@ against the recording kubectl stand-in and a real gateway (its control socket)."
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.kube.live_rollout import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
+from composer.kube.live_rollout import (
+    ClusterLive,
+    LiveDeployment,
+    live_set_names,
+    plan_kube_live,
+    single_inflight,
+)
 from composer.stack.load import load_stack
 from tests.conftest import REPO
 from tests.gateway.fakes import GatewayThread, LocalExec
 from tests.sim.simproc import SimProcess
 
-from .conftest import Standin
+from .conftest import KEY, MODEL, SERVED, Standin
 
 
 @pytest.fixture(autouse=True)
@@ -23,6 +32,20 @@ def single_upstream_after(gateway: GatewayThread) -> Iterator[None]:
     """The module's gateway goes back to its single upstream after each test."""
     yield
     GatewayControl(LocalExec(gateway.config.control_socket)).set_upstreams([])
+
+
+@pytest.fixture(scope="module")
+def drafting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    """A simulator with MTP drafting (its /metrics count drafted and accepted tokens): the pod
+    behind a speculative variant's Service."""
+    spec = json.dumps({"method": "mtp", "num_speculative_tokens": 7})
+    server = SimProcess.start(
+        [MODEL, "--served-model-name", SERVED, "--speculative-config", spec],
+        api_key=KEY,
+        log_dir=tmp_path_factory.mktemp("sim"),
+    )
+    yield server.wait_ready()
+    server.stop()
 
 
 UP = ("--target", "kubernetes", "--timeout", "20")
@@ -42,9 +65,15 @@ def _addr(server: SimProcess | GatewayThread) -> str:
     return f"127.0.0.1:{server.port}"
 
 
-def _scenario(standin: Standin, backend: SimProcess, **values: object) -> None:
-    """Every live variant's Service reaches the simulator (it serves the stack's name)."""
-    standin.scenario(backends={v: _addr(backend) for v in VARIANTS}, **values)
+@pytest.fixture
+def services(backend: SimProcess, drafting: SimProcess) -> dict[str, str]:
+    """Each live variant's Service: a simulator serving the stack's name, a drafting one for
+    the speculative variants (their acceptance is checked before they get traffic)."""
+    return {v: _addr(backend if v == "baseline" else drafting) for v in VARIANTS}
+
+
+def _scenario(standin: Standin, services: dict[str, str], **values: object) -> None:
+    standin.scenario(backends=services, **values)
 
 
 def _live_objects(standin: Standin) -> set[str]:
@@ -58,17 +87,17 @@ def _upstreams(gateway: GatewayThread) -> list[str]:
     return sorted(gateway.gateway.live.members)
 
 
-def _serve_baseline_and_mtp(standin: Standin, run_cli, backend: SimProcess) -> None:
-    _scenario(standin, backend)
+def _serve_baseline_and_mtp(standin: Standin, run_cli, services: dict[str, str]) -> None:
+    _scenario(standin, services)
     done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
     assert done.returncode == 0, done.stderr
     standin.forget_calls()
 
 
 def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
-    _scenario(standin, backend)
+    _scenario(standin, services)
     done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
     assert done.returncode == 0, done.stderr
     assert "baseline+mtp: live set baseline, mtp on Kubernetes" in done.stdout
@@ -118,9 +147,9 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
 
 
 def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
-    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _serve_baseline_and_mtp(standin, run_cli, services)
     done = run_cli(*PLACED, "up", "baseline", "dflash2", *UP)
     assert done.returncode == 0, done.stderr
     commands = standin.commands()
@@ -156,9 +185,9 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
 
 
 def test_one_variant_joins_the_live_set_the_cluster_runs(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
-    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _serve_baseline_and_mtp(standin, run_cli, services)
     done = run_cli(*PLACED, "up", "dflash2", *UP)
     assert done.returncode == 0, done.stderr
     assert "live set baseline, mtp, dflash2" in done.stdout
@@ -167,9 +196,9 @@ def test_one_variant_joins_the_live_set_the_cluster_runs(
 
 
 def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
-    _serve_baseline_and_mtp(standin, run_cli, backend)
+    _serve_baseline_and_mtp(standin, run_cli, services)
     done = run_cli(*PLACED, "--set", "variants.mtp.gpus=2,3,6,7", "up", "baseline", "mtp", *UP)
     assert done.returncode == 0, done.stderr
     commands = standin.commands()
@@ -189,30 +218,142 @@ def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
     assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
 
 
-def test_the_one_variant_deployment_is_deleted_once_the_live_set_serves(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+class _Stream(threading.Thread):
+    """A long streamed completion through the gateway, read until `stop` is set."""
+
+    def __init__(self, gateway: GatewayThread) -> None:
+        super().__init__(daemon=True)
+        self.url = f"http://127.0.0.1:{gateway.port}/v1/completions"
+        self.stop = threading.Event()
+        self.status = 0
+        self.closed_at = 0.0
+
+    def run(self) -> None:
+        body = {
+            "model": SERVED,
+            "prompt": "drain me",
+            "max_tokens": 100000,
+            "ignore_eos": True,
+            "stream": True,
+        }
+        auth = {"Authorization": f"Bearer {KEY}"}
+        with (
+            httpx.Client(timeout=300.0, trust_env=False) as http,
+            http.stream("POST", self.url, json=body, headers=auth) as reply,
+        ):
+            self.status = reply.status_code
+            for _ in reply.iter_bytes():
+                if self.stop.is_set():
+                    break
+        self.closed_at = time.time()
+
+
+def _wait(condition, what: str, timeout: float = 120.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"never: {what}"
+        time.sleep(0.1)
+
+
+def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_serves(
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
     standin.scenario(backends={"baseline": _addr(gateway)})
     single = run_cli(*PLACED, "up", "baseline", *UP)
     assert single.returncode == 0, single.stderr
     standin.forget_calls()
-    _scenario(standin, backend)
-    done = run_cli(*PLACED, "up", "baseline", "mtp", *UP)
-    assert done.returncode == 0, done.stderr
+    _scenario(standin, services)
+    control = GatewayControl(LocalExec(gateway.config.control_socket))
+    stream = _Stream(gateway)  # in flight on the one-variant Deployment (the gateway's single upstream)
+    stream.start()
+    _wait(lambda: int(control.state().raw.get("inflight") or 0) >= 1, "the stream is in flight")
+    up = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--json", popen=True)
+    try:
+
+        def polls_after_publishing() -> int:
+            commands = standin.commands()
+            published = [i for i, c in enumerate(commands) if c == "exec upstreams"]
+            return commands[published[-1] :].count("exec state") if len(published) == 2 else 0
+
+        def deleted() -> bool:
+            return "delete deployment/vllm" in standin.commands()
+
+        # The live set takes the new requests; the gateway is asked (twice) what still runs on
+        # the one-variant Deployment, which is not deleted while the stream runs.
+        _wait(
+            lambda: polls_after_publishing() >= 2 or deleted() or up.poll() is not None, "a drain or an end"
+        )
+        assert not deleted() and up.poll() is None
+        assert polls_after_publishing() >= 2
+    except BaseException:
+        up.kill()
+        raise
+    finally:
+        stream.stop.set()
+        stream.join(timeout=30)
+    out, err = up.communicate(timeout=300)
+    assert up.returncode == 0, err
+    assert stream.status == 200
+    deletion = next(c for c in standin.calls() if c["argv"][:2] == ["delete", "deployment/vllm"])
+    assert deletion["t"] > stream.closed_at  # deleted once nothing ran on it
+    assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0}
     commands = standin.commands()
     assert "apply --kustomize" in commands and commands.count("exec upstreams") == 2
-    # deleted after the live set is named in the gateway's upstreams, never before
-    last_publish = max(i for i, c in enumerate(commands) if c == "exec upstreams")
-    assert commands.index("delete deployment/vllm") > last_publish
     assert "deployment.apps/vllm" not in standin.state()["objects"]
     assert commands[-2:] == ["apply --filename", "rollout status"]  # the gateway records the set
 
 
-def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+def test_the_requests_on_the_one_variant_deployment_are_counted_apart_from_the_live_ones() -> None:
+    raw = {
+        "inflight": 5,
+        "upstreams": [{"name": "baseline/1", "outstanding": 2}, {"name": "mtp/1", "outstanding": 1}],
+    }
+    assert single_inflight(raw) == 2
+    assert single_inflight({"inflight": 1, "upstreams": [{"name": "mtp/1", "outstanding": 1}]}) == 0
+    assert single_inflight({"inflight": 3}) == 3 and single_inflight(None) == 0
+
+
+def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_serves_on(
+    standin: Standin, run_cli, services: dict[str, str], backend: SimProcess, gateway: GatewayThread
 ) -> None:
-    _serve_baseline_and_mtp(standin, run_cli, backend)
-    _scenario(standin, backend, rollout={"dflash2": "fail"}, logs={"dflash2": FAILURE_LOG})
+    _serve_baseline_and_mtp(standin, run_cli, services)
+    # dflash2's Service reaches a server that never drafts: ready, answering, and no faster.
+    _scenario(standin, {**services, "dflash2": _addr(backend)})
+    done = run_cli(*PLACED, "up", "baseline", "mtp", "dflash2", *UP, "--json")
+    assert done.returncode == 1, done.stderr
+    assert "dflash2 failed: dflash2 drafted no tokens over its warm-up" in done.stderr
+    assert "its Deployment and Service were deleted" in done.stderr and "Traceback" not in done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "rolled-back"
+    commands = standin.commands()
+    # gated through its own Service (the acceptance check in the same port-forward), never published
+    assert commands[-4:] == [
+        "rollout status",
+        "port-forward service/vllm-dflash2",
+        "logs deployment/vllm-dflash2",
+        "delete deployment/vllm-dflash2",
+    ]
+    assert "exec upstreams" not in commands
+    assert "deployment.apps/vllm-dflash2" not in _live_objects(standin)
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
+
+
+def test_a_speculative_variant_at_or_below_the_acceptance_floor_never_gets_traffic(
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
+) -> None:
+    _scenario(standin, services)
+    done = run_cli(*PLACED, "--set", "stack.acceptance_floor=0.99", "up", "baseline", "mtp", *UP)
+    assert done.returncode == 1
+    assert "mtp failed: mtp accepts 0." in done.stderr
+    assert "at or below the floor 0.99 (stack.acceptance_floor)" in done.stderr
+    assert _live_objects(standin) == {"deployment.apps/vllm-baseline", "service/vllm-baseline"}
+    assert _upstreams(gateway) == ["baseline/1"]
+
+
+def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
+) -> None:
+    _serve_baseline_and_mtp(standin, run_cli, services)
+    _scenario(standin, services, rollout={"dflash2": "fail"}, logs={"dflash2": FAILURE_LOG})
     done = run_cli(*PLACED, "up", "baseline", "dflash2", *UP, "--json")
     assert done.returncode == 1
     assert "dflash2 failed: the rollout did not finish" in done.stderr
@@ -241,10 +382,10 @@ def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
 
 
 def test_no_rollback_leaves_the_failed_variant_in_place_out_of_the_upstreams(
-    standin: Standin, run_cli, backend: SimProcess, gateway: GatewayThread
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
-    _serve_baseline_and_mtp(standin, run_cli, backend)
-    _scenario(standin, backend, rollout={"dflash2": "fail"})
+    _serve_baseline_and_mtp(standin, run_cli, services)
+    _scenario(standin, services, rollout={"dflash2": "fail"})
     done = run_cli(*PLACED, "up", "baseline", "mtp", "dflash2", *UP, "--no-rollback")
     assert done.returncode == 1 and "--no-rollback" in done.stderr
     assert "delete deployment/vllm-dflash2" not in standin.commands()
