@@ -12,8 +12,10 @@ through the Service past the hold, release; `kubectl rollout undo` under the hol
 failure or interruption), its signal handling (`signals`), and the way the gate reaches
 the Service (`forward`: the configured URL or `kubectl port-forward`), and the change of a
 live set (`live_rollout`: one Deployment at a time; each new variant applied, rolled out
-and gated through its own Service before the gateway's upstreams name it, each leaving one
-drained through `drain-upstream` and deleted; a new one that fails is deleted again).
+and gated through its own Service, a speculative one's draft acceptance included, before the
+gateway's upstreams name it, each leaving one drained through `drain-upstream` and deleted,
+the one-variant Deployment drained through the gateway's `state` and deleted; a new one
+that fails is deleted again).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
 `composer.swap` (the swap lock, the hold, a live change's result), `composer.errors`, `composer.labels`.

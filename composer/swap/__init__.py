@@ -32,8 +32,9 @@ checks are the preflight), `composer.gateway` (its control client),
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
 gets Docker access. A live set (`live`: several variants serving at once on disjoint GPUs,
 changed one container at a time: start and gate, `set_upstreams`, drain and stop; `plan_live`
-is pure; `live_status`: the live containers as `status` and `ls` show them; `--with` profiles
-start from the live run file once the set serves).
+is pure; `live_acceptance`: a speculative member's acceptance check, the Kubernetes live
+set's too; `live_status`: the live containers as `status` and `ls` show them; `--with`
+profiles start from the live run file once the set serves).
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
