@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -345,19 +345,42 @@ class KubeLiveRollout:
 
     def start(self, name: str, folder: Path, result: LiveResult) -> None:
         """Roll a new variant in; on failure delete it again (the others serve on) and raise."""
+
+        def undo() -> str:
+            self.delete(name)
+            return "its Deployment and Service were deleted; the variants already live serve on"
+
+        self._roll_in(
+            name,
+            folder,
+            result,
+            kept="left in place, out of the gateway's upstreams (--no-rollback)",
+            undo=undo,
+            undo_failed="deleting it failed too",
+        )
+
+    def _roll_in(
+        self,
+        name: str,
+        folder: Path,
+        result: LiveResult,
+        kept: str,
+        undo: Callable[[], str],
+        undo_failed: str,
+    ) -> None:
+        """Apply and gate `name`; on failure read its log, then (unless --no-rollback: `kept`
+        says what stays) `undo` it, and raise SwapFailed naming what was left."""
         try:
             result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
         except BaseException as err:
             with interrupts_ignored():
                 log = self._log(name)
                 if not self.options.rollback:
-                    left = "left in place, out of the gateway's upstreams (--no-rollback)"
-                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
+                    raise SwapFailed(f"{name} failed: {_cause(err)}; {kept}", log, hints(log)) from err
                 try:
-                    self.delete(name)
-                    left = "its Deployment and Service were deleted; the variants already live serve on"
+                    left = undo()
                 except ComposerError as again:
-                    left = f"deleting it failed too: {again}"
+                    left = f"{undo_failed}: {again}"
                 raise SwapFailed(
                     f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
                 ) from err
@@ -370,26 +393,23 @@ class KubeLiveRollout:
         if others:
             self.publish(others)
             cut = self.drain(name)
-        try:
-            result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
-        except BaseException as err:
-            with interrupts_ignored():
-                log = self._log(name)
-                if not self.options.rollback:
-                    left = "not rolled back (--no-rollback)"
-                    raise SwapFailed(f"{name} failed: {_cause(err)}; {left}", log, hints(log)) from err
-                try:
-                    self.say(f"rolling {name} back (kubectl rollout undo)")
-                    deployment = live_name(self.stack, name)
-                    self.kubectl.run(["rollout", "undo", f"deployment/{deployment}"])
-                    rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
-                    self.publish(serving)
-                    left = f"rolled {name} back to its previous revision"
-                except ComposerError as again:
-                    left = f"the rollback of {name} failed too: {again}"
-                raise SwapFailed(
-                    f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
-                ) from err
+
+        def undo() -> str:
+            self.say(f"rolling {name} back (kubectl rollout undo)")
+            deployment = live_name(self.stack, name)
+            self.kubectl.run(["rollout", "undo", f"deployment/{deployment}"])
+            rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
+            self.publish(serving)
+            return f"rolled {name} back to its previous revision"
+
+        self._roll_in(
+            name,
+            folder,
+            result,
+            kept="not rolled back (--no-rollback)",
+            undo=undo,
+            undo_failed=f"the rollback of {name} failed too",
+        )
         self.publish(serving)
         return cut
 
