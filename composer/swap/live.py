@@ -232,8 +232,7 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
     import httpx
 
     from composer.errors import HealthCheckFailed
-    from composer.swap.holding import warm_up
-    from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS, spec_counters
+    from composer.swap.standby import acceptance_over_warm_up, spec_counters
 
     def counters() -> tuple[float, float]:
         try:
@@ -242,13 +241,9 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
         except (httpx.HTTPError, ValueError) as err:
             raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
 
-    drafted_before, accepted_before = counters()
-    warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
-    drafted_after, accepted_after = counters()
-    drafted = drafted_after - drafted_before
-    if drafted <= 0:
+    rate = acceptance_over_warm_up(counters, target)
+    if rate is None:
         raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
-    rate = (accepted_after - accepted_before) / drafted
     if rate <= floor:
         raise HealthCheckFailed(
             f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "

@@ -36,6 +36,8 @@ from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import docker
 
     from composer.engine.gate import GateTarget
@@ -165,19 +167,25 @@ def _counters(control: GatewayControl) -> tuple[float, float]:
         raise HealthCheckFailed(f"/metrics could not be read: {err}") from err
 
 
+def acceptance_over_warm_up(counters: Callable[[], tuple[float, float]], target: GateTarget) -> float | None:
+    """The share of draft tokens accepted over a short warm-up sent to `target`, from the
+    (drafted, accepted) `counters` read before and after it; None when nothing was drafted."""
+    drafted_before, accepted_before = counters()
+    warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
+    drafted_after, accepted_after = counters()
+    drafted = drafted_after - drafted_before
+    return (accepted_after - accepted_before) / drafted if drafted > 0 else None
+
+
 def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: str, floor: float) -> float:
     """Acceptance over a short warm-up after a wake: above `floor`, or HealthCheckFailed.
 
     A wake can bring a speculative variant back with acceptance 0 (output still correct,
     decoding slower): only the /metrics counters show it.
     """
-    drafted_before, accepted_before = _counters(control)
-    warm_up(gate_target, ACCEPTANCE_WARMUP_REQUESTS)
-    drafted_after, accepted_after = _counters(control)
-    drafted = drafted_after - drafted_before
-    if drafted <= 0:
+    rate = acceptance_over_warm_up(lambda: _counters(control), gate_target)
+    if rate is None:
         raise HealthCheckFailed(f"{variant} drafted no tokens over the warm-up after its wake")
-    rate = (accepted_after - accepted_before) / drafted
     if rate <= floor:
         raise HealthCheckFailed(
             f"{variant} accepts {rate:.2f} of its draft tokens after the wake, at or below the floor "
