@@ -97,7 +97,8 @@ class FakeClock:
 
 def free_port(ports: tuple[int, int] | None = None) -> int:
     """A TCP port free on 127.0.0.1 right now: inside `ports` (first, last) when given, else
-    inside TEST_PORT_RANGE=LOW-HIGH when set (RuntimeError when none is free), else any."""
+    inside TEST_PORT_RANGE=LOW-HIGH when set (RuntimeError when none is free), else any; never
+    one it handed out before in this process (until most of the range has been)."""
     low, _, high = os.environ.get("TEST_PORT_RANGE", "").partition("-")
     if ports is None and low and high:
         ports = (int(low), int(high))
@@ -112,17 +113,29 @@ def free_port(ports: tuple[int, int] | None = None) -> int:
             ports = (20000, first_ephemeral - 1)
     if ports is not None:
         first, last = ports
-        for port in random.sample(range(first, last + 1), last - first + 1):
+        candidates = range(first, last + 1)
+        if len(_issued.intersection(candidates)) * 2 > len(candidates):
+            _issued.difference_update(candidates)  # most of the range handed out: start over
+        for port in random.sample(candidates, len(candidates)):
+            if port in _issued:
+                continue
             with socket.socket() as sock:
                 try:
                     sock.bind(("127.0.0.1", port))
                 except OSError:
                     continue
-                return port
+            _issued.add(port)
+            return port
         raise RuntimeError(f"no free port in {first}-{last}")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+_issued: set[int] = set()
+"""Ports free_port handed out in this process: a port is free until its test binds it, so two
+calls before the first bind (a test's two stacks) could otherwise get the same one; and a port a
+finished test used may still be held by a container Docker is removing."""
 
 
 def _ephemeral_ports() -> tuple[int, int]:
