@@ -127,9 +127,13 @@ def free_port(ports: tuple[int, int] | None = None) -> int:
             _issued.add(port)
             return port
         raise RuntimeError(f"no free port in {first}-{last}")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    while True:  # the kernel's pick, from its ephemeral range (it covers every port here)
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if port not in _issued:
+            _issued.add(port)
+            return port
 
 
 _issued: set[int] = set()
