@@ -39,7 +39,8 @@ new members count as ready, the host gates them first); a member left out gets n
 requests and `GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones
 before the host stops its container. `GatewayControl.state().upstreams` (control `/state`,
 and `/gateway/status`) lists each member with name, variant, url, ready, outstanding,
-requests, served, served_1m (in the last minute), spilled, errors, leaving. With a live
+requests, served, served_1m (in the last minute), spilled, errors, leaving; the state's
+`single_outstanding` counts the requests in flight on the single upstream. With a live
 set the automatic policy raises no switch demands, and `route`, the dev routes (`backend`)
 and `/gateway/status`'s throughput still use the single `GATEWAY_UPSTREAM`.
 

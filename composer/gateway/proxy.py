@@ -248,6 +248,7 @@ class ProxyApp:
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
+        self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
 
@@ -447,7 +448,11 @@ class ProxyApp:
         """Forward once; True means 'the backend went away before answering: queue it again'
         (only with `retry`; without it such a request gets 502)."""
         if self.live is None or not self.live.active:
-            return await self._forward_to(None, ticket, scope, receive, send, body, watcher, retry=retry)
+            self.single_outstanding += 1
+            try:
+                return await self._forward_to(None, ticket, scope, receive, send, body, watcher, retry=retry)
+            finally:
+                self.single_outstanding -= 1
         chosen = self.live.choose(scope.get(ROUTE_HINT))
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if retry and body.replayable():

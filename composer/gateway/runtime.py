@@ -178,6 +178,7 @@ class Gateway:
             "backend_error": self.upstream.last_error,
             "live": self.live.active,
             "upstreams": self.live.snapshot(),
+            "single_outstanding": self.proxy.single_outstanding,
             **self.gate.snapshot(),
             "refused": refused,
             "drained_total": self.metrics.drained._value.get(),

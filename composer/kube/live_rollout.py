@@ -231,8 +231,11 @@ class ForwardedTarget(GateTarget):
 
 
 def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (the one-variant Service): every
-    forwarded request less those on live upstreams, members and leaving ones alike."""
+    """The gateway's requests in flight on its single upstream (the one-variant Service): its
+    own count (`single_outstanding`); from a gateway image without it, every forwarded request
+    less those on live upstreams, members and leaving ones alike."""
+    if raw is not None and "single_outstanding" in raw:
+        return max(0, int(raw["single_outstanding"] or 0))
     live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
     return max(0, int((raw or {}).get("inflight") or 0) - live)
 

@@ -266,7 +266,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     control = GatewayControl(LocalExec(gateway.config.control_socket))
     stream = _Stream(gateway)  # in flight on the one-variant Deployment (the gateway's single upstream)
     stream.start()
-    _wait(lambda: int(control.state().raw.get("inflight") or 0) >= 1, "the stream is in flight")
+    _wait(lambda: control.state().raw.get("single_outstanding") == 1, "the stream is in flight")
     up = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--json", popen=True)
     try:
 
@@ -297,6 +297,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     deletion = next(c for c in standin.calls() if c["argv"][:2] == ["delete", "deployment/vllm"])
     assert deletion["t"] > stream.closed_at  # deleted once nothing ran on it
     assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0}
+    assert control.state().raw["single_outstanding"] == 0
     commands = standin.commands()
     assert "apply --kustomize" in commands and commands.count("exec upstreams") == 2
     assert "deployment.apps/vllm" not in standin.state()["objects"]
@@ -311,6 +312,9 @@ def test_the_requests_on_the_one_variant_deployment_are_counted_apart_from_the_l
     assert single_inflight(raw) == 2
     assert single_inflight({"inflight": 1, "upstreams": [{"name": "mtp/1", "outstanding": 1}]}) == 0
     assert single_inflight({"inflight": 3}) == 3 and single_inflight(None) == 0
+    # the gateway's own count, where its image reports it, over the subtraction
+    assert single_inflight({**raw, "single_outstanding": 1}) == 1
+    assert single_inflight({"inflight": 3, "single_outstanding": 0}) == 0
 
 
 def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_serves_on(
