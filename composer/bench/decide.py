@@ -72,7 +72,9 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
         if not is_adaptive(stack, name):
             continue
         image = stack.image(stack.variant(name).image_key)
-        if image_exists(image):
+        if stack.variant(name).refused:
+            notes.append(f"{name} left out: {stack.variant(name).refused}")
+        elif image_exists(image):
             adaptive.append(name)
         else:
             notes.append(f"{name} left out: its image {image} is not present (build it to include it)")

@@ -118,9 +118,11 @@ def bench(obj: Context, **kwargs: object) -> None:
     options = args.options()
     stack = obj.stack()
     plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None
-    names = csv_list(args.variants) or (plan.variants if plan else tuple(stack.variants))
+    names = csv_list(args.variants) or (
+        plan.variants if plan else tuple(n for n, v in stack.variants.items() if not v.refused)
+    )
     for name in names:
-        stack.variant(name)
+        stack.startable(name)
     k_values = csv_list(args.ks, int)
     require_api_key(stack, obj.allow_weak_key)
     line = LiveLine()

@@ -19,7 +19,7 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
 
     stack = obj.stack()
     for name in variants:
-        stack.variant(name)  # an unknown name: exit 2 before kubectl is asked anything
+        stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
     if len(variants) <= 1 and not stack.gateway.live and not ran_kube_live(stack):
         return False
     if args.dry_run:

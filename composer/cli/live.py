@@ -21,7 +21,7 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
 
     stack = obj.stack()
     for name in variants:
-        stack.variant(name)  # an unknown name: exit 2 before anything starts
+        stack.startable(name)  # an unknown or refused name: exit 2 before anything starts
     if len(variants) <= 1 and not stack.gateway.live:
         if not variants or not ran_live(stack):
             return False

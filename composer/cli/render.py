@@ -9,7 +9,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context
-from composer.cli.output import note, shown
+from composer.cli.output import note, shown, warning
 from composer.cli.params import complete_from_stack, target_option
 from composer.errors import ComposerError
 
@@ -66,6 +66,8 @@ def render(obj: Context, **kwargs: object) -> None:
             f"values from {obj.env_file} and the environment are not written into "
             f"{shown(plan.folder)}/ (rendered from the stack files alone): use --out DIR for a local render"
         )
+    for text in plan.refused:
+        warning(text)
     if args.check:
         stale = stale_files(plan.files)
         for file in stale:

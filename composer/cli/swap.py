@@ -86,6 +86,7 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
     from composer.swap.swapper import up as run_up
 
     stack = obj.stack()
+    stack.startable(variant)  # a variant vLLM refuses with this stack: exit 2 before anything stops
     target = resolve_target(stack, variant)
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
@@ -111,6 +112,7 @@ def _kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArg
             "--context names a Docker context; with --target kubernetes use --kube-context NAME"
         )
     stack = obj.stack()
+    stack.startable(variant)
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     options = KubeUpOptions(

@@ -68,6 +68,21 @@ def check_dropped_eager(variant: VariantFacts) -> Finding | None:
     )
 
 
+def check_refused(variant: VariantFacts) -> Finding | None:
+    """A variant vLLM refuses with a stack-wide setting (the stack's attention backend for
+    adaptive verification) fails; the stack's other variants are not affected."""
+    if not variant.refused:
+        return None
+    return Finding(
+        "adaptive-backend",
+        "fail",
+        variant.refused,
+        "the other variants start as before; this one needs stack.attention_backend "
+        "(ATTENTION_BACKEND) flash_attn, triton_attn or flex_attention, or "
+        f"{variant.table}.speculative.adaptive_verification = false",
+    )
+
+
 def check_adaptive(stack: Stack, variant: VariantFacts) -> Finding | None:
     """The known costs of a variant's K schedule or adaptive verification, and the hybrid notes."""
     spec = variant.speculative

@@ -25,6 +25,7 @@ class VariantFacts:
     environment: dict[str, str]  # its container's environment, as rendered
     speculative: Speculative | None  # its speculative decoding settings (None: plain decode)
     dropped_args: tuple[tuple[str, str], ...] = ()  # inherited flags it runs without, and where from
+    refused: str = ""  # why vLLM refuses it with a stack-wide setting (empty: it can start)
 
     @property
     def method(self) -> str | None:

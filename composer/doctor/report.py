@@ -221,6 +221,7 @@ def variant_facts(target: Target) -> VariantFacts:
         environment=dict(spec.environment),
         speculative=target.variant.speculative,
         dropped_args=target.variant.dropped_args,
+        refused=target.variant.refused,
     )
 
 
@@ -242,6 +243,7 @@ def _variant_checks(
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
+        ack.check_refused(seen),
         ack.check_adaptive(stack, seen),
         ack.check_dropped_eager(seen),
         gck.check_gpu_memory(stack, variant, facts),
@@ -288,6 +290,7 @@ def fast_checks(
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
+        ack.check_refused(seen),
         ack.check_adaptive(stack, seen),
         ack.check_dropped_eager(seen),
     ]

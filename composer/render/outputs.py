@@ -45,6 +45,7 @@ class RenderPlan:
     files: list[RenderedFile]
     folder: Path
     local_values_left_out: bool = False
+    refused: tuple[str, ...] = ()  # why vLLM refuses rendered variants with this stack (`Variant.refused`)
 
 
 def render_plan(
@@ -60,16 +61,28 @@ def render_plan(
     committed folder from the stack files alone (`stack_alone()`); flags cannot reach it."""
     committed = committed_dir(stack, target)
     if out_dir is not None and out_dir.resolve() != committed.resolve():
-        return RenderPlan(rendered_files(stack, target, variants, out_dir), out_dir)
+        return RenderPlan(
+            rendered_files(stack, target, variants, out_dir), out_dir, refused=_refused(stack, variants)
+        )
     if has_flags:
         raise UsageError(
             f"--set does not reach the committed {shown_path(committed)}/ files (they come from the "
             "stack files alone): render a local copy with --out DIR"
         )
     local = rendered_files(stack, target, variants, None)
-    files = rendered_files(stack_alone(), target, variants, None)
+    alone = stack_alone()
+    files = rendered_files(alone, target, variants, None)
     differs = [f.content for f in local] != [f.content for f in files]
-    return RenderPlan(files, committed, differs)
+    return RenderPlan(files, committed, differs, _refused(alone, variants))
+
+
+def _refused(stack: Stack, variants: Sequence[str]) -> tuple[str, ...]:
+    """The rendered variants that vLLM refuses with this stack, each with why."""
+    return tuple(
+        f"{name} is rendered but does not start with this stack: {stack.variants[name].refused}"
+        for name in (variants or stack.variants)
+        if name in stack.variants and stack.variants[name].refused
+    )
 
 
 def stale_files(files: Sequence[RenderedFile]) -> list[RenderedFile]:

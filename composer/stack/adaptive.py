@@ -120,8 +120,8 @@ def split_eager(extra_args: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, 
     return kept, dropped
 
 
-def adaptive_problem(extra_args: Sequence[str], env: dict[str, str], attention_backend: str) -> str | None:
-    """Why adaptive verification cannot start with these settings (None when it can)."""
+def adaptive_problem(extra_args: Sequence[str], env: dict[str, str]) -> str | None:
+    """Why adaptive verification cannot start with a variant's own settings (None when it can)."""
     if any(arg.partition("=")[0] in EAGER_FLAGS for arg in extra_args):
         return (
             "adaptive verification needs full CUDA graphs and vLLM refuses it with --enforce-eager: "
@@ -133,6 +133,11 @@ def adaptive_problem(extra_args: Sequence[str], env: dict[str, str], attention_b
             f"adaptive verification runs only on vLLM's V2 model runner: {V2_RUNNER_VAR} must be 1 "
             f"(got {env[V2_RUNNER_VAR]!r}); remove it from env, it is set for you"
         )
+    return None
+
+
+def backend_problem(attention_backend: str) -> str | None:
+    """Why adaptive verification cannot start with the stack's attention backend (None when it can)."""
     reason = ADAPTIVE_REFUSED_BACKENDS.get(attention_backend.upper())
     if reason:
         allowed = "flash_attn, triton_attn or flex_attention"

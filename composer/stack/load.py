@@ -243,6 +243,9 @@ def _build(sources: Sources) -> Stack:
         resolve.record,
         {key: origin for key, origin in resolve.inherited.items() if key not in sources.flags},
     )
+    for name in gateway.live:  # the stack's own live set must start whole
+        if name in variants and variants[name].refused:
+            raise ConfigError(f"gateway.live names {name}: {variants[name].refused}")
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     check_live(variants, gateway.live, gpus_used=settings["gpus"] is not None)
     api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
@@ -682,6 +685,8 @@ def _adaptive_speculation(
     on the baseline) runs without it: vLLM refuses adaptive verification in eager mode, so
     full CUDA graphs are the only way it starts. The dropped flag is kept in
     `Variant.dropped_args` for doctor. Written in the variant's own extra_args it is an error.
+    A stack-wide attention backend that adaptive verification refuses does not refuse the
+    stack: the variant is marked `refused` (nothing starts it, doctor fails it).
     """
     inherited = inherited or {}
     checked: dict[str, Variant] = {}
@@ -710,9 +715,17 @@ def _adaptive_speculation(
                     variant = replace(
                         variant, extra_args=kept, dropped_args=tuple((arg, args_from) for arg in dropped)
                     )
-            problem = adaptive.adaptive_problem(variant.extra_args, dict(variant.env), attention_backend)
+            problem = adaptive.adaptive_problem(variant.extra_args, dict(variant.env))
             if problem:
                 raise ConfigError(f"{where}.adaptive_verification = true: {problem}")
+            problem = adaptive.backend_problem(attention_backend)
+            if problem:  # a stack-wide setting: the other variants serve on, this one never starts
+                origin = record.get("stack.attention_backend", "composer.toml")
+                variant = replace(
+                    variant,
+                    refused=f"{where}.adaptive_verification = true with stack.attention_backend = "
+                    f"{attention_backend} (from {origin}): {problem}, or set adaptive_verification = false",
+                )
         checked[name] = variant
     return checked
 

@@ -42,6 +42,10 @@ class Variant:
     dropped_args: tuple[tuple[str, str], ...] = ()
     """(argument, the dotted key it came from) taken out of inherited extra_args: an adaptive
     variant runs without the inherited --enforce-eager, which vLLM refuses with it."""
+    refused: str = ""
+    """Why vLLM refuses this variant under a stack-wide setting (an adaptive variant with the
+    stack's attention backend); the rest of the stack serves on, nothing starts this one
+    (`Stack.startable`) and doctor fails it. Empty: it can start."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,16 @@ class Stack:
             return self.variants[name]
         except KeyError:
             raise unknown_choice("variant", name, self.variants) from None
+
+    def startable(self, name: str) -> Variant:
+        """The named variant, or a ConfigError when vLLM would refuse it with this stack
+        (`Variant.refused`); a UsageError listing the known ones when there is none."""
+        from composer.errors import ConfigError
+
+        variant = self.variant(name)
+        if variant.refused:
+            raise ConfigError(variant.refused)
+        return variant
 
     def image(self, key: str) -> str:
         """The image reference of an image key (a variant's `image_key`)."""

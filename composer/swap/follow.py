@@ -99,6 +99,11 @@ class Follower:
             control.report_serving(self.reported, demand.id, ok=False, detail=reason)
             self.emit(FollowEvent("refused", demand.variant, reason))
             return
+        refused = self.stack.variants[demand.variant].refused
+        if refused:
+            control.report_serving(self.reported, demand.id, ok=False, detail=refused)
+            self.emit(FollowEvent("refused", demand.variant, refused))
+            return
         serving = self._serving_now()
         if serving == demand.variant:  # a by-hand `up` since the last sync: nothing to switch
             control.report_serving(serving, demand.id, ok=True, detail="already serving")

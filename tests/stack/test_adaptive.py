@@ -110,7 +110,6 @@ def test_a_schedule_from_set_is_json() -> None:
     [
         ('[variants.mtp-adaptive]\nextra_args = ["--enforce-eager"]\n', "refuses it with --enforce-eager"),
         ('[variants.mtp-adaptive.env]\nVLLM_USE_V2_MODEL_RUNNER = "0"\n', "V2 model runner"),
-        ('[stack]\nattention_backend = "flashinfer"\n', "device-decided query lengths"),
     ],
 )
 def test_adaptive_verification_requirements_are_checked(tmp_path: Path, extra: str, reason: str) -> None:
@@ -222,3 +221,73 @@ def test_render_and_doctor_keep_working_with_an_eager_baseline(tmp_path: Path) -
     assert result.exit_code == 0, result.output
     assert "--enforce-eager" in (out / "baseline.yml").read_text()
     assert "--enforce-eager" not in (out / "mtp-adaptive.yml").read_text()
+
+
+FLASHINFER = '[stack]\nattention_backend = "flashinfer"\n'
+
+
+def test_a_stack_wide_backend_refuses_the_adaptive_variants_only(tmp_path: Path) -> None:
+    stack = _stack(FLASHINFER, tmp_path)  # loads: the user chose a backend for the whole stack
+    for name in ("baseline", "mtp", "dflash2", "mtp-dsd"):
+        assert stack.startable(name).refused == ""
+    for name in ("mtp-adaptive", "dflash2-adaptive"):
+        refused = stack.variant(name).refused
+        assert refused.startswith(f"variants.{name}.speculative.adaptive_verification = true")
+        assert "stack.attention_backend = flashinfer" in refused and "device-decided query lengths" in refused
+        with pytest.raises(ConfigError, match="flash_attn, triton_attn or flex_attention"):
+            stack.startable(name)
+    assert _stack().variant("mtp-adaptive").refused == ""
+
+
+def test_a_live_set_naming_a_refused_variant_is_refused_at_load(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"^gateway\.live names mtp-adaptive: .*device-decided"):
+        _stack(FLASHINFER + '[gateway]\nlive = ["baseline", "mtp-adaptive"]\n', tmp_path)
+
+
+def _flashinfer_cli(tmp_path: Path, *args: str) -> Result:
+    env_file = tmp_path / "t.env"
+    env_file.write_text(f"VLLM_API_KEY={KEY}\nATTENTION_BACKEND=flashinfer\n")
+    stacks = [a for path in STACKS for a in ("--stack", str(path))]
+    return CliRunner().invoke(main, ["--env-file", str(env_file), *stacks, *args])
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["up", "mtp-adaptive", "--dry-run"],
+        ["up", "baseline", "mtp-adaptive", "--dry-run"],
+        ["up", "baseline", "dflash2-adaptive", "--target", "kubernetes"],
+        ["up", "mtp-adaptive", "--target", "kubernetes"],
+    ],
+)
+def test_starting_a_refused_variant_exits_2_with_one_line(tmp_path: Path, command: list[str]) -> None:
+    result = _flashinfer_cli(tmp_path, *command)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "stack.attention_backend = flashinfer (from" in lines[0], lines
+    assert "Traceback" not in result.output
+
+
+def test_render_says_which_rendered_variants_do_not_start(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = _flashinfer_cli(tmp_path, "render", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert (out / "mtp-adaptive.yml").is_file() and (out / "baseline.yml").is_file()
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert [line.split()[1] for line in warned] == ["mtp-adaptive", "dflash2-adaptive"], warned
+
+
+def test_doctor_fails_the_refused_variant_and_bench_leaves_it_out(tmp_path: Path) -> None:
+    from composer.bench.decide import plan_arms
+    from composer.doctor.adaptive_checks import check_refused
+    from composer.doctor.report import variant_facts
+    from composer.render.target import resolve_target
+
+    stack = _stack(FLASHINFER, tmp_path)
+    found = check_refused(variant_facts(resolve_target(stack, "mtp-adaptive")))
+    assert found is not None and found.name == "adaptive-backend" and found.status == "fail"
+    assert "variants.mtp-adaptive.speculative.adaptive_verification = false" in found.fix
+    assert check_refused(variant_facts(resolve_target(stack, "mtp"))) is None
+    arms = plan_arms(stack, lambda image: True)
+    assert "mtp-adaptive" not in arms.adaptive and "mtp-dsd" in arms.adaptive
+    assert any(note.startswith("mtp-adaptive left out: variants.mtp-adaptive") for note in arms.notes)

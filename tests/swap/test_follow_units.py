@@ -36,6 +36,9 @@ def test_follow_events_are_one_line_each_with_their_reason() -> None:
     assert event.to_json()["details"] == {"timings": {"wake": 1.0}}
 
 
+STARTABLE = SimpleNamespace(refused="")  # a variant vLLM starts with the stack
+
+
 class RecordingControl:
     """The gateway side of `report_serving`, recorded."""
 
@@ -56,7 +59,7 @@ def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch)
     )
     monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
     events: list[FollowEvent] = []
-    stack = SimpleNamespace(variants={"baseline": object(), "mtp": object()})
+    stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
     follower.reported = "baseline"
     control = RecordingControl()
@@ -77,7 +80,7 @@ def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> Non
     ran: list[str] = []
     monkeypatch.setattr(follow_module, "up", lambda stack, target, **k: ran.append(target) or result)
     events: list[FollowEvent] = []
-    stack = SimpleNamespace(variants={"baseline": object(), "mtp": object()})
+    stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
     control = RecordingControl()
     follower.handle(control, SwitchDemand("d2", "mtp", "prompt p50 40 tok -> chat-1 = mtp", "auto"))  # type: ignore[arg-type]
@@ -86,3 +89,16 @@ def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> Non
     assert follower.switches == 1
     assert [e.event for e in events] == ["switch", "switched"]
     assert events[-1].line().startswith("switched mtp (")
+
+
+def test_a_demand_for_a_variant_vllm_refuses_with_the_stack_runs_no_swap(monkeypatch) -> None:
+    monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
+    why = "variants.mtp-adaptive.speculative.adaptive_verification = true with stack.attention_backend = flashinfer"
+    stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp-adaptive": SimpleNamespace(refused=why)})
+    events: list[FollowEvent] = []
+    follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
+    follower.reported = "baseline"
+    control = RecordingControl()
+    follower.handle(control, SwitchDemand("d3", "mtp-adaptive", "alias", "alias"))  # type: ignore[arg-type]
+    assert control.reports == [("baseline", "d3", False, why)]
+    assert [(e.event, e.variant) for e in events] == [("refused", "mtp-adaptive")]
