@@ -86,8 +86,7 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
     from composer.swap.swapper import up as run_up
 
     stack = obj.stack()
-    stack.startable(variant)  # a variant vLLM refuses with this stack: exit 2 before anything stops
-    target = resolve_target(stack, variant)
+    target = resolve_target(stack, stack.startable(variant).name)  # refused: exit 2, nothing stops
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
     options = args.up_options(allow_weak, obj)
@@ -112,7 +111,6 @@ def _kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArg
             "--context names a Docker context; with --target kubernetes use --kube-context NAME"
         )
     stack = obj.stack()
-    stack.startable(variant)
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     options = KubeUpOptions(
@@ -123,7 +121,7 @@ def _kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArg
         args.as_json,
         lambda line: up_kubernetes(
             stack,
-            resolve_target(stack, variant),
+            resolve_target(stack, stack.startable(variant).name),  # refused: exit 2, nothing rolls
             kubectl=Kubectl.for_stack(stack, kube_context),
             options=options,
             progress=line.step,
