@@ -370,7 +370,8 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
     """Every variant: method, K, image, whether the image is local, whether it serves, the
-    workload classes and the aliases that name it."""
+    workload classes and the aliases that name it, and why vLLM refuses it with this stack
+    (`refused`, empty when it starts)."""
     serving = snapshot.take(stack, client, ask_sleeping=True).current if client is not None else None
     live = live_rows(stack, client) if client is not None else []
     rows = []
@@ -389,6 +390,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "aliases": list(variant.aliases),
                 "description": variant.description,
                 "live": [r for r in live if r["variant"] == name],
+                "refused": variant.refused,
             }
         )
     return rows
@@ -420,4 +422,7 @@ def format_variants(rows: list[dict[str, object]]) -> str:
         lines.append(format_live(live))
     else:
         lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
+    refused = [str(r["variant"]) for r in rows if r.get("refused")]
+    if refused:
+        lines.append(f"not startable with this stack: {', '.join(refused)} (compose-spec doctor says why)")
     return "\n".join(lines)

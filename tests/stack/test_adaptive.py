@@ -291,3 +291,14 @@ def test_doctor_fails_the_refused_variant_and_bench_leaves_it_out(tmp_path: Path
     arms = plan_arms(stack, lambda image: True)
     assert "mtp-adaptive" not in arms.adaptive and "mtp-dsd" in arms.adaptive
     assert any(note.startswith("mtp-adaptive left out: variants.mtp-adaptive") for note in arms.notes)
+
+
+def test_ls_names_the_variants_that_do_not_start_with_this_stack(tmp_path: Path) -> None:
+    from composer.swap.status import format_variants, variants_data
+
+    rows = variants_data(_stack(FLASHINFER, tmp_path), None)
+    assert [r["variant"] for r in rows if r["refused"]] == ["mtp-adaptive", "dflash2-adaptive"]
+    assert format_variants(rows).splitlines()[-1] == (
+        "not startable with this stack: mtp-adaptive, dflash2-adaptive (compose-spec doctor says why)"
+    )
+    assert "not startable" not in format_variants(variants_data(_stack(), None))
