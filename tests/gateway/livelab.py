@@ -46,7 +46,8 @@ def start_sim(variant: str, log_dir: Path, *, scale: str = "50", port: int | Non
 
 
 def live_gateway(members: Sequence[tuple[str, str, str]], **settings: object) -> GatewayThread:
-    """A gateway routing among `(name, variant, url)` members, ready once one member is."""
+    """A gateway routing among `(name, variant, url)` members, ready once every member is (a
+    request sent before a member's first probe passed would go to another one)."""
     settings.setdefault("workloads", parse_workloads(WORKLOADS))
     gw = GatewayThread(
         "http://127.0.0.1:9",
@@ -55,7 +56,7 @@ def live_gateway(members: Sequence[tuple[str, str, str]], **settings: object) ->
         live_upstreams=tuple(LiveSpec(*m) for m in members),
         **settings,
     ).start()
-    gw.wait(lambda g: g.live.any_ready(), timeout=10)
+    gw.wait(lambda g: all(m.ready for m in g.live.members.values()), timeout=30)
     return gw
 
 
