@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import secrets
 import socket
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -176,7 +178,27 @@ def remove_project(client, project: str) -> None:
     for network in client.networks.list(filters=selector):
         network.remove()
     for volume in client.volumes.list(filters=selector):
-        volume.remove(force=True)
+        _remove_volume(client, volume)
+
+
+def _remove_volume(client, volume, attempts: int = 20) -> None:
+    """Remove a volume; while Docker says it is in use (a container still being created or
+    removed when the project was listed), remove the containers that use it and try again."""
+    import docker
+
+    for attempt in range(attempts):
+        try:
+            volume.remove(force=True)
+            return
+        except docker.errors.NotFound:
+            return
+        except docker.errors.APIError as err:
+            if err.status_code != 409 or attempt == attempts - 1:
+                raise
+        for container in client.containers.list(all=True, filters={"volume": volume.name}):
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+        time.sleep(0.5)
 
 
 @pytest.fixture
