@@ -71,9 +71,10 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
     for name in stack.variants:
         if not is_adaptive(stack, name):
             continue
-        image = stack.image(stack.variant(name).image_key)
-        if stack.variant(name).refused:
-            notes.append(f"{name} left out: {stack.variant(name).refused}")
+        variant = stack.variant(name)
+        image = stack.image(variant.image_key)
+        if variant.refused:
+            notes.append(f"{name} left out: {variant.refused}")
         elif image_exists(image):
             adaptive.append(name)
         else:
