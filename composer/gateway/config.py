@@ -60,6 +60,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
     "GATEWAY_MAX_HEAD_BYTES": ("bytes a request head (request line, headers) may have; more: 431", "65536"),
     "GATEWAY_HEAD_TIMEOUT": ("seconds a client has to send a request head; then 408 and close", "10"),
+    "GATEWAY_BODY_TIMEOUT": (
+        "seconds a request body may pause between two chunks; then 408 and close "
+        "(nginx's client_body_timeout)",
+        "60",
+    ),
     "GATEWAY_KEEP_ALIVE_TIMEOUT": ("seconds an idle client connection stays open between requests", "5"),
     "GATEWAY_MAX_CONNECTIONS": (
         "open client connections; past it the oldest idle one is closed (none idle: 503)",
@@ -158,6 +163,7 @@ class GatewayConfig:
     retry_after: int = 2
     max_head_bytes: int = 65536
     head_timeout: float = 10.0
+    body_timeout: float = 60.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1024
     control_socket: str = DEFAULT_CONTROL_SOCKET
@@ -299,6 +305,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),
         max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536, 1024, 16 * 1024 * 1024),
         head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0, 0.1, 3600.0),
+        body_timeout=_number(env, "GATEWAY_BODY_TIMEOUT", 60.0, 0.1, 3600.0),
         keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0, 0.1, 3600.0),
         max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024, 1, 1_000_000),
         control_socket=socket_path,

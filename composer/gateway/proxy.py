@@ -5,6 +5,8 @@ refused (404); a path that needs the key, without the right key, is refused (401
 can take a queue slot; a request without the key (on an open route such as /health, when a key
 is set) is never held: the gate admits it at once or it is refused (503); the gate admits a
 keyed request (maybe after holding it);
+the status routes and CORS preflights are forwarded without waiting for (or sending) a body,
+and a connection that announced one is closed after the answer;
 then the request is forwarded with aiohttp's client and the response streamed back as the
 backend sends it: each read passes on at once whatever has arrived (one chunk while the
 gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
@@ -29,7 +31,7 @@ import aiohttp
 import anyio
 from multidict import CIMultiDict
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from . import bodies, listing
@@ -359,11 +361,17 @@ class ProxyApp:
         if self.aliases and path == listing.MODELS_PATH and scope["method"] == "GET":
             send = self._listing_aliases(send)
         deadline = self.gate.deadline()
-        try:
-            chunks, complete, ended = await _read_prefix(receive)
-        except ClientGone:
-            return
-        body = Body(chunks, complete, receive, ended)
+        if not needs_key(path) or scope["method"] == "OPTIONS":
+            # status routes and CORS preflights need no body: never wait for one
+            body = Body([], True, receive, True)
+            send = _without_body(scope, send)
+        else:
+            try:
+                chunks, complete, ended = await _read_prefix(receive)
+            except ClientGone:
+                return
+            body = Body(chunks, complete, receive, ended)
+        complete = body.complete
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)
@@ -614,6 +622,25 @@ class ProxyApp:
         sending.cancel()
         await _settle(sending)
         return None
+
+
+def _without_body(scope: Scope, send: Send) -> Send:
+    """Forward a request without its body; one that announced a body is answered with
+    `connection: close` (the gateway never reads it, so the connection cannot be reused)."""
+    headers = scope["headers"]
+    announced = (
+        k == b"transfer-encoding" or (k == b"content-length" and v.strip() != b"0") for k, v in headers
+    )
+    if not any(announced):
+        return send
+    scope["headers"] = [(k, v) for k, v in headers if k != b"content-length"]
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 def _out(send: Send, held: HeldStream | None) -> Send:

@@ -268,7 +268,9 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
-        limits = ConnectionLimits(config.max_head_bytes, config.head_timeout, config.max_connections)
+        limits = ConnectionLimits(
+            config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
+        )
         self.public = _Server(
             _uvicorn_config(
                 self.gateway.public_app,
