@@ -11,8 +11,11 @@ then the request is forwarded with aiohttp's client and the response streamed ba
 backend sends it: each read passes on at once whatever has arrived (one chunk while the
 gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
 more. A client that disconnects cancels its upstream request. Request bodies up to
-`REPLAY_LIMIT` are read first so the request can be sent again when the backend refuses the
-connection (it is being replaced); larger bodies are streamed through as they arrive.
+`REPLAY_LIMIT` are read first so the request can be sent again, once, when it cannot have
+reached the backend (the connection was refused or broke before the request head was written:
+the backend is being replaced); larger bodies are streamed through as they arrive. A request
+the backend may have started processing is never sent again: a connection that breaks after
+its head went out is answered 502.
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
@@ -75,9 +78,9 @@ NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
-# Errors that mean the backend went away before it answered: safe to send again when the
-# body can be replayed (a refused connection never reached it at all). CONNECT_ERRORS are
-# caught first (they are connection errors too).
+# Errors that mean the backend went away before it answered: safe to send again (once) when
+# the body can be replayed and the request head was not written (a refused connection never
+# reached it at all). CONNECT_ERRORS are caught first (they are connection errors too).
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
@@ -102,11 +105,23 @@ def upstream_session() -> aiohttp.ClientSession:
     )
 
 
+class Attempt:
+    """One sending of a request upstream; `sent` once its head was handed to the connection
+    (from then on the backend may have started processing it: it is never sent again)."""
+
+    __slots__ = ("sent", "ticket")
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self.sent = False
+
+
 async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
     """The request head is written upstream: the held request after it may be released."""
-    ticket: Ticket | None = context.trace_request_ctx
-    if ticket is not None:
-        ticket.mark_dispatched()
+    attempt: Attempt | None = context.trace_request_ctx
+    if attempt is not None:
+        attempt.sent = True
+        attempt.ticket.mark_dispatched()
 
 
 def _forward_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -157,6 +172,7 @@ class Body:
         self._ended = ended  # the prefix is the whole body (over the limit): nothing more to receive
         self._receive = receive
         self.started = False
+        self.resent = False  # sent again once already (a request is sent at most twice)
 
     def replayable(self) -> bool:
         """True when the body can be sent again."""
@@ -497,13 +513,14 @@ class ProxyApp:
             failures.append(reason)
             if member is not None:
                 member.mark_down(reason)  # the others serve meanwhile
-            return retry and self._went_away(target, body, reason, started)
+            return retry and self._went_away(target, body, reason, started or attempt.sent)
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
         url = target.url + scope["path"]
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
-        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, ticket)
+        attempt = Attempt(ticket)
+        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, attempt)
         started = False
         response: aiohttp.ClientResponse | None = None
         with anyio.CancelScope() as cancel_scope:
@@ -533,7 +550,7 @@ class ProxyApp:
             except CONNECT_ERRORS as err:
                 if went_away(err, started):
                     return True
-                await self._bad_gateway(send, err)
+                await self._bad_gateway(send, err, "the backend could not be reached")
                 return False
             except GONE_ERRORS as err:
                 if went_away(err, started):
@@ -542,7 +559,9 @@ class ProxyApp:
                 if started:
                     self.metrics.upstream_errors.inc()
                 else:
-                    await self._bad_gateway(send, err)
+                    await self._bad_gateway(
+                        send, err, "the backend closed the connection before answering; not sent again"
+                    )
                 return False
             except ClientGone:
                 return False
@@ -578,20 +597,23 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _went_away(self, target: Upstream | Member, body: Body, reason: str, started: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again."""
-        if started or not body.replayable():
+    def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
+        """The backend went away before answering: True when the request may be queued again,
+        which is once, and only when it cannot have reached the backend (`reached`: its head
+        was written upstream)."""
+        target.mark_down(reason)  # new requests wait until the poller sees it ready again
+        if reached or body.resent or not body.replayable():
             return False
-        target.mark_down(reason)
+        body.resent = True
         self.metrics.retries.inc()
         return True
 
-    async def _bad_gateway(self, send: Send, err: Exception) -> None:
+    async def _bad_gateway(self, send: Send, err: Exception, what: str = "backend failed") -> None:
         self.metrics.upstream_errors.inc()
-        await send_error(send, 502, f"backend failed: {type(err).__name__}")
+        await send_error(send, 502, f"{what} ({type(err).__name__})")
 
     async def _open(
-        self, method: str, url: str, headers: CIMultiDict[str], body: Body, ticket: Ticket
+        self, method: str, url: str, headers: CIMultiDict[str], body: Body, attempt: Attempt
     ) -> aiohttp.ClientResponse:
         """Send the request and return once the response head has arrived."""
         assert self.session is not None, "open() the proxy in the serving loop first"
@@ -601,7 +623,7 @@ class ProxyApp:
             headers=headers,
             data=body.data if body.complete else body.stream(),
             allow_redirects=False,
-            trace_request_ctx=ticket,
+            trace_request_ctx=attempt,
         )
 
     async def _send_upstream(

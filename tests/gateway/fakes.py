@@ -283,3 +283,49 @@ class InProcessExec(LocalExec):
 def sse_request(tag: str, **extra: Any) -> bytes:
     """A chat request body the fake backend understands."""
     return json.dumps({"model": SERVED, "stream": True, "tag": tag, **extra}).encode()
+
+
+class DroppingBackend:
+    """A raw HTTP backend: `/health` answers 200; every other request is read whole and its
+    connection closed without an answer (a backend that crashes on it). Counts the requests."""
+
+    def __init__(self) -> None:
+        import socketserver
+
+        self.arrivals: list[str] = []
+        owner = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while True:
+                    line = self.rfile.readline()
+                    if not line:
+                        return
+                    length = 0
+                    while (header := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                        name, _, value = header.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    self.rfile.read(length)
+                    method, target = line.split()[:2]
+                    if target == b"/health":
+                        self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        continue
+                    owner.arrivals.append(f"{method.decode()} {target.decode()}")
+                    return  # closed without an answer
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> DroppingBackend:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"

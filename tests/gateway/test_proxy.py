@@ -18,7 +18,7 @@ from composer.gateway import GatewayControl
 from composer.gateway.client import PROBE_HEADER
 
 from .conftest import KEY
-from .fakes import FakeBackend, InProcessExec, LocalExec, sse_request
+from .fakes import DroppingBackend, FakeBackend, InProcessExec, LocalExec, sse_request
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CHAT = "/v1/chat/completions"
@@ -436,3 +436,17 @@ def test_probe_to_a_down_backend_fails_fast_instead_of_queueing(make_gateway, ba
     # a queued probe would wait for hold_timeout (30 s) and time this client out (10 s)
     assert r.status_code == 502 and gw.gateway.gate.held == 0
     ctl.release(hold.id)
+
+
+def test_a_request_whose_connection_breaks_reaches_the_backend_at_most_twice(make_gateway) -> None:
+    dropping = DroppingBackend().start()
+    try:
+        gw = make_gateway(upstream_override=dropping.url, hold_timeout=30)
+        r = httpx.post(gw.url + CHAT, content=sse_request("dropped"), headers=AUTH, timeout=60)
+        assert r.status_code == 502
+        error = r.json()["error"]
+        assert error["code"] == 502 and error["type"] == "BadGatewayError"
+        assert "closed the connection" in error["message"]
+        assert 1 <= len(dropping.arrivals) <= 2 and set(dropping.arrivals) == {"POST /v1/chat/completions"}
+    finally:
+        dropping.stop()
