@@ -51,6 +51,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "backend counts as not ready (0: off)",
         "120",
     ),
+    "GATEWAY_UNRESPONSIVE_TIMEOUT": (
+        "seconds a request waiting for the backend's answer lets the backend's /health go unanswered "
+        "(probed every few seconds while it waits); then 504 and the backend counts as not ready (0: off)",
+        "30",
+    ),
     "GATEWAY_HOLD_KEEPALIVE": (
         "seconds between SSE comment lines to a held stream: true request, headers first (0: off)",
         "15",
@@ -158,6 +163,7 @@ class GatewayConfig:
     drain_timeout: float = 60.0
     poll_interval: float = 0.1
     stall_timeout: float = 120.0
+    unresponsive_timeout: float = 30.0
     hold_keepalive: float = 15.0
     hold_lease: float = 60.0
     retry_after: int = 2
@@ -300,6 +306,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0, 0.0, 86400.0),
         poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1, 0.01, 1.0),
         stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0, 0.0, 86400.0),
+        unresponsive_timeout=_number(env, "GATEWAY_UNRESPONSIVE_TIMEOUT", 30.0, 0.0, 3600.0),
         hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0, 0.0, 3600.0),
         hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0, 1.0, MAX_LEASE_S),
         retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),

@@ -10,10 +10,13 @@ and a connection that announced one is closed after the answer;
 then the request is forwarded with aiohttp's client and the response streamed back as the
 backend sends it: each read passes on at once whatever has arrived (one chunk while the
 gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
-more. A client that disconnects cancels its upstream request. Request bodies up to
-`REPLAY_LIMIT` are read first so the request can be sent again, once, when it cannot have
-reached the backend (the connection was refused or broke before the request head was written:
-the backend is being replaced); larger bodies are streamed through as they arrive. A request
+more. A client that disconnects cancels its upstream request. A request waiting for its
+response head from a backend that stops answering its `/health` too is answered 504 after
+`unresponsive_timeout` (`liveness`); a slow generation on a backend that answers is never
+cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
+once, when it cannot have reached the backend (the connection was refused or broke before the
+request head was written: the backend is being replaced); larger bodies are streamed through
+as they arrive. A request
 the backend may have started processing is never sent again: a connection that breaks after
 its head went out is answered 502.
 
@@ -42,6 +45,7 @@ from .answers import send_error, sse_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
+from .liveness import Liveness, Unresponsive
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
@@ -254,6 +258,7 @@ class ProxyApp:
         stall_timeout: float = 0.0,
         hold_keepalive: float = 0.0,
         live: LiveSet | None = None,
+        unresponsive_timeout: float = 0.0,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -265,6 +270,7 @@ class ProxyApp:
         self.served_name = served_name
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
+        self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
@@ -528,7 +534,7 @@ class ProxyApp:
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(opening, watcher)
+                response = await self._send_upstream(opening, watcher, target.url)
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
@@ -565,6 +571,15 @@ class ProxyApp:
                 return False
             except ClientGone:
                 return False
+            except Unresponsive:
+                self._unresponsive(scope, target, failures)
+                await send_error(
+                    send,
+                    504,
+                    f"the backend answered neither this request nor its /health for "
+                    f"{self.liveness.timeout:g}s (unresponsive_timeout)",
+                )
+                return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 failures.append(type(err).__name__)
@@ -597,6 +612,13 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
+    def _unresponsive(self, scope: Scope, target: Upstream | Member, failures: list[str]) -> None:
+        """A request waited on a backend that answered no /health probe for the timeout."""
+        log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
+        self.metrics.upstream_errors.inc()
+        failures.append("unresponsive")
+        target.mark_down(f"/health unanswered for {self.liveness.timeout:g}s")
+
     def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again,
         which is once, and only when it cannot have reached the backend (`reached`: its head
@@ -627,22 +649,28 @@ class ProxyApp:
         )
 
     async def _send_upstream(
-        self, opening: Coroutine[Any, Any, aiohttp.ClientResponse], watcher: asyncio.Future[None] | None
+        self,
+        opening: Coroutine[Any, Any, aiohttp.ClientResponse],
+        watcher: asyncio.Future[None] | None,
+        url: str,
     ) -> aiohttp.ClientResponse | None:
-        """Await `opening`; None when the client disconnected first (the sending is cancelled)."""
-        if watcher is None:
-            return await opening
+        """Await `opening` (the response head from `url`); None when the client disconnected
+        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
         sending = asyncio.ensure_future(opening)
-        try:
-            await asyncio.wait({sending, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            sending.cancel()
-            await _settle(sending)
-            raise
+        with self.liveness.watching(url) as gone:
+            waits = {sending} | {f for f in (watcher, gone) if f is not None}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                sending.cancel()
+                await _settle(sending)
+                raise
         if sending.done():
             return sending.result()
         sending.cancel()
         await _settle(sending)
+        if gone is not None and gone.done():
+            raise Unresponsive
         return None
 
 

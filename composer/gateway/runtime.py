@@ -83,6 +83,7 @@ class Gateway:
             config.stall_timeout,
             config.hold_keepalive,
             self.live,
+            config.unresponsive_timeout,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)

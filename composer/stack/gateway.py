@@ -42,9 +42,13 @@ class GatewaySettings:
     policy_window: int = 30  # seconds of traffic the automatic policy looks at
     max_head_bytes: int = 65536  # bytes a request head may have (more: 431)
     head_timeout: int = 10  # seconds a client has to send a request head (then 408 and close)
+    body_timeout: int = 60  # seconds a request body may pause between two chunks (then 408 and close)
     keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
+    unresponsive_timeout: int = (
+        30  # seconds a waiting request lets the backend's /health go unanswered (0: off)
+    )
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
     live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
     spill: int = 0  # live routing: outstanding requests past another variant's that spill to it (0: off)
@@ -173,6 +177,7 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ("policy_window", "GATEWAY_POLICY_WINDOW", parse_window, GatewaySettings.policy_window),
     ("max_head_bytes", "GATEWAY_MAX_HEAD_BYTES", parse_head_bytes, GatewaySettings.max_head_bytes),
     ("head_timeout", "GATEWAY_HEAD_TIMEOUT", parse_client_timeout, GatewaySettings.head_timeout),
+    ("body_timeout", "GATEWAY_BODY_TIMEOUT", parse_client_timeout, GatewaySettings.body_timeout),
     (
         "keep_alive_timeout",
         "GATEWAY_KEEP_ALIVE_TIMEOUT",
@@ -181,6 +186,12 @@ GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], objec
     ),
     ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
     ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
+    (
+        "unresponsive_timeout",
+        "GATEWAY_UNRESPONSIVE_TIMEOUT",
+        parse_keepalive,
+        GatewaySettings.unresponsive_timeout,
+    ),
     ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
     ("spill", "GATEWAY_SPILL", parse_count, GatewaySettings.spill),

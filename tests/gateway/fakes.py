@@ -46,6 +46,7 @@ class BackendState:
     sleep_status: int = 200  # what /sleep answers
     models: list[str] = field(default_factory=list)  # the `model` of each chat request
     health_checks: int = 0
+    frozen: bool = False  # every request waits, /health too (a paused container)
     requests: list[str] = field(default_factory=list)  # "METHOD raw_path" of every request
 
 
@@ -53,7 +54,12 @@ POLLER_REQUESTS = ("GET /health", "GET /v1/models")  # what the gateway's readin
 
 
 def backend_app(state: BackendState) -> Any:
+    async def thawed() -> None:
+        while state.frozen:
+            await asyncio.sleep(0.01)
+
     async def health(_: Request) -> Response:
+        await thawed()
         state.health_checks += 1
         return Response(status_code=200 if state.ready else 503)
 
@@ -69,6 +75,7 @@ def backend_app(state: BackendState) -> Any:
         if not authorised(request):
             return JSONResponse({"error": "Unauthorized"}, 401)
         body = await request.json()
+        await thawed()
         tag = str(body.get("tag", ""))
         state.models.append(str(body.get("model")))
         state.arrivals.append(tag)

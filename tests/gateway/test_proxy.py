@@ -450,3 +450,28 @@ def test_a_request_whose_connection_breaks_reaches_the_backend_at_most_twice(mak
         assert 1 <= len(dropping.arrivals) <= 2 and set(dropping.arrivals) == {"POST /v1/chat/completions"}
     finally:
         dropping.stop()
+
+
+def test_a_frozen_backend_is_answered_504_at_the_unresponsive_timeout(make_gateway, backend) -> None:
+    gw = make_gateway(unresponsive_timeout=1.0)
+    backend.state.frozen = True  # accepts connections, answers nothing (docker pause)
+    try:
+        body = sse_request("frozen", stream=False)
+        r = httpx.post(gw.url + CHAT, content=body, headers=AUTH, timeout=60)
+        assert r.status_code == 504
+        error = r.json()["error"]
+        assert error["code"] == 504 and "unresponsive_timeout" in error["message"]
+        assert not gw.gateway.upstream.ready  # new requests wait for the poller
+    finally:
+        backend.state.frozen = False
+    assert (
+        httpx.post(gw.url + CHAT, content=sse_request("after"), headers=AUTH, timeout=30).status_code == 200
+    )
+
+
+def test_a_slow_answer_from_a_backend_that_answers_health_is_not_cut(make_gateway, backend) -> None:
+    gw = make_gateway(unresponsive_timeout=0.5)
+    # a non-streamed generation: its head comes at its end, six probe intervals later
+    body = sse_request("slow", stream=False, interval=1.0)
+    r = httpx.post(gw.url + CHAT, content=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200 and r.json() == {"tag": "slow"}
