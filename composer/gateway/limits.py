@@ -10,12 +10,13 @@ sharing one `Connections` registry) that:
   the connection closed; idle keep-alive connections close after uvicorn's `timeout_keep_alive`;
 - gives each request body `body_timeout` seconds between two of its chunks (nginx's
   `client_body_timeout`): a body that stops arriving is answered 408 (nothing, when the
-  response already began) and the connection closed;
+  response already began) and the connection closed; time while the gateway itself does not
+  read the body (a held request whose unread body filled uvicorn's buffer) does not count;
 - caps the open connections at `max_connections`: a new one past the cap closes the oldest
   connection that has no request in progress (waiting for a head or idle between requests),
   else the one that has been reading a request body the longest (a client that trickles a
-  body holds no slot against others), or, when every connection is busy with a request
-  whose body is in, is answered 503 and closed.
+  body holds no slot against others; a body the gateway does not read now is not counted),
+  or, when every connection is busy, is answered 503 and closed.
 
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
@@ -89,11 +90,11 @@ class Connections:
     reading: dict[LimitedProtocol, None] = field(default_factory=dict)
 
     def evictable(self) -> LimitedProtocol | None:
-        """The connection to close for a new one: the oldest idle, else the oldest body reader."""
-        for group in (self.idle, self.reading):
-            if group:
-                return next(iter(group))
-        return None
+        """The connection to close for a new one: the oldest idle, else the oldest body reader
+        that the gateway reads (one it stopped reading waits for the gateway, not the client)."""
+        if self.idle:
+            return next(iter(self.idle))
+        return next((c for c in self.reading if not c.flow.read_paused), None)
 
     def closed(self, reason: str) -> None:
         if self.metrics is not None:
@@ -234,6 +235,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._body_timer = None
         if self.transport.is_closing():
             return
+        if self.flow.read_paused:  # the gateway is not reading (a held request): not the client's stall
+            self._body_seen = self.loop.time()
         due = self._body_seen + self.registry.limits.body_timeout
         if due > self.loop.time():
             self._body_timer = self.loop.call_at(due, self._body_check)

@@ -348,3 +348,26 @@ def test_past_max_connections_a_connection_reading_a_body_is_evicted(make_gatewa
     finally:
         for s in slow:
             s.close()
+
+
+def test_a_held_request_whose_body_the_gateway_does_not_read_outlasts_the_body_timeout(
+    make_gateway, backend
+) -> None:
+    gw = make_gateway(body_timeout=0.5, hold_timeout=60)
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    hold = ctl.hold(60)
+    big = b"x" * (1024 * 1024)  # past what the gateway reads first: the rest waits unread
+    results: dict = {}
+
+    def post() -> None:
+        results["r"] = httpx.post(gw.url + "/v1/echo", content=big, headers=AUTH, timeout=60)
+
+    t = threading.Thread(target=post, daemon=True)
+    t.start()
+    gw.wait(lambda g: g.gate.held == 1)
+    held_since = time.monotonic()
+    gw.wait(lambda g: time.monotonic() > held_since + 4 * 0.5)  # several body timeouts
+    ctl.release(hold.id)
+    t.join(30)
+    assert results["r"].status_code == 200 and results["r"].json()["size"] == len(big)
+    assert gw.gateway.metrics.connections_closed.labels("body_timeout")._value.get() == 0
