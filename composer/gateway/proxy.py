@@ -16,9 +16,8 @@ response head from a backend that stops answering its `/health` too is answered 
 cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
 once, when it cannot have reached the backend (the connection was refused or broke before the
 request head was written: the backend is being replaced); larger bodies are streamed through
-as they arrive. A request
-the backend may have started processing is never sent again: a connection that breaks after
-its head went out is answered 502.
+as they arrive. A request the backend may have started processing is never sent again: a
+connection that breaks after its head went out is answered 502.
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
