@@ -312,7 +312,7 @@ def test_slow_bodies_on_open_routes_leave_a_keyed_client_served(make_gateway, ba
         # each was answered without its body and closed (its answer may be lost to the reset
         # that closing a connection with unread input sends)
         registry = gw.server.public.config.http.registry
-        gw.wait(lambda g: registry.open <= 1 and not registry.reading)
+        gw.wait(lambda g: registry.open <= 1 and not registry.reading, timeout=60)
         answered = [r for r in forwarded(backend) if r.startswith(("POST /", "OPTIONS /"))]
         assert 0 < len(answered) <= SLOW_BODIES
         for s in socks[: len(BODYLESS)]:
