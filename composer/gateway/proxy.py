@@ -14,10 +14,11 @@ more. A client that disconnects cancels its upstream request. A request waiting 
 response head from a backend that stops answering its `/health` too is answered 504 after
 `unresponsive_timeout` (`liveness`); a slow generation on a backend that answers is never
 cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
-once, when it cannot have reached the backend (the connection was refused or broke before the
-request head was written: the backend is being replaced); larger bodies are streamed through
-as they arrive. A request the backend may have started processing is never sent again: a
-connection that breaks after its head went out is answered 502.
+once, when the backend cannot have started on it: the connection was refused or broke before
+the request head was written, or a kept-alive connection closed with no answer (a server that
+stops closes its idle connections: the request was never read); larger bodies are streamed
+through as they arrive. A fresh connection that breaks after the head went out is answered
+502 at once (the backend may have started on it), and any request is sent at most twice.
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
@@ -81,9 +82,9 @@ NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
-# Errors that mean the backend went away before it answered: safe to send again (once) when
-# the body can be replayed and the request head was not written (a refused connection never
-# reached it at all). CONNECT_ERRORS are caught first (they are connection errors too).
+# Errors that mean the backend went away before it answered: sent again (once) when the body
+# can be replayed and the backend cannot have started on it (see `Attempt.unread`).
+# CONNECT_ERRORS are caught first (they are connection errors too).
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
@@ -97,6 +98,7 @@ def upstream_session() -> aiohttp.ClientSession:
     """
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
+    dispatched.on_connection_reuseconn.append(_reused)
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, keepalive_timeout=UPSTREAM_KEEPALIVE_S),
         trace_configs=[dispatched],
@@ -109,14 +111,30 @@ def upstream_session() -> aiohttp.ClientSession:
 
 
 class Attempt:
-    """One sending of a request upstream; `sent` once its head was handed to the connection
-    (from then on the backend may have started processing it: it is never sent again)."""
+    """One sending of a request upstream: whether its head was handed to the connection, and
+    whether that connection was a kept-alive one from the pool."""
 
-    __slots__ = ("sent", "ticket")
+    __slots__ = ("reused", "sent", "ticket")
 
     def __init__(self, ticket: Ticket) -> None:
         self.ticket = ticket
         self.sent = False
+        self.reused = False
+
+    @property
+    def unread(self) -> bool:
+        """True when a connection failure before any answer means the backend never read the
+        request: the head was not written, or the connection was a kept-alive one (the server
+        closed it idle, as a stopping server does). A fresh connection that breaks after the
+        head went out may have had its request read."""
+        return not self.sent or self.reused
+
+
+async def _reused(_session: Any, context: Any, _params: Any) -> None:
+    """The request goes out on a kept-alive connection from the pool."""
+    attempt: Attempt | None = context.trace_request_ctx
+    if attempt is not None:
+        attempt.reused = True
 
 
 async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
@@ -518,7 +536,7 @@ class ProxyApp:
             failures.append(reason)
             if member is not None:
                 member.mark_down(reason)  # the others serve meanwhile
-            return retry and self._went_away(target, body, reason, started or attempt.sent)
+            return retry and self._went_away(target, body, reason, started or not attempt.unread)
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
         url = target.url + scope["path"]
@@ -564,9 +582,7 @@ class ProxyApp:
                 if started:
                     self.metrics.upstream_errors.inc()
                 else:
-                    await self._bad_gateway(
-                        send, err, "the backend closed the connection before answering; not sent again"
-                    )
+                    await self._bad_gateway(send, err, "the backend closed the connection before answering")
                 return False
             except ClientGone:
                 return False
@@ -620,8 +636,8 @@ class ProxyApp:
 
     def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again,
-        which is once, and only when it cannot have reached the backend (`reached`: its head
-        was written upstream)."""
+        which is once, and only when the backend cannot have started on it (`reached`: it may
+        have read the request)."""
         target.mark_down(reason)  # new requests wait until the poller sees it ready again
         if reached or body.resent or not body.replayable():
             return False

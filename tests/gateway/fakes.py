@@ -293,8 +293,9 @@ def sse_request(tag: str, **extra: Any) -> bytes:
 
 
 class DroppingBackend:
-    """A raw HTTP backend: `/health` answers 200; every other request is read whole and its
-    connection closed without an answer (a backend that crashes on it). Counts the requests."""
+    """A raw HTTP backend: `/health` and `/version` answer 200 (the connection kept alive);
+    every other request is read whole and its connection closed without an answer (a backend
+    that crashes on it). Records each such request as "METHOD target body"."""
 
     def __init__(self) -> None:
         import socketserver
@@ -313,12 +314,12 @@ class DroppingBackend:
                         name, _, value = header.partition(b":")
                         if name.strip().lower() == b"content-length":
                             length = int(value)
-                    self.rfile.read(length)
+                    body = self.rfile.read(length)
                     method, target = line.split()[:2]
-                    if target == b"/health":
+                    if target in (b"/health", b"/version"):
                         self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                         continue
-                    owner.arrivals.append(f"{method.decode()} {target.decode()}")
+                    owner.arrivals.append(f"{method.decode()} {target.decode()} {body.decode()}")
                     return  # closed without an answer
 
         self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
