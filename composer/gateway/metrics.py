@@ -15,7 +15,7 @@
 | `gateway_connections_closed_total{reason}` | counter | connections the gateway closed: `head_too_large` |
 |  |  | (431), `head_timeout` (408 or silent), `body_timeout` (408 or closed), `evicted` |
 |  |  | (idle or reading a body, at `max_connections`), `over_capacity` (503: all busy) |
-| `gateway_upstream_retries_total` | counter | requests sent again after the backend refused the connection |
+| `gateway_upstream_retries_total` | counter | requests sent again (once): the backend did not read them |
 | `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
 | `gateway_routes_total` | counter | upstream changes through the control channel |
 | `gateway_drains_total` | counter | drains run |
@@ -101,7 +101,7 @@ class Metrics:
         for reason in REFUSAL_REASONS:
             self.refused.labels(reason)
         self.retries = Counter(
-            "gateway_upstream_retries", "Requests sent again after a refused connection", registry=r
+            "gateway_upstream_retries", "Requests sent again: the backend did not read them", registry=r
         )
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Backend failures seen by clients", registry=r
