@@ -90,12 +90,6 @@ class UpResult:
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
 
 
-_STOP_SIGNALS = transaction.STOP_SIGNALS
-_signals = transaction.signals
-_interrupt_once = transaction.interrupt_once
-_interrupts_ignored = transaction.interrupts_ignored
-
-
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
     """The fast subset of doctor's checks (reading the snapshot's containers, when given);
     return warnings, raise on the first failure."""
