@@ -72,6 +72,7 @@ class UpOptions:
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
+    keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def prepare(
         target_sleeps=target.variant.standby == "sleep",
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
         current_ready=ready,
-        gateway_update=gateway_differs(ctx, compose_file, snap),
+        gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
     )
     result.previous = current.variant if current else None
     if plan.steps:
