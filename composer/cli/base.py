@@ -18,8 +18,8 @@ from typing import Any
 import click
 
 from composer.cli.globals import VALUE_OPTIONS, add_hidden_globals
-from composer.cli.signals import interrupts
 from composer.errors import ComposerError, DiagnosedError, Interrupted, did_you_mean
+from composer.signals import interrupts
 
 EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
 DEBUG_VAR = "COMPOSE_SPEC_DEBUG"

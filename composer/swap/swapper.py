@@ -72,6 +72,7 @@ class UpOptions:
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
+    keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
 
 
 @dataclass
@@ -88,12 +89,6 @@ class UpResult:
     drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
-
-
-_STOP_SIGNALS = transaction.STOP_SIGNALS
-_signals = transaction.signals
-_interrupt_once = transaction.interrupt_once
-_interrupts_ignored = transaction.interrupts_ignored
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
@@ -175,7 +170,7 @@ def prepare(
         target_sleeps=target.variant.standby == "sleep",
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
         current_ready=ready,
-        gateway_update=gateway_differs(ctx, compose_file, snap),
+        gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
     )
     result.previous = current.variant if current else None
     if plan.steps:
