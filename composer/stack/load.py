@@ -21,7 +21,7 @@ from composer.stack import adaptive
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
-from composer.stack.gateway import GATEWAY_SETTINGS, GatewaySettings
+from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySettings
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
@@ -232,6 +232,7 @@ def _build(sources: Sources) -> Stack:
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
         start_period = int(settings["start_period"])  # type: ignore[call-overload]
         if start_period > gateway.hold_timeout:
+            start_period = min(start_period, HOLD_TIMEOUT_MAX)  # the gateway's own bound
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
             resolve.written["gateway.hold_timeout"] = start_period
