@@ -36,6 +36,7 @@ from composer.errors import RenderError
 from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
+from composer.stack.bounded import FileTooLarge, read_bounded
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
 
@@ -284,9 +285,10 @@ def prune_run_files(
 
 def is_current(file: RenderedFile) -> bool:
     """True when the file on disk already has exactly these bytes."""
+    expected = file.content.encode()
     try:
-        return file.path.read_bytes() == file.content.encode()
-    except OSError:  # absent, a directory, unreadable: not current (writing says why)
+        return read_bounded(file.path, "rendered file", len(expected)) == expected
+    except (OSError, FileTooLarge):  # absent, a directory, unreadable, longer: not current
         return False
 
 

@@ -285,6 +285,8 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     (run files resolve every value but the API key: no `docker compose config` needed)."""
     import yaml
 
+    from composer.stack.bounded import RUN_FILE_LIMIT, FileTooLarge, read_bounded
+
     if not created_from:
         return False
     created = Path(created_from.split(",")[0])
@@ -293,10 +295,10 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
     try:
         old, new = (
-            yaml.load(Path(f).read_text(encoding="utf-8"), Loader=loader)["services"]["gateway"]
+            yaml.load(read_bounded(f, "run file", RUN_FILE_LIMIT), Loader=loader)["services"]["gateway"]
             for f in (created_from.split(",")[0], compose_file)
         )
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
+    except (OSError, KeyError, TypeError, yaml.YAMLError, FileTooLarge):
         return False
     return bool(old == new)
 
