@@ -43,7 +43,7 @@ from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
-from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
+from composer.swap.plan import SwapPlan, decide, plan_swap, rollback_source_problem  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
@@ -214,6 +214,12 @@ def execute(
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
+        problem = rollback_source_problem(plan.rollback)
+        if problem:
+            raise PreflightFailed(
+                f"preflight: {problem}; fix: restore it, or remove it (the rollback then starts "
+                f"{previous.variant} from this stack), or pass --no-rollback to swap without a way back"
+            )
     record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     record.stage("draining")
     # what the gateway's switch log is told when the held requests flow
