@@ -16,10 +16,11 @@ from composer.errors import ConfigError
 
 KIB = 1 << 10
 MIB = 1 << 20
-STACK_FILE_LIMIT = 4 * MIB  # composer.toml files and env files
+STACK_FILE_LIMIT = 4 * MIB  # composer.toml files, env files, prompt files
 RUN_FILE_LIMIT = 4 * MIB  # rendered compose files read back (run files, the gateway's file)
 HISTORY_LIMIT = 4 * MIB  # the swap history (trimmed far below this)
-RECORD_LIMIT = 256 * KIB  # the running swap's record
+RECORD_LIMIT = 256 * KIB  # the running swap's record, a failed swap's record
+BENCH_FILE_LIMIT = 64 * MIB  # a benchmark's results (bench.json)
 
 
 class FileTooLarge(ConfigError):

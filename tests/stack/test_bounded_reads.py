@@ -74,3 +74,13 @@ def test_doctor_treats_an_oversized_env_file_as_holding_a_secret(tmp_path: Path)
     with big.open("wb") as handle:
         handle.truncate(STACK_FILE_LIMIT + 1)
     assert holds_secret(big)
+
+
+def test_bench_inputs_are_bounded_too() -> None:
+    from composer.bench.prompts import read_prompt_file
+    from composer.bench.recommend import read_bench
+
+    with pytest.raises(FileTooLarge, match="prompt file '/dev/zero' is larger than 4 MiB"):
+        read_prompt_file("/dev/zero")
+    with pytest.raises(FileTooLarge, match="benchmark results file '/dev/zero' is larger than 64 MiB"):
+        read_bench("/dev/zero")
