@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,13 @@ def _run(*args: str) -> tuple[int, str, int]:
         [sys.executable, "-m", "composer", *args], stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env
     )
     assert child.stderr is not None
-    stderr = child.stderr.read().decode()  # ends when the child does (a hang fails the test run)
-    _, status, usage = os.wait4(child.pid, 0)
+    guard = threading.Timer(120, child.kill)  # a hang (reading without end) fails, not blocks, the run
+    guard.start()
+    try:
+        stderr = child.stderr.read().decode()
+        _, status, usage = os.wait4(child.pid, 0)
+    finally:
+        guard.cancel()
     child.returncode = os.waitstatus_to_exitcode(status)
     return child.returncode, stderr, usage.ru_maxrss
 
