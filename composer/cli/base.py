@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from composer.cli.globals import VALUE_OPTIONS, add_hidden_globals
-from composer.errors import ComposerError, DiagnosedError, Interrupted, did_you_mean
+from composer.errors import DISK_FULL, ComposerError, DiagnosedError, Interrupted, cannot_write, did_you_mean
 from composer.signals import interrupts
 
 EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
@@ -129,6 +129,8 @@ class ComposeSpecGroup(click.Group):
         except ComposerError as err:
             self._exit(err, as_json)
         except Exception as err:
+            if isinstance(err, OSError) and err.errno in DISK_FULL:  # no room to write: not a bug
+                self._exit(ComposerError(cannot_write(err.filename, err)), as_json)
             if os.environ.get(DEBUG_VAR):
                 raise
             wrapped = ComposerError(

@@ -25,5 +25,7 @@ def history(obj: Context, last: int, as_json: bool) -> None:
     """
     from composer.swap import format_history, read_history
 
-    events = read_history(obj.stack().project, last)
-    click.echo(json.dumps(events) if as_json else format_history(events))
+    history = read_history(obj.stack().project, last)
+    if history.skipped:
+        click.echo(f"note: skipped {history.skipped} unreadable line(s) of {history.path}", err=True)
+    click.echo(json.dumps(history.events) if as_json else format_history(history.events))

@@ -21,7 +21,7 @@ from composer.stack import adaptive
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
-from composer.stack.gateway import GATEWAY_SETTINGS, GatewaySettings
+from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySettings
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
@@ -232,6 +232,7 @@ def _build(sources: Sources) -> Stack:
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
         start_period = int(settings["start_period"])  # type: ignore[call-overload]
         if start_period > gateway.hold_timeout:
+            start_period = min(start_period, HOLD_TIMEOUT_MAX)  # the gateway's own bound
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
             resolve.written["gateway.hold_timeout"] = start_period
@@ -545,6 +546,7 @@ def _variant(
             f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
         )
     extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
+    _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)  # type: ignore[arg-type]
     standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
     weights = resolve.get(
         f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
@@ -594,6 +596,24 @@ def _extra_args(raw: object) -> list[str]:
             'a list of strings without NUL bytes (from --set: JSON, e.g. ["--max-num-seqs", "64"])'
         )
     return args
+
+
+RENDERED_FLAGS = {
+    "--api-key": "a secret on the command line shows in `ps`, `docker inspect` and the rendered files; "
+    "set VLLM_API_KEY (the environment or the env file) instead, which the server reads",
+    "--port": "compose-spec renders --port 8000, where the gateway and the healthcheck reach the "
+    "server; set stack.port for the port clients use",
+    "--host": "the server must listen on its container's every address for the gateway and the "
+    "healthcheck; remove it (stack.bind_address sets the host address the port binds)",
+}
+"""vLLM flags extra_args may not set, and why (never shown with their value: it may be a secret)."""
+
+
+def _refuse_rendered_flags(key: str, args: Sequence[str]) -> None:
+    for arg in args:
+        flag = arg.partition("=")[0].replace("_", "-") if arg.startswith("--") else ""
+        if flag in RENDERED_FLAGS:
+            raise ConfigError(f"{key} sets {flag}: {RENDERED_FLAGS[flag]}")
 
 
 def _image_key(raw: object, images: Mapping[str, str]) -> str:

@@ -21,10 +21,12 @@ from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
 from composer.engine.published_port import DEAD_PORT
+from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.journal import INTERRUPTED, read_history
 from composer.swap.live_status import format_live, live_rows
 from composer.swap.snapshot import Member, Snapshot
 
@@ -159,11 +161,26 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     gateway = data["gateway"]
     mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
-    data["warnings"] = [w for w in (follower_warning(stack, attached),) if w]
+    data["warnings"] = [
+        w for w in (follower_warning(stack, attached), interrupted_warning(stack.project)) if w
+    ]
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
     return data
+
+
+def interrupted_warning(project: str) -> str | None:
+    """A line naming the last swap when its process ended without finishing it (a killed `up`)."""
+    try:
+        events = read_history(project, 1).events
+    except ComposerError:  # an unreadable history never fails status
+        return None
+    if not events or events[-1].get("outcome") != INTERRUPTED:
+        return None
+    last = events[-1]
+    route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
+    return f"the last swap, {route}, was interrupted: {last.get('cause')}"
 
 
 def _asleep(stack: Stack, member: Member) -> dict[str, object]:

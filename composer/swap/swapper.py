@@ -43,7 +43,7 @@ from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
-from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
+from composer.swap.plan import SwapPlan, decide, plan_swap, rollback_source_problem  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
@@ -209,6 +209,12 @@ def execute(
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
+        problem = rollback_source_problem(plan.rollback)
+        if problem:
+            raise PreflightFailed(
+                f"preflight: {problem}; fix: restore it, or remove it (the rollback then starts "
+                f"{previous.variant} from this stack), or pass --no-rollback to swap without a way back"
+            )
     record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     record.stage("draining")
     # what the gateway's switch log is told when the held requests flow
@@ -280,6 +286,8 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     (run files resolve every value but the API key: no `docker compose config` needed)."""
     import yaml
 
+    from composer.stack.bounded import RUN_FILE_LIMIT, FileTooLarge, read_bounded
+
     if not created_from:
         return False
     created = Path(created_from.split(",")[0])
@@ -288,10 +296,10 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
     try:
         old, new = (
-            yaml.load(Path(f).read_text(encoding="utf-8"), Loader=loader)["services"]["gateway"]
+            yaml.load(read_bounded(f, "run file", RUN_FILE_LIMIT), Loader=loader)["services"]["gateway"]
             for f in (created_from.split(",")[0], compose_file)
         )
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
+    except (OSError, KeyError, TypeError, yaml.YAMLError, FileTooLarge):
         return False
     return bool(old == new)
 

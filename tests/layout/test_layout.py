@@ -27,7 +27,7 @@ SUBPACKAGES = (
 )
 # What each part may import from the rest of the package (besides errors, labels, signals, _exports).
 ALLOWED = {
-    "stack": set(),
+    "stack": {"gateway"},  # the gateway's own bounds of its settings (composer.gateway.config)
     "render": {"stack"},
     "probes": set(),
     "capacity": {"stack", "probes"},
