@@ -104,7 +104,7 @@ description = "plain"
 [workloads]
 # hand-written
 chat-1 = "baseline"   # old choice
-draft = "baseline"
+medium-4 = "baseline"
 
 [images]
 vllm = "vllm/vllm-openai:v0.32.0"  # pinned
@@ -121,7 +121,7 @@ def test_edit_keeps_comments_and_other_keys() -> None:
     parsed = tomllib.loads(text)
     assert parsed["workloads"] == {
         "chat-1": "mtp",
-        "draft": "baseline",
+        "medium-4": "baseline",
         "chat-16": "baseline",
         "long-1": "baseline",
         "long-16": "baseline",
@@ -176,7 +176,6 @@ def test_cli_recommend_writes_a_block_the_stack_loads(tmp_path: Path) -> None:
     assert {w["workload"]: w["variant"] for w in data["workloads"]}["chat-1"] == "mtp"
     stack = load_stack([stack_file], REPO / ".env.demo")
     assert stack.workloads["chat-1"] == "mtp" and stack.workloads["long-16"] == "baseline"
-    assert stack.workloads["long-prompt"] == "baseline"  # the hand-written keys stay
     original_comments = [
         line for line in (REPO / "composer.toml").read_text().splitlines() if line.lstrip().startswith("#")
     ]

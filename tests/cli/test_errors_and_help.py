@@ -146,5 +146,5 @@ def test_shell_completion_of_commands_variants_and_workloads(empty_env_file: Pat
     variants = sorted(shipped_variants())
     assert complete("up m", empty_env_file) == [v for v in variants if v.startswith("m")]
     assert complete("up ", empty_env_file) == variants
-    assert complete("use ", empty_env_file) == ["chat", "draft", "long-prompt"]
+    assert complete("use ", empty_env_file) == ["chat-1", "long-16"]
     assert complete("doctor d", empty_env_file) == [v for v in variants if v.startswith("d")]

@@ -65,11 +65,18 @@ def test_huge_integer_setting_is_a_config_error(tmp_path: Path, value: str) -> N
     assert "stack.max_model_len" in line and "positive integer" in line and len(line) < 400
 
 
+@pytest.mark.parametrize("name", ["chat", "long-prompt", "draft", "chat-0"])
+def test_a_workload_name_no_part_understands_is_refused(tmp_path: Path, name: str) -> None:
+    line = refused(tmp_path, extra_toml=f'[workloads]\n{name} = "mtp"\n')
+    assert f"invalid key workloads.{name} (from bad.toml): '{name}' is not a workload class" in line
+    assert "e.g. chat-1, medium-4, long-16" in line
+
+
 # -- 2. workloads that are not variant names -------------------------------------------------
 @pytest.mark.parametrize("value", ['["mtp"]', "{ a = 1 }", "3", "true"])
 def test_workload_with_a_non_string_value_is_a_config_error(tmp_path: Path, value: str) -> None:
-    line = refused(tmp_path, extra_toml=f"[workloads]\nchat = {value}\n")
-    assert "invalid workloads.chat" in line and "(from bad.toml)" in line
+    line = refused(tmp_path, extra_toml=f"[workloads]\nchat-1 = {value}\n")
+    assert "invalid workloads.chat-1" in line and "(from bad.toml)" in line
     assert "expected a variant name, one of " + ", ".join(sorted(shipped_variants())) in line
 
 
