@@ -9,8 +9,8 @@ import pytest
 from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
-from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
 from composer.stack.workload_classes import live_routing
+from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
 from composer.swap.live_status import format_live
 from composer.swap.status import format_status
 from tests.conftest import REPO
