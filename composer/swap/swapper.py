@@ -35,6 +35,7 @@ from composer.engine.containers import (
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed
+from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import API_KEY_VAR
@@ -201,7 +202,7 @@ def execute(
         result.timings["total"] = time.monotonic() - began
         return
     if not plan.steps:  # only the gateway's settings changed
-        result.outcome = "gateway updated"
+        result.outcome = GATEWAY_UPDATED
         transaction.gateway_only(ctx, plan, target, compose_file, result)
         result.timings["total"] = time.monotonic() - began
         _history(ctx.stack, plan, result.outcome, result)
