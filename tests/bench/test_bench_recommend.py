@@ -198,3 +198,19 @@ def test_cli_recommend_bad_inputs(tmp_path: Path) -> None:
     stranger.write_text(json.dumps({"points": [{"variant": "eagle", "k": 3, "aggregate_tok_s": 9.0}]}))
     unknown = subprocess.run([*argv, "--from", str(stranger)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "eagle" in unknown.stderr and "known: baseline" in unknown.stderr
+
+
+def test_recommend_reads_the_folder_bench_out_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    argv = [*COMPOSE_SPEC, "--env-file", str(REPO / ".env.demo"), "--stack", str(REPO / "composer.toml")]
+    empty = subprocess.run(
+        [*argv, "recommend", "--from", str(out)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert empty.returncode == 2 and "no bench.json in" in empty.stderr and "bench --out" in empty.stderr
+    (out / "bench.json").write_text(json.dumps(synthetic_bench()))
+    shown = subprocess.run(
+        [*argv, "recommend", "--from", str(out)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert 'long-16 = "baseline"' in shown.stdout
