@@ -38,7 +38,6 @@ from composer.stack.bounded import BENCH_FILE_LIMIT, STACK_FILE_LIMIT, read_boun
 from composer.stack.model import Stack
 from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
-
 CLOSE_MARGIN = 1.05
 """A win by less than this is flagged `close`: within run-to-run noise of a short sweep."""
 
