@@ -23,6 +23,9 @@ BUCKETS: dict[str, tuple[int, int | None]] = {
     "long": (MEDIUM_MAX_TOKENS + 1, None),
 }
 _NAME = re.compile(r"(?P<bucket>chat|medium|long)(?P<tokens>as-given|[0-9]{1,7})?-(?P<streams>[0-9]{1,5})")
+WORKLOAD_PATTERN = (
+    "^(chat|medium|long)(as-given|[0-9]{1,7})?-(?!0+$)[0-9]{1,5}$"  # the same, for the JSON Schema
+)
 
 
 @dataclass(frozen=True)

@@ -240,3 +240,14 @@ def test_huge_start_period_is_a_config_error(tmp_path: Path, value: str) -> None
 def test_host_path_compose_cannot_hold_is_a_config_error(tmp_path: Path) -> None:
     line = refused(tmp_path, env_text=f"VLLM_API_KEY={KEY}\nMODEL_DIR='/models/{{m}}'\n")
     assert "invalid stack.model_dir = '/models/{m}' (from bad.env MODEL_DIR)" in line
+
+
+@pytest.mark.parametrize(
+    "name", ["chat-1", "long16000-16", "chatas-given-1", "chat", "chat-0", "long-123456", "x-1"]
+)
+def test_the_schema_pattern_and_the_loader_agree_on_workload_names(name: str) -> None:
+    import re
+
+    from composer.stack.workload_classes import WORKLOAD_PATTERN, class_shape
+
+    assert (re.fullmatch(WORKLOAD_PATTERN.strip("^$"), name) is not None) == (class_shape(name) is not None)
