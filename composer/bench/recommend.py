@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from composer.bench.report import JSON_FILE
 from composer.errors import ConfigError, UsageError
 from composer.stack.bounded import BENCH_FILE_LIMIT, STACK_FILE_LIMIT, read_bounded
 from composer.stack.model import Stack
@@ -77,7 +78,14 @@ class Win:
 
 
 def read_bench(path: str | Path) -> dict[str, Any]:
-    """A benchmark's JSON (bench.json), or a UsageError naming what is wrong with it."""
+    """A benchmark's JSON (bench.json, or the folder `bench --out` wrote it in), or a
+    UsageError naming what is wrong with it."""
+    if Path(path).is_dir():
+        folder, path = path, Path(path) / JSON_FILE
+        if not path.is_file():
+            raise UsageError(
+                f"no {JSON_FILE} in {str(folder)!r}: run `compose-spec bench --out {folder}` first"
+            )
     try:
         data = json.loads(read_bounded(path, "benchmark results file", BENCH_FILE_LIMIT))
     except OSError as err:

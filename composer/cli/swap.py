@@ -256,8 +256,8 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
 
     \b
     Examples:
-      compose-spec use chat
-      compose-spec use long-prompt --json
+      compose-spec use chat-1
+      compose-spec use long-16 --json
     """
     variant = obj.stack().workload_variant(workload).name
     _swap(obj, variant, SwapArgs(**opts))

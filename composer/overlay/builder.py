@@ -145,6 +145,18 @@ def _refuse_unless_base_used(recipe: Recipe, diffs: list[ParsedDiff], use_base: 
         )
 
 
+def readable(argv: tuple[str, ...] | list[str]) -> str:
+    """An argv as one shell line a person reads and can paste: an argument with single quotes
+    in it is double-quoted when that needs no escapes (never `'"'"'`)."""
+    words = []
+    for arg in argv:
+        quoted = shlex.quote(arg)
+        if quoted != arg and "'" in arg and not any(c in arg for c in '"$`\\!'):
+            quoted = f'"{arg}"'
+        words.append(quoted)
+    return " ".join(words)
+
+
 @dataclass(frozen=True)
 class Verification:
     """What proves a built image right: modules the diffs add must import, then a command."""
@@ -164,7 +176,7 @@ class Verification:
             if self.modules
             else ""
         )
-        return f"{imports}run {shlex.join(self.command)}"
+        return f"{imports}run {readable(self.command)}"
 
 
 def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...]:
@@ -265,7 +277,7 @@ def verify_image(
                 dock.remove_image(client, image_id)
             last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
             what = "the image is kept" if not remove_on_failure else "image removed"
-            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else shlex.join(argv)
+            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else readable(argv)
             raise ImageBuildError(
                 f"verification failed in {'the image' if not remove_on_failure else 'the new image'} "
                 f"(exit {code} from {_short(step)}), {what}: {last[0].strip()}"

@@ -25,7 +25,7 @@ from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySe
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
-from composer.stack.workload_classes import gateway_workloads
+from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
 
@@ -753,9 +753,11 @@ def _adaptive_speculation(
 def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
     raw = _table(sources.toml, "workloads", sources.toml_origin)
     for workload, variant in raw.items():
+        origin = sources.toml_origin.get(f"workloads.{workload}")
+        where = f" (from {origin.name})" if origin else ""
+        if (problem := check_workload_name(str(workload))) is not None:
+            raise ConfigError(f"invalid key workloads.{workload}{where}: {problem}")
         if not isinstance(variant, str) or variant not in variants:
-            origin = sources.toml_origin.get(f"workloads.{workload}")
-            where = f" (from {origin.name})" if origin else ""
             raise ConfigError(
                 f"invalid workloads.{workload} = {v.shown(variant)}{where}: expected a variant name, one of "
                 + ", ".join(sorted(variants))

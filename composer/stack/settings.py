@@ -100,7 +100,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("gateway", "min_residency", "duration", "how long a variant serves after a switch before another"),
     Key(
-        "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 429)"
+        "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 503)"
     ),
     Key("gateway", "policy_window", "duration", "traffic the automatic policy looks at"),
     Key("gateway", "max_head_bytes", "size", "bytes a request head may have (more: 431)"),

@@ -77,7 +77,7 @@ class Follower:
     ) -> None:
         self.stack = stack
         self.client = client
-        self.options = options
+        self.options = replace(options, by="follow")  # its swaps say so in the history
         self.emit = emit
         self.stop = stop
         self.reported: str | None = None

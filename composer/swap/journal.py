@@ -269,21 +269,3 @@ def _event(line: bytes) -> dict[str, Any] | None:
     if drained and not isinstance(drained.get("cut", 0), int):
         return None
     return event
-
-
-def format_history(events: list[dict[str, Any]]) -> str:
-    """One line per event: time, kind, from -> to, outcome, total seconds, cut, cause."""
-    if not events:
-        return "no swaps recorded yet"
-    rows = []
-    for event in events:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.get("time", 0))))
-        total = (event.get("timings") or {}).get("total")
-        took = f" {total:.1f}s" if isinstance(total, int | float) else ""
-        drained = event.get("drained") or {}
-        cut = f", {drained['cut']} cut" if drained.get("cut") else ""
-        cause = f": {event['cause']}" if event.get("cause") else ""
-        route = f"{event.get('source') or '-'} -> {event.get('target') or '-'}"
-        kind, outcome = event.get("kind", "up"), event.get("outcome", "?")
-        rows.append(f"{when}  {kind:<8} {route}  {outcome}{took}{cut}{cause}")
-    return "\n".join(rows)

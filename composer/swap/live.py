@@ -32,6 +32,7 @@ from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
+from composer.stack.workload_classes import live_routing
 from composer.swap.journal import append_history
 
 if TYPE_CHECKING:
@@ -538,13 +539,17 @@ def up_live(
     names = live_variants(requested, stack, live_containers(stack, client))
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
     swapper = LiveSwapper(stack, client, timeout, settle, progress=progress, waiting=waiting)
+    by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:
-        return swapper.up(target, dry_run=True)
+        result = swapper.up(target, dry_run=True)
+        result.notes += [] if by_class else [f"the live set routes {routing}"]
+        return result
     ctx = Context(stack, client, options, progress, waiting or progress) if options else None
     if ctx is not None:
         check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
         result = swapper.up(target)
+        result.notes += [] if by_class else [f"the live set routes {routing}"]
         if ctx is not None and ctx.options.profiles:
             result.notes += start_profiles(ctx, live_run_file(target))
         return result

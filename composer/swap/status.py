@@ -24,6 +24,7 @@ from composer.engine.published_port import DEAD_PORT
 from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
 from composer.swap.journal import INTERRUPTED, read_history
@@ -158,6 +159,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data["gateway"] = gateway_status(stack, client, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     data["live"] = live_rows(stack, client, snap.gateway_state.raw if snap.gateway_state else None)
+    if data["live"]:
+        data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
     mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
@@ -306,8 +309,9 @@ def format_status(data: dict) -> str:
     if live and not data["running"]:  # a live set serves: no single variant to describe
         gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
         header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
-        return header + "\n" + format_live(live) + warnings
-    return _format_status(data) + (("\n" + format_live(live)) if live else "") + warnings
+        return header + f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) + warnings
+    routing = f"\n{'routing':<14}{data.get('routing')}" if live else ""
+    return _format_status(data) + routing + (("\n" + format_live(live)) if live else "") + warnings
 
 
 def _format_status(data: dict) -> str:

@@ -35,6 +35,7 @@ from composer.engine.containers import (
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed
+from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import API_KEY_VAR
@@ -73,6 +74,7 @@ class UpOptions:
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
     keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
+    by: str | None = None  # what drove the swap when not a person's `up` ("follow"), for the history
 
 
 @dataclass
@@ -201,10 +203,10 @@ def execute(
         result.timings["total"] = time.monotonic() - began
         return
     if not plan.steps:  # only the gateway's settings changed
-        result.outcome = "gateway updated"
+        result.outcome = GATEWAY_UPDATED
         transaction.gateway_only(ctx, plan, target, compose_file, result)
         result.timings["total"] = time.monotonic() - began
-        _history(ctx.stack, plan, result.outcome, result)
+        _history(ctx, plan, result.outcome, result)
         return
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
@@ -227,15 +229,16 @@ def execute(
     try:
         transaction.run(ctx, plan, target, compose_file, snap, result, record, early)
     except SwapFailed as failure:
-        _history(ctx.stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
+        _history(ctx, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
     result.timings["total"] = time.monotonic() - began
-    _history(ctx.stack, plan, result.outcome, result)
+    _history(ctx, plan, result.outcome, result)
 
 
-def _history(stack: Stack, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+    by = {"by": ctx.options.by} if ctx.options.by else {}
     append_history(
-        stack.project,
+        ctx.stack.project,
         {
             "kind": "up",
             "source": plan.previous.variant if plan.previous else None,
@@ -245,6 +248,7 @@ def _history(stack: Stack, plan: SwapPlan, outcome: str, result: UpResult, cause
             "timings": {k: round(v, 3) for k, v in result.timings.items()},
             "drained": result.drained,
             "cause": cause.splitlines()[0][:500] if cause else None,
+            **by,
         },
     )
 

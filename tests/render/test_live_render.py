@@ -67,6 +67,20 @@ def test_one_service_per_live_container_on_its_own_gpus(tmp_path: Path) -> None:
     assert "ports" not in services["vllm-mtp-1"]  # only the gateway publishes the port
 
 
+def test_a_live_set_gateway_gets_the_classes_and_aliases_without_switching(tmp_path: Path) -> None:
+    extra = tmp_path / "routes.toml"
+    extra.write_text(
+        '[variants.mtp]\naliases = ["fast"]\n[workloads]\nchat-1 = "mtp"\nlong-16 = "baseline"\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "live.toml").write_text(LIVE, encoding="utf-8")
+    stack = load_stack([REPO / "composer.toml", tmp_path / "live.toml", extra], None, environ={})
+    env = _live_file(stack, tmp_path / "out")["services"]["gateway"]["environment"]
+    assert env["GATEWAY_ALIASES"] == "fast=mtp"
+    assert env["GATEWAY_WORKLOADS"] == "chat-1:0:512:0:1=mtp,long-16:4097:0:0:16=baseline"
+    assert "GATEWAY_POLICY" not in env and "GATEWAY_SWITCH_ON_MODEL" not in env  # switching stays off
+
+
 def test_without_gpus_no_device_is_reserved_but_the_sets_stay_labels(tmp_path: Path) -> None:
     services = _live_file(_stack(tmp_path, {"GPU_DEVICES": "none"}), tmp_path / "out")["services"]
     assert all("deploy" not in s for s in services.values())

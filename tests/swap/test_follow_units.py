@@ -83,13 +83,20 @@ def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> Non
     monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     result = SimpleNamespace(outcome="woke", previous="baseline", timings={"wake": 0.5})
     ran: list[str] = []
-    monkeypatch.setattr(follow_module, "up", lambda stack, target, **k: ran.append(target) or result)
+    by: list[str | None] = []
+
+    def up(stack, target, **kwargs):
+        ran.append(target)
+        by.append(kwargs["options"].by)
+        return result
+
+    monkeypatch.setattr(follow_module, "up", up)
     events: list[FollowEvent] = []
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
     control = RecordingControl()
     follower.handle(control, SwitchDemand("d2", "mtp", "prompt p50 40 tok -> chat-1 = mtp", "auto"))  # type: ignore[arg-type]
-    assert ran == ["mtp"]
+    assert ran == ["mtp"] and by == ["follow"]  # the history marks the swap as follow's
     assert control.reports == [("mtp", "d2", True, "woke")]
     assert follower.switches == 1
     assert [e.event for e in events] == ["switch", "switched"]
