@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from composer import labels as label_names
-from composer.engine.variant_container import RunningVariant, VariantContainer
+from composer.engine.variant_container import RunningVariant as RunningVariant
+from composer.engine.variant_container import VariantContainer
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 
@@ -71,52 +72,9 @@ def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> l
     return [VariantContainer(c) for c in ours]
 
 
-def gateway_upstream(stack: Stack, client: docker.DockerClient) -> str | None:
-    """Where the stack's gateway forwards now (None: no gateway, or it does not answer)."""
-    from composer.errors import GatewayControlError
-    from composer.gateway.client import GatewayControl
-
-    gateway = gateway_container(stack, client)
-    if gateway is None or gateway.status != "running":
-        return None
-    try:
-        return GatewayControl(gateway).state().upstream
-    except GatewayControlError:  # Docker or the gateway gone: nothing routed that we know of
-        return None
-
-
 def upstream_url(container_name: str) -> str:
     """The gateway's upstream URL for a variant container, by its own name."""
     return f"http://{container_name}:{CONTAINER_PORT}"
-
-
-def is_asleep(container: VariantContainer, stack: Stack, upstream: str | None) -> bool:
-    """A running sleep-standby container (service `<service>-<variant>`) the gateway does not
-    route to: `up` put it to sleep. The gateway's route is the only record of which one
-    serves: Docker's and the gateway's view, no state file."""
-    service = container.container.labels.get(label_names.COMPOSE_SERVICE)
-    if service in (None, stack.service) or container.status != "running":
-        return False
-    return upstream != upstream_url(container.name)
-
-
-def serving_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
-    """The project's variant containers but the sleeping ones, newest first."""
-    ours = our_containers(stack, client)
-    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
-    return [c for c in ours if not is_asleep(c, stack, upstream)]
-
-
-def sleeping_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
-    """The project's sleeping variant containers, newest first."""
-    ours = our_containers(stack, client)
-    upstream = gateway_upstream(stack, client) if any(has_standby_service(c, stack) for c in ours) else None
-    return [c for c in ours if is_asleep(c, stack, upstream)]
-
-
-def has_standby_service(container: VariantContainer, stack: Stack) -> bool:
-    """A container of a sleep-standby service (`<service>-<variant>`)."""
-    return container.container.labels.get(label_names.COMPOSE_SERVICE) not in (None, stack.service)
 
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
@@ -131,12 +89,3 @@ def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | 
         },
     )
     return found[0] if found else None
-
-
-def current_variant(stack: Stack, client: docker.DockerClient) -> RunningVariant | None:
-    """The running variant container of the stack that serves (not asleep), if any."""
-    for container in serving_containers(stack, client):
-        described = container.describe()
-        if described.running:
-            return described
-    return None

@@ -17,7 +17,7 @@ from composer import labels as label_names
 from composer.engine import retry
 from composer.engine.retry import Pending
 from composer.errors import ComposerError
-from composer.render.spec import SLEEP_MODE_FLAG
+from composer.render.spec import CONTAINER_PORT, SLEEP_MODE_FLAG
 
 if TYPE_CHECKING:
     from docker.errors import APIError
@@ -25,6 +25,12 @@ if TYPE_CHECKING:
 
 
 REMOVAL_WAIT = 30.0  # seconds a container being removed by Docker may take to disappear
+# Asked inside the container (its image has python3): vLLM's own `/is_sleeping` answer.
+_IS_SLEEPING = (
+    "import json, urllib.request; "
+    f"print(json.load(urllib.request.urlopen('http://127.0.0.1:{CONTAINER_PORT}/is_sleeping', timeout=3))"
+    "['is_sleeping'])"
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,16 @@ class VariantContainer:
     def describe(self) -> RunningVariant:
         """What the labels and the state say about it."""
         return describe(self.container)
+
+    def is_sleeping(self) -> bool | None:
+        """Its own `GET /is_sleeping` answer, asked inside it (`docker exec`): the one record of
+        whether it sleeps (`/health` is 200 while asleep); None when it does not answer."""
+        try:
+            code, output = self.container.exec_run(["python3", "-c", _IS_SLEEPING])
+        except Exception:  # the Docker SDK raises several families; no answer either way
+            return None
+        words = (output or b"").decode(errors="replace").split()
+        return {"True": True, "False": False}.get(words[-1]) if code == 0 and words else None
 
     def stop_and_remove(self, grace_seconds: int, gone_within: float = REMOVAL_WAIT) -> None:
         """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.

@@ -28,10 +28,7 @@ from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
 from composer.engine import retry
 from composer.engine.client import compose
-from composer.engine.containers import (
-    RunningVariant,
-    sleeping_containers,
-)
+from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed
@@ -313,7 +310,7 @@ def check_standby_fits(
     """
     stack = ctx.stack
     if sleeping is None:
-        sleeping = [c.describe().variant for c in sleeping_containers(stack, ctx.client)]
+        sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
     sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes
