@@ -193,8 +193,8 @@ def _build(sources: Sources) -> Stack:
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
-        start_period = int(settings["start_period"])  # type: ignore[call-overload]
-        if start_period > gateway.hold_timeout:
+        start_period = settings["start_period"]  # seconds: parse_duration's int
+        if isinstance(start_period, int) and start_period > gateway.hold_timeout:
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
             resolve.written["gateway.hold_timeout"] = start_period
