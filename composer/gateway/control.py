@@ -1,6 +1,8 @@
 """The control ASGI app, served only on a UNIX socket inside the gateway container.
 
-Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
+Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
+body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
+Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 
 | route | does |
 |---|---|
@@ -324,6 +326,19 @@ async def _arguments(request: Request) -> dict[str, Any]:
     return {**args, **data}
 
 
+def _unknown(exc: Exception) -> str:
+    return f"unknown id {exc.args[0]!r} (released, expired or never set)"
+
+
+def _refusal(status: int, say: Callable[[Exception], str]) -> Callable[..., Awaitable[JSONResponse]]:
+    """An exception handler answering `{"error": say(exc)}` with `status`."""
+
+    async def answer(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": say(exc)}, status_code=status)
+
+    return answer
+
+
 def build_control_app(gateway: Gateway) -> Starlette:
     """The control app bound to one gateway: a route per verb of `VERBS`."""
     control = Control(gateway)
@@ -334,23 +349,14 @@ def build_control_app(gateway: Gateway) -> Starlette:
 
         return run
 
-    async def on_bad_input(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
-
-    async def on_unreachable(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=502)
-
-    async def on_unknown(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"unknown id {exc.args[0]!r} (released, expired or never set)"}, 404)
-
     return Starlette(
         routes=[
             Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS
         ],
         exception_handlers={
-            BadInput: on_bad_input,
-            BackendUnreachable: on_unreachable,
-            UnknownHold: on_unknown,
-            KeyError: on_unknown,
+            BadInput: _refusal(400, str),
+            BackendUnreachable: _refusal(502, str),
+            UnknownHold: _refusal(404, _unknown),
+            KeyError: _refusal(404, _unknown),
         },
     )
