@@ -98,7 +98,7 @@ def bench_with_swaps(
     `after_sweep(report)` runs after an uninterrupted sweep, before the restore (the
     switching arm of `bench --decide`).
     """
-    from composer.engine.containers import current_variant
+    from composer.swap.snapshot import take
     from composer.swap.swapper import UpOptions, up
 
     stack = stack_for(())
@@ -107,7 +107,7 @@ def bench_with_swaps(
         progress(f"hint: {hint}")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
     metadata = bench_metadata(stack, variants, client)
-    previous = current_variant(stack, client)
+    previous = take(stack, client).current
     progress(f"serving before the benchmark: {previous.variant if previous else 'nothing'}")
 
     def serve(point: BenchPoint) -> None:

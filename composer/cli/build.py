@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.params import complete_recipe
 
@@ -66,7 +66,7 @@ def build_cmd(obj: Context, **kwargs: object) -> None:
     from composer.overlay.builder import build_overlay
     from composer.overlay.recipe import load_recipe, verify_argv
 
-    args = BuildArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(BuildArgs, kwargs)
     verify = verify_argv(args.verify_cmd) if args.verify_cmd is not None else None
     loaded = load_recipe(args.recipes_dir, args.recipe, obj.stack().images)
     result = build_overlay(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.output import echo_json
 from composer.cli.params import json_option
@@ -57,7 +57,7 @@ def recommend(obj: Context, **kwargs: object) -> None:
         write_workloads,
     )
 
-    args = RecommendArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(RecommendArgs, kwargs)
     stack = obj.stack()
     wins = winners(read_bench(args.source))
     notes = check_against_stack(wins, stack)

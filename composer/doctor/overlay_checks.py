@@ -93,7 +93,7 @@ def check_overlay_current(
             f"base image {recipe.base} is not local: cannot tell whether {image} is current",
             f"load {recipe.base} (docker load -i FILE.tar)",
         )
-    wanted = image_labels(recipe, base, list(recipe.diffs))  # type: ignore[arg-type]
+    wanted = image_labels(recipe, base, recipe.diffs)
     stale = [
         key.removeprefix(f"{label_names.OVERLAY_PREFIX}.")
         for key, value in wanted.items()

@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from composer.errors import ImageBuildError
 from composer.overlay import steps as dock
 from composer.overlay.diff import ParsedDiff, added_modules, check_pin, problems_error, read_diff
 from composer.overlay.patch import applies_in_reverse, apply_diffs
-from composer.overlay.recipe import Recipe, pin_recipe
+from composer.overlay.recipe import DiffPin, Recipe, pin_recipe
 
 Progress = Callable[[str], None]
 IMPORT_PYTHON = "python3"
@@ -289,8 +289,8 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def image_labels(recipe: Recipe, base: Any, diffs: list[ParsedDiff]) -> dict[str, str]:
-    """The labels that record every input of the image."""
+def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin]) -> dict[str, str]:
+    """The labels that record every input of the image (each diff by its name and sha256)."""
     digests = base.attrs.get("RepoDigests") or []
     return {
         label_names.OVERLAY_RECIPE: recipe.name,

@@ -222,10 +222,6 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
     files: list[RenderedFile] = []
     for name in names:
         files += render_variant(resolve_target(stack, name), out_dir)
-    if stack.gateway.live and not variants:  # the live set's file beside the variants' own
-        from composer.render.live import render_live, resolve_live
-
-        files += render_live(resolve_live(stack, stack.gateway.live), out_dir)
     return files
 
 

@@ -25,50 +25,13 @@ from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySe
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
+from composer.stack.settings import settable_keys
+from composer.stack.stack_table import STACK_SETTINGS
 from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One stack-level setting: its key, environment variable, parser and default."""
-
-    key: str
-    env: str | None
-    parse: Callable[[object], object]
-    default: object
-    is_path: bool = False
-
-
-STACK_SETTINGS: tuple[Setting, ...] = (
-    Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, "vllm"),
-    Setting("service", None, v.parse_name, "vllm"),
-    Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_served_name, "model"),
-    Setting("port", "VLLM_PORT", v.parse_port, 8000),
-    Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_ip, "127.0.0.1"),
-    Setting("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", v.parse_positive_int, 1),
-    Setting("max_model_len", "MAX_MODEL_LEN", v.parse_positive_int, 8192),
-    Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
-    Setting("attention_backend", "ATTENTION_BACKEND", v.parse_attention_backend, "flash_attn"),
-    Setting("model_dir", "MODEL_DIR", v.parse_host_path, "./models/model", is_path=True),
-    Setting("model_path", None, v.parse_container_path, "/models/model"),
-    Setting("draft_dir", "DRAFT_DIR", v.parse_host_path, "./models/draft", is_path=True),
-    Setting("draft_path", None, v.parse_container_path, "/models/draft"),
-    Setting("start_period", None, v.parse_duration, 900),
-    Setting("stop_grace_period", None, v.parse_duration, 30),
-    Setting("restart", None, v.parse_restart, "unless-stopped"),
-    Setting("standby", None, v.parse_standby, "stop"),
-    Setting("sleep_residue", None, v.parse_size, "1.3G"),
-    Setting("gpu_memory_bytes", None, v.parse_optional_size, None),
-    Setting("acceptance_floor", None, v.parse_fraction, 0.05),
-    Setting("standby_fallback", None, v.parse_standby_fallback, "refuse"),
-    Setting("sleep_level", None, v.parse_sleep_level, 1),
-    Setting("allow_sleep_level_2_with_speculation", None, v.parse_bool, False),
-    Setting("log_max_size", None, v.parse_size, "50MiB"),
-    Setting("log_max_files", None, v.parse_log_files, 5),
-    Setting("log_probes", None, v.parse_bool, False),
-)
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {
     "extends",
@@ -230,8 +193,8 @@ def _build(sources: Sources) -> Stack:
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
-        start_period = int(settings["start_period"])  # type: ignore[call-overload]
-        if start_period > gateway.hold_timeout:
+        start_period = settings["start_period"]  # seconds: parse_duration's int
+        if isinstance(start_period, int) and start_period > gateway.hold_timeout:
             start_period = min(start_period, HOLD_TIMEOUT_MAX)  # the gateway's own bound
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
@@ -263,8 +226,6 @@ def _build(sources: Sources) -> Stack:
             )
     unused = sorted(set(sources.flags) - set(resolve.record))
     if unused:
-        from composer.stack.settings import settable_keys
-
         hint = did_you_mean(unused[0], settable_keys(list(variants)))
         raise ConfigError(
             f"--set {unused[0]}: not a setting of this stack:{hint or ''} use a key that "

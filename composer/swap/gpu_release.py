@@ -178,7 +178,9 @@ class ReleaseWait:
                 attempt
             )
         except Pending as gave_up:
-            return gave_up.result  # type: ignore[return-value]
+            if isinstance(gave_up.result, ReleaseOutcome):
+                return gave_up.result
+            raise
 
     def _released(self, before: GpuInfo, now: GpuInfo | None, last: Mapping[int, int]) -> bool:
         if now is None:

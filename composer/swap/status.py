@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
@@ -37,6 +37,24 @@ if TYPE_CHECKING:
     from composer.engine.variant_container import VariantContainer
 
 LOG_LINES = 10
+
+
+class VariantRow(TypedDict):
+    """One variant as `ls` shows it (`ls --json` prints these fields)."""
+
+    variant: str
+    method: str | None
+    k: int | None
+    image: str
+    image_present: bool | None
+    serving: bool
+    workloads: list[str]
+    aliases: NotRequired[list[str]]
+    description: str
+    live: NotRequired[list[dict[str, object]]]
+    refused: NotRequired[str]
+
+
 UNAUTHORIZED = "401: the key does not match the running container's"
 NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires a key"
 
@@ -273,8 +291,9 @@ def without_clock(data: dict[str, object]) -> dict[str, object]:
     """status_data() without the fields that change every second (to spot real changes)."""
     clock = {"uptime_seconds", "seconds_ago"}
     shown = {k: v for k, v in data.items() if k not in clock}
-    if isinstance(data.get("last_exit"), dict):
-        shown["last_exit"] = {k: v for k, v in data["last_exit"].items() if k not in clock}  # type: ignore[union-attr]
+    last_exit = data.get("last_exit")
+    if isinstance(last_exit, dict):
+        shown["last_exit"] = {k: v for k, v in last_exit.items() if k not in clock}
     return shown
 
 
@@ -389,13 +408,13 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
     return True
 
 
-def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
+def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
     """Every variant: method, K, image, whether the image is local, whether it serves, the
     workload classes and the aliases that name it, and why vLLM refuses it with this stack
     (`refused`, empty when it starts)."""
     serving = snapshot.take(stack, client, ask_sleeping=True).current if client is not None else None
     live = live_rows(stack, client) if client is not None else []
-    rows = []
+    rows: list[VariantRow] = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
         image = stack.image(variant.image_key)
@@ -417,7 +436,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     return rows
 
 
-def format_variants(rows: list[dict[str, object]]) -> str:
+def format_variants(rows: list[VariantRow]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
@@ -429,15 +448,15 @@ def format_variants(rows: list[dict[str, object]]) -> str:
                 str(row["method"] or "-"),
                 str(row["k"] or "-"),
                 str(row["image"]),
-                yes_no[row["image_present"]],  # type: ignore[index]
-                ",".join(row["workloads"]) or "-",  # type: ignore[arg-type]
-                ",".join(row.get("aliases") or ()) or "-",  # type: ignore[arg-type]
+                yes_no[row["image_present"]],
+                ",".join(row["workloads"]) or "-",
+                ",".join(row.get("aliases") or ()) or "-",
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     serving = next((r["variant"] for r in rows if r["serving"]), None)
-    live = [member for r in rows for member in r.get("live") or ()]  # type: ignore[attr-defined]
+    live = [member for r in rows for member in r.get("live") or ()]
     if live:
         lines.append("live set: " + ", ".join(sorted({str(m["variant"]) for m in live})))
         lines.append(format_live(live))

@@ -28,10 +28,7 @@ from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
 from composer.engine import retry
 from composer.engine.client import compose
-from composer.engine.containers import (
-    RunningVariant,
-    sleeping_containers,
-)
+from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed
@@ -50,6 +47,7 @@ from composer.swap.steps import Context
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.containers import Container
 
 Say = Callable[[str], None]
 
@@ -157,11 +155,12 @@ def prepare(
     same = current is not None and current.variant == target.name and current.config_hash == target.hash
     # the run file; a real swap also prunes the target's older ones (never a container's own)
     compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
-    recovered = same and target.gateway is not None and not snap.gateway_running and not dry_run
-    if recovered:
+    gateway = target.gateway
+    recovered = same and gateway is not None and not snap.gateway_running and not dry_run
+    if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
-        steps.compose_up(ctx, compose_file, target.gateway.service)  # type: ignore[union-attr]
+        steps.compose_up(ctx, compose_file, gateway.service)
         snap = snapshot.take(stack, ctx.client)
         current = snap.current
     ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
@@ -276,8 +275,8 @@ def gateway_differs(ctx: Context, compose_file: Path, snap: snapshot.Snapshot) -
     return _gateway_image_differs(ctx, gateway)
 
 
-def _gateway_image_differs(ctx: Context, gateway: object) -> bool:
-    attrs = gateway.attrs  # type: ignore[attr-defined]
+def _gateway_image_differs(ctx: Context, gateway: Container) -> bool:
+    attrs = gateway.attrs
     image = attrs.get("Config", {}).get("Image", "")
     try:
         return bool(image) and ctx.client.images.get(image).id != attrs.get("Image")
@@ -320,7 +319,7 @@ def check_standby_fits(
     """
     stack = ctx.stack
     if sleeping is None:
-        sleeping = [c.describe().variant for c in sleeping_containers(stack, ctx.client)]
+        sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
     sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes
