@@ -10,7 +10,9 @@ beside `composer/gateway/`.
 from __future__ import annotations
 
 import difflib
+import errno
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class ComposerError(Exception):
@@ -185,3 +187,19 @@ def unknown_choice(what: str, name: str, choices: Iterable[str]) -> UsageError:
     known = sorted(choices)
     hint = did_you_mean(name, known)
     return UsageError(f"unknown {what} {name!r}:{hint} choose one of " + ", ".join(known))
+
+
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+"""A write failed for want of room (a full disk, a quota) or a read-only file system."""
+
+
+def cannot_write(path: str | Path | None, err: OSError) -> str:
+    """`cannot write in FOLDER: No space left on device: ...` for a failed write of `path`.
+
+    A full disk, a quota or a read-only file system name the folder and what frees it."""
+    reason = err.strerror or str(err)
+    if err.errno not in DISK_FULL:
+        return f"cannot write {path}: {reason}"
+    folder = Path(path).parent if path else "the state folder ($XDG_STATE_HOME/vllm-composer)"
+    fix = "make it writable" if err.errno == errno.EROFS else "free some space there"
+    return f"cannot write in {folder}: {reason}: {fix}, then run the command again"

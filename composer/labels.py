@@ -28,6 +28,7 @@ ROLE_FOLLOW = "follow"  # the follow profile's follower
 OVERLAY_PREFIX = f"{PREFIX}.overlay"
 OVERLAY_RECIPE = f"{OVERLAY_PREFIX}.recipe"
 OVERLAY_PACKAGE_DIR = f"{OVERLAY_PREFIX}.package-dir"
+OVERLAY_FROM_BASE = f"{OVERLAY_PREFIX}.from-base"  # "contains-change": the base unchanged, it holds the diffs
 BUILD = f"{PREFIX}.build"
 
 # On the short-lived containers doctor creates to check host paths on a remote engine.

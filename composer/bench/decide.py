@@ -82,7 +82,8 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
     sweep = tuple(sorted(set(ks or DEFAULT_KS)))
     ks_by_variant = {n: sweep for n in static}
     for name in adaptive:
-        ks_by_variant[name] = (stack.variant(name).speculative.num_speculative_tokens,)  # type: ignore[union-attr]
+        speculative = stack.variant(name).speculative
+        ks_by_variant[name] = (speculative.num_speculative_tokens,) if speculative else sweep
     if plain is None:
         notes.append("no variant without speculation: the switching arm needs one")
     return ArmPlan(plain, static, tuple(adaptive), ks_by_variant, tuple(notes))
@@ -193,9 +194,10 @@ def decide(
     switches, held, switch_s, predicted = 0, 0.0, 0.0, None
     switch_arms: tuple[str, str] | None = None
     speculative = [a for a in singles if a != plan.plain]
-    if plan.plain in complete and speculative:
+    plain = plan.plain
+    if plain is not None and plain in complete and speculative:
         spec_best = max(speculative, key=lambda a: trace[a])
-        switch_arms = (plan.plain, spec_best)  # type: ignore[assignment]
+        switch_arms = (plain, spec_best)
     # a run cut short (Ctrl-C) is kept in the data but not compared: it covers part of the trace
     if switching is not None and switching.get("complete", True) and switching.get("goodput_tok_s"):
         trace[SWITCH] = float(switching["goodput_tok_s"])
@@ -300,8 +302,8 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def _num(value: object, digits: int = 1) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"  # type: ignore[arg-type]
+def _num(value: float | str | None, digits: int = 1) -> str:
+    return "-" if value is None else f"{float(value):.{digits}f}"
 
 
 def decision_data(decision: Decision) -> dict[str, Any]:

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from composer.bench.report import JSON_FILE
 from composer.errors import ConfigError, UsageError
+from composer.stack.bounded import BENCH_FILE_LIMIT, STACK_FILE_LIMIT, read_bounded
 from composer.stack.model import Stack
 from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
@@ -76,15 +78,22 @@ class Win:
 
 
 def read_bench(path: str | Path) -> dict[str, Any]:
-    """A benchmark's JSON (bench.json), or a UsageError naming what is wrong with it."""
+    """A benchmark's JSON (bench.json, or the folder `bench --out` wrote it in), or a
+    UsageError naming what is wrong with it."""
+    if Path(path).is_dir():
+        folder, path = path, Path(path) / JSON_FILE
+        if not path.is_file():
+            raise UsageError(
+                f"no {JSON_FILE} in {str(folder)!r}: run `compose-spec bench --out {folder}` first"
+            )
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, "benchmark results file", BENCH_FILE_LIMIT))
     except OSError as err:
         raise UsageError(
             f"cannot read the benchmark results {str(path)!r}: {err.strerror} "
             "(run `compose-spec bench` first)"
         ) from err
-    except ValueError as err:
+    except (ValueError, RecursionError) as err:
         raise UsageError(f"{str(path)!r} is not a benchmark's JSON: {err}") from err
     if not isinstance(data, dict) or not isinstance(data.get("points"), list):
         raise UsageError(f"{str(path)!r} is not a benchmark's JSON: it has no list of points")
@@ -233,9 +242,11 @@ def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
     """Put the recommended keys into the stack file's `[workloads]` table, atomically."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, "stack file", STACK_FILE_LIMIT).decode("utf-8")
     except OSError as err:
         raise UsageError(f"cannot read the stack file {str(path)!r}: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise UsageError(f"the stack file {str(path)!r} is not UTF-8 text (byte {err.start})") from err
     updated = updated_stack_text(text, wins)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

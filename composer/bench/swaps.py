@@ -13,9 +13,7 @@ import hashlib
 import json
 import os
 import platform
-import signal
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -31,6 +29,7 @@ from composer.bench.sweep import (
 )
 from composer.engine.health import base_url
 from composer.render.target import resolve_target
+from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 
 if TYPE_CHECKING:
@@ -99,7 +98,7 @@ def bench_with_swaps(
     `after_sweep(report)` runs after an uninterrupted sweep, before the restore (the
     switching arm of `bench --decide`).
     """
-    from composer.engine.containers import current_variant
+    from composer.swap.snapshot import take
     from composer.swap.swapper import UpOptions, up
 
     stack = stack_for(())
@@ -108,7 +107,7 @@ def bench_with_swaps(
         progress(f"hint: {hint}")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
     metadata = bench_metadata(stack, variants, client)
-    previous = current_variant(stack, client)
+    previous = take(stack, client).current
     progress(f"serving before the benchmark: {previous.variant if previous else 'nothing'}")
 
     def serve(point: BenchPoint) -> None:
@@ -135,7 +134,7 @@ def bench_with_swaps(
         if after_sweep is not None and not report.interrupted:
             after_sweep(report)
     finally:
-        with _interrupts_ignored():
+        with interrupts_ignored():
             restore_options = UpOptions(timeout=swap_timeout, allow_weak_key=allow_weak_key)
             ks_swept = [p.k for p in points if p.k]
             notes = _restore(previous, stack_for, ks_swept, client, restore_options, progress, waiting)
@@ -143,21 +142,6 @@ def bench_with_swaps(
     metadata["finished_at"] = _now()
     report.metadata = metadata
     return report
-
-
-@contextmanager
-def _interrupts_ignored() -> Iterator[None]:
-    """Let the one restore at the end finish: Ctrl-C and SIGTERM are ignored while it runs."""
-    try:
-        previous = {sig: signal.signal(sig, signal.SIG_IGN) for sig in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread: signals cannot be changed here
-        yield
-        return
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 def _now() -> str:

@@ -17,6 +17,7 @@ held-request latency. Ctrl-C ends the replay; the requests that finished are kep
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
 from composer.bench.sweep import BenchOptions, Workload, format_duration, percentile
 from composer.errors import BenchError
+from composer.signals import waits_cancelled
 from composer.stack.model import Stack
 from composer.stack.workload_classes import BUCKETS
 
@@ -245,7 +247,9 @@ def run_switching(
     finally:
         run.seconds = time.monotonic() - started
         stop.set()
-        follower.join(swap_timeout + 30)  # a switch under way finishes (or rolls back) first
+        # A switch under way finishes first; interrupted, its waits end and it rolls back.
+        with waits_cancelled() if run.interrupted else contextlib.nullcontext():
+            follower.join(swap_timeout + 30)
         _phase_switch_counts(run)
     return run
 

@@ -62,8 +62,9 @@ def draft_tensor_parallel_size(stack: Stack, variant: Variant) -> int:
     """`draft_tensor_parallel_size` from the speculative extra, else the stack's TP."""
     extra = dict(variant.speculative.extra) if variant.speculative else {}
     value = extra.get("draft_tensor_parallel_size")
-    valid = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return value if valid else stack.tensor_parallel_size  # type: ignore[return-value]
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return stack.tensor_parallel_size
 
 
 def variant_weights(stack: Stack, variant: Variant) -> Weights:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import click
 
 from composer.cli.globals import VALUE_OPTIONS, add_hidden_globals
-from composer.cli.signals import interrupts
-from composer.errors import ComposerError, DiagnosedError, Interrupted, did_you_mean
+from composer.errors import DISK_FULL, ComposerError, DiagnosedError, Interrupted, cannot_write, did_you_mean
+from composer.signals import interrupts
 
 EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
 DEBUG_VAR = "COMPOSE_SPEC_DEBUG"
@@ -129,6 +129,8 @@ class ComposeSpecGroup(click.Group):
         except ComposerError as err:
             self._exit(err, as_json)
         except Exception as err:
+            if isinstance(err, OSError) and err.errno in DISK_FULL:  # no room to write: not a bug
+                self._exit(ComposerError(cannot_write(err.filename, err)), as_json)
             if os.environ.get(DEBUG_VAR):
                 raise
             wrapped = ComposerError(
@@ -154,6 +156,14 @@ class ComposeSpecGroup(click.Group):
                 text = one_line(text)
             click.echo(f"compose-spec: error: {text}", err=True)
         sys.exit(_exit_code(err))
+
+
+Args = TypeVar("Args")
+
+
+def options_as(kind: Callable[..., Args], values: Mapping[str, object]) -> Args:
+    """A command's options dataclass from the values click parsed (and typed) for it."""
+    return kind(**values)
 
 
 def command(*args: Any, **kwargs: Any) -> Any:

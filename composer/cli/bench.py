@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
 from composer.cli.params import Duration, csv_list, json_option
@@ -114,7 +114,7 @@ def bench(obj: Context, **kwargs: object) -> None:
     from composer.bench.swaps import bench_with_swaps
     from composer.errors import BenchError
 
-    args = BenchArgs(**kwargs).with_decide_defaults()  # type: ignore[arg-type]
+    args = options_as(BenchArgs, kwargs).with_decide_defaults()
     options = args.options()
     stack = obj.stack()
     plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None

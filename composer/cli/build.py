@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.params import complete_recipe
 
@@ -19,6 +19,7 @@ class BuildArgs:
     pin: bool
     force: bool
     verify_cmd: str | None
+    use_base: bool
     recipes_dir: Path
 
 
@@ -39,6 +40,12 @@ class BuildArgs:
     "the modules the diffs add are imported either way.",
 )
 @click.option(
+    "--use-base",
+    is_flag=True,
+    help="When the base image already contains the change (the diffs apply in reverse), "
+    "tag the base itself as the image, labelled as such, instead of failing.",
+)
+@click.option(
     "--recipes-dir",
     default="images",
     show_default=True,
@@ -54,11 +61,12 @@ def build_cmd(obj: Context, **kwargs: object) -> None:
     Examples:
       compose-spec build dflash2 --dry-run
       compose-spec build dflash2 --env-file .env.demo
+      compose-spec build dflash2 --use-base   # a base that already contains the change
     """
     from composer.overlay.builder import build_overlay
     from composer.overlay.recipe import load_recipe, verify_argv
 
-    args = BuildArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(BuildArgs, kwargs)
     verify = verify_argv(args.verify_cmd) if args.verify_cmd is not None else None
     loaded = load_recipe(args.recipes_dir, args.recipe, obj.stack().images)
     result = build_overlay(
@@ -69,6 +77,7 @@ def build_cmd(obj: Context, **kwargs: object) -> None:
         force=args.force,
         progress=lambda line: click.echo(f"build {args.recipe}: {line}"),
         verify=verify,
+        use_base=args.use_base,
     )
     summary = {"built": "built", "current": "up to date", "dry-run": "dry run passed, nothing built"}
     click.echo(f"{result.tag}: {summary[result.status]}")

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context, require_api_key
 from composer.cli.params import Duration, json_option
 from composer.errors import ConfigError
@@ -69,7 +69,7 @@ def follow(obj: Context, **kwargs: object) -> None:
     from composer.swap.follow import follow as run_follow
     from composer.swap.swapper import UpOptions
 
-    args = FollowArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(FollowArgs, kwargs)
     stack = obj.stack()
     require_api_key(stack, obj.allow_weak_key)
     if not stack.gateway.switches:

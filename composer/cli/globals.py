@@ -8,6 +8,7 @@ before the command when the command runs. Repeatable ones (`--stack`, `--set`) a
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -119,9 +120,12 @@ def _record_late(ctx: click.Context, param: click.Parameter, value: Any) -> None
     ctx.meta.setdefault(LATE, {})[param.name] = value
 
 
+_WITH_GLOBALS: weakref.WeakSet[click.Command] = weakref.WeakSet()  # commands already given them
+
+
 def add_hidden_globals(command: click.Command) -> None:
     """Let the global options stand after the command's name too (hidden in its help)."""
-    if getattr(command, "_globals_added", False):
+    if command in _WITH_GLOBALS:
         return
     taken = {decl for param in command.params for decl in (*param.opts, *param.secondary_opts)}
     for name, decls, attrs in SPECS:
@@ -134,7 +138,7 @@ def add_hidden_globals(command: click.Command) -> None:
                 [*free, name], hidden=True, expose_value=False, callback=_record_late, default=None, **extra
             )
         )
-    command._globals_added = True  # type: ignore[attr-defined]
+    _WITH_GLOBALS.add(command)
 
 
 def options_of(ctx: click.Context) -> GlobalOptions:

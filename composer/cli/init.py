@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.output import note, shown
 from composer.errors import UsageError
 
@@ -112,7 +112,7 @@ def init_cmd(**kwargs: object) -> None:
     """
     from composer.stack.starter import init_stack
 
-    args = InitArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(InitArgs, kwargs)
     if args.describes_a_model and args.model_dir is None:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"

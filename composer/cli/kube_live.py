@@ -1,14 +1,11 @@
-"""The live-set side of `up --target kubernetes`: one Deployment at a time (composer.kube.live_rollout)."""
+"""`up --target kubernetes`: a drained rollout of one variant (composer.kube.rollout), or a live
+set changed one Deployment at a time (composer.kube.live_rollout)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from composer.cli.context import Context, require_api_key
+from composer.cli.swap_args import SwapArgs, report_swap
 from composer.errors import ConfigError
-
-if TYPE_CHECKING:
-    from composer.cli.swap import SwapArgs
 
 
 def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> bool:
@@ -48,11 +45,8 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
         if len(names) <= 1 and not cluster.live:
             if not names:
                 return False  # `up` asks for a VARIANT
-            from composer.cli.swap import _kube_up
-
-            _kube_up(obj, names[0], kube_context, args)
+            kube_up(obj, names[0], kube_context, args)
             return True
-    from composer.cli.swap import report_swap
 
     options = KubeUpOptions(
         timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
@@ -66,3 +60,34 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
         " on Kubernetes",
     )
     return True
+
+
+def kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs) -> None:
+    """`up --target kubernetes`: a drained rollout of the variant's overlay, undone on failure."""
+    from composer.kube.kubectl import Kubectl
+    from composer.kube.rollout import KubeUpOptions, up_kubernetes
+    from composer.render.target import resolve_target
+
+    if obj.options.docker_context:
+        raise ConfigError(
+            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
+        )
+    stack = obj.stack()
+    if stack.api_key:  # the Secret is made from it
+        require_api_key(stack, args.weak_key_allowed(obj))
+    options = KubeUpOptions(
+        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
+    )
+    report_swap(
+        variant,
+        args.as_json,
+        lambda line: up_kubernetes(
+            stack,
+            resolve_target(stack, stack.startable(variant).name),  # refused: exit 2, nothing rolls
+            kubectl=Kubectl.for_stack(stack, kube_context),
+            options=options,
+            progress=line.step,
+            waiting=line.waiting,
+        ),
+        " on Kubernetes",
+    )

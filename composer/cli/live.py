@@ -8,9 +8,9 @@ import click
 
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
+from composer.cli.swap_args import SwapArgs, report_swap
 
 if TYPE_CHECKING:
-    from composer.cli.swap import SwapArgs
     from composer.stack.model import Stack
 
 
@@ -37,7 +37,6 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
         live_members(stack, variants)  # overlapping GPU sets: exit 2 before Docker is asked anything
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
-    from composer.cli.swap import report_swap
 
     report_swap(
         "+".join(variants or stack.gateway.live),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.output import note
 from composer.cli.params import TailType, complete_from_stack
@@ -59,7 +59,7 @@ def logs(obj: Context, **kwargs: object) -> None:
     from composer.swap.logs import parse_since
     from composer.swap.service_logs import check_service, failed_log, failure_note, service_log
 
-    args = LogsArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(LogsArgs, kwargs)
     stack = obj.stack()
     check_service(stack, args.service)
     since = parse_since(args.since) if args.since else None

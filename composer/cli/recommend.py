@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.output import echo_json
 from composer.cli.params import json_option
@@ -24,10 +24,10 @@ class RecommendArgs:
 @click.option(
     "--from",
     "source",
-    default="bench-results/bench.json",
+    default="bench-results",
     show_default=True,
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="The benchmark's JSON (from `bench --concurrency ... --prompt-tokens ...`).",
+    type=click.Path(path_type=Path),
+    help="The folder `bench --out` wrote (its bench.json), or the JSON file itself.",
 )
 @click.option(
     "--write", is_flag=True, help="Write the proposed keys into the stack file's [workloads] table."
@@ -44,7 +44,8 @@ def recommend(obj: Context, **kwargs: object) -> None:
 
     \b
     Examples:
-      compose-spec recommend --from bench-results/bench.json
+      compose-spec recommend --from bench-results
+      compose-spec recommend --from results/bench.json
       compose-spec recommend --write
     """
     from composer.bench.recommend import (
@@ -56,7 +57,7 @@ def recommend(obj: Context, **kwargs: object) -> None:
         write_workloads,
     )
 
-    args = RecommendArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(RecommendArgs, kwargs)
     stack = obj.stack()
     wins = winners(read_bench(args.source))
     notes = check_against_stack(wins, stack)

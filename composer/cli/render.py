@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
+from composer.cli.base import command, options_as
 from composer.cli.context import Context
 from composer.cli.output import note, shown, warning
 from composer.cli.params import complete_from_stack, target_option
@@ -52,7 +52,7 @@ def render(obj: Context, **kwargs: object) -> None:
     from composer.render.files import write_all
     from composer.render.outputs import render_plan, stale_files
 
-    args = RenderArgs(**kwargs)  # type: ignore[arg-type]
+    args = options_as(RenderArgs, kwargs)
     plan = render_plan(
         obj.stack(),
         obj.stack_alone,

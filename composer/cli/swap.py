@@ -3,82 +3,19 @@
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
-from composer.cli.kube_live import kube_live_up
+from composer.cli.kube_live import kube_live_up, kube_up
 from composer.cli.live import down_live_variant, live_names, live_up
-from composer.cli.output import LiveLine, note, warning
+from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
-from composer.errors import ConfigError, SwapFailed
+from composer.cli.swap_args import SwapArgs, report_swap
+from composer.errors import ConfigError
 from composer.render.prometheus import PROFILE_SERVICES
-
-
-@dataclass(frozen=True)
-class SwapArgs:
-    """The options of `up` and `use`."""
-
-    timeout: float
-    no_rollback: bool
-    settle: float
-    no_wait: bool
-    allow_weak_key: bool
-    as_json: bool
-    dry_run: bool = False
-    profiles: tuple[str, ...] = ()
-
-    def up_options(self, allow_weak_key: bool, obj: Context):
-        from composer.swap.swapper import UpOptions
-
-        return UpOptions(
-            timeout=self.timeout,
-            rollback=not self.no_rollback,
-            wait_for_lock=not self.no_wait,
-            allow_weak_key=allow_weak_key,
-            settle=self.settle,
-            dry_run=self.dry_run,
-            profiles=self.profiles,
-            env_file=os.path.abspath(obj.options.env_file),
-            stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),
-        )
-
-    def weak_key_allowed(self, obj: Context) -> bool:
-        """`--allow-weak-key` given to the command or as the global option."""
-        return self.allow_weak_key or obj.allow_weak_key
-
-
-def report_swap(
-    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
-) -> None:
-    """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
-
-    A failed swap's error carries the variant and the outcome for the `--json` error object."""
-    line = LiveLine()
-    try:
-        result = run(line)
-    except SwapFailed as err:
-        line.finish()
-        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
-        raise
-    line.finish()
-    for text in getattr(result, "warnings", ()):
-        warning(text)
-    for text in result.notes:
-        note(text)
-    if as_json:
-        timings = {k: round(v, 3) for k, v in result.timings.items()}
-        click.echo(json.dumps({**result.__dict__, "timings": timings}))
-    elif dry_run:
-        click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
-    else:
-        total = result.timings.get("total", 0.0)
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
 
 
 def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
@@ -97,37 +34,6 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
             stack, target, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
         ),
         dry_run=args.dry_run,
-    )
-
-
-def _kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs) -> None:
-    """`up --target kubernetes`: a drained rollout of the variant's overlay, undone on failure."""
-    from composer.kube.kubectl import Kubectl
-    from composer.kube.rollout import KubeUpOptions, up_kubernetes
-    from composer.render.target import resolve_target
-
-    if obj.options.docker_context:
-        raise ConfigError(
-            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
-        )
-    stack = obj.stack()
-    if stack.api_key:  # the Secret is made from it
-        require_api_key(stack, args.weak_key_allowed(obj))
-    options = KubeUpOptions(
-        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
-    )
-    report_swap(
-        variant,
-        args.as_json,
-        lambda line: up_kubernetes(
-            stack,
-            resolve_target(stack, stack.startable(variant).name),  # refused: exit 2, nothing rolls
-            kubectl=Kubectl.for_stack(stack, kube_context),
-            options=options,
-            progress=line.step,
-            waiting=line.waiting,
-        ),
-        " on Kubernetes",
     )
 
 
@@ -238,7 +144,7 @@ def up(
             )
         if args.dry_run:
             raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
-        _kube_up(obj, variant, kube_context, args)
+        kube_up(obj, variant, kube_context, args)
         return
     if kube_context:
         raise ConfigError(
@@ -256,8 +162,8 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
 
     \b
     Examples:
-      compose-spec use chat
-      compose-spec use long-prompt --json
+      compose-spec use chat-1
+      compose-spec use long-16 --json
     """
     variant = obj.stack().workload_variant(workload).name
     _swap(obj, variant, SwapArgs(**opts))

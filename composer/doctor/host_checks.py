@@ -63,12 +63,18 @@ SECRET_VARS = ("VLLM_API_KEY",)
 
 def holds_secret(path: Path) -> bool:
     """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value."""
+    import io
+
     from dotenv import dotenv_values
 
+    from composer.errors import ConfigError
+    from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
+
     try:
-        values = dotenv_values(path, interpolate=False)
-    except (OSError, UnicodeDecodeError):
+        text = read_bounded(path, "env file", STACK_FILE_LIMIT).decode("utf-8")
+    except (OSError, UnicodeDecodeError, ConfigError):
         return True  # cannot tell: treat it as secret
+    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
     return any(values.get(name) for name in SECRET_VARS)
 
 

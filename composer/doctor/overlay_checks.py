@@ -68,7 +68,7 @@ def check_overlay_current(
         return None
     built, base = local_image(client, image), local_image(client, recipe.base)
     if built is None:
-        return None  # the image check already fails
+        return _contained_in_base(client, recipe, image)  # else the image check already fails
     rebuild = rebuild_command(recipe.name, env_file)
     labels = built.labels or {}
     if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
@@ -93,7 +93,7 @@ def check_overlay_current(
             f"base image {recipe.base} is not local: cannot tell whether {image} is current",
             f"load {recipe.base} (docker load -i FILE.tar)",
         )
-    wanted = image_labels(recipe, base, list(recipe.diffs))  # type: ignore[arg-type]
+    wanted = image_labels(recipe, base, recipe.diffs)
     stale = [
         key.removeprefix(f"{label_names.OVERLAY_PREFIX}.")
         for key, value in wanted.items()
@@ -106,7 +106,31 @@ def check_overlay_current(
             f"{image} is stale: its labels differ from recipe {recipe.name} in " + ", ".join(stale),
             rebuild,
         )
+    if labels.get(label_names.OVERLAY_FROM_BASE):
+        return Finding(
+            "image-current",
+            "ok",
+            f"{image} is {recipe.base} unchanged: it already contains recipe {recipe.name}'s change",
+        )
     return Finding("image-current", "ok", f"{image} matches recipe {recipe.name} and base {recipe.base}")
+
+
+def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) -> Finding | None:
+    """A warning that names the fix when the missing overlay's base already holds its change."""
+    from composer.overlay.builder import base_contains_change
+
+    try:
+        contained = base_contains_change(client, recipe)
+    except ComposerError:
+        return None  # `compose-spec build` names what is wrong with the recipe or its base
+    if not contained:
+        return None
+    return Finding(
+        "image-current",
+        "warn",
+        f"{image} is not built, and its base {recipe.base} already contains recipe {recipe.name}'s change",
+        f"compose-spec build {recipe.name} --use-base",
+    )
 
 
 def _drifted(pin: DiffPin) -> bool:

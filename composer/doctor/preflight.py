@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     import docker
+    from docker.models.containers import Container
 
     from composer.render.spec import Mount
 
@@ -149,9 +150,9 @@ def _holders(
     labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
     launcher = f"{stack.project}-{stack.service}-1"  # a launcher-started container has no compose labels
 
-    def ours(c: object) -> bool:
-        project = c.labels.get(labels.COMPOSE_PROJECT)  # type: ignore[attr-defined]
-        return project == stack.project or (project is None and c.name == launcher)  # type: ignore[attr-defined]
+    def ours(c: Container) -> bool:
+        project = c.labels.get(labels.COMPOSE_PROJECT)
+        return project == stack.project or (project is None and c.name == launcher)
 
     return [c for c in labelled if ours(c)], [c for c in labelled if not ours(c)]
 

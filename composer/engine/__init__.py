@@ -11,7 +11,7 @@ versions (`images`); the named retry and poll policies every wait uses, on tenac
 (`retry`); the commands a fix names, `make` only from the checkout (`fixes`).
 May import: `composer.stack`, `composer.render`,
 `composer.gateway` (its standard-library control client), `composer.errors`,
-`composer.labels`. Public: `docker_client`, `compose`, `current_variant`,
+`composer.labels`. Public: `docker_client`, `compose`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
 `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `ImageFacts`,
 `stack_images`, `probe_published`, `PublishedPort`, `Pending` and the
@@ -26,7 +26,7 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "client": ["compose", "docker_client"],
-        "containers": ["RunningVariant", "current_variant", "our_containers"],
+        "containers": ["our_containers"],
         "diagnose": ["explain", "hints"],
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
@@ -51,6 +51,6 @@ __all__, __getattr__ = lazy_exports(
             "watch",
             "within",
         ],
-        "variant_container": ["VariantContainer"],
+        "variant_container": ["RunningVariant", "VariantContainer"],
     },
 )

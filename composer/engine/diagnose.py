@@ -173,15 +173,16 @@ SIGNATURES: tuple[Signature, ...] = (
         r"EngineDeadError|MQLLMEngine is already dead",
         "The engine core died; the API server answers 500 to every request until the "
         "container is restarted. The root cause is the first ERROR above it.",
-        "read the lines above EngineDeadError (compose-spec logs --explain); a CUDA error there "
+        "read the lines above EngineDeadError (compose-spec logs --failed --explain after a failed "
+        "swap, compose-spec logs --explain for the running variant); a CUDA error there "
         "names the fix, else restart the variant (compose-spec down, then compose-spec up VARIANT)",
     ),
     Signature(
         "engine-core-init-failed",
         r"Engine core initialization failed\. See root cause above",
         "The engine core failed to start; its root cause is printed earlier in the log.",
-        "read the full log (compose-spec logs, or the evidence kept after a failed swap) "
-        "for the first ERROR line",
+        "read the full log for the first ERROR line (compose-spec logs --failed after a failed "
+        "swap, compose-spec logs for the running variant)",
     ),
 )
 

@@ -5,7 +5,8 @@ A polled step raises `Pending` while its condition does not hold yet; the policy
 again after its interval until the deadline, then re-raises the last `Pending` (its message
 says what was still missing) unless the policy ends quietly (`watch`). Any other error ends
 the wait at once: a container that exits, a fatal reply, a refused lock. Clocks and sleeps
-are injectable so that tests run a wait without waiting.
+are injectable so that tests run a wait without waiting; the default sleep ends early, with
+KeyboardInterrupt, when a stop cancels the waits of worker threads (composer.signals).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from tenacity import (
     wait_fixed,
     wait_none,
 )
+
+from composer.signals import pause
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
@@ -83,7 +86,7 @@ def until(
     *,
     retry_on: tuple[type[BaseException], ...] = (Pending,),
     clock: Clock = time.monotonic,
-    sleep: Sleep = time.sleep,
+    sleep: Sleep = pause,
     on_wait: Callable[[BaseException], None] | None = None,
 ) -> Retrying:
     """Retry while the step raises one of `retry_on`, every `interval` s, until `clock()`
@@ -110,7 +113,7 @@ def within(
     *,
     retry_on: tuple[type[BaseException], ...] = (Pending,),
     clock: Clock = time.monotonic,
-    sleep: Sleep = time.sleep,
+    sleep: Sleep = pause,
     on_wait: Callable[[BaseException], None] | None = None,
 ) -> Retrying:
     """`until` a deadline `timeout` s from now."""
@@ -119,7 +122,7 @@ def within(
 
 
 def watch(
-    seconds: float, interval: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep
+    seconds: float, interval: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause
 ) -> Retrying:
     """Call the step every `interval` s for `seconds`: it raises `Pending` while all is well,
     anything else to end the watch with that error; the watch ends quietly at the deadline."""
@@ -186,7 +189,7 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
     return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
-def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
+def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A serving variant behind a gateway that just started: probed every
     SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
     return Retrying(
@@ -198,7 +201,7 @@ def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep 
     )
 
 
-def published_refusal(*, sleep: Sleep = time.sleep) -> Retrying:
+def published_refusal(*, sleep: Sleep = pause) -> Retrying:
     """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
     (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
     return Retrying(
@@ -216,7 +219,7 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
     return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
 
 
-def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = time.sleep) -> Retrying:
+def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
     step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
     return Retrying(

@@ -1,4 +1,5 @@
-"""VariantContainer: the one owner of every Docker verb on a variant's container.
+"""VariantContainer: the one owner of every Docker verb on a variant's container, and
+RunningVariant: what its labels and state say about it.
 
 Stop and remove (grace period, then kill; a container already gone or being removed
 counts as stopped), why it stopped serving, its log (whole, a tail, or followed), and
@@ -8,21 +9,102 @@ its description from labels. Nothing else in the package calls these verbs direc
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from composer import labels as label_names
 from composer.engine import retry
 from composer.engine.retry import Pending
 from composer.errors import ComposerError
+from composer.render.spec import CONTAINER_PORT, SLEEP_MODE_FLAG
 
 if TYPE_CHECKING:
     from docker.errors import APIError
     from docker.models.containers import Container
 
-    from composer.engine.containers import RunningVariant
-
 
 REMOVAL_WAIT = 30.0  # seconds a container being removed by Docker may take to disappear
+# Asked inside the container (its image has python3): vLLM's own `/is_sleeping` answer.
+_IS_SLEEPING = (
+    "import json, urllib.request; "
+    f"print(json.load(urllib.request.urlopen('http://127.0.0.1:{CONTAINER_PORT}/is_sleeping', timeout=3))"
+    "['is_sleeping'])"
+)
+
+
+@dataclass(frozen=True)
+class RunningVariant:
+    """A variant container as Docker reports it."""
+
+    container_id: str
+    name: str
+    variant: str
+    config_hash: str
+    image: str
+    status: str
+    docker_health: str | None
+    started_at: datetime | None
+    port: int | None
+    served_name: str
+    config_file: str | None
+    restart_count: int
+    exit_code: int | None = None
+    finished_at: datetime | None = None
+    service: str | None = None  # the compose service that created it (None: launcher)
+    sleep_mode: bool = False  # started with --enable-sleep-mode: it can be put to sleep
+    restart_policy: str = ""  # Docker's restart policy now (`no` while it is parked asleep)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+    def uptime_seconds(self, now: datetime | None = None) -> float | None:
+        """Seconds since the container started, when running."""
+        if not self.running or self.started_at is None:
+            return None
+        return ((now or datetime.now(UTC)) - self.started_at).total_seconds()
+
+
+def _started_at(raw: str | None) -> datetime | None:
+    if not raw or raw.startswith("0001-"):
+        return None
+    trimmed = raw.rstrip("Z").split(".")[0]
+    return datetime.fromisoformat(trimmed).replace(tzinfo=UTC)
+
+
+def describe(container: Container) -> RunningVariant:
+    """A RunningVariant from a container's attributes."""
+    attrs = container.attrs
+    labels = attrs.get("Config", {}).get("Labels") or {}
+    state = attrs.get("State", {})
+    port = labels.get(label_names.PORT)
+    files = labels.get(label_names.COMPOSE_CONFIG_FILES)
+    return RunningVariant(
+        container_id=container.id or "",
+        name=container.name or "",
+        variant=labels.get(label_names.VARIANT, "?"),
+        config_hash=labels.get(label_names.CONFIG_HASH, ""),
+        image=attrs.get("Config", {}).get("Image", ""),
+        status=state.get("Status", "unknown"),
+        docker_health=(state.get("Health") or {}).get("Status"),
+        started_at=_started_at(state.get("StartedAt")),
+        port=int(port) if port and port.isdigit() else None,
+        served_name=labels.get(label_names.SERVED_NAME, ""),
+        config_file=files.split(",")[0] if files else None,
+        restart_count=int(attrs.get("RestartCount", 0) or 0),
+        exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
+        finished_at=_started_at(state.get("FinishedAt")),
+        service=labels.get(label_names.COMPOSE_SERVICE),
+        sleep_mode=SLEEP_MODE_FLAG in _argv(attrs),
+        restart_policy=str(((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""),
+    )
+
+
+def _argv(attrs: dict) -> list[str]:
+    """The container's command line (entrypoint arguments and command) as Docker stores it."""
+    config = attrs.get("Config") or {}
+    return [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
 
 
 def removal_in_progress(err: APIError) -> bool:
@@ -47,9 +129,17 @@ class VariantContainer:
 
     def describe(self) -> RunningVariant:
         """What the labels and the state say about it."""
-        from composer.engine.containers import describe
-
         return describe(self.container)
+
+    def is_sleeping(self) -> bool | None:
+        """Its own `GET /is_sleeping` answer, asked inside it (`docker exec`): the one record of
+        whether it sleeps (`/health` is 200 while asleep); None when it does not answer."""
+        try:
+            code, output = self.container.exec_run(["python3", "-c", _IS_SLEEPING])
+        except Exception:  # the Docker SDK raises several families; no answer either way
+            return None
+        words = (output or b"").decode(errors="replace").split()
+        return {"True": True, "False": False}.get(words[-1]) if code == 0 and words else None
 
     def stop_and_remove(self, grace_seconds: int, gone_within: float = REMOVAL_WAIT) -> None:
         """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.

@@ -1,8 +1,9 @@
 """Host-side control of a gateway container, through `docker exec` (Docker SDK `exec_run`).
 
-Each call runs `python3 -m composer.gateway.ctl VERB ...` inside the gateway container and
-parses the JSON it prints, so it works with remote Docker contexts and needs no port: who
-can exec into the container can control it, nobody else. The container object is passed in
+Each call forwards one request (`METHOD PATH [BODY]`, a route of `composer.gateway.control`)
+through `python3 -m composer.gateway.ctl` inside the gateway container and parses the JSON it
+prints, so it works with remote Docker contexts and needs no port: who can exec into the
+container can control it, nobody else. The container object is passed in
 (one Docker client factory lives elsewhere); anything with Docker's
 `exec_run(cmd, demux=True)` works.
 
@@ -235,7 +236,7 @@ class SessionLost(Exception):
 
 
 class Session(Tether):
-    """An open `ctl session`: a tether that also runs verbs, one JSON line each way, so a
+    """An open `ctl session`: a tether that also forwards requests, one JSON line each way, so a
     swap's whole control channel costs one `docker exec` (see `composer.gateway.ctl`)."""
 
     def __init__(self, sock: Any) -> None:
@@ -282,23 +283,25 @@ class Session(Tether):
         if not isinstance(message, dict):
             return
         if "session" in message:
-            self.greeted.set()
+            if message.get("requests"):  # an older image's session takes argv: not this client's
+                self.greeted.set()
             self.settled.set()
             return
         with self._write:
-            slot = self._waiting.get(message.get("id"))  # type: ignore[arg-type]
+            ident = message.get("id")
+            slot = self._waiting.get(ident) if isinstance(ident, int) else None
         if slot is not None:
             slot[1].append(message)
             slot[0].set()
 
-    def call(self, argv: Sequence[str]) -> tuple[int, dict[str, Any]]:
-        """Run one verb through the session: (exit code, reply); SessionLost when it ended."""
+    def call(self, method: str, path: str, body: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]]:
+        """Forward one request through the session: (exit code, reply); SessionLost when it ended."""
         if self.ended.is_set():
             raise SessionLost(ran=False)
         ident = next(self._ids)
         event: threading.Event = threading.Event()
         got: list[Any] = []
-        line = (json.dumps({"id": ident, "argv": list(argv)}) + "\n").encode()
+        line = (json.dumps({"id": ident, "method": method, "path": path, "body": body}) + "\n").encode()
         with self._write:
             if self.ended.is_set():  # the reader has already woken the calls it knew of
                 raise SessionLost(ran=False)
@@ -327,11 +330,13 @@ class GatewayControl:
         self.socket = socket
         self.session: Session | None = None  # set by `tether`: calls go through it while it lasts
 
-    def _run(self, verb: str, *args: str) -> dict[str, Any]:
+    def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """One control request (through the session while one lasts, else an exec): its reply."""
+        verb = path.split("?", 1)[0].strip("/")
         session = self.session
         if session is not None and not session.ended.is_set():
             try:
-                code, reply = session.call([verb, *args])
+                code, reply = session.call(method, path, body)
             except SessionLost as lost:
                 if lost.ran:
                     raise GatewayControlError(verb, "the control session ended during the call") from lost
@@ -340,7 +345,7 @@ class GatewayControl:
         cmd = [*CTL]
         if self.socket:
             cmd += ["--socket", self.socket]
-        cmd += [verb, *args]
+        cmd += [method, path] + ([json.dumps(body)] if body is not None else [])
         try:
             result = self.container.exec_run(cmd, demux=True)
         except Exception as err:  # the Docker SDK raises several families
@@ -369,7 +374,7 @@ class GatewayControl:
 
     def state(self) -> GatewayState:
         """Upstream, readiness, holds, held and in-flight counts."""
-        return _state(self._run("state"))
+        return _state(self._call("GET", "/state"))
 
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
         """The gateway's state and each URL's `/is_sleeping` answer (None: no answer), in one exec.
@@ -403,15 +408,13 @@ class GatewayControl:
 
         Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
         """
-        args = ["--lease", str(lease_s), "--owner", owner]
-        if probe_token:
-            args.append(f"--probe-token={probe_token}")  # the token may start with "-"
-        return _hold(self._run("hold", *args)["hold"])
+        body = {"lease_s": lease_s, "owner": owner, **({"probe_token": probe_token} if probe_token else {})}
+        return _hold(self._call("POST", "/hold", body)["hold"])
 
     def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
         """Extend a hold's lease from now on."""
-        args = [hold_id] + (["--lease", str(lease_s)] if lease_s is not None else [])
-        return _hold(self._run("renew", *args)["hold"])
+        body = {"id": hold_id, **({"lease_s": lease_s} if lease_s is not None else {})}
+        return _hold(self._call("POST", "/renew", body)["hold"])
 
     def release(
         self,
@@ -426,14 +429,14 @@ class GatewayControl:
         With `serving`/`ok`/`detail` it also tells the gateway how the switch the hold was
         for ended (its status page and switch log show it).
         """
-        args = [hold_id] if hold_id else []
+        body: dict[str, Any] = {"id": hold_id} if hold_id else {}
         if serving:
-            args.append(f"--serving={serving}")
-        if ok is False:
-            args.append("--failed")
+            body["serving"] = serving
         if ok is not None or detail:
-            args.append(f"--detail={detail[:400]}")
-        return list(self._run("release", *args)["released"])
+            body["detail"] = detail[:400]
+        if serving or "detail" in body:
+            body["ok"] = ok is not False
+        return list(self._call("POST", "/release", body)["released"])
 
     def drain(
         self,
@@ -454,30 +457,34 @@ class GatewayControl:
         waits (never when nothing was in flight; an older gateway does not say).
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
-        wait = str(min(step, timeout_s + 3.0))
-        args = ["--timeout", str(timeout_s), "--lease", str(lease_s), "--owner", owner, "--wait", wait]
+        body = {
+            "timeout_s": timeout_s,
+            "lease_s": lease_s,
+            "owner": owner,
+            "wait_s": min(step, timeout_s + 3.0),
+        }
         if probe_token:
-            args.append(f"--probe-token={probe_token}")  # the token may start with "-"
+            body["probe_token"] = probe_token
         if target:
-            args.append(f"--target={target}")
-        reply = self._run("drain", *args)
+            body["target"] = target
+        reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
                 progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
-            reply = self._run("drain-wait", str(reply["id"]), "--wait", str(step))
+            reply = self._call("GET", f"/drain/{reply['id']}?wait_s={step}")
         return DrainReport(
             str(reply["hold_id"]), int(reply["drained"]), int(reply["cut"]), float(reply["duration_s"])
         )
 
     def route(self, upstream: str) -> str:
         """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
-        return str(self._run("route", upstream)["previous"])
+        return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
     def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
         """Replace the live set with `[{name, variant, url}, ...]` (gate new members first: they
         get requests at once); members left out get no new requests (`drain_upstream` waits
         for their in-flight ones). `[]` goes back to the single upstream."""
-        reply = self._run("upstreams", json.dumps([dict(u) for u in upstreams]))
+        reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
         return tuple(_upstream(d) for d in reply.get("upstreams", []))
 
     def drain_upstream(self, name: str, timeout_s: float) -> UpstreamDrain:
@@ -486,7 +493,8 @@ class GatewayControl:
         start = time.monotonic()
         while True:
             left = timeout_s - (time.monotonic() - start)
-            reply = self._run("drain-upstream", name, "--wait", str(max(0.0, min(CALL_WAIT_S, left))))
+            body = {"name": name, "wait_s": max(0.0, min(CALL_WAIT_S, left))}
+            reply = self._call("POST", "/upstreams/drain", body)
             if reply.get("done") or left <= CALL_WAIT_S:
                 return UpstreamDrain(
                     name, bool(reply.get("done")), int(reply.get("outstanding", 0)), time.monotonic() - start
@@ -497,7 +505,7 @@ class GatewayControl:
         deadline = time.monotonic() + timeout_s
         while True:
             left = deadline - time.monotonic()
-            reply = self._run("wait-ready", "--timeout", str(max(0.0, min(CALL_WAIT_S, left))))
+            reply = self._call("POST", "/wait-ready", {"timeout_s": max(0.0, min(CALL_WAIT_S, left))})
             if reply.get("ready") or left <= CALL_WAIT_S:
                 return bool(reply.get("ready"))
 
@@ -511,12 +519,10 @@ class GatewayControl:
     ) -> BackendReply:
         """Call a backend route directly (dev routes such as /sleep are reachable only here)."""
         pairs = list(query.items()) if isinstance(query, Mapping) else list(query)
-        args = [method, path, "--timeout", str(timeout_s)]
-        for name, value in pairs:
-            args += ["--query", f"{name}={value}"]
+        call = {"method": method, "path": path, "query": [[n, v] for n, v in pairs], "timeout_s": timeout_s}
         if body is not None:
-            args += ["--json", json.dumps(body)]
-        reply = self._run("backend", *args)
+            call["json"] = body
+        reply = self._call("POST", "/backend", call)
         return BackendReply(int(reply["status"]), reply.get("body"))
 
     def sleep(self, level: int = 1, timeout_s: float = 300.0) -> BackendReply:
@@ -538,7 +544,7 @@ class GatewayControl:
 
     def next_demand(self, wait_s: float = CALL_WAIT_S) -> SwitchDemand | None:
         """The gateway's pending switch demand, waiting up to `wait_s` for one (one exec)."""
-        reply = self._run("demand", "--wait", str(min(wait_s, CALL_WAIT_S)))
+        reply = self._call("GET", f"/demand?wait_s={min(wait_s, CALL_WAIT_S)}")
         found = reply.get("demand")
         if not found:
             return None
@@ -550,14 +556,8 @@ class GatewayControl:
         self, variant: str | None, demand_id: str | None = None, ok: bool = True, detail: str = ""
     ) -> dict[str, Any]:
         """Tell the gateway which variant serves now and how the demand `demand_id` ended."""
-        args = [variant] if variant else []
-        if demand_id:
-            args += ["--demand", demand_id]
-        if not ok:
-            args.append("--failed")
-        if detail:
-            args.append(f"--detail={detail[:400]}")
-        return dict(self._run("serving", *args).get("switching") or {})
+        body = {"variant": variant or None, "demand": demand_id or None, "ok": ok, "detail": detail[:400]}
+        return dict(self._call("POST", "/serving", body).get("switching") or {})
 
     def tether(self, owner: str) -> Tether | None:
         """Tie the holds of `owner` to this process: a `ctl session` exec whose stdin stays open

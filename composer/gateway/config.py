@@ -102,9 +102,35 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "VLLM_API_KEY": ("API key checked on every forwarded route but health/version/metrics/ping/load", ""),
 }
 
+MAX_LEASE_S = 3600.0
+
+# name -> (lowest, highest) value the gateway accepts: the one place of these bounds; the
+# stack checks its `[gateway]` keys against them (composer.stack.gateway), so nothing the
+# gateway would refuse at start ever reaches it.
+LIMITS: dict[str, tuple[float, float]] = {
+    "GATEWAY_PORT": (1, 65535),
+    "GATEWAY_HOLD_TIMEOUT": (0.1, 86400.0),
+    "GATEWAY_MAX_HELD": (0, 100000),
+    "GATEWAY_DRAIN_TIMEOUT": (0.0, 86400.0),
+    "GATEWAY_POLL_INTERVAL": (0.01, 1.0),
+    "GATEWAY_STALL_TIMEOUT": (0.0, 86400.0),
+    "GATEWAY_UNRESPONSIVE_TIMEOUT": (0.0, 3600.0),
+    "GATEWAY_HOLD_KEEPALIVE": (0.0, 3600.0),
+    "GATEWAY_HOLD_LEASE": (1.0, MAX_LEASE_S),
+    "GATEWAY_RETRY_AFTER": (1, 3600),
+    "GATEWAY_MAX_HEAD_BYTES": (1024, 16 * 1024 * 1024),
+    "GATEWAY_HEAD_TIMEOUT": (0.1, 3600.0),
+    "GATEWAY_BODY_TIMEOUT": (0.1, 3600.0),
+    "GATEWAY_KEEP_ALIVE_TIMEOUT": (0.1, 3600.0),
+    "GATEWAY_MAX_CONNECTIONS": (1, 1_000_000),
+    "GATEWAY_MIN_RESIDENCY": (0.0, 86400.0),
+    "GATEWAY_RESIDENCY_WAIT": (0.0, 86400.0),
+    "GATEWAY_POLICY_WINDOW": (1.0, 86400.0),
+    "GATEWAY_SPILL": (0, 100000),
+}
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 POLICIES = ("manual", "auto")
-MAX_LEASE_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -225,7 +251,8 @@ def check_upstream(value: str, name: str = "GATEWAY_UPSTREAM") -> str:
     return value.strip().rstrip("/")
 
 
-def _number(env: Mapping[str, str], name: str, default: float, low: float, high: float) -> float:
+def _number(env: Mapping[str, str], name: str, default: float) -> float:
+    low, high = LIMITS[name]
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -240,7 +267,8 @@ def _number(env: Mapping[str, str], name: str, default: float, low: float, high:
     return value
 
 
-def _integer(env: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+def _integer(env: Mapping[str, str], name: str, default: int) -> int:
+    low, high = (int(bound) for bound in LIMITS[name])
     raw = env.get(name, "").strip()
     if not raw:
         return default
@@ -299,22 +327,22 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
             )
         ),
         host=host,
-        port=_integer(env, "GATEWAY_PORT", 8000, 1, 65535),
+        port=_integer(env, "GATEWAY_PORT", 8000),
         served_name=served,
-        hold_timeout=_number(env, "GATEWAY_HOLD_TIMEOUT", 300.0, 0.1, 86400.0),
-        max_held=_integer(env, "GATEWAY_MAX_HELD", 256, 0, 100000),
-        drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0, 0.0, 86400.0),
-        poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1, 0.01, 1.0),
-        stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0, 0.0, 86400.0),
-        unresponsive_timeout=_number(env, "GATEWAY_UNRESPONSIVE_TIMEOUT", 30.0, 0.0, 3600.0),
-        hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0, 0.0, 3600.0),
-        hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0, 1.0, MAX_LEASE_S),
-        retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2, 1, 3600),
-        max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536, 1024, 16 * 1024 * 1024),
-        head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0, 0.1, 3600.0),
-        body_timeout=_number(env, "GATEWAY_BODY_TIMEOUT", 60.0, 0.1, 3600.0),
-        keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0, 0.1, 3600.0),
-        max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024, 1, 1_000_000),
+        hold_timeout=_number(env, "GATEWAY_HOLD_TIMEOUT", 300.0),
+        max_held=_integer(env, "GATEWAY_MAX_HELD", 256),
+        drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0),
+        poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1),
+        stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0),
+        unresponsive_timeout=_number(env, "GATEWAY_UNRESPONSIVE_TIMEOUT", 30.0),
+        hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0),
+        hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0),
+        retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2),
+        max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536),
+        head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0),
+        body_timeout=_number(env, "GATEWAY_BODY_TIMEOUT", 60.0),
+        keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0),
+        max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024),
         control_socket=socket_path,
         log_level=level,
         state_dir=state_dir,
@@ -322,12 +350,12 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         switch_on_model=switch in ("true", "1"),
         aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
         policy=policy,
-        min_residency=_number(env, "GATEWAY_MIN_RESIDENCY", 60.0, 0.0, 86400.0),
-        residency_wait=_number(env, "GATEWAY_RESIDENCY_WAIT", 30.0, 0.0, 86400.0),
-        policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0, 1.0, 86400.0),
+        min_residency=_number(env, "GATEWAY_MIN_RESIDENCY", 60.0),
+        residency_wait=_number(env, "GATEWAY_RESIDENCY_WAIT", 30.0),
+        policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0),
         workloads=workloads,
         live_upstreams=live,
-        spill=_integer(env, "GATEWAY_SPILL", 0, 0, 100000),
+        spill=_integer(env, "GATEWAY_SPILL", 0),
     )
 
 

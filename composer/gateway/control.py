@@ -1,6 +1,8 @@
 """The control ASGI app, served only on a UNIX socket inside the gateway container.
 
-Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/504):
+Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
+body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
+Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 
 | route | does |
 |---|---|
@@ -29,11 +31,12 @@ Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going th
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import secrets
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -132,110 +135,106 @@ class Drains:
         return {"id": drain_id, "done": True, **task.result().to_dict()}
 
 
-def build_control_app(gateway: Gateway) -> Starlette:
-    """The control app bound to one gateway."""
-    drains = Drains(gateway)
+class BackendUnreachable(Exception):
+    """The backend did not answer a `/backend` call (502)."""
 
-    async def body_of(request: Request) -> dict[str, Any]:
-        raw = await request.body()
-        if not raw:
-            return {}
-        try:
-            data = await request.json()
-        except ValueError as err:
-            raise BadInput(f"body is not JSON: {err}") from err
-        if not isinstance(data, dict):
-            raise BadInput("body must be a JSON object")
-        return data
 
-    def state_now() -> dict[str, Any]:
-        return {**gateway.state(), "waking": bool(gateway.metrics.waking._value.get())}
+def _wait(args: dict[str, Any]) -> float:
+    """A long poll's `wait_s` from the query: a number, clamped to 0..MAX_WAIT_S."""
+    try:
+        wait_s = float(args.get("wait_s", MAX_WAIT_S))
+    except (TypeError, ValueError) as err:
+        raise BadInput("wait_s must be a number of seconds") from err
+    return min(max(wait_s, 0.0), MAX_WAIT_S)
 
-    async def state(_: Request) -> JSONResponse:
-        return JSONResponse(state_now())
 
-    async def hold(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
-        h = gateway.gate.add_hold(lease, str(body.get("owner", "")), _probe_token(body))
-        return JSONResponse({"hold": h.describe(time.monotonic()), "state": gateway.state()})
+class Control:
+    """The control channel's verbs: one method each, taking the request's arguments (the JSON
+    body, the query and the path's parameters in one dict) and returning the JSON reply."""
 
-    async def renew(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        lease = body.get("lease_s")
-        lease_s = None if lease is None else _seconds(body, "lease_s", 0, MAX_LEASE_S)
-        h = gateway.gate.renew(str(body.get("id", "")), lease_s)
-        return JSONResponse({"hold": h.describe(time.monotonic())})
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.drains = Drains(gateway)
 
-    async def release(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        hold_id = body.get("id")
-        serving = _variant(body, "serving")
-        ok = body.get("ok", True)
+    def _lease(self, args: dict[str, Any]) -> float:
+        default = self.gateway.config.hold_lease
+        return _seconds(args, "lease_s", default, MAX_LEASE_S) or default
+
+    async def state(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {**self.gateway.state(), "waking": bool(self.gateway.metrics.waking._value.get())}
+
+    async def hold(self, args: dict[str, Any]) -> dict[str, Any]:
+        h = self.gateway.gate.add_hold(self._lease(args), str(args.get("owner", "")), _probe_token(args))
+        return {"hold": h.describe(time.monotonic()), "state": self.gateway.state()}
+
+    async def renew(self, args: dict[str, Any]) -> dict[str, Any]:
+        lease_s = None if args.get("lease_s") is None else _seconds(args, "lease_s", 0, MAX_LEASE_S)
+        h = self.gateway.gate.renew(str(args.get("id", "")), lease_s)
+        return {"hold": h.describe(time.monotonic())}
+
+    async def release(self, args: dict[str, Any]) -> dict[str, Any]:
+        gateway = self.gateway
+        hold_id = args.get("id")
+        serving = _variant(args, "serving")
+        ok = args.get("ok", True)
         if not isinstance(ok, bool):
             raise BadInput("ok must be true or false")
         released = gateway.gate.release(None if hold_id in (None, "") else str(hold_id))
-        detail = str(body.get("detail", ""))[:500]
+        detail = str(args.get("detail", ""))[:500]
         if serving is not None:
             gateway.switcher.report(serving, None, ok, detail)
-        reported = serving is not None or "ok" in body
+        reported = serving is not None or "ok" in args
         report = {"serving": serving, "ok": ok, "detail": detail} if reported else None
         gateway.status.switches.released(released, report)
-        return JSONResponse({"released": released, "state": gateway.state()})
+        return {"released": released, "state": gateway.state()}
 
-    async def drain(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        timeout = _seconds(body, "timeout_s", gateway.config.drain_timeout, 86400)
-        lease = _seconds(body, "lease_s", gateway.config.hold_lease, MAX_LEASE_S) or gateway.config.hold_lease
-        wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
-        owner = str(body.get("owner", ""))
-        target = _variant(body, "target")
-        token = _probe_token(body)
+    async def drain(self, args: dict[str, Any]) -> dict[str, Any]:
+        gateway = self.gateway
+        timeout = _seconds(args, "timeout_s", gateway.config.drain_timeout, 86400)
+        lease = self._lease(args)
+        wait_s = _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
+        owner = str(args.get("owner", ""))
+        target = _variant(args, "target")
+        token = _probe_token(args)
         log = gateway.status.switches
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
         on_done = (lambda r: log.drained(r.hold_id, r.drained, r.cut)) if target is not None else None
-        drain_id = drains.start(gateway, timeout, lease, owner, token, on_done)
-        return JSONResponse(await drains.wait(drain_id, wait_s))
+        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done)
+        return await self.drains.wait(drain_id, wait_s)
 
-    async def drain_wait(request: Request) -> JSONResponse:
-        try:
-            wait_s = float(request.query_params.get("wait_s", MAX_WAIT_S))
-        except ValueError as err:
-            raise BadInput("wait_s must be a number of seconds") from err
-        return JSONResponse(await drains.wait(request.path_params["id"], min(max(wait_s, 0.0), MAX_WAIT_S)))
+    async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:
+        return await self.drains.wait(str(args["id"]), _wait(args))
 
-    async def route(request: Request) -> JSONResponse:
-        body = await body_of(request)
+    async def route(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            url = check_upstream(str(body.get("upstream", "")), "upstream")
+            url = check_upstream(str(args.get("upstream", "")), "upstream")
         except GatewayConfigError as err:
             raise BadInput(str(err)) from err
-        old = gateway.route(url)
-        gateway.status.switches.routed()
-        return JSONResponse({"previous": old, "upstream": url, "state": gateway.state()})
+        old = self.gateway.route(url)
+        self.gateway.status.switches.routed()
+        return {"previous": old, "upstream": url, "state": self.gateway.state()}
 
-    async def wait_ready(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        timeout = _seconds(body, "timeout_s", MAX_WAIT_S, MAX_WAIT_S)
-        deadline = time.monotonic() + timeout
+    async def wait_ready(self, args: dict[str, Any]) -> dict[str, Any]:
+        gateway = self.gateway
+        deadline = time.monotonic() + _seconds(args, "timeout_s", MAX_WAIT_S, MAX_WAIT_S)
         while not gateway.backend_ready and time.monotonic() < deadline:
             await asyncio.sleep(min(0.02, gateway.config.poll_interval))
-        return JSONResponse({"ready": gateway.backend_ready, "state": gateway.state()})
+        return {"ready": gateway.backend_ready, "state": gateway.state()}
 
-    async def backend(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        method = str(body.get("method", "GET")).upper()
-        path = str(body.get("path", ""))
+    async def backend(self, args: dict[str, Any]) -> dict[str, Any]:
+        gateway = self.gateway
+        method = str(args.get("method", "GET")).upper()
+        path = str(args.get("path", ""))
         if method not in ("GET", "POST", "PUT", "DELETE") or not path.startswith("/"):
             raise BadInput("method must be GET, POST, PUT or DELETE and path must start with '/'")
-        timeout = _seconds(body, "timeout_s", 300.0, 3600.0)
-        query = body.get("query") or {}
+        timeout = _seconds(args, "timeout_s", 300.0, 3600.0)
+        query = args.get("query") or {}
         if not isinstance(query, dict | list):
             raise BadInput("query must be an object or a list of [name, value] pairs")
         kwargs: dict[str, Any] = {"params": query, "timeout": httpx.Timeout(timeout, connect=5.0)}
-        if "json" in body:
-            kwargs["json"] = body["json"]
+        if "json" in args:
+            kwargs["json"] = args["json"]
         waking = method == "POST" and path == "/wake_up"
         switches = gateway.status.switches
         if method == "POST":
@@ -248,9 +247,7 @@ def build_control_app(gateway: Gateway) -> Starlette:
             if method == "POST":
                 gateway.metrics.count_sleep_call(path, ok=False)
                 switches.backend_call(path, False)
-            return JSONResponse(
-                {"error": f"backend unreachable: {type(err).__name__}: {err}"}, status_code=502
-            )
+            raise BackendUnreachable(f"backend unreachable: {type(err).__name__}: {err}") from err
         finally:
             if waking:
                 gateway.metrics.waking.set(0)
@@ -261,69 +258,105 @@ def build_control_app(gateway: Gateway) -> Starlette:
             payload: Any = reply.json()
         except ValueError:
             payload = reply.text
-        return JSONResponse({"status": reply.status_code, "body": payload})
+        return {"status": reply.status_code, "body": payload}
 
-    async def demand(request: Request) -> JSONResponse:
-        try:
-            wait_s = float(request.query_params.get("wait_s", MAX_WAIT_S))
-        except ValueError as err:
-            raise BadInput("wait_s must be a number of seconds") from err
-        found = await gateway.switcher.next_demand(min(max(wait_s, 0.0), MAX_WAIT_S))
-        return JSONResponse({"demand": found.describe(time.monotonic()) if found else None})
+    async def demand(self, args: dict[str, Any]) -> dict[str, Any]:
+        found = await self.gateway.switcher.next_demand(_wait(args))
+        return {"demand": found.describe(time.monotonic()) if found else None}
 
-    async def serving(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        variant = body.get("variant")
+    async def serving(self, args: dict[str, Any]) -> dict[str, Any]:
+        variant = args.get("variant")
         if variant is not None and (not isinstance(variant, str) or not variant):
             raise BadInput("variant must be a variant name or null")
-        demand_id = body.get("demand")
-        ok = body.get("ok", True)
+        demand_id = args.get("demand")
+        ok = args.get("ok", True)
         if not isinstance(ok, bool) or (demand_id is not None and not isinstance(demand_id, str)):
             raise BadInput("ok must be true or false and demand a demand id")
-        gateway.switcher.report(variant, demand_id, ok, str(body.get("detail", ""))[:500])
-        return JSONResponse({"switching": gateway.switcher.snapshot()})
+        self.gateway.switcher.report(variant, demand_id, ok, str(args.get("detail", ""))[:500])
+        return {"switching": self.gateway.switcher.snapshot()}
 
-    async def upstreams(request: Request) -> JSONResponse:
-        body = await body_of(request)
+    async def upstreams(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
-            specs = parse_live(body.get("upstreams"), "upstreams")
+            specs = parse_live(args.get("upstreams"), "upstreams")
         except ValueError as err:
             raise BadInput(str(err)) from err
-        gateway.set_upstreams(specs)
-        return JSONResponse({"upstreams": gateway.live.snapshot(), "state": gateway.state()})
+        self.gateway.set_upstreams(specs)
+        return {"upstreams": self.gateway.live.snapshot(), "state": self.gateway.state()}
 
-    async def drain_upstream(request: Request) -> JSONResponse:
-        body = await body_of(request)
-        name = body.get("name")
+    async def drain_upstream(self, args: dict[str, Any]) -> dict[str, Any]:
+        name = args.get("name")
         if not isinstance(name, str) or not name:
             raise BadInput("name must be a live upstream's name")
-        if name in gateway.live.members:
+        if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
-        wait_s = _seconds(body, "wait_s", MAX_WAIT_S, MAX_WAIT_S)
-        left = await gateway.live.wait_gone(name, wait_s)
-        return JSONResponse({"name": name, "done": left == 0, "outstanding": left})
+        left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
+        return {"name": name, "done": left == 0, "outstanding": left}
 
-    async def on_bad_input(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": str(exc)}, status_code=400)
 
-    async def on_unknown(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": f"unknown id {exc.args[0]!r} (released, expired or never set)"}, 404)
+# (HTTP method, path, Control's method): the whole control channel.
+VERBS: tuple[tuple[str, str, str], ...] = (
+    ("GET", "/state", "state"),
+    ("POST", "/hold", "hold"),
+    ("POST", "/renew", "renew"),
+    ("POST", "/release", "release"),
+    ("POST", "/drain", "drain"),
+    ("GET", "/drain/{id}", "drain_wait"),
+    ("POST", "/route", "route"),
+    ("POST", "/wait-ready", "wait_ready"),
+    ("POST", "/backend", "backend"),
+    ("GET", "/demand", "demand"),
+    ("POST", "/serving", "serving"),
+    ("POST", "/upstreams", "upstreams"),
+    ("POST", "/upstreams/drain", "drain_upstream"),
+)
+
+
+async def _arguments(request: Request) -> dict[str, Any]:
+    """The query, the path's parameters and the JSON body (an object) of a request, in one dict."""
+    args: dict[str, Any] = {**request.query_params, **request.path_params}
+    raw = await request.body()
+    if not raw:
+        return args
+    try:
+        data = json.loads(raw)
+    except ValueError as err:
+        raise BadInput(f"body is not JSON: {err}") from err
+    if not isinstance(data, dict):
+        raise BadInput("body must be a JSON object")
+    return {**args, **data}
+
+
+def _unknown(exc: Exception) -> str:
+    return f"unknown id {exc.args[0]!r} (released, expired or never set)"
+
+
+def _refusal(status: int, say: Callable[[Exception], str]) -> Callable[..., Awaitable[JSONResponse]]:
+    """An exception handler answering `{"error": say(exc)}` with `status`."""
+
+    async def answer(_: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse({"error": say(exc)}, status_code=status)
+
+    return answer
+
+
+def build_control_app(gateway: Gateway) -> Starlette:
+    """The control app bound to one gateway: a route per verb of `VERBS`."""
+    control = Control(gateway)
+
+    def endpoint(verb: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Callable[..., Any]:
+        async def run(request: Request) -> JSONResponse:
+            return JSONResponse(await verb(await _arguments(request)))
+
+        return run
 
     return Starlette(
         routes=[
-            Route("/state", state),
-            Route("/hold", hold, methods=["POST"]),
-            Route("/renew", renew, methods=["POST"]),
-            Route("/release", release, methods=["POST"]),
-            Route("/drain", drain, methods=["POST"]),
-            Route("/drain/{id}", drain_wait),
-            Route("/route", route, methods=["POST"]),
-            Route("/wait-ready", wait_ready, methods=["POST"]),
-            Route("/backend", backend, methods=["POST"]),
-            Route("/demand", demand),
-            Route("/serving", serving, methods=["POST"]),
-            Route("/upstreams", upstreams, methods=["POST"]),
-            Route("/upstreams/drain", drain_upstream, methods=["POST"]),
+            Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS
         ],
-        exception_handlers={BadInput: on_bad_input, UnknownHold: on_unknown, KeyError: on_unknown},
+        exception_handlers={
+            BadInput: _refusal(400, str),
+            BackendUnreachable: _refusal(502, str),
+            UnknownHold: _refusal(404, _unknown),
+            KeyError: _refusal(404, _unknown),
+        },
     )

@@ -1,22 +1,16 @@
-"""`python3 -m composer.gateway.ctl VERB ...`: talk to the control socket, print one JSON object.
+"""`python3 -m composer.gateway.ctl METHOD PATH [BODY]`: one request to the control socket.
 
 Runs inside the gateway container (the host reaches it with `docker exec`, so control access
-is Docker access). Exit 0 with the reply on stdout; 1 with `{"error": ...}` when the gateway
-refuses or cannot be reached; 2 for bad usage.
+is Docker access). It forwards the request as it is (the routes are `composer.gateway.control`'s
+`VERBS`; BODY is a JSON object) and prints the reply, one JSON object. Exit 0 with the reply
+on stdout; 1 with `{"error": ...}` when the gateway refuses or cannot be reached; 2 for bad
+usage. For example:
 
-    state
-    hold [--lease S] [--owner NAME] [--probe-token T]
-    renew ID [--lease S]
-    release [ID] [--serving VARIANT] [--failed] [--detail TEXT]
-    drain [--timeout S] [--lease S] [--owner NAME] [--wait S] [--probe-token T] [--target VARIANT]
-    drain-wait ID [--wait S]
-    route URL
-    wait-ready [--timeout S]
-    backend METHOD PATH [--query NAME=VALUE ...] [--json BODY] [--timeout S]
-    demand [--wait S]
-    serving [VARIANT] [--demand ID] [--failed] [--detail TEXT]
-    upstreams JSON                      (the live set: [{"name", "variant", "url"}, ...])
-    drain-upstream NAME [--wait S]
+    GET /state
+    POST /drain '{"timeout_s": 60, "owner": "me"}'
+    GET '/drain/ID?wait_s=10'
+    POST /release '{"id": "ID"}'
+    POST /upstreams '{"upstreams": [{"name": "mtp/1", "variant": "mtp", "url": "http://..."}]}'
     tether --owner NAME
     session --owner NAME
 
@@ -24,17 +18,16 @@ refuses or cannot be reached; 2 for bad usage.
 one open (a long-lived `docker exec` with stdin attached) for as long as it holds, so its
 holds end as soon as its process dies, whatever the lease.
 
-`session` is a tether that also runs verbs: it prints `{"session": OWNER}` once, then reads
-one JSON object per line, `{"id": N, "argv": [VERB, ARG, ...]}` (the arguments of any verb
-above but `tether` and `session`), and prints one line per command, `{"id": N, "code": EXIT,
-"reply": {...}}`, in the order they finish (each runs on its own thread, so a renewal never
-waits behind a long wait). A swap runs its whole control channel through one `docker exec`
-this way; at EOF it releases OWNER's holds like `tether`.
+`session` is a tether that also forwards requests: it prints `{"session": OWNER, "requests": true}` once, then
+reads one JSON object per line, `{"id": N, "method": M, "path": P, "body": {...}}`, and
+prints one line per request, `{"id": N, "code": EXIT, "reply": {...}}`, in the order they
+finish (each runs on its own thread, so a renewal never waits behind a long wait). A swap
+runs its whole control channel through one `docker exec` this way; at EOF it releases
+OWNER's holds like `tether`.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -46,133 +39,41 @@ import httpx
 
 from .config import DEFAULT_CONTROL_SOCKET
 
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, exit 2
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="composer.gateway.ctl", description="Gateway control channel client")
-    p.add_argument("--socket", default=os.environ.get("GATEWAY_CONTROL_SOCKET") or DEFAULT_CONTROL_SOCKET)
-    sub = p.add_subparsers(dest="verb", required=True, parser_class=_Parser)
-    sub.add_parser("state")
-    h = sub.add_parser("hold")
-    h.add_argument("--lease", type=float)
-    h.add_argument("--owner", default="")
-    h.add_argument("--probe-token", default="")
-    r = sub.add_parser("renew")
-    r.add_argument("id")
-    r.add_argument("--lease", type=float)
-    rel = sub.add_parser("release")
-    rel.add_argument("id", nargs="?")
-    rel.add_argument("--serving")
-    rel.add_argument("--failed", action="store_true")
-    rel.add_argument("--detail")
-    d = sub.add_parser("drain")
-    d.add_argument("--timeout", type=float)
-    d.add_argument("--lease", type=float)
-    d.add_argument("--owner", default="")
-    d.add_argument("--probe-token", default="")
-    d.add_argument("--wait", type=float)
-    d.add_argument("--target")
-    dw = sub.add_parser("drain-wait")
-    dw.add_argument("id")
-    dw.add_argument("--wait", type=float, default=25.0)
-    ro = sub.add_parser("route")
-    ro.add_argument("upstream")
-    w = sub.add_parser("wait-ready")
-    w.add_argument("--timeout", type=float, default=25.0)
-    b = sub.add_parser("backend")
-    b.add_argument("method")
-    b.add_argument("path")
-    b.add_argument("--query", action="append", default=[], metavar="NAME=VALUE")
-    b.add_argument("--json", dest="json_body")
-    b.add_argument("--timeout", type=float)
-    dm = sub.add_parser("demand")
-    dm.add_argument("--wait", type=float, default=25.0)
-    up = sub.add_parser("upstreams")
-    up.add_argument("json_list", metavar="JSON", help='the live set: [{"name", "variant", "url"}, ...]')
-    du = sub.add_parser("drain-upstream")
-    du.add_argument("name")
-    du.add_argument("--wait", type=float, default=25.0)
-    sv = sub.add_parser("serving")
-    sv.add_argument("variant", nargs="?")
-    sv.add_argument("--demand")
-    sv.add_argument("--failed", action="store_true")
-    sv.add_argument("--detail", default="")
-    for verb in ("tether", "session"):
-        t = sub.add_parser(verb)
-        t.add_argument("--owner", required=True)
-    return p
+USAGE = (
+    "usage: composer.gateway.ctl [--socket PATH] METHOD PATH [BODY]\n"
+    "       composer.gateway.ctl [--socket PATH] tether|session --owner NAME"
+)
+METHODS = ("GET", "POST")
+TETHER_DETAIL = "the swap that held ended without releasing its hold (its process died)"
 
 
-def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if v is not None}
+class Usage(ValueError):
+    """Bad arguments (exit 2)."""
 
 
-def request_for(args: argparse.Namespace) -> tuple[str, str, dict[str, Any] | None]:
-    """(method, path, JSON body) for the parsed verb; ValueError on a bad argument."""
-    verb = args.verb
-    if verb == "state":
-        return "GET", "/state", None
-    if verb == "hold":
-        body = {"lease_s": args.lease, "owner": args.owner, "probe_token": args.probe_token or None}
-        return "POST", "/hold", _drop_none(body)
-    if verb == "renew":
-        return "POST", "/renew", _drop_none({"id": args.id, "lease_s": args.lease})
-    if verb == "release":
-        body = {"id": args.id, "serving": args.serving, "detail": args.detail}
-        if args.serving or args.failed or args.detail is not None:
-            body["ok"] = not args.failed
-        return "POST", "/release", _drop_none(body)
-    if verb == "drain":
-        body = {
-            "timeout_s": args.timeout,
-            "lease_s": args.lease,
-            "owner": args.owner,
-            "wait_s": args.wait,
-            "probe_token": args.probe_token or None,
-            "target": args.target or None,
-        }
-        return "POST", "/drain", _drop_none(body)
-    if verb == "drain-wait":
-        return "GET", f"/drain/{args.id}?wait_s={args.wait}", None
-    if verb == "route":
-        return "POST", "/route", {"upstream": args.upstream}
-    if verb == "wait-ready":
-        return "POST", "/wait-ready", {"timeout_s": args.timeout}
-    if verb == "demand":
-        return "GET", f"/demand?wait_s={args.wait}", None
-    if verb == "upstreams":
+def request(method: Any, path: Any, body: Any = None) -> tuple[str, str, dict[str, Any] | None]:
+    """A checked request: (METHOD, /path, JSON object or None); Usage when it is not one."""
+    method = method.upper() if isinstance(method, str) else method
+    if method not in METHODS or not isinstance(path, str) or not path.startswith("/"):
+        raise Usage(
+            f"{method!r} {path!r} is not a request; allowed: GET or POST, then a path starting with '/'"
+        )
+    if isinstance(body, str):
         try:
-            items = json.loads(args.json_list)
+            body = json.loads(body)
         except ValueError as err:
-            raise ValueError(f"the live set is not JSON: {err}") from err
-        return "POST", "/upstreams", {"upstreams": items}
-    if verb == "drain-upstream":
-        return "POST", "/upstreams/drain", {"name": args.name, "wait_s": args.wait}
-    if verb == "serving":
-        body = {"variant": args.variant, "demand": args.demand, "ok": not args.failed, "detail": args.detail}
-        return "POST", "/serving", body
-    query = []
-    for item in args.query:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            raise ValueError(f"--query {item!r} is invalid; allowed: NAME=VALUE")
-        query.append([name, value])
-    body = {"method": args.method, "path": args.path, "query": query, "timeout_s": args.timeout}
-    if args.json_body is not None:
-        body["json"] = json.loads(args.json_body)
-    return "POST", "/backend", _drop_none(body)
+            raise Usage(f"the body is not JSON: {err}") from err
+    if body is not None and not isinstance(body, dict):
+        raise Usage("the body must be a JSON object")
+    return method, path, body
 
 
 @functools.cache
 def _client(socket_path: str) -> httpx.Client:
-    """One client per control socket for this process (a session's verbs share it).
+    """One client per control socket for this process (a session's requests share it).
 
     Plain HTTP over a Unix socket: no TLS context is built (`verify=False` skips reading
-    the CA bundle, about 50 ms per client in the gateway's image, which every verb of a
+    the CA bundle, about 50 ms per client in the gateway's image, which every request of a
     swap's session paid on the clients' hold)."""
     transport = httpx.HTTPTransport(uds=socket_path, verify=False)
     return httpx.Client(
@@ -186,7 +87,17 @@ def call(socket_path: str, method: str, path: str, body: dict[str, Any] | None) 
     return reply.status_code, reply.json()
 
 
-TETHER_DETAIL = "the swap that held ended without releasing its hold (its process died)"
+def forward(socket_path: str, method: Any, path: Any, body: Any = None) -> tuple[int, dict[str, Any]]:
+    """One request, as `main` and a session line run it: (exit code, reply)."""
+    try:
+        status, reply = call(socket_path, *request(method, path, body))
+    except Usage as err:
+        return 2, {"error": str(err)}
+    except (httpx.HTTPError, OSError, ValueError) as err:
+        return 1, {"error": f"control socket {socket_path}: {type(err).__name__}: {err}"}
+    if not isinstance(reply, dict):
+        return 1, {"error": f"unexpected reply: {reply!r}"[:300]}
+    return (0 if status < 400 else 1), reply
 
 
 def tether(socket_path: str, owner: str) -> dict[str, Any]:
@@ -209,27 +120,9 @@ def tether_release(socket_path: str, owner: str) -> dict[str, Any]:
     return {"released": released}
 
 
-def run_argv(socket_path: str, argv: list[str]) -> tuple[int, dict[str, Any]]:
-    """One verb of a session: (exit code, reply) as `main` would exit and print them."""
-    try:
-        args = _parser().parse_args(["--socket", socket_path, *argv])
-    except SystemExit as stop:  # argparse's usage error (already written to stderr)
-        return 2, {"error": f"bad command: {argv!r}"} if stop.code else {}
-    if args.verb in {"tether", "session"}:
-        return 2, {"error": f"{args.verb} cannot run inside a session"}
-    try:
-        method, path, body = request_for(args)
-        status, reply = call(socket_path, method, path, body)
-    except (httpx.HTTPError, OSError, ValueError) as err:
-        return 1, {"error": f"control socket {socket_path}: {type(err).__name__}: {err}"}
-    if not isinstance(reply, dict):
-        return 1, {"error": f"unexpected reply: {reply!r}"[:300]}
-    return (0 if status < 400 else 1), reply
-
-
 def session(socket_path: str, owner: str) -> dict[str, Any]:
-    """Run the commands read from stdin (one JSON line each) until it closes, then release
-    every hold of `owner` (see the module's docstring)."""
+    """Forward the requests read from stdin (one JSON line each) until it closes, then
+    release every hold of `owner` (see the module's docstring)."""
     out = threading.Lock()
 
     def write(message: dict[str, Any]) -> None:
@@ -240,45 +133,56 @@ def session(socket_path: str, owner: str) -> dict[str, Any]:
     def answer(line: bytes) -> None:
         try:
             command = json.loads(line)
-            ident, argv = command.get("id"), command["argv"]
-            if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
-                raise ValueError("argv is not a list of strings")
+            ident, method, path = command.get("id"), command["method"], command["path"]
         except (ValueError, KeyError, AttributeError) as err:
-            write({"id": None, "code": 2, "reply": {"error": f"bad command line: {err}"}})
+            write({"id": None, "code": 2, "reply": {"error": f"bad request line: {err}"}})
             return
-        code, reply = run_argv(socket_path, argv)
+        code, reply = forward(socket_path, method, path, command.get("body"))
         write({"id": ident, "code": code, "reply": reply})
 
-    write({"session": owner})
+    write({"session": owner, "requests": True})
     for line in iter(sys.stdin.buffer.readline, b""):
         if line.strip():
             threading.Thread(target=answer, args=(line,), daemon=True).start()
     return tether_release(socket_path, owner)
 
 
+def _owner(args: list[str]) -> str | None:
+    """OWNER of `tether|session --owner OWNER` (or `--owner=OWNER`); None for anything else."""
+    if args[:1] not in (["tether"], ["session"]):
+        return None
+    if len(args) == 2 and args[1].startswith("--owner="):
+        return args[1].removeprefix("--owner=")
+    return args[2] if len(args) == 3 and args[1] == "--owner" else None
+
+
+def _usage(problem: str) -> int:
+    print(f"{USAGE}\ncomposer.gateway.ctl: error: {problem}", file=sys.stderr)
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run one verb; returns the exit code."""
-    args = _parser().parse_args(argv)
-    if args.verb in {"tether", "session"}:
+    """Forward one request (or run a tether or session); returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    socket_path = os.environ.get("GATEWAY_CONTROL_SOCKET") or DEFAULT_CONTROL_SOCKET
+    if args[:1] == ["--socket"] and len(args) > 1:
+        socket_path, args = args[1], args[2:]
+    owner = _owner(args)
+    if owner is not None:
         try:
-            ends = tether if args.verb == "tether" else session
-            print(json.dumps(ends(args.socket, args.owner)))
+            ends = tether if args[0] == "tether" else session
+            print(json.dumps(ends(socket_path, owner)))
         except (httpx.HTTPError, OSError, ValueError) as err:
-            print(json.dumps({"error": f"control socket {args.socket}: {type(err).__name__}: {err}"}))
+            print(json.dumps({"error": f"control socket {socket_path}: {type(err).__name__}: {err}"}))
             return 1
         return 0
-    try:
-        method, path, body = request_for(args)
-    except ValueError as err:
-        print(f"composer.gateway.ctl: error: {err}", file=sys.stderr)
-        return 2
-    try:
-        status, reply = call(args.socket, method, path, body)
-    except (httpx.HTTPError, OSError, ValueError) as err:
-        print(json.dumps({"error": f"control socket {args.socket}: {type(err).__name__}: {err}"}))
-        return 1
+    if len(args) not in (2, 3):
+        return _usage(f"{' '.join(args) or 'nothing'} is not a request")
+    code, reply = forward(socket_path, *args)
+    if code == 2:
+        return _usage(reply["error"])
     print(json.dumps(reply))
-    return 0 if status < 400 else 1
+    return code
 
 
 if __name__ == "__main__":

@@ -200,12 +200,13 @@ SCRIPT = """
     st.switches.forEach(function (s) {
       var li = el("li");
       var head = el("div");
-      head.appendChild(el("strong", "", (s.from || "-") + " \\u2192 " + s.to + " "));
+      head.appendChild(el("strong", "", s.gateway_only ? "gateway settings updated (" + s.to + " serves) " :
+        (s.from || "-") + " \\u2192 " + s.to + " "));
       head.appendChild(el("span", "badge " + s.outcome, s.outcome));
       head.appendChild(el("span", "dim", " " + clock(s.started_at) + ", " + secs(s.elapsed_s) +
         (s.drained !== null ? ", drained " + s.drained + ", cut " + s.cut : "")));
       li.appendChild(head);
-      li.appendChild(stages(s.stages, false));
+      if (!s.gateway_only) { li.appendChild(stages(s.stages, false)); }
       if (s.detail) { li.appendChild(el("div", "dim", s.detail)); }
       hist.appendChild(li);
     });
@@ -262,7 +263,8 @@ BODY = """
 </header>
 <main>
   <form id="login" hidden>
-    <label for="key" class="dim">API key (kept in this tab only)</label>
+    <label for="key" class="dim">API key: the stack's VLLM_API_KEY, from its env file (.env, or the
+      file --env-file names) or the environment; kept in this tab only</label>
     <input id="key" type="password" autocomplete="off" placeholder="VLLM_API_KEY">
     <button type="submit">Connect</button>
   </form>

@@ -283,7 +283,7 @@ class ProxyApp:
         self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
-        self.switcher = switcher  # set when bodies are read (switch_on_model or policy = auto)
+        self.switcher = switcher  # reads bodies when `_reads_bodies()`
         self.served_name = served_name
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
@@ -292,6 +292,13 @@ class ProxyApp:
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
+
+    def _reads_bodies(self) -> bool:
+        """Bodies are read for switching, the automatic policy, or while a live set routes
+        (one published over the control channel to a gateway started for one variant too)."""
+        if self.switcher is None:
+            return False
+        return self.switcher.config.inspects_bodies or (self.live is not None and self.live.active)
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -420,7 +427,7 @@ class ProxyApp:
         if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
             held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
-            if self.switcher is not None and complete:
+            if complete and self._reads_bodies():
                 try:
                     await self._switch(scope, body, deadline, watcher, held)
                 except Refused as refused:

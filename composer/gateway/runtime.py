@@ -78,7 +78,7 @@ class Gateway:
             self.upstream,
             KeyCheck(config.api_key),
             self.metrics,
-            self.switcher if config.inspects_bodies else None,
+            self.switcher,
             config.served_name,
             config.stall_timeout,
             config.hold_keepalive,

@@ -43,6 +43,23 @@ SPARK_S = 300.0
 METRICS_TIMEOUT = httpx.Timeout(2.0, connect=1.0)
 UNKNOWN = "unknown"  # the variant name used while the host has not reported one
 NO_STORE = {"Cache-Control": "no-store"}
+# A probe's client exception, as a sentence (its class name is how the poller records it).
+PLAIN_ERRORS = {
+    "ConnectError": "its server does not accept connections (starting, stopped or gone)",
+    "ConnectTimeout": "its server does not accept connections (starting, stopped or gone)",
+    "ReadTimeout": "its server did not answer in time",
+    "PoolTimeout": "its server did not answer in time",
+    "ReadError": "its server closed the connection",
+    "RemoteProtocolError": "its server closed the connection",
+    "ValueError": "its server's /v1/models answer is not what vLLM sends",
+    "AttributeError": "its server's /v1/models answer is not what vLLM sends",
+}
+
+
+def plain_error(raw: str) -> str:
+    """A probe's error as a sentence: client exceptions by what they mean, others as they are."""
+    name = raw.split(":", 1)[0].strip()
+    return PLAIN_ERRORS.get(name, raw)
 
 
 class StatusBoard:
@@ -112,6 +129,9 @@ class StatusBoard:
         switching = gw.switcher.snapshot()
         log_now = self.switches.snapshot()
         serving = gw.switcher.serving
+        current = log_now["current"]
+        if current is not None and current["stage"] != "drain":
+            serving = None  # the old variant stops (or sleeps): nothing serves until the gate passes
         sleeping = [v for v in self.switches.sleeping if v != serving]
         now = time.time()
         names = [*([serving] if serving else []), *sleeping]
@@ -137,7 +157,7 @@ class StatusBoard:
             "backend": {
                 "ready": gw.backend_ready,
                 "waking": bool(gw.metrics.waking._value.get()),
-                "error": gw.upstream.last_error,
+                "error": plain_error(gw.upstream.last_error) if gw.upstream.last_error else "",
             },
             "serving": [serving] if serving else [],
             "sleeping": sleeping,
@@ -157,7 +177,10 @@ class StatusBoard:
             },
             "variants": variants,
             "live": gw.live.active,
-            "upstreams": gw.live.snapshot(),
+            "upstreams": [
+                {**u, "error": plain_error(u["error"]) if u.get("error") else u.get("error")}
+                for u in gw.live.snapshot()
+            ],
         }
 
     # -- endpoints -----------------------------------------------------------------------

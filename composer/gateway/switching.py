@@ -17,7 +17,8 @@ A request whose model is an alias of variant V:
     `residency_wait` (and the hold deadline) it waits, otherwise it gets 503 at once with
     `Retry-After` = the residency left;
   - else it raises the demand for V and waits for the switch.
-A demand needs a follower: with no host long-polling (none within `FOLLOWER_WINDOW_S`), a
+A demand needs a follower: with no host long-polling or reporting on a demand (none within
+`FOLLOWER_WINDOW_S`; what `up` reports about the serving variant is no follower), a
 request that would raise or wait for a demand no host has taken gets 503 at once (`no
 compose-spec follow is running for this stack`), and the automatic policy raises nothing.
 A failed switch answers its waiting requests 503 with what failed (and starts a residency,
@@ -93,7 +94,7 @@ class Switcher:
         self.window = Window(config.policy_window)
         self.last_decision: str | None = None
         self.queued: dict[str, int] = {}  # requests waiting for a switch, per variant
-        self.last_contact: float | None = None  # the host's last long poll or report
+        self.last_contact: float | None = None  # a follower's last long poll or demand report
         self._polls = 0  # long polls in progress
         self.stopping = False
         self._pulse = asyncio.Event()
@@ -174,9 +175,11 @@ class Switcher:
         self._notify()
 
     def report(self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "") -> None:
-        """The host says what serves now, and how the demand `demand_id` ended."""
+        """The host says what serves now, and how the demand `demand_id` ended. Only a report
+        on a demand is a follower's contact: `up` reports what serves too, without one."""
         now = self.clock()
-        self.last_contact = now
+        if demand_id is not None:
+            self.last_contact = now
         previous = self.serving
         if variant:
             self.serving = variant

@@ -28,6 +28,9 @@ from typing import Any
 KEEP_SWITCHES = 50
 STAGES = ("drain", "stop", "sleep", "start", "wake", "gate")
 OUTCOMES = ("ok", "failed", "abandoned", "released")  # released: the host reported no outcome
+# The detail `up` releases a gateway-only update with (its outcome, composer.swap.swapper):
+# the variant kept serving, only the gateway's settings changed.
+GATEWAY_UPDATED = "gateway updated"
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Switch:
             "cut": self.cut,
             "outcome": self.outcome,
             "detail": self.detail,
+            "gateway_only": self.detail == GATEWAY_UPDATED,
         }
 
 

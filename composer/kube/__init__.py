@@ -9,7 +9,7 @@ that switches the serving variant (`rollout`: under the project's swap lock, wri
 variant's overlay, server-side apply the API key Secret from stdin, drain the gateway,
 `kubectl apply -k`, `kubectl rollout status --timeout`, the readiness gate and warm-up
 through the Service past the hold, release; `kubectl rollout undo` under the hold on
-failure or interruption), its signal handling (`signals`), and the way the gate reaches
+failure or interruption; signals from `composer.signals`), and the way the gate reaches
 the Service (`forward`: the configured URL or `kubectl port-forward`), and the change of a
 live set (`live_rollout`: one Deployment at a time; each new variant applied, rolled out
 and gated through its own Service, a speculative one's draft acceptance included, before the
@@ -18,7 +18,8 @@ the one-variant Deployment drained through the gateway's `state` and deleted; a 
 that fails is deleted again).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
-`composer.swap` (the swap lock, the hold, a live change's result), `composer.errors`, `composer.labels`.
+`composer.swap` (the swap lock, the hold, a live change's result), `composer.errors`, `composer.labels`,
+`composer.signals`.
 Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`,
 `up_kube_live` (its result is the compose target's `LiveResult`, from `composer.swap.live`).
 """

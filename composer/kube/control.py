@@ -1,7 +1,7 @@
 """The gateway's control channel on Kubernetes: `kubectl exec` into the gateway pod.
 
 The same host-side client as the Docker path (`GatewayControl`, which runs
-`python3 -m composer.gateway.ctl VERB ...` in the gateway's container and parses its
+`python3 -m composer.gateway.ctl METHOD PATH [BODY]` in the gateway's container and parses its
 JSON), given an exec target that runs through `kubectl exec` instead of `docker exec`:
 who may exec into the pod may hold, drain and release it, nobody else.
 """

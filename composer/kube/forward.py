@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import selectors
+import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -45,7 +46,7 @@ def service_url(
             proc.wait()
 
 
-def _local_port(proc) -> int:  # type: ignore[no-untyped-def]
+def _local_port(proc: subprocess.Popen[str]) -> int:
     """Read port-forward's output until it says which local port it listens on."""
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_WITHIN

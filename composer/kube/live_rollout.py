@@ -51,7 +51,6 @@ from composer.kube.rollout import (
     gate,
     rollout_status,
 )
-from composer.kube.signals import interrupt_once, interrupts_ignored, stop_signals
 from composer.render.files import RenderedFile, write_atomic
 from composer.render.kube_live import live_member_docs, live_name, live_shared_docs, live_upstreams
 from composer.render.kubernetes import (
@@ -65,6 +64,7 @@ from composer.render.kubernetes import (
 from composer.render.live import LIVE_UPSTREAMS_VAR
 from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
+from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap.live import LiveResult, live_acceptance, upstream_states
@@ -470,7 +470,7 @@ class KubeLiveRollout:
         gateway = self._bootstrap(folders, gateway)
         serving = list(plan.keep)
         cut = 0
-        with stop_signals(interrupt_once):
+        with handled(interrupt_once):
             for name in plan.replace:
                 cut += self.replace(name, folders[name], [*serving, name], result)
                 serving.append(name)

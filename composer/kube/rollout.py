@@ -35,12 +35,12 @@ from composer.errors import ComposerError, HealthCheckFailed, KubectlFailed, Pre
 from composer.kube.control import cluster_gateway_hash, kube_hold
 from composer.kube.forward import service_url
 from composer.kube.kubectl import Kubectl
-from composer.kube.signals import interrupt_once, interrupts_ignored, stop_signals
 from composer.render.files import write_atomic
 from composer.render.kubernetes import gateway_name, render_kubernetes, secret_name
 from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
+from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.stack.model import Stack
 from composer.swap.holding import WARMUP_PROMPT, SwapHold
 from composer.swap.lock import swap_lock
@@ -274,7 +274,7 @@ class KubeRollout:
                 self.hold = kube_hold(self.kubectl, self.stack, self.say)
         applied = finished = False  # apply -k started, finished
         try:
-            with stop_signals(interrupt_once):
+            with handled(interrupt_once):
                 try:
                     self._drain(result)
                     self.say(f"applying {target.name} (kubectl apply -k {overlay})")

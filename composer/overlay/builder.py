@@ -16,7 +16,7 @@ from __future__ import annotations
 import fnmatch
 import posixpath
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -26,8 +26,8 @@ from composer import labels as label_names
 from composer.errors import ImageBuildError
 from composer.overlay import steps as dock
 from composer.overlay.diff import ParsedDiff, added_modules, check_pin, problems_error, read_diff
-from composer.overlay.patch import apply_diffs
-from composer.overlay.recipe import Recipe, pin_recipe
+from composer.overlay.patch import applies_in_reverse, apply_diffs
+from composer.overlay.recipe import DiffPin, Recipe, pin_recipe
 
 Progress = Callable[[str], None]
 IMPORT_PYTHON = "python3"
@@ -70,11 +70,14 @@ def build_overlay(
     progress: Progress = _quiet,
     extra_labels: Mapping[str, str] | None = None,
     verify: tuple[str, ...] | None = None,
+    use_base: bool = False,
 ) -> BuildResult:
     """Validate, build and verify the recipe's overlay image (see the module docstring).
 
     `verify` replaces the recipe's verification command (the imports still run). A dry
-    run writes nothing: not the image, not image.toml.
+    run writes nothing: not the image, not image.toml. A base that already contains the
+    change (every diff applies in reverse) is refused with one line, unless `use_base`:
+    then the image is the base itself, labelled as such, verified like any overlay.
     """
     extra = dict(extra_labels or {})
     recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
@@ -94,8 +97,15 @@ def build_overlay(
     paths = sorted({c.path for d in diffs for c in d.changes})
     progress(f"reading {len(paths)} file(s) from {package_dir}")
     originals = dock.read_files(client, base.id, parent, paths, helper_labels)
-    patched = apply_diffs(originals, diffs)
-    progress(f"dry run: {len(diffs)} diff(s) apply cleanly to {len(patched)} file(s)")
+    if applies_in_reverse(originals, diffs):
+        _refuse_unless_base_used(recipe, diffs, use_base or dry_run)
+        patched = {}
+        labels[label_names.OVERLAY_FROM_BASE] = "contains-change"
+        would = "would be" if dry_run and not use_base else "will be"
+        progress(f"{recipe.base} already contains the change: with --use-base {recipe.tag} {would} the base")
+    else:
+        patched = apply_diffs(originals, diffs)
+        progress(f"dry run: {len(diffs)} diff(s) apply cleanly to {len(patched)} file(s)")
     if dry_run:
         progress(f"dry run: verification would {checks.describe()}")
         return BuildResult("dry-run", recipe.tag, files=tuple(patched), pinned=pinned, labels=labels)
@@ -110,6 +120,41 @@ def build_overlay(
     if replaced and dock.drop_if_untagged(client, current.id):
         progress(f"removed the replaced image {current.short_id}")
     return BuildResult("built", recipe.tag, image_id, tuple(patched), pinned, labels)
+
+
+def base_contains_change(client: Any, recipe: Recipe) -> bool:
+    """True when the recipe's local base already holds every diff (they apply in reverse)."""
+    base = dock.local_image(client, recipe.base)
+    if base is None:
+        return False
+    diffs = validate_diffs(recipe)
+    helper = {label_names.BUILD: recipe.name}
+    package_dir = locate_package(client, base.id, recipe, helper)
+    paths = sorted({c.path for d in diffs for c in d.changes})
+    files = dock.read_files(client, base.id, posixpath.dirname(package_dir.rstrip("/")), paths, helper)
+    return applies_in_reverse(files, diffs)
+
+
+def _refuse_unless_base_used(recipe: Recipe, diffs: list[ParsedDiff], use_base: bool) -> None:
+    if not use_base:
+        names = ", ".join(d.name for d in diffs)
+        raise ImageBuildError(
+            f"base image {recipe.base} already contains the change of {names} (the diff applies in "
+            f"reverse): no overlay is needed; `compose-spec build {recipe.name} --use-base` makes "
+            f"{recipe.tag} the base itself, labelled as such"
+        )
+
+
+def readable(argv: tuple[str, ...] | list[str]) -> str:
+    """An argv as one shell line a person reads and can paste: an argument with single quotes
+    in it is double-quoted when that needs no escapes (never `'"'"'`)."""
+    words = []
+    for arg in argv:
+        quoted = shlex.quote(arg)
+        if quoted != arg and "'" in arg and not any(c in arg for c in '"$`\\!'):
+            quoted = f'"{arg}"'
+        words.append(quoted)
+    return " ".join(words)
 
 
 @dataclass(frozen=True)
@@ -131,7 +176,7 @@ class Verification:
             if self.modules
             else ""
         )
-        return f"{imports}run {shlex.join(self.command)}"
+        return f"{imports}run {readable(self.command)}"
 
 
 def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...]:
@@ -232,7 +277,7 @@ def verify_image(
                 dock.remove_image(client, image_id)
             last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
             what = "the image is kept" if not remove_on_failure else "image removed"
-            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else shlex.join(argv)
+            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else readable(argv)
             raise ImageBuildError(
                 f"verification failed in {'the image' if not remove_on_failure else 'the new image'} "
                 f"(exit {code} from {_short(step)}), {what}: {last[0].strip()}"
@@ -244,8 +289,8 @@ def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def image_labels(recipe: Recipe, base: Any, diffs: list[ParsedDiff]) -> dict[str, str]:
-    """The labels that record every input of the image."""
+def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin]) -> dict[str, str]:
+    """The labels that record every input of the image (each diff by its name and sha256)."""
     digests = base.attrs.get("RepoDigests") or []
     return {
         label_names.OVERLAY_RECIPE: recipe.name,

@@ -94,6 +94,25 @@ def _failures_error(failures: list[tuple[str, str]]) -> ImageBuildError:
     )
 
 
+def applies_in_reverse(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff]) -> bool:
+    """True when the base already holds what every diff leaves: each file the diffs touch is
+    there and each hunk's resulting lines are found in it, in order (the change is in the base)."""
+    checked = False
+    for diff in diffs:
+        for change in diff.changes:
+            text = base_files.get(change.path)
+            if text is None:
+                return False
+            lines, cursor = text.splitlines(keepends=True), 0
+            for hunk in change.patch:
+                _, new = hunk_lines(hunk)
+                at = _find(lines, new, max(hunk.target_start - 1, cursor), cursor)
+                if at is None:
+                    return False
+                cursor, checked = at + len(new), True
+    return checked
+
+
 def hunk_lines(hunk: Hunk) -> tuple[list[str], list[str]]:
     """The lines a hunk expects (context and removed) and the lines it leaves (context and added)."""
     old: list[str] = []

@@ -146,18 +146,24 @@ def _read_one(container: Any, path: str) -> str | None:
         raise ImageBuildError(f"{path} in the base image is not UTF-8 text") from err
 
 
-def dockerfile_text(base_id: str, package_parent: str, labels: Mapping[str, str]) -> str:
-    """`FROM base` + one COPY of the overlay tree + one LABEL instruction."""
+def dockerfile_text(
+    base_id: str, package_parent: str, labels: Mapping[str, str], copy_files: bool = True
+) -> str:
+    """`FROM base` + one COPY of the overlay tree (none without files) + one LABEL instruction."""
     copy = json.dumps([f"{OVERLAY_DIR}/", package_parent.rstrip("/") + "/"])
     label_args = " ".join(f"{json.dumps(k)}={json.dumps(v)}" for k, v in sorted(labels.items()))
-    return f"FROM {base_id}\nCOPY {copy}\n" + (f"LABEL {label_args}\n" if labels else "")
+    return (
+        f"FROM {base_id}\n"
+        + (f"COPY {copy}\n" if copy_files else "")
+        + (f"LABEL {label_args}\n" if labels else "")
+    )
 
 
 def build_context(
     base_id: str, package_parent: str, files: Mapping[str, str], labels: Mapping[str, str]
 ) -> io.BytesIO:
     """An in-memory tar: the Dockerfile and `overlay/<path>` for each patched file."""
-    dockerfile = dockerfile_text(base_id, package_parent, labels).encode()
+    dockerfile = dockerfile_text(base_id, package_parent, labels, copy_files=bool(files)).encode()
     buffer = io.BytesIO()
     now = int(time.time())
     with tarfile.open(fileobj=buffer, mode="w") as archive:

@@ -119,8 +119,8 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
         "command": [resolve(arg) for arg in spec.command],
         "config_hash": spec.hash,
     }
-    if isinstance(data["speculative"], dict):
-        data["speculative"]["extra"] = dict(variant.speculative.extra)  # type: ignore[union-attr]
+    if isinstance(data["speculative"], dict) and variant.speculative is not None:
+        data["speculative"]["extra"] = dict(variant.speculative.extra)
     return data
 
 

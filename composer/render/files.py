@@ -32,10 +32,11 @@ from pathlib import Path
 
 import jinja2
 
-from composer.errors import RenderError
+from composer.errors import RenderError, cannot_write
 from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
+from composer.stack.bounded import FileTooLarge, read_bounded
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
 
@@ -221,10 +222,6 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
     files: list[RenderedFile] = []
     for name in names:
         files += render_variant(resolve_target(stack, name), out_dir)
-    if stack.gateway.live and not variants:  # the live set's file beside the variants' own
-        from composer.render.live import render_live, resolve_live
-
-        files += render_live(resolve_live(stack, stack.gateway.live), out_dir)
     return files
 
 
@@ -284,9 +281,10 @@ def prune_run_files(
 
 def is_current(file: RenderedFile) -> bool:
     """True when the file on disk already has exactly these bytes."""
+    expected = file.content.encode()
     try:
-        return file.path.read_bytes() == file.content.encode()
-    except OSError:  # absent, a directory, unreadable: not current (writing says why)
+        return read_bounded(file.path, "rendered file", len(expected)) == expected
+    except (OSError, FileTooLarge):  # absent, a directory, unreadable, longer: not current
         return False
 
 
@@ -319,14 +317,16 @@ def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as err:
-        raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+        raise RenderError(cannot_write(path, err)) from err
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
         os.chmod(tmp, mode)
-    except OSError as err:
+    except BaseException as err:
         Path(tmp).unlink(missing_ok=True)
-        raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+        if isinstance(err, OSError):
+            raise RenderError(cannot_write(path, err)) from err
+        raise
     return Path(tmp)
 
 
@@ -391,14 +391,10 @@ def write_atomic(file: RenderedFile) -> bool:
         if file.path.stat().st_mode & 0o777 != file.mode:
             os.chmod(file.path, file.mode)
         return False
-    file.path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=file.path.parent, prefix=f".{file.path.name}.", suffix=".tmp")
+    tmp = _temp_beside(file.path, file.content.encode(), file.mode)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(file.content.encode())
-        os.chmod(tmp, file.mode)
         os.replace(tmp, file.path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise RenderError(cannot_write(file.path, err)) from err
     return True

@@ -88,8 +88,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
             f"http://{stack.project}-{stack.service}-{name}-1:{CONTAINER_PORT}" for name in sleepers
         )
         environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
-    if settings.switches:
-        environment += _switching_environment(stack)
+    environment += _routing_environment(stack)
     if settings.spill:  # live routing's overflow (composer.gateway.routing); absent: off
         environment += (("GATEWAY_SPILL", text(Var("GATEWAY_SPILL", str(settings.spill)))),)
     return GatewaySpec(
@@ -110,16 +109,23 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
     )
 
 
-def _switching_environment(stack: Stack) -> tuple[tuple[str, Text], ...]:
-    """The switching settings (only with switch_on_model or policy = "auto")."""
+def _routing_environment(stack: Stack) -> tuple[tuple[str, Text], ...]:
+    """What routing and switching read: the aliases and workload classes whenever the stack
+    has some (a live set routes by them, switching needs them too), the switching settings
+    only with switch_on_model or policy = "auto"."""
     settings = stack.gateway
+    environment: tuple[tuple[str, Text], ...] = ()
     aliases = ",".join(f"{alias}={name}" for name, var in stack.variants.items() for alias in var.aliases)
-    return (
-        ("GATEWAY_SWITCH_ON_MODEL", text("true" if settings.switch_on_model else "false")),
-        ("GATEWAY_ALIASES", text(aliases)),
-        ("GATEWAY_POLICY", text(settings.policy)),
-        ("GATEWAY_MIN_RESIDENCY", text(Var("GATEWAY_MIN_RESIDENCY", str(settings.min_residency)))),
-        ("GATEWAY_RESIDENCY_WAIT", text(Var("GATEWAY_RESIDENCY_WAIT", str(settings.residency_wait)))),
-        ("GATEWAY_POLICY_WINDOW", text(Var("GATEWAY_POLICY_WINDOW", str(settings.policy_window)))),
-        ("GATEWAY_WORKLOADS", text(gateway_workloads(stack.workloads))),
-    )
+    if aliases:
+        environment += (("GATEWAY_ALIASES", text(aliases)),)
+    if classes := gateway_workloads(stack.workloads):
+        environment += (("GATEWAY_WORKLOADS", text(classes)),)
+    if settings.switches:
+        environment += (
+            ("GATEWAY_SWITCH_ON_MODEL", text("true" if settings.switch_on_model else "false")),
+            ("GATEWAY_POLICY", text(settings.policy)),
+            ("GATEWAY_MIN_RESIDENCY", text(Var("GATEWAY_MIN_RESIDENCY", str(settings.min_residency)))),
+            ("GATEWAY_RESIDENCY_WAIT", text(Var("GATEWAY_RESIDENCY_WAIT", str(settings.residency_wait)))),
+            ("GATEWAY_POLICY_WINDOW", text(Var("GATEWAY_POLICY_WINDOW", str(settings.policy_window)))),
+        )
+    return environment

@@ -513,8 +513,4 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
                 0o644,
             )
         )
-    if stack.gateway.live and not variants:  # the live set's own kustomization beside the overlays
-        from composer.render.kube_live import render_kube_live
-
-        files += render_kube_live(stack, list(stack.gateway.live), out_dir)
     return files

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from composer.errors import UsageError
 from composer.render.files import RenderedFile, is_current, render_all
+from composer.render.live import render_live, resolve_live
 from composer.stack.model import Stack
 
 
@@ -31,11 +32,15 @@ def rendered_files(
 ) -> list[RenderedFile]:
     """The files of a target, rendered in memory into `out_dir` (default: the committed folder)."""
     folder = out_dir or committed_dir(stack, target)
+    whole = stack.gateway.live and not variants  # the live set's files beside the variants' own
     if target == "kubernetes":
+        from composer.render.kube_live import render_kube_live
         from composer.render.kubernetes import render_kubernetes
 
-        return render_kubernetes(stack, list(variants), folder)
-    return render_all(stack, list(variants), folder)
+        files = render_kubernetes(stack, list(variants), folder)
+        return files + (render_kube_live(stack, list(stack.gateway.live), folder) if whole else [])
+    files = render_all(stack, list(variants), folder)
+    return files + (render_live(resolve_live(stack, stack.gateway.live), folder) if whole else [])
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 from composer.render.spec import API_KEY_VAR
+from composer.stack.bounded import RUN_FILE_LIMIT, read_bounded
 
 _INTERPOLATED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*):[-?]")
 COMPOSE_ENV_VARS = ("COMPOSE_FILE", "COMPOSE_PROJECT_NAME", "COMPOSE_PROFILES", "COMPOSE_ENV_FILES")
@@ -30,7 +31,8 @@ def compose_environment(compose_file: Path, api_key: str | None) -> dict[str, st
     Host variables the file interpolates are removed, so the values resolved when it was
     rendered apply; only the API key is passed in.
     """
-    names = set(_INTERPOLATED.findall(compose_file.read_text(encoding="utf-8")))
+    text = read_bounded(compose_file, "run file", RUN_FILE_LIMIT).decode("utf-8", errors="replace")
+    names = set(_INTERPOLATED.findall(text))
     env = {k: v for k, v in os.environ.items() if k not in names and k not in COMPOSE_ENV_VARS}
     env.pop(API_KEY_VAR, None)
     if api_key:

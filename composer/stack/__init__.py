@@ -9,7 +9,9 @@ keys (`speculative.per_batch_size`, `speculative.adaptive_verification`) are par
 checked by `adaptive`. How hard VLLM_API_KEY is to guess (`keys`: zxcvbn's estimate, weak
 keys refused). Placement (`placement`): a variant's GPU sets (one per replica) and the
 checks of a live set (`[gateway] live`, `up A B`): known variants, disjoint GPU sets, one
-`LiveMember` per container. May import: `composer.errors`.
+`LiveMember` per container. Every file it reads goes through `bounded.read_bounded` (a size
+limit per kind). May import: `composer.errors`, and `composer.gateway.config` for the
+gateway's bounds of its settings (`[gateway]` keys are checked against them).
 Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
 `image_env_var`, `LiveMember`, `live_members`, `StackSource` (the files, env file, flags
 and project name a stack is loaded from), `estimate_key`, `require_strong_key`. Every

@@ -13,6 +13,7 @@ from dotenv import dotenv_values
 
 from composer.errors import ConfigError
 from composer.stack import values as v
+from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
 
 DEFAULT_STACK_FILE = "composer.toml"
 DEFAULT_ENV_FILE = ".env"
@@ -53,10 +54,11 @@ ENV_LINE_HELP = "NAME=value lines (quote a value with '...' or \"...\"), comment
 
 
 def read_text(path: Path, what: str) -> str:
-    """A stack or env file's text (UTF-8), or a ConfigError saying why it cannot be read."""
+    """A stack or env file's text (UTF-8, at most `STACK_FILE_LIMIT` bytes), or a ConfigError
+    saying why it cannot be read."""
     shown = repr(str(path))
     try:
-        return path.read_text(encoding="utf-8")
+        return read_bounded(path, what, STACK_FILE_LIMIT).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{what} {shown} does not exist: give an existing file") from None
     except IsADirectoryError:

@@ -4,14 +4,18 @@ With the gateway on (the default), clients talk to it on the shared port; it for
 the serving variant on the project's private network, holds requests while no variant
 is ready or while a swap drains and gates, and the variants publish no port themselves.
 `enabled = false` keeps the direct mode: the variant publishes the port.
+Every key the gateway reads itself is checked against the gateway's own bounds
+(`composer.gateway.config.LIMITS`), so a stack never renders a value the gateway refuses.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from composer import __version__
+from composer.gateway.config import LIMITS
 from composer.stack.values import (
     parse_bool,
     parse_duration,
@@ -82,73 +86,44 @@ def parse_policy(raw: object) -> str:
     return text
 
 
-def parse_window(raw: object) -> int:
-    """A duration of at least one second."""
-    seconds = parse_duration(raw)
-    if seconds < 1:
-        raise ValueError("a duration of at least 1s, such as 30 or 2m")
-    return seconds
+def _shown(value: int, kind: str) -> str:
+    """A bound as the stack writes it: `24h`, `90s`, `16MiB`, `1000`."""
+    if kind == "duration":
+        for unit, factor in (("h", 3600), ("m", 60)):
+            if value >= factor and value % factor == 0:
+                return f"{value // factor}{unit}"
+        return f"{value}s"
+    if kind == "size":
+        for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+            if value >= factor and value % factor == 0:
+                return f"{value // factor}{unit}"
+    return str(value)
 
 
-MAX_HEAD_BYTES = (1024, 16 * 1024 * 1024)  # the gateway's own bounds (GATEWAY_MAX_HEAD_BYTES)
-MAX_CONNECTIONS = 1_000_000
-MAX_CLIENT_TIMEOUT = 3600
+def within(
+    parse: Callable[[object], int], variable: str, kind: str, example: str, lowest: int = 0
+) -> Callable[[object], int]:
+    """`parse`, then the gateway's own bounds of `variable` (`composer.gateway.config.LIMITS`:
+    the one place they live), so the stack refuses every value the gateway would refuse at
+    start. Values are whole (seconds, bytes, counts); `lowest` is the parser's own floor."""
+    low, high = LIMITS[variable]
+    low, high = max(math.ceil(low), lowest), math.floor(high)
+    noun = {"duration": "a duration", "size": "a size", "count": "a whole number"}[kind]
+    allowed = f"{noun} from {_shown(low, kind)} to {_shown(high, kind)}, such as {example}"
+    if kind == "duration" and low == 0:
+        allowed = f"0 or a duration up to {_shown(high, kind)}, such as {example}"
 
+    def parse_within(raw: object) -> int:
+        try:
+            value = parse(raw)
+        except ValueError:
+            raise ValueError(allowed) from None
+        if not low <= value <= high:
+            raise ValueError(allowed)
+        return value
 
-def parse_head_bytes(raw: object) -> int:
-    """A size from 1KiB to 16MiB, such as 65536 or 64KiB."""
-    allowed = "a size from 1KiB to 16MiB, such as 65536 or 64KiB"
-    try:
-        size = parse_size(raw)
-    except ValueError:
-        raise ValueError(allowed) from None
-    if not MAX_HEAD_BYTES[0] <= size <= MAX_HEAD_BYTES[1]:
-        raise ValueError(allowed)
-    return size
-
-
-def parse_client_timeout(raw: object) -> int:
-    """A duration from 1s to 1h."""
-    allowed = "a duration from 1s to 1h, such as 10 or 10s"
-    try:
-        seconds = parse_duration(raw)
-    except ValueError:
-        raise ValueError(allowed) from None
-    if not 1 <= seconds <= MAX_CLIENT_TIMEOUT:
-        raise ValueError(allowed)
-    return seconds
-
-
-MAX_STREAM_TIMEOUT = 86400
-
-
-def parse_stream_timeout(raw: object) -> int:
-    """0 (off) or a duration up to 1 day."""
-    allowed = "0 (off) or a duration up to 1d, such as 120 or 2m"
-    try:
-        seconds = parse_duration(raw)
-    except ValueError:
-        raise ValueError(allowed) from None
-    if seconds > MAX_STREAM_TIMEOUT:
-        raise ValueError(allowed)
-    return seconds
-
-
-def parse_keepalive(raw: object) -> int:
-    """0 (off) or a duration from 1s to 1h."""
-    allowed = "0 (off) or a duration from 1s to 1h, such as 15 or 15s"
-    try:
-        seconds = parse_duration(raw)
-    except ValueError:
-        raise ValueError(allowed) from None
-    if seconds > MAX_CLIENT_TIMEOUT:
-        raise ValueError(allowed)
-    return seconds
-
-
-def parse_max_connections(raw: object) -> int:
-    """A positive whole number up to 1000000."""
-    return parse_positive_int(raw, MAX_CONNECTIONS)
+    parse_within.__doc__ = allowed
+    return parse_within
 
 
 def parse_live(raw: object) -> tuple[str, ...]:
@@ -162,39 +137,40 @@ def parse_live(raw: object) -> tuple[str, ...]:
     return tuple(names)
 
 
-GATEWAY_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object], ...] = (
+Row = tuple[str, str | None, Callable[[object], object], object]
+
+
+def _gateway_row(key: str, parse: Callable[[object], int], kind: str, example: str, lowest: int = 0) -> Row:
+    """A key the gateway reads from the variable of the same name, within its bounds."""
+    variable = f"GATEWAY_{key.upper()}"
+    return (key, variable, within(parse, variable, kind, example, lowest), getattr(GatewaySettings, key))
+
+
+GATEWAY_SETTINGS: tuple[Row, ...] = (
     # key, environment variable, parser, default
     ("enabled", "GATEWAY_ENABLED", parse_bool, GatewaySettings.enabled),
     ("image", "GATEWAY_IMAGE", parse_text, GatewaySettings.image),
-    ("hold_timeout", "GATEWAY_HOLD_TIMEOUT", parse_duration, GatewaySettings.hold_timeout),
-    ("max_held", "GATEWAY_MAX_HELD", parse_positive_int, GatewaySettings.max_held),
-    ("drain_timeout", "GATEWAY_DRAIN_TIMEOUT", parse_duration, GatewaySettings.drain_timeout),
+    _gateway_row("hold_timeout", parse_duration, "duration", "300 or 5m", lowest=1),
+    _gateway_row("max_held", parse_positive_int, "count", "256", lowest=1),
+    _gateway_row("drain_timeout", parse_duration, "duration", "60 or 1m"),
     ("warmup_requests", "GATEWAY_WARMUP_REQUESTS", parse_count, GatewaySettings.warmup_requests),
     ("switch_on_model", "GATEWAY_SWITCH_ON_MODEL", parse_bool, GatewaySettings.switch_on_model),
     ("policy", "GATEWAY_POLICY", parse_policy, GatewaySettings.policy),
-    ("min_residency", "GATEWAY_MIN_RESIDENCY", parse_duration, GatewaySettings.min_residency),
-    ("residency_wait", "GATEWAY_RESIDENCY_WAIT", parse_duration, GatewaySettings.residency_wait),
-    ("policy_window", "GATEWAY_POLICY_WINDOW", parse_window, GatewaySettings.policy_window),
-    ("max_head_bytes", "GATEWAY_MAX_HEAD_BYTES", parse_head_bytes, GatewaySettings.max_head_bytes),
-    ("head_timeout", "GATEWAY_HEAD_TIMEOUT", parse_client_timeout, GatewaySettings.head_timeout),
-    ("body_timeout", "GATEWAY_BODY_TIMEOUT", parse_client_timeout, GatewaySettings.body_timeout),
-    (
-        "keep_alive_timeout",
-        "GATEWAY_KEEP_ALIVE_TIMEOUT",
-        parse_client_timeout,
-        GatewaySettings.keep_alive_timeout,
-    ),
-    ("max_connections", "GATEWAY_MAX_CONNECTIONS", parse_max_connections, GatewaySettings.max_connections),
-    ("stall_timeout", "GATEWAY_STALL_TIMEOUT", parse_stream_timeout, GatewaySettings.stall_timeout),
-    (
-        "unresponsive_timeout",
-        "GATEWAY_UNRESPONSIVE_TIMEOUT",
-        parse_keepalive,
-        GatewaySettings.unresponsive_timeout,
-    ),
-    ("hold_keepalive", "GATEWAY_HOLD_KEEPALIVE", parse_keepalive, GatewaySettings.hold_keepalive),
+    _gateway_row("min_residency", parse_duration, "duration", "60 or 1m"),
+    _gateway_row("residency_wait", parse_duration, "duration", "30 or 30s"),
+    _gateway_row("policy_window", parse_duration, "duration", "30 or 2m", lowest=1),
+    _gateway_row("max_head_bytes", parse_size, "size", "65536 or 64KiB"),
+    _gateway_row("head_timeout", parse_duration, "duration", "10 or 10s", lowest=1),
+    _gateway_row("body_timeout", parse_duration, "duration", "60 or 1m", lowest=1),
+    _gateway_row("keep_alive_timeout", parse_duration, "duration", "5 or 5s", lowest=1),
+    _gateway_row("max_connections", parse_positive_int, "count", "1024", lowest=1),
+    _gateway_row("stall_timeout", parse_duration, "duration", "120 or 2m"),
+    _gateway_row("unresponsive_timeout", parse_duration, "duration", "30 or 30s"),
+    _gateway_row("hold_keepalive", parse_duration, "duration", "15 or 15s"),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
-    ("spill", "GATEWAY_SPILL", parse_count, GatewaySettings.spill),
+    _gateway_row("spill", parse_count, "count", "4"),
     ("prometheus_image", "PROMETHEUS_IMAGE", parse_text, GatewaySettings.prometheus_image),
     ("prometheus_port", "PROMETHEUS_PORT", parse_port, GatewaySettings.prometheus_port),
 )
+"""Every `[gateway]` key; each one the gateway reads itself is checked against its bounds."""
+HOLD_TIMEOUT_MAX = int(LIMITS["GATEWAY_HOLD_TIMEOUT"][1])

@@ -21,54 +21,17 @@ from composer.stack import adaptive
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
 from composer.stack.files import STACK_FILES_VAR as STACK_FILES_VAR
-from composer.stack.gateway import GATEWAY_SETTINGS, GatewaySettings
+from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySettings
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
-from composer.stack.workload_classes import gateway_workloads
+from composer.stack.settings import settable_keys
+from composer.stack.stack_table import STACK_SETTINGS
+from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
 
 
-@dataclass(frozen=True)
-class Setting:
-    """One stack-level setting: its key, environment variable, parser and default."""
-
-    key: str
-    env: str | None
-    parse: Callable[[object], object]
-    default: object
-    is_path: bool = False
-
-
-STACK_SETTINGS: tuple[Setting, ...] = (
-    Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, "vllm"),
-    Setting("service", None, v.parse_name, "vllm"),
-    Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_served_name, "model"),
-    Setting("port", "VLLM_PORT", v.parse_port, 8000),
-    Setting("bind_address", "VLLM_BIND_ADDRESS", v.parse_ip, "127.0.0.1"),
-    Setting("tensor_parallel_size", "TENSOR_PARALLEL_SIZE", v.parse_positive_int, 1),
-    Setting("max_model_len", "MAX_MODEL_LEN", v.parse_positive_int, 8192),
-    Setting("gpus", "GPU_DEVICES", v.parse_gpus, "all"),
-    Setting("attention_backend", "ATTENTION_BACKEND", v.parse_attention_backend, "flash_attn"),
-    Setting("model_dir", "MODEL_DIR", v.parse_host_path, "./models/model", is_path=True),
-    Setting("model_path", None, v.parse_container_path, "/models/model"),
-    Setting("draft_dir", "DRAFT_DIR", v.parse_host_path, "./models/draft", is_path=True),
-    Setting("draft_path", None, v.parse_container_path, "/models/draft"),
-    Setting("start_period", None, v.parse_duration, 900),
-    Setting("stop_grace_period", None, v.parse_duration, 30),
-    Setting("restart", None, v.parse_restart, "unless-stopped"),
-    Setting("standby", None, v.parse_standby, "stop"),
-    Setting("sleep_residue", None, v.parse_size, "1.3G"),
-    Setting("gpu_memory_bytes", None, v.parse_optional_size, None),
-    Setting("acceptance_floor", None, v.parse_fraction, 0.05),
-    Setting("standby_fallback", None, v.parse_standby_fallback, "refuse"),
-    Setting("sleep_level", None, v.parse_sleep_level, 1),
-    Setting("allow_sleep_level_2_with_speculation", None, v.parse_bool, False),
-    Setting("log_max_size", None, v.parse_size, "50MiB"),
-    Setting("log_max_files", None, v.parse_log_files, 5),
-    Setting("log_probes", None, v.parse_bool, False),
-)
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
 VARIANT_KEYS = {
     "extends",
@@ -230,8 +193,9 @@ def _build(sources: Sources) -> Stack:
     _refuse_shared_mount_targets(settings, variants, resolve.record)
     gateway = _gateway(sources, resolve)
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
-        start_period = int(settings["start_period"])  # type: ignore[call-overload]
-        if start_period > gateway.hold_timeout:
+        start_period = settings["start_period"]  # seconds: parse_duration's int
+        if isinstance(start_period, int) and start_period > gateway.hold_timeout:
+            start_period = min(start_period, HOLD_TIMEOUT_MAX)  # the gateway's own bound
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
             resolve.written["gateway.hold_timeout"] = start_period
@@ -262,8 +226,6 @@ def _build(sources: Sources) -> Stack:
             )
     unused = sorted(set(sources.flags) - set(resolve.record))
     if unused:
-        from composer.stack.settings import settable_keys
-
         hint = did_you_mean(unused[0], settable_keys(list(variants)))
         raise ConfigError(
             f"--set {unused[0]}: not a setting of this stack:{hint or ''} use a key that "
@@ -545,6 +507,7 @@ def _variant(
             f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
         )
     extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
+    _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)  # type: ignore[arg-type]
     standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
     weights = resolve.get(
         f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
@@ -594,6 +557,24 @@ def _extra_args(raw: object) -> list[str]:
             'a list of strings without NUL bytes (from --set: JSON, e.g. ["--max-num-seqs", "64"])'
         )
     return args
+
+
+RENDERED_FLAGS = {
+    "--api-key": "a secret on the command line shows in `ps`, `docker inspect` and the rendered files; "
+    "set VLLM_API_KEY (the environment or the env file) instead, which the server reads",
+    "--port": "compose-spec renders --port 8000, where the gateway and the healthcheck reach the "
+    "server; set stack.port for the port clients use",
+    "--host": "the server must listen on its container's every address for the gateway and the "
+    "healthcheck; remove it (stack.bind_address sets the host address the port binds)",
+}
+"""vLLM flags extra_args may not set, and why (never shown with their value: it may be a secret)."""
+
+
+def _refuse_rendered_flags(key: str, args: Sequence[str]) -> None:
+    for arg in args:
+        flag = arg.partition("=")[0].replace("_", "-") if arg.startswith("--") else ""
+        if flag in RENDERED_FLAGS:
+            raise ConfigError(f"{key} sets {flag}: {RENDERED_FLAGS[flag]}")
 
 
 def _image_key(raw: object, images: Mapping[str, str]) -> str:
@@ -733,9 +714,11 @@ def _adaptive_speculation(
 def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
     raw = _table(sources.toml, "workloads", sources.toml_origin)
     for workload, variant in raw.items():
+        origin = sources.toml_origin.get(f"workloads.{workload}")
+        where = f" (from {origin.name})" if origin else ""
+        if (problem := check_workload_name(str(workload))) is not None:
+            raise ConfigError(f"invalid key workloads.{workload}{where}: {problem}")
         if not isinstance(variant, str) or variant not in variants:
-            origin = sources.toml_origin.get(f"workloads.{workload}")
-            where = f" (from {origin.name})" if origin else ""
             raise ConfigError(
                 f"invalid workloads.{workload} = {v.shown(variant)}{where}: expected a variant name, one of "
                 + ", ".join(sorted(variants))

@@ -115,8 +115,8 @@ def model_stack_text(answers: NewStack, facts: ModelFacts, schema_ref: str | Non
     lines += [
         "",
         "[workloads]",
-        f'chat = "{"mtp" if facts.mtp_layers else "baseline"}"',
-        'long-prompt = "baseline"',
+        f'chat-1 = "{"mtp" if facts.mtp_layers else "baseline"}"  # prompts up to 512 tokens, one stream',
+        'long-16 = "baseline"  # prompts over 4096 tokens, 16 streams',
     ]
     return "\n".join(lines) + "\n"
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, Key
+from composer.stack.workload_classes import WORKLOAD_PATTERN
 
 SCHEMA_FILE = "composer.schema.json"
 _DIGITS = r"^\s*[0-9]+\s*$"
@@ -92,7 +93,9 @@ def json_schema() -> dict[str, Any]:
             },
             "workloads": {
                 "type": "object",
-                "description": "workload name -> the variant that serves it",
+                "description": "workload class (BUCKET[TOKENS]-STREAMS: chat-1, medium-4, long-16) "
+                "-> the variant that serves it",
+                "propertyNames": {"pattern": WORKLOAD_PATTERN},
                 "additionalProperties": {"type": "string"},
             },
             "gateway": _table("gateway"),

@@ -14,7 +14,7 @@ from composer.stack import values as v
 from composer.stack.gateway import GATEWAY_SETTINGS, POLICIES
 from composer.stack.kube_values import PDB_CHOICES, PULL_POLICIES
 from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES
-from composer.stack.load import STACK_SETTINGS
+from composer.stack.stack_table import STACK_SETTINGS
 
 VARIANT = "variants.<name>"
 SPECULATIVE = "variants.<name>.speculative"
@@ -100,7 +100,7 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("gateway", "min_residency", "duration", "how long a variant serves after a switch before another"),
     Key(
-        "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 429)"
+        "gateway", "residency_wait", "duration", "how long a request for another variant may wait (then 503)"
     ),
     Key("gateway", "policy_window", "duration", "traffic the automatic policy looks at"),
     Key("gateway", "max_head_bytes", "size", "bytes a request head may have (more: 431)"),

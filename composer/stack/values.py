@@ -156,6 +156,8 @@ def parse_gpus(raw: object) -> tuple[str, ...] | None:
         return ("all",)
     if not items or not all(re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", i) for i in items):
         raise ValueError(allowed)
+    if len(set(items)) != len(items):
+        raise ValueError(f"{allowed}, each device once")
     return tuple(items)
 
 
@@ -253,10 +255,13 @@ def parse_image_ref(raw: object) -> str:
 
 
 def parse_served_name(raw: object) -> str:
-    """A served model name; it may not start with '-', which vLLM would read as a flag."""
+    """A served model name: no whitespace or control character (it is one argv word, a label
+    and a JSON field clients match exactly), and no leading '-', which vLLM would read as a flag."""
     text = parse_text(raw)
-    if text.startswith("-"):
-        raise ValueError("a non-empty name that does not start with '-'")
+    if text.startswith("-") or any(c.isspace() or not c.isprintable() for c in text):
+        raise ValueError(
+            "a non-empty name without whitespace or control characters that does not start with '-'"
+        )
     return text
 
 

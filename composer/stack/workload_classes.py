@@ -3,15 +3,16 @@
 `compose-spec recommend` names a class `<bucket>[<tokens>]-<streams>`: `chat-1`,
 `medium-4`, `long-16`, `long16000-16` (a length spelled out when one bucket held two),
 `chatas-given-1` (the prompts as given). `chat` is a prompt of at most `CHAT_MAX_TOKENS`
-tokens, `medium` at most `MEDIUM_MAX_TOKENS`, `long` anything longer. Keys of another form
-(`chat`, `long-prompt`) name workloads for `compose-spec use` only; the gateway's automatic
-policy ignores them.
+tokens, `medium` at most `MEDIUM_MAX_TOKENS`, `long` anything longer. This is the one
+vocabulary of `[workloads]`: `init`, `recommend --write`, `use`, live routing and the
+automatic policy all read these names, and the stack refuses a key of another form
+(`check_workload_name`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 CHAT_MAX_TOKENS = 512
@@ -22,6 +23,9 @@ BUCKETS: dict[str, tuple[int, int | None]] = {
     "long": (MEDIUM_MAX_TOKENS + 1, None),
 }
 _NAME = re.compile(r"(?P<bucket>chat|medium|long)(?P<tokens>as-given|[0-9]{1,7})?-(?P<streams>[0-9]{1,5})")
+WORKLOAD_PATTERN = (
+    "^(chat|medium|long)(as-given|[0-9]{1,7})?-(?!0+$)[0-9]{1,5}$"  # the same, for the JSON Schema
+)
 
 
 @dataclass(frozen=True)
@@ -46,8 +50,23 @@ def class_shape(name: str) -> ClassShape | None:
     return ClassShape(name, low, high, tokens, int(match["streams"]))
 
 
+ACCEPTED = (
+    "a workload class BUCKET[TOKENS]-STREAMS, BUCKET one of chat (prompts up to "
+    f"{CHAT_MAX_TOKENS} tokens), medium (up to {MEDIUM_MAX_TOKENS}) or long, e.g. chat-1, medium-4, "
+    "long-16, long16000-16"
+)
+
+
+def check_workload_name(name: str) -> str | None:
+    """Why `name` is not a workload class (None when it is one)."""
+    if class_shape(name) is not None:
+        return None
+    return f"{name!r} is not {ACCEPTED}"
+
+
 def gateway_workloads(workloads: Mapping[str, str]) -> str:
-    """The `GATEWAY_WORKLOADS` value for a `[workloads]` table (classes only, in order)."""
+    """The `GATEWAY_WORKLOADS` value for a `[workloads]` table (in order; a key that is no
+    class, which the stack refuses, is left out)."""
     items = []
     for key, variant in workloads.items():
         shape = class_shape(key)
@@ -57,3 +76,17 @@ def gateway_workloads(workloads: Mapping[str, str]) -> str:
                 f"{shape.streams}={variant}"
             )
     return ",".join(items)
+
+
+def live_routing(workloads: Mapping[str, str], variants: Iterable[str]) -> tuple[bool, str]:
+    """How a live set of `variants` routes: (by class?, one line saying so)."""
+    members = set(variants)
+    named = [
+        f"{key} -> {variant}" for key, variant in workloads.items() if variant in members and class_shape(key)
+    ]
+    if named:
+        return True, "by workload class: " + ", ".join(named)
+    return False, (
+        "by load alone: no [workloads] class names a variant of the live set "
+        '(e.g. chat-1 = "mtp", long-16 = "baseline"; `compose-spec recommend --write` measures them)'
+    )

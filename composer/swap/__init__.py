@@ -36,7 +36,7 @@ is pure; `live_acceptance`: a speculative member's acceptance check, the Kuberne
 set's too; `live_status`: the live containers as `status` and `ls` show them; `--with`
 profiles start from the live run file once the set serves).
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
-`UpResult`, `Snapshot`, `read_history`, `format_history`, `swap_lock`,
+`UpResult`, `Snapshot`, `read_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
 `down_live`, `plan_live`, `LivePlan`, `live_containers`, `live_rows`, `format_live`.
 """
@@ -48,7 +48,7 @@ __all__, __getattr__ = lazy_exports(
     {
         "follow": ["FollowEvent", "follow"],
         "gateway_port": ["recreate_gateway"],
-        "journal": ["format_history", "read_history"],
+        "journal": ["read_history"],
         "live": ["LivePlan", "down_live", "live_containers", "plan_live", "up_live"],
         "live_status": ["format_live", "live_rows"],
         "plan": ["decide"],

@@ -11,15 +11,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from composer.engine.client import compose
-from composer.engine.containers import (
-    current_variant,
-    our_containers,
-    serving_containers,
-    sleeping_containers,
-)
 from composer.errors import DownRefused
 from composer.stack.model import Stack
 from composer.swap.journal import append_history
+from composer.swap.snapshot import take
 from composer.swap.steps import Context
 from composer.swap.swapper import UpOptions
 
@@ -33,18 +28,13 @@ def _quiet(_: str) -> None:
     return None
 
 
-def _stop_all(ctx: Context, sleeping_too: bool = False) -> None:
-    """Stop and remove the project's variant containers (sleeping ones only with `sleeping_too`)."""
-    pick = our_containers if sleeping_too else serving_containers
-    for container in pick(ctx.stack, ctx.client):
-        ctx.say(f"stopping {container.describe().variant} ({container.name})")
-        container.stop_and_remove(ctx.stack.stop_grace_period)
-
-
 def stop_project(ctx: Context) -> str | None:
-    """Stop and remove whatever variant runs, and the project; return the variant's name."""
-    current = current_variant(ctx.stack, ctx.client)
-    _stop_all(ctx, sleeping_too=True)
+    """Stop and remove every variant container, and the project; return the serving variant's name."""
+    snap = take(ctx.stack, ctx.client)
+    for member in snap.members:
+        ctx.say(f"stopping {member.variant} ({member.container.name})")
+        member.container.stop_and_remove(ctx.stack.stop_grace_period)
+    current = snap.current
     compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
     return current.variant if current else None
 
@@ -59,17 +49,16 @@ def stop_variant(
     running, this is `down` (the whole project, gateway included).
     """
     stack = ctx.stack
-    ours = our_containers(stack, ctx.client)
-    mine = [c for c in ours if c.describe().variant == variant]
+    snap = take(stack, ctx.client)
+    mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"
-    asleep = {c.name for c in sleeping_containers(stack, ctx.client)}
-    others = sorted({c.describe().variant for c in ours if c.describe().variant != variant})
-    sleeping_others = sorted({c.describe().variant for c in ours if c.name in asleep} - {variant})
-    if all(c.name in asleep for c in mine):
-        for container in mine:
-            ctx.say(f"stopping {variant} ({container.name}, asleep)")
-            container.stop_and_remove(stack.stop_grace_period)
+    others = sorted({m.variant for m in snap.members} - {variant})
+    sleeping_others = sorted({m.variant for m in snap.asleep} - {variant})
+    if all(m.asleep for m in mine):
+        for member in mine:
+            ctx.say(f"stopping {variant} ({member.container.name}, asleep)")
+            member.container.stop_and_remove(stack.stop_grace_period)
         return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
     if not others:
         (down or (lambda: stop_project(ctx)))()
@@ -82,9 +71,9 @@ def stop_variant(
             f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
             f"stops only {variant}"
         )
-    for container in mine:
-        ctx.say(f"stopping {variant} ({container.name})")
-        container.stop_and_remove(stack.stop_grace_period)
+    for member in mine:
+        ctx.say(f"stopping {variant} ({member.container.name})")
+        member.container.stop_and_remove(stack.stop_grace_period)
     left = ", ".join(others)
     return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
 from composer.render.runfiles import state_dir
+from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded
 
 if TYPE_CHECKING:
     import docker
@@ -91,12 +92,12 @@ def last_failure(project: str, directory: Path | None = None) -> Failure | None:
     """The saved failure of a project, or None when no swap failed (or the record is unreadable)."""
     folder = _folder(project, directory)
     try:
-        record = json.loads((folder / RECORD_FILE).read_text(encoding="utf-8"))
-        log = (folder / LOG_FILE).read_text(encoding="utf-8", errors="replace")
+        record = json.loads(read_bounded(folder / RECORD_FILE, "failure record", RECORD_LIMIT))
+        log = read_bounded(folder / LOG_FILE, "failure log", MAX_BYTES, tail=True).decode(errors="replace")
         return Failure(
             str(record["variant"]), str(record["when"]), str(record["cause"]), log, bool(record["truncated"])
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, FileTooLarge):
         return None
 
 

@@ -12,6 +12,11 @@ Docker shows serving and tells the gateway when that changed (a by-hand `up`); a
 for the variant that already serves is answered without a swap. Every decision is one
 `FollowEvent` (a line, or a JSON object with `--json`). It ends when `stop` is set (SIGTERM, Ctrl-C):
 a switch under way finishes or rolls back first, as `up` does.
+
+A switch never replaces the gateway (the request that asked for it waits there): when the
+running gateway's settings differ from this stack's, follow says so at start and before each
+switch, and `compose-spec up` applies them. A gateway replaced meanwhile (by an `up`, or
+restarted) is found again: the outcome of a switch is reported to whichever gateway runs.
 """
 
 from __future__ import annotations
@@ -19,11 +24,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING
+
+from docker.errors import DockerException
 
 from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
 from composer.gateway.client import GatewayControl, SwitchDemand
+from composer.render.gateway import build_gateway_spec
+from composer.render.spec import resolve
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
@@ -68,17 +77,48 @@ class Follower:
     ) -> None:
         self.stack = stack
         self.client = client
-        self.options = options
+        self.options = replace(options, by="follow")  # its swaps say so in the history
         self.emit = emit
         self.stop = stop
         self.reported: str | None = None
         self.switches = 0
 
-    def _control(self) -> GatewayControl:
-        container = snapshot.take(self.stack, self.client, ask_sleeping=False).gateway
+    def _gateway(self) -> object:
+        try:
+            container = snapshot.take(self.stack, self.client, ask_sleeping=False).gateway
+        except DockerException as err:
+            raise GatewayControlError("demand", f"Docker did not answer: {err}") from err
         if container is None or container.status != "running":
             raise GatewayControlError("demand", "the gateway container is not running")
-        return GatewayControl(container)
+        return container
+
+    def _control(self) -> GatewayControl:
+        return GatewayControl(self._gateway())
+
+    def check_settings(self) -> None:
+        """Say when the running gateway's settings differ from this stack's (never applied here)."""
+        differ = settings_drift(self.stack, self._gateway())
+        if differ:
+            self.emit(
+                FollowEvent(
+                    "gateway",
+                    None,
+                    f"the gateway runs with other settings than this stack ({', '.join(differ)}): "
+                    "follow keeps it; `compose-spec up` applies them",
+                )
+            )
+
+    def _report(
+        self, control: GatewayControl, serving: str | None, demand: SwitchDemand, ok: bool, detail: str
+    ) -> GatewayControl:
+        """Report a switch's outcome; a gateway replaced meanwhile is found again and told."""
+        try:
+            control.report_serving(serving, demand.id, ok=ok, detail=detail)
+            return control
+        except (GatewayControlError, DockerException):
+            fresh = self._control()
+            fresh.report_serving(serving, demand.id, ok=ok, detail=detail)
+            return fresh
 
     def _serving_now(self) -> str | None:
         running = snapshot.take(self.stack, self.client).current
@@ -92,24 +132,25 @@ class Follower:
             self.reported = serving
             self.emit(FollowEvent("serving", serving, "read from Docker"))
 
-    def handle(self, control: GatewayControl, demand: SwitchDemand) -> None:
-        """Run one demand through `up` and report how it ended."""
+    def handle(self, control: GatewayControl, demand: SwitchDemand) -> GatewayControl:
+        """Run one demand through `up` and report how it ended (to the gateway that runs then)."""
         if demand.variant not in self.stack.variants:
             reason = f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
             control.report_serving(self.reported, demand.id, ok=False, detail=reason)
             self.emit(FollowEvent("refused", demand.variant, reason))
-            return
+            return control
         refused = self.stack.variants[demand.variant].refused
         if refused:
             control.report_serving(self.reported, demand.id, ok=False, detail=refused)
             self.emit(FollowEvent("refused", demand.variant, refused))
-            return
+            return control
         serving = self._serving_now()
         if serving == demand.variant:  # a by-hand `up` since the last sync: nothing to switch
             control.report_serving(serving, demand.id, ok=True, detail="already serving")
             self.reported = serving
             self.emit(FollowEvent("serving", serving, "already serving (read from Docker): no switch"))
-            return
+            return control
+        self.check_settings()
         self.emit(FollowEvent("switch", demand.variant, f"{demand.source}: {demand.reason}"))
         began = time.monotonic()
         try:
@@ -117,11 +158,11 @@ class Follower:
                 self.stack,
                 resolve_target(self.stack, demand.variant),
                 client=self.client,
-                options=self.options,
+                options=replace(self.options, keep_gateway=True),
             )
         except ComposerError as err:
             serving = self._serving_now()
-            control.report_serving(serving, demand.id, ok=False, detail=str(err).splitlines()[0])
+            control = self._report(control, serving, demand, False, str(err).splitlines()[0])
             self.reported = serving
             rolled = isinstance(err, SwapFailed) and err.rolled_back
             after = f"rolled back to {serving}" if rolled else f"serving {serving or 'nothing'}"
@@ -136,8 +177,8 @@ class Follower:
             if isinstance(err, Interrupted) or isinstance(err.__cause__, KeyboardInterrupt):
                 # SIGTERM or Ctrl-C during the switch (rolled back): stop after it
                 self.stop.set()
-            return
-        control.report_serving(demand.variant, demand.id, ok=True, detail=result.outcome)
+            return control
+        control = self._report(control, demand.variant, demand, True, result.outcome)
         self.reported = demand.variant
         self.switches += 1
         self.emit(
@@ -149,6 +190,7 @@ class Follower:
                 {"timings": {k: round(v, 3) for k, v in result.timings.items()}},
             )
         )
+        return control
 
     def run(self, max_switches: int | None = None) -> int:
         """Follow until `stop` is set (or `max_switches` switches ran); returns the switches run."""
@@ -159,21 +201,36 @@ class Follower:
                 if control is None:
                     control = self._control()
                     self.reported = None
+                    self.check_settings()
                 if time.monotonic() - last_sync >= SYNC_EVERY_S:
                     self.sync(control)
                     last_sync = time.monotonic()
                 demand = control.next_demand()
                 if demand is not None:
-                    self.handle(control, demand)
+                    control = self.handle(control, demand)
                     last_sync = time.monotonic()
                     if max_switches is not None and self.switches >= max_switches:
                         break
-            except GatewayControlError as err:
+            except (GatewayControlError, DockerException) as err:
                 self.emit(FollowEvent("gateway", None, f"{err}; retrying in {RETRY_S:.0f}s"))
                 control = None
                 last_sync = 0.0
                 self.stop.wait(RETRY_S)
         return self.switches
+
+
+def settings_drift(stack: Stack, gateway: object) -> list[str]:
+    """The gateway settings (as `[gateway]` keys) whose value in the running container's
+    environment differs from what this stack renders."""
+    spec = build_gateway_spec(stack)
+    env = getattr(gateway, "attrs", {}).get("Config", {}).get("Env") or []
+    running = dict(item.split("=", 1) for item in env if "=" in item)
+    ignored = {"GATEWAY_UPSTREAM_CANDIDATES", "GATEWAY_STATE_DIR", "GATEWAY_PORT"}
+    return sorted(
+        name.removeprefix("GATEWAY_").lower()
+        for name, value in (spec.environment if spec else ())
+        if name.startswith("GATEWAY_") and name not in ignored and running.get(name) != resolve(value)
+    )
 
 
 def follow(

@@ -17,12 +17,7 @@ from typing import TYPE_CHECKING
 
 from composer.engine import retry
 from composer.engine.client import compose
-from composer.engine.containers import (
-    gateway_container,
-    has_standby_service,
-    serving_containers,
-    upstream_url,
-)
+from composer.engine.containers import gateway_container, upstream_url
 from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_published
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError, UsageError
@@ -31,6 +26,7 @@ from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.swap import snapshot
 
 if TYPE_CHECKING:
     import docker
@@ -102,8 +98,9 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     if live:
         return _recreate_live(stack, client, live, say, began)
     # Read before the recreation: the old gateway's route tells which standby container serves.
-    serving = next((c for c in serving_containers(stack, client) if c.describe().running), None)
-    variant = serving.describe().variant if serving is not None else None
+    member = snapshot.take(stack, client).serving
+    serving = member.container if member is not None else None
+    variant = member.variant if member is not None else None
     compose_file = _compose_file(stack, serving)
     target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
     service = target.gateway.service if target.gateway else "gateway"
@@ -112,8 +109,8 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     gateway = gateway_container(stack, client)
     if gateway is None:
         raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
-    if serving is not None and has_standby_service(serving, stack):
-        _route(gateway, upstream_url(serving.name))
+    if member is not None and member.standby_service:
+        _route(gateway, upstream_url(member.container.name))
     published = _wait_answers(gateway, stack)
     if not published.answers:
         raise ComposerError(

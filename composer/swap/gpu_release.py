@@ -34,6 +34,7 @@ from composer.engine import retry
 from composer.engine.retry import Pending
 from composer.errors import ComposerError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
+from composer.signals import pause
 
 if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
@@ -135,7 +136,7 @@ class ReleaseWait:
         timeout: float,
         waiting: Callable[[str], None] = _quiet,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] = pause,
     ) -> ReleaseOutcome:
         """Poll until every GPU is released or has the budget free, or `timeout` passed."""
         began = clock()
@@ -177,7 +178,9 @@ class ReleaseWait:
                 attempt
             )
         except Pending as gave_up:
-            return gave_up.result  # type: ignore[return-value]
+            if isinstance(gave_up.result, ReleaseOutcome):
+                return gave_up.result
+            raise
 
     def _released(self, before: GpuInfo, now: GpuInfo | None, last: Mapping[int, int]) -> bool:
         if now is None:

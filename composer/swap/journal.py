@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 import time
@@ -23,11 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from composer.errors import ComposerError
 from composer.render.runfiles import state_dir
+from composer.stack.bounded import HISTORY_LIMIT, KIB, RECORD_LIMIT, read_bounded
+from composer.swap.lock import swap_lock
 
 HISTORY_LINES = 1000
+TRIM_BYTES = HISTORY_LINES * 400  # past this size the history is cut to its newest lines
 RUNNING = "swap.json"
 HISTORY = "history.jsonl"
+INTERRUPTED = "interrupted"
 
 
 def project_dir(project: str, directory: Path | None = None) -> Path:
@@ -35,16 +41,27 @@ def project_dir(project: str, directory: Path | None = None) -> Path:
     return (directory or state_dir()) / project
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def process_start(pid: int) -> str | None:
+    """When process `pid` started (clock ticks after boot, field 22 of /proc/PID/stat): with
+    the pid it names one process, even after the pid is reused. None: no such process."""
+    try:
+        data = read_bounded(f"/proc/{pid}/stat", "process status", 4 * KIB)
+    except (OSError, ComposerError):
+        return None
+    fields = data.rpartition(b")")[2].split()  # the name in parentheses may hold anything
+    return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
 
 
 @dataclass(frozen=True)
@@ -59,6 +76,7 @@ class RunningSwap:
     stage_started: float
     timeout: float
     steps: tuple[str, ...] = ()  # the plan's steps
+    pid_start: str | None = None  # `process_start(pid)` when the record was written
 
     def line(self, now: float | None = None) -> str:
         """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s`."""
@@ -70,38 +88,59 @@ class RunningSwap:
             f"{took:.0f} s of {self.timeout:.0f} s"
         )
 
+    def alive(self) -> bool:
+        """True while the process that wrote the record runs: the same pid, started at the
+        same time (a reused pid started later; a record without a start time is an old one)."""
+        if not Path("/proc").is_dir():
+            return _signal_zero(self.pid)
+        return self.pid_start is not None and process_start(self.pid) == self.pid_start
+
+    def interrupted(self) -> dict[str, Any]:
+        """The history event of a swap whose process ended without finishing it."""
+        return {
+            "time": self.stage_started,
+            "kind": "up",
+            "source": self.source,
+            "target": self.target,
+            "outcome": INTERRUPTED,
+            "steps": list(self.steps),
+            "cause": f"its process (pid {self.pid}) ended during the {self.stage} stage without finishing "
+            "the swap (killed?); `compose-spec status` shows what runs now",
+        }
+
 
 class SwapRecord:
     """Writes the running swap's record at every stage; removes it at the end.
 
     It records the plan as data (`SwapPlan.as_data()`: from `serving` to `target`, its
-    steps) beside the pid, the stage and the times; `running_swap` reads it back."""
+    steps) beside the pid, when that process started, the stage and the times;
+    `running_swap` reads it back. Made while the project's lock is held: a record left by
+    a killed swap becomes an `interrupted` history event first."""
 
     def __init__(
         self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
     ) -> None:
         self.path = project_dir(project, directory) / RUNNING
+        _reap(project, directory)
         self.entry = {
             "source": plan.get("serving"),
             "target": plan.get("target"),
             "steps": list(plan.get("steps") or ()),
             "started": time.time(),
             "timeout": timeout,
+            "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
         }
 
     def stage(self, name: str) -> None:
         """Record the stage the swap is in now (never fails the swap)."""
-        record = {**self.entry, "pid": os.getpid(), "stage": name, "stage_started": time.time()}
+        record = {**self.entry, "stage": name, "stage_started": time.time()}
         with contextlib.suppress(OSError):
-            _write_atomic(self.path, json.dumps(record))
+            _write_atomic(self.path, json.dumps(record).encode())
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self.path.unlink()
-
-
-def _alive(pid: int) -> bool:
-    return Path(f"/proc/{pid}").is_dir() if Path("/proc").is_dir() else _signal_zero(pid)
 
 
 def _signal_zero(pid: int) -> bool:
@@ -114,10 +153,10 @@ def _signal_zero(pid: int) -> bool:
     return True
 
 
-def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
-    """The swap running now for `project`, if its record names a live process."""
+def _record(path: Path) -> RunningSwap | None:
+    """The swap record at `path`; None when there is none or it is not one a swap wrote."""
     try:
-        data = json.loads((project_dir(project, directory) / RUNNING).read_text(encoding="utf-8"))
+        data = json.loads(read_bounded(path, "swap record", RECORD_LIMIT))
         record = RunningSwap(
             pid=int(data["pid"]),
             source=data.get("source"),
@@ -127,55 +166,106 @@ def running_swap(project: str, directory: Path | None = None) -> RunningSwap | N
             stage_started=float(data.get("stage_started", data["started"])),
             timeout=float(data["timeout"]),
             steps=tuple(str(s) for s in data.get("steps") or ()),
+            pid_start=str(data["pid_start"]) if data.get("pid_start") is not None else None,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError, ComposerError):
         return None
-    return record if _alive(record.pid) else None
+    numbers = (record.started, record.stage_started, record.timeout)
+    if record.pid <= 0 or not all(math.isfinite(n) for n in numbers):
+        return None
+    return record
+
+
+def _reap(project: str, directory: Path | None = None) -> None:
+    """Turn a record whose swap's process is gone into an `interrupted` history event
+    (call it with the project's lock held: no swap can be writing its record then)."""
+    path = project_dir(project, directory) / RUNNING
+    record = _record(path)
+    if record is None or record.alive():
+        return
+    append_history(project, record.interrupted(), directory)
+    with contextlib.suppress(OSError):
+        path.unlink()
+
+
+def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
+    """The swap running now for `project`, if its record names a live process.
+
+    A record whose process is gone (a killed `up`) is turned into an `interrupted` history
+    event, under the project's lock taken without waiting: while a swap holds the lock
+    (this process's own, or one whose pid lives in another namespace: the follower's),
+    the record is left alone."""
+    record = _record(project_dir(project, directory) / RUNNING)
+    if record is None or record.alive():
+        return record
+    with contextlib.suppress(ComposerError, OSError), swap_lock(project, wait=False):
+        _reap(project, directory)
+    return None
 
 
 def append_history(project: str, entry: dict[str, Any], directory: Path | None = None) -> None:
-    """Append one event (time added) to the project's history; keep the newest lines only."""
+    """Append one event (time added) to the project's history; keep the newest lines only.
+
+    Never fails (a full disk, an unreadable or corrupt history lose the event, not the
+    swap); the trim reads the newest `TRIM_BYTES` and keeps their whole lines as bytes."""
     path = project_dir(project, directory) / HISTORY
     line = json.dumps({"time": round(time.time(), 3), **entry}, sort_keys=True)
-    with contextlib.suppress(OSError):  # the history never fails a swap
+    with contextlib.suppress(OSError, ValueError, ComposerError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("a", encoding="utf-8") as handle:
-            handle.write(line + "\n")
-        if path.stat().st_size > HISTORY_LINES * 400:
-            kept = path.read_text(encoding="utf-8").splitlines()[-HISTORY_LINES:]
-            _write_atomic(path, "\n".join(kept) + "\n")
+        with path.open("ab") as handle:
+            handle.write(line.encode() + b"\n")
+        if path.stat().st_size > TRIM_BYTES:
+            kept = read_bounded(path, "swap history", TRIM_BYTES, tail=True).splitlines()[1:]
+            _write_atomic(path, b"\n".join(kept[-HISTORY_LINES:]) + b"\n")
 
 
-def read_history(
-    project: str, last: int | None = None, directory: Path | None = None
-) -> list[dict[str, Any]]:
-    """The project's history, oldest first (the last `last` events); unreadable lines skipped."""
+@dataclass(frozen=True)
+class History:
+    """The events of a project's history (oldest first) and how many lines were unreadable."""
+
+    events: list[dict[str, Any]]
+    skipped: int
+    path: Path
+
+
+def read_history(project: str, last: int | None = None, directory: Path | None = None) -> History:
+    """The project's history, oldest first (the last `last` events).
+
+    Lines that are not an event this module wrote (not UTF-8, not JSON, nested past the
+    parser's depth, a field of the wrong type) are skipped and counted. A record left by
+    a killed swap is first turned into its `interrupted` event (see `running_swap`)."""
+    running_swap(project, directory)
+    path = project_dir(project, directory) / HISTORY
     try:
-        lines = (project_dir(project, directory) / HISTORY).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return []
-    events = []
-    for line in lines:
-        with contextlib.suppress(ValueError):
-            event = json.loads(line)
-            if isinstance(event, dict):
-                events.append(event)
-    return events[-last:] if last else events
+        lines = read_bounded(path, "swap history", HISTORY_LIMIT, tail=True).splitlines()
+    except FileNotFoundError:
+        return History([], 0, path)
+    except OSError as err:
+        raise ComposerError(f"cannot read the swap history {path}: {err.strerror or err}") from err
+    events = [event for event in map(_event, lines) if event is not None]
+    skipped = sum(1 for line in lines if line.strip()) - len(events)
+    return History(events[-last:] if last else events, skipped, path)
 
 
-def format_history(events: list[dict[str, Any]]) -> str:
-    """One line per event: time, kind, from -> to, outcome, total seconds, cut, cause."""
-    if not events:
-        return "no swaps recorded yet"
-    rows = []
-    for event in events:
-        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.get("time", 0))))
-        total = (event.get("timings") or {}).get("total")
-        took = f" {total:.1f}s" if isinstance(total, int | float) else ""
-        drained = event.get("drained") or {}
-        cut = f", {drained['cut']} cut" if drained.get("cut") else ""
-        cause = f": {event['cause']}" if event.get("cause") else ""
-        route = f"{event.get('source') or '-'} -> {event.get('target') or '-'}"
-        kind, outcome = event.get("kind", "up"), event.get("outcome", "?")
-        rows.append(f"{when}  {kind:<8} {route}  {outcome}{took}{cut}{cause}")
-    return "\n".join(rows)
+_TEXT_FIELDS = ("kind", "outcome", "source", "target", "cause")
+
+
+def _event(line: bytes) -> dict[str, Any] | None:
+    """One history line as an event, or None when it is not one."""
+    try:
+        event = json.loads(line.decode("utf-8"))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(event, dict):
+        return None
+    moment = event.get("time")
+    if isinstance(moment, bool) or not isinstance(moment, int | float) or not 0 <= moment < 1e11:
+        return None
+    if any(event.get(name) is not None and not isinstance(event[name], str) for name in _TEXT_FIELDS):
+        return None
+    timings, drained = event.get("timings"), event.get("drained")
+    if not isinstance(timings, dict | None) or not isinstance(drained, dict | None):
+        return None
+    if drained and not isinstance(drained.get("cut", 0), int):
+        return None
+    return event

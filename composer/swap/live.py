@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from composer import labels as label_names
 from composer.engine.client import compose
-from composer.engine.containers import current_variant, gateway_container
+from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, SwapFailed
@@ -32,6 +32,8 @@ from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
+from composer.stack.workload_classes import live_routing
+from composer.swap import snapshot
 from composer.swap.journal import append_history
 
 if TYPE_CHECKING:
@@ -276,7 +278,7 @@ class LiveSwapper:
     # -- reading --------------------------------------------------------------------------
     def decide(self, target: LiveTarget) -> LivePlan:
         running = live_containers(self.stack, self.client)
-        single = current_variant(self.stack, self.client)
+        single = snapshot.take(self.stack, self.client).current
         gateway = gateway_container(self.stack, self.client)
         shared = False
         if single is not None and self.stack.gpus is not None:
@@ -458,11 +460,10 @@ class LiveSwapper:
 
     def _stop_single(self) -> None:
         """Stop today's one serving container (not live): the live set serves instead."""
-        from composer.engine.containers import serving_containers
-
-        for container in serving_containers(self.stack, self.client):
-            self.say(f"stopping {container.describe().variant} ({container.name}): the live set serves")
-            container.stop_and_remove(self.stack.stop_grace_period)
+        for member in snapshot.take(self.stack, self.client).members:
+            if not member.asleep:
+                self.say(f"stopping {member.variant} ({member.container.name}): the live set serves")
+                member.container.stop_and_remove(self.stack.stop_grace_period)
 
     def _history(
         self, plan: LivePlan, outcome: str, result: LiveResult, err: BaseException | None = None
@@ -538,13 +539,17 @@ def up_live(
     names = live_variants(requested, stack, live_containers(stack, client))
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
     swapper = LiveSwapper(stack, client, timeout, settle, progress=progress, waiting=waiting)
+    by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:
-        return swapper.up(target, dry_run=True)
+        result = swapper.up(target, dry_run=True)
+        result.notes += [] if by_class else [f"the live set routes {routing}"]
+        return result
     ctx = Context(stack, client, options, progress, waiting or progress) if options else None
     if ctx is not None:
         check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
         result = swapper.up(target)
+        result.notes += [] if by_class else [f"the live set routes {routing}"]
         if ctx is not None and ctx.options.profiles:
             result.notes += start_profiles(ctx, live_run_file(target))
         return result

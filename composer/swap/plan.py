@@ -13,11 +13,14 @@ Steps: `sleep` (the serving container was started with sleep mode and its varian
 in this stack), `stop` + `release` (stop it and wait for its GPU memory), `wake` (the
 target sleeps with the same configuration), `adopt` (the target's container runs awake
 but does not serve: route to it), `start` (compose up from the run file), `gate`.
+`rollback_source_problem` (the one function here that reads a file) checks, before anything
+stops, that the run file a rollback would start the serving variant from is readable.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant
@@ -97,6 +100,38 @@ class SwapPlan:
         if self.capacity.get("line"):
             lines.append(f"capacity: {self.capacity['line']}")
         return "\n".join(lines)
+
+
+def rollback_source_problem(rollback: Rollback | None) -> str | None:
+    """Why the run file a rollback would start the serving variant from cannot be used; None
+    when it can, when there is none (the rollback renders it again from the stack), or when
+    the rollback wakes a sleeping container. Checked before anything stops: a rollback that
+    fails on its own file leaves nothing serving."""
+    if rollback is None or rollback.how != "start" or not rollback.config_file:
+        return None
+    import yaml
+
+    from composer.stack.bounded import RUN_FILE_LIMIT, FileTooLarge, read_bounded
+
+    path = Path(rollback.config_file)
+    what = f"the run file {path} that {rollback.variant} (serving now) would be started from on a rollback"
+    try:
+        data = yaml.load(read_bounded(path, "run file", RUN_FILE_LIMIT), Loader=yaml.SafeLoader)
+    except FileNotFoundError:
+        return None
+    except FileTooLarge as err:
+        return str(err)
+    except OSError as err:
+        return f"cannot read {what}: {err.strerror or err}"
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        return f"{what} is not valid YAML{where}"
+    services = data.get("services") if isinstance(data, dict) else None
+    service = services.get(rollback.service) if isinstance(services, dict) and rollback.service else None
+    if not isinstance(service, dict) or not isinstance(service.get("image"), str):
+        return f"{what} has no service {rollback.service!r} with an image"
+    return None
 
 
 def plan_swap(

@@ -2,8 +2,11 @@
 
 `take()` lists Docker's containers once (the project's variants and its gateway), and,
 where it matters, asks in ONE `docker exec` in the gateway for the gateway's state (its
-route) and for each running sleep-mode container's `/is_sleeping` answer. Everything
-after that (`status`, the swap plan, `down`) reads the `Snapshot`, never Docker again.
+route) and for each running sleep-mode container's `/is_sleeping` answer; a container the
+gateway cannot ask (the gateway is stopped or does not answer) is asked itself, with an
+exec of its own. Everything after that (`status`, `ls`, the swap plan, `down`, `standby`,
+the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
+definition of who serves and who sleeps.
 
 Who serves and who sleeps, in order of trust:
 - asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
@@ -81,7 +84,7 @@ class Snapshot:
 
     @property
     def current(self) -> RunningVariant | None:
-        """The serving variant's description (what the old `current_variant` answered)."""
+        """The serving variant's description."""
         serving = self.serving
         return serving.info if serving else None
 
@@ -139,6 +142,11 @@ def take(
             state, answers = GatewayControl(gateway).look(urls)
         except GatewayControlError as err:
             error = str(err)
+    if ask_sleeping:
+        for container, info in found:
+            url = upstream_url(info.name)
+            if info in sleep_mode and answers.get(url) is None:
+                answers[url] = container.is_sleeping()
     members = classify(stack, found, state.upstream if state else None, answers)
     return Snapshot(
         project=stack.project,

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from composer.engine.containers import sleeping_containers, upstream_url
+from composer.engine.containers import upstream_url
 from composer.engine.variant_container import VariantContainer
 from composer.errors import (
     ComposerError,
@@ -37,8 +37,6 @@ from composer.swap.holding import warm_up
 
 if TYPE_CHECKING:
     from collections.abc import Callable
-
-    import docker
 
     from composer.engine.gate import GateTarget
     from composer.gateway.client import GatewayControl
@@ -52,14 +50,6 @@ ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 def upstream_of(container: VariantContainer) -> str:
     """The gateway's upstream URL for one container, by its own name."""
     return upstream_url(container.name)
-
-
-def sleeper_of(stack: Stack, client: docker.DockerClient, variant: str) -> VariantContainer | None:
-    """The sleeping container of `variant`, if any."""
-    for container in sleeping_containers(stack, client):
-        if container.describe().variant == variant:
-            return container
-    return None
 
 
 def park(container: VariantContainer) -> None:

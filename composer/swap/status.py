@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NotRequired, TypedDict
 
 from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
@@ -21,10 +21,13 @@ from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
 from composer.engine.published_port import DEAD_PORT
+from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
+from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.journal import INTERRUPTED, read_history
 from composer.swap.live_status import format_live, live_rows
 from composer.swap.snapshot import Member, Snapshot
 
@@ -34,6 +37,24 @@ if TYPE_CHECKING:
     from composer.engine.variant_container import VariantContainer
 
 LOG_LINES = 10
+
+
+class VariantRow(TypedDict):
+    """One variant as `ls` shows it (`ls --json` prints these fields)."""
+
+    variant: str
+    method: str | None
+    k: int | None
+    image: str
+    image_present: bool | None
+    serving: bool
+    workloads: list[str]
+    aliases: NotRequired[list[str]]
+    description: str
+    live: NotRequired[list[dict[str, object]]]
+    refused: NotRequired[str]
+
+
 UNAUTHORIZED = "401: the key does not match the running container's"
 NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires a key"
 
@@ -156,14 +177,31 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data["gateway"] = gateway_status(stack, client, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     data["live"] = live_rows(stack, client, snap.gateway_state.raw if snap.gateway_state else None)
+    if data["live"]:
+        data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
     mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
-    data["warnings"] = [w for w in (follower_warning(stack, attached),) if w]
+    data["warnings"] = [
+        w for w in (follower_warning(stack, attached), interrupted_warning(stack.project)) if w
+    ]
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
     return data
+
+
+def interrupted_warning(project: str) -> str | None:
+    """A line naming the last swap when its process ended without finishing it (a killed `up`)."""
+    try:
+        events = read_history(project, 1).events
+    except ComposerError:  # an unreadable history never fails status
+        return None
+    if not events or events[-1].get("outcome") != INTERRUPTED:
+        return None
+    last = events[-1]
+    route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
+    return f"the last swap, {route}, was interrupted: {last.get('cause')}"
 
 
 def _asleep(stack: Stack, member: Member) -> dict[str, object]:
@@ -253,8 +291,9 @@ def without_clock(data: dict[str, object]) -> dict[str, object]:
     """status_data() without the fields that change every second (to spot real changes)."""
     clock = {"uptime_seconds", "seconds_ago"}
     shown = {k: v for k, v in data.items() if k not in clock}
-    if isinstance(data.get("last_exit"), dict):
-        shown["last_exit"] = {k: v for k, v in data["last_exit"].items() if k not in clock}  # type: ignore[union-attr]
+    last_exit = data.get("last_exit")
+    if isinstance(last_exit, dict):
+        shown["last_exit"] = {k: v for k, v in last_exit.items() if k not in clock}
     return shown
 
 
@@ -289,8 +328,9 @@ def format_status(data: dict) -> str:
     if live and not data["running"]:  # a live set serves: no single variant to describe
         gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
         header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
-        return header + "\n" + format_live(live) + warnings
-    return _format_status(data) + (("\n" + format_live(live)) if live else "") + warnings
+        return header + f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) + warnings
+    routing = f"\n{'routing':<14}{data.get('routing')}" if live else ""
+    return _format_status(data) + routing + (("\n" + format_live(live)) if live else "") + warnings
 
 
 def _format_status(data: dict) -> str:
@@ -368,13 +408,13 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
     return True
 
 
-def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, object]]:
+def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
     """Every variant: method, K, image, whether the image is local, whether it serves, the
     workload classes and the aliases that name it, and why vLLM refuses it with this stack
     (`refused`, empty when it starts)."""
     serving = snapshot.take(stack, client, ask_sleeping=True).current if client is not None else None
     live = live_rows(stack, client) if client is not None else []
-    rows = []
+    rows: list[VariantRow] = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
         image = stack.image(variant.image_key)
@@ -396,7 +436,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     return rows
 
 
-def format_variants(rows: list[dict[str, object]]) -> str:
+def format_variants(rows: list[VariantRow]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
@@ -408,15 +448,15 @@ def format_variants(rows: list[dict[str, object]]) -> str:
                 str(row["method"] or "-"),
                 str(row["k"] or "-"),
                 str(row["image"]),
-                yes_no[row["image_present"]],  # type: ignore[index]
-                ",".join(row["workloads"]) or "-",  # type: ignore[arg-type]
-                ",".join(row.get("aliases") or ()) or "-",  # type: ignore[arg-type]
+                yes_no[row["image_present"]],
+                ",".join(row["workloads"]) or "-",
+                ",".join(row.get("aliases") or ()) or "-",
             ]
         )
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
     serving = next((r["variant"] for r in rows if r["serving"]), None)
-    live = [member for r in rows for member in r.get("live") or ()]  # type: ignore[attr-defined]
+    live = [member for r in rows for member in r.get("live") or ()]
     if live:
         lines.append("live set: " + ", ".join(sorted({str(m["variant"]) for m in live})))
         lines.append(format_live(live))

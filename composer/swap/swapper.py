@@ -28,13 +28,11 @@ from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
 from composer.engine import retry
 from composer.engine.client import compose
-from composer.engine.containers import (
-    RunningVariant,
-    sleeping_containers,
-)
+from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed
+from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import API_KEY_VAR
@@ -43,12 +41,13 @@ from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
-from composer.swap.plan import SwapPlan, decide, plan_swap  # noqa: F401 - plan_swap is public here
+from composer.swap.plan import SwapPlan, decide, plan_swap, rollback_source_problem  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.containers import Container
 
 Say = Callable[[str], None]
 
@@ -72,6 +71,8 @@ class UpOptions:
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
+    keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
+    by: str | None = None  # what drove the swap when not a person's `up` ("follow"), for the history
 
 
 @dataclass
@@ -88,12 +89,6 @@ class UpResult:
     drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
-
-
-_STOP_SIGNALS = transaction.STOP_SIGNALS
-_signals = transaction.signals
-_interrupt_once = transaction.interrupt_once
-_interrupts_ignored = transaction.interrupts_ignored
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
@@ -160,11 +155,12 @@ def prepare(
     same = current is not None and current.variant == target.name and current.config_hash == target.hash
     # the run file; a real swap also prunes the target's older ones (never a container's own)
     compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
-    recovered = same and target.gateway is not None and not snap.gateway_running and not dry_run
-    if recovered:
+    gateway = target.gateway
+    recovered = same and gateway is not None and not snap.gateway_running and not dry_run
+    if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
-        steps.compose_up(ctx, compose_file, target.gateway.service)  # type: ignore[union-attr]
+        steps.compose_up(ctx, compose_file, gateway.service)
         snap = snapshot.take(stack, ctx.client)
         current = snap.current
     ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
@@ -175,7 +171,7 @@ def prepare(
         target_sleeps=target.variant.standby == "sleep",
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
         current_ready=ready,
-        gateway_update=gateway_differs(ctx, compose_file, snap),
+        gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
     )
     result.previous = current.variant if current else None
     if plan.steps:
@@ -206,14 +202,20 @@ def execute(
         result.timings["total"] = time.monotonic() - began
         return
     if not plan.steps:  # only the gateway's settings changed
-        result.outcome = "gateway updated"
+        result.outcome = GATEWAY_UPDATED
         transaction.gateway_only(ctx, plan, target, compose_file, result)
         result.timings["total"] = time.monotonic() - began
-        _history(ctx.stack, plan, result.outcome, result)
+        _history(ctx, plan, result.outcome, result)
         return
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
+        problem = rollback_source_problem(plan.rollback)
+        if problem:
+            raise PreflightFailed(
+                f"preflight: {problem}; fix: restore it, or remove it (the rollback then starts "
+                f"{previous.variant} from this stack), or pass --no-rollback to swap without a way back"
+            )
     record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     record.stage("draining")
     # what the gateway's switch log is told when the held requests flow
@@ -226,15 +228,16 @@ def execute(
     try:
         transaction.run(ctx, plan, target, compose_file, snap, result, record, early)
     except SwapFailed as failure:
-        _history(ctx.stack, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
+        _history(ctx, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
     result.timings["total"] = time.monotonic() - began
-    _history(ctx.stack, plan, result.outcome, result)
+    _history(ctx, plan, result.outcome, result)
 
 
-def _history(stack: Stack, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+    by = {"by": ctx.options.by} if ctx.options.by else {}
     append_history(
-        stack.project,
+        ctx.stack.project,
         {
             "kind": "up",
             "source": plan.previous.variant if plan.previous else None,
@@ -244,6 +247,7 @@ def _history(stack: Stack, plan: SwapPlan, outcome: str, result: UpResult, cause
             "timings": {k: round(v, 3) for k, v in result.timings.items()},
             "drained": result.drained,
             "cause": cause.splitlines()[0][:500] if cause else None,
+            **by,
         },
     )
 
@@ -271,8 +275,8 @@ def gateway_differs(ctx: Context, compose_file: Path, snap: snapshot.Snapshot) -
     return _gateway_image_differs(ctx, gateway)
 
 
-def _gateway_image_differs(ctx: Context, gateway: object) -> bool:
-    attrs = gateway.attrs  # type: ignore[attr-defined]
+def _gateway_image_differs(ctx: Context, gateway: Container) -> bool:
+    attrs = gateway.attrs
     image = attrs.get("Config", {}).get("Image", "")
     try:
         return bool(image) and ctx.client.images.get(image).id != attrs.get("Image")
@@ -285,6 +289,8 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     (run files resolve every value but the API key: no `docker compose config` needed)."""
     import yaml
 
+    from composer.stack.bounded import RUN_FILE_LIMIT, FileTooLarge, read_bounded
+
     if not created_from:
         return False
     created = Path(created_from.split(",")[0])
@@ -293,10 +299,10 @@ def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
     try:
         old, new = (
-            yaml.load(Path(f).read_text(encoding="utf-8"), Loader=loader)["services"]["gateway"]
+            yaml.load(read_bounded(f, "run file", RUN_FILE_LIMIT), Loader=loader)["services"]["gateway"]
             for f in (created_from.split(",")[0], compose_file)
         )
-    except (OSError, KeyError, TypeError, yaml.YAMLError):
+    except (OSError, KeyError, TypeError, yaml.YAMLError, FileTooLarge):
         return False
     return bool(old == new)
 
@@ -313,7 +319,7 @@ def check_standby_fits(
     """
     stack = ctx.stack
     if sleeping is None:
-        sleeping = [c.describe().variant for c in sleeping_containers(stack, ctx.client)]
+        sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
     sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes

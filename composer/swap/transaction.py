@@ -15,11 +15,8 @@ adopted or routed to again; the warm-up and the wake checks run beside it.
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -35,6 +32,7 @@ from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
+from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.swap import evidence, snapshot, standby, steps
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.steps import Context, Outcome
@@ -52,42 +50,6 @@ WAKE_SETTLE_SHARE = 0.25
 """After a wake the process did not restart (no load, no engine start to fail late): the
 settle watch is a quarter of the stack's, counted from the wake call (see `settle_left`),
 and the wake checks and the warm-up run beside it (clients wait until both are over)."""
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
-"""Ctrl-C, SIGTERM and SIGHUP (a closed terminal): each rolls a swap back."""
-
-
-def _stop_signals() -> tuple[int, ...]:
-    """The stop signals to handle now: a SIGHUP ignored by `nohup` stays ignored."""
-    hangup = getattr(signal, "SIGHUP", None)
-    return tuple(s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN)
-
-
-@contextmanager
-def signals(handler: Callable[[int, object], None] | int) -> Iterator[None]:
-    """Handle Ctrl-C, SIGTERM and SIGHUP with `handler` inside the block (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {sig: signal.signal(sig, handler) for sig in _stop_signals()}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
-def interrupt_once(signum: int, frame: object) -> None:
-    """The first stop signal interrupts the swap; later ones are ignored (from inside the handler,
-    so none lands between the interruption and the rollback it starts)."""
-    for sig in STOP_SIGNALS:
-        signal.signal(sig, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-def interrupts_ignored() -> AbstractContextManager[None]:
-    """Let a rollback finish: Ctrl-C, SIGTERM and SIGHUP are ignored while it runs."""
-    return signals(signal.SIG_IGN)
 
 
 def reason(err: BaseException) -> str:
@@ -146,7 +108,7 @@ def run(
             ensure = not plan.gateway_update and opened is None
             drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened)
             held.append(replace(ctx, hold=absorb(result, drained).hold))
-        with signals(interrupt_once):
+        with handled(interrupt_once):
             try:
                 _steps(held, plan, target, compose_file, snap, result, record, parked)
                 if plan.gateway_update:

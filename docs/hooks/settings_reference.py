@@ -1,8 +1,15 @@
 """MkDocs hook: the configuration reference, generated from the settings tables at build
-time (`<!-- settings-reference -->` in a page is replaced by the tables)."""
+time (`<!-- settings-reference -->` in a page is replaced by the tables).
+
+What a key does is its one-line description in `composer.stack.settings.KEYS` (what
+`config --keys` prints); its default comes from the loader's tables, written the way a
+stack writes it: durations as `15m`, sizes as `8 GiB`, lists and tables as TOML, and the
+default the loader derives where it derives one (`gateway.hold_timeout`)."""
 
 from __future__ import annotations
 
+import html
+import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,6 +17,7 @@ from typing import Any
 
 MARKER = "<!-- settings-reference -->"
 REPO = Path(__file__).resolve().parents[2]
+UNITS = (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
 
 
 def _tables() -> list[tuple[str, str, Iterable[Any]]]:
@@ -26,32 +34,91 @@ def _tables() -> list[tuple[str, str, Iterable[Any]]]:
     ]
 
 
-def _fields(setting: Any) -> tuple[str, str | None, Any, Any, str]:
-    """(key, env, parser, default, description) of a Setting object or a settings tuple."""
+def _keys() -> dict[str, Any]:
+    """`table.key` -> its `settings.Key` (description, kind, choices)."""
+    from composer.stack.settings import KEYS
+
+    return {key.dotted: key for key in KEYS}
+
+
+def _fields(setting: Any) -> tuple[str, str | None, Any]:
+    """(key, env, default) of a Setting object or a settings tuple."""
     if isinstance(setting, tuple):
-        key, env, parse, default = setting[:4]
-        description = setting[4] if len(setting) > 4 and isinstance(setting[4], str) else ""
-    else:
-        key, env, parse, default = setting.key, setting.env, setting.parse, setting.default
-        description = getattr(setting, "description", "") or getattr(setting, "help", "") or ""
-    return key, env, parse, default, description
+        return setting[0], setting[1], setting[3]
+    return setting.key, setting.env, setting.default
 
 
-def _default(value: Any) -> str:
-    if value is None or value == "":
-        return "(none)"
+def duration_text(seconds: int) -> str:
+    """`15m`, `30s`, `1h`, `1m30s` (0: `0`)."""
+    if seconds == 0:
+        return "0"
+    parts = []
+    for unit, size in (("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size:
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts)
+
+
+def size_text(value: int | str) -> str:
+    """`8 GiB`, `1.3 GiB`, `64 KiB`, or bytes below 1 KiB."""
+    from composer.stack.values import parse_size
+
+    size = parse_size(value)
+    for unit, scale in UNITS:
+        if size >= scale:
+            return f"{round(size / scale, 1):g} {unit}"
+    return f"{size} bytes"
+
+
+def toml_text(value: Any) -> str:
+    """A value as TOML writes it inline."""
     if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    return f"`{value}`"
+        return str(value).lower()
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, dict):
+        inner = ", ".join(f"{k} = {toml_text(v)}" for k, v in value.items())
+        return f"{{ {inner} }}" if inner else "{}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml_text(v) for v in value) + "]"
+    return str(value)
 
 
-def _accepts(parse: Any) -> str:
-    doc = (getattr(parse, "__doc__", None) or "").strip()
-    return " ".join(doc.split("\n\n")[0].split()) if doc else ""
+def default_text(dotted: str, kind: str, default: Any, defaults: dict[str, Any]) -> str:
+    """The default as a stack writes it (Markdown), the effective one where the loader derives it."""
+    note = ""
+    if dotted == "gateway.hold_timeout":  # composer.stack.load: the default follows the start budget
+        start = defaults["stack.start_period"]
+        note = " (`stack.start_period`)" if start > default else ""
+        default = max(default, start)
+    if default is None or default == "":
+        return "(none)"
+    if kind == "duration":
+        text = duration_text(int(default))
+    elif kind == "size":
+        text = size_text(default)
+    elif kind in ("boolean", "list", "objects", "object", "table") or isinstance(
+        default, list | tuple | dict
+    ):
+        text = toml_text(default)
+    else:
+        text = str(default)
+    return f"`{text}`{note}"
 
 
 def _cell(text: str) -> str:
     return text.replace("|", "\\|")
+
+
+def key_cell(dotted: str) -> str:
+    """The key, never broken across lines."""
+    return f'<code style="white-space: nowrap">{html.escape(dotted)}</code>'
+
+
+def _does(key: Any) -> str:
+    choices = f" (one of: {', '.join(key.choices)})" if key.choices else ""
+    return _cell(key.description + choices)
 
 
 def settings_keys() -> list[str]:
@@ -60,39 +127,42 @@ def settings_keys() -> list[str]:
 
 
 def render_reference() -> str:
-    """The reference as Markdown: one table per settings table."""
+    """The reference as Markdown: one table per settings table, then the variant keys."""
+    keys = _keys()
+    defaults = {
+        f"{table}.{_fields(s)[0]}": _fields(s)[2] for table, _, settings in _tables() for s in settings
+    }
     out: list[str] = []
     for table, about, settings in _tables():
-        out += [f"## [{table}]", "", about, "", "| key | variable | default | accepts |", "|---|---|---|---|"]
+        out += [
+            f"## [{table}]",
+            "",
+            about,
+            "",
+            "| key | what it does | default | variable |",
+            "|---|---|---|---|",
+        ]
         for setting in settings:
-            key, env, parse, default, description = _fields(setting)
-            accepts = " ".join(p for p in (description, _accepts(parse)) if p)
+            name, env, default = _fields(setting)
+            key = keys[f"{table}.{name}"]
             variable = f"`{env}`" if env else ""
-            out.append(f"| `{table}.{key}` | {variable} | {_cell(_default(default))} | {_cell(accepts)} |")
+            shown = default_text(key.dotted, key.kind, default, defaults)
+            out.append(f"| {key_cell(key.dotted)} | {_does(key)} | {_cell(shown)} | {variable} |")
         out.append("")
     out += [
         "## [variants.NAME]",
         "",
-        "A variant's fields (see [Configuration](configuration.md#adding-a-variant)): "
-        + ", ".join(f"`{k}`" for k in sorted(_variant_keys()))
-        + "; its `speculative` table: "
-        + ", ".join(f"`{k}`" for k in sorted(_speculative_keys()))
-        + ".",
+        "A variant's keys (see [Configuration](configuration.md#adding-a-variant)); a variant",
+        "without a key takes it from the variant it `extends`.",
         "",
+        "| key | what it does |",
+        "|---|---|",
     ]
+    out += [
+        f"| {key_cell(k.dotted)} | {_does(k)} |" for k in keys.values() if k.table.startswith("variants.")
+    ]
+    out.append("")
     return "\n".join(out)
-
-
-def _variant_keys() -> set[str]:
-    from composer.stack.load import VARIANT_KEYS
-
-    return set(VARIANT_KEYS)
-
-
-def _speculative_keys() -> set[str]:
-    from composer.stack.load import SPECULATIVE_KEYS
-
-    return set(SPECULATIVE_KEYS)
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:

@@ -104,7 +104,7 @@ description = "plain"
 [workloads]
 # hand-written
 chat-1 = "baseline"   # old choice
-draft = "baseline"
+medium-4 = "baseline"
 
 [images]
 vllm = "vllm/vllm-openai:v0.32.0"  # pinned
@@ -121,7 +121,7 @@ def test_edit_keeps_comments_and_other_keys() -> None:
     parsed = tomllib.loads(text)
     assert parsed["workloads"] == {
         "chat-1": "mtp",
-        "draft": "baseline",
+        "medium-4": "baseline",
         "chat-16": "baseline",
         "long-1": "baseline",
         "long-16": "baseline",
@@ -176,7 +176,6 @@ def test_cli_recommend_writes_a_block_the_stack_loads(tmp_path: Path) -> None:
     assert {w["workload"]: w["variant"] for w in data["workloads"]}["chat-1"] == "mtp"
     stack = load_stack([stack_file], REPO / ".env.demo")
     assert stack.workloads["chat-1"] == "mtp" and stack.workloads["long-16"] == "baseline"
-    assert stack.workloads["long-prompt"] == "baseline"  # the hand-written keys stay
     original_comments = [
         line for line in (REPO / "composer.toml").read_text().splitlines() if line.lstrip().startswith("#")
     ]
@@ -199,3 +198,19 @@ def test_cli_recommend_bad_inputs(tmp_path: Path) -> None:
     stranger.write_text(json.dumps({"points": [{"variant": "eagle", "k": 3, "aggregate_tok_s": 9.0}]}))
     unknown = subprocess.run([*argv, "--from", str(stranger)], capture_output=True, text=True)
     assert unknown.returncode == 2 and "eagle" in unknown.stderr and "known: baseline" in unknown.stderr
+
+
+def test_recommend_reads_the_folder_bench_out_wrote(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    out.mkdir()
+    argv = [*COMPOSE_SPEC, "--env-file", str(REPO / ".env.demo"), "--stack", str(REPO / "composer.toml")]
+    empty = subprocess.run(
+        [*argv, "recommend", "--from", str(out)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert empty.returncode == 2 and "no bench.json in" in empty.stderr and "bench --out" in empty.stderr
+    (out / "bench.json").write_text(json.dumps(synthetic_bench()))
+    shown = subprocess.run(
+        [*argv, "recommend", "--from", str(out)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert shown.returncode == 0, shown.stderr
+    assert 'long-16 = "baseline"' in shown.stdout

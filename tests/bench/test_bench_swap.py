@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-import composer.engine.containers
 import composer.swap.down
+import composer.swap.snapshot
 import composer.swap.swapper
 from composer.bench import swaps as bench_swap
 from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
@@ -33,7 +34,7 @@ def running(variant: str, config_hash: str) -> RunningVariant:
 
 @dataclass
 class FakeDocker:
-    """Stands in for lifecycle.up/down and containers.current_variant."""
+    """Stands in for lifecycle.up/down and the snapshot's serving variant."""
 
     serving: tuple[str, str] | None
     calls: list[str] = field(default_factory=list)
@@ -62,8 +63,8 @@ class FakeDocker:
         self.serving = None
         return None
 
-    def current(self, stack, client):
-        return running(*self.serving) if self.serving else None
+    def snapshot(self, stack, client):
+        return SimpleNamespace(current=running(*self.serving) if self.serving else None)
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def fake(monkeypatch: pytest.MonkeyPatch):
         docker = FakeDocker(serving, fail_k=fail_k, interrupt_k=interrupt_k)
         monkeypatch.setattr(composer.swap.swapper, "up", docker.up)
         monkeypatch.setattr(composer.swap.down, "down", docker.down)
-        monkeypatch.setattr(composer.engine.containers, "current_variant", docker.current)
+        monkeypatch.setattr(composer.swap.snapshot, "take", docker.snapshot)
 
         def measure(point, options, **_):
             if measured is not None:

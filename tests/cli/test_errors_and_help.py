@@ -24,7 +24,7 @@ def error_object(stdout: str) -> dict:
 
 
 def test_missing_api_key_is_a_configuration_error(empty_env_file: Path, no_docker: None) -> None:
-    for args in (["up", "mtp"], ["use", "chat"], ["bench", "--variants", "baseline"]):
+    for args in (["up", "mtp"], ["use", "chat-1"], ["bench", "--variants", "baseline"]):
         result = invoke("--env-file", str(empty_env_file), *args)
         assert result.exit_code == 2, result.output
         assert "VLLM_API_KEY is not set" in result.stderr
@@ -95,7 +95,7 @@ def test_every_json_command_is_known_to_the_handler() -> None:
     ("args", "suggestion"),
     [
         (["up", "mpt"], "did you mean 'mtp'?"),
-        (["use", "chta"], "did you mean 'chat'?"),
+        (["use", "chta-1"], "did you mean 'chat-1'?"),
         (["config", "dflash"], "did you mean 'dflash2'?"),
         (["stauts"], "did you mean 'status'?"),
         (["build", "dflsh2"], "did you mean 'dflash2'?"),
@@ -146,5 +146,5 @@ def test_shell_completion_of_commands_variants_and_workloads(empty_env_file: Pat
     variants = sorted(shipped_variants())
     assert complete("up m", empty_env_file) == [v for v in variants if v.startswith("m")]
     assert complete("up ", empty_env_file) == variants
-    assert complete("use ", empty_env_file) == ["chat", "draft", "long-prompt"]
+    assert complete("use ", empty_env_file) == ["chat-1", "long-16"]
     assert complete("doctor d", empty_env_file) == [v for v in variants if v.startswith("d")]

@@ -56,7 +56,7 @@ def test_init_for_a_model_with_mtp_layers(tmp_path: Path) -> None:
     assert stack.variants["mtp"].speculative.num_speculative_tokens == 7
     assert (stack.served_model_name, stack.tensor_parallel_size, stack.gpus) == ("qwen", 2, ("2", "3"))
     assert stack.model_dir == str(model.resolve()) and stack.max_model_len == 32768
-    assert stack.workloads == {"chat": "mtp", "long-prompt": "baseline"}
+    assert stack.workloads == {"chat-1": "mtp", "long-16": "baseline"}
     text = (tmp_path / "s" / "composer.toml").read_text()
     assert "Qwen3NextForCausalLM" in text and "HuggingFaceCache" not in text
     assert not list(jsonschema.Draft202012Validator(json_schema()).iter_errors(tomllib.loads(text)))

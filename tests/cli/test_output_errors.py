@@ -12,8 +12,8 @@ from types import SimpleNamespace
 import pytest
 
 from composer.cli.output import LiveLine
-from composer.cli.signals import interrupts
 from composer.cli.swap import report_swap
+from composer.signals import interrupts
 
 
 class BrokenStream:
@@ -89,13 +89,13 @@ def test_an_ignored_sighup_stays_ignored() -> None:
 
 
 def test_a_swap_treats_sighup_as_a_stop_signal() -> None:
-    from composer.swap import swapper
+    from composer import signals
 
-    assert signal.SIGHUP in swapper._STOP_SIGNALS
-    with pytest.raises(KeyboardInterrupt), swapper._signals(swapper._interrupt_once):
+    assert signal.SIGHUP in signals.STOP_SIGNALS
+    with pytest.raises(KeyboardInterrupt), signals.handled(signals.interrupt_once):
         os.kill(os.getpid(), signal.SIGHUP)
         _let_handlers_run()
     # inside the rollback a second hangup is ignored
-    with swapper._interrupts_ignored():
+    with signals.interrupts_ignored():
         os.kill(os.getpid(), signal.SIGHUP)
         _let_handlers_run()

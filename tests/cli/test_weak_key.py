@@ -27,7 +27,7 @@ def _one_error_line(stderr: str) -> str:
 
 @pytest.mark.parametrize(
     "args",
-    [["up", "mtp"], ["use", "chat"], ["bench", "--variants", "baseline"], ["up", "--recreate-gateway"]],
+    [["up", "mtp"], ["use", "chat-1"], ["bench", "--variants", "baseline"], ["up", "--recreate-gateway"]],
 )
 def test_weak_key_is_refused_in_one_line_with_exit_2(empty_env_file: Path, no_docker: None, args) -> None:
     result = invoke("--env-file", str(empty_env_file), *args, env={"VLLM_API_KEY": WEAK})

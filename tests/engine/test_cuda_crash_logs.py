@@ -66,3 +66,11 @@ def test_the_launch_failure_at_boot_comes_before_the_generic_init_failure():
     names = [s.name for s in diagnose.explain((LOGS / "boot-unspecified-launch-failure.log").read_text())]
     assert names[0] == "cuda-launch-failure" and "engine-core-init-failed" in names
     assert "cuda-illegal-memory-access" not in names and "engine-dead" not in names
+
+
+def test_the_hints_after_a_failed_swap_name_the_kept_log() -> None:
+    found = diagnose.explain(
+        "MQLLMEngine is already dead\nEngine core initialization failed. See root cause above"
+    )
+    assert [s.name for s in found] == ["engine-dead", "engine-core-init-failed"]
+    assert all("compose-spec logs --failed" in s.fix for s in found)  # the rolled-back container is gone

@@ -275,15 +275,15 @@ class LocalExec:
 
 class InProcessExec(LocalExec):
     """LocalExec without the process start: the control tool's verb runs in this process
-    (`ctl.run_argv`, what `ctl session` runs per line), so a call takes milliseconds even on
+    (`ctl.forward`, what `ctl session` runs per line), so a call takes milliseconds even on
     a loaded machine. For tests of timing around the calls, such as lease renewals."""
 
     def exec_run(self, cmd: list[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
-        from composer.gateway.ctl import run_argv
+        from composer.gateway.ctl import forward
 
         self.commands.append(list(cmd))
         assert cmd[:3] == ["python3", "-m", "composer.gateway.ctl"]
-        code, reply = run_argv(self.socket_path, list(cmd[3:]))
+        code, reply = forward(self.socket_path, *cmd[3:])
         return code, (json.dumps(reply).encode(), b"")
 
 

@@ -46,6 +46,7 @@ def test_sdk_reads_a_failed_switch_as_server_error_saying_what_failed(make_gatew
     gw = switching_gateway(make_gateway)
     control = GatewayControl(LocalExec(gw.config.control_socket))
     control.report_serving("baseline")  # the follower is attached
+    control.next_demand(0)  # a follower polls
     raised: list[Exception] = []
 
     def ask() -> None:
@@ -132,6 +133,7 @@ def test_a_request_waiting_for_a_switch_is_answered_503_when_the_gateway_stops(m
     gw = switching_gateway(make_gateway, hold_timeout=60)
     control = GatewayControl(LocalExec(gw.config.control_socket))
     control.report_serving("baseline")
+    control.next_demand(0)  # a follower polls
     answers: list[httpx.Response] = []
     body = {"model": "fast", "messages": MESSAGES, "chunks": 1}
     asking = threading.Thread(
@@ -199,6 +201,7 @@ def test_the_replay_limit_is_exact_an_alias_over_it_is_never_rewritten(make_gate
     gw = switching_gateway(make_gateway)
     control = GatewayControl(LocalExec(gw.config.control_socket))
     control.report_serving("baseline")  # `plain` names what serves: no switch needed
+    control.next_demand(0)  # a follower polls
 
     def sized(size: int) -> bytes:
         start = json.dumps({"model": "plain", "messages": MESSAGES, "stream": False, "pad": ""}).encode()
@@ -265,7 +268,9 @@ def test_the_control_state_says_whether_a_follower_is_attached(make_gateway, bac
     control = GatewayControl(LocalExec(gw.config.control_socket))
     state = control.state()
     assert state.follower_attached is False and state.raw["switching"]["follower_seen_s_ago"] is None
-    control.report_serving("baseline")  # what a follower does at start and every 30 s
+    control.report_serving("baseline")  # what `up` reports too: no follower yet
+    assert control.state().follower_attached is False
+    control.next_demand(0)  # a follower's long poll
     state = control.state()
     assert state.follower_attached is True
     assert 0 <= state.raw["switching"]["follower_seen_s_ago"] < 30

@@ -107,14 +107,14 @@ def test_ctl_bad_usage_exits_2() -> None:
         [sys.executable, "-m", "composer.gateway.ctl", "frobnicate"], env=env, capture_output=True, text=True
     )
     assert done.returncode == 2
-    assert "invalid choice" in done.stderr
+    assert "frobnicate is not a request" in done.stderr
 
 
 def test_ctl_unreachable_socket_exits_1_with_json(tmp_path) -> None:
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
     sock = str(tmp_path / "none.sock")
     done = subprocess.run(
-        [sys.executable, "-m", "composer.gateway.ctl", "--socket", sock, "state"],
+        [sys.executable, "-m", "composer.gateway.ctl", "--socket", sock, "GET", "/state"],
         env=env,
         capture_output=True,
         text=True,

@@ -94,7 +94,7 @@ def test_a_session_carries_every_call_and_its_end_releases_its_owners_holds(gate
     target.procs[0].wait(timeout=30)
     assert [h.id for h in other.state().holds] == [theirs.id]
     assert ctl.state().upstream  # the session ended: the next call is an exec of its own
-    assert [c[3] for c in target.commands] == ["state"]
+    assert [c[3:] for c in target.commands] == [["GET", "/state"]]
     other.release(theirs.id)
 
 
@@ -103,10 +103,11 @@ def test_a_bad_command_gets_an_error_line_and_the_session_goes_on(gateway) -> No
     ctl = GatewayControl(target)
     session = ctl.tether("owner")
     assert isinstance(session, Session)
-    for argv in (["tether", "--owner=x"], ["no-such-verb"], ["renew", "unknown-id"]):
-        code, reply = session.call(argv)
-        assert code in {1, 2} and reply.get("error"), argv
-    assert session.call(["state"])[0] == 0
+    bad = (("GET", "tether", None), ("FROB", "/state", None), ("POST", "/renew", {"id": "unknown-id"}))
+    for method, path, body in bad:
+        code, reply = session.call(method, path, body)
+        assert code in {1, 2} and reply.get("error"), (method, path)
+    assert session.call("GET", "/state", None)[0] == 0
     session.close()
 
 
@@ -123,7 +124,7 @@ def test_an_older_gateway_without_sessions_gets_a_plain_tether(gateway) -> None:
     assert tether is not None and not isinstance(tether, Session) and ctl.session is None
     assert [c[3] for c in target.started] == ["no-such-verb", "tether"]
     hold = ctl.hold(60, owner="owner")
-    assert [c[3] for c in target.commands] == ["hold"]
+    assert [c[3:5] for c in target.commands] == [["POST", "/hold"]]
     tether.close()
     target.procs[-1].wait(timeout=30)
     assert hold.id not in {h.id for h in ctl.state().holds}

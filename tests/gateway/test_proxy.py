@@ -335,7 +335,7 @@ def test_held_context_manager_renews_then_releases(make_gateway) -> None:
     ctl = GatewayControl(InProcessExec(gw.config.control_socket))
     with ctl.held(lease_s=3.0, owner="swap") as hold:
         first_expiry = time.monotonic() + 3.0
-        renewals = lambda: sum(cmd[3] == "renew" for cmd in ctl.container.commands)  # noqa: E731
+        renewals = lambda: sum(cmd[4] == "/renew" for cmd in ctl.container.commands)  # noqa: E731
         # longer than the lease: renewals (every lease/3) keep it
         gw.wait(lambda _: time.monotonic() > first_expiry + 1.0 and renewals() >= 3, timeout=60)
         assert [h.id for h in ctl.state().holds] == [hold.id]

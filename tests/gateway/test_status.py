@@ -7,7 +7,9 @@ import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.gateway.switchlog import SwitchLog
+from composer.gateway.page import PAGE
+from composer.gateway.status import plain_error
+from composer.gateway.switchlog import GATEWAY_UPDATED, SwitchLog
 from composer.gateway.throughput import Samples, parse
 
 from .conftest import KEY
@@ -144,12 +146,14 @@ def test_status_needs_the_key_and_never_shows_it(gateway, backend) -> None:
     wrong = httpx.get(url, headers={"Authorization": "Bearer nope"})
     assert wrong.status_code == 401 and wrong.json() == {"error": "Unauthorized"}
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    ctl.report_serving("baseline")
     drained = ctl.drain(5, 30, owner="compose-spec up", probe_token="p" * 40, target="mtp")
     reply = httpx.get(url, headers={"Authorization": f"Bearer {KEY}"})
     assert reply.status_code == 200 and reply.headers["cache-control"] == "no-store"
     assert KEY not in reply.text and "p" * 40 not in reply.text and drained.hold_id not in reply.text
     status = reply.json()
     assert status["switch"]["to"] == "mtp" and status["switch"]["stage"] == "stop"
+    assert status["serving"] == [] and "baseline" not in status["variants"]  # it stops: it serves no more
     assert status["requests"]["holds"][0]["owner"] == "compose-spec up"
     ctl.release(drained.hold_id, serving="mtp", ok=True, detail="swapped")
     status = httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}).json()
@@ -178,3 +182,25 @@ def test_a_bad_target_or_serving_name_is_refused_by_the_control_channel(gateway)
         ctl.drain(1, 10, target="../etc")
     with pytest.raises(GatewayControlError, match="serving must be a variant name"):
         ctl.release(serving="a b")
+
+
+def test_a_gateway_only_update_is_marked_and_the_page_says_so() -> None:
+    log = SwitchLog()
+    log.begin("mtp", None, "compose-spec up")
+    log.drained("h1", 0, 0)
+    log.routed()
+    log.released(["h1"], {"serving": "mtp", "ok": True, "detail": GATEWAY_UPDATED})
+    log.begin("baseline", "mtp", "compose-spec up")
+    log.drained("h2", 0, 0)
+    log.released(["h2"], {"serving": "baseline", "ok": True, "detail": "swapped"})
+    recent = log.snapshot()["recent"]
+    assert [s["gateway_only"] for s in recent] == [False, True]
+    assert b"gateway settings updated" in PAGE and b"VLLM_API_KEY, from its env file" in PAGE
+
+
+def test_a_probe_error_is_shown_as_a_sentence() -> None:
+    assert plain_error("ConnectError: All connection attempts failed") == (
+        "its server does not accept connections (starting, stopped or gone)"
+    )
+    assert plain_error("ReadTimeout") == "its server did not answer in time"
+    assert plain_error("/health answered 503") == "/health answered 503"

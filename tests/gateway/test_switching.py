@@ -133,6 +133,7 @@ def test_alias_of_another_variant_demands_it_and_waits_for_the_report() -> None:
     async def scenario() -> None:
         sw, clock, metrics = _switcher(min_residency=30, residency_wait=5)
         sw.report("baseline", None, True)
+        await sw.next_demand(0)  # a follower polls
         await sw.admit("baseline", "plain", clock.now + 10)  # serving: no wait
         waiting = asyncio.ensure_future(sw.admit("mtp", "fast", clock.now + 10))
         demand = await sw.next_demand(1.0)
@@ -166,10 +167,25 @@ def test_alias_of_another_variant_demands_it_and_waits_for_the_report() -> None:
     asyncio.run(scenario())
 
 
+def test_up_reporting_what_serves_is_no_follower_an_alias_is_refused_at_once() -> None:
+    async def scenario() -> None:
+        sw, clock, _ = _switcher(min_residency=0)
+        sw.report("baseline", None, True)  # what `up` reports through the control channel
+        assert not sw.follower_attached() and sw.snapshot()["follower_seen_s_ago"] is None
+        with pytest.raises(Refused) as refused:  # at once: a pending wait would time out here
+            await asyncio.wait_for(sw.admit("mtp", "fast", clock.now + 60), 1)
+        assert (refused.value.status, refused.value.reason) == (503, "no_follower")
+        await sw.next_demand(0)  # a real follower's long poll
+        assert sw.follower_attached()
+
+    asyncio.run(scenario())
+
+
 def test_a_failed_switch_answers_503_and_starts_a_residency() -> None:
     async def scenario() -> None:
         sw, clock, _ = _switcher(min_residency=30, residency_wait=0)
         sw.report("baseline", None, True)
+        await sw.next_demand(0)  # a follower polls
         waiting = asyncio.ensure_future(sw.admit("mtp", "fast", clock.now + 10))
         demand = await sw.next_demand(1.0)
         sw.report("baseline", demand.id, False, "gate failed")
@@ -186,6 +202,7 @@ def test_auto_policy_switches_once_per_residency() -> None:
     async def scenario() -> None:
         sw, clock, _ = _switcher(policy="auto", min_residency=20, policy_window=5)
         sw.report("mtp", None, True)
+        await sw.next_demand(0)  # a follower polls
         demands = []
         for step in range(120):  # 60 s of ticks, the mix flipping every 10 s
             clock.now += 0.5
@@ -213,7 +230,8 @@ def test_auto_policy_raises_no_demand_without_a_follower() -> None:
                 sw.observe(8000)
             sw.tick(16)
         assert sw.demand is None and "no compose-spec follow is running" in sw.last_decision
-        sw.report("mtp", None, True)  # a follow attaches
+        sw.report("mtp", None, True)  # a follow starts: it reports what serves, then polls
+        await sw.next_demand(0)
         clock.now += 0.5
         sw.observe(8000)
         sw.tick(16)
@@ -229,6 +247,7 @@ def test_the_serving_variant_is_served_while_a_switch_away_is_pending() -> None:
     async def scenario() -> None:
         sw, clock, _ = _switcher(min_residency=0, max_held=2)
         sw.report("baseline", None, True)
+        await sw.next_demand(0)  # a follower polls
         away = [asyncio.ensure_future(sw.admit("mtp", "fast", clock.now + 60)) for _ in range(2)]
         await asyncio.sleep(0.01)
         assert sw.demand is not None and sw.demand.variant == "mtp" and sw.queued["mtp"] == 2
@@ -252,6 +271,7 @@ def test_auto_policy_follows_a_phase_change_and_keeps_it() -> None:
     async def scenario() -> None:
         sw, clock, _ = _switcher(policy="auto", min_residency=5, policy_window=4)
         sw.report("mtp", None, True)
+        await sw.next_demand(0)  # a follower polls
         for _ in range(20):
             clock.now += 0.5
             sw.observe(50)
@@ -284,6 +304,7 @@ def test_alias_request_is_held_switched_and_renamed(make_gateway, backend) -> No
     )
     control = GatewayControl(LocalExec(gw.config.control_socket))
     control.report_serving("baseline")
+    control.next_demand(0)  # a follower polls
     results: dict[str, tuple[int, str]] = {}
 
     def post(tag: str, model: str) -> None:
@@ -317,6 +338,7 @@ def test_an_automatic_demand_not_taken_is_withdrawn_when_the_traffic_stops() -> 
     async def scenario() -> None:
         sw, clock, metrics = _switcher(policy="auto", min_residency=5, policy_window=4)
         sw.report("mtp", None, True)
+        await sw.next_demand(0)  # a follower polls
         for _ in range(6):
             clock.now += 0.5
             for _ in range(4):
@@ -343,6 +365,7 @@ def test_a_client_that_leaves_while_waiting_for_a_switch_stops_waiting_at_once(m
     gw = make_gateway(served_name=SERVED, aliases=(("fast", "mtp"),), switch_on_model=True)
     control = GatewayControl(LocalExec(gw.config.control_socket))
     control.report_serving("baseline")
+    control.next_demand(0)  # a follower polls
     body = {"model": "fast", "messages": [{"role": "user", "content": "hi"}], "chunks": 1}
     with pytest.raises(httpx.ReadTimeout):  # the client gives up after 0.5 s and closes
         httpx.post(gw.url + "/v1/chat/completions", json=body, headers=AUTH, timeout=0.5)

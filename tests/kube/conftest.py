@@ -39,7 +39,7 @@ class Standin:
         return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
     def commands(self, calls: list[dict] | None = None) -> list[str]:
-        """Each call as `verb noun` (e.g. `rollout undo`; `exec VERB` for the gateway's
+        """Each call as `verb noun` (e.g. `rollout undo`; `exec METHOD PATH` for the gateway's
         control tool), global flags left out, for checking the order."""
         out = []
         for call in self.calls() if calls is None else calls:
@@ -47,7 +47,8 @@ class Standin:
             while argv[:1] in (["--namespace"], ["--context"]):
                 argv = argv[2:]
             if argv[0] == "exec":
-                out.append(f"exec {argv[argv.index('--') + 4]}")
+                start = argv.index("--") + 4  # after `python3 -m composer.gateway.ctl`
+                out.append(f"exec {argv[start]} {argv[start + 1]}")
             else:
                 out.append(" ".join(argv[:2]))
         return out

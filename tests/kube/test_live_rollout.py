@@ -115,16 +115,18 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
         "rollout status",
         "port-forward service/vllm-baseline",
         "get pods",
-        "exec state",
-        "exec upstreams",
+        "exec GET /state",
+        "exec POST /upstreams",
         "apply --kustomize",
         "rollout status",
         "port-forward service/vllm-mtp",
-        "exec upstreams",
+        "exec POST /upstreams",
     ]
     statuses = [c["argv"][2] for c in standin.calls() if c["argv"][:2] == ["rollout", "status"]]
     assert statuses == ["deployment/vllm-gateway", "deployment/vllm-baseline", "deployment/vllm-mtp"]
-    published = [json.loads(c["argv"][-1]) for c in standin.calls() if c["argv"][-2:-1] == ["upstreams"]]
+    published = [
+        json.loads(c["argv"][-1])["upstreams"] for c in standin.calls() if c["argv"][-2:-1] == ["/upstreams"]
+    ]
     assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
     assert published[-1][1]["url"] == "http://vllm-mtp:8000"
     assert _live_objects(standin) == {
@@ -143,7 +145,7 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     again = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--json")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["outcome"] == "unchanged"
-    assert "apply --kustomize" not in standin.commands() and "exec upstreams" in standin.commands()
+    assert "apply --kustomize" not in standin.commands() and "exec POST /upstreams" in standin.commands()
 
 
 def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
@@ -162,10 +164,10 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
         "rollout status",
         "port-forward service/vllm-dflash2",
         "get pods",
-        "exec state",
-        "exec upstreams",
-        "exec upstreams",
-        "exec drain-upstream",
+        "exec GET /state",
+        "exec POST /upstreams",
+        "exec POST /upstreams",
+        "exec POST /upstreams/drain",
         "delete deployment/vllm-mtp",
         "apply --filename",
         "rollout status",
@@ -173,8 +175,10 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
     calls = standin.calls()
     assert calls[4]["argv"][-1].endswith("/dflash2")
     assert calls[12]["argv"][1:] == ["deployment/vllm-mtp", "service/vllm-mtp", "--ignore-not-found"]
-    assert calls[11]["argv"][-4:-2] == ["drain-upstream", "mtp/1"]
-    published = [json.loads(c["argv"][-1]) for c in calls if c["argv"][-2:-1] == ["upstreams"]]
+    assert (
+        calls[11]["argv"][-2] == "/upstreams/drain" and json.loads(calls[11]["argv"][-1])["name"] == "mtp/1"
+    )
+    published = [json.loads(c["argv"][-1])["upstreams"] for c in calls if c["argv"][-2:-1] == ["/upstreams"]]
     assert [[u["name"] for u in p] for p in published] == [["baseline/1", "dflash2/1"]] * 2
     # The gateway's Deployment records the new set for a restarted pod.
     gateway_doc = standin.state()["objects"]["deployment.apps/vllm-gateway"]
@@ -204,15 +208,17 @@ def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
     commands = standin.commands()
     assert commands[4:] == [
         "get pods",
-        "exec state",
-        "exec upstreams",
-        "exec drain-upstream",
+        "exec GET /state",
+        "exec POST /upstreams",
+        "exec POST /upstreams/drain",
         "apply --kustomize",
         "rollout status",
         "port-forward service/vllm-mtp",
-        "exec upstreams",
+        "exec POST /upstreams",
     ]  # the gateway's recorded list is the same: its Deployment is left alone
-    published = [json.loads(c["argv"][-1]) for c in standin.calls() if c["argv"][-2:-1] == ["upstreams"]]
+    published = [
+        json.loads(c["argv"][-1])["upstreams"] for c in standin.calls() if c["argv"][-2:-1] == ["/upstreams"]
+    ]
     assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
     mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
     assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 4
@@ -272,8 +278,8 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
 
         def polls_after_publishing() -> int:
             commands = standin.commands()
-            published = [i for i, c in enumerate(commands) if c == "exec upstreams"]
-            return commands[published[-1] :].count("exec state") if len(published) == 2 else 0
+            published = [i for i, c in enumerate(commands) if c == "exec POST /upstreams"]
+            return commands[published[-1] :].count("exec GET /state") if len(published) == 2 else 0
 
         def deleted() -> bool:
             return "delete deployment/vllm" in standin.commands()
@@ -299,7 +305,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0}
     assert control.state().raw["single_outstanding"] == 0
     commands = standin.commands()
-    assert "apply --kustomize" in commands and commands.count("exec upstreams") == 2
+    assert "apply --kustomize" in commands and commands.count("exec POST /upstreams") == 2
     assert "deployment.apps/vllm" not in standin.state()["objects"]
     assert commands[-2:] == ["apply --filename", "rollout status"]  # the gateway records the set
 
@@ -336,7 +342,7 @@ def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_ser
         "logs deployment/vllm-dflash2",
         "delete deployment/vllm-dflash2",
     ]
-    assert "exec upstreams" not in commands
+    assert "exec POST /upstreams" not in commands
     assert "deployment.apps/vllm-dflash2" not in _live_objects(standin)
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
@@ -417,7 +423,7 @@ def test_a_live_set_of_one_is_the_one_variant_rollout(
     assert "mtp: started on Kubernetes" in done.stdout
     commands = standin.commands()
     assert commands[0] == "get deployments"  # no live Deployment runs: today's rollout
-    assert "apply --kustomize" in commands and "exec upstreams" not in commands
+    assert "apply --kustomize" in commands and "exec POST /upstreams" not in commands
     assert standin.serving() == "mtp"
 
 

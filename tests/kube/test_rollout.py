@@ -56,12 +56,12 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
         "get secret/vllm-api-key",
         "get deployment/vllm-gateway",
         "get pods",
-        "exec state",
-        "exec drain",
+        "exec GET /state",
+        "exec POST /drain",
         "apply --kustomize",
         "rollout status",
         "port-forward service/vllm",
-        "exec release",
+        "exec POST /release",
     ]
     calls = standin.calls()
     assert calls[8]["argv"] == ["rollout", "status", "deployment/vllm", "--timeout=20s"]
@@ -106,15 +106,15 @@ def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
         "get secret/vllm-api-key",
         "get deployment/vllm-gateway",
         "get pods",
-        "exec state",
-        "exec drain",
+        "exec GET /state",
+        "exec POST /drain",
         "apply --kustomize",
         "rollout status",
         "logs deployment/vllm",
         "rollout undo",
         "rollout status",
         "port-forward service/vllm",
-        "exec release",
+        "exec POST /release",
     ]
     assert standin.serving() == "baseline"
 

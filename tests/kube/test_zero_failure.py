@@ -180,7 +180,13 @@ def test_in_flight_streams_finish_and_new_requests_wait_through_the_rollout(
     assert seen.finished["in-flight"] < applied < seen.arrived["late"]
     assert json.loads(out)["drained"] == {"finished": 1, "cut": 0}
     commands = standin.commands()
-    order = ["exec drain", "apply --kustomize", "rollout status", "port-forward service/vllm", "exec release"]
+    order = [
+        "exec POST /drain",
+        "apply --kustomize",
+        "rollout status",
+        "port-forward service/vllm",
+        "exec POST /release",
+    ]
     assert [c for c in commands if c in order] == order
     assert _holds(gateway) == 0
     assert KEY not in out + err
@@ -192,7 +198,7 @@ def test_a_failed_rollout_is_undone_under_the_hold(standin: Standin, run_cli, ga
     done = run_cli("up", "mtp", *UP)
     assert done.returncode == 1 and "rolled back to baseline" in done.stderr
     commands = standin.commands()
-    drained, released = commands.index("exec drain"), commands.index("exec release")
+    drained, released = commands.index("exec POST /drain"), commands.index("exec POST /release")
     undo = commands.index("rollout undo")
     assert drained < commands.index("apply --kustomize") < undo < released
     assert commands[undo:released] == ["rollout undo", "rollout status", "port-forward service/vllm"]
@@ -208,7 +214,7 @@ def test_a_refused_apply_changes_nothing_and_undoes_nothing(
     assert done.returncode == 1 and "admission webhook denied" in done.stderr
     assert "nothing was changed" in done.stderr
     commands = standin.commands()
-    assert "rollout undo" not in commands and commands[-1] == "exec release"
+    assert "rollout undo" not in commands and commands[-1] == "exec POST /release"
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
 
@@ -237,7 +243,7 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
         "rollout undo",
         "rollout status",
         "port-forward service/vllm",
-        "exec release",
+        "exec POST /release",
     ]
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
@@ -296,7 +302,7 @@ def test_a_changed_gateway_is_rolled_first_and_the_hold_stays_on_its_new_pod(
     first = commands.index("apply --filename")
     assert commands[first : first + 2] == ["apply --filename", "rollout status"]
     assert standin.calls()[first + 1]["argv"][2] == "deployment/vllm-gateway"
-    assert first < commands.index("exec drain") < commands.index("apply --kustomize")
+    assert first < commands.index("exec POST /drain") < commands.index("apply --kustomize")
     # every control call went to the new gateway pod, not the one still terminating
     state = standin.state()
     labels = state["objects"]["deployment.apps/vllm-gateway"]["spec"]["template"]["metadata"]["labels"]

@@ -194,9 +194,31 @@ def test_the_configuration_reference_covers_every_settings_table() -> None:
     keys = [f"stack.{s.key}" for s in STACK_SETTINGS]
     keys += [f"gateway.{s[0]}" for s in GATEWAY_SETTINGS] + [f"kubernetes.{s[0]}" for s in KUBE_SETTINGS]
     for key in keys:
-        assert f"| `{key}` |" in rendered, key
+        assert f"| {hook.key_cell(key)} |" in rendered, key
     assert "`GATEWAY_HOLD_TIMEOUT`" in rendered and "`KUBE_NAMESPACE`" in rendered
     assert hook.MARKER not in rendered
+
+
+def test_the_reference_says_what_a_key_does_and_writes_defaults_as_a_stack_does() -> None:
+    hook = _hook()
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in hook.render_reference().splitlines()}
+
+    def row(key: str) -> list[str]:
+        return [cell.strip() for cell in rows[hook.key_cell(key)].strip("|").split(" | ")]
+
+    assert row("stack.port")[1:] == ["host port clients use (1-65535)", "`8000`", "`VLLM_PORT`"]
+    assert row("gateway.hold_timeout")[2] == "`15m` (`stack.start_period`)"  # the effective default
+    assert row("stack.stop_grace_period")[2] == "`30s`" and row("gateway.policy_window")[2] == "`30s`"
+    assert row("kubernetes.shm_size")[2] == "`8 GiB`" and row("gateway.max_head_bytes")[2] == "`64 KiB`"
+    assert row("kubernetes.tolerations")[2] == (
+        '`[{ key = "nvidia.com/gpu", operator = "Exists", effect = "NoSchedule" }]`'
+    )
+    assert row("gateway.policy")[1].endswith("(one of: manual, auto)")
+    assert "white-space: nowrap" in hook.key_cell("stack.allow_sleep_level_2_with_speculation")
+    assert hook.key_cell("variants.<name>.gpus") == (
+        '<code style="white-space: nowrap">variants.&lt;name&gt;.gpus</code>'
+    )
+    assert hook.duration_text(90) == "1m30s" and hook.size_text("1.3G") == "1.3 GiB"
 
 
 def test_the_site_builds_strict(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ Every refusal is checked through the CLI: exit code 1, one error line, no image 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from click.testing import CliRunner
 from composer import labels as label_names
 from composer.cli import main
 from composer.errors import ImageBuildError
-from composer.overlay.builder import build_overlay
+from composer.overlay.builder import base_contains_change, build_overlay
 from composer.overlay.diff import sha256_hex
 from composer.overlay.recipe import load_recipe
 from composer.stack.load import load_stack
@@ -88,6 +89,30 @@ def test_build_labels_verify_noop_and_force(docker_client, standin_base, output_
     forced = build_overlay(docker_client, recipe, force=True, extra_labels=LABELS)
     assert forced.status == "built" and forced.image_id != image.id
     assert no_image(docker_client, image.id)  # the replaced image is gone
+
+
+def test_a_base_that_already_contains_the_change_is_named_then_used_with_use_base(
+    docker_client, standin_base, output_tag, tmp_path, monkeypatch
+) -> None:
+    write_recipe(tmp_path, {"dflash.diff": ADD_DFLASH})
+    first = build_overlay(docker_client, load_recipe(tmp_path, "r", stack_images(standin_base, output_tag)))
+    newer_base, reused = first.tag, f"{output_tag.split(':')[0]}-reused:1"
+    assert not base_contains_change(
+        docker_client, load_recipe(tmp_path, "r", stack_images(standin_base, reused))
+    )
+    assert base_contains_change(docker_client, load_recipe(tmp_path, "r", stack_images(newer_base, reused)))
+    try:
+        line = assert_refused(cli(tmp_path, monkeypatch, newer_base, reused), "already contains the change")
+        assert "--use-base" in line and no_image(docker_client, reused)
+        result = cli(tmp_path, monkeypatch, newer_base, reused, "--use-base")
+        assert result.exit_code == 0, result.output
+        image, base = docker_client.images.get(reused), docker_client.images.get(newer_base)
+        assert image.labels[label_names.OVERLAY_FROM_BASE] == "contains-change"
+        assert image.attrs["RootFS"]["Layers"] == base.attrs["RootFS"]["Layers"]  # no file changed
+        assert "verification passed" in result.output
+    finally:
+        with contextlib.suppress(Exception):
+            docker_client.images.remove(reused, force=True)
 
 
 def test_failed_verification_removes_the_image_and_keeps_the_tag(

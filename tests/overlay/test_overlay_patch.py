@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from composer.errors import ImageBuildError
 from composer.overlay.diff import parse_diff
-from composer.overlay.patch import apply_diffs
+from composer.overlay.patch import applies_in_reverse, apply_diffs
 
 from .diffs import ADD_DFLASH, METHODS_PY, one_file
 
@@ -136,3 +136,14 @@ def test_every_failing_file_and_hunk_is_reported_in_one_run() -> None:
         "diff 2.diff: vllm/config/methods.py: the diff edits this file but the base image does not have it",
         "diff 2.diff: vllm/spec/dflash.py: the diff adds this file but the base image already has it",
     ]
+
+
+def test_a_base_that_holds_the_change_is_recognised_by_the_reverse_diff() -> None:
+    base = {"vllm/config/methods.py": METHODS_PY, "vllm/spec/dflash.py": None}
+    patched = apply_diffs(base, [parse(ADD_DFLASH)])
+    assert not applies_in_reverse(base, [parse(ADD_DFLASH)])
+    assert applies_in_reverse(patched, [parse(ADD_DFLASH)])
+    moved = {path: "# a newer release\n" + text for path, text in patched.items()}
+    assert applies_in_reverse(moved, [parse(ADD_DFLASH)])
+    half = {**patched, "vllm/spec/dflash.py": None}  # one file of the change missing
+    assert not applies_in_reverse(half, [parse(ADD_DFLASH)])

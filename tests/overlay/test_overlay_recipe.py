@@ -181,3 +181,16 @@ def test_verify_override_is_split_like_a_shell_line() -> None:
         verify_argv("  ")
     with pytest.raises(UsageError, match="No closing quotation"):
         verify_argv("python3 -c 'import")
+
+
+def test_a_verify_command_is_printed_readably_without_shell_quote_soup() -> None:
+    import shlex
+
+    from composer.overlay.builder import Verification, readable
+
+    command = ("python3", "-c", "import typing; assert 'dflash' in M, 'dflash is not a method'")
+    line = Verification((), command).describe()
+    assert line == "run python3 -c \"import typing; assert 'dflash' in M, 'dflash is not a method'\""
+    assert shlex.split(line.removeprefix("run ")) == list(command)  # it pastes as the same argv
+    odd = ["echo", "a b", "$x 'y'"]  # double quotes would expand $x: shell quoting stays
+    assert readable(odd) == shlex.join(odd)

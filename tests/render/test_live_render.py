@@ -8,8 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from composer.render.files import render_all
-from composer.render.kubernetes import render_kubernetes
+from composer.render.outputs import rendered_files
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 
@@ -33,7 +32,7 @@ def _stack(tmp_path: Path, environ: dict[str, str] | None = None) -> Stack:
 
 
 def _live_file(stack: Stack, out: Path) -> dict:
-    (live,) = [f for f in render_all(stack, [], out) if f.path.name == "live.yml"]
+    (live,) = [f for f in rendered_files(stack, "compose", [], out) if f.path.name == "live.yml"]
     return yaml.safe_load(live.content)
 
 
@@ -67,6 +66,20 @@ def test_one_service_per_live_container_on_its_own_gpus(tmp_path: Path) -> None:
     assert "ports" not in services["vllm-mtp-1"]  # only the gateway publishes the port
 
 
+def test_a_live_set_gateway_gets_the_classes_and_aliases_without_switching(tmp_path: Path) -> None:
+    extra = tmp_path / "routes.toml"
+    extra.write_text(
+        '[variants.mtp]\naliases = ["fast"]\n[workloads]\nchat-1 = "mtp"\nlong-16 = "baseline"\n',
+        encoding="utf-8",
+    )
+    (tmp_path / "live.toml").write_text(LIVE, encoding="utf-8")
+    stack = load_stack([REPO / "composer.toml", tmp_path / "live.toml", extra], None, environ={})
+    env = _live_file(stack, tmp_path / "out")["services"]["gateway"]["environment"]
+    assert env["GATEWAY_ALIASES"] == "fast=mtp"
+    assert env["GATEWAY_WORKLOADS"] == "chat-1:0:512:0:1=mtp,long-16:4097:0:0:16=baseline"
+    assert "GATEWAY_POLICY" not in env and "GATEWAY_SWITCH_ON_MODEL" not in env  # switching stays off
+
+
 def test_without_gpus_no_device_is_reserved_but_the_sets_stay_labels(tmp_path: Path) -> None:
     services = _live_file(_stack(tmp_path, {"GPU_DEVICES": "none"}), tmp_path / "out")["services"]
     assert all("deploy" not in s for s in services.values())
@@ -74,12 +87,14 @@ def test_without_gpus_no_device_is_reserved_but_the_sets_stay_labels(tmp_path: P
 
 
 def test_no_live_set_renders_no_live_file(default_stack: Stack, tmp_path: Path) -> None:
-    assert all(f.path.name != "live.yml" for f in render_all(default_stack, [], tmp_path))
+    assert all(f.path.name != "live.yml" for f in rendered_files(default_stack, "compose", [], tmp_path))
 
 
 def test_kubernetes_renders_a_deployment_and_service_per_live_variant(tmp_path: Path) -> None:
     files = [
-        f for f in render_kubernetes(_stack(tmp_path), [], tmp_path / "k") if f.path.parent.name == "live"
+        f
+        for f in rendered_files(_stack(tmp_path), "kubernetes", [], tmp_path / "k")
+        if f.path.parent.name == "live"
     ]
     docs = {f.path.name: yaml.safe_load(f.content) for f in files}
     kustomization = docs.pop("kustomization.yaml")

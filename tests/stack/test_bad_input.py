@@ -65,11 +65,18 @@ def test_huge_integer_setting_is_a_config_error(tmp_path: Path, value: str) -> N
     assert "stack.max_model_len" in line and "positive integer" in line and len(line) < 400
 
 
+@pytest.mark.parametrize("name", ["chat", "long-prompt", "draft", "chat-0"])
+def test_a_workload_name_no_part_understands_is_refused(tmp_path: Path, name: str) -> None:
+    line = refused(tmp_path, extra_toml=f'[workloads]\n{name} = "mtp"\n')
+    assert f"invalid key workloads.{name} (from bad.toml): '{name}' is not a workload class" in line
+    assert "e.g. chat-1, medium-4, long-16" in line
+
+
 # -- 2. workloads that are not variant names -------------------------------------------------
 @pytest.mark.parametrize("value", ['["mtp"]', "{ a = 1 }", "3", "true"])
 def test_workload_with_a_non_string_value_is_a_config_error(tmp_path: Path, value: str) -> None:
-    line = refused(tmp_path, extra_toml=f"[workloads]\nchat = {value}\n")
-    assert "invalid workloads.chat" in line and "(from bad.toml)" in line
+    line = refused(tmp_path, extra_toml=f"[workloads]\nchat-1 = {value}\n")
+    assert "invalid workloads.chat-1" in line and "(from bad.toml)" in line
     assert "expected a variant name, one of " + ", ".join(sorted(shipped_variants())) in line
 
 
@@ -233,3 +240,14 @@ def test_huge_start_period_is_a_config_error(tmp_path: Path, value: str) -> None
 def test_host_path_compose_cannot_hold_is_a_config_error(tmp_path: Path) -> None:
     line = refused(tmp_path, env_text=f"VLLM_API_KEY={KEY}\nMODEL_DIR='/models/{{m}}'\n")
     assert "invalid stack.model_dir = '/models/{m}' (from bad.env MODEL_DIR)" in line
+
+
+@pytest.mark.parametrize(
+    "name", ["chat-1", "long16000-16", "chatas-given-1", "chat", "chat-0", "long-123456", "x-1"]
+)
+def test_the_schema_pattern_and_the_loader_agree_on_workload_names(name: str) -> None:
+    import re
+
+    from composer.stack.workload_classes import WORKLOAD_PATTERN, class_shape
+
+    assert (re.fullmatch(WORKLOAD_PATTERN.strip("^$"), name) is not None) == (class_shape(name) is not None)

@@ -153,7 +153,8 @@ def test_invalid_value_names_key_value_and_allowed(
         ("[variants.mtp.env]\n'1BAD' = 'x'\n", "invalid variants.mtp.env name"),
         ("[variants.mtp.env]\nVLLM_API_KEY = 'x'\n", "secrets never go"),
         ('[variants.mtp]\nextra_args = ["a\\u0000b"]\n', "without NUL"),
-        ("[workloads]\nchat = 'nope'\n", "invalid workloads.chat"),
+        ("[workloads]\nchat-1 = 'nope'\n", "invalid workloads.chat-1"),
+        ("[workloads]\nchat = 'mtp'\n", "invalid key workloads.chat"),
         ("[nope]\n", "unknown table"),
     ],
 )

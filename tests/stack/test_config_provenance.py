@@ -27,7 +27,7 @@ MTP_ONLY = "1"
 EVERYWHERE = "1"
 
 [workloads]
-chat = "dflash2"
+chat-1 = "dflash2"
 """
 
 
@@ -58,11 +58,11 @@ def test_a_layered_files_variant_values_name_that_file(tmp_path: Path) -> None:
     assert rows["variants.mtp.image"] == ("vllm", "composer.toml")  # inherited from baseline
     assert rows["variants.mtp.env.MTP_ONLY"] == ("1", "site.toml")
     assert rows["variants.mtp.env.EVERYWHERE"] == ("1", "site.toml")
-    assert rows["workloads.chat"] == ("dflash2", "site.toml")
+    assert rows["workloads.chat-1"] == ("dflash2", "site.toml")
     # what the override did not touch still names the shipped file
     assert rows["variants.dflash2.description"][1] == "composer.toml"
     assert rows["variants.dflash2.env.VLLM_WSL2_ENABLE_PIN_MEMORY"] == ("1", "composer.toml")
-    assert rows["workloads.draft"] == ("dflash2", "composer.toml")
+    assert rows["workloads.long-16"] == ("baseline", "composer.toml")
     # a variant that extends mtp inherits the override, and says where it came from
     assert rows["variants.mtp-dsd.extra_args"] == ("--max-num-seqs,64", "site.toml")
     assert rows["variants.mtp-dsd.description"][1] == "composer.toml"

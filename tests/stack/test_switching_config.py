@@ -1,5 +1,6 @@
 """Switching settings: aliases and the automatic policy are validated at load, one line, exit 2;
-valid ones reach the gateway's environment only when switching is on."""
+aliases and classes reach the gateway's environment, the switching settings only when switching
+is on."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from composer.errors import ConfigError
 from composer.render.gateway import build_gateway_spec
 from composer.stack.load import load_stack
 from tests.conftest import REPO
@@ -41,13 +43,20 @@ long-16 = "baseline"
             '[gateway]\npolicy = "sometimes"\n',
             "invalid gateway.policy = 'sometimes' (from bad.toml): expected one of manual, auto",
         ),
-        ('[gateway]\npolicy = "auto"\n', "gateway.policy = 'auto' needs workload classes in [workloads]"),
         ("[gateway]\nenabled = false\nswitch_on_model = true\n", "need the gateway"),
         ('[gateway]\nmin_residency = "soon"\n', "invalid gateway.min_residency"),
     ],
 )
 def test_bad_switching_settings_are_refused(tmp_path: Path, extra: str, expected: str) -> None:
     assert expected in refused(tmp_path, extra_toml=extra)
+
+
+def test_auto_policy_without_classes_is_refused(tmp_path: Path) -> None:
+    shipped = (REPO / "composer.toml").read_text(encoding="utf-8")
+    stack_file = tmp_path / "composer.toml"
+    stack_file.write_text(shipped.split("[workloads]")[0] + '[gateway]\npolicy = "auto"\n', encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"gateway.policy = 'auto' needs workload classes in \[workloads\]"):
+        load_stack([stack_file], None, environ={})
 
 
 def test_switching_settings_reach_the_gateway_environment(tmp_path: Path) -> None:
@@ -67,4 +76,5 @@ def test_switching_settings_reach_the_gateway_environment(tmp_path: Path) -> Non
     assert "chat-1:0:512:0:1=mtp" in env["GATEWAY_WORKLOADS"]
     plain = load_stack([REPO / "composer.toml"], empty, environ={})
     names = [name for name, _ in build_gateway_spec(plain).environment]
-    assert "GATEWAY_ALIASES" not in names and "GATEWAY_POLICY" not in names  # committed files unchanged
+    assert "GATEWAY_ALIASES" not in names and "GATEWAY_POLICY" not in names  # no aliases, no switching
+    assert "GATEWAY_WORKLOADS" in names  # the shipped classes, for live routing

@@ -144,6 +144,6 @@ def test_container_paths_are_absolute() -> None:
 
 
 def test_served_name_cannot_look_like_a_flag() -> None:
-    assert v.parse_served_name("qwen 3 $x") == "qwen 3 $x"
+    assert v.parse_served_name("qwen3-$x'\"") == "qwen3-$x'\""
     with pytest.raises(ValueError, match="start with '-'"):
         v.parse_served_name("--api-key")

@@ -95,13 +95,13 @@ def test_crashed_variant_is_reported_with_code_time_and_log() -> None:
 def test_variants_table_marks_the_serving_one() -> None:
     rows = [
         {"variant": "baseline", "method": None, "k": None, "image": "a", "image_present": True,
-         "serving": False, "workloads": ["long-prompt"], "description": ""},
+         "serving": False, "workloads": ["long-16"], "description": ""},
         {"variant": "mtp", "method": "mtp", "k": 7, "image": "a", "image_present": False,
          "serving": True, "workloads": [], "aliases": ["fast", "opus-fast"], "description": ""},
     ]  # fmt: skip
     lines = format_variants(rows).splitlines()
     assert lines[0].split() == ["VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]
-    assert lines[1].split() == ["baseline", "-", "-", "a", "yes", "long-prompt", "-"]
+    assert lines[1].split() == ["baseline", "-", "-", "a", "yes", "long-16", "-"]
     assert lines[2].split() == ["*", "mtp", "mtp", "7", "a", "no", "-", "fast,opus-fast"]
     assert lines[-1] == "* serves now: mtp"
 

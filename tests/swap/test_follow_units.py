@@ -69,22 +69,34 @@ def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch)
     assert [e.event for e in events] == ["serving"]
 
 
+GATEWAY = SimpleNamespace(status="running", attrs={"Config": {"Env": []}})
+
+
+def _serving(monkeypatch, variant: str, drift: list[str] | None = None) -> None:
+    snap = SimpleNamespace(current=SimpleNamespace(variant=variant), gateway=GATEWAY)
+    monkeypatch.setattr(follow_module.snapshot, "take", lambda stack, client, **_: snap)
+    monkeypatch.setattr(follow_module, "settings_drift", lambda stack, gateway: drift or [])
+
+
 def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> None:
-    monkeypatch.setattr(
-        follow_module.snapshot,
-        "take",
-        lambda stack, client, **_: SimpleNamespace(current=SimpleNamespace(variant="baseline")),
-    )
+    _serving(monkeypatch, "baseline")
     monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     result = SimpleNamespace(outcome="woke", previous="baseline", timings={"wake": 0.5})
     ran: list[str] = []
-    monkeypatch.setattr(follow_module, "up", lambda stack, target, **k: ran.append(target) or result)
+    by: list[str | None] = []
+
+    def up(stack, target, **kwargs):
+        ran.append(target)
+        by.append(kwargs["options"].by)
+        return result
+
+    monkeypatch.setattr(follow_module, "up", up)
     events: list[FollowEvent] = []
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
     control = RecordingControl()
     follower.handle(control, SwitchDemand("d2", "mtp", "prompt p50 40 tok -> chat-1 = mtp", "auto"))  # type: ignore[arg-type]
-    assert ran == ["mtp"]
+    assert ran == ["mtp"] and by == ["follow"]  # the history marks the swap as follow's
     assert control.reports == [("mtp", "d2", True, "woke")]
     assert follower.switches == 1
     assert [e.event for e in events] == ["switch", "switched"]
@@ -102,3 +114,59 @@ def test_a_demand_for_a_variant_vllm_refuses_with_the_stack_runs_no_swap(monkeyp
     follower.handle(control, SwitchDemand("d3", "mtp-adaptive", "alias", "alias"))  # type: ignore[arg-type]
     assert control.reports == [("baseline", "d3", False, why)]
     assert [(e.event, e.variant) for e in events] == [("refused", "mtp-adaptive")]
+
+
+def test_a_switch_never_replaces_the_gateway_and_says_when_its_settings_differ(monkeypatch) -> None:
+    """The alias request that asked for the switch waits in the gateway: recreating it for a
+    changed setting answered that very request 503 ("the gateway is stopping")."""
+    _serving(monkeypatch, "baseline", drift=["max_held"])
+    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
+    options: list[UpOptions] = []
+    result = SimpleNamespace(outcome="started", previous="baseline", timings={})
+    monkeypatch.setattr(follow_module, "up", lambda s, t, **k: options.append(k["options"]) or result)
+    events: list[FollowEvent] = []
+    stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
+    follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
+    follower.handle(RecordingControl(), SwitchDemand("d4", "mtp", "alias", "alias"))  # type: ignore[arg-type]
+    assert [o.keep_gateway for o in options] == [True]
+    assert [e.event for e in events] == ["gateway", "switch", "switched"]
+    assert "other settings than this stack (max_held)" in events[0].reason
+
+
+def test_the_outcome_reaches_a_gateway_replaced_during_the_switch(monkeypatch) -> None:
+    """Regression: the report went to the removed container and follow printed Docker's raw 404."""
+    from docker.errors import NotFound
+
+    _serving(monkeypatch, "baseline")
+    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
+    result = SimpleNamespace(outcome="started", previous="baseline", timings={})
+    monkeypatch.setattr(follow_module, "up", lambda *a, **k: result)
+    fresh = RecordingControl()
+    monkeypatch.setattr(follow_module, "GatewayControl", lambda container: fresh)
+
+    class GoneControl(RecordingControl):
+        def report_serving(self, *args, **kwargs):
+            raise NotFound("404 Client Error: No such container")
+
+    events: list[FollowEvent] = []
+    stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
+    follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
+    now = follower.handle(GoneControl(), SwitchDemand("d5", "mtp", "alias", "alias"))  # type: ignore[arg-type]
+    assert now is fresh and fresh.reports == [("mtp", "d5", True, "started")]
+    assert [e.event for e in events] == ["switch", "switched"]
+
+
+def test_settings_drift_names_the_gateway_settings_that_differ() -> None:
+    from composer.render.gateway import build_gateway_spec
+    from composer.render.spec import resolve
+    from composer.stack.load import load_stack
+
+    stack = load_stack([REPO / "composer.toml"], None, environ={"VLLM_API_KEY": "sk-" + "k" * 40})
+    spec = build_gateway_spec(stack)
+    env = [f"{name}={resolve(value)}" for name, value in spec.environment]
+    same = SimpleNamespace(attrs={"Config": {"Env": env}})
+    assert follow_module.settings_drift(stack, same) == []
+    changed = [e.replace("GATEWAY_MAX_HELD=", "GATEWAY_MAX_HELD=1") for e in env]
+    assert follow_module.settings_drift(stack, SimpleNamespace(attrs={"Config": {"Env": changed}})) == [
+        "max_held"
+    ]

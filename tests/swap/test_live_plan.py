@@ -9,8 +9,10 @@ import pytest
 from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
+from composer.stack.workload_classes import live_routing
 from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
 from composer.swap.live_status import format_live
+from composer.swap.status import format_status
 from tests.conftest import REPO
 
 LIVE = """
@@ -128,3 +130,19 @@ def test_the_live_file_carries_the_optional_services_and_prometheus_scrapes_ever
         (["vllm-mtp-1:8000"], "mtp/1"),
     ]
     assert jobs["vllm-composer-gateway"][0]["targets"] == ["gateway:8000"]
+
+
+def test_a_live_set_says_whether_it_routes_by_class_or_by_load_alone() -> None:
+    shipped = {"chat-1": "mtp", "long-16": "baseline"}
+    assert live_routing(shipped, ["baseline", "mtp"]) == (
+        True,
+        "by workload class: chat-1 -> mtp, long-16 -> baseline",
+    )
+    by_class, line = live_routing(shipped, ["dflash2", "mtp-dsd"])
+    assert not by_class and line.startswith("by load alone: no [workloads] class names a variant")
+    rows = [
+        {"name": "dflash2/1", "container": "c1", "state": "running", "gpus": "0", "ready": True,
+         "outstanding": 0, "served_last_minute": 0, "served": 0, "errors": 0},
+    ]  # fmt: skip
+    text = format_status({"project": "p", "running": False, "live": rows, "routing": line})
+    assert "\nrouting       by load alone: " in text

@@ -18,11 +18,11 @@ import time
 import pytest
 
 from composer.capacity import standby
-from composer.engine.containers import current_variant, gateway_container, is_asleep
-from composer.engine.variant_container import VariantContainer
+from composer.engine.containers import gateway_container
 from composer.gateway.client import GatewayControl
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
+from composer.swap.snapshot import take
 from composer.swap.swapper import UpOptions, up
 from tests.conftest import REPO
 
@@ -102,13 +102,13 @@ def test_many_sleep_standby_switches_grow_nothing(sim_stack, docker_client, monk
         assert len(containers) == 3, (switch, [c.name for c in containers])
         state = control.state()
         assert (state.held, state.inflight, len(state.holds)) == (0, 0, 0), (switch, state)
-        ours = [VariantContainer(c) for c in containers if "vllm-composer.variant" in c.labels]
-        asleep = [c.describe().variant for c in ours if is_asleep(c, stack, state.upstream)]
+        snap = take(stack, docker_client)
+        asleep = [m.variant for m in snap.asleep]
         assert asleep == [("baseline", "mtp")[switch % 2]], (switch, asleep)
         plan = standby.plan_for(stack, variant, asleep)
         assert plan.fits and len(plan.costs) == 1, (switch, plan)
         if switch % SAMPLE_EVERY == 0 or switch == SWITCHES - 1:
-            serving = current_variant(stack, docker_client)
+            serving = snap.current
             assert serving is not None and serving.variant == variant
             for c in docker_client.containers.list(filters=variants):
                 role = "awake" if c.name == serving.name else "asleep"

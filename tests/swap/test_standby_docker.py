@@ -206,3 +206,29 @@ def test_a_failed_wake_rolls_back_to_the_variant_that_served(
     assert "rolled back to baseline" in message, message
     code, result, err = _up(standby_stack, "baseline")
     assert code == 0 and result["outcome"] == "unchanged", (result, err)
+
+
+def test_with_the_gateway_stopped_status_ls_down_and_up_agree(standby_stack, docker_client) -> None:
+    for variant in ("mtp", "baseline"):
+        code, _, err = _up(standby_stack, variant)
+        assert code == 0, err
+    labels = [f"com.docker.compose.project={standby_stack.project}", "vllm-composer.role=gateway"]
+    (gateway,) = docker_client.containers.list(filters={"label": labels})
+    gateway.stop()
+    # Each sleep-mode container is asked itself: baseline serves, mtp sleeps, in every command.
+    status = standby_stack.run("status", "--json")
+    data = json.loads(status.stdout)
+    assert data["variant"] == "baseline", status.stdout
+    assert [a["variant"] for a in data["asleep"]] == ["mtp"], status.stdout
+    listed = standby_stack.run("ls", "--json")
+    assert [r["variant"] for r in json.loads(listed.stdout) if r["serving"]] == ["baseline"], listed.stdout
+    refused = standby_stack.run("down", "baseline")
+    assert refused.returncode == 1 and "baseline serves" in refused.stderr, refused.stderr
+    code, result, err = _up(standby_stack, "baseline")
+    assert code == 0, err
+    assert result["outcome"] not in ("woke", "swapped", "started"), result
+    asleep = standby_stack.run("down", "mtp")
+    assert asleep.returncode == 0 and "it was asleep" in asleep.stdout, asleep.stdout + asleep.stderr
+    assert [
+        c.labels["vllm-composer.variant"] for c in running_containers(docker_client, standby_stack.project)
+    ] == ["baseline"]

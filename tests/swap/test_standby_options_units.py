@@ -3,6 +3,8 @@ the cost in words."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 from composer.capacity import inputs as standby
@@ -99,7 +101,8 @@ class Asleep:
 def _swapper(monkeypatch, *flags: str, asleep: tuple[str, ...] = ()) -> tuple[Context, object]:
     from composer.swap import swapper as module
 
-    monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: [Asleep(v) for v in asleep])
+    sleepers = SimpleNamespace(asleep=[Asleep(v) for v in asleep])
+    monkeypatch.setattr(module.snapshot, "take", lambda stack, client: sleepers)
     monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
     stack = _stack(*SLEEPY, "stack.gpu_memory_bytes=23G", *flags)
     swapper = Context(stack, None, UpOptions())  # type: ignore[arg-type]
@@ -158,8 +161,9 @@ class Downer:
 def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
     from composer.swap import down as module
 
-    monkeypatch.setattr(module, "our_containers", lambda stack, client: containers)
-    monkeypatch.setattr(module, "sleeping_containers", lambda stack, client: asleep)
+    members = [SimpleNamespace(variant=c.variant, container=c, asleep=c in asleep) for c in containers]
+    snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep])
+    monkeypatch.setattr(module, "take", lambda stack, client: snap)
     return Downer()
 
 

@@ -174,11 +174,11 @@ def test_weak_key_refused_unless_allowed(sim_stack):
 
 
 def test_workload_maps_to_variant(sim_stack, docker_client):
-    done = sim_stack.run("use", "chat")
+    done = sim_stack.run("use", "chat-1")
     assert done.returncode == 0, done.stderr
     assert_serving(sim_stack, docker_client, "mtp")
     unknown = sim_stack.run("use", "nope")
-    assert unknown.returncode == 2 and "choose one of chat, draft, long-prompt" in unknown.stderr
+    assert unknown.returncode == 2 and "choose one of chat-1, long-16" in unknown.stderr
 
 
 def test_down_stops_everything(sim_stack, docker_client):

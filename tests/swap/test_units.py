@@ -151,9 +151,8 @@ def test_port_is_free_detects_listener():
 def test_workload_mapping_defaults():
     s = stack()
     assert {w: s.workload_variant(w).name for w in s.workloads} == {
-        "chat": "mtp",
-        "long-prompt": "baseline",
-        "draft": "dflash2",
+        "chat-1": "mtp",
+        "long-16": "baseline",
     }
     assert replace(s.variant("mtp")).speculative.method == "mtp"
 

@@ -15,12 +15,9 @@ from vllm.sim.logs import VllmLog
 from vllm.sim.metrics import Metrics
 from vllm.sim.profiles import Profile
 from vllm.sim.scheduler import Plan, Scheduler
-from vllm.sim.textgen import TokenStream
+from vllm.sim.textgen import GARBAGE_ID, GARBAGE_TOKEN, TokenStream, decode_id
 
 __all__ = ["Engine", "EngineDeadError", "GenRequest", "RequestStats", "SpecSetup", "Step"]
-
-# What a model whose weights were discarded (level-2 sleep, no reload) keeps generating.
-GARBAGE_TOKEN = "!"
 
 
 @dataclass(eq=False)
@@ -129,7 +126,8 @@ class Engine:
         stats.accepted_per_pos = [0] * self.spec.k
         stream = TokenStream(request.prompt_key, request.sample_key, self.flip_rate)
         limit = request.max_tokens
-        natural = stream.natural_length()
+        # A continued request ends where the uninterrupted one would (at least one token).
+        natural = max(1, stream.natural_length() - request.offset)
         stopped = not request.ignore_eos and natural < limit
         probabilities = () if self.zero_acceptance else self.acceptance
         offset = start_offset(self.seed, request.prompt_key.hex(), request.max_tokens)
@@ -220,9 +218,11 @@ class Engine:
 
     def _emit(self, seq: Sequence, count: int, now: float) -> None:
         if seq.garbage:
-            tokens = [GARBAGE_TOKEN] * count
+            ids, tokens = [GARBAGE_ID] * count, [GARBAGE_TOKEN] * count
         else:
-            tokens = [seq.stream.token(i) for i in range(seq.produced, seq.produced + count)]
+            start = seq.request.offset + seq.produced
+            ids = [seq.stream.token(i) for i in range(start, start + count)]
+            tokens = [decode_id(i) for i in ids]
         seq.produced += count
         seq.stats.generated = seq.produced
         seq.last_token_at = now
@@ -235,7 +235,7 @@ class Engine:
             if finish is not None:
                 self.metrics.e2e.observe(now - seq.arrival)
                 self.metrics.finished[finish] += 1
-        seq.outbox.put(Step(tokens, finish))
+        seq.outbox.put(Step(tokens, finish, ids))
 
     def _iteration(self, seq: Sequence, k: int) -> int:
         """Tokens produced by one decode iteration drafting ``k`` (records speculative counters)."""

@@ -31,6 +31,8 @@ class GenRequest:
     max_tokens: int
     ignore_eos: bool = False
     sample_key: str | None = None
+    offset: int = 0
+    """Generated ids the prompt already ends with (a continued request starts there)."""
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Step:
 
     tokens: list[str]
     finish_reason: str | None = None
+    token_ids: list[int] = field(default_factory=list)
 
 
 @dataclass

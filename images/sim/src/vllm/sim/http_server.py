@@ -174,11 +174,13 @@ class Handler(BaseHTTPRequestHandler):
         steps = self.state.engine.generate(request.gen)
         if not request.stream:
             pieces: list[str] = []
+            ids: list[int] = []
             finish = "length"
             for step in steps:
                 pieces.extend(step.tokens)
+                ids.extend(step.token_ids)
                 finish = step.finish_reason or finish
-            self._json(200, builder.full("".join(pieces), finish, len(pieces)))
+            self._json(200, builder.full("".join(pieces), finish, len(pieces), ids))
             return
         self._stream(builder, steps, request.chat, request.include_usage)
 
@@ -206,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(builder.chunk(None, None, role=True))
             for step in steps:
                 generated += len(step.tokens)
-                self._event(builder.chunk("".join(step.tokens), step.finish_reason))
+                self._event(builder.chunk("".join(step.tokens), step.finish_reason, ids=step.token_ids))
             if usage:
                 self._event(builder.usage_chunk(generated))
         except EngineDeadError as err:

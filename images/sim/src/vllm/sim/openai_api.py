@@ -36,6 +36,9 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     gen: GenRequest
+    prompt_ids: tuple[int, ...] = ()
+    return_token_ids: bool = False
+    request_id: str | None = None
 
 
 def _number(body: Mapping[str, Any], key: str, default: float) -> float:
@@ -54,28 +57,27 @@ def parse_request(
     model = body.get("model") or served_names[0]
     if model not in served_names:
         raise ApiError(404, f"The model `{model}` does not exist.", "NotFoundError", "model")
+    kwargs = body.get("chat_template_kwargs") or {}
+    if not isinstance(kwargs, Mapping):
+        raise ApiError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     if chat:
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise ApiError(400, "'messages' must be a non-empty list", param="messages")
-        prompt_tokens = textgen.count_chat_tokens(m for m in messages if isinstance(m, Mapping))
-        prompt_text = repr(
-            [
-                (m.get("role"), textgen.content_text(m.get("content")))
-                for m in messages
-                if isinstance(m, Mapping)
-            ]
+        ids = textgen.encode_chat(
+            (m for m in messages if isinstance(m, Mapping)), sorted(kwargs.items(), key=str)
         )
     else:
         prompt = body.get("prompt")
-        if isinstance(prompt, list) and len(prompt) == 1:
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            prompt_tokens, prompt_text = max(1, textgen.count_text_tokens(prompt)), prompt
-        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompt_tokens, prompt_text = len(prompt), repr(prompt)
+            ids = textgen.encode_text(prompt) or [textgen.BOS]
+        elif isinstance(prompt, list) and prompt and all(_token_id(t) for t in prompt):
+            ids = list(prompt)
         else:
             raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
+    prompt_tokens = len(ids)
     limit_key = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
     raw_max = body.get(limit_key)
     room = max_model_len - prompt_tokens
@@ -98,12 +100,14 @@ def parse_request(
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ApiError(400, "'seed' must be an integer", param="seed")
-    kwargs = body.get("chat_template_kwargs") or {}
-    if not isinstance(kwargs, Mapping):
-        raise ApiError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
     options = body.get("stream_options") or {}
+    request_id = body.get("request_id")
+    if request_id is not None and (not isinstance(request_id, str) or not request_id):
+        raise ApiError(400, "'request_id' must be a non-empty string", param="request_id")
+    prompt_key, offset = textgen.split_context(ids)
     gen = GenRequest(
-        prompt_key=textgen.digest("chat" if chat else "text", prompt_text, sorted(kwargs.items(), key=str)),
+        prompt_key=prompt_key,
+        offset=offset,
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         ignore_eos=bool(body.get("ignore_eos", False)),
@@ -115,7 +119,14 @@ def parse_request(
         stream=bool(body.get("stream", False)),
         include_usage=bool(options.get("include_usage", False)),
         gen=gen,
+        prompt_ids=tuple(ids),
+        return_token_ids=bool(body.get("return_token_ids", False)),
+        request_id=request_id,
     )
+
+
+def _token_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 class ResponseBuilder:
@@ -124,8 +135,9 @@ class ResponseBuilder:
     def __init__(self, request: ParsedRequest) -> None:
         self.request = request
         prefix = "chatcmpl" if request.chat else "cmpl"
-        self.id = f"{prefix}-{uuid.uuid4().hex}"
+        self.id = f"{prefix}-{request.request_id or uuid.uuid4().hex}"
         self.created = int(time.time())
+        self._prompt_ids_sent = False
 
     def usage(self, completion_tokens: int) -> dict[str, int]:
         prompt = self.request.gen.prompt_tokens
@@ -142,7 +154,19 @@ class ResponseBuilder:
             kind = "text_completion"
         return {"id": self.id, "object": kind, "created": self.created, "model": self.request.model}
 
-    def chunk(self, text: str | None, finish: str | None, role: bool = False) -> dict[str, Any]:
+    def _token_ids(self, body: dict[str, Any], choice: dict[str, Any], ids: list[int] | None) -> None:
+        """vLLM's return_token_ids fields: the prompt's ids once (chat: top level, text: in
+        the choice), then each choice's ids."""
+        if not self.request.return_token_ids:
+            return
+        if not self._prompt_ids_sent:
+            self._prompt_ids_sent = True
+            (body if self.request.chat else choice)["prompt_token_ids"] = list(self.request.prompt_ids)
+        choice["token_ids"] = list(ids or [])
+
+    def chunk(
+        self, text: str | None, finish: str | None, role: bool = False, ids: list[int] | None = None
+    ) -> dict[str, Any]:
         """One streaming chunk (``text=None`` with ``role=True``: the opening role delta)."""
         body = self._envelope(chunk=True)
         if self.request.chat:
@@ -158,6 +182,7 @@ class ResponseBuilder:
                 "finish_reason": finish,
                 "stop_reason": None,
             }
+        self._token_ids(body, choice, ids)
         body["choices"] = [choice]
         return body
 
@@ -167,7 +192,9 @@ class ResponseBuilder:
         body["usage"] = self.usage(completion_tokens)
         return body
 
-    def full(self, text: str, finish: str, completion_tokens: int) -> dict[str, Any]:
+    def full(
+        self, text: str, finish: str, completion_tokens: int, ids: list[int] | None = None
+    ) -> dict[str, Any]:
         """The non-streaming response."""
         body = self._envelope(chunk=False)
         if self.request.chat:
@@ -187,6 +214,7 @@ class ResponseBuilder:
                 "finish_reason": finish,
                 "stop_reason": None,
             }
+        self._token_ids(body, choice, ids)
         body["choices"] = [choice]
         body["usage"] = self.usage(completion_tokens)
         return body

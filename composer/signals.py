@@ -1,0 +1,90 @@
+"""The one signals module: how a stop signal ends a command, and how the undo it starts finishes.
+
+A stop signal is Ctrl-C (SIGINT), SIGTERM or SIGHUP (a closed terminal; one ignored by `nohup`
+stays ignored). While a command runs, each raises KeyboardInterrupt in the main thread
+(`interrupts`); a change of what serves takes the first one only (`interrupt_once`) and runs its
+undo with every stop signal ignored (`interrupts_ignored`). Signals reach the main thread alone:
+a change running in a worker thread (`bench --decide`'s follower) is stopped through its waits
+instead. While `waits_cancelled` is in force, every wait of a named retry policy (engine/retry)
+raises KeyboardInterrupt at its next pause, except inside an undo, which always finishes.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, *((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()))
+
+_waits_cancelled = threading.Event()
+_undo = threading.local()
+
+
+def _handled_now() -> tuple[int, ...]:
+    hangup = getattr(signal, "SIGHUP", None)
+    return tuple(s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN)
+
+
+@contextmanager
+def handled(handler: Callable[[int, object], None] | int) -> Iterator[None]:
+    """Handle the stop signals with `handler` inside the block (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in _handled_now()}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def interrupts() -> AbstractContextManager[None]:
+    """While a command runs, every stop signal raises KeyboardInterrupt (a swap rolls back, a
+    sweep restores the previous variant, a follower stops)."""
+    return handled(_raise_interrupt)
+
+
+def interrupt_once(signum: int, frame: object) -> None:
+    """Raise KeyboardInterrupt once; ignore every stop signal from here on (from inside the
+    handler, so none lands between the interruption and the undo it starts)."""
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def interrupts_ignored() -> Iterator[None]:
+    """Let an undo or a release finish: stop signals are ignored, and cancelled waits go on."""
+    before = getattr(_undo, "active", False)
+    _undo.active = True
+    try:
+        with handled(signal.SIG_IGN):
+            yield
+    finally:
+        _undo.active = before
+
+
+@contextmanager
+def waits_cancelled() -> Iterator[None]:
+    """Inside the block, waits outside an undo raise KeyboardInterrupt in every thread."""
+    _waits_cancelled.set()
+    try:
+        yield
+    finally:
+        _waits_cancelled.clear()
+
+
+def pause(seconds: float) -> None:
+    """The sleep of the retry policies: KeyboardInterrupt when waits are cancelled (not in an undo)."""
+    if getattr(_undo, "active", False):
+        time.sleep(seconds)
+    elif _waits_cancelled.wait(seconds):
+        raise KeyboardInterrupt

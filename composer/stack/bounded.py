@@ -1,0 +1,58 @@
+"""Every file the toolkit reads from disk, read with a size limit (one function, `read_bounded`).
+
+A file past its kind's limit is refused at once with a one-line `FileTooLarge` (exit 2):
+at most `limit + 1` bytes are ever read, so `/dev/zero`, a pipe that never ends or a
+200 MB file costs one small read, never the memory or the time to read it whole. An
+append-only log of our own (the swap history) may ask for its newest `limit` bytes instead.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from composer.errors import ConfigError
+
+KIB = 1 << 10
+MIB = 1 << 20
+STACK_FILE_LIMIT = 4 * MIB  # composer.toml files, env files, prompt files
+RUN_FILE_LIMIT = 4 * MIB  # rendered compose files read back (run files, the gateway's file)
+HISTORY_LIMIT = 4 * MIB  # the swap history (trimmed far below this)
+RECORD_LIMIT = 256 * KIB  # the running swap's record, a failed swap's record
+BENCH_FILE_LIMIT = 64 * MIB  # a benchmark's results (bench.json)
+
+
+class FileTooLarge(ConfigError):
+    """A file is larger than what its kind may be (exit 2)."""
+
+
+def _size(limit: int) -> str:
+    for unit, factor in (("MiB", MIB), ("KiB", KIB)):
+        if limit >= factor and limit % factor == 0:
+            return f"{limit // factor} {unit}"
+    return f"{limit} bytes"
+
+
+def read_bounded(path: str | Path, what: str, limit: int, *, tail: bool = False) -> bytes:
+    """The bytes of `path`, at most `limit` of them; FileTooLarge past it, OSError when it
+    cannot be opened or read.
+
+    `tail`: a larger regular file gives its last `limit` bytes instead (the newest part of
+    an append-only log); a device or pipe past the limit is refused all the same."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO without writer: no hang
+    with os.fdopen(fd, "rb") as handle:
+        os.set_blocking(fd, True)
+        info = os.fstat(fd)
+        regular = stat.S_ISREG(info.st_mode)
+        if tail and regular and info.st_size > limit:
+            handle.seek(info.st_size - limit)
+            return handle.read(limit)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        size = f"{info.st_size} bytes" if regular else "without end"
+        raise FileTooLarge(
+            f"{what} {str(path)!r} is larger than {_size(limit)} ({size}): "
+            f"give a file of at most {_size(limit)}"
+        )
+    return data
