@@ -1,12 +1,16 @@
-"""Docker checks: engine reachable, Compose v2 plugin, GPU support in the engine, images."""
+"""Docker checks: engine reachable, Compose v2 plugin, GPU support in the engine, images,
+and how the engine publishes ports (its userland proxy)."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 from collections.abc import Callable, Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.doctor.facts import VariantFacts
@@ -17,6 +21,8 @@ from composer.stack.model import Stack
 
 if TYPE_CHECKING:
     import docker
+
+    from composer.engine.client import Endpoint
 
 MIN_ENGINE = (19, 3)  # first engine with --gpus and compose device reservations
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
@@ -111,3 +117,93 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
 def check_variant_image(variant: VariantFacts, client: docker.DockerClient) -> Finding:
     """The variant's image is present locally (preflight's check; never pulls)."""
     return check_image(client, variant.image)
+
+
+PROXY_PROCESS = "docker-proxy"
+DAEMON_JSON = Path("/etc/docker/daemon.json")
+USERLAND_PROXY = "userland-proxy"
+
+
+@dataclass(frozen=True)
+class ProxyFacts:
+    """How the local engine publishes ports, as its processes and its config file say."""
+
+    dockerd_seen: bool = False
+    flag: bool | None = None  # dockerd's --userland-proxy (None: not on its command line)
+    config: dict[str, object] | None = None  # daemon.json (None: absent or unreadable)
+    proxied_ports: frozenset[int] = frozenset()  # host ports a docker-proxy process serves
+
+
+def _flag_value(argv: list[str]) -> bool | None:
+    for i, arg in enumerate(argv):
+        name, eq, value = arg.partition("=")
+        if name.lstrip("-") != USERLAND_PROXY:
+            continue
+        if not eq:
+            value = argv[i + 1] if i + 1 < len(argv) and not argv[i + 1].startswith("-") else "true"
+        return value.strip().lower() not in ("false", "0")
+    return None
+
+
+def read_proxy_facts(proc: Path = Path("/proc"), daemon_json: Path = DAEMON_JSON) -> ProxyFacts:
+    """Read the local engine's processes (dockerd, docker-proxy) and its daemon.json."""
+    seen, flag, ports = False, None, set()
+    for cmdline in proc.glob("[0-9]*/cmdline"):
+        try:
+            argv = cmdline.read_bytes().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        program = os.path.basename(argv[0])
+        if program == "dockerd":
+            seen, flag = True, _flag_value(argv[1:])
+        elif program == PROXY_PROCESS and "-host-port" in argv[:-1]:
+            with contextlib.suppress(ValueError):
+                ports.add(int(argv[argv.index("-host-port") + 1]))
+    try:
+        config = json.loads(daemon_json.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    return ProxyFacts(seen, flag, config if isinstance(config, dict) else None, frozenset(ports))
+
+
+def userland_proxy_finding(port: int, facts: ProxyFacts, daemon_json: Path = DAEMON_JSON) -> Finding | None:
+    """Warn when the engine publishes ports through its userland proxy; None when no local
+    engine is seen (Docker Desktop, another machine)."""
+    configured = facts.config.get(USERLAND_PROXY) if facts.config else None
+    off = facts.flag is False or (facts.flag is None and configured is False)
+    in_use = port in facts.proxied_ports
+    if not in_use and off:
+        return Finding(
+            "userland-proxy", "ok", "the engine's userland proxy is off: ports go through iptables"
+        )
+    if not in_use and not (facts.dockerd_seen or facts.proxied_ports):
+        return None
+    where = (
+        f"port {port} is published through {PROXY_PROCESS}"
+        if in_use
+        else "the engine publishes ports through its userland proxy (the default)"
+    )
+    detail = (
+        f"{where}: that proxy keeps two descriptors for every client connection and dies under about "
+        "6,000 connections held open, which the gateway's max_connections cannot prevent"
+    )
+    if facts.flag:
+        fix = "start dockerd with --userland-proxy=false instead of --userland-proxy=true"
+    else:
+        merged = json.dumps({**(facts.config or {}), USERLAND_PROXY: False})
+        fix = f"write {merged} to {daemon_json}"
+    return Finding(
+        "userland-proxy",
+        "warn",
+        detail,
+        f"{fix}, restart dockerd (sudo systemctl restart docker: it stops running containers), "
+        "then `compose-spec up --recreate-gateway`; published ports then go through iptables, "
+        "with no proxy process",
+    )
+
+
+def check_userland_proxy(stack: Stack, endpoint: Endpoint | None) -> Finding | None:
+    """The local engine publishes the stack's port without its userland proxy."""
+    if endpoint is None or endpoint.remote:
+        return None
+    return userland_proxy_finding(stack.port, read_proxy_facts())

@@ -51,6 +51,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "backend counts as not ready (0: off)",
         "120",
     ),
+    "GATEWAY_UNRESPONSIVE_TIMEOUT": (
+        "seconds a request waiting for the backend's answer lets the backend's /health go unanswered "
+        "(probed every few seconds while it waits); then 504 and the backend counts as not ready (0: off)",
+        "30",
+    ),
     "GATEWAY_HOLD_KEEPALIVE": (
         "seconds between SSE comment lines to a held stream: true request, headers first (0: off)",
         "15",
@@ -60,6 +65,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
     "GATEWAY_RETRY_AFTER": ("Retry-After seconds sent with 503 and 429", "2"),
     "GATEWAY_MAX_HEAD_BYTES": ("bytes a request head (request line, headers) may have; more: 431", "65536"),
     "GATEWAY_HEAD_TIMEOUT": ("seconds a client has to send a request head; then 408 and close", "10"),
+    "GATEWAY_BODY_TIMEOUT": (
+        "seconds a request body may pause between two chunks; then 408 and close "
+        "(nginx's client_body_timeout)",
+        "60",
+    ),
     "GATEWAY_KEEP_ALIVE_TIMEOUT": ("seconds an idle client connection stays open between requests", "5"),
     "GATEWAY_MAX_CONNECTIONS": (
         "open client connections; past it the oldest idle one is closed (none idle: 503)",
@@ -104,11 +114,13 @@ LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_DRAIN_TIMEOUT": (0.0, 86400.0),
     "GATEWAY_POLL_INTERVAL": (0.01, 1.0),
     "GATEWAY_STALL_TIMEOUT": (0.0, 86400.0),
+    "GATEWAY_UNRESPONSIVE_TIMEOUT": (0.0, 3600.0),
     "GATEWAY_HOLD_KEEPALIVE": (0.0, 3600.0),
     "GATEWAY_HOLD_LEASE": (1.0, MAX_LEASE_S),
     "GATEWAY_RETRY_AFTER": (1, 3600),
     "GATEWAY_MAX_HEAD_BYTES": (1024, 16 * 1024 * 1024),
     "GATEWAY_HEAD_TIMEOUT": (0.1, 3600.0),
+    "GATEWAY_BODY_TIMEOUT": (0.1, 3600.0),
     "GATEWAY_KEEP_ALIVE_TIMEOUT": (0.1, 3600.0),
     "GATEWAY_MAX_CONNECTIONS": (1, 1_000_000),
     "GATEWAY_MIN_RESIDENCY": (0.0, 86400.0),
@@ -177,11 +189,13 @@ class GatewayConfig:
     drain_timeout: float = 60.0
     poll_interval: float = 0.1
     stall_timeout: float = 120.0
+    unresponsive_timeout: float = 30.0
     hold_keepalive: float = 15.0
     hold_lease: float = 60.0
     retry_after: int = 2
     max_head_bytes: int = 65536
     head_timeout: float = 10.0
+    body_timeout: float = 60.0
     keep_alive_timeout: float = 5.0
     max_connections: int = 1024
     control_socket: str = DEFAULT_CONTROL_SOCKET
@@ -320,11 +334,13 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0),
         poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1),
         stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0),
+        unresponsive_timeout=_number(env, "GATEWAY_UNRESPONSIVE_TIMEOUT", 30.0),
         hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0),
         hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0),
         retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2),
         max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536),
         head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0),
+        body_timeout=_number(env, "GATEWAY_BODY_TIMEOUT", 60.0),
         keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0),
         max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024),
         control_socket=socket_path,

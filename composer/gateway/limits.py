@@ -8,15 +8,22 @@ sharing one `Connections` registry) that:
 - gives each head `head_timeout` seconds from its first byte (from the connection's opening for
   the first one): a head still incomplete then is answered 408 (nothing, when no byte came) and
   the connection closed; idle keep-alive connections close after uvicorn's `timeout_keep_alive`;
+- gives each request body `body_timeout` seconds between two of its chunks (nginx's
+  `client_body_timeout`): a body that stops arriving is answered 408 (nothing, when the
+  response already began) and the connection closed; time while the gateway itself does not
+  read the body (a held request whose unread body filled uvicorn's buffer) does not count;
 - caps the open connections at `max_connections`: a new one past the cap closes the oldest
   connection that has no request in progress (waiting for a head or idle between requests),
+  else the one that has been reading a request body the longest (a client that trickles a
+  body holds no slot against others; a body the gateway does not read now is not counted),
   or, when every connection is busy, is answered 503 and closed.
 
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). No per-chunk work is added once a
-head is complete: the body path is uvicorn's.
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). Once a head is complete, the only
+per-chunk work added is noting the time of the body's last chunk (the body timer looks at
+it when it fires).
 """
 
 from __future__ import annotations
@@ -33,16 +40,30 @@ from .metrics import Metrics
 
 # How long a refused connection stays open (not read) after its answer, before it is closed.
 LINGER_S = 2.0
+# The answer to a refused connection, by the reason it is closed for (a metric label).
 _RESPONSES = {
-    status: (
+    reason: (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
         f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
     ).encode()
     + body
-    for status, phrase, extra, body in (
-        (431, "Request Header Fields Too Large", "", error_bytes(431, "request head too large")),
-        (408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
-        (503, "Service Unavailable", "retry-after: 2\r\n", error_bytes(503, "too many open connections")),
+    for reason, status, phrase, extra, body in (
+        (
+            "head_too_large",
+            431,
+            "Request Header Fields Too Large",
+            "",
+            error_bytes(431, "request head too large"),
+        ),
+        ("head_timeout", 408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
+        ("body_timeout", 408, "Request Timeout", "", error_bytes(408, "request body not received in time")),
+        (
+            "over_capacity",
+            503,
+            "Service Unavailable",
+            "retry-after: 2\r\n",
+            error_bytes(503, "too many open connections"),
+        ),
     )
 }
 
@@ -54,17 +75,26 @@ class ConnectionLimits:
     max_head_bytes: int = 64 * 1024
     head_timeout: float = 10.0
     max_connections: int = 1024
+    body_timeout: float = 60.0
 
 
 @dataclass
 class Connections:
     """The open connections of one server; `idle` (insertion-ordered) holds those without a
-    request in progress, oldest first."""
+    request in progress, oldest first; `reading` those reading a request body, oldest first."""
 
     limits: ConnectionLimits
     metrics: Metrics | None = None
     open: int = 0
     idle: dict[LimitedProtocol, None] = field(default_factory=dict)
+    reading: dict[LimitedProtocol, None] = field(default_factory=dict)
+
+    def evictable(self) -> LimitedProtocol | None:
+        """The connection to close for a new one: the oldest idle, else the oldest body reader
+        that the gateway reads (one it stopped reading waits for the gateway, not the client)."""
+        if self.idle:
+            return next(iter(self.idle))
+        return next((c for c in self.reading if not c.flow.read_paused), None)
 
     def closed(self, reason: str) -> None:
         if self.metrics is not None:
@@ -87,6 +117,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False  # answered and lingering: input is dropped
         self._counted = False
+        self._body_timer: asyncio.TimerHandle | None = None
+        self._body_seen = 0.0  # loop time of the body's last chunk
 
     # -- connection ---------------------------------------------------------------------
 
@@ -97,19 +129,20 @@ class LimitedProtocol(HttpToolsProtocol):
         self._counted = True
         registry.count()
         if registry.open > registry.limits.max_connections:
-            if registry.idle:
-                oldest = next(iter(registry.idle))
+            oldest = registry.evictable()
+            if oldest is not None:
                 registry.closed("evicted")
                 oldest._close_idle()
             else:
                 registry.closed("over_capacity")
-                self._refuse(503)
+                self._refuse("over_capacity")
                 return
         registry.idle[self] = None
         self._head_timer = self.loop.call_later(registry.limits.head_timeout, self._head_timed_out)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_head_timer()
+        self._stop_body_timer()
         if self._counted:
             self._counted = False
             self.registry.open -= 1
@@ -120,6 +153,7 @@ class LimitedProtocol(HttpToolsProtocol):
     def _close_idle(self) -> None:
         self.registry.idle.pop(self, None)
         self._stop_head_timer()
+        self._stop_body_timer()
         self.transport.close()
 
     # -- input --------------------------------------------------------------------------
@@ -128,6 +162,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._refused:
             return  # answered and closing: ignore anything read before the pause took effect
         if not self._in_head:
+            self._body_seen = self.loop.time()
             super().data_received(data)  # a body (or the rest of a pipeline): uvicorn's path
             return
         if self._head_timer is None:  # first byte of a head on a kept-alive connection
@@ -144,7 +179,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._in_head:
             if not self.transport.is_closing():
                 self.registry.closed("head_too_large")
-                self._refuse(431)
+                self._refuse("head_too_large")
             return
         if not self.transport.is_closing():
             self.data_received(data[room:])
@@ -160,6 +195,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._stop_head_timer()
         self.registry.idle.pop(self, None)
+        self._start_body_timer()
         super().on_headers_complete()
         cycle = self.cycle
         if cycle is not None and cycle.scope is self.scope and self.scope.get("http_version") == "1.0":
@@ -171,6 +207,7 @@ class LimitedProtocol(HttpToolsProtocol):
             self.registry.idle[self] = None  # idle between requests: may be evicted
 
     def on_message_complete(self) -> None:
+        self._stop_body_timer()
         super().on_message_complete()
         self._in_head = True  # whatever comes next is the next request's head
         self._head_bytes = 0
@@ -182,29 +219,63 @@ class LimitedProtocol(HttpToolsProtocol):
             self._head_timer.cancel()
             self._head_timer = None
 
+    def _start_body_timer(self) -> None:
+        self._body_seen = self.loop.time()
+        self.registry.reading[self] = None
+        self._body_timer = self.loop.call_later(self.registry.limits.body_timeout, self._body_check)
+
+    def _stop_body_timer(self) -> None:
+        self.registry.reading.pop(self, None)
+        if self._body_timer is not None:
+            self._body_timer.cancel()
+            self._body_timer = None
+
+    def _body_check(self) -> None:
+        """The body timer fired: wait on from the last chunk, or end a body that stopped."""
+        self._body_timer = None
+        if self.transport.is_closing():
+            return
+        if self.flow.read_paused:  # the gateway is not reading (a held request): not the client's stall
+            self._body_seen = self.loop.time()
+        due = self._body_seen + self.registry.limits.body_timeout
+        if due > self.loop.time():
+            self._body_timer = self.loop.call_at(due, self._body_check)
+            return
+        self.registry.reading.pop(self, None)
+        self.registry.closed("body_timeout")
+        cycle = self.cycle
+        if cycle is None or cycle.response_started:
+            self.transport.close()  # an answer is under way: it cannot change
+            return
+        # whatever the app sends now goes nowhere; what it receives is a disconnect
+        cycle.disconnected = True
+        cycle.message_event.set()
+        self._refuse("body_timeout")
+
     def _head_timed_out(self) -> None:
         self._head_timer = None
         if self.transport.is_closing() or not self._in_head:
             return
         self.registry.closed("head_timeout")
         if self._head_bytes:
-            self._refuse(408)
+            self._refuse("head_timeout")
         else:
             self.registry.idle.pop(self, None)
             self.transport.close()
 
-    def _refuse(self, status: int) -> None:
-        """Answer `status`, stop sending, drop further input for `LINGER_S`, then close."""
+    def _refuse(self, reason: str) -> None:
+        """Answer the refusal for `reason`, stop sending, drop further input for `LINGER_S`, then close."""
         self._refused = True
         self._stop_head_timer()
+        self._stop_body_timer()
         self.registry.idle.pop(self, None)
-        if self.cycle is not None and not self.cycle.response_complete:
+        if self.cycle is not None and not self.cycle.response_complete and not self.cycle.disconnected:
             # a pipelined head went wrong while a response is still going out: end the
             # connection after that response instead of writing into it
             self.cycle.keep_alive = False
             self.flow.pause_reading()
             return
-        self.transport.write(_RESPONSES[status])
+        self.transport.write(_RESPONSES[reason])
         if self.transport.can_write_eof():
             self.transport.write_eof()
         self.flow.pause_reading()  # what the client still sends is never read

@@ -13,9 +13,9 @@
 |  |  | `bad_path` (400), `duplicate_authorization` (400), `not_ready` (503: no key, no backend) |
 | `gateway_open_connections` | gauge | client connections open on the public port |
 | `gateway_connections_closed_total{reason}` | counter | connections the gateway closed: `head_too_large` |
-|  |  | (431), `head_timeout` (408 or silent), `evicted` (idle, at `max_connections`), |
-|  |  | `over_capacity` (503: `max_connections` busy) |
-| `gateway_upstream_retries_total` | counter | requests sent again after the backend refused the connection |
+|  |  | (431), `head_timeout` (408 or silent), `body_timeout` (408 or closed), `evicted` |
+|  |  | (idle or reading a body, at `max_connections`), `over_capacity` (503: all busy) |
+| `gateway_upstream_retries_total` | counter | requests sent again (once): the backend did not read them |
 | `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
 | `gateway_routes_total` | counter | upstream changes through the control channel |
 | `gateway_drains_total` | counter | drains run |
@@ -67,7 +67,7 @@ REFUSAL_REASONS = (
     "no_follower",
     "stopping",
 )
-CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "evicted", "over_capacity")
+CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "body_timeout", "evicted", "over_capacity")
 SWITCH_REASONS = ("alias", "auto")
 SLEEP_RESULTS = ("ok", "failed")
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
@@ -101,7 +101,7 @@ class Metrics:
         for reason in REFUSAL_REASONS:
             self.refused.labels(reason)
         self.retries = Counter(
-            "gateway_upstream_retries", "Requests sent again after a refused connection", registry=r
+            "gateway_upstream_retries", "Requests sent again: the backend did not read them", registry=r
         )
         self.upstream_errors = Counter(
             "gateway_upstream_errors", "Backend failures seen by clients", registry=r

@@ -5,12 +5,20 @@ refused (404); a path that needs the key, without the right key, is refused (401
 can take a queue slot; a request without the key (on an open route such as /health, when a key
 is set) is never held: the gate admits it at once or it is refused (503); the gate admits a
 keyed request (maybe after holding it);
+the status routes and CORS preflights are forwarded without waiting for (or sending) a body,
+and a connection that announced one is closed after the answer;
 then the request is forwarded with aiohttp's client and the response streamed back as the
 backend sends it: each read passes on at once whatever has arrived (one chunk while the
 gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
-more. A client that disconnects cancels its upstream request. Request bodies up to
-`REPLAY_LIMIT` are read first so the request can be sent again when the backend refuses the
-connection (it is being replaced); larger bodies are streamed through as they arrive.
+more. A client that disconnects cancels its upstream request. A request waiting for its
+response head from a backend that stops answering its `/health` too is answered 504 after
+`unresponsive_timeout` (`liveness`); a slow generation on a backend that answers is never
+cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
+once, when the backend cannot have started on it: the connection was refused or broke before
+the request head was written, or a kept-alive connection closed with no answer (a server that
+stops closes its idle connections: the request was never read); larger bodies are streamed
+through as they arrive. A fresh connection that breaks after the head went out is answered
+502 at once (the backend may have started on it), and any request is sent at most twice.
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
@@ -29,7 +37,7 @@ import aiohttp
 import anyio
 from multidict import CIMultiDict
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from . import bodies, listing
@@ -37,6 +45,7 @@ from .answers import send_error, sse_error
 from .client import PROBE_HEADER
 from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
+from .liveness import Liveness, Unresponsive
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
@@ -73,9 +82,9 @@ NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
-# Errors that mean the backend went away before it answered: safe to send again when the
-# body can be replayed (a refused connection never reached it at all). CONNECT_ERRORS are
-# caught first (they are connection errors too).
+# Errors that mean the backend went away before it answered: sent again (once) when the body
+# can be replayed and the backend cannot have started on it (see `Attempt.unread`).
+# CONNECT_ERRORS are caught first (they are connection errors too).
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
@@ -89,6 +98,7 @@ def upstream_session() -> aiohttp.ClientSession:
     """
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
+    dispatched.on_connection_reuseconn.append(_reused)
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, keepalive_timeout=UPSTREAM_KEEPALIVE_S),
         trace_configs=[dispatched],
@@ -100,11 +110,39 @@ def upstream_session() -> aiohttp.ClientSession:
     )
 
 
+class Attempt:
+    """One sending of a request upstream: whether its head was handed to the connection, and
+    whether that connection was a kept-alive one from the pool."""
+
+    __slots__ = ("reused", "sent", "ticket")
+
+    def __init__(self, ticket: Ticket) -> None:
+        self.ticket = ticket
+        self.sent = False
+        self.reused = False
+
+    @property
+    def unread(self) -> bool:
+        """True when a connection failure before any answer means the backend never read the
+        request: the head was not written, or the connection was a kept-alive one (the server
+        closed it idle, as a stopping server does). A fresh connection that breaks after the
+        head went out may have had its request read."""
+        return not self.sent or self.reused
+
+
+async def _reused(_session: Any, context: Any, _params: Any) -> None:
+    """The request goes out on a kept-alive connection from the pool."""
+    attempt: Attempt | None = context.trace_request_ctx
+    if attempt is not None:
+        attempt.reused = True
+
+
 async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
     """The request head is written upstream: the held request after it may be released."""
-    ticket: Ticket | None = context.trace_request_ctx
-    if ticket is not None:
-        ticket.mark_dispatched()
+    attempt: Attempt | None = context.trace_request_ctx
+    if attempt is not None:
+        attempt.sent = True
+        attempt.ticket.mark_dispatched()
 
 
 def _forward_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
@@ -155,6 +193,7 @@ class Body:
         self._ended = ended  # the prefix is the whole body (over the limit): nothing more to receive
         self._receive = receive
         self.started = False
+        self.resent = False  # sent again once already (a request is sent at most twice)
 
     def replayable(self) -> bool:
         """True when the body can be sent again."""
@@ -236,6 +275,7 @@ class ProxyApp:
         stall_timeout: float = 0.0,
         hold_keepalive: float = 0.0,
         live: LiveSet | None = None,
+        unresponsive_timeout: float = 0.0,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -247,6 +287,7 @@ class ProxyApp:
         self.served_name = served_name
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
+        self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
@@ -366,11 +407,17 @@ class ProxyApp:
         if self.aliases and path == listing.MODELS_PATH and scope["method"] == "GET":
             send = self._listing_aliases(send)
         deadline = self.gate.deadline()
-        try:
-            chunks, complete, ended = await _read_prefix(receive)
-        except ClientGone:
-            return
-        body = Body(chunks, complete, receive, ended)
+        if not needs_key(path) or scope["method"] == "OPTIONS":
+            # status routes and CORS preflights need no body: never wait for one
+            body = Body([], True, receive, True)
+            send = _without_body(scope, send)
+        else:
+            try:
+                chunks, complete, ended = await _read_prefix(receive)
+            except ClientGone:
+                return
+            body = Body(chunks, complete, receive, ended)
+        complete = body.complete
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
         if probe is not None:
             await self._probe(scope, receive, send, body, probe)
@@ -496,13 +543,14 @@ class ProxyApp:
             failures.append(reason)
             if member is not None:
                 member.mark_down(reason)  # the others serve meanwhile
-            return retry and self._went_away(target, body, reason, started)
+            return retry and self._went_away(target, body, reason, started or not attempt.unread)
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
         url = target.url + scope["path"]
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
-        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, ticket)
+        attempt = Attempt(ticket)
+        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, attempt)
         started = False
         response: aiohttp.ClientResponse | None = None
         with anyio.CancelScope() as cancel_scope:
@@ -510,7 +558,7 @@ class ProxyApp:
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(opening, watcher)
+                response = await self._send_upstream(opening, watcher, target.url)
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
@@ -532,7 +580,7 @@ class ProxyApp:
             except CONNECT_ERRORS as err:
                 if went_away(err, started):
                     return True
-                await self._bad_gateway(send, err)
+                await self._bad_gateway(send, err, "the backend could not be reached")
                 return False
             except GONE_ERRORS as err:
                 if went_away(err, started):
@@ -541,9 +589,18 @@ class ProxyApp:
                 if started:
                     self.metrics.upstream_errors.inc()
                 else:
-                    await self._bad_gateway(send, err)
+                    await self._bad_gateway(send, err, "the backend closed the connection before answering")
                 return False
             except ClientGone:
+                return False
+            except Unresponsive:
+                self._unresponsive(scope, target, failures)
+                await send_error(
+                    send,
+                    504,
+                    f"the backend answered neither this request nor its /health for "
+                    f"{self.liveness.timeout:g}s (unresponsive_timeout)",
+                )
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
@@ -577,20 +634,30 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _went_away(self, target: Upstream | Member, body: Body, reason: str, started: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again."""
-        if started or not body.replayable():
+    def _unresponsive(self, scope: Scope, target: Upstream | Member, failures: list[str]) -> None:
+        """A request waited on a backend that answered no /health probe for the timeout."""
+        log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
+        self.metrics.upstream_errors.inc()
+        failures.append("unresponsive")
+        target.mark_down(f"/health unanswered for {self.liveness.timeout:g}s")
+
+    def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
+        """The backend went away before answering: True when the request may be queued again,
+        which is once, and only when the backend cannot have started on it (`reached`: it may
+        have read the request)."""
+        target.mark_down(reason)  # new requests wait until the poller sees it ready again
+        if reached or body.resent or not body.replayable():
             return False
-        target.mark_down(reason)
+        body.resent = True
         self.metrics.retries.inc()
         return True
 
-    async def _bad_gateway(self, send: Send, err: Exception) -> None:
+    async def _bad_gateway(self, send: Send, err: Exception, what: str = "backend failed") -> None:
         self.metrics.upstream_errors.inc()
-        await send_error(send, 502, f"backend failed: {type(err).__name__}")
+        await send_error(send, 502, f"{what} ({type(err).__name__})")
 
     async def _open(
-        self, method: str, url: str, headers: CIMultiDict[str], body: Body, ticket: Ticket
+        self, method: str, url: str, headers: CIMultiDict[str], body: Body, attempt: Attempt
     ) -> aiohttp.ClientResponse:
         """Send the request and return once the response head has arrived."""
         assert self.session is not None, "open() the proxy in the serving loop first"
@@ -600,27 +667,52 @@ class ProxyApp:
             headers=headers,
             data=body.data if body.complete else body.stream(),
             allow_redirects=False,
-            trace_request_ctx=ticket,
+            trace_request_ctx=attempt,
         )
 
     async def _send_upstream(
-        self, opening: Coroutine[Any, Any, aiohttp.ClientResponse], watcher: asyncio.Future[None] | None
+        self,
+        opening: Coroutine[Any, Any, aiohttp.ClientResponse],
+        watcher: asyncio.Future[None] | None,
+        url: str,
     ) -> aiohttp.ClientResponse | None:
-        """Await `opening`; None when the client disconnected first (the sending is cancelled)."""
-        if watcher is None:
-            return await opening
+        """Await `opening` (the response head from `url`); None when the client disconnected
+        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
         sending = asyncio.ensure_future(opening)
-        try:
-            await asyncio.wait({sending, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        except asyncio.CancelledError:
-            sending.cancel()
-            await _settle(sending)
-            raise
+        with self.liveness.watching(url) as gone:
+            waits = {sending} | {f for f in (watcher, gone) if f is not None}
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            except asyncio.CancelledError:
+                sending.cancel()
+                await _settle(sending)
+                raise
         if sending.done():
             return sending.result()
         sending.cancel()
         await _settle(sending)
+        if gone is not None and gone.done():
+            raise Unresponsive
         return None
+
+
+def _without_body(scope: Scope, send: Send) -> Send:
+    """Forward a request without its body; one that announced a body is answered with
+    `connection: close` (the gateway never reads it, so the connection cannot be reused)."""
+    headers = scope["headers"]
+    announced = (
+        k == b"transfer-encoding" or (k == b"content-length" and v.strip() != b"0") for k, v in headers
+    )
+    if not any(announced):
+        return send
+    scope["headers"] = [(k, v) for k, v in headers if k != b"content-length"]
+
+    async def closing(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
+        await send(message)
+
+    return closing
 
 
 def _out(send: Send, held: HeldStream | None) -> Send:

@@ -83,6 +83,7 @@ class Gateway:
             config.stall_timeout,
             config.hold_keepalive,
             self.live,
+            config.unresponsive_timeout,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
@@ -268,7 +269,9 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
-        limits = ConnectionLimits(config.max_head_bytes, config.head_timeout, config.max_connections)
+        limits = ConnectionLimits(
+            config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
+        )
         self.public = _Server(
             _uvicorn_config(
                 self.gateway.public_app,

@@ -68,12 +68,17 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
         ("GATEWAY_MAX_HEAD_BYTES", text(Var("GATEWAY_MAX_HEAD_BYTES", str(settings.max_head_bytes)))),
         ("GATEWAY_HEAD_TIMEOUT", text(Var("GATEWAY_HEAD_TIMEOUT", str(settings.head_timeout)))),
+        ("GATEWAY_BODY_TIMEOUT", text(Var("GATEWAY_BODY_TIMEOUT", str(settings.body_timeout)))),
         (
             "GATEWAY_KEEP_ALIVE_TIMEOUT",
             text(Var("GATEWAY_KEEP_ALIVE_TIMEOUT", str(settings.keep_alive_timeout))),
         ),
         ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
         ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
+        (
+            "GATEWAY_UNRESPONSIVE_TIMEOUT",
+            text(Var("GATEWAY_UNRESPONSIVE_TIMEOUT", str(settings.unresponsive_timeout))),
+        ),
         ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
         ("GATEWAY_STATE_DIR", text(STATE_DIR)),
     )

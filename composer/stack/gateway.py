@@ -46,9 +46,13 @@ class GatewaySettings:
     policy_window: int = 30  # seconds of traffic the automatic policy looks at
     max_head_bytes: int = 65536  # bytes a request head may have (more: 431)
     head_timeout: int = 10  # seconds a client has to send a request head (then 408 and close)
+    body_timeout: int = 60  # seconds a request body may pause between two chunks (then 408 and close)
     keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
+    unresponsive_timeout: int = (
+        30  # seconds a waiting request lets the backend's /health go unanswered (0: off)
+    )
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
     live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
     spill: int = 0  # live routing: outstanding requests past another variant's that spill to it (0: off)
@@ -157,9 +161,11 @@ GATEWAY_SETTINGS: tuple[Row, ...] = (
     _gateway_row("policy_window", parse_duration, "duration", "30 or 2m", lowest=1),
     _gateway_row("max_head_bytes", parse_size, "size", "65536 or 64KiB"),
     _gateway_row("head_timeout", parse_duration, "duration", "10 or 10s", lowest=1),
+    _gateway_row("body_timeout", parse_duration, "duration", "60 or 1m", lowest=1),
     _gateway_row("keep_alive_timeout", parse_duration, "duration", "5 or 5s", lowest=1),
     _gateway_row("max_connections", parse_positive_int, "count", "1024", lowest=1),
     _gateway_row("stall_timeout", parse_duration, "duration", "120 or 2m"),
+    _gateway_row("unresponsive_timeout", parse_duration, "duration", "30 or 30s"),
     _gateway_row("hold_keepalive", parse_duration, "duration", "15 or 15s"),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),
     _gateway_row("spill", parse_count, "count", "4"),

@@ -105,6 +105,7 @@ KEYS: tuple[Key, ...] = (
     Key("gateway", "policy_window", "duration", "traffic the automatic policy looks at"),
     Key("gateway", "max_head_bytes", "size", "bytes a request head may have (more: 431)"),
     Key("gateway", "head_timeout", "duration", "time a client has to send a request head (then 408)"),
+    Key("gateway", "body_timeout", "duration", "time a request body may pause between chunks (then 408)"),
     Key("gateway", "keep_alive_timeout", "duration", "how long an idle client connection stays open"),
     Key("gateway", "max_connections", "integer", "open client connections (past it the oldest idle closes)"),
     Key(
@@ -112,6 +113,12 @@ KEYS: tuple[Key, ...] = (
         "stall_timeout",
         "duration",
         "a stream with no bytes from the backend this long ends (0: off)",
+    ),
+    Key(
+        "gateway",
+        "unresponsive_timeout",
+        "duration",
+        "a request waiting on a backend whose /health does not answer this long gets 504 (0: off)",
     ),
     Key(
         "gateway", "hold_keepalive", "duration", "SSE comment interval for a held streaming request (0: off)"

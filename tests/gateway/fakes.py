@@ -46,6 +46,7 @@ class BackendState:
     sleep_status: int = 200  # what /sleep answers
     models: list[str] = field(default_factory=list)  # the `model` of each chat request
     health_checks: int = 0
+    frozen: bool = False  # every request waits, /health too (a paused container)
     requests: list[str] = field(default_factory=list)  # "METHOD raw_path" of every request
 
 
@@ -53,7 +54,12 @@ POLLER_REQUESTS = ("GET /health", "GET /v1/models")  # what the gateway's readin
 
 
 def backend_app(state: BackendState) -> Any:
+    async def thawed() -> None:
+        while state.frozen:
+            await asyncio.sleep(0.01)
+
     async def health(_: Request) -> Response:
+        await thawed()
         state.health_checks += 1
         return Response(status_code=200 if state.ready else 503)
 
@@ -69,6 +75,7 @@ def backend_app(state: BackendState) -> Any:
         if not authorised(request):
             return JSONResponse({"error": "Unauthorized"}, 401)
         body = await request.json()
+        await thawed()
         tag = str(body.get("tag", ""))
         state.models.append(str(body.get("model")))
         state.arrivals.append(tag)
@@ -283,3 +290,50 @@ class InProcessExec(LocalExec):
 def sse_request(tag: str, **extra: Any) -> bytes:
     """A chat request body the fake backend understands."""
     return json.dumps({"model": SERVED, "stream": True, "tag": tag, **extra}).encode()
+
+
+class DroppingBackend:
+    """A raw HTTP backend: `/health` and `/version` answer 200 (the connection kept alive);
+    every other request is read whole and its connection closed without an answer (a backend
+    that crashes on it). Records each such request as "METHOD target body"."""
+
+    def __init__(self) -> None:
+        import socketserver
+
+        self.arrivals: list[str] = []
+        owner = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                while True:
+                    line = self.rfile.readline()
+                    if not line:
+                        return
+                    length = 0
+                    while (header := self.rfile.readline()) not in (b"\r\n", b"\n", b""):
+                        name, _, value = header.partition(b":")
+                        if name.strip().lower() == b"content-length":
+                            length = int(value)
+                    body = self.rfile.read(length)
+                    method, target = line.split()[:2]
+                    if target in (b"/health", b"/version"):
+                        self.wfile.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                        continue
+                    owner.arrivals.append(f"{method.decode()} {target.decode()} {body.decode()}")
+                    return  # closed without an answer
+
+        self.server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> DroppingBackend:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"

@@ -19,6 +19,8 @@ def test_defaults() -> None:
     assert cfg.control_socket == "/run/gateway/control.sock"
     limits = (cfg.max_head_bytes, cfg.head_timeout, cfg.keep_alive_timeout, cfg.max_connections)
     assert limits == (65536, 10.0, 5.0, 1024)
+    assert cfg.body_timeout == 60.0
+    assert load_config({"GATEWAY_BODY_TIMEOUT": "2.5"}).body_timeout == 2.5
 
 
 def test_connection_limits() -> None:
@@ -76,6 +78,8 @@ def test_values_and_key_kept_out_of_repr() -> None:
         ("GATEWAY_MAX_HEAD_BYTES", "100"),
         ("GATEWAY_MAX_HEAD_BYTES", "64KiB"),
         ("GATEWAY_HEAD_TIMEOUT", "0"),
+        ("GATEWAY_BODY_TIMEOUT", "0"),
+        ("GATEWAY_BODY_TIMEOUT", "2h"),
         ("GATEWAY_KEEP_ALIVE_TIMEOUT", "forever"),
         ("GATEWAY_MAX_CONNECTIONS", "0"),
     ],

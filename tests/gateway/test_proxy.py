@@ -18,7 +18,7 @@ from composer.gateway import GatewayControl
 from composer.gateway.client import PROBE_HEADER
 
 from .conftest import KEY
-from .fakes import FakeBackend, InProcessExec, LocalExec, sse_request
+from .fakes import DroppingBackend, FakeBackend, InProcessExec, LocalExec, sse_request
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CHAT = "/v1/chat/completions"
@@ -436,3 +436,48 @@ def test_probe_to_a_down_backend_fails_fast_instead_of_queueing(make_gateway, ba
     # a queued probe would wait for hold_timeout (30 s) and time this client out (10 s)
     assert r.status_code == 502 and gw.gateway.gate.held == 0
     ctl.release(hold.id)
+
+
+def test_a_request_whose_connection_breaks_reaches_the_backend_at_most_twice(make_gateway) -> None:
+    dropping = DroppingBackend().start()
+    try:
+        gw = make_gateway(upstream_override=dropping.url, hold_timeout=30)
+        # on a fresh connection (it may have been read: not sent again), then on a kept-alive
+        # one (a closed idle connection is sent again once)
+        for tag, reused in (("fresh", False), ("reused", True)):
+            if reused:
+                assert httpx.get(gw.url + "/version", timeout=10).status_code == 200  # pools one
+            r = httpx.post(gw.url + CHAT, content=sse_request(tag), headers=AUTH, timeout=60)
+            assert r.status_code == 502
+            error = r.json()["error"]
+            assert error["code"] == 502 and error["type"] == "BadGatewayError"
+            assert "closed the connection before answering" in error["message"]
+        seen = {tag: sum(f'"tag": "{tag}"' in a for a in dropping.arrivals) for tag in ("fresh", "reused")}
+        assert seen == {"fresh": 1, "reused": 2}, dropping.arrivals
+    finally:
+        dropping.stop()
+
+
+def test_a_frozen_backend_is_answered_504_at_the_unresponsive_timeout(make_gateway, backend) -> None:
+    gw = make_gateway(unresponsive_timeout=1.0)
+    backend.state.frozen = True  # accepts connections, answers nothing (docker pause)
+    try:
+        body = sse_request("frozen", stream=False)
+        r = httpx.post(gw.url + CHAT, content=body, headers=AUTH, timeout=60)
+        assert r.status_code == 504
+        error = r.json()["error"]
+        assert error["code"] == 504 and "unresponsive_timeout" in error["message"]
+        assert not gw.gateway.upstream.ready  # new requests wait for the poller
+    finally:
+        backend.state.frozen = False
+    assert (
+        httpx.post(gw.url + CHAT, content=sse_request("after"), headers=AUTH, timeout=30).status_code == 200
+    )
+
+
+def test_a_slow_answer_from_a_backend_that_answers_health_is_not_cut(make_gateway, backend) -> None:
+    gw = make_gateway(unresponsive_timeout=0.5)
+    # a non-streamed generation: its head comes at its end, six probe intervals later
+    body = sse_request("slow", stream=False, interval=1.0)
+    r = httpx.post(gw.url + CHAT, content=body, headers=AUTH, timeout=60)
+    assert r.status_code == 200 and r.json() == {"tag": "slow"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import selectors
 import socket
 import threading
@@ -256,3 +257,117 @@ def test_past_max_connections_with_none_idle_the_new_one_gets_503(make_gateway, 
     for t in threads:
         t.join(15)
     assert sorted(r.status_code for r in results.values()) == [200, 200, 200]
+
+
+# Connections the slow-body test holds (the attack used 1,100; the cap is the default 1024).
+SLOW_BODIES = int(os.environ.get("GATEWAY_TEST_SLOW_BODIES", "1100"))
+# Routes answered without the key, and a keyed route's CORS preflight: none needs a body.
+BODYLESS = (
+    ("POST", b"/health"),
+    ("POST", b"/metrics"),
+    ("POST", b"/version"),
+    ("POST", b"/ping"),
+    ("POST", b"/load"),
+    ("OPTIONS", b"/v1/chat/completions"),
+)
+
+
+def _slow_body(port: int, method: str, target: bytes, headers: bytes = b"") -> socket.socket:
+    """A connection whose request announces 1 MB of body and sends its first byte only."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(
+        method.encode()
+        + b" "
+        + target
+        + b" HTTP/1.1\r\nHost: x\r\n"
+        + headers
+        + b"Content-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{"
+    )
+    return sock
+
+
+def _answer(sock: socket.socket) -> bytes:
+    """What the gateway sent on `sock` until it closed it (empty when it reset it)."""
+    data = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def test_slow_bodies_on_open_routes_leave_a_keyed_client_served(make_gateway, backend) -> None:
+    raise_fd_limit(3 * SLOW_BODIES + 1000)
+    gw = make_gateway(max_connections=1024)
+    socks = [_slow_body(gw.port, *BODYLESS[i % len(BODYLESS)]) for i in range(SLOW_BODIES)]
+    try:
+        statuses = []
+        with httpx.Client(timeout=10) as client:
+            for _ in range(20):  # a keyed client every 0.25 s while every slow body trickles on
+                statuses.append(client.get(gw.url + "/v1/models", headers=AUTH).status_code)
+                for s in socks:
+                    with contextlib.suppress(OSError):
+                        s.send(b" ")
+                time.sleep(0.25)
+        assert statuses == [200] * 20
+        # each was answered without its body and closed (its answer may be lost to the reset
+        # that closing a connection with unread input sends)
+        registry = gw.server.public.config.http.registry
+        gw.wait(lambda g: registry.open <= 1 and not registry.reading, timeout=60)
+        answered = [r for r in forwarded(backend) if r.startswith(("POST /", "OPTIONS /"))]
+        assert 0 < len(answered) <= SLOW_BODIES
+        for s in socks[: len(BODYLESS)]:
+            s.settimeout(10)
+            answer = _answer(s)
+            assert answer == b"" or b"\r\nconnection: close\r\n" in answer.lower(), answer[:300]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def test_a_request_body_that_stops_gets_408_at_the_body_timeout(make_gateway, backend) -> None:
+    gw = make_gateway(body_timeout=0.5)
+    sock = _slow_body(gw.port, "POST", b"/v1/echo", f"Authorization: Bearer {KEY}\r\n".encode())
+    sock.settimeout(30)
+    with sock:
+        answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"request body not received in time" in answer
+    assert gw.gateway.metrics.connections_closed.labels("body_timeout")._value.get() == 1
+    assert httpx.post(gw.url + "/v1/echo", content=b"x" * 10, headers=AUTH, timeout=10).json()["size"] == 10
+
+
+def test_past_max_connections_a_connection_reading_a_body_is_evicted(make_gateway, backend) -> None:
+    gw = make_gateway(max_connections=4, head_timeout=60)
+    auth = f"Authorization: Bearer {KEY}\r\n".encode()
+    slow = [_slow_body(gw.port, "POST", b"/v1/echo", auth) for _ in range(4)]
+    try:
+        gw.wait(lambda g: len(gw.server.public.config.http.registry.reading) == 4)
+        assert httpx.get(gw.url + "/v1/models", headers=AUTH, timeout=10).status_code == 200
+        slow[0].settimeout(10)
+        assert _answer(slow[0]) == b""  # the oldest body reader made room
+        assert gw.gateway.metrics.connections_closed.labels("evicted")._value.get() >= 1
+    finally:
+        for s in slow:
+            s.close()
+
+
+def test_a_held_request_whose_body_the_gateway_does_not_read_outlasts_the_body_timeout(
+    make_gateway, backend
+) -> None:
+    gw = make_gateway(body_timeout=0.5, hold_timeout=60)
+    ctl = GatewayControl(LocalExec(gw.config.control_socket))
+    hold = ctl.hold(60)
+    big = b"x" * (1024 * 1024)  # past what the gateway reads first: the rest waits unread
+    results: dict = {}
+
+    def post() -> None:
+        results["r"] = httpx.post(gw.url + "/v1/echo", content=big, headers=AUTH, timeout=60)
+
+    t = threading.Thread(target=post, daemon=True)
+    t.start()
+    gw.wait(lambda g: g.gate.held == 1)
+    held_since = time.monotonic()
+    gw.wait(lambda g: time.monotonic() > held_since + 4 * 0.5)  # several body timeouts
+    ctl.release(hold.id)
+    t.join(30)
+    assert results["r"].status_code == 200 and results["r"].json()["size"] == len(big)
+    assert gw.gateway.metrics.connections_closed.labels("body_timeout")._value.get() == 0

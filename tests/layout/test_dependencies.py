@@ -29,6 +29,7 @@ GATEWAY_SERVER = {
     "__main__",
     "screen",
     "limits",
+    "liveness",
     "status",
     "throughput",
     "answers",

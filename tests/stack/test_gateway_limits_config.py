@@ -24,6 +24,8 @@ from tests.stack.test_bad_input import refused
         ("[gateway]\nmax_connections = 0\n", "invalid gateway.max_connections = 0"),
         ('[gateway]\nstall_timeout = "2d"\n', "0 or a duration up to 24h"),
         ('[gateway]\nhold_keepalive = "2h"\n', "0 or a duration up to 1h"),
+        ("[gateway]\nbody_timeout = 0\n", "invalid gateway.body_timeout = 0"),
+        ('[gateway]\nunresponsive_timeout = "2h"\n', "0 or a duration up to 1h"),
     ],
 )
 def test_bad_limits_are_refused(tmp_path: Path, extra: str, expected: str) -> None:
@@ -34,7 +36,7 @@ def test_limits_reach_the_gateway_environment(tmp_path: Path) -> None:
     override = tmp_path / "limits.toml"
     override.write_text(
         '[gateway]\nmax_head_bytes = "128KiB"\nhead_timeout = "30s"\nkeep_alive_timeout = 2\nmax_connections = 64\n'
-        'stall_timeout = "5m"\nhold_keepalive = 0\n'
+        'stall_timeout = "5m"\nhold_keepalive = 0\nbody_timeout = "2m"\nunresponsive_timeout = 0\n'
     )
     empty = tmp_path / "empty.env"
     empty.write_text("")
@@ -46,6 +48,8 @@ def test_limits_reach_the_gateway_environment(tmp_path: Path) -> None:
     assert env["GATEWAY_MAX_CONNECTIONS"] == "64"
     assert env["GATEWAY_STALL_TIMEOUT"] == "300"
     assert env["GATEWAY_HOLD_KEEPALIVE"] == "0"
+    assert env["GATEWAY_BODY_TIMEOUT"] == "120"
+    assert env["GATEWAY_UNRESPONSIVE_TIMEOUT"] == "0"
     from_env = load_stack([REPO / "composer.toml"], empty, environ={"GATEWAY_MAX_CONNECTIONS": "99"})
     assert from_env.gateway.max_connections == 99
 

@@ -1,0 +1,83 @@
+"""Whether a backend still answers while requests wait for its response head.
+
+vLLM answers a non-streamed completion only once the generation is done, so the wait for a
+response head cannot be bounded by a plain timeout without cutting long honest generations.
+A frozen backend (a paused container, a hung process) is told apart by its `/health`: while
+requests wait longer than `interval` seconds for a head from one backend URL, one probe for
+that URL asks its `/health` every `interval` seconds on a connection of its own. A backend
+that leaves every probe unanswered for `timeout` seconds is unresponsive: the requests
+waiting on it end with `Unresponsive` (the proxy answers 504). Any answer to a probe counts:
+the server process runs, so the request may still be answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterator
+
+import aiohttp
+
+PROBE_INTERVAL_S = 5.0
+MIN_INTERVAL_S = 0.1
+
+
+class Unresponsive(Exception):
+    """The backend answered no `/health` probe for the timeout while a request waited."""
+
+
+class _Watch:
+    """The probe of one backend URL while requests wait on it; `gone` completes when it stops answering."""
+
+    def __init__(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
+        self.users = 0
+        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._run(url, session, timeout, interval))
+
+    async def _run(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
+        loop = asyncio.get_running_loop()
+        answered = loop.time()
+        probe = aiohttp.ClientTimeout(total=interval)
+        while True:
+            await asyncio.sleep(interval)  # requests answered within one interval cost no probe
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                async with session.get(url + "/health", timeout=probe) as reply:
+                    await reply.read()
+                answered = loop.time()
+            if loop.time() - answered >= timeout:
+                self.gone.set_result(None)
+                return
+
+    def stop(self) -> None:
+        self._task.cancel()
+
+
+class Liveness:
+    """The probes of every backend that requests wait on (`timeout` 0: none)."""
+
+    def __init__(self, timeout: float, session: Callable[[], aiohttp.ClientSession | None]) -> None:
+        self.timeout = timeout
+        self.interval = max(MIN_INTERVAL_S, min(PROBE_INTERVAL_S, timeout / 3))
+        self._session = session
+        self._watches: dict[str, _Watch] = {}
+
+    @contextlib.contextmanager
+    def watching(self, url: str) -> Iterator[asyncio.Future[None] | None]:
+        """While a request waits for a head from `url`: a future that completes when the
+        backend stops answering (None when off)."""
+        session = self._session()
+        if not self.timeout or session is None:
+            yield None
+            return
+        watch = self._watches.get(url)
+        if watch is None or watch.gone.done():
+            watch = self._watches[url] = _Watch(url, session, self.timeout, self.interval)
+        watch.users += 1
+        try:
+            yield watch.gone
+        finally:
+            watch.users -= 1
+            if watch.users == 0:
+                watch.stop()
+                if self._watches.get(url) is watch:
+                    del self._watches[url]
