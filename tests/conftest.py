@@ -170,13 +170,31 @@ def isolated_env(state: Path, key_bytes: int = 24) -> dict[str, str]:
     return env
 
 
+def remove_containers(client, filters: dict | None = None) -> None:
+    """Remove every container (running or not) that matches `filters`; one that is gone before
+    its turn (removed by its own process, by Docker or by compose) is not an error."""
+    import docker
+
+    for container in client.containers.list(all=True, filters=filters or {}, ignore_removed=True):
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+
+
+def remove_networks(client, filters: dict) -> None:
+    """Remove every network that matches `filters`; one already gone is not an error."""
+    import docker
+
+    for network in client.networks.list(filters=filters):
+        with contextlib.suppress(docker.errors.NotFound):
+            network.remove()
+
+
 def remove_project(client, project: str) -> None:
-    """Remove every container, network and volume (the gateway's state) of a compose project."""
+    """Remove every container, network and volume (the gateway's state) of a compose project;
+    what is already gone is not an error."""
     selector = {"label": f"com.docker.compose.project={project}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for network in client.networks.list(filters=selector):
-        network.remove()
+    remove_containers(client, selector)
+    remove_networks(client, selector)
     for volume in client.volumes.list(filters=selector):
         _remove_volume(client, volume)
 
@@ -195,9 +213,7 @@ def _remove_volume(client, volume, attempts: int = 20) -> None:
         except docker.errors.APIError as err:
             if err.status_code != 409 or attempt == attempts - 1:
                 raise
-        for container in client.containers.list(all=True, filters={"volume": volume.name}):
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+        remove_containers(client, {"volume": volume.name})
         time.sleep(0.5)
 
 
