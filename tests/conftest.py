@@ -14,8 +14,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+FAST_PROFILE = "fast"
+settings.register_profile(FAST_PROFILE, max_examples=50)
+"""make check's Hypothesis profile (`--hypothesis-profile=fast`): property tests try fewer
+examples there; make test tries each test's full count."""
+
+
+def examples(full: int) -> int:
+    """A property test's example count: `full`, or at most the fast profile's under it."""
+    if settings.get_current_profile_name() == FAST_PROFILE:
+        return min(full, settings.get_profile(FAST_PROFILE).max_examples)
+    return full
 
 
 def shipped_variants() -> tuple[str, ...]:
