@@ -6,9 +6,14 @@ BIN := $(VENV)/bin
 ENV_FILE ?= .env
 COMPOSE_SPEC := $(BIN)/compose-spec --env-file $(ENV_FILE)
 PYTEST_ARGS ?=
-# The fast tier: every test that needs no Docker engine and no image (most of its time is
-# waiting, so 4 workers help even on 2 cores).
+# The fast tier (make check): every test that needs no Docker engine, no image and no long
+# end-to-end run (marked slow); make test runs every test, slow and docker ones included.
+FAST_TIER := not docker and not slow
+# Most of the fast tier's time is waiting, so 4 workers help even on 2 cores (2: a third
+# slower; 6: no faster). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: each
+# worker and each `python -m composer` the tests start would compile everything again.
 CHECK_WORKERS ?= 4
+CHECK_PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:cacheprovider
 # The documentation site (mkdocs.yml, docs/), built strict by check and test.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
@@ -81,16 +86,18 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
-# Lint, the docs build and every test that needs no Docker engine and no image build
-# (minutes; benchmarks/bench_check.py times it). No daemon, no image, no root needed.
+# Lint, the docs build and the fast tier, before every commit (under 3 minutes on 2 cores;
+# benchmarks/bench_check.py times it): in parallel with fewer Hypothesis examples, then the
+# real-time `timing` tests alone. No daemon, no image, no root needed.
 check: install tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(BIN)/pytest -m "not docker and not timing" -n $(CHECK_WORKERS) --dist loadgroup -p no:cacheprovider $(PYTEST_ARGS)
-	$(BIN)/pytest -m "timing and not docker" -p no:cacheprovider $(PYTEST_ARGS)
+	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist loadgroup --hypothesis-profile=fast $(PYTEST_ARGS)
+	$(CHECK_PYTEST) -m "$(FAST_TIER) and timing" $(PYTEST_ARGS)
 
-# The full suite (what .ci/run calls): every image, the Docker and real-vLLM tests.
+# The full suite (what .ci/run calls): every image, then every test once (the fast tier,
+# the slow and the Docker and real-vLLM tests), each property test with its full examples.
 test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
 	$(BIN)/pytest $(PYTEST_ARGS)

@@ -2,11 +2,13 @@
 """Wall time of `make check`'s steps (lint, the docs build, the fast test tier), and of the
 fast tier run serially beside it as the baseline: the ratio says what the parallel run buys.
 
-The fast tier is every test that needs no Docker engine and no image build
-(`pytest -m "not docker"`): make check runs it in parallel, except the real-time checks
-of the simulator's timing (`timing`), which run alone after it. Target: the whole check
-under 180 s on the 2-core reference machine. The daemon is hidden (DOCKER_HOST points at
-a missing socket), so a test that needs it fails here. Not collected by pytest (bench_*.py). Usage:
+The fast tier is every test that needs no Docker engine, no image build and no long
+end-to-end run (`pytest -m "not docker and not slow"`): make check runs it in parallel with
+the `fast` Hypothesis profile, except the real-time checks of the simulator's timing
+(`timing`), which run alone after it; the pytest commands are read from the Makefile's
+check target. Target: the whole check under 180 s on the 2-core reference machine. The
+daemon is hidden (DOCKER_HOST points at a missing socket), so a test that needs it fails
+here. Not collected by pytest (bench_*.py). Usage:
 
     python benchmarks/bench_check.py [--workers 4] [--no-baseline] [--json]
 """
@@ -16,6 +18,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -31,6 +35,25 @@ def _env() -> dict[str, str]:
     env = {k: os.environ[k] for k in ("PATH", "HOME", "LANG", "TMPDIR") if k in os.environ}
     env["DOCKER_HOST"] = f"unix://{tempfile.gettempdir()}/bench-check-no-docker.sock"
     return env
+
+
+def _check_pytest(workers: int) -> list[list[str]]:
+    """make check's pytest commands as argv lists, from the Makefile (the fast tier's marker
+    expression, the workers, the Hypothesis profile), with this interpreter's pytest."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    fast = re.search(r"^FAST_TIER := (.+)$", makefile, re.MULTILINE)
+    if fast is None:
+        raise SystemExit("the Makefile defines no FAST_TIER")
+    recipe = makefile.split("\ncheck:", 1)[1].split("\n\n", 1)[0]
+    values = {"FAST_TIER": fast.group(1), "CHECK_WORKERS": str(workers), "PYTEST_ARGS": ""}
+    commands = []
+    for line in recipe.splitlines():
+        if "$(CHECK_PYTEST)" not in line:
+            continue
+        line = re.sub(r"\$\((\w+)\)", lambda m: values.get(m.group(1), m.group(0)), line)
+        args = shlex.split(line.split("$(CHECK_PYTEST)", 1)[1])
+        commands.append([str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", *args])
+    return commands
 
 
 def _timed(name: str, argv: list[str]) -> float:
@@ -49,7 +72,7 @@ def main() -> int:
     parser.add_argument("--no-baseline", action="store_true", help="skip the serial run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    pytest = [str(BIN / "pytest"), "-q", "-p", "no:cacheprovider", "-m", "not docker"]
+    parallel_argv, timing_argv = _check_pytest(args.workers)
     steps = {
         "ruff check": [str(BIN / "ruff"), "check", "."],
         "ruff format": [
@@ -60,14 +83,15 @@ def main() -> int:
             "tests",
             "benchmarks",
             "images/sim/src",
+            "docs/hooks",
         ],
     }
     if (REPO / "mkdocs.yml").exists():
         site = Path(tempfile.mkdtemp(prefix="bench-check-site-"))
         steps["mkdocs build"] = [str(BIN / "mkdocs"), "build", "--strict", "--quiet", "--site-dir", str(site)]
     parallel = f"fast tier (-n {args.workers})"
-    steps[parallel] = [*pytest[:-1], "not docker and not timing", "-n", str(args.workers)]
-    steps["timing tests, alone"] = [*pytest[:-1], "timing and not docker"]
+    steps[parallel] = parallel_argv
+    steps["timing tests, alone"] = timing_argv
     times = {name: _timed(name, argv) for name, argv in steps.items()}
     total = sum(times.values())
     report: dict[str, object] = {
@@ -77,7 +101,17 @@ def main() -> int:
         "cpus": os.cpu_count(),
     }
     if not args.no_baseline:
-        serial = _timed("fast tier (serial)", pytest)
+        fast = next(a for a in parallel_argv if a.endswith("and not timing")).removesuffix(" and not timing")
+        serial_argv = [
+            str(BIN / "pytest"),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--hypothesis-profile=fast",
+            "-m",
+            fast,
+        ]
+        serial = _timed("fast tier (serial)", serial_argv)
         report["fast_tier_serial_s"] = serial
         report["parallel_over_serial"] = (times[parallel] + times["timing tests, alone"]) / serial
     if args.json:

@@ -14,8 +14,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+FAST_PROFILE = "fast"
+settings.register_profile(FAST_PROFILE, max_examples=50)
+"""make check's Hypothesis profile (`--hypothesis-profile=fast`): property tests try fewer
+examples there; make test tries each test's full count."""
+
+
+def examples(full: int) -> int:
+    """A property test's example count: `full`, or at most the fast profile's under it."""
+    if settings.get_current_profile_name() == FAST_PROFILE:
+        return min(full, settings.get_profile(FAST_PROFILE).max_examples)
+    return full
 
 
 def shipped_variants() -> tuple[str, ...]:
@@ -170,13 +183,31 @@ def isolated_env(state: Path, key_bytes: int = 24) -> dict[str, str]:
     return env
 
 
+def remove_containers(client, filters: dict | None = None) -> None:
+    """Remove every container (running or not) that matches `filters`; one that is gone before
+    its turn (removed by its own process, by Docker or by compose) is not an error."""
+    import docker
+
+    for container in client.containers.list(all=True, filters=filters or {}, ignore_removed=True):
+        with contextlib.suppress(docker.errors.NotFound):
+            container.remove(force=True)
+
+
+def remove_networks(client, filters: dict) -> None:
+    """Remove every network that matches `filters`; one already gone is not an error."""
+    import docker
+
+    for network in client.networks.list(filters=filters):
+        with contextlib.suppress(docker.errors.NotFound):
+            network.remove()
+
+
 def remove_project(client, project: str) -> None:
-    """Remove every container, network and volume (the gateway's state) of a compose project."""
+    """Remove every container, network and volume (the gateway's state) of a compose project;
+    what is already gone is not an error."""
     selector = {"label": f"com.docker.compose.project={project}"}
-    for container in client.containers.list(all=True, filters=selector):
-        container.remove(force=True)
-    for network in client.networks.list(filters=selector):
-        network.remove()
+    remove_containers(client, selector)
+    remove_networks(client, selector)
     for volume in client.volumes.list(filters=selector):
         _remove_volume(client, volume)
 
@@ -195,9 +226,7 @@ def _remove_volume(client, volume, attempts: int = 20) -> None:
         except docker.errors.APIError as err:
             if err.status_code != 409 or attempt == attempts - 1:
                 raise
-        for container in client.containers.list(all=True, filters={"volume": volume.name}):
-            with contextlib.suppress(docker.errors.NotFound):
-                container.remove(force=True)
+        remove_containers(client, {"volume": volume.name})
         time.sleep(0.5)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from composer.stack.gateway import DEFAULT_IMAGE as GATEWAY_IMAGE
-from tests.conftest import in_ci
+from tests.conftest import in_ci, remove_containers
 
 IMAGES = ("vllm-composer-base:bookworm", "vllm-sim:latest", GATEWAY_IMAGE)
 START_WITHIN = 60
@@ -100,8 +100,7 @@ def second_engine(docker_client) -> Iterator[SecondEngine]:
         yield SecondEngine(context, sock, client)
     finally:
         if client is not None:
-            for container in client.containers.list(all=True):
-                container.remove(force=True)
+            remove_containers(client)
             client.networks.prune()  # this private engine only: its bridges would outlive it
             client.close()
         subprocess.run(["docker", "context", "rm", "--force", context], capture_output=True, timeout=30)

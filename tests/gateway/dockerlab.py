@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from composer import __version__
-from tests.conftest import free_port
+from tests.conftest import free_port, remove_containers, remove_networks
 
 REPO = Path(__file__).resolve().parents[2]
 # The tag images/gateway/build.sh builds: $GATEWAY_IMAGE, else the toolkit's version.
@@ -125,12 +125,8 @@ class Lab:
         raise AssertionError("gateway did not answer: " + self.gateway.logs().decode()[-2000:])
 
     def cleanup(self) -> None:
-        for container in self.docker.containers.list(
-            all=True, filters={"label": f"{LAB_LABEL}={self.lab_id}"}
-        ):
-            container.remove(force=True)
-        for network in self.docker.networks.list(filters={"label": f"{LAB_LABEL}={self.lab_id}"}):
-            network.remove()
+        remove_containers(self.docker, {"label": f"{LAB_LABEL}={self.lab_id}"})
+        remove_networks(self.docker, {"label": f"{LAB_LABEL}={self.lab_id}"})
 
 
 @dataclass

@@ -43,6 +43,7 @@ class BackendState:
     release: threading.Event = field(default_factory=threading.Event)
     sleeping: bool = False
     wake_seconds: float = 0.0  # how long /wake_up takes
+    wake_release: threading.Event | None = None  # when given, /wake_up also waits until it is set
     sleep_status: int = 200  # what /sleep answers
     models: list[str] = field(default_factory=list)  # the `model` of each chat request
     health_checks: int = 0
@@ -121,6 +122,8 @@ def backend_app(state: BackendState) -> Any:
             state.sleeping = True
         elif request.url.path == "/wake_up":
             await asyncio.sleep(state.wake_seconds)
+            while state.wake_release is not None and not state.wake_release.is_set():
+                await asyncio.sleep(0.01)
             state.sleeping = False
         if request.url.path == "/is_sleeping":
             return JSONResponse({"is_sleeping": state.sleeping})

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from pathlib import Path
 
@@ -349,9 +350,13 @@ def test_the_host_replaces_the_set_and_drains_a_member(sims, gateways) -> None:
     chat = Group("chat", gw.port, CHAT_TOKENS, 300, streams=1, requests=1, stream=True)
     threads = chat.start()
     gw.wait(lambda g: g.live.members["mtp/1"].outstanding == 1, timeout=10)
-    left = control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
-    assert [u.name for u in left] == ["baseline/1", "mtp/1"] and left[1].leaving
-    assert request(gw.port, CHAT_TOKENS, 8).served_by == "baseline/1"  # no new request to mtp
+    mtp.proc.send_signal(signal.SIGSTOP)  # the stream outlasts the set's change, however slow
+    try:
+        left = control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
+        assert [u.name for u in left] == ["baseline/1", "mtp/1"] and left[1].leaving
+        assert request(gw.port, CHAT_TOKENS, 8).served_by == "baseline/1"  # no new request to mtp
+    finally:
+        mtp.proc.send_signal(signal.SIGCONT)
     drained = control.drain_upstream("mtp/1", 30)
     assert drained.done and drained.outstanding == 0
     for t in threads:

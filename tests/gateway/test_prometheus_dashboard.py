@@ -72,11 +72,13 @@ def test_the_scrape_config_is_valid_for_promtool() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_both_jobs_are_up(scraped: Prometheus) -> None:
     up = {r["metric"]["job"]: r["value"][1] for r in scraped.query("up")}
     assert up == {"vllm-composer-gateway": "1", "vllm": "1"}
 
 
+@pytest.mark.slow
 def test_every_dashboard_expression_returns_data(scraped: Prometheus) -> None:
     empty = []
     for title, concrete in dashboard_queries(SERVED):
@@ -86,12 +88,14 @@ def test_every_dashboard_expression_returns_data(scraped: Prometheus) -> None:
     assert not empty, "expressions without data:\n" + "\n".join(empty)
 
 
+@pytest.mark.slow
 def test_the_switch_shows_in_the_gateway_metrics(scraped: Prometheus) -> None:
     seen = scraped.query('max_over_time(gateway_serving_variant_info{variant="baseline"}[5m])')
     assert seen and seen[0]["value"][1] == "1"
     assert scraped.query("increase(gateway_drains_total[5m]) > 0")
 
 
+@pytest.mark.slow
 def test_the_template_variables_find_their_values(scraped: Prometheus) -> None:
     for label, metric, expected in (
         ("model_name", "vllm:num_requests_running", SERVED),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import httpx
 
@@ -25,19 +24,17 @@ def test_sleeps_and_wakes_are_counted_and_a_wake_in_progress_is_waking(gateway, 
     assert ctl.sleep(level=1).status == 200
     backend.state.sleep_status = 500
     assert ctl.sleep(level=1).status == 500
-    backend.state.wake_seconds = 1.5
+    backend.state.wake_release = threading.Event()  # the wake lasts until the state was read
     woke: list[int] = []
     waker = threading.Thread(target=lambda: woke.append(ctl.wake_up().status))
     waker.start()
-    deadline = time.monotonic() + 5
-    seen_waking = False
-    while waker.is_alive() and time.monotonic() < deadline:
-        if gateway.gateway.metrics.waking._value.get() == 1:
-            seen_waking = ctl.state().raw["waking"] is True
-            break
-        time.sleep(0.01)
-    waker.join(10)
-    assert seen_waking, "the control state never said waking during a 1.5 s wake"
+    try:
+        gateway.wait(lambda g: g.metrics.waking._value.get() == 1)
+        seen_waking = ctl.state().raw["waking"] is True
+    finally:
+        backend.state.wake_release.set()
+    waker.join(30)
+    assert seen_waking, "the control state did not say waking during a wake"
     assert woke == [200]
     assert ctl.state().raw["waking"] is False
     metrics = httpx.get(gateway.url + "/gateway/metrics", timeout=5).text

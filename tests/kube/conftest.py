@@ -121,6 +121,9 @@ def run_cli(standin: Standin, tmp_path: Path):
             "KUBECTL_STANDIN_DIR": str(standin.home),
             "VLLM_API_KEY": KEY,
             "XDG_STATE_HOME": str(tmp_path / "state"),
+            # the test's own swap locks: the user's lock of project vllm is one per machine,
+            # held by whatever else runs `up` there (another test, another checkout's suite)
+            "VLLM_COMPOSER_LOCK_DIR": str(tmp_path / "locks"),
         }
         env |= extra_env or {}
         if popen:
@@ -143,12 +146,3 @@ def run_cli(standin: Standin, tmp_path: Path):
         )
 
     return run
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`up --target kubernetes` takes the user's swap lock of project vllm (one per machine):
-    under xdist (`make check`) these tests share one worker, so none waits for another."""
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.xdist_group("swap-lock-vllm"))

@@ -94,6 +94,7 @@ def _serve_baseline_and_mtp(standin: Standin, run_cli, services: dict[str, str])
     standin.forget_calls()
 
 
+@pytest.mark.slow
 def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -148,6 +149,7 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     assert "apply --kustomize" not in standin.commands() and "exec POST /upstreams" in standin.commands()
 
 
+@pytest.mark.slow
 def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -188,6 +190,7 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
     assert _upstreams(gateway) == ["baseline/1", "dflash2/1"]
 
 
+@pytest.mark.slow
 def test_one_variant_joins_the_live_set_the_cluster_runs(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -199,6 +202,7 @@ def test_one_variant_joins_the_live_set_the_cluster_runs(
     assert _upstreams(gateway) == ["baseline/1", "dflash2/1", "mtp/1"]
 
 
+@pytest.mark.slow
 def test_a_variant_whose_configuration_changed_is_drained_then_re_applied(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -261,6 +265,7 @@ def _wait(condition, what: str, timeout: float = 120.0) -> None:  # type: ignore
         time.sleep(0.1)
 
 
+@pytest.mark.slow
 def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_serves(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -323,6 +328,7 @@ def test_the_requests_on_the_one_variant_deployment_are_counted_apart_from_the_l
     assert single_inflight({"inflight": 3, "single_outstanding": 0}) == 0
 
 
+@pytest.mark.slow
 def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_serves_on(
     standin: Standin, run_cli, services: dict[str, str], backend: SimProcess, gateway: GatewayThread
 ) -> None:
@@ -347,6 +353,7 @@ def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_ser
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
 
+@pytest.mark.slow
 def test_a_speculative_variant_at_or_below_the_acceptance_floor_never_gets_traffic(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -359,6 +366,7 @@ def test_a_speculative_variant_at_or_below_the_acceptance_floor_never_gets_traff
     assert _upstreams(gateway) == ["baseline/1"]
 
 
+@pytest.mark.slow
 def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
@@ -391,6 +399,7 @@ def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
 
+@pytest.mark.slow
 def test_no_rollback_leaves_the_failed_variant_in_place_out_of_the_upstreams(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:

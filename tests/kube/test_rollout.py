@@ -86,6 +86,7 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
     assert json.loads(again.stdout)["outcome"] == "unchanged"
 
 
+@pytest.mark.slow
 def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
     standin: Standin, run_cli, gateway: GatewayThread
 ) -> None:
@@ -119,6 +120,7 @@ def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
     assert standin.serving() == "baseline"
 
 
+@pytest.mark.slow
 def test_a_rollout_that_times_out_is_undone(standin: Standin, run_cli, gateway: GatewayThread) -> None:
     _serve_baseline(standin, run_cli, gateway)
     standin.scenario(backends={"baseline": _addr(gateway)}, rollout={"mtp": "timeout"})
@@ -134,6 +136,7 @@ def test_a_rollout_that_times_out_is_undone(standin: Standin, run_cli, gateway: 
     assert standin.serving() == "baseline"
 
 
+@pytest.mark.slow
 def test_a_gate_failure_through_the_service_is_undone(
     standin: Standin, run_cli, gateway: GatewayThread, tmp_path: Path
 ) -> None:

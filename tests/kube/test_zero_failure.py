@@ -28,6 +28,8 @@ from tests.gateway.fakes import GatewayThread, LocalExec, ThreadServer
 from .conftest import KEY, SERVED, Standin
 
 UP = ("--target", "kubernetes", "--timeout", "300")  # a budget a loaded machine does not run out of
+# each test runs whole rollouts through the CLI, the kubectl stand-in and a real gateway
+pytestmark = pytest.mark.slow
 
 
 @dataclass

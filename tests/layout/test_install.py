@@ -41,6 +41,8 @@ def _run_installed(site: Path, cwd: Path, *args: str) -> subprocess.CompletedPro
     )
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("wheel")
 def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
     probe = "import composer.render.files as f; print(f.__file__); print(f.templates_dir())"
     env = {**os.environ, "PYTHONPATH": str(installed)}
@@ -49,6 +51,8 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
     assert module.startswith(str(installed)) and templates.startswith(str(installed)), out.stdout
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("wheel")
 def test_installed_render_from_another_folder_matches_the_checkout(installed: Path, tmp_path: Path) -> None:
     empty_env = tmp_path / "empty.env"
     empty_env.write_text("")
@@ -69,6 +73,8 @@ def test_installed_render_from_another_folder_matches_the_checkout(installed: Pa
         assert (wheel_out / name).read_bytes() == (checkout_out / name).read_bytes(), name
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("wheel")
 def test_init_then_render_in_an_empty_folder(installed: Path, tmp_path: Path) -> None:
     stack_dir = tmp_path / "my-stack"
     done = _run_installed(installed, tmp_path, "init", str(stack_dir), "--env")

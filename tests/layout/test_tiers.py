@@ -3,6 +3,9 @@ collection error, so `pytest -m "not docker"` (make check) never needs the daemo
 
 from __future__ import annotations
 
+import itertools
+import re
+
 import pytest
 
 from tests.conftest import REPO
@@ -10,6 +13,9 @@ from tests.conftest import REPO
 pytest_plugins = ["pytester"]
 
 UNMARKED = """
+import itertools
+import re
+
 import pytest
 
 @pytest.fixture
@@ -24,6 +30,9 @@ def test_through_a_fixture(stack):
 """
 
 MARKED = """
+import itertools
+import re
+
 import pytest
 
 pytestmark = pytest.mark.docker
@@ -58,3 +67,43 @@ def test_marked_docker_tests_are_left_out_of_the_fast_tier(tier_dir: pytest.Pyte
     fast.assert_outcomes(passed=1, deselected=1)
     full = tier_dir.runpytest_subprocess("-p", "no:cacheprovider")
     full.assert_outcomes(passed=1, skipped=1)  # no daemon here and CI unset: the docker test skips
+
+
+TIER_MARKERS = ("docker", "slow", "timing", "vllm_cpu")
+
+
+def _pytest_selections(target: str) -> list[str]:
+    """The `-m` expression of each pytest command in a Makefile target's recipe ("" for none),
+    with $(FAST_TIER) expanded."""
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    fast = re.search(r"^FAST_TIER := (.+)$", makefile, re.MULTILINE)
+    assert fast is not None
+    recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+    commands = [line for line in recipe.splitlines() if "pytest" in line.lower()]
+    found = [re.search(r'-m "([^"]+)"', line) for line in commands]
+    return [m.group(1).replace("$(FAST_TIER)", fast.group(1)) if m else "" for m in found]
+
+
+def test_make_check_runs_each_fast_test_once_and_make_test_runs_every_test(pytester: pytest.Pytester) -> None:
+    combos = [c for n in range(len(TIER_MARKERS) + 1) for c in itertools.combinations(TIER_MARKERS, n)]
+    tests = [
+        "".join(f"@pytest.mark.{m}\n" for m in combo)
+        + f"def test_{'_'.join(combo) or 'plain'}():\n    pass\n"
+        for combo in combos
+    ]
+    pytester.makepyfile(test_combos="import pytest\n\n" + "\n".join(tests))
+    pytester.makeini("[pytest]\nmarkers =\n" + "".join(f"    {m}: tier\n" for m in TIER_MARKERS))
+
+    def selected(expression: str) -> list[str]:
+        args = ["-m", expression] if expression else []
+        result = pytester.runpytest(
+            "-p", "no:cacheprovider", "--collect-only", "-q", "--strict-markers", *args
+        )
+        return [line.split("::")[1] for line in result.outlines if "::" in line]
+
+    check = [name for expression in _pytest_selections("check") for name in selected(expression)]
+    fast = [f"test_{'_'.join(c) or 'plain'}" for c in combos if "docker" not in c and "slow" not in c]
+    assert len(_pytest_selections("check")) == 2  # in parallel, then the timing tests alone
+    assert sorted(check) == sorted(fast)  # each fast test once, no slow or docker test
+    (full,) = _pytest_selections("test")
+    assert len(selected(full)) == len(combos)  # make test: every test

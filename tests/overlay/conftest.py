@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import remove_containers
+
 from .diffs import INIT_PY, METHODS_PY
 
 TEST_LABEL = "vllm-composer.test"  # the shared conftest's label
@@ -82,8 +84,7 @@ def standin_base(docker_client) -> Iterator[str]:
 def remove_test_images(client) -> None:
     """Remove every container and image this test session labelled."""
     session = {"label": f"{SESSION_LABEL}={SESSION}"}
-    for container in client.containers.list(all=True, filters=session):
-        container.remove(force=True)
+    remove_containers(client, session)
     images = client.images.list(filters=session)  # children inherit labels: newest first
     for image in sorted(images, key=lambda i: i.attrs.get("Created", ""), reverse=True):
         with contextlib.suppress(Exception):  # already gone with a child

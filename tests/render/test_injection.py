@@ -19,6 +19,7 @@ from composer.render.spec import Var
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
+from tests.conftest import examples
 
 from .conftest import REPO
 from .helpers import (
@@ -98,7 +99,7 @@ def existing_dir(root: Path, text: str) -> str:
 
 
 @settings(
-    max_examples=300,
+    max_examples=examples(300),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import remove_containers
+
 REPO = Path(__file__).resolve().parents[2]
 SIM_DIR = REPO / "images" / "sim"
 SIM_SRC = SIM_DIR / "src"
@@ -57,8 +59,7 @@ def sim_containers(sim_docker: Any, sim_labels: dict[str, str]) -> Iterator[list
     started: list[Any] = []
     yield started
     session = f"{TEST_LABEL}.session={sim_labels[f'{TEST_LABEL}.session']}"
-    for container in sim_docker.containers.list(all=True, filters={"label": session}):
-        container.remove(force=True)
+    remove_containers(sim_docker, {"label": session})
 
 
 @pytest.fixture(scope="session")

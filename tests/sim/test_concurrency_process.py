@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -138,5 +139,6 @@ def test_a_16k_prefill_delays_the_other_streams_tokens(servers: dict[str, SimPro
     ]
     # About 16,000 / 2,047 = 8 prefill chunks, each a slow step that still carries one token.
     assert 5 <= len(prefill_steps) <= 12, gaps
-    assert max(gaps) == pytest.approx(slow, rel=0.35)
+    # Their typical length, not the longest: a busy machine's stall lengthens one step, not all.
+    assert statistics.median(prefill_steps) == pytest.approx(slow, rel=0.35), prefill_steps
     assert max(gaps) > 10 * normal

@@ -16,7 +16,9 @@ pytestmark = pytest.mark.docker
 
 
 def _default_project(client) -> list[tuple[str, str]]:
-    found = client.containers.list(all=True, filters={"label": "com.docker.compose.project=vllm"})
+    found = client.containers.list(
+        all=True, filters={"label": "com.docker.compose.project=vllm"}, ignore_removed=True
+    )
     return sorted((c.id, c.status) for c in found)
 
 

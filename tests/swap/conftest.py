@@ -84,7 +84,8 @@ class Stack:
 def running_containers(client, project: str) -> list:
     """Running variant containers of a compose project."""
     return client.containers.list(
-        filters={"label": [f"com.docker.compose.project={project}", "vllm-composer.variant"]}
+        filters={"label": [f"com.docker.compose.project={project}", "vllm-composer.variant"]},
+        ignore_removed=True,  # one removed while listed is not running
     )
 
 
