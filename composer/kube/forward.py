@@ -38,12 +38,10 @@ def service_url(
             raise KubectlFailed(kubectl.redact(str(err))) from err
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except Exception:
-            proc.kill()
-            proc.wait()
+        # killed, not terminated: started inside an undo it inherits an ignored SIGTERM, and a
+        # port-forward keeps nothing that a graceful stop would save
+        proc.kill()
+        proc.wait()
 
 
 def _local_port(proc: subprocess.Popen[str]) -> int:
