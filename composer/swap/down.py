@@ -59,9 +59,11 @@ def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
     names = [v.name for v in project_volumes(stack, client)]
     if not names:
         return None
+    several = len(names) > 1
     return (
-        f"kept volume {', '.join(names)} (the gateway's state: its switch history); "
-        f"`compose-spec -p {stack.project} down --volumes` removes it"
+        f"kept the project's volume{'s' if several else ''} {', '.join(names)} (the gateway's switch "
+        f"history{', Prometheus data' if several else ''}): `compose-spec -p {stack.project} down "
+        f"--volumes` removes {'them' if several else 'it'}"
     )
 
 

@@ -97,7 +97,7 @@ def test_down_keeps_the_volume_and_says_how_to_remove_it(no_engine: list[list[st
     assert no_engine == [[stack.project, "down", "--remove-orphans"]] and not state.removed
     said = down_module.kept_volumes(stack, client)  # type: ignore[arg-type]
     assert said == (
-        f"kept volume {stack.project}_gateway-state (the gateway's state: its switch history); "
+        f"kept the project's volume {stack.project}_gateway-state (the gateway's switch history): "
         f"`compose-spec -p {stack.project} down --volumes` removes it"
     )
     assert client.asked[-1] == {"label": f"com.docker.compose.project={stack.project}"}

@@ -62,7 +62,9 @@ def test_another_stack_in_the_project_is_refused_until_takeover(sim_stack, tmp_p
     assert sim_stack.run("up", "baseline").returncode == 2  # now the first stack is the other one
 
     down = run("down")
-    assert down.returncode == 0 and f"kept volume {sim_stack.project}_gateway-state" in down.stderr
+    assert (
+        down.returncode == 0 and f"kept the project's volume {sim_stack.project}_gateway-state" in down.stderr
+    )
     volume = {"label": f"com.docker.compose.project={sim_stack.project}"}
     assert [v.name for v in docker_client.volumes.list(filters=volume)] == [
         f"{sim_stack.project}_gateway-state"
