@@ -74,6 +74,13 @@ def takeover_refusal(found: list[Foreign], project: str) -> str:
     )
 
 
+def snapshot_foreign(snapshot: Snapshot, owner: Owner | None) -> list[Foreign]:
+    """The snapshot's running containers that another stack started (pure)."""
+    return foreign_members(
+        owner, [(m.variant, m.info.name, m.info.owner) for m in snapshot.members if m.running]
+    )
+
+
 def takeover_notes(found: list[Foreign], project: str) -> list[str]:
     return [f"takes over: {f.describe(project)}" for f in found]
 
@@ -233,8 +240,7 @@ def decide(
     serving = snapshot.serving
     current = serving.info if serving else None
     route_ok = snapshot.route_ok is not False
-    running = [(m.variant, m.info.name, m.info.owner) for m in snapshot.members if m.running]
-    foreign = foreign_members(owner, running)
+    foreign = snapshot_foreign(snapshot, owner)
     if foreign and not takeover:
         return SwapPlan(target, target_hash, current, (), refused=takeover_refusal(foreign, snapshot.project))
     notes += takeover_notes(foreign, snapshot.project)

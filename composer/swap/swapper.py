@@ -41,7 +41,13 @@ from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
-from composer.swap.plan import SwapPlan, decide, plan_swap, rollback_source_problem  # noqa: F401 - plan_swap is public here
+from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
+    SwapPlan,
+    decide,
+    plan_swap,
+    rollback_source_problem,
+    snapshot_foreign,
+)
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
@@ -157,7 +163,8 @@ def prepare(
     # the run file; a real swap also prunes the target's older ones (never a container's own)
     compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
     gateway = target.gateway
-    recovered = same and gateway is not None and not snap.gateway_running and not dry_run
+    foreign = not ctx.options.takeover and bool(snapshot_foreign(snap, Owner.of(stack)))  # refused below
+    recovered = same and gateway is not None and not snap.gateway_running and not dry_run and not foreign
     if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
