@@ -570,7 +570,9 @@ def up_live(
     names = live_variants(requested, stack, live_containers(stack, client))
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
     takeover = options is not None and options.takeover
-    swapper = LiveSwapper(stack, client, timeout, settle, progress, waiting, takeover)
+    swapper = LiveSwapper(
+        stack, client, timeout, settle, progress=progress, waiting=waiting, takeover=takeover
+    )
     by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:
         result = swapper.up(target, dry_run=True)
