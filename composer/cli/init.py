@@ -165,6 +165,7 @@ def init_cmd(**kwargs: object) -> None:
     )
     for written in written_files:
         click.echo(f"wrote: {shown(written.path)}")
+    click.echo(f"the stack's compose project: {project}, its port: {port}")
     if text is None:
         click.echo(
             "next: edit the lines of composer.toml marked CHANGE, and .env, then `compose-spec doctor`"

@@ -120,7 +120,8 @@ def test_init_names_the_project_after_the_folder_on_a_free_port(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("composer.stack.starter.free_port", lambda: 8123)
-    assert invoke("init", str(tmp_path / "Team.Chat")).exit_code == 0
+    said = invoke("init", str(tmp_path / "Team.Chat"))
+    assert said.exit_code == 0 and "the stack's compose project: teamchat, its port: 8123" in said.stdout
     stack = _load(tmp_path / "Team.Chat")
     assert (stack.project, stack.port) == ("teamchat", 8123)
     result = invoke("init", str(tmp_path / "m"), "--model-dir", str(_model(tmp_path, {})), "--port", "9001")
