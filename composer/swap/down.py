@@ -24,6 +24,7 @@ from composer.swap.swapper import UpOptions
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.volumes import Volume
 
 Say = Callable[[str], None]
 
@@ -48,7 +49,7 @@ def stop_project(ctx: Context, volumes: bool = False) -> str | None:
     return current.variant if current else None
 
 
-def project_volumes(stack: Stack, client: docker.DockerClient) -> list:
+def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
     """The project's named volumes (compose labels them with the project), by name."""
     found = client.volumes.list(filters={"label": f"{label_names.COMPOSE_PROJECT}={stack.project}"})
     return sorted(found, key=lambda v: v.name)
@@ -67,15 +68,15 @@ def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
     )
 
 
-def _remove_volume(volume: object) -> None:
+def _remove_volume(volume: Volume) -> None:
     from docker.errors import APIError, NotFound
 
     try:
-        volume.remove()  # type: ignore[attr-defined]
+        volume.remove()
     except NotFound:  # gone meanwhile
         return
     except APIError as err:
-        raise ComposerError(f"volume {volume.name} could not be removed: {err.explanation or err}") from err  # type: ignore[attr-defined]
+        raise ComposerError(f"volume {volume.name} could not be removed: {err.explanation or err}") from err
 
 
 def stop_variant(

@@ -81,8 +81,7 @@ class _Client:
 @pytest.fixture
 def no_engine(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     calls: list[list[str]] = []
-    monkeypatch.setattr(down_module, "current_variant", lambda stack, client: None)
-    monkeypatch.setattr(down_module, "our_containers", lambda stack, client: [])
+    monkeypatch.setattr(down_module, "take", lambda stack, client: Snapshot(stack.project, ()))
     monkeypatch.setattr(
         down_module, "compose", lambda project, file, args, **_: calls.append([project, *args])
     )
