@@ -116,9 +116,18 @@ bench: install docker image-sim image-gateway
 # Set up everything, then show swaps and a rollback on the simulator (no GPU needed).
 # ENV_FILE picks the env file (default .env.demo here); its VLLM_PORT and
 # COMPOSE_PROJECT_NAME choose the port and the project: `make demo ENV_FILE=.env.mydemo`.
+# The setup prints one line per step; its output goes to .composer/logs/ (shown on failure).
 DEMO_ENV_FILE = $(if $(filter command line environment environment override,$(origin ENV_FILE)),$(ENV_FILE),.env.demo)
-demo: install docker image-sim
-	bash images/sim/demo.sh $(BIN)/compose-spec $(DEMO_ENV_FILE)
+DEMO_SETUP = install docker base-image image-gateway image-sim
+demo:
+	@mkdir -p .composer/logs
+	@for step in $(DEMO_SETUP); do \
+	  log=.composer/logs/$$step.log; \
+	  printf 'demo: make %s (log: %s) ... ' "$$step" "$$log"; \
+	  if $(MAKE) --no-print-directory $$step >"$$log" 2>&1; then echo done; \
+	  else echo failed; tail -n 30 "$$log"; echo "demo: make $$step failed: the full log is $$log"; exit 1; fi; \
+	done
+	@bash images/sim/demo.sh $(BIN)/compose-spec $(DEMO_ENV_FILE)
 
 lint: install
 	$(BIN)/ruff check .

@@ -12,6 +12,9 @@ VARIANT = f"{PREFIX}.variant"
 CONFIG_HASH = f"{PREFIX}.config-hash"
 SERVED_NAME = f"{PREFIX}.served-model-name"
 PORT = f"{PREFIX}.port"
+# Who started a variant container (with SERVED_NAME): the stack file and a short hash of the key.
+STACK_FILE = f"{PREFIX}.stack-file"
+KEY_FINGERPRINT = f"{PREFIX}.key-fingerprint"
 # On the containers of a live set: the upstream's name (`mtp/1`) and its GPU set (`4,5,6,7`, `-`).
 LIVE = f"{PREFIX}.live"
 GPUS = f"{PREFIX}.gpus"

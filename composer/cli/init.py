@@ -23,6 +23,8 @@ class InitArgs:
     tp: int | None
     gpus: str | None
     image: str | None
+    project: str | None = None
+    port: int | None = None
 
     @property
     def describes_a_model(self) -> bool:
@@ -46,6 +48,26 @@ def _facts(model_dir: Path):
 def interactive() -> bool:
     """True when init may ask (stdin is a terminal)."""
     return sys.stdin.isatty()
+
+
+def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
+    """The project and port to write: the flags, else (asked on a terminal) the folder's
+    name and the first free port from 8000."""
+    from composer.stack import values
+    from composer.stack.starter import folder_project, free_port
+
+    project = args.project or (None if ask else folder_project(args.directory))
+    if project is None:
+        proposed = folder_project(args.directory)
+        project = click.prompt("Compose project name (names its containers)", default=proposed)
+    port = args.port or (None if ask else free_port())
+    if port is None:
+        port = click.prompt("Host port clients use", default=free_port(), type=click.IntRange(1, 65535))
+    try:
+        values.parse_name(project)
+    except ValueError as err:
+        raise UsageError(f"--project {project}: expected {err}") from None
+    return project, port
 
 
 def _ask() -> InitArgs | None:
@@ -77,6 +99,8 @@ def _model_text(args: InitArgs) -> str:
         tensor_parallel_size=tp,
         gpus=args.gpus or ("all" if tp == 1 else ",".join(str(i) for i in range(tp))),
         image=args.image or DEFAULT_VLLM_IMAGE,
+        project=args.project or "vllm",
+        port=args.port or 8000,
     ).validated()
     return model_stack_text(answers, _facts(model_dir), schema_path(schema_file()))
 
@@ -94,6 +118,14 @@ def _model_text(args: InitArgs) -> str:
 )
 @click.option("--gpus", metavar="LIST", help="GPU ids such as 0,1, all, or none [default: all, or 0..TP-1].")
 @click.option("--image", metavar="REF", help="The vLLM image [default: vllm/vllm-openai:v0.33.0].")
+@click.option(
+    "--project", metavar="NAME", help="The compose project name [default: the folder's name, sanitised]."
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    help="The host port clients use [default: the first free from 8000].",
+)
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
 def init_cmd(**kwargs: object) -> None:
@@ -102,12 +134,14 @@ def init_cmd(**kwargs: object) -> None:
     With --model-dir (and --served-name, --tp, --gpus) the stack is for your model: its
     config.json decides whether an mtp variant is added (MTP layers) and max_model_len.
     Without them, init asks on a terminal; otherwise it writes the reference stack with
-    `# CHANGE:` on each line to adapt.
+    `# CHANGE:` on each line to adapt. The stack names its compose project (--project,
+    default the folder's name) and its port (--port, default the first free one from
+    8000), so two stacks on one host never replace each other's containers.
 
     \b
     Examples:
       compose-spec init my-stack --model-dir /models/Qwen3-8B --served-name qwen3 --env
-      compose-spec init --model-dir ~/models/llama --tp 2 --gpus 0,1
+      compose-spec init --model-dir ~/models/llama --tp 2 --gpus 0,1 --project llama --port 8100
       compose-spec init --force
     """
     from composer.stack.starter import init_stack
@@ -117,13 +151,21 @@ def init_cmd(**kwargs: object) -> None:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"
         )
-    if not args.describes_a_model and interactive():
+    ask = interactive()
+    if not args.describes_a_model and ask:
         asked = _ask()
         if asked is not None:
-            args = replace(asked, directory=args.directory, with_env=args.with_env, force=args.force)
+            kept = {k: getattr(args, k) for k in ("directory", "with_env", "force", "project", "port")}
+            args = replace(asked, **kept)
+    project, port = _identity(args, ask)
+    args = replace(args, project=project, port=port)
     text = _model_text(args) if args.model_dir is not None else None
-    for written in init_stack(args.directory, with_env=args.with_env, force=args.force, stack_text=text):
+    written_files = init_stack(
+        args.directory, with_env=args.with_env, force=args.force, stack_text=text, identity=(project, port)
+    )
+    for written in written_files:
         click.echo(f"wrote: {shown(written.path)}")
+    click.echo(f"the stack's compose project: {project}, its port: {port}")
     if text is None:
         click.echo(
             "next: edit the lines of composer.toml marked CHANGE, and .env, then `compose-spec doctor`"

@@ -142,6 +142,12 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             is_flag=True,
             help="Print the plan (steps, rollback, gateway update); change nothing.",
         ),
+        click.option(
+            "--takeover",
+            is_flag=True,
+            help="Replace or join variants another stack started in this project (refused otherwise: "
+            "their labels name that stack).",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

@@ -1,4 +1,4 @@
-"""`status` (alias `ps`) and `ls` (alias `variants`): what runs, and what could."""
+"""`status`, `ps` and `ls` (alias `variants`): what runs, its containers, and what could."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
     \b
     Examples:
       compose-spec status
-      compose-spec ps --watch --interval 1s
+      compose-spec status --watch --interval 1s
     """
     from composer.swap.status import format_status, status_data, without_clock
 
@@ -62,6 +62,28 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
             click.echo(show(data) + ("" if as_json else "\n"))
             last = without_clock(data)
         time.sleep(interval)
+
+
+@command()
+@json_option()
+@click.pass_obj
+def ps(obj: Context, as_json: bool) -> None:
+    """List the project's containers: each variant (serving, asleep, awake, or Docker's
+    state), the gateway and the optional services, with the host ports each publishes.
+
+    \b
+    Examples:
+      compose-spec ps
+      compose-spec -p demo ps --json
+    """
+    from composer.swap.ps import format_ps, ps_data
+
+    stack = obj.stack()
+    rows = ps_data(stack, obj.docker())
+    if as_json:
+        echo_json(rows)
+    else:
+        click.echo(format_ps(rows, stack.project))
 
 
 @command("ls")

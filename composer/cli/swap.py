@@ -1,4 +1,4 @@
-"""`up`, `use` and `down`: swap a variant in (Docker or Kubernetes), or take the stack down."""
+"""`up` and `use`: swap a variant in (Docker or Kubernetes)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import click
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.kube_live import kube_live_up, kube_up
-from composer.cli.live import down_live_variant, live_names, live_up
+from composer.cli.live import live_up
 from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.cli.swap_args import SwapArgs, report_swap
@@ -167,40 +167,3 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
     """
     variant = obj.stack().workload_variant(workload).name
     _swap(obj, variant, SwapArgs(**opts))
-
-
-@command()
-@click.argument("variant", required=False, shell_complete=complete_from_stack("variant"))
-@click.option("--force", is_flag=True, help="Stop VARIANT even when it serves while others sleep.")
-@click.pass_obj
-def down(obj: Context, variant: str | None, force: bool) -> None:
-    """Stop and remove the running variant, sleeping ones and the gateway too.
-
-    With VARIANT: stop only that variant's container. A sleeping one is always stopped;
-    the serving one is refused while others sleep (nothing would serve) unless --force;
-    the only variant running takes the whole project down, like `down`.
-
-    \b
-    Examples:
-      compose-spec down
-      compose-spec down mtp
-      compose-spec down -p demo
-    """
-    from composer.swap.down import down as stop
-    from composer.swap.down import down_variant
-
-    line = LiveLine()
-    stack = obj.stack()
-    if variant is not None:
-        stack.variant(variant)  # an unknown name: exit 2 with the known ones
-        if down_live_variant(obj, stack, variant, line):
-            return
-        said = down_variant(stack, variant, client=obj.docker(), force=force, progress=line.step)
-        line.finish()
-        click.echo(said)
-        return
-    live = live_names(obj, stack)
-    stopped = stop(stack, client=obj.docker(), progress=line.step)
-    line.finish()
-    stopped = ", ".join(n for n in (stopped, *live) if n)
-    click.echo(f"stopped {stopped}" if stopped else "nothing was running")

@@ -27,6 +27,7 @@ class SwapArgs:
     allow_weak_key: bool
     as_json: bool
     dry_run: bool = False
+    takeover: bool = False
     profiles: tuple[str, ...] = ()
 
     def up_options(self, allow_weak_key: bool, obj: Context):
@@ -39,6 +40,7 @@ class SwapArgs:
             allow_weak_key=allow_weak_key,
             settle=self.settle,
             dry_run=self.dry_run,
+            takeover=self.takeover,
             profiles=self.profiles,
             env_file=os.path.abspath(obj.options.env_file),
             stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),

@@ -157,6 +157,13 @@ def _holders(
     return [c for c in labelled if ours(c)], [c for c in labelled if not ours(c)]
 
 
+def _publishes(container: Any, port: int) -> bool:
+    """The container publishes `port` on the host (Docker's port bindings say so)."""
+    attrs = getattr(container, "attrs", None) or {}
+    bindings = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    return any(str(b.get("HostPort")) == str(port) for found in bindings.values() for b in found or ())
+
+
 def check_port(
     stack: Stack, client: docker.DockerClient | None, known: Sequence[Any] | None = None
 ) -> Finding:
@@ -181,15 +188,14 @@ def check_port(
             holder = ours[0].labels.get(labels.VARIANT) or ours[0].labels.get(labels.ROLE, "?")
             return Finding("port", "ok", f"port {stack.port} is held by our {holder} container")
         if others:
-            other = others[0]
+            other = min(others, key=lambda c: not _publishes(c, stack.port))  # the gateway, usually
             project = other.labels.get(labels.COMPOSE_PROJECT, "none")
             return Finding(
                 "port",
                 "fail",
-                f"port {stack.port} on {host} is held by container {other.name} of compose project "
+                f"port {stack.port} on {host} is published by container {other.name} of compose project "
                 f"{project!r}, not by this stack's project {stack.project!r}",
-                f"stop that project (compose-spec --set stack.project={project} down) or choose another "
-                "port (VLLM_PORT)",
+                f"stop that project (compose-spec -p {project} down) or choose another port (VLLM_PORT)",
             )
     return Finding(
         "port",

@@ -17,7 +17,7 @@ from composer import labels as label_names
 from composer.engine import retry
 from composer.engine.retry import Pending
 from composer.errors import ComposerError
-from composer.render.spec import CONTAINER_PORT, SLEEP_MODE_FLAG
+from composer.render.spec import CONTAINER_PORT, SLEEP_MODE_FLAG, Owner
 
 if TYPE_CHECKING:
     from docker.errors import APIError
@@ -54,6 +54,7 @@ class RunningVariant:
     service: str | None = None  # the compose service that created it (None: launcher)
     sleep_mode: bool = False  # started with --enable-sleep-mode: it can be put to sleep
     restart_policy: str = ""  # Docker's restart policy now (`no` while it is parked asleep)
+    owner: Owner | None = None  # the stack that started it, from its labels (None: not recorded)
 
     @property
     def running(self) -> bool:
@@ -98,6 +99,7 @@ def describe(container: Container) -> RunningVariant:
         service=labels.get(label_names.COMPOSE_SERVICE),
         sleep_mode=SLEEP_MODE_FLAG in _argv(attrs),
         restart_policy=str(((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""),
+        owner=Owner.from_labels(labels),
     )
 
 

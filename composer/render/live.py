@@ -25,7 +25,15 @@ from composer.render.files import RenderedFile, template_environment
 from composer.render.follow import FollowSpec, build_follow_spec
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.prometheus import PrometheusSpec, build_prometheus_spec
-from composer.render.spec import CONTAINER_PORT, LOG_DRIVER, ServiceSpec, build_spec, config_hash, text
+from composer.render.spec import (
+    CONTAINER_PORT,
+    LOG_DRIVER,
+    ServiceSpec,
+    build_spec,
+    config_hash,
+    owner_labels,
+    text,
+)
 from composer.stack.model import Stack
 from composer.stack.placement import LiveMember, live_members
 
@@ -91,6 +99,7 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
         (label_names.PORT, str(stack.port)),
         (label_names.SERVED_NAME, stack.served_model_name),
         (label_names.VARIANT, member.variant),
+        *owner_labels(stack),
     )
     return replace(spec, labels=labels)
 

@@ -24,6 +24,58 @@ HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAI
 
 
 @dataclass(frozen=True)
+class Owner:
+    """Who started a variant container, as its labels record it: the stack file, the served
+    name and the key's fingerprint (never the key)."""
+
+    stack_file: str
+    served_name: str
+    key_fingerprint: str
+
+    @classmethod
+    def of(cls, stack: Stack) -> Owner | None:
+        """This stack as an owner (None: loaded without its command line, so never recorded)."""
+        from composer.stack.keys import key_fingerprint
+
+        if stack.owner_file is None:
+            return None
+        return cls(stack.owner_file, stack.served_model_name, key_fingerprint(stack.api_key))
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str]) -> Owner | None:
+        """The owner a container records (None: an older container, or one started by hand)."""
+        if not labels.get(label_names.STACK_FILE):
+            return None
+        return cls(
+            labels[label_names.STACK_FILE],
+            labels.get(label_names.SERVED_NAME, ""),
+            labels.get(label_names.KEY_FINGERPRINT, ""),
+        )
+
+    def labels(self) -> tuple[tuple[str, str], ...]:
+        return (
+            (label_names.KEY_FINGERPRINT, self.key_fingerprint),
+            (label_names.STACK_FILE, self.stack_file),
+        )
+
+    def differences(self, other: Owner) -> list[str]:
+        """How `other` serves differently from this owner, in words (the stack file aside)."""
+        found = []
+        if other.served_name != self.served_name:
+            found.append(f"the served name {other.served_name!r}")
+        if other.key_fingerprint != self.key_fingerprint:
+            found.append("another API key")
+        return found
+
+
+def owner_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
+    """The labels that record who started a container (none for a stack loaded without its
+    command line, such as the committed files' render)."""
+    owner = Owner.of(stack)
+    return owner.labels() if owner else ()
+
+
+@dataclass(frozen=True)
 class Var:
     """A host value: environment variable `name`, falling back to `default`."""
 
@@ -273,6 +325,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         (label_names.PORT, str(stack.port)),
         (label_names.SERVED_NAME, stack.served_model_name),
         (label_names.VARIANT, variant.name),
+        *owner_labels(stack),
     )
     return replace(spec, labels=labels)
 

@@ -12,6 +12,7 @@ its first ones, a lower bound of the whole. No message here ever quotes the key.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from dataclasses import dataclass
@@ -27,6 +28,14 @@ GENERATE_HELP = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 ALLOW_HELP = f"--allow-weak-key (or {ALLOW_WEAK_VAR}=1)"
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL", re.IGNORECASE)
+
+
+def key_fingerprint(key: str | None) -> str:
+    """A short, one-way tag of the key (`-` without one): tells two keys apart in a label,
+    never reveals the key."""
+    if not key:
+        return "-"
+    return hashlib.sha256(b"vllm-composer key fingerprint\0" + key.encode()).hexdigest()[:12]
 
 
 def is_secret_name(name: str) -> bool:

@@ -166,6 +166,10 @@ class _Resolver:
             return toml_value, label, origin.parent if origin else Path.cwd()
         return default, "default", Path.cwd()
 
+    def lookup_origin(self, dotted: str, env: str | None, toml_value: object) -> str:
+        """Where a value would come from (`default` when nothing sets it)."""
+        return self._lookup(dotted, env, toml_value, None)[1]
+
     def note(self, dotted: str) -> None:
         """Record the stack file that set a value read from the tables as they are
         (`env` entries, `[workloads]`): the file of the key, or of the variant it extends."""
@@ -180,10 +184,15 @@ def _build(sources: Sources) -> Stack:
     if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
         raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
+    defaults = {"project": _folder_project(sources, resolve, raw_stack.get("project"))}
     settings = {
-        s.key: resolve.get(f"stack.{s.key}", s.parse, s.default, s.env, raw_stack.get(s.key), s.is_path)
+        s.key: resolve.get(
+            f"stack.{s.key}", s.parse, defaults.get(s.key, s.default), s.env, raw_stack.get(s.key), s.is_path
+        )
         for s in STACK_SETTINGS
     }
+    if resolve.record["stack.project"] == "default":
+        resolve.record["stack.project"] = "default (the stack file's folder)"
     images = _images(sources, resolve)
     variants = _variants(sources, resolve, images, str(settings["standby"]))
     workloads = _workloads(sources, variants)
@@ -244,6 +253,27 @@ def _build(sources: Sources) -> Stack:
         api_key=api_key,
         home=sources.home,
     )
+
+
+def compose_project_name(folder: str) -> str:
+    """A folder's name as docker compose makes it a project name: lowercase, only
+    [a-z0-9_-], without leading characters that are not a letter or digit ('' when none is left)."""
+    kept = re.sub(r"[^a-z0-9_-]", "", folder.lower())
+    return re.sub(r"^[^a-z0-9]+", "", kept)
+
+
+def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) -> str | None:
+    """The default project: the stack file's folder name, as docker compose names a project
+    after its folder. A folder with no usable character is refused when nothing else names one."""
+    folder = (sources.home or Path.cwd()).name
+    name = compose_project_name(folder)
+    if not name and resolve.lookup_origin("stack.project", "COMPOSE_PROJECT_NAME", toml_value) == "default":
+        raise ConfigError(
+            f"the stack file's folder {folder!r} gives no compose project name (kept are lowercase "
+            "letters, digits, '-' and '_', from the first letter or digit on): set stack.project "
+            "in the stack file, or COMPOSE_PROJECT_NAME, or pass -p NAME"
+        )
+    return name or None
 
 
 def _stack_env(raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:

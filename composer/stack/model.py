@@ -88,6 +88,9 @@ class Stack:
     written: dict[str, object] = field(default_factory=dict, compare=False)  # values as written
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
+    owner_file: str | None = field(default=None, compare=False)
+    """The first stack file, absolute, when the command line loaded the stack: `up` records it
+    (with the served name and the key's fingerprint) in the containers' labels."""
 
     @property
     def render_dir(self) -> Path:

@@ -40,6 +40,8 @@ class NewStack:
     tensor_parallel_size: int = 1
     gpus: str = "all"
     image: str = DEFAULT_VLLM_IMAGE
+    project: str = "vllm"
+    port: int = 8000
 
     def validated(self) -> NewStack:
         """The same answers, refused (UsageError, naming the option) when a value is invalid."""
@@ -48,6 +50,8 @@ class NewStack:
             ("--served-name", v.parse_served_name, self.served_name),
             ("--tp", v.parse_positive_int, self.tensor_parallel_size),
             ("--gpus", v.parse_gpus, self.gpus),
+            ("--project", v.parse_name, self.project),
+            ("--port", v.parse_port, self.port),
         )
         for option, parse, raw in checks:
             try:
@@ -87,7 +91,9 @@ def model_stack_text(answers: NewStack, facts: ModelFacts, schema_ref: str | Non
         "# `compose-spec config` lists every key with its value and what it does; .env overrides them.",
         "",
         "[stack]",
+        f"project = {_q(answers.project)}   # COMPOSE_PROJECT_NAME: names its containers and volumes",
         f"served_model_name = {_q(answers.served_name)}",
+        f"port = {answers.port}   # VLLM_PORT: the host port clients use",
         f"tensor_parallel_size = {answers.tensor_parallel_size}",
         f'gpus = {_q(answers.gpus)}   # GPU_DEVICES: a device list, "all", or "none"',
         f"max_model_len = {max_len}   # from max_position_embeddings; lower it to save KV cache",
@@ -154,6 +160,24 @@ def reference_stack_text(text: str, schema_ref: str | None = None) -> str:
     if schema_ref and not text.startswith("#:schema"):
         out.insert(0, f"#:schema {schema_ref}")
     return "\n".join(out) + "\n"
+
+
+_IDENTITY_LINE = re.compile(r'^(?P<key>project|port)(?P<eq>\s*=\s*)(?:"[^"]*"|\d+)', re.MULTILINE)
+
+
+def with_identity(text: str, project: str, port: int) -> str:
+    """The stack text with its `[stack]` table's `project` and `port` set (comments kept)."""
+    values = {"project": _q(project), "port": str(port)}
+
+    def swap(match: re.Match[str]) -> str:
+        return f"{match.group('key')}{match.group('eq')}{values[match.group('key')]}"
+
+    stack_start = text.find("[stack]")
+    if stack_start < 0:
+        return text
+    end = text.find("\n[", stack_start + 1)
+    end = len(text) if end < 0 else end
+    return text[:stack_start] + _IDENTITY_LINE.sub(swap, text[stack_start:end]) + text[end:]
 
 
 def schema_path(shipped: Path) -> str:

@@ -41,7 +41,12 @@ def _enum(choices: tuple[object, ...]) -> tuple[str, ...]:
 
 
 KEYS: tuple[Key, ...] = (
-    Key("stack", "project", "string", "compose project name, shared by every variant"),
+    Key(
+        "stack",
+        "project",
+        "string",
+        "compose project name, shared by every variant [default: the stack file's folder name]",
+    ),
     Key("stack", "service", "string", "compose service name, the same for every variant"),
     Key("stack", "served_model_name", "string", "the model name clients send"),
     Key("stack", "port", "integer", "host port clients use (1-65535)"),

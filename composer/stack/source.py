@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from composer.stack.files import DEFAULT_ENV_FILE, STACK_FILES_VAR, find_stack_files, read_dotenv
@@ -35,7 +35,8 @@ class StackSource:
         if self.project_name is not None:
             flags.append(f"{PROJECT_KEY}={self.project_name}")
             labels[PROJECT_KEY] = "flag -p"
-        return load_stack(self.files or None, self.env_file, flags=flags, flag_labels=labels)
+        stack = load_stack(self.files or None, self.env_file, flags=flags, flag_labels=labels)
+        return replace(stack, owner_file=str(self.first_file().resolve()))
 
     def load_alone(self) -> Stack:
         """The stack from its files alone: no env file, no environment, no flags (what the

@@ -21,7 +21,7 @@ class Setting:
 
 
 STACK_SETTINGS: tuple[Setting, ...] = (
-    Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, "vllm"),
+    Setting("project", "COMPOSE_PROJECT_NAME", v.parse_name, None),  # None: the stack's folder name
     Setting("service", None, v.parse_name, "vllm"),
     Setting("served_model_name", "SERVED_MODEL_NAME", v.parse_served_name, "model"),
     Setting("port", "VLLM_PORT", v.parse_port, 8000),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from composer.errors import UsageError
 
 STARTER_FILES = ("composer.toml", ".env.example")
 ENV_MODE = 0o600
+FIRST_PORT = 8000
 
 
 @dataclass(frozen=True)
@@ -44,18 +46,48 @@ def generated_key() -> str:
     return "sk-" + secrets.token_hex(24)
 
 
+def free_port(first: int = FIRST_PORT, tries: int = 200, host: str = "127.0.0.1") -> int:
+    """The first port from `first` on that nothing listens on here (a stack's default port)."""
+    for port in range(first, min(first + tries, 65536)):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise UsageError(f"no free port in {first}-{first + tries - 1}: pass --port N")
+
+
+def folder_project(directory: Path) -> str:
+    """The project name `init` proposes: the folder's name as docker compose sanitises it."""
+    from composer.stack.load import compose_project_name
+
+    name = compose_project_name(directory.resolve().name)
+    if not name:
+        raise UsageError(
+            f"the folder name {directory.resolve().name!r} gives no compose project name: pass --project NAME"
+        )
+    return name
+
+
 def schema_file() -> Path:
     """The JSON Schema of composer.toml: `composer/schema` in a wheel, else the checkout's schema/."""
     return shipped_dir("schema", "schema") / "composer.schema.json"
 
 
 def init_stack(
-    directory: Path, *, with_env: bool = False, force: bool = False, stack_text: str | None = None
+    directory: Path,
+    *,
+    with_env: bool = False,
+    force: bool = False,
+    stack_text: str | None = None,
+    identity: tuple[str, int] | None = None,
 ) -> list[Written]:
     """Write the starter files (and a `.env` with a generated key) into `directory`.
 
     composer.toml is `stack_text` when given (a stack for the user's model), else the
     reference stack with each line to change marked; both name the shipped JSON Schema.
+    `identity` (project, port) sets the reference stack's `project` and `port`.
 
     Refuses (UsageError) before writing anything when a file exists and `force` is off;
     `.env` is never overwritten, since it holds the key clients use.
@@ -71,13 +103,14 @@ def init_stack(
         raise UsageError(f"{env_path} exists already: it holds your API key, so init never overwrites it")
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    from composer.stack.new_stack import reference_stack_text, schema_path
+    from composer.stack.new_stack import reference_stack_text, schema_path, with_identity
 
     for name, target in zip(STARTER_FILES, targets, strict=True):
         data = (starter_dir() / name).read_bytes()
         if name == "composer.toml":
             ref = schema_path(schema_file())
-            data = (stack_text or reference_stack_text(data.decode("utf-8"), ref)).encode("utf-8")
+            text = stack_text or reference_stack_text(data.decode("utf-8"), ref)
+            data = (with_identity(text, *identity) if identity else text).encode("utf-8")
         _write_atomic(target, data, 0o644)
         written.append(Written(target, True))
     if with_env:

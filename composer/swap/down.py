@@ -1,5 +1,8 @@
 """`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
 
+`down` keeps the project's named volumes (the gateway's state: its switch history) unless
+asked to remove them (`down --volumes`, as with docker compose); `kept_volumes` names them.
+
 Stopping the serving variant while others sleep would leave nothing serving (clients held,
 then 503): refused unless forced. The only variant running taken down is `down` (the whole
 project, gateway included). Each one is appended to the swap history.
@@ -10,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from composer import labels as label_names
 from composer.engine.client import compose
-from composer.errors import DownRefused
+from composer.errors import ComposerError, DownRefused
 from composer.stack.model import Stack
 from composer.swap.journal import append_history
 from composer.swap.snapshot import take
@@ -20,6 +24,7 @@ from composer.swap.swapper import UpOptions
 
 if TYPE_CHECKING:
     import docker
+    from docker.models.volumes import Volume
 
 Say = Callable[[str], None]
 
@@ -28,15 +33,50 @@ def _quiet(_: str) -> None:
     return None
 
 
-def stop_project(ctx: Context) -> str | None:
-    """Stop and remove every variant container, and the project; return the serving variant's name."""
+def stop_project(ctx: Context, volumes: bool = False) -> str | None:
+    """Stop and remove every variant container, and the project (with `volumes`: its named
+    volumes too); return the serving variant's name."""
     snap = take(ctx.stack, ctx.client)
     for member in snap.members:
         ctx.say(f"stopping {member.variant} ({member.container.name})")
         member.container.stop_and_remove(ctx.stack.stop_grace_period)
     current = snap.current
     compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
+    if volumes:
+        for volume in project_volumes(ctx.stack, ctx.client):
+            ctx.say(f"removing volume {volume.name}")
+            _remove_volume(volume)
     return current.variant if current else None
+
+
+def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
+    """The project's named volumes (compose labels them with the project), by name."""
+    found = client.volumes.list(filters={"label": f"{label_names.COMPOSE_PROJECT}={stack.project}"})
+    return sorted(found, key=lambda v: v.name)
+
+
+def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
+    """What a plain `down` says about the volumes it kept (None: the project has none)."""
+    names = [v.name for v in project_volumes(stack, client)]
+    if not names:
+        return None
+    several = len(names) > 1
+    return (
+        f"kept the project's volume{'s' if several else ''} {', '.join(names)} (the gateway's switch "
+        f"history{', Prometheus data' if several else ''}): `compose-spec -p {stack.project} down "
+        f"--volumes` removes {'them' if several else 'it'}"
+    )
+
+
+def _remove_volume(volume: Volume) -> None:
+    from docker.errors import APIError, NotFound
+
+    try:
+        volume.remove()
+    except NotFound:  # gone meanwhile
+        return
+    except APIError as err:
+        raise ComposerError(f"volume {volume.name} could not be removed: {err.explanation or err}") from err
 
 
 def stop_variant(
@@ -78,12 +118,15 @@ def stop_variant(
     return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
 
 
-def down(stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet) -> str | None:
-    """Stop and remove the running variant under the project's lock."""
+def down(
+    stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet, volumes: bool = False
+) -> str | None:
+    """Stop and remove the running variant under the project's lock (`volumes`: and the
+    project's named volumes)."""
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
-        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress))
+        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress), volumes)
     append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
     return stopped
 

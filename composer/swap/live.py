@@ -25,16 +25,17 @@ from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
-from composer.errors import ComposerError, GatewayControlError, SwapFailed
+from composer.errors import ComposerError, GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.live import LiveService, LiveTarget, render_live, resolve_live
 from composer.render.runfiles import compose_environment, state_dir
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import CONTAINER_PORT, Owner
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.journal import append_history
+from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 
 if TYPE_CHECKING:
     import docker
@@ -62,6 +63,7 @@ class LiveRunning:
     config_hash: str
     status: str
     service: str
+    owner: Owner | None = None  # the stack that started it, from its labels
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,14 @@ class LivePlan:
     single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
     start_gateway: bool = False
     gpus: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
+    notes: tuple[str, ...] = ()
 
     @property
     def no_op(self) -> bool:
-        return not (self.start or self.stop or self.replace or self.single or self.start_gateway)
+        return self.refused != "" or not (
+            self.start or self.stop or self.replace or self.single or self.start_gateway
+        )
 
     def as_data(self) -> dict[str, object]:
         return {
@@ -91,10 +97,13 @@ class LivePlan:
             "stop": list(self.stop),
             "single": self.single,
             "start_gateway": self.start_gateway,
+            "refused": self.refused or None,
         }
 
     def describe(self) -> str:
         """The plan in words, one step a line (`up --dry-run`)."""
+        if self.refused:
+            return f"refused: {self.refused}"
         before = sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
         after = [*self.keep, *self.replace, *self.start]
         lines = [f"live set: {{{', '.join(before)}}} -> {{{', '.join(sorted(after))}}}"]
@@ -121,6 +130,7 @@ class LivePlan:
             add(f"remove {name} from the upstreams, drain its requests, stop it")
         for name in self.keep:
             lines.append(f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout")
+        lines += [f"  note: {note}" for note in self.notes]
         if self.no_op:
             lines.append("  nothing to change: the live set already runs with this configuration")
         return "\n".join(lines)
@@ -158,6 +168,7 @@ def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunni
                 config_hash=labels.get(label_names.CONFIG_HASH, ""),
                 status=c.status,
                 service=labels.get(label_names.COMPOSE_SERVICE, ""),
+                owner=Owner.from_labels(labels),
             )
         )
     return sorted(rows, key=lambda r: r.name)
@@ -193,13 +204,26 @@ def plan_live(
     single: RunningVariant | None = None,
     gateway_running: bool = True,
     gpus_shared: bool = False,
+    owner: Owner | None = None,
+    takeover: bool = False,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
     restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
-    container's GPUs overlap the live set's, so it stops first."""
+    container's GPUs overlap the live set's, so it stops first. A running container another
+    stack started (its labels differ from `owner`) is refused, or with `takeover` restarted."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
-    keep = tuple(n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash)
+    found = [(r.name, r.container, r.owner) for r in now.values()]
+    if single is not None:
+        found.append((single.variant, single.name, single.owner))
+    foreign = foreign_members(owner, found)
+    project = target.services[0].spec.project if target.services else ""
+    if foreign and not takeover:
+        return LivePlan(target.variants, (), (), (), refused=takeover_refusal(foreign, project))
+    taken = {f.variant for f in foreign}
+    keep = tuple(
+        n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash and n not in taken
+    )
     replace = tuple(n for n in wanted if n in now and n not in keep)
     start = tuple(n for n in wanted if n not in now)
     stop = tuple(n for n in sorted(now) if n not in wanted)
@@ -213,6 +237,7 @@ def plan_live(
         single_first=single is not None and gpus_shared,
         start_gateway=target.gateway is not None and not gateway_running,
         gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
+        notes=tuple(takeover_notes(foreign, project)),
     )
 
 
@@ -266,8 +291,10 @@ class LiveSwapper:
         poll_interval: float = 0.1,
         progress: Say = _quiet,
         waiting: Say | None = None,
+        takeover: bool = False,
     ) -> None:
         self.stack = stack
+        self.takeover = takeover
         self.client = client
         self.timeout = timeout
         self.settle = settle
@@ -284,7 +311,9 @@ class LiveSwapper:
         if single is not None and self.stack.gpus is not None:
             used = set(self.stack.gpus)
             shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
-        return plan_live(target, running, single, gateway is not None and gateway.status == "running", shared)
+        gateway_running = gateway is not None and gateway.status == "running"
+        owner = Owner.of(self.stack)
+        return plan_live(target, running, single, gateway_running, shared, owner, self.takeover)
 
     # -- steps ----------------------------------------------------------------------------
     def _compose_up(self, compose_file: Path, service: str) -> None:
@@ -389,8 +418,10 @@ class LiveSwapper:
         label = "+".join(target.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
         if dry_run:
-            result.outcome = "unchanged" if plan.no_op else "planned"
+            result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
+        if plan.refused:
+            raise UsageError(plan.refused)
         if plan.no_op:
             # The gateway may have restarted with an older set in its environment: tell it again.
             self.publish(target.upstreams())
@@ -538,7 +569,10 @@ def up_live(
         live_members(stack, requested)  # the set as named: refused before Docker is asked anything
     names = live_variants(requested, stack, live_containers(stack, client))
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
-    swapper = LiveSwapper(stack, client, timeout, settle, progress=progress, waiting=waiting)
+    takeover = options is not None and options.takeover
+    swapper = LiveSwapper(
+        stack, client, timeout, settle, progress=progress, waiting=waiting, takeover=takeover
+    )
     by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:
         result = swapper.up(target, dry_run=True)

@@ -19,14 +19,70 @@ stops, that the run file a rollback would start the serving variant from is read
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant
+from composer.render.spec import Owner
 
 if TYPE_CHECKING:
     from composer.swap.snapshot import Snapshot
+
+
+@dataclass(frozen=True)
+class Foreign:
+    """A running container of the project that another stack started (its labels say so)."""
+
+    variant: str
+    container: str
+    owner: Owner
+    other_file: bool  # started from another stack file
+    differences: tuple[str, ...]  # how it serves differently (served name, key)
+
+    def describe(self, project: str) -> str:
+        who = "another stack" if self.other_file else "this stack file"
+        line = f"{self.variant} ({self.container}) was started by {who}, {self.owner.stack_file}"
+        with_ = f", with {' and '.join(self.differences)}" if self.differences else ""
+        return f"{line} (project {project}){with_}"
+
+
+def foreign_members(ours: Owner | None, running: Iterable[tuple[str, str, Owner | None]]) -> list[Foreign]:
+    """The running containers (variant, name, recorded owner) another stack started (pure).
+    Nothing is foreign to a stack that records no owner, nor a container that records none."""
+    if ours is None:
+        return []
+    found = []
+    for variant, container, owner in running:
+        if owner is None:
+            continue
+        other_file = owner.stack_file != ours.stack_file
+        differences = tuple(ours.differences(owner))
+        if other_file or differences:
+            found.append(Foreign(variant, container, owner, other_file, differences))
+    return found
+
+
+def takeover_refusal(found: list[Foreign], project: str) -> str:
+    """Why `up` refuses to replace or join another stack's containers, and the ways out."""
+    first = found[0]
+    return (
+        f"{first.describe(project)}: replacing or joining it would break that stack's clients "
+        f"(401 or 404): stop it from there (`compose-spec -f {first.owner.stack_file} down`), give this "
+        "stack its own project (-p NAME, or stack.project), or pass --takeover to replace it anyway"
+    )
+
+
+def snapshot_foreign(snapshot: Snapshot, owner: Owner | None) -> list[Foreign]:
+    """The snapshot's running containers that another stack started (pure)."""
+    return foreign_members(
+        owner, [(m.variant, m.info.name, m.info.owner) for m in snapshot.members if m.running]
+    )
+
+
+def takeover_notes(found: list[Foreign], project: str) -> list[str]:
+    return [f"takes over: {f.describe(project)}" for f in found]
 
 
 @dataclass(frozen=True)
@@ -54,6 +110,7 @@ class SwapPlan:
     gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
     wake: str | None = None  # the sleeping container the `wake` step wakes (by name)
+    refused: str = ""  # why up changes nothing: another stack started what runs (no --takeover)
 
     @property
     def no_op(self) -> bool:
@@ -72,11 +129,14 @@ class SwapPlan:
             "gateway_update": self.gateway_update,
             "capacity": self.capacity or None,
             "wake": self.wake,
+            "refused": self.refused or None,
         }
 
     def describe(self) -> str:
         """The plan as text, one line per fact."""
         gateway = "drain the gateway, recreate it with its new settings, release"
+        if self.refused:
+            return f"refused: {self.refused}"
         if not self.steps:
             if self.gateway_update:
                 return f"plan: {self.target} keeps serving; {gateway}"
@@ -166,19 +226,26 @@ def decide(
     sleeps_in_stack: dict[str, bool],
     current_ready: bool,
     gateway_update: bool = False,
+    owner: Owner | None = None,
+    takeover: bool = False,
 ) -> SwapPlan:
     """The whole plan from one snapshot (pure).
 
     `target_sleeps`: the target runs with sleep standby in this stack; `sleeps_in_stack`:
     per variant, whether the stack puts it to sleep (a variant the stack no longer has
-    counts as not).
+    counts as not). `owner`: this stack, as containers record it; a running container that
+    records another is refused (`refused`), or with `takeover` replaced (restarted).
     """
     notes: list[str] = []
     serving = snapshot.serving
     current = serving.info if serving else None
     route_ok = snapshot.route_ok is not False
+    foreign = snapshot_foreign(snapshot, owner)
+    if foreign and not takeover:
+        return SwapPlan(target, target_hash, current, (), refused=takeover_refusal(foreign, snapshot.project))
+    notes += takeover_notes(foreign, snapshot.project)
     if current is not None and current.variant == target and current.config_hash == target_hash:
-        ready = current_ready and route_ok
+        ready = current_ready and route_ok and not foreign
     else:
         ready = False
     current_sleeps = False

@@ -31,17 +31,23 @@ from composer.engine.client import compose
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
-from composer.errors import ComposerError, PreflightFailed, SwapFailed
+from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
 from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
-from composer.render.spec import API_KEY_VAR
+from composer.render.spec import API_KEY_VAR, Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap import snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
-from composer.swap.plan import SwapPlan, decide, plan_swap, rollback_source_problem  # noqa: F401 - plan_swap is public here
+from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
+    SwapPlan,
+    decide,
+    plan_swap,
+    rollback_source_problem,
+    snapshot_foreign,
+)
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
 
@@ -68,6 +74,7 @@ class UpOptions:
     release_timeout: float = 60.0
     settle: float = 1.0
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
+    takeover: bool = False  # replace variants another stack started in this project
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
@@ -130,7 +137,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
     try:
         snap, plan, compose_file = prepare(ctx, target, result, dry_run)
         if dry_run:
-            result.outcome = "unchanged" if plan.no_op else "planned"
+            result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
         execute(ctx, plan, target, compose_file, snap, result, began, early)
     finally:
@@ -156,7 +163,8 @@ def prepare(
     # the run file; a real swap also prunes the target's older ones (never a container's own)
     compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
     gateway = target.gateway
-    recovered = same and gateway is not None and not snap.gateway_running and not dry_run
+    foreign = not ctx.options.takeover and bool(snapshot_foreign(snap, Owner.of(stack)))  # refused below
+    recovered = same and gateway is not None and not snap.gateway_running and not dry_run and not foreign
     if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
@@ -172,7 +180,11 @@ def prepare(
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
         current_ready=ready,
         gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
+        owner=Owner.of(stack),
+        takeover=ctx.options.takeover,
     )
+    if plan.refused and not dry_run:
+        raise UsageError(plan.refused)
     result.previous = current.variant if current else None
     if plan.steps:
         asleep = [m.variant for m in snap.asleep if m.info.name not in plan.stop_first]

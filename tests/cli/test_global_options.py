@@ -1,4 +1,4 @@
-"""docker compose habits: global options after the command, `ps`, `logs SERVICE`, `logs -n`,
+"""docker compose habits: global options after the command, `logs SERVICE`, `logs -n`,
 `-p`, `-f`, durations with units, and completion of file names and recipes."""
 
 from __future__ import annotations
@@ -97,8 +97,7 @@ def test_logs_keeps_dash_f_for_follow() -> None:
     assert "-f" in follow.opts and "-f" not in stack.opts and "--stack" in stack.opts
 
 
-def test_ps_is_status_and_logs_takes_n() -> None:
-    assert main.commands["ps"] is main.commands["status"]
+def test_logs_takes_n() -> None:
     result = invoke("logs", "-n", "many")
     assert result.exit_code == 2 and "'many': expected a number of lines" in result.stderr
 

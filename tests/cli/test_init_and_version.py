@@ -9,8 +9,10 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+from click.testing import CliRunner
 
-from composer.stack.load import load_stack
+from composer.cli import main
+from composer.stack.load import compose_project_name, load_stack
 from composer.stack.new_stack import mtp_k
 from composer.stack.schema import json_schema
 
@@ -107,7 +109,45 @@ def test_the_reference_stack_marks_each_line_to_change(tmp_path: Path) -> None:
     marked = [line.split("=")[0].strip() for line in text.splitlines() if "# CHANGE:" in line]
     assert {"served_model_name", "model_dir", "gpus", "tensor_parallel_size", "vllm"} <= set(marked)
     same = tomllib.loads((REPO / "composer.toml").read_text())
-    assert tomllib.loads(text) == same  # only comments differ
+    written = tomllib.loads(text)
+    assert written["stack"].pop("project") == compose_project_name(tmp_path.name)
+    assert isinstance(written["stack"].pop("port"), int)
+    del same["stack"]["project"], same["stack"]["port"]
+    assert written == same  # only comments, the project and the port differ
+
+
+def test_init_names_the_project_after_the_folder_on_a_free_port(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("composer.stack.starter.free_port", lambda: 8123)
+    said = invoke("init", str(tmp_path / "Team.Chat"))
+    assert said.exit_code == 0 and "the stack's compose project: teamchat, its port: 8123" in said.stdout
+    stack = _load(tmp_path / "Team.Chat")
+    assert (stack.project, stack.port) == ("teamchat", 8123)
+    result = invoke("init", str(tmp_path / "m"), "--model-dir", str(_model(tmp_path, {})), "--port", "9001")
+    assert result.exit_code == 0, result.output
+    assert (_load(tmp_path / "m").project, _load(tmp_path / "m").port) == ("m", 9001)
+    result = invoke("init", str(tmp_path / "f"), "--project", "mine", "--port", "9002")
+    assert (_load(tmp_path / "f").project, _load(tmp_path / "f").port) == ("mine", 9002)
+
+
+def test_init_asks_for_the_project_and_port_on_a_terminal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("composer.cli.init.interactive", lambda: True)
+    monkeypatch.setattr("composer.stack.starter.free_port", lambda: 8124)
+    answers = "\n\n9100\n"  # the reference stack, the folder's name, port 9100
+    result = CliRunner().invoke(main, ["init", str(tmp_path / "Asked")], input=answers)
+    assert result.exit_code == 0, result.output
+    assert "[asked]" in result.output and "[8124]" in result.output  # the proposed defaults
+    assert (_load(tmp_path / "Asked").project, _load(tmp_path / "Asked").port) == ("asked", 9100)
+
+
+def test_init_refuses_a_folder_with_no_project_name(tmp_path: Path) -> None:
+    result = invoke("init", str(tmp_path / "__"))
+    assert result.exit_code == 2 and "pass --project NAME" in result.stderr
+    assert not (tmp_path / "__").exists()
+    assert invoke("init", str(tmp_path / "x"), "--project", "Bad").exit_code == 2
 
 
 def test_version_without_an_engine(empty_env_file: Path, no_docker: None) -> None:
@@ -139,17 +179,13 @@ def test_version_says_which_images_are_here(empty_env_file: Path) -> None:
 
 
 def test_init_asks_on_a_terminal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from click.testing import CliRunner
-
-    from composer.cli import main
-
     model = _model(tmp_path, {"architectures": ["LlamaForCausalLM"]})
     monkeypatch.setattr("composer.cli.init.interactive", lambda: True)
-    answers = f"{model}\nllama\n2\n0,1\n"
+    answers = f"{model}\nllama\n2\n0,1\n\n\n"  # the folder's name and a free port as proposed
     result = CliRunner().invoke(main, ["init", str(tmp_path / "s")], input=answers)
     assert result.exit_code == 0, result.output
     stack = _load(tmp_path / "s")
     assert (stack.served_model_name, stack.tensor_parallel_size, stack.gpus) == ("llama", 2, ("0", "1"))
     assert list(stack.variants) == ["baseline"]
-    empty = CliRunner().invoke(main, ["init", str(tmp_path / "r")], input="\n")
+    empty = CliRunner().invoke(main, ["init", str(tmp_path / "r")], input="\n\n\n")
     assert empty.exit_code == 0 and "# CHANGE:" in (tmp_path / "r" / "composer.toml").read_text()

@@ -115,3 +115,39 @@ def test_the_port_check_reads_the_snapshots_containers_before_listing_docker(tmp
         assert found.status == "ok" and "held by our gateway container" in found.detail
         with pytest.raises(AssertionError, match="listed Docker's containers again"):
             check_port(stack, _Unlisted(), known=[])  # type: ignore[arg-type]
+
+
+class _Other:
+    """A running container of another project labelled with the port (publishing it or not)."""
+
+    def __init__(self, name: str, port: int, publishes: bool, role: str | None = None) -> None:
+        self.name = name
+        self.status = "running"
+        self.labels = {"vllm-composer.port": str(port), "com.docker.compose.project": "demo"}
+        self.labels.update({"vllm-composer.role": role} if role else {"vllm-composer.variant": "mtp"})
+        bindings = {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]} if publishes else {}
+        self.attrs = {"HostConfig": {"PortBindings": bindings}}
+
+
+def test_a_port_conflict_names_the_container_that_publishes_it_and_the_compose_habit(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        stack = make_stack(tmp_path, environ={"VLLM_BIND_ADDRESS": "127.0.0.1", "VLLM_PORT": str(port)})
+        held = [_Other("demo-vllm-1", port, False), _Other("demo-gateway-1", port, True, "gateway")]
+
+        class Client:
+            class containers:
+                @staticmethod
+                def list(**_: object) -> list:
+                    return held
+
+        found = check_port(stack, Client())  # type: ignore[arg-type]
+    assert (
+        found.status == "fail"
+        and "published by container demo-gateway-1 of compose project 'demo'" in found.detail
+    )
+    assert "compose-spec -p demo down" in found.fix

@@ -77,7 +77,8 @@ def test_installed_render_from_another_folder_matches_the_checkout(installed: Pa
 @pytest.mark.xdist_group("wheel")
 def test_init_then_render_in_an_empty_folder(installed: Path, tmp_path: Path) -> None:
     stack_dir = tmp_path / "my-stack"
-    done = _run_installed(installed, tmp_path, "init", str(stack_dir), "--env")
+    identity = ("--project", "vllm", "--port", "8000")  # the reference stack's, as committed
+    done = _run_installed(installed, tmp_path, "init", str(stack_dir), "--env", *identity)
     assert done.returncode == 0, done.stderr
     assert sorted(p.name for p in stack_dir.iterdir()) == [".env", ".env.example", "composer.toml"]
     assert (stack_dir / ".env").stat().st_mode & 0o777 == 0o600

@@ -1,6 +1,7 @@
 """`make demo ENV_FILE=...` (images/sim/demo.sh): the env file chooses the project and the
-port, the closing line names the real URL and project once `status` says mtp serves, and
-the default project `vllm` and port 8000 are left alone."""
+port and receives the generated key, the closing lines name the real URL and project once
+`status` says mtp serves and give a `curl` and a `status` that work as printed, and the
+default project `vllm` and port 8000 are left alone."""
 
 from __future__ import annotations
 
@@ -52,12 +53,25 @@ def test_demo_honours_the_env_file(tmp_path: Path, project_name: str, docker_cli
             timeout=400,
         )
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-        last = done.stdout.strip().splitlines()[-1]
+        done_line, try_it, curl, status, stop = done.stdout.strip().splitlines()[-5:]
         assert (
-            f"done: mtp serves on http://127.0.0.1:{port} as claude-opus-5 (project {project_name})" in last
+            f"done: mtp serves on http://127.0.0.1:{port} as claude-opus-5 (project {project_name}); "
+            f"the API key is in {env_file}" in done_line
         )
-        assert f"--env-file {env_file} down" in last
-        assert ":8000" not in done.stdout
+        assert try_it == "try it:" and stop.startswith("stop it with: ") and stop.endswith(" down")
+        assert f"--env-file {env_file} " in stop and ":8000" not in done.stdout
+        (key,) = [line for line in env_file.read_text().splitlines() if line.startswith("VLLM_API_KEY=")]
+        assert key.removeprefix("VLLM_API_KEY=") not in done.stdout + done.stderr
+        assert env_file.stat().st_mode & 0o077 == 0
+        # The printed commands work as printed, from the checkout (where `make demo` runs).
+        answer = subprocess.run(
+            ["bash", "-c", curl.strip()], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert answer.returncode == 0 and '"choices"' in answer.stdout, answer.stdout + answer.stderr
+        shown = subprocess.run(
+            ["bash", "-c", status.strip()], cwd=REPO, env=env, capture_output=True, text=True
+        )
+        assert shown.returncode == 0 and "mtp" in shown.stdout and "401" not in shown.stdout, shown.stdout
         running = docker_client.containers.list(
             filters={"label": f"com.docker.compose.project={project_name}"}
         )

@@ -1,0 +1,74 @@
+"""`ps`: the project's containers as a table, like `docker compose ps`: each variant (with
+its state as the snapshot decides it: serving, asleep, awake, or Docker's), the gateway and
+the optional services, with the host ports each publishes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from composer import labels as label_names
+from composer.swap import snapshot
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.stack.model import Stack
+
+
+def published(attrs: dict[str, Any]) -> str:
+    """The host ports a container publishes, as Docker writes them (`127.0.0.1:8000->8000/tcp`)."""
+    ports = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    if not ports:  # not running: what it would publish
+        ports = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    shown = []
+    for inside, bindings in sorted(ports.items()):
+        for binding in bindings or ():
+            host = binding.get("HostIp") or "0.0.0.0"
+            if ":" in host:  # IPv6: Docker lists it beside the IPv4 binding
+                continue
+            shown.append(f"{host}:{binding.get('HostPort')}->{inside}")
+    return ", ".join(dict.fromkeys(shown))
+
+
+def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
+    """One row per container (pure): the snapshot's variants, then the project's other
+    containers (`others`: the gateway, prometheus, the follower), each with its ports."""
+    rows = []
+    for member in snap.members:
+        attrs = member.container.container.attrs
+        health = member.info.docker_health
+        state = member.state + (f" ({health})" if health and member.running else "")
+        rows.append(_row(member.info.name, member.variant, state, attrs))
+    known = {m.info.name for m in snap.members}
+    for container in others:
+        if container.name in known:
+            continue
+        labels = container.labels or {}
+        role = labels.get(label_names.ROLE) or labels.get(label_names.COMPOSE_SERVICE) or "-"
+        health = ((container.attrs.get("State") or {}).get("Health") or {}).get("Status")
+        state = container.status + (f" ({health})" if health and container.status == "running" else "")
+        rows.append(_row(container.name, role, state, container.attrs))
+    return rows
+
+
+def _row(name: str, what: str, state: str, attrs: dict[str, Any]) -> dict[str, str]:
+    return {"name": name, "variant": what, "state": state, "ports": published(attrs)}
+
+
+def ps_data(stack: Stack, client: docker.DockerClient) -> list[dict[str, str]]:
+    """The project's containers: one snapshot, and one listing for the rest of the project."""
+    snap = snapshot.take(stack, client)
+    others = client.containers.list(
+        all=True, filters={"label": f"{label_names.COMPOSE_PROJECT}={stack.project}"}
+    )
+    return ps_rows(snap, sorted(others, key=lambda c: c.name or ""))
+
+
+def format_ps(rows: list[dict[str, str]], project: str) -> str:
+    """The rows as an aligned table (a line saying so when nothing runs)."""
+    if not rows:
+        return f"no container of project {project}"
+    table = [["NAME", "VARIANT/ROLE", "STATE", "PORTS"]]
+    table += [[r["name"], r["variant"], r["state"], r["ports"]] for r in rows]
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)
