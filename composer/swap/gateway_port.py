@@ -111,7 +111,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
         raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
     if member is not None and member.standby_service:
         _route(gateway, upstream_url(member.container.name))
-    published = _wait_answers(gateway, stack)
+    published = wait_answers(gateway, stack)
     if not published.answers:
         raise ComposerError(
             f"the recreated gateway does not answer through {published.url}: {published.detail}"
@@ -156,7 +156,7 @@ def _recreate_live(
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
         lambda: _control(gateway).set_upstreams(upstreams)
     )
-    published = _wait_answers(gateway, stack)
+    published = wait_answers(gateway, stack)
     if not published.answers:
         raise ComposerError(
             f"the recreated gateway does not answer through {published.url}: {published.detail}"
@@ -201,7 +201,9 @@ def _route(gateway: Container, upstream: str) -> None:
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: _control(gateway).route(upstream))
 
 
-def _wait_answers(gateway: Container, stack: Stack) -> PublishedPort:
+def wait_answers(gateway: Container, stack: Stack) -> PublishedPort:
+    """Probe a (re)started gateway through its published port until it answers (at most
+    PORT_BACK_TIMEOUT s); the last probe."""
     gateway.reload()
 
     def attempt() -> PublishedPort:

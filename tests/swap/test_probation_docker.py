@@ -116,3 +116,12 @@ def test_a_recreated_gateway_reaches_the_serving_variant_before_putting_it_to_sl
     assert baseline.attrs["State"]["StartedAt"] == started  # woken, never cold-started
     asleep = [a["variant"] for a in sim_stack.status()["asleep"]]
     assert asleep == ["mtp"]
+
+
+def test_up_of_a_live_set_with_a_stopped_gateway_returns_once_the_port_answers(sim_stack, docker_client):
+    add_variants(sim_stack, '\n[gateway]\nlive = ["baseline"]\n[variants.baseline]\ngpus = "0,1"\n')
+    assert sim_stack.run("up", timeout=300).returncode == 0
+    docker_client.containers.get(f"{sim_stack.project}-gateway-1").stop(timeout=5)
+    done = sim_stack.run("up", timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert completion(sim_stack, timeout=5) == 200  # the first request right after `up`
