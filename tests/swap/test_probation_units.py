@@ -249,3 +249,23 @@ def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> Non
     )
     transaction.run(_ctx(), plan, target, None, SimpleNamespace(gateway_running=True), result, record)  # type: ignore[arg-type]
     assert calls == ["recreate", "drain", "find upstream", "sleep, start, gate"]
+
+
+def test_a_sleeper_the_gateway_still_routes_to_is_woken_not_started_again() -> None:
+    """`up` killed just after it put the serving variant to sleep leaves the gateway routed to
+    the sleeper: its own /is_sleeping answer says it sleeps, so the next `up` wakes it."""
+    from composer.engine.containers import upstream_url
+    from composer.swap.snapshot import Snapshot, classify
+    from tests.swap.test_plan_units import Box, _decide, _info
+    from tests.swap.test_standby_units import _stack
+
+    stack = _stack("stack.standby=sleep")
+    baseline = _info("baseline", service="vllm-baseline", sleep_mode=True)
+    route = upstream_url(baseline.name)
+    found = [(Box(baseline), baseline)]
+    (member,) = classify(stack, found, route, {route: True})  # type: ignore[arg-type]
+    assert member.asleep and not member.serving
+    plan = _decide(Snapshot("p", (member,), route=route), "baseline", stack=stack)
+    assert plan.steps == ("wake", "gate") and plan.wake == baseline.name
+    (waking,) = classify(stack, found, route, {route: True}, waking=True)  # type: ignore[arg-type]
+    assert waking.serving and not waking.asleep  # the gateway wakes it: it serves
