@@ -50,9 +50,9 @@ def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
     )
 
 
-def _http(target: GateTarget) -> httpx.Client:
+def _http(target: GateTarget, timeout: float = 10.0) -> httpx.Client:
     return httpx.Client(
-        timeout=httpx.Timeout(10.0, connect=0.5),
+        timeout=httpx.Timeout(timeout, connect=0.5),
         headers=dict(target.headers),
         trust_env=False,
         verify=tls_context(),
@@ -142,7 +142,9 @@ def watch_settled(
 PROBATION_FAILURES = 3
 """Probes in a row that must fail before a variant on probation counts as unhealthy."""
 PROBATION_INTERVAL = 0.5
-"""The longest time between two looks at a variant on probation."""
+"""Seconds between two looks at a variant on probation (Docker's state, then `/health`)."""
+PROBATION_PROBE_TIMEOUT = 2.0
+"""Seconds one `/health` probe of a variant on probation may take (a held one counts as failed)."""
 
 
 def watch_probation(
@@ -152,9 +154,10 @@ def watch_probation(
     interval: float,
     unreachable: Callable[[], None] | None = None,
 ) -> None:
-    """After a swap, with clients served: for `seconds`, a container that exits or restarts
-    (Docker's restart count or start time changes), or `PROBATION_FAILURES` failed `/health`
-    probes in a row, raises HealthCheckFailed with its log tail."""
+    """After a swap, with clients served: for `seconds`, looked at every `interval` s (the swap
+    uses PROBATION_INTERVAL), a container that exits or restarts (Docker's restart count or
+    start time changes), or `PROBATION_FAILURES` failed `/health` probes in a row, raises
+    HealthCheckFailed with its log tail."""
     if seconds <= 0:
         return
     life = run_mark(container)
@@ -174,8 +177,8 @@ def watch_probation(
             raise Pending("on probation")
         raise _failure(f"{reason} during its probation ({seconds:.0f}s)", container.log())
 
-    with _http(target) as client:
-        retry.watch(seconds, min(max(interval, 0.1), PROBATION_INTERVAL))(attempt, client)
+    with _http(target, PROBATION_PROBE_TIMEOUT) as client:
+        retry.watch(seconds, interval)(attempt, client)
 
 
 def run_mark(container: VariantContainer) -> tuple[object, int, bool]:

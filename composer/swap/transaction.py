@@ -26,7 +26,7 @@ from composer.capacity.model import release_budget
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
-from composer.engine.gate import GateTarget, run_mark, running_target, watch_probation
+from composer.engine.gate import PROBATION_INTERVAL, GateTarget, run_mark, running_target, watch_probation
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
@@ -169,7 +169,7 @@ def on_probation(
         began = time.monotonic()
         with handled(interrupt_once):
             try:
-                where, every = gate_target(ctx, plan.target), ctx.options.poll_interval
+                where, every = gate_target(ctx, plan.target), PROBATION_INTERVAL
                 watch_probation(container, where, seconds, every, steps.watch_gateway(ctx))
             except BaseException as err:  # as during the swap: a failure or Ctrl-C rolls back
                 with interrupts_ignored():
