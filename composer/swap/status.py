@@ -254,11 +254,13 @@ def _serving_status(
     stopped = [d.name for _, d in described if not d.running]
     if running is None:
         newest = described[0] if described else None
+        looping = newest is not None and newest[1].status == "restarting"  # Docker restarts it again
         return {
             "project": stack.project,
             "running": False,
             "variant": None,
             "last_exit": _exited(*newest, stack.api_key) if newest else None,
+            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if looping else 0,  # type: ignore[index]
             "stopped": stopped,
         }
     target = running_target(stack, running)
@@ -293,11 +295,13 @@ def _serving_status(
 
 def _restarted(data: dict[str, object]) -> str | None:
     """The warning for a serving variant that Docker restarted since its swap (status exits 1)."""
-    since = data.get("restarts_since_swap") if data.get("running") else None
+    since = data.get("restarts_since_swap")
+    last = data.get("last_exit")
+    variant = data.get("variant") or (last.get("variant") if isinstance(last, dict) else None)
     if not since:
         return None
     return (
-        f"{data['variant']} restarted {since} time(s) since the swap that made it serve: it crashed "
+        f"{variant} restarted {since} time(s) since the swap that made it serve: it crashed "
         "(`compose-spec logs` shows why; `compose-spec up VARIANT` swaps to another)"
     )
 

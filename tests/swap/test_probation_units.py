@@ -161,6 +161,8 @@ def test_status_counts_the_restarts_since_the_swap_recorded(tmp_path, monkeypatc
     data = {"running": True, "variant": "mtp", "restarts_since_swap": 1}
     assert "mtp restarted 1 time(s) since the swap" in (status._restarted(data) or "")
     assert status._restarted({**data, "restarts_since_swap": 0}) is None
+    looping = {"running": False, "variant": None, "last_exit": {"variant": "mtp"}, "restarts_since_swap": 2}
+    assert "mtp restarted 2 time(s) since the swap" in (status._restarted(looping) or "")
 
 
 def _ctx(hold: object = None) -> steps.Context:
