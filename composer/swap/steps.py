@@ -149,7 +149,8 @@ def _gateway(ctx: Context, gateway: GatewaySpec) -> Container | None:
 
 def gateway_stopped(ctx: Context) -> str | None:
     """How the stack's gateway container stopped ("exited with code 137", "removed"), or
-    None while it runs (or the stack has no gateway)."""
+    None while it runs (or the stack has no gateway, or Docker does not answer: the step
+    that needs Docker reports that itself)."""
     from docker.errors import NotFound
 
     from composer.render.gateway import build_gateway_spec
@@ -161,6 +162,8 @@ def gateway_stopped(ctx: Context) -> str | None:
         container = ctx.client.containers.get(gateway.container_name)
     except NotFound:
         return "removed"
+    except Exception:  # Docker itself is gone: nothing to start the gateway with
+        return None
     state = container.attrs.get("State") or {}
     if state.get("Running") and not state.get("Restarting"):
         return None

@@ -271,3 +271,19 @@ def test_a_sleeper_the_gateway_still_routes_to_is_woken_not_started_again() -> N
     assert plan.steps == ("wake", "gate") and plan.wake == baseline.name
     (waking,) = classify(stack, found, route, {route: True}, waking=True)  # type: ignore[arg-type]
     assert waking.serving and not waking.asleep  # the gateway wakes it: it serves
+
+
+def test_a_docker_that_does_not_answer_says_nothing_about_the_gateway(monkeypatch) -> None:
+    import requests
+
+    import composer.render.gateway as rendered
+
+    def refuse(name: str) -> None:
+        raise requests.ConnectionError("Connection aborted.")
+
+    monkeypatch.setattr(
+        rendered, "build_gateway_spec", lambda _: SimpleNamespace(container_name="p-gateway-1")
+    )
+    client = SimpleNamespace(containers=SimpleNamespace(get=refuse))
+    ctx = steps.Context(SimpleNamespace(), client, SimpleNamespace())  # type: ignore[arg-type]
+    assert steps.gateway_stopped(ctx) is None
