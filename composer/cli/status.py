@@ -16,7 +16,7 @@ from composer.cli.params import Duration, json_option
 from composer.errors import ComposerError
 
 
-@command(exit_note="130 ends --watch")
+@command(exit_note="1 when the serving variant restarted since its swap; 130 ends --watch")
 @json_option("Print JSON (with --watch: one object per change).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh until Ctrl-C.")
 @click.option(
@@ -27,13 +27,13 @@ from composer.errors import ComposerError
     help="Time between refreshes with --watch.",
 )
 @click.pass_obj
-def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
+def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | None:
     """Show the running variant: readiness, served name, port, image, uptime; or why none runs.
 
     Readiness is the swap gate's own verdict (/health, /v1/models, a 1-token completion);
     Docker's healthcheck is shown only when it disagrees (unhealthy, or healthy while
     the gate fails). A crashed variant is shown with its exit code, when, and its last
-    log lines.
+    log lines. Exits 1 when Docker restarted the serving variant since its swap.
 
     \b
     Examples:
@@ -49,8 +49,9 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> None:
         return json.dumps(data, indent=None if watch else 2) if as_json else format_status(data)
 
     if not watch:
-        click.echo(show(status_data(stack, client)))
-        return
+        data = status_data(stack, client)
+        click.echo(show(data))
+        return 1 if data.get("restarts_since_swap") else None  # restarted since its swap
     tty = sys.stdout.isatty()
     last: dict[str, Any] | None = None
     while True:

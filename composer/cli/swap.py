@@ -24,9 +24,8 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
 
     stack = obj.stack()
     target = resolve_target(stack, stack.startable(variant).name)  # refused: exit 2, nothing stops
-    allow_weak = args.weak_key_allowed(obj)
-    require_api_key(stack, allow_weak)
-    options = args.up_options(allow_weak, obj)
+    require_api_key(stack, allow_weak := args.weak_key_allowed(obj))
+    options = args.up_options(allow_weak, obj, probation=stack.probation)
     report_swap(
         variant,
         args.as_json,

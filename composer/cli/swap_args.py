@@ -30,7 +30,7 @@ class SwapArgs:
     takeover: bool = False
     profiles: tuple[str, ...] = ()
 
-    def up_options(self, allow_weak_key: bool, obj: Context):
+    def up_options(self, allow_weak_key: bool, obj: Context, probation: float = 0.0):
         from composer.swap.swapper import UpOptions
 
         return UpOptions(
@@ -39,6 +39,7 @@ class SwapArgs:
             wait_for_lock=not self.no_wait,
             allow_weak_key=allow_weak_key,
             settle=self.settle,
+            probation=probation,
             dry_run=self.dry_run,
             takeover=self.takeover,
             profiles=self.profiles,

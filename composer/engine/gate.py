@@ -50,9 +50,9 @@ def running_target(stack: Stack, running: RunningVariant) -> GateTarget:
     )
 
 
-def _http(target: GateTarget) -> httpx.Client:
+def _http(target: GateTarget, timeout: float = 10.0) -> httpx.Client:
     return httpx.Client(
-        timeout=httpx.Timeout(10.0, connect=0.5),
+        timeout=httpx.Timeout(timeout, connect=0.5),
         headers=dict(target.headers),
         trust_env=False,
         verify=tls_context(),
@@ -76,8 +76,12 @@ def wait_ready(
     deadline: float,
     interval: float,
     waiting: Callable[[str], None],
+    unreachable: Callable[[], None] | None = None,
 ) -> str:
-    """Poll until ready; fail at once when the container exits. Returns the container log."""
+    """Poll until ready; fail at once when the container exits. Returns the container log.
+
+    `unreachable` is called (at most once per LOG_EVERY) while `/health` does not answer: it
+    raises when what stands between the probe and the container (the gateway) is gone."""
     started = time.monotonic()
     seen = {"log_read": 0.0, "stage": "starting container"}
 
@@ -93,6 +97,8 @@ def wait_ready(
             raise _failure(state.detail, container.first_run_log())
         if now - seen["log_read"] >= LOG_EVERY:
             seen["log_read"] = now
+            if unreachable is not None and state.step == "health":
+                unreachable()
             seen["stage"] = bootlog.boot_stage(container.log())
             waiting(f"{target.variant}: {seen['stage']} ({now - started:.1f}s)")
         waited = f"not ready after {now - started:.0f}s"
@@ -105,8 +111,15 @@ def wait_ready(
             raise _failure(str(timed_out), container.log()) from None
 
 
-def watch_settled(container: VariantContainer, target: GateTarget, seconds: float, interval: float) -> None:
-    """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap."""
+def watch_settled(
+    container: VariantContainer,
+    target: GateTarget,
+    seconds: float,
+    interval: float,
+    unreachable: Callable[[], None] | None = None,
+) -> None:
+    """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap
+    (`unreachable` first raises its own error when the gateway in between is gone)."""
     if seconds <= 0:
         return
 
@@ -116,11 +129,81 @@ def watch_settled(container: VariantContainer, target: GateTarget, seconds: floa
             raise Pending("settling")
         if not exited:
             time.sleep(0.3)  # a dying server stops answering just before Docker sees it exit
-            exited = container.exit_reason() or "/health stopped answering 200"
+            exited = container.exit_reason()
+        if not exited and unreachable is not None:
+            unreachable()
+        exited = exited or "/health stopped answering 200"
         raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.first_run_log())
 
     with _http(target) as client:
         retry.watch(seconds, interval)(attempt, client)
+
+
+PROBATION_FAILURES = 3
+"""Probes in a row that must fail before a variant on probation counts as unhealthy."""
+PROBATION_INTERVAL = 0.5
+"""Seconds between two looks at a variant on probation (Docker's state, then `/health`)."""
+PROBATION_PROBE_TIMEOUT = 2.0
+"""Seconds one `/health` probe of a variant on probation may take (a held one counts as failed)."""
+
+
+def watch_probation(
+    container: VariantContainer,
+    target: GateTarget,
+    seconds: float,
+    interval: float,
+    unreachable: Callable[[], None] | None = None,
+) -> None:
+    """After a swap, with clients served: for `seconds`, looked at every `interval` s (the swap
+    uses PROBATION_INTERVAL), a container that exits or restarts (Docker's restart count or
+    start time changes), or `PROBATION_FAILURES` failed `/health` probes in a row, raises
+    HealthCheckFailed with its log tail."""
+    if seconds <= 0:
+        return
+    life = run_mark(container)
+    failed = [0]
+
+    def attempt(client: httpx.Client) -> None:
+        reason = None if run_mark(container) == life else _ended(container)
+        if reason is None and not _healthy(client, target):
+            failed[0] += 1
+            if failed[0] >= PROBATION_FAILURES:
+                if unreachable is not None:
+                    unreachable()
+                reason = f"/health stopped answering 200 ({PROBATION_FAILURES} probes in a row)"
+        elif reason is None:
+            failed[0] = 0
+        if reason is None:
+            raise Pending("on probation")
+        raise _failure(f"{reason} during its probation ({seconds:.0f}s)", container.log())
+
+    with _http(target, PROBATION_PROBE_TIMEOUT) as client:
+        retry.watch(seconds, interval)(attempt, client)
+
+
+def run_mark(container: VariantContainer) -> tuple[object, int, bool]:
+    """What changes when the container's process ends: (State.StartedAt, RestartCount, running);
+    a container Docker no longer knows gives (None, -1, False)."""
+    from docker.errors import NotFound
+
+    try:
+        container.container.reload()
+    except NotFound:
+        return None, -1, False
+    attrs = container.container.attrs
+    state = attrs.get("State") or {}
+    running = bool(state.get("Running")) and not state.get("Restarting")
+    return state.get("StartedAt"), int(attrs.get("RestartCount") or 0), running
+
+
+def _ended(container: VariantContainer) -> str:
+    """Why a container's process ended, in words."""
+    from docker.errors import NotFound
+
+    try:
+        return container.exit_reason() or "the container restarted"
+    except NotFound:
+        return "the container was removed"
 
 
 def _healthy(client: httpx.Client, target: GateTarget) -> bool:

@@ -84,3 +84,21 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
         return found
 
     return retry.published_refusal()(attempt)
+
+
+ANSWER_TIMEOUT = 60.0
+"""Seconds a (re)started gateway has to answer through the published port."""
+
+
+def wait_published(container: Container, stack: Stack, timeout: float = ANSWER_TIMEOUT) -> PublishedPort:
+    """Probe a (re)started gateway through its published port until it answers (at most
+    `timeout` s); the last probe."""
+    container.reload()
+
+    def attempt() -> PublishedPort:
+        found = probe_published(container, stack)
+        if not found.answers:
+            raise Pending(found.detail, result=found)  # the last probe is the answer
+        return found
+
+    return retry.port_answers(timeout)(attempt)

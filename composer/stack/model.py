@@ -73,6 +73,7 @@ class Stack:
     env: tuple[tuple[str, str], ...] = ()
     kubernetes: KubeSettings = field(default_factory=KubeSettings)
     restart: str = "unless-stopped"
+    probation: int = 30  # seconds `up` watches a new variant after its swap; a crash then rolls back
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     standby: str = "stop"  # the variants' default standby
     sleep_residue: int = 1_395_864_371  # GPU bytes a sleeping variant still holds per GPU (1.3 GiB)

@@ -61,6 +61,7 @@ KEYS: tuple[Key, ...] = (
     Key("stack", "draft_path", "string", "where the draft model is mounted in the container"),
     Key("stack", "start_period", "duration", "healthcheck grace while the model loads"),
     Key("stack", "stop_grace_period", "duration", "time a stopping variant gets before it is killed"),
+    Key("stack", "probation", "duration", "how long up watches a new variant after a swap (0s: off)"),
     Key("stack", "restart", "enum", "Docker restart policy of a serving variant", v.RESTART_POLICIES),
     Key("stack", "standby", "enum", "what a swap does with the variant it leaves", v.STANDBY_MODES),
     Key("stack", "sleep_residue", "size", "GPU memory a sleeping variant still holds per GPU"),

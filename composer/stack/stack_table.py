@@ -36,6 +36,7 @@ STACK_SETTINGS: tuple[Setting, ...] = (
     Setting("draft_path", None, v.parse_container_path, "/models/draft"),
     Setting("start_period", None, v.parse_duration, 900),
     Setting("stop_grace_period", None, v.parse_duration, 30),
+    Setting("probation", None, v.parse_probation, 30),
     Setting("restart", None, v.parse_restart, "unless-stopped"),
     Setting("standby", None, v.parse_standby, "stop"),
     Setting("sleep_residue", None, v.parse_size, "1.3G"),

@@ -145,6 +145,17 @@ def parse_duration(raw: object) -> int:
     return seconds
 
 
+MAX_PROBATION = 3600
+
+
+def parse_probation(raw: object) -> int:
+    """Seconds `up` watches a swapped-in variant before it is done (0: off), at most an hour."""
+    seconds = parse_duration(raw)
+    if seconds > MAX_PROBATION:
+        raise ValueError(f"a duration such as 30s or 2m, at most {MAX_PROBATION // 60}m (0s turns it off)")
+    return seconds
+
+
 def parse_gpus(raw: object) -> tuple[str, ...] | None:
     """GPU device ids (`0,1,2,3`, a list, or `all`), or None for `none`."""
     items = [str(i) for i in raw] if isinstance(raw, list) else str(raw).split(",")

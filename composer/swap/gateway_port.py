@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container, upstream_url
-from composer.engine.published_port import DEAD_PORT, PublishedPort, probe_published
-from composer.engine.retry import Pending
+from composer.engine.published_port import DEAD_PORT, probe_published, wait_published
 from composer.errors import ComposerError, GatewayControlError, UsageError
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
@@ -111,7 +110,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
         raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
     if member is not None and member.standby_service:
         _route(gateway, upstream_url(member.container.name))
-    published = _wait_answers(gateway, stack)
+    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
     if not published.answers:
         raise ComposerError(
             f"the recreated gateway does not answer through {published.url}: {published.detail}"
@@ -156,7 +155,7 @@ def _recreate_live(
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
         lambda: _control(gateway).set_upstreams(upstreams)
     )
-    published = _wait_answers(gateway, stack)
+    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
     if not published.answers:
         raise ComposerError(
             f"the recreated gateway does not answer through {published.url}: {published.detail}"
@@ -199,15 +198,3 @@ def _route(gateway: Container, upstream: str) -> None:
     """Point the new gateway at the standby container that served (its control channel
     answers once the process is up)."""
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: _control(gateway).route(upstream))
-
-
-def _wait_answers(gateway: Container, stack: Stack) -> PublishedPort:
-    gateway.reload()
-
-    def attempt() -> PublishedPort:
-        found = probe_published(gateway, stack)
-        if not found.answers:
-            raise Pending(found.detail, result=found)  # the last probe is the answer
-        return found
-
-    return retry.port_answers(PORT_BACK_TIMEOUT)(attempt)

@@ -463,6 +463,8 @@ class LiveSwapper:
             self.publish(serving)  # without it: no new request reaches it
             cut += self.drain(name)
             self.stop_member(running[name])
+        if plan.start_gateway:
+            self._answers("+".join(target.variants))
         result.drained = {"cut": cut}
         if cut:
             result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
@@ -471,6 +473,20 @@ class LiveSwapper:
         result.timings["total"] = time.monotonic() - began
         self._history(plan, result.outcome, result)
         return result
+
+    def _answers(self, names: str) -> None:
+        """A gateway this change started answers through the published port and reaches the
+        set before `up` returns: the first request after it is neither refused nor reset."""
+        from composer.engine.published_port import ANSWER_TIMEOUT, wait_published
+
+        gateway = gateway_container(self.stack, self.client)
+        published = wait_published(gateway, self.stack) if gateway is not None else None
+        if published is None or not published.answers:
+            detail = published.detail if published is not None else "its container is gone"
+            raise SwapFailed(f"the started gateway does not answer through the published port: {detail}")
+        control = self._control()
+        if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
+            self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
     def _start(self, service: LiveService, compose_file: Path, result: LiveResult) -> None:
         """Start one member and gate it; on failure remove it (the others keep serving)."""

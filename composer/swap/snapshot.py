@@ -147,7 +147,8 @@ def take(
             url = upstream_url(info.name)
             if info in sleep_mode and answers.get(url) is None:
                 answers[url] = container.is_sleeping()
-    members = classify(stack, found, state.upstream if state else None, answers)
+    waking = state is not None and bool(state.raw.get("waking", False))
+    members = classify(stack, found, state.upstream if state else None, answers, waking)
     return Snapshot(
         project=stack.project,
         members=members,
@@ -164,8 +165,10 @@ def classify(
     found: list[tuple[VariantContainer, RunningVariant]],
     route: str | None,
     answers: dict[str, bool | None],
+    waking: bool = False,
 ) -> tuple[Member, ...]:
-    """Decide serving/asleep for each container (pure; see the module's docstring)."""
+    """Decide serving/asleep for each container (pure; see the module's docstring); a sleeper
+    the gateway routes to serves only while the gateway wakes it (`waking`)."""
     names = {upstream_url(info.name) for _, info in found if info.running}
     routed_to_one = route is not None and route in names
     members: list[Member] = []
@@ -175,7 +178,9 @@ def classify(
         sleeping = answers.get(upstream_url(info.name))
         serving = asleep = False
         if info.running:
-            if routed_to_one:
+            if standby and sleeping is True and not (waking and route == upstream_url(info.name)):
+                asleep = True  # its own answer, even where the gateway routes to it
+            elif routed_to_one:
                 serving = route == upstream_url(info.name)
                 asleep = not serving and standby and sleeping is not False
             elif standby:

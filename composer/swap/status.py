@@ -183,7 +183,9 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
     data["warnings"] = [
-        w for w in (follower_warning(stack, attached), interrupted_warning(stack.project)) if w
+        w
+        for w in (follower_warning(stack, attached), interrupted_warning(stack.project), _restarted(data))
+        if w
     ]
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
@@ -252,11 +254,13 @@ def _serving_status(
     stopped = [d.name for _, d in described if not d.running]
     if running is None:
         newest = described[0] if described else None
+        looping = newest is not None and newest[1].status == "restarting"  # Docker restarts it again
         return {
             "project": stack.project,
             "running": False,
             "variant": None,
             "last_exit": _exited(*newest, stack.api_key) if newest else None,
+            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if looping else 0,  # type: ignore[index]
             "stopped": stopped,
         }
     target = running_target(stack, running)
@@ -265,6 +269,7 @@ def _serving_status(
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
     uptime = running.uptime_seconds()
+    since = restarts_since_swap(stack.project, running)
     return {
         "project": stack.project,
         "running": True,
@@ -276,6 +281,7 @@ def _serving_status(
         "docker_health": running.docker_health,
         "uptime_seconds": round(uptime, 1) if uptime is not None else None,
         "restart_count": running.restart_count,
+        "restarts_since_swap": since,
         # Docker resets the exit code when it restarts a container: only the time is known.
         "last_exit": {"finished_at": _iso(running.finished_at)} if running.restart_count else None,
         "port": running.port,
@@ -285,6 +291,36 @@ def _serving_status(
         "matches_stack": current_hash == running.config_hash if current_hash else None,
         "stopped": stopped,
     }
+
+
+def _restarted(data: dict[str, object]) -> str | None:
+    """The warning for a serving variant that Docker restarted since its swap (status exits 1)."""
+    since = data.get("restarts_since_swap")
+    last = data.get("last_exit")
+    variant = data.get("variant") or (last.get("variant") if isinstance(last, dict) else None)
+    if not since:
+        return None
+    return (
+        f"{variant} restarted {since} time(s) since the swap that made it serve: it crashed "
+        "(`compose-spec logs` shows why; `compose-spec up VARIANT` swaps to another)"
+    )
+
+
+def restarts_since_swap(project: str, running: RunningVariant) -> int:
+    """Docker's restarts of the serving container since the swap that made it serve: its
+    restart count minus the one that swap recorded in the history (all of them when no
+    swap recorded this container)."""
+    recorded = 0
+    try:
+        events = read_history(project).events
+    except ComposerError:  # an unreadable history never fails status
+        events = []
+    for event in reversed(events):
+        mark = event.get("serving_container")
+        if isinstance(mark, dict) and mark.get("id") == running.container_id:
+            recorded = mark.get("restart_count") if isinstance(mark.get("restart_count"), int) else 0
+            break
+    return max(0, running.restart_count - recorded)
 
 
 def without_clock(data: dict[str, object]) -> dict[str, object]:

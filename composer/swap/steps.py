@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
-from composer.errors import HealthCheckFailed, SwapFailed
+from composer.errors import GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.swap import standby
@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from composer.swap.swapper import UpOptions
 
 Say = Callable[[str], None]
+UPSTREAM_WAIT_S = 30.0
+"""How long a recreated gateway has to reach the serving variant before it is put to sleep."""
 
 
 def _quiet(_: str) -> None:
@@ -143,6 +145,71 @@ def _gateway(ctx: Context, gateway: GatewaySpec) -> Container | None:
         return ctx.client.containers.get(gateway.container_name)
     except NotFound:
         return None
+
+
+def gateway_stopped(ctx: Context) -> str | None:
+    """How the stack's gateway container stopped ("exited with code 137", "removed"), or
+    None while it runs (or the stack has no gateway, or Docker does not answer: the step
+    that needs Docker reports that itself)."""
+    from docker.errors import NotFound
+
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if gateway is None:
+        return None
+    try:
+        container = ctx.client.containers.get(gateway.container_name)
+    except NotFound:
+        return "removed"
+    except Exception:  # Docker itself is gone: nothing to start the gateway with
+        return None
+    state = container.attrs.get("State") or {}
+    if state.get("Running") and not state.get("Restarting"):
+        return None
+    return f"exited with code {state.get('ExitCode')}"
+
+
+def watch_gateway(ctx: Context) -> Callable[[], None] | None:
+    """For the gate and the settle watch of a held swap: raises GatewayControlError when the
+    gateway that carries the probes is no longer running (None without a hold)."""
+    if ctx.hold is None:
+        return None
+
+    def check() -> None:
+        stopped = gateway_stopped(ctx)
+        if stopped is not None:
+            raise GatewayControlError("probe", f"the gateway container {stopped}")
+
+    return check
+
+
+def revive_gateway(ctx: Context, target: str, compose_file: Path, stopped: str) -> Context:
+    """The gateway stopped during the swap: start it again from the run file, hold it again."""
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if gateway is None:
+        raise SwapFailed("the gateway stopped and this stack has no gateway to start")
+    ctx.say(f"the gateway stopped during the swap ({stopped}): starting it again")
+    if ctx.hold is not None:
+        ctx.hold.end()  # stops its renewals; the stopped gateway's holds are gone with it
+    return replace(ctx, hold=drain(ctx, target, compose_file, gateway, ensure=True).hold)
+
+
+def find_upstream(ctx: Context, snap: Snapshot) -> None:
+    """A gateway recreated by this swap routes to the container the old one served from and
+    waits (bounded) until it reaches it, before it is asked to put it to sleep."""
+    serving = snap.serving
+    if ctx.hold is None or serving is None or not serving.running:
+        return
+    if serving.standby_service:
+        upstream = upstream_url(serving.info.name)
+    else:
+        upstream = f"http://{ctx.stack.service}:{CONTAINER_PORT}"
+    ctx.hold.control.route(upstream)
+    if not ctx.hold.control.wait_ready(UPSTREAM_WAIT_S):
+        ctx.say(f"the new gateway does not reach {serving.variant} after {UPSTREAM_WAIT_S:.0f}s")
 
 
 def hold_lost(err: BaseException) -> bool:
@@ -296,6 +363,7 @@ def gate(ctx: Context, target: GateTarget, started: float, container: VariantCon
         deadline=started + ctx.options.timeout,
         interval=ctx.options.poll_interval,
         waiting=ctx.waiting,
+        unreachable=watch_gateway(ctx),
     )
     ready_at = time.monotonic()
     ctx.say(f"{target.variant} is ready ({ready_at - started:.1f}s); watching it settle")
@@ -342,7 +410,9 @@ def settle(
     if thread is not None:
         thread.start()
     try:
-        watch_settled(container, ctx.past_the_hold(target), seconds, ctx.options.poll_interval)
+        watch_settled(
+            container, ctx.past_the_hold(target), seconds, ctx.options.poll_interval, watch_gateway(ctx)
+        )
     finally:
         if thread is not None:
             thread.join()

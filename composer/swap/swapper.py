@@ -73,6 +73,7 @@ class UpOptions:
     poll_interval: float = 0.1
     release_timeout: float = 60.0
     settle: float = 1.0
+    probation: float = 0.0  # seconds the new variant is watched with clients served (stack.probation)
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
     takeover: bool = False  # replace variants another stack started in this project
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
@@ -96,6 +97,7 @@ class UpResult:
     drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
+    serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
@@ -260,6 +262,7 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "drained": result.drained,
             "cause": cause.splitlines()[0][:500] if cause else None,
             **by,
+            "serving_container": None if cause else result.serving_container,
         },
     )
 

@@ -26,8 +26,8 @@ from composer.capacity.model import release_budget
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
-from composer.engine.gate import GateTarget, running_target
-from composer.errors import ComposerError, DiagnosedError, HealthCheckFailed, SwapFailed
+from composer.engine.gate import PROBATION_INTERVAL, GateTarget, run_mark, running_target, watch_probation
+from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
@@ -99,6 +99,7 @@ def run(
     done = False
     held = [ctx]  # the context with the gateway's current hold (a restarted gateway is held again)
     parked: list[str] = []  # the variant this swap put to sleep
+    watched: list[tuple[VariantContainer | None, float]] = []  # what serves at the end, since when
     try:
         if target.gateway is not None:  # nothing has changed if this fails
             if plan.gateway_update:
@@ -108,9 +109,11 @@ def run(
             ensure = not plan.gateway_update and opened is None
             drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened)
             held.append(replace(ctx, hold=absorb(result, drained).hold))
+            if plan.gateway_update and "sleep" in plan.steps:  # the new gateway must reach it first
+                steps.find_upstream(held[-1], snap)
         with handled(interrupt_once):
             try:
-                _steps(held, plan, target, compose_file, snap, result, record, parked)
+                watched.append(_steps(held, plan, target, compose_file, snap, result, record, parked))
                 if plan.gateway_update:
                     steps.tell_serving(held[-1], target.name)
             except BaseException as err:  # any failure, Ctrl-C included, rolls back
@@ -132,7 +135,81 @@ def run(
                 out = steps.release(ctx)
             absorb(result, out)
             standby.updates_done()  # restart policies set off the hold: in place before `up` ends
-            record.close()
+            if not done:
+                record.close()
+    try:
+        on_probation(held, plan, target, compose_file, result, record, parked, *watched[0])
+    finally:
+        record.close()
+
+
+def on_probation(
+    held: list[Context],
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    result: UpResult,
+    record: SwapRecord,
+    parked: list[str],
+    container: VariantContainer | None,
+    since: float,
+) -> None:
+    """With clients served, watch the new variant for what is left of `options.probation`
+    (counted as the settle watch is); a crash, a restart or a failing `/health` then holds
+    the clients again and rolls back as a failed gate does (SwapFailed). The serving
+    container's start time and restart count go into `result.serving_container`."""
+    ctx = held[-1]
+    seconds = settle_left(ctx.options.probation, since)
+    if seconds > 0 and container is not None:
+        record.stage("on probation")
+        ctx.say(
+            f"{plan.target} serves; watching it {seconds:.0f}s more (stack.probation): "
+            "a crash or a restart rolls it back"
+        )
+        began = time.monotonic()
+        with handled(interrupt_once):
+            try:
+                where, every = gate_target(ctx, plan.target), PROBATION_INTERVAL
+                watch_probation(container, where, seconds, every, steps.watch_gateway(ctx))
+            except BaseException as err:  # as during the swap: a failure or Ctrl-C rolls back
+                with interrupts_ignored():
+                    record.stage("rolling back")
+                    _roll_back_served(held, plan, target, compose_file, parked, err)
+        result.timings["probation"] = time.monotonic() - began
+        result.notes.append(f"{plan.target} ran {seconds:.0f}s on probation without a crash or a restart")
+    if container is not None:
+        started, restarts, _ = run_mark(container)
+        result.serving_container = {
+            "id": container.container.id,
+            "name": container.name,
+            "started_at": started,
+            "restart_count": restarts,
+        }
+
+
+def _roll_back_served(
+    held: list[Context],
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    parked: list[str],
+    err: BaseException,
+) -> None:
+    """Roll back a variant that already served: hold the clients again (a stopped gateway is
+    started again by the rollback), bring the previous variant back, release; raise SwapFailed."""
+    ctx = held[-1]
+    if target.gateway is not None and ctx.hold is not None and steps.gateway_stopped(ctx) is None:
+        held.append(replace(ctx, hold=steps.drain(ctx, plan.target, None, target.gateway, ensure=False).hold))
+    failure: SwapFailed | None = None
+    try:
+        failure = roll_back(held, plan, err, compose_file, parked)
+        failure.tail_shown = True
+    finally:
+        back = failure is not None and failure.rolled_back and plan.previous is not None
+        serving = plan.previous.variant if back else None  # type: ignore[union-attr]
+        detail = str(failure).splitlines()[0] if failure is not None else "rollback failed"
+        steps.release(held[-1], serving, ok=False, detail=detail)
+    raise failure from err
 
 
 def _steps(
@@ -144,9 +221,11 @@ def _steps(
     result: UpResult,
     record: SwapRecord,
     parked: list[str],
-) -> None:
-    """The plan's steps in order: clear, sleep or stop, release wait, start/wake/route, gate, settle."""
+) -> tuple[VariantContainer | None, float]:
+    """The plan's steps in order: clear, sleep or stop, release wait, start/wake/route, gate, settle;
+    the container that serves at the end and when its engine started (monotonic)."""
     ctx = held[-1]
+    revive = partial(_revive, target=plan.target, compose_file=compose_file)
     if plan.stop_first:
         absorb(result, steps.stop_named(ctx, snap, plan.stop_first))
     budget = partial(release_budget, ctx.stack, target.variant)
@@ -174,7 +253,7 @@ def _steps(
     else:
         record.stage("loading")
         brought = steps.start(ctx, target, compose_file)
-        steps.route(ctx, target)
+        through_restarts(held, plan.target, _nothing, lambda c: steps.route(c, target), revive)
     record.stage("gating")
     where = gate_target(ctx, plan.target)
     container = brought.container
@@ -182,7 +261,8 @@ def _steps(
         container = snap.serving.container
     again = partial(steps.route, target=target)
     ready = absorb(
-        result, through_restarts(held, plan.target, again, lambda c: steps.gate(c, where, began, container))
+        result,
+        through_restarts(held, plan.target, again, lambda c: steps.gate(c, where, began, container), revive),
     )
     ctx = held[-1]
     record.stage("settling")
@@ -201,6 +281,7 @@ def _steps(
                 settle_left(c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0), since),
                 _beside_settle(c, plan, target, where, woke),
             ),
+            revive,
         ),
     )
     if woke:
@@ -212,6 +293,7 @@ def _steps(
             f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
             "GPU memory may still be held by another process"
         )
+    return ready.container, since
 
 
 def settle_left(seconds: float, since: float, now: float | None = None) -> float:
@@ -246,20 +328,44 @@ def _running_for(container: VariantContainer | None) -> float | None:
     return max(0.0, (datetime.now(UTC) - when).total_seconds())
 
 
+Revive = Callable[[Context, str], Context]
+
+
 def through_restarts(
-    held: list[Context], target: str, route: Callable[[Context], object], step: Callable[[Context], Outcome]
+    held: list[Context],
+    target: str,
+    route: Callable[[Context], object],
+    step: Callable[[Context], Outcome],
+    revive: Revive | None = None,
 ) -> Outcome:
-    """Run a gate or settle step; when the gateway restarted meanwhile (it refuses the swap's
-    probe token), hold it again, route it again and run the step once more."""
+    """Run a gate, settle or route step; when the gateway restarted meanwhile (it refuses the
+    swap's probe token), hold it again, route it again and run the step once more. When the
+    gateway stopped (killed, crashed, removed), `revive` starts and holds it again first, and
+    the step's outcome says so."""
     try:
         return step(held[-1])
-    except HealthCheckFailed as err:
-        if held[-1].hold is None or not steps.hold_lost(err):
-            raise
+    except (HealthCheckFailed, GatewayControlError) as err:
         ctx = held[-1]
-        held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+        stopped = steps.gateway_stopped(ctx) if ctx.hold is not None and revive is not None else None
+        if stopped is not None:
+            held.append(revive(ctx, stopped))  # type: ignore[misc]
+        elif ctx.hold is not None and steps.hold_lost(err):
+            held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+        else:
+            raise
         route(held[-1])
-        return step(held[-1])
+        out = step(held[-1])
+        if stopped is not None:
+            out.warnings.append(f"the gateway stopped during the swap ({stopped}); it was started again")
+        return out
+
+
+def _revive(ctx: Context, stopped: str, target: str, compose_file: Path) -> Context:
+    return steps.revive_gateway(ctx, target, compose_file, stopped)
+
+
+def _nothing(_: Context) -> None:
+    return None
 
 
 def _beside_settle(
@@ -335,6 +441,10 @@ def roll_back(
         left = "rollback disabled: nothing is running" if removed else "rollback disabled"
         return SwapFailed(f"{message}; {left}", log_tail, hints)
     try:
+        stopped = steps.gateway_stopped(ctx) if ctx.hold is not None else None
+        if stopped is not None:  # the rollback routes and gates through it: start it first
+            held.append(steps.revive_gateway(ctx, previous.variant, compose_file, stopped))
+            message += f"; the gateway had stopped ({stopped}) and was started again"
         restore(held, previous, plan, seen if previous.variant in parked else None)
     except BaseException as rollback_err:  # report, never mask the original failure
         return SwapFailed(

@@ -61,6 +61,8 @@ class Stack:
             f"stack.project={self.project}",
             "--set",
             f"stack.port={self.port}",
+            "--set",
+            "stack.probation=0s",
             *args,
         ]
 

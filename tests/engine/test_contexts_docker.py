@@ -31,6 +31,7 @@ pytestmark = pytest.mark.docker
 STACK = """
 [stack]
 project = "{project}"
+probation = "0s"
 [gateway]
 enabled = false
 [stack.env]

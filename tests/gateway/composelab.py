@@ -137,7 +137,7 @@ def compose_stack(docker_client, workdir: Path, name: str, stack_env: str = "") 
         prom_port = free_port()
     stack_file = workdir / "stack.toml"
     stack_file.write_text(
-        f'[stack]\nproject = "{project}"\nport = {port}\n'
+        f'[stack]\nproject = "{project}"\nport = {port}\nprobation = "0s"\n'
         f'[stack.env]\nSIM_TIME_SCALE = "20"\n{stack_env}'
         f'[gateway]\nprometheus_port = {prom_port}\nprometheus_image = "{PROMETHEUS_IMAGE}"\n',
         encoding="utf-8",

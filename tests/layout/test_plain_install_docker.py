@@ -70,7 +70,7 @@ def test_a_plain_install_wakes_a_sleeping_variant(
             f"MODEL_DIR={sim / 'Qwen3.8-27B'}\nDRAFT_DIR={sim / 'Qwen3.8-27B-DFlash2'}\n"
         )
     (stack_dir / "sim.toml").write_text(
-        f'[stack]\nproject = "{project_name}"\nport = {free_port()}\nstandby = "sleep"\n'
+        f'[stack]\nproject = "{project_name}"\nport = {free_port()}\nstandby = "sleep"\nprobation = "0s"\n'
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n',
         encoding="utf-8",
     )

@@ -75,9 +75,9 @@ class Stack:
         """Where `up` keeps this project's run files."""
         return Path(self.env["XDG_STATE_HOME"]) / "vllm-composer" / self.project
 
-    def status(self) -> dict:
+    def status(self, exits: tuple[int, ...] = (0,)) -> dict:
         done = self.run("status", "--json")
-        assert done.returncode == 0, done.stderr
+        assert done.returncode in exits, done.stderr
         return json.loads(done.stdout)
 
 
@@ -117,7 +117,7 @@ def sim_stack(tmp_path, project_name, docker_client, sim_images) -> Iterator[Sta
     port = free_port()
     stack_file = tmp_path / "test-stack.toml"
     stack_file.write_text(
-        f'[stack]\nproject = "{project_name}"\nport = {port}\n'
+        f'[stack]\nproject = "{project_name}"\nport = {port}\nprobation = "0s"\n'
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
         encoding="utf-8",
     )

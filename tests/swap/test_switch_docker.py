@@ -43,7 +43,7 @@ def switch_stack_at(
     port = free_port()
     stack_file = tmp_path / "switch-stack.toml"
     stack_file.write_text(
-        f'[stack]\nproject = "{project}"\nport = {port}\nstandby = "sleep"\n'
+        f'[stack]\nproject = "{project}"\nport = {port}\nstandby = "sleep"\nprobation = "0s"\n'
         f'[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "{scale}"\n'
         + SWITCHING.format(residency=residency, wait=wait, extra=extra)
         + tail,

@@ -28,7 +28,7 @@ def serving(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
     project, port = f"vct{uuid.uuid4().hex[:10]}", free_port()
     stack_file = tmp / "test-stack.toml"
     stack_file.write_text(
-        f'[stack]\nproject = "{project}"\nport = {port}\n'
+        f'[stack]\nproject = "{project}"\nport = {port}\nprobation = "0s"\n'
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n' + FAILURE_VARIANTS,
         encoding="utf-8",
     )
@@ -94,7 +94,7 @@ def test_missing_rollback_image_is_refused_before_stopping(tmp_path, docker_clie
     project, port = f"vct{uuid.uuid4().hex[:10]}", free_port()
     stack_file = tmp_path / "test-stack.toml"
     stack_file.write_text(
-        f'[stack]\nproject = "{project}"\nport = {port}\n'
+        f'[stack]\nproject = "{project}"\nport = {port}\nprobation = "0s"\n'
         '[stack.env]\nSIM_LOAD_SECONDS = "0.3"\nSIM_TIME_SCALE = "20"\n',
         encoding="utf-8",
     )

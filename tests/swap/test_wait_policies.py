@@ -102,13 +102,13 @@ def test_a_recreated_gateway_is_probed_until_it_answers_or_port_back_timeout(
     monkeypatch, clock: FakeClock
 ) -> None:
     answers = [PublishedPort("u", False, detail="no answer"), PublishedPort("u", True)]
-    monkeypatch.setattr(gateway_port, "probe_published", lambda _g, _s: answers.pop(0))
-    assert gateway_port._wait_answers(_Gateway(), None).answers  # type: ignore[arg-type]
+    monkeypatch.setattr(published_port, "probe_published", lambda _g, _s: answers.pop(0))
+    assert published_port.wait_published(_Gateway(), None).answers  # type: ignore[arg-type]
     assert clock.slept == [0.2]
     silent = [PublishedPort("u", False, detail=f"no answer #{i}") for i in range(1000)]
-    monkeypatch.setattr(gateway_port, "probe_published", lambda _g, _s: silent.pop(0))
+    monkeypatch.setattr(published_port, "probe_published", lambda _g, _s: silent.pop(0))
     began = clock.now
-    found = gateway_port._wait_answers(_Gateway(), None)  # type: ignore[arg-type]
+    found = published_port.wait_published(_Gateway(), None, gateway_port.PORT_BACK_TIMEOUT)  # type: ignore[arg-type]
     assert not found.answers and found.detail == f"no answer #{999 - len(silent)}"  # the last probe
     assert set(clock.slept) == {0.2} and clock.now - began >= gateway_port.PORT_BACK_TIMEOUT
 

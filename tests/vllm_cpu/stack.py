@@ -95,7 +95,14 @@ def make_stack(port: int, state: Path) -> Stack:
     env = isolated_env(state, key_bytes=32)
     args = [sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.cpu")]
     args += ["--stack", "composer.toml", "--stack", "images/vllm-cpu/cpu.toml", "--stack", str(failing)]
-    args += ["--set", f"stack.project={project}", "--set", f"stack.port={port}"]
+    args += [
+        "--set",
+        f"stack.project={project}",
+        "--set",
+        f"stack.port={port}",
+        "--set",
+        "stack.probation=0s",
+    ]
     return Stack(project, f"http://127.0.0.1:{port}", env["VLLM_API_KEY"], env, args)
 
 
