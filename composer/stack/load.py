@@ -537,7 +537,7 @@ def _variant(
             f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
         )
     extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
-    _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)  # type: ignore[arg-type]
+    _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)
     standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
     weights = resolve.get(
         f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
@@ -600,8 +600,8 @@ RENDERED_FLAGS = {
 """vLLM flags extra_args may not set, and why (never shown with their value: it may be a secret)."""
 
 
-def _refuse_rendered_flags(key: str, args: Sequence[str]) -> None:
-    for arg in args:
+def _refuse_rendered_flags(key: str, args: object) -> None:
+    for arg in args if isinstance(args, list | tuple) else ():
         flag = arg.partition("=")[0].replace("_", "-") if arg.startswith("--") else ""
         if flag in RENDERED_FLAGS:
             raise ConfigError(f"{key} sets {flag}: {RENDERED_FLAGS[flag]}")

@@ -260,7 +260,7 @@ def _serving_status(
             "running": False,
             "variant": None,
             "last_exit": _exited(*newest, stack.api_key) if newest else None,
-            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if looping else 0,  # type: ignore[index]
+            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if newest and looping else 0,
             "stopped": stopped,
         }
     target = running_target(stack, running)

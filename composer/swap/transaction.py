@@ -205,8 +205,8 @@ def _roll_back_served(
         failure = roll_back(held, plan, err, compose_file, parked)
         failure.tail_shown = True
     finally:
-        back = failure is not None and failure.rolled_back and plan.previous is not None
-        serving = plan.previous.variant if back else None  # type: ignore[union-attr]
+        previous = plan.previous if failure is not None and failure.rolled_back else None
+        serving = previous.variant if previous is not None else None
         detail = str(failure).splitlines()[0] if failure is not None else "rollback failed"
         steps.release(held[-1], serving, ok=False, detail=detail)
     raise failure from err
@@ -347,8 +347,8 @@ def through_restarts(
     except (HealthCheckFailed, GatewayControlError) as err:
         ctx = held[-1]
         stopped = steps.gateway_stopped(ctx) if ctx.hold is not None and revive is not None else None
-        if stopped is not None:
-            held.append(revive(ctx, stopped))  # type: ignore[misc]
+        if stopped is not None and revive is not None:
+            held.append(revive(ctx, stopped))
         elif ctx.hold is not None and steps.hold_lost(err):
             held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
         else:
