@@ -9,6 +9,7 @@ import click
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
 from composer.cli.swap_args import SwapArgs, report_swap
+from composer.errors import ConfigError
 
 if TYPE_CHECKING:
     from composer.stack.model import Stack
@@ -31,6 +32,8 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
             return False
         if not is_live(variants, stack, running):
             return False
+    if args.force_recreate:
+        raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
     if len(variants) > 1:
         from composer.stack.placement import live_members
 

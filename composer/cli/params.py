@@ -148,6 +148,12 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Replace or join variants another stack started in this project (refused otherwise: "
             "their labels name that stack).",
         ),
+        click.option(
+            "--force-recreate",
+            is_flag=True,
+            help="Restart the variant even when it serves with this configuration; the gateway "
+            "holds requests meanwhile and the old container comes back if the new one fails.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

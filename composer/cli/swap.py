@@ -114,8 +114,13 @@ def up(
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
       compose-spec up mtp --with follow
+      compose-spec up mtp --force-recreate   # restart it, clients held
     """
     args = SwapArgs(**opts, profiles=tuple(dict.fromkeys(with_profiles)))
+    if args.force_recreate and (target != "compose" or len(variants) != 1 or recreate_gateway):
+        raise ConfigError(
+            "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
+        )
     if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
         return
     if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):

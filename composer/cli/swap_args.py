@@ -28,6 +28,7 @@ class SwapArgs:
     as_json: bool
     dry_run: bool = False
     takeover: bool = False
+    force_recreate: bool = False
     profiles: tuple[str, ...] = ()
 
     def up_options(self, allow_weak_key: bool, obj: Context, probation: float = 0.0):
@@ -42,6 +43,7 @@ class SwapArgs:
             probation=probation,
             dry_run=self.dry_run,
             takeover=self.takeover,
+            force_recreate=self.force_recreate,
             profiles=self.profiles,
             env_file=os.path.abspath(obj.options.env_file),
             stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),

@@ -175,7 +175,8 @@ SIGNATURES: tuple[Signature, ...] = (
         "container is restarted. The root cause is the first ERROR above it.",
         "read the lines above EngineDeadError (compose-spec logs --failed --explain after a failed "
         "swap, compose-spec logs --explain for the running variant); a CUDA error there "
-        "names the fix, else restart the variant (compose-spec down, then compose-spec up VARIANT)",
+        "names the fix, else restart the variant with clients held "
+        "(compose-spec up VARIANT --force-recreate)",
     ),
     Signature(
         "engine-core-init-failed",

@@ -228,6 +228,7 @@ def decide(
     gateway_update: bool = False,
     owner: Owner | None = None,
     takeover: bool = False,
+    force_recreate: bool = False,
 ) -> SwapPlan:
     """The whole plan from one snapshot (pure).
 
@@ -235,6 +236,7 @@ def decide(
     per variant, whether the stack puts it to sleep (a variant the stack no longer has
     counts as not). `owner`: this stack, as containers record it; a running container that
     records another is refused (`refused`), or with `takeover` replaced (restarted).
+    `force_recreate`: a target that serves unchanged is restarted all the same.
     """
     notes: list[str] = []
     serving = snapshot.serving
@@ -245,7 +247,9 @@ def decide(
         return SwapPlan(target, target_hash, current, (), refused=takeover_refusal(foreign, snapshot.project))
     notes += takeover_notes(foreign, snapshot.project)
     if current is not None and current.variant == target and current.config_hash == target_hash:
-        ready = current_ready and route_ok and not foreign
+        ready = current_ready and route_ok and not foreign and not force_recreate
+        if force_recreate:
+            notes.append(f"--force-recreate: {target} is restarted with the gateway holding requests")
     else:
         ready = False
     current_sleeps = False

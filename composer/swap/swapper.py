@@ -76,6 +76,7 @@ class UpOptions:
     probation: float = 0.0  # seconds the new variant is watched with clients served (stack.probation)
     dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
     takeover: bool = False  # replace variants another stack started in this project
+    force_recreate: bool = False  # restart the target even when it serves unchanged
     profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
     env_file: str | None = None  # the env file in force (the follow profile's container reads it)
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
@@ -184,6 +185,7 @@ def prepare(
         gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
+        force_recreate=ctx.options.force_recreate,
     )
     if plan.refused and not dry_run:
         raise UsageError(plan.refused)
