@@ -123,10 +123,9 @@ def build_overlay(
 
 
 def base_contains_change(client: Any, recipe: Recipe) -> bool:
-    """True when the recipe's local base already holds every diff (they apply in reverse)."""
-    base = dock.local_image(client, recipe.base)
-    if base is None:
-        return False
+    """True when the recipe's local base already holds every diff (they apply in reverse);
+    ImageBuildError when an input (a diff file, the base image) is missing."""
+    base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
     helper = {label_names.BUILD: recipe.name}
     package_dir = locate_package(client, base.id, recipe, helper)
