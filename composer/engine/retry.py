@@ -50,6 +50,8 @@ REFUSAL_ATTEMPTS = 3
 """How often a refused published port is asked before the refusal counts."""
 PORT_BACK_INTERVAL_S = 0.2
 """How often a recreated gateway is routed and probed through its published port again."""
+FOLLOWER_ATTACH_INTERVAL_S = 0.5
+"""How often the gateway is asked whether a just-started follower has reached it."""
 
 
 class Pending(Exception):
@@ -163,6 +165,12 @@ def following(interval: float) -> Retrying:
     """Forever, every `interval` s, while the step raises `Pending` (a log follower): the
     caller ends it by returning or raising."""
     return until(None, interval)
+
+
+def follower_attach(timeout: float) -> Retrying:
+    """A follower started by `up --with follow`: the gateway is asked every
+    FOLLOWER_ATTACH_INTERVAL_S, for `timeout` s, whether it has reported."""
+    return within(timeout, FOLLOWER_ATTACH_INTERVAL_S)
 
 
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:

@@ -553,10 +553,22 @@ class GatewayControl:
         )
 
     def report_serving(
-        self, variant: str | None, demand_id: str | None = None, ok: bool = True, detail: str = ""
+        self,
+        variant: str | None,
+        demand_id: str | None = None,
+        ok: bool = True,
+        detail: str = "",
+        follower: bool = False,
     ) -> dict[str, Any]:
-        """Tell the gateway which variant serves now and how the demand `demand_id` ended."""
-        body = {"variant": variant or None, "demand": demand_id or None, "ok": ok, "detail": detail[:400]}
+        """Tell the gateway which variant serves now and how the demand `demand_id` ended;
+        `follower`: the report comes from `compose-spec follow` (a follower's contact)."""
+        body = {
+            "variant": variant or None,
+            "demand": demand_id or None,
+            "ok": ok,
+            "detail": detail[:400],
+            "follower": follower,
+        }
         return dict(self._call("POST", "/serving", body).get("switching") or {})
 
     def tether(self, owner: str) -> Tether | None:

@@ -183,6 +183,11 @@ class Control:
         detail = str(args.get("detail", ""))[:500]
         if serving is not None:
             gateway.switcher.report(serving, None, ok, detail)
+        elif released and not ok and not gateway.live.active:
+            # the swap ended without saying what serves (its process died: a tether's EOF): its
+            # backend may have been put to sleep or stopped meanwhile, so it is probed again
+            # (health, /is_sleeping) before a request is forwarded to it
+            gateway.upstream.mark_down(f"the swap holding it ended without a report ({detail})")
         reported = serving is not None or "ok" in args
         report = {"serving": serving, "ok": ok, "detail": detail} if reported else None
         gateway.status.switches.released(released, report)
@@ -272,7 +277,8 @@ class Control:
         ok = args.get("ok", True)
         if not isinstance(ok, bool) or (demand_id is not None and not isinstance(demand_id, str)):
             raise BadInput("ok must be true or false and demand a demand id")
-        self.gateway.switcher.report(variant, demand_id, ok, str(args.get("detail", ""))[:500])
+        follower = args.get("follower", False) is True
+        self.gateway.switcher.report(variant, demand_id, ok, str(args.get("detail", ""))[:500], follower)
         return {"switching": self.gateway.switcher.snapshot()}
 
     async def upstreams(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ requests wait longer than `interval` seconds for a head from one backend URL, on
 that URL asks its `/health` every `interval` seconds on a connection of its own. A backend
 that leaves every probe unanswered for `timeout` seconds is unresponsive: the requests
 waiting on it end with `Unresponsive` (the proxy answers 504). Any answer to a probe counts:
-the server process runs, so the request may still be answered.
+the server process runs, so the request may still be answered. A backend whose
+`/is_sleeping` says it was put to sleep (its process killed the swap that did it) will not
+answer either: the waiting requests end at once with `Unresponsive(asleep=True)` (503).
 """
 
 from __future__ import annotations
@@ -23,7 +25,12 @@ MIN_INTERVAL_S = 0.1
 
 
 class Unresponsive(Exception):
-    """The backend answered no `/health` probe for the timeout while a request waited."""
+    """The backend answered no `/health` probe for the timeout while a request waited, or
+    (`asleep`) it says it sleeps."""
+
+    def __init__(self, asleep: bool = False) -> None:
+        super().__init__("asleep" if asleep else "unresponsive")
+        self.asleep = asleep
 
 
 class _Watch:
@@ -31,7 +38,7 @@ class _Watch:
 
     def __init__(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
         self.users = 0
-        self.gone: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.gone: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: asleep
         self._task = asyncio.ensure_future(self._run(url, session, timeout, interval))
 
     async def _run(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
@@ -44,12 +51,24 @@ class _Watch:
                 async with session.get(url + "/health", timeout=probe) as reply:
                     await reply.read()
                 answered = loop.time()
+                if await _asleep(session, url, probe):
+                    self.gone.set_result(True)
+                    return
             if loop.time() - answered >= timeout:
-                self.gone.set_result(None)
+                self.gone.set_result(False)
                 return
 
     def stop(self) -> None:
         self._task.cancel()
+
+
+async def _asleep(session: aiohttp.ClientSession, url: str, probe: aiohttp.ClientTimeout) -> bool:
+    """A sleep-mode backend's own answer (a backend without the route is awake)."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
+        async with session.get(url + "/is_sleeping", timeout=probe) as reply:
+            if reply.status == 200:
+                return bool((await reply.json(content_type=None)).get("is_sleeping"))
+    return False
 
 
 class Liveness:
@@ -62,7 +81,7 @@ class Liveness:
         self._watches: dict[str, _Watch] = {}
 
     @contextlib.contextmanager
-    def watching(self, url: str) -> Iterator[asyncio.Future[None] | None]:
+    def watching(self, url: str) -> Iterator[asyncio.Future[bool] | None]:
         """While a request waits for a head from `url`: a future that completes when the
         backend stops answering (None when off)."""
         session = self._session()

@@ -593,14 +593,17 @@ class ProxyApp:
                 return False
             except ClientGone:
                 return False
-            except Unresponsive:
-                self._unresponsive(scope, target, failures)
-                await send_error(
-                    send,
-                    504,
-                    f"the backend answered neither this request nor its /health for "
-                    f"{self.liveness.timeout:g}s (unresponsive_timeout)",
-                )
+            except Unresponsive as err:
+                self._unresponsive(scope, target, failures, err.asleep)
+                if err.asleep:
+                    await send_error(send, 503, "the backend was put to sleep before it answered: send again")
+                else:
+                    await send_error(
+                        send,
+                        504,
+                        f"the backend answered neither this request nor its /health for "
+                        f"{self.liveness.timeout:g}s (unresponsive_timeout)",
+                    )
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
@@ -634,12 +637,15 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _unresponsive(self, scope: Scope, target: Upstream | Member, failures: list[str]) -> None:
-        """A request waited on a backend that answered no /health probe for the timeout."""
+    def _unresponsive(
+        self, scope: Scope, target: Upstream | Member, failures: list[str], asleep: bool = False
+    ) -> None:
+        """A request waited on a backend that answered no /health probe for the timeout, or sleeps."""
         log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
         self.metrics.upstream_errors.inc()
-        failures.append("unresponsive")
-        target.mark_down(f"/health unanswered for {self.liveness.timeout:g}s")
+        failures.append("asleep" if asleep else "unresponsive")
+        why = "/is_sleeping: true" if asleep else f"/health unanswered for {self.liveness.timeout:g}s"
+        target.mark_down(why)
 
     def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again,
@@ -692,7 +698,7 @@ class ProxyApp:
         sending.cancel()
         await _settle(sending)
         if gone is not None and gone.done():
-            raise Unresponsive
+            raise Unresponsive(asleep=gone.result())
         return None
 
 

@@ -174,11 +174,14 @@ class Switcher:
         log.info("switch demand -> %s withdrawn: %s", demand.variant, why)
         self._notify()
 
-    def report(self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "") -> None:
-        """The host says what serves now, and how the demand `demand_id` ended. Only a report
-        on a demand is a follower's contact: `up` reports what serves too, without one."""
+    def report(
+        self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
+    ) -> None:
+        """The host says what serves now, and how the demand `demand_id` ended. A report on a
+        demand, or one `follow` marks as its own, is a follower's contact: `up` reports what
+        serves too, and is none."""
         now = self.clock()
-        if demand_id is not None:
+        if demand_id is not None or follower:
             self.last_contact = now
         previous = self.serving
         if variant:

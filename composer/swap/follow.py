@@ -113,11 +113,11 @@ class Follower:
     ) -> GatewayControl:
         """Report a switch's outcome; a gateway replaced meanwhile is found again and told."""
         try:
-            control.report_serving(serving, demand.id, ok=ok, detail=detail)
+            control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
             return control
         except (GatewayControlError, DockerException):
             fresh = self._control()
-            fresh.report_serving(serving, demand.id, ok=ok, detail=detail)
+            fresh.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
             return fresh
 
     def _serving_now(self) -> str | None:
@@ -128,7 +128,7 @@ class Follower:
         """Tell the gateway what serves when it changed since the last report."""
         serving = self._serving_now()
         if serving is not None and serving != self.reported:
-            control.report_serving(serving)
+            control.report_serving(serving, follower=True)
             self.reported = serving
             self.emit(FollowEvent("serving", serving, "read from Docker"))
 
@@ -136,17 +136,17 @@ class Follower:
         """Run one demand through `up` and report how it ended (to the gateway that runs then)."""
         if demand.variant not in self.stack.variants:
             reason = f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
-            control.report_serving(self.reported, demand.id, ok=False, detail=reason)
+            control.report_serving(self.reported, demand.id, ok=False, detail=reason, follower=True)
             self.emit(FollowEvent("refused", demand.variant, reason))
             return control
         refused = self.stack.variants[demand.variant].refused
         if refused:
-            control.report_serving(self.reported, demand.id, ok=False, detail=refused)
+            control.report_serving(self.reported, demand.id, ok=False, detail=refused, follower=True)
             self.emit(FollowEvent("refused", demand.variant, refused))
             return control
         serving = self._serving_now()
         if serving == demand.variant:  # a by-hand `up` since the last sync: nothing to switch
-            control.report_serving(serving, demand.id, ok=True, detail="already serving")
+            control.report_serving(serving, demand.id, ok=True, detail="already serving", follower=True)
             self.reported = serving
             self.emit(FollowEvent("serving", serving, "already serving (read from Docker): no switch"))
             return control

@@ -12,13 +12,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from composer.errors import PreflightFailed
+from docker.errors import DockerException
+
+from composer.engine import retry
+from composer.engine.retry import Pending
+from composer.errors import GatewayControlError, PreflightFailed
+from composer.gateway.client import GatewayControl
 from composer.render import follow
 from composer.render.prometheus import PROFILE_SERVICES, PrometheusSpec
 from composer.render.runfiles import state_dir
 from composer.render.spec import resolve
+from composer.swap import snapshot
 from composer.swap.lock import lock_dir
 from composer.swap.steps import Context, compose_up
+
+FOLLOWER_ATTACH_S = 30.0
+"""How long `up --with follow` waits for the follower's first report to the gateway."""
 
 
 def _image(ctx: Context, image: str, fix: str) -> None:
@@ -114,4 +123,33 @@ def start_profiles(ctx: Context, compose_file: Path) -> list[str]:
         compose_up(ctx, compose_file, service, host)
         extra = " with the Docker socket (Docker's full power)" if profile == follow.PROFILE else ""
         notes.append(f"{service} runs (the {profile} profile){extra}")
+        if profile == follow.PROFILE and not _follower_attached(ctx):
+            notes.append(
+                f"{service} has not reached the gateway within {FOLLOWER_ATTACH_S:.0f}s: alias "
+                f"requests are refused until it does (docker logs {ctx.stack.project}-{service}-1)"
+            )
     return notes
+
+
+def _follower_attached(ctx: Context) -> bool:
+    """Wait until the started follower has reported to the gateway, so an alias request sent
+    right after `up` finds it (False after FOLLOWER_ATTACH_S; True without a gateway to ask)."""
+    gateway = snapshot.take(ctx.stack, ctx.client, ask_sleeping=False).gateway
+    if gateway is None:
+        return True
+    control = GatewayControl(gateway)
+
+    def attached() -> bool:
+        try:
+            found = control.state().follower_attached
+        except (GatewayControlError, DockerException) as err:
+            raise Pending(f"the gateway did not answer: {err}") from err
+        if found is False:
+            raise Pending("no report from the follower yet")
+        return True  # attached, or an older gateway that does not say
+
+    ctx.say("waiting for the follower to reach the gateway")
+    try:
+        return retry.follower_attach(FOLLOWER_ATTACH_S)(attached)
+    except Pending:
+        return False

@@ -181,6 +181,17 @@ def test_up_reporting_what_serves_is_no_follower_an_alias_is_refused_at_once() -
     asyncio.run(scenario())
 
 
+def test_a_report_follow_marks_as_its_own_is_a_followers_contact() -> None:
+    """`follow` reports what serves when it starts: from then on an alias request waits for
+    its demand to be taken instead of being refused (a request sent right after `up --with
+    follow` got 503 while the follower had not long-polled yet)."""
+    sw, _, _ = _switcher(min_residency=0)
+    sw.report("baseline", None, True)
+    assert not sw.follower_attached()
+    sw.report("baseline", None, True, follower=True)
+    assert sw.follower_attached() and sw.snapshot()["follower_seen_s_ago"] == 0
+
+
 def test_a_failed_switch_answers_503_and_starts_a_residency() -> None:
     async def scenario() -> None:
         sw, clock, _ = _switcher(min_residency=30, residency_wait=0)

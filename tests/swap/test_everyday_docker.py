@@ -139,7 +139,10 @@ def test_logs_of_the_gateway_and_of_a_named_variant_and_ps(sim_stack):
     absent = sim_stack.run("logs", "mtp")
     assert absent.returncode == 1 and "no variant container of variant mtp exists" in absent.stderr
     ps = sim_stack.run("ps", "--json")
-    assert ps.returncode == 0 and json.loads(ps.stdout)["variant"] == "baseline"
+    assert ps.returncode == 0, ps.stderr
+    rows = {row["variant"]: row for row in json.loads(ps.stdout)}
+    assert rows["baseline"]["state"].startswith("serving")
+    assert rows["gateway"]["ports"].endswith(f":{sim_stack.port}->8000/tcp")
 
 
 def test_crash_after_the_settle_window_is_reported_by_status(sim_stack):

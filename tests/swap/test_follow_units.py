@@ -45,7 +45,8 @@ class RecordingControl:
     def __init__(self) -> None:
         self.reports: list[tuple[str | None, str | None, bool, str]] = []
 
-    def report_serving(self, variant, demand_id=None, ok=True, detail=""):
+    def report_serving(self, variant, demand_id=None, ok=True, detail="", follower=False):
+        assert follower, "follow marks its reports as a follower's contact"
         self.reports.append((variant, demand_id, ok, detail))
         return {}
 

@@ -34,8 +34,15 @@ def _wait_for_stage(stack, words: str, swap, limit: float = 60) -> None:
     raise AssertionError(f"the swap never reached {words!r}")
 
 
+def _served_name(stack) -> str:
+    """The stack's served name (status names one only while a variant serves)."""
+    done = stack.run("config", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)["stack"]["served_model_name"]
+
+
 def _complete(stack, timeout: float = 120) -> httpx.Response:
-    served = stack.status()["served_model_name"]
+    served = _served_name(stack)
     body = {"model": served, "prompt": "hi", "max_tokens": 4}
     headers = {"Authorization": f"Bearer {stack.api_key}"}
     url = f"http://127.0.0.1:{stack.port}/v1/completions"
