@@ -1,12 +1,14 @@
 """Whether the gateway answers through the port Docker publishes on the host.
 
-Docker forwards a published port to a container with a proxy on the host (docker-proxy,
-its userland proxy). That proxy can die while the container runs on, healthy from inside:
-clients then get "connection refused", and a bind test finds the port free. So the
-gateway is probed end to end, `GET /gateway/health` on the published address, without the
-key. A refused connection while the gateway container runs means the proxy is gone
-(`dead`); any other failure (the proxy up, the gateway not listening yet) is only
-`answers = False`.
+Docker forwards a published port to a container either with a proxy on the host
+(docker-proxy, its userland proxy) or with iptables rules (`--userland-proxy=false`). Either
+can vanish while the container runs on, healthy from inside: a dead proxy leaves "connection
+refused"; flushed rules (a firewall reload) leave dockerd's port reservation, which accepts
+connections and never answers. So the gateway is probed end to end, `GET /gateway/health` on
+the published address, without the key. The publication is `dead` when the connection is
+refused, or when nothing answers through it while the gateway answers on its own container
+address (asked only of a local engine, whose bridge addresses this host reaches). Any other
+failure (the gateway not listening yet) is only `answers = False`.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ if TYPE_CHECKING:
     from composer.stack.model import Stack
 
 DEAD_PORT = (
-    "the published port does not answer: the gateway container is up but Docker's port proxy is gone; "
+    "the published port does not answer: the gateway container is up but Docker's forwarding "
+    "to it (its port proxy or its iptables rules) is gone; "
     "`compose-spec up --recreate-gateway` (or restart the gateway)"
 )
 HEALTH_PATH = "/gateway/health"
+SILENT = "no answer through the port"
 PROBE_TIMEOUT = httpx.Timeout(5.0, connect=1.0)
 
 
@@ -41,7 +45,8 @@ class PublishedPort:
     url: str
     answers: bool
     dead: bool = False
-    """The connection was refused while the container runs: Docker's proxy is gone."""
+    """The container runs but Docker's forwarding to it is gone (refused, or silent while the
+    gateway answers on its container address)."""
     detail: str = ""
 
     def to_json(self) -> dict[str, object]:
@@ -66,14 +71,31 @@ def _probe_once(url: str) -> PublishedPort:
         refused = "refused" in str(err).lower() or isinstance(err.__cause__, ConnectionRefusedError)
         return PublishedPort(url, False, dead=refused, detail=f"connection failed ({type(err).__name__})")
     except httpx.HTTPError as err:
-        return PublishedPort(url, False, detail=f"no answer through the port ({type(err).__name__})")
+        return PublishedPort(url, False, detail=f"{SILENT} ({type(err).__name__})")
     if reply.status_code != 200:
         return PublishedPort(url, False, detail=f"{HEALTH_PATH} answered {reply.status_code}")
     return PublishedPort(url, True)
 
 
+def container_addresses(container: Container) -> list[str]:
+    """The gateway's own API addresses on its networks, where this host reaches them (a local
+    engine's bridges); none for a remote engine."""
+    from composer.engine.client import engine_address
+
+    if engine_address():
+        return []
+    networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    found = (settings.get("IPAddress") for settings in networks.values() if isinstance(settings, dict))
+    return [base_url(address, CONTAINER_PORT) for address in found if address]
+
+
+def _answers_inside(container: Container) -> bool:
+    return any(_probe_once(url).answers for url in container_addresses(container))
+
+
 def probe_published(container: Container, stack: Stack) -> PublishedPort:
-    """Probe the gateway through its published host port (a refusal is asked twice more)."""
+    """Probe the gateway through its published host port (a refusal is asked twice more; a
+    silence already waited its read timeout)."""
     host, port = published_address(container, stack)
     url = base_url(host, port)
 
@@ -83,7 +105,10 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
             raise Pending(found.detail, result=found)  # the last refusal is the answer
         return found
 
-    return retry.published_refusal()(attempt)
+    found = retry.published_refusal()(attempt)
+    if found.detail.startswith(SILENT) and _answers_inside(container):
+        return PublishedPort(url, False, dead=True, detail=f"{found.detail}; the gateway answers inside")
+    return found
 
 
 ANSWER_TIMEOUT = 60.0

@@ -1,18 +1,21 @@
 """The gateway probed through its published host port (issue 22), without Docker: a
-refused connection is a dead port proxy, a server that accepts and hangs up is not, and
+refused connection is a dead port proxy, a server that accepts and hangs up is not, a port
+that accepts and stays silent is dead only while the gateway answers on its own address, and
 `status` and doctor say the fix instead of "not listening yet" or "port is free"."""
 
 from __future__ import annotations
 
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import httpx
 import pytest
 
 from composer.doctor.preflight import check_published_port
+from composer.engine import published_port
 from composer.engine.published_port import DEAD_PORT, probe_published, published_address
 from composer.swap.gateway_port import mark_unreachable
 from composer.swap.status import format_status
@@ -22,12 +25,15 @@ from tests.doctor.fakes import make_stack
 class _Gateway:
     """A running gateway container as the Docker SDK shows it: its published binding."""
 
-    def __init__(self, port: int, status: str = "running") -> None:
+    def __init__(self, port: int, status: str = "running", inside: str = "") -> None:
         self.name = "p-gateway-1"
         self.status = status
         self.labels = {"vllm-composer.role": "gateway"}
         self.attrs = {
-            "NetworkSettings": {"Ports": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]}}
+            "NetworkSettings": {
+                "Ports": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]},
+                "Networks": {"p_default": {"IPAddress": inside}},
+            }
         }
 
 
@@ -90,6 +96,53 @@ def hanging_up() -> Iterator[int]:
     stop.set()
     thread.join(2)
     sock.close()
+
+
+@pytest.fixture
+def silent() -> Iterator[int]:
+    """Listens and never accepts: dockerd's reservation of a port whose forwarding rules are gone."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(16)
+        yield sock.getsockname()[1]
+
+
+@pytest.fixture
+def inside_is(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
+    """Point the gateway's container address at a host port; probes give up on a silent port
+    after a short read."""
+    monkeypatch.setattr(published_port, "PROBE_TIMEOUT", httpx.Timeout(0.5, connect=1.0))
+    return lambda port: monkeypatch.setattr(
+        published_port, "container_addresses", lambda container: [f"http://127.0.0.1:{port}"]
+    )
+
+
+def test_the_gateway_is_asked_on_its_network_addresses_of_a_local_engine_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    monkeypatch.delenv("DOCKER_CONTEXT", raising=False)
+    gateway = _Gateway(8000, inside="172.18.0.5")
+    assert published_port.container_addresses(gateway) == ["http://172.18.0.5:8000"]  # type: ignore[arg-type]
+    assert published_port.container_addresses(_Gateway(8000)) == []  # type: ignore[arg-type]
+    monkeypatch.setenv("DOCKER_HOST", "tcp://gpu-box:2375")
+    assert published_port.container_addresses(gateway) == []  # type: ignore[arg-type]
+
+
+def test_a_silent_port_is_dead_while_the_gateway_answers_inside(
+    tmp_path: Path, silent: int, answering: int, inside_is: Callable[[int], None]
+) -> None:
+    inside_is(answering)
+    found = probe_published(_Gateway(silent), make_stack(tmp_path))  # type: ignore[arg-type]
+    assert found.dead and not found.answers and "answers inside" in found.detail
+
+
+def test_a_silent_port_is_not_dead_while_the_gateway_is_silent_too(
+    tmp_path: Path, silent: int, inside_is: Callable[[int], None]
+) -> None:
+    inside_is(silent)
+    found = probe_published(_Gateway(silent), make_stack(tmp_path))  # type: ignore[arg-type]
+    assert not found.dead and not found.answers
 
 
 def test_the_published_address_comes_from_dockers_record(tmp_path: Path) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import shlex
 import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -181,10 +183,8 @@ def test_port_beyond_loopback_is_a_warning(serving: Stack, docker_client) -> Non
 
 
 # -- issue 22. Docker's port proxy for the published port is gone --------------------------------
-def _kill_port_proxy(port: int) -> None:
-    """Kill the docker-proxy process that publishes `port` on the host (Docker's userland
-    proxy, which publishes loopback ports by default): what a flood of half-open
-    connections did in issue 22. Clients then get "connection refused"."""
+def _docker_proxy_pids(port: int) -> list[int]:
+    """The docker-proxy processes (Docker's userland proxy) that publish `port` on the host."""
     found = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
         try:
@@ -194,14 +194,36 @@ def _kill_port_proxy(port: int) -> None:
         proxy = argv[0].endswith(b"docker-proxy") and b"-host-port" in argv
         if proxy and argv[argv.index(b"-host-port") + 1] == str(port).encode():
             found.append(int(cmdline.parent.name))
-    if not found:
-        reason = f"no docker-proxy publishes port {port}: this engine runs without its userland proxy"
+    return found
+
+
+def _dnat_rules(port: int) -> list[str]:
+    """The engine's DNAT rules for `port` (how a dockerd without its userland proxy publishes)."""
+    listed = subprocess.run(["iptables", "-t", "nat", "-S", "DOCKER"], capture_output=True, text=True)
+    return [
+        line
+        for line in listed.stdout.splitlines()
+        if line.startswith("-A DOCKER ") and f"--dport {port} " in line and "-j DNAT" in line
+    ]
+
+
+def _break_port_publication(port: int) -> None:
+    """Take away the engine's publication of `port` while every container keeps running: what
+    a flood of half-open connections did to Docker's userland proxy in issue 22. With the
+    proxy, its process is killed; without it (iptables forwarding), its DNAT rule is deleted.
+    Clients then get "connection refused", or (dockerd's reservation of the port) no answer."""
+    pids = _docker_proxy_pids(port)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    rules = [] if pids else _dnat_rules(port)
+    for rule in rules:
+        subprocess.run(["iptables", "-t", "nat", "-D", *shlex.split(rule)[1:]], check=True)
+    if not pids and not rules:
+        reason = f"neither a docker-proxy nor a DNAT rule publishes port {port}"
         if in_ci():
             pytest.fail(reason)
         pytest.skip(reason)
-    for pid in found:
-        os.kill(pid, signal.SIGTERM)
-    with pytest.raises(httpx.ConnectError):
+    with pytest.raises((httpx.ConnectError, httpx.ReadTimeout)):
         httpx.get(f"http://127.0.0.1:{port}/gateway/health", timeout=5)
 
 
@@ -217,7 +239,7 @@ def test_a_dead_published_port_is_named_and_brought_back_without_restarting_the_
 ) -> None:
     """Last in this module: it replaces the gateway (the variant keeps serving)."""
     variant, gateway = _baseline_id(serving, docker_client), _gateway_id(serving, docker_client)
-    _kill_port_proxy(serving.port)
+    _break_port_publication(serving.port)
 
     status = serving.run("status")
     assert status.returncode == 0, status.stderr
