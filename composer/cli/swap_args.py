@@ -80,3 +80,5 @@ def report_swap(
     else:
         total = result.timings.get("total", 0.0)
         click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
+    if dry_run and result.outcome == "refused":
+        raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)

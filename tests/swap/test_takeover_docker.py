@@ -36,7 +36,7 @@ def test_another_stack_in_the_project_is_refused_until_takeover(sim_stack, tmp_p
         f"(project {sim_stack.project}), with another API key"
     )
     assert (
-        planned.returncode == 0
+        planned.returncode == 2  # what `up` would do: refuse (a usage error)
         and planned.stdout.startswith("refused: baseline (")
         and expected in planned.stdout
     )
