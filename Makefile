@@ -96,11 +96,14 @@ check: install tools
 	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist loadgroup --hypothesis-profile=fast $(PYTEST_ARGS)
 	$(CHECK_PYTEST) -m "$(FAST_TIER) and timing" $(PYTEST_ARGS)
 
-# The full suite (what .ci/run calls): every image, then every test once (the fast tier,
-# the slow and the Docker and real-vLLM tests), each property test with its full examples.
+# The full suite (what .ci/run calls): every image, then every test once, each property
+# test with its full examples: the fast tier on CHECK_WORKERS workers, then the slow, the
+# timing, the Docker and the real-vLLM tests one at a time (they share stacks and both cores),
+# with the slowest listed. Exit 5 (a PYTEST_ARGS selection leaves one pass empty) is no failure.
 test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -m "not ($(FAST_TIER) and not timing)" --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
 bench: install docker image-sim image-gateway
