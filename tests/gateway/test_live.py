@@ -314,11 +314,12 @@ def test_a_killed_upstream_is_taken_out_and_rejoins(sims, gateways) -> None:
         for t in threads:
             t.join(timeout=30)
     assert chat.refused() == 0
-    # The 2 requests in flight on mtp when it died: a stream it had begun fails; one it had
-    # not answered yet is sent to baseline. Either way mtp counts the failure.
+    # The 2 requests in flight on mtp when it died: a stream it had begun breaks; one it had
+    # not answered yet may have started there, so it is not sent again: 502. Either way mtp
+    # counts the failure.
     failed = [o for o in chat.outcomes if not o.ok]
     assert len(failed) <= 2
-    assert all(o.status in (0, 200) for o in failed)  # broken streams, not refusals
+    assert all(o.status in (0, 200, 502) for o in failed), failed  # broken or 502, never a refusal
     assert gw.gateway.live.members["mtp/1"].errors >= max(1, len(failed))
     text = gateway_metrics(gw)
     assert 'gateway_live_errors_total{upstream="mtp/1"}' in text
