@@ -66,9 +66,9 @@ def test_a_changed_live_setting_is_applied_in_place_and_then_matches(tmp_path: P
 
 
 def test_a_new_image_or_a_gateway_that_cannot_say_needs_a_new_container(tmp_path: Path) -> None:
-    stack, spec, new, snap, env = _setup(tmp_path, reported=None, image_id="sha256:rebuilt")
+    stack, spec, new, snap, _ = _setup(tmp_path, reported=None, image_id="sha256:rebuilt")
     assert gateway_change.decide(stack, spec, new, snap).recreate == "its image changed"
-    stack, spec, new, snap, env = _setup(tmp_path, reported=None)
+    stack, spec, new, snap, _ = _setup(tmp_path, reported=None)
     snap.gateway.exec_run = lambda *a, **k: (0, (OLD_STATE, b""))  # an older image's /state
     spec_250 = spec.__class__(
         **{**spec.__dict__, "environment": (*spec.environment, ("GATEWAY_MAX_HELD", ("250",)))}
