@@ -28,6 +28,7 @@ from composer.swap.plan import GatewayChange
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
+    from composer.gateway.client import GatewayControl
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
     from composer.swap.snapshot import Snapshot
@@ -56,29 +57,37 @@ def differing(wanted: dict[str, str], running: dict[str, str], served: str) -> t
     return tuple(name for name in LIVE if values[0][name] != values[1][name])
 
 
-def in_effect(snap: Snapshot) -> dict[str, str] | None:
-    """The live settings the running gateway reports (None: it cannot say, an older image)."""
+def in_effect(snap: Snapshot, control: GatewayControl | None = None) -> dict[str, str] | None:
+    """The live settings the running gateway reports (None: it cannot say, an older image);
+    `control`: a session already open to it (else one `docker exec`)."""
     from composer.gateway.client import GatewayControl
 
     state = snap.gateway_state
     if state is None and snap.gateway is not None:
         with contextlib.suppress(ComposerError):
-            state = GatewayControl(snap.gateway).state()
+            state = (control or GatewayControl(snap.gateway)).state()
     settings = state.raw.get("settings") if state is not None else None
     if not isinstance(settings, dict):
         return None
     return {name: str(settings.get(name, "")) for name in LIVE}
 
 
-def decide(stack: Stack, gateway: GatewaySpec, compose_file: Path, snap: Snapshot) -> GatewayChange:
-    """How the running gateway differs from `gateway` (the stack's, rendered in `compose_file`)."""
+def decide(
+    stack: Stack,
+    gateway: GatewaySpec,
+    compose_file: Path,
+    snap: Snapshot,
+    control: GatewayControl | None = None,
+) -> GatewayChange:
+    """How the running gateway differs from `gateway` (the stack's, rendered in `compose_file`);
+    `control`: a control session already open to it (see `in_effect`)."""
     container = snap.gateway
     if container is None or not snap.gateway_running:
         return GatewayChange()
     wanted = wanted_settings(gateway)
     created = container_env(container)
     recreate = _container_differs(stack, compose_file, container, created)
-    reported = in_effect(snap) if not recreate else None
+    reported = in_effect(snap, control) if not recreate else None
     running = reported if reported is not None else {name: created.get(name, "") for name in LIVE}
     changed = differing(wanted, running, stack.served_model_name)
     if changed and reported is None and not recreate:

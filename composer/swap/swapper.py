@@ -137,7 +137,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
-        snap, plan, compose_file = prepare(ctx, target, result, dry_run)
+        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -150,10 +150,11 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
 
 
 def prepare(
-    ctx: Context, target: Target, result: UpResult, dry_run: bool = False
+    ctx: Context, target: Target, result: UpResult, dry_run: bool = False, early: EarlyHold | None = None
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops: the preflight's
-    findings, the run file, the gateway's settings, the standby fit (its notes go to `result`).
+    findings, the run file, the gateway's settings (asked through `early`'s session when it
+    opened), the standby fit (its notes go to `result`).
 
     A killed gateway in front of a healthy target is started here (never with `dry_run`),
     so the plan sees it: the variant is never reloaded for it."""
@@ -183,7 +184,7 @@ def prepare(
         current_ready=ready,
         gateway=None
         if ctx.options.keep_gateway or gateway is None
-        else gateway_change.decide(stack, gateway, compose_file, snap),
+        else gateway_change.decide(stack, gateway, compose_file, snap, early.control() if early else None),
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
         force_recreate=ctx.options.force_recreate,
