@@ -248,7 +248,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
         container=_gateway(ctx, gateway),
         waiting=ctx.waiting,
     )
-    ctx.say("the gateway's settings changed: draining it before it is recreated")
+    ctx.say("the gateway needs a new container: draining it before it is recreated")
     drained = old.begin()
     try:
         held = old.control.state().held
