@@ -272,18 +272,21 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
     return out
 
 
-def apply_settings(ctx: Context, gateway: GatewaySpec, change: GatewayChange) -> Outcome:
+def apply_settings(
+    ctx: Context, gateway: GatewaySpec, change: GatewayChange, control: GatewayControl | None = None
+) -> Outcome:
     """Apply the gateway's changed settings in place: the same container serves on, nothing is
-    drained or refused (a refusal changes nothing and fails the swap before anything else)."""
+    drained or refused (a refusal changes nothing and fails the swap before anything else).
+    `control`: a control session already open to it (else one `docker exec`)."""
     from composer.gateway.client import GatewayControl
 
     began = time.monotonic()
-    container = _gateway(ctx, gateway)
-    if container is None:
+    container = _gateway(ctx, gateway) if control is None else None
+    if control is None and container is None:
         raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
     ctx.say(f"applying the gateway's changed settings in place ({change.keys()})")
     try:
-        GatewayControl(container).apply_settings(dict(change.settings))
+        (control or GatewayControl(container)).apply_settings(dict(change.settings))  # type: ignore[arg-type]
     except GatewayControlError as err:
         raise SwapFailed(f"the gateway refused its new settings: {err}") from err
     out = Outcome("gateway_settings", time.monotonic() - began)

@@ -221,7 +221,7 @@ def execute(
         return
     if not plan.steps:  # only the gateway's settings changed
         result.outcome = GATEWAY_UPDATED
-        transaction.gateway_only(ctx, plan, target, compose_file, result)
+        transaction.gateway_only(ctx, plan, target, compose_file, result, early)
         result.timings["total"] = time.monotonic() - began
         _history(ctx, plan, result.outcome, result)
         return
