@@ -476,6 +476,11 @@ class GatewayControl:
             str(reply["hold_id"]), int(reply["drained"]), int(reply["cut"]), float(reply["duration_s"])
         )
 
+    def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
+        """Apply these `GATEWAY_*` settings in place (`config.LIVE`); returns those in effect.
+        A refusal (a bad value, a setting that needs a new container) changes nothing."""
+        return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
+
     def route(self, upstream: str) -> str:
         """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
         return str(self._call("POST", "/route", {"upstream": upstream})["previous"])

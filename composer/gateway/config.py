@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from urllib.parse import urlsplit
 
 from composer.errors import GatewayConfigError
@@ -129,6 +129,35 @@ LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_SPILL": (0, 100000),
 }
 
+# Settings a running gateway takes in place (`PUT /settings`); every other one (its port,
+# host, control socket, state folder, API key, served name, upstream, poll interval) is read
+# once at start and needs a new container.
+LIVE: tuple[str, ...] = (
+    "GATEWAY_UPSTREAM_CANDIDATES",
+    "GATEWAY_HOLD_TIMEOUT",
+    "GATEWAY_MAX_HELD",
+    "GATEWAY_DRAIN_TIMEOUT",
+    "GATEWAY_STALL_TIMEOUT",
+    "GATEWAY_UNRESPONSIVE_TIMEOUT",
+    "GATEWAY_HOLD_KEEPALIVE",
+    "GATEWAY_HOLD_LEASE",
+    "GATEWAY_RETRY_AFTER",
+    "GATEWAY_MAX_HEAD_BYTES",
+    "GATEWAY_HEAD_TIMEOUT",
+    "GATEWAY_BODY_TIMEOUT",
+    "GATEWAY_KEEP_ALIVE_TIMEOUT",
+    "GATEWAY_MAX_CONNECTIONS",
+    "GATEWAY_LOG_LEVEL",
+    "GATEWAY_SWITCH_ON_MODEL",
+    "GATEWAY_ALIASES",
+    "GATEWAY_POLICY",
+    "GATEWAY_MIN_RESIDENCY",
+    "GATEWAY_RESIDENCY_WAIT",
+    "GATEWAY_POLICY_WINDOW",
+    "GATEWAY_WORKLOADS",
+    "GATEWAY_SPILL",
+)
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 POLICIES = ("manual", "auto")
 
@@ -211,6 +240,7 @@ class GatewayConfig:
     workloads: tuple[WorkloadClass, ...] = ()
     live_upstreams: tuple[LiveSpec, ...] = ()
     spill: int = 0
+    settings: tuple[tuple[str, str], ...] = ()  # the `LIVE` variables as given (non-empty ones)
 
     @property
     def inspects_bodies(self) -> bool:
@@ -224,7 +254,33 @@ class GatewayConfig:
         out["aliases"] = dict(self.aliases)
         out["workloads"] = [w.name for w in self.workloads]
         out["live_upstreams"] = [spec.describe() for spec in self.live_upstreams]
+        out["settings"] = dict(self.settings)
         return out
+
+    def live_values(self) -> dict[str, object]:
+        """The value of each `LIVE` setting (compare two of these to see whether they differ)."""
+        return {name: getattr(self, field_name(name)) for name in LIVE}
+
+    def with_settings(self, changes: Mapping[str, str]) -> GatewayConfig:
+        """These settings with `changes` (`LIVE` variables; "" is the default) applied, validated
+        by `load_config` as a whole: raises GatewayConfigError naming the first bad one."""
+        fixed = sorted(set(changes) - set(LIVE))
+        if fixed:
+            raise GatewayConfigError(
+                f"{fixed[0]} cannot change in a running gateway (it needs a new container); "
+                f"allowed: {', '.join(LIVE)}"
+            )
+        if not all(isinstance(value, str) for value in changes.values()):
+            raise GatewayConfigError("every setting's value must be a string, as in the environment")
+        env = {**dict(self.settings), **changes, "GATEWAY_SERVED_NAME": self.served_name}
+        parsed = load_config(env)
+        changed = {field_name(name): getattr(parsed, field_name(name)) for name in changes}
+        return replace(self, **changed, settings=parsed.settings)
+
+
+def field_name(variable: str) -> str:
+    """`GATEWAY_MAX_HELD` -> `max_held`: the `GatewayConfig` field a variable sets."""
+    return variable.removeprefix("GATEWAY_").lower()
 
 
 def check_upstream(value: str, name: str = "GATEWAY_UPSTREAM") -> str:
@@ -251,33 +307,25 @@ def check_upstream(value: str, name: str = "GATEWAY_UPSTREAM") -> str:
     return value.strip().rstrip("/")
 
 
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
+def _limited(env: Mapping[str, str], name: str) -> float:
+    """The number `name` sets within its `LIMITS` (an integer where its default is one)."""
+    default = GatewayConfig.__dataclass_fields__[field_name(name)].default
     low, high = LIMITS[name]
     raw = env.get(name, "").strip()
     if not raw:
-        return default
+        return default  # type: ignore[return-value]
     try:
-        value = float(raw)
+        value = int(raw) if isinstance(default, int) else float(raw)
     except ValueError:
         value = math.nan
     if not (low <= value <= high):
+        if isinstance(default, int):
+            raise GatewayConfigError(
+                f"{name}={raw!r} is invalid; allowed: an integer from {low:.0f} to {high:.0f}"
+            )
         raise GatewayConfigError(
             f"{name}={raw!r} is invalid; allowed: a number of seconds from {low:g} to {high:g}"
         )
-    return value
-
-
-def _integer(env: Mapping[str, str], name: str, default: int) -> int:
-    low, high = (int(bound) for bound in LIMITS[name])
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        value = low - 1
-    if not (low <= value <= high):
-        raise GatewayConfigError(f"{name}={raw!r} is invalid; allowed: an integer from {low} to {high}")
     return value
 
 
@@ -320,29 +368,9 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         raise GatewayConfigError(str(err)) from err
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
-        upstream_candidates=tuple(
-            check_upstream(url, "GATEWAY_UPSTREAM_CANDIDATES")
-            for url in filter(
-                None, (u.strip() for u in env.get("GATEWAY_UPSTREAM_CANDIDATES", "").split(","))
-            )
-        ),
+        upstream_candidates=_candidates(env.get("GATEWAY_UPSTREAM_CANDIDATES", "")),
         host=host,
-        port=_integer(env, "GATEWAY_PORT", 8000),
         served_name=served,
-        hold_timeout=_number(env, "GATEWAY_HOLD_TIMEOUT", 300.0),
-        max_held=_integer(env, "GATEWAY_MAX_HELD", 256),
-        drain_timeout=_number(env, "GATEWAY_DRAIN_TIMEOUT", 60.0),
-        poll_interval=_number(env, "GATEWAY_POLL_INTERVAL", 0.1),
-        stall_timeout=_number(env, "GATEWAY_STALL_TIMEOUT", 120.0),
-        unresponsive_timeout=_number(env, "GATEWAY_UNRESPONSIVE_TIMEOUT", 30.0),
-        hold_keepalive=_number(env, "GATEWAY_HOLD_KEEPALIVE", 15.0),
-        hold_lease=_number(env, "GATEWAY_HOLD_LEASE", 60.0),
-        retry_after=_integer(env, "GATEWAY_RETRY_AFTER", 2),
-        max_head_bytes=_integer(env, "GATEWAY_MAX_HEAD_BYTES", 65536),
-        head_timeout=_number(env, "GATEWAY_HEAD_TIMEOUT", 10.0),
-        body_timeout=_number(env, "GATEWAY_BODY_TIMEOUT", 60.0),
-        keep_alive_timeout=_number(env, "GATEWAY_KEEP_ALIVE_TIMEOUT", 5.0),
-        max_connections=_integer(env, "GATEWAY_MAX_CONNECTIONS", 1024),
         control_socket=socket_path,
         log_level=level,
         state_dir=state_dir,
@@ -350,12 +378,10 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         switch_on_model=switch in ("true", "1"),
         aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
         policy=policy,
-        min_residency=_number(env, "GATEWAY_MIN_RESIDENCY", 60.0),
-        residency_wait=_number(env, "GATEWAY_RESIDENCY_WAIT", 30.0),
-        policy_window=_number(env, "GATEWAY_POLICY_WINDOW", 30.0),
         workloads=workloads,
         live_upstreams=live,
-        spill=_integer(env, "GATEWAY_SPILL", 0),
+        settings=tuple((name, env[name].strip()) for name in LIVE if env.get(name, "").strip()),
+        **{field_name(name): _limited(env, name) for name in LIMITS},  # type: ignore[arg-type]
     )
 
 

@@ -23,6 +23,8 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
 |  | ready: the host gated them; members that leave get no new requests); `[]`: single upstream |
 | `POST /upstreams/drain {name, wait_s?}` | wait until a member that left has no requests in flight |
+| `PUT /settings {settings: {GATEWAY_X: value}}` | apply settings in place (`config.LIVE`; "" is |
+|  | the default), validated whole as at start, kept for a restart; `GET /settings`: in effect |
 
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
@@ -298,6 +300,22 @@ class Control:
         left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
         return {"name": name, "done": left == 0, "outstanding": left}
 
+    async def settings(self, _: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "settings": dict(self.gateway.config.settings),
+            "in_effect": self.gateway.settings_in_effect(),
+        }
+
+    async def put_settings(self, args: dict[str, Any]) -> dict[str, Any]:
+        changes = args.get("settings")
+        if not isinstance(changes, dict):
+            raise BadInput('settings must be an object {"GATEWAY_X": "value"}')
+        try:
+            self.gateway.apply_settings(changes)
+        except GatewayConfigError as err:
+            raise BadInput(str(err)) from err
+        return await self.settings(args)
+
 
 # (HTTP method, path, Control's method): the whole control channel.
 VERBS: tuple[tuple[str, str, str], ...] = (
@@ -314,6 +332,8 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     ("POST", "/serving", "serving"),
     ("POST", "/upstreams", "upstreams"),
     ("POST", "/upstreams/drain", "drain_upstream"),
+    ("GET", "/settings", "settings"),
+    ("PUT", "/settings", "put_settings"),
 )
 
 

@@ -11,6 +11,7 @@ usage. For example:
     GET '/drain/ID?wait_s=10'
     POST /release '{"id": "ID"}'
     POST /upstreams '{"upstreams": [{"name": "mtp/1", "variant": "mtp", "url": "http://..."}]}'
+    PUT /settings '{"settings": {"GATEWAY_MAX_HELD": "250"}}'
     tether --owner NAME
     session --owner NAME
 
@@ -43,7 +44,7 @@ USAGE = (
     "usage: composer.gateway.ctl [--socket PATH] METHOD PATH [BODY]\n"
     "       composer.gateway.ctl [--socket PATH] tether|session --owner NAME"
 )
-METHODS = ("GET", "POST")
+METHODS = ("GET", "POST", "PUT")
 TETHER_DETAIL = "the swap that held ended without releasing its hold (its process died)"
 
 
@@ -56,7 +57,7 @@ def request(method: Any, path: Any, body: Any = None) -> tuple[str, str, dict[st
     method = method.upper() if isinstance(method, str) else method
     if method not in METHODS or not isinstance(path, str) or not path.startswith("/"):
         raise Usage(
-            f"{method!r} {path!r} is not a request; allowed: GET or POST, then a path starting with '/'"
+            f"{method!r} {path!r} is not a request; allowed: GET, POST or PUT, then a path starting with '/'"
         )
     if isinstance(body, str):
         try:

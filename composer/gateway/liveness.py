@@ -75,10 +75,14 @@ class Liveness:
     """The probes of every backend that requests wait on (`timeout` 0: none)."""
 
     def __init__(self, timeout: float, session: Callable[[], aiohttp.ClientSession | None]) -> None:
-        self.timeout = timeout
-        self.interval = max(MIN_INTERVAL_S, min(PROBE_INTERVAL_S, timeout / 3))
+        self.set_timeout(timeout)
         self._session = session
         self._watches: dict[str, _Watch] = {}
+
+    def set_timeout(self, timeout: float) -> None:
+        """The timeout for backends watched from now on."""
+        self.timeout = timeout
+        self.interval = max(MIN_INTERVAL_S, min(PROBE_INTERVAL_S, timeout / 3))
 
     @contextlib.contextmanager
     def watching(self, url: str) -> Iterator[asyncio.Future[bool] | None]:

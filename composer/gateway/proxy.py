@@ -51,6 +51,7 @@ from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 from .upstream import Upstream
 
 if TYPE_CHECKING:
+    from .config import GatewayConfig
     from .live import LiveSet, Member
     from .switching import Switcher
 
@@ -292,6 +293,13 @@ class ProxyApp:
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
+
+    def configure(self, config: GatewayConfig) -> None:
+        """New settings (applied in place) for the requests that start from now on."""
+        self.stall_timeout = config.stall_timeout
+        self.hold_keepalive = config.hold_keepalive
+        self.liveness.set_timeout(config.unresponsive_timeout)
+        self.aliases = dict(config.aliases) if config.switch_on_model else {}
 
     def _reads_bodies(self) -> bool:
         """Bodies are read for switching, the automatic policy, or while a live set routes

@@ -14,7 +14,7 @@ import os
 import socket
 import stat
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -25,7 +25,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .config import GatewayConfig, LiveSpec
+from composer.errors import GatewayConfigError
+
+from .config import LIVE, GatewayConfig, LiveSpec, field_name
 from .control import build_control_app
 from .gate import Gate
 from .limits import ConnectionLimits, limited_protocol
@@ -36,6 +38,7 @@ from .routes import PUBLIC_PATHS, KeyCheck, is_own
 from .screen import Refusal, screen, send_refusal
 from .status import StatusBoard
 from .switching import Switcher
+from .switchstore import SettingsStore
 from .upstream import Upstream
 
 log = logging.getLogger("gateway")
@@ -47,7 +50,11 @@ class Gateway:
     """The gateway's state and apps, bound to the running event loop by `start()`."""
 
     def __init__(self, config: GatewayConfig) -> None:
+        self.started_with = dict(config.settings)  # the live settings of its environment
+        self.store = SettingsStore(config.state_dir, socket.gethostname()) if config.state_dir else None
+        config = self._restored(config)
         self.config = config
+        self.on_settings: list[Callable[[GatewayConfig], None]] = []  # the server's connection limits
         self.metrics = Metrics()
         self.started_at = time.time()
         self.gate = Gate(
@@ -129,6 +136,48 @@ class Gateway:
 
         return app
 
+    def _restored(self, config: GatewayConfig) -> GatewayConfig:
+        """`config` with the settings this container was given in place before a restart."""
+        saved = self.store.load(self.started_with) if self.store is not None else {}
+        if not saved:
+            return config
+        try:
+            return config.with_settings({**{k: "" for k in self.started_with}, **saved})
+        except GatewayConfigError as err:
+            log.warning("settings: the saved settings are ignored: %s", err)
+            return config
+
+    def apply_settings(self, changes: dict[str, str]) -> GatewayConfig:
+        """Validate `changes` (`config.LIVE` variables) with the rest, then make them the settings
+        in effect at once and keep them for a restart; raises GatewayConfigError (nothing changed)."""
+        config = self.config.with_settings(changes)
+        if config.log_level != self.config.log_level:
+            logging.getLogger().setLevel(config.log_level.upper())
+        self.config = config
+        gate = self.gate
+        gate.max_held, gate.hold_timeout, gate.retry_after = (
+            config.max_held,
+            config.hold_timeout,
+            config.retry_after,
+        )
+        self.upstream.candidates = config.upstream_candidates
+        self.live.config = config
+        self.switcher.configure(config)
+        self.proxy.configure(config)
+        for hook in self.on_settings:
+            hook(config)
+        if config.policy == "auto" and self._policy is None:
+            self._policy = asyncio.get_running_loop().create_task(self._run_policy())
+        if self.store is not None:
+            self.store.save(self.started_with, dict(config.settings))
+        log.info("settings applied in place: %s", ", ".join(f"{k}={v}" for k, v in sorted(changes.items())))
+        return config
+
+    def settings_in_effect(self) -> dict[str, Any]:
+        """The value of each setting a running gateway takes in place (JSON-ready, no secret)."""
+        described = self.config.describe()
+        return {name: described[field_name(name)] for name in LIVE}
+
     @property
     def backend_ready(self) -> bool:
         """The single upstream is ready, or (with a live set) any live upstream is."""
@@ -188,6 +237,7 @@ class Gateway:
             "switching": self.switcher.snapshot(),
             "uptime_s": round(time.time() - self.started_at, 3),
             "pid": os.getpid(),
+            "settings": dict(self.config.settings),
         }
 
     async def start(self) -> None:
@@ -263,27 +313,38 @@ def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.C
     )
 
 
+def _limits(config: GatewayConfig) -> ConnectionLimits:
+    return ConnectionLimits(
+        config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
+    )
+
+
 class GatewayServer:
     """The public server (TCP) and the control server (UNIX socket) of one gateway."""
 
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
-        limits = ConnectionLimits(
-            config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
-        )
+        config = self.gateway.config  # with the settings a restart keeps
+        self.protocol = limited_protocol(_limits(config), self.gateway.metrics)
         self.public = _Server(
             _uvicorn_config(
                 self.gateway.public_app,
                 config,
                 host=config.host,
                 port=config.port,
-                http=limited_protocol(limits, self.gateway.metrics),
+                http=self.protocol,
                 timeout_keep_alive=config.keep_alive_timeout,
             )
         )
         self.control = _Server(_uvicorn_config(self.gateway.control_app, config))
+        self.gateway.on_settings.append(self._limits)
         self.ready = asyncio.Event()
+
+    def _limits(self, config: GatewayConfig) -> None:
+        """New connection limits and keep-alive (settings applied in place)."""
+        self.protocol.registry.limits = _limits(config)
+        self.public.config.timeout_keep_alive = config.keep_alive_timeout  # type: ignore[assignment]
 
     def stop(self) -> None:
         """Ask both servers to finish (call it in the serving loop: signal handlers, or

@@ -176,6 +176,7 @@ class StatusBoard:
                 "refused_total": refused,
             },
             "variants": variants,
+            "settings": gw.settings_in_effect(),
             "live": gw.live.active,
             "upstreams": [
                 {**u, "error": plain_error(u["error"]) if u.get("error") else u.get("error")}

@@ -99,6 +99,12 @@ class Switcher:
         self.stopping = False
         self._pulse = asyncio.Event()
 
+    def configure(self, config: GatewayConfig) -> None:
+        """New settings (applied in place): aliases, policy, residency and window from now on."""
+        self.config = config
+        self.aliases = dict(config.aliases)
+        self.window.seconds = config.policy_window
+
     # -- state ---------------------------------------------------------------------------
 
     def _notify(self) -> None:

@@ -1,9 +1,12 @@
-"""The finished switches on disk, so that a restarted gateway still shows its history.
+"""What a restarted gateway keeps in its state folder: finished switches and live settings.
 
-One JSON object per line (oldest first) in `<GATEWAY_STATE_DIR>/switches.jsonl`, at most
-`keep` lines, rewritten whole and atomically (a temporary file beside it, fsync, rename)
-after each switch. A missing, unreadable or partly corrupt file loses only what cannot be
-read; a failed write is logged and never stops the gateway.
+Switches: one JSON object per line (oldest first) in `<GATEWAY_STATE_DIR>/switches.jsonl`, at
+most `keep` lines, rewritten whole after each switch. Settings: `settings.json`, the settings
+applied in place (`PUT /settings`) with the container they were applied to, so that a restart
+of the same container keeps them and a new container (other settings) starts from its own.
+Every write is atomic (a temporary file beside it, fsync, rename). A missing, unreadable or
+partly corrupt file loses only what cannot be read; a failed write is logged and never stops
+the gateway.
 """
 
 from __future__ import annotations
@@ -19,7 +22,9 @@ from typing import Any
 log = logging.getLogger("gateway")
 
 FILE_NAME = "switches.jsonl"
+SETTINGS_FILE = "settings.json"
 MAX_LINE_BYTES = 16384  # a longer line is not one this gateway wrote
+MAX_SETTINGS_BYTES = 65536
 
 
 class SwitchStore:
@@ -53,20 +58,54 @@ class SwitchStore:
     def save(self, newest_first: list[dict[str, Any]]) -> None:
         """Replace the file with these switches (the newest `keep`), atomically."""
         body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in newest_first[: self.keep][::-1])
-        tmp = None
+        write_atomic(self.path, body, "the switch history")
+
+
+class SettingsStore:
+    """The settings applied in place to one container (`container`: its host name)."""
+
+    def __init__(self, directory: str | Path, container: str) -> None:
+        self.path = Path(directory) / SETTINGS_FILE
+        self.container = container
+
+    def load(self, started_with: dict[str, str]) -> dict[str, str]:
+        """The settings saved by this container started with these ones ({} when none)."""
         try:
-            with tempfile.NamedTemporaryFile(
-                "w", dir=self.path.parent, prefix=".switches-", suffix=".tmp", delete=False, encoding="utf-8"
-            ) as out:
-                tmp = out.name
-                out.write(body)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, self.path)
-            tmp = None
-        except OSError as err:
-            log.warning("status: cannot save the switch history to %s: %s", self.path, err)
-        finally:
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+            with self.path.open("rb") as fh:
+                record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as err:
+            log.warning("settings: cannot read %s: %s", self.path, err)
+            return {}
+        if not isinstance(record, dict) or record.get("container") != self.container:
+            return {}  # another container's: this one starts from its own environment
+        if record.get("started_with") != started_with or not isinstance(record.get("settings"), dict):
+            return {}
+        return {str(k): str(v) for k, v in record["settings"].items()}
+
+    def save(self, started_with: dict[str, str], settings: dict[str, str]) -> None:
+        """Keep `settings` for a restart of this container."""
+        record = {"container": self.container, "started_with": started_with, "settings": settings}
+        write_atomic(self.path, json.dumps(record, separators=(",", ":")), "the settings")
+
+
+def write_atomic(path: Path, body: str, what: str) -> None:
+    """Replace `path` with `body` (a temporary file beside it, fsync, rename); a failure is logged."""
+    tmp = None
+    try:
+        with tempfile.NamedTemporaryFile(
+            "w", dir=path.parent, prefix=f".{path.stem}-", suffix=".tmp", delete=False, encoding="utf-8"
+        ) as out:
+            tmp = out.name
+            out.write(body)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as err:
+        log.warning("status: cannot save %s to %s: %s", what, path, err)
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)

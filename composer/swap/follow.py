@@ -25,17 +25,19 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from docker.errors import DockerException
 
 from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
 from composer.gateway.client import GatewayControl, SwitchDemand
+from composer.gateway.config import LIVE
 from composer.render.gateway import build_gateway_spec
 from composer.render.spec import resolve
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.gateway_change import container_env
 from composer.swap.swapper import UpOptions, up
 
 if TYPE_CHECKING:
@@ -97,7 +99,12 @@ class Follower:
 
     def check_settings(self) -> None:
         """Say when the running gateway's settings differ from this stack's (never applied here)."""
-        differ = settings_drift(self.stack, self._gateway())
+        container = self._gateway()
+        try:  # what it was given in place wins over its container's environment
+            reported = GatewayControl(container).state().raw.get("settings")
+        except ComposerError:
+            reported = None
+        differ = settings_drift(self.stack, container, reported)
         if differ:
             self.emit(
                 FollowEvent(
@@ -219,12 +226,14 @@ class Follower:
         return self.switches
 
 
-def settings_drift(stack: Stack, gateway: object) -> list[str]:
-    """The gateway settings (as `[gateway]` keys) whose value in the running container's
-    environment differs from what this stack renders."""
+def settings_drift(stack: Stack, gateway: Any, reported: object = None) -> list[str]:
+    """The gateway settings (as `[gateway]` keys) whose value in the running gateway differs
+    from what this stack renders: its container's environment, with the settings it reports
+    in effect (`reported`, from its `/state`: those applied in place) over it."""
     spec = build_gateway_spec(stack)
-    env = getattr(gateway, "attrs", {}).get("Config", {}).get("Env") or []
-    running = dict(item.split("=", 1) for item in env if "=" in item)
+    running = container_env(gateway)
+    if isinstance(reported, dict):
+        running.update({name: str(reported.get(name, "")) for name in LIVE})
     ignored = {"GATEWAY_UPSTREAM_CANDIDATES", "GATEWAY_STATE_DIR", "GATEWAY_PORT"}
     return sorted(
         name.removeprefix("GATEWAY_").lower()

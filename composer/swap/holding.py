@@ -236,6 +236,13 @@ class EarlyHold:
                 raise self._error
             return self._hold
 
+    def control(self) -> GatewayControl | None:
+        """The opened session's control channel, to read from before the swap takes it (waits
+        for the thread; None when the gateway did not run or the session did not open)."""
+        self._done.wait()
+        with self._lock:
+            return self._hold.control if self._hold is not None and not self._settled else None
+
     def drop(self) -> None:
         """Close the session unless `take` handed it out (now or once the thread ends)."""
         with self._lock:

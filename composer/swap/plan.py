@@ -32,6 +32,24 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class GatewayChange:
+    """`recreate`: why a new container is needed ("" when none is); `settings`: every live
+    setting as the stack wants it, to apply in place; `changed`: the names that differ."""
+
+    recreate: str = ""
+    settings: tuple[tuple[str, str], ...] = ()
+    changed: tuple[str, ...] = ()
+
+    @property
+    def in_place(self) -> bool:
+        return bool(self.changed) and not self.recreate
+
+    def keys(self) -> str:
+        """`max_held, hold_timeout`: the changed settings as `[gateway]` keys."""
+        return ", ".join(name.removeprefix("GATEWAY_").lower() for name in self.changed)
+
+
+@dataclass(frozen=True)
 class Foreign:
     """A running container of the project that another stack started (its labels say so)."""
 
@@ -108,13 +126,14 @@ class SwapPlan:
     stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
     notes: tuple[str, ...] = field(default=())
     gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
+    gateway: GatewayChange = field(default_factory=GatewayChange)  # why recreated, or settings in place
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
     wake: str | None = None  # the sleeping container the `wake` step wakes (by name)
     refused: str = ""  # why up changes nothing: another stack started what runs (no --takeover)
 
     @property
     def no_op(self) -> bool:
-        return not self.steps and not self.gateway_update
+        return not self.steps and not self.gateway_update and not self.gateway.changed
 
     def as_data(self) -> dict[str, object]:
         """The plan as JSON-ready data (no secrets: names, steps and files only)."""
@@ -127,6 +146,8 @@ class SwapPlan:
             "rollback": self.rollback.__dict__ if self.rollback else None,
             "notes": list(self.notes),
             "gateway_update": self.gateway_update,
+            "gateway_in_place": list(self.gateway.changed) if self.gateway.in_place else [],
+            "gateway_recreate_because": self.gateway.recreate or None,
             "capacity": self.capacity or None,
             "wake": self.wake,
             "refused": self.refused or None,
@@ -134,15 +155,21 @@ class SwapPlan:
 
     def describe(self) -> str:
         """The plan as text, one line per fact."""
-        gateway = "drain the gateway, recreate it with its new settings, release"
+        why = f" ({self.gateway.recreate})" if self.gateway.recreate else ""
+        gateway = f"drain the gateway, recreate it with its new settings{why}, release"
+        if not self.gateway_update and self.gateway.in_place:
+            gateway = (
+                f"apply the gateway's changed settings in place ({self.gateway.keys()}): "
+                "same container, nothing drained"
+            )
         if self.refused:
             return f"refused: {self.refused}"
         if not self.steps:
-            if self.gateway_update:
+            if self.gateway_update or self.gateway.changed:
                 return f"plan: {self.target} keeps serving; {gateway}"
             return f"{self.target} already serves with the same configuration: nothing to do"
         lines = [f"plan: {self.previous.variant if self.previous else 'nothing'} -> {self.target}"]
-        if self.gateway_update:
+        if self.gateway_update or self.gateway.changed:
             lines.append(f"first: {gateway}")
         lines.append("steps: " + " -> ".join(self.steps))
         if self.wake and "wake" in self.steps:
@@ -225,7 +252,7 @@ def decide(
     target_sleeps: bool,
     sleeps_in_stack: dict[str, bool],
     current_ready: bool,
-    gateway_update: bool = False,
+    gateway: GatewayChange | None = None,
     owner: Owner | None = None,
     takeover: bool = False,
     force_recreate: bool = False,
@@ -311,6 +338,7 @@ def decide(
         rollback,
         tuple(stop_first),
         tuple(notes),
-        gateway_update,
+        bool(gateway and gateway.recreate),
+        gateway or GatewayChange(),
         wake=sleeper.info.name if sleeper is not None and "wake" in steps else None,
     )

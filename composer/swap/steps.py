@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from composer.render.gateway import GatewaySpec
     from composer.render.target import Target
     from composer.stack.model import Stack
-    from composer.swap.plan import SwapPlan
+    from composer.swap.plan import GatewayChange, SwapPlan
     from composer.swap.snapshot import Snapshot
     from composer.swap.swapper import UpOptions
 
@@ -90,15 +90,22 @@ class Outcome:
 
 
 def compose_up(
-    ctx: Context, compose_file: Path, service: str | None = None, host: dict[str, str] | None = None
+    ctx: Context,
+    compose_file: Path,
+    service: str | None = None,
+    host: dict[str, str] | None = None,
+    recreate: bool = True,
 ) -> None:
     """`docker compose up -d` of one service of a run file (never builds, never pulls);
-    `host`: host values the file interpolates, set exactly (the follow profile's paths)."""
+    `host`: host values the file interpolates, set exactly (the follow profile's paths);
+    `recreate=False`: an existing container is kept as it is (a gateway whose settings
+    were applied in place differs from the file only in them)."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
+    keep = [] if recreate else ["--no-recreate"]
     compose(
         ctx.stack.project,
         compose_file,
-        ["up", "--detach", "--no-build", "--pull", "never", service or ctx.stack.service],
+        ["up", "--detach", "--no-build", "--pull", "never", *keep, service or ctx.stack.service],
         env=env,
         timeout=max(120.0, ctx.options.timeout),
     )
@@ -111,13 +118,15 @@ def drain(
     gateway: GatewaySpec,
     ensure: bool = True,
     opened: SwapHold | None = None,
+    recreate: bool = True,
 ) -> Outcome:
-    """Make sure the gateway runs (`ensure`), then hold new requests and let in-flight ones finish.
+    """Make sure the gateway runs (`ensure`; `recreate=False`: a running one is kept as it is),
+    then hold new requests and let in-flight ones finish.
 
     `opened`: a hold whose control session is already open (`holding.EarlyHold`), used as is.
     """
     if ensure and compose_file is not None:
-        compose_up(ctx, compose_file, gateway.service)
+        compose_up(ctx, compose_file, gateway.service, recreate=recreate)
     hold = opened or start_hold(
         ctx.stack,
         ctx.client,
@@ -239,7 +248,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
         container=_gateway(ctx, gateway),
         waiting=ctx.waiting,
     )
-    ctx.say("the gateway's settings changed: draining it before it is recreated")
+    ctx.say("the gateway needs a new container: draining it before it is recreated")
     drained = old.begin()
     try:
         held = old.control.state().held
@@ -260,6 +269,31 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
             f"{cut} request(s) were cut by the gateway's recreation ({drained.cut} still running after "
             f"the drain timeout, {held} waiting in the old gateway): clients retry them"
         )
+    return out
+
+
+def apply_settings(
+    ctx: Context, gateway: GatewaySpec, change: GatewayChange, control: GatewayControl | None = None
+) -> Outcome:
+    """Apply the gateway's changed settings in place: the same container serves on, nothing is
+    drained or refused (a refusal changes nothing and fails the swap before anything else).
+    `control`: a control session already open to it (else one `docker exec`)."""
+    from composer.gateway.client import GatewayControl
+
+    began = time.monotonic()
+    container = _gateway(ctx, gateway) if control is None else None
+    if control is None and container is None:
+        raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
+    ctx.say(f"applying the gateway's changed settings in place ({change.keys()})")
+    try:
+        (control or GatewayControl(container)).apply_settings(dict(change.settings))  # type: ignore[arg-type]
+    except GatewayControlError as err:
+        raise SwapFailed(f"the gateway refused its new settings: {err}") from err
+    out = Outcome("gateway_settings", time.monotonic() - began)
+    out.notes.append(
+        f"the gateway's settings were applied in place ({change.keys()}): same container, no request "
+        "held or refused"
+    )
     return out
 
 

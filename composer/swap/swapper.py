@@ -3,9 +3,11 @@
 `up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
 fast checks on it, writes the run file and decides every step and the rollback source
 before anything stops (`plan.decide`, with the standby fit from `composer.capacity`;
-`--dry-run` stops here); `execute` runs the plan (`transaction.run`). A changed gateway is
-drained before it is recreated. The running swap's stage is written to `journal.SwapRecord`
-from the plan's data (what `status` shows), and every outcome to the history.
+`--dry-run` stops here); `execute` runs the plan (`transaction.run`). A gateway's changed
+settings are applied in place (same container, nothing drained); what only a new container
+can change (image, port, API key) drains it before it is recreated (`gateway_change`). The
+running swap's stage is written to `journal.SwapRecord` from the plan's data (what `status`
+shows), and every outcome to the history.
 
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
@@ -27,18 +29,16 @@ from typing import TYPE_CHECKING
 from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
 from composer.engine import retry
-from composer.engine.client import compose
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
-from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
+from composer.errors import PreflightFailed, SwapFailed, UsageError
 from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
-from composer.render.runfiles import compose_environment
-from composer.render.spec import API_KEY_VAR, Owner
+from composer.render.spec import Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
-from composer.swap import snapshot, steps, transaction
+from composer.swap import gateway_change, snapshot, steps, transaction
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -53,7 +53,6 @@ from composer.swap.steps import Context
 
 if TYPE_CHECKING:
     import docker
-    from docker.models.containers import Container
 
 Say = Callable[[str], None]
 
@@ -138,7 +137,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
-        snap, plan, compose_file = prepare(ctx, target, result, dry_run)
+        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -151,10 +150,11 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
 
 
 def prepare(
-    ctx: Context, target: Target, result: UpResult, dry_run: bool = False
+    ctx: Context, target: Target, result: UpResult, dry_run: bool = False, early: EarlyHold | None = None
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops: the preflight's
-    findings, the run file, the gateway's settings, the standby fit (its notes go to `result`).
+    findings, the run file, the gateway's settings (asked through `early`'s session when it
+    opened), the standby fit (its notes go to `result`).
 
     A killed gateway in front of a healthy target is started here (never with `dry_run`),
     so the plan sees it: the variant is never reloaded for it."""
@@ -182,7 +182,9 @@ def prepare(
         target_sleeps=target.variant.standby == "sleep",
         sleeps_in_stack={name: v.standby == "sleep" for name, v in stack.variants.items()},
         current_ready=ready,
-        gateway_update=not ctx.options.keep_gateway and gateway_differs(ctx, compose_file, snap),
+        gateway=None
+        if ctx.options.keep_gateway or gateway is None
+        else gateway_change.decide(stack, gateway, compose_file, snap, early.control() if early else None),
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
         force_recreate=ctx.options.force_recreate,
@@ -219,7 +221,7 @@ def execute(
         return
     if not plan.steps:  # only the gateway's settings changed
         result.outcome = GATEWAY_UPDATED
-        transaction.gateway_only(ctx, plan, target, compose_file, result)
+        transaction.gateway_only(ctx, plan, target, compose_file, result, early)
         result.timings["total"] = time.monotonic() - began
         _history(ctx, plan, result.outcome, result)
         return
@@ -267,61 +269,6 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "serving_container": None if cause else result.serving_container,
         },
     )
-
-
-def gateway_differs(ctx: Context, compose_file: Path, snap: snapshot.Snapshot) -> bool:
-    """True when the running gateway's settings or image differ from the run file's."""
-    gateway = snap.gateway
-    stack = ctx.stack
-    if gateway is None or not snap.gateway_running or not stack.gateway.enabled:
-        return False
-    labels = gateway.labels or {}
-    same = _same_gateway_file(compose_file, labels.get("com.docker.compose.project.config_files"))
-    env_list = gateway.attrs.get("Config", {}).get("Env") or []
-    if same and f"{API_KEY_VAR}={stack.api_key or ''}" in env_list:
-        return _gateway_image_differs(ctx, gateway)
-    env = compose_environment(compose_file, stack.api_key)
-    try:
-        done = compose(stack.project, compose_file, ["config", "--hash", "gateway"], env=env, timeout=60)
-    except ComposerError:
-        return False  # unknown: leave it to `docker compose up` as before
-    words = done.stdout.split()
-    wanted = words[-1] if words else ""
-    if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
-        return True
-    return _gateway_image_differs(ctx, gateway)
-
-
-def _gateway_image_differs(ctx: Context, gateway: Container) -> bool:
-    attrs = gateway.attrs
-    image = attrs.get("Config", {}).get("Image", "")
-    try:
-        return bool(image) and ctx.client.images.get(image).id != attrs.get("Image")
-    except Exception:  # the image is gone or Docker does not answer: compose decides
-        return False
-
-
-def _same_gateway_file(compose_file: Path, created_from: str | None) -> bool:
-    """The gateway's service in the run file equals the one in the file that created it
-    (run files resolve every value but the API key: no `docker compose config` needed)."""
-    import yaml
-
-    from composer.stack.bounded import RUN_FILE_LIMIT, FileTooLarge, read_bounded
-
-    if not created_from:
-        return False
-    created = Path(created_from.split(",")[0])
-    if created.resolve() == Path(compose_file).resolve():
-        return False  # rewritten for this up (same variant hash): compose's hash decides
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
-    try:
-        old, new = (
-            yaml.load(read_bounded(f, "run file", RUN_FILE_LIMIT), Loader=loader)["services"]["gateway"]
-            for f in (created_from.split(",")[0], compose_file)
-        )
-    except (OSError, KeyError, TypeError, yaml.YAMLError, FileTooLarge):
-        return False
-    return bool(old == new)
 
 
 def check_standby_fits(

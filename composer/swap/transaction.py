@@ -104,10 +104,14 @@ def run(
         if target.gateway is not None:  # nothing has changed if this fails
             if plan.gateway_update:
                 absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
+            elif plan.gateway.in_place:
+                session = early.control() if early is not None else None
+                absorb(result, steps.apply_settings(ctx, target.gateway, plan.gateway, session))
             keep = early is not None and snap.gateway_running and not plan.gateway_update
             opened = early.take() if keep else None  # type: ignore[union-attr]
             ensure = not plan.gateway_update and opened is None
-            drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened)
+            recreate = not snap.gateway_running  # a running gateway's settings may differ from its file
+            drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened, recreate)
             held.append(replace(ctx, hold=absorb(result, drained).hold))
             if plan.gateway_update and "sleep" in plan.steps:  # the new gateway must reach it first
                 steps.find_upstream(held[-1], snap)
@@ -534,12 +538,25 @@ def _newest_serving(ctx: Context) -> VariantContainer | None:
     return next((m.container for m in seen.members if not m.asleep), None)
 
 
-def gateway_only(ctx: Context, plan: SwapPlan, target: Target, compose_file: Path, result: UpResult) -> None:
-    """Only the gateway's settings changed: drain it, recreate it, route it to what serves, release.
+def gateway_only(
+    ctx: Context,
+    plan: SwapPlan,
+    target: Target,
+    compose_file: Path,
+    result: UpResult,
+    early: EarlyHold | None = None,
+) -> None:
+    """Only the gateway's settings changed: applied in place (through `early`'s session when it
+    opened), or (what only a new container can change) drain it, recreate it, route it to what
+    serves, release.
 
     The serving variant is never touched, so there is nothing to roll back.
     """
     assert target.gateway is not None
+    if not plan.gateway_update:
+        session = early.control() if early is not None else None
+        absorb(result, steps.apply_settings(ctx, target.gateway, plan.gateway, session))
+        return
     updated = False
     try:
         absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))

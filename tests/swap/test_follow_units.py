@@ -50,6 +50,9 @@ class RecordingControl:
         self.reports.append((variant, demand_id, ok, detail))
         return {}
 
+    def state(self):
+        return SimpleNamespace(raw={})  # no settings applied in place
+
 
 def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch) -> None:
     """After a by-hand `up mtp` the gateway may still think baseline serves and ask for mtp."""
@@ -76,7 +79,7 @@ GATEWAY = SimpleNamespace(status="running", attrs={"Config": {"Env": []}})
 def _serving(monkeypatch, variant: str, drift: list[str] | None = None) -> None:
     snap = SimpleNamespace(current=SimpleNamespace(variant=variant), gateway=GATEWAY)
     monkeypatch.setattr(follow_module.snapshot, "take", lambda stack, client, **_: snap)
-    monkeypatch.setattr(follow_module, "settings_drift", lambda stack, gateway: drift or [])
+    monkeypatch.setattr(follow_module, "settings_drift", lambda stack, gateway, reported=None: drift or [])
 
 
 def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> None:
@@ -170,4 +173,11 @@ def test_settings_drift_names_the_gateway_settings_that_differ() -> None:
     changed = [e.replace("GATEWAY_MAX_HELD=", "GATEWAY_MAX_HELD=1") for e in env]
     assert follow_module.settings_drift(stack, SimpleNamespace(attrs={"Config": {"Env": changed}})) == [
         "max_held"
+    ]
+    # settings applied in place (what the gateway reports) win over its container's environment
+    reported = {name: resolve(value) for name, value in spec.environment if name.startswith("GATEWAY_")}
+    live = SimpleNamespace(attrs={"Config": {"Env": changed}})
+    assert follow_module.settings_drift(stack, live, reported) == []
+    assert follow_module.settings_drift(stack, same, {**reported, "GATEWAY_HOLD_TIMEOUT": "5"}) == [
+        "hold_timeout"
     ]

@@ -73,7 +73,8 @@ def test_standby_turned_on_then_off_settings_and_dry_runs(sim_stack, docker_clie
         assert done.returncode == 0, done.stderr
         assert ("nothing to do" in done.stdout) == (args == ("up", "mtp")), done.stdout
     code, planned, err = _up(stack, "--set", "gateway.hold_timeout=77", "up", "mtp", "--dry-run")
-    assert code == 0 and planned["outcome"] == "planned" and planned["plan"]["gateway_update"], planned
+    assert code == 0 and planned["outcome"] == "planned", planned
+    assert planned["plan"]["gateway_in_place"] == ["GATEWAY_HOLD_TIMEOUT"], planned  # no new container
     assert _docker_state(docker_client, stack.project) == before
     assert _gateway_state(docker_client, stack.project) == gateway_before
 
@@ -89,7 +90,7 @@ def test_standby_turned_on_then_off_settings_and_dry_runs(sim_stack, docker_clie
         == doctor["capacity"]["release_budget_bytes"]["baseline"]
     )
 
-    # a [gateway] setting changed while a stream is in flight: drained first, never cut
+    # a [gateway] setting changed while a stream is in flight: applied in place, never cut
     out: dict = {}
     streaming = threading.Thread(target=_stream, args=(stack, served, out))
     streaming.start()
@@ -99,9 +100,13 @@ def test_standby_turned_on_then_off_settings_and_dry_runs(sim_stack, docker_clie
     assert code == 0, err
     assert result["outcome"] == "gateway updated", result
     assert out.get("done") and out.get("status") == 200 and out.get("chunks", 0) > 1, out
-    assert result["drained"]["cut"] == 0, result
-    env = docker_client.containers.get(f"{stack.project}-gateway-1").attrs["Config"]["Env"]
-    assert "GATEWAY_HOLD_TIMEOUT=77" in env  # the new setting is applied, the variant unchanged
+    assert result["drained"] is None, result  # nothing drained: the same gateway serves on
+    status = httpx.get(
+        f"http://127.0.0.1:{stack.port}/gateway/status", headers={"Authorization": f"Bearer {stack.api_key}"}
+    ).json()
+    assert (
+        status["settings"]["GATEWAY_HOLD_TIMEOUT"] == 77
+    )  # the new setting is applied, the variant unchanged
     assert stack.status()["variant"] == "mtp"
 
     # standby turned on while mtp serves in stop mode: a cold stop with a note, something serves

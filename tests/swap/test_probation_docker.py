@@ -105,53 +105,20 @@ def test_a_recreated_gateway_reaches_the_serving_variant_before_putting_it_to_sl
     assert sim_stack.run("up", "baseline").returncode == 0
     baseline = running_containers(docker_client, sim_stack.project)[0]
     started = baseline.attrs["State"]["StartedAt"]
-    for held, variant, outcome in ((250, "mtp", "swapped"), (251, "baseline", "woke")):
-        done = sim_stack.run("--set", f"gateway.max_held={held}", "up", variant, "--json", timeout=180)
-        assert done.returncode == 0, done.stderr
-        result = json.loads(done.stdout.splitlines()[-1])
-        assert result["outcome"] == outcome and result["plan"]["gateway_update"] is True
-        assert "sleep" in result["plan"]["steps"], result["plan"]
-        assert "Name or service not known" not in done.stderr
+    image = docker_client.containers.get(f"{sim_stack.project}-gateway-1").attrs["Config"]["Image"]
+    other = f"{image.rsplit(':', 1)[0]}:{sim_stack.project}"  # the same image by another name
+    docker_client.images.get(image).tag(other)
+    try:  # another image name needs a new gateway container (a setting alone is applied in place)
+        for name, variant, outcome in ((other, "mtp", "swapped"), (image, "baseline", "woke")):
+            done = sim_stack.run("--set", f"gateway.image={name}", "up", variant, "--json", timeout=180)
+            assert done.returncode == 0, done.stderr
+            result = json.loads(done.stdout.splitlines()[-1])
+            assert result["outcome"] == outcome and result["plan"]["gateway_update"] is True
+            assert "sleep" in result["plan"]["steps"], result["plan"]
+            assert "Name or service not known" not in done.stderr
+    finally:
+        docker_client.images.remove(other)
     baseline.reload()
     assert baseline.attrs["State"]["StartedAt"] == started  # woken, never cold-started
     asleep = [a["variant"] for a in sim_stack.status()["asleep"]]
     assert asleep == ["mtp"]
-
-
-def test_up_of_a_live_set_with_a_stopped_gateway_returns_once_the_port_answers(sim_stack, docker_client):
-    add_variants(sim_stack, '\n[gateway]\nlive = ["baseline"]\n[variants.baseline]\ngpus = "0,1"\n')
-    assert sim_stack.run("up", timeout=300).returncode == 0
-    docker_client.containers.get(f"{sim_stack.project}-gateway-1").stop(timeout=5)
-    done = sim_stack.run("up", timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert completion(sim_stack, timeout=5) == 200  # the first request right after `up`
-
-
-def _asleep(container) -> bool:
-    container.reload()
-    networks = container.attrs["NetworkSettings"]["Networks"].values()
-    address = next(n["IPAddress"] for n in networks if n.get("IPAddress"))
-    try:
-        return bool(httpx.get(f"http://{address}:8000/is_sleeping", timeout=2).json()["is_sleeping"])
-    except (httpx.HTTPError, ValueError, KeyError):
-        return False
-
-
-def test_after_an_up_killed_as_it_puts_the_serving_variant_to_sleep_the_next_up_wakes_it(
-    sim_stack, docker_client
-):
-    text = sim_stack.stack_file.read_text(encoding="utf-8")
-    sim_stack.stack_file.write_text(text.replace("[stack.env]\n", 'standby = "sleep"\n[stack.env]\n'))
-    assert sim_stack.run("up", "baseline").returncode == 0
-    (baseline,) = running_containers(docker_client, sim_stack.project)
-    started = baseline.attrs["State"]["StartedAt"]
-    swap = sim_stack.popen("up", "mtp")
-    wait_for(lambda: _asleep(baseline), 60)
-    swap.kill()
-    swap.communicate(timeout=30)
-    done = sim_stack.run("up", "baseline", "--json", timeout=180)
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "woke", done.stdout
-    baseline.reload()
-    assert baseline.attrs["State"]["StartedAt"] == started  # woken, never cold-started
-    assert completion(sim_stack) == 200

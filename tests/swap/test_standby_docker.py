@@ -181,8 +181,8 @@ def _a_sleeper_restarted_by_hand_is_awake_and_the_next_up_handles_it(stack, clie
     assert code == 0 and result["outcome"] == "woke", err
     status = stack.status()
     assert status["variant"] == "baseline" and [a["variant"] for a in status["asleep"]] == ["mtp"]
-    # a gateway setting changed under sleep standby: the gateway is recreated after a drain,
-    # the sleeper stays asleep (it was deleted, with an IndexError, before)
+    # a gateway setting changed under sleep standby: applied in place, the sleeper stays
+    # asleep (it was deleted, with an IndexError, before)
     code, result, err = _up(stack, "baseline", "--set", "gateway.hold_timeout=77")
     assert code == 0 and result["outcome"] == "gateway updated", err
     status = stack.status()

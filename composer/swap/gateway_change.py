@@ -1,0 +1,175 @@
+"""How the running gateway differs from the stack: a new container, or settings applied in place.
+
+Settings a running gateway takes in place (`composer.gateway.config.LIVE`: timeouts, max_held,
+aliases, workloads, policy, ...) are compared, parsed by the gateway's own parser, with the
+ones the gateway reports in effect (`/state`'s `settings`), never with its container's
+environment (a gateway changed in place keeps its old environment). Everything else (image,
+published port and address, mounts, the API key, what the gateway reads once) needs a new
+container: compose's config hash decides it over the run file's gateway service with the
+live settings set to the ones the container was created with, so only the container-level
+part counts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.engine.client import compose
+from composer.errors import ComposerError, GatewayConfigError
+from composer.gateway.config import LIVE, load_config
+from composer.render.runfiles import compose_environment
+from composer.render.spec import API_KEY_VAR, resolve
+from composer.swap.plan import GatewayChange
+
+if TYPE_CHECKING:
+    from docker.models.containers import Container
+
+    from composer.gateway.client import GatewayControl
+    from composer.render.gateway import GatewaySpec
+    from composer.stack.model import Stack
+    from composer.swap.snapshot import Snapshot
+
+
+def wanted_settings(gateway: GatewaySpec) -> dict[str, str]:
+    """Every live setting as the stack renders it ("" where it sets none: the default)."""
+    env = {name: resolve(value) for name, value in gateway.environment}
+    return {name: env.get(name, "") for name in LIVE}
+
+
+def container_env(container: Container) -> dict[str, str]:
+    """The environment the container was created with."""
+    items = (container.attrs.get("Config") or {}).get("Env") or []
+    return dict(item.split("=", 1) for item in items if "=" in item)
+
+
+def differing(wanted: dict[str, str], running: dict[str, str], served: str) -> tuple[str, ...]:
+    """The live settings whose values (parsed as the gateway parses them) differ."""
+    try:
+        values = [
+            load_config({**env, "GATEWAY_SERVED_NAME": served}).live_values() for env in (wanted, running)
+        ]
+    except GatewayConfigError:  # one cannot be parsed: compare what was written
+        return tuple(name for name in LIVE if wanted.get(name, "") != running.get(name, ""))
+    return tuple(name for name in LIVE if values[0][name] != values[1][name])
+
+
+def in_effect(snap: Snapshot, control: GatewayControl | None = None) -> dict[str, str] | None:
+    """The live settings the running gateway reports (None: it cannot say, an older image);
+    `control`: a session already open to it (else one `docker exec`)."""
+    from composer.gateway.client import GatewayControl
+
+    state = snap.gateway_state
+    if state is None and snap.gateway is not None:
+        with contextlib.suppress(ComposerError):
+            state = (control or GatewayControl(snap.gateway)).state()
+    settings = state.raw.get("settings") if state is not None else None
+    if not isinstance(settings, dict):
+        return None
+    return {name: str(settings.get(name, "")) for name in LIVE}
+
+
+def decide(
+    stack: Stack,
+    gateway: GatewaySpec,
+    compose_file: Path,
+    snap: Snapshot,
+    control: GatewayControl | None = None,
+) -> GatewayChange:
+    """How the running gateway differs from `gateway` (the stack's, rendered in `compose_file`);
+    `control`: a control session already open to it (see `in_effect`)."""
+    container = snap.gateway
+    if container is None or not snap.gateway_running:
+        return GatewayChange()
+    wanted = wanted_settings(gateway)
+    created = container_env(container)
+    recreate = _container_differs(stack, compose_file, container, created)
+    reported = in_effect(snap, control) if not recreate else None
+    running = reported if reported is not None else {name: created.get(name, "") for name in LIVE}
+    changed = differing(wanted, running, stack.served_model_name)
+    if changed and reported is None and not recreate:
+        recreate = "the running gateway cannot report its settings (an older image)"
+    return GatewayChange(recreate, tuple(wanted.items()), changed)
+
+
+def _container_differs(
+    stack: Stack, compose_file: Path, container: Container, created: dict[str, str]
+) -> str:
+    """Why the container-level part differs ("" when it does not, or when compose cannot say)."""
+    image = (container.attrs.get("Config") or {}).get("Image", "")
+    with contextlib.suppress(Exception):  # the image is gone or Docker does not answer: compose decides
+        if image and container.client.images.get(image).id != container.attrs.get("Image"):
+            return "its image changed"
+    labels = container.labels or {}
+    same_key = created.get(API_KEY_VAR, "") == (stack.api_key or "")
+    if same_key and _same_service(compose_file, labels.get("com.docker.compose.project.config_files")):
+        return ""
+    wanted = _container_hash(stack, compose_file, {n: created[n] for n in LIVE if n in created})
+    if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
+        return (
+            "its container changed (image, published port or address, mounts, API key or start-only settings)"
+        )
+    return ""
+
+
+def _load(path: Path | str) -> dict:
+    import yaml
+
+    from composer.stack.bounded import RUN_FILE_LIMIT, read_bounded
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: ~10x faster, on up's path
+    return yaml.load(read_bounded(path, "run file", RUN_FILE_LIMIT), Loader=loader)
+
+
+def _container_part(service: dict) -> dict:
+    env = {k: v for k, v in (service.get("environment") or {}).items() if k not in LIVE}
+    return {**service, "environment": env}
+
+
+def _same_service(compose_file: Path, created_from: str | None) -> bool:
+    """The gateway's service in the run file equals, but for its live settings, the one in
+    the file that created it (run files resolve every value but the API key)."""
+    import yaml
+
+    from composer.stack.bounded import FileTooLarge
+
+    if not created_from:
+        return False
+    created = Path(created_from.split(",")[0])
+    if created.resolve() == Path(compose_file).resolve():
+        return False  # rewritten for this up (same variant hash): compose's hash decides
+    try:
+        old, new = (_container_part(_load(f)["services"]["gateway"]) for f in (created, compose_file))
+    except (OSError, KeyError, TypeError, AttributeError, yaml.YAMLError, FileTooLarge):
+        return False
+    return bool(old == new)
+
+
+def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str]) -> str:
+    """Compose's config hash of the run file's gateway service with the live settings the
+    container was created with ("" when compose cannot say)."""
+    import yaml
+
+    try:
+        document = _load(compose_file)
+        service = document["services"]["gateway"]
+    except (OSError, KeyError, TypeError, yaml.YAMLError, ComposerError):
+        return ""
+    env = _container_part(service)["environment"]
+    service["environment"] = {**env, **{k: v.replace("$", "$$") for k, v in created.items()}}
+    fd, tmp = tempfile.mkstemp(dir=compose_file.parent, prefix=".gateway-", suffix=".yml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            yaml.safe_dump(document, out, sort_keys=False)
+        env_vars = compose_environment(compose_file, stack.api_key)
+        done = compose(stack.project, Path(tmp), ["config", "--hash", "gateway"], env=env_vars, timeout=60)
+    except (OSError, ComposerError):
+        return ""
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    words = done.stdout.split()
+    return words[-1] if words else ""

@@ -1,0 +1,92 @@
+"""The host's decision about a running gateway (`swap.gateway_change`): settings applied in
+place when only live settings differ, compared with what the gateway reports in effect (never
+its stale environment); a new container when its image changed or the gateway cannot say;
+`--dry-run`'s plan text says which, and why."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import yaml
+
+from composer.render.gateway import build_gateway_spec
+from composer.render.spec import resolve
+from composer.stack.load import load_stack
+from composer.swap import gateway_change
+from composer.swap.plan import GatewayChange, SwapPlan
+from tests.conftest import REPO
+
+KEY = "sk-" + "k" * 40
+OLD_STATE = b'{"upstream": "x", "open": true, "backend_ready": true, "held": 0, "inflight": 0, "holds": []}'
+
+
+def _setup(tmp_path: Path, reported: dict[str, str] | None, image_id: str = "sha256:same"):
+    stack = load_stack([REPO / "composer.toml"], None, environ={"VLLM_API_KEY": KEY})
+    spec = build_gateway_spec(stack)
+    assert spec is not None
+    env = {name: resolve(value) for name, value in spec.environment}
+    created = {**env, "GATEWAY_MAX_HELD": "256", "VLLM_API_KEY": KEY}  # created before max_held=250
+    old, new = tmp_path / "old.yml", tmp_path / "new.yml"
+    for path, service_env in ((old, created), (new, {**env, "GATEWAY_MAX_HELD": "250"})):
+        service = {
+            "image": "gw:1",
+            "environment": {k: v for k, v in service_env.items() if k != "VLLM_API_KEY"},
+        }
+        path.write_text(yaml.safe_dump({"services": {"gateway": service}}))
+    images = SimpleNamespace(get=lambda name: SimpleNamespace(id=image_id))
+    container = SimpleNamespace(
+        attrs={
+            "Config": {"Env": [f"{k}={v}" for k, v in created.items()], "Image": "gw:1"},
+            "Image": "sha256:same",
+        },
+        labels={"com.docker.compose.project.config_files": str(old)},
+        client=SimpleNamespace(images=images),
+    )
+    state = None if reported is None else SimpleNamespace(raw={"settings": reported})
+    snap = SimpleNamespace(gateway=container, gateway_running=True, gateway_state=state)
+    return stack, spec, new, snap, env
+
+
+def test_a_changed_live_setting_is_applied_in_place_and_then_matches(tmp_path: Path) -> None:
+    stack, spec, new, snap, env = _setup(tmp_path, reported={})
+    snap.gateway_state.raw["settings"] = {**env, "GATEWAY_MAX_HELD": "256"}
+    spec_250 = spec.__class__(
+        **{**spec.__dict__, "environment": (*spec.environment, ("GATEWAY_MAX_HELD", ("250",)))}
+    )
+    change = gateway_change.decide(stack, spec_250, new, snap)
+    assert change.in_place and change.changed == ("GATEWAY_MAX_HELD",) and not change.recreate
+    assert dict(change.settings)["GATEWAY_MAX_HELD"] == "250"
+    # the next `up`: the gateway reports 250 (its environment still says 256): nothing differs
+    reported = {**env, "GATEWAY_MAX_HELD": "250"}
+    reported["GATEWAY_HOLD_TIMEOUT"] += ".0"  # parsed as the gateway parses it, not compared as text
+    snap.gateway_state.raw["settings"] = reported
+    again = gateway_change.decide(stack, spec_250, new, snap)
+    assert again == GatewayChange("", change.settings, ())
+
+
+def test_a_new_image_or_a_gateway_that_cannot_say_needs_a_new_container(tmp_path: Path) -> None:
+    stack, spec, new, snap, _ = _setup(tmp_path, reported=None, image_id="sha256:rebuilt")
+    assert gateway_change.decide(stack, spec, new, snap).recreate == "its image changed"
+    stack, spec, new, snap, _ = _setup(tmp_path, reported=None)
+    snap.gateway.exec_run = lambda *a, **k: (0, (OLD_STATE, b""))  # an older image's /state
+    spec_250 = spec.__class__(
+        **{**spec.__dict__, "environment": (*spec.environment, ("GATEWAY_MAX_HELD", ("250",)))}
+    )
+    change = gateway_change.decide(stack, spec_250, new, snap)
+    assert change.recreate.startswith("the running gateway cannot report its settings")
+
+
+def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() -> None:
+    live = GatewayChange("", (("GATEWAY_MAX_HELD", "250"),), ("GATEWAY_MAX_HELD", "GATEWAY_ALIASES"))
+    plan = SwapPlan("mtp", "h", None, (), gateway=live)
+    assert not plan.no_op and plan.as_data()["gateway_in_place"] == ["GATEWAY_MAX_HELD", "GATEWAY_ALIASES"]
+    assert plan.describe() == (
+        "plan: mtp keeps serving; apply the gateway's changed settings in place (max_held, aliases): "
+        "same container, nothing drained"
+    )
+    recreated = SwapPlan(
+        "mtp", "h", None, (), gateway_update=True, gateway=GatewayChange("its image changed")
+    )
+    assert "recreate it with its new settings (its image changed)" in recreated.describe()
+    assert SwapPlan("mtp", "h", None, ()).no_op
