@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -142,11 +143,7 @@ def bench(obj: Context, **kwargs: object) -> None:
             names,
             k_values,
             options,
-            client=obj.docker(),
-            swap_timeout=args.timeout,
-            progress=line.step,
-            waiting=line.waiting,
-            allow_weak_key=obj.allow_weak_key,
+            **_swapping(obj, args, line),
             ks_by_variant=plan.ks_by_variant if plan else None,
             after_sweep=after_sweep,
         )
@@ -180,6 +177,17 @@ def bench(obj: Context, **kwargs: object) -> None:
     if error is not None:
         error.details.update(data)
         raise error
+
+
+def _swapping(obj: Context, args: BenchArgs, line: LiveLine) -> dict[str, Any]:
+    """How the benchmark's swaps run: the Docker client, their timeout, the key check, progress."""
+    return {
+        "client": obj.docker(),
+        "swap_timeout": args.timeout,
+        "allow_weak_key": obj.allow_weak_key,
+        "progress": line.step,
+        "waiting": line.waiting,
+    }
 
 
 def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
@@ -218,11 +226,7 @@ def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run
             planned.phases,
             options,
             run,
-            client=obj.docker(),
-            swap_timeout=args.timeout,
-            allow_weak_key=obj.allow_weak_key,
-            progress=line.step,
-            waiting=line.waiting,
+            **_swapping(obj, args, line),
         )
     except KeyboardInterrupt:
         report.interrupted = "interrupted"
