@@ -12,7 +12,7 @@ import click
 from composer.cli.base import command, options_as
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
-from composer.cli.params import Duration, csv_list, json_option
+from composer.cli.params import csv_list, duration_option, json_option
 from composer.errors import ComposerError, Interrupted, UsageError
 
 
@@ -86,9 +86,7 @@ class BenchArgs:
     help="Where bench.json, bench.csv and bench.png go.",
 )
 @json_option("Print the report as JSON instead of a table.")
-@click.option(
-    "--timeout", type=Duration(), default="15m", show_default=True, help="Time per swap and per request."
-)
+@duration_option("--timeout", "15m", "Time per swap and per request.")
 @click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
 def bench(obj: Context, **kwargs: object) -> None:
