@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tenacity import (
     RetryCallState,
@@ -109,18 +110,9 @@ def until(
     )
 
 
-def within(
-    timeout: float,
-    interval: float,
-    *,
-    retry_on: tuple[type[BaseException], ...] = (Pending,),
-    clock: Clock = time.monotonic,
-    sleep: Sleep = pause,
-    on_wait: Callable[[BaseException], None] | None = None,
-) -> Retrying:
-    """`until` a deadline `timeout` s from now."""
-    deadline = clock() + timeout
-    return until(deadline, interval, retry_on=retry_on, clock=clock, sleep=sleep, on_wait=on_wait)
+def within(timeout: float, interval: float, *, clock: Clock = time.monotonic, **options: Any) -> Retrying:
+    """`until` a deadline `timeout` s from now (the same keyword options)."""
+    return until(clock() + timeout, interval, clock=clock, **options)
 
 
 def watch(
