@@ -7,6 +7,7 @@ import os
 import random
 import secrets
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -41,6 +42,39 @@ def shipped_variants() -> tuple[str, ...]:
 TEST_LABEL = "vllm-composer.test"
 # The command line of this environment, never whatever `compose-spec` is on PATH.
 COMPOSE_SPEC = (sys.executable, "-m", "composer")
+
+
+class StackCli:
+    """`compose-spec` run as a subprocess (the CLI a user runs) against the repository's
+    composer.toml plus a test's own stack file, in the test's environment."""
+
+    env: dict[str, str]
+    stack_file: Path
+    run_timeout: float = 120
+
+    def args(self, *extra: str) -> list[str]:
+        argv = [*COMPOSE_SPEC, "--env-file", str(REPO / ".env.demo")]
+        return [*argv, "--stack", str(REPO / "composer.toml"), "--stack", str(self.stack_file), *extra]
+
+    def run(self, *extra: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.args(*extra),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            timeout=self.run_timeout if timeout is None else timeout,
+        )
+
+    def popen(self, *extra: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.args(*extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+        )
 
 
 def in_ci() -> bool:

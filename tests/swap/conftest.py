@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.conftest import REPO, StackCli, free_port, isolated_env, remove_project
 
 FAILURE_VARIANTS = """
 [variants.mtp-crash]
@@ -33,7 +33,7 @@ extra_args = ["--served-model-name", "someone-else"]
 
 
 @dataclass
-class Stack:
+class Stack(StackCli):
     """A test stack and a way to run compose-spec against it."""
 
     project: str
@@ -41,35 +41,6 @@ class Stack:
     api_key: str
     env: dict[str, str]
     stack_file: Path
-
-    def args(self, *extra: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "composer",
-            "--env-file",
-            str(REPO / ".env.demo"),
-            "--stack",
-            str(REPO / "composer.toml"),
-            "--stack",
-            str(self.stack_file),
-            *extra,
-        ]
-
-    def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.args(*extra), capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
-        )
-
-    def popen(self, *extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.args(*extra),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-            cwd=REPO,
-        )
 
     def run_dir(self) -> Path:
         """Where `up` keeps this project's run files."""
