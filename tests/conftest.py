@@ -9,9 +9,11 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -75,6 +77,30 @@ class StackCli:
             env=self.env,
             cwd=REPO,
         )
+
+
+@contextlib.contextmanager
+def answering(ok_path: str | None = None, body: bytes = b"") -> Iterator[int]:
+    """A local HTTP server on a port of its own (yielded): a GET gets 200 and `body` on `ok_path`
+    (every path when None), 404 elsewhere."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if ok_path in (None, self.path) else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def in_ci() -> bool:
