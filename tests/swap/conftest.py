@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +46,16 @@ class Stack(StackCli):
     def run_dir(self) -> Path:
         """Where `up` keeps this project's run files."""
         return Path(self.env["XDG_STATE_HOME"]) / "vllm-composer" / self.project
+
+    def status_until(self, ready: Callable[[dict], object], timeout: float) -> dict:
+        """`status --json`, asked every 0.5 s until `ready` holds for it or `timeout` s pass: the last one."""
+        deadline, status = time.monotonic() + timeout, {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if ready(status):
+                break
+            time.sleep(0.5)
+        return status
 
     def status(self, exits: tuple[int, ...] = (0,)) -> dict:
         done = self.run("status", "--json")
