@@ -68,13 +68,13 @@ class StackCli:
             timeout=self.run_timeout if timeout is None else timeout,
         )
 
-    def popen(self, *extra: str) -> subprocess.Popen[str]:
+    def popen(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return subprocess.Popen(
             self.args(*extra),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env=self.env,
+            env=self.env if env is None else env,
             cwd=REPO,
         )
 
