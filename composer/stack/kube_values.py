@@ -12,7 +12,7 @@ import re
 import tomllib
 from fractions import Fraction
 
-from composer.stack.values import parse_duration
+from composer.stack.values import one_of, parse_duration
 
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 64Gi or 100M"
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
@@ -213,10 +213,7 @@ def parse_names(raw: object) -> tuple[str, ...]:
 
 def parse_pull_policy(raw: object) -> str:
     """IfNotPresent, Always or Never."""
-    text = str(raw).strip()
-    if text not in PULL_POLICIES:
-        raise ValueError("one of " + ", ".join(PULL_POLICIES))
-    return text
+    return one_of(str(raw).strip(), PULL_POLICIES)
 
 
 def parse_pdb(raw: object) -> str:
