@@ -68,7 +68,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
-from composer.swap.live import LiveChange, LiveResult, live_acceptance, upstream_states
+from composer.swap.live import LiveChange, LiveResult, live_acceptance, set_upstreams, upstream_states
 from composer.swap.lock import swap_lock
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
@@ -244,13 +244,7 @@ class KubeLiveRollout(KubeChange):
         if self.control is None:
             self.control = kube_control(self.kubectl, self.stack)
         upstreams = live_upstreams(self.stack, list(variants))
-        try:
-            self.control.set_upstreams(upstreams)
-        except GatewayControlError as err:
-            raise SwapFailed(
-                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
-                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
-            ) from err
+        set_upstreams(self.control, upstreams)
 
     def drain(self, variant: str) -> int:
         """Wait until the gateway has no request in flight on `variant` (or the drain timeout);

@@ -264,6 +264,17 @@ def plan_live(
     )
 
 
+def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
+    """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
+    try:
+        control.set_upstreams(upstreams)
+    except GatewayControlError as err:
+        raise SwapFailed(
+            f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
+            "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
+        ) from err
+
+
 def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
     """Per-upstream fields of the gateway's state (`upstreams`: a list or a mapping by name);
     empty when the gateway does not report them."""
@@ -400,13 +411,7 @@ class LiveSwapper:
         control = self._control()
         if control is None:
             return
-        try:
-            control.set_upstreams(upstreams)
-        except GatewayControlError as err:
-            raise SwapFailed(
-                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
-                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
-            ) from err
+        set_upstreams(control, upstreams)
 
     def drain(self, name: str) -> int:
         """Wait until the gateway has no request in flight on `name` (or the drain timeout); return
