@@ -138,19 +138,9 @@ def watch(
     `/health` probes in a row, raises HealthCheckFailed with its log tail."""
     if seconds <= 0:
         return
-    look = _on_probation if probation else _settling
-    with _http(target, PROBATION_PROBE_TIMEOUT if probation else 10.0) as client:
-        retry.watch(seconds, interval)(look(container, target, seconds, unreachable), client)
+    life, failed = (run_mark(container) if probation else None), [0]
 
-
-watch_settled = watch
-watch_probation = functools.partial(watch, probation=True)
-
-
-def _settling(
-    container: VariantContainer, target: GateTarget, seconds: float, unreachable: Callable[[], None] | None
-) -> Callable[[httpx.Client], None]:
-    def attempt(client: httpx.Client) -> None:
+    def settling(client: httpx.Client) -> None:
         exited = container.exit_reason()
         if not exited and _healthy(client, target):
             raise Pending("settling")
@@ -162,16 +152,7 @@ def _settling(
         exited = exited or "/health stopped answering 200"
         raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.first_run_log())
 
-    return attempt
-
-
-def _on_probation(
-    container: VariantContainer, target: GateTarget, seconds: float, unreachable: Callable[[], None] | None
-) -> Callable[[httpx.Client], None]:
-    life = run_mark(container)
-    failed = [0]
-
-    def attempt(client: httpx.Client) -> None:
+    def on_probation(client: httpx.Client) -> None:
         reason = None if run_mark(container) == life else _ended(container)
         if reason is None and not _healthy(client, target):
             failed[0] += 1
@@ -185,7 +166,12 @@ def _on_probation(
             raise Pending("on probation")
         raise _failure(f"{reason} during its probation ({seconds:.0f}s)", container.log())
 
-    return attempt
+    with _http(target, PROBATION_PROBE_TIMEOUT if probation else 10.0) as client:
+        retry.watch(seconds, interval)(on_probation if probation else settling, client)
+
+
+watch_settled = watch
+watch_probation = functools.partial(watch, probation=True)
 
 
 def run_mark(container: VariantContainer) -> tuple[object, int, bool]:
