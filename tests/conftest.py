@@ -7,10 +7,13 @@ import os
 import random
 import secrets
 import socket
+import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -41,6 +44,63 @@ def shipped_variants() -> tuple[str, ...]:
 TEST_LABEL = "vllm-composer.test"
 # The command line of this environment, never whatever `compose-spec` is on PATH.
 COMPOSE_SPEC = (sys.executable, "-m", "composer")
+
+
+class StackCli:
+    """`compose-spec` run as a subprocess (the CLI a user runs) against the repository's
+    composer.toml plus a test's own stack file, in the test's environment."""
+
+    env: dict[str, str]
+    stack_file: Path
+    run_timeout: float = 120
+
+    def args(self, *extra: str) -> list[str]:
+        argv = [*COMPOSE_SPEC, "--env-file", str(REPO / ".env.demo")]
+        return [*argv, "--stack", str(REPO / "composer.toml"), "--stack", str(self.stack_file), *extra]
+
+    def run(self, *extra: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            self.args(*extra),
+            capture_output=True,
+            text=True,
+            env=self.env,
+            cwd=REPO,
+            timeout=self.run_timeout if timeout is None else timeout,
+        )
+
+    def popen(self, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            self.args(*extra),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=self.env if env is None else env,
+            cwd=REPO,
+        )
+
+
+@contextlib.contextmanager
+def answering(ok_path: str | None = None, body: bytes = b"") -> Iterator[int]:
+    """A local HTTP server on a port of its own (yielded): a GET gets 200 and `body` on `ok_path`
+    (every path when None), 404 elsewhere."""
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if ok_path in (None, self.path) else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def in_ci() -> bool:

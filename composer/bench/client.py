@@ -9,8 +9,10 @@ text chunk, so prefill and queueing never dilute it.
 from __future__ import annotations
 
 import json
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,3 +173,30 @@ def make_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Cli
     return httpx.Client(
         base_url=base_url, headers=auth_headers(api_key), timeout=httpx.Timeout(timeout, connect=10.0)
     )
+
+
+def run_streams(
+    streams: int,
+    stream: Callable[[int], None],
+    clients: Sequence[httpx.Client],
+    stop: threading.Event,
+    name: str,
+    abort: Callable[[], None] = lambda: None,
+) -> None:
+    """Run `stream(s)` in `streams` threads named `name`. On any error (Ctrl-C too) set `stop`,
+    call `abort` and close the clients, so that blocked streams end at once; the clients are
+    closed at the end either way."""
+    pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix=name)
+    try:
+        for future in [pool.submit(stream, s) for s in range(streams)]:
+            future.result()
+    except BaseException:
+        stop.set()
+        abort()
+        for client in clients:
+            client.close()
+        raise
+    finally:
+        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
+        for client in clients:
+            client.close()

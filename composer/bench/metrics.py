@@ -53,11 +53,6 @@ def total(samples: Samples, name: str, **match: str) -> float:
     return sum(v for (n, labels), v in samples.items() if n == name and wanted <= labels)
 
 
-def has_metric(samples: Samples, name: str) -> bool:
-    """Whether any sample of the metric is present."""
-    return any(n == name for n, _ in samples)
-
-
 def positions(samples: Samples) -> list[int]:
     """The draft positions present in the per-position counter, sorted."""
     found = {int(dict(labels)["position"]) for n, labels in samples if n == ACCEPTED_PER_POS}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from composer.errors import UsageError
-from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
+from composer.stack.bounded import read_named_text
 
 SEPARATOR = "---"
 CHARS_PER_TOKEN = 4  # a rough English average; only used to size synthetic prompts
@@ -36,12 +36,7 @@ def padded(prompt: str, tokens: int) -> str:
 
 def read_prompt_file(path: str | Path) -> tuple[str, ...]:
     """Prompts from a text file, separated by lines that hold only `---`."""
-    try:
-        text = read_bounded(path, "prompt file", STACK_FILE_LIMIT).decode("utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read the prompt file {str(path)!r}: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        raise UsageError(f"the prompt file {str(path)!r} is not UTF-8 text (byte {err.start})") from err
+    text = read_named_text(path, "prompt file")
     prompts: list[list[str]] = [[]]
     for line in text.splitlines():
         if line.strip() == SEPARATOR:

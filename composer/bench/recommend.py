@@ -34,7 +34,7 @@ from typing import Any
 
 from composer.bench.report import JSON_FILE
 from composer.errors import ConfigError, UsageError
-from composer.stack.bounded import BENCH_FILE_LIMIT, STACK_FILE_LIMIT, read_bounded
+from composer.stack.bounded import BENCH_FILE_LIMIT, read_bounded, read_named_text
 from composer.stack.model import Stack
 from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
@@ -241,12 +241,7 @@ def _check_edit(original: dict[str, Any], result: str, proposed: Mapping[str, st
 def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
     """Put the recommended keys into the stack file's `[workloads]` table, atomically."""
     path = Path(path)
-    try:
-        text = read_bounded(path, "stack file", STACK_FILE_LIMIT).decode("utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot read the stack file {str(path)!r}: {err.strerror}") from err
-    except UnicodeDecodeError as err:
-        raise UsageError(f"the stack file {str(path)!r} is not UTF-8 text (byte {err.start})") from err
+    text = read_named_text(path, "stack file")
     updated = updated_stack_text(text, wins)
     handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:

@@ -17,11 +17,10 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from composer.bench.agreement import Agreement, agreement_with, deterministic
-from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
+from composer.bench.client import ChatRequest, StreamResult, make_client, run_streams, stream_chat
 from composer.bench.metrics import Acceptance, RunningSampler, SpecCounters, acceptance, scrape
 from composer.bench.prompts import padded
 from composer.errors import BenchError, HealthCheckFailed, SwapFailed, UsageError
@@ -392,21 +391,7 @@ def _measure_streams(
                 left = eta.seconds_left(total - len(done)) if eta else None
                 progress(f"{result.label}: run {len(done)}/{total} ({format_duration(left)})")
 
-    pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix="bench-stream")
-    try:
-        futures = [pool.submit(stream, s) for s in range(streams)]
-        for future in futures:
-            future.result()
-    except BaseException:
-        stop.set()
-        barrier.abort()
-        for client in clients:
-            client.close()
-        raise
-    finally:
-        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
-        for client in clients:
-            client.close()
+    run_streams(streams, stream, clients, stop, "bench-stream", barrier.abort)
     for index, run in done:
         result.texts.setdefault(index, []).append(run.text)
         result.runs.append(run)

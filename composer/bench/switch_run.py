@@ -22,11 +22,10 @@ import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from composer.bench.client import ChatRequest, StreamResult, make_client, stream_chat
+from composer.bench.client import ChatRequest, StreamResult, make_client, run_streams, stream_chat
 from composer.bench.sweep import BenchOptions, Workload, format_duration, percentile
 from composer.errors import BenchError
 from composer.signals import waits_cancelled
@@ -309,16 +308,4 @@ def _replay(
                     f"({format_duration(left)})"
                 )
 
-    pool = ThreadPoolExecutor(max_workers=workload.concurrency, thread_name_prefix="bench-trace")
-    try:
-        for future in [pool.submit(stream, s) for s in range(workload.concurrency)]:
-            future.result()
-    except BaseException:
-        stop.set()
-        for c in clients:
-            c.close()
-        raise
-    finally:
-        pool.shutdown(wait=not stop.is_set(), cancel_futures=True)
-        for c in clients:
-            c.close()
+    run_streams(workload.concurrency, stream, clients, stop, "bench-trace")

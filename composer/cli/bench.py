@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
 from composer.cli.base import command, options_as
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
-from composer.cli.params import Duration, csv_list, json_option
+from composer.cli.params import csv_list, duration_option, json_option
 from composer.errors import ComposerError, Interrupted, UsageError
 
 
@@ -85,9 +86,7 @@ class BenchArgs:
     help="Where bench.json, bench.csv and bench.png go.",
 )
 @json_option("Print the report as JSON instead of a table.")
-@click.option(
-    "--timeout", type=Duration(), default="15m", show_default=True, help="Time per swap and per request."
-)
+@duration_option("--timeout", "15m", "Time per swap and per request.")
 @click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
 def bench(obj: Context, **kwargs: object) -> None:
@@ -142,11 +141,7 @@ def bench(obj: Context, **kwargs: object) -> None:
             names,
             k_values,
             options,
-            client=obj.docker(),
-            swap_timeout=args.timeout,
-            progress=line.step,
-            waiting=line.waiting,
-            allow_weak_key=obj.allow_weak_key,
+            **_swapping(obj, args, line),
             ks_by_variant=plan.ks_by_variant if plan else None,
             after_sweep=after_sweep,
         )
@@ -180,6 +175,17 @@ def bench(obj: Context, **kwargs: object) -> None:
     if error is not None:
         error.details.update(data)
         raise error
+
+
+def _swapping(obj: Context, args: BenchArgs, line: LiveLine) -> dict[str, Any]:
+    """How the benchmark's swaps run: the Docker client, their timeout, the key check, progress."""
+    return {
+        "client": obj.docker(),
+        "swap_timeout": args.timeout,
+        "allow_weak_key": obj.allow_weak_key,
+        "progress": line.step,
+        "waiting": line.waiting,
+    }
 
 
 def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
@@ -218,11 +224,7 @@ def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run
             planned.phases,
             options,
             run,
-            client=obj.docker(),
-            swap_timeout=args.timeout,
-            allow_weak_key=obj.allow_weak_key,
-            progress=line.step,
-            waiting=line.waiting,
+            **_swapping(obj, args, line),
         )
     except KeyboardInterrupt:
         report.interrupted = "interrupted"

@@ -16,7 +16,7 @@ import click
 
 from composer.cli.base import command, options_as
 from composer.cli.context import Context, require_api_key
-from composer.cli.params import Duration, json_option
+from composer.cli.params import duration_option, json_option, settle_option
 from composer.errors import ConfigError
 
 
@@ -30,20 +30,8 @@ class FollowArgs:
 
 
 @command()
-@click.option(
-    "--timeout",
-    type=Duration(),
-    default="15m",
-    show_default=True,
-    help="How long each switch waits for readiness.",
-)
-@click.option(
-    "--settle",
-    type=Duration(),
-    default="1s",
-    show_default=True,
-    help="How long to keep watching after readiness.",
-)
+@duration_option("--timeout", "15m", "How long each switch waits for readiness.")
+@settle_option
 @click.option("--max-switches", type=click.IntRange(min=1), default=None, help="Stop after N switches.")
 @json_option("One JSON object per decision instead of a line.")
 @click.option(

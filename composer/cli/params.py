@@ -98,7 +98,11 @@ def complete_recipe(ctx: click.Context, param: click.Parameter, incomplete: str)
     return [CompletionItem(n) for n in recipe_names(folder) if n.startswith(incomplete)]
 
 
-def json_option(help_text: str = "Print JSON.") -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
+"""What an option is: it adds itself to a command function."""
+
+
+def json_option(help_text: str = "Print JSON.") -> Decorator:
     """`--json` (stored as `as_json`)."""
     return click.option("--json", "as_json", is_flag=True, help=help_text)
 
@@ -114,24 +118,21 @@ def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
     )(func)
 
 
+def duration_option(name: str, default: str, help_text: str) -> Decorator:
+    """A duration option (`15m`, `1s`, seconds) with its default shown in --help."""
+    return click.option(name, type=Duration(), default=default, show_default=True, help=help_text)
+
+
+settle_option = duration_option("--settle", "1s", "How long to keep watching after readiness.")
+"""`--settle` (up, use, follow)."""
+
+
 def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
     """Options shared by `up` and `use` (read into `SwapArgs`)."""
     options = [
-        click.option(
-            "--timeout",
-            type=Duration(),
-            default="15m",
-            show_default=True,
-            help="How long to wait for readiness.",
-        ),
+        duration_option("--timeout", "15m", "How long to wait for readiness."),
         click.option("--no-rollback", is_flag=True, help="On failure, do not restart the previous variant."),
-        click.option(
-            "--settle",
-            type=Duration(),
-            default="1s",
-            show_default=True,
-            help="How long to keep watching after readiness.",
-        ),
+        settle_option,
         click.option("--no-wait", is_flag=True, help="Fail instead of waiting when another swap runs."),
         click.option(
             "--allow-weak-key", is_flag=True, help="Accept a weak or short VLLM_API_KEY (a warning instead)."

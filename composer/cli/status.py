@@ -12,20 +12,14 @@ import click
 from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import echo_json, note
-from composer.cli.params import Duration, json_option
+from composer.cli.params import duration_option, json_option
 from composer.errors import ComposerError
 
 
 @command(exit_note="1 when the serving variant restarted since its swap; 130 ends --watch")
 @json_option("Print JSON (with --watch: one object per change).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh until Ctrl-C.")
-@click.option(
-    "--interval",
-    type=Duration(),
-    default="2s",
-    show_default=True,
-    help="Time between refreshes with --watch.",
-)
+@duration_option("--interval", "2s", "Time between refreshes with --watch.")
 @click.pass_obj
 def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | None:
     """Show the running variant: readiness, served name, port, image, uptime; or why none runs.

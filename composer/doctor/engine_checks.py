@@ -62,17 +62,13 @@ def check_engine(
 
 def check_compose(compose_version: Callable[[], str]) -> Finding:
     """The Compose v2 plugin answers `docker compose version`."""
+    install = fixes.install_docker("the Compose v2 plugin")
     try:
         version = compose_version()
     except DockerUnavailable as err:
-        return Finding("compose-plugin", "fail", str(err), fixes.install_docker("the Compose v2 plugin"))
+        return Finding("compose-plugin", "fail", str(err), install)
     if _version_tuple(version) < (2, 0):
-        return Finding(
-            "compose-plugin",
-            "warn",
-            f"Compose {version} is older than v2",
-            fixes.install_docker("the Compose v2 plugin"),
-        )
+        return Finding("compose-plugin", "warn", f"Compose {version} is older than v2", install)
     return Finding("compose-plugin", "ok", f"Compose {version}")
 
 

@@ -8,6 +8,7 @@ tag fail the check: neither can be told to be the image's recipe.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,9 @@ if TYPE_CHECKING:
     import docker
 
     from composer.overlay.recipe import DiffPin, Recipe
+
+_current = functools.partial(Finding, "image-current")
+"""A finding of the image-current check."""
 
 
 def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> Recipe | None:
@@ -57,8 +61,7 @@ def check_overlay_current(
     image = stack.image(variant.image_key)
     writers = recipes_writing(recipes_dir, image, stack.images)
     if len(writers) > 1:
-        return Finding(
-            "image-current",
+        return _current(
             "fail",
             f"recipes {' and '.join(writers)} both write {image}: cannot tell which one it should match",
             f"give each recipe its own output.tag ({recipes_dir}/<name>/image.toml)",
@@ -72,23 +75,20 @@ def check_overlay_current(
     rebuild = rebuild_command(recipe.name, env_file)
     labels = built.labels or {}
     if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
-        return Finding(
-            "image-current",
+        return _current(
             "warn",
             f"{image} has no overlay labels for recipe {recipe.name}: not built by `compose-spec build`",
             rebuild,
         )
     changed = [f"{d.file.name} differs from its sha256 pin" for d in recipe.diffs if _drifted(d)]
     if changed:
-        return Finding(
-            "image-current",
+        return _current(
             "warn",
             f"{image}: " + "; ".join(changed),
             f"review the diff, then compose-spec build {recipe.name} --pin",
         )
     if base is None:
-        return Finding(
-            "image-current",
+        return _current(
             "warn",
             f"base image {recipe.base} is not local: cannot tell whether {image} is current",
             f"load {recipe.base} (docker load -i FILE.tar)",
@@ -100,19 +100,16 @@ def check_overlay_current(
         if labels.get(key) != value
     ]
     if stale:
-        return Finding(
-            "image-current",
+        return _current(
             "warn",
             f"{image} is stale: its labels differ from recipe {recipe.name} in " + ", ".join(stale),
             rebuild,
         )
     if labels.get(label_names.OVERLAY_FROM_BASE):
-        return Finding(
-            "image-current",
-            "ok",
-            f"{image} is {recipe.base} unchanged: it already contains recipe {recipe.name}'s change",
+        return _current(
+            "ok", f"{image} is {recipe.base} unchanged: it already contains recipe {recipe.name}'s change"
         )
-    return Finding("image-current", "ok", f"{image} matches recipe {recipe.name} and base {recipe.base}")
+    return _current("ok", f"{image} matches recipe {recipe.name} and base {recipe.base}")
 
 
 def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) -> Finding | None:
@@ -125,8 +122,7 @@ def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) 
         return None  # `compose-spec build` names what is wrong with the recipe or its base
     if not contained:
         return None
-    return Finding(
-        "image-current",
+    return _current(
         "warn",
         f"{image} is not built, and its base {recipe.base} already contains recipe {recipe.name}'s change",
         f"compose-spec build {recipe.name} --use-base",

@@ -242,16 +242,23 @@ def _variant_checks(
         gck.check_attention_backend(stack, seen),
         gck.check_compute_capability(stack, seen, facts),
         hck.check_wsl_pin_memory(seen, host.kernel_release),
+        *_speculation_checks(stack, seen),
+        gck.check_gpu_memory(stack, variant, facts),
+        cck.check_cpu_method(stack, variant, client),
+    ]
+    return found
+
+
+def _speculation_checks(stack: Stack, seen: VariantFacts) -> list[Finding | None]:
+    """What the variant's speculative decoding and vLLM's own refusals need (full and fast)."""
+    return [
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
         ack.check_refused(seen),
         ack.check_adaptive(stack, seen),
         ack.check_dropped_eager(seen),
-        gck.check_gpu_memory(stack, variant, facts),
-        cck.check_cpu_method(stack, variant, client),
     ]
-    return found
 
 
 def fast_checks(
@@ -289,12 +296,7 @@ def fast_checks(
     per_variant += [
         gck.check_attention_backend(stack, seen),
         hck.check_wsl_pin_memory(seen, release),
-        mck.check_mtp(stack, seen),
-        mck.check_draft_config(stack, seen),
-        mck.check_draft_k(stack, seen),
-        ack.check_refused(seen),
-        ack.check_adaptive(stack, seen),
-        ack.check_dropped_eager(seen),
+        *_speculation_checks(stack, seen),
     ]
     return [*checks, *tag(per_variant, target.name)]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -111,19 +112,35 @@ def wait_ready(
             raise _failure(str(timed_out), container.log()) from None
 
 
-def watch_settled(
+PROBATION_FAILURES = 3
+"""Probes in a row that must fail before a variant on probation counts as unhealthy."""
+PROBATION_INTERVAL = 0.5
+"""Seconds between two looks at a variant on probation (Docker's state, then `/health`)."""
+PROBATION_PROBE_TIMEOUT = 2.0
+"""Seconds one `/health` probe of a variant on probation may take (a held one counts as failed)."""
+
+
+def watch(
     container: VariantContainer,
     target: GateTarget,
     seconds: float,
     interval: float,
     unreachable: Callable[[], None] | None = None,
+    *,
+    probation: bool = False,
 ) -> None:
-    """After readiness, keep watching for `seconds`: a crash or a failing /health fails the swap
-    (`unreachable` first raises its own error when the gateway in between is gone)."""
+    """Watch a ready variant for `seconds`, looked at every `interval` s; `unreachable` first
+    raises its own error when the gateway in between is gone.
+
+    Settling (after readiness): a crash or one failing `/health` fails the swap. Probation (after
+    a swap, with clients served; the swap uses PROBATION_INTERVAL): a container that exits or
+    restarts (Docker's restart count or start time changes), or `PROBATION_FAILURES` failed
+    `/health` probes in a row, raises HealthCheckFailed with its log tail."""
     if seconds <= 0:
         return
+    life, failed = (run_mark(container) if probation else None), [0]
 
-    def attempt(client: httpx.Client) -> None:
+    def settling(client: httpx.Client) -> None:
         exited = container.exit_reason()
         if not exited and _healthy(client, target):
             raise Pending("settling")
@@ -135,35 +152,7 @@ def watch_settled(
         exited = exited or "/health stopped answering 200"
         raise _failure(f"{exited} within {seconds:.1f}s after becoming ready", container.first_run_log())
 
-    with _http(target) as client:
-        retry.watch(seconds, interval)(attempt, client)
-
-
-PROBATION_FAILURES = 3
-"""Probes in a row that must fail before a variant on probation counts as unhealthy."""
-PROBATION_INTERVAL = 0.5
-"""Seconds between two looks at a variant on probation (Docker's state, then `/health`)."""
-PROBATION_PROBE_TIMEOUT = 2.0
-"""Seconds one `/health` probe of a variant on probation may take (a held one counts as failed)."""
-
-
-def watch_probation(
-    container: VariantContainer,
-    target: GateTarget,
-    seconds: float,
-    interval: float,
-    unreachable: Callable[[], None] | None = None,
-) -> None:
-    """After a swap, with clients served: for `seconds`, looked at every `interval` s (the swap
-    uses PROBATION_INTERVAL), a container that exits or restarts (Docker's restart count or
-    start time changes), or `PROBATION_FAILURES` failed `/health` probes in a row, raises
-    HealthCheckFailed with its log tail."""
-    if seconds <= 0:
-        return
-    life = run_mark(container)
-    failed = [0]
-
-    def attempt(client: httpx.Client) -> None:
+    def on_probation(client: httpx.Client) -> None:
         reason = None if run_mark(container) == life else _ended(container)
         if reason is None and not _healthy(client, target):
             failed[0] += 1
@@ -177,8 +166,12 @@ def watch_probation(
             raise Pending("on probation")
         raise _failure(f"{reason} during its probation ({seconds:.0f}s)", container.log())
 
-    with _http(target, PROBATION_PROBE_TIMEOUT) as client:
-        retry.watch(seconds, interval)(attempt, client)
+    with _http(target, PROBATION_PROBE_TIMEOUT if probation else 10.0) as client:
+        retry.watch(seconds, interval)(on_probation if probation else settling, client)
+
+
+watch_settled = watch
+watch_probation = functools.partial(watch, probation=True)
 
 
 def run_mark(container: VariantContainer) -> tuple[object, int, bool]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from tenacity import (
     RetryCallState,
@@ -109,18 +110,9 @@ def until(
     )
 
 
-def within(
-    timeout: float,
-    interval: float,
-    *,
-    retry_on: tuple[type[BaseException], ...] = (Pending,),
-    clock: Clock = time.monotonic,
-    sleep: Sleep = pause,
-    on_wait: Callable[[BaseException], None] | None = None,
-) -> Retrying:
-    """`until` a deadline `timeout` s from now."""
-    deadline = clock() + timeout
-    return until(deadline, interval, retry_on=retry_on, clock=clock, sleep=sleep, on_wait=on_wait)
+def within(timeout: float, interval: float, *, clock: Clock = time.monotonic, **options: Any) -> Retrying:
+    """`until` a deadline `timeout` s from now (the same keyword options)."""
+    return until(clock() + timeout, interval, clock=clock, **options)
 
 
 def watch(
@@ -197,28 +189,28 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
     return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
-def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A serving variant behind a gateway that just started: probed every
-    SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
+def _giving_last(interval: float, stop: Callable[[RetryCallState], bool], sleep: Sleep) -> Retrying:
+    """Retry while the step raises `Pending`, every `interval` s until `stop`; then give the
+    last `Pending`'s result."""
     return Retrying(
         retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(SETTLE_PROBE_INTERVAL_S),
-        stop=_stop_at(clock() + seconds, clock),
+        wait=wait_fixed(interval),
+        stop=stop,
         sleep=sleep,
         retry_error_callback=_last_result,
     )
+
+
+def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
+    """A serving variant behind a gateway that just started: probed every
+    SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
+    return _giving_last(SETTLE_PROBE_INTERVAL_S, _stop_at(clock() + seconds, clock), sleep)
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
     """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
     (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
-    return Retrying(
-        retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(REFUSAL_INTERVAL_S),
-        stop=stop_after_attempt(REFUSAL_ATTEMPTS),
-        sleep=sleep,
-        retry_error_callback=_last_result,
-    )
+    return _giving_last(REFUSAL_INTERVAL_S, stop_after_attempt(REFUSAL_ATTEMPTS), sleep)
 
 
 def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
@@ -230,13 +222,7 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
 def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
     step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
-    return Retrying(
-        retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(PORT_BACK_INTERVAL_S),
-        stop=_stop_at(clock() + timeout, clock),
-        sleep=sleep,
-        retry_error_callback=_last_result,
-    )
+    return _giving_last(PORT_BACK_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
 
 
 def reopen() -> Retrying:

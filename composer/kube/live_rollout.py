@@ -42,6 +42,7 @@ from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     NO_KEY,
+    KubeChange,
     KubeUpOptions,
     Say,
     _cause,
@@ -67,7 +68,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
-from composer.swap.live import LiveResult, live_acceptance, upstream_states
+from composer.swap.live import LiveChange, LiveResult, live_acceptance, set_upstreams, upstream_states
 from composer.swap.lock import swap_lock
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
@@ -93,29 +94,14 @@ class ClusterLive:
 
 
 @dataclass(frozen=True)
-class KubeLivePlan:
+class KubeLivePlan(LiveChange):
     """What a live-set change does on the cluster, in order."""
 
-    variants: tuple[str, ...]
-    keep: tuple[str, ...]
-    replace: tuple[str, ...]
-    start: tuple[str, ...]
-    stop: tuple[str, ...]
-    single: bool
+    single: bool = False
 
     @property
     def no_op(self) -> bool:
         return not (self.replace or self.start or self.stop or self.single)
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "live": list(self.variants),
-            "keep": list(self.keep),
-            "start": list(self.start),
-            "replace": list(self.replace),
-            "stop": list(self.stop),
-            "single": self.single,
-        }
 
 
 def identity(doc: Manifest) -> str:
@@ -175,14 +161,7 @@ def plan_kube_live(variants: Sequence[str], wanted: Mapping[str, str], cluster: 
     """Decide the change (pure): `wanted` is each variant's rendered identity."""
     now = cluster.live
     keep = tuple(n for n in variants if n in now and now[n].identity == wanted[n])
-    return KubeLivePlan(
-        variants=tuple(variants),
-        keep=keep,
-        replace=tuple(n for n in variants if n in now and n not in keep),
-        start=tuple(n for n in variants if n not in now),
-        stop=tuple(n for n in sorted(now) if n not in variants),
-        single=cluster.single,
-    )
+    return KubeLivePlan.between(variants, variants, now, keep, single=cluster.single)
 
 
 def write_live(stack: Stack, variants: Sequence[str], directory: Path | None = None) -> dict[str, Path]:
@@ -240,17 +219,11 @@ def single_inflight(raw: Mapping[str, Any] | None) -> int:
     return max(0, int((raw or {}).get("inflight") or 0) - live)
 
 
-class KubeLiveRollout:
+class KubeLiveRollout(KubeChange):
     """One change of the cluster's live set."""
 
-    def __init__(self, stack: Stack, kubectl: Kubectl, options: KubeUpOptions, progress: Say, waiting: Say):
-        self.stack = stack
-        self.kubectl = kubectl
-        self.options = options
-        self.say = progress
-        self.waiting = waiting
-        self.control: GatewayControl | None = None
-        self.variants: tuple[str, ...] = ()
+    control: GatewayControl | None = None
+    variants: tuple[str, ...] = ()
 
     # -- the gateway ----------------------------------------------------------------------
     def _gateway_doc(self) -> Manifest | None:
@@ -271,13 +244,7 @@ class KubeLiveRollout:
         if self.control is None:
             self.control = kube_control(self.kubectl, self.stack)
         upstreams = live_upstreams(self.stack, list(variants))
-        try:
-            self.control.set_upstreams(upstreams)
-        except GatewayControlError as err:
-            raise SwapFailed(
-                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
-                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
-            ) from err
+        set_upstreams(self.control, upstreams)
 
     def drain(self, variant: str) -> int:
         """Wait until the gateway has no request in flight on `variant` (or the drain timeout);

@@ -231,8 +231,9 @@ def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> 
     return tail(redact(done.stdout, stack.api_key), 40) if done.returncode == 0 else ""
 
 
-class KubeRollout:
-    """One switch of the Deployment to a target variant."""
+class KubeChange:
+    """One change of what serves on the cluster: the stack, kubectl, the options and where
+    progress goes."""
 
     def __init__(self, stack: Stack, kubectl: Kubectl, options: KubeUpOptions, progress: Say, waiting: Say):
         self.stack = stack
@@ -240,7 +241,12 @@ class KubeRollout:
         self.options = options
         self.say = progress
         self.waiting = waiting
-        self.hold: SwapHold | None = None
+
+
+class KubeRollout(KubeChange):
+    """One switch of the Deployment to a target variant."""
+
+    hold: SwapHold | None = None
 
     def roll(self, served_name: str) -> None:
         """Wait for the rollout, then gate (and warm up) through the Service, within the timeout."""

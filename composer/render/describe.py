@@ -8,7 +8,7 @@ from dataclasses import asdict
 from composer.render.spec import build_spec, resolve
 from composer.stack.load import STACK_SETTINGS
 from composer.stack.model import Stack, Variant
-from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, Key, key_named
+from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, Key
 from composer.stack.values import format_seconds
 
 MASK = "********"
@@ -96,11 +96,6 @@ def settings_rows(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
                 dotted = f"variants.{name}.speculative.{key.name}"
                 rows.append(_row(stack, dotted, key, getattr(variant.speculative, key.name)))
     return rows
-
-
-def key_description(dotted: str) -> str:
-    key = key_named(dotted)
-    return key.description if key else ""
 
 
 def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:

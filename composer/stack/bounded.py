@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from composer.errors import ConfigError
+from composer.errors import ConfigError, UsageError
 
 KIB = 1 << 10
 MIB = 1 << 20
@@ -56,3 +56,14 @@ def read_bounded(path: str | Path, what: str, limit: int, *, tail: bool = False)
             f"give a file of at most {_size(limit)}"
         )
     return data
+
+
+def read_named_text(path: str | Path, what: str) -> str:
+    """The text of a file the user named (`what`: "prompt file"), UTF-8 and at most
+    STACK_FILE_LIMIT bytes; UsageError saying why it cannot be read."""
+    try:
+        return read_bounded(path, what, STACK_FILE_LIMIT).decode("utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot read the {what} {str(path)!r}: {err.strerror}") from err
+    except UnicodeDecodeError as err:
+        raise UsageError(f"the {what} {str(path)!r} is not UTF-8 text (byte {err.start})") from err

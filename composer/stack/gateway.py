@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from composer import __version__
 from composer.gateway.config import LIMITS
 from composer.stack.values import (
+    one_of,
     parse_bool,
     parse_duration,
     parse_port,
@@ -80,10 +81,7 @@ POLICIES = ("manual", "auto")
 
 def parse_policy(raw: object) -> str:
     """manual or auto."""
-    text = str(raw).strip()
-    if text not in POLICIES:
-        raise ValueError("one of " + ", ".join(POLICIES))
-    return text
+    return one_of(str(raw).strip(), POLICIES)
 
 
 def _shown(value: int, kind: str) -> str:

@@ -12,7 +12,7 @@ import re
 import tomllib
 from fractions import Fraction
 
-from composer.stack.values import parse_duration
+from composer.stack.values import one_of, parse_duration
 
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 64Gi or 100M"
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
@@ -24,18 +24,8 @@ PDB_CHOICES = ("gateway", "all", "none")
 _QUANTITY = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+]?\d+)?")
 _SUFFIX = {
     "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+    **{prefix: Fraction(1000**power) for power, prefix in enumerate("kMGTPE", 1)},
+    **{f"{prefix}i": Fraction(1024**power) for power, prefix in enumerate("KMGTPE", 1)},
 }
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
@@ -223,10 +213,7 @@ def parse_names(raw: object) -> tuple[str, ...]:
 
 def parse_pull_policy(raw: object) -> str:
     """IfNotPresent, Always or Never."""
-    text = str(raw).strip()
-    if text not in PULL_POLICIES:
-        raise ValueError("one of " + ", ".join(PULL_POLICIES))
-    return text
+    return one_of(str(raw).strip(), PULL_POLICIES)
 
 
 def parse_pdb(raw: object) -> str:

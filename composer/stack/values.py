@@ -172,11 +172,16 @@ def parse_gpus(raw: object) -> tuple[str, ...] | None:
     return tuple(items)
 
 
+def one_of(text: str, choices: tuple[str, ...]) -> str:
+    """`text` when it is one of `choices`, else ValueError listing them."""
+    if text not in choices:
+        raise ValueError("one of " + ", ".join(choices))
+    return text
+
+
 def parse_method(raw: object) -> str:
     """A speculative method known to vLLM."""
-    if str(raw) not in SPECULATIVE_METHODS:
-        raise ValueError("one of " + ", ".join(SPECULATIVE_METHODS))
-    return str(raw)
+    return one_of(str(raw), SPECULATIVE_METHODS)
 
 
 def parse_attention_backend(raw: object) -> str:
@@ -312,10 +317,7 @@ STANDBY_MODES: tuple[str, ...] = ("stop", "sleep")
 
 def parse_standby(raw: object) -> str:
     """What `up` does with a variant it swaps away from: stop (remove) it or put it to sleep."""
-    text = str(raw).strip()
-    if text not in STANDBY_MODES:
-        raise ValueError("one of " + ", ".join(STANDBY_MODES))
-    return text
+    return one_of(str(raw).strip(), STANDBY_MODES)
 
 
 STANDBY_FALLBACKS: tuple[str, ...] = ("refuse", "stop")
@@ -323,10 +325,7 @@ STANDBY_FALLBACKS: tuple[str, ...] = ("refuse", "stop")
 
 def parse_standby_fallback(raw: object) -> str:
     """What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
-    text = str(raw).strip()
-    if text not in STANDBY_FALLBACKS:
-        raise ValueError("one of " + ", ".join(STANDBY_FALLBACKS))
-    return text
+    return one_of(str(raw).strip(), STANDBY_FALLBACKS)
 
 
 SLEEP_LEVELS: tuple[int, ...] = (1, 2)
@@ -363,10 +362,7 @@ RESTART_POLICIES: tuple[str, ...] = ("no", "always", "on-failure", "unless-stopp
 
 def parse_restart(raw: object) -> str:
     """A Docker restart policy: no, always, on-failure or unless-stopped."""
-    text = "no" if raw is False else str(raw).strip()
-    if text not in RESTART_POLICIES:
-        raise ValueError("one of " + ", ".join(RESTART_POLICIES))
-    return text
+    return one_of("no" if raw is False else str(raw).strip(), RESTART_POLICIES)
 
 
 def shown(value: object, limit: int = 80) -> str:

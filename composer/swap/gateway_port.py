@@ -31,7 +31,9 @@ if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
+    from composer.engine.published_port import PublishedPort
     from composer.engine.variant_container import VariantContainer
+    from composer.render.gateway import GatewaySpec
 
 Say = Callable[[str], None]
 PORT_BACK_TIMEOUT = 60.0
@@ -102,19 +104,11 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     variant = member.variant if member is not None else None
     compose_file = _compose_file(stack, serving)
     target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
-    service = target.gateway.service if target.gateway else "gateway"
     say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
-    _compose_recreate(stack, compose_file, service)
-    gateway = gateway_container(stack, client)
-    if gateway is None:
-        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
+    gateway = _recreated(stack, client, compose_file, target.gateway)
     if member is not None and member.standby_service:
         _route(gateway, upstream_url(member.container.name))
-    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
-    if not published.answers:
-        raise ComposerError(
-            f"the recreated gateway does not answer through {published.url}: {published.detail}"
-        )
+    published = _published(gateway, stack)
     if variant is not None:
         say(f"waiting for the gateway to reach {variant}")
         if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
@@ -146,20 +140,12 @@ def _recreate_live(
     names = ", ".join(u["name"] for u in upstreams)
     target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in upstreams)))
     compose_file = live_run_file(target)
-    service = target.gateway.service if target.gateway else "gateway"
     say(f"recreating the gateway (the live set {names} keeps running)")
-    _compose_recreate(stack, compose_file, service)
-    gateway = gateway_container(stack, client)
-    if gateway is None:
-        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
+    gateway = _recreated(stack, client, compose_file, target.gateway)
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
         lambda: _control(gateway).set_upstreams(upstreams)
     )
-    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
-    if not published.answers:
-        raise ComposerError(
-            f"the recreated gateway does not answer through {published.url}: {published.detail}"
-        )
+    published = _published(gateway, stack)
     say(f"waiting for the gateway to reach {names}")
     if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
         raise ComposerError(
@@ -169,7 +155,11 @@ def _recreate_live(
     return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began)
 
 
-def _compose_recreate(stack: Stack, compose_file: Path, service: str) -> None:
+def _recreated(
+    stack: Stack, client: docker.DockerClient, compose_file: Path, spec: GatewaySpec | None
+) -> Container:
+    """The gateway's container, recreated from `compose_file` (its service: `spec`'s)."""
+    service = spec.service if spec else "gateway"
     compose(
         stack.project,
         compose_file,
@@ -177,6 +167,20 @@ def _compose_recreate(stack: Stack, compose_file: Path, service: str) -> None:
         env=compose_environment(compose_file, stack.api_key),
         timeout=120,
     )
+    gateway = gateway_container(stack, client)
+    if gateway is None:
+        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
+    return gateway
+
+
+def _published(gateway: Container, stack: Stack) -> PublishedPort:
+    """The recreated gateway's published port, once it answers there."""
+    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
+    if not published.answers:
+        raise ComposerError(
+            f"the recreated gateway does not answer through {published.url}: {published.detail}"
+        )
+    return published
 
 
 def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:

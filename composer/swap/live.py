@@ -15,10 +15,10 @@ is removed and the containers already serving keep serving. `plan_live` is pure 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from composer import labels as label_names
 from composer.engine.client import compose
@@ -67,14 +67,50 @@ class LiveRunning:
 
 
 @dataclass(frozen=True)
-class LivePlan:
-    """What a live-set change does, in order: start and gate, then drain and stop."""
+class LiveChange:
+    """Which members a live-set change keeps, starts, stops and replaces (Docker and Kubernetes)."""
 
     variants: tuple[str, ...]
     keep: tuple[str, ...]  # members that serve on, untouched
     start: tuple[str, ...]  # members started and gated, one at a time
     stop: tuple[str, ...]  # members drained and stopped, one at a time (after every start)
     replace: tuple[str, ...] = ()  # members whose configuration changed: drained, stopped, started
+    single: str | bool | None = None  # today's one serving container (not live)
+
+    @classmethod
+    def between(
+        cls,
+        variants: Sequence[str],
+        members: Sequence[str],
+        now: Collection[str],
+        keep: tuple[str, ...],
+        **more: Any,
+    ) -> Self:
+        """The change from the members that run `now` to `members`, keeping `keep` as they run."""
+        return cls(
+            variants=tuple(variants),
+            keep=keep,
+            start=tuple(n for n in members if n not in now),
+            stop=tuple(n for n in sorted(now) if n not in members),
+            replace=tuple(n for n in members if n in now and n not in keep),
+            **more,
+        )
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "live": list(self.variants),
+            "keep": list(self.keep),
+            "start": list(self.start),
+            "replace": list(self.replace),
+            "stop": list(self.stop),
+            "single": self.single,
+        }
+
+
+@dataclass(frozen=True)
+class LivePlan(LiveChange):
+    """What a live-set change does, in order: start and gate, then drain and stop."""
+
     single: str | None = None  # today's one serving container (not live): stopped once the set serves
     single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
     start_gateway: bool = False
@@ -89,16 +125,7 @@ class LivePlan:
         )
 
     def as_data(self) -> dict[str, object]:
-        return {
-            "live": list(self.variants),
-            "keep": list(self.keep),
-            "start": list(self.start),
-            "replace": list(self.replace),
-            "stop": list(self.stop),
-            "single": self.single,
-            "start_gateway": self.start_gateway,
-            "refused": self.refused or None,
-        }
+        return {**super().as_data(), "start_gateway": self.start_gateway, "refused": self.refused or None}
 
     def describe(self) -> str:
         """The plan in words, one step a line (`up --dry-run`)."""
@@ -224,21 +251,28 @@ def plan_live(
     keep = tuple(
         n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash and n not in taken
     )
-    replace = tuple(n for n in wanted if n in now and n not in keep)
-    start = tuple(n for n in wanted if n not in now)
-    stop = tuple(n for n in sorted(now) if n not in wanted)
-    return LivePlan(
-        variants=target.variants,
-        keep=keep,
-        start=start,
-        stop=stop,
-        replace=replace,
+    return LivePlan.between(
+        target.variants,
+        list(wanted),
+        now,
+        keep,
         single=single.variant if single is not None else None,
         single_first=single is not None and gpus_shared,
         start_gateway=target.gateway is not None and not gateway_running,
         gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
         notes=tuple(takeover_notes(foreign, project)),
     )
+
+
+def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
+    """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
+    try:
+        control.set_upstreams(upstreams)
+    except GatewayControlError as err:
+        raise SwapFailed(
+            f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
+            "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
+        ) from err
 
 
 def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -377,13 +411,7 @@ class LiveSwapper:
         control = self._control()
         if control is None:
             return
-        try:
-            control.set_upstreams(upstreams)
-        except GatewayControlError as err:
-            raise SwapFailed(
-                f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
-                "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
-            ) from err
+        set_upstreams(control, upstreams)
 
     def drain(self, name: str) -> int:
         """Wait until the gateway has no request in flight on `name` (or the drain timeout); return

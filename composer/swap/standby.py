@@ -32,7 +32,6 @@ from composer.errors import (
     GatewayControlError,
     HealthCheckFailed,
 )
-from composer.render.target import Target, resolve_target
 from composer.swap.holding import warm_up
 
 if TYPE_CHECKING:
@@ -182,11 +181,6 @@ def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: 
             f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
         )
     return rate
-
-
-def target_of(stack: Stack, variant: str) -> Target:
-    """The variant's Target (resolved once where a RunningVariant only gives the name)."""
-    return resolve_target(stack, variant)
 
 
 def waited(began: float) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,18 +40,18 @@ def sim_timing():
     return timing, profiles.get_profile()
 
 
+def _measure(url: str, k: int, options: BenchOptions, api_key: str = KEY, **more: Any):
+    """measure_point of MTP K=`k` on the simulator at `url` (served as "m")."""
+    return measure_point(
+        BenchPoint("mtp", "mtp", k), options, base_url=url, api_key=api_key, served_name="m", **more
+    )
+
+
 def test_measure_point_matches_the_timing_model(mtp7: str) -> None:
     timing, profile = sim_timing()
     options = BenchOptions(prompts=("one prompt", "another prompt"), max_tokens=800, runs=3, warmup=1)
     messages: list[str] = []
-    result = measure_point(
-        BenchPoint("mtp", "mtp", 7),
-        options,
-        base_url=mtp7,
-        api_key=KEY,
-        served_name="m",
-        progress=messages.append,
-    )
+    result = _measure(mtp7, 7, options, progress=messages.append)
     assert result.decode_tok_s / SCALE == pytest.approx(timing.decode_tok_s(profile, "mtp", 7), rel=0.03)
     assert result.tokens_per_iteration == pytest.approx(
         timing.tokens_per_iteration(profile, "mtp", 7), rel=0.03
@@ -64,36 +65,24 @@ def test_measure_point_matches_the_timing_model(mtp7: str) -> None:
 def test_wrong_k_on_the_server_is_an_error(mtp7: str) -> None:
     options = BenchOptions(prompts=("p",), max_tokens=50, runs=1, warmup=0)
     with pytest.raises(BenchError, match="shows 7 draft token"):
-        measure_point(BenchPoint("mtp", "mtp", 3), options, base_url=mtp7, api_key=KEY, served_name="m")
+        _measure(mtp7, 3, options)
 
 
 def test_rejected_api_key_is_an_error(mtp7: str) -> None:
     options = BenchOptions(prompts=("p",), max_tokens=50, runs=1, warmup=0)
     with pytest.raises(BenchError, match="401"):
-        measure_point(
-            BenchPoint("mtp", "mtp", 7), options, base_url=mtp7, api_key="sk-wrong", served_name="m"
-        )
+        _measure(mtp7, 7, options, api_key="sk-wrong")
 
 
 def test_concurrent_streams_share_the_batch(mtp7: str) -> None:
     """Four streams at once: each one decodes slower than alone, all together faster (the
     simulator's batching model), and every request of every stream is counted once."""
-    if str(SIM_SRC) not in sys.path:
-        sys.path.insert(0, str(SIM_SRC))
-    from vllm.sim import batching, profiles
+    _, profile = sim_timing()
+    from vllm.sim import batching
 
-    profile = profiles.get_profile()
     options = BenchOptions(prompts=("one prompt", "another prompt"), max_tokens=300, runs=2, warmup=1)
     messages: list[str] = []
-    result = measure_point(
-        BenchPoint("mtp", "mtp", 7),
-        options,
-        base_url=mtp7,
-        api_key=KEY,
-        served_name="m",
-        progress=messages.append,
-        workload=Workload(200, 4),
-    )
+    result = _measure(mtp7, 7, options, progress=messages.append, workload=Workload(200, 4))
     assert len(result.runs) == 8 and all(r.completion_tokens == 300 for r in result.runs)
     assert all(r.prompt_tokens >= 200 for r in result.runs)
     alone, together = 59.2, batching.aggregate_tok_s(profile, "mtp", 7, 4)

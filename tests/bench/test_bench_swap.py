@@ -20,10 +20,11 @@ from composer.stack.load import load_stack
 REPO = Path(__file__).resolve().parents[2]
 
 
-def stack_for(tmp_path: Path):
+def stack_for(tmp_path: Path, *settings: str):
+    """The shipped stack with an empty env file and `settings` (`--set` values) before the flags."""
     env = tmp_path / "empty.env"
     env.write_text("")
-    return lambda flags: load_stack([REPO / "composer.toml"], env, environ={}, flags=flags)
+    return lambda flags: load_stack([REPO / "composer.toml"], env, environ={}, flags=(*settings, *flags))
 
 
 def running(variant: str, config_hash: str) -> RunningVariant:
@@ -134,14 +135,7 @@ def test_ks_the_target_cannot_run_are_skipped_not_swapped(tmp_path: Path, fake) 
     target = tmp_path / "target"
     target.mkdir()
     (target / "config.json").write_text('{"text_config": {"mtp_num_hidden_layers": 2}}')
-    env = tmp_path / "empty.env"
-    env.write_text("")
-
-    def load(flags):
-        return load_stack(
-            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.model_dir={target}", *flags)
-        )
-
+    load = stack_for(tmp_path, f"stack.model_dir={target}")
     docker = fake(None)
     report = bench_swap.bench_with_swaps(load, ["mtp"], [2, 3, 4], OPTIONS, client=None)
     assert docker.calls == ["up mtp K=2", "up mtp K=4", "down"]
@@ -154,14 +148,7 @@ def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> N
     draft = tmp_path / "draft"
     draft.mkdir()
     (draft / "config.json").write_text('{"dflash_config": {"block_size": 9}}')
-    env = tmp_path / "empty.env"
-    env.write_text("")
-
-    def load(flags):
-        return load_stack(
-            [REPO / "composer.toml"], env, environ={}, flags=(f"stack.draft_dir={draft}", *flags)
-        )
-
+    load = stack_for(tmp_path, f"stack.draft_dir={draft}")
     fake(None)
     report = bench_swap.bench_with_swaps(load, ["dflash2"], None, OPTIONS, client=None)
     assert [r.point.k for r in report.results] == [1, 3, 4, 7, 8, 10]

@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,8 +18,32 @@ import pytest
 from composer.stack.gateway import DEFAULT_IMAGE as GATEWAY_IMAGE
 from tests.conftest import in_ci, remove_containers
 
-IMAGES = ("vllm-composer-base:bookworm", "vllm-sim:latest", GATEWAY_IMAGE)
+BASE_IMAGE = "vllm-composer-base:bookworm"
+IMAGES = (BASE_IMAGE, "vllm-sim:latest", GATEWAY_IMAGE)
 START_WITHIN = 60
+
+
+@pytest.fixture
+def run_script(docker_client) -> Iterator[Callable[..., object]]:
+    """Runs `sh -c SCRIPT` detached in the base image, without a network, under a restart
+    policy ("no" unless given); the containers are removed at the end of the test."""
+    started = []
+
+    def run(script: str, restart: str = "no"):
+        container = docker_client.containers.run(
+            BASE_IMAGE,
+            ["sh", "-c", script],
+            detach=True,
+            restart_policy={"Name": restart},
+            name=f"vct-script-{uuid.uuid4().hex[:8]}",
+            network_mode="none",
+        )
+        started.append(container)
+        return container
+
+    yield run
+    for container in started:
+        container.remove(force=True)
 
 
 @dataclass

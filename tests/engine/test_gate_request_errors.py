@@ -3,16 +3,14 @@ cannot carry never becomes "ready", so polling it until the timeout only adds do
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from composer.engine.gate import GateTarget, wait_ready
 from composer.errors import HealthCheckFailed
-from tests.conftest import free_port
+from tests.conftest import answering, free_port
 
 
 class _RunningContainer:
@@ -27,26 +25,11 @@ class _RunningContainer:
     first_run_log = log
 
 
-class _HealthyServer(BaseHTTPRequestHandler):
-    """Answers /health 200 and everything else 404, like a server still loading its routes."""
-
-    def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/health" else 404)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-
 @pytest.fixture
 def healthy_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HealthyServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    """Answers /health 200 and everything else 404, like a server still loading its routes."""
+    with answering("/health") as port:
+        yield port
 
 
 def _gate(port: int, key: str, timeout: float = 5.0) -> tuple[HealthCheckFailed, float]:

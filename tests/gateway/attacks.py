@@ -112,3 +112,17 @@ def raise_fd_limit(wanted: int) -> None:
     target = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
     if soft < target:
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def half_open(port: int, count: int) -> tuple[list[socket.socket], set[socket.socket]]:
+    """`count` connections to `port`: every other one sends a head that never ends, the others
+    send nothing. All of them, and the ones that send."""
+    socks: list[socket.socket] = []
+    slow: set[socket.socket] = set()
+    for i in range(count):
+        s = socket.create_connection(("127.0.0.1", port), timeout=10)
+        if i % 2:
+            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+            slow.add(s)
+        socks.append(s)
+    return socks, slow

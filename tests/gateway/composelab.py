@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,14 +17,14 @@ from pathlib import Path
 import httpx
 
 from composer import __version__
-from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.conftest import REPO, StackCli, free_port, isolated_env, remove_project
 
 PROMETHEUS_IMAGE = os.environ.get("PROMETHEUS_IMAGE") or f"vllm-composer-prometheus:{__version__}"
 SERVED = "claude-opus-5"  # composer.toml's served model name
 
 
 @dataclass
-class ComposeStack:
+class ComposeStack(StackCli):
     project: str
     port: int
     prom_port: int
@@ -35,24 +34,7 @@ class ComposeStack:
     _stop: threading.Event = field(default_factory=threading.Event)
     _load: threading.Thread | None = None
 
-    def args(self, *extra: str) -> list[str]:
-        argv = [sys.executable, "-m", "composer", "--env-file", str(REPO / ".env.demo")]
-        return [*argv, "--stack", str(REPO / "composer.toml"), "--stack", str(self.stack_file), *extra]
-
-    def run(self, *extra: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.args(*extra), capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
-        )
-
-    def popen(self, *extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.args(*extra),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-            cwd=REPO,
-        )
+    run_timeout = 180
 
     @property
     def key(self) -> str:

@@ -123,26 +123,28 @@ def test_ctl_unreachable_socket_exits_1_with_json(tmp_path) -> None:
     assert '"error"' in done.stdout and "none.sock" in done.stdout
 
 
-def test_package_root_imports_no_server_dependencies() -> None:
+def _imports_none(modules: str, bad: str) -> None:
+    """Importing `modules` in a fresh interpreter loads no module `m` for which `bad` holds."""
     code = (
-        "import sys, composer.gateway;"
-        "bad=[m for m in sys.modules if m.split('.')[0] in "
-        "('httpx','starlette','uvicorn','prometheus_client','docker','click','jinja2')];"
-        "print(bad); sys.exit(1 if bad else 0)"
+        f"import sys, {modules}; bad=[m for m in sys.modules if {bad}]; print(bad); sys.exit(1 if bad else 0)"
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_package_root_imports_no_server_dependencies() -> None:
+    _imports_none(
+        "composer.gateway",
+        "m.split('.')[0] in ('httpx','starlette','uvicorn','prometheus_client','docker','click','jinja2')",
+    )
 
 
 def test_server_modules_import_no_composer_host_dependencies() -> None:
-    code = (
-        "import sys, composer.gateway.runtime, composer.gateway.ctl, composer.gateway.server;"
-        "bad=[m for m in sys.modules if m.split('.')[0] in ('docker','jinja2','dotenv','tenacity')"
-        " or (m.startswith('composer.') and not m.startswith('composer.gateway') and m != 'composer.errors')];"
-        "print(bad); sys.exit(1 if bad else 0)"
+    _imports_none(
+        "composer.gateway.runtime, composer.gateway.ctl, composer.gateway.server",
+        "m.split('.')[0] in ('docker','jinja2','dotenv','tenacity')"
+        " or (m.startswith('composer.') and not m.startswith('composer.gateway') and m != 'composer.errors')",
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_image_lock_pins_the_same_versions_as_the_gateway_extra() -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from composer.gateway import GatewayControl
 
-from .attacks import PATH_MATRIX, raise_fd_limit, raw_request
+from .attacks import PATH_MATRIX, half_open, raise_fd_limit, raw_request
 from .conftest import KEY
 from .fakes import POLLER_REQUESTS, LocalExec, sse_request
 
@@ -176,13 +176,7 @@ def _closed_by_peer(sock: socket.socket, sent_some: bool) -> bool:
 def test_half_open_connections_are_closed_at_the_head_timeout(make_gateway, backend) -> None:
     raise_fd_limit(12000)
     gw = make_gateway(head_timeout=2.0, max_connections=4096)
-    socks, slow = [], set()
-    for i in range(2000):
-        s = socket.create_connection(("127.0.0.1", gw.port), timeout=10)
-        if i % 2:  # a head that never ends; the others send nothing
-            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
-            slow.add(s)
-        socks.append(s)
+    socks, slow = half_open(gw.port, 2000)
     try:
         served = 0
         open_socks = list(socks)

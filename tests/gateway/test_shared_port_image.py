@@ -20,7 +20,7 @@ import pytest
 
 from composer.gateway import GatewayControl
 
-from .attacks import PATH_MATRIX, raise_fd_limit, raw_request
+from .attacks import PATH_MATRIX, half_open, raise_fd_limit, raw_request
 from .dockerlab import KEY, SIM_IMAGE, Lab, build_gateway_image
 
 pytestmark = pytest.mark.docker
@@ -146,13 +146,7 @@ def test_a_huge_head_gets_431_while_a_keyed_request_is_served(lab: Lab) -> None:
 
 def test_half_open_connections_are_closed_and_the_published_port_lives(lab: Lab) -> None:
     raise_fd_limit(12000)
-    socks, slow = [], set()
-    for i in range(2000):
-        s = socket.create_connection(("127.0.0.1", lab.port), timeout=10)
-        if i % 2:  # a head that never ends; the others send nothing
-            s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
-            slow.add(s)
-        socks.append(s)
+    socks, slow = half_open(lab.port, 2000)
     watch = selectors.DefaultSelector()
     for s in socks:
         watch.register(s, selectors.EVENT_READ)

@@ -19,6 +19,28 @@ from tests.sim.simproc import SimProcess
 STANDIN = Path(__file__).resolve().parent / "standin.py"
 KEY = "sk-kube-test-Jr4uW3dfZ7SWrbnsSTPMvSct"
 SERVED = "claude-opus-5"  # composer.toml's served name
+SWITCH_OPENING = [
+    "get deployment/vllm",
+    "apply --server-side",
+    "get secret/vllm-api-key",
+    "get deployment/vllm-gateway",
+    "get pods",
+    "exec GET /state",
+    "exec POST /drain",
+    "apply --kustomize",
+    "rollout status",
+]
+"""What a switch asks kubectl up to the new variant's rollout: the Deployment, the stack-wide
+objects, the key, the gateway and its state, the drain, then the apply and the rollout."""
+UNDONE = [
+    "logs deployment/vllm",
+    "rollout undo",
+    "rollout status",
+    "port-forward service/vllm",
+    "exec POST /release",
+]
+"""What follows a failed rollout: its pod's log, the undo, the previous variant's rollout and
+gate, then the hold's release."""
 MODEL = str(REPO / "images" / "sim" / "models" / "Qwen3.8-27B")
 
 

@@ -49,6 +49,22 @@ def drafting(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
 
 
 UP = ("--target", "kubernetes", "--timeout", "20")
+OPENING = [
+    "get deployments",
+    "apply --server-side",
+    "get secret/vllm-api-key",
+    "get deployment/vllm-gateway",
+    "apply --kustomize",
+    "rollout status",
+]
+"""What a live change asks kubectl first: the set, the stack-wide objects, the key and the
+gateway; then the first variant it starts, applied and rolled out."""
+BASELINE_AND_MTP = {
+    "deployment.apps/vllm-baseline",
+    "service/vllm-baseline",
+    "deployment.apps/vllm-mtp",
+    "service/vllm-mtp",
+}
 PLACED = (
     "--set",
     "variants.baseline.gpus=0,1",
@@ -106,12 +122,7 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     # No gateway yet: the stack-wide objects first, then each variant applied, rolled out,
     # gated through its own Service, and only then named in the gateway's upstreams.
     assert commands == [
-        "get deployments",
-        "apply --server-side",
-        "get secret/vllm-api-key",
-        "get deployment/vllm-gateway",
-        "apply --kustomize",
-        "rollout status",
+        *OPENING,
         "apply --kustomize",
         "rollout status",
         "port-forward service/vllm-baseline",
@@ -130,12 +141,7 @@ def test_a_live_set_is_rolled_out_one_deployment_at_a_time(
     ]
     assert [[u["name"] for u in p] for p in published] == [["baseline/1"], ["baseline/1", "mtp/1"]]
     assert published[-1][1]["url"] == "http://vllm-mtp:8000"
-    assert _live_objects(standin) == {
-        "deployment.apps/vllm-baseline",
-        "service/vllm-baseline",
-        "deployment.apps/vllm-mtp",
-        "service/vllm-mtp",
-    }
+    assert _live_objects(standin) == BASELINE_AND_MTP
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
     mtp = standin.state()["objects"]["deployment.apps/vllm-mtp"]
     assert mtp["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 2
@@ -158,12 +164,7 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
     assert done.returncode == 0, done.stderr
     commands = standin.commands()
     assert commands == [
-        "get deployments",
-        "apply --server-side",
-        "get secret/vllm-api-key",
-        "get deployment/vllm-gateway",
-        "apply --kustomize",
-        "rollout status",
+        *OPENING,
         "port-forward service/vllm-dflash2",
         "get pods",
         "exec GET /state",
@@ -380,22 +381,12 @@ def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
     assert "Traceback" not in done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "rolled-back"
     assert standin.commands() == [
-        "get deployments",
-        "apply --server-side",
-        "get secret/vllm-api-key",
-        "get deployment/vllm-gateway",
-        "apply --kustomize",
-        "rollout status",
+        *OPENING,
         "logs deployment/vllm-dflash2",
         "delete deployment/vllm-dflash2",
     ]
     # mtp was neither drained nor deleted; the gateway's upstreams are as they were
-    assert _live_objects(standin) == {
-        "deployment.apps/vllm-baseline",
-        "service/vllm-baseline",
-        "deployment.apps/vllm-mtp",
-        "service/vllm-mtp",
-    }
+    assert _live_objects(standin) == BASELINE_AND_MTP
     assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
 

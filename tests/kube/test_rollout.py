@@ -16,7 +16,7 @@ from tests.conftest import REPO
 from tests.gateway.fakes import GatewayThread
 from tests.sim.simproc import SimProcess
 
-from .conftest import KEY, MODEL, Standin
+from .conftest import KEY, MODEL, SWITCH_OPENING, UNDONE, Standin
 
 pytestmark = pytest.mark.usefixtures("gateway")
 
@@ -51,15 +51,7 @@ def test_a_successful_rollout_applies_waits_and_gates_through_the_service(
     assert standin.serving() == "mtp"
     commands = standin.commands()
     assert commands == [
-        "get deployment/vllm",
-        "apply --server-side",
-        "get secret/vllm-api-key",
-        "get deployment/vllm-gateway",
-        "get pods",
-        "exec GET /state",
-        "exec POST /drain",
-        "apply --kustomize",
-        "rollout status",
+        *SWITCH_OPENING,
         "port-forward service/vllm",
         "exec POST /release",
     ]
@@ -101,22 +93,7 @@ def test_a_failed_rollout_is_undone_and_the_previous_variant_gated(
     assert "UVA is not available" in done.stderr and "hint: " in done.stderr  # the pod's log and its fix
     assert "Traceback" not in done.stderr
     # the undo and the previous variant's gate run under the same hold, released last
-    assert standin.commands() == [
-        "get deployment/vllm",
-        "apply --server-side",
-        "get secret/vllm-api-key",
-        "get deployment/vllm-gateway",
-        "get pods",
-        "exec GET /state",
-        "exec POST /drain",
-        "apply --kustomize",
-        "rollout status",
-        "logs deployment/vllm",
-        "rollout undo",
-        "rollout status",
-        "port-forward service/vllm",
-        "exec POST /release",
-    ]
+    assert standin.commands() == [*SWITCH_OPENING, *UNDONE]
     assert standin.serving() == "baseline"
 
 

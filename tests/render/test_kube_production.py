@@ -196,11 +196,17 @@ RESTRICTED_BREAKS = {
 }
 
 
+def _broken(stack: Stack, tmp_path: Path, rule: tuple[Any, str]) -> tuple[dict, str]:
+    """The rendered gateway Deployment with one rule broken, and the message that names it."""
+    doc = copy.deepcopy(_gateway(render_kubernetes(stack, ["mtp"], tmp_path)))
+    change, message = rule
+    change(doc)
+    return doc, message
+
+
 @pytest.mark.parametrize("rule", sorted(BASELINE_BREAKS))
 def test_each_baseline_rule_is_checked(default_stack: Stack, tmp_path: Path, rule: str) -> None:
-    doc = copy.deepcopy(_gateway(render_kubernetes(default_stack, ["mtp"], tmp_path)))
-    change, message = BASELINE_BREAKS[rule]
-    change(doc)
+    doc, message = _broken(default_stack, tmp_path, BASELINE_BREAKS[rule])
     found = kube_security.baseline_violations(doc)
     assert len(found) == 1 and message in found[0], found
     assert kube_security.level(doc) == "privileged"
@@ -208,9 +214,7 @@ def test_each_baseline_rule_is_checked(default_stack: Stack, tmp_path: Path, rul
 
 @pytest.mark.parametrize("rule", sorted(RESTRICTED_BREAKS))
 def test_each_restricted_rule_is_checked(default_stack: Stack, tmp_path: Path, rule: str) -> None:
-    doc = copy.deepcopy(_gateway(render_kubernetes(default_stack, ["mtp"], tmp_path)))
-    change, message = RESTRICTED_BREAKS[rule]
-    change(doc)
+    doc, message = _broken(default_stack, tmp_path, RESTRICTED_BREAKS[rule])
     found = kube_security.restricted_violations(doc)
     assert found and all(message in f for f in found), found
     assert kube_security.baseline_violations(doc) == []

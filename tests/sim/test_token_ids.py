@@ -32,6 +32,17 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SimProce
         mtp.stop()
 
 
+def _greedy(prompt: str | list[int] | None, max_tokens: int, **fields: Any) -> dict[str, Any]:
+    """A temperature-0 request to the simulator's model (a chat request when `prompt` is None)."""
+    return {
+        "model": "qwen",
+        **({} if prompt is None else {"prompt": prompt}),
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        **fields,
+    }
+
+
 def _streamed(server: SimProcess, path: str, body: dict[str, Any]) -> tuple[list[Any], list[int], str]:
     """Events, the emitted ids and the text of one streamed request."""
     events, _, _ = server.stream(path, body)
@@ -46,13 +57,7 @@ def _streamed(server: SimProcess, path: str, body: dict[str, Any]) -> tuple[list
 
 def test_a_continued_completion_goes_on_token_for_token_on_another_variant(servers) -> None:
     plain, mtp = servers
-    body = {
-        "model": "qwen",
-        "prompt": "Explain speculative decoding.",
-        "max_tokens": 200,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
+    body = _greedy("Explain speculative decoding.", 200, ignore_eos=True)
     events, ids, text = _streamed(plain, "/v1/completions", {**body, "return_token_ids": True})
     prompt_ids = events[0]["choices"][0]["prompt_token_ids"]
     assert len(ids) == 200 and len(prompt_ids) == len("Explain speculative decoding.") // 4 + 1
@@ -68,37 +73,19 @@ def test_a_continued_completion_goes_on_token_for_token_on_another_variant(serve
 
 def test_a_chat_stream_continues_from_its_templated_prompt_ids(servers) -> None:
     plain, mtp = servers
-    body = {
-        "model": "qwen",
-        "messages": [{"role": "user", "content": "Tell me about GPUs."}],
-        "max_tokens": 120,
-        "ignore_eos": True,
-        "temperature": 0,
-        "return_token_ids": True,
-    }
+    messages = [{"role": "user", "content": "Tell me about GPUs."}]
+    body = _greedy(None, 120, messages=messages, ignore_eos=True, return_token_ids=True)
     events, ids, text = _streamed(plain, "/v1/chat/completions", body)
     prompt_ids = events[0]["prompt_token_ids"]  # chat: at the top level of the first chunk
-    cont = {
-        "model": "qwen",
-        "prompt": prompt_ids + ids[:40],
-        "max_tokens": 80,
-        "temperature": 0,
-        "ignore_eos": True,
-    }
-    _, rest_ids, rest_text = _streamed(mtp, "/v1/completions", {**cont, "return_token_ids": True})
+    cont = _greedy(prompt_ids + ids[:40], 80, ignore_eos=True, return_token_ids=True)
+    _, rest_ids, rest_text = _streamed(mtp, "/v1/completions", cont)
     assert rest_ids == ids[40:]
     assert text.endswith(rest_text) and len(rest_text) < len(text)
 
 
 def test_a_continuation_ends_where_the_natural_end_of_sequence_is(servers) -> None:
     plain, _ = servers
-    body = {
-        "model": "qwen",
-        "prompt": "short",
-        "max_tokens": 2000,
-        "temperature": 0,
-        "return_token_ids": True,
-    }
+    body = _greedy("short", 2000, return_token_ids=True)
     whole = plain.json("POST", "/v1/completions", body)
     ids = whole["choices"][0]["token_ids"]
     assert whole["choices"][0]["finish_reason"] == "stop"
@@ -111,7 +98,7 @@ def test_a_continuation_ends_where_the_natural_end_of_sequence_is(servers) -> No
 
 def test_token_ids_only_reach_a_client_that_asked(servers) -> None:
     plain, _ = servers
-    body = {"model": "qwen", "prompt": "hello there", "max_tokens": 8, "temperature": 0}
+    body = _greedy("hello there", 8)
     events, _, _ = plain.stream("/v1/completions", body)
     raw = json.dumps(events)
     assert "token_ids" not in raw

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.conftest import REPO, StackCli, free_port, isolated_env, remove_project
 
 FAILURE_VARIANTS = """
 [variants.mtp-crash]
@@ -33,7 +34,7 @@ extra_args = ["--served-model-name", "someone-else"]
 
 
 @dataclass
-class Stack:
+class Stack(StackCli):
     """A test stack and a way to run compose-spec against it."""
 
     project: str
@@ -42,38 +43,19 @@ class Stack:
     env: dict[str, str]
     stack_file: Path
 
-    def args(self, *extra: str) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "composer",
-            "--env-file",
-            str(REPO / ".env.demo"),
-            "--stack",
-            str(REPO / "composer.toml"),
-            "--stack",
-            str(self.stack_file),
-            *extra,
-        ]
-
-    def run(self, *extra: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            self.args(*extra), capture_output=True, text=True, env=self.env, cwd=REPO, timeout=timeout
-        )
-
-    def popen(self, *extra: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            self.args(*extra),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=self.env,
-            cwd=REPO,
-        )
-
     def run_dir(self) -> Path:
         """Where `up` keeps this project's run files."""
         return Path(self.env["XDG_STATE_HOME"]) / "vllm-composer" / self.project
+
+    def status_until(self, ready: Callable[[dict], object], timeout: float) -> dict:
+        """`status --json`, asked every 0.5 s until `ready` holds for it or `timeout` s pass: the last one."""
+        deadline, status = time.monotonic() + timeout, {}
+        while time.monotonic() < deadline:
+            status = self.status()
+            if ready(status):
+                break
+            time.sleep(0.5)
+        return status
 
     def status(self, exits: tuple[int, ...] = (0,)) -> dict:
         done = self.run("status", "--json")

@@ -41,6 +41,12 @@ def test_two_concurrent_ups_are_serialised(sim_stack, docker_client):
     first = sim_stack.popen("up", "mtp")
     time.sleep(0.3)
     second = sim_stack.popen("up", "baseline")
+    assert_took_turns(first, second, watch, docker_client, sim_stack.project)
+
+
+def assert_took_turns(first, second, watch: RunningWatch, docker_client, project: str) -> None:
+    """Two `up`s, `second` started while `first` ran: both succeeded, the second waited for the
+    first, one variant ran at any time and the second's (baseline) serves at the end."""
     out_first = first.communicate(timeout=120)
     out_second = second.communicate(timeout=120)
     watch.stop()
@@ -48,7 +54,7 @@ def test_two_concurrent_ups_are_serialised(sim_stack, docker_client):
     assert second.returncode == 0, out_second[1]
     assert "waiting for another swap" in out_second[1]
     assert watch.samples > 10 and watch.max_running == 1
-    running = running_containers(docker_client, sim_stack.project)
+    running = running_containers(docker_client, project)
     assert [c.labels["vllm-composer.variant"] for c in running] == ["baseline"]
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.swap.conftest import running_containers
-from tests.swap.test_concurrency import RunningWatch
+from tests.swap.test_concurrency import RunningWatch, assert_took_turns
 from tests.swap.test_swap import assert_serving
 
 pytestmark = pytest.mark.docker
@@ -154,24 +154,8 @@ def test_locks_do_not_depend_on_the_shells_environment(sim_stack, docker_client,
         "XDG_RUNTIME_DIR": str(tmp_path / "run2"),
         "XDG_STATE_HOME": str(tmp_path / "s2"),
     }
-    second = subprocess.Popen(
-        sim_stack.args("up", "baseline"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=other,
-        cwd=REPO,
-    )
-    out_first = first.communicate(timeout=120)
-    out_second = second.communicate(timeout=120)
-    watch.stop()
-    assert first.returncode == 0, out_first[1]
-    assert second.returncode == 0, out_second[1]
-    assert "waiting for another swap" in out_second[1]
-    assert watch.samples > 10 and watch.max_running == 1
-    assert [
-        c.labels["vllm-composer.variant"] for c in running_containers(docker_client, sim_stack.project)
-    ] == ["baseline"]
+    second = sim_stack.popen("up", "baseline", env=other)
+    assert_took_turns(first, second, watch, docker_client, sim_stack.project)
 
 
 def project_networks(client, project: str) -> list[str]:

@@ -4,10 +4,8 @@ routed to the serving variant before it is put to sleep."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 
 import pytest
@@ -20,26 +18,13 @@ from composer.stack.values import parse_probation
 from composer.swap import status, steps, transaction
 from composer.swap.journal import append_history
 from composer.swap.steps import Outcome
-from tests.conftest import free_port
-
-
-class _Healthy(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: object) -> None:
-        return None
+from tests.conftest import answering, free_port
 
 
 @pytest.fixture
 def healthy_port() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Healthy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with answering() as port:
+        yield port
 
 
 class _Docker:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -19,6 +18,7 @@ from composer.engine import published_port
 from composer.engine.published_port import DEAD_PORT, probe_published, published_address
 from composer.swap.gateway_port import mark_unreachable
 from composer.swap.status import format_status
+from tests.conftest import answering as answering_server
 from tests.doctor.fakes import make_stack
 
 
@@ -52,25 +52,10 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-class _Health(BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        self.send_response(200 if self.path == "/gateway/health" else 404)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args: object) -> None:
-        return None
-
-
 @pytest.fixture
 def answering() -> Iterator[int]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with answering_server("/gateway/health", b"ok") as port:
+        yield port
 
 
 @pytest.fixture

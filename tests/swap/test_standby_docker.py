@@ -157,16 +157,9 @@ def _gateway_restart_serves_again_without_up(stack, client) -> None:
 def _a_sleeper_restarted_by_hand_is_awake_and_the_next_up_handles_it(stack, client) -> None:
     """`docker restart` of the sleeper (or Docker restarting it after a crash) brings it back
     awake: status says so (not `asleep`), and `up mtp` routes to it without a new start."""
-    import time
-
     sleeper = client.containers.get(f"{stack.project}-vllm-mtp-1")
     sleeper.restart(timeout=5)
-    deadline, status = time.monotonic() + 120, {}
-    while time.monotonic() < deadline:
-        status = stack.status()
-        if status.get("awake"):
-            break
-        time.sleep(0.5)
+    status = stack.status_until(lambda s: s.get("awake"), 120)
     assert [a["variant"] for a in status["awake"]] == ["mtp"] and status["asleep"] == [], status
     assert status["variant"] == "baseline"
     sleeper.reload()

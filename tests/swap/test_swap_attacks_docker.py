@@ -125,12 +125,7 @@ def test_up_killed_between_sleep_and_wake_and_a_crashed_sleeper(sim_stack, docke
     sleeper = docker_client.containers.get(f"{stack.project}-vllm-mtp-1")
     sleeper.kill()
     sleeper.start()
-    deadline, status = time.monotonic() + 60, {}
-    while time.monotonic() < deadline:
-        status = stack.status()
-        if status.get("awake"):
-            break
-        time.sleep(0.5)
+    status = stack.status_until(lambda s: s.get("awake"), 60)
     assert [a["variant"] for a in status["awake"]] == ["mtp"] and status["asleep"] == [], status
     assert status["variant"] == "baseline", status
     sleeper.reload()

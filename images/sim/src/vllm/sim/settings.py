@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from vllm.sim.sizes import human_readable_int
 
@@ -15,24 +16,23 @@ def _flag(value: str | None) -> bool:
     return (value or "").strip().lower() in {"1", "true", "yes", "on"}
 
 
-def _float(env: Mapping[str, str], key: str, default: float) -> float:
+def _parsed(env: Mapping[str, str], key: str, default: Any, parse: Callable[[str], Any], what: str) -> Any:
+    """`parse` of the variable's value, `default` when it is unset or blank."""
     raw = env.get(key)
     if raw is None or raw.strip() == "":
         return default
     try:
-        return float(raw)
+        return parse(raw)
     except ValueError:
-        raise ValueError(f"{key} must be a number, got {raw!r}") from None
+        raise ValueError(f"{key} must be {what}, got {raw!r}") from None
+
+
+def _float(env: Mapping[str, str], key: str, default: float) -> float:
+    return _parsed(env, key, default, float, "a number")
 
 
 def _size(env: Mapping[str, str], key: str, default: int) -> int:
-    raw = env.get(key)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        return human_readable_int(raw)
-    except ValueError:
-        raise ValueError(f"{key} must be a size like 1073741824 or 1G, got {raw!r}") from None
+    return _parsed(env, key, default, human_readable_int, "a size like 1073741824 or 1G")
 
 
 def _optional_float(env: Mapping[str, str], key: str) -> float | None:
