@@ -18,26 +18,15 @@ if TYPE_CHECKING:
 def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
     """`up` on a live set (several variants, `[gateway] live`, or live containers running):
     start and gate the new containers, drain and stop the leaving ones. False: not live."""
-    from composer.swap.live import is_live, live_containers, ran_live, up_live
+    from composer.swap.live import up_live, wants_live
 
     stack = obj.stack()
     for name in variants:
         stack.startable(name)  # an unknown or refused name: exit 2 before anything starts
-    if len(variants) <= 1 and not stack.gateway.live:
-        if not variants or not ran_live(stack):
-            return False
-        try:
-            running = live_containers(stack, obj.docker())
-        except Exception:  # Docker unreachable: the swap says so in its own words
-            return False
-        if not is_live(variants, stack, running):
-            return False
+    if not wants_live(stack, variants, obj.docker):
+        return False
     if args.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
-    if len(variants) > 1:
-        from composer.stack.placement import live_members
-
-        live_members(stack, variants)  # overlapping GPU sets: exit 2 before Docker is asked anything
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
 

@@ -1,22 +1,22 @@
 """Live sets: several variants (or replicas) serving at once behind the one gateway.
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set adds C. The change runs one container at a time and never leaves zero
-ready upstreams: each new container is started from the live run file, gated like a swap
-(the container watched, /health, /v1/models, one completion, a settle watch and, for a
-speculative variant, acceptance from its /metrics over a short warm-up) and only then
-added to the gateway's upstreams (`set_upstreams`); a container leaving the set is first
-removed from the upstreams, its requests in flight drained (the gateway's `outstanding`
-for it reaches 0, or the drain timeout), then stopped. A new container that fails its gate
-is removed and the containers already serving keep serving. `plan_live` is pure and
-`--dry-run` prints it.
+running live set adds C. `plan_live` (pure) turns the change into typed operations
+(`composer.swap.ops`) that never leave zero ready upstreams: each new container is started
+from the live run file, gated like a swap (the container watched, /health, /v1/models, one
+completion, a settle watch and, for a speculative variant, acceptance from its /metrics over
+a short warm-up) and only then published to the gateway; a container leaving the set is
+first left out of the upstreams, drained, then stopped (before a new member that needs its
+GPUs starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
+that `composer.swap.execute` runs them with: a failure or a stop signal undoes what ran, so
+the set that served before serves again. `--dry-run` prints the operations.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
@@ -25,16 +25,30 @@ from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
-from composer.errors import ComposerError, GatewayControlError, SwapFailed, UsageError
+from composer.errors import GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
-from composer.render.live import LiveService, LiveTarget, render_live, resolve_live
+from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
+from composer.swap.execute import Handlers, execute
+from composer.swap.gpu_release import ReleaseWait
 from composer.swap.journal import append_history
+from composer.swap.ops import (
+    AwaitRelease,
+    DrainMember,
+    GateMember,
+    Member,
+    Op,
+    Publish,
+    StartGateway,
+    StartMember,
+    StopMember,
+    run_file_of,
+)
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 
 if TYPE_CHECKING:
@@ -45,7 +59,6 @@ if TYPE_CHECKING:
     from composer.swap.swapper import UpOptions
 
 Say = Callable[[str], None]
-DRAIN_POLL_S = 0.2
 
 
 def _quiet(_: str) -> None:
@@ -64,6 +77,7 @@ class LiveRunning:
     status: str
     service: str
     owner: Owner | None = None  # the stack that started it, from its labels
+    run_file: str = ""  # the compose file that created it (it starts again from there)
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,8 @@ class LiveChange:
 
 @dataclass(frozen=True)
 class LivePlan(LiveChange):
-    """What a live-set change does, in order: start and gate, then drain and stop."""
+    """A live-set change: which members it keeps, starts and stops, and the typed operations
+    that do it, in order (`ops`, run by `composer.swap.execute`)."""
 
     single: str | None = None  # today's one serving container (not live): stopped once the set serves
     single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
@@ -117,46 +132,41 @@ class LivePlan(LiveChange):
     gpus: Mapping[str, str] = field(default_factory=dict)
     refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
     notes: tuple[str, ...] = ()
+    ops: tuple[Op, ...] = ()
 
     @property
     def no_op(self) -> bool:
-        return self.refused != "" or not (
-            self.start or self.stop or self.replace or self.single or self.start_gateway
-        )
+        return self.refused != "" or not self.ops
+
+    @property
+    def mode(self) -> str:
+        """`join`: every variant serving now stays in the set; `replace`: one leaves."""
+        if self.refused:
+            return "refused"
+        if self.no_op:
+            return "unchanged"
+        staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
+        leaving = {n.split("/")[0] for n in self.stop} | ({self.single} if self.single else set())
+        return "replace" if leaving - staying else "join"
 
     def as_data(self) -> dict[str, object]:
-        return {**super().as_data(), "start_gateway": self.start_gateway, "refused": self.refused or None}
+        return {
+            **super().as_data(),
+            "start_gateway": self.start_gateway,
+            "refused": self.refused or None,
+            "mode": self.mode,
+            "operations": [op.as_data() for op in self.ops],
+        }
 
     def describe(self) -> str:
-        """The plan in words, one step a line (`up --dry-run`)."""
+        """The plan, one typed operation a line (`up --dry-run`)."""
         if self.refused:
             return f"refused: {self.refused}"
         before = sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
-        after = [*self.keep, *self.replace, *self.start]
-        lines = [f"live set: {{{', '.join(before)}}} -> {{{', '.join(sorted(after))}}}"]
-        step = 0
-
-        def add(text: str) -> None:
-            nonlocal step
-            step += 1
-            lines.append(f"  {step}. {text}")
-
-        if self.start_gateway:
-            add("start the gateway")
-        if self.single and self.single_first:
-            add(f"stop {self.single} (serving alone; its GPUs are needed): the gateway holds clients")
-        for name in self.replace:
-            add(
-                f"drain {name} (its configuration changed), stop it, start it again on GPUs {self.gpus[name]}"
-            )
-        for name in self.start:
-            add(f"start {name} on GPUs {self.gpus[name]}, gate it, add it to the gateway's upstreams")
-        if self.single and not self.single_first:
-            add(f"route the gateway to the live set, then drain and stop {self.single}")
-        for name in self.stop:
-            add(f"remove {name} from the upstreams, drain its requests, stop it")
-        for name in self.keep:
-            lines.append(f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout")
+        after = sorted([*self.keep, *self.replace, *self.start])
+        lines = [f"live set: {{{', '.join(before)}}} -> {{{', '.join(after)}}} ({self.mode})"]
+        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
+        lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
         if self.no_op:
             lines.append("  nothing to change: the live set already runs with this configuration")
@@ -196,6 +206,7 @@ def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunni
                 status=c.status,
                 service=labels.get(label_names.COMPOSE_SERVICE, ""),
                 owner=Owner.from_labels(labels),
+                run_file=run_file_of(labels.get(label_names.COMPOSE_CONFIG_FILES)),
             )
         )
     return sorted(rows, key=lambda r: r.name)
@@ -225,6 +236,20 @@ def is_live(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunnin
     return len(requested) > 1 or bool(stack.gateway.live) or any(r.status == "running" for r in running)
 
 
+def wants_live(stack: Stack, requested: Sequence[str], client: Callable[[], docker.DockerClient]) -> bool:
+    """Whether `up` changes a live set: several names or `[gateway] live` say so at once; one
+    name or none only once a live set was started and its containers run (Docker is asked
+    then only; when it does not answer, the one-variant swap reports that in its own words)."""
+    if len(requested) > 1 or stack.gateway.live:
+        return True
+    if not requested or not ran_live(stack):
+        return False
+    try:
+        return is_live(requested, stack, live_containers(stack, client()))
+    except Exception:
+        return False
+
+
 def plan_live(
     target: LiveTarget,
     running: Sequence[LiveRunning],
@@ -233,11 +258,16 @@ def plan_live(
     gpus_shared: bool = False,
     owner: Owner | None = None,
     takeover: bool = False,
+    *,
+    speculative: Collection[str] = (),
+    run_file: str = "",
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
-    restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
-    container's GPUs overlap the live set's, so it stops first. A running container another
-    stack started (its labels differ from `owner`) is refused, or with `takeover` restarted."""
+    restart what changed, stop what leaves, as typed operations. `gpus_shared`: the one serving
+    (non-live) container's GPUs overlap the live set's, so it stops first. A running container
+    another stack started (its labels differ from `owner`) is refused, or with `takeover`
+    restarted. `speculative`: the variants whose gate checks acceptance; `run_file`: the live
+    set's run file, where new members start from."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     found = [(r.name, r.container, r.owner) for r in now.values()]
@@ -251,7 +281,34 @@ def plan_live(
     keep = tuple(
         n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash and n not in taken
     )
-    return LivePlan.between(
+    new = {
+        n: Member(
+            n,
+            s.member.variant,
+            s.spec.container_name,
+            s.spec.compose_service,
+            run_file,
+            s.member.gpus_text,
+            s.member.variant in speculative,
+        )
+        for n, s in wanted.items()
+    }
+    old = {
+        n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus, r.variant in speculative)
+        for n, r in now.items()
+    }
+    alone = None
+    if single is not None:
+        alone = Member(
+            single.variant,
+            single.variant,
+            single.name,
+            single.service or "",
+            run_file_of(single.config_file),
+            "all" if gpus_shared else "-",
+            single.variant in speculative,
+        )
+    plan = LivePlan.between(
         target.variants,
         list(wanted),
         now,
@@ -262,6 +319,58 @@ def plan_live(
         gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
         notes=tuple(takeover_notes(foreign, project)),
     )
+    ops = _operations(plan, new, old, alone, run_file)
+    return replace(plan, ops=ops)
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Two GPU sets as labels write them (`0,1`, `all`, `-`) share a GPU."""
+    if "-" in (a, b) or not a or not b:
+        return False
+    return "all" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))
+
+
+def _operations(
+    plan: LivePlan, new: Mapping[str, Member], old: Mapping[str, Member], alone: Member | None, run_file: str
+) -> tuple[Op, ...]:
+    """The operations of `plan`, in order: a leaving member whose GPUs a new one needs is
+    drained and stopped before it starts, the others after every new member serves; each
+    new member is started, gated, then added to the gateway's upstreams."""
+    ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
+    serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
+
+    def publish(upstreams: list[dict[str, str]]) -> None:
+        nonlocal serving
+        if upstreams != serving:
+            ops.append(Publish(tuple(upstreams), tuple(serving)))
+            serving = upstreams
+
+    def leave(member: Member) -> None:
+        rest = [u for u in serving if u["name"] != member.name]
+        if rest:  # the last one serving is not taken out: the gateway holds for what comes next
+            publish(rest)
+            ops.append(DrainMember(member.name))
+        ops.append(StopMember(member))
+
+    if alone is not None and plan.single_first:
+        ops.append(StopMember(alone))
+    early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
+    for name in early:
+        leave(old[name])
+    for name in (*plan.replace, *plan.start):
+        if name in plan.replace:
+            leave(old[name])
+        freed = [op.member.gpus for op in ops if isinstance(op, StopMember)]
+        if any(_overlap(gpus, new[name].gpus) for gpus in freed):
+            ops.append(AwaitRelease(new[name].gpus))
+        ops += [StartMember(new[name]), GateMember(new[name])]
+        publish([*(u for u in serving if u["name"] != name), new[name].upstream()])
+    if alone is not None and not plan.single_first:
+        ops.append(StopMember(alone))
+    for name in plan.stop:
+        if name not in early:
+            leave(old[name])
+    return tuple(ops)
 
 
 def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
@@ -314,7 +423,8 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
 
 
 class LiveSwapper:
-    """Runs live plans for one stack against one Docker engine."""
+    """Plans live-set changes for one stack and runs them on one Docker engine: its methods
+    are the executor's dispatch table (`handlers`), one per operation type."""
 
     def __init__(
         self,
@@ -326,6 +436,7 @@ class LiveSwapper:
         progress: Say = _quiet,
         waiting: Say | None = None,
         takeover: bool = False,
+        release_timeout: float = 60.0,
     ) -> None:
         self.stack = stack
         self.takeover = takeover
@@ -333,8 +444,12 @@ class LiveSwapper:
         self.timeout = timeout
         self.settle = settle
         self.poll_interval = poll_interval
+        self.release_timeout = release_timeout
         self.say = progress
         self.waiting = waiting or progress
+        self.timings: dict[str, float] = {}
+        self.cut = 0
+        self._releases: list[ReleaseWait] = []
 
     # -- reading --------------------------------------------------------------------------
     def decide(self, target: LiveTarget) -> LivePlan:
@@ -347,17 +462,48 @@ class LiveSwapper:
             shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
         gateway_running = gateway is not None and gateway.status == "running"
         owner = Owner.of(self.stack)
-        return plan_live(target, running, single, gateway_running, shared, owner, self.takeover)
+        speculative = {v for v in self.stack.variants if self.stack.variant(v).speculative is not None}
+        run_file = str(live_run_file(target, write=False)) if target.services else ""
+        return plan_live(
+            target,
+            running,
+            single,
+            gateway_running,
+            shared,
+            owner,
+            self.takeover,
+            speculative=speculative,
+            run_file=run_file,
+        )
 
-    # -- steps ----------------------------------------------------------------------------
-    def _compose_up(self, compose_file: Path, service: str) -> None:
+    def handlers(self) -> Handlers:
+        return {
+            StartGateway: self.start_gateway,
+            StartMember: self.start_member,
+            GateMember: self.gate,
+            Publish: self.publish,
+            DrainMember: self.drain,
+            StopMember: self.stop_member,
+            AwaitRelease: self.await_release,
+        }
+
+    # -- the operations -------------------------------------------------------------------
+    def _compose_up(self, compose_file: str, service: str) -> None:
         compose(
             self.stack.project,
-            compose_file,
+            Path(compose_file),
             ["up", "--detach", "--no-build", "--pull", "never", service],
-            env=compose_environment(compose_file, self.stack.api_key),
+            env=compose_environment(Path(compose_file), self.stack.api_key),
             timeout=max(120.0, self.timeout),
         )
+
+    def start_gateway(self, op: StartGateway) -> None:
+        self.say("starting the gateway")
+        self._compose_up(op.run_file, "gateway")
+
+    def start_member(self, op: StartMember) -> None:
+        self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")
+        self._compose_up(op.member.run_file, op.member.service)
 
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
@@ -382,12 +528,13 @@ class LiveSwapper:
                 return str(network["IPAddress"])
         raise SwapFailed(f"{container.name} has no address on the project's network")
 
-    def gate(self, service: LiveService) -> float:
-        """Start-to-ready of a started member: the swap's gate on its own address, then a settle watch."""
+    def gate(self, op: GateMember) -> None:
+        """The swap's gate on the member's own address, a settle watch, and for a speculative
+        variant its acceptance over a short warm-up (`live_acceptance`)."""
         began = time.monotonic()
-        container = self._container(service.spec.container_name)
+        container = self._container(op.member.container)
         target = GateTarget(
-            service.name,
+            op.member.name,
             CONTAINER_PORT,
             self._address(container),
             self.stack.served_model_name,
@@ -395,51 +542,58 @@ class LiveSwapper:
         )
         wait_ready(container, target, began + self.timeout, self.poll_interval, self.waiting)
         ready = time.monotonic() - began
-        self.say(f"{service.name} is ready ({ready:.1f}s); watching it settle")
+        self.timings[f"{op.member.name} start_to_ready"] = ready
+        self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
         watch_settled(container, target, self.settle, self.poll_interval)
-        if self.stack.variant(service.member.variant).speculative is not None:
-            rate = self.acceptance(target)
-            self.say(f"{service.name} accepts {rate:.2f} of its draft tokens")
-        return ready
+        if op.member.speculative:
+            rate = live_acceptance(target, self.stack.acceptance_floor)
+            self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
 
-    def acceptance(self, target: GateTarget) -> float:
-        """A speculative member's acceptance over a short warm-up (`live_acceptance`)."""
-        return live_acceptance(target, self.stack.acceptance_floor)
+    def publish(self, op: Publish) -> None:
+        control = self._control()
+        if control is not None:
+            set_upstreams(control, [dict(u) for u in op.upstreams])
 
-    def publish(self, upstreams: list[dict[str, str]]) -> None:
-        """Tell the gateway the set it routes among."""
+    def drain(self, op: DrainMember) -> None:
+        """Wait for the requests in flight on `op.name` (`GatewayControl.drain_upstream`); what
+        is left at the drain timeout is counted as cut. An upstream the gateway does not know
+        has nothing in flight."""
         control = self._control()
         if control is None:
             return
-        set_upstreams(control, upstreams)
-
-    def drain(self, name: str) -> int:
-        """Wait until the gateway has no request in flight on `name` (or the drain timeout); return
-        the requests still running at the timeout (0 when the gateway does not report them)."""
-        control = self._control()
-        if control is None:
-            return 0
-        deadline = time.monotonic() + self.stack.gateway.drain_timeout
-        left = 0
-        while True:
-            try:
-                state = upstream_states(control.state().raw).get(name)
-            except GatewayControlError:
-                return 0
-            left = int((state or {}).get("outstanding") or 0)
-            if left == 0 or time.monotonic() >= deadline:
-                return left
-            time.sleep(DRAIN_POLL_S)
-
-    def stop_member(self, running: LiveRunning) -> None:
-        self.say(f"stopping {running.name} ({running.container})")
         try:
-            self._container(running.container).stop_and_remove(self.stack.stop_grace_period)
-        except SwapFailed:  # already gone
+            drained = control.drain_upstream(op.name, self.stack.gateway.drain_timeout)
+        except GatewayControlError:
             return
+        self.cut += 0 if drained.done else drained.outstanding
+
+    def stop_member(self, op: StopMember) -> None:
+        """Stop and remove the container (gone already is fine); its GPUs are read first, so
+        that `await_release` can wait for them."""
+        from docker.errors import NotFound
+
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        try:
+            found = self.client.containers.get(op.member.container)
+        except NotFound:
+            return
+        devices = None if self.stack.gpus is None or op.member.gpus == "-" else self.stack.gpus
+        if devices is not None and op.member.gpus != "all":
+            devices = tuple(op.member.gpus.split(","))
+        self._releases.append(ReleaseWait.snapshot(detect_probe(), devices, container_pids([found.id])))
+        self.say(f"stopping {op.member.name} ({op.member.container})")
+        VariantContainer(found).stop_and_remove(self.stack.stop_grace_period)
+
+    def await_release(self, op: AwaitRelease) -> None:
+        while self._releases:
+            out = self._releases.pop(0).wait(self.release_timeout, self.waiting)
+            if out.how == "timeout":
+                self.say(out.detail)
 
     # -- the change -----------------------------------------------------------------------
-    def up(self, target: LiveTarget, dry_run: bool = False) -> LiveResult:
+    def up(self, target: LiveTarget, dry_run: bool = False, rollback: bool = True) -> LiveResult:
         """Change the live set to `target` (see the module's docstring)."""
         began = time.monotonic()
         plan = self.decide(target)
@@ -452,54 +606,29 @@ class LiveSwapper:
             raise UsageError(plan.refused)
         if plan.no_op:
             # The gateway may have restarted with an older set in its environment: tell it again.
-            self.publish(target.upstreams())
+            self.publish(Publish(tuple(target.upstreams()), ()))
             result.outcome = "unchanged"
             result.notes.append(f"the live set {{{', '.join(target.variants)}}} already runs")
             result.timings["total"] = time.monotonic() - began
             return result
         compose_file = live_run_file(target)
-        prune_run_files(self.stack.project, "live", keep=(compose_file,))
-        services = {s.name: s for s in target.services}
-        running = {r.name: r for r in live_containers(self.stack, self.client)}
-        serving = [services[n].upstream() for n in plan.keep]  # what the gateway routes among now
-        cut = 0
-        if plan.start_gateway:
-            self.say("starting the gateway")
-            self._compose_up(compose_file, "gateway")
-        if plan.single and plan.single_first:
-            self._stop_single()
         try:
-            for name in plan.replace:
-                serving = [u for u in serving if u["name"] != name]
-                if serving:
-                    self.publish(serving)
-                    cut += self.drain(name)
-                self.stop_member(running[name])
-                self._start(services[name], compose_file, result)
-                serving.append(services[name].upstream())
-                self.publish(serving)
-            for name in plan.start:
-                self._start(services[name], compose_file, result)
-                serving.append(services[name].upstream())
-                self.publish(serving)
+            ran = execute(plan.ops, self.handlers(), rollback=rollback, say=self.say)
         except BaseException as err:
+            result.timings.update(self.timings)
             self._history(plan, "failed", result, err)
             raise
-        if plan.single and not plan.single_first:
-            self._stop_single()
-        for name in plan.stop:
-            self.publish(serving)  # without it: no new request reaches it
-            cut += self.drain(name)
-            self.stop_member(running[name])
+        prune_run_files(self.stack.project, "live", keep=(compose_file,))
         if plan.start_gateway:
             self._answers("+".join(target.variants))
-        result.drained = {"cut": cut}
-        if cut:
-            result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
-        members = ", ".join(f"{n} (GPUs {s.member.gpus_text})" for n, s in services.items())
+        result.timings.update(self.timings)
+        result.drained = {"cut": self.cut}
+        if self.cut:
+            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
+        members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
         result.outcome = f"live set {members}"
         result.timings["total"] = time.monotonic() - began
-        self._history(plan, result.outcome, result)
+        self._history(plan, result.outcome, result, ran=ran)
         return result
 
     def _answers(self, names: str) -> None:
@@ -516,32 +645,13 @@ class LiveSwapper:
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
-    def _start(self, service: LiveService, compose_file: Path, result: LiveResult) -> None:
-        """Start one member and gate it; on failure remove it (the others keep serving)."""
-        self.say(f"starting {service.name} on GPUs {service.member.gpus_text}")
-        try:
-            self._compose_up(compose_file, service.spec.compose_service)
-            result.timings[f"{service.name} start_to_ready"] = self.gate(service)
-        except BaseException as err:
-            cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
-            try:
-                self._container(service.spec.container_name).stop_and_remove(self.stack.stop_grace_period)
-                left = "it was removed; the live set's other containers serve on"
-            except ComposerError as stop_err:
-                left = f"could not remove it: {stop_err}"
-            tail = getattr(err, "log_tail", "") or ""
-            hints = getattr(err, "hints", ()) or ()
-            raise SwapFailed(f"{service.name} failed: {cause}; {left}", tail, tuple(hints)) from err
-
-    def _stop_single(self) -> None:
-        """Stop today's one serving container (not live): the live set serves instead."""
-        for member in snapshot.take(self.stack, self.client).members:
-            if not member.asleep:
-                self.say(f"stopping {member.variant} ({member.container.name}): the live set serves")
-                member.container.stop_and_remove(self.stack.stop_grace_period)
-
     def _history(
-        self, plan: LivePlan, outcome: str, result: LiveResult, err: BaseException | None = None
+        self,
+        plan: LivePlan,
+        outcome: str,
+        result: LiveResult,
+        err: BaseException | None = None,
+        ran: Sequence[Op] = (),
     ) -> None:
         append_history(
             self.stack.project,
@@ -550,7 +660,7 @@ class LiveSwapper:
                 "source": None,
                 "target": "+".join(plan.variants),
                 "outcome": outcome,
-                "steps": [*(f"start {n}" for n in plan.start), *(f"stop {n}" for n in plan.stop)],
+                "steps": [op.describe() for op in (ran or plan.ops)],
                 "timings": {k: round(v, 3) for k, v in result.timings.items()},
                 "cause": str(err).splitlines()[0][:500] if err else None,
             },
@@ -572,19 +682,21 @@ class LiveSwapper:
                 "`compose-spec down` stops everything"
             )
         target = resolve_live(self.stack, list(dict.fromkeys(r.variant for r in others)))
-        self.publish(target.upstreams())
-        cut = 0
-        for member in mine:
-            cut += self.drain(member.name)
-            self.stop_member(member)
+        members = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in mine]
+        before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
+        ops: list[Op] = [Publish(tuple(target.upstreams()), before)]
+        for member in members:
+            ops += [DrainMember(member.name), StopMember(member)]
+        execute(ops, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
-        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+        return said + (f" ({self.cut} request(s) cut at the drain timeout)" if self.cut else "")
 
 
-def live_run_file(target: LiveTarget, directory: Path | None = None) -> Path:
-    """Write (if needed) and return the live set's run file: `live-<hash>.yml` in the state folder."""
-    project = target.services[0].spec.project
-    out = (directory or state_dir()) / project
+def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool = True) -> Path:
+    """The live set's run file, `live-<hash>.yml` in the state folder (written if needed)."""
+    out = (directory or state_dir()) / target.services[0].spec.project
+    if not write:
+        return out / f"live-{target.hash}.yml"
     (file,) = render_live(target, out, f"live-{target.hash}.yml")
     write_atomic(file)
     return file.path
@@ -615,7 +727,14 @@ def up_live(
     target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
     takeover = options is not None and options.takeover
     swapper = LiveSwapper(
-        stack, client, timeout, settle, progress=progress, waiting=waiting, takeover=takeover
+        stack,
+        client,
+        timeout,
+        settle,
+        progress=progress,
+        waiting=waiting,
+        takeover=takeover,
+        release_timeout=options.release_timeout if options else 60.0,
     )
     by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:
@@ -626,7 +745,7 @@ def up_live(
     if ctx is not None:
         check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
-        result = swapper.up(target)
+        result = swapper.up(target, rollback=options.rollback if options else True)
         result.notes += [] if by_class else [f"the live set routes {routing}"]
         if ctx is not None and ctx.options.profiles:
             result.notes += start_profiles(ctx, live_run_file(target))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -52,36 +53,111 @@ def _running(stack: Stack, *names: str, changed: str = "") -> list[LiveRunning]:
     return rows
 
 
+def _ops(plan) -> list[str]:
+    return [
+        f"{type(op).__name__} {getattr(getattr(op, 'member', None), 'name', '')}".strip() for op in plan.ops
+    ]
+
+
 def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> None:
     running = _running(stack, "baseline/1")
     names = live_variants(["mtp"], stack, running)
     assert names == ["baseline", "mtp"]
-    plan = plan_live(resolve_live(stack, names), running)
+    plan = plan_live(resolve_live(stack, names), running, run_file="/s/live-x.yml")
     assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
+    assert plan.mode == "join" and _ops(plan) == ["StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    start, _, publish = plan.ops
+    assert start.member.run_file == "/s/live-x.yml" and start.member.gpus == "2,3"
+    assert [u["name"] for u in publish.upstreams] == ["baseline/1", "mtp/1"]
+    assert [u["name"] for u in publish.previous] == ["baseline/1"]
     text = plan.describe()
-    assert text.splitlines()[0] == "live set: {baseline/1} -> {baseline/1, mtp/1}"
-    assert "start mtp/1 on GPUs 2,3, gate it, add it to the gateway's upstreams" in text
+    assert text.splitlines()[0] == "live set: {baseline/1} -> {baseline/1, mtp/1} (join)"
+    assert "1. StartMember: start mtp/1 on GPUs 2,3 (vllm-mtp-1)" in text
+    assert "3. Publish: route the gateway to {baseline/1, mtp/1}" in text
     assert "keep baseline/1 (GPUs 0,1): serves throughout" in text
-    assert "stop" not in text.replace("start", "")
+    assert "Stop" not in text
+    data = plan.as_data()
+    assert data["mode"] == "join" and [o["op"] for o in data["operations"]] == [
+        "StartMember",
+        "GateMember",
+        "Publish",
+    ]
 
 
 def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack) -> None:
     running = _running(stack, "baseline/1", "mtp/1")
     plan = plan_live(resolve_live(stack, live_variants(["mtp", "dflash2"], stack, running)), running)
     assert (plan.keep, plan.start, plan.stop) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
-    lines = plan.describe().splitlines()
-    start = next(i for i, line in enumerate(lines) if "start dflash2/1" in line)
-    stop = next(i for i, line in enumerate(lines) if "drain its requests, stop it" in line)
-    assert start < stop and "baseline/1" in lines[stop]
+    assert plan.mode == "replace"
+    assert _ops(plan) == [
+        "StartMember dflash2/1",
+        "GateMember dflash2/1",
+        "Publish",
+        "Publish",
+        "DrainMember",
+        "StopMember baseline/1",
+    ]
+    assert [u["name"] for u in plan.ops[3].upstreams] == ["mtp/1", "dflash2/1"]
     assert plan.as_data()["stop"] == ["baseline/1"]
+
+
+def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -> None:
+    running = _running(stack, "baseline/1", "mtp/1")
+    target = resolve_live(stack, ["baseline", "dflash2"])
+    moved = [
+        r if r.name != "mtp/1" else dataclasses.replace(r, gpus="4,5", run_file="/s/live-old.yml")
+        for r in running
+    ]
+    plan = plan_live(target, moved)
+    assert _ops(plan) == [
+        "Publish",
+        "DrainMember",
+        "StopMember mtp/1",
+        "AwaitRelease",
+        "StartMember dflash2/1",
+        "GateMember dflash2/1",
+        "Publish",
+    ]
+    # Undone in reverse, the leaving member comes back: started, gated, published again.
+    stop = plan.ops[2]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert [u["name"] for u in plan.ops[0].inverse()[0].upstreams] == ["baseline/1", "mtp/1"]
+
+
+def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -> None:
+    from composer.engine.variant_container import RunningVariant
+
+    single = RunningVariant(
+        "id",
+        "vllm-vllm-1",
+        "baseline",
+        "h",
+        "img",
+        "running",
+        None,
+        None,
+        None,
+        "m",
+        "/s/baseline.yml",
+        0,
+        service="vllm",
+    )
+    plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single)
+    assert plan.mode == "join"
+    assert _ops(plan)[-1] == "StopMember baseline" and _ops(plan).count("StopMember baseline") == 1
+    assert plan.ops[-1].inverse()[1].member.run_file == "/s/baseline.yml"  # started again from its file
+    first = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True)
+    assert _ops(first)[:2] == ["StopMember baseline", "AwaitRelease"]
 
 
 def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) -> None:
     running = _running(stack, "baseline/1", "mtp/1", changed="mtp/1")
     target = resolve_live(stack, ["baseline", "mtp"])
-    assert plan_live(target, running).replace == ("mtp/1",)
+    changed = plan_live(target, running)
+    assert changed.replace == ("mtp/1",)
+    assert _ops(changed)[:3] == ["Publish", "DrainMember", "StopMember mtp/1"]
     same = plan_live(target, _running(stack, "baseline/1", "mtp/1"))
-    assert same.no_op and "nothing to change" in same.describe()
+    assert same.no_op and same.mode == "unchanged" and "nothing to change" in same.describe()
     assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
 
 

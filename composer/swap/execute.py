@@ -1,0 +1,77 @@
+"""The executor of a plan of typed operations (`composer.swap.ops`): a loop over a dispatch table.
+
+`execute` runs each operation with the handler its type maps to. When one fails, or the
+first Ctrl-C, SIGTERM or SIGHUP arrives, it runs the inverses of the operations that ran
+(the failed one included: an inverse is safe on a half-done operation), newest first, with
+every stop signal ignored, then raises SwapFailed from the cause (from KeyboardInterrupt:
+the CLI exits 130). Without rollback nothing is undone: what ran stays as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from composer.errors import ComposerError, DiagnosedError, SwapFailed
+from composer.signals import handled, interrupt_once, interrupts_ignored
+from composer.swap.ops import Op
+
+Handlers = Mapping[type[Op], Callable[[Any], object]]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted"
+    return str(err).splitlines()[0] if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
+
+
+def undo(ran: Sequence[Op], handlers: Handlers, say: Callable[[str], None] = _quiet) -> list[str]:
+    """Run the inverses of `ran`, newest first; each failure is noted and the rest still run."""
+    failed: list[str] = []
+    for op in reversed(ran):
+        for inverse in op.inverse():
+            say(f"undo: {inverse.describe()}")
+            try:
+                handlers[type(inverse)](inverse)
+            except Exception as err:  # report it after the cause; undo the rest anyway
+                failed.append(f"{inverse.describe()}: {_reason(err)}")
+    return failed
+
+
+def execute(
+    ops: Sequence[Op],
+    handlers: Handlers,
+    *,
+    rollback: bool = True,
+    say: Callable[[str], None] = _quiet,
+) -> list[Op]:
+    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above)."""
+    ran: list[Op] = []
+    with handled(interrupt_once):
+        try:
+            for op in ops:
+                ran.append(op)
+                handlers[type(op)](op)
+        except BaseException as err:
+            with interrupts_ignored():
+                raise _failed(err, ran, handlers, rollback, say) from err
+    return ran
+
+
+def _failed(
+    err: BaseException, ran: list[Op], handlers: Handlers, rollback: bool, say: Callable[[str], None]
+) -> SwapFailed:
+    diagnosed = err if isinstance(err, DiagnosedError) else None
+    message = f"{ran[-1].describe()} failed: {_reason(err)}" if ran else _reason(err)
+    tail, hints = (diagnosed.log_tail, diagnosed.hints) if diagnosed else ("", ())
+    if not rollback:
+        return SwapFailed(f"{message}; rollback disabled: what ran is left as it is", tail, hints)
+    failures = undo(ran, handlers, say)
+    if failures:
+        left = "; ".join(failures)
+        return SwapFailed(f"{message}; the undo failed too: {left}", tail, hints, rolled_back=False)
+    return SwapFailed(f"{message}; undone: what served before serves again", tail, hints, rolled_back=True)
