@@ -166,3 +166,90 @@ def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(
     assert {status for status, _ in client.answers} == {200}, client.answers
     assert {served for _, served in client.answers[after:]} == {"mtp/1"}
     assert sorted(_gateway_upstreams(sim_stack)) == ["mtp/1"]
+
+
+def _ids(docker_client, project: str) -> dict[str, tuple[str, str]]:
+    """Every container of the project: name -> (id, status)."""
+    found = docker_client.containers.list(
+        all=True, filters={"label": f"com.docker.compose.project={project}"}
+    )
+    return {c.name: (c.id, c.status) for c in found}
+
+
+def _events(sim_stack) -> list[dict]:
+    done = sim_stack.run("history", "--json")
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def _under_load(sim_stack, *args: str):
+    """Run `up ARGS` while a client sends completions; the client's answers after it."""
+    with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
+        while len(client.answers) < 5:
+            threading.Event().wait(0.05)
+        done = sim_stack.run("up", *args, timeout=300)
+        after = len(client.answers)
+        while len(client.answers) < after + 5:
+            threading.Event().wait(0.05)
+    return done, client.answers
+
+
+def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
+    sim_stack, docker_client
+) -> None:
+    """{baseline} alone, then {baseline, mtp}: `up baseline mtp-crash` (its gate fails) leaves
+    the set that served, serving, with no failed request; `--no-rollback` leaves it in place."""
+    placement = PLACEMENT.replace('[gateway]\nlive = ["baseline"]\n', "")
+    assert "live =" not in placement  # no [gateway] live: `up baseline` is the one-variant swap
+    sim_stack.stack_file.write_text(sim_stack.stack_file.read_text() + placement, encoding="utf-8")
+    assert sim_stack.run("up", "baseline", timeout=300).returncode == 0
+    (single,) = [
+        c
+        for c in docker_client.containers.list(
+            filters={
+                "label": [f"com.docker.compose.project={sim_stack.project}", "vllm-composer.variant=baseline"]
+            }
+        )
+    ]
+    started = single.attrs["State"]["StartedAt"]
+    before = _ids(docker_client, sim_stack.project)
+    plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "(join)" in plan.stdout and "StartMember: start mtp/1 on GPUs 2,3" in plan.stdout
+    assert "GateMember: gate mtp/1" in plan.stdout and "StopMember: stop baseline" in plan.stdout
+    assert _ids(docker_client, sim_stack.project) == before
+
+    events = len(_events(sim_stack))
+    failed, answers = _under_load(sim_stack, "baseline", "mtp-crash")
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert "mtp-crash/1" in failed.stderr and "CUDA error: unspecified launch failure" in failed.stderr
+    assert {status for status, _ in answers} == {200}, answers
+    single.reload()
+    assert single.status == "running" and single.attrs["State"]["StartedAt"] == started  # never restarted
+    assert _ids(docker_client, sim_stack.project) == before  # the live containers it started are gone
+    assert sim_stack.status()["variant"] == "baseline"
+    assert len(_events(sim_stack)) == events + 1 and _events(sim_stack)[-1]["outcome"] == "failed"
+
+    assert sim_stack.run("up", "baseline", "mtp", timeout=300).returncode == 0
+    mtp = _container(docker_client, sim_stack.project, "mtp/1").id
+    before = _ids(docker_client, sim_stack.project)
+    plan = sim_stack.run("up", "baseline", "mtp-crash", "--dry-run", "--json")
+    assert plan.returncode == 0, plan.stderr
+    data = json.loads(plan.stdout)["plan"]
+    ops = [op["op"] for op in data["operations"]]
+    assert data["mode"] == "replace" and ops[:3] == ["Publish", "DrainMember", "StopMember"], ops
+    assert _ids(docker_client, sim_stack.project) == before
+
+    failed, answers = _under_load(sim_stack, "baseline", "mtp-crash")  # needs mtp's GPUs: mtp stops first
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    assert {status for status, _ in answers} == {200}, answers
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: row["ready"] for name, row in rows.items()} == {"baseline/1": True, "mtp/1": True}
+    assert _container(docker_client, sim_stack.project, "mtp/1").id != mtp  # started again
+    served = _served(sim_stack)
+    assert {status for status, _ in served} == {200} and "mtp/1" in {name for _, name in served}, served
+
+    kept = sim_stack.run("up", "baseline", "mtp-crash", "--no-rollback", timeout=300)
+    assert kept.returncode == 1 and "rollback disabled" in kept.stderr, kept.stderr
+    rows = _gateway_upstreams(sim_stack)  # mtp-crash/1 left in place for a look, out of the upstreams
+    assert {name: row["routed"] for name, row in rows.items()} == {"baseline/1": True, "mtp-crash/1": False}
