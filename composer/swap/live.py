@@ -47,7 +47,6 @@ from composer.swap.ops import (
     StartGateway,
     StartMember,
     StopMember,
-    run_file_of,
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 
@@ -206,7 +205,7 @@ def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunni
                 status=c.status,
                 service=labels.get(label_names.COMPOSE_SERVICE, ""),
                 owner=Owner.from_labels(labels),
-                run_file=run_file_of(labels.get(label_names.COMPOSE_CONFIG_FILES)),
+                run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
             )
         )
     return sorted(rows, key=lambda r: r.name)
@@ -281,33 +280,22 @@ def plan_live(
     keep = tuple(
         n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash and n not in taken
     )
+
+    def member(name: str, variant: str, container: str, service: str, file: str, gpus: str) -> Member:
+        return Member(name, variant, container, service, file, gpus, variant in speculative)
+
     new = {
-        n: Member(
-            n,
-            s.member.variant,
-            s.spec.container_name,
-            s.spec.compose_service,
-            run_file,
-            s.member.gpus_text,
-            s.member.variant in speculative,
+        n: member(
+            n, s.member.variant, s.spec.container_name, s.spec.compose_service, run_file, s.member.gpus_text
         )
         for n, s in wanted.items()
     }
-    old = {
-        n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus, r.variant in speculative)
-        for n, r in now.items()
-    }
+    old = {n: member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
     alone = None
     if single is not None:
-        alone = Member(
-            single.variant,
-            single.variant,
-            single.name,
-            single.service or "",
-            run_file_of(single.config_file),
-            "all" if gpus_shared else "-",
-            single.variant in speculative,
-        )
+        file = (single.config_file or "").split(",")[0]
+        gpus = "all" if gpus_shared else "-"
+        alone = member(single.variant, single.variant, single.name, single.service or "", file, gpus)
     plan = LivePlan.between(
         target.variants,
         list(wanted),

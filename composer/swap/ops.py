@@ -2,14 +2,14 @@
 
 A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`); `execute` runs them
 through a dispatch table and, on a failure or an interrupt, runs the inverses of what ran, in
-reverse. An inverse is a tuple of operations (empty: nothing to undo); every inverse is safe to
-run when its operation only half ran (stopping what is gone, publishing the set again).
+reverse. An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
+operation only half ran (stopping what is gone, publishing the set again).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
+from typing import ClassVar
 
 from composer.render.spec import CONTAINER_PORT
 
@@ -22,27 +22,25 @@ class Member:
     variant: str
     container: str
     service: str  # the compose service that creates it
-    run_file: str  # the compose file it starts from ("" when unknown: it cannot be started again)
+    run_file: str  # the compose file it starts from ("": it cannot be started again)
     gpus: str = "-"
     speculative: bool = False  # the gate checks its acceptance
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.service}:{CONTAINER_PORT}"
-
     def upstream(self) -> dict[str, str]:
-        return {"name": self.name, "variant": self.variant, "url": self.url}
+        return {"name": self.name, "variant": self.variant, "url": f"http://{self.service}:{CONTAINER_PORT}"}
 
 
 @dataclass(frozen=True)
 class Op:
-    """One operation; subclasses name their arguments."""
+    """One operation; `TEXT` says it in words, from its fields."""
+
+    TEXT: ClassVar[str] = ""
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
 
     def describe(self) -> str:
-        raise NotImplementedError
+        return self.TEXT.format_map(self.__dict__)
 
     def as_data(self) -> dict[str, object]:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
@@ -50,21 +48,17 @@ class Op:
 
 @dataclass(frozen=True)
 class StartGateway(Op):
+    TEXT = "start the gateway"
     run_file: str
-
-    def describe(self) -> str:
-        return "start the gateway"
 
 
 @dataclass(frozen=True)
 class StartMember(Op):
+    TEXT = "start {member.name} on GPUs {member.gpus} ({member.service})"
     member: Member
 
     def inverse(self) -> tuple[Op, ...]:
         return (DrainMember(self.member.name), StopMember(self.member))
-
-    def describe(self) -> str:
-        return f"start {self.member.name} on GPUs {self.member.gpus} ({self.member.service})"
 
 
 @dataclass(frozen=True)
@@ -87,22 +81,21 @@ class Publish(Op):
         return (Publish(self.previous, self.upstreams),)
 
     def describe(self) -> str:
-        names = ", ".join(u["name"] for u in self.upstreams) or "its single upstream"
-        return f"route the gateway to {{{names}}}"
+        names = ", ".join(u["name"] for u in self.upstreams)
+        return f"route the gateway to {{{names or 'its single upstream'}}}"
 
 
 @dataclass(frozen=True)
 class DrainMember(Op):
     """Wait for the requests in flight on an upstream already left out of the set."""
 
+    TEXT = "drain {name}'s requests in flight (up to gateway.drain_timeout)"
     name: str
-
-    def describe(self) -> str:
-        return f"drain {self.name}'s requests in flight (up to gateway.drain_timeout)"
 
 
 @dataclass(frozen=True)
 class StopMember(Op):
+    TEXT = "stop {member.name} ({member.container})"
     member: Member
 
     def inverse(self) -> tuple[Op, ...]:
@@ -110,20 +103,10 @@ class StopMember(Op):
             return ()
         return (AwaitRelease(self.member.gpus), StartMember(self.member), GateMember(self.member))
 
-    def describe(self) -> str:
-        return f"stop {self.member.name} ({self.member.container})"
-
 
 @dataclass(frozen=True)
 class AwaitRelease(Op):
-    """Wait until the containers stopped before have released the GPUs `gpus` names."""
+    """Wait until the containers stopped before have released their GPUs."""
 
+    TEXT = "wait until GPUs {gpus} are released"
     gpus: str
-
-    def describe(self) -> str:
-        return f"wait until GPUs {self.gpus} are released"
-
-
-def run_file_of(path: Path | str | None) -> str:
-    """A run file as an operation carries it (the first of compose's comma-separated list)."""
-    return str(path or "").split(",")[0]
