@@ -98,7 +98,8 @@ def up(
 
     With several VARIANTS, or none and [gateway] live, or one while a live set runs: change
     the live set (variants serving at once on disjoint GPUs) one container at a time: start
-    and gate each new one, then drain and stop each leaving one; the others serve throughout.
+    and gate each new one, then drain and stop each leaving one; the others serve throughout,
+    and a failure or Ctrl-C undoes what ran (--dry-run prints the operations).
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl

@@ -31,8 +31,9 @@ checks are the preflight), `composer.gateway` (its control client),
 `composer.errors`, `composer.labels`. `follow` runs the switches the gateway demands
 (aliases, the automatic policy) through the same `up`, on the host: the gateway never
 gets Docker access. A live set (`live`: several variants serving at once on disjoint GPUs,
-changed one container at a time: start and gate, `set_upstreams`, drain and stop; `plan_live`
-is pure; `live_acceptance`: a speculative member's acceptance check, the Kubernetes live
+changed one container at a time: `plan_live` (pure) returns typed operations (`ops`: start,
+gate, publish, drain, stop, release wait, each with its inverse) that `execute` runs through a
+dispatch table, undoing what ran on a failure or a stop signal; `live_acceptance`: a speculative member's acceptance check, the Kubernetes live
 set's too; `live_status`: the live containers as `status` and `ls` show them; `--with`
 profiles start from the live run file once the set serves).
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
