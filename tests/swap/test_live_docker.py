@@ -10,13 +10,16 @@ to it when the default image predates them.
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import threading
 from dataclasses import dataclass, field
 
 import httpx
 import pytest
 
-from tests.conftest import free_port
+from tests.conftest import REPO, free_port
+from tests.swap.test_faults import StderrLines
 
 pytestmark = pytest.mark.docker
 
@@ -248,6 +251,25 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert _container(docker_client, sim_stack.project, "mtp/1").id != mtp  # started again
     served = _served(sim_stack)
     assert {status for status, _ in served} == {200} and "mtp/1" in {name for _, name in served}, served
+
+    # SIGTERM while the replacement starts: undone like a failure, exit 130, the lock free.
+    swap = subprocess.Popen(
+        sim_stack.args("up", "baseline", "mtp-hang", "--timeout", "60"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sim_stack.env,
+        cwd=REPO,
+    )
+    lines = StderrLines(swap)
+    lines.start()
+    lines.wait_for("starting mtp-hang/1", timeout=120)
+    swap.send_signal(signal.SIGTERM)
+    assert swap.wait(timeout=120) == 130, "".join(lines.seen)
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: row["ready"] for name, row in rows.items()} == {"baseline/1": True, "mtp/1": True}
+    again = sim_stack.run("up", "baseline", "mtp", "--no-wait", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "unchanged", again.stderr
 
     kept = sim_stack.run("up", "baseline", "mtp-crash", "--no-rollback", timeout=300)
     assert kept.returncode == 1 and "rollback disabled" in kept.stderr, kept.stderr
