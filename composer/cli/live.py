@@ -27,6 +27,10 @@ def live_up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> bool:
         return False
     if args.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
+    if len(variants) > 1:
+        from composer.stack.placement import live_members
+
+        live_members(stack, variants)  # overlapping GPU sets: exit 2 before Docker is asked anything
     allow_weak = args.weak_key_allowed(obj)
     require_api_key(stack, allow_weak)
 
