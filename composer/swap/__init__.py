@@ -33,9 +33,10 @@ checks are the preflight), `composer.gateway` (its control client),
 gets Docker access. A live set (`live`: several variants serving at once on disjoint GPUs,
 changed one container at a time: `plan_live` (pure) returns typed operations (`ops`: start,
 gate, publish, drain, stop, release wait, each with its inverse) that `execute` runs through a
-dispatch table, undoing what ran on a failure or a stop signal; `live_acceptance`: a speculative member's acceptance check, the Kubernetes live
-set's too; `live_status`: the live containers as `status` and `ls` show them; `--with`
-profiles start from the live run file once the set serves).
+dispatch table, undoing what ran on a failure or a stop signal; `live_acceptance`: a
+speculative member's acceptance check, the Kubernetes live set's too; `live_status`: the live
+containers as `status` and `ls` show them; `--with` profiles start from the live run file
+once the set serves).
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,

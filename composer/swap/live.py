@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
+    from composer.probes.gpu import GpuProbe
     from composer.swap.swapper import UpOptions
 
 Say = Callable[[str], None]
@@ -438,6 +439,7 @@ class LiveSwapper:
         self.timings: dict[str, float] = {}
         self.cut = 0
         self._releases: list[ReleaseWait] = []
+        self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
     # -- reading --------------------------------------------------------------------------
     def decide(self, target: LiveTarget) -> LivePlan:
@@ -567,10 +569,10 @@ class LiveSwapper:
             found = self.client.containers.get(op.member.container)
         except NotFound:
             return
-        devices = None if self.stack.gpus is None or op.member.gpus == "-" else self.stack.gpus
-        if devices is not None and op.member.gpus != "all":
-            devices = tuple(op.member.gpus.split(","))
-        self._releases.append(ReleaseWait.snapshot(detect_probe(), devices, container_pids([found.id])))
+        if self.stack.gpus is not None and op.member.gpus != "-":
+            devices = self.stack.gpus if op.member.gpus == "all" else tuple(op.member.gpus.split(","))
+            probe = self.probe or detect_probe()
+            self._releases.append(ReleaseWait.snapshot(probe, devices, container_pids([found.id])))
         self.say(f"stopping {op.member.name} ({op.member.container})")
         VariantContainer(found).stop_and_remove(self.stack.stop_grace_period)
 
@@ -606,7 +608,8 @@ class LiveSwapper:
             result.timings.update(self.timings)
             self._history(plan, "failed", result, err)
             raise
-        prune_run_files(self.stack.project, "live", keep=(compose_file,))
+        kept = [r.run_file for r in live_containers(self.stack, self.client)]  # an undo restarts from them
+        prune_run_files(self.stack.project, "live", keep=(compose_file, *kept))
         if plan.start_gateway:
             self._answers("+".join(target.variants))
         result.timings.update(self.timings)

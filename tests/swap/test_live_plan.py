@@ -222,3 +222,58 @@ def test_a_live_set_says_whether_it_routes_by_class_or_by_load_alone() -> None:
     ]  # fmt: skip
     text = format_status({"project": "p", "running": False, "live": rows, "routing": line})
     assert "\nrouting       by load alone: " in text
+
+
+def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
+    stack: Stack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The plan's StopMember, AwaitRelease, StartMember on Docker's dispatch table, with a
+    recording GPU probe: the start comes after the probe saw the stopped process go."""
+    from composer.engine.variant_container import VariantContainer
+    from composer.probes import cgroups
+    from composer.probes.gpu import GpuInfo, GpuProcess
+    from composer.swap.execute import execute
+    from composer.swap.live import LiveSwapper
+    from composer.swap.ops import AwaitRelease, Member, StartMember, StopMember
+
+    def gpu(index: int, pids: tuple[int, ...]) -> GpuInfo:
+        used = (10 << 30) * len(pids)
+        return GpuInfo(
+            index,
+            "H200",
+            (9, 0),
+            140 << 30,
+            used,
+            (140 << 30) - used,
+            tuple(GpuProcess(p, "vllm") for p in pids),
+        )
+
+    class Probe:
+        name, available, reason = "fake", True, ""
+
+        def __init__(self) -> None:
+            self.seen: list[bool] = []  # per call: the stopped process still listed
+
+        def gpus(self) -> list[GpuInfo]:
+            held = len(self.seen) < 3  # the snapshot before the stop, then two polls still holding
+            self.seen.append(held)
+            return [gpu(2, (4242,) if held else ()), gpu(3, ())]
+
+    class Client:
+        class containers:  # the SDK's collection
+            @staticmethod
+            def get(name: str) -> object:
+                return type("C", (), {"id": "abc", "name": name})()
+
+    stopped: list[str] = []
+    monkeypatch.setattr(VariantContainer, "stop_and_remove", lambda self, grace: stopped.append(self.name))
+    monkeypatch.setattr(cgroups, "container_pids", lambda ids: frozenset({4242}))
+    swapper = LiveSwapper(stack, Client())  # type: ignore[arg-type]
+    swapper.probe = Probe()
+    leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
+    coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")
+    started: list[list[bool]] = []
+    handlers = swapper.handlers() | {StartMember: lambda op: started.append(list(swapper.probe.seen))}
+    execute([StopMember(leaving), AwaitRelease("2,3"), StartMember(coming)], handlers)
+    assert stopped == ["vllm-mtp-1"]
+    assert started == [[True, True, True, False]]  # started only after the release was seen
