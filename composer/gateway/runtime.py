@@ -28,7 +28,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .config import GatewayConfig, LiveSpec
 from .control import build_control_app
 from .gate import Gate
-from .limits import ConnectionLimits, limited_protocol
+from .limits import ConnectionLimits, limited_protocol, open_files_for
 from .live import LiveSet
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
@@ -269,9 +269,10 @@ class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
         self.gateway = Gateway(config)
-        limits = ConnectionLimits(
-            config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
-        )
+        cap, short = open_files_for(config.max_connections)
+        if short:
+            log.warning(short)
+        limits = ConnectionLimits(config.max_head_bytes, config.head_timeout, cap, config.body_timeout)
         self.public = _Server(
             _uvicorn_config(
                 self.gateway.public_app,

@@ -2,8 +2,9 @@
 simulator: each undoes what it started and exits (130, like a shell) within 5 s of that undo,
 and the variant that served before serves through the port again.
 
-One stack serves every test (baseline serves between them): a hanging variant (`mtp-hang`,
-reachable by the alias `hang`) keeps a switch mid-work for as long as the test needs. The
+One stack serves every test (`serving_stack`: baseline serves between them): a hanging
+variant (`mtp-hang`, reachable by the alias `hang`) keeps a switch mid-work for as long as
+the test needs. The
 undo's own time is measured from the command's lines (when it began to undo, when it said
 it was done); the exit must follow within 5 s, and the signal must reach the undo within 5 s.
 """
@@ -15,55 +16,17 @@ import json
 import signal
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
 import pytest
 
-from tests.conftest import free_port, isolated_env, remove_project
 from tests.swap.conftest import Stack, running_containers
 
 pytestmark = pytest.mark.docker
 
 PROMPT_S = 5.0  # the signal reaches the undo, and the undo's end the exit, within this
 UNDO_S = 30.0  # a rollback's known work: remove the hanging variant, start baseline, gate it
-STACK = """
-[stack]
-project = "{project}"
-port = {port}
-probation = "0s"
-[stack.env]
-SIM_LOAD_SECONDS = "0.3"
-SIM_TIME_SCALE = "20"
-[gateway]
-switch_on_model = true
-min_residency = 0
-residency_wait = 120
-hold_timeout = 120
-[variants.mtp-hang]
-extends = "mtp"
-aliases = ["hang"]
-env = {{ SIM_FAIL = "hang" }}
-"""
-
-
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
-    """One stack for the module; baseline serves before every test."""
-    folder = tmp_path_factory.mktemp("sigterm")
-    project = f"vctsig{uuid.uuid4().hex[:10]}"
-    port = free_port()
-    stack_file = folder / "stack.toml"
-    stack_file.write_text(STACK.format(project=project, port=port), encoding="utf-8")
-    env = isolated_env(folder)
-    made = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
-    try:
-        done = made.run("up", "baseline", timeout=180)
-        assert done.returncode == 0, done.stderr
-        yield made
-    finally:
-        remove_project(docker_client, project)
 
 
 class Lines:
@@ -149,9 +112,9 @@ def assert_prompt(sent: float, undo_began: float, undo_done: float, ended: float
     assert "Traceback" not in output and "Aborted!" not in output
 
 
-def test_up_mid_swap(stack, docker_client) -> None:
-    command = Lines(stack, "up", "mtp-hang", "--timeout", "90")
-    wait_running(docker_client, stack, "mtp-hang")
+def test_up_mid_swap(serving_stack, docker_client) -> None:
+    command = Lines(serving_stack, "up", "mtp-hang", "--timeout", "90")
+    wait_running(docker_client, serving_stack, "mtp-hang")
     sent = command.terminate()
     code, ended = command.exit()
     output = command.text()
@@ -159,12 +122,12 @@ def test_up_mid_swap(stack, docker_client) -> None:
     undo_began = command.when(lambda line: "rolling back" in line or "rolled back" in line)
     undo_done = command.when(lambda line: "rolled back to baseline" in line)
     assert_prompt(sent, undo_began, undo_done, ended, output)
-    assert_baseline_serves(stack, docker_client)
+    assert_baseline_serves(serving_stack, docker_client)
 
 
-def test_bench_mid_sweep(stack, docker_client, tmp_path) -> None:
+def test_bench_mid_sweep(serving_stack, docker_client, tmp_path) -> None:
     args = ("bench", "--variants", "mtp", "--k", "3", "--max-tokens", "2000", "--warmup", "0")
-    command = Lines(stack, *args, "--out", str(tmp_path))
+    command = Lines(serving_stack, *args, "--out", str(tmp_path))
     command.when(lambda line: "mtp K=3: run 1/5" in line)
     sent = command.terminate()
     code, ended = command.exit()
@@ -174,7 +137,7 @@ def test_bench_mid_sweep(stack, docker_client, tmp_path) -> None:
     undo_done = command.when(lambda line: "baseline serves again" in line)
     assert_prompt(sent, undo_began, undo_done, ended, output)
     assert json.loads((tmp_path / "bench.json").read_text())["interrupted"]
-    assert_baseline_serves(stack, docker_client)
+    assert_baseline_serves(serving_stack, docker_client)
 
 
 DECIDE_STACK = """
@@ -185,14 +148,14 @@ env = { SIM_LOAD_SECONDS = "4" }
 """
 
 
-def test_bench_decide_mid_switch(stack, docker_client, tmp_path) -> None:
+def test_bench_decide_mid_switch(serving_stack, docker_client, tmp_path) -> None:
     """Interrupted while its follower thread switches to baseline (slow to load here): the
     follower rolls back, the sweep restores baseline once, the command exits."""
     extra = tmp_path / "decide.toml"
     extra.write_text(DECIDE_STACK, encoding="utf-8")
     args = ("--stack", str(extra), "bench", "--decide", "--variants", "baseline,mtp", "--k", "7")
     args += ("--concurrency", "1,16", "--prompt-tokens", "128", "--runs", "1", "--warmup", "0")
-    command = Lines(stack, *args, "--max-tokens", "300", "--out", str(tmp_path / "out"))
+    command = Lines(serving_stack, *args, "--max-tokens", "300", "--out", str(tmp_path / "out"))
     command.when(lambda line: "switching: switch baseline" in line, timeout=150)
     sent = command.terminate()
     code, ended = command.exit()
@@ -205,7 +168,7 @@ def test_bench_decide_mid_switch(stack, docker_client, tmp_path) -> None:
     assert undo_done - sent < UNDO_S, f"restored {undo_done - sent:.1f}s after SIGTERM\n{output}"
     assert ended - undo_done < PROMPT_S, f"exit {ended - undo_done:.1f}s after the undo\n{output}"
     assert output.count("baseline serves again") == 1 and "Traceback" not in output
-    assert_baseline_serves(stack, docker_client)
+    assert_baseline_serves(serving_stack, docker_client)
 
 
 def ask_for(stack: Stack, model: str, until: threading.Event) -> threading.Thread:
@@ -238,14 +201,14 @@ def follow_event(kind: str, text: str = "") -> Callable[[str], bool]:
     return found
 
 
-def test_follow_mid_switch(stack, docker_client) -> None:
-    command = Lines(stack, "follow", "--json", "--timeout", "90")
+def test_follow_mid_switch(serving_stack, docker_client) -> None:
+    command = Lines(serving_stack, "follow", "--json", "--timeout", "90")
     command.when(follow_event("start"))
     asked = threading.Event()
-    sender = ask_for(stack, "hang", asked)
+    sender = ask_for(serving_stack, "hang", asked)
     command.when(follow_event("switch"))
     asked.set()
-    wait_running(docker_client, stack, "mtp-hang")
+    wait_running(docker_client, serving_stack, "mtp-hang")
     sent = command.terminate()
     code, ended = command.exit()
     output = command.text()
@@ -255,11 +218,11 @@ def test_follow_mid_switch(stack, docker_client) -> None:
     assert ended - undo_done < PROMPT_S, f"exit {ended - undo_done:.1f}s after the undo\n{output}"
     assert command.when(follow_event("stop")) >= undo_done
     sender.join(30)
-    assert_baseline_serves(stack, docker_client)
+    assert_baseline_serves(serving_stack, docker_client)
 
 
-def test_follow_idle(stack, docker_client) -> None:
-    command = Lines(stack, "follow", "--json")
+def test_follow_idle(serving_stack, docker_client) -> None:
+    command = Lines(serving_stack, "follow", "--json")
     command.when(follow_event("serving"))
     time.sleep(1)  # inside the long poll for the next demand
     sent = command.terminate()
@@ -268,4 +231,4 @@ def test_follow_idle(stack, docker_client) -> None:
     assert code == 130, output
     assert ended - sent < PROMPT_S, f"exit {ended - sent:.1f}s after SIGTERM\n{output}"
     assert command.when(follow_event("stop", "stopped by a signal"))
-    assert_baseline_serves(stack, docker_client)
+    assert_baseline_serves(serving_stack, docker_client)
