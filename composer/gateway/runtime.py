@@ -346,7 +346,8 @@ class GatewayServer:
     def _limits(self, config: GatewayConfig) -> None:
         """New connection limits and keep-alive (settings applied in place)."""
         self.protocol.registry.limits = _limits(config)
-        self.public.config.timeout_keep_alive = config.keep_alive_timeout  # type: ignore[assignment]
+        served: Any = self.public.config  # uvicorn types it int; a float works (timer delays)
+        served.timeout_keep_alive = config.keep_alive_timeout
 
     def stop(self) -> None:
         """Ask both servers to finish (call it in the serving loop: signal handlers, or
