@@ -66,6 +66,7 @@ vllm_args=(
 exec docker run --rm "${tty_flags[@]}" \
   --name vllm-vllm-1 \
   --ipc host \
+  --init \
   --gpus "\"device=${GPU_DEVICES}\"" \
   --network "$network" --network-alias vllm \
   --mount "type=bind,$(csv_field "source=${mount_source_1}"),$(csv_field target=/models/Qwen3.8-27B),readonly" \

@@ -15,6 +15,7 @@ import os
 import platform
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
+from itertools import chain
 from typing import TYPE_CHECKING
 
 from composer.bench.hints import variant_hints
@@ -48,15 +49,12 @@ def config_hash(stack: Stack, variant: str) -> str:
 
 def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -> Stack | None:
     """The stack (plain, or with one of the swept Ks) that reproduces what ran before."""
-    candidates = [()] + [k_override(BenchPoint(previous.variant, "", k)) for k in ks]
-    for flags in candidates:
-        stack = stack_for(flags)
-        if (
-            previous.variant in stack.variants
-            and config_hash(stack, previous.variant) == previous.config_hash
-        ):
-            return stack
-    return None
+    plain = stack_for(())
+    if previous.variant not in plain.variants:
+        return None
+    swept = ks if plain.variant(previous.variant).speculative is not None else ()  # K: speculative only
+    stacks = chain((plain,), (stack_for(k_override(BenchPoint(previous.variant, "", k))) for k in swept))
+    return next((s for s in stacks if config_hash(s, previous.variant) == previous.config_hash), None)
 
 
 def plan_with_hints(

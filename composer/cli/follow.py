@@ -83,6 +83,8 @@ def follow(obj: Context, **kwargs: object) -> None:
             stack, client=obj.docker(), options=options, emit=emit, stop=stop, max_switches=args.max_switches
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to end, exit 130 like a shell
+        stop.set()
+    if stop.is_set():  # a signal, here or during a switch (which rolled back before it stopped)
         emit(FollowEvent("stop", None, "stopped by a signal"))
         raise SystemExit(130) from None  # the stop event says it all: no error object after it
     emit(FollowEvent("stop", None, f"{count} switches run"))

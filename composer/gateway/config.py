@@ -12,6 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Any
 from urllib.parse import urlsplit
 
 from composer.errors import GatewayConfigError
@@ -310,10 +311,11 @@ def check_upstream(value: str, name: str = "GATEWAY_UPSTREAM") -> str:
 def _limited(env: Mapping[str, str], name: str) -> float:
     """The number `name` sets within its `LIMITS` (an integer where its default is one)."""
     default = GatewayConfig.__dataclass_fields__[field_name(name)].default
+    assert isinstance(default, int | float), name  # every LIMITS setting is a number
     low, high = LIMITS[name]
     raw = env.get(name, "").strip()
     if not raw:
-        return default  # type: ignore[return-value]
+        return default
     try:
         value = int(raw) if isinstance(default, int) else float(raw)
     except ValueError:
@@ -366,6 +368,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         raise GatewayConfigError(f"GATEWAY_LIVE_UPSTREAMS is not JSON: {err.msg} at {err.pos}") from err
     except ValueError as err:
         raise GatewayConfigError(str(err)) from err
+    numbers: dict[str, Any] = {field_name(name): _limited(env, name) for name in LIMITS}
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
         upstream_candidates=_candidates(env.get("GATEWAY_UPSTREAM_CANDIDATES", "")),
@@ -381,7 +384,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         workloads=workloads,
         live_upstreams=live,
         settings=tuple((name, env[name].strip()) for name in LIVE if env.get(name, "").strip()),
-        **{field_name(name): _limited(env, name) for name in LIMITS},  # type: ignore[arg-type]
+        **numbers,
     )
 
 

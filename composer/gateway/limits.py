@@ -16,7 +16,9 @@ sharing one `Connections` registry) that:
   connection that has no request in progress (waiting for a head or idle between requests),
   else the one that has been reading a request body the longest (a client that trickles a
   body holds no slot against others; a body the gateway does not read now is not counted),
-  or, when every connection is busy, is answered 503 and closed.
+  or, when every connection is busy, is answered 503 and closed. The cap has to fit in the
+  process's open files (`open_files_for`): the gateway raises its limit toward the hard one
+  at start, and keeps fewer connections when even that is short.
 
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
@@ -29,6 +31,7 @@ it when it fires).
 from __future__ import annotations
 
 import asyncio
+import resource
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +41,9 @@ from .answers import error_bytes
 from .http10 import Http10Cycle
 from .metrics import Metrics
 
+# Open files besides two per client connection (its own, and its request's upstream one): the
+# listening and control sockets, readiness probes, logs.
+FILES_BESIDES = 64
 # How long a refused connection stays open (not read) after its answer, before it is closed.
 LINGER_S = 2.0
 # The answer to a refused connection, by the reason it is closed for (a metric label).
@@ -76,6 +82,32 @@ class ConnectionLimits:
     head_timeout: float = 10.0
     max_connections: int = 1024
     body_timeout: float = 60.0
+
+
+def open_files_for(max_connections: int) -> tuple[int, str | None]:
+    """Raise this process's open-file limit (toward its hard limit) to what `max_connections`
+    needs, and return the cap that fits in it, with a warning when that is below the setting.
+
+    A container gets the engine's default `nofile` (some engines give 1024): past it, accept()
+    fails and the port stops answering before the cap could close an idle connection.
+    """
+    needed = 2 * max_connections + FILES_BESIDES
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = resource.RLIM_INFINITY
+    wanted = needed if hard == unlimited else min(needed, hard)
+    if soft != unlimited and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):
+            pass
+    if soft == unlimited or soft >= needed:
+        return max_connections, None
+    fits = max(1, (soft - FILES_BESIDES) // 2)
+    return fits, (
+        f"max_connections={max_connections} needs {needed} open files, and this container allows "
+        f"{soft} (its nofile ulimit): at most {fits} client connections are kept open"
+    )
 
 
 @dataclass

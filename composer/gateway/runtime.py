@@ -30,7 +30,7 @@ from composer.errors import GatewayConfigError
 from .config import LIVE, GatewayConfig, LiveSpec, field_name
 from .control import build_control_app
 from .gate import Gate
-from .limits import ConnectionLimits, limited_protocol
+from .limits import ConnectionLimits, limited_protocol, open_files_for
 from .live import LiveSet
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
@@ -314,9 +314,11 @@ def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.C
 
 
 def _limits(config: GatewayConfig) -> ConnectionLimits:
-    return ConnectionLimits(
-        config.max_head_bytes, config.head_timeout, config.max_connections, config.body_timeout
-    )
+    """The connection limits of `config`, the cap fitted in the open files this process may have."""
+    cap, short = open_files_for(config.max_connections)
+    if short:
+        log.warning(short)
+    return ConnectionLimits(config.max_head_bytes, config.head_timeout, cap, config.body_timeout)
 
 
 class GatewayServer:
@@ -344,7 +346,8 @@ class GatewayServer:
     def _limits(self, config: GatewayConfig) -> None:
         """New connection limits and keep-alive (settings applied in place)."""
         self.protocol.registry.limits = _limits(config)
-        self.public.config.timeout_keep_alive = config.keep_alive_timeout  # type: ignore[assignment]
+        served: Any = self.public.config  # uvicorn types it int; a float works (timer delays)
+        served.timeout_keep_alive = config.keep_alive_timeout
 
     def stop(self) -> None:
         """Ask both servers to finish (call it in the serving loop: signal handlers, or

@@ -281,12 +281,14 @@ def apply_settings(
     from composer.gateway.client import GatewayControl
 
     began = time.monotonic()
-    container = _gateway(ctx, gateway) if control is None else None
-    if control is None and container is None:
-        raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
+    if control is None:
+        container = _gateway(ctx, gateway)
+        if container is None:
+            raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
+        control = GatewayControl(container)
     ctx.say(f"applying the gateway's changed settings in place ({change.keys()})")
     try:
-        (control or GatewayControl(container)).apply_settings(dict(change.settings))  # type: ignore[arg-type]
+        control.apply_settings(dict(change.settings))
     except GatewayControlError as err:
         raise SwapFailed(f"the gateway refused its new settings: {err}") from err
     out = Outcome("gateway_settings", time.monotonic() - began)

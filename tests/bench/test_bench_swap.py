@@ -131,6 +131,16 @@ def test_unknown_previous_configuration_is_restored_from_the_stack_with_a_note(t
     assert any("0123456789abcdef" in n for n in report.notes)
 
 
+def test_a_plain_variant_of_another_configuration_is_restored_without_a_k(tmp_path: Path, fake) -> None:
+    """baseline has no K: a previous baseline the stack does not reproduce is restored from the
+    stack with a note (no `--set` of a speculative setting it lacks)."""
+    load = stack_for(tmp_path)
+    docker = fake(("baseline", "0123456789abcdef"))
+    report = bench_swap.bench_with_swaps(load, ["mtp"], [3], OPTIONS, client=None)
+    assert docker.calls == ["up mtp K=3", "up baseline K=0"]
+    assert any("0123456789abcdef" in n for n in report.notes)
+
+
 def test_ks_the_target_cannot_run_are_skipped_not_swapped(tmp_path: Path, fake) -> None:
     target = tmp_path / "target"
     target.mkdir()

@@ -137,3 +137,22 @@ def test_ctrl_c_ends_follow_with_130(odd_dir: Path, monkeypatch: pytest.MonkeyPa
     )
     assert result.exit_code == 130, result.output
     assert "stopped by a signal" in result.stdout
+
+
+def test_a_switch_interrupted_and_rolled_back_ends_follow_with_130(
+    odd_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal during a switch rolls it back inside `up` (no KeyboardInterrupt reaches the
+    loop): the follower sets its stop event, and follow still exits 130, not 0."""
+
+    def rolled_back(*args: object, stop, **kwargs: object) -> int:
+        stop.set()
+        return 0
+
+    monkeypatch.setattr("composer.swap.follow.follow", rolled_back)
+    monkeypatch.setattr("composer.cli.context.Context.docker", lambda self, timeout=None: object())
+    result = CliRunner().invoke(
+        main, ["--env-file", "my env", "--set", "gateway.switch_on_model=true", "follow"]
+    )
+    assert result.exit_code == 130, result.output
+    assert "stopped by a signal" in result.stdout and "switches run" not in result.stdout

@@ -117,11 +117,16 @@ def container_from_run_argv(argv: list[str], env: Mapping[str, str]) -> dict[str
         "ports": [],
         "gpus": None,
         "log-opt": {},
+        "init": False,
     }
     i = 2
     while argv[i] != "--":
         option = argv[i]
         if option in {"--interactive", "--tty"}:
+            i += 1
+            continue
+        if option == "--init":
+            shape["init"] = True
             i += 1
             continue
         value = argv[i + 1]
@@ -177,6 +182,7 @@ def container_from_compose(service: Mapping, unescape: bool) -> dict[str, object
         "ports": [(u(p["host_ip"]), u(p["published"]), int(p["target"])) for p in service.get("ports", [])],
         "gpus": gpus,
         "logging": (logging.get("driver"), {k: u(val) for k, val in (logging.get("options") or {}).items()}),
+        "init": service.get("init") is True,
     }
 
 
@@ -196,6 +202,7 @@ def container_from_spec(spec: ServiceSpec, env: Mapping[str, str]) -> dict[str, 
         else [],
         "gpus": None if spec.gpus is None else frozenset(resolve(spec.gpus, values).split(",")),
         "logging": (LOG_DRIVER if spec.logging else None, dict(spec.logging)),
+        "init": True,  # an init process as PID 1: a stop signal ends the server even before its handler
     }
 
 

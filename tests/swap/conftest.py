@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,3 +109,42 @@ def sim_stack(tmp_path, project_name, docker_client, sim_images) -> Iterator[Sta
     stack = Stack(project_name, port, api_key, env, stack_file)
     yield stack
     remove_project(docker_client, project_name)
+
+
+SERVING_STACK = """
+[stack]
+project = "{project}"
+port = {port}
+probation = "0s"
+[stack.env]
+SIM_LOAD_SECONDS = "0.3"
+SIM_TIME_SCALE = "20"
+[gateway]
+switch_on_model = true
+min_residency = 0
+residency_wait = 120
+hold_timeout = 120
+[variants.mtp-hang]
+extends = "mtp"
+aliases = ["hang"]
+env = {{ SIM_FAIL = "hang" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def serving_stack(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
+    """One stack for a whole test module, baseline serving when it starts: the gateway raises
+    switch demands (aliases, no residency), and `mtp-hang` (alias `hang`) never gets ready."""
+    folder = tmp_path_factory.mktemp("serving")
+    project = f"vctsrv{uuid.uuid4().hex[:10]}"
+    port = free_port()
+    stack_file = folder / "stack.toml"
+    stack_file.write_text(SERVING_STACK.format(project=project, port=port), encoding="utf-8")
+    env = isolated_env(folder)
+    made = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    try:
+        done = made.run("up", "baseline", timeout=180)
+        assert done.returncode == 0, done.stderr
+        yield made
+    finally:
+        remove_project(docker_client, project)
