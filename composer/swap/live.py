@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from composer import labels as label_names
+from composer.engine import bootlog
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
@@ -605,6 +606,8 @@ class LiveSwapper:
         try:
             ran = execute(plan.ops, self.handlers(), rollback=rollback, say=self.say)
         except BaseException as err:
+            if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
+                err.log_tail = bootlog.redact(err.log_tail, self.stack.api_key)
             result.timings.update(self.timings)
             self._history(plan, "failed", result, err)
             raise
