@@ -47,7 +47,10 @@ def container_env(container: Container) -> dict[str, str]:
 
 
 def differing(wanted: dict[str, str], running: dict[str, str], served: str) -> tuple[str, ...]:
-    """The live settings whose values (parsed as the gateway parses them) differ."""
+    """The live settings whose values (parsed as the gateway parses them) differ; none when
+    every value is written the same (no parse: the common `up`)."""
+    if all(wanted.get(name, "").strip() == running.get(name, "").strip() for name in LIVE):
+        return ()
     try:
         values = [
             load_config({**env, "GATEWAY_SERVED_NAME": served}).live_values() for env in (wanted, running)

@@ -291,4 +291,4 @@ def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_sta
     # preflight reads it in its registry only (the checks read the variant's facts), capacity
     # in its planner and its model (the formulas take numbers), the journal takes the plan's
     # data; up's options and report sit beside the command (cli/swap_args). 15 modules today.
-    assert len(set(trail.modules)) <= 15, sorted(set(trail.modules))
+    assert len(set(trail.modules)) <= 15, " ".join(sorted(set(trail.modules)))
