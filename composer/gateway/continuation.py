@@ -101,7 +101,7 @@ class Leg:
     end: Callable[[str | None], None]
 
 
-Reopen = Callable[[bytes], Awaitable[Leg]]
+Reopen = Callable[[str, bytes], Awaitable[Leg]]  # (path, body) -> the leg
 
 
 def once(action: Callable[..., None]) -> Callable[..., None]:
@@ -160,6 +160,7 @@ class Stream:
 
     def __init__(self, chat: bool, payload: dict[str, Any], metrics: Metrics) -> None:
         self.chat = chat
+        self.path = CHAT if chat else COMPLETIONS
         self.payload = payload
         self.metrics = metrics
         self.wants_ids = payload.get("return_token_ids") is True
@@ -170,6 +171,7 @@ class Stream:
         self.finished = False  # a finish_reason was seen
         self.done = False  # `[DONE]` was seen
         self.legs = 0  # continuation legs opened
+        self.resumed = False  # its upstream broke and it went on (counted once)
         self._base = 0  # emitted ids before the current leg
         self._buffer = b""
 
@@ -290,9 +292,21 @@ class Stream:
     # -- continuing ----------------------------------------------------------------------
 
     def continuable(self) -> bool:
-        if self.refused is None and self.prompt_ids is None:
+        """True when the stream can go on elsewhere (the reason it cannot is counted)."""
+        return self._following() is not None
+
+    def _following(self) -> tuple[str, bytes] | None:
+        """The request that takes the stream on: the client's again while nothing reached it,
+        else the continuation from its token ids; None when it cannot go on."""
+        if self.refused is not None or self.done:
+            return None
+        if not self.head:  # no event yet: the client has seen the response head only
+            self._buffer = b""
+            return self.path, self.body()
+        if self.prompt_ids is None:
             self.refuse("no_token_ids")
-        return self.refused is None and not self.done
+            return None
+        return COMPLETIONS, self.next_body()
 
     def _max_tokens(self) -> int | None:
         limit = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
@@ -331,14 +345,14 @@ class Stream:
 
     async def relay(self, leg: Leg, reopen: Reopen, keepalive: float = 0.0) -> AsyncIterator[bytes]:
         """The client's stream: `leg`'s events, then, each time an upstream breaks, those of
-        a continuation leg (`reopen`). A first leg that breaks and cannot be continued ends
-        as without continuation: its connection error is raised again, a stall's error event
-        is sent, an early end just ends."""
+        the leg `reopen` opens (SSE comments every `keepalive` seconds while it waits). A
+        first leg that breaks and cannot go on ends as without continuation: its connection
+        error is raised again, a stall's error event is sent, an early end just ends."""
         sent_at = time.monotonic()
         paused_at: float | None = None
         try:
             while True:
-                early = False
+                early, stall, error = False, None, None
                 try:
                     async for chunk in leg.chunks:
                         out = self.feed(chunk)
@@ -350,16 +364,16 @@ class Stream:
                             sent_at = time.monotonic()
                     if self.done:
                         return
-                    broke, stall, early = "the backend ended the stream before [DONE]", None, True
+                    broke, early = "the backend ended the stream before [DONE]", True
                 except BREAK_ERRORS as err:
-                    broke, stall = f"{type(err).__name__}: {err}", None
-                    if self.legs == 0 and not self.continuable():
-                        leg.end(broke)
-                        raise  # handled as without continuation
+                    broke, error = f"{type(err).__name__}: {err}", err
                 except Stalled as err:
                     broke, stall = "stall", err.event
-                if not self.continuable():
+                following = self._following()
+                if following is None:
                     leg.end(None if early else broke)
+                    if error is not None and self.legs == 0:
+                        raise error  # handled as without continuation
                     if stall is not None:
                         yield stall
                     elif not early:
@@ -368,14 +382,15 @@ class Stream:
                 leg.end(broke)
                 if paused_at is None:
                     paused_at = sent_at
+                if not self.resumed:
+                    self.resumed = True
+                    self.metrics.continued.inc()
                 limit = self._max_tokens()
-                if self.finished or (limit is not None and len(self.emitted) >= limit):
+                if self.head and (self.finished or (limit is not None and len(self.emitted) >= limit)):
                     yield self._closing()
-                    if self.legs == 0:
-                        self.metrics.continued.inc()
                     return
                 try:
-                    opening = asyncio.ensure_future(reopen(self.next_body()))
+                    opening = asyncio.ensure_future(reopen(*following))
                     try:
                         while not (await asyncio.wait({opening}, timeout=keepalive or None))[0]:
                             yield KEEPALIVE  # the client's stream stays open while it waits
@@ -386,9 +401,8 @@ class Stream:
                     self.metrics.continuation_failed.inc()
                     yield sse_error(502, f"the backend broke and the stream could not be continued: {err}")
                     return
-                self.legs += 1
-                self._base = len(self.emitted)
-                if self.legs == 1:
-                    self.metrics.continued.inc()
+                if self.head:  # a continuation; else the request sent again is a first leg
+                    self.legs += 1
+                    self._base = len(self.emitted)
         finally:
             leg.end(None)

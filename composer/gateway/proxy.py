@@ -707,10 +707,10 @@ class ProxyApp:
 
         return once(end)
 
-    async def _reopen(self, scope: Scope, data: bytes) -> Leg:
-        """A continuation leg (`continuation.Reopen`): a turn at the gate's head (held until an
-        upstream is ready, within hold_timeout), then `data` to `/v1/completions` on a ready
-        upstream. An upstream that cannot be reached is taken out and the next one tried;
+    async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
+        """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's
+        head (held until an upstream is ready, within hold_timeout), then `data` to `path` on a
+        ready upstream. An upstream that cannot be reached is taken out and the next one tried;
         raises `ContinuationFailed` when none answers in time or one refuses."""
         deadline = self.gate.deadline()
         skipped = (b"content-length", b"transfer-encoding", b"content-type")
@@ -734,7 +734,7 @@ class ProxyApp:
                 assert self.session is not None
                 opening = self.session.request(
                     "POST",
-                    URL(target.url + continuation.COMPLETIONS, encoded=True),
+                    URL(target.url + path, encoded=True),
                     headers=headers,
                     data=data,
                     allow_redirects=False,

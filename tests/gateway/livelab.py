@@ -72,7 +72,8 @@ class Outcome:
 def request(
     port: int, prompt_tokens: int, max_tokens: int, *, stream: bool = False, key: str = KEY, model: str = "m"
 ) -> Outcome:
-    """One completion through the gateway on `port`; a stream is ok when `[DONE]` arrived."""
+    """One completion through the gateway on `port`; a stream is ok when `[DONE]` arrived
+    without an error event."""
     body = {
         "model": model,
         "prompt": [11] * prompt_tokens,
@@ -91,7 +92,8 @@ def request(
         resp = conn.getresponse()
         served = resp.getheader("x-served-by") or ""
         data = resp.read()
-        ok = resp.status == 200 and (b"data: [DONE]" in data if stream else b'"usage"' in data)
+        ended = b"data: [DONE]" in data and b'"error"' not in data  # no error event either
+        ok = resp.status == 200 and (ended if stream else b'"usage"' in data)
         return Outcome(resp.status, served, ok)
     except (OSError, http.client.HTTPException):
         return Outcome(0, "", False)
