@@ -122,6 +122,12 @@ KEYS: tuple[Key, ...] = (
     ),
     Key(
         "gateway",
+        "continue_streams",
+        "boolean",
+        "a streamed completion whose backend breaks goes on on another ready one, token for token",
+    ),
+    Key(
+        "gateway",
         "unresponsive_timeout",
         "duration",
         "a request waiting on a backend whose /health does not answer this long gets 504 (0: off)",
