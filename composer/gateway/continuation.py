@@ -394,8 +394,11 @@ class Stream:
                     try:
                         while not (await asyncio.wait({opening}, timeout=keepalive or None))[0]:
                             yield KEEPALIVE  # the client's stream stays open while it waits
-                    finally:
+                    except BaseException:  # the client went away meanwhile
                         opening.cancel()
+                        if opening.done() and not opening.cancelled() and opening.exception() is None:
+                            opening.result().end(None)
+                        raise
                     leg = opening.result()
                 except ContinuationFailed as err:
                     self.metrics.continuation_failed.inc()

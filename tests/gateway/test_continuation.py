@@ -67,6 +67,13 @@ class Client:
         self.thread.start()
         return self
 
+    def wait_events(self, count: int) -> None:
+        """Wait until `count` events arrived (the timeout only bounds a failing test)."""
+        deadline = time.monotonic() + 30
+        while len(self.events) < count:
+            assert time.monotonic() < deadline, self.raw[-300:]
+            time.sleep(0.005)
+
     def join(self) -> Client:
         assert self.thread is not None
         self.thread.join(timeout=120)
@@ -329,10 +336,7 @@ def test_the_single_upstream_continues_once_it_is_back(sims, make_single) -> Non
     request = body(3, False, ids=True)
     ref = reference(sim, COMPLETIONS, request)
     client = Client(gw.port, COMPLETIONS, request).start()
-    deadline = time.monotonic() + 30
-    while len(client.events) < 5:
-        assert time.monotonic() < deadline
-        time.sleep(0.005)
+    client.wait_events(5)
     sim.proc.send_signal(signal.SIGKILL)
     sim.proc.wait()
     gw.wait(lambda g: not g.upstream.ready, timeout=10)
@@ -365,10 +369,7 @@ def test_a_stalled_single_upstream_is_continued_after_stall_timeout(tmp_path, ma
         request = body(5, True)
         ref = reference(sim, CHAT, request)
         client = Client(gw.port, CHAT, request).start()
-        deadline = time.monotonic() + 30
-        while len(client.events) < 5:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
+        client.wait_events(5)
         sim.proc.send_signal(signal.SIGSTOP)
         gw.wait(lambda g: g.metrics.stalled._value.get() == 1, timeout=10)
         sim.proc.send_signal(signal.SIGCONT)
