@@ -6,15 +6,10 @@ compared with an uninterrupted run of the same request, token id for token id.
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
-import threading
-import time
-from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import pytest
 
 from composer.errors import GatewayConfigError
@@ -22,143 +17,23 @@ from composer.gateway import continuation
 from composer.gateway.config import ENV_VARS, LIMITS, LIVE, load_config
 from composer.gateway.metrics import CONTINUATION_REFUSALS, Metrics
 
-from .livelab import KEY, start_sim
-
-COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
-MAX_TOKENS = 320
-
-
-@dataclass
-class Client:
-    """One streamed request in a thread: what arrived, event by event."""
-
-    port: int
-    path: str
-    body: dict[str, Any]
-    status: int = 0
-    served_by: str = ""
-    events: list[Any] = field(default_factory=list)
-    raw: str = ""
-    thread: threading.Thread | None = None
-
-    def _run(self) -> None:
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        try:
-            conn.request(
-                "POST",
-                self.path,
-                body=json.dumps(self.body),
-                headers={"content-type": "application/json", "authorization": f"Bearer {KEY}"},
-            )
-            resp = conn.getresponse()
-            self.status, self.served_by = resp.status, resp.getheader("x-served-by") or ""
-            while line := resp.readline():
-                self.raw += line.decode()
-                if line.startswith(b"data: "):
-                    payload = line[6:].strip()
-                    self.events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
-        except (OSError, http.client.HTTPException):
-            pass
-        finally:
-            conn.close()
-
-    def start(self) -> Client:
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-        return self
-
-    def wait_events(self, count: int) -> None:
-        """Wait until `count` events arrived (the timeout only bounds a failing test)."""
-        deadline = time.monotonic() + 30
-        while len(self.events) < count:
-            assert time.monotonic() < deadline, self.raw[-300:]
-            time.sleep(0.005)
-
-    def join(self) -> Client:
-        assert self.thread is not None
-        self.thread.join(timeout=120)
-        return self
-
-    @property
-    def chunks(self) -> list[dict[str, Any]]:
-        return [e for e in self.events if isinstance(e, dict)]
-
-    def ids(self) -> list[int]:
-        return [i for c in self.chunks for ch in c.get("choices", []) for i in ch.get("token_ids") or []]
-
-    def text(self) -> str:
-        pieces = []
-        for chunk in self.chunks:
-            for choice in chunk.get("choices", []):
-                delta = choice.get("delta")
-                pieces.append(choice.get("text", "") if delta is None else delta.get("content") or "")
-        return "".join(pieces)
-
-    def usage(self) -> dict[str, int] | None:
-        found = [c["usage"] for c in self.chunks if c.get("usage")]
-        return found[-1] if found else None
-
-
-def body(i: int, chat: bool, ids: bool = False, **extra: Any) -> dict[str, Any]:
-    """A greedy stream of MAX_TOKENS tokens, different for each `i`."""
-    request: dict[str, Any] = {
-        "model": "m",
-        "max_tokens": MAX_TOKENS,
-        "temperature": 0,
-        "ignore_eos": True,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        **extra,
-    }
-    if chat:
-        request["messages"] = [{"role": "user", "content": f"tell story number {i} " * 20}]
-    else:
-        request["prompt"] = [1000 + i] * 100
-    if ids:
-        request["return_token_ids"] = True
-    return request
-
-
-def reference(sim, path: str, request: dict[str, Any]) -> tuple[list[int], str, int]:
-    """Ids, text and prompt tokens of an uninterrupted run, straight from a simulator."""
-    run = Client(sim.port, path, {**request, "return_token_ids": True}).start().join()
-    assert run.status == 200 and run.events[-1] == "[DONE]"
-    usage = run.usage()
-    assert usage is not None
-    return run.ids(), run.text(), usage["prompt_tokens"]
+from .livelab import (
+    CHAT,
+    COMPLETIONS,
+    KEY,
+    MAX_TOKENS,
+    Client,
+    body,
+    check_continued,
+    kill_mid_stream,
+    references,
+    samples,
+    start_sim,
+)
 
 
 def url_of(sim) -> str:
     return f"http://127.0.0.1:{sim.port}"
-
-
-def samples(gw) -> dict[str, float]:
-    text = httpx.get(gw.url + "/gateway/metrics", timeout=10).text
-    return {
-        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line and not line.startswith("#")
-    }
-
-
-def check_continued(client: Client, ref: tuple[list[int], str, int]) -> None:
-    """One stream, as the client saw it, equals the uninterrupted run."""
-    ids, text, prompt_tokens = ref
-    assert client.status == 200 and client.events[-1] == "[DONE]", client.raw[-500:]
-    assert not any("error" in c for c in client.chunks), client.raw[-500:]
-    assert len({c["id"] for c in client.chunks}) == 1
-    assert len({(c["created"], c["model"], c["object"]) for c in client.chunks}) == 1
-    assert client.text() == text
-    assert client.usage() == {
-        "prompt_tokens": prompt_tokens,
-        "total_tokens": prompt_tokens + MAX_TOKENS,
-        "completion_tokens": MAX_TOKENS,
-    }
-    if client.body.get("return_token_ids"):
-        assert client.ids() == ids and len(ids) == MAX_TOKENS
-        assert any("prompt_token_ids" in c or "prompt_token_ids" in str(c["choices"]) for c in client.chunks)
-    else:
-        assert "token_ids" not in client.raw
 
 
 # -- pure: eligibility, the record, the continuation request -----------------------------------
@@ -265,35 +140,19 @@ def test_the_setting_is_read_checked_and_applied_in_place() -> None:
 # -- real simulators behind a real gateway ----------------------------------------------------
 
 
-def kill_mid_stream(gw, sim, clients: list[Client], name: str = "mtp/1") -> list[Client]:
-    """SIGKILL `sim` once every stream has its answer's head and at least two streams it
-    serves have begun; returns the streams it served."""
-    deadline = time.monotonic() + 30
-    while True:
-        on_it = [c for c in clients if c.served_by == name]
-        begun = all(c.served_by for c in clients) and all(len(c.events) >= 5 for c in on_it)
-        if begun and len(on_it) >= 2:
-            break
-        assert time.monotonic() < deadline, [(c.served_by, len(c.events)) for c in clients]
-        time.sleep(0.005)
-    sim.proc.kill()
-    sim.proc.wait()
-    return on_it
-
-
 @pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
 def test_streams_on_a_killed_member_continue_token_for_token(sims, gateways, chat: bool) -> None:
     base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     path = CHAT if chat else COMPLETIONS
     requests = [body(i, chat, ids=i % 2 == 0) for i in range(6)]
-    refs = [reference(base, path, r) for r in requests]
+    refs = references(base.port, path, requests)
     clients = [Client(gw.port, path, r).start() for r in requests]
-    killed = kill_mid_stream(gw, mtp, clients)
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     # each of the killed member's streams broke mid-way and went on (on baseline); none failed
-    seen = samples(gw)
+    seen = samples(gw.url)
     assert seen["gateway_continued_streams_total"] == len(killed)
     assert seen["gateway_continuation_pause_seconds_count"] == len(killed)
     assert seen["gateway_continuation_failed_total"] == 0
@@ -306,12 +165,12 @@ def test_a_refused_stream_breaks_as_before_and_is_counted(sims, gateways) -> Non
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, False, presence_penalty=0.5) for i in range(4)]
     clients = [Client(gw.port, COMPLETIONS, r).start() for r in requests]
-    killed = kill_mid_stream(gw, mtp, clients)
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
     for client in clients:
         client.join()
     for client in killed:  # broken as without continuation: no [DONE]
         assert client.events[-1] != "[DONE]" and len(client.chunks) < MAX_TOKENS
-    seen = samples(gw)
+    seen = samples(gw.url)
     assert seen['gateway_continuation_refused_total{reason="penalties"}'] == 4
     assert seen["gateway_continued_streams_total"] == 0
     assert "token_ids" not in "".join(c.raw for c in clients)  # not asked upstream either
@@ -323,18 +182,18 @@ def test_off_leaves_streams_as_they_were(sims, gateways) -> None:
         [("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], continue_streams=False
     )
     clients = [Client(gw.port, COMPLETIONS, body(i, False)).start() for i in range(4)]
-    killed = kill_mid_stream(gw, mtp, clients)
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
     for client in clients:
         client.join()
     assert all(c.events[-1] != "[DONE]" for c in killed)
-    assert samples(gw)["gateway_continued_streams_total"] == 0
+    assert samples(gw.url)["gateway_continued_streams_total"] == 0
 
 
 def test_the_single_upstream_continues_once_it_is_back(sims, make_single) -> None:
     sim = sims("baseline", scale="5")
     gw = make_single(url_of(sim))
     request = body(3, False, ids=True)
-    ref = reference(sim, COMPLETIONS, request)
+    (ref,) = references(sim.port, COMPLETIONS, [request])
     client = Client(gw.port, COMPLETIONS, request).start()
     client.wait_events(5)
     sim.proc.send_signal(signal.SIGKILL)
@@ -342,7 +201,7 @@ def test_the_single_upstream_continues_once_it_is_back(sims, make_single) -> Non
     gw.wait(lambda g: not g.upstream.ready, timeout=10)
     sims("baseline", scale="5", port=sim.port)  # back at the same address
     check_continued(client.join(), ref)
-    assert samples(gw)["gateway_continued_streams_total"] == 1
+    assert samples(gw.url)["gateway_continued_streams_total"] == 1
 
 
 @pytest.fixture
@@ -367,14 +226,14 @@ def test_a_stalled_single_upstream_is_continued_after_stall_timeout(tmp_path, ma
     try:
         gw = make_single(url_of(sim), stall_timeout=0.5)
         request = body(5, True)
-        ref = reference(sim, CHAT, request)
+        (ref,) = references(sim.port, CHAT, [request])
         client = Client(gw.port, CHAT, request).start()
         client.wait_events(5)
         sim.proc.send_signal(signal.SIGSTOP)
         gw.wait(lambda g: g.metrics.stalled._value.get() == 1, timeout=10)
         sim.proc.send_signal(signal.SIGCONT)
         check_continued(client.join(), ref)
-        seen = samples(gw)
+        seen = samples(gw.url)
         assert seen["gateway_continued_streams_total"] == 1
         assert seen["gateway_continuation_pause_seconds_sum"] >= 0.5
     finally:
