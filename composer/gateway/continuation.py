@@ -24,8 +24,9 @@ stream that shows `reasoning_content`: the split would be lost), `logprobs` on c
 shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids)
 and `format` (events the gateway cannot read).
 
-A planned switch (pause these streams, continue them on the new upstream) is one more call
-here: close the legs of the paused streams; each `relay` then reopens as after a break.
+A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams(url)`): the leg
+stops being read and is let go with no failure counted, and the stream goes on as after a
+break, on the upstream the gate admits it to next (held meanwhile, as the switch holds).
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class Stalled(Exception):
         self.event = event
 
 
+class Paused(Exception):
+    """A stream's leg was paused (`Stream.pause`): it goes on elsewhere, not a failure."""
+
+
 class ContinuationFailed(Exception):
     """No leg could be opened (no upstream ready within hold_timeout, or it refused)."""
 
@@ -99,6 +104,8 @@ class Leg:
 
     chunks: AsyncIterator[bytes]
     end: Callable[[str | None], None]
+    pause: Callable[[], None] = lambda: None  # stop reading it: its chunks raise `Paused`
+    upstream: str = ""  # the URL it reads from
 
 
 Reopen = Callable[[str, bytes], Awaitable[Leg]]  # (path, body) -> the leg
@@ -173,11 +180,25 @@ class Stream:
         self.legs = 0  # continuation legs opened
         self.resumed = False  # its upstream broke and it went on (counted once)
         self._base = 0  # emitted ids before the current leg
+        self.leg: Leg | None = None  # the leg being read
         self._buffer = b""
 
     def body(self) -> bytes:
         """The request to send first: the client's, asking for token ids."""
         return json.dumps({**self.payload, "return_token_ids": True}, separators=(",", ":")).encode()
+
+    @property
+    def upstream(self) -> str:
+        """The URL of the upstream the stream reads from now ("" while it has none)."""
+        return self.leg.upstream if self.leg is not None else ""
+
+    def pause(self) -> bool:
+        """Stop reading the current leg: the stream goes on as after a break, with no failure
+        counted (False: nothing to pause, or it cannot go on)."""
+        if self.leg is None or self.refused is not None or self.done:
+            return False
+        self.leg.pause()
+        return True
 
     def refuse(self, reason: str) -> None:
         """The stream showed something that cannot be continued: count it, once."""
@@ -343,15 +364,21 @@ class Stream:
     def _data(event: dict[str, Any]) -> bytes:
         return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
-    async def relay(self, leg: Leg, reopen: Reopen, keepalive: float = 0.0) -> AsyncIterator[bytes]:
-        """The client's stream: `leg`'s events, then, each time an upstream breaks, those of
-        the leg `reopen` opens (SSE comments every `keepalive` seconds while it waits). A
-        first leg that breaks and cannot go on ends as without continuation: its connection
-        error is raised again, a stall's error event is sent, an early end just ends."""
+    async def relay(
+        self, leg: Leg, reopen: Reopen, keepalive: float = 0.0, running: set[Stream] | None = None
+    ) -> AsyncIterator[bytes]:
+        """The client's stream: `leg`'s events, then, each time an upstream breaks (or the
+        leg is paused), those of the leg `reopen` opens (SSE comments every `keepalive`
+        seconds while it waits); the stream is in `running` meanwhile. A first leg that
+        breaks and cannot go on ends as without continuation: its connection error is raised
+        again, a stall's error event is sent, an early end just ends."""
         sent_at = time.monotonic()
         paused_at: float | None = None
+        running = set() if running is None else running
+        running.add(self)
         try:
             while True:
+                self.leg = leg
                 early, stall, error = False, None, None
                 try:
                     async for chunk in leg.chunks:
@@ -369,6 +396,8 @@ class Stream:
                     broke, error = f"{type(err).__name__}: {err}", err
                 except Stalled as err:
                     broke, stall = "stall", err.event
+                except Paused:
+                    broke = None  # not a failure: the upstream stays in
                 following = self._following()
                 if following is None:
                     leg.end(None if early else broke)
@@ -408,4 +437,6 @@ class Stream:
                     self.legs += 1
                     self._base = len(self.emitted)
         finally:
+            self.leg = None
+            running.discard(self)
             leg.end(None)

@@ -44,7 +44,7 @@ from yarl import URL
 from . import bodies, continuation, listing
 from .answers import send_error, sse_error
 from .client import PROBE_HEADER
-from .continuation import ContinuationFailed, Leg, Stalled, once
+from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
 from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
 from .liveness import Liveness, Unresponsive
@@ -224,9 +224,10 @@ class Body:
 class Relay:
     """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
     seconds without bytes end it with an error event in OpenAI's shape and `[DONE]` (a
-    `resumable` one raises `Stalled` instead: the continuation decides)."""
+    `resumable` one raises `Stalled` instead: the continuation decides; `pause()` makes it
+    raise `Paused`)."""
 
-    __slots__ = ("_content", "_loop", "_timer", "resumable", "stall_s", "ticket")
+    __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
 
     def __init__(
         self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float, resumable: bool = False
@@ -235,8 +236,14 @@ class Relay:
         self.ticket = ticket
         self.stall_s = stall_s or None  # 0: no stall timeout
         self.resumable = resumable
+        self.paused = False
         self._timer: asyncio.Timeout | None = None
         self._loop = asyncio.get_running_loop()
+
+    def pause(self) -> None:
+        """Stop reading now: the stream raises `Paused` (it goes on on another upstream)."""
+        self.paused = True
+        self.cut()
 
     def cut(self) -> None:
         """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
@@ -249,6 +256,8 @@ class Relay:
         """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
         content = self._content
         while not self.ticket.cut_requested:
+            if self.paused:
+                raise Paused
             try:
                 async with asyncio.timeout(self.stall_s) as timer:
                     self._timer = timer
@@ -256,6 +265,8 @@ class Relay:
             except TimeoutError:
                 if self.ticket.cut_requested:
                     break
+                if self.paused:
+                    raise Paused from None
                 on_stall(scope)
                 event = sse_error(
                     504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
@@ -301,6 +312,7 @@ class ProxyApp:
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
         self.continue_streams = continue_streams  # a broken eligible stream continues elsewhere
+        self.streams: set[continuation.Stream] = set()  # recorded streams under way
         self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
@@ -623,8 +635,9 @@ class ProxyApp:
                     chunks = relay.chunks(lambda sc: self._stalled(sc, target, failures), scope)
                     if stream is not None:
                         end = self._leg_end(target, response, ticket, release or (lambda ok: None), failures)
+                        leg = Leg(chunks, end, relay.pause, target.url)
                         reopen = functools.partial(self._reopen, scope)
-                        chunks = stream.relay(Leg(chunks, end), reopen, self.hold_keepalive)
+                        chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
                     chunks = response.content.iter_any()
                 out = StreamingResponse(chunks, status_code=response.status)
@@ -707,6 +720,13 @@ class ProxyApp:
 
         return once(end)
 
+    def pause_streams(self, url: str | None = None) -> int:
+        """Pause the recorded streams on the upstream at `url` (None: every one): each goes on
+        as after a break, on the upstream the gate admits it to next, with no failure
+        counted (a planned switch: hold, pause, route or replace the set, release). Returns
+        how many were paused."""
+        return sum(stream.pause() for stream in list(self.streams) if url in (None, stream.upstream))
+
     async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
         """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's
         head (held until an upstream is ready, within hold_timeout), then `data` to `path` on a
@@ -763,7 +783,8 @@ class ProxyApp:
             ticket.cancel = relay.cut
             failures: list[str] = []
             chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
-            return Leg(chunks, self._leg_end(target, response, ticket, release, failures))
+            end = self._leg_end(target, response, ticket, release, failures)
+            return Leg(chunks, end, relay.pause, target.url)
 
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:

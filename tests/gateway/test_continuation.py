@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 from typing import Any
 
 import pytest
@@ -239,3 +240,33 @@ def test_a_stalled_single_upstream_is_continued_after_stall_timeout(tmp_path, ma
     finally:
         sim.proc.send_signal(signal.SIGCONT)
         sim.stop()
+
+
+def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    requests = [body(i, i % 2 == 1, ids=i % 3 == 0) for i in range(6)]
+    paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
+    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
+    paused: list[int] = []
+
+    def pause() -> None:  # what a planned switch calls, in the gateway's loop
+        assert gw.loop is not None
+        done = threading.Event()
+
+        def run() -> None:
+            paused.append(gw.gateway.proxy.pause_streams(url_of(mtp)))
+            done.set()
+
+        gw.loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    on_mtp = kill_mid_stream(clients, pause)
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)
+    assert paused == [len(on_mtp)]
+    seen = samples(gw.url)
+    assert seen["gateway_continued_streams_total"] == len(on_mtp)
+    assert gw.gateway.live.members["mtp/1"].errors == 0 and gw.gateway.live.members["mtp/1"].ready
+    assert gw.gateway.proxy.streams == set() and gw.gateway.gate.inflight == 0
