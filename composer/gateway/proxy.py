@@ -19,6 +19,9 @@ the request head was written, or a kept-alive connection closed with no answer (
 stops closes its idle connections: the request was never read); larger bodies are streamed
 through as they arrive. A fresh connection that breaks after the head went out is answered
 502 at once (the backend may have started on it), and any request is sent at most twice.
+An eligible streamed completion (`continuation`, with `continue_streams`) is relayed by its
+record instead, which asks for token ids and, when the backend breaks or stalls after the
+head went out, continues it on the next upstream the gate admits it to (`_reopen`).
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
