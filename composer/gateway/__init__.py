@@ -9,16 +9,15 @@ Owns: the gateway server (runs in its own container: `python3 -m composer.gatewa
   the switch history is kept in `GATEWAY_STATE_DIR` across restarts (`switchstore`).
 May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `control`,
   `gate`, `upstream`, `metrics`, `server`, `ctl`, `screen`, `limits`, `http10`, `answers`,
-  `keepalive`, `status`, `throughput`, `live`, `switchstore`) use only the standard library, starlette,
-  uvicorn with
-  httptools (`limits` builds the public port's HTTP protocol on it), httpx, aiohttp (the
-  forwarding client) and prometheus_client; `paths`, `routes` and `listing` (the canonical
-  path, the allow-list of forwarded routes, the model list with its aliases) and `routing`
-  (the live set's pure decision, with `policy`) only the standard library. The image copies
-  only `composer/__init__.py`, `composer/errors.py` and
-  this package (Python files only: the status page is a Python module). This module imports
-  only standard-library modules, so host code can use the client and the settings without
-  the server's dependencies.
+  `keepalive`, `status`, `throughput`, `live`, `switchstore`, `continuation`) use only the
+  standard library, starlette, uvicorn with httptools (`limits` builds the public port's
+  HTTP protocol on it), httpx, aiohttp (the forwarding client) and prometheus_client;
+  `paths`, `routes` and `listing` (the canonical path, the allow-list of forwarded routes,
+  the model list with its aliases) and `routing` (the live set's pure decision, with
+  `policy`) only the standard library. The image copies only `composer/__init__.py`,
+  `composer/errors.py` and this package (Python files only: the status page is a Python
+  module). This module imports only standard-library modules, so host code can use the
+  client and the settings without the server's dependencies.
 
 Live set (several variants or replicas at once; the contract with the stack's renderer and
 `up`): `GATEWAY_LIVE_UPSTREAMS` is a JSON list of `{"name": "mtp/1", "variant": "mtp", "url":
@@ -31,9 +30,10 @@ least loaded; with `GATEWAY_SPILL=N` (0: off) a request goes instead to another 
 least loaded member when that one has N fewer outstanding than the chosen one has of its own
 and stays, with it, below its variant's lowest crossover (`routing.capacity`; spilled requests
 do not count against their new member's classes). Every forwarded
-response carries `x-served-by: <name>`. A member whose connection fails is taken out until
-its own health check (`/health`, `/is_sleeping`, `/v1/models`; bounded backoff) passes;
-requests that had not reached it go to the others.
+response carries `x-served-by: <name>`. A stream whose member breaks mid-way goes on on
+another member, token for token (`continuation`, GATEWAY_CONTINUE_STREAMS). A member whose
+connection fails is taken out until its own health check (`/health`, `/is_sleeping`,
+`/v1/models`; bounded backoff) passes; requests that had not reached it go to the others.
 Control: `POST /upstreams {"upstreams": [...]}` replaces the set (`GatewayControl.set_upstreams`:
 new members count as ready, the host gates them first); a member left out gets no new
 requests and `GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones

@@ -52,6 +52,11 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "backend counts as not ready (0: off)",
         "120",
     ),
+    "GATEWAY_CONTINUE_STREAMS": (
+        "true: a streamed completion whose backend breaks mid-way continues on another ready upstream "
+        "(or the same one once ready again, within hold_timeout), token for token, as the same response",
+        "true",
+    ),
     "GATEWAY_UNRESPONSIVE_TIMEOUT": (
         "seconds a request waiting for the backend's answer lets the backend's /health go unanswered "
         "(probed every few seconds while it waits); then 504 and the backend counts as not ready (0: off)",
@@ -139,6 +144,7 @@ LIVE: tuple[str, ...] = (
     "GATEWAY_MAX_HELD",
     "GATEWAY_DRAIN_TIMEOUT",
     "GATEWAY_STALL_TIMEOUT",
+    "GATEWAY_CONTINUE_STREAMS",
     "GATEWAY_UNRESPONSIVE_TIMEOUT",
     "GATEWAY_HOLD_KEEPALIVE",
     "GATEWAY_HOLD_LEASE",
@@ -219,6 +225,7 @@ class GatewayConfig:
     drain_timeout: float = 60.0
     poll_interval: float = 0.1
     stall_timeout: float = 120.0
+    continue_streams: bool = True
     unresponsive_timeout: float = 30.0
     hold_keepalive: float = 15.0
     hold_lease: float = 60.0
@@ -350,9 +357,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
     policy = env.get("GATEWAY_POLICY", "").strip().lower() or "manual"
     if policy not in POLICIES:
         raise GatewayConfigError(f"GATEWAY_POLICY={policy!r} is invalid; allowed: {', '.join(POLICIES)}")
-    switch = env.get("GATEWAY_SWITCH_ON_MODEL", "").strip().lower() or "false"
-    if switch not in ("true", "false", "1", "0"):
-        raise GatewayConfigError(f"GATEWAY_SWITCH_ON_MODEL={switch!r} is invalid; allowed: true, false")
+    switch = _flag(env, "GATEWAY_SWITCH_ON_MODEL", False)
     try:
         workloads = parse_workloads(env.get("GATEWAY_WORKLOADS", ""))
     except ValueError as err:
@@ -378,7 +383,8 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         log_level=level,
         state_dir=state_dir,
         api_key=env.get("VLLM_API_KEY", ""),
-        switch_on_model=switch in ("true", "1"),
+        switch_on_model=switch,
+        continue_streams=_flag(env, "GATEWAY_CONTINUE_STREAMS", True),
         aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
         policy=policy,
         workloads=workloads,
@@ -386,6 +392,14 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         settings=tuple((name, env[name].strip()) for name in LIVE if env.get(name, "").strip()),
         **numbers,
     )
+
+
+def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
+    """A true/false variable (1/0 too; empty: `default`)."""
+    raw = env.get(name, "").strip().lower()
+    if raw not in ("", "true", "false", "1", "0"):
+        raise GatewayConfigError(f"{name}={raw!r} is invalid; allowed: true, false")
+    return default if not raw else raw in ("true", "1")
 
 
 def _candidates(raw: str) -> tuple[str, ...]:

@@ -36,6 +36,12 @@
 | `gateway_live_ready{upstream}` | gauge | 1 while a live upstream passes its health check |
 | `gateway_route_decisions_total{reason}` | counter | live routing decisions: `alias`, `class`, `crossover`, |
 |  |  | `fallback`, `balance` (see `routing`) |
+| `gateway_continued_streams_total` | counter | streams whose backend broke, continued on another upstream |
+| `gateway_continuation_refused_total{reason}` | counter | streams that will not be continued, by reason |
+|  |  | (`continuation.REFUSAL_REASONS`) |
+| `gateway_continuation_failed_total` | counter | broken streams no continuation could be opened for |
+| `gateway_continuation_pause_seconds` | histogram | the pause each continued stream saw (last byte |
+|  |  | before the break to the first byte after) |
 
 The `upstream` label is a live upstream's name (`mtp/2`): they come only from the gateway's
 settings and the control channel (at most 64), and an upstream's series go when it leaves.
@@ -52,6 +58,22 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .routing import REASONS as ROUTE_REASONS
+
+CONTINUATION_REFUSALS = (
+    "n",
+    "best_of",
+    "echo",
+    "prompt_logprobs",
+    "structured_output",
+    "tools",
+    "tool_call",
+    "penalties",
+    "reasoning",
+    "logprobs",
+    "batch",
+    "no_token_ids",
+    "format",
+)
 
 REFUSAL_REASONS = (
     "hold_timeout",
@@ -70,6 +92,7 @@ REFUSAL_REASONS = (
 CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "body_timeout", "evicted", "over_capacity")
 SWITCH_REASONS = ("alias", "auto")
 SLEEP_RESULTS = ("ok", "failed")
+PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120, float("inf"))
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -161,6 +184,24 @@ class Metrics:
         )
         for reason in ROUTE_REASONS:
             self.route_decisions.labels(reason)
+
+        self.continued = Counter(
+            "gateway_continued_streams", "Broken streams continued on another upstream", registry=r
+        )
+        self.continuation_refused = Counter(
+            "gateway_continuation_refused", "Streams that will not be continued", ["reason"], registry=r
+        )
+        for reason in CONTINUATION_REFUSALS:
+            self.continuation_refused.labels(reason)
+        self.continuation_failed = Counter(
+            "gateway_continuation_failed", "Broken streams that could not be continued", registry=r
+        )
+        self.continuation_pause = Histogram(
+            "gateway_continuation_pause_seconds",
+            "The pause each continued stream saw",
+            buckets=PAUSE_BUCKETS,
+            registry=r,
+        )
 
     def live_added(self, name: str) -> None:
         """Create a live upstream's series (zero)."""

@@ -19,6 +19,9 @@ the request head was written, or a kept-alive connection closed with no answer (
 stops closes its idle connections: the request was never read); larger bodies are streamed
 through as they arrive. A fresh connection that breaks after the head went out is answered
 502 at once (the backend may have started on it), and any request is sent at most twice.
+An eligible streamed completion (`continuation`, with `continue_streams`) is relayed by its
+record instead, which asks for token ids and, when the backend breaks or stalls after the
+head went out, continues it on the next upstream the gate admits it to (`_reopen`).
 
 The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
 control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
@@ -40,9 +44,10 @@ from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
-from . import bodies, listing
+from . import bodies, continuation, listing
 from .answers import send_error, sse_error
 from .client import PROBE_HEADER
+from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
 from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
 from .liveness import Liveness, Unresponsive
@@ -83,6 +88,8 @@ NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
+# The scope key of an eligible stream's record (`continuation.Stream`).
+STREAM = "gateway.stream"
 # Errors that mean the backend went away before it answered: sent again (once) when the body
 # can be replayed and the backend cannot have started on it (see `Attempt.unread`).
 # CONNECT_ERRORS are caught first (they are connection errors too).
@@ -219,16 +226,27 @@ class Body:
 
 class Relay:
     """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
-    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]`."""
+    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]` (a
+    `resumable` one raises `Stalled` instead: the continuation decides; `pause()` makes it
+    raise `Paused`)."""
 
-    __slots__ = ("_content", "_loop", "_timer", "stall_s", "ticket")
+    __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
 
-    def __init__(self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float) -> None:
+    def __init__(
+        self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float, resumable: bool = False
+    ) -> None:
         self._content = response.content
         self.ticket = ticket
         self.stall_s = stall_s or None  # 0: no stall timeout
+        self.resumable = resumable
+        self.paused = False
         self._timer: asyncio.Timeout | None = None
         self._loop = asyncio.get_running_loop()
+
+    def pause(self) -> None:
+        """Stop reading now: the stream raises `Paused` (it goes on on another upstream)."""
+        self.paused = True
+        self.cut()
 
     def cut(self) -> None:
         """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
@@ -241,6 +259,8 @@ class Relay:
         """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
         content = self._content
         while not self.ticket.cut_requested:
+            if self.paused:
+                raise Paused
             try:
                 async with asyncio.timeout(self.stall_s) as timer:
                     self._timer = timer
@@ -248,10 +268,15 @@ class Relay:
             except TimeoutError:
                 if self.ticket.cut_requested:
                     break
+                if self.paused:
+                    raise Paused from None
                 on_stall(scope)
-                yield sse_error(
+                event = sse_error(
                     504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
                 )
+                if self.resumable:
+                    raise Stalled(event) from None
+                yield event
                 return
             finally:
                 self._timer = None
@@ -277,6 +302,7 @@ class ProxyApp:
         hold_keepalive: float = 0.0,
         live: LiveSet | None = None,
         unresponsive_timeout: float = 0.0,
+        continue_streams: bool = True,
     ) -> None:
         self.gate = gate
         self.upstream = upstream
@@ -288,6 +314,8 @@ class ProxyApp:
         self.served_name = served_name
         self.stall_timeout = stall_timeout
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
+        self.continue_streams = continue_streams  # a broken eligible stream continues elsewhere
+        self.streams: set[continuation.Stream] = set()  # recorded streams under way
         self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
@@ -298,6 +326,7 @@ class ProxyApp:
         """New settings (applied in place) for the requests that start from now on."""
         self.stall_timeout = config.stall_timeout
         self.hold_keepalive = config.hold_keepalive
+        self.continue_streams = config.continue_streams
         self.liveness.set_timeout(config.unresponsive_timeout)
         self.aliases = dict(config.aliases) if config.switch_on_model else {}
 
@@ -390,9 +419,17 @@ class ProxyApp:
 
     def _rename(self, scope: Scope, body: Body, payload: dict[str, Any]) -> None:
         """Send the body with the served name as its model (it named an alias)."""
-        body.data = bodies.with_model(payload, self.served_name)
-        headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
-        scope["headers"] = [*headers, (b"content-length", str(len(body.data)).encode())]
+        _replace_body(scope, body, bodies.with_model(payload, self.served_name))
+
+    def _record(self, scope: Scope, body: Body) -> None:
+        """An eligible streamed completion is recorded so that it can be continued
+        (`continuation`): upstream is asked for its token ids."""
+        seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
+        stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
+        if stream is not None:
+            scope[STREAM] = stream
+            if not stream.wants_ids:
+                _replace_body(scope, body, stream.body())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -444,6 +481,8 @@ class ProxyApp:
                     return
                 except ClientGone:
                     return
+            if complete and self.continue_streams and scope["path"] in continuation.PATHS:
+                self._record(scope, body)
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
         finally:
             if watcher is not None and not watcher.done():
@@ -510,11 +549,13 @@ class ProxyApp:
         """Forward once; True means 'the backend went away before answering: queue it again'
         (only with `retry`; without it such a request gets 502)."""
         if self.live is None or not self.live.active:
-            self.single_outstanding += 1
+            release = self._claim(None)
             try:
-                return await self._forward_to(None, ticket, scope, receive, send, body, watcher, retry=retry)
+                return await self._forward_to(
+                    None, ticket, scope, receive, send, body, watcher, retry=retry, release=release
+                )
             finally:
-                self.single_outstanding -= 1
+                release(True)
         chosen = self.live.choose(scope.get(ROUTE_HINT))
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if retry and body.replayable():
@@ -522,12 +563,28 @@ class ProxyApp:
             await send_error(send, 503, "no live upstream is ready", self.gate.retry_after)
             return False
         member, spilled = chosen
-        member.begin(spilled)
+        release = self._claim(member, spilled)
         failed: list[str] = []
         try:
-            return await self._forward_to(member, ticket, scope, receive, send, body, watcher, retry, failed)
+            return await self._forward_to(
+                member, ticket, scope, receive, send, body, watcher, retry, failed, release=release
+            )
         finally:
-            self.live.finished(member, not failed, spilled)
+            release(not failed)
+
+    def _claim(self, member: Member | None, spilled: bool = False) -> Callable[[bool], None]:
+        """Count a request on `member` (None: the single upstream); returns `release(ok)`,
+        which ends the count once."""
+        if member is None:
+            self.single_outstanding += 1
+            return once(self._single_released)
+        live = self.live
+        assert live is not None
+        member.begin(spilled)
+        return once(lambda ok: live.finished(member, ok, spilled))
+
+    def _single_released(self, _ok: bool) -> None:
+        self.single_outstanding -= 1
 
     async def _forward_to(
         self,
@@ -540,9 +597,12 @@ class ProxyApp:
         watcher: asyncio.Future[None] | None,
         retry: bool = True,
         failed: list[str] | None = None,
+        release: Callable[[bool], None] | None = None,
     ) -> bool:
         """Forward once to `member` (None: the single upstream); see `_forward`. A connection
-        failure is appended to `failed` (and takes a member out until its probe passes)."""
+        failure is appended to `failed` (and takes a member out until its probe passes). An
+        eligible stream (`STREAM`) is relayed by its record, which calls `release` and ends
+        the ticket when its upstream breaks (it continues elsewhere)."""
         target: Upstream | Member = self.upstream if member is None else member
         failures = [] if failed is None else failed
 
@@ -572,9 +632,15 @@ class ProxyApp:
                 ticket.mark_dispatched()
                 self.metrics.forwarded.inc()
                 if self._is_stream(response):
-                    relay = Relay(response, ticket, self.stall_timeout)
+                    stream = scope.get(STREAM) if response.status == 200 else None
+                    relay = Relay(response, ticket, self.stall_timeout, resumable=stream is not None)
                     ticket.cancel = relay.cut  # a cut ends the stream with an error event
                     chunks = relay.chunks(lambda sc: self._stalled(sc, target, failures), scope)
+                    if stream is not None:
+                        end = self._leg_end(target, response, ticket, release or (lambda ok: None), failures)
+                        leg = Leg(chunks, end, relay.pause, target.url)
+                        reopen = functools.partial(self._reopen, scope)
+                        chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
                     chunks = response.content.iter_any()
                 out = StreamingResponse(chunks, status_code=response.status)
@@ -632,6 +698,96 @@ class ProxyApp:
                     send, 503, "cut by a drain timeout (the variant is being replaced)", self.gate.retry_after
                 )
         return False
+
+    def _leg_end(
+        self,
+        target: Upstream | Member,
+        response: aiohttp.ClientResponse,
+        ticket: Ticket,
+        release: Callable[[bool], None],
+        failures: list[str],
+    ) -> Callable[[str | None], None]:
+        """`Leg.end` of a stream on `target`: a break (a reason) takes the upstream out until
+        its probe passes and counts the failure; either way the ticket, the upstream's count
+        and the connection (the request upstream) are let go."""
+
+        def end(reason: str | None) -> None:
+            if reason is not None:
+                log.warning("stream broke on %s: %s", target.url, reason)
+                failures.append(reason)
+                target.mark_down(reason)
+            ticket.cancel = None
+            response.close()
+            release(reason is None)
+            ticket.done()
+
+        return once(end)
+
+    def pause_streams(self, url: str | None = None) -> int:
+        """Pause the recorded streams on the upstream at `url` (None: every one): each goes on
+        as after a break, on the upstream the gate admits it to next, with no failure
+        counted (a planned switch: hold, pause, route or replace the set, release). Returns
+        how many were paused."""
+        return sum(stream.pause() for stream in list(self.streams) if url in (None, stream.upstream))
+
+    async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
+        """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's
+        head (held until an upstream is ready, within hold_timeout), then `data` to `path` on a
+        ready upstream. An upstream that cannot be reached is taken out and the next one tried;
+        raises `ContinuationFailed` when none answers in time or one refuses."""
+        deadline = self.gate.deadline()
+        skipped = (b"content-length", b"transfer-encoding", b"content-type")
+        headers = _request_headers([(k, v) for k, v in scope["headers"] if k.lower() not in skipped])
+        headers["Content-Type"] = "application/json"
+        while True:
+            try:
+                ticket = await self.gate.enter(deadline, front=True)
+            except Refused as refused:
+                raise ContinuationFailed(str(refused)) from None
+            live = self.live is not None and self.live.active
+            chosen = self.live.choose(scope.get(ROUTE_HINT)) if self.live and live else (None, False)
+            if chosen is None:  # none ready since the gate admitted it
+                ticket.done(completed=False)
+                await asyncio.sleep(self.upstream.poll_interval)
+                continue
+            member, spilled = chosen
+            target: Upstream | Member = self.upstream if member is None else member
+            release = self._claim(member, spilled)
+            try:
+                assert self.session is not None
+                opening = self.session.request(
+                    "POST",
+                    URL(target.url + path, encoded=True),
+                    headers=headers,
+                    data=data,
+                    allow_redirects=False,
+                    trace_request_ctx=Attempt(ticket),
+                )
+                response = await self._send_upstream(opening, None, target.url)
+            except (aiohttp.ClientError, Unresponsive) as err:
+                target.mark_down(f"{type(err).__name__}: {err}")
+                release(False)
+                ticket.done(completed=False)
+                continue
+            except BaseException:
+                release(True)
+                ticket.done(completed=False)
+                raise
+            assert response is not None  # no watcher: only the backend's answer ends the wait
+            self.metrics.forwarded.inc()
+            if response.status != 200 or not self._is_stream(response):
+                with contextlib.suppress(aiohttp.ClientError):
+                    detail = (await response.content.read(300)).decode(errors="replace")
+                response.close()
+                release(True)
+                ticket.done()
+                raise ContinuationFailed(f"{target.url} answered {response.status}: {detail}")
+            relay = Relay(response, ticket, self.stall_timeout, resumable=True)
+            ticket.cancel = relay.cut
+            failures: list[str] = []
+            chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
+            end = self._leg_end(target, response, ticket, release, failures)
+            return Leg(chunks, end, relay.pause, target.url)
 
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
@@ -708,6 +864,13 @@ class ProxyApp:
         if gone is not None and gone.done():
             raise Unresponsive(asleep=gone.result())
         return None
+
+
+def _replace_body(scope: Scope, body: Body, data: bytes) -> None:
+    """Send `data` as the request's body (with its own content-length)."""
+    body.data = data
+    headers = [(k, v) for k, v in scope["headers"] if k != b"content-length"]
+    scope["headers"] = [*headers, (b"content-length", str(len(data)).encode())]
 
 
 def _without_body(scope: Scope, send: Send) -> Send:

@@ -91,6 +91,7 @@ class Gateway:
             config.hold_keepalive,
             self.live,
             config.unresponsive_timeout,
+            config.continue_streams,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)

@@ -89,6 +89,8 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         )
         environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
     environment += _routing_environment(stack)
+    if not settings.continue_streams:  # absent: on (composer.gateway.continuation)
+        environment += (("GATEWAY_CONTINUE_STREAMS", text("false")),)
     if settings.spill:  # live routing's overflow (composer.gateway.routing); absent: off
         environment += (("GATEWAY_SPILL", text(Var("GATEWAY_SPILL", str(settings.spill)))),)
     return GatewaySpec(

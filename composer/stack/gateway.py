@@ -51,6 +51,7 @@ class GatewaySettings:
     keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
+    continue_streams: bool = True  # a stream whose backend breaks goes on on another, token for token
     unresponsive_timeout: int = (
         30  # seconds a waiting request lets the backend's /health go unanswered (0: off)
     )
@@ -163,6 +164,7 @@ GATEWAY_SETTINGS: tuple[Row, ...] = (
     _gateway_row("keep_alive_timeout", parse_duration, "duration", "5 or 5s", lowest=1),
     _gateway_row("max_connections", parse_positive_int, "count", "1024", lowest=1),
     _gateway_row("stall_timeout", parse_duration, "duration", "120 or 2m"),
+    ("continue_streams", "GATEWAY_CONTINUE_STREAMS", parse_bool, GatewaySettings.continue_streams),
     _gateway_row("unresponsive_timeout", parse_duration, "duration", "30 or 30s"),
     _gateway_row("hold_keepalive", parse_duration, "duration", "15 or 15s"),
     ("live", "GATEWAY_LIVE", parse_live, GatewaySettings.live),

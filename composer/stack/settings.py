@@ -110,6 +110,11 @@ KEYS: tuple[Key, ...] = (
         ("max_connections", "integer", "open client connections (past it the oldest idle closes)"),
         ("stall_timeout", "duration", "a stream with no bytes from the backend this long ends (0: off)"),
         (
+            "continue_streams",
+            "boolean",
+            "a streamed completion whose backend breaks goes on on another ready one, token for token",
+        ),
+        (
             "unresponsive_timeout",
             "duration",
             "a request waiting on a backend whose /health does not answer this long gets 504 (0: off)",

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from .fakes import FakeBackend, GatewayThread
+from .livelab import live_gateway, start_sim
 
 KEY = "test-key-123"
 
@@ -40,3 +42,31 @@ def make_gateway(backend: FakeBackend) -> Iterator:
 @pytest.fixture
 def gateway(make_gateway) -> GatewayThread:
     return make_gateway()
+
+
+@pytest.fixture
+def sims(tmp_path: Path):
+    started = []
+
+    def make(variant: str, **kwargs):
+        sim = start_sim(variant, tmp_path, **kwargs)
+        started.append(sim)
+        return sim
+
+    yield make
+    for sim in started:
+        sim.stop()
+
+
+@pytest.fixture
+def gateways():
+    started = []
+
+    def make(members, **settings):
+        gw = live_gateway(members, **settings)
+        started.append(gw)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()

@@ -7,10 +7,14 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import httpx
 
 from composer.gateway.config import LiveSpec
 from composer.gateway.policy import parse_workloads
@@ -72,7 +76,8 @@ class Outcome:
 def request(
     port: int, prompt_tokens: int, max_tokens: int, *, stream: bool = False, key: str = KEY, model: str = "m"
 ) -> Outcome:
-    """One completion through the gateway on `port`; a stream is ok when `[DONE]` arrived."""
+    """One completion through the gateway on `port`; a stream is ok when `[DONE]` arrived
+    without an error event."""
     body = {
         "model": model,
         "prompt": [11] * prompt_tokens,
@@ -91,7 +96,8 @@ def request(
         resp = conn.getresponse()
         served = resp.getheader("x-served-by") or ""
         data = resp.read()
-        ok = resp.status == 200 and (b"data: [DONE]" in data if stream else b'"usage"' in data)
+        ended = b"data: [DONE]" in data and b'"error"' not in data  # no error event either
+        ok = resp.status == 200 and (ended if stream else b'"usage"' in data)
         return Outcome(resp.status, served, ok)
     except (OSError, http.client.HTTPException):
         return Outcome(0, "", False)
@@ -156,3 +162,161 @@ def run_groups(*groups: Group) -> None:
     threads = [t for g in groups for t in g.start()]
     for t in threads:
         t.join(timeout=300)
+
+
+# -- streams compared token for token (stream continuation) ---------------------------------
+
+COMPLETIONS, CHAT = "/v1/completions", "/v1/chat/completions"
+MAX_TOKENS = 320
+
+
+@dataclass
+class Client:
+    """One streamed request in a thread: what arrived, event by event."""
+
+    port: int
+    path: str
+    body: dict[str, Any]
+    key: str = KEY
+    status: int = 0
+    served_by: str = ""
+    events: list[Any] = field(default_factory=list)
+    raw: str = ""
+    thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        try:
+            conn.request(
+                "POST",
+                self.path,
+                body=json.dumps(self.body),
+                headers={"content-type": "application/json", "authorization": f"Bearer {self.key}"},
+            )
+            resp = conn.getresponse()
+            self.status, self.served_by = resp.status, resp.getheader("x-served-by") or ""
+            while line := resp.readline():
+                self.raw += line.decode()
+                if line.startswith(b"data: "):
+                    payload = line[6:].strip()
+                    self.events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
+        except (OSError, http.client.HTTPException):
+            pass
+        finally:
+            conn.close()
+
+    def start(self) -> Client:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        return self
+
+    def wait_events(self, count: int) -> None:
+        """Wait until `count` events arrived (the timeout only bounds a failing test)."""
+        deadline = time.monotonic() + 30
+        while len(self.events) < count:
+            assert time.monotonic() < deadline, self.raw[-300:]
+            time.sleep(0.005)
+
+    def join(self) -> Client:
+        assert self.thread is not None
+        self.thread.join(timeout=120)
+        return self
+
+    @property
+    def chunks(self) -> list[dict[str, Any]]:
+        return [e for e in self.events if isinstance(e, dict)]
+
+    def ids(self) -> list[int]:
+        return [i for c in self.chunks for ch in c.get("choices", []) for i in ch.get("token_ids") or []]
+
+    def text(self) -> str:
+        pieces = []
+        for chunk in self.chunks:
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta")
+                pieces.append(choice.get("text", "") if delta is None else delta.get("content") or "")
+        return "".join(pieces)
+
+    def usage(self) -> dict[str, int] | None:
+        found = [c["usage"] for c in self.chunks if c.get("usage")]
+        return found[-1] if found else None
+
+
+def body(i: int, chat: bool, ids: bool = False, model: str = "m", **extra: Any) -> dict[str, Any]:
+    """A greedy stream of MAX_TOKENS tokens, different for each `i`."""
+    request: dict[str, Any] = {
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **extra,
+    }
+    if chat:
+        request["messages"] = [{"role": "user", "content": f"tell story number {i} " * 20}]
+    else:
+        request["prompt"] = [1000 + i] * 100
+    if ids:
+        request["return_token_ids"] = True
+    return request
+
+
+def references(
+    port: int, path: str, requests: list[dict[str, Any]], key: str = KEY
+) -> list[tuple[list[int], str, int]]:
+    """Ids, text and prompt tokens of uninterrupted runs, at once (a simulator's own port, or
+    a gateway's while nothing breaks)."""
+    runs = [Client(port, path, {**r, "return_token_ids": True}, key).start() for r in requests]
+    found = []
+    for run in runs:
+        run.join()
+        usage = run.usage()
+        assert run.status == 200 and run.events[-1] == "[DONE]" and usage is not None, run.raw[-300:]
+        found.append((run.ids(), run.text(), usage["prompt_tokens"]))
+    return found
+
+
+def samples(url: str) -> dict[str, float]:
+    """The gateway's metric samples, by name with labels."""
+    text = httpx.get(url + "/gateway/metrics", timeout=10).text
+    return {
+        line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line and not line.startswith("#")
+    }
+
+
+def check_continued(client: Client, ref: tuple[list[int], str, int]) -> None:
+    """One stream, as the client saw it, equals the uninterrupted run."""
+    ids, text, prompt_tokens = ref
+    assert client.status == 200 and client.events[-1] == "[DONE]", client.raw[-500:]
+    assert not any("error" in c for c in client.chunks), client.raw[-500:]
+    assert len({c["id"] for c in client.chunks}) == 1
+    assert len({(c["created"], c["model"], c["object"]) for c in client.chunks}) == 1
+    assert client.text() == text
+    assert client.usage() == {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + MAX_TOKENS,
+        "completion_tokens": MAX_TOKENS,
+    }
+    if client.body.get("return_token_ids"):
+        assert client.ids() == ids and len(ids) == MAX_TOKENS
+        assert any("prompt_token_ids" in c or "prompt_token_ids" in str(c["choices"]) for c in client.chunks)
+    else:
+        assert "token_ids" not in client.raw
+
+
+def kill_mid_stream(clients: list[Client], kill: Callable[[], object], name: str = "mtp/1") -> list[Client]:
+    """Run `kill` once every stream has its answer's head and at least two streams the member
+    `name` serves have begun; returns the streams it served."""
+    deadline = time.monotonic() + 60
+    while True:
+        on_it = [c for c in clients if c.served_by == name]
+        begun = all(c.served_by for c in clients) and all(len(c.events) >= 5 for c in on_it)
+        if begun and len(on_it) >= 2:
+            break
+        assert time.monotonic() < deadline, [(c.served_by, len(c.events)) for c in clients]
+        time.sleep(0.005)
+    kill()
+    return on_it

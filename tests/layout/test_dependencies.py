@@ -35,6 +35,7 @@ GATEWAY_SERVER = {
     "answers",
     "http10",
     "keepalive",
+    "continuation",
 }
 # Import names that differ from their distribution's name.
 DISTRIBUTION = {

@@ -54,6 +54,20 @@ def test_limits_reach_the_gateway_environment(tmp_path: Path) -> None:
     assert from_env.gateway.max_connections == 99
 
 
+def test_continue_streams_reaches_the_gateway_only_when_off(tmp_path: Path) -> None:
+    empty = tmp_path / "empty.env"
+    empty.write_text("")
+    stack = load_stack([REPO / "composer.toml"], empty, environ={})
+    assert stack.gateway.continue_streams
+    assert "GATEWAY_CONTINUE_STREAMS" not in dict(build_gateway_spec(stack).environment)  # on: absent
+    off = load_stack([REPO / "composer.toml"], empty, environ={"GATEWAY_CONTINUE_STREAMS": "false"})
+    env = {name: resolve(value) for name, value in build_gateway_spec(off).environment}
+    assert env["GATEWAY_CONTINUE_STREAMS"] == "false"
+    assert "invalid gateway.continue_streams" in refused(
+        tmp_path, extra_toml='[gateway]\ncontinue_streams = "maybe"\n'
+    )
+
+
 @pytest.mark.parametrize(
     ("toml", "hold", "source"),
     [

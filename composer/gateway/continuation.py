@@ -1,0 +1,442 @@
+"""Stream continuation: a streamed completion whose backend breaks mid-way goes on elsewhere,
+token for token, as the same response.
+
+For each eligible streamed `/v1/completions` or `/v1/chat/completions` request (`prepare`),
+the gateway asks upstream for `"return_token_ids": true` and `Stream` records, from the SSE
+events as they pass, the prompt's token ids (the first chunk: `prompt_token_ids` at its top
+level for chat, in the choice for completions; both places are read) and the `token_ids` of
+every chunk; it removes those fields unless the client asked for them. When the upstream
+breaks after the head was sent (its connection fails, it ends without `[DONE]`, or it stalls),
+`Stream.relay` asks the proxy for a new leg (`Reopen`: the gate's hold, then a ready upstream)
+with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens` and `min_tokens`
+reduced by what was emitted, every other field unchanged, and streams it back with the first
+response's `id`, `created`, `model` and object type (the `delta` shape for chat) and `usage`
+counted from the original prompt. A leg that cannot be opened ends the stream with an error
+event (`gateway_continuation_failed_total`).
+
+Refused (today's behaviour, counted by reason in `gateway_continuation_refused_total`,
+`metrics.CONTINUATION_REFUSALS`): `n`
+or `best_of` above 1, `echo`, `prompt_logprobs`, structured output (`response_format`
+json_object / json_schema / structural_tag, `guided_*`, `structured_outputs`), `tools`
+(a request that may call one) and `tool_call` (a stream that started one), non-zero presence
+or frequency `penalties` (they count output tokens only and would reset), `reasoning` (a chat
+stream that shows `reasoning_content`: the split would be lost), `logprobs` on chat (the
+shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids)
+and `format` (events the gateway cannot read).
+
+A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams(url)`): the leg
+stops being read and is let go with no failure counted, and the stream goes on as after a
+break, on the upstream the gate admits it to next (held meanwhile, as the switch holds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from .answers import sse_error
+from .metrics import Metrics
+
+COMPLETIONS = "/v1/completions"
+CHAT = "/v1/chat/completions"
+PATHS = frozenset({COMPLETIONS, CHAT})
+STRUCTURED = ("structured_outputs", "guided_json", "guided_regex", "guided_choice", "guided_grammar")
+STRUCTURED_FORMATS = ("json_object", "json_schema", "structural_tag")
+# Chat fields a `/v1/completions` continuation does not take (its prompt is token ids).
+CHAT_ONLY = frozenset(
+    {
+        "messages",
+        "tools",
+        "tool_choice",
+        "parallel_tool_calls",
+        "functions",
+        "function_call",
+        "chat_template",
+        "chat_template_kwargs",
+        "add_generation_prompt",
+        "continue_final_message",
+        "documents",
+        "reasoning_effort",
+        "include_reasoning",
+        "max_completion_tokens",
+        "logprobs",
+        "top_logprobs",
+        "mm_processor_kwargs",
+        "media_io_kwargs",
+        "modalities",
+        "audio",
+        "response_format",
+    }
+)
+MAX_EVENT = 1 << 20  # bytes of an unfinished event kept; past it the stream passes unread
+DONE = b"[DONE]"
+KEEPALIVE = b": the gateway continues this stream on another upstream\n\n"
+BREAK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+
+
+class Stalled(Exception):
+    """A resumable stream got no bytes for `stall_timeout`; `event` ends it when not continued."""
+
+    def __init__(self, event: bytes) -> None:
+        super().__init__("stalled")
+        self.event = event
+
+
+class Paused(Exception):
+    """A stream's leg was paused (`Stream.pause`): it goes on elsewhere, not a failure."""
+
+
+class ContinuationFailed(Exception):
+    """No leg could be opened (no upstream ready within hold_timeout, or it refused)."""
+
+
+@dataclass
+class Leg:
+    """One upstream request of a stream: its chunks, and `end(reason)` (None: it finished;
+    else why it broke), called once, which frees its ticket, its upstream's count and its
+    connection (closing it cancels the request upstream)."""
+
+    chunks: AsyncIterator[bytes]
+    end: Callable[[str | None], None]
+    pause: Callable[[], None] = lambda: None  # stop reading it: its chunks raise `Paused`
+    upstream: str = ""  # the URL it reads from
+
+
+Reopen = Callable[[str, bytes], Awaitable[Leg]]  # (path, body) -> the leg
+
+
+def once(action: Callable[..., None]) -> Callable[..., None]:
+    """`action`, run on the first call only."""
+    called = False
+
+    def run(*args: Any) -> None:
+        nonlocal called
+        if not called:
+            called = True
+            action(*args)
+
+    return run
+
+
+def refusal(path: str, payload: dict[str, Any]) -> str | None:
+    """Why a streamed request cannot be continued exactly; None when it can."""
+    if payload.get("n") not in (None, 1):
+        return "n"
+    if payload.get("best_of") not in (None, 1):
+        return "best_of"
+    if payload.get("echo"):
+        return "echo"
+    if payload.get("prompt_logprobs") is not None:
+        return "prompt_logprobs"
+    fmt = payload.get("response_format")
+    if isinstance(fmt, dict) and fmt.get("type") in STRUCTURED_FORMATS:
+        return "structured_output"
+    if any(payload.get(key) is not None for key in STRUCTURED):
+        return "structured_output"
+    if (payload.get("tools") or payload.get("functions")) and payload.get("tool_choice") != "none":
+        return "tools"
+    if any(payload.get(key) not in (None, 0) for key in ("presence_penalty", "frequency_penalty")):
+        return "penalties"
+    if path == CHAT:
+        return "logprobs" if payload.get("logprobs") else None
+    prompt = payload.get("prompt")
+    if isinstance(prompt, list) and len(prompt) > 1 and not all(isinstance(t, int) for t in prompt):
+        return "batch"
+    return None
+
+
+def prepare(path: str, payload: dict[str, Any], metrics: Metrics) -> Stream | None:
+    """The record of an eligible streamed request (None: not streamed, or refused and counted)."""
+    if path not in PATHS or payload.get("stream") is not True:
+        return None
+    reason = refusal(path, payload)
+    if reason is not None:
+        metrics.continuation_refused.labels(reason).inc()
+        return None
+    return Stream(path == CHAT, payload, metrics)
+
+
+class Stream:
+    """One eligible stream: what the client asked, what the upstream legs sent so far."""
+
+    def __init__(self, chat: bool, payload: dict[str, Any], metrics: Metrics) -> None:
+        self.chat = chat
+        self.path = CHAT if chat else COMPLETIONS
+        self.payload = payload
+        self.metrics = metrics
+        self.wants_ids = payload.get("return_token_ids") is True
+        self.prompt_ids: list[int] | None = None
+        self.emitted: list[int] = []
+        self.head: dict[str, Any] = {}  # id, object, created, model of the first chunk
+        self.refused: str | None = None
+        self.finished = False  # a finish_reason was seen
+        self.done = False  # `[DONE]` was seen
+        self.legs = 0  # continuation legs opened
+        self.resumed = False  # its upstream broke and it went on (counted once)
+        self._base = 0  # emitted ids before the current leg
+        self.leg: Leg | None = None  # the leg being read
+        self._buffer = b""
+
+    def body(self) -> bytes:
+        """The request to send first: the client's, asking for token ids."""
+        return json.dumps({**self.payload, "return_token_ids": True}, separators=(",", ":")).encode()
+
+    @property
+    def upstream(self) -> str:
+        """The URL of the upstream the stream reads from now ("" while it has none)."""
+        return self.leg.upstream if self.leg is not None else ""
+
+    def pause(self) -> bool:
+        """Stop reading the current leg: the stream goes on as after a break, with no failure
+        counted (False: nothing to pause, or it cannot go on)."""
+        if self.leg is None or self.refused is not None or self.done:
+            return False
+        self.leg.pause()
+        return True
+
+    def refuse(self, reason: str) -> None:
+        """The stream showed something that cannot be continued: count it, once."""
+        if self.refused is None:
+            self.refused = reason
+            self.metrics.continuation_refused.labels(reason).inc()
+
+    # -- the events ----------------------------------------------------------------------
+
+    def feed(self, chunk: bytes) -> bytes:
+        """Record what `chunk` carries; return what the client gets (whole events only)."""
+        if self.refused == "format":
+            return chunk
+        data = self._buffer + chunk
+        end = data.rfind(b"\n\n")
+        if end < 0:
+            if len(data) > MAX_EVENT:
+                self.refuse("format")
+                self._buffer = b""
+                return data
+            self._buffer = data
+            return b""
+        self._buffer = data[end + 2 :]
+        return b"".join(self._event(event) for event in data[:end].split(b"\n\n"))
+
+    def _event(self, raw: bytes) -> bytes:
+        if not raw.startswith(b"data:"):
+            return raw + b"\n\n"
+        text = raw[5:].strip()
+        if text == DONE:
+            self.done = True
+            return raw + b"\n\n"
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return raw + b"\n\n"
+        if not isinstance(event, dict) or "error" in event:
+            return raw + b"\n\n"
+        changed = self._record(event) if self.legs == 0 else self._adapt(event)
+        if not changed:
+            return raw + b"\n\n"
+        return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+    def _record(self, event: dict[str, Any]) -> bool:
+        """A first-leg event: keep its head and ids; drop the ids unless asked for."""
+        if not self.head:
+            self.head = {key: event.get(key) for key in ("id", "object", "created", "model")}
+        changed = self._prompt_ids(event)
+        for choice in event.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            if choice.get("index", 0) != 0:
+                self.refuse("n")
+            changed |= self._prompt_ids(choice)
+            changed |= self._token_ids(choice)
+            delta = choice.get("delta")
+            if isinstance(delta, dict):
+                if delta.get("reasoning_content") or delta.get("reasoning"):
+                    self.refuse("reasoning")
+                if delta.get("tool_calls"):
+                    self.refuse("tool_call")
+            if choice.get("finish_reason"):
+                self.finished = True
+        return changed
+
+    def _prompt_ids(self, where: dict[str, Any]) -> bool:
+        ids = where.get("prompt_token_ids")
+        if ids is None:
+            return False
+        if self.prompt_ids is None and isinstance(ids, list):
+            self.prompt_ids = ids
+        if self.wants_ids:
+            return False
+        del where["prompt_token_ids"]
+        return True
+
+    def _token_ids(self, choice: dict[str, Any]) -> bool:
+        ids = choice.get("token_ids")
+        if isinstance(ids, list):
+            self.emitted.extend(ids)
+        if ids is None or self.wants_ids:
+            return False
+        del choice["token_ids"]
+        return True
+
+    def _adapt(self, event: dict[str, Any]) -> bool:
+        """A continuation event (`text_completion`) in the first response's shape."""
+        event.update(self.head)
+        event.pop("prompt_token_ids", None)
+        choices = []
+        for choice in event.get("choices") or ():
+            choice.pop("prompt_token_ids", None)
+            self._token_ids(choice)
+            if choice.get("finish_reason"):
+                self.finished = True
+            if self.chat:
+                shaped = {"index": choice.get("index", 0), "delta": {"content": choice.pop("text", "")}}
+                shaped.update((k, v) for k, v in choice.items() if k != "index")
+                choice = shaped
+            choices.append(choice)
+        if "choices" in event:
+            event["choices"] = choices
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            event["usage"] = self._usage(self._base + int(usage.get("completion_tokens") or 0))
+        return True
+
+    def _usage(self, completion: int) -> dict[str, int]:
+        prompt = len(self.prompt_ids or ())
+        return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
+
+    # -- continuing ----------------------------------------------------------------------
+
+    def continuable(self) -> bool:
+        """True when the stream can go on elsewhere (the reason it cannot is counted)."""
+        return self._following() is not None
+
+    def _following(self) -> tuple[str, bytes] | None:
+        """The request that takes the stream on: the client's again while nothing reached it,
+        else the continuation from its token ids; None when it cannot go on."""
+        if self.refused is not None or self.done:
+            return None
+        if not self.head:  # no event yet: the client has seen the response head only
+            self._buffer = b""
+            return self.path, self.body()
+        if self.prompt_ids is None:
+            self.refuse("no_token_ids")
+            return None
+        return COMPLETIONS, self.next_body()
+
+    def _max_tokens(self) -> int | None:
+        limit = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
+        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+
+    def next_body(self) -> bytes:
+        """The continuation request: `/v1/completions` from prompt + emitted ids."""
+        body = {k: v for k, v in self.payload.items() if not (self.chat and k in CHAT_ONLY)}
+        body.pop("request_id", None)
+        body["prompt"] = [*(self.prompt_ids or ()), *self.emitted]
+        limit = self._max_tokens()
+        if limit is not None:
+            body["max_tokens"] = limit - len(self.emitted)
+        least = self.payload.get("min_tokens")
+        if isinstance(least, int) and not isinstance(least, bool):
+            body["min_tokens"] = max(0, least - len(self.emitted))
+        body["stream"] = True
+        body["return_token_ids"] = True
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    def _closing(self) -> bytes:
+        """The end of a stream that emitted everything before its upstream broke."""
+        out = b""
+        if not self.finished:
+            choice: dict[str, Any] = {"index": 0, "logprobs": None, "finish_reason": "length"}
+            choice.update({"delta": {}} if self.chat else {"text": ""})
+            out += self._data({**self.head, "choices": [choice]})
+        options = self.payload.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            out += self._data({**self.head, "choices": [], "usage": self._usage(len(self.emitted))})
+        return out + b"data: [DONE]\n\n"
+
+    @staticmethod
+    def _data(event: dict[str, Any]) -> bytes:
+        return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+
+    async def relay(
+        self, leg: Leg, reopen: Reopen, keepalive: float = 0.0, running: set[Stream] | None = None
+    ) -> AsyncIterator[bytes]:
+        """The client's stream: `leg`'s events, then, each time an upstream breaks (or the
+        leg is paused), those of the leg `reopen` opens (SSE comments every `keepalive`
+        seconds while it waits); the stream is in `running` meanwhile. A first leg that
+        breaks and cannot go on ends as without continuation: its connection error is raised
+        again, a stall's error event is sent, an early end just ends."""
+        sent_at = time.monotonic()
+        paused_at: float | None = None
+        running = set() if running is None else running
+        running.add(self)
+        try:
+            while True:
+                self.leg = leg
+                early, stall, error = False, None, None
+                try:
+                    async for chunk in leg.chunks:
+                        out = self.feed(chunk)
+                        if out:
+                            if paused_at is not None:
+                                self.metrics.continuation_pause.observe(time.monotonic() - paused_at)
+                                paused_at = None
+                            yield out
+                            sent_at = time.monotonic()
+                    if self.done:
+                        return
+                    broke, early = "the backend ended the stream before [DONE]", True
+                except BREAK_ERRORS as err:
+                    broke, error = f"{type(err).__name__}: {err}", err
+                except Stalled as err:
+                    broke, stall = "stall", err.event
+                except Paused:
+                    broke = None  # not a failure: the upstream stays in
+                following = self._following()
+                if following is None:
+                    leg.end(None if early else broke)
+                    if error is not None and self.legs == 0:
+                        raise error  # handled as without continuation
+                    if stall is not None:
+                        yield stall
+                    elif not early:
+                        yield sse_error(502, f"the backend broke the stream ({broke})")
+                    return
+                leg.end(broke)
+                if paused_at is None:
+                    paused_at = sent_at
+                if not self.resumed:
+                    self.resumed = True
+                    self.metrics.continued.inc()
+                limit = self._max_tokens()
+                if self.head and (self.finished or (limit is not None and len(self.emitted) >= limit)):
+                    yield self._closing()
+                    return
+                try:
+                    opening = asyncio.ensure_future(reopen(*following))
+                    try:
+                        while not (await asyncio.wait({opening}, timeout=keepalive or None))[0]:
+                            yield KEEPALIVE  # the client's stream stays open while it waits
+                    except BaseException:  # the client went away meanwhile
+                        opening.cancel()
+                        if opening.done() and not opening.cancelled() and opening.exception() is None:
+                            opening.result().end(None)
+                        raise
+                    leg = opening.result()
+                except ContinuationFailed as err:
+                    self.metrics.continuation_failed.inc()
+                    yield sse_error(502, f"the backend broke and the stream could not be continued: {err}")
+                    return
+                if self.head:  # a continuation; else the request sent again is a first leg
+                    self.legs += 1
+                    self._base = len(self.emitted)
+        finally:
+            self.leg = None
+            running.discard(self)
+            leg.end(None)

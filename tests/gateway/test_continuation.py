@@ -1,0 +1,272 @@
+"""Stream continuation: a stream whose backend breaks mid-way goes on elsewhere, token for token.
+
+The simulator's greedy output is a function of the token context, so a continued stream is
+compared with an uninterrupted run of the same request, token id for token id.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from typing import Any
+
+import pytest
+
+from composer.errors import GatewayConfigError
+from composer.gateway import continuation
+from composer.gateway.config import ENV_VARS, LIMITS, LIVE, load_config
+from composer.gateway.metrics import CONTINUATION_REFUSALS, Metrics
+
+from .livelab import (
+    CHAT,
+    COMPLETIONS,
+    KEY,
+    MAX_TOKENS,
+    Client,
+    body,
+    check_continued,
+    kill_mid_stream,
+    references,
+    samples,
+    start_sim,
+)
+
+
+def url_of(sim) -> str:
+    return f"http://127.0.0.1:{sim.port}"
+
+
+# -- pure: eligibility, the record, the continuation request -----------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "reason"),
+    [
+        ({"n": 2}, "n"),
+        ({"best_of": 3}, "best_of"),
+        ({"echo": True}, "echo"),
+        ({"prompt_logprobs": 1}, "prompt_logprobs"),
+        ({"response_format": {"type": "json_object"}}, "structured_output"),
+        ({"response_format": {"type": "json_schema", "json_schema": {}}}, "structured_output"),
+        ({"guided_json": {"type": "object"}}, "structured_output"),
+        ({"structured_outputs": {"regex": "a+"}}, "structured_output"),
+        ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "tools"),
+        ({"presence_penalty": 0.5}, "penalties"),
+        ({"frequency_penalty": -0.1}, "penalties"),
+    ],
+)
+def test_requests_that_cannot_be_continued_exactly_are_refused_by_reason(
+    extra: dict[str, Any], reason: str
+) -> None:
+    metrics = Metrics()
+    assert continuation.prepare(COMPLETIONS, body(0, False, **extra), metrics) is None
+    assert metrics.continuation_refused.labels(reason)._value.get() == 1
+    assert reason in CONTINUATION_REFUSALS
+
+
+def test_eligible_and_untouched_requests() -> None:
+    metrics = Metrics()
+    plain = body(0, False, response_format={"type": "text"}, presence_penalty=0, n=1)
+    assert continuation.prepare(COMPLETIONS, plain, metrics) is not None
+    assert continuation.prepare(CHAT, body(0, True, tools=[{"x": 1}], tool_choice="none"), metrics)
+    assert continuation.prepare(COMPLETIONS, {**plain, "stream": False}, metrics) is None  # untouched
+    assert continuation.prepare("/v1/embeddings", plain, metrics) is None
+    assert continuation.refusal(COMPLETIONS, {"prompt": ["a", "b"]}) == "batch"
+    assert continuation.refusal(CHAT, {"logprobs": True}) == "logprobs"
+    assert sum(metrics.continuation_refused.labels(r)._value.get() for r in CONTINUATION_REFUSALS) == 0
+
+
+def sse(*events: Any) -> bytes:
+    return b"".join(
+        b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events
+    )
+
+
+def test_a_chat_record_keeps_the_ids_hides_them_and_builds_the_continuation() -> None:
+    request = body(0, True, max_completion_tokens=10, min_tokens=5, request_id="r1")
+    del request["max_tokens"]
+    stream = continuation.Stream(True, request, Metrics())
+    assert json.loads(stream.body())["return_token_ids"] is True
+    assert stream._following() == (CHAT, stream.body())  # nothing reached the client: sent again
+    head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+    first = {**head, "prompt_token_ids": [1, 2], "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+    second = {**head, "choices": [{"index": 0, "delta": {"content": " a b"}, "token_ids": [100, 101]}]}
+    raw = sse(first, second)
+    out = stream.feed(raw[:17]) + stream.feed(raw[17:])  # an event split across reads
+    assert b"token_ids" not in out and b'" a b"' in out
+    assert (stream.prompt_ids, stream.emitted) == ([1, 2], [100, 101])
+    sent = json.loads(stream.next_body())
+    assert sent["prompt"] == [1, 2, 100, 101] and sent["max_tokens"] == 8 and sent["min_tokens"] == 3
+    assert "messages" not in sent and "max_completion_tokens" not in sent and "request_id" not in sent
+    assert sent["stream"] is True and sent["return_token_ids"] is True and sent["temperature"] == 0
+    # a continuation event, in the chat shape with the first response's head and usage
+    stream.legs, stream._base = 1, 2
+    cont = {"id": "cmpl-9", "object": "text_completion", "created": 9, "model": "m"}
+    out = stream.feed(
+        sse(
+            {**cont, "choices": [{"index": 0, "text": " c", "token_ids": [102], "prompt_token_ids": [1]}]},
+            {**cont, "choices": [], "usage": {"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5}},
+            b"[DONE]",
+        )
+    )
+    events = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
+    assert events[0] == {**head, "choices": [{"index": 0, "delta": {"content": " c"}}]}
+    assert events[1]["usage"] == {"prompt_tokens": 2, "total_tokens": 5, "completion_tokens": 3}
+    assert stream.done and stream.emitted == [100, 101, 102]
+
+
+def test_a_stream_that_shows_reasoning_or_a_tool_call_is_not_continued() -> None:
+    for delta, reason in [({"reasoning_content": "hm"}, "reasoning"), ({"tool_calls": [{}]}, "tool_call")]:
+        metrics = Metrics()
+        stream = continuation.Stream(True, body(0, True), metrics)
+        stream.feed(sse({"id": "x", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": delta}]}))
+        assert not stream.continuable() and stream.refused == reason
+        assert metrics.continuation_refused.labels(reason)._value.get() == 1
+
+
+def test_the_setting_is_read_checked_and_applied_in_place() -> None:
+    assert "GATEWAY_CONTINUE_STREAMS" in ENV_VARS and "GATEWAY_CONTINUE_STREAMS" in LIVE
+    assert "GATEWAY_CONTINUE_STREAMS" not in LIMITS  # a flag, not a number
+    assert load_config({}).continue_streams is True
+    config = load_config({"GATEWAY_CONTINUE_STREAMS": "false"})
+    assert config.continue_streams is False
+    assert config.with_settings({"GATEWAY_CONTINUE_STREAMS": "true"}).continue_streams is True
+    with pytest.raises(
+        GatewayConfigError, match="GATEWAY_CONTINUE_STREAMS='maybe' is invalid; allowed: true"
+    ):
+        load_config({"GATEWAY_CONTINUE_STREAMS": "maybe"})
+
+
+# -- real simulators behind a real gateway ----------------------------------------------------
+
+
+@pytest.mark.parametrize("chat", [False, True], ids=["completions", "chat"])
+def test_streams_on_a_killed_member_continue_token_for_token(sims, gateways, chat: bool) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    path = CHAT if chat else COMPLETIONS
+    requests = [body(i, chat, ids=i % 2 == 0) for i in range(6)]
+    refs = references(base.port, path, requests)
+    clients = [Client(gw.port, path, r).start() for r in requests]
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)
+    # each of the killed member's streams broke mid-way and went on (on baseline); none failed
+    seen = samples(gw.url)
+    assert seen["gateway_continued_streams_total"] == len(killed)
+    assert seen["gateway_continuation_pause_seconds_count"] == len(killed)
+    assert seen["gateway_continuation_failed_total"] == 0
+    assert gw.gateway.live.members["mtp/1"].errors >= len(killed)
+    assert gw.gateway.live.members["baseline/1"].outstanding == 0 and gw.gateway.gate.inflight == 0
+
+
+def test_a_refused_stream_breaks_as_before_and_is_counted(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    requests = [body(i, False, presence_penalty=0.5) for i in range(4)]
+    clients = [Client(gw.port, COMPLETIONS, r).start() for r in requests]
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    for client in clients:
+        client.join()
+    for client in killed:  # broken as without continuation: no [DONE]
+        assert client.events[-1] != "[DONE]" and len(client.chunks) < MAX_TOKENS
+    seen = samples(gw.url)
+    assert seen['gateway_continuation_refused_total{reason="penalties"}'] == 4
+    assert seen["gateway_continued_streams_total"] == 0
+    assert "token_ids" not in "".join(c.raw for c in clients)  # not asked upstream either
+
+
+def test_off_leaves_streams_as_they_were(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways(
+        [("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], continue_streams=False
+    )
+    clients = [Client(gw.port, COMPLETIONS, body(i, False)).start() for i in range(4)]
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    for client in clients:
+        client.join()
+    assert all(c.events[-1] != "[DONE]" for c in killed)
+    assert samples(gw.url)["gateway_continued_streams_total"] == 0
+
+
+def test_the_single_upstream_continues_once_it_is_back(sims, make_single) -> None:
+    sim = sims("baseline", scale="5")
+    gw = make_single(url_of(sim))
+    request = body(3, False, ids=True)
+    (ref,) = references(sim.port, COMPLETIONS, [request])
+    client = Client(gw.port, COMPLETIONS, request).start()
+    client.wait_events(5)
+    sim.proc.send_signal(signal.SIGKILL)
+    sim.proc.wait()
+    gw.wait(lambda g: not g.upstream.ready, timeout=10)
+    sims("baseline", scale="5", port=sim.port)  # back at the same address
+    check_continued(client.join(), ref)
+    assert samples(gw.url)["gateway_continued_streams_total"] == 1
+
+
+@pytest.fixture
+def make_single():
+    from .fakes import GatewayThread
+
+    started = []
+
+    def make(url: str, **settings):
+        gw = GatewayThread(url, api_key=KEY, served_name="m", **settings).start()
+        started.append(gw)
+        gw.wait(lambda g: g.upstream.ready, timeout=30)
+        return gw
+
+    yield make
+    for gw in started:
+        gw.stop()
+
+
+def test_a_stalled_single_upstream_is_continued_after_stall_timeout(tmp_path, make_single) -> None:
+    sim = start_sim("baseline", tmp_path, scale="5")
+    try:
+        gw = make_single(url_of(sim), stall_timeout=0.5)
+        request = body(5, True)
+        (ref,) = references(sim.port, CHAT, [request])
+        client = Client(gw.port, CHAT, request).start()
+        client.wait_events(5)
+        sim.proc.send_signal(signal.SIGSTOP)
+        gw.wait(lambda g: g.metrics.stalled._value.get() == 1, timeout=10)
+        sim.proc.send_signal(signal.SIGCONT)
+        check_continued(client.join(), ref)
+        seen = samples(gw.url)
+        assert seen["gateway_continued_streams_total"] == 1
+        assert seen["gateway_continuation_pause_seconds_sum"] >= 0.5
+    finally:
+        sim.proc.send_signal(signal.SIGCONT)
+        sim.stop()
+
+
+def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) -> None:
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    requests = [body(i, i % 2 == 1, ids=i % 3 == 0) for i in range(6)]
+    paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
+    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
+    paused: list[int] = []
+
+    def pause() -> None:  # what a planned switch calls, in the gateway's loop
+        assert gw.loop is not None
+        done = threading.Event()
+
+        def run() -> None:
+            paused.append(gw.gateway.proxy.pause_streams(url_of(mtp)))
+            done.set()
+
+        gw.loop.call_soon_threadsafe(run)
+        done.wait(10)
+
+    on_mtp = kill_mid_stream(clients, pause)
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)
+    assert paused == [len(on_mtp)]
+    seen = samples(gw.url)
+    assert seen["gateway_continued_streams_total"] == len(on_mtp)
+    assert gw.gateway.live.members["mtp/1"].errors == 0 and gw.gateway.live.members["mtp/1"].ready
+    assert gw.gateway.proxy.streams == set() and gw.gateway.gate.inflight == 0
