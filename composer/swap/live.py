@@ -553,7 +553,7 @@ class LiveSwapper:
             return
         cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
         tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
-        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say)
+        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say, op.member.container)
         self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
