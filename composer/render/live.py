@@ -47,6 +47,7 @@ class LiveService:
 
     member: LiveMember
     spec: ServiceSpec
+    alone_hash: str = ""  # the config hash of the variant's one serving container that can join as it
 
     @property
     def name(self) -> str:
@@ -104,9 +105,23 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
     return replace(spec, labels=labels)
 
 
+def alone_hash(stack: Stack, member: LiveMember) -> str:
+    """The config hash the variant's one serving container (`up VARIANT`) carries when it runs
+    what `member` would, on the same GPUs: it can then join the set as the member in place
+    (only its service name differs). "" when it cannot: a later replica, another GPU set, or a
+    sleep-standby variant (its container runs with sleep mode under its own service)."""
+    variant = stack.variant(member.variant)
+    same_gpus = stack.gpus is None or not member.gpus or set(member.gpus) == set(stack.gpus)
+    if member.index != 1 or variant.standby != "stop" or not same_gpus:
+        return ""
+    return build_spec(stack, variant).hash
+
+
 def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
     """Resolve a live set (ConfigError, exit 2, for unknown names or overlapping GPU sets)."""
-    services = tuple(LiveService(m, live_spec(stack, m)) for m in live_members(stack, list(variants)))
+    services = tuple(
+        LiveService(m, live_spec(stack, m), alone_hash(stack, m)) for m in live_members(stack, list(variants))
+    )
     gateway = build_gateway_spec(stack)
     if gateway is not None:
         listed = json.dumps([s.upstream() for s in services], separators=(",", ":"))

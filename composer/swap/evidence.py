@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
+from composer.engine.variant_container import VariantContainer
 from composer.render.runfiles import state_dir
 from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded
 
@@ -108,11 +109,16 @@ def keep(
     cause: str,
     log_tail: str,
     say: Callable[[str], None],
+    container: str | None = None,
 ) -> None:
     """Before a failed variant's container is removed: save its whole log, then show the
-    cause and the log's tail under a header (so it comes before any rollback progress)."""
+    cause and the log's tail under a header (so it comes before any rollback progress).
+    `container`: the failed container's name (a live member); else the variant's newest."""
     try:
-        failed = next((c for c in our_containers(stack, client) if c.describe().variant == variant), None)
+        if container is not None:
+            failed = VariantContainer(client.containers.get(container))
+        else:
+            failed = next((c for c in our_containers(stack, client) if c.describe().variant == variant), None)
     except Exception:  # Docker itself may be gone: the failure is still reported, without its log
         failed = None
     saved = ""

@@ -48,8 +48,10 @@ def execute(
     *,
     rollback: bool = True,
     say: Callable[[str], None] = _quiet,
+    failed: Callable[[Op, BaseException], object] | None = None,
 ) -> list[Op]:
-    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above)."""
+    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above).
+    `failed` sees the operation that failed and why before anything is undone (its evidence)."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:
@@ -58,6 +60,8 @@ def execute(
                 handlers[type(op)](op)
         except BaseException as err:
             with interrupts_ignored():
+                if failed is not None and ran:
+                    failed(ran[-1], err)
                 raise _failed(err, ran, handlers, rollback, say) from err
     return ran
 

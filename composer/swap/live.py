@@ -32,13 +32,14 @@ from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
 from composer.stack.model import Stack
-from composer.stack.placement import live_members
+from composer.stack.placement import live_members, members_of
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.execute import Handlers, execute
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.journal import append_history
 from composer.swap.ops import (
+    AdoptMember,
     AwaitRelease,
     DrainMember,
     GateMember,
@@ -133,6 +134,7 @@ class LivePlan(LiveChange):
     gpus: Mapping[str, str] = field(default_factory=dict)
     refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
     notes: tuple[str, ...] = ()
+    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
     ops: tuple[Op, ...] = ()
 
     @property
@@ -189,28 +191,47 @@ class LiveResult:
 
 
 def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunning]:
-    """The project's live containers (any state), by member name."""
+    """The project's live containers (any state), by member name. While live members exist, the
+    one serving container (service `stack.service`) is a member too, `<variant>/1`: it joined
+    the set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
     found = client.containers.list(
         all=True,
-        filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", label_names.LIVE]},
+        filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", label_names.VARIANT]},
     )
-    rows = []
+    rows, alone = [], []
     for c in found:
         labels = c.labels or {}
-        rows.append(
-            LiveRunning(
-                name=labels.get(label_names.LIVE, "?"),
-                variant=labels.get(label_names.VARIANT, "?"),
-                container=c.name or "",
-                gpus=labels.get(label_names.GPUS, "-"),
-                config_hash=labels.get(label_names.CONFIG_HASH, ""),
-                status=c.status,
-                service=labels.get(label_names.COMPOSE_SERVICE, ""),
-                owner=Owner.from_labels(labels),
-                run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
+        name = labels.get(label_names.LIVE)
+        service = labels.get(label_names.COMPOSE_SERVICE, "")
+        if name is None:
+            if c.status != "running" or service != stack.service:
+                continue
+            variant = labels.get(label_names.VARIANT, "?")
+            member = (
+                next(iter(members_of(stack.variants[variant])), None) if variant in stack.variants else None
             )
-        )
+            alone.append((c, f"{variant}/1", member.gpus_text if member else "-"))
+            continue
+        rows.append(_running(c, name, labels.get(label_names.GPUS, "-")))
+    if rows:
+        taken = {r.name for r in rows}
+        rows += [_running(c, name, gpus) for c, name, gpus in alone if name not in taken]
     return sorted(rows, key=lambda r: r.name)
+
+
+def _running(c: Any, name: str, gpus: str) -> LiveRunning:
+    labels = c.labels or {}
+    return LiveRunning(
+        name=name,
+        variant=labels.get(label_names.VARIANT, "?"),
+        container=c.name or "",
+        gpus=gpus,
+        config_hash=labels.get(label_names.CONFIG_HASH, ""),
+        status=c.status,
+        service=labels.get(label_names.COMPOSE_SERVICE, ""),
+        owner=Owner.from_labels(labels),
+        run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
+    )
 
 
 def live_variants(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> list[str]:
@@ -271,6 +292,8 @@ def plan_live(
     set's run file, where new members start from."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
+    if single is not None and single.name in {r.container for r in now.values()}:
+        single = None  # already a member (`live_containers` names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
     if single is not None:
         found.append((single.variant, single.name, single.owner))
@@ -279,9 +302,9 @@ def plan_live(
     if foreign and not takeover:
         return LivePlan(target.variants, (), (), (), refused=takeover_refusal(foreign, project))
     taken = {f.variant for f in foreign}
-    keep = tuple(
-        n for n in wanted if n in now and now[n].config_hash == wanted[n].spec.hash and n not in taken
-    )
+
+    def current(name: str, config_hash: str) -> bool:
+        return config_hash in {wanted[name].spec.hash, wanted[name].alone_hash} - {""}
 
     def member(name: str, variant: str, container: str, service: str, file: str, gpus: str) -> Member:
         return Member(name, variant, container, service, file, gpus, variant in speculative)
@@ -293,23 +316,37 @@ def plan_live(
         for n, s in wanted.items()
     }
     old = {n: member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
-    alone = None
+    alone = adopt = None
     if single is not None:
         file = (single.config_file or "").split(",")[0]
-        gpus = "all" if gpus_shared else "-"
-        alone = member(single.variant, single.variant, single.name, single.service or "", file, gpus)
+        joins = f"{single.variant}/1"
+        others = [n for n in wanted if n != joins]
+        if gateway_running and joins in wanted and current(joins, single.config_hash) and others and not now:
+            # the lone serving container runs what the member would: it joins as it runs
+            adopt = member(
+                joins, single.variant, single.name, single.service or "", file, wanted[joins].member.gpus_text
+            )
+            single = None
+        else:
+            gpus = "all" if gpus_shared else "-"
+            alone = member(single.variant, single.variant, single.name, single.service or "", file, gpus)
+    adopted = {adopt.name: adopt} if adopt else {}
+    keep = tuple(
+        n for n in wanted if n in adopted or (n in now and current(n, now[n].config_hash) and n not in taken)
+    )
     plan = LivePlan.between(
         target.variants,
         list(wanted),
-        now,
+        {*now, *adopted},
         keep,
         single=single.variant if single is not None else None,
         single_first=single is not None and gpus_shared,
         start_gateway=target.gateway is not None and not gateway_running,
         gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
         notes=tuple(takeover_notes(foreign, project)),
+        upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
     )
-    ops = _operations(plan, new, old, alone, run_file)
+    ops = _operations(plan, new, old, alone, run_file, adopt)
     return replace(plan, ops=ops)
 
 
@@ -321,12 +358,18 @@ def _overlap(a: str, b: str) -> bool:
 
 
 def _operations(
-    plan: LivePlan, new: Mapping[str, Member], old: Mapping[str, Member], alone: Member | None, run_file: str
+    plan: LivePlan,
+    new: Mapping[str, Member],
+    old: Mapping[str, Member],
+    alone: Member | None,
+    run_file: str,
+    adopt: Member | None = None,
 ) -> tuple[Op, ...]:
     """The operations of `plan`, in order: a leaving member whose GPUs a new one needs is
     drained and stopped before it starts, the others after every new member serves; each
     new member is started, gated, then added to the gateway's upstreams."""
     ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
+    ops += [AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
 
     def publish(upstreams: list[dict[str, str]]) -> None:
@@ -354,7 +397,8 @@ def _operations(
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
             ops.append(AwaitRelease(new[name].gpus))
         ops += [StartMember(new[name]), GateMember(new[name])]
-        publish([*(u for u in serving if u["name"] != name), new[name].upstream()])
+        adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
+        publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
     if alone is not None and not plan.single_first:
         ops.append(StopMember(alone))
     for name in plan.stop:
@@ -427,8 +471,11 @@ class LiveSwapper:
         waiting: Say | None = None,
         takeover: bool = False,
         release_timeout: float = 60.0,
+        allow_weak_key: bool = False,
     ) -> None:
         self.stack = stack
+        self.allow_weak_key = allow_weak_key
+        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.takeover = takeover
         self.client = client
         self.timeout = timeout
@@ -471,12 +518,43 @@ class LiveSwapper:
         return {
             StartGateway: self.start_gateway,
             StartMember: self.start_member,
+            AdoptMember: self.adopt,
             GateMember: self.gate,
             Publish: self.publish,
             DrainMember: self.drain,
             StopMember: self.stop_member,
             AwaitRelease: self.await_release,
         }
+
+    def preflight(self, target: LiveTarget, plan: LivePlan) -> list[str]:
+        """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
+        for each variant the plan starts, before anything stops: PreflightFailed on the first
+        failure, else the warnings."""
+        from composer.doctor.report import fast_checks
+        from composer.render.target import Target
+        from composer.swap.swapper import raise_failed
+
+        started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
+        warnings: list[str] = []
+        for service in {s.member.variant: s for s in target.services if s.name in started}.values():
+            checked = Target(self.stack.variant(service.member.variant), service.spec, target.gateway)
+            findings = fast_checks(self.stack, checked, self.client, allow_weak_key=self.allow_weak_key)
+            raise_failed(findings)
+            warnings += [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
+        return list(dict.fromkeys(warnings))
+
+    def keep_evidence(self, op: Op, err: BaseException) -> None:
+        """Before the undo removes a member that failed to start or pass its gate: keep its log
+        and show its tail the way a failed swap does (`evidence.keep`)."""
+        from composer.errors import DiagnosedError
+        from composer.swap import evidence
+
+        if not isinstance(op, StartMember | GateMember):
+            return
+        cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+        tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
+        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say, op.member.container)
+        self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
     def _compose_up(self, compose_file: str, service: str) -> None:
@@ -495,6 +573,11 @@ class LiveSwapper:
     def start_member(self, op: StartMember) -> None:
         self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")
         self._compose_up(op.member.run_file, op.member.service)
+
+    def adopt(self, op: AdoptMember) -> None:
+        """The container joins as it runs: it must still be the running one the plan read."""
+        if self._container(op.member.container).container.status != "running":
+            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
 
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
@@ -590,6 +673,8 @@ class LiveSwapper:
         plan = self.decide(target)
         label = "+".join(target.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
+        if not plan.no_op:
+            result.warnings += self.preflight(target, plan)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -597,17 +682,20 @@ class LiveSwapper:
             raise UsageError(plan.refused)
         if plan.no_op:
             # The gateway may have restarted with an older set in its environment: tell it again.
-            self.publish(Publish(tuple(target.upstreams()), ()))
+            self.publish(Publish(plan.upstreams, ()))
             result.outcome = "unchanged"
             result.notes.append(f"the live set {{{', '.join(target.variants)}}} already runs")
             result.timings["total"] = time.monotonic() - began
             return result
         compose_file = live_run_file(target)
         try:
-            ran = execute(plan.ops, self.handlers(), rollback=rollback, say=self.say)
+            ran = execute(
+                plan.ops, self.handlers(), rollback=rollback, say=self.say, failed=self.keep_evidence
+            )
         except BaseException as err:
             if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
                 err.log_tail = bootlog.redact(err.log_tail, self.stack.api_key)
+                err.tail_shown = self.kept
             result.timings.update(self.timings)
             self._history(plan, "failed", result, err)
             raise
@@ -675,10 +763,9 @@ class LiveSwapper:
                 f"{variant} is all the live set serves: stopping it leaves nothing serving; "
                 "`compose-spec down` stops everything"
             )
-        target = resolve_live(self.stack, list(dict.fromkeys(r.variant for r in others)))
         members = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in mine]
         before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        ops: list[Op] = [Publish(tuple(target.upstreams()), before)]
+        ops: list[Op] = [Publish(tuple(u for u in before if u["name"] not in {m.name for m in mine}), before)]
         for member in members:
             ops += [DrainMember(member.name), StopMember(member)]
         execute(ops, self.handlers(), say=self.say)
@@ -729,6 +816,7 @@ def up_live(
         waiting=waiting,
         takeover=takeover,
         release_timeout=options.release_timeout if options else 60.0,
+        allow_weak_key=options.allow_weak_key if options else False,
     )
     by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:

@@ -62,6 +62,16 @@ class StartMember(Op):
 
 
 @dataclass(frozen=True)
+class AdoptMember(Op):
+    """The one serving container joins the set as `member` as it runs: never stopped or
+    restarted. It changes nothing by itself (its inverse is empty): the Publish that follows
+    routes to it, and that Publish's inverse gives the gateway back its single upstream."""
+
+    TEXT = "adopt {member.container} as {member.name} as it runs (not restarted)"
+    member: Member
+
+
+@dataclass(frozen=True)
 class GateMember(Op):
     member: Member
 

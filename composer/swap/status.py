@@ -361,7 +361,8 @@ def format_status(data: dict) -> str:
     """Human-readable form of status_data(), its warnings last."""
     warnings = "".join(f"\n{'warning':<14}{w}" for w in data.get("warnings") or ())
     live = data.get("live") or []
-    if live and not data["running"]:  # a live set serves: no single variant to describe
+    members = {r["container"] for r in live}
+    if live and (not data["running"] or data.get("container") in members):  # a live set serves
         gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
         header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
         return header + f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) + warnings

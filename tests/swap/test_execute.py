@@ -124,3 +124,14 @@ def test_an_undo_that_fails_is_reported_after_the_cause_and_the_rest_still_run()
     message = str(caught.value)
     assert not caught.value.rolled_back
     assert message.index("d is not ready") < message.index("undo c: RuntimeError: docker went away")
+
+
+def test_the_failed_operation_is_seen_before_anything_is_undone() -> None:
+    rec = Recorder(fail="c")
+    seen: list[tuple[str, str, list[str]]] = []
+    with pytest.raises(SwapFailed):
+        execute(
+            OPS, rec.handlers(), failed=lambda op, err: seen.append((op.describe(), str(err), list(rec.log)))
+        )
+    assert seen == [("do c", "c is not ready", ["do a", "look b", "do c"])]  # its evidence, then the undo
+    assert rec.log[-2:] == ["undo c", "undo a"]

@@ -219,13 +219,17 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
     assert plan.returncode == 0, plan.stderr
     assert "(join)" in plan.stdout and "StartMember: start mtp/1 on GPUs 2,3" in plan.stdout
-    assert "GateMember: gate mtp/1" in plan.stdout and "StopMember: stop baseline" in plan.stdout
+    assert "GateMember: gate mtp/1" in plan.stdout and "StopMember" not in plan.stdout
+    assert f"AdoptMember: adopt {single.name} as baseline/1 as it runs (not restarted)" in plan.stdout
     assert _ids(docker_client, sim_stack.project) == before
 
     events = len(_events(sim_stack))
     failed, answers = _under_load(sim_stack, "baseline", "mtp-crash")
     assert failed.returncode == 1, failed.stdout + failed.stderr
     assert "mtp-crash/1" in failed.stderr and "CUDA error: unspecified launch failure" in failed.stderr
+    assert "(whole log kept in " in failed.stderr and failed.stderr.count("--- end of log ---") == 1
+    kept_log = sim_stack.run("logs", "--failed")  # the failed member's evidence, as a swap keeps it
+    assert kept_log.returncode == 0 and "CUDA error" in kept_log.stdout, kept_log.stderr
     assert {status for status, _ in answers} == {200}, answers
     single.reload()
     assert single.status == "running" and single.attrs["State"]["StartedAt"] == started  # never restarted
@@ -233,7 +237,18 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert sim_stack.status()["variant"] == "baseline"
     assert len(_events(sim_stack)) == events + 1 and _events(sim_stack)[-1]["outcome"] == "failed"
 
+    # A successful join adopts the one serving baseline as baseline/1: same container, never restarted.
     assert sim_stack.run("up", "baseline", "mtp", timeout=300).returncode == 0
+    single.reload()
+    assert single.status == "running" and single.attrs["State"]["StartedAt"] == started
+    assert single.id in {c.id for c in docker_client.containers.list()}
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: (row["container"], row["ready"]) for name, row in rows.items()} == {
+        "baseline/1": (single.name, True),
+        "mtp/1": (_container(docker_client, sim_stack.project, "mtp/1").name, True),
+    }
+    served = _served(sim_stack)  # both ready in the gateway's set; every request answered
+    assert {status for status, _ in served} == {200} and {n for _, n in served} <= {"baseline/1", "mtp/1"}
     mtp = _container(docker_client, sim_stack.project, "mtp/1").id
     before = _ids(docker_client, sim_stack.project)
     plan = sim_stack.run("up", "baseline", "mtp-crash", "--dry-run", "--json")

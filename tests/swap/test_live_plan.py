@@ -14,7 +14,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
 from composer.swap.live_status import format_live
 from composer.swap.status import format_status
-from tests.conftest import REPO
+from tests.conftest import REPO, free_port
 
 LIVE = """
 [gateway]
@@ -124,30 +124,67 @@ def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -
     assert [u["name"] for u in plan.ops[0].inverse()[0].upstreams] == ["baseline/1", "mtp/1"]
 
 
-def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -> None:
+def _single(config_hash: str, variant: str = "baseline"):
     from composer.engine.variant_container import RunningVariant
 
-    single = RunningVariant(
+    return RunningVariant(
         "id",
-        "vllm-vllm-1",
-        "baseline",
-        "h",
+        "p-vllm-1",
+        variant,
+        config_hash,
         "img",
         "running",
         None,
         None,
         None,
         "m",
-        "/s/baseline.yml",
+        "/s/one.yml",
         0,
         service="vllm",
     )
+
+
+def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -> None:
+    single = _single("h")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single)
     assert plan.mode == "join"
     assert _ops(plan)[-1] == "StopMember baseline" and _ops(plan).count("StopMember baseline") == 1
-    assert plan.ops[-1].inverse()[1].member.run_file == "/s/baseline.yml"  # started again from its file
+    assert plan.ops[-1].inverse()[1].member.run_file == "/s/one.yml"  # started again from its file
     first = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True)
     assert _ops(first)[:2] == ["StopMember baseline", "AwaitRelease"]
+
+
+def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(tmp_path: Path) -> None:
+    extra = tmp_path / "live.toml"
+    extra.write_text(LIVE.replace('live = ["baseline"]', ""), encoding="utf-8")
+    stack = load_stack([REPO / "composer.toml", extra], None, environ={"GPU_DEVICES": "none"})
+    target = resolve_live(stack, ["baseline", "mtp"])
+    single = _single(target.services[0].alone_hash)
+    assert single.config_hash  # the one serving baseline's hash, as `up baseline` labels it
+    plan = plan_live(target, [], single)
+    assert _ops(plan) == ["AdoptMember baseline/1", "StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    assert plan.keep == ("baseline/1",) and plan.single is None and plan.mode == "join"
+    assert plan.ops[0].member.container == "p-vllm-1" and plan.ops[0].inverse() == ()
+    publish = plan.ops[-1]
+    assert publish.upstreams[0] == {"name": "baseline/1", "variant": "baseline", "url": "http://vllm:8000"}
+    assert publish.inverse()[0].upstreams == ()  # undone: the gateway's single upstream again
+    assert "AdoptMember: adopt p-vllm-1 as baseline/1 as it runs (not restarted)" in plan.describe()
+    assert plan.as_data()["operations"][0]["op"] == "AdoptMember"
+    # Once it serves in the set, the same set is a no-op; its upstream keeps its own service.
+    member = LiveRunning("baseline/1", "baseline", "p-vllm-1", "0,1", single.config_hash, "running", "vllm")
+    mtp = _running(stack, "mtp/1")
+    same = plan_live(target, [member, *mtp], single)
+    assert same.no_op and same.upstreams[0]["url"] == "http://vllm:8000", same.describe()
+    # Not adopted: another configuration, a set of itself alone, or no gateway running.
+    assert "StopMember baseline" in _ops(plan_live(target, [], _single("other")))
+    assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "StartMember baseline/1"
+    assert "AdoptMember baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
+
+
+def test_a_lone_variant_on_other_gpus_than_its_member_cannot_join_as_it_runs(stack: Stack) -> None:
+    target = resolve_live(stack, ["baseline", "mtp"])
+    assert stack.gpus and set(stack.gpus) != {"0", "1"}
+    assert target.services[0].alone_hash == ""
 
 
 def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) -> None:
@@ -222,6 +259,11 @@ def test_a_live_set_says_whether_it_routes_by_class_or_by_load_alone() -> None:
     ]  # fmt: skip
     text = format_status({"project": "p", "running": False, "live": rows, "routing": line})
     assert "\nrouting       by load alone: " in text
+    # The one serving container that joined the set is shown as its member, not as a swap's variant.
+    adopted = format_status(
+        {"project": "p", "running": True, "container": "c1", "live": rows, "routing": line}
+    )
+    assert adopted.startswith("project p: live set of 1 container(s)")
 
 
 def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
@@ -277,3 +319,25 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     execute([StopMember(leaving), AwaitRelease("2,3"), StartMember(coming)], handlers)
     assert stopped == ["vllm-mtp-1"]
     assert started == [[True, True, True, False]]  # started only after the release was seen
+
+
+def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: Path) -> None:
+    from composer.errors import PreflightFailed
+    from composer.swap.live import LiveSwapper
+
+    extra = tmp_path / "live.toml"
+    extra.write_text(LIVE, encoding="utf-8")
+    missing = tmp_path / "no-such-model"
+    key = "Zq3vT9pL2xW7mK8rN4bH6jD1sF5gA0cE"
+    environ = {
+        "GPU_DEVICES": "none",
+        "MODEL_DIR": str(missing),
+        "VLLM_API_KEY": key,
+        "VLLM_PORT": str(free_port()),
+    }
+    stack = load_stack([REPO / "composer.toml", extra], None, environ=environ)
+    target = resolve_live(stack, ["baseline", "mtp"])
+    plan = plan_live(target, _running(stack, "baseline/1"))
+    swapper = LiveSwapper(stack, None)  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
+    with pytest.raises(PreflightFailed, match=f"preflight: model directory {missing}"):
+        swapper.preflight(target, plan)
