@@ -19,7 +19,7 @@ class _Control:
         self.released: list[str] = []
         self.four = threading.Event()
 
-    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None, **_) -> DrainReport:
         return DrainReport("h1", 2, 0, 0.1)
 
     def renew(self, hold_id: str, lease: float) -> None:
@@ -72,7 +72,7 @@ class _TetheredControl(_Control):
         self.owners.append(owner)
         return _Tether(self.events)
 
-    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None, **_) -> DrainReport:
         self.events.append("drain")
         self.owners.append(owner)
         return super().drain(timeout, lease, owner, probe_token, target, progress)
