@@ -52,6 +52,7 @@ def test_up_continues_eight_streams_on_the_new_variant_token_for_token(sim_stack
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.splitlines()[-1])
     left = MAX_TOKENS - max(ids_at_switch)
+    print(f"up took {took:.1f}s; {left} tokens left at {rate:.0f} tok/s: {left / rate:.1f}s")
     assert left > 500, ids_at_switch
     # up ended long before the streams could have finished on the old variant
     assert took < 0.5 * left / rate, (took, left, rate)
