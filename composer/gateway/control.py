@@ -116,7 +116,7 @@ class Drains:
         pause: bool = False,
     ) -> str:
         drain_id = secrets.token_hex(6)
-        pausing = gateway.proxy.pause_streams if pause else None
+        pausing = gateway.proxy.pause_streams if pause and gateway.proxy.continue_streams else None
         task = asyncio.get_running_loop().create_task(
             gateway.gate.drain(timeout, lease, owner, probe_token, pausing)
         )

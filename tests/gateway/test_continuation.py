@@ -302,16 +302,19 @@ def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(s
     assert gw.gateway.gate.inflight == 0 and gw.gateway.proxy.streams == set()
 
 
-def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single) -> None:
+@pytest.mark.parametrize(("asked", "on"), [(False, True), (True, False)])
+def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single, asked, on) -> None:
+    """Not asked (`up --drain`), or asked of a gateway with `continue_streams = false`."""
     from composer.gateway.client import GatewayControl
 
     from .fakes import InProcessExec
 
     base = sims("baseline", scale="5")
-    gw = make_single(url_of(base))
+    gw = make_single(url_of(base), continue_streams=on)
     client = Client(gw.port, COMPLETIONS, body(0, False)).start()
     client.wait_events(5)
-    report = GatewayControl(InProcessExec(gw.config.control_socket)).drain(timeout_s=60, lease_s=30)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=asked)
     assert (report.continued, report.drained, report.cut) == (0, 1, 0)
     assert client.join().events[-1] == "[DONE]" and len(client.chunks) > MAX_TOKENS // 2
     assert samples(gw.url)["gateway_continued_streams_total"] == 0
