@@ -155,6 +155,12 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
             help="Restart the variant even when it serves with this configuration; the gateway "
             "holds requests meanwhile and the old container comes back if the new one fails.",
         ),
+        click.option(
+            "--drain",
+            is_flag=True,
+            help="Let every request in flight finish on the old variant (up to drain_timeout), "
+            "streams too, instead of continuing eligible streams on the new one.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)

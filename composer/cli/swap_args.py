@@ -29,6 +29,7 @@ class SwapArgs:
     dry_run: bool = False
     takeover: bool = False
     force_recreate: bool = False
+    drain: bool = False
     profiles: tuple[str, ...] = ()
 
     def up_options(self, allow_weak_key: bool, obj: Context, probation: float = 0.0):
@@ -44,6 +45,7 @@ class SwapArgs:
             dry_run=self.dry_run,
             takeover=self.takeover,
             force_recreate=self.force_recreate,
+            drain=self.drain,
             profiles=self.profiles,
             env_file=os.path.abspath(obj.options.env_file),
             stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),

@@ -73,7 +73,8 @@ class HoldInfo:
 
 @dataclass(frozen=True)
 class DrainReport:
-    """A finished drain: requests that finished, requests cut at the timeout, seconds taken.
+    """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
+    streams paused to go on on the next variant (`continued`).
 
     The drain's hold (`hold_id`) is still set: release it once the next backend serves.
     """
@@ -82,6 +83,7 @@ class DrainReport:
     drained: int
     cut: int
     duration_s: float
+    continued: int = 0
 
 
 @dataclass(frozen=True)
@@ -446,6 +448,7 @@ class GatewayControl:
         probe_token: str = "",
         target: str = "",
         progress: Callable[[DrainProgress], None] | None = None,
+        continue_streams: bool = False,
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
@@ -455,6 +458,8 @@ class GatewayControl:
         switch in the gateway's switch log (its status shows the stages as they pass).
         `progress` gets what still runs about once every `PROGRESS_EVERY_S` while the drain
         waits (never when nothing was in flight; an older gateway does not say).
+        `continue_streams`: the gateway pauses its eligible streams at once (they go on on the
+        next variant once the hold is released) and waits only for the other requests.
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
         body = {
@@ -467,13 +472,19 @@ class GatewayControl:
             body["probe_token"] = probe_token
         if target:
             body["target"] = target
+        if continue_streams:
+            body["continue"] = True
         reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
                 progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
             reply = self._call("GET", f"/drain/{reply['id']}?wait_s={step}")
         return DrainReport(
-            str(reply["hold_id"]), int(reply["drained"]), int(reply["cut"]), float(reply["duration_s"])
+            str(reply["hold_id"]),
+            int(reply["drained"]),
+            int(reply["cut"]),
+            float(reply["duration_s"]),
+            int(reply.get("continued", 0)),
         )
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:

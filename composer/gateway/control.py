@@ -11,8 +11,10 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /renew {id, lease_s?}` | extend a hold's lease |
 | `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
 |  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?}` | hold, wait for in-flight requests, cut |
-|  | at timeout; `target` (a variant) starts a switch in the status's switch log |
+| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?}` | hold, wait for in-flight |
+|  | requests, cut at timeout; `target` (a variant) starts a switch in the status's switch log; |
+|  | `continue`: pause eligible streams at once (they go on on the next upstream after the release) |
+|  | and wait only for the rest; the result's `continued` counts them |
 | `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
 |  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
 | `POST /route {upstream}` | forward to another backend from now on |
@@ -111,9 +113,13 @@ class Drains:
         owner: str,
         probe_token: str = "",
         on_done: Callable[[DrainResult], None] | None = None,
+        pause: bool = False,
     ) -> str:
         drain_id = secrets.token_hex(6)
-        task = asyncio.get_running_loop().create_task(gateway.gate.drain(timeout, lease, owner, probe_token))
+        pausing = gateway.proxy.pause_streams if pause and gateway.proxy.continue_streams else None
+        task = asyncio.get_running_loop().create_task(
+            gateway.gate.drain(timeout, lease, owner, probe_token, pausing)
+        )
         if on_done is not None:
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
         self._tasks[drain_id] = task
@@ -203,11 +209,14 @@ class Control:
         owner = str(args.get("owner", ""))
         target = _variant(args, "target")
         token = _probe_token(args)
+        pause = args.get("continue", False)
+        if not isinstance(pause, bool):
+            raise BadInput("continue must be true or false")
         log = gateway.status.switches
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
         on_done = (lambda r: log.drained(r.hold_id, r.drained, r.cut)) if target is not None else None
-        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done)
+        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done, pause)
         return await self.drains.wait(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:

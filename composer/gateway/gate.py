@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,12 +78,14 @@ class Hold:
 
 @dataclass(frozen=True)
 class DrainResult:
-    """What a drain did: requests that finished, requests cut at the timeout, and how long it took."""
+    """What a drain did: requests that finished, requests cut at the timeout, and how long it
+    took; `continued`: streams paused at its start, which go on on the next upstream."""
 
     hold_id: str
     drained: int
     cut: int
     duration_s: float
+    continued: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view."""
@@ -92,13 +94,15 @@ class DrainResult:
             "drained": self.drained,
             "cut": self.cut,
             "duration_s": self.duration_s,
+            "continued": self.continued,
         }
 
 
 class Ticket:
-    """One admitted request, in flight until `done()`; a drain may `cut()` it."""
+    """One admitted request, in flight until `done()`; a drain may `cut()` it, or pause its
+    stream (`paused`: it goes on elsewhere, so it is not counted as drained)."""
 
-    __slots__ = ("_dispatched", "_gate", "cancel", "cut_requested", "finished")
+    __slots__ = ("_dispatched", "_gate", "cancel", "cut_requested", "finished", "paused")
 
     def __init__(self, gate: Gate) -> None:
         self._gate = gate
@@ -106,6 +110,7 @@ class Ticket:
         self.cancel: Any = None  # a callable set by the proxy while it forwards
         self.cut_requested = False
         self.finished = False
+        self.paused = False
 
     def mark_dispatched(self) -> None:
         """The request reached the backend (or failed to): the releaser may release the next one."""
@@ -311,7 +316,7 @@ class Gate:
         self.metrics.inflight.dec()
         if self._draining is not None and ticket in self._draining:
             self._draining.discard(ticket)
-            if completed and not ticket.cut_requested:
+            if completed and not ticket.cut_requested and not ticket.paused:
                 self._drain_finished += 1
         if not self._inflight and self._idle is not None:
             self._idle.set()
@@ -389,9 +394,18 @@ class Gate:
     # -- drain -------------------------------------------------------------------------------
 
     async def drain(
-        self, timeout: float, lease_s: float, owner: str = "", probe_token: str = ""
+        self,
+        timeout: float,
+        lease_s: float,
+        owner: str = "",
+        probe_token: str = "",
+        pause: Callable[[], int] | None = None,
     ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
+
+        `pause` (the proxy's `pause_streams`) is called once the hold is set: the streams it
+        pauses go on on the next upstream the gate admits them to, so the drain waits only
+        for the rest; `DrainResult.continued` counts them.
 
         The hold stays set so the caller can stop the backend and then release it;
         `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
@@ -404,6 +418,7 @@ class Gate:
         self._draining = set(self._inflight)
         self._drain_finished = 0
         self._idle = asyncio.Event()
+        continued = pause() if pause is not None else 0
         if not self._inflight:
             self._idle.set()
         try:
@@ -424,8 +439,14 @@ class Gate:
             self._pinned.discard(hold.id)
             with contextlib.suppress(UnknownHold):
                 self.renew(hold.id)
-        result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4))
+        result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4), continued)
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)
-        log.info("drain: %d finished, %d cut, %.3fs", result.drained, result.cut, result.duration_s)
+        log.info(
+            "drain: %d finished, %d cut, %d paused to continue, %.3fs",
+            result.drained,
+            result.cut,
+            continued,
+            result.duration_s,
+        )
         return result

@@ -246,6 +246,7 @@ class Relay:
     def pause(self) -> None:
         """Stop reading now: the stream raises `Paused` (it goes on on another upstream)."""
         self.paused = True
+        self.ticket.paused = True  # a drain does not count it as finished
         self.cut()
 
     def cut(self) -> None:

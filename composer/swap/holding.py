@@ -56,6 +56,7 @@ class Drained:
     drained: int
     cut: int
     seconds: float
+    continued: int = 0  # streams paused to go on on the next variant
 
 
 class SwapHold:
@@ -98,8 +99,9 @@ class SwapHold:
             self._tethered = True
         self.control.state()
 
-    def begin(self) -> Drained:
-        """Hold new requests and wait for the ones in flight (cut at the drain timeout)."""
+    def begin(self, continue_streams: bool = False) -> Drained:
+        """Hold new requests and wait for the ones in flight (cut at the drain timeout);
+        `continue_streams`: eligible streams are paused instead, to go on on the next variant."""
         if not self._tethered:
             self._tethered = True
             try:
@@ -114,11 +116,12 @@ class SwapHold:
             probe_token=self.token,
             target=self.target,
             progress=(lambda p: waiting(p.describe())) if waiting is not None else None,
+            continue_streams=continue_streams,
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
         self._renewer.start()
-        return Drained(report.drained, report.cut, report.duration_s)
+        return Drained(report.drained, report.cut, report.duration_s, report.continued)
 
     def _renew(self) -> None:
         """Renew the lease a few times per lease until `end`; a failed renewal waits its turn."""

@@ -80,7 +80,7 @@ class Outcome:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    drained: tuple[int, int] | None = None  # (finished, cut)
+    drained: tuple[int, int, int] | None = None  # (finished, cut, continued)
     hold: SwapHold | None = None
     container: VariantContainer | None = None
     log: str = ""
@@ -121,7 +121,8 @@ def drain(
     recreate: bool = True,
 ) -> Outcome:
     """Make sure the gateway runs (`ensure`; `recreate=False`: a running one is kept as it is),
-    then hold new requests and let in-flight ones finish.
+    then hold new requests and let in-flight ones finish (eligible streams are paused to go
+    on on the next variant instead, unless `up --drain`).
 
     `opened`: a hold whose control session is already open (`holding.EarlyHold`), used as is.
     """
@@ -136,8 +137,9 @@ def drain(
         container=_gateway(ctx, gateway),
         waiting=ctx.waiting,
     )
-    drained = hold.begin()  # the progress line shows the drain only while something runs
-    out = Outcome("drain", drained.seconds, drained=(drained.drained, drained.cut), hold=hold)
+    drained = hold.begin(not ctx.options.drain)  # the progress line shows it while something runs
+    counts = (drained.drained, drained.cut, drained.continued)
+    out = Outcome("drain", drained.seconds, drained=counts, hold=hold)
     if drained.cut:
         out.warnings.append(
             f"{drained.cut} request(s) still running after the drain timeout "
@@ -258,7 +260,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
     began = time.monotonic()
     compose_up(ctx, compose_file, gateway.service)
     cut = drained.cut + held
-    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut))
+    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0))
     out.extra["gateway_recreate"] = time.monotonic() - began
     out.notes.append(
         f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "

@@ -81,6 +81,7 @@ class UpOptions:
     stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
     keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
     by: str | None = None  # what drove the swap when not a person's `up` ("follow"), for the history
+    drain: bool = False  # wait for eligible streams too, instead of continuing them (`up --drain`)
 
 
 @dataclass
@@ -94,7 +95,7 @@ class UpResult:
     kv_cache_tokens: int | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    drained: dict[str, int] | None = None  # with a gateway: requests finished and cut
+    drained: dict[str, int] | None = None  # with a gateway: requests finished, cut and continued
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end

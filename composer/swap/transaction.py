@@ -66,10 +66,11 @@ def absorb(result: UpResult, out: Outcome) -> Outcome:
     result.notes += out.notes
     result.warnings += out.warnings
     if out.drained is not None:
-        before = result.drained or {"finished": 0, "cut": 0}
+        before = result.drained or {"finished": 0, "cut": 0, "continued": 0}
         result.drained = {
             "finished": before["finished"] + out.drained[0],
             "cut": before["cut"] + out.drained[1],
+            "continued": before["continued"] + out.drained[2],
         }
     return out
 

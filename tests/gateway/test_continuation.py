@@ -270,3 +270,51 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     assert seen["gateway_continued_streams_total"] == len(on_mtp)
     assert gw.gateway.live.members["mtp/1"].errors == 0 and gw.gateway.live.members["mtp/1"].ready
     assert gw.gateway.proxy.streams == set() and gw.gateway.gate.inflight == 0
+
+
+def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(sims, make_single) -> None:
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = make_single(url_of(base))
+    eligible = [body(i, i % 2 == 1, ids=i == 0) for i in range(3)]
+    paths = [CHAT if r.get("messages") else COMPLETIONS for r in eligible]
+    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, eligible, strict=True)]
+    clients = [Client(gw.port, p, r).start() for p, r in zip(paths, eligible, strict=True)]
+    refused = Client(gw.port, COMPLETIONS, body(9, False, presence_penalty=0.5)).start()
+    for client in [*clients, refused]:
+        client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=True)
+    # the ineligible stream finished on baseline; the eligible ones wait, paused, under the hold
+    assert (report.continued, report.drained, report.cut) == (3, 1, 0)
+    assert refused.join().events[-1] == "[DONE]" and len(refused.chunks) > MAX_TOKENS // 2
+    assert not any(c.events and c.events[-1] == "[DONE]" for c in clients)
+    control.route(url_of(mtp))
+    control.release(report.hold_id)
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)
+    seen = samples(gw.url)
+    assert seen["gateway_continued_streams_total"] == 3
+    assert seen["gateway_continuation_failed_total"] == 0
+    assert gw.gateway.gate.inflight == 0 and gw.gateway.proxy.streams == set()
+
+
+@pytest.mark.parametrize(("asked", "on"), [(False, True), (True, False)])
+def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single, asked, on) -> None:
+    """Not asked (`up --drain`), or asked of a gateway with `continue_streams = false`."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base = sims("baseline", scale="5")
+    gw = make_single(url_of(base), continue_streams=on)
+    client = Client(gw.port, COMPLETIONS, body(0, False)).start()
+    client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=asked)
+    assert (report.continued, report.drained, report.cut) == (0, 1, 0)
+    assert client.join().events[-1] == "[DONE]" and len(client.chunks) > MAX_TOKENS // 2
+    assert samples(gw.url)["gateway_continued_streams_total"] == 0

@@ -76,7 +76,7 @@ def test_kill_9_of_up_during_the_drain_releases_its_held_clients(sim_stack, dock
 
     retry.within(20.0, 0.2)(in_flight)
 
-    swap = sim_stack.popen(*IMAGE, "up", "mtp")
+    swap = sim_stack.popen(*IMAGE, "up", "mtp", "--drain")  # the drain waits for the stream
     said: list[str] = []
     reader = threading.Thread(target=lambda: said.extend(swap.stderr or ()), daemon=True)
     reader.start()

@@ -19,7 +19,7 @@ class _Control:
         self.released: list[str] = []
         self.four = threading.Event()
 
-    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None, **_) -> DrainReport:
         return DrainReport("h1", 2, 0, 0.1)
 
     def renew(self, hold_id: str, lease: float) -> None:
@@ -72,7 +72,7 @@ class _TetheredControl(_Control):
         self.owners.append(owner)
         return _Tether(self.events)
 
-    def drain(self, timeout, lease, owner, probe_token, target="", progress=None) -> DrainReport:
+    def drain(self, timeout, lease, owner, probe_token, target="", progress=None, **_) -> DrainReport:
         self.events.append("drain")
         self.owners.append(owner)
         return super().drain(timeout, lease, owner, probe_token, target, progress)
@@ -152,3 +152,20 @@ def test_start_hold_gives_up_after_its_timeout(monkeypatch) -> None:
     ):
         _start(monkeypatch, _Gateway("running"))
     assert _Silent.calls >= 2
+
+
+def test_a_hold_that_continues_streams_asks_the_drain_to_and_reports_them() -> None:
+    asked: list[bool] = []
+
+    class Continuing(_Control):
+        def drain(self, *args, continue_streams=False, **_) -> DrainReport:
+            asked.append(continue_streams)
+            return DrainReport("h1", 1, 0, 0.1, 3 if continue_streams else 0)
+
+    hold = holding.SwapHold(Continuing(), 5, lambda _: None)  # type: ignore[arg-type]
+    assert hold.begin(True) == holding.Drained(1, 0, 0.1, 3)
+    hold.end()
+    again = holding.SwapHold(Continuing(), 5, lambda _: None)  # type: ignore[arg-type]
+    assert again.begin() == holding.Drained(1, 0, 0.1, 0)
+    again.end()
+    assert asked == [True, False]
