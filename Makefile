@@ -97,13 +97,15 @@ check: install tools
 	$(CHECK_PYTEST) -m "$(FAST_TIER) and timing" $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, then every test once, each property
-# test with its full examples: the fast tier on CHECK_WORKERS workers, then the slow, the
-# timing, the Docker and the real-vLLM tests one at a time (they share stacks and both cores),
-# with the slowest listed. Exit 5 (a PYTEST_ARGS selection leaves one pass empty) is no failure.
+# test with its full examples: every test that needs no Docker (the fast tier and the slow
+# ones) on CHECK_WORKERS workers, then the timing, the Docker and the real-vLLM tests one at a
+# time (they share stacks and both cores), with the slowest listed. Exit 5 (a PYTEST_ARGS
+# selection leaves one pass empty) is no failure.
+NO_DOCKER := not docker and not timing
 test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -m "not ($(FAST_TIER) and not timing)" --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -m "not ($(NO_DOCKER))" --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
 bench: install docker image-sim image-gateway

@@ -74,14 +74,17 @@ TIER_MARKERS = ("docker", "slow", "timing", "vllm_cpu")
 
 def _pytest_selections(target: str) -> list[str]:
     """The `-m` expression of each pytest command in a Makefile target's recipe ("" for none),
-    with $(FAST_TIER) expanded."""
+    with the Makefile's `NAME := ...` variables expanded."""
     makefile = (REPO / "Makefile").read_text(encoding="utf-8")
-    fast = re.search(r"^FAST_TIER := (.+)$", makefile, re.MULTILINE)
-    assert fast is not None
+    variables = dict(re.findall(r"^([A-Z_]+) := (.+)$", makefile, re.MULTILINE))
     recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
     commands = [line for line in recipe.splitlines() if "pytest" in line.lower()]
     found = [re.search(r'-m "([^"]+)"', line) for line in commands]
-    return [m.group(1).replace("$(FAST_TIER)", fast.group(1)) if m else "" for m in found]
+
+    def expand(text: str) -> str:
+        return re.sub(r"\$\(([A-Z_]+)\)", lambda v: variables.get(v.group(1), v.group(0)), text)
+
+    return [expand(m.group(1)) if m else "" for m in found]
 
 
 def test_make_check_runs_each_fast_test_once_and_make_test_runs_every_test(pytester: pytest.Pytester) -> None:
