@@ -318,3 +318,58 @@ def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single,
     assert (report.continued, report.drained, report.cut) == (0, 1, 0)
     assert client.join().events[-1] == "[DONE]" and len(client.chunks) > MAX_TOKENS // 2
     assert samples(gw.url)["gateway_continued_streams_total"] == 0
+
+
+def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream(sims, make_single) -> None:
+    """A switch as `up` makes it (drain with continue, route to the new variant, release),
+    mid-stream, under the official SDK: one stream, one `id`, no error, the uninterrupted text."""
+    import openai
+
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = make_single(url_of(base))
+    request = body(7, True)
+    ((_, text, prompt_tokens),) = references(base.port, CHAT, [request])
+    sdk = openai.OpenAI(base_url=gw.url + "/v1", api_key=KEY, max_retries=0, timeout=60)
+    chunks: list[Any] = []
+    raised: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            stream = sdk.chat.completions.create(
+                model="m",
+                messages=request["messages"],
+                max_tokens=MAX_TOKENS,
+                temperature=0,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body={"ignore_eos": True},
+            )
+            for chunk in stream:
+                chunks.append(chunk)
+        except BaseException as err:  # the test asserts there is none
+            raised.append(err)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    gw.wait(lambda g: len(chunks) >= 5 or raised, timeout=30)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=True)
+    assert (report.continued, report.drained, report.cut) == (1, 0, 0)
+    paused_at = len(chunks)
+    control.route(url_of(mtp))
+    control.release(report.hold_id)
+    reader.join(timeout=120)
+    assert not reader.is_alive() and raised == []
+    assert 5 <= paused_at < MAX_TOKENS  # the switch came mid-stream
+    assert {c.id for c in chunks} == {chunks[0].id} and {c.object for c in chunks} == {
+        "chat.completion.chunk"
+    }
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
+    usage = chunks[-1].usage
+    assert usage is not None
+    assert (usage.prompt_tokens, usage.completion_tokens) == (prompt_tokens, MAX_TOKENS)
+    assert samples(gw.url)["gateway_continued_streams_total"] == 1
