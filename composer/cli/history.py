@@ -12,7 +12,7 @@ from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.params import json_option
 
-HEADER = ("TIME", "COMMAND", "FROM", "TO", "OUTCOME", "TOOK", "CUT")
+HEADER = ("TIME", "COMMAND", "FROM", "TO", "OUTCOME", "TOOK", "CUT", "CONTINUED")
 
 
 def _outcome(event: dict[str, Any]) -> str:
@@ -34,7 +34,7 @@ def history_rows(events: list[dict[str, Any]]) -> list[list[str]]:
         kind = str(event.get("kind") or "up")
         by = event.get("by")
         total = (event.get("timings") or {}).get("total")
-        cut = (event.get("drained") or {}).get("cut")
+        drained = event.get("drained") or {}
         rows.append(
             [
                 when,
@@ -43,7 +43,7 @@ def history_rows(events: list[dict[str, Any]]) -> list[list[str]]:
                 str(event.get("target") or "-"),
                 _outcome(event),
                 f"{total:.1f}s" if isinstance(total, int | float) else "-",
-                str(cut) if cut else "-",
+                *(str(drained[name]) if drained.get(name) else "-" for name in ("cut", "continued")),
             ]
         )
     return rows

@@ -61,18 +61,19 @@ def test_corrupt_history_lines_are_skipped_counted_and_said_once(tmp_path: Path,
         b"[" * 200_000 + b"]" * 200_000,  # past the JSON parser's recursion limit
         b'{"time": 1700000001, "target": "bad \xff\xfe utf-8"}',
         b'{"time": 1700000002, "drained": {"cut": "many"}}',
+        b'{"time": 1700000003, "drained": {"cut": 0, "continued": [1]}}',
         b'{"time": NaN, "target": "mtp"}',
         _event("dflash2", 1_700_000_100.0),
     ]
     (state / HISTORY).write_bytes(b"\n".join(lines) + b"\n")
     history = read_history(PROJECT)
     assert [e["target"] for e in history.events] == ["mtp", "dflash2"]
-    assert history.skipped == 5
+    assert history.skipped == 6
     result = _history_cli(tmp_path)
     assert result.exit_code == 0, result.output
     rows = [line.split()[3:5] for line in result.stdout.splitlines()[1:]]
     assert rows == [["baseline", "mtp"], ["baseline", "dflash2"]]
-    assert result.stderr.splitlines() == [f"note: skipped 5 unreadable line(s) of {state / HISTORY}"]
+    assert result.stderr.splitlines() == [f"note: skipped 6 unreadable line(s) of {state / HISTORY}"]
     as_json = _history_cli(tmp_path, "--json")
     assert as_json.exit_code == 0 and len(json.loads(as_json.stdout)) == 2
 
