@@ -215,7 +215,9 @@ class Control:
         log = gateway.status.switches
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
-        on_done = (lambda r: log.drained(r.hold_id, r.drained, r.cut)) if target is not None else None
+        on_done = (
+            (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued)) if target is not None else None
+        )
         drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done, pause)
         return await self.drains.wait(drain_id, wait_s)
 

@@ -204,7 +204,8 @@ SCRIPT = """
         (s.from || "-") + " \\u2192 " + s.to + " "));
       head.appendChild(el("span", "badge " + s.outcome, s.outcome));
       head.appendChild(el("span", "dim", " " + clock(s.started_at) + ", " + secs(s.elapsed_s) +
-        (s.drained !== null ? ", drained " + s.drained + ", cut " + s.cut : "")));
+        (s.drained !== null ? ", drained " + s.drained + ", cut " + s.cut : "") +
+        (s.continued ? ", continued " + s.continued : "")));
       li.appendChild(head);
       if (!s.gateway_only) { li.appendChild(stages(s.stages, false)); }
       if (s.detail) { li.appendChild(el("div", "dim", s.detail)); }

@@ -48,6 +48,7 @@ class Switch:
     hold_id: str | None = None
     drained: int | None = None
     cut: int | None = None
+    continued: int | None = None  # streams paused at the drain, to go on on the new variant
     outcome: str | None = None
     detail: str = ""
     duration_s: float | None = None
@@ -76,6 +77,7 @@ class Switch:
             "stages": [{"stage": name, "seconds": round(sec, 3)} for name, sec in stages],
             "drained": self.drained,
             "cut": self.cut,
+            "continued": self.continued,
             "outcome": self.outcome,
             "detail": self.detail,
             "gateway_only": self.detail == GATEWAY_UPDATED,
@@ -108,12 +110,12 @@ class SwitchLog:
         self.current = Switch(source, from_variant, to_variant, now, self.wall(), stage_began=now)
         return self.current
 
-    def drained(self, hold_id: str, drained: int, cut: int) -> None:
-        """The switch's drain ended: the old variant goes next."""
+    def drained(self, hold_id: str, drained: int, cut: int, continued: int = 0) -> None:
+        """The switch's drain ended (`continued`: the streams it paused): the old variant goes next."""
         if self.current is None or self.current.stage != "drain":
             return
         self.current.hold_id = hold_id
-        self.current.drained, self.current.cut = drained, cut
+        self.current.drained, self.current.cut, self.current.continued = drained, cut, continued
         self.current.enter("stop", self.clock())
 
     def stage(self, name: str) -> None:

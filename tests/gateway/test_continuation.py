@@ -11,6 +11,7 @@ import signal
 import threading
 from typing import Any
 
+import httpx
 import pytest
 
 from composer.errors import GatewayConfigError
@@ -357,19 +358,21 @@ def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream
     reader.start()
     gw.wait(lambda g: len(chunks) >= 5 or raised, timeout=30)
     control = GatewayControl(InProcessExec(gw.config.control_socket))
-    report = control.drain(timeout_s=60, lease_s=30, continue_streams=True)
+    report = control.drain(timeout_s=60, lease_s=30, owner="up", target="mtp", continue_streams=True)
     assert (report.continued, report.drained, report.cut) == (1, 0, 0)
     paused_at = len(chunks)
     control.route(url_of(mtp))
-    control.release(report.hold_id)
+    control.release(report.hold_id, serving="mtp", ok=True)
     reader.join(timeout=120)
     assert not reader.is_alive() and raised == []
     assert 5 <= paused_at < MAX_TOKENS  # the switch came mid-stream
-    assert {c.id for c in chunks} == {chunks[0].id} and {c.object for c in chunks} == {
-        "chat.completion.chunk"
-    }
+    assert {c.id for c in chunks} == {chunks[0].id}
+    assert {c.object for c in chunks} == {"chat.completion.chunk"}
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == text
     usage = chunks[-1].usage
     assert usage is not None
     assert (usage.prompt_tokens, usage.completion_tokens) == (prompt_tokens, MAX_TOKENS)
     assert samples(gw.url)["gateway_continued_streams_total"] == 1
+    # the status page's last switch says how many streams it continued
+    status = httpx.get(gw.url + "/gateway/status", headers={"Authorization": f"Bearer {KEY}"}).json()
+    assert status["switches"][0]["continued"] == 1 and status["switches"][0]["cut"] == 0
