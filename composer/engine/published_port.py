@@ -34,7 +34,6 @@ DEAD_PORT = (
     "`compose-spec up --recreate-gateway` (or restart the gateway)"
 )
 HEALTH_PATH = "/gateway/health"
-SILENT = "no answer through the port"
 PROBE_TIMEOUT = httpx.Timeout(5.0, connect=1.0)
 
 
@@ -48,6 +47,8 @@ class PublishedPort:
     """The container runs but Docker's forwarding to it is gone (refused, or silent while the
     gateway answers on its container address)."""
     detail: str = ""
+    silent: bool = False
+    """Connected, then no answer in time (a reservation without forwarding, or a busy gateway)."""
 
     def to_json(self) -> dict[str, object]:
         return {"url": self.url, "answers": self.answers, "dead": self.dead, "detail": self.detail}
@@ -71,7 +72,9 @@ def _probe_once(url: str) -> PublishedPort:
         refused = "refused" in str(err).lower() or isinstance(err.__cause__, ConnectionRefusedError)
         return PublishedPort(url, False, dead=refused, detail=f"connection failed ({type(err).__name__})")
     except httpx.HTTPError as err:
-        return PublishedPort(url, False, detail=f"{SILENT} ({type(err).__name__})")
+        return PublishedPort(
+            url, False, detail=f"no answer through the port ({type(err).__name__})", silent=True
+        )
     if reply.status_code != 200:
         return PublishedPort(url, False, detail=f"{HEALTH_PATH} answered {reply.status_code}")
     return PublishedPort(url, True)
@@ -106,7 +109,7 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
         return found
 
     found = retry.published_refusal()(attempt)
-    if found.detail.startswith(SILENT) and _answers_inside(container):
+    if found.silent and _answers_inside(container):
         return PublishedPort(url, False, dead=True, detail=f"{found.detail}; the gateway answers inside")
     return found
 
