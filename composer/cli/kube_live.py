@@ -49,7 +49,7 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
             return True
 
     options = KubeUpOptions(
-        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
+        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
     )
     report_swap(
         "+".join(variants or stack.gateway.live),
@@ -76,7 +76,7 @@ def kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     options = KubeUpOptions(
-        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait
+        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
     )
     report_swap(
         variant,

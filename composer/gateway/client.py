@@ -150,6 +150,7 @@ class UpstreamDrain:
     done: bool
     outstanding: int
     duration_s: float
+    continued: int = 0  # its streams paused to go on on the other members
 
 
 def _upstream(d: Mapping[str, Any]) -> UpstreamInfo:
@@ -503,18 +504,22 @@ class GatewayControl:
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
         return tuple(_upstream(d) for d in reply.get("upstreams", []))
 
-    def drain_upstream(self, name: str, timeout_s: float) -> UpstreamDrain:
+    def drain_upstream(self, name: str, timeout_s: float, continue_streams: bool = False) -> UpstreamDrain:
         """Wait up to `timeout_s` until the live upstream `name`, already left out of the set,
-        has no request in flight (then stop its container; what is left then fails)."""
+        has no request in flight (then stop its container; what is left then fails).
+        `continue_streams`: its eligible streams are paused first, to go on on the other members."""
         start = time.monotonic()
+        continued = 0
         while True:
             left = timeout_s - (time.monotonic() - start)
-            body = {"name": name, "wait_s": max(0.0, min(CALL_WAIT_S, left))}
+            body: dict[str, Any] = {"name": name, "wait_s": max(0.0, min(CALL_WAIT_S, left))}
+            if continue_streams and not continued:
+                body["continue"] = True
             reply = self._call("POST", "/upstreams/drain", body)
+            continued += int(reply.get("continued", 0))
             if reply.get("done") or left <= CALL_WAIT_S:
-                return UpstreamDrain(
-                    name, bool(reply.get("done")), int(reply.get("outstanding", 0)), time.monotonic() - start
-                )
+                done, outstanding = bool(reply.get("done")), int(reply.get("outstanding", 0))
+                return UpstreamDrain(name, done, outstanding, time.monotonic() - start, continued)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait until the gateway sees its backend ready; False at the timeout."""

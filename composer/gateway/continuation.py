@@ -197,6 +197,9 @@ class Stream:
         counted (False: nothing to pause, or it cannot go on)."""
         if self.leg is None or self.refused is not None or self.done:
             return False
+        if self.head and self.prompt_ids is None:  # its upstream sends no token ids: it drains
+            self.refuse("no_token_ids")
+            return False
         self.leg.pause()
         return True
 

@@ -116,9 +116,9 @@ class Drains:
         pause: bool = False,
     ) -> str:
         drain_id = secrets.token_hex(6)
-        pausing = gateway.proxy.pause_streams if pause and gateway.proxy.continue_streams else None
+        pausing = gateway.proxy.pause_streams if gateway.proxy.continue_streams else None
         task = asyncio.get_running_loop().create_task(
-            gateway.gate.drain(timeout, lease, owner, probe_token, pausing)
+            gateway.gate.drain(timeout, lease, owner, probe_token, pausing, pause_first=pause)
         )
         if on_done is not None:
             task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
@@ -308,8 +308,12 @@ class Control:
             raise BadInput("name must be a live upstream's name")
         if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
+        pause = args.get("continue", False)
+        if not isinstance(pause, bool):
+            raise BadInput("continue must be true or false")
+        continued = self.gateway.continue_leaving(name) if pause else 0
         left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
-        return {"name": name, "done": left == 0, "outstanding": left}
+        return {"name": name, "done": left == 0, "outstanding": left, "continued": continued}
 
     async def settings(self, _: dict[str, Any]) -> dict[str, Any]:
         return {

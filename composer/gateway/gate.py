@@ -400,12 +400,14 @@ class Gate:
         owner: str = "",
         probe_token: str = "",
         pause: Callable[[], int] | None = None,
+        pause_first: bool = True,
     ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
-        `pause` (the proxy's `pause_streams`) is called once the hold is set: the streams it
-        pauses go on on the next upstream the gate admits them to, so the drain waits only
-        for the rest; `DrainResult.continued` counts them.
+        `pause` (the proxy's `pause_streams`) pauses the streams that can go on on the next
+        upstream the gate admits them to; `DrainResult.continued` counts them. It is called
+        once the hold is set (`pause_first`: the drain waits only for the rest), or else when
+        the drain runs out, so that a continuation replaces the cut of those streams.
 
         The hold stays set so the caller can stop the backend and then release it;
         `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
@@ -418,13 +420,15 @@ class Gate:
         self._draining = set(self._inflight)
         self._drain_finished = 0
         self._idle = asyncio.Event()
-        continued = pause() if pause is not None else 0
+        continued = pause() if pause is not None and pause_first else 0
         if not self._inflight:
             self._idle.set()
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout)
-            left = list(self._draining)
+            if self._draining and pause is not None and not pause_first:
+                continued = pause()
+            left = [ticket for ticket in self._draining if not ticket.paused]
             for ticket in left:
                 ticket.cut()
             if left:

@@ -224,6 +224,7 @@ class KubeLiveRollout(KubeChange):
 
     control: GatewayControl | None = None
     variants: tuple[str, ...] = ()
+    continued = 0  # streams a leaving variant's drain sent on to the others
 
     # -- the gateway ----------------------------------------------------------------------
     def _gateway_doc(self) -> Manifest | None:
@@ -251,10 +252,12 @@ class KubeLiveRollout(KubeChange):
         the requests still running then."""
         if self.control is None:
             return 0
+        continues = self.options.continues(self.stack)
         try:
-            drained = self.control.drain_upstream(f"{variant}/1", self.stack.gateway.drain_timeout)
+            drained = self.control.drain_upstream(f"{variant}/1", self.stack.gateway.drain_timeout, continues)
         except GatewayControlError:
             return 0
+        self.continued += drained.continued
         return 0 if drained.done else drained.outstanding
 
     def drain_single(self) -> int:
@@ -462,7 +465,7 @@ class KubeLiveRollout(KubeChange):
                     cut += self.drain(name)
                     self.delete(name)
                 self._record(folders, gateway)
-        result.drained = {"cut": cut}
+        result.drained = {"cut": cut, "continued": self.continued}
         if cut:
             result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
         if plan.no_op:

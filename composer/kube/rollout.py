@@ -57,12 +57,18 @@ def _quiet(message: str) -> None:
 
 @dataclass(frozen=True)
 class KubeUpOptions:
-    """How long to wait (rollout plus gate), whether to undo a failed rollout, and whether to
-    wait for another swap of the project (else LockBusy)."""
+    """How long to wait (rollout plus gate), whether to undo a failed rollout, whether to
+    wait for another swap of the project (else LockBusy), and whether the drain waits for the
+    streams too (`up --drain`) instead of letting them go on on the new variant."""
 
     timeout: float = 900.0
     rollback: bool = True
     wait_for_lock: bool = True
+    drain: bool = False
+
+    def continues(self, stack: Stack) -> bool:
+        """Whether a drain pauses eligible streams to go on on the next variant."""
+        return stack.gateway.continue_streams and not self.drain
 
 
 @dataclass
@@ -331,10 +337,12 @@ class KubeRollout(KubeChange):
         """Hold new requests at the gateway and let the ones in flight finish."""
         if self.hold is None:
             return
-        self.say("draining the gateway: new requests wait, requests in flight finish")
-        drained = self.hold.begin()
+        continues = self.options.continues(self.stack)
+        going_on = "; streams go on on the new variant" if continues else ""
+        self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
+        drained = self.hold.begin(continues)
         result.timings["drain"] = drained.seconds
-        result.drained = {"finished": drained.drained, "cut": drained.cut}
+        result.drained = {"finished": drained.drained, "cut": drained.cut, "continued": drained.continued}
         if drained.cut:
             result.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "

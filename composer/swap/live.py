@@ -283,13 +283,15 @@ def plan_live(
     *,
     speculative: Collection[str] = (),
     run_file: str = "",
+    continue_streams: bool = True,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
     restart what changed, stop what leaves, as typed operations. `gpus_shared`: the one serving
     (non-live) container's GPUs overlap the live set's, so it stops first. A running container
     another stack started (its labels differ from `owner`) is refused, or with `takeover`
     restarted. `speculative`: the variants whose gate checks acceptance; `run_file`: the live
-    set's run file, where new members start from."""
+    set's run file, where new members start from; `continue_streams` (no `up --drain`): a
+    leaving member's streams go on on the others instead of being waited for."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     if single is not None and single.name in {r.container for r in now.values()}:
@@ -346,7 +348,7 @@ def plan_live(
         notes=tuple(takeover_notes(foreign, project)),
         upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
     )
-    ops = _operations(plan, new, old, alone, run_file, adopt)
+    ops = _operations(plan, new, old, alone, run_file, adopt, continue_streams)
     return replace(plan, ops=ops)
 
 
@@ -364,6 +366,7 @@ def _operations(
     alone: Member | None,
     run_file: str,
     adopt: Member | None = None,
+    continue_streams: bool = True,
 ) -> tuple[Op, ...]:
     """The operations of `plan`, in order: a leaving member whose GPUs a new one needs is
     drained and stopped before it starts, the others after every new member serves; each
@@ -382,7 +385,7 @@ def _operations(
         rest = [u for u in serving if u["name"] != member.name]
         if rest:  # the last one serving is not taken out: the gateway holds for what comes next
             publish(rest)
-            ops.append(DrainMember(member.name))
+            ops.append(DrainMember(member.name, continue_streams))
         ops.append(StopMember(member))
 
     if alone is not None and plan.single_first:
@@ -472,9 +475,11 @@ class LiveSwapper:
         takeover: bool = False,
         release_timeout: float = 60.0,
         allow_weak_key: bool = False,
+        drain: bool = False,
     ) -> None:
         self.stack = stack
         self.allow_weak_key = allow_weak_key
+        self.drain_all = drain  # `up --drain`: a leaving member's streams are waited for too
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.takeover = takeover
         self.client = client
@@ -486,6 +491,7 @@ class LiveSwapper:
         self.waiting = waiting or progress
         self.timings: dict[str, float] = {}
         self.cut = 0
+        self.continued = 0  # streams a leaving member's drain sent on to the others
         self._releases: list[ReleaseWait] = []
         self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
@@ -512,6 +518,7 @@ class LiveSwapper:
             self.takeover,
             speculative=speculative,
             run_file=run_file,
+            continue_streams=self.stack.gateway.continue_streams and not self.drain_all,
         )
 
     def handlers(self) -> Handlers:
@@ -636,10 +643,11 @@ class LiveSwapper:
         if control is None:
             return
         try:
-            drained = control.drain_upstream(op.name, self.stack.gateway.drain_timeout)
+            drained = control.drain_upstream(op.name, self.stack.gateway.drain_timeout, op.continue_streams)
         except GatewayControlError:
             return
         self.cut += 0 if drained.done else drained.outstanding
+        self.continued += drained.continued
 
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so
@@ -704,7 +712,7 @@ class LiveSwapper:
         if plan.start_gateway:
             self._answers("+".join(target.variants))
         result.timings.update(self.timings)
-        result.drained = {"cut": self.cut}
+        result.drained = {"cut": self.cut, "continued": self.continued}
         if self.cut:
             result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
         members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
@@ -817,6 +825,7 @@ def up_live(
         takeover=takeover,
         release_timeout=options.release_timeout if options else 60.0,
         allow_weak_key=options.allow_weak_key if options else False,
+        drain=options.drain if options else False,
     )
     by_class, routing = live_routing(stack.workloads, target.variants)
     if dry_run:

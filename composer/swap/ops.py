@@ -97,10 +97,16 @@ class Publish(Op):
 
 @dataclass(frozen=True)
 class DrainMember(Op):
-    """Wait for the requests in flight on an upstream already left out of the set."""
+    """Wait for the requests in flight on an upstream already left out of the set;
+    `continue_streams`: its eligible streams go on on the other members at once instead."""
 
     TEXT = "drain {name}'s requests in flight (up to gateway.drain_timeout)"
     name: str
+    continue_streams: bool = True
+
+    def describe(self) -> str:
+        said = super().describe()
+        return f"{said}; its streams go on on the other members" if self.continue_streams else said
 
 
 @dataclass(frozen=True)

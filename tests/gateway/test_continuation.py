@@ -321,6 +321,33 @@ def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single,
     assert samples(gw.url)["gateway_continued_streams_total"] == 0
 
 
+def test_a_drain_that_runs_out_continues_eligible_streams_instead_of_cutting_them(sims, make_single) -> None:
+    """`up --drain` with a short drain_timeout: at the timeout the eligible stream is paused
+    and goes on on the next upstream, token for token; only the ineligible one is cut."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = make_single(url_of(base))
+    request = body(3, False)
+    (ref,) = references(base.port, COMPLETIONS, [request])
+    client = Client(gw.port, COMPLETIONS, request).start()
+    refused = Client(gw.port, COMPLETIONS, body(4, False, presence_penalty=0.5)).start()
+    for c in (client, refused):
+        c.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=1, lease_s=30, continue_streams=False)
+    assert (report.continued, report.drained, report.cut) == (1, 0, 1)
+    assert "error" in refused.join().raw
+    control.route(url_of(mtp))
+    control.release(report.hold_id)
+    check_continued(client.join(), ref)
+    seen = samples(gw.url)
+    assert seen["gateway_continued_streams_total"] == 1
+    assert gw.gateway.gate.inflight == 0 and gw.gateway.proxy.streams == set()
+
+
 def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream(sims, make_single) -> None:
     """A switch as `up` makes it (drain with continue, route to the new variant, release),
     mid-stream, under the official SDK: one stream, one `id`, no error, the uninterrupted text."""
