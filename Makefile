@@ -113,6 +113,7 @@ bench: install docker image-sim image-gateway
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
 	$(BIN)/python benchmarks/bench_gateway.py
+	$(BIN)/python benchmarks/bench_continue.py
 	$(BIN)/python benchmarks/bench_standby.py
 	$(BIN)/python benchmarks/bench_swap_physics.py
 	STANDBY_SWITCHES=100 $(BIN)/pytest -q -s -p no:cacheprovider tests/swap/test_standby_cycles_docker.py

@@ -1,13 +1,19 @@
 """Direct to the simulator vs through the gateway, side by side in one run.
 
-Figures: one stream's decode tok/s (ratio gateway/direct), 64 concurrent streams' aggregate
-tok/s (ratio), TTFT p50 (added ms), the gateway's open TCP connections, idle, before and
-after N requests on fresh client connections, and its startup: container process created to
-the 'gateway on' log line, beside a bare container of the same image running one line of
-Python (the container runtime's and the interpreter's share). The simulator runs at SIM_TIME_SCALE=100 (the 27B
-profile's 29.4 tok/s becomes 2,940 tok/s per stream). Needs Docker, vllm-sim:latest
-(`make image-sim`) and the gateway image (built here when missing or stale, under
-$GATEWAY_IMAGE or the toolkit's version; --image with --no-build measures an existing one).
+Three columns: direct, the gateway as shipped (`gateway`: continue_streams on, so it asks
+upstream for token ids and records them) and a second gateway with GATEWAY_CONTINUE_STREAMS=false
+(`gateway_off`), both in front of the same simulator, their requests interleaved.
+Figures: one stream's decode tok/s (ratio to direct), 64 concurrent streams' aggregate tok/s
+(ratio), TTFT p50 (added ms), each gateway's CPU time per streamed chunk (its container's cgroup
+CPU usage from Docker's stats, before and after; `continue_streams` sets on against off, targets:
+decode ratio >= 0.97 with it on, CPU on <= 1.2x off), the shipped gateway's open TCP
+connections, idle, before and after N requests on fresh client connections, and its startup:
+container process created to the 'gateway on' log line, beside a bare container of the same
+image running one line of Python (the container runtime's and the interpreter's share). The
+simulator runs at SIM_TIME_SCALE=100 (the 27B profile's 29.4 tok/s becomes 2,940 tok/s per
+stream). Needs Docker, vllm-sim:latest (`make image-sim`) and the gateway image (built here
+when missing or stale, under $GATEWAY_IMAGE or the toolkit's version; --image with --no-build
+measures an existing one).
 
 The gateway container gets the CPU weight the rendered compose file gives it. --placement
 says which CPUs each process gets (a host of 2+ CPUs; other host processes are not pinned, and
@@ -34,8 +40,10 @@ import random
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
+from typing import TypeVar
 
 import docker
 import httpx
@@ -48,6 +56,7 @@ from tests.gateway import dockerlab  # noqa: E402
 from tests.gateway.dockerlab import KEY, Lab, build_gateway_image, chat_body, host_port  # noqa: E402
 
 HEADERS = {"Authorization": f"Bearer {KEY}"}
+T = TypeVar("T")
 
 
 async def one_stream(client: httpx.AsyncClient, url: str, max_tokens: int) -> tuple[float, float, int]:
@@ -131,9 +140,8 @@ def established(container) -> int:
 
 
 def cpu_seconds(container) -> float:
-    """User + system CPU seconds of the container's main process."""
-    probe = "import os; f=open('/proc/1/stat').read().rsplit(')',1)[1].split(); print((int(f[11])+int(f[12]))/os.sysconf('SC_CLK_TCK'))"
-    return float(container.exec_run(["python3", "-c", probe]).output.decode())
+    """CPU seconds the container's cgroup used so far (every process in it), from Docker's stats."""
+    return container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9
 
 
 # The wall-clock time at which PID 1 of the container was created (before the container
@@ -168,6 +176,38 @@ def bare_startup_s(client, image: str) -> float:
         network_mode="none",
     )
     return float(out)
+
+
+def wait_models(url: str, timeout: float = 30) -> None:
+    """Wait until `url` lists the models (the gateway's upstream answers through it)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/v1/models", headers=HEADERS, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+
+
+def with_cpu(container, work: Callable[[], T]) -> tuple[T, float]:
+    """work()'s result and the CPU seconds `container` used meanwhile (0 for None)."""
+    before = cpu_seconds(container) if container is not None else 0.0
+    result = work()
+    return result, cpu_seconds(container) - before if container is not None else 0.0
+
+
+def columns(values: dict[str, float], ratio: bool) -> dict[str, float]:
+    """The three columns (direct, gateway, gateway_off) rounded, with each gateway's ratio to
+    direct (`ratio`) or the difference (`added`, `added_off`)."""
+    d = values["direct"]
+    out = {name: round(v, 2) for name, v in values.items()}
+    for name, suffix in (("gateway", ""), ("gateway_off", "_off")):
+        if ratio:
+            out["ratio" + suffix] = round(values[name] / d, 3)
+        else:
+            out["added" + suffix] = round(values[name] - d, 2)
+    return out
 
 
 PLACEMENTS = ("own-core", "shared-core", "kernel")
@@ -209,50 +249,49 @@ def main() -> int:
     started_gateway = statistics.median(g for g, _ in startups)
     started_bare = statistics.median(b for _, b in startups)
     lab = Lab(client).start()
+    off = Lab(client).start({"GATEWAY_CONTINUE_STREAMS": "false"})
     try:
         sim = lab.start_sim("bench", publish=host_port(18350))
-        lab.gateway.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": gateway_cpus} if gateway_cpus else {}))
+        off.network.connect(sim, aliases=["vllm"])
+        gateways = {"gateway": lab.gateway, "gateway_off": off.gateway}
+        for container in gateways.values():
+            container.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": gateway_cpus} if gateway_cpus else {}))
         if sim_cpus:
             sim.update(cpuset_cpus=sim_cpus)
         if client_cpus:
             os.sched_setaffinity(0, client_cpus)
         sim.reload()
         direct = f"http://127.0.0.1:{sim.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}"
-        gateway = lab.url
-        lab.wait_gateway()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(gateway + "/v1/models", headers=HEADERS, timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        asyncio.run(decode_rate(gateway, 2, 200))  # warm both paths
-        asyncio.run(decode_rate(direct, 2, 200))
-        figures: dict[str, float] = {}
-        cpu_before = cpu_seconds(lab.gateway)
-        for name, url in (
-            ("direct", direct),
-            ("gateway", gateway),
-            ("direct2", direct),
-            ("gateway2", gateway),
-        ):
-            figures[f"decode_{name}"] = asyncio.run(decode_rate(url, 5, 1000))
-        # 10 gateway streams of 1000 tokens (one chunk per token) ran in the two gateway rounds
-        cpu_us_per_chunk = (cpu_seconds(lab.gateway) - cpu_before) / 10_000 * 1e6
-        d1 = statistics.mean([figures["decode_direct"], figures["decode_direct2"]])
-        g1 = statistics.mean([figures["decode_gateway"], figures["decode_gateway2"]])
-        agg_d, _ = asyncio.run(aggregate_rate(direct, 64, 300))
-        cpu_before = cpu_seconds(lab.gateway)
-        agg_g, wall_g = asyncio.run(aggregate_rate(gateway, 64, 300))
-        gateway_busy = (cpu_seconds(lab.gateway) - cpu_before) / wall_g
-        agg_d2, _ = asyncio.run(aggregate_rate(direct, 64, 300))
-        agg_g2, _ = asyncio.run(aggregate_rate(gateway, 64, 300))
-        t_d, t_g = asyncio.run(ttft_p50([direct, gateway], 150))
+        urls = {"direct": direct, "gateway": lab.url, "gateway_off": off.url}
+        for gateway_lab in (lab, off):
+            gateway_lab.wait_gateway()
+            wait_models(gateway_lab.url)
+        for url in urls.values():
+            asyncio.run(decode_rate(url, 2, 200))  # warm every path
+        decode: dict[str, list[float]] = {name: [] for name in urls}
+        cpu: dict[str, float] = {}
+        for _ in range(2):  # the columns interleaved, twice
+            for name, url in urls.items():
+                rate, used = with_cpu(
+                    gateways.get(name), lambda url=url: asyncio.run(decode_rate(url, 5, 1000))
+                )
+                decode[name].append(rate)
+                cpu[name] = cpu.get(name, 0.0) + used
+        # 10 streams of 1000 tokens (one chunk per token) went through each gateway
+        cpu_us_per_chunk = {name: cpu[name] / 10_000 * 1e6 for name in gateways}
+        aggregate: dict[str, list[float]] = {name: [] for name in urls}
+        busy: dict[str, float] = {}
+        for _ in range(2):
+            for name, url in urls.items():
+                (rate, wall), used = with_cpu(
+                    gateways.get(name), lambda url=url: asyncio.run(aggregate_rate(url, 64, 300))
+                )
+                aggregate[name].append(rate)
+                busy.setdefault(name, used / wall)  # the first round's
+        ttft = dict(zip(urls, asyncio.run(ttft_p50(list(urls.values()), 150)), strict=True))
         time.sleep(IDLE_S)
         idle = established(lab.gateway)
-        failures = asyncio.run(churn(gateway, args.requests))
+        failures = asyncio.run(churn(lab.url, args.requests))
         time.sleep(IDLE_S)
         after = established(lab.gateway)
         rss = next(
@@ -260,22 +299,29 @@ def main() -> int:
             for x in lab.gateway.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
             if x.startswith("VmRSS")
         )
+        ttft_ms = columns({name: t * 1000 for name, t in ttft.items()}, ratio=False)
+        single = columns({name: statistics.mean(v) for name, v in decode.items()}, ratio=True)
         report = {
-            "single_stream_tok_s": {
-                "direct": round(d1, 1),
-                "gateway": round(g1, 1),
-                "ratio": round(g1 / d1, 3),
-            },
+            "single_stream_tok_s": single,
             "aggregate_64_tok_s": {
-                "direct": round((agg_d + agg_d2) / 2, 1),
-                "gateway": round((agg_g + agg_g2) / 2, 1),
-                "ratio": round((agg_g + agg_g2) / (agg_d + agg_d2), 3),
-                "gateway_cpu_cores_busy": round(gateway_busy, 2),
+                **columns({k: statistics.mean(v) for k, v in aggregate.items()}, ratio=True),
+                "gateway_cpu_cores_busy": round(busy["gateway"], 2),
+                "gateway_off_cpu_cores_busy": round(busy["gateway_off"], 2),
             },
-            "ttft_p50_ms": {
-                "direct": round(t_d * 1000, 2),
-                "gateway": round(t_g * 1000, 2),
-                "added": round((t_g - t_d) * 1000, 2),
+            "ttft_p50_ms": ttft_ms,
+            "continue_streams": {
+                "decode_ratio_to_direct": {
+                    "on": single["ratio"],
+                    "off": single["ratio_off"],
+                    "target_on": ">= 0.97",
+                },
+                "cpu_us_per_chunk": {
+                    "on": round(cpu_us_per_chunk["gateway"], 1),
+                    "off": round(cpu_us_per_chunk["gateway_off"], 1),
+                    "on_over_off": round(cpu_us_per_chunk["gateway"] / cpu_us_per_chunk["gateway_off"], 3),
+                    "target": "<= 1.2",
+                },
+                "ttft_added_ms": {"on": ttft_ms["added"], "off": ttft_ms["added_off"]},
             },
             "connections": {
                 "requests": args.requests,
@@ -298,12 +344,13 @@ def main() -> int:
                 "gateway_cpu_shares": CPU_SHARES,
             },
             "gateway_rss_mib": round(rss / 1024, 1),
-            "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk, 1),
+            "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk["gateway"], 1),
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(),
         }
     finally:
-        lab.cleanup()
+        lab.cleanup()  # the simulator first: it is on both networks
+        off.cleanup()
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
