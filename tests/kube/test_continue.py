@@ -5,8 +5,8 @@ token for token (the recording kubectl, a real gateway, the simulator as the vLL
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
