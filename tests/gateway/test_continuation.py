@@ -273,6 +273,34 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     assert gw.gateway.proxy.streams == set() and gw.gateway.gate.inflight == 0
 
 
+def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gateways) -> None:
+    """`up` taking mtp out of {baseline, mtp}: its drain (`continue`) pauses mtp's streams, which
+    go on on baseline token for token, so the drain has nothing left to wait for."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
+    requests = [body(i, i % 2 == 1) for i in range(6)]
+    paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
+    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    drained = []
+
+    def leave() -> None:
+        control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
+        drained.append(control.drain_upstream("mtp/1", 60, continue_streams=True))
+
+    on_mtp = kill_mid_stream(clients, leave)
+    (report,) = drained
+    assert report.done and report.continued == len(on_mtp) and report.outstanding == 0
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)
+    assert samples(gw.url)["gateway_continuation_failed_total"] == 0
+
+
 def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(sims, make_single) -> None:
     from composer.gateway.client import GatewayControl
 
