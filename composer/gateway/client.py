@@ -450,6 +450,7 @@ class GatewayControl:
         target: str = "",
         progress: Callable[[DrainProgress], None] | None = None,
         continue_streams: bool = False,
+        gateway_leaving: bool = False,
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
@@ -460,7 +461,9 @@ class GatewayControl:
         `progress` gets what still runs about once every `PROGRESS_EVERY_S` while the drain
         waits (never when nothing was in flight; an older gateway does not say).
         `continue_streams`: the gateway pauses its eligible streams at once (they go on on the
-        next variant once the hold is released) and waits only for the other requests.
+        next variant once the hold is released) and waits only for the other requests; else
+        the eligible streams still running at the timeout are paused instead of cut, unless
+        `gateway_leaving` (this gateway is replaced next: its streams cannot outlive it).
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
         body = {
@@ -475,6 +478,8 @@ class GatewayControl:
             body["target"] = target
         if continue_streams:
             body["continue"] = True
+        if gateway_leaving:
+            body["continue_at_timeout"] = False
         reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:

@@ -11,10 +11,11 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /renew {id, lease_s?}` | extend a hold's lease |
 | `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
 |  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?}` | hold, wait for in-flight |
-|  | requests, cut at timeout; `target` (a variant) starts a switch in the status's switch log; |
-|  | `continue`: pause eligible streams at once (they go on on the next upstream after the release) |
-|  | and wait only for the rest; the result's `continued` counts them |
+| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?, continue_at_timeout?}` | hold, |
+|  | wait for in-flight requests, cut at timeout; `target` (a variant) starts a switch in the status's |
+|  | switch log; `continue`: pause eligible streams at once (they go on on the next upstream after the |
+|  | release) and wait only for the rest; else they are paused at the timeout instead of cut, unless |
+|  | `continue_at_timeout` is false (the gateway is replaced next); the result's `continued` counts them |
 | `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
 |  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
 | `POST /route {upstream}` | forward to another backend from now on |
@@ -24,7 +25,8 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
 | `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
 |  | ready: the host gated them; members that leave get no new requests); `[]`: single upstream |
-| `POST /upstreams/drain {name, wait_s?}` | wait until a member that left has no requests in flight |
+| `POST /upstreams/drain {name, wait_s?, continue?}` | wait until a member that left has no requests |
+|  | in flight; `continue`: its eligible streams go on on the other members first (`continued`) |
 | `PUT /settings {settings: {GATEWAY_X: value}}` | apply settings in place (`config.LIVE`; "" is |
 |  | the default), validated whole as at start, kept for a restart; `GET /settings`: in effect |
 
@@ -114,9 +116,11 @@ class Drains:
         probe_token: str = "",
         on_done: Callable[[DrainResult], None] | None = None,
         pause: bool = False,
+        pause_late: bool = True,
     ) -> str:
         drain_id = secrets.token_hex(6)
-        pausing = gateway.proxy.pause_streams if gateway.proxy.continue_streams else None
+        pauses = gateway.proxy.continue_streams and (pause or pause_late)
+        pausing = gateway.proxy.pause_streams if pauses else None
         task = asyncio.get_running_loop().create_task(
             gateway.gate.drain(timeout, lease, owner, probe_token, pausing, pause_first=pause)
         )
@@ -209,16 +213,16 @@ class Control:
         owner = str(args.get("owner", ""))
         target = _variant(args, "target")
         token = _probe_token(args)
-        pause = args.get("continue", False)
-        if not isinstance(pause, bool):
-            raise BadInput("continue must be true or false")
+        pause, pause_late = args.get("continue", False), args.get("continue_at_timeout", True)
+        if not isinstance(pause, bool) or not isinstance(pause_late, bool):
+            raise BadInput("continue and continue_at_timeout must be true or false")
         log = gateway.status.switches
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
         on_done = (
             (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued)) if target is not None else None
         )
-        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done, pause)
+        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done, pause, pause_late)
         return await self.drains.wait(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:

@@ -99,9 +99,11 @@ class SwapHold:
             self._tethered = True
         self.control.state()
 
-    def begin(self, continue_streams: bool = False) -> Drained:
+    def begin(self, continue_streams: bool = False, gateway_leaving: bool = False) -> Drained:
         """Hold new requests and wait for the ones in flight (cut at the drain timeout);
-        `continue_streams`: eligible streams are paused instead, to go on on the next variant."""
+        `continue_streams`: eligible streams are paused instead, to go on on the next variant;
+        else those still running at the timeout are, unless `gateway_leaving` (this gateway
+        is replaced next)."""
         if not self._tethered:
             self._tethered = True
             try:
@@ -117,6 +119,7 @@ class SwapHold:
             target=self.target,
             progress=(lambda p: waiting(p.describe())) if waiting is not None else None,
             continue_streams=continue_streams,
+            gateway_leaving=gateway_leaving,
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)

@@ -251,7 +251,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
         waiting=ctx.waiting,
     )
     ctx.say("the gateway needs a new container: draining it before it is recreated")
-    drained = old.begin()
+    drained = old.begin(gateway_leaving=True)
     try:
         held = old.control.state().held
     except Exception:  # the old gateway's count is gone with it: unknown, not zero

@@ -376,6 +376,25 @@ def test_a_drain_that_runs_out_continues_eligible_streams_instead_of_cutting_the
     assert gw.gateway.gate.inflight == 0 and gw.gateway.proxy.streams == set()
 
 
+def test_the_drain_of_a_gateway_about_to_be_replaced_cuts_at_its_timeout(sims, make_single) -> None:
+    """Its streams cannot outlive it: an eligible stream still running at the timeout ends
+    with the cut's error event instead of being paused for a gateway that goes away."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base = sims("baseline", scale="5")
+    gw = make_single(url_of(base))
+    client = Client(gw.port, COMPLETIONS, body(3, False)).start()
+    client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=1, lease_s=30, gateway_leaving=True)
+    assert (report.continued, report.drained, report.cut) == (0, 0, 1)
+    control.release(report.hold_id)
+    assert "stream cut" in client.join().raw and client.events[-1] == "[DONE]"
+    assert samples(gw.url)["gateway_continued_streams_total"] == 0
+
+
 def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream(sims, make_single) -> None:
     """A switch as `up` makes it (drain with continue, route to the new variant, release),
     mid-stream, under the official SDK: one stream, one `id`, no error, the uninterrupted text."""
