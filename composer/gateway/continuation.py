@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -78,6 +79,12 @@ MAX_EVENT = 1 << 20  # bytes of an unfinished event kept; past it the stream pas
 DONE = b"[DONE]"
 KEEPALIVE = b": the gateway continues this stream on another upstream\n\n"
 BREAK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
+# A `"token_ids"` or `"prompt_token_ids"` member whose value is a list of ids, with the comma
+# that joins it to its neighbour. A raw `"` never occurs inside a JSON string (it is written
+# `\"`), so this matches members only, never text a string carries.
+ID_MEMBER = re.compile(
+    rb',\s*"(?:prompt_)?token_ids"\s*:\s*\[[0-9,\s]*\]|"(?:prompt_)?token_ids"\s*:\s*\[[0-9,\s]*\]\s*,?'
+)
 
 
 class Stalled(Exception):
@@ -240,23 +247,27 @@ class Stream:
             return raw + b"\n\n"
         if not isinstance(event, dict) or "error" in event:
             return raw + b"\n\n"
-        changed = self._record(event) if self.legs == 0 else self._adapt(event)
-        if not changed:
+        if self.legs == 0:  # the ids it removed are cut out of the bytes: no re-serialising
+            removed = self._record(event)
+            stripped, cut = ID_MEMBER.subn(b"", raw) if removed else (raw, 0)
+            if cut == removed:
+                return stripped + b"\n\n"
+        elif not self._adapt(event):
             return raw + b"\n\n"
         return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
-    def _record(self, event: dict[str, Any]) -> bool:
-        """A first-leg event: keep its head and ids; drop the ids unless asked for."""
+    def _record(self, event: dict[str, Any]) -> int:
+        """A first-leg event: keep its head and ids; drop the ids unless asked for (how many
+        members were dropped)."""
         if not self.head:
             self.head = {key: event.get(key) for key in ("id", "object", "created", "model")}
-        changed = self._prompt_ids(event)
+        changed = int(self._prompt_ids(event))
         for choice in event.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             if choice.get("index", 0) != 0:
                 self.refuse("n")
-            changed |= self._prompt_ids(choice)
-            changed |= self._token_ids(choice)
+            changed += self._prompt_ids(choice) + self._token_ids(choice)
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 if delta.get("reasoning_content") or delta.get("reasoning"):

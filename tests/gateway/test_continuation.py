@@ -117,6 +117,29 @@ def test_a_chat_record_keeps_the_ids_hides_them_and_builds_the_continuation() ->
     assert stream.done and stream.emitted == [100, 101, 102]
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'{"id":"c","choices":[{"index":0,"text":" x","token_ids":[5, 6]}],"prompt_token_ids":[1,2]}',
+        b'{"prompt_token_ids": [1], "id": "c", "choices": [{"token_ids": [7], "index": 0, "text": ""}]}',
+        b'{"id":"c","choices":[{"index":0,"token_ids":[8]}]}',
+        # look-alikes inside strings stay as they are; an unexpected place falls back to a re-encode
+        rb'{"id":"c","choices":[{"index":0,"text":"\\,\"token_ids\":[9]","token_ids":[9]}]}',
+        b'{"id":"c","choices":[{"index":0,"text":"a","delta":{"token_ids":[4]},"token_ids":[3]}]}',
+    ],
+)
+def test_ids_are_cut_out_of_the_bytes_the_client_gets_as_the_record_drops_them(event: bytes) -> None:
+    stream = continuation.Stream(False, body(0, False), Metrics())
+    out = stream.feed(b"data: " + event + b"\n\n")
+    expected = json.loads(event)
+    expected.pop("prompt_token_ids", None)
+    for choice in expected["choices"]:
+        choice.pop("token_ids", None)
+    assert out.startswith(b"data: ") and out.endswith(b"\n\n")
+    assert json.loads(out[6:]) == expected
+    assert stream.emitted == [i for c in json.loads(event)["choices"] for i in c["token_ids"]]
+
+
 def test_a_stream_that_shows_reasoning_or_a_tool_call_is_not_continued() -> None:
     for delta, reason in [({"reasoning_content": "hm"}, "reasoning"), ({"tool_calls": [{}]}, "tool_call")]:
         metrics = Metrics()
