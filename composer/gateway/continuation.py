@@ -87,6 +87,47 @@ ID_MEMBER = re.compile(
 )
 
 
+_IDS_KEY = b'"token_ids":'
+_NOT_PLAIN = re.compile(
+    rb'"(?:reasoning|tool_calls"|error"|prompt_token_ids")|"index": ?(?:[^0 ]|0[^,}])|"finish_reason": ?[^n ]'
+)
+"""What sends an event to the full parse: a key that may refuse or carry other ids, a choice
+other than index 0, a finish."""
+
+
+def plain_ids(raw: bytes) -> tuple[list[int], int, int] | None:
+    """The ids of an ordinary mid-stream event, read from its bytes, and the span of its
+    `token_ids` member with the joining comma; None when the event is anything else (the
+    caller parses it then): exactly one `"token_ids"` key, after `"choices"`, holding a
+    non-empty list of ids, no key or value `_NOT_PLAIN` matches. A raw `"` never occurs
+    inside a JSON string, so what is found here is structure, never text."""
+    key = raw.find(_IDS_KEY)
+    if key < 0 or raw.find(b'token_ids"', key + 12) >= 0 or raw.find(b'"choices"', 0, key) < 0:
+        return None
+    if _NOT_PLAIN.search(raw) is not None:
+        return None
+    if raw[key - 1] == 44:  # ","
+        start = key - 1
+    elif raw[key - 2 : key] == b", ":
+        start = key - 2
+    else:
+        return None
+    opening = (
+        key + 12
+        if raw[key + 12 : key + 13] == b"["
+        else key + 13
+        if raw[key + 12 : key + 14] == b" ["
+        else -1
+    )
+    closing = raw.find(b"]", opening)
+    if opening < 0 or closing < 0 or raw[closing + 1 : closing + 2] not in (b",", b"}"):
+        return None
+    listed = raw[opening + 1 : closing]
+    if not listed.replace(b",", b"").replace(b" ", b"").isdigit():
+        return None
+    return [int(x) for x in listed.split(b",")], start, closing + 1
+
+
 class Stalled(Exception):
     """A resumable stream got no bytes for `stall_timeout`; `event` ends it when not continued."""
 
@@ -237,6 +278,12 @@ class Stream:
     def _event(self, raw: bytes) -> bytes:
         if not raw.startswith(b"data:"):
             return raw + b"\n\n"
+        if self.legs == 0 and self.head and self.prompt_ids is not None:
+            plain = plain_ids(raw)
+            if plain is not None:  # the common chunk: read without parsing the event
+                ids, start, end = plain
+                self.emitted.extend(ids)
+                return (raw if self.wants_ids else raw[:start] + raw[end:]) + b"\n\n"
         text = raw[5:].strip()
         if text == DONE:
             self.done = True

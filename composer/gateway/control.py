@@ -75,6 +75,13 @@ def _seconds(body: dict[str, Any], key: str, default: float, high: float) -> flo
     return float(value)
 
 
+def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
+    value = body.get(key, default)
+    if not isinstance(value, bool):
+        raise BadInput(f"{key}={value!r} is invalid; allowed: true or false")
+    return value
+
+
 def _probe_token(body: dict[str, Any]) -> str:
     """The optional probe token of a hold: 32 to 128 URL-safe characters."""
     token = body.get("probe_token", "")
@@ -188,9 +195,7 @@ class Control:
         gateway = self.gateway
         hold_id = args.get("id")
         serving = _variant(args, "serving")
-        ok = args.get("ok", True)
-        if not isinstance(ok, bool):
-            raise BadInput("ok must be true or false")
+        ok = _flag(args, "ok", True)
         released = gateway.gate.release(None if hold_id in (None, "") else str(hold_id))
         detail = str(args.get("detail", ""))[:500]
         if serving is not None:
@@ -213,9 +218,7 @@ class Control:
         owner = str(args.get("owner", ""))
         target = _variant(args, "target")
         token = _probe_token(args)
-        pause, pause_late = args.get("continue", False), args.get("continue_at_timeout", True)
-        if not isinstance(pause, bool) or not isinstance(pause_late, bool):
-            raise BadInput("continue and continue_at_timeout must be true or false")
+        pause, pause_late = _flag(args, "continue", False), _flag(args, "continue_at_timeout", True)
         log = gateway.status.switches
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
@@ -291,9 +294,9 @@ class Control:
         if variant is not None and (not isinstance(variant, str) or not variant):
             raise BadInput("variant must be a variant name or null")
         demand_id = args.get("demand")
-        ok = args.get("ok", True)
-        if not isinstance(ok, bool) or (demand_id is not None and not isinstance(demand_id, str)):
-            raise BadInput("ok must be true or false and demand a demand id")
+        ok = _flag(args, "ok", True)
+        if demand_id is not None and not isinstance(demand_id, str):
+            raise BadInput("demand must be a demand id")
         follower = args.get("follower", False) is True
         self.gateway.switcher.report(variant, demand_id, ok, str(args.get("detail", ""))[:500], follower)
         return {"switching": self.gateway.switcher.snapshot()}
@@ -312,10 +315,7 @@ class Control:
             raise BadInput("name must be a live upstream's name")
         if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
-        pause = args.get("continue", False)
-        if not isinstance(pause, bool):
-            raise BadInput("continue must be true or false")
-        continued = self.gateway.continue_leaving(name) if pause else 0
+        continued = self.gateway.continue_leaving(name) if _flag(args, "continue", False) else 0
         left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
         return {"name": name, "done": left == 0, "outstanding": left, "continued": continued}
 

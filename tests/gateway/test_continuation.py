@@ -140,6 +140,47 @@ def test_ids_are_cut_out_of_the_bytes_the_client_gets_as_the_record_drops_them(e
     assert stream.emitted == [i for c in json.loads(event)["choices"] for i in c["token_ids"]]
 
 
+HEAD = b'{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"","prompt_token_ids":[1,2],"token_ids":[3]}]}'
+LATER = [
+    # the shapes vLLM (compact) and the simulator (spaced) send mid-stream: read from the bytes
+    (
+        b'{"id":"c","choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null,"token_ids":[5]}]}',
+        True,
+    ),
+    (
+        b'{"id": "c", "choices": [{"index": 0, "delta": {"content": " a"}, "finish_reason": null, "token_ids": [5, 6]}]}',
+        True,
+    ),
+    (b'{"id":"c","choices":[{"index":0,"token_ids":[7],"text":"x"}],"usage":null}', True),
+    # anything else is parsed whole, as before
+    (b'{"id":"c","choices":[{"index":0,"text":"","finish_reason":"length","token_ids":[8]}]}', False),
+    (b'{"id":"c","choices":[{"index":1,"text":"","finish_reason":null,"token_ids":[8]}]}', False),
+    (b'{"id":"c","choices":[{"index":0,"delta":{"reasoning_content":"hm"},"token_ids":[8]}]}', False),
+    (b'{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{}]},"token_ids":[8]}]}', False),
+    (b'{"id":"c","choices":[{"index":0,"text":"","token_ids":[]}]}', False),
+    (b'{"id":"c","token_ids":[9],"choices":[{"index":0,"text":""}]}', False),
+    (b'{"id":"c","choices":[{"index":0,"text":"","logprobs":{"token_ids":[4]},"token_ids":[3]}]}', False),
+    (rb'{"id":"c","choices":[{"index":0,"text":"\\,\"token_ids\":[9]","token_ids":[9]}]}', True),
+    (b'{"id":"c","choices":[{"index":0,"text":"","token_ids":[1,"2"]}]}', False),
+    (b'{"error":{"message":"x","token_ids":[1]}}', False),
+]
+
+
+@pytest.mark.parametrize(("event", "plain"), LATER)
+@pytest.mark.parametrize("asked", [False, True])
+def test_an_event_read_from_its_bytes_gives_what_parsing_it_gives(event, plain, asked, monkeypatch) -> None:
+    assert (continuation.plain_ids(b"data: " + event) is not None) == plain
+    seen = []
+    for read_bytes in (True, False):
+        if not read_bytes:
+            monkeypatch.setattr(continuation, "plain_ids", lambda raw: None)
+        stream = continuation.Stream(False, body(0, False) | {"return_token_ids": asked}, Metrics())
+        stream.feed(b"data: " + HEAD + b"\n\n")
+        out = stream.feed(b"data: " + event + b"\n\n")
+        seen.append((json.loads(out[6:]), stream.emitted, stream.refused, stream.finished))
+    assert seen[0] == seen[1]
+
+
 def test_a_stream_that_shows_reasoning_or_a_tool_call_is_not_continued() -> None:
     for delta, reason in [({"reasoning_content": "hm"}, "reasoning"), ({"tool_calls": [{}]}, "tool_call")]:
         metrics = Metrics()
@@ -352,6 +393,41 @@ def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(s
     assert seen["gateway_continued_streams_total"] == 3
     assert seen["gateway_continuation_failed_total"] == 0
     assert gw.gateway.gate.inflight == 0 and gw.gateway.proxy.streams == set()
+
+
+REFUSED_MID_SWITCH = {
+    "n": {"n": 2},
+    "best_of": {"best_of": 2},
+    "echo": {"echo": True},
+    "prompt_logprobs": {"prompt_logprobs": 1},
+    "structured_output": {"response_format": {"type": "json_object"}},
+    "penalties": {"frequency_penalty": 0.2},
+}
+
+
+def test_each_refused_class_sent_mid_switch_drains_counted_under_its_reason(sims, make_single) -> None:
+    """A switch that continues streams still waits for those it cannot continue exactly."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base = sims("baseline", scale="5")
+    gw = make_single(url_of(base))
+    clients = {
+        reason: Client(gw.port, COMPLETIONS, body(i, False, **extra)).start()
+        for i, (reason, extra) in enumerate(REFUSED_MID_SWITCH.items())
+    }
+    for client in clients.values():
+        client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=120, lease_s=60, continue_streams=True)
+    assert (report.continued, report.drained, report.cut) == (0, len(clients), 0)
+    seen = samples(gw.url)
+    for reason, client in clients.items():
+        assert client.join().status == 200 and client.events[-1] == "[DONE]", (reason, client.raw[-300:])
+        assert seen[f'gateway_continuation_refused_total{{reason="{reason}"}}'] == 1, reason
+    assert seen["gateway_continued_streams_total"] == 0
+    control.release(report.hold_id)
 
 
 @pytest.mark.parametrize(("asked", "on"), [(False, True), (True, False)])
