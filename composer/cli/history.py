@@ -12,7 +12,7 @@ from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.params import json_option
 
-HEADER = ("TIME", "COMMAND", "FROM", "TO", "OUTCOME", "TOOK", "CUT", "CONTINUED")
+HEADER = ("TIME", "COMMAND", "FROM", "TO", "OUTCOME", "TOOK", "CUT", "CONTINUED", "REFUSED")
 
 
 def _outcome(event: dict[str, Any]) -> str:
@@ -43,7 +43,10 @@ def history_rows(events: list[dict[str, Any]]) -> list[list[str]]:
                 str(event.get("target") or "-"),
                 _outcome(event),
                 f"{total:.1f}s" if isinstance(total, int | float) else "-",
-                *(str(drained[name]) if drained.get(name) else "-" for name in ("cut", "continued")),
+                *(
+                    str(drained[name]) if drained.get(name) else "-"
+                    for name in ("cut", "continued", "refused")
+                ),
             ]
         )
     return rows

@@ -74,7 +74,8 @@ class HoldInfo:
 @dataclass(frozen=True)
 class DrainReport:
     """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
-    streams paused to go on on the next variant (`continued`).
+    streams paused to go on on the next variant (`continued`), streams it could not continue
+    (`refused`: they drained or were cut).
 
     The drain's hold (`hold_id`) is still set: release it once the next backend serves.
     """
@@ -84,6 +85,7 @@ class DrainReport:
     cut: int
     duration_s: float
     continued: int = 0
+    refused: int = 0
 
 
 @dataclass(frozen=True)
@@ -151,6 +153,7 @@ class UpstreamDrain:
     outstanding: int
     duration_s: float
     continued: int = 0  # its streams paused to go on on the other members
+    refused: int = 0  # its streams that could not go on (they drain)
 
 
 def _upstream(d: Mapping[str, Any]) -> UpstreamInfo:
@@ -451,6 +454,7 @@ class GatewayControl:
         progress: Callable[[DrainProgress], None] | None = None,
         continue_streams: bool = False,
         gateway_leaving: bool = False,
+        max_model_len: int | None = None,
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
@@ -464,6 +468,7 @@ class GatewayControl:
         next variant once the hold is released) and waits only for the other requests; else
         the eligible streams still running at the timeout are paused instead of cut, unless
         `gateway_leaving` (this gateway is replaced next: its streams cannot outlive it).
+        `max_model_len`: the next variant's; a stream that would not fit in it drains.
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
         body = {
@@ -480,6 +485,8 @@ class GatewayControl:
             body["continue"] = True
         if gateway_leaving:
             body["continue_at_timeout"] = False
+        if max_model_len is not None:
+            body["max_model_len"] = max_model_len
         reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
@@ -491,6 +498,7 @@ class GatewayControl:
             int(reply["cut"]),
             float(reply["duration_s"]),
             int(reply.get("continued", 0)),
+            int(reply.get("refused", 0)),
         )
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
@@ -509,22 +517,28 @@ class GatewayControl:
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
         return tuple(_upstream(d) for d in reply.get("upstreams", []))
 
-    def drain_upstream(self, name: str, timeout_s: float, continue_streams: bool = False) -> UpstreamDrain:
+    def drain_upstream(
+        self, name: str, timeout_s: float, continue_streams: bool = False, max_model_len: int | None = None
+    ) -> UpstreamDrain:
         """Wait up to `timeout_s` until the live upstream `name`, already left out of the set,
         has no request in flight (then stop its container; what is left then fails).
-        `continue_streams`: its eligible streams are paused first, to go on on the other members."""
+        `continue_streams`: its eligible streams are paused first, to go on on the other members
+        (but those that would not fit in their `max_model_len`)."""
         start = time.monotonic()
-        continued = 0
+        continued = refused = 0
         while True:
             left = timeout_s - (time.monotonic() - start)
             body: dict[str, Any] = {"name": name, "wait_s": max(0.0, min(CALL_WAIT_S, left))}
             if continue_streams and not continued:
                 body["continue"] = True
+                if max_model_len is not None:
+                    body["max_model_len"] = max_model_len
             reply = self._call("POST", "/upstreams/drain", body)
             continued += int(reply.get("continued", 0))
+            refused += int(reply.get("refused", 0))
             if reply.get("done") or left <= CALL_WAIT_S:
                 done, outstanding = bool(reply.get("done")), int(reply.get("outstanding", 0))
-                return UpstreamDrain(name, done, outstanding, time.monotonic() - start, continued)
+                return UpstreamDrain(name, done, outstanding, time.monotonic() - start, continued, refused)
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait until the gateway sees its backend ready; False at the timeout."""

@@ -21,8 +21,9 @@ json_object / json_schema / structural_tag, `guided_*`, `structured_outputs`), `
 (a request that may call one) and `tool_call` (a stream that started one), non-zero presence
 or frequency `penalties` (they count output tokens only and would reset), `reasoning` (a chat
 stream that shows `reasoning_content`: the split would be lost), `logprobs` on chat (the
-shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids)
-and `format` (events the gateway cannot read).
+shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids),
+`max_model_len` (at a planned switch, its prompt plus `max_tokens` would not fit in the next
+upstream's context) and `format` (events the gateway cannot read).
 
 A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams(url)`): the leg
 stops being read and is let go with no failure counted, and the stream goes on as after a
@@ -240,13 +241,17 @@ class Stream:
         """The URL of the upstream the stream reads from now ("" while it has none)."""
         return self.leg.upstream if self.leg is not None else ""
 
-    def pause(self) -> bool:
+    def pause(self, context: int | None = None) -> bool:
         """Stop reading the current leg: the stream goes on as after a break, with no failure
-        counted (False: nothing to pause, or it cannot go on)."""
+        counted (False: nothing to pause, or it cannot go on). `context`: the next upstream's
+        max_model_len; a stream whose continuation would not fit in it is not paused."""
         if self.leg is None or self.refused is not None or self.done:
             return False
         if self.head and self.prompt_ids is None:  # its upstream sends no token ids: it drains
             self.refuse("no_token_ids")
+            return False
+        if context is not None and self.prompt_ids is not None and self._length() > context:
+            self.refuse("max_model_len")
             return False
         self.leg.pause()
         return True
@@ -389,6 +394,12 @@ class Stream:
             self.refuse("no_token_ids")
             return None
         return COMPLETIONS, self.next_body()
+
+    def _length(self) -> int:
+        """The tokens its continuation needs in the model's context: the prompt plus all it
+        may emit (the next token at least, without a limit)."""
+        limit = self._max_tokens()
+        return len(self.prompt_ids or ()) + (limit if limit is not None else len(self.emitted) + 1)
 
     def _max_tokens(self) -> int | None:
         limit = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")

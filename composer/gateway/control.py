@@ -11,11 +11,12 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /renew {id, lease_s?}` | extend a hold's lease |
 | `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
 |  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?, continue_at_timeout?}` | hold, |
-|  | wait for in-flight requests, cut at timeout; `target` (a variant) starts a switch in the status's |
-|  | switch log; `continue`: pause eligible streams at once (they go on on the next upstream after the |
-|  | release) and wait only for the rest; else they are paused at the timeout instead of cut, unless |
-|  | `continue_at_timeout` is false (the gateway is replaced next); the result's `continued` counts them |
+| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?, continue_at_timeout?,` | hold, |
+| `max_model_len?}` | wait for in-flight requests, cut at timeout; `target` (a variant) starts a switch |
+|  | in the status's switch log; `continue`: pause eligible streams at once (they go on on the next |
+|  | upstream after the release) and wait only for the rest; else they are paused at the timeout instead |
+|  | of cut, unless `continue_at_timeout` is false (the gateway is replaced next); the result's |
+|  | `continued` counts them; `max_model_len` (the next upstream's): a longer stream is not paused |
 | `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
 |  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
 | `POST /route {upstream}` | forward to another backend from now on |
@@ -25,8 +26,9 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
 | `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
 |  | ready: the host gated them; members that leave get no new requests); `[]`: single upstream |
-| `POST /upstreams/drain {name, wait_s?, continue?}` | wait until a member that left has no requests |
-|  | in flight; `continue`: its eligible streams go on on the other members first (`continued`) |
+| `POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}` | wait until a member that left |
+|  | has no requests in flight; `continue`: its eligible streams (that fit in `max_model_len`) go on on |
+|  | the other members first (`continued`) |
 | `PUT /settings {settings: {GATEWAY_X: value}}` | apply settings in place (`config.LIVE`; "" is |
 |  | the default), validated whole as at start, kept for a restart; `GET /settings`: in effect |
 
@@ -37,6 +39,7 @@ Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going th
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import re
 import secrets
@@ -82,6 +85,16 @@ def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
     return value
 
 
+def _context(body: dict[str, Any]) -> int | None:
+    """The optional max_model_len of the upstream streams continue on."""
+    value = body.get("max_model_len")
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 30:
+        raise BadInput(f"max_model_len={value!r} is invalid; allowed: a number of tokens from 1 to {1 << 30}")
+    return value
+
+
 def _probe_token(body: dict[str, Any]) -> str:
     """The optional probe token of a hold: 32 to 128 URL-safe characters."""
     token = body.get("probe_token", "")
@@ -124,10 +137,11 @@ class Drains:
         on_done: Callable[[DrainResult], None] | None = None,
         pause: bool = False,
         pause_late: bool = True,
+        context: int | None = None,
     ) -> str:
         drain_id = secrets.token_hex(6)
         pauses = gateway.proxy.continue_streams and (pause or pause_late)
-        pausing = gateway.proxy.pause_streams if pauses else None
+        pausing = functools.partial(gateway.proxy.pause_streams, None, context) if pauses else None
         task = asyncio.get_running_loop().create_task(
             gateway.gate.drain(timeout, lease, owner, probe_token, pausing, pause_first=pause)
         )
@@ -225,7 +239,9 @@ class Control:
         on_done = (
             (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued)) if target is not None else None
         )
-        drain_id = self.drains.start(gateway, timeout, lease, owner, token, on_done, pause, pause_late)
+        drain_id = self.drains.start(
+            gateway, timeout, lease, owner, token, on_done, pause, pause_late, _context(args)
+        )
         return await self.drains.wait(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -315,9 +331,16 @@ class Control:
             raise BadInput("name must be a live upstream's name")
         if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
-        continued = self.gateway.continue_leaving(name) if _flag(args, "continue", False) else 0
+        context = _context(args)
+        paused = self.gateway.continue_leaving(name, context) if _flag(args, "continue", False) else (0, 0)
         left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
-        return {"name": name, "done": left == 0, "outstanding": left, "continued": continued}
+        return {
+            "name": name,
+            "done": left == 0,
+            "outstanding": left,
+            "continued": paused[0],
+            "refused": paused[1],
+        }
 
     async def settings(self, _: dict[str, Any]) -> dict[str, Any]:
         return {

@@ -86,6 +86,7 @@ class DrainResult:
     cut: int
     duration_s: float
     continued: int = 0
+    refused: int = 0  # streams in flight it could not continue (they drained, or were cut)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view."""
@@ -95,6 +96,7 @@ class DrainResult:
             "cut": self.cut,
             "duration_s": self.duration_s,
             "continued": self.continued,
+            "refused": self.refused,
         }
 
 
@@ -399,13 +401,14 @@ class Gate:
         lease_s: float,
         owner: str = "",
         probe_token: str = "",
-        pause: Callable[[], int] | None = None,
+        pause: Callable[[], tuple[int, int]] | None = None,
         pause_first: bool = True,
     ) -> DrainResult:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
         `pause` (the proxy's `pause_streams`) pauses the streams that can go on on the next
-        upstream the gate admits them to; `DrainResult.continued` counts them. It is called
+        upstream the gate admits them to; `DrainResult.continued` counts them (`refused`: the
+        streams it could not continue, which drain or are cut). It is called
         once the hold is set (`pause_first`: the drain waits only for the rest), or else when
         the drain runs out, so that a continuation replaces the cut of those streams.
 
@@ -420,14 +423,14 @@ class Gate:
         self._draining = set(self._inflight)
         self._drain_finished = 0
         self._idle = asyncio.Event()
-        continued = pause() if pause is not None and pause_first else 0
+        continued, refused = pause() if pause is not None and pause_first else (0, 0)
         if not self._inflight:
             self._idle.set()
         try:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._idle.wait(), timeout)
             if self._draining and pause is not None and not pause_first:
-                continued = pause()
+                continued, refused = pause()
             left = [ticket for ticket in self._draining if not ticket.paused]
             for ticket in left:
                 ticket.cut()
@@ -443,7 +446,8 @@ class Gate:
             self._pinned.discard(hold.id)
             with contextlib.suppress(UnknownHold):
                 self.renew(hold.id)
-        result = DrainResult(hold.id, drained, len(left), round(time.monotonic() - started, 4), continued)
+        took = round(time.monotonic() - started, 4)
+        result = DrainResult(hold.id, drained, len(left), took, continued, refused)
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)
         log.info(

@@ -68,6 +68,7 @@ CONTINUATION_REFUSALS = (
     "tools",
     "tool_call",
     "penalties",
+    "max_model_len",
     "reasoning",
     "logprobs",
     "batch",

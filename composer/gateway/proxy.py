@@ -317,6 +317,7 @@ class ProxyApp:
         self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
         self.continue_streams = continue_streams  # a broken eligible stream continues elsewhere
         self.streams: set[continuation.Stream] = set()  # recorded streams under way
+        self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
         self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
         self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
@@ -634,6 +635,8 @@ class ProxyApp:
                 self.metrics.forwarded.inc()
                 if self._is_stream(response):
                     stream = scope.get(STREAM) if response.status == 200 else None
+                    if stream is None and self.continue_streams:
+                        self.unrecorded[ticket] = target.url  # a switch counts it as refused
                     relay = Relay(response, ticket, self.stall_timeout, resumable=stream is not None)
                     ticket.cancel = relay.cut  # a cut ends the stream with an error event
                     chunks = relay.chunks(lambda sc: self._stalled(sc, target, failures), scope)
@@ -690,6 +693,7 @@ class ProxyApp:
                 return False
             finally:
                 ticket.cancel = None
+                self.unrecorded.pop(ticket, None)
                 if response is not None:
                     response.close()  # drops the connection unless the body was read to its end
         if cancel_scope.cancelled_caught:
@@ -724,12 +728,17 @@ class ProxyApp:
 
         return once(end)
 
-    def pause_streams(self, url: str | None = None) -> int:
+    def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
         """Pause the recorded streams on the upstream at `url` (None: every one): each goes on
         as after a break, on the upstream the gate admits it to next, with no failure
-        counted (a planned switch: hold, pause, route or replace the set, release). Returns
-        how many were paused."""
-        return sum(stream.pause() for stream in list(self.streams) if url in (None, stream.upstream))
+        counted (a planned switch: hold, pause, route or replace the set, release); those
+        that would not fit in `context` tokens (the next upstream's max_model_len) are not.
+        Returns how many were paused, and how many streams there it cannot continue (each
+        refused for its reason: they drain)."""
+        streams = [stream for stream in list(self.streams) if url in (None, stream.upstream)]
+        paused = sum(stream.pause(context) for stream in streams)
+        refused = sum(1 for stream in streams if stream.refused is not None and not stream.done)
+        return paused, refused + sum(1 for at in list(self.unrecorded.values()) if url in (None, at))
 
     async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
         """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's

@@ -208,14 +208,16 @@ class Gateway:
         elif not self.live.active and self._poller is None:
             self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
 
-    def continue_leaving(self, name: str) -> int:
+    def continue_leaving(self, name: str, context: int | None = None) -> tuple[int, int]:
         """Pause the streams on the members named `name` that left the set (never on a member
-        of the set at the same URL), to go on on the others; how many were paused."""
+        of the set at the same URL), to go on on the others (whose max_model_len is
+        `context`); how many were paused, and how many it could not continue."""
         if not self.proxy.continue_streams:
-            return 0
+            return 0, 0
         staying = {m.url for m in self.live.members.values()}
         urls = {m.url for m in self.live.leaving if m.name == name} - staying
-        return sum(self.proxy.pause_streams(url) for url in urls)
+        counts = [self.proxy.pause_streams(url, context) for url in urls]
+        return sum(paused for paused, _ in counts), sum(refused for _, refused in counts)
 
     def route(self, url: str) -> str:
         """Forward to `url` from now on (held until it is ready); returns the previous URL."""

@@ -99,4 +99,6 @@ def kube_control(kubectl: Kubectl, stack: Stack) -> GatewayControl:
 
 def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
     """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
-    return SwapHold(kube_control(kubectl, stack), stack.gateway.drain_timeout, say)
+    return SwapHold(
+        kube_control(kubectl, stack), stack.gateway.drain_timeout, say, context=stack.max_model_len
+    )

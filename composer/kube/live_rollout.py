@@ -225,6 +225,7 @@ class KubeLiveRollout(KubeChange):
     control: GatewayControl | None = None
     variants: tuple[str, ...] = ()
     continued = 0  # streams a leaving variant's drain sent on to the others
+    refused = 0  # streams on a leaving variant that could not go on (they drained)
 
     # -- the gateway ----------------------------------------------------------------------
     def _gateway_doc(self) -> Manifest | None:
@@ -258,6 +259,7 @@ class KubeLiveRollout(KubeChange):
         except GatewayControlError:
             return 0
         self.continued += drained.continued
+        self.refused += drained.refused
         return 0 if drained.done else drained.outstanding
 
     def drain_single(self) -> int:
@@ -465,7 +467,7 @@ class KubeLiveRollout(KubeChange):
                     cut += self.drain(name)
                     self.delete(name)
                 self._record(folders, gateway)
-        result.drained = {"cut": cut, "continued": self.continued}
+        result.drained = {"cut": cut, "continued": self.continued, "refused": self.refused}
         if cut:
             result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
         if plan.no_op:

@@ -342,7 +342,12 @@ class KubeRollout(KubeChange):
         self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
         drained = self.hold.begin(continues)
         result.timings["drain"] = drained.seconds
-        result.drained = {"finished": drained.drained, "cut": drained.cut, "continued": drained.continued}
+        result.drained = {
+            "finished": drained.drained,
+            "cut": drained.cut,
+            "continued": drained.continued,
+            "refused": drained.refused,
+        }
         if drained.cut:
             result.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "

@@ -57,6 +57,7 @@ class Drained:
     cut: int
     seconds: float
     continued: int = 0  # streams paused to go on on the next variant
+    refused: int = 0  # streams in flight it could not continue (they drained or were cut)
 
 
 class SwapHold:
@@ -69,8 +70,10 @@ class SwapHold:
         say: Callable[[str], None],
         target: str = "",
         waiting: Callable[[str], None] | None = None,
+        context: int | None = None,
     ) -> None:
         self.control = control
+        self.context = context  # the next variant's max_model_len: a longer stream drains
         self.drain_timeout = drain_timeout
         self.say = say
         # the updating progress line: the drain's `draining (1 in flight, 8 s of 60 s)`
@@ -120,11 +123,12 @@ class SwapHold:
             progress=(lambda p: waiting(p.describe())) if waiting is not None else None,
             continue_streams=continue_streams,
             gateway_leaving=gateway_leaving,
+            max_model_len=self.context,
         )
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
         self._renewer.start()
-        return Drained(report.drained, report.cut, report.duration_s, report.continued)
+        return Drained(report.drained, report.cut, report.duration_s, report.continued, report.refused)
 
     def _renew(self) -> None:
         """Renew the lease a few times per lease until `end`; a failed renewal waits its turn."""
@@ -178,7 +182,7 @@ def start_hold(
     container = container or gateway_container(stack, client)
     if container is None:
         raise SwapFailed("the gateway container was not created")
-    hold = SwapHold(GatewayControl(container), drain_timeout, say, target, waiting)
+    hold = SwapHold(GatewayControl(container), drain_timeout, say, target, waiting, stack.max_model_len)
 
     def failed(err: GatewayControlError) -> SwapFailed:
         logs = container.logs(tail=20).decode(errors="replace")

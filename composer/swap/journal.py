@@ -266,6 +266,6 @@ def _event(line: bytes) -> dict[str, Any] | None:
     timings, drained = event.get("timings"), event.get("drained")
     if not isinstance(timings, dict | None) or not isinstance(drained, dict | None):
         return None
-    if drained and not all(isinstance(drained.get(name, 0), int) for name in ("cut", "continued")):
+    if drained and not all(isinstance(drained.get(name, 0), int) for name in ("cut", "continued", "refused")):
         return None
     return event

@@ -492,6 +492,7 @@ class LiveSwapper:
         self.timings: dict[str, float] = {}
         self.cut = 0
         self.continued = 0  # streams a leaving member's drain sent on to the others
+        self.refused = 0  # streams on a leaving member that could not go on (they drained)
         self._releases: list[ReleaseWait] = []
         self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
@@ -643,11 +644,14 @@ class LiveSwapper:
         if control is None:
             return
         try:
-            drained = control.drain_upstream(op.name, self.stack.gateway.drain_timeout, op.continue_streams)
+            drained = control.drain_upstream(
+                op.name, self.stack.gateway.drain_timeout, op.continue_streams, self.stack.max_model_len
+            )
         except GatewayControlError:
             return
         self.cut += 0 if drained.done else drained.outstanding
         self.continued += drained.continued
+        self.refused += drained.refused
 
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so
@@ -712,7 +716,7 @@ class LiveSwapper:
         if plan.start_gateway:
             self._answers("+".join(target.variants))
         result.timings.update(self.timings)
-        result.drained = {"cut": self.cut, "continued": self.continued}
+        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
         if self.cut:
             result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
         members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)

@@ -80,7 +80,7 @@ class Outcome:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    drained: tuple[int, int, int] | None = None  # (finished, cut, continued)
+    drained: tuple[int, int, int, int] | None = None  # (finished, cut, continued, refused)
     hold: SwapHold | None = None
     container: VariantContainer | None = None
     log: str = ""
@@ -138,7 +138,7 @@ def drain(
         waiting=ctx.waiting,
     )
     drained = hold.begin(not ctx.options.drain)  # the progress line shows it while something runs
-    counts = (drained.drained, drained.cut, drained.continued)
+    counts = (drained.drained, drained.cut, drained.continued, drained.refused)
     out = Outcome("drain", drained.seconds, drained=counts, hold=hold)
     if drained.cut:
         out.warnings.append(
@@ -260,7 +260,7 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
     began = time.monotonic()
     compose_up(ctx, compose_file, gateway.service)
     cut = drained.cut + held
-    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0))
+    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0, 0))
     out.extra["gateway_recreate"] = time.monotonic() - began
     out.notes.append(
         f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "

@@ -95,7 +95,7 @@ class UpResult:
     kv_cache_tokens: int | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    drained: dict[str, int] | None = None  # with a gateway: requests finished, cut and continued
+    drained: dict[str, int] | None = None  # with a gateway: finished, cut, continued, refused
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end

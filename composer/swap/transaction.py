@@ -57,6 +57,10 @@ def reason(err: BaseException) -> str:
     return str(err) if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
 
 
+DRAINED = ("finished", "cut", "continued", "refused")
+"""`drained`'s counts: requests that finished, were cut, streams continued and refused."""
+
+
 def absorb(result: UpResult, out: Outcome) -> Outcome:
     """Fold one step's outcome into the swap's result (timings add up per step kind)."""
     if out.seconds or out.step in {"stop", "sleep", "release_wait", "release", "settle"}:
@@ -66,11 +70,9 @@ def absorb(result: UpResult, out: Outcome) -> Outcome:
     result.notes += out.notes
     result.warnings += out.warnings
     if out.drained is not None:
-        before = result.drained or {"finished": 0, "cut": 0, "continued": 0}
+        before = result.drained or dict.fromkeys(DRAINED, 0)
         result.drained = {
-            "finished": before["finished"] + out.drained[0],
-            "cut": before["cut"] + out.drained[1],
-            "continued": before["continued"] + out.drained[2],
+            name: before[name] + count for name, count in zip(DRAINED, out.drained, strict=True)
         }
     return out
 

@@ -314,7 +314,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
     refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
-    paused: list[int] = []
+    paused: list[tuple[int, int]] = []
 
     def pause() -> None:  # what a planned switch calls, in the gateway's loop
         assert gw.loop is not None
@@ -330,7 +330,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     on_mtp = kill_mid_stream(clients, pause)
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
-    assert paused == [len(on_mtp)]
+    assert paused == [(len(on_mtp), 0)]
     seen = samples(gw.url)
     assert seen["gateway_continued_streams_total"] == len(on_mtp)
     assert gw.gateway.live.members["mtp/1"].errors == 0 and gw.gateway.live.members["mtp/1"].ready
@@ -359,7 +359,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
 
     on_mtp = kill_mid_stream(clients, leave)
     (report,) = drained
-    assert report.done and report.continued == len(on_mtp) and report.outstanding == 0
+    assert report.done and report.continued == len(on_mtp) and report.outstanding == 0 and report.refused == 0
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     assert samples(gw.url)["gateway_continuation_failed_total"] == 0
@@ -382,7 +382,7 @@ def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(s
     control = GatewayControl(InProcessExec(gw.config.control_socket))
     report = control.drain(timeout_s=60, lease_s=30, continue_streams=True)
     # the ineligible stream finished on baseline; the eligible ones wait, paused, under the hold
-    assert (report.continued, report.drained, report.cut) == (3, 1, 0)
+    assert (report.continued, report.refused, report.drained, report.cut) == (3, 1, 1, 0)
     assert refused.join().events[-1] == "[DONE]" and len(refused.chunks) > MAX_TOKENS // 2
     assert not any(c.events and c.events[-1] == "[DONE]" for c in clients)
     control.route(url_of(mtp))
@@ -421,13 +421,47 @@ def test_each_refused_class_sent_mid_switch_drains_counted_under_its_reason(sims
         client.wait_events(5)
     control = GatewayControl(InProcessExec(gw.config.control_socket))
     report = control.drain(timeout_s=120, lease_s=60, continue_streams=True)
-    assert (report.continued, report.drained, report.cut) == (0, len(clients), 0)
+    assert (report.continued, report.refused, report.drained, report.cut) == (
+        0,
+        len(clients),
+        len(clients),
+        0,
+    )
     seen = samples(gw.url)
     for reason, client in clients.items():
         assert client.join().status == 200 and client.events[-1] == "[DONE]", (reason, client.raw[-300:])
         assert seen[f'gateway_continuation_refused_total{{reason="{reason}"}}'] == 1, reason
     assert seen["gateway_continued_streams_total"] == 0
     control.release(report.hold_id)
+
+
+def test_a_stream_that_would_not_fit_in_the_next_context_drains_instead(sims, make_single) -> None:
+    from composer.gateway.client import GatewayControl, GatewayControlError
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = make_single(url_of(base))
+    # 100 prompt ids each: 100 + 320 tokens do not fit in 350, 100 + 200 do
+    long, short = body(0, False, ids=True), body(1, False, ids=True, max_tokens=200)
+    ref = references(base.port, COMPLETIONS, [short])[0]
+    clients = [Client(gw.port, COMPLETIONS, r).start() for r in (long, short)]
+    for client in clients:
+        client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    with pytest.raises(GatewayControlError, match="max_model_len=0 is invalid"):
+        control.drain(timeout_s=60, lease_s=30, continue_streams=True, max_model_len=0)
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=True, max_model_len=350)
+    assert (report.continued, report.refused, report.drained, report.cut) == (1, 1, 1, 0)
+    finished = clients[0].join()
+    assert finished.events[-1] == "[DONE]" and len(finished.ids()) == MAX_TOKENS  # all on baseline
+    control.route(url_of(mtp))
+    control.release(report.hold_id)
+    continued = clients[1].join()
+    assert continued.events[-1] == "[DONE]" and continued.ids() == ref[0] and len(ref[0]) == 200
+    seen = samples(gw.url)
+    assert seen['gateway_continuation_refused_total{reason="max_model_len"}'] == 1
+    assert seen["gateway_continued_streams_total"] == 1
 
 
 @pytest.mark.parametrize(("asked", "on"), [(False, True), (True, False)])

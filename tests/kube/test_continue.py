@@ -60,9 +60,9 @@ def test_a_stream_in_flight_goes_on_after_the_rollout_token_for_token(
     (ref,) = refs.result()
     pool.shutdown()
     if drain:  # `up --drain`: the drain waited for the stream, which finished on baseline
-        assert drained == {"finished": 1, "cut": 0, "continued": 0}
+        assert drained == {"finished": 1, "cut": 0, "continued": 0, "refused": 0}
     else:  # paused at the drain, then on after the release
-        assert drained == {"finished": 0, "cut": 0, "continued": 1}
+        assert drained == {"finished": 0, "cut": 0, "continued": 1, "refused": 0}
     check_continued(client.join(), ref)  # one stream, the uninterrupted tokens, either way
     commands = standin.commands()
     assert commands.index("exec POST /drain") < commands.index("apply --kustomize")

@@ -308,7 +308,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     assert stream.status == 200
     deletion = next(c for c in standin.calls() if c["argv"][:2] == ["delete", "deployment/vllm"])
     assert deletion["t"] > stream.closed_at  # deleted once nothing ran on it
-    assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0, "continued": 0}
+    assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0, "continued": 0, "refused": 0}
     assert control.state().raw["single_outstanding"] == 0
     commands = standin.commands()
     assert "apply --kustomize" in commands and commands.count("exec POST /upstreams") == 2

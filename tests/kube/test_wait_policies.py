@@ -90,8 +90,8 @@ def _hold(monkeypatch, pods: list[str | None], failures: list[Exception]) -> obj
     monkeypatch.setattr(control, "gateway_name", lambda _stack: "demo-gateway")
     monkeypatch.setattr(control, "KubeExec", lambda _kubectl, pod: pod)
     monkeypatch.setattr(control, "GatewayControl", lambda _exec: channel)
-    monkeypatch.setattr(control, "SwapHold", lambda ctl, drain, say: ("hold", ctl, drain))
-    stack = SimpleNamespace(gateway=SimpleNamespace(drain_timeout=7.0))
+    monkeypatch.setattr(control, "SwapHold", lambda ctl, drain, say, context: ("hold", ctl, drain))
+    stack = SimpleNamespace(gateway=SimpleNamespace(drain_timeout=7.0), max_model_len=8192)
     return control.kube_hold(None, stack, lambda _m: None)  # type: ignore[arg-type]
 
 

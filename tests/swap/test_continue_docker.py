@@ -99,7 +99,7 @@ def _through_switch(stack, label: str, argv: tuple[str, ...], outcome: str, expe
     assert not any(c.events and c.events[-1] == "[DONE]" for c in clients)
     assert result["outcome"] == outcome, result
     # (c) too: no stream can finish within the drain's 2 s, so none counts as finished
-    assert result["drained"] == {"finished": 0, "cut": 0, "continued": STREAMS}, result
+    assert result["drained"] == {"finished": 0, "cut": 0, "continued": STREAMS, "refused": 0}, result
 
     ended = time.monotonic()
     for client, (ids, text) in zip(clients, expected, strict=True):
@@ -143,4 +143,4 @@ def test_sixteen_streams_go_on_token_for_token_through_a_cold_switch_a_wake_and_
         ("mtp", "woke"),
     ], events
     for event in events[-3:]:
-        assert event["drained"] == {"finished": 0, "cut": 0, "continued": STREAMS}, event
+        assert event["drained"] == {"finished": 0, "cut": 0, "continued": STREAMS, "refused": 0}, event

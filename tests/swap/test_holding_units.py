@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from types import SimpleNamespace
 
 import pytest
 
@@ -132,7 +133,8 @@ class _Silent:
 def _start(monkeypatch, gateway: _Gateway) -> None:
     monkeypatch.setattr(holding, "gateway_container", lambda stack, client: gateway)
     monkeypatch.setattr(holding, "GatewayControl", _Silent)
-    holding.start_hold(None, None, 5, lambda _: None)  # type: ignore[arg-type]
+    stack = SimpleNamespace(max_model_len=8192)
+    holding.start_hold(stack, None, 5, lambda _: None)  # type: ignore[arg-type]
 
 
 def test_start_hold_fails_at_once_when_the_gateway_exited(monkeypatch) -> None:
@@ -156,16 +158,19 @@ def test_start_hold_gives_up_after_its_timeout(monkeypatch) -> None:
 
 def test_a_hold_that_continues_streams_asks_the_drain_to_and_reports_them() -> None:
     asked: list[bool] = []
+    contexts: list[int | None] = []
 
     class Continuing(_Control):
-        def drain(self, *args, continue_streams=False, **_) -> DrainReport:
+        def drain(self, *args, continue_streams=False, max_model_len=None, **_) -> DrainReport:
             asked.append(continue_streams)
+            contexts.append(max_model_len)
             return DrainReport("h1", 1, 0, 0.1, 3 if continue_streams else 0)
 
-    hold = holding.SwapHold(Continuing(), 5, lambda _: None)  # type: ignore[arg-type]
+    hold = holding.SwapHold(Continuing(), 5, lambda _: None, context=4096)  # type: ignore[arg-type]
     assert hold.begin(True) == holding.Drained(1, 0, 0.1, 3)
     hold.end()
     again = holding.SwapHold(Continuing(), 5, lambda _: None)  # type: ignore[arg-type]
     assert again.begin() == holding.Drained(1, 0, 0.1, 0)
     again.end()
     assert asked == [True, False]
+    assert contexts == [4096, None]  # the next variant's max_model_len: a longer stream drains
