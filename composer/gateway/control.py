@@ -237,7 +237,9 @@ class Control:
         if target is not None:
             log.begin(target, gateway.switcher.serving, owner or "control")
         on_done = (
-            (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued)) if target is not None else None
+            (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued, r.refused))
+            if target is not None
+            else None
         )
         drain_id = self.drains.start(
             gateway, timeout, lease, owner, token, on_done, pause, pause_late, _context(args)

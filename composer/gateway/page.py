@@ -205,7 +205,8 @@ SCRIPT = """
       head.appendChild(el("span", "badge " + s.outcome, s.outcome));
       head.appendChild(el("span", "dim", " " + clock(s.started_at) + ", " + secs(s.elapsed_s) +
         (s.drained !== null ? ", drained " + s.drained + ", cut " + s.cut : "") +
-        (s.continued ? ", continued " + s.continued : "")));
+        (s.continued ? ", continued " + s.continued : "") +
+        (s.refused ? ", not continued " + s.refused : "")));
       li.appendChild(head);
       if (!s.gateway_only) { li.appendChild(stages(s.stages, false)); }
       if (s.detail) { li.appendChild(el("div", "dim", s.detail)); }

@@ -49,6 +49,7 @@ class Switch:
     drained: int | None = None
     cut: int | None = None
     continued: int | None = None  # streams paused at the drain, to go on on the new variant
+    refused: int | None = None  # streams in flight it could not continue (they drained)
     outcome: str | None = None
     detail: str = ""
     duration_s: float | None = None
@@ -78,6 +79,7 @@ class Switch:
             "drained": self.drained,
             "cut": self.cut,
             "continued": self.continued,
+            "refused": self.refused,
             "outcome": self.outcome,
             "detail": self.detail,
             "gateway_only": self.detail == GATEWAY_UPDATED,
@@ -110,12 +112,14 @@ class SwitchLog:
         self.current = Switch(source, from_variant, to_variant, now, self.wall(), stage_began=now)
         return self.current
 
-    def drained(self, hold_id: str, drained: int, cut: int, continued: int = 0) -> None:
-        """The switch's drain ended (`continued`: the streams it paused): the old variant goes next."""
+    def drained(self, hold_id: str, drained: int, cut: int, continued: int = 0, refused: int = 0) -> None:
+        """The switch's drain ended (`continued`: the streams it paused, `refused`: those it could
+        not): the old variant goes next."""
         if self.current is None or self.current.stage != "drain":
             return
         self.current.hold_id = hold_id
-        self.current.drained, self.current.cut, self.current.continued = drained, cut, continued
+        self.current.drained, self.current.cut = drained, cut
+        self.current.continued, self.current.refused = continued, refused
         self.current.enter("stop", self.clock())
 
     def stage(self, name: str) -> None:

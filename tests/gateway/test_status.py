@@ -92,7 +92,7 @@ def test_the_switch_log_follows_the_stages_and_keeps_a_bounded_history() -> None
     log = SwitchLog(keep=3, clock=lambda: clock[0], wall=lambda: 1000 + clock[0])
     log.begin("mtp", "baseline", "compose-spec up")
     clock[0] = 1.0
-    log.drained("h1", drained=2, cut=1, continued=3)
+    log.drained("h1", drained=2, cut=1, continued=3, refused=4)
     clock[0] = 2.0
     log.backend_call("/sleep", None)
     clock[0] = 4.0
@@ -123,7 +123,7 @@ def test_the_switch_log_follows_the_stages_and_keeps_a_bounded_history() -> None
         ("wake", 2.0),
         ("gate", 1.0),
     ]
-    assert (done["drained"], done["cut"], done["continued"]) == (2, 1, 3)
+    assert (done["drained"], done["cut"], done["continued"], done["refused"]) == (2, 1, 3, 4)
 
     log.begin("dflash2", "mtp", "compose-spec up")
     log.drained("h2", 0, 0)
