@@ -37,8 +37,9 @@ def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
 
 
 def _recreate_gateway(obj: Context, variant: str | None, target: str, args: SwapArgs) -> None:
-    """`up --recreate-gateway`: a new gateway container, the serving variant untouched."""
-    from composer.swap.gateway_port import recreate_gateway
+    """`up --recreate-gateway`: a new gateway container, the serving variant untouched
+    (`--dry-run`: what it would replace, nothing changed)."""
+    from composer.swap.gateway_port import plan_recreate, recreate_gateway
 
     stack = obj.stack()
     if target != "compose":
@@ -48,6 +49,13 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     if variant is not None:
         stack.variant(variant)  # an unknown name: exit 2 before anything changes
     require_api_key(stack, args.weak_key_allowed(obj))
+    if args.dry_run:
+        planned = plan_recreate(stack, obj.docker())
+        if args.as_json and variant is None:
+            click.echo(json.dumps(planned.to_json()))
+        else:
+            click.echo(planned.line(), err=variant is not None and args.as_json)
+        return
     line = LiveLine()
     try:
         done = recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)

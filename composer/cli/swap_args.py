@@ -56,6 +56,14 @@ class SwapArgs:
         return self.allow_weak_key or obj.allow_weak_key
 
 
+def _port_gap(result: Any) -> str:
+    """`; the port refused 31 of 96 probes over 0.62 s (...)` when the gateway's container was replaced."""
+    from composer.engine.port_gap import describe
+
+    gap = getattr(result, "port_gap", None)
+    return f"; {describe(gap)}" if isinstance(gap, dict) else ""
+
+
 def report_swap(
     variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
 ) -> None:
@@ -81,6 +89,6 @@ def report_swap(
         click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
         total = result.timings.get("total", 0.0)
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s)")
+        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){_port_gap(result)}")
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)

@@ -14,10 +14,10 @@ May import: `composer.stack`, `composer.render`,
 `composer.labels`. Public: `docker_client`, `compose`,
 `our_containers`, `RunningVariant`, `probe`, `Readiness`, `wait_ready`,
 `watch_settled`, `GateTarget`, `VariantContainer`, `explain`, `hints`, `ImageFacts`,
-`stack_images`, `probe_published`, `PublishedPort`, `Pending` and the
-policies `until`, `within`, `watch`, `readiness`, `removal`, `gpu_release`, `control_ready`,
+`stack_images`, `probe_published`, `PublishedPort`, `PortWatch`, `PortGap`, `Pending` and
+the policies `until`, `within`, `watch`, `readiness`, `removal`, `gpu_release`, `control_ready`,
 `following`, `renewal`, `reopen`, `settle_ready`, `published_refusal`, `port_back`,
-`port_answers`, `service_readiness`, `kube_control_ready`.
+`port_answers`, `port_watch`, `service_readiness`, `kube_control_ready`.
 """
 
 from composer._exports import lazy_exports
@@ -31,6 +31,7 @@ __all__, __getattr__ = lazy_exports(
         "gate": ["GateTarget", "wait_ready", "watch_settled"],
         "health": ["Readiness", "probe"],
         "images": ["ImageFacts", "stack_images"],
+        "port_gap": ["PortGap", "PortWatch"],
         "published_port": ["PublishedPort", "probe_published"],
         "retry": [
             "Pending",
@@ -40,6 +41,7 @@ __all__, __getattr__ = lazy_exports(
             "kube_control_ready",
             "port_answers",
             "port_back",
+            "port_watch",
             "published_refusal",
             "readiness",
             "removal",

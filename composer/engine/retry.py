@@ -53,6 +53,8 @@ PORT_BACK_INTERVAL_S = 0.2
 """How often a recreated gateway is routed and probed through its published port again."""
 FOLLOWER_ATTACH_INTERVAL_S = 0.5
 """How often the gateway is asked whether a just-started follower has reached it."""
+PORT_GAP_INTERVAL_S = 0.02
+"""How often the published port is probed while the gateway's container is replaced."""
 
 
 class Pending(Exception):
@@ -217,6 +219,19 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
     """A recreated gateway's control channel: asked every PORT_BACK_INTERVAL_S while it
     fails with one of `errors`, for `timeout` s; then the last error is raised again."""
     return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
+
+
+def port_watch(interval: float, stopped: threading.Event) -> Retrying:
+    """The published port while the gateway's container is replaced: the step (one probe)
+    raises `Pending` and runs again every `interval` s until `stopped` is set (the sleep ends
+    early when it is)."""
+    return Retrying(
+        retry=retry_if_exception_type(Pending),
+        wait=wait_fixed(interval),
+        stop=lambda _state: stopped.is_set(),
+        sleep=stopped.wait,
+        retry_error_callback=lambda _state: None,
+    )
 
 
 def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:

@@ -7,7 +7,9 @@ environment (a gateway changed in place keeps its old environment). Everything e
 published port and address, mounts, the API key, what the gateway reads once) needs a new
 container: compose's config hash decides it over the run file's gateway service with the
 live settings set to the ones the container was created with, so only the container-level
-part counts.
+part counts. The reason names what differs where the container's record says it (`named`:
+the image, the published port or address, the API key, start-only settings), so
+`up --dry-run` says why the gateway is replaced.
 """
 
 from __future__ import annotations
@@ -89,7 +91,7 @@ def decide(
         return GatewayChange()
     wanted = wanted_settings(gateway)
     created = container_env(container)
-    recreate = _container_differs(stack, compose_file, container, created)
+    recreate = _container_differs(stack, compose_file, container, created, gateway)
     reported = in_effect(snap, control) if not recreate else None
     running = reported if reported is not None else {name: created.get(name, "") for name in LIVE}
     changed = differing(wanted, running, stack.served_model_name)
@@ -99,23 +101,61 @@ def decide(
 
 
 def _container_differs(
-    stack: Stack, compose_file: Path, container: Container, created: dict[str, str]
+    stack: Stack, compose_file: Path, container: Container, created: dict[str, str], gateway: GatewaySpec
 ) -> str:
     """Why the container-level part differs ("" when it does not, or when compose cannot say)."""
     image = (container.attrs.get("Config") or {}).get("Image", "")
     with contextlib.suppress(Exception):  # the image is gone or Docker does not answer: compose decides
         if image and container.client.images.get(image).id != container.attrs.get("Image"):
-            return "its image changed"
+            return f"its image changed ({image} was rebuilt: a new image id)"
     labels = container.labels or {}
     same_key = created.get(API_KEY_VAR, "") == (stack.api_key or "")
     if same_key and _same_service(compose_file, labels.get("com.docker.compose.project.config_files")):
         return ""
     wanted = _container_hash(stack, compose_file, {n: created[n] for n in LIVE if n in created})
     if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
+        found = named(stack, gateway, container, created)
+        if found:
+            return "its container changed: " + "; ".join(found)
         return (
             "its container changed (image, published port or address, mounts, API key or start-only settings)"
         )
     return ""
+
+
+def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dict[str, str]) -> list[str]:
+    """What differs between the container's record and `gateway`, by name (the API key never
+    shown): `image a -> b`, `published port 8000 -> 8001`, `bind address`, `the API key`,
+    `start-only settings GATEWAY_X`."""
+    config = container.attrs.get("Config") or {}
+    found = []
+    image = resolve(gateway.image)
+    if config.get("Image") and config["Image"] != image:
+        found.append(f"image {config['Image']} -> {image}")
+    ports = (container.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    binding = (ports.get(f"{gateway.container_port}/tcp") or [{}])[0] or {}
+    for what, had, text in (
+        ("published port", binding.get("HostPort"), gateway.published_port),
+        ("bind address", binding.get("HostIp"), gateway.host_ip),
+    ):
+        if had is not None and str(had) != resolve(text):
+            found.append(f"{what} {had} -> {resolve(text)}")
+    if created.get(API_KEY_VAR, "") != (stack.api_key or ""):
+        found.append("the API key")
+    wanted = {name: resolve(value) for name, value in gateway.environment if name not in LIVE}
+    removed = {n for n in created if n.startswith("GATEWAY_") and n not in LIVE} - _image_env(container)
+    start_only = sorted(n for n in set(wanted) | removed if wanted.get(n) != created.get(n))
+    if start_only:
+        found.append("start-only settings " + ", ".join(start_only))
+    return found
+
+
+def _image_env(container: Container) -> set[str]:
+    """The names the container's image sets in its environment (none when Docker cannot say)."""
+    with contextlib.suppress(Exception):
+        image = container.client.images.get(container.attrs.get("Image"))
+        return {item.split("=", 1)[0] for item in (image.attrs.get("Config") or {}).get("Env") or []}
+    return set()
 
 
 def _load(path: Path | str) -> dict:

@@ -2,6 +2,12 @@
 `up --recreate-gateway`, which brings Docker's port proxy back by recreating only the
 gateway's container (the serving variant keeps running, and keeps serving through it).
 
+Compose creates the new container first (under a temporary name), then stops and removes
+the old one, renames the new one and starts it: Docker publishes a host port to one
+container at a time, so the port serves nobody from the old gateway's stop until the new
+one listens. That gap is measured (`composer.engine.port_gap`, probes every 20 ms) and
+reported, never assumed to be empty.
+
 On a live set the new gateway is created from the live set's run file (its environment
 lists the set) and then told the upstreams that Docker's labels say run (`live`, `variant`,
 the compose service), so it routes to exactly the containers that serve, as before.
@@ -18,6 +24,8 @@ from typing import TYPE_CHECKING
 from composer.engine import retry
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container, upstream_url
+from composer.engine.health import base_url
+from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import DEAD_PORT, probe_published, wait_published
 from composer.errors import ComposerError, GatewayControlError, UsageError
 from composer.render.files import run_file
@@ -69,13 +77,61 @@ class Recreated:
     url: str
     serving: str | None
     seconds: float
+    port_gap: PortGap | None = None  # the published port while the containers changed, measured
 
     def line(self) -> str:
         who = f"{self.serving} serves through it again" if self.serving else "no variant serves"
-        return f"gateway recreated ({self.container}): {self.url} answers; {who} ({self.seconds:.1f}s)"
+        gap = f"; {self.port_gap.line()}" if self.port_gap is not None else ""
+        return f"gateway recreated ({self.container}): {self.url} answers; {who} ({self.seconds:.1f}s){gap}"
 
     def to_json(self) -> dict[str, object]:
-        return {"outcome": "gateway-recreated", **self.__dict__, "seconds": round(self.seconds, 3)}
+        gap = self.port_gap.to_json() if self.port_gap is not None else None
+        return {
+            "outcome": "gateway-recreated",
+            **self.__dict__,
+            "seconds": round(self.seconds, 3),
+            "port_gap": gap,
+        }
+
+
+@dataclass(frozen=True)
+class RecreatePlan:
+    """What `up --recreate-gateway --dry-run` says: the gateway is replaced by a new container."""
+
+    container: str | None
+    url: str
+    serving: str | None
+
+    def line(self) -> str:
+        old = f"its container {self.container}" if self.container else "no gateway container runs; one"
+        who = f"{self.serving} keeps running" if self.serving else "no variant serves"
+        return (
+            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): {old} is "
+            f"stopped and a new one started; {who}; {self.url} refuses connections from the old "
+            "container's stop until the new one listens (`up` measures and reports it)"
+        )
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "outcome": "planned",
+            "gateway_update": True,
+            "gateway_recreate_because": "--recreate-gateway",
+            **self.__dict__,
+        }
+
+
+def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
+    """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
+    _need_gateway(stack)
+    old = gateway_container(stack, client)
+    live = _live_upstreams(stack, client)
+    member = None if live else snapshot.take(stack, client).serving
+    serving = f"the live set {', '.join(u['name'] for u in live)}" if live else None
+    if member is not None:
+        serving = member.variant
+    return RecreatePlan(
+        old.name if old is not None else None, base_url(stack.bind_address, stack.port), serving
+    )
 
 
 def recreate_gateway(
@@ -88,16 +144,21 @@ def recreate_gateway(
         return _recreate(stack, client, progress)
 
 
-def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
+def _need_gateway(stack: Stack) -> None:
     if not stack.gateway.enabled:
         raise UsageError(
             "--recreate-gateway: this stack runs without a gateway (gateway.enabled = false); "
             "the variant publishes the port: `compose-spec up VARIANT` restarts it"
         )
+
+
+def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
+    _need_gateway(stack)
     began = time.monotonic()
+    url = base_url(stack.bind_address, stack.port)  # where the new container publishes it
     live = _live_upstreams(stack, client)
     if live:
-        return _recreate_live(stack, client, live, say, began)
+        return _recreate_live(stack, client, live, say, began, url)
     # Read before the recreation: the old gateway's route tells which standby container serves.
     member = snapshot.take(stack, client).serving
     serving = member.container if member is not None else None
@@ -105,10 +166,11 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     compose_file = _compose_file(stack, serving)
     target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
     say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
-    gateway = _recreated(stack, client, compose_file, target.gateway)
-    if member is not None and member.standby_service:
-        _route(gateway, upstream_url(member.container.name))
-    published = _published(gateway, stack)
+    with PortWatch(url) as watch:
+        gateway = _recreated(stack, client, compose_file, target.gateway)
+        if member is not None and member.standby_service:
+            _route(gateway, upstream_url(member.container.name))
+        published, gap = _published(gateway, stack, watch)
     if variant is not None:
         say(f"waiting for the gateway to reach {variant}")
         if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
@@ -116,7 +178,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
                 f"the recreated gateway answers on {published.url} but does not reach {variant} "
                 f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
             )
-    return Recreated(gateway.name, published.url, variant, time.monotonic() - began)
+    return Recreated(gateway.name, published.url, variant, time.monotonic() - began, gap)
 
 
 def _live_upstreams(stack: Stack, client: docker.DockerClient) -> list[dict[str, str]]:
@@ -131,7 +193,12 @@ def _live_upstreams(stack: Stack, client: docker.DockerClient) -> list[dict[str,
 
 
 def _recreate_live(
-    stack: Stack, client: docker.DockerClient, upstreams: list[dict[str, str]], say: Say, began: float
+    stack: Stack,
+    client: docker.DockerClient,
+    upstreams: list[dict[str, str]],
+    say: Say,
+    began: float,
+    url: str,
 ) -> Recreated:
     """Recreate the gateway of a running live set and route it to the same containers."""
     from composer.render.live import resolve_live
@@ -141,18 +208,19 @@ def _recreate_live(
     target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in upstreams)))
     compose_file = live_run_file(target)
     say(f"recreating the gateway (the live set {names} keeps running)")
-    gateway = _recreated(stack, client, compose_file, target.gateway)
-    retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
-        lambda: _control(gateway).set_upstreams(upstreams)
-    )
-    published = _published(gateway, stack)
+    with PortWatch(url) as watch:
+        gateway = _recreated(stack, client, compose_file, target.gateway)
+        retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
+            lambda: _control(gateway).set_upstreams(upstreams)
+        )
+        published, gap = _published(gateway, stack, watch)
     say(f"waiting for the gateway to reach {names}")
     if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
         raise ComposerError(
             f"the recreated gateway answers on {published.url} but reaches none of {names} "
             f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
         )
-    return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began)
+    return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began, gap)
 
 
 def _recreated(
@@ -173,14 +241,17 @@ def _recreated(
     return gateway
 
 
-def _published(gateway: Container, stack: Stack) -> PublishedPort:
-    """The recreated gateway's published port, once it answers there."""
+def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
+    """The recreated gateway's published port, once it answers there, and what `watch` saw
+    until then (its own probe answered too: the gap is closed)."""
     published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
+    gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
     if not published.answers:
         raise ComposerError(
-            f"the recreated gateway does not answer through {published.url}: {published.detail}"
+            f"the recreated gateway does not answer through {published.url}: {published.detail} "
+            f"({gap.line()})"
         )
-    return published
+    return published, gap
 
 
 def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:

@@ -125,7 +125,7 @@ class SwapPlan:
     rollback: Rollback | None = None
     stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
     notes: tuple[str, ...] = field(default=())
-    gateway_update: bool = False  # drain the gateway, recreate it with new settings, release
+    gateway_update: bool = False  # drain the gateway, replace its container (new settings), release
     gateway: GatewayChange = field(default_factory=GatewayChange)  # why recreated, or settings in place
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
     wake: str | None = None  # the sleeping container the `wake` step wakes (by name)
@@ -156,7 +156,11 @@ class SwapPlan:
     def describe(self) -> str:
         """The plan as text, one line per fact."""
         why = f" ({self.gateway.recreate})" if self.gateway.recreate else ""
-        gateway = f"drain the gateway, recreate it with its new settings{why}, release"
+        gateway = (
+            f"the gateway is replaced by a new container{why}: drain it, stop it, start the new one "
+            "with its new settings (the published port refuses connections in between: `up` measures "
+            "it), release"
+        )
         if not self.gateway_update and self.gateway.in_place:
             gateway = (
                 f"apply the gateway's changed settings in place ({self.gateway.keys()}): "

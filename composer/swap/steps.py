@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
+from composer.engine.health import base_url
+from composer.engine.port_gap import PortGap, PortWatch
+from composer.engine.published_port import ANSWER_TIMEOUT
 from composer.errors import GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
@@ -44,6 +47,9 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 UPSTREAM_WAIT_S = 30.0
 """How long a recreated gateway has to reach the serving variant before it is put to sleep."""
+STOP_AFTER_DRAIN_S = 2
+"""Seconds Docker gives a drained gateway to exit before it kills it: nothing is left in flight,
+and the published port serves nobody until it is gone and its successor listens."""
 
 
 def _quiet(_: str) -> None:
@@ -87,6 +93,7 @@ class Outcome:
     ready_at: float = 0.0
     parked: str | None = None  # the variant this step put to sleep
     extra: dict[str, float] = field(default_factory=dict)  # more timings, by name
+    port_gap: PortGap | None = None  # the published port while the gateway's container changed
 
 
 def compose_up(
@@ -95,13 +102,17 @@ def compose_up(
     service: str | None = None,
     host: dict[str, str] | None = None,
     recreate: bool = True,
+    stop_timeout: int | None = None,
 ) -> None:
     """`docker compose up -d` of one service of a run file (never builds, never pulls);
     `host`: host values the file interpolates, set exactly (the follow profile's paths);
     `recreate=False`: an existing container is kept as it is (a gateway whose settings
-    were applied in place differs from the file only in them)."""
+    were applied in place differs from the file only in them); `stop_timeout`: seconds a
+    container being replaced has to exit (else its stop_grace_period)."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     keep = [] if recreate else ["--no-recreate"]
+    if stop_timeout is not None:
+        keep += ["--timeout", str(stop_timeout)]
     compose(
         ctx.stack.project,
         compose_file,
@@ -241,16 +252,20 @@ def rehold(ctx: Context, target: str) -> Outcome:
 
 
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
-    """Drain the old gateway, then recreate it with the new settings (its held requests are cut, counted)."""
+    """Drain the old gateway, then replace its container with one of the new settings (its held
+    requests are cut, counted). Compose creates the new container before it stops the old one;
+    the old one then has STOP_AFTER_DRAIN_S to exit, and the published port is watched from
+    before the stop until the new one answers there (`Outcome.port_gap`)."""
+    container = _gateway(ctx, gateway)
     old = start_hold(
         ctx.stack,
         ctx.client,
         ctx.stack.gateway.drain_timeout,
         ctx.say,
-        container=_gateway(ctx, gateway),
+        container=container,
         waiting=ctx.waiting,
     )
-    ctx.say("the gateway needs a new container: draining it before it is recreated")
+    ctx.say("the gateway needs a new container: draining it before it is replaced")
     drained = old.begin(gateway_leaving=True)
     try:
         held = old.control.state().held
@@ -258,13 +273,18 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
         held = 0
     old._stop.set()
     began = time.monotonic()
-    compose_up(ctx, compose_file, gateway.service)
+    # where the new container publishes it (a changed port: the new one, unserved until it listens)
+    with PortWatch(base_url(ctx.stack.bind_address, ctx.stack.port)) as watch:
+        compose_up(ctx, compose_file, gateway.service, stop_timeout=STOP_AFTER_DRAIN_S)
+        ctx.say("waiting for the new gateway to answer through the published port")
+        gap = watch.stop(wait_served=ANSWER_TIMEOUT)
     cut = drained.cut + held
-    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0, 0))
+    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0, 0), port_gap=gap)
     out.extra["gateway_recreate"] = time.monotonic() - began
+    cut_text = f", {cut} cut" if cut else ""
     out.notes.append(
-        f"the gateway was recreated with its new settings after a drain: {drained.drained} request(s) "
-        f"finished first, {cut} cut"
+        f"the gateway was replaced by a new container with its new settings after a drain: "
+        f"{drained.drained} request(s) finished first{cut_text}; {gap.line()}"
     )
     if cut:
         out.warnings.append(

@@ -99,6 +99,7 @@ class UpResult:
     plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
+    port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
@@ -265,6 +266,7 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "steps": list(plan.steps),
             "timings": {k: round(v, 3) for k, v in result.timings.items()},
             "drained": result.drained,
+            **({"port_gap": result.port_gap} if result.port_gap is not None else {}),
             "cause": cause.splitlines()[0][:500] if cause else None,
             **by,
             "serving_container": None if cause else result.serving_container,

@@ -69,6 +69,8 @@ def absorb(result: UpResult, out: Outcome) -> Outcome:
         result.timings[name] = result.timings.get(name, 0.0) + seconds
     result.notes += out.notes
     result.warnings += out.warnings
+    if out.port_gap is not None:
+        result.port_gap = out.port_gap.to_json()
     if out.drained is not None:
         before = result.drained or dict.fromkeys(DRAINED, 0)
         result.drained = {

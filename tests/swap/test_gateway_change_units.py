@@ -67,7 +67,9 @@ def test_a_changed_live_setting_is_applied_in_place_and_then_matches(tmp_path: P
 
 def test_a_new_image_or_a_gateway_that_cannot_say_needs_a_new_container(tmp_path: Path) -> None:
     stack, spec, new, snap, _ = _setup(tmp_path, reported=None, image_id="sha256:rebuilt")
-    assert gateway_change.decide(stack, spec, new, snap).recreate == "its image changed"
+    assert gateway_change.decide(stack, spec, new, snap).recreate == (
+        "its image changed (gw:1 was rebuilt: a new image id)"
+    )
     stack, spec, new, snap, _ = _setup(tmp_path, reported=None)
     snap.gateway.exec_run = lambda *a, **k: (0, (OLD_STATE, b""))  # an older image's /state
     spec_250 = spec.__class__(
@@ -88,5 +90,32 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
     recreated = SwapPlan(
         "mtp", "h", None, (), gateway_update=True, gateway=GatewayChange("its image changed")
     )
-    assert "recreate it with its new settings (its image changed)" in recreated.describe()
+    assert (
+        "the gateway is replaced by a new container (its image changed): drain it, stop it, start the new "
+        "one with its new settings (the published port refuses connections in between"
+    ) in recreated.describe()
     assert SwapPlan("mtp", "h", None, ()).no_op
+
+
+def test_what_a_new_container_changes_is_named_and_the_key_never_shown(tmp_path: Path) -> None:
+    """`--dry-run` says which setting needs the new container: the image, the published port or
+    address, the API key (by name only), start-only settings."""
+    stack, spec, _, snap, env = _setup(tmp_path, reported={})
+    created = {**env, "VLLM_API_KEY": "an-old-key", "GATEWAY_LIVE_UPSTREAMS": "x"}
+    snap.gateway.attrs["Config"]["Image"] = "gw:0"
+    snap.gateway.attrs["HostConfig"] = {
+        "PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "9"}]}
+    }
+    snap.gateway.client.images.get = lambda name: SimpleNamespace(attrs={"Config": {"Env": ["PATH=/bin"]}})
+    found = gateway_change.named(stack, spec, snap.gateway, created)
+    port, image = resolve(spec.published_port), resolve(spec.image)
+    assert found == [
+        f"image gw:0 -> {image}",
+        f"published port 9 -> {port}",
+        "the API key",
+        "start-only settings GATEWAY_LIVE_UPSTREAMS",
+    ]
+    assert "an-old-key" not in " ".join(found) and KEY not in " ".join(found)
+    snap.gateway.attrs["Config"]["Image"] = image
+    snap.gateway.attrs["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostPort"] = port
+    assert gateway_change.named(stack, spec, snap.gateway, {**env, "VLLM_API_KEY": KEY}) == []
