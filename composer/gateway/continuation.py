@@ -11,8 +11,14 @@ breaks after the head was sent (its connection fails, it ends without `[DONE]`, 
 with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens` and `min_tokens`
 reduced by what was emitted, every other field unchanged, and streams it back with the first
 response's `id`, `created`, `model` and object type (the `delta` shape for chat) and `usage`
-counted from the original prompt. A leg that cannot be opened ends the stream with an error
-event (`gateway_continuation_failed_total`).
+counted from the original prompt. The prompt stops at the last emitted id whose text reached
+the client (`settled`): ids whose chunks came with no text hold the first bytes of a character
+(vLLM holds such text back), and vLLM 0.32 answers a prompt that ends inside a character with
+the whole prompt's text in its first chunk. The new leg sends those ids again; the client,
+which has them, does not get them twice. (A chunk of several ids, from speculative decoding,
+whose text is not empty but whose last ids hold back part of a character is not seen.)
+A leg that cannot be opened ends the stream with an error event
+(`gateway_continuation_failed_total`).
 
 Refused (today's behaviour, counted by reason in `gateway_continuation_refused_total`,
 `metrics.CONTINUATION_REFUSALS`): `n`
@@ -228,7 +234,9 @@ class Stream:
         self.done = False  # `[DONE]` was seen
         self.legs = 0  # continuation legs opened
         self.resumed = False  # its upstream broke and it went on (counted once)
-        self._base = 0  # emitted ids before the current leg
+        self._base = 0  # emitted ids before the current leg (its prompt's share of them)
+        self.settled = 0  # emitted ids whose text reached the client (see the module's doc)
+        self._skip = 0  # ids the current leg sends again that the client already has
         self.leg: Leg | None = None  # the leg being read
         self._buffer = b""
 
@@ -305,7 +313,7 @@ class Stream:
             if cut == removed:
                 return stripped + b"\n\n"
         elif not self._adapt(event):
-            return raw + b"\n\n"
+            return b""
         return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
     def _record(self, event: dict[str, Any]) -> int:
@@ -320,6 +328,8 @@ class Stream:
             if choice.get("index", 0) != 0:
                 self.refuse("n")
             changed += self._prompt_ids(choice) + self._token_ids(choice)
+            if self._text(choice):
+                self.settled = len(self.emitted)
             delta = choice.get("delta")
             if isinstance(delta, dict):
                 if delta.get("reasoning_content") or delta.get("reasoning"):
@@ -350,22 +360,48 @@ class Stream:
         del choice["token_ids"]
         return True
 
+    @staticmethod
+    def _text(choice: dict[str, Any]) -> str:
+        """The text a choice carries (`delta.content` for chat, else `text`)."""
+        delta = choice.get("delta")
+        text = delta.get("content") if isinstance(delta, dict) else choice.get("text")
+        return text if isinstance(text, str) else ""
+
+    def _drop_sent(self, choice: dict[str, Any]) -> bool:
+        """Drop the ids of a leg's first chunks that the client already has (the leg began at
+        the last settled id); True when the choice had ids and all of them were such."""
+        ids = choice.get("token_ids")
+        if not self._skip or not isinstance(ids, list) or not ids:
+            return False
+        again = min(self._skip, len(ids))
+        self._skip -= again
+        choice["token_ids"] = ids[again:]
+        return again == len(ids)
+
     def _adapt(self, event: dict[str, Any]) -> bool:
-        """A continuation event (`text_completion`) in the first response's shape."""
+        """A continuation event (`text_completion`) in the first response's shape (False: it
+        carries nothing the client has not got, and is left out)."""
         event.update(self.head)
         event.pop("prompt_token_ids", None)
         choices = []
         for choice in event.get("choices") or ():
             choice.pop("prompt_token_ids", None)
+            sent = self._drop_sent(choice)
             self._token_ids(choice)
+            if self._text(choice):
+                self.settled = len(self.emitted)
             if choice.get("finish_reason"):
                 self.finished = True
+            elif sent and not self._text(choice):
+                continue
             if self.chat:
                 shaped = {"index": choice.get("index", 0), "delta": {"content": choice.pop("text", "")}}
                 shaped.update((k, v) for k, v in choice.items() if k != "index")
                 choice = shaped
             choices.append(choice)
         if "choices" in event:
+            if event["choices"] and not choices and not event.get("usage"):
+                return False
             event["choices"] = choices
         usage = event.get("usage")
         if isinstance(usage, dict):
@@ -406,16 +442,16 @@ class Stream:
         return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
 
     def next_body(self) -> bytes:
-        """The continuation request: `/v1/completions` from prompt + emitted ids."""
+        """The continuation request: `/v1/completions` from prompt + the settled emitted ids."""
         body = {k: v for k, v in self.payload.items() if not (self.chat and k in CHAT_ONLY)}
         body.pop("request_id", None)
-        body["prompt"] = [*(self.prompt_ids or ()), *self.emitted]
+        body["prompt"] = [*(self.prompt_ids or ()), *self.emitted[: self.settled]]
         limit = self._max_tokens()
         if limit is not None:
-            body["max_tokens"] = limit - len(self.emitted)
+            body["max_tokens"] = limit - self.settled
         least = self.payload.get("min_tokens")
         if isinstance(least, int) and not isinstance(least, bool):
-            body["min_tokens"] = max(0, least - len(self.emitted))
+            body["min_tokens"] = max(0, least - self.settled)
         body["stream"] = True
         body["return_token_ids"] = True
         return json.dumps(body, separators=(",", ":")).encode()
@@ -507,7 +543,7 @@ class Stream:
                     return
                 if self.head:  # a continuation; else the request sent again is a first leg
                     self.legs += 1
-                    self._base = len(self.emitted)
+                    self._base, self._skip = self.settled, len(self.emitted) - self.settled
         finally:
             self.leg = None
             running.discard(self)

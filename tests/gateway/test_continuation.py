@@ -6,6 +6,7 @@ compared with an uninterrupted run of the same request, token id for token id.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import threading
@@ -115,6 +116,72 @@ def test_a_chat_record_keeps_the_ids_hides_them_and_builds_the_continuation() ->
     assert events[0] == {**head, "choices": [{"index": 0, "delta": {"content": " c"}}]}
     assert events[1]["usage"] == {"prompt_tokens": 2, "total_tokens": 5, "completion_tokens": 3}
     assert stream.done and stream.emitted == [100, 101, 102]
+
+
+@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("ids", [False, True])
+def test_a_break_inside_a_character_continues_from_the_last_id_whose_text_was_sent(chat, ids) -> None:
+    """vLLM holds back the text of ids that end inside a character (chunks with no text), and
+    vLLM 0.32 answers a prompt ending there with the whole prompt's text in its first chunk
+    (seen on real vLLM: test_continue.py). The continuation starts after the last id whose text
+    was sent; it sends the held-back ids again, which the client does not get twice."""
+    request = body(0, chat, ids, max_tokens=6)
+    stream = continuation.Stream(chat, request, Metrics())
+    head = {
+        "id": "x-1",
+        "object": "chat.completion.chunk" if chat else "text_completion",
+        "created": 7,
+        "model": "m",
+    }
+
+    def first(ids_: list[int], text: str, **extra: Any) -> dict[str, Any]:
+        choice = {"index": 0, "token_ids": ids_, **({"delta": {"content": text}} if chat else {"text": text})}
+        return {**head, **extra, "choices": [choice]}
+
+    events = [first([10], "a"), first([11], ""), first([12], "")]  # 11, 12: the first bytes of "é" + more
+    if chat:
+        events[0]["prompt_token_ids"] = [1, 2]
+    else:
+        events[0]["choices"][0]["prompt_token_ids"] = [1, 2]
+    leg_events = [
+        {"index": 0, "text": "", "token_ids": [11]},  # sent again: left out
+        {"index": 0, "text": "é", "token_ids": [12, 13]},  # 12 sent again, 13 completes "é"
+        {"index": 0, "text": "b", "token_ids": [14]},
+        {"index": 0, "text": "c", "token_ids": [15], "finish_reason": "length"},
+    ]
+    cont = {"id": "cmpl-9", "object": "text_completion", "created": 9, "model": "m"}
+    bodies: list[dict[str, Any]] = []
+
+    async def chunks(raw: bytes, then: type[Exception] | None) -> Any:
+        yield raw
+        if then is not None:
+            raise then()
+
+    async def reopen(path: str, sent: bytes) -> continuation.Leg:
+        bodies.append(json.loads(sent))
+        usage = {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8}
+        raw = sse(
+            *({**cont, "choices": [c]} for c in leg_events),
+            {**cont, "choices": [], "usage": usage},
+            b"[DONE]",
+        )
+        return continuation.Leg(chunks(raw, None), lambda _: None)
+
+    async def client() -> bytes:
+        leg = continuation.Leg(chunks(sse(*events), continuation.Paused), lambda _: None)
+        return b"".join([out async for out in stream.relay(leg, reopen)])
+
+    out = asyncio.run(client())
+    assert (bodies[0]["prompt"], bodies[0]["max_tokens"]) == ([1, 2, 10], 5)
+    got = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
+    texts = [stream._text(c) for e in got for c in e["choices"]]
+    assert "".join(texts) == "aébc" and texts.count("") == 2  # vLLM's own empty chunks stay
+    assert {(e["id"], e["object"]) for e in got} == {(head["id"], head["object"])}
+    sent_ids = [i for e in got for c in e["choices"] for i in c.get("token_ids") or ()]
+    assert sent_ids == ([10, 11, 12, 13, 14, 15] if ids else [])
+    assert ids or b"token_ids" not in out
+    assert got[-1]["usage"] == {"prompt_tokens": 2, "total_tokens": 8, "completion_tokens": 6}
+    assert stream.emitted == [10, 11, 12, 13, 14, 15] and stream.settled == 6
 
 
 @pytest.mark.parametrize(
