@@ -100,6 +100,8 @@ _NOT_PLAIN = re.compile(
 )
 """What sends an event to the full parse: a key that may refuse or carry other ids, a choice
 other than index 0, a finish."""
+_HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
+"""A plain event whose choice carries text (`text`, or `delta.content` for chat)."""
 
 
 def plain_ids(raw: bytes) -> tuple[list[int], int, int] | None:
@@ -296,6 +298,8 @@ class Stream:
             if plain is not None:  # the common chunk: read without parsing the event
                 ids, start, end = plain
                 self.emitted.extend(ids)
+                if _HAS_TEXT.search(raw) is not None:
+                    self.settled = len(self.emitted)
                 return (raw if self.wants_ids else raw[:start] + raw[end:]) + b"\n\n"
         text = raw[5:].strip()
         if text == DONE:

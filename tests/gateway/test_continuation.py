@@ -219,6 +219,19 @@ LATER = [
         True,
     ),
     (b'{"id":"c","choices":[{"index":0,"token_ids":[7],"text":"x"}],"usage":null}', True),
+    # no text yet (the first bytes of a character): the ids are recorded, not settled
+    (
+        b'{"id":"c","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null,"token_ids":[5]}]}',
+        True,
+    ),
+    (
+        b'{"id": "c", "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": null, "token_ids": [6]}]}',
+        True,
+    ),
+    (
+        rb'{"id":"c","choices":[{"index":0,"delta":{"content":"\"q"},"finish_reason":null,"token_ids":[6]}]}',
+        True,
+    ),
     # anything else is parsed whole, as before
     (b'{"id":"c","choices":[{"index":0,"text":"","finish_reason":"length","token_ids":[8]}]}', False),
     (b'{"id":"c","choices":[{"index":1,"text":"","finish_reason":null,"token_ids":[8]}]}', False),
@@ -244,7 +257,7 @@ def test_an_event_read_from_its_bytes_gives_what_parsing_it_gives(event, plain, 
         stream = continuation.Stream(False, body(0, False) | {"return_token_ids": asked}, Metrics())
         stream.feed(b"data: " + HEAD + b"\n\n")
         out = stream.feed(b"data: " + event + b"\n\n")
-        seen.append((json.loads(out[6:]), stream.emitted, stream.refused, stream.finished))
+        seen.append((json.loads(out[6:]), stream.emitted, stream.settled, stream.refused, stream.finished))
     assert seen[0] == seen[1]
 
 
