@@ -90,30 +90,40 @@ BREAK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 # that joins it to its neighbour. A raw `"` never occurs inside a JSON string (it is written
 # `\"`), so this matches members only, never text a string carries.
 ID_MEMBER = re.compile(
-    rb',\s*"(?:prompt_)?token_ids"\s*:\s*\[[0-9,\s]*\]|"(?:prompt_)?token_ids"\s*:\s*\[[0-9,\s]*\]\s*,?'
+    rb',\s*"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)'
+    rb'|"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)\s*,?'
 )
-
+"""An id member (a list of ids, or null as vLLM sends where it has none) with its comma."""
 
 _IDS_KEY = b'"token_ids":'
+_NULL_PROMPT_IDS = re.compile(rb', ?"prompt_token_ids": ?null(?=[,}])')
 _NOT_PLAIN = re.compile(
-    rb'"(?:reasoning|tool_calls"|error"|prompt_token_ids")|"index": ?(?:[^0 ]|0[^,}])|"finish_reason": ?[^n ]'
+    rb'"(?:reasoning|tool_calls"|error")|"index": ?(?:[^0 ]|0[^,}])|"finish_reason": ?[^n ]'
 )
-"""What sends an event to the full parse: a key that may refuse or carry other ids, a choice
-other than index 0, a finish."""
+"""What sends an event to the full parse: a key that may refuse, a choice other than index 0,
+a finish."""
 _HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
 """A plain event whose choice carries text (`text`, or `delta.content` for chat)."""
 
 
-def plain_ids(raw: bytes) -> tuple[list[int], int, int] | None:
-    """The ids of an ordinary mid-stream event, read from its bytes, and the span of its
-    `token_ids` member with the joining comma; None when the event is anything else (the
-    caller parses it then): exactly one `"token_ids"` key, after `"choices"`, holding a
-    non-empty list of ids, no key or value `_NOT_PLAIN` matches. A raw `"` never occurs
-    inside a JSON string, so what is found here is structure, never text."""
+def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
+    """The ids of an ordinary mid-stream event, read from its bytes, and the spans of its id
+    members with their joining commas (its `token_ids`, and the `"prompt_token_ids": null`
+    vLLM sends after the first chunk); None when the event is anything else (the caller
+    parses it then): one `"token_ids"` key, after `"choices"`, holding a non-empty list of
+    ids, no other id member, nothing `_NOT_PLAIN` matches. A raw `"` never occurs inside a
+    JSON string, so what is found here is structure, never text."""
     key = raw.find(_IDS_KEY)
-    if key < 0 or raw.find(b'token_ids"', key + 12) >= 0 or raw.find(b'"choices"', 0, key) < 0:
+    if key < 0 or raw.find(b'"choices"', 0, key) < 0 or _NOT_PLAIN.search(raw) is not None:
         return None
-    if _NOT_PLAIN.search(raw) is not None:
+    spans = []
+    members = raw.count(b'token_ids"')
+    if members == 2:
+        prompt = _NULL_PROMPT_IDS.search(raw)
+        if prompt is None:
+            return None
+        spans.append(prompt.span())
+    elif members != 1:
         return None
     if raw[key - 1] == 44:  # ","
         start = key - 1
@@ -134,7 +144,18 @@ def plain_ids(raw: bytes) -> tuple[list[int], int, int] | None:
     listed = raw[opening + 1 : closing]
     if not listed.replace(b",", b"").replace(b" ", b"").isdigit():
         return None
-    return [int(x) for x in listed.split(b",")], start, closing + 1
+    spans.append((start, closing + 1))
+    return [int(x) for x in listed.split(b",")], sorted(spans)
+
+
+def _cut(raw: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """`raw` without the byte spans `spans` (sorted, apart)."""
+    kept, at = [], 0
+    for start, end in spans:
+        kept.append(raw[at:start])
+        at = end
+    kept.append(raw[at:])
+    return b"".join(kept)
 
 
 class Stalled(Exception):
@@ -296,11 +317,11 @@ class Stream:
         if self.legs == 0 and self.head and self.prompt_ids is not None:
             plain = plain_ids(raw)
             if plain is not None:  # the common chunk: read without parsing the event
-                ids, start, end = plain
+                ids, spans = plain
                 self.emitted.extend(ids)
                 if _HAS_TEXT.search(raw) is not None:
                     self.settled = len(self.emitted)
-                return (raw if self.wants_ids else raw[:start] + raw[end:]) + b"\n\n"
+                return (raw if self.wants_ids else _cut(raw, spans)) + b"\n\n"
         text = raw[5:].strip()
         if text == DONE:
             self.done = True
@@ -345,9 +366,9 @@ class Stream:
         return changed
 
     def _prompt_ids(self, where: dict[str, Any]) -> bool:
-        ids = where.get("prompt_token_ids")
-        if ids is None:
+        if "prompt_token_ids" not in where:
             return False
+        ids = where["prompt_token_ids"]
         if self.prompt_ids is None and isinstance(ids, list):
             self.prompt_ids = ids
         if self.wants_ids:
@@ -359,7 +380,7 @@ class Stream:
         ids = choice.get("token_ids")
         if isinstance(ids, list):
             self.emitted.extend(ids)
-        if ids is None or self.wants_ids:
+        if "token_ids" not in choice or self.wants_ids:
             return False
         del choice["token_ids"]
         return True

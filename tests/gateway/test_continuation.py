@@ -219,6 +219,14 @@ LATER = [
         True,
     ),
     (b'{"id":"c","choices":[{"index":0,"token_ids":[7],"text":"x"}],"usage":null}', True),
+    # vLLM's completions chunk after the first: a null prompt_token_ids before the ids
+    (
+        b'{"id":"cmpl-1","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":" a",'
+        b'"logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,"token_ids":[5]}]}',
+        True,
+    ),
+    (b'{"id":"c","choices":[{"index":0,"text":" a","prompt_token_ids":[1],"token_ids":[5]}]}', False),
+    (b'{"id":"c","choices":[{"index":0,"text":" a","token_ids":null}]}', False),
     # no text yet (the first bytes of a character): the ids are recorded, not settled
     (
         b'{"id":"c","choices":[{"index":0,"text":"","logprobs":null,"finish_reason":null,"token_ids":[5]}]}',
@@ -258,6 +266,13 @@ def test_an_event_read_from_its_bytes_gives_what_parsing_it_gives(event, plain, 
         stream.feed(b"data: " + HEAD + b"\n\n")
         out = stream.feed(b"data: " + event + b"\n\n")
         seen.append((json.loads(out[6:]), stream.emitted, stream.settled, stream.refused, stream.finished))
+        shown = json.loads(out[6:])
+        # where vLLM puts them: none reaches a client that did not ask, not even a null
+        kept = [
+            "prompt_token_ids" in shown,
+            *(set(c) & {"token_ids", "prompt_token_ids"} for c in shown.get("choices", ())),
+        ]
+        assert asked or not any(kept)
     assert seen[0] == seen[1]
 
 
