@@ -18,9 +18,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package built as a wheel and installed (not editable) into its own folder."""
     work = tmp_path_factory.mktemp("wheel")
     build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
-    subprocess.run(
-        [*build, "-w", str(work / "dist"), str(REPO)], check=True, capture_output=True, timeout=300
+    done = subprocess.run(
+        [*build, "-w", str(work / "dist"), str(REPO)], capture_output=True, text=True, timeout=300
     )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     (wheel,) = (work / "dist").glob("vllm_variant_composer-*.whl")
     site = work / "site"
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site)]
