@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from composer.engine import retry
+from composer.engine.published_port import HEALTH_PATH
 from composer.engine.retry import Pending
 
-HEALTH_PATH = "/gateway/health"
 CONNECT_TIMEOUT_S = 0.25
 """Seconds one probe waits to connect (a refusal comes at once; a silence is not served)."""
 PROBE_TIMEOUT_S = 1.0

@@ -413,11 +413,12 @@ class Stream:
             choice.pop("prompt_token_ids", None)
             sent = self._drop_sent(choice)
             self._token_ids(choice)
-            if self._text(choice):
+            text = self._text(choice)
+            if text:
                 self.settled = len(self.emitted)
             if choice.get("finish_reason"):
                 self.finished = True
-            elif sent and not self._text(choice):
+            elif sent and not text:
                 continue
             if self.chat:
                 shaped = {"index": choice.get("index", 0), "delta": {"content": choice.pop("text", "")}}

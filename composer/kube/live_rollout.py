@@ -255,7 +255,9 @@ class KubeLiveRollout(KubeChange):
             return 0
         continues = self.options.continues(self.stack)
         try:
-            drained = self.control.drain_upstream(f"{variant}/1", self.stack.gateway.drain_timeout, continues)
+            drained = self.control.drain_upstream(
+                f"{variant}/1", self.stack.gateway.drain_timeout, continues, self.stack.max_model_len
+            )
         except GatewayControlError:
             return 0
         self.continued += drained.continued
