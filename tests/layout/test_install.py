@@ -11,18 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import COMPOSE_SPEC, REPO, shipped_variants
+from tests.wheel import build_wheel
 
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The package built as a wheel and installed (not editable) into its own folder."""
     work = tmp_path_factory.mktemp("wheel")
-    build = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps"]
-    done = subprocess.run(
-        [*build, "-w", str(work / "dist"), str(REPO)], capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-    (wheel,) = (work / "dist").glob("vllm_variant_composer-*.whl")
+    wheel = build_wheel(work)
     site = work / "site"
     install = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(site)]
     subprocess.run([*install, str(wheel)], check=True, capture_output=True, timeout=300)

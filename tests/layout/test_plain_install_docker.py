@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, free_port, isolated_env, remove_project
+from tests.wheel import build_wheel
 
 pytestmark = pytest.mark.docker
 
@@ -21,19 +22,7 @@ pytestmark = pytest.mark.docker
 def plain_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtualenv with the wheel installed, without any extra."""
     work = tmp_path_factory.mktemp("plain")
-    build = [
-        sys.executable,
-        "-m",
-        "pip",
-        "wheel",
-        "--quiet",
-        "--no-deps",
-        "-w",
-        str(work / "dist"),
-        str(REPO),
-    ]
-    subprocess.run(build, check=True, capture_output=True, timeout=300)
-    (wheel,) = (work / "dist").glob("vllm_variant_composer-*.whl")
+    wheel = build_wheel(work)
     venv = work / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, capture_output=True, timeout=120)
     install = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", str(wheel)]
