@@ -98,14 +98,18 @@ check: install tools
 
 # The full suite (what .ci/run calls): every image, then every test once, each property
 # test with its full examples: every test that needs no Docker (the fast tier and the slow
-# ones) on CHECK_WORKERS workers, then the timing, the Docker and the real-vLLM tests one at a
-# time (they share stacks and both cores), with the slowest listed. Exit 5 (a PYTEST_ARGS
-# selection leaves one pass empty) is no failure.
+# ones) on CHECK_WORKERS workers, then the timing tests alone, then the Docker and the
+# real-vLLM tests on DOCKER_WORKERS workers, a module (or the whole real-vLLM tier) per
+# worker at a time, since a module's tests share one stack; the slowest are listed. Exit 5
+# (a PYTEST_ARGS selection leaves one pass empty) is no failure.
 NO_DOCKER := not docker and not timing
+DOCKER_TIER := docker and not timing
+DOCKER_WORKERS ?= 2
 test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
 	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -m "not ($(NO_DOCKER))" --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -m "timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -m "$(DOCKER_TIER)" -n $(DOCKER_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
 bench: install docker image-sim image-gateway

@@ -131,6 +131,7 @@ def docker_client():
     client.close()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tiers: `pytest -m "not docker"` (make check) runs every test that needs no Docker
     engine and no image; `pytest` (make test) runs them all.
@@ -139,13 +140,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     test that reaches the daemon (docker_client, directly or through another fixture) or
     runs real vLLM (`vllm_cpu`) without the `docker` marker is a collection error, so the
     fast tier never needs the daemon.
+
+    Under `--dist loadgroup` (make test runs the Docker tests on two workers) a worker takes
+    a whole module, whose tests share one stack, and the real-vLLM tier is one group, since
+    its modules share one stack of real vLLM: no stack is started twice. That tier, the
+    longest group, comes first, so the other worker takes the rest meanwhile.
     """
+    items.sort(key=lambda item: not item.get_closest_marker("vllm_cpu"))  # stable: order kept
     unmarked = []
     for item in items:
         fixtures = getattr(item, "fixturenames", [])
         if item.get_closest_marker("docker"):
             if "docker_client" not in fixtures:
                 item.fixturenames.append("docker_client")  # type: ignore[attr-defined]
+            if not item.get_closest_marker("xdist_group"):
+                group = "vllm-cpu" if item.get_closest_marker("vllm_cpu") else item.nodeid.split("::")[0]
+                item.add_marker(pytest.mark.xdist_group(group))
         elif "docker_client" in fixtures or item.get_closest_marker("vllm_cpu"):
             unmarked.append(item.nodeid)
     if unmarked:
