@@ -253,7 +253,7 @@ class KubeLiveRollout(KubeChange):
         the requests still running then."""
         if self.control is None:
             return 0
-        continues = self.options.continues(self.stack)
+        continues = self.stack.gateway.continues(self.options.drain)
         try:
             drained = self.control.drain_upstream(
                 f"{variant}/1", self.stack.gateway.drain_timeout, continues, self.stack.max_model_len

@@ -66,10 +66,6 @@ class KubeUpOptions:
     wait_for_lock: bool = True
     drain: bool = False
 
-    def continues(self, stack: Stack) -> bool:
-        """Whether a drain pauses eligible streams to go on on the next variant."""
-        return stack.gateway.continue_streams and not self.drain
-
 
 @dataclass
 class KubeUpResult:
@@ -337,7 +333,7 @@ class KubeRollout(KubeChange):
         """Hold new requests at the gateway and let the ones in flight finish."""
         if self.hold is None:
             return
-        continues = self.options.continues(self.stack)
+        continues = self.stack.gateway.continues(self.options.drain)
         going_on = "; streams go on on the new variant" if continues else ""
         self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
         drained = self.hold.begin(continues)

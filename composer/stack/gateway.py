@@ -66,6 +66,12 @@ class GatewaySettings:
         """True when the gateway raises switch demands (aliases or the automatic policy)."""
         return self.switch_on_model or self.policy == "auto"
 
+    def continues(self, drain: bool) -> bool:
+        """Whether a switch pauses eligible streams to go on on the next variant (Docker or
+        Kubernetes, one variant or a live set): on unless `continue_streams` is off or the
+        switch asked for a full drain (`up --drain`)."""
+        return self.continue_streams and not drain
+
 
 def parse_count(raw: object) -> int:
     """A whole number, zero or more."""

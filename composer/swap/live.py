@@ -519,7 +519,7 @@ class LiveSwapper:
             self.takeover,
             speculative=speculative,
             run_file=run_file,
-            continue_streams=self.stack.gateway.continue_streams and not self.drain_all,
+            continue_streams=self.stack.gateway.continues(self.drain_all),
         )
 
     def handlers(self) -> Handlers:

@@ -148,7 +148,8 @@ def drain(
         container=_gateway(ctx, gateway),
         waiting=ctx.waiting,
     )
-    drained = hold.begin(not ctx.options.drain)  # the progress line shows it while something runs
+    # the progress line shows it while something runs
+    drained = hold.begin(ctx.stack.gateway.continues(ctx.options.drain))
     counts = (drained.drained, drained.cut, drained.continued, drained.refused)
     out = Outcome("drain", drained.seconds, drained=counts, hold=hold)
     if drained.cut:

@@ -10,6 +10,7 @@ import pytest
 
 from composer.errors import ConfigError
 from composer.render.gateway import build_gateway_spec
+from composer.stack.gateway import GatewaySettings
 from composer.stack.load import load_stack
 from tests.conftest import REPO
 from tests.stack.test_bad_input import refused
@@ -78,3 +79,13 @@ def test_switching_settings_reach_the_gateway_environment(tmp_path: Path) -> Non
     names = [name for name, _ in build_gateway_spec(plain).environment]
     assert "GATEWAY_ALIASES" not in names and "GATEWAY_POLICY" not in names  # no aliases, no switching
     assert "GATEWAY_WORKLOADS" in names  # the shipped classes, for live routing
+
+
+@pytest.mark.parametrize(
+    ("continue_streams", "drain", "continues"),
+    [(True, False, True), (True, True, False), (False, False, False), (False, True, False)],
+)
+def test_a_switch_continues_streams_unless_turned_off_or_asked_to_drain(
+    continue_streams: bool, drain: bool, continues: bool
+) -> None:
+    assert GatewaySettings(continue_streams=continue_streams).continues(drain) is continues
