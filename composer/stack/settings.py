@@ -198,17 +198,6 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 """The keys the loader reads from each fixed table."""
 
 
-def key_named(dotted: str) -> Key | None:
-    """The key of a dotted name (`stack.port`, `variants.mtp.kv_cache_memory`), if any."""
-    parts = dotted.split(".")
-    if parts[0] == "variants" and len(parts) >= 3:
-        table = SPECULATIVE if len(parts) == 4 and parts[2] == "speculative" else VARIANT
-        name = parts[-1]
-    else:
-        table, name = ".".join(parts[:-1]), parts[-1]
-    return next((k for k in KEYS if k.table == table and k.name == name), None)
-
-
 def settable_keys(variants: list[str]) -> list[str]:
     """Every dotted key `--set` takes for a stack with these variants (env tables left out)."""
     keys = [k.dotted for k in KEYS if not k.table.startswith("variants") and k.kind != "table"]
