@@ -93,7 +93,7 @@ check: install tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist loadgroup --hypothesis-profile=fast $(PYTEST_ARGS)
+	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist load --hypothesis-profile=fast $(PYTEST_ARGS)
 	$(CHECK_PYTEST) -m "$(FAST_TIER) and timing" $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, then every test once, each property
@@ -107,9 +107,9 @@ DOCKER_TIER := docker and not timing
 DOCKER_WORKERS ?= 2
 test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist loadgroup $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist load $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest -m "timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]
-	$(BIN)/pytest -m "$(DOCKER_TIER)" -n $(DOCKER_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(BIN)/pytest -m "$(DOCKER_TIER)" -n $(DOCKER_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
 bench: install docker image-sim image-gateway

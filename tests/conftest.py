@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -131,7 +132,6 @@ def docker_client():
     client.close()
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tiers: `pytest -m "not docker"` (make check) runs every test that needs no Docker
     engine and no image; `pytest` (make test) runs them all.
@@ -141,21 +141,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     runs real vLLM (`vllm_cpu`) without the `docker` marker is a collection error, so the
     fast tier never needs the daemon.
 
-    Under `--dist loadgroup` (make test runs the Docker tests on two workers) a worker takes
-    a whole module, whose tests share one stack, and the real-vLLM tier is one group, since
-    its modules share one stack of real vLLM: no stack is started twice. That tier, the
-    longest group, comes first, so the other worker takes the rest meanwhile.
+    The real-vLLM tier comes first (the order inside it kept): under `--dist loadfile` it is
+    the longest unit of work, so the other worker takes the rest meanwhile.
     """
-    items.sort(key=lambda item: not item.get_closest_marker("vllm_cpu"))  # stable: order kept
+    items.sort(key=lambda item: not item.get_closest_marker("vllm_cpu"))
     unmarked = []
     for item in items:
         fixtures = getattr(item, "fixturenames", [])
         if item.get_closest_marker("docker"):
             if "docker_client" not in fixtures:
                 item.fixturenames.append("docker_client")  # type: ignore[attr-defined]
-            if not item.get_closest_marker("xdist_group"):
-                group = "vllm-cpu" if item.get_closest_marker("vllm_cpu") else item.nodeid.split("::")[0]
-                item.add_marker(pytest.mark.xdist_group(group))
         elif "docker_client" in fixtures or item.get_closest_marker("vllm_cpu"):
             unmarked.append(item.nodeid)
     if unmarked:
@@ -163,6 +158,30 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(
             f"these tests need the Docker engine but are not marked @pytest.mark.docker:\n  {listed}"
         )
+
+
+VLLM_TIER = "tests/vllm_cpu/"
+
+
+def work_unit(nodeid: str) -> str:
+    """What one worker runs whole under `--dist loadfile`: a test module, whose tests share
+    one stack, or the whole real-vLLM tier, whose modules share one stack of real vLLM."""
+    path = nodeid.split("::", 1)[0]
+    return VLLM_TIER if path.startswith(VLLM_TIER) else path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """`--dist loadfile` by `work_unit` (make test's Docker pass): no stack starts twice."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
 
 
 class FakeClock:

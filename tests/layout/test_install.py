@@ -39,7 +39,6 @@ def _run_installed(site: Path, cwd: Path, *args: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("wheel")
 def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
     probe = "import composer.render.files as f; print(f.__file__); print(f.templates_dir())"
     env = {**os.environ, "PYTHONPATH": str(installed)}
@@ -49,7 +48,6 @@ def test_the_wheel_is_what_runs(installed: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("wheel")
 def test_installed_render_from_another_folder_matches_the_checkout(installed: Path, tmp_path: Path) -> None:
     empty_env = tmp_path / "empty.env"
     empty_env.write_text("")
@@ -71,7 +69,6 @@ def test_installed_render_from_another_folder_matches_the_checkout(installed: Pa
 
 
 @pytest.mark.slow
-@pytest.mark.xdist_group("wheel")
 def test_init_then_render_in_an_empty_folder(installed: Path, tmp_path: Path) -> None:
     stack_dir = tmp_path / "my-stack"
     identity = ("--project", "vllm", "--port", "8000")  # the reference stack's, as committed

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, work_unit
 
 pytest_plugins = ["pytester"]
 
@@ -112,3 +112,11 @@ def test_make_check_runs_each_fast_test_once_and_make_test_runs_every_test(pytes
     assert sorted(full) == sorted(
         f"test_{'_'.join(c) or 'plain'}" for c in combos
     )  # make test: every test once
+
+
+def test_a_docker_worker_takes_a_whole_module_or_the_whole_real_vllm_tier() -> None:
+    assert work_unit("tests/swap/test_swap.py::test_one[mtp]") == "tests/swap/test_swap.py"
+    assert work_unit("tests/swap/test_swap.py::Suite::test_two") == "tests/swap/test_swap.py"
+    tier = {work_unit(f"tests/vllm_cpu/{m}.py::test_x") for m in ("test_swaps", "test_continue")}
+    assert tier == {"tests/vllm_cpu/"}
+    assert "--dist loadfile" in (REPO / "Makefile").read_text(encoding="utf-8")  # what selects it
