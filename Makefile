@@ -98,10 +98,10 @@ check: install tools
 
 # The full suite (what .ci/run calls): every image, then every test once, each property
 # test with its full examples: every test that needs no Docker (the fast tier and the slow
-# ones) on CHECK_WORKERS workers, then the timing tests alone, then the Docker and the
-# real-vLLM tests on DOCKER_WORKERS workers, a module (or the whole real-vLLM tier) per
-# worker at a time, since a module's tests share one stack; the slowest are listed. Exit 5
-# (a PYTEST_ARGS selection leaves one pass empty) is no failure.
+# ones) on CHECK_WORKERS workers; then the timing tests alone (real-time rates, Docker ones
+# too); then the Docker and the real-vLLM tests on DOCKER_WORKERS workers, a module (or the
+# whole real-vLLM tier) per worker at a time, since a module's tests share one stack; the
+# slowest are listed. Exit 5 (a PYTEST_ARGS selection leaves one pass empty) is no failure.
 NO_DOCKER := not docker and not timing
 DOCKER_TIER := docker and not timing
 DOCKER_WORKERS ?= 2

@@ -20,7 +20,7 @@ import pytest
 from tests.bench.test_bench_decide import SpecSetup, adaptive, get_profile
 from tests.bench.test_bench_docker import make_stack  # noqa: F401  (the fixture)
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.timing]  # real-time rates: run alone
 
 
 def test_decide_on_the_hybrid_simulator_prefers_baseline_at_16_streams(make_stack, docker_client) -> None:  # noqa: F811

@@ -26,7 +26,7 @@ SIM_SRC = REPO / "images" / "sim" / "src"
 DRAFT_BLOCK_SIZE = 8  # images/sim/models/Qwen3.8-27B-DFlash2/config.json
 TOLERANCE = 0.03
 
-pytestmark = pytest.mark.docker
+pytestmark = [pytest.mark.docker, pytest.mark.timing]  # real-time rates: run alone
 
 
 def sim_truth():
