@@ -86,7 +86,7 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
-# Lint, the docs build and the fast tier, before every commit (under 3 minutes on 2 cores;
+# Lint, the docs build and the fast tier, before every commit (about 3.5 minutes on 2 cores;
 # benchmarks/bench_check.py times it): in parallel with fewer Hypothesis examples, then the
 # real-time `timing` tests alone. No daemon, no image, no root needed.
 check: install tools
