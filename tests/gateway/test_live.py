@@ -28,6 +28,7 @@ from .livelab import (
     Group,
     request,
     run_groups,
+    samples,
 )
 
 CLASSES = parse_workloads(WORKLOADS)
@@ -290,15 +291,11 @@ def test_a_killed_upstream_is_taken_out_and_rejoins(sims, gateways) -> None:
     failed = [o for o in chat.outcomes if not o.ok]
     assert len(failed) <= 2
     assert all(o.status == 502 for o in failed), failed  # no broken stream, never a refusal
-    text = gateway_metrics(gw)
-    continued, retried = (
-        float(text.split(f"\n{name} ")[1].split()[0])
-        for name in ("gateway_continued_streams_total", "gateway_upstream_retries_total")
-    )
+    seen = samples(gw.url)
+    continued, retried = seen["gateway_continued_streams_total"], seen["gateway_upstream_retries_total"]
     assert continued + retried + len(failed) >= 1, (continued, retried, failed)
     assert gw.gateway.live.members["mtp/1"].errors >= 1
-    assert 'gateway_live_errors_total{upstream="mtp/1"}' in text
-    assert 'gateway_live_errors_total{upstream="mtp/1"} 0.0' not in text
+    assert seen['gateway_live_errors_total{upstream="mtp/1"}'] > 0
 
 
 def test_two_replicas_split_uniform_load(sims, gateways) -> None:
