@@ -24,6 +24,7 @@ LIVE_CONFIG = f"{PREFIX}.live-config"
 # On the gateway's container (which also carries PORT: it publishes the shared port).
 ROLE = f"{PREFIX}.role"
 ROLE_GATEWAY = "gateway"
+ROLE_GATEWAY_PORT = "gateway-port"  # the port holder: it publishes the port, the gateway joins its network
 ROLE_PROMETHEUS = "prometheus"  # the observability profile's Prometheus
 ROLE_FOLLOW = "follow"  # the follow profile's follower
 

@@ -78,14 +78,60 @@ def upstream_url(container_name: str) -> str:
 
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
-    """The stack's gateway container (running or not), if compose created one."""
+    """The stack's gateway container (a running one first), if compose created one."""
+    found = gateway_containers(stack, client)
+    return found[0] if found else None
+
+
+def gateway_containers(
+    stack: Stack, client: docker.DockerClient, role: str = label_names.ROLE_GATEWAY
+) -> list[Container]:
+    """The stack's gateway containers (two while one replaces the other), running ones first;
+    `role`: `ROLE_GATEWAY_PORT` for the port holder."""
     found = client.containers.list(
         all=True,
-        filters={
-            "label": [
-                f"{label_names.COMPOSE_PROJECT}={stack.project}",
-                f"{label_names.ROLE}={label_names.ROLE_GATEWAY}",
-            ]
-        },
+        filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", f"{label_names.ROLE}={role}"]},
     )
+    return sorted(found, key=lambda c: c.status != "running")
+
+
+def port_holder(stack: Stack, client: docker.DockerClient) -> Container | None:
+    """The container that publishes the stack's port and whose network the gateway joins."""
+    found = gateway_containers(stack, client, label_names.ROLE_GATEWAY_PORT)
     return found[0] if found else None
+
+
+def holds_the_port(holder: Container | None, stack: Stack) -> bool:
+    """The port holder runs and publishes the stack's port on the stack's address."""
+    if holder is None or holder.status != "running":
+        return False
+    bindings = (holder.attrs.get("HostConfig") or {}).get("PortBindings") or {}
+    binding = (bindings.get(f"{CONTAINER_PORT}/tcp") or [{}])[0] or {}
+    host = binding.get("HostIp") or ""
+    return str(binding.get("HostPort")) == str(stack.port) and host == stack.bind_address
+
+
+def holder_kept(stack: Stack, client: docker.DockerClient) -> list[str]:
+    """`--no-deps` for compose while the port holder runs with the stack's port: compose then
+    leaves it (and the port) alone when the gateway's image, which it shares, changed."""
+    return ["--no-deps"] if holds_the_port(port_holder(stack, client), stack) else []
+
+
+def network_owner(container: Container) -> Container:
+    """The container whose network `container` uses: the port holder for a gateway that joins
+    it (`network_mode: service:...`), else the container itself (it publishes its own ports)."""
+    from docker.errors import DockerException
+
+    mode = str((container.attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+    if mode.startswith("container:"):
+        try:
+            return container.client.containers.get(mode.split(":", 1)[1])
+        except DockerException:
+            return container
+    return container
+
+
+def port_bindings(container: Container) -> dict[str, list[dict[str, str]]]:
+    """The host ports Docker publishes for the network `container` uses (see `network_owner`)."""
+    owner = network_owner(container)
+    return (owner.attrs.get("HostConfig") or {}).get("PortBindings") or {}

@@ -57,7 +57,9 @@ class PublishedPort:
 def published_address(container: Container, stack: Stack) -> tuple[str, int]:
     """The host address and port Docker publishes the container's API on (its own record
     first, then the stack's settings)."""
-    ports = (container.attrs.get("NetworkSettings") or {}).get("Ports") or {}
+    from composer.engine.containers import network_owner
+
+    ports = (network_owner(container).attrs.get("NetworkSettings") or {}).get("Ports") or {}
     for binding in ports.get(f"{CONTAINER_PORT}/tcp") or ():
         if binding.get("HostPort"):
             return binding.get("HostIp") or stack.bind_address, int(binding["HostPort"])
@@ -84,10 +86,11 @@ def container_addresses(container: Container) -> list[str]:
     """The gateway's own API addresses on its networks, where this host reaches them (a local
     engine's bridges); none for a remote engine."""
     from composer.engine.client import engine_address
+    from composer.engine.containers import network_owner
 
     if engine_address():
         return []
-    networks = (container.attrs.get("NetworkSettings") or {}).get("Networks") or {}
+    networks = (network_owner(container).attrs.get("NetworkSettings") or {}).get("Networks") or {}
     found = (settings.get("IPAddress") for settings in networks.values() if isinstance(settings, dict))
     return [base_url(address, CONTAINER_PORT) for address in found if address]
 

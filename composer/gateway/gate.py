@@ -230,10 +230,12 @@ class Gate:
         without the key, when one is set) never waits: it is refused with 503 at once rather
         than take a place keyed clients need.
         """
+        if self.is_open and not self._waiters and self._releaser is None:
+            # even while stopping: a request on a connection this gateway accepted before it
+            # closed its listener is served (a graceful stop, and a replacement's hand-over)
+            return self._admit()
         if self.stopping:
             raise stopping()
-        if self.is_open and not self._waiters and self._releaser is None:
-            return self._admit()
         if not hold:
             raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
@@ -277,7 +279,8 @@ class Gate:
         )
 
     def stop(self) -> None:
-        """The gateway is stopping: every held request and every new one is answered 503."""
+        """The gateway is stopping: every held request, and every new one that would wait, is
+        answered 503 (one that passes at once is served)."""
         self.stopping = True
         while self._waiters:
             fut = self._waiters.popleft()

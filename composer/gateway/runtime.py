@@ -14,6 +14,7 @@ import os
 import socket
 import stat
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -51,7 +52,11 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.started_with = dict(config.settings)  # the live settings of its environment
-        self.store = SettingsStore(config.state_dir, socket.gethostname()) if config.state_dir else None
+        self.store = (
+            SettingsStore(config.state_dir, container_instance(config.control_socket))
+            if config.state_dir
+            else None
+        )
         config = self._restored(config)
         self.config = config
         self.on_settings: list[Callable[[GatewayConfig], None]] = []  # the server's connection limits
@@ -312,6 +317,34 @@ def control_socket(path: str) -> socket.socket:
     return sock
 
 
+def container_instance(control_socket: str) -> str:
+    """This container's own identity, kept in its file system beside the control socket: a
+    restart keeps it, a new container (or another gateway sharing the port holder's network,
+    and so its host name) has another."""
+    path = os.path.join(os.path.dirname(control_socket), "instance")
+    with contextlib.suppress(OSError):
+        with open(path, encoding="ascii") as fh:
+            found = fh.read(64).strip()
+        if found:
+            return found
+    made = uuid.uuid4().hex
+    with contextlib.suppress(OSError):
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path, "x", encoding="ascii") as out:
+            out.write(made)
+    return made
+
+
+def public_socket(host: str, port: int) -> socket.socket:
+    """The public TCP listener, bound with SO_REUSEPORT: during a replacement the new gateway
+    listens on the same port (in the port holder's network) before the old one closes, and
+    the kernel hands connections to both until it does."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.create_server((host, port), family=family, backlog=2048, reuse_port=True)
+    sock.set_inheritable(True)
+    return sock
+
+
 def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.Config:
     return uvicorn.Config(
         app,
@@ -320,8 +353,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.C
         server_header=False,
         date_header=False,
         lifespan="off",
-        timeout_graceful_shutdown=5,
-        **kwargs,
+        **{"timeout_graceful_shutdown": 5, **kwargs},
     )
 
 
@@ -349,6 +381,8 @@ class GatewayServer:
                 port=config.port,
                 http=self.protocol,
                 timeout_keep_alive=config.keep_alive_timeout,
+                # a stopping gateway finishes its requests (streams) for up to a drain
+                timeout_graceful_shutdown=config.drain_timeout,
             )
         )
         self.control = _Server(_uvicorn_config(self.gateway.control_app, config))
@@ -360,6 +394,7 @@ class GatewayServer:
         self.protocol.registry.limits = _limits(config)
         served: Any = self.public.config  # uvicorn types it int; a float works (timer delays)
         served.timeout_keep_alive = config.keep_alive_timeout
+        served.timeout_graceful_shutdown = config.drain_timeout
 
     def stop(self) -> None:
         """Ask both servers to finish (call it in the serving loop: signal handlers, or
@@ -377,12 +412,15 @@ class GatewayServer:
 
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self.stop)
+        # listening before the control channel answers: a replacement that reaches the new
+        # gateway's control channel knows its port takes connections
+        public = public_socket(self.config.host, self.config.port)
         sock = control_socket(self.config.control_socket)
         await self.gateway.start()
         try:
             tasks = [
                 asyncio.ensure_future(self.control.serve(sockets=[sock])),
-                asyncio.ensure_future(self.public.serve()),
+                asyncio.ensure_future(self.public.serve(sockets=[public])),
             ]
             while not (self.public.started and self.control.started):
                 if any(t.done() for t in tasks):
@@ -406,5 +444,6 @@ class GatewayServer:
         finally:
             await self.gateway.aclose()
             sock.close()
+            public.close()
             with contextlib.suppress(OSError):
                 os.unlink(self.config.control_socket)

@@ -27,6 +27,8 @@ HEALTH_PROBE = (
     f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/gateway/health", timeout=5)'
 )
 
+PORT_HOLDER = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()"
+
 
 @dataclass(frozen=True)
 class GatewaySpec:
@@ -52,6 +54,22 @@ class GatewaySpec:
     def container_name(self) -> str:
         """The name compose gives the gateway's container."""
         return f"{self.project}-{self.service}-1"
+
+    @property
+    def port_service(self) -> str:
+        """The port holder's service: it publishes the port; the gateway joins its network."""
+        return f"{self.service}-port"
+
+    @property
+    def port_holder_command(self) -> tuple[str, ...]:
+        """The port holder's process: it waits, and ends on SIGTERM."""
+        return ("python3", "-c", PORT_HOLDER)
+
+    @property
+    def port_labels(self) -> tuple[tuple[str, str], ...]:
+        """The port holder's labels: the gateway's, with its own role."""
+        role = (label_names.ROLE, label_names.ROLE_GATEWAY_PORT)
+        return (*(item for item in self.labels if item[0] != label_names.ROLE), role)
 
 
 def build_gateway_spec(stack: Stack) -> GatewaySpec | None:

@@ -104,6 +104,12 @@ def _container_differs(
     stack: Stack, compose_file: Path, container: Container, created: dict[str, str], gateway: GatewaySpec
 ) -> str:
     """Why the container-level part differs ("" when it does not, or when compose cannot say)."""
+    from composer.engine.containers import network_owner
+
+    if network_owner(container) is container:
+        return "it publishes the port itself (an older layout): a port holder takes the port over"
+    if moved := _port_changes(gateway, container):
+        return "its port holder changed: " + "; ".join(moved)
     image = (container.attrs.get("Config") or {}).get("Image", "")
     with contextlib.suppress(Exception):  # the image is gone or Docker does not answer: compose decides
         if image and container.client.images.get(image).id != container.attrs.get("Image"):
@@ -132,14 +138,7 @@ def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dic
     image = resolve(gateway.image)
     if config.get("Image") and config["Image"] != image:
         found.append(f"image {config['Image']} -> {image}")
-    ports = (container.attrs.get("HostConfig") or {}).get("PortBindings") or {}
-    binding = (ports.get(f"{gateway.container_port}/tcp") or [{}])[0] or {}
-    for what, had, text in (
-        ("published port", binding.get("HostPort"), gateway.published_port),
-        ("bind address", binding.get("HostIp"), gateway.host_ip),
-    ):
-        if had is not None and str(had) != resolve(text):
-            found.append(f"{what} {had} -> {resolve(text)}")
+    found += _port_changes(gateway, container)
     if created.get(API_KEY_VAR, "") != (stack.api_key or ""):
         found.append("the API key")
     wanted = {name: resolve(value) for name, value in gateway.environment if name not in LIVE}
@@ -148,6 +147,22 @@ def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dic
     if start_only:
         found.append("start-only settings " + ", ".join(start_only))
     return found
+
+
+def _port_changes(gateway: GatewaySpec, container: Container) -> list[str]:
+    """How the port the gateway's network publishes differs from `gateway`'s
+    (`published port 8000 -> 8001`, `bind address ...`)."""
+    from composer.engine.containers import port_bindings
+
+    binding = (port_bindings(container).get(f"{gateway.container_port}/tcp") or [{}])[0] or {}
+    return [
+        f"{what} {had} -> {resolve(text)}"
+        for what, had, text in (
+            ("published port", binding.get("HostPort"), gateway.published_port),
+            ("bind address", binding.get("HostIp"), gateway.host_ip),
+        )
+        if had is not None and str(had) != resolve(text)
+    ]
 
 
 def _image_env(container: Container) -> set[str]:

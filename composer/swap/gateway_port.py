@@ -2,11 +2,8 @@
 `up --recreate-gateway`, which brings Docker's port proxy back by recreating only the
 gateway's container (the serving variant keeps running, and keeps serving through it).
 
-Compose creates the new container first (under a temporary name), then stops and removes
-the old one, renames the new one and starts it: Docker publishes a host port to one
-container at a time, so the port serves nobody from the old gateway's stop until the new
-one listens. That gap is measured (`composer.engine.port_gap`, probes every 20 ms) and
-reported, never assumed to be empty.
+The new container starts beside the old one, which then stops, so the port stays open
+(`composer.swap.gateway_replace`); what the port did meanwhile is measured and reported.
 
 On a live set the new gateway is created from the live set's run file (its environment
 lists the set) and then told the upstreams that Docker's labels say run (`live`, `variant`,
@@ -21,31 +18,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.engine import retry
-from composer.engine.client import compose
-from composer.engine.containers import gateway_container, upstream_url
+from composer.engine.containers import (
+    gateway_container,
+    upstream_url,
+)
 from composer.engine.health import base_url
-from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
-from composer.engine.published_port import DEAD_PORT, probe_published, wait_published
-from composer.errors import ComposerError, GatewayControlError, UsageError
+from composer.engine.port_gap import PortGap
+from composer.engine.published_port import DEAD_PORT, probe_published
+from composer.errors import ComposerError, UsageError
 from composer.render.files import run_file
-from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway
 
 if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
-    from composer.engine.published_port import PublishedPort
     from composer.engine.variant_container import VariantContainer
-    from composer.render.gateway import GatewaySpec
 
 Say = Callable[[str], None]
-PORT_BACK_TIMEOUT = 60.0
-"""Seconds a recreated gateway has to answer through the published port."""
 
 
 def published_port_fields(stack: Stack, container: Container) -> dict[str, object]:
@@ -106,9 +100,9 @@ class RecreatePlan:
         old = f"its container {self.container}" if self.container else "no gateway container runs; one"
         who = f"{self.serving} keeps running" if self.serving else "no variant serves"
         return (
-            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): {old} is "
-            f"stopped and a new one started; {who}; {self.url} refuses connections from the old "
-            "container's stop until the new one listens (`up` measures and reports it)"
+            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): a new one "
+            f"starts beside {old.replace('; one', '')}, which then finishes its requests and stops; "
+            f"{who}; {self.url} is probed meanwhile (`up` measures and reports it)"
         )
 
     def to_json(self) -> dict[str, object]:
@@ -166,11 +160,16 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     compose_file = _compose_file(stack, serving)
     target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
     say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
-    with PortWatch(url) as watch:
-        gateway = _recreated(stack, client, compose_file, target.gateway)
-        if member is not None and member.standby_service:
-            _route(gateway, upstream_url(member.container.name))
-        published, gap = _published(gateway, stack, watch)
+    standby = member.container.name if member is not None and member.standby_service else None
+    done = replace_gateway(
+        stack,
+        client,
+        compose_file,
+        target.gateway,
+        say,
+        (lambda c: _control(c).route(upstream_url(standby))) if standby else None,
+    )
+    gateway, published, gap = done.container, done.published, done.port_gap
     if variant is not None:
         say(f"waiting for the gateway to reach {variant}")
         if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
@@ -208,12 +207,10 @@ def _recreate_live(
     target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in upstreams)))
     compose_file = live_run_file(target)
     say(f"recreating the gateway (the live set {names} keeps running)")
-    with PortWatch(url) as watch:
-        gateway = _recreated(stack, client, compose_file, target.gateway)
-        retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(
-            lambda: _control(gateway).set_upstreams(upstreams)
-        )
-        published, gap = _published(gateway, stack, watch)
+    done = replace_gateway(
+        stack, client, compose_file, target.gateway, say, lambda c: _control(c).set_upstreams(upstreams)
+    )
+    gateway, published, gap = done.container, done.published, done.port_gap
     say(f"waiting for the gateway to reach {names}")
     if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
         raise ComposerError(
@@ -221,37 +218,6 @@ def _recreate_live(
             f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
         )
     return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began, gap)
-
-
-def _recreated(
-    stack: Stack, client: docker.DockerClient, compose_file: Path, spec: GatewaySpec | None
-) -> Container:
-    """The gateway's container, recreated from `compose_file` (its service: `spec`'s)."""
-    service = spec.service if spec else "gateway"
-    compose(
-        stack.project,
-        compose_file,
-        ["up", "--detach", "--no-build", "--pull", "never", "--no-deps", "--force-recreate", service],
-        env=compose_environment(compose_file, stack.api_key),
-        timeout=120,
-    )
-    gateway = gateway_container(stack, client)
-    if gateway is None:
-        raise ComposerError("the gateway's container was not created: `compose-spec logs` and `docker ps -a`")
-    return gateway
-
-
-def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
-    """The recreated gateway's published port, once it answers there, and what `watch` saw
-    until then (its own probe answered too: the gap is closed)."""
-    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
-    gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
-    if not published.answers:
-        raise ComposerError(
-            f"the recreated gateway does not answer through {published.url}: {published.detail} "
-            f"({gap.line()})"
-        )
-    return published, gap
 
 
 def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
@@ -267,9 +233,3 @@ def _control(gateway: Container):
     from composer.gateway.client import GatewayControl
 
     return GatewayControl(gateway)
-
-
-def _route(gateway: Container, upstream: str) -> None:
-    """Point the new gateway at the standby container that served (its control channel
-    answers once the process is up)."""
-    retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: _control(gateway).route(upstream))

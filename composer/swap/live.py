@@ -565,18 +565,20 @@ class LiveSwapper:
         self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
-    def _compose_up(self, compose_file: str, service: str) -> None:
+    def _compose_up(self, compose_file: str, service: str, args: tuple[str, ...] = ()) -> None:
         compose(
             self.stack.project,
             Path(compose_file),
-            ["up", "--detach", "--no-build", "--pull", "never", service],
+            ["up", "--detach", "--no-build", "--pull", "never", *args, service],
             env=compose_environment(Path(compose_file), self.stack.api_key),
             timeout=max(120.0, self.timeout),
         )
 
     def start_gateway(self, op: StartGateway) -> None:
         self.say("starting the gateway")
-        self._compose_up(op.run_file, "gateway")
+        from composer.engine.containers import holder_kept
+
+        self._compose_up(op.run_file, "gateway", tuple(holder_kept(self.stack, self.client)))
 
     def start_member(self, op: StartMember) -> None:
         self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")

@@ -157,9 +157,9 @@ class SwapPlan:
         """The plan as text, one line per fact."""
         why = f" ({self.gateway.recreate})" if self.gateway.recreate else ""
         gateway = (
-            f"the gateway is replaced by a new container{why}: drain it, stop it, start the new one "
-            "with its new settings (the published port refuses connections in between: `up` measures "
-            "it), release"
+            f"the gateway is replaced by a new container{why}: start the new one with its new settings "
+            "beside the old one, which then finishes its requests and stops (`up` measures the "
+            "published port meanwhile), release"
         )
         if not self.gateway_update and self.gateway.in_place:
             gateway = (

@@ -19,12 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.client import compose
-from composer.engine.containers import upstream_url
+from composer.engine.containers import holder_kept, upstream_url
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
-from composer.engine.health import base_url
-from composer.engine.port_gap import PortGap, PortWatch
-from composer.engine.published_port import ANSWER_TIMEOUT
+from composer.engine.port_gap import PortGap
 from composer.errors import GatewayControlError, HealthCheckFailed, SwapFailed
+from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.swap import standby
@@ -47,7 +46,6 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 UPSTREAM_WAIT_S = 30.0
 """How long a recreated gateway has to reach the serving variant before it is put to sleep."""
-STOP_AFTER_DRAIN_S = 2
 """Seconds Docker gives a drained gateway to exit before it kills it: nothing is left in flight,
 and the published port serves nobody until it is gone and its successor listens."""
 
@@ -111,6 +109,8 @@ def compose_up(
     container being replaced has to exit (else its stop_grace_period)."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     keep = [] if recreate else ["--no-recreate"]
+    if service == GATEWAY_SERVICE:
+        keep += holder_kept(ctx.stack, ctx.client)
     if stop_timeout is not None:
         keep += ["--timeout", str(stop_timeout)]
     compose(
@@ -253,44 +253,33 @@ def rehold(ctx: Context, target: str) -> Outcome:
 
 
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
-    """Drain the old gateway, then replace its container with one of the new settings (its held
-    requests are cut, counted). Compose creates the new container before it stops the old one;
-    the old one then has STOP_AFTER_DRAIN_S to exit, and the published port is watched from
-    before the stop until the new one answers there (`Outcome.port_gap`)."""
-    container = _gateway(ctx, gateway)
-    old = start_hold(
-        ctx.stack,
-        ctx.client,
-        ctx.stack.gateway.drain_timeout,
-        ctx.say,
-        container=container,
-        waiting=ctx.waiting,
-    )
-    ctx.say("the gateway needs a new container: draining it before it is replaced")
-    drained = old.begin(gateway_leaving=True)
-    try:
-        held = old.control.state().held
-    except Exception:  # the old gateway's count is gone with it: unknown, not zero
-        held = 0
-    old._stop.set()
+    """Replace the gateway's container with one of the new settings
+    (`gateway_port.replace_gateway`): the new one starts beside the old one in the port
+    holder's network and the old one then finishes its requests, so the port never closes;
+    what the port did meanwhile is measured (`Outcome.port_gap`), and the old one's requests
+    are counted: finished, or cut at its drain timeout."""
+    from composer.swap.gateway_replace import replace_gateway
+
+    ctx.say("the gateway needs a new container: replacing it")
     began = time.monotonic()
-    # where the new container publishes it (a changed port: the new one, unserved until it listens)
-    with PortWatch(base_url(ctx.stack.bind_address, ctx.stack.port)) as watch:
-        compose_up(ctx, compose_file, gateway.service, stop_timeout=STOP_AFTER_DRAIN_S)
-        ctx.say("waiting for the new gateway to answer through the published port")
-        gap = watch.stop(wait_served=ANSWER_TIMEOUT)
-    cut = drained.cut + held
-    out = Outcome("drain", drained.seconds, drained=(drained.drained, cut, 0, 0), port_gap=gap)
-    out.extra["gateway_recreate"] = time.monotonic() - began
-    cut_text = f", {cut} cut" if cut else ""
-    out.notes.append(
-        f"the gateway was replaced by a new container with its new settings after a drain: "
-        f"{drained.drained} request(s) finished first{cut_text}; {gap.line()}"
+    done = replace_gateway(ctx.stack, ctx.client, compose_file, gateway, ctx.say)
+    gap = done.port_gap
+    out = Outcome("drain", time.monotonic() - began, drained=(done.finished, done.cut, 0, 0), port_gap=gap)
+    out.extra["gateway_recreate"] = out.seconds
+    how = (
+        "beside the old one, which then finished"
+        if done.handed_over
+        else "after the old one stopped, which finished"
     )
-    if cut:
+    cut_text = f", {done.cut} cut" if done.cut else ""
+    out.notes.append(
+        f"the gateway was replaced by a new container with its new settings, started {how} "
+        f"{done.finished} request(s){cut_text}; {gap.line()}"
+    )
+    if done.cut:
         out.warnings.append(
-            f"{cut} request(s) were cut by the gateway's recreation ({drained.cut} still running after "
-            f"the drain timeout, {held} waiting in the old gateway): clients retry them"
+            f"{done.cut} request(s) were still running on the old gateway at its drain timeout and were cut: "
+            "clients retry them"
         )
     return out
 

@@ -213,13 +213,9 @@ class GatewayThread:
         if "candidates" in settings:
             settings["upstream_candidates"] = tuple(settings.pop("candidates"))
         upstream = settings.pop("upstream_override", upstream)
+        settings.setdefault("control_socket", os.path.join(self.dir, "control.sock"))
         self.config = GatewayConfig(
-            upstream=upstream,
-            host="127.0.0.1",
-            port=self.port,
-            control_socket=os.path.join(self.dir, "control.sock"),
-            log_level="warning",
-            **settings,
+            upstream=upstream, host="127.0.0.1", port=self.port, log_level="warning", **settings
         )
         self.server = GatewayServer(self.config)
         self.loop: asyncio.AbstractEventLoop | None = None

@@ -5,6 +5,8 @@ for a restart of the same container (not for a container started with other sett
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import httpx
 import pytest
 
@@ -18,11 +20,16 @@ from .fakes import GatewayThread, InProcessExec
 START = {"GATEWAY_MAX_HELD": "256", "GATEWAY_HOLD_TIMEOUT": "300"}
 
 
-def _settings_gateway(backend, state_dir: str, env: dict[str, str] = START) -> GatewayThread:
-    """A gateway whose settings come from an environment, as in its container."""
+def _settings_gateway(
+    backend, state_dir: str, env: dict[str, str] = START, container: str = "a"
+) -> GatewayThread:
+    """A gateway whose settings come from an environment, as in its container (`container`:
+    its own file system, where the control socket and the container's identity live)."""
     config = load_config({**env, "VLLM_API_KEY": KEY, "GATEWAY_STATE_DIR": state_dir})
     fields = {k: getattr(config, k) for k in ("max_held", "hold_timeout", "settings", "state_dir", "api_key")}
-    return GatewayThread(backend.url, **fields).start()
+    own = Path(state_dir) / f"container-{container}"
+    own.mkdir(exist_ok=True)
+    return GatewayThread(backend.url, control_socket=str(own / "control.sock"), **fields).start()
 
 
 def test_settings_apply_to_the_running_gateway_and_show_everywhere(make_gateway) -> None:
@@ -83,11 +90,18 @@ def test_a_restart_of_the_same_container_keeps_the_settings(backend, tmp_path) -
         assert dict(again.gateway.config.settings)["GATEWAY_MAX_HELD"] == "250"
     finally:
         again.stop()
-    other = _settings_gateway(backend, str(tmp_path), {"GATEWAY_MAX_HELD": "100"})  # a new container
+    other = _settings_gateway(backend, str(tmp_path), {"GATEWAY_MAX_HELD": "100"})  # other settings
     try:
         assert other.gateway.gate.max_held == 100
     finally:
         other.stop()
+    # a new container with the same environment (a replacement, which shares the port holder's
+    # host name): it starts from its own environment, not from what was applied to the old one
+    new = _settings_gateway(backend, str(tmp_path), container="b")
+    try:
+        assert new.gateway.gate.max_held == 256
+    finally:
+        new.stop()
 
 
 def test_every_live_setting_is_a_field_and_refusals_name_the_allowed_values() -> None:

@@ -88,10 +88,15 @@ def test_compose_accepts_the_committed_file(tmp_path: Path, variant: str) -> Non
     config = compose_config(
         REPO / "compose" / f"{variant}.yml", _env_file(tmp_path, {"VLLM_API_KEY": API_KEY})
     )
-    assert sorted(config["services"]) == ["gateway", "vllm"] and config["name"] == "vllm"
-    assert "ports" not in config["services"]["vllm"]  # only the gateway publishes the shared port
-    (port,) = config["services"]["gateway"]["ports"]
+    assert sorted(config["services"]) == ["gateway", "gateway-port", "vllm"] and config["name"] == "vllm"
+    assert "ports" not in config["services"]["vllm"]  # only the port holder publishes the shared port
+    assert "ports" not in config["services"]["gateway"]
+    (port,) = config["services"]["gateway-port"]["ports"]
     assert (port["host_ip"], str(port["published"]), port["target"]) == ("127.0.0.1", "8000", 8000)
+    # the gateway serves in the holder's network, which answers to the gateway's name
+    assert config["services"]["gateway"]["network_mode"] == "service:gateway-port"
+    assert config["services"]["gateway-port"]["networks"]["default"]["aliases"] == ["gateway"]
+    assert config["services"]["gateway-port"]["sysctls"] == {"net.ipv4.tcp_migrate_req": "1"}
     assert config["services"]["gateway"]["cpu_shares"] == CPU_SHARES  # runs first when the CPUs are busy
 
 
@@ -125,7 +130,7 @@ def test_launcher_and_compose_agree(
     assert from_launcher["ports"] == []  # behind the gateway, on the project's network
     assert from_launcher["network-alias"] == "vllm"
     gateway_ports = container_from_compose(
-        services["gateway"] | {"command": [], "volumes": []}, unescape=True
+        services["gateway-port"] | {"command": [], "volumes": [], "environment": {}}, unescape=True
     )["ports"]
     if overrides:
         assert from_launcher["gpus"] == {"1", "3"} and gateway_ports == [("0.0.0.0", "8123", 8000)]
@@ -168,7 +173,7 @@ def test_no_gpus_and_an_ipv6_bind_agree(tmp_path: Path, stub_dir: Path, default_
     assert from_launcher == comparable(container_from_compose(services["vllm"], unescape=True))
     assert from_launcher["gpus"] is None and from_launcher["ports"] == []
     gateway_ports = container_from_compose(
-        services["gateway"] | {"command": [], "volumes": []}, unescape=True
+        services["gateway-port"] | {"command": [], "volumes": [], "environment": {}}, unescape=True
     )["ports"]
     assert gateway_ports == [("::1", "8000", 8000)]
     direct = replace(stack, gateway=replace(stack.gateway, enabled=False))

@@ -42,6 +42,7 @@ def test_one_service_per_live_container_on_its_own_gpus(tmp_path: Path) -> None:
     assert sorted(services) == [
         "follow",
         "gateway",
+        "gateway-port",
         "prometheus",
         "vllm-baseline-1",
         "vllm-baseline-2",

@@ -53,8 +53,8 @@ def test_the_default_compose_run_leaves_prometheus_out() -> None:
         assert done.returncode == 0, done.stderr
         return set(done.stdout.split())
 
-    assert services() == {"gateway", "vllm"}
-    assert services("--profile", "prometheus") == {"gateway", "vllm", "prometheus"}
+    assert services() == {"gateway", "gateway-port", "vllm"}
+    assert services("--profile", "prometheus") == {"gateway", "gateway-port", "vllm", "prometheus"}
 
 
 def _stack(*flags: str, key: str = ""):

@@ -35,13 +35,18 @@ def _setup(tmp_path: Path, reported: dict[str, str] | None, image_id: str = "sha
         }
         path.write_text(yaml.safe_dump({"services": {"gateway": service}}))
     images = SimpleNamespace(get=lambda name: SimpleNamespace(id=image_id))
+    binding = {"HostIp": stack.bind_address, "HostPort": str(stack.port)}
+    holder = SimpleNamespace(id="holder", attrs={"HostConfig": {"PortBindings": {"8000/tcp": [binding]}}})
+    containers = SimpleNamespace(get=lambda name: holder if name == "holder" else None)
     container = SimpleNamespace(
         attrs={
             "Config": {"Env": [f"{k}={v}" for k, v in created.items()], "Image": "gw:1"},
             "Image": "sha256:same",
+            "HostConfig": {"NetworkMode": "container:holder"},  # it joins the port holder's network
         },
         labels={"com.docker.compose.project.config_files": str(old)},
-        client=SimpleNamespace(images=images),
+        client=SimpleNamespace(images=images, containers=containers),
+        holder=holder,
     )
     state = None if reported is None else SimpleNamespace(raw={"settings": reported})
     snap = SimpleNamespace(gateway=container, gateway_running=True, gateway_state=state)
@@ -91,8 +96,8 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
         "mtp", "h", None, (), gateway_update=True, gateway=GatewayChange("its image changed")
     )
     assert (
-        "the gateway is replaced by a new container (its image changed): drain it, stop it, start the new "
-        "one with its new settings (the published port refuses connections in between"
+        "the gateway is replaced by a new container (its image changed): start the new one with its new "
+        "settings beside the old one, which then finishes its requests and stops"
     ) in recreated.describe()
     assert SwapPlan("mtp", "h", None, ()).no_op
 
@@ -103,7 +108,7 @@ def test_what_a_new_container_changes_is_named_and_the_key_never_shown(tmp_path:
     stack, spec, _, snap, env = _setup(tmp_path, reported={})
     created = {**env, "VLLM_API_KEY": "an-old-key", "GATEWAY_LIVE_UPSTREAMS": "x"}
     snap.gateway.attrs["Config"]["Image"] = "gw:0"
-    snap.gateway.attrs["HostConfig"] = {
+    snap.gateway.holder.attrs["HostConfig"] = {
         "PortBindings": {"8000/tcp": [{"HostIp": "127.0.0.1", "HostPort": "9"}]}
     }
     snap.gateway.client.images.get = lambda name: SimpleNamespace(attrs={"Config": {"Env": ["PATH=/bin"]}})
@@ -117,5 +122,20 @@ def test_what_a_new_container_changes_is_named_and_the_key_never_shown(tmp_path:
     ]
     assert "an-old-key" not in " ".join(found) and KEY not in " ".join(found)
     snap.gateway.attrs["Config"]["Image"] = image
-    snap.gateway.attrs["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostPort"] = port
+    snap.gateway.holder.attrs["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostPort"] = port
     assert gateway_change.named(stack, spec, snap.gateway, {**env, "VLLM_API_KEY": KEY}) == []
+
+
+def test_a_moved_port_or_a_gateway_that_publishes_it_itself_needs_a_new_container(tmp_path: Path) -> None:
+    """The port lives on the port holder: another port there, or an older gateway that publishes
+    the port itself (no holder), needs a new container, whatever the gateway's own service says."""
+    stack, spec, new, snap, _ = _setup(tmp_path, reported={})
+    snap.gateway.holder.attrs["HostConfig"]["PortBindings"]["8000/tcp"][0]["HostPort"] = "9"
+    assert gateway_change.decide(stack, spec, new, snap).recreate == (
+        f"its port holder changed: published port 9 -> {resolve(spec.published_port)}"
+    )
+    stack, spec, new, snap, _ = _setup(tmp_path, reported={})
+    snap.gateway.attrs["HostConfig"] = {"PortBindings": {"8000/tcp": [{"HostPort": str(stack.port)}]}}
+    assert gateway_change.decide(stack, spec, new, snap).recreate.startswith(
+        "it publishes the port itself (an older layout)"
+    )

@@ -1,8 +1,9 @@
 """The gateway's container replaced under traffic (real daemon, simulator): `up --recreate-gateway`
-and a swap whose gateway needs a new container (another image tag) report the published port's
-gap as measured by their probes, consistent with what a client sending a request every 0.1 s
-saw: up reports failed > 0 whenever the client saw a failure, and the client's failures fit in
-the probes' window. `--dry-run` says that, and why, the gateway is replaced, and replaces nothing.
+and a swap whose gateway needs a new container (another image tag) start the new gateway beside
+the old one in the port holder's network, so a client sending a request every 50 ms sees no
+failure, and `up`'s own count of failed probes of the published port, which it prints, is the
+same: 0. `--dry-run` says that, and why, the gateway is replaced, and replaces nothing. A
+changed port needs a new port holder: the new port serves afterwards and the gap is reported.
 No wall-clock speed is asserted."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 
 pytestmark = pytest.mark.docker
 
-CLIENT_EVERY_S = 0.1
+CLIENT_EVERY_S = 0.05
 
 
 class Client:
@@ -54,15 +55,11 @@ class Client:
             self._thread.join()
 
 
-def _consistent(gap: dict, client: Client) -> None:
-    assert gap["probes"] > 0 and 0 <= gap["failed"] <= gap["probes"]
-    if client.failures:  # the probes saw it too ...
-        assert gap["failed"] > 0, (gap, client.failures)
-    # ... and the client's failures fit in the window the probes measured (one request per
-    # CLIENT_EVERY_S at most; one more for a request the old gateway answered 503 as it stopped,
-    # just before its port closed)
-    assert len(client.failures) <= gap["seconds"] / CLIENT_EVERY_S + 2, (gap, client.failures)
-    assert client.sent > len(client.failures)  # served before and after
+def _nothing_failed(gap: dict, client: Client) -> None:
+    """What `up` counted equals what the client saw: nothing refused, reset or answered 5xx."""
+    assert gap["probes"] > 0
+    assert (gap["failed"], client.failures) == (0, []), (gap, client.failures)
+    assert client.sent >= 10
 
 
 def test_recreate_gateway_reports_the_port_gap_the_client_saw(sim_stack, docker_client) -> None:
@@ -84,13 +81,13 @@ def test_recreate_gateway_reports_the_port_gap_the_client_saw(sim_stack, docker_
     assert docker_client.containers.get(f"{sim_stack.project}-gateway-1").id != old
     gap = result["port_gap"]
     print(f"recreate-gateway: port_gap {gap}; client sent {client.sent}, failed {client.failures}")
-    _consistent(gap, client)
+    _nothing_failed(gap, client)
 
     line = sim_stack.run("up", "--recreate-gateway", timeout=180)  # the human line says the same
     assert line.returncode == 0, line.stderr
     said = line.stdout.strip().splitlines()[-1]
     assert "baseline serves through it again" in said
-    assert "0 cut" not in said and ("the port refused" in said or "the port answered all" in said)
+    assert "the port answered all" in said
     print(f"recreate-gateway line: {said}")
 
 
@@ -119,11 +116,9 @@ def test_a_swap_whose_gateway_needs_a_new_image_reports_the_port_gap(sim_stack, 
         print(
             f"swap with a new gateway image: port_gap {gap}; client sent {client.sent}, failed {client.failures}"
         )
-        _consistent(gap, client)
+        _nothing_failed(gap, client)
         note = next(n for n in result["notes"] if n.startswith("the gateway was replaced by a new container"))
-        assert ("the port refused" in note) == (gap["failed"] > 0), note
-        if gap["failed"]:
-            assert "0 cut" not in note
+        assert "started beside the old one" in note and "the port answered all" in note, note
     finally:
         sim_stack.run("down", timeout=120)
         docker_client.images.remove(tag, noprune=True)

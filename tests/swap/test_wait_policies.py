@@ -11,7 +11,7 @@ import pytest
 from composer.engine import published_port, retry
 from composer.engine.published_port import PublishedPort
 from composer.errors import GatewayControlError
-from composer.swap import gateway_port, swapper
+from composer.swap import gateway_port, gateway_replace, swapper
 from tests.conftest import FakeClock
 
 
@@ -126,9 +126,9 @@ def test_a_recreated_gateway_is_routed_once_its_control_channel_answers(
             routed.append(upstream)
             return "old"
 
-    monkeypatch.setattr(gateway_port, "_control", lambda _g: Control())
-    gateway_port._route(None, "http://p-mtp:8000")  # type: ignore[arg-type]
+    route = lambda _gateway: Control().route("http://p-mtp:8000")  # noqa: E731
+    gateway_replace._ready(None, route)  # type: ignore[arg-type]
     assert routed == ["http://p-mtp:8000"] and clock.slept == [0.2, 0.2]
     errors[:] = [GatewayControlError("route", f"refused #{i}") for i in range(1000)]
     with pytest.raises(GatewayControlError):
-        gateway_port._route(None, "http://p-mtp:8000")  # type: ignore[arg-type]
+        gateway_replace._ready(None, route)  # type: ignore[arg-type]

@@ -1,0 +1,173 @@
+"""A gateway container replaced without closing the port.
+
+The port holder (`gateway-port`, see templates/gateway-service.yml.j2) publishes the shared
+port; the gateway joins its network and listens with SO_REUSEPORT. `replace_gateway` starts
+the new gateway beside the old one (compose `--scale` 2, nothing recreated), waits for its
+control channel (its port listens before it), configures it, then stops the old one: it
+closes its listener (the kernel moves connections it has not accepted to the new one,
+tcp_migrate_req) and finishes its requests, for up to its drain timeout. When there is no
+holder with the stack's port (a first start, another port, an older gateway that publishes
+the port itself), compose recreates both and the port is closed meanwhile. Either way the
+published port is probed throughout (`composer.engine.port_gap`) and the gap reported.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from composer.engine import retry
+from composer.engine.client import compose
+from composer.engine.containers import (
+    gateway_container,
+    gateway_containers,
+    holds_the_port,
+    network_owner,
+    port_holder,
+)
+from composer.engine.health import base_url
+from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
+from composer.engine.published_port import wait_published
+from composer.errors import ComposerError, GatewayControlError
+from composer.render.runfiles import compose_environment
+from composer.stack.model import Stack
+from composer.swap.gateway_change import container_env
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
+    from composer.engine.published_port import PublishedPort
+    from composer.render.gateway import GatewaySpec
+
+Say = Callable[[str], None]
+PORT_BACK_TIMEOUT = 60.0
+"""Seconds a new gateway has to answer on its control channel and through the published port."""
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A gateway container replaced: the new one, how the port served meanwhile (measured),
+    whether the old one handed the port over (it listened until the new one did), and the
+    requests the old one still had when it stopped: finished, or cut at its stop timeout."""
+
+    container: Container
+    published: PublishedPort
+    port_gap: PortGap
+    handed_over: bool
+    finished: int = 0
+    cut: int = 0
+
+
+def replace_gateway(
+    stack: Stack,
+    client: docker.DockerClient,
+    compose_file: Path,
+    spec: GatewaySpec | None,
+    say: Say,
+    configure: Callable[[Container], object] | None = None,
+) -> Replacement:
+    """Replace the gateway's container with one made from `compose_file`, the port watched.
+
+    When the port holder runs with the port the file wants, the new container starts in its
+    network beside the old one (`--scale` 2, nothing recreated), both listening on the port;
+    once the new one's control channel answers (its port listens before: see
+    `composer.gateway.runtime`) and `configure` has told it its upstreams, the old one is
+    stopped: it closes its listener and finishes what it serves (for up to its drain timeout),
+    and takes the old one's name. Else (no holder, another port, an older gateway that
+    publishes the port itself) compose recreates both, and the port is closed meanwhile."""
+    service = spec.service if spec else "gateway"
+    name = spec.container_name if spec else f"{stack.project}-{service}-1"
+    env = compose_environment(compose_file, stack.api_key)
+    olds = gateway_containers(stack, client)
+    running = [c for c in olds if c.status == "running"]
+    holder = port_holder(stack, client)
+    hand_over = (
+        bool(running)
+        and holds_the_port(holder, stack)
+        and all(
+            network_owner(c).id == holder.id
+            for c in running  # type: ignore[union-attr]
+        )
+    )
+    with PortWatch(base_url(stack.bind_address, stack.port)) as watch:
+        if hand_over:
+            for stopped in (c for c in olds if c.status != "running"):
+                stopped.remove(force=True)
+            say("starting the new gateway beside the old one (the port stays open)")
+            args = ["--no-deps", "--no-recreate", "--scale", f"{service}={len(running) + 1}"]
+            compose(stack.project, compose_file, [*UP, *args, service], env=env, timeout=120)
+            known = {c.id for c in running}
+            new = next((c for c in gateway_containers(stack, client) if c.id not in known), None)
+            if new is None:
+                raise ComposerError("the new gateway's container was not created: `docker ps -a`")
+            _ready(new, configure)
+            finished, cut = _retire(running, say)
+            with contextlib.suppress(Exception):  # the name users and docs know
+                new.rename(name)
+                new.reload()
+        else:
+            for old in (c for c in olds if network_owner(c).id == c.id):
+                old.remove(force=True)  # an older gateway holds the port the holder needs
+            compose(stack.project, compose_file, [*UP, "--force-recreate", service], env=env, timeout=120)
+            new = gateway_container(stack, client)
+            if new is None:
+                raise ComposerError("the gateway's container was not created: `docker ps -a`")
+            _ready(new, configure)
+            finished = cut = 0
+        published, gap = _published(new, stack, watch)
+    return Replacement(new, published, gap, hand_over, finished, cut)
+
+
+UP = ["up", "--detach", "--no-build", "--pull", "never"]
+CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")
+
+
+def _ready(gateway: Container, configure: Callable[[Container], object] | None) -> None:
+    """Wait for the new gateway's control channel (then its port listens), and configure it."""
+    step = configure or (lambda c: _control(c).state())
+    retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: step(gateway))
+
+
+def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
+    """Stop the old gateways: each closes its listener (the kernel moves connections it has
+    not accepted to the new one) and finishes its requests. Returns (finished, cut): cut is
+    what its own log says it cancelled at its drain timeout."""
+    finished = cut = 0
+    for old in olds:
+        try:
+            state = _control(old).state()
+            busy = state.inflight + state.held
+        except GatewayControlError:
+            busy, state = 0, None
+        drain = float(container_env(old).get("GATEWAY_DRAIN_TIMEOUT") or 60)
+        say(f"stopping the old gateway ({busy} request(s) to finish, for up to {drain:.0f}s)")
+        old.stop(timeout=int(drain) + 5)
+        with contextlib.suppress(Exception):
+            lost = sum(int(n) for n in CUT_AT_STOP.findall(old.logs(tail=200).decode(errors="replace")))
+            cut += lost
+            finished += max(0, busy - lost)
+        old.remove(force=True)
+    return finished, cut
+
+
+def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
+    """The new gateway's published port, once it answers there, and what `watch` saw until
+    then (its own probe answered too: the gap is closed)."""
+    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
+    gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
+    if not published.answers:
+        raise ComposerError(
+            f"the new gateway does not answer through {published.url}: {published.detail} ({gap.line()})"
+        )
+    return published, gap
+
+
+def _control(gateway: Container):
+    from composer.gateway.client import GatewayControl
+
+    return GatewayControl(gateway)
