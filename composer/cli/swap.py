@@ -73,8 +73,9 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
 @click.option(
     "--recreate-gateway",
     is_flag=True,
-    help="Recreate only the gateway's container (brings back a dead published port); "
-    "the serving variant keeps running. With VARIANT, swap it in afterwards.",
+    help="Replace only the gateway's container: a new one starts beside the old one, so the port stays "
+    "open (with a dead published port, its port holder is recreated too). The serving variant keeps "
+    "running. With VARIANT, swap it in afterwards.",
 )
 @target_option
 @click.option(

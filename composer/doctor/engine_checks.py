@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from composer.engine.client import Endpoint
 
 MIN_ENGINE = (19, 3)  # first engine with --gpus and compose device reservations
+MIN_KERNEL = (5, 14)  # first kernel with net.ipv4.tcp_migrate_req (the gateway's port holder sets it)
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
 DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
 
@@ -33,9 +34,19 @@ def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(n) for n in re.findall(r"\d+", version)[:2])
 
 
-def engine_finding(version: str) -> Finding:
-    """Classify a reachable engine by its version."""
+def engine_finding(version: str, kernel: str = "", gateway: bool = True) -> Finding:
+    """Classify a reachable engine by its version and, for a stack with a gateway, its kernel's."""
     where = os.environ.get("DOCKER_HOST", "the default socket")
+    if gateway and kernel and _version_tuple(kernel) < MIN_KERNEL:
+        return Finding(
+            "docker-engine",
+            "fail",
+            f"the engine at {where} runs kernel {kernel}, older than 5.14: the gateway's port holder sets "
+            "net.ipv4.tcp_migrate_req (it hands the port from an old gateway to a new one), which it lacks, "
+            "so the stack's containers would not start",
+            "run the engine on a kernel 5.14 or newer, or set gateway.enabled = false (the variant then "
+            "publishes the port itself)",
+        )
     if _version_tuple(version) < MIN_ENGINE:
         return Finding(
             "docker-engine",
@@ -47,17 +58,19 @@ def engine_finding(version: str) -> Finding:
 
 
 def check_engine(
-    client_factory: Callable[[], docker.DockerClient],
+    client_factory: Callable[[], docker.DockerClient], gateway: bool = True
 ) -> tuple[Finding, docker.DockerClient | None]:
-    """Connect once; the client (or None) is reused by the other Docker checks."""
+    """Connect once; the client (or None) is reused by the other Docker checks (`gateway`:
+    the stack runs one, whose port holder needs a kernel 5.14 or newer)."""
     from docker.errors import DockerException
 
     try:
         client = client_factory()
-        version = str(client.version().get("Version", "?"))
+        facts = client.version()
+        version, kernel = str(facts.get("Version", "?")), str(facts.get("KernelVersion") or "")
     except (DockerUnavailable, DockerException) as err:
         return Finding("docker-engine", "fail", str(err), fixes.start_docker()), None
-    return engine_finding(version), client
+    return engine_finding(version, kernel, gateway), client
 
 
 def check_compose(compose_version: Callable[[], str]) -> Finding:

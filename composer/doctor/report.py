@@ -166,7 +166,7 @@ def run_doctor(
     """Run every check for one variant (or all), stack-wide checks first (a weak key only
     warns with `allow_weak_key`; `follower_attached` is what the gateway says, None unknown)."""
     names = [stack.variant(variant).name] if variant else list(stack.variants)
-    engine, client = dck.check_engine(host.client_factory)
+    engine, client = dck.check_engine(host.client_factory, stack.gateway.enabled)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
         stack_wide = _stack_checks(stack, host, engine, client, facts, allow_weak_key)

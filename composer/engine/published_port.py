@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 DEAD_PORT = (
     "the published port does not answer: the gateway container is up but Docker's forwarding "
     "to it (its port proxy or its iptables rules) is gone; "
-    "`compose-spec up --recreate-gateway` (or restart the gateway)"
+    "`compose-spec up --recreate-gateway` (it recreates the port holder too)"
 )
 HEALTH_PATH = "/gateway/health"
 PROBE_TIMEOUT = httpx.Timeout(5.0, connect=1.0)

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
+    from composer.render.gateway import GatewaySpec
 
 Say = Callable[[str], None]
 
@@ -72,11 +73,18 @@ class Recreated:
     serving: str | None
     seconds: float
     port_gap: PortGap | None = None  # the published port while the containers changed, measured
+    holder_recreated: bool = False  # Docker's forwarding was gone: the port holder is new too
 
     def line(self) -> str:
         who = f"{self.serving} serves through it again" if self.serving else "no variant serves"
         gap = f"; {self.port_gap.line()}" if self.port_gap is not None else ""
-        return f"gateway recreated ({self.container}): {self.url} answers; {who} ({self.seconds:.1f}s){gap}"
+        holder = (
+            " and its port holder (Docker's forwarding of the port was gone)" if self.holder_recreated else ""
+        )
+        return (
+            f"gateway recreated{holder} ({self.container}): {self.url} answers; {who} "
+            f"({self.seconds:.1f}s){gap}"
+        )
 
     def to_json(self) -> dict[str, object]:
         gap = self.port_gap.to_json() if self.port_gap is not None else None
@@ -118,11 +126,7 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
     old = gateway_container(stack, client)
-    live = _live_upstreams(stack, client)
-    member = None if live else snapshot.take(stack, client).serving
-    serving = f"the live set {', '.join(u['name'] for u in live)}" if live else None
-    if member is not None:
-        serving = member.variant
+    serving = _what_serves(stack, client)[3]
     return RecreatePlan(
         old.name if old is not None else None, base_url(stack.bind_address, stack.port), serving
     )
@@ -149,75 +153,56 @@ def _need_gateway(stack: Stack) -> None:
 def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     _need_gateway(stack)
     began = time.monotonic()
-    url = base_url(stack.bind_address, stack.port)  # where the new container publishes it
-    live = _live_upstreams(stack, client)
-    if live:
-        return _recreate_live(stack, client, live, say, began, url)
-    # Read before the recreation: the old gateway's route tells which standby container serves.
-    member = snapshot.take(stack, client).serving
-    serving = member.container if member is not None else None
-    variant = member.variant if member is not None else None
-    compose_file = _compose_file(stack, serving)
-    target = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
-    say(f"recreating the gateway ({variant or 'no variant'} keeps running)")
-    standby = member.container.name if member is not None and member.standby_service else None
-    done = replace_gateway(
-        stack,
-        client,
-        compose_file,
-        target.gateway,
-        say,
-        (lambda c: _control(c).route(upstream_url(standby))) if standby else None,
-    )
-    gateway, published, gap = done.container, done.published, done.port_gap
-    if variant is not None:
-        say(f"waiting for the gateway to reach {variant}")
+    old = gateway_container(stack, client)
+    # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
+    dead = old is not None and old.status == "running" and probe_published(old, stack).dead
+    compose_file, spec, configure, serving = _what_serves(stack, client)
+    say(f"recreating the gateway ({serving or 'no variant'} keeps running)")
+    done = replace_gateway(stack, client, compose_file, spec, say, configure, new_holder=dead)
+    gateway, published = done.container, done.published
+    if serving is not None:
+        say(f"waiting for the gateway to reach {serving}")
         if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
             raise ComposerError(
-                f"the recreated gateway answers on {published.url} but does not reach {variant} "
+                f"the recreated gateway answers on {published.url} but does not reach {serving} "
                 f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
             )
-    return Recreated(gateway.name, published.url, variant, time.monotonic() - began, gap)
+    return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
 
 
-def _live_upstreams(stack: Stack, client: docker.DockerClient) -> list[dict[str, str]]:
-    """The running live containers as the gateway's upstreams, from their labels."""
-    from composer.swap.live import live_containers
+Configure = Callable[["Container"], object] | None
 
-    return [
+
+def _what_serves(
+    stack: Stack, client: docker.DockerClient
+) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
+    """The run file the new gateway is made from, its spec, how to point it at what serves
+    (read before the replacement: the old gateway's route tells which standby container
+    serves; a live set's upstreams come from Docker's labels), and what serves, in words."""
+    from composer.render.live import resolve_live
+    from composer.swap.live import live_containers, live_run_file
+
+    live = [
         {"name": r.name, "variant": r.variant, "url": f"http://{r.service}:{CONTAINER_PORT}"}
         for r in live_containers(stack, client)
         if r.status == "running" and r.service
     ]
-
-
-def _recreate_live(
-    stack: Stack,
-    client: docker.DockerClient,
-    upstreams: list[dict[str, str]],
-    say: Say,
-    began: float,
-    url: str,
-) -> Recreated:
-    """Recreate the gateway of a running live set and route it to the same containers."""
-    from composer.render.live import resolve_live
-    from composer.swap.live import live_run_file
-
-    names = ", ".join(u["name"] for u in upstreams)
-    target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in upstreams)))
-    compose_file = live_run_file(target)
-    say(f"recreating the gateway (the live set {names} keeps running)")
-    done = replace_gateway(
-        stack, client, compose_file, target.gateway, say, lambda c: _control(c).set_upstreams(upstreams)
-    )
-    gateway, published, gap = done.container, done.published, done.port_gap
-    say(f"waiting for the gateway to reach {names}")
-    if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
-        raise ComposerError(
-            f"the recreated gateway answers on {published.url} but reaches none of {names} "
-            f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
+    if live:
+        target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in live)))
+        names = ", ".join(u["name"] for u in live)
+        return (
+            live_run_file(target),
+            target.gateway,
+            lambda c: _control(c).set_upstreams(live),
+            f"the live set {names}",
         )
-    return Recreated(gateway.name, published.url, f"the live set {names}", time.monotonic() - began, gap)
+    member = snapshot.take(stack, client).serving
+    variant = member.variant if member is not None else None
+    compose_file = _compose_file(stack, member.container if member is not None else None)
+    spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway
+    standby = member.container.name if member is not None and member.standby_service else None
+    configure = (lambda c: _control(c).route(upstream_url(standby))) if standby else None
+    return compose_file, spec, configure, variant
 
 
 def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:

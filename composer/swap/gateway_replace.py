@@ -70,6 +70,8 @@ def replace_gateway(
     spec: GatewaySpec | None,
     say: Say,
     configure: Callable[[Container], object] | None = None,
+    *,
+    new_holder: bool = False,
 ) -> Replacement:
     """Replace the gateway's container with one made from `compose_file`, the port watched.
 
@@ -79,7 +81,8 @@ def replace_gateway(
     `composer.gateway.runtime`) and `configure` has told it its upstreams, the old one is
     stopped: it closes its listener and finishes what it serves (for up to its drain timeout),
     and takes the old one's name. Else (no holder, another port, an older gateway that
-    publishes the port itself) compose recreates both, and the port is closed meanwhile."""
+    publishes the port itself; or `new_holder`: Docker's forwarding of the port is gone)
+    compose recreates both, and the port is closed meanwhile."""
     service = spec.service if spec else "gateway"
     name = spec.container_name if spec else f"{stack.project}-{service}-1"
     env = compose_environment(compose_file, stack.api_key)
@@ -87,12 +90,11 @@ def replace_gateway(
     running = [c for c in olds if c.status == "running"]
     holder = port_holder(stack, client)
     hand_over = (
-        bool(running)
+        not new_holder
+        and holder is not None
+        and bool(running)
         and holds_the_port(holder, stack)
-        and all(
-            network_owner(c).id == holder.id
-            for c in running  # type: ignore[union-attr]
-        )
+        and all(network_owner(c).id == holder.id for c in running)
     )
     with PortWatch(base_url(stack.bind_address, stack.port)) as watch:
         if hand_over:
@@ -113,7 +115,10 @@ def replace_gateway(
         else:
             for old in (c for c in olds if network_owner(c).id == c.id):
                 old.remove(force=True)  # an older gateway holds the port the holder needs
-            compose(stack.project, compose_file, [*UP, "--force-recreate", service], env=env, timeout=120)
+            renew = ["--always-recreate-deps"] if new_holder else []
+            compose(
+                stack.project, compose_file, [*UP, "--force-recreate", *renew, service], env=env, timeout=120
+            )
             new = gateway_container(stack, client)
             if new is None:
                 raise ComposerError("the gateway's container was not created: `docker ps -a`")

@@ -37,6 +37,11 @@ def test_engine_unreachable_fails_with_the_fix(tmp_path: Path, monkeypatch) -> N
 def test_old_engine_warns() -> None:
     assert dck.engine_finding("18.09.7").status == "warn"
     assert dck.engine_finding("20.10.24+dfsg1").status == "ok"
+    assert dck.engine_finding("20.10.24+dfsg1", "6.1.0-28-amd64").status == "ok"
+    old_kernel = dck.engine_finding("20.10.24+dfsg1", "4.18.0-553.el8_10.x86_64")
+    assert old_kernel.status == "fail" and "older than 5.14" in old_kernel.detail
+    assert "gateway.enabled = false" in old_kernel.fix
+    assert dck.engine_finding("20.10.24+dfsg1", "4.18.0", gateway=False).status == "ok"
 
 
 @pytest.mark.docker
