@@ -118,7 +118,8 @@ def _container_differs(
     same_key = created.get(API_KEY_VAR, "") == (stack.api_key or "")
     if same_key and _same_service(compose_file, labels.get("com.docker.compose.project.config_files")):
         return ""
-    wanted = _container_hash(stack, compose_file, {n: created[n] for n in LIVE if n in created})
+    network = str((container.attrs.get("HostConfig") or {}).get("NetworkMode") or "")
+    wanted = _container_hash(stack, compose_file, {n: created[n] for n in LIVE if n in created}, network)
     if wanted and labels.get("com.docker.compose.config-hash") not in (None, wanted):
         found = named(stack, gateway, container, created)
         if found:
@@ -206,9 +207,11 @@ def _same_service(compose_file: Path, created_from: str | None) -> bool:
     return bool(old == new)
 
 
-def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str]) -> str:
+def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str], network: str = "") -> str:
     """Compose's config hash of the run file's gateway service with the live settings the
-    container was created with ("" when compose cannot say)."""
+    container was created with ("" when compose cannot say). `network`: the container's
+    network mode (`container:<id>`): compose hashes `service:gateway-port` resolved to the
+    port holder's container, so the hash is asked of the same."""
     import yaml
 
     try:
@@ -218,6 +221,8 @@ def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str]) -
         return ""
     env = _container_part(service)["environment"]
     service["environment"] = {**env, **{k: v.replace("$", "$$") for k, v in created.items()}}
+    if network.startswith("container:") and str(service.get("network_mode", "")).startswith("service:"):
+        service["network_mode"] = network
     fd, tmp = tempfile.mkstemp(dir=compose_file.parent, prefix=".gateway-", suffix=".yml")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as out:

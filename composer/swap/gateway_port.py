@@ -31,7 +31,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
-from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway
+from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
 
 if TYPE_CHECKING:
     import docker
@@ -139,6 +139,7 @@ def recreate_gateway(
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, wait_for_lock, progress):
+        retire_extra_gateways(stack, client, progress)
         return _recreate(stack, client, progress)
 
 

@@ -129,6 +129,28 @@ def replace_gateway(
 
 
 UP = ["up", "--detach", "--no-build", "--pull", "never"]
+
+
+def retire_extra_gateways(stack: Stack, client: docker.DockerClient, say: Say) -> int:
+    """Undo a replacement that was killed half-way (two gateway containers serve the port,
+    and only one knows the swap's holds): keep the one under the gateway's own name (the
+    old one until a replacement ends), stop and remove the others. Returns how many."""
+    from composer.render.gateway import SERVICE
+
+    running = [c for c in gateway_containers(stack, client) if c.status == "running"]
+    if len(running) < 2:
+        return 0
+    name = f"{stack.project}-{SERVICE}-1"
+    keep = next((c for c in running if c.name == name), running[0])
+    extra = [c for c in running if c.id != keep.id]
+    names = ", ".join(c.name for c in extra)
+    say(f"a gateway replacement was interrupted: removing the extra gateway container(s) {names}")
+    for container in extra:
+        container.stop(timeout=5)
+        container.remove(force=True)
+    return len(extra)
+
+
 CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")
 
 

@@ -812,6 +812,7 @@ def up_live(
 ) -> LiveResult:
     """Change the live set under the project's lock (`dry_run`: the plan only, no lock).
     `options.profiles`: optional services (`--with`) checked first, started once the set serves."""
+    from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
     from composer.swap.profiles import check_profiles, start_profiles
     from composer.swap.steps import Context
@@ -842,6 +843,7 @@ def up_live(
     if ctx is not None:
         check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
+        retire_extra_gateways(stack, client, progress)
         result = swapper.up(target, rollback=options.rollback if options else True)
         result.notes += [] if by_class else [f"the live set routes {routing}"]
         if ctx is not None and ctx.options.profiles:

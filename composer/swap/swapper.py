@@ -324,6 +324,7 @@ def up(
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""
+    from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
 
     options = options or UpOptions()
@@ -332,4 +333,5 @@ def up(
         return swap(ctx, target, dry_run=True)
     check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
+        retire_extra_gateways(stack, client, progress)
         return swap(ctx, target)

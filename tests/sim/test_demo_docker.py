@@ -75,7 +75,10 @@ def test_demo_honours_the_env_file(tmp_path: Path, project_name: str, docker_cli
         running = docker_client.containers.list(
             filters={"label": f"com.docker.compose.project={project_name}"}
         )
-        assert sorted(c.labels.get("vllm-composer.variant", "gateway") for c in running) == ["gateway", "mtp"]
+        kinds = sorted(
+            c.labels.get("vllm-composer.variant") or c.labels["vllm-composer.role"] for c in running
+        )
+        assert kinds == ["gateway", "gateway-port", "mtp"]
         assert _default_project(docker_client) == before
     finally:
         remove_project(docker_client, project_name)

@@ -142,7 +142,10 @@ def test_logs_of_the_gateway_and_of_a_named_variant_and_ps(sim_stack):
     assert ps.returncode == 0, ps.stderr
     rows = {row["variant"]: row for row in json.loads(ps.stdout)}
     assert rows["baseline"]["state"].startswith("serving")
-    assert rows["gateway"]["ports"].endswith(f":{sim_stack.port}->8000/tcp")
+    assert rows["gateway-port"]["ports"].endswith(
+        f":{sim_stack.port}->8000/tcp"
+    )  # the port holder publishes it
+    assert rows["gateway"]["state"].startswith("running")
 
 
 def test_crash_after_the_settle_window_is_reported_by_status(sim_stack):

@@ -1,5 +1,5 @@
 """Two stacks in one compose project on the real daemon: the second `up` is refused (and
-`--dry-run` says so) until `--takeover`; `ps` lists the gateway with its published port;
+`--dry-run` says so) until `--takeover`; `ps` lists the gateway and its port holder with the published port;
 `down` keeps the gateway's state volume and says so, `down --volumes` removes it."""
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ def test_another_stack_in_the_project_is_refused_until_takeover(sim_stack, tmp_p
     ] == ["baseline"]
     table = sim_stack.run("ps").stdout.splitlines()
     assert table[0].split() == ["NAME", "VARIANT/ROLE", "STATE", "PORTS"]
-    gateway = next(line for line in table if " gateway " in line)
-    assert f"127.0.0.1:{sim_stack.port}->" in gateway and any(
+    holder = next(line for line in table if " gateway-port " in line)  # it publishes the gateway's port
+    assert any(" gateway " in line and "running" in line for line in table)
+    assert f"127.0.0.1:{sim_stack.port}->" in holder and any(
         " baseline " in line and "serving" in line for line in table
     )
 

@@ -255,6 +255,10 @@ def test_a_dead_published_port_is_named_and_brought_back_without_restarting_the_
     recreated = serving.run("up", "--recreate-gateway")
     assert recreated.returncode == 0, recreated.stderr
     assert "baseline serves through it again" in recreated.stdout
+    # Docker's forwarding belongs to the port holder: it is recreated too
+    assert (
+        "gateway recreated and its port holder (Docker's forwarding of the port was gone)" in recreated.stdout
+    )
     assert _baseline_id(serving, docker_client) == variant, "the variant kept running"
     assert _gateway_id(serving, docker_client) != gateway
     reply = httpx.get(

@@ -1,0 +1,60 @@
+"""The gateway's replacement, without Docker: a replacement killed half-way is undone (the
+gateway under its own name stays, the extra one goes), and what the old gateway cut at its
+stop is read from its own log."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from composer.swap import gateway_replace
+
+
+class Gateway:
+    """A gateway container as the Docker SDK shows it: stop, remove, logs."""
+
+    def __init__(self, name: str, status: str = "running", log: bytes = b"") -> None:
+        self.name, self.id, self.status, self.log = name, f"id-{name}", status, log
+        self.stopped: list[int] = []
+        self.removed = False
+
+    def stop(self, timeout: int) -> None:
+        self.stopped.append(timeout)
+
+    def remove(self, force: bool = False) -> None:
+        self.removed = True
+
+    def logs(self, tail: int) -> bytes:
+        return self.log
+
+    @property
+    def attrs(self) -> dict:
+        return {"Config": {"Env": ["GATEWAY_DRAIN_TIMEOUT=7"]}}
+
+
+def test_an_interrupted_replacement_keeps_the_gateway_under_its_own_name(monkeypatch) -> None:
+    stack = SimpleNamespace(project="p")
+    named, extra, stopped = Gateway("p-gateway-1"), Gateway("p-gateway-2"), Gateway("p-gateway-3", "exited")
+    found = [extra, named, stopped]
+    monkeypatch.setattr(gateway_replace, "gateway_containers", lambda _s, _c: found)
+    said: list[str] = []
+    assert gateway_replace.retire_extra_gateways(stack, None, said.append) == 1  # type: ignore[arg-type]
+    assert extra.removed and extra.stopped == [5] and not named.removed and not stopped.removed
+    assert said == [
+        "a gateway replacement was interrupted: removing the extra gateway container(s) p-gateway-2"
+    ]
+    found[:] = [named]
+    assert gateway_replace.retire_extra_gateways(stack, None, said.append) == 0  # type: ignore[arg-type]
+
+
+def test_the_old_gateway_finishes_its_requests_and_what_it_cut_is_read_from_its_log(monkeypatch) -> None:
+    log = b"INFO Shutting down\nERROR Cancel 2 running task(s), timeout graceful shutdown exceeded\n"
+    old = Gateway("p-gateway-1", log=log)
+    state = SimpleNamespace(inflight=5, held=0)
+    monkeypatch.setattr(gateway_replace, "_control", lambda _c: SimpleNamespace(state=lambda: state))
+    said: list[str] = []
+    assert gateway_replace._retire([old], said.append) == (3, 2)  # type: ignore[list-item]
+    assert old.stopped == [7 + 5] and old.removed  # its drain timeout, then 5 s to exit
+    assert said == ["stopping the old gateway (5 request(s) to finish, for up to 7s)"]
+    quiet = Gateway("p-gateway-1", log=b"INFO Shutting down\n")
+    state.inflight = 1
+    assert gateway_replace._retire([quiet], said.append) == (1, 0)  # type: ignore[list-item]
