@@ -23,25 +23,32 @@ def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantCon
 
 def project_containers(
     stack: Stack, client: docker.DockerClient
-) -> tuple[list[VariantContainer], Container | None]:
-    """The project's variant containers (newest first) and its gateway, from ONE listing."""
+) -> tuple[list[VariantContainer], Container | None, tuple[str, ...]]:
+    """The project's variant containers (newest first), its gateway (a running one, under the
+    gateway's own name first) and the other running gateways (their ids: a replacement killed
+    half-way leaves two), from ONE listing."""
     from docker.errors import NotFound
 
     summaries = client.api.containers(all=True)
     variants = [s for s in summaries if label_names.VARIANT in (s.get("Labels") or {})]
-    gateways = [
-        s
-        for s in summaries
-        if (s.get("Labels") or {}).get(label_names.COMPOSE_PROJECT) == stack.project
-        and (s.get("Labels") or {}).get(label_names.ROLE) == label_names.ROLE_GATEWAY
-    ]
+    own = f"/{stack.project}-gateway-1"
+    gateways = sorted(
+        (
+            s
+            for s in summaries
+            if (s.get("Labels") or {}).get(label_names.COMPOSE_PROJECT) == stack.project
+            and (s.get("Labels") or {}).get(label_names.ROLE) == label_names.ROLE_GATEWAY
+        ),
+        key=lambda s: (s.get("State") != "running", own not in (s.get("Names") or ())),
+    )
     gateway = None
     for summary in gateways[:1]:
         try:
             gateway = client.containers.get(summary["Id"])
         except NotFound:  # removed between the listing and the inspection
             gateway = None
-    return _ours(stack, client, variants), gateway
+    extra = tuple(s["Id"] for s in gateways[1:] if s.get("State") == "running")
+    return _ours(stack, client, variants), gateway, extra
 
 
 def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> list[VariantContainer]:

@@ -139,7 +139,7 @@ def recreate_gateway(
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(stack, client, progress)
+        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
         return _recreate(stack, client, progress)
 
 

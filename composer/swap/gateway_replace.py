@@ -131,21 +131,19 @@ def replace_gateway(
 UP = ["up", "--detach", "--no-build", "--pull", "never"]
 
 
-def retire_extra_gateways(stack: Stack, client: docker.DockerClient, say: Say) -> int:
-    """Undo a replacement that was killed half-way (two gateway containers serve the port,
-    and only one knows the swap's holds): keep the one under the gateway's own name (the
-    old one until a replacement ends), stop and remove the others. Returns how many."""
-    from composer.render.gateway import SERVICE
+def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], say: Say) -> int:
+    """Undo a replacement that was killed half-way: two gateway containers serve the port and
+    only one knows the swap's holds. The snapshot keeps the one under the gateway's own name
+    (the old one until a replacement ends) and names the others (`extra`, by id): they are
+    stopped and removed. Returns how many."""
+    from docker.errors import NotFound
 
-    running = [c for c in gateway_containers(stack, client) if c.status == "running"]
-    if len(running) < 2:
-        return 0
-    name = f"{stack.project}-{SERVICE}-1"
-    keep = next((c for c in running if c.name == name), running[0])
-    extra = [c for c in running if c.id != keep.id]
-    names = ", ".join(c.name for c in extra)
-    say(f"a gateway replacement was interrupted: removing the extra gateway container(s) {names}")
-    for container in extra:
+    for container_id in extra:
+        try:
+            container = client.containers.get(container_id)
+        except NotFound:
+            continue
+        say(f"a gateway replacement was interrupted: removing the extra gateway container {container.name}")
         container.stop(timeout=5)
         container.remove(force=True)
     return len(extra)

@@ -843,7 +843,7 @@ def up_live(
     if ctx is not None:
         check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(stack, client, progress)
+        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
         result = swapper.up(target, rollback=options.rollback if options else True)
         result.notes += [] if by_class else [f"the live set routes {routing}"]
         if ctx is not None and ctx.options.profiles:

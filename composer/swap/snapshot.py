@@ -77,6 +77,7 @@ class Snapshot:
     gateway_error: str | None = None
     swap: RunningSwap | None = None
     route: str | None = None  # where the gateway forwards now (None: no gateway, or no answer)
+    extra_gateways: tuple[str, ...] = ()  # more running gateways (an interrupted replacement's)
 
     @property
     def serving(self) -> Member | None:
@@ -124,7 +125,7 @@ def take(
     The gateway is asked (one exec) when a sleep-mode container runs, or when
     `gateway_state` wants its state anyway (status).
     """
-    variants, gateway = project_containers(stack, client)
+    variants, gateway, extra = project_containers(stack, client)
     found = [(c, c.describe()) for c in variants]
     gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
@@ -157,6 +158,7 @@ def take(
         gateway_error=error,
         swap=running_swap(stack.project),
         route=state.upstream if state else None,
+        extra_gateways=extra if gateway is not None else (),
     )
 
 

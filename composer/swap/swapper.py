@@ -39,6 +39,7 @@ from composer.render.spec import Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap import gateway_change, snapshot, steps, transaction
+from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -162,6 +163,9 @@ def prepare(
     so the plan sees it: the variant is never reloaded for it."""
     stack = ctx.stack
     snap = snapshot.take(stack, ctx.client)
+    if snap.extra_gateways and not dry_run:
+        retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
+        snap = snapshot.take(stack, ctx.client)
     result.warnings += preflight_warnings(ctx, target, snap)
     current = snap.current
     same = current is not None and current.variant == target.name and current.config_hash == target.hash
@@ -324,7 +328,6 @@ def up(
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""
-    from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
 
     options = options or UpOptions()
@@ -333,5 +336,4 @@ def up(
         return swap(ctx, target, dry_run=True)
     check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        retire_extra_gateways(stack, client, progress)
         return swap(ctx, target)

@@ -208,7 +208,7 @@ class GatewayThread:
 
     def __init__(self, upstream: str, **settings: Any) -> None:
         self.dir = tempfile.mkdtemp(prefix="vctgw-")
-        self.port = free_port()
+        self.port = settings.pop("port", None) or free_port()  # a port: beside another gateway
         settings.setdefault("poll_interval", 0.02)
         if "candidates" in settings:
             settings["upstream_candidates"] = tuple(settings.pop("candidates"))
@@ -233,8 +233,11 @@ class GatewayThread:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop as SIGTERM does, letting requests in flight finish for `grace` seconds (a real
+        gateway gives them its drain timeout: a replacement's old gateway finishes its streams)."""
         if self.loop is not None:
+            self.server.public.config.timeout_graceful_shutdown = grace
             self.loop.call_soon_threadsafe(self.server.stop)
         self.thread.join(timeout=15)
 

@@ -29,7 +29,7 @@ def test_with_the_gateway_stopped_each_sleep_mode_container_is_asked(monkeypatch
     # Neither is parked (say, both restarted by Docker): only their own answers tell.
     serving = Answering(_info("baseline", service="vllm-baseline", sleep_mode=True), sleeping=False)
     asleep = Answering(_info("mtp", service="vllm-mtp", sleep_mode=True), sleeping=True)
-    monkeypatch.setattr(snapshot, "project_containers", lambda stack, client: ([asleep, serving], None))
+    monkeypatch.setattr(snapshot, "project_containers", lambda stack, client: ([asleep, serving], None, ()))
     snap = snapshot.take(stack, None)  # type: ignore[arg-type]
     assert snap.current is not None and snap.current.variant == "baseline"
     assert [m.variant for m in snap.asleep] == ["mtp"]

@@ -31,19 +31,29 @@ class Gateway:
         return {"Config": {"Env": ["GATEWAY_DRAIN_TIMEOUT=7"]}}
 
 
-def test_an_interrupted_replacement_keeps_the_gateway_under_its_own_name(monkeypatch) -> None:
-    stack = SimpleNamespace(project="p")
+def test_an_interrupted_replacement_is_undone_and_the_snapshot_names_it() -> None:
+    """The snapshot keeps the running gateway under the gateway's own name and names the other
+    running ones; the next `up` stops and removes those."""
+    from composer.engine.containers import project_containers
+
     named, extra, stopped = Gateway("p-gateway-1"), Gateway("p-gateway-2"), Gateway("p-gateway-3", "exited")
-    found = [extra, named, stopped]
-    monkeypatch.setattr(gateway_replace, "gateway_containers", lambda _s, _c: found)
-    said: list[str] = []
-    assert gateway_replace.retire_extra_gateways(stack, None, said.append) == 1  # type: ignore[arg-type]
-    assert extra.removed and extra.stopped == [5] and not named.removed and not stopped.removed
-    assert said == [
-        "a gateway replacement was interrupted: removing the extra gateway container(s) p-gateway-2"
+    every = {g.id: g for g in (named, extra, stopped)}
+    labels = {"com.docker.compose.project": "p", "vllm-composer.role": "gateway"}
+    summaries = [
+        {"Id": g.id, "Names": [f"/{g.name}"], "State": g.status, "Labels": labels}
+        for g in (extra, stopped, named)
     ]
-    found[:] = [named]
-    assert gateway_replace.retire_extra_gateways(stack, None, said.append) == 0  # type: ignore[arg-type]
+    client = SimpleNamespace(
+        api=SimpleNamespace(containers=lambda all: summaries),
+        containers=SimpleNamespace(get=lambda cid: every[cid]),
+    )
+    stack = SimpleNamespace(project="p", service="vllm")
+    variants, gateway, others = project_containers(stack, client)  # type: ignore[arg-type]
+    assert (variants, gateway, others) == ([], named, (extra.id,))
+    said: list[str] = []
+    assert gateway_replace.retire_extra_gateways(client, others, said.append) == 1  # type: ignore[arg-type]
+    assert extra.removed and extra.stopped == [5] and not named.removed and not stopped.removed
+    assert said == ["a gateway replacement was interrupted: removing the extra gateway container p-gateway-2"]
 
 
 def test_the_old_gateway_finishes_its_requests_and_what_it_cut_is_read_from_its_log(monkeypatch) -> None:

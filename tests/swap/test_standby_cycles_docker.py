@@ -99,7 +99,10 @@ def test_many_sleep_standby_switches_grow_nothing(sim_stack, docker_client, monk
         result = up(stack, resolve_target(stack, variant), client=docker_client, options=options)
         assert result.outcome == "woke", (switch, result)
         containers = docker_client.containers.list(all=True, filters=selector)
-        assert len(containers) == 4, (switch, [c.name for c in containers])  # two variants, gateway, port holder
+        assert len(containers) == 4, (
+            switch,
+            [c.name for c in containers],
+        )  # two variants, gateway, port holder
         state = control.state()
         assert (state.held, state.inflight, len(state.holds)) == (0, 0, 0), (switch, state)
         snap = take(stack, docker_client)
