@@ -129,6 +129,7 @@ def replace_gateway(
 
 
 UP = ["up", "--detach", "--no-build", "--pull", "never"]
+CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")  # uvicorn's line at its graceful timeout
 
 
 def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], say: Say) -> int:
@@ -149,9 +150,6 @@ def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], s
     return len(extra)
 
 
-CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")
-
-
 def _ready(gateway: Container, configure: Callable[[Container], object] | None) -> None:
     """Wait for the new gateway's control channel (then its port listens), and configure it."""
     step = configure or (lambda c: _control(c).state())
@@ -168,7 +166,7 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
             state = _control(old).state()
             busy = state.inflight + state.held
         except GatewayControlError:
-            busy, state = 0, None
+            busy = 0
         drain = float(container_env(old).get("GATEWAY_DRAIN_TIMEOUT") or 60)
         say(f"stopping the old gateway ({busy} request(s) to finish, for up to {drain:.0f}s)")
         old.stop(timeout=int(drain) + 5)

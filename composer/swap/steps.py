@@ -46,8 +46,6 @@ if TYPE_CHECKING:
 Say = Callable[[str], None]
 UPSTREAM_WAIT_S = 30.0
 """How long a recreated gateway has to reach the serving variant before it is put to sleep."""
-"""Seconds Docker gives a drained gateway to exit before it kills it: nothing is left in flight,
-and the published port serves nobody until it is gone and its successor listens."""
 
 
 def _quiet(_: str) -> None:
@@ -100,19 +98,16 @@ def compose_up(
     service: str | None = None,
     host: dict[str, str] | None = None,
     recreate: bool = True,
-    stop_timeout: int | None = None,
 ) -> None:
     """`docker compose up -d` of one service of a run file (never builds, never pulls);
     `host`: host values the file interpolates, set exactly (the follow profile's paths);
     `recreate=False`: an existing container is kept as it is (a gateway whose settings
-    were applied in place differs from the file only in them); `stop_timeout`: seconds a
-    container being replaced has to exit (else its stop_grace_period)."""
+    were applied in place differs from the file only in them). The gateway's port holder
+    is left alone while it holds the port (`holder_kept`)."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     keep = [] if recreate else ["--no-recreate"]
     if service == GATEWAY_SERVICE:
         keep += holder_kept(ctx.stack, ctx.client)
-    if stop_timeout is not None:
-        keep += ["--timeout", str(stop_timeout)]
     compose(
         ctx.stack.project,
         compose_file,
