@@ -1,6 +1,7 @@
 """The gateway's published port, end to end: what `status` says about it, and
-`up --recreate-gateway`, which brings Docker's port proxy back by recreating only the
-gateway's container (the serving variant keeps running, and keeps serving through it).
+`up --recreate-gateway`, which replaces only the gateway's container (the serving variant
+keeps running, and keeps serving through it), and its port holder too when Docker's
+forwarding of the port is gone (that brings it back).
 
 The new container starts beside the old one, which then stops, so the port stays open
 (`composer.swap.gateway_replace`); what the port did meanwhile is measured and reported.
@@ -18,10 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import (
-    gateway_container,
-    upstream_url,
-)
+from composer.engine.containers import gateway_container, upstream_url
 from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
 from composer.engine.published_port import DEAD_PORT, probe_published
@@ -105,11 +103,15 @@ class RecreatePlan:
     serving: str | None
 
     def line(self) -> str:
-        old = f"its container {self.container}" if self.container else "no gateway container runs; one"
+        how = (
+            f"a new one starts beside its container {self.container}, which then finishes its requests "
+            "and stops"
+            if self.container
+            else "no gateway container runs: one is started"
+        )
         who = f"{self.serving} keeps running" if self.serving else "no variant serves"
         return (
-            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): a new one "
-            f"starts beside {old.replace('; one', '')}, which then finishes its requests and stops; "
+            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): {how}; "
             f"{who}; {self.url} is probed meanwhile (`up` measures and reports it)"
         )
 
