@@ -20,6 +20,12 @@ sharing one `Connections` registry) that:
   process's open files (`open_files_for`): the gateway raises its limit toward the hard one
   at start, and keeps fewer connections when even that is short.
 
+A graceful stop (SIGTERM; a replacement's old gateway) closes the listener first, then
+every connection idle between requests, as uvicorn does. A connection that has not finished
+its first head, or is inside the next one, is kept: the kernel may have handed it over just
+before the listener closed, and its client is sending. Its request is served and answered
+`connection: close`; one that sends nothing for `FIRST_REQUEST_GRACE_S` is closed.
+
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
@@ -46,6 +52,9 @@ from .metrics import Metrics
 FILES_BESIDES = 64
 # How long a refused connection stays open (not read) after its answer, before it is closed.
 LINGER_S = 2.0
+# How long a stopping gateway waits for the request of a connection it accepted but has not
+# read a byte from (a client sends right after it connects; the head timer bounds the rest).
+FIRST_REQUEST_GRACE_S = 2.0
 # The answer to a refused connection, by the reason it is closed for (a metric label).
 _RESPONSES = {
     reason: (
@@ -151,6 +160,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self._counted = False
         self._body_timer: asyncio.TimerHandle | None = None
         self._body_seen = 0.0  # loop time of the body's last chunk
+        self._last = False  # the gateway is stopping: the request being read is the last
 
     # -- connection ---------------------------------------------------------------------
 
@@ -181,6 +191,21 @@ class LimitedProtocol(HttpToolsProtocol):
             self.registry.count()
         self.registry.idle.pop(self, None)
         super().connection_lost(exc)
+
+    def shutdown(self) -> None:
+        """A graceful stop: keep a connection whose client is sending a head (see the module's
+        docstring); uvicorn's own handling for the rest."""
+        waiting = self.cycle is None or self.cycle.response_complete
+        if waiting and not self.transport.is_closing() and (self.cycle is None or self._head_bytes):
+            self._last = True
+            if not self._head_bytes:
+                self.loop.call_later(FIRST_REQUEST_GRACE_S, self._close_if_silent)
+            return
+        super().shutdown()
+
+    def _close_if_silent(self) -> None:
+        if self.cycle is None and not self._head_bytes and not self.transport.is_closing():
+            self._close_idle()
 
     def _close_idle(self) -> None:
         self.registry.idle.pop(self, None)
@@ -230,6 +255,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._start_body_timer()
         super().on_headers_complete()
         cycle = self.cycle
+        if self._last and cycle is not None:
+            cycle.keep_alive = False  # answered `connection: close`, then closed
         if cycle is not None and cycle.scope is self.scope and self.scope.get("http_version") == "1.0":
             cycle.__class__ = Http10Cycle  # answered in HTTP/1.0, never chunked
 

@@ -4,6 +4,7 @@ request sent meanwhile fails; the kernel hands them all to the new one afterward
 
 from __future__ import annotations
 
+import socket
 import threading
 
 import httpx
@@ -53,3 +54,32 @@ def test_a_stopping_gateway_finishes_its_stream_while_the_new_one_takes_the_port
     assert lines[-1] == "data: [DONE]" and len(lines) == 41, lines[-3:]  # the stream finished whole
     assert not old.thread.is_alive() and new.thread.is_alive()
     assert httpx.get(f"{new.url}/v1/models", headers=AUTH, timeout=10, trust_env=False).status_code == 200
+
+
+def test_a_connection_accepted_just_before_the_stop_is_served_and_a_silent_one_closed(make_gateway) -> None:
+    """The race a replacement's probes hit: the old gateway accepted a connection, then began
+    its stop before the client's request arrived. The request is served (`connection: close`),
+    never cut; a connection that sends nothing is closed, and the stop ends."""
+    gw = make_gateway()
+    registry = gw.server.protocol.registry
+    talker = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+    silent = socket.create_connection(("127.0.0.1", gw.port), timeout=20)
+    try:
+        gw.wait(lambda _: registry.open == 2)  # both accepted, neither has sent a byte
+        stopping = threading.Thread(target=lambda: gw.stop(grace=30))
+        stopping.start()
+        gw.wait(lambda _: gw.server.public.servers and not any(s.is_serving() for s in gw.server.public.servers))
+        talker.sendall(
+            f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
+        )
+        answer = b""
+        while chunk := talker.recv(65536):
+            answer += chunk
+        head = answer.split(b"\r\n\r\n", 1)[0].lower()
+        assert head.startswith(b"http/1.1 200") and b"connection: close" in head, answer[:300]
+        assert silent.recv(1) == b""  # closed without a word once the grace ran out
+        stopping.join(30)
+        assert not gw.thread.is_alive()
+    finally:
+        talker.close()
+        silent.close()
