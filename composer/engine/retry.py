@@ -55,6 +55,8 @@ FOLLOWER_ATTACH_INTERVAL_S = 0.5
 """How often the gateway is asked whether a just-started follower has reached it."""
 PORT_GAP_INTERVAL_S = 0.02
 """How often the published port is probed while the gateway's container is replaced."""
+SINGLE_DRAIN_INTERVAL_S = 0.5
+"""How often the gateway is asked what still runs on the one serving container a live set replaces."""
 
 
 class Pending(Exception):
@@ -207,6 +209,13 @@ def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep 
     """A serving variant behind a gateway that just started: probed every
     SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
     return _giving_last(SETTLE_PROBE_INTERVAL_S, _stop_at(clock() + seconds, clock), sleep)
+
+
+def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
+    """The requests in flight on the one serving container a live set replaces: the gateway is
+    asked every SINGLE_DRAIN_INTERVAL_S while the step raises `Pending`, for `timeout` s;
+    gives the last `Pending`'s result (what still ran)."""
+    return _giving_last(SINGLE_DRAIN_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:

@@ -11,15 +11,14 @@ variant's overlay, server-side apply the API key Secret from stdin, drain the ga
 through the Service past the hold, release; `kubectl rollout undo` under the hold on
 failure or interruption; signals from `composer.signals`), and the way the gate reaches
 the Service (`forward`: the configured URL or `kubectl port-forward`), and the change of a
-live set (`live_rollout`: one Deployment at a time; each new variant applied, rolled out
-and gated through its own Service, a speculative one's draft acceptance included, before the
-gateway's upstreams name it, each leaving one drained through `drain-upstream` and deleted,
-the one-variant Deployment drained through the gateway's `state` and deleted; a new one
-that fails is deleted again).
+live set (`live_rollout`: the Docker live set's plan of typed operations, `composer.swap.live`,
+run by `composer.swap.execute` with a kubectl dispatch table: apply and rollout status, the
+gate through the variant's own Service, the gateway's upstreams and drains, delete, a
+changed Deployment applied in place and undone by `rollout undo`).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
-`composer.swap` (the swap lock, the hold, a live change's result), `composer.errors`, `composer.labels`,
-`composer.signals`.
+`composer.swap` (the swap lock, the hold, a live change's plan, executor and result),
+`composer.errors`, `composer.labels`, `composer.signals`.
 Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`,
 `up_kube_live` (its result is the compose target's `LiveResult`, from `composer.swap.live`).
 """

@@ -1,25 +1,24 @@
-"""Change a live set on Kubernetes one Deployment at a time, never leaving zero ready upstreams.
+"""Change a live set on Kubernetes with the plan and executor a Docker live set uses.
 
     take the project's swap lock -> read the live Deployments (`kubectl get deployments
-    --selector`; each carries its configuration's identity, an annotation `up` stamps)
-    -> plan (pure: keep, replace, start, stop) -> write the set's manifests
-    (a kustomization for the stack-wide objects, one per variant) -> server-side apply the
-    API key Secret -> without a gateway Deployment: apply the stack-wide objects first
-    -> per new variant: kubectl apply -k, rollout status --timeout, the readiness gate and
-    warm-up through its own Service (port-forward) and, for a speculative one, its draft
-    acceptance from its own /metrics over a short warm-up (`composer.swap.live.live_acceptance`,
-    the Docker live set's check) above `stack.acceptance_floor`, then add it to the gateway's
-    upstreams (`upstreams` through `kubectl exec`) -> the one-variant Deployment, if any,
-    drained (the gateway's requests in flight on it finish, or the drain timeout) and deleted
-    -> per leaving variant: out of the upstreams, `drain-upstream` (its requests in
-    flight finish), kubectl delete of its Deployment and Service -> the gateway's
-    Deployment records the new upstream list (a restarted gateway pod starts with it).
+    --selector`; each carries its configuration's identity, an annotation `up` stamps, and
+    the one-variant Deployment its variant) -> write the set's manifests (a kustomization
+    for the stack-wide objects, one per variant, one for each leaving variant so that an
+    undo can apply it again) -> server-side apply the API key Secret -> without a gateway
+    Deployment: apply the stack-wide objects first -> plan (`plan_kube_live`, pure: the
+    typed operations of `composer.swap.live`, a changed variant applied in place) -> run
+    them with `composer.swap.execute` and this dispatch table -> the gateway's Deployment
+    records the new upstream list (a restarted gateway pod starts with it).
 
-A new variant that fails its rollout, its gate or its acceptance (or is interrupted) is deleted again and
-the upstreams are left as they were: the variants already serving serve on. A variant whose
-configuration changed is taken out of the upstreams (when others serve), drained,
-re-applied and gated; on failure `kubectl rollout undo` brings its previous revision back.
-The Docker counterpart is `composer.swap.live.LiveSwapper`.
+The operations on the cluster: StartMember is kubectl apply -k and rollout status;
+GateMember the readiness gate and warm-up through the variant's own Service (port-forward)
+and, for a speculative one, its draft acceptance from its own /metrics
+(`composer.swap.live.live_acceptance`); Publish the gateway's upstreams (`kubectl exec`);
+DrainMember and DrainSingle the gateway's drains; StopMember kubectl delete; Reapply a
+changed Deployment rolled in place, undone by RollBack (`kubectl rollout undo`). A failure
+or the first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (a new
+variant is deleted again, a leaving one applied again), so the set that served serves on;
+`--no-rollback` leaves what ran as it is.
 """
 
 from __future__ import annotations
@@ -27,16 +26,15 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from composer import labels
 from composer.engine.diagnose import hints
 from composer.engine.gate import GateTarget
-from composer.engine.retry import KUBE_CONTROL_INTERVAL_S
-from composer.errors import ComposerError, GatewayControlError, KubectlFailed, PreflightFailed, SwapFailed
+from composer.errors import GatewayControlError, KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
 from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
@@ -45,7 +43,6 @@ from composer.kube.rollout import (
     KubeChange,
     KubeUpOptions,
     Say,
-    _cause,
     _log_tail,
     _quiet,
     apply_secret,
@@ -53,7 +50,7 @@ from composer.kube.rollout import (
     rollout_status,
 )
 from composer.render.files import RenderedFile, write_atomic
-from composer.render.kube_live import live_member_docs, live_name, live_shared_docs, live_upstreams
+from composer.render.kube_live import live_member_docs, live_name, live_shared_docs
 from composer.render.kubernetes import (
     GENERATED,
     Manifest,
@@ -65,14 +62,37 @@ from composer.render.kubernetes import (
 from composer.render.live import LIVE_UPSTREAMS_VAR
 from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
-from composer.signals import handled, interrupt_once, interrupts_ignored
+from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
-from composer.swap.live import LiveChange, LiveResult, live_acceptance, set_upstreams, upstream_states
+from composer.swap.execute import Handlers, execute
+from composer.swap.live import (
+    LivePlan,
+    LiveResult,
+    _operations,
+    drain_single,
+    live_acceptance,
+    live_history,
+    set_upstreams,
+)
 from composer.swap.lock import swap_lock
+from composer.swap.ops import (
+    AwaitRelease,
+    DrainMember,
+    DrainSingle,
+    GateMember,
+    Member,
+    Op,
+    Publish,
+    Reapply,
+    RollBack,
+    StartMember,
+    StopMember,
+)
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 SHARED = "shared"
+SINGLE = "single"  # the one-variant Deployment's overlay, where an undo applies it again
 LIVE_PREFIX = "live-"
 
 
@@ -86,22 +106,12 @@ class LiveDeployment:
 
 @dataclass(frozen=True)
 class ClusterLive:
-    """The project's server Deployments on the cluster: the live ones by variant, and whether
-    the one-variant Deployment (`up VARIANT`'s) is there too."""
+    """The project's server Deployments on the cluster: the live ones by variant, and the
+    variant of the one-variant Deployment (`up VARIANT`'s), None when there is none ("" when
+    its variant cannot be read)."""
 
     live: Mapping[str, LiveDeployment]
-    single: bool
-
-
-@dataclass(frozen=True)
-class KubeLivePlan(LiveChange):
-    """What a live-set change does on the cluster, in order."""
-
-    single: bool = False
-
-    @property
-    def no_op(self) -> bool:
-        return not (self.replace or self.start or self.stop or self.single)
+    single: str | None = None
 
 
 def identity(doc: Manifest) -> str:
@@ -127,13 +137,13 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
     except (ValueError, AttributeError) as err:
         raise KubectlFailed("`kubectl get deployments` printed no Deployment list") from err
     live: dict[str, LiveDeployment] = {}
-    single = False
+    single = None
     for doc in items:
         name = (doc.get("metadata") or {}).get("name", "")
         template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
         variant = (template.get("labels") or {}).get(labels.VARIANT, "")
         if name == stack.service:
-            single = True
+            single = str(variant)
         elif variant in stack.variants and name == live_name(stack, variant):
             notes = (doc.get("metadata") or {}).get("annotations") or {}
             live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
@@ -157,18 +167,62 @@ def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive)
     return base if requested[0] in base else [*base, requested[0]]
 
 
-def plan_kube_live(variants: Sequence[str], wanted: Mapping[str, str], cluster: ClusterLive) -> KubeLivePlan:
-    """Decide the change (pure): `wanted` is each variant's rendered identity."""
-    now = cluster.live
-    keep = tuple(n for n in variants if n in now and now[n].identity == wanted[n])
-    return KubeLivePlan.between(variants, variants, now, keep, single=cluster.single)
+def plan_kube_live(
+    stack: Stack,
+    variants: Sequence[str],
+    wanted: Mapping[str, str],
+    cluster: ClusterLive,
+    folders: Mapping[str, Path] | None = None,
+    *,
+    continue_streams: bool = True,
+) -> LivePlan:
+    """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
+    kustomization each variant (or the one-variant Deployment, under its variant) applies
+    from. The operations are the Docker live set's, on members named `VARIANT/1`; a variant
+    whose identity changed is applied in place (a rolling update)."""
+    folders = folders or {}
+
+    def member(variant: str) -> Member:
+        deployment = live_name(stack, variant)
+        speculative = variant in stack.variants and stack.variant(variant).speculative is not None
+        return Member(
+            f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
+        )
+
+    new = {f"{v}/1": member(v) for v in variants}
+    old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
+    old |= {f"{v}/1": member(v) for v in cluster.live if f"{v}/1" not in old}
+    keep = tuple(
+        n
+        for n, m in new.items()
+        if m.variant in cluster.live and cluster.live[m.variant].identity == wanted[m.variant]
+    )
+    alone = None
+    if cluster.single is not None:
+        single = cluster.single or stack.service
+        file = str(folders.get(SINGLE, ""))
+        alone = Member(single, single, stack.service, stack.service, file, "-", False)
+    plan = LivePlan.between(
+        variants,
+        list(new),
+        set(old),
+        keep,
+        single=alone.variant if alone is not None else None,
+        gpus=dict.fromkeys(new, "-"),
+        upstreams=tuple(m.upstream() for m in new.values()),
+    )
+    ops = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    return replace(plan, ops=ops)
 
 
-def write_live(stack: Stack, variants: Sequence[str], directory: Path | None = None) -> dict[str, Path]:
+def write_live(
+    stack: Stack, variants: Sequence[str], directory: Path | None = None, leaving: Sequence[str] = ()
+) -> dict[str, Path]:
     """The set's kustomizations under the state folder: `shared` (the shared Service, the
-    gateway and the base's extras) and one per variant (its Deployment and Service)."""
+    gateway and the base's extras) and one per variant (its Deployment and Service), the
+    `leaving` variants' too (an undo applies them again, as the stack renders them now)."""
     groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
-    for name in variants:
+    for name in (*variants, *(n for n in leaving if n in stack.variants and n not in variants)):
         groups[name] = [
             (file, stamped(doc) if doc["kind"] == "Deployment" else doc)
             for file, doc in live_member_docs(stack, name)
@@ -209,23 +263,33 @@ class ForwardedTarget(GateTarget):
         return self.forwarded
 
 
-def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (the one-variant Service): its
-    own count (`single_outstanding`); from a gateway image without it, every forwarded request
-    less those on live upstreams, members and leaving ones alike."""
-    if raw is not None and "single_outstanding" in raw:
-        return max(0, int(raw["single_outstanding"] or 0))
-    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
-    return max(0, int((raw or {}).get("inflight") or 0) - live)
-
-
 class KubeLiveRollout(KubeChange):
-    """One change of the cluster's live set."""
+    """One change of the cluster's live set: its methods are the executor's dispatch table."""
 
     control: GatewayControl | None = None
     variants: tuple[str, ...] = ()
-    continued = 0  # streams a leaving variant's drain sent on to the others
-    refused = 0  # streams on a leaving variant that could not go on (they drained)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.timings: dict[str, float] = {}
+        self.began: dict[str, float] = {}  # when each member's apply began (its gate's deadline)
+        self.log = ""  # the pod log of the member that failed, read before the undo
+        self.cut = 0
+        self.continued = 0  # streams a leaving variant's drain sent on to the others
+        self.refused = 0  # streams on a leaving variant that could not go on (they drained)
+
+    def handlers(self) -> Handlers:
+        return {
+            StartMember: self.start_member,
+            Reapply: self.start_member,
+            RollBack: self.roll_back,
+            GateMember: self.gate_member,
+            Publish: self.publish,
+            DrainMember: self.drain,
+            DrainSingle: self.drain_single,
+            StopMember: self.stop_member,
+            AwaitRelease: _placed_by_the_scheduler,
+        }
 
     # -- the gateway ----------------------------------------------------------------------
     def _gateway_doc(self) -> Manifest | None:
@@ -239,73 +303,77 @@ class KubeLiveRollout(KubeChange):
         except ValueError as err:
             raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
 
-    def publish(self, variants: Sequence[str]) -> None:
-        """Tell the gateway pod the variants it routes among (each one's Service)."""
+    def publish(self, op: Publish) -> None:
+        """Tell the gateway pod the upstreams it routes among (each variant's Service)."""
         if not self.stack.gateway.enabled:
             return
         if self.control is None:
             self.control = kube_control(self.kubectl, self.stack)
-        upstreams = live_upstreams(self.stack, list(variants))
-        set_upstreams(self.control, upstreams)
+        set_upstreams(self.control, [dict(u) for u in op.upstreams])
 
-    def drain(self, variant: str) -> int:
-        """Wait until the gateway has no request in flight on `variant` (or the drain timeout);
-        the requests still running then."""
+    def drain(self, op: DrainMember) -> None:
+        """Wait until the gateway has no request in flight on the member (or the drain timeout)."""
         if self.control is None:
-            return 0
-        continues = self.stack.gateway.continues(self.options.drain)
+            return
         try:
             drained = self.control.drain_upstream(
-                f"{variant}/1", self.stack.gateway.drain_timeout, continues, self.stack.max_model_len
+                op.name, self.stack.gateway.drain_timeout, op.continue_streams, self.stack.max_model_len
             )
         except GatewayControlError:
-            return 0
+            return
+        self.cut += 0 if drained.done else drained.outstanding
         self.continued += drained.continued
         self.refused += drained.refused
-        return 0 if drained.done else drained.outstanding
 
-    def drain_single(self) -> int:
-        """Wait until the gateway has no request in flight on the one-variant Deployment (the
-        live set takes the new ones) or the drain timeout; the requests still running then."""
-        if self.control is None:
-            return 0
-        deadline = time.monotonic() + self.stack.gateway.drain_timeout
-        while True:
-            try:
-                left = single_inflight(self.control.state().raw)
-            except GatewayControlError:
-                return 0
-            if left == 0 or time.monotonic() >= deadline:
-                return left
-            self.waiting(f"draining deployment/{self.stack.service} ({left} in flight)")
-            time.sleep(KUBE_CONTROL_INTERVAL_S)
+    def drain_single(self, op: DrainSingle) -> None:
+        if self.control is not None:
+            where = f"deployment/{op.container}"
+            self.cut += drain_single(self.control, self.stack.gateway.drain_timeout, self.waiting, where)
 
-    # -- steps ----------------------------------------------------------------------------
-    def _roll(self, name: str, folder: Path) -> float:
-        """Apply one variant's kustomization, wait for its rollout, gate it through its Service."""
-        began = time.monotonic()
-        deadline = began + self.options.timeout
-        deployment = live_name(self.stack, name)
-        self.say(f"applying {name} (kubectl apply -k {folder})")
-        self.kubectl.run(["apply", "--kustomize", str(folder)], timeout=120)
-        self.say(f"waiting for {deployment} (kubectl rollout status, up to {self.options.timeout:.0f}s)")
-        rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
-        self.say(f"{name} rolled out; gating it through service/{deployment}")
+    # -- the members ----------------------------------------------------------------------
+    def _single(self, member: Member) -> bool:
+        """The one-variant Deployment (`up VARIANT`'s), not a live member."""
+        return member.container == self.stack.service
+
+    def start_member(self, op: StartMember | Reapply) -> None:
+        """kubectl apply -k of the member's kustomization, then its rollout status."""
+        member = op.member
+        if not member.run_file:
+            raise SwapFailed(f"{member.name} has no manifests to apply from")
+        self.began[member.name] = time.monotonic()
+        self.say(f"applying {member.variant} (kubectl apply -k {member.run_file})")
+        self.kubectl.run(["apply", "--kustomize", member.run_file], timeout=120)
+        self.say(
+            f"waiting for {member.container} (kubectl rollout status, up to {self.options.timeout:.0f}s)"
+        )
+        rollout_status(self.kubectl, self.stack, self.options.timeout, member.container)
+
+    def roll_back(self, op: RollBack) -> None:
+        self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
+        self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
+        rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
+
+    def gate_member(self, op: GateMember) -> None:
+        """The readiness gate and warm-up through the member's own Service (the shared one for
+        the one-variant Deployment) within the timeout from its apply; a speculative variant's
+        acceptance too."""
+        member = op.member
+        began = self.began.get(member.name, time.monotonic())
+        self.say(f"{member.variant} rolled out; gating it through service/{member.service}")
         warmup = self.stack.gateway.warmup_requests if self.stack.gateway.enabled else 0
-        speculative = self.stack.variant(name).speculative is not None
-        if speculative:  # the acceptance check's completions count as warm-up
+        if member.speculative:  # the acceptance check's completions count as warm-up
             warmup = max(0, warmup - ACCEPTANCE_WARMUP_REQUESTS)
         gate(
             self.kubectl,
             self.stack,
             self.stack.served_model_name,
-            max(deadline, time.monotonic() + 5),
+            max(began + self.options.timeout, time.monotonic() + 5),
             self.waiting,
             warmup=warmup,
-            service=(deployment, CONTAINER_PORT),
-            check=(lambda url: self._acceptance(name, url)) if speculative else None,
+            service=None if self._single(member) else (member.service, CONTAINER_PORT),
+            check=(lambda url: self._acceptance(member.variant, url)) if member.speculative else None,
         )
-        return time.monotonic() - began
+        self.timings[f"{member.variant} apply_to_ready"] = time.monotonic() - began
 
     def _acceptance(self, name: str, url: str) -> None:
         """A speculative variant's draft acceptance through its own Service (HealthCheckFailed
@@ -316,89 +384,24 @@ class KubeLiveRollout(KubeChange):
         rate = live_acceptance(target, self.stack.acceptance_floor)
         self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
-    def _log(self, name: str) -> str:
-        """A failed variant's pod log tail (read before its Deployment is deleted or undone)."""
-        return _log_tail(self.kubectl, self.stack, live_name(self.stack, name))
-
-    def start(self, name: str, folder: Path, result: LiveResult) -> None:
-        """Roll a new variant in; on failure delete it again (the others serve on) and raise."""
-
-        def undo() -> str:
-            self.delete(name)
-            return "its Deployment and Service were deleted; the variants already live serve on"
-
-        self._roll_in(
-            name,
-            folder,
-            result,
-            kept="left in place, out of the gateway's upstreams (--no-rollback)",
-            undo=undo,
-            undo_failed="deleting it failed too",
-        )
-
-    def _roll_in(
-        self,
-        name: str,
-        folder: Path,
-        result: LiveResult,
-        kept: str,
-        undo: Callable[[], str],
-        undo_failed: str,
-    ) -> None:
-        """Apply and gate `name`; on failure read its log, then (unless --no-rollback: `kept`
-        says what stays) `undo` it, and raise SwapFailed naming what was left."""
-        try:
-            result.timings[f"{name} apply_to_ready"] = self._roll(name, folder)
-        except BaseException as err:
-            with interrupts_ignored():
-                log = self._log(name)
-                if not self.options.rollback:
-                    raise SwapFailed(f"{name} failed: {_cause(err)}; {kept}", log, hints(log)) from err
-                try:
-                    left = undo()
-                except ComposerError as again:
-                    left = f"{undo_failed}: {again}"
-                raise SwapFailed(
-                    f"{name} failed: {_cause(err)}; {left}", log, hints(log), rolled_back=True
-                ) from err
-
-    def replace(self, name: str, folder: Path, serving: list[str], result: LiveResult) -> int:
-        """Re-apply a variant whose configuration changed: out of the upstreams and drained
-        first when others serve; `kubectl rollout undo` and back in on failure."""
-        others = [n for n in serving if n != name]
-        cut = 0
-        if others:
-            self.publish(others)
-            cut = self.drain(name)
-
-        def undo() -> str:
-            self.say(f"rolling {name} back (kubectl rollout undo)")
-            deployment = live_name(self.stack, name)
-            self.kubectl.run(["rollout", "undo", f"deployment/{deployment}"])
-            rollout_status(self.kubectl, self.stack, self.options.timeout, deployment)
-            self.publish(serving)
-            return f"rolled {name} back to its previous revision"
-
-        self._roll_in(
-            name,
-            folder,
-            result,
-            kept="not rolled back (--no-rollback)",
-            undo=undo,
-            undo_failed=f"the rollback of {name} failed too",
-        )
-        self.publish(serving)
-        return cut
-
-    def delete(self, name: str) -> None:
-        """Delete a live variant's Deployment and Service (its pods get their grace period)."""
-        deployment = live_name(self.stack, name)
-        self.say(f"deleting {deployment}")
+    def stop_member(self, op: StopMember) -> None:
+        """Delete the member's Deployment and Service (the one-variant Deployment alone: the
+        shared Service stays); its pods get their grace period."""
+        member = op.member
+        objects = [f"deployment/{member.container}"]
+        objects += [] if self._single(member) else [f"service/{member.service}"]
+        self.say(f"deleting deployment/{member.container}")
         self.kubectl.run(
-            ["delete", f"deployment/{deployment}", f"service/{deployment}", "--ignore-not-found"],
+            ["delete", *objects, "--ignore-not-found"],
             timeout=max(120.0, self.stack.stop_grace_period + 60.0),
         )
 
+    def keep_log(self, op: Op, _err: BaseException) -> None:
+        """A member that failed to roll out or pass its gate: its pod log, read before the undo."""
+        if isinstance(op, StartMember | Reapply | GateMember):
+            self.log = _log_tail(self.kubectl, self.stack, op.member.container)
+
+    # -- around the plan ------------------------------------------------------------------
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
         """Without a gateway Deployment: the stack-wide objects first (the gateway probes the
         set's Services itself until `up` tells it which ones passed their gate). Returns the
@@ -425,7 +428,17 @@ class KubeLiveRollout(KubeChange):
         )
         rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
 
-    # -- the change -----------------------------------------------------------------------
+    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
+        """The set's kustomizations, the leaving variants' and the one-variant Deployment's
+        overlay (what an undo applies again)."""
+        folders: dict[str, Path] = dict(write_live(self.stack, names, leaving=list(cluster.live)))
+        if cluster.single and cluster.single in self.stack.variants:
+            from composer.kube.rollout import write_overlay
+            from composer.render.target import resolve_target
+
+            folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
+        return folders
+
     def up(self, requested: Sequence[str]) -> LiveResult:
         began = time.monotonic()
         cluster = read_cluster(self.kubectl, self.stack)
@@ -436,48 +449,48 @@ class KubeLiveRollout(KubeChange):
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
         }
-        plan = plan_kube_live(names, wanted, cluster)
+        folders = self._folders(names, cluster)
+        continues = self.stack.gateway.continues(self.options.drain)
+        plan = plan_kube_live(self.stack, names, wanted, cluster, folders, continue_streams=continues)
         result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
-        folders = write_live(self.stack, names)
+        result.plan_text = plan.describe()
         apply_secret(self.kubectl, self.stack)
         gateway = self._gateway_doc() if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
-        serving = list(plan.keep)
-        cut = 0
-        with handled(interrupt_once):
-            for name in plan.replace:
-                cut += self.replace(name, folders[name], [*serving, name], result)
-                serving.append(name)
-            for name in plan.start:
-                self.start(name, folders[name], result)
-                serving.append(name)
-                self.publish(serving)
-            with interrupts_ignored():
-                if plan.no_op:
-                    self.publish(serving)  # a restarted gateway pod may route to an older set
-                if plan.single:
-                    if self.control is None:  # nothing started: the live set takes every new request
-                        self.publish(serving)
-                    cut += self.drain_single()
-                    self.say(f"deleting deployment/{self.stack.service}: the live set serves")
-                    self.kubectl.run(
-                        ["delete", f"deployment/{self.stack.service}", "--ignore-not-found"],
-                        timeout=max(120.0, self.stack.stop_grace_period + 60.0),
-                    )
-                for name in plan.stop:
-                    self.publish(serving)  # without it: no new request reaches it
-                    cut += self.drain(name)
-                    self.delete(name)
+        if plan.no_op:
+            self.publish(Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
+        else:
+            try:
+                ran = execute(
+                    plan.ops,
+                    self.handlers(),
+                    rollback=self.options.rollback,
+                    say=self.say,
+                    failed=self.keep_log,
+                )
+            except SwapFailed as err:
+                if self.log and not err.log_tail:
+                    err.log_tail, err.hints = self.log, hints(self.log)
+                result.timings.update(self.timings)
+                live_history(self.stack, plan, "failed", result, err)
+                raise
+            with interrupts_ignored():  # the set serves: its record is finished
                 self._record(folders, gateway)
-        result.drained = {"cut": cut, "continued": self.continued, "refused": self.refused}
-        if cut:
-            result.warnings.append(f"{cut} request(s) still running after the drain timeout were cut")
+        result.timings.update(self.timings)
+        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
+        if self.cut:
+            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
         if plan.no_op:
             result.notes.append(f"the live set {{{', '.join(names)}}} already runs on Kubernetes")
         else:
             result.outcome = f"live set {', '.join(names)}"
+            live_history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
+
+
+def _placed_by_the_scheduler(_: AwaitRelease) -> None:
+    """Kubernetes places pods on free GPUs itself: there is no release to wait for."""
 
 
 def up_kube_live(
@@ -490,7 +503,7 @@ def up_kube_live(
     waiting: Say | None = None,
 ) -> LiveResult:
     """Change the cluster's live set under the project's swap lock; raise SwapFailed (after
-    deleting a new variant that failed) on failure."""
+    undoing what ran, unless --no-rollback) on failure."""
     options = options or KubeUpOptions()
     if not stack.api_key:
         raise PreflightFailed(NO_KEY)

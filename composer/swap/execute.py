@@ -73,7 +73,9 @@ def _failed(
     message = f"{ran[-1].describe()} failed: {_reason(err)}" if ran else _reason(err)
     tail, hints = (diagnosed.log_tail, diagnosed.hints) if diagnosed else ("", ())
     if not rollback:
-        return SwapFailed(f"{message}; rollback disabled: what ran is left as it is", tail, hints)
+        return SwapFailed(
+            f"{message}; rollback disabled (--no-rollback): what ran is left as it is", tail, hints
+        )
     failures = undo(ran, handlers, say)
     if failures:
         left = "; ".join(failures)

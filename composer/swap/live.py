@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from composer import labels as label_names
-from composer.engine import bootlog
+from composer.engine import bootlog, retry
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
@@ -42,10 +42,12 @@ from composer.swap.ops import (
     AdoptMember,
     AwaitRelease,
     DrainMember,
+    DrainSingle,
     GateMember,
     Member,
     Op,
     Publish,
+    Reapply,
     StartGateway,
     StartMember,
     StopMember,
@@ -83,15 +85,24 @@ class LiveRunning:
 
 
 @dataclass(frozen=True)
-class LiveChange:
-    """Which members a live-set change keeps, starts, stops and replaces (Docker and Kubernetes)."""
+class LivePlan:
+    """A live-set change (Docker and Kubernetes): which members it keeps, starts, stops and
+    replaces, and the typed operations that do it, in order (`ops`, run by
+    `composer.swap.execute`)."""
 
     variants: tuple[str, ...]
     keep: tuple[str, ...]  # members that serve on, untouched
     start: tuple[str, ...]  # members started and gated, one at a time
     stop: tuple[str, ...]  # members drained and stopped, one at a time (after every start)
-    replace: tuple[str, ...] = ()  # members whose configuration changed: drained, stopped, started
-    single: str | bool | None = None  # today's one serving container (not live)
+    replace: tuple[str, ...] = ()  # members whose configuration changed: drained, then started again
+    single: str | None = None  # today's one serving container (not live): stopped once the set serves
+    single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
+    start_gateway: bool = False
+    gpus: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
+    notes: tuple[str, ...] = ()
+    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
+    ops: tuple[Op, ...] = ()
 
     @classmethod
     def between(
@@ -112,31 +123,6 @@ class LiveChange:
             **more,
         )
 
-    def as_data(self) -> dict[str, object]:
-        return {
-            "live": list(self.variants),
-            "keep": list(self.keep),
-            "start": list(self.start),
-            "replace": list(self.replace),
-            "stop": list(self.stop),
-            "single": self.single,
-        }
-
-
-@dataclass(frozen=True)
-class LivePlan(LiveChange):
-    """A live-set change: which members it keeps, starts and stops, and the typed operations
-    that do it, in order (`ops`, run by `composer.swap.execute`)."""
-
-    single: str | None = None  # today's one serving container (not live): stopped once the set serves
-    single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
-    start_gateway: bool = False
-    gpus: Mapping[str, str] = field(default_factory=dict)
-    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
-    notes: tuple[str, ...] = ()
-    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
-    ops: tuple[Op, ...] = ()
-
     @property
     def no_op(self) -> bool:
         return self.refused != "" or not self.ops
@@ -154,7 +140,12 @@ class LivePlan(LiveChange):
 
     def as_data(self) -> dict[str, object]:
         return {
-            **super().as_data(),
+            "live": list(self.variants),
+            "keep": list(self.keep),
+            "start": list(self.start),
+            "replace": list(self.replace),
+            "stop": list(self.stop),
+            "single": self.single,
             "start_gateway": self.start_gateway,
             "refused": self.refused or None,
             "mode": self.mode,
@@ -367,10 +358,14 @@ def _operations(
     run_file: str,
     adopt: Member | None = None,
     continue_streams: bool = True,
+    in_place: bool = False,
 ) -> tuple[Op, ...]:
-    """The operations of `plan`, in order: a leaving member whose GPUs a new one needs is
-    drained and stopped before it starts, the others after every new member serves; each
-    new member is started, gated, then added to the gateway's upstreams."""
+    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member
+    whose GPUs a new one needs is drained and stopped before it starts, the others after
+    every new member serves; each new member is started, gated, then added to the gateway's
+    upstreams. A changed member is drained, then stopped and started again, or with
+    `in_place` (a Deployment) applied in place. The one serving container that does not join
+    is drained once the set takes the new requests, then stopped."""
     ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
     ops += [AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
@@ -381,12 +376,12 @@ def _operations(
             ops.append(Publish(tuple(upstreams), tuple(serving)))
             serving = upstreams
 
-    def leave(member: Member) -> None:
+    def leave(member: Member, stop: bool = True) -> None:
         rest = [u for u in serving if u["name"] != member.name]
         if rest:  # the last one serving is not taken out: the gateway holds for what comes next
             publish(rest)
             ops.append(DrainMember(member.name, continue_streams))
-        ops.append(StopMember(member))
+        ops.extend([StopMember(member)] if stop else [])
 
     if alone is not None and plan.single_first:
         ops.append(StopMember(alone))
@@ -394,15 +389,19 @@ def _operations(
     for name in early:
         leave(old[name])
     for name in (*plan.replace, *plan.start):
+        rolled = in_place and name in plan.replace
         if name in plan.replace:
-            leave(old[name])
+            leave(old[name], stop=not rolled)
         freed = [op.member.gpus for op in ops if isinstance(op, StopMember)]
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
             ops.append(AwaitRelease(new[name].gpus))
-        ops += [StartMember(new[name]), GateMember(new[name])]
+        ops += [Reapply(new[name]) if rolled else StartMember(new[name]), GateMember(new[name])]
         adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
         publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
     if alone is not None and not plan.single_first:
+        if serving and not any(isinstance(op, Publish) for op in ops):  # a set that already ran
+            ops.append(Publish(tuple(serving), ()))
+        ops += [DrainSingle(alone.container)] if serving else []
         ops.append(StopMember(alone))
     for name in plan.stop:
         if name not in early:
@@ -419,6 +418,34 @@ def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> N
             f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
             "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
         ) from err
+
+
+def single_inflight(raw: Mapping[str, Any] | None) -> int:
+    """The gateway's requests in flight on its single upstream (the one serving container):
+    its own count (`single_outstanding`); from a gateway image without it, every forwarded
+    request less those on live upstreams, members and leaving ones alike."""
+    if raw is not None and "single_outstanding" in raw:
+        return max(0, int(raw["single_outstanding"] or 0))
+    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
+    return max(0, int((raw or {}).get("inflight") or 0) - live)
+
+
+def drain_single(control: GatewayControl, timeout: float, waiting: Say, container: str) -> int:
+    """Wait until the gateway has nothing in flight on its single upstream (the set takes the
+    new requests), or `timeout`; the requests still running then (0 when the gateway cannot
+    be asked: nothing it forwards can be counted)."""
+
+    def left() -> int:
+        try:
+            running = single_inflight(control.state().raw)
+        except GatewayControlError:
+            return 0
+        if running:
+            waiting(f"draining {container} ({running} in flight)")
+            raise retry.Pending(f"{running} in flight on {container}", running)
+        return 0
+
+    return int(retry.single_drain(timeout)(left) or 0)
 
 
 def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -530,6 +557,7 @@ class LiveSwapper:
             GateMember: self.gate,
             Publish: self.publish,
             DrainMember: self.drain,
+            DrainSingle: self.drain_single,
             StopMember: self.stop_member,
             AwaitRelease: self.await_release,
         }
@@ -655,6 +683,11 @@ class LiveSwapper:
         self.continued += drained.continued
         self.refused += drained.refused
 
+    def drain_single(self, op: DrainSingle) -> None:
+        control = self._control()
+        if control is not None:
+            self.cut += drain_single(control, self.stack.gateway.drain_timeout, self.waiting, op.container)
+
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so
         that `await_release` can wait for them."""
@@ -711,7 +744,7 @@ class LiveSwapper:
                 err.log_tail = bootlog.redact(err.log_tail, self.stack.api_key)
                 err.tail_shown = self.kept
             result.timings.update(self.timings)
-            self._history(plan, "failed", result, err)
+            live_history(self.stack, plan, "failed", result, err)
             raise
         kept = [r.run_file for r in live_containers(self.stack, self.client)]  # an undo restarts from them
         prune_run_files(self.stack.project, "live", keep=(compose_file, *kept))
@@ -724,7 +757,7 @@ class LiveSwapper:
         members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
         result.outcome = f"live set {members}"
         result.timings["total"] = time.monotonic() - began
-        self._history(plan, result.outcome, result, ran=ran)
+        live_history(self.stack, plan, result.outcome, result, ran=ran)
         return result
 
     def _answers(self, names: str) -> None:
@@ -740,27 +773,6 @@ class LiveSwapper:
         control = self._control()
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
-
-    def _history(
-        self,
-        plan: LivePlan,
-        outcome: str,
-        result: LiveResult,
-        err: BaseException | None = None,
-        ran: Sequence[Op] = (),
-    ) -> None:
-        append_history(
-            self.stack.project,
-            {
-                "kind": "live",
-                "source": None,
-                "target": "+".join(plan.variants),
-                "outcome": outcome,
-                "steps": [op.describe() for op in (ran or plan.ops)],
-                "timings": {k: round(v, 3) for k, v in result.timings.items()},
-                "cause": str(err).splitlines()[0][:500] if err else None,
-            },
-        )
 
     def remove(self, variant: str) -> str:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
@@ -785,6 +797,30 @@ class LiveSwapper:
         execute(ops, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         return said + (f" ({self.cut} request(s) cut at the drain timeout)" if self.cut else "")
+
+
+def live_history(
+    stack: Stack,
+    plan: LivePlan,
+    outcome: str,
+    result: LiveResult,
+    err: BaseException | None = None,
+    ran: Sequence[Op] = (),
+) -> None:
+    """A live change's history line (Docker and Kubernetes): its target, outcome, the
+    operations that ran (all planned ones when none did) and the cause of a failure."""
+    append_history(
+        stack.project,
+        {
+            "kind": "live",
+            "source": None,
+            "target": "+".join(plan.variants),
+            "outcome": outcome,
+            "steps": [op.describe() for op in (ran or plan.ops)],
+            "timings": {k: round(v, 3) for k, v in result.timings.items()},
+            "cause": str(err).splitlines()[0][:500] if err else None,
+        },
+    )
 
 
 def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool = True) -> Path:

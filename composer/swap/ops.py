@@ -54,8 +54,11 @@ class StartGateway(Op):
 
 @dataclass(frozen=True)
 class StartMember(Op):
-    TEXT = "start {member.name} on GPUs {member.gpus} ({member.service})"
     member: Member
+
+    def describe(self) -> str:
+        gpus = "" if self.member.gpus == "-" else f" on GPUs {self.member.gpus}"  # placed by its engine
+        return f"start {self.member.name}{gpus} ({self.member.service})"
 
     def inverse(self) -> tuple[Op, ...]:
         return (DrainMember(self.member.name), StopMember(self.member))
@@ -107,6 +110,33 @@ class DrainMember(Op):
     def describe(self) -> str:
         said = super().describe()
         return f"{said}; its streams go on on the other members" if self.continue_streams else said
+
+
+@dataclass(frozen=True)
+class Reapply(Op):
+    """A member whose configuration changed, applied in place (Kubernetes: its Deployment rolls
+    to the new revision); undone by going back to the revision before."""
+
+    TEXT = "apply {member.name}'s new configuration in place ({member.container}, a rolling update)"
+    member: Member
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (RollBack(self.member),)
+
+
+@dataclass(frozen=True)
+class RollBack(Op):
+    TEXT = "roll {member.name} back to its previous revision ({member.container})"
+    member: Member
+
+
+@dataclass(frozen=True)
+class DrainSingle(Op):
+    """Wait for the requests in flight on the one serving container (not a member): the set
+    takes every new request once it is published."""
+
+    TEXT = "drain the requests in flight on {container} (up to gateway.drain_timeout)"
+    container: str
 
 
 @dataclass(frozen=True)

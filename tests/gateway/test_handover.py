@@ -68,10 +68,10 @@ def test_a_connection_accepted_just_before_the_stop_is_served_and_a_silent_one_c
         gw.wait(lambda _: registry.open == 2)  # both accepted, neither has sent a byte
         stopping = threading.Thread(target=lambda: gw.stop(grace=30))
         stopping.start()
-        gw.wait(lambda _: gw.server.public.servers and not any(s.is_serving() for s in gw.server.public.servers))
-        talker.sendall(
-            f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode()
+        gw.wait(
+            lambda _: gw.server.public.servers and not any(s.is_serving() for s in gw.server.public.servers)
         )
+        talker.sendall(f"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\r\n".encode())
         answer = b""
         while chunk := talker.recv(65536):
             answer += chunk

@@ -7,19 +7,15 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.kube.live_rollout import (
-    ClusterLive,
-    LiveDeployment,
-    live_set_names,
-    plan_kube_live,
-    single_inflight,
-)
+from composer.kube.live_rollout import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
 from composer.stack.load import load_stack
+from composer.swap.live import single_inflight
 from tests.conftest import REPO
 from tests.gateway.fakes import GatewayThread, LocalExec
 from tests.sim.simproc import SimProcess
@@ -182,7 +178,11 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
         calls[11]["argv"][-2] == "/upstreams/drain" and json.loads(calls[11]["argv"][-1])["name"] == "mtp/1"
     )
     published = [json.loads(c["argv"][-1])["upstreams"] for c in calls if c["argv"][-2:-1] == ["/upstreams"]]
-    assert [[u["name"] for u in p] for p in published] == [["baseline/1", "dflash2/1"]] * 2
+    # the Docker live set's plan: mtp serves beside the new member until it is taken out
+    assert [[u["name"] for u in p] for p in published] == [
+        ["baseline/1", "mtp/1", "dflash2/1"],
+        ["baseline/1", "dflash2/1"],
+    ]
     # The gateway's Deployment records the new set for a restarted pod.
     gateway_doc = standin.state()["objects"]["deployment.apps/vllm-gateway"]
     env = {e["name"]: e.get("value") for e in gateway_doc["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -338,8 +338,10 @@ def test_a_speculative_variant_whose_acceptance_fails_is_deleted_and_the_set_ser
     _scenario(standin, {**services, "dflash2": _addr(backend)})
     done = run_cli(*PLACED, "up", "baseline", "mtp", "dflash2", *UP, "--json")
     assert done.returncode == 1, done.stderr
-    assert "dflash2 failed: dflash2 drafted no tokens over its warm-up" in done.stderr
-    assert "its Deployment and Service were deleted" in done.stderr and "Traceback" not in done.stderr
+    # the Docker live set's words: the operation that failed, why, and that it was undone
+    assert "gate dflash2/1 on its own address" in done.stderr
+    assert "failed: dflash2 drafted no tokens over its warm-up; undone" in done.stderr
+    assert "Traceback" not in done.stderr
     assert json.loads(done.stdout.splitlines()[-1])["outcome"] == "rolled-back"
     commands = standin.commands()
     # gated through its own Service (the acceptance check in the same port-forward), never published
@@ -361,10 +363,16 @@ def test_a_speculative_variant_at_or_below_the_acceptance_floor_never_gets_traff
     _scenario(standin, services)
     done = run_cli(*PLACED, "--set", "stack.acceptance_floor=0.99", "up", "baseline", "mtp", *UP)
     assert done.returncode == 1
-    assert "mtp failed: mtp accepts 0." in done.stderr
+    assert "gate mtp/1 on its own address" in done.stderr and "failed: mtp accepts 0." in done.stderr
     assert "at or below the floor 0.99 (stack.acceptance_floor)" in done.stderr
-    assert _live_objects(standin) == {"deployment.apps/vllm-baseline", "service/vllm-baseline"}
-    assert _upstreams(gateway) == ["baseline/1"]
+    # undone as on Docker: the set is what it was before (nothing live), mtp never routed to
+    assert _live_objects(standin) == set() and _upstreams(gateway) == []
+    published = [
+        [u["name"] for u in json.loads(c["argv"][-1])["upstreams"]]
+        for c in standin.calls()
+        if c["argv"][-2:-1] == ["/upstreams"]
+    ]
+    assert published == [["baseline/1"], []]
 
 
 @pytest.mark.slow
@@ -375,7 +383,7 @@ def test_a_new_variant_that_fails_its_rollout_is_deleted_and_the_set_serves_on(
     _scenario(standin, services, rollout={"dflash2": "fail"}, logs={"dflash2": FAILURE_LOG})
     done = run_cli(*PLACED, "up", "baseline", "dflash2", *UP, "--json")
     assert done.returncode == 1
-    assert "dflash2 failed: the rollout did not finish" in done.stderr
+    assert "start dflash2/1 (vllm-dflash2) failed: the rollout did not finish" in done.stderr
     assert "exceeded its progress deadline" in done.stderr
     assert "UVA is not available" in done.stderr and "hint: " in done.stderr
     assert "Traceback" not in done.stderr
@@ -435,14 +443,57 @@ def test_dry_run_stays_refused_on_kubernetes(standin: Standin, run_cli) -> None:
 
 
 def test_the_plan_keeps_replaces_starts_and_stops() -> None:
-    cluster = ClusterLive(
-        {"baseline": LiveDeployment("baseline", "a"), "mtp": LiveDeployment("mtp", "b")}, single=False
-    )
-    plan = plan_kube_live(["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster)
-    assert (plan.keep, plan.replace, plan.start, plan.stop) == (("baseline",), (), ("dflash2",), ("mtp",))
-    changed = plan_kube_live(["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster)
-    assert changed.replace == ("baseline",) and changed.keep == ("mtp",) and not changed.no_op
+    """The Docker live set's plan on Deployments: members `VARIANT/1`, a changed one applied in
+    place (undone by a rollback to its revision), the one-variant Deployment drained once the
+    set serves, then deleted (and applied again from its overlay by an undo)."""
     stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
+    cluster = ClusterLive({"baseline": LiveDeployment("baseline", "a"), "mtp": LiveDeployment("mtp", "b")})
+    folders = {v: Path(f"/k/{v}") for v in ("baseline", "mtp", "dflash2")}
+    plan = plan_kube_live(stack, ["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster, folders)
+    assert (plan.keep, plan.replace, plan.start, plan.stop) == (
+        ("baseline/1",),
+        (),
+        ("dflash2/1",),
+        ("mtp/1",),
+    )
+    assert [type(op).__name__ for op in plan.ops] == [
+        "StartMember",
+        "GateMember",
+        "Publish",
+        "Publish",
+        "DrainMember",
+        "StopMember",
+    ]
+    assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
+    assert plan.mode == "replace" and "1. StartMember: start dflash2/1 (vllm-dflash2)" in plan.describe()
+    stop = plan.ops[-1]  # undone: mtp applied again from its folder and gated
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert stop.inverse()[1].member.run_file == "/k/mtp"
+
+    changed = plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster, folders)
+    assert changed.replace == ("baseline/1",) and changed.keep == ("mtp/1",) and not changed.no_op
+    assert [type(op).__name__ for op in changed.ops] == [
+        "Publish",
+        "DrainMember",
+        "Reapply",
+        "GateMember",
+        "Publish",
+    ]
+    assert [type(op).__name__ for op in changed.ops[2].inverse()] == ["RollBack"]
+    assert plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "a", "mtp": "b"}, cluster).no_op
+
+    single = ClusterLive({}, single="baseline")
+    joined = plan_kube_live(
+        stack,
+        ["baseline", "mtp"],
+        {"baseline": "a", "mtp": "b"},
+        single,
+        {**folders, "single": Path("/k/one")},
+    )
+    assert [type(op).__name__ for op in joined.ops][-2:] == ["DrainSingle", "StopMember"]
+    assert joined.ops[-1].member.container == stack.service
+    assert joined.ops[-1].inverse()[1].member.run_file == "/k/one"
+
     assert live_set_names(["dflash2"], stack, cluster) == ["baseline", "mtp", "dflash2"]
     assert live_set_names(["mtp"], stack, cluster) == ["baseline", "mtp"]
-    assert live_set_names([], stack, ClusterLive({}, single=True)) == list(stack.gateway.live)
+    assert live_set_names([], stack, ClusterLive({}, single="mtp")) == list(stack.gateway.live)
