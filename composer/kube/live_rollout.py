@@ -34,7 +34,7 @@ from typing import Any
 from composer import labels
 from composer.engine.diagnose import hints
 from composer.engine.gate import GateTarget
-from composer.errors import GatewayControlError, KubectlFailed, PreflightFailed, SwapFailed
+from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
 from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
@@ -65,30 +65,18 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
+from composer.swap import ops
 from composer.swap.execute import Handlers, execute
 from composer.swap.live import (
+    DrainTally,
     LivePlan,
     LiveResult,
     _operations,
-    drain_single,
     live_acceptance,
     live_history,
     set_upstreams,
 )
 from composer.swap.lock import swap_lock
-from composer.swap.ops import (
-    AwaitRelease,
-    DrainMember,
-    DrainSingle,
-    GateMember,
-    Member,
-    Op,
-    Publish,
-    Reapply,
-    RollBack,
-    StartMember,
-    StopMember,
-)
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 SHARED = "shared"
@@ -182,10 +170,10 @@ def plan_kube_live(
     whose identity changed is applied in place (a rolling update)."""
     folders = folders or {}
 
-    def member(variant: str) -> Member:
+    def member(variant: str) -> ops.Member:
         deployment = live_name(stack, variant)
         speculative = variant in stack.variants and stack.variant(variant).speculative is not None
-        return Member(
+        return ops.Member(
             f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
         )
 
@@ -201,7 +189,7 @@ def plan_kube_live(
     if cluster.single is not None:
         single = cluster.single or stack.service
         file = str(folders.get(SINGLE, ""))
-        alone = Member(single, single, stack.service, stack.service, file, "-", False)
+        alone = ops.Member(single, single, stack.service, stack.service, file, "-", False)
     plan = LivePlan.between(
         variants,
         list(new),
@@ -211,8 +199,8 @@ def plan_kube_live(
         gpus=dict.fromkeys(new, "-"),
         upstreams=tuple(m.upstream() for m in new.values()),
     )
-    ops = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
-    return replace(plan, ops=ops)
+    planned = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    return replace(plan, ops=planned)
 
 
 def write_live(
@@ -274,21 +262,19 @@ class KubeLiveRollout(KubeChange):
         self.timings: dict[str, float] = {}
         self.began: dict[str, float] = {}  # when each member's apply began (its gate's deadline)
         self.log = ""  # the pod log of the member that failed, read before the undo
-        self.cut = 0
-        self.continued = 0  # streams a leaving variant's drain sent on to the others
-        self.refused = 0  # streams on a leaving variant that could not go on (they drained)
+        self.drained = DrainTally()
 
     def handlers(self) -> Handlers:
         return {
-            StartMember: self.start_member,
-            Reapply: self.start_member,
-            RollBack: self.roll_back,
-            GateMember: self.gate_member,
-            Publish: self.publish,
-            DrainMember: self.drain,
-            DrainSingle: self.drain_single,
-            StopMember: self.stop_member,
-            AwaitRelease: _placed_by_the_scheduler,
+            ops.StartMember: self.start_member,
+            ops.Reapply: self.start_member,
+            ops.RollBack: self.roll_back,
+            ops.GateMember: self.gate_member,
+            ops.Publish: self.publish,
+            ops.DrainMember: self.drain,
+            ops.DrainSingle: self.drain_single,
+            ops.StopMember: self.stop_member,
+            ops.AwaitRelease: _placed_by_the_scheduler,
         }
 
     # -- the gateway ----------------------------------------------------------------------
@@ -303,7 +289,7 @@ class KubeLiveRollout(KubeChange):
         except ValueError as err:
             raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
 
-    def publish(self, op: Publish) -> None:
+    def publish(self, op: ops.Publish) -> None:
         """Tell the gateway pod the upstreams it routes among (each variant's Service)."""
         if not self.stack.gateway.enabled:
             return
@@ -311,31 +297,21 @@ class KubeLiveRollout(KubeChange):
             self.control = kube_control(self.kubectl, self.stack)
         set_upstreams(self.control, [dict(u) for u in op.upstreams])
 
-    def drain(self, op: DrainMember) -> None:
-        """Wait until the gateway has no request in flight on the member (or the drain timeout)."""
-        if self.control is None:
-            return
-        try:
-            drained = self.control.drain_upstream(
-                op.name, self.stack.gateway.drain_timeout, op.continue_streams, self.stack.max_model_len
-            )
-        except GatewayControlError:
-            return
-        self.cut += 0 if drained.done else drained.outstanding
-        self.continued += drained.continued
-        self.refused += drained.refused
+    def drain(self, op: ops.DrainMember) -> None:
+        if self.control is not None:
+            self.drained.member(self.control, self.stack, op)
 
-    def drain_single(self, op: DrainSingle) -> None:
+    def drain_single(self, op: ops.DrainSingle) -> None:
         if self.control is not None:
             where = f"deployment/{op.container}"
-            self.cut += drain_single(self.control, self.stack.gateway.drain_timeout, self.waiting, where)
+            self.drained.single(self.control, self.stack.gateway.drain_timeout, self.waiting, where)
 
     # -- the members ----------------------------------------------------------------------
-    def _single(self, member: Member) -> bool:
+    def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
 
-    def start_member(self, op: StartMember | Reapply) -> None:
+    def start_member(self, op: ops.StartMember | ops.Reapply) -> None:
         """kubectl apply -k of the member's kustomization, then its rollout status."""
         member = op.member
         if not member.run_file:
@@ -348,12 +324,12 @@ class KubeLiveRollout(KubeChange):
         )
         rollout_status(self.kubectl, self.stack, self.options.timeout, member.container)
 
-    def roll_back(self, op: RollBack) -> None:
+    def roll_back(self, op: ops.RollBack) -> None:
         self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
         rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
 
-    def gate_member(self, op: GateMember) -> None:
+    def gate_member(self, op: ops.GateMember) -> None:
         """The readiness gate and warm-up through the member's own Service (the shared one for
         the one-variant Deployment) within the timeout from its apply; a speculative variant's
         acceptance too."""
@@ -384,7 +360,7 @@ class KubeLiveRollout(KubeChange):
         rate = live_acceptance(target, self.stack.acceptance_floor)
         self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
-    def stop_member(self, op: StopMember) -> None:
+    def stop_member(self, op: ops.StopMember) -> None:
         """Delete the member's Deployment and Service (the one-variant Deployment alone: the
         shared Service stays); its pods get their grace period."""
         member = op.member
@@ -396,9 +372,9 @@ class KubeLiveRollout(KubeChange):
             timeout=max(120.0, self.stack.stop_grace_period + 60.0),
         )
 
-    def keep_log(self, op: Op, _err: BaseException) -> None:
+    def keep_log(self, op: ops.Op, _err: BaseException) -> None:
         """A member that failed to roll out or pass its gate: its pod log, read before the undo."""
-        if isinstance(op, StartMember | Reapply | GateMember):
+        if isinstance(op, ops.StartMember | ops.Reapply | ops.GateMember):
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
 
     # -- around the plan ------------------------------------------------------------------
@@ -458,7 +434,7 @@ class KubeLiveRollout(KubeChange):
         gateway = self._gateway_doc() if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
         if plan.no_op:
-            self.publish(Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
+            self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
         else:
             try:
                 ran = execute(
@@ -477,9 +453,7 @@ class KubeLiveRollout(KubeChange):
             with interrupts_ignored():  # the set serves: its record is finished
                 self._record(folders, gateway)
         result.timings.update(self.timings)
-        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
-        if self.cut:
-            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
+        self.drained.report(result)
         if plan.no_op:
             result.notes.append(f"the live set {{{', '.join(names)}}} already runs on Kubernetes")
         else:
@@ -489,7 +463,7 @@ class KubeLiveRollout(KubeChange):
         return result
 
 
-def _placed_by_the_scheduler(_: AwaitRelease) -> None:
+def _placed_by_the_scheduler(_: ops.AwaitRelease) -> None:
     """Kubernetes places pods on free GPUs itself: there is no release to wait for."""
 
 

@@ -430,22 +430,51 @@ def single_inflight(raw: Mapping[str, Any] | None) -> int:
     return max(0, int((raw or {}).get("inflight") or 0) - live)
 
 
-def drain_single(control: GatewayControl, timeout: float, waiting: Say, container: str) -> int:
-    """Wait until the gateway has nothing in flight on its single upstream (the set takes the
-    new requests), or `timeout`; the requests still running then (0 when the gateway cannot
-    be asked: nothing it forwards can be counted)."""
+@dataclass
+class DrainTally:
+    """What a live change's drains counted: requests still running at the drain timeout
+    (cut), streams sent on to the other members (continued), and streams that could not go
+    on (refused: they drained). Both engines' executors keep one."""
 
-    def left() -> int:
+    cut: int = 0
+    continued: int = 0
+    refused: int = 0
+
+    def member(self, control: GatewayControl, stack: Stack, op: DrainMember) -> None:
+        """Wait for the requests in flight on `op.name` (`GatewayControl.drain_upstream`); an
+        upstream the gateway does not know has nothing in flight."""
         try:
-            running = single_inflight(control.state().raw)
+            drained = control.drain_upstream(
+                op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len
+            )
         except GatewayControlError:
-            return 0
-        if running:
-            waiting(f"draining {container} ({running} in flight)")
-            raise retry.Pending(f"{running} in flight on {container}", running)
-        return 0
+            return
+        self.cut += 0 if drained.done else drained.outstanding
+        self.continued += drained.continued
+        self.refused += drained.refused
 
-    return int(retry.single_drain(timeout)(left) or 0)
+    def single(self, control: GatewayControl, timeout: float, waiting: Say, container: str) -> None:
+        """Wait until the gateway has nothing in flight on its single upstream (the set takes
+        the new requests), or `timeout`; what still runs then is cut (nothing is counted when
+        the gateway cannot be asked)."""
+
+        def left() -> int:
+            try:
+                running = single_inflight(control.state().raw)
+            except GatewayControlError:
+                return 0
+            if running:
+                waiting(f"draining {container} ({running} in flight)")
+                raise retry.Pending(f"{running} in flight on {container}", running)
+            return 0
+
+        self.cut += int(retry.single_drain(timeout)(left) or 0)
+
+    def report(self, result: LiveResult) -> None:
+        """The counts in `result.drained`, and a warning when something was cut."""
+        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
+        if self.cut:
+            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
 
 
 def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -517,9 +546,7 @@ class LiveSwapper:
         self.say = progress
         self.waiting = waiting or progress
         self.timings: dict[str, float] = {}
-        self.cut = 0
-        self.continued = 0  # streams a leaving member's drain sent on to the others
-        self.refused = 0  # streams on a leaving member that could not go on (they drained)
+        self.drained = DrainTally()
         self._releases: list[ReleaseWait] = []
         self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
@@ -667,26 +694,14 @@ class LiveSwapper:
             set_upstreams(control, [dict(u) for u in op.upstreams])
 
     def drain(self, op: DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (`GatewayControl.drain_upstream`); what
-        is left at the drain timeout is counted as cut. An upstream the gateway does not know
-        has nothing in flight."""
         control = self._control()
-        if control is None:
-            return
-        try:
-            drained = control.drain_upstream(
-                op.name, self.stack.gateway.drain_timeout, op.continue_streams, self.stack.max_model_len
-            )
-        except GatewayControlError:
-            return
-        self.cut += 0 if drained.done else drained.outstanding
-        self.continued += drained.continued
-        self.refused += drained.refused
+        if control is not None:
+            self.drained.member(control, self.stack, op)
 
     def drain_single(self, op: DrainSingle) -> None:
         control = self._control()
         if control is not None:
-            self.cut += drain_single(control, self.stack.gateway.drain_timeout, self.waiting, op.container)
+            self.drained.single(control, self.stack.gateway.drain_timeout, self.waiting, op.container)
 
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so
@@ -751,9 +766,7 @@ class LiveSwapper:
         if plan.start_gateway:
             self._answers("+".join(target.variants))
         result.timings.update(self.timings)
-        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
-        if self.cut:
-            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
+        self.drained.report(result)
         members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
         result.outcome = f"live set {members}"
         result.timings["total"] = time.monotonic() - began
@@ -796,7 +809,8 @@ class LiveSwapper:
             ops += [DrainMember(member.name), StopMember(member)]
         execute(ops, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
-        return said + (f" ({self.cut} request(s) cut at the drain timeout)" if self.cut else "")
+        cut = self.drained.cut
+        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
 
 
 def live_history(
