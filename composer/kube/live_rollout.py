@@ -436,6 +436,7 @@ class KubeLiveRollout(KubeChange):
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
         else:
+            record = plan.recording(self.stack.project, self.options.timeout)
             try:
                 ran = execute(
                     plan.ops,
@@ -443,6 +444,7 @@ class KubeLiveRollout(KubeChange):
                     rollback=self.options.rollback,
                     say=self.say,
                     failed=self.keep_log,
+                    stage=record.stage,
                 )
             except SwapFailed as err:
                 if self.log and not err.log_tail:
@@ -450,6 +452,8 @@ class KubeLiveRollout(KubeChange):
                 result.timings.update(self.timings)
                 live_history(self.stack, plan, "failed", result, err)
                 raise
+            finally:
+                record.close()
             with interrupts_ignored():  # the set serves: its record is finished
                 self._record(folders, gateway)
         result.timings.update(self.timings)

@@ -49,19 +49,24 @@ def execute(
     rollback: bool = True,
     say: Callable[[str], None] = _quiet,
     failed: Callable[[Op, BaseException], object] | None = None,
+    stage: Callable[[str], None] = _quiet,
 ) -> list[Op]:
     """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above).
-    `failed` sees the operation that failed and why before anything is undone (its evidence)."""
+    `failed` sees the operation that failed and why before anything is undone (its evidence);
+    `stage` hears each operation before it runs, and `undoing` (the running swap's record)."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:
             for op in ops:
                 ran.append(op)
+                stage(op.describe())
                 handlers[type(op)](op)
         except BaseException as err:
             with interrupts_ignored():
                 if failed is not None and ran:
                     failed(ran[-1], err)
+                if rollback:
+                    stage("undoing")
                 raise _failed(err, ran, handlers, rollback, say) from err
     return ran
 

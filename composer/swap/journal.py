@@ -77,14 +77,17 @@ class RunningSwap:
     timeout: float
     steps: tuple[str, ...] = ()  # the plan's steps
     pid_start: str | None = None  # `process_start(pid)` when the record was written
+    kind: str = "up"  # `live`: a live set's change (source and target are sets, `a+b`)
 
     def line(self, now: float | None = None) -> str:
-        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s`."""
+        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s`; a live change says
+        `changing the live set baseline -> baseline+mtp (pid 1234): gate mtp/1 ...`."""
         now = time.time() if now is None else now
         took = max(0.0, now - self.started)
         source = self.source or "nothing"
+        what = "changing the live set" if self.kind == "live" else "swapping"
         return (
-            f"swapping {source} -> {self.target} (pid {self.pid}): {self.stage} "
+            f"{what} {source} -> {self.target} (pid {self.pid}): {self.stage} "
             f"{took:.0f} s of {self.timeout:.0f} s"
         )
 
@@ -99,7 +102,7 @@ class RunningSwap:
         """The history event of a swap whose process ended without finishing it."""
         return {
             "time": self.stage_started,
-            "kind": "up",
+            "kind": self.kind,
             "source": self.source,
             "target": self.target,
             "outcome": INTERRUPTED,
@@ -126,6 +129,7 @@ class SwapRecord:
             "source": plan.get("serving"),
             "target": plan.get("target"),
             "steps": list(plan.get("steps") or ()),
+            "kind": str(plan.get("kind") or "up"),
             "started": time.time(),
             "timeout": timeout,
             "pid": os.getpid(),
@@ -167,6 +171,7 @@ def _record(path: Path) -> RunningSwap | None:
             timeout=float(data["timeout"]),
             steps=tuple(str(s) for s in data.get("steps") or ()),
             pid_start=str(data["pid_start"]) if data.get("pid_start") is not None else None,
+            kind="live" if data.get("kind") == "live" else "up",
         )
     except (OSError, ValueError, KeyError, TypeError, RecursionError, ComposerError):
         return None

@@ -37,7 +37,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.execute import Handlers, execute
 from composer.swap.gpu_release import ReleaseWait
-from composer.swap.journal import append_history
+from composer.swap.journal import SwapRecord, append_history
 from composer.swap.ops import (
     AdoptMember,
     AwaitRelease,
@@ -138,6 +138,18 @@ class LivePlan:
         leaving = {n.split("/")[0] for n in self.stop} | ({self.single} if self.single else set())
         return "replace" if leaving - staying else "join"
 
+    @property
+    def before(self) -> list[str]:
+        """The members (and the one serving container) that serve before the change."""
+        return sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
+
+    def recording(self, project: str, timeout: float) -> SwapRecord:
+        """The running change's record (`status` names it; a killed `up` leaves it behind,
+        and the next `status` or `up` turns it into an interrupted history event)."""
+        steps = [op.describe() for op in self.ops]
+        data = {"kind": "live", "serving": "+".join(self.before) or None, "target": "+".join(self.variants)}
+        return SwapRecord(project, {**data, "steps": steps}, timeout)
+
     def as_data(self) -> dict[str, object]:
         return {
             "live": list(self.variants),
@@ -156,9 +168,8 @@ class LivePlan:
         """The plan, one typed operation a line (`up --dry-run`)."""
         if self.refused:
             return f"refused: {self.refused}"
-        before = sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
         after = sorted([*self.keep, *self.replace, *self.start])
-        lines = [f"live set: {{{', '.join(before)}}} -> {{{', '.join(after)}}} ({self.mode})"]
+        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode})"]
         lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
@@ -750,9 +761,15 @@ class LiveSwapper:
             result.timings["total"] = time.monotonic() - began
             return result
         compose_file = live_run_file(target)
+        record = plan.recording(self.stack.project, self.timeout)
         try:
             ran = execute(
-                plan.ops, self.handlers(), rollback=rollback, say=self.say, failed=self.keep_evidence
+                plan.ops,
+                self.handlers(),
+                rollback=rollback,
+                say=self.say,
+                failed=self.keep_evidence,
+                stage=record.stage,
             )
         except BaseException as err:
             if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
@@ -761,6 +778,8 @@ class LiveSwapper:
             result.timings.update(self.timings)
             live_history(self.stack, plan, "failed", result, err)
             raise
+        finally:
+            record.close()
         kept = [r.run_file for r in live_containers(self.stack, self.client)]  # an undo restarts from them
         prune_run_files(self.stack.project, "live", keep=(compose_file, *kept))
         if plan.start_gateway:

@@ -135,3 +135,15 @@ def test_the_failed_operation_is_seen_before_anything_is_undone() -> None:
         )
     assert seen == [("do c", "c is not ready", ["do a", "look b", "do c"])]  # its evidence, then the undo
     assert rec.log[-2:] == ["undo c", "undo a"]
+
+
+def test_the_running_record_hears_each_operation_then_the_undo() -> None:
+    rec = Recorder(fail="c")
+    stages: list[str] = []
+    with pytest.raises(SwapFailed):
+        execute(OPS, rec.handlers(), stage=stages.append)
+    assert stages == ["do a", "look b", "do c", "undoing"]
+    stages.clear()
+    with pytest.raises(SwapFailed):
+        execute(OPS, Recorder(fail="b").handlers(), rollback=False, stage=stages.append)
+    assert stages == ["do a", "look b"]  # nothing is undone, so no undo stage

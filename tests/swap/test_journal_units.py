@@ -119,6 +119,36 @@ def test_the_record_of_a_running_swap_is_read_back(state: Path) -> None:
     assert running_swap(PROJECT) is None and read_history(PROJECT).events == []
 
 
+def test_a_live_change_is_recorded_as_one_and_a_killed_one_is_a_live_event(state: Path) -> None:
+    """A live set's change writes the same record as a swap (`LivePlan.recording`): `status`
+    says which set changes into which, at which operation; left behind, it is a live event."""
+    from composer.swap.live import LivePlan
+    from composer.swap.ops import Member, StartMember
+
+    mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
+    plan = LivePlan(("baseline", "mtp"), ("baseline/1",), ("mtp/1",), (), ops=(StartMember(mtp),))
+    with swap_lock(PROJECT):
+        record = plan.recording(PROJECT, 60)
+        record.stage(plan.ops[0].describe())
+        running = running_swap(PROJECT)
+        assert running is not None and running.kind == "live"
+        assert running.line(running.started).startswith(
+            f"changing the live set baseline/1 -> baseline+mtp (pid {os.getpid()}): {plan.ops[0].describe()} 0 s"
+        )
+        stale = json.loads((state / RUNNING).read_text()) | {"pid": 999_999_999}
+        record.close()
+    (state / RUNNING).write_text(json.dumps(stale))
+    assert running_swap(PROJECT) is None  # its process is gone: reaped
+    (event,) = read_history(PROJECT).events
+    assert (event["kind"], event["source"], event["target"], event["outcome"]) == (
+        "live",
+        "baseline/1",
+        "baseline+mtp",
+        "interrupted",
+    )
+    assert event["steps"] == [plan.ops[0].describe()] and plan.ops[0].describe() in event["cause"]
+
+
 def test_a_stale_record_is_left_alone_while_a_swap_holds_the_lock(state: Path) -> None:
     """The follower's swap writes pids of another namespace: while the lock is held, the
     record is not taken for a killed swap's."""

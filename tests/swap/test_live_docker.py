@@ -78,6 +78,11 @@ def _container(docker_client, project: str, member: str):
     return found[0]
 
 
+def _members(docker_client, project: str, member: str) -> list:
+    labels = [f"com.docker.compose.project={project}", f"vllm-composer.live={member}"]
+    return docker_client.containers.list(all=True, filters={"label": labels})
+
+
 def _gateway_upstreams(sim_stack) -> dict[str, dict]:
     status = sim_stack.status()
     return {row["name"]: row for row in status["live"]}
@@ -285,6 +290,38 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert {name: row["ready"] for name, row in rows.items()} == {"baseline/1": True, "mtp/1": True}
     again = sim_stack.run("up", "baseline", "mtp", "--no-wait", "--json")
     assert again.returncode == 0 and json.loads(again.stdout)["outcome"] == "unchanged", again.stderr
+
+    # SIGKILL once the replacement runs: nothing is undone, so `status` names the interrupted
+    # change and the next `up` finishes the set from what it finds (the lock is free).
+    killed = subprocess.Popen(
+        sim_stack.args("up", "baseline", "mtp-hang", "--timeout", "60"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sim_stack.env,
+        cwd=REPO,
+    )
+    lines = StderrLines(killed)
+    lines.start()
+    lines.wait_for("starting mtp-hang/1", timeout=120)
+    hang = sim_stack.status_until(lambda s: "mtp-hang/1" in str(s.get("swap")), timeout=60)["swap"]
+    assert hang["kind"] == "live" and hang["line"].startswith("changing the live set "), hang
+    while _members(docker_client, sim_stack.project, "mtp-hang/1") == []:
+        threading.Event().wait(0.1)  # compose has made the container: its start is not half done
+    killed.send_signal(signal.SIGKILL)
+    assert killed.wait(timeout=30) == -signal.SIGKILL
+    status = sim_stack.status(exits=(0, 1))
+    assert status["swap"] is None, status["swap"]
+    (warning,) = [w for w in status["warnings"] if "was interrupted" in w]
+    assert "-> baseline+mtp-hang, was interrupted" in warning and "mtp-hang/1 " in warning, warning
+    events = _events(sim_stack)
+    assert (events[-1]["kind"], events[-1]["outcome"]) == ("live", "interrupted"), events[-1]
+    finished = sim_stack.run("up", "baseline", "mtp", "--no-wait", timeout=300)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    rows = _gateway_upstreams(sim_stack)
+    assert {name: row["ready"] for name, row in rows.items()} == {"baseline/1": True, "mtp/1": True}
+    assert _members(docker_client, sim_stack.project, "mtp-hang/1") == []
+    assert not [w for w in sim_stack.status()["warnings"] if "was interrupted" in w]
 
     kept = sim_stack.run("up", "baseline", "mtp-crash", "--no-rollback", timeout=300)
     assert kept.returncode == 1 and "rollback disabled" in kept.stderr, kept.stderr
