@@ -190,6 +190,21 @@ def _events(sim_stack) -> list[dict]:
     return json.loads(done.stdout)
 
 
+def _started(sim_stack, *args: str) -> tuple[subprocess.Popen, StderrLines]:
+    """`compose-spec ARGS` started in the background, its stderr read line by line."""
+    process = subprocess.Popen(
+        sim_stack.args(*args),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=sim_stack.env,
+        cwd=REPO,
+    )
+    lines = StderrLines(process)
+    lines.start()
+    return process, lines
+
+
 def _under_load(sim_stack, *args: str):
     """Run `up ARGS` while a client sends completions; the client's answers after it."""
     with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
@@ -273,16 +288,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert {status for status, _ in served} == {200} and "mtp/1" in {name for _, name in served}, served
 
     # SIGTERM while the replacement starts: undone like a failure, exit 130, the lock free.
-    swap = subprocess.Popen(
-        sim_stack.args("up", "baseline", "mtp-hang", "--timeout", "60"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=sim_stack.env,
-        cwd=REPO,
-    )
-    lines = StderrLines(swap)
-    lines.start()
+    swap, lines = _started(sim_stack, "up", "baseline", "mtp-hang", "--timeout", "60")
     lines.wait_for("starting mtp-hang/1", timeout=120)
     swap.send_signal(signal.SIGTERM)
     assert swap.wait(timeout=120) == 130, "".join(lines.seen)
@@ -293,16 +299,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
 
     # SIGKILL once the replacement runs: nothing is undone, so `status` names the interrupted
     # change and the next `up` finishes the set from what it finds (the lock is free).
-    killed = subprocess.Popen(
-        sim_stack.args("up", "baseline", "mtp-hang", "--timeout", "60"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=sim_stack.env,
-        cwd=REPO,
-    )
-    lines = StderrLines(killed)
-    lines.start()
+    killed, lines = _started(sim_stack, "up", "baseline", "mtp-hang", "--timeout", "60")
     lines.wait_for("starting mtp-hang/1", timeout=120)
     hang = sim_stack.status_until(lambda s: "mtp-hang/1" in str(s.get("swap")), timeout=60)["swap"]
     assert hang["kind"] == "live" and hang["line"].startswith("changing the live set "), hang
