@@ -304,7 +304,7 @@ class KubeLiveRollout(KubeChange):
     def drain_single(self, op: ops.DrainSingle) -> None:
         if self.control is not None:
             where = f"deployment/{op.container}"
-            self.drained.single(self.control, self.stack.gateway.drain_timeout, self.waiting, where)
+            self.drained.single(self.control, self.stack, self.waiting, where)
 
     # -- the members ----------------------------------------------------------------------
     def _single(self, member: ops.Member) -> bool:

@@ -100,10 +100,11 @@ class RunningSwap:
 
     def interrupted(self) -> dict[str, Any]:
         """The history event of a swap whose process ended without finishing it."""
-        route = {"kind": self.kind, "source": self.source, "target": self.target}
         return {
             "time": self.stage_started,
-            **route,
+            "kind": self.kind,
+            "source": self.source,
+            "target": self.target,
             "outcome": INTERRUPTED,
             "steps": list(self.steps),
             "cause": f"its process (pid {self.pid}) ended during the {self.stage} stage without finishing "

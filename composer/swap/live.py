@@ -464,9 +464,9 @@ class DrainTally:
         self.continued += drained.continued
         self.refused += drained.refused
 
-    def single(self, control: GatewayControl, timeout: float, waiting: Say, container: str) -> None:
+    def single(self, control: GatewayControl, stack: Stack, waiting: Say, container: str) -> None:
         """Wait until the gateway has nothing in flight on its single upstream (the set takes
-        the new requests), or `timeout`; what still runs then is cut (nothing is counted when
+        the new requests), or the drain timeout; what still runs then is cut (nothing is counted when
         the gateway cannot be asked)."""
 
         def left() -> int:
@@ -479,7 +479,7 @@ class DrainTally:
                 raise retry.Pending(f"{running} in flight on {container}", running)
             return 0
 
-        self.cut += int(retry.single_drain(timeout)(left) or 0)
+        self.cut += int(retry.single_drain(stack.gateway.drain_timeout)(left) or 0)
 
     def report(self, result: LiveResult) -> None:
         """The counts in `result.drained`, and a warning when something was cut."""
@@ -712,7 +712,7 @@ class LiveSwapper:
     def drain_single(self, op: DrainSingle) -> None:
         control = self._control()
         if control is not None:
-            self.drained.single(control, self.stack.gateway.drain_timeout, self.waiting, op.container)
+            self.drained.single(control, self.stack, self.waiting, op.container)
 
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so

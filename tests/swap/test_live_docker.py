@@ -13,6 +13,7 @@ import json
 import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 
 import httpx
@@ -303,7 +304,9 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     lines.wait_for("starting mtp-hang/1", timeout=120)
     hang = sim_stack.status_until(lambda s: "mtp-hang/1" in str(s.get("swap")), timeout=60)["swap"]
     assert hang["kind"] == "live" and hang["line"].startswith("changing the live set "), hang
+    deadline = time.monotonic() + 60
     while _members(docker_client, sim_stack.project, "mtp-hang/1") == []:
+        assert time.monotonic() < deadline, "compose made no mtp-hang/1 container in 60 s"
         threading.Event().wait(0.1)  # compose has made the container: its start is not half done
     killed.send_signal(signal.SIGKILL)
     assert killed.wait(timeout=30) == -signal.SIGKILL
