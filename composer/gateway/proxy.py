@@ -544,9 +544,12 @@ class ProxyApp:
         *,
         probe: bool = False,
     ) -> bool:
-        """Forward once to the member `LiveSet.choose` gives; True means 'the backend went away
-        before answering: queue it again' (never for a holder's `probe`, which goes to a
-        member ready or not, and gets 502)."""
+        """Forward once to the member `LiveSet.choose` gives, counted on it until the answer
+        ends; True means 'the backend went away before answering: queue it again' (never for
+        a holder's `probe`, which goes to a member ready or not, and gets 502). A connection
+        failure takes the member out until its probe passes. An eligible stream (`STREAM`)
+        is relayed by its record, which ends the count and the ticket when its upstream
+        breaks (it continues elsewhere)."""
         chosen = self.live.choose(scope.get(ROUTE_HINT), probe)
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if body.replayable():
@@ -554,43 +557,13 @@ class ProxyApp:
             await send_error(send, 503, "no upstream is ready", self.gate.retry_after)
             return False
         member, spilled = chosen
-        release = self._claim(member, spilled)
-        failed: list[str] = []
-        try:
-            return await self._forward_to(
-                member, ticket, scope, receive, send, body, watcher, not probe, failed, release
-            )
-        finally:
-            release(not failed)
-
-    def _claim(self, member: Member, spilled: bool = False) -> Callable[[bool], None]:
-        """Count a request on `member`; returns `release(ok)`, which ends the count once."""
-        member.begin(spilled)
-        return once(lambda ok: self.live.finished(member, ok, spilled))
-
-    async def _forward_to(
-        self,
-        member: Member,
-        ticket: Ticket,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: Body,
-        watcher: asyncio.Future[None] | None,
-        retry: bool,
-        failures: list[str],
-        release: Callable[[bool], None],
-    ) -> bool:
-        """Forward once to `member`; see `_forward`. A connection failure is appended to
-        `failures` (and takes the member out until its probe passes). An eligible stream
-        (`STREAM`) is relayed by its record, which calls `release` and ends the ticket when
-        its upstream breaks (it continues elsewhere)."""
+        failures: list[str] = []
 
         def went_away(err: Exception, started: bool) -> bool:
             reason = f"{type(err).__name__}: {err}"
             failures.append(reason)
             member.mark_down(reason)  # new requests wait (or go to the others) meanwhile
-            return retry and self._went_away(body, started or not attempt.unread)
+            return not probe and self._went_away(body, started or not attempt.unread)
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
         url = member.url + scope["path"]
@@ -600,6 +573,7 @@ class ProxyApp:
         opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, attempt)
         started = False
         response: aiohttp.ClientResponse | None = None
+        release = self._claim(member, spilled)
         with anyio.CancelScope() as cancel_scope:
             ticket.cancel = cancel_scope.cancel
             if ticket.cut_requested:
@@ -673,6 +647,7 @@ class ProxyApp:
                 self.unrecorded.pop(ticket, None)
                 if response is not None:
                     response.close()  # drops the connection unless the body was read to its end
+                release(not failures)
         if cancel_scope.cancelled_caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
@@ -680,6 +655,11 @@ class ProxyApp:
                     send, 503, "cut by a drain timeout (the variant is being replaced)", self.gate.retry_after
                 )
         return False
+
+    def _claim(self, member: Member, spilled: bool = False) -> Callable[[bool], None]:
+        """Count a request on `member`; returns `release(ok)`, which ends the count once."""
+        member.begin(spilled)
+        return once(lambda ok: self.live.finished(member, ok, spilled))
 
     def _leg_end(
         self,
