@@ -1,21 +1,15 @@
 """The upstreams the gateway forwards to: a set of `Member`s, every request goes to one.
 
-While no live set is published it is the set of one that follows `/route`: the `single`
+Without a published live set it is the set of one that follows `/route`: the `single`
 member (`GATEWAY_UPSTREAM`, then the URL routed to; `upstream` rediscovers a candidate before
-the first route). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`: variants or
-replicas at once) replaces it; an empty one brings the single member back. Every member has
-one readiness watcher (an `Upstream` poller), one outstanding count, the same routing
-decision (`choose`: a set of one routes to its member) and failover in the proxy. Only the
-reporting differs: a live member is `listed` (the state's `upstreams`, its
-`gateway_live_*{upstream}` series, `x-served-by`), the single one is the state's `upstream`
+the first route). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`) replaces it; an
+empty one brings it back. Every member has one readiness watcher (an `Upstream` poller: a
+live one asks `/is_sleeping` too and backs off from `poll_interval` to `BACKOFF_MAX_S` while
+not ready), one outstanding count and the same routing (`choose`: a set of one routes to its
+member) and failover; a member the proxy cannot reach is out (`mark_down`) until a probe
+passes. Only reporting differs: a live member is `listed` (the state's `upstreams`, its
+`gateway_live_*{upstream}` series, `x-served-by`); the single one is the state's `upstream`
 and `single_outstanding`.
-
-A live member's poller asks `GET /health`, `GET /is_sleeping` (a sleeping member is not
-ready) and, with a served name, `/v1/models` once per ready period; every
-`READY_POLL_INTERVAL` seconds while ready, with a backoff doubling from `poll_interval` to
-`BACKOFF_MAX_S` while not (the single member's: every `poll_interval`), and every
-`poll_interval` while requests are held. A member whose connection the proxy finds refused
-or broken is taken out at once (`mark_down`) until a probe passes again.
 
 `replace()` swaps the set: members that stay (same name and URL) keep their state; new ones
 from the control channel count as ready at once (the host gated them), new ones from the

@@ -13,7 +13,7 @@ from composer.gateway.client import PROBE_HEADER
 from composer.gateway.config import LiveSpec
 
 from .conftest import KEY
-from .fakes import GatewayThread, InProcessExec, sse_request
+from .fakes import FakeBackend, GatewayThread, InProcessExec, sse_request
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
 CHAT = "/v1/chat/completions"
@@ -71,3 +71,44 @@ def test_a_probe_readiness_and_the_outstanding_count_take_one_path(backend, shap
         ctl.release(hold.id)
     finally:
         gw.stop()
+
+
+def test_a_live_set_replaces_the_set_of_one_and_an_empty_one_brings_it_back(backend) -> None:
+    """A stream in flight on the single upstream finishes there (counted as
+    `single_outstanding`) while a published set serves new requests; `[]` routes to the
+    single upstream again, readiness and all."""
+    other = FakeBackend().start()
+    other.state.api_key = KEY
+    gw = one_upstream("single", backend.url)
+    try:
+        gw.wait(lambda g: g.backend_ready)
+        ctl = GatewayControl(InProcessExec(gw.config.control_socket))
+        results: dict[str, httpx.Response] = {}
+
+        def send(tag: str, **extra) -> threading.Thread:
+            def run() -> None:
+                body = sse_request(tag, **extra)
+                results[tag] = httpx.post(gw.url + CHAT, content=body, headers=AUTH, timeout=30)
+
+            sender = threading.Thread(target=run)
+            sender.start()
+            return sender
+
+        early = send("early", wait_release=True)
+        gw.wait(lambda g: "early" in backend.state.arrivals)
+        ctl.set_upstreams([{"name": "m/1", "variant": "m", "url": other.url}])
+        send("live").join(30)
+        assert results["live"].headers["x-served-by"] == "m/1" and "live" in other.state.arrivals
+        state = ctl.state()
+        assert state.raw["single_outstanding"] == 1 and [u.name for u in state.upstreams] == ["m/1"]
+        backend.state.release.set()
+        early.join(30)
+        assert results["early"].status_code == 200 and ctl.state().raw["single_outstanding"] == 0
+        ctl.set_upstreams([])
+        gw.wait(lambda g: g.backend_ready)
+        send("back").join(30)
+        assert results["back"].status_code == 200 and "back" in backend.state.arrivals
+        assert "x-served-by" not in results["back"].headers and ctl.state().upstreams == ()
+    finally:
+        gw.stop()
+        other.stop()
