@@ -19,30 +19,33 @@ May import: `composer.errors` only. The server modules (`runtime`, `proxy`, `con
   module). This module imports only standard-library modules, so host code can use the
   client and the settings without the server's dependencies.
 
-Live set (several variants or replicas at once; the contract with the stack's renderer and
-`up`): `GATEWAY_LIVE_UPSTREAMS` is a JSON list of `{"name": "mtp/1", "variant": "mtp", "url":
-"http://vllm-mtp-1:8000"}`; empty or absent: the single `GATEWAY_UPSTREAM` as before (a live
-set of one behaves the same: the gate holds while no member is ready). Each request goes to
-one ready member (`routing`, pure): an alias names a variant; else the request's class
-(prompt-size estimate, `[workloads]` in `GATEWAY_WORKLOADS`, whose optional CROSSOVER field
-bounds a class's variant's outstanding requests) picks the variant; among its replicas the
-least loaded; with `GATEWAY_SPILL=N` (0: off) a request goes instead to another variant's
-least loaded member when that one has N fewer outstanding than the chosen one has of its own
-and stays, with it, below its variant's lowest crossover (`routing.capacity`; spilled requests
-do not count against their new member's classes). Every forwarded
-response carries `x-served-by: <name>`. A stream whose member breaks mid-way goes on on
-another member, token for token (`continuation`, GATEWAY_CONTINUE_STREAMS). A member whose
-connection fails is taken out until its own health check (`/health`, `/is_sleeping`,
-`/v1/models`; bounded backoff) passes; requests that had not reached it go to the others.
-Control: `POST /upstreams {"upstreams": [...]}` replaces the set (`GatewayControl.set_upstreams`:
-new members count as ready, the host gates them first); a member left out gets no new
-requests and `GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones
-before the host stops its container. `GatewayControl.state().upstreams` (control `/state`,
-and `/gateway/status`) lists each member with name, variant, url, ready, outstanding,
-requests, served, served_1m (in the last minute), spilled, errors, leaving; the state's
-`single_outstanding` counts the requests in flight on the single upstream. With a live
-set the automatic policy raises no switch demands, and `route`, the dev routes (`backend`)
-and `/gateway/status`'s throughput still use the single `GATEWAY_UPSTREAM`.
+Upstreams (the contract with the stack's renderer and `up`): the gateway forwards to a set of
+members (`live`: one readiness watcher and outstanding count each, one routing decision, one
+failover); without a live set, the set of one that follows `/route` (the single
+`GATEWAY_UPSTREAM`). `GATEWAY_LIVE_UPSTREAMS`, a JSON list of `{"name": "mtp/1", "variant":
+"mtp", "url": "http://vllm-mtp-1:8000"}`, replaces it. The gate holds while no member is
+ready. Each request goes to one ready member (`routing`, pure): an alias names a variant; else
+the request's class (prompt-size estimate, `[workloads]` in `GATEWAY_WORKLOADS`, whose
+optional CROSSOVER field bounds a class's variant's outstanding requests) picks the variant;
+among its replicas the least loaded; with `GATEWAY_SPILL=N` (0: off) a request goes instead to
+another variant's least loaded member when that one has N fewer outstanding than the chosen
+one has of its own and stays, with it, below its variant's lowest crossover
+(`routing.capacity`; spilled requests do not count against their new member's classes). A live
+member's response carries `x-served-by: <name>`. A stream whose member breaks mid-way goes on
+on another member (or the same once it is back), token for token (`continuation`,
+GATEWAY_CONTINUE_STREAMS). A member whose connection fails is taken out until its own health
+check (`/health`, `/is_sleeping`, `/v1/models`) passes; requests that had not reached it go to
+the others, or wait. A holder's probe passes the hold and readiness to the least loaded
+member. Control: `POST /upstreams {"upstreams": [...]}` replaces the set
+(`GatewayControl.set_upstreams`: new members count as ready, the host gates them first; `[]`:
+back to the set of one); a member left out gets no new requests and
+`GatewayControl.drain_upstream(name, timeout_s)` waits for its in-flight ones before the host
+stops its container. `GatewayControl.state().upstreams` (control `/state`, and
+`/gateway/status`) lists each live member with name, variant, url, ready, outstanding,
+requests, served, served_1m (in the last minute), spilled, errors, leaving; `upstream` and
+`single_outstanding` are the single member's URL and requests in flight. With a live set the
+automatic policy raises no switch demands, and `route`, the dev routes (`backend`) and
+`/gateway/status`'s throughput still use the single member's URL.
 
 Public: `GatewayControl`, `GatewayState`, `HoldInfo`, `DrainReport`, `DrainProgress` (a
 drain's progress: in flight, seconds of the timeout), `Tether` (a `ctl tether` session that

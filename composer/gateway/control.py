@@ -25,7 +25,7 @@ Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
 | `GET /demand?wait_s=` | the pending switch demand (`{"demand": null}` when none came within wait_s) |
 | `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
 | `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
-|  | ready: the host gated them; members that leave get no new requests); `[]`: single upstream |
+|  | ready: the host gated them; members that leave get no new requests); `[]`: the set of one |
 | `POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}` | wait until a member that left |
 |  | has no requests in flight; `continue`: its eligible streams (that fit in `max_model_len`) go on on |
 |  | the other members first (`continued`) |

@@ -1,23 +1,26 @@
-"""The live set: several upstreams (variants, replicas) served at once, each health-checked.
+"""The upstreams the gateway forwards to: a set of `Member`s, every request goes to one.
 
-Each member is a `LiveSpec` (name `variant/replica`, variant, URL) with an `Upstream` poller
-of its own: `GET /health`, `GET /is_sleeping` (a sleeping member is not ready) and, with a
-served name, `/v1/models` once per ready period; every `READY_POLL_INTERVAL` seconds while
-ready, with a backoff doubling from `poll_interval` to `BACKOFF_MAX_S` while not (and every
-`poll_interval` while requests are held because no member is ready). A member whose
-connection the proxy finds refused or broken is taken out at once (`mark_down`) and comes
-back when a probe passes again.
+Without a published live set it is the set of one that follows `/route`: the `single`
+member (`GATEWAY_UPSTREAM`, then the URL routed to; `upstream` rediscovers a candidate before
+the first route). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`) replaces it; an
+empty one brings it back. Every member has one readiness watcher (an `Upstream` poller: a
+live one asks `/is_sleeping` too and backs off from `poll_interval` to `BACKOFF_MAX_S` while
+not ready), one outstanding count and the same routing (`choose`: a set of one routes to its
+member) and failover; a member the proxy cannot reach is out (`mark_down`) until a probe
+passes. Only reporting differs: a live member is `listed` (the state's `upstreams`, its
+`gateway_live_*{upstream}` series, `x-served-by`); the single one is the state's `upstream`
+and `single_outstanding`.
 
 `replace()` swaps the set: members that stay (same name and URL) keep their state; new ones
 from the control channel count as ready at once (the host gated them), new ones from the
 settings are probed first; members that leave stop getting requests at once and stay listed
 (`leaving`) until their in-flight requests finish, which `wait_gone()` waits for.
 
-`choose()` asks `routing.choose_upstream` (pure) and counts the decision; the proxy brackets
-each forwarded request with `Member.begin()` / `finished()`. Each member counts what it
-served in the last minute (`served_1m`, for `status` and `ls`) and the requests spilled onto
-it from another variant (`spilled`). The gateway's gate counts the
-backend as ready while any member is.
+`choose()` asks `routing.choose_upstream` (pure) and counts a live set's decision; the proxy
+brackets each forwarded request with `Member.begin()` / `finished()`. Each member counts what
+it served in the last minute (`served_1m`, for `status` and `ls`) and the requests spilled
+onto it from another variant (`spilled`). The gate counts the backend as ready while any
+member of the set is (`on_ready`).
 """
 
 from __future__ import annotations
@@ -39,15 +42,18 @@ log = logging.getLogger("gateway")
 
 BACKOFF_MAX_S = 2.0
 LAST_MINUTE_S = 60.0
+SINGLE = "single"  # the set of one's member (a live member's name is VARIANT/REPLICA)
 
 
 class Member:
-    """One live upstream: its spec, its poller and its request counters."""
+    """One upstream: its spec, its poller and its request counters; `listed`: a member of a
+    published live set (listed in the state, with metric series of its own)."""
 
-    def __init__(self, spec: LiveSpec, poller: Upstream, metrics: Metrics) -> None:
+    def __init__(self, spec: LiveSpec, poller: Upstream, metrics: Metrics, listed: bool = True) -> None:
         self.spec = spec
         self.poller = poller
         self.metrics = metrics
+        self.listed = listed
         self.outstanding = 0
         self.requests = 0
         self.served = 0
@@ -63,7 +69,7 @@ class Member:
 
     @property
     def url(self) -> str:
-        return self.spec.url
+        return self.poller.url  # the single member's follows `/route`
 
     @property
     def ready(self) -> bool:
@@ -77,8 +83,9 @@ class Member:
         self.outstanding += 1
         self.spilled += spilled
         self.requests += 1
-        self.metrics.live_requests.labels(self.name).inc()
-        self.metrics.live_outstanding.labels(self.name).inc()
+        if self.listed:
+            self.metrics.live_requests.labels(self.name).inc()
+            self.metrics.live_outstanding.labels(self.name).inc()
 
     def end(self, ok: bool, spilled: bool = False) -> None:
         """The request finished (`ok`: answered without a connection failure)."""
@@ -87,11 +94,14 @@ class Member:
         if ok:
             self.served += 1
             self.recent.append(time.monotonic())
+            self.served_last_minute()  # bounded even when nobody asks
         else:
             self.errors += 1
-            self.metrics.live_errors.labels(self.name).inc()
-        if not self.leaving:
-            self.metrics.live_outstanding.labels(self.name).dec()
+        if self.listed:
+            if not ok:
+                self.metrics.live_errors.labels(self.name).inc()
+            if not self.leaving:
+                self.metrics.live_outstanding.labels(self.name).dec()
 
     def mark_down(self, reason: str) -> None:
         """The proxy could not reach it: no requests until a probe passes again."""
@@ -120,7 +130,7 @@ class Member:
 
 
 class LiveSet:
-    """The live upstreams; `on_ready(any_ready)` is called on every readiness change."""
+    """The upstreams requests go to; `on_ready(any_ready)` is called on every readiness change."""
 
     def __init__(
         self,
@@ -133,43 +143,58 @@ class LiveSet:
         self.metrics = metrics
         self._on_ready = on_ready
         self._urgent = urgent
-        self.members: dict[str, Member] = {}
+        self.members: dict[str, Member] = {}  # the published live set
         self.leaving: list[Member] = []
         self._changed = asyncio.Event()
+        single = LiveSpec(SINGLE, "", config.upstream)
+        self.single = self._make(single, config.upstream_candidates, 0.0, metrics.set_upstream)
 
     @property
     def active(self) -> bool:
-        """True while the set has members: requests are routed among them."""
+        """True while a live set is published: requests are routed among its members."""
         return bool(self.members)
 
+    def serving(self) -> tuple[Member, ...]:
+        """The members requests go to: the live set, or the set of one that follows `/route`."""
+        return tuple(self.members.values()) or (self.single,)
+
     def any_ready(self) -> bool:
-        return any(m.ready for m in self.members.values())
+        return any(m.ready for m in self.serving())
 
     def _notify(self) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
 
     def _member_ready(self, member: Member, ready: bool) -> None:
-        if not member.leaving:
+        if member.listed and not member.leaving:
             self.metrics.live_ready.labels(member.name).set(1 if ready else 0)
-        if self.members.get(member.name) is member:
+        if member in self.serving():
             self._on_ready(self.any_ready())
 
-    def _make(self, spec: LiveSpec) -> Member:
-        holder: list[Member] = []
+    def _make(
+        self,
+        spec: LiveSpec,
+        candidates: Sequence[str] | None = None,
+        backoff_max: float = BACKOFF_MAX_S,
+        on_route: Callable[[str | None, str], None] | None = None,
+    ) -> Member:
+        """A member and its poller; a live one (`candidates` None: readiness asks its
+        /is_sleeping too) is `listed`, with metric series of its own."""
+        member: Member
         poller = Upstream(
             spec.url,
-            on_ready=lambda ready: self._member_ready(holder[0], ready) if holder else None,
+            on_ready=lambda ready: self._member_ready(member, ready),
+            on_route=on_route,
             served_name=self.config.served_name,
             api_key=self.config.api_key,
             poll_interval=self.config.poll_interval,
             urgent=self._urgent,
-            candidates=(spec.url,),  # readiness asks /is_sleeping too
-            backoff_max=BACKOFF_MAX_S,
+            candidates=(spec.url,) if candidates is None else candidates,
+            backoff_max=backoff_max,
         )
-        member = Member(spec, poller, self.metrics)
-        holder.append(member)
-        self.metrics.live_added(spec.name)
+        member = Member(spec, poller, self.metrics, listed=candidates is None)
+        if member.listed:
+            self.metrics.live_added(spec.name)
         return member
 
     def start(self, specs: Sequence[LiveSpec]) -> None:
@@ -177,7 +202,8 @@ class LiveSet:
         self.replace(specs, gated=False)
 
     def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the set; `gated` members count as ready at once (the host gated them)."""
+        """Make `specs` the set (empty: the set of one that follows `/route`); `gated` members
+        count as ready at once (the host gated them)."""
         keep: dict[str, Member] = {}
         for spec in specs:
             old = self.members.get(spec.name)
@@ -195,9 +221,21 @@ class LiveSet:
             if name not in keep:
                 self._leave(old)
         self.members = keep
+        self._single_follows()
         log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
         self._on_ready(self.any_ready())
         self._reap()
+
+    def _single_follows(self) -> None:
+        """The single member is out of the set (its requests finish, it is not polled) while
+        a live set is published, and back in it when none is."""
+        single = self.single
+        single.leaving = bool(self.members)
+        if single.leaving and single.task is not None:
+            single.task.cancel()
+            single.task = None
+        elif not single.leaving and single.task is None:
+            single.task = asyncio.get_running_loop().create_task(single.poller.run())
 
     def _leave(self, member: Member) -> None:
         member.leaving = True
@@ -235,29 +273,34 @@ class LiveSet:
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
         return left
 
-    def choose(self, hint: tuple[str | None, int | None] | None) -> tuple[Member, bool] | None:
+    def choose(
+        self, hint: tuple[str | None, int | None] | None, probe: bool = False
+    ) -> tuple[Member, bool] | None:
         """The member for a request with this (alias variant, prompt tokens) hint, and whether
-        it was spilled there (pass it to `Member.begin` and `finished`)."""
+        it was spilled there (pass it to `Member.begin` and `finished`); None while none is
+        ready, but a holder's `probe` (it passes the hold) goes to the least loaded member."""
         alias, tokens = hint or (None, None)
+        serving = {m.name: m for m in self.serving()}
         choice = choose_upstream(
-            [m.view() for m in self.members.values()],
+            [m.view() for m in serving.values()],
             alias_variant=alias,
             prompt_tokens=tokens,
             classes=self.config.workloads,
             spill=self.config.spill,
         )
         if choice is None:
-            return None
-        self.metrics.route_decisions.labels(choice.reason).inc()
-        return self.members[choice.name], choice.reason == "spill"
+            return (min(serving.values(), key=lambda m: m.outstanding), False) if probe else None
+        if self.active:
+            self.metrics.route_decisions.labels(choice.reason).inc()
+        return serving[choice.name], choice.reason == "spill"
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every member, then every leaving one, JSON-ready."""
+        """Every live member, then every leaving one, JSON-ready."""
         return [m.describe() for m in (*self.members.values(), *self.leaving)]
 
     async def aclose(self) -> None:
         """Stop every poller and close its client."""
-        for member in (*self.members.values(), *self.leaving):
+        for member in (*self.members.values(), *self.leaving, self.single):
             if member.task is not None:
                 member.task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

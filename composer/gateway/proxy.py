@@ -53,7 +53,6 @@ from .keepalive import HeldStream
 from .liveness import Liveness, Unresponsive
 from .metrics import Metrics
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
-from .upstream import Upstream
 
 if TYPE_CHECKING:
     from .config import GatewayConfig
@@ -289,25 +288,23 @@ class Relay:
 
 
 class ProxyApp:
-    """ASGI app forwarding every request (but dev routes) to the current upstream."""
+    """ASGI app forwarding every request (but dev routes) to a member of the upstream set."""
 
     def __init__(
         self,
         gate: Gate,
-        upstream: Upstream,
+        live: LiveSet,
         keys: KeyCheck,
         metrics: Metrics,
         switcher: Switcher | None = None,
         served_name: str = "",
         stall_timeout: float = 0.0,
         hold_keepalive: float = 0.0,
-        live: LiveSet | None = None,
         unresponsive_timeout: float = 0.0,
         continue_streams: bool = True,
     ) -> None:
         self.gate = gate
-        self.upstream = upstream
-        self.live = live  # routes among several upstreams while it has members
+        self.live = live  # the members requests go to (`LiveSet.choose`)
         self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
@@ -320,7 +317,6 @@ class ProxyApp:
         self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
         self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
-        self.single_outstanding = 0  # requests forwarded to the single upstream, not finished
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
 
@@ -337,7 +333,7 @@ class ProxyApp:
         (one published over the control channel to a gateway started for one variant too)."""
         if self.switcher is None:
             return False
-        return self.switcher.config.inspects_bodies or (self.live is not None and self.live.active)
+        return self.switcher.config.inspects_bodies or self.live.active
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -394,7 +390,7 @@ class ProxyApp:
         if seen is None:
             return
         self.switcher.observe(seen.prompt_tokens)
-        live = self.live is not None and self.live.active
+        live = self.live.active
         aliased = self.switcher.config.switch_on_model or live
         variant = self.switcher.alias_variant(seen.model) if aliased else None
         if live:
@@ -496,7 +492,7 @@ class ProxyApp:
             self.metrics.refused.labels("probe_token").inc()
             await send_error(send, 403, "unknown probe token")
             return
-        await self._forward(Ticket(self.gate), scope, receive, send, body, None, retry=False)
+        await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
 
     async def _enter(
         self, deadline: float, watcher: asyncio.Future[None] | None, front: bool, hold: bool
@@ -546,89 +542,44 @@ class ProxyApp:
         body: Body,
         watcher: asyncio.Future[None] | None,
         *,
-        retry: bool = True,
+        probe: bool = False,
     ) -> bool:
-        """Forward once; True means 'the backend went away before answering: queue it again'
-        (only with `retry`; without it such a request gets 502)."""
-        if self.live is None or not self.live.active:
-            release = self._claim(None)
-            try:
-                return await self._forward_to(
-                    None, ticket, scope, receive, send, body, watcher, retry=retry, release=release
-                )
-            finally:
-                release(True)
-        chosen = self.live.choose(scope.get(ROUTE_HINT))
+        """Forward once to the member `LiveSet.choose` gives, counted on it until the answer
+        ends; True means 'the backend went away before answering: queue it again' (never for
+        a holder's `probe`, which goes to a member ready or not, and gets 502). A connection
+        failure takes the member out until its probe passes. An eligible stream (`STREAM`)
+        is relayed by its record, which ends the count and the ticket when its upstream
+        breaks (it continues elsewhere)."""
+        chosen = self.live.choose(scope.get(ROUTE_HINT), probe)
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
-            if retry and body.replayable():
+            if body.replayable():
                 return True
-            await send_error(send, 503, "no live upstream is ready", self.gate.retry_after)
+            await send_error(send, 503, "no upstream is ready", self.gate.retry_after)
             return False
         member, spilled = chosen
-        release = self._claim(member, spilled)
-        failed: list[str] = []
-        try:
-            return await self._forward_to(
-                member, ticket, scope, receive, send, body, watcher, retry, failed, release=release
-            )
-        finally:
-            release(not failed)
-
-    def _claim(self, member: Member | None, spilled: bool = False) -> Callable[[bool], None]:
-        """Count a request on `member` (None: the single upstream); returns `release(ok)`,
-        which ends the count once."""
-        if member is None:
-            self.single_outstanding += 1
-            return once(self._single_released)
-        live = self.live
-        assert live is not None
-        member.begin(spilled)
-        return once(lambda ok: live.finished(member, ok, spilled))
-
-    def _single_released(self, _ok: bool) -> None:
-        self.single_outstanding -= 1
-
-    async def _forward_to(
-        self,
-        member: Member | None,
-        ticket: Ticket,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: Body,
-        watcher: asyncio.Future[None] | None,
-        retry: bool = True,
-        failed: list[str] | None = None,
-        release: Callable[[bool], None] | None = None,
-    ) -> bool:
-        """Forward once to `member` (None: the single upstream); see `_forward`. A connection
-        failure is appended to `failed` (and takes a member out until its probe passes). An
-        eligible stream (`STREAM`) is relayed by its record, which calls `release` and ends
-        the ticket when its upstream breaks (it continues elsewhere)."""
-        target: Upstream | Member = self.upstream if member is None else member
-        failures = [] if failed is None else failed
+        failures: list[str] = []
 
         def went_away(err: Exception, started: bool) -> bool:
             reason = f"{type(err).__name__}: {err}"
             failures.append(reason)
-            if member is not None:
-                member.mark_down(reason)  # the others serve meanwhile
-            return retry and self._went_away(target, body, reason, started or not attempt.unread)
+            member.mark_down(reason)  # new requests wait (or go to the others) meanwhile
+            return not probe and self._went_away(body, started or not attempt.unread)
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
-        url = target.url + scope["path"]
+        url = member.url + scope["path"]
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         attempt = Attempt(ticket)
         opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, attempt)
         started = False
         response: aiohttp.ClientResponse | None = None
+        release = self._claim(member, spilled)
         with anyio.CancelScope() as cancel_scope:
             ticket.cancel = cancel_scope.cancel
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(opening, watcher, target.url)
+                response = await self._send_upstream(opening, watcher, member.url)
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
@@ -636,20 +587,20 @@ class ProxyApp:
                 if self._is_stream(response):
                     stream = scope.get(STREAM) if response.status == 200 else None
                     if stream is None and self.continue_streams:
-                        self.unrecorded[ticket] = target.url  # a switch counts it as refused
+                        self.unrecorded[ticket] = member.url  # a switch counts it as refused
                     relay = Relay(response, ticket, self.stall_timeout, resumable=stream is not None)
                     ticket.cancel = relay.cut  # a cut ends the stream with an error event
-                    chunks = relay.chunks(lambda sc: self._stalled(sc, target, failures), scope)
+                    chunks = relay.chunks(lambda sc: self._stalled(sc, member, failures), scope)
                     if stream is not None:
-                        end = self._leg_end(target, response, ticket, release or (lambda ok: None), failures)
-                        leg = Leg(chunks, end, relay.pause, target.url)
+                        end = self._leg_end(member, response, ticket, release, failures)
+                        leg = Leg(chunks, end, relay.pause, member.url)
                         reopen = functools.partial(self._reopen, scope)
                         chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
                     chunks = response.content.iter_any()
                 out = StreamingResponse(chunks, status_code=response.status)
                 out.raw_headers = _forward_headers(response.raw_headers)
-                if member is not None:
+                if member.listed:
                     out.raw_headers.append((SERVED_BY, member.name.encode()))
                 if watcher is not None:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
@@ -672,7 +623,7 @@ class ProxyApp:
             except ClientGone:
                 return False
             except Unresponsive as err:
-                self._unresponsive(scope, target, failures, err.asleep)
+                self._unresponsive(scope, member, failures, err.asleep)
                 if err.asleep:
                     await send_error(send, 503, "the backend was put to sleep before it answered: send again")
                 else:
@@ -696,6 +647,7 @@ class ProxyApp:
                 self.unrecorded.pop(ticket, None)
                 if response is not None:
                     response.close()  # drops the connection unless the body was read to its end
+                release(not failures)
         if cancel_scope.cancelled_caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
@@ -704,9 +656,14 @@ class ProxyApp:
                 )
         return False
 
+    def _claim(self, member: Member, spilled: bool = False) -> Callable[[bool], None]:
+        """Count a request on `member`; returns `release(ok)`, which ends the count once."""
+        member.begin(spilled)
+        return once(lambda ok: self.live.finished(member, ok, spilled))
+
     def _leg_end(
         self,
-        target: Upstream | Member,
+        target: Member,
         response: aiohttp.ClientResponse,
         ticket: Ticket,
         release: Callable[[bool], None],
@@ -754,15 +711,13 @@ class ProxyApp:
                 ticket = await self.gate.enter(deadline, front=True)
             except Refused as refused:
                 raise ContinuationFailed(str(refused)) from None
-            live = self.live is not None and self.live.active
-            chosen = self.live.choose(scope.get(ROUTE_HINT)) if self.live and live else (None, False)
+            chosen = self.live.choose(scope.get(ROUTE_HINT))
             if chosen is None:  # none ready since the gate admitted it
                 ticket.done(completed=False)
-                await asyncio.sleep(self.upstream.poll_interval)
+                await asyncio.sleep(self.live.config.poll_interval)
                 continue
-            member, spilled = chosen
-            target: Upstream | Member = self.upstream if member is None else member
-            release = self._claim(member, spilled)
+            target, spilled = chosen
+            release = self._claim(target, spilled)
             try:
                 assert self.session is not None
                 opening = self.session.request(
@@ -803,7 +758,7 @@ class ProxyApp:
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
 
-    def _stalled(self, scope: Scope, target: Upstream | Member, failures: list[str]) -> None:
+    def _stalled(self, scope: Scope, target: Member, failures: list[str]) -> None:
         """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
         poller sees the backend ready again."""
         log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
@@ -811,9 +766,7 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _unresponsive(
-        self, scope: Scope, target: Upstream | Member, failures: list[str], asleep: bool = False
-    ) -> None:
+    def _unresponsive(self, scope: Scope, target: Member, failures: list[str], asleep: bool = False) -> None:
         """A request waited on a backend that answered no /health probe for the timeout, or sleeps."""
         log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
         self.metrics.upstream_errors.inc()
@@ -821,11 +774,10 @@ class ProxyApp:
         why = "/is_sleeping: true" if asleep else f"/health unanswered for {self.liveness.timeout:g}s"
         target.mark_down(why)
 
-    def _went_away(self, target: Upstream | Member, body: Body, reason: str, reached: bool) -> bool:
+    def _went_away(self, body: Body, reached: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again,
         which is once, and only when the backend cannot have started on it (`reached`: it may
         have read the request)."""
-        target.mark_down(reason)  # new requests wait until the poller sees it ready again
         if reached or body.resent or not body.replayable():
             return False
         body.resent = True

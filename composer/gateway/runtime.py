@@ -1,4 +1,4 @@
-"""One gateway: its settings, gate, upstream poller, HTTP clients and both ASGI apps.
+"""One gateway: its settings, gate, upstream set, HTTP clients and both ASGI apps.
 
 `Gateway` wires the parts; `serve()` runs the public app on TCP (with the connection limits of
 `limits`: head size and time, keep-alive, open connections) and the control app on a UNIX
@@ -68,18 +68,8 @@ class Gateway:
             retry_after=config.retry_after,
             metrics=self.metrics,
         )
-        self.upstream = Upstream(
-            config.upstream,
-            on_ready=self._backend_ready,
-            on_route=self.metrics.set_upstream,
-            served_name=config.served_name,
-            api_key=config.api_key,
-            poll_interval=config.poll_interval,
-            urgent=lambda: not self.gate.is_open or self.gate.held > 0,
-            candidates=config.upstream_candidates,
-        )
         self.live = LiveSet(
-            config, self.metrics, self._live_ready, urgent=lambda: not self.gate.is_open or self.gate.held > 0
+            config, self.metrics, self._ready, urgent=lambda: not self.gate.is_open or self.gate.held > 0
         )
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
@@ -87,20 +77,18 @@ class Gateway:
         self.status = StatusBoard(self)
         self.proxy = ProxyApp(
             self.gate,
-            self.upstream,
+            self.live,
             KeyCheck(config.api_key),
             self.metrics,
             self.switcher,
             config.served_name,
             config.stall_timeout,
             config.hold_keepalive,
-            self.live,
             config.unresponsive_timeout,
             config.continue_streams,
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
-        self._poller: asyncio.Task[None] | None = None
         self._policy: asyncio.Task[None] | None = None
 
     def _public_app(self) -> ASGIApp:
@@ -185,33 +173,22 @@ class Gateway:
         return {name: described[field_name(name)] for name in LIVE}
 
     @property
+    def upstream(self) -> Upstream:
+        """The readiness watcher of the single member (the set of one that follows `/route`)."""
+        return self.live.single.poller
+
+    @property
     def backend_ready(self) -> bool:
-        """The single upstream is ready, or (with a live set) any live upstream is."""
-        return self.live.any_ready() if self.live.active else self.upstream.ready
+        """Any member of the set requests go to is ready."""
+        return self.live.any_ready()
 
-    def _backend_ready(self, ready: bool) -> None:
-        if self.live.active:
-            return  # the live set decides
-        self.gate.set_backend_ready(ready)
-        self.status.switches.backend_ready(ready)
-
-    def _live_ready(self, any_ready: bool) -> None:
-        ready = any_ready if self.live.active else self.upstream.ready
-        self.gate.set_backend_ready(ready)
-        self.status.switches.backend_ready(ready)
+    def _ready(self, any_ready: bool) -> None:
+        self.gate.set_backend_ready(any_ready)
+        self.status.switches.backend_ready(any_ready)
 
     def set_upstreams(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the live set (empty: back to the single upstream)."""
+        """Make `specs` the live set (empty: back to the set of one that follows `/route`)."""
         self.live.replace(specs, gated=gated)
-        self._single_poller()
-
-    def _single_poller(self) -> None:
-        """Poll the single upstream only while no live set routes (it would probe for nothing)."""
-        if self.live.active and self._poller is not None:
-            self._poller.cancel()
-            self._poller = None
-        elif not self.live.active and self._poller is None:
-            self._poller = asyncio.get_running_loop().create_task(self.upstream.run())
 
     def continue_leaving(self, name: str, context: int | None = None) -> tuple[int, int]:
         """Pause the streams on the members named `name` that left the set (never on a member
@@ -245,7 +222,7 @@ class Gateway:
             "backend_error": self.upstream.last_error,
             "live": self.live.active,
             "upstreams": self.live.snapshot(),
-            "single_outstanding": self.proxy.single_outstanding,
+            "single_outstanding": self.live.single.outstanding,
             **self.gate.snapshot(),
             "refused": refused,
             "drained_total": self.metrics.drained._value.get(),
@@ -260,9 +237,7 @@ class Gateway:
     async def start(self) -> None:
         """Open the forwarding session and start the readiness poller (inside the serving loop)."""
         self.proxy.open()
-        if self.config.live_upstreams:
-            self.live.start(self.config.live_upstreams)
-        self._single_poller()
+        self.live.start(self.config.live_upstreams)
         if self.config.policy == "auto":
             self._policy = asyncio.get_running_loop().create_task(self._run_policy())
 
@@ -279,15 +254,13 @@ class Gateway:
 
     async def aclose(self) -> None:
         """Stop polling and close the HTTP clients."""
-        for task in (self._poller, self._policy):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+        if self._policy is not None:
+            self._policy.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._policy
         await self.status.aclose()
         await self.proxy.aclose()
         await self.backend_client.aclose()
-        await self.upstream.aclose()
         await self.live.aclose()
 
 

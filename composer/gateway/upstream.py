@@ -1,4 +1,4 @@
-"""The backend the gateway forwards to, and a poller that tracks whether it is ready.
+"""A member's backend (`live.Member`) and the poller that tracks whether it is ready.
 
 Ready means `GET /health` answers 200 and, when a served name is configured, `GET /v1/models`
 lists it (checked once per ready period, with the API key). While the backend is not ready,
