@@ -116,11 +116,11 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def _positions(result: PointResult, shown: int = 8) -> str:
+def _positions(result: PointResult) -> str:
     if not result.acceptance:
         return "-"
     probs = [f"{p:.2f}".lstrip("0") or "0" for p in result.acceptance.per_position]
-    return "/".join(probs[:shown]) + ("/..." if len(probs) > shown else "")
+    return "/".join(probs[:8]) + ("/..." if len(probs) > 8 else "")
 
 
 def table_rows(report: BenchReport) -> list[list[str]]:

@@ -249,10 +249,10 @@ def prune_run_files(
     project: str,
     variant: str,
     keep: Iterable[str | Path | None] = (),
-    newest: int = KEEP_RUN_FILES,
     directory: Path | None = None,
 ) -> list[Path]:
-    """Remove a variant's run files but the `newest` ones and those in `keep`; return the removed.
+    """Remove a variant's run files but the KEEP_RUN_FILES newest and those in `keep`; return
+    the removed.
 
     `keep` names the files that containers were created from (the running one, the
     rollback target): they are never removed, however old.
@@ -270,7 +270,7 @@ def prune_run_files(
     aged.sort(reverse=True)
     protected = {Path(k).resolve() for k in keep if k}
     removed = []
-    for _, path in aged[newest:]:
+    for _, path in aged[KEEP_RUN_FILES:]:
         if path.resolve() in protected:
             continue
         with contextlib.suppress(OSError):  # pruning never fails a swap

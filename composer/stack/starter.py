@@ -46,16 +46,16 @@ def generated_key() -> str:
     return "sk-" + secrets.token_hex(24)
 
 
-def free_port(first: int = FIRST_PORT, tries: int = 200, host: str = "127.0.0.1") -> int:
-    """The first port from `first` on that nothing listens on here (a stack's default port)."""
-    for port in range(first, min(first + tries, 65536)):
+def free_port(first: int = FIRST_PORT) -> int:
+    """The first of 200 ports from `first` on that nothing listens on here (a stack's default port)."""
+    for port in range(first, min(first + 200, 65536)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
-                probe.bind((host, port))
+                probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise UsageError(f"no free port in {first}-{first + tries - 1}: pass --port N")
+    raise UsageError(f"no free port in {first}-{first + 199}: pass --port N")
 
 
 def folder_project(directory: Path) -> str:

@@ -11,11 +11,11 @@ import jsonschema
 import pytest
 
 from composer.stack.load import SPECULATIVE_KEYS, VARIANT_KEYS
-from composer.stack.schema import SCHEMA_FILE, json_schema
+from composer.stack.schema import json_schema
 from composer.stack.settings import KEYS, SPECULATIVE, TABLE_KEYS, VARIANT
 from tests.cli.conftest import REPO, invoke
 
-SCHEMA = REPO / "schema" / SCHEMA_FILE
+SCHEMA = REPO / "schema" / "composer.schema.json"
 
 
 def test_the_table_names_exactly_the_keys_the_loader_reads() -> None:
