@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from composer.errors import ConfigError, did_you_mean
 from composer.stack import adaptive
@@ -30,6 +31,8 @@ from composer.stack.stack_table import STACK_SETTINGS
 from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
+
+T = TypeVar("T")
 
 
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
@@ -133,19 +136,19 @@ class _Resolver:
     def get(
         self,
         dotted: str,
-        parse: Callable[[object], object],
+        parse: Callable[[object], T],
         default: object,
         env: str | None = None,
         toml_value: object = None,
         is_path: bool = False,
-    ) -> object:
+    ) -> T:
         raw, where, base = self._lookup(dotted, env, toml_value, default)
         try:
             value = parse(raw)
         except ValueError as err:
             raise ConfigError(f"invalid {dotted} = {v.shown(raw)} (from {where}): expected {err}") from err
-        if is_path and isinstance(value, str) and base is not None:
-            value = str((base / value).resolve()) if not os.path.isabs(value) else value
+        if is_path and isinstance(value, str) and base is not None and not os.path.isabs(value):
+            value = cast(T, str((base / value).resolve()))
         self.record[dotted] = where
         self.written[dotted] = raw
         return value
@@ -185,7 +188,7 @@ def _build(sources: Sources) -> Stack:
         raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
     defaults = {"project": _folder_project(sources, resolve, raw_stack.get("project"))}
-    settings = {
+    settings: dict[str, Any] = {
         s.key: resolve.get(
             f"stack.{s.key}", s.parse, defaults.get(s.key, s.default), s.env, raw_stack.get(s.key), s.is_path
         )
@@ -285,7 +288,7 @@ def _stack_env(raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
 
 def _settings_table(
     sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple]
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The resolved values of a settings table (`[kubernetes]`, `[gateway]`): unknown keys
     refused, each key from the environment, the file or its default."""
     raw = _table(sources.toml, table)
@@ -298,12 +301,12 @@ def _settings_table(
 
 def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
     values = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS)
-    return KubeSettings(**values)  # type: ignore[arg-type]
+    return KubeSettings(**values)
 
 
 def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
     values = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS)
-    return GatewaySettings(**values)  # type: ignore[arg-type]
+    return GatewaySettings(**values)
 
 
 def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: GatewaySettings) -> None:
@@ -551,18 +554,18 @@ def _variant(
         table.get("replicas"),
     )
     return Variant(
-        gpus=gpus,  # type: ignore[arg-type]
-        replicas=check_replicas(name, gpus, replicas),  # type: ignore[arg-type]
+        gpus=gpus,
+        replicas=check_replicas(name, gpus, replicas),
         name=name,
         image_key=image_key,
-        kv_cache_memory=kv,  # type: ignore[arg-type]
+        kv_cache_memory=kv,
         speculative=_speculative(prefix, table.get("speculative"), resolve),
         env=_variant_env(prefix, table.get("env", {}), resolve),
-        extra_args=tuple(extra_args),  # type: ignore[arg-type]
-        min_kv_cache_tokens=min_tokens,  # type: ignore[arg-type]
+        extra_args=tuple(extra_args),
+        min_kv_cache_tokens=min_tokens,
         description=str(description),
         standby=str(standby),
-        weights_bytes=weights,  # type: ignore[arg-type]
+        weights_bytes=weights,
         # its own, never inherited through extends
         aliases=_aliases(
             prefix, resolve.get(f"{prefix}.aliases", _json_list, [], None, raw[name].get("aliases"))
@@ -675,11 +678,11 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected JSON values ({err})") from err
     return Speculative(
         method=str(method),
-        num_speculative_tokens=int(k),  # type: ignore[call-overload]
+        num_speculative_tokens=k,
         draft_model=bool(draft),
         attention_backend=backend if backend is None else str(backend),
         extra=tuple(sorted(extra.items())),
-        per_batch_size=None if schedule is None else tuple(schedule),  # type: ignore[arg-type]  # checked later
+        per_batch_size=None if schedule is None else tuple(schedule),  # checked later
         adaptive_verification=bool(adaptive_on),
     )
 
