@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from composer.bench.report import pyplot, save_figure
 from composer.bench.sweep import DEFAULT_KS, percentile
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
@@ -352,12 +353,8 @@ def decision_data(decision: Decision) -> dict[str, Any]:
 def write_decision_plot(decision: Decision, path: Path) -> bool:
     """Aggregate tok/s against concurrency per arm, one panel per prompt length; False
     without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     lengths = sorted({w[0] for cells in decision.arms.values() for w in cells}, key=lambda t: t or 0)
     figure, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.5), squeeze=False)
@@ -373,10 +370,7 @@ def write_decision_plot(decision: Decision, path: Path) -> bool:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
+    return save_figure(plt, figure, path)
 
 
 def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
