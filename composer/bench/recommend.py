@@ -28,7 +28,7 @@ import re
 import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,14 +64,10 @@ class Win:
         return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
 
     def to_json(self) -> dict[str, Any]:
+        """Every field, the rates rounded."""
         return {
-            "workload": self.workload,
-            "prompt_tokens": self.prompt_tokens,
-            "concurrency": self.concurrency,
-            "variant": self.variant,
-            "k": self.k,
+            **asdict(self),
             "aggregate_tok_s": round(self.aggregate_tok_s, 2),
-            "runner_up": self.runner_up,
             "margin": None if self.margin is None else round(self.margin, 3),
             "over_baseline": None if self.over_baseline is None else round(self.over_baseline, 3),
         }
