@@ -26,6 +26,7 @@ from typing import Any
 
 from composer.bench.report import pyplot, save_figure
 from composer.bench.sweep import DEFAULT_KS, percentile
+from composer.stack.bounded import replace_file
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
 
@@ -377,9 +378,7 @@ def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
     """decide.json and (with matplotlib) decide.png beside the bench files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / JSON_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(decision_data(decision), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
     written = [path]
     if write_decision_plot(decision, out_dir / PNG_FILE):
         written.append(out_dir / PNG_FILE)

@@ -25,7 +25,6 @@ import functools
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from composer.errors import RenderError, cannot_write
 from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
-from composer.stack.bounded import FileTooLarge, read_bounded
+from composer.stack.bounded import FileTooLarge, read_bounded, temp_beside
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
 
@@ -315,19 +314,9 @@ def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
     """`data` in a new temp file in `path`'s directory, with `mode`."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        return temp_beside(path, data, mode)
     except OSError as err:
         raise RenderError(cannot_write(path, err)) from err
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise RenderError(cannot_write(path, err)) from err
-        raise
-    return Path(tmp)
 
 
 def _stage(file: RenderedFile) -> _Staged:
