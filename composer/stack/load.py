@@ -26,7 +26,7 @@ from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySe
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
-from composer.stack.settings import settable_keys
+from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, settable_keys
 from composer.stack.stack_table import STACK_SETTINGS
 from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
@@ -36,30 +36,8 @@ T = TypeVar("T")
 
 
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
-VARIANT_KEYS = {
-    "extends",
-    "image",
-    "kv_cache_memory",
-    "speculative",
-    "env",
-    "extra_args",
-    "min_kv_cache_tokens",
-    "description",
-    "standby",
-    "weights_bytes",
-    "aliases",
-    "gpus",
-    "replicas",
-}
-SPECULATIVE_KEYS = {
-    "method",
-    "num_speculative_tokens",
-    "draft_model",
-    "attention_backend",
-    "extra",
-    "per_batch_size",
-    "adaptive_verification",
-}
+VARIANT_KEYS = {k.name for k in KEYS if k.table == VARIANT}
+SPECULATIVE_KEYS = {k.name for k in KEYS if k.table == SPECULATIVE}
 RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_backend"}
 RESERVED_SPECULATIVE_EXTRA_AS = {
     adaptive.SCHEDULE_KEY: "per_batch_size",
