@@ -131,6 +131,18 @@ class _Resolver:
         self.written[dotted] = raw
         return value
 
+    def key_of(
+        self,
+        prefix: str,
+        table: Mapping[str, Any],
+        key: str,
+        parse: Callable[[object], T],
+        default: object = None,
+        env: str | None = None,
+    ) -> T:
+        """`get` for `key` of a table as the file has it: `prefix.key`, its value in `table`."""
+        return self.get(f"{prefix}.{key}", parse, default, env, table.get(key))
+
     def _lookup(
         self, dotted: str, env: str | None, toml_value: object, default: object
     ) -> tuple[object, str, Path | None]:
@@ -272,8 +284,7 @@ def _settings_table(
     raw = _table(sources.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
     return {
-        key: resolve.get(f"{table}.{key}", parse, default, env, raw.get(key))
-        for key, env, parse, default in settings
+        key: resolve.key_of(table, raw, key, parse, default, env) for key, env, parse, default in settings
     }
 
 
@@ -498,39 +509,24 @@ def _variant(
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
     resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
-    image_key = str(
-        resolve.get(
-            f"{prefix}.image", lambda x: _image_key(x, images), next(iter(images)), None, table.get("image")
-        )
-    )
-    description = resolve.get(f"{prefix}.description", str, "", None, table.get("description"))
-    kv_raw = table.get("kv_cache_memory")
-    kv = resolve.get(
-        f"{prefix}.kv_cache_memory",
+    image_key = resolve.key_of(prefix, table, "image", lambda x: _image_key(x, images), next(iter(images)))
+    description = resolve.key_of(prefix, table, "description", str, "")
+    kv = resolve.key_of(
+        prefix,
+        table,
+        "kv_cache_memory",
         lambda x: None if x is None else v.parse_size(x),
-        None,
-        VARIANT_ENV["kv_cache_memory"],
-        kv_raw,
+        env=VARIANT_ENV["kv_cache_memory"],
     )
-    min_tokens = table.get("min_kv_cache_tokens")
-    if min_tokens is not None:
-        min_tokens = resolve.get(
-            f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
-        )
-    extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
+    min_tokens = None
+    if table.get("min_kv_cache_tokens") is not None:
+        min_tokens = resolve.key_of(prefix, table, "min_kv_cache_tokens", v.parse_positive_int)
+    extra_args = resolve.key_of(prefix, table, "extra_args", _extra_args, [])
     _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)
-    standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
-    weights = resolve.get(
-        f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
-    )
-    gpus = resolve.get(f"{prefix}.gpus", parse_placement, None, None, table.get("gpus"))
-    replicas = resolve.get(
-        f"{prefix}.replicas",
-        lambda x: None if x is None else parse_replicas(x),
-        None,
-        None,
-        table.get("replicas"),
-    )
+    standby = resolve.key_of(prefix, table, "standby", v.parse_standby, stack_standby)
+    weights = resolve.key_of(prefix, table, "weights_bytes", v.parse_optional_size)
+    gpus = resolve.key_of(prefix, table, "gpus", parse_placement)
+    replicas = resolve.key_of(prefix, table, "replicas", lambda x: None if x is None else parse_replicas(x))
     return Variant(
         gpus=gpus,
         replicas=check_replicas(name, gpus, replicas),
@@ -541,13 +537,11 @@ def _variant(
         env=_variant_env(prefix, table.get("env", {}), resolve),
         extra_args=tuple(extra_args),
         min_kv_cache_tokens=min_tokens,
-        description=str(description),
-        standby=str(standby),
+        description=description,
+        standby=standby,
         weights_bytes=weights,
         # its own, never inherited through extends
-        aliases=_aliases(
-            prefix, resolve.get(f"{prefix}.aliases", _json_list, [], None, raw[name].get("aliases"))
-        ),
+        aliases=_aliases(prefix, resolve.key_of(prefix, raw[name], "aliases", _json_list, [])),
     )
 
 
@@ -610,21 +604,21 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     where = f"{prefix}.speculative"
     if "method" not in raw:
         raise ConfigError(f"{where}.method is missing: choose one of " + ", ".join(v.SPECULATIVE_METHODS))
-    method = resolve.get(f"{where}.method", v.parse_method, None, None, raw["method"])
+    method = resolve.key_of(where, raw, "method", v.parse_method)
     # a K schedule is written for its maximum K: NUM_SPECULATIVE_TOKENS (meant for the
     # static variants) does not move it, or one .env value would break the schedule
     scheduled = raw.get("per_batch_size") is not None
-    k = resolve.get(
-        f"{where}.num_speculative_tokens",
+    k = resolve.key_of(
+        where,
+        raw,
+        "num_speculative_tokens",
         v.parse_speculative_tokens,
-        None,
-        None if scheduled else VARIANT_ENV["num_speculative_tokens"],
-        raw.get("num_speculative_tokens"),
+        env=None if scheduled else VARIANT_ENV["num_speculative_tokens"],
     )
-    backend = raw.get("attention_backend")
-    if backend is not None:
-        backend = resolve.get(f"{where}.attention_backend", v.parse_attention_backend, None, None, backend)
-    draft = resolve.get(f"{where}.draft_model", v.parse_bool, False, None, raw.get("draft_model"))
+    backend = None
+    if raw.get("attention_backend") is not None:
+        backend = resolve.key_of(where, raw, "attention_backend", v.parse_attention_backend)
+    draft = resolve.key_of(where, raw, "draft_model", v.parse_bool, False)
     extra = raw.get("extra", {})
     if not isinstance(extra, dict):
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected a table")
@@ -640,28 +634,22 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         )
     for key in sorted(RESERVED_SPECULATIVE_EXTRA_AS.keys() & set(extra)):
         raise ConfigError(f"{where}.extra.{key}: set it as {where}.{RESERVED_SPECULATIVE_EXTRA_AS[key]}")
-    schedule = resolve.get(
-        f"{where}.per_batch_size",
-        lambda x: None if x is None else adaptive.schedule_entries(x),
-        None,
-        None,
-        raw.get("per_batch_size"),
+    schedule = resolve.key_of(
+        where, raw, "per_batch_size", lambda x: None if x is None else adaptive.schedule_entries(x)
     )
-    adaptive_on = resolve.get(
-        f"{where}.adaptive_verification", v.parse_bool, False, None, raw.get("adaptive_verification")
-    )
+    adaptive_on = resolve.key_of(where, raw, "adaptive_verification", v.parse_bool, False)
     try:
         json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected JSON values ({err})") from err
     return Speculative(
-        method=str(method),
+        method=method,
         num_speculative_tokens=k,
-        draft_model=bool(draft),
-        attention_backend=backend if backend is None else str(backend),
+        draft_model=draft,
+        attention_backend=backend,
         extra=tuple(sorted(extra.items())),
         per_batch_size=None if schedule is None else tuple(schedule),  # checked later
-        adaptive_verification=bool(adaptive_on),
+        adaptive_verification=adaptive_on,
     )
 
 
