@@ -114,7 +114,7 @@ class Mount:
     @property
     def setting(self) -> str:
         """The variable that sets the source (`MODEL_DIR`), else "the stack"."""
-        return next((p.name for p in self.source if not isinstance(p, str)), "the stack")
+        return next((var.name for var in variables(self.source)), "the stack")
 
 
 @dataclass(frozen=True)
