@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from composer.bench.report import pyplot, save_figure
 from composer.bench.sweep import DEFAULT_KS, percentile
+from composer.stack.bounded import replace_file
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
 
@@ -352,12 +354,8 @@ def decision_data(decision: Decision) -> dict[str, Any]:
 def write_decision_plot(decision: Decision, path: Path) -> bool:
     """Aggregate tok/s against concurrency per arm, one panel per prompt length; False
     without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     lengths = sorted({w[0] for cells in decision.arms.values() for w in cells}, key=lambda t: t or 0)
     figure, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.5), squeeze=False)
@@ -373,19 +371,14 @@ def write_decision_plot(decision: Decision, path: Path) -> bool:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
+    return save_figure(plt, figure, path)
 
 
 def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
     """decide.json and (with matplotlib) decide.png beside the bench files."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / JSON_FILE
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(decision_data(decision), indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
     written = [path]
     if write_decision_plot(decision, out_dir / PNG_FILE):
         written.append(out_dir / PNG_FILE)

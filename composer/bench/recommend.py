@@ -23,18 +23,16 @@ the file atomically.
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from composer.bench.report import JSON_FILE
 from composer.errors import ConfigError, UsageError
-from composer.stack.bounded import BENCH_FILE_LIMIT, read_bounded, read_named_text
+from composer.stack.bounded import BENCH_FILE_LIMIT, read_bounded, read_named_text, replace_file
 from composer.stack.model import Stack
 from composer.stack.workload_classes import CHAT_MAX_TOKENS, MEDIUM_MAX_TOKENS
 
@@ -64,14 +62,10 @@ class Win:
         return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
 
     def to_json(self) -> dict[str, Any]:
+        """Every field, the rates rounded."""
         return {
-            "workload": self.workload,
-            "prompt_tokens": self.prompt_tokens,
-            "concurrency": self.concurrency,
-            "variant": self.variant,
-            "k": self.k,
+            **asdict(self),
             "aggregate_tok_s": round(self.aggregate_tok_s, 2),
-            "runner_up": self.runner_up,
             "margin": None if self.margin is None else round(self.margin, 3),
             "over_baseline": None if self.over_baseline is None else round(self.over_baseline, 3),
         }
@@ -243,17 +237,7 @@ def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
     path = Path(path)
     text = read_named_text(path, "stack file")
     updated = updated_stack_text(text, wins)
-    handle, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(updated)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(temp, path.stat().st_mode & 0o7777)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    replace_file(path, updated.encode("utf-8"), path.stat().st_mode & 0o7777)
 
 
 def format_wins(wins: Sequence[Win]) -> str:

@@ -116,11 +116,11 @@ def _fmt(value: float | None, pattern: str) -> str:
     return "-" if value is None else pattern.format(value)
 
 
-def _positions(result: PointResult, shown: int = 8) -> str:
+def _positions(result: PointResult) -> str:
     if not result.acceptance:
         return "-"
     probs = [f"{p:.2f}".lstrip("0") or "0" for p in result.acceptance.per_position]
-    return "/".join(probs[:shown]) + ("/..." if len(probs) > shown else "")
+    return "/".join(probs[:8]) + ("/..." if len(probs) > 8 else "")
 
 
 def table_rows(report: BenchReport) -> list[list[str]]:
@@ -202,14 +202,30 @@ def y_limits(report: BenchReport) -> tuple[float, float]:
     return 0.0, (max(rates) * 1.1 if rates else 1.0)
 
 
-def write_plot(report: BenchReport, path: Path) -> bool:
-    """tok/s against K per method, baseline as a horizontal line; False without matplotlib."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on its file-only backend (Agg), None when matplotlib is not installed."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
+        return None
+    return plt
+
+
+def save_figure(plt: Any, figure: Any, path: Path) -> bool:
+    """Write `figure` to `path` as a PNG and close it; True."""
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return True
+
+
+def write_plot(report: BenchReport, path: Path) -> bool:
+    """tok/s against K per method, baseline as a horizontal line; False without matplotlib."""
+    plt = pyplot()
+    if plt is None:
         return False
     figure, axes = plt.subplots(figsize=(7, 4.5))
     by_variant: dict[str, list[PointResult]] = {}
@@ -228,10 +244,7 @@ def write_plot(report: BenchReport, path: Path) -> bool:
     axes.set_title("Decode speed against K")
     axes.grid(True, alpha=0.3)
     axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
+    return save_figure(plt, figure, path)
 
 
 def concurrency_plot_name(concurrency: int) -> str:
@@ -242,12 +255,8 @@ def concurrency_plot_name(concurrency: int) -> str:
 def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) -> bool:
     """Aggregate tok/s against prompt length at one concurrency, one line per variant and K;
     False without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return False
     workloads = report.options.workloads()
     lengths = list(dict.fromkeys(_prompt(w) for w in workloads if w.concurrency == concurrency))
@@ -268,10 +277,7 @@ def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) ->
     axes.grid(True, alpha=0.3)
     if lines:
         axes.legend()
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
-    return True
+    return save_figure(plt, figure, path)
 
 
 def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:

@@ -196,17 +196,16 @@ def decide_standby(
     target: str,
     asleep_now: list[str],
     sleeping_next: str | None,
-    probe: GpuProbe | None = None,
 ) -> StandbyDecision:
     """Before anything stops: does `target` fit with `asleep_now` and `sleeping_next` (the
     serving variant the plan puts to sleep) asleep? If not and `stack.standby_fallback` is
     `stop`, the serving variant is stopped instead when that fits; else PreflightFailed."""
     asleep = sorted({*asleep_now, *([sleeping_next] if sleeping_next else [])} - {target})
-    fit = plan_for(stack, target, asleep, probe)
+    fit = plan_for(stack, target, asleep)
     if fit.fits:
         return StandbyDecision(fit)
     if sleeping_next and stack.standby_fallback == "stop":
-        without = plan_for(stack, target, sorted(set(asleep_now) - {target}), probe)
+        without = plan_for(stack, target, sorted(set(asleep_now) - {target}))
         if without.fits:
             return StandbyDecision(
                 without,

@@ -72,25 +72,17 @@ def cpu_build(stack: Stack, variant: Variant, client: docker.DockerClient | None
     return None
 
 
-def _architectures(directory: str) -> tuple[str, ...] | None:
-    """A checkpoint's `architectures`, or None when its config cannot be read."""
+def _architectures(directory: str, *, dflash: bool = False) -> tuple[str, ...]:
+    """A checkpoint's `architectures`; none when its config cannot be read or, with `dflash`,
+    has no `dflash_config` (a DFlash draft's)."""
     try:
         config = ckpt.read_config(directory)
     except CheckpointError:
-        return None
+        return ()
     found = config.get("architectures")
-    return tuple(str(a) for a in found) if isinstance(found, list) else ()
-
-
-def _dflash_draft_architectures(directory: str) -> tuple[str, ...] | None:
-    """A DFlash draft's `architectures` (None unless its config has `dflash_config`)."""
-    try:
-        config = ckpt.read_config(directory)
-    except CheckpointError:
-        return None
-    if not ckpt.has_dflash_config(config):
-        return None
-    return _architectures(directory)
+    if (dflash and not ckpt.has_dflash_config(config)) or not isinstance(found, list):
+        return ()
+    return tuple(str(a) for a in found)
 
 
 def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient | None) -> Finding | None:
@@ -115,7 +107,7 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
             GPU_HOST_FIX,
         )
     if method in V2_RUNNER_METHODS:
-        drafts = _dflash_draft_architectures(stack.draft_dir) if spec.draft_model else None
+        drafts = _architectures(stack.draft_dir, dflash=True) if spec.draft_model else ()
         if drafts and not CANDIDATE_HEAD_DRAFTS.intersection(drafts):
             return Finding(
                 name,
@@ -133,7 +125,7 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
             GPU_HOST_FIX,
         )
     if method in MTP_METHODS:
-        targets = _architectures(stack.model_dir) or ()
+        targets = _architectures(stack.model_dir)
         where = f"method {method} on vLLM's CPU build ({why})"
         failing = [CPU_MTP_FAILS[a] for a in targets if a in CPU_MTP_FAILS]
         if failing:

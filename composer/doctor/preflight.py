@@ -93,13 +93,12 @@ def check_mounts(mounts: Sequence[Mount]) -> list[Finding]:
         if Path(source).is_dir():
             findings.append(Finding("mounts", "ok", f"{source} exists"))
         else:
-            var = next((p.name for p in mount.source if not isinstance(p, str)), "the stack")
             findings.append(
                 Finding(
                     "mounts",
                     "fail",
                     f"model directory {source} (mounted at {mount.target}) does not exist",
-                    f"set {var} to the checkpoint directory",
+                    f"set {mount.setting} to the checkpoint directory",
                 )
             )
     return findings

@@ -158,7 +158,6 @@ def check_mounts_on_engine(variant: VariantFacts, client: docker.DockerClient, w
                 network_disabled=True,
             )
         except APIError as err:
-            var = next((p.name for p in mount.source if not isinstance(p, str)), "the stack")
             explanation = str(err.explanation or err)
             missing = "does not exist" in explanation or "no such file" in explanation.lower()
             findings.append(
@@ -171,7 +170,7 @@ def check_mounts_on_engine(variant: VariantFacts, client: docker.DockerClient, w
                         if missing
                         else f"cannot be mounted on {where}: {explanation}"
                     ),
-                    f"create it on {where} or set {var} to a directory that exists there",
+                    f"create it on {where} or set {mount.setting} to a directory that exists there",
                 )
             )
             continue

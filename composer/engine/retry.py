@@ -234,13 +234,7 @@ def port_watch(interval: float, stopped: threading.Event) -> Retrying:
     """The published port while the gateway's container is replaced: the step (one probe)
     raises `Pending` and runs again every `interval` s until `stopped` is set (the sleep ends
     early when it is)."""
-    return Retrying(
-        retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(interval),
-        stop=lambda _state: stopped.is_set(),
-        sleep=stopped.wait,
-        retry_error_callback=lambda _state: None,
-    )
+    return renewal(interval, stopped, ())
 
 
 def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:

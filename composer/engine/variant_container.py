@@ -60,11 +60,11 @@ class RunningVariant:
     def running(self) -> bool:
         return self.status == "running"
 
-    def uptime_seconds(self, now: datetime | None = None) -> float | None:
+    def uptime_seconds(self) -> float | None:
         """Seconds since the container started, when running."""
         if not self.running or self.started_at is None:
             return None
-        return ((now or datetime.now(UTC)) - self.started_at).total_seconds()
+        return (datetime.now(UTC) - self.started_at).total_seconds()
 
 
 def _started_at(raw: str | None) -> datetime | None:
@@ -143,12 +143,12 @@ class VariantContainer:
         words = (output or b"").decode(errors="replace").split()
         return {"True": True, "False": False}.get(words[-1]) if code == 0 and words else None
 
-    def stop_and_remove(self, grace_seconds: int, gone_within: float = REMOVAL_WAIT) -> None:
+    def stop_and_remove(self, grace_seconds: int) -> None:
         """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.
 
         A container started with `docker run --rm` removes itself once stopped: Docker
         then answers our removal with 409 "removal ... already in progress" (or 404).
-        Both mean it is on its way out; wait (at most `gone_within` s) until it is gone.
+        Both mean it is on its way out; wait (at most REMOVAL_WAIT s) until it is gone.
         """
         from docker.errors import APIError, NotFound
 
@@ -160,7 +160,7 @@ class VariantContainer:
         except APIError as err:
             if not removal_in_progress(err):
                 raise ComposerError(f"could not stop {self.name}: {err}") from err
-            self.wait_gone(gone_within)
+            self.wait_gone(REMOVAL_WAIT)
         except Exception as err:
             raise ComposerError(f"could not stop {self.name}: {err}") from err
 

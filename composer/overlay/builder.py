@@ -284,8 +284,8 @@ def verify_image(
     progress("verification passed")
 
 
-def _short(text: str, limit: int = 80) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def _short(text: str) -> str:
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin]) -> dict[str, str]:

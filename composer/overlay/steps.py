@@ -34,9 +34,7 @@ def local_image(client: Any, ref: str) -> Any | None:
         raise ImageBuildError(f"cannot inspect image {ref!r}: {err}") from err
 
 
-def run_offline(
-    client: Any, image: str, argv: Iterable[str], labels: Mapping[str, str], timeout: int = RUN_TIMEOUT
-) -> tuple[int, str]:
+def run_offline(client: Any, image: str, argv: Iterable[str], labels: Mapping[str, str]) -> tuple[int, str]:
     """Run `argv` (as the entrypoint) in a new container of `image` without networking."""
     container = client.containers.create(
         image, entrypoint=list(argv), network_mode="none", labels=dict(labels), detach=True
@@ -44,9 +42,11 @@ def run_offline(
     try:
         container.start()
         try:
-            status = container.wait(timeout=timeout)
+            status = container.wait(timeout=RUN_TIMEOUT)
         except Exception as err:  # requests' ReadTimeout and friends
-            raise ImageBuildError(f"{' '.join(argv)!r} did not finish within {timeout}s in {image}") from err
+            raise ImageBuildError(
+                f"{' '.join(argv)!r} did not finish within {RUN_TIMEOUT}s in {image}"
+            ) from err
         output = container.logs(stdout=True, stderr=True).decode("utf-8", "replace")
         return int(status.get("StatusCode", 1)), output
     finally:

@@ -25,7 +25,6 @@ import functools
 import os
 import re
 import shlex
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +35,7 @@ from composer.errors import RenderError, cannot_write
 from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
-from composer.stack.bounded import FileTooLarge, read_bounded
+from composer.stack.bounded import FileTooLarge, read_bounded, temp_beside
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
 
@@ -249,10 +248,10 @@ def prune_run_files(
     project: str,
     variant: str,
     keep: Iterable[str | Path | None] = (),
-    newest: int = KEEP_RUN_FILES,
     directory: Path | None = None,
 ) -> list[Path]:
-    """Remove a variant's run files but the `newest` ones and those in `keep`; return the removed.
+    """Remove a variant's run files but the KEEP_RUN_FILES newest and those in `keep`; return
+    the removed.
 
     `keep` names the files that containers were created from (the running one, the
     rollback target): they are never removed, however old.
@@ -270,7 +269,7 @@ def prune_run_files(
     aged.sort(reverse=True)
     protected = {Path(k).resolve() for k in keep if k}
     removed = []
-    for _, path in aged[newest:]:
+    for _, path in aged[KEEP_RUN_FILES:]:
         if path.resolve() in protected:
             continue
         with contextlib.suppress(OSError):  # pruning never fails a swap
@@ -315,19 +314,9 @@ def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
     """`data` in a new temp file in `path`'s directory, with `mode`."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        return temp_beside(path, data, mode)
     except OSError as err:
         raise RenderError(cannot_write(path, err)) from err
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-    except BaseException as err:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(err, OSError):
-            raise RenderError(cannot_write(path, err)) from err
-        raise
-    return Path(tmp)
 
 
 def _stage(file: RenderedFile) -> _Staged:

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-LEVELS = ("privileged", "baseline", "restricted")
 BASELINE_CAPABILITIES = frozenset(
     {
         "AUDIT_WRITE",

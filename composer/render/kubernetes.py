@@ -36,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +48,7 @@ from composer.render.files import RenderedFile, one_line
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, ServiceSpec, resolve
 from composer.render.target import Target, resolve_target
+from composer.stack.kube_values import DNS_LABEL, LABEL_VALUE
 from composer.stack.model import Stack
 
 Manifest = dict[str, Any]
@@ -69,8 +69,6 @@ LIVENESS_TIMEOUT = 10
 CONTROL_SOCKET_DIR = "/run/gateway"
 """Where the gateway's control socket lives (its default GATEWAY_CONTROL_SOCKET's folder):
 an emptyDir, as the root filesystem is read-only."""
-_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
 def kube_dir(stack: Stack) -> Path:
@@ -93,7 +91,7 @@ def selector_labels(stack: Stack, component: str = SERVER_COMPONENT) -> dict[str
 
 
 def _dns_label(value: str, key: str) -> str:
-    if not _DNS_LABEL.fullmatch(value):
+    if not DNS_LABEL.fullmatch(value):
         raise RenderError(
             f"{key} = {value!r} is not a valid Kubernetes name: use lowercase letters, digits and '-', "
             "starting and ending with a letter or digit (at most 63)"
@@ -102,7 +100,7 @@ def _dns_label(value: str, key: str) -> str:
 
 
 def _label_value(value: str, what: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+    if len(value) > 63 or not LABEL_VALUE.fullmatch(value):
         raise RenderError(
             f"{what} {value!r} is not a valid Kubernetes label value: use at most 63 letters, digits, "
             "'-', '_' and '.', starting and ending with a letter or digit"

@@ -111,6 +111,11 @@ class Mount:
     target: str
     read_only: bool = True
 
+    @property
+    def setting(self) -> str:
+        """The variable that sets the source (`MODEL_DIR`), else "the stack"."""
+        return next((var.name for var in variables(self.source)), "the stack")
+
 
 @dataclass(frozen=True)
 class Healthcheck:

@@ -90,14 +90,6 @@ def schedule_entries(raw: object) -> list:
     return raw
 
 
-def k_at(schedule: Schedule, batch_size: int) -> int:
-    """The K the schedule gives a batch of `batch_size` running sequences."""
-    for start, end, k in schedule:
-        if start <= batch_size <= end:
-            return k
-    return schedule[-1][2]
-
-
 def max_num_seqs(extra_args: Sequence[str]) -> int:
     """`--max-num-seqs` from a variant's extra arguments, else vLLM's default."""
     for index, arg in enumerate(extra_args):

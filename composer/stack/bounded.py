@@ -1,4 +1,5 @@
-"""Every file the toolkit reads from disk, read with a size limit (one function, `read_bounded`).
+"""Every file the toolkit reads from disk, read with a size limit (one function, `read_bounded`),
+and the one way it replaces a file of its own or the user's (`replace_file`, `temp_beside`).
 
 A file past its kind's limit is refused at once with a one-line `FileTooLarge` (exit 2):
 at most `limit + 1` bytes are ever read, so `/dev/zero`, a pipe that never ends or a
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 from pathlib import Path
 
 from composer.errors import ConfigError, UsageError
@@ -67,3 +69,29 @@ def read_named_text(path: str | Path, what: str) -> str:
         raise UsageError(f"cannot read the {what} {str(path)!r}: {err.strerror}") from err
     except UnicodeDecodeError as err:
         raise UsageError(f"the {what} {str(path)!r} is not UTF-8 text (byte {err.start})") from err
+
+
+def temp_beside(path: Path, data: bytes, mode: int) -> Path:
+    """`data` in a new temp file in `path`'s folder, with `mode` (on an error none is left)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, mode)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def replace_file(path: Path, data: bytes, mode: int) -> None:
+    """Replace (or create) `path` with `data` through a synced temp file beside it: a reader
+    sees the old file or the new one, never a part of either."""
+    tmp = temp_beside(path, data, mode)
+    try:
+        with tmp.open("rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

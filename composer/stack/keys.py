@@ -87,10 +87,10 @@ def estimate_key(key: str) -> KeyStrength:
     return KeyStrength(bits, len(key), reasons)
 
 
-def weak_key_message(strength: KeyStrength, var: str = "VLLM_API_KEY") -> str:
+def weak_key_message(strength: KeyStrength) -> str:
     """One line saying why a key is refused, how to make one and how to accept it anyway."""
     return (
-        f"{var} is too easy to guess: its estimated entropy is {strength.describe()}, "
+        f"VLLM_API_KEY is too easy to guess: its estimated entropy is {strength.describe()}, "
         f"at least {MIN_KEY_BITS} bits are required: generate one with {GENERATE_HELP}, "
         f"or pass {ALLOW_HELP} to accept it"
     )

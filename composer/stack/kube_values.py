@@ -29,7 +29,9 @@ _SUFFIX = {
 }
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 _LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
-_LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
+DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+"""Kubernetes' grammar of a label value and of an object name (an RFC 1123 label)."""
 
 Resources = dict[str, dict[str, str]]
 """`{"requests": {"cpu": "8"}, "limits": {"memory": "96Gi"}}`."""
@@ -138,7 +140,7 @@ def parse_label_value(value: object, where: str) -> str:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{where}: a string label value")
     text = str(value)
-    if len(text) > 63 or not _LABEL_VALUE.fullmatch(text):
+    if len(text) > 63 or not LABEL_VALUE.fullmatch(text):
         raise ValueError(f"{where} = {text!r}: not a label value (at most 63 letters, digits, '-', '_', '.')")
     return text
 

@@ -19,7 +19,6 @@ from composer.stack import kube_values as kv
 from composer.stack.values import parse_bool, parse_duration, parse_size, parse_text
 
 MODEL_SOURCES = ("hostPath", "pvc")
-_DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 
 
 @dataclass(frozen=True)
@@ -70,7 +69,7 @@ def parse_models(raw: object) -> str:
 def parse_dns_label(raw: object) -> str:
     """A Kubernetes object name: lowercase letters, digits and '-', at most 63 characters."""
     text = str(raw)
-    if not _DNS_LABEL.fullmatch(text):
+    if not kv.DNS_LABEL.fullmatch(text):
         raise ValueError("lowercase letters, digits and '-', starting and ending with a letter or digit")
     return text
 

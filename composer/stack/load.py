@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 from composer.errors import ConfigError, did_you_mean
 from composer.stack import adaptive
@@ -25,38 +26,18 @@ from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySe
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
-from composer.stack.settings import settable_keys
+from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, settable_keys
 from composer.stack.stack_table import STACK_SETTINGS
 from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
 
+T = TypeVar("T")
+
 
 STACK_KEYS = {s.key for s in STACK_SETTINGS} | {"env"}
-VARIANT_KEYS = {
-    "extends",
-    "image",
-    "kv_cache_memory",
-    "speculative",
-    "env",
-    "extra_args",
-    "min_kv_cache_tokens",
-    "description",
-    "standby",
-    "weights_bytes",
-    "aliases",
-    "gpus",
-    "replicas",
-}
-SPECULATIVE_KEYS = {
-    "method",
-    "num_speculative_tokens",
-    "draft_model",
-    "attention_backend",
-    "extra",
-    "per_batch_size",
-    "adaptive_verification",
-}
+VARIANT_KEYS = {k.name for k in KEYS if k.table == VARIANT}
+SPECULATIVE_KEYS = {k.name for k in KEYS if k.table == SPECULATIVE}
 RESERVED_SPECULATIVE_EXTRA = {"method", "num_speculative_tokens", "attention_backend"}
 RESERVED_SPECULATIVE_EXTRA_AS = {
     adaptive.SCHEDULE_KEY: "per_batch_size",
@@ -133,22 +114,34 @@ class _Resolver:
     def get(
         self,
         dotted: str,
-        parse: Callable[[object], object],
+        parse: Callable[[object], T],
         default: object,
         env: str | None = None,
         toml_value: object = None,
         is_path: bool = False,
-    ) -> object:
+    ) -> T:
         raw, where, base = self._lookup(dotted, env, toml_value, default)
         try:
             value = parse(raw)
         except ValueError as err:
             raise ConfigError(f"invalid {dotted} = {v.shown(raw)} (from {where}): expected {err}") from err
-        if is_path and isinstance(value, str) and base is not None:
-            value = str((base / value).resolve()) if not os.path.isabs(value) else value
+        if is_path and isinstance(value, str) and base is not None and not os.path.isabs(value):
+            value = cast(T, str((base / value).resolve()))
         self.record[dotted] = where
         self.written[dotted] = raw
         return value
+
+    def key_of(
+        self,
+        prefix: str,
+        table: Mapping[str, Any],
+        key: str,
+        parse: Callable[[object], T],
+        default: object = None,
+        env: str | None = None,
+    ) -> T:
+        """`get` for `key` of a table as the file has it: `prefix.key`, its value in `table`."""
+        return self.get(f"{prefix}.{key}", parse, default, env, table.get(key))
 
     def _lookup(
         self, dotted: str, env: str | None, toml_value: object, default: object
@@ -185,7 +178,7 @@ def _build(sources: Sources) -> Stack:
         raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
     defaults = {"project": _folder_project(sources, resolve, raw_stack.get("project"))}
-    settings = {
+    settings: dict[str, Any] = {
         s.key: resolve.get(
             f"stack.{s.key}", s.parse, defaults.get(s.key, s.default), s.env, raw_stack.get(s.key), s.is_path
         )
@@ -285,25 +278,24 @@ def _stack_env(raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
 
 def _settings_table(
     sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple]
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The resolved values of a settings table (`[kubernetes]`, `[gateway]`): unknown keys
     refused, each key from the environment, the file or its default."""
     raw = _table(sources.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
     return {
-        key: resolve.get(f"{table}.{key}", parse, default, env, raw.get(key))
-        for key, env, parse, default in settings
+        key: resolve.key_of(table, raw, key, parse, default, env) for key, env, parse, default in settings
     }
 
 
 def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
     values = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS)
-    return KubeSettings(**values)  # type: ignore[arg-type]
+    return KubeSettings(**values)
 
 
 def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
     values = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS)
-    return GatewaySettings(**values)  # type: ignore[arg-type]
+    return GatewaySettings(**values)
 
 
 def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: GatewaySettings) -> None:
@@ -517,56 +509,39 @@ def _variant(
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
     resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
-    image_key = str(
-        resolve.get(
-            f"{prefix}.image", lambda x: _image_key(x, images), next(iter(images)), None, table.get("image")
-        )
-    )
-    description = resolve.get(f"{prefix}.description", str, "", None, table.get("description"))
-    kv_raw = table.get("kv_cache_memory")
-    kv = resolve.get(
-        f"{prefix}.kv_cache_memory",
+    image_key = resolve.key_of(prefix, table, "image", lambda x: _image_key(x, images), next(iter(images)))
+    description = resolve.key_of(prefix, table, "description", str, "")
+    kv = resolve.key_of(
+        prefix,
+        table,
+        "kv_cache_memory",
         lambda x: None if x is None else v.parse_size(x),
-        None,
-        VARIANT_ENV["kv_cache_memory"],
-        kv_raw,
+        env=VARIANT_ENV["kv_cache_memory"],
     )
-    min_tokens = table.get("min_kv_cache_tokens")
-    if min_tokens is not None:
-        min_tokens = resolve.get(
-            f"{prefix}.min_kv_cache_tokens", v.parse_positive_int, None, None, min_tokens
-        )
-    extra_args = resolve.get(f"{prefix}.extra_args", _extra_args, [], None, table.get("extra_args"))
+    min_tokens = None
+    if table.get("min_kv_cache_tokens") is not None:
+        min_tokens = resolve.key_of(prefix, table, "min_kv_cache_tokens", v.parse_positive_int)
+    extra_args = resolve.key_of(prefix, table, "extra_args", _extra_args, [])
     _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)
-    standby = resolve.get(f"{prefix}.standby", v.parse_standby, stack_standby, None, table.get("standby"))
-    weights = resolve.get(
-        f"{prefix}.weights_bytes", v.parse_optional_size, None, None, table.get("weights_bytes")
-    )
-    gpus = resolve.get(f"{prefix}.gpus", parse_placement, None, None, table.get("gpus"))
-    replicas = resolve.get(
-        f"{prefix}.replicas",
-        lambda x: None if x is None else parse_replicas(x),
-        None,
-        None,
-        table.get("replicas"),
-    )
+    standby = resolve.key_of(prefix, table, "standby", v.parse_standby, stack_standby)
+    weights = resolve.key_of(prefix, table, "weights_bytes", v.parse_optional_size)
+    gpus = resolve.key_of(prefix, table, "gpus", parse_placement)
+    replicas = resolve.key_of(prefix, table, "replicas", lambda x: None if x is None else parse_replicas(x))
     return Variant(
-        gpus=gpus,  # type: ignore[arg-type]
-        replicas=check_replicas(name, gpus, replicas),  # type: ignore[arg-type]
+        gpus=gpus,
+        replicas=check_replicas(name, gpus, replicas),
         name=name,
         image_key=image_key,
-        kv_cache_memory=kv,  # type: ignore[arg-type]
+        kv_cache_memory=kv,
         speculative=_speculative(prefix, table.get("speculative"), resolve),
         env=_variant_env(prefix, table.get("env", {}), resolve),
-        extra_args=tuple(extra_args),  # type: ignore[arg-type]
-        min_kv_cache_tokens=min_tokens,  # type: ignore[arg-type]
-        description=str(description),
-        standby=str(standby),
-        weights_bytes=weights,  # type: ignore[arg-type]
+        extra_args=tuple(extra_args),
+        min_kv_cache_tokens=min_tokens,
+        description=description,
+        standby=standby,
+        weights_bytes=weights,
         # its own, never inherited through extends
-        aliases=_aliases(
-            prefix, resolve.get(f"{prefix}.aliases", _json_list, [], None, raw[name].get("aliases"))
-        ),
+        aliases=_aliases(prefix, resolve.key_of(prefix, raw[name], "aliases", _json_list, [])),
     )
 
 
@@ -629,21 +604,21 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     where = f"{prefix}.speculative"
     if "method" not in raw:
         raise ConfigError(f"{where}.method is missing: choose one of " + ", ".join(v.SPECULATIVE_METHODS))
-    method = resolve.get(f"{where}.method", v.parse_method, None, None, raw["method"])
+    method = resolve.key_of(where, raw, "method", v.parse_method)
     # a K schedule is written for its maximum K: NUM_SPECULATIVE_TOKENS (meant for the
     # static variants) does not move it, or one .env value would break the schedule
     scheduled = raw.get("per_batch_size") is not None
-    k = resolve.get(
-        f"{where}.num_speculative_tokens",
+    k = resolve.key_of(
+        where,
+        raw,
+        "num_speculative_tokens",
         v.parse_speculative_tokens,
-        None,
-        None if scheduled else VARIANT_ENV["num_speculative_tokens"],
-        raw.get("num_speculative_tokens"),
+        env=None if scheduled else VARIANT_ENV["num_speculative_tokens"],
     )
-    backend = raw.get("attention_backend")
-    if backend is not None:
-        backend = resolve.get(f"{where}.attention_backend", v.parse_attention_backend, None, None, backend)
-    draft = resolve.get(f"{where}.draft_model", v.parse_bool, False, None, raw.get("draft_model"))
+    backend = None
+    if raw.get("attention_backend") is not None:
+        backend = resolve.key_of(where, raw, "attention_backend", v.parse_attention_backend)
+    draft = resolve.key_of(where, raw, "draft_model", v.parse_bool, False)
     extra = raw.get("extra", {})
     if not isinstance(extra, dict):
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected a table")
@@ -659,28 +634,22 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         )
     for key in sorted(RESERVED_SPECULATIVE_EXTRA_AS.keys() & set(extra)):
         raise ConfigError(f"{where}.extra.{key}: set it as {where}.{RESERVED_SPECULATIVE_EXTRA_AS[key]}")
-    schedule = resolve.get(
-        f"{where}.per_batch_size",
-        lambda x: None if x is None else adaptive.schedule_entries(x),
-        None,
-        None,
-        raw.get("per_batch_size"),
+    schedule = resolve.key_of(
+        where, raw, "per_batch_size", lambda x: None if x is None else adaptive.schedule_entries(x)
     )
-    adaptive_on = resolve.get(
-        f"{where}.adaptive_verification", v.parse_bool, False, None, raw.get("adaptive_verification")
-    )
+    adaptive_on = resolve.key_of(where, raw, "adaptive_verification", v.parse_bool, False)
     try:
         json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected JSON values ({err})") from err
     return Speculative(
-        method=str(method),
-        num_speculative_tokens=int(k),  # type: ignore[call-overload]
-        draft_model=bool(draft),
-        attention_backend=backend if backend is None else str(backend),
+        method=method,
+        num_speculative_tokens=k,
+        draft_model=draft,
+        attention_backend=backend,
         extra=tuple(sorted(extra.items())),
-        per_batch_size=None if schedule is None else tuple(schedule),  # type: ignore[arg-type]  # checked later
-        adaptive_verification=bool(adaptive_on),
+        per_batch_size=None if schedule is None else tuple(schedule),  # checked later
+        adaptive_verification=adaptive_on,
     )
 
 

@@ -12,7 +12,6 @@ from typing import Any
 from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, Key
 from composer.stack.workload_classes import WORKLOAD_PATTERN
 
-SCHEMA_FILE = "composer.schema.json"
 _DIGITS = r"^\s*[0-9]+\s*$"
 _SIZE = r"^\s*[0-9]+(\.[0-9]+)?\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$"
 _DURATION = r"^\s*[0-9]+\s*[smh]?\s*$"

@@ -1,9 +1,10 @@
 """Every settable key of a stack, with its kind and a one-line description.
 
 The one table `config` lists, `config --keys` prints, `--set` suggests from, and the
-JSON Schema of composer.toml (`schema/composer.schema.json`) is generated from. The
-loader's own tables (`STACK_SETTINGS`, `GATEWAY_SETTINGS`, `KUBE_SETTINGS`, the variant
-and speculative keys) say how a value is parsed; a test keeps this table equal to them.
+JSON Schema of composer.toml (`schema/composer.schema.json`) is generated from, and the
+keys a variant and its speculative table accept. The loader's own tables (`STACK_SETTINGS`,
+`GATEWAY_SETTINGS`, `KUBE_SETTINGS`) say how a value is parsed; a test keeps this table
+equal to them.
 """
 
 from __future__ import annotations

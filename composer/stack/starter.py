@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from composer.errors import UsageError
+from composer.stack.bounded import replace_file
 
 STARTER_FILES = ("composer.toml", ".env.example")
 ENV_MODE = 0o600
@@ -46,16 +47,16 @@ def generated_key() -> str:
     return "sk-" + secrets.token_hex(24)
 
 
-def free_port(first: int = FIRST_PORT, tries: int = 200, host: str = "127.0.0.1") -> int:
-    """The first port from `first` on that nothing listens on here (a stack's default port)."""
-    for port in range(first, min(first + tries, 65536)):
+def free_port(first: int = FIRST_PORT) -> int:
+    """The first of 200 ports from `first` on that nothing listens on here (a stack's default port)."""
+    for port in range(first, min(first + 200, 65536)):
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             try:
-                probe.bind((host, port))
+                probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
             return port
-    raise UsageError(f"no free port in {first}-{first + tries - 1}: pass --port N")
+    raise UsageError(f"no free port in {first}-{first + 199}: pass --port N")
 
 
 def folder_project(directory: Path) -> str:
@@ -111,25 +112,12 @@ def init_stack(
             ref = schema_path(schema_file())
             text = stack_text or reference_stack_text(data.decode("utf-8"), ref)
             data = (with_identity(text, *identity) if identity else text).encode("utf-8")
-        _write_atomic(target, data, 0o644)
+        replace_file(target, data, 0o644)
         written.append(Written(target, True))
     if with_env:
         _create_private(env_path, f"VLLM_API_KEY={generated_key()}\n".encode())
         written.append(Written(env_path, True))
     return written
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _create_private(path: Path, data: bytes) -> None:

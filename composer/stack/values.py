@@ -33,7 +33,6 @@ SPECULATIVE_METHODS: tuple[str, ...] = (
 MTP_METHODS = frozenset(m for m in SPECULATIVE_METHODS if m == "mtp" or m.endswith("_mtp"))
 V2_RUNNER_METHODS = frozenset({"dflash", "dspark"})
 """Methods that force vLLM's V2 model runner, which needs pinned memory (UVA)."""
-DRAFT_MODEL_METHODS = frozenset({"draft_model", "eagle", "eagle3", "dflash", "dspark"})
 
 ATTENTION_BACKENDS: tuple[str, ...] = (
     "FLASH_ATTN",
