@@ -19,9 +19,8 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
     """`up --target kubernetes`: a live set's change (several variants, `[gateway] live`, or a
     live set the cluster runs, which one variant joins), else the switch of the one-variant
     Deployment. False: a single switch without a VARIANT (nothing was asked)."""
-    from composer.kube.execute import up_kube_live, up_kubernetes
+    from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
     from composer.kube.kubectl import Kubectl
-    from composer.kube.plan import live_set_names, ran_kube_live, read_cluster
     from composer.kube.rollout import KubeUpOptions
     from composer.render.target import resolve_target
     from composer.stack.placement import live_members
@@ -60,11 +59,7 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
     )
 
     def run(line: LiveLine) -> KubeUpResult | LiveResult:
-        if live:
-            return up_kube_live(
-                stack, variants, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
-            )
-        target = resolve_target(stack, names[0])
+        target = variants if live else resolve_target(stack, names[0])
         return up_kubernetes(
             stack, target, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
         )

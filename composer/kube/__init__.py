@@ -9,17 +9,17 @@ gateway's Deployment), what a rollout asks of the cluster (`rollout`: the one-va
 Deployment's state, the variant's overlay, the API key Secret server-side applied from stdin,
 `kubectl rollout status --timeout`, the readiness gate and warm-up through a Service, a pod's
 log tail), the way the gate reaches the Service (`forward`: the configured URL or `kubectl
-port-forward`), what the cluster runs and the pure plans of typed operations
-(`composer.swap.ops`) from there (`plan`: the switch of the one-variant Deployment, a live
-set's change), and the one executor of both (`execute`: under the project's swap lock,
-`composer.swap.execute` with one kubectl dispatch table; a failure or a stop signal runs the
-inverses of what ran, newest first, `--no-rollback` leaves it; signals from `composer.signals`).
+port-forward`), and the one executor (`execute`: what the cluster runs, the plans of typed
+operations (`composer.swap.ops`) of the one-variant switch and of a live set's change, run
+under the project's swap lock by `composer.swap.execute` with one kubectl dispatch table; a
+failure or a stop signal runs the inverses of what ran, newest first, `--no-rollback` leaves
+it; signals from `composer.signals`).
 Never calls Docker. May import: `composer.stack`, `composer.render`, `composer.engine`
 (the readiness probe, log redaction and hints), `composer.gateway` (its control client),
 `composer.swap` (the swap lock, the hold, a live change's plan, executor and result),
 `composer.errors`, `composer.labels`, `composer.signals`.
-Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `up_kubernetes`, `service_url`,
-`up_kube_live` (its result is the compose target's `LiveResult`, from `composer.swap.live`).
+Public: `Kubectl`, `KubeExec`, `KubeUpOptions`, `KubeUpResult`, `service_url`, `up_kubernetes`
+(a live set's change gives the compose target's `LiveResult`, from `composer.swap.live`).
 """
 
 from composer._exports import lazy_exports
@@ -30,7 +30,7 @@ __all__, __getattr__ = lazy_exports(
         "control": ["KubeExec"],
         "forward": ["service_url"],
         "kubectl": ["Kubectl"],
-        "execute": ["up_kube_live", "up_kubernetes"],
+        "execute": ["up_kubernetes"],
         "rollout": ["KubeUpOptions", "KubeUpResult"],
     },
 )

@@ -10,16 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-import yaml
-
-from composer import labels
 from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
 from composer.gateway.client import CALL_WAIT_S, GatewayControl
 from composer.kube.kubectl import Kubectl
-from composer.render.kubernetes import GATEWAY_COMPONENT, Manifest, gateway_name, selector_labels
+from composer.render.kubernetes import GATEWAY_COMPONENT, gateway_name, selector_labels
 from composer.stack.model import Stack
 from composer.swap.holding import SwapHold
 
@@ -41,29 +37,6 @@ class KubeExec:
         done = self.kubectl.run(args, timeout=CALL_WAIT_S + 40, check=False)
         out, err = self.kubectl.redact(done.stdout), self.kubectl.redact(done.stderr)
         return done.returncode, (out.encode(), err.encode())
-
-
-def gateway_deployment(kubectl: Kubectl, stack: Stack) -> Manifest | None:
-    """The gateway Deployment on the cluster (None when there is none)."""
-    name = gateway_name(stack)
-    done = kubectl.run(["get", f"deployment/{name}", "--ignore-not-found", "--output", "json"])
-    if not done.stdout.strip():
-        return None
-    try:
-        return dict(json.loads(done.stdout))
-    except (ValueError, TypeError) as err:
-        raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
-
-
-def read_manifest(path: Path) -> Manifest:
-    """A rendered manifest file."""
-    return dict(yaml.safe_load(path.read_text()))
-
-
-def config_hash(doc: Manifest) -> str:
-    """The config-hash label of a Deployment's pod template ('' without one)."""
-    template = (doc.get("spec") or {}).get("template") or {}
-    return str(((template.get("metadata") or {}).get("labels") or {}).get(labels.CONFIG_HASH, ""))
 
 
 def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:

@@ -1,50 +1,42 @@
-"""The one Kubernetes executor: the typed operations of both plans (`composer.kube.plan`) run by
-`composer.swap.execute` with one kubectl dispatch table (`KubeRollout.handlers`).
+"""The one Kubernetes executor: what the cluster runs, the plans of typed operations
+(`composer.swap.ops`) from there, run by `composer.swap.execute` with one kubectl dispatch
+table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and a live set's change.
 
     take the project's swap lock -> read what the cluster runs -> write the manifests ->
-    server-side apply the API key Secret -> plan -> execute -> result (and, for a live
-    set, its history line and the gateway Deployment's upstream list).
+    server-side apply the API key Secret -> plan (pure) -> execute -> the result (a live
+    set: its history line, and the gateway Deployment's upstream list)
 
-The operations on the cluster: Roll (the one-variant Deployment), StartMember and Reapply
-are kubectl apply -k and rollout status, RollBack `kubectl rollout undo` and rollout status;
-GateMember the readiness gate and warm-up through the Service (the shared one for the
-one-variant Deployment, past the gateway's hold; a live member's own, with a speculative
-variant's draft acceptance, `composer.swap.live.live_acceptance`); HoldGateway and
-ReleaseGateway the gateway's hold and drain through `kubectl exec`, UpdateGateway the gateway
-rolled first when it changes itself; Publish, DrainMember and DrainSingle the gateway's
-upstreams and drains; StopMember kubectl delete. A failure or the first Ctrl-C, SIGTERM or
-SIGHUP runs the inverses of what ran, newest first (a switched Deployment rolled back and
-the variant before gated again under the hold, then the hold released; a new live variant
-deleted again, a leaving one applied again); `--no-rollback` leaves what ran as it is. The
-failed operation's pod log is read before the undo.
+`plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), HoldGateway
+(the gateway's hold and drain through `kubectl exec`), Roll (apply -k, rollout status),
+GateMember (through the shared Service, past the hold), ReleaseGateway. `plan_kube_live`: the
+Docker live set's operations on members named `VARIANT/1`: StartMember (apply -k, rollout
+status), GateMember (through the variant's own Service, with a speculative variant's draft
+acceptance), Publish, DrainMember and DrainSingle (the gateway's upstreams and drains),
+StopMember (kubectl delete), a changed Deployment applied in place (Reapply). A failure or the
+first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (Roll and Reapply:
+RollBack, `kubectl rollout undo`, and for Roll the gate of the variant before, under the
+hold, then the release; a new live variant deleted again, a leaving one applied again);
+`--no-rollback` leaves what ran. The failed operation's pod log is read before the undo.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import yaml
+
+from composer import labels
 from composer.engine.diagnose import hints
 from composer.engine.gate import GateTarget
-from composer.errors import ComposerError, KubectlFailed, PreflightFailed, SwapFailed
+from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
-from composer.kube.control import config_hash, gateway_deployment, kube_control, kube_hold, read_manifest
+from composer.kube.control import kube_control, kube_hold
 from composer.kube.kubectl import Kubectl
-from composer.kube.plan import (
-    SHARED,
-    SINGLE,
-    ClusterLive,
-    _gateway_env,
-    identity,
-    live_set_names,
-    plan_kube_live,
-    plan_kube_single,
-    read_cluster,
-    write_live,
-)
 from composer.kube.rollout import (
     NO_KEY,
     KubeUpOptions,
@@ -54,24 +46,231 @@ from composer.kube.rollout import (
     _log_tail,
     _quiet,
     apply_secret,
+    deployment,
     gate,
+    pod_labels,
     rollout_status,
     serving,
     write_overlay,
 )
-from composer.render.kube_live import live_member_docs, live_shared_docs
-from composer.render.kubernetes import Manifest, gateway_name
+from composer.render.files import RenderedFile, write_atomic
+from composer.render.kube_live import live_member_docs, live_name, live_shared_docs
+from composer.render.kubernetes import (
+    GENERATED,
+    Manifest,
+    _kustomization,
+    dump,
+    gateway_name,
+    selector_labels,
+)
+from composer.render.live import LIVE_UPSTREAMS_VAR
+from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
-from composer.swap.execute import Handlers, execute
+from composer.swap.execute import Handlers, _reason, execute
 from composer.swap.holding import SwapHold
-from composer.swap.live import DrainTally, LiveResult, live_acceptance, live_history, set_upstreams
+from composer.swap.journal import append_history
+from composer.swap.live import (
+    DrainTally,
+    LivePlan,
+    LiveResult,
+    _operations,
+    live_acceptance,
+    live_history,
+    set_upstreams,
+)
 from composer.swap.lock import swap_lock
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
+
+SHARED = "shared"
+SINGLE = "single"  # the one-variant Deployment's overlay, where an undo applies it again
+LIVE_PREFIX = "live-"
+
+
+@dataclass(frozen=True)
+class LiveDeployment:
+    """A live variant's Deployment as the cluster has it: what identifies its configuration."""
+
+    variant: str
+    identity: str
+
+
+@dataclass(frozen=True)
+class ClusterLive:
+    """The project's server Deployments on the cluster: the live ones by variant, and the
+    variant of the one-variant Deployment (`up VARIANT`'s), None when there is none ("" when
+    its variant cannot be read)."""
+
+    live: Mapping[str, LiveDeployment]
+    single: str | None = None
+
+
+def identity(doc: Manifest) -> str:
+    """A rendered live Deployment's configuration, as `up` stamps it on the Deployment
+    (`labels.LIVE_CONFIG`): the API server rewrites what it stores (quantities, defaults),
+    so the cluster's copy is never compared field by field."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def stamped(doc: Manifest) -> Manifest:
+    """The Deployment with its identity annotation (a metadata change: no pod is replaced)."""
+    meta = dict(doc["metadata"])
+    meta["annotations"] = {**(meta.get("annotations") or {}), labels.LIVE_CONFIG: identity(doc)}
+    return {**doc, "metadata": meta}
+
+
+def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
+    """The project's server Deployments (one `kubectl get deployments --selector`)."""
+    selector = ",".join(f"{k}={v}" for k, v in selector_labels(stack).items())
+    done = kubectl.run(["get", "deployments", "--selector", selector, "--output", "json"])
+    try:
+        items = json.loads(done.stdout).get("items") or []
+    except (ValueError, AttributeError) as err:
+        raise KubectlFailed("`kubectl get deployments` printed no Deployment list") from err
+    live: dict[str, LiveDeployment] = {}
+    single = None
+    for doc in items:
+        name = (doc.get("metadata") or {}).get("name", "")
+        template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
+        variant = (template.get("labels") or {}).get(labels.VARIANT, "")
+        if name == stack.service:
+            single = str(variant)
+        elif variant in stack.variants and name == live_name(stack, variant):
+            notes = (doc.get("metadata") or {}).get("annotations") or {}
+            live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
+    return ClusterLive(live, single)
+
+
+def ran_kube_live(stack: Stack, directory: Path | None = None) -> bool:
+    """`up --target kubernetes` changed a live set of this project from this machine before:
+    only then does a one-variant `up` ask the cluster whether a live set runs."""
+    return any(((directory or state_dir()) / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
+
+
+def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive) -> list[str]:
+    """The live set `up` aims at: several names are the set; none is `[gateway] live` (else
+    what runs); one name joins what runs (or `[gateway] live` when nothing live runs)."""
+    if len(requested) > 1:
+        return list(requested)
+    base = [name for name in stack.variants if name in cluster.live] or list(stack.gateway.live)
+    if not requested:
+        return base
+    return base if requested[0] in base else [*base, requested[0]]
+
+
+def plan_kube_live(
+    stack: Stack,
+    variants: Sequence[str],
+    wanted: Mapping[str, str],
+    cluster: ClusterLive,
+    folders: Mapping[str, Path] | None = None,
+    *,
+    continue_streams: bool = True,
+) -> LivePlan:
+    """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
+    kustomization each variant (or the one-variant Deployment, under its variant) applies
+    from. The operations are the Docker live set's, on members named `VARIANT/1`; a variant
+    whose identity changed is applied in place (a rolling update)."""
+    folders = folders or {}
+
+    def member(variant: str) -> ops.Member:
+        deployment = live_name(stack, variant)
+        speculative = variant in stack.variants and stack.variant(variant).speculative is not None
+        return ops.Member(
+            f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
+        )
+
+    new = {f"{v}/1": member(v) for v in variants}
+    old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
+    old |= {f"{v}/1": member(v) for v in cluster.live if f"{v}/1" not in old}
+    keep = tuple(
+        n
+        for n, m in new.items()
+        if m.variant in cluster.live and cluster.live[m.variant].identity == wanted[m.variant]
+    )
+    alone = None
+    if cluster.single is not None:
+        single = cluster.single or stack.service
+        file = str(folders.get(SINGLE, ""))
+        alone = ops.Member(single, single, stack.service, stack.service, file, "-", False)
+    plan = LivePlan.between(
+        variants,
+        list(new),
+        set(old),
+        keep,
+        single=alone.variant if alone is not None else None,
+        gpus=dict.fromkeys(new, "-"),
+        upstreams=tuple(m.upstream() for m in new.values()),
+    )
+    planned = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    return replace(plan, ops=planned)
+
+
+def plan_kube_single(
+    stack: Stack,
+    variant: str,
+    overlay: Path,
+    config_hash: str,
+    before: Serving | None,
+    *,
+    hold: bool,
+    gateway_file: str | None = None,
+    continue_streams: bool = False,
+) -> tuple[ops.Op, ...]:
+    """The switch of the one-variant Deployment to `variant` (pure) with the configuration
+    `config_hash`: `before` is what it runs now (None: no Deployment yet), `hold` whether the
+    gateway holds and drains around it, `gateway_file` the gateway Deployment to roll first
+    when the gateway itself changes. The variant before is what an undo gates again."""
+    deployment = stack.service
+    member = ops.Member(variant, variant, deployment, deployment, str(overlay))
+    previous = None
+    if before is not None and before.config_hash != config_hash:
+        name = before.variant or deployment
+        previous = ops.Member(name, name, deployment, deployment, "")
+    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file)] if hold and gateway_file else []
+    planned += [ops.HoldGateway(continue_streams)] if hold else []
+    planned += [ops.Roll(member, previous), ops.GateMember(member)]
+    return (*planned, *([ops.ReleaseGateway()] if hold else []))
+
+
+def write_live(
+    stack: Stack, variants: Sequence[str], directory: Path | None = None, leaving: Sequence[str] = ()
+) -> dict[str, Path]:
+    """The set's kustomizations under the state folder: `shared` (the shared Service, the
+    gateway and the base's extras) and one per variant (its Deployment and Service), the
+    `leaving` variants' too (an undo applies them again, as the stack renders them now)."""
+    groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
+    for name in (*variants, *(n for n in leaving if n in stack.variants and n not in variants)):
+        groups[name] = [
+            (file, stamped(doc) if doc["kind"] == "Deployment" else doc)
+            for file, doc in live_member_docs(stack, name)
+        ]
+    texts = {(group, file): dump(doc, GENERATED) for group, docs in groups.items() for file, doc in docs}
+    digest = hashlib.sha256(json.dumps(sorted(texts.items())).encode()).hexdigest()[:12]
+    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
+    folders: dict[str, Path] = {}
+    for group, docs in groups.items():
+        folder = out / group
+        kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+        files = [RenderedFile(folder / "kustomization.yaml", dump(kustomization, GENERATED), 0o644)]
+        files += [RenderedFile(folder / file, texts[(group, file)], 0o644) for file, _ in docs]
+        for rendered in files:
+            write_atomic(rendered)
+        folders[group] = folder
+    return folders
+
+
+def _gateway_env(doc: Manifest) -> str | None:
+    """The gateway Deployment's GATEWAY_LIVE_UPSTREAMS value (None without one)."""
+    containers = ((doc.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or [{}]
+    for var in containers[0].get("env") or []:
+        if var.get("name") == LIVE_UPSTREAMS_VAR:
+            return str(var.get("value"))
+    return None
 
 
 @dataclass(frozen=True)
@@ -148,12 +347,9 @@ class KubeRollout:
         self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
         drained = self.hold.begin(op.continue_streams)
         self.timings["drain"] = drained.seconds
-        self.held = {
-            "finished": drained.drained,
-            "cut": drained.cut,
-            "continued": drained.continued,
-            "refused": drained.refused,
-        }
+        self.held = dict(
+            finished=drained.drained, cut=drained.cut, continued=drained.continued, refused=drained.refused
+        )
 
     def release_gateway(self, _: ops.ReleaseGateway) -> None:
         """The held requests flow to whatever serves now (a stop signal cannot cut it short)."""
@@ -210,6 +406,7 @@ class KubeRollout:
         if self.unchanged and self._single(op.member):
             return
         self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
+        self.began[op.member.name] = time.monotonic()  # the gate after it has the whole timeout
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
         rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
 
@@ -218,7 +415,7 @@ class KubeRollout:
         the one-variant Deployment) within the timeout from its apply; a speculative variant's
         acceptance too."""
         member = op.member
-        began = self.began.get(member.name, time.monotonic())
+        began = self.began.pop(member.name, time.monotonic())
         self.say(f"{member.variant} rolled out; gating it through service/{member.service}")
         warmup = self.stack.gateway.warmup_requests if self.stack.gateway.enabled else 0
         if member.speculative:  # the acceptance check's completions count as warm-up
@@ -332,9 +529,13 @@ class KubeRollout:
         overlay = write_overlay(self.stack, target)
         apply_secret(self.kubectl, self.stack)
         same = before is not None and before.config_hash == target.hash
-        gateway = gateway_deployment(self.kubectl, self.stack) if target.gateway and not same else None
+        holds = target.gateway is not None and not same
+        gateway = deployment(self.kubectl, gateway_name(self.stack)) if holds else None
         rendered = overlay.parent.parent / "base" / "gateway-deployment.yaml"
-        changed = gateway is not None and config_hash(gateway) != config_hash(read_manifest(rendered))
+        changed = gateway is not None and (
+            pod_labels(gateway).get(labels.CONFIG_HASH, "")
+            != pod_labels(yaml.safe_load(rendered.read_text())).get(labels.CONFIG_HASH, "")
+        )
         planned = plan_kube_single(
             self.stack,
             target.name,
@@ -348,7 +549,11 @@ class KubeRollout:
         try:
             self._run(planned)
         except SwapFailed as err:
-            raise self._single_failed(target.name, planned, err) from err.__cause__
+            self.release_gateway(ops.ReleaseGateway())  # a hold never outlasts `up`, --no-rollback or not
+            failed = self._single_failed(target.name, planned, err)
+            ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
+            self._history(result, ran, failed)
+            raise failed from err.__cause__
         result.timings.update(self.timings)
         result.notes += self.notes
         result.drained = self.held
@@ -361,7 +566,17 @@ class KubeRollout:
         if same:
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
+        self._history(result, planned)
         return result
+
+    def _history(self, result: KubeUpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
+        """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
+        outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
+        timings = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
+        entry = {"kind": "up", "source": result.previous, "target": result.variant, "outcome": outcome}
+        entry |= {"steps": [op.describe() for op in steps], "timings": timings, "drained": self.held}
+        entry["cause"] = str(err).splitlines()[0][:500] if err else None
+        append_history(self.stack.project, entry)
 
     def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
         """The switch's error in its own words: what the undo did to the Deployment."""
@@ -379,7 +594,7 @@ class KubeRollout:
         else:
             why = f"the rollback to {back} failed too: {str(err).partition('; the undo failed too: ')[2]}"
         undone = err.rolled_back and rolled and bool(back) and not self.unchanged
-        cause = _cause(err.__cause__ or err)
+        cause = _reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
     def up_live(self, requested: Sequence[str]) -> LiveResult:
@@ -398,7 +613,7 @@ class KubeRollout:
         result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
         result.plan_text = plan.describe()
         apply_secret(self.kubectl, self.stack)
-        gateway = gateway_deployment(self.kubectl, self.stack) if self.stack.gateway.enabled else None
+        gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
@@ -429,55 +644,23 @@ def _placed_by_the_scheduler(_: ops.AwaitRelease) -> None:
     """Kubernetes places pods on free GPUs itself: there is no release to wait for."""
 
 
-def _cause(err: BaseException) -> str:
-    """An error as one line: interrupted, our own messages as they are, others with their type."""
-    if isinstance(err, KeyboardInterrupt):
-        return "interrupted"
-    return str(err) if isinstance(err, ComposerError) else f"unexpected {type(err).__name__}: {err}"
-
-
-def _locked(
-    stack: Stack, kubectl: Kubectl | None, options: KubeUpOptions | None, progress: Say, waiting: Say | None
-) -> tuple[KubeRollout, AbstractContextManager[object]]:
-    """The executor and the project's swap lock to run it under (a missing API key is refused
-    first: a configuration error never waits for another swap's lock)."""
-    options = options or KubeUpOptions()
-    if not stack.api_key:
-        raise PreflightFailed(NO_KEY)
-    runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
-    return runner, swap_lock(stack.project, options.wait_for_lock, progress)
-
-
 def up_kubernetes(
     stack: Stack,
-    target: Target,
+    target: Target | Sequence[str],
     *,
     kubectl: Kubectl | None = None,
     options: KubeUpOptions | None = None,
     progress: Say = _quiet,
     waiting: Say | None = None,
-) -> KubeUpResult:
-    """Switch the cluster's one-variant Deployment to `target` under the project's swap lock;
-    raise SwapFailed (after undoing, unless --no-rollback) on failure, caused by
-    KeyboardInterrupt when interrupted."""
-    runner, lock = _locked(stack, kubectl, options, progress, waiting)
-    with lock:
-        return runner.up_single(target)
-
-
-def up_kube_live(
-    stack: Stack,
-    requested: Sequence[str],
-    *,
-    kubectl: Kubectl | None = None,
-    options: KubeUpOptions | None = None,
-    progress: Say = _quiet,
-    waiting: Say | None = None,
-) -> LiveResult:
-    """Change the cluster's live set under the project's swap lock; raise SwapFailed (after
-    undoing what ran, unless --no-rollback) on failure."""
-    if len(requested) > 1:
-        live_members(stack, requested)  # overlapping GPU sets: refused before kubectl is asked
-    runner, lock = _locked(stack, kubectl, options, progress, waiting)
-    with lock:
-        return runner.up_live(requested)
+) -> KubeUpResult | LiveResult:
+    """Under the project's swap lock: switch the one-variant Deployment to a `target`, or change
+    the live set to the variants named; raise SwapFailed (after undoing what ran, unless
+    --no-rollback) on failure, caused by KeyboardInterrupt when interrupted."""
+    options = options or KubeUpOptions()
+    if not stack.api_key:  # a configuration error never waits for another swap's lock
+        raise PreflightFailed(NO_KEY)
+    if not isinstance(target, Target) and len(target) > 1:
+        live_members(stack, target)  # overlapping GPU sets: refused before kubectl is asked
+    runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
+    with swap_lock(stack.project, options.wait_for_lock, progress):
+        return runner.up_single(target) if isinstance(target, Target) else runner.up_live(target)

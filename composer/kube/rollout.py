@@ -30,7 +30,7 @@ from composer.errors import HealthCheckFailed, KubectlFailed, PreflightFailed
 from composer.kube.forward import service_url
 from composer.kube.kubectl import Kubectl
 from composer.render.files import write_atomic
-from composer.render.kubernetes import render_kubernetes, secret_name
+from composer.render.kubernetes import Manifest, render_kubernetes, secret_name
 from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
@@ -72,33 +72,36 @@ class KubeUpResult:
     drained: dict[str, int] | None = None
 
 
+def deployment(kubectl: Kubectl, name: str) -> Manifest | None:
+    """The Deployment as the cluster has it (None when there is none)."""
+    done = kubectl.run(["get", f"deployment/{name}", "--ignore-not-found", "--output", "json"])
+    if not done.stdout.strip():
+        return None
+    try:
+        return dict(json.loads(done.stdout))
+    except (ValueError, TypeError) as err:
+        raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
+
+
+def pod_labels(doc: Manifest) -> dict[str, str]:
+    """The labels of a Deployment's pod template."""
+    template = (doc.get("spec") or {}).get("template") or {}
+    return dict((template.get("metadata") or {}).get("labels") or {})
+
+
 @dataclass(frozen=True)
 class Serving:
-    """The Deployment as the cluster has it now."""
+    """What the one-variant Deployment runs now: its variant and configuration."""
 
     variant: str | None
     config_hash: str | None
-    served_name: str | None
-    revision: str | None
 
 
 def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
     """The variant the Deployment runs now (None when there is no Deployment yet)."""
-    done = kubectl.run(["get", f"deployment/{stack.service}", "--ignore-not-found", "--output", "json"])
-    if not done.stdout.strip():
-        return None
-    try:
-        doc = json.loads(done.stdout)
-        meta = doc["spec"]["template"]["metadata"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise KubectlFailed(f"`kubectl get deployment/{stack.service}` printed no Deployment: {err}") from err
-    pod_labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-    return Serving(
-        variant=pod_labels.get(labels.VARIANT),
-        config_hash=pod_labels.get(labels.CONFIG_HASH),
-        served_name=notes.get(labels.SERVED_NAME),
-        revision=(doc["metadata"].get("annotations") or {}).get("deployment.kubernetes.io/revision"),
-    )
+    doc = deployment(kubectl, stack.service)
+    found = pod_labels(doc) if doc is not None else None
+    return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
 
 
 def write_overlay(stack: Stack, target: Target, directory: Path | None = None) -> Path:
