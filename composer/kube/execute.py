@@ -324,7 +324,7 @@ class KubeRollout:
             ops.DrainMember: self.drain,
             ops.DrainSingle: self.drain_single,
             ops.StopMember: self.stop_member,
-            ops.AwaitRelease: _placed_by_the_scheduler,
+            ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
     # -- the gateway ----------------------------------------------------------------------
@@ -572,9 +572,9 @@ class KubeRollout:
     def _history(self, result: KubeUpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
         """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
         outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
-        timings = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
-        entry = {"kind": "up", "source": result.previous, "target": result.variant, "outcome": outcome}
-        entry |= {"steps": [op.describe() for op in steps], "timings": timings, "drained": self.held}
+        entry: dict[str, object] = {"kind": "up", "source": result.previous, "target": result.variant}
+        entry |= {"outcome": outcome, "steps": [op.describe() for op in steps], "drained": self.held}
+        entry["timings"] = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
         entry["cause"] = str(err).splitlines()[0][:500] if err else None
         append_history(self.stack.project, entry)
 
@@ -638,10 +638,6 @@ class KubeRollout:
             live_history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
-
-
-def _placed_by_the_scheduler(_: ops.AwaitRelease) -> None:
-    """Kubernetes places pods on free GPUs itself: there is no release to wait for."""
 
 
 def up_kubernetes(

@@ -131,17 +131,8 @@ def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
         "type": "Opaque",
         "data": {API_KEY_VAR: base64.b64encode(stack.api_key.encode()).decode()},
     }
-    kubectl.run(
-        [
-            "apply",
-            "--server-side",
-            f"--field-manager={MANAGER}",
-            "--force-conflicts",
-            "--filename",
-            "-",
-        ],
-        stdin=json.dumps(secret),
-    )
+    server_side = ["--server-side", f"--field-manager={MANAGER}", "--force-conflicts"]
+    kubectl.run(["apply", *server_side, "--filename", "-"], stdin=json.dumps(secret))
     done = kubectl.run(["get", f"secret/{name}", "--output", "json"])
     try:
         annotations = json.loads(done.stdout)["metadata"].get("annotations") or {}
