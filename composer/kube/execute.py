@@ -3,8 +3,8 @@
 table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and a live set's change.
 
     take the project's swap lock -> read what the cluster runs -> write the manifests ->
-    server-side apply the API key Secret -> plan (pure) -> execute -> the result (a live
-    set: its history line, and the gateway Deployment's upstream list)
+    server-side apply the API key Secret -> plan (pure) -> execute -> the result and its
+    history line (a live set: the gateway Deployment's upstream list too)
 
 `plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), HoldGateway
 (the gateway's hold and drain through `kubectl exec`), Roll (apply -k, rollout status),
@@ -16,7 +16,8 @@ StopMember (kubectl delete), a changed Deployment applied in place (Reapply). A 
 first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (Roll and Reapply:
 RollBack, `kubectl rollout undo`, and for Roll the gate of the variant before, under the
 hold, then the release; a new live variant deleted again, a leaving one applied again);
-`--no-rollback` leaves what ran. The failed operation's pod log is read before the undo.
+`--no-rollback` leaves what ran (a hold is released all the same). The failed operation's
+pod log is read before the undo.
 """
 
 from __future__ import annotations
