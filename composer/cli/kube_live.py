@@ -1,23 +1,35 @@
-"""`up --target kubernetes`: a drained rollout of one variant (composer.kube.rollout), or a live
-set changed one Deployment at a time (composer.kube.live_rollout)."""
+"""`up --target kubernetes`: one entry for the switch of the one-variant Deployment and a live
+set's change, both run by `composer.kube.execute` (one plan of typed operations, one executor)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from composer.cli.context import Context, require_api_key
+from composer.cli.output import LiveLine
 from composer.cli.swap_args import SwapArgs, report_swap
 from composer.errors import ConfigError
 
+if TYPE_CHECKING:
+    from composer.kube.rollout import KubeUpResult
+    from composer.swap.live import LiveResult
+
 
 def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> bool:
-    """`up --target kubernetes` on a live set (several variants, `[gateway] live`, or a live
-    set the cluster runs): change it one Deployment at a time. A set of one variant with no
-    live Deployment on the cluster is today's rollout. False: not live (nothing was asked)."""
-    from composer.kube.live_rollout import live_set_names, ran_kube_live, read_cluster, up_kube_live
+    """`up --target kubernetes`: a live set's change (several variants, `[gateway] live`, or a
+    live set the cluster runs, which one variant joins), else the switch of the one-variant
+    Deployment. False: a single switch without a VARIANT (nothing was asked)."""
+    from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
+    from composer.kube.kubectl import Kubectl
+    from composer.kube.rollout import KubeUpOptions
+    from composer.render.target import resolve_target
+    from composer.stack.placement import live_members
 
     stack = obj.stack()
     for name in variants:
         stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
-    if len(variants) <= 1 and not stack.gateway.live and not ran_kube_live(stack):
+    live = len(variants) > 1 or bool(stack.gateway.live) or ran_kube_live(stack)
+    if not variants and not live:
         return False
     if args.dry_run:
         raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
@@ -30,64 +42,33 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
         raise ConfigError(
             "--context names a Docker context; with --target kubernetes use --kube-context NAME"
         )
-    from composer.kube.kubectl import Kubectl
-    from composer.kube.rollout import KubeUpOptions
-    from composer.stack.placement import live_members
-
     if len(variants) > 1:
         live_members(stack, variants)  # overlapping GPU sets: exit 2 before kubectl is asked anything
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     kubectl = Kubectl.for_stack(stack, kube_context)
-    if len(variants) <= 1:
+    names = list(variants)
+    if live and len(variants) <= 1:
         cluster = read_cluster(kubectl, stack)
         names = live_set_names(variants, stack, cluster)
-        if len(names) <= 1 and not cluster.live:
-            if not names:
-                return False  # `up` asks for a VARIANT
-            kube_up(obj, names[0], kube_context, args)
-            return True
-
+        live = len(names) > 1 or bool(cluster.live)
+        if not names:
+            return False  # `up` asks for a VARIANT
     options = KubeUpOptions(
         timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
     )
-    report_swap(
-        "+".join(variants or stack.gateway.live),
-        args.as_json,
-        lambda line: up_kube_live(
-            stack, variants, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
-        ),
-        " on Kubernetes",
-    )
+
+    def run(line: LiveLine) -> KubeUpResult | LiveResult:
+        target = variants if live else resolve_target(stack, names[0])
+        return up_kubernetes(
+            stack, target, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
+        )
+
+    label = "+".join(variants or stack.gateway.live) if live else names[0]
+    report_swap(label, args.as_json, run, " on Kubernetes")
     return True
 
 
 def kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs) -> None:
-    """`up --target kubernetes`: a drained rollout of the variant's overlay, undone on failure."""
-    from composer.kube.kubectl import Kubectl
-    from composer.kube.rollout import KubeUpOptions, up_kubernetes
-    from composer.render.target import resolve_target
-
-    if obj.options.docker_context:
-        raise ConfigError(
-            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
-        )
-    stack = obj.stack()
-    if stack.api_key:  # the Secret is made from it
-        require_api_key(stack, args.weak_key_allowed(obj))
-    options = KubeUpOptions(
-        timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
-    )
-    report_swap(
-        variant,
-        args.as_json,
-        lambda line: up_kubernetes(
-            stack,
-            resolve_target(stack, stack.startable(variant).name),  # refused: exit 2, nothing rolls
-            kubectl=Kubectl.for_stack(stack, kube_context),
-            options=options,
-            progress=line.step,
-            waiting=line.waiting,
-        ),
-        " on Kubernetes",
-    )
+    """`up VARIANT --target kubernetes` after `--recreate-gateway`: the same entry."""
+    kube_live_up(obj, (variant,), kube_context, args)

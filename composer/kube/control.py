@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 
-from composer import labels
 from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
 from composer.gateway.client import CALL_WAIT_S, GatewayControl
@@ -38,19 +37,6 @@ class KubeExec:
         done = self.kubectl.run(args, timeout=CALL_WAIT_S + 40, check=False)
         out, err = self.kubectl.redact(done.stdout), self.kubectl.redact(done.stderr)
         return done.returncode, (out.encode(), err.encode())
-
-
-def cluster_gateway_hash(kubectl: Kubectl, stack: Stack) -> str | None:
-    """The config hash of the gateway Deployment's pod template on the cluster ('' without
-    one); None when the cluster has no gateway Deployment."""
-    done = kubectl.run(["get", f"deployment/{gateway_name(stack)}", "--ignore-not-found", "--output", "json"])
-    if not done.stdout.strip():
-        return None
-    try:
-        template = json.loads(done.stdout)["spec"]["template"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise KubectlFailed(f"`kubectl get deployment/{gateway_name(stack)}` printed no Deployment") from err
-    return str((template.get("metadata") or {}).get("labels", {}).get(labels.CONFIG_HASH, ""))
 
 
 def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:

@@ -156,3 +156,48 @@ class AwaitRelease(Op):
 
     TEXT = "wait until GPUs {gpus} are released"
     gpus: str
+
+
+@dataclass(frozen=True)
+class HoldGateway(Op):
+    """Hold new requests at the gateway and wait for the ones in flight (a switch of the one
+    serving variant: nothing serves beside it); `continue_streams`: eligible streams pause,
+    to go on on the new variant. ReleaseGateway ends it, last in the plan or as its inverse."""
+
+    continue_streams: bool = False
+
+    def describe(self) -> str:
+        said = "hold new requests at the gateway; drain the requests in flight (up to gateway.drain_timeout)"
+        return f"{said}; streams go on on the new variant" if self.continue_streams else said
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (ReleaseGateway(),)
+
+
+@dataclass(frozen=True)
+class ReleaseGateway(Op):
+    TEXT = "release the held requests to what serves"
+
+
+@dataclass(frozen=True)
+class UpdateGateway(Op):
+    """The gateway's own configuration changed: it is rolled first, on its own (its new pod is
+    ready before the old one stops). It serves the variant before as well: nothing undoes it."""
+
+    TEXT = "roll the gateway to its new configuration first ({run_file})"
+    run_file: str
+
+
+@dataclass(frozen=True)
+class Roll(Op):
+    """The one serving Deployment switched to `member`'s variant (a Recreate rollout from
+    `member.run_file`). Undone by RollBack and the gate of `previous`, the variant it ran
+    before; without one (a new Deployment, or the same configuration again) there is no
+    revision to go back to and the inverse is empty."""
+
+    TEXT = "roll {member.container} to {member.variant} (a Recreate rollout of {member.run_file})"
+    member: Member
+    previous: Member | None = None
+
+    def inverse(self) -> tuple[Op, ...]:
+        return () if self.previous is None else (RollBack(self.member), GateMember(self.previous))

@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.kube.live_rollout import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
+from composer.kube.execute import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
 from composer.stack.load import load_stack
 from composer.swap.live import single_inflight
 from tests.conftest import REPO

@@ -221,15 +221,20 @@ def test_a_refused_apply_changes_nothing_and_undoes_nothing(
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
 
+@pytest.mark.parametrize("moment", ["rollout status", "port-forward service/vllm"], ids=["rollout", "gate"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
-    standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals
+    standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals, moment: str
 ) -> None:
-    _serve_baseline(standin, run_cli, gateway, rollout={"mtp": "hang"})
+    """Interrupted while the rollout hangs, or while the gate polls a pod that never answers."""
+    _serve_baseline(standin, run_cli, gateway)
+    serves = f"127.0.0.1:{gateway.port}"
+    hangs = {"rollout": {"mtp": "hang"}} if moment == "rollout status" else {}
+    standin.scenario(backends={"baseline": serves, "mtp": f"127.0.0.1:{free_port()}"}, **hangs)
     # a budget that a loaded machine cannot spend before the signal: the rollout still hangs then
     up = run_cli("up", "mtp", "--target", "kubernetes", "--timeout", "600", popen=True)
     try:
-        _wait(lambda: "rollout status" in standin.commands(), what="kubectl rollout status")
+        _wait(lambda: moment in standin.commands(), what=moment)
         time.sleep(0.5)
         up.send_signal(sig)
         _, err = up.communicate(timeout=600)
@@ -239,8 +244,8 @@ def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     assert up.returncode == 130, err
     assert "interrupted" in err and "rolled back to baseline" in err and "Traceback" not in err
     commands = standin.commands()
-    tail = commands[commands.index("rollout status") :]
-    assert tail == ["rollout status", *UNDONE]
+    tail = commands[commands.index(moment) :]
+    assert tail == [moment, *UNDONE]
     assert standin.serving() == "baseline" and _holds(gateway) == 0
 
 

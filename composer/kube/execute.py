@@ -1,24 +1,23 @@
-"""Change a live set on Kubernetes with the plan and executor a Docker live set uses.
+"""The one Kubernetes executor: what the cluster runs, the plans of typed operations
+(`composer.swap.ops`) from there, run by `composer.swap.execute` with one kubectl dispatch
+table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and a live set's change.
 
-    take the project's swap lock -> read the live Deployments (`kubectl get deployments
-    --selector`; each carries its configuration's identity, an annotation `up` stamps, and
-    the one-variant Deployment its variant) -> write the set's manifests (a kustomization
-    for the stack-wide objects, one per variant, one for each leaving variant so that an
-    undo can apply it again) -> server-side apply the API key Secret -> without a gateway
-    Deployment: apply the stack-wide objects first -> plan (`plan_kube_live`, pure: the
-    typed operations of `composer.swap.live`, a changed variant applied in place) -> run
-    them with `composer.swap.execute` and this dispatch table -> the gateway's Deployment
-    records the new upstream list (a restarted gateway pod starts with it).
+    take the project's swap lock -> read what the cluster runs -> write the manifests ->
+    server-side apply the API key Secret -> plan (pure) -> execute -> the result and its
+    history line (a live set: the gateway Deployment's upstream list too)
 
-The operations on the cluster: StartMember is kubectl apply -k and rollout status;
-GateMember the readiness gate and warm-up through the variant's own Service (port-forward)
-and, for a speculative one, its draft acceptance from its own /metrics
-(`composer.swap.live.live_acceptance`); Publish the gateway's upstreams (`kubectl exec`);
-DrainMember and DrainSingle the gateway's drains; StopMember kubectl delete; Reapply a
-changed Deployment rolled in place, undone by RollBack (`kubectl rollout undo`). A failure
-or the first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (a new
-variant is deleted again, a leaving one applied again), so the set that served serves on;
-`--no-rollback` leaves what ran as it is.
+`plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), HoldGateway
+(the gateway's hold and drain through `kubectl exec`), Roll (apply -k, rollout status),
+GateMember (through the shared Service, past the hold), ReleaseGateway. `plan_kube_live`: the
+Docker live set's operations on members named `VARIANT/1`: StartMember (apply -k, rollout
+status), GateMember (through the variant's own Service, with a speculative variant's draft
+acceptance), Publish, DrainMember and DrainSingle (the gateway's upstreams and drains),
+StopMember (kubectl delete), a changed Deployment applied in place (Reapply). A failure or the
+first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (Roll and Reapply:
+RollBack, `kubectl rollout undo`, and for Roll the gate of the variant before, under the
+hold, then the release; a new live variant deleted again, a leaving one applied again);
+`--no-rollback` leaves what ran (a hold is released all the same). The failed operation's
+pod log is read before the undo.
 """
 
 from __future__ import annotations
@@ -29,25 +28,31 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+
+import yaml
 
 from composer import labels
 from composer.engine.diagnose import hints
 from composer.engine.gate import GateTarget
 from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
-from composer.kube.control import kube_control
+from composer.kube.control import kube_control, kube_hold
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     NO_KEY,
-    KubeChange,
     KubeUpOptions,
+    KubeUpResult,
     Say,
+    Serving,
     _log_tail,
     _quiet,
     apply_secret,
+    deployment,
     gate,
+    pod_labels,
     rollout_status,
+    serving,
+    write_overlay,
 )
 from composer.render.files import RenderedFile, write_atomic
 from composer.render.kube_live import live_member_docs, live_name, live_shared_docs
@@ -62,11 +67,14 @@ from composer.render.kubernetes import (
 from composer.render.live import LIVE_UPSTREAMS_VAR
 from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT
+from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
-from composer.swap.execute import Handlers, execute
+from composer.swap.execute import Handlers, _reason, execute
+from composer.swap.holding import SwapHold
+from composer.swap.journal import append_history
 from composer.swap.live import (
     DrainTally,
     LivePlan,
@@ -203,6 +211,33 @@ def plan_kube_live(
     return replace(plan, ops=planned)
 
 
+def plan_kube_single(
+    stack: Stack,
+    variant: str,
+    overlay: Path,
+    config_hash: str,
+    before: Serving | None,
+    *,
+    hold: bool,
+    gateway_file: str | None = None,
+    continue_streams: bool = False,
+) -> tuple[ops.Op, ...]:
+    """The switch of the one-variant Deployment to `variant` (pure) with the configuration
+    `config_hash`: `before` is what it runs now (None: no Deployment yet), `hold` whether the
+    gateway holds and drains around it, `gateway_file` the gateway Deployment to roll first
+    when the gateway itself changes. The variant before is what an undo gates again."""
+    deployment = stack.service
+    member = ops.Member(variant, variant, deployment, deployment, str(overlay))
+    previous = None
+    if before is not None and before.config_hash != config_hash:
+        name = before.variant or deployment
+        previous = ops.Member(name, name, deployment, deployment, "")
+    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file)] if hold and gateway_file else []
+    planned += [ops.HoldGateway(continue_streams)] if hold else []
+    planned += [ops.Roll(member, previous), ops.GateMember(member)]
+    return (*planned, *([ops.ReleaseGateway()] if hold else []))
+
+
 def write_live(
     stack: Stack, variants: Sequence[str], directory: Path | None = None, leaving: Sequence[str] = ()
 ) -> dict[str, Path]:
@@ -251,21 +286,37 @@ class ForwardedTarget(GateTarget):
         return self.forwarded
 
 
-class KubeLiveRollout(KubeChange):
-    """One change of the cluster's live set: its methods are the executor's dispatch table."""
+class KubeRollout:
+    """One change of what serves on the cluster (the one-variant switch or a live set's change):
+    the stack, kubectl, the options, where progress goes, and the dispatch table of both plans."""
 
     control: GatewayControl | None = None
+    hold: SwapHold | None = None
     variants: tuple[str, ...] = ()
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, stack: Stack, kubectl: Kubectl, options: KubeUpOptions, progress: Say, waiting: Say):
+        self.stack = stack
+        self.kubectl = kubectl
+        self.options = options
+        self.say = progress
+        self.waiting = waiting
         self.timings: dict[str, float] = {}
         self.began: dict[str, float] = {}  # when each member's apply began (its gate's deadline)
         self.log = ""  # the pod log of the member that failed, read before the undo
         self.drained = DrainTally()
+        self.held: dict[str, int] | None = None  # what the one-variant switch's drain counted
+        self.notes: list[str] = []
+        self.before: Serving | None = None  # what the one-variant Deployment ran before
+        self.applied = False  # the last apply -k finished
+        self.unchanged = False  # a Roll that failed left the Deployment as it was
+        self.failed_at: ops.Op | None = None
 
     def handlers(self) -> Handlers:
         return {
+            ops.UpdateGateway: self.update_gateway,
+            ops.HoldGateway: self.hold_gateway,
+            ops.ReleaseGateway: self.release_gateway,
+            ops.Roll: self.start_member,
             ops.StartMember: self.start_member,
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
@@ -274,20 +325,44 @@ class KubeLiveRollout(KubeChange):
             ops.DrainMember: self.drain,
             ops.DrainSingle: self.drain_single,
             ops.StopMember: self.stop_member,
-            ops.AwaitRelease: _placed_by_the_scheduler,
+            ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
     # -- the gateway ----------------------------------------------------------------------
-    def _gateway_doc(self) -> Manifest | None:
-        """The gateway Deployment on the cluster (None when there is none)."""
-        name = gateway_name(self.stack)
-        done = self.kubectl.run(["get", f"deployment/{name}", "--ignore-not-found", "--output", "json"])
-        if not done.stdout.strip():
-            return None
-        try:
-            return dict(json.loads(done.stdout))
-        except ValueError as err:
-            raise KubectlFailed(f"`kubectl get deployment/{name}` printed no Deployment") from err
+    def _roll_gateway(self, run_file: str) -> None:
+        """Apply the gateway's Deployment and wait for its rollout (its new pod is ready before
+        the old one stops)."""
+        self.kubectl.run(["apply", "--filename", run_file], timeout=120)
+        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+
+    def update_gateway(self, op: ops.UpdateGateway) -> None:
+        self.say(
+            "the gateway itself changes: rolling it first (its new pod is ready before the old one stops)"
+        )
+        self._roll_gateway(op.run_file)
+
+    def hold_gateway(self, op: ops.HoldGateway) -> None:
+        """Hold new requests at the gateway pod and let the ones in flight finish (counted)."""
+        self.hold = kube_hold(self.kubectl, self.stack, self.say)
+        going_on = "; streams go on on the new variant" if op.continue_streams else ""
+        self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
+        drained = self.hold.begin(op.continue_streams)
+        self.timings["drain"] = drained.seconds
+        self.held = dict(
+            finished=drained.drained, cut=drained.cut, continued=drained.continued, refused=drained.refused
+        )
+
+    def release_gateway(self, _: ops.ReleaseGateway) -> None:
+        """The held requests flow to whatever serves now (a stop signal cannot cut it short)."""
+        if self.hold is None:
+            return
+        with interrupts_ignored():
+            began = time.monotonic()
+            note = self.hold.end()
+            self.hold = None
+            self.timings["release"] = time.monotonic() - began
+        if note:
+            self.notes.append(note)
 
     def publish(self, op: ops.Publish) -> None:
         """Tell the gateway pod the upstreams it routes among (each variant's Service)."""
@@ -311,21 +386,28 @@ class KubeLiveRollout(KubeChange):
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
 
-    def start_member(self, op: ops.StartMember | ops.Reapply) -> None:
+    def start_member(self, op: ops.StartMember | ops.Reapply | ops.Roll) -> None:
         """kubectl apply -k of the member's kustomization, then its rollout status."""
         member = op.member
         if not member.run_file:
             raise SwapFailed(f"{member.name} has no manifests to apply from")
         self.began[member.name] = time.monotonic()
         self.say(f"applying {member.variant} (kubectl apply -k {member.run_file})")
+        self.applied = False
         self.kubectl.run(["apply", "--kustomize", member.run_file], timeout=120)
+        self.applied = True
         self.say(
             f"waiting for {member.container} (kubectl rollout status, up to {self.options.timeout:.0f}s)"
         )
         rollout_status(self.kubectl, self.stack, self.options.timeout, member.container)
 
     def roll_back(self, op: ops.RollBack) -> None:
+        """`kubectl rollout undo` and its rollout status; nothing when the apply it undoes
+        changed nothing (undoing then would go back one revision too far)."""
+        if self.unchanged and self._single(op.member):
+            return
         self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
+        self.began[op.member.name] = time.monotonic()  # the gate after it has the whole timeout
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
         rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
 
@@ -334,7 +416,7 @@ class KubeLiveRollout(KubeChange):
         the one-variant Deployment) within the timeout from its apply; a speculative variant's
         acceptance too."""
         member = op.member
-        began = self.began.get(member.name, time.monotonic())
+        began = self.began.pop(member.name, time.monotonic())
         self.say(f"{member.variant} rolled out; gating it through service/{member.service}")
         warmup = self.stack.gateway.warmup_requests if self.stack.gateway.enabled else 0
         if member.speculative:  # the acceptance check's completions count as warm-up
@@ -345,6 +427,7 @@ class KubeLiveRollout(KubeChange):
             self.stack.served_model_name,
             max(began + self.options.timeout, time.monotonic() + 5),
             self.waiting,
+            self.hold.headers if self.hold is not None else (),
             warmup=warmup,
             service=None if self._single(member) else (member.service, CONTAINER_PORT),
             check=(lambda url: self._acceptance(member.variant, url)) if member.speculative else None,
@@ -373,9 +456,22 @@ class KubeLiveRollout(KubeChange):
         )
 
     def keep_log(self, op: ops.Op, _err: BaseException) -> None:
-        """A member that failed to roll out or pass its gate: its pod log, read before the undo."""
-        if isinstance(op, ops.StartMember | ops.Reapply | ops.GateMember):
+        """A member that failed to roll out or pass its gate: its pod log, read before the undo
+        (a Roll whose apply did not finish first asks whether it changed the Deployment)."""
+        self.failed_at = op
+        if isinstance(op, ops.Roll) and not self.applied:
+            self.unchanged = not self._changed()
+        if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
+
+    def _changed(self) -> bool:
+        """True when the one-variant Deployment no longer runs what it ran before the switch."""
+        try:
+            now = serving(self.kubectl, self.stack)
+        except KubectlFailed:
+            return True  # the cluster cannot say: try the undo, which reports its own failure
+        before = self.before
+        return now is not None and (before is None or now.config_hash != before.config_hash)
 
     # -- around the plan ------------------------------------------------------------------
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
@@ -399,23 +495,110 @@ class KubeLiveRollout(KubeChange):
         if rendered is None or (gateway is not None and _gateway_env(gateway) == _gateway_env(rendered)):
             return
         self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
-        self.kubectl.run(
-            ["apply", "--filename", str(folders[SHARED] / "gateway-deployment.yaml")], timeout=120
-        )
-        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        self._roll_gateway(str(folders[SHARED] / "gateway-deployment.yaml"))
 
     def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
         """The set's kustomizations, the leaving variants' and the one-variant Deployment's
         overlay (what an undo applies again)."""
         folders: dict[str, Path] = dict(write_live(self.stack, names, leaving=list(cluster.live)))
         if cluster.single and cluster.single in self.stack.variants:
-            from composer.kube.rollout import write_overlay
-            from composer.render.target import resolve_target
-
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         return folders
 
-    def up(self, requested: Sequence[str]) -> LiveResult:
+    def _run(self, planned: Sequence[ops.Op], stage: Say = _quiet) -> list[ops.Op]:
+        """`composer.swap.execute` with this dispatch table; a failure carries the pod log read
+        before the undo."""
+        try:
+            return execute(
+                planned,
+                self.handlers(),
+                rollback=self.options.rollback,
+                say=self.say,
+                failed=self.keep_log,
+                stage=stage,
+            )
+        except SwapFailed as err:
+            if self.log and not err.log_tail:
+                err.log_tail, err.hints = self.log, hints(self.log)
+            raise
+
+    def up_single(self, target: Target) -> KubeUpResult:
+        """Switch the one-variant Deployment to `target` (`plan_kube_single`)."""
+        began = time.monotonic()
+        self.before = before = serving(self.kubectl, self.stack)
+        result = KubeUpResult(variant=target.name, outcome="started", previous=before and before.variant)
+        overlay = write_overlay(self.stack, target)
+        apply_secret(self.kubectl, self.stack)
+        same = before is not None and before.config_hash == target.hash
+        holds = target.gateway is not None and not same
+        gateway = deployment(self.kubectl, gateway_name(self.stack)) if holds else None
+        rendered = overlay.parent.parent / "base" / "gateway-deployment.yaml"
+        changed = gateway is not None and (
+            pod_labels(gateway).get(labels.CONFIG_HASH, "")
+            != pod_labels(yaml.safe_load(rendered.read_text())).get(labels.CONFIG_HASH, "")
+        )
+        planned = plan_kube_single(
+            self.stack,
+            target.name,
+            overlay,
+            target.hash,
+            before,
+            hold=gateway is not None,
+            gateway_file=str(rendered) if changed else None,
+            continue_streams=self.stack.gateway.continues(self.options.drain),
+        )
+        try:
+            self._run(planned)
+        except SwapFailed as err:
+            self.release_gateway(ops.ReleaseGateway())  # a hold never outlasts `up`, --no-rollback or not
+            failed = self._single_failed(target.name, planned, err)
+            ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
+            self._history(result, ran, failed)
+            raise failed from err.__cause__
+        result.timings.update(self.timings)
+        result.notes += self.notes
+        result.drained = self.held
+        if self.held and self.held["cut"]:
+            result.warnings.append(
+                f"{self.held['cut']} request(s) still running after the drain timeout "
+                f"({self.stack.gateway.drain_timeout}s) were cut"
+            )
+        result.outcome = "unchanged" if same else "started"
+        if same:
+            result.notes.append(f"{target.name} already served with the same configuration")
+        result.timings["total"] = time.monotonic() - began
+        self._history(result, planned)
+        return result
+
+    def _history(self, result: KubeUpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
+        """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
+        outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
+        entry: dict[str, object] = {"kind": "up", "source": result.previous, "target": result.variant}
+        entry |= {"outcome": outcome, "steps": [op.describe() for op in steps], "drained": self.held}
+        entry["timings"] = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
+        entry["cause"] = str(err).splitlines()[0][:500] if err else None
+        append_history(self.stack.project, entry)
+
+    def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
+        """The switch's error in its own words: what the undo did to the Deployment."""
+        roll = next(op for op in planned if isinstance(op, ops.Roll))
+        rolled = self.failed_at is not None and planned.index(self.failed_at) >= planned.index(roll)
+        back = roll.previous.variant if roll.previous is not None else ""
+        if not rolled or self.unchanged:
+            why = "nothing was changed"
+        elif not self.options.rollback:
+            why = "not rolled back (--no-rollback)"
+        elif not back:
+            why = "not rolled back (no earlier revision to go back to)"
+        elif err.rolled_back:
+            why = f"rolled back to {back}"
+        else:
+            why = f"the rollback to {back} failed too: {str(err).partition('; the undo failed too: ')[2]}"
+        undone = err.rolled_back and rolled and bool(back) and not self.unchanged
+        cause = _reason(err.__cause__ or err)
+        return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
+
+    def up_live(self, requested: Sequence[str]) -> LiveResult:
         began = time.monotonic()
         cluster = read_cluster(self.kubectl, self.stack)
         names = live_set_names(requested, self.stack, cluster)
@@ -431,24 +614,15 @@ class KubeLiveRollout(KubeChange):
         result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
         result.plan_text = plan.describe()
         apply_secret(self.kubectl, self.stack)
-        gateway = self._gateway_doc() if self.stack.gateway.enabled else None
+        gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
         else:
             record = plan.recording(self.stack.project, self.options.timeout)
             try:
-                ran = execute(
-                    plan.ops,
-                    self.handlers(),
-                    rollback=self.options.rollback,
-                    say=self.say,
-                    failed=self.keep_log,
-                    stage=record.stage,
-                )
+                ran = self._run(plan.ops, record.stage)
             except SwapFailed as err:
-                if self.log and not err.log_tail:
-                    err.log_tail, err.hints = self.log, hints(self.log)
                 result.timings.update(self.timings)
                 live_history(self.stack, plan, "failed", result, err)
                 raise
@@ -467,28 +641,23 @@ class KubeLiveRollout(KubeChange):
         return result
 
 
-def _placed_by_the_scheduler(_: ops.AwaitRelease) -> None:
-    """Kubernetes places pods on free GPUs itself: there is no release to wait for."""
-
-
-def up_kube_live(
+def up_kubernetes(
     stack: Stack,
-    requested: Sequence[str],
+    target: Target | Sequence[str],
     *,
     kubectl: Kubectl | None = None,
     options: KubeUpOptions | None = None,
     progress: Say = _quiet,
     waiting: Say | None = None,
-) -> LiveResult:
-    """Change the cluster's live set under the project's swap lock; raise SwapFailed (after
-    undoing what ran, unless --no-rollback) on failure."""
+) -> KubeUpResult | LiveResult:
+    """Under the project's swap lock: switch the one-variant Deployment to a `target`, or change
+    the live set to the variants named; raise SwapFailed (after undoing what ran, unless
+    --no-rollback) on failure, caused by KeyboardInterrupt when interrupted."""
     options = options or KubeUpOptions()
-    if not stack.api_key:
+    if not stack.api_key:  # a configuration error never waits for another swap's lock
         raise PreflightFailed(NO_KEY)
-    if len(requested) > 1:
-        live_members(stack, requested)  # overlapping GPU sets: refused before kubectl is asked
-    runner = KubeLiveRollout(
-        stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress
-    )
+    if not isinstance(target, Target) and len(target) > 1:
+        live_members(stack, target)  # overlapping GPU sets: refused before kubectl is asked
+    runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return runner.up(requested)
+        return runner.up_single(target) if isinstance(target, Target) else runner.up_live(target)
