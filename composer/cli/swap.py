@@ -10,7 +10,6 @@ import click
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.kube_live import kube_live_up, kube_up
-from composer.cli.live import live_up
 from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.cli.swap_args import SwapArgs, report_swap
@@ -18,19 +17,20 @@ from composer.errors import ConfigError
 from composer.render.prometheus import PROFILE_SERVICES
 
 
-def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
-    from composer.render.target import resolve_target
-    from composer.swap.swapper import up as run_up
+def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
+    """`up` on Docker: one entry decides from one snapshot (`composer.swap.live.up_set`)."""
+    from composer.swap.desired import check_request
+    from composer.swap.live import up_set
 
     stack = obj.stack()
-    target = resolve_target(stack, stack.startable(variant).name)  # refused: exit 2, nothing stops
+    check_request(variants, stack)  # unknown or refused names: exit 2, nothing stops
     require_api_key(stack, allow_weak := args.weak_key_allowed(obj))
     options = args.up_options(allow_weak, obj, probation=stack.probation)
     report_swap(
-        variant,
+        "+".join(variants or stack.gateway.live),
         args.as_json,
-        lambda line: run_up(
-            stack, target, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
+        lambda line: up_set(
+            stack, variants, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
         ),
         dry_run=args.dry_run,
     )
@@ -131,26 +131,22 @@ def up(
         raise ConfigError(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
-    if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
-        return
     if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
         return
-    if len(variants) > 1:
+    if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
     variant = variants[0] if variants else None
-    if variant is None and not recreate_gateway:
-        names = ", ".join(obj.stack().variants)
-        raise ConfigError(f"up needs a VARIANT: one of {names} (or --recreate-gateway alone)")
-    if variant is None and args.profiles:
-        raise ConfigError(
-            "--with starts its service once a VARIANT serves: give one, e.g. up mtp --with prometheus"
-        )
     if recreate_gateway:
+        if variant is None and args.profiles:
+            raise ConfigError(
+                "--with starts its service once a VARIANT serves: give one, e.g. up mtp --with prometheus"
+            )
         _recreate_gateway(obj, variant, target, args)
-        if variant is None or (target == "compose" and live_up(obj, variants, args)):
-            return  # with VARIANT on a live set: it joins the set, as `up VARIANT` does
-    assert variant is not None
+        if variant is None:
+            return
     if target == "kubernetes":
+        if variant is None:
+            raise ConfigError(f"up needs a VARIANT: one of {', '.join(obj.stack().variants)}")
         if args.profiles:
             raise ConfigError(
                 "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
@@ -164,7 +160,7 @@ def up(
         raise ConfigError(
             "--kube-context needs --target kubernetes (Docker's engine is chosen with --context)"
         )
-    _swap(obj, variant, args)
+    _up(obj, variants, args)
 
 
 @command()
@@ -180,4 +176,4 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
       compose-spec use long-16 --json
     """
     variant = obj.stack().workload_variant(workload).name
-    _swap(obj, variant, SwapArgs(**opts))
+    _up(obj, (variant,), SwapArgs(**opts))

@@ -17,22 +17,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from composer import labels as label_names
 from composer.engine import bootlog, retry
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
-from composer.errors import GatewayControlError, SwapFailed, UsageError
+from composer.errors import ConfigError, GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
+from composer.render.files import run_file as variant_run_file
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
+from composer.render.target import Target
 from composer.stack.model import Stack
-from composer.stack.placement import live_members, members_of
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.execute import Handlers, execute
@@ -53,6 +54,7 @@ from composer.swap.ops import (
     StopMember,
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
+from composer.swap.snapshot import LiveRunning, Snapshot
 
 if TYPE_CHECKING:
     import docker
@@ -60,28 +62,13 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
-    from composer.swap.swapper import UpOptions
+    from composer.swap.swapper import UpOptions, UpResult
 
 Say = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     return None
-
-
-@dataclass(frozen=True)
-class LiveRunning:
-    """A live container as Docker reports it (labels `live` and `gpus`)."""
-
-    name: str  # the member: `mtp/1`
-    variant: str
-    container: str
-    gpus: str
-    config_hash: str
-    status: str
-    service: str
-    owner: Owner | None = None  # the stack that started it, from its labels
-    run_file: str = ""  # the compose file that created it (it starts again from there)
 
 
 @dataclass(frozen=True)
@@ -103,6 +90,7 @@ class LivePlan:
     notes: tuple[str, ...] = ()
     upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
     ops: tuple[Op, ...] = ()
+    alone: str = ""  # `up X` on a live set: X's one serving container replaces the set (`plan_alone`)
 
     @classmethod
     def between(
@@ -134,9 +122,16 @@ class LivePlan:
             return "refused"
         if self.no_op:
             return "unchanged"
+        if self.alone:
+            return "replace"
         staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
         leaving = {n.split("/")[0] for n in self.stop} | ({self.single} if self.single else set())
         return "replace" if leaving - staying else "join"
+
+    @property
+    def leaving(self) -> list[str]:
+        """What leaves the set (stopped for good)."""
+        return sorted({*self.stop} | ({self.single} if self.single else set()))
 
     @property
     def before(self) -> list[str]:
@@ -161,6 +156,8 @@ class LivePlan:
             "start_gateway": self.start_gateway,
             "refused": self.refused or None,
             "mode": self.mode,
+            "leaving": self.leaving,
+            "alone": self.alone or None,
             "operations": [op.as_data() for op in self.ops],
         }
 
@@ -168,8 +165,13 @@ class LivePlan:
         """The plan, one typed operation a line (`up --dry-run`)."""
         if self.refused:
             return f"refused: {self.refused}"
-        after = sorted([*self.keep, *self.replace, *self.start])
-        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode})"]
+        after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
+        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
+        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
+        if self.alone:
+            lines.append(
+                f"  {self.alone} serves alone afterwards (a plain switch: `up VARIANT` switches again)"
+            )
         lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
@@ -190,88 +192,6 @@ class LiveResult:
     plan: dict[str, object] | None = None
     plan_text: str | None = None
     drained: dict[str, int] | None = None
-
-
-def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunning]:
-    """The project's live containers (any state), by member name. While live members exist, the
-    one serving container (service `stack.service`) is a member too, `<variant>/1`: it joined
-    the set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
-    found = client.containers.list(
-        all=True,
-        filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", label_names.VARIANT]},
-    )
-    rows, alone = [], []
-    for c in found:
-        labels = c.labels or {}
-        name = labels.get(label_names.LIVE)
-        service = labels.get(label_names.COMPOSE_SERVICE, "")
-        if name is None:
-            if c.status != "running" or service != stack.service:
-                continue
-            variant = labels.get(label_names.VARIANT, "?")
-            member = (
-                next(iter(members_of(stack.variants[variant])), None) if variant in stack.variants else None
-            )
-            alone.append((c, f"{variant}/1", member.gpus_text if member else "-"))
-            continue
-        rows.append(_running(c, name, labels.get(label_names.GPUS, "-")))
-    if rows:
-        taken = {r.name for r in rows}
-        rows += [_running(c, name, gpus) for c, name, gpus in alone if name not in taken]
-    return sorted(rows, key=lambda r: r.name)
-
-
-def _running(c: Any, name: str, gpus: str) -> LiveRunning:
-    labels = c.labels or {}
-    return LiveRunning(
-        name=name,
-        variant=labels.get(label_names.VARIANT, "?"),
-        container=c.name or "",
-        gpus=gpus,
-        config_hash=labels.get(label_names.CONFIG_HASH, ""),
-        status=c.status,
-        service=labels.get(label_names.COMPOSE_SERVICE, ""),
-        owner=Owner.from_labels(labels),
-        run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
-    )
-
-
-def live_variants(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> list[str]:
-    """The live set `up` aims at: several names are the set itself; none is `[gateway] live`;
-    one name joins the live set that runs (or `[gateway] live` when none runs)."""
-    if len(requested) > 1:
-        return list(requested)
-    base = list(dict.fromkeys(r.variant for r in running if r.status == "running")) or list(
-        stack.gateway.live
-    )
-    if not requested:
-        return base
-    return base if requested[0] in base else [*base, requested[0]]
-
-
-def ran_live(stack: Stack, directory: Path | None = None) -> bool:
-    """A live set was started for this project (its run file is there): only then does a
-    single-variant `up` look for live containers (a plain swap lists containers once)."""
-    return any(((directory or state_dir()) / stack.project).glob("live-*.yml"))
-
-
-def is_live(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> bool:
-    """True when `up` changes a live set rather than swapping the one serving variant."""
-    return len(requested) > 1 or bool(stack.gateway.live) or any(r.status == "running" for r in running)
-
-
-def wants_live(stack: Stack, requested: Sequence[str], client: Callable[[], docker.DockerClient]) -> bool:
-    """Whether `up` changes a live set: several names or `[gateway] live` say so at once; one
-    name or none only once a live set was started and its containers run (Docker is asked
-    then only; when it does not answer, the one-variant swap reports that in its own words)."""
-    if len(requested) > 1 or stack.gateway.live:
-        return True
-    if not requested or not ran_live(stack):
-        return False
-    try:
-        return is_live(requested, stack, live_containers(stack, client()))
-    except Exception:
-        return False
 
 
 def plan_live(
@@ -420,6 +340,70 @@ def _operations(
     return tuple(ops)
 
 
+def plan_alone(
+    alone: Member,
+    alone_hash: str,
+    running: Sequence[LiveRunning],
+    project: str,
+    *,
+    gateway_running: bool = True,
+    owner: Owner | None = None,
+    takeover: bool = False,
+    continue_streams: bool = True,
+) -> LivePlan:
+    """`up X` while a live set runs (pure): X's one serving container (`alone`: its ordinary run
+    file and service) replaces the set. It is started and gated on its own address, the gateway
+    goes back to its single upstream (`Publish((), ...)`), then each member is drained and
+    stopped. A member whose GPUs or service X needs is drained and stopped first (X then
+    waits for the GPUs' release). The set's member that already is X's container with X's
+    configuration (an adopted one) serves on, never restarted."""
+    now = {r.name: r for r in running if r.running}
+    foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
+    if foreign and not takeover:
+        return LivePlan(
+            (alone.variant,), (), (), (), refused=takeover_refusal(foreign, project), alone=alone.variant
+        )
+    taken = {f.container for f in foreign}
+    old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    kept = next(
+        (
+            n
+            for n, r in now.items()
+            if (r.container, r.variant, r.config_hash) == (alone.container, alone.variant, alone_hash)
+            and r.container not in taken
+        ),
+        None,
+    )
+    leaving = [n for n in old if n != kept]
+    early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
+    ops: list[Op] = [] if gateway_running else [StartGateway(alone.run_file)]
+    serving = [m.upstream() for m in old.values()]
+    for name in early:
+        rest = [u for u in serving if u["name"] != name]
+        if rest:  # the last one serving is not taken out: the gateway holds until X serves
+            ops += [Publish(tuple(rest), tuple(serving)), DrainMember(name, continue_streams)]
+            serving = rest
+        ops.append(StopMember(old[name]))
+    if kept is None:
+        ops += [AwaitRelease(alone.gpus)] if any(_overlap(old[n].gpus, alone.gpus) for n in early) else []
+        ops += [StartMember(alone), GateMember(alone)]
+    ops.append(Publish((), tuple(serving)))
+    for name in leaving:
+        if name not in early:
+            ops += [DrainMember(name, continue_streams), StopMember(old[name])]
+    return LivePlan(
+        (alone.variant,),
+        keep=(kept,) if kept else (),
+        start=() if kept else (alone.variant,),
+        stop=tuple(sorted(leaving)),
+        start_gateway=not gateway_running,
+        gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
+        notes=tuple(takeover_notes(foreign, project)),
+        ops=tuple(ops),
+        alone=alone.variant,
+    )
+
+
 def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
     """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
     try:
@@ -562,28 +546,48 @@ class LiveSwapper:
         self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
     # -- reading --------------------------------------------------------------------------
-    def decide(self, target: LiveTarget) -> LivePlan:
-        running = live_containers(self.stack, self.client)
-        single = snapshot.take(self.stack, self.client).current
-        gateway = gateway_container(self.stack, self.client)
+    def decide(self, target: LiveTarget, snap: Snapshot) -> LivePlan:
+        """The live set's change, from the one snapshot."""
+        single = snap.current
         shared = False
         if single is not None and self.stack.gpus is not None:
             used = set(self.stack.gpus)
             shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
-        gateway_running = gateway is not None and gateway.status == "running"
-        owner = Owner.of(self.stack)
-        speculative = {v for v in self.stack.variants if self.stack.variant(v).speculative is not None}
         run_file = str(live_run_file(target, write=False)) if target.services else ""
         return plan_live(
             target,
-            running,
+            snap.live,
             single,
-            gateway_running,
+            snap.gateway_running,
             shared,
-            owner,
+            Owner.of(self.stack),
             self.takeover,
-            speculative=speculative,
+            speculative={v for v in self.stack.variants if self.stack.variant(v).speculative is not None},
             run_file=run_file,
+            continue_streams=self.stack.gateway.continues(self.drain_all),
+        )
+
+    def decide_alone(self, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
+        """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
+        gpus = "-" if self.stack.gpus is None else "all"  # the one serving container takes every GPU
+        spec = target.spec
+        alone = Member(
+            target.name,
+            target.name,
+            spec.container_name,
+            spec.compose_service,
+            str(run_file),
+            gpus,
+            target.variant.speculative is not None,
+        )
+        return plan_alone(
+            alone,
+            target.hash,
+            snap.live,
+            self.stack.project,
+            gateway_running=snap.gateway_running,
+            owner=Owner.of(self.stack),
+            takeover=self.takeover,
             continue_streams=self.stack.gateway.continues(self.drain_all),
         )
 
@@ -600,22 +604,17 @@ class LiveSwapper:
             AwaitRelease: self.await_release,
         }
 
-    def preflight(self, target: LiveTarget, plan: LivePlan) -> list[str]:
+    def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
         """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
-        for each variant the plan starts, before anything stops: PreflightFailed on the first
-        failure, else the warnings."""
-        from composer.doctor.report import fast_checks
-        from composer.render.target import Target
-        from composer.swap.swapper import raise_failed
+        for each variant the plan starts, before anything stops, reading the snapshot's
+        containers: PreflightFailed on the first failure, else the warnings."""
+        from composer.swap.steps import Context
+        from composer.swap.swapper import UpOptions, preflight_warnings
 
-        started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
-        warnings: list[str] = []
-        for service in {s.member.variant: s for s in target.services if s.name in started}.values():
-            checked = Target(self.stack.variant(service.member.variant), service.spec, target.gateway)
-            findings = fast_checks(self.stack, checked, self.client, allow_weak_key=self.allow_weak_key)
-            raise_failed(findings)
-            warnings += [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
-        return list(dict.fromkeys(warnings))
+        ctx = Context(
+            self.stack, self.client, UpOptions(allow_weak_key=self.allow_weak_key), self.say, self.waiting
+        )
+        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
         """Before the undo removes a member that failed to start or pass its gate: keep its log
@@ -740,14 +739,25 @@ class LiveSwapper:
                 self.say(out.detail)
 
     # -- the change -----------------------------------------------------------------------
-    def up(self, target: LiveTarget, dry_run: bool = False, rollback: bool = True) -> LiveResult:
-        """Change the live set to `target` (see the module's docstring)."""
+    def up(
+        self,
+        plan: LivePlan,
+        checked: Sequence[Target],
+        snap: Snapshot,
+        *,
+        dry_run: bool = False,
+        rollback: bool = True,
+        run_file: Callable[[], Path] | None = None,
+        outcome: str = "",
+    ) -> LiveResult:
+        """Run `plan` (see the module's docstring); `checked`: the targets it starts (the
+        preflight's), `run_file`: writes the file its new members start from, `outcome`: what
+        the result says once it ran."""
         began = time.monotonic()
-        plan = self.decide(target)
-        label = "+".join(target.variants)
+        label = "+".join(plan.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
         if not plan.no_op:
-            result.warnings += self.preflight(target, plan)
+            result.warnings += self.preflight(checked, snap)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -757,10 +767,10 @@ class LiveSwapper:
             # The gateway may have restarted with an older set in its environment: tell it again.
             self.publish(Publish(plan.upstreams, ()))
             result.outcome = "unchanged"
-            result.notes.append(f"the live set {{{', '.join(target.variants)}}} already runs")
+            result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
             result.timings["total"] = time.monotonic() - began
             return result
-        compose_file = live_run_file(target)
+        compose_file = run_file() if run_file is not None else None
         record = plan.recording(self.stack.project, self.timeout)
         try:
             ran = execute(
@@ -780,14 +790,13 @@ class LiveSwapper:
             raise
         finally:
             record.close()
-        kept = [r.run_file for r in live_containers(self.stack, self.client)]  # an undo restarts from them
-        prune_run_files(self.stack.project, "live", keep=(compose_file, *kept))
+        kept = [r.run_file for r in snapshot.take(self.stack, self.client, ask_sleeping=False).live]
+        prune_run_files(self.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
         if plan.start_gateway:
-            self._answers("+".join(target.variants))
+            self._answers(label)
         result.timings.update(self.timings)
         self.drained.report(result)
-        members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
-        result.outcome = f"live set {members}"
+        result.outcome = outcome
         result.timings["total"] = time.monotonic() - began
         live_history(self.stack, plan, result.outcome, result, ran=ran)
         return result
@@ -806,10 +815,10 @@ class LiveSwapper:
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
-    def remove(self, variant: str) -> str:
+    def remove(self, variant: str, snap: Snapshot) -> str:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
         that serves (use `down`)."""
-        running = [r for r in live_containers(self.stack, self.client) if r.status == "running"]
+        running = snap.live_running
         mine = [r for r in running if r.variant == variant]
         if not mine:
             return f"{variant} is not live; nothing stopped"
@@ -830,6 +839,13 @@ class LiveSwapper:
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
         return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+
+
+def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
+    """The variants `plan` starts, one Target each (what the preflight checks)."""
+    started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
+    services = {s.member.variant: s for s in target.services if s.name in started}.values()
+    return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 
 
 def live_history(
@@ -866,63 +882,103 @@ def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool
     return file.path
 
 
-def up_live(
+def up_set(
     stack: Stack,
     requested: Sequence[str],
     *,
     client: docker.DockerClient,
-    timeout: float = 900.0,
-    settle: float = 1.0,
-    wait_for_lock: bool = True,
-    dry_run: bool = False,
+    options: UpOptions,
     progress: Say = _quiet,
     waiting: Say | None = None,
-    options: UpOptions | None = None,
-) -> LiveResult:
-    """Change the live set under the project's lock (`dry_run`: the plan only, no lock).
-    `options.profiles`: optional services (`--with`) checked first, started once the set serves."""
-    from composer.swap.gateway_replace import retire_extra_gateways
+) -> UpResult | LiveResult:
+    """`up` on Docker, its one entry: the names checked (exit 2 before Docker is asked), then
+    under the project's lock (none for a dry run) ONE snapshot, the desired set decided from it
+    (`desired.desired`), and the one plan that gets there: the single swap (`swapper.swap`), a
+    live set's change, or X's one serving container replacing a live set (`plan_alone`).
+    `options.profiles`: optional services (`--with`), checked first, started once it serves."""
+    from composer.swap.desired import check_request
     from composer.swap.lock import swap_lock
+
+    check_request(requested, stack)
+    if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
+        return _up_desired(stack, requested, client, options, progress, waiting, snapshot.take(stack, client))
+    with swap_lock(stack.project, options.wait_for_lock, progress):
+        from composer.swap.gateway_replace import retire_extra_gateways
+
+        snap = snapshot.take(stack, client)
+        if snap.extra_gateways:
+            retire_extra_gateways(client, snap.extra_gateways, progress)
+            snap = snapshot.take(stack, client)
+        return _up_desired(stack, requested, client, options, progress, waiting, snap)
+
+
+def _up_desired(
+    stack: Stack,
+    requested: Sequence[str],
+    client: docker.DockerClient,
+    options: UpOptions,
+    progress: Say,
+    waiting: Say | None,
+    snap: Snapshot,
+) -> UpResult | LiveResult:
+    from composer.render.target import resolve_target
+    from composer.swap.desired import desired
     from composer.swap.profiles import check_profiles, start_profiles
     from composer.swap.steps import Context
+    from composer.swap.swapper import swap
 
-    if len(requested) > 1:
-        live_members(stack, requested)  # the set as named: refused before Docker is asked anything
-    names = live_variants(requested, stack, live_containers(stack, client))
-    target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
-    takeover = options is not None and options.takeover
+    want = desired(requested, stack, snap)
+    ctx = Context(stack, client, options, progress, waiting or progress)
+    if want.engine == "swap":
+        single = resolve_target(stack, want.variants[0])
+        if not options.dry_run:
+            check_profiles(ctx, single.prometheus)
+        return swap(ctx, single, dry_run=options.dry_run, snap=snap)
+    if options.force_recreate:
+        raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
     swapper = LiveSwapper(
         stack,
         client,
-        timeout,
-        settle,
+        options.timeout,
+        options.settle,
         progress=progress,
         waiting=waiting,
-        takeover=takeover,
-        release_timeout=options.release_timeout if options else 60.0,
-        allow_weak_key=options.allow_weak_key if options else False,
-        drain=options.drain if options else False,
+        takeover=options.takeover,
+        release_timeout=options.release_timeout,
+        allow_weak_key=options.allow_weak_key,
+        drain=options.drain,
     )
-    by_class, routing = live_routing(stack.workloads, target.variants)
-    if dry_run:
-        result = swapper.up(target, dry_run=True)
-        result.notes += [] if by_class else [f"the live set routes {routing}"]
-        return result
-    ctx = Context(stack, client, options, progress, waiting or progress) if options else None
-    if ctx is not None:
-        check_profiles(ctx, target.prometheus)
-    with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
-        result = swapper.up(target, rollback=options.rollback if options else True)
-        result.notes += [] if by_class else [f"the live set routes {routing}"]
-        if ctx is not None and ctx.options.profiles:
-            result.notes += start_profiles(ctx, live_run_file(target))
-        return result
-
-
-def down_live(stack: Stack, variant: str, *, client: docker.DockerClient, progress: Say = _quiet) -> str:
-    """Drain and stop one variant of the live set under the project's lock."""
-    from composer.swap.lock import swap_lock
-
-    with swap_lock(stack.project, True, progress):
-        return LiveSwapper(stack, client, progress=progress).remove(variant)
+    if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
+        single = resolve_target(stack, want.variants[0])
+        if single.variant.standby == "sleep":
+            raise ConfigError(
+                f"{single.name} sleeps on standby (its own service): `compose-spec down` the live set, "
+                f"then `compose-spec up {single.name}`"
+            )
+        files: Callable[[], Path] = partial(variant_run_file, single)
+        plan = swapper.decide_alone(single, files(), snap)
+        checked: list[Target] = [single] if plan.start else []
+        prometheus, outcome = single.prometheus, f"{single.name} serves alone (the live set left)"
+    else:
+        target = resolve_live(stack, want.variants)  # unknown names, overlapping GPU sets: exit 2 first
+        plan = swapper.decide(target, snap)
+        checked = started_targets(stack, target, plan)
+        members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
+        prometheus, outcome = target.prometheus, f"live set {members}"
+        files = partial(live_run_file, target)
+    if not options.dry_run:
+        check_profiles(ctx, prometheus)
+    result = swapper.up(
+        plan,
+        checked,
+        snap,
+        dry_run=options.dry_run,
+        rollback=options.rollback,
+        run_file=files,
+        outcome=outcome,
+    )
+    by_class, routing = live_routing(stack.workloads, plan.variants)
+    result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
+    if options.profiles and not options.dry_run:
+        result.notes += start_profiles(ctx, files())
+    return result

@@ -1,58 +1,34 @@
 """The live set as `status` and `ls` show it: every live container with its GPUs, readiness,
 outstanding requests and what it served (the last minute when the gateway reports it).
 
-Docker says which containers run and on which GPUs (labels); the gateway's state says,
+The snapshot says which containers run and on which GPUs (labels); the gateway's state says,
 per upstream, ready, outstanding, served and errors. A field the gateway does not report
 is None, shown as "-".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from composer.errors import ComposerError
-from composer.stack.model import Stack
-from composer.swap.live import live_containers, upstream_states
+from composer.swap.live import upstream_states
 
 if TYPE_CHECKING:
-    import docker
+    from composer.swap.snapshot import Snapshot
 
 LAST_MINUTE_KEYS = ("served_1m", "served_last_minute", "served_60s")
-
-
-def _gateway_raw(stack: Stack, client: docker.DockerClient) -> Mapping[str, Any] | None:
-    from composer.engine.containers import gateway_container
-    from composer.gateway.client import GatewayControl
-
-    container = gateway_container(stack, client)
-    if container is None or container.status != "running":
-        return None
-    try:
-        return GatewayControl(container).state().raw
-    except ComposerError:
-        return None
 
 
 def _number(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def live_rows(
-    stack: Stack, client: docker.DockerClient, gateway_raw: Mapping[str, Any] | None = None, read: bool = True
-) -> list[dict[str, object]]:
-    """One row per live container; `gateway_raw` is the gateway's state when already read."""
-    try:
-        running = live_containers(stack, client)
-    except Exception:  # Docker gone: status says so elsewhere
+def live_rows(snap: Snapshot) -> list[dict[str, object]]:
+    """One row per live container of the snapshot (with the gateway's state it read)."""
+    if not snap.live:
         return []
-    if not running:
-        return []
-    if gateway_raw is None and read:
-        gateway_raw = _gateway_raw(stack, client)
-    states = upstream_states(gateway_raw)
+    states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
     rows = []
-    for member in running:
+    for member in snap.live:
         state = states.get(member.name, {})
         last_minute = next((state[k] for k in LAST_MINUTE_KEYS if k in state), None)
         ready = state.get("ready")

@@ -1,12 +1,14 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (the project's variants and its gateway), and,
-where it matters, asks in ONE `docker exec` in the gateway for the gateway's state (its
-route) and for each running sleep-mode container's `/is_sleeping` answer; a container the
-gateway cannot ask (the gateway is stopped or does not answer) is asked itself, with an
-exec of its own. Everything after that (`status`, `ls`, the swap plan, `down`, `standby`,
-the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
-definition of who serves and who sleeps.
+`take()` lists Docker's containers once (the project's variants, live ones included, and
+its gateway), and, where it matters (a sleep-mode container or a live set runs, or the
+caller wants it), asks in ONE `docker exec` in the gateway for the gateway's state (its
+route, its live upstreams) and for each running sleep-mode container's `/is_sleeping`
+answer; a container the gateway cannot ask (the gateway is stopped or does not answer) is
+asked itself, with an exec of its own. Everything after that (`status`, `ls`, the swap
+plan, `down`, `standby`, the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
+definition of who serves and who sleeps. The live set's containers (label `live`) are in
+`live`, by member name, beside the shared and standby services' `members`.
 
 Who serves and who sleeps, in order of trust:
 - asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
@@ -23,7 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
+from composer.render.spec import Owner
+from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 
 if TYPE_CHECKING:
@@ -67,6 +72,25 @@ class Member:
 
 
 @dataclass(frozen=True)
+class LiveRunning:
+    """A live container as Docker reports it (labels `live` and `gpus`)."""
+
+    name: str  # the member: `mtp/1`
+    variant: str
+    container: str
+    gpus: str
+    config_hash: str
+    status: str
+    service: str
+    owner: Owner | None = None  # the stack that started it, from its labels
+    run_file: str = ""  # the compose file that created it (it starts again from there)
+
+    @property
+    def running(self) -> bool:
+        return self.status == "running"
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What runs for one project, read once."""
 
@@ -78,6 +102,11 @@ class Snapshot:
     swap: RunningSwap | None = None
     route: str | None = None  # where the gateway forwards now (None: no gateway, or no answer)
     extra_gateways: tuple[str, ...] = ()  # more running gateways (an interrupted replacement's)
+    live: tuple[LiveRunning, ...] = ()  # the live set's containers (any state), by member name
+
+    @property
+    def live_running(self) -> list[LiveRunning]:
+        return [r for r in self.live if r.running]
 
     @property
     def serving(self) -> Member | None:
@@ -126,7 +155,8 @@ def take(
     `gateway_state` wants its state anyway (status).
     """
     variants, gateway, extra = project_containers(stack, client)
-    found = [(c, c.describe()) for c in variants]
+    found = [(c, c.describe()) for c in variants if label_names.LIVE not in c.container.labels]
+    live = live_members(stack, [c.container for c in variants], [info for _, info in found])
     gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
         info for _, info in found if info.running and (info.sleep_mode or _standby_service(info, stack))
@@ -134,7 +164,7 @@ def take(
     state: GatewayState | None = None
     error: str | None = None
     answers: dict[str, bool | None] = {}
-    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state):
+    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or live):
         from composer.errors import GatewayControlError
         from composer.gateway.client import GatewayControl
 
@@ -159,6 +189,44 @@ def take(
         swap=running_swap(stack.project),
         route=state.upstream if state else None,
         extra_gateways=extra if gateway is not None else (),
+        live=live,
+    )
+
+
+def live_members(
+    stack: Stack, containers: list[Container], alone: list[RunningVariant]
+) -> tuple[LiveRunning, ...]:
+    """The live set's containers, by member name (pure). While live members exist, the one
+    serving container (service `stack.service`, in `alone`) is a member too, `<variant>/1`: it
+    joined the set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
+    rows = [_live(c) for c in containers if label_names.LIVE in (c.labels or {})]
+    if not rows:
+        return ()
+    taken = {r.name for r in rows}
+    for info in alone:
+        name = f"{info.variant}/1"
+        if info.running and info.service == stack.service and name not in taken:
+            variant = stack.variants.get(info.variant)
+            member = next(iter(members_of(variant)), None) if variant is not None else None
+            gpus, file = member.gpus_text if member else "-", (info.config_file or "").split(",")[0]
+            row = (info.variant, info.name, gpus, info.config_hash, info.status, stack.service)
+            rows.append(LiveRunning(name, *row, info.owner, file))
+            taken.add(name)
+    return tuple(sorted(rows, key=lambda r: r.name))
+
+
+def _live(container: Container) -> LiveRunning:
+    labels = container.labels
+    return LiveRunning(
+        name=labels[label_names.LIVE],
+        variant=labels.get(label_names.VARIANT, "?"),
+        container=container.name or "",
+        gpus=labels.get(label_names.GPUS, "-"),
+        config_hash=labels.get(label_names.CONFIG_HASH, ""),
+        status=container.status,
+        service=labels.get(label_names.COMPOSE_SERVICE, ""),
+        owner=Owner.from_labels(labels),
+        run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
     )
 
 
