@@ -1,4 +1,4 @@
-"""`up` and `use`: swap a variant in (Docker or Kubernetes)."""
+"""`up` and `use`: swap a variant in, or change the live set (Docker or Kubernetes)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
     from composer.swap.live import up_set
 
     stack = obj.stack()
-    check_request(variants, stack)  # unknown or refused names: exit 2, nothing stops
+    check_request(variants, stack)  # unknown or refused names: exit 2 before Docker is asked
     require_api_key(stack, allow_weak := args.weak_key_allowed(obj))
     options = args.up_options(allow_weak, obj, probation=stack.probation)
     report_swap(
@@ -105,15 +105,21 @@ def up(
 ) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
-    With several VARIANTS, or none and [gateway] live, or one while a live set runs: change
-    the live set (variants serving at once on disjoint GPUs) one container at a time: start
-    and gate each new one, then drain and stop each leaving one; the others serve throughout,
-    and a failure or Ctrl-C undoes what ran (--dry-run prints the operations).
+    One VARIANT is that variant alone: a plain switch. While a live set runs it replaces the
+    set (--dry-run says `replace` and what leaves): VARIANT starts and is gated, the gateway
+    goes back to it alone, then each member is drained and stopped. `up VARIANT` is how to go
+    back from a live set to switching one variant at a time.
+
+    With several VARIANTS, or none and [gateway] live: the live set becomes exactly those
+    (variants serving at once on disjoint GPUs), changed one container at a time: start and
+    gate each new one, then drain and stop each leaving one; the others serve throughout, and
+    a failure or Ctrl-C undoes what ran (--dry-run prints the operations, `join` or `replace`).
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
     rollout undo (under the hold) on failure or Ctrl-C; a live set changes one Deployment
-    at a time, each new one gated before a leaving one is drained and deleted.
+    at a time, each new one gated before a leaving one is drained and deleted (there, one
+    VARIANT joins a live set the cluster runs).
 
     \b
     Examples:
@@ -121,6 +127,7 @@ def up(
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up baseline mtp --dry-run
+      compose-spec up baseline               # from a live set: baseline alone
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
       compose-spec up mtp --with follow

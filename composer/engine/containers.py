@@ -16,11 +16,9 @@ if TYPE_CHECKING:
 
 
 def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
-    """Variant containers of this stack's project (compose or launcher started), newest first;
-    not the live set's (label `live`)."""
+    """Variant containers of this stack's project (compose or launcher started, not live), newest first."""
     summaries = client.api.containers(all=True, filters={"label": [label_names.VARIANT]})
-    found = _ours(stack, client, summaries)
-    return [c for c in found if label_names.LIVE not in c.container.labels]
+    return [c for c in _ours(stack, client, summaries) if label_names.LIVE not in c.container.labels]
 
 
 def project_containers(

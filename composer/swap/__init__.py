@@ -36,10 +36,8 @@ gate, publish, drain, stop, release wait, each with its inverse) that `execute` 
 dispatch table, undoing what ran on a failure or a stop signal; `live_acceptance`: a
 speculative member's acceptance check, the Kubernetes live set's too; `live_status`: the live
 containers as `status` and `ls` show them; `--with` profiles start from the live run file
-once the set serves). `desired` (pure) turns `up`'s names, the stack and the snapshot into
-the desired set and its mode ({X} exclusive, {A, B} side by side); `live.up_set` is `up`'s
-one entry on Docker: one snapshot, the desired set, then the single swap, the live plan, or
-`plan_alone` (X's one serving container replacing a live set).
+once the set serves). `desired` (pure): `up`'s desired set ({X} exclusive, {A, B} side by
+side) from the names, the stack and the snapshot; `up_set`: `up`'s one entry on Docker.
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_set`,

@@ -35,8 +35,7 @@ def _quiet(_: str) -> None:
 
 def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
     """Stop and remove every variant container, and the project (with `volumes`: its named
-    volumes too); return the serving variant's name (first, when one serves), then the
-    running live members' (compose removes their containers with the project)."""
+    volumes too); return what served: the serving variant's name first, then live members'."""
     snap = take(ctx.stack, ctx.client)
     for member in snap.members:
         ctx.say(f"stopping {member.variant} ({member.container.name})")
@@ -94,7 +93,7 @@ def stop_variant(
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
         from composer.swap.live import LiveSwapper
 
-        return LiveSwapper(stack, ctx.client, progress=ctx.say).remove(variant, snap)
+        return LiveSwapper(stack, ctx.client, ctx.options, ctx.say).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"

@@ -1,15 +1,17 @@
 """Live sets: several variants (or replicas) serving at once behind the one gateway.
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set adds C. `plan_live` (pure) turns the change into typed operations
-(`composer.swap.ops`) that never leave zero ready upstreams: each new container is started
-from the live run file, gated like a swap (the container watched, /health, /v1/models, one
-completion, a settle watch and, for a speculative variant, acceptance from its /metrics over
-a short warm-up) and only then published to the gateway; a container leaving the set is
-first left out of the upstreams, drained, then stopped (before a new member that needs its
-GPUs starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
-that `composer.swap.execute` runs them with: a failure or a stop signal undoes what ran, so
-the set that served before serves again. `--dry-run` prints the operations.
+running live set makes C serve alone (`plan_alone`: C's one serving container replaces the
+set). `up_set` is `up`'s one entry (one snapshot, `desired`, then the plan). `plan_live`
+(pure) turns the change into typed operations (`composer.swap.ops`) that never leave zero
+ready upstreams: each new container is started from the live run file, gated like a swap
+(the container watched, /health, /v1/models, one completion, a settle watch and, for a
+speculative variant, acceptance from its /metrics over a short warm-up) and only then
+published to the gateway; a container leaving the set is first left out of the upstreams,
+drained, then stopped (before a new member that needs its GPUs starts, which then waits for
+their release). `LiveSwapper` is the Docker dispatch table that `composer.swap.execute` runs
+them with: a failure or a stop signal undoes what ran, so the set that served before serves
+again. `--dry-run` prints the operations.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
+    from composer.swap.steps import Context
     from composer.swap.swapper import UpOptions, UpResult
 
 Say = Callable[[str], None]
@@ -118,15 +121,10 @@ class LivePlan:
     @property
     def mode(self) -> str:
         """`join`: every variant serving now stays in the set; `replace`: one leaves."""
-        if self.refused:
-            return "refused"
         if self.no_op:
-            return "unchanged"
-        if self.alone:
-            return "replace"
+            return "refused" if self.refused else "unchanged"
         staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
-        leaving = {n.split("/")[0] for n in self.stop} | ({self.single} if self.single else set())
-        return "replace" if leaving - staying else "join"
+        return "replace" if self.alone or {n.split("/")[0] for n in self.leaving} - staying else "join"
 
     @property
     def leaving(self) -> list[str]:
@@ -136,7 +134,7 @@ class LivePlan:
     @property
     def before(self) -> list[str]:
         """The members (and the one serving container) that serve before the change."""
-        return sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
+        return sorted({*self.keep, *self.replace, *self.leaving})
 
     def recording(self, project: str, timeout: float) -> SwapRecord:
         """The running change's record (`status` names it; a killed `up` leaves it behind,
@@ -168,10 +166,7 @@ class LivePlan:
         after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
         leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
         lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
-        if self.alone:
-            lines.append(
-                f"  {self.alone} serves alone afterwards (a plain switch: `up VARIANT` switches again)"
-            )
+        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
         lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
@@ -217,7 +212,7 @@ def plan_live(
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     if single is not None and single.name in {r.container for r in now.values()}:
-        single = None  # already a member (`live_containers` names it)
+        single = None  # already a member (the snapshot names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
     if single is not None:
         found.append((single.variant, single.name, single.owner))
@@ -351,29 +346,20 @@ def plan_alone(
     takeover: bool = False,
     continue_streams: bool = True,
 ) -> LivePlan:
-    """`up X` while a live set runs (pure): X's one serving container (`alone`: its ordinary run
-    file and service) replaces the set. It is started and gated on its own address, the gateway
-    goes back to its single upstream (`Publish((), ...)`), then each member is drained and
-    stopped. A member whose GPUs or service X needs is drained and stopped first (X then
-    waits for the GPUs' release). The set's member that already is X's container with X's
-    configuration (an adopted one) serves on, never restarted."""
-    now = {r.name: r for r in running if r.running}
+    """`up X` on a running live set (pure): X's one serving container (`alone`, from its run file)
+    is started and gated, the gateway goes back to its single upstream (`Publish((), ...)`), then
+    each member is drained and stopped; one whose GPUs or service X needs goes first (X then
+    waits for the release). A member that is X's container already (adopted) serves on."""
+    now = {r.name: r for r in running if r.status == "running"}
     foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
     if foreign and not takeover:
-        return LivePlan(
-            (alone.variant,), (), (), (), refused=takeover_refusal(foreign, project), alone=alone.variant
-        )
+        refused = takeover_refusal(foreign, project)
+        return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
     taken = {f.container for f in foreign}
     old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
-    kept = next(
-        (
-            n
-            for n, r in now.items()
-            if (r.container, r.variant, r.config_hash) == (alone.container, alone.variant, alone_hash)
-            and r.container not in taken
-        ),
-        None,
-    )
+    same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
+    kept = next((n for n, r in now.items() if (r.container, r.variant, r.config_hash) == same), None)
+    kept = kept if kept is None or now[kept].container not in taken else None
     leaving = [n for n in old if n != kept]
     early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
     ops: list[Op] = [] if gateway_running else [StartGateway(alone.run_file)]
@@ -518,26 +504,14 @@ class LiveSwapper:
         self,
         stack: Stack,
         client: docker.DockerClient,
-        timeout: float = 900.0,
-        settle: float = 1.0,
-        poll_interval: float = 0.1,
+        options: UpOptions,
         progress: Say = _quiet,
         waiting: Say | None = None,
-        takeover: bool = False,
-        release_timeout: float = 60.0,
-        allow_weak_key: bool = False,
-        drain: bool = False,
     ) -> None:
         self.stack = stack
-        self.allow_weak_key = allow_weak_key
-        self.drain_all = drain  # `up --drain`: a leaving member's streams are waited for too
-        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.takeover = takeover
         self.client = client
-        self.timeout = timeout
-        self.settle = settle
-        self.poll_interval = poll_interval
-        self.release_timeout = release_timeout
+        self.options = options  # `drain` (`up --drain`): leaving streams are waited for too
+        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.say = progress
         self.waiting = waiting or progress
         self.timings: dict[str, float] = {}
@@ -561,25 +535,17 @@ class LiveSwapper:
             snap.gateway_running,
             shared,
             Owner.of(self.stack),
-            self.takeover,
+            self.options.takeover,
             speculative={v for v in self.stack.variants if self.stack.variant(v).speculative is not None},
             run_file=run_file,
-            continue_streams=self.stack.gateway.continues(self.drain_all),
+            continue_streams=self.stack.gateway.continues(self.options.drain),
         )
 
     def decide_alone(self, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
         """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
-        gpus = "-" if self.stack.gpus is None else "all"  # the one serving container takes every GPU
-        spec = target.spec
-        alone = Member(
-            target.name,
-            target.name,
-            spec.container_name,
-            spec.compose_service,
-            str(run_file),
-            gpus,
-            target.variant.speculative is not None,
-        )
+        spec, gpus = target.spec, "-" if self.stack.gpus is None else "all"  # it takes every GPU
+        where = (spec.container_name, spec.compose_service, str(run_file), gpus)
+        alone = Member(target.name, target.name, *where, target.variant.speculative is not None)
         return plan_alone(
             alone,
             target.hash,
@@ -587,8 +553,8 @@ class LiveSwapper:
             self.stack.project,
             gateway_running=snap.gateway_running,
             owner=Owner.of(self.stack),
-            takeover=self.takeover,
-            continue_streams=self.stack.gateway.continues(self.drain_all),
+            takeover=self.options.takeover,
+            continue_streams=self.stack.gateway.continues(self.options.drain),
         )
 
     def handlers(self) -> Handlers:
@@ -609,11 +575,9 @@ class LiveSwapper:
         for each variant the plan starts, before anything stops, reading the snapshot's
         containers: PreflightFailed on the first failure, else the warnings."""
         from composer.swap.steps import Context
-        from composer.swap.swapper import UpOptions, preflight_warnings
+        from composer.swap.swapper import preflight_warnings
 
-        ctx = Context(
-            self.stack, self.client, UpOptions(allow_weak_key=self.allow_weak_key), self.say, self.waiting
-        )
+        ctx = Context(self.stack, self.client, self.options, self.say, self.waiting)
         return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
@@ -636,7 +600,7 @@ class LiveSwapper:
             Path(compose_file),
             ["up", "--detach", "--no-build", "--pull", "never", *args, service],
             env=compose_environment(Path(compose_file), self.stack.api_key),
-            timeout=max(120.0, self.timeout),
+            timeout=max(120.0, self.options.timeout),
         )
 
     def start_gateway(self, op: StartGateway) -> None:
@@ -689,11 +653,11 @@ class LiveSwapper:
             self.stack.served_model_name,
             self.stack.api_key,
         )
-        wait_ready(container, target, began + self.timeout, self.poll_interval, self.waiting)
+        wait_ready(container, target, began + self.options.timeout, self.options.poll_interval, self.waiting)
         ready = time.monotonic() - began
         self.timings[f"{op.member.name} start_to_ready"] = ready
         self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.settle, self.poll_interval)
+        watch_settled(container, target, self.options.settle, self.options.poll_interval)
         if op.member.speculative:
             rate = live_acceptance(target, self.stack.acceptance_floor)
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
@@ -734,7 +698,7 @@ class LiveSwapper:
 
     def await_release(self, op: AwaitRelease) -> None:
         while self._releases:
-            out = self._releases.pop(0).wait(self.release_timeout, self.waiting)
+            out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
             if out.how == "timeout":
                 self.say(out.detail)
 
@@ -744,21 +708,18 @@ class LiveSwapper:
         plan: LivePlan,
         checked: Sequence[Target],
         snap: Snapshot,
-        *,
-        dry_run: bool = False,
-        rollback: bool = True,
         run_file: Callable[[], Path] | None = None,
         outcome: str = "",
     ) -> LiveResult:
-        """Run `plan` (see the module's docstring); `checked`: the targets it starts (the
-        preflight's), `run_file`: writes the file its new members start from, `outcome`: what
-        the result says once it ran."""
+        """Run `plan` (see the module's docstring; `options.dry_run`: the plan only); `checked`:
+        the targets it starts (the preflight's), `run_file`: writes the file its new members
+        start from, `outcome`: what the result says once it ran."""
         began = time.monotonic()
         label = "+".join(plan.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
         if not plan.no_op:
             result.warnings += self.preflight(checked, snap)
-        if dry_run:
+        if self.options.dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
         if plan.refused:
@@ -771,12 +732,12 @@ class LiveSwapper:
             result.timings["total"] = time.monotonic() - began
             return result
         compose_file = run_file() if run_file is not None else None
-        record = plan.recording(self.stack.project, self.timeout)
+        record = plan.recording(self.stack.project, self.options.timeout)
         try:
             ran = execute(
                 plan.ops,
                 self.handlers(),
-                rollback=rollback,
+                rollback=self.options.rollback,
                 say=self.say,
                 failed=self.keep_evidence,
                 stage=record.stage,
@@ -819,22 +780,20 @@ class LiveSwapper:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
         that serves (use `down`)."""
         running = snap.live_running
-        mine = [r for r in running if r.variant == variant]
+        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
+        mine = [m for m in mine if m.variant == variant]
         if not mine:
             return f"{variant} is not live; nothing stopped"
-        others = [r for r in running if r.variant != variant]
-        if not others:
+        if len(mine) == len(running):
             from composer.errors import DownRefused
 
             raise DownRefused(
                 f"{variant} is all the live set serves: stopping it leaves nothing serving; "
                 "`compose-spec down` stops everything"
             )
-        members = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in mine]
         before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        ops: list[Op] = [Publish(tuple(u for u in before if u["name"] not in {m.name for m in mine}), before)]
-        for member in members:
-            ops += [DrainMember(member.name), StopMember(member)]
+        ops: list[Op] = [Publish(tuple(u for u in before if u not in [m.upstream() for m in mine]), before)]
+        ops += [op for m in mine for op in (DrainMember(m.name), StopMember(m))]
         execute(ops, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
@@ -891,69 +850,47 @@ def up_set(
     progress: Say = _quiet,
     waiting: Say | None = None,
 ) -> UpResult | LiveResult:
-    """`up` on Docker, its one entry: the names checked (exit 2 before Docker is asked), then
-    under the project's lock (none for a dry run) ONE snapshot, the desired set decided from it
-    (`desired.desired`), and the one plan that gets there: the single swap (`swapper.swap`), a
-    live set's change, or X's one serving container replacing a live set (`plan_alone`).
-    `options.profiles`: optional services (`--with`), checked first, started once it serves."""
-    from composer.swap.desired import check_request
+    """`up` on Docker, its one entry: under the project's lock (none for a dry run) ONE
+    snapshot, the desired set decided from it (`desired.desired`, which checks the names), and
+    the one plan that gets there: the single swap (`swapper.swap`), a live set's change, or X's
+    one serving container replacing a live set (`plan_alone`). `options.profiles`: optional
+    services (`--with`), checked first, started once it serves."""
+    from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
+    from composer.swap.steps import Context
 
-    check_request(requested, stack)
+    ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
-        return _up_desired(stack, requested, client, options, progress, waiting, snapshot.take(stack, client))
+        return _up_desired(ctx, requested, snapshot.take(stack, client))
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        from composer.swap.gateway_replace import retire_extra_gateways
-
         snap = snapshot.take(stack, client)
         if snap.extra_gateways:
             retire_extra_gateways(client, snap.extra_gateways, progress)
             snap = snapshot.take(stack, client)
-        return _up_desired(stack, requested, client, options, progress, waiting, snap)
+        return _up_desired(ctx, requested, snap)
 
 
-def _up_desired(
-    stack: Stack,
-    requested: Sequence[str],
-    client: docker.DockerClient,
-    options: UpOptions,
-    progress: Say,
-    waiting: Say | None,
-    snap: Snapshot,
-) -> UpResult | LiveResult:
+def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpResult | LiveResult:
     from composer.render.target import resolve_target
-    from composer.swap.desired import desired
+    from composer.swap.desired import EXCLUSIVE, desired
     from composer.swap.profiles import check_profiles, start_profiles
-    from composer.swap.steps import Context
     from composer.swap.swapper import swap
 
+    stack, options = ctx.stack, ctx.options
     want = desired(requested, stack, snap)
-    ctx = Context(stack, client, options, progress, waiting or progress)
-    if want.engine == "swap":
+    if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap
         single = resolve_target(stack, want.variants[0])
         if not options.dry_run:
             check_profiles(ctx, single.prometheus)
         return swap(ctx, single, dry_run=options.dry_run, snap=snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
-    swapper = LiveSwapper(
-        stack,
-        client,
-        options.timeout,
-        options.settle,
-        progress=progress,
-        waiting=waiting,
-        takeover=options.takeover,
-        release_timeout=options.release_timeout,
-        allow_weak_key=options.allow_weak_key,
-        drain=options.drain,
-    )
+    swapper = LiveSwapper(stack, ctx.client, options, ctx.say, ctx.waiting)
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
         single = resolve_target(stack, want.variants[0])
-        if single.variant.standby == "sleep":
+        if single.variant.standby == "sleep":  # it would serve from its own service
             raise ConfigError(
-                f"{single.name} sleeps on standby (its own service): `compose-spec down` the live set, "
-                f"then `compose-spec up {single.name}`"
+                f"{single.name} sleeps on standby: `down` the live set, then `up {single.name}`"
             )
         files: Callable[[], Path] = partial(variant_run_file, single)
         plan = swapper.decide_alone(single, files(), snap)
@@ -968,15 +905,7 @@ def _up_desired(
         files = partial(live_run_file, target)
     if not options.dry_run:
         check_profiles(ctx, prometheus)
-    result = swapper.up(
-        plan,
-        checked,
-        snap,
-        dry_run=options.dry_run,
-        rollback=options.rollback,
-        run_file=files,
-        outcome=outcome,
-    )
+    result = swapper.up(plan, checked, snap, files, outcome)
     by_class, routing = live_routing(stack.workloads, plan.variants)
     result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
     if options.profiles and not options.dry_run:

@@ -60,20 +60,8 @@ def _cell(value: object) -> str:
 
 def format_live(rows: list[dict[str, object]]) -> str:
     """The live containers as a table ("-": not reported by the gateway)."""
+    keys = ("name", "container", "state", "gpus", "ready", "outstanding", "served_last_minute", "served")
     table = [["LIVE", "CONTAINER", "STATE", "GPUS", "READY", "OUTSTANDING", "SERVED/1M", "SERVED", "ERRORS"]]
-    for row in rows:
-        table.append(
-            [
-                str(row["name"]),
-                str(row["container"]),
-                str(row["state"]),
-                str(row["gpus"]),
-                _cell(row["ready"]),
-                _cell(row["outstanding"]),
-                _cell(row["served_last_minute"]),
-                _cell(row["served"]),
-                _cell(row["errors"]),
-            ]
-        )
+    table += [[_cell(row[key]) for key in (*keys, "errors")] for row in rows]
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)

@@ -137,9 +137,8 @@ class SwapPlan:
 
     @property
     def mode(self) -> str:
-        """As a live plan says it: `replace` (the serving variant leaves), `join` (nothing
-        leaves), `unchanged` or `refused`."""
-        if self.refused or self.no_op:
+        """As a live plan says it: `replace` (the serving variant leaves), `join`, `unchanged`, `refused`."""
+        if self.no_op or self.refused:
             return "refused" if self.refused else "unchanged"
         return "replace" if self.previous is not None and self.previous.variant != self.target else "join"
 

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
-from composer.render.spec import Owner
 from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
 
     from composer.engine.variant_container import VariantContainer
     from composer.gateway.client import GatewayState
+    from composer.render.spec import Owner
     from composer.stack.model import Stack
 
 PARKED_POLICY = "no"  # the restart policy of a container put to sleep
@@ -85,9 +85,10 @@ class LiveRunning:
     owner: Owner | None = None  # the stack that started it, from its labels
     run_file: str = ""  # the compose file that created it (it starts again from there)
 
-    @property
-    def running(self) -> bool:
-        return self.status == "running"
+    @classmethod
+    def of(cls, name: str, info: RunningVariant, gpus: str) -> LiveRunning:
+        run = (info.config_hash, info.status, info.service or "", info.owner, info.config_file or "")
+        return cls(name, info.variant, info.name, gpus, *run)
 
 
 @dataclass(frozen=True)
@@ -106,7 +107,7 @@ class Snapshot:
 
     @property
     def live_running(self) -> list[LiveRunning]:
-        return [r for r in self.live if r.running]
+        return [r for r in self.live if r.status == "running"]
 
     @property
     def serving(self) -> Member | None:
@@ -155,8 +156,8 @@ def take(
     `gateway_state` wants its state anyway (status).
     """
     variants, gateway, extra = project_containers(stack, client)
-    found = [(c, c.describe()) for c in variants if label_names.LIVE not in c.container.labels]
-    live = live_members(stack, [c.container for c in variants], [info for _, info in found])
+    live = live_members(stack, every := [(c, c.describe()) for c in variants])
+    found = [(c, info) for c, info in every if label_names.LIVE not in c.container.labels]
     gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
         info for _, info in found if info.running and (info.sleep_mode or _standby_service(info, stack))
@@ -194,40 +195,22 @@ def take(
 
 
 def live_members(
-    stack: Stack, containers: list[Container], alone: list[RunningVariant]
+    stack: Stack, found: list[tuple[VariantContainer, RunningVariant]]
 ) -> tuple[LiveRunning, ...]:
     """The live set's containers, by member name (pure). While live members exist, the one
-    serving container (service `stack.service`, in `alone`) is a member too, `<variant>/1`: it
-    joined the set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
-    rows = [_live(c) for c in containers if label_names.LIVE in (c.labels or {})]
-    if not rows:
-        return ()
-    taken = {r.name for r in rows}
-    for info in alone:
-        name = f"{info.variant}/1"
-        if info.running and info.service == stack.service and name not in taken:
+    serving container (service `stack.service`) is a member too, `<variant>/1`: it joined the
+    set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
+    members = {
+        c.container.labels[label_names.LIVE]: (info, c.container.labels.get(label_names.GPUS, "-"))
+        for c, info in found
+        if label_names.LIVE in c.container.labels
+    }
+    for _, info in found if members else ():
+        if info.running and info.service == stack.service and f"{info.variant}/1" not in members:
             variant = stack.variants.get(info.variant)
             member = next(iter(members_of(variant)), None) if variant is not None else None
-            gpus, file = member.gpus_text if member else "-", (info.config_file or "").split(",")[0]
-            row = (info.variant, info.name, gpus, info.config_hash, info.status, stack.service)
-            rows.append(LiveRunning(name, *row, info.owner, file))
-            taken.add(name)
-    return tuple(sorted(rows, key=lambda r: r.name))
-
-
-def _live(container: Container) -> LiveRunning:
-    labels = container.labels
-    return LiveRunning(
-        name=labels[label_names.LIVE],
-        variant=labels.get(label_names.VARIANT, "?"),
-        container=container.name or "",
-        gpus=labels.get(label_names.GPUS, "-"),
-        config_hash=labels.get(label_names.CONFIG_HASH, ""),
-        status=container.status,
-        service=labels.get(label_names.COMPOSE_SERVICE, ""),
-        owner=Owner.from_labels(labels),
-        run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
-    )
+            members[f"{info.variant}/1"] = (info, member.gpus_text if member else "-")
+    return tuple(LiveRunning.of(name, info, gpus) for name, (info, gpus) in sorted(members.items()))
 
 
 def classify(

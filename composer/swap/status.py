@@ -102,14 +102,10 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
     }
 
 
-def gateway_status(
-    stack: Stack, client: docker.DockerClient, snap: Snapshot | None = None
-) -> dict[str, object] | None:
-    """The gateway's container and what its control channel reports; None without one."""
+def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
+    """The gateway's container and what its control channel reports (the snapshot's); None without one."""
     if not stack.gateway.enabled:
         return None
-    if snap is None:
-        snap = snapshot.take(stack, client, gateway_state=True)
     container = snap.gateway
     if container is None:
         return {"state": "absent"}
@@ -174,7 +170,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """
     snap = snapshot.take(stack, client, gateway_state=True)
     data = _variant_status(stack, snap)
-    data["gateway"] = gateway_status(stack, client, snap)
+    data["gateway"] = gateway_status(stack, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     data["live"] = live_rows(snap)
     if data["live"]:

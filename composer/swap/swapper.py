@@ -130,8 +130,7 @@ def swap(
 ) -> UpResult:
     """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
 
-    One snapshot is read (`snap`, when the caller read it under the lock), one plan decided
-    from it before anything stops (`prepare`);
+    One snapshot is read (or given: `snap`), one plan decided from it before anything stops (`prepare`);
     `dry_run` returns the plan (in `result.plan`) and changes nothing. Otherwise the plan
     runs (`execute`), and the optional services of `options.profiles` start once it served.
     """

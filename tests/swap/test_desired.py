@@ -34,19 +34,18 @@ def _snap(*live: LiveRunning) -> Snapshot:
 def test_one_name_is_that_variant_alone_and_replaces_a_running_live_set(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
     assert desired(["mtp"], stack, _snap()) == Desired(("mtp",), EXCLUSIVE)
-    assert desired(["mtp"], stack, _snap()).engine == "swap"  # a plain switch: the single swap
     running = _running(stack, "baseline/1", "mtp/1")
     want = desired(["baseline"], stack, _snap(*running))
-    assert want == Desired(("baseline",), EXCLUSIVE, ("baseline/1", "mtp/1")) and want.engine == "live"
+    assert want == Desired(("baseline",), EXCLUSIVE, ("baseline/1", "mtp/1"))  # it replaces the set
     stopped = [LiveRunning(**{**r.__dict__, "status": "exited"}) for r in running]
-    assert desired(["baseline"], stack, _snap(*stopped)).engine == "swap"  # nothing live serves
+    assert desired(["baseline"], stack, _snap(*stopped)).replaces == ()  # nothing live serves: a swap
 
 
 def test_several_names_are_the_set_side_by_side_whatever_runs(tmp_path: Path) -> None:
     stack = _stack(tmp_path)
     running = _running(stack, "dflash2/1")
     want = desired(["baseline", "mtp"], stack, _snap(*running))
-    assert want == Desired(("baseline", "mtp"), SIDE_BY_SIDE) and want.engine == "live"
+    assert want == Desired(("baseline", "mtp"), SIDE_BY_SIDE)
 
 
 def test_up_alone_is_the_stacks_live_set_else_a_usage_error(tmp_path: Path) -> None:

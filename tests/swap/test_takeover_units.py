@@ -136,8 +136,9 @@ def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) 
 
     seen = {}
 
-    def up(self, plan, checked, snap, **options):
-        seen.update(takeover=self.takeover, poll=self.poll_interval, say=self.say, dry_run=options["dry_run"])
+    def up(self, plan, checked, snap, *more):
+        seen.update(takeover=self.options.takeover, poll=self.options.poll_interval, say=self.say)
+        seen.update(dry_run=self.options.dry_run)
         return live.LiveResult(variant="baseline+mtp", outcome="planned")
 
     monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
