@@ -4,6 +4,7 @@ stack's `[gateway] live`; and the plan of {X} replacing a running live set (`pla
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -133,3 +134,31 @@ def test_modes_of_the_plans(tmp_path: Path) -> None:
     assert SwapPlan("mtp", "h", None, ("start", "gate")).mode == "join"
     assert SwapPlan("mtp", "h", None, ()).mode == "unchanged"
     assert SwapPlan("mtp", "h", None, (), refused="no").mode == "refused"
+
+
+class _Box:
+    """Stands in for a VariantContainer: only its labels are read."""
+
+    def __init__(self, **labels: str) -> None:
+        self.container = SimpleNamespace(labels=labels)
+
+
+def test_the_snapshot_names_live_members_and_the_adopted_serving_container(tmp_path: Path) -> None:
+    from composer import labels as label_names
+    from composer.swap.snapshot import live_members
+    from tests.swap.test_plan_units import _info
+
+    stack = _stack(tmp_path)
+    alone = _info("baseline", service=stack.service, sleep_mode=False)
+    mtp = _info("mtp", service="vllm-mtp-1", sleep_mode=False)
+    live = _Box(**{label_names.LIVE: "mtp/1", label_names.GPUS: "2,3"})
+    assert (
+        live_members(stack, [(_Box(), alone)]) == ()
+    )  # no live set: the one serving container is not a member
+    found = live_members(stack, [(live, mtp), (_Box(), alone)])
+    assert [(r.name, r.container, r.gpus, r.service) for r in found] == [
+        ("baseline/1", alone.name, "0,1", stack.service),  # adopted as it runs
+        ("mtp/1", mtp.name, "2,3", "vllm-mtp-1"),
+    ]
+    snap = Snapshot("p", (), live=(*found, LiveRunning(**{**found[1].__dict__, "status": "exited"})))
+    assert [r.name for r in snap.live_running] == ["baseline/1", "mtp/1"]
