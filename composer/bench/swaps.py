@@ -223,7 +223,7 @@ def _restore(
     stack = stack_for(())
     if previous is None:
         stopped = down(stack, client=client, progress=progress)
-        progress(f"nothing served before the benchmark: stopped {stopped or 'nothing'}")
+        progress(f"nothing served before the benchmark: stopped {', '.join(stopped) or 'nothing'}")
         return []
     matching = stack_of(previous, stack_for, ks)
     notes = []

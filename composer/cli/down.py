@@ -1,4 +1,4 @@
-"""`down`: take the stack down (its variants, sleeping ones and the gateway), or one variant."""
+"""`down`: take the stack down (its variants, sleeping ones, the live set and the gateway), or one variant."""
 
 from __future__ import annotations
 
@@ -6,7 +6,6 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context
-from composer.cli.live import down_live_variant, live_names
 from composer.cli.output import LiveLine, note
 from composer.cli.params import complete_from_stack
 
@@ -45,17 +44,13 @@ def down(obj: Context, variant: str | None, force: bool, volumes: bool) -> None:
         if volumes:
             raise UsageError("--volumes removes the project's volumes: give it without VARIANT")
         stack.variant(variant)  # an unknown name: exit 2 with the known ones
-        if down_live_variant(obj, stack, variant, line):
-            return
         said = down_variant(stack, variant, client=obj.docker(), force=force, progress=line.step)
         line.finish()
         click.echo(said)
         return
-    live = live_names(obj, stack)
     stopped = stop(stack, client=obj.docker(), progress=line.step, volumes=volumes)
     line.finish()
-    stopped = ", ".join(n for n in (stopped, *live) if n)
-    click.echo(f"stopped {stopped}" if stopped else "nothing was running")
+    click.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
     kept = None if volumes else kept_volumes(stack, obj.docker())
     if kept:
         note(kept)

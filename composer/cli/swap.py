@@ -1,4 +1,4 @@
-"""`up` and `use`: swap a variant in (Docker or Kubernetes)."""
+"""`up` and `use`: swap a variant in, or change the live set (Docker or Kubernetes)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import click
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.kube_live import kube_live_up, kube_up
-from composer.cli.live import live_up
 from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.cli.swap_args import SwapArgs, report_swap
@@ -18,19 +17,20 @@ from composer.errors import ConfigError
 from composer.render.prometheus import PROFILE_SERVICES
 
 
-def _swap(obj: Context, variant: str, args: SwapArgs) -> None:
-    from composer.render.target import resolve_target
-    from composer.swap.swapper import up as run_up
+def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
+    """`up` on Docker: one entry decides from one snapshot (`composer.swap.live.up_set`)."""
+    from composer.swap.desired import check_request
+    from composer.swap.live import up_set
 
     stack = obj.stack()
-    target = resolve_target(stack, stack.startable(variant).name)  # refused: exit 2, nothing stops
+    check_request(variants, stack)  # unknown or refused names: exit 2 before Docker is asked
     require_api_key(stack, allow_weak := args.weak_key_allowed(obj))
     options = args.up_options(allow_weak, obj, probation=stack.probation)
     report_swap(
-        variant,
+        "+".join(variants or stack.gateway.live),
         args.as_json,
-        lambda line: run_up(
-            stack, target, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
+        lambda line: up_set(
+            stack, variants, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
         ),
         dry_run=args.dry_run,
     )
@@ -105,15 +105,21 @@ def up(
 ) -> None:
     """Swap VARIANT in: stop the old one, start and health-gate the new one, roll back on failure.
 
-    With several VARIANTS, or none and [gateway] live, or one while a live set runs: change
-    the live set (variants serving at once on disjoint GPUs) one container at a time: start
-    and gate each new one, then drain and stop each leaving one; the others serve throughout,
-    and a failure or Ctrl-C undoes what ran (--dry-run prints the operations).
+    One VARIANT is that variant alone: a plain switch. While a live set runs it replaces the
+    set (--dry-run says `replace` and what leaves): VARIANT starts and is gated, the gateway
+    goes back to it alone, then each member is drained and stopped. `up VARIANT` is how to go
+    back from a live set to switching one variant at a time.
+
+    With several VARIANTS, or none and [gateway] live: the live set becomes exactly those
+    (variants serving at once on disjoint GPUs), changed one container at a time: start and
+    gate each new one, then drain and stop each leaving one; the others serve throughout, and
+    a failure or Ctrl-C undoes what ran (--dry-run prints the operations, `join` or `replace`).
 
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
     rollout undo (under the hold) on failure or Ctrl-C; a live set changes one Deployment
-    at a time, each new one gated before a leaving one is drained and deleted.
+    at a time, each new one gated before a leaving one is drained and deleted (there, one
+    VARIANT joins a live set the cluster runs).
 
     \b
     Examples:
@@ -121,6 +127,7 @@ def up(
       compose-spec up dflash2 --timeout 20m --json --env-file .env.demo
       compose-spec up mtp --target kubernetes --kube-context gpu-cluster
       compose-spec up baseline mtp --dry-run
+      compose-spec up baseline               # from a live set: baseline alone
       compose-spec up --recreate-gateway
       compose-spec up mtp --with prometheus
       compose-spec up mtp --with follow
@@ -131,26 +138,22 @@ def up(
         raise ConfigError(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
-    if target == "compose" and not recreate_gateway and live_up(obj, variants, args):
-        return
     if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
         return
-    if len(variants) > 1:
+    if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
     variant = variants[0] if variants else None
-    if variant is None and not recreate_gateway:
-        names = ", ".join(obj.stack().variants)
-        raise ConfigError(f"up needs a VARIANT: one of {names} (or --recreate-gateway alone)")
-    if variant is None and args.profiles:
-        raise ConfigError(
-            "--with starts its service once a VARIANT serves: give one, e.g. up mtp --with prometheus"
-        )
     if recreate_gateway:
+        if variant is None and args.profiles:
+            raise ConfigError(
+                "--with starts its service once a VARIANT serves: give one, e.g. up mtp --with prometheus"
+            )
         _recreate_gateway(obj, variant, target, args)
-        if variant is None or (target == "compose" and live_up(obj, variants, args)):
-            return  # with VARIANT on a live set: it joins the set, as `up VARIANT` does
-    assert variant is not None
+        if variant is None:
+            return
     if target == "kubernetes":
+        if variant is None:
+            raise ConfigError(f"up needs a VARIANT: one of {', '.join(obj.stack().variants)}")
         if args.profiles:
             raise ConfigError(
                 "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
@@ -164,7 +167,7 @@ def up(
         raise ConfigError(
             "--kube-context needs --target kubernetes (Docker's engine is chosen with --context)"
         )
-    _swap(obj, variant, args)
+    _up(obj, variants, args)
 
 
 @command()
@@ -180,4 +183,4 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
       compose-spec use long-16 --json
     """
     variant = obj.stack().workload_variant(workload).name
-    _swap(obj, variant, SwapArgs(**opts))
+    _up(obj, (variant,), SwapArgs(**opts))

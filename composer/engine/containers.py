@@ -16,17 +16,17 @@ if TYPE_CHECKING:
 
 
 def our_containers(stack: Stack, client: docker.DockerClient) -> list[VariantContainer]:
-    """Variant containers of this stack's project (compose or launcher started), newest first."""
+    """Variant containers of this stack's project (compose or launcher started, not live), newest first."""
     summaries = client.api.containers(all=True, filters={"label": [label_names.VARIANT]})
-    return _ours(stack, client, summaries)
+    return [c for c in _ours(stack, client, summaries) if label_names.LIVE not in c.container.labels]
 
 
 def project_containers(
     stack: Stack, client: docker.DockerClient
 ) -> tuple[list[VariantContainer], Container | None, tuple[str, ...]]:
-    """The project's variant containers (newest first), its gateway (a running one, under the
-    gateway's own name first) and the other running gateways (their ids: a replacement killed
-    half-way leaves two), from ONE listing."""
+    """The project's variant containers, live ones included (newest first), its gateway (a
+    running one, under the gateway's own name first) and the other running gateways (their
+    ids: a replacement killed half-way leaves two), from ONE listing."""
     from docker.errors import NotFound
 
     summaries = client.api.containers(all=True)
@@ -70,8 +70,11 @@ def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> l
         for c in found
         if (
             c.labels.get(label_names.COMPOSE_PROJECT) == stack.project
-            and c.labels.get(label_names.COMPOSE_SERVICE)
-            in {stack.service, f"{stack.service}-{c.labels.get(label_names.VARIANT)}"}
+            and (
+                label_names.LIVE in c.labels
+                or c.labels.get(label_names.COMPOSE_SERVICE)
+                in {stack.service, f"{stack.service}-{c.labels.get(label_names.VARIANT)}"}
+            )
         )
         or (label_names.COMPOSE_PROJECT not in c.labels and c.name == launcher_name)
     ]

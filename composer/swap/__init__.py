@@ -36,11 +36,12 @@ gate, publish, drain, stop, release wait, each with its inverse) that `execute` 
 dispatch table, undoing what ran on a failure or a stop signal; `live_acceptance`: a
 speculative member's acceptance check, the Kubernetes live set's too; `live_status`: the live
 containers as `status` and `ls` show them; `--with` profiles start from the live run file
-once the set serves).
+once the set serves). `desired` (pure): `up`'s desired set ({X} exclusive, {A, B} side by
+side) from the names, the stack and the snapshot; `up_set`: `up`'s one entry on Docker.
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `swap_lock`,
-`status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_live`,
-`down_live`, `plan_live`, `LivePlan`, `live_containers`, `live_rows`, `format_live`.
+`status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_set`,
+`plan_live`, `plan_alone`, `LivePlan`, `desired`, `live_rows`, `format_live`.
 """
 
 from composer._exports import lazy_exports
@@ -51,7 +52,8 @@ __all__, __getattr__ = lazy_exports(
         "follow": ["FollowEvent", "follow"],
         "gateway_port": ["recreate_gateway"],
         "journal": ["read_history"],
-        "live": ["LivePlan", "down_live", "live_containers", "plan_live", "up_live"],
+        "desired": ["desired"],
+        "live": ["LivePlan", "plan_alone", "plan_live", "up_set"],
         "live_status": ["format_live", "live_rows"],
         "plan": ["decide"],
         "snapshot": ["Snapshot"],

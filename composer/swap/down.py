@@ -33,9 +33,9 @@ def _quiet(_: str) -> None:
     return None
 
 
-def stop_project(ctx: Context, volumes: bool = False) -> str | None:
+def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
     """Stop and remove every variant container, and the project (with `volumes`: its named
-    volumes too); return the serving variant's name."""
+    volumes too); return what served: the serving variant's name first, then live members'."""
     snap = take(ctx.stack, ctx.client)
     for member in snap.members:
         ctx.say(f"stopping {member.variant} ({member.container.name})")
@@ -46,7 +46,7 @@ def stop_project(ctx: Context, volumes: bool = False) -> str | None:
         for volume in project_volumes(ctx.stack, ctx.client):
             ctx.say(f"removing volume {volume.name}")
             _remove_volume(volume)
-    return current.variant if current else None
+    return [*([current.variant] if current else []), *(r.name for r in snap.live_running)]
 
 
 def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
@@ -90,6 +90,10 @@ def stop_variant(
     """
     stack = ctx.stack
     snap = take(stack, ctx.client)
+    if any(r.variant == variant for r in snap.live_running):  # the others serve on
+        from composer.swap.live import LiveSwapper
+
+        return LiveSwapper(stack, ctx.client, ctx.options, ctx.say).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"
@@ -120,14 +124,15 @@ def stop_variant(
 
 def down(
     stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet, volumes: bool = False
-) -> str | None:
-    """Stop and remove the running variant under the project's lock (`volumes`: and the
-    project's named volumes)."""
+) -> list[str]:
+    """Stop and remove what runs under the project's lock (`volumes`: and the project's named
+    volumes); what was stopped (see `stop_project`)."""
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
         stopped = stop_project(Context(stack, client, UpOptions(), progress, progress), volumes)
-    append_history(stack.project, {"kind": "down", "source": stopped, "target": None, "outcome": "stopped"})
+    source = stopped[0] if stopped and "/" not in stopped[0] else None
+    append_history(stack.project, {"kind": "down", "source": source, "target": None, "outcome": "stopped"})
     return stopped
 
 

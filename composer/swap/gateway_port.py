@@ -181,14 +181,15 @@ def _what_serves(
 ) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement: the old gateway's route tells which standby container
-    serves; a live set's upstreams come from Docker's labels), and what serves, in words."""
+    serves; a live set's upstreams come from the snapshot's live members), and what serves, in words."""
     from composer.render.live import resolve_live
-    from composer.swap.live import live_containers, live_run_file
+    from composer.swap.live import live_run_file
 
+    snap = snapshot.take(stack, client)
     live = [
         {"name": r.name, "variant": r.variant, "url": f"http://{r.service}:{CONTAINER_PORT}"}
-        for r in live_containers(stack, client)
-        if r.status == "running" and r.service
+        for r in snap.live_running
+        if r.service
     ]
     if live:
         target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in live)))
@@ -199,7 +200,7 @@ def _what_serves(
             lambda c: _control(c).set_upstreams(live),
             f"the live set {names}",
         )
-    member = snapshot.take(stack, client).serving
+    member = snap.serving
     variant = member.variant if member is not None else None
     compose_file = _compose_file(stack, member.container if member is not None else None)
     spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway

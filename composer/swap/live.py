@@ -1,15 +1,17 @@
 """Live sets: several variants (or replicas) serving at once behind the one gateway.
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set adds C. `plan_live` (pure) turns the change into typed operations
-(`composer.swap.ops`) that never leave zero ready upstreams: each new container is started
-from the live run file, gated like a swap (the container watched, /health, /v1/models, one
-completion, a settle watch and, for a speculative variant, acceptance from its /metrics over
-a short warm-up) and only then published to the gateway; a container leaving the set is
-first left out of the upstreams, drained, then stopped (before a new member that needs its
-GPUs starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
-that `composer.swap.execute` runs them with: a failure or a stop signal undoes what ran, so
-the set that served before serves again. `--dry-run` prints the operations.
+running live set makes C serve alone (`plan_alone`: C's one serving container replaces the
+set). `up_set` is `up`'s one entry (one snapshot, `desired`, then the plan). `plan_live`
+(pure) turns the change into typed operations (`composer.swap.ops`) that never leave zero
+ready upstreams: each new container is started from the live run file, gated like a swap
+(the container watched, /health, /v1/models, one completion, a settle watch and, for a
+speculative variant, acceptance from its /metrics over a short warm-up) and only then
+published to the gateway; a container leaving the set is first left out of the upstreams,
+drained, then stopped (before a new member that needs its GPUs starts, which then waits for
+their release). `LiveSwapper` is the Docker dispatch table that `composer.swap.execute` runs
+them with: a failure or a stop signal undoes what ran, so the set that served before serves
+again. `--dry-run` prints the operations.
 """
 
 from __future__ import annotations
@@ -17,22 +19,23 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
-from composer import labels as label_names
 from composer.engine import bootlog, retry
 from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
-from composer.errors import GatewayControlError, SwapFailed, UsageError
+from composer.errors import ConfigError, GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
+from composer.render.files import run_file as variant_run_file
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import compose_environment, state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
+from composer.render.target import Target
 from composer.stack.model import Stack
-from composer.stack.placement import live_members, members_of
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.execute import Handlers, execute
@@ -53,6 +56,7 @@ from composer.swap.ops import (
     StopMember,
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
+from composer.swap.snapshot import LiveRunning, Snapshot
 
 if TYPE_CHECKING:
     import docker
@@ -60,28 +64,14 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
-    from composer.swap.swapper import UpOptions
+    from composer.swap.steps import Context
+    from composer.swap.swapper import UpOptions, UpResult
 
 Say = Callable[[str], None]
 
 
 def _quiet(_: str) -> None:
     return None
-
-
-@dataclass(frozen=True)
-class LiveRunning:
-    """A live container as Docker reports it (labels `live` and `gpus`)."""
-
-    name: str  # the member: `mtp/1`
-    variant: str
-    container: str
-    gpus: str
-    config_hash: str
-    status: str
-    service: str
-    owner: Owner | None = None  # the stack that started it, from its labels
-    run_file: str = ""  # the compose file that created it (it starts again from there)
 
 
 @dataclass(frozen=True)
@@ -103,6 +93,7 @@ class LivePlan:
     notes: tuple[str, ...] = ()
     upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
     ops: tuple[Op, ...] = ()
+    alone: str = ""  # `up X` on a live set: X's one serving container replaces the set (`plan_alone`)
 
     @classmethod
     def between(
@@ -130,18 +121,20 @@ class LivePlan:
     @property
     def mode(self) -> str:
         """`join`: every variant serving now stays in the set; `replace`: one leaves."""
-        if self.refused:
-            return "refused"
         if self.no_op:
-            return "unchanged"
+            return "refused" if self.refused else "unchanged"
         staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
-        leaving = {n.split("/")[0] for n in self.stop} | ({self.single} if self.single else set())
-        return "replace" if leaving - staying else "join"
+        return "replace" if self.alone or {n.split("/")[0] for n in self.leaving} - staying else "join"
+
+    @property
+    def leaving(self) -> list[str]:
+        """What leaves the set (stopped for good)."""
+        return sorted({*self.stop} | ({self.single} if self.single else set()))
 
     @property
     def before(self) -> list[str]:
         """The members (and the one serving container) that serve before the change."""
-        return sorted({*self.keep, *self.stop, *self.replace} | ({self.single} if self.single else set()))
+        return sorted({*self.keep, *self.replace, *self.leaving})
 
     def recording(self, project: str, timeout: float) -> SwapRecord:
         """The running change's record (`status` names it; a killed `up` leaves it behind,
@@ -161,6 +154,8 @@ class LivePlan:
             "start_gateway": self.start_gateway,
             "refused": self.refused or None,
             "mode": self.mode,
+            "leaving": self.leaving,
+            "alone": self.alone or None,
             "operations": [op.as_data() for op in self.ops],
         }
 
@@ -168,8 +163,10 @@ class LivePlan:
         """The plan, one typed operation a line (`up --dry-run`)."""
         if self.refused:
             return f"refused: {self.refused}"
-        after = sorted([*self.keep, *self.replace, *self.start])
-        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode})"]
+        after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
+        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
+        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
+        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
         lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
@@ -190,88 +187,6 @@ class LiveResult:
     plan: dict[str, object] | None = None
     plan_text: str | None = None
     drained: dict[str, int] | None = None
-
-
-def live_containers(stack: Stack, client: docker.DockerClient) -> list[LiveRunning]:
-    """The project's live containers (any state), by member name. While live members exist, the
-    one serving container (service `stack.service`) is a member too, `<variant>/1`: it joined
-    the set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
-    found = client.containers.list(
-        all=True,
-        filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", label_names.VARIANT]},
-    )
-    rows, alone = [], []
-    for c in found:
-        labels = c.labels or {}
-        name = labels.get(label_names.LIVE)
-        service = labels.get(label_names.COMPOSE_SERVICE, "")
-        if name is None:
-            if c.status != "running" or service != stack.service:
-                continue
-            variant = labels.get(label_names.VARIANT, "?")
-            member = (
-                next(iter(members_of(stack.variants[variant])), None) if variant in stack.variants else None
-            )
-            alone.append((c, f"{variant}/1", member.gpus_text if member else "-"))
-            continue
-        rows.append(_running(c, name, labels.get(label_names.GPUS, "-")))
-    if rows:
-        taken = {r.name for r in rows}
-        rows += [_running(c, name, gpus) for c, name, gpus in alone if name not in taken]
-    return sorted(rows, key=lambda r: r.name)
-
-
-def _running(c: Any, name: str, gpus: str) -> LiveRunning:
-    labels = c.labels or {}
-    return LiveRunning(
-        name=name,
-        variant=labels.get(label_names.VARIANT, "?"),
-        container=c.name or "",
-        gpus=gpus,
-        config_hash=labels.get(label_names.CONFIG_HASH, ""),
-        status=c.status,
-        service=labels.get(label_names.COMPOSE_SERVICE, ""),
-        owner=Owner.from_labels(labels),
-        run_file=labels.get(label_names.COMPOSE_CONFIG_FILES, "").split(",")[0],
-    )
-
-
-def live_variants(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> list[str]:
-    """The live set `up` aims at: several names are the set itself; none is `[gateway] live`;
-    one name joins the live set that runs (or `[gateway] live` when none runs)."""
-    if len(requested) > 1:
-        return list(requested)
-    base = list(dict.fromkeys(r.variant for r in running if r.status == "running")) or list(
-        stack.gateway.live
-    )
-    if not requested:
-        return base
-    return base if requested[0] in base else [*base, requested[0]]
-
-
-def ran_live(stack: Stack, directory: Path | None = None) -> bool:
-    """A live set was started for this project (its run file is there): only then does a
-    single-variant `up` look for live containers (a plain swap lists containers once)."""
-    return any(((directory or state_dir()) / stack.project).glob("live-*.yml"))
-
-
-def is_live(requested: Sequence[str], stack: Stack, running: Sequence[LiveRunning]) -> bool:
-    """True when `up` changes a live set rather than swapping the one serving variant."""
-    return len(requested) > 1 or bool(stack.gateway.live) or any(r.status == "running" for r in running)
-
-
-def wants_live(stack: Stack, requested: Sequence[str], client: Callable[[], docker.DockerClient]) -> bool:
-    """Whether `up` changes a live set: several names or `[gateway] live` say so at once; one
-    name or none only once a live set was started and its containers run (Docker is asked
-    then only; when it does not answer, the one-variant swap reports that in its own words)."""
-    if len(requested) > 1 or stack.gateway.live:
-        return True
-    if not requested or not ran_live(stack):
-        return False
-    try:
-        return is_live(requested, stack, live_containers(stack, client()))
-    except Exception:
-        return False
 
 
 def plan_live(
@@ -297,7 +212,7 @@ def plan_live(
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     if single is not None and single.name in {r.container for r in now.values()}:
-        single = None  # already a member (`live_containers` names it)
+        single = None  # already a member (the snapshot names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
     if single is not None:
         found.append((single.variant, single.name, single.owner))
@@ -420,6 +335,61 @@ def _operations(
     return tuple(ops)
 
 
+def plan_alone(
+    alone: Member,
+    alone_hash: str,
+    running: Sequence[LiveRunning],
+    project: str,
+    *,
+    gateway_running: bool = True,
+    owner: Owner | None = None,
+    takeover: bool = False,
+    continue_streams: bool = True,
+) -> LivePlan:
+    """`up X` on a running live set (pure): X's one serving container (`alone`, from its run file)
+    is started and gated, the gateway goes back to its single upstream (`Publish((), ...)`), then
+    each member is drained and stopped; one whose GPUs or service X needs goes first (X then
+    waits for the release). A member that is X's container already (adopted) serves on."""
+    now = {r.name: r for r in running if r.status == "running"}
+    foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
+    if foreign and not takeover:
+        refused = takeover_refusal(foreign, project)
+        return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
+    taken = {f.container for f in foreign}
+    old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
+    kept = next((n for n, r in now.items() if (r.container, r.variant, r.config_hash) == same), None)
+    kept = kept if kept is None or now[kept].container not in taken else None
+    leaving = [n for n in old if n != kept]
+    early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
+    ops: list[Op] = [] if gateway_running else [StartGateway(alone.run_file)]
+    serving = [m.upstream() for m in old.values()]
+    for name in early:
+        rest = [u for u in serving if u["name"] != name]
+        if rest:  # the last one serving is not taken out: the gateway holds until X serves
+            ops += [Publish(tuple(rest), tuple(serving)), DrainMember(name, continue_streams)]
+            serving = rest
+        ops.append(StopMember(old[name]))
+    if kept is None:
+        ops += [AwaitRelease(alone.gpus)] if any(_overlap(old[n].gpus, alone.gpus) for n in early) else []
+        ops += [StartMember(alone), GateMember(alone)]
+    ops.append(Publish((), tuple(serving)))
+    for name in leaving:
+        if name not in early:
+            ops += [DrainMember(name, continue_streams), StopMember(old[name])]
+    return LivePlan(
+        (alone.variant,),
+        keep=(kept,) if kept else (),
+        start=() if kept else (alone.variant,),
+        stop=tuple(sorted(leaving)),
+        start_gateway=not gateway_running,
+        gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
+        notes=tuple(takeover_notes(foreign, project)),
+        ops=tuple(ops),
+        alone=alone.variant,
+    )
+
+
 def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
     """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
     try:
@@ -534,26 +504,14 @@ class LiveSwapper:
         self,
         stack: Stack,
         client: docker.DockerClient,
-        timeout: float = 900.0,
-        settle: float = 1.0,
-        poll_interval: float = 0.1,
+        options: UpOptions,
         progress: Say = _quiet,
         waiting: Say | None = None,
-        takeover: bool = False,
-        release_timeout: float = 60.0,
-        allow_weak_key: bool = False,
-        drain: bool = False,
     ) -> None:
         self.stack = stack
-        self.allow_weak_key = allow_weak_key
-        self.drain_all = drain  # `up --drain`: a leaving member's streams are waited for too
-        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.takeover = takeover
         self.client = client
-        self.timeout = timeout
-        self.settle = settle
-        self.poll_interval = poll_interval
-        self.release_timeout = release_timeout
+        self.options = options  # `drain` (`up --drain`): leaving streams are waited for too
+        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.say = progress
         self.waiting = waiting or progress
         self.timings: dict[str, float] = {}
@@ -562,29 +520,41 @@ class LiveSwapper:
         self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
 
     # -- reading --------------------------------------------------------------------------
-    def decide(self, target: LiveTarget) -> LivePlan:
-        running = live_containers(self.stack, self.client)
-        single = snapshot.take(self.stack, self.client).current
-        gateway = gateway_container(self.stack, self.client)
+    def decide(self, target: LiveTarget, snap: Snapshot) -> LivePlan:
+        """The live set's change, from the one snapshot."""
+        single = snap.current
         shared = False
         if single is not None and self.stack.gpus is not None:
             used = set(self.stack.gpus)
             shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
-        gateway_running = gateway is not None and gateway.status == "running"
-        owner = Owner.of(self.stack)
-        speculative = {v for v in self.stack.variants if self.stack.variant(v).speculative is not None}
         run_file = str(live_run_file(target, write=False)) if target.services else ""
         return plan_live(
             target,
-            running,
+            snap.live,
             single,
-            gateway_running,
+            snap.gateway_running,
             shared,
-            owner,
-            self.takeover,
-            speculative=speculative,
+            Owner.of(self.stack),
+            self.options.takeover,
+            speculative={v for v in self.stack.variants if self.stack.variant(v).speculative is not None},
             run_file=run_file,
-            continue_streams=self.stack.gateway.continues(self.drain_all),
+            continue_streams=self.stack.gateway.continues(self.options.drain),
+        )
+
+    def decide_alone(self, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
+        """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
+        spec, gpus = target.spec, "-" if self.stack.gpus is None else "all"  # it takes every GPU
+        where = (spec.container_name, spec.compose_service, str(run_file), gpus)
+        alone = Member(target.name, target.name, *where, target.variant.speculative is not None)
+        return plan_alone(
+            alone,
+            target.hash,
+            snap.live,
+            self.stack.project,
+            gateway_running=snap.gateway_running,
+            owner=Owner.of(self.stack),
+            takeover=self.options.takeover,
+            continue_streams=self.stack.gateway.continues(self.options.drain),
         )
 
     def handlers(self) -> Handlers:
@@ -600,22 +570,15 @@ class LiveSwapper:
             AwaitRelease: self.await_release,
         }
 
-    def preflight(self, target: LiveTarget, plan: LivePlan) -> list[str]:
+    def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
         """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
-        for each variant the plan starts, before anything stops: PreflightFailed on the first
-        failure, else the warnings."""
-        from composer.doctor.report import fast_checks
-        from composer.render.target import Target
-        from composer.swap.swapper import raise_failed
+        for each variant the plan starts, before anything stops, reading the snapshot's
+        containers: PreflightFailed on the first failure, else the warnings."""
+        from composer.swap.steps import Context
+        from composer.swap.swapper import preflight_warnings
 
-        started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
-        warnings: list[str] = []
-        for service in {s.member.variant: s for s in target.services if s.name in started}.values():
-            checked = Target(self.stack.variant(service.member.variant), service.spec, target.gateway)
-            findings = fast_checks(self.stack, checked, self.client, allow_weak_key=self.allow_weak_key)
-            raise_failed(findings)
-            warnings += [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
-        return list(dict.fromkeys(warnings))
+        ctx = Context(self.stack, self.client, self.options, self.say, self.waiting)
+        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
         """Before the undo removes a member that failed to start or pass its gate: keep its log
@@ -637,7 +600,7 @@ class LiveSwapper:
             Path(compose_file),
             ["up", "--detach", "--no-build", "--pull", "never", *args, service],
             env=compose_environment(Path(compose_file), self.stack.api_key),
-            timeout=max(120.0, self.timeout),
+            timeout=max(120.0, self.options.timeout),
         )
 
     def start_gateway(self, op: StartGateway) -> None:
@@ -690,11 +653,11 @@ class LiveSwapper:
             self.stack.served_model_name,
             self.stack.api_key,
         )
-        wait_ready(container, target, began + self.timeout, self.poll_interval, self.waiting)
+        wait_ready(container, target, began + self.options.timeout, self.options.poll_interval, self.waiting)
         ready = time.monotonic() - began
         self.timings[f"{op.member.name} start_to_ready"] = ready
         self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.settle, self.poll_interval)
+        watch_settled(container, target, self.options.settle, self.options.poll_interval)
         if op.member.speculative:
             rate = live_acceptance(target, self.stack.acceptance_floor)
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
@@ -735,20 +698,28 @@ class LiveSwapper:
 
     def await_release(self, op: AwaitRelease) -> None:
         while self._releases:
-            out = self._releases.pop(0).wait(self.release_timeout, self.waiting)
+            out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
             if out.how == "timeout":
                 self.say(out.detail)
 
     # -- the change -----------------------------------------------------------------------
-    def up(self, target: LiveTarget, dry_run: bool = False, rollback: bool = True) -> LiveResult:
-        """Change the live set to `target` (see the module's docstring)."""
+    def up(
+        self,
+        plan: LivePlan,
+        checked: Sequence[Target],
+        snap: Snapshot,
+        run_file: Callable[[], Path] | None = None,
+        outcome: str = "",
+    ) -> LiveResult:
+        """Run `plan` (see the module's docstring; `options.dry_run`: the plan only); `checked`:
+        the targets it starts (the preflight's), `run_file`: writes the file its new members
+        start from, `outcome`: what the result says once it ran."""
         began = time.monotonic()
-        plan = self.decide(target)
-        label = "+".join(target.variants)
+        label = "+".join(plan.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
         if not plan.no_op:
-            result.warnings += self.preflight(target, plan)
-        if dry_run:
+            result.warnings += self.preflight(checked, snap)
+        if self.options.dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
         if plan.refused:
@@ -757,16 +728,16 @@ class LiveSwapper:
             # The gateway may have restarted with an older set in its environment: tell it again.
             self.publish(Publish(plan.upstreams, ()))
             result.outcome = "unchanged"
-            result.notes.append(f"the live set {{{', '.join(target.variants)}}} already runs")
+            result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
             result.timings["total"] = time.monotonic() - began
             return result
-        compose_file = live_run_file(target)
-        record = plan.recording(self.stack.project, self.timeout)
+        compose_file = run_file() if run_file is not None else None
+        record = plan.recording(self.stack.project, self.options.timeout)
         try:
             ran = execute(
                 plan.ops,
                 self.handlers(),
-                rollback=rollback,
+                rollback=self.options.rollback,
                 say=self.say,
                 failed=self.keep_evidence,
                 stage=record.stage,
@@ -780,14 +751,13 @@ class LiveSwapper:
             raise
         finally:
             record.close()
-        kept = [r.run_file for r in live_containers(self.stack, self.client)]  # an undo restarts from them
-        prune_run_files(self.stack.project, "live", keep=(compose_file, *kept))
+        kept = [r.run_file for r in snapshot.take(self.stack, self.client, ask_sleeping=False).live]
+        prune_run_files(self.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
         if plan.start_gateway:
-            self._answers("+".join(target.variants))
+            self._answers(label)
         result.timings.update(self.timings)
         self.drained.report(result)
-        members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
-        result.outcome = f"live set {members}"
+        result.outcome = outcome
         result.timings["total"] = time.monotonic() - began
         live_history(self.stack, plan, result.outcome, result, ran=ran)
         return result
@@ -806,30 +776,35 @@ class LiveSwapper:
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
-    def remove(self, variant: str) -> str:
+    def remove(self, variant: str, snap: Snapshot) -> str:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
         that serves (use `down`)."""
-        running = [r for r in live_containers(self.stack, self.client) if r.status == "running"]
-        mine = [r for r in running if r.variant == variant]
+        running = snap.live_running
+        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
+        mine = [m for m in mine if m.variant == variant]
         if not mine:
             return f"{variant} is not live; nothing stopped"
-        others = [r for r in running if r.variant != variant]
-        if not others:
+        if len(mine) == len(running):
             from composer.errors import DownRefused
 
             raise DownRefused(
                 f"{variant} is all the live set serves: stopping it leaves nothing serving; "
                 "`compose-spec down` stops everything"
             )
-        members = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in mine]
         before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        ops: list[Op] = [Publish(tuple(u for u in before if u["name"] not in {m.name for m in mine}), before)]
-        for member in members:
-            ops += [DrainMember(member.name), StopMember(member)]
+        ops: list[Op] = [Publish(tuple(u for u in before if u not in [m.upstream() for m in mine]), before)]
+        ops += [op for m in mine for op in (DrainMember(m.name), StopMember(m))]
         execute(ops, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
         return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+
+
+def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
+    """The variants `plan` starts, one Target each (what the preflight checks)."""
+    started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
+    services = {s.member.variant: s for s in target.services if s.name in started}.values()
+    return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 
 
 def live_history(
@@ -866,63 +841,73 @@ def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool
     return file.path
 
 
-def up_live(
+def up_set(
     stack: Stack,
     requested: Sequence[str],
     *,
     client: docker.DockerClient,
-    timeout: float = 900.0,
-    settle: float = 1.0,
-    wait_for_lock: bool = True,
-    dry_run: bool = False,
+    options: UpOptions,
     progress: Say = _quiet,
     waiting: Say | None = None,
-    options: UpOptions | None = None,
-) -> LiveResult:
-    """Change the live set under the project's lock (`dry_run`: the plan only, no lock).
-    `options.profiles`: optional services (`--with`) checked first, started once the set serves."""
+) -> UpResult | LiveResult:
+    """`up` on Docker, its one entry: under the project's lock (none for a dry run) ONE
+    snapshot, the desired set decided from it (`desired.desired`, which checks the names), and
+    the one plan that gets there: the single swap (`swapper.swap`), a live set's change, or X's
+    one serving container replacing a live set (`plan_alone`). `options.profiles`: optional
+    services (`--with`), checked first, started once it serves."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
-    from composer.swap.profiles import check_profiles, start_profiles
     from composer.swap.steps import Context
 
-    if len(requested) > 1:
-        live_members(stack, requested)  # the set as named: refused before Docker is asked anything
-    names = live_variants(requested, stack, live_containers(stack, client))
-    target = resolve_live(stack, names)  # unknown names, overlapping GPU sets: exit 2 first
-    takeover = options is not None and options.takeover
-    swapper = LiveSwapper(
-        stack,
-        client,
-        timeout,
-        settle,
-        progress=progress,
-        waiting=waiting,
-        takeover=takeover,
-        release_timeout=options.release_timeout if options else 60.0,
-        allow_weak_key=options.allow_weak_key if options else False,
-        drain=options.drain if options else False,
-    )
-    by_class, routing = live_routing(stack.workloads, target.variants)
-    if dry_run:
-        result = swapper.up(target, dry_run=True)
-        result.notes += [] if by_class else [f"the live set routes {routing}"]
-        return result
-    ctx = Context(stack, client, options, progress, waiting or progress) if options else None
-    if ctx is not None:
-        check_profiles(ctx, target.prometheus)
-    with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
-        result = swapper.up(target, rollback=options.rollback if options else True)
-        result.notes += [] if by_class else [f"the live set routes {routing}"]
-        if ctx is not None and ctx.options.profiles:
-            result.notes += start_profiles(ctx, live_run_file(target))
-        return result
+    ctx = Context(stack, client, options, progress, waiting or progress)
+    if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
+        return _up_desired(ctx, requested, snapshot.take(stack, client))
+    with swap_lock(stack.project, options.wait_for_lock, progress):
+        snap = snapshot.take(stack, client)
+        if snap.extra_gateways:
+            retire_extra_gateways(client, snap.extra_gateways, progress)
+            snap = snapshot.take(stack, client)
+        return _up_desired(ctx, requested, snap)
 
 
-def down_live(stack: Stack, variant: str, *, client: docker.DockerClient, progress: Say = _quiet) -> str:
-    """Drain and stop one variant of the live set under the project's lock."""
-    from composer.swap.lock import swap_lock
+def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpResult | LiveResult:
+    from composer.render.target import resolve_target
+    from composer.swap.desired import EXCLUSIVE, desired
+    from composer.swap.profiles import check_profiles, start_profiles
+    from composer.swap.swapper import swap
 
-    with swap_lock(stack.project, True, progress):
-        return LiveSwapper(stack, client, progress=progress).remove(variant)
+    stack, options = ctx.stack, ctx.options
+    want = desired(requested, stack, snap)
+    if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap
+        single = resolve_target(stack, want.variants[0])
+        if not options.dry_run:
+            check_profiles(ctx, single.prometheus)
+        return swap(ctx, single, dry_run=options.dry_run, snap=snap)
+    if options.force_recreate:
+        raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
+    swapper = LiveSwapper(stack, ctx.client, options, ctx.say, ctx.waiting)
+    if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
+        single = resolve_target(stack, want.variants[0])
+        if single.variant.standby == "sleep":  # it would serve from its own service
+            raise ConfigError(
+                f"{single.name} sleeps on standby: `down` the live set, then `up {single.name}`"
+            )
+        files: Callable[[], Path] = partial(variant_run_file, single)
+        plan = swapper.decide_alone(single, files(), snap)
+        checked: list[Target] = [single] if plan.start else []
+        prometheus, outcome = single.prometheus, f"{single.name} serves alone (the live set left)"
+    else:
+        target = resolve_live(stack, want.variants)  # unknown names, overlapping GPU sets: exit 2 first
+        plan = swapper.decide(target, snap)
+        checked = started_targets(stack, target, plan)
+        members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
+        prometheus, outcome = target.prometheus, f"live set {members}"
+        files = partial(live_run_file, target)
+    if not options.dry_run:
+        check_profiles(ctx, prometheus)
+    result = swapper.up(plan, checked, snap, files, outcome)
+    by_class, routing = live_routing(stack.workloads, plan.variants)
+    result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
+    if options.profiles and not options.dry_run:
+        result.notes += start_profiles(ctx, files())
+    return result

@@ -135,6 +135,13 @@ class SwapPlan:
     def no_op(self) -> bool:
         return not self.steps and not self.gateway_update and not self.gateway.changed
 
+    @property
+    def mode(self) -> str:
+        """As a live plan says it: `replace` (the serving variant leaves), `join`, `unchanged`, `refused`."""
+        if self.no_op or self.refused:
+            return "refused" if self.refused else "unchanged"
+        return "replace" if self.previous is not None and self.previous.variant != self.target else "join"
+
     def as_data(self) -> dict[str, object]:
         """The plan as JSON-ready data (no secrets: names, steps and files only)."""
         return {
@@ -151,6 +158,7 @@ class SwapPlan:
             "capacity": self.capacity or None,
             "wake": self.wake,
             "refused": self.refused or None,
+            "mode": self.mode,
         }
 
     def describe(self) -> str:
@@ -172,7 +180,9 @@ class SwapPlan:
             if self.gateway_update or self.gateway.changed:
                 return f"plan: {self.target} keeps serving; {gateway}"
             return f"{self.target} already serves with the same configuration: nothing to do"
-        lines = [f"plan: {self.previous.variant if self.previous else 'nothing'} -> {self.target}"]
+        before = self.previous.variant if self.previous else "nothing"
+        leaves = f": {before} leaves" if self.mode == "replace" else ""
+        lines = [f"plan: {before} -> {self.target} ({self.mode}{leaves})"]
         if self.gateway_update or self.gateway.changed:
             lines.append(f"first: {gateway}")
         lines.append("steps: " + " -> ".join(self.steps))

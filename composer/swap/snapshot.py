@@ -1,12 +1,14 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (the project's variants and its gateway), and,
-where it matters, asks in ONE `docker exec` in the gateway for the gateway's state (its
-route) and for each running sleep-mode container's `/is_sleeping` answer; a container the
-gateway cannot ask (the gateway is stopped or does not answer) is asked itself, with an
-exec of its own. Everything after that (`status`, `ls`, the swap plan, `down`, `standby`,
-the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
-definition of who serves and who sleeps.
+`take()` lists Docker's containers once (the project's variants, live ones included, and
+its gateway), and, where it matters (a sleep-mode container or a live set runs, or the
+caller wants it), asks in ONE `docker exec` in the gateway for the gateway's state (its
+route, its live upstreams) and for each running sleep-mode container's `/is_sleeping`
+answer; a container the gateway cannot ask (the gateway is stopped or does not answer) is
+asked itself, with an exec of its own. Everything after that (`status`, `ls`, the swap
+plan, `down`, `standby`, the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
+definition of who serves and who sleeps. The live set's containers (label `live`) are in
+`live`, by member name, beside the shared and standby services' `members`.
 
 Who serves and who sleeps, in order of trust:
 - asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
@@ -23,7 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
+from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 
 if TYPE_CHECKING:
@@ -32,6 +36,7 @@ if TYPE_CHECKING:
 
     from composer.engine.variant_container import VariantContainer
     from composer.gateway.client import GatewayState
+    from composer.render.spec import Owner
     from composer.stack.model import Stack
 
 PARKED_POLICY = "no"  # the restart policy of a container put to sleep
@@ -67,6 +72,26 @@ class Member:
 
 
 @dataclass(frozen=True)
+class LiveRunning:
+    """A live container as Docker reports it (labels `live` and `gpus`)."""
+
+    name: str  # the member: `mtp/1`
+    variant: str
+    container: str
+    gpus: str
+    config_hash: str
+    status: str
+    service: str
+    owner: Owner | None = None  # the stack that started it, from its labels
+    run_file: str = ""  # the compose file that created it (it starts again from there)
+
+    @classmethod
+    def of(cls, name: str, info: RunningVariant, gpus: str) -> LiveRunning:
+        run = (info.config_hash, info.status, info.service or "", info.owner, info.config_file or "")
+        return cls(name, info.variant, info.name, gpus, *run)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """What runs for one project, read once."""
 
@@ -78,6 +103,11 @@ class Snapshot:
     swap: RunningSwap | None = None
     route: str | None = None  # where the gateway forwards now (None: no gateway, or no answer)
     extra_gateways: tuple[str, ...] = ()  # more running gateways (an interrupted replacement's)
+    live: tuple[LiveRunning, ...] = ()  # the live set's containers (any state), by member name
+
+    @property
+    def live_running(self) -> list[LiveRunning]:
+        return [r for r in self.live if r.status == "running"]
 
     @property
     def serving(self) -> Member | None:
@@ -126,7 +156,8 @@ def take(
     `gateway_state` wants its state anyway (status).
     """
     variants, gateway, extra = project_containers(stack, client)
-    found = [(c, c.describe()) for c in variants]
+    live = live_members(stack, every := [(c, c.describe()) for c in variants])
+    found = [(c, info) for c, info in every if label_names.LIVE not in c.container.labels]
     gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
         info for _, info in found if info.running and (info.sleep_mode or _standby_service(info, stack))
@@ -134,7 +165,7 @@ def take(
     state: GatewayState | None = None
     error: str | None = None
     answers: dict[str, bool | None] = {}
-    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state):
+    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or live):
         from composer.errors import GatewayControlError
         from composer.gateway.client import GatewayControl
 
@@ -159,7 +190,27 @@ def take(
         swap=running_swap(stack.project),
         route=state.upstream if state else None,
         extra_gateways=extra if gateway is not None else (),
+        live=live,
     )
+
+
+def live_members(
+    stack: Stack, found: list[tuple[VariantContainer, RunningVariant]]
+) -> tuple[LiveRunning, ...]:
+    """The live set's containers, by member name (pure). While live members exist, the one
+    serving container (service `stack.service`) is a member too, `<variant>/1`: it joined the
+    set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
+    members = {
+        c.container.labels[label_names.LIVE]: (info, c.container.labels.get(label_names.GPUS, "-"))
+        for c, info in found
+        if label_names.LIVE in c.container.labels
+    }
+    for _, info in found if members else ():
+        if info.running and info.service == stack.service and f"{info.variant}/1" not in members:
+            variant = stack.variants.get(info.variant)
+            member = next(iter(members_of(variant)), None) if variant is not None else None
+            members[f"{info.variant}/1"] = (info, member.gpus_text if member else "-")
+    return tuple(LiveRunning.of(name, info, gpus) for name, (info, gpus) in sorted(members.items()))
 
 
 def classify(

@@ -102,14 +102,10 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
     }
 
 
-def gateway_status(
-    stack: Stack, client: docker.DockerClient, snap: Snapshot | None = None
-) -> dict[str, object] | None:
-    """The gateway's container and what its control channel reports; None without one."""
+def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
+    """The gateway's container and what its control channel reports (the snapshot's); None without one."""
     if not stack.gateway.enabled:
         return None
-    if snap is None:
-        snap = snapshot.take(stack, client, gateway_state=True)
     container = snap.gateway
     if container is None:
         return {"state": "absent"}
@@ -174,9 +170,9 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     """
     snap = snapshot.take(stack, client, gateway_state=True)
     data = _variant_status(stack, snap)
-    data["gateway"] = gateway_status(stack, client, snap)
+    data["gateway"] = gateway_status(stack, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
-    data["live"] = live_rows(stack, client, snap.gateway_state.raw if snap.gateway_state else None)
+    data["live"] = live_rows(snap)
     if data["live"]:
         data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
@@ -449,8 +445,9 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[Vari
     """Every variant: method, K, image, whether the image is local, whether it serves, the
     workload classes and the aliases that name it, and why vLLM refuses it with this stack
     (`refused`, empty when it starts)."""
-    serving = snapshot.take(stack, client, ask_sleeping=True).current if client is not None else None
-    live = live_rows(stack, client) if client is not None else []
+    snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
+    serving = snap.current if snap is not None else None
+    live = live_rows(snap) if snap is not None else []
     rows: list[VariantRow] = []
     for name, variant in stack.variants.items():
         spec = variant.speculative

@@ -125,10 +125,12 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
         raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
 
-def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
+def swap(
+    ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
+) -> UpResult:
     """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
 
-    One snapshot is read, one plan decided from it before anything stops (`prepare`);
+    One snapshot is read (or given: `snap`), one plan decided from it before anything stops (`prepare`);
     `dry_run` returns the plan (in `result.plan`) and changes nothing. Otherwise the plan
     runs (`execute`), and the optional services of `options.profiles` start once it served.
     """
@@ -140,7 +142,7 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
-        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early)
+        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early, snap)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -153,7 +155,12 @@ def swap(ctx: Context, target: Target, dry_run: bool = False) -> UpResult:
 
 
 def prepare(
-    ctx: Context, target: Target, result: UpResult, dry_run: bool = False, early: EarlyHold | None = None
+    ctx: Context,
+    target: Target,
+    result: UpResult,
+    dry_run: bool = False,
+    early: EarlyHold | None = None,
+    snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops: the preflight's
     findings, the run file, the gateway's settings (asked through `early`'s session when it
@@ -162,7 +169,7 @@ def prepare(
     A killed gateway in front of a healthy target is started here (never with `dry_run`),
     so the plan sees it: the variant is never reloaded for it."""
     stack = ctx.stack
-    snap = snapshot.take(stack, ctx.client)
+    snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
         retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
         snap = snapshot.take(stack, ctx.client)

@@ -62,7 +62,7 @@ class FakeDocker:
     def down(self, stack, *, client, progress):
         self.calls.append("down")
         self.serving = None
-        return None
+        return []
 
     def snapshot(self, stack, client):
         return SimpleNamespace(current=running(*self.serving) if self.serving else None)

@@ -3,6 +3,8 @@ the snapshot then asks the container itself (one exec), never infers it from a r
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from composer.engine.variant_container import VariantContainer
 from composer.swap import snapshot
 from tests.swap.test_plan_units import _info
@@ -15,6 +17,7 @@ class Answering:
     def __init__(self, info, sleeping: bool | None) -> None:
         self.info, self.sleeping, self.asked = info, sleeping, 0
         self.name = info.name
+        self.container = SimpleNamespace(labels={})  # not a live member
 
     def describe(self):
         return self.info

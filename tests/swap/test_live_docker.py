@@ -1,7 +1,8 @@
 """Live sets on the real daemon with the simulator (GPU_DEVICES=none, distinct simulated GPU
 sets): `up baseline mtp --with prometheus` runs both behind the one gateway, Prometheus
-scraping each, and `up --recreate-gateway` brings a gateway that routes to both again; `up mtp` on a live {baseline} joins
-without baseline stopping and without a refused request; `down baseline` drains it out.
+scraping each, and `up --recreate-gateway` brings a gateway that routes to both again; `up baseline mtp` on a live
+{baseline} joins without baseline stopping and without a refused request; `down baseline` drains it
+out; `up baseline` on a live {baseline, mtp} replaces the set: baseline alone serves afterwards.
 
 Needs a gateway image with live upstreams (POST /upstreams, x-served-by): set GATEWAY_IMAGE
 to it when the default image predates them.
@@ -20,6 +21,7 @@ import httpx
 import pytest
 
 from tests.conftest import REPO, free_port
+from tests.swap.conftest import running_containers
 from tests.swap.test_faults import StderrLines
 
 pytestmark = pytest.mark.docker
@@ -151,12 +153,12 @@ def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(
         while len(client.answers) < 5:
             threading.Event().wait(0.05)
         before = len(client.answers)
-        joined = sim_stack.run("up", "mtp", timeout=300)
+        joined = sim_stack.run("up", "baseline", "mtp", timeout=300)
         assert joined.returncode == 0, joined.stderr
         during = len(client.answers)
         while len(client.answers) < during + 20:
             threading.Event().wait(0.05)
-    assert joined.stdout.strip().startswith("mtp: live set baseline/1 (GPUs 0,1), mtp/1 (GPUs 2,3)")
+    assert joined.stdout.strip().startswith("baseline+mtp: live set baseline/1 (GPUs 0,1), mtp/1 (GPUs 2,3)")
     assert {status for status, _ in client.answers} == {200}, client.answers  # none refused, none failed
     baseline.reload()
     assert baseline.status == "running" and baseline.attrs["State"]["StartedAt"] == started  # never restarted
@@ -327,3 +329,35 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert kept.returncode == 1 and "rollback disabled" in kept.stderr, kept.stderr
     rows = _gateway_upstreams(sim_stack)  # mtp-crash/1 left in place for a look, out of the upstreams
     assert {name: row["routed"] for name, row in rows.items()} == {"baseline/1": True, "mtp-crash/1": False}
+
+
+def test_up_one_variant_on_a_live_set_replaces_the_set_and_it_alone_serves(sim_stack, docker_client) -> None:
+    """{baseline, mtp} live under a steady client; `up baseline --dry-run` says `replace` and
+    changes nothing; `up baseline` leaves baseline's one serving container alone serving, no
+    live member left, no failed request, one history line."""
+    _live(sim_stack)
+    assert sim_stack.run("up", "baseline", "mtp", timeout=300).returncode == 0
+    assert sorted(_gateway_upstreams(sim_stack)) == ["baseline/1", "mtp/1"]
+    before = _ids(docker_client, sim_stack.project)
+    plan = sim_stack.run("up", "baseline", "--dry-run")
+    assert plan.returncode == 0, plan.stderr
+    assert "(replace; leaving: baseline/1, mtp/1)" in plan.stdout and "baseline serves alone" in plan.stdout
+    data = json.loads(sim_stack.run("up", "baseline", "--dry-run", "--json").stdout)["plan"]
+    assert (data["mode"], data["alone"], data["leaving"]) == ("replace", "baseline", ["baseline/1", "mtp/1"])
+    assert _ids(docker_client, sim_stack.project) == before  # a dry run changes nothing
+
+    events = len(_events(sim_stack))
+    done, answers = _under_load(sim_stack, "baseline")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert {status for status, _ in answers} == {200}, answers  # none refused, none failed
+    status = sim_stack.status()
+    assert status["variant"] == "baseline" and status["live"] == [], status
+    assert _members(docker_client, sim_stack.project, "baseline/1") == []
+    assert _members(docker_client, sim_stack.project, "mtp/1") == []
+    assert len(_events(sim_stack)) == events + 1
+    served = _served(sim_stack)
+    assert {status for status, _ in served} == {200}, served
+    (single,) = running_containers(docker_client, sim_stack.project)
+    again = sim_stack.run("up", "baseline", "--json")  # plain switching again: baseline is not restarted
+    assert again.returncode == 0, again.stderr
+    assert [c.id for c in running_containers(docker_client, sim_stack.project)] == [single.id]

@@ -11,9 +11,10 @@ from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap.live import LiveRunning, is_live, live_variants, plan_live, upstream_states
+from composer.swap.live import LiveRunning, plan_live, upstream_states
 from composer.swap.live_status import format_live
 from composer.swap.status import format_status
+from composer.swap.swapper import UpOptions
 from tests.conftest import REPO, free_port
 
 LIVE = """
@@ -61,9 +62,7 @@ def _ops(plan) -> list[str]:
 
 def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> None:
     running = _running(stack, "baseline/1")
-    names = live_variants(["mtp"], stack, running)
-    assert names == ["baseline", "mtp"]
-    plan = plan_live(resolve_live(stack, names), running, run_file="/s/live-x.yml")
+    plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), running, run_file="/s/live-x.yml")
     assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
     assert plan.mode == "join" and _ops(plan) == ["StartMember mtp/1", "GateMember mtp/1", "Publish"]
     start, _, publish = plan.ops
@@ -86,7 +85,7 @@ def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> 
 
 def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack) -> None:
     running = _running(stack, "baseline/1", "mtp/1")
-    plan = plan_live(resolve_live(stack, live_variants(["mtp", "dflash2"], stack, running)), running)
+    plan = plan_live(resolve_live(stack, ["mtp", "dflash2"]), running)
     assert (plan.keep, plan.start, plan.stop) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
     assert plan.mode == "replace"
     assert _ops(plan) == [
@@ -198,15 +197,6 @@ def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) 
     assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
 
 
-def test_which_up_is_live(stack: Stack, tmp_path: Path) -> None:
-    assert live_variants([], stack, []) == ["baseline"]  # [gateway] live
-    assert live_variants(["mtp", "baseline"], stack, _running(stack, "dflash2/1")) == ["mtp", "baseline"]
-    plain = load_stack([REPO / "composer.toml"], None, environ={})
-    assert not is_live(["mtp"], plain, [])  # today's swap
-    assert is_live(["mtp", "baseline"], plain, [])
-    assert is_live(["mtp"], plain, _running(stack, "baseline/1"))
-
-
 def test_gateway_fields_absent_are_shown_as_dashes(stack: Stack) -> None:
     states = upstream_states({"upstreams": [{"name": "mtp/1", "ready": True, "outstanding": 3, "served": 9}]})
     assert states["mtp/1"]["outstanding"] == 3 and upstream_states({"upstream": "x"}) == {}
@@ -310,7 +300,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stopped: list[str] = []
     monkeypatch.setattr(VariantContainer, "stop_and_remove", lambda self, grace: stopped.append(self.name))
     monkeypatch.setattr(cgroups, "container_pids", lambda ids: frozenset({4242}))
-    swapper = LiveSwapper(stack, Client())  # type: ignore[arg-type]
+    swapper = LiveSwapper(stack, Client(), UpOptions())  # type: ignore[arg-type]
     swapper.probe = Probe()
     leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")
@@ -323,7 +313,8 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
 
 def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: Path) -> None:
     from composer.errors import PreflightFailed
-    from composer.swap.live import LiveSwapper
+    from composer.swap.live import LiveSwapper, started_targets
+    from composer.swap.snapshot import Snapshot
 
     extra = tmp_path / "live.toml"
     extra.write_text(LIVE, encoding="utf-8")
@@ -338,6 +329,6 @@ def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: 
     stack = load_stack([REPO / "composer.toml", extra], None, environ=environ)
     target = resolve_live(stack, ["baseline", "mtp"])
     plan = plan_live(target, _running(stack, "baseline/1"))
-    swapper = LiveSwapper(stack, None)  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
+    swapper = LiveSwapper(stack, None, UpOptions())  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
     with pytest.raises(PreflightFailed, match=f"preflight: model directory {missing}"):
-        swapper.preflight(target, plan)
+        swapper.preflight(started_targets(stack, target, plan), Snapshot(stack.project, ()))

@@ -162,7 +162,7 @@ def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Down
     from composer.swap import down as module
 
     members = [SimpleNamespace(variant=c.variant, container=c, asleep=c in asleep) for c in containers]
-    snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep])
+    snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep], live_running=[])
     monkeypatch.setattr(module, "take", lambda stack, client: snap)
     return Downer()
 

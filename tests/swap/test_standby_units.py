@@ -140,9 +140,9 @@ def test_status_says_waking_while_the_gateway_runs_a_wake(monkeypatch) -> None:
     monkeypatch.setattr(status, "_variant_status", lambda stack, snap: dict(running))
     gateway = {"container": "p-gateway-1", "state": "running", "backend_ready": False, "held": 3}
     gateway.update(inflight=0, holds=1, waking=True)
-    monkeypatch.setattr(status, "gateway_status", lambda stack, client, snap: dict(gateway))
+    monkeypatch.setattr(status, "gateway_status", lambda stack, snap: dict(gateway))
     data = status.status_data(_stack(), None)
     assert data["health"] == "waking" and "waking from sleep" in data["health_detail"]
     assert "backend waking from sleep" in status._gateway_line(data["gateway"])
-    monkeypatch.setattr(status, "gateway_status", lambda stack, client, snap: {**gateway, "waking": False})
+    monkeypatch.setattr(status, "gateway_status", lambda stack, snap: {**gateway, "waking": False})
     assert status.status_data(_stack(), None)["health"] == "not ready"

@@ -130,20 +130,20 @@ def test_a_live_set_refuses_to_join_another_stacks_members() -> None:
     assert taken.replace == ("baseline/1",) and taken.keep == () and "takes over" in taken.describe()
 
 
-def test_up_live_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) -> None:
-    from composer.swap import live
+def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) -> None:
+    from composer.swap import live, snapshot
     from composer.swap.swapper import UpOptions
 
     seen = {}
 
-    def up(self, target, dry_run=False):
-        seen.update(takeover=self.takeover, poll=self.poll_interval, say=self.say)
-        return live.LiveResult(variant="baseline", outcome="planned")
+    def up(self, plan, checked, snap, *more):
+        seen.update(takeover=self.options.takeover, poll=self.options.poll_interval, say=self.say)
+        seen.update(dry_run=self.options.dry_run)
+        return live.LiveResult(variant="baseline+mtp", outcome="planned")
 
-    monkeypatch.setattr(live, "live_containers", lambda stack, client: [])
+    monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
     monkeypatch.setattr(live.LiveSwapper, "up", up)
     say = print
-    live.up_live(
-        _stack(), ["baseline"], client=None, dry_run=True, progress=say, options=UpOptions(takeover=True)
-    )  # type: ignore[arg-type]
-    assert seen == {"takeover": True, "poll": 0.1, "say": say}
+    options = UpOptions(takeover=True, dry_run=True)
+    live.up_set(_stack(), ["baseline", "mtp"], client=None, progress=say, options=options)  # type: ignore[arg-type]
+    assert seen == {"takeover": True, "poll": 0.1, "say": say, "dry_run": True}

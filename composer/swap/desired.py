@@ -1,0 +1,54 @@
+"""What `up` asks for (pure): the desired set and its mode, from the names, the stack and ONE snapshot.
+
+`up X` is {X}, exclusive: a plain switch to X (where a live set runs, X replaces it:
+`live.plan_alone`; else the single swap). `up A B` is {A, B}, side by side: the live set is
+exactly those. `up` alone is the stack's `[gateway] live`, side by side (without it, a usage
+error). The plan that gets there says how what serves changes (`mode`: join, replace,
+unchanged, refused); the CLI never reads Docker nor decides any of this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from composer.errors import ConfigError
+from composer.stack.placement import live_members
+
+if TYPE_CHECKING:
+    from composer.stack.model import Stack
+    from composer.swap.snapshot import Snapshot
+
+EXCLUSIVE = "exclusive"
+SIDE_BY_SIDE = "side-by-side"
+
+
+@dataclass(frozen=True)
+class Desired:
+    """The set `up` aims at: its variants, its mode, and the live members it replaces."""
+
+    variants: tuple[str, ...]
+    mode: str  # EXCLUSIVE: one variant serves alone; SIDE_BY_SIDE: a live set
+    replaces: tuple[str, ...] = ()  # running live members an exclusive set replaces
+
+
+def check_request(requested: Sequence[str], stack: Stack) -> None:
+    """The names `up` was given, checked before Docker is asked anything (ConfigError, exit 2):
+    each known and startable, several on disjoint GPU sets, none only with `[gateway] live`."""
+    for name in requested:
+        stack.startable(name)
+    if len(requested) > 1:
+        live_members(stack, requested)
+    if not requested and not stack.gateway.live:
+        raise ConfigError(
+            f"up needs a VARIANT: one of {', '.join(stack.variants)} (or --recreate-gateway alone)"
+        )
+
+
+def desired(requested: Sequence[str], stack: Stack, snap: Snapshot) -> Desired:
+    """The desired set and its mode (see the module's docstring)."""
+    check_request(requested, stack)
+    if len(requested) == 1:
+        return Desired(tuple(requested), EXCLUSIVE, tuple(r.name for r in snap.live_running))
+    return Desired(tuple(requested or stack.gateway.live), SIDE_BY_SIDE)
