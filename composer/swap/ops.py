@@ -1,6 +1,8 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
-A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`); `execute` runs them
+A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`): a live change's
+(`StartMember`, `Publish`, `DrainMember`, ...) and a single switch's (`Hold`, `Sleep`, `Stop`,
+`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...); `execute` runs them
 through a dispatch table and, on a failure or an interrupt, runs the inverses of what ran, in
 reverse. An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
 operation only half ran (stopping what is gone, publishing the set again).
@@ -44,6 +46,10 @@ class Op:
 
     def as_data(self) -> dict[str, object]:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
+
+    def stage(self) -> str:
+        """What the running swap's record shows while it runs (`status`)."""
+        return self.describe()
 
 
 @dataclass(frozen=True)
@@ -156,3 +162,191 @@ class AwaitRelease(Op):
 
     TEXT = "wait until GPUs {gpus} are released"
     gpus: str
+
+
+@dataclass(frozen=True)
+class Staged(Op):
+    """An operation of a single switch: `STAGE` is what `status` shows while it runs."""
+
+    STAGE: ClassVar[str] = ""
+
+    def stage(self) -> str:
+        return self.STAGE or self.describe()
+
+
+@dataclass(frozen=True)
+class UpdateGateway(Staged):
+    TEXT = (
+        "the gateway is replaced by a new container ({why}): start the new one with its new settings "
+        "beside the old one, which then finishes its requests and stops"
+    )
+    STAGE = "draining"
+    run_file: str
+    why: str
+
+
+@dataclass(frozen=True)
+class ApplySettings(Staged):
+    TEXT = "apply the gateway's changed settings in place ({keys}): same container, nothing drained"
+    STAGE = "draining"
+    settings: tuple[tuple[str, str], ...]
+    keys: str
+
+
+@dataclass(frozen=True)
+class Hold(Staged):
+    """Hold new requests at the gateway and drain those in flight (released by `Release`, or
+    to what serves after an undo); `run_file`: start the gateway from it first; `serving`: a
+    new gateway is routed to what serves before anything else."""
+
+    TEXT = "hold new requests at the gateway and drain those in flight"
+    STAGE = "draining"
+    target: str
+    run_file: str = ""
+    recreate: bool = True
+    serving: Member | None = None
+
+
+@dataclass(frozen=True)
+class StopNamed(Staged):
+    TEXT = "stop {names} (neither serving nor wanted asleep)"
+    STAGE = "stopping"
+    containers: tuple[str, ...]
+
+    def describe(self) -> str:
+        return self.TEXT.format(names=", ".join(self.containers))
+
+
+@dataclass(frozen=True)
+class Sleep(Staged):
+    TEXT = "put {member.variant} to sleep ({member.container})"
+    STAGE = "putting the serving variant to sleep"
+    member: Member
+    settle: float = 1.0
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Wake(self.member), Gate(self.member), Settle(self.member, self.settle, "wake", woke=True))
+
+
+@dataclass(frozen=True)
+class Stop(Staged):
+    """Stop the serving container (`also`: exited ones of the shared service go with it); its
+    inverse starts it again from exactly the run file and service that created it."""
+
+    TEXT = "stop {member.variant} ({member.container})"
+    STAGE = "stopping"
+    member: Member
+    also: tuple[str, ...] = ()
+    settle: float = 1.0
+
+    def inverse(self) -> tuple[Op, ...]:
+        if not self.member.run_file:
+            return ()
+        return (Start(self.member), Gate(self.member), Settle(self.member, self.settle))
+
+
+@dataclass(frozen=True)
+class Start(Staged):
+    """Compose up one service of a run file, then route the gateway to it; `first`: nothing
+    ran before, so its undo removes the project's network too."""
+
+    TEXT = "start {member.variant} from {member.run_file} (service {member.service}), route to it"
+    STAGE = "loading"
+    member: Member
+    first: bool = False
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member, self.member.run_file if self.first else ""),)
+
+
+@dataclass(frozen=True)
+class Wake(Staged):
+    TEXT = "route to {member.variant}'s sleeping container {member.container} and wake it"
+    STAGE = "waking"
+    member: Member
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member),)
+
+
+@dataclass(frozen=True)
+class Adopt(Staged):
+    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
+    STAGE = "routing"
+    member: Member
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member),)
+
+
+@dataclass(frozen=True)
+class Route(Staged):
+    """Route the gateway to the member's container (`back`: the container it routed to before)."""
+
+    TEXT = "route the gateway to {member.variant} ({member.container})"
+    STAGE = "routing"
+    member: Member
+    back: Member | None = None
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Route(self.back),) if self.back is not None else ()
+
+
+@dataclass(frozen=True)
+class Gate(Staged):
+    TEXT = "gate {member.variant} through the gateway (health, models, a completion)"
+    STAGE = "gating"
+    member: Member
+
+
+@dataclass(frozen=True)
+class Settle(Staged):
+    """Watch the ready member `seconds`, counted from `since` ("ready", "wake": the wake call,
+    "process": its process's start), while `warmup` completions and, after a wake (`woke`),
+    the wake checks run beside it (`/is_sleeping`; acceptance with `acceptance`)."""
+
+    STAGE = "settling"
+    member: Member
+    seconds: float
+    since: str = "ready"
+    woke: bool = False
+    warmup: int = 0
+    acceptance: bool = False
+
+    def describe(self) -> str:
+        beside = ["awake" if self.woke else "", "acceptance" if self.acceptance else ""]
+        beside += [f"{self.warmup} warm-up request(s)" if self.warmup else ""]
+        checks = ", ".join(b for b in beside if b)
+        return f"watch {self.member.variant} settle {self.seconds:g}s" + (f" ({checks})" if checks else "")
+
+
+@dataclass(frozen=True)
+class Release(Staged):
+    """The held requests flow to `variant` (`tell`: a new gateway learns which variant serves);
+    its inverse holds them again, for a failure on probation."""
+
+    TEXT = "release the held requests to {variant}"
+    STAGE = "releasing"
+    variant: str
+    tell: bool = False
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Hold(self.variant),)
+
+
+@dataclass(frozen=True)
+class Probation(Staged):
+    TEXT = "watch {member.variant} {seconds:g}s with clients served: a crash or a restart undoes the switch"
+    STAGE = "on probation"
+    member: Member
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Remove(Staged):
+    """Stop and remove a container (gone already is fine); `network_of`: then `compose down`
+    that run file (nothing served before: the project's network goes too)."""
+
+    TEXT = "stop and remove {member.container}"
+    member: Member
+    network_of: str = ""
