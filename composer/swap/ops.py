@@ -37,6 +37,7 @@ class Op:
     """One operation; `TEXT` says it in words, from its fields."""
 
     TEXT: ClassVar[str] = ""
+    STAGE: ClassVar[str] = ""  # what `status` shows while it runs (its text when empty)
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
@@ -48,8 +49,7 @@ class Op:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
 
     def stage(self) -> str:
-        """What the running swap's record shows while it runs (`status`)."""
-        return self.describe()
+        return self.STAGE or self.describe()
 
 
 @dataclass(frozen=True)
@@ -165,17 +165,7 @@ class AwaitRelease(Op):
 
 
 @dataclass(frozen=True)
-class Staged(Op):
-    """An operation of a single switch: `STAGE` is what `status` shows while it runs."""
-
-    STAGE: ClassVar[str] = ""
-
-    def stage(self) -> str:
-        return self.STAGE or self.describe()
-
-
-@dataclass(frozen=True)
-class UpdateGateway(Staged):
+class UpdateGateway(Op):
     TEXT = (
         "the gateway is replaced by a new container ({why}): start the new one with its new settings "
         "beside the old one, which then finishes its requests and stops"
@@ -186,7 +176,7 @@ class UpdateGateway(Staged):
 
 
 @dataclass(frozen=True)
-class ApplySettings(Staged):
+class ApplySettings(Op):
     TEXT = "apply the gateway's changed settings in place ({keys}): same container, nothing drained"
     STAGE = "draining"
     settings: tuple[tuple[str, str], ...]
@@ -194,10 +184,9 @@ class ApplySettings(Staged):
 
 
 @dataclass(frozen=True)
-class Hold(Staged):
-    """Hold new requests at the gateway and drain those in flight (released by `Release`, or
-    to what serves after an undo); `run_file`: start the gateway from it first; `serving`: a
-    new gateway is routed to what serves before anything else."""
+class Hold(Op):
+    """Released by `Release`, or to what serves after an undo; `run_file`: start the gateway
+    from it first; `serving`: a new gateway is routed to what serves before anything else."""
 
     TEXT = "hold new requests at the gateway and drain those in flight"
     STAGE = "draining"
@@ -208,17 +197,16 @@ class Hold(Staged):
 
 
 @dataclass(frozen=True)
-class StopNamed(Staged):
-    TEXT = "stop {names} (neither serving nor wanted asleep)"
+class StopNamed(Op):
     STAGE = "stopping"
     containers: tuple[str, ...]
 
     def describe(self) -> str:
-        return self.TEXT.format(names=", ".join(self.containers))
+        return f"stop {', '.join(self.containers)} (neither serving nor wanted asleep)"
 
 
 @dataclass(frozen=True)
-class Sleep(Staged):
+class Sleep(Op):
     TEXT = "put {member.variant} to sleep ({member.container})"
     STAGE = "putting the serving variant to sleep"
     member: Member
@@ -229,9 +217,9 @@ class Sleep(Staged):
 
 
 @dataclass(frozen=True)
-class Stop(Staged):
-    """Stop the serving container (`also`: exited ones of the shared service go with it); its
-    inverse starts it again from exactly the run file and service that created it."""
+class Stop(Op):
+    """`also`: exited containers of the shared service go with it; undone by starting it again
+    from exactly the run file and service that created it."""
 
     TEXT = "stop {member.variant} ({member.container})"
     STAGE = "stopping"
@@ -246,13 +234,33 @@ class Stop(Staged):
 
 
 @dataclass(frozen=True)
-class Start(Staged):
-    """Compose up one service of a run file, then route the gateway to it; `first`: nothing
-    ran before, so its undo removes the project's network too."""
+class BringIn(Op):
+    """Brings the target's container in (`Wake`, `Adopt`, `Start`); undone by removing it."""
+
+    member: Member
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member),)
+
+
+@dataclass(frozen=True)
+class Wake(BringIn):
+    TEXT = "route to {member.variant}'s sleeping container {member.container} and wake it"
+    STAGE = "waking"
+
+
+@dataclass(frozen=True)
+class Adopt(BringIn):
+    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
+    STAGE = "routing"
+
+
+@dataclass(frozen=True)
+class Start(BringIn):
+    """`first`: nothing ran before, so its undo removes the project's network too."""
 
     TEXT = "start {member.variant} from {member.run_file} (service {member.service}), route to it"
     STAGE = "loading"
-    member: Member
     first: bool = False
 
     def inverse(self) -> tuple[Op, ...]:
@@ -260,50 +268,26 @@ class Start(Staged):
 
 
 @dataclass(frozen=True)
-class Wake(Staged):
-    TEXT = "route to {member.variant}'s sleeping container {member.container} and wake it"
-    STAGE = "waking"
-    member: Member
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Remove(self.member),)
-
-
-@dataclass(frozen=True)
-class Adopt(Staged):
-    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
-    STAGE = "routing"
-    member: Member
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Remove(self.member),)
-
-
-@dataclass(frozen=True)
-class Route(Staged):
-    """Route the gateway to the member's container (`back`: the container it routed to before)."""
+class Route(Op):
+    """The gateway forwards elsewhere: route it to the serving container again (nothing to undo)."""
 
     TEXT = "route the gateway to {member.variant} ({member.container})"
     STAGE = "routing"
     member: Member
-    back: Member | None = None
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Route(self.back),) if self.back is not None else ()
 
 
 @dataclass(frozen=True)
-class Gate(Staged):
+class Gate(Op):
     TEXT = "gate {member.variant} through the gateway (health, models, a completion)"
     STAGE = "gating"
     member: Member
 
 
 @dataclass(frozen=True)
-class Settle(Staged):
-    """Watch the ready member `seconds`, counted from `since` ("ready", "wake": the wake call,
-    "process": its process's start), while `warmup` completions and, after a wake (`woke`),
-    the wake checks run beside it (`/is_sleeping`; acceptance with `acceptance`)."""
+class Settle(Op):
+    """Watch the ready member `seconds` from `since` ("ready"; "wake": the wake call; "process":
+    its process's start), while `warmup` completions and after a wake (`woke`) its checks run
+    beside it (`/is_sleeping`, and acceptance with `acceptance`)."""
 
     STAGE = "settling"
     member: Member
@@ -314,16 +298,17 @@ class Settle(Staged):
     acceptance: bool = False
 
     def describe(self) -> str:
-        beside = ["awake" if self.woke else "", "acceptance" if self.acceptance else ""]
-        beside += [f"{self.warmup} warm-up request(s)" if self.warmup else ""]
-        checks = ", ".join(b for b in beside if b)
-        return f"watch {self.member.variant} settle {self.seconds:g}s" + (f" ({checks})" if checks else "")
+        beside = (
+            ["wake checks"] * self.woke + ["acceptance"] * self.acceptance + ["warm-up"] * bool(self.warmup)
+        )
+        return f"watch {self.member.variant} settle {self.seconds:g}s" + (
+            f" ({', '.join(beside)})" * bool(beside)
+        )
 
 
 @dataclass(frozen=True)
-class Release(Staged):
-    """The held requests flow to `variant` (`tell`: a new gateway learns which variant serves);
-    its inverse holds them again, for a failure on probation."""
+class Release(Op):
+    """`tell`: a new gateway learns which variant serves; undone (a failed probation) by holding again."""
 
     TEXT = "release the held requests to {variant}"
     STAGE = "releasing"
@@ -335,7 +320,7 @@ class Release(Staged):
 
 
 @dataclass(frozen=True)
-class Probation(Staged):
+class Probation(Op):
     TEXT = "watch {member.variant} {seconds:g}s with clients served: a crash or a restart undoes the switch"
     STAGE = "on probation"
     member: Member
@@ -343,9 +328,8 @@ class Probation(Staged):
 
 
 @dataclass(frozen=True)
-class Remove(Staged):
-    """Stop and remove a container (gone already is fine); `network_of`: then `compose down`
-    that run file (nothing served before: the project's network goes too)."""
+class Remove(Op):
+    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes too)."""
 
     TEXT = "stop and remove {member.container}"
     member: Member

@@ -1,18 +1,15 @@
 """The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
 
-`decide()` reads a `Snapshot` and the target and returns a `SwapPlan`: the steps in order,
-the variant that serves now and exactly where a rollback brings it back from (its
-container to wake, or the run file and compose service that created it), what else must
-stop first (awake containers that neither serve nor sleep, sleepers the stack no longer
-wants), and notes a user must read (a serving container that cannot sleep is stopped
-cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON. The plan names
-every container its steps touch (the sleeper it wakes, the rollback's source), so the
-steps act on those names and never search the snapshot for the variant again.
-
-Steps: `sleep` (the serving container was started with sleep mode and its variant sleeps
-in this stack), `stop` + `release` (stop it and wait for its GPU memory), `wake` (the
-target sleeps with the same configuration), `adopt` (the target's container runs awake
-but does not serve: route to it), `start` (compose up from the run file), `gate`.
+`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`:
+the target's run file and service, the settle watch, ...) and returns a `SwapPlan`: typed
+operations (`composer.swap.ops`) that name every container they touch, each with its
+inverse: the gateway's update, hold and release; stop what neither serves nor sleeps as
+wanted; sleep or stop (and the GPU release wait) the serving variant, whose inverse brings
+it back from its sleeping container or from exactly the run file and service that created
+it; wake, adopt, route to or start the target; gate, settle (warm-up and wake checks
+beside), probation. Notes say what a user must read (a serving container that cannot sleep
+is stopped cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON
+(`steps`, `rollback`, `wake`, ... derived from the operations, and `ops`).
 `rollback_source_problem` (the one function here that reads a file) checks, before anything
 stops, that the run file a rollback would start the serving variant from is readable.
 """
@@ -26,25 +23,8 @@ from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant
 from composer.render.spec import Owner
-from composer.swap.ops import (
-    Adopt,
-    ApplySettings,
-    AwaitRelease,
-    Gate,
-    Hold,
-    Member,
-    Op,
-    Probation,
-    Release,
-    Route,
-    Settle,
-    Sleep,
-    Start,
-    Stop,
-    StopNamed,
-    UpdateGateway,
-    Wake,
-)
+from composer.swap import ops
+from composer.swap.ops import Member, Op
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 if TYPE_CHECKING:
@@ -141,7 +121,7 @@ class Bring:
     container (`member`: run file, compose service, name, speculative), the run file and
     service the serving variant comes back from when its recorded file is gone (`source`),
     whether a gateway fronts the stack, the stack's GPUs, the settle watch, the warm-up and
-    the probation, and which variants are speculative."""
+    the probation."""
 
     member: Member
     gateway: bool = False
@@ -149,7 +129,6 @@ class Bring:
     settle: float = 1.0
     warmup: int = 0
     probation: float = 0.0
-    speculative: frozenset[str] = frozenset()
     source: tuple[str, str] | None = None
     shared_service: str = "vllm"
 
@@ -175,18 +154,18 @@ class SwapPlan:
 
     @property
     def stop_first(self) -> tuple[str, ...]:
-        return next((op.containers for op in self.ops if isinstance(op, StopNamed)), ())
+        return next((op.containers for op in self.ops if isinstance(op, ops.StopNamed)), ())
 
     @property
     def wake(self) -> str | None:
-        return next((op.member.container for op in self.ops if isinstance(op, Wake)), None)
+        return next((op.member.container for op in self.ops if type(op) is ops.Wake), None)
 
     @property
     def rollback(self) -> Rollback | None:
         for op in self.ops:
-            if isinstance(op, Sleep):
+            if isinstance(op, ops.Sleep):
                 return Rollback(op.member.variant, "wake", op.member.container)
-            if isinstance(op, Stop):
+            if isinstance(op, ops.Stop):
                 m = op.member
                 return Rollback(m.variant, "start", m.container, m.run_file or None, m.service or None)
         return None
@@ -226,7 +205,7 @@ class SwapPlan:
         lines += [f"  {n}. {op.describe()}" for n, op in enumerate(self.ops, 1)]
         if self.rollback:
             undo = "; ".join(
-                i.describe() for op in self.ops for i in op.inverse() if isinstance(op, Sleep | Stop)
+                i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Sleep | ops.Stop)
             )
             lines.append(f"rollback: {self.rollback.variant}: {undo}")
         lines += [f"note: {note}" for note in self.notes]
@@ -236,14 +215,14 @@ class SwapPlan:
 
 
 STEPS: dict[type[Op], str] = {
-    Sleep: "sleep",
-    Stop: "stop",
-    AwaitRelease: "release",
-    Wake: "wake",
-    Adopt: "adopt",
-    Route: "route",
-    Start: "start",
-    Gate: "gate",
+    ops.Sleep: "sleep",
+    ops.Stop: "stop",
+    ops.AwaitRelease: "release",
+    ops.Wake: "wake",
+    ops.Adopt: "adopt",
+    ops.Route: "route",
+    ops.Start: "start",
+    ops.Gate: "gate",
 }
 """The operations that are the swap's steps, in words (`steps` in the plan's JSON and the history)."""
 
@@ -288,7 +267,7 @@ def rollback_source_problem(rollback: Rollback | None) -> str | None:
 def _member(info: RunningVariant, bring: Bring, source: tuple[str, str] | None = None) -> Member:
     """A running container as the operations carry it (`source`: its run file and service)."""
     run_file, service = source or (info.config_file or "", info.service or bring.shared_service)
-    speculative = info.variant in bring.speculative
+    speculative = info.variant == bring.member.variant and bring.member.speculative  # the target's sleeper
     return Member(info.variant, info.variant, info.name, service, run_file, bring.gpus, speculative)
 
 
@@ -310,42 +289,46 @@ def plan_swap(
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
         return SwapPlan(target, target_hash, current)
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
-    ops: list[Op] = []
+    todo: list[Op] = []
     if current:
         previous = _member(current, bring, bring.source)
         if current_sleeps and current.variant != target:
-            ops.append(Sleep(previous, bring.settle))
+            todo.append(ops.Sleep(previous, bring.settle))
         else:
-            ops += [Stop(previous, settle=bring.settle), AwaitRelease(bring.gpus)]
+            todo += [ops.Stop(previous, settle=bring.settle), ops.AwaitRelease(bring.gpus)]
     if target_asleep:
         sleeper = target_asleep if isinstance(target_asleep, RunningVariant) else None
-        ops += _bring_in(Wake(_member(sleeper, bring) if sleeper else bring.member), bring)
+        todo += _bring_in(ops.Wake(_member(sleeper, bring) if sleeper else bring.member), bring)
     else:
-        ops += _bring_in(Start(bring.member, first=current is None), bring)
-    return SwapPlan(target, target_hash, current, tuple(ops))
+        todo += _bring_in(ops.Start(bring.member, first=current is None), bring)
+    return SwapPlan(target, target_hash, current, tuple(todo))
 
 
-def _bring_in(brought: Wake | Adopt | Route | Start, bring: Bring) -> list[Op]:
+def _bring_in(brought: ops.BringIn | ops.Route, bring: Bring) -> list[Op]:
     """The operation that brings the target in, then its gate and settle watch (the wake
     checks and the warm-up beside it) and, with clients served, its probation."""
     member = brought.member
-    woke = isinstance(brought, Wake)
-    since = "wake" if woke else "ready" if isinstance(brought, Start) else "process"
+    woke = isinstance(brought, ops.Wake)
+    since = "wake" if woke else "ready" if isinstance(brought, ops.Start) else "process"
     acceptance = woke and member.speculative
     warmup = bring.warmup if bring.gateway else 0
     if acceptance:
         warmup = max(0, warmup - ACCEPTANCE_WARMUP_REQUESTS)
     seconds = bring.settle * (WAKE_SETTLE_SHARE if woke else 1.0)
-    ops: list[Op] = [brought, Gate(member), Settle(member, seconds, since, woke, warmup, acceptance)]
-    return ops + ([Probation(member, bring.probation)] if bring.probation > 0 else [])
+    todo: list[Op] = [brought, ops.Gate(member), ops.Settle(member, seconds, since, woke, warmup, acceptance)]
+    return todo + ([ops.Probation(member, bring.probation)] if bring.probation > 0 else [])
 
 
 def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
     """The plan with the serving variant stopped (its GPUs released) instead of put to sleep."""
-    ops: list[Op] = []
+    todo: list[Op] = []
     for op in plan.ops:
-        ops += [Stop(op.member, settle=op.settle), AwaitRelease(gpus)] if isinstance(op, Sleep) else [op]
-    return replace(plan, ops=tuple(ops))
+        todo += (
+            [ops.Stop(op.member, settle=op.settle), ops.AwaitRelease(gpus)]
+            if isinstance(op, ops.Sleep)
+            else [op]
+        )
+    return replace(plan, ops=tuple(todo))
 
 
 def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
@@ -356,22 +339,22 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
         return plan
     first: list[Op] = []
     if gateway.recreate:
-        first.append(UpdateGateway(bring.member.run_file, gateway.recreate))
+        first.append(ops.UpdateGateway(bring.member.run_file, gateway.recreate))
     elif gateway.in_place:
-        first.append(ApplySettings(gateway.settings, gateway.keys()))
+        first.append(ops.ApplySettings(gateway.settings, gateway.keys()))
     if not plan.ops:
         if not gateway.recreate:
             return replace(plan, ops=tuple(first))
         previous = plan.previous
         serving = _member(previous, bring) if previous is not None else None
-        ops = (*first, Hold(plan.target, serving=serving), Release(plan.target, tell=True))
-        return replace(plan, ops=ops)
+        todo = (*first, ops.Hold(plan.target, serving=serving), ops.Release(plan.target, tell=True))
+        return replace(plan, ops=todo)
     ensure = "" if gateway.recreate or gateway_running else bring.member.run_file
-    sleeping = next((op.member for op in plan.ops if isinstance(op, Sleep)), None)
-    hold = Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
-    probation = [op for op in plan.ops if isinstance(op, Probation)]
-    swap = [op for op in plan.ops if not isinstance(op, Probation)]
-    release = Release(plan.target, tell=bool(gateway.recreate))
+    sleeping = next((op.member for op in plan.ops if isinstance(op, ops.Sleep)), None)
+    hold = ops.Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
+    probation = [op for op in plan.ops if isinstance(op, ops.Probation)]
+    swap = [op for op in plan.ops if not isinstance(op, ops.Probation)]
+    release = ops.Release(plan.target, tell=bool(gateway.recreate))
     return replace(plan, ops=(*first, hold, *swap, release, *probation))
 
 
@@ -446,19 +429,19 @@ def decide(
     base = plan_swap(
         target, target_hash, current, ready, current_sleeps=current_sleeps, target_asleep=asleep, bring=bring
     )
-    ops = list(base.ops)
-    if adopt is not None and ops:
-        ops = [op for op in ops if not isinstance(op, Start | Wake)]
-        at = next(i for i, op in enumerate(ops) if isinstance(op, Gate))
-        ops[at:] = _bring_in(Adopt(_member(adopt.info, bring)), bring)
+    todo = list(base.ops)
+    if adopt is not None and todo:
+        todo = [op for op in todo if not isinstance(op, ops.BringIn)]
+        at = next(i for i, op in enumerate(todo) if isinstance(op, ops.Gate))
+        todo[at:] = _bring_in(ops.Adopt(_member(adopt.info, bring)), bring)
         notes.append(f"{target}'s container {adopt.info.name} runs awake: it serves again without a restart")
-    if same and ops and not route_ok and current is not None:
-        ops = _bring_in(Route(_member(current, bring)), bring)
+    if same and todo and not route_ok and current is not None:
+        todo = _bring_in(ops.Route(_member(current, bring)), bring)
         notes.append(f"the gateway does not forward to {target}'s container: it is routed again")
-    if ops and current is not None:  # exited containers of the shared service go with the serving one
+    if todo and current is not None:  # exited containers of the shared service go with the serving one
         gone = [m.info.name for m in snapshot.members if not m.running and not m.asleep and m is not serving]
-        ops = [replace(op, also=tuple(gone)) if isinstance(op, Stop) and gone else op for op in ops]
+        todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
     if stop_first:
-        ops.insert(0, StopNamed(tuple(stop_first)))
-    plan = SwapPlan(target, target_hash, current, tuple(ops), tuple(notes), bool(gateway.recreate), gateway)
+        todo.insert(0, ops.StopNamed(tuple(stop_first)))
+    plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), bool(gateway.recreate), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)

@@ -25,7 +25,6 @@ from composer.errors import GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.swap import standby
-from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import SwapHold, start_hold, warm_up
 
 if TYPE_CHECKING:
@@ -82,7 +81,6 @@ class Outcome:
     container: VariantContainer | None = None
     log: str = ""
     ready_at: float = 0.0
-    parked: str | None = None  # the variant this step put to sleep
     extra: dict[str, float] = field(default_factory=dict)  # more timings, by name
     port_gap: PortGap | None = None  # the published port while the gateway's container changed
 
@@ -197,17 +195,20 @@ def watch_gateway(ctx: Context) -> Callable[[], None] | None:
     return check
 
 
-def revive_gateway(ctx: Context, target: str, compose_file: Path, stopped: str) -> Context:
-    """The gateway stopped during the swap: start it again from the run file, hold it again."""
+def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why: str = "") -> Context:
+    """The gateway restarted (`compose_file` None) or stopped (`why`; started again from the
+    run file) during the swap, and its hold is gone with it: hold it again (a new hold, a new
+    probe token)."""
     from composer.render.gateway import build_gateway_spec
 
     gateway = build_gateway_spec(ctx.stack)
     if gateway is None:
-        raise SwapFailed("the gateway stopped and this stack has no gateway to start")
-    ctx.say(f"the gateway stopped during the swap ({stopped}): starting it again")
+        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
     if ctx.hold is not None:
-        ctx.hold.end()  # stops its renewals; the stopped gateway's holds are gone with it
-    return replace(ctx, hold=drain(ctx, target, compose_file, gateway, ensure=True).hold)
+        ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    started = f"the gateway stopped during the swap ({why}): starting it again"
+    ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
+    return replace(ctx, hold=drain(ctx, target, compose_file, gateway, ensure=compose_file is not None).hold)
 
 
 def find_upstream(ctx: Context, upstream: str, variant: str) -> None:
@@ -223,18 +224,6 @@ def find_upstream(ctx: Context, upstream: str, variant: str) -> None:
 def hold_lost(err: BaseException) -> bool:
     """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
     return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
-
-
-def rehold(ctx: Context, target: str) -> Outcome:
-    """The gateway restarted during the swap: hold it again (a new hold, a new probe token)."""
-    from composer.render.gateway import build_gateway_spec
-
-    gateway = build_gateway_spec(ctx.stack)
-    if ctx.hold is None or gateway is None:
-        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
-    ctx.hold.end()  # stops its renewals; the restarted gateway no longer knows it
-    ctx.say("the gateway restarted during the swap: holding its requests again")
-    return drain(ctx, target, None, gateway, ensure=False)
 
 
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
@@ -297,13 +286,6 @@ def apply_settings(
         f"the gateway's settings were applied in place ({keys}): same container, no request held or refused"
     )
     return out
-
-
-def release_wait(ctx: Context, waiter: ReleaseWait) -> Outcome:
-    """Wait until the stopped variant's GPU memory is released (the waiter was taken before the stop)."""
-    began = time.monotonic()
-    note = waiter.wait(ctx.options.release_timeout, ctx.waiting).note
-    return Outcome("release_wait", time.monotonic() - began, notes=[note] if note else [])
 
 
 def by_name(ctx: Context, name: str) -> VariantContainer | None:

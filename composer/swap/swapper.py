@@ -238,7 +238,6 @@ def bring(
         except ComposerError:  # the stack no longer has it: the rollback has nothing to start
             source = None
     service = target.spec.compose_service if target.variant.standby == "sleep" else stack.service
-    speculative = frozenset(n for n, v in stack.variants.items() if v.speculative is not None)
     member = Member(
         target.name,
         target.name,
@@ -246,7 +245,7 @@ def bring(
         service,
         str(compose_file),
         gpus_text(stack),
-        target.name in speculative,
+        target.variant.speculative is not None,
     )
     return Bring(
         member,
@@ -255,7 +254,6 @@ def bring(
         settle=ctx.options.settle,
         warmup=stack.gateway.warmup_requests,
         probation=ctx.options.probation,
-        speculative=speculative,
         source=source,
         shared_service=stack.service,
     )

@@ -34,29 +34,10 @@ from composer.errors import ComposerError, DiagnosedError, GatewayControlError, 
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
-from composer.swap import evidence, standby, steps
+from composer.swap import evidence, ops, standby, steps
 from composer.swap.execute import Handlers, Undone, execute
 from composer.swap.gpu_release import ReleaseWait
-from composer.swap.ops import (
-    Adopt,
-    ApplySettings,
-    AwaitRelease,
-    Gate,
-    Hold,
-    Member,
-    Op,
-    Probation,
-    Release,
-    Remove,
-    Route,
-    Settle,
-    Sleep,
-    Start,
-    Stop,
-    StopNamed,
-    UpdateGateway,
-    Wake,
-)
+from composer.swap.ops import Member, Op
 from composer.swap.steps import Context, Outcome
 
 if TYPE_CHECKING:
@@ -152,7 +133,7 @@ def through_restarts(
         if stopped is not None and revive is not None:
             held.append(revive(ctx, stopped))
         elif ctx.hold is not None and steps.hold_lost(err):
-            held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+            held.append(steps.hold_again(ctx, target))
         else:
             raise
         route(held[-1])
@@ -162,7 +143,7 @@ def through_restarts(
         return out
 
 
-def beside_settle(ctx: Context, op: Settle, where: GateTarget) -> Callable[[], Outcome] | None:
+def beside_settle(ctx: Context, op: ops.Settle, where: GateTarget) -> Callable[[], Outcome] | None:
     """What runs during the settle watch: the wake checks after a wake, then the warm-up
     (`op.warmup` requests, past the hold; none without one)."""
     requests = op.warmup if ctx.hold is not None else 0
@@ -214,36 +195,36 @@ class SingleSwap:
 
     def handlers(self) -> Handlers:
         return {
-            UpdateGateway: self.update_gateway,
-            ApplySettings: self.apply_settings,
-            Hold: self.hold,
-            StopNamed: self.stop_named,
-            Sleep: self.sleep,
-            Stop: self.stop,
-            AwaitRelease: self.await_release,
-            Start: self.start,
-            Wake: self.wake,
-            Adopt: self.adopt,
-            Route: self.route,
-            Gate: self.gate,
-            Settle: self.settle,
-            Release: self.release,
-            Probation: self.probation,
-            Remove: self.remove,
+            ops.UpdateGateway: self.update_gateway,
+            ops.ApplySettings: self.apply_settings,
+            ops.Hold: self.hold,
+            ops.StopNamed: self.stop_named,
+            ops.Sleep: self.sleep,
+            ops.Stop: self.stop,
+            ops.AwaitRelease: self.await_release,
+            ops.Start: self.start,
+            ops.Wake: self.wake,
+            ops.Adopt: self.adopt,
+            ops.Route: self.route,
+            ops.Gate: self.gate,
+            ops.Settle: self.settle,
+            ops.Release: self.release,
+            ops.Probation: self.probation,
+            ops.Remove: self.remove,
         }
 
     # -- the gateway ----------------------------------------------------------------------
-    def update_gateway(self, op: UpdateGateway) -> None:
+    def update_gateway(self, op: ops.UpdateGateway) -> None:
         assert self.gateway is not None
         absorb(self.result, steps.gateway_update(self.ctx, Path(op.run_file), self.gateway))
         self.updated = True
 
-    def apply_settings(self, op: ApplySettings) -> None:
+    def apply_settings(self, op: ops.ApplySettings) -> None:
         assert self.gateway is not None
         session = self.early.control() if self.early is not None else None
         absorb(self.result, steps.apply_settings(self.ctx, self.gateway, dict(op.settings), op.keys, session))
 
-    def hold(self, op: Hold) -> None:
+    def hold(self, op: ops.Hold) -> None:
         """Hold and drain (the gateway started from `op.run_file` first); after a release (an
         undo on probation) hold again, unless the gateway stopped (the undo's gate starts it)."""
         ctx = self.ctx
@@ -251,8 +232,9 @@ class SingleSwap:
             return
         if self.released:
             if ctx.hold is not None and steps.gateway_stopped(ctx) is None:
-                drained = steps.drain(ctx, op.target, None, self.gateway, ensure=False)
-                self.held.append(replace(ctx, hold=drained.hold))
+                self.held.append(
+                    replace(ctx, hold=steps.drain(ctx, op.target, None, self.gateway, False).hold)
+                )
             self.released = False
             return
         opened = (
@@ -264,7 +246,7 @@ class SingleSwap:
         if op.serving is not None:  # a new gateway reaches what serves before anything else
             steps.find_upstream(self.ctx, self._url(op.serving), op.serving.variant)
 
-    def release(self, op: Release) -> None:
+    def release(self, op: ops.Release) -> None:
         ctx = self.ctx
         if op.tell:
             steps.tell_serving(ctx, op.variant)
@@ -291,7 +273,7 @@ class SingleSwap:
         return route
 
     def _revive(self, ctx: Context, stopped: str) -> Context:
-        return steps.revive_gateway(ctx, self.plan.target, self.compose_file, stopped)
+        return steps.hold_again(ctx, self.plan.target, self.compose_file, stopped)
 
     def _through(self, member: Member, step: Callable[[Context], Outcome]) -> Outcome:
         return through_restarts(self.held, member.variant, self._route_to(member), step, self._revive)
@@ -309,13 +291,13 @@ class SingleSwap:
             raise HealthCheckFailed(f"{member.variant}'s {what} {member.container} is gone")
         return found
 
-    def stop_named(self, op: StopNamed) -> None:
+    def stop_named(self, op: ops.StopNamed) -> None:
         began = time.monotonic()
         for name in op.containers:
             self._stop("it", name)
         absorb(self.result, Outcome("stop_first", time.monotonic() - began))
 
-    def sleep(self, op: Sleep) -> None:
+    def sleep(self, op: ops.Sleep) -> None:
         ctx = self.ctx
         began = time.monotonic()
         ctx.say(f"putting {op.member.variant} to sleep (level {ctx.stack.sleep_level})")
@@ -324,7 +306,7 @@ class SingleSwap:
         standby.park(serving)
         absorb(self.result, Outcome("sleep", time.monotonic() - began))
 
-    def stop(self, op: Stop) -> None:
+    def stop(self, op: ops.Stop) -> None:
         """Stop the serving container (its GPUs read first, for the release wait) and the
         exited ones of the shared service."""
         began = time.monotonic()
@@ -333,18 +315,19 @@ class SingleSwap:
             self._stop(op.member.variant, name)
         absorb(self.result, Outcome("stop", time.monotonic() - began))
 
-    def await_release(self, op: AwaitRelease) -> None:
-        if self.waiter is not None:
-            absorb(self.result, steps.release_wait(self.ctx, self.waiter))
+    def await_release(self, op: ops.AwaitRelease) -> None:
+        if self.waiter is not None:  # taken before the stop
+            took = self.waiter.wait(self.ctx.options.release_timeout, self.ctx.waiting)
+            absorb(self.result, Outcome("release_wait", took.seconds, notes=[took.note] if took.note else []))
 
-    def start(self, op: Start) -> None:
+    def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
         self.ctx.say(f"starting {op.member.variant}")
         steps.compose_up(self.ctx, Path(op.member.run_file), op.member.service)
         self._through(op.member, self._route_to(op.member))
 
-    def wake(self, op: Wake) -> None:
+    def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
         ctx = self.ctx
         ctx.say(f"waking {op.member.variant}")
@@ -352,7 +335,7 @@ class SingleSwap:
         standby.wake(ctx.control(), sleeper, op.member.variant, ctx.stack)
         standby.unpark(sleeper, ctx.stack.restart)
 
-    def adopt(self, op: Adopt) -> None:
+    def adopt(self, op: ops.Adopt) -> None:
         self.began = time.monotonic()
         ctx = self.ctx
         awake = self._named(op.member, "container")
@@ -360,12 +343,12 @@ class SingleSwap:
         ctx.control().route(standby.upstream_of(awake))
         standby.unpark(awake, ctx.stack.restart)
 
-    def route(self, op: Route) -> None:
+    def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member))
 
-    def remove(self, op: Remove) -> None:
+    def remove(self, op: ops.Remove) -> None:
         self._stop(op.member.variant, op.member.container)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
@@ -373,7 +356,7 @@ class SingleSwap:
             compose(self.ctx.stack.project, file, ["down"], env=env, timeout=120)
 
     # -- the gate and the watches -----------------------------------------------------------
-    def gate(self, op: Gate) -> None:
+    def gate(self, op: ops.Gate) -> None:
         where = gate_target(self.ctx, op.member.variant)
         container = steps.by_name(self.ctx, op.member.container)
         began = self.began
@@ -381,7 +364,7 @@ class SingleSwap:
             self.result, self._through(op.member, lambda c: steps.gate(c, where, began, container))
         )
 
-    def settle(self, op: Settle) -> None:
+    def settle(self, op: ops.Settle) -> None:
         where = gate_target(self.ctx, op.member.variant)
         ready = self.ready
         self.since = engine_started(op.since, ready, self.began)
@@ -397,7 +380,7 @@ class SingleSwap:
         if op.woke and op.member.variant == self.plan.target:
             self.result.timings["wake"] = ready.ready_at - self.began  # wake_up until the gate passed
 
-    def probation(self, op: Probation) -> None:
+    def probation(self, op: ops.Probation) -> None:
         """With clients served, watch what is left of the probation (counted as the settle
         watch is); a crash, a restart or a failing `/health` fails the swap (and undoes it)."""
         ctx = self.ctx
@@ -443,15 +426,15 @@ class SingleSwap:
             ctx.say(f"rolling back to {previous.variant}")
 
     def _brought(self) -> Member:
-        return next(op.member for op in self.plan.ops if isinstance(op, Start | Wake | Adopt | Route))
+        return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))
 
     def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
         if not self.plan.steps:
             return SwapFailed(self.cause or reason(err))
         message = f"{self.plan.target} failed: {self.cause}"
-        removal = [why for op, why in undone or () if isinstance(op, Remove)]
-        others = [why for op, why in undone or () if not isinstance(op, Remove)]
+        removal = [why for op, why in undone or () if isinstance(op, ops.Remove)]
+        others = [why for op, why in undone or () if not isinstance(op, ops.Remove)]
         if removal:
             message += f"; could not remove it: {removal[0]}"
         previous = self.plan.previous

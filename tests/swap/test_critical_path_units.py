@@ -120,7 +120,7 @@ def _stack(warmup: int) -> SimpleNamespace:
 
 @pytest.mark.parametrize(("warmup", "speculative", "sent"), [(1, True, None), (3, True, 1), (1, False, 1)])
 def test_the_acceptance_checks_requests_count_as_warm_up(monkeypatch, warmup, speculative, sent) -> None:
-    from composer.swap.ops import Member
+    from composer.swap.ops import Member, Settle
     from composer.swap.plan import Bring, plan_swap
 
     asked: list[int | None] = []
@@ -134,7 +134,7 @@ def test_the_acceptance_checks_requests_count_as_warm_up(monkeypatch, warmup, sp
         "mtp", "h", None, False, target_asleep=True, bring=Bring(member, gateway=True, warmup=warmup)
     )
     settle = plan.ops[-1]
-    assert isinstance(settle, transaction.Settle) and settle.woke and settle.acceptance == speculative
+    assert isinstance(settle, Settle) and settle.woke and settle.acceptance == speculative
     ctx = SimpleNamespace(hold=object(), stack=_stack(warmup))
     beside = transaction.beside_settle(ctx, settle, None)  # type: ignore[arg-type]
     assert beside is not None

@@ -34,9 +34,7 @@ from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import SingleSwap
 
 MTP = Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp-b2.yml", "0,1", speculative=True)
-BRING = Bring(
-    MTP, gateway=True, gpus="0,1", settle=2.0, warmup=1, probation=30.0, speculative=frozenset({"mtp"})
-)
+BRING = Bring(MTP, gateway=True, gpus="0,1", settle=2.0, warmup=1, probation=30.0)
 
 
 def _serving(**kw: object) -> RunningVariant:
