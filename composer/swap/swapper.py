@@ -219,14 +219,11 @@ def gpus_text(stack: Stack) -> str:
     return ",".join(stack.gpus) if stack.gpus else "all"
 
 
-def bring(
-    ctx: Context, target: Target, compose_file: Path, current: RunningVariant | None, dry_run: bool
-) -> Bring:
+def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
     """What the plan's operations carry beyond the snapshot, resolved here once: the target's
     container, run file and service; the file the serving variant comes back from when the one
     it recorded is gone (rendered again from this stack; not with `dry_run`, which writes nothing)."""
-    stack = ctx.stack
-    source = None
+    stack, spec, source = ctx.stack, target.spec, None
     if (
         current is not None
         and not dry_run
@@ -237,26 +234,14 @@ def bring(
             source = (str(run_file(previous)), previous.spec.compose_service)
         except ComposerError:  # the stack no longer has it: the rollback has nothing to start
             source = None
-    service = target.spec.compose_service if target.variant.standby == "sleep" else stack.service
+    service = spec.compose_service if target.variant.standby == "sleep" else stack.service
+    speculative = target.variant.speculative is not None
     member = Member(
-        target.name,
-        target.name,
-        target.spec.container_name,
-        service,
-        str(compose_file),
-        gpus_text(stack),
-        target.variant.speculative is not None,
+        target.name, target.name, spec.container_name, service, str(file), gpus_text(stack), speculative
     )
-    return Bring(
-        member,
-        gateway=target.gateway is not None,
-        gpus=gpus_text(stack),
-        settle=ctx.options.settle,
-        warmup=stack.gateway.warmup_requests,
-        probation=ctx.options.probation,
-        source=source,
-        shared_service=stack.service,
-    )
+    settle, probation, warmup = ctx.options.settle, ctx.options.probation, stack.gateway.warmup_requests
+    gateway = target.gateway is not None
+    return Bring(member, gateway, gpus_text(stack), settle, warmup, probation, source, stack.service)
 
 
 def execute(
