@@ -359,7 +359,7 @@ class SingleSwap:
     def gate(self, op: ops.Gate) -> None:
         where = gate_target(self.ctx, op.member.variant)
         container = steps.by_name(self.ctx, op.member.container)
-        began = self.began
+        began, self.ready = self.began, Outcome("start_to_ready")  # not ready until it passed
         self.ready = absorb(
             self.result, self._through(op.member, lambda c: steps.gate(c, where, began, container))
         )
@@ -369,8 +369,9 @@ class SingleSwap:
         ready = self.ready
         self.since = engine_started(op.since, ready, self.began)
         left = settle_left(op.seconds, self.since)
-        assert ready.container is not None
         container = ready.container
+        if container is None:  # an undo goes on after a failed gate: this one has nothing to watch
+            raise HealthCheckFailed(f"{op.member.variant} did not pass its gate")
         absorb(
             self.result,
             self._through(
