@@ -6,9 +6,9 @@ table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and 
     server-side apply the API key Secret -> plan (pure) -> execute -> the result and its
     history line (a live set: the gateway Deployment's upstream list too)
 
-`plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), HoldGateway
+`plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), Hold
 (the gateway's hold and drain through `kubectl exec`), Roll (apply -k, rollout status),
-GateMember (through the shared Service, past the hold), ReleaseGateway. `plan_kube_live`: the
+GateMember (through the shared Service, past the hold), Release. `plan_kube_live`: the
 Docker live set's operations on members named `VARIANT/1`: StartMember (apply -k, rollout
 status), GateMember (through the variant's own Service, with a speculative variant's draft
 acceptance), Publish, DrainMember and DrainSingle (the gateway's upstreams and drains),
@@ -232,10 +232,11 @@ def plan_kube_single(
     if before is not None and before.config_hash != config_hash:
         name = before.variant or deployment
         previous = ops.Member(name, name, deployment, deployment, "")
-    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file)] if hold and gateway_file else []
-    planned += [ops.HoldGateway(continue_streams)] if hold else []
+    changed = "its configuration changed"
+    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, changed)] if hold and gateway_file else []
+    planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Roll(member, previous), ops.GateMember(member)]
-    return (*planned, *([ops.ReleaseGateway()] if hold else []))
+    return (*planned, *([ops.Release(variant)] if hold else []))
 
 
 def write_live(
@@ -314,8 +315,8 @@ class KubeRollout:
     def handlers(self) -> Handlers:
         return {
             ops.UpdateGateway: self.update_gateway,
-            ops.HoldGateway: self.hold_gateway,
-            ops.ReleaseGateway: self.release_gateway,
+            ops.Hold: self.hold_gateway,
+            ops.Release: self.release_gateway,
             ops.Roll: self.start_member,
             ops.StartMember: self.start_member,
             ops.Reapply: self.start_member,
@@ -341,7 +342,7 @@ class KubeRollout:
         )
         self._roll_gateway(op.run_file)
 
-    def hold_gateway(self, op: ops.HoldGateway) -> None:
+    def hold_gateway(self, op: ops.Hold) -> None:
         """Hold new requests at the gateway pod and let the ones in flight finish (counted)."""
         self.hold = kube_hold(self.kubectl, self.stack, self.say)
         going_on = "; streams go on on the new variant" if op.continue_streams else ""
@@ -352,7 +353,7 @@ class KubeRollout:
             finished=drained.drained, cut=drained.cut, continued=drained.continued, refused=drained.refused
         )
 
-    def release_gateway(self, _: ops.ReleaseGateway) -> None:
+    def release_gateway(self, _: ops.Release | None = None) -> None:
         """The held requests flow to whatever serves now (a stop signal cannot cut it short)."""
         if self.hold is None:
             return
@@ -550,7 +551,7 @@ class KubeRollout:
         try:
             self._run(planned)
         except SwapFailed as err:
-            self.release_gateway(ops.ReleaseGateway())  # a hold never outlasts `up`, --no-rollback or not
+            self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
             failed = self._single_failed(target.name, planned, err)
             ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
             self._history(result, ran, failed)

@@ -17,6 +17,10 @@ from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.swap.ops import Op
 
 Handlers = Mapping[type[Op], Callable[[Any], object]]
+Undone = list[tuple[Op, str]]
+"""The inverses that failed, each with why (one line)."""
+Explain = Callable[[BaseException, list[Op], "Undone | None"], SwapFailed]
+"""How a failure is told: the cause, what ran, and the undo's failures (None: no rollback)."""
 
 
 def _quiet(_: str) -> None:
@@ -29,16 +33,16 @@ def _reason(err: BaseException) -> str:
     return str(err).splitlines()[0] if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
 
 
-def undo(ran: Sequence[Op], handlers: Handlers, say: Callable[[str], None] = _quiet) -> list[str]:
+def undo(ran: Sequence[Op], handlers: Handlers, say: Callable[[str], None] = _quiet) -> Undone:
     """Run the inverses of `ran`, newest first; each failure is noted and the rest still run."""
-    failed: list[str] = []
+    failed: Undone = []
     for op in reversed(ran):
         for inverse in op.inverse():
             say(f"undo: {inverse.describe()}")
             try:
                 handlers[type(inverse)](inverse)
             except Exception as err:  # report it after the cause; undo the rest anyway
-                failed.append(f"{inverse.describe()}: {_reason(err)}")
+                failed.append((inverse, _reason(err)))
     return failed
 
 
@@ -50,16 +54,18 @@ def execute(
     say: Callable[[str], None] = _quiet,
     failed: Callable[[Op, BaseException], object] | None = None,
     stage: Callable[[str], None] = _quiet,
+    explain: Explain | None = None,
 ) -> list[Op]:
     """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above).
     `failed` sees the operation that failed and why before anything is undone (its evidence);
-    `stage` hears each operation before it runs, and `undoing` (the running swap's record)."""
+    `stage` hears each operation's stage before it runs, and `undoing` (the running swap's
+    record); `explain` words the error (by default: the operation that failed, then the undo)."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:
             for op in ops:
                 ran.append(op)
-                stage(op.describe())
+                stage(op.stage())
                 handlers[type(op)](op)
         except BaseException as err:
             with interrupts_ignored():
@@ -67,6 +73,8 @@ def execute(
                     failed(ran[-1], err)
                 if rollback:
                     stage("undoing")
+                if explain is not None:
+                    raise explain(err, ran, undo(ran, handlers, say) if rollback else None) from err
                 raise _failed(err, ran, handlers, rollback, say) from err
     return ran
 
@@ -83,6 +91,6 @@ def _failed(
         )
     failures = undo(ran, handlers, say)
     if failures:
-        left = "; ".join(failures)
+        left = "; ".join(f"{op.describe()}: {why}" for op, why in failures)
         return SwapFailed(f"{message}; the undo failed too: {left}", tail, hints, rolled_back=False)
     return SwapFailed(f"{message}; undone: what served before serves again", tail, hints, rolled_back=True)

@@ -1,6 +1,8 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
-A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`); `execute` runs them
+A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`): a live change's
+(`StartMember`, `Publish`, `DrainMember`, ...) and a single switch's (`Hold`, `Sleep`, `Stop`,
+`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...); `execute` runs them
 through a dispatch table and, on a failure or an interrupt, runs the inverses of what ran, in
 reverse. An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
 operation only half ran (stopping what is gone, publishing the set again).
@@ -35,6 +37,7 @@ class Op:
     """One operation; `TEXT` says it in words, from its fields."""
 
     TEXT: ClassVar[str] = ""
+    STAGE: ClassVar[str] = ""  # what `status` shows while it runs (its text when empty)
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
@@ -44,6 +47,9 @@ class Op:
 
     def as_data(self) -> dict[str, object]:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
+
+    def stage(self) -> str:
+        return self.STAGE or self.describe()
 
 
 @dataclass(frozen=True)
@@ -159,33 +165,181 @@ class AwaitRelease(Op):
 
 
 @dataclass(frozen=True)
-class HoldGateway(Op):
-    """Hold new requests at the gateway and wait for the ones in flight (a switch of the one
-    serving variant: nothing serves beside it); `continue_streams`: eligible streams pause,
-    to go on on the new variant. ReleaseGateway ends it, last in the plan or as its inverse."""
+class UpdateGateway(Op):
+    TEXT = (
+        "the gateway is replaced by a new container ({why}): start the new one with its new settings "
+        "beside the old one, which then finishes its requests and stops"
+    )
+    STAGE = "draining"
+    run_file: str
+    why: str
 
+
+@dataclass(frozen=True)
+class ApplySettings(Op):
+    TEXT = "apply the gateway's changed settings in place ({keys}): same container, nothing drained"
+    STAGE = "draining"
+    settings: tuple[tuple[str, str], ...]
+    keys: str
+
+
+@dataclass(frozen=True)
+class Hold(Op):
+    """Released by `Release`, or to what serves after an undo; `run_file`: start the gateway
+    from it first; `serving`: a new gateway is routed to what serves before anything else;
+    `continue_streams`: eligible streams pause at once, to go on on the new variant."""
+
+    TEXT = "hold new requests at the gateway and drain those in flight"
+    STAGE = "draining"
+    target: str
+    run_file: str = ""
+    recreate: bool = True
+    serving: Member | None = None
     continue_streams: bool = False
 
     def describe(self) -> str:
-        said = "hold new requests at the gateway; drain the requests in flight (up to gateway.drain_timeout)"
+        said = super().describe()
         return f"{said}; streams go on on the new variant" if self.continue_streams else said
 
+
+@dataclass(frozen=True)
+class StopNamed(Op):
+    STAGE = "stopping"
+    containers: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"stop {', '.join(self.containers)} (neither serving nor wanted asleep)"
+
+
+@dataclass(frozen=True)
+class Sleep(Op):
+    TEXT = "put {member.variant} to sleep ({member.container})"
+    STAGE = "putting the serving variant to sleep"
+    member: Member
+    settle: float = 1.0
+
     def inverse(self) -> tuple[Op, ...]:
-        return (ReleaseGateway(),)
+        return (Wake(self.member), Gate(self.member), Settle(self.member, self.settle, "wake", woke=True))
 
 
 @dataclass(frozen=True)
-class ReleaseGateway(Op):
-    TEXT = "release the held requests to what serves"
+class Stop(Op):
+    """`also`: exited containers of the shared service go with it; undone by starting it again
+    from exactly the run file and service that created it."""
+
+    TEXT = "stop {member.variant} ({member.container})"
+    STAGE = "stopping"
+    member: Member
+    also: tuple[str, ...] = ()
+    settle: float = 1.0
+
+    def inverse(self) -> tuple[Op, ...]:
+        if not self.member.run_file:
+            return ()
+        return (Start(self.member), Gate(self.member), Settle(self.member, self.settle))
 
 
 @dataclass(frozen=True)
-class UpdateGateway(Op):
-    """The gateway's own configuration changed: it is rolled first, on its own (its new pod is
-    ready before the old one stops). It serves the variant before as well: nothing undoes it."""
+class BringIn(Op):
+    """Brings the target's container in (`Wake`, `Adopt`, `Start`); undone by removing it."""
 
-    TEXT = "roll the gateway to its new configuration first ({run_file})"
-    run_file: str
+    member: Member
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member),)
+
+
+@dataclass(frozen=True)
+class Wake(BringIn):
+    TEXT = "route to {member.variant}'s sleeping container {member.container} and wake it"
+    STAGE = "waking"
+
+
+@dataclass(frozen=True)
+class Adopt(BringIn):
+    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
+    STAGE = "routing"
+
+
+@dataclass(frozen=True)
+class Start(BringIn):
+    """`first`: nothing ran before, so its undo removes the project's network too."""
+
+    TEXT = "start {member.variant} from {member.run_file} (service {member.service}), route to it"
+    STAGE = "loading"
+    first: bool = False
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Remove(self.member, self.member.run_file if self.first else ""),)
+
+
+@dataclass(frozen=True)
+class Route(Op):
+    """The gateway forwards elsewhere: route it to the serving container again (nothing to undo)."""
+
+    TEXT = "route the gateway to {member.variant} ({member.container})"
+    STAGE = "routing"
+    member: Member
+
+
+@dataclass(frozen=True)
+class Gate(Op):
+    TEXT = "gate {member.variant} through the gateway (health, models, a completion)"
+    STAGE = "gating"
+    member: Member
+
+
+@dataclass(frozen=True)
+class Settle(Op):
+    """Watch the ready member `seconds` from `since` ("ready"; "wake": the wake call; "process":
+    its process's start), while `warmup` completions and after a wake (`woke`) its checks run
+    beside it (`/is_sleeping`, and acceptance with `acceptance`)."""
+
+    STAGE = "settling"
+    member: Member
+    seconds: float
+    since: str = "ready"
+    woke: bool = False
+    warmup: int = 0
+    acceptance: bool = False
+
+    def describe(self) -> str:
+        beside = (
+            ["wake checks"] * self.woke + ["acceptance"] * self.acceptance + ["warm-up"] * bool(self.warmup)
+        )
+        return f"watch {self.member.variant} settle {self.seconds:g}s" + (
+            f" ({', '.join(beside)})" * bool(beside)
+        )
+
+
+@dataclass(frozen=True)
+class Release(Op):
+    """`tell`: a new gateway learns which variant serves; undone (a failed probation) by holding again."""
+
+    TEXT = "release the held requests to {variant}"
+    STAGE = "releasing"
+    variant: str
+    tell: bool = False
+
+    def inverse(self) -> tuple[Op, ...]:
+        return (Hold(self.variant),)
+
+
+@dataclass(frozen=True)
+class Probation(Op):
+    TEXT = "watch {member.variant} {seconds:g}s with clients served: a crash or a restart undoes the switch"
+    STAGE = "on probation"
+    member: Member
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Remove(Op):
+    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes too)."""
+
+    TEXT = "stop and remove {member.container}"
+    member: Member
+    network_of: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,18 +1,15 @@
 """The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
 
-`decide()` reads a `Snapshot` and the target and returns a `SwapPlan`: the steps in order,
-the variant that serves now and exactly where a rollback brings it back from (its
-container to wake, or the run file and compose service that created it), what else must
-stop first (awake containers that neither serve nor sleep, sleepers the stack no longer
-wants), and notes a user must read (a serving container that cannot sleep is stopped
-cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON. The plan names
-every container its steps touch (the sleeper it wakes, the rollback's source), so the
-steps act on those names and never search the snapshot for the variant again.
-
-Steps: `sleep` (the serving container was started with sleep mode and its variant sleeps
-in this stack), `stop` + `release` (stop it and wait for its GPU memory), `wake` (the
-target sleeps with the same configuration), `adopt` (the target's container runs awake
-but does not serve: route to it), `start` (compose up from the run file), `gate`.
+`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`:
+the target's run file and service, the settle watch, ...) and returns a `SwapPlan`: typed
+operations (`composer.swap.ops`) that name every container they touch, each with its
+inverse: the gateway's update, hold and release; stop what neither serves nor sleeps as
+wanted; sleep or stop (and the GPU release wait) the serving variant, whose inverse brings
+it back from its sleeping container or from exactly the run file and service that created
+it; wake, adopt, route to or start the target; gate, settle (warm-up and wake checks
+beside), probation. Notes say what a user must read (a serving container that cannot sleep
+is stopped cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON
+(`steps`, `rollback`, `wake`, ... derived from the operations, and `ops`).
 `rollback_source_problem` (the one function here that reads a file) checks, before anything
 stops, that the run file a rollback would start the serving variant from is readable.
 """
@@ -20,12 +17,15 @@ stops, that the run file a rollback would start the serving variant from is read
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant
 from composer.render.spec import Owner
+from composer.swap import ops
+from composer.swap.ops import Member, Op
+from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 if TYPE_CHECKING:
     from composer.swap.snapshot import Snapshot
@@ -105,7 +105,8 @@ def takeover_notes(found: list[Foreign], project: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rollback:
-    """Where the variant that serves now comes back from if the swap fails."""
+    """Where the variant that serves now comes back from if the swap fails (from the plan's
+    `Sleep` or `Stop`, whose inverse brings it back)."""
 
     variant: str
     how: str  # "wake" (its sleeping container) or "start" (the file that created it)
@@ -115,25 +116,63 @@ class Rollback:
 
 
 @dataclass(frozen=True)
+class Bring:
+    """What the operations carry beyond the snapshot, resolved once at the edge: the target's
+    container (`member`: run file, compose service, name, speculative), the run file and
+    service the serving variant comes back from when its recorded file is gone (`source`),
+    whether a gateway fronts the stack, the stack's GPUs, the settle watch, the warm-up and
+    the probation."""
+
+    member: Member
+    gateway: bool = False
+    gpus: str = "all"
+    settle: float = 1.0
+    warmup: int = 0
+    probation: float = 0.0
+    source: tuple[str, str] | None = None
+    shared_service: str = "vllm"
+
+
+@dataclass(frozen=True)
 class SwapPlan:
-    """The steps a swap will take; empty when the target already serves."""
+    """The typed operations a swap runs (`composer.swap.ops`); none when the target already serves."""
 
     target: str
     target_hash: str
     previous: RunningVariant | None
-    steps: tuple[str, ...]
-    rollback: Rollback | None = None
-    stop_first: tuple[str, ...] = ()  # container names stopped before the swap's own steps
+    ops: tuple[Op, ...] = ()
     notes: tuple[str, ...] = field(default=())
     gateway_update: bool = False  # drain the gateway, replace its container (new settings), release
     gateway: GatewayChange = field(default_factory=GatewayChange)  # why recreated, or settings in place
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
-    wake: str | None = None  # the sleeping container the `wake` step wakes (by name)
     refused: str = ""  # why up changes nothing: another stack started what runs (no --takeover)
 
     @property
+    def steps(self) -> tuple[str, ...]:
+        """The swap's steps in words (`stop`, `release`, `start`, `gate`, ...), from its operations."""
+        return tuple(STEPS[type(op)] for op in self.ops if type(op) in STEPS)
+
+    @property
+    def stop_first(self) -> tuple[str, ...]:
+        return next((op.containers for op in self.ops if isinstance(op, ops.StopNamed)), ())
+
+    @property
+    def wake(self) -> str | None:
+        return next((op.member.container for op in self.ops if type(op) is ops.Wake), None)
+
+    @property
+    def rollback(self) -> Rollback | None:
+        for op in self.ops:
+            if isinstance(op, ops.Sleep):
+                return Rollback(op.member.variant, "wake", op.member.container)
+            if isinstance(op, ops.Stop):
+                m = op.member
+                return Rollback(m.variant, "start", m.container, m.run_file or None, m.service or None)
+        return None
+
+    @property
     def no_op(self) -> bool:
-        return not self.steps and not self.gateway_update and not self.gateway.changed
+        return not self.ops
 
     @property
     def mode(self) -> str:
@@ -143,7 +182,7 @@ class SwapPlan:
         return "replace" if self.previous is not None and self.previous.variant != self.target else "join"
 
     def as_data(self) -> dict[str, object]:
-        """The plan as JSON-ready data (no secrets: names, steps and files only)."""
+        """The plan as JSON-ready data (no secrets: names, operations and files only)."""
         return {
             "target": self.target,
             "target_hash": self.target_hash,
@@ -159,48 +198,48 @@ class SwapPlan:
             "wake": self.wake,
             "refused": self.refused or None,
             "mode": self.mode,
+            "ops": [op.as_data() for op in self.ops],
         }
 
     def describe(self) -> str:
-        """The plan as text, one line per fact."""
-        why = f" ({self.gateway.recreate})" if self.gateway.recreate else ""
-        gateway = (
-            f"the gateway is replaced by a new container{why}: start the new one with its new settings "
-            "beside the old one, which then finishes its requests and stops (`up` measures the "
-            "published port meanwhile), release"
-        )
-        if not self.gateway_update and self.gateway.in_place:
-            gateway = (
-                f"apply the gateway's changed settings in place ({self.gateway.keys()}): "
-                "same container, nothing drained"
-            )
+        """The plan as text: what serves and what will, then one line per operation."""
         if self.refused:
             return f"refused: {self.refused}"
-        if not self.steps:
-            if self.gateway_update or self.gateway.changed:
-                return f"plan: {self.target} keeps serving; {gateway}"
+        if self.no_op:
             return f"{self.target} already serves with the same configuration: nothing to do"
         before = self.previous.variant if self.previous else "nothing"
         leaves = f": {before} leaves" if self.mode == "replace" else ""
         lines = [f"plan: {before} -> {self.target} ({self.mode}{leaves})"]
-        if self.gateway_update or self.gateway.changed:
-            lines.append(f"first: {gateway}")
-        lines.append("steps: " + " -> ".join(self.steps))
-        if self.wake and "wake" in self.steps:
-            lines.append(f"wakes: {self.wake}")
-        if self.stop_first:
-            lines.append("stops first: " + ", ".join(self.stop_first))
+        if not self.steps:
+            lines[0] = f"plan: {self.target} keeps serving; only the gateway changes"
+        lines += [f"  {n}. {op.describe()}" for n, op in enumerate(self.ops, 1)]
         if self.rollback:
-            source = (
-                f"wake its sleeping container {self.rollback.container}"
-                if self.rollback.how == "wake"
-                else f"start it from {self.rollback.config_file} (service {self.rollback.service})"
+            undo = "; ".join(
+                i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Sleep | ops.Stop)
             )
-            lines.append(f"rollback: {self.rollback.variant}: {source}")
+            lines.append(f"rollback: {self.rollback.variant}: {undo}")
         lines += [f"note: {note}" for note in self.notes]
         if self.capacity.get("line"):
             lines.append(f"capacity: {self.capacity['line']}")
         return "\n".join(lines)
+
+
+STEPS: dict[type[Op], str] = {
+    ops.Sleep: "sleep",
+    ops.Stop: "stop",
+    ops.AwaitRelease: "release",
+    ops.Wake: "wake",
+    ops.Adopt: "adopt",
+    ops.Route: "route",
+    ops.Start: "start",
+    ops.Gate: "gate",
+}
+"""The operations that are the swap's steps, in words (`steps` in the plan's JSON and the history)."""
+
+WAKE_SETTLE_SHARE = 0.25
+"""After a wake the process did not restart (no load, no engine start to fail late): the
+settle watch is a quarter of the stack's, counted from the wake call, and the wake checks
+and the warm-up run beside it (clients wait until both are over)."""
 
 
 def rollback_source_problem(rollback: Rollback | None) -> str | None:
@@ -235,6 +274,13 @@ def rollback_source_problem(rollback: Rollback | None) -> str | None:
     return None
 
 
+def _member(info: RunningVariant, bring: Bring, source: tuple[str, str] | None = None) -> Member:
+    """A running container as the operations carry it (`source`: its run file and service)."""
+    run_file, service = source or (info.config_file or "", info.service or bring.shared_service)
+    speculative = info.variant == bring.member.variant and bring.member.speculative  # the target's sleeper
+    return Member(info.variant, info.variant, info.name, service, run_file, bring.gpus, speculative)
+
+
 def plan_swap(
     target: str,
     target_hash: str,
@@ -242,20 +288,84 @@ def plan_swap(
     current_ready: bool,
     *,
     current_sleeps: bool = False,
-    target_asleep: bool = False,
+    target_asleep: RunningVariant | bool | None = False,
+    bring: Bring | None = None,
 ) -> SwapPlan:
-    """Decide the steps from what runs now (pure).
+    """The operations from what runs now (pure).
 
-    `current_sleeps`: the serving variant is put to sleep, not stopped; `target_asleep`:
-    the target sleeps with the same configuration (woken, not started).
+    `current_sleeps`: the serving variant is put to sleep, not stopped; `target_asleep`: the
+    target's sleeping container with the same configuration (woken, not started).
     """
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
-        return SwapPlan(target, target_hash, current, ())
-    steps: tuple[str, ...] = ()
+        return SwapPlan(target, target_hash, current)
+    bring = bring or Bring(Member(target, target, target, "vllm", ""))
+    todo: list[Op] = []
     if current:
-        steps = ("sleep",) if current_sleeps and current.variant != target else ("stop", "release")
-    steps += ("wake", "gate") if target_asleep else ("start", "gate")
-    return SwapPlan(target, target_hash, current, steps)
+        previous = _member(current, bring, bring.source)
+        if current_sleeps and current.variant != target:
+            todo.append(ops.Sleep(previous, bring.settle))
+        else:
+            todo += [ops.Stop(previous, settle=bring.settle), ops.AwaitRelease(bring.gpus)]
+    if target_asleep:
+        sleeper = target_asleep if isinstance(target_asleep, RunningVariant) else None
+        todo += _bring_in(ops.Wake(_member(sleeper, bring) if sleeper else bring.member), bring)
+    else:
+        todo += _bring_in(ops.Start(bring.member, first=current is None), bring)
+    return SwapPlan(target, target_hash, current, tuple(todo))
+
+
+def _bring_in(brought: ops.BringIn | ops.Route, bring: Bring) -> list[Op]:
+    """The operation that brings the target in, then its gate and settle watch (the wake
+    checks and the warm-up beside it) and, with clients served, its probation."""
+    member = brought.member
+    woke = isinstance(brought, ops.Wake)
+    since = "wake" if woke else "ready" if isinstance(brought, ops.Start) else "process"
+    acceptance = woke and member.speculative
+    warmup = bring.warmup if bring.gateway else 0
+    if acceptance:
+        warmup = max(0, warmup - ACCEPTANCE_WARMUP_REQUESTS)
+    seconds = bring.settle * (WAKE_SETTLE_SHARE if woke else 1.0)
+    todo: list[Op] = [brought, ops.Gate(member), ops.Settle(member, seconds, since, woke, warmup, acceptance)]
+    return todo + ([ops.Probation(member, bring.probation)] if bring.probation > 0 else [])
+
+
+def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
+    """The plan with the serving variant stopped (its GPUs released) instead of put to sleep."""
+    todo: list[Op] = []
+    for op in plan.ops:
+        todo += (
+            [ops.Stop(op.member, settle=op.settle), ops.AwaitRelease(gpus)]
+            if isinstance(op, ops.Sleep)
+            else [op]
+        )
+    return replace(plan, ops=tuple(todo))
+
+
+def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
+    """The gateway's part around the swap's operations: its update (a new container, or settings
+    applied in place; nothing has changed if it fails), the hold and drain before them, the
+    release after the gate (before the probation)."""
+    if not bring.gateway:
+        return plan
+    first: list[Op] = []
+    if gateway.recreate:
+        first.append(ops.UpdateGateway(bring.member.run_file, gateway.recreate))
+    elif gateway.in_place:
+        first.append(ops.ApplySettings(gateway.settings, gateway.keys()))
+    if not plan.ops:
+        if not gateway.recreate:
+            return replace(plan, ops=tuple(first))
+        previous = plan.previous
+        serving = _member(previous, bring) if previous is not None else None
+        todo = (*first, ops.Hold(plan.target, serving=serving), ops.Release(plan.target, tell=True))
+        return replace(plan, ops=todo)
+    ensure = "" if gateway.recreate or gateway_running else bring.member.run_file
+    sleeping = next((op.member for op in plan.ops if isinstance(op, ops.Sleep)), None)
+    hold = ops.Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
+    probation = [op for op in plan.ops if isinstance(op, ops.Probation)]
+    swap = [op for op in plan.ops if not isinstance(op, ops.Probation)]
+    release = ops.Release(plan.target, tell=bool(gateway.recreate))
+    return replace(plan, ops=(*first, hold, *swap, release, *probation))
 
 
 def decide(
@@ -270,6 +380,7 @@ def decide(
     owner: Owner | None = None,
     takeover: bool = False,
     force_recreate: bool = False,
+    bring: Bring | None = None,
 ) -> SwapPlan:
     """The whole plan from one snapshot (pure).
 
@@ -277,22 +388,23 @@ def decide(
     per variant, whether the stack puts it to sleep (a variant the stack no longer has
     counts as not). `owner`: this stack, as containers record it; a running container that
     records another is refused (`refused`), or with `takeover` replaced (restarted).
-    `force_recreate`: a target that serves unchanged is restarted all the same.
+    `force_recreate`: a target that serves unchanged is restarted all the same. `bring`:
+    what the operations carry beyond the snapshot.
     """
+    bring = bring or Bring(Member(target, target, target, "vllm", ""))
+    gateway = gateway or GatewayChange()
     notes: list[str] = []
     serving = snapshot.serving
     current = serving.info if serving else None
     route_ok = snapshot.route_ok is not False
     foreign = snapshot_foreign(snapshot, owner)
     if foreign and not takeover:
-        return SwapPlan(target, target_hash, current, (), refused=takeover_refusal(foreign, snapshot.project))
+        return SwapPlan(target, target_hash, current, refused=takeover_refusal(foreign, snapshot.project))
     notes += takeover_notes(foreign, snapshot.project)
-    if current is not None and current.variant == target and current.config_hash == target_hash:
-        ready = current_ready and route_ok and not foreign and not force_recreate
-        if force_recreate:
-            notes.append(f"--force-recreate: {target} is restarted with the gateway holding requests")
-    else:
-        ready = False
+    same = current is not None and current.variant == target and current.config_hash == target_hash
+    ready = same and current_ready and route_ok and not foreign and not force_recreate
+    if same and force_recreate:
+        notes.append(f"--force-recreate: {target} is restarted with the gateway holding requests")
     current_sleeps = False
     if current is not None and current.variant != target and sleeps_in_stack.get(current.variant, False):
         if current.sleep_mode:
@@ -311,7 +423,7 @@ def decide(
             member.variant == target
             and member.info.config_hash == target_hash
             and target_sleeps
-            and adopt is None
+            and not adopt
         ):
             adopt = member
             continue
@@ -323,36 +435,23 @@ def decide(
             stop_first.append(member.info.name)
             why = "its configuration changed" if stale_target else "this stack no longer puts it to sleep"
             notes.append(f"{member.variant}'s sleeping container is stopped: {why}")
+    asleep = sleeper.info if wakeable and sleeper is not None else False
     base = plan_swap(
-        target, target_hash, current, ready, current_sleeps=current_sleeps, target_asleep=wakeable
+        target, target_hash, current, ready, current_sleeps=current_sleeps, target_asleep=asleep, bring=bring
     )
-    steps = base.steps
-    if adopt is not None and steps:
-        steps = tuple(s for s in steps if s not in ("start", "wake"))
-        steps = (*steps[: steps.index("gate")], "adopt", "gate")
+    todo = list(base.ops)
+    if adopt is not None and todo:
+        todo = [op for op in todo if not isinstance(op, ops.BringIn)]
+        at = next(i for i, op in enumerate(todo) if isinstance(op, ops.Gate))
+        todo[at:] = _bring_in(ops.Adopt(_member(adopt.info, bring)), bring)
         notes.append(f"{target}'s container {adopt.info.name} runs awake: it serves again without a restart")
-    same = current is not None and current.variant == target and current.config_hash == target_hash
-    if same and steps and not route_ok:
-        steps = ("route", "gate")
+    if same and todo and not route_ok and current is not None:
+        todo = _bring_in(ops.Route(_member(current, bring)), bring)
         notes.append(f"the gateway does not forward to {target}'s container: it is routed again")
-    rollback = None
-    if current is not None and current.variant != target:
-        rollback = (
-            Rollback(current.variant, "wake", current.name)
-            if current_sleeps
-            else Rollback(current.variant, "start", current.name, current.config_file, current.service)
-        )
-    elif current is not None and steps and "stop" in steps:
-        rollback = Rollback(current.variant, "start", current.name, current.config_file, current.service)
-    return SwapPlan(
-        target,
-        target_hash,
-        current,
-        steps,
-        rollback,
-        tuple(stop_first),
-        tuple(notes),
-        bool(gateway and gateway.recreate),
-        gateway or GatewayChange(),
-        wake=sleeper.info.name if sleeper is not None and "wake" in steps else None,
-    )
+    if todo and current is not None:  # exited containers of the shared service go with the serving one
+        gone = [m.info.name for m in snapshot.members if not m.running and not m.asleep and m is not serving]
+        todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
+    if stop_first:
+        todo.insert(0, ops.StopNamed(tuple(stop_first)))
+    plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), bool(gateway.recreate), gateway)
+    return with_gateway(plan, gateway, bring, snapshot.gateway_running)

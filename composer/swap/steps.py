@@ -3,10 +3,9 @@
 Every step takes a `Context` (the stack, the Docker client, the options, where to say
 things, and the gateway's hold once there is one: collaborators, never step state) and
 what the plan says, does one thing, and returns an `Outcome` (its seconds, notes,
-warnings and what it produced: a hold, a container, the boot log). `transaction.run`
-runs them in the plan's order and folds the outcomes into the swap's result. `start`,
-`route` and `gate` work on one container on their own (placement calls them one
-container at a time).
+warnings and what it produced: a hold, a container, the boot log). The single switch's
+executor (`transaction.SingleSwap`) calls them from its handlers and folds the outcomes into
+the swap's result.
 """
 
 from __future__ import annotations
@@ -19,15 +18,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.client import compose
-from composer.engine.containers import holder_kept, upstream_url
+from composer.engine.containers import holder_kept
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.port_gap import PortGap
 from composer.errors import GatewayControlError, HealthCheckFailed, SwapFailed
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
-from composer.render.spec import CONTAINER_PORT
 from composer.swap import standby
-from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import SwapHold, start_hold, warm_up
 
 if TYPE_CHECKING:
@@ -37,10 +34,7 @@ if TYPE_CHECKING:
     from composer.engine.variant_container import VariantContainer
     from composer.gateway.client import GatewayControl
     from composer.render.gateway import GatewaySpec
-    from composer.render.target import Target
     from composer.stack.model import Stack
-    from composer.swap.plan import GatewayChange, SwapPlan
-    from composer.swap.snapshot import Snapshot
     from composer.swap.swapper import UpOptions
 
 Say = Callable[[str], None]
@@ -87,7 +81,6 @@ class Outcome:
     container: VariantContainer | None = None
     log: str = ""
     ready_at: float = 0.0
-    parked: str | None = None  # the variant this step put to sleep
     extra: dict[str, float] = field(default_factory=dict)  # more timings, by name
     port_gap: PortGap | None = None  # the published port while the gateway's container changed
 
@@ -202,49 +195,35 @@ def watch_gateway(ctx: Context) -> Callable[[], None] | None:
     return check
 
 
-def revive_gateway(ctx: Context, target: str, compose_file: Path, stopped: str) -> Context:
-    """The gateway stopped during the swap: start it again from the run file, hold it again."""
+def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why: str = "") -> Context:
+    """The gateway restarted (`compose_file` None) or stopped (`why`; started again from the
+    run file) during the swap, and its hold is gone with it: hold it again (a new hold, a new
+    probe token)."""
     from composer.render.gateway import build_gateway_spec
 
     gateway = build_gateway_spec(ctx.stack)
     if gateway is None:
-        raise SwapFailed("the gateway stopped and this stack has no gateway to start")
-    ctx.say(f"the gateway stopped during the swap ({stopped}): starting it again")
+        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
     if ctx.hold is not None:
-        ctx.hold.end()  # stops its renewals; the stopped gateway's holds are gone with it
-    return replace(ctx, hold=drain(ctx, target, compose_file, gateway, ensure=True).hold)
+        ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    started = f"the gateway stopped during the swap ({why}): starting it again"
+    ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
+    return replace(ctx, hold=drain(ctx, target, compose_file, gateway, ensure=compose_file is not None).hold)
 
 
-def find_upstream(ctx: Context, snap: Snapshot) -> None:
+def find_upstream(ctx: Context, upstream: str, variant: str) -> None:
     """A gateway recreated by this swap routes to the container the old one served from and
     waits (bounded) until it reaches it, before it is asked to put it to sleep."""
-    serving = snap.serving
-    if ctx.hold is None or serving is None or not serving.running:
+    if ctx.hold is None:
         return
-    if serving.standby_service:
-        upstream = upstream_url(serving.info.name)
-    else:
-        upstream = f"http://{ctx.stack.service}:{CONTAINER_PORT}"
     ctx.hold.control.route(upstream)
     if not ctx.hold.control.wait_ready(UPSTREAM_WAIT_S):
-        ctx.say(f"the new gateway does not reach {serving.variant} after {UPSTREAM_WAIT_S:.0f}s")
+        ctx.say(f"the new gateway does not reach {variant} after {UPSTREAM_WAIT_S:.0f}s")
 
 
 def hold_lost(err: BaseException) -> bool:
     """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
     return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
-
-
-def rehold(ctx: Context, target: str) -> Outcome:
-    """The gateway restarted during the swap: hold it again (a new hold, a new probe token)."""
-    from composer.render.gateway import build_gateway_spec
-
-    gateway = build_gateway_spec(ctx.stack)
-    if ctx.hold is None or gateway is None:
-        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
-    ctx.hold.end()  # stops its renewals; the restarted gateway no longer knows it
-    ctx.say("the gateway restarted during the swap: holding its requests again")
-    return drain(ctx, target, None, gateway, ensure=False)
 
 
 def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Outcome:
@@ -280,7 +259,11 @@ def gateway_update(ctx: Context, compose_file: Path, gateway: GatewaySpec) -> Ou
 
 
 def apply_settings(
-    ctx: Context, gateway: GatewaySpec, change: GatewayChange, control: GatewayControl | None = None
+    ctx: Context,
+    gateway: GatewaySpec,
+    settings: dict[str, str],
+    keys: str,
+    control: GatewayControl | None = None,
 ) -> Outcome:
     """Apply the gateway's changed settings in place: the same container serves on, nothing is
     drained or refused (a refusal changes nothing and fails the swap before anything else).
@@ -293,57 +276,16 @@ def apply_settings(
         if container is None:
             raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
         control = GatewayControl(container)
-    ctx.say(f"applying the gateway's changed settings in place ({change.keys()})")
+    ctx.say(f"applying the gateway's changed settings in place ({keys})")
     try:
-        control.apply_settings(dict(change.settings))
+        control.apply_settings(settings)
     except GatewayControlError as err:
         raise SwapFailed(f"the gateway refused its new settings: {err}") from err
     out = Outcome("gateway_settings", time.monotonic() - began)
     out.notes.append(
-        f"the gateway's settings were applied in place ({change.keys()}): same container, no request "
-        "held or refused"
+        f"the gateway's settings were applied in place ({keys}): same container, no request held or refused"
     )
     return out
-
-
-def stop_named(ctx: Context, snap: Snapshot, names: tuple[str, ...]) -> Outcome:
-    """Stop and remove the containers the plan names (awake idle ones, stale sleepers)."""
-    began = time.monotonic()
-    members = {m.info.name: m for m in snap.members}
-    for name in names:
-        ctx.say(f"stopping {members[name].variant} ({name})")
-        members[name].container.stop_and_remove(ctx.stack.stop_grace_period)
-    return Outcome("stop_first", time.monotonic() - began)
-
-
-def sleep(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
-    """Put the serving (drained) variant to sleep and park its restart policy."""
-    assert plan.previous is not None
-    began = time.monotonic()
-    ctx.say(f"putting {plan.previous.variant} to sleep (level {ctx.stack.sleep_level})")
-    serving = next(m.container for m in snap.members if m.info.name == plan.previous.name)
-    standby.put_to_sleep(ctx.control(), serving, plan.previous.variant, ctx.stack)
-    standby.park(serving)
-    return Outcome("sleep", time.monotonic() - began, parked=plan.previous.variant)
-
-
-def stop(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
-    """Stop what the snapshot saw serving (and exited containers of the shared service)."""
-    began = time.monotonic()
-    for member in snap.members:
-        if member.asleep or member.info.name in plan.stop_first:
-            continue
-        if member.serving or not member.running:
-            ctx.say(f"stopping {member.variant} ({member.info.name})")
-            member.container.stop_and_remove(ctx.stack.stop_grace_period)
-    return Outcome("stop", time.monotonic() - began)
-
-
-def release_wait(ctx: Context, waiter: ReleaseWait) -> Outcome:
-    """Wait until the stopped variant's GPU memory is released (the waiter was taken before the stop)."""
-    began = time.monotonic()
-    note = waiter.wait(ctx.options.release_timeout, ctx.waiting).note
-    return Outcome("release_wait", time.monotonic() - began, notes=[note] if note else [])
 
 
 def by_name(ctx: Context, name: str) -> VariantContainer | None:
@@ -356,44 +298,6 @@ def by_name(ctx: Context, name: str) -> VariantContainer | None:
         return VariantContainer(ctx.client.containers.get(name))
     except NotFound:
         return None
-
-
-def start(ctx: Context, target: Target, compose_file: Path) -> Outcome:
-    """Create and start one variant's container from its run file; the container, by name."""
-    ctx.say(f"starting {target.name}")
-    service = target.spec.compose_service if target.variant.standby == "sleep" else None
-    compose_up(ctx, compose_file, service)
-    return Outcome("start", container=by_name(ctx, target.spec.container_name))
-
-
-def route(ctx: Context, target: Target) -> Outcome:
-    """Point the gateway at the container that will serve (by name, or the shared name)."""
-    if ctx.hold is not None:
-        if target.variant.standby == "sleep":
-            ctx.hold.control.route(upstream_url(target.spec.container_name))
-        else:
-            ctx.hold.control.route(f"http://{ctx.stack.service}:{CONTAINER_PORT}")
-    return Outcome("route")
-
-
-def wake(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
-    """Route the gateway to the target's sleeping container and wake it."""
-    ctx.say(f"waking {plan.target}")
-    sleeper = next((m for m in snap.asleep if m.info.name == plan.wake), None)
-    if sleeper is None:
-        raise HealthCheckFailed(f"{plan.target}'s sleeping container is gone")
-    standby.wake(ctx.control(), sleeper.container, plan.target, ctx.stack)
-    standby.unpark(sleeper.container, ctx.stack.restart)
-    return Outcome("wake", container=sleeper.container)
-
-
-def adopt(ctx: Context, plan: SwapPlan, snap: Snapshot) -> Outcome:
-    """The target's container runs awake without serving: route to it."""
-    awake = next(m for m in snap.awake_idle if m.variant == plan.target)
-    ctx.say(f"{plan.target} runs awake ({awake.info.name}): routing to it")
-    ctx.control().route(standby.upstream_of(awake.container))
-    standby.unpark(awake.container, ctx.stack.restart)
-    return Outcome("route", container=awake.container)
 
 
 def gate(ctx: Context, target: GateTarget, started: float, container: VariantContainer | None) -> Outcome:
@@ -469,14 +373,15 @@ def settle(
     return out
 
 
-def wake_checks(ctx: Context, plan: SwapPlan, target: Target, gate_target: GateTarget) -> Outcome:
-    """After a wake: `/is_sleeping` false and, for a speculative variant, acceptance above the floor."""
+def wake_checks(ctx: Context, variant: str, acceptance: bool, gate_target: GateTarget) -> Outcome:
+    """After a wake: `/is_sleeping` false and (`acceptance`, a speculative variant) acceptance
+    above the floor."""
     out = Outcome("wake_checks")
-    standby.check_awake(ctx.control(), plan.target)
-    if target.variant.speculative is not None:
+    standby.check_awake(ctx.control(), variant)
+    if acceptance:
         began = time.monotonic()
         rate = standby.check_acceptance(
-            ctx.control(), ctx.past_the_hold(gate_target), plan.target, ctx.stack.acceptance_floor
+            ctx.control(), ctx.past_the_hold(gate_target), variant, ctx.stack.acceptance_floor
         )
         out.notes.append(f"acceptance after the wake: {rate:.2f}")
         out.extra["acceptance_check"] = time.monotonic() - began

@@ -1,9 +1,10 @@
 """Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
 
 `up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
-fast checks on it, writes the run file and decides every step and the rollback source
-before anything stops (`plan.decide`, with the standby fit from `composer.capacity`;
-`--dry-run` stops here); `execute` runs the plan (`transaction.run`). A gateway's changed
+fast checks on it, writes the run file and decides every typed operation, each with its
+inverse, before anything stops (`plan.decide`, with the standby fit from
+`composer.capacity`; `--dry-run` stops here); `execute` runs the operations through the
+shared executor with the Docker dispatch table (`transaction.SingleSwap`). A gateway's changed
 settings are applied in place (same container, nothing drained); what only a new container
 can change (image, port, API key) drains it before it is recreated (`gateway_change`). The
 running swap's stage is written to `journal.SwapRecord` from the plan's data (what `status`
@@ -12,10 +13,11 @@ shows), and every outcome to the history.
 Order on one set of GPUs: stop the old container -> wait until its GPU memory is
 released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
 one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
-hints, remove the new container, start the previous one again and gate it too. Only the
-first Ctrl-C or SIGTERM counts: later ones are ignored until the rollback has ended, and
-`docker compose` runs in its own session, out of reach of the terminal's Ctrl-C. The
-error names the original cause first, then what each clean-up step and the rollback did.
+hints, then run the inverses of what ran, newest first (remove the new container, start
+the previous one again from its run file and gate it too). Only the first Ctrl-C or SIGTERM
+counts: later ones are ignored until the undo has ended, and `docker compose` runs in its
+own session, out of reach of the terminal's Ctrl-C. The error names the original cause
+first, then what the undo did.
 """
 
 from __future__ import annotations
@@ -23,31 +25,36 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from composer.capacity.model import release_budget
 from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
 from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.engine.retry import Pending
-from composer.errors import PreflightFailed, SwapFailed, UsageError
+from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
 from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.spec import Owner
-from composer.render.target import Target
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import gateway_change, snapshot, steps, transaction
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
+from composer.swap.ops import Member
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
+    Bring,
     SwapPlan,
     decide,
     plan_swap,
     rollback_source_problem,
     snapshot_foreign,
+    stop_instead,
 )
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.steps import Context
@@ -201,6 +208,7 @@ def prepare(
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
         force_recreate=ctx.options.force_recreate,
+        bring=bring(ctx, target, compose_file, current, dry_run),
     )
     if plan.refused and not dry_run:
         raise UsageError(plan.refused)
@@ -212,6 +220,35 @@ def prepare(
     result.plan_text = plan.describe()
     result.notes += list(plan.notes)
     return snap, plan, compose_file
+
+
+def gpus_text(stack: Stack) -> str:
+    return ",".join(stack.gpus) if stack.gpus else "all"
+
+
+def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
+    """What the plan's operations carry beyond the snapshot, resolved here once: the target's
+    container, run file and service; the file the serving variant comes back from when the one
+    it recorded is gone (rendered again from this stack; not with `dry_run`, which writes nothing)."""
+    stack, spec, source = ctx.stack, target.spec, None
+    if (
+        current is not None
+        and not dry_run
+        and not (current.config_file and Path(current.config_file).is_file())
+    ):
+        try:
+            previous = resolve_target(stack, current.variant)
+            source = (str(run_file(previous)), previous.spec.compose_service)
+        except ComposerError:  # the stack no longer has it: the rollback has nothing to start
+            source = None
+    service = spec.compose_service if target.variant.standby == "sleep" else stack.service
+    speculative = target.variant.speculative is not None
+    member = Member(
+        target.name, target.name, spec.container_name, service, str(file), gpus_text(stack), speculative
+    )
+    settle, probation, warmup = ctx.options.settle, ctx.options.probation, stack.gateway.warmup_requests
+    gateway = target.gateway is not None
+    return Bring(member, gateway, gpus_text(stack), settle, warmup, probation, source, stack.service)
 
 
 def execute(
@@ -232,12 +269,6 @@ def execute(
         result.notes.append(f"{plan.target} already serves with the same configuration")
         result.timings["total"] = time.monotonic() - began
         return
-    if not plan.steps:  # only the gateway's settings changed
-        result.outcome = GATEWAY_UPDATED
-        transaction.gateway_only(ctx, plan, target, compose_file, result, early)
-        result.timings["total"] = time.monotonic() - began
-        _history(ctx, plan, result.outcome, result)
-        return
     previous = plan.previous
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
@@ -247,20 +278,30 @@ def execute(
                 f"preflight: {problem}; fix: restore it, or remove it (the rollback then starts "
                 f"{previous.variant} from this stack), or pass --no-rollback to swap without a way back"
             )
-    record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
-    record.stage("draining")
     # what the gateway's switch log is told when the held requests flow
-    if "wake" in plan.steps:
+    if not plan.steps:  # only the gateway's settings changed
+        result.outcome = GATEWAY_UPDATED
+    elif "wake" in plan.steps:
         result.outcome = "woke"
     elif plan.steps[0] == "route":
         result.outcome = "routed"
     else:
         result.outcome = "swapped" if previous else "started"
+    budget = partial(release_budget, ctx.stack, target.variant)
+    swap = transaction.SingleSwap(ctx, plan, result, target.gateway, compose_file, budget, early)
+    record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     try:
-        transaction.run(ctx, plan, target, compose_file, snap, result, record, early)
+        transaction.run(swap, record)
     except SwapFailed as failure:
         _history(ctx, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
         raise
+    expected = target.variant.min_kv_cache_tokens
+    tokens = result.kv_cache_tokens
+    if plan.steps and expected and tokens is not None and tokens < expected:
+        result.warnings.append(
+            f"KV cache holds {tokens:,} tokens, below the expected {expected:,}: "
+            "GPU memory may still be held by another process"
+        )
     result.timings["total"] = time.monotonic() - began
     _history(ctx, plan, result.outcome, result)
 
@@ -306,12 +347,7 @@ def check_standby_fits(
         return plan
     ctx.say(decision.fallback)
     result.warnings.append(decision.fallback)
-    steps_ = ("stop", "release", *(s for s in plan.steps if s != "sleep"))
-    rollback = plan.rollback
-    if rollback is not None and plan.previous is not None:
-        previous = plan.previous
-        rollback = replace(rollback, how="start", config_file=previous.config_file, service=previous.service)
-    return replace(plan, steps=steps_, rollback=rollback)
+    return stop_instead(plan, gpus_text(stack))
 
 
 def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bool:

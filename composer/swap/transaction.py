@@ -1,55 +1,53 @@
-"""One swap as a transaction: run a plan's steps in order; on any failure run its rollback.
+"""The single switch's Docker executor: the dispatch table `composer.swap.execute` runs a
+`SwapPlan`'s typed operations through (`composer.swap.ops`).
 
-`run` drains the gateway, runs the steps the plan names (each a function of
-`composer.swap.steps` returning its outcome, folded into the result here), and releases
-the held requests to what serves at the end: the target, or the previous variant after a
-rollback. `roll_back` removes what the failed swap created and brings the previous
-variant back from exactly where the plan says (its sleeping container, or the run file
-and compose service that created it). Only the first Ctrl-C, SIGTERM or SIGHUP counts:
-later ones are ignored until the rollback has ended.
+`SingleSwap` holds the collaborators (the context: stack, Docker client, options, the
+gateway's current hold) and what the operations produce as they run (the release wait's
+snapshot, the container that serves, when its engine started); each handler does one
+operation and folds its outcome into the swap's result. It never reads the variant's
+settings: the operations carry the containers, run files and services, the settle watch,
+the warm-up and the checks. On a failure or the first Ctrl-C, SIGTERM or SIGHUP, `execute`
+runs the inverses of what ran, newest first: `keep_evidence` keeps the failed variant's log
+before, `explain` words the error after (the cause first, then what the undo did). A
+gateway that restarted or stopped during a route, a gate or a settle watch is held (or
+started) again and the operation runs once more (`through_restarts`).
 
-The settle watch begins when the engine came up (`_engine_started`): at readiness for a
-started container, at the wake call for a woken one, at the process's start for one
-adopted or routed to again; the warm-up and the wake checks run beside it.
+The settle watch begins when the engine came up (`Settle.since`): at readiness for a started
+container, at the wake call for a woken one, at the process's start for one adopted or
+routed to again; the warm-up and the wake checks run beside it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import partial
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.capacity.model import release_budget
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
 from composer.engine.containers import upstream_url
-from composer.engine.gate import PROBATION_INTERVAL, GateTarget, run_mark, running_target, watch_probation
+from composer.engine.gate import PROBATION_INTERVAL, GateTarget, run_mark, watch_probation
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
-from composer.render.files import run_file
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
-from composer.render.target import resolve_target
-from composer.signals import handled, interrupt_once, interrupts_ignored
-from composer.swap import evidence, snapshot, standby, steps
+from composer.signals import interrupts_ignored
+from composer.swap import evidence, ops, standby, steps
+from composer.swap.execute import Handlers, Undone, execute
 from composer.swap.gpu_release import ReleaseWait
+from composer.swap.ops import Member, Op
 from composer.swap.steps import Context, Outcome
 
 if TYPE_CHECKING:
-    from composer.engine.containers import RunningVariant
     from composer.engine.variant_container import VariantContainer
-    from composer.render.target import Target
+    from composer.probes.gpu import GpuInfo
+    from composer.render.gateway import GatewaySpec
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.plan import SwapPlan
     from composer.swap.swapper import UpResult
-
-WAKE_SETTLE_SHARE = 0.25
-"""After a wake the process did not restart (no load, no engine start to fail late): the
-settle watch is a quarter of the stack's, counted from the wake call (see `settle_left`),
-and the wake checks and the warm-up run beside it (clients wait until both are over)."""
 
 
 def reason(err: BaseException) -> str:
@@ -84,240 +82,18 @@ def gate_target(ctx: Context, variant: str) -> GateTarget:
     return GateTarget(variant, stack.port, stack.bind_address, stack.served_model_name, stack.api_key)
 
 
-def run(
-    ctx: Context,
-    plan: SwapPlan,
-    target: Target,
-    compose_file: Path,
-    snap: snapshot.Snapshot,
-    result: UpResult,
-    record: SwapRecord,
-    early: EarlyHold | None = None,
-) -> None:
-    """Run `plan` (drain, its steps, release); on failure roll back and raise SwapFailed.
-
-    `early`: the gateway's control session, opened while `up` planned; the drain uses it
-    unless the gateway is recreated first; with it, the gateway is known to run and is not
-    started again (`docker compose up` of an unchanged gateway is a no-op costing a process).
-    """
-    failure: SwapFailed | None = None
-    done = False
-    held = [ctx]  # the context with the gateway's current hold (a restarted gateway is held again)
-    parked: list[str] = []  # the variant this swap put to sleep
-    watched: list[tuple[VariantContainer | None, float]] = []  # what serves at the end, since when
-    try:
-        if target.gateway is not None:  # nothing has changed if this fails
-            if plan.gateway_update:
-                absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
-            elif plan.gateway.in_place:
-                session = early.control() if early is not None else None
-                absorb(result, steps.apply_settings(ctx, target.gateway, plan.gateway, session))
-            keep = early is not None and snap.gateway_running and not plan.gateway_update
-            opened = early.take() if keep else None  # type: ignore[union-attr]
-            ensure = not plan.gateway_update and opened is None
-            recreate = not snap.gateway_running  # a running gateway's settings may differ from its file
-            drained = steps.drain(ctx, target.name, compose_file, target.gateway, ensure, opened, recreate)
-            held.append(replace(ctx, hold=absorb(result, drained).hold))
-            if plan.gateway_update and "sleep" in plan.steps:  # the new gateway must reach it first
-                steps.find_upstream(held[-1], snap)
-        with handled(interrupt_once):
-            try:
-                watched.append(_steps(held, plan, target, compose_file, snap, result, record, parked))
-                if plan.gateway_update:
-                    steps.tell_serving(held[-1], target.name)
-            except BaseException as err:  # any failure, Ctrl-C included, rolls back
-                with interrupts_ignored():
-                    record.stage("rolling back")
-                    failure = roll_back(held, plan, err, compose_file, parked)
-                    failure.tail_shown = True  # evidence.keep printed it before the rollback
-                    raise failure from err
-        done = True
-    finally:
-        ctx = held[-1]
-        with interrupts_ignored():
-            if done:
-                out = steps.release(ctx, result.variant, ok=True, detail=result.outcome)
-            elif failure is not None:
-                serving = result.previous if failure.rolled_back else None
-                out = steps.release(ctx, serving, ok=False, detail=str(failure).splitlines()[0])
-            else:
-                out = steps.release(ctx)
-            absorb(result, out)
-            standby.updates_done()  # restart policies set off the hold: in place before `up` ends
-            if not done:
-                record.close()
-    try:
-        on_probation(held, plan, target, compose_file, result, record, parked, *watched[0])
-    finally:
-        record.close()
-
-
-def on_probation(
-    held: list[Context],
-    plan: SwapPlan,
-    target: Target,
-    compose_file: Path,
-    result: UpResult,
-    record: SwapRecord,
-    parked: list[str],
-    container: VariantContainer | None,
-    since: float,
-) -> None:
-    """With clients served, watch the new variant for what is left of `options.probation`
-    (counted as the settle watch is); a crash, a restart or a failing `/health` then holds
-    the clients again and rolls back as a failed gate does (SwapFailed). The serving
-    container's start time and restart count go into `result.serving_container`."""
-    ctx = held[-1]
-    seconds = settle_left(ctx.options.probation, since)
-    if seconds > 0 and container is not None:
-        record.stage("on probation")
-        ctx.say(
-            f"{plan.target} serves; watching it {seconds:.0f}s more (stack.probation): "
-            "a crash or a restart rolls it back"
-        )
-        began = time.monotonic()
-        with handled(interrupt_once):
-            try:
-                where, every = gate_target(ctx, plan.target), PROBATION_INTERVAL
-                watch_probation(container, where, seconds, every, steps.watch_gateway(ctx))
-            except BaseException as err:  # as during the swap: a failure or Ctrl-C rolls back
-                with interrupts_ignored():
-                    record.stage("rolling back")
-                    _roll_back_served(held, plan, target, compose_file, parked, err)
-        result.timings["probation"] = time.monotonic() - began
-        result.notes.append(f"{plan.target} ran {seconds:.0f}s on probation without a crash or a restart")
-    if container is not None:
-        started, restarts, _ = run_mark(container)
-        result.serving_container = {
-            "id": container.container.id,
-            "name": container.name,
-            "started_at": started,
-            "restart_count": restarts,
-        }
-
-
-def _roll_back_served(
-    held: list[Context],
-    plan: SwapPlan,
-    target: Target,
-    compose_file: Path,
-    parked: list[str],
-    err: BaseException,
-) -> None:
-    """Roll back a variant that already served: hold the clients again (a stopped gateway is
-    started again by the rollback), bring the previous variant back, release; raise SwapFailed."""
-    ctx = held[-1]
-    if target.gateway is not None and ctx.hold is not None and steps.gateway_stopped(ctx) is None:
-        held.append(replace(ctx, hold=steps.drain(ctx, plan.target, None, target.gateway, ensure=False).hold))
-    failure: SwapFailed | None = None
-    try:
-        failure = roll_back(held, plan, err, compose_file, parked)
-        failure.tail_shown = True
-    finally:
-        previous = plan.previous if failure is not None and failure.rolled_back else None
-        serving = previous.variant if previous is not None else None
-        detail = str(failure).splitlines()[0] if failure is not None else "rollback failed"
-        steps.release(held[-1], serving, ok=False, detail=detail)
-    raise failure from err
-
-
-def _steps(
-    held: list[Context],
-    plan: SwapPlan,
-    target: Target,
-    compose_file: Path,
-    snap: snapshot.Snapshot,
-    result: UpResult,
-    record: SwapRecord,
-    parked: list[str],
-) -> tuple[VariantContainer | None, float]:
-    """The plan's steps in order: clear, sleep or stop, release wait, start/wake/route, gate, settle;
-    the container that serves at the end and when its engine started (monotonic)."""
-    ctx = held[-1]
-    revive = partial(_revive, target=plan.target, compose_file=compose_file)
-    if plan.stop_first:
-        absorb(result, steps.stop_named(ctx, snap, plan.stop_first))
-    budget = partial(release_budget, ctx.stack, target.variant)
-    waiter = ReleaseWait.before_stop(ctx.stack, budget, plan.previous) if "release" in plan.steps else None
-    if "sleep" in plan.steps:
-        record.stage("putting the serving variant to sleep")
-        parked += [absorb(result, steps.sleep(ctx, plan, snap)).parked or ""]
-    if "stop" in plan.steps:
-        record.stage("stopping")
-        absorb(result, steps.stop(ctx, plan, snap))
-    if waiter is not None:
-        record.stage("waiting for GPU memory")
-        absorb(result, steps.release_wait(ctx, waiter))
-    began = time.monotonic()
-    if "wake" in plan.steps:
-        record.stage("waking")
-        brought = steps.wake(ctx, plan, snap)
-    elif "adopt" in plan.steps:
-        record.stage("routing")
-        brought = steps.adopt(ctx, plan, snap)
-    elif "route" in plan.steps:
-        record.stage("routing")
-        ctx.say(f"routing the gateway to {plan.target}")
-        brought = steps.route(ctx, target)
-    else:
-        record.stage("loading")
-        brought = steps.start(ctx, target, compose_file)
-        through_restarts(held, plan.target, _nothing, lambda c: steps.route(c, target), revive)
-    record.stage("gating")
-    where = gate_target(ctx, plan.target)
-    container = brought.container
-    if container is None and "route" in plan.steps and snap.serving is not None:
-        container = snap.serving.container
-    again = partial(steps.route, target=target)
-    ready = absorb(
-        result,
-        through_restarts(held, plan.target, again, lambda c: steps.gate(c, where, began, container), revive),
-    )
-    ctx = held[-1]
-    record.stage("settling")
-    woke = "wake" in plan.steps
-    since = _engine_started(plan, ready, began)
-    absorb(
-        result,
-        through_restarts(
-            held,
-            plan.target,
-            again,
-            lambda c: steps.settle(
-                c,
-                where,
-                ready.container,  # type: ignore[arg-type]
-                settle_left(c.options.settle * (WAKE_SETTLE_SHARE if woke else 1.0), since),
-                _beside_settle(c, plan, target, where, woke),
-            ),
-            revive,
-        ),
-    )
-    if woke:
-        result.timings["wake"] = ready.ready_at - began  # wake_up until the gate passed
-    result.kv_cache_tokens = bootlog.kv_cache_tokens(ready.log)
-    expected = target.variant.min_kv_cache_tokens
-    if expected and result.kv_cache_tokens is not None and result.kv_cache_tokens < expected:
-        result.warnings.append(
-            f"KV cache holds {result.kv_cache_tokens:,} tokens, below the expected {expected:,}: "
-            "GPU memory may still be held by another process"
-        )
-    return ready.container, since
-
-
 def settle_left(seconds: float, since: float, now: float | None = None) -> float:
     """What is left of a settle watch of `seconds` that began at `since` (monotonic)."""
     return max(0.0, seconds - ((time.monotonic() if now is None else now) - since))
 
 
-def _engine_started(plan: SwapPlan, ready: Outcome, began: float) -> float:
-    """When the settle watch begins (monotonic): when a started container became ready (its
-    load can fail late); the wake call after a wake (the process did not restart: the watch
-    counts from the moment its engine came back); when an adopted or re-routed container's
-    process started (it has run since, often long ago)."""
-    if "wake" in plan.steps:
+def engine_started(since: str, ready: Outcome, began: float) -> float:
+    """When the settle watch begins (monotonic): `ready`, when a started container became
+    ready (its load can fail late); `wake`, the wake call (`began`: the process did not
+    restart); `process`, when an adopted or re-routed container's process started."""
+    if since == "wake":
         return began
-    if "adopt" in plan.steps or "route" in plan.steps:
+    if since == "process":
         running = _running_for(ready.container)
         if running is not None:
             return time.monotonic() - running
@@ -326,8 +102,6 @@ def _engine_started(plan: SwapPlan, ready: Outcome, began: float) -> float:
 
 def _running_for(container: VariantContainer | None) -> float | None:
     """Seconds since the container's process started (Docker's State.StartedAt), or None."""
-    from datetime import UTC, datetime
-
     try:
         started = str(container.container.attrs["State"]["StartedAt"])  # type: ignore[union-attr]
         head, _, frac = started.rstrip("Z").partition(".")
@@ -359,7 +133,7 @@ def through_restarts(
         if stopped is not None and revive is not None:
             held.append(revive(ctx, stopped))
         elif ctx.hold is not None and steps.hold_lost(err):
-            held.append(replace(ctx, hold=steps.rehold(ctx, target).hold))
+            held.append(steps.hold_again(ctx, target))
         else:
             raise
         route(held[-1])
@@ -369,32 +143,17 @@ def through_restarts(
         return out
 
 
-def _revive(ctx: Context, stopped: str, target: str, compose_file: Path) -> Context:
-    return steps.revive_gateway(ctx, target, compose_file, stopped)
-
-
-def _nothing(_: Context) -> None:
-    return None
-
-
-def _beside_settle(
-    ctx: Context, plan: SwapPlan, target: Target, where: GateTarget, woke: bool
-) -> Callable[[], Outcome] | None:
-    """What runs during the settle watch: the wake checks after a wake, then the warm-up.
-
-    The acceptance check after a speculative variant's wake sends its own short completions
-    past the hold (`standby.ACCEPTANCE_WARMUP_REQUESTS`): they count as warm-up, and only the
-    rest of `gateway.warmup_requests` is sent after it.
-    """
-    requests = ctx.stack.gateway.warmup_requests if ctx.hold is not None else 0
-    checked = woke and target.variant.speculative is not None
-    if checked:
-        requests = max(0, requests - standby.ACCEPTANCE_WARMUP_REQUESTS)
-    if not woke and requests <= 0:
+def beside_settle(ctx: Context, op: ops.Settle, where: GateTarget) -> Callable[[], Outcome] | None:
+    """What runs during the settle watch: the wake checks after a wake, then the warm-up
+    (`op.warmup` requests, past the hold; none without one)."""
+    requests = op.warmup if ctx.hold is not None else 0
+    if not op.woke and requests <= 0:
         return None
 
     def beside() -> Outcome:
-        out = steps.wake_checks(ctx, plan, target, where) if woke else Outcome("beside")
+        out = (
+            steps.wake_checks(ctx, op.member.variant, op.acceptance, where) if op.woke else Outcome("beside")
+        )
         if requests > 0:
             warmed = steps.warm(ctx, where, requests)
             out.notes += warmed.notes
@@ -404,175 +163,344 @@ def _beside_settle(
     return beside
 
 
-def roll_back(
-    held: list[Context], plan: SwapPlan, err: BaseException, compose_file: Path, parked: list[str]
-) -> SwapFailed:
-    """Clean up after a failed swap and bring the previous variant back; the cause comes first.
+class SingleSwap:
+    """One switch's operations on one Docker engine: its methods are the dispatch table
+    (`handlers`), one per operation type; `held` ends with the context of the gateway's
+    current hold (a restarted gateway is held again)."""
 
-    Nothing here may hide the original failure: each clean-up step that fails (Docker gone,
-    a container that will not stop) is reported after it, with what the rollback did.
-    """
-    ctx = held[-1]
-    if isinstance(err, KeyboardInterrupt):
-        cause = "interrupted"
-    else:
-        cause = str(err) if isinstance(err, ComposerError) else f"unexpected {reason(err)}"
-    diagnosed = err if isinstance(err, DiagnosedError) else None
-    seen: snapshot.Snapshot | None = None
-    try:
-        seen = snapshot.take(ctx.stack, ctx.client)
-    except Exception:  # Docker gone: the failure itself is reported, without a log
-        seen = None
-    failed = [m for m in seen.members if m.variant == plan.target] if seen else []
-    log_tail = (diagnosed and diagnosed.log_tail) or (
-        bootlog.tail(failed[0].container.first_run_log(tail=60), 40) if failed else ""  # each boot once
-    )
-    log_tail = bootlog.redact(log_tail, ctx.stack.api_key)
-    hints = (diagnosed and diagnosed.hints) or diagnose.hints(log_tail)
-    evidence.keep(ctx.stack, ctx.client, plan.target, cause, log_tail, ctx.say)
-    message = f"{plan.target} failed: {cause}"
-    removed = seen is not None
-    try:
-        if seen is None:
-            snapshot.take(ctx.stack, ctx.client)  # raises the Docker error to report
-        for member in seen.members if seen else ():
-            if member.variant == plan.target or (not member.asleep and member.variant not in parked):
-                ctx.say(f"stopping {member.variant} ({member.info.name})")
-                member.container.stop_and_remove(ctx.stack.stop_grace_period)
-    except Exception as stop_err:  # Docker itself may be gone: say so after the cause
-        removed = False
-        message += f"; could not remove it: {reason(stop_err)}"
-    previous = plan.previous
-    if previous is None:
-        left = _clean_up(ctx, compose_file) if removed else "no variant was running before"
-        return SwapFailed(f"{message}; {left}", log_tail, hints, rolled_back=False)
-    if not ctx.options.rollback:
-        left = "rollback disabled: nothing is running" if removed else "rollback disabled"
-        return SwapFailed(f"{message}; {left}", log_tail, hints)
-    try:
-        stopped = steps.gateway_stopped(ctx) if ctx.hold is not None else None
-        if stopped is not None:  # the rollback routes and gates through it: start it first
-            held.append(steps.revive_gateway(ctx, previous.variant, compose_file, stopped))
-            message += f"; the gateway had stopped ({stopped}) and was started again"
-        restore(held, previous, plan, seen if previous.variant in parked else None)
-    except BaseException as rollback_err:  # report, never mask the original failure
-        return SwapFailed(
-            f"{message}; rollback to {previous.variant} failed too: {reason(rollback_err)}",
-            log_tail,
-            hints,
-            rolled_back=False,
+    def __init__(
+        self,
+        ctx: Context,
+        plan: SwapPlan,
+        result: UpResult,
+        gateway: GatewaySpec | None,
+        compose_file: Path,
+        budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None = None,
+        early: EarlyHold | None = None,
+    ) -> None:
+        self.held = [ctx]
+        self.plan, self.result, self.gateway, self.compose_file = plan, result, gateway, compose_file
+        self.budget, self.early = budget, early
+        self.waiter: ReleaseWait | None = None
+        self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
+        self.ready = Outcome("start_to_ready", ready_at=self.began)
+        self.since = self.began  # when the engine of what serves now started (monotonic)
+        self.released = False
+        self.updated = False
+        self.cause, self.tail, self.hints = "", "", ()
+
+    @property
+    def ctx(self) -> Context:
+        return self.held[-1]
+
+    def handlers(self) -> Handlers:
+        return {
+            ops.UpdateGateway: self.update_gateway,
+            ops.ApplySettings: self.apply_settings,
+            ops.Hold: self.hold,
+            ops.StopNamed: self.stop_named,
+            ops.Sleep: self.sleep,
+            ops.Stop: self.stop,
+            ops.AwaitRelease: self.await_release,
+            ops.Start: self.start,
+            ops.Wake: self.wake,
+            ops.Adopt: self.adopt,
+            ops.Route: self.route,
+            ops.Gate: self.gate,
+            ops.Settle: self.settle,
+            ops.Release: self.release,
+            ops.Probation: self.probation,
+            ops.Remove: self.remove,
+        }
+
+    # -- the gateway ----------------------------------------------------------------------
+    def update_gateway(self, op: ops.UpdateGateway) -> None:
+        assert self.gateway is not None
+        absorb(self.result, steps.gateway_update(self.ctx, Path(op.run_file), self.gateway))
+        self.updated = True
+
+    def apply_settings(self, op: ops.ApplySettings) -> None:
+        assert self.gateway is not None
+        session = self.early.control() if self.early is not None else None
+        absorb(self.result, steps.apply_settings(self.ctx, self.gateway, dict(op.settings), op.keys, session))
+
+    def hold(self, op: ops.Hold) -> None:
+        """Hold and drain (the gateway started from `op.run_file` first); after a release (an
+        undo on probation) hold again, unless the gateway stopped (the undo's gate starts it)."""
+        ctx = self.ctx
+        if self.gateway is None:
+            return
+        if self.released:
+            if ctx.hold is not None and steps.gateway_stopped(ctx) is None:
+                self.held.append(
+                    replace(ctx, hold=steps.drain(ctx, op.target, None, self.gateway, False).hold)
+                )
+            self.released = False
+            return
+        opened = (
+            self.early.take() if self.early is not None and not self.updated and not op.run_file else None
         )
-    return SwapFailed(
-        f"{message}; rolled back to {previous.variant}, which serves again", log_tail, hints, rolled_back=True
-    )
+        file = Path(op.run_file) if op.run_file else None
+        drained = steps.drain(ctx, op.target, file, self.gateway, file is not None, opened, op.recreate)
+        self.held.append(replace(ctx, hold=absorb(self.result, drained).hold))
+        if op.serving is not None:  # a new gateway reaches what serves before anything else
+            steps.find_upstream(self.ctx, self._url(op.serving), op.serving.variant)
 
+    def release(self, op: ops.Release) -> None:
+        ctx = self.ctx
+        if op.tell:
+            steps.tell_serving(ctx, op.variant)
+        with interrupts_ignored():
+            absorb(self.result, steps.release(ctx, op.variant, ok=True, detail=self.result.outcome))
+            standby.updates_done()  # restart policies set off the hold: in place before `up` ends
+            self.released = True
 
-def _clean_up(ctx: Context, compose_file: Path) -> str:
-    """After a failed first start, remove what it created (the project's network)."""
-    try:
-        env = compose_environment(compose_file, ctx.stack.api_key)
-        compose(ctx.stack.project, compose_file, ["down"], env=env, timeout=120)
-    except Exception as err:
-        return f"nothing is running; could not remove the project's network: {reason(err)}"
-    return "nothing is running"
+    def _url(self, member: Member) -> str:
+        """Where the gateway reaches the member: its own name, or the shared service's."""
+        service = self.ctx.stack.service
+        return (
+            f"http://{service}:{CONTAINER_PORT}"
+            if member.service == service
+            else upstream_url(member.container)
+        )
 
+    def _route_to(self, member: Member) -> Callable[[Context], Outcome]:
+        def route(ctx: Context) -> Outcome:
+            if ctx.hold is not None:
+                ctx.hold.control.route(self._url(member))
+            return Outcome("route")
 
-def restore(
-    held: list[Context], previous: RunningVariant, plan: SwapPlan, seen: snapshot.Snapshot | None = None
-) -> None:
-    """Bring the previous variant back: wake its sleeping container (when this swap put it to
-    sleep and `seen` still shows it), or start exactly the run file and service that created it."""
-    ctx = held[-1]
-    ctx.say(f"rolling back to {previous.variant}")
-    sleeper = next((m for m in seen.members if m.info.name == previous.name), None) if seen else None
-    back = running_target(ctx.stack, previous)
-    if sleeper is not None and sleeper.running:
+        return route
+
+    def _revive(self, ctx: Context, stopped: str) -> Context:
+        return steps.hold_again(ctx, self.plan.target, self.compose_file, stopped)
+
+    def _through(self, member: Member, step: Callable[[Context], Outcome]) -> Outcome:
+        return through_restarts(self.held, member.variant, self._route_to(member), step, self._revive)
+
+    # -- containers -----------------------------------------------------------------------
+    def _stop(self, variant: str, name: str) -> None:
+        found = steps.by_name(self.ctx, name)
+        if found is not None:
+            self.ctx.say(f"stopping {variant} ({name})")
+            found.stop_and_remove(self.ctx.stack.stop_grace_period)
+
+    def _named(self, member: Member, what: str) -> VariantContainer:
+        found = steps.by_name(self.ctx, member.container)
+        if found is None:
+            raise HealthCheckFailed(f"{member.variant}'s {what} {member.container} is gone")
+        return found
+
+    def stop_named(self, op: ops.StopNamed) -> None:
         began = time.monotonic()
-        standby.wake(ctx.control(), sleeper.container, previous.variant, ctx.stack)
-        standby.unpark(sleeper.container, ctx.stack.restart)
-        again = _route_to(upstream_url(previous.name))
-        through_restarts(
-            held, previous.variant, again, lambda c: steps.gate(c, back, began, sleeper.container)
+        for name in op.containers:
+            self._stop("it", name)
+        absorb(self.result, Outcome("stop_first", time.monotonic() - began))
+
+    def sleep(self, op: ops.Sleep) -> None:
+        ctx = self.ctx
+        began = time.monotonic()
+        ctx.say(f"putting {op.member.variant} to sleep (level {ctx.stack.sleep_level})")
+        serving = self._named(op.member, "container")
+        standby.put_to_sleep(ctx.control(), serving, op.member.variant, ctx.stack)
+        standby.park(serving)
+        absorb(self.result, Outcome("sleep", time.monotonic() - began))
+
+    def stop(self, op: ops.Stop) -> None:
+        """Stop the serving container (its GPUs read first, for the release wait) and the
+        exited ones of the shared service."""
+        began = time.monotonic()
+        self.waiter = ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous)
+        for name in (op.member.container, *op.also):
+            self._stop(op.member.variant, name)
+        absorb(self.result, Outcome("stop", time.monotonic() - began))
+
+    def await_release(self, op: ops.AwaitRelease) -> None:
+        if self.waiter is not None:  # taken before the stop
+            took = self.waiter.wait(self.ctx.options.release_timeout, self.ctx.waiting)
+            absorb(self.result, Outcome("release_wait", took.seconds, notes=[took.note] if took.note else []))
+
+    def start(self, op: ops.Start) -> None:
+        """Compose up the member's service from its run file, then route the gateway to it."""
+        self.began = time.monotonic()
+        self.ctx.say(f"starting {op.member.variant}")
+        steps.compose_up(self.ctx, Path(op.member.run_file), op.member.service)
+        self._through(op.member, self._route_to(op.member))
+
+    def wake(self, op: ops.Wake) -> None:
+        self.began = time.monotonic()
+        ctx = self.ctx
+        ctx.say(f"waking {op.member.variant}")
+        sleeper = self._named(op.member, "sleeping container")
+        standby.wake(ctx.control(), sleeper, op.member.variant, ctx.stack)
+        standby.unpark(sleeper, ctx.stack.restart)
+
+    def adopt(self, op: ops.Adopt) -> None:
+        self.began = time.monotonic()
+        ctx = self.ctx
+        awake = self._named(op.member, "container")
+        ctx.say(f"{op.member.variant} runs awake ({op.member.container}): routing to it")
+        ctx.control().route(standby.upstream_of(awake))
+        standby.unpark(awake, ctx.stack.restart)
+
+    def route(self, op: ops.Route) -> None:
+        self.began = time.monotonic()
+        self.ctx.say(f"routing the gateway to {op.member.variant}")
+        self._through(op.member, self._route_to(op.member))
+
+    def remove(self, op: ops.Remove) -> None:
+        self._stop(op.member.variant, op.member.container)
+        if op.network_of:  # nothing ran before: the project's network goes too
+            file = Path(op.network_of)
+            env = compose_environment(file, self.ctx.stack.api_key)
+            compose(self.ctx.stack.project, file, ["down"], env=env, timeout=120)
+
+    # -- the gate and the watches -----------------------------------------------------------
+    def gate(self, op: ops.Gate) -> None:
+        where = gate_target(self.ctx, op.member.variant)
+        container = steps.by_name(self.ctx, op.member.container)
+        began, self.ready = self.began, Outcome("start_to_ready")  # not ready until it passed
+        self.ready = absorb(
+            self.result, self._through(op.member, lambda c: steps.gate(c, where, began, container))
         )
-        through_restarts(
-            held,
-            previous.variant,
-            again,
-            lambda c: steps.settle(c, back, sleeper.container, c.options.settle),
+
+    def settle(self, op: ops.Settle) -> None:
+        where = gate_target(self.ctx, op.member.variant)
+        ready = self.ready
+        self.since = engine_started(op.since, ready, self.began)
+        left = settle_left(op.seconds, self.since)
+        container = ready.container
+        if container is None:  # an undo goes on after a failed gate: this one has nothing to watch
+            raise HealthCheckFailed(f"{op.member.variant} did not pass its gate")
+        absorb(
+            self.result,
+            self._through(
+                op.member, lambda c: steps.settle(c, where, container, left, beside_settle(c, op, where))
+            ),
         )
-        standby.check_awake(held[-1].control(), previous.variant)
-        return
-    rollback = plan.rollback
-    recorded = (rollback.config_file if rollback else None) or previous.config_file
-    compose_file = Path(recorded) if recorded else None
-    service = (rollback.service if rollback else None) or previous.service
-    if compose_file is None or not compose_file.is_file():
-        previous_target = resolve_target(ctx.stack, previous.variant)
-        compose_file = run_file(previous_target)
-        service = previous_target.spec.compose_service
-    began = time.monotonic()
-    steps.compose_up(ctx, compose_file, service or ctx.stack.service)
-    standby_service = service not in (None, ctx.stack.service)
-    again = _route_to(
-        upstream_url(previous.name) if standby_service else f"http://{ctx.stack.service}:{CONTAINER_PORT}"
-    )
-    again(ctx)
-    container = steps.by_name(ctx, previous.name) or _newest_serving(ctx)
-    ready = through_restarts(held, previous.variant, again, lambda c: steps.gate(c, back, began, container))
-    through_restarts(
-        held,
-        previous.variant,
-        again,
-        lambda c: steps.settle(c, back, ready.container, c.options.settle),  # type: ignore[arg-type]
-    )
+        if op.woke and op.member.variant == self.plan.target:
+            self.result.timings["wake"] = ready.ready_at - self.began  # wake_up until the gate passed
 
-
-def _route_to(url: str) -> Callable[[Context], None]:
-    """Route the gateway of a context's hold to `url` (nothing without a hold)."""
-
-    def route(ctx: Context) -> None:
-        if ctx.hold is not None:
-            ctx.hold.control.route(url)
-
-    return route
-
-
-def _newest_serving(ctx: Context) -> VariantContainer | None:
-    """The newest running container that is not asleep (a rollback's container under another name)."""
-    seen = snapshot.take(ctx.stack, ctx.client)
-    return next((m.container for m in seen.members if not m.asleep), None)
-
-
-def gateway_only(
-    ctx: Context,
-    plan: SwapPlan,
-    target: Target,
-    compose_file: Path,
-    result: UpResult,
-    early: EarlyHold | None = None,
-) -> None:
-    """Only the gateway's settings changed: applied in place (through `early`'s session when it
-    opened), or (what only a new container can change) drain it, recreate it, route it to what
-    serves, release.
-
-    The serving variant is never touched, so there is nothing to roll back.
-    """
-    assert target.gateway is not None
-    if not plan.gateway_update:
-        session = early.control() if early is not None else None
-        absorb(result, steps.apply_settings(ctx, target.gateway, plan.gateway, session))
-        return
-    updated = False
-    try:
-        absorb(result, steps.gateway_update(ctx, compose_file, target.gateway))
-        ctx = replace(
-            ctx, hold=absorb(result, steps.drain(ctx, target.name, compose_file, target.gateway, False)).hold
+    def probation(self, op: ops.Probation) -> None:
+        """With clients served, watch what is left of the probation (counted as the settle
+        watch is); a crash, a restart or a failing `/health` fails the swap (and undoes it)."""
+        ctx = self.ctx
+        seconds = settle_left(op.seconds, self.since)
+        container = self.ready.container
+        if seconds <= 0 or container is None:
+            return
+        ctx.say(
+            f"{op.member.variant} serves; watching it {seconds:.0f}s more (stack.probation): "
+            "a crash or a restart rolls it back"
         )
-        steps.route(ctx, target)  # the new gateway forwards to the serving container at once
-        steps.tell_serving(ctx, target.name)
-        updated = True
-    finally:
-        if updated:
-            absorb(result, steps.release(ctx, result.variant, ok=True, detail=result.outcome))
+        began = time.monotonic()
+        where = gate_target(ctx, op.member.variant)
+        watch_probation(container, where, seconds, PROBATION_INTERVAL, steps.watch_gateway(ctx))
+        self.result.timings["probation"] = time.monotonic() - began
+        self.result.notes.append(
+            f"{op.member.variant} ran {seconds:.0f}s on probation without a crash or a restart"
+        )
+
+    # -- a failure ------------------------------------------------------------------------
+    def keep_evidence(self, op: Op, err: BaseException) -> None:
+        """Before the undo removes the failed variant: keep its log and show its tail."""
+        ctx = self.ctx
+        if isinstance(err, KeyboardInterrupt):
+            self.cause = "interrupted"
         else:
-            absorb(result, steps.release(ctx))
+            self.cause = str(err) if isinstance(err, ComposerError) else f"unexpected {reason(err)}"
+        if not self.plan.steps:  # only the gateway changed: no variant to keep a log of
+            return
+        diagnosed = err if isinstance(err, DiagnosedError) else None
+        tail = diagnosed.log_tail if diagnosed is not None else ""
+        if not tail:
+            try:
+                found = steps.by_name(ctx, self._brought().container)
+                tail = bootlog.tail(found.first_run_log(tail=60), 40) if found is not None else ""
+            except Exception:  # Docker gone: the failure itself is reported, without a log
+                tail = ""
+        self.tail = bootlog.redact(tail, ctx.stack.api_key)
+        self.hints = (diagnosed.hints if diagnosed is not None else ()) or tuple(diagnose.hints(self.tail))
+        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say)
+        previous = self.plan.previous
+        if ctx.options.rollback and previous is not None:
+            ctx.say(f"rolling back to {previous.variant}")
+
+    def _brought(self) -> Member:
+        return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))
+
+    def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
+        """The error: the cause first, then what the undo did (or that there was none)."""
+        if not self.plan.steps:
+            return SwapFailed(self.cause or reason(err))
+        message = f"{self.plan.target} failed: {self.cause}"
+        removal = [why for op, why in undone or () if isinstance(op, ops.Remove)]
+        others = [why for op, why in undone or () if not isinstance(op, ops.Remove)]
+        if removal:
+            message += f"; could not remove it: {removal[0]}"
+        previous = self.plan.previous
+        if undone is None:
+            failure = SwapFailed(f"{message}; rollback disabled (--no-rollback): what ran is left as it is")
+        elif previous is None:
+            failure = SwapFailed(f"{message}; nothing is running", rolled_back=False)
+        elif others:
+            failure = SwapFailed(
+                f"{message}; rollback to {previous.variant} failed too: {others[0]}", rolled_back=False
+            )
+        else:
+            failure = SwapFailed(
+                f"{message}; rolled back to {previous.variant}, which serves again", rolled_back=True
+            )
+        failure.log_tail, failure.hints = self.tail, self.hints
+        failure.tail_shown = True  # evidence.keep printed it before the undo
+        return failure
+
+    def finish(self, failure: SwapFailed | None) -> None:
+        """The held requests flow to what serves after a failure (the gateway is told why)."""
+        ctx = self.ctx
+        if ctx.hold is not None and not self.released:
+            previous = self.plan.previous
+            serving = previous.variant if failure is not None and failure.rolled_back and previous else None
+            detail = str(failure).splitlines()[0] if failure is not None else ""
+            absorb(self.result, steps.release(ctx, serving, ok=False, detail=detail))
+        standby.updates_done()
+
+    def report(self) -> None:
+        """What serves at the end: its container's start time and restart count, its KV cache."""
+        container = self.ready.container
+        self.result.kv_cache_tokens = bootlog.kv_cache_tokens(self.ready.log)
+        if container is not None:
+            started, restarts, _ = run_mark(container)
+            self.result.serving_container = {
+                "id": container.container.id,
+                "name": container.name,
+                "started_at": started,
+                "restart_count": restarts,
+            }
+
+
+def run(swap: SingleSwap, record: SwapRecord) -> None:
+    """Run the plan's operations through the executor; on a failure or a stop signal the
+    inverses of what ran, then SwapFailed. The held requests are released in any case."""
+    ctx = swap.ctx
+    failure: SwapFailed | None = None
+    try:
+        execute(
+            swap.plan.ops,
+            swap.handlers(),
+            rollback=ctx.options.rollback,
+            say=ctx.say,
+            failed=swap.keep_evidence,
+            stage=record.stage,
+            explain=swap.explain,
+        )
+    except SwapFailed as err:
+        failure = err
+        raise
+    finally:
+        with interrupts_ignored():
+            try:
+                swap.finish(failure)
+            finally:
+                record.close()
+    swap.report()

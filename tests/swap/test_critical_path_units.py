@@ -28,29 +28,26 @@ def _ready(at: float, started_ago: float | None = None) -> Outcome:
 
 def test_a_started_container_settles_from_when_it_became_ready() -> None:
     now = time.monotonic()
-    plan = SimpleNamespace(steps=("stop", "release", "start"))
-    since = transaction._engine_started(plan, _ready(now, started_ago=100.0), now - 5)  # type: ignore[arg-type]
+    since = transaction.engine_started("ready", _ready(now, started_ago=100.0), now - 5)
     assert since == now  # its load can fail late: the whole window after readiness
     assert transaction.settle_left(1.0, since, now=now) == 1.0
 
 
 def test_a_woken_container_settles_from_the_wake_call() -> None:
     now = time.monotonic()
-    plan = SimpleNamespace(steps=("sleep", "wake"))
-    since = transaction._engine_started(plan, _ready(now), now - 0.2)  # type: ignore[arg-type]
+    since = transaction.engine_started("wake", _ready(now), now - 0.2)
     assert since == pytest.approx(now - 0.2)
     assert transaction.settle_left(0.25, since, now=now) == pytest.approx(0.05)
     assert transaction.settle_left(0.25, now - 1.0, now=now) == 0.0
 
 
-@pytest.mark.parametrize("step", ["adopt", "route"])
-def test_a_container_running_long_ago_has_settled(step: str) -> None:
+def test_a_container_running_long_ago_has_settled() -> None:
+    """Adopted or routed to again: the watch counts from its process's start."""
     now = time.monotonic()
-    plan = SimpleNamespace(steps=(step,))
-    since = transaction._engine_started(plan, _ready(now, started_ago=30.0), now)  # type: ignore[arg-type]
+    since = transaction.engine_started("process", _ready(now, started_ago=30.0), now)
     assert now - since == pytest.approx(30.0, abs=1.0)
     assert transaction.settle_left(1.0, since) == 0.0
-    unknown = transaction._engine_started(plan, _ready(now), now)  # type: ignore[arg-type]
+    unknown = transaction.engine_started("process", _ready(now), now)
     assert unknown == now  # no start time: the whole window after readiness
 
 
@@ -123,14 +120,26 @@ def _stack(warmup: int) -> SimpleNamespace:
 
 @pytest.mark.parametrize(("warmup", "speculative", "sent"), [(1, True, None), (3, True, 1), (1, False, 1)])
 def test_the_acceptance_checks_requests_count_as_warm_up(monkeypatch, warmup, speculative, sent) -> None:
+    from composer.swap.ops import Member, Settle
+    from composer.swap.plan import Bring, plan_swap
+
     asked: list[int | None] = []
-    monkeypatch.setattr(transaction.steps, "wake_checks", lambda *a: Outcome("wake_checks"))
+    checked: list[bool] = []
+    monkeypatch.setattr(
+        transaction.steps, "wake_checks", lambda c, v, a, w: checked.append(a) or Outcome("w")
+    )
     monkeypatch.setattr(transaction.steps, "warm", lambda ctx, where, n=None: asked.append(n) or Outcome("w"))
+    member = Member("mtp", "mtp", "p-vllm-mtp-1", "vllm-mtp", "run.yml", speculative=speculative)
+    plan = plan_swap(
+        "mtp", "h", None, False, target_asleep=True, bring=Bring(member, gateway=True, warmup=warmup)
+    )
+    settle = plan.ops[-1]
+    assert isinstance(settle, Settle) and settle.woke and settle.acceptance == speculative
     ctx = SimpleNamespace(hold=object(), stack=_stack(warmup))
-    target = SimpleNamespace(variant=SimpleNamespace(speculative=object() if speculative else None))
-    beside = transaction._beside_settle(ctx, None, target, None, woke=True)  # type: ignore[arg-type]
+    beside = transaction.beside_settle(ctx, settle, None)  # type: ignore[arg-type]
     assert beside is not None
     beside()
+    assert checked == [speculative]
     assert asked == ([] if sent is None else [sent])
 
 

@@ -215,14 +215,15 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     swapper.up(stack, resolve_target(stack, "baseline"), client=docker_client, options=options)
 
     dead = f"unix://{tmp_path}/dead.sock"
-    original_roll_back = transaction.roll_back
+    keep_evidence = transaction.SingleSwap.keep_evidence
 
-    def fail_without_docker(held, *args):
+    def fail_without_docker(swap, *args):
+        keep_evidence(swap, *args)  # the log is kept; then dockerd is gone for the undo
         monkeypatch.setenv("DOCKER_HOST", dead)
         gone = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
-        return original_roll_back([replace(held[-1], client=gone)], *args)
+        swap.held.append(replace(swap.ctx, client=gone))
 
-    monkeypatch.setattr(transaction, "roll_back", fail_without_docker)
+    monkeypatch.setattr(transaction.SingleSwap, "keep_evidence", fail_without_docker)
     with pytest.raises(SwapFailed) as failed:
         swapper.up(stack, resolve_target(stack, "mtp-crash"), client=docker_client, options=options)
     message = str(failed.value)

@@ -85,21 +85,30 @@ def test_a_new_image_or_a_gateway_that_cannot_say_needs_a_new_container(tmp_path
 
 
 def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() -> None:
+    from composer.swap.ops import ApplySettings, Hold, Member, Release, UpdateGateway
+    from composer.swap.plan import Bring, with_gateway
+
+    bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
     live = GatewayChange("", (("GATEWAY_MAX_HELD", "250"),), ("GATEWAY_MAX_HELD", "GATEWAY_ALIASES"))
-    plan = SwapPlan("mtp", "h", None, (), gateway=live)
+    plan = with_gateway(SwapPlan("mtp", "h", None, gateway=live), live, bring, True)
     assert not plan.no_op and plan.as_data()["gateway_in_place"] == ["GATEWAY_MAX_HELD", "GATEWAY_ALIASES"]
-    assert plan.describe() == (
-        "plan: mtp keeps serving; apply the gateway's changed settings in place (max_held, aliases): "
-        "same container, nothing drained"
+    assert plan.steps == () and [type(op) for op in plan.ops] == [ApplySettings]
+    assert (
+        "apply the gateway's changed settings in place (max_held, aliases): same container, nothing drained"
+    ) in plan.describe()
+    assert plan.describe().startswith("plan: mtp keeps serving; only the gateway changes")
+    change = GatewayChange("its image changed")
+    recreated = with_gateway(
+        SwapPlan("mtp", "h", None, gateway_update=True, gateway=change), change, bring, True
     )
-    recreated = SwapPlan(
-        "mtp", "h", None, (), gateway_update=True, gateway=GatewayChange("its image changed")
-    )
+    assert [type(op) for op in recreated.ops] == [UpdateGateway, Hold, Release]
+    assert recreated.ops[-1] == Release("mtp", tell=True)  # the new gateway learns what serves
     assert (
         "the gateway is replaced by a new container (its image changed): start the new one with its new "
         "settings beside the old one, which then finishes its requests and stops"
     ) in recreated.describe()
-    assert SwapPlan("mtp", "h", None, ()).no_op
+    assert recreated.as_data()["ops"][0]["op"] == "UpdateGateway"
+    assert SwapPlan("mtp", "h", None).no_op
 
 
 def test_what_a_new_container_changes_is_named_and_the_key_never_shown(tmp_path: Path) -> None:

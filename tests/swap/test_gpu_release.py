@@ -180,8 +180,12 @@ def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
 
 
 def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch) -> None:
+    from types import SimpleNamespace
+
     from composer.swap import steps, transaction
-    from composer.swap.swapper import SwapPlan, UpOptions, UpResult
+    from composer.swap.ops import Member
+    from composer.swap.plan import Bring, plan_swap
+    from composer.swap.swapper import UpOptions, UpResult
 
     order: list[str] = []
 
@@ -191,30 +195,33 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
             return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
 
     def snapshot(stack, budget, previous, probe=None):
-        order.append(f"snapshot {previous}")
+        order.append(f"snapshot {previous.variant}")
         return Recorded(None)
 
-    class Stop(Exception):
+    class Started(Exception):
         pass
 
-    def start(_ctx, _target, _file):
+    def start(_ctx, _file, _service):
         order.append("start")
-        raise Stop
+        raise Started
 
-    def stop(_ctx, _plan, _snap):
-        order.append("stop")
-        return steps.Outcome("stop")
-
+    container = SimpleNamespace(stop_and_remove=lambda grace: order.append("stop"))
     monkeypatch.setattr("composer.swap.transaction.ReleaseWait.before_stop", snapshot)
-    monkeypatch.setattr(steps, "stop", stop)
-    monkeypatch.setattr(steps, "start", start)
-    stack = type("FakeStack", (), {"gpus": ("0",)})()
+    monkeypatch.setattr(steps, "by_name", lambda ctx, name: container)
+    monkeypatch.setattr(steps, "compose_up", start)
+    stack = SimpleNamespace(gpus=("0",), stop_grace_period=1, service="vllm")
     ctx = steps.Context(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
     result = UpResult("mtp", "started")
-    plan = SwapPlan("mtp", "h", "previous-variant", ("stop", "release", "start", "gate"))  # type: ignore[arg-type]
-    target = type("T", (), {"variant": type("V", (), {"standby": "stop"})()})()
-    record = type("R", (), {"stage": lambda self, _s: None})()
-    with pytest.raises(Stop):
-        transaction._steps([ctx], plan, target, Path("run.yml"), None, result, record, [])  # type: ignore[arg-type]
+    previous = SimpleNamespace(
+        variant="previous-variant", name="p-vllm-1", config_file="/s/p.yml", service="vllm"
+    )
+    plan = plan_swap(
+        "mtp", "h", previous, False, bring=Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "m.yml"))
+    )  # type: ignore[arg-type]
+    assert plan.steps == ("stop", "release", "start", "gate")
+    swap = transaction.SingleSwap(ctx, plan, result, None, Path("run.yml"))
+    with pytest.raises(Started):
+        for op in plan.ops[:3]:
+            swap.handlers()[type(op)](op)
     assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]
     assert result.notes == ["budget free"] and "release_wait" in result.timings

@@ -5,13 +5,14 @@ routed to the serving variant before it is put to sleep."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
 
 from composer.engine import gate
-from composer.engine.containers import RunningVariant
+from composer.engine.containers import RunningVariant, upstream_url
 from composer.engine.gate import GateTarget, watch_probation
 from composer.errors import GatewayControlError, HealthCheckFailed
 from composer.stack.values import parse_probation
@@ -212,30 +213,33 @@ def test_a_recreated_gateway_is_routed_to_the_serving_sleeper_and_reaches_it(mon
         SimpleNamespace(),  # type: ignore[arg-type]
         hold=SimpleNamespace(control=_Control(calls)),  # type: ignore[arg-type]
     )
-    steps.find_upstream(ctx, SimpleNamespace(serving=member))  # type: ignore[arg-type]
+    steps.find_upstream(ctx, upstream_url(member.info.name), member.variant)
     assert calls == ["route http://p-vllm-baseline-1:8000", "wait_ready"]
 
 
 def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> None:
     """A swap that recreates the gateway and puts the serving variant to sleep routes the new
     gateway first: the sleep goes to the serving container, not to a name it has not found."""
+    from composer.swap.ops import Hold, Member, Sleep, UpdateGateway
+    from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
+
     calls: list[str] = []
     hold = SimpleNamespace(end=lambda *a, **k: None)
     monkeypatch.setattr(steps, "gateway_update", lambda *a: calls.append("recreate") or Outcome("drain"))
     monkeypatch.setattr(steps, "drain", lambda *a: calls.append("drain") or Outcome("drain", hold=hold))
-    monkeypatch.setattr(steps, "find_upstream", lambda ctx, snap: calls.append("find upstream"))
-    monkeypatch.setattr(steps, "tell_serving", lambda *a: None)
-    monkeypatch.setattr(steps, "release", lambda *a, **k: Outcome("release"))
-    monkeypatch.setattr(transaction, "_steps", lambda *a: calls.append("sleep, start, gate") or (None, 0.0))
-    monkeypatch.setattr(transaction, "on_probation", lambda *a: None)
-    plan = SimpleNamespace(gateway_update=True, steps=("sleep", "start", "gate"))
-    target = SimpleNamespace(gateway=SimpleNamespace(), name="mtp")
-    record = SimpleNamespace(close=lambda: None, stage=lambda _: None)
-    result = SimpleNamespace(
-        timings={}, notes=[], warnings=[], drained=None, variant="mtp", outcome="swapped"
-    )
-    transaction.run(_ctx(), plan, target, None, SimpleNamespace(gateway_running=True), result, record)  # type: ignore[arg-type]
-    assert calls == ["recreate", "drain", "find upstream", "sleep, start, gate"]
+    monkeypatch.setattr(steps, "find_upstream", lambda ctx, url, variant: calls.append(f"find {url}"))
+    current = replace(_running(0), name="p-vllm-baseline-1", variant="baseline", service="vllm-baseline")
+    bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
+    change = GatewayChange("its image changed")
+    plan = plan_swap("mtp", "h", current, False, current_sleeps=True, bring=bring)
+    plan = with_gateway(plan, change, bring, True)
+    assert [type(op) for op in plan.ops[:3]] == [UpdateGateway, Hold, Sleep]
+    ctx = steps.Context(SimpleNamespace(service="vllm"), SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
+    result = SimpleNamespace(timings={}, notes=[], warnings=[], drained=None, port_gap=None)
+    swap = transaction.SingleSwap(ctx, plan, result, SimpleNamespace(), None)  # type: ignore[arg-type]
+    swap.handlers()[UpdateGateway](plan.ops[0])
+    swap.handlers()[Hold](plan.ops[1])
+    assert calls == ["recreate", "drain", "find http://p-vllm-baseline-1:8000"]
 
 
 def test_a_sleeper_the_gateway_still_routes_to_is_woken_not_started_again() -> None:

@@ -1,0 +1,188 @@
+"""The single switch as typed operations, without Docker: the plan's operations and their
+inverses, the executor undoing exactly what ran (a fake dispatch table), the error it words,
+and the operations in the plan's JSON."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+import pytest
+
+from composer.engine.containers import RunningVariant
+from composer.errors import HealthCheckFailed, SwapFailed
+from composer.swap.execute import execute
+from composer.swap.ops import (
+    AwaitRelease,
+    Gate,
+    Hold,
+    Member,
+    Op,
+    Probation,
+    Release,
+    Remove,
+    Settle,
+    Sleep,
+    Start,
+    Stop,
+    Wake,
+)
+from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
+from composer.swap.steps import Context
+from composer.swap.swapper import UpOptions, UpResult
+from composer.swap.transaction import SingleSwap
+
+MTP = Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp-b2.yml", "0,1", speculative=True)
+BRING = Bring(MTP, gateway=True, gpus="0,1", settle=2.0, warmup=1, probation=30.0)
+
+
+def _serving(**kw: object) -> RunningVariant:
+    info = RunningVariant(
+        container_id="c1",
+        name="p-vllm-1",
+        variant="baseline",
+        config_hash="a1",
+        image="img",
+        status="running",
+        docker_health=None,
+        started_at=datetime.now(UTC),
+        port=8000,
+        served_name="model",
+        config_file="/state/baseline-a1.yml",
+        restart_count=0,
+        service="vllm",
+    )
+    return replace(info, **kw)  # type: ignore[arg-type]
+
+
+def _plan(current: RunningVariant | None = None, **kw: object):
+    return with_gateway(
+        plan_swap("mtp", "b2", current, False, bring=BRING, **kw), GatewayChange(), BRING, True
+    )  # type: ignore[arg-type]
+
+
+def _undo(ran: list[Op]) -> list[Op]:
+    return [inverse for op in reversed(ran) for inverse in op.inverse()]
+
+
+def test_a_stop_start_gate_plan_undoes_to_the_previous_run_file_gate_and_route_in_reverse() -> None:
+    plan = _plan(_serving())
+    baseline = Member("baseline", "baseline", "p-vllm-1", "vllm", "/state/baseline-a1.yml", "0,1")
+    assert plan.ops == (
+        Hold("mtp", "", False),
+        Stop(baseline, settle=2.0),
+        AwaitRelease("0,1"),
+        Start(MTP),
+        Gate(MTP),
+        Settle(MTP, 2.0, "ready", False, 1, False),
+        Release("mtp"),
+        Probation(MTP, 30.0),
+    )
+    assert plan.steps == ("stop", "release", "start", "gate")
+    # the gate failed: the new container goes, the previous one starts again from exactly the
+    # run file and service that created it (routed to by its start), is gated and settles
+    assert _undo(list(plan.ops[:5])) == [Remove(MTP), Start(baseline), Gate(baseline), Settle(baseline, 2.0)]
+    # on probation: the clients are held again first
+    assert _undo(list(plan.ops))[:2] == [Hold("mtp"), Remove(MTP)]
+    # a first start leaves nothing: its undo removes the project's network too
+    first = _plan()
+    assert first.ops[1] == Start(MTP, first=True)
+    assert _undo(list(first.ops[:3])) == [Remove(MTP, "/state/mtp-b2.yml")]
+
+
+def test_a_sleep_is_undone_by_waking_it_and_a_wake_by_removing_the_target() -> None:
+    current = _serving(sleep_mode=True)
+    sleeper = _serving(
+        name="p-vllm-mtp-1", variant="mtp", config_hash="b2", service="vllm-mtp", config_file=None
+    )
+    plan = _plan(current, current_sleeps=True, target_asleep=sleeper)
+    woken = Member("mtp", "mtp", "p-vllm-mtp-1", "vllm-mtp", "", "0,1", speculative=True)
+    baseline = Member("baseline", "baseline", "p-vllm-1", "vllm", "/state/baseline-a1.yml", "0,1")
+    assert plan.steps == ("sleep", "wake", "gate")
+    assert plan.wake == "p-vllm-mtp-1" and plan.rollback is not None and plan.rollback.how == "wake"
+    settle = next(op for op in plan.ops if isinstance(op, Settle))
+    # a quarter of the watch, from the wake call; the acceptance check's requests count as warm-up
+    assert settle == Settle(woken, 0.5, "wake", True, 0, True)
+    assert _undo(list(plan.ops[:4])) == [
+        Remove(woken),
+        Wake(baseline),
+        Gate(baseline),
+        Settle(baseline, 2.0, "wake", woke=True),
+    ]
+    assert Sleep(baseline).inverse()[0] == Wake(baseline)
+
+
+def _recorder(fail_at: Op | None, seen: list[str]) -> dict[type[Op], object]:
+    def handle(op: Op) -> None:
+        seen.append(op.describe())
+        if op is fail_at:
+            raise HealthCheckFailed("boom")
+
+    kinds = {type(o) for op in _plan(_serving()).ops for o in (op, *op.inverse(), *_undo([op]))}
+    return dict.fromkeys(kinds, handle)
+
+
+@pytest.mark.parametrize("at", range(8))
+def test_a_failure_at_each_operation_runs_exactly_the_inverses_of_what_ran(at: int) -> None:
+    plan = _plan(_serving())
+    seen: list[str] = []
+    with pytest.raises(SwapFailed):
+        execute(plan.ops, _recorder(plan.ops[at], seen))  # type: ignore[arg-type]
+    ran = list(plan.ops[: at + 1])
+    assert seen == [op.describe() for op in (*ran, *_undo(ran))]
+
+
+def _swap(plan, rollback: bool = True) -> SingleSwap:
+    stack = SimpleNamespace(service="vllm", api_key="k")
+    ctx = Context(stack, None, UpOptions(rollback=rollback))  # type: ignore[arg-type]
+    swap = SingleSwap(ctx, plan, UpResult("mtp", "swapped"), None, None)  # type: ignore[arg-type]
+    swap.cause = "the container exited with code 1"
+    return swap
+
+
+def test_the_error_names_the_cause_first_then_what_the_undo_did() -> None:
+    plan = _plan(_serving())
+    err = HealthCheckFailed("x")
+    done = _swap(plan).explain(err, list(plan.ops[:5]), [])
+    assert (
+        str(done)
+        == "mtp failed: the container exited with code 1; rolled back to baseline, which serves again"
+    )
+    assert done.rolled_back
+    undone = [(Remove(MTP), "Cannot connect"), (Start(MTP), "Cannot connect too")]
+    both = _swap(plan).explain(err, list(plan.ops[:5]), undone)
+    assert (
+        "; could not remove it: Cannot connect; rollback to baseline failed too: Cannot connect too"
+        in str(both)
+    )
+    assert not both.rolled_back
+    kept = _swap(plan, rollback=False).explain(err, list(plan.ops[:5]), None)
+    assert str(kept).endswith("rollback disabled (--no-rollback): what ran is left as it is")
+    first = _plan()
+    assert str(_swap(first).explain(err, list(first.ops[:3]), [])).endswith("; nothing is running")
+
+
+def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
+    data = _plan(_serving()).as_data()
+    assert [op["op"] for op in data["ops"]] == [  # type: ignore[union-attr]
+        "Hold",
+        "Stop",
+        "AwaitRelease",
+        "Start",
+        "Gate",
+        "Settle",
+        "Release",
+        "Probation",
+    ]
+    assert data["steps"] == ["stop", "release", "start", "gate"] and data["wake"] is None
+    assert data["rollback"] == {
+        "variant": "baseline",
+        "how": "start",
+        "container": "p-vllm-1",
+        "config_file": "/state/baseline-a1.yml",
+        "service": "vllm",
+    }
+    text = _plan(_serving()).describe()
+    assert "  4. start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
+    assert "rollback: baseline: start baseline from /state/baseline-a1.yml" in text
