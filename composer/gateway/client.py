@@ -75,7 +75,8 @@ class HoldInfo:
 class DrainReport:
     """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
     streams paused to go on on the next variant (`continued`), streams it could not continue
-    (`refused`: they drained or were cut).
+    (`refused`: they drained or were cut). The gateway's drain (`gate.Gate.drain`) returns
+    it and its control channel sends its fields as they are.
 
     The drain's hold (`hold_id`) is still set: release it once the next backend serves.
     """

@@ -39,6 +39,7 @@ Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import re
@@ -56,8 +57,9 @@ from starlette.routing import Route
 
 from composer.errors import GatewayConfigError
 
+from .client import DrainReport
 from .config import MAX_LEASE_S, check_upstream, parse_live
-from .gate import DrainResult, UnknownHold
+from .gate import UnknownHold
 
 if TYPE_CHECKING:
     from .runtime import Gateway
@@ -123,7 +125,7 @@ class Drains:
     """Drains started through the control channel, kept until a caller has read them."""
 
     def __init__(self, gateway: Gateway | None = None) -> None:
-        self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
+        self._tasks: OrderedDict[str, asyncio.Task[DrainReport]] = OrderedDict()
         self._started: dict[str, float] = {}
         self._gateway = gateway
 
@@ -134,7 +136,7 @@ class Drains:
         lease: float,
         owner: str,
         probe_token: str = "",
-        on_done: Callable[[DrainResult], None] | None = None,
+        on_done: Callable[[DrainReport], None] | None = None,
         pause: bool = False,
         pause_late: bool = True,
         context: int | None = None,
@@ -165,7 +167,7 @@ class Drains:
                 reply["inflight"] = self._gateway.gate.inflight
             reply["elapsed_s"] = round(time.monotonic() - self._started.get(drain_id, time.monotonic()), 3)
             return reply
-        return {"id": drain_id, "done": True, **task.result().to_dict()}
+        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
 
 class BackendUnreachable(Exception):

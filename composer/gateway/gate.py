@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client import DrainReport
 from .metrics import Metrics
 
 log = logging.getLogger("gateway")
@@ -73,30 +74,6 @@ class Hold:
             "owner": self.owner,
             "lease_s": self.lease_s,
             "expires_in_s": round(max(0.0, self.expires_at - now), 3),
-        }
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    """What a drain did: requests that finished, requests cut at the timeout, and how long it
-    took; `continued`: streams paused at its start, which go on on the next upstream."""
-
-    hold_id: str
-    drained: int
-    cut: int
-    duration_s: float
-    continued: int = 0
-    refused: int = 0  # streams in flight it could not continue (they drained, or were cut)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        return {
-            "hold_id": self.hold_id,
-            "drained": self.drained,
-            "cut": self.cut,
-            "duration_s": self.duration_s,
-            "continued": self.continued,
-            "refused": self.refused,
         }
 
 
@@ -406,17 +383,17 @@ class Gate:
         probe_token: str = "",
         pause: Callable[[], tuple[int, int]] | None = None,
         pause_first: bool = True,
-    ) -> DrainResult:
+    ) -> DrainReport:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
         `pause` (the proxy's `pause_streams`) pauses the streams that can go on on the next
-        upstream the gate admits them to; `DrainResult.continued` counts them (`refused`: the
+        upstream the gate admits them to; `DrainReport.continued` counts them (`refused`: the
         streams it could not continue, which drain or are cut). It is called
         once the hold is set (`pause_first`: the drain waits only for the rest), or else when
         the drain runs out, so that a continuation replaces the cut of those streams.
 
         The hold stays set so the caller can stop the backend and then release it;
-        `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
+        `DrainReport.hold_id` names it. It never expires while the drain runs: its lease starts
         when the drain ends (a drain may take longer than the lease).
         """
         started = time.monotonic()
@@ -450,7 +427,7 @@ class Gate:
             with contextlib.suppress(UnknownHold):
                 self.renew(hold.id)
         took = round(time.monotonic() - started, 4)
-        result = DrainResult(hold.id, drained, len(left), took, continued, refused)
+        result = DrainReport(hold.id, drained, len(left), took, continued, refused)
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)
         log.info(

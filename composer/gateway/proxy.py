@@ -345,7 +345,8 @@ class ProxyApp:
             await self.session.close()
 
     async def _refuse(self, send: Send, refused: Refused) -> None:
-        """Answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        """Count and answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        self.metrics.refused.labels(refused.reason).inc()
         await send_error(send, refused.status, str(refused), refused.retry_after or self.gate.retry_after)
 
     def _listing_aliases(self, send: Send) -> Send:
@@ -474,7 +475,6 @@ class ProxyApp:
                 try:
                     await self._switch(scope, body, deadline, watcher, held)
                 except Refused as refused:
-                    self.metrics.refused.labels(refused.reason).inc()
                     await self._refuse(_out(send, held), refused)
                     return
                 except ClientGone:
@@ -520,7 +520,6 @@ class ProxyApp:
                 else:
                     ticket = await entering
             except Refused as refused:
-                self.metrics.refused.labels(refused.reason).inc()
                 await self._refuse(_out(send, held), refused)
                 return
             except ClientGone:

@@ -210,12 +210,7 @@ class Gateway:
 
     def state(self) -> dict[str, Any]:
         """Everything the control channel reports."""
-        refused = {
-            s.labels["reason"]: s.value
-            for metric in self.metrics.refused.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        }
+        refused = self.metrics.refused_counts()
         return {
             "upstream": self.upstream.url,
             "served_name": self.config.served_name,

@@ -144,12 +144,7 @@ class StatusBoard:
                 **self.samples.summary(name),
                 "sparkline": self.samples.sparkline(name, now - SPARK_S),
             }
-        refused = {
-            s.labels["reason"]: s.value
-            for metric in gw.metrics.refused.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        }
+        refused = gw.metrics.refused_counts()
         return {
             "time": round(now, 3),
             "served_name": gw.config.served_name,
