@@ -19,7 +19,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from socket import SHUT_RDWR
 from typing import Any, Protocol
@@ -639,27 +639,3 @@ class GatewayControl:
             return api.exec_start(exec_id, socket=True)
         except Exception as err:  # the Docker SDK raises several families
             raise GatewayControlError(verb, f"docker exec failed: {err}") from err
-
-    @contextlib.contextmanager
-    def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:
-        """Hold for the duration of a `with` block, renewing the lease every `lease_s / 3` seconds.
-
-        If this process dies, the renewals stop and the gateway drops the hold after the lease.
-        """
-        hold = self.hold(lease_s, owner)
-        stop = threading.Event()
-
-        def renew_loop() -> None:
-            while not stop.wait(lease_s / 3):
-                with contextlib.suppress(GatewayControlError):
-                    self.renew(hold.id, lease_s)
-
-        renewer = threading.Thread(target=renew_loop, name=f"gateway-hold-{hold.id}", daemon=True)
-        renewer.start()
-        try:
-            yield hold
-        finally:
-            stop.set()
-            renewer.join(timeout=5)
-            with contextlib.suppress(GatewayControlError):
-                self.release(hold.id)
