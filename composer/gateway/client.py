@@ -353,6 +353,17 @@ class GatewayControl:
         if self.socket:
             cmd += ["--socket", self.socket]
         cmd += [method, path] + ([json.dumps(body)] if body is not None else [])
+        code, out, err_out = self._exec(verb, cmd)
+        text = out.decode(errors="replace").strip()
+        err_text = err_out.decode(errors="replace").strip()
+        try:
+            reply = json.loads(text) if text else {}
+        except ValueError:
+            reply = {}
+        return self._reply(verb, code, reply, text, err_text)
+
+    def _exec(self, verb: str, cmd: list[str]) -> tuple[int, bytes, bytes]:
+        """Run `cmd` in the container: (exit code, stdout, stderr)."""
         try:
             result = self.container.exec_run(cmd, demux=True)
         except Exception as err:  # the Docker SDK raises several families
@@ -360,13 +371,7 @@ class GatewayControl:
         code = result[0] if isinstance(result, tuple) else result.exit_code
         output = result[1] if isinstance(result, tuple) else result.output
         out, err_out = output if isinstance(output, tuple) else (output, b"")
-        text = (out or b"").decode(errors="replace").strip()
-        err_text = (err_out or b"").decode(errors="replace").strip()
-        try:
-            reply = json.loads(text) if text else {}
-        except ValueError:
-            reply = {}
-        return self._reply(verb, code, reply, text, err_text)
+        return code, out or b"", err_out or b""
 
     @staticmethod
     def _reply(verb: str, code: int, reply: Any, text: str, err_text: str) -> dict[str, Any]:
@@ -391,13 +396,7 @@ class GatewayControl:
         from .config import DEFAULT_CONTROL_SOCKET
 
         cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
-        try:
-            result = self.container.exec_run(cmd, demux=True)
-        except Exception as err:
-            raise GatewayControlError("look", f"docker exec failed: {err}") from err
-        code = result[0] if isinstance(result, tuple) else result.exit_code
-        output = result[1] if isinstance(result, tuple) else result.output
-        out = (output[0] if isinstance(output, tuple) else output) or b""
+        code, out, _ = self._exec("look", cmd)
         try:
             reply = json.loads(out.decode(errors="replace"))
         except ValueError:

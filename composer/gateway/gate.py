@@ -151,9 +151,13 @@ class Gate:
         """Requests forwarded and not finished."""
         return len(self._inflight)
 
+    def _passes(self) -> bool:
+        """True when a request arriving now is admitted at once: open, and nobody waits before it."""
+        return self.is_open and not self._waiters and self._releaser is None
+
     def would_hold(self) -> bool:
         """True when a request arriving now would wait (or be refused) rather than pass."""
-        return self.stopping or not (self.is_open and not self._waiters and self._releaser is None)
+        return self.stopping or not self._passes()
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the control channel."""
@@ -207,7 +211,7 @@ class Gate:
         without the key, when one is set) never waits: it is refused with 503 at once rather
         than take a place keyed clients need.
         """
-        if self.is_open and not self._waiters and self._releaser is None:
+        if self._passes():
             # even while stopping: a request on a connection this gateway accepted before it
             # closed its listener is served (a graceful stop, and a replacement's hand-over)
             return self._admit()
