@@ -349,11 +349,8 @@ class GatewayControl:
                     raise GatewayControlError(verb, "the control session ended during the call") from lost
             else:
                 return self._reply(verb, code, reply, json.dumps(reply), "")
-        cmd = [*CTL]
-        if self.socket:
-            cmd += ["--socket", self.socket]
-        cmd += [method, path] + ([json.dumps(body)] if body is not None else [])
-        code, out, err_out = self._exec(verb, cmd)
+        args = [method, path] + ([json.dumps(body)] if body is not None else [])
+        code, out, err_out = self._exec(verb, self._ctl(*args))
         text = out.decode(errors="replace").strip()
         err_text = err_out.decode(errors="replace").strip()
         try:
@@ -361,6 +358,10 @@ class GatewayControl:
         except ValueError:
             reply = {}
         return self._reply(verb, code, reply, text, err_text)
+
+    def _ctl(self, *args: str) -> list[str]:
+        """The `ctl` command line (with this gateway's socket) for `args`."""
+        return [*CTL, *(["--socket", self.socket] if self.socket else []), *args]
 
     def _exec(self, verb: str, cmd: list[str]) -> tuple[int, bytes, bytes]:
         """Run `cmd` in the container: (exit code, stdout, stderr)."""
@@ -632,7 +633,7 @@ class GatewayControl:
         return session
 
     def _exec_stdin(self, api: Any, container_id: str, verb: str, owner: str) -> Any:
-        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), verb, f"--owner={owner}"]
+        cmd = self._ctl(verb, f"--owner={owner}")
         try:
             exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
             return api.exec_start(exec_id, socket=True)

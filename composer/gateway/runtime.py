@@ -197,7 +197,6 @@ class Gateway:
 
     def state(self) -> dict[str, Any]:
         """Everything the control channel reports."""
-        refused = self.metrics.refused_counts()
         return {
             "upstream": self.upstream.url,
             "served_name": self.config.served_name,
@@ -206,7 +205,7 @@ class Gateway:
             "upstreams": self.live.snapshot(),
             "single_outstanding": self.live.single.outstanding,
             **self.gate.snapshot(),
-            "refused": refused,
+            "refused": self.metrics.refused_counts(),
             "drained_total": self.metrics.drained._value.get(),
             "cut_total": self.metrics.cut._value.get(),
             "routes_total": self.metrics.routes._value.get(),
