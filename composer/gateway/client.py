@@ -19,7 +19,7 @@ import itertools
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from socket import SHUT_RDWR
 from typing import Any, Protocol
@@ -75,7 +75,8 @@ class HoldInfo:
 class DrainReport:
     """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
     streams paused to go on on the next variant (`continued`), streams it could not continue
-    (`refused`: they drained or were cut).
+    (`refused`: they drained or were cut). The gateway's drain (`gate.Gate.drain`) returns
+    it and its control channel sends its fields as they are.
 
     The drain's hold (`hold_id`) is still set: release it once the next backend serves.
     """
@@ -348,10 +349,22 @@ class GatewayControl:
                     raise GatewayControlError(verb, "the control session ended during the call") from lost
             else:
                 return self._reply(verb, code, reply, json.dumps(reply), "")
-        cmd = [*CTL]
-        if self.socket:
-            cmd += ["--socket", self.socket]
-        cmd += [method, path] + ([json.dumps(body)] if body is not None else [])
+        args = [method, path] + ([json.dumps(body)] if body is not None else [])
+        code, out, err_out = self._exec(verb, self._ctl(*args))
+        text = out.decode(errors="replace").strip()
+        err_text = err_out.decode(errors="replace").strip()
+        try:
+            reply = json.loads(text) if text else {}
+        except ValueError:
+            reply = {}
+        return self._reply(verb, code, reply, text, err_text)
+
+    def _ctl(self, *args: str) -> list[str]:
+        """The `ctl` command line (with this gateway's socket) for `args`."""
+        return [*CTL, *(["--socket", self.socket] if self.socket else []), *args]
+
+    def _exec(self, verb: str, cmd: list[str]) -> tuple[int, bytes, bytes]:
+        """Run `cmd` in the container: (exit code, stdout, stderr)."""
         try:
             result = self.container.exec_run(cmd, demux=True)
         except Exception as err:  # the Docker SDK raises several families
@@ -359,13 +372,7 @@ class GatewayControl:
         code = result[0] if isinstance(result, tuple) else result.exit_code
         output = result[1] if isinstance(result, tuple) else result.output
         out, err_out = output if isinstance(output, tuple) else (output, b"")
-        text = (out or b"").decode(errors="replace").strip()
-        err_text = (err_out or b"").decode(errors="replace").strip()
-        try:
-            reply = json.loads(text) if text else {}
-        except ValueError:
-            reply = {}
-        return self._reply(verb, code, reply, text, err_text)
+        return code, out or b"", err_out or b""
 
     @staticmethod
     def _reply(verb: str, code: int, reply: Any, text: str, err_text: str) -> dict[str, Any]:
@@ -390,13 +397,7 @@ class GatewayControl:
         from .config import DEFAULT_CONTROL_SOCKET
 
         cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
-        try:
-            result = self.container.exec_run(cmd, demux=True)
-        except Exception as err:
-            raise GatewayControlError("look", f"docker exec failed: {err}") from err
-        code = result[0] if isinstance(result, tuple) else result.exit_code
-        output = result[1] if isinstance(result, tuple) else result.output
-        out = (output[0] if isinstance(output, tuple) else output) or b""
+        code, out, _ = self._exec("look", cmd)
         try:
             reply = json.loads(out.decode(errors="replace"))
         except ValueError:
@@ -632,33 +633,9 @@ class GatewayControl:
         return session
 
     def _exec_stdin(self, api: Any, container_id: str, verb: str, owner: str) -> Any:
-        cmd = [*CTL, *(["--socket", self.socket] if self.socket else []), verb, f"--owner={owner}"]
+        cmd = self._ctl(verb, f"--owner={owner}")
         try:
             exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
             return api.exec_start(exec_id, socket=True)
         except Exception as err:  # the Docker SDK raises several families
             raise GatewayControlError(verb, f"docker exec failed: {err}") from err
-
-    @contextlib.contextmanager
-    def held(self, lease_s: float = 30.0, owner: str = "") -> Iterator[HoldInfo]:
-        """Hold for the duration of a `with` block, renewing the lease every `lease_s / 3` seconds.
-
-        If this process dies, the renewals stop and the gateway drops the hold after the lease.
-        """
-        hold = self.hold(lease_s, owner)
-        stop = threading.Event()
-
-        def renew_loop() -> None:
-            while not stop.wait(lease_s / 3):
-                with contextlib.suppress(GatewayControlError):
-                    self.renew(hold.id, lease_s)
-
-        renewer = threading.Thread(target=renew_loop, name=f"gateway-hold-{hold.id}", daemon=True)
-        renewer.start()
-        try:
-            yield hold
-        finally:
-            stop.set()
-            renewer.join(timeout=5)
-            with contextlib.suppress(GatewayControlError):
-                self.release(hold.id)

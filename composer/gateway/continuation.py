@@ -440,10 +440,6 @@ class Stream:
 
     # -- continuing ----------------------------------------------------------------------
 
-    def continuable(self) -> bool:
-        """True when the stream can go on elsewhere (the reason it cannot is counted)."""
-        return self._following() is not None
-
     def _following(self) -> tuple[str, bytes] | None:
         """The request that takes the stream on: the client's again while nothing reached it,
         else the continuation from its token ids; None when it cannot go on."""

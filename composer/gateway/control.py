@@ -39,6 +39,7 @@ Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going th
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import json
 import re
@@ -56,8 +57,9 @@ from starlette.routing import Route
 
 from composer.errors import GatewayConfigError
 
+from .client import DrainReport
 from .config import MAX_LEASE_S, check_upstream, parse_live
-from .gate import DrainResult, UnknownHold
+from .gate import UnknownHold
 
 if TYPE_CHECKING:
     from .runtime import Gateway
@@ -122,23 +124,23 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
 class Drains:
     """Drains started through the control channel, kept until a caller has read them."""
 
-    def __init__(self, gateway: Gateway | None = None) -> None:
-        self._tasks: OrderedDict[str, asyncio.Task[DrainResult]] = OrderedDict()
+    def __init__(self, gateway: Gateway) -> None:
+        self._tasks: OrderedDict[str, asyncio.Task[DrainReport]] = OrderedDict()
         self._started: dict[str, float] = {}
         self._gateway = gateway
 
     def start(
         self,
-        gateway: Gateway,
         timeout: float,
         lease: float,
         owner: str,
         probe_token: str = "",
-        on_done: Callable[[DrainResult], None] | None = None,
+        on_done: Callable[[DrainReport], None] | None = None,
         pause: bool = False,
         pause_late: bool = True,
         context: int | None = None,
     ) -> str:
+        gateway = self._gateway
         drain_id = secrets.token_hex(6)
         pauses = gateway.proxy.continue_streams and (pause or pause_late)
         pausing = functools.partial(gateway.proxy.pause_streams, None, context) if pauses else None
@@ -160,12 +162,14 @@ class Drains:
             raise KeyError(drain_id)
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:  # progress: what still runs, and for how long the drain has waited
-            reply: dict[str, Any] = {"id": drain_id, "done": False}
-            if self._gateway is not None:
-                reply["inflight"] = self._gateway.gate.inflight
-            reply["elapsed_s"] = round(time.monotonic() - self._started.get(drain_id, time.monotonic()), 3)
-            return reply
-        return {"id": drain_id, "done": True, **task.result().to_dict()}
+            elapsed = time.monotonic() - self._started.get(drain_id, time.monotonic())
+            return {
+                "id": drain_id,
+                "done": False,
+                "inflight": self._gateway.gate.inflight,
+                "elapsed_s": round(elapsed, 3),
+            }
+        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
 
 class BackendUnreachable(Exception):
@@ -241,9 +245,7 @@ class Control:
             if target is not None
             else None
         )
-        drain_id = self.drains.start(
-            gateway, timeout, lease, owner, token, on_done, pause, pause_late, _context(args)
-        )
+        drain_id = self.drains.start(timeout, lease, owner, token, on_done, pause, pause_late, _context(args))
         return await self.drains.wait(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:

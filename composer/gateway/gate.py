@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .client import DrainReport
 from .metrics import Metrics
 
 log = logging.getLogger("gateway")
@@ -73,30 +74,6 @@ class Hold:
             "owner": self.owner,
             "lease_s": self.lease_s,
             "expires_in_s": round(max(0.0, self.expires_at - now), 3),
-        }
-
-
-@dataclass(frozen=True)
-class DrainResult:
-    """What a drain did: requests that finished, requests cut at the timeout, and how long it
-    took; `continued`: streams paused at its start, which go on on the next upstream."""
-
-    hold_id: str
-    drained: int
-    cut: int
-    duration_s: float
-    continued: int = 0
-    refused: int = 0  # streams in flight it could not continue (they drained, or were cut)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view."""
-        return {
-            "hold_id": self.hold_id,
-            "drained": self.drained,
-            "cut": self.cut,
-            "duration_s": self.duration_s,
-            "continued": self.continued,
-            "refused": self.refused,
         }
 
 
@@ -174,9 +151,13 @@ class Gate:
         """Requests forwarded and not finished."""
         return len(self._inflight)
 
+    def _passes(self) -> bool:
+        """True when a request arriving now is admitted at once: open, and nobody waits before it."""
+        return self.is_open and not self._waiters and self._releaser is None
+
     def would_hold(self) -> bool:
         """True when a request arriving now would wait (or be refused) rather than pass."""
-        return self.stopping or not (self.is_open and not self._waiters and self._releaser is None)
+        return self.stopping or not self._passes()
 
     def snapshot(self) -> dict[str, Any]:
         """JSON-ready state for the control channel."""
@@ -230,7 +211,7 @@ class Gate:
         without the key, when one is set) never waits: it is refused with 503 at once rather
         than take a place keyed clients need.
         """
-        if self.is_open and not self._waiters and self._releaser is None:
+        if self._passes():
             # even while stopping: a request on a connection this gateway accepted before it
             # closed its listener is served (a graceful stop, and a replacement's hand-over)
             return self._admit()
@@ -406,17 +387,17 @@ class Gate:
         probe_token: str = "",
         pause: Callable[[], tuple[int, int]] | None = None,
         pause_first: bool = True,
-    ) -> DrainResult:
+    ) -> DrainReport:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
         `pause` (the proxy's `pause_streams`) pauses the streams that can go on on the next
-        upstream the gate admits them to; `DrainResult.continued` counts them (`refused`: the
+        upstream the gate admits them to; `DrainReport.continued` counts them (`refused`: the
         streams it could not continue, which drain or are cut). It is called
         once the hold is set (`pause_first`: the drain waits only for the rest), or else when
         the drain runs out, so that a continuation replaces the cut of those streams.
 
         The hold stays set so the caller can stop the backend and then release it;
-        `DrainResult.hold_id` names it. It never expires while the drain runs: its lease starts
+        `DrainReport.hold_id` names it. It never expires while the drain runs: its lease starts
         when the drain ends (a drain may take longer than the lease).
         """
         started = time.monotonic()
@@ -450,7 +431,7 @@ class Gate:
             with contextlib.suppress(UnknownHold):
                 self.renew(hold.id)
         took = round(time.monotonic() - started, 4)
-        result = DrainResult(hold.id, drained, len(left), took, continued, refused)
+        result = DrainReport(hold.id, drained, len(left), took, continued, refused)
         self.metrics.drained.inc(result.drained)
         self.metrics.cut.inc(result.cut)
         log.info(

@@ -53,6 +53,7 @@ settings and the control channel (at most 64), and an upstream's series go when 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -103,106 +104,114 @@ class Metrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.held = Gauge("gateway_held_requests", "Requests waiting now", registry=r)
+        counter, gauge = self._counter, self._gauge
+        self.held = gauge("gateway_held_requests", "Requests waiting now")
         self.hold_seconds = Histogram(
-            "gateway_hold_seconds", "Seconds each held request waited", buckets=HOLD_BUCKETS, registry=r
+            "gateway_hold_seconds",
+            "Seconds each held request waited",
+            buckets=HOLD_BUCKETS,
+            registry=self.registry,
         )
-        self.inflight = Gauge("gateway_inflight_requests", "Requests forwarded and not finished", registry=r)
-        self.forwarded = Counter("gateway_requests", "Requests forwarded to the backend", registry=r)
-        self.drained = Counter(
-            "gateway_drained_requests", "In-flight requests finished during a drain", registry=r
+        self.inflight = gauge("gateway_inflight_requests", "Requests forwarded and not finished")
+        self.forwarded = counter("gateway_requests", "Requests forwarded to the backend")
+        self.drained = counter("gateway_drained_requests", "In-flight requests finished during a drain")
+        self.cut = counter("gateway_cut_requests", "In-flight requests cut by a drain timeout")
+        self.stalled = counter(
+            "gateway_stalled_streams", "Streams ended after stall_timeout without bytes from the backend"
         )
-        self.cut = Counter("gateway_cut_requests", "In-flight requests cut by a drain timeout", registry=r)
-        self.stalled = Counter(
-            "gateway_stalled_streams",
-            "Streams ended after stall_timeout without bytes from the backend",
-            registry=r,
+        self.refused = counter(
+            "gateway_refused_requests", "Requests refused by the gateway", "reason", REFUSAL_REASONS
         )
-        self.refused = Counter(
-            "gateway_refused_requests", "Requests refused by the gateway", ["reason"], registry=r
+        self.retries = counter(
+            "gateway_upstream_retries", "Requests sent again: the backend did not read them"
         )
-        for reason in REFUSAL_REASONS:
-            self.refused.labels(reason)
-        self.retries = Counter(
-            "gateway_upstream_retries", "Requests sent again: the backend did not read them", registry=r
+        self.upstream_errors = counter("gateway_upstream_errors", "Backend failures seen by clients")
+        self.connections = gauge("gateway_open_connections", "Client connections open")
+        self.connections_closed = counter(
+            "gateway_connections_closed",
+            "Client connections the gateway closed",
+            "reason",
+            CONNECTION_CLOSE_REASONS,
         )
-        self.upstream_errors = Counter(
-            "gateway_upstream_errors", "Backend failures seen by clients", registry=r
-        )
-        self.connections = Gauge("gateway_open_connections", "Client connections open", registry=r)
-        self.connections_closed = Counter(
-            "gateway_connections_closed", "Client connections the gateway closed", ["reason"], registry=r
-        )
-        for reason in CONNECTION_CLOSE_REASONS:
-            self.connections_closed.labels(reason)
-        self.routes = Counter("gateway_routes", "Upstream changes through the control channel", registry=r)
-        self.drains = Counter("gateway_drains", "Drains run", registry=r)
-        self.hold_active = Gauge("gateway_hold_active", "1 while a control hold is set", registry=r)
-        self.backend_ready = Gauge("gateway_backend_ready", "1 while the backend is ready", registry=r)
-        self.backend_info = Gauge(
-            "gateway_backend_info", "1 for the upstream served now", ["upstream"], registry=r
-        )
+        self.routes = counter("gateway_routes", "Upstream changes through the control channel")
+        self.drains = counter("gateway_drains", "Drains run")
+        self.hold_active = gauge("gateway_hold_active", "1 while a control hold is set")
+        self.backend_ready = gauge("gateway_backend_ready", "1 while the backend is ready")
+        self.backend_info = gauge("gateway_backend_info", "1 for the upstream served now", "upstream")
 
-        self.sleeps = Counter("gateway_sleeps", "Backend /sleep calls", ["result"], registry=r)
-        self.wakes = Counter("gateway_wakes", "Backend /wake_up calls", ["result"], registry=r)
-        for result in SLEEP_RESULTS:
-            self.sleeps.labels(result)
-            self.wakes.labels(result)
-        self.waking = Gauge("gateway_waking", "1 while a /wake_up runs", registry=r)
+        self.sleeps = counter("gateway_sleeps", "Backend /sleep calls", "result", SLEEP_RESULTS)
+        self.wakes = counter("gateway_wakes", "Backend /wake_up calls", "result", SLEEP_RESULTS)
+        self.waking = gauge("gateway_waking", "1 while a /wake_up runs")
 
-        self.switch_demands = Counter(
-            "gateway_switch_demands", "Switch demands raised", ["reason"], registry=r
+        self.switch_demands = counter(
+            "gateway_switch_demands", "Switch demands raised", "reason", SWITCH_REASONS
         )
         self.switches = Counter(
-            "gateway_switches", "Switch demands answered by the host", ["reason", "outcome"], registry=r
+            "gateway_switches",
+            "Switch demands answered by the host",
+            ["reason", "outcome"],
+            registry=self.registry,
         )
         for reason in SWITCH_REASONS:
-            self.switch_demands.labels(reason)
             for outcome in ("ok", "failed"):
                 self.switches.labels(reason, outcome)
-        self.switch_withdrawn = Counter(
-            "gateway_switch_withdrawn", "Automatic demands dropped before the host took them", registry=r
+        self.switch_withdrawn = counter(
+            "gateway_switch_withdrawn", "Automatic demands dropped before the host took them"
         )
-        self.serving_info = Gauge(
-            "gateway_serving_variant_info", "1 for the variant reported serving", ["variant"], registry=r
+        self.serving_info = gauge(
+            "gateway_serving_variant_info", "1 for the variant reported serving", "variant"
         )
 
-        self.live_requests = Counter(
-            "gateway_live_requests", "Requests forwarded to each live upstream", ["upstream"], registry=r
+        self.live_requests = counter(
+            "gateway_live_requests", "Requests forwarded to each live upstream", "upstream"
         )
-        self.live_outstanding = Gauge(
-            "gateway_live_outstanding", "Requests in flight on each live upstream", ["upstream"], registry=r
+        self.live_outstanding = gauge(
+            "gateway_live_outstanding", "Requests in flight on each live upstream", "upstream"
         )
-        self.live_errors = Counter(
-            "gateway_live_errors", "Failed requests per live upstream", ["upstream"], registry=r
+        self.live_errors = counter("gateway_live_errors", "Failed requests per live upstream", "upstream")
+        self.live_ready = gauge(
+            "gateway_live_ready", "1 while a live upstream passes its health check", "upstream"
         )
-        self.live_ready = Gauge(
-            "gateway_live_ready", "1 while a live upstream passes its health check", ["upstream"], registry=r
+        self.route_decisions = counter(
+            "gateway_route_decisions", "Live routing decisions by reason", "reason", ROUTE_REASONS
         )
-        self.route_decisions = Counter(
-            "gateway_route_decisions", "Live routing decisions by reason", ["reason"], registry=r
-        )
-        for reason in ROUTE_REASONS:
-            self.route_decisions.labels(reason)
 
-        self.continued = Counter(
-            "gateway_continued_streams", "Broken streams continued on another upstream", registry=r
+        self.continued = counter("gateway_continued_streams", "Broken streams continued on another upstream")
+        self.continuation_refused = counter(
+            "gateway_continuation_refused",
+            "Streams that will not be continued",
+            "reason",
+            CONTINUATION_REFUSALS,
         )
-        self.continuation_refused = Counter(
-            "gateway_continuation_refused", "Streams that will not be continued", ["reason"], registry=r
-        )
-        for reason in CONTINUATION_REFUSALS:
-            self.continuation_refused.labels(reason)
-        self.continuation_failed = Counter(
-            "gateway_continuation_failed", "Broken streams that could not be continued", registry=r
+        self.continuation_failed = counter(
+            "gateway_continuation_failed", "Broken streams that could not be continued"
         )
         self.continuation_pause = Histogram(
             "gateway_continuation_pause_seconds",
             "The pause each continued stream saw",
             buckets=PAUSE_BUCKETS,
-            registry=r,
+            registry=self.registry,
         )
+
+    def _counter(self, name: str, text: str, label: str = "", values: Iterable[str] = ()) -> Counter:
+        """A counter in this registry, with one label or none; the series of `values` start at zero."""
+        metric = Counter(name, text, [label] if label else [], registry=self.registry)
+        for value in values:
+            metric.labels(value)
+        return metric
+
+    def _gauge(self, name: str, text: str, label: str = "") -> Gauge:
+        """A gauge in this registry, with one label or none."""
+        return Gauge(name, text, [label] if label else [], registry=self.registry)
+
+    def refused_counts(self) -> dict[str, float]:
+        """`gateway_refused_requests_total` by reason (the /state and status views)."""
+        return {
+            s.labels["reason"]: s.value
+            for metric in self.refused.collect()
+            for s in metric.samples
+            if s.name.endswith("_total")
+        }
 
     def live_added(self, name: str) -> None:
         """Create a live upstream's series (zero)."""

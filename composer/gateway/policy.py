@@ -36,14 +36,6 @@ class WorkloadClass:
     variant: str
     crossover: int | None = None
 
-    def encode(self) -> str:
-        """The `GATEWAY_WORKLOADS` item of this class."""
-        cross = f":{self.crossover}" if self.crossover else ""
-        return (
-            f"{self.name}:{self.min_tokens}:{self.max_tokens or 0}:{self.tokens or 0}:{self.streams}"
-            f"{cross}={self.variant}"
-        )
-
 
 def parse_workloads(raw: str) -> tuple[WorkloadClass, ...]:
     """The classes of a `GATEWAY_WORKLOADS` value; ValueError naming a bad item."""
@@ -65,11 +57,6 @@ def parse_workloads(raw: str) -> tuple[WorkloadClass, ...]:
             WorkloadClass(fields[0], low, high or None, tokens or None, streams, variant, cross or None)
         )
     return tuple(classes)
-
-
-def encode_workloads(classes: tuple[WorkloadClass, ...] | list[WorkloadClass]) -> str:
-    """The `GATEWAY_WORKLOADS` value of some classes."""
-    return ",".join(c.encode() for c in classes)
 
 
 @dataclass(frozen=True)

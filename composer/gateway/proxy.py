@@ -296,12 +296,8 @@ class ProxyApp:
         live: LiveSet,
         keys: KeyCheck,
         metrics: Metrics,
-        switcher: Switcher | None = None,
-        served_name: str = "",
-        stall_timeout: float = 0.0,
-        hold_keepalive: float = 0.0,
-        unresponsive_timeout: float = 0.0,
-        continue_streams: bool = True,
+        switcher: Switcher,
+        config: GatewayConfig,
     ) -> None:
         self.gate = gate
         self.live = live  # the members requests go to (`LiveSet.choose`)
@@ -309,30 +305,25 @@ class ProxyApp:
         self.keys = keys
         self.metrics = metrics
         self.switcher = switcher  # reads bodies when `_reads_bodies()`
-        self.served_name = served_name
-        self.stall_timeout = stall_timeout
-        self.hold_keepalive = hold_keepalive  # seconds between SSE comments to a held stream (0: off)
-        self.continue_streams = continue_streams  # a broken eligible stream continues elsewhere
+        self.served_name = config.served_name
         self.streams: set[continuation.Stream] = set()  # recorded streams under way
         self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
-        self.liveness = Liveness(unresponsive_timeout, lambda: self.session)
+        self.liveness = Liveness(config.unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
-        # aliases listed in /v1/models (with switch_on_model)
-        self.aliases = dict(switcher.aliases) if switcher and switcher.config.switch_on_model else {}
+        self.configure(config)
 
     def configure(self, config: GatewayConfig) -> None:
-        """New settings (applied in place) for the requests that start from now on."""
+        """The settings (applied in place) for the requests that start from now on."""
         self.stall_timeout = config.stall_timeout
-        self.hold_keepalive = config.hold_keepalive
-        self.continue_streams = config.continue_streams
+        self.hold_keepalive = config.hold_keepalive  # seconds between SSE comments to a held stream (0: off)
+        self.continue_streams = config.continue_streams  # a broken eligible stream continues elsewhere
         self.liveness.set_timeout(config.unresponsive_timeout)
+        # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(config.aliases) if config.switch_on_model else {}
 
     def _reads_bodies(self) -> bool:
         """Bodies are read for switching, the automatic policy, or while a live set routes
         (one published over the control channel to a gateway started for one variant too)."""
-        if self.switcher is None:
-            return False
         return self.switcher.config.inspects_bodies or self.live.active
 
     def open(self) -> None:
@@ -345,7 +336,8 @@ class ProxyApp:
             await self.session.close()
 
     async def _refuse(self, send: Send, refused: Refused) -> None:
-        """Answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        """Count and answer a request the gateway refuses (with Retry-After: waiting helps)."""
+        self.metrics.refused.labels(refused.reason).inc()
         await send_error(send, refused.status, str(refused), refused.retry_after or self.gate.retry_after)
 
     def _listing_aliases(self, send: Send) -> Send:
@@ -385,7 +377,6 @@ class ProxyApp:
         """Read the body's model and prompt size; an alias waits for its variant and is
         renamed to the served name. Raises `Refused`, or `ClientGone` when the client
         disconnects while it waits (`watcher` completes)."""
-        assert self.switcher is not None
         seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
         if seen is None:
             return
@@ -474,7 +465,6 @@ class ProxyApp:
                 try:
                     await self._switch(scope, body, deadline, watcher, held)
                 except Refused as refused:
-                    self.metrics.refused.labels(refused.reason).inc()
                     await self._refuse(_out(send, held), refused)
                     return
                 except ClientGone:
@@ -494,12 +484,6 @@ class ProxyApp:
             return
         await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
 
-    async def _enter(
-        self, deadline: float, watcher: asyncio.Future[None] | None, front: bool, hold: bool
-    ) -> Ticket:
-        disconnected = asyncio.shield(watcher) if watcher is not None else None
-        return await self.gate.enter(deadline, front=front, disconnected=disconnected, hold=hold)
-
     async def _admit_and_forward(
         self,
         scope: Scope,
@@ -514,13 +498,13 @@ class ProxyApp:
         front = False
         while True:
             try:
-                entering = self._enter(deadline, watcher, front, may_hold)
+                disconnected = asyncio.shield(watcher) if watcher is not None else None
+                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
                 if held is not None and self.gate.would_hold():
                     ticket = await held.wait(entering)
                 else:
                     ticket = await entering
             except Refused as refused:
-                self.metrics.refused.labels(refused.reason).inc()
                 await self._refuse(_out(send, held), refused)
                 return
             except ClientGone:
@@ -570,7 +554,8 @@ class ProxyApp:
         if scope["query_string"]:
             url += "?" + scope["query_string"].decode("latin-1")
         attempt = Attempt(ticket)
-        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), body, attempt)
+        data = body.data if body.complete else body.stream()
+        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), data, attempt)
         started = False
         response: aiohttp.ClientResponse | None = None
         release = self._claim(member, spilled)
@@ -719,15 +704,7 @@ class ProxyApp:
             target, spilled = chosen
             release = self._claim(target, spilled)
             try:
-                assert self.session is not None
-                opening = self.session.request(
-                    "POST",
-                    URL(target.url + path, encoded=True),
-                    headers=headers,
-                    data=data,
-                    allow_redirects=False,
-                    trace_request_ctx=Attempt(ticket),
-                )
+                opening = self._open("POST", target.url + path, headers, data, Attempt(ticket))
                 response = await self._send_upstream(opening, None, target.url)
             except (aiohttp.ClientError, Unresponsive) as err:
                 target.mark_down(f"{type(err).__name__}: {err}")
@@ -789,15 +766,21 @@ class ProxyApp:
         await send_error(send, 502, f"{what} ({type(err).__name__})")
 
     async def _open(
-        self, method: str, url: str, headers: CIMultiDict[str], body: Body, attempt: Attempt
+        self,
+        method: str,
+        url: str,
+        headers: CIMultiDict[str],
+        data: bytes | AsyncIterator[bytes],
+        attempt: Attempt,
     ) -> aiohttp.ClientResponse:
-        """Send the request and return once the response head has arrived."""
+        """Send `data` (bytes, or a body streamed as it arrives) and return once the response
+        head has arrived."""
         assert self.session is not None, "open() the proxy in the serving loop first"
         return await self.session.request(
             method,
             URL(url, encoded=True),
             headers=headers,
-            data=body.data if body.complete else body.stream(),
+            data=data,
             allow_redirects=False,
             trace_request_ctx=attempt,
         )

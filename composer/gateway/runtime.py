@@ -76,16 +76,7 @@ class Gateway:
         self.switcher = Switcher(config, self.metrics)
         self.status = StatusBoard(self)
         self.proxy = ProxyApp(
-            self.gate,
-            self.live,
-            KeyCheck(config.api_key),
-            self.metrics,
-            self.switcher,
-            config.served_name,
-            config.stall_timeout,
-            config.hold_keepalive,
-            config.unresponsive_timeout,
-            config.continue_streams,
+            self.gate, self.live, KeyCheck(config.api_key), self.metrics, self.switcher, config
         )
         self.public_app = self._public_app()
         self.control_app = build_control_app(self)
@@ -148,12 +139,8 @@ class Gateway:
         if config.log_level != self.config.log_level:
             logging.getLogger().setLevel(config.log_level.upper())
         self.config = config
-        gate = self.gate
-        gate.max_held, gate.hold_timeout, gate.retry_after = (
-            config.max_held,
-            config.hold_timeout,
-            config.retry_after,
-        )
+        self.gate.max_held, self.gate.hold_timeout = config.max_held, config.hold_timeout
+        self.gate.retry_after = config.retry_after
         self.upstream.candidates = config.upstream_candidates
         self.live.config = config
         self.switcher.configure(config)
@@ -210,12 +197,6 @@ class Gateway:
 
     def state(self) -> dict[str, Any]:
         """Everything the control channel reports."""
-        refused = {
-            s.labels["reason"]: s.value
-            for metric in self.metrics.refused.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        }
         return {
             "upstream": self.upstream.url,
             "served_name": self.config.served_name,
@@ -224,7 +205,7 @@ class Gateway:
             "upstreams": self.live.snapshot(),
             "single_outstanding": self.live.single.outstanding,
             **self.gate.snapshot(),
-            "refused": refused,
+            "refused": self.metrics.refused_counts(),
             "drained_total": self.metrics.drained._value.get(),
             "cut_total": self.metrics.cut._value.get(),
             "routes_total": self.metrics.routes._value.get(),

@@ -144,12 +144,6 @@ class StatusBoard:
                 **self.samples.summary(name),
                 "sparkline": self.samples.sparkline(name, now - SPARK_S),
             }
-        refused = {
-            s.labels["reason"]: s.value
-            for metric in gw.metrics.refused.collect()
-            for s in metric.samples
-            if s.name.endswith("_total")
-        }
         return {
             "time": round(now, 3),
             "served_name": gw.config.served_name,
@@ -173,7 +167,7 @@ class StatusBoard:
                 "open": gate["open"],
                 "holds": [{"owner": h["owner"], "expires_in_s": h["expires_in_s"]} for h in gate["holds"]],
                 "forwarded_total": gw.metrics.forwarded._value.get(),
-                "refused_total": refused,
+                "refused_total": gw.metrics.refused_counts(),
             },
             "variants": variants,
             "settings": gw.settings_in_effect(),

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 KEEP_SWITCHES = 50
-STAGES = ("drain", "stop", "sleep", "start", "wake", "gate")
-OUTCOMES = ("ok", "failed", "abandoned", "released")  # released: the host reported no outcome
 # The detail `up` releases a gateway-only update with (its outcome, composer.swap.swapper):
 # the variant kept serving, only the gateway's settings changed.
 GATEWAY_UPDATED = "gateway updated"

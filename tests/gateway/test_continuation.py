@@ -281,7 +281,7 @@ def test_a_stream_that_shows_reasoning_or_a_tool_call_is_not_continued() -> None
         metrics = Metrics()
         stream = continuation.Stream(True, body(0, True), metrics)
         stream.feed(sse({"id": "x", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": delta}]}))
-        assert not stream.continuable() and stream.refused == reason
+        assert stream.refused == reason
         assert metrics.continuation_refused.labels(reason)._value.get() == 1
 
 
