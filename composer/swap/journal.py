@@ -17,7 +17,6 @@ import contextlib
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +25,7 @@ from typing import Any
 
 from composer.errors import ComposerError
 from composer.render.runfiles import state_dir
-from composer.stack.bounded import HISTORY_LIMIT, KIB, RECORD_LIMIT, read_bounded
+from composer.stack.bounded import HISTORY_LIMIT, KIB, RECORD_LIMIT, read_bounded, replace_file
 from composer.swap.lock import swap_lock
 
 HISTORY_LINES = 1000
@@ -43,14 +42,7 @@ def project_dir(project: str, directory: Path | None = None) -> Path:
 
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    replace_file(path, data, 0o600)
 
 
 def process_start(pid: int) -> str | None:
