@@ -67,8 +67,3 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
     label = "+".join(variants or stack.gateway.live) if live else names[0]
     report_swap(label, args.as_json, run, " on Kubernetes")
     return True
-
-
-def kube_up(obj: Context, variant: str, kube_context: str | None, args: SwapArgs) -> None:
-    """`up VARIANT --target kubernetes` after `--recreate-gateway`: the same entry."""
-    kube_live_up(obj, (variant,), kube_context, args)

@@ -9,7 +9,7 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
-from composer.cli.kube_live import kube_live_up, kube_up
+from composer.cli.kube_live import kube_live_up
 from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.cli.swap_args import SwapArgs, report_swap
@@ -154,14 +154,7 @@ def up(
     if target == "kubernetes":
         if variant is None:
             raise ConfigError(f"up needs a VARIANT: one of {', '.join(obj.stack().variants)}")
-        if args.profiles:
-            raise ConfigError(
-                "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
-                "([kubernetes] service_monitor) lets the cluster's Prometheus scrape"
-            )
-        if args.dry_run:
-            raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
-        kube_up(obj, variant, kube_context, args)
+        kube_live_up(obj, (variant,), kube_context, args)  # refuses --with and --dry-run itself
         return
     if kube_context:
         raise ConfigError(
