@@ -4,6 +4,7 @@ holding spaces and `%`; and `follow` ends with 130 when interrupted."""
 from __future__ import annotations
 
 import configparser
+import importlib
 import shlex
 import shutil
 import subprocess
@@ -130,7 +131,8 @@ def test_ctrl_c_ends_follow_with_130(odd_dir: Path, monkeypatch: pytest.MonkeyPa
     def interrupted(*args: object, **kwargs: object) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("composer.swap.follow.follow", interrupted)
+    # the module itself: `composer.swap` also exports a function named follow
+    monkeypatch.setattr(importlib.import_module("composer.swap.follow"), "follow", interrupted)
     monkeypatch.setattr("composer.cli.context.Context.docker", lambda self, timeout=None: object())
     result = CliRunner().invoke(
         main, ["--env-file", "my env", "--set", "gateway.switch_on_model=true", "follow"]
@@ -149,7 +151,8 @@ def test_a_switch_interrupted_and_rolled_back_ends_follow_with_130(
         stop.set()
         return 0
 
-    monkeypatch.setattr("composer.swap.follow.follow", rolled_back)
+    # the module itself: `composer.swap` also exports a function named follow
+    monkeypatch.setattr(importlib.import_module("composer.swap.follow"), "follow", rolled_back)
     monkeypatch.setattr("composer.cli.context.Context.docker", lambda self, timeout=None: object())
     result = CliRunner().invoke(
         main, ["--env-file", "my env", "--set", "gateway.switch_on_model=true", "follow"]
