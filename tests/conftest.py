@@ -205,16 +205,16 @@ def free_port(ports: tuple[int, int] | None = None) -> int:
     one it handed out before in this process (until most of the range has been)."""
     low, _, high = os.environ.get("TEST_PORT_RANGE", "").partition("-")
     if ports is None and low and high:
-        ports = (int(low), int(high))
+        ports = _worker_share((int(low), int(high)))
     if ports is None:
         # outside the kernel's ephemeral range: a port taken from it (bind to port 0) can go to
         # some process's outgoing connection before the test's server binds it; above it, clear
         # of the fixed ranges of the Docker labs (18xxx)
         first_ephemeral, last_ephemeral = _ephemeral_ports()
         if last_ephemeral <= 63535:
-            ports = (last_ephemeral + 1, 65535)
+            ports = _worker_share((last_ephemeral + 1, 65535))
         elif first_ephemeral > 22000:
-            ports = (20000, first_ephemeral - 1)
+            ports = _worker_share((20000, first_ephemeral - 1))
     if ports is not None:
         first, last = ports
         candidates = range(first, last + 1)
@@ -244,6 +244,20 @@ _issued: set[int] = set()
 """Ports free_port handed out in this process: a port is free until its test binds it, so two
 calls before the first bind (a test's two stacks) could otherwise get the same one; and a port a
 finished test used may still be held by a container Docker is removing."""
+
+
+def _worker_share(ports: tuple[int, int]) -> tuple[int, int]:
+    """This pytest-xdist worker's own slice of `ports`: `_issued` is per process, so two
+    workers drawing from one range could hand out the same port (one test's dead port served
+    by another's server)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    if not worker.startswith("gw") or count < 2:
+        return ports
+    first, last = ports
+    share = (last - first + 1) // count
+    index = int(worker[2:]) % count
+    return first + index * share, first + (index + 1) * share - 1
 
 
 def _ephemeral_ports() -> tuple[int, int]:
