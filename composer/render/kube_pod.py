@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 from composer.errors import ConfigError
-from composer.stack.kube_values import Resources, quantity_value
+from composer.stack.kubernetes import Resources, quantity_value
 from composer.stack.model import Stack, Variant
 
 GIB = 2**30

@@ -48,7 +48,7 @@ from composer.render.files import RenderedFile, one_line
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, ServiceSpec, resolve
 from composer.render.target import Target, resolve_target
-from composer.stack.kube_values import DNS_LABEL, LABEL_VALUE
+from composer.stack.kubernetes import DNS_LABEL, LABEL_VALUE
 from composer.stack.model import Stack
 
 Manifest = dict[str, Any]

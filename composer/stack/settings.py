@@ -14,8 +14,7 @@ from typing import Any
 
 from composer.stack import values as v
 from composer.stack.gateway import GATEWAY_SETTINGS, POLICIES
-from composer.stack.kube_values import PDB_CHOICES, PULL_POLICIES
-from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES
+from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES, PDB_CHOICES, PULL_POLICIES
 from composer.stack.stack_table import STACK_SETTINGS
 
 VARIANT = "variants.<name>"
