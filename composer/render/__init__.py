@@ -2,28 +2,22 @@
 
 Owns: `ServiceSpec`, the one description of a variant's container (image, argv, env,
 mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
-function; `GatewaySpec`, the gateway's container in front of it (`gateway`); `PrometheusSpec`,
-the optional observability profile's Prometheus beside them (`prometheus`); the opt-in
-`follow` profile's follower container (`follow`: `FollowSpec`, `build_follow_spec`); `Target`,
-a variant resolved once into both (`target`); the compose files and bash launchers
-rendered from the Jinja templates in the top-level `templates/` folder (shipped in the
-wheel as `composer/templates`); the run files `up` starts (`files.run_file`, the swap's one
-entry point into rendering; `runfiles`: their folder and environment); the resolved
-stack as data (`describe`); the Kubernetes manifests, a kustomize base and one overlay
-per variant (`kubernetes`), with the production settings of the `[kubernetes]` table
-(`kube_pod`: resources and scheduling; `kube_extras`: disruption budgets, ServiceMonitors,
-scrape annotations) and an offline Pod Security Standards check (`kube_security`:
-`pod_security_level`); a live set (`live`: one compose service per live container behind the
-one gateway, `GATEWAY_LIVE_UPSTREAMS`; `kube_live`: one Deployment and Service per live
-variant in `kubernetes/live/`); the systemd unit that keeps `follow` running (`systemd`).
+function (`spec`); the containers beside it (`gateway`, `prometheus`, `follow`); `Target`,
+a variant resolved once into all of them (`target`); the compose files and bash launchers
+rendered from the Jinja templates in the top-level `templates/` folder (`files`; shipped in
+the wheel as `composer/templates`); the run files `up` starts (`files.run_file`, the swap's
+one entry point into rendering; `runfiles`); the resolved stack as data (`describe`); the
+Kubernetes manifests (`kubernetes`, with `kube_pod` for the `[kubernetes]` table and
+`kube_security` for the Pod Security check); a live set (`live`, `kube_live`); the systemd
+unit that keeps `follow` running (`systemd`).
 Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `PrometheusSpec`, `build_prometheus_spec`, `FollowSpec`, `build_follow_spec`, `Target`,
 `resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
 `write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
-`render_plan`, `RenderPlan`, `stale_files` (what `render` writes and what is stale: `outputs`),
-`pod_security_level`, `LiveTarget`, `LiveService`, `resolve_live`, `render_live`,
-`render_kube_live`, `FollowUnit`, `render_follow_unit`.
+`render_plan`, `RenderPlan`, `stale_files`, `pod_security_level`, `LiveTarget`,
+`LiveService`, `resolve_live`, `render_live`, `render_kube_live`, `FollowUnit`,
+`render_follow_unit`.
 """
 
 from composer._exports import lazy_exports

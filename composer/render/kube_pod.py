@@ -1,4 +1,5 @@
-"""What the `[kubernetes]` table adds to the pods: resources, scheduling, image pulls.
+"""What the `[kubernetes]` table adds to the manifests: resources, scheduling, image pulls,
+disruption budgets, ServiceMonitors and scrape annotations.
 
 Defaults are safe on a GPU node pool: the vLLM pod requests the host memory its ranks
 need while loading (the weights when `weights_bytes` is known, a few GiB of runtime per
@@ -6,6 +7,13 @@ rank, and the /dev/shm it may fill), so it is never BestEffort and never evicted
 no memory limit by default (a loader that crosses one is killed). The gateway gets small
 requests and a memory limit. `kubernetes.resources` overrides any figure, per variant,
 for every variant (`server`) or for the gateway.
+
+- `pdb = "gateway"` (the default): a node drain may not evict the single gateway pod
+  (`maxUnavailable: 0`); move it with `kubectl rollout restart`. `all` covers the vLLM
+  pod too, `none` renders none.
+- `service_monitor = true`: one ServiceMonitor (Prometheus Operator) per Service: the
+  gateway's metrics at /gateway/metrics, vLLM's at /metrics.
+- `scrape_annotations = true`: `prometheus.io/scrape|port|path` on the pod templates.
 """
 
 from __future__ import annotations
@@ -27,6 +35,10 @@ GATEWAY_DEFAULTS: Resources = {
     "limits": {"memory": "512Mi", "ephemeral-storage": "256Mi"},
 }
 OWNERS = ("gateway", "server")
+Manifest = dict[str, Any]
+MONITOR_API = "monitoring.coreos.com/v1"
+SERVER_METRICS = "/metrics"
+GATEWAY_METRICS = "/gateway/metrics"
 
 
 def gib(size: int) -> str:
@@ -113,3 +125,43 @@ def gpu_pod_fields(stack: Stack) -> dict[str, Any]:
     if kube.runtime_class:
         fields["runtimeClassName"] = kube.runtime_class
     return fields
+
+
+def scrape_annotations(stack: Stack, port: int, path: str) -> dict[str, str]:
+    """`prometheus.io/*` annotations of a pod template (none unless asked for)."""
+    if not stack.kubernetes.scrape_annotations:
+        return {}
+    return {"prometheus.io/scrape": "true", "prometheus.io/port": str(port), "prometheus.io/path": path}
+
+
+def disruption_budget(name: str, selector: dict[str, str], managed: dict[str, str]) -> Manifest:
+    """A PodDisruptionBudget that lets no voluntary eviction take the pod."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": name, "labels": {**selector, **managed}},
+        "spec": {"maxUnavailable": 0, "selector": {"matchLabels": selector}},
+    }
+
+
+def service_monitor(stack: Stack, name: str, service_labels: dict[str, str], path: str) -> Manifest:
+    """A ServiceMonitor scraping the Service with these labels on its `http` port."""
+    return {
+        "apiVersion": MONITOR_API,
+        "kind": "ServiceMonitor",
+        "metadata": {
+            "name": name,
+            "labels": {**service_labels, **stack.kubernetes.monitor_labels},
+        },
+        "spec": {
+            "selector": {"matchLabels": service_labels},
+            "endpoints": [
+                {
+                    "port": "http",
+                    "path": path,
+                    "interval": f"{stack.kubernetes.scrape_interval}s",
+                    "scheme": "http",
+                }
+            ],
+        },
+    }

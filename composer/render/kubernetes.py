@@ -24,8 +24,7 @@ Kubernetes has no `${VAR:-default}`: host values are rendered at their resolved 
 overrides them). The API key is only ever a `secretKeyRef`; the Secret itself is never
 rendered.
 
-Production settings come from the `[kubernetes]` table: resources and scheduling
-(`kube_pod`), disruption budgets and monitoring (`kube_extras`). The gateway meets Pod
+Production settings come from the `[kubernetes]` table (`kube_pod`). The gateway meets Pod
 Security "restricted"; the vLLM pod meets "baseline" with `models = "pvc"` (a hostPath
 volume is outside baseline). `kube_security` checks both, and each Deployment's header
 says which level it meets.
@@ -43,7 +42,7 @@ import yaml
 
 from composer import labels
 from composer.errors import ConfigError, RenderError
-from composer.render import kube_extras, kube_pod, kube_security
+from composer.render import kube_pod, kube_security
 from composer.render.files import RenderedFile, one_line
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, ServiceSpec, resolve
@@ -196,7 +195,7 @@ def deployment(stack: Stack, target: Target) -> Manifest:
     container["securityContext"] = {"allowPrivilegeEscalation": False}
     pod_annotations = {
         **annotations,
-        **kube_extras.scrape_annotations(stack, spec.container_port, "/metrics"),
+        **kube_pod.scrape_annotations(stack, spec.container_port, "/metrics"),
     }
     return {
         "apiVersion": "apps/v1",
@@ -314,7 +313,7 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
             {"name": "tmp", "mountPath": "/tmp"},
         ],
     }
-    annotations = kube_extras.scrape_annotations(stack, gateway.container_port, kube_extras.GATEWAY_METRICS)
+    annotations = kube_pod.scrape_annotations(stack, gateway.container_port, kube_pod.GATEWAY_METRICS)
     pod_spec = {
         **kube_pod.common_pod_fields(stack),
         "securityContext": {
@@ -399,7 +398,7 @@ def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
         found.append(
             (
                 f"pdb-{which}.yaml",
-                kube_extras.disruption_budget(name, selector_labels(stack, component), managed),
+                kube_pod.disruption_budget(name, selector_labels(stack, component), managed),
             )
         )
     if stack.kubernetes.service_monitor:
@@ -407,14 +406,12 @@ def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
         if gateway is not None:
             monitored.insert(0, (GATEWAY_COMPONENT, stack.service))
         for component, name in monitored:
-            path = (
-                kube_extras.GATEWAY_METRICS if component == GATEWAY_COMPONENT else kube_extras.SERVER_METRICS
-            )
+            path = kube_pod.GATEWAY_METRICS if component == GATEWAY_COMPONENT else kube_pod.SERVER_METRICS
             service_labels = {**selector_labels(stack, component), **managed}
             found.append(
                 (
                     f"servicemonitor-{component}.yaml",
-                    kube_extras.service_monitor(stack, name, service_labels, path),
+                    kube_pod.service_monitor(stack, name, service_labels, path),
                 )
             )
     return found
