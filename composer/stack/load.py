@@ -26,8 +26,7 @@ from composer.stack.gateway import GATEWAY_SETTINGS, HOLD_TIMEOUT_MAX, GatewaySe
 from composer.stack.kubernetes import KUBE_SETTINGS, KubeSettings
 from composer.stack.model import Speculative, Stack, Variant, image_env_var
 from composer.stack.placement import check_live, check_replicas, parse_placement, parse_replicas
-from composer.stack.settings import KEYS, SPECULATIVE, VARIANT, settable_keys
-from composer.stack.stack_table import STACK_SETTINGS
+from composer.stack.settings import KEYS, SPECULATIVE, STACK_SETTINGS, VARIANT, settable_keys
 from composer.stack.workload_classes import check_workload_name, gateway_workloads
 
 API_KEY_VAR = "VLLM_API_KEY"
