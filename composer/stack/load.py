@@ -119,7 +119,7 @@ class _Resolver:
         toml_value: object = None,
         is_path: bool = False,
     ) -> T:
-        raw, where, base = self._lookup(dotted, env, toml_value, default)
+        raw, where, base = self.lookup(dotted, env, toml_value, default)
         try:
             value = parse(raw)
         except ValueError as err:
@@ -142,7 +142,7 @@ class _Resolver:
         """`get` for `key` of a table as the file has it: `prefix.key`, its value in `table`."""
         return self.get(f"{prefix}.{key}", parse, default, env, table.get(key))
 
-    def _lookup(
+    def lookup(
         self, dotted: str, env: str | None, toml_value: object, default: object
     ) -> tuple[object, str, Path | None]:
         if dotted in self.s.flags:
@@ -157,10 +157,6 @@ class _Resolver:
             label = str(origin.name) if origin else "composer.toml"
             return toml_value, label, origin.parent if origin else Path.cwd()
         return default, "default", Path.cwd()
-
-    def lookup_origin(self, dotted: str, env: str | None, toml_value: object) -> str:
-        """Where a value would come from (`default` when nothing sets it)."""
-        return self._lookup(dotted, env, toml_value, None)[1]
 
     def note(self, dotted: str) -> None:
         """Record the stack file that set a value read from the tables as they are
@@ -190,9 +186,9 @@ def _build(sources: Sources) -> Stack:
     workloads = _workloads(sources, variants)
     for workload in workloads:
         resolve.note(f"workloads.{workload}")
-    kubernetes = _kubernetes(sources, resolve)
+    kubernetes = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS, KubeSettings)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
-    gateway = _gateway(sources, resolve)
+    gateway = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS, GatewaySettings)
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
         start_period = settings["start_period"]  # seconds: parse_duration's int
         if isinstance(start_period, int) and start_period > gateway.hold_timeout:
@@ -213,14 +209,10 @@ def _build(sources: Sources) -> Stack:
             raise ConfigError(f"gateway.live names {name}: {variants[name].refused}")
     _check_switching(gateway, variants, workloads, str(settings["served_model_name"]))
     check_live(variants, gateway.live, gpus_used=settings["gpus"] is not None)
-    api_key = sources.environ.get(API_KEY_VAR) or sources.dotenv.get(API_KEY_VAR) or None
+    api_key, where, _ = resolve.lookup(API_KEY_VAR, API_KEY_VAR, None, None)
     if api_key is not None:
-        resolve.record[API_KEY_VAR] = (
-            f"environment {API_KEY_VAR}"
-            if sources.environ.get(API_KEY_VAR)
-            else f"{sources.dotenv_label} {API_KEY_VAR}"
-        )
-        if not v.is_header_safe(api_key):
+        resolve.record[API_KEY_VAR] = where
+        if not v.is_header_safe(str(api_key)):
             # Never shown: only where it came from and what is allowed.
             raise ConfigError(
                 f"invalid {API_KEY_VAR} (from {resolve.record[API_KEY_VAR]}): expected {v.API_KEY_HELP}"
@@ -237,12 +229,12 @@ def _build(sources: Sources) -> Stack:
         images=images,
         variants=variants,
         workloads=workloads,
-        env=_stack_env(raw_stack.get("env", {}), resolve),
+        env=_env_table(raw_stack.get("env", {}), "stack.env", resolve),
         kubernetes=kubernetes,
         gateway=gateway,
         sources=resolve.record,
         written=resolve.written,
-        api_key=api_key,
+        api_key=None if api_key is None else str(api_key),
         home=sources.home,
     )
 
@@ -259,7 +251,7 @@ def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) ->
     after its folder. A folder with no usable character is refused when nothing else names one."""
     folder = (sources.home or Path.cwd()).name
     name = compose_project_name(folder)
-    if not name and resolve.lookup_origin("stack.project", "COMPOSE_PROJECT_NAME", toml_value) == "default":
+    if not name and resolve.lookup("stack.project", "COMPOSE_PROJECT_NAME", toml_value, None)[1] == "default":
         raise ConfigError(
             f"the stack file's folder {folder!r} gives no compose project name (kept are lowercase "
             "letters, digits, '-' and '_', from the first letter or digit on): set stack.project "
@@ -268,33 +260,16 @@ def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) ->
     return name or None
 
 
-def _stack_env(raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
-    env = _env_table(raw, "stack.env")
-    for name, _ in env:
-        resolve.note(f"stack.env.{name}")
-    return env
-
-
 def _settings_table(
-    sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple]
-) -> dict[str, Any]:
-    """The resolved values of a settings table (`[kubernetes]`, `[gateway]`): unknown keys
-    refused, each key from the environment, the file or its default."""
+    sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple], typed: Callable[..., T]
+) -> T:
+    """A settings table (`[kubernetes]`, `[gateway]`) as `typed`: unknown keys refused, each
+    key from the environment, the file or its default."""
     raw = _table(sources.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
-    return {
-        key: resolve.key_of(table, raw, key, parse, default, env) for key, env, parse, default in settings
-    }
-
-
-def _kubernetes(sources: Sources, resolve: _Resolver) -> KubeSettings:
-    values = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS)
-    return KubeSettings(**values)
-
-
-def _gateway(sources: Sources, resolve: _Resolver) -> GatewaySettings:
-    values = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS)
-    return GatewaySettings(**values)
+    return typed(
+        **{key: resolve.key_of(table, raw, key, parse, default, env) for key, env, parse, default in settings}
+    )
 
 
 def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: GatewaySettings) -> None:
@@ -423,7 +398,7 @@ def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
     }
 
 
-def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
+def _env_table(raw: object, where: str, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
     if not isinstance(raw, dict):
         raise ConfigError(f'invalid {where} = {v.shown(raw)}: expected a table of NAME = "value"')
     result = []
@@ -442,6 +417,7 @@ def _env_table(raw: object, where: str) -> tuple[tuple[str, str], ...]:
                 f"invalid {where}.{name} = {v.shown(value)}: expected a string without NUL bytes"
             )
         result.append((name, str(value)))
+        resolve.note(f"{where}.{name}")
     return tuple(sorted(result))
 
 
@@ -533,7 +509,7 @@ def _variant(
         image_key=image_key,
         kv_cache_memory=kv,
         speculative=_speculative(prefix, table.get("speculative"), resolve),
-        env=_variant_env(prefix, table.get("env", {}), resolve),
+        env=_env_table(table.get("env", {}), f"{prefix}.env", resolve),
         extra_args=tuple(extra_args),
         min_kv_cache_tokens=min_tokens,
         description=description,
@@ -585,13 +561,6 @@ def _image_key(raw: object, images: Mapping[str, str]) -> str:
     if not isinstance(raw, str) or raw not in images:
         raise ValueError("a key of [images], one of " + ", ".join(sorted(images)))
     return raw
-
-
-def _variant_env(prefix: str, raw: object, resolve: _Resolver) -> tuple[tuple[str, str], ...]:
-    env = _env_table(raw, f"{prefix}.env")
-    for name, _ in env:
-        resolve.note(f"{prefix}.env.{name}")
-    return env
 
 
 def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | None:
