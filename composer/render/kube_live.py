@@ -10,7 +10,6 @@ of its GPU set, else tensor_parallel_size) selected by its variant label, and it
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,18 +21,18 @@ from composer.render.kubernetes import (
     GENERATED,
     Manifest,
     _dns_label,
+    _file,
     _header,
     _kustomization,
     _service,
     deployment,
-    dump,
     extra_base_manifests,
     gateway_deployment,
     selector_labels,
     service,
 )
-from composer.render.live import LIVE_UPSTREAMS_VAR
-from composer.render.spec import CONTAINER_PORT, build_spec, text
+from composer.render.live import with_upstreams
+from composer.render.spec import CONTAINER_PORT, build_spec
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
@@ -72,24 +71,14 @@ def live_deployment(stack: Stack, name: str) -> Manifest:
     return doc
 
 
-def live_gateway(stack: Stack, variants: list[str]) -> Manifest | None:
-    """The gateway's Deployment with the live set's upstreams."""
-    gateway = build_gateway_spec(stack)
-    if gateway is None:
-        return None
-    listed = json.dumps(live_upstreams(stack, variants), separators=(",", ":"))
-    gateway = replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
-    return gateway_deployment(stack, gateway)
-
-
 def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manifest]]:
     """The live set's stack-wide objects, as (file name, manifest): the shared Service, the
     gateway's Deployment with the set's upstreams, and the base's other extras."""
     docs: list[tuple[str, Manifest]] = [("service.yaml", service(stack))]
-    gateway = live_gateway(stack, variants)
+    gateway = build_gateway_spec(stack)
     for file, doc in extra_base_manifests(stack):
         if file == "gateway-deployment.yaml" and gateway is not None:
-            doc = gateway
+            doc = gateway_deployment(stack, with_upstreams(gateway, live_upstreams(stack, variants)))
         docs.append((file, doc))
     return docs
 
@@ -111,16 +100,11 @@ def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[R
     for name in variants:
         docs += live_member_docs(stack, name)
     about = f"Live set: {', '.join(variants)}: every variant at once behind the gateway."
-    files = [
-        RenderedFile(
-            folder / "kustomization.yaml",
-            dump(
-                _kustomization([file for file, _ in docs], stack.kubernetes.namespace),
-                f"{GENERATED}\n{about}\nApply it instead of an overlay:\n"
-                f"  kubectl apply -k kubernetes/{LIVE_DIR}",
-            ),
-            0o644,
-        )
+    kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+    header = (
+        f"{GENERATED}\n{about}\nApply it instead of an overlay:\n  kubectl apply -k kubernetes/{LIVE_DIR}"
+    )
+    return [
+        _file(folder / "kustomization.yaml", kustomization, header),
+        *(_file(folder / file, doc, f"{_header(doc)}\n{about}") for file, doc in docs),
     ]
-    files += [RenderedFile(folder / file, dump(doc, f"{_header(doc)}\n{about}"), 0o644) for file, doc in docs]
-    return files

@@ -161,9 +161,6 @@ def pod_security_level(manifest: Manifest) -> str:
     return "baseline" if not baseline_violations(manifest) else "privileged"
 
 
-level = pod_security_level
-
-
 def _seccomp_not_unconfined(where: str, sc: Manifest) -> list[str]:
     if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
         return [f"{where}.seccompProfile.type: Unconfined is not allowed"]

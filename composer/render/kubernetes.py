@@ -121,13 +121,21 @@ def _pinned_image(image: str, variant: str) -> str:
     return image
 
 
-def _probe(spec: ServiceSpec, period: int, failures: int) -> Manifest:
+def _probe(period: int, timeout: int, failures: int, path: str = "/health") -> Manifest:
     return {
-        "httpGet": {"path": "/health", "port": "http"},
+        "httpGet": {"path": path, "port": "http"},
         "periodSeconds": period,
-        "timeoutSeconds": spec.healthcheck.timeout,
+        "timeoutSeconds": timeout,
         "failureThreshold": failures,
     }
+
+
+def _env(stack: Stack, secret_env: tuple[str, ...], values: list[tuple[str, str]]) -> list[Manifest]:
+    """A container's env: each secret from the stack's Secret, then the plain values."""
+    ref = {"name": secret_name(stack), "key": API_KEY_VAR}
+    return [{"name": name, "valueFrom": {"secretKeyRef": ref}} for name in secret_env] + [
+        {"name": name, "value": value} for name, value in values
+    ]
 
 
 def _volumes(stack: Stack, spec: ServiceSpec) -> tuple[list[Manifest], list[Manifest]]:
@@ -164,39 +172,27 @@ def deployment(stack: Stack, target: Target) -> Manifest:
         labels.SERVED_NAME: dict(spec.labels)[labels.SERVED_NAME],
         labels.PORT: dict(spec.labels)[labels.PORT],
     }
-    env: list[Manifest] = [
-        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(stack), "key": API_KEY_VAR}}}
-        for name in spec.secret_env
-    ]
-    env += [{"name": name, "value": value} for name, value in spec.environment]
     volumes, mounts = _volumes(stack, spec)
+    health = spec.healthcheck
+    cold_start = max(1, math.ceil(health.start_period / health.interval))
     container: Manifest = {
         "name": spec.service,
         "image": _pinned_image(resolve(spec.image), spec.variant),
         "imagePullPolicy": stack.kubernetes.image_pull_policy,
         "args": [resolve(arg) for arg in spec.command],
-        "env": env,
+        "env": _env(stack, spec.secret_env, list(spec.environment)),
         "ports": [{"name": "http", "containerPort": spec.container_port, "protocol": "TCP"}],
         "resources": kube_pod.server_resources(
             stack, target.variant, stack.tensor_parallel_size if spec.gpus is not None else None
         ),
-    }
-    health = spec.healthcheck
-    cold_start = max(1, math.ceil(health.start_period / health.interval))
-    container |= {
         "volumeMounts": mounts,
         # The cold-start budget: start_period of probing before readiness (and liveness) take over.
-        "startupProbe": _probe(spec, health.interval, cold_start),
-        "readinessProbe": _probe(spec, health.interval, health.retries),
+        "startupProbe": _probe(health.interval, health.timeout, cold_start),
+        "readinessProbe": _probe(health.interval, health.timeout, health.retries),
+        **_liveness(stack, spec),
+        "securityContext": {"allowPrivilegeEscalation": False},
     }
-    liveness = _liveness(stack, spec)
-    if liveness:
-        container["livenessProbe"] = liveness
-    container["securityContext"] = {"allowPrivilegeEscalation": False}
-    pod_annotations = {
-        **annotations,
-        **kube_pod.scrape_annotations(stack, spec.container_port, "/metrics"),
-    }
+    pod_annotations = {**annotations, **kube_pod.scrape_annotations(stack, spec.container_port, "/metrics")}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -221,11 +217,11 @@ def deployment(stack: Stack, target: Target) -> Manifest:
     }
 
 
-def _liveness(stack: Stack, spec: ServiceSpec) -> Manifest | None:
+def _liveness(stack: Stack, spec: ServiceSpec) -> Manifest:
     """A liveness probe only when asked for, and never shorter than the load (start_period)."""
     budget = stack.kubernetes.liveness
     if not budget:
-        return None
+        return {}
     if budget < stack.start_period:
         raise ConfigError(
             f"invalid kubernetes.liveness = {budget}s: shorter than stack.start_period "
@@ -233,12 +229,8 @@ def _liveness(stack: Stack, spec: ServiceSpec) -> Manifest | None:
             "use off or at least the start period"
         )
     interval = spec.healthcheck.interval
-    return {
-        "httpGet": {"path": "/health", "port": "http"},
-        "periodSeconds": interval,
-        "timeoutSeconds": max(LIVENESS_TIMEOUT, spec.healthcheck.timeout),
-        "failureThreshold": max(1, math.ceil(budget / interval)),
-    }
+    failures = max(1, math.ceil(budget / interval))
+    return {"livenessProbe": _probe(interval, max(LIVENESS_TIMEOUT, spec.healthcheck.timeout), failures)}
 
 
 def service(stack: Stack) -> Manifest:
@@ -246,11 +238,6 @@ def service(stack: Stack) -> Manifest:
     else whichever variant serves."""
     component = GATEWAY_COMPONENT if stack.gateway.enabled else SERVER_COMPONENT
     return _service(stack, stack.service, selector_labels(stack, component), stack.port)
-
-
-def variant_service(stack: Stack) -> Manifest:
-    """Behind the gateway: the internal Service the gateway forwards to (the serving variant)."""
-    return _service(stack, variant_service_name(stack), selector_labels(stack), CONTAINER_PORT)
 
 
 def variant_service_name(stack: Stack) -> str:
@@ -275,27 +262,19 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
     control channel is a UNIX socket inside the pod: no port of it is exposed."""
     selector = selector_labels(stack, GATEWAY_COMPONENT)
     upstream = f"http://{variant_service_name(stack)}:{CONTAINER_PORT}"
-    env: list[Manifest] = [
-        {"name": name, "valueFrom": {"secretKeyRef": {"name": secret_name(stack), "key": API_KEY_VAR}}}
-        for name in gateway.secret_env
-    ]
-    env += [
-        {"name": name, "value": upstream if name == "GATEWAY_UPSTREAM" else resolve(value)}
+    values = [
+        (name, upstream if name == "GATEWAY_UPSTREAM" else resolve(value))
         for name, value in gateway.environment
         # sleep standby is a compose feature; so is the state volume (a pod's history is its own)
         if name not in ("GATEWAY_UPSTREAM_CANDIDATES", "GATEWAY_STATE_DIR")
     ]
-    probe = {
-        "httpGet": {"path": "/gateway/health", "port": "http"},
-        "periodSeconds": gateway.healthcheck.interval,
-        "timeoutSeconds": gateway.healthcheck.timeout,
-        "failureThreshold": gateway.healthcheck.retries,
-    }
+    health = gateway.healthcheck
+    probe = _probe(health.interval, health.timeout, health.retries, "/gateway/health")
     container: Manifest = {
         "name": gateway.service,
         "image": _pinned_image(resolve(gateway.image), gateway.service),
         "imagePullPolicy": stack.kubernetes.image_pull_policy,
-        "env": env,
+        "env": _env(stack, gateway.secret_env, values),
         "ports": [{"name": "http", "containerPort": gateway.container_port, "protocol": "TCP"}],
         "resources": kube_pod.gateway_resources(stack),
         "readinessProbe": probe,
@@ -387,33 +366,28 @@ def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
     if gateway is not None:
         found += [
             ("gateway-deployment.yaml", gateway_deployment(stack, gateway)),
-            ("variant-service.yaml", variant_service(stack)),
-        ]
-    budgets = {"gateway": ["gateway"] if gateway else [], "all": ["gateway", "server"], "none": []}
-    for which in budgets[stack.kubernetes.pdb]:
-        if which == "gateway" and gateway is None:
-            continue
-        component = GATEWAY_COMPONENT if which == "gateway" else SERVER_COMPONENT
-        name = gateway_name(stack) if which == "gateway" else stack.service
-        found.append(
+            # the internal Service the gateway forwards to (the serving variant)
             (
-                f"pdb-{which}.yaml",
-                kube_pod.disruption_budget(name, selector_labels(stack, component), managed),
-            )
-        )
+                "variant-service.yaml",
+                _service(stack, variant_service_name(stack), selector_labels(stack), CONTAINER_PORT),
+            ),
+        ]
+    for which in {"gateway": ["gateway"], "all": ["gateway", "server"], "none": []}[stack.kubernetes.pdb]:
+        if which == SERVER_COMPONENT or gateway is not None:
+            name = gateway_name(stack) if which == GATEWAY_COMPONENT else stack.service
+            budget = kube_pod.disruption_budget(name, selector_labels(stack, which), managed)
+            found.append((f"pdb-{which}.yaml", budget))
     if stack.kubernetes.service_monitor:
-        monitored = [(SERVER_COMPONENT, stack.service if gateway is None else variant_service_name(stack))]
+        monitored = [(SERVER_COMPONENT, stack.service, kube_pod.SERVER_METRICS)]
         if gateway is not None:
-            monitored.insert(0, (GATEWAY_COMPONENT, stack.service))
-        for component, name in monitored:
-            path = kube_pod.GATEWAY_METRICS if component == GATEWAY_COMPONENT else kube_pod.SERVER_METRICS
+            monitored = [
+                (GATEWAY_COMPONENT, stack.service, kube_pod.GATEWAY_METRICS),
+                (SERVER_COMPONENT, variant_service_name(stack), kube_pod.SERVER_METRICS),
+            ]
+        for component, name, path in monitored:
             service_labels = {**selector_labels(stack, component), **managed}
-            found.append(
-                (
-                    f"servicemonitor-{component}.yaml",
-                    kube_pod.service_monitor(stack, name, service_labels, path),
-                )
-            )
+            monitor = kube_pod.service_monitor(stack, name, service_labels, path)
+            found.append((f"servicemonitor-{component}.yaml", monitor))
     return found
 
 
@@ -432,6 +406,10 @@ def dump(manifest: Manifest, header: str) -> str:
     return "".join(f"# {one_line(line)}\n" if line else "#\n" for line in header.splitlines()) + body
 
 
+def _file(path: Path, doc: Manifest, header: str) -> RenderedFile:
+    return RenderedFile(path, dump(doc, header), 0o644)
+
+
 def _kustomization(resources: list[str], namespace: str = "") -> Manifest:
     doc: Manifest = {"apiVersion": KUSTOMIZE_API, "kind": "Kustomization"}
     if namespace:
@@ -444,7 +422,7 @@ def _header(doc: Manifest) -> str:
     """The generated-file header; a Deployment's says which Pod Security level it meets."""
     if doc.get("kind") != "Deployment":
         return GENERATED
-    level = kube_security.level(doc)
+    level = kube_security.pod_security_level(doc)
     line = f"Pod Security: meets {level!r}."
     if level != "restricted":
         hostpath = any("hostPath" in v for v in doc["spec"]["template"]["spec"].get("volumes", []))
@@ -464,48 +442,39 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
     names = variants or list(stack.variants)
     base = out_dir / "base"
     extras = extra_base_manifests(stack)
+    kustomization = _kustomization(["service.yaml", *(name for name, _ in extras)])
     files = [
-        RenderedFile(
+        _file(
             base / "kustomization.yaml",
-            dump(
-                _kustomization(["service.yaml", *(name for name, _ in extras)]),
-                f"{GENERATED}\nShared by every variant; apply an overlay, never the base alone:\n"
-                "  kubectl apply -k kubernetes/overlays/VARIANT",
-            ),
-            0o644,
+            kustomization,
+            f"{GENERATED}\nShared by every variant; apply an overlay, never the base alone:\n"
+            "  kubectl apply -k kubernetes/overlays/VARIANT",
         ),
-        RenderedFile(
+        _file(
             base / "service.yaml",
-            dump(service(stack), f"{GENERATED}\nThe shared port, on whichever variant serves."),
-            0o644,
+            service(stack),
+            f"{GENERATED}\nThe shared port, on whichever variant serves.",
         ),
-        *(RenderedFile(base / name, dump(doc, _header(doc)), 0o644) for name, doc in extras),
+        *(_file(base / name, doc, _header(doc)) for name, doc in extras),
     ]
     for name in names:
         target = resolve_target(stack, name)
         overlay = out_dir / "overlays" / name
         about = f"Variant {name}: {target.variant.description}" if target.variant.description else name
-        files.append(
-            RenderedFile(
+        kustomization = _kustomization(["../../base", "deployment.yaml"], stack.kubernetes.namespace)
+        doc = deployment(stack, target)
+        files += [
+            _file(
                 overlay / "kustomization.yaml",
-                dump(
-                    _kustomization(["../../base", "deployment.yaml"], stack.kubernetes.namespace),
-                    f"{GENERATED}\n{about}\n"
-                    f"Switch the serving variant to {name} (a Recreate rollout; undo goes back):\n"
-                    f"  kubectl apply -k kubernetes/overlays/{name}",
-                ),
-                0o644,
-            )
-        )
-        files.append(
-            RenderedFile(
+                kustomization,
+                f"{GENERATED}\n{about}\nSwitch the serving variant to {name} (a Recreate rollout; undo goes "
+                f"back):\n  kubectl apply -k kubernetes/overlays/{name}",
+            ),
+            _file(
                 overlay / "deployment.yaml",
-                dump(
-                    doc := deployment(stack, target),
-                    f"{_header(doc)}\n{about}\nThe API key comes from the Secret {secret_name(stack)} "
-                    f"(key {API_KEY_VAR}), which is never rendered.",
-                ),
-                0o644,
-            )
-        )
+                doc,
+                f"{_header(doc)}\n{about}\nThe API key comes from the Secret {secret_name(stack)} "
+                f"(key {API_KEY_VAR}), which is never rendered.",
+            ),
+        ]
     return files

@@ -79,9 +79,6 @@ class LiveTarget:
         joined = ",".join(f"{s.name}={s.spec.hash}" for s in self.services)
         return hashlib.sha256(joined.encode()).hexdigest()[:16]
 
-    def upstreams(self) -> list[dict[str, str]]:
-        return [s.upstream() for s in self.services]
-
 
 def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
     """The container spec of one live member: the variant's spec under its own service and GPUs."""
@@ -117,6 +114,12 @@ def alone_hash(stack: Stack, member: LiveMember) -> str:
     return build_spec(stack, variant).hash
 
 
+def with_upstreams(gateway: GatewaySpec, upstreams: list[dict[str, str]]) -> GatewaySpec:
+    """The gateway with a live set's upstreams in its environment (`GATEWAY_LIVE_UPSTREAMS`)."""
+    listed = json.dumps(upstreams, separators=(",", ":"))
+    return replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
+
+
 def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
     """Resolve a live set (ConfigError, exit 2, for unknown names or overlapping GPU sets)."""
     services = tuple(
@@ -124,8 +127,7 @@ def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
     )
     gateway = build_gateway_spec(stack)
     if gateway is not None:
-        listed = json.dumps([s.upstream() for s in services], separators=(",", ":"))
-        gateway = replace(gateway, environment=(*gateway.environment, (LIVE_UPSTREAMS_VAR, text(listed))))
+        gateway = with_upstreams(gateway, [s.upstream() for s in services])
     prometheus = build_prometheus_spec(
         stack, [(s.name, s.member.variant, s.spec.compose_service) for s in services]
     )

@@ -112,7 +112,7 @@ def test_the_shipped_gateway_meets_restricted_and_vllm_on_a_pvc_meets_baseline(
     files = render_kubernetes(pvc, [], tmp_path)
     for variant in ("baseline", "mtp", "dflash2"):
         deployment = _deployment(files, variant)
-        assert kube_security.level(deployment) == "baseline"
+        assert kube_security.pod_security_level(deployment) == "baseline"
         header = next(f for f in files if str(f.path).endswith(f"{variant}/deployment.yaml")).content
         assert "# Pod Security: meets 'baseline'." in header
     assert (
@@ -209,7 +209,7 @@ def test_each_baseline_rule_is_checked(default_stack: Stack, tmp_path: Path, rul
     doc, message = _broken(default_stack, tmp_path, BASELINE_BREAKS[rule])
     found = kube_security.baseline_violations(doc)
     assert len(found) == 1 and message in found[0], found
-    assert kube_security.level(doc) == "privileged"
+    assert kube_security.pod_security_level(doc) == "privileged"
 
 
 @pytest.mark.parametrize("rule", sorted(RESTRICTED_BREAKS))
@@ -218,7 +218,7 @@ def test_each_restricted_rule_is_checked(default_stack: Stack, tmp_path: Path, r
     found = kube_security.restricted_violations(doc)
     assert found and all(message in f for f in found), found
     assert kube_security.baseline_violations(doc) == []
-    assert kube_security.level(doc) == "baseline"
+    assert kube_security.pod_security_level(doc) == "baseline"
 
 
 def test_the_gateway_is_hardened_and_outlives_its_drain(default_stack: Stack, tmp_path: Path) -> None:
