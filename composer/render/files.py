@@ -1,21 +1,14 @@
 """Render compose files and shell launchers from templates/ with one Jinja environment.
 
-All files are rendered in memory first, so a failure writes nothing. `write_all` then
-writes the set all or nothing: every changed file goes to a temp file beside its
-target first; only when all of them are written are they renamed into place, and a
-rename that fails puts the files already replaced back as they were. Files whose bytes
-are unchanged are not rewritten. `run_file` is the swap's one entry point into rendering:
-a variant's compose file in the state folder, the file `up` starts and a rollback restarts
-(the newest few per variant are kept, and never one a container was created from).
+All files are rendered in memory first, so a failure writes nothing; `write_all` then
+writes the set all or nothing (temp files beside the targets, renamed only when all are
+written; a failed rename puts back what it replaced); unchanged files are not rewritten.
+`run_file` is the swap's one entry point into rendering: the compose file `up` starts.
 
-Quoting contract. In compose files every literal is a YAML double-quoted scalar with
-`$` escaped as `$$`; a host value is `${VAR:-default}` with the default escaped the
-same way. Compose's interpolation cannot hold a default containing `}` (it ends the
-expression) or a newline (its pattern does not match across lines), so such a default
-is refused with a RenderError instead of rendering a file that means something else.
-Launchers use bash double-quoted words (backslash, double quote, dollar and backtick
-escaped), `${VAR}` for host values and single-quoted defaults, so nothing is split,
-globbed or expanded.
+Quoting contract. In compose files every literal is a YAML double-quoted scalar with `$`
+escaped as `$$`; a host value is `${VAR:-default}`, and a default that compose cannot hold
+(`}` or a newline) is refused with a RenderError. Launchers use bash double-quoted words,
+`${VAR}` for host values, so nothing is split, globbed or expanded.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """FollowSpec: the opt-in `follow` profile of a compose stack (pure data, no I/O).
 
-A `follow` service in every rendered compose file, under the compose profile `follow`:
-`docker compose up` leaves it alone unless the profile is enabled (`--profile follow`,
-`COMPOSE_PROFILES=follow`) or the service is named (`compose-spec up VARIANT --with follow`).
-It runs `compose-spec follow` in the follower image (images/follow) with the Docker socket
-mounted, which gives that container Docker's full power on the host.
-
-Inside, compose-spec renders run files that the host's daemon resolves, so every folder it
-shares with the host is mounted at the host's own path: the project folder (composer.toml
-and the env file; the working directory), the state folder (run files, swap history) and
-the swap-lock folder (`VLLM_COMPOSER_LOCK_DIR`, so host and container take turns), and the
-model folders read-only (the swap's preflight reads the checkpoints); the stack
-files (`COMPOSER_STACK`) and the env file lie in the project folder. Their
-`FOLLOW_*` variables default to the shell's `${PWD}` and `${HOME}`; `up --with follow` sets
-them exactly. The API key reaches the container only through the mounted env file.
+A `follow` service in every rendered compose file, under the compose profile `follow`
+(`up VARIANT --with follow`, `--profile follow`). It runs `compose-spec follow` with the
+Docker socket mounted, which gives that container Docker's full power on the host. The
+folders it shares with the host (the project folder, the state folder, the swap-lock
+folder, the model folders read-only) are mounted at the host's own paths, since the
+host's daemon resolves the run files it renders; their `FOLLOW_*` variables default to
+`${PWD}` and `${HOME}`. The API key reaches it only through the mounted env file.
 """
 
 from __future__ import annotations

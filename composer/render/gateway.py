@@ -1,8 +1,7 @@
 """GatewaySpec: the gateway's container, derived from the stack (pure data, no I/O).
 
-The gateway owns the shared port and forwards to the variant service on the project's
-network. Its description is the same in every variant's compose file, so starting any
-of them by hand leaves a running gateway untouched and recreates only the variant.
+It is the same in every variant's compose file, so starting any of them by hand leaves a
+running gateway untouched and recreates only the variant.
 """
 
 from __future__ import annotations

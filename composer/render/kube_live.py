@@ -1,11 +1,8 @@
-"""A live set on Kubernetes: one Deployment and one Service per live variant, one gateway.
+"""A live set on Kubernetes: `kubernetes/live/`, a kustomization of its own.
 
-`render --target kubernetes` with `[gateway] live` also writes `kubernetes/live/`, a
-kustomization of its own (`kubectl apply -k kubernetes/live`): the shared Service, the
-gateway's Deployment with `GATEWAY_LIVE_UPSTREAMS` (one upstream per variant: its Service,
-which balances over the variant's replicas), the stack-wide extras of the base, and per
-variant a Deployment (replicas from the stack, `nvidia.com/gpu` from the placement: the size
-of its GPU set, else tensor_parallel_size) selected by its variant label, and its Service.
+The shared Service, the gateway's Deployment with `GATEWAY_LIVE_UPSTREAMS` (one upstream per
+variant: its Service), the base's other extras, and per variant a Deployment (its replicas,
+`nvidia.com/gpu` from its GPU set, else tensor_parallel_size) and its Service.
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """What the `[kubernetes]` table adds to the manifests: resources, scheduling, image pulls,
 disruption budgets, ServiceMonitors and scrape annotations.
 
-Defaults are safe on a GPU node pool: the vLLM pod requests the host memory its ranks
-need while loading (the weights when `weights_bytes` is known, a few GiB of runtime per
-rank, and the /dev/shm it may fill), so it is never BestEffort and never evicted first;
-no memory limit by default (a loader that crosses one is killed). The gateway gets small
-requests and a memory limit. `kubernetes.resources` overrides any figure, per variant,
-for every variant (`server`) or for the gateway.
-
-- `pdb = "gateway"` (the default): a node drain may not evict the single gateway pod
-  (`maxUnavailable: 0`); move it with `kubectl rollout restart`. `all` covers the vLLM
-  pod too, `none` renders none.
-- `service_monitor = true`: one ServiceMonitor (Prometheus Operator) per Service: the
-  gateway's metrics at /gateway/metrics, vLLM's at /metrics.
-- `scrape_annotations = true`: `prometheus.io/scrape|port|path` on the pod templates.
+The vLLM pod requests the host memory its ranks need while loading (weights, a few GiB of
+runtime per rank, its /dev/shm), so it is never BestEffort; it gets no memory limit by
+default (a loader that crosses one is killed). The gateway gets small requests and a
+memory limit. `kubernetes.resources` overrides any figure for the gateway, for every
+variant (`server`) or per variant. `pdb` guards the gateway pod (default), all or none.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Pod Security Standards, checked offline on a rendered pod template.
+"""Pod Security Standards ("baseline", "restricted"), checked offline on a rendered pod template.
 
-The rules of the published standards (kubernetes.io/docs/concepts/security/pod-security-standards,
-as of v1.3x), "baseline" and "restricted"; each violation names the field and the rule.
-The admission controller is the authority on a cluster: this is the same reading of the
-rules, so a rendered tree can be judged before it is applied.
+The published rules (kubernetes.io/docs/concepts/security/pod-security-standards, v1.3x);
+each violation names the field and the rule. The admission controller is the authority.
 """
 
 from __future__ import annotations

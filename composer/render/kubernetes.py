@@ -1,33 +1,17 @@
 """Kubernetes manifests rendered from the same ServiceSpec as the compose files.
 
-The tree (`kubernetes/` next to the stack file by default):
+The tree (`kubernetes/` next to the stack file by default): `base/` holds the Service on
+the shared port, with a gateway its Deployment and the internal Service it forwards to,
+and the `[kubernetes]` table's budgets and monitors (`kube_pod`); `overlays/<variant>/`
+adds the variant's Deployment. Every variant is the same Deployment (the stack's service
+name, one replica, strategy Recreate: a pod holds its GPUs), so
+`kubectl apply -k kubernetes/overlays/mtp` switches whichever variant runs and
+`kubectl rollout undo` goes back; the Service selects by the shared app labels.
 
-    base/kustomization.yaml          the Service on the shared port (+ extra_base_manifests)
-    base/service.yaml
-    base/gateway-deployment.yaml     with a gateway: its Deployment, in front of the variant
-    base/variant-service.yaml        with a gateway: the internal Service it forwards to
-    base/pdb-*.yaml                  PodDisruptionBudgets (`pdb`: the gateway by default)
-    base/servicemonitor-*.yaml       with `service_monitor = true` (Prometheus Operator)
-    overlays/<variant>/kustomization.yaml   base + this variant's Deployment
-    overlays/<variant>/deployment.yaml
-
-Every variant is the same Deployment (named after the stack's service, one replica,
-strategy Recreate: a pod holds its GPUs, so the old pod must go before the new one can
-be scheduled), so `kubectl apply -k kubernetes/overlays/mtp` switches whichever variant
-runs, and `kubectl rollout undo` goes back. The Service selects the serving pods by the
-shared app labels, never by variant.
-
-Manifests are built as dicts and dumped with PyYAML's safe dumper, which quotes every
-string that would read as another type, so no value can change the document's shape.
-Kubernetes has no `${VAR:-default}`: host values are rendered at their resolved value
-(the composer.toml defaults for the committed tree; `--set` or a kustomize patch
-overrides them). The API key is only ever a `secretKeyRef`; the Secret itself is never
-rendered.
-
-Production settings come from the `[kubernetes]` table (`kube_pod`). The gateway meets Pod
-Security "restricted"; the vLLM pod meets "baseline" with `models = "pvc"` (a hostPath
-volume is outside baseline). `kube_security` checks both, and each Deployment's header
-says which level it meets.
+Manifests are dicts dumped with PyYAML's safe dumper, which quotes every string that would
+read as another type. Host values are rendered at their resolved value (Kubernetes has no
+`${VAR:-default}`). The API key is only ever a `secretKeyRef`. Each Deployment's header
+says which Pod Security level it meets (`kube_security`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """A live set rendered: one compose service per live container, all behind the one gateway.
 
-Each member (`mtp/1`) runs as the compose service `<service>-<variant>-<n>` with its own
-GPU set in the device reservation (none with GPU_DEVICES=none) and the labels `live` and
-`gpus`; the gateway's environment lists every member in `GATEWAY_LIVE_UPSTREAMS` (JSON:
-name, variant, url), so a by-hand `docker compose -f compose/live.yml up -d` starts the
-whole set. The optional `prometheus` (scraping every member) and `follow` services sit
-beside them under their compose profiles, as in a variant's file (`up A B --with ...`).
-Pure: no I/O but the rendered text.
+Each member (`mtp/1`) runs as the compose service `<service>-<variant>-<n>` with its own GPU
+set and the labels `live` and `gpus`; the gateway's `GATEWAY_LIVE_UPSTREAMS` (JSON: name,
+variant, url) lists every member, so `docker compose -f compose/live.yml up -d` starts the
+whole set. The `prometheus` and `follow` profiles sit beside them, as in a variant's file.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """What `render` writes for a target, decided before anything is written.
 
-The committed folder next to the stack file (compose/ or kubernetes/) is rendered from
-the stack files alone; a local render with the env file, the environment and flags goes
-to a folder of its own. `render_plan` returns the files and whether local values were
-left out of the committed ones; `stale_files` is what `render --check` reports.
+The committed folder next to the stack file (compose/ or kubernetes/) is rendered from the
+stack files alone; a render with the env file, the environment and flags goes to a folder
+of its own (`render_plan`). `stale_files` is what `render --check` reports.
 """
 
 from __future__ import annotations

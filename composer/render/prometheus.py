@@ -1,15 +1,10 @@
 """PrometheusSpec: the optional observability profile of a compose stack (pure data, no I/O).
 
 A `prometheus` service in every rendered compose file, under the compose profile
-`prometheus`: `docker compose up` leaves it alone unless the profile is enabled
-(`--profile prometheus`, `COMPOSE_PROFILES=prometheus`) or the service is named
-(`compose-spec up VARIANT --with prometheus`). It scrapes, inside the project's network,
-the gateway's `/gateway/metrics` (by its service name) and the serving variant's vLLM
-`/metrics` (by the variant service name all variants share; on a live set, every live
-container by its own service name). Neither path needs the API
-key, so Prometheus is given none: the key never reaches its container or its config.
-Its scrape configuration is inlined in the compose file (a compose `configs` entry), its
-data lives in a named volume, and its web port is published on the stack's bind address.
+`prometheus` (`up VARIANT --with prometheus`, `--profile prometheus`). It scrapes, inside
+the project's network, the gateway's `/gateway/metrics` and vLLM's `/metrics` of the
+serving variant (on a live set, of every live container). Neither needs the API key, so
+Prometheus gets none. Its configuration is inlined in the compose file.
 """
 
 from __future__ import annotations

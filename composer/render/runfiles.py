@@ -1,9 +1,7 @@
 """Where `up`'s run files live (`state_dir`) and the environment `docker compose` runs them in.
 
-A run file is a variant's compose file, named by variant and config hash and kept in the
-state directory, so a rollback restarts the previous container from exactly the file that
-created it; `composer.render.files.run_file` writes it and prunes the older ones.
-`compose_environment` makes the file's own resolved defaults win over the host's values.
+A run file is a variant's compose file named by variant and config hash, so a rollback
+restarts the previous container from exactly the file that created it (`files.run_file`).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """ServiceSpec: the one description of a container, derived from a stack variant.
 
-Pure data, no I/O. Host-specific values are `Var`s (an environment variable with a
-default) so that renderers can emit `${VAR:-default}`; everything else is literal.
+Pure data. Host-specific values are `Var`s (an environment variable with a default), which
+renderers emit as `${VAR:-default}`; everything else is literal.
 """
 
 from __future__ import annotations

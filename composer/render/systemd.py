@@ -1,5 +1,4 @@
-"""A systemd service unit that keeps `compose-spec follow` running (restart on failure,
-back after a reboot), with every path and argument escaped the way systemd reads them."""
+"""A systemd unit that keeps `compose-spec follow` running, escaped the way systemd reads it."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """In-server adaptive speculation: the batch-size K schedule and adaptive verification.
 
-Two fields of vLLM's `SpeculativeConfig` (checked in vLLM 0.32.0's
-`vllm/config/speculative.py` and `vllm/v1/spec_decode/dynamic/utils.py`):
-`num_speculative_tokens_per_batch_size` (dynamic speculative decoding, inclusive
-`[start_bs, end_bs, K]` ranges, K=0 allowed) and `enable_adaptive_verification`.
-vLLM itself accepts gaps (it carries the previous K forward) and clamps a K above
-`num_speculative_tokens` silently; the stack is stricter so that the schedule that runs
-is the one written. Pure functions: each raises ValueError with what is allowed.
+Two fields of vLLM's `SpeculativeConfig` (vLLM 0.32.0): `num_speculative_tokens_per_batch_size`
+(inclusive `[start_bs, end_bs, K]` ranges, K=0 allowed) and `enable_adaptive_verification`.
+vLLM accepts gaps and clamps a K above `num_speculative_tokens` silently; the stack is
+stricter, so the schedule that runs is the one written. Each check raises ValueError.
 """
 
 from __future__ import annotations

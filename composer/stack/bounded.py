@@ -1,10 +1,8 @@
-"""Every file the toolkit reads from disk, read with a size limit (one function, `read_bounded`),
-and the one way it replaces a file of its own or the user's (`replace_file`, `temp_beside`).
+"""Every file the toolkit reads, read with a size limit (`read_bounded`), and the one way it
+replaces a file (`replace_file`, `temp_beside`).
 
-A file past its kind's limit is refused at once with a one-line `FileTooLarge` (exit 2):
-at most `limit + 1` bytes are ever read, so `/dev/zero`, a pipe that never ends or a
-200 MB file costs one small read, never the memory or the time to read it whole. An
-append-only log of our own (the swap history) may ask for its newest `limit` bytes instead.
+A file past its kind's limit is refused with a one-line `FileTooLarge` (exit 2) after
+reading at most `limit + 1` bytes, so `/dev/zero` or an endless pipe costs one small read.
 """
 
 from __future__ import annotations

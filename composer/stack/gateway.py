@@ -1,10 +1,7 @@
 """The `[gateway]` table of a stack: the proxy that owns the shared port.
 
-With the gateway on (the default), clients talk to it on the shared port; it forwards to
-the serving variant on the project's private network, holds requests while no variant
-is ready or while a swap drains and gates, and the variants publish no port themselves.
-`enabled = false` keeps the direct mode: the variant publishes the port.
-Every key the gateway reads itself is checked against the gateway's own bounds
+`enabled = false` keeps the direct mode: the variant publishes the port. Every key the
+gateway reads itself is checked against the gateway's own bounds
 (`composer.gateway.config.LIMITS`), so a stack never renders a value the gateway refuses.
 """
 

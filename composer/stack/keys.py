@@ -1,13 +1,10 @@
 """How hard VLLM_API_KEY is to guess: an entropy estimate and the refusal of weak keys.
 
-The estimate is zxcvbn's (Dropbox's password strength model): the fewest guesses an
-attacker needs who tries repeats (`aaaa`), sequences (`abcd`, `1234`), keyboard walks,
-dates, years and the common words, names and leaked passwords of its dictionaries
-(l33t spellings included) before plain brute force; log2 of that is the entropy in bits.
-It is deliberately conservative about random text: about 3.3 bits per random character,
-so a random key needs 20 or more characters to reach `MIN_KEY_BITS` (the generated keys
-have 43). zxcvbn reads at most `ESTIMATE_CHARS` characters: a longer key is judged by
-its first ones, a lower bound of the whole. No message here ever quotes the key.
+The estimate is zxcvbn's: log2 of the fewest guesses an attacker needs who tries repeats,
+sequences, keyboard walks, dates and its dictionaries before brute force. It is
+conservative about random text (about 3.3 bits per character, so a random key needs 20 or
+more characters to reach `MIN_KEY_BITS`), and reads at most `ESTIMATE_CHARS` characters.
+No message here ever quotes the key.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The `[kubernetes]` table of a stack (`KubeSettings`) and the parsers of its values.
 
-Only what Kubernetes needs beyond the compose settings: where the models come from (a
-hostPath on the node, or PersistentVolumeClaims), scheduling on a GPU node pool, image
-pulls, the disruption budget, liveness, monitoring, the namespace and kube context
-`up --target kubernetes` works in, how the readiness gate reaches the Service, and which
-`kubectl` to run. Structured values (resources, tolerations, labels) come as a TOML value
-or as text from `--set` or the environment (JSON, or a TOML inline value such as
-`{ cpu = "8" }`); a bad one raises ValueError naming the sub-key and what is allowed.
+Structured values (resources, tolerations, labels) come as a TOML value or as text from
+`--set` or the environment (JSON, or a TOML inline value such as `{ cpu = "8" }`); a bad
+one raises ValueError naming the sub-key and what is allowed (the loader adds the key).
 """
 
 from __future__ import annotations

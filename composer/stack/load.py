@@ -1,10 +1,9 @@
 """Load a stack from composer.toml files, a .env file, the environment and CLI flags.
 
 Precedence, highest first: flags (`--set key=value`) > environment > .env >
-composer.toml (later `--stack` files over earlier ones) > built-in defaults.
-Every value is validated; an invalid one raises ConfigError naming the key, the
-value, where it came from and what is allowed. An empty value in the environment or
-.env counts as unset, as it does for the `${VAR:-default}` of the rendered files.
+composer.toml (later `--stack` files over earlier ones) > built-in defaults. An invalid
+value raises ConfigError naming the key, the value, where it came from and what is
+allowed. An empty value in the environment or .env counts as unset.
 """
 
 from __future__ import annotations

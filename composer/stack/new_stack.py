@@ -1,8 +1,5 @@
-"""The stack `compose-spec init` writes: one for the user's own model, or the reference
-stack with every line to change marked.
-
-For a model, the variants follow from its config.json (read by the caller): baseline
-always, mtp when the checkpoint has MTP layers (K a multiple of them, at most 7).
+"""The stack `compose-spec init` writes: one for the user's own model (baseline, plus mtp
+when its config.json has MTP layers), or the reference stack with each line to change marked.
 """
 
 from __future__ import annotations

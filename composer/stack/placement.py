@@ -1,10 +1,8 @@
 """Placement: which GPUs each live container of a variant gets, and the live set's checks.
 
-A variant may name its GPU set (`gpus = "0,1,2,3"`) or one set per replica
-(`gpus = ["0,1,2,3", "4,5,6,7"]`, or `"0,1;2,3"` from `--set`), and a number of replicas.
-A live set (`[gateway] live`, or `up baseline mtp`) runs its variants at once: each replica
-is one `LiveMember` (`mtp/1`, `mtp/2`), and the members' GPU sets must be disjoint. Every
-check here runs before anything starts and raises ConfigError (exit 2) in one line.
+A variant names a GPU set (`gpus = "0,1,2,3"`) or one per replica (`["0,1", "2,3"]`, or
+`"0,1;2,3"` from `--set`). In a live set each replica is one `LiveMember` (`mtp/1`), and
+the members' GPU sets must be disjoint. Every check raises ConfigError (exit 2).
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The JSON Schema of composer.toml, generated from the settings table (`settings.KEYS`).
 
-Committed as `schema/composer.schema.json` (regenerate it with
-`compose-spec config --schema > schema/composer.schema.json`); stack files point to it
-with a `#:schema` comment so Taplo / Even Better TOML validate and complete them.
+Committed as `schema/composer.schema.json` (`compose-spec config --schema`); stack files
+point to it with a `#:schema` comment for editors.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
-"""Every settable key of a stack, with its kind and a one-line description.
+"""Every settable key of a stack, with its kind and a one-line description (`KEYS`).
 
-The one table `config` lists, `config --keys` prints, `--set` suggests from, and the
-JSON Schema of composer.toml (`schema/composer.schema.json`) is generated from, and the
-keys a variant and its speculative table accept. The loader's own tables (`STACK_SETTINGS`
-here, `GATEWAY_SETTINGS`, `KUBE_SETTINGS`) say how a value is parsed; a test keeps this
-table equal to them.
+The one table `config` lists, `config --keys` prints, `--set` suggests from and the JSON
+Schema is generated from. The loader's tables (`STACK_SETTINGS` here, `GATEWAY_SETTINGS`,
+`KUBE_SETTINGS`) say how a value is parsed; a test keeps `KEYS` equal to them.
 """
 
 from __future__ import annotations

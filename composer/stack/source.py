@@ -1,7 +1,5 @@
-"""Where a stack comes from: its files, the env file, `--set` flags and a project name.
-
-The command line resolves its global options into one `StackSource` and loads the stack
-from it; `bench` reloads it with extra flags for each K it measures.
+"""Where a stack comes from (`StackSource`): its files, the env file, `--set` flags and a
+project name; the command line resolves its global options into one.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`compose-spec init`: a starter stack in any folder.
 
-The starter files are the project's own top-level `composer.toml` and `.env.example`,
-shipped in the wheel as `composer/starter/`. `init` never overwrites a file unless asked,
-and a `.env` it writes holds a generated API key and is created with mode 0600.
+The starter files are the project's own `composer.toml` and `.env.example` (shipped as
+`composer/starter/`). `init` never overwrites a file unless asked; a `.env` it writes holds
+a generated API key and is created with mode 0600.
 """
 
 from __future__ import annotations

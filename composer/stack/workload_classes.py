@@ -1,12 +1,9 @@
 """Workload classes by name: the prompt-length bucket and the streams a `[workloads]` key names.
 
-`compose-spec recommend` names a class `<bucket>[<tokens>]-<streams>`: `chat-1`,
-`medium-4`, `long-16`, `long16000-16` (a length spelled out when one bucket held two),
-`chatas-given-1` (the prompts as given). `chat` is a prompt of at most `CHAT_MAX_TOKENS`
-tokens, `medium` at most `MEDIUM_MAX_TOKENS`, `long` anything longer. This is the one
-vocabulary of `[workloads]`: `init`, `recommend --write`, `use`, live routing and the
-automatic policy all read these names, and the stack refuses a key of another form
-(`check_workload_name`).
+A class is `<bucket>[<tokens>]-<streams>`: `chat-1`, `medium-4`, `long-16`, `long16000-16`,
+`chatas-given-1`; `chat` is a prompt of at most `CHAT_MAX_TOKENS` tokens, `medium` at most
+`MEDIUM_MAX_TOKENS`, `long` anything longer. The one vocabulary of `[workloads]`: the stack
+refuses a key of another form (`check_workload_name`).
 """
 
 from __future__ import annotations
