@@ -34,8 +34,7 @@ from composer.stack.starter import shipped_dir
 
 
 def templates_dir() -> Path:
-    """The Jinja templates: `composer/templates` in an installed wheel, else the
-    top-level `templates/` folder of a source checkout (editable installs)."""
+    """The Jinja templates: `composer/templates` in a wheel, else the checkout's `templates/`."""
     return shipped_dir("templates", "templates")
 
 
@@ -92,8 +91,7 @@ def _yaml_char(char: str) -> str:
 
 
 def yaml_quote(value: str) -> str:
-    """A YAML double-quoted scalar in ASCII: non-printable and non-ASCII characters as
-    `\\x`, `\\u` or `\\U` escapes (never surrogate pairs, which Go's YAML rejects)."""
+    """An ASCII YAML double-quoted scalar (escapes, never surrogate pairs, which Go's YAML rejects)."""
     return '"' + "".join(_yaml_char(c) for c in value) + '"'
 
 
@@ -129,9 +127,7 @@ def shell_double_quoted(value: Text | str) -> str:
 
 
 def shell_word(value: str) -> str:
-    """A literal as one bash word: bare when it is plainly safe, else double-quoted.
-
-    Double quotes (not single) keep shellcheck quiet about `$` that is meant literally."""
+    """A literal as one bash word: bare when plainly safe, else double-quoted."""
     if _SAFE_WORD.fullmatch(value):
         return value
     return shell_double_quoted(value)
@@ -143,8 +139,7 @@ def one_line(value: str) -> str:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Compiled templates in the user's private temp cache (Jinja's default directory);
-    None when it cannot be used. Jinja checks the template source checksum on load."""
+    """Jinja's bytecode cache in its default directory; None when it cannot be used."""
     try:
         return jinja2.FileSystemBytecodeCache()
     except (OSError, RuntimeError):
@@ -220,11 +215,9 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
 def run_file(
     target: Target, directory: Path | None = None, keep: Iterable[str | Path | None] | None = None
 ) -> Path:
-    """Write (if needed) and return the compose file that `up` starts for a variant, named by
-    variant and config hash in the state folder (`runfiles.state_dir`).
+    """Write (if needed) the compose file `up` starts, named by variant and hash in the state folder.
 
-    With `keep`: the variant's older run files are pruned too, all but the newest few, this
-    one and those in `keep` (the files the running containers were created from).
+    With `keep`, older run files are pruned too, but the newest few and those in `keep`.
     """
     folder = directory or state_dir()
     out = folder / target.spec.project
@@ -243,12 +236,7 @@ def prune_run_files(
     keep: Iterable[str | Path | None] = (),
     directory: Path | None = None,
 ) -> list[Path]:
-    """Remove a variant's run files but the KEEP_RUN_FILES newest and those in `keep`; return
-    the removed.
-
-    `keep` names the files that containers were created from (the running one, the
-    rollback target): they are never removed, however old.
-    """
+    """Remove a variant's run files but the KEEP_RUN_FILES newest and those in `keep`; the removed."""
     folder = (directory or state_dir()) / project
     own = re.compile(re.escape(variant) + r"-[0-9a-f]{16}\.yml")
     try:
@@ -332,11 +320,10 @@ def _put_back(staged: _Staged) -> None:
 
 
 def write_all(files: list[RenderedFile]) -> list[bool]:
-    """Write every file, all or nothing; return, per file, whether it was (re)written.
+    """Write every file, all or nothing; per file, whether it was (re)written.
 
-    Nothing is replaced until every changed file is staged; when a rename fails, the
-    files already replaced get their old bytes back and the temp files are removed, so
-    the previous set stays as it was. Raises RenderError naming the file that failed."""
+    On a failed rename the files already replaced get their old bytes back; RenderError names it.
+    """
     changed = [not is_current(f) for f in files]
     staged: list[_Staged] = []
     try:

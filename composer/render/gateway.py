@@ -129,9 +129,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
 
 
 def _routing_environment(stack: Stack) -> tuple[tuple[str, Text], ...]:
-    """What routing and switching read: the aliases and workload classes whenever the stack
-    has some (a live set routes by them, switching needs them too), the switching settings
-    only with switch_on_model or policy = "auto"."""
+    """Aliases and workload classes when the stack has some; switching settings when it switches."""
     settings = stack.gateway
     environment: tuple[tuple[str, Text], ...] = ()
     aliases = ",".join(f"{alias}={name}" for name, var in stack.variants.items() for alias in var.aliases)

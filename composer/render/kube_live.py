@@ -69,8 +69,7 @@ def live_deployment(stack: Stack, name: str) -> Manifest:
 
 
 def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manifest]]:
-    """The live set's stack-wide objects, as (file name, manifest): the shared Service, the
-    gateway's Deployment with the set's upstreams, and the base's other extras."""
+    """The live set's stack-wide objects as (file name, manifest), its upstreams in the gateway."""
     docs: list[tuple[str, Manifest]] = [("service.yaml", service(stack))]
     gateway = build_gateway_spec(stack)
     for file, doc in extra_base_manifests(stack):

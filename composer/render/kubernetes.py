@@ -218,8 +218,7 @@ def _liveness(stack: Stack, spec: ServiceSpec) -> Manifest:
 
 
 def service(stack: Stack) -> Manifest:
-    """The Service on the shared port (ClusterIP): the gateway when the stack has one,
-    else whichever variant serves."""
+    """The Service on the shared port: the gateway's when there is one, else the variant's."""
     component = GATEWAY_COMPONENT if stack.gateway.enabled else SERVER_COMPONENT
     return _service(stack, stack.service, selector_labels(stack, component), stack.port)
 
@@ -242,8 +241,7 @@ def _service(stack: Stack, name: str, selector: dict[str, str], port: int) -> Ma
 
 
 def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
-    """The gateway's Deployment: one replica in front of whichever variant serves. Its
-    control channel is a UNIX socket inside the pod: no port of it is exposed."""
+    """The gateway's Deployment (its control socket stays inside the pod)."""
     selector = selector_labels(stack, GATEWAY_COMPONENT)
     upstream = f"http://{variant_service_name(stack)}:{CONTAINER_PORT}"
     values = [
@@ -338,11 +336,7 @@ def gateway_grace(stack: Stack) -> int:
 
 
 def extra_base_manifests(stack: Stack) -> list[tuple[str, Manifest]]:
-    """Stack-wide objects of the base besides the shared Service, as (file name, manifest):
-    the gateway's Deployment and the internal Service it forwards to (when enabled), the
-    disruption budgets and the ServiceMonitors the `[kubernetes]` table asks for.
-
-    Each file lands in `base/` and is listed in its kustomization."""
+    """The base's other objects as (file name, manifest): gateway, budgets, monitors."""
     kube_pod.check_owners(stack)
     gateway = build_gateway_spec(stack)
     managed = {labels.K8S_MANAGED_BY: MANAGED_BY}

@@ -100,10 +100,10 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
 
 
 def alone_hash(stack: Stack, member: LiveMember) -> str:
-    """The config hash the variant's one serving container (`up VARIANT`) carries when it runs
-    what `member` would, on the same GPUs: it can then join the set as the member in place
-    (only its service name differs). "" when it cannot: a later replica, another GPU set, or a
-    sleep-standby variant (its container runs with sleep mode under its own service)."""
+    """The config hash of the variant's one serving container when it can join as `member` in place.
+
+    "" when it cannot: a later replica, another GPU set, or a sleep-standby variant.
+    """
     variant = stack.variant(member.variant)
     same_gpus = stack.gpus is None or not member.gpus or set(member.gpus) == set(stack.gpus)
     if member.index != 1 or variant.standby != "stop" or not same_gpus:

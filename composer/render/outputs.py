@@ -61,8 +61,7 @@ def render_plan(
     *,
     has_flags: bool,
 ) -> RenderPlan:
-    """The files `render` writes: into `out_dir` with every local value, or into the
-    committed folder from the stack files alone (`stack_alone()`); flags cannot reach it."""
+    """The files `render` writes: into `out_dir` with every local value, else the committed ones."""
     committed = committed_dir(stack, target)
     if out_dir is not None and out_dir.resolve() != committed.resolve():
         return RenderPlan(

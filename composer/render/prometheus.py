@@ -57,9 +57,7 @@ class PrometheusSpec:
 
 
 def scrape_config(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> str:
-    """Prometheus' configuration for the stack's network: the gateway (when the stack has one)
-    and the serving variant, each by service name; with `live` (member name, variant, service),
-    every live container instead, labelled `upstream` and `variant`."""
+    """Prometheus' configuration: the gateway and the serving variant, or every `live` container."""
     jobs: list[tuple[str, str, list[tuple[str, dict[str, str]]]]] = []
     if stack.gateway.enabled:
         jobs.append((GATEWAY_JOB, "/gateway/metrics", [(f"{GATEWAY_SERVICE}:{CONTAINER_PORT}", {})]))
@@ -86,8 +84,7 @@ def scrape_config(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> st
 
 
 def build_prometheus_spec(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> PrometheusSpec:
-    """The observability profile's Prometheus for a stack (`live`: the live set's containers,
-    see `scrape_config`)."""
+    """The observability profile's Prometheus (`live`: see `scrape_config`)."""
     return PrometheusSpec(
         service=SERVICE,
         profile=PROFILE,

@@ -24,11 +24,7 @@ def state_dir() -> Path:
 
 
 def compose_environment(compose_file: Path, api_key: str | None) -> dict[str, str]:
-    """The environment for `docker compose` on a run file: the file's own defaults win.
-
-    Host variables the file interpolates are removed, so the values resolved when it was
-    rendered apply; only the API key is passed in.
-    """
+    """The environment for `docker compose` on a run file: its own defaults win, the API key passed."""
     text = read_bounded(compose_file, "run file", RUN_FILE_LIMIT).decode("utf-8", errors="replace")
     names = set(_INTERPOLATED.findall(text))
     env = {k: v for k, v in os.environ.items() if k not in names and k not in COMPOSE_ENV_VARS}

@@ -25,8 +25,7 @@ HEALTH_PROBE = f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAI
 
 @dataclass(frozen=True)
 class Owner:
-    """Who started a variant container, as its labels record it: the stack file, the served
-    name and the key's fingerprint (never the key)."""
+    """Who started a variant container, as its labels record it (the key's fingerprint, never the key)."""
 
     stack_file: str
     served_name: str
@@ -69,8 +68,7 @@ class Owner:
 
 
 def owner_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
-    """The labels that record who started a container (none for a stack loaded without its
-    command line, such as the committed files' render)."""
+    """The labels that record who started a container (none without a command line)."""
     owner = Owner.of(stack)
     return owner.labels() if owner else ()
 
@@ -155,12 +153,7 @@ class ServiceSpec:
 
     @property
     def compose_service(self) -> str:
-        """The compose service: the shared one, or the variant's own under sleep standby.
-
-        A sleeping variant keeps its container while another one serves, and compose keeps
-        one container per service (it recreates a renamed one): so a sleep-standby variant
-        runs as `<service>-<variant>`, and the gateway is routed to it by container name.
-        """
+        """The compose service: the shared one, or `<service>-<variant>` under sleep standby."""
         return self.service if self.standby == "stop" else f"{self.service}-{self.variant}"
 
     @property
@@ -189,8 +182,7 @@ class ServiceSpec:
 
 
 def speculative_config(stack: Stack, variant: Variant) -> Text | None:
-    """`--speculative-config` as compact JSON, with K as the NUM_SPECULATIVE_TOKENS variable (a
-    literal with a `per_batch_size` schedule, written for its maximum K)."""
+    """`--speculative-config` as JSON, K as NUM_SPECULATIVE_TOKENS (a literal with a schedule)."""
     spec = variant.speculative
     if spec is None:
         return None

@@ -15,8 +15,7 @@ def _specifiers(text: str) -> str:
 
 
 def quote_word(word: str) -> str:
-    """One ExecStart= word: bare when safe, else double-quoted with C escapes; `%` and `$`
-    doubled (systemd expands specifiers and environment variables in command lines)."""
+    """One ExecStart= word: bare when safe, else quoted; `%` and `$` doubled."""
     word = _specifiers(word).replace("$", "$$")
     if word and _BARE.fullmatch(word):
         return word
@@ -40,8 +39,7 @@ def _path_value(path: str) -> str:
 
 @dataclass(frozen=True)
 class FollowUnit:
-    """What the unit runs: the command (absolute executable first), where, as whom, and the
-    environment it needs from the shell that printed it (DOCKER_HOST, DOCKER_CONTEXT)."""
+    """What the unit runs: command (absolute executable first), folder, user, environment."""
 
     command: Sequence[str]
     working_directory: str
@@ -52,8 +50,7 @@ class FollowUnit:
 
 
 def render_follow_unit(unit: FollowUnit) -> str:
-    """The unit file's text. Exit 130 (stopped by SIGTERM) is a success; exit 2 (a usage or
-    configuration error) is not restarted, since it fails the same way every time."""
+    """The unit file's text: exit 130 is a success, exit 2 is not restarted."""
     lines = [
         "# compose-spec follow as a systemd service. Install:",
         f"#   compose-spec follow --print-systemd-unit > compose-spec-follow-{unit.project}.service",

@@ -35,11 +35,9 @@ def _size(limit: int) -> str:
 
 
 def read_bounded(path: str | Path, what: str, limit: int, *, tail: bool = False) -> bytes:
-    """The bytes of `path`, at most `limit` of them; FileTooLarge past it, OSError when it
-    cannot be opened or read.
-
-    `tail`: a larger regular file gives its last `limit` bytes instead (the newest part of
-    an append-only log); a device or pipe past the limit is refused all the same."""
+    """The bytes of `path`, at most `limit`: FileTooLarge past it, OSError when unreadable;
+    with `tail`, a larger regular file gives its last `limit` bytes instead.
+    """
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO without writer: no hang
     with os.fdopen(fd, "rb") as handle:
         os.set_blocking(fd, True)
@@ -59,8 +57,7 @@ def read_bounded(path: str | Path, what: str, limit: int, *, tail: bool = False)
 
 
 def read_named_text(path: str | Path, what: str) -> str:
-    """The text of a file the user named (`what`: "prompt file"), UTF-8 and at most
-    STACK_FILE_LIMIT bytes; UsageError saying why it cannot be read."""
+    """A user-named file's UTF-8 text (at most STACK_FILE_LIMIT bytes); UsageError when unreadable."""
     try:
         return read_bounded(path, what, STACK_FILE_LIMIT).decode("utf-8")
     except OSError as err:
@@ -83,8 +80,7 @@ def temp_beside(path: Path, data: bytes, mode: int) -> Path:
 
 
 def replace_file(path: Path, data: bytes, mode: int) -> None:
-    """Replace (or create) `path` with `data` through a synced temp file beside it: a reader
-    sees the old file or the new one, never a part of either."""
+    """Replace (or create) `path` through a synced temp file: readers see old or new, never a part."""
     tmp = temp_beside(path, data, mode)
     try:
         with tmp.open("rb") as handle:

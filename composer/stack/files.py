@@ -34,10 +34,7 @@ def find_stack_files(
 
 
 def files_read_note(files: Sequence[Path]) -> str:
-    """` (read: a.toml; composer.toml here was not read: ...)` for errors about a missing table.
-
-    `--stack` replaces composer.toml (like `docker compose -f`); say so when one was
-    left out, since that is the usual reason a table is missing."""
+    """The stack files read, for an error about a missing table; names a composer.toml `--stack` left out."""
     shown = ", ".join(str(p) for p in files) or "no stack file"
     default = Path(DEFAULT_STACK_FILE)
     skipped = default.is_file() and all(p.resolve() != default.resolve() for p in files)
@@ -54,8 +51,7 @@ ENV_LINE_HELP = "NAME=value lines (quote a value with '...' or \"...\"), comment
 
 
 def read_text(path: Path, what: str) -> str:
-    """A stack or env file's text (UTF-8, at most `STACK_FILE_LIMIT` bytes), or a ConfigError
-    saying why it cannot be read."""
+    """A stack or env file's UTF-8 text (at most `STACK_FILE_LIMIT` bytes), or a ConfigError why not."""
     shown = repr(str(path))
     try:
         return read_bounded(path, what, STACK_FILE_LIMIT).decode("utf-8")
@@ -85,9 +81,7 @@ def read_dotenv(path: str | Path | None) -> tuple[dict[str, str], Path | None]:
 
 
 def check_env_lines(path: Path, text: str) -> None:
-    """Refuse what `docker compose --env-file` refuses and python-dotenv only warns about
-    (an unterminated quote, `=value`, a line without `=`), and `$` that compose would
-    expand while compose-spec reads it literally; each with the file and line."""
+    """Refuse what `docker compose --env-file` refuses, and an unquoted `$`, naming file and line."""
     from dotenv.parser import parse_stream
 
     for binding in parse_stream(io.StringIO(text)):
@@ -119,11 +113,7 @@ _LINE_NAME = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)")
 
 
 def shown_env_line(text: str) -> str:
-    """An env-file line for an error message; never a secret's value.
-
-    The line of a secret variable (VLLM_API_KEY, or a name with KEY, TOKEN, SECRET or
-    PASSWORD) is shown by its name alone; a lone word that is not a variable name (a key
-    pasted without `NAME=`) by its length alone."""
+    """An env-file line for an error message: a secret's line by its name, a lone word by its length."""
     from composer.stack.keys import is_secret_name
 
     text = text.strip()

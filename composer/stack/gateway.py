@@ -64,9 +64,7 @@ class GatewaySettings:
         return self.switch_on_model or self.policy == "auto"
 
     def continues(self, drain: bool) -> bool:
-        """Whether a switch pauses eligible streams to go on on the next variant (Docker or
-        Kubernetes, one variant or a live set): on unless `continue_streams` is off or the
-        switch asked for a full drain (`up --drain`)."""
+        """Whether a switch continues eligible streams: unless `continue_streams` is off or `up --drain`."""
         return self.continue_streams and not drain
 
 
@@ -105,9 +103,7 @@ def _shown(value: int, kind: str) -> str:
 def within(
     parse: Callable[[object], int], variable: str, kind: str, example: str, lowest: int = 0
 ) -> Callable[[object], int]:
-    """`parse`, then the gateway's own bounds of `variable` (`composer.gateway.config.LIMITS`:
-    the one place they live), so the stack refuses every value the gateway would refuse at
-    start. Values are whole (seconds, bytes, counts); `lowest` is the parser's own floor."""
+    """`parse`, then the gateway's own bounds of `variable` (`LIMITS`); `lowest` is the parser's floor."""
     low, high = LIMITS[variable]
     low, high = max(math.ceil(low), lowest), math.floor(high)
     noun = {"duration": "a duration", "size": "a size", "count": "a whole number"}[kind]

@@ -28,8 +28,7 @@ _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW(?:OR)?D|CREDENTIAL", re.IGNOR
 
 
 def key_fingerprint(key: str | None) -> str:
-    """A short, one-way tag of the key (`-` without one): tells two keys apart in a label,
-    never reveals the key."""
+    """A short one-way tag of the key (`-` without one), never revealing it."""
     if not key:
         return "-"
     return hashlib.sha256(b"vllm-composer key fingerprint\0" + key.encode()).hexdigest()[:12]
@@ -94,9 +93,7 @@ def weak_key_message(strength: KeyStrength) -> str:
 
 
 def require_strong_key(key: str | None, allow_weak: bool = False) -> KeyStrength | None:
-    """Raise ConfigError (exit 2) when `key` is weak and weak keys are not allowed.
-
-    Returns the estimate (None without a key); the message never contains the key."""
+    """Raise ConfigError (exit 2) when `key` is weak and not allowed; the estimate (None without a key)."""
     if not key:
         return None
     strength = estimate_key(key)

@@ -74,8 +74,7 @@ def load_stack(
     flags: Sequence[str] = (),
     flag_labels: Mapping[str, str] | None = None,
 ) -> Stack:
-    """Read and validate a stack. `flags` are `key=value` strings (`--set`); `flag_labels`
-    names the option behind a flag's key when it is not `--set` (e.g. `-p`)."""
+    """Read and validate a stack; `flags` are `--set` strings, `flag_labels` name other options (`-p`)."""
     environ = dict(os.environ if environ is None else environ)
     dotenv, dotenv_path = read_dotenv(env_file)
     files = find_stack_files(stack_files, environ, dotenv)
@@ -158,8 +157,7 @@ class _Resolver:
         return default, "default", Path.cwd()
 
     def note(self, dotted: str) -> None:
-        """Record the stack file that set a value read from the tables as they are
-        (`env` entries, `[workloads]`): the file of the key, or of the variant it extends."""
+        """Record the stack file that set a value read as it is (`env` entries, `[workloads]`)."""
         origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
         if origin is not None:
             self.record[dotted] = origin.name
@@ -239,15 +237,13 @@ def _build(sources: Sources) -> Stack:
 
 
 def compose_project_name(folder: str) -> str:
-    """A folder's name as docker compose makes it a project name: lowercase, only
-    [a-z0-9_-], without leading characters that are not a letter or digit ('' when none is left)."""
+    """A folder's name as docker compose makes it a project name ('' when nothing is left)."""
     kept = re.sub(r"[^a-z0-9_-]", "", folder.lower())
     return re.sub(r"^[^a-z0-9]+", "", kept)
 
 
 def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) -> str | None:
-    """The default project: the stack file's folder name, as docker compose names a project
-    after its folder. A folder with no usable character is refused when nothing else names one."""
+    """The default project, the stack file's folder name; refused when unusable and nothing else names one."""
     folder = (sources.home or Path.cwd()).name
     name = compose_project_name(folder)
     if not name and resolve.lookup("stack.project", "COMPOSE_PROJECT_NAME", toml_value, None)[1] == "default":
@@ -262,8 +258,7 @@ def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) ->
 def _settings_table(
     sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple], typed: Callable[..., T]
 ) -> T:
-    """A settings table (`[kubernetes]`, `[gateway]`) as `typed`: unknown keys refused, each
-    key from the environment, the file or its default."""
+    """A settings table (`[kubernetes]`, `[gateway]`) as `typed`, unknown keys refused."""
     raw = _table(sources.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
     return typed(
@@ -441,8 +436,7 @@ def _variants(
 def _flatten(
     name: str, raw: Mapping[str, dict], chain: tuple[str, ...] = (), defined: dict[str, str] | None = None
 ) -> dict:
-    """A variant's table with its `extends` chain merged in; `defined` maps each key
-    (`kv_cache_memory`, `speculative.method`) to the dotted key that sets it."""
+    """A variant's table with its `extends` chain merged; `defined` maps each key to the one setting it."""
     defined = {} if defined is None else defined
     if name in chain:
         raise ConfigError(f"variants.{name}.extends forms a cycle: {' -> '.join((*chain, name))}")
@@ -626,14 +620,11 @@ def _adaptive_speculation(
     record: Mapping[str, str],
     inherited: Mapping[str, str] | None = None,
 ) -> dict[str, Variant]:
-    """Validate each variant's K schedule and adaptive verification before anything starts.
+    """Validate each variant's K schedule and adaptive verification.
 
-    An adaptive variant that inherits `--enforce-eager` through `extends` (a stack-wide flag
-    on the baseline) runs without it: vLLM refuses adaptive verification in eager mode, so
-    full CUDA graphs are the only way it starts. The dropped flag is kept in
-    `Variant.dropped_args` for doctor. Written in the variant's own extra_args it is an error.
-    A stack-wide attention backend that adaptive verification refuses does not refuse the
-    stack: the variant is marked `refused` (nothing starts it, doctor fails it).
+    An adaptive variant runs without an `--enforce-eager` inherited through `extends` (kept in
+    `Variant.dropped_args`); its own is an error. A stack-wide attention backend it refuses marks
+    the variant `refused` instead of refusing the stack.
     """
     inherited = inherited or {}
     checked: dict[str, Variant] = {}

@@ -108,8 +108,7 @@ class Stack:
             raise unknown_choice("variant", name, self.variants) from None
 
     def startable(self, name: str) -> Variant:
-        """The named variant, or a ConfigError when vLLM would refuse it with this stack
-        (`Variant.refused`); a UsageError listing the known ones when there is none."""
+        """The named variant; ConfigError when vLLM would refuse it, UsageError when there is none."""
         from composer.errors import ConfigError
 
         variant = self.variant(name)

@@ -28,8 +28,7 @@ def _one_set(raw: object) -> tuple[str, ...]:
 
 
 def parse_placement(raw: object) -> tuple[tuple[str, ...], ...]:
-    """GPU sets, one per replica: `"0,1"` -> one set; `["0,1", "2,3"]` or `"0,1;2,3"` -> two;
-    a list of integers (`[0, 1]`) is one set."""
+    """GPU sets, one per replica: `"0,1"` or `[0, 1]` is one, `["0,1", "2,3"]` or `"0,1;2,3"` two."""
     if raw is None:
         return ()
     if isinstance(raw, bool):

@@ -18,8 +18,7 @@ PROJECT_KEY = "stack.project"
 
 @dataclass(frozen=True)
 class StackSource:
-    """The inputs of a stack: files (empty: COMPOSER_STACK or composer.toml), the env file,
-    `--set KEY=VALUE` flags and a project name that overrides `stack.project` (`-p`)."""
+    """A stack's inputs: files (empty: COMPOSER_STACK or composer.toml), env file, flags, `-p` name."""
 
     files: tuple[str, ...] = ()
     env_file: str = DEFAULT_ENV_FILE
@@ -37,8 +36,7 @@ class StackSource:
         return replace(stack, owner_file=str(self.first_file().resolve()))
 
     def load_alone(self) -> Stack:
-        """The stack from its files alone: no env file, no environment, no flags (what the
-        committed compose/ files are rendered from). COMPOSER_STACK still picks the files."""
+        """The stack from its files alone (what the committed compose/ files are rendered from)."""
         dotenv, _ = read_dotenv(self.env_file)
         listed = os.environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
         return load_stack(self.files or None, None, environ={STACK_FILES_VAR: listed} if listed else {})

@@ -30,8 +30,7 @@ class Written:
 
 
 def shipped_dir(installed_name: str, checkout_name: str = "") -> Path:
-    """A folder the wheel ships as `composer/<installed_name>`; in a source checkout
-    (editable installs) the top-level folder `checkout_name` (the root when empty)."""
+    """A folder shipped as `composer/<installed_name>`, else the checkout's `checkout_name`."""
     package = Path(__file__).resolve().parent.parent
     installed = package / installed_name
     return installed if installed.is_dir() else package.parent / checkout_name
@@ -86,12 +85,8 @@ def init_stack(
 ) -> list[Written]:
     """Write the starter files (and a `.env` with a generated key) into `directory`.
 
-    composer.toml is `stack_text` when given (a stack for the user's model), else the
-    reference stack with each line to change marked; both name the shipped JSON Schema.
-    `identity` (project, port) sets the reference stack's `project` and `port`.
-
-    Refuses (UsageError) before writing anything when a file exists and `force` is off;
-    `.env` is never overwritten, since it holds the key clients use.
+    composer.toml is `stack_text`, else the reference stack (with `identity`: project, port).
+    UsageError before writing anything when a file exists without `force`; `.env` never.
     """
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is not a folder: give a folder for the starter files")

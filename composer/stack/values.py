@@ -201,11 +201,7 @@ def parse_text(raw: object) -> str:
 
 
 def parse_container_path(raw: object) -> str:
-    """An absolute, normalised path inside the container, other than `/` itself.
-
-    Docker refuses relative mount targets and a mount on `/`; `.`/`..` components,
-    `//`, a trailing `/` or `:` would name another path than the one written (or be
-    read as a mount option), so they are refused too."""
+    """An absolute, normalised container path other than `/`, without `//`, `:` or controls."""
     allowed = (
         "an absolute path inside the container such as /models/m: not '/', no '.' or '..' "
         "components, no '//', trailing '/', ':' or control characters"
@@ -224,8 +220,7 @@ def parse_container_path(raw: object) -> str:
 
 
 def parse_host_path(raw: object) -> str:
-    """A host path to mount: any text compose's `${VAR:-default}` can hold (no '}',
-    newline or control characters)."""
+    """A host path compose's `${VAR:-default}` can hold (no '}', newline or control characters)."""
     text = parse_text(raw)
     if "}" in text or any(c < " " or c == "\x7f" for c in text):
         raise ValueError("a host path without '}' or control characters (newlines included)")
@@ -270,8 +265,7 @@ def parse_image_ref(raw: object) -> str:
 
 
 def parse_served_name(raw: object) -> str:
-    """A served model name: no whitespace or control character (it is one argv word, a label
-    and a JSON field clients match exactly), and no leading '-', which vLLM would read as a flag."""
+    """A served model name: one word without controls, not starting with '-' (vLLM: a flag)."""
     text = parse_text(raw)
     if text.startswith("-") or any(c.isspace() or not c.isprintable() for c in text):
         raise ValueError(
@@ -389,8 +383,7 @@ _SPAN_UNITS = {"ms": 0.001, "s": 1.0, "": 1.0, "m": 60.0, "h": 3600.0}
 
 
 def parse_seconds(raw: object) -> float:
-    """Seconds (a float, zero or more) from a number or a duration with units: `1.5`,
-    `500ms`, `90s`, `15m`, `1h30m`. What command-line durations take."""
+    """Seconds (float, zero or more) from a number or `500ms`, `90s`, `15m`, `1h30m`."""
     if isinstance(raw, bool):
         raise ValueError(SECONDS_HELP)
     if isinstance(raw, int | float):

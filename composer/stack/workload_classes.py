@@ -62,8 +62,7 @@ def check_workload_name(name: str) -> str | None:
 
 
 def gateway_workloads(workloads: Mapping[str, str]) -> str:
-    """The `GATEWAY_WORKLOADS` value for a `[workloads]` table (in order; a key that is no
-    class, which the stack refuses, is left out)."""
+    """The `GATEWAY_WORKLOADS` value of a `[workloads]` table (keys that are no class left out)."""
     items = []
     for key, variant in workloads.items():
         shape = class_shape(key)
