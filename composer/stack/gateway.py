@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from composer import __version__
 from composer.gateway.config import LIMITS
 from composer.stack.values import (
-    one_of,
+    choice,
+    format_seconds,
     parse_bool,
     parse_duration,
     parse_port,
@@ -81,18 +82,10 @@ def parse_count(raw: object) -> int:
 POLICIES = ("manual", "auto")
 
 
-def parse_policy(raw: object) -> str:
-    """manual or auto."""
-    return one_of(str(raw).strip(), POLICIES)
-
-
 def _shown(value: int, kind: str) -> str:
     """A bound as the stack writes it: `24h`, `90s`, `16MiB`, `1000`."""
     if kind == "duration":
-        for unit, factor in (("h", 3600), ("m", 60)):
-            if value >= factor and value % factor == 0:
-                return f"{value // factor}{unit}"
-        return f"{value}s"
+        return format_seconds(value)
     if kind == "size":
         for unit, factor in (("MiB", 1 << 20), ("KiB", 1 << 10)):
             if value >= factor and value % factor == 0:
@@ -120,7 +113,6 @@ def within(
             raise ValueError(allowed)
         return value
 
-    parse_within.__doc__ = allowed
     return parse_within
 
 
@@ -153,7 +145,7 @@ GATEWAY_SETTINGS: tuple[Row, ...] = (
     _gateway_row("drain_timeout", parse_duration, "duration", "60 or 1m"),
     ("warmup_requests", "GATEWAY_WARMUP_REQUESTS", parse_count, GatewaySettings.warmup_requests),
     ("switch_on_model", "GATEWAY_SWITCH_ON_MODEL", parse_bool, GatewaySettings.switch_on_model),
-    ("policy", "GATEWAY_POLICY", parse_policy, GatewaySettings.policy),
+    ("policy", "GATEWAY_POLICY", choice(POLICIES), GatewaySettings.policy),
     _gateway_row("min_residency", parse_duration, "duration", "60 or 1m"),
     _gateway_row("residency_wait", parse_duration, "duration", "30 or 30s"),
     _gateway_row("policy_window", parse_duration, "duration", "30 or 2m", lowest=1),

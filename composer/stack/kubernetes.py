@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from composer.stack.values import one_of, parse_bool, parse_duration, parse_size, parse_text
+from composer.stack.values import choice, parse_bool, parse_duration, parse_size, parse_text
 
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 64Gi or 100M"
 RESOURCE_NAMES = ("cpu", "memory", "ephemeral-storage")
@@ -215,11 +215,6 @@ def parse_names(raw: object) -> tuple[str, ...]:
     return tuple(name for name in names if name)
 
 
-def parse_pull_policy(raw: object) -> str:
-    """IfNotPresent, Always or Never."""
-    return one_of(str(raw).strip(), PULL_POLICIES)
-
-
 def parse_pdb(raw: object) -> str:
     """Which pods get a PodDisruptionBudget: gateway (true), all, none (false)."""
     text = str(raw).strip().lower()
@@ -334,7 +329,7 @@ KUBE_SETTINGS: tuple[tuple[str, str | None, Callable[[object], object], object],
     ("runtime_class", None, parse_object_name, ""),
     ("priority_class", None, parse_object_name, ""),
     ("service_account", None, parse_object_name, ""),
-    ("image_pull_policy", None, parse_pull_policy, KubeSettings.image_pull_policy),
+    ("image_pull_policy", None, choice(PULL_POLICIES), KubeSettings.image_pull_policy),
     ("image_pull_secrets", None, parse_names, ()),
     ("pdb", None, parse_pdb, KubeSettings.pdb),
     ("liveness", None, parse_optional_duration, 0),

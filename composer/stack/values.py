@@ -3,9 +3,11 @@ with a short description of what is allowed."""
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import posixpath
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 SPECULATIVE_METHODS: tuple[str, ...] = (
@@ -107,16 +109,10 @@ def parse_positive_int(raw: object, maximum: int = INT64_MAX) -> int:
 
 
 MAX_LOG_FILES = 100
-
-
-def parse_log_files(raw: object) -> int:
-    """How many rotated log files Docker keeps per container (1-100)."""
-    return parse_positive_int(raw, MAX_LOG_FILES)
-
-
-def parse_speculative_tokens(raw: object) -> int:
-    """K, the speculative tokens per step: 1 to vLLM's MAX_SPEC_LEN (128)."""
-    return parse_positive_int(raw, MAX_SPECULATIVE_TOKENS)
+parse_log_files = functools.partial(parse_positive_int, maximum=MAX_LOG_FILES)
+"""How many rotated log files Docker keeps per container (1-100)."""
+parse_speculative_tokens = functools.partial(parse_positive_int, maximum=MAX_SPECULATIVE_TOKENS)
+"""K, the speculative tokens per step: 1 to vLLM's MAX_SPEC_LEN (128)."""
 
 
 def parse_port(raw: object) -> int:
@@ -176,6 +172,11 @@ def one_of(text: str, choices: tuple[str, ...]) -> str:
     if text not in choices:
         raise ValueError("one of " + ", ".join(choices))
     return text
+
+
+def choice(choices: tuple[str, ...]) -> Callable[[object], str]:
+    """A parser of one of `choices` (surrounding spaces ignored)."""
+    return lambda raw: one_of(str(raw).strip(), choices)
 
 
 def parse_method(raw: object) -> str:
@@ -306,19 +307,11 @@ def parse_bool(raw: object) -> bool:
 
 
 STANDBY_MODES: tuple[str, ...] = ("stop", "sleep")
-
-
-def parse_standby(raw: object) -> str:
-    """What `up` does with a variant it swaps away from: stop (remove) it or put it to sleep."""
-    return one_of(str(raw).strip(), STANDBY_MODES)
-
-
+parse_standby = choice(STANDBY_MODES)
+"""What `up` does with a variant it swaps away from: stop (remove) it or put it to sleep."""
 STANDBY_FALLBACKS: tuple[str, ...] = ("refuse", "stop")
-
-
-def parse_standby_fallback(raw: object) -> str:
-    """What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
-    return one_of(str(raw).strip(), STANDBY_FALLBACKS)
+parse_standby_fallback = choice(STANDBY_FALLBACKS)
+"""What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
 
 
 SLEEP_LEVELS: tuple[int, ...] = (1, 2)
