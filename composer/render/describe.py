@@ -40,22 +40,21 @@ def shown_value(value: object, kind: str = "string") -> str:
 
 def _defaults(stack: Stack) -> dict[str, object]:
     """The typed value of each fixed-table key (what the stack resolved to)."""
-    values: dict[str, object] = {s.key and f"stack.{s.key}": getattr(stack, s.key) for s in STACK_SETTINGS}
+    values: dict[str, object] = {f"stack.{s.key}": getattr(stack, s.key) for s in STACK_SETTINGS}
     values["stack.gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
     values.update({f"gateway.{k}": v for k, v in asdict(stack.gateway).items()})
     values.update({f"kubernetes.{k}": v for k, v in asdict(stack.kubernetes).items()})
     return values
 
 
-def _row(stack: Stack, dotted: str, key: Key | None, resolved: object) -> dict[str, str]:
+def _row(stack: Stack, dotted: str, key: Key, resolved: object) -> dict[str, str]:
     source = stack.sources.get(dotted) or ("composer.toml" if resolved not in (None, "", []) else "default")
-    kind = key.kind if key else "string"
     raw = stack.written.get(dotted, resolved)  # as written, defaults included (`1.3G`, 900)
     return {
         "key": dotted,
-        "value": shown_value(raw, kind),
+        "value": shown_value(raw, key.kind),
         "source": source,
-        "description": key.description if key else "",
+        "description": key.description,
     }
 
 
@@ -78,19 +77,11 @@ def settings_rows(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
     ]
     for name in variants:
         variant = stack.variant(name)
-        typed: dict[str, object] = {
-            "description": variant.description,
-            "image": variant.image_key,
-            "kv_cache_memory": variant.kv_cache_memory,
-            "min_kv_cache_tokens": variant.min_kv_cache_tokens,
-            "extra_args": list(variant.extra_args),
-            "standby": variant.standby,
-            "weights_bytes": variant.weights_bytes,
-            "aliases": list(variant.aliases),
-        }
-        for key in (k for k in KEYS if k.table == VARIANT and k.name in typed):
-            dotted = f"variants.{name}.{key.name}"
-            rows.append(_row(stack, dotted, key, typed[key.name]))
+        for key in KEYS:
+            if key.table == VARIANT and key.name not in ("extends", "speculative", "env", "gpus", "replicas"):
+                value = getattr(variant, "image_key" if key.name == "image" else key.name)
+                value = list(value) if isinstance(value, tuple) else value
+                rows.append(_row(stack, f"variants.{name}.{key.name}", key, value))
         if variant.speculative:
             for key in (k for k in KEYS if k.table == SPECULATIVE and k.kind != "table"):
                 dotted = f"variants.{name}.speculative.{key.name}"

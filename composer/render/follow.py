@@ -31,26 +31,27 @@ STACK_VAR = "FOLLOW_STACK"  # the stack files, ':'-separated (COMPOSER_STACK ins
 STATE_HOME_VAR = "FOLLOW_STATE_HOME"
 LOCK_DIR_HOST_VAR = "FOLLOW_LOCK_DIR"
 USER_VAR = "FOLLOW_USER"
+STATE_HOME = f"${{{STATE_HOME_VAR}:-${{HOME}}/.local/state}}"
 
 
 @dataclass(frozen=True)
 class FollowSpec:
     """The follower's service of the `follow` profile, for the compose renderer."""
 
-    service: str
-    profile: str
-    image: str
-    user: str
-    project_dir: str
-    env_file: str
-    stack: str
-    state_home: str
-    state_dir: str
-    lock_dir: str
-    socket: str
-    lock_dir_var: str
     model_dirs: tuple[Text, ...]  # read-only: the swap's preflight reads the checkpoints
-    labels: tuple[tuple[str, str], ...]
+    service: str = SERVICE
+    profile: str = PROFILE
+    image: str = f"${{{IMAGE_VAR}:-{IMAGE}}}"
+    user: str = f"${{{USER_VAR}:-0:0}}"
+    project_dir: str = f"${{{PROJECT_DIR_VAR}:-${{PWD}}}}"
+    env_file: str = f"${{{ENV_FILE_VAR}:-.env}}"
+    stack: str = f"${{{STACK_VAR}:-composer.toml}}"
+    state_home: str = STATE_HOME
+    state_dir: str = f"{STATE_HOME}/vllm-composer"
+    lock_dir: str = f"${{{LOCK_DIR_HOST_VAR}:-${{HOME}}/.local/state/vllm-composer/locks}}"
+    socket: str = SOCKET
+    lock_dir_var: str = LOCK_DIR_VAR
+    labels: tuple[tuple[str, str], ...] = ((label_names.ROLE, label_names.ROLE_FOLLOW),)
 
 
 def build_follow_spec(stack: Stack) -> FollowSpec:
@@ -58,20 +59,4 @@ def build_follow_spec(stack: Stack) -> FollowSpec:
     model_dirs = [text(Var("MODEL_DIR", stack.model_dir))]
     if any(v.speculative is not None and v.speculative.draft_model for v in stack.variants.values()):
         model_dirs.append(text(Var("DRAFT_DIR", stack.draft_dir)))
-    state_home = f"${{{STATE_HOME_VAR}:-${{HOME}}/.local/state}}"
-    return FollowSpec(
-        service=SERVICE,
-        profile=PROFILE,
-        image=f"${{{IMAGE_VAR}:-{IMAGE}}}",
-        user=f"${{{USER_VAR}:-0:0}}",
-        project_dir=f"${{{PROJECT_DIR_VAR}:-${{PWD}}}}",
-        env_file=f"${{{ENV_FILE_VAR}:-.env}}",
-        stack=f"${{{STACK_VAR}:-composer.toml}}",
-        state_home=state_home,
-        state_dir=f"{state_home}/vllm-composer",
-        lock_dir=f"${{{LOCK_DIR_HOST_VAR}:-${{HOME}}/.local/state/vllm-composer/locks}}",
-        socket=SOCKET,
-        lock_dir_var=LOCK_DIR_VAR,
-        model_dirs=tuple(model_dirs),
-        labels=((label_names.ROLE, label_names.ROLE_FOLLOW),),
-    )
+    return FollowSpec(tuple(model_dirs))

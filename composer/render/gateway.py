@@ -26,6 +26,14 @@ HEALTH_PROBE = (
     f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/gateway/health", timeout=5)'
 )
 
+TUNABLES = (
+    "hold_timeout max_held drain_timeout max_head_bytes head_timeout body_timeout keep_alive_timeout "
+    "max_connections stall_timeout unresponsive_timeout hold_keepalive"
+)
+"""The `[gateway]` settings a host may override by variable, in the order rendered."""
+HEALTHCHECK = Healthcheck(
+    ("CMD", "python3", "-c", HEALTH_PROBE), interval=10, timeout=5, retries=3, start_period=5
+)
 PORT_HOLDER = "import signal, sys; signal.signal(signal.SIGTERM, lambda *_: sys.exit(0)); signal.pause()"
 
 
@@ -34,16 +42,16 @@ class GatewaySpec:
     """Everything the gateway's container needs, for the compose renderer."""
 
     project: str
-    service: str
     image: Text
     environment: tuple[tuple[str, Text], ...]
-    secret_env: tuple[str, ...]
     published_port: Text
     host_ip: Text
-    container_port: int
     labels: tuple[tuple[str, str], ...]
-    healthcheck: Healthcheck
-    stop_grace_period: int
+    service: str = SERVICE
+    secret_env: tuple[str, ...] = (API_KEY_VAR,)
+    container_port: int = CONTAINER_PORT
+    healthcheck: Healthcheck = HEALTHCHECK
+    stop_grace_period: int = 10
     cpu_shares: int = CPU_SHARES
     logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
     state_volume: str = STATE_VOLUME
@@ -80,23 +88,7 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         ("GATEWAY_UPSTREAM", text(f"http://{stack.service}:{CONTAINER_PORT}")),
         ("GATEWAY_PORT", text(str(CONTAINER_PORT))),
         ("GATEWAY_SERVED_NAME", text(stack.served_model_name)),
-        ("GATEWAY_HOLD_TIMEOUT", text(Var("GATEWAY_HOLD_TIMEOUT", str(settings.hold_timeout)))),
-        ("GATEWAY_MAX_HELD", text(Var("GATEWAY_MAX_HELD", str(settings.max_held)))),
-        ("GATEWAY_DRAIN_TIMEOUT", text(Var("GATEWAY_DRAIN_TIMEOUT", str(settings.drain_timeout)))),
-        ("GATEWAY_MAX_HEAD_BYTES", text(Var("GATEWAY_MAX_HEAD_BYTES", str(settings.max_head_bytes)))),
-        ("GATEWAY_HEAD_TIMEOUT", text(Var("GATEWAY_HEAD_TIMEOUT", str(settings.head_timeout)))),
-        ("GATEWAY_BODY_TIMEOUT", text(Var("GATEWAY_BODY_TIMEOUT", str(settings.body_timeout)))),
-        (
-            "GATEWAY_KEEP_ALIVE_TIMEOUT",
-            text(Var("GATEWAY_KEEP_ALIVE_TIMEOUT", str(settings.keep_alive_timeout))),
-        ),
-        ("GATEWAY_MAX_CONNECTIONS", text(Var("GATEWAY_MAX_CONNECTIONS", str(settings.max_connections)))),
-        ("GATEWAY_STALL_TIMEOUT", text(Var("GATEWAY_STALL_TIMEOUT", str(settings.stall_timeout)))),
-        (
-            "GATEWAY_UNRESPONSIVE_TIMEOUT",
-            text(Var("GATEWAY_UNRESPONSIVE_TIMEOUT", str(settings.unresponsive_timeout))),
-        ),
-        ("GATEWAY_HOLD_KEEPALIVE", text(Var("GATEWAY_HOLD_KEEPALIVE", str(settings.hold_keepalive)))),
+        *_tunables(stack, TUNABLES),
         ("GATEWAY_STATE_DIR", text(STATE_DIR)),
     )
     sleepers = [name for name, variant in stack.variants.items() if variant.standby == "sleep"]
@@ -109,22 +101,23 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
     if not settings.continue_streams:  # absent: on (composer.gateway.continuation)
         environment += (("GATEWAY_CONTINUE_STREAMS", text("false")),)
     if settings.spill:  # live routing's overflow (composer.gateway.routing); absent: off
-        environment += (("GATEWAY_SPILL", text(Var("GATEWAY_SPILL", str(settings.spill)))),)
+        environment += _tunables(stack, "spill")
     return GatewaySpec(
         project=stack.project,
-        service=SERVICE,
         image=text(Var("GATEWAY_IMAGE", settings.image)),
         environment=environment,
-        secret_env=(API_KEY_VAR,),
         published_port=text(Var("VLLM_PORT", str(stack.port))),
         host_ip=text(Var("VLLM_BIND_ADDRESS", stack.bind_address)),
-        container_port=CONTAINER_PORT,
         labels=((label_names.PORT, str(stack.port)), (label_names.ROLE, label_names.ROLE_GATEWAY)),
-        healthcheck=Healthcheck(
-            test=("CMD", "python3", "-c", HEALTH_PROBE), interval=10, timeout=5, retries=3, start_period=5
-        ),
-        stop_grace_period=10,
         logging=log_options(stack),
+    )
+
+
+def _tunables(stack: Stack, keys: str) -> tuple[tuple[str, Text], ...]:
+    """`[gateway]` settings (`keys`, space-separated) as `${GATEWAY_<KEY>:-value}` host values."""
+    return tuple(
+        (f"GATEWAY_{key.upper()}", text(Var(f"GATEWAY_{key.upper()}", str(getattr(stack.gateway, key)))))
+        for key in keys.split()
     )
 
 
@@ -141,8 +134,6 @@ def _routing_environment(stack: Stack) -> tuple[tuple[str, Text], ...]:
         environment += (
             ("GATEWAY_SWITCH_ON_MODEL", text("true" if settings.switch_on_model else "false")),
             ("GATEWAY_POLICY", text(settings.policy)),
-            ("GATEWAY_MIN_RESIDENCY", text(Var("GATEWAY_MIN_RESIDENCY", str(settings.min_residency)))),
-            ("GATEWAY_RESIDENCY_WAIT", text(Var("GATEWAY_RESIDENCY_WAIT", str(settings.residency_wait)))),
-            ("GATEWAY_POLICY_WINDOW", text(Var("GATEWAY_POLICY_WINDOW", str(settings.policy_window)))),
+            *_tunables(stack, "min_residency residency_wait policy_window"),
         )
     return environment

@@ -40,20 +40,25 @@ HEALTH_PROBE = ("CMD", "promtool", "check", "healthy", f"--url=http://127.0.0.1:
 class PrometheusSpec:
     """The Prometheus service of the observability profile, for the compose renderer."""
 
-    service: str
-    profile: str
     image: Text
     published_port: Text
     host_ip: Text
-    container_port: int
-    command: tuple[str, ...]
-    config_name: str
-    config_target: str
     config: str
-    volume: str
-    data_dir: str
-    labels: tuple[tuple[str, str], ...]
-    healthcheck: tuple[str, ...]
+    service: str = SERVICE
+    profile: str = PROFILE
+    container_port: int = CONTAINER_PORT_PROMETHEUS
+    command: tuple[str, ...] = (
+        f"--config.file={CONFIG_TARGET}",
+        f"--storage.tsdb.path={DATA_DIR}",
+        f"--storage.tsdb.retention.time={RETENTION}",
+        f"--web.listen-address=0.0.0.0:{CONTAINER_PORT_PROMETHEUS}",
+    )
+    config_name: str = CONFIG_NAME
+    config_target: str = CONFIG_TARGET
+    volume: str = VOLUME
+    data_dir: str = DATA_DIR
+    labels: tuple[tuple[str, str], ...] = ((label_names.ROLE, label_names.ROLE_PROMETHEUS),)
+    healthcheck: tuple[str, ...] = HEALTH_PROBE
 
 
 def scrape_config(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> str:
@@ -86,23 +91,8 @@ def scrape_config(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> st
 def build_prometheus_spec(stack: Stack, live: Sequence[tuple[str, str, str]] = ()) -> PrometheusSpec:
     """The observability profile's Prometheus (`live`: see `scrape_config`)."""
     return PrometheusSpec(
-        service=SERVICE,
-        profile=PROFILE,
         image=text(Var("PROMETHEUS_IMAGE", stack.gateway.prometheus_image)),
         published_port=text(Var("PROMETHEUS_PORT", str(stack.gateway.prometheus_port))),
         host_ip=text(Var("PROMETHEUS_BIND_ADDRESS", stack.bind_address)),
-        container_port=CONTAINER_PORT_PROMETHEUS,
-        command=(
-            f"--config.file={CONFIG_TARGET}",
-            f"--storage.tsdb.path={DATA_DIR}",
-            f"--storage.tsdb.retention.time={RETENTION}",
-            f"--web.listen-address=0.0.0.0:{CONTAINER_PORT_PROMETHEUS}",
-        ),
-        config_name=CONFIG_NAME,
-        config_target=CONFIG_TARGET,
         config=scrape_config(stack, live),
-        volume=VOLUME,
-        data_dir=DATA_DIR,
-        labels=((label_names.ROLE, label_names.ROLE_PROMETHEUS),),
-        healthcheck=HEALTH_PROBE,
     )
