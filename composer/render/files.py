@@ -28,7 +28,7 @@ from composer.errors import RenderError, cannot_write
 from composer.render.runfiles import state_dir
 from composer.render.spec import LOG_DRIVER, Text, Var
 from composer.render.target import Target, resolve_target
-from composer.stack.bounded import FileTooLarge, read_bounded, temp_beside
+from composer.stack.bounded import FileTooLarge, read_bounded, replace_file, temp_beside
 from composer.stack.model import Stack
 from composer.stack.starter import shipped_dir
 
@@ -270,25 +270,13 @@ def is_current(file: RenderedFile) -> bool:
 
 @dataclass
 class _Staged:
-    """A changed file written to a temp file beside its target, and what it replaces."""
+    """A changed file written to a temp file beside its target, and the bytes and mode it replaces."""
 
     file: RenderedFile
     tmp: Path
     old: bytes | None = None
     old_mode: int | None = None
     placed: bool = False
-
-
-def _old_content(path: Path) -> tuple[bytes | None, int | None]:
-    """The bytes and mode a target has now (None when it does not exist)."""
-    if path.is_symlink() or path.exists():
-        if path.is_dir():
-            raise RenderError(f"cannot write {path}: a directory is in its place (remove it or use --out)")
-        try:
-            return path.read_bytes(), path.stat().st_mode & 0o777
-        except OSError as err:
-            raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
-    return None, None
 
 
 def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
@@ -302,8 +290,15 @@ def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
 
 def _stage(file: RenderedFile) -> _Staged:
     """Write one file's new bytes to a temp file in its target's directory."""
-    old, old_mode = _old_content(file.path)
-    return _Staged(file, _temp_beside(file.path, file.content.encode(), file.mode), old, old_mode)
+    path, old, old_mode = file.path, None, None
+    if path.is_symlink() or path.exists():
+        if path.is_dir():
+            raise RenderError(f"cannot write {path}: a directory is in its place (remove it or use --out)")
+        try:
+            old, old_mode = path.read_bytes(), path.stat().st_mode & 0o777
+        except OSError as err:
+            raise RenderError(f"cannot write {path}: {err.strerror or err}") from err
+    return _Staged(file, _temp_beside(path, file.content.encode(), file.mode), old, old_mode)
 
 
 def _put_back(staged: _Staged) -> None:
@@ -360,10 +355,9 @@ def write_atomic(file: RenderedFile) -> bool:
         if file.path.stat().st_mode & 0o777 != file.mode:
             os.chmod(file.path, file.mode)
         return False
-    tmp = _temp_beside(file.path, file.content.encode(), file.mode)
     try:
-        os.replace(tmp, file.path)
+        file.path.parent.mkdir(parents=True, exist_ok=True)
+        replace_file(file.path, file.content.encode(), file.mode)
     except OSError as err:
-        tmp.unlink(missing_ok=True)
         raise RenderError(cannot_write(file.path, err)) from err
     return True

@@ -23,10 +23,9 @@ FIRST_PORT = 8000
 
 @dataclass(frozen=True)
 class Written:
-    """One file `init` wrote (or left as it was)."""
+    """One file `init` wrote."""
 
     path: Path
-    created: bool
 
 
 def shipped_dir(installed_name: str, checkout_name: str = "") -> Path:
@@ -108,10 +107,10 @@ def init_stack(
             text = stack_text or reference_stack_text(data.decode("utf-8"), ref)
             data = (with_identity(text, *identity) if identity else text).encode("utf-8")
         replace_file(target, data, 0o644)
-        written.append(Written(target, True))
+        written.append(Written(target))
     if with_env:
         _create_private(env_path, f"VLLM_API_KEY={generated_key()}\n".encode())
-        written.append(Written(env_path, True))
+        written.append(Written(env_path))
     return written
 
 
