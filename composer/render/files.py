@@ -168,39 +168,25 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def template_environment() -> jinja2.Environment:
-    """The one Jinja environment of the templates (for other renderers of this package)."""
-    return _environment()
-
-
-def _context(target: Target) -> dict[str, object]:
-    spec = target.spec
-    return {
-        "spec": spec,
-        "variant": target.variant,
-        "gateway": target.gateway,
-        "prometheus": target.prometheus,
-        "follow": target.follow,
-        "health_cmd": shlex.join(spec.healthcheck.test[1:]),
-        "log_driver": LOG_DRIVER,
-    }
+def render_template(template: str, what: str, **context: object) -> str:
+    """A template rendered with the one environment (RenderError naming `what` on its error)."""
+    try:
+        return _environment().get_template(template).render(context, log_driver=LOG_DRIVER)
+    except jinja2.TemplateError as err:
+        raise RenderError(f"template error while rendering {what}: {err}") from err
 
 
 def render_variant(target: Target, out_dir: Path) -> list[RenderedFile]:
     """The compose file and the launcher of one variant, in memory."""
-    env = _environment()
-    context = _context(target)
-    try:
-        return [
-            RenderedFile(
-                out_dir / name.format(variant=target.name),
-                env.get_template(template).render(context),
-                mode,
-            )
-            for template, name, mode in OUTPUTS
-        ]
-    except jinja2.TemplateError as err:
-        raise RenderError(f"template error while rendering {target.name}: {err}") from err
+    context = {**vars(target), "health_cmd": shlex.join(target.spec.healthcheck.test[1:])}
+    return [
+        RenderedFile(
+            out_dir / name.format(variant=target.name),
+            render_template(template, target.name, **context),
+            mode,
+        )
+        for template, name, mode in OUTPUTS
+    ]
 
 
 def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:

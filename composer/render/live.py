@@ -14,17 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import jinja2
-
 from composer import labels as label_names
-from composer.errors import RenderError
-from composer.render.files import RenderedFile, template_environment
+from composer.render.files import RenderedFile, render_template
 from composer.render.follow import FollowSpec, build_follow_spec
 from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.prometheus import PrometheusSpec, build_prometheus_spec
 from composer.render.spec import (
     CONTAINER_PORT,
-    LOG_DRIVER,
     ServiceSpec,
     build_spec,
     config_hash,
@@ -133,12 +129,5 @@ def resolve_live(stack: Stack, variants: Sequence[str]) -> LiveTarget:
 
 def render_live(target: LiveTarget, out_dir: Path, name: str = LIVE_FILE) -> list[RenderedFile]:
     """The live set's compose file, in memory (a RenderedFile)."""
-    try:
-        content = (
-            template_environment()
-            .get_template("compose-live.yml.j2")
-            .render(live=target, log_driver=LOG_DRIVER)
-        )
-    except jinja2.TemplateError as err:
-        raise RenderError(f"template error while rendering the live set: {err}") from err
+    content = render_template("compose-live.yml.j2", "the live set", live=target)
     return [RenderedFile(out_dir / name, content, 0o644)]
