@@ -85,9 +85,7 @@ def baseline_violations(manifest: Manifest) -> list[str]:
     for index, volume in enumerate(spec.get("volumes") or []):
         if "hostPath" in volume:
             found.append(f"spec.volumes[{index}].hostPath: hostPath volumes are not allowed")
-    found += _seccomp_not_unconfined("spec.securityContext", pod_sc)
-    found += _selinux("spec.securityContext", pod_sc)
-    found += _apparmor("spec.securityContext", pod_sc)
+    found += _context_violations("spec.securityContext", pod_sc)
     for index, sysctl in enumerate(pod_sc.get("sysctls") or []):
         if sysctl.get("name") not in SAFE_SYSCTLS:
             found.append(f"spec.securityContext.sysctls[{index}]: sysctl {sysctl.get('name')!r} is not safe")
@@ -109,9 +107,7 @@ def baseline_violations(manifest: Manifest) -> list[str]:
                 found.append(f"{where}.ports[{port_index}].hostPort: host ports are not allowed")
         if sc.get("procMount", "Default") != "Default":
             found.append(f"{where}.securityContext.procMount: only Default is allowed")
-        found += _seccomp_not_unconfined(f"{where}.securityContext", sc)
-        found += _selinux(f"{where}.securityContext", sc)
-        found += _apparmor(f"{where}.securityContext", sc)
+        found += _context_violations(f"{where}.securityContext", sc)
     return found
 
 
@@ -159,25 +155,18 @@ def pod_security_level(manifest: Manifest) -> str:
     return "baseline" if not baseline_violations(manifest) else "privileged"
 
 
-def _seccomp_not_unconfined(where: str, sc: Manifest) -> list[str]:
-    if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
-        return [f"{where}.seccompProfile.type: Unconfined is not allowed"]
-    return []
-
-
-def _selinux(where: str, sc: Manifest) -> list[str]:
-    options = sc.get("seLinuxOptions") or {}
+def _context_violations(where: str, sc: Manifest) -> list[str]:
+    """Baseline's seccomp, SELinux and AppArmor rules on a pod's or a container's securityContext."""
     found = []
+    if (sc.get("seccompProfile") or {}).get("type") == "Unconfined":
+        found.append(f"{where}.seccompProfile.type: Unconfined is not allowed")
+    options = sc.get("seLinuxOptions") or {}
     if options.get("type", "") not in SELINUX_TYPES:
         found.append(f"{where}.seLinuxOptions.type: {options.get('type')!r} is not allowed")
     for key in ("user", "role"):
         if options.get(key):
             found.append(f"{where}.seLinuxOptions.{key}: must not be set")
-    return found
-
-
-def _apparmor(where: str, sc: Manifest) -> list[str]:
     kind = (sc.get("appArmorProfile") or {}).get("type")
     if kind not in (None, "RuntimeDefault", "Localhost"):
-        return [f"{where}.appArmorProfile.type: {kind!r} is not allowed"]
-    return []
+        found.append(f"{where}.appArmorProfile.type: {kind!r} is not allowed")
+    return found

@@ -8,6 +8,7 @@ allowed. An empty value in the environment or .env counts as unset.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -477,24 +478,19 @@ def _variant(
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"
     resolve.inherited.update({f"{prefix}.{key}": origin for key, origin in defined.items()})
-    image_key = resolve.key_of(prefix, table, "image", lambda x: _image_key(x, images), next(iter(images)))
-    description = resolve.key_of(prefix, table, "description", str, "")
-    kv = resolve.key_of(
-        prefix,
-        table,
-        "kv_cache_memory",
-        lambda x: None if x is None else v.parse_size(x),
-        env=VARIANT_ENV["kv_cache_memory"],
-    )
+    key = functools.partial(resolve.key_of, prefix, table)
+    image_key = key("image", lambda x: _image_key(x, images), next(iter(images)))
+    description = key("description", str, "")
+    kv = key("kv_cache_memory", _or_none(v.parse_size), env=VARIANT_ENV["kv_cache_memory"])
     min_tokens = None
     if table.get("min_kv_cache_tokens") is not None:
-        min_tokens = resolve.key_of(prefix, table, "min_kv_cache_tokens", v.parse_positive_int)
-    extra_args = resolve.key_of(prefix, table, "extra_args", _extra_args, [])
+        min_tokens = key("min_kv_cache_tokens", v.parse_positive_int)
+    extra_args = key("extra_args", _extra_args, [])
     _refuse_rendered_flags(f"{prefix}.extra_args", extra_args)
-    standby = resolve.key_of(prefix, table, "standby", v.parse_standby, stack_standby)
-    weights = resolve.key_of(prefix, table, "weights_bytes", v.parse_optional_size)
-    gpus = resolve.key_of(prefix, table, "gpus", parse_placement)
-    replicas = resolve.key_of(prefix, table, "replicas", lambda x: None if x is None else parse_replicas(x))
+    standby = key("standby", v.parse_standby, stack_standby)
+    weights = key("weights_bytes", v.parse_optional_size)
+    gpus = key("gpus", parse_placement)
+    replicas = key("replicas", _or_none(parse_replicas))
     return Variant(
         gpus=gpus,
         replicas=check_replicas(name, gpus, replicas),
@@ -511,6 +507,10 @@ def _variant(
         # its own, never inherited through extends
         aliases=_aliases(prefix, resolve.key_of(prefix, raw[name], "aliases", _json_list, [])),
     )
+
+
+def _or_none(parse: Callable[[object], T]) -> Callable[[object], T | None]:
+    return lambda raw: None if raw is None else parse(raw)
 
 
 def _json_list(raw: object) -> object:
@@ -565,21 +565,17 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
     where = f"{prefix}.speculative"
     if "method" not in raw:
         raise ConfigError(f"{where}.method is missing: choose one of " + ", ".join(v.SPECULATIVE_METHODS))
-    method = resolve.key_of(where, raw, "method", v.parse_method)
+    key_of = functools.partial(resolve.key_of, where, raw)
+    method = key_of("method", v.parse_method)
     # a K schedule is written for its maximum K: NUM_SPECULATIVE_TOKENS (meant for the
     # static variants) does not move it, or one .env value would break the schedule
     scheduled = raw.get("per_batch_size") is not None
-    k = resolve.key_of(
-        where,
-        raw,
-        "num_speculative_tokens",
-        v.parse_speculative_tokens,
-        env=None if scheduled else VARIANT_ENV["num_speculative_tokens"],
-    )
+    env = None if scheduled else VARIANT_ENV["num_speculative_tokens"]
+    k = key_of("num_speculative_tokens", v.parse_speculative_tokens, env=env)
     backend = None
     if raw.get("attention_backend") is not None:
-        backend = resolve.key_of(where, raw, "attention_backend", v.parse_attention_backend)
-    draft = resolve.key_of(where, raw, "draft_model", v.parse_bool, False)
+        backend = key_of("attention_backend", v.parse_attention_backend)
+    draft = key_of("draft_model", v.parse_bool, False)
     extra = raw.get("extra", {})
     if not isinstance(extra, dict):
         raise ConfigError(f"invalid {where}.extra = {v.shown(extra)}: expected a table")
@@ -595,10 +591,8 @@ def _speculative(prefix: str, raw: object, resolve: _Resolver) -> Speculative | 
         )
     for key in sorted(RESERVED_SPECULATIVE_EXTRA_AS.keys() & set(extra)):
         raise ConfigError(f"{where}.extra.{key}: set it as {where}.{RESERVED_SPECULATIVE_EXTRA_AS[key]}")
-    schedule = resolve.key_of(
-        where, raw, "per_batch_size", lambda x: None if x is None else adaptive.schedule_entries(x)
-    )
-    adaptive_on = resolve.key_of(where, raw, "adaptive_verification", v.parse_bool, False)
+    schedule = key_of("per_batch_size", _or_none(adaptive.schedule_entries))
+    adaptive_on = key_of("adaptive_verification", v.parse_bool, False)
     try:
         json.dumps(extra, allow_nan=False)
     except (TypeError, ValueError) as err:
