@@ -23,8 +23,7 @@ from composer.render.spec import (
     CONTAINER_PORT,
     ServiceSpec,
     build_spec,
-    config_hash,
-    owner_labels,
+    labelled,
     text,
 )
 from composer.stack.model import Stack
@@ -83,16 +82,7 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
     elif member.gpus:
         gpus = text(",".join(member.gpus))
     spec = replace(base, service=f"{stack.service}-{member.variant}-{member.index}", gpus=gpus, labels=())
-    labels = (
-        (label_names.CONFIG_HASH, config_hash(spec)),
-        (label_names.GPUS, member.gpus_text),
-        (label_names.LIVE, member.name),
-        (label_names.PORT, str(stack.port)),
-        (label_names.SERVED_NAME, stack.served_model_name),
-        (label_names.VARIANT, member.variant),
-        *owner_labels(stack),
-    )
-    return replace(spec, labels=labels)
+    return labelled(stack, spec, (label_names.GPUS, member.gpus_text), (label_names.LIVE, member.name))
 
 
 def alone_hash(stack: Stack, member: LiveMember) -> str:

@@ -51,12 +51,6 @@ class Owner:
             labels.get(label_names.KEY_FINGERPRINT, ""),
         )
 
-    def labels(self) -> tuple[tuple[str, str], ...]:
-        return (
-            (label_names.KEY_FINGERPRINT, self.key_fingerprint),
-            (label_names.STACK_FILE, self.stack_file),
-        )
-
     def differences(self, other: Owner) -> list[str]:
         """How `other` serves differently from this owner, in words (the stack file aside)."""
         found = []
@@ -67,10 +61,23 @@ class Owner:
         return found
 
 
-def owner_labels(stack: Stack) -> tuple[tuple[str, str], ...]:
-    """The labels that record who started a container (none without a command line)."""
-    owner = Owner.of(stack)
-    return owner.labels() if owner else ()
+def labelled(stack: Stack, spec: ServiceSpec, *extra: tuple[str, str]) -> ServiceSpec:
+    """`spec` with its labels: config hash, port, served name, variant and `extra`, sorted; then
+    who started it (the key's fingerprint and the stack file; none without a command line)."""
+    own = {
+        label_names.CONFIG_HASH: config_hash(spec),
+        label_names.PORT: str(stack.port),
+        label_names.SERVED_NAME: stack.served_model_name,
+        label_names.VARIANT: spec.variant,
+        **dict(extra),
+    }
+    labels = tuple(sorted(own.items()))
+    if owner := Owner.of(stack):
+        labels += (
+            (label_names.KEY_FINGERPRINT, owner.key_fingerprint),
+            (label_names.STACK_FILE, owner.stack_file),
+        )
+    return replace(spec, labels=labels)
 
 
 @dataclass(frozen=True)
@@ -317,14 +324,7 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         standby=variant.standby,
         logging=log_options(stack),
     )
-    labels = (
-        (label_names.CONFIG_HASH, config_hash(spec)),
-        (label_names.PORT, str(stack.port)),
-        (label_names.SERVED_NAME, stack.served_model_name),
-        (label_names.VARIANT, variant.name),
-        *owner_labels(stack),
-    )
-    return replace(spec, labels=labels)
+    return labelled(stack, spec)
 
 
 def config_hash(spec: ServiceSpec) -> str:
