@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, replace
 
 from composer import labels as label_names
 from composer.stack.adaptive import ADAPTIVE_KEY, SCHEDULE_KEY, V2_RUNNER_VAR
+from composer.stack.keys import key_fingerprint
 from composer.stack.model import Stack, Variant, image_env_var
 from composer.stack.values import V2_RUNNER_METHODS
 
@@ -34,8 +35,6 @@ class Owner:
     @classmethod
     def of(cls, stack: Stack) -> Owner | None:
         """This stack as an owner (None: loaded without its command line, so never recorded)."""
-        from composer.stack.keys import key_fingerprint
-
         if stack.owner_file is None:
             return None
         return cls(stack.owner_file, stack.served_model_name, key_fingerprint(stack.api_key))

@@ -14,6 +14,7 @@ from dotenv import dotenv_values
 from composer.errors import ConfigError
 from composer.stack import values as v
 from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
+from composer.stack.keys import is_secret_name
 
 DEFAULT_STACK_FILE = "composer.toml"
 DEFAULT_ENV_FILE = ".env"
@@ -114,8 +115,6 @@ _LINE_NAME = re.compile(r"\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)")
 
 def shown_env_line(text: str) -> str:
     """An env-file line for an error message: a secret's line by its name, a lone word by its length."""
-    from composer.stack.keys import is_secret_name
-
     text = text.strip()
     named = _LINE_NAME.match(text)
     if named and is_secret_name(named.group(1)):

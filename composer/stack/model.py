@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from composer.errors import ConfigError, unknown_choice
 from composer.stack.gateway import GatewaySettings
 from composer.stack.kubernetes import KubeSettings
 
@@ -100,8 +101,6 @@ class Stack:
 
     def variant(self, name: str) -> Variant:
         """The named variant, or a UsageError listing the known ones."""
-        from composer.errors import unknown_choice
-
         try:
             return self.variants[name]
         except KeyError:
@@ -109,8 +108,6 @@ class Stack:
 
     def startable(self, name: str) -> Variant:
         """The named variant; ConfigError when vLLM would refuse it, UsageError when there is none."""
-        from composer.errors import ConfigError
-
         variant = self.variant(name)
         if variant.refused:
             raise ConfigError(variant.refused)
@@ -122,8 +119,6 @@ class Stack:
 
     def workload_variant(self, workload: str) -> Variant:
         """The variant mapped to a workload name."""
-        from composer.errors import unknown_choice
-
         if workload not in self.workloads:
             raise unknown_choice("workload", workload, self.workloads)
         return self.variant(self.workloads[workload])

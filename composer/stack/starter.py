@@ -15,6 +15,8 @@ from pathlib import Path
 
 from composer.errors import UsageError
 from composer.stack.bounded import replace_file
+from composer.stack.load import compose_project_name
+from composer.stack.new_stack import reference_stack_text, schema_path, with_identity
 
 STARTER_FILES = ("composer.toml", ".env.example")
 ENV_MODE = 0o600
@@ -59,8 +61,6 @@ def free_port(first: int = FIRST_PORT) -> int:
 
 def folder_project(directory: Path) -> str:
     """The project name `init` proposes: the folder's name as docker compose sanitises it."""
-    from composer.stack.load import compose_project_name
-
     name = compose_project_name(directory.resolve().name)
     if not name:
         raise UsageError(
@@ -98,8 +98,6 @@ def init_stack(
         raise UsageError(f"{env_path} exists already: it holds your API key, so init never overwrites it")
     directory.mkdir(parents=True, exist_ok=True)
     written = []
-    from composer.stack.new_stack import reference_stack_text, schema_path, with_identity
-
     for name, target in zip(STARTER_FILES, targets, strict=True):
         data = (starter_dir() / name).read_bytes()
         if name == "composer.toml":

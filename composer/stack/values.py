@@ -118,12 +118,9 @@ parse_speculative_tokens = functools.partial(parse_positive_int, maximum=MAX_SPE
 def parse_port(raw: object) -> int:
     """A TCP port, 1-65535."""
     try:
-        value = parse_positive_int(raw)
+        return parse_positive_int(raw, 65535)
     except ValueError as err:
         raise ValueError("a port number from 1 to 65535") from err
-    if value > 65535:
-        raise ValueError("a port number from 1 to 65535")
-    return value
 
 
 def parse_duration(raw: object) -> int:
