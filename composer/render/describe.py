@@ -38,13 +38,10 @@ def shown_value(value: object, kind: str = "string") -> str:
     return str(value)
 
 
-def _defaults(stack: Stack) -> dict[str, object]:
-    """The typed value of each fixed-table key (what the stack resolved to)."""
-    values: dict[str, object] = {f"stack.{s.key}": getattr(stack, s.key) for s in STACK_SETTINGS}
-    values["stack.gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
-    values.update({f"gateway.{k}": v for k, v in asdict(stack.gateway).items()})
-    values.update({f"kubernetes.{k}": v for k, v in asdict(stack.kubernetes).items()})
-    return values
+def _stack_settings(stack: Stack) -> dict[str, object]:
+    settings = {s.key: getattr(stack, s.key) for s in STACK_SETTINGS}
+    settings["gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
+    return settings
 
 
 def _row(stack: Stack, dotted: str, key: Key, resolved: object) -> dict[str, str]:
@@ -60,7 +57,9 @@ def _row(stack: Stack, dotted: str, key: Key, resolved: object) -> dict[str, str
 
 def settings_rows(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
     """Every settable key with its value as written, its source and a description."""
-    values = _defaults(stack)
+    values = {f"stack.{k}": v for k, v in _stack_settings(stack).items()}
+    values |= {f"gateway.{k}": v for k, v in asdict(stack.gateway).items()}
+    values |= {f"kubernetes.{k}": v for k, v in asdict(stack.kubernetes).items()}
     rows = [
         _row(stack, k.dotted, k, values[k.dotted])
         for k in KEYS
@@ -113,11 +112,9 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
 def stack_data(stack: Stack, variant: str | None = None) -> dict[str, object]:
     """The resolved stack (one variant or all) with sources; the API key masked."""
     names = [variant] if variant else list(stack.variants)
-    settings = {s.key: getattr(stack, s.key) for s in STACK_SETTINGS}
-    settings["gpus"] = ",".join(stack.gpus) if stack.gpus else "none"
     return {
         "settings": settings_rows(stack, names),
-        "stack": settings,
+        "stack": _stack_settings(stack),
         "images": dict(stack.images),
         "variants": {n: _variant_data(stack, stack.variant(n)) for n in names},
         "workloads": dict(stack.workloads),

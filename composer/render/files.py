@@ -266,7 +266,6 @@ class _Staged:
 
 
 def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
-    """`data` in a new temp file in `path`'s directory, with `mode`."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         return temp_beside(path, data, mode)
@@ -275,7 +274,6 @@ def _temp_beside(path: Path, data: bytes, mode: int) -> Path:
 
 
 def _stage(file: RenderedFile) -> _Staged:
-    """Write one file's new bytes to a temp file in its target's directory."""
     path, old, old_mode = file.path, None, None
     if path.is_symlink() or path.exists():
         if path.is_dir():

@@ -115,7 +115,6 @@ def _probe(period: int, timeout: int, failures: int, path: str = "/health") -> M
 
 
 def _env(stack: Stack, secret_env: tuple[str, ...], values: list[tuple[str, str]]) -> list[Manifest]:
-    """A container's env: each secret from the stack's Secret, then the plain values."""
     ref = {"name": secret_name(stack), "key": API_KEY_VAR}
     return [{"name": name, "valueFrom": {"secretKeyRef": ref}} for name in secret_env] + [
         {"name": name, "value": value} for name, value in values

@@ -80,7 +80,6 @@ def render_plan(
 
 
 def _refused(stack: Stack, variants: Sequence[str]) -> tuple[str, ...]:
-    """The rendered variants that vLLM refuses with this stack, each with why."""
     return tuple(
         f"{name} is rendered but does not start with this stack: {stack.variants[name].refused}"
         for name in (variants or stack.variants)

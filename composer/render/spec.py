@@ -215,7 +215,6 @@ def speculative_config(stack: Stack, variant: Variant) -> Text | None:
 
 
 def _joined(parts: list[Part]) -> Text:
-    """A Text with adjacent literal strings merged."""
     merged: list[Part] = []
     for part in parts:
         if isinstance(part, str) and merged and isinstance(merged[-1], str):

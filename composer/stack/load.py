@@ -259,7 +259,6 @@ def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) ->
 def _settings_table(
     sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple], typed: Callable[..., T]
 ) -> T:
-    """A settings table (`[kubernetes]`, `[gateway]`) as `typed`, unknown keys refused."""
     raw = _table(sources.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
     return typed(

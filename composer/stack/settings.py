@@ -83,7 +83,6 @@ def _enum(choices: tuple[object, ...]) -> tuple[str, ...]:
 
 
 def _table(table: str, *rows: tuple[Any, ...]) -> tuple[Key, ...]:
-    """The keys of one table, a row (name, kind, description[, choices]) each."""
     return tuple(Key(table, *row) for row in rows)
 
 

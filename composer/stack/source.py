@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from composer.stack.files import DEFAULT_ENV_FILE, STACK_FILES_VAR, find_stack_files, read_dotenv
+from composer.stack.files import DEFAULT_ENV_FILE, find_stack_files, read_dotenv
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 
@@ -37,9 +37,7 @@ class StackSource:
 
     def load_alone(self) -> Stack:
         """The stack from its files alone (what the committed compose/ files are rendered from)."""
-        dotenv, _ = read_dotenv(self.env_file)
-        listed = os.environ.get(STACK_FILES_VAR) or dotenv.get(STACK_FILES_VAR)
-        return load_stack(self.files or None, None, environ={STACK_FILES_VAR: listed} if listed else {})
+        return load_stack(self.stack_files(), None, environ={})
 
     def stack_files(self) -> list[Path]:
         """The stack files in force (--stack, else COMPOSER_STACK, else composer.toml)."""
