@@ -96,27 +96,23 @@ def gateway_resources(stack: Stack) -> dict[str, Any]:
 def common_pod_fields(stack: Stack) -> dict[str, Any]:
     """Fields every pod of the stack gets: service account, priority, pull secrets."""
     kube = stack.kubernetes
-    fields: dict[str, Any] = {"automountServiceAccountToken": False}
-    if kube.service_account:
-        fields["serviceAccountName"] = kube.service_account
-    if kube.priority_class:
-        fields["priorityClassName"] = kube.priority_class
-    if kube.image_pull_secrets:
-        fields["imagePullSecrets"] = [{"name": name} for name in kube.image_pull_secrets]
-    return fields
+    fields = {
+        "serviceAccountName": kube.service_account,
+        "priorityClassName": kube.priority_class,
+        "imagePullSecrets": [{"name": name} for name in kube.image_pull_secrets],
+    }
+    return {"automountServiceAccountToken": False, **{key: value for key, value in fields.items() if value}}
 
 
 def gpu_pod_fields(stack: Stack) -> dict[str, Any]:
     """Scheduling on the GPU node pool: node selector, tolerations, runtime class."""
     kube = stack.kubernetes
-    fields: dict[str, Any] = {}
-    if kube.node_selector:
-        fields["nodeSelector"] = dict(kube.node_selector)
-    if kube.tolerations:
-        fields["tolerations"] = [dict(t) for t in kube.tolerations]
-    if kube.runtime_class:
-        fields["runtimeClassName"] = kube.runtime_class
-    return fields
+    fields = {
+        "nodeSelector": dict(kube.node_selector),
+        "tolerations": [dict(t) for t in kube.tolerations],
+        "runtimeClassName": kube.runtime_class,
+    }
+    return {key: value for key, value in fields.items() if value}
 
 
 def scrape_annotations(stack: Stack, port: int, path: str) -> dict[str, str]:

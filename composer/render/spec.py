@@ -142,17 +142,17 @@ class ServiceSpec:
     image: Text
     command: tuple[Text, ...]
     environment: tuple[tuple[str, str], ...]
-    secret_env: tuple[str, ...]
     mounts: tuple[Mount, ...]
     published_port: Text
     host_ip: Text
     publishes: bool  # False behind the gateway: the variant is reached on the project network
-    container_port: int
     gpus: Text | None
-    ipc: str
-    labels: tuple[tuple[str, str], ...]
     healthcheck: Healthcheck
     stop_grace_period: int
+    secret_env: tuple[str, ...] = (API_KEY_VAR,)
+    container_port: int = CONTAINER_PORT
+    ipc: str = "host"
+    labels: tuple[tuple[str, str], ...] = ()
     restart: str = "unless-stopped"
     standby: str = "stop"
     logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
@@ -301,15 +301,11 @@ def build_spec(stack: Stack, variant: Variant) -> ServiceSpec:
         image=text(Var(image_env_var(variant.image_key), stack.image(variant.image_key))),
         command=_command(stack, variant),
         environment=_environment(stack, variant),
-        secret_env=(API_KEY_VAR,),
         mounts=tuple(mounts),
         published_port=text(Var("VLLM_PORT", str(stack.port))),
         host_ip=text(Var("VLLM_BIND_ADDRESS", stack.bind_address)),
         publishes=not stack.gateway.enabled,
-        container_port=CONTAINER_PORT,
         gpus=gpus,
-        ipc="host",
-        labels=(),
         healthcheck=Healthcheck(
             test=("CMD", "python3", "-c", HEALTH_PROBE),
             interval=10,
