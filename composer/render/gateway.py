@@ -17,10 +17,8 @@ SERVICE = "gateway"
 # The switch history survives a restart (or a recreation) of the gateway in this named volume.
 STATE_VOLUME = "gateway-state"
 STATE_DIR = "/var/lib/gateway"
-# The gateway's CPU weight (Docker's cpu_shares; the kernel's maximum, 1024 is the default).
-# It needs little CPU but needs it at once: every chunk of every stream passes through it.
-# At the default weight, on a host whose CPUs vLLM's busy engine threads saturate, the
-# gateway waits runnable for the whole generation and a stream arrives all at once.
+# The gateway's CPU weight (the kernel's maximum): every chunk of every stream passes through it,
+# and at the default weight it waits behind vLLM's busy threads and a stream arrives all at once.
 CPU_SHARES = 262144
 HEALTH_PROBE = (
     f'import urllib.request as u; u.urlopen("http://127.0.0.1:{CONTAINER_PORT}/gateway/health", timeout=5)'

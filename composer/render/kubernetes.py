@@ -50,8 +50,7 @@ PRE_STOP_SLEEP = 5
 """Seconds a stopping gateway keeps serving while the Service drops its endpoint."""
 LIVENESS_TIMEOUT = 10
 CONTROL_SOCKET_DIR = "/run/gateway"
-"""Where the gateway's control socket lives (its default GATEWAY_CONTROL_SOCKET's folder):
-an emptyDir, as the root filesystem is read-only."""
+"""The gateway's control socket's folder: an emptyDir, as the root filesystem is read-only."""
 
 
 def kube_dir(stack: Stack) -> Path:

@@ -26,8 +26,7 @@ EAGER_FLAGS = ("--enforce-eager", "--enforce_eager")
 ADAPTIVE_REFUSED_BACKENDS = {
     "FLASHINFER": "FlashInfer plans decode from the CPU query lengths except trtllm-gen on SM100",
 }
-"""Target attention backends that refuse device-decided query lengths (vLLM's
-`supports_device_cpu_query_lens_mismatch`); SSM/linear-attention layers refuse them too."""
+"""Target attention backends that refuse device-decided query lengths (so do SSM layers)."""
 
 SCHEDULE_HELP = (
     "a list of [start_bs, end_bs, K] with inclusive batch-size ranges, ordered, "

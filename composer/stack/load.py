@@ -104,10 +104,8 @@ class _Resolver:
     def __init__(self, sources: Sources) -> None:
         self.s = sources
         self.record: dict[str, str] = {}
-        self.written: dict[str, object] = {}
-        """Dotted key -> the value as written where it came from (`7.0GiB`, `15m`, `true`)."""
-        self.inherited: dict[str, str] = {}
-        """Dotted key of a variant -> the key of the variant that defines it (`extends`)."""
+        self.written: dict[str, object] = {}  # dotted key -> the value as written (`7.0GiB`, `15m`)
+        self.inherited: dict[str, str] = {}  # a variant's dotted key -> the key that sets it (`extends`)
 
     def get(
         self,

@@ -41,12 +41,9 @@ class Variant:
     gpus: tuple[tuple[str, ...], ...] = ()  # placement: one GPU set per replica (empty: stack.gpus)
     replicas: int = 1  # containers of this variant in a live set
     dropped_args: tuple[tuple[str, str], ...] = ()
-    """(argument, the dotted key it came from) taken out of inherited extra_args: an adaptive
-    variant runs without the inherited --enforce-eager, which vLLM refuses with it."""
+    """(argument, its dotted key) taken out of inherited extra_args (an adaptive variant's eager flag)."""
     refused: str = ""
-    """Why vLLM refuses this variant under a stack-wide setting (an adaptive variant with the
-    stack's attention backend); the rest of the stack serves on, nothing starts this one
-    (`Stack.startable`) and doctor fails it. Empty: it can start."""
+    """Why vLLM refuses this variant under a stack-wide setting: nothing starts it (empty: it can)."""
 
 
 @dataclass(frozen=True)
@@ -91,8 +88,7 @@ class Stack:
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
     owner_file: str | None = field(default=None, compare=False)
-    """The first stack file, absolute, when the command line loaded the stack: `up` records it
-    (with the served name and the key's fingerprint) in the containers' labels."""
+    """The first stack file, absolute, when the command line loaded the stack (recorded in labels)."""
 
     @property
     def render_dir(self) -> Path:

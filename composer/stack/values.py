@@ -62,8 +62,7 @@ SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI), at mos
 MAX_DURATION = INT64_MAX // 10**9
 """Docker and compose hold durations as int64 nanoseconds: about 292 years in seconds."""
 MAX_SPECULATIVE_TOKENS = 128
-"""vLLM's MAX_SPEC_LEN (vllm/v1/sample/rejection_sampler.py): the rejection sampler
-asserts K <= 128 on the first speculative step; its config only checks K > 0."""
+"""vLLM's MAX_SPEC_LEN: its rejection sampler asserts K <= 128 (its config only checks K > 0)."""
 
 
 def parse_size(raw: object) -> int:
