@@ -42,14 +42,6 @@ def live_name(stack: Stack, variant: str) -> str:
     return _dns_label(f"{stack.service}-{variant}", "stack.service and variant name")
 
 
-def live_upstreams(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
-    """The gateway's upstreams on Kubernetes: one per variant, its Service."""
-    return [
-        {"name": f"{name}/1", "variant": name, "url": f"http://{live_name(stack, name)}:{CONTAINER_PORT}"}
-        for name in variants
-    ]
-
-
 def live_deployment(stack: Stack, name: str) -> Manifest:
     """A live variant's Deployment: its own selector, its replicas, GPUs from its placement."""
     variant = replace(stack.variant(name), standby="stop")
@@ -74,7 +66,15 @@ def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manif
     gateway = build_gateway_spec(stack)
     for file, doc in extra_base_manifests(stack):
         if file == "gateway-deployment.yaml" and gateway is not None:
-            doc = gateway_deployment(stack, with_upstreams(gateway, live_upstreams(stack, variants)))
+            upstreams = [  # one per variant: its Service
+                {
+                    "name": f"{name}/1",
+                    "variant": name,
+                    "url": f"http://{live_name(stack, name)}:{CONTAINER_PORT}",
+                }
+                for name in variants
+            ]
+            doc = gateway_deployment(stack, with_upstreams(gateway, upstreams))
         docs.append((file, doc))
     return docs
 

@@ -335,10 +335,15 @@ def _aliases(prefix: str, raw: object) -> tuple[str, ...]:
     return tuple(raw)
 
 
+def _from(origin: Mapping[str, Path], key: str) -> str:
+    """` (from composer.toml)`: the stack file that set `key`, for an error ('' when none did)."""
+    return f" (from {origin[key].name})" if key in origin else ""
+
+
 def _table(data: Mapping, key: str, origin: Mapping[str, Path] | None = None) -> dict:
     value = data.get(key, {})
     if not isinstance(value, dict):
-        where = f" (from {origin[key].name})" if origin and key in origin else ""
+        where = _from(origin or {}, key)
         raise ConfigError(f"invalid {key} = {v.shown(value)}{where}: expected a table ([{key}])")
     return value
 
@@ -423,8 +428,7 @@ def _variants(
         )
     for name, table in raw.items():
         if not isinstance(table, dict):
-            origin = sources.toml_origin.get(f"variants.{name}")
-            where = f" (from {origin.name})" if origin else ""
+            where = _from(sources.toml_origin, f"variants.{name}")
             raise ConfigError(
                 f"invalid variants.{name} = {v.shown(table)}{where}: expected a table ([variants.{name}])"
             )
@@ -662,8 +666,7 @@ def _adaptive_speculation(
 def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
     raw = _table(sources.toml, "workloads", sources.toml_origin)
     for workload, variant in raw.items():
-        origin = sources.toml_origin.get(f"workloads.{workload}")
-        where = f" (from {origin.name})" if origin else ""
+        where = _from(sources.toml_origin, f"workloads.{workload}")
         if (problem := check_workload_name(str(workload))) is not None:
             raise ConfigError(f"invalid key workloads.{workload}{where}: {problem}")
         if not isinstance(variant, str) or variant not in variants:

@@ -78,10 +78,6 @@ class Key:
         return f"{self.table}.{self.name}"
 
 
-def _enum(choices: tuple[object, ...]) -> tuple[str, ...]:
-    return tuple(str(c) for c in choices)
-
-
 def _table(table: str, *rows: tuple[Any, ...]) -> tuple[Key, ...]:
     return tuple(Key(table, *row) for row in rows)
 
@@ -101,7 +97,7 @@ KEYS: tuple[Key, ...] = (
         ("tensor_parallel_size", "integer", "GPUs one variant spans (vLLM --tensor-parallel-size)"),
         ("max_model_len", "integer", "longest prompt plus output in tokens (vLLM --max-model-len)"),
         ("gpus", "gpus", "GPU devices: a list such as 0,1,2,3, all, or none"),
-        ("attention_backend", "enum", "vLLM attention backend", _enum(v.ATTENTION_BACKENDS)),
+        ("attention_backend", "enum", "vLLM attention backend", v.ATTENTION_BACKENDS),
         ("model_dir", "path", "the model's folder on the host"),
         ("model_path", "string", "where the model is mounted in the container (read-only)"),
         ("draft_dir", "path", "the draft model's folder on the host"),
@@ -218,7 +214,7 @@ KEYS: tuple[Key, ...] = (
         ("method", "enum", "vLLM's speculative method", v.SPECULATIVE_METHODS),
         ("num_speculative_tokens", "integer", "K, tokens proposed per step (1-128)"),
         ("draft_model", "boolean", "mount the draft model and pass it as the speculative model"),
-        ("attention_backend", "enum", "the drafter's attention backend", _enum(v.ATTENTION_BACKENDS)),
+        ("attention_backend", "enum", "the drafter's attention backend", v.ATTENTION_BACKENDS),
         (
             "per_batch_size",
             "schedule",
