@@ -37,11 +37,6 @@ def shipped_dir(installed_name: str, checkout_name: str = "") -> Path:
     return installed if installed.is_dir() else package.parent / checkout_name
 
 
-def starter_dir() -> Path:
-    """The starter files: `composer/starter` in an installed wheel, else the checkout's root."""
-    return shipped_dir("starter")
-
-
 def generated_key() -> str:
     """A fresh API key: 48 hex digits behind `sk-`."""
     return "sk-" + secrets.token_hex(24)
@@ -99,7 +94,7 @@ def init_stack(
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     for name, target in zip(STARTER_FILES, targets, strict=True):
-        data = (starter_dir() / name).read_bytes()
+        data = (shipped_dir("starter") / name).read_bytes()  # the wheel's, else the checkout's root
         if name == "composer.toml":
             ref = schema_path(schema_file())
             text = stack_text or reference_stack_text(data.decode("utf-8"), ref)

@@ -310,15 +310,9 @@ parse_standby_fallback = choice(STANDBY_FALLBACKS)
 """What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
 
 
-SLEEP_LEVELS: tuple[int, ...] = (1, 2)
-
-
 def parse_sleep_level(raw: object) -> int:
     """vLLM's sleep level: 1 (weights to host RAM) or 2 (weights dropped, reloaded on wake)."""
-    text = str(raw).strip()
-    if isinstance(raw, bool) or text not in {str(level) for level in SLEEP_LEVELS}:
-        raise ValueError("one of " + ", ".join(str(level) for level in SLEEP_LEVELS))
-    return int(text)
+    return int(one_of(str(raw).strip(), ("1", "2")))
 
 
 def parse_optional_size(raw: object) -> int | None:
