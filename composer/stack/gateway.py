@@ -93,10 +93,13 @@ def _shown(value: int, kind: str) -> str:
     return str(value)
 
 
-def within(
-    parse: Callable[[object], int], variable: str, kind: str, example: str, lowest: int = 0
-) -> Callable[[object], int]:
-    """`parse`, then the gateway's own bounds of `variable` (`LIMITS`); `lowest` is the parser's floor."""
+Row = tuple[str, str | None, Callable[[object], object], object]
+
+
+def _gateway_row(key: str, parse: Callable[[object], int], kind: str, example: str, lowest: int = 0) -> Row:
+    """A key the gateway reads from `GATEWAY_<KEY>`: `parse`, then the gateway's own bounds
+    (`LIMITS`; `lowest` is the parser's floor), so the stack refuses what the gateway would."""
+    variable = f"GATEWAY_{key.upper()}"
     low, high = LIMITS[variable]
     low, high = max(math.ceil(low), lowest), math.floor(high)
     noun = {"duration": "a duration", "size": "a size", "count": "a whole number"}[kind]
@@ -113,7 +116,7 @@ def within(
             raise ValueError(allowed)
         return value
 
-    return parse_within
+    return (key, variable, parse_within, getattr(GatewaySettings, key))
 
 
 def parse_live(raw: object) -> tuple[str, ...]:
@@ -125,15 +128,6 @@ def parse_live(raw: object) -> tuple[str, ...]:
     if (len(names) != len(items) and not isinstance(raw, str)) or len(set(names)) != len(names):
         raise ValueError('a list of distinct variant names, such as ["baseline", "mtp"]')
     return tuple(names)
-
-
-Row = tuple[str, str | None, Callable[[object], object], object]
-
-
-def _gateway_row(key: str, parse: Callable[[object], int], kind: str, example: str, lowest: int = 0) -> Row:
-    """A key the gateway reads from the variable of the same name, within its bounds."""
-    variable = f"GATEWAY_{key.upper()}"
-    return (key, variable, within(parse, variable, kind, example, lowest), getattr(GatewaySettings, key))
 
 
 GATEWAY_SETTINGS: tuple[Row, ...] = (
