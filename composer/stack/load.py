@@ -62,11 +62,6 @@ class Sources:
     flag_labels: Mapping[str, str] = field(default_factory=dict)
     """Dotted key -> how `config` names the flag that set it (default `flag --set`)."""
 
-    @property
-    def dotenv_label(self) -> str:
-        """The env file as `config` names it: its file name (e.g. `.env.demo`)."""
-        return self.dotenv_path.name if self.dotenv_path else ".env"
-
 
 def load_stack(
     stack_files: Sequence[str | Path] | None = None,
@@ -147,8 +142,9 @@ class _Resolver:
         if env and self.s.environ.get(env):
             return self.s.environ[env], f"environment {env}", Path.cwd()
         if env and self.s.dotenv.get(env):
-            dotenv_dir = self.s.dotenv_path.parent if self.s.dotenv_path else Path.cwd()
-            return self.s.dotenv[env], f"{self.s.dotenv_label} {env}", dotenv_dir
+            path = self.s.dotenv_path
+            where = f"{path.name if path else '.env'} {env}"  # as `config` names it: `.env.demo VAR`
+            return self.s.dotenv[env], where, path.parent if path else Path.cwd()
         if toml_value is not None:
             origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
             label = str(origin.name) if origin else "composer.toml"
