@@ -188,8 +188,7 @@ def _build(sources: Sources) -> Stack:
             gateway = replace(gateway, hold_timeout=start_period)
             resolve.record["gateway.hold_timeout"] = "default (stack.start_period)"
             resolve.written["gateway.hold_timeout"] = start_period
-    _refuse_standby_without_gateway(variants, gateway)
-    _refuse_level_2_with_speculation(variants, settings)
+    _refuse_standby(variants, gateway, settings)
     variants = _adaptive_speculation(
         variants,
         str(settings["attention_backend"]),
@@ -260,22 +259,19 @@ def _settings_table(
     )
 
 
-def _refuse_standby_without_gateway(variants: Mapping[str, Variant], gateway: GatewaySettings) -> None:
-    """A sleeping variant keeps its container: only the gateway can keep it off the shared port."""
+def _refuse_standby(
+    variants: Mapping[str, Variant], gateway: GatewaySettings, settings: Mapping[str, object]
+) -> None:
+    """A sleeping variant keeps its container: only the gateway can keep it off the shared port.
+    Sleep level 2 loses a speculative variant's drafter weights on wake (a vLLM bug)."""
     sleepers = sorted(n for n, var in variants.items() if var.standby == "sleep")
     if sleepers and not gateway.enabled:
         raise ConfigError(
             f"variants.{sleepers[0]}.standby = 'sleep' needs the gateway (gateway.enabled = true): "
             'a sleeping container cannot share the published port; use standby = "stop"'
         )
-
-
-def _refuse_level_2_with_speculation(variants: Mapping[str, Variant], settings: Mapping[str, object]) -> None:
-    """Sleep level 2 loses a speculative variant's drafter weights on wake (a vLLM bug)."""
-    if settings["sleep_level"] != 2 or settings["allow_sleep_level_2_with_speculation"]:
-        return
-    speculative = sorted(n for n, var in variants.items() if var.standby == "sleep" and var.speculative)
-    if speculative:
+    speculative = [n for n in sleepers if variants[n].speculative]
+    if speculative and settings["sleep_level"] == 2 and not settings["allow_sleep_level_2_with_speculation"]:
         raise ConfigError(
             f"stack.sleep_level = 2 with speculative variant {speculative[0]} on sleep standby: "
             "vLLM does not reload the drafter after a level-2 wake (MTP acceptance drops to 0, "
