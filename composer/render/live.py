@@ -76,11 +76,8 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
     """The container spec of one live member: the variant's spec under its own service and GPUs."""
     variant = replace(stack.variant(member.variant), standby="stop")  # a live container never sleeps
     base = build_spec(stack, variant)
-    gpus = base.gpus
-    if stack.gpus is None:
-        gpus = None  # GPU_DEVICES=none: no device reservation (the simulator); the set stays a label
-    elif member.gpus:
-        gpus = text(",".join(member.gpus))
+    # with GPU_DEVICES=none (the simulator) no device reservation: the set stays a label
+    gpus = text(",".join(member.gpus)) if member.gpus and base.gpus is not None else base.gpus
     spec = replace(base, service=f"{stack.service}-{member.variant}-{member.index}", gpus=gpus, labels=())
     return labelled(stack, spec, (label_names.GPUS, member.gpus_text), (label_names.LIVE, member.name))
 
