@@ -122,13 +122,11 @@ def _env(stack: Stack, secret_env: tuple[str, ...], values: list[tuple[str, str]
 
 def _volumes(stack: Stack, spec: ServiceSpec) -> tuple[list[Manifest], list[Manifest]]:
     """The pod's volumes and the container's mounts: models read-only, /dev/shm in memory."""
-    claims = [stack.kubernetes.model_claim, stack.kubernetes.draft_claim]
+    claims = (stack.kubernetes.model_claim, stack.kubernetes.draft_claim)
     volumes: list[Manifest] = []
     mounts: list[Manifest] = []
-    for index, mount in enumerate(spec.mounts):
-        name = "models" if index == 0 else "draft" if index == 1 else f"models-{index}"
+    for name, claim, mount in zip(("models", "draft"), claims, spec.mounts, strict=False):  # draft: optional
         if stack.kubernetes.models == "pvc":
-            claim = claims[index] if index < len(claims) else f"{claims[0]}-{index}"
             source: Manifest = {"persistentVolumeClaim": {"claimName": claim, "readOnly": True}}
         else:
             source = {"hostPath": {"path": resolve(mount.source), "type": "Directory"}}
