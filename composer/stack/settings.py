@@ -237,13 +237,5 @@ TABLE_KEYS: dict[str, tuple[str, ...]] = {
 def settable_keys(variants: list[str]) -> list[str]:
     """Every dotted key `--set` takes for a stack with these variants (env tables left out)."""
     keys = [k.dotted for k in KEYS if not k.table.startswith("variants") and k.kind != "table"]
-    for name in variants:
-        keys += [
-            k.dotted.replace("<name>", name)
-            for k in KEYS
-            if k.table == VARIANT and k.kind != "table" and k.name != "extends"  # the chain is the files'
-        ]
-        keys += [
-            k.dotted.replace("<name>", name) for k in KEYS if k.table == SPECULATIVE and k.kind != "table"
-        ]
-    return keys
+    own = [k for k in KEYS if k.table in (VARIANT, SPECULATIVE) and k.kind != "table" and k.name != "extends"]
+    return keys + [k.dotted.replace("<name>", name) for name in variants for k in own]  # extends: the files'
