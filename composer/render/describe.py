@@ -90,13 +90,15 @@ def settings_rows(stack: Stack, variants: list[str]) -> list[dict[str, str]]:
 
 def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
     spec = build_spec(stack, variant)
-    data: dict[str, object] = {
+    return {
         "description": variant.description,
         "image": stack.image(variant.image_key),
         "image_key": variant.image_key,
         "kv_cache_memory": variant.kv_cache_memory,
         "min_kv_cache_tokens": variant.min_kv_cache_tokens,
-        "speculative": asdict(variant.speculative) if variant.speculative else None,
+        "speculative": {**asdict(spec_), "extra": dict(spec_.extra)}
+        if (spec_ := variant.speculative)
+        else None,
         "env": dict(spec.environment),
         "derived_env": sorted(set(dict(spec.environment)) - {n for n, _ in (*stack.env, *variant.env)}),
         "extra_args": list(variant.extra_args),
@@ -104,9 +106,6 @@ def _variant_data(stack: Stack, variant: Variant) -> dict[str, object]:
         "command": [resolve(arg) for arg in spec.command],
         "config_hash": spec.hash,
     }
-    if isinstance(data["speculative"], dict) and variant.speculative is not None:
-        data["speculative"]["extra"] = dict(variant.speculative.extra)
-    return data
 
 
 def stack_data(stack: Stack, variant: str | None = None) -> dict[str, object]:

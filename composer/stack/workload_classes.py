@@ -63,15 +63,11 @@ def check_workload_name(name: str) -> str | None:
 
 def gateway_workloads(workloads: Mapping[str, str]) -> str:
     """The `GATEWAY_WORKLOADS` value of a `[workloads]` table (keys that are no class left out)."""
-    items = []
-    for key, variant in workloads.items():
-        shape = class_shape(key)
-        if shape is not None:
-            items.append(
-                f"{shape.name}:{shape.min_tokens}:{shape.max_tokens or 0}:{shape.tokens or 0}:"
-                f"{shape.streams}={variant}"
-            )
-    return ",".join(items)
+    shapes = [(shape, variant) for key, variant in workloads.items() if (shape := class_shape(key))]
+    return ",".join(
+        f"{s.name}:{s.min_tokens}:{s.max_tokens or 0}:{s.tokens or 0}:{s.streams}={variant}"
+        for s, variant in shapes
+    )
 
 
 def live_routing(workloads: Mapping[str, str], variants: Iterable[str]) -> tuple[bool, str]:
