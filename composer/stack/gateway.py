@@ -50,9 +50,7 @@ class GatewaySettings:
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
     continue_streams: bool = True  # a stream whose backend breaks goes on on another, token for token
-    unresponsive_timeout: int = (
-        30  # seconds a waiting request lets the backend's /health go unanswered (0: off)
-    )
+    unresponsive_timeout: int = 30  # seconds a waiting request lets /health go unanswered (0: off)
     hold_keepalive: int = 15  # seconds between SSE comments to a held stream: true request (0: off)
     live: tuple[str, ...] = ()  # variants that serve at once (a live set); empty: one at a time
     spill: int = 0  # live routing: outstanding requests past another variant's that spill to it (0: off)

@@ -122,13 +122,7 @@ def check_live(
                 f"variants.{unplaced.variant}.gpus is not set: a live set of {len(members)} containers "
                 f'needs a GPU set for each (e.g. gpus = "0,1,2,3"), or GPU_DEVICES=none for the simulator'
             )
-    refuse_overlap(members)
-    return members
-
-
-def refuse_overlap(members: Sequence[LiveMember]) -> None:
-    """Refuse two containers sharing a GPU, naming both and the GPUs."""
-    for i, first in enumerate(members):
+    for i, first in enumerate(members):  # no two containers share a GPU
         for second in members[i + 1 :]:
             shared = [g for g in first.gpus if g in second.gpus]
             if shared:
@@ -137,3 +131,4 @@ def refuse_overlap(members: Sequence[LiveMember]) -> None:
                     f"(GPUs {second.gpus_text}) share GPU {','.join(shared)}: give each live container "
                     "disjoint GPUs (variants.<name>.gpus), or run them one at a time"
                 )
+    return members
