@@ -1,23 +1,18 @@
 """ServiceSpec and everything rendered from it.
 
-Owns: `ServiceSpec`, the one description of a variant's container (image, argv, env,
-mounts, ports, GPUs, labels, healthcheck), built from a `Stack` variant by a pure
-function (`spec`); the containers beside it (`gateway`, `prometheus`, `follow`); `Target`,
-a variant resolved once into all of them (`target`); the compose files and bash launchers
-rendered from the Jinja templates in the top-level `templates/` folder (`files`; shipped in
-the wheel as `composer/templates`); the run files `up` starts (`files.run_file`, the swap's
-one entry point into rendering; `runfiles`); the resolved stack as data (`describe`); the
-Kubernetes manifests (`kubernetes`, with `kube_pod` for the `[kubernetes]` table and
-`kube_security` for the Pod Security check); a live set (`live`, `kube_live`); the systemd
-unit that keeps `follow` running (`systemd`).
+Owns: `ServiceSpec` (`spec`), the one description of a variant's container, built from a
+`Stack` variant by a pure function; the gateway, Prometheus and follower containers beside it;
+`Target`, a variant resolved once into all of them; the compose files and launchers rendered
+from the top-level `templates/` (`files`; `files.run_file` is the swap's one entry point into
+rendering); the resolved stack as data (`describe`); the Kubernetes manifests (`kubernetes`,
+`kube_pod`, `kube_security`); a live set (`live`, `kube_live`); the follower's systemd unit.
 Never calls Docker. May import: `composer.stack`, `composer.errors`, `composer.labels`.
 Public: `ServiceSpec`, `build_spec`, `config_hash`, `GatewaySpec`, `build_gateway_spec`,
 `PrometheusSpec`, `build_prometheus_spec`, `FollowSpec`, `build_follow_spec`, `Target`,
-`resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`,
-`write_atomic`, `run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`,
-`render_plan`, `RenderPlan`, `stale_files`, `pod_security_level`, `LiveTarget`,
-`LiveService`, `resolve_live`, `render_live`, `render_kube_live`, `FollowUnit`,
-`render_follow_unit`.
+`resolve_target`, `render_all`, `render_variant`, `is_current`, `write_all`, `write_atomic`,
+`run_file`, `state_dir`, `stack_data`, `format_stack`, `render_kubernetes`, `render_plan`,
+`RenderPlan`, `stale_files`, `pod_security_level`, `LiveTarget`, `LiveService`,
+`resolve_live`, `render_live`, `render_kube_live`, `FollowUnit`, `render_follow_unit`.
 """
 
 from composer._exports import lazy_exports

@@ -1,14 +1,10 @@
 """Render compose files and shell launchers from templates/ with one Jinja environment.
 
-All files are rendered in memory first, so a failure writes nothing; `write_all` then
-writes the set all or nothing (temp files beside the targets, renamed only when all are
-written; a failed rename puts back what it replaced); unchanged files are not rewritten.
-`run_file` is the swap's one entry point into rendering: the compose file `up` starts.
-
-Quoting contract. In compose files every literal is a YAML double-quoted scalar with `$`
-escaped as `$$`; a host value is `${VAR:-default}`, and a default that compose cannot hold
-(`}` or a newline) is refused with a RenderError. Launchers use bash double-quoted words,
-`${VAR}` for host values, so nothing is split, globbed or expanded.
+Files are rendered in memory first; `write_all` writes the set all or nothing and leaves
+unchanged files alone. `run_file` is the swap's one entry point into rendering. Quoting: in
+compose files every literal is a YAML double-quoted scalar with `$` as `$$`, a host value
+`${VAR:-default}` (a default holding `}` or a newline is a RenderError); launchers use bash
+double-quoted words with `${VAR}`, so nothing is split, globbed or expanded.
 """
 
 from __future__ import annotations
@@ -201,9 +197,8 @@ def render_all(stack: Stack, variants: list[str], out_dir: Path) -> list[Rendere
 def run_file(
     target: Target, directory: Path | None = None, keep: Iterable[str | Path | None] | None = None
 ) -> Path:
-    """Write (if needed) the compose file `up` starts, named by variant and hash in the state folder.
-
-    With `keep`, older run files are pruned too, but the newest few and those in `keep`.
+    """Write (if needed) the compose file `up` starts, named by variant and hash in the state folder;
+    with `keep`, prune older run files but the newest few and those in `keep`.
     """
     folder = directory or state_dir()
     out = folder / target.spec.project
@@ -299,9 +294,8 @@ def _put_back(staged: _Staged) -> None:
 
 
 def write_all(files: list[RenderedFile]) -> list[bool]:
-    """Write every file, all or nothing; per file, whether it was (re)written.
-
-    On a failed rename the files already replaced get their old bytes back; RenderError names it.
+    """Write every file, all or nothing (a failed rename puts back what was replaced; RenderError
+    names it); per file, whether it was (re)written.
     """
     changed = [not is_current(f) for f in files]
     staged: list[_Staged] = []

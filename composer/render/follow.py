@@ -1,10 +1,7 @@
 """FollowSpec: the opt-in `follow` profile of a compose stack (pure data, no I/O).
 
-A `follow` service in every rendered compose file, under the compose profile `follow`
-(`up VARIANT --with follow`, `--profile follow`). It runs `compose-spec follow` with the
-Docker socket mounted, which gives that container Docker's full power on the host. The
-folders it shares with the host (the project folder, the state folder, the swap-lock
-folder, the model folders read-only) are mounted at the host's own paths, since the
+`compose-spec follow` in a container, with the Docker socket mounted (Docker's full power on
+the host). The folders it shares with the host are mounted at the host's own paths, since the
 host's daemon resolves the run files it renders; their `FOLLOW_*` variables default to
 `${PWD}` and `${HOME}`. The API key reaches it only through the mounted env file.
 """

@@ -1,17 +1,11 @@
 """Kubernetes manifests rendered from the same ServiceSpec as the compose files.
 
-The tree (`kubernetes/` next to the stack file by default): `base/` holds the Service on
-the shared port, with a gateway its Deployment and the internal Service it forwards to,
-and the `[kubernetes]` table's budgets and monitors (`kube_pod`); `overlays/<variant>/`
-adds the variant's Deployment. Every variant is the same Deployment (the stack's service
-name, one replica, strategy Recreate: a pod holds its GPUs), so
-`kubectl apply -k kubernetes/overlays/mtp` switches whichever variant runs and
-`kubectl rollout undo` goes back; the Service selects by the shared app labels.
-
-Manifests are dicts dumped with PyYAML's safe dumper, which quotes every string that would
-read as another type. Host values are rendered at their resolved value (Kubernetes has no
-`${VAR:-default}`). The API key is only ever a `secretKeyRef`. Each Deployment's header
-says which Pod Security level it meets (`kube_security`).
+`kubernetes/base/` holds the Service on the shared port, the gateway's Deployment and the
+internal Service it forwards to, and the `[kubernetes]` table's budgets and monitors;
+`overlays/<variant>/` adds the variant's Deployment, the same for every variant (one replica,
+strategy Recreate: a pod holds its GPUs), so `kubectl apply -k kubernetes/overlays/mtp`
+switches and `kubectl rollout undo` goes back. Dicts are dumped with PyYAML's safe dumper;
+host values are rendered resolved; the API key is only ever a `secretKeyRef`.
 """
 
 from __future__ import annotations

@@ -607,11 +607,9 @@ def _adaptive_speculation(
     record: Mapping[str, str],
     inherited: Mapping[str, str] | None = None,
 ) -> dict[str, Variant]:
-    """Validate each variant's K schedule and adaptive verification.
-
-    An adaptive variant runs without an `--enforce-eager` inherited through `extends` (kept in
-    `Variant.dropped_args`); its own is an error. A stack-wide attention backend it refuses marks
-    the variant `refused` instead of refusing the stack.
+    """Validate each variant's K schedule and adaptive verification. An adaptive variant runs
+    without an `--enforce-eager` inherited through `extends` (kept in `Variant.dropped_args`);
+    its own is an error. A stack-wide attention backend it refuses marks it `refused`.
     """
     inherited = inherited or {}
     checked: dict[str, Variant] = {}

@@ -77,10 +77,9 @@ def init_stack(
     stack_text: str | None = None,
     identity: tuple[str, int] | None = None,
 ) -> list[Written]:
-    """Write the starter files (and a `.env` with a generated key) into `directory`.
-
-    composer.toml is `stack_text`, else the reference stack (with `identity`: project, port).
-    UsageError before writing anything when a file exists without `force`; `.env` never.
+    """Write the starter files (and a `.env` with a generated key) into `directory`: composer.toml is
+    `stack_text`, else the reference stack (with `identity`: project, port). UsageError before
+    writing anything when a file exists without `force`; `.env` is never overwritten.
     """
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is not a folder: give a folder for the starter files")
