@@ -1,8 +1,6 @@
-"""A live set on Kubernetes: `kubernetes/live/`, a kustomization of its own.
-
-The shared Service, the gateway's Deployment with `GATEWAY_LIVE_UPSTREAMS` (one upstream per
-variant: its Service), the base's other extras, and per variant a Deployment (its replicas,
-`nvidia.com/gpu` from its GPU set, else tensor_parallel_size) and its Service.
+"""A live set on Kubernetes: `kubernetes/live/`, a kustomization of its own: the shared Service,
+the gateway with `GATEWAY_LIVE_UPSTREAMS` (one upstream per variant: its Service), the base's
+other extras, and per variant a Deployment (its replicas and GPU count) and a Service.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """What the `[kubernetes]` table adds to the manifests: resources, scheduling, image pulls,
 disruption budgets, ServiceMonitors and scrape annotations.
 
-The vLLM pod requests the host memory its ranks need while loading (weights, a few GiB of
-runtime per rank, its /dev/shm), so it is never BestEffort; it gets no memory limit by
-default (a loader that crosses one is killed). The gateway gets small requests and a
-memory limit. `kubernetes.resources` overrides any figure for the gateway, for every
-variant (`server`) or per variant. `pdb` guards the gateway pod (default), all or none.
+The vLLM pod requests the host memory its ranks need while loading (weights, runtime, its
+/dev/shm), so it is never BestEffort, and gets no memory limit by default (a loader that
+crosses one is killed); the gateway gets small requests and a limit. `kubernetes.resources`
+overrides any figure for the gateway, every variant (`server`) or one variant.
 """
 
 from __future__ import annotations

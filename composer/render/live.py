@@ -1,9 +1,8 @@
 """A live set rendered: one compose service per live container, all behind the one gateway.
 
-Each member (`mtp/1`) runs as the compose service `<service>-<variant>-<n>` with its own GPU
-set and the labels `live` and `gpus`; the gateway's `GATEWAY_LIVE_UPSTREAMS` (JSON: name,
-variant, url) lists every member, so `docker compose -f compose/live.yml up -d` starts the
-whole set. The `prometheus` and `follow` profiles sit beside them, as in a variant's file.
+Each member (`mtp/1`) is the service `<service>-<variant>-<n>` on its own GPU set, labelled
+`live` and `gpus`; the gateway's `GATEWAY_LIVE_UPSTREAMS` (JSON) lists every member, so
+`docker compose -f compose/live.yml up -d` starts the whole set.
 """
 
 from __future__ import annotations

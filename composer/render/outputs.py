@@ -1,8 +1,6 @@
-"""What `render` writes for a target, decided before anything is written.
-
-The committed folder next to the stack file (compose/ or kubernetes/) is rendered from the
-stack files alone; a render with the env file, the environment and flags goes to a folder
-of its own (`render_plan`). `stale_files` is what `render --check` reports.
+"""What `render` writes for a target, decided before anything is written: the committed folder
+(compose/ or kubernetes/) from the stack files alone, or a local render with every value in a
+folder of its own (`render_plan`); `stale_files` is what `render --check` reports.
 """
 
 from __future__ import annotations

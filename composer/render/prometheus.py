@@ -1,10 +1,8 @@
 """PrometheusSpec: the optional observability profile of a compose stack (pure data, no I/O).
 
-A `prometheus` service in every rendered compose file, under the compose profile
-`prometheus` (`up VARIANT --with prometheus`, `--profile prometheus`). It scrapes, inside
-the project's network, the gateway's `/gateway/metrics` and vLLM's `/metrics` of the
-serving variant (on a live set, of every live container). Neither needs the API key, so
-Prometheus gets none. Its configuration is inlined in the compose file.
+A `prometheus` service under the compose profile `prometheus` (`up VARIANT --with prometheus`)
+that scrapes the gateway's `/gateway/metrics` and vLLM's `/metrics` (on a live set, of every
+live container) inside the project's network. It gets no API key: neither path needs one.
 """
 
 from __future__ import annotations

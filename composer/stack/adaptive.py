@@ -1,9 +1,7 @@
-"""In-server adaptive speculation: the batch-size K schedule and adaptive verification.
-
-Two fields of vLLM's `SpeculativeConfig` (vLLM 0.32.0): `num_speculative_tokens_per_batch_size`
-(inclusive `[start_bs, end_bs, K]` ranges, K=0 allowed) and `enable_adaptive_verification`.
-vLLM accepts gaps and clamps a K above `num_speculative_tokens` silently; the stack is
-stricter, so the schedule that runs is the one written. Each check raises ValueError.
+"""In-server adaptive speculation: vLLM's batch-size K schedule
+(`num_speculative_tokens_per_batch_size`: inclusive `[start_bs, end_bs, K]` ranges, K=0
+allowed) and `enable_adaptive_verification`. Stricter than vLLM (no gaps, no K above
+`num_speculative_tokens`), so the schedule that runs is the one written; checks raise ValueError.
 """
 
 from __future__ import annotations

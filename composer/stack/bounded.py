@@ -1,8 +1,6 @@
-"""Every file the toolkit reads, read with a size limit (`read_bounded`), and the one way it
-replaces a file (`replace_file`, `temp_beside`).
-
-A file past its kind's limit is refused with a one-line `FileTooLarge` (exit 2) after
-reading at most `limit + 1` bytes, so `/dev/zero` or an endless pipe costs one small read.
+"""Every file the toolkit reads, read with a size limit (`read_bounded`: past it a one-line
+`FileTooLarge`, exit 2, after at most `limit + 1` bytes), and the one way it replaces a file
+(`replace_file`, `temp_beside`).
 """
 
 from __future__ import annotations

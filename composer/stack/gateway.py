@@ -1,8 +1,6 @@
-"""The `[gateway]` table of a stack: the proxy that owns the shared port.
-
-`enabled = false` keeps the direct mode: the variant publishes the port. Every key the
-gateway reads itself is checked against the gateway's own bounds
-(`composer.gateway.config.LIMITS`), so a stack never renders a value the gateway refuses.
+"""The `[gateway]` table of a stack: the proxy that owns the shared port (`enabled = false`:
+the variant publishes it). Every key the gateway reads itself is checked against the
+gateway's own bounds (`composer.gateway.config.LIMITS`).
 """
 
 from __future__ import annotations

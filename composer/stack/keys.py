@@ -1,10 +1,8 @@
-"""How hard VLLM_API_KEY is to guess: an entropy estimate and the refusal of weak keys.
+"""How hard VLLM_API_KEY is to guess: zxcvbn's entropy estimate, and the refusal of weak keys.
 
-The estimate is zxcvbn's: log2 of the fewest guesses an attacker needs who tries repeats,
-sequences, keyboard walks, dates and its dictionaries before brute force. It is
-conservative about random text (about 3.3 bits per character, so a random key needs 20 or
-more characters to reach `MIN_KEY_BITS`), and reads at most `ESTIMATE_CHARS` characters.
-No message here ever quotes the key.
+log2 of the fewest guesses an attacker needs who tries repeats, sequences, keyboard walks,
+dates and dictionaries first; about 3.3 bits per random character, so a random key needs 20
+or more to reach `MIN_KEY_BITS`. No message here ever quotes the key.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Load a stack from composer.toml files, a .env file, the environment and CLI flags.
 
-Precedence, highest first: flags (`--set key=value`) > environment > .env >
-composer.toml (later `--stack` files over earlier ones) > built-in defaults. An invalid
-value raises ConfigError naming the key, the value, where it came from and what is
-allowed. An empty value in the environment or .env counts as unset.
+Precedence, highest first: `--set` flags > environment > .env > composer.toml (later
+`--stack` files over earlier ones) > defaults; an empty value in the environment or .env
+counts as unset. An invalid value raises ConfigError naming the key, the value, its source
+and what is allowed.
 """
 
 from __future__ import annotations

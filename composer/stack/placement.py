@@ -1,8 +1,6 @@
-"""Placement: which GPUs each live container of a variant gets, and the live set's checks.
-
-A variant names a GPU set (`gpus = "0,1,2,3"`) or one per replica (`["0,1", "2,3"]`, or
-`"0,1;2,3"` from `--set`). In a live set each replica is one `LiveMember` (`mtp/1`), and
-the members' GPU sets must be disjoint. Every check raises ConfigError (exit 2).
+"""Placement: the GPU sets of a variant's containers (`gpus = "0,1"`, or one per replica:
+`["0,1", "2,3"]`, `"0,1;2,3"`), and a live set's checks: one `LiveMember` per container
+(`mtp/1`), disjoint GPU sets. Every check raises ConfigError (exit 2).
 """
 
 from __future__ import annotations

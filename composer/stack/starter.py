@@ -1,8 +1,5 @@
-"""`compose-spec init`: a starter stack in any folder.
-
-The starter files are the project's own `composer.toml` and `.env.example` (shipped as
-`composer/starter/`). `init` never overwrites a file unless asked; a `.env` it writes holds
-a generated API key and is created with mode 0600.
+"""`compose-spec init`: a starter stack (the project's own `composer.toml` and `.env.example`,
+shipped as `composer/starter/`) in any folder; a `.env` it writes holds a generated key (0600).
 """
 
 from __future__ import annotations

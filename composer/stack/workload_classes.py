@@ -1,9 +1,8 @@
-"""Workload classes by name: the prompt-length bucket and the streams a `[workloads]` key names.
+"""Workload classes: the prompt-length bucket and the streams a `[workloads]` key names.
 
-A class is `<bucket>[<tokens>]-<streams>`: `chat-1`, `medium-4`, `long-16`, `long16000-16`,
+`<bucket>[<tokens>]-<streams>`: `chat-1`, `medium-4`, `long-16`, `long16000-16`,
 `chatas-given-1`; `chat` is a prompt of at most `CHAT_MAX_TOKENS` tokens, `medium` at most
-`MEDIUM_MAX_TOKENS`, `long` anything longer. The one vocabulary of `[workloads]`: the stack
-refuses a key of another form (`check_workload_name`).
+`MEDIUM_MAX_TOKENS`, `long` longer. The stack refuses another form (`check_workload_name`).
 """
 
 from __future__ import annotations
