@@ -198,8 +198,7 @@ def run_file(
     target: Target, directory: Path | None = None, keep: Iterable[str | Path | None] | None = None
 ) -> Path:
     """Write (if needed) the compose file `up` starts, named by variant and hash in the state folder;
-    with `keep`, prune older run files but the newest few and those in `keep`.
-    """
+    with `keep`, prune older run files but the newest few and those in `keep`."""
     folder = directory or state_dir()
     out = folder / target.spec.project
     compose_file = next(f for f in render_variant(target, out) if f.path.suffix == ".yml")
@@ -295,8 +294,7 @@ def _put_back(staged: _Staged) -> None:
 
 def write_all(files: list[RenderedFile]) -> list[bool]:
     """Write every file, all or nothing (a failed rename puts back what was replaced; RenderError
-    names it); per file, whether it was (re)written.
-    """
+    names it); per file, whether it was (re)written."""
     changed = [not is_current(f) for f in files]
     staged: list[_Staged] = []
     try:

@@ -33,15 +33,11 @@ KUSTOMIZE_API = "kustomize.config.k8s.io/v1beta1"
 MANAGED_BY = "compose-spec"
 SERVER_COMPONENT = "server"
 GATEWAY_COMPONENT = "gateway"
-PROGRESS_MARGIN = 120
-"""Seconds on top of the cold-start budget before a rollout counts as stuck."""
+PROGRESS_MARGIN = 120  # seconds on top of the cold-start budget before a rollout counts as stuck
 SHM_VOLUME = "dshm"
-GATEWAY_UID = 10001
-"""The gateway image's user and group (images/gateway/Dockerfile)."""
-GATEWAY_GRACE_MARGIN = 30
-"""Seconds the gateway's termination grace period adds to the drain timeout."""
-PRE_STOP_SLEEP = 5
-"""Seconds a stopping gateway keeps serving while the Service drops its endpoint."""
+GATEWAY_UID = 10001  # the gateway image's user and group (images/gateway/Dockerfile)
+GATEWAY_GRACE_MARGIN = 30  # seconds the gateway's termination grace period adds to the drain timeout
+PRE_STOP_SLEEP = 5  # seconds a stopping gateway keeps serving while the Service drops its endpoint
 LIVENESS_TIMEOUT = 10
 CONTROL_SOCKET_DIR = "/run/gateway"
 """The gateway's control socket's folder: an emptyDir, as the root filesystem is read-only."""

@@ -83,8 +83,7 @@ def live_spec(stack: Stack, member: LiveMember) -> ServiceSpec:
 
 def alone_hash(stack: Stack, member: LiveMember) -> str:
     """The config hash of the variant's one serving container when it can join as `member` in place
-    ("" for a later replica, another GPU set, or a sleep-standby variant).
-    """
+    ("" for a later replica, another GPU set, or a sleep-standby variant)."""
     variant = stack.variant(member.variant)
     same_gpus = stack.gpus is None or not member.gpus or set(member.gpus) == set(stack.gpus)
     if member.index != 1 or variant.standby != "stop" or not same_gpus:

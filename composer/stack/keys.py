@@ -14,10 +14,8 @@ from dataclasses import dataclass
 
 from composer.errors import ConfigError
 
-MIN_KEY_BITS = 64
-"""Keys estimated below this many bits are refused unless weak keys are allowed."""
-ESTIMATE_CHARS = 72
-"""zxcvbn's own input limit."""
+MIN_KEY_BITS = 64  # keys estimated below this many bits are refused unless weak keys are allowed
+ESTIMATE_CHARS = 72  # zxcvbn's own input limit
 ALLOW_WEAK_VAR = "COMPOSER_ALLOW_WEAK_KEY"
 GENERATE_HELP = "python3 -c 'import secrets; print(secrets.token_urlsafe(32))'"
 ALLOW_HELP = f"--allow-weak-key (or {ALLOW_WEAK_VAR}=1)"

@@ -35,8 +35,7 @@ LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 DNS_LABEL = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
 """Kubernetes' grammar of a label value and of an object name (an RFC 1123 label)."""
 
-Resources = dict[str, dict[str, str]]
-"""`{"requests": {"cpu": "8"}, "limits": {"memory": "96Gi"}}`."""
+Resources = dict[str, dict[str, str]]  # `{"requests": {"cpu": "8"}, "limits": {"memory": "96Gi"}}`
 
 
 def structured(raw: object) -> object:

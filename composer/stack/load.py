@@ -609,8 +609,7 @@ def _adaptive_speculation(
 ) -> dict[str, Variant]:
     """Validate each variant's K schedule and adaptive verification. An adaptive variant runs
     without an `--enforce-eager` inherited through `extends` (kept in `Variant.dropped_args`);
-    its own is an error. A stack-wide attention backend it refuses marks it `refused`.
-    """
+    its own is an error. A stack-wide attention backend it refuses marks it `refused`."""
     inherited = inherited or {}
     checked: dict[str, Variant] = {}
     for name, variant in variants.items():

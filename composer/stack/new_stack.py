@@ -15,8 +15,7 @@ from composer.stack import values as v
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.33.0"
 DEFAULT_MAX_MODEL_LEN = 8192
-MAX_K = 7
-"""K=7 was the measured peak for MTP (design notes); vLLM needs a multiple of the layers above them."""
+MAX_K = 7  # K=7 was the measured peak for MTP (design notes); vLLM needs a multiple of the layers above them
 
 
 @dataclass(frozen=True)

@@ -76,8 +76,7 @@ def init_stack(
 ) -> list[Written]:
     """Write the starter files (and a `.env` with a generated key) into `directory`: composer.toml is
     `stack_text`, else the reference stack (with `identity`: project, port). UsageError before
-    writing anything when a file exists without `force`; `.env` is never overwritten.
-    """
+    writing anything when a file exists without `force`; `.env` is never overwritten."""
     if directory.exists() and not directory.is_dir():
         raise UsageError(f"{directory} is not a folder: give a folder for the starter files")
     targets = [directory / name for name in STARTER_FILES]

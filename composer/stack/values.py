@@ -56,8 +56,7 @@ ATTENTION_BACKENDS: tuple[str, ...] = (
 _SIZE = re.compile(r"^\s*([0-9]{1,30}(?:\.[0-9]{1,30})?)\s*([KMGT]i?B?|[kmgt]B?|B)?\s*$", re.ASCII)
 _BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-INT64_MAX = (1 << 63) - 1
-"""vLLM, Docker and compose read these numbers as 64-bit signed integers."""
+INT64_MAX = (1 << 63) - 1  # vLLM, Docker and compose read these numbers as 64-bit signed integers
 SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI), at most 8 EiB"
 MAX_DURATION = INT64_MAX // 10**9
 """Docker and compose hold durations as int64 nanoseconds: about 292 years in seconds."""
