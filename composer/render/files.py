@@ -48,8 +48,7 @@ class RenderedFile:
 
 
 _SAFE_WORD = re.compile(r"[A-Za-z0-9_@%+=:,./-]+")
-UNHOLDABLE_IN_DEFAULT = {"}": "'}'", "\n": "a newline"}
-"""Characters a compose `${VAR:-default}` default cannot contain."""
+UNHOLDABLE_IN_DEFAULT = {"}": "'}'", "\n": "a newline"}  # what a compose `${VAR:-default}` cannot hold
 
 
 def _compose_literal(value: str) -> str:

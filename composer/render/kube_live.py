@@ -40,8 +40,9 @@ def live_name(stack: Stack, variant: str) -> str:
     return _dns_label(f"{stack.service}-{variant}", "stack.service and variant name")
 
 
-def live_deployment(stack: Stack, name: str) -> Manifest:
-    """A live variant's Deployment: its own selector, its replicas, GPUs from its placement."""
+def live_member_docs(stack: Stack, name: str) -> list[tuple[str, Manifest]]:
+    """One live variant's Deployment (its own selector and replicas, GPUs from its placement)
+    and Service, as (file name, manifest)."""
     variant = replace(stack.variant(name), standby="stop")
     spec = replace(build_spec(stack, variant), service=live_name(stack, name))
     doc = deployment(stack, Target(variant, spec, None))
@@ -55,7 +56,10 @@ def live_deployment(stack: Stack, name: str) -> Manifest:
     container["resources"] = kube_pod.server_resources(
         stack, variant, gpus if spec.gpus is not None else None
     )
-    return doc
+    return [
+        (f"deployment-{name}.yaml", doc),
+        (f"service-{name}.yaml", _service(stack, live_name(stack, name), selector, CONTAINER_PORT)),
+    ]
 
 
 def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manifest]]:
@@ -64,26 +68,13 @@ def live_shared_docs(stack: Stack, variants: list[str]) -> list[tuple[str, Manif
     gateway = build_gateway_spec(stack)
     for file, doc in extra_base_manifests(stack):
         if file == "gateway-deployment.yaml" and gateway is not None:
-            upstreams = [  # one per variant: its Service
-                {
-                    "name": f"{name}/1",
-                    "variant": name,
-                    "url": f"http://{live_name(stack, name)}:{CONTAINER_PORT}",
-                }
-                for name in variants
-            ]
+            urls = {
+                name: f"http://{live_name(stack, name)}:{CONTAINER_PORT}" for name in variants
+            }  # its Service
+            upstreams = [{"name": f"{name}/1", "variant": name, "url": url} for name, url in urls.items()]
             doc = gateway_deployment(stack, with_upstreams(gateway, upstreams))
         docs.append((file, doc))
     return docs
-
-
-def live_member_docs(stack: Stack, name: str) -> list[tuple[str, Manifest]]:
-    """One live variant's Deployment and Service, as (file name, manifest)."""
-    selector = {**selector_labels(stack), labels.VARIANT: name}
-    return [
-        (f"deployment-{name}.yaml", live_deployment(stack, name)),
-        (f"service-{name}.yaml", _service(stack, live_name(stack, name), selector, CONTAINER_PORT)),
-    ]
 
 
 def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[RenderedFile]:

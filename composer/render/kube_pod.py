@@ -17,8 +17,7 @@ from composer.stack.kubernetes import Resources, quantity_value
 from composer.stack.model import Stack, Variant
 
 GIB = 2**30
-RUNTIME_PER_RANK = 4 * GIB
-"""Host memory per tensor-parallel rank besides the weights: CUDA context, Python, torch."""
+RUNTIME_PER_RANK = 4 * GIB  # host memory per rank besides the weights: CUDA context, Python, torch
 CPU_PER_RANK = 2
 SERVER_EPHEMERAL = "10Gi"
 GATEWAY_DEFAULTS: Resources = {

@@ -39,8 +39,7 @@ GATEWAY_UID = 10001  # the gateway image's user and group (images/gateway/Docker
 GATEWAY_GRACE_MARGIN = 30  # seconds the gateway's termination grace period adds to the drain timeout
 PRE_STOP_SLEEP = 5  # seconds a stopping gateway keeps serving while the Service drops its endpoint
 LIVENESS_TIMEOUT = 10
-CONTROL_SOCKET_DIR = "/run/gateway"
-"""The gateway's control socket's folder: an emptyDir, as the root filesystem is read-only."""
+CONTROL_SOCKET_DIR = "/run/gateway"  # the control socket's folder: an emptyDir (read-only root)
 
 
 def kube_dir(stack: Stack) -> Path:

@@ -18,8 +18,7 @@ ADAPTIVE_KEY = "enable_adaptive_verification"
 REMOVED_KEYS = frozenset({"speculative_disable_by_batch_size", "disable_by_batch_size"})
 """Did nothing since vLLM v0.10 and were removed (vllm PR #35060): never rendered."""
 V2_RUNNER_VAR = "VLLM_USE_V2_MODEL_RUNNER"
-DEFAULT_MAX_NUM_SEQS = 256
-"""vLLM's API-server default below 70 GiB per GPU (RTX 4090, A100); H100/H200 get 1024."""
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default below 70 GiB per GPU (RTX 4090, A100); H100/H200 get 1024
 EAGER_FLAGS = ("--enforce-eager", "--enforce_eager")
 ADAPTIVE_REFUSED_BACKENDS = {
     "FLASHINFER": "FlashInfer plans decode from the CPU query lengths except trtllm-gen on SM100",

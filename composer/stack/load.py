@@ -59,8 +59,7 @@ class Sources:
     flags: dict[str, str]
     home: Path | None = None
     files: tuple[Path, ...] = ()
-    flag_labels: Mapping[str, str] = field(default_factory=dict)
-    """Dotted key -> how `config` names the flag that set it (default `flag --set`)."""
+    flag_labels: Mapping[str, str] = field(default_factory=dict)  # dotted key -> its flag (`flag -p`)
 
 
 def load_stack(

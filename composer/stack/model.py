@@ -40,10 +40,8 @@ class Variant:
     aliases: tuple[str, ...] = ()  # model names that ask for this variant ([gateway] switch_on_model)
     gpus: tuple[tuple[str, ...], ...] = ()  # placement: one GPU set per replica (empty: stack.gpus)
     replicas: int = 1  # containers of this variant in a live set
-    dropped_args: tuple[tuple[str, str], ...] = ()
-    """(argument, its dotted key) taken out of inherited extra_args (an adaptive variant's eager flag)."""
-    refused: str = ""
-    """Why vLLM refuses this variant under a stack-wide setting: nothing starts it (empty: it can)."""
+    dropped_args: tuple[tuple[str, str], ...] = ()  # (argument, its key) an adaptive variant drops
+    refused: str = ""  # why vLLM refuses it under a stack-wide setting: nothing starts it
 
 
 @dataclass(frozen=True)
@@ -87,8 +85,7 @@ class Stack:
     written: dict[str, object] = field(default_factory=dict, compare=False)  # values as written
     api_key: str | None = field(default=None, repr=False, compare=False)
     home: Path | None = field(default=None, compare=False)  # the folder of the first stack file
-    owner_file: str | None = field(default=None, compare=False)
-    """The first stack file, absolute, when the command line loaded the stack (recorded in labels)."""
+    owner_file: str | None = field(default=None, compare=False)  # the command line's first stack file
 
     @property
     def render_dir(self) -> Path:

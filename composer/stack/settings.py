@@ -224,14 +224,12 @@ KEYS: tuple[Key, ...] = (
         ("extra", "table", "more speculative_config fields, passed as written"),
     ),
 )
-"""Every key, in the order `config --keys` lists them."""
 
 TABLE_KEYS: dict[str, tuple[str, ...]] = {
     "stack": (*(s.key for s in STACK_SETTINGS), "env"),
     "gateway": tuple(key for key, *_ in GATEWAY_SETTINGS),
     "kubernetes": tuple(key for key, *_ in KUBE_SETTINGS),
 }
-"""The keys the loader reads from each fixed table."""
 
 
 def settable_keys(variants: list[str]) -> list[str]:

@@ -33,8 +33,7 @@ SPECULATIVE_METHODS: tuple[str, ...] = (
 """vLLM 0.33.0's speculative methods, model-named MTP aliases included."""
 
 MTP_METHODS = frozenset(m for m in SPECULATIVE_METHODS if m == "mtp" or m.endswith("_mtp"))
-V2_RUNNER_METHODS = frozenset({"dflash", "dspark"})
-"""Methods that force vLLM's V2 model runner, which needs pinned memory (UVA)."""
+V2_RUNNER_METHODS = frozenset({"dflash", "dspark"})  # force vLLM's V2 runner, which needs pinned memory
 
 ATTENTION_BACKENDS: tuple[str, ...] = (
     "FLASH_ATTN",
@@ -58,10 +57,8 @@ _BINARY = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 INT64_MAX = (1 << 63) - 1  # vLLM, Docker and compose read these numbers as 64-bit signed integers
 SIZE_HELP = "a size such as 4831838208, 4.5GiB, 4.5G (GiB) or 4.5GB (SI), at most 8 EiB"
-MAX_DURATION = INT64_MAX // 10**9
-"""Docker and compose hold durations as int64 nanoseconds: about 292 years in seconds."""
-MAX_SPECULATIVE_TOKENS = 128
-"""vLLM's MAX_SPEC_LEN: its rejection sampler asserts K <= 128 (its config only checks K > 0)."""
+MAX_DURATION = INT64_MAX // 10**9  # Docker and compose hold durations as int64 nanoseconds
+MAX_SPECULATIVE_TOKENS = 128  # vLLM's MAX_SPEC_LEN: its rejection sampler asserts K <= 128
 
 
 def parse_size(raw: object) -> int:
