@@ -299,11 +299,9 @@ def parse_bool(raw: object) -> bool:
 
 
 STANDBY_MODES: tuple[str, ...] = ("stop", "sleep")
-parse_standby = choice(STANDBY_MODES)
-"""What `up` does with a variant it swaps away from: stop (remove) it or put it to sleep."""
+parse_standby = choice(STANDBY_MODES)  # what `up` does with a variant it leaves: stop it or sleep
 STANDBY_FALLBACKS: tuple[str, ...] = ("refuse", "stop")
-parse_standby_fallback = choice(STANDBY_FALLBACKS)
-"""What `up` does when a sleep standby does not fit: refuse (nothing stops) or stop it instead."""
+parse_standby_fallback = choice(STANDBY_FALLBACKS)  # a sleep standby that does not fit: refuse, or stop
 
 
 def parse_sleep_level(raw: object) -> int:
