@@ -54,6 +54,7 @@ from composer.swap.ops import (
     StartGateway,
     StartMember,
     StopMember,
+    UpdateGateway,
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 from composer.swap.snapshot import LiveRunning, Snapshot
@@ -377,6 +378,8 @@ def plan_alone(
     for name in leaving:
         if name not in early:
             ops += [DrainMember(name, continue_streams), StopMember(old[name])]
+    if gateway_running:  # its settings list the members: a restart would route to them again
+        ops.append(UpdateGateway(alone.run_file, "the live set left: its settings name no member"))
     return LivePlan(
         (alone.variant,),
         keep=(kept,) if kept else (),
@@ -568,6 +571,7 @@ class LiveSwapper:
             DrainSingle: self.drain_single,
             StopMember: self.stop_member,
             AwaitRelease: self.await_release,
+            UpdateGateway: self.update_gateway,
         }
 
     def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
@@ -701,6 +705,15 @@ class LiveSwapper:
             out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
             if out.how == "timeout":
                 self.say(out.detail)
+
+    def update_gateway(self, op: UpdateGateway) -> None:
+        """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
+        from composer.swap.gateway_replace import replace_gateway
+
+        self.say(f"replacing the gateway: {op.why}")
+        done = replace_gateway(self.stack, self.client, Path(op.run_file), None, self.say)
+        self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
+        self.say(done.port_gap.line())
 
     # -- the change -----------------------------------------------------------------------
     def up(
