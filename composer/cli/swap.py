@@ -107,8 +107,8 @@ def up(
 
     One VARIANT is that variant alone: a plain switch. While a live set runs it replaces the
     set (--dry-run says `replace` and what leaves): VARIANT starts and is gated, the gateway
-    goes back to it alone, then each member is drained and stopped. `up VARIANT` is how to go
-    back from a live set to switching one variant at a time.
+    goes back to it alone, each member is drained and stopped, and the gateway is replaced (the
+    port open). `up VARIANT` is how to go back from a live set to switching one variant at a time.
 
     With several VARIANTS, or none and [gateway] live: the live set becomes exactly those
     (variants serving at once on disjoint GPUs), changed one container at a time: start and
