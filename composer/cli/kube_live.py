@@ -1,5 +1,5 @@
-"""`up --target kubernetes`: one entry for the switch of the one-variant Deployment and a live
-set's change, both run by `composer.kube.execute` (one plan of typed operations, one executor)."""
+"""`up --target kubernetes`: the checks of the request, then the one Kubernetes entry
+(`composer.kube.execute.up_kubernetes`), which reads the cluster once and decides there."""
 
 from __future__ import annotations
 
@@ -15,22 +15,16 @@ if TYPE_CHECKING:
     from composer.swap.live import LiveResult
 
 
-def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> bool:
-    """`up --target kubernetes`: a live set's change (several variants, `[gateway] live`, or a
-    live set the cluster runs, which one variant joins), else the switch of the one-variant
-    Deployment. False: a single switch without a VARIANT (nothing was asked)."""
-    from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
+def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> None:
+    """`up --target kubernetes [VARIANTS]`: the desired set as on Docker (one VARIANT alone,
+    replacing a live set the cluster runs; several side by side; none `[gateway] live`)."""
+    from composer.kube.execute import up_kubernetes
     from composer.kube.kubectl import Kubectl
     from composer.kube.rollout import KubeUpOptions
-    from composer.render.target import resolve_target
-    from composer.stack.placement import live_members
+    from composer.swap.desired import check_request
 
     stack = obj.stack()
-    for name in variants:
-        stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
-    live = len(variants) > 1 or bool(stack.gateway.live) or ran_kube_live(stack)
-    if not variants and not live:
-        return False
+    check_request(variants, stack)  # unknown or refused names: exit 2 before kubectl is asked
     if args.dry_run:
         raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
     if args.profiles:
@@ -42,28 +36,16 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
         raise ConfigError(
             "--context names a Docker context; with --target kubernetes use --kube-context NAME"
         )
-    if len(variants) > 1:
-        live_members(stack, variants)  # overlapping GPU sets: exit 2 before kubectl is asked anything
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     kubectl = Kubectl.for_stack(stack, kube_context)
-    names = list(variants)
-    if live and len(variants) <= 1:
-        cluster = read_cluster(kubectl, stack)
-        names = live_set_names(variants, stack, cluster)
-        live = len(names) > 1 or bool(cluster.live)
-        if not names:
-            return False  # `up` asks for a VARIANT
     options = KubeUpOptions(
         timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
     )
 
     def run(line: LiveLine) -> KubeUpResult | LiveResult:
-        target = variants if live else resolve_target(stack, names[0])
         return up_kubernetes(
-            stack, target, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
+            stack, variants, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
         )
 
-    label = "+".join(variants or stack.gateway.live) if live else names[0]
-    report_swap(label, args.as_json, run, " on Kubernetes")
-    return True
+    report_swap("+".join(variants or stack.gateway.live), args.as_json, run, " on Kubernetes")

@@ -118,8 +118,8 @@ def up(
     With --target kubernetes: the gateway drained through kubectl exec, kubectl apply -k,
     rollout status, the same gate through the Service, the hold released, and kubectl
     rollout undo (under the hold) on failure or Ctrl-C; a live set changes one Deployment
-    at a time, each new one gated before a leaving one is drained and deleted (there, one
-    VARIANT joins a live set the cluster runs).
+    at a time, each new one gated before a leaving one is drained and deleted; one VARIANT
+    replaces a live set the cluster runs, as on Docker.
 
     \b
     Examples:
@@ -138,7 +138,8 @@ def up(
         raise ConfigError(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
-    if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
+    if target == "kubernetes" and not recreate_gateway:
+        kube_live_up(obj, variants, kube_context, args)
         return
     if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
@@ -151,10 +152,8 @@ def up(
         _recreate_gateway(obj, variant, target, args)
         if variant is None:
             return
-    if target == "kubernetes":
-        if variant is None:
-            raise ConfigError(f"up needs a VARIANT: one of {', '.join(obj.stack().variants)}")
-        kube_live_up(obj, (variant,), kube_context, args)  # refuses --with and --dry-run itself
+    if target == "kubernetes":  # after --recreate-gateway: the VARIANT given
+        kube_live_up(obj, variants, kube_context, args)  # refuses --with and --dry-run itself
         return
     if kube_context:
         raise ConfigError(

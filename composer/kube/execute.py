@@ -2,7 +2,8 @@
 (`composer.swap.ops`) from there, run by `composer.swap.execute` with one kubectl dispatch
 table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and a live set's change.
 
-    take the project's swap lock -> read what the cluster runs -> write the manifests ->
+    take the project's swap lock -> read what the cluster runs (once) -> the desired set
+    (`composer.swap.desired`, as on Docker) -> write the manifests ->
     server-side apply the API key Secret -> plan (pure) -> execute -> the result and its
     history line (a live set: the gateway Deployment's upstream list too)
 
@@ -12,7 +13,9 @@ GateMember (through the shared Service, past the hold), Release. `plan_kube_live
 Docker live set's operations on members named `VARIANT/1`: StartMember (apply -k, rollout
 status), GateMember (through the variant's own Service, with a speculative variant's draft
 acceptance), Publish, DrainMember and DrainSingle (the gateway's upstreams and drains),
-StopMember (kubectl delete), a changed Deployment applied in place (Reapply). A failure or the
+StopMember (kubectl delete), a changed Deployment applied in place (Reapply). `up X` on a
+running live set is Docker's `plan_alone` on the one-variant Deployment, the gateway's
+Deployment rolled last (UpdateGateway). A failure or the
 first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (Roll and Reapply:
 RollBack, `kubectl rollout undo`, and for Roll the gate of the variant before, under the
 hold, then the release; a new live variant deleted again, a leaving one applied again);
@@ -72,6 +75,7 @@ from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
+from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.execute import Handlers, _reason, execute
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
@@ -82,14 +86,17 @@ from composer.swap.live import (
     _operations,
     live_acceptance,
     live_history,
+    plan_alone,
     set_upstreams,
 )
 from composer.swap.lock import swap_lock
+from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 SHARED = "shared"
 SINGLE = "single"  # the one-variant Deployment's overlay, where an undo applies it again
 LIVE_PREFIX = "live-"
+CHANGED = "its configuration changed"  # why the one-variant switch rolls the gateway first
 
 
 @dataclass(frozen=True)
@@ -108,6 +115,7 @@ class ClusterLive:
 
     live: Mapping[str, LiveDeployment]
     single: str | None = None
+    serving: Serving | None = None  # the one-variant Deployment's variant and configuration
 
 
 def identity(doc: Manifest) -> str:
@@ -133,34 +141,18 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
     except (ValueError, AttributeError) as err:
         raise KubectlFailed("`kubectl get deployments` printed no Deployment list") from err
     live: dict[str, LiveDeployment] = {}
-    single = None
+    single = now = None
     for doc in items:
         name = (doc.get("metadata") or {}).get("name", "")
         template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
         variant = (template.get("labels") or {}).get(labels.VARIANT, "")
         if name == stack.service:
             single = str(variant)
+            now = Serving(variant or None, (template.get("labels") or {}).get(labels.CONFIG_HASH))
         elif variant in stack.variants and name == live_name(stack, variant):
             notes = (doc.get("metadata") or {}).get("annotations") or {}
             live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
-    return ClusterLive(live, single)
-
-
-def ran_kube_live(stack: Stack, directory: Path | None = None) -> bool:
-    """`up --target kubernetes` changed a live set of this project from this machine before:
-    only then does a one-variant `up` ask the cluster whether a live set runs."""
-    return any(((directory or state_dir()) / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
-
-
-def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive) -> list[str]:
-    """The live set `up` aims at: several names are the set; none is `[gateway] live` (else
-    what runs); one name joins what runs (or `[gateway] live` when nothing live runs)."""
-    if len(requested) > 1:
-        return list(requested)
-    base = [name for name in stack.variants if name in cluster.live] or list(stack.gateway.live)
-    if not requested:
-        return base
-    return base if requested[0] in base else [*base, requested[0]]
+    return ClusterLive(live, single, now)
 
 
 def plan_kube_live(
@@ -232,8 +224,7 @@ def plan_kube_single(
     if before is not None and before.config_hash != config_hash:
         name = before.variant or deployment
         previous = ops.Member(name, name, deployment, deployment, "")
-    changed = "its configuration changed"
-    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, changed)] if hold and gateway_file else []
+    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Roll(member, previous), ops.GateMember(member)]
     return (*planned, *([ops.Release(variant)] if hold else []))
@@ -337,9 +328,16 @@ class KubeRollout:
         rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
 
     def update_gateway(self, op: ops.UpdateGateway) -> None:
-        self.say(
-            "the gateway itself changes: rolling it first (its new pod is ready before the old one stops)"
-        )
+        if not self.stack.gateway.enabled:
+            return
+        if op.why == CHANGED:
+            self.say(
+                "the gateway itself changes: rolling it first (its new pod is ready before the old one stops)"
+            )
+        else:
+            self.say(
+                f"rolling the gateway's Deployment ({op.why}; its new pod is ready before the old one stops)"
+            )
         self._roll_gateway(op.run_file)
 
     def hold_gateway(self, op: ops.Hold) -> None:
@@ -523,10 +521,11 @@ class KubeRollout:
                 err.log_tail, err.hints = self.log, hints(self.log)
             raise
 
-    def up_single(self, target: Target) -> KubeUpResult:
-        """Switch the one-variant Deployment to `target` (`plan_kube_single`)."""
+    def up_single(self, target: Target, before: Serving | None) -> KubeUpResult:
+        """Switch the one-variant Deployment to `target` (`plan_kube_single`) from `before`,
+        what it runs now (None: there is none)."""
         began = time.monotonic()
-        self.before = before = serving(self.kubectl, self.stack)
+        self.before = before
         result = KubeUpResult(variant=target.name, outcome="started", previous=before and before.variant)
         overlay = write_overlay(self.stack, target)
         apply_secret(self.kubectl, self.stack)
@@ -599,11 +598,9 @@ class KubeRollout:
         cause = _reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
-    def up_live(self, requested: Sequence[str]) -> LiveResult:
-        began = time.monotonic()
-        cluster = read_cluster(self.kubectl, self.stack)
-        names = live_set_names(requested, self.stack, cluster)
-        live_members(self.stack, names)  # the joined set's GPU sets: refused before any change
+    def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
+        """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
+        live_members(self.stack, names)  # the set's GPU sets: refused before any change
         self.variants = tuple(names)
         wanted = {
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
@@ -612,14 +609,52 @@ class KubeRollout:
         folders = self._folders(names, cluster)
         continues = self.stack.gateway.continues(self.options.drain)
         plan = plan_kube_live(self.stack, names, wanted, cluster, folders, continue_streams=continues)
-        result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
-        result.plan_text = plan.describe()
         apply_secret(self.kubectl, self.stack)
         gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
-        else:
+        result = self._change(plan, f"live set {', '.join(names)}")
+        if not plan.no_op:
+            with interrupts_ignored():  # the set serves: its record is finished
+                self._record(folders, gateway)
+        return result
+
+    def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
+        """`up X` where a live set runs (`plan_alone`, the Docker one): X's one-variant Deployment
+        is applied and gated, the gateway goes back to its single upstream, each live Deployment
+        is drained and deleted, and the gateway's Deployment is rolled to the one-variant one
+        (its settings named the members)."""
+        stack = self.stack
+        folders = self._folders((), cluster)  # the leaving ones' kustomizations: an undo applies them
+        overlay = write_overlay(stack, target)
+        speculative = target.variant.speculative is not None
+        alone = ops.Member(
+            target.name, target.name, stack.service, stack.service, str(overlay), "-", speculative
+        )
+        running = [
+            LiveRunning(f"{v}/1", v, live_name(stack, v), "-", d.identity, "running", live_name(stack, v))
+            for v, d in cluster.live.items()
+        ]
+        running = [replace(r, run_file=str(folders[r.variant])) for r in running]
+        plan = plan_alone(
+            alone,
+            target.hash,
+            running,
+            stack.project,
+            gateway_file=str(overlay.parent.parent / "base" / "gateway-deployment.yaml"),
+            continue_streams=stack.gateway.continues(self.options.drain),
+        )
+        apply_secret(self.kubectl, stack)
+        return self._change(plan, f"{target.name} serves alone (the live set left)")
+
+    def _change(self, plan: LivePlan, outcome: str) -> LiveResult:
+        """Run a live plan under its record, then its result and history line."""
+        began = time.monotonic()
+        result = LiveResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
+        result.plan_text = plan.describe()
+        ran: list[ops.Op] = []
+        if not plan.no_op:
             record = plan.recording(self.stack.project, self.options.timeout)
             try:
                 ran = self._run(plan.ops, record.stage)
@@ -629,14 +664,12 @@ class KubeRollout:
                 raise
             finally:
                 record.close()
-            with interrupts_ignored():  # the set serves: its record is finished
-                self._record(folders, gateway)
         result.timings.update(self.timings)
         self.drained.report(result)
         if plan.no_op:
-            result.notes.append(f"the live set {{{', '.join(names)}}} already runs on Kubernetes")
+            result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs on Kubernetes")
         else:
-            result.outcome = f"live set {', '.join(names)}"
+            result.outcome = outcome
             live_history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
@@ -644,21 +677,29 @@ class KubeRollout:
 
 def up_kubernetes(
     stack: Stack,
-    target: Target | Sequence[str],
+    requested: Sequence[str],
     *,
     kubectl: Kubectl | None = None,
     options: KubeUpOptions | None = None,
     progress: Say = _quiet,
     waiting: Say | None = None,
 ) -> KubeUpResult | LiveResult:
-    """Under the project's swap lock: switch the one-variant Deployment to a `target`, or change
-    the live set to the variants named; raise SwapFailed (after undoing what ran, unless
-    --no-rollback) on failure, caused by KeyboardInterrupt when interrupted."""
+    """`up --target kubernetes`, its one entry: under the project's swap lock, ONE read of
+    what the cluster runs, the desired set decided from it (`composer.swap.desired`, as on
+    Docker), and the one plan that gets there: the switch of the one-variant Deployment (also
+    for a set of one where no live set runs), X's one-variant Deployment replacing a live set,
+    or a live set's change. SwapFailed (after undoing what ran, unless --no-rollback) on
+    failure, caused by KeyboardInterrupt when interrupted; ConfigError for a bad request."""
     options = options or KubeUpOptions()
+    check_request(requested, stack)  # unknown names, overlapping GPU sets: before kubectl is asked
     if not stack.api_key:  # a configuration error never waits for another swap's lock
         raise PreflightFailed(NO_KEY)
-    if not isinstance(target, Target) and len(target) > 1:
-        live_members(stack, target)  # overlapping GPU sets: refused before kubectl is asked
     runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return runner.up_single(target) if isinstance(target, Target) else runner.up_live(target)
+        cluster = read_cluster(runner.kubectl, stack)
+        want = desired(requested, stack, [f"{v}/1" for v in cluster.live])
+        if want.mode == EXCLUSIVE and want.replaces:
+            return runner.up_alone(resolve_target(stack, want.variants[0]), cluster)
+        if want.mode == EXCLUSIVE or (len(want.variants) == 1 and not cluster.live):
+            return runner.up_single(resolve_target(stack, want.variants[0]), cluster.serving)
+        return runner.up_live(want.variants, cluster)

@@ -343,14 +343,17 @@ def plan_alone(
     project: str,
     *,
     gateway_running: bool = True,
+    gateway_file: str | None = None,
     owner: Owner | None = None,
     takeover: bool = False,
     continue_streams: bool = True,
 ) -> LivePlan:
-    """`up X` on a running live set (pure): X's one serving container (`alone`, from its run file)
-    is started and gated, the gateway goes back to its single upstream (`Publish((), ...)`), then
-    each member is drained and stopped; one whose GPUs or service X needs goes first (X then
-    waits for the release). A member that is X's container already (adopted) serves on."""
+    """`up X` on a running live set (pure; Docker and Kubernetes): X's one serving container
+    (`alone`, from its run file) is started and gated, the gateway goes back to its single
+    upstream (`Publish((), ...)`), then each member is drained and stopped; one whose GPUs or
+    service X needs goes first (X then waits for the release). A member that is X's container
+    already (adopted) serves on. Last, the gateway is replaced from `gateway_file` (X's run
+    file when None): its settings named the members."""
     now = {r.name: r for r in running if r.status == "running"}
     foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
     if foreign and not takeover:
@@ -363,7 +366,8 @@ def plan_alone(
     kept = kept if kept is None or now[kept].container not in taken else None
     leaving = [n for n in old if n != kept]
     early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
-    ops: list[Op] = [] if gateway_running else [StartGateway(alone.run_file)]
+    gateway_file = gateway_file or alone.run_file
+    ops: list[Op] = [] if gateway_running else [StartGateway(gateway_file)]
     serving = [m.upstream() for m in old.values()]
     for name in early:
         rest = [u for u in serving if u["name"] != name]
@@ -379,7 +383,7 @@ def plan_alone(
         if name not in early:
             ops += [DrainMember(name, continue_streams), StopMember(old[name])]
     if gateway_running:  # its settings list the members: a restart would route to them again
-        ops.append(UpdateGateway(alone.run_file, "the live set left: its settings name no member"))
+        ops.append(UpdateGateway(gateway_file, "the live set left: its settings name no member"))
     return LivePlan(
         (alone.variant,),
         keep=(kept,) if kept else (),
@@ -890,7 +894,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
     from composer.swap.swapper import swap
 
     stack, options = ctx.stack, ctx.options
-    want = desired(requested, stack, snap)
+    want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap
         single = resolve_target(stack, want.variants[0])
         if not options.dry_run:

@@ -28,8 +28,9 @@ def _stack(tmp_path: Path, text: str = LIVE) -> Stack:
     return load_stack([REPO / "composer.toml", extra], None, environ={})
 
 
-def _snap(*live: LiveRunning) -> Snapshot:
-    return Snapshot("p", (), live=live)
+def _snap(*live: LiveRunning) -> list[str]:
+    """The live members a snapshot with `live` says serve (a stopped one does not)."""
+    return [r.name for r in Snapshot("p", (), live=live).live_running]
 
 
 def test_one_name_is_that_variant_alone_and_replaces_a_running_live_set(tmp_path: Path) -> None:
