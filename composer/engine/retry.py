@@ -31,10 +31,6 @@ from composer.signals import pause
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
-REMOVAL_INTERVAL_S = 0.1
-"""How often a container being removed is looked up again."""
-CONTROL_READY_INTERVAL_S = 0.2
-"""How often a starting gateway's control channel is asked again."""
 GPU_RELEASE_INTERVAL_S = 0.1
 """How often the GPUs are probed while a stopped container's memory is released."""
 HOLD_RENEWAL_SHARE = 4
@@ -43,20 +39,10 @@ SERVICE_READINESS_INTERVAL_S = 0.5
 """How often a rolled-out variant is probed through the Kubernetes Service."""
 KUBE_CONTROL_INTERVAL_S = 1.0
 """How often a gateway pod's control channel is asked again through `kubectl exec`."""
-SETTLE_PROBE_INTERVAL_S = 0.2
-"""How often a just-started gateway's serving variant is probed before a swap decides."""
-REFUSAL_INTERVAL_S = 0.2
-"""How long a refused published port is given before it is asked again."""
-REFUSAL_ATTEMPTS = 3
-"""How often a refused published port is asked before the refusal counts."""
 PORT_BACK_INTERVAL_S = 0.2
 """How often a recreated gateway is routed and probed through its published port again."""
-FOLLOWER_ATTACH_INTERVAL_S = 0.5
-"""How often the gateway is asked whether a just-started follower has reached it."""
 PORT_GAP_INTERVAL_S = 0.02
 """How often the published port is probed while the gateway's container is replaced."""
-SINGLE_DRAIN_INTERVAL_S = 0.5
-"""How often the gateway is asked what still runs on the one serving container a live set replaces."""
 
 
 class Pending(Exception):
@@ -69,12 +55,6 @@ class Pending(Exception):
     def __init__(self, detail: str, result: object = None) -> None:
         super().__init__(detail)
         self.result = result
-
-
-def _last_result(state: RetryCallState) -> object:
-    """What the wait gives back when its last attempt was still `Pending`."""
-    error = state.outcome.exception() if state.outcome is not None else None
-    return error.result if isinstance(error, Pending) else None
 
 
 def _stop_at(deadline: float | None, clock: Clock):
@@ -124,14 +104,7 @@ def watch(
 ) -> Retrying:
     """Call the step every `interval` s for `seconds`: it raises `Pending` while all is well,
     anything else to end the watch with that error; the watch ends quietly at the deadline."""
-    deadline = clock() + seconds
-    return Retrying(
-        retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(interval),
-        stop=_stop_at(deadline, clock),
-        sleep=sleep,
-        retry_error_callback=lambda _state: None,
-    )
+    return _giving_last(interval, seconds, clock, sleep)
 
 
 def readiness(deadline: float, interval: float) -> Retrying:
@@ -140,8 +113,8 @@ def readiness(deadline: float, interval: float) -> Retrying:
 
 
 def removal(timeout: float) -> Retrying:
-    """A container Docker is removing: looked up every REMOVAL_INTERVAL_S for `timeout` s."""
-    return within(timeout, REMOVAL_INTERVAL_S)
+    """A container Docker is removing: looked up every 0.1 s for `timeout` s."""
+    return within(timeout, 0.1)
 
 
 def gpu_release(
@@ -152,9 +125,9 @@ def gpu_release(
 
 
 def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A starting gateway's control channel: asked every CONTROL_READY_INTERVAL_S while it
-    answers with one of `errors`, for `timeout` s."""
-    return within(timeout, CONTROL_READY_INTERVAL_S, retry_on=errors)
+    """A starting gateway's control channel: asked every 0.2 s while it answers with one of
+    `errors`, for `timeout` s."""
+    return within(timeout, 0.2, retry_on=errors)
 
 
 def following(interval: float) -> Retrying:
@@ -164,9 +137,9 @@ def following(interval: float) -> Retrying:
 
 
 def follower_attach(timeout: float) -> Retrying:
-    """A follower started by `up --with follow`: the gateway is asked every
-    FOLLOWER_ATTACH_INTERVAL_S, for `timeout` s, whether it has reported."""
-    return within(timeout, FOLLOWER_ATTACH_INTERVAL_S)
+    """A follower started by `up --with follow`: the gateway is asked every 0.5 s, for
+    `timeout` s, whether it has reported."""
+    return within(timeout, 0.5)
 
 
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
@@ -193,35 +166,42 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
     return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
-def _giving_last(interval: float, stop: Callable[[RetryCallState], bool], sleep: Sleep) -> Retrying:
-    """Retry while the step raises `Pending`, every `interval` s until `stop`; then give the
-    last `Pending`'s result."""
+def _giving_last(
+    interval: float, seconds: float | None, clock: Clock, sleep: Sleep, attempts: int = 0
+) -> Retrying:
+    """Retry while the step raises `Pending`, every `interval` s for `seconds` (or `attempts`
+    times); then give the last `Pending`'s result."""
+
+    def last_result(state: RetryCallState) -> object:
+        error = state.outcome.exception() if state.outcome is not None else None
+        return error.result if isinstance(error, Pending) else None
+
     return Retrying(
         retry=retry_if_exception_type(Pending),
         wait=wait_fixed(interval),
-        stop=stop,
+        stop=stop_after_attempt(attempts) if seconds is None else _stop_at(clock() + seconds, clock),
         sleep=sleep,
-        retry_error_callback=_last_result,
+        retry_error_callback=last_result,
     )
 
 
 def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A serving variant behind a gateway that just started: probed every
-    SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
-    return _giving_last(SETTLE_PROBE_INTERVAL_S, _stop_at(clock() + seconds, clock), sleep)
+    """A serving variant behind a gateway that just started: probed every 0.2 s for `seconds`
+    (once when 0); gives the last `Pending`'s result."""
+    return _giving_last(0.2, seconds, clock, sleep)
 
 
 def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """The requests in flight on the one serving container a live set replaces: the gateway is
-    asked every SINGLE_DRAIN_INTERVAL_S while the step raises `Pending`, for `timeout` s;
-    gives the last `Pending`'s result (what still ran)."""
-    return _giving_last(SINGLE_DRAIN_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
+    asked every 0.5 s while the step raises `Pending`, for `timeout` s; gives the last
+    `Pending`'s result (what still ran)."""
+    return _giving_last(0.5, timeout, clock, sleep)
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
-    """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
-    (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
-    return _giving_last(REFUSAL_INTERVAL_S, stop_after_attempt(REFUSAL_ATTEMPTS), sleep)
+    """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
+    listen yet); gives the last `Pending`'s result."""
+    return _giving_last(0.2, None, time.monotonic, sleep, attempts=3)
 
 
 def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
@@ -232,15 +212,14 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
 
 def port_watch(interval: float, stopped: threading.Event) -> Retrying:
     """The published port while the gateway's container is replaced: the step (one probe)
-    raises `Pending` and runs again every `interval` s until `stopped` is set (the sleep ends
-    early when it is)."""
+    raises `Pending` and runs again every `interval` s until `stopped` is set."""
     return renewal(interval, stopped, ())
 
 
 def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
     step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
-    return _giving_last(PORT_BACK_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
+    return _giving_last(PORT_BACK_INTERVAL_S, timeout, clock, sleep)
 
 
 def reopen() -> Retrying:
