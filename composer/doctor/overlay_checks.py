@@ -41,11 +41,6 @@ def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> R
     return None
 
 
-def rebuild_command(recipe_name: str, env_file: Path | None) -> str:
-    """The command that rebuilds a recipe with the env file in use."""
-    return fixes.build_overlay(recipe_name, env_file)
-
-
 def check_overlay_current(
     stack: Stack,
     variant: Variant,
@@ -72,7 +67,7 @@ def check_overlay_current(
     built, base = local_image(client, image), local_image(client, recipe.base)
     if built is None:
         return _contained_in_base(client, recipe, image)  # else the image check already fails
-    rebuild = rebuild_command(recipe.name, env_file)
+    rebuild = fixes.build_overlay(recipe.name, env_file)
     labels = built.labels or {}
     if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
         return _current(

@@ -49,7 +49,7 @@ from composer.doctor import remote_checks as rck
 from composer.doctor import standby_checks as sck
 from composer.doctor import switch_checks as wck
 from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding, check_api_key, check_bind_address
+from composer.doctor.preflight import Finding, check_api_key, check_bind_address, check_image
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import resolve
 from composer.render.target import Target, resolve_target
@@ -57,6 +57,8 @@ from composer.stack.model import Stack
 
 if TYPE_CHECKING:
     import docker
+
+    from composer.engine.client import Endpoint
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "warn", "fail")
@@ -169,48 +171,34 @@ def run_doctor(
     engine, client = dck.check_engine(host.client_factory, stack.gateway.enabled)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
-        stack_wide = _stack_checks(stack, host, engine, client, facts, allow_weak_key)
-        stack_wide.append(wck.check_follower(stack, follower_attached))
-        checks = tag(stack_wide, None)
+        endpoint = rck.current_endpoint()
+        found = [engine, rck.check_endpoint(endpoint), dck.check_compose(host.compose_version)]
+        if client is not None:
+            found += [dck.check_nvidia_runtime(stack, client), dck.check_gateway_image(stack, client)]
+        found += [
+            gck.check_gpu_count(stack, facts),
+            check_api_key(stack, allow_weak=allow_weak_key),
+            hck.check_env_file(host.env_file),
+            rck.port_check(stack, client, endpoint),
+            dck.check_userland_proxy(stack, endpoint),
+            rck.check_client_address(stack, endpoint),
+            check_bind_address(stack),
+            mck.check_model_config(stack),
+            sck.check_standby(stack, facts),
+            wck.check_hold_timeout(stack),
+            wck.check_follower(stack, follower_attached),
+        ]
+        checks = tag(found, None)
         for name in names:
-            checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
+            target = resolve_target(stack, name)
+            checks += tag(
+                _variant_checks(stack, target, client, endpoint, host.kernel_release, host, facts), name
+            )
         capacity = capacity_of(stack, sck.FactsProbe(facts), names)
     finally:
         if client is not None:
             client.close()
     return Report(variant, tuple(checks), capacity)
-
-
-def _stack_checks(
-    stack: Stack,
-    host: Host,
-    engine: Finding,
-    client: docker.DockerClient | None,
-    facts: gck.GpuFacts,
-    allow_weak_key: bool = False,
-) -> list[Finding | None]:
-    endpoint = rck.current_endpoint()
-    found: list[Finding | None] = [
-        engine,
-        rck.check_endpoint(endpoint),
-        dck.check_compose(host.compose_version),
-    ]
-    if client is not None:
-        found.append(dck.check_nvidia_runtime(stack, client))
-        found.append(dck.check_gateway_image(stack, client))
-    return [
-        *found,
-        gck.check_gpu_count(stack, facts),
-        check_api_key(stack, allow_weak=allow_weak_key),
-        hck.check_env_file(host.env_file),
-        rck.port_check(stack, client, endpoint),
-        dck.check_userland_proxy(stack, endpoint),
-        rck.check_client_address(stack, endpoint),
-        check_bind_address(stack),
-        mck.check_model_config(stack),
-        sck.check_standby(stack, facts),
-        wck.check_hold_timeout(stack),
-    ]
 
 
 def variant_facts(target: Target) -> VariantFacts:
@@ -228,30 +216,28 @@ def variant_facts(target: Target) -> VariantFacts:
 
 
 def _variant_checks(
-    stack: Stack, target: Target, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
+    stack: Stack,
+    target: Target,
+    client: docker.DockerClient | None,
+    endpoint: Endpoint | None,
+    release: str,
+    host: Host | None = None,
+    facts: gck.GpuFacts | None = None,
 ) -> list[Finding | None]:
-    """Every check of one variant: those that need the capacity model or the overlay recipe
-    take the variant itself, the others its facts (`variant_facts`)."""
+    """One variant's checks; without `host` and `facts`, the fast subset. Those that need the
+    capacity model or the overlay recipe take the variant itself, the others its facts."""
     variant, seen = target.variant, variant_facts(target)
     found: list[Finding | None] = []
     if client is not None:
-        found.append(dck.check_variant_image(seen, client))
-        found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
-    found += rck.mount_checks(seen, client, rck.current_endpoint())
+        found.append(check_image(client, seen.image))
+        if host is not None:
+            found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
+    found += rck.mount_checks(seen, client, endpoint)
+    found.append(gck.check_attention_backend(stack, seen))
+    if facts is not None:
+        found.append(gck.check_compute_capability(stack, seen, facts))
     found += [
-        gck.check_attention_backend(stack, seen),
-        gck.check_compute_capability(stack, seen, facts),
-        hck.check_wsl_pin_memory(seen, host.kernel_release),
-        *_speculation_checks(stack, seen),
-        gck.check_gpu_memory(stack, variant, facts),
-        cck.check_cpu_method(stack, variant, client),
-    ]
-    return found
-
-
-def _speculation_checks(stack: Stack, seen: VariantFacts) -> list[Finding | None]:
-    """What the variant's speculative decoding and vLLM's own refusals need (full and fast)."""
-    return [
+        hck.check_wsl_pin_memory(seen, release),
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
@@ -259,6 +245,9 @@ def _speculation_checks(stack: Stack, seen: VariantFacts) -> list[Finding | None
         ack.check_adaptive(stack, seen),
         ack.check_dropped_eager(seen),
     ]
+    if facts is not None:
+        found += [gck.check_gpu_memory(stack, variant, facts), cck.check_cpu_method(stack, variant, client)]
+    return found
 
 
 def fast_checks(
@@ -277,7 +266,6 @@ def fast_checks(
     reads them instead of listing Docker's containers again).
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
-    seen = variant_facts(target)  # the variant's facts, read once: the checks below see only them
     endpoint = rck.current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
@@ -288,17 +276,8 @@ def fast_checks(
     ]
     if client is not None:
         found.append(dck.check_gateway_image(stack, client))
-    checks = tag(found, None)
-    per_variant: list[Finding | None] = []
-    if client is not None:
-        per_variant.append(dck.check_variant_image(seen, client))
-    per_variant += rck.mount_checks(seen, client, endpoint)
-    per_variant += [
-        gck.check_attention_backend(stack, seen),
-        hck.check_wsl_pin_memory(seen, release),
-        *_speculation_checks(stack, seen),
-    ]
-    return [*checks, *tag(per_variant, target.name)]
+    per_variant = _variant_checks(stack, target, client, endpoint, release)
+    return [*tag(found, None), *tag(per_variant, target.name)]
 
 
 def _grouped(checks: Iterable[Check]) -> list[tuple[Check, list[str]]]:

@@ -306,14 +306,10 @@ def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin
     }
 
 
-def _missing_diff(recipe: Recipe, pin: Any) -> str:
-    where = _shown(pin.file)
+def _missing_diff(recipe: Recipe, pin: DiffPin) -> str:
+    try:
+        where = str(pin.file.relative_to(Path.cwd()))
+    except ValueError:
+        where = str(pin.file)
     step = f"download {pin.source} on a connected machine and " if pin.source else ""
     return f"{step}put it at {where}, then run `compose-spec build {recipe.name} --pin`"
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
