@@ -65,7 +65,7 @@ def _context_endpoint(name: str) -> Endpoint:
     ContextAPI misses contexts when no config.json exists)."""
     import json
 
-    done = _docker_quiet("context", "inspect", name)
+    done = _docker_quiet([docker_binary(), "context", "inspect", name], f"docker context inspect {name}")
     try:
         (info,) = json.loads(done.stdout) if done.returncode == 0 else [None]
         docker_endpoint = info["Endpoints"]["docker"]
@@ -91,26 +91,24 @@ def _context_tls(info: dict, docker_endpoint: dict) -> Any:
     )
 
 
-def _docker_quiet(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """A short docker CLI query (context inspect / ls); never raises for its exit code."""
+def _docker_quiet(
+    argv: list[str], what: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A short docker CLI query (`what`, in words); never raises for its exit code."""
     try:
-        return subprocess.run(
-            [docker_binary(), *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env=dict(env) if env is not None else None,
-        )
+        environ = dict(env) if env is not None else None
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=environ)
     except subprocess.TimeoutExpired as err:
-        raise DockerUnavailable(f"`docker {' '.join(args)}` did not answer within 30 s") from err
+        raise DockerUnavailable(f"`{what}` did not answer within 30 s") from err
 
 
 def known_contexts(missing: str = "") -> list[str]:
     """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
     such context exists: it is asked without it, and `missing` is never offered)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
-    done = _docker_quiet("context", "ls", "--format", "{{.Name}}", env=env)
+    done = _docker_quiet(
+        [docker_binary(), "context", "ls", "--format", "{{.Name}}"], "docker context ls", env
+    )
     names = {n for n in done.stdout.split() if n != missing} if done.returncode == 0 else set()
     return sorted(names)
 
@@ -225,16 +223,7 @@ def docker_binary() -> str:
 
 def compose_version() -> str:
     """The Compose v2 plugin's version, or DockerUnavailable."""
-    try:
-        done = subprocess.run(
-            docker_cli("compose", "version", "--short"),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as err:
-        raise DockerUnavailable("`docker compose version` did not answer within 30 s") from err
+    done = _docker_quiet(docker_cli("compose", "version", "--short"), "docker compose version")
     if done.returncode != 0:
         raise DockerUnavailable(
             "the Compose v2 plugin is missing (`docker compose` failed): "

@@ -109,6 +109,11 @@ def _argv(attrs: dict) -> list[str]:
     return [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
 
 
+def _restarted(attrs: dict) -> bool:
+    """Docker is restarting the container, or has restarted it before."""
+    return bool(attrs.get("State", {}).get("Restarting")) or int(attrs.get("RestartCount", 0) or 0) > 0
+
+
 def removal_in_progress(err: APIError) -> bool:
     """Docker's 409 for a container that is already being removed (e.g. `docker run --rm`)."""
     text = str(err.explanation or err).lower()
@@ -189,42 +194,33 @@ class VariantContainer:
         state = attrs.get("State", {})
         if state.get("Status") in {"exited", "dead"}:
             return f"the container exited with code {state.get('ExitCode')}"
-        if state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0:
-            return f"the container exited with code {self._last_exit_code(attrs)} and was restarted"
+        if _restarted(attrs):
+            codes = [code for _, code in self._deaths(attrs) or ()]
+            code = codes[-1] if codes and codes[-1] is not None else state.get("ExitCode")
+            return f"the container exited with code {code} and was restarted"
         return None
 
-    def _die_events(self, attrs: dict) -> list[dict]:
-        """The container's `die` events since it was created, oldest first (raises when the
-        daemon cannot list them)."""
-        created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
-        return list(
-            self.container.client.events(
+    def _deaths(self, attrs: dict) -> list[tuple[float | None, object]] | None:
+        """(unix seconds, exit code) of each of its `die` events since it was created, oldest
+        first; None when the daemon cannot list them. Docker resets `State.ExitCode` to 0 once
+        a restart runs it again, so the last exit's code comes from here."""
+        try:
+            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
+            events = self.container.client.events(
                 since=created.replace(tzinfo=UTC),
                 until=datetime.now(UTC) + timedelta(seconds=1),
                 filters={"container": self.container.id, "event": "die"},
                 decode=True,
             )
-        )
-
-    def _last_exit_code(self, attrs: dict) -> object:
-        """The code of the container's last exit. Docker resets `State.ExitCode` to 0 once a
-        restart runs it again, so it comes from the last `die` event; the state's is the fallback."""
-        try:
-            events = self._die_events(attrs)
-            codes = [event.get("Actor", {}).get("Attributes", {}).get("exitCode") for event in events]
-        except Exception:  # events unavailable (the daemon went away): the state's code
-            codes = []
-        if codes and codes[-1] is not None:
-            return codes[-1]
-        return attrs.get("State", {}).get("ExitCode")
-
-    def _first_death(self, attrs: dict) -> float | None:
-        """When (unix seconds) the container's first run ended: its first `die` event."""
-        try:
-            times = [int(e["timeNano"]) / 1e9 for e in self._die_events(attrs) if e.get("timeNano")]
-        except Exception:  # events unavailable: the caller reads the whole log
+            return [
+                (
+                    int(event["timeNano"]) / 1e9 if event.get("timeNano") else None,
+                    event.get("Actor", {}).get("Attributes", {}).get("exitCode"),
+                )
+                for event in events
+            ]
+        except Exception:  # events unavailable (the daemon went away)
             return None
-        return min(times) if times else None
 
     def first_run_log(self, tail: int | None = None) -> str:
         """The log of its first run only (the last `tail` lines of it): a failure the restart
@@ -234,14 +230,13 @@ class VariantContainer:
             attrs = self.container.attrs
         except Exception:  # removed under us
             return ""
-        state = attrs.get("State", {})
-        if not (state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0):
-            return self.log(tail)
-        died = self._first_death(attrs)
-        if died is None:
+        times = [at for at, _ in self._deaths(attrs) or () if at is not None] if _restarted(attrs) else []
+        if not times:
             return self.log(tail)
         try:  # Docker restarts no sooner than 100 ms after a death: until then it is the first run
-            raw = self.container.logs(tail="all", until=died + 0.05)  # Docker cuts `tail` before `until`
+            raw = self.container.logs(
+                tail="all", until=min(times) + 0.05
+            )  # Docker cuts `tail` before `until`
         except Exception:
             return ""
         lines = raw.decode(errors="replace").splitlines(keepends=True)
