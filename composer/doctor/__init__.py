@@ -1,8 +1,8 @@
 """`doctor`: the known pitfalls as one registry of checks, each ok / warn / fail with a fix.
 
 Owns: the registry and report (`report`; `report.fast_checks` is the swap's preflight), the
-checks every part shares (`preflight`), a variant's facts as its checks read them (`facts`),
-and the checks grouped by what they read: the Docker engine (`engine_checks`), GPUs
+checks doctor and the preflight share with a variant's facts as its checks read them
+(`preflight`), and the checks grouped by what they read: the Docker engine (`engine_checks`), GPUs
 (`gpu_checks`), vLLM's CPU build (`cpu_checks`), the host (`host_checks`), checkpoints
 (`model_checks`), adaptive speculation (`adaptive_checks`), overlay images
 (`overlay_checks`), sleep standby (`standby_checks`, on `composer.capacity`), a remote
@@ -19,8 +19,7 @@ from composer._exports import lazy_exports
 __all__, __getattr__ = lazy_exports(
     __name__,
     {
-        "facts": ["VariantFacts"],
-        "preflight": ["Finding"],
+        "preflight": ["Finding", "VariantFacts"],
         "report": [
             "Host",
             "Report",

@@ -6,9 +6,8 @@ bench --decide` measures them on the rig. Reads the target's config.json only.
 
 from __future__ import annotations
 
-from composer.doctor.facts import VariantFacts
 from composer.doctor.model_checks import load_config
-from composer.doctor.preflight import Finding
+from composer.doctor.preflight import Finding, VariantFacts
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
 

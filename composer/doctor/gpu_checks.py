@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from composer.capacity import model as capacity
 from composer.capacity.figures import gib
 from composer.capacity.model import variant_weights
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding
+from composer.doctor.preflight import Finding, VariantFacts
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.stack.model import Stack, Variant

@@ -6,8 +6,7 @@ import platform
 import stat
 from pathlib import Path
 
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding
+from composer.doctor.preflight import Finding, VariantFacts
 from composer.render.spec import PIN_MEMORY_VAR
 from composer.stack.values import V2_RUNNER_METHODS
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding
+from composer.doctor.preflight import Finding, VariantFacts
 from composer.errors import CheckpointError
 from composer.probes import checkpoints as ckpt
 from composer.stack.model import Stack

@@ -1,4 +1,5 @@
-"""Fast checks before a swap: nothing is changed when one fails."""
+"""The checks doctor and the swap's preflight share, the finding they give, and what a
+variant's checks read (`VariantFacts`). Nothing is changed when one fails."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.render.spec import Mount
+    from composer.stack.model import Speculative
 
 # "not read yet": the check reads Docker itself (None would say "there is none")
 UNKNOWN: Any = object()
@@ -37,6 +39,24 @@ class Finding:
     @property
     def failed(self) -> bool:
         return self.status == "fail"
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """One variant as its checks read it, resolved once from its Target (never its `Variant`)."""
+
+    table: str  # the stack table its settings live in, `variants.mtp` (fixes name it)
+    image: str  # the image reference it runs, resolved
+    mounts: tuple[Mount, ...]  # the host directories its container mounts
+    environment: dict[str, str]  # its container's environment, as rendered
+    speculative: Speculative | None  # its speculative decoding settings (None: plain decode)
+    dropped_args: tuple[tuple[str, str], ...] = ()  # inherited flags it runs without, and where from
+    refused: str = ""  # why vLLM refuses it with a stack-wide setting (empty: it can start)
+
+    @property
+    def method(self) -> str | None:
+        """The speculative method (None: plain decode)."""
+        return self.speculative.method if self.speculative is not None else None
 
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
@@ -64,15 +84,24 @@ def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
     return Finding("api-key", "ok", "VLLM_API_KEY is set")
 
 
-def check_image(client: docker.DockerClient, image: str) -> Finding:
-    """The image is present locally (never pulled)."""
+def _inspect(client: docker.DockerClient, image: str) -> tuple[Any, str]:
+    """The local image (None when absent) and, when the engine cannot inspect it, why."""
     from docker.errors import APIError, ImageNotFound
 
     try:
-        found = client.images.get(image)
+        return client.images.get(image), ""
+    except ImageNotFound:
+        return None, ""
     except APIError as err:
-        if not isinstance(err, ImageNotFound):
-            return Finding("image", "fail", f"image {image}: {err.explanation or err}", "check the reference")
+        return None, str(err.explanation or err)
+
+
+def check_image(client: docker.DockerClient, image: str) -> Finding:
+    """The image is present locally (never pulled)."""
+    found, error = _inspect(client, image)
+    if error:
+        return Finding("image", "fail", f"image {image}: {error}", "check the reference")
+    if found is None:
         return Finding(
             "image",
             "fail",
@@ -251,19 +280,15 @@ def check_bind_address(stack: Stack) -> Finding:
 
 def check_rollback_image(client: docker.DockerClient, variant: str, image: str) -> Finding:
     """The serving variant's image is still present, so a failed swap can start it again."""
-    from docker.errors import APIError, ImageNotFound
-
-    try:
-        client.images.get(image)
-    except APIError as err:
-        if not isinstance(err, ImageNotFound):
-            return Finding(
-                "rollback-image",
-                "fail",
-                f"cannot inspect the image {image} of the serving variant {variant}: "
-                f"{err.explanation or err}",
-                "check the Docker engine, or pass --no-rollback to swap without a way back",
-            )
+    found, error = _inspect(client, image)
+    if error:
+        return Finding(
+            "rollback-image",
+            "fail",
+            f"cannot inspect the image {image} of the serving variant {variant}: {error}",
+            "check the Docker engine, or pass --no-rollback to swap without a way back",
+        )
+    if found is None:
         return Finding(
             "rollback-image",
             "fail",

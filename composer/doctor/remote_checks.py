@@ -12,8 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from composer import labels
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import UNKNOWN, Finding, check_mounts, check_port, check_published_port
+from composer.doctor.preflight import (
+    UNKNOWN,
+    Finding,
+    VariantFacts,
+    check_mounts,
+    check_port,
+    check_published_port,
+)
 from composer.engine.client import Endpoint, engine_endpoint
 from composer.engine.health import base_url
 from composer.errors import ComposerError

@@ -48,8 +48,7 @@ from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor import standby_checks as sck
 from composer.doctor import switch_checks as wck
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding, check_api_key, check_bind_address, check_image
+from composer.doctor.preflight import Finding, VariantFacts, check_api_key, check_bind_address, check_image
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import resolve
 from composer.render.target import Target, resolve_target
