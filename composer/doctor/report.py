@@ -46,7 +46,6 @@ from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
-from composer.doctor import standby_checks as sck
 from composer.doctor import switch_checks as wck
 from composer.doctor.preflight import Finding, VariantFacts, check_api_key, check_bind_address, check_image
 from composer.probes.gpu import GpuProbe
@@ -183,7 +182,7 @@ def run_doctor(
             rck.check_client_address(stack, endpoint),
             check_bind_address(stack),
             mck.check_model_config(stack),
-            sck.check_standby(stack, facts),
+            gck.check_standby(stack, facts),
             wck.check_hold_timeout(stack),
             wck.check_follower(stack, follower_attached),
         ]
@@ -193,7 +192,7 @@ def run_doctor(
             checks += tag(
                 _variant_checks(stack, target, client, endpoint, host.kernel_release, host, facts), name
             )
-        capacity = capacity_of(stack, sck.FactsProbe(facts), names)
+        capacity = capacity_of(stack, gck.FactsProbe(facts), names)
     finally:
         if client is not None:
             client.close()
