@@ -35,12 +35,11 @@ CPU_RUNS = frozenset({"ngram", "draft_model"})
 """Methods measured on the CPU build (the tier tests/vllm_cpu)."""
 CPU_MTP_RUNS = frozenset({"MiMoForCausalLM"})
 """Target architectures whose `mtp` ran on the CPU build (images/vllm-cpu/captures/mtp.txt)."""
-CPU_MTP_FAILS = {
-    "Qwen3_5ForCausalLM": "vLLM's Qwen3.5 model imports torchvision, which the CPU image leaves out "
+CPU_MTP_FAILS = dict.fromkeys(
+    ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+    "vLLM's Qwen3.5 model imports torchvision, which the CPU image leaves out "
     "(`No module named 'torchvision'`)",
-    "Qwen3_5ForConditionalGeneration": "vLLM's Qwen3.5 model imports torchvision, which the CPU image "
-    "leaves out (`No module named 'torchvision'`)",
-}
+)
 GPU_HOST_FIX = "run this variant on a GPU host (a CUDA vLLM image and GPU_DEVICES)"
 
 

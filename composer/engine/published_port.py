@@ -95,10 +95,6 @@ def container_addresses(container: Container) -> list[str]:
     return [base_url(address, CONTAINER_PORT) for address in found if address]
 
 
-def _answers_inside(container: Container) -> bool:
-    return any(_probe_once(url).answers for url in container_addresses(container))
-
-
 def probe_published(container: Container, stack: Stack) -> PublishedPort:
     """Probe the gateway through its published host port (a refusal is asked twice more; a
     silence already waited its read timeout)."""
@@ -112,7 +108,7 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
         return found
 
     found = retry.published_refusal()(attempt)
-    if found.silent and _answers_inside(container):
+    if found.silent and any(_probe_once(u).answers for u in container_addresses(container)):
         return PublishedPort(url, False, dead=True, detail=f"{found.detail}; the gateway answers inside")
     return found
 

@@ -46,11 +46,8 @@ PORT_GAP_INTERVAL_S = 0.02
 
 
 class Pending(Exception):
-    """The polled condition does not hold yet: try again after the interval.
-
-    `result` is what the wait gives back when its deadline passes on this attempt (for a
-    wait that ends with an outcome rather than an error).
-    """
+    """The polled condition does not hold yet: try again after the interval. `result` is what
+    a wait that ends with an outcome gives back when its deadline passes on this attempt."""
 
     def __init__(self, detail: str, result: object = None) -> None:
         super().__init__(detail)
@@ -104,7 +101,7 @@ def watch(
 ) -> Retrying:
     """Call the step every `interval` s for `seconds`: it raises `Pending` while all is well,
     anything else to end the watch with that error; the watch ends quietly at the deadline."""
-    return _giving_last(interval, seconds, clock, sleep)
+    return _giving_last(interval, _stop_at(clock() + seconds, clock), sleep)
 
 
 def readiness(deadline: float, interval: float) -> Retrying:
@@ -145,13 +142,7 @@ def follower_attach(timeout: float) -> Retrying:
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
     """Every `interval` s until `stopped` is set (the sleep ends early when it is): the step
     raises `Pending` after each renewal; one of `errors` is tried again at the next turn."""
-    return Retrying(
-        retry=retry_if_exception_type((Pending, *errors)),
-        wait=wait_fixed(interval),
-        stop=lambda _state: stopped.is_set(),
-        sleep=stopped.wait,
-        retry_error_callback=lambda _state: None,
-    )
+    return _giving_last(interval, lambda _state: stopped.is_set(), stopped.wait, (Pending, *errors))
 
 
 def service_readiness(deadline: float) -> Retrying:
@@ -167,19 +158,19 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
 
 
 def _giving_last(
-    interval: float, seconds: float | None, clock: Clock, sleep: Sleep, attempts: int = 0
+    interval: float, stop: Any, sleep: Sleep, retry_on: tuple[type[BaseException], ...] = (Pending,)
 ) -> Retrying:
-    """Retry while the step raises `Pending`, every `interval` s for `seconds` (or `attempts`
-    times); then give the last `Pending`'s result."""
+    """Retry while the step raises one of `retry_on`, every `interval` s until `stop`; then give
+    the last `Pending`'s result (None after another error)."""
 
     def last_result(state: RetryCallState) -> object:
         error = state.outcome.exception() if state.outcome is not None else None
         return error.result if isinstance(error, Pending) else None
 
     return Retrying(
-        retry=retry_if_exception_type(Pending),
+        retry=retry_if_exception_type(retry_on),
         wait=wait_fixed(interval),
-        stop=stop_after_attempt(attempts) if seconds is None else _stop_at(clock() + seconds, clock),
+        stop=stop,
         sleep=sleep,
         retry_error_callback=last_result,
     )
@@ -188,20 +179,20 @@ def _giving_last(
 def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A serving variant behind a gateway that just started: probed every 0.2 s for `seconds`
     (once when 0); gives the last `Pending`'s result."""
-    return _giving_last(0.2, seconds, clock, sleep)
+    return _giving_last(0.2, _stop_at(clock() + seconds, clock), sleep)
 
 
 def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """The requests in flight on the one serving container a live set replaces: the gateway is
     asked every 0.5 s while the step raises `Pending`, for `timeout` s; gives the last
     `Pending`'s result (what still ran)."""
-    return _giving_last(0.5, timeout, clock, sleep)
+    return _giving_last(0.5, _stop_at(clock() + timeout, clock), sleep)
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
     """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
     listen yet); gives the last `Pending`'s result."""
-    return _giving_last(0.2, None, time.monotonic, sleep, attempts=3)
+    return _giving_last(0.2, stop_after_attempt(3), sleep)
 
 
 def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
@@ -219,7 +210,7 @@ def port_watch(interval: float, stopped: threading.Event) -> Retrying:
 def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
     step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
-    return _giving_last(PORT_BACK_INTERVAL_S, timeout, clock, sleep)
+    return _giving_last(PORT_BACK_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
 
 
 def reopen() -> Retrying:
