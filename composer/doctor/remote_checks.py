@@ -20,9 +20,8 @@ from composer.doctor.preflight import (
     check_port,
     check_published_port,
 )
-from composer.engine.client import Endpoint, engine_endpoint
+from composer.engine.client import Endpoint
 from composer.engine.health import base_url
-from composer.errors import ComposerError
 from composer.render.spec import resolve
 from composer.stack.model import Stack
 
@@ -35,25 +34,12 @@ PROBE_TARGET = "/probe"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
-def current_endpoint() -> Endpoint | None:
-    """The selected engine, or None when it cannot be determined (check_engine reports why)."""
-    try:
-        return engine_endpoint()
-    except ComposerError:
-        return None
-
-
 def check_endpoint(endpoint: Endpoint | None) -> Finding | None:
     """Which engine doctor and the swaps talk to, and whether it is on another machine."""
     if endpoint is None:
         return None
-    if endpoint.remote:
-        return Finding(
-            "docker-endpoint",
-            "ok",
-            f"engine: {endpoint.describe()} (remote: host paths and ports are on {endpoint.address})",
-        )
-    return Finding("docker-endpoint", "ok", f"engine: {endpoint.describe()} (this machine)")
+    where = f"remote: host paths and ports are on {endpoint.address}" if endpoint.remote else "this machine"
+    return Finding("docker-endpoint", "ok", f"engine: {endpoint.describe()} ({where})")
 
 
 def check_client_address(stack: Stack, endpoint: Endpoint | None) -> Finding | None:

@@ -48,6 +48,7 @@ from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor import switch_checks as wck
 from composer.doctor.preflight import Finding, VariantFacts, check_api_key, check_bind_address, check_image
+from composer.engine.client import Endpoint, current_endpoint
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import resolve
 from composer.render.target import Target, resolve_target
@@ -56,7 +57,6 @@ from composer.stack.model import Stack
 if TYPE_CHECKING:
     import docker
 
-    from composer.engine.client import Endpoint
 
 SCHEMA_VERSION = 1
 STATUSES = ("ok", "warn", "fail")
@@ -169,7 +169,7 @@ def run_doctor(
     engine, client = dck.check_engine(host.client_factory, stack.gateway.enabled)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
-        endpoint = rck.current_endpoint()
+        endpoint = current_endpoint()
         found = [engine, rck.check_endpoint(endpoint), dck.check_compose(host.compose_version)]
         if client is not None:
             found += [dck.check_nvidia_runtime(stack, client), dck.check_gateway_image(stack, client)]
@@ -264,7 +264,7 @@ def fast_checks(
     reads them instead of listing Docker's containers again).
     """
     release = hck.kernel_release() if kernel_release is None else kernel_release
-    endpoint = rck.current_endpoint()
+    endpoint = current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
         rck.port_check(stack, client, endpoint, known),

@@ -156,12 +156,18 @@ def engine_endpoint() -> Endpoint:
     return Endpoint(None, "unix:///var/run/docker.sock")
 
 
-def engine_address() -> str | None:
-    """The host clients use to reach the selected engine's published ports; None when local."""
+def current_endpoint() -> Endpoint | None:
+    """The selected engine, or None when it cannot be determined (doctor says why)."""
     try:
-        return engine_endpoint().address
+        return engine_endpoint()
     except ComposerError:
         return None
+
+
+def engine_address() -> str | None:
+    """The host clients use to reach the selected engine's published ports; None when local."""
+    endpoint = current_endpoint()
+    return endpoint.address if endpoint else None
 
 
 def unreachable_reason(err: BaseException) -> str:
