@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.capacity.model import Capacity, capacity_of
-from composer.doctor import adaptive_checks as ack
 from composer.doctor import cpu_checks as cck
 from composer.doctor import engine_checks as dck
 from composer.doctor import gpu_checks as gck
@@ -239,9 +238,9 @@ def _variant_checks(
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
-        ack.check_refused(seen),
-        ack.check_adaptive(stack, seen),
-        ack.check_dropped_eager(seen),
+        mck.check_refused(seen),
+        mck.check_adaptive(stack, seen),
+        mck.check_dropped_eager(seen),
     ]
     if facts is not None:
         found += [gck.check_gpu_memory(stack, variant, facts), cck.check_cpu_method(stack, variant, client)]
