@@ -29,12 +29,14 @@ UNKNOWN: Any = object()
 
 @dataclass(frozen=True)
 class Finding:
-    """One check's outcome: `ok`, `warn` or `fail`, what was seen, and the fix."""
+    """One check's outcome: `ok`, `warn` or `fail`, what was seen, the fix, and the variant it
+    is about (None for stack-wide checks)."""
 
     name: str
     status: str
     detail: str
     fix: str = ""
+    variant: str | None = None
 
     @property
     def failed(self) -> bool:

@@ -33,7 +33,7 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -91,13 +91,6 @@ CHECK_NAMES = (
 
 
 @dataclass(frozen=True)
-class Check(Finding):
-    """A finding tagged with the variant it is about (None for stack-wide checks)."""
-
-    variant: str | None = None
-
-
-@dataclass(frozen=True)
 class Host:
     """What doctor reads from the machine; tests replace any part."""
 
@@ -128,7 +121,7 @@ class Report:
     """Every check of one doctor run."""
 
     variant: str | None
-    checks: tuple[Check, ...] = field(default_factory=tuple)
+    checks: tuple[Finding, ...] = field(default_factory=tuple)
     capacity: Capacity | None = None
 
     @property
@@ -149,9 +142,9 @@ class Report:
         }
 
 
-def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Check]:
-    """Findings as Checks about `variant`; None entries (not applicable) are dropped."""
-    return [Check(f.name, f.status, f.detail, f.fix, variant) for f in findings if f is not None]
+def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Finding]:
+    """Findings about `variant`; None entries (not applicable) are dropped."""
+    return [replace(f, variant=variant) for f in findings if f is not None]
 
 
 def run_doctor(
@@ -258,7 +251,7 @@ def fast_checks(
 ) -> list[Finding]:
     """The instant subset for `compose-spec up`: no GPU probing, images checked for presence only.
 
-    Returns Checks (Findings with a `variant`); the caller refuses to swap when any failed.
+    Each finding names its variant; the caller refuses to swap when any failed.
     `known`: the project's containers as the swap's snapshot read them (the port check
     reads them instead of listing Docker's containers again).
     """
@@ -277,10 +270,10 @@ def fast_checks(
     return [*tag(found, None), *tag(per_variant, target.name)]
 
 
-def _grouped(checks: Iterable[Check]) -> list[tuple[Check, list[str]]]:
+def _grouped(checks: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
     """Checks with the same status, detail and fix as one entry (first-seen order), with
     the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
-    groups: dict[tuple[str, str, str], list[Check]] = {}
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
     for check in checks:
         groups.setdefault((check.status, check.detail, check.fix), []).append(check)
     result = []
