@@ -46,8 +46,7 @@ class Endpoint:
 
     @property
     def remote(self) -> bool:
-        """True when the engine is reached over the network (tcp://, ssh://): host paths and
-        published ports are on another machine."""
+        """Reached over the network (tcp://, ssh://): host paths and ports are on another machine."""
         return urlsplit(self.host).scheme not in LOCAL_SCHEMES
 
     @property
@@ -241,13 +240,9 @@ def compose_version() -> str:
 def run_detached(
     argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command in a session of its own; kill its whole process group on a timeout.
-
-    The terminal's Ctrl-C goes to the foreground process group: a child in its own
-    session never receives it, so a rollback's `docker compose` finishes even when the
-    user presses Ctrl-C again. The child, and anything it started, is killed when the
-    timeout passes or when this process stops waiting for it (an exception, Ctrl-C).
-    """
+    """Run a command in a session of its own, which the terminal's Ctrl-C never reaches (a
+    rollback's `docker compose` finishes even when the user presses it again). Its whole
+    process group is killed when the timeout passes or this process stops waiting for it."""
     with subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -259,17 +254,12 @@ def run_detached(
     ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
-        except BaseException:
-            _kill_group(process)
+        except BaseException:  # SIGKILL its process group (led by its pid), then reap it
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """SIGKILL the child's process group (its session leader's pid) and reap the child."""
-    with contextlib.suppress(ProcessLookupError):  # the group is gone already
-        os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
 
 
 def compose(
@@ -279,20 +269,17 @@ def compose(
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure.
-
-    It runs in its own session (see run_detached): signals sent to our process group
-    do not reach it, and it is killed with its children when `timeout` passes.
-    """
+    """Run `docker compose -p PROJECT [-f FILE] ARGS...` detached (see run_detached); raise
+    ComposerError when it fails or `timeout` s pass."""
     files = ["--file", str(compose_file)] if compose_file is not None else []
     argv = docker_cli("compose", "--project-name", project, *files, *args)
+    command = " ".join(args)
     try:
         done = run_detached(argv, env, timeout)
     except subprocess.TimeoutExpired as err:
-        command = " ".join(args)
         raise ComposerError(f"`docker compose {command}` did not finish within {timeout:.0f} s") from err
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         last = message[-1] if message else f"exit code {done.returncode}"
-        raise ComposerError(f"`docker compose {' '.join(args)}` failed: {last}")
+        raise ComposerError(f"`docker compose {command}` failed: {last}")
     return done

@@ -1,10 +1,6 @@
-"""VariantContainer: the one owner of every Docker verb on a variant's container, and
-RunningVariant: what its labels and state say about it.
-
-Stop and remove (grace period, then kill; a container already gone or being removed
-counts as stopped), why it stopped serving, its log (whole, a tail, or followed), and
-its description from labels. Nothing else in the package calls these verbs directly.
-"""
+"""VariantContainer: the one owner of every Docker verb on a variant's container (stop and
+remove, why it stopped serving, its log, whether it sleeps), and RunningVariant: what its
+labels and state say about it."""
 
 from __future__ import annotations
 
@@ -68,45 +64,11 @@ class RunningVariant:
 
 
 def _started_at(raw: str | None) -> datetime | None:
+    """A Docker timestamp as a UTC datetime (None for Docker's zero time)."""
     if not raw or raw.startswith("0001-"):
         return None
     trimmed = raw.rstrip("Z").split(".")[0]
     return datetime.fromisoformat(trimmed).replace(tzinfo=UTC)
-
-
-def describe(container: Container) -> RunningVariant:
-    """A RunningVariant from a container's attributes."""
-    attrs = container.attrs
-    labels = attrs.get("Config", {}).get("Labels") or {}
-    state = attrs.get("State", {})
-    port = labels.get(label_names.PORT)
-    files = labels.get(label_names.COMPOSE_CONFIG_FILES)
-    return RunningVariant(
-        container_id=container.id or "",
-        name=container.name or "",
-        variant=labels.get(label_names.VARIANT, "?"),
-        config_hash=labels.get(label_names.CONFIG_HASH, ""),
-        image=attrs.get("Config", {}).get("Image", ""),
-        status=state.get("Status", "unknown"),
-        docker_health=(state.get("Health") or {}).get("Status"),
-        started_at=_started_at(state.get("StartedAt")),
-        port=int(port) if port and port.isdigit() else None,
-        served_name=labels.get(label_names.SERVED_NAME, ""),
-        config_file=files.split(",")[0] if files else None,
-        restart_count=int(attrs.get("RestartCount", 0) or 0),
-        exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
-        finished_at=_started_at(state.get("FinishedAt")),
-        service=labels.get(label_names.COMPOSE_SERVICE),
-        sleep_mode=SLEEP_MODE_FLAG in _argv(attrs),
-        restart_policy=str(((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""),
-        owner=Owner.from_labels(labels),
-    )
-
-
-def _argv(attrs: dict) -> list[str]:
-    """The container's command line (entrypoint arguments and command) as Docker stores it."""
-    config = attrs.get("Config") or {}
-    return [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
 
 
 def _restarted(attrs: dict) -> bool:
@@ -136,7 +98,34 @@ class VariantContainer:
 
     def describe(self) -> RunningVariant:
         """What the labels and the state say about it."""
-        return describe(self.container)
+        attrs = self.container.attrs
+        config = attrs.get("Config") or {}
+        labels = config.get("Labels") or {}
+        argv = [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
+        state = attrs.get("State", {})
+        policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+        port = labels.get(label_names.PORT)
+        files = labels.get(label_names.COMPOSE_CONFIG_FILES)
+        return RunningVariant(
+            container_id=self.container.id or "",
+            name=self.container.name or "",
+            variant=labels.get(label_names.VARIANT, "?"),
+            config_hash=labels.get(label_names.CONFIG_HASH, ""),
+            image=config.get("Image", ""),
+            status=state.get("Status", "unknown"),
+            docker_health=(state.get("Health") or {}).get("Status"),
+            started_at=_started_at(state.get("StartedAt")),
+            port=int(port) if port and port.isdigit() else None,
+            served_name=labels.get(label_names.SERVED_NAME, ""),
+            config_file=files.split(",")[0] if files else None,
+            restart_count=int(attrs.get("RestartCount", 0) or 0),
+            exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
+            finished_at=_started_at(state.get("FinishedAt")),
+            service=labels.get(label_names.COMPOSE_SERVICE),
+            sleep_mode=SLEEP_MODE_FLAG in argv,
+            restart_policy=str(policy.get("Name") or ""),
+            owner=Owner.from_labels(labels),
+        )
 
     def is_sleeping(self) -> bool | None:
         """Its own `GET /is_sleeping` answer, asked inside it (`docker exec`): the one record of
@@ -149,12 +138,8 @@ class VariantContainer:
         return {"True": True, "False": False}.get(words[-1]) if code == 0 and words else None
 
     def stop_and_remove(self, grace_seconds: int) -> None:
-        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.
-
-        A container started with `docker run --rm` removes itself once stopped: Docker
-        then answers our removal with 409 "removal ... already in progress" (or 404).
-        Both mean it is on its way out; wait (at most REMOVAL_WAIT s) until it is gone.
-        """
+        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine,
+        and one Docker is removing already (`docker run --rm`: 409) is waited for."""
         from docker.errors import APIError, NotFound
 
         try:
