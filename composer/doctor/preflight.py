@@ -155,29 +155,22 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _labelled(containers: Sequence[Any], port: int) -> list:
-    """The running ones labelled with `port` as a variant or a gateway."""
-    return [
-        c
-        for c in containers
-        if c.status == "running"
-        and c.labels.get(labels.PORT) == str(port)
-        and (labels.VARIANT in c.labels or labels.ROLE in c.labels)
-    ]
-
-
 def _holders(
     stack: Stack, client: docker.DockerClient, known: Sequence[Any] | None = None
 ) -> tuple[list, list]:
     """Running variant or gateway containers labelled with the stack's port: ours (this
     project's), and other projects'. `known`: this project's containers as the caller
     read them (the swap's snapshot); Docker is listed only when none of them holds the port."""
-    if known is not None:
-        ours = _labelled(known, stack.port)
-        if ours:
-            return ours, []
+
+    def held(c: Any) -> bool:  # a variant or a gateway, labelled with the stack's port
+        kind = labels.VARIANT in c.labels or labels.ROLE in c.labels
+        return kind and c.labels.get(labels.PORT) == str(stack.port)
+
+    running = [c for c in known or () if c.status == "running" and held(c)]
+    if running:
+        return running, []
     labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}"]})
-    labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
+    labelled = [c for c in labelled if held(c)]
     launcher = f"{stack.project}-{stack.service}-1"  # a launcher-started container has no compose labels
 
     def ours(c: Container) -> bool:

@@ -43,12 +43,9 @@ class PublishedPort:
 
     url: str
     answers: bool
-    dead: bool = False
-    """The container runs but Docker's forwarding to it is gone (refused, or silent while the
-    gateway answers on its container address)."""
+    dead: bool = False  # it runs but Docker's forwarding to it is gone (see the module docstring)
     detail: str = ""
-    silent: bool = False
-    """Connected, then no answer in time (a reservation without forwarding, or a busy gateway)."""
+    silent: bool = False  # connected, then no answer in time (no forwarding, or a busy gateway)
 
     def to_json(self) -> dict[str, object]:
         return {"url": self.url, "answers": self.answers, "dead": self.dead, "detail": self.detail}
@@ -113,8 +110,7 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
     return found
 
 
-ANSWER_TIMEOUT = 60.0
-"""Seconds a (re)started gateway has to answer through the published port."""
+ANSWER_TIMEOUT = 60.0  # seconds a (re)started gateway has to answer through the published port
 
 
 def wait_published(container: Container, stack: Stack, timeout: float = ANSWER_TIMEOUT) -> PublishedPort:
