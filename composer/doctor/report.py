@@ -14,14 +14,7 @@ added, none removed or renamed without bumping "schema":
          "variant": "mtp" | null}       # null for stack-wide checks
       ],
       "summary": {"ok": 12, "warn": 1, "fail": 0},
-      "capacity": {                     # composer.capacity, the figures `up` uses too
-        "gpu_memory_bytes": int | null, "gpu_memory_from": "probed by nvml" | null,
-        "per_gpu": {"mtp": {"weights_bytes", "kv_cache_bytes", "kv_cache_from",
-                            "activations_bytes", "need_bytes", "sleep_residue_bytes"}},
-        "release_budget_bytes": {"mtp": int | null},
-        "host_ram_for_sleepers_bytes": {"mtp": int | null, "total": int | null},
-        "host_memory_bytes": int | null, "sleep_level": 1
-      }
+      "capacity": {...}                 # Capacity.as_data(): the figures `up` uses (docs/doctor.md)
     }
 
 Exit code: 1 when any check fails, else 0. Checks that do not apply to a variant
@@ -123,10 +116,6 @@ class Report:
     variant: str | None
     checks: tuple[Finding, ...] = field(default_factory=tuple)
     capacity: Capacity | None = None
-
-    @property
-    def failed(self) -> bool:
-        return any(c.failed for c in self.checks)
 
     def summary(self) -> dict[str, int]:
         return {s: sum(c.status == s for c in self.checks) for s in STATUSES}

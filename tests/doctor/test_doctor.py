@@ -43,7 +43,6 @@ def test_without_docker_the_other_checks_still_run(tmp_path: Path) -> None:
     report = run_doctor(stack, None, host(tmp_path))
     by_name = {(c.name, c.variant): c for c in report.checks}
     assert by_name[("docker-engine", None)].status == "fail"
-    assert report.failed
     assert ("image", "mtp") not in by_name
     assert by_name[("gpu-memory", "dflash2")].status == "ok"
     assert by_name[("wsl2-pin-memory", "dflash2")].status == "ok"
