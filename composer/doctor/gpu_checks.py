@@ -15,7 +15,7 @@ from composer.capacity import model as capacity
 from composer.capacity.figures import gib
 from composer.capacity.model import variant_weights
 from composer.capacity.standby import plan_for
-from composer.doctor.preflight import Finding, VariantFacts
+from composer.doctor.preflight import STATUSES, Finding, VariantFacts
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.stack.model import Stack, Variant
@@ -175,23 +175,19 @@ def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFact
 
 
 def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
-    """Free memory per GPU covers the weights share (target + drafter) and the KV budget.
-
-    A weight share that cannot be read is a warn that says so: the check cannot tell
-    whether the variant fits (it still fails when the known parts alone do not fit).
-    """
+    """Free memory per GPU covers the weights share (target + drafter) and the KV budget. A
+    weight share that cannot be read warns that it cannot tell (it still fails when the known
+    parts alone do not fit)."""
     if facts.unavailable:
         return not_available("gpu-memory", facts)
     weights = variant_weights(stack, variant)
-    worst: tuple[str, GpuInfo, capacity.VariantFigures] | None = None
+    rated: list[tuple[str, GpuInfo, capacity.VariantFigures]] = []
     for gpu in facts.gpus:
         need = capacity.variant_figures(stack, variant, gpu.total_bytes, weights)
         size = need.known_need
         status = "fail" if size > gpu.total_bytes else "warn" if size > gpu.free_bytes else "ok"
-        if worst is None or _rank(status) > _rank(worst[0]):
-            worst = (status, gpu, need)
-    assert worst is not None
-    status, gpu, need = worst
+        rated.append((status, gpu, need))
+    status, gpu, need = max(rated, key=lambda r: STATUSES.index(r[0]))  # the first of the worst
     parts, unknown = weights.parts, weights.unknown
     if weights.configured is not None:
         parts, unknown = (("weights (weights_bytes)", weights.configured),), ()
@@ -231,10 +227,6 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
         "stop the processes holding GPU memory (a running variant is swapped out by `compose-spec up`) "
         f"or lower KV_CACHE_MEMORY for {variant.name}",
     )
-
-
-def _rank(status: str) -> int:
-    return {"ok": 0, "warn": 1, "fail": 2}[status]
 
 
 def _describe(gpus: tuple[GpuInfo, ...]) -> str:

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 # "not read yet": the check reads Docker itself (None would say "there is none")
 UNKNOWN: Any = object()
+STATUSES = ("ok", "warn", "fail")  # a finding's status, from the best to the worst
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,14 @@ from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
 from composer.doctor import switch_checks as wck
-from composer.doctor.preflight import Finding, VariantFacts, check_api_key, check_bind_address, check_image
+from composer.doctor.preflight import (
+    STATUSES,
+    Finding,
+    VariantFacts,
+    check_api_key,
+    check_bind_address,
+    check_image,
+)
 from composer.engine.client import Endpoint, current_endpoint
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import resolve
@@ -51,7 +58,6 @@ if TYPE_CHECKING:
 
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "warn", "fail")
 CHECK_NAMES = (
     "docker-engine",
     "compose-plugin",
