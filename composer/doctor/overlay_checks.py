@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from composer.overlay.recipe import DiffPin, Recipe
 
 _current = functools.partial(Finding, "image-current")
-"""A finding of the image-current check."""
 
 
 def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> Recipe | None:

@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping
 
 from unidiff import Hunk
 
-from composer.errors import ImageBuildError
-from composer.overlay.diff import FileChange, ParsedDiff
+from composer.overlay.diff import FileChange, ParsedDiff, problems_error
 
 NO_NEWLINE = "\\"
 
@@ -29,7 +28,9 @@ def apply_diffs(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff
             tree[change.path] = _apply_change(tree.get(change.path), change, diff.name, failures)
             touched.add(change.path)
     if failures:
-        raise _failures_error(failures)
+        files = len({where for where, _ in failures})
+        where = f"in {files} file(s): the diffs do not apply to the base image"
+        raise problems_error([line for _, line in failures], where)
     return {path: text for path in sorted(touched) if (text := tree[path]) is not None}
 
 
@@ -62,16 +63,6 @@ def _apply_change(
         cursor = at + len(old)
     result.extend(lines[cursor:])
     return "".join(result)
-
-
-def _failures_error(failures: list[tuple[str, str]]) -> ImageBuildError:
-    if len(failures) == 1:
-        return ImageBuildError(failures[0][1])
-    files = len({where for where, _ in failures})
-    return ImageBuildError(
-        f"{len(failures)} problems in {files} file(s): the diffs do not apply to the base image:\n"
-        + "\n".join(f"  {line}" for _, line in failures)
-    )
 
 
 def applies_in_reverse(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff]) -> bool:
