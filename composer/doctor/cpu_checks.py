@@ -1,17 +1,12 @@
 """CPU checks: which speculative methods vLLM's CPU build cannot run (the vllm-cpu image).
 
-A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM (it picks its CPU
-platform from that variable): set in the variant's environment, or by the variant's image,
-or, with no GPUs (GPU_DEVICES=none), by one of the stack's images (the stack runs on the CPU
-build even where a variant's own image is missing). Without any of these nothing is said:
-GPU_DEVICES=none alone is also the simulator's demo, which runs every method.
-
-What the CPU build of vLLM 0.32 does (images/vllm-cpu/README.md):
-- it has no Triton, so vLLM runs its V1 model runner ("Model Runner V2 requires Triton");
-  DFlash2 drafts (candidate heads: `DFlash2DraftModel`) and `dspark` exist only in the V2
-  runner, and vLLM refuses them at startup ("Model Runner V1 does not support: ...");
-- `mtp` runs with a MiMo checkpoint (measured on the tiny generated one); Qwen3.5 cannot be
-  inspected without torchvision, which the image leaves out (it does not match CPU torch).
+A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM: set in the
+variant's environment, or by its image, or, with no GPUs (GPU_DEVICES=none), by one of the
+stack's images. Without any of these nothing is said: GPU_DEVICES=none alone is also the
+simulator's demo, which runs every method. The CPU build of vLLM 0.32 has no Triton, so it
+runs the V1 model runner, which refuses DFlash2 drafts and `dspark`; `mtp` ran with a MiMo
+checkpoint, and Qwen3.5 needs torchvision, which the image leaves out
+(images/vllm-cpu/README.md).
 """
 
 from __future__ import annotations

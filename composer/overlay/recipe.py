@@ -4,10 +4,9 @@ A recipe names a base image, the package to patch, how to find the package insid
 image, the vendored diffs (in order, each pinned by sha256), the output tag and a
 verification command. `base` and `tag` may be `@images.<key>` references to the stack.
 A `[[for_base]]` table whose `match` glob matches the resolved base replaces the diffs
-(and optionally the verify command) for that base: the demo stack points
-`@images.vllm` at the simulator, which needs its own diff instead of the PR.
-A diff's `strip = N` takes its paths like `patch -pN` inside the package folder
-(composer.overlay.diff). Two recipes that write the same output tag are refused.
+(and optionally the verify command) for that base (the demo's simulator base needs its own
+diff). A diff's `strip = N` is read by composer.overlay.diff. Two recipes that write the
+same output tag are refused.
 """
 
 from __future__ import annotations
