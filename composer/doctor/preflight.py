@@ -141,9 +141,8 @@ class AddressNotHere(OSError):
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (we can bind it ourselves).
-
-    Raises AddressNotHere when `host` is not an address of this machine."""
+    """True when nothing listens on host:port (we can bind it ourselves); AddressNotHere when
+    `host` is not an address of this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -191,9 +190,8 @@ def _publishes(container: Any, port: int) -> bool:
 def check_port(
     stack: Stack, client: docker.DockerClient | None, known: Sequence[Any] | None = None
 ) -> Finding:
-    """The port is free, or held by this project's own variant container (only ours
-    counts: a container of another project on the port would make our start fail).
-    `known`: this project's containers, already read (see `_holders`)."""
+    """The port is free, or held by this project's own container (another project's would make
+    our start fail); `known`: see `_holders`."""
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
     try:
         free = port_is_free(host, stack.port)
@@ -232,11 +230,9 @@ def check_port(
 def check_published_port(
     stack: Stack, client: docker.DockerClient | None, gateway: Any = UNKNOWN
 ) -> Finding | None:
-    """With the gateway's container running on the stack's port: it answers through the
-    published host port (not only inside the container). A refusal there means Docker's
-    port proxy is gone, which a bind test would take for a free port: a failure. None
-    when it answers, or when there is nothing to probe (the bind test then speaks).
-    `gateway`: the gateway's container (or None) when the caller has read it already."""
+    """A running gateway on the stack's port answers through the published host port: Docker's
+    forwarding gone (which a bind test takes for a free port) fails; None when it answers or
+    there is nothing to probe. `gateway`: its container (or None), when read already."""
     from composer.engine.containers import gateway_container
     from composer.engine.published_port import DEAD_PORT, probe_published, published_address
 

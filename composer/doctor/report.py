@@ -244,12 +244,9 @@ def fast_checks(
     kernel_release: str | None = None,
     known: Sequence[Any] | None = None,
 ) -> list[Finding]:
-    """The instant subset for `compose-spec up`: no GPU probing, images checked for presence only.
-
-    Each finding names its variant; the caller refuses to swap when any failed.
-    `known`: the project's containers as the swap's snapshot read them (the port check
-    reads them instead of listing Docker's containers again).
-    """
+    """The instant subset for `compose-spec up` (no GPU probing, images checked for presence
+    only); the caller refuses to swap when any failed. `known`: the project's containers as
+    the swap's snapshot read them (the port check reads them instead of listing Docker's)."""
     release = hck.kernel_release() if kernel_release is None else kernel_release
     endpoint = current_endpoint()
     found: list[Finding | None] = [

@@ -73,12 +73,9 @@ def build_overlay(
     use_base: bool = False,
 ) -> BuildResult:
     """Validate, build and verify the recipe's overlay image (see the module docstring).
-
-    `verify` replaces the recipe's verification command (the imports still run). A dry
-    run writes nothing: not the image, not image.toml. A base that already contains the
-    change (every diff applies in reverse) is refused with one line, unless `use_base`:
-    then the image is the base itself, labelled as such, verified like any overlay.
-    """
+    `verify` replaces the recipe's command (the imports still run); a dry run writes nothing.
+    A base that already contains the change (every diff applies in reverse) is refused,
+    unless `use_base`: then the image is the base itself, labelled as such, and verified."""
     extra = dict(extra_labels or {})
     helper = {label_names.BUILD: recipe.name, **extra}
     recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
@@ -193,10 +190,8 @@ def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...
 def prepare(
     client: Any, recipe: Recipe, pin: bool, progress: Progress, dry_run: bool = False
 ) -> tuple[Recipe, Any, list[ParsedDiff], tuple[str, ...]]:
-    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned.
-
-    With `dry_run`, a pin is only reported: image.toml is never written.
-    """
+    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned;
+    with `dry_run`, a pin is only reported (image.toml is never written)."""
     base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
     for diff in diffs:

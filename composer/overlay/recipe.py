@@ -179,11 +179,8 @@ def _output_tag(path: Path, images: Mapping[str, str]) -> str | None:
 
 
 def pin_recipe(recipe: Recipe, digests: Mapping[str, str]) -> list[str]:
-    """Rewrite the sha256 pins of the recipe's diffs in image.toml atomically.
-
-    `digests` maps a diff name (as written in the recipe) to its new sha256. Returns the
-    names whose pin changed. Comments and layout of the file are kept.
-    """
+    """Rewrite the recipe's sha256 pins in image.toml atomically, keeping its comments and
+    layout (`digests`: diff name -> new sha256); the names whose pin changed."""
     changed = [d.name for d in recipe.diffs if digests[d.name] != d.sha256]
     if not changed:
         return []
