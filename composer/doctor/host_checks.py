@@ -55,19 +55,14 @@ SECRET_VARS = ("VLLM_API_KEY",)
 
 
 def holds_secret(path: Path) -> bool:
-    """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value."""
-    import io
-
-    from dotenv import dotenv_values
-
+    """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value, or cannot be read."""
     from composer.errors import ConfigError
-    from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
+    from composer.stack.files import read_dotenv
 
     try:
-        text = read_bounded(path, "env file", STACK_FILE_LIMIT).decode("utf-8")
-    except (OSError, UnicodeDecodeError, ConfigError):
+        values, _ = read_dotenv(path)
+    except ConfigError:
         return True  # cannot tell: treat it as secret
-    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
     return any(values.get(name) for name in SECRET_VARS)
 
 
