@@ -119,21 +119,18 @@ def check_mounts(mounts: Sequence[Mount]) -> list[Finding]:
     """Every host directory of `mounts` (a variant's) exists."""
     from composer.render.spec import resolve
 
-    findings = []
-    for mount in mounts:
-        source = resolve(mount.source)
-        if Path(source).is_dir():
-            findings.append(Finding("mounts", "ok", f"{source} exists"))
-        else:
-            findings.append(
-                Finding(
-                    "mounts",
-                    "fail",
-                    f"model directory {source} (mounted at {mount.target}) does not exist",
-                    f"set {mount.setting} to the checkpoint directory",
-                )
-            )
-    return findings
+    sources = [(mount, resolve(mount.source)) for mount in mounts]
+    return [
+        Finding("mounts", "ok", f"{source} exists")
+        if Path(source).is_dir()
+        else Finding(
+            "mounts",
+            "fail",
+            f"model directory {source} (mounted at {mount.target}) does not exist",
+            f"set {mount.setting} to the checkpoint directory",
+        )
+        for mount, source in sources
+    ]
 
 
 class AddressNotHere(OSError):

@@ -152,19 +152,12 @@ def check_mounts_on_engine(variant: VariantFacts, client: docker.DockerClient, w
         except APIError as err:
             explanation = str(err.explanation or err)
             missing = "does not exist" in explanation or "no such file" in explanation.lower()
-            findings.append(
-                Finding(
-                    "mounts",
-                    "fail",
-                    f"model directory {source} (mounted at {mount.target}) "
-                    + (
-                        f"does not exist on {where}"
-                        if missing
-                        else f"cannot be mounted on {where}: {explanation}"
-                    ),
-                    f"create it on {where} or set {mount.setting} to a directory that exists there",
-                )
+            problem = (
+                f"does not exist on {where}" if missing else f"cannot be mounted on {where}: {explanation}"
             )
+            detail = f"model directory {source} (mounted at {mount.target}) {problem}"
+            fix = f"create it on {where} or set {mount.setting} to a directory that exists there"
+            findings.append(Finding("mounts", "fail", detail, fix))
             continue
         probe.remove(force=True)
         findings.append(Finding("mounts", "ok", f"{source} exists on {where}"))
