@@ -217,18 +217,18 @@ def write_atomic(path: Path, text: str) -> None:
 def _diff_tables(lines: list[str], header: str, for_base: int | None) -> list[tuple[int, int]]:
     """(start, end) line ranges of the diff tables under `header` (in for_base #n)."""
     tables: list[tuple[int, int]] = []
-    current, start, alt = None, 0, -1
+    start: int | None = None
+    alt = -1
     for i, line in enumerate([*lines, "[end]"]):
         stripped = line.strip()
         if not stripped.startswith("["):
             continue
-        if current is not None:
+        if start is not None:
             tables.append((start, i))
-            current = None
-        if stripped == "[[for_base]]":
-            alt += 1
+        start = None
+        alt += stripped == "[[for_base]]"
         if stripped == header and (for_base is None or alt == for_base):
-            current, start = header, i
+            start = i
     return tables
 
 
