@@ -237,19 +237,12 @@ def check_published_port(
         return None
     if gateway is UNKNOWN:
         gateway = gateway_container(stack, client)
-    if gateway is None or gateway.status != "running":
+    if gateway is None or gateway.status != "running" or published_address(gateway, stack)[1] != stack.port:
+        return None  # nothing to probe, or another port (`up` recreates the gateway anyway)
+    if not probe_published(gateway, stack).dead:
         return None
-    if published_address(gateway, stack)[1] != stack.port:
-        return None  # another port: `up` recreates the gateway anyway
-    published = probe_published(gateway, stack)
-    if published.dead:
-        return Finding(
-            "port",
-            "fail",
-            DEAD_PORT,
-            f"the serving variant keeps running either way; by hand: docker restart {gateway.name}",
-        )
-    return None
+    fix = f"the serving variant keeps running either way; by hand: docker restart {gateway.name}"
+    return Finding("port", "fail", DEAD_PORT, fix)
 
 
 def check_bind_address(stack: Stack) -> Finding:
