@@ -105,9 +105,8 @@ def known_contexts(missing: str = "") -> list[str]:
     """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
     such context exists: it is asked without it, and `missing` is never offered)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
-    done = _docker_quiet(
-        [docker_binary(), "context", "ls", "--format", "{{.Name}}"], "docker context ls", env
-    )
+    argv = [docker_binary(), "context", "ls", "--format", "{{.Name}}"]
+    done = _docker_quiet(argv, "docker context ls --format {{.Name}}", env)
     names = {n for n in done.stdout.split() if n != missing} if done.returncode == 0 else set()
     return sorted(names)
 
