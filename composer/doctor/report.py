@@ -56,7 +56,6 @@ from composer.stack.model import Stack
 if TYPE_CHECKING:
     import docker
 
-
 SCHEMA_VERSION = 1
 CHECK_NAMES = (
     "docker-engine",
