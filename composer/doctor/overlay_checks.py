@@ -88,11 +88,8 @@ def check_overlay_current(
             f"load {recipe.base} (docker load -i FILE.tar)",
         )
     wanted = image_labels(recipe, base, recipe.diffs)
-    stale = [
-        key.removeprefix(f"{label_names.OVERLAY_PREFIX}.")
-        for key, value in wanted.items()
-        if labels.get(key) != value
-    ]
+    prefix = f"{label_names.OVERLAY_PREFIX}."
+    stale = [key.removeprefix(prefix) for key, value in wanted.items() if labels.get(key) != value]
     if stale:
         return _current(
             "warn",
@@ -111,11 +108,10 @@ def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) 
     from composer.overlay.builder import base_contains_change
 
     try:
-        contained = base_contains_change(client, recipe)
+        if not base_contains_change(client, recipe):
+            return None
     except ComposerError:
         return None  # `compose-spec build` names what is wrong with the recipe or its base
-    if not contained:
-        return None
     return _current(
         "warn",
         f"{image} is not built, and its base {recipe.base} already contains recipe {recipe.name}'s change",
@@ -127,6 +123,4 @@ def _drifted(pin: DiffPin) -> bool:
     """True when a pinned diff file exists and its content no longer matches the pin."""
     from composer.overlay.diff import sha256_hex
 
-    if not pin.sha256 or not pin.file.is_file():
-        return False
-    return sha256_hex(pin.file.read_bytes()) != pin.sha256
+    return bool(pin.sha256) and pin.file.is_file() and sha256_hex(pin.file.read_bytes()) != pin.sha256
