@@ -89,15 +89,15 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
     if why is None:
         return None
     name, method = "cpu-method", spec.method
+    where = f"method {method} on vLLM's CPU build ({why})"
     if method in CPU_RUNS:
         return Finding(name, "ok", f"method {method} runs on vLLM's CPU build ({why})")
     if method == "dspark":
         return Finding(
             name,
             "fail",
-            f"method dspark on vLLM's CPU build ({why}): only vLLM's Model Runner V2 drafts it, which needs "
-            "Triton; the CPU build has none and refuses it (`Model Runner V1 does not support: dspark "
-            "speculative decoding`)",
+            f"{where}: only vLLM's Model Runner V2 drafts it, which needs Triton; the CPU build has none "
+            "and refuses it (`Model Runner V1 does not support: dspark speculative decoding`)",
             GPU_HOST_FIX,
         )
     if method in V2_RUNNER_METHODS:
@@ -106,21 +106,20 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
             return Finding(
                 name,
                 "warn",
-                f"method {method} on vLLM's CPU build ({why}) with a {', '.join(drafts)} draft: vLLM's V1 "
-                "runner drafts it (DFlashProposer); not run on CPU here",
+                f"{where} with a {', '.join(drafts)} draft: vLLM's V1 runner drafts it (DFlashProposer); "
+                "not run on CPU here",
                 "check a completion on the CPU build before relying on it",
             )
         return Finding(
             name,
             "fail",
-            f"method {method} on vLLM's CPU build ({why}): DFlash2 drafts (candidate heads) need vLLM's "
-            "GPU Model Runner V2, which needs Triton; the CPU build has none and refuses them "
-            "(`Model Runner V1 does not support: DFlash candidate-head drafts`)",
+            f"{where}: DFlash2 drafts (candidate heads) need vLLM's GPU Model Runner V2, which needs "
+            "Triton; the CPU build has none and refuses them (`Model Runner V1 does not support: DFlash "
+            "candidate-head drafts`)",
             GPU_HOST_FIX,
         )
     if method in MTP_METHODS:
         targets = _architectures(stack.model_dir)
-        where = f"method {method} on vLLM's CPU build ({why})"
         failing = [CPU_MTP_FAILS[a] for a in targets if a in CPU_MTP_FAILS]
         if failing:
             return Finding(name, "fail", f"{where}: {failing[0]}", GPU_HOST_FIX)
@@ -130,8 +129,7 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
         return Finding(
             name,
             "warn",
-            f"method {method} on vLLM's CPU build ({why}) with {shown}: MTP ran on CPU only with "
-            f"{', '.join(sorted(CPU_MTP_RUNS))}",
+            f"{where} with {shown}: MTP ran on CPU only with {', '.join(sorted(CPU_MTP_RUNS))}",
             "check a completion on the CPU build before relying on it",
         )
     return None
