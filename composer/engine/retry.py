@@ -2,11 +2,10 @@
 that end it, written once.
 
 A polled step raises `Pending` while its condition does not hold yet; the policy calls it
-again after its interval until the deadline, then re-raises the last `Pending` (its message
-says what was still missing) unless the policy ends quietly (`watch`). Any other error ends
-the wait at once: a container that exits, a fatal reply, a refused lock. Clocks and sleeps
-are injectable so that tests run a wait without waiting; the default sleep ends early, with
-KeyboardInterrupt, when a stop cancels the waits of worker threads (composer.signals).
+again after its interval until the deadline, then re-raises the last `Pending` (it says what
+was still missing) or, for a quiet policy, gives its result. Any other error ends the wait
+at once. Clocks and sleeps are injectable (tests run a wait without waiting); the default
+sleep ends early, with KeyboardInterrupt, when a stop cancels worker threads' waits.
 """
 
 from __future__ import annotations
