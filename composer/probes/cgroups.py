@@ -33,12 +33,7 @@ def container_pids(container_ids: Iterable[str], proc: Path = PROC) -> frozenset
             text = (entry / "cgroup").read_text(encoding="utf-8", errors="replace")
         except OSError:  # the process ended, or we may not read it
             continue
-        if any(_names(line, ids) for line in text.splitlines()):
+        paths = [line.split(":", 2)[-1] for line in text.splitlines()]  # hierarchy:controllers:path
+        if any(i in path for path in paths for i in ids):
             found.add(int(entry.name))
     return frozenset(found)
-
-
-def _names(line: str, ids: tuple[str, ...]) -> bool:
-    """True when the cgroup path of a `/proc/<pid>/cgroup` line carries one of `ids`."""
-    path = line.split(":", 2)[-1]
-    return any(container_id in path for container_id in ids)

@@ -8,7 +8,6 @@ multi-GiB checkpoint is measured by reading a few kilobytes per shard.
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 
@@ -18,25 +17,6 @@ CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * (1 << 20)
 MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
-DTYPE_BYTES: dict[str, float] = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-    "F4": 0.5,
-}
 
 
 def read_config(model_dir: str | Path) -> dict:
@@ -139,19 +119,13 @@ def read_safetensors_header(path: str | Path) -> dict:
 
 
 def tensor_bytes(header: dict) -> int:
-    """Bytes of every tensor a header lists: dtype size x elements (data offsets if dtype is unknown)."""
-    total = 0.0
+    """Bytes of every tensor a header lists: the span of its data offsets."""
+    total = 0
     for name, entry in header.items():
-        if name == "__metadata__" or not isinstance(entry, dict):
-            continue
-        size = DTYPE_BYTES.get(str(entry.get("dtype", "")))
-        shape = entry.get("shape")
-        if size is not None and isinstance(shape, list):
-            total += size * math.prod(int(d) for d in shape)
-        else:
+        if name != "__metadata__" and isinstance(entry, dict):
             start, end = entry.get("data_offsets", (0, 0))
             total += int(end) - int(start)
-    return int(total)
+    return total
 
 
 def shard_files(model_dir: str | Path) -> list[Path]:
