@@ -11,7 +11,7 @@ given in words, in GiB and, when the KV bytes per token are known, in tokens of 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from composer.capacity import figures, inputs, model
@@ -48,10 +48,10 @@ def tokens_text(n: int) -> str:
 
 def standby_cost(name: str, residue: int, kv_bytes_per_token: int | None) -> str:
     """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens`."""
-    tokens = figures.tokens_of(residue, kv_bytes_per_token)
-    if tokens is None:
+    if not kv_bytes_per_token:
         return f"standby of {name} costs {gib(residue)} per GPU"
-    return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens_text(tokens)} tokens"
+    tokens = tokens_text(residue // kv_bytes_per_token)
+    return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens} tokens"
 
 
 @dataclass(frozen=True)
@@ -91,22 +91,20 @@ def plan_standby(
         "host_ram_for_sleepers_bytes": held,
         "host_memory_bytes": host_memory,
     }
-    plan = StandbyPlan(True, figures=data)
     if not sleepers:
-        return plan
-    for sleeper in sleepers:
-        plan.costs.append(standby_cost(sleeper.name, residue, kv_bytes_per_token))
+        return StandbyPlan(True, figures=data)
+    costs = [standby_cost(s.name, residue, kv_bytes_per_token) for s in sleepers]
+    problems: list[str] = []
+    notes: list[str] = []
     if gpu_memory is None:
-        plan.notes.append(
-            "GPU memory unknown (no GPU probed, no stack.gpu_memory_bytes): GPU fit not checked"
-        )
+        notes.append("GPU memory unknown (no GPU probed, no stack.gpu_memory_bytes): GPU fit not checked")
     elif need is None:
-        plan.notes.append(
+        notes.append(
             f"{awake.name}'s weights or KV cache size unknown (set weights_bytes and kv_cache_memory): "
             "GPU fit not checked"
         )
     elif need + held_gpu > gpu_memory:
-        plan.problems.append(
+        problems.append(
             f"per GPU: {awake.name} needs {gib(awake.weights)} weights + "
             f"{gib(awake.kv_cache)} KV cache + {gib(awake.activations)} activations, "
             f"plus {len(sleepers)} x {gib(residue)} for {', '.join(s.name for s in sleepers)} "
@@ -116,15 +114,15 @@ def plan_standby(
     unknown = [s.name for s in sleepers if s.weights is None and level != 2]
     if unknown:
         names = ", ".join(unknown)
-        plan.notes.append(f"weights of {names} unknown (set weights_bytes): host RAM not checked")
+        notes.append(f"weights of {names} unknown (set weights_bytes): host RAM not checked")
     elif host_memory is None:
-        plan.notes.append("host memory unknown: host RAM not checked")
+        notes.append("host memory unknown: host RAM not checked")
     elif held is not None and held > host_memory:
-        plan.problems.append(
+        problems.append(
             f"host RAM: {', '.join(s.name for s in sleepers)} asleep hold {gib(held)} of weights "
             f"({tensor_parallel} GPU(s) each), above the host's {gib(host_memory)}"
         )
-    return StandbyPlan(not plan.problems, plan.costs, plan.problems, plan.notes, data)
+    return StandbyPlan(not problems, costs, problems, notes, data)
 
 
 def plan_for(
@@ -168,7 +166,7 @@ def plan_for(
         "fits": plan.fits,
         "line": line,
     }
-    return StandbyPlan(plan.fits, plan.costs, plan.problems, plan.notes, data)
+    return replace(plan, figures=data)
 
 
 def refusal(plan: StandbyPlan) -> PreflightFailed:
