@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from composer.bench.report import pyplot, save_figure
-from composer.bench.sweep import DEFAULT_KS, percentile
+from composer.bench.report import fmt, pyplot, save_figure
+from composer.bench.sweep import DEFAULT_KS, latency, median, point_label, rounded
 from composer.stack.bounded import replace_file
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
@@ -93,14 +92,11 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
 
 @dataclass
 class ArmStats:
-    """One arm at one workload."""
+    """One arm at one workload; `latency` as `sweep.latency` gives it."""
 
     aggregate_tok_s: float
-    tpot_p50_ms: float | None
-    tpot_p95_ms: float | None
-    ttft_p50_s: float | None
-    ttft_p95_s: float | None
     max_running: int | None
+    latency: dict[str, float | None]
 
 
 @dataclass
@@ -129,20 +125,17 @@ class Decision:
 
 def _stats(point: Mapping[str, Any]) -> ArmStats:
     runs = point.get("runs") or []
-    tpots = [1000.0 / r["decode_tok_s"] for r in runs if r.get("decode_tok_s")]
-    ttfts = [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
     return ArmStats(
-        aggregate_tok_s=float(point.get("aggregate_tok_s") or point.get("decode_tok_s") or 0.0),
-        tpot_p50_ms=statistics.median(tpots) if tpots else None,
-        tpot_p95_ms=percentile(tpots, 95),
-        ttft_p50_s=statistics.median(ttfts) if ttfts else None,
-        ttft_p95_s=percentile(ttfts, 95),
-        max_running=point.get("max_running"),
+        float(point.get("aggregate_tok_s") or point.get("decode_tok_s") or 0.0),
+        point.get("max_running"),
+        latency(
+            [r.get("decode_tok_s") for r in runs], [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
+        ),
     )
 
 
-def _arm_name(point: Mapping[str, Any], static: set[str]) -> str:
-    return f"{point['variant']} K={point['k']}" if point["variant"] in static else str(point["variant"])
+def _workloads(arms: Mapping[str, Mapping[tuple[int | None, int], ArmStats]]) -> list[tuple[int | None, int]]:
+    return sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
 
 
 def trace_phases(workloads: Sequence[tuple[int | None, int]]) -> list[tuple[int | None, int]]:
@@ -172,8 +165,9 @@ def decide(
         if point.get("error") or not point.get("runs"):
             continue
         workload = (point.get("prompt_tokens"), int(point.get("concurrency") or 1))
-        arms.setdefault(_arm_name(point, static), {})[workload] = _stats(point)
-    workloads = sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
+        name = point_label(point["variant"], point["k"]) if point["variant"] in static else point["variant"]
+        arms.setdefault(str(name), {})[workload] = _stats(point)
+    workloads = _workloads(arms)
     if not workloads:
         raise ValueError("no arm was measured: nothing to decide")
     options = data.get("options") or {}
@@ -205,8 +199,7 @@ def decide(
         trace[SWITCH] = float(switching["goodput_tok_s"])
         switches = int(switching.get("switches") or 0)
         held = float(switching.get("held_request_s") or 0.0)
-        times = switching.get("switch_s") or []
-        switch_s = float(statistics.median(times)) if times else 0.0
+        switch_s = float(median(switching.get("switch_s") or []) or 0.0)
         if switch_arms is not None:
             chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
             seconds = _trace_seconds(
@@ -262,18 +255,14 @@ def _cell(w: tuple[int | None, int]) -> str:
 def format_decision(decision: Decision) -> str:
     """Arms side by side: aggregate tok/s per workload (effective concurrency in brackets),
     then the trace's goodput, then the decision."""
+    # switching is measured on the trace only: no column of its own
     names = [a for a in decision.arms if a in decision.trace] or list(decision.arms)
-    workloads = sorted(
-        {w for cells in decision.arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1])
-    )
-    columns = {name: decision.arms[name] for name in names}  # switching is measured on the trace only
-    names = list(columns)
     width = max([12, *(len(n) for n in names)])
     lines = ["workload".ljust(18) + "".join(n.rjust(width + 2) for n in names)]
-    for w in workloads:
+    for w in _workloads(decision.arms):
         row = _cell(w).ljust(18)
         for name in names:
-            stats = columns[name].get(w)
+            stats = decision.arms[name].get(w)
             text = "-"
             if stats is not None:
                 text = f"{stats.aggregate_tok_s:.1f}"
@@ -289,11 +278,11 @@ def format_decision(decision: Decision) -> str:
         if name == SWITCH and decision.switching is not None:
             run = decision.switching
             arms = " <-> ".join(run.get("arms") or decision.switch_arms or ())
+            tpot = "/".join(fmt(run.get(f"tpot_{q}_ms"), "{:.1f}") for q in ("p50", "p95"))
+            ttft = "/".join(fmt(run.get(f"ttft_{q}_s"), "{:.2f}") for q in ("p50", "p95"))
             extra = (
                 f"  measured ({arms}, {decision.switches} switch(es), median {decision.switch_s:.1f} s, "
-                f"requests held up to {decision.held_s:.1f} s; TPOT p50/p95 "
-                f"{_num(run.get('tpot_p50_ms'))}/{_num(run.get('tpot_p95_ms'))} ms, TTFT p50/p95 "
-                f"{_num(run.get('ttft_p50_s'), 2)}/{_num(run.get('ttft_p95_s'), 2)} s)"
+                f"requests held up to {decision.held_s:.1f} s; TPOT p50/p95 {tpot} ms, TTFT p50/p95 {ttft} s)"
             )
         lines.append(f"  {name:<{width}}  {rate:8.1f}{extra}")
     best = ", ".join(f"{c}: {arm}" for c, arm in decision.by_concurrency.items())
@@ -304,22 +293,12 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def _num(value: float | str | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"
-
-
 def decision_data(decision: Decision) -> dict[str, Any]:
     """The decision as plain data (decide.json)."""
 
     def cell(stats: ArmStats) -> dict[str, Any]:
-        return {
-            "aggregate_tok_s": round(stats.aggregate_tok_s, 2),
-            "tpot_p50_ms": None if stats.tpot_p50_ms is None else round(stats.tpot_p50_ms, 2),
-            "tpot_p95_ms": None if stats.tpot_p95_ms is None else round(stats.tpot_p95_ms, 2),
-            "ttft_p50_s": None if stats.ttft_p50_s is None else round(stats.ttft_p50_s, 4),
-            "ttft_p95_s": None if stats.ttft_p95_s is None else round(stats.ttft_p95_s, 4),
-            "max_running": stats.max_running,
-        }
+        times = {k: rounded(v, 2 if k.startswith("tpot") else 4) for k, v in stats.latency.items()}
+        return {"aggregate_tok_s": round(stats.aggregate_tok_s, 2), **times, "max_running": stats.max_running}
 
     return {
         "arms": {
@@ -336,9 +315,7 @@ def decision_data(decision: Decision) -> dict[str, Any]:
             "switch_s": round(decision.switch_s, 3),
             "held_request_s": round(decision.held_s, 3),
             "switch_arms": list(decision.switch_arms) if decision.switch_arms else None,
-            "switching_predicted_tok_s": (
-                None if decision.predicted_switching is None else round(decision.predicted_switching, 2)
-            ),
+            "switching_predicted_tok_s": rounded(decision.predicted_switching, 2),
             "switching_run": decision.switching,
         },
         "best_by_concurrency": {str(c): arm for c, arm in decision.by_concurrency.items()},
@@ -387,18 +364,14 @@ def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
 
 def image_present(ref: str) -> bool:
     """True when the image is present locally (arms without one are left out)."""
-    from docker.errors import DockerException
-
     from composer.engine.client import docker_client
+    from composer.engine.images import image_facts
 
     try:
         client = docker_client()
     except Exception:  # no Docker: the swaps will say so
         return True
     try:
-        client.images.get(ref)
-    except DockerException:
-        return False
+        return image_facts(client, "vllm", ref).present is True
     finally:
         client.close()
-    return True

@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from composer.bench.sweep import BenchReport, PointResult, Workload
+from composer.bench.sweep import BenchReport, PointResult, Workload, rounded
 
 JSON_FILE = "bench.json"
 CSV_FILE = "bench.csv"
@@ -43,10 +43,6 @@ CSV_FIELDS = (
 )
 
 
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
-
-
 def point_data(result: PointResult) -> dict[str, Any]:
     """One point as plain data."""
     acc = result.acceptance
@@ -57,23 +53,23 @@ def point_data(result: PointResult) -> dict[str, Any]:
         "k": result.point.k,
         "prompt_tokens": result.workload.prompt_tokens,
         "concurrency": result.workload.concurrency,
-        "decode_tok_s": _round(result.decode_tok_s, 2),
-        "aggregate_tok_s": _round(result.aggregate_tok_s, 2),
-        "wall_s": _round(result.wall_s),
+        "decode_tok_s": rounded(result.decode_tok_s, 2),
+        "aggregate_tok_s": rounded(result.aggregate_tok_s, 2),
+        "wall_s": rounded(result.wall_s),
         "max_running": result.max_running,
-        "tokens_per_iteration": _round(result.tokens_per_iteration if result.ok else None),
-        "acceptance_rate": _round(acc.rate) if acc else None,
+        "tokens_per_iteration": rounded(result.tokens_per_iteration if result.ok else None),
+        "acceptance_rate": rounded(acc.rate) if acc else None,
         "per_position": [round(p, 4) for p in acc.per_position] if acc else [],
         "drafts": acc.drafts if acc else 0,
         "draft_tokens": acc.draft_tokens if acc else 0,
         "accepted": acc.accepted if acc else 0,
-        "ttft_s": _round(result.ttft_s),
-        "ttft_p95_s": _round(result.ttft_p95_s),
-        "e2e_s": _round(result.e2e_s),
-        "e2e_p95_s": _round(result.e2e_p95_s),
-        "speedup": _round(result.speedup, 3),
-        "aggregate_speedup": _round(result.aggregate_speedup, 3),
-        "agreement_percent": _round(agreement.percent, 2) if agreement else None,
+        "ttft_s": rounded(result.ttft_s),
+        "ttft_p95_s": rounded(result.ttft_p95_s),
+        "e2e_s": rounded(result.e2e_s),
+        "e2e_p95_s": rounded(result.e2e_p95_s),
+        "speedup": rounded(result.speedup, 3),
+        "aggregate_speedup": rounded(result.aggregate_speedup, 3),
+        "agreement_percent": rounded(agreement.percent, 2) if agreement else None,
         "first_difference": agreement.first_difference if agreement else None,
         "deterministic": result.deterministic,
         "runs": [
@@ -112,7 +108,8 @@ def report_data(report: BenchReport) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, pattern: str) -> str:
+def fmt(value: float | None, pattern: str) -> str:
+    """`value` in `pattern`, `-` when unknown."""
     return "-" if value is None else pattern.format(value)
 
 
@@ -141,27 +138,27 @@ def table_rows(report: BenchReport) -> list[list[str]]:
             continue
         det = {True: "", False: " (not deterministic)", None: ""}[r.deterministic]
         reference = r is report.baseline(r.workload)
-        agree = ("ref" if reference else _fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
-        ttft = _fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}")
-        e2e = _fmt(r.e2e_s, "{:.2f}")
+        agree = ("ref" if reference else fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
+        ttft = fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}")
+        e2e = fmt(r.e2e_s, "{:.2f}")
         if wide:
-            where[2] = _fmt(r.aggregate_tok_s, "{:.1f}")
-            ttft += "/" + _fmt(None if r.ttft_p95_s is None else r.ttft_p95_s * 1000, "{:.0f}")
-            e2e += "/" + _fmt(r.e2e_p95_s, "{:.2f}")
+            where[2] = fmt(r.aggregate_tok_s, "{:.1f}")
+            ttft += "/" + fmt(None if r.ttft_p95_s is None else r.ttft_p95_s * 1000, "{:.0f}")
+            e2e += "/" + fmt(r.e2e_p95_s, "{:.2f}")
         row = [
             r.point.variant,
             str(r.point.k or "-"),
             *where,
-            _fmt(r.decode_tok_s, "{:.1f}"),
+            fmt(r.decode_tok_s, "{:.1f}"),
             f"{r.tokens_per_iteration:.2f}",
-            _fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
+            fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
             _positions(r),
             ttft,
             e2e,
-            _fmt(r.speedup, "{:.2f}x"),
+            fmt(r.speedup, "{:.2f}x"),
         ]
         if wide:
-            row.append(_fmt(r.aggregate_speedup, "{:.2f}x"))
+            row.append(fmt(r.aggregate_speedup, "{:.2f}x"))
         rows.append([*row, agree])
     return rows
 
@@ -177,7 +174,7 @@ def format_table(report: BenchReport) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     scope = f" ({report.first_workload().label})" if report.options.multi else ""
     for name, best in report.best_k().items():
-        speed = _fmt(best.speedup, " ({:.2f}x baseline)")
+        speed = fmt(best.speedup, " ({:.2f}x baseline)")
         lines.append(f"best K for {name}: {best.point.k} at {best.decode_tok_s:.1f} tok/s{speed}{scope}")
     lines += [f"hint: {h}" for h in report.hints]
     lines += [f"note: {n}" for n in report.notes]

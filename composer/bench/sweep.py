@@ -100,6 +100,34 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def median(values: Iterable[float]) -> float | None:
+    """The median; None when empty."""
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def latency(decode_rates: Iterable[float | None], ttfts: Iterable[float]) -> dict[str, float | None]:
+    """p50/p95 TPOT (ms: 1000 / decode tok/s, zero rates left out) and TTFT (s) of requests."""
+    tpots = [1000.0 / r for r in decode_rates if r]
+    ttfts = list(ttfts)
+    return {
+        "tpot_p50_ms": median(tpots),
+        "tpot_p95_ms": percentile(tpots, 95),
+        "ttft_p50_s": median(ttfts),
+        "ttft_p95_s": percentile(ttfts, 95),
+    }
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    """`value` rounded to `digits`, None kept."""
+    return None if value is None else round(value, digits)
+
+
+def point_label(variant: str, k: int) -> str:
+    """`mtp K=7`, or the variant alone without speculation (K 0)."""
+    return variant if k == 0 else f"{variant} K={k}"
+
+
 @dataclass(frozen=True)
 class BenchPoint:
     """One configuration to measure: a variant and its K (0 without speculation)."""
@@ -110,7 +138,7 @@ class BenchPoint:
 
     @property
     def label(self) -> str:
-        return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
+        return point_label(self.variant, self.k)
 
 
 @dataclass
@@ -135,21 +163,17 @@ class PointResult:
     def ok(self) -> bool:
         return self.error is None and bool(self.runs)
 
-    def _median(self, values: Iterable[float]) -> float | None:
-        values = list(values)
-        return statistics.median(values) if values else None
-
     @property
     def decode_tok_s(self) -> float | None:
-        return self._median(r.decode_tok_s for r in self.runs)
+        return median(r.decode_tok_s for r in self.runs)
 
     @property
     def ttft_s(self) -> float | None:
-        return self._median(r.ttft_s for r in self.runs)
+        return median(r.ttft_s for r in self.runs)
 
     @property
     def e2e_s(self) -> float | None:
-        return self._median(r.e2e_s for r in self.runs)
+        return median(r.e2e_s for r in self.runs)
 
     @property
     def aggregate_tok_s(self) -> float | None:

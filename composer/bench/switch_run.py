@@ -18,7 +18,6 @@ held-request latency. Ctrl-C ends the replay; the requests that finished are kep
 from __future__ import annotations
 
 import contextlib
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,11 +25,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from composer.bench.client import ChatRequest, StreamResult, make_client, run_streams, stream_chat
-from composer.bench.sweep import BenchOptions, Workload, format_duration, percentile
+from composer.bench.recommend import class_name
+from composer.bench.sweep import BenchOptions, Progress, Workload, format_duration, latency, median, rounded
 from composer.errors import BenchError
 from composer.signals import waits_cancelled
 from composer.stack.model import Stack
-from composer.stack.workload_classes import BUCKETS
 
 if TYPE_CHECKING:
     import docker
@@ -39,7 +38,6 @@ if TYPE_CHECKING:
 
 POLICY_WINDOW_S = 3
 MIN_RESIDENCY_S = 6
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -77,9 +75,6 @@ class SwitchRun:
     def failed(self) -> int:
         return sum(1 for r in self.requests if r.result is None)
 
-    def _ok(self) -> list[StreamResult]:
-        return [r.result for r in self.requests if r.result is not None]
-
     @property
     def held_s(self) -> float:
         """The longest time to first token of a request sent while a switch ran."""
@@ -90,21 +85,10 @@ class SwitchRun:
         ]
         return max(held, default=0.0)
 
-    def stats(self) -> dict[str, float | None]:
-        """p50/p95 TPOT (ms) and TTFT (s) over every finished request."""
-        runs = self._ok()
-        tpots = [1000.0 / r.decode_tok_s for r in runs if r.decode_tok_s]
-        ttfts = [r.ttft_s for r in runs]
-        return {
-            "tpot_p50_ms": statistics.median(tpots) if tpots else None,
-            "tpot_p95_ms": percentile(tpots, 95),
-            "ttft_p50_s": statistics.median(ttfts) if ttfts else None,
-            "ttft_p95_s": percentile(ttfts, 95),
-        }
-
     def data(self) -> dict[str, Any]:
-        """The run as plain data (decide.json's `switching_run`)."""
-        rounded = {k: None if v is None else round(v, 4) for k, v in self.stats().items()}
+        """The run as plain data (decide.json's `switching_run`), with p50/p95 TPOT and TTFT."""
+        runs = [r.result for r in self.requests if r.result is not None]
+        times = latency([r.decode_tok_s for r in runs], [r.ttft_s for r in runs])
         return {
             "arms": list(self.arms),
             "workloads": self.workloads,
@@ -119,19 +103,8 @@ class SwitchRun:
             "phases": self.phases,
             "complete": self.complete,
             "interrupted": self.interrupted,
-            **rounded,
+            **{k: rounded(v) for k, v in times.items()},
         }
-
-
-def class_name(workload: tuple[int | None, int]) -> str:
-    """The `[workloads]` class a trace workload falls in (`chat128-1`, `medium2000-16`)."""
-    tokens, streams = workload
-    if tokens is None:
-        return f"chatas-given-{streams}"
-    bucket = next(
-        b for b, (low, high) in BUCKETS.items() if low <= tokens and (high is None or tokens <= high)
-    )
-    return f"{bucket}{tokens}-{streams}"
 
 
 def policy_workloads(
@@ -235,7 +208,7 @@ def run_switching(
                     "requests": len(got),
                     "tokens": sum(r.result.completion_tokens for r in got if r.result),
                     "seconds": round(phase_s, 3),
-                    "tpot_p50_ms": round(statistics.median(tpots), 3) if tpots else None,
+                    "tpot_p50_ms": rounded(median(tpots), 3),
                     "switches": 0,  # counted once the run ends (a switch may end after the phase)
                 }
             )
@@ -255,8 +228,6 @@ def run_switching(
 
 def _phase_switch_counts(run: SwitchRun) -> None:
     """Switches counted in the phase where they began (the phase list is in order)."""
-    for phase in run.phases:
-        phase["switches"] = 0
     if not run.phases:
         return
     per = [0] * len(run.phases)
