@@ -145,11 +145,6 @@ class StreamTimer:
         )
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The bearer header when an API key is set."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 def stream_chat(client: httpx.Client, request: ChatRequest, prompt: str) -> StreamResult:
     """Send one streaming chat completion and time it (client has base URL and auth)."""
     started = time.perf_counter()
@@ -170,9 +165,8 @@ def stream_chat(client: httpx.Client, request: ChatRequest, prompt: str) -> Stre
 
 def make_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Client:
     """An HTTP client for one server (one connection reused across requests)."""
-    return httpx.Client(
-        base_url=base_url, headers=auth_headers(api_key), timeout=httpx.Timeout(timeout, connect=10.0)
-    )
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=10.0))
 
 
 def run_streams(

@@ -348,7 +348,8 @@ def write_decision_plot(decision: Decision, path: Path) -> bool:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)
-    return save_figure(plt, figure, path)
+    save_figure(plt, figure, path)
+    return True
 
 
 def write_decision(decision: Decision, out_dir: Path) -> list[Path]:

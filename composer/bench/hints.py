@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from composer.errors import CheckpointError
 from composer.probes.checkpoints import dflash_block_size, mtp_layers, read_config
 from composer.stack.model import Stack, Variant
-from composer.stack.values import V2_RUNNER_METHODS
+from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
 
 
 def mtp_k_problem(k: int, layers: int) -> str | None:
@@ -25,11 +25,6 @@ def mtp_k_problem(k: int, layers: int) -> str | None:
     if k > layers and k % layers != 0:
         return f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
     return None
-
-
-def is_mtp(method: str) -> bool:
-    """`mtp` or a model-named alias such as `qwen3_next_mtp`."""
-    return method == "mtp" or method.endswith("_mtp")
 
 
 @dataclass(frozen=True)
@@ -65,7 +60,7 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
                     problem = f"K={k} exceeds the draft's trained block (block_size {block})"
                     messages.append(f"{name}: {problem}: up refuses it")
                     rejected.append((k, problem))
-    if is_mtp(spec.method):
+    if spec.method in MTP_METHODS:
         try:
             layers = mtp_layers(read_config(stack.model_dir))
         except CheckpointError as err:

@@ -53,12 +53,6 @@ def total(samples: Samples, name: str, **match: str) -> float:
     return sum(v for (n, labels), v in samples.items() if n == name and wanted <= labels)
 
 
-def positions(samples: Samples) -> list[int]:
-    """The draft positions present in the per-position counter, sorted."""
-    found = {int(dict(labels)["position"]) for n, labels in samples if n == ACCEPTED_PER_POS}
-    return sorted(found)
-
-
 @dataclass(frozen=True)
 class SpecCounters:
     """The speculative-decoding counters at one moment (or their difference)."""
@@ -72,13 +66,12 @@ class SpecCounters:
     @classmethod
     def from_samples(cls, samples: Samples) -> SpecCounters:
         """Read the counters (zeros and no positions when speculation is off)."""
+        positions = sorted({int(dict(labels)["position"]) for n, labels in samples if n == ACCEPTED_PER_POS})
         return cls(
             drafts=total(samples, DRAFTS),
             draft_tokens=total(samples, DRAFT_TOKENS),
             accepted=total(samples, ACCEPTED),
-            accepted_per_pos=tuple(
-                total(samples, ACCEPTED_PER_POS, position=str(p)) for p in positions(samples)
-            ),
+            accepted_per_pos=tuple(total(samples, ACCEPTED_PER_POS, position=str(p)) for p in positions),
             generation_tokens=total(samples, GENERATION_TOKENS),
         )
 

@@ -211,19 +211,15 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(plt: Any, figure: Any, path: Path) -> bool:
-    """Write `figure` to `path` as a PNG and close it; True."""
+def save_figure(plt: Any, figure: Any, path: Path) -> None:
+    """Write `figure` to `path` as a PNG and close it."""
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
-    return True
 
 
-def write_plot(report: BenchReport, path: Path) -> bool:
-    """tok/s against K per method, baseline as a horizontal line; False without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return False
+def _k_plot(plt: Any, report: BenchReport, path: Path) -> None:
+    """tok/s against K per method, baseline as a horizontal line."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     by_variant: dict[str, list[PointResult]] = {}
     for r in report.results:
@@ -241,20 +237,11 @@ def write_plot(report: BenchReport, path: Path) -> bool:
     axes.set_title("Decode speed against K")
     axes.grid(True, alpha=0.3)
     axes.legend()
-    return save_figure(plt, figure, path)
+    save_figure(plt, figure, path)
 
 
-def concurrency_plot_name(concurrency: int) -> str:
-    """`bench-c16.png`: the plot of one concurrency."""
-    return f"bench-c{concurrency}.png"
-
-
-def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) -> bool:
-    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K;
-    False without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return False
+def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Path) -> None:
+    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K."""
     workloads = report.options.workloads()
     lengths = list(dict.fromkeys(_prompt(w) for w in workloads if w.concurrency == concurrency))
     lines: dict[str, dict[str, float]] = {}
@@ -274,20 +261,22 @@ def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) ->
     axes.grid(True, alpha=0.3)
     if lines:
         axes.legend()
-    return save_figure(plt, figure, path)
+    save_figure(plt, figure, path)
 
 
 def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:
-    """The plots (None without matplotlib): one per concurrency for a workload sweep."""
+    """The plots (None without matplotlib): bench.png, or `bench-c<N>.png` per concurrency
+    for a workload sweep."""
+    plt = pyplot()
+    if plt is None:
+        return None
     if not report.options.multi:
-        path = out_dir / PNG_FILE
-        return [path] if write_plot(report, path) else None
+        _k_plot(plt, report, out_dir / PNG_FILE)
+        return [out_dir / PNG_FILE]
     written = []
     for concurrency in dict.fromkeys(report.options.concurrency):
-        path = out_dir / concurrency_plot_name(concurrency)
-        if not write_concurrency_plot(report, concurrency, path):
-            return None
-        written.append(path)
+        written.append(out_dir / f"bench-c{concurrency}.png")
+        _concurrency_plot(plt, report, concurrency, written[-1])
     return written
 
 
