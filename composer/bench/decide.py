@@ -1,17 +1,12 @@
 """`bench --decide`: switch containers, or pin one server that adapts its speculation?
 
-The arms: the plain variant, the best static MTP K, each in-server adaptive variant
-(`per_batch_size` or `adaptive_verification`; DFlash2's only when its image exists) and
-switching between the plain variant and the best speculative arm. Each single arm is
-measured over every workload (prompt length x concurrency) by the ordinary sweep; the
-decision is taken on a phase-changing trace like `benchmarks/bench_trace.py`'s (short
-prompts at 1 stream, long prompts at many streams, short prompts at 1 stream again,
-the same number of tokens per phase): a single arm's trace goodput is the trace's tokens
-over the time its measured rates need. Switching is measured, not computed: the trace
-replayed through the gateway while its automatic policy switches between the plain
-variant and the best speculative arm (`switch_run`); its goodput, TPOT, TTFT, switches
-and held-request latency come from that run, and without it there is no switching arm.
-Pure: reads the bench JSON (`report_data`) and the switching run's data, never Docker.
+The arms: the plain variant, the best static MTP K, each in-server adaptive variant (one
+whose image is missing is left out) and switching between the plain variant and the best
+speculative arm. The single arms are swept over every workload; the decision is taken on
+a phase-changing trace (short prompts at 1 stream, long ones at many, short again; the
+same tokens per phase), where a single arm's goodput is the trace's tokens over the time
+its measured rates need. Switching is measured, never computed (`switch_run`); without
+that run there is no switching arm. Pure: reads the bench JSON and the run's data.
 """
 
 from __future__ import annotations
@@ -147,18 +142,14 @@ def trace_phases(workloads: Sequence[tuple[int | None, int]]) -> list[tuple[int 
     return [chat, (lengths[-1], busy), chat]
 
 
-def _trace_seconds(rates: Sequence[float], tokens: float) -> float:
-    return sum(tokens / r if r > 0 else float("inf") for r in rates)
-
-
 def decide(
     data: Mapping[str, Any],
     plan: ArmPlan,
     switching: Mapping[str, Any] | None = None,
     trace_tokens: float = 10_000.0,
 ) -> Decision:
-    """The decision from a bench JSON measured over `plan`'s arms and the measured
-    switching run (`SwitchRun.data`; None: no switching arm)."""
+    """The decision from a bench JSON over `plan`'s arms and the switching run
+    (`SwitchRun.data`; None: no switching arm). ValueError when no arm was measured."""
     static = set(plan.static)
     arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
     for point in data.get("points", []):
@@ -175,13 +166,18 @@ def decide(
     phases = trace_phases(planned or workloads)  # what was asked for, even when interrupted
     complete = {a: cells for a, cells in arms.items() if all(p in cells for p in phases)}
 
-    def goodput(arm: str) -> float:
-        rates = [complete[arm][p].aggregate_tok_s for p in phases]
-        return len(phases) * trace_tokens / _trace_seconds(rates, trace_tokens)
+    def goodput(by_phase: Sequence[str], extra_s: float = 0.0) -> float:
+        """The trace's goodput with phase i on arm `by_phase[i]`, plus `extra_s` of switches."""
+        rates = [complete[a][p].aggregate_tok_s for a, p in zip(by_phase, phases, strict=True)]
+        seconds = sum(trace_tokens / r if r > 0 else float("inf") for r in rates)
+        return len(phases) * trace_tokens / (seconds + extra_s)
 
-    best_static = max((a for a in complete if a.split(" K=")[0] in static), key=goodput, default=None)
+    def alone(arm: str) -> float:
+        return goodput([arm] * len(phases))
+
+    best_static = max((a for a in complete if a.split(" K=")[0] in static), key=alone, default=None)
     singles = [a for a in complete if a.split(" K=")[0] not in static or a == best_static]
-    trace = {a: goodput(a) for a in singles}
+    trace = {a: alone(a) for a in singles}
     if not trace:  # interrupted before any arm covered the trace's workloads
         shown = " -> ".join(_cell(p) for p in phases)
         line = f"no decision: no arm was measured at every workload of the trace ({shown})"
@@ -202,11 +198,8 @@ def decide(
         switch_s = float(median(switching.get("switch_s") or []) or 0.0)
         if switch_arms is not None:
             chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
-            seconds = _trace_seconds(
-                [complete[a][p].aggregate_tok_s for a, p in zip(chosen, phases, strict=True)], trace_tokens
-            )
             predicted_switches = sum(1 for a, b in itertools.pairwise(chosen) if a != b)
-            predicted = len(phases) * trace_tokens / (seconds + predicted_switches * switch_s)
+            predicted = goodput(chosen, predicted_switches * switch_s)
     gain = trace.get(SWITCH, 0.0) / trace[best] - 1.0
     if SWITCH in trace and gain > PIN_MARGIN:
         action, variant = "switch", SWITCH

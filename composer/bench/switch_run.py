@@ -2,16 +2,12 @@
 gateway while its automatic policy switches between the plain variant and the best
 speculative arm.
 
-The run's stack is the user's with `[gateway] policy = "auto"` (a `POLICY_WINDOW_S` window
-and a `MIN_RESIDENCY_S` residency, so that a phase of a few dozen requests lets the policy
-act) and a `[workloads]` table naming, for every prompt length x streams of the trace, the
-better of the two arms as the sweep measured them. The speculative arm serves first;
-`follow` runs in a thread and runs the gateway's demands through the gated `up` (standby as
-the stack says), as on a user's rig. Each phase replays a fixed list of requests
-closed-loop (each stream sends its next request when its previous one ended): `streams x
-rounds` requests, the same for every phase. Goodput is the completion tokens over the
-trace's wall time, switches and held requests included; a request is *held* when it was
-sent while a switch ran, and the longest such request's time to first token is the
+The run's stack is the user's with `policy = "auto"` (short window and residency, so that a
+phase of a few dozen requests lets the policy act) and a `[workloads]` table naming the
+faster arm of each trace cell. The speculative arm serves first; `follow` runs the
+gateway's demands through the gated `up` in a thread. Each phase replays the same number of
+requests closed-loop. Goodput is the completion tokens over the trace's wall time; a
+request sent while a switch ran is *held*, and the longest held time to first token is the
 held-request latency. Ctrl-C ends the replay; the requests that finished are kept.
 """
 
