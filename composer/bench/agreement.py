@@ -15,7 +15,7 @@ real greedy decoding one flipped low-confidence token changes the continuation a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _PIECE = re.compile(r"\s*\S+")
@@ -50,23 +50,14 @@ def agreement(output: str, reference: str) -> Agreement:
     return Agreement(matched, max(len(out), len(ref)), first)
 
 
-def combined(parts: Iterable[Agreement]) -> Agreement:
-    """Sum of several agreements; the first difference is the earliest one seen."""
-    items = list(parts)
-    firsts = [a.first_difference for a in items if a.first_difference is not None]
-    return Agreement(
-        matched=sum(a.matched for a in items),
-        compared=sum(a.compared for a in items),
-        first_difference=min(firsts) if firsts else None,
-    )
-
-
 def agreement_with(outputs: Mapping[str, str], reference: Mapping[str, str]) -> Agreement | None:
-    """Agreement over the prompts both mappings (prompt -> text) have, or None if none."""
-    shared = [p for p in outputs if p in reference]
-    if not shared:
+    """Agreement summed over the prompts both mappings (prompt -> text) have, the earliest
+    first difference kept; None if they share none."""
+    parts = [agreement(outputs[p], reference[p]) for p in outputs if p in reference]
+    if not parts:
         return None
-    return combined(agreement(outputs[p], reference[p]) for p in shared)
+    firsts = [a.first_difference for a in parts if a.first_difference is not None]
+    return Agreement(sum(a.matched for a in parts), sum(a.compared for a in parts), min(firsts, default=None))
 
 
 def deterministic(texts_by_prompt: Mapping[str, Sequence[str]]) -> bool | None:

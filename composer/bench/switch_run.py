@@ -59,43 +59,28 @@ class SwitchRun:
     interrupted: str | None = None
     complete: bool = False
 
-    @property
-    def tokens(self) -> int:
-        return sum(r.result.completion_tokens for r in self.requests if r.result)
-
-    @property
-    def goodput_tok_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def failed(self) -> int:
-        return sum(1 for r in self.requests if r.result is None)
-
-    @property
-    def held_s(self) -> float:
-        """The longest time to first token of a request sent while a switch ran."""
+    def data(self) -> dict[str, Any]:
+        """The run as plain data (decide.json's `switching_run`); a request is held when it was
+        sent while a switch ran, and `held_request_s` is the longest time to first token of one."""
+        runs = [r.result for r in self.requests if r.result is not None]
+        tokens = sum(r.completion_tokens for r in runs)
         held = [
             r.result.ttft_s
             for r in self.requests
             if r.result is not None and any(a <= r.sent < b for a, b, _ in self.switches)
         ]
-        return max(held, default=0.0)
-
-    def data(self) -> dict[str, Any]:
-        """The run as plain data (decide.json's `switching_run`), with p50/p95 TPOT and TTFT."""
-        runs = [r.result for r in self.requests if r.result is not None]
         times = latency([r.decode_tok_s for r in runs], [r.ttft_s for r in runs])
         return {
             "arms": list(self.arms),
             "workloads": self.workloads,
-            "goodput_tok_s": round(self.goodput_tok_s, 2),
+            "goodput_tok_s": round(tokens / self.seconds if self.seconds > 0 else 0.0, 2),
             "seconds": round(self.seconds, 3),
-            "tokens": self.tokens,
-            "failed_requests": self.failed,
+            "tokens": tokens,
+            "failed_requests": len(self.requests) - len(runs),
             "switches": len(self.switches),
             "switch_s": [round(b - a, 3) for a, b, _ in self.switches],
             "switched_to": [v for _, _, v in self.switches],
-            "held_request_s": round(self.held_s, 4),
+            "held_request_s": round(max(held, default=0.0), 4),
             "phases": self.phases,
             "complete": self.complete,
             "interrupted": self.interrupted,
