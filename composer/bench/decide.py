@@ -321,12 +321,15 @@ def decision_data(decision: Decision) -> dict[str, Any]:
     }
 
 
-def write_decision_plot(decision: Decision, path: Path) -> bool:
-    """Aggregate tok/s against concurrency per arm, one panel per prompt length; False
-    without matplotlib."""
+def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
+    """decide.json and, with matplotlib, decide.png beside the bench files (aggregate tok/s
+    against concurrency per arm, one panel per prompt length)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / JSON_FILE
+    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
     plt = pyplot()
     if plt is None:
-        return False
+        return [path]
     lengths = sorted({w[0] for cells in decision.arms.values() for w in cells}, key=lambda t: t or 0)
     figure, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.5), squeeze=False)
     for axis, length in zip(axes[0], lengths, strict=True):
@@ -341,19 +344,8 @@ def write_decision_plot(decision: Decision, path: Path) -> bool:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)
-    save_figure(plt, figure, path)
-    return True
-
-
-def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
-    """decide.json and (with matplotlib) decide.png beside the bench files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / JSON_FILE
-    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
-    written = [path]
-    if write_decision_plot(decision, out_dir / PNG_FILE):
-        written.append(out_dir / PNG_FILE)
-    return written
+    save_figure(plt, figure, out_dir / PNG_FILE)
+    return [path, out_dir / PNG_FILE]
 
 
 def image_present(ref: str) -> bool:

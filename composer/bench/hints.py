@@ -31,7 +31,6 @@ def mtp_k_problem(k: int, layers: int) -> str | None:
 class KHints:
     """What the checkpoints say about K for one variant."""
 
-    variant: str
     suggested_k: int | None
     messages: tuple[str, ...]
     rejected: tuple[tuple[int, str], ...] = ()
@@ -41,7 +40,7 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
     """Hints for one speculative variant and the Ks about to be measured."""
     spec = variant.speculative
     if spec is None:
-        return KHints(variant.name, None, ())
+        return KHints(None, ())
     name = variant.name
     messages: list[str] = []
     rejected: list[tuple[int, str]] = []
@@ -74,4 +73,4 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
                     if problem:
                         messages.append(f"{name}: {problem}: vLLM will reject it")
                         rejected.append((k, problem))
-    return KHints(name, suggested, tuple(messages), tuple(rejected))
+    return KHints(suggested, tuple(messages), tuple(rejected))

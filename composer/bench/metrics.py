@@ -90,11 +90,6 @@ class SpecCounters:
             raise BenchError("a /metrics counter went backwards: the server restarted during the run")
         return delta
 
-    @property
-    def k(self) -> int:
-        """Draft length seen in the counters (0 without speculation)."""
-        return len(self.accepted_per_pos)
-
 
 @dataclass(frozen=True)
 class Acceptance:
