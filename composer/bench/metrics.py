@@ -132,12 +132,9 @@ RUNNING = "vllm:num_requests_running"
 
 
 class RunningSampler:
-    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once.
-
-    The effective maximum concurrency: a server may run fewer sequences than the clients
-    send (a KV or state budget, `--max-num-seqs`), and the gauge says so where the client
-    cannot. `peak` stays None when no sample could be read. /metrics needs no API key.
-    """
+    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once
+    (the effective concurrency, which a KV budget or `--max-num-seqs` may cap), None when
+    no sample could be read. /metrics needs no API key."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
         import threading

@@ -1,10 +1,8 @@
 """The formulas (pure): one function for each capacity figure, bytes in, bytes out.
 
-Per GPU a variant holds its weights, its KV cache and its activations; each variant
-asleep beside it still holds a residue; the host holds every sleeper's weights. vLLM
-sizes the KV cache as `--kv-cache-memory-bytes` when set, else as what
-`--gpu-memory-utilization` of the GPU leaves after the weights and the activation peak.
-None stands for unknown and spreads: a sum with an unknown part is unknown.
+Per GPU a variant holds its weights, KV cache and activations; each variant asleep beside
+it still holds a residue; the host holds every sleeper's weights. None stands for unknown
+and spreads: a sum with an unknown part is unknown.
 """
 
 from __future__ import annotations
@@ -38,9 +36,8 @@ def kv_cache_per_gpu(
 
 
 def gpu_need(weights: int | None, kv_cache: int | None, activations: int) -> int | None:
-    """What one GPU must hold for a variant to run: weights + KV cache + activations.
-
-    Also the release budget: the bytes that must be free on each GPU before it starts."""
+    """What one GPU must hold for a variant to run, and so must be free before it starts
+    (the release budget): weights + KV cache + activations."""
     if weights is None or kv_cache is None:
         return None
     return weights + kv_cache + activations

@@ -1,12 +1,10 @@
 """The sleep standby planner: does keeping variants asleep fit the machine, and what then?
 
-Per GPU, the awake variant's need (weights + KV cache + activations) plus the residue of
-each variant asleep beside it must fit the GPU's memory; the host must hold every
-sleeper's weights (`figures.host_ram_of_sleeper`). `plan_standby` is the pure verdict,
-`plan_for` gathers its inputs (`model.variant_figures`), `decide_standby` is the swap's
-decision before anything stops: sleep as planned, stop the serving variant instead
-(`stack.standby_fallback = "stop"`), or refuse with the numbers. Each standby's cost is
-given in words, in GiB and, when the KV bytes per token are known, in tokens of KV cache.
+Per GPU, the awake variant's need plus the residue of each variant asleep beside it must
+fit; the host must hold every sleeper's weights. `plan_standby` is the pure verdict,
+`plan_for` gathers its inputs, `decide_standby` is the swap's choice before anything
+stops: sleep, stop the serving variant instead (`stack.standby_fallback = "stop"`), or
+refuse with the numbers. A standby's cost is given in GiB and, when known, tokens of KV.
 """
 
 from __future__ import annotations
@@ -128,11 +126,8 @@ def plan_standby(
 def plan_for(
     stack: Stack, target: str, asleep_after: list[str], probe: GpuProbe | None = None
 ) -> StandbyPlan:
-    """The planner's verdict for `target` serving with `asleep_after` sleeping.
-
-    GPU memory comes from the GPU probe when available, else from `stack.gpu_memory_bytes`.
-    The plan's `figures` carry the target's per-GPU figures (`model.variant_figures`).
-    """
+    """The verdict for `target` serving with `asleep_after` sleeping; its `figures` carry
+    the target's per-GPU figures, on the probed GPU or `stack.gpu_memory_bytes`."""
     memory, source = inputs.gpu_memory(stack, probe)
     serving = model.variant_figures(stack, stack.variant(target), memory)
     awake = Awake(target, serving.weights.per_gpu, serving.kv_cache, serving.activations)

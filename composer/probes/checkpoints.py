@@ -1,8 +1,7 @@
 """Facts read from checkpoint directories: config.json fields and weight sizes.
 
-Weights are sized from safetensors headers only (8-byte little-endian header length,
-then a JSON header mapping tensor names to dtype, shape and data offsets), so a
-multi-GiB checkpoint is measured by reading a few kilobytes per shard.
+Weights are sized from safetensors headers only (an 8-byte little-endian length, then JSON
+with each tensor's data offsets): a few kilobytes read per shard.
 """
 
 from __future__ import annotations
