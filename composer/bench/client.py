@@ -49,21 +49,19 @@ class ChatRequest:
 
     model: str
     max_tokens: int
-    temperature: float = 0.0
-    ignore_eos: bool = True
-    enable_thinking: bool = False
 
     def body(self, prompt: str) -> dict[str, Any]:
-        """The JSON body: streaming, usage in the last chunk, thinking off."""
+        """The JSON body: greedy, all `max_tokens` (EOS ignored), streaming with usage in the
+        last chunk, thinking off."""
         return {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
+            "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
-            "ignore_eos": self.ignore_eos,
+            "chat_template_kwargs": {"enable_thinking": False},
+            "ignore_eos": True,
         }
 
 

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from composer.bench.client import ChatRequest, StreamResult, make_client, run_streams, stream_chat
@@ -134,14 +135,8 @@ def run_switching(
     if not stack.gateway.enabled:
         raise BenchError("the switching arm needs the gateway (gateway.enabled = true)")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
-    up(
-        stack,
-        resolve_target(stack, start),
-        client=client,
-        options=up_options,
-        progress=progress,
-        waiting=waiting,
-    )
+    target = resolve_target(stack, start)
+    up(stack, target, client=client, options=up_options, progress=progress, waiting=waiting)
     stop = threading.Event()
     began: dict[str, float] = {}
 
@@ -154,31 +149,52 @@ def run_switching(
         if event.event != "serving":
             progress(f"switching: {event.line()}")
 
-    follower = threading.Thread(
-        target=follow,
-        kwargs={
-            "stack": stack,
-            "client": client,
-            "options": UpOptions(timeout=swap_timeout, settle=0.2, allow_weak_key=allow_weak_key),
-            "emit": emit,
-            "stop": stop,
-        },
-        name="bench-follow",
-        daemon=True,
-    )
+    follow_options = UpOptions(timeout=swap_timeout, settle=0.2, allow_weak_key=allow_weak_key)
+    following = partial(follow, stack, client=client, options=follow_options, emit=emit, stop=stop)
+    follower = threading.Thread(target=following, name="bench-follow", daemon=True)
     follower.start()
     url = base_url(stack.bind_address, stack.port)
-    busy = max(p[1] for p in phases)
-    per_phase = busy * options.runs
+    request = ChatRequest(model=stack.served_model_name, max_tokens=options.max_tokens)
+    per_phase = max(p[1] for p in phases) * options.runs
     total = per_phase * len(phases)
     started = time.monotonic()
+
+    def replay(index: int, workload: Workload) -> None:
+        """`per_phase` requests of one workload on `workload.concurrency` closed-loop streams."""
+        prompts = options.prompts_for(workload)
+        lock = threading.Lock()
+        halt = threading.Event()
+        jobs = iter(range(per_phase))
+        streams = workload.concurrency
+        clients = [make_client(url, stack.api_key, options.request_timeout) for _ in range(streams)]
+
+        def stream(s: int) -> None:
+            while not halt.is_set():
+                with lock:
+                    j = next(jobs, None)
+                if j is None:
+                    return
+                sent = time.monotonic()
+                try:
+                    got, error = stream_chat(clients[s], request, prompts[j % len(prompts)]), None
+                except BenchError as err:
+                    got, error = None, str(err)
+                with lock:
+                    run.requests.append(TraceRequest(index, sent, got, error))
+                    done = len(run.requests)
+                    left = (time.monotonic() - started) / done * (total - done)
+                    progress(
+                        f"switching: trace phase {index + 1}, {workload.label}: request {done}/{total} "
+                        f"({format_duration(left)})"
+                    )
+
+        run_streams(streams, stream, clients, halt, "bench-trace")
+
     try:
         for i, (tokens, streams) in enumerate(phases):
             phase_began = time.monotonic()
             done_before = len(run.requests)
-            _replay(
-                run, i, Workload(tokens, streams), per_phase, options, url, stack, total, started, progress
-            )
+            replay(i, Workload(tokens, streams))
             phase_s = time.monotonic() - phase_began
             got = run.requests[done_before:]
             tpots = [1000.0 / r.result.decode_tok_s for r in got if r.result and r.result.decode_tok_s]
@@ -217,47 +233,3 @@ def _phase_switch_counts(run: SwitchRun) -> None:
         per[min(index, len(per) - 1)] += 1
     for phase, count in zip(run.phases, per, strict=True):
         phase["switches"] = count
-
-
-def _replay(
-    run: SwitchRun,
-    index: int,
-    workload: Workload,
-    count: int,
-    options: BenchOptions,
-    url: str,
-    stack: Stack,
-    total: int,
-    started: float,
-    progress: Progress,
-) -> None:
-    """`count` requests of one workload on `workload.concurrency` closed-loop streams."""
-    prompts = options.prompts_for(workload)
-    request = ChatRequest(model=stack.served_model_name, max_tokens=options.max_tokens)
-    lock = threading.Lock()
-    stop = threading.Event()
-    next_job = iter(range(count))
-    clients = [make_client(url, stack.api_key, options.request_timeout) for _ in range(workload.concurrency)]
-
-    def stream(s: int) -> None:
-        while not stop.is_set():
-            with lock:
-                j = next(next_job, None)
-            if j is None:
-                return
-            sent = time.monotonic()
-            try:
-                got, error = stream_chat(clients[s], request, prompts[j % len(prompts)]), None
-            except BenchError as err:
-                got, error = None, str(err)
-            with lock:
-                run.requests.append(TraceRequest(index, sent, got, error))
-                done = len(run.requests)
-                elapsed = time.monotonic() - started
-                left = elapsed / done * (total - done) if done else None
-                progress(
-                    f"switching: trace phase {index + 1}, {workload.label}: request {done}/{total} "
-                    f"({format_duration(left)})"
-                )
-
-    run_streams(workload.concurrency, stream, clients, stop, "bench-trace")
