@@ -18,15 +18,6 @@ from composer.stack.model import Stack, Variant
 from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
 
 
-def mtp_k_problem(k: int, layers: int) -> str | None:
-    """Why vLLM would reject K for this MTP depth, or None when K is allowed."""
-    if layers <= 0:
-        return "the target has no MTP layers"
-    if k > layers and k % layers != 0:
-        return f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
-    return None
-
-
 @dataclass(frozen=True)
 class KHints:
     """What the checkpoints say about K for one variant."""
@@ -68,9 +59,8 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
             if layers == 0:
                 messages.append(f"{name}: the target has no mtp_num_hidden_layers: MTP is not available")
             else:
-                for k in sorted(set(ks)):
-                    problem = mtp_k_problem(k, layers)
-                    if problem:
-                        messages.append(f"{name}: {problem}: vLLM will reject it")
-                        rejected.append((k, problem))
+                for k in sorted(k for k in set(ks) if k > layers and k % layers != 0):
+                    problem = f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
+                    messages.append(f"{name}: {problem}: vLLM will reject it")
+                    rejected.append((k, problem))
     return KHints(suggested, tuple(messages), tuple(rejected))

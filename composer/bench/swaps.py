@@ -225,13 +225,7 @@ def _restore(
             f"(hash {previous.config_hash}); it was restored with the stack's configuration"
         )
     progress(f"restoring {previous.variant}")
-    up(
-        matching,
-        resolve_target(matching, previous.variant),
-        client=client,
-        options=options,
-        progress=progress,
-        waiting=waiting,
-    )
+    target = resolve_target(matching, previous.variant)
+    up(matching, target, client=client, options=options, progress=progress, waiting=waiting)
     progress(f"{previous.variant} serves again")
     return notes

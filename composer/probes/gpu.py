@@ -164,15 +164,12 @@ def detect_probe() -> GpuProbe:
     """NVML when `pynvml` imports and initialises, else `nvidia-smi` on PATH, else NoGpuProbe."""
     try:
         import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            pynvml.nvmlShutdown()
-            return NvmlProbe(pynvml)
-        except Exception:
-            pass  # a library without a driver: try nvidia-smi
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return NvmlProbe(pynvml)
+    except Exception:  # no library, or one without a driver: try nvidia-smi
+        pass
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)
