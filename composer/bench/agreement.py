@@ -1,15 +1,11 @@
 """Output correctness: determinism and agreement with the baseline's output.
 
-Streaming chat deltas do not expose token ids, so outputs are compared as word pieces:
-each piece is a run of non-space characters with the whitespace before it
-(`re.findall(r"\\s*\\S+", text)`), which is close to a tokenizer's split for prose.
-
-Agreement of an output with the baseline output for the same prompt is the number of
-positions i where both have piece i and the pieces are equal, divided by the length of
-the longer of the two. Identical texts give 100%; a missing or extra tail counts as
-disagreement. Over several prompts the matches and lengths are summed before dividing,
-so long outputs weigh more. The first position that differs is reported as well: in
-real greedy decoding one flipped low-confidence token changes the continuation after it.
+Streaming deltas carry no token ids, so outputs are compared as word pieces (non-space runs
+with the whitespace before them, close to a tokenizer's split for prose). Agreement is the
+positions where both outputs hold the same piece over the longer one's length (a missing
+or extra tail disagrees); over several prompts matches and lengths are summed first. The
+first differing position is reported too: in greedy decoding one flipped token changes
+everything after it.
 """
 
 from __future__ import annotations

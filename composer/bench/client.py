@@ -175,9 +175,8 @@ def run_streams(
     name: str,
     abort: Callable[[], None] = lambda: None,
 ) -> None:
-    """Run `stream(s)` in `streams` threads named `name`. On any error (Ctrl-C too) set `stop`,
-    call `abort` and close the clients, so that blocked streams end at once; the clients are
-    closed at the end either way."""
+    """Run `stream(s)` in `streams` threads named `name`; on any error (Ctrl-C too) set `stop`
+    and call `abort` first. The clients are closed either way (blocked streams end at once)."""
     pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix=name)
     try:
         for future in [pool.submit(stream, s) for s in range(streams)]:

@@ -1,10 +1,6 @@
-"""Hints for K from the checkpoints' config.json (read with composer.probes.checkpoints).
-
-- A DFlash draft's `dflash_config.block_size` is the block it was trained on:
-  K = block_size - 1 is the starting point of the sweep, and a larger K is skipped
-  (`up` refuses it, as doctor's draft-k check does).
-- The target's `mtp_num_hidden_layers` (top level or under `text_config`) says whether
-  MTP is available; vLLM rejects a K above the MTP layer count that is not a multiple of it.
+"""Hints for K from the checkpoints' config.json: a DFlash draft's `block_size` suggests
+K = block_size - 1 and a larger K is skipped (`up` refuses it); the target's MTP layer count
+says whether MTP is available, and vLLM rejects a K above it that is not a multiple of it.
 """
 
 from __future__ import annotations

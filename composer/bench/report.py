@@ -1,9 +1,8 @@
 """Benchmark output: a text table, JSON, CSV and optional PNG plots (matplotlib).
 
-A single-stream run with the prompts as given keeps the plain table and one plot (tok/s
-against K); a run over several workloads adds the prompt length, the streams, the
-aggregate rate and the percentiles to the table, and draws one plot per concurrency
-(aggregate tok/s against prompt length, one line per variant and K).
+A single-stream run with the prompts as given gets the plain table and one plot (tok/s
+against K); a run over several workloads adds workload, aggregate and percentile columns
+and one plot per concurrency (aggregate tok/s against prompt length).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """The benchmark: warm decode speed, acceptance and correctness per (variant, K) and workload.
 
-For each point of the sweep the server is made to serve it (a swap, supplied by the
-caller); then each workload (a prompt length and a number of concurrent streams) is
-measured in turn: warm-up requests run uncounted, one at a time (the first requests include
-JIT compilation and graph capture), then the measured requests run at temperature 0 with
-thinking off: one stream sends `runs` requests back to back, or N streams do so at once
-(N x `runs` requests). Per-request figures are medians and 95th percentiles; the aggregate
-rate is every completion token over the measured window (first request sent to last one
-finished). Acceptance comes from /metrics deltas around the measured requests; outputs are
-checked for determinism and against the baseline of the same workload.
+Each point is swapped in by the caller; then each workload (prompt length x streams) is
+measured: uncounted warm-up requests one at a time (JIT, graph capture), then greedy
+requests, `runs` back to back on each of N streams at once. Per-request figures are medians
+and 95th percentiles; the aggregate rate is every completion token over the measured window
+(first request sent to last one finished). Acceptance comes from /metrics deltas around the
+measured requests; outputs are checked for determinism and against the workload's baseline.
 """
 
 from __future__ import annotations
@@ -32,10 +29,7 @@ DEFAULT_KS = (1, 3, 4, 7, 10)
 
 @dataclass(frozen=True)
 class Workload:
-    """What the server is measured under: a prompt length and a number of concurrent streams.
-
-    `prompt_tokens` None means the prompts as given (the built-in ones or a file's).
-    """
+    """A prompt length (None: the prompts as given) and a number of concurrent streams."""
 
     prompt_tokens: int | None = None
     concurrency: int = 1
@@ -244,14 +238,9 @@ class BenchReport:
 
     def best_k(self) -> dict[str, PointResult]:
         """Per speculative variant, the point with the highest median decode speed (first workload)."""
-        best: dict[str, PointResult] = {}
-        for result in self.results:
-            if result.point.k == 0 or not result.ok or result.workload != self.first_workload():
-                continue
-            current = best.get(result.point.variant)
-            if current is None or (result.decode_tok_s or 0) > (current.decode_tok_s or 0):
-                best[result.point.variant] = result
-        return best
+        runs = [r for r in self.results if r.point.k and r.ok and r.workload == self.first_workload()]
+        by_variant = {r.point.variant: [o for o in runs if o.point.variant == r.point.variant] for r in runs}
+        return {v: max(rs, key=lambda r: r.decode_tok_s or 0) for v, rs in by_variant.items()}
 
 
 def plan_points(
@@ -261,12 +250,9 @@ def plan_points(
     suggested: Mapping[str, int | None] | None = None,
     ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> list[BenchPoint]:
-    """The sweep: each variant once, each speculative variant once per K (pure).
-
-    Without `ks`, a speculative variant gets DEFAULT_KS, its configured K and the K its
-    checkpoint suggests (`suggested`, by variant name); `ks_by_variant` names the Ks of
-    some variants outright (`bench --decide`: adaptive variants at their own K).
-    """
+    """The sweep: each variant once, each speculative variant once per K (pure). Without
+    `ks`: DEFAULT_KS, its configured K and its checkpoint's `suggested` K; `ks_by_variant`
+    names some variants' Ks outright (`bench --decide`'s adaptive variants)."""
     points: list[BenchPoint] = []
     for name in variants:
         variant = stack.variant(name)
@@ -386,12 +372,8 @@ def _measure_streams(
     progress: Progress,
     eta: Eta | None,
 ) -> None:
-    """N streams at once, each sending `runs` requests back to back (N x `runs` in all).
-
-    Stream s sends prompt (j * N + s) mod len(prompts) as its j-th request. The streams
-    start together (a barrier); on an error or an interrupt the other streams stop after
-    their request in flight and their connections are closed.
-    """
+    """N streams started together, each sending `runs` requests back to back; stream s sends
+    prompt (j * N + s) mod len(prompts) as its j-th. An error or interrupt stops them all."""
     streams = result.workload.concurrency
     total = streams * options.runs
     lock = threading.Lock()
@@ -450,11 +432,9 @@ def run_bench(
     hints: Sequence[str] = (),
     skip: Mapping[BenchPoint, str] | None = None,
 ) -> BenchReport:
-    """Measure every point in order; `serve` makes the server serve a point (a swap).
-
-    A point whose swap fails is recorded with its error and the sweep goes on; a point in
-    `skip` (one the server is known to reject) is recorded with the reason, never swapped in.
-    """
+    """Measure every point in order; `serve` makes the server serve a point (a swap). A
+    failed swap is recorded and the sweep goes on; a point in `skip` is recorded with the
+    reason, never swapped in."""
     report = BenchReport([], options, tuple(hints))
     skip = skip or {}
     workloads = options.workloads()

@@ -146,13 +146,9 @@ def variant_figures(
 def release_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) -> dict[int, int] | None:
     """Bytes per GPU index that must be free before `variant` starts, or None while unknown."""
     weights = variant_weights(stack, variant)
-    budget: dict[int, int] = {}
-    for gpu in gpus:
-        need = variant_figures(stack, variant, gpu.total_bytes, weights).need
-        if need is None:
-            return None
-        budget[gpu.index] = need
-    return budget
+    needs = {g.index: variant_figures(stack, variant, g.total_bytes, weights).need for g in gpus}
+    budget = {i: n for i, n in needs.items() if n is not None}
+    return budget if len(budget) == len(needs) else None
 
 
 @dataclass(frozen=True)
