@@ -114,8 +114,7 @@ class Decision:
     switching: dict[str, Any] | None = None
     """The measured switching run (`SwitchRun.data`), when one ran."""
     predicted_switching: float | None = None
-    """Switching's goodput as the single arms predict it (each phase on the better arm plus
-    the measured switch times): what the measured run is compared with."""
+    """Switching's goodput as the single arms and the measured switch times predict it."""
 
 
 def _stats(point: Mapping[str, Any]) -> ArmStats:

@@ -1,9 +1,8 @@
 """vLLM's Prometheus metrics: parse the text format, take counter deltas, derive acceptance.
 
-Acceptance comes from the speculative-decoding counters sampled before and after the
-measured requests (never their absolute values, which include warm-up and earlier traffic):
-acceptance rate = accepted / draft tokens; tokens per iteration = 1 + accepted / drafts;
-acceptance at position i = accepted_per_pos[i] / drafts.
+Acceptance comes from counter deltas around the measured requests (never absolute values):
+rate = accepted / draft tokens; tokens per iteration = 1 + accepted / drafts; at position
+i = accepted_per_pos[i] / drafts.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Which variant to serve for which workload class, from a benchmark's JSON, and the
 `[workloads]` block that says so.
 
-Class names are `stack.workload_classes`' (`chat-1`, `medium-4`, `long16000-16`: the length
-spelled out when a run measured two in one bucket; the prompts as given count as `chat`).
-In each class the winner is the point (variant and K) with the highest aggregate tok/s; its
-margin is its rate over the best point of any other variant, and over the baseline of the
-same class. Reports written before workloads were measured count as `chat-1`, with the
-single-stream decode rate.
-
-`write_workloads` edits the stack file's `[workloads]` table as text: every other line
-(comments included) is kept, an existing key gets its new value, a new one is appended to
-the table (or a new table at the end). The result, parsed back, must differ from the
-original in those keys only; it replaces the file atomically.
+Class names are `stack.workload_classes`' (the length spelled out when a run measured two
+in one bucket). A class's winner is the point with the highest aggregate tok/s (old reports:
+single-stream decode rate, as `chat-1`); its margin is over the best other variant and over
+the baseline. `write_workloads` edits the `[workloads]` table as text, keeping every other
+line; parsed back, the file may differ in those keys only, and is replaced atomically.
 """
 
 from __future__ import annotations

@@ -107,7 +107,6 @@ def bench_with_swaps(
         )
         progress(f"{point.label}: {result.outcome}")
 
-    notes: list[str] = []
     try:
         report = run_bench(
             points,
@@ -138,8 +137,7 @@ def _now() -> str:
 
 
 def stack_hash(stack: Stack) -> str:
-    """A digest of every variant's configuration (the config hashes), so results can be
-    matched with the stack they came from."""
+    """A digest of every variant's config hash: which stack the results came from."""
     hashes = {name: resolve_target(stack, name).hash for name in sorted(stack.variants)}
     return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
 

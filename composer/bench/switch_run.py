@@ -219,17 +219,8 @@ def run_switching(
         # A switch under way finishes first; interrupted, its waits end and it rolls back.
         with waits_cancelled() if run.interrupted else contextlib.nullcontext():
             follower.join(swap_timeout + 30)
-        _phase_switch_counts(run)
+        for a, _, _ in run.switches:  # counted in the phase where the switch began
+            index = max((r.phase for r in run.requests if r.sent <= a), default=0)
+            if run.phases:
+                run.phases[min(index, len(run.phases) - 1)]["switches"] += 1
     return run
-
-
-def _phase_switch_counts(run: SwitchRun) -> None:
-    """Switches counted in the phase where they began (the phase list is in order)."""
-    if not run.phases:
-        return
-    per = [0] * len(run.phases)
-    for a, _, _ in run.switches:
-        index = max((r.phase for r in run.requests if r.sent <= a), default=0)
-        per[min(index, len(per) - 1)] += 1
-    for phase, count in zip(run.phases, per, strict=True):
-        phase["switches"] = count
