@@ -31,10 +31,7 @@ def parse_prometheus(text: str) -> Samples:
     """Samples of a Prometheus text exposition keyed by (name, labels); comments skipped."""
     samples: Samples = {}
     for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
+        match = _SAMPLE.match(line.strip())  # a comment or a blank line never matches
         if match is None:
             continue
         try:

@@ -39,16 +39,12 @@ class Sleeper:
     weights: int | None
 
 
-def tokens_text(n: int) -> str:
-    """A token count rounded for words: `72,000`."""
-    return f"{round(n, -3):,}" if n >= 10_000 else f"{n:,}"
-
-
 def standby_cost(name: str, residue: int, kv_bytes_per_token: int | None) -> str:
-    """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens`."""
+    """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens` (rounded from 10,000)."""
     if not kv_bytes_per_token:
         return f"standby of {name} costs {gib(residue)} per GPU"
-    tokens = tokens_text(residue // kv_bytes_per_token)
+    n = residue // kv_bytes_per_token
+    tokens = f"{round(n, -3):,}" if n >= 10_000 else f"{n:,}"
     return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens} tokens"
 
 
