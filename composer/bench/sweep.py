@@ -199,10 +199,6 @@ class PointResult:
     def deterministic(self) -> bool | None:
         return deterministic(self.texts)
 
-    def first_texts(self) -> dict[int, str]:
-        """Each prompt's first output (prompt index -> text)."""
-        return {i: texts[0] for i, texts in self.texts.items() if texts}
-
 
 @dataclass
 class BenchReport:
@@ -502,5 +498,6 @@ def compare_with_baseline(report: BenchReport) -> None:
             result.speedup = (result.decode_tok_s or 0.0) / base.decode_tok_s
         if base.aggregate_tok_s:
             result.aggregate_speedup = (result.aggregate_tok_s or 0.0) / base.aggregate_tok_s
-        if result is not base:
-            result.agreement = agreement_with(result.first_texts(), base.first_texts())
+        if result is not base:  # each prompt's first output against the baseline's
+            firsts = [{i: texts[0] for i, texts in r.texts.items() if texts} for r in (result, base)]
+            result.agreement = agreement_with(*firsts)

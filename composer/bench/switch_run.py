@@ -96,13 +96,8 @@ def policy_workloads(
     variants: Mapping[str, str],
 ) -> dict[str, str]:
     """Every prompt length x streams of the trace -> the variant of the arm measured faster there."""
-    lengths = list(dict.fromkeys(p[0] for p in phases))
-    streams = list(dict.fromkeys(p[1] for p in phases))
-    table = {}
-    for cell in ((t, s) for t in lengths for s in streams):
-        rates = {arm: rate(arm, cell) or 0.0 for arm in arms}
-        table[class_name(cell)] = variants[max(arms, key=lambda a: rates[a])]
-    return table
+    cells = [(t, s) for t in dict.fromkeys(p[0] for p in phases) for s in dict.fromkeys(p[1] for p in phases)]
+    return {class_name(c): variants[max(arms, key=lambda a, c=c: rate(a, c) or 0.0)] for c in cells}
 
 
 def switching_stack(stack: Stack, workloads: Mapping[str, str]) -> Stack:

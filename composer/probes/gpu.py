@@ -66,9 +66,7 @@ class NoGpuProbe:
 
     name = "none"
     available = False
-
-    def __init__(self, reason: str = "no NVML (pynvml) and no nvidia-smi on PATH") -> None:
-        self.reason = reason
+    reason = "no NVML (pynvml) and no nvidia-smi on PATH"
 
     def gpus(self) -> list[GpuInfo]:
         return []
