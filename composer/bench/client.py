@@ -1,9 +1,8 @@
 """One timed streaming chat completion against an OpenAI-compatible vLLM server.
 
-Timing is taken on the client's monotonic clock: time to first token (TTFT) is from
-sending the request to the first chunk carrying text; decode speed counts the tokens
-after the first (`usage.completion_tokens - 1`) over the time from the first to the last
-text chunk, so prefill and queueing never dilute it.
+On the client's monotonic clock: TTFT is from sending to the first chunk with text; decode
+speed is the tokens after the first (`usage.completion_tokens - 1`) over the time from the
+first to the last text chunk, so prefill and queueing never dilute it.
 """
 
 from __future__ import annotations

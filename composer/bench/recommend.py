@@ -204,28 +204,21 @@ def updated_stack_text(text: str, wins: Sequence[Win]) -> str:
             last = i
     lines[last + 1 : last + 1] = [line + "\n" for line in new_lines.values()]
     result = "".join(lines)
-    _check_edit(original, result, proposed)
-    return result
-
-
-def _check_edit(original: dict[str, Any], result: str, proposed: Mapping[str, str]) -> None:
     try:
         parsed = tomllib.loads(result)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(
             f"the [workloads] table could not be edited safely ({err}): edit it by hand"
         ) from err
-    expected = dict(original)
-    expected["workloads"] = {**original.get("workloads", {}), **proposed}
-    if parsed != expected:
+    if parsed != {**original, "workloads": {**original.get("workloads", {}), **proposed}}:
         raise ConfigError("the [workloads] table could not be edited safely: edit it by hand")
+    return result
 
 
 def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
     """Put the recommended keys into the stack file's `[workloads]` table, atomically."""
     path = Path(path)
-    text = read_named_text(path, "stack file")
-    updated = updated_stack_text(text, wins)
+    updated = updated_stack_text(read_named_text(path, "stack file"), wins)
     replace_file(path, updated.encode("utf-8"), path.stat().st_mode & 0o7777)
 
 

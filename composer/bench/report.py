@@ -245,8 +245,7 @@ def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Pat
 
 
 def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:
-    """The plots (None without matplotlib): bench.png, or `bench-c<N>.png` per concurrency
-    for a workload sweep."""
+    """bench.png, or `bench-c<N>.png` per concurrency for a workload sweep; None without matplotlib."""
     plt = pyplot()
     if plt is None:
         return None

@@ -313,8 +313,7 @@ def measure_point(
     eta: Eta | None = None,
     workload: Workload = SINGLE_STREAM,
 ) -> PointResult:
-    """Warm up, then time the measured requests of one workload and read acceptance from
-    /metrics deltas."""
+    """Warm up, then time one workload's measured requests and read acceptance from /metrics."""
     request = ChatRequest(model=served_name, max_tokens=options.max_tokens)
     prompts = options.prompts_for(workload)
     result = PointResult(point, workload=workload)

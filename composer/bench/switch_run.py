@@ -2,13 +2,11 @@
 gateway while its automatic policy switches between the plain variant and the best
 speculative arm.
 
-The run's stack is the user's with `policy = "auto"` (short window and residency, so that a
-phase of a few dozen requests lets the policy act) and a `[workloads]` table naming the
-faster arm of each trace cell. The speculative arm serves first; `follow` runs the
-gateway's demands through the gated `up` in a thread. Each phase replays the same number of
-requests closed-loop. Goodput is the completion tokens over the trace's wall time; a
-request sent while a switch ran is *held*, and the longest held time to first token is the
-held-request latency. Ctrl-C ends the replay; the requests that finished are kept.
+The stack is the user's with `policy = "auto"` (short window and residency) and a
+`[workloads]` table naming the faster arm of each trace cell; `follow` runs the gateway's
+demands through the gated `up` in a thread. Each phase replays the same number of requests
+closed-loop; goodput is the completion tokens over the trace's wall time. Ctrl-C ends the
+replay; the requests that finished are kept.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
-"""A stack's capacity figures: per variant and GPU, and for the host (the one entry point).
+"""A stack's capacity figures: per variant and GPU, and for the host.
 
-`variant_figures` is the one place a variant's settings become numbers (weights per GPU,
-configured KV cache, `--gpu-memory-utilization`) and figures on one GPU (`figures`).
-Doctor's gpu-memory check and capacity section, the swap's standby planner and its GPU
-release wait all call it (a test patches it and sees each of them change).
+`variant_figures` is the one place a variant's settings become figures on one GPU; doctor,
+the standby planner and the swap's GPU release wait all call it (a test patches it and
+sees each of them change).
 """
 
 from __future__ import annotations
@@ -153,8 +152,7 @@ def release_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) ->
 
 @dataclass(frozen=True)
 class Capacity:
-    """Every figure of a stack on its smallest GPU and its host (doctor prints it; a swap
-    plan carries the target's part)."""
+    """Every figure of a stack on its smallest GPU and its host (doctor prints it)."""
 
     gpu_memory: int | None
     gpu_source: str

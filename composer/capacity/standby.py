@@ -50,8 +50,7 @@ def standby_cost(name: str, residue: int, kv_bytes_per_token: int | None) -> str
 
 @dataclass(frozen=True)
 class StandbyPlan:
-    """The verdict, the cost of each standby in words, what could not be checked, and the
-    figures it was computed from (JSON-ready)."""
+    """The verdict, each standby's cost, what could not be checked, the figures (JSON-ready)."""
 
     fits: bool
     costs: list[str] = field(default_factory=list)

@@ -44,12 +44,8 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "f
 
 
 def kv_bytes_per_token(config: dict) -> int | None:
-    """KV cache bytes one token takes over the whole model (all GPUs), from config.json.
-
-    2 (K and V) x attention layers x KV heads x head size x dtype bytes. Hybrid models
-    count only their full-attention layers (`layer_types`, else `full_attention_interval`);
-    None when a field is missing.
-    """
+    """KV cache bytes of one token over the whole model (all GPUs): 2 (K, V) x attention layers
+    (a hybrid's full-attention ones) x KV heads x head size x dtype bytes; None when unknown."""
     layers, heads = _field(config, "num_hidden_layers"), _field(config, "num_key_value_heads")
     head_dim = _field(config, "head_dim")
     if head_dim is None:
