@@ -77,9 +77,7 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
             notes.append(f"{name} left out: its image {image} is not present (build it to include it)")
     sweep = tuple(sorted(set(ks or DEFAULT_KS)))
     ks_by_variant = {n: sweep for n in static}
-    for name in adaptive:
-        speculative = stack.variant(name).speculative
-        ks_by_variant[name] = (speculative.num_speculative_tokens,) if speculative else sweep
+    ks_by_variant |= {n: (s.num_speculative_tokens,) for n in adaptive if (s := stack.variant(n).speculative)}
     if plain is None:
         notes.append("no variant without speculation: the switching arm needs one")
     return ArmPlan(plain, static, tuple(adaptive), ks_by_variant, tuple(notes))

@@ -8,6 +8,7 @@ i = accepted_per_pos[i] / drafts.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 
 import httpx
@@ -133,8 +134,6 @@ class RunningSampler:
     no sample could be read. /metrics needs no API key."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
-        import threading
-
         self._url = base_url
         self._interval = interval_s
         self._stop = threading.Event()

@@ -59,9 +59,7 @@ def host_ram_of_sleeper(weights: int | None, tensor_parallel: int, level: int) -
 
 def host_ram_for_sleepers(held: list[int | None]) -> int | None:
     """The sleepers' host RAM together; None when one of them is unknown."""
-    if any(h is None for h in held):
-        return None
-    return sum(h or 0 for h in held)
+    return None if None in held else sum(h for h in held if h is not None)
 
 
 def gib(size: int | None) -> str:

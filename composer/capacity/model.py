@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from composer.capacity import figures, inputs
 from composer.capacity.figures import gib
+from composer.probes.checkpoints import positive_int
 
 if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
@@ -40,10 +41,7 @@ class Weights:
 def draft_tensor_parallel_size(stack: Stack, variant: Variant) -> int:
     """`draft_tensor_parallel_size` from the speculative extra, else the stack's TP."""
     extra = dict(variant.speculative.extra) if variant.speculative else {}
-    value = extra.get("draft_tensor_parallel_size")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return stack.tensor_parallel_size
+    return positive_int(extra.get("draft_tensor_parallel_size")) or stack.tensor_parallel_size
 
 
 def variant_weights(stack: Stack, variant: Variant) -> Weights:

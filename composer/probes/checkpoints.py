@@ -32,6 +32,11 @@ def read_config(model_dir: str | Path) -> dict:
     return data
 
 
+def positive_int(value: object) -> int | None:
+    """`value` when it is a positive integer (a bool is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _field(config: dict, key: str) -> object:
     """A field at the top level or in `text_config` (multimodal wrappers)."""
     if key in config:
@@ -52,9 +57,9 @@ def kv_bytes_per_token(config: dict) -> int | None:
         hidden, attention_heads = _field(config, "hidden_size"), _field(config, "num_attention_heads")
         if isinstance(hidden, int) and isinstance(attention_heads, int) and attention_heads > 0:
             head_dim = hidden // attention_heads
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (layers, heads, head_dim)):
+    layers, heads, head_dim = (positive_int(x) for x in (layers, heads, head_dim))
+    if not (layers and heads and head_dim):
         return None
-    assert isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int)
     types = _field(config, "layer_types")
     interval = _field(config, "full_attention_interval")
     if isinstance(types, list) and types:
@@ -67,11 +72,7 @@ def kv_bytes_per_token(config: dict) -> int | None:
 
 def mtp_layers(config: dict) -> int:
     """The number of MTP layers (`mtp_num_hidden_layers`, top level or text_config); 0 if none."""
-    for key in MTP_LAYER_KEYS:
-        value = _field(config, key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 0
+    return next((n for key in MTP_LAYER_KEYS if (n := positive_int(_field(config, key)))), 0)
 
 
 def dflash_block_size(config: dict) -> int | None:
@@ -148,7 +149,5 @@ def model_summary(config: dict) -> tuple[str | None, int, int | None]:
     """(architecture, MTP layers, max_position_embeddings) of a config.json, as far as it says."""
     architectures = _field(config, "architectures")
     architecture = architectures[0] if isinstance(architectures, list) and architectures else None
-    max_len = _field(config, "max_position_embeddings")
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
-        max_len = None
+    max_len = positive_int(_field(config, "max_position_embeddings"))
     return (str(architecture) if architecture else None), mtp_layers(config), max_len
