@@ -183,10 +183,8 @@ def decide(
     switches, held, switch_s, predicted = 0, 0.0, 0.0, None
     switch_arms: tuple[str, str] | None = None
     speculative = [a for a in singles if a != plan.plain]
-    plain = plan.plain
-    if plain is not None and plain in complete and speculative:
-        spec_best = max(speculative, key=lambda a: trace[a])
-        switch_arms = (plain, spec_best)
+    if plan.plain is not None and plan.plain in complete and speculative:
+        switch_arms = (plan.plain, max(speculative, key=lambda a: trace[a]))
     # a run cut short (Ctrl-C) is kept in the data but not compared: it covers part of the trace
     if switching is not None and switching.get("complete", True) and switching.get("goodput_tok_s"):
         trace[SWITCH] = float(switching["goodput_tok_s"])

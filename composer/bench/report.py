@@ -263,12 +263,9 @@ def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
     """Write JSON, CSV and (when possible) the PNGs; note skipped plots in the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
-    written = [json_path, csv_path]
     plots = _write_plots(report, out_dir)
-    if plots is not None:
-        written += plots
-    else:
+    if plots is None:
         report.notes.append("plot skipped: matplotlib is not installed (pip install '.[plot]')")
     json_path.write_text(json.dumps(report_data(report), indent=2) + "\n", encoding="utf-8")
     csv_path.write_text(csv_text(report), encoding="utf-8")
-    return written
+    return [json_path, csv_path, *(plots or [])]
