@@ -19,8 +19,6 @@ import httpx
 
 from composer.errors import BenchError
 
-DONE = "[DONE]"
-
 
 @dataclass(frozen=True)
 class StreamResult:
@@ -71,7 +69,7 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
-        if payload == DONE:
+        if payload == "[DONE]":
             return
         if payload:
             yield payload
