@@ -20,6 +20,7 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+RUNNING = "vllm:num_requests_running"
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
@@ -123,9 +124,6 @@ def scrape(client: httpx.Client) -> SpecCounters:
     if response.status_code != 200:
         raise BenchError(f"GET /metrics answered {response.status_code}")
     return SpecCounters.from_samples(parse_prometheus(response.text))
-
-
-RUNNING = "vllm:num_requests_running"
 
 
 class RunningSampler:
