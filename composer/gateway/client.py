@@ -2,10 +2,8 @@
 
 Each call forwards one request (`METHOD PATH [BODY]`, a route of `composer.gateway.control`)
 through `python3 -m composer.gateway.ctl` inside the gateway container and parses the JSON it
-prints, so it works with remote Docker contexts and needs no port: who can exec into the
-container can control it, nobody else. The container object is passed in
-(one Docker client factory lives elsewhere); anything with Docker's
-`exec_run(cmd, demux=True)` works.
+prints: no port, and who can exec into the container can control it, nobody else. Anything
+with Docker's `exec_run(cmd, demux=True)` works as the container.
 
 Long waits (drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no
 single exec outlives a Docker client's read timeout (60 s by default). A backend call (sleep,
@@ -20,12 +18,16 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from socket import SHUT_RDWR
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from composer.errors import GatewayControlError
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_T = TypeVar("_T", bound="DataclassInstance")
 CALL_WAIT_S = 20.0
 # How often a drain with a progress callback asks the gateway what still runs.
 PROGRESS_EVERY_S = 1.0
@@ -66,20 +68,17 @@ class HoldInfo:
     """A control hold: requests wait while it exists, until released or its lease runs out."""
 
     id: str
-    owner: str
     lease_s: float
     expires_in_s: float
+    owner: str = ""
 
 
 @dataclass(frozen=True)
 class DrainReport:
-    """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
-    streams paused to go on on the next variant (`continued`), streams it could not continue
-    (`refused`: they drained or were cut). The gateway's drain (`gate.Gate.drain`) returns
-    it and its control channel sends its fields as they are.
-
-    The drain's hold (`hold_id`) is still set: release it once the next backend serves.
-    """
+    """A finished drain (`gate.Gate.drain`, sent as it is): requests that finished, cut at the
+    timeout, seconds taken, streams paused to go on on the next variant (`continued`) and those
+    it could not continue (`refused`). Its hold (`hold_id`) is still set: release it once the
+    next backend serves."""
 
     hold_id: str
     drained: int
@@ -116,8 +115,7 @@ class GatewayState:
 
     @property
     def follower_attached(self) -> bool | None:
-        """True while a host's `compose-spec follow` long-polls (or did within 30 s); None
-        when the gateway does not say (an older gateway image)."""
+        """True while a host's `compose-spec follow` long-polls (or did within 30 s); None: not said."""
         switching = self.raw.get("switching")
         attached = switching.get("follower_attached") if isinstance(switching, dict) else None
         return attached if isinstance(attached, bool) else None
@@ -126,7 +124,11 @@ class GatewayState:
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
         """The live set, then its leaving members (empty: the single upstream serves)."""
         items = self.raw.get("upstreams")
-        return tuple(_upstream(d) for d in items if isinstance(d, dict)) if isinstance(items, list) else ()
+        return (
+            tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
+            if isinstance(items, list)
+            else ()
+        )
 
 
 @dataclass(frozen=True)
@@ -136,10 +138,10 @@ class UpstreamInfo:
     name: str
     variant: str
     url: str
-    ready: bool
-    outstanding: int
-    served: int
-    errors: int
+    ready: bool = False
+    outstanding: int = 0
+    served: int = 0
+    errors: int = 0
     requests: int = 0
     leaving: bool = False
     error: str = ""
@@ -155,21 +157,6 @@ class UpstreamDrain:
     duration_s: float
     continued: int = 0  # its streams paused to go on on the other members
     refused: int = 0  # its streams that could not go on (they drain)
-
-
-def _upstream(d: Mapping[str, Any]) -> UpstreamInfo:
-    return UpstreamInfo(
-        name=str(d["name"]),
-        variant=str(d["variant"]),
-        url=str(d["url"]),
-        ready=bool(d.get("ready")),
-        outstanding=int(d.get("outstanding", 0)),
-        served=int(d.get("served", 0)),
-        errors=int(d.get("errors", 0)),
-        requests=int(d.get("requests", 0)),
-        leaving=bool(d.get("leaving")),
-        error=str(d.get("error", "")),
-    )
 
 
 @dataclass(frozen=True)
@@ -202,20 +189,22 @@ def body_text(body: Any) -> str:
     return (text[:200] + "...") if len(text) > 200 else (text or "an empty body")
 
 
-def _hold(d: Mapping[str, Any]) -> HoldInfo:
-    return HoldInfo(str(d["id"]), str(d.get("owner", "")), float(d["lease_s"]), float(d["expires_in_s"]))
+_CAST: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _parse(cls: type[_T], d: Mapping[str, Any], **given: Any) -> _T:
+    """A reply's dataclass from its JSON object: each field cast to its type; a missing field
+    takes its default (KeyError when it has none)."""
+    values = dict(given)
+    for f in fields(cls):
+        if f.name not in given and (f.name in d or f.default is MISSING):
+            values[f.name] = _CAST[str(f.type)](d[f.name])
+    return cls(**values)
 
 
 def _state(d: Mapping[str, Any]) -> GatewayState:
-    return GatewayState(
-        upstream=str(d["upstream"]),
-        open=bool(d["open"]),
-        backend_ready=bool(d["backend_ready"]),
-        held=int(d["held"]),
-        inflight=int(d["inflight"]),
-        holds=tuple(_hold(h) for h in d.get("holds", [])),
-        raw=dict(d),
-    )
+    holds = tuple(_parse(HoldInfo, h) for h in d.get("holds", []))
+    return _parse(GatewayState, d, holds=holds, raw=dict(d))
 
 
 class Tether:
@@ -416,12 +405,12 @@ class GatewayControl:
         Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
         """
         body = {"lease_s": lease_s, "owner": owner, **({"probe_token": probe_token} if probe_token else {})}
-        return _hold(self._call("POST", "/hold", body)["hold"])
+        return _parse(HoldInfo, self._call("POST", "/hold", body)["hold"])
 
     def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
         """Extend a hold's lease from now on."""
         body = {"id": hold_id, **({"lease_s": lease_s} if lease_s is not None else {})}
-        return _hold(self._call("POST", "/renew", body)["hold"])
+        return _parse(HoldInfo, self._call("POST", "/renew", body)["hold"])
 
     def release(
         self,
@@ -493,14 +482,7 @@ class GatewayControl:
             if progress is not None and "inflight" in reply:
                 progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
             reply = self._call("GET", f"/drain/{reply['id']}?wait_s={step}")
-        return DrainReport(
-            str(reply["hold_id"]),
-            int(reply["drained"]),
-            int(reply["cut"]),
-            float(reply["duration_s"]),
-            int(reply.get("continued", 0)),
-            int(reply.get("refused", 0)),
-        )
+        return _parse(DrainReport, reply)
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
         """Apply these `GATEWAY_*` settings in place (`config.LIVE`); returns those in effect.
@@ -516,7 +498,7 @@ class GatewayControl:
         get requests at once); members left out get no new requests (`drain_upstream` waits
         for their in-flight ones). `[]` goes back to the single upstream."""
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
-        return tuple(_upstream(d) for d in reply.get("upstreams", []))
+        return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 
     def drain_upstream(
         self, name: str, timeout_s: float, continue_streams: bool = False, max_model_len: int | None = None
@@ -587,11 +569,7 @@ class GatewayControl:
         """The gateway's pending switch demand, waiting up to `wait_s` for one (one exec)."""
         reply = self._call("GET", f"/demand?wait_s={min(wait_s, CALL_WAIT_S)}")
         found = reply.get("demand")
-        if not found:
-            return None
-        return SwitchDemand(
-            str(found["id"]), str(found["variant"]), str(found["reason"]), str(found["source"])
-        )
+        return _parse(SwitchDemand, found) if found else None
 
     def report_serving(
         self,

@@ -2,35 +2,20 @@
 
 Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
 body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
-Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
+JSON in, JSON out; errors are `{"error": ...}` with 400 (bad input), 404 (unknown id) or 502
+(the backend did not answer). `GatewayControl`'s method of the same name says what each does:
 
-| route | does |
-|---|---|
-| `GET /state` | upstream, readiness, holds, held, in flight, counters, `waking` |
-| `POST /hold {lease_s?, owner?}` | set a hold (expires after the lease unless renewed) |
-| `POST /renew {id, lease_s?}` | extend a hold's lease |
-| `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
-|  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?, continue_at_timeout?,` | hold, |
-| `max_model_len?}` | wait for in-flight requests, cut at timeout; `target` (a variant) starts a switch |
-|  | in the status's switch log; `continue`: pause eligible streams at once (they go on on the next |
-|  | upstream after the release) and wait only for the rest; else they are paused at the timeout instead |
-|  | of cut, unless `continue_at_timeout` is false (the gateway is replaced next); the result's |
-|  | `continued` counts them; `max_model_len` (the next upstream's): a longer stream is not paused |
-| `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
-|  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
-| `POST /route {upstream}` | forward to another backend from now on |
-| `POST /wait-ready {timeout_s}` | wait until the backend is ready |
-| `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
-| `GET /demand?wait_s=` | the pending switch demand (`{"demand": null}` when none came within wait_s) |
-| `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
-| `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
-|  | ready: the host gated them; members that leave get no new requests); `[]`: the set of one |
-| `POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}` | wait until a member that left |
-|  | has no requests in flight; `continue`: its eligible streams (that fit in `max_model_len`) go on on |
-|  | the other members first (`continued`) |
-| `PUT /settings {settings: {GATEWAY_X: value}}` | apply settings in place (`config.LIVE`; "" is |
-|  | the default), validated whole as at start, kept for a restart; `GET /settings`: in effect |
+    GET /state                    POST /hold {lease_s?, owner?, probe_token?}
+    POST /renew {id, lease_s?}    POST /release {id?, serving?, ok?, detail?}
+    POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?,
+                 continue_at_timeout?, max_model_len?}
+    GET /drain/{id}?wait_s=       (while it runs: {"done": false, "inflight", "elapsed_s"})
+    POST /route {upstream}        POST /wait-ready {timeout_s}
+    POST /backend {method, path, query?, json?, timeout_s?}
+    GET /demand?wait_s=           POST /serving {variant, demand?, ok?, detail?, follower?}
+    POST /upstreams {upstreams: [{name, variant, url}]}
+    POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}
+    GET /settings                 PUT /settings {settings: {GATEWAY_X: value}}
 
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
