@@ -2,38 +2,29 @@
 token for token, as the same response.
 
 For each eligible streamed `/v1/completions` or `/v1/chat/completions` request (`prepare`),
-the gateway asks upstream for `"return_token_ids": true` and `Stream` records, from the SSE
-events as they pass, the prompt's token ids (the first chunk: `prompt_token_ids` at its top
-level for chat, in the choice for completions; both places are read) and the `token_ids` of
-every chunk; it removes those fields unless the client asked for them. When the upstream
+the gateway asks upstream for `"return_token_ids": true`; `Stream` records the prompt's token
+ids (first chunk; top level for chat, in the choice for completions) and each chunk's
+`token_ids`, and removes those fields unless the client asked for them. When the upstream
 breaks after the head was sent (its connection fails, it ends without `[DONE]`, or it stalls),
 `Stream.relay` asks the proxy for a new leg (`Reopen`: the gate's hold, then a ready upstream)
-with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens` and `min_tokens`
-reduced by what was emitted, every other field unchanged, and streams it back with the first
-response's `id`, `created`, `model` and object type (the `delta` shape for chat) and `usage`
-counted from the original prompt. The prompt stops at the last emitted id whose text reached
-the client (`settled`): ids whose chunks came with no text hold the first bytes of a character
-(vLLM holds such text back), and vLLM 0.32 answers a prompt that ends inside a character with
-the whole prompt's text in its first chunk. The new leg sends those ids again; the client,
-which has them, does not get them twice. (A chunk of several ids, from speculative decoding,
-whose text is not empty but whose last ids hold back part of a character is not seen.)
-A leg that cannot be opened ends the stream with an error event
-(`gateway_continuation_failed_total`).
+with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens`/`min_tokens` reduced
+by what was emitted, every other field unchanged, and streams it back under the first
+response's `id`, `created`, `model` and object type (`delta` for chat), `usage` counted from
+the original prompt. The prompt stops at the last emitted id whose text reached the client
+(`settled`: vLLM holds back the first bytes of a character, and answers a prompt that ends
+inside one with the whole prompt's text). A leg that cannot be opened ends the stream with an
+error event (`gateway_continuation_failed_total`).
 
-Refused (today's behaviour, counted by reason in `gateway_continuation_refused_total`,
-`metrics.CONTINUATION_REFUSALS`): `n`
-or `best_of` above 1, `echo`, `prompt_logprobs`, structured output (`response_format`
-json_object / json_schema / structural_tag, `guided_*`, `structured_outputs`), `tools`
-(a request that may call one) and `tool_call` (a stream that started one), non-zero presence
-or frequency `penalties` (they count output tokens only and would reset), `reasoning` (a chat
-stream that shows `reasoning_content`: the split would be lost), `logprobs` on chat (the
-shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids),
-`max_model_len` (at a planned switch, its prompt plus `max_tokens` would not fit in the next
-upstream's context) and `format` (events the gateway cannot read).
+Refused, counted by reason in `gateway_continuation_refused_total` (`metrics.CONTINUATION_REFUSALS`):
+`n`/`best_of` above 1, `echo`, `prompt_logprobs`, structured output, `tools`, `tool_call` (a
+stream that started one), non-zero presence/frequency `penalties`, `reasoning` (a chat stream
+showing `reasoning_content`), `logprobs` on chat, `batch` (several prompts), `no_token_ids`,
+`max_model_len` (at a planned switch: it would not fit in the next upstream's context) and
+`format` (events the gateway cannot read).
 
-A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams(url)`): the leg
-stops being read and is let go with no failure counted, and the stream goes on as after a
-break, on the upstream the gate admits it to next (held meanwhile, as the switch holds).
+A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams`): the leg is let go
+with no failure counted, and the stream goes on as after a break, on the upstream the gate
+admits it to next.
 """
 
 from __future__ import annotations

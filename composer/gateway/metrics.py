@@ -1,53 +1,11 @@
 """The gateway's Prometheus metrics, in a registry of their own (served at /gateway/metrics).
 
-| metric | type | meaning |
-|---|---|---|
-| `gateway_held_requests` | gauge | requests waiting now (backend not ready or a hold is set) |
-| `gateway_hold_seconds` | histogram | how long each held request waited |
-| `gateway_inflight_requests` | gauge | requests forwarded to the backend and not finished |
-| `gateway_requests_total` | counter | requests forwarded to the backend |
-| `gateway_drained_requests_total` | counter | in-flight requests that finished during a drain |
-| `gateway_cut_requests_total` | counter | in-flight requests cut because a drain timed out |
-| `gateway_refused_requests_total{reason}` | counter | `hold_timeout` (503), `queue_full` (429), |
-|  |  | `unauthorized` (401), `dev_route` (404), `not_found` (404: not on the allow-list), |
-|  |  | `bad_path` (400), `duplicate_authorization` (400), `not_ready` (503: no key, no backend) |
-| `gateway_open_connections` | gauge | client connections open on the public port |
-| `gateway_connections_closed_total{reason}` | counter | connections the gateway closed: `head_too_large` |
-|  |  | (431), `head_timeout` (408 or silent), `body_timeout` (408 or closed), `evicted` |
-|  |  | (idle or reading a body, at `max_connections`), `over_capacity` (503: all busy) |
-| `gateway_upstream_retries_total` | counter | requests sent again (once): the backend did not read them |
-| `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
-| `gateway_routes_total` | counter | upstream changes through the control channel |
-| `gateway_drains_total` | counter | drains run |
-| `gateway_hold_active` | gauge | 1 while a control hold is set |
-| `gateway_backend_ready` | gauge | 1 while the backend answers `/health` (and lists the served name) |
-| `gateway_backend_info{upstream}` | gauge | 1 for the upstream served now |
-| `gateway_sleeps_total{result}` | counter | `/sleep` calls through the control channel (`ok`, `failed`) |
-| `gateway_wakes_total{result}` | counter | `/wake_up` calls through the control channel (`ok`, `failed`) |
-| `gateway_waking` | gauge | 1 while a `/wake_up` runs (status shows the backend as `waking`) |
-| `gateway_switch_demands_total{reason}` | counter | switch demands raised: `alias` (a request named |
-|  |  | an alias) or `auto` (the automatic policy) |
-| `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
-| `gateway_switch_withdrawn_total` | counter | automatic demands dropped before the host took them |
-| `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
-| `gateway_live_requests_total{upstream}` | counter | requests forwarded to each live upstream |
-| `gateway_live_outstanding{upstream}` | gauge | requests in flight on each live upstream |
-| `gateway_live_errors_total{upstream}` | counter | refused or broken connections and 502s, per upstream |
-| `gateway_live_ready{upstream}` | gauge | 1 while a live upstream passes its health check |
-| `gateway_route_decisions_total{reason}` | counter | live routing decisions: `alias`, `class`, `crossover`, |
-|  |  | `fallback`, `balance` (see `routing`) |
-| `gateway_continued_streams_total` | counter | streams whose backend broke, continued on another upstream |
-| `gateway_continuation_refused_total{reason}` | counter | streams that will not be continued, by reason |
-|  |  | (`continuation.REFUSAL_REASONS`) |
-| `gateway_continuation_failed_total` | counter | broken streams no continuation could be opened for |
-| `gateway_continuation_pause_seconds` | histogram | the pause each continued stream saw (last byte |
-|  |  | before the break to the first byte after) |
-
-The `upstream` label is a live upstream's name (`mtp/2`): they come only from the gateway's
-settings and the control channel (at most 64), and an upstream's series go when it leaves.
-
-`gateway_refused_requests_total` also counts `residency` (429: another variant's
-`min_residency` runs) and `switch_failed` (503: the switch a request waited for failed).
+Each metric is defined once in `Metrics` with its help text (docs/gateway.md lists them);
+counters end in `_total` on the wire. Labelled series start at zero for every value their
+label can take (`REFUSAL_REASONS`, `CONNECTION_CLOSE_REASONS`, `CONTINUATION_REFUSALS`,
+`routing.REASONS`, ...). The `upstream` label of the `gateway_live_*` series is a live
+upstream's name (`mtp/2`): they come only from the gateway's settings and the control channel
+(at most 64), and an upstream's series go when it leaves.
 """
 
 from __future__ import annotations
