@@ -1,31 +1,16 @@
 """The public ASGI app: key check, hold, and unbuffered forwarding to the backend.
 
-Order for each request (its path is already canonical: `screen`): a path off the allow-list is
-refused (404); a path that needs the key, without the right key, is refused (401) before it
-can take a queue slot; a request without the key (on an open route such as /health, when a key
-is set) is never held: the gate admits it at once or it is refused (503); the gate admits a
-keyed request (maybe after holding it);
-the status routes and CORS preflights are forwarded without waiting for (or sending) a body,
-and a connection that announced one is closed after the answer;
-then the request is forwarded with aiohttp's client and the response streamed back as the
-backend sends it: each read passes on at once whatever has arrived (one chunk while the
-gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
-more. A client that disconnects cancels its upstream request. A request waiting for its
-response head from a backend that stops answering its `/health` too is answered 504 after
-`unresponsive_timeout` (`liveness`); a slow generation on a backend that answers is never
-cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
-once, when the backend cannot have started on it: the connection was refused or broke before
-the request head was written, or a kept-alive connection closed with no answer (a server that
-stops closes its idle connections: the request was never read); larger bodies are streamed
-through as they arrive. A fresh connection that breaks after the head went out is answered
-502 at once (the backend may have started on it), and any request is sent at most twice.
-An eligible streamed completion (`continuation`, with `continue_streams`) is relayed by its
-record instead, which asks for token ids and, when the backend breaks or stalls after the
-head went out, continues it on the next upstream the gate admits it to (`_reopen`).
-
-The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
-control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
-its connection pool does not scan every idle connection on each request.
+For each request (its path already canonical: `screen`): off the allow-list, 404; a keyed
+path without the right key, 401 before it takes a queue slot; a request without the key is
+never held (admitted at once or 503); status routes and CORS preflights are forwarded without
+their body. Then aiohttp forwards it and each read of the response passes on at once whatever
+has arrived. A client that disconnects cancels its upstream request. A request waiting for its
+response head from a backend that stops answering `/health` is answered 504 after
+`unresponsive_timeout` (`liveness`). Bodies up to `REPLAY_LIMIT` are read first so the request
+can be sent again, once, when the backend cannot have read it (`Attempt.unread`); larger ones
+stream through. An eligible streamed completion (`continuation`) is relayed by its record,
+which continues it on the next upstream the gate admits it to when the backend breaks or
+stalls (`_reopen`).
 """
 
 from __future__ import annotations
