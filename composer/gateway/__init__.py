@@ -19,6 +19,11 @@ members (`live`); without a live set, the set of one that follows `/route` (`GAT
 ready (the host gates them first), a member left out gets no new requests and
 `GatewayControl.drain_upstream` waits for its in-flight ones. `GatewayControl.state().upstreams`
 lists the members.
+
+Public: `GatewayControl` and its replies (`GatewayState`, `HoldInfo`, `DrainReport`,
+`DrainProgress`, `UpstreamInfo`, `UpstreamDrain`, `BackendReply`), `Tether` and `Session` (a
+swap's holds tied to its process), `LiveSpec`, `GatewayConfig`, `load_config`, `ENV_VARS`,
+`GatewayError`, `GatewayConfigError`, `GatewayControlError`, `PUBLIC_PATHS`, `DEV_ROUTES`.
 """
 
 from composer.errors import GatewayConfigError, GatewayControlError, GatewayError

@@ -18,16 +18,14 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, InvalidStateError
 from dataclasses import MISSING, dataclass, field, fields
 from socket import SHUT_RDWR
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 from composer.errors import GatewayControlError
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-_T = TypeVar("_T", bound="DataclassInstance")
+_T = TypeVar("_T")
 CALL_WAIT_S = 20.0
 # How often a drain with a progress callback asks the gateway what still runs.
 PROGRESS_EVERY_S = 1.0
@@ -196,7 +194,7 @@ def _parse(cls: type[_T], d: Mapping[str, Any], **given: Any) -> _T:
     """A reply's dataclass from its JSON object: each field cast to its type; a missing field
     takes its default (KeyError when it has none)."""
     values = dict(given)
-    for f in fields(cls):
+    for f in fields(cast(Any, cls)):
         if f.name not in given and (f.name in d or f.default is MISSING):
             values[f.name] = _CAST[str(f.type)](d[f.name])
     return cls(**values)
@@ -205,6 +203,11 @@ def _parse(cls: type[_T], d: Mapping[str, Any], **given: Any) -> _T:
 def _state(d: Mapping[str, Any]) -> GatewayState:
     holds = tuple(_parse(HoldInfo, h) for h in d.get("holds", []))
     return _parse(GatewayState, d, holds=holds, raw=dict(d))
+
+
+def _settle(waiting: Future[dict[str, Any] | None], message: dict[str, Any] | None) -> None:
+    with contextlib.suppress(InvalidStateError):  # answered already
+        waiting.set_result(message)
 
 
 class Tether:
@@ -239,7 +242,7 @@ class Session(Tether):
         super().__init__(sock)
         self._write = threading.Lock()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._waiting: dict[int, Future[dict[str, Any] | None]] = {}
         self.greeted = threading.Event()  # the session said hello: it runs commands
         self.ended = threading.Event()
         self.settled = threading.Event()  # greeted or ended, whichever came first
@@ -268,8 +271,8 @@ class Session(Tether):
             self.settled.set()
             with self._write:
                 waiting = list(self._waiting.values())
-            for event, _ in waiting:
-                event.set()
+            for reply in waiting:
+                _settle(reply, None)
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -287,35 +290,33 @@ class Session(Tether):
             ident = message.get("id")
             slot = self._waiting.get(ident) if isinstance(ident, int) else None
         if slot is not None:
-            slot[1].append(message)
-            slot[0].set()
+            _settle(slot, message)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]]:
         """Forward one request through the session: (exit code, reply); SessionLost when it ended."""
         if self.ended.is_set():
             raise SessionLost(ran=False)
         ident = next(self._ids)
-        event: threading.Event = threading.Event()
-        got: list[Any] = []
+        waiting: Future[dict[str, Any] | None] = Future()
         line = (json.dumps({"id": ident, "method": method, "path": path, "body": body}) + "\n").encode()
         with self._write:
             if self.ended.is_set():  # the reader has already woken the calls it knew of
                 raise SessionLost(ran=False)
-            self._waiting[ident] = (event, got)
+            self._waiting[ident] = waiting
             try:
                 self._raw.sendall(line)
             except OSError as err:
                 del self._waiting[ident]
                 raise SessionLost(ran=False) from err
         try:
-            event.wait()
+            got = waiting.result()
         finally:
             with self._write:
                 self._waiting.pop(ident, None)
-        if not got:
+        if got is None:
             raise SessionLost(ran=self.greeted.is_set())
-        reply = got[0].get("reply")
-        return int(got[0].get("code", 1)), reply if isinstance(reply, dict) else {}
+        reply = got.get("reply")
+        return int(got.get("code", 1)), reply if isinstance(reply, dict) else {}
 
 
 class GatewayControl:
@@ -379,10 +380,8 @@ class GatewayControl:
         return _state(self._call("GET", "/state"))
 
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
-        """The gateway's state and each URL's `/is_sleeping` answer (None: no answer), in one exec.
-
-        The state is None when the control socket does not answer (the gateway is starting).
-        """
+        """The gateway's state (None: its socket does not answer yet) and each URL's
+        `/is_sleeping` answer (None: no answer), in one exec."""
         from .config import DEFAULT_CONTROL_SOCKET
 
         cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
@@ -400,10 +399,8 @@ class GatewayControl:
         return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
-        """Set a hold that expires after `lease_s` unless renewed or released.
-
-        Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
-        """
+        """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`:
+        see `drain`)."""
         body = {"lease_s": lease_s, "owner": owner, **({"probe_token": probe_token} if probe_token else {})}
         return _parse(HoldInfo, self._call("POST", "/hold", body)["hold"])
 
@@ -420,11 +417,8 @@ class GatewayControl:
         ok: bool | None = None,
         detail: str = "",
     ) -> list[str]:
-        """Remove one hold, or every hold; held requests flow in arrival order.
-
-        With `serving`/`ok`/`detail` it also tells the gateway how the switch the hold was
-        for ended (its status page and switch log show it).
-        """
+        """Remove one hold, or every hold; held requests flow in arrival order. `serving`/`ok`/
+        `detail`: how the switch the hold was for ended (the switch log shows it)."""
         body: dict[str, Any] = {"id": hold_id} if hold_id else {}
         if serving:
             body["serving"] = serving
@@ -448,35 +442,27 @@ class GatewayControl:
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
-        With a `probe_token`, requests that carry it in `PROBE_HEADER` pass the drain's hold
-        straight to the backend (never queued, never retried): the swap's gate uses them to
-        check the new variant before the held clients reach it. A `target` variant starts a
-        switch in the gateway's switch log (its status shows the stages as they pass).
-        `progress` gets what still runs about once every `PROGRESS_EVERY_S` while the drain
-        waits (never when nothing was in flight; an older gateway does not say).
-        `continue_streams`: the gateway pauses its eligible streams at once (they go on on the
-        next variant once the hold is released) and waits only for the other requests; else
-        the eligible streams still running at the timeout are paused instead of cut, unless
-        `gateway_leaving` (this gateway is replaced next: its streams cannot outlive it).
-        `max_model_len`: the next variant's; a stream that would not fit in it drains.
+        `probe_token`: requests carrying it in `PROBE_HEADER` pass the hold (the swap's gate).
+        `target`: starts a switch in the gateway's switch log. `progress` gets what still runs
+        about every `PROGRESS_EVERY_S`. `continue_streams`: eligible streams are paused at once
+        (they go on on the next variant after the release); else at the timeout instead of cut,
+        unless `gateway_leaving`. `max_model_len`: the next variant's (a longer stream drains).
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
+        optional = {
+            "probe_token": probe_token or None,
+            "target": target or None,
+            "continue": continue_streams or None,
+            "continue_at_timeout": False if gateway_leaving else None,
+            "max_model_len": max_model_len,
+        }
         body = {
             "timeout_s": timeout_s,
             "lease_s": lease_s,
             "owner": owner,
             "wait_s": min(step, timeout_s + 3.0),
         }
-        if probe_token:
-            body["probe_token"] = probe_token
-        if target:
-            body["target"] = target
-        if continue_streams:
-            body["continue"] = True
-        if gateway_leaving:
-            body["continue_at_timeout"] = False
-        if max_model_len is not None:
-            body["max_model_len"] = max_model_len
+        body.update((k, v) for k, v in optional.items() if v is not None)
         reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
@@ -592,12 +578,9 @@ class GatewayControl:
 
     def tether(self, owner: str) -> Tether | None:
         """Tie the holds of `owner` to this process: a `ctl session` exec whose stdin stays open
-        until `Tether.close` (or this process's death, when the kernel closes the connection)
-        and then releases them. Every later call of this object goes through that session
-        (one `docker exec` for the whole swap) while it lasts, through an exec of its own after.
-        A gateway image without `session` gets a plain `ctl tether`. None when the exec target
-        cannot keep a stdin open (a plain `exec_run` target, e.g. `kubectl exec`): the lease
-        alone bounds the hold there, and each call is an exec."""
+        until `Tether.close` or this process dies, then releases them; later calls go through
+        it while it lasts. An image without `session` gets a plain `ctl tether`. None when the
+        target cannot keep a stdin open (e.g. `kubectl exec`): the lease alone bounds the hold."""
         api = getattr(getattr(self.container, "client", None), "api", None)
         container_id = getattr(self.container, "id", None)
         if api is None or container_id is None:

@@ -82,12 +82,8 @@ GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 def upstream_session() -> aiohttp.ClientSession:
-    """The pooled session for forwarded requests (create it inside the running loop).
-
-    No read timeout (streams are long); no DNS cache (a recreated variant answers under the
-    same name at a new address); no cookie jar; bodies pass through as they are (no
-    decompression); idle connections close after `UPSTREAM_KEEPALIVE_S`.
-    """
+    """The pooled session for forwarded requests (create it inside the running loop): no read
+    timeout, DNS cache, cookie jar or decompression."""
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
     dispatched.on_connection_reuseconn.append(_reused)
@@ -447,16 +443,14 @@ class ProxyApp:
             held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
             if complete and self._reads_bodies():
-                try:
-                    await self._switch(scope, body, deadline, watcher, held)
-                except Refused as refused:
-                    await self._refuse(_out(send, held), refused)
-                    return
-                except ClientGone:
-                    return
+                await self._switch(scope, body, deadline, watcher, held)
             if complete and self.continue_streams and scope["path"] in continuation.PATHS:
                 self._record(scope, body)
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
+        except Refused as refused:
+            await self._refuse(_out(send, held), refused)
+        except ClientGone:
+            pass
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -480,20 +474,16 @@ class ProxyApp:
         may_hold: bool = True,
         held: HeldStream | None = None,
     ) -> None:
+        """Admit (maybe hold) and forward, again at the queue's head while the backend went away
+        before answering; raises `Refused` or `ClientGone` from the gate."""
         front = False
         while True:
-            try:
-                disconnected = asyncio.shield(watcher) if watcher is not None else None
-                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
-                if held is not None and self.gate.would_hold():
-                    ticket = await held.wait(entering)
-                else:
-                    ticket = await entering
-            except Refused as refused:
-                await self._refuse(_out(send, held), refused)
-                return
-            except ClientGone:
-                return
+            disconnected = asyncio.shield(watcher) if watcher is not None else None
+            entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
+            if held is not None and self.gate.would_hold():
+                ticket = await held.wait(entering)
+            else:
+                ticket = await entering
             try:
                 again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
             finally:
@@ -513,12 +503,9 @@ class ProxyApp:
         *,
         probe: bool = False,
     ) -> bool:
-        """Forward once to the member `LiveSet.choose` gives, counted on it until the answer
-        ends; True means 'the backend went away before answering: queue it again' (never for
-        a holder's `probe`, which goes to a member ready or not, and gets 502). A connection
-        failure takes the member out until its probe passes. An eligible stream (`STREAM`)
-        is relayed by its record, which ends the count and the ticket when its upstream
-        breaks (it continues elsewhere)."""
+        """Forward once to the member `LiveSet.choose` gives; True: the backend went away before
+        answering, queue it again (never for a holder's `probe`). A connection failure takes
+        the member out until its probe passes."""
         chosen = self.live.choose(scope.get(ROUTE_HINT), probe)
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if body.replayable():
@@ -656,12 +643,9 @@ class ProxyApp:
         return once(end)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
-        """Pause the recorded streams on the upstream at `url` (None: every one): each goes on
-        as after a break, on the upstream the gate admits it to next, with no failure
-        counted (a planned switch: hold, pause, route or replace the set, release); those
-        that would not fit in `context` tokens (the next upstream's max_model_len) are not.
-        Returns how many were paused, and how many streams there it cannot continue (each
-        refused for its reason: they drain)."""
+        """Pause the recorded streams on the upstream at `url` (None: every one) but those that
+        would not fit in `context` tokens: each goes on as after a break, no failure counted.
+        Returns (paused, streams there it cannot continue)."""
         streams = [stream for stream in list(self.streams) if url in (None, stream.upstream)]
         paused = sum(stream.pause(context) for stream in streams)
         refused = sum(1 for stream in streams if stream.refused is not None and not stream.done)
