@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -64,11 +65,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         counter, gauge = self._counter, self._gauge
         self.held = gauge("gateway_held_requests", "Requests waiting now")
-        self.hold_seconds = Histogram(
-            "gateway_hold_seconds",
-            "Seconds each held request waited",
-            buckets=HOLD_BUCKETS,
-            registry=self.registry,
+        self.hold_seconds = self._histogram(
+            "gateway_hold_seconds", "Seconds each held request waited", HOLD_BUCKETS
         )
         self.inflight = gauge("gateway_inflight_requests", "Requests forwarded and not finished")
         self.forwarded = counter("gateway_requests", "Requests forwarded to the backend")
@@ -104,15 +102,12 @@ class Metrics:
         self.switch_demands = counter(
             "gateway_switch_demands", "Switch demands raised", "reason", SWITCH_REASONS
         )
-        self.switches = Counter(
+        self.switches = counter(
             "gateway_switches",
             "Switch demands answered by the host",
-            ["reason", "outcome"],
-            registry=self.registry,
+            ("reason", "outcome"),
+            [(reason, outcome) for reason in SWITCH_REASONS for outcome in ("ok", "failed")],
         )
-        for reason in SWITCH_REASONS:
-            for outcome in ("ok", "failed"):
-                self.switches.labels(reason, outcome)
         self.switch_withdrawn = counter(
             "gateway_switch_withdrawn", "Automatic demands dropped before the host took them"
         )
@@ -144,19 +139,21 @@ class Metrics:
         self.continuation_failed = counter(
             "gateway_continuation_failed", "Broken streams that could not be continued"
         )
-        self.continuation_pause = Histogram(
-            "gateway_continuation_pause_seconds",
-            "The pause each continued stream saw",
-            buckets=PAUSE_BUCKETS,
-            registry=self.registry,
+        self.continuation_pause = self._histogram(
+            "gateway_continuation_pause_seconds", "The pause each continued stream saw", PAUSE_BUCKETS
         )
 
-    def _counter(self, name: str, text: str, label: str = "", values: Iterable[str] = ()) -> Counter:
-        """A counter in this registry, with one label or none; the series of `values` start at zero."""
-        metric = Counter(name, text, [label] if label else [], registry=self.registry)
+    def _counter(
+        self, name: str, text: str, labels: str | tuple[str, ...] = (), values: Iterable[Any] = ()
+    ) -> Counter:
+        """A counter in this registry; the series of `values` (label values) start at zero."""
+        metric = Counter(name, text, [labels] if isinstance(labels, str) else labels, registry=self.registry)
         for value in values:
-            metric.labels(value)
+            metric.labels(*(value if isinstance(value, tuple) else (value,)))
         return metric
+
+    def _histogram(self, name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, text, buckets=buckets, registry=self.registry)
 
     def _gauge(self, name: str, text: str, label: str = "") -> Gauge:
         """A gauge in this registry, with one label or none."""
