@@ -284,8 +284,6 @@ class Stream:
             self.refused = reason
             self.metrics.continuation_refused.labels(reason).inc()
 
-    # -- the events ----------------------------------------------------------------------
-
     def feed(self, chunk: bytes) -> bytes:
         """Record what `chunk` carries; return what the client gets (whole events only)."""
         if self.refused == "format":
@@ -428,8 +426,6 @@ class Stream:
     def _usage(self, completion: int) -> dict[str, int]:
         prompt = len(self.prompt_ids or ())
         return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
-
-    # -- continuing ----------------------------------------------------------------------
 
     def _following(self) -> tuple[str, bytes] | None:
         """The request that takes the stream on: the client's again while nothing reached it,

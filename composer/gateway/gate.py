@@ -129,8 +129,6 @@ class Gate:
         self.stopping = False
         self._pinned: set[str] = set()  # holds of drains under way: their lease starts at the end
 
-    # -- state -----------------------------------------------------------------------------
-
     @property
     def is_open(self) -> bool:
         """True when requests may pass: the backend is ready and no control hold is set."""
@@ -180,8 +178,6 @@ class Gate:
         self.metrics.backend_ready.set(1 if ready else 0)
         log.info("backend %s", "ready" if ready else "not ready: holding new requests")
         self._kick()
-
-    # -- admission -------------------------------------------------------------------------
 
     def deadline(self) -> float:
         """The monotonic time until which a request arriving now may be held."""
@@ -302,8 +298,6 @@ class Gate:
         if not self._inflight and self._idle is not None:
             self._idle.set()
 
-    # -- control holds -----------------------------------------------------------------------
-
     def add_hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> Hold:
         """Set a hold that expires after `lease_s` seconds unless renewed or released; a request
         carrying its `probe_token` passes it (the swap's gate)."""
@@ -368,8 +362,6 @@ class Gate:
     def _after_holds_changed(self) -> None:
         self.metrics.hold_active.set(1 if self._holds else 0)
         self._kick()
-
-    # -- drain -------------------------------------------------------------------------------
 
     async def drain(
         self,

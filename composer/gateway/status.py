@@ -81,8 +81,6 @@ class StatusBoard:
         store = SwitchStore(state_dir, KEEP_SWITCHES)
         return SwitchLog(history=store.load(), on_finish=store.save)
 
-    # -- sampling ------------------------------------------------------------------------
-
     def watch(self) -> None:
         """Someone reads the status: sample the backend until nobody has for `WATCH_IDLE_S`."""
         self._watched_at = time.monotonic()
@@ -118,8 +116,6 @@ class StatusBoard:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-
-    # -- the status ----------------------------------------------------------------------
 
     def build(self) -> dict[str, Any]:
         """The status as JSON-ready data (never the key, a hold's id or its token)."""
@@ -177,8 +173,6 @@ class StatusBoard:
                 for u in gw.live.snapshot()
             ],
         }
-
-    # -- endpoints -----------------------------------------------------------------------
 
     async def status(self, request: Request) -> Response:
         """`GET /gateway/status`: the status JSON, with the API key only."""

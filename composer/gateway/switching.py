@@ -93,8 +93,6 @@ class Switcher:
         self.aliases = dict(config.aliases)
         self.window.seconds = config.policy_window
 
-    # -- state ---------------------------------------------------------------------------
-
     def _notify(self) -> None:
         self._pulse.set()
         self._pulse = asyncio.Event()
@@ -126,8 +124,6 @@ class Switcher:
         if timeout > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pulse.wait(), timeout)
-
-    # -- demands -------------------------------------------------------------------------
 
     def raise_demand(self, variant: str, reason: str, source: str) -> Demand:
         """Ask the host for `variant` (the pending demand when one exists)."""
@@ -206,8 +202,6 @@ class Switcher:
         if variant:
             self.metrics.set_serving(previous, variant)
         self._notify()
-
-    # -- requests ------------------------------------------------------------------------
 
     def alias_variant(self, model: str | None) -> str | None:
         """The variant an alias names (None for the served name or any other model)."""
@@ -311,8 +305,6 @@ class Switcher:
             if not self.follower_attached(now):
                 raise self._no_follower(variant)
             self.raise_demand(variant, f"a request names alias {alias!r}", "alias")
-
-    # -- automatic policy -----------------------------------------------------------------
 
     def observe(self, prompt_tokens: int) -> None:
         """A request's estimated prompt size, for the window."""
