@@ -106,57 +106,6 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
-class Drains:
-    """Drains started through the control channel, kept until a caller has read them."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self._tasks: OrderedDict[str, asyncio.Task[DrainReport]] = OrderedDict()
-        self._started: dict[str, float] = {}
-        self._gateway = gateway
-
-    def start(
-        self,
-        timeout: float,
-        lease: float,
-        owner: str,
-        probe_token: str = "",
-        on_done: Callable[[DrainReport], None] | None = None,
-        pause: bool = False,
-        pause_late: bool = True,
-        context: int | None = None,
-    ) -> str:
-        gateway = self._gateway
-        drain_id = secrets.token_hex(6)
-        pauses = gateway.proxy.continue_streams and (pause or pause_late)
-        pausing = functools.partial(gateway.proxy.pause_streams, None, context) if pauses else None
-        task = asyncio.get_running_loop().create_task(
-            gateway.gate.drain(timeout, lease, owner, probe_token, pausing, pause_first=pause)
-        )
-        if on_done is not None:
-            task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
-        self._tasks[drain_id] = task
-        self._started[drain_id] = time.monotonic()
-        while len(self._tasks) > KEEP_DRAINS:
-            gone, _ = self._tasks.popitem(last=False)
-            self._started.pop(gone, None)
-        return drain_id
-
-    async def wait(self, drain_id: str, wait_s: float) -> dict[str, Any]:
-        task = self._tasks.get(drain_id)
-        if task is None:
-            raise KeyError(drain_id)
-        done, _ = await asyncio.wait({task}, timeout=wait_s)
-        if not done:  # progress: what still runs, and for how long the drain has waited
-            elapsed = time.monotonic() - self._started.get(drain_id, time.monotonic())
-            return {
-                "id": drain_id,
-                "done": False,
-                "inflight": self._gateway.gate.inflight,
-                "elapsed_s": round(elapsed, 3),
-            }
-        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
-
-
 class BackendUnreachable(Exception):
     """The backend did not answer a `/backend` call (502)."""
 
@@ -176,7 +125,7 @@ class Control:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.drains = Drains(gateway)
+        self._drains: OrderedDict[str, tuple[asyncio.Task[DrainReport], float]] = OrderedDict()
 
     def _lease(self, args: dict[str, Any]) -> float:
         default = self.gateway.config.hold_lease
@@ -222,19 +171,44 @@ class Control:
         target = _variant(args, "target")
         token = _probe_token(args)
         pause, pause_late = _flag(args, "continue", False), _flag(args, "continue_at_timeout", True)
-        log = gateway.status.switches
+        context = _context(args)
+        pausing = None
+        if gateway.proxy.continue_streams and (pause or pause_late):
+            pausing = functools.partial(gateway.proxy.pause_streams, None, context)
+        drain = gateway.gate.drain(timeout, lease, owner, token, pausing, pause_first=pause)
+        task = asyncio.get_running_loop().create_task(drain)
         if target is not None:
+            log = gateway.status.switches
             log.begin(target, gateway.switcher.serving, owner or "control")
-        on_done = (
-            (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued, r.refused))
-            if target is not None
-            else None
-        )
-        drain_id = self.drains.start(timeout, lease, owner, token, on_done, pause, pause_late, _context(args))
-        return await self.drains.wait(drain_id, wait_s)
+
+            def drained(t: asyncio.Task[DrainReport]) -> None:
+                if not t.cancelled() and not t.exception():
+                    r = t.result()
+                    log.drained(r.hold_id, r.drained, r.cut, r.continued, r.refused)
+
+            task.add_done_callback(drained)
+        drain_id = secrets.token_hex(6)
+        self._drains[drain_id] = (task, time.monotonic())
+        while len(self._drains) > KEEP_DRAINS:  # kept until a caller has read them
+            self._drains.popitem(last=False)
+        return await self._drain_result(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.drains.wait(str(args["id"]), _wait(args))
+        return await self._drain_result(str(args["id"]), _wait(args))
+
+    async def _drain_result(self, drain_id: str, wait_s: float) -> dict[str, Any]:
+        """The drain's result, or its progress when it still runs after `wait_s`."""
+        task, started = self._drains[drain_id]
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            elapsed = round(time.monotonic() - started, 3)
+            return {
+                "id": drain_id,
+                "done": False,
+                "inflight": self.gateway.gate.inflight,
+                "elapsed_s": elapsed,
+            }
+        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
     async def route(self, args: dict[str, Any]) -> dict[str, Any]:
         try:

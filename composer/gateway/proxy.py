@@ -111,10 +111,8 @@ class Attempt:
 
     @property
     def unread(self) -> bool:
-        """True when a connection failure before any answer means the backend never read the
-        request: the head was not written, or the connection was a kept-alive one (the server
-        closed it idle, as a stopping server does). A fresh connection that breaks after the
-        head went out may have had its request read."""
+        """True when a failure before any answer means the backend never read the request: the
+        head was not written, or the connection was a kept-alive one (closed idle by the server)."""
         return not self.sent or self.reused
 
 
@@ -205,10 +203,8 @@ class Body:
 
 
 class Relay:
-    """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
-    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]` (a
-    `resumable` one raises `Stalled` instead: the continuation decides; `pause()` makes it
-    raise `Paused`)."""
+    """An SSE response's body, chunk by chunk: a drain's cut or a stall ends it with an error
+    event and `[DONE]` (`resumable`: a stall raises `Stalled`; `pause()`: `Paused`)."""
 
     __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
 
@@ -355,9 +351,8 @@ class ProxyApp:
         watcher: asyncio.Future[None] | None,
         held: HeldStream | None = None,
     ) -> None:
-        """Read the body's model and prompt size; an alias waits for its variant and is
-        renamed to the served name. Raises `Refused`, or `ClientGone` when the client
-        disconnects while it waits (`watcher` completes)."""
+        """Read the body's model and prompt size; an alias waits for its variant and is renamed to
+        the served name. Raises `Refused` or `ClientGone`."""
         seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
         if seen is None:
             return
@@ -626,9 +621,8 @@ class ProxyApp:
         release: Callable[[bool], None],
         failures: list[str],
     ) -> Callable[[str | None], None]:
-        """`Leg.end` of a stream on `target`: a break (a reason) takes the upstream out until
-        its probe passes and counts the failure; either way the ticket, the upstream's count
-        and the connection (the request upstream) are let go."""
+        """`Leg.end` of a stream on `target`: a break (a reason) takes it out until its probe
+        passes; either way the ticket, the count and the connection are let go."""
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -652,10 +646,9 @@ class ProxyApp:
         return paused, refused + sum(1 for at in list(self.unrecorded.values()) if url in (None, at))
 
     async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
-        """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's
-        head (held until an upstream is ready, within hold_timeout), then `data` to `path` on a
-        ready upstream. An upstream that cannot be reached is taken out and the next one tried;
-        raises `ContinuationFailed` when none answers in time or one refuses."""
+        """`continuation.Reopen`: a turn at the gate's head, then `data` to `path` on a ready
+        upstream (one that cannot be reached is taken out, the next tried); raises
+        `ContinuationFailed` when none answers within hold_timeout or one refuses."""
         deadline = self.gate.deadline()
         skipped = (b"content-length", b"transfer-encoding", b"content-type")
         headers = _request_headers([(k, v) for k, v in scope["headers"] if k.lower() not in skipped])
@@ -721,9 +714,8 @@ class ProxyApp:
         target.mark_down(why)
 
     def _went_away(self, body: Body, reached: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again,
-        which is once, and only when the backend cannot have started on it (`reached`: it may
-        have read the request)."""
+        """The backend went away before answering: True when the request may be queued again
+        (once, and only when it cannot have been read: not `reached`)."""
         if reached or body.resent or not body.replayable():
             return False
         body.resent = True
