@@ -27,7 +27,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import re
 import secrets
 import time
 from collections import OrderedDict
@@ -43,7 +42,7 @@ from starlette.routing import Route
 from composer.errors import GatewayConfigError
 
 from .client import DrainReport
-from .config import MAX_LEASE_S, check_upstream, parse_live
+from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
 from .gate import UnknownHold
 
 if TYPE_CHECKING:
@@ -51,7 +50,6 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16
-VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class BadInput(ValueError):
@@ -101,7 +99,7 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value in (None, ""):
         return None
-    if not isinstance(value, str) or not VARIANT_NAME.fullmatch(value):
+    if not isinstance(value, str) or not VARIANT.fullmatch(value):
         raise BadInput(f"{key} must be a variant name (letters, digits, '.', '_', '-'; at most 64)")
     return value
 

@@ -540,12 +540,9 @@ class ProxyApp:
                     stream = scope.get(STREAM) if response.status == 200 else None
                     if stream is None and self.continue_streams:
                         self.unrecorded[ticket] = member.url  # a switch counts it as refused
-                    relay = Relay(response, ticket, self.stall_timeout, resumable=stream is not None)
-                    ticket.cancel = relay.cut  # a cut ends the stream with an error event
-                    chunks = relay.chunks(lambda sc: self._stalled(sc, member, failures), scope)
+                    leg = self._leg(scope, member, response, ticket, release, failures, stream is not None)
+                    chunks = leg.chunks
                     if stream is not None:
-                        end = self._leg_end(member, response, ticket, release, failures)
-                        leg = Leg(chunks, end, relay.pause, member.url)
                         reopen = functools.partial(self._reopen, scope)
                         chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
@@ -613,16 +610,22 @@ class ProxyApp:
         member.begin(spilled)
         return once(lambda ok: self.live.finished(member, ok, spilled))
 
-    def _leg_end(
+    def _leg(
         self,
+        scope: Scope,
         target: Member,
         response: aiohttp.ClientResponse,
         ticket: Ticket,
         release: Callable[[bool], None],
         failures: list[str],
-    ) -> Callable[[str | None], None]:
-        """`Leg.end` of a stream on `target`: a break (a reason) takes it out until its probe
-        passes; either way the ticket, the count and the connection are let go."""
+        resumable: bool = True,
+    ) -> Leg:
+        """`response`'s SSE body from `target` as a `continuation.Leg`: a cut or a stall ends it;
+        its `end(reason)` (a break takes `target` out until its probe passes) lets the ticket,
+        the count and the connection go."""
+        relay = Relay(response, ticket, self.stall_timeout, resumable)
+        ticket.cancel = relay.cut  # a cut ends the stream with an error event
+        chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -634,7 +637,7 @@ class ProxyApp:
             release(reason is None)
             ticket.done()
 
-        return once(end)
+        return Leg(chunks, once(end), relay.pause, target.url)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
         """Pause the recorded streams on the upstream at `url` (None: every one) but those that
@@ -686,12 +689,7 @@ class ProxyApp:
                 release(True)
                 ticket.done()
                 raise ContinuationFailed(f"{target.url} answered {response.status}: {detail}")
-            relay = Relay(response, ticket, self.stall_timeout, resumable=True)
-            ticket.cancel = relay.cut
-            failures: list[str] = []
-            chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
-            end = self._leg_end(target, response, ticket, release, failures)
-            return Leg(chunks, end, relay.pause, target.url)
+            return self._leg(scope, target, response, ticket, release, [])
 
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
