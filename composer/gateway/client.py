@@ -480,19 +480,16 @@ class GatewayControl:
         return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
     def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with `[{name, variant, url}, ...]` (gate new members first: they
-        get requests at once); members left out get no new requests (`drain_upstream` waits
-        for their in-flight ones). `[]` goes back to the single upstream."""
+        """Replace the live set with `[{name, variant, url}, ...]` (gated first: they get requests
+        at once; `[]`: the single upstream); members left out get no new requests."""
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
         return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 
     def drain_upstream(
         self, name: str, timeout_s: float, continue_streams: bool = False, max_model_len: int | None = None
     ) -> UpstreamDrain:
-        """Wait up to `timeout_s` until the live upstream `name`, already left out of the set,
-        has no request in flight (then stop its container; what is left then fails).
-        `continue_streams`: its eligible streams are paused first, to go on on the other members
-        (but those that would not fit in their `max_model_len`)."""
+        """Wait up to `timeout_s` until the live upstream `name`, left out of the set, has nothing
+        in flight; `continue_streams`: its streams that fit in `max_model_len` go on elsewhere."""
         start = time.monotonic()
         continued = refused = 0
         while True:

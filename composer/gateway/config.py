@@ -168,10 +168,8 @@ class LiveSpec:
 
 
 def parse_live(items: object, where: str = "GATEWAY_LIVE_UPSTREAMS") -> tuple[LiveSpec, ...]:
-    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique.
-
-    Raises ValueError with a one-line message naming the problem and the allowed values.
-    """
+    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique;
+    ValueError (one line, with the allowed values) otherwise."""
     if not isinstance(items, list) or len(items) > MAX_LIVE:
         raise ValueError(f"{where} must be a JSON list of at most {MAX_LIVE} {{name, variant, url}} objects")
     specs: dict[str, LiveSpec] = {}

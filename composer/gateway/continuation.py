@@ -99,11 +99,9 @@ _HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
 
 def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
     """The ids of an ordinary mid-stream event, read from its bytes, and the spans of its id
-    members with their joining commas (its `token_ids`, and the `"prompt_token_ids": null`
-    vLLM sends after the first chunk); None when the event is anything else (the caller
-    parses it then): one `"token_ids"` key, after `"choices"`, holding a non-empty list of
-    ids, no other id member, nothing `_NOT_PLAIN` matches. A raw `"` never occurs inside a
-    JSON string, so what is found here is structure, never text."""
+    members with their commas; None for any other event (the caller parses it): one
+    `"token_ids"` list after `"choices"`, at most a `"prompt_token_ids": null` beside it, nothing
+    `_NOT_PLAIN` matches."""
     key = raw.find(_IDS_KEY)
     if key < 0 or raw.find(b'"choices"', 0, key) < 0 or _NOT_PLAIN.search(raw) is not None:
         return None
@@ -264,9 +262,8 @@ class Stream:
         return self.leg.upstream if self.leg is not None else ""
 
     def pause(self, context: int | None = None) -> bool:
-        """Stop reading the current leg: the stream goes on as after a break, with no failure
-        counted (False: nothing to pause, or it cannot go on). `context`: the next upstream's
-        max_model_len; a stream whose continuation would not fit in it is not paused."""
+        """Stop reading the current leg: it goes on as after a break, no failure counted (False:
+        it cannot, or would not fit in `context`, the next upstream's max_model_len)."""
         if self.leg is None or self.refused is not None or self.done:
             return False
         if self.head and self.prompt_ids is None:  # its upstream sends no token ids: it drains
@@ -484,11 +481,9 @@ class Stream:
     async def relay(
         self, leg: Leg, reopen: Reopen, keepalive: float = 0.0, running: set[Stream] | None = None
     ) -> AsyncIterator[bytes]:
-        """The client's stream: `leg`'s events, then, each time an upstream breaks (or the
-        leg is paused), those of the leg `reopen` opens (SSE comments every `keepalive`
-        seconds while it waits); the stream is in `running` meanwhile. A first leg that
-        breaks and cannot go on ends as without continuation: its connection error is raised
-        again, a stall's error event is sent, an early end just ends."""
+        """The client's stream: `leg`'s events, then those of the leg `reopen` opens each time
+        one breaks or is paused (SSE comments every `keepalive` s meanwhile); in `running` while
+        it lasts. A first leg that cannot go on ends as without continuation."""
         sent_at = time.monotonic()
         paused_at: float | None = None
         running = set() if running is None else running

@@ -57,11 +57,8 @@ def request(method: Any, path: Any, body: Any = None) -> tuple[str, str, dict[st
 
 @functools.cache
 def _client(socket_path: str) -> httpx.Client:
-    """One client per control socket for this process (a session's requests share it).
-
-    Plain HTTP over a Unix socket: no TLS context is built (`verify=False` skips reading
-    the CA bundle, about 50 ms per client in the gateway's image, which every request of a
-    swap's session paid on the clients' hold)."""
+    """One client per control socket for this process; `verify=False`: no CA bundle is read
+    (about 50 ms per client) for plain HTTP over a Unix socket."""
     transport = httpx.HTTPTransport(uds=socket_path, verify=False)
     return httpx.Client(
         transport=transport, base_url="http://gateway", timeout=httpx.Timeout(3700.0), verify=False

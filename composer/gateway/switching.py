@@ -167,9 +167,8 @@ class Switcher:
     def report(
         self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
     ) -> None:
-        """The host says what serves now, and how the demand `demand_id` ended. A report on a
-        demand, or one `follow` marks as its own, is a follower's contact: `up` reports what
-        serves too, and is none."""
+        """The host says what serves now, and how the demand `demand_id` ended (a report on a
+        demand, or a `follower`'s, counts as a follower's contact; `up`'s does not)."""
         now = self.clock()
         if demand_id is not None or follower:
             self.last_contact = now
