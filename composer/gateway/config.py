@@ -21,6 +21,7 @@ from .policy import WorkloadClass, parse_workloads
 
 DEFAULT_UPSTREAM = "http://vllm:8000"
 DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"
+CANDIDATES = "GATEWAY_UPSTREAM_CANDIDATES"
 MAX_LIVE = 64  # upstreams in a live set (they are metric labels: bounded)
 LIVE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}(/[A-Za-z0-9._-]{1,16})?")
 VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
@@ -352,7 +353,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
     numbers: dict[str, Any] = {field_name(name): _limited(env, name) for name in LIMITS}
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
-        upstream_candidates=_candidates(env.get("GATEWAY_UPSTREAM_CANDIDATES", "")),
+        upstream_candidates=tuple(check_upstream(url, CANDIDATES) for url in _items(env, CANDIDATES)),
         host=env.get("GATEWAY_HOST", "").strip() or "0.0.0.0",
         served_name=served,
         control_socket=socket_path,
@@ -361,7 +362,7 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
         api_key=env.get("VLLM_API_KEY", ""),
         switch_on_model=_flag(env, "GATEWAY_SWITCH_ON_MODEL", False),
         continue_streams=_flag(env, "GATEWAY_CONTINUE_STREAMS", True),
-        aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
+        aliases=_aliases(_items(env, "GATEWAY_ALIASES"), served),
         policy=policy,
         workloads=workloads,
         live_upstreams=live,
@@ -378,16 +379,15 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     return default if not raw else raw in ("true", "1")
 
 
-def _candidates(raw: str) -> tuple[str, ...]:
-    """`URL,...`: each a backend base URL (see `check_upstream`)."""
-    urls = filter(None, (part.strip() for part in raw.split(",")))
-    return tuple(check_upstream(url, "GATEWAY_UPSTREAM_CANDIDATES") for url in urls)
+def _items(env: Mapping[str, str], name: str) -> list[str]:
+    """The comma-separated items `name` sets (empty ones left out)."""
+    return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
 
 
-def _aliases(raw: str, served: str) -> tuple[tuple[str, str], ...]:
-    """`ALIAS=VARIANT,...`: each alias once, never the served name."""
+def _aliases(items: list[str], served: str) -> tuple[tuple[str, str], ...]:
+    """`ALIAS=VARIANT` items: each alias once, never the served name."""
     pairs: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
+    for item in items:
         alias, sep, variant = item.partition("=")
         if not sep or not alias.strip() or not variant.strip():
             raise GatewayConfigError(f"GATEWAY_ALIASES item {item!r} is invalid; allowed: ALIAS=VARIANT")

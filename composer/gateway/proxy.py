@@ -572,16 +572,17 @@ class ProxyApp:
             except ClientGone:
                 return False
             except Unresponsive as err:
-                self._unresponsive(scope, member, failures, err.asleep)
+                log.warning("unresponsive backend %s: %s %s", member.url, scope["method"], scope["path"])
+                self.metrics.upstream_errors.inc()
+                failures.append("asleep" if err.asleep else "unresponsive")
+                timeout = self.liveness.timeout
                 if err.asleep:
+                    member.mark_down("/is_sleeping: true")
                     await send_error(send, 503, "the backend was put to sleep before it answered: send again")
                 else:
-                    await send_error(
-                        send,
-                        504,
-                        f"the backend answered neither this request nor its /health for "
-                        f"{self.liveness.timeout:g}s (unresponsive_timeout)",
-                    )
+                    member.mark_down(f"/health unanswered for {timeout:g}s")
+                    why = f"the backend answered neither this request nor its /health for {timeout:g}s"
+                    await send_error(send, 504, f"{why} (unresponsive_timeout)")
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
@@ -702,14 +703,6 @@ class ProxyApp:
         self.metrics.stalled.inc()
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
-
-    def _unresponsive(self, scope: Scope, target: Member, failures: list[str], asleep: bool = False) -> None:
-        """A request waited on a backend that answered no /health probe for the timeout, or sleeps."""
-        log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
-        self.metrics.upstream_errors.inc()
-        failures.append("asleep" if asleep else "unresponsive")
-        why = "/is_sleeping: true" if asleep else f"/health unanswered for {self.liveness.timeout:g}s"
-        target.mark_down(why)
 
     def _went_away(self, body: Body, reached: bool) -> bool:
         """The backend went away before answering: True when the request may be queued again
