@@ -87,10 +87,7 @@ class HeldStream:
         if message["type"] == "http.response.start":
             self._status = message["status"]
             return
-        if message["type"] != "http.response.body":
-            await self._send(message)
-            return
-        if self._status < 400:
+        if message["type"] != "http.response.body" or self._status < 400:
             await self._send(message)
             return
         self._error.append(message.get("body", b""))
