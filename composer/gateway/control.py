@@ -238,24 +238,25 @@ class Control:
         if "json" in args:
             kwargs["json"] = args["json"]
         waking = method == "POST" and path == "/wake_up"
-        switches = gateway.status.switches
-        if method == "POST":
-            switches.backend_call(path, None)
+
+        def call(ok: bool | None) -> None:  # a POST (/sleep, /wake_up) is a stage of the switch
+            if method == "POST":
+                gateway.status.switches.backend_call(path, ok)
+                if ok is not None:
+                    gateway.metrics.count_sleep_call(path, ok)
+
+        call(None)
         if waking:
             gateway.metrics.waking.set(1)
         try:
             reply = await gateway.backend_client.request(method, gateway.upstream.url + path, **kwargs)
         except httpx.HTTPError as err:
-            if method == "POST":
-                gateway.metrics.count_sleep_call(path, ok=False)
-                switches.backend_call(path, False)
+            call(False)
             raise BackendUnreachable(f"backend unreachable: {type(err).__name__}: {err}") from err
         finally:
             if waking:
                 gateway.metrics.waking.set(0)
-        if method == "POST":
-            gateway.metrics.count_sleep_call(path, ok=reply.status_code == 200)
-            switches.backend_call(path, reply.status_code == 200)
+        call(reply.status_code == 200)
         try:
             payload: Any = reply.json()
         except ValueError:
