@@ -122,11 +122,8 @@ class GatewayState:
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
         """The live set, then its leaving members (empty: the single upstream serves)."""
         items = self.raw.get("upstreams")
-        return (
-            tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
-            if isinstance(items, list)
-            else ()
-        )
+        items = items if isinstance(items, list) else []
+        return tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
 
 
 @dataclass(frozen=True)
