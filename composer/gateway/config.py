@@ -112,9 +112,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
 
 MAX_LEASE_S = 3600.0
 
-# name -> (lowest, highest) value the gateway accepts: the one place of these bounds; the
-# stack checks its `[gateway]` keys against them (composer.stack.gateway), so nothing the
-# gateway would refuse at start ever reaches it.
+# name -> (lowest, highest) value the gateway accepts: the one place of these bounds (the
+# stack checks its `[gateway]` keys against them, composer.stack.gateway).
 LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_PORT": (1, 65535),
     "GATEWAY_HOLD_TIMEOUT": (0.1, 86400.0),

@@ -77,14 +77,12 @@ MAX_EVENT = 1 << 20  # bytes of an unfinished event kept; past it the stream pas
 DONE = b"[DONE]"
 KEEPALIVE = b": the gateway continues this stream on another upstream\n\n"
 BREAK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-# A `"token_ids"` or `"prompt_token_ids"` member whose value is a list of ids, with the comma
-# that joins it to its neighbour. A raw `"` never occurs inside a JSON string (it is written
-# `\"`), so this matches members only, never text a string carries.
+# A `"token_ids"` or `"prompt_token_ids"` member (a list of ids, or null) with its comma. A raw
+# `"` never occurs inside a JSON string, so this matches members only, never text.
 ID_MEMBER = re.compile(
     rb',\s*"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)'
     rb'|"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)\s*,?'
 )
-"""An id member (a list of ids, or null as vLLM sends where it has none) with its comma."""
 
 _IDS_KEY = b'"token_ids":'
 _NULL_PROMPT_IDS = re.compile(rb', ?"prompt_token_ids": ?null(?=[,}])')

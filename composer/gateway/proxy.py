@@ -47,9 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway")
 
 REPLAY_LIMIT = 128 * 1024
-# Idle upstream connections close after this long: under vLLM's own keep-alive timeout
-# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s), so the gateway never sends on a connection the server
-# is closing.
+# Idle upstream connections close after this long: under vLLM's own keep-alive timeout (5 s),
+# so the gateway never sends on a connection the server is closing.
 UPSTREAM_KEEPALIVE_S = 4.0
 HOP_BY_HOP = frozenset(
     {
@@ -74,9 +73,8 @@ SERVED_BY = b"x-served-by"
 ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
 STREAM = "gateway.stream"
-# Errors that mean the backend went away before it answered: sent again (once) when the body
-# can be replayed and the backend cannot have started on it (see `Attempt.unread`).
-# CONNECT_ERRORS are caught first (they are connection errors too).
+# Errors that mean the backend went away before it answered (`Attempt.unread`: sent again
+# once); CONNECT_ERRORS are caught first (they are connection errors too).
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
