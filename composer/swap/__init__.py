@@ -5,12 +5,12 @@ container's own `/is_sleeping`, the gateway's route, the running swap) -> `plan`
 typed operations, `ops`, that carry their arguments, each with its inverse; `up --dry-run`
 prints them) -> `execute` (one executor for every change of what serves: a loop over a
 dispatch table that, on a failure or the first stop signal, runs the inverses of what ran,
-newest first) with the single switch's Docker dispatch table (`transaction.SingleSwap`,
-whose handlers call `steps`) -> `journal` (the running swap's record that `status` reads,
-and the swap history). `swapper` is the entry: `prepare` (snapshot, doctor's fast checks,
-the run file, the plan and its standby fit) then `execute`; `down` stops the project or one
-variant's container. The variant is resolved once, into a `Target`; below the plan the
-handlers act on what the operations carry, never on the variant's settings again.
+newest first) with the single switch's Docker dispatch table (`transaction.SingleSwap`)
+-> `journal` (the running swap's record that `status` reads, and the swap history).
+`swapper` is the entry: `prepare` (snapshot, doctor's fast checks, the run file, the plan
+and its standby fit) then `execute`; `down` stops the project or one variant's container.
+The variant is resolved once, into a `Target`; below the plan the handlers act on what the
+operations carry, never on the variant's settings again.
 
 Owns: the swap plan and its executors (a single switch: stop or put to sleep the old
 variant, wait for its GPU memory, start or wake the new one, gate it, undo on any failure;

@@ -19,8 +19,8 @@ from composer.errors import ComposerError, DownRefused
 from composer.stack.model import Stack
 from composer.swap.journal import append_history
 from composer.swap.snapshot import take
-from composer.swap.steps import Context
 from composer.swap.swapper import UpOptions
+from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
     import docker

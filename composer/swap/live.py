@@ -64,8 +64,8 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
-    from composer.swap.steps import Context
     from composer.swap.swapper import UpOptions, UpResult
+    from composer.swap.transaction import Context
 
 Say = Callable[[str], None]
 
@@ -574,8 +574,8 @@ class LiveSwapper:
         """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
         for each variant the plan starts, before anything stops, reading the snapshot's
         containers: PreflightFailed on the first failure, else the warnings."""
-        from composer.swap.steps import Context
         from composer.swap.swapper import preflight_warnings
+        from composer.swap.transaction import Context
 
         ctx = Context(self.stack, self.client, self.options, self.say, self.waiting)
         return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
@@ -857,7 +857,7 @@ def up_set(
     services (`--with`), checked first, started once it serves."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
-    from composer.swap.steps import Context
+    from composer.swap.transaction import Context
 
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed

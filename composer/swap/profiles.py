@@ -24,7 +24,7 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import resolve
 from composer.swap import snapshot
 from composer.swap.lock import lock_dir
-from composer.swap.steps import Context, compose_up
+from composer.swap.transaction import Context, compose_up
 
 FOLLOWER_ATTACH_S = 30.0
 """How long `up --with follow` waits for the follower's first report to the gateway."""

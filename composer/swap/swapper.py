@@ -42,7 +42,7 @@ from composer.render.files import run_file
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import gateway_change, snapshot, steps, transaction
+from composer.swap import gateway_change, snapshot, transaction
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
@@ -57,7 +57,7 @@ from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     stop_instead,
 )
 from composer.swap.profiles import check_profiles, start_profiles
-from composer.swap.steps import Context
+from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
     import docker
@@ -191,7 +191,7 @@ def prepare(
     if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
-        steps.compose_up(ctx, compose_file, gateway.service)
+        transaction.compose_up(ctx, compose_file, gateway.service)
         snap = snapshot.take(stack, ctx.client)
         current = snap.current
     ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
