@@ -10,7 +10,6 @@ failed and when; `compose-spec logs --failed [--explain]` reads it back.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,8 +19,8 @@ from typing import TYPE_CHECKING
 from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
 from composer.engine.variant_container import VariantContainer
-from composer.render.runfiles import state_dir
-from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded
+from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded, replace_file
+from composer.swap.journal import project_dir
 
 if TYPE_CHECKING:
     import docker
@@ -44,10 +43,6 @@ class Failure:
     truncated: bool = False
 
 
-def _folder(project: str, directory: Path | None) -> Path:
-    return (directory or state_dir()) / project
-
-
 def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
     """The end of a log within `limit` bytes, cut at a line start; and whether it was cut."""
     data = log.encode()
@@ -56,14 +51,6 @@ def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
     cut = data[-limit:]
     newline = cut.find(b"\n")
     return cut[newline + 1 :].decode(errors="replace"), True
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def save_failure(
@@ -75,7 +62,7 @@ def save_failure(
     directory: Path | None = None,
 ) -> Path:
     """Keep a failed container's log (bounded, key masked); return where it went."""
-    folder = _folder(project, directory)
+    folder = project_dir(project, directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     text, truncated = bounded(redact(log, api_key))
     record = {
@@ -84,14 +71,14 @@ def save_failure(
         "cause": redact(cause, api_key),
         "truncated": truncated,
     }
-    _write_private(folder / LOG_FILE, text)
-    _write_private(folder / RECORD_FILE, json.dumps(record) + "\n")
+    replace_file(folder / LOG_FILE, text.encode(), 0o600)
+    replace_file(folder / RECORD_FILE, (json.dumps(record) + "\n").encode(), 0o600)
     return folder / LOG_FILE
 
 
 def last_failure(project: str, directory: Path | None = None) -> Failure | None:
     """The saved failure of a project, or None when no swap failed (or the record is unreadable)."""
-    folder = _folder(project, directory)
+    folder = project_dir(project, directory)
     try:
         record = json.loads(read_bounded(folder / RECORD_FILE, "failure record", RECORD_LIMIT))
         log = read_bounded(folder / LOG_FILE, "failure log", MAX_BYTES, tail=True).decode(errors="replace")

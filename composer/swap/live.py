@@ -24,15 +24,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from composer.engine import bootlog, retry
-from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ConfigError, GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.files import run_file as variant_run_file
+from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.live import LiveTarget, render_live, resolve_live
-from composer.render.runfiles import compose_environment, state_dir
+from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
@@ -57,6 +57,7 @@ from composer.swap.ops import (
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 from composer.swap.snapshot import LiveRunning, Snapshot
+from composer.swap.transaction import Context, by_name, compose_up
 
 if TYPE_CHECKING:
     import docker
@@ -65,7 +66,6 @@ if TYPE_CHECKING:
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
     from composer.swap.swapper import UpOptions, UpResult
-    from composer.swap.transaction import Context
 
 Say = Callable[[str], None]
 
@@ -514,6 +514,7 @@ class LiveSwapper:
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.say = progress
         self.waiting = waiting or progress
+        self.ctx = Context(stack, client, options, progress, self.waiting)
         self.timings: dict[str, float] = {}
         self.drained = DrainTally()
         self._releases: list[ReleaseWait] = []
@@ -575,10 +576,8 @@ class LiveSwapper:
         for each variant the plan starts, before anything stops, reading the snapshot's
         containers: PreflightFailed on the first failure, else the warnings."""
         from composer.swap.swapper import preflight_warnings
-        from composer.swap.transaction import Context
 
-        ctx = Context(self.stack, self.client, self.options, self.say, self.waiting)
-        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
+        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(self.ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
         """Before the undo removes a member that failed to start or pass its gate: keep its log
@@ -594,24 +593,13 @@ class LiveSwapper:
         self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
-    def _compose_up(self, compose_file: str, service: str, args: tuple[str, ...] = ()) -> None:
-        compose(
-            self.stack.project,
-            Path(compose_file),
-            ["up", "--detach", "--no-build", "--pull", "never", *args, service],
-            env=compose_environment(Path(compose_file), self.stack.api_key),
-            timeout=max(120.0, self.options.timeout),
-        )
-
     def start_gateway(self, op: StartGateway) -> None:
         self.say("starting the gateway")
-        from composer.engine.containers import holder_kept
-
-        self._compose_up(op.run_file, "gateway", tuple(holder_kept(self.stack, self.client)))
+        compose_up(self.ctx, Path(op.run_file), GATEWAY_SERVICE)
 
     def start_member(self, op: StartMember) -> None:
         self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")
-        self._compose_up(op.member.run_file, op.member.service)
+        compose_up(self.ctx, Path(op.member.run_file), op.member.service)
 
     def adopt(self, op: AdoptMember) -> None:
         """The container joins as it runs: it must still be the running one the plan read."""
@@ -625,12 +613,10 @@ class LiveSwapper:
         return GatewayControl(gateway) if gateway is not None else None
 
     def _container(self, name: str) -> VariantContainer:
-        from docker.errors import NotFound
-
-        try:
-            return VariantContainer(self.client.containers.get(name))
-        except NotFound:
-            raise SwapFailed(f"{name} was not created") from None
+        found = by_name(self.ctx, name)
+        if found is None:
+            raise SwapFailed(f"{name} was not created")
+        return found
 
     def _address(self, container: VariantContainer) -> str:
         """The container's address on the project's network (the gate reaches it directly)."""
@@ -857,7 +843,6 @@ def up_set(
     services (`--with`), checked first, started once it serves."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
-    from composer.swap.transaction import Context
 
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed

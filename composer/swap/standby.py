@@ -20,7 +20,6 @@ variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.c
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -44,11 +43,6 @@ if TYPE_CHECKING:
 ACCEPTANCE_WARMUP_REQUESTS = 2
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
-
-
-def upstream_of(container: VariantContainer) -> str:
-    """The gateway's upstream URL for one container, by its own name."""
-    return upstream_url(container.name)
 
 
 def park(container: VariantContainer) -> None:
@@ -105,7 +99,7 @@ def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: 
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
     """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
-    control.route(upstream_of(container))
+    control.route(upstream_url(container.name))
     try:
         reply = control.wake_up()
     except GatewayControlError as err:
@@ -181,8 +175,3 @@ def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: 
             f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
         )
     return rate
-
-
-def waited(began: float) -> float:
-    """Seconds since `began` (monotonic)."""
-    return time.monotonic() - began
