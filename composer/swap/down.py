@@ -17,6 +17,7 @@ from composer import labels as label_names
 from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused
 from composer.stack.model import Stack
+from composer.swap.execute import Say, quiet
 from composer.swap.journal import append_history
 from composer.swap.snapshot import take
 from composer.swap.swapper import UpOptions
@@ -25,12 +26,6 @@ from composer.swap.transaction import Context
 if TYPE_CHECKING:
     import docker
     from docker.models.volumes import Volume
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
@@ -123,7 +118,7 @@ def stop_variant(
 
 
 def down(
-    stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet, volumes: bool = False
+    stack: Stack, *, client: docker.DockerClient, progress: Say = quiet, volumes: bool = False
 ) -> list[str]:
     """Stop and remove what runs under the project's lock (`volumes`: and the project's named
     volumes); what was stopped (see `stop_project`)."""
@@ -137,7 +132,7 @@ def down(
 
 
 def down_variant(
-    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
+    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = quiet
 ) -> str:
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
     from composer.swap.lock import swap_lock

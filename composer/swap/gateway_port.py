@@ -29,6 +29,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
 
 if TYPE_CHECKING:
@@ -37,8 +38,6 @@ if TYPE_CHECKING:
 
     from composer.engine.variant_container import VariantContainer
     from composer.render.gateway import GatewaySpec
-
-Say = Callable[[str], None]
 
 
 def published_port_fields(stack: Stack, container: Container) -> dict[str, object]:
@@ -135,7 +134,7 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
 
 
 def recreate_gateway(
-    stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = lambda _: None
+    stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
     from composer.swap.lock import swap_lock

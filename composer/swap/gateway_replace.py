@@ -35,6 +35,7 @@ from composer.engine.published_port import wait_published
 from composer.errors import ComposerError, GatewayControlError
 from composer.render.runfiles import compose_environment
 from composer.stack.model import Stack
+from composer.swap.execute import Say
 from composer.swap.gateway_change import container_env
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
     from composer.engine.published_port import PublishedPort
     from composer.render.gateway import GatewaySpec
 
-Say = Callable[[str], None]
 PORT_BACK_TIMEOUT = 60.0
 """Seconds a new gateway has to answer on its control channel and through the published port."""
 

@@ -35,6 +35,7 @@ from composer.engine.retry import Pending
 from composer.errors import ComposerError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.signals import pause
+from composer.swap.execute import Say, quiet
 
 if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
@@ -48,10 +49,6 @@ GIB = float(1 << 30)
 
 PER_PROCESS = "per-process"
 SNAPSHOT_DROP = "snapshot drop"
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -134,7 +131,7 @@ class ReleaseWait:
     def wait(
         self,
         timeout: float,
-        waiting: Callable[[str], None] = _quiet,
+        waiting: Say = quiet,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = pause,
     ) -> ReleaseOutcome:

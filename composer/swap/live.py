@@ -38,7 +38,7 @@ from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.execute import Handlers, execute
+from composer.swap.execute import Handlers, Say, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.ops import (
@@ -66,12 +66,6 @@ if TYPE_CHECKING:
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
     from composer.swap.swapper import UpOptions, UpResult
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -505,7 +499,7 @@ class LiveSwapper:
         stack: Stack,
         client: docker.DockerClient,
         options: UpOptions,
-        progress: Say = _quiet,
+        progress: Say = quiet,
         waiting: Say | None = None,
     ) -> None:
         self.stack = stack
@@ -833,7 +827,7 @@ def up_set(
     *,
     client: docker.DockerClient,
     options: UpOptions,
-    progress: Say = _quiet,
+    progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult | LiveResult:
     """`up` on Docker, its one entry: under the project's lock (none for a dry run) ONE

@@ -23,7 +23,6 @@ first, then what the undo did.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -43,6 +42,7 @@ from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import gateway_change, snapshot, transaction
+from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
@@ -61,12 +61,6 @@ from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
     import docker
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -367,7 +361,7 @@ def up(
     *,
     client: docker.DockerClient,
     options: UpOptions | None = None,
-    progress: Say = _quiet,
+    progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""

@@ -44,7 +44,7 @@ from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
-from composer.swap.execute import Handlers, Undone, execute
+from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
@@ -63,16 +63,11 @@ if TYPE_CHECKING:
     from composer.swap.plan import SwapPlan
     from composer.swap.swapper import UpOptions, UpResult
 
-Say = Callable[[str], None]
 T = TypeVar("T")
 UPSTREAM_WAIT_S = 30.0
 """How long a recreated gateway has to reach the serving variant before it is put to sleep."""
 DRAINED = ("finished", "cut", "continued", "refused")
 """`drained`'s counts: requests that finished, were cut, streams continued and refused."""
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -82,8 +77,8 @@ class Context:
     stack: Stack
     client: docker.DockerClient
     options: UpOptions
-    say: Say = _quiet
-    waiting: Say = _quiet
+    say: Say = quiet
+    waiting: Say = quiet
     hold: SwapHold | None = None
 
     def control(self) -> GatewayControl:

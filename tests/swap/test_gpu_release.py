@@ -190,7 +190,7 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     order: list[str] = []
 
     class Recorded(ReleaseWait):
-        def wait(self, timeout, waiting=gpu_release._quiet, clock=None, sleep=None):  # type: ignore[override]
+        def wait(self, timeout, waiting=gpu_release.quiet, clock=None, sleep=None):  # type: ignore[override]
             order.append(f"wait {timeout:.0f}")
             return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
 
