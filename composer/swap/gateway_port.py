@@ -24,6 +24,7 @@ from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError, UsageError
+from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
@@ -164,7 +165,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     gateway, published = done.container, done.published
     if serving is not None:
         say(f"waiting for the gateway to reach {serving}")
-        if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
+        if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
             raise ComposerError(
                 f"the recreated gateway answers on {published.url} but does not reach {serving} "
                 f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
@@ -196,7 +197,7 @@ def _what_serves(
         return (
             live_run_file(target),
             target.gateway,
-            lambda c: _control(c).set_upstreams(live),
+            lambda c: GatewayControl(c).set_upstreams(live),
             f"the live set {names}",
         )
     member = snap.serving
@@ -204,7 +205,7 @@ def _what_serves(
     compose_file = _compose_file(stack, member.container if member is not None else None)
     spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway
     standby = member.container.name if member is not None and member.standby_service else None
-    configure = (lambda c: _control(c).route(upstream_url(standby))) if standby else None
+    configure = (lambda c: GatewayControl(c).route(upstream_url(standby))) if standby else None
     return compose_file, spec, configure, variant
 
 
@@ -215,9 +216,3 @@ def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
         return Path(described.config_file)
     name = described.variant if described is not None and described.variant in stack.variants else None
     return run_file(resolve_target(stack, name or next(iter(stack.variants))))
-
-
-def _control(gateway: Container):
-    from composer.gateway.client import GatewayControl
-
-    return GatewayControl(gateway)

@@ -33,6 +33,7 @@ from composer.engine.health import base_url
 from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import wait_published
 from composer.errors import ComposerError, GatewayControlError
+from composer.gateway.client import GatewayControl
 from composer.render.runfiles import compose_environment
 from composer.stack.model import Stack
 from composer.swap.execute import Say
@@ -152,7 +153,7 @@ def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], s
 
 def _ready(gateway: Container, configure: Callable[[Container], object] | None) -> None:
     """Wait for the new gateway's control channel (then its port listens), and configure it."""
-    step = configure or (lambda c: _control(c).state())
+    step = configure or (lambda c: GatewayControl(c).state())
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: step(gateway))
 
 
@@ -163,7 +164,7 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
     finished = cut = 0
     for old in olds:
         try:
-            state = _control(old).state()
+            state = GatewayControl(old).state()
             busy = state.inflight + state.held
         except GatewayControlError:
             busy = 0
@@ -188,9 +189,3 @@ def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[Publ
             f"the new gateway does not answer through {published.url}: {published.detail} ({gap.line()})"
         )
     return published, gap
-
-
-def _control(gateway: Container):
-    from composer.gateway.client import GatewayControl
-
-    return GatewayControl(gateway)

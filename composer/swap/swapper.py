@@ -1,23 +1,14 @@
 """Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
 
-`up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
-fast checks on it, writes the run file and decides every typed operation, each with its
-inverse, before anything stops (`plan.decide`, with the standby fit from
-`composer.capacity`; `--dry-run` stops here); `execute` runs the operations through the
-shared executor with the Docker dispatch table (`transaction.SingleSwap`). A gateway's changed
-settings are applied in place (same container, nothing drained); what only a new container
-can change (image, port, API key) drains it before it is recreated (`gateway_change`). The
-running swap's stage is written to `journal.SwapRecord` from the plan's data (what `status`
-shows), and every outcome to the history.
-
-Order on one set of GPUs: stop the old container -> wait until its GPU memory is
-released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
-one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
-hints, then run the inverses of what ran, newest first (remove the new container, start
-the previous one again from its run file and gate it too). Only the first Ctrl-C or SIGTERM
-counts: later ones are ignored until the undo has ended, and `docker compose` runs in its
-own session, out of reach of the terminal's Ctrl-C. The error names the original cause
-first, then what the undo did.
+`up` takes the lock; `prepare` reads the project once, runs doctor's fast checks, writes
+the run file and decides every typed operation before anything stops (`plan.decide`, with
+the standby fit from `composer.capacity`; `--dry-run` stops here); `execute` runs them
+through the shared executor with `transaction.SingleSwap`. Changed gateway settings are
+applied in place; what only a new container can change (image, port, API key) replaces it
+(`gateway_change`). The stage is recorded in `journal.SwapRecord` (what `status` shows),
+every outcome in the history. On any failure, Ctrl-C included, the inverses of what ran
+run, newest first (later stop signals are ignored until then; `docker compose` runs in its
+own session); the error names the cause first, then what the undo did.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
-"""The single switch's Docker executor: the dispatch table `composer.swap.execute` runs a
-`SwapPlan`'s typed operations through (`composer.swap.ops`).
+"""The single switch's Docker dispatch table (`SingleSwap`), run by `composer.swap.execute`.
 
-`Context` holds the collaborators (the stack, the Docker client, the options, where to say
-things, the gateway's current hold). `SingleSwap`'s handlers each do one operation and write
-what it did (seconds per step kind, notes, warnings, drained counts) into the swap's
-`UpResult`; they never read the variant's settings: the operations carry the containers,
-run files and services, the settle watch, the warm-up and the checks. On a failure or the
-first Ctrl-C, SIGTERM or SIGHUP, `execute` runs the inverses of what ran, newest first:
-`keep_evidence` keeps the failed variant's log before, `explain` words the error after (the
-cause first, then what the undo did). A gateway that restarted or stopped during a route, a
-gate or a settle watch is held (or started) again and the operation runs once more
-(`through_restarts`).
-
-The settle watch begins when the engine came up (`Settle.since`): at readiness for a started
-container, at the wake call for a woken one, at the process's start for one adopted or
-routed to again; the warm-up and the wake checks run beside it.
+`Context` holds the collaborators (stack, Docker client, options, where to say things, the
+gateway's current hold). Each handler does one operation and writes what it did (seconds per
+step kind, notes, warnings, drained counts) into the `UpResult`, never reading the variant's
+settings: the operations carry them. `keep_evidence` keeps a failed variant's log before the
+undo, `explain` words the error after it. A gateway that restarted or stopped during a route,
+a gate or a settle watch is held (or started) again and the operation runs once more
+(`through_restarts`). The settle watch begins when the engine came up (`Settle.since`), with
+the warm-up and the wake checks beside it.
 """
 
 from __future__ import annotations
@@ -99,11 +92,9 @@ def compose_up(
     host: dict[str, str] | None = None,
     recreate: bool = True,
 ) -> None:
-    """`docker compose up -d` of one service of a run file (never builds, never pulls);
-    `host`: host values the file interpolates, set exactly (the follow profile's paths);
-    `recreate=False`: an existing container is kept as it is (a gateway whose settings
-    were applied in place differs from the file only in them). The gateway's port holder
-    is left alone while it holds the port (`holder_kept`)."""
+    """`docker compose up -d` of one service of a run file (never builds or pulls); `host`:
+    values the file interpolates (the follow profile's paths); `recreate=False`: an existing
+    container is kept. The gateway's port holder is left alone while it holds the port."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     keep = [] if recreate else ["--no-recreate"]
     if service == GATEWAY_SERVICE:
@@ -125,10 +116,9 @@ def drain(
     opened: SwapHold | None = None,
     recreate: bool = True,
 ) -> tuple[SwapHold, Drained]:
-    """Start the gateway from `compose_file` when given (`recreate=False`: a running one is
-    kept as it is), then hold new requests and let in-flight ones finish (eligible streams
-    are paused to go on on the next variant instead, unless `up --drain`). `opened`: a hold
-    whose control session is already open (`holding.EarlyHold`), used as is."""
+    """Start the gateway from `compose_file` when given, then hold new requests and let those
+    in flight finish (eligible streams pause to go on on the next variant, unless `up --drain`).
+    `opened`: a hold whose control session is already open (`holding.EarlyHold`)."""
     if compose_file is not None:
         compose_up(ctx, compose_file, gateway.service, recreate=recreate)
     hold = opened or start_hold(
@@ -140,7 +130,6 @@ def drain(
         container=_get(ctx, gateway.container_name),
         waiting=ctx.waiting,
     )
-    # the progress line shows it while something runs
     return hold, hold.begin(ctx.stack.gateway.continues(ctx.options.drain))
 
 
@@ -163,9 +152,8 @@ def by_name(ctx: Context, name: str) -> VariantContainer | None:
 
 
 def gateway_stopped(ctx: Context) -> str | None:
-    """How the stack's gateway container stopped ("exited with code 137", "removed"), or
-    None while it runs (or the stack has no gateway, or Docker does not answer: the step
-    that needs Docker reports that itself)."""
+    """How the stack's gateway container stopped ("exited with code 137", "removed"); None
+    while it runs, without a gateway, or when Docker does not answer."""
     from docker.errors import NotFound
 
     from composer.render.gateway import build_gateway_spec
@@ -186,8 +174,8 @@ def gateway_stopped(ctx: Context) -> str | None:
 
 
 def watch_gateway(ctx: Context) -> Callable[[], None] | None:
-    """For the gate and the settle watch of a held swap: raises GatewayControlError when the
-    gateway that carries the probes is no longer running (None without a hold)."""
+    """For a held swap's gate and settle watch: raises GatewayControlError once the gateway
+    that carries the probes stops running (None without a hold)."""
     if ctx.hold is None:
         return None
 
@@ -200,9 +188,8 @@ def watch_gateway(ctx: Context) -> Callable[[], None] | None:
 
 
 def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why: str = "") -> Context:
-    """The gateway restarted (`compose_file` None) or stopped (`why`; started again from the
-    run file) during the swap, and its hold is gone with it: hold it again (a new hold, a new
-    probe token)."""
+    """Hold the gateway again (a new hold, a new probe token) after it restarted, or after it
+    stopped (`why`; started again from `compose_file`) and took its hold with it."""
     from composer.render.gateway import build_gateway_spec
 
     gateway = build_gateway_spec(ctx.stack)
@@ -236,9 +223,8 @@ def settle_left(seconds: float, since: float, now: float | None = None) -> float
 
 
 def engine_started(since: str, container: VariantContainer | None, ready_at: float, began: float) -> float:
-    """When the settle watch begins (monotonic): `ready`, when a started container became
-    ready (`ready_at`; its load can fail late); `wake`, the wake call (`began`: the process
-    did not restart); `process`, when an adopted or re-routed container's process started."""
+    """When the settle watch begins (monotonic): `ready`: at `ready_at` (a load can fail late);
+    `wake`: at the wake call, `began`; `process`: when the container's process started."""
     if since == "wake":
         return began
     if since == "process":
@@ -268,9 +254,8 @@ def through_restarts(
     warnings: list[str],
 ) -> T:
     """Run a gate, settle or route step; when the gateway restarted meanwhile (it refuses the
-    swap's probe token), hold it again, route it again and run the step once more. When the
-    gateway stopped (killed, crashed, removed), `revive` starts and holds it again first, and
-    `warnings` says so."""
+    probe token), hold and route it again and run the step once more; when it stopped,
+    `revive` starts and holds it again first, and `warnings` says so."""
     try:
         return step(held[-1])
     except (HealthCheckFailed, GatewayControlError) as err:
@@ -292,9 +277,9 @@ def through_restarts(
 def beside_settle(
     ctx: Context, op: ops.Settle, where: GateTarget, notes: list[str], timings: dict[str, float]
 ) -> Callable[[], None] | None:
-    """What runs during the settle watch: the wake checks after a wake (`/is_sleeping` false,
-    and with `op.acceptance` acceptance above the floor), then the warm-up (`op.warmup`
-    requests past the hold; none without one). Its notes and seconds go to `notes`, `timings`."""
+    """What runs during the settle watch: after a wake `/is_sleeping` false (and with
+    `op.acceptance`, acceptance above the floor), then `op.warmup` requests past the hold;
+    its notes and seconds go to `notes` and `timings`."""
     requests = op.warmup if ctx.hold is not None else 0
     if not op.woke and requests <= 0:
         return None
@@ -381,10 +366,8 @@ class SingleSwap:
 
     # -- the gateway ----------------------------------------------------------------------
     def update_gateway(self, op: ops.UpdateGateway) -> None:
-        """Replace the gateway's container with one of the new settings
-        (`gateway_replace.replace_gateway`): the new one starts beside the old one, which then
-        finishes its requests, so the port never closes; what the port did meanwhile is
-        measured, and the old one's requests are counted: finished, or cut at its drain timeout."""
+        """A new gateway container with the new settings beside the old one, which then finishes
+        its requests (`gateway_replace`); the port's gap and the old one's requests are counted."""
         from composer.swap.gateway_replace import replace_gateway
 
         assert self.gateway is not None
@@ -415,9 +398,8 @@ class SingleSwap:
         self.updated = True
 
     def apply_settings(self, op: ops.ApplySettings) -> None:
-        """Apply the gateway's changed settings in place: the same container serves on, nothing
-        is drained or refused (a refusal changes nothing and fails the swap before anything
-        else); through the early control session when it opened (else one `docker exec`)."""
+        """Apply the gateway's changed settings in place (same container, nothing drained); a
+        refusal fails the swap before anything else changed."""
         from composer.gateway.client import GatewayControl
 
         assert self.gateway is not None
@@ -595,7 +577,7 @@ class SingleSwap:
 
     # -- the gate and the watches -----------------------------------------------------------
     def gate(self, op: ops.Gate) -> None:
-        """Wait until the container is ready (/health, /v1/models, one completion); its boot log."""
+        """Wait until the container is ready (/health, /v1/models, one completion)."""
         where = gate_target(self.ctx, op.member.variant)
         container = by_name(self.ctx, op.member.container)
         self.container, self.log, self.ready_at = None, "", 0.0  # not ready until it passed
@@ -620,8 +602,8 @@ class SingleSwap:
         self._took("start_to_ready", self.ready_at - self.began)
 
     def settle(self, op: ops.Settle) -> None:
-        """Watch the ready container while the wake checks and the warm-up run beside it;
-        clients are released only when both are over, and the watch fails first if it dies."""
+        """Watch the ready container, the wake checks and the warm-up beside it (clients wait
+        for both; the watch fails first if the container dies)."""
         where = gate_target(self.ctx, op.member.variant)
         self.since = engine_started(op.since, self.container, self.ready_at, self.began)
         left = settle_left(op.seconds, self.since)
