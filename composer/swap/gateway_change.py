@@ -1,14 +1,11 @@
 """How the running gateway differs from the stack: a new container, or settings applied in place.
 
-Settings a running gateway takes in place (`composer.gateway.config.LIVE`: timeouts, max_held,
-aliases, workloads, policy, ...) are compared, parsed by the gateway's own parser, with the
-ones the gateway reports in effect (`/state`'s `settings`), never with its container's
-environment (a gateway changed in place keeps its old environment). Everything else (image,
-published port and address, mounts, the API key, what the gateway reads once) needs a new
-container: compose's config hash decides it over the run file's gateway service with the
-live settings set to the ones the container was created with, so only the container-level
-part counts. The reason names what differs where the container's record says it (`named`:
-the image, the published port or address, the API key, start-only settings), so
+Settings a running gateway takes in place (`composer.gateway.config.LIVE`) are compared,
+parsed by the gateway's own parser, with those it reports in effect (`/state`'s `settings`),
+never its container's environment (changed in place, it keeps the old one). Everything else
+(image, published port and address, mounts, the API key, start-only settings) needs a new
+container: compose's config hash decides, over the run file's gateway service with the live
+settings the container was created with. The reason names what differs (`named`), so
 `up --dry-run` says why the gateway is replaced.
 """
 

@@ -1,14 +1,10 @@
 """The gateway's published port, end to end: what `status` says about it, and
 `up --recreate-gateway`, which replaces only the gateway's container (the serving variant
-keeps running, and keeps serving through it), and its port holder too when Docker's
-forwarding of the port is gone (that brings it back).
-
-The new container starts beside the old one, which then stops, so the port stays open
-(`composer.swap.gateway_replace`); what the port did meanwhile is measured and reported.
-
-On a live set the new gateway is created from the live set's run file (its environment
-lists the set) and then told the upstreams that Docker's labels say run (`live`, `variant`,
-the compose service), so it routes to exactly the containers that serve, as before.
+keeps serving through it), and its port holder too when Docker's forwarding of the port is
+gone. The new container starts beside the old one, which then stops, so the port stays open
+(`composer.swap.gateway_replace`); what the port did meanwhile is measured. On a live set the
+new gateway comes from the live set's run file and is told the upstreams Docker's labels
+say run.
 """
 
 from __future__ import annotations

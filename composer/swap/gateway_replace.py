@@ -74,16 +74,9 @@ def replace_gateway(
     *,
     new_holder: bool = False,
 ) -> Replacement:
-    """Replace the gateway's container with one made from `compose_file`, the port watched.
-
-    When the port holder runs with the port the file wants, the new container starts in its
-    network beside the old one (`--scale` 2, nothing recreated), both listening on the port;
-    once the new one's control channel answers (its port listens before: see
-    `composer.gateway.runtime`) and `configure` has told it its upstreams, the old one is
-    stopped: it closes its listener and finishes what it serves (for up to its drain timeout),
-    and takes the old one's name. Else (no holder, another port, an older gateway that
-    publishes the port itself; or `new_holder`: Docker's forwarding of the port is gone)
-    compose recreates both, and the port is closed meanwhile."""
+    """Replace the gateway's container with one made from `compose_file`, the port watched
+    (see the module's docstring): `configure` tells the new one its upstreams before the old
+    one stops; `new_holder` (Docker's forwarding of the port is gone): compose recreates both."""
     service = spec.service if spec else "gateway"
     name = spec.container_name if spec else f"{stack.project}-{service}-1"
     env = compose_environment(compose_file, stack.api_key)

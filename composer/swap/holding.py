@@ -1,16 +1,12 @@
 """The gateway's side of a swap: clients wait, nothing they send is refused or cut.
 
-With a gateway in front of the variants, a swap first drains it: requests in flight on
-the old variant finish (bounded by the drain timeout; what it cuts is counted), new
-ones are held. The hold's lease is renewed while the swap runs, and the hold is tethered
-to this process (a `docker exec` session whose stdin stays open for the whole hold): a swap
-that dies, even by `kill -9`, leaves no hold behind once the kernel closes that session
-(the lease still bounds it where no tether can be kept, e.g. through `kubectl exec`).
-That session (`ctl session`) also carries every control call of the swap from its first
-state call on (drain, renewals, sleep, wake, route, release): one `docker exec` per swap.
-The gate and the warm-up requests carry the hold's probe token and reach the new variant
-before any client does; then the held requests flow, in arrival order, to the variant
-that serves: the new one, or the previous one after a rollback.
+A swap first drains the gateway: requests in flight finish (bounded by the drain timeout;
+what it cuts is counted), new ones are held. The hold's lease is renewed while the swap runs,
+and the hold is tethered to this process (a `ctl session` `docker exec` whose stdin stays
+open), so a swap that dies, even by `kill -9`, leaves no hold behind; that session carries
+every control call of the swap. The gate and the warm-up carry the hold's probe token and
+reach the new variant before any client; then the held requests flow, in arrival order, to
+what serves: the new variant, or the previous one after a rollback.
 """
 
 from __future__ import annotations

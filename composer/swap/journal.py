@@ -1,14 +1,12 @@
 """What a swap leaves on disk: the record of the swap running now, and the swap history.
 
-Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`, beside
-the run files), and both are written from data: the plan's (`SwapPlan.as_data()`) and the
-result's, never the stack's variant objects. `swap.json` names the swap that holds the
-project's lock (pid, from, to, the plan's steps, stage, start time, timeout): `status` reads
-it instead of waiting on a held request.
-It is written atomically at every stage and removed when the swap ends; a record whose
-pid is gone is ignored. `history.jsonl` gets one JSON line per `up`, `down`, wake and
-rollback (time, from, to, outcome, timings, drained/cut, cause), trimmed to the newest
-`HISTORY_LINES` lines. Neither ever holds the API key.
+Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`) and are
+written from data (the plan's `as_data()` and the result), never the stack's variants.
+`swap.json` names the swap that holds the project's lock (pid, from, to, steps, stage,
+times): `status` reads it instead of waiting on a held request. It is written atomically at
+every stage and removed at the end; a record whose process is gone becomes an `interrupted`
+history event. `history.jsonl` gets one JSON line per `up`, `down`, wake and rollback,
+trimmed to the newest `HISTORY_LINES`. Neither ever holds the API key.
 """
 
 from __future__ import annotations

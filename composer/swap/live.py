@@ -1,17 +1,14 @@
 """Live sets: several variants (or replicas) serving at once behind the one gateway.
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set makes C serve alone (`plan_alone`: C's one serving container replaces the
-set). `up_set` is `up`'s one entry (one snapshot, `desired`, then the plan). `plan_live`
-(pure) turns the change into typed operations (`composer.swap.ops`) that never leave zero
-ready upstreams: each new container is started from the live run file, gated like a swap
-(the container watched, /health, /v1/models, one completion, a settle watch and, for a
-speculative variant, acceptance from its /metrics over a short warm-up) and only then
-published to the gateway; a container leaving the set is first left out of the upstreams,
-drained, then stopped (before a new member that needs its GPUs starts, which then waits for
-their release). `LiveSwapper` is the Docker dispatch table that `composer.swap.execute` runs
-them with: a failure or a stop signal undoes what ran, so the set that served before serves
-again. `--dry-run` prints the operations.
+running live set makes C's one serving container replace it (`plan_alone`). `up_set` is
+`up`'s one entry (one snapshot, `desired`, then the plan). `plan_live` (pure) turns the change
+into typed operations (`composer.swap.ops`) that never leave zero ready upstreams: each new
+container starts from the live run file, is gated like a swap (on its own address, a settle
+watch, a speculative variant's acceptance) and only then published; a leaving one is first
+left out of the upstreams, drained, then stopped (before a new member that needs its GPUs
+starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
+`composer.swap.execute` runs them with: a failure or a stop signal undoes what ran.
 """
 
 from __future__ import annotations

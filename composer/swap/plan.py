@@ -1,17 +1,12 @@
 """The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
 
-`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`:
-the target's run file and service, the settle watch, ...) and returns a `SwapPlan`: typed
-operations (`composer.swap.ops`) that name every container they touch, each with its
-inverse: the gateway's update, hold and release; stop what neither serves nor sleeps as
-wanted; sleep or stop (and the GPU release wait) the serving variant, whose inverse brings
-it back from its sleeping container or from exactly the run file and service that created
-it; wake, adopt, route to or start the target; gate, settle (warm-up and wake checks
-beside), probation. Notes say what a user must read (a serving container that cannot sleep
-is stopped cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON
-(`steps`, `rollback`, `wake`, ... derived from the operations, and `ops`).
-`rollback_source_problem` (the one function here that reads a file) checks, before anything
-stops, that the run file a rollback would start the serving variant from is readable.
+`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`)
+and returns a `SwapPlan`: typed operations (`composer.swap.ops`) naming every container they
+touch, each with its inverse: the gateway's update, hold and release; stop what neither
+serves nor sleeps as wanted; sleep or stop the serving variant (and the GPU release wait);
+wake, adopt, route to or start the target; gate, settle, probation. `--dry-run` prints it
+(`describe`); `as_data()` is its JSON. `rollback_source_problem` (the one function here that
+reads a file) checks before anything stops that the rollback's run file is readable.
 """
 
 from __future__ import annotations

@@ -1,23 +1,16 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (the project's variants, live ones included, and
-its gateway), and, where it matters (a sleep-mode container or a live set runs, or the
-caller wants it), asks in ONE `docker exec` in the gateway for the gateway's state (its
-route, its live upstreams) and for each running sleep-mode container's `/is_sleeping`
-answer; a container the gateway cannot ask (the gateway is stopped or does not answer) is
-asked itself, with an exec of its own. Everything after that (`status`, `ls`, the swap
-plan, `down`, `standby`, the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
-definition of who serves and who sleeps. The live set's containers (label `live`) are in
-`live`, by member name, beside the shared and standby services' `members`.
+`take()` lists Docker's containers once (variants, live members, the gateway) and, where it
+matters, asks in ONE `docker exec` in the gateway for its state (route, live upstreams) and
+each running sleep-mode container's `/is_sleeping` (a container the gateway cannot ask is
+asked itself). Everything after (`status`, `ls`, the plan, `down`, `standby`, the port
+check, the live set) reads the `Snapshot`, never Docker again: it is the one definition of
+who serves and who sleeps. Live containers (label `live`) are in `live`, by member name.
 
-Who serves and who sleeps, in order of trust:
-- asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
-- serving is the gateway's route; when the gateway cannot say (absent, restarting), the
-  record Docker keeps: a sleep-standby container put to sleep has restart policy `no`
-  (`up` sets it, so a reboot brings back only what served), the serving one does not;
-- a running container that is neither serving nor asleep is `awake` (restarted by hand,
-  or by Docker after a crash, or left from a run with another standby mode): the next
-  `up` stops it or puts it to sleep.
+In order of trust: asleep is the container's own `/is_sleeping` answer, never inferred from
+routing; serving is the gateway's route, else (no gateway answer) the restart policy (a
+container put to sleep has `no`); a running container neither serving nor asleep is
+`awake`, and the next `up` stops it or puts it to sleep.
 """
 
 from __future__ import annotations

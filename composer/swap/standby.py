@@ -1,20 +1,13 @@
 """Sleep standby in a swap: put the serving variant to sleep, wake a sleeping one, gate it.
 
-A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose
-keeps one container per service and recreates a renamed one, so a sleeping container
-needs a service of its own). The gateway is routed to the serving one by its container
-name (`GatewayControl.route`). Who sleeps is each container's own `/is_sleeping` answer
-(`composer.swap.snapshot`); a container put to sleep gets restart policy `no` (`park`),
-set back when it serves again (`unpark`), so a reboot or a dockerd restart brings back
-only the serving variant, and that policy tells who serves when the gateway cannot say.
-No network change (a container reconnected to a network gets a new address, which the
-gateway's pooled connections would not follow).
-
-The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
-check) are called through the gateway's control channel (`docker exec`), never opened to
-clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
-also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
-variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.capacity.standby`).
+A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose keeps
+one container per service), routed to by its container name (`GatewayControl.route`); no
+network change (a reconnected container gets a new address the gateway's pool would miss).
+A container put to sleep gets restart policy `no` (`park`), set back when it serves again
+(`unpark`): a reboot brings back only the serving variant. The sleep routes (`/sleep`,
+`/wake_up`, `/is_sleeping`, `/metrics` for the acceptance check) go through the gateway's
+control channel, never open to clients. Level 2 (`stack.sleep_level`) drops the weights, so
+its wake also calls `/collective_rpc reload_weights`.
 """
 
 from __future__ import annotations
