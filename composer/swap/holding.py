@@ -90,8 +90,7 @@ class SwapHold:
         return ((PROBE_HEADER, self.token),)
 
     def connect(self) -> None:
-        """Open the tether (a `ctl session`: every later control call of this swap goes
-        through it) unless it is open, then ask the gateway's state; GatewayControlError
+        """Open the tether unless it is open, then ask the gateway's state; GatewayControlError
         while the control channel does not answer."""
         if not self._tethered:
             self._tether = self.control.tether(self.owner)
@@ -202,13 +201,9 @@ def start_hold(
 
 
 class EarlyHold:
-    """A SwapHold whose control session opens on a thread while `up` reads and plans.
-
-    The session's Python start in the gateway (about 0.2 s) then runs beside the snapshot,
-    the preflight and the plan instead of before the drain. Nothing is held yet: the
-    session only answers; `take` waits for it (None when the gateway did not run: the drain
-    starts the gateway and opens one itself), `drop` closes it when the swap does not use it.
-    """
+    """A SwapHold whose control session opens on a thread while `up` reads and plans (its
+    ~0.2 s start runs beside them). Nothing is held yet; `take` waits for it (None when the
+    gateway did not run), `drop` closes it when the swap does not use it."""
 
     def __init__(self, open_hold: Callable[[], SwapHold | None]) -> None:
         self._lock = threading.Lock()

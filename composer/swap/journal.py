@@ -103,12 +103,9 @@ class RunningSwap:
 
 
 class SwapRecord:
-    """Writes the running swap's record at every stage; removes it at the end.
-
-    It records the plan as data (`SwapPlan.as_data()`: from `serving` to `target`, its
-    steps) beside the pid, when that process started, the stage and the times;
-    `running_swap` reads it back. Made while the project's lock is held: a record left by
-    a killed swap becomes an `interrupted` history event first."""
+    """Writes the running swap's record (the plan's data, the pid and its start, the stage,
+    the times) at every stage and removes it at the end. Made under the project's lock: a
+    record left by a killed swap becomes an `interrupted` history event first."""
 
     def __init__(
         self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
@@ -184,12 +181,9 @@ def _reap(project: str, directory: Path | None = None) -> None:
 
 
 def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
-    """The swap running now for `project`, if its record names a live process.
-
-    A record whose process is gone (a killed `up`) is turned into an `interrupted` history
-    event, under the project's lock taken without waiting: while a swap holds the lock
-    (this process's own, or one whose pid lives in another namespace: the follower's),
-    the record is left alone."""
+    """The swap running now for `project`, if its record names a live process. A record
+    whose process is gone becomes an `interrupted` history event, under the lock taken
+    without waiting (while a swap holds it, the follower's included, it is left alone)."""
     record = _record(project_dir(project, directory) / RUNNING)
     if record is None or record.alive():
         return record
@@ -224,11 +218,9 @@ class History:
 
 
 def read_history(project: str, last: int | None = None, directory: Path | None = None) -> History:
-    """The project's history, oldest first (the last `last` events).
-
-    Lines that are not an event this module wrote (not UTF-8, not JSON, nested past the
-    parser's depth, a field of the wrong type) are skipped and counted. A record left by
-    a killed swap is first turned into its `interrupted` event (see `running_swap`)."""
+    """The project's history, oldest first (the last `last` events); lines that are not an
+    event this module wrote are skipped and counted. A killed swap's record is first turned
+    into its `interrupted` event."""
     running_swap(project, directory)
     path = project_dir(project, directory) / HISTORY
     try:

@@ -67,9 +67,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class LivePlan:
-    """A live-set change (Docker and Kubernetes): which members it keeps, starts, stops and
-    replaces, and the typed operations that do it, in order (`ops`, run by
-    `composer.swap.execute`)."""
+    """A live-set change (Docker and Kubernetes): the members it keeps, starts, stops and
+    replaces, and the typed operations that do it, in order (`ops`)."""
 
     variants: tuple[str, ...]
     keep: tuple[str, ...]  # members that serve on, untouched
@@ -194,12 +193,11 @@ def plan_live(
     continue_streams: bool = True,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
-    restart what changed, stop what leaves, as typed operations. `gpus_shared`: the one serving
-    (non-live) container's GPUs overlap the live set's, so it stops first. A running container
-    another stack started (its labels differ from `owner`) is refused, or with `takeover`
-    restarted. `speculative`: the variants whose gate checks acceptance; `run_file`: the live
-    set's run file, where new members start from; `continue_streams` (no `up --drain`): a
-    leaving member's streams go on on the others instead of being waited for."""
+    restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
+    container's GPUs overlap the set's, so it stops first. Another stack's container (per
+    `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
+    checks acceptance; `run_file`: where new members start from; `continue_streams` (no
+    `up --drain`): a leaving member's streams go on on the others."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     if single is not None and single.name in {r.container for r in now.values()}:
@@ -277,12 +275,11 @@ def _operations(
     continue_streams: bool = True,
     in_place: bool = False,
 ) -> tuple[Op, ...]:
-    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member
-    whose GPUs a new one needs is drained and stopped before it starts, the others after
-    every new member serves; each new member is started, gated, then added to the gateway's
-    upstreams. A changed member is drained, then stopped and started again, or with
-    `in_place` (a Deployment) applied in place. The one serving container that does not join
-    is drained once the set takes the new requests, then stopped."""
+    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member whose
+    GPUs a new one needs leaves before it starts, the others after every new member serves;
+    each new member is started, gated, then published. A changed member is drained, then
+    started again (`in_place`, a Deployment: applied in place). The one serving container
+    that does not join is drained once the set takes the new requests, then stopped."""
     ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
     ops += [AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
@@ -393,9 +390,8 @@ def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> N
 
 
 def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (the one serving container):
-    its own count (`single_outstanding`); from a gateway image without it, every forwarded
-    request less those on live upstreams, members and leaving ones alike."""
+    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
+    older gateway image: every forwarded request less those on live upstreams)."""
     if raw is not None and "single_outstanding" in raw:
         return max(0, int(raw["single_outstanding"] or 0))
     live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
@@ -404,9 +400,8 @@ def single_inflight(raw: Mapping[str, Any] | None) -> int:
 
 @dataclass
 class DrainTally:
-    """What a live change's drains counted: requests still running at the drain timeout
-    (cut), streams sent on to the other members (continued), and streams that could not go
-    on (refused: they drained). Both engines' executors keep one."""
+    """What a live change's drains counted (both engines): requests cut at the drain timeout,
+    streams continued on the other members, and streams refused (they drained)."""
 
     cut: int = 0
     continued: int = 0
@@ -426,9 +421,8 @@ class DrainTally:
         self.refused += drained.refused
 
     def single(self, control: GatewayControl, stack: Stack, waiting: Say, container: str) -> None:
-        """Wait until the gateway has nothing in flight on its single upstream (the set takes
-        the new requests), or the drain timeout; what still runs then is cut (nothing is counted when
-        the gateway cannot be asked)."""
+        """Wait until nothing is in flight on the gateway's single upstream, or the drain
+        timeout; what still runs then is counted cut (nothing when the gateway cannot say)."""
 
         def left() -> int:
             try:
@@ -461,9 +455,8 @@ def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def live_acceptance(target: GateTarget, floor: float) -> float:
-    """A speculative variant's acceptance over a short warm-up, from its own /metrics deltas
-    at `target` (its own address, no gateway between): above `floor`, or HealthCheckFailed
-    (decoding would be slower). The Kubernetes live rollout checks a new variant with it too."""
+    """A speculative variant's acceptance over a short warm-up, from its own /metrics at
+    `target` (its own address): above `floor`, or HealthCheckFailed (Docker and Kubernetes)."""
     import httpx
 
     from composer.errors import HealthCheckFailed
@@ -563,9 +556,8 @@ class LiveSwapper:
         }
 
     def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-        """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
-        for each variant the plan starts, before anything stops, reading the snapshot's
-        containers: PreflightFailed on the first failure, else the warnings."""
+        """The single swap's preflight for each variant the plan starts, before anything stops:
+        PreflightFailed on the first failure, else the warnings."""
         from composer.swap.swapper import preflight_warnings
 
         return list(dict.fromkeys(w for t in checked for w in preflight_warnings(self.ctx, t, snap)))
@@ -688,9 +680,8 @@ class LiveSwapper:
         run_file: Callable[[], Path] | None = None,
         outcome: str = "",
     ) -> LiveResult:
-        """Run `plan` (see the module's docstring; `options.dry_run`: the plan only); `checked`:
-        the targets it starts (the preflight's), `run_file`: writes the file its new members
-        start from, `outcome`: what the result says once it ran."""
+        """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
+        `run_file`: writes their run file, `outcome`: what the result says once it ran."""
         began = time.monotonic()
         label = "+".join(plan.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
@@ -827,11 +818,10 @@ def up_set(
     progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult | LiveResult:
-    """`up` on Docker, its one entry: under the project's lock (none for a dry run) ONE
-    snapshot, the desired set decided from it (`desired.desired`, which checks the names), and
-    the one plan that gets there: the single swap (`swapper.swap`), a live set's change, or X's
-    one serving container replacing a live set (`plan_alone`). `options.profiles`: optional
-    services (`--with`), checked first, started once it serves."""
+    """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the
+    desired set (`desired.desired`, which checks the names), and the plan that gets there:
+    the single swap, a live change, or `plan_alone`. `options.profiles` (`--with`) are
+    checked first and started once it serves."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
 

@@ -113,10 +113,8 @@ class Rollback:
 @dataclass(frozen=True)
 class Bring:
     """What the operations carry beyond the snapshot, resolved once at the edge: the target's
-    container (`member`: run file, compose service, name, speculative), the run file and
-    service the serving variant comes back from when its recorded file is gone (`source`),
-    whether a gateway fronts the stack, the stack's GPUs, the settle watch, the warm-up and
-    the probation."""
+    container (`member`), where the serving variant comes back from when its recorded run
+    file is gone (`source`), the gateway, the GPUs, the settle watch, warm-up and probation."""
 
     member: Member
     gateway: bool = False
@@ -238,10 +236,8 @@ and the warm-up run beside it (clients wait until both are over)."""
 
 
 def rollback_source_problem(rollback: Rollback | None) -> str | None:
-    """Why the run file a rollback would start the serving variant from cannot be used; None
-    when it can, when there is none (the rollback renders it again from the stack), or when
-    the rollback wakes a sleeping container. Checked before anything stops: a rollback that
-    fails on its own file leaves nothing serving."""
+    """Why the run file a rollback would start the serving variant from cannot be used (None:
+    it can, there is none, or the rollback wakes a sleeper); checked before anything stops."""
     if rollback is None or rollback.how != "start" or not rollback.config_file:
         return None
     import yaml
@@ -286,11 +282,8 @@ def plan_swap(
     target_asleep: RunningVariant | bool | None = False,
     bring: Bring | None = None,
 ) -> SwapPlan:
-    """The operations from what runs now (pure).
-
-    `current_sleeps`: the serving variant is put to sleep, not stopped; `target_asleep`: the
-    target's sleeping container with the same configuration (woken, not started).
-    """
+    """The operations from what runs now (pure). `current_sleeps`: the serving variant is put
+    to sleep, not stopped; `target_asleep`: the target's sleeper to wake, not start."""
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
         return SwapPlan(target, target_hash, current)
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
@@ -337,9 +330,8 @@ def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
 
 
 def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
-    """The gateway's part around the swap's operations: its update (a new container, or settings
-    applied in place; nothing has changed if it fails), the hold and drain before them, the
-    release after the gate (before the probation)."""
+    """The gateway's part around the swap's operations: its update first, then the hold and
+    drain, the release after the gate (before the probation)."""
     if not bring.gateway:
         return plan
     first: list[Op] = []
@@ -377,15 +369,10 @@ def decide(
     force_recreate: bool = False,
     bring: Bring | None = None,
 ) -> SwapPlan:
-    """The whole plan from one snapshot (pure).
-
-    `target_sleeps`: the target runs with sleep standby in this stack; `sleeps_in_stack`:
-    per variant, whether the stack puts it to sleep (a variant the stack no longer has
-    counts as not). `owner`: this stack, as containers record it; a running container that
-    records another is refused (`refused`), or with `takeover` replaced (restarted).
-    `force_recreate`: a target that serves unchanged is restarted all the same. `bring`:
-    what the operations carry beyond the snapshot.
-    """
+    """The whole plan from one snapshot (pure). `target_sleeps`: the target runs with sleep
+    standby; `sleeps_in_stack`: per variant, whether the stack puts it to sleep. `owner`: this
+    stack; another's running container is refused (`refused`), or with `takeover` replaced.
+    `force_recreate`: a target that serves unchanged is restarted all the same."""
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
     gateway = gateway or GatewayChange()
     notes: list[str] = []

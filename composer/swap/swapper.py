@@ -120,12 +120,9 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
 def swap(
     ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
 ) -> UpResult:
-    """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
-
-    One snapshot is read (or given: `snap`), one plan decided from it before anything stops (`prepare`);
-    `dry_run` returns the plan (in `result.plan`) and changes nothing. Otherwise the plan
-    runs (`execute`), and the optional services of `options.profiles` start once it served.
-    """
+    """Swap `target` in; raise SwapFailed (after rolling back) when it fails. One snapshot
+    (or `snap`), one plan (`prepare`); `dry_run` returns it in `result.plan` and changes
+    nothing; else it runs (`execute`), then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
     early = None
@@ -154,12 +151,10 @@ def prepare(
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
-    """Read the project once and decide the whole plan before anything stops: the preflight's
-    findings, the run file, the gateway's settings (asked through `early`'s session when it
-    opened), the standby fit (its notes go to `result`).
-
-    A killed gateway in front of a healthy target is started here (never with `dry_run`),
-    so the plan sees it: the variant is never reloaded for it."""
+    """Read the project once and decide the whole plan before anything stops: the preflight,
+    the run file, the gateway's settings (through `early`'s session), the standby fit. A
+    killed gateway before a healthy target is started here (not with `dry_run`), so the
+    variant is never reloaded for it."""
     stack = ctx.stack
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
@@ -212,9 +207,8 @@ def gpus_text(stack: Stack) -> str:
 
 
 def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
-    """What the plan's operations carry beyond the snapshot, resolved here once: the target's
-    container, run file and service; the file the serving variant comes back from when the one
-    it recorded is gone (rendered again from this stack; not with `dry_run`, which writes nothing)."""
+    """What the plan's operations carry beyond the snapshot, resolved here once; the serving
+    variant's run file is rendered again when its recorded one is gone (not with `dry_run`)."""
     stack, spec, source = ctx.stack, target.spec, None
     if (
         current is not None
@@ -246,9 +240,8 @@ def execute(
     began: float,
     early: EarlyHold | None = None,
 ) -> None:
-    """Run a prepared plan: nothing (no-op), a gateway-only update, or the transaction; each
-    outcome, a failure's too, is appended to the history (`began`: when `up` began; `early`:
-    the gateway's control session, opened while the plan was prepared)."""
+    """Run a prepared plan; each outcome, a failure's too, goes to the history (`began`: when
+    `up` began; `early`: the gateway's control session opened while planning)."""
     if plan.no_op:
         result.outcome = "unchanged"
         result.notes.append(f"{plan.target} already serves with the same configuration")
@@ -314,13 +307,9 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
 def check_standby_fits(
     ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
 ) -> SwapPlan:
-    """The memory planner, before anything stops: refuse with the numbers.
-
-    When putting the serving variant to sleep does not fit and the stack says
-    `standby_fallback = "stop"`, it is stopped instead (and the result says so). The
-    planner's costs and notes go to `result.notes`; its figures go into the plan
-    (`composer.capacity`, the same function doctor prints them with).
-    """
+    """The memory planner, before anything stops: refuse with the numbers. When a sleep does
+    not fit and `standby_fallback = "stop"`, the serving variant is stopped instead (a
+    warning). Its costs and notes go to `result.notes`, its figures into the plan."""
     stack = ctx.stack
     if sleeping is None:
         sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
