@@ -460,7 +460,7 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
     import httpx
 
     from composer.errors import HealthCheckFailed
-    from composer.swap.standby import acceptance_over_warm_up, spec_counters
+    from composer.swap.standby import check_acceptance, spec_counters
 
     def counters() -> tuple[float, float]:
         try:
@@ -469,15 +469,7 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
         except (httpx.HTTPError, ValueError) as err:
             raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
 
-    rate = acceptance_over_warm_up(counters, target)
-    if rate is None:
-        raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
-    if rate <= floor:
-        raise HealthCheckFailed(
-            f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "
-            f"{floor:.2f} (stack.acceptance_floor)"
-        )
-    return rate
+    return check_acceptance(counters, target, floor)
 
 
 class LiveSwapper:

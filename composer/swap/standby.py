@@ -133,7 +133,8 @@ def spec_counters(text: str) -> tuple[float, float]:
     return totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS]
 
 
-def _counters(control: GatewayControl) -> tuple[float, float]:
+def metrics_counters(control: GatewayControl) -> tuple[float, float]:
+    """(drafted, accepted) from the backend's /metrics, through the gateway's control channel."""
     reply = control.backend("GET", "/metrics", timeout_s=30.0)
     if reply.status != 200 or not isinstance(reply.body, str):
         raise HealthCheckFailed(f"/metrics answered {reply.status}")
@@ -143,28 +144,25 @@ def _counters(control: GatewayControl) -> tuple[float, float]:
         raise HealthCheckFailed(f"/metrics could not be read: {err}") from err
 
 
-def acceptance_over_warm_up(counters: Callable[[], tuple[float, float]], target: GateTarget) -> float | None:
+def check_acceptance(
+    counters: Callable[[], tuple[float, float]], target: GateTarget, floor: float, after: str = ""
+) -> float:
     """The share of draft tokens accepted over a short warm-up sent to `target`, from the
-    (drafted, accepted) `counters` read before and after it; None when nothing was drafted."""
+    (drafted, accepted) `counters` read before and after it: above `floor`, or
+    HealthCheckFailed (output stays correct, decoding is slower; a wake can bring a
+    speculative variant back with acceptance 0). `after`: " after the wake"."""
     drafted_before, accepted_before = counters()
     warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
     drafted_after, accepted_after = counters()
     drafted = drafted_after - drafted_before
-    return (accepted_after - accepted_before) / drafted if drafted > 0 else None
-
-
-def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: str, floor: float) -> float:
-    """Acceptance over a short warm-up after a wake: above `floor`, or HealthCheckFailed.
-
-    A wake can bring a speculative variant back with acceptance 0 (output still correct,
-    decoding slower): only the /metrics counters show it.
-    """
-    rate = acceptance_over_warm_up(lambda: _counters(control), gate_target)
-    if rate is None:
-        raise HealthCheckFailed(f"{variant} drafted no tokens over the warm-up after its wake")
+    if drafted <= 0:
+        over = "the warm-up after its wake" if after else "its warm-up"
+        raise HealthCheckFailed(f"{target.variant} drafted no tokens over {over}")
+    rate = (accepted_after - accepted_before) / drafted
     if rate <= floor:
+        broken = ": speculation is broken after the wake" if after else ""
         raise HealthCheckFailed(
-            f"{variant} accepts {rate:.2f} of its draft tokens after the wake, at or below the floor "
-            f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
+            f"{target.variant} accepts {rate:.2f} of its draft tokens{after}, at or below the floor "
+            f"{floor:.2f} (stack.acceptance_floor){broken}"
         )
     return rate

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -290,8 +291,9 @@ def beside_settle(
             standby.check_awake(ctx.control(), variant)
         if op.woke and op.acceptance:
             began = time.monotonic()
-            floor = ctx.stack.acceptance_floor
-            rate = standby.check_acceptance(ctx.control(), ctx.past_the_hold(where), variant, floor)
+            control, floor = ctx.control(), ctx.stack.acceptance_floor
+            counters = partial(standby.metrics_counters, control)
+            rate = standby.check_acceptance(counters, ctx.past_the_hold(where), floor, " after the wake")
             notes.append(f"acceptance after the wake: {rate:.2f}")
             timings["acceptance_check"] = time.monotonic() - began
         if requests > 0:
