@@ -37,11 +37,6 @@ if TYPE_CHECKING:
     from composer.render.gateway import GatewaySpec
 
 
-def published_port_fields(stack: Stack, container: Container) -> dict[str, object]:
-    """`status`'s `published_port` entry for a running gateway container."""
-    return {"published_port": probe_published(container, stack).to_json()}
-
-
 def port_is_dead(gateway: object) -> bool:
     """True when `status`'s gateway entry says Docker's port proxy is gone."""
     if not isinstance(gateway, dict):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from composer import labels as label_names
 from composer.swap import snapshot
+from composer.swap.live_status import aligned
 
 if TYPE_CHECKING:
     import docker
@@ -70,5 +71,4 @@ def format_ps(rows: list[dict[str, str]], project: str) -> str:
         return f"no container of project {project}"
     table = [["NAME", "VARIANT/ROLE", "STATE", "PORTS"]]
     table += [[r["name"], r["variant"], r["state"], r["ports"]] for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)
+    return aligned(table)

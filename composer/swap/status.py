@@ -20,15 +20,15 @@ from composer.engine import bootlog
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
-from composer.engine.published_port import DEAD_PORT
+from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.gateway_port import mark_unreachable, port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
-from composer.swap.live_status import format_live, live_rows
+from composer.swap.live_status import aligned, format_live, live_rows
 from composer.swap.snapshot import Member, Snapshot
 
 if TYPE_CHECKING:
@@ -111,7 +111,7 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
         return {"state": "absent"}
     data: dict[str, object] = {"container": container.name, "state": container.status}
     if container.status == "running":
-        data.update(published_port_fields(stack, container))
+        data["published_port"] = probe_published(container, stack).to_json()
         state = snap.gateway_state
         if state is None:
             data["error"] = snap.gateway_error or "the control channel did not answer"
@@ -487,8 +487,7 @@ def format_variants(rows: list[VariantRow]) -> str:
                 ",".join(row.get("aliases") or ()) or "-",
             ]
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines = [aligned(table)]
     serving = next((r["variant"] for r in rows if r["serving"]), None)
     live = [member for r in rows for member in r.get("live") or ()]
     if live:
