@@ -77,12 +77,9 @@ def _remove_volume(volume: Volume) -> None:
 def stop_variant(
     ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
 ) -> str:
-    """Stop and remove one variant's container, asleep or serving; say what was done.
-
-    Stopping the serving variant while others sleep would leave nothing serving
-    (clients held, then 503): refused unless `force`. When it is the only variant
-    running, this is `down` (the whole project, gateway included).
-    """
+    """Stop and remove one variant's container, asleep or serving; say what was done. The
+    serving one while others sleep is refused unless `force` (nothing would serve); the only
+    one running is `down` (the whole project, gateway included)."""
     stack = ctx.stack
     snap = take(stack, ctx.client)
     if any(r.variant == variant for r in snap.live_running):  # the others serve on

@@ -60,10 +60,9 @@ def execute(
     stage: Say = quiet,
     explain: Explain | None = None,
 ) -> list[Op]:
-    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above).
-    `failed` sees the operation that failed and why before anything is undone (its evidence);
-    `stage` hears each operation's stage before it runs, and `undoing` (the running swap's
-    record); `explain` words the error (by default: the operation that failed, then the undo)."""
+    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see
+    above). `failed` sees the failed operation and why first (its evidence); `stage` hears
+    each stage, then `undoing`; `explain` words the error (else: what failed, then the undo)."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:

@@ -206,9 +206,8 @@ def _same_service(compose_file: Path, created_from: str | None) -> bool:
 
 def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str], network: str = "") -> str:
     """Compose's config hash of the run file's gateway service with the live settings the
-    container was created with ("" when compose cannot say). `network`: the container's
-    network mode (`container:<id>`): compose hashes `service:gateway-port` resolved to the
-    port holder's container, so the hash is asked of the same."""
+    container was created with ("" when compose cannot say); `network`: the container's
+    network mode (`container:<id>`), which compose hashes in place of `service:gateway-port`."""
     import yaml
 
     try:

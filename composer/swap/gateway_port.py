@@ -171,8 +171,7 @@ def _what_serves(
     stack: Stack, client: docker.DockerClient
 ) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
-    (read before the replacement: the old gateway's route tells which standby container
-    serves; a live set's upstreams come from the snapshot's live members), and what serves, in words."""
+    (read before the replacement), and what serves, in words."""
     from composer.render.live import resolve_live
     from composer.swap.live import live_run_file
 

@@ -52,9 +52,8 @@ PORT_BACK_TIMEOUT = 60.0
 
 @dataclass(frozen=True)
 class Replacement:
-    """A gateway container replaced: the new one, how the port served meanwhile (measured),
-    whether the old one handed the port over (it listened until the new one did), and the
-    requests the old one still had when it stopped: finished, or cut at its stop timeout."""
+    """A gateway container replaced: the new one, the port meanwhile (measured), whether the
+    old one handed the port over, and its requests at its stop: finished, or cut."""
 
     container: Container
     published: PublishedPort
@@ -127,10 +126,9 @@ CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")  # uvicorn's line at its 
 
 
 def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], say: Say) -> int:
-    """Undo a replacement that was killed half-way: two gateway containers serve the port and
-    only one knows the swap's holds. The snapshot keeps the one under the gateway's own name
-    (the old one until a replacement ends) and names the others (`extra`, by id): they are
-    stopped and removed. Returns how many."""
+    """Undo a replacement killed half-way (two gateways serve the port, one knows the holds):
+    stop and remove the `extra` ones the snapshot names by id (not the one under the
+    gateway's own name). Returns how many."""
     from docker.errors import NotFound
 
     for container_id in extra:
@@ -151,9 +149,8 @@ def _ready(gateway: Container, configure: Callable[[Container], object] | None) 
 
 
 def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
-    """Stop the old gateways: each closes its listener (the kernel moves connections it has
-    not accepted to the new one) and finishes its requests. Returns (finished, cut): cut is
-    what its own log says it cancelled at its drain timeout."""
+    """Stop the old gateways: each closes its listener and finishes its requests. Returns
+    (finished, cut), cut as its own log says it cancelled at its drain timeout."""
     finished = cut = 0
     for old in olds:
         try:

@@ -1,11 +1,9 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
-A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`): a live change's
-(`StartMember`, `Publish`, `DrainMember`, ...) and a single switch's (`Hold`, `Sleep`, `Stop`,
-`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...); `execute` runs them
-through a dispatch table and, on a failure or an interrupt, runs the inverses of what ran, in
-reverse. An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
-operation only half ran (stopping what is gone, publishing the set again).
+A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
+(`StartMember`, `Publish`, `DrainMember`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
+`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
+(empty: nothing to undo), safe to run when its operation only half ran.
 """
 
 from __future__ import annotations

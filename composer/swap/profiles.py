@@ -1,10 +1,7 @@
-"""The compose files' optional services (`up VARIANT --with prometheus|follow`, and on a live
-set `up A B --with ...`): their images are checked before anything changes, and they are
-started once the variant (or the live set) serves.
-
-The follow profile's container shares folders with the host at the host's own paths: they
-are passed to compose exactly (this project's folder, env file, state and lock folders) and
-the state and lock folders are created here first, as this user's, never by the daemon.
+"""The compose files' optional services (`up ... --with prometheus|follow`): their images are
+checked before anything changes, and they start once the variant (or the live set) serves.
+The follow profile's container shares folders with the host at the host's own paths, passed
+to compose exactly; the state and lock folders are created here first, as this user's.
 """
 
 from __future__ import annotations

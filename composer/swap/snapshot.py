@@ -143,11 +143,8 @@ def _standby_service(info: RunningVariant, stack: Stack) -> bool:
 def take(
     stack: Stack, client: docker.DockerClient, *, gateway_state: bool = False, ask_sleeping: bool = True
 ) -> Snapshot:
-    """Read the project's containers, gateway and running swap once.
-
-    The gateway is asked (one exec) when a sleep-mode container runs, or when
-    `gateway_state` wants its state anyway (status).
-    """
+    """Read the project's containers, gateway and running swap once; the gateway is asked
+    (one exec) when a sleep-mode container or a live set runs, or with `gateway_state`."""
     variants, gateway, extra = project_containers(stack, client)
     live = live_members(stack, every := [(c, c.describe()) for c in variants])
     found = [(c, info) for c, info in every if label_names.LIVE not in c.container.labels]

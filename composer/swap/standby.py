@@ -19,11 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from composer.engine.containers import upstream_url
 from composer.engine.variant_container import VariantContainer
-from composer.errors import (
-    ComposerError,
-    GatewayControlError,
-    HealthCheckFailed,
-)
+from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed
 from composer.swap.holding import warm_up
 
 if TYPE_CHECKING:
@@ -39,10 +35,8 @@ ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 
 
 def park(container: VariantContainer) -> None:
-    """A container put to sleep gets restart policy `no`: a reboot brings back only what serves.
-
-    Never fails the swap: a policy that could not be set is the old behaviour (it restarts awake).
-    """
+    """A container put to sleep gets restart policy `no`: a reboot brings back only what
+    serves (never fails the swap: without it, it restarts awake)."""
     _set_restart(container, "no")
 
 

@@ -162,12 +162,9 @@ def _gateway_line(gateway: dict) -> str:
 
 
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
-    """What runs for this stack, from one snapshot and (unless a swap holds the gateway) one probe.
-
-    While a swap runs (its record names a live process) or the gateway holds requests, the
-    readiness probe through the shared port would wait on the hold: it is skipped and the
-    swap is named instead, so status answers at once.
-    """
+    """What runs for this stack, from one snapshot and one probe; while a swap runs or the
+    gateway holds requests, the probe (which would wait on the hold) is skipped and the swap
+    named instead, so status answers at once."""
     snap = snapshot.take(stack, client, gateway_state=True)
     data = _variant_status(stack, snap)
     data["gateway"] = gateway_status(stack, snap)
@@ -303,9 +300,8 @@ def _restarted(data: dict[str, object]) -> str | None:
 
 
 def restarts_since_swap(project: str, running: RunningVariant) -> int:
-    """Docker's restarts of the serving container since the swap that made it serve: its
-    restart count minus the one that swap recorded in the history (all of them when no
-    swap recorded this container)."""
+    """Docker's restarts of the serving container since the swap that made it serve (its
+    restart count less the one that swap recorded; all when none did)."""
     recorded = 0
     try:
         events = read_history(project).events
