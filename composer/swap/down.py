@@ -85,7 +85,7 @@ def stop_variant(
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
         from composer.swap.live import LiveSwapper
 
-        return LiveSwapper(stack, ctx.client, ctx.options, ctx.say).remove(variant, snap)
+        return LiveSwapper(ctx).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"

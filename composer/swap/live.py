@@ -476,21 +476,10 @@ class LiveSwapper:
     """Plans live-set changes for one stack and runs them on one Docker engine: its methods
     are the executor's dispatch table (`handlers`), one per operation type."""
 
-    def __init__(
-        self,
-        stack: Stack,
-        client: docker.DockerClient,
-        options: UpOptions,
-        progress: Say = quiet,
-        waiting: Say | None = None,
-    ) -> None:
-        self.stack = stack
-        self.client = client
-        self.options = options  # `drain` (`up --drain`): leaving streams are waited for too
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
+        self.say, self.waiting = ctx.say, ctx.waiting
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.say = progress
-        self.waiting = waiting or progress
-        self.ctx = Context(stack, client, options, progress, self.waiting)
         self.timings: dict[str, float] = {}
         self.drained = DrainTally()
         self._releases: list[ReleaseWait] = []
@@ -843,7 +832,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
         return swap(ctx, single, dry_run=options.dry_run, snap=snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
-    swapper = LiveSwapper(stack, ctx.client, options, ctx.say, ctx.waiting)
+    swapper = LiveSwapper(ctx)
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
         single = resolve_target(stack, want.variants[0])
         if single.variant.standby == "sleep":  # it would serve from its own service
