@@ -613,38 +613,32 @@ class LiveSwapper:
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
 
     def publish(self, op: Publish) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             set_upstreams(control, [dict(u) for u in op.upstreams])
 
     def drain(self, op: DrainMember) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             self.drained.member(control, self.stack, op)
 
     def drain_single(self, op: DrainSingle) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             self.drained.single(control, self.stack, self.waiting, op.container)
 
     def stop_member(self, op: StopMember) -> None:
         """Stop and remove the container (gone already is fine); its GPUs are read first, so
         that `await_release` can wait for them."""
-        from docker.errors import NotFound
-
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
-        try:
-            found = self.client.containers.get(op.member.container)
-        except NotFound:
+        found = by_name(self.ctx, op.member.container)
+        if found is None:
             return
         if self.stack.gpus is not None and op.member.gpus != "-":
             devices = self.stack.gpus if op.member.gpus == "all" else tuple(op.member.gpus.split(","))
-            probe = self.probe or detect_probe()
-            self._releases.append(ReleaseWait.snapshot(probe, devices, container_pids([found.id])))
+            pids = container_pids([found.container.id])
+            self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
         self.say(f"stopping {op.member.name} ({op.member.container})")
-        VariantContainer(found).stop_and_remove(self.stack.stop_grace_period)
+        found.stop_and_remove(self.stack.stop_grace_period)
 
     def await_release(self, op: AwaitRelease) -> None:
         while self._releases:
