@@ -1,11 +1,7 @@
 """`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
 
-`down` keeps the project's named volumes (the gateway's state: its switch history) unless
-asked to remove them (`down --volumes`, as with docker compose); `kept_volumes` names them.
-
-Stopping the serving variant while others sleep would leave nothing serving (clients held,
-then 503): refused unless forced. The only variant running taken down is `down` (the whole
-project, gateway included). Each one is appended to the swap history.
+`down` keeps the project's named volumes (the gateway's switch history) unless `--volumes`;
+`kept_volumes` names them. Each one is appended to the swap history.
 """
 
 from __future__ import annotations

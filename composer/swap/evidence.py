@@ -1,10 +1,8 @@
 """The evidence of the last failed swap: the failed container's log, kept after it is removed.
 
-A failed swap removes its container (and rolls back), which would take its log with it.
-Before that, the log is saved in the state directory
-(`~/.local/state/vllm-composer/<project>/last-failure.log`, mode 0600, the API key
-masked, at most MAX_BYTES: the end of the log is kept) with a small JSON record of what
-failed and when; `compose-spec logs --failed [--explain]` reads it back.
+Before a failed swap removes its container, its log is saved in the project's state folder
+(`last-failure.log`, mode 0600, the API key masked, the last MAX_BYTES) with a JSON record of
+what failed and when; `compose-spec logs --failed [--explain]` reads it back.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The running variant as plain data and text; the API key is never part of it.
 
 Readiness is the swap gate's own verdict (one probe: /health, /v1/models, a 1-token
-completion). Docker's healthcheck has a long start period (it says `starting` for up to
-`start_period` after every swap), so its state is shown only when it disagrees in a way a
-user can act on: `unhealthy`, or `healthy` while the gate fails. A variant that is not
-running (it crashed, or Docker keeps restarting it) is reported with its exit code,
-when it stopped and its last log lines.
+completion). Docker's healthcheck is shown only when it disagrees in a way a user can act
+on (`unhealthy`, or `healthy` while the gate fails). A variant that does not run is
+reported with its exit code, when it stopped and its last log lines.
 """
 
 from __future__ import annotations
