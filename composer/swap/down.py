@@ -113,8 +113,7 @@ def stop_variant(
 def down(
     stack: Stack, *, client: docker.DockerClient, progress: Say = quiet, volumes: bool = False
 ) -> list[str]:
-    """Stop and remove what runs under the project's lock (`volumes`: and the project's named
-    volumes); what was stopped (see `stop_project`)."""
+    """Stop and remove what runs under the project's lock (see `stop_project`)."""
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):

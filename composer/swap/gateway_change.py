@@ -148,8 +148,7 @@ def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dic
 
 
 def _port_changes(gateway: GatewaySpec, container: Container) -> list[str]:
-    """How the port the gateway's network publishes differs from `gateway`'s
-    (`published port 8000 -> 8001`, `bind address ...`)."""
+    """How the port the gateway's network publishes differs from `gateway`'s, in words."""
     from composer.engine.containers import port_bindings
 
     binding = (port_bindings(container).get(f"{gateway.container_port}/tcp") or [{}])[0] or {}

@@ -46,8 +46,7 @@ def port_is_dead(gateway: object) -> bool:
 
 
 def mark_unreachable(data: dict[str, object]) -> None:
-    """A running variant behind a dead published port is `unreachable`, with the fix,
-    instead of the probe's `not listening yet`."""
+    """A running variant behind a dead published port is `unreachable`, with the fix."""
     if data.get("running") and port_is_dead(data.get("gateway")):
         data["health"] = "unreachable"
         data["health_detail"] = DEAD_PORT

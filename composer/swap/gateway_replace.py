@@ -170,8 +170,7 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
 
 
 def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
-    """The new gateway's published port, once it answers there, and what `watch` saw until
-    then (its own probe answered too: the gap is closed)."""
+    """The new gateway's published port once it answers there, and what `watch` saw until then."""
     published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
     gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
     if not published.answers:

@@ -90,8 +90,7 @@ class SwapHold:
         return ((PROBE_HEADER, self.token),)
 
     def connect(self) -> None:
-        """Open the tether unless it is open, then ask the gateway's state; GatewayControlError
-        while the control channel does not answer."""
+        """Open the tether unless it is open, then ask the state; GatewayControlError without an answer."""
         if not self._tethered:
             self._tether = self.control.tether(self.owner)
             self._tethered = True
@@ -171,8 +170,7 @@ def start_hold(
     container: Container | None = None,
     waiting: Callable[[str], None] | None = None,
 ) -> SwapHold:
-    """A SwapHold on the stack's running gateway (`container` when the caller knows it), once
-    its control channel answers."""
+    """A SwapHold on the stack's running gateway, once its control channel answers."""
     container = container or gateway_container(stack, client)
     if container is None:
         raise SwapFailed("the gateway container was not created")
@@ -227,8 +225,7 @@ class EarlyHold:
         threading.Thread(target=run, name="gateway-session-open", daemon=True).start()
 
     def take(self) -> SwapHold | None:
-        """The opened hold (waits for the thread); None when the gateway was not running;
-        the error of opening it (SwapFailed: the control channel did not answer) raised."""
+        """The opened hold (waits for the thread; None: no gateway ran); the error of opening it raised."""
         self._done.wait()
         with self._lock:
             self._settled = self._taken = True
@@ -237,8 +234,7 @@ class EarlyHold:
             return self._hold
 
     def control(self) -> GatewayControl | None:
-        """The opened session's control channel, to read from before the swap takes it (waits
-        for the thread; None when the gateway did not run or the session did not open)."""
+        """The opened session's control channel, to read before the swap takes it (None: none opened)."""
         self._done.wait()
         with self._lock:
             return self._hold.control if self._hold is not None and not self._settled else None

@@ -169,8 +169,7 @@ def _record(path: Path) -> RunningSwap | None:
 
 
 def _reap(project: str, directory: Path | None = None) -> None:
-    """Turn a record whose swap's process is gone into an `interrupted` history event
-    (call it with the project's lock held: no swap can be writing its record then)."""
+    """Turn a dead swap's record into an `interrupted` history event (with the lock held)."""
     path = project_dir(project, directory) / RUNNING
     record = _record(path)
     if record is None or record.alive():

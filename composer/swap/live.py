@@ -408,8 +408,7 @@ class DrainTally:
     refused: int = 0
 
     def member(self, control: GatewayControl, stack: Stack, op: DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (`GatewayControl.drain_upstream`); an
-        upstream the gateway does not know has nothing in flight."""
+        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
         try:
             drained = control.drain_upstream(
                 op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len
@@ -473,8 +472,7 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
 
 
 class LiveSwapper:
-    """Plans live-set changes for one stack and runs them on one Docker engine: its methods
-    are the executor's dispatch table (`handlers`), one per operation type."""
+    """Live-set changes on one Docker engine: its methods are the executor's dispatch table."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
@@ -537,15 +535,13 @@ class LiveSwapper:
         }
 
     def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-        """The single swap's preflight for each variant the plan starts, before anything stops:
-        PreflightFailed on the first failure, else the warnings."""
+        """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
         from composer.swap.swapper import preflight_warnings
 
         return list(dict.fromkeys(w for t in checked for w in preflight_warnings(self.ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
-        """Before the undo removes a member that failed to start or pass its gate: keep its log
-        and show its tail the way a failed swap does (`evidence.keep`)."""
+        """Before the undo removes a member that failed to start or pass its gate: keep its log."""
         from composer.errors import DiagnosedError
         from composer.swap import evidence
 
@@ -625,8 +621,7 @@ class LiveSwapper:
             self.drained.single(control, self.stack, self.waiting, op.container)
 
     def stop_member(self, op: StopMember) -> None:
-        """Stop and remove the container (gone already is fine); its GPUs are read first, so
-        that `await_release` can wait for them."""
+        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
@@ -720,8 +715,7 @@ class LiveSwapper:
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
     def remove(self, variant: str, snap: Snapshot) -> str:
-        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
-        that serves (use `down`)."""
+        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
         running = snap.live_running
         mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
         mine = [m for m in mine if m.variant == variant]

@@ -136,8 +136,7 @@ class RollBack(Op):
 
 @dataclass(frozen=True)
 class DrainSingle(Op):
-    """Wait for the requests in flight on the one serving container (not a member): the set
-    takes every new request once it is published."""
+    """Wait for the requests in flight on the one serving container (not a member)."""
 
     TEXT = "drain the requests in flight on {container} (up to gateway.drain_timeout)"
     container: str

@@ -100,8 +100,7 @@ def takeover_notes(found: list[Foreign], project: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rollback:
-    """Where the variant that serves now comes back from if the swap fails (from the plan's
-    `Sleep` or `Stop`, whose inverse brings it back)."""
+    """Where the serving variant comes back from if the swap fails (its `Sleep` or `Stop`'s inverse)."""
 
     variant: str
     how: str  # "wake" (its sleeping container) or "start" (the file that created it)
@@ -330,8 +329,7 @@ def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
 
 
 def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
-    """The gateway's part around the swap's operations: its update first, then the hold and
-    drain, the release after the gate (before the probation)."""
+    """The gateway's update, then the hold and drain, around the operations; the release after the gate."""
     if not bring.gateway:
         return plan
     first: list[Op] = []

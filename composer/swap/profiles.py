@@ -110,8 +110,7 @@ def _socket_group() -> int:
 
 
 def start_profiles(ctx: Context, compose_file: Path) -> list[str]:
-    """Start the optional services of `options.profiles` from the run file the variant was
-    started from (once it serves); their notes."""
+    """Start the optional services of `options.profiles` from `compose_file`; their notes."""
     notes = []
     for profile in ctx.options.profiles:
         service = PROFILE_SERVICES[profile]

@@ -32,8 +32,7 @@ def published(attrs: dict[str, Any]) -> str:
 
 
 def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
-    """One row per container (pure): the snapshot's variants, then the project's other
-    containers (`others`: the gateway, prometheus, the follower), each with its ports."""
+    """One row per container (pure): the snapshot's variants, then `others`, each with its ports."""
     rows = []
     for member in snap.members:
         attrs = member.container.container.attrs

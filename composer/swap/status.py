@@ -127,8 +127,7 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
 
 
 def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
-    """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it
-    does not say)."""
+    """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it does not say)."""
     from composer.engine.containers import gateway_container
     from composer.errors import GatewayControlError
     from composer.gateway.client import GatewayControl

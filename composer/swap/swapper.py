@@ -96,8 +96,7 @@ class UpResult:
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
-    """The fast subset of doctor's checks (reading the snapshot's containers, when given);
-    return warnings, raise on the first failure."""
+    """The fast subset of doctor's checks (on the snapshot's containers): warnings, or PreflightFailed."""
     from composer.doctor.report import fast_checks
 
     known = None

@@ -527,8 +527,7 @@ class SingleSwap:
         self._took("sleep", time.monotonic() - began)
 
     def stop(self, op: ops.Stop) -> None:
-        """Stop the serving container (its GPUs read first, for the release wait) and the
-        exited ones of the shared service."""
+        """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
         self.waiter = ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous)
         for name in (op.member.container, *op.also):
@@ -747,8 +746,7 @@ class SingleSwap:
 
 
 def run(swap: SingleSwap, record: SwapRecord) -> None:
-    """Run the plan's operations through the executor; on a failure or a stop signal the
-    inverses of what ran, then SwapFailed. The held requests are released in any case."""
+    """Run the plan through the executor (see the module's docstring); the hold is released in any case."""
     ctx = swap.ctx
     failure: SwapFailed | None = None
     try:
