@@ -494,9 +494,11 @@ class SingleSwap:
     def _revive(self, ctx: Context, stopped: str) -> Context:
         return hold_again(ctx, self.plan.target, self.compose_file, stopped)
 
-    def _through(self, member: Member, step: Callable[[Context], T]) -> T:
-        route = self._route_to(member)
-        return through_restarts(self.held, member.variant, route, step, self._revive, self.result.warnings)
+    def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
+        """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
+        a warning of the result (not for a route)."""
+        route, warnings = self._route_to(member), self.result.warnings if warn else []
+        return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
     def _stop(self, variant: str, name: str) -> None:
@@ -546,7 +548,7 @@ class SingleSwap:
         self.began = time.monotonic()
         self.ctx.say(f"starting {op.member.variant}")
         compose_up(self.ctx, Path(op.member.run_file), op.member.service)
-        self._through(op.member, self._route_to(op.member))
+        self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
@@ -567,7 +569,7 @@ class SingleSwap:
     def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
         self.ctx.say(f"routing the gateway to {op.member.variant}")
-        self._through(op.member, self._route_to(op.member))
+        self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove(self, op: ops.Remove) -> None:
         self._stop(op.member.variant, op.member.container)
