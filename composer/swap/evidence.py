@@ -96,9 +96,8 @@ def keep(
     say: Callable[[str], None],
     container: str | None = None,
 ) -> None:
-    """Before a failed variant's container is removed: save its whole log, then show the
-    cause and the log's tail under a header (so it comes before any rollback progress).
-    `container`: the failed container's name (a live member); else the variant's newest."""
+    """Before a failed variant's container is removed: save its whole log, then show the cause and
+    its tail (`container`: a live member's name; else the variant's newest container)."""
     try:
         if container is not None:
             failed = VariantContainer(client.containers.get(container))

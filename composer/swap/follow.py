@@ -217,9 +217,8 @@ class Follower:
 
 
 def settings_drift(stack: Stack, gateway: Any, reported: object = None) -> list[str]:
-    """The gateway settings (as `[gateway]` keys) whose value in the running gateway differs
-    from what this stack renders: its container's environment, with the settings it reports
-    in effect (`reported`, from its `/state`: those applied in place) over it."""
+    """The `[gateway]` keys whose value in the running gateway (its environment, with the settings
+    it reports in effect, `reported`, over it) differs from what this stack renders."""
     spec = build_gateway_spec(stack)
     running = container_env(gateway)
     if isinstance(reported, dict):

@@ -129,8 +129,7 @@ def _container_differs(
 
 def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dict[str, str]) -> list[str]:
     """What differs between the container's record and `gateway`, by name (the API key never
-    shown): `image a -> b`, `published port 8000 -> 8001`, `bind address`, `the API key`,
-    `start-only settings GATEWAY_X`."""
+    shown): `image a -> b`, `published port 8000 -> 8001`, `start-only settings GATEWAY_X`, ..."""
     config = container.attrs.get("Config") or {}
     found = []
     image = resolve(gateway.image)

@@ -126,9 +126,8 @@ CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")  # uvicorn's line at its 
 
 
 def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], say: Say) -> int:
-    """Undo a replacement killed half-way (two gateways serve the port, one knows the holds):
-    stop and remove the `extra` ones the snapshot names by id (not the one under the
-    gateway's own name). Returns how many."""
+    """Undo a replacement killed half-way: stop and remove the `extra` gateways the snapshot names
+    by id (not the one under the gateway's own name). Returns how many."""
     from docker.errors import NotFound
 
     for container_id in extra:

@@ -198,9 +198,8 @@ def start_hold(
 
 
 class EarlyHold:
-    """A SwapHold whose control session opens on a thread while `up` reads and plans (its
-    ~0.2 s start runs beside them). Nothing is held yet; `take` waits for it (None when the
-    gateway did not run), `drop` closes it when the swap does not use it."""
+    """A SwapHold whose control session opens on a thread while `up` reads and plans. Nothing is
+    held yet; `take` waits for it (None: no gateway ran), `drop` closes it when unused."""
 
     def __init__(self, open_hold: Callable[[], SwapHold | None]) -> None:
         self._lock = threading.Lock()

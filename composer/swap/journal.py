@@ -103,9 +103,8 @@ class RunningSwap:
 
 
 class SwapRecord:
-    """Writes the running swap's record (the plan's data, the pid and its start, the stage,
-    the times) at every stage and removes it at the end. Made under the project's lock: a
-    record left by a killed swap becomes an `interrupted` history event first."""
+    """Writes the running swap's record (the plan's data, pid, stage, times) at every stage and
+    removes it at the end; made under the lock, after a dead swap's record is reaped."""
 
     def __init__(
         self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
@@ -217,9 +216,8 @@ class History:
 
 
 def read_history(project: str, last: int | None = None, directory: Path | None = None) -> History:
-    """The project's history, oldest first (the last `last` events); lines that are not an
-    event this module wrote are skipped and counted. A killed swap's record is first turned
-    into its `interrupted` event."""
+    """The project's history, oldest first (the last `last` events); lines that are not an event
+    are skipped and counted. A killed swap's record is first turned into its event."""
     running_swap(project, directory)
     path = project_dir(project, directory) / HISTORY
     try:

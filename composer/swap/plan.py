@@ -112,8 +112,7 @@ class Rollback:
 @dataclass(frozen=True)
 class Bring:
     """What the operations carry beyond the snapshot, resolved once at the edge: the target's
-    container (`member`), where the serving variant comes back from when its recorded run
-    file is gone (`source`), the gateway, the GPUs, the settle watch, warm-up and probation."""
+    container, the serving variant's source when its run file is gone, GPUs, watches."""
 
     member: Member
     gateway: bool = False

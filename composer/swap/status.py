@@ -435,9 +435,8 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
-    """Every variant: method, K, image, whether the image is local, whether it serves, the
-    workload classes and the aliases that name it, and why vLLM refuses it with this stack
-    (`refused`, empty when it starts)."""
+    """Every variant: method, K, image (and whether it is local), whether it serves, its workload
+    classes and aliases, and why vLLM refuses it with this stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
     serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []

@@ -306,9 +306,8 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
 def check_standby_fits(
     ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
 ) -> SwapPlan:
-    """The memory planner, before anything stops: refuse with the numbers. When a sleep does
-    not fit and `standby_fallback = "stop"`, the serving variant is stopped instead (a
-    warning). Its costs and notes go to `result.notes`, its figures into the plan."""
+    """The memory planner, before anything stops: refuse with the numbers, or (`standby_fallback =
+    "stop"`) stop instead of a sleep that does not fit; notes to `result`, figures to the plan."""
     stack = ctx.stack
     if sleeping is None:
         sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]

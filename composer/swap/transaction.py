@@ -93,9 +93,8 @@ def compose_up(
     host: dict[str, str] | None = None,
     recreate: bool = True,
 ) -> None:
-    """`docker compose up -d` of one service of a run file (never builds or pulls); `host`:
-    values the file interpolates (the follow profile's paths); `recreate=False`: an existing
-    container is kept. The gateway's port holder is left alone while it holds the port."""
+    """`docker compose up -d` of one service of a run file (never builds or pulls; the gateway's port
+    holder kept); `host`: values the file interpolates; `recreate=False`: keep an existing one."""
     env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
     keep = [] if recreate else ["--no-recreate"]
     if service == GATEWAY_SERVICE:
@@ -117,9 +116,8 @@ def drain(
     opened: SwapHold | None = None,
     recreate: bool = True,
 ) -> tuple[SwapHold, Drained]:
-    """Start the gateway from `compose_file` when given, then hold new requests and let those
-    in flight finish (eligible streams pause to go on on the next variant, unless `up --drain`).
-    `opened`: a hold whose control session is already open (`holding.EarlyHold`)."""
+    """Start the gateway from `compose_file` when given, then hold new requests and let those in
+    flight finish; `opened`: a hold whose control session is already open (`EarlyHold`)."""
     if compose_file is not None:
         compose_up(ctx, compose_file, gateway.service, recreate=recreate)
     hold = opened or start_hold(
@@ -307,9 +305,8 @@ def beside_settle(
 
 
 class SingleSwap:
-    """One switch's operations on one Docker engine: its methods are the dispatch table
-    (`handlers`), one per operation type; `held` ends with the context of the gateway's
-    current hold (a restarted gateway is held again)."""
+    """One switch's operations on one Docker engine (`handlers`: the dispatch table); `held` ends
+    with the context of the gateway's current hold (a restarted gateway is held again)."""
 
     def __init__(
         self,
