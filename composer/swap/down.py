@@ -73,9 +73,8 @@ def _remove_volume(volume: Volume) -> None:
 def stop_variant(
     ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
 ) -> str:
-    """Stop and remove one variant's container, asleep or serving; say what was done. The
-    serving one while others sleep is refused unless `force` (nothing would serve); the only
-    one running is `down` (the whole project, gateway included)."""
+    """Stop one variant's container, asleep or serving; say what was done. The serving one while
+    others sleep is refused unless `force`; the only one running is `down` (the whole project)."""
     stack = ctx.stack
     snap = take(stack, ctx.client)
     if any(r.variant == variant for r in snap.live_running):  # the others serve on

@@ -60,9 +60,8 @@ def execute(
     stage: Say = quiet,
     explain: Explain | None = None,
 ) -> list[Op]:
-    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see
-    above). `failed` sees the failed operation and why first (its evidence); `stage` hears
-    each stage, then `undoing`; `explain` words the error (else: what failed, then the undo)."""
+    """Run `ops` in order and return them, undoing what ran on a failure (see above). `failed` sees
+    the failed operation first; `stage` hears each stage, then `undoing`; `explain` words the error."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:

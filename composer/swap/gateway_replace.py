@@ -73,9 +73,8 @@ def replace_gateway(
     *,
     new_holder: bool = False,
 ) -> Replacement:
-    """Replace the gateway's container with one made from `compose_file`, the port watched
-    (see the module's docstring): `configure` tells the new one its upstreams before the old
-    one stops; `new_holder` (Docker's forwarding of the port is gone): compose recreates both."""
+    """Replace the gateway's container with one made from `compose_file`, the port watched (see
+    above); `configure` sets the new one up first; `new_holder`: compose recreates the holder too."""
     service = spec.service if spec else "gateway"
     name = spec.container_name if spec else f"{stack.project}-{service}-1"
     env = compose_environment(compose_file, stack.api_key)

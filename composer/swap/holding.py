@@ -97,9 +97,9 @@ class SwapHold:
         self.control.state()
 
     def begin(self, continue_streams: bool = False, gateway_leaving: bool = False) -> Drained:
-        """Hold new requests and wait for those in flight (cut at the drain timeout);
-        `continue_streams`: eligible streams pause at once to go on on the next variant (else
-        at the timeout, unless `gateway_leaving`: this gateway is replaced next)."""
+        """Hold new requests and wait for those in flight (cut at the drain timeout); eligible streams
+        pause to go on on the next variant at once (`continue_streams`), else at the timeout unless
+        `gateway_leaving` (this gateway is replaced next)."""
         if not self._tethered:
             self._tethered = True
             try:

@@ -179,9 +179,8 @@ def _reap(project: str, directory: Path | None = None) -> None:
 
 
 def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
-    """The swap running now for `project`, if its record names a live process. A record
-    whose process is gone becomes an `interrupted` history event, under the lock taken
-    without waiting (while a swap holds it, the follower's included, it is left alone)."""
+    """The swap running now for `project`, if its record names a live process; a dead one's record
+    becomes an `interrupted` event, under the lock taken without waiting (else left alone)."""
     record = _record(project_dir(project, directory) / RUNNING)
     if record is None or record.alive():
         return record

@@ -70,9 +70,8 @@ class StartMember(Op):
 
 @dataclass(frozen=True)
 class AdoptMember(Op):
-    """The one serving container joins the set as `member` as it runs: never stopped or
-    restarted. It changes nothing by itself (its inverse is empty): the Publish that follows
-    routes to it, and that Publish's inverse gives the gateway back its single upstream."""
+    """The one serving container joins the set as `member` as it runs (never restarted); the
+    Publish that follows routes to it, and that Publish's inverse undoes it."""
 
     TEXT = "adopt {member.container} as {member.name} as it runs (not restarted)"
     member: Member
@@ -182,9 +181,8 @@ class ApplySettings(Op):
 
 @dataclass(frozen=True)
 class Hold(Op):
-    """Released by `Release`, or to what serves after an undo; `run_file`: start the gateway
-    from it first; `serving`: a new gateway is routed to what serves before anything else;
-    `continue_streams`: eligible streams pause at once, to go on on the new variant."""
+    """Released by `Release` (or to what serves after an undo); `run_file`: start the gateway first;
+    `serving`: route a new gateway there first; `continue_streams`: streams pause at once."""
 
     TEXT = "hold new requests at the gateway and drain those in flight"
     STAGE = "draining"
@@ -288,9 +286,8 @@ class Gate(Op):
 
 @dataclass(frozen=True)
 class Settle(Op):
-    """Watch the ready member `seconds` from `since` ("ready"; "wake": the wake call; "process":
-    its process's start), while `warmup` completions and after a wake (`woke`) its checks run
-    beside it (`/is_sleeping`, and acceptance with `acceptance`)."""
+    """Watch the ready member `seconds` from `since` ("ready", "wake", "process"), with `warmup`
+    completions and after a wake (`woke`) its checks (and `acceptance`) beside it."""
 
     STAGE = "settling"
     member: Member

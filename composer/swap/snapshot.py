@@ -187,9 +187,8 @@ def take(
 def live_members(
     stack: Stack, found: list[tuple[VariantContainer, RunningVariant]]
 ) -> tuple[LiveRunning, ...]:
-    """The live set's containers, by member name (pure). While live members exist, the one
-    serving container (service `stack.service`) is a member too, `<variant>/1`: it joined the
-    set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
+    """The live set's containers, by member name (pure); while members exist, the one serving
+    container of `stack.service` is one too, `<variant>/1` (it joined as it ran)."""
     members = {
         c.container.labels[label_names.LIVE]: (info, c.container.labels.get(label_names.GPUS, "-"))
         for c, info in found

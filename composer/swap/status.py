@@ -159,9 +159,8 @@ def _gateway_line(gateway: dict) -> str:
 
 
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
-    """What runs for this stack, from one snapshot and one probe; while a swap runs or the
-    gateway holds requests, the probe (which would wait on the hold) is skipped and the swap
-    named instead, so status answers at once."""
+    """What runs for this stack, from one snapshot and one probe (skipped while a swap runs or the
+    gateway holds requests: the swap is named instead, so status answers at once)."""
     snap = snapshot.take(stack, client, gateway_state=True)
     data = _variant_status(stack, snap)
     data["gateway"] = gateway_status(stack, snap)

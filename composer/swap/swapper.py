@@ -119,9 +119,8 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
 def swap(
     ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
 ) -> UpResult:
-    """Swap `target` in; raise SwapFailed (after rolling back) when it fails. One snapshot
-    (or `snap`), one plan (`prepare`); `dry_run` returns it in `result.plan` and changes
-    nothing; else it runs (`execute`), then `options.profiles` start."""
+    """Swap `target` in (one snapshot, or `snap`; one plan); raise SwapFailed after rolling back.
+    `dry_run` returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
     early = None

@@ -252,9 +252,8 @@ def through_restarts(
     revive: Callable[[Context, str], Context],
     warnings: list[str],
 ) -> T:
-    """Run a gate, settle or route step; when the gateway restarted meanwhile (it refuses the
-    probe token), hold and route it again and run the step once more; when it stopped,
-    `revive` starts and holds it again first, and `warnings` says so."""
+    """Run a gate, settle or route step; when the gateway restarted (refusing the probe token) or
+    stopped (`revive`: started again, said in `warnings`), hold and route it again, then rerun."""
     try:
         return step(held[-1])
     except (HealthCheckFailed, GatewayControlError) as err:
@@ -276,9 +275,8 @@ def through_restarts(
 def beside_settle(
     ctx: Context, op: ops.Settle, where: GateTarget, notes: list[str], timings: dict[str, float]
 ) -> Callable[[], None] | None:
-    """What runs during the settle watch: after a wake `/is_sleeping` false (and with
-    `op.acceptance`, acceptance above the floor), then `op.warmup` requests past the hold;
-    its notes and seconds go to `notes` and `timings`."""
+    """What runs during the settle watch: after a wake `/is_sleeping` false (and acceptance), then
+    `op.warmup` requests past the hold; notes and seconds go to `notes` and `timings`."""
     requests = op.warmup if ctx.hold is not None else 0
     if not op.woke and requests <= 0:
         return None
