@@ -98,14 +98,8 @@ class Follower:
             reported = None
         differ = settings_drift(self.stack, container, reported)
         if differ:
-            self.emit(
-                FollowEvent(
-                    "gateway",
-                    None,
-                    f"the gateway runs with other settings than this stack ({', '.join(differ)}): "
-                    "follow keeps it; `compose-spec up` applies them",
-                )
-            )
+            why = f"the gateway runs with other settings than this stack ({', '.join(differ)}): "
+            self.emit(FollowEvent("gateway", None, why + "follow keeps it; `compose-spec up` applies them"))
 
     def _report(
         self, control: GatewayControl, serving: str | None, demand: SwitchDemand, ok: bool, detail: str
@@ -163,14 +157,8 @@ class Follower:
             self.reported = serving
             rolled = isinstance(err, SwapFailed) and err.rolled_back
             after = f"rolled back to {serving}" if rolled else f"serving {serving or 'nothing'}"
-            self.emit(
-                FollowEvent(
-                    "failed",
-                    demand.variant,
-                    f"{str(err).splitlines()[0]} ({after})",
-                    time.monotonic() - began,
-                )
-            )
+            why = f"{str(err).splitlines()[0]} ({after})"
+            self.emit(FollowEvent("failed", demand.variant, why, time.monotonic() - began))
             if isinstance(err, Interrupted) or isinstance(err.__cause__, KeyboardInterrupt):
                 # SIGTERM or Ctrl-C during the switch (rolled back): stop after it
                 self.stop.set()
@@ -178,15 +166,9 @@ class Follower:
         control = self._report(control, demand.variant, demand, True, result.outcome)
         self.reported = demand.variant
         self.switches += 1
-        self.emit(
-            FollowEvent(
-                "switched",
-                demand.variant,
-                f"{result.outcome} from {result.previous or 'nothing'}",
-                time.monotonic() - began,
-                {"timings": {k: round(v, 3) for k, v in result.timings.items()}},
-            )
-        )
+        how = f"{result.outcome} from {result.previous or 'nothing'}"
+        timings = {"timings": {k: round(v, 3) for k, v in result.timings.items()}}
+        self.emit(FollowEvent("switched", demand.variant, how, time.monotonic() - began, timings))
         return control
 
     def run(self, max_switches: int | None = None) -> int:

@@ -390,21 +390,11 @@ def _format_status(data: dict) -> str:
     ]
     if data["restart_count"]:
         last = data["last_exit"] or {}
-        rows.append(
-            (
-                "restarts",
-                f"{data['restart_count']}: Docker restarted it after a crash "
-                f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)",
-            )
-        )
+        crashed = f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)"
+        rows.append(("restarts", f"{data['restart_count']}: Docker restarted it after a crash {crashed}"))
     if data["matches_stack"] is False:
-        rows.append(
-            (
-                "matches stack",
-                f"no: this stack now renders {data['variant']} differently "
-                f"(`compose-spec up {data['variant']}` applies it)",
-            )
-        )
+        applies = f"(`compose-spec up {data['variant']}` applies it)"
+        rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
     if data.get("gateway"):
