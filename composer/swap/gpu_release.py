@@ -59,11 +59,8 @@ class ReleaseOutcome:
 
 
 class ReleaseWait:
-    """A snapshot of the stack's GPUs taken before a stop, and the wait that follows it.
-
-    `accounting` is `per-process` when a GPU listed one of the stopped processes in the
-    snapshot, else `snapshot drop`.
-    """
+    """A snapshot of the stack's GPUs taken before a stop, and the wait after it; `accounting`:
+    `per-process` when a GPU listed a stopped process in the snapshot, else `snapshot drop`."""
 
     def __init__(
         self,

@@ -190,10 +190,8 @@ def running_swap(project: str, directory: Path | None = None) -> RunningSwap | N
 
 
 def append_history(project: str, entry: dict[str, Any], directory: Path | None = None) -> None:
-    """Append one event (time added) to the project's history; keep the newest lines only.
-
-    Never fails (a full disk, an unreadable or corrupt history lose the event, not the
-    swap); the trim reads the newest `TRIM_BYTES` and keeps their whole lines as bytes."""
+    """Append one event (time added) to the project's history, keeping the newest lines; never fails
+    (a full disk or a corrupt history lose the event, not the swap)."""
     path = project_dir(project, directory) / HISTORY
     line = json.dumps({"time": round(time.time(), 3), **entry}, sort_keys=True)
     with contextlib.suppress(OSError, ValueError, ComposerError):

@@ -787,10 +787,8 @@ def up_set(
     progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult | LiveResult:
-    """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the
-    desired set (`desired.desired`, which checks the names), and the plan that gets there:
-    the single swap, a live change, or `plan_alone`. `options.profiles` (`--with`) are
-    checked first and started once it serves."""
+    """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the desired
+    set (`desired`), and the single swap, a live change or `plan_alone`; `options.profiles` too."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
 

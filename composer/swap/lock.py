@@ -102,10 +102,8 @@ def _open_directory(folder: Path) -> int:
 
 
 def _open_file(dir_fd: int, path: Path) -> int | None:
-    """Open (create 0600) the lock file: never through a link, never truncated, ours only.
-
-    None when its holder removed it between our open and our check: try again.
-    """
+    """Open (create 0600) the lock file: never through a link, never truncated, ours only; None
+    when its holder removed it between our open and our check (try again)."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)

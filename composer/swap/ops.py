@@ -338,10 +338,8 @@ class Remove(Op):
 
 @dataclass(frozen=True)
 class Roll(Op):
-    """The one serving Deployment switched to `member`'s variant (a Recreate rollout from
-    `member.run_file`). Undone by RollBack and the gate of `previous`, the variant it ran
-    before; without one (a new Deployment, or the same configuration again) there is no
-    revision to go back to and the inverse is empty."""
+    """The one serving Deployment rolled to `member`'s variant (Recreate, from `member.run_file`);
+    undone by RollBack and `previous`'s gate (none: no revision to go back to, no inverse)."""
 
     TEXT = "roll {member.container} to {member.variant} (a Recreate rollout of {member.run_file})"
     member: Member

@@ -141,10 +141,8 @@ def metrics_counters(control: GatewayControl) -> tuple[float, float]:
 def check_acceptance(
     counters: Callable[[], tuple[float, float]], target: GateTarget, floor: float, after: str = ""
 ) -> float:
-    """The share of draft tokens accepted over a short warm-up sent to `target`, from the
-    (drafted, accepted) `counters` read before and after it: above `floor`, or
-    HealthCheckFailed (output stays correct, decoding is slower; a wake can bring a
-    speculative variant back with acceptance 0). `after`: " after the wake"."""
+    """Acceptance of the draft tokens over a short warm-up sent to `target`, from the (drafted,
+    accepted) `counters` before and after: above `floor`, or HealthCheckFailed (`after`: wording)."""
     drafted_before, accepted_before = counters()
     warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
     drafted_after, accepted_after = counters()

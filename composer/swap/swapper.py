@@ -149,10 +149,8 @@ def prepare(
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
-    """Read the project once and decide the whole plan before anything stops: the preflight,
-    the run file, the gateway's settings (through `early`'s session), the standby fit. A
-    killed gateway before a healthy target is started here (not with `dry_run`), so the
-    variant is never reloaded for it."""
+    """Read the project once and decide the whole plan before anything stops (preflight, run file,
+    gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
     stack = ctx.stack
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
