@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -156,14 +156,6 @@ class ComposeSpecGroup(click.Group):
                 text = one_line(text)
             click.echo(f"compose-spec: error: {text}", err=True)
         sys.exit(_exit_code(err))
-
-
-Args = TypeVar("Args")
-
-
-def options_as(kind: Callable[..., Args], values: Mapping[str, object]) -> Args:
-    """A command's options dataclass from the values click parsed (and typed) for it."""
-    return kind(**values)
 
 
 def command(*args: Any, **kwargs: Any) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
 from composer.cli.params import csv_list, duration_option, json_option
@@ -89,7 +89,7 @@ class BenchArgs:
 @duration_option("--timeout", "15m", "Time per swap and per request.")
 @click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
-def bench(obj: Context, **kwargs: object) -> None:
+def bench(obj: Context, **kwargs: Any) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
 
     Ctrl-C stops the sweep, brings back the variant that served before (once) and
@@ -113,7 +113,7 @@ def bench(obj: Context, **kwargs: object) -> None:
     from composer.bench.swaps import bench_with_swaps
     from composer.errors import BenchError
 
-    args = options_as(BenchArgs, kwargs).with_decide_defaults()
+    args = BenchArgs(**kwargs).with_decide_defaults()
     options = args.options()
     stack = obj.stack()
     plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None
@@ -123,7 +123,7 @@ def bench(obj: Context, **kwargs: object) -> None:
     for name in names:
         stack.startable(name)
     k_values = csv_list(args.ks, int)
-    require_api_key(stack, obj.allow_weak_key)
+    require_api_key(stack, obj.options.allow_weak_key)
     line = LiveLine()
     switching = None
     after_sweep = None
@@ -182,7 +182,7 @@ def _swapping(obj: Context, args: BenchArgs, line: LiveLine) -> dict[str, Any]:
     return {
         "client": obj.docker(),
         "swap_timeout": args.timeout,
-        "allow_weak_key": obj.allow_weak_key,
+        "allow_weak_key": obj.options.allow_weak_key,
         "progress": line.step,
         "waiting": line.waiting,
     }

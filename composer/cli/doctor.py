@@ -37,8 +37,8 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     report = run_doctor(
         stack,
         variant,
-        default_host(obj.env_file),
-        allow_weak_key=obj.allow_weak_key,
+        default_host(obj.options.env_file),
+        allow_weak_key=obj.options.allow_weak_key,
         follower_attached=_follower_attached(obj, stack),
     )
     failed = [c for c in report.checks if c.failed]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.output import note, shown
 from composer.errors import UsageError
 
@@ -128,7 +129,7 @@ def _model_text(args: InitArgs) -> str:
 )
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
-def init_cmd(**kwargs: object) -> None:
+def init_cmd(**kwargs: Any) -> None:
     """Write composer.toml and .env.example into DIRECTORY (default: here).
 
     With --model-dir (and --served-name, --tp, --gpus) the stack is for your model: its
@@ -146,7 +147,7 @@ def init_cmd(**kwargs: object) -> None:
     """
     from composer.stack.starter import init_stack
 
-    args = options_as(InitArgs, kwargs)
+    args = InitArgs(**kwargs)
     if args.describes_a_model and args.model_dir is None:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"

@@ -15,22 +15,23 @@ if TYPE_CHECKING:
     from composer.swap.live import LiveResult
 
 
-def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> bool:
+def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> None:
     """`up --target kubernetes`: a live set's change (several variants, `[gateway] live`, or a
     live set the cluster runs, which one variant joins), else the switch of the one-variant
-    Deployment. False: a single switch without a VARIANT (nothing was asked)."""
+    Deployment."""
     from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
     from composer.kube.kubectl import Kubectl
-    from composer.kube.rollout import KubeUpOptions
     from composer.render.target import resolve_target
     from composer.stack.placement import live_members
+    from composer.swap.swapper import UpOptions
 
     stack = obj.stack()
     for name in variants:
         stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
+    nothing = ConfigError(f"up needs a VARIANT: one of {', '.join(stack.variants)}")
     live = len(variants) > 1 or bool(stack.gateway.live) or ran_kube_live(stack)
     if not variants and not live:
-        return False
+        raise nothing
     if args.dry_run:
         raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
     if args.profiles:
@@ -53,17 +54,14 @@ def kube_live_up(obj: Context, variants: tuple[str, ...], kube_context: str | No
         names = live_set_names(variants, stack, cluster)
         live = len(names) > 1 or bool(cluster.live)
         if not names:
-            return False  # `up` asks for a VARIANT
-    options = KubeUpOptions(
+            raise nothing
+    options = UpOptions(
         timeout=args.timeout, rollback=not args.no_rollback, wait_for_lock=not args.no_wait, drain=args.drain
     )
 
     def run(line: LiveLine) -> KubeUpResult | LiveResult:
         target = variants if live else resolve_target(stack, names[0])
-        return up_kubernetes(
-            stack, target, kubectl=kubectl, options=options, progress=line.step, waiting=line.waiting
-        )
+        return up_kubernetes(stack, target, kubectl, options, line.step, line.waiting)
 
     label = "+".join(variants or stack.gateway.live) if live else names[0]
     report_swap(label, args.as_json, run, " on Kubernetes")
-    return True

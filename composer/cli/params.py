@@ -71,10 +71,10 @@ def complete_from_stack(kind: str) -> Callable[[click.Context, click.Parameter, 
     options name (wherever they stand on the line)."""
 
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-        from composer.cli.globals import source_of
+        from composer.cli.globals import options_of
 
         try:
-            stack = source_of(ctx).load()
+            stack = options_of(ctx).source().load()
         except Exception:  # completion never fails loudly
             return []
         if kind == "variant":

@@ -138,7 +138,8 @@ def up(
         raise ConfigError(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
-    if target == "kubernetes" and not recreate_gateway and kube_live_up(obj, variants, kube_context, args):
+    if target == "kubernetes" and not recreate_gateway:
+        kube_live_up(obj, variants, kube_context, args)
         return
     if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
@@ -151,11 +152,6 @@ def up(
         _recreate_gateway(obj, variant, target, args)
         if variant is None:
             return
-    if target == "kubernetes":
-        if variant is None:
-            raise ConfigError(f"up needs a VARIANT: one of {', '.join(obj.stack().variants)}")
-        kube_live_up(obj, (variant,), kube_context, args)  # refuses --with and --dry-run itself
-        return
     if kube_context:
         raise ConfigError(
             "--kube-context needs --target kubernetes (Docker's engine is chosen with --context)"

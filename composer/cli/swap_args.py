@@ -53,7 +53,7 @@ class SwapArgs:
 
     def weak_key_allowed(self, obj: Context) -> bool:
         """`--allow-weak-key` given to the command or as the global option."""
-        return self.allow_weak_key or obj.allow_weak_key
+        return self.allow_weak_key or obj.options.allow_weak_key
 
 
 def _port_gap(result: Any) -> str:

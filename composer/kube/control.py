@@ -1,9 +1,6 @@
-"""The gateway's control channel on Kubernetes: `kubectl exec` into the gateway pod.
-
-The same host-side client as the Docker path (`GatewayControl`, which runs
-`python3 -m composer.gateway.ctl METHOD PATH [BODY]` in the gateway's container and parses its
-JSON), given an exec target that runs through `kubectl exec` instead of `docker exec`:
-who may exec into the pod may hold, drain and release it, nobody else.
+"""The gateway's control channel on Kubernetes: the host-side `GatewayControl` of the Docker
+path, given an exec target that runs `kubectl exec` into the gateway pod instead of `docker
+exec` (who may exec into the pod may hold, drain and release it, nobody else).
 """
 
 from __future__ import annotations
@@ -40,10 +37,8 @@ class KubeExec:
 
 
 def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:
-    """`pod/NAME` of the gateway's newest running, ready pod that is not terminating.
-
-    Every control call of one switch goes to this one pod: the hold it sets is the one it
-    releases, even while an old gateway pod is still terminating."""
+    """`pod/NAME` of the gateway's newest running, ready pod that is not terminating (every
+    control call of one switch goes to it: the hold it sets is the one it releases)."""
     selector = ",".join(f"{k}={v}" for k, v in selector_labels(stack, GATEWAY_COMPONENT).items())
     done = kubectl.run(["get", "pods", "--selector", selector, "--output", "json"])
     try:

@@ -21,12 +21,9 @@ READY_WITHIN = 30.0
 def service_url(
     kubectl: Kubectl, stack: Stack, service: str | None = None, port: int | None = None
 ) -> Iterator[str]:
-    """The Service's base URL from this machine while the block runs.
-
-    `kubernetes.service_url` (env KUBE_SERVICE_URL) when set, e.g. an Ingress or a
-    NodePort; otherwise `kubectl port-forward service/NAME :PORT` on a free local port,
-    stopped when the block ends. A named `service` (a live variant's, behind the gateway)
-    is always reached by port-forward: the configured URL reaches the shared one."""
+    """The Service's base URL from this machine while the block runs: `kubernetes.service_url`
+    (env KUBE_SERVICE_URL) for the shared Service when set, else `kubectl port-forward
+    service/NAME :PORT` on a free local port, stopped when the block ends."""
     if stack.kubernetes.service_url and service is None:
         yield stack.kubernetes.service_url
         return

@@ -1,8 +1,7 @@
 """The one place that runs `kubectl`: argv lists, never a shell; errors carry the command.
 
-Everything kubectl says that reaches a message goes through `redact` first, so a failing
-`kubectl apply` of the API key Secret (whose error may echo the object) prints no key,
-in clear or base64. A cluster that cannot be reached gets a fix line.
+Everything kubectl says that reaches a message is redacted of the API key (in clear or
+base64) first; a cluster that cannot be reached gets a fix line.
 """
 
 from __future__ import annotations
@@ -38,13 +37,6 @@ def secret_forms(secret: str | None) -> tuple[str, ...]:
         return ()
     encoded = base64.b64encode(secret.encode()).decode()
     return (secret, encoded, encoded.rstrip("="), secret.encode("unicode_escape").decode())
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """Text with every form of every secret masked (the same masking as container logs)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = redact_log(text, secret)
-    return text
 
 
 @dataclass(frozen=True)
@@ -89,7 +81,10 @@ class Kubectl:
         return env
 
     def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
+        """Text with every form of every secret masked (the same masking as container logs)."""
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = redact_log(text, secret)
+        return text
 
     def run(
         self, args: Sequence[str], *, stdin: str | None = None, timeout: float = 60, check: bool = True

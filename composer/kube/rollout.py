@@ -1,14 +1,7 @@
-"""What a Kubernetes rollout asks of the cluster, one kubectl verb at a time (the executor,
-`composer.kube.execute`, calls these from its dispatch table).
-
-`serving`: what the one-variant Deployment runs (its variant, config hash, served name);
-`write_overlay`: the variant's overlay rendered with the stack's resolved values under the
-state folder; `apply_secret`: the API key Secret, server-side applied from stdin (never in
-argv, a file or a `last-applied-configuration` annotation); `rollout_status`: `kubectl rollout
-status --timeout`; `gate`: the readiness gate and warm-up through a Service (past the gateway's
-hold when given its headers); `_log_tail`: a Deployment's last log lines, redacted. The
-one-variant Deployment (strategy Recreate) is one object for every variant, so the variant
-before is its previous revision and `kubectl rollout undo` brings it back.
+"""What a Kubernetes rollout asks of the cluster, one kubectl verb at a time (called from
+`composer.kube.execute`'s dispatch table). The one-variant Deployment (strategy Recreate) is
+one object for every variant: the variant before is its previous revision, and `kubectl
+rollout undo` brings it back.
 """
 
 from __future__ import annotations
@@ -36,27 +29,10 @@ from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap.holding import WARMUP_PROMPT
+from composer.swap.live import Say
 
-Say = Callable[[str], None]
-MANAGER = "compose-spec"
-"""The field manager of what `up` applies server-side."""
+MANAGER = "compose-spec"  # the field manager of what `up` applies server-side
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
-
-
-def _quiet(message: str) -> None:
-    """Progress sink that drops messages."""
-
-
-@dataclass(frozen=True)
-class KubeUpOptions:
-    """How long to wait (rollout plus gate), whether to undo a failed rollout, whether to
-    wait for another swap of the project (else LockBusy), and whether the drain waits for the
-    streams too (`up --drain`) instead of letting them go on on the new variant."""
-
-    timeout: float = 900.0
-    rollback: bool = True
-    wait_for_lock: bool = True
-    drain: bool = False
 
 
 @dataclass
@@ -98,15 +74,15 @@ class Serving:
 
 
 def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
-    """The variant the Deployment runs now (None when there is no Deployment yet)."""
+    """What the one-variant Deployment runs now (None when there is none yet)."""
     doc = deployment(kubectl, stack.service)
     found = pod_labels(doc) if doc is not None else None
     return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
 
 
 def write_overlay(stack: Stack, target: Target, directory: Path | None = None) -> Path:
-    """Render the base and this variant's overlay with the stack's resolved values; return
-    the overlay folder (under the state directory, named by the config hash)."""
+    """Render the base and the variant's overlay with the stack's resolved values under the
+    state folder (named by the config hash); return the overlay folder."""
     out = (directory or state_dir()) / stack.project / "kubernetes" / f"{target.name}-{target.hash}"
     for file in render_kubernetes(stack, [target.name], out):
         write_atomic(file)
@@ -117,10 +93,8 @@ NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it fro
 
 
 def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
-    """Create or update the API key Secret by server-side apply: the key travels on stdin,
-    never in argv or a file, and the object keeps no `last-applied-configuration`
-    annotation (client-side apply would store the key there in clear text). An annotation
-    left by an earlier client-side apply is removed."""
+    """Server-side apply the API key Secret from stdin (never argv or a file); remove a
+    `last-applied-configuration` annotation, where client-side apply kept the key in clear."""
     if not stack.api_key:
         raise PreflightFailed(NO_KEY)
     name = secret_name(stack)
@@ -143,7 +117,7 @@ def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
 
 
 def rollout_status(kubectl: Kubectl, stack: Stack, timeout: float, deployment: str | None = None) -> None:
-    """`kubectl rollout status` (of the variant's Deployment unless named) within `timeout`
+    """`kubectl rollout status` of `deployment` (default the one-variant one) within `timeout`
     seconds; KubectlFailed with kubectl's reason."""
     seconds = max(1, int(timeout))
     done = kubectl.run(
@@ -167,9 +141,9 @@ def gate(
     service: tuple[str, int] | None = None,
     check: Callable[[str], object] | None = None,
 ) -> None:
-    """Probe the variant through the Service (the shared one, else `service`: name and port)
-    until it is ready (HealthCheckFailed otherwise), then send `warmup` short completions and
-    run `check` with the Service's URL (the same port-forward); `headers` pass the gateway's hold."""
+    """Probe through the Service (the shared one, else `service`: name and port) until ready
+    (else HealthCheckFailed), send `warmup` completions, then run `check` with its URL;
+    `headers` pass the gateway's hold."""
     last = Readiness(False, "health", "not probed yet")
     with (
         service_url(kubectl, stack, *service) if service else service_url(kubectl, stack) as url,
@@ -197,7 +171,7 @@ def gate(
 
 
 def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None, requests: int) -> None:
-    """Short completions before any client reaches the new variant (as `up` does on Docker)."""
+    """Short completions before any client reaches the new variant."""
     body = {"model": served_name, "prompt": WARMUP_PROMPT, "max_tokens": 16, "temperature": 0}
     auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     for _ in range(requests):
@@ -208,8 +182,7 @@ def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None
 
 
 def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> str:
-    """The serving pod's (or the named Deployment's) last log lines, redacted ('' when
-    kubectl cannot give them)."""
+    """The Deployment's last log lines, redacted ('' when kubectl cannot give them)."""
     try:
         done = kubectl.run(
             ["logs", f"deployment/{deployment or stack.service}", "--tail=40"], timeout=30, check=False
