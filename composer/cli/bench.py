@@ -116,24 +116,27 @@ def bench(obj: Context, **kwargs: Any) -> None:
     args = BenchArgs(**kwargs).with_decide_defaults()
     options = args.options()
     stack = obj.stack()
-    plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None
+    k_values = csv_list(args.ks, int)
+    plan = arms.plan_arms(stack, arms.image_present, k_values) if args.decide else None
     names = csv_list(args.variants) or (
         plan.variants if plan else tuple(n for n, v in stack.variants.items() if not v.refused)
     )
     for name in names:
         stack.startable(name)
-    k_values = csv_list(args.ks, int)
-    require_api_key(stack, obj.options.allow_weak_key)
+    allow_weak = obj.options.allow_weak_key
+    require_api_key(stack, allow_weak)
     line = LiveLine()
     switching = None
     after_sweep = None
+    swapping: dict[str, Any] = {"swap_timeout": args.timeout, "allow_weak_key": allow_weak}
+    swapping |= {"progress": line.step, "waiting": line.waiting}
     if plan is not None:
         from composer.bench.switch_run import SwitchRun
 
         switching = SwitchRun(("", ""), {})
 
         def after_sweep(report) -> None:
-            _measure_switching(obj, plan, options, args, report, switching, line)
+            _measure_switching(obj, plan, options, report, switching, line, swapping)
 
     try:
         report = bench_with_swaps(
@@ -141,7 +144,8 @@ def bench(obj: Context, **kwargs: Any) -> None:
             names,
             k_values,
             options,
-            **_swapping(obj, args, line),
+            client=obj.docker(),
+            **swapping,
             ks_by_variant=plan.ks_by_variant if plan else None,
             after_sweep=after_sweep,
         )
@@ -177,18 +181,7 @@ def bench(obj: Context, **kwargs: Any) -> None:
         raise error
 
 
-def _swapping(obj: Context, args: BenchArgs, line: LiveLine) -> dict[str, Any]:
-    """How the benchmark's swaps run: the Docker client, their timeout, the key check, progress."""
-    return {
-        "client": obj.docker(),
-        "swap_timeout": args.timeout,
-        "allow_weak_key": obj.options.allow_weak_key,
-        "progress": line.step,
-        "waiting": line.waiting,
-    }
-
-
-def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
+def _measure_switching(obj: Context, plan, options, report, run, line: LiveLine, swapping: dict) -> None:
     """The switching arm: the trace through the gateway with the automatic policy between
     the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
     from composer.bench import decide as arms
@@ -224,7 +217,8 @@ def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run
             planned.phases,
             options,
             run,
-            **_swapping(obj, args, line),
+            client=obj.docker(),
+            **swapping,
         )
     except KeyboardInterrupt:
         report.interrupted = "interrupted"

@@ -9,7 +9,6 @@ import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
-from composer.cli.kube_live import kube_live_up
 from composer.cli.output import LiveLine
 from composer.cli.params import complete_from_stack, swap_options, target_option
 from composer.cli.swap_args import SwapArgs, report_swap
@@ -24,8 +23,8 @@ def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
 
     stack = obj.stack()
     check_request(variants, stack)  # unknown or refused names: exit 2 before Docker is asked
-    require_api_key(stack, allow_weak := args.weak_key_allowed(obj))
-    options = args.up_options(allow_weak, obj, probation=stack.probation)
+    require_api_key(stack, args.weak_key_allowed(obj))
+    options = args.up_options(obj, stack.probation)
     report_swap(
         "+".join(variants or stack.gateway.live),
         args.as_json,
@@ -49,22 +48,68 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     if variant is not None:
         stack.variant(variant)  # an unknown name: exit 2 before anything changes
     require_api_key(stack, args.weak_key_allowed(obj))
-    if args.dry_run:
-        planned = plan_recreate(stack, obj.docker())
-        if args.as_json and variant is None:
-            click.echo(json.dumps(planned.to_json()))
-        else:
-            click.echo(planned.line(), err=variant is not None and args.as_json)
-        return
     line = LiveLine()
     try:
-        done = recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
+        done = (
+            plan_recreate(stack, obj.docker())
+            if args.dry_run
+            else recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
+        )
     finally:
         line.finish()
     if args.as_json and variant is None:
         click.echo(json.dumps(done.to_json()))
-    else:
-        click.echo(done.line(), err=variant is not None)
+    else:  # before the swap of VARIANT, on stderr (with --json, even a dry run's)
+        click.echo(done.line(), err=variant is not None and (args.as_json or not args.dry_run))
+
+
+def _kube_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> None:
+    """`up --target kubernetes`: a live set's change (several variants, `[gateway] live`, or a
+    live set the cluster runs, which one variant joins), else the switch of the one-variant
+    Deployment."""
+    from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
+    from composer.kube.kubectl import Kubectl
+    from composer.render.target import resolve_target
+    from composer.stack.placement import live_members
+
+    stack = obj.stack()
+    for name in variants:
+        stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
+    nothing = ConfigError(f"up needs a VARIANT: one of {', '.join(stack.variants)}")
+    live = len(variants) > 1 or bool(stack.gateway.live) or ran_kube_live(stack)
+    if not variants and not live:
+        raise nothing
+    if args.dry_run:
+        raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
+    if args.profiles:
+        raise ConfigError(
+            "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
+            "([kubernetes] service_monitor) lets the cluster's Prometheus scrape"
+        )
+    if obj.options.docker_context:
+        raise ConfigError(
+            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
+        )
+    if len(variants) > 1:
+        live_members(stack, variants)  # overlapping GPU sets: exit 2 before kubectl is asked anything
+    if stack.api_key:  # the Secret is made from it
+        require_api_key(stack, args.weak_key_allowed(obj))
+    kubectl = Kubectl.for_stack(stack, kube_context)
+    names = list(variants)
+    if live and len(variants) <= 1:
+        cluster = read_cluster(kubectl, stack)
+        names = live_set_names(variants, stack, cluster)
+        live = len(names) > 1 or bool(cluster.live)
+        if not names:
+            raise nothing
+    options = args.up_options(obj)
+    target = variants if live else resolve_target(stack, names[0])
+    report_swap(
+        "+".join(variants or stack.gateway.live) if live else names[0],
+        args.as_json,
+        lambda line: up_kubernetes(stack, target, kubectl, options, line.step, line.waiting),
+        " on Kubernetes",
+    )
 
 
 @command()
@@ -139,7 +184,7 @@ def up(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
     if target == "kubernetes" and not recreate_gateway:
-        kube_live_up(obj, variants, kube_context, args)
+        _kube_up(obj, variants, kube_context, args)
         return
     if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")

@@ -32,14 +32,14 @@ class SwapArgs:
     drain: bool = False
     profiles: tuple[str, ...] = ()
 
-    def up_options(self, allow_weak_key: bool, obj: Context, probation: float = 0.0):
+    def up_options(self, obj: Context, probation: float = 0.0):
         from composer.swap.swapper import UpOptions
 
         return UpOptions(
             timeout=self.timeout,
             rollback=not self.no_rollback,
             wait_for_lock=not self.no_wait,
-            allow_weak_key=allow_weak_key,
+            allow_weak_key=self.weak_key_allowed(obj),
             settle=self.settle,
             probation=probation,
             dry_run=self.dry_run,

@@ -24,13 +24,13 @@ import yaml
 
 from composer import labels
 from composer.engine.diagnose import hints
-from composer.engine.gate import GateTarget
 from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
 from composer.kube.control import kube_control, kube_hold
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     NO_KEY,
+    ForwardedTarget,
     KubeUpResult,
     Serving,
     _log_tail,
@@ -246,18 +246,6 @@ def _gateway_env(doc: Manifest) -> str | None:
         if var.get("name") == LIVE_UPSTREAMS_VAR:
             return str(var.get("value"))
     return None
-
-
-@dataclass(frozen=True)
-class ForwardedTarget(GateTarget):
-    """A variant reached through `kubectl port-forward` at `forwarded` (a loopback GateTarget
-    would become a remote Docker engine's host)."""
-
-    forwarded: str = ""
-
-    @property
-    def url(self) -> str:
-        return self.forwarded
 
 
 class KubeRollout:

@@ -17,7 +17,8 @@ import httpx
 from composer import labels
 from composer.engine import retry
 from composer.engine.bootlog import redact, tail
-from composer.engine.health import Readiness, probe
+from composer.engine.gate import GateTarget
+from composer.engine.health import probe
 from composer.engine.retry import Pending
 from composer.errors import HealthCheckFailed, KubectlFailed, PreflightFailed
 from composer.kube.forward import service_url
@@ -28,11 +29,23 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
-from composer.swap.holding import WARMUP_PROMPT
+from composer.swap.holding import warm_up
 from composer.swap.live import Say
 
 MANAGER = "compose-spec"  # the field manager of what `up` applies server-side
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@dataclass(frozen=True)
+class ForwardedTarget(GateTarget):
+    """A variant reached through `kubectl port-forward` at `forwarded` (a loopback GateTarget
+    would become a remote Docker engine's host)."""
+
+    forwarded: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.forwarded
 
 
 @dataclass
@@ -144,7 +157,6 @@ def gate(
     """Probe through the Service (the shared one, else `service`: name and port) until ready
     (else HealthCheckFailed), send `warmup` completions, then run `check` with its URL;
     `headers` pass the gateway's hold."""
-    last = Readiness(False, "health", "not probed yet")
     with (
         service_url(kubectl, stack, *service) if service else service_url(kubectl, stack) as url,
         httpx.Client(
@@ -153,7 +165,6 @@ def gate(
     ):
 
         def attempt() -> None:
-            nonlocal last
             last = probe(http, url, served_name, stack.api_key)
             if last.fatal:
                 raise HealthCheckFailed(f"not ready through the Service at {last.step}: {last.detail}")
@@ -165,20 +176,12 @@ def gate(
             retry.service_readiness(deadline)(attempt)
         except Pending as timed_out:
             raise HealthCheckFailed(str(timed_out)) from None
-        _warm_up(http, url, served_name, stack.api_key, warmup)
-        if check is not None:
-            check(url)
-
-
-def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None, requests: int) -> None:
-    """Short completions before any client reaches the new variant."""
-    body = {"model": served_name, "prompt": WARMUP_PROMPT, "max_tokens": 16, "temperature": 0}
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    for _ in range(requests):
         try:
-            http.post(f"{url}/v1/completions", json=body, headers=auth, timeout=300.0).raise_for_status()
+            warm_up(ForwardedTarget(served_name, 0, "", served_name, stack.api_key, headers, url), warmup)
         except httpx.HTTPError as err:
             raise HealthCheckFailed(f"a warm-up completion failed: {err}") from err
+        if check is not None:
+            check(url)
 
 
 def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> str:

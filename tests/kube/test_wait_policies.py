@@ -43,7 +43,7 @@ def _gate(monkeypatch, answers: list[Readiness], deadline: float) -> tuple[list[
     said, warmed = [], []
     monkeypatch.setattr(rollout, "service_url", service_url)
     monkeypatch.setattr(rollout, "probe", lambda *_a: answers.pop(0))
-    monkeypatch.setattr(rollout, "_warm_up", lambda *a: warmed.append(a[-1]))
+    monkeypatch.setattr(rollout, "warm_up", lambda *a: warmed.append(a[-1]))
     rollout.gate(None, SimpleNamespace(api_key=None), "m", deadline, said.append, (), 3)  # type: ignore[arg-type]
     return said, warmed
 
