@@ -43,8 +43,7 @@ def error_object(err: ComposerError) -> dict[str, Any]:
     """The `--json` form of a failure."""
     data: dict[str, Any] = {"error": str(err), "kind": err.kind, "exit_code": _exit_code(err)}
     if isinstance(err, DiagnosedError):
-        data["hints"] = list(err.hints)
-        data["log_tail"] = err.log_tail
+        data |= {"hints": list(err.hints), "log_tail": err.log_tail}
     data.update(err.details)
     if _exit_code(err) == 130:
         data["kind"] = Interrupted.kind
@@ -92,23 +91,18 @@ class ComposeSpecGroup(click.Group):
             raise click.UsageError(f"No such command {name!r}{':' + hint if hint else '.'}", ctx)
         return super().resolve_command(ctx, args)
 
-    def command_of(self, argv: Sequence[str]) -> click.Command | None:
-        """The command an argument list runs (global options and their values skipped)."""
-        skip = False
-        for word in argv:
-            if skip:
-                skip = False
-            elif word in VALUE_OPTIONS:
-                skip = True
-            elif not word.startswith("-"):
-                return self.commands.get(word)
-        return None
-
     def wants_json(self, argv: Sequence[str]) -> bool:
-        """True when the command supports --json and it was given."""
-        command = self.command_of(argv)
-        supports = command is not None and any(p.name == "as_json" for p in command.params)
-        return supports and "--json" in argv
+        """True when `--json` was given to a command that has it (found past the global
+        options and their values)."""
+        words = iter(argv)
+        for word in words:
+            if word in VALUE_OPTIONS:
+                next(words, None)
+            elif not word.startswith("-"):
+                command = self.commands.get(word)
+                supports = command is not None and any(p.name == "as_json" for p in command.params)
+                return supports and "--json" in argv
+        return False
 
     def main(self, args: Sequence[str] | None = None, *posargs: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)

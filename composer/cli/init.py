@@ -71,20 +71,20 @@ def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
     return project, port
 
 
-def _ask() -> InitArgs | None:
-    """Questions on a terminal; None when the user wants the reference stack."""
+def _ask(args: InitArgs) -> InitArgs:
+    """Questions on a terminal; `args` as they are when the user wants the reference stack."""
     answer = click.prompt(
         "Model folder on this host (empty: write the reference stack to edit)", default="", show_default=False
     )
     if not answer.strip():
-        return None
+        return args
     model_dir = Path(answer.strip()).expanduser()
     served = click.prompt("Model name clients send", default=model_dir.name.lower() or "model")
     tp = click.prompt("GPUs per variant (tensor-parallel size)", default=1, type=click.IntRange(min=1))
     gpus = click.prompt(
         "GPU ids (e.g. 0,1), all, or none", default="all" if tp == 1 else ",".join(map(str, range(tp)))
     )
-    return InitArgs(Path("."), False, False, model_dir, served, tp, gpus, None)
+    return replace(args, model_dir=model_dir, served_name=served, tp=tp, gpus=gpus)
 
 
 def _model_text(args: InitArgs) -> str:
@@ -154,10 +154,7 @@ def init_cmd(**kwargs: Any) -> None:
         )
     ask = interactive()
     if not args.describes_a_model and ask:
-        asked = _ask()
-        if asked is not None:
-            kept = {k: getattr(args, k) for k in ("directory", "with_env", "force", "project", "port")}
-            args = replace(asked, **kept)
+        args = _ask(args)
     project, port = _identity(args, ask)
     args = replace(args, project=project, port=port)
     text = _model_text(args) if args.model_dir is not None else None

@@ -9,9 +9,6 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
-TARGETS = ("compose", "kubernetes")
-
-
 MAX_OPTION_SECONDS = 7 * 24 * 3600
 """The longest duration a command-line option takes (7 days)."""
 
@@ -98,8 +95,7 @@ def complete_recipe(ctx: click.Context, param: click.Parameter, incomplete: str)
     return [CompletionItem(n) for n in recipe_names(folder) if n.startswith(incomplete)]
 
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-"""What an option is: it adds itself to a command function."""
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # an option: it adds itself to a command
 
 
 def json_option(help_text: str = "Print JSON.") -> Decorator:
@@ -107,15 +103,14 @@ def json_option(help_text: str = "Print JSON.") -> Decorator:
     return click.option("--json", "as_json", is_flag=True, help=help_text)
 
 
-def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`--target compose|kubernetes` (render and up)."""
-    return click.option(
-        "--target",
-        type=click.Choice(TARGETS),
-        default="compose",
-        show_default=True,
-        help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
-    )(func)
+target_option = click.option(
+    "--target",
+    type=click.Choice(("compose", "kubernetes")),
+    default="compose",
+    show_default=True,
+    help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
+)
+"""`--target compose|kubernetes` (render and up)."""
 
 
 def duration_option(name: str, default: str, help_text: str) -> Decorator:

@@ -17,20 +17,18 @@ from composer.stack.model import Stack
 from composer.swap.holding import SwapHold
 
 READY_TIMEOUT_S = 30.0
-GATEWAY_CONTAINER = "gateway"
 
 
 class KubeExec:
     """An exec target (Docker SDK's `exec_run` shape) backed by `kubectl exec`."""
 
-    def __init__(self, kubectl: Kubectl, target: str, container: str = GATEWAY_CONTAINER) -> None:
+    def __init__(self, kubectl: Kubectl, target: str) -> None:
         self.kubectl = kubectl
         self.target = target
-        self.container = container
 
     def exec_run(self, cmd: Sequence[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
         """Run `cmd` in the pod; (exit code, (stdout, stderr)) with kubectl's messages redacted."""
-        args = ["exec", self.target, "--container", self.container, "--", *cmd]
+        args = ["exec", self.target, "--container", "gateway", "--", *cmd]
         done = self.kubectl.run(args, timeout=CALL_WAIT_S + 40, check=False)
         out, err = self.kubectl.redact(done.stdout), self.kubectl.redact(done.stderr)
         return done.returncode, (out.encode(), err.encode())

@@ -127,10 +127,10 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
     return ClusterLive(live, single)
 
 
-def ran_kube_live(stack: Stack, directory: Path | None = None) -> bool:
+def ran_kube_live(stack: Stack) -> bool:
     """This machine changed a live set of the project before: only then does a one-variant
     `up` ask the cluster whether a live set runs."""
-    return any(((directory or state_dir()) / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
+    return any((state_dir() / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
 
 
 def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive) -> list[str]:
@@ -213,9 +213,7 @@ def plan_kube_single(
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
-def write_live(
-    stack: Stack, variants: Sequence[str], directory: Path | None = None, leaving: Sequence[str] = ()
-) -> dict[str, Path]:
+def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) -> dict[str, Path]:
     """The set's kustomizations under the state folder: `shared` (the shared Service, the
     gateway, the base's extras) and one per variant, the `leaving` ones' too (for an undo)."""
     groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
@@ -226,7 +224,7 @@ def write_live(
         ]
     texts = {(group, file): dump(doc, GENERATED) for group, docs in groups.items() for file, doc in docs}
     digest = hashlib.sha256(json.dumps(sorted(texts.items())).encode()).hexdigest()[:12]
-    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
+    out = state_dir() / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
     folders: dict[str, Path] = {}
     for group, docs in groups.items():
         folder = out / group
@@ -293,7 +291,7 @@ class KubeRollout:
     def _roll_gateway(self, run_file: str) -> None:
         """Apply the gateway's Deployment and wait for its rollout."""
         self.kubectl.run(["apply", "--filename", run_file], timeout=120)
-        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
 
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         self.say(
@@ -359,7 +357,7 @@ class KubeRollout:
         self.say(
             f"waiting for {member.container} (kubectl rollout status, up to {self.options.timeout:.0f}s)"
         )
-        rollout_status(self.kubectl, self.stack, self.options.timeout, member.container)
+        rollout_status(self.kubectl, member.container, self.options.timeout)
 
     def roll_back(self, op: ops.RollBack) -> None:
         """`kubectl rollout undo` and its rollout status; nothing when the apply changed nothing
@@ -369,7 +367,7 @@ class KubeRollout:
         self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
         self.began[op.member.name] = time.monotonic()  # the gate after it has the whole timeout
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
-        rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
+        rollout_status(self.kubectl, op.member.container, self.options.timeout)
 
     def gate_member(self, op: ops.GateMember) -> None:
         """The gate and warm-up through the member's Service within the timeout from its apply;
@@ -438,7 +436,7 @@ class KubeRollout:
             return gateway
         self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
         self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
-        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
         return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
 
     def _record(self, folders: Mapping[str, Path], gateway: Manifest | None) -> None:
@@ -454,7 +452,7 @@ class KubeRollout:
 
     def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
         """The set's kustomizations, and the leaving ones' and the one-variant overlay (for an undo)."""
-        folders: dict[str, Path] = dict(write_live(self.stack, names, leaving=list(cluster.live)))
+        folders: dict[str, Path] = dict(write_live(self.stack, names, list(cluster.live)))
         if cluster.single and cluster.single in self.stack.variants:
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         return folders

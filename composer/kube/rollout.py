@@ -93,10 +93,10 @@ def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
     return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
 
 
-def write_overlay(stack: Stack, target: Target, directory: Path | None = None) -> Path:
+def write_overlay(stack: Stack, target: Target) -> Path:
     """Render the base and the variant's overlay with the stack's resolved values under the
     state folder (named by the config hash); return the overlay folder."""
-    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{target.name}-{target.hash}"
+    out = state_dir() / stack.project / "kubernetes" / f"{target.name}-{target.hash}"
     for file in render_kubernetes(stack, [target.name], out):
         write_atomic(file)
     return out / "overlays" / target.name
@@ -129,12 +129,11 @@ def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
         kubectl.run(["annotate", f"secret/{name}", f"{LAST_APPLIED}-"])
 
 
-def rollout_status(kubectl: Kubectl, stack: Stack, timeout: float, deployment: str | None = None) -> None:
-    """`kubectl rollout status` of `deployment` (default the one-variant one) within `timeout`
-    seconds; KubectlFailed with kubectl's reason."""
+def rollout_status(kubectl: Kubectl, deployment: str, timeout: float) -> None:
+    """`kubectl rollout status` within `timeout` seconds; KubectlFailed with kubectl's reason."""
     seconds = max(1, int(timeout))
     done = kubectl.run(
-        ["rollout", "status", f"deployment/{deployment or stack.service}", f"--timeout={seconds}s"],
+        ["rollout", "status", f"deployment/{deployment}", f"--timeout={seconds}s"],
         timeout=seconds + 30,
         check=False,
     )
@@ -184,12 +183,10 @@ def gate(
             check(url)
 
 
-def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> str:
+def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
     """The Deployment's last log lines, redacted ('' when kubectl cannot give them)."""
     try:
-        done = kubectl.run(
-            ["logs", f"deployment/{deployment or stack.service}", "--tail=40"], timeout=30, check=False
-        )
+        done = kubectl.run(["logs", f"deployment/{deployment}", "--tail=40"], timeout=30, check=False)
     except KubectlFailed:
         return ""
     return tail(redact(done.stdout, stack.api_key), 40) if done.returncode == 0 else ""
