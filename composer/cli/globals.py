@@ -1,9 +1,7 @@
 """The global options: given before the command or anywhere after it, like docker compose's.
 
-`compose-spec --env-file .env up mtp` and `compose-spec up mtp --env-file .env` mean the
-same. Each command carries hidden copies of the global options (except a name the command
-uses itself, such as `logs -f` for follow); what they read is merged over the values given
-before the command when the command runs. Repeatable ones (`--stack`, `--set`) add up.
+Each command carries hidden copies of them (except a name it uses itself, such as `logs -f`);
+what they read goes over the values given before the command; `--stack` and `--set` add up.
 """
 
 from __future__ import annotations

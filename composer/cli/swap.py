@@ -3,17 +3,55 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
 
 from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
-from composer.cli.output import LiveLine
-from composer.cli.params import complete_from_stack, swap_options, target_option
-from composer.cli.swap_args import SwapArgs, report_swap
-from composer.errors import ConfigError
+from composer.cli.output import LiveLine, note, warning
+from composer.cli.params import SwapArgs, complete_from_stack, swap_options, target_option
+from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
+
+
+def _port_gap(result: Any) -> str:
+    """`; the port refused 31 of 96 probes over 0.62 s (...)` when the gateway's container was replaced."""
+    from composer.engine.port_gap import describe
+
+    gap = getattr(result, "port_gap", None)
+    return f"; {describe(gap)}" if isinstance(gap, dict) else ""
+
+
+def report_swap(
+    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
+) -> None:
+    """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
+
+    A failed swap's error carries the variant and the outcome for the `--json` error object."""
+    line = LiveLine()
+    try:
+        result = run(line)
+    except SwapFailed as err:
+        line.finish()
+        err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
+        raise
+    line.finish()
+    for text in getattr(result, "warnings", ()):
+        warning(text)
+    for text in result.notes:
+        note(text)
+    if as_json:
+        timings = {k: round(v, 3) for k, v in result.timings.items()}
+        click.echo(json.dumps({**result.__dict__, "timings": timings}))
+    elif dry_run:
+        click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
+    else:
+        total = result.timings.get("total", 0.0)
+        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){_port_gap(result)}")
+    if dry_run and result.outcome == "refused":
+        raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
 
 
 def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:

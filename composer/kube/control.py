@@ -6,7 +6,7 @@ exec` (who may exec into the pod may hold, drain and release it, nobody else).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
@@ -14,7 +14,6 @@ from composer.gateway.client import CALL_WAIT_S, GatewayControl
 from composer.kube.kubectl import Kubectl
 from composer.render.kubernetes import GATEWAY_COMPONENT, gateway_name, selector_labels
 from composer.stack.model import Stack
-from composer.swap.holding import SwapHold
 
 READY_TIMEOUT_S = 30.0
 
@@ -74,10 +73,3 @@ def kube_control(kubectl: Kubectl, stack: Stack) -> GatewayControl:
             f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
             f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
         ) from err
-
-
-def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
-    """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
-    return SwapHold(
-        kube_control(kubectl, stack), stack.gateway.drain_timeout, say, context=stack.max_model_len
-    )

@@ -26,7 +26,7 @@ from composer import labels
 from composer.engine.diagnose import hints
 from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
-from composer.kube.control import kube_control, kube_hold
+from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     NO_KEY,
@@ -287,7 +287,6 @@ class KubeRollout:
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
-    # -- the gateway ----------------------------------------------------------------------
     def _roll_gateway(self, run_file: str) -> None:
         """Apply the gateway's Deployment and wait for its rollout."""
         self.kubectl.run(["apply", "--filename", run_file], timeout=120)
@@ -301,7 +300,10 @@ class KubeRollout:
 
     def hold_gateway(self, op: ops.Hold) -> None:
         """Hold new requests at the gateway pod; let the ones in flight finish (counted)."""
-        self.hold = kube_hold(self.kubectl, self.stack, self.say)
+        control = kube_control(self.kubectl, self.stack)
+        self.hold = SwapHold(
+            control, self.stack.gateway.drain_timeout, self.say, context=self.stack.max_model_len
+        )
         going_on = "; streams go on on the new variant" if op.continue_streams else ""
         self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
         drained = self.hold.begin(op.continue_streams)
@@ -339,7 +341,6 @@ class KubeRollout:
             where = f"deployment/{op.container}"
             self.drained.single(self.control, self.stack, self.waiting, where)
 
-    # -- the members ----------------------------------------------------------------------
     def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
@@ -428,7 +429,6 @@ class KubeRollout:
         before = self.before
         return now is not None and (before is None or now.config_hash != before.config_hash)
 
-    # -- around the plan ------------------------------------------------------------------
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
         """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
         Deployment the cluster has now."""
@@ -449,13 +449,6 @@ class KubeRollout:
             return
         self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
         self._roll_gateway(str(folders[SHARED] / "gateway-deployment.yaml"))
-
-    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
-        """The set's kustomizations, and the leaving ones' and the one-variant overlay (for an undo)."""
-        folders: dict[str, Path] = dict(write_live(self.stack, names, list(cluster.live)))
-        if cluster.single and cluster.single in self.stack.variants:
-            folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
-        return folders
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = _quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
@@ -559,7 +552,9 @@ class KubeRollout:
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
         }
-        folders = self._folders(names, cluster)
+        folders: dict[str, Path] = dict(write_live(self.stack, names, list(cluster.live)))
+        if cluster.single and cluster.single in self.stack.variants:  # what an undo applies again
+            folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         continues = self.stack.gateway.continues(self.options.drain)
         plan = plan_kube_live(self.stack, names, wanted, cluster, folders, continue_streams=continues)
         result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
