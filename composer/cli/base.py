@@ -1,10 +1,7 @@
 """The command classes: help that ends with exit codes, close-match suggestions, global
-options anywhere on the line, and the one place errors become output and exit codes.
-
-Every error is handled in `ComposeSpecGroup.main`: one line on stderr, and exit 2 for
-usage and configuration errors, 1 for failures, 130 when interrupted (Ctrl-C, SIGTERM).
-A command run with `--json` prints exactly one JSON object on stdout when it fails:
-`{"error": MESSAGE, "kind": FAMILY, "exit_code": N, ...}`.
+options anywhere on the line, and `ComposeSpecGroup.main`, the one place errors become one
+line on stderr and an exit code (2 usage or configuration, 1 failure, 130 interrupted). A
+command run with `--json` that fails prints one `{"error", "kind", "exit_code", ...}` object.
 """
 
 from __future__ import annotations

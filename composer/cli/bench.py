@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,24 +31,18 @@ class BenchArgs:
     timeout: float
     decide: bool = False
 
-    def with_decide_defaults(self) -> BenchArgs:
-        """`--decide`: the decision's streams and prompt lengths unless given."""
-        from composer.bench import decide as arms
-
-        if not self.decide:
-            return self
-        concurrency = self.concurrency or ",".join(map(str, arms.DECIDE_CONCURRENCY))
-        prompt_tokens = self.prompt_tokens or (
-            None if self.prompt_file else ",".join(map(str, arms.DECIDE_PROMPT_TOKENS))
-        )
-        return replace(self, concurrency=concurrency, prompt_tokens=prompt_tokens)
-
     def options(self):
-        """The sweep's options (lists parsed, prompts read)."""
+        """The sweep's options (lists parsed, prompts read); `--decide` brings its own streams
+        and prompt lengths unless given."""
+        from composer.bench import decide as arms
         from composer.bench.prompts import bench_prompts
         from composer.bench.sweep import BenchOptions
 
         lengths = csv_list(self.prompt_tokens, int)
+        concurrency = csv_list(self.concurrency, int)
+        if self.decide:
+            concurrency = arms.DECIDE_CONCURRENCY if concurrency is None else concurrency
+            lengths = arms.DECIDE_PROMPT_TOKENS if lengths is None and not self.prompt_file else lengths
         if self.prompt_file is not None and lengths is not None:
             raise UsageError("give either --prompt-file or --prompt-tokens, not both")
         return BenchOptions(
@@ -57,7 +51,7 @@ class BenchArgs:
             runs=self.runs,
             warmup=self.warmup,
             request_timeout=self.timeout,
-            concurrency=csv_list(self.concurrency, int) or (1,),
+            concurrency=concurrency or (1,),
             prompt_tokens=lengths or (None,),
         )
 
@@ -113,7 +107,7 @@ def bench(obj: Context, **kwargs: Any) -> None:
     from composer.bench.swaps import bench_with_swaps
     from composer.errors import BenchError
 
-    args = BenchArgs(**kwargs).with_decide_defaults()
+    args = BenchArgs(**kwargs)
     options = args.options()
     stack = obj.stack()
     k_values = csv_list(args.ks, int)

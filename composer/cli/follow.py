@@ -110,19 +110,13 @@ def _systemd_unit(obj: Context, project: str, timeout: float, settle: float, as_
 
     options = obj.options
     command = [*_executable(), "--env-file", os.path.abspath(options.env_file)]
-    for path in obj.source.stack_files():
-        command += ["--stack", os.path.abspath(path)]
-    for item in options.sets:
-        command += ["--set", item]
-    if options.project_name:
-        command += ["--project-name", options.project_name]
-    if options.docker_context:
-        command += ["--context", options.docker_context]
-    if options.allow_weak_key:
-        command.append("--allow-weak-key")
+    command += [word for path in obj.source.stack_files() for word in ("--stack", os.path.abspath(path))]
+    command += [word for item in options.sets for word in ("--set", item)]
+    command += ["--project-name", options.project_name] if options.project_name else []
+    command += ["--context", options.docker_context] if options.docker_context else []
+    command += ["--allow-weak-key"] if options.allow_weak_key else []
     command += ["follow", "--timeout", format_seconds(timeout), "--settle", format_seconds(settle)]
-    if as_json:
-        command.append("--json")
+    command += ["--json"] if as_json else []
     environment = {}
     if not options.docker_context:
         environment = {k: os.environ[k] for k in ("DOCKER_HOST", "DOCKER_CONTEXT") if os.environ.get(k)}

@@ -57,13 +57,12 @@ def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
     from composer.stack import values
     from composer.stack.starter import folder_project, free_port
 
-    project = args.project or (None if ask else folder_project(args.directory))
-    if project is None:
-        proposed = folder_project(args.directory)
-        project = click.prompt("Compose project name (names its containers)", default=proposed)
-    port = args.port or (None if ask else free_port())
-    if port is None:
-        port = click.prompt("Host port clients use", default=free_port(), type=click.IntRange(1, 65535))
+    project = args.project or folder_project(args.directory)
+    if ask and not args.project:
+        project = click.prompt("Compose project name (names its containers)", default=project)
+    port = args.port or free_port()
+    if ask and not args.port:
+        port = click.prompt("Host port clients use", default=port, type=click.IntRange(1, 65535))
     try:
         values.parse_name(project)
     except ValueError as err:

@@ -507,8 +507,8 @@ class KubeRollout:
                 f"{self.held['cut']} request(s) still running after the drain timeout "
                 f"({self.stack.gateway.drain_timeout}s) were cut"
             )
-        result.outcome = "unchanged" if same else "started"
         if same:
+            result.outcome = "unchanged"
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
         self._history(result, planned)

@@ -1,5 +1,6 @@
 """What a Kubernetes rollout asks of the cluster, one kubectl verb at a time (called from
-`composer.kube.execute`'s dispatch table). The one-variant Deployment (strategy Recreate) is
+`composer.kube.execute`'s dispatch table), and how the gate reaches a Service (a configured
+URL, or `kubectl port-forward`). The one-variant Deployment (strategy Recreate) is
 one object for every variant: the variant before is its previous revision, and `kubectl
 rollout undo` brings it back.
 """
@@ -8,7 +9,12 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+import re
+import selectors
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,7 +27,6 @@ from composer.engine.gate import GateTarget
 from composer.engine.health import probe
 from composer.engine.retry import Pending
 from composer.errors import HealthCheckFailed, KubectlFailed, PreflightFailed
-from composer.kube.forward import service_url
 from composer.kube.kubectl import Kubectl
 from composer.render.files import write_atomic
 from composer.render.kubernetes import Manifest, render_kubernetes, secret_name
@@ -31,6 +36,56 @@ from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.swap.holding import warm_up
 from composer.swap.live import Say
+
+_FORWARDING = re.compile(r"Forwarding from (127\.0\.0\.1|\[::1\]):(\d+) -> \d+")
+READY_WITHIN = 30.0  # seconds port-forward has to say where it listens
+
+
+@contextmanager
+def service_url(
+    kubectl: Kubectl, stack: Stack, service: str | None = None, port: int | None = None
+) -> Iterator[str]:
+    """The Service's base URL from this machine while the block runs: `kubernetes.service_url`
+    (env KUBE_SERVICE_URL) for the shared Service when set, else `kubectl port-forward
+    service/NAME :PORT` on a free local port, stopped when the block ends."""
+    if stack.kubernetes.service_url and service is None:
+        yield stack.kubernetes.service_url
+        return
+    proc = kubectl.popen(["port-forward", f"service/{service or stack.service}", f":{port or stack.port}"])
+    try:
+        try:
+            port = _local_port(proc)
+        except KubectlFailed as err:  # what kubectl said goes through the key redaction too
+            raise KubectlFailed(kubectl.redact(str(err))) from err
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        # killed, not terminated: started inside an undo it inherits an ignored SIGTERM, and a
+        # port-forward keeps nothing that a graceful stop would save
+        proc.kill()
+        proc.wait()
+
+
+def _local_port(proc: subprocess.Popen[str]) -> int:
+    """Read port-forward's output until it says which local port it listens on."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_WITHIN
+    seen: list[str] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line.strip())
+            match = _FORWARDING.search(line)
+            if match and match.group(1) == "127.0.0.1":
+                return int(match.group(2))
+    proc.kill()
+    said = next((s for s in reversed(seen) if s), "nothing")
+    raise KubectlFailed(f"`kubectl port-forward` did not start forwarding (it said: {said})")
+
 
 MANAGER = "compose-spec"  # the field manager of what `up` applies server-side
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
