@@ -117,8 +117,7 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
     single = None
     for doc in items:
         name = (doc.get("metadata") or {}).get("name", "")
-        template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
-        variant = (template.get("labels") or {}).get(labels.VARIANT, "")
+        variant = pod_labels(doc).get(labels.VARIANT, "")
         if name == stack.service:
             single = str(variant)
         elif variant in stack.variants and name == live_name(stack, variant):
@@ -443,8 +442,7 @@ class KubeRollout:
         """Roll the gateway Deployment's upstream list to the set, so a restarted pod routes to it."""
         if not self.stack.gateway.enabled:
             return
-        docs = dict(live_shared_docs(self.stack, list(self.variants)))
-        rendered = docs.get("gateway-deployment.yaml")
+        rendered = dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
         if rendered is None or (gateway is not None and _gateway_env(gateway) == _gateway_env(rendered)):
             return
         self.say("recording the live set in the gateway's Deployment (its pod is replaced)")

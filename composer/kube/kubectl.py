@@ -75,10 +75,7 @@ class Kubectl:
 
     def environment(self) -> dict[str, str]:
         """kubectl's environment: ours, with KUBECONFIG when the stack sets one."""
-        env = dict(os.environ)
-        if self.kubeconfig:
-            env["KUBECONFIG"] = self.kubeconfig
-        return env
+        return {**os.environ, **({"KUBECONFIG": self.kubeconfig} if self.kubeconfig else {})}
 
     def redact(self, text: str) -> str:
         """Text with every form of every secret masked (the same masking as container logs)."""
@@ -111,8 +108,10 @@ class Kubectl:
         return done
 
     def failed(self, what: str, done: subprocess.CompletedProcess[str]) -> KubectlFailed:
-        """KubectlFailed for a finished command: its last line, redacted; a fix when unreachable."""
-        said = self.redact(last_line(done))
+        """KubectlFailed for a finished command: the last line it printed (else its exit code),
+        redacted; a fix when the cluster cannot be reached."""
+        lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
+        said = self.redact(lines[-1] if lines else f"exit code {done.returncode}")
         fix = f"; {FIX_UNREACHABLE}" if _UNREACHABLE.search(said) else ""
         command = tuple(done.args) if isinstance(done.args, list | tuple) else ()
         return KubectlFailed(f"{what}: {said}{fix}", command, done.returncode)
@@ -127,9 +126,3 @@ class Kubectl:
             text=True,
             env=self.environment(),
         )
-
-
-def last_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The last non-empty line kubectl printed (its error), or the exit code."""
-    lines = [line for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"exit code {done.returncode}"
