@@ -108,11 +108,11 @@ def _kube_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, 
     from composer.kube.execute import live_set_names, ran_kube_live, read_cluster, up_kubernetes
     from composer.kube.kubectl import Kubectl
     from composer.render.target import resolve_target
-    from composer.stack.placement import live_members
+    from composer.swap.desired import check_request
 
     stack = obj.stack()
-    for name in variants:
-        stack.startable(name)  # an unknown or refused name: exit 2 before kubectl is asked anything
+    if variants:  # unknown, refused or overlapping names: exit 2 before kubectl is asked anything
+        check_request(variants, stack)
     nothing = ConfigError(f"up needs a VARIANT: one of {', '.join(stack.variants)}")
     live = len(variants) > 1 or bool(stack.gateway.live) or ran_kube_live(stack)
     if not variants and not live:
@@ -128,8 +128,6 @@ def _kube_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, 
         raise ConfigError(
             "--context names a Docker context; with --target kubernetes use --kube-context NAME"
         )
-    if len(variants) > 1:
-        live_members(stack, variants)  # overlapping GPU sets: exit 2 before kubectl is asked anything
     if stack.api_key:  # the Secret is made from it
         require_api_key(stack, args.weak_key_allowed(obj))
     kubectl = Kubectl.for_stack(stack, kube_context)
