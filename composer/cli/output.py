@@ -74,5 +74,5 @@ def warning(message: str) -> None:
     _to_stderr(f"warning: {message}")
 
 
-def echo_json(data: Any, indent: int | None = 2) -> None:
-    click.echo(json.dumps(data, indent=indent))
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))

@@ -29,7 +29,6 @@ from composer.gateway.client import GatewayControl
 from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
-    NO_KEY,
     ForwardedTarget,
     KubeUpResult,
     Serving,
@@ -54,7 +53,7 @@ from composer.render.kubernetes import (
 )
 from composer.render.live import LIVE_UPSTREAMS_VAR
 from composer.render.runfiles import state_dir
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
@@ -78,6 +77,7 @@ from composer.swap.lock import swap_lock
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.swapper import UpOptions
 
+NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
 SHARED = "shared"
 SINGLE = "single"  # the one-variant Deployment's overlay, where an undo applies it again
 LIVE_PREFIX = "live-"
@@ -337,8 +337,7 @@ class KubeRollout:
 
     def drain_single(self, op: ops.DrainSingle) -> None:
         if self.control is not None:
-            where = f"deployment/{op.container}"
-            self.drained.single(self.control, self.stack, self.waiting, where)
+            self.drained.single(self.control, self.stack, self.waiting, f"deployment/{op.container}")
 
     def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""

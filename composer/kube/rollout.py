@@ -26,7 +26,7 @@ from composer.engine.bootlog import redact, tail
 from composer.engine.gate import GateTarget
 from composer.engine.health import probe
 from composer.engine.retry import Pending
-from composer.errors import HealthCheckFailed, KubectlFailed, PreflightFailed
+from composer.errors import HealthCheckFailed, KubectlFailed
 from composer.kube.kubectl import Kubectl
 from composer.render.files import write_atomic
 from composer.render.kubernetes import Manifest, render_kubernetes, secret_name
@@ -157,14 +157,10 @@ def write_overlay(stack: Stack, target: Target) -> Path:
     return out / "overlays" / target.name
 
 
-NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
-
-
 def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
     """Server-side apply the API key Secret from stdin (never argv or a file); remove a
     `last-applied-configuration` annotation, where client-side apply kept the key in clear."""
-    if not stack.api_key:
-        raise PreflightFailed(NO_KEY)
+    assert stack.api_key  # up_kubernetes refuses a stack without one
     name = secret_name(stack)
     secret = {
         "apiVersion": "v1",
