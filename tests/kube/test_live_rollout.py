@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.kube.execute import ClusterLive, LiveDeployment, plan_kube_live
+from composer.kube.execute import ClusterLive, plan_kube_live
 from composer.stack.load import load_stack
 from composer.swap.live import single_inflight
 from tests.conftest import REPO
@@ -492,7 +492,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     place (undone by a rollback to its revision), the one-variant Deployment drained once the
     set serves, then deleted (and applied again from its overlay by an undo)."""
     stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
-    cluster = ClusterLive({"baseline": LiveDeployment("baseline", "a"), "mtp": LiveDeployment("mtp", "b")})
+    cluster = ClusterLive({"baseline": "a", "mtp": "b"})
     folders = {v: Path(f"/k/{v}") for v in ("baseline", "mtp", "dflash2")}
     plan = plan_kube_live(stack, ["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster, folders)
     assert (plan.keep, plan.replace, plan.start, plan.stop) == (
