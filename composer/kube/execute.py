@@ -63,16 +63,14 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.execute import Handlers, _reason, execute
+from composer.swap.execute import Handlers, Say, _reason, execute, quiet
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
 from composer.swap.live import (
     DrainTally,
     LivePlan,
     LiveResult,
-    Say,
     _operations,
-    _quiet,
     live_acceptance,
     live_history,
     plan_alone,
@@ -441,7 +439,7 @@ class KubeRollout:
         self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
         self._roll_gateway(str(folders[SHARED] / "gateway-deployment.yaml"))
 
-    def _run(self, planned: Sequence[ops.Op], stage: Say = _quiet) -> list[ops.Op]:
+    def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
         try:
             return execute(

@@ -34,8 +34,8 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
+from composer.swap.execute import Say
 from composer.swap.holding import warm_up
-from composer.swap.live import Say
 
 _FORWARDING = re.compile(r"Forwarding from (127\.0\.0\.1|\[::1\]):(\d+) -> \d+")
 READY_WITHIN = 30.0  # seconds port-forward has to say where it listens
