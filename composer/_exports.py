@@ -1,7 +1,5 @@
-"""Lazy re-exports for the subpackages' `__init__` modules.
-
-A subpackage names its public API in its `__init__` without importing every module on
-first touch: each command imports only what it needs (the CLI stays fast to start).
+"""Lazy re-exports: a subpackage's `__init__` names its public API without importing every
+module on first touch, so each command imports only what it needs (the CLI starts fast).
 """
 
 from __future__ import annotations

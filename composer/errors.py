@@ -1,10 +1,8 @@
 """Every exception of the toolkit: one base class, one subclass per kind of failure.
 
-The CLI maps them to exit codes in one place: `UsageError` (and `ConfigError`) exit 2,
-every other `ComposerError` exits 1. Each class names its family (`kind`), which
-`--json` reports. `DiagnosedError` carries a container's log tail and the hints that
-match it. This module uses only the standard library: the gateway's image ships it
-beside `composer/gateway/`.
+The CLI maps them to exit codes in one place: `UsageError` (and `ConfigError`) exit 2, every
+other `ComposerError` 1; `kind` names the family `--json` reports. Standard library only: the
+gateway's image ships this module beside `composer/gateway/`.
 """
 
 from __future__ import annotations
@@ -23,8 +21,7 @@ class ComposerError(Exception):
 
     def __init__(self, *args: object) -> None:
         super().__init__(*args)
-        self.details: dict[str, object] = {}
-        """Extra fields for the `--json` error object (the CLI may add some)."""
+        self.details: dict[str, object] = {}  # extra fields of the `--json` error object
 
 
 class UsageError(ComposerError):
@@ -194,9 +191,8 @@ DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 def cannot_write(path: str | Path | None, err: OSError) -> str:
-    """`cannot write in FOLDER: No space left on device: ...` for a failed write of `path`.
-
-    A full disk, a quota or a read-only file system name the folder and what frees it."""
+    """`cannot write PATH: REASON`; a full disk, a quota or a read-only file system name the
+    folder and what frees it."""
     reason = err.strerror or str(err)
     if err.errno not in DISK_FULL:
         return f"cannot write {path}: {reason}"

@@ -1,12 +1,10 @@
-"""The one signals module: how a stop signal ends a command, and how the undo it starts finishes.
+"""How a stop signal ends a command, and how the undo it starts finishes.
 
-A stop signal is Ctrl-C (SIGINT), SIGTERM or SIGHUP (a closed terminal; one ignored by `nohup`
-stays ignored). While a command runs, each raises KeyboardInterrupt in the main thread
-(`interrupts`); a change of what serves takes the first one only (`interrupt_once`) and runs its
-undo with every stop signal ignored (`interrupts_ignored`). Signals reach the main thread alone:
-a change running in a worker thread (`bench --decide`'s follower) is stopped through its waits
-instead. While `waits_cancelled` is in force, every wait of a named retry policy (engine/retry)
-raises KeyboardInterrupt at its next pause, except inside an undo, which always finishes.
+A stop signal is SIGINT, SIGTERM or SIGHUP (one ignored by `nohup` stays ignored). While a
+command runs, each raises KeyboardInterrupt in the main thread (`interrupts`); a change of what
+serves takes the first one only (`interrupt_once`) and runs its undo with stop signals ignored
+(`interrupts_ignored`). A change in a worker thread is stopped through its waits instead: under
+`waits_cancelled`, every retry policy's pause raises KeyboardInterrupt, except inside an undo.
 """
 
 from __future__ import annotations
@@ -47,14 +45,13 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def interrupts() -> AbstractContextManager[None]:
-    """While a command runs, every stop signal raises KeyboardInterrupt (a swap rolls back, a
-    sweep restores the previous variant, a follower stops)."""
+    """While a command runs, every stop signal raises KeyboardInterrupt."""
     return handled(_raise_interrupt)
 
 
 def interrupt_once(signum: int, frame: object) -> None:
-    """Raise KeyboardInterrupt once; ignore every stop signal from here on (from inside the
-    handler, so none lands between the interruption and the undo it starts)."""
+    """Raise KeyboardInterrupt once; ignore every stop signal from inside the handler on (none
+    lands between the interruption and the undo it starts)."""
     for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     raise KeyboardInterrupt

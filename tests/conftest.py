@@ -132,6 +132,27 @@ def docker_client():
     client.close()
 
 
+MIGRATE = Path("/proc/sys/net/ipv4/tcp_migrate_req")
+"""A kernel setting the gateway hand-over tests turn on (tests/gateway/test_handover.py)."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the session itself, not an xdist worker
+        with contextlib.suppress(OSError):
+            config.stash[_MIGRATE_BEFORE] = MIGRATE.read_text().strip()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Restore what the hand-over tests changed, once every worker has ended."""
+    before = config.stash.get(_MIGRATE_BEFORE, None)
+    with contextlib.suppress(OSError):
+        if before is not None and MIGRATE.read_text().strip() != before:
+            MIGRATE.write_text(before)
+
+
+_MIGRATE_BEFORE = pytest.StashKey[str]()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The tiers: `pytest -m "not docker"` (make check) runs every test that needs no Docker
     engine and no image; `pytest` (make test) runs them all.

@@ -1,18 +1,16 @@
 """`bench`: what each variant and K really gives, measured on a running server.
 
-Owns: the sweep plan and its run over workloads (prompt length x concurrent streams)
-(`sweep`), the swaps between points through the gated `up` (`swaps`), the streaming
-client (`client`), `/metrics` deltas and acceptance (`metrics`), output agreement
-(`agreement`), K hints from the checkpoints (`hints`), prompts (`prompts`), the report
-(`report`) and the per-workload recommendation with its `[workloads]` block
-(`recommend`), and `bench --decide`: the arms (plain, best static MTP K, in-server
-adaptive variants, switching) and the switch-or-adapt decision over a phase-changing
-trace (`decide`), whose switching arm is measured through the gateway's automatic policy
-(`switch_run`). May import: `composer.stack`, `composer.render`, `composer.engine`,
-`composer.probes`, `composer.swap`, `composer.errors`. Public: `BenchOptions`,
-`Workload`, `run_bench`, `bench_with_swaps`, `bench_prompts`, `report_data`,
-`format_table`, `write_outputs`, `winners`, `workloads_block`, `write_workloads`,
-`plan_arms`, `decide`, `format_decision`, `decision_data`, `write_decision`.
+Owns: the sweep over workloads, prompt length x streams (`sweep`), its swaps through the
+gated `up` (`swaps`), the streaming client (`client`), `/metrics` acceptance (`metrics`),
+output agreement (`agreement`), K hints (`hints`), prompts (`prompts`), the report
+(`report`), the per-workload recommendation and its `[workloads]` block (`recommend`), and
+`bench --decide`: its arms and the switch-or-adapt decision over a phase-changing trace
+(`decide`), with the switching arm measured through the gateway's policy (`switch_run`).
+May import: `composer.stack`, `composer.render`, `composer.engine`, `composer.probes`,
+`composer.swap`, `composer.errors`. Public: `BenchOptions`, `Workload`, `run_bench`,
+`bench_with_swaps`, `bench_prompts`, `report_data`, `format_table`, `write_outputs`,
+`winners`, `workloads_block`, `write_workloads`, `plan_arms`, `decide`, `format_decision`,
+`decision_data`, `write_decision`.
 """
 
 from composer._exports import lazy_exports

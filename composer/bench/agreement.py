@@ -1,21 +1,17 @@
 """Output correctness: determinism and agreement with the baseline's output.
 
-Streaming chat deltas do not expose token ids, so outputs are compared as word pieces:
-each piece is a run of non-space characters with the whitespace before it
-(`re.findall(r"\\s*\\S+", text)`), which is close to a tokenizer's split for prose.
-
-Agreement of an output with the baseline output for the same prompt is the number of
-positions i where both have piece i and the pieces are equal, divided by the length of
-the longer of the two. Identical texts give 100%; a missing or extra tail counts as
-disagreement. Over several prompts the matches and lengths are summed before dividing,
-so long outputs weigh more. The first position that differs is reported as well: in
-real greedy decoding one flipped low-confidence token changes the continuation after it.
+Streaming deltas carry no token ids, so outputs are compared as word pieces (non-space runs
+with the whitespace before them, close to a tokenizer's split for prose). Agreement is the
+positions where both outputs hold the same piece over the longer one's length (a missing
+or extra tail disagrees); over several prompts matches and lengths are summed first. The
+first differing position is reported too: in greedy decoding one flipped token changes
+everything after it.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 _PIECE = re.compile(r"\s*\S+")
@@ -50,23 +46,14 @@ def agreement(output: str, reference: str) -> Agreement:
     return Agreement(matched, max(len(out), len(ref)), first)
 
 
-def combined(parts: Iterable[Agreement]) -> Agreement:
-    """Sum of several agreements; the first difference is the earliest one seen."""
-    items = list(parts)
-    firsts = [a.first_difference for a in items if a.first_difference is not None]
-    return Agreement(
-        matched=sum(a.matched for a in items),
-        compared=sum(a.compared for a in items),
-        first_difference=min(firsts) if firsts else None,
-    )
-
-
 def agreement_with(outputs: Mapping[str, str], reference: Mapping[str, str]) -> Agreement | None:
-    """Agreement over the prompts both mappings (prompt -> text) have, or None if none."""
-    shared = [p for p in outputs if p in reference]
-    if not shared:
+    """Agreement summed over the prompts both mappings (prompt -> text) have, the earliest
+    first difference kept; None if they share none."""
+    parts = [agreement(outputs[p], reference[p]) for p in outputs if p in reference]
+    if not parts:
         return None
-    return combined(agreement(outputs[p], reference[p]) for p in shared)
+    firsts = [a.first_difference for a in parts if a.first_difference is not None]
+    return Agreement(sum(a.matched for a in parts), sum(a.compared for a in parts), min(firsts, default=None))
 
 
 def deterministic(texts_by_prompt: Mapping[str, Sequence[str]]) -> bool | None:

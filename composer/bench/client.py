@@ -1,9 +1,8 @@
 """One timed streaming chat completion against an OpenAI-compatible vLLM server.
 
-Timing is taken on the client's monotonic clock: time to first token (TTFT) is from
-sending the request to the first chunk carrying text; decode speed counts the tokens
-after the first (`usage.completion_tokens - 1`) over the time from the first to the last
-text chunk, so prefill and queueing never dilute it.
+On the client's monotonic clock: TTFT is from sending to the first chunk with text; decode
+speed is the tokens after the first (`usage.completion_tokens - 1`) over the time from the
+first to the last text chunk, so prefill and queueing never dilute it.
 """
 
 from __future__ import annotations
@@ -19,8 +18,6 @@ from typing import Any
 import httpx
 
 from composer.errors import BenchError
-
-DONE = "[DONE]"
 
 
 @dataclass(frozen=True)
@@ -49,21 +46,19 @@ class ChatRequest:
 
     model: str
     max_tokens: int
-    temperature: float = 0.0
-    ignore_eos: bool = True
-    enable_thinking: bool = False
 
     def body(self, prompt: str) -> dict[str, Any]:
-        """The JSON body: streaming, usage in the last chunk, thinking off."""
+        """The JSON body: greedy, all `max_tokens` (EOS ignored), streaming with usage in the
+        last chunk, thinking off."""
         return {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "max_tokens": self.max_tokens,
-            "temperature": self.temperature,
+            "temperature": 0.0,
             "stream": True,
             "stream_options": {"include_usage": True},
-            "chat_template_kwargs": {"enable_thinking": self.enable_thinking},
-            "ignore_eos": self.ignore_eos,
+            "chat_template_kwargs": {"enable_thinking": False},
+            "ignore_eos": True,
         }
 
 
@@ -74,7 +69,7 @@ def sse_data(lines: Iterable[str]) -> Iterator[str]:
         if not line.startswith("data:"):
             continue
         payload = line[5:].strip()
-        if payload == DONE:
+        if payload == "[DONE]":
             return
         if payload:
             yield payload
@@ -145,11 +140,6 @@ class StreamTimer:
         )
 
 
-def auth_headers(api_key: str | None) -> dict[str, str]:
-    """The bearer header when an API key is set."""
-    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
-
-
 def stream_chat(client: httpx.Client, request: ChatRequest, prompt: str) -> StreamResult:
     """Send one streaming chat completion and time it (client has base URL and auth)."""
     started = time.perf_counter()
@@ -170,9 +160,8 @@ def stream_chat(client: httpx.Client, request: ChatRequest, prompt: str) -> Stre
 
 def make_client(base_url: str, api_key: str | None, timeout: float) -> httpx.Client:
     """An HTTP client for one server (one connection reused across requests)."""
-    return httpx.Client(
-        base_url=base_url, headers=auth_headers(api_key), timeout=httpx.Timeout(timeout, connect=10.0)
-    )
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.Client(base_url=base_url, headers=headers, timeout=httpx.Timeout(timeout, connect=10.0))
 
 
 def run_streams(
@@ -183,9 +172,8 @@ def run_streams(
     name: str,
     abort: Callable[[], None] = lambda: None,
 ) -> None:
-    """Run `stream(s)` in `streams` threads named `name`. On any error (Ctrl-C too) set `stop`,
-    call `abort` and close the clients, so that blocked streams end at once; the clients are
-    closed at the end either way."""
+    """Run `stream(s)` in `streams` threads named `name`; on any error (Ctrl-C too) set `stop`
+    and call `abort` first. The clients are closed either way (blocked streams end at once)."""
     pool = ThreadPoolExecutor(max_workers=streams, thread_name_prefix=name)
     try:
         for future in [pool.submit(stream, s) for s in range(streams)]:

@@ -1,31 +1,25 @@
 """`bench --decide`: switch containers, or pin one server that adapts its speculation?
 
-The arms: the plain variant, the best static MTP K, each in-server adaptive variant
-(`per_batch_size` or `adaptive_verification`; DFlash2's only when its image exists) and
-switching between the plain variant and the best speculative arm. Each single arm is
-measured over every workload (prompt length x concurrency) by the ordinary sweep; the
-decision is taken on a phase-changing trace like `benchmarks/bench_trace.py`'s (short
-prompts at 1 stream, long prompts at many streams, short prompts at 1 stream again,
-the same number of tokens per phase): a single arm's trace goodput is the trace's tokens
-over the time its measured rates need. Switching is measured, not computed: the trace
-replayed through the gateway while its automatic policy switches between the plain
-variant and the best speculative arm (`switch_run`); its goodput, TPOT, TTFT, switches
-and held-request latency come from that run, and without it there is no switching arm.
-Pure: reads the bench JSON (`report_data`) and the switching run's data, never Docker.
+The arms: the plain variant, the best static MTP K, each in-server adaptive variant (one
+whose image is missing is left out) and switching between the plain variant and the best
+speculative arm. The single arms are swept over every workload; the decision is taken on
+a phase-changing trace (short prompts at 1 stream, long ones at many, short again; the
+same tokens per phase), where a single arm's goodput is the trace's tokens over the time
+its measured rates need. Switching is measured, never computed (`switch_run`); without
+that run there is no switching arm. Pure: reads the bench JSON and the run's data.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from composer.bench.report import pyplot, save_figure
-from composer.bench.sweep import DEFAULT_KS, percentile
+from composer.bench.report import fmt, pyplot, save_figure
+from composer.bench.sweep import DEFAULT_KS, latency, median, point_label, rounded
 from composer.stack.bounded import replace_file
 from composer.stack.model import Stack
 from composer.stack.values import MTP_METHODS
@@ -83,9 +77,7 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
             notes.append(f"{name} left out: its image {image} is not present (build it to include it)")
     sweep = tuple(sorted(set(ks or DEFAULT_KS)))
     ks_by_variant = {n: sweep for n in static}
-    for name in adaptive:
-        speculative = stack.variant(name).speculative
-        ks_by_variant[name] = (speculative.num_speculative_tokens,) if speculative else sweep
+    ks_by_variant |= {n: (s.num_speculative_tokens,) for n in adaptive if (s := stack.variant(n).speculative)}
     if plain is None:
         notes.append("no variant without speculation: the switching arm needs one")
     return ArmPlan(plain, static, tuple(adaptive), ks_by_variant, tuple(notes))
@@ -93,14 +85,11 @@ def plan_arms(stack: Stack, image_exists: Callable[[str], bool], ks: Sequence[in
 
 @dataclass
 class ArmStats:
-    """One arm at one workload."""
+    """One arm at one workload; `latency` as `sweep.latency` gives it."""
 
     aggregate_tok_s: float
-    tpot_p50_ms: float | None
-    tpot_p95_ms: float | None
-    ttft_p50_s: float | None
-    ttft_p95_s: float | None
     max_running: int | None
+    latency: dict[str, float | None]
 
 
 @dataclass
@@ -123,26 +112,22 @@ class Decision:
     switching: dict[str, Any] | None = None
     """The measured switching run (`SwitchRun.data`), when one ran."""
     predicted_switching: float | None = None
-    """Switching's goodput as the single arms predict it (each phase on the better arm plus
-    the measured switch times): what the measured run is compared with."""
+    """Switching's goodput as the single arms and the measured switch times predict it."""
 
 
 def _stats(point: Mapping[str, Any]) -> ArmStats:
     runs = point.get("runs") or []
-    tpots = [1000.0 / r["decode_tok_s"] for r in runs if r.get("decode_tok_s")]
-    ttfts = [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
     return ArmStats(
-        aggregate_tok_s=float(point.get("aggregate_tok_s") or point.get("decode_tok_s") or 0.0),
-        tpot_p50_ms=statistics.median(tpots) if tpots else None,
-        tpot_p95_ms=percentile(tpots, 95),
-        ttft_p50_s=statistics.median(ttfts) if ttfts else None,
-        ttft_p95_s=percentile(ttfts, 95),
-        max_running=point.get("max_running"),
+        float(point.get("aggregate_tok_s") or point.get("decode_tok_s") or 0.0),
+        point.get("max_running"),
+        latency(
+            [r.get("decode_tok_s") for r in runs], [r["ttft_s"] for r in runs if r.get("ttft_s") is not None]
+        ),
     )
 
 
-def _arm_name(point: Mapping[str, Any], static: set[str]) -> str:
-    return f"{point['variant']} K={point['k']}" if point["variant"] in static else str(point["variant"])
+def _workloads(arms: Mapping[str, Mapping[tuple[int | None, int], ArmStats]]) -> list[tuple[int | None, int]]:
+    return sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
 
 
 def trace_phases(workloads: Sequence[tuple[int | None, int]]) -> list[tuple[int | None, int]]:
@@ -154,26 +139,23 @@ def trace_phases(workloads: Sequence[tuple[int | None, int]]) -> list[tuple[int 
     return [chat, (lengths[-1], busy), chat]
 
 
-def _trace_seconds(rates: Sequence[float], tokens: float) -> float:
-    return sum(tokens / r if r > 0 else float("inf") for r in rates)
-
-
 def decide(
     data: Mapping[str, Any],
     plan: ArmPlan,
     switching: Mapping[str, Any] | None = None,
     trace_tokens: float = 10_000.0,
 ) -> Decision:
-    """The decision from a bench JSON measured over `plan`'s arms and the measured
-    switching run (`SwitchRun.data`; None: no switching arm)."""
+    """The decision from a bench JSON over `plan`'s arms and the switching run
+    (`SwitchRun.data`; None: no switching arm). ValueError when no arm was measured."""
     static = set(plan.static)
     arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
     for point in data.get("points", []):
         if point.get("error") or not point.get("runs"):
             continue
         workload = (point.get("prompt_tokens"), int(point.get("concurrency") or 1))
-        arms.setdefault(_arm_name(point, static), {})[workload] = _stats(point)
-    workloads = sorted({w for cells in arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1]))
+        name = point_label(point["variant"], point["k"]) if point["variant"] in static else point["variant"]
+        arms.setdefault(str(name), {})[workload] = _stats(point)
+    workloads = _workloads(arms)
     if not workloads:
         raise ValueError("no arm was measured: nothing to decide")
     options = data.get("options") or {}
@@ -181,13 +163,18 @@ def decide(
     phases = trace_phases(planned or workloads)  # what was asked for, even when interrupted
     complete = {a: cells for a, cells in arms.items() if all(p in cells for p in phases)}
 
-    def goodput(arm: str) -> float:
-        rates = [complete[arm][p].aggregate_tok_s for p in phases]
-        return len(phases) * trace_tokens / _trace_seconds(rates, trace_tokens)
+    def goodput(by_phase: Sequence[str], extra_s: float = 0.0) -> float:
+        """The trace's goodput with phase i on arm `by_phase[i]`, plus `extra_s` of switches."""
+        rates = [complete[a][p].aggregate_tok_s for a, p in zip(by_phase, phases, strict=True)]
+        seconds = sum(trace_tokens / r if r > 0 else float("inf") for r in rates)
+        return len(phases) * trace_tokens / (seconds + extra_s)
 
-    best_static = max((a for a in complete if a.split(" K=")[0] in static), key=goodput, default=None)
+    def alone(arm: str) -> float:
+        return goodput([arm] * len(phases))
+
+    best_static = max((a for a in complete if a.split(" K=")[0] in static), key=alone, default=None)
     singles = [a for a in complete if a.split(" K=")[0] not in static or a == best_static]
-    trace = {a: goodput(a) for a in singles}
+    trace = {a: alone(a) for a in singles}
     if not trace:  # interrupted before any arm covered the trace's workloads
         shown = " -> ".join(_cell(p) for p in phases)
         line = f"no decision: no arm was measured at every workload of the trace ({shown})"
@@ -196,24 +183,18 @@ def decide(
     switches, held, switch_s, predicted = 0, 0.0, 0.0, None
     switch_arms: tuple[str, str] | None = None
     speculative = [a for a in singles if a != plan.plain]
-    plain = plan.plain
-    if plain is not None and plain in complete and speculative:
-        spec_best = max(speculative, key=lambda a: trace[a])
-        switch_arms = (plain, spec_best)
+    if plan.plain is not None and plan.plain in complete and speculative:
+        switch_arms = (plan.plain, max(speculative, key=lambda a: trace[a]))
     # a run cut short (Ctrl-C) is kept in the data but not compared: it covers part of the trace
     if switching is not None and switching.get("complete", True) and switching.get("goodput_tok_s"):
         trace[SWITCH] = float(switching["goodput_tok_s"])
         switches = int(switching.get("switches") or 0)
         held = float(switching.get("held_request_s") or 0.0)
-        times = switching.get("switch_s") or []
-        switch_s = float(statistics.median(times)) if times else 0.0
+        switch_s = float(median(switching.get("switch_s") or []) or 0.0)
         if switch_arms is not None:
             chosen = [max(switch_arms, key=lambda a: complete[a][p].aggregate_tok_s) for p in phases]
-            seconds = _trace_seconds(
-                [complete[a][p].aggregate_tok_s for a, p in zip(chosen, phases, strict=True)], trace_tokens
-            )
             predicted_switches = sum(1 for a, b in itertools.pairwise(chosen) if a != b)
-            predicted = len(phases) * trace_tokens / (seconds + predicted_switches * switch_s)
+            predicted = goodput(chosen, predicted_switches * switch_s)
     gain = trace.get(SWITCH, 0.0) / trace[best] - 1.0
     if SWITCH in trace and gain > PIN_MARGIN:
         action, variant = "switch", SWITCH
@@ -262,18 +243,14 @@ def _cell(w: tuple[int | None, int]) -> str:
 def format_decision(decision: Decision) -> str:
     """Arms side by side: aggregate tok/s per workload (effective concurrency in brackets),
     then the trace's goodput, then the decision."""
+    # switching is measured on the trace only: no column of its own
     names = [a for a in decision.arms if a in decision.trace] or list(decision.arms)
-    workloads = sorted(
-        {w for cells in decision.arms.values() for w in cells}, key=lambda w: (w[0] or 0, w[1])
-    )
-    columns = {name: decision.arms[name] for name in names}  # switching is measured on the trace only
-    names = list(columns)
     width = max([12, *(len(n) for n in names)])
     lines = ["workload".ljust(18) + "".join(n.rjust(width + 2) for n in names)]
-    for w in workloads:
+    for w in _workloads(decision.arms):
         row = _cell(w).ljust(18)
         for name in names:
-            stats = columns[name].get(w)
+            stats = decision.arms[name].get(w)
             text = "-"
             if stats is not None:
                 text = f"{stats.aggregate_tok_s:.1f}"
@@ -289,11 +266,11 @@ def format_decision(decision: Decision) -> str:
         if name == SWITCH and decision.switching is not None:
             run = decision.switching
             arms = " <-> ".join(run.get("arms") or decision.switch_arms or ())
+            tpot = "/".join(fmt(run.get(f"tpot_{q}_ms"), "{:.1f}") for q in ("p50", "p95"))
+            ttft = "/".join(fmt(run.get(f"ttft_{q}_s"), "{:.2f}") for q in ("p50", "p95"))
             extra = (
                 f"  measured ({arms}, {decision.switches} switch(es), median {decision.switch_s:.1f} s, "
-                f"requests held up to {decision.held_s:.1f} s; TPOT p50/p95 "
-                f"{_num(run.get('tpot_p50_ms'))}/{_num(run.get('tpot_p95_ms'))} ms, TTFT p50/p95 "
-                f"{_num(run.get('ttft_p50_s'), 2)}/{_num(run.get('ttft_p95_s'), 2)} s)"
+                f"requests held up to {decision.held_s:.1f} s; TPOT p50/p95 {tpot} ms, TTFT p50/p95 {ttft} s)"
             )
         lines.append(f"  {name:<{width}}  {rate:8.1f}{extra}")
     best = ", ".join(f"{c}: {arm}" for c, arm in decision.by_concurrency.items())
@@ -304,22 +281,12 @@ def format_decision(decision: Decision) -> str:
     return "\n".join(lines)
 
 
-def _num(value: float | str | None, digits: int = 1) -> str:
-    return "-" if value is None else f"{float(value):.{digits}f}"
-
-
 def decision_data(decision: Decision) -> dict[str, Any]:
     """The decision as plain data (decide.json)."""
 
     def cell(stats: ArmStats) -> dict[str, Any]:
-        return {
-            "aggregate_tok_s": round(stats.aggregate_tok_s, 2),
-            "tpot_p50_ms": None if stats.tpot_p50_ms is None else round(stats.tpot_p50_ms, 2),
-            "tpot_p95_ms": None if stats.tpot_p95_ms is None else round(stats.tpot_p95_ms, 2),
-            "ttft_p50_s": None if stats.ttft_p50_s is None else round(stats.ttft_p50_s, 4),
-            "ttft_p95_s": None if stats.ttft_p95_s is None else round(stats.ttft_p95_s, 4),
-            "max_running": stats.max_running,
-        }
+        times = {k: rounded(v, 2 if k.startswith("tpot") else 4) for k, v in stats.latency.items()}
+        return {"aggregate_tok_s": round(stats.aggregate_tok_s, 2), **times, "max_running": stats.max_running}
 
     return {
         "arms": {
@@ -336,9 +303,7 @@ def decision_data(decision: Decision) -> dict[str, Any]:
             "switch_s": round(decision.switch_s, 3),
             "held_request_s": round(decision.held_s, 3),
             "switch_arms": list(decision.switch_arms) if decision.switch_arms else None,
-            "switching_predicted_tok_s": (
-                None if decision.predicted_switching is None else round(decision.predicted_switching, 2)
-            ),
+            "switching_predicted_tok_s": rounded(decision.predicted_switching, 2),
             "switching_run": decision.switching,
         },
         "best_by_concurrency": {str(c): arm for c, arm in decision.by_concurrency.items()},
@@ -351,12 +316,15 @@ def decision_data(decision: Decision) -> dict[str, Any]:
     }
 
 
-def write_decision_plot(decision: Decision, path: Path) -> bool:
-    """Aggregate tok/s against concurrency per arm, one panel per prompt length; False
-    without matplotlib."""
+def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
+    """decide.json and, with matplotlib, decide.png beside the bench files (aggregate tok/s
+    against concurrency per arm, one panel per prompt length)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / JSON_FILE
+    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
     plt = pyplot()
     if plt is None:
-        return False
+        return [path]
     lengths = sorted({w[0] for cells in decision.arms.values() for w in cells}, key=lambda t: t or 0)
     figure, axes = plt.subplots(1, len(lengths), figsize=(6 * len(lengths), 4.5), squeeze=False)
     for axis, length in zip(axes[0], lengths, strict=True):
@@ -371,34 +339,20 @@ def write_decision_plot(decision: Decision, path: Path) -> bool:
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)
-    return save_figure(plt, figure, path)
-
-
-def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
-    """decide.json and (with matplotlib) decide.png beside the bench files."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / JSON_FILE
-    replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)
-    written = [path]
-    if write_decision_plot(decision, out_dir / PNG_FILE):
-        written.append(out_dir / PNG_FILE)
-    return written
+    save_figure(plt, figure, out_dir / PNG_FILE)
+    return [path, out_dir / PNG_FILE]
 
 
 def image_present(ref: str) -> bool:
     """True when the image is present locally (arms without one are left out)."""
-    from docker.errors import DockerException
-
     from composer.engine.client import docker_client
+    from composer.engine.images import image_facts
 
     try:
         client = docker_client()
     except Exception:  # no Docker: the swaps will say so
         return True
     try:
-        client.images.get(ref)
-    except DockerException:
-        return False
+        return image_facts(client, "vllm", ref).present is True
     finally:
         client.close()
-    return True

@@ -1,10 +1,6 @@
-"""Hints for K from the checkpoints' config.json (read with composer.probes.checkpoints).
-
-- A DFlash draft's `dflash_config.block_size` is the block it was trained on:
-  K = block_size - 1 is the starting point of the sweep, and a larger K is skipped
-  (`up` refuses it, as doctor's draft-k check does).
-- The target's `mtp_num_hidden_layers` (top level or under `text_config`) says whether
-  MTP is available; vLLM rejects a K above the MTP layer count that is not a multiple of it.
+"""Hints for K from the checkpoints' config.json: a DFlash draft's `block_size` suggests
+K = block_size - 1 and a larger K is skipped (`up` refuses it); the target's MTP layer count
+says whether MTP is available, and vLLM rejects a K above it that is not a multiple of it.
 """
 
 from __future__ import annotations
@@ -15,28 +11,13 @@ from dataclasses import dataclass
 from composer.errors import CheckpointError
 from composer.probes.checkpoints import dflash_block_size, mtp_layers, read_config
 from composer.stack.model import Stack, Variant
-from composer.stack.values import V2_RUNNER_METHODS
-
-
-def mtp_k_problem(k: int, layers: int) -> str | None:
-    """Why vLLM would reject K for this MTP depth, or None when K is allowed."""
-    if layers <= 0:
-        return "the target has no MTP layers"
-    if k > layers and k % layers != 0:
-        return f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
-    return None
-
-
-def is_mtp(method: str) -> bool:
-    """`mtp` or a model-named alias such as `qwen3_next_mtp`."""
-    return method == "mtp" or method.endswith("_mtp")
+from composer.stack.values import MTP_METHODS, V2_RUNNER_METHODS
 
 
 @dataclass(frozen=True)
 class KHints:
     """What the checkpoints say about K for one variant."""
 
-    variant: str
     suggested_k: int | None
     messages: tuple[str, ...]
     rejected: tuple[tuple[int, str], ...] = ()
@@ -46,7 +27,7 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
     """Hints for one speculative variant and the Ks about to be measured."""
     spec = variant.speculative
     if spec is None:
-        return KHints(variant.name, None, ())
+        return KHints(None, ())
     name = variant.name
     messages: list[str] = []
     rejected: list[tuple[int, str]] = []
@@ -65,7 +46,7 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
                     problem = f"K={k} exceeds the draft's trained block (block_size {block})"
                     messages.append(f"{name}: {problem}: up refuses it")
                     rejected.append((k, problem))
-    if is_mtp(spec.method):
+    if spec.method in MTP_METHODS:
         try:
             layers = mtp_layers(read_config(stack.model_dir))
         except CheckpointError as err:
@@ -74,9 +55,8 @@ def variant_hints(stack: Stack, variant: Variant, ks: Iterable[int]) -> KHints:
             if layers == 0:
                 messages.append(f"{name}: the target has no mtp_num_hidden_layers: MTP is not available")
             else:
-                for k in sorted(set(ks)):
-                    problem = mtp_k_problem(k, layers)
-                    if problem:
-                        messages.append(f"{name}: {problem}: vLLM will reject it")
-                        rejected.append((k, problem))
-    return KHints(name, suggested, tuple(messages), tuple(rejected))
+                for k in sorted(k for k in set(ks) if k > layers and k % layers != 0):
+                    problem = f"K={k} exceeds the {layers} MTP layer(s) and is not divisible by {layers}"
+                    messages.append(f"{name}: {problem}: vLLM will reject it")
+                    rejected.append((k, problem))
+    return KHints(suggested, tuple(messages), tuple(rejected))

@@ -1,14 +1,14 @@
 """vLLM's Prometheus metrics: parse the text format, take counter deltas, derive acceptance.
 
-Acceptance comes from the speculative-decoding counters sampled before and after the
-measured requests (never their absolute values, which include warm-up and earlier traffic):
-acceptance rate = accepted / draft tokens; tokens per iteration = 1 + accepted / drafts;
-acceptance at position i = accepted_per_pos[i] / drafts.
+Acceptance comes from counter deltas around the measured requests (never absolute values):
+rate = accepted / draft tokens; tokens per iteration = 1 + accepted / drafts; at position
+i = accepted_per_pos[i] / drafts.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import dataclass
 
 import httpx
@@ -20,6 +20,7 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
+RUNNING = "vllm:num_requests_running"
 
 _SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)")
 _LABEL = re.compile(r'(?P<key>[a-zA-Z_][a-zA-Z0-9_]*)="(?P<value>(?:[^"\\]|\\.)*)"')
@@ -32,10 +33,7 @@ def parse_prometheus(text: str) -> Samples:
     """Samples of a Prometheus text exposition keyed by (name, labels); comments skipped."""
     samples: Samples = {}
     for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _SAMPLE.match(line)
+        match = _SAMPLE.match(line.strip())  # a comment or a blank line never matches
         if match is None:
             continue
         try:
@@ -53,12 +51,6 @@ def total(samples: Samples, name: str, **match: str) -> float:
     return sum(v for (n, labels), v in samples.items() if n == name and wanted <= labels)
 
 
-def positions(samples: Samples) -> list[int]:
-    """The draft positions present in the per-position counter, sorted."""
-    found = {int(dict(labels)["position"]) for n, labels in samples if n == ACCEPTED_PER_POS}
-    return sorted(found)
-
-
 @dataclass(frozen=True)
 class SpecCounters:
     """The speculative-decoding counters at one moment (or their difference)."""
@@ -72,13 +64,12 @@ class SpecCounters:
     @classmethod
     def from_samples(cls, samples: Samples) -> SpecCounters:
         """Read the counters (zeros and no positions when speculation is off)."""
+        positions = sorted({int(dict(labels)["position"]) for n, labels in samples if n == ACCEPTED_PER_POS})
         return cls(
             drafts=total(samples, DRAFTS),
             draft_tokens=total(samples, DRAFT_TOKENS),
             accepted=total(samples, ACCEPTED),
-            accepted_per_pos=tuple(
-                total(samples, ACCEPTED_PER_POS, position=str(p)) for p in positions(samples)
-            ),
+            accepted_per_pos=tuple(total(samples, ACCEPTED_PER_POS, position=str(p)) for p in positions),
             generation_tokens=total(samples, GENERATION_TOKENS),
         )
 
@@ -96,11 +87,6 @@ class SpecCounters:
         if min(delta.drafts, delta.draft_tokens, delta.accepted, delta.generation_tokens) < 0:
             raise BenchError("a /metrics counter went backwards: the server restarted during the run")
         return delta
-
-    @property
-    def k(self) -> int:
-        """Draft length seen in the counters (0 without speculation)."""
-        return len(self.accepted_per_pos)
 
 
 @dataclass(frozen=True)
@@ -140,20 +126,12 @@ def scrape(client: httpx.Client) -> SpecCounters:
     return SpecCounters.from_samples(parse_prometheus(response.text))
 
 
-RUNNING = "vllm:num_requests_running"
-
-
 class RunningSampler:
-    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once.
-
-    The effective maximum concurrency: a server may run fewer sequences than the clients
-    send (a KV or state budget, `--max-num-seqs`), and the gauge says so where the client
-    cannot. `peak` stays None when no sample could be read. /metrics needs no API key.
-    """
+    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once
+    (the effective concurrency, which a KV budget or `--max-num-seqs` may cap), None when
+    no sample could be read. /metrics needs no API key."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
-        import threading
-
         self._url = base_url
         self._interval = interval_s
         self._stop = threading.Event()

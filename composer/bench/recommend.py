@@ -1,23 +1,11 @@
-"""Which variant to serve for which workload, from a benchmark's JSON, and the `[workloads]`
-block that says so.
+"""Which variant to serve for which workload class, from a benchmark's JSON, and the
+`[workloads]` block that says so.
 
-A workload class is a prompt length x a number of concurrent streams. Its name is the
-length bucket and the streams: `chat-1`, `medium-4`, `long-16`, where `chat` is a prompt of
-at most 512 tokens (or the prompts as given: the built-in ones are short questions),
-`medium` at most 4,096 and `long` anything longer. When a run measured two lengths in one
-bucket, the length is spelled out (`long8000-16`, `long16000-16`).
-
-In each class the winner is the point (variant and K) with the highest aggregate tok/s
-(every completion token of every stream over the measured window); its margin is its rate
-over the best point of any other variant, and over the baseline (no speculation) of the
-same class. Reports written before workloads were measured count as `chat-1`, with the
-single-stream decode rate.
-
-`write_workloads` puts the proposed keys into a stack file's `[workloads]` table as text:
-every other line (comments included) is kept, a recommended key that exists gets its new
-value, a new one is appended to the table (or a new table at the end of the file). The
-result is parsed back and must differ from the original in those keys only; it replaces
-the file atomically.
+Class names are `stack.workload_classes`' (the length spelled out when a run measured two
+in one bucket). A class's winner is the point with the highest aggregate tok/s (old reports:
+single-stream decode rate, as `chat-1`); its margin is over the best other variant and over
+the baseline. `write_workloads` edits the `[workloads]` table as text, keeping every other
+line; parsed back, the file may differ in those keys only, and is replaced atomically.
 """
 
 from __future__ import annotations
@@ -31,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from composer.bench.report import JSON_FILE
+from composer.bench.sweep import point_label, rounded
 from composer.errors import ConfigError, UsageError
 from composer.stack.bounded import BENCH_FILE_LIMIT, read_bounded, read_named_text, replace_file
 from composer.stack.model import Stack
@@ -59,15 +48,22 @@ class Win:
 
     @property
     def label(self) -> str:
-        return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
+        return point_label(self.variant, self.k)
+
+    @property
+    def margin_text(self) -> str:
+        """`1.20x baseline`, flagged `(close)` under CLOSE_MARGIN; empty without a runner-up."""
+        if self.margin is None or not self.runner_up:
+            return ""
+        return f"{self.margin:.2f}x {self.runner_up}" + (" (close)" if self.margin < CLOSE_MARGIN else "")
 
     def to_json(self) -> dict[str, Any]:
         """Every field, the rates rounded."""
         return {
             **asdict(self),
             "aggregate_tok_s": round(self.aggregate_tok_s, 2),
-            "margin": None if self.margin is None else round(self.margin, 3),
-            "over_baseline": None if self.over_baseline is None else round(self.over_baseline, 3),
+            "margin": rounded(self.margin, 3),
+            "over_baseline": rounded(self.over_baseline, 3),
         }
 
 
@@ -101,18 +97,19 @@ def bucket(prompt_tokens: int | None) -> str:
     return "medium" if prompt_tokens <= MEDIUM_MAX_TOKENS else "long"
 
 
+def class_name(cell: tuple[int | None, int], spelled: bool = True) -> str:
+    """The class of a (prompt tokens, streams) cell, its length `spelled` out (`medium2000-16`)."""
+    tokens, streams = cell
+    length = ("as-given" if tokens is None else str(tokens)) if spelled else ""
+    return f"{bucket(tokens)}{length}-{streams}"
+
+
 def class_names(cells: Sequence[tuple[int | None, int]]) -> dict[tuple[int | None, int], str]:
-    """The workload class name of each (prompt tokens, concurrency) cell."""
+    """The class name of each cell; a length is spelled out where its bucket holds two."""
     lengths: dict[str, set[int | None]] = {}
     for tokens, _ in cells:
         lengths.setdefault(bucket(tokens), set()).add(tokens)
-    names = {}
-    for tokens, streams in cells:
-        name = bucket(tokens)
-        if len(lengths[name]) > 1:
-            name += "as-given" if tokens is None else str(tokens)
-        names[(tokens, streams)] = f"{name}-{streams}"
-    return names
+    return {cell: class_name(cell, len(lengths[bucket(cell[0])]) > 1) for cell in cells}
 
 
 def _rate(point: Mapping[str, Any]) -> float | None:
@@ -146,7 +143,7 @@ def winners(data: Mapping[str, Any]) -> list[Win]:
                 variant=str(best["variant"]),
                 k=int(best.get("k") or 0),
                 aggregate_tok_s=rate,
-                runner_up=_label(other) if other else None,
+                runner_up=point_label(str(other["variant"]), int(other.get("k") or 0)) if other else None,
                 margin=rate / (_rate(other) or rate) if other else None,
                 over_baseline=rate / (_rate(base) or rate) if base else None,
             )
@@ -154,21 +151,13 @@ def winners(data: Mapping[str, Any]) -> list[Win]:
     return wins
 
 
-def _label(point: Mapping[str, Any]) -> str:
-    k = int(point.get("k") or 0)
-    return str(point["variant"]) if k == 0 else f"{point['variant']} K={k}"
-
-
-def _comment(win: Win) -> str:
-    parts = [f"K={win.k}" if win.k else "no speculation", f"{win.aggregate_tok_s:.1f} tok/s"]
-    if win.runner_up and win.margin is not None:
-        parts.append(f"{win.margin:.2f}x {win.runner_up}" + (" (close)" if win.margin < CLOSE_MARGIN else ""))
-    return ", ".join(parts)
-
-
 def workloads_lines(wins: Sequence[Win]) -> list[str]:
     """The proposed `key = "variant"  # why` lines."""
-    return [f'{w.workload} = "{w.variant}"  # {_comment(w)}' for w in wins]
+    lines = []
+    for w in wins:
+        why = [f"K={w.k}" if w.k else "no speculation", f"{w.aggregate_tok_s:.1f} tok/s", w.margin_text]
+        lines.append(f'{w.workload} = "{w.variant}"  # {", ".join(p for p in why if p)}')
+    return lines
 
 
 def workloads_block(wins: Sequence[Win]) -> str:
@@ -215,28 +204,21 @@ def updated_stack_text(text: str, wins: Sequence[Win]) -> str:
             last = i
     lines[last + 1 : last + 1] = [line + "\n" for line in new_lines.values()]
     result = "".join(lines)
-    _check_edit(original, result, proposed)
-    return result
-
-
-def _check_edit(original: dict[str, Any], result: str, proposed: Mapping[str, str]) -> None:
     try:
         parsed = tomllib.loads(result)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(
             f"the [workloads] table could not be edited safely ({err}): edit it by hand"
         ) from err
-    expected = dict(original)
-    expected["workloads"] = {**original.get("workloads", {}), **proposed}
-    if parsed != expected:
+    if parsed != {**original, "workloads": {**original.get("workloads", {}), **proposed}}:
         raise ConfigError("the [workloads] table could not be edited safely: edit it by hand")
+    return result
 
 
 def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
     """Put the recommended keys into the stack file's `[workloads]` table, atomically."""
     path = Path(path)
-    text = read_named_text(path, "stack file")
-    updated = updated_stack_text(text, wins)
+    updated = updated_stack_text(read_named_text(path, "stack file"), wins)
     replace_file(path, updated.encode("utf-8"), path.stat().st_mode & 0o7777)
 
 
@@ -244,9 +226,6 @@ def format_wins(wins: Sequence[Win]) -> str:
     """The winners as a text table."""
     rows = [["workload", "prompt", "streams", "winner", "agg tok/s", "margin", "vs baseline"]]
     for w in wins:
-        margin = "-" if w.margin is None else f"{w.margin:.2f}x {w.runner_up}"
-        if w.margin is not None and w.margin < CLOSE_MARGIN:
-            margin += " (close)"
         rows.append(
             [
                 w.workload,
@@ -254,25 +233,12 @@ def format_wins(wins: Sequence[Win]) -> str:
                 str(w.concurrency),
                 w.label,
                 f"{w.aggregate_tok_s:.1f}",
-                margin,
+                w.margin_text or "-",
                 "-" if w.over_baseline is None else f"{w.over_baseline:.2f}x",
             ]
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(n) for c, n in zip(r, widths, strict=True)).rstrip() for r in rows)
-
-
-def k_notes(wins: Sequence[Win], configured: Mapping[str, int]) -> list[str]:
-    """Where a winner's K differs from the K its variant is configured with."""
-    notes = []
-    for w in wins:
-        have = configured.get(w.variant)
-        if w.k and have is not None and have != w.k:
-            notes.append(
-                f"{w.workload}: {w.variant} won with K={w.k} but the stack runs it with K={have} "
-                f"(set variants.{w.variant}.speculative.num_speculative_tokens = {w.k} to serve what won)"
-            )
-    return notes
 
 
 def check_against_stack(wins: Sequence[Win], stack: Stack) -> list[str]:
@@ -284,7 +250,13 @@ def check_against_stack(wins: Sequence[Win], stack: Stack) -> list[str]:
             f"the benchmark measured variant(s) {', '.join(unknown)} that the stack does not define; "
             "known: " + ", ".join(sorted(stack.variants))
         )
-    configured = {
-        name: v.speculative.num_speculative_tokens for name, v in stack.variants.items() if v.speculative
-    }
-    return k_notes(wins, configured)
+    notes = []
+    for w in wins:
+        spec = stack.variants[w.variant].speculative
+        if w.k and spec is not None and spec.num_speculative_tokens != w.k:
+            notes.append(
+                f"{w.workload}: {w.variant} won with K={w.k} but the stack runs it with "
+                f"K={spec.num_speculative_tokens} "
+                f"(set variants.{w.variant}.speculative.num_speculative_tokens = {w.k} to serve what won)"
+            )
+    return notes

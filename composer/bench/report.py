@@ -1,9 +1,8 @@
 """Benchmark output: a text table, JSON, CSV and optional PNG plots (matplotlib).
 
-A single-stream run with the prompts as given keeps the plain table and one plot (tok/s
-against K); a run over several workloads adds the prompt length, the streams, the
-aggregate rate and the percentiles to the table, and draws one plot per concurrency
-(aggregate tok/s against prompt length, one line per variant and K).
+A single-stream run with the prompts as given gets the plain table and one plot (tok/s
+against K); a run over several workloads adds workload, aggregate and percentile columns
+and one plot per concurrency (aggregate tok/s against prompt length).
 """
 
 from __future__ import annotations
@@ -14,37 +13,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from composer.bench.sweep import BenchReport, PointResult, Workload
+from composer.bench.sweep import BenchPoint, BenchReport, PointResult, Workload, rounded
 
 JSON_FILE = "bench.json"
 CSV_FILE = "bench.csv"
 PNG_FILE = "bench.png"
-CSV_FIELDS = (
-    "variant",
-    "method",
-    "k",
-    "prompt_tokens",
-    "concurrency",
-    "decode_tok_s",
-    "aggregate_tok_s",
-    "tokens_per_iteration",
-    "acceptance_rate",
-    "per_position",
-    "ttft_s",
-    "ttft_p95_s",
-    "e2e_s",
-    "e2e_p95_s",
-    "speedup",
-    "aggregate_speedup",
-    "agreement_percent",
-    "deterministic",
-    "runs",
-    "error",
-)
-
-
-def _round(value: float | None, digits: int = 4) -> float | None:
-    return None if value is None else round(value, digits)
+JSON_ONLY = ("wall_s", "max_running", "drafts", "draft_tokens", "accepted", "first_difference")
+"""The point fields the CSV leaves out; it keeps every other one, in the JSON's order."""
 
 
 def point_data(result: PointResult) -> dict[str, Any]:
@@ -57,23 +32,23 @@ def point_data(result: PointResult) -> dict[str, Any]:
         "k": result.point.k,
         "prompt_tokens": result.workload.prompt_tokens,
         "concurrency": result.workload.concurrency,
-        "decode_tok_s": _round(result.decode_tok_s, 2),
-        "aggregate_tok_s": _round(result.aggregate_tok_s, 2),
-        "wall_s": _round(result.wall_s),
+        "decode_tok_s": rounded(result.decode_tok_s, 2),
+        "aggregate_tok_s": rounded(result.aggregate_tok_s, 2),
+        "wall_s": rounded(result.wall_s),
         "max_running": result.max_running,
-        "tokens_per_iteration": _round(result.tokens_per_iteration if result.ok else None),
-        "acceptance_rate": _round(acc.rate) if acc else None,
+        "tokens_per_iteration": rounded(result.tokens_per_iteration if result.ok else None),
+        "acceptance_rate": rounded(acc.rate) if acc else None,
         "per_position": [round(p, 4) for p in acc.per_position] if acc else [],
         "drafts": acc.drafts if acc else 0,
         "draft_tokens": acc.draft_tokens if acc else 0,
         "accepted": acc.accepted if acc else 0,
-        "ttft_s": _round(result.ttft_s),
-        "ttft_p95_s": _round(result.ttft_p95_s),
-        "e2e_s": _round(result.e2e_s),
-        "e2e_p95_s": _round(result.e2e_p95_s),
-        "speedup": _round(result.speedup, 3),
-        "aggregate_speedup": _round(result.aggregate_speedup, 3),
-        "agreement_percent": _round(agreement.percent, 2) if agreement else None,
+        "ttft_s": rounded(result.ttft_s),
+        "ttft_p95_s": rounded(result.ttft_p95_s),
+        "e2e_s": rounded(result.e2e_s),
+        "e2e_p95_s": rounded(result.e2e_p95_s),
+        "speedup": rounded(result.speedup, 3),
+        "aggregate_speedup": rounded(result.aggregate_speedup, 3),
+        "agreement_percent": rounded(agreement.percent, 2) if agreement else None,
         "first_difference": agreement.first_difference if agreement else None,
         "deterministic": result.deterministic,
         "runs": [
@@ -112,7 +87,8 @@ def report_data(report: BenchReport) -> dict[str, Any]:
     }
 
 
-def _fmt(value: float | None, pattern: str) -> str:
+def fmt(value: float | None, pattern: str) -> str:
+    """`value` in `pattern`, `-` when unknown."""
     return "-" if value is None else pattern.format(value)
 
 
@@ -141,27 +117,27 @@ def table_rows(report: BenchReport) -> list[list[str]]:
             continue
         det = {True: "", False: " (not deterministic)", None: ""}[r.deterministic]
         reference = r is report.baseline(r.workload)
-        agree = ("ref" if reference else _fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
-        ttft = _fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}")
-        e2e = _fmt(r.e2e_s, "{:.2f}")
+        agree = ("ref" if reference else fmt(r.agreement.percent, "{:.2f}%") if r.agreement else "-") + det
+        ttft = fmt(None if r.ttft_s is None else r.ttft_s * 1000, "{:.0f}")
+        e2e = fmt(r.e2e_s, "{:.2f}")
         if wide:
-            where[2] = _fmt(r.aggregate_tok_s, "{:.1f}")
-            ttft += "/" + _fmt(None if r.ttft_p95_s is None else r.ttft_p95_s * 1000, "{:.0f}")
-            e2e += "/" + _fmt(r.e2e_p95_s, "{:.2f}")
+            where[2] = fmt(r.aggregate_tok_s, "{:.1f}")
+            ttft += "/" + fmt(None if r.ttft_p95_s is None else r.ttft_p95_s * 1000, "{:.0f}")
+            e2e += "/" + fmt(r.e2e_p95_s, "{:.2f}")
         row = [
             r.point.variant,
             str(r.point.k or "-"),
             *where,
-            _fmt(r.decode_tok_s, "{:.1f}"),
+            fmt(r.decode_tok_s, "{:.1f}"),
             f"{r.tokens_per_iteration:.2f}",
-            _fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
+            fmt(r.acceptance.rate if r.acceptance else None, "{:.2f}"),
             _positions(r),
             ttft,
             e2e,
-            _fmt(r.speedup, "{:.2f}x"),
+            fmt(r.speedup, "{:.2f}x"),
         ]
         if wide:
-            row.append(_fmt(r.aggregate_speedup, "{:.2f}x"))
+            row.append(fmt(r.aggregate_speedup, "{:.2f}x"))
         rows.append([*row, agree])
     return rows
 
@@ -177,7 +153,7 @@ def format_table(report: BenchReport) -> str:
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     scope = f" ({report.first_workload().label})" if report.options.multi else ""
     for name, best in report.best_k().items():
-        speed = _fmt(best.speedup, " ({:.2f}x baseline)")
+        speed = fmt(best.speedup, " ({:.2f}x baseline)")
         lines.append(f"best K for {name}: {best.point.k} at {best.decode_tok_s:.1f} tok/s{speed}{scope}")
     lines += [f"hint: {h}" for h in report.hints]
     lines += [f"note: {n}" for n in report.notes]
@@ -187,7 +163,8 @@ def format_table(report: BenchReport) -> str:
 def csv_text(report: BenchReport) -> str:
     """One CSV row per point; per-position acceptance joined with `/`."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    fields = [f for f in point_data(PointResult(BenchPoint("", None, 0))) if f not in JSON_ONLY]
+    writer = csv.DictWriter(buffer, fieldnames=fields, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     for data in (point_data(r) for r in report.results):
         data["per_position"] = "/".join(str(p) for p in data["per_position"])
@@ -214,19 +191,15 @@ def pyplot() -> Any:
     return plt
 
 
-def save_figure(plt: Any, figure: Any, path: Path) -> bool:
-    """Write `figure` to `path` as a PNG and close it; True."""
+def save_figure(plt: Any, figure: Any, path: Path) -> None:
+    """Write `figure` to `path` as a PNG and close it."""
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
-    return True
 
 
-def write_plot(report: BenchReport, path: Path) -> bool:
-    """tok/s against K per method, baseline as a horizontal line; False without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return False
+def _k_plot(plt: Any, report: BenchReport, path: Path) -> None:
+    """tok/s against K per method, baseline as a horizontal line."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     by_variant: dict[str, list[PointResult]] = {}
     for r in report.results:
@@ -244,20 +217,11 @@ def write_plot(report: BenchReport, path: Path) -> bool:
     axes.set_title("Decode speed against K")
     axes.grid(True, alpha=0.3)
     axes.legend()
-    return save_figure(plt, figure, path)
+    save_figure(plt, figure, path)
 
 
-def concurrency_plot_name(concurrency: int) -> str:
-    """`bench-c16.png`: the plot of one concurrency."""
-    return f"bench-c{concurrency}.png"
-
-
-def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) -> bool:
-    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K;
-    False without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return False
+def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Path) -> None:
+    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K."""
     workloads = report.options.workloads()
     lengths = list(dict.fromkeys(_prompt(w) for w in workloads if w.concurrency == concurrency))
     lines: dict[str, dict[str, float]] = {}
@@ -277,20 +241,21 @@ def write_concurrency_plot(report: BenchReport, concurrency: int, path: Path) ->
     axes.grid(True, alpha=0.3)
     if lines:
         axes.legend()
-    return save_figure(plt, figure, path)
+    save_figure(plt, figure, path)
 
 
 def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:
-    """The plots (None without matplotlib): one per concurrency for a workload sweep."""
+    """bench.png, or `bench-c<N>.png` per concurrency for a workload sweep; None without matplotlib."""
+    plt = pyplot()
+    if plt is None:
+        return None
     if not report.options.multi:
-        path = out_dir / PNG_FILE
-        return [path] if write_plot(report, path) else None
+        _k_plot(plt, report, out_dir / PNG_FILE)
+        return [out_dir / PNG_FILE]
     written = []
     for concurrency in dict.fromkeys(report.options.concurrency):
-        path = out_dir / concurrency_plot_name(concurrency)
-        if not write_concurrency_plot(report, concurrency, path):
-            return None
-        written.append(path)
+        written.append(out_dir / f"bench-c{concurrency}.png")
+        _concurrency_plot(plt, report, concurrency, written[-1])
     return written
 
 
@@ -298,12 +263,9 @@ def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
     """Write JSON, CSV and (when possible) the PNGs; note skipped plots in the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
-    written = [json_path, csv_path]
     plots = _write_plots(report, out_dir)
-    if plots is not None:
-        written += plots
-    else:
+    if plots is None:
         report.notes.append("plot skipped: matplotlib is not installed (pip install '.[plot]')")
     json_path.write_text(json.dumps(report_data(report), indent=2) + "\n", encoding="utf-8")
     csv_path.write_text(csv_text(report), encoding="utf-8")
-    return written
+    return [json_path, csv_path, *(plots or [])]

@@ -1,10 +1,7 @@
-"""The benchmark on Docker: each point swapped in through the health-gated `up`, and
-whatever served before the benchmark brought back afterwards (in a `finally`), once.
-
-A point that fails is not rolled back (the next point replaces it anyway); the variant
-that served before the benchmark is restored once at the end, Ctrl-C included, with
-further Ctrl-Cs ignored while it loads. The report carries its metadata: the tool
-version, a hash of the stack, the image ids, the time and the host's facts.
+"""The benchmark on Docker: each point swapped in through the health-gated `up` (a failed
+point is not rolled back: the next one replaces it), and what served before brought back
+once at the end, Ctrl-C included (further Ctrl-Cs ignored while it loads). The report
+carries its metadata: tool version, stack hash, image ids, time and the host's facts.
 """
 
 from __future__ import annotations
@@ -42,11 +39,6 @@ if TYPE_CHECKING:
 StackFor = Callable[[tuple[str, ...]], Stack]
 
 
-def config_hash(stack: Stack, variant: str) -> str:
-    """The config hash a variant's container gets from this stack (pure)."""
-    return resolve_target(stack, variant).hash
-
-
 def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -> Stack | None:
     """The stack (plain, or with one of the swept Ks) that reproduces what ran before."""
     plain = stack_for(())
@@ -54,7 +46,7 @@ def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -
         return None
     swept = ks if plain.variant(previous.variant).speculative is not None else ()  # K: speculative only
     stacks = chain((plain,), (stack_for(k_override(BenchPoint(previous.variant, "", k))) for k in swept))
-    return next((s for s in stacks if config_hash(s, previous.variant) == previous.config_hash), None)
+    return next((s for s in stacks if resolve_target(s, previous.variant).hash == previous.config_hash), None)
 
 
 def plan_with_hints(
@@ -92,9 +84,8 @@ def bench_with_swaps(
 ) -> BenchReport:
     """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
 
-    `stack_for(flags)` loads the stack with extra `--set` flags (`StackSource.load`).
-    `after_sweep(report)` runs after an uninterrupted sweep, before the restore (the
-    switching arm of `bench --decide`).
+    `stack_for(flags)` loads the stack with extra `--set` flags; `after_sweep(report)` runs
+    after an uninterrupted sweep, before the restore (`bench --decide`'s switching arm).
     """
     from composer.swap.snapshot import take
     from composer.swap.swapper import UpOptions, up
@@ -116,7 +107,6 @@ def bench_with_swaps(
         )
         progress(f"{point.label}: {result.outcome}")
 
-    notes: list[str] = []
     try:
         report = run_bench(
             points,
@@ -147,8 +137,7 @@ def _now() -> str:
 
 
 def stack_hash(stack: Stack) -> str:
-    """A digest of every variant's configuration (the config hashes), so results can be
-    matched with the stack they came from."""
+    """A digest of every variant's config hash: which stack the results came from."""
     hashes = {name: resolve_target(stack, name).hash for name in sorted(stack.variants)}
     return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -234,13 +223,7 @@ def _restore(
             f"(hash {previous.config_hash}); it was restored with the stack's configuration"
         )
     progress(f"restoring {previous.variant}")
-    up(
-        matching,
-        resolve_target(matching, previous.variant),
-        client=client,
-        options=options,
-        progress=progress,
-        waiting=waiting,
-    )
+    target = resolve_target(matching, previous.variant)
+    up(matching, target, client=client, options=options, progress=progress, waiting=waiting)
     progress(f"{previous.variant} serves again")
     return notes

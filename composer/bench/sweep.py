@@ -1,14 +1,11 @@
 """The benchmark: warm decode speed, acceptance and correctness per (variant, K) and workload.
 
-For each point of the sweep the server is made to serve it (a swap, supplied by the
-caller); then each workload (a prompt length and a number of concurrent streams) is
-measured in turn: warm-up requests run uncounted, one at a time (the first requests include
-JIT compilation and graph capture), then the measured requests run at temperature 0 with
-thinking off: one stream sends `runs` requests back to back, or N streams do so at once
-(N x `runs` requests). Per-request figures are medians and 95th percentiles; the aggregate
-rate is every completion token over the measured window (first request sent to last one
-finished). Acceptance comes from /metrics deltas around the measured requests; outputs are
-checked for determinism and against the baseline of the same workload.
+Each point is swapped in by the caller; then each workload (prompt length x streams) is
+measured: uncounted warm-up requests one at a time (JIT, graph capture), then greedy
+requests, `runs` back to back on each of N streams at once. Per-request figures are medians
+and 95th percentiles; the aggregate rate is every completion token over the measured window
+(first request sent to last one finished). Acceptance comes from /metrics deltas around the
+measured requests; outputs are checked for determinism and against the workload's baseline.
 """
 
 from __future__ import annotations
@@ -32,10 +29,7 @@ DEFAULT_KS = (1, 3, 4, 7, 10)
 
 @dataclass(frozen=True)
 class Workload:
-    """What the server is measured under: a prompt length and a number of concurrent streams.
-
-    `prompt_tokens` None means the prompts as given (the built-in ones or a file's).
-    """
+    """A prompt length (None: the prompts as given) and a number of concurrent streams."""
 
     prompt_tokens: int | None = None
     concurrency: int = 1
@@ -100,6 +94,34 @@ def percentile(values: Iterable[float], q: float) -> float | None:
     return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
+def median(values: Iterable[float]) -> float | None:
+    """The median; None when empty."""
+    values = list(values)
+    return statistics.median(values) if values else None
+
+
+def latency(decode_rates: Iterable[float | None], ttfts: Iterable[float]) -> dict[str, float | None]:
+    """p50/p95 TPOT (ms: 1000 / decode tok/s, zero rates left out) and TTFT (s) of requests."""
+    tpots = [1000.0 / r for r in decode_rates if r]
+    ttfts = list(ttfts)
+    return {
+        "tpot_p50_ms": median(tpots),
+        "tpot_p95_ms": percentile(tpots, 95),
+        "ttft_p50_s": median(ttfts),
+        "ttft_p95_s": percentile(ttfts, 95),
+    }
+
+
+def rounded(value: float | None, digits: int = 4) -> float | None:
+    """`value` rounded to `digits`, None kept."""
+    return None if value is None else round(value, digits)
+
+
+def point_label(variant: str, k: int) -> str:
+    """`mtp K=7`, or the variant alone without speculation (K 0)."""
+    return variant if k == 0 else f"{variant} K={k}"
+
+
 @dataclass(frozen=True)
 class BenchPoint:
     """One configuration to measure: a variant and its K (0 without speculation)."""
@@ -110,7 +132,7 @@ class BenchPoint:
 
     @property
     def label(self) -> str:
-        return self.variant if self.k == 0 else f"{self.variant} K={self.k}"
+        return point_label(self.variant, self.k)
 
 
 @dataclass
@@ -135,21 +157,17 @@ class PointResult:
     def ok(self) -> bool:
         return self.error is None and bool(self.runs)
 
-    def _median(self, values: Iterable[float]) -> float | None:
-        values = list(values)
-        return statistics.median(values) if values else None
-
     @property
     def decode_tok_s(self) -> float | None:
-        return self._median(r.decode_tok_s for r in self.runs)
+        return median(r.decode_tok_s for r in self.runs)
 
     @property
     def ttft_s(self) -> float | None:
-        return self._median(r.ttft_s for r in self.runs)
+        return median(r.ttft_s for r in self.runs)
 
     @property
     def e2e_s(self) -> float | None:
-        return self._median(r.e2e_s for r in self.runs)
+        return median(r.e2e_s for r in self.runs)
 
     @property
     def aggregate_tok_s(self) -> float | None:
@@ -180,10 +198,6 @@ class PointResult:
     @property
     def deterministic(self) -> bool | None:
         return deterministic(self.texts)
-
-    def first_texts(self) -> dict[int, str]:
-        """Each prompt's first output (prompt index -> text)."""
-        return {i: texts[0] for i, texts in self.texts.items() if texts}
 
 
 @dataclass
@@ -220,14 +234,9 @@ class BenchReport:
 
     def best_k(self) -> dict[str, PointResult]:
         """Per speculative variant, the point with the highest median decode speed (first workload)."""
-        best: dict[str, PointResult] = {}
-        for result in self.results:
-            if result.point.k == 0 or not result.ok or result.workload != self.first_workload():
-                continue
-            current = best.get(result.point.variant)
-            if current is None or (result.decode_tok_s or 0) > (current.decode_tok_s or 0):
-                best[result.point.variant] = result
-        return best
+        runs = [r for r in self.results if r.point.k and r.ok and r.workload == self.first_workload()]
+        by_variant = {r.point.variant: [o for o in runs if o.point.variant == r.point.variant] for r in runs}
+        return {v: max(rs, key=lambda r: r.decode_tok_s or 0) for v, rs in by_variant.items()}
 
 
 def plan_points(
@@ -237,12 +246,9 @@ def plan_points(
     suggested: Mapping[str, int | None] | None = None,
     ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> list[BenchPoint]:
-    """The sweep: each variant once, each speculative variant once per K (pure).
-
-    Without `ks`, a speculative variant gets DEFAULT_KS, its configured K and the K its
-    checkpoint suggests (`suggested`, by variant name); `ks_by_variant` names the Ks of
-    some variants outright (`bench --decide`: adaptive variants at their own K).
-    """
+    """The sweep: each variant once, each speculative variant once per K (pure). Without
+    `ks`: DEFAULT_KS, its configured K and its checkpoint's `suggested` K; `ks_by_variant`
+    names some variants' Ks outright (`bench --decide`'s adaptive variants)."""
     points: list[BenchPoint] = []
     for name in variants:
         variant = stack.variant(name)
@@ -307,8 +313,7 @@ def measure_point(
     eta: Eta | None = None,
     workload: Workload = SINGLE_STREAM,
 ) -> PointResult:
-    """Warm up, then time the measured requests of one workload and read acceptance from
-    /metrics deltas."""
+    """Warm up, then time one workload's measured requests and read acceptance from /metrics."""
     request = ChatRequest(model=served_name, max_tokens=options.max_tokens)
     prompts = options.prompts_for(workload)
     result = PointResult(point, workload=workload)
@@ -362,12 +367,8 @@ def _measure_streams(
     progress: Progress,
     eta: Eta | None,
 ) -> None:
-    """N streams at once, each sending `runs` requests back to back (N x `runs` in all).
-
-    Stream s sends prompt (j * N + s) mod len(prompts) as its j-th request. The streams
-    start together (a barrier); on an error or an interrupt the other streams stop after
-    their request in flight and their connections are closed.
-    """
+    """N streams started together, each sending `runs` requests back to back; stream s sends
+    prompt (j * N + s) mod len(prompts) as its j-th. An error or interrupt stops them all."""
     streams = result.workload.concurrency
     total = streams * options.runs
     lock = threading.Lock()
@@ -426,11 +427,9 @@ def run_bench(
     hints: Sequence[str] = (),
     skip: Mapping[BenchPoint, str] | None = None,
 ) -> BenchReport:
-    """Measure every point in order; `serve` makes the server serve a point (a swap).
-
-    A point whose swap fails is recorded with its error and the sweep goes on; a point in
-    `skip` (one the server is known to reject) is recorded with the reason, never swapped in.
-    """
+    """Measure every point in order; `serve` makes the server serve a point (a swap). A
+    failed swap is recorded and the sweep goes on; a point in `skip` is recorded with the
+    reason, never swapped in."""
     report = BenchReport([], options, tuple(hints))
     skip = skip or {}
     workloads = options.workloads()
@@ -498,5 +497,6 @@ def compare_with_baseline(report: BenchReport) -> None:
             result.speedup = (result.decode_tok_s or 0.0) / base.decode_tok_s
         if base.aggregate_tok_s:
             result.aggregate_speedup = (result.aggregate_tok_s or 0.0) / base.aggregate_tok_s
-        if result is not base:
-            result.agreement = agreement_with(result.first_texts(), base.first_texts())
+        if result is not base:  # each prompt's first output against the baseline's
+            firsts = [{i: texts[0] for i, texts in r.texts.items() if texts} for r in (result, base)]
+            result.agreement = agreement_with(*firsts)

@@ -2,35 +2,29 @@
 gateway while its automatic policy switches between the plain variant and the best
 speculative arm.
 
-The run's stack is the user's with `[gateway] policy = "auto"` (a `POLICY_WINDOW_S` window
-and a `MIN_RESIDENCY_S` residency, so that a phase of a few dozen requests lets the policy
-act) and a `[workloads]` table naming, for every prompt length x streams of the trace, the
-better of the two arms as the sweep measured them. The speculative arm serves first;
-`follow` runs in a thread and runs the gateway's demands through the gated `up` (standby as
-the stack says), as on a user's rig. Each phase replays a fixed list of requests
-closed-loop (each stream sends its next request when its previous one ended): `streams x
-rounds` requests, the same for every phase. Goodput is the completion tokens over the
-trace's wall time, switches and held requests included; a request is *held* when it was
-sent while a switch ran, and the longest such request's time to first token is the
-held-request latency. Ctrl-C ends the replay; the requests that finished are kept.
+The stack is the user's with `policy = "auto"` (short window and residency) and a
+`[workloads]` table naming the faster arm of each trace cell; `follow` runs the gateway's
+demands through the gated `up` in a thread. Each phase replays the same number of requests
+closed-loop; goodput is the completion tokens over the trace's wall time. Ctrl-C ends the
+replay; the requests that finished are kept.
 """
 
 from __future__ import annotations
 
 import contextlib
-import statistics
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from composer.bench.client import ChatRequest, StreamResult, make_client, run_streams, stream_chat
-from composer.bench.sweep import BenchOptions, Workload, format_duration, percentile
+from composer.bench.recommend import class_name
+from composer.bench.sweep import BenchOptions, Progress, Workload, format_duration, latency, median, rounded
 from composer.errors import BenchError
 from composer.signals import waits_cancelled
 from composer.stack.model import Stack
-from composer.stack.workload_classes import BUCKETS
 
 if TYPE_CHECKING:
     import docker
@@ -39,7 +33,6 @@ if TYPE_CHECKING:
 
 POLICY_WINDOW_S = 3
 MIN_RESIDENCY_S = 6
-Progress = Callable[[str], None]
 
 
 @dataclass
@@ -65,73 +58,33 @@ class SwitchRun:
     interrupted: str | None = None
     complete: bool = False
 
-    @property
-    def tokens(self) -> int:
-        return sum(r.result.completion_tokens for r in self.requests if r.result)
-
-    @property
-    def goodput_tok_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else 0.0
-
-    @property
-    def failed(self) -> int:
-        return sum(1 for r in self.requests if r.result is None)
-
-    def _ok(self) -> list[StreamResult]:
-        return [r.result for r in self.requests if r.result is not None]
-
-    @property
-    def held_s(self) -> float:
-        """The longest time to first token of a request sent while a switch ran."""
+    def data(self) -> dict[str, Any]:
+        """The run as plain data (decide.json's `switching_run`); a request is held when it was
+        sent while a switch ran, and `held_request_s` is the longest time to first token of one."""
+        runs = [r.result for r in self.requests if r.result is not None]
+        tokens = sum(r.completion_tokens for r in runs)
         held = [
             r.result.ttft_s
             for r in self.requests
             if r.result is not None and any(a <= r.sent < b for a, b, _ in self.switches)
         ]
-        return max(held, default=0.0)
-
-    def stats(self) -> dict[str, float | None]:
-        """p50/p95 TPOT (ms) and TTFT (s) over every finished request."""
-        runs = self._ok()
-        tpots = [1000.0 / r.decode_tok_s for r in runs if r.decode_tok_s]
-        ttfts = [r.ttft_s for r in runs]
-        return {
-            "tpot_p50_ms": statistics.median(tpots) if tpots else None,
-            "tpot_p95_ms": percentile(tpots, 95),
-            "ttft_p50_s": statistics.median(ttfts) if ttfts else None,
-            "ttft_p95_s": percentile(ttfts, 95),
-        }
-
-    def data(self) -> dict[str, Any]:
-        """The run as plain data (decide.json's `switching_run`)."""
-        rounded = {k: None if v is None else round(v, 4) for k, v in self.stats().items()}
+        times = latency([r.decode_tok_s for r in runs], [r.ttft_s for r in runs])
         return {
             "arms": list(self.arms),
             "workloads": self.workloads,
-            "goodput_tok_s": round(self.goodput_tok_s, 2),
+            "goodput_tok_s": round(tokens / self.seconds if self.seconds > 0 else 0.0, 2),
             "seconds": round(self.seconds, 3),
-            "tokens": self.tokens,
-            "failed_requests": self.failed,
+            "tokens": tokens,
+            "failed_requests": len(self.requests) - len(runs),
             "switches": len(self.switches),
             "switch_s": [round(b - a, 3) for a, b, _ in self.switches],
             "switched_to": [v for _, _, v in self.switches],
-            "held_request_s": round(self.held_s, 4),
+            "held_request_s": round(max(held, default=0.0), 4),
             "phases": self.phases,
             "complete": self.complete,
             "interrupted": self.interrupted,
-            **rounded,
+            **{k: rounded(v) for k, v in times.items()},
         }
-
-
-def class_name(workload: tuple[int | None, int]) -> str:
-    """The `[workloads]` class a trace workload falls in (`chat128-1`, `medium2000-16`)."""
-    tokens, streams = workload
-    if tokens is None:
-        return f"chatas-given-{streams}"
-    bucket = next(
-        b for b, (low, high) in BUCKETS.items() if low <= tokens and (high is None or tokens <= high)
-    )
-    return f"{bucket}{tokens}-{streams}"
 
 
 def policy_workloads(
@@ -141,13 +94,8 @@ def policy_workloads(
     variants: Mapping[str, str],
 ) -> dict[str, str]:
     """Every prompt length x streams of the trace -> the variant of the arm measured faster there."""
-    lengths = list(dict.fromkeys(p[0] for p in phases))
-    streams = list(dict.fromkeys(p[1] for p in phases))
-    table = {}
-    for cell in ((t, s) for t in lengths for s in streams):
-        rates = {arm: rate(arm, cell) or 0.0 for arm in arms}
-        table[class_name(cell)] = variants[max(arms, key=lambda a: rates[a])]
-    return table
+    cells = [(t, s) for t in dict.fromkeys(p[0] for p in phases) for s in dict.fromkeys(p[1] for p in phases)]
+    return {class_name(c): variants[max(arms, key=lambda a, c=c: rate(a, c) or 0.0)] for c in cells}
 
 
 def switching_stack(stack: Stack, workloads: Mapping[str, str]) -> Stack:
@@ -180,14 +128,8 @@ def run_switching(
     if not stack.gateway.enabled:
         raise BenchError("the switching arm needs the gateway (gateway.enabled = true)")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
-    up(
-        stack,
-        resolve_target(stack, start),
-        client=client,
-        options=up_options,
-        progress=progress,
-        waiting=waiting,
-    )
+    target = resolve_target(stack, start)
+    up(stack, target, client=client, options=up_options, progress=progress, waiting=waiting)
     stop = threading.Event()
     began: dict[str, float] = {}
 
@@ -200,31 +142,52 @@ def run_switching(
         if event.event != "serving":
             progress(f"switching: {event.line()}")
 
-    follower = threading.Thread(
-        target=follow,
-        kwargs={
-            "stack": stack,
-            "client": client,
-            "options": UpOptions(timeout=swap_timeout, settle=0.2, allow_weak_key=allow_weak_key),
-            "emit": emit,
-            "stop": stop,
-        },
-        name="bench-follow",
-        daemon=True,
-    )
+    follow_options = UpOptions(timeout=swap_timeout, settle=0.2, allow_weak_key=allow_weak_key)
+    following = partial(follow, stack, client=client, options=follow_options, emit=emit, stop=stop)
+    follower = threading.Thread(target=following, name="bench-follow", daemon=True)
     follower.start()
     url = base_url(stack.bind_address, stack.port)
-    busy = max(p[1] for p in phases)
-    per_phase = busy * options.runs
+    request = ChatRequest(model=stack.served_model_name, max_tokens=options.max_tokens)
+    per_phase = max(p[1] for p in phases) * options.runs
     total = per_phase * len(phases)
     started = time.monotonic()
+
+    def replay(index: int, workload: Workload) -> None:
+        """`per_phase` requests of one workload on `workload.concurrency` closed-loop streams."""
+        prompts = options.prompts_for(workload)
+        lock = threading.Lock()
+        halt = threading.Event()
+        jobs = iter(range(per_phase))
+        streams = workload.concurrency
+        clients = [make_client(url, stack.api_key, options.request_timeout) for _ in range(streams)]
+
+        def stream(s: int) -> None:
+            while not halt.is_set():
+                with lock:
+                    j = next(jobs, None)
+                if j is None:
+                    return
+                sent = time.monotonic()
+                try:
+                    got, error = stream_chat(clients[s], request, prompts[j % len(prompts)]), None
+                except BenchError as err:
+                    got, error = None, str(err)
+                with lock:
+                    run.requests.append(TraceRequest(index, sent, got, error))
+                    done = len(run.requests)
+                    left = (time.monotonic() - started) / done * (total - done)
+                    progress(
+                        f"switching: trace phase {index + 1}, {workload.label}: request {done}/{total} "
+                        f"({format_duration(left)})"
+                    )
+
+        run_streams(streams, stream, clients, halt, "bench-trace")
+
     try:
         for i, (tokens, streams) in enumerate(phases):
             phase_began = time.monotonic()
             done_before = len(run.requests)
-            _replay(
-                run, i, Workload(tokens, streams), per_phase, options, url, stack, total, started, progress
-            )
+            replay(i, Workload(tokens, streams))
             phase_s = time.monotonic() - phase_began
             got = run.requests[done_before:]
             tpots = [1000.0 / r.result.decode_tok_s for r in got if r.result and r.result.decode_tok_s]
@@ -235,7 +198,7 @@ def run_switching(
                     "requests": len(got),
                     "tokens": sum(r.result.completion_tokens for r in got if r.result),
                     "seconds": round(phase_s, 3),
-                    "tpot_p50_ms": round(statistics.median(tpots), 3) if tpots else None,
+                    "tpot_p50_ms": rounded(median(tpots), 3),
                     "switches": 0,  # counted once the run ends (a switch may end after the phase)
                 }
             )
@@ -249,63 +212,8 @@ def run_switching(
         # A switch under way finishes first; interrupted, its waits end and it rolls back.
         with waits_cancelled() if run.interrupted else contextlib.nullcontext():
             follower.join(swap_timeout + 30)
-        _phase_switch_counts(run)
+        for a, _, _ in run.switches:  # counted in the phase where the switch began
+            index = max((r.phase for r in run.requests if r.sent <= a), default=0)
+            if run.phases:
+                run.phases[min(index, len(run.phases) - 1)]["switches"] += 1
     return run
-
-
-def _phase_switch_counts(run: SwitchRun) -> None:
-    """Switches counted in the phase where they began (the phase list is in order)."""
-    for phase in run.phases:
-        phase["switches"] = 0
-    if not run.phases:
-        return
-    per = [0] * len(run.phases)
-    for a, _, _ in run.switches:
-        index = max((r.phase for r in run.requests if r.sent <= a), default=0)
-        per[min(index, len(per) - 1)] += 1
-    for phase, count in zip(run.phases, per, strict=True):
-        phase["switches"] = count
-
-
-def _replay(
-    run: SwitchRun,
-    index: int,
-    workload: Workload,
-    count: int,
-    options: BenchOptions,
-    url: str,
-    stack: Stack,
-    total: int,
-    started: float,
-    progress: Progress,
-) -> None:
-    """`count` requests of one workload on `workload.concurrency` closed-loop streams."""
-    prompts = options.prompts_for(workload)
-    request = ChatRequest(model=stack.served_model_name, max_tokens=options.max_tokens)
-    lock = threading.Lock()
-    stop = threading.Event()
-    next_job = iter(range(count))
-    clients = [make_client(url, stack.api_key, options.request_timeout) for _ in range(workload.concurrency)]
-
-    def stream(s: int) -> None:
-        while not stop.is_set():
-            with lock:
-                j = next(next_job, None)
-            if j is None:
-                return
-            sent = time.monotonic()
-            try:
-                got, error = stream_chat(clients[s], request, prompts[j % len(prompts)]), None
-            except BenchError as err:
-                got, error = None, str(err)
-            with lock:
-                run.requests.append(TraceRequest(index, sent, got, error))
-                done = len(run.requests)
-                elapsed = time.monotonic() - started
-                left = elapsed / done * (total - done) if done else None
-                progress(
-                    f"switching: trace phase {index + 1}, {workload.label}: request {done}/{total} "
-                    f"({format_duration(left)})"
-                )
-
-    run_streams(workload.concurrency, stream, clients, stop, "bench-trace")

@@ -1,8 +1,5 @@
-"""What the formulas read from the machine: checkpoint sizes, the KV bytes per token, GPU and
-host memory (by path and by the stack's GPU settings; a variant's own numbers are
-`model.variant_inputs`).
-
-Never changes anything. Unreadable facts are None with the reason, never a guess.
+"""What the formulas read from the machine: checkpoint sizes, the KV bytes per token, GPU
+and host memory. Read-only; an unreadable fact is None (with the reason), never a guess.
 """
 
 from __future__ import annotations

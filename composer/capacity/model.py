@@ -1,10 +1,8 @@
-"""A stack's capacity figures: per variant and GPU, and for the host (the one entry point).
+"""A stack's capacity figures: per variant and GPU, and for the host.
 
-`variant_inputs` is the one place a variant's settings become numbers (its weights per
-GPU, its configured KV cache, its `--gpu-memory-utilization`); `figures_on` computes the
-figures on one GPU from those numbers alone (`figures`); `variant_figures` joins the two.
-Doctor's gpu-memory check and capacity section, the swap's standby planner and its GPU
-release wait all call it (a test patches it and sees each of them change).
+`variant_figures` is the one place a variant's settings become figures on one GPU; doctor,
+the standby planner and the swap's GPU release wait all call it (a test patches it and
+sees each of them change).
 """
 
 from __future__ import annotations
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from composer.capacity import figures, inputs
 from composer.capacity.figures import gib
+from composer.probes.checkpoints import positive_int
 
 if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
@@ -31,40 +30,18 @@ class Weights:
     @property
     def per_gpu(self) -> int | None:
         """The weights per GPU (None while a part is unknown and none is configured)."""
-        if self.configured is not None:
-            return self.configured
-        return None if self.unknown else sum(b or 0 for _, b in self.parts)
+        return None if self.unknown and self.configured is None else self.known
 
     @property
     def known(self) -> int:
         """The known parts: a lower bound while something is unknown."""
-        return self.per_gpu if self.per_gpu is not None else sum(b or 0 for _, b in self.parts)
-
-
-@dataclass(frozen=True)
-class VariantInputs:
-    """A variant's memory settings as numbers: weights per GPU, the configured KV cache
-    (`kv_cache_memory`, None: sized by utilization) and `--gpu-memory-utilization`."""
-
-    weights: Weights
-    kv_cache_memory: int | None
-    utilization: float
-
-
-def variant_inputs(stack: Stack, variant: Variant, weights: Weights | None = None) -> VariantInputs:
-    """The one extraction: what the formulas need from a variant and its checkpoints
-    (`weights` saves a second read of the checkpoints)."""
-    weights = weights if weights is not None else variant_weights(stack, variant)
-    return VariantInputs(weights, variant.kv_cache_memory, memory_utilization(variant))
+        return self.configured if self.configured is not None else sum(b or 0 for _, b in self.parts)
 
 
 def draft_tensor_parallel_size(stack: Stack, variant: Variant) -> int:
     """`draft_tensor_parallel_size` from the speculative extra, else the stack's TP."""
     extra = dict(variant.speculative.extra) if variant.speculative else {}
-    value = extra.get("draft_tensor_parallel_size")
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    return stack.tensor_parallel_size
+    return positive_int(extra.get("draft_tensor_parallel_size")) or stack.tensor_parallel_size
 
 
 def variant_weights(stack: Stack, variant: Variant) -> Weights:
@@ -119,7 +96,7 @@ class VariantFigures:
     def known_need(self) -> int:
         """The known parts of `need`: a lower bound while something is unknown (under
         `--gpu-memory-utilization` at least that fraction of the GPU)."""
-        known = figures.known_need(self.weights.known, self.kv_cache, self.activations)
+        known = self.weights.known + (self.kv_cache or 0) + self.activations
         if self.utilization is not None and self.gpu_total is not None:
             return max(known, int(self.gpu_total * self.utilization))
         return known
@@ -141,53 +118,39 @@ class VariantFigures:
         }
 
 
-def figures_on(name: str, facts: VariantInputs, gpu_total: int | None) -> VariantFigures:
-    """The figures of a variant (`name` labels them) on a GPU of `gpu_total` bytes (None:
-    unknown), from its numbers alone."""
-    kv = figures.kv_cache_per_gpu(
-        facts.kv_cache_memory,
-        gpu_total,
-        facts.utilization,
-        facts.weights.per_gpu,
-        figures.ACTIVATIONS_PER_GPU,
-    )
-    configured = facts.kv_cache_memory is not None
-    source = "kv_cache_memory" if configured else f"gpu-memory-utilization {facts.utilization}"
-    return VariantFigures(
-        name,
-        facts.weights,
-        kv,
-        source,
-        figures.ACTIVATIONS_PER_GPU,
-        gpu_total,
-        None if configured else facts.utilization,
-    )
-
-
 def variant_figures(
     stack: Stack, variant: Variant, gpu_total: int | None, weights: Weights | None = None
 ) -> VariantFigures:
     """`variant`'s figures on a GPU of `gpu_total` bytes (None: unknown); `weights` saves a
     second read of the checkpoints."""
-    return figures_on(variant.name, variant_inputs(stack, variant, weights), gpu_total)
+    weights = weights if weights is not None else variant_weights(stack, variant)
+    utilization = memory_utilization(variant)
+    configured = variant.kv_cache_memory
+    kv = figures.kv_cache_per_gpu(
+        configured, gpu_total, utilization, weights.per_gpu, figures.ACTIVATIONS_PER_GPU
+    )
+    return VariantFigures(
+        variant.name,
+        weights,
+        kv,
+        "kv_cache_memory" if configured is not None else f"gpu-memory-utilization {utilization}",
+        figures.ACTIVATIONS_PER_GPU,
+        gpu_total,
+        None if configured is not None else utilization,
+    )
 
 
 def release_budget(stack: Stack, variant: Variant, gpus: tuple[GpuInfo, ...]) -> dict[int, int] | None:
     """Bytes per GPU index that must be free before `variant` starts, or None while unknown."""
     weights = variant_weights(stack, variant)
-    budget: dict[int, int] = {}
-    for gpu in gpus:
-        need = variant_figures(stack, variant, gpu.total_bytes, weights).need
-        if need is None:
-            return None
-        budget[gpu.index] = need
-    return budget
+    needs = {g.index: variant_figures(stack, variant, g.total_bytes, weights).need for g in gpus}
+    budget = {i: n for i, n in needs.items() if n is not None}
+    return budget if len(budget) == len(needs) else None
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """Every figure of a stack on its smallest GPU and its host (doctor prints it; a swap
-    plan carries the target's part)."""
+    """Every figure of a stack on its smallest GPU and its host (doctor prints it)."""
 
     gpu_memory: int | None
     gpu_source: str
@@ -250,7 +213,7 @@ def capacity_of(stack: Stack, probe: GpuProbe | None = None, names: list[str] | 
         memory,
         source,
         per_variant,
-        {n: figures.sleep_residue(stack.sleep_residue, 1) for n in sleepers},
+        dict.fromkeys(sleepers, stack.sleep_residue),
         {n: host_ram_asleep(stack, n) for n in sleepers},
         inputs.host_memory(),
         stack.sleep_level,

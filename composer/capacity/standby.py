@@ -1,17 +1,15 @@
 """The sleep standby planner: does keeping variants asleep fit the machine, and what then?
 
-Per GPU, the awake variant's need (weights + KV cache + activations) plus the residue of
-each variant asleep beside it must fit the GPU's memory; the host must hold every
-sleeper's weights (`figures.host_ram_of_sleeper`). `plan_standby` is the pure verdict,
-`plan_for` gathers its inputs (`model.variant_figures`), `decide_standby` is the swap's
-decision before anything stops: sleep as planned, stop the serving variant instead
-(`stack.standby_fallback = "stop"`), or refuse with the numbers. Each standby's cost is
-given in words, in GiB and, when the KV bytes per token are known, in tokens of KV cache.
+Per GPU, the awake variant's need plus the residue of each variant asleep beside it must
+fit; the host must hold every sleeper's weights. `plan_standby` is the pure verdict,
+`plan_for` gathers its inputs, `decide_standby` is the swap's choice before anything
+stops: sleep, stop the serving variant instead (`stack.standby_fallback = "stop"`), or
+refuse with the numbers. A standby's cost is given in GiB and, when known, tokens of KV.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from composer.capacity import figures, inputs, model
@@ -41,23 +39,18 @@ class Sleeper:
     weights: int | None
 
 
-def tokens_text(n: int) -> str:
-    """A token count rounded for words: `72,000`."""
-    return f"{round(n, -3):,}" if n >= 10_000 else f"{n:,}"
-
-
 def standby_cost(name: str, residue: int, kv_bytes_per_token: int | None) -> str:
-    """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens`."""
-    tokens = figures.tokens_of(residue, kv_bytes_per_token)
-    if tokens is None:
+    """`standby of mtp costs 1.3 GiB of KV cache per GPU = 72,000 tokens` (rounded from 10,000)."""
+    if not kv_bytes_per_token:
         return f"standby of {name} costs {gib(residue)} per GPU"
-    return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens_text(tokens)} tokens"
+    n = residue // kv_bytes_per_token
+    tokens = f"{round(n, -3):,}" if n >= 10_000 else f"{n:,}"
+    return f"standby of {name} costs {gib(residue)} of KV cache per GPU = {tokens} tokens"
 
 
 @dataclass(frozen=True)
 class StandbyPlan:
-    """The verdict, the cost of each standby in words, what could not be checked, and the
-    figures it was computed from (JSON-ready)."""
+    """The verdict, each standby's cost, what could not be checked, the figures (JSON-ready)."""
 
     fits: bool
     costs: list[str] = field(default_factory=list)
@@ -91,22 +84,20 @@ def plan_standby(
         "host_ram_for_sleepers_bytes": held,
         "host_memory_bytes": host_memory,
     }
-    plan = StandbyPlan(True, figures=data)
     if not sleepers:
-        return plan
-    for sleeper in sleepers:
-        plan.costs.append(standby_cost(sleeper.name, residue, kv_bytes_per_token))
+        return StandbyPlan(True, figures=data)
+    costs = [standby_cost(s.name, residue, kv_bytes_per_token) for s in sleepers]
+    problems: list[str] = []
+    notes: list[str] = []
     if gpu_memory is None:
-        plan.notes.append(
-            "GPU memory unknown (no GPU probed, no stack.gpu_memory_bytes): GPU fit not checked"
-        )
+        notes.append("GPU memory unknown (no GPU probed, no stack.gpu_memory_bytes): GPU fit not checked")
     elif need is None:
-        plan.notes.append(
+        notes.append(
             f"{awake.name}'s weights or KV cache size unknown (set weights_bytes and kv_cache_memory): "
             "GPU fit not checked"
         )
     elif need + held_gpu > gpu_memory:
-        plan.problems.append(
+        problems.append(
             f"per GPU: {awake.name} needs {gib(awake.weights)} weights + "
             f"{gib(awake.kv_cache)} KV cache + {gib(awake.activations)} activations, "
             f"plus {len(sleepers)} x {gib(residue)} for {', '.join(s.name for s in sleepers)} "
@@ -116,25 +107,22 @@ def plan_standby(
     unknown = [s.name for s in sleepers if s.weights is None and level != 2]
     if unknown:
         names = ", ".join(unknown)
-        plan.notes.append(f"weights of {names} unknown (set weights_bytes): host RAM not checked")
+        notes.append(f"weights of {names} unknown (set weights_bytes): host RAM not checked")
     elif host_memory is None:
-        plan.notes.append("host memory unknown: host RAM not checked")
+        notes.append("host memory unknown: host RAM not checked")
     elif held is not None and held > host_memory:
-        plan.problems.append(
+        problems.append(
             f"host RAM: {', '.join(s.name for s in sleepers)} asleep hold {gib(held)} of weights "
             f"({tensor_parallel} GPU(s) each), above the host's {gib(host_memory)}"
         )
-    return StandbyPlan(not plan.problems, plan.costs, plan.problems, plan.notes, data)
+    return StandbyPlan(not problems, costs, problems, notes, data)
 
 
 def plan_for(
     stack: Stack, target: str, asleep_after: list[str], probe: GpuProbe | None = None
 ) -> StandbyPlan:
-    """The planner's verdict for `target` serving with `asleep_after` sleeping.
-
-    GPU memory comes from the GPU probe when available, else from `stack.gpu_memory_bytes`.
-    The plan's `figures` carry the target's per-GPU figures (`model.variant_figures`).
-    """
+    """The verdict for `target` serving with `asleep_after` sleeping; its `figures` carry
+    the target's per-GPU figures, on the probed GPU or `stack.gpu_memory_bytes`."""
     memory, source = inputs.gpu_memory(stack, probe)
     serving = model.variant_figures(stack, stack.variant(target), memory)
     awake = Awake(target, serving.weights.per_gpu, serving.kv_cache, serving.activations)
@@ -168,7 +156,7 @@ def plan_for(
         "fits": plan.fits,
         "line": line,
     }
-    return StandbyPlan(plan.fits, plan.costs, plan.problems, plan.notes, data)
+    return replace(plan, figures=data)
 
 
 def refusal(plan: StandbyPlan) -> PreflightFailed:

@@ -1,11 +1,10 @@
 """The `compose-spec` command line: one module per command or family of commands.
 
-Owns: parsing the command line (click), the global options and where they may stand
-(`globals`), the typed options object each command builds, printing, the one error
-handler (one line on stderr; exit 2 for usage and configuration errors, 1 for failures,
-130 when interrupted) and the one SIGINT/SIGTERM handler (`base`), one Docker client per
-command, closed when it ends (`context`). The only part of the package that imports
-click or prints; commands call domain code and print what it returns.
+Owns: parsing the command line (click), the global options wherever they stand (`globals`),
+printing, the one error handler (one line on stderr; exit 2 for usage and configuration
+errors, 1 for failures, 130 when interrupted) and the one stop-signal handler (`base`), one
+Docker client per command (`context`). The only part of the package that imports click or
+prints; commands call domain code and print what it returns.
 May import: every other part of `composer`. Nothing imports it.
 Public: `main` (the `compose-spec` group), `ComposeSpecGroup`, `LiveLine`.
 """

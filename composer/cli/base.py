@@ -1,10 +1,7 @@
 """The command classes: help that ends with exit codes, close-match suggestions, global
-options anywhere on the line, and the one place errors become output and exit codes.
-
-Every error is handled in `ComposeSpecGroup.main`: one line on stderr, and exit 2 for
-usage and configuration errors, 1 for failures, 130 when interrupted (Ctrl-C, SIGTERM).
-A command run with `--json` prints exactly one JSON object on stdout when it fails:
-`{"error": MESSAGE, "kind": FAMILY, "exit_code": N, ...}`.
+options anywhere on the line, and `ComposeSpecGroup.main`, the one place errors become one
+line on stderr and an exit code (2 usage or configuration, 1 failure, 130 interrupted). A
+command run with `--json` that fails prints one `{"error", "kind", "exit_code", ...}` object.
 """
 
 from __future__ import annotations
@@ -12,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -43,8 +40,7 @@ def error_object(err: ComposerError) -> dict[str, Any]:
     """The `--json` form of a failure."""
     data: dict[str, Any] = {"error": str(err), "kind": err.kind, "exit_code": _exit_code(err)}
     if isinstance(err, DiagnosedError):
-        data["hints"] = list(err.hints)
-        data["log_tail"] = err.log_tail
+        data |= {"hints": list(err.hints), "log_tail": err.log_tail}
     data.update(err.details)
     if _exit_code(err) == 130:
         data["kind"] = Interrupted.kind
@@ -92,23 +88,18 @@ class ComposeSpecGroup(click.Group):
             raise click.UsageError(f"No such command {name!r}{':' + hint if hint else '.'}", ctx)
         return super().resolve_command(ctx, args)
 
-    def command_of(self, argv: Sequence[str]) -> click.Command | None:
-        """The command an argument list runs (global options and their values skipped)."""
-        skip = False
-        for word in argv:
-            if skip:
-                skip = False
-            elif word in VALUE_OPTIONS:
-                skip = True
-            elif not word.startswith("-"):
-                return self.commands.get(word)
-        return None
-
     def wants_json(self, argv: Sequence[str]) -> bool:
-        """True when the command supports --json and it was given."""
-        command = self.command_of(argv)
-        supports = command is not None and any(p.name == "as_json" for p in command.params)
-        return supports and "--json" in argv
+        """True when `--json` was given to a command that has it (found past the global
+        options and their values)."""
+        words = iter(argv)
+        for word in words:
+            if word in VALUE_OPTIONS:
+                next(words, None)
+            elif not word.startswith("-"):
+                command = self.commands.get(word)
+                supports = command is not None and any(p.name == "as_json" for p in command.params)
+                return supports and "--json" in argv
+        return False
 
     def main(self, args: Sequence[str] | None = None, *posargs: Any, **kwargs: Any) -> Any:  # type: ignore[override]
         argv = list(sys.argv[1:] if args is None else args)
@@ -156,14 +147,6 @@ class ComposeSpecGroup(click.Group):
                 text = one_line(text)
             click.echo(f"compose-spec: error: {text}", err=True)
         sys.exit(_exit_code(err))
-
-
-Args = TypeVar("Args")
-
-
-def options_as(kind: Callable[..., Args], values: Mapping[str, object]) -> Args:
-    """A command's options dataclass from the values click parsed (and typed) for it."""
-    return kind(**values)
 
 
 def command(*args: Any, **kwargs: Any) -> Any:

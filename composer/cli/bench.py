@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
 from composer.cli.params import csv_list, duration_option, json_option
@@ -31,24 +31,18 @@ class BenchArgs:
     timeout: float
     decide: bool = False
 
-    def with_decide_defaults(self) -> BenchArgs:
-        """`--decide`: the decision's streams and prompt lengths unless given."""
-        from composer.bench import decide as arms
-
-        if not self.decide:
-            return self
-        concurrency = self.concurrency or ",".join(map(str, arms.DECIDE_CONCURRENCY))
-        prompt_tokens = self.prompt_tokens or (
-            None if self.prompt_file else ",".join(map(str, arms.DECIDE_PROMPT_TOKENS))
-        )
-        return replace(self, concurrency=concurrency, prompt_tokens=prompt_tokens)
-
     def options(self):
-        """The sweep's options (lists parsed, prompts read)."""
+        """The sweep's options (lists parsed, prompts read); `--decide` brings its own streams
+        and prompt lengths unless given."""
+        from composer.bench import decide as arms
         from composer.bench.prompts import bench_prompts
         from composer.bench.sweep import BenchOptions
 
         lengths = csv_list(self.prompt_tokens, int)
+        concurrency = csv_list(self.concurrency, int)
+        if self.decide:
+            concurrency = arms.DECIDE_CONCURRENCY if concurrency is None else concurrency
+            lengths = arms.DECIDE_PROMPT_TOKENS if lengths is None and not self.prompt_file else lengths
         if self.prompt_file is not None and lengths is not None:
             raise UsageError("give either --prompt-file or --prompt-tokens, not both")
         return BenchOptions(
@@ -57,7 +51,7 @@ class BenchArgs:
             runs=self.runs,
             warmup=self.warmup,
             request_timeout=self.timeout,
-            concurrency=csv_list(self.concurrency, int) or (1,),
+            concurrency=concurrency or (1,),
             prompt_tokens=lengths or (None,),
         )
 
@@ -89,7 +83,7 @@ class BenchArgs:
 @duration_option("--timeout", "15m", "Time per swap and per request.")
 @click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
-def bench(obj: Context, **kwargs: object) -> None:
+def bench(obj: Context, **kwargs: Any) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
 
     Ctrl-C stops the sweep, brings back the variant that served before (once) and
@@ -113,27 +107,30 @@ def bench(obj: Context, **kwargs: object) -> None:
     from composer.bench.swaps import bench_with_swaps
     from composer.errors import BenchError
 
-    args = options_as(BenchArgs, kwargs).with_decide_defaults()
+    args = BenchArgs(**kwargs)
     options = args.options()
     stack = obj.stack()
-    plan = arms.plan_arms(stack, arms.image_present, csv_list(args.ks, int)) if args.decide else None
+    k_values = csv_list(args.ks, int)
+    plan = arms.plan_arms(stack, arms.image_present, k_values) if args.decide else None
     names = csv_list(args.variants) or (
         plan.variants if plan else tuple(n for n, v in stack.variants.items() if not v.refused)
     )
     for name in names:
         stack.startable(name)
-    k_values = csv_list(args.ks, int)
-    require_api_key(stack, obj.allow_weak_key)
+    allow_weak = obj.options.allow_weak_key
+    require_api_key(stack, allow_weak)
     line = LiveLine()
     switching = None
     after_sweep = None
+    swapping: dict[str, Any] = {"swap_timeout": args.timeout, "allow_weak_key": allow_weak}
+    swapping |= {"progress": line.step, "waiting": line.waiting}
     if plan is not None:
         from composer.bench.switch_run import SwitchRun
 
         switching = SwitchRun(("", ""), {})
 
         def after_sweep(report) -> None:
-            _measure_switching(obj, plan, options, args, report, switching, line)
+            _measure_switching(obj, plan, options, report, switching, line, swapping)
 
     try:
         report = bench_with_swaps(
@@ -141,7 +138,8 @@ def bench(obj: Context, **kwargs: object) -> None:
             names,
             k_values,
             options,
-            **_swapping(obj, args, line),
+            client=obj.docker(),
+            **swapping,
             ks_by_variant=plan.ks_by_variant if plan else None,
             after_sweep=after_sweep,
         )
@@ -177,18 +175,7 @@ def bench(obj: Context, **kwargs: object) -> None:
         raise error
 
 
-def _swapping(obj: Context, args: BenchArgs, line: LiveLine) -> dict[str, Any]:
-    """How the benchmark's swaps run: the Docker client, their timeout, the key check, progress."""
-    return {
-        "client": obj.docker(),
-        "swap_timeout": args.timeout,
-        "allow_weak_key": obj.allow_weak_key,
-        "progress": line.step,
-        "waiting": line.waiting,
-    }
-
-
-def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run, line: LiveLine) -> None:
+def _measure_switching(obj: Context, plan, options, report, run, line: LiveLine, swapping: dict) -> None:
     """The switching arm: the trace through the gateway with the automatic policy between
     the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
     from composer.bench import decide as arms
@@ -224,7 +211,8 @@ def _measure_switching(obj: Context, plan, options, args: BenchArgs, report, run
             planned.phases,
             options,
             run,
-            **_swapping(obj, args, line),
+            client=obj.docker(),
+            **swapping,
         )
     except KeyboardInterrupt:
         report.interrupted = "interrupted"

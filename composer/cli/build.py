@@ -2,25 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.params import complete_recipe
-
-
-@dataclass(frozen=True)
-class BuildArgs:
-    recipe: str
-    dry_run: bool
-    pin: bool
-    force: bool
-    verify_cmd: str | None
-    use_base: bool
-    recipes_dir: Path
 
 
 @command("build")
@@ -54,7 +42,7 @@ class BuildArgs:
     is_eager=True,
 )
 @click.pass_obj
-def build_cmd(obj: Context, **kwargs: object) -> None:
+def build_cmd(obj: Context, recipe: str, verify_cmd: str | None, recipes_dir: Path, **flags: bool) -> None:
     """Build the overlay image of images/RECIPE offline (base must be local; never pulls).
 
     \b
@@ -66,18 +54,12 @@ def build_cmd(obj: Context, **kwargs: object) -> None:
     from composer.overlay.builder import build_overlay
     from composer.overlay.recipe import load_recipe, verify_argv
 
-    args = options_as(BuildArgs, kwargs)
-    verify = verify_argv(args.verify_cmd) if args.verify_cmd is not None else None
-    loaded = load_recipe(args.recipes_dir, args.recipe, obj.stack().images)
-    result = build_overlay(
-        obj.docker(),
-        loaded,
-        dry_run=args.dry_run,
-        pin=args.pin,
-        force=args.force,
-        progress=lambda line: click.echo(f"build {args.recipe}: {line}"),
-        verify=verify,
-        use_base=args.use_base,
-    )
+    verify = verify_argv(verify_cmd) if verify_cmd is not None else None
+    loaded = load_recipe(recipes_dir, recipe, obj.stack().images)
+
+    def say(line: str) -> None:
+        click.echo(f"build {recipe}: {line}")
+
+    result = build_overlay(obj.docker(), loaded, progress=say, verify=verify, **flags)
     summary = {"built": "built", "current": "up to date", "dry-run": "dry run passed, nothing built"}
     click.echo(f"{result.tag}: {summary[result.status]}")

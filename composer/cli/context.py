@@ -20,8 +20,8 @@ class Context:
     """The global options of the running command, the stack source they name, and the
     command's one Docker client (opened on first use, closed when the command ends)."""
 
-    def __init__(self, options: GlobalOptions | None = None) -> None:
-        self.options = options or GlobalOptions()
+    def __init__(self) -> None:
+        self.options = GlobalOptions()
         self._client: docker.DockerClient | None = None
 
     def bind(self, ctx: click.Context) -> None:
@@ -33,34 +33,18 @@ class Context:
         ctx.call_on_close(self.close)
 
     @property
-    def env_file(self) -> str:
-        return self.options.env_file
-
-    @property
-    def allow_weak_key(self) -> bool:
-        return self.options.allow_weak_key
-
-    @property
     def source(self) -> StackSource:
         return self.options.source()
 
-    def stack(self, extra_sets: tuple[str, ...] = ()) -> Stack:
-        return self.source.load(extra_sets)
-
-    def stack_alone(self) -> Stack:
-        """The stack from its files alone: no env file, no environment, no flags."""
-        return self.source.load_alone()
+    def stack(self) -> Stack:
+        return self.source.load()
 
     def docker(self, timeout: int | None = None) -> docker.DockerClient:
         """The command's Docker client (one per command; closed when the command ends)."""
         if self._client is None:
             from composer.engine import client as engine_client
 
-            self._client = (
-                engine_client.docker_client()
-                if timeout is None
-                else engine_client.docker_client(timeout=timeout)
-            )
+            self._client = engine_client.docker_client(timeout) if timeout else engine_client.docker_client()
         return self._client
 
     def close(self) -> None:

@@ -37,24 +37,21 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
     report = run_doctor(
         stack,
         variant,
-        default_host(obj.env_file),
-        allow_weak_key=obj.allow_weak_key,
+        default_host(obj.options.env_file),
+        allow_weak_key=obj.options.allow_weak_key,
         follower_attached=_follower_attached(obj, stack),
     )
     failed = [c for c in report.checks if c.failed]
-    if failed:
+    if not as_json:
+        click.echo(format_report(report))
+    elif not failed:
+        echo_json(report.to_json())
+    if failed:  # with --json, the report goes into the error object
         err = ChecksFailed(
             f"{len(failed)} check(s) failed: " + ", ".join(dict.fromkeys(c.name for c in failed))
         )
-        if as_json:
-            err.details.update(report.to_json())
-        else:
-            click.echo(format_report(report))
+        err.details.update(report.to_json())
         raise err
-    if as_json:
-        echo_json(report.to_json())
-    else:
-        click.echo(format_report(report))
 
 
 def _follower_attached(obj: Context, stack: Stack) -> bool | None:

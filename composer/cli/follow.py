@@ -9,24 +9,14 @@ import shutil
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context, require_api_key
 from composer.cli.params import duration_option, json_option, settle_option
 from composer.errors import ConfigError
-
-
-@dataclass(frozen=True)
-class FollowArgs:
-    timeout: float
-    settle: float
-    max_switches: int | None
-    as_json: bool
-    print_systemd_unit: bool
 
 
 @command()
@@ -41,7 +31,14 @@ class FollowArgs:
     "directory, the env file and stack files in force); run nothing.",
 )
 @click.pass_obj
-def follow(obj: Context, **kwargs: object) -> None:
+def follow(
+    obj: Context,
+    timeout: float,
+    settle: float,
+    max_switches: int | None,
+    as_json: bool,
+    print_systemd_unit: bool,
+) -> None:
     """Run the switches the gateway asks for (switch_on_model, policy = "auto").
 
     Waits on the gateway's control channel for a switch demand, runs it through the same
@@ -57,30 +54,29 @@ def follow(obj: Context, **kwargs: object) -> None:
     from composer.swap.follow import follow as run_follow
     from composer.swap.swapper import UpOptions
 
-    args = options_as(FollowArgs, kwargs)
     stack = obj.stack()
-    require_api_key(stack, obj.allow_weak_key)
+    require_api_key(stack, obj.options.allow_weak_key)
     if not stack.gateway.switches:
         raise ConfigError(
             "follow has nothing to run: set gateway.switch_on_model = true or gateway.policy = 'auto'"
         )
-    if args.print_systemd_unit:
-        click.echo(_systemd_unit(obj, stack.project, args), nl=False)
+    if print_systemd_unit:
+        click.echo(_systemd_unit(obj, stack.project, timeout, settle, as_json), nl=False)
         return
 
     def emit(event: FollowEvent) -> None:
         stamp = time.strftime("%H:%M:%S")
         with contextlib.suppress(OSError, ValueError):  # a closed pipe never stops a switch
             click.echo(
-                json.dumps({"time": stamp, **event.to_json()}) if args.as_json else f"{stamp} {event.line()}"
+                json.dumps({"time": stamp, **event.to_json()}) if as_json else f"{stamp} {event.line()}"
             )
 
-    options = UpOptions(timeout=args.timeout, settle=args.settle, allow_weak_key=obj.allow_weak_key)
+    options = UpOptions(timeout=timeout, settle=settle, allow_weak_key=obj.options.allow_weak_key)
     emit(FollowEvent("start", None, f"following the gateway of project {stack.project}"))
     stop = threading.Event()
     try:
         count = run_follow(
-            stack, client=obj.docker(), options=options, emit=emit, stop=stop, max_switches=args.max_switches
+            stack, client=obj.docker(), options=options, emit=emit, stop=stop, max_switches=max_switches
         )
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the normal way to end, exit 130 like a shell
         stop.set()
@@ -105,7 +101,7 @@ def _executable() -> list[str]:
     return [os.path.abspath(sys.executable), "-m", "composer"]
 
 
-def _systemd_unit(obj: Context, project: str, args: FollowArgs) -> str:
+def _systemd_unit(obj: Context, project: str, timeout: float, settle: float, as_json: bool) -> str:
     """The unit text for this follow, with every input in force written out absolute."""
     import getpass
 
@@ -114,19 +110,13 @@ def _systemd_unit(obj: Context, project: str, args: FollowArgs) -> str:
 
     options = obj.options
     command = [*_executable(), "--env-file", os.path.abspath(options.env_file)]
-    for path in obj.source.stack_files():
-        command += ["--stack", os.path.abspath(path)]
-    for item in options.sets:
-        command += ["--set", item]
-    if options.project_name:
-        command += ["--project-name", options.project_name]
-    if options.docker_context:
-        command += ["--context", options.docker_context]
-    if options.allow_weak_key:
-        command.append("--allow-weak-key")
-    command += ["follow", "--timeout", format_seconds(args.timeout), "--settle", format_seconds(args.settle)]
-    if args.as_json:
-        command.append("--json")
+    command += [word for path in obj.source.stack_files() for word in ("--stack", os.path.abspath(path))]
+    command += [word for item in options.sets for word in ("--set", item)]
+    command += ["--project-name", options.project_name] if options.project_name else []
+    command += ["--context", options.docker_context] if options.docker_context else []
+    command += ["--allow-weak-key"] if options.allow_weak_key else []
+    command += ["follow", "--timeout", format_seconds(timeout), "--settle", format_seconds(settle)]
+    command += ["--json"] if as_json else []
     environment = {}
     if not options.docker_context:
         environment = {k: os.environ[k] for k in ("DOCKER_HOST", "DOCKER_CONTEXT") if os.environ.get(k)}
@@ -137,6 +127,6 @@ def _systemd_unit(obj: Context, project: str, args: FollowArgs) -> str:
         project=project,
         user=user,
         environment=environment,
-        stop_timeout=int(args.timeout) + 60,  # a swap under way rolls back before exiting
+        stop_timeout=int(timeout) + 60,  # a swap under way rolls back before exiting
     )
     return render_follow_unit(unit)

@@ -1,15 +1,12 @@
 """The global options: given before the command or anywhere after it, like docker compose's.
 
-`compose-spec --env-file .env up mtp` and `compose-spec up mtp --env-file .env` mean the
-same. Each command carries hidden copies of the global options (except a name the command
-uses itself, such as `logs -f` for follow); what they read is merged over the values given
-before the command when the command runs. Repeatable ones (`--stack`, `--set`) add up.
+Each command carries hidden copies of them (except a name it uses itself, such as `logs -f`);
+what they read goes over the values given before the command; `--stack` and `--set` add up.
 """
 
 from __future__ import annotations
 
-import weakref
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields
 from typing import Any
 
 import click
@@ -28,14 +25,6 @@ class GlobalOptions:
     project_name: str | None = None
     docker_context: str | None = None
     allow_weak_key: bool = False
-
-    def merged(self, late: dict[str, Any]) -> GlobalOptions:
-        """These options with the ones read after the command over them."""
-        changes: dict[str, Any] = {}
-        for name, value in late.items():
-            current = getattr(self, name)
-            changes[name] = (*current, *value) if isinstance(current, tuple) else value
-        return replace(self, **changes)
 
     def source(self):
         """Where the stack comes from."""
@@ -120,13 +109,10 @@ def _record_late(ctx: click.Context, param: click.Parameter, value: Any) -> None
     ctx.meta.setdefault(LATE, {})[param.name] = value
 
 
-_WITH_GLOBALS: weakref.WeakSet[click.Command] = weakref.WeakSet()  # commands already given them
-
-
 def add_hidden_globals(command: click.Command) -> None:
     """Let the global options stand after the command's name too (hidden in its help)."""
-    if command in _WITH_GLOBALS:
-        return
+    if any(param.callback is _record_late for param in command.params):
+        return  # added under an alias already
     taken = {decl for param in command.params for decl in (*param.opts, *param.secondary_opts)}
     for name, decls, attrs in SPECS:
         free = tuple(d for d in decls if d not in taken)
@@ -138,23 +124,13 @@ def add_hidden_globals(command: click.Command) -> None:
                 [*free, name], hidden=True, expose_value=False, callback=_record_late, default=None, **extra
             )
         )
-    _WITH_GLOBALS.add(command)
 
 
 def options_of(ctx: click.Context) -> GlobalOptions:
-    """The global options in force for the command of `ctx` (before and after its name)."""
-    root = ctx.find_root().params
-    early = GlobalOptions(
-        env_file=root.get("env_file") or ".env",
-        stacks=tuple(root.get("stacks") or ()),
-        sets=tuple(root.get("sets") or ()),
-        project_name=root.get("project_name"),
-        docker_context=root.get("docker_context"),
-        allow_weak_key=bool(root.get("allow_weak_key")),
-    )
-    return early.merged(ctx.meta.get(LATE, {}))
-
-
-def source_of(ctx: click.Context):
-    """The stack source the global options name (for completion)."""
-    return options_of(ctx).source()
+    """The global options in force for the command of `ctx`: those after its name over those
+    before it (repeatable ones add up)."""
+    names = {f.name for f in fields(GlobalOptions)}
+    given = {k: v for k, v in ctx.find_root().params.items() if k in names and v not in (None, "", (), False)}
+    for name, value in ctx.meta.get(LATE, {}).items():
+        given[name] = (*given.get(name, ()), *value) if isinstance(value, tuple) else value
+    return GlobalOptions(**given)

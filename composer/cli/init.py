@@ -5,10 +5,11 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.output import note, shown
 from composer.errors import UsageError
 
@@ -56,13 +57,12 @@ def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
     from composer.stack import values
     from composer.stack.starter import folder_project, free_port
 
-    project = args.project or (None if ask else folder_project(args.directory))
-    if project is None:
-        proposed = folder_project(args.directory)
-        project = click.prompt("Compose project name (names its containers)", default=proposed)
-    port = args.port or (None if ask else free_port())
-    if port is None:
-        port = click.prompt("Host port clients use", default=free_port(), type=click.IntRange(1, 65535))
+    project = args.project or folder_project(args.directory)
+    if ask and not args.project:
+        project = click.prompt("Compose project name (names its containers)", default=project)
+    port = args.port or free_port()
+    if ask and not args.port:
+        port = click.prompt("Host port clients use", default=port, type=click.IntRange(1, 65535))
     try:
         values.parse_name(project)
     except ValueError as err:
@@ -70,20 +70,20 @@ def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
     return project, port
 
 
-def _ask() -> InitArgs | None:
-    """Questions on a terminal; None when the user wants the reference stack."""
+def _ask(args: InitArgs) -> InitArgs:
+    """Questions on a terminal; `args` as they are when the user wants the reference stack."""
     answer = click.prompt(
         "Model folder on this host (empty: write the reference stack to edit)", default="", show_default=False
     )
     if not answer.strip():
-        return None
+        return args
     model_dir = Path(answer.strip()).expanduser()
     served = click.prompt("Model name clients send", default=model_dir.name.lower() or "model")
     tp = click.prompt("GPUs per variant (tensor-parallel size)", default=1, type=click.IntRange(min=1))
     gpus = click.prompt(
         "GPU ids (e.g. 0,1), all, or none", default="all" if tp == 1 else ",".join(map(str, range(tp)))
     )
-    return InitArgs(Path("."), False, False, model_dir, served, tp, gpus, None)
+    return replace(args, model_dir=model_dir, served_name=served, tp=tp, gpus=gpus)
 
 
 def _model_text(args: InitArgs) -> str:
@@ -128,7 +128,7 @@ def _model_text(args: InitArgs) -> str:
 )
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
-def init_cmd(**kwargs: object) -> None:
+def init_cmd(**kwargs: Any) -> None:
     """Write composer.toml and .env.example into DIRECTORY (default: here).
 
     With --model-dir (and --served-name, --tp, --gpus) the stack is for your model: its
@@ -146,17 +146,14 @@ def init_cmd(**kwargs: object) -> None:
     """
     from composer.stack.starter import init_stack
 
-    args = options_as(InitArgs, kwargs)
+    args = InitArgs(**kwargs)
     if args.describes_a_model and args.model_dir is None:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"
         )
     ask = interactive()
     if not args.describes_a_model and ask:
-        asked = _ask()
-        if asked is not None:
-            kept = {k: getattr(args, k) for k in ("directory", "with_env", "force", "project", "port")}
-            args = replace(asked, **kept)
+        args = _ask(args)
     project, port = _identity(args, ask)
     args = replace(args, project=project, port=port)
     text = _model_text(args) if args.model_dir is not None else None

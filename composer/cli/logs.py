@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import note
 from composer.cli.params import TailType, complete_from_stack
 from composer.errors import UsageError
-
-
-@dataclass(frozen=True)
-class LogsArgs:
-    service: str | None
-    follow: bool
-    tail: int | None
-    since: str | None
-    timestamps: bool
-    explain: bool
-    failed: bool
 
 
 def _explain(text: str) -> None:
@@ -42,7 +29,16 @@ def _explain(text: str) -> None:
 @click.option("--explain", is_flag=True, help="Explain known failure lines with their fixes.")
 @click.option("--failed", is_flag=True, help="The log kept from the last failed swap.")
 @click.pass_obj
-def logs(obj: Context, **kwargs: object) -> None:
+def logs(
+    obj: Context,
+    service: str | None,
+    follow: bool,
+    tail: int | None,
+    since: str | None,
+    timestamps: bool,
+    explain: bool,
+    failed: bool,
+) -> None:
     """Print a log: the newest variant container's (running or exited), SERVICE's, or the last failed swap's.
 
     SERVICE is `gateway` or a variant's name (a sleeping one included). With -f it follows
@@ -59,42 +55,37 @@ def logs(obj: Context, **kwargs: object) -> None:
     from composer.swap.logs import parse_since
     from composer.swap.service_logs import check_service, failed_log, failure_note, service_log
 
-    args = options_as(LogsArgs, kwargs)
     stack = obj.stack()
-    check_service(stack, args.service)
-    since = parse_since(args.since) if args.since else None
-    if args.failed:
-        if args.follow:
+    check_service(stack, service)
+    when = parse_since(since) if since else None
+    if failed:
+        if follow:
             raise UsageError("--failed reads a saved log: it cannot be combined with -f")
-        saved = failed_log(stack, args.tail)
+        saved = failed_log(stack, tail)
         click.echo(saved.header, err=True)
-        if args.explain:
+        if explain:
             _explain(saved.text)
         else:
             click.echo(saved.text, nl=False)
         return
-    if args.follow and not args.explain and args.service is None:
+    if follow and not explain and service is None:
         from composer.swap.logs import follow_service
 
-        for event in follow_service(
-            stack, obj.docker(), tail=args.tail, since=since, timestamps=args.timestamps
-        ):
+        for event in follow_service(stack, obj.docker(), tail=tail, since=when, timestamps=timestamps):
             if event.switch:
                 click.echo(f"--- {event.text} ---", err=True)
             else:
                 click.echo(redact(event.text, stack.api_key), nl=False)
         return
-    if args.follow and not args.explain:
+    if follow and not explain:
         from composer.swap.service_logs import service_container
 
-        container = service_container(stack, obj.docker(), args.service)
-        for chunk in container.follow(args.tail, since=since, timestamps=args.timestamps):
+        container = service_container(stack, obj.docker(), service)
+        for chunk in container.follow(tail, since=when, timestamps=timestamps):
             click.echo(redact(chunk, stack.api_key), nl=False)
         return
-    text = service_log(
-        stack, obj.docker(), args.service, tail=args.tail, since=since, timestamps=args.timestamps
-    )
-    if not args.explain:
+    text = service_log(stack, obj.docker(), service, tail=tail, since=when, timestamps=timestamps)
+    if not explain:
         click.echo(text, nl=False)
         return
     _explain(text)

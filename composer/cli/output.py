@@ -13,10 +13,7 @@ import click
 
 class LiveLine:
     """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise.
-
-    An output error (a closed pipe, `| head`, a closed terminal) never reaches the swap that
-    reports through it: the line goes quiet and the swap goes on (and rolls back as usual).
-    """
+    An output error (a closed pipe or terminal) silences it; the swap goes on."""
 
     def __init__(self) -> None:
         try:
@@ -77,5 +74,5 @@ def warning(message: str) -> None:
     _to_stderr(f"warning: {message}")
 
 
-def echo_json(data: Any, indent: int | None = 2) -> None:
-    click.echo(json.dumps(data, indent=indent))
+def echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))

@@ -1,16 +1,19 @@
-"""Parameter types, completions and the options several commands share."""
+"""Parameter types, completions, the options several commands share, and `up`'s and `use`'s
+options as one object (`SwapArgs`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.shell_completion import CompletionItem
 
-TARGETS = ("compose", "kubernetes")
-
+if TYPE_CHECKING:
+    from composer.cli.context import Context
 
 MAX_OPTION_SECONDS = 7 * 24 * 3600
 """The longest duration a command-line option takes (7 days)."""
@@ -71,10 +74,10 @@ def complete_from_stack(kind: str) -> Callable[[click.Context, click.Parameter, 
     options name (wherever they stand on the line)."""
 
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
-        from composer.cli.globals import source_of
+        from composer.cli.globals import options_of
 
         try:
-            stack = source_of(ctx).load()
+            stack = options_of(ctx).source().load()
         except Exception:  # completion never fails loudly
             return []
         if kind == "variant":
@@ -98,8 +101,7 @@ def complete_recipe(ctx: click.Context, param: click.Parameter, incomplete: str)
     return [CompletionItem(n) for n in recipe_names(folder) if n.startswith(incomplete)]
 
 
-Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
-"""What an option is: it adds itself to a command function."""
+Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]  # an option: it adds itself to a command
 
 
 def json_option(help_text: str = "Print JSON.") -> Decorator:
@@ -107,15 +109,14 @@ def json_option(help_text: str = "Print JSON.") -> Decorator:
     return click.option("--json", "as_json", is_flag=True, help=help_text)
 
 
-def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
-    """`--target compose|kubernetes` (render and up)."""
-    return click.option(
-        "--target",
-        type=click.Choice(TARGETS),
-        default="compose",
-        show_default=True,
-        help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
-    )(func)
+target_option = click.option(
+    "--target",
+    type=click.Choice(("compose", "kubernetes")),
+    default="compose",
+    show_default=True,
+    help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
+)
+"""`--target compose|kubernetes` (render and up)."""
 
 
 def duration_option(name: str, default: str, help_text: str) -> Decorator:
@@ -165,3 +166,43 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
     for option in reversed(options):
         func = option(func)
     return func
+
+
+@dataclass(frozen=True)
+class SwapArgs:
+    """The options of `up` and `use`."""
+
+    timeout: float
+    no_rollback: bool
+    settle: float
+    no_wait: bool
+    allow_weak_key: bool
+    as_json: bool
+    dry_run: bool = False
+    takeover: bool = False
+    force_recreate: bool = False
+    drain: bool = False
+    profiles: tuple[str, ...] = ()
+
+    def up_options(self, obj: Context, probation: float = 0.0):
+        from composer.swap.swapper import UpOptions
+
+        return UpOptions(
+            timeout=self.timeout,
+            rollback=not self.no_rollback,
+            wait_for_lock=not self.no_wait,
+            allow_weak_key=self.weak_key_allowed(obj),
+            settle=self.settle,
+            probation=probation,
+            dry_run=self.dry_run,
+            takeover=self.takeover,
+            force_recreate=self.force_recreate,
+            drain=self.drain,
+            profiles=self.profiles,
+            env_file=os.path.abspath(obj.options.env_file),
+            stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),
+        )
+
+    def weak_key_allowed(self, obj: Context) -> bool:
+        """`--allow-weak-key` given to the command or as the global option."""
+        return self.allow_weak_key or obj.options.allow_weak_key

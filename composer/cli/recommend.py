@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import echo_json
 from composer.cli.params import json_option
-
-
-@dataclass(frozen=True)
-class RecommendArgs:
-    source: Path
-    write: bool
-    as_json: bool
 
 
 @command()
@@ -34,7 +26,7 @@ class RecommendArgs:
 )
 @json_option("Print the winners and the block as JSON.")
 @click.pass_obj
-def recommend(obj: Context, **kwargs: object) -> None:
+def recommend(obj: Context, source: Path, write: bool, as_json: bool) -> None:
     """Name the variant and K that won each workload (prompt length x streams) and propose [workloads].
 
     Classes: chat (prompts up to 512 tokens, or as given), medium (up to 4096), long
@@ -57,18 +49,17 @@ def recommend(obj: Context, **kwargs: object) -> None:
         write_workloads,
     )
 
-    args = options_as(RecommendArgs, kwargs)
     stack = obj.stack()
-    wins = winners(read_bench(args.source))
+    wins = winners(read_bench(source))
     notes = check_against_stack(wins, stack)
     written = None
-    if args.write:
+    if write:
         written = obj.source.first_file()
         write_workloads(written, wins)
         obj.stack()  # the written table must load
         notes.append(f"wrote {len(wins)} workload(s) into [workloads] of {written}")
     block = workloads_block(wins)
-    if args.as_json:
+    if as_json:
         data = {"workloads": [w.to_json() for w in wins], "block": block, "notes": notes}
         data["written"] = str(written) if written else None
         echo_json(data)

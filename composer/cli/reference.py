@@ -1,8 +1,5 @@
-"""The commands reference (docs/commands.md), generated from the command line's own help.
-
-`python -m composer.cli.reference > docs/commands.md` writes it; a test keeps the committed
-page equal to what this prints, so the page never drifts from `--help`. An MkDocs hook may
-call `commands_markdown()` instead.
+"""The commands reference (docs/commands.md), generated from the command line's own help:
+`python -m composer.cli.reference > docs/commands.md`; a test keeps the committed page equal.
 """
 
 from __future__ import annotations
@@ -12,11 +9,6 @@ import click
 from composer.cli.base import EXIT_CODES, GLOBALS_NOTE
 
 WIDTH = 100
-
-
-def _help(command: click.Command, name: str, parent: click.Context) -> str:
-    ctx = click.Context(command, info_name=name, parent=parent, terminal_width=WIDTH, max_content_width=WIDTH)
-    return command.get_help(ctx)
 
 
 def commands_markdown() -> str:
@@ -30,9 +22,6 @@ def commands_markdown() -> str:
         max_content_width=WIDTH,
         help_option_names=["-h", "--help"],
     )
-    aliases: dict[int, list[str]] = {}
-    for name, command in main.commands.items():
-        aliases.setdefault(id(command), []).append(name)
     lines = [
         "# Commands",
         "",
@@ -65,15 +54,16 @@ def commands_markdown() -> str:
         main.get_help(root),
         "```",
     ]
-    canonical = {id(c): c.name or n for n, c in main.commands.items()}
-    for name in sorted(set(canonical.values())):
+    for name in sorted({c.name or n for n, c in main.commands.items()}):
         command = main.commands[name]
-        names = aliases[id(command)]
         lines += ["", f"## compose-spec {name}", ""]
-        others = [n for n in names if n != name]
+        others = [n for n, c in main.commands.items() if c is command and n != name]
         if others:
             lines += ["Also: " + ", ".join(f"`compose-spec {n}`" for n in others) + ".", ""]
-        lines += ["```text", _help(command, name, root), "```"]
+        ctx = click.Context(
+            command, info_name=name, parent=root, terminal_width=WIDTH, max_content_width=WIDTH
+        )
+        lines += ["```text", command.get_help(ctx), "```"]
     return "\n".join(lines) + "\n"
 
 

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
-from composer.cli.base import command, options_as
+from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import note, shown, warning
 from composer.cli.params import complete_from_stack, target_option
 from composer.errors import ComposerError
-
-
-@dataclass(frozen=True)
-class RenderArgs:
-    variants: tuple[str, ...]
-    check: bool
-    out_dir: Path | None
-    target: str
 
 
 @command(exit_note="with --check, 1 when a file is stale")
@@ -35,7 +26,7 @@ class RenderArgs:
 )
 @target_option
 @click.pass_obj
-def render(obj: Context, **kwargs: object) -> None:
+def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: Path | None, target: str) -> None:
     """Write compose/<variant>.yml and compose/<variant>.sh for each variant (all by default).
 
     The committed compose/ folder next to the stack file is rendered from the stack
@@ -52,28 +43,22 @@ def render(obj: Context, **kwargs: object) -> None:
     from composer.render.files import write_all
     from composer.render.outputs import render_plan, stale_files
 
-    args = options_as(RenderArgs, kwargs)
     plan = render_plan(
-        obj.stack(),
-        obj.stack_alone,
-        args.target,
-        args.variants,
-        args.out_dir,
-        has_flags=bool(obj.options.sets),
+        obj.stack(), obj.source.load_alone, target, variants, out_dir, has_flags=bool(obj.options.sets)
     )
     if plan.local_values_left_out:
         note(
-            f"values from {obj.env_file} and the environment are not written into "
+            f"values from {obj.options.env_file} and the environment are not written into "
             f"{shown(plan.folder)}/ (rendered from the stack files alone): use --out DIR for a local render"
         )
     for text in plan.refused:
         warning(text)
-    if args.check:
+    if check:
         stale = stale_files(plan.files)
         for file in stale:
             click.echo(f"stale: {shown(file.path)}")
         if stale:
-            again = "" if args.target == "compose" else f" --target {args.target}"
+            again = "" if target == "compose" else f" --target {target}"
             raise ComposerError(f"{len(stale)} rendered file(s) are stale: run `compose-spec render{again}`")
         click.echo(f"{len(plan.files)} rendered file(s) are current")
         return

@@ -58,9 +58,7 @@ def version(obj: Context, probe: bool, as_json: bool) -> None:
     click.echo(f"compose-spec {tool_version()}")
     for image in images:
         here = {True: "present", False: "not present", None: "unknown (no engine)"}[image.present]
-        details = ", ".join(
-            x for x in (image.image_id, f"vLLM {image.version}" if image.version else "") if x
-        )
+        details = ", ".join(filter(None, (image.image_id, f"vLLM {image.version}" if image.version else "")))
         used = "" if image.role == "gateway" else f" (variants: {', '.join(image.used_by)})"
         click.echo(f"{image.role} image {image.ref}: {here}{' [' + details + ']' if details else ''}{used}")
     if engine_note:

@@ -1,17 +1,12 @@
 """CPU checks: which speculative methods vLLM's CPU build cannot run (the vllm-cpu image).
 
-A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM (it picks its CPU
-platform from that variable): set in the variant's environment, or by the variant's image,
-or, with no GPUs (GPU_DEVICES=none), by one of the stack's images (the stack runs on the CPU
-build even where a variant's own image is missing). Without any of these nothing is said:
-GPU_DEVICES=none alone is also the simulator's demo, which runs every method.
-
-What the CPU build of vLLM 0.32 does (images/vllm-cpu/README.md):
-- it has no Triton, so vLLM runs its V1 model runner ("Model Runner V2 requires Triton");
-  DFlash2 drafts (candidate heads: `DFlash2DraftModel`) and `dspark` exist only in the V2
-  runner, and vLLM refuses them at startup ("Model Runner V1 does not support: ...");
-- `mtp` runs with a MiMo checkpoint (measured on the tiny generated one); Qwen3.5 cannot be
-  inspected without torchvision, which the image leaves out (it does not match CPU torch).
+A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM: set in the
+variant's environment, or by its image, or, with no GPUs (GPU_DEVICES=none), by one of the
+stack's images. Without any of these nothing is said: GPU_DEVICES=none alone is also the
+simulator's demo, which runs every method. The CPU build of vLLM 0.32 has no Triton, so it
+runs the V1 model runner, which refuses DFlash2 drafts and `dspark`; `mtp` ran with a MiMo
+checkpoint, and Qwen3.5 needs torchvision, which the image leaves out
+(images/vllm-cpu/README.md).
 """
 
 from __future__ import annotations
@@ -35,12 +30,11 @@ CPU_RUNS = frozenset({"ngram", "draft_model"})
 """Methods measured on the CPU build (the tier tests/vllm_cpu)."""
 CPU_MTP_RUNS = frozenset({"MiMoForCausalLM"})
 """Target architectures whose `mtp` ran on the CPU build (images/vllm-cpu/captures/mtp.txt)."""
-CPU_MTP_FAILS = {
-    "Qwen3_5ForCausalLM": "vLLM's Qwen3.5 model imports torchvision, which the CPU image leaves out "
+CPU_MTP_FAILS = dict.fromkeys(
+    ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
+    "vLLM's Qwen3.5 model imports torchvision, which the CPU image leaves out "
     "(`No module named 'torchvision'`)",
-    "Qwen3_5ForConditionalGeneration": "vLLM's Qwen3.5 model imports torchvision, which the CPU image "
-    "leaves out (`No module named 'torchvision'`)",
-}
+)
 GPU_HOST_FIX = "run this variant on a GPU host (a CUDA vLLM image and GPU_DEVICES)"
 
 
@@ -95,15 +89,15 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
     if why is None:
         return None
     name, method = "cpu-method", spec.method
+    where = f"method {method} on vLLM's CPU build ({why})"
     if method in CPU_RUNS:
         return Finding(name, "ok", f"method {method} runs on vLLM's CPU build ({why})")
     if method == "dspark":
         return Finding(
             name,
             "fail",
-            f"method dspark on vLLM's CPU build ({why}): only vLLM's Model Runner V2 drafts it, which needs "
-            "Triton; the CPU build has none and refuses it (`Model Runner V1 does not support: dspark "
-            "speculative decoding`)",
+            f"{where}: only vLLM's Model Runner V2 drafts it, which needs Triton; the CPU build has none "
+            "and refuses it (`Model Runner V1 does not support: dspark speculative decoding`)",
             GPU_HOST_FIX,
         )
     if method in V2_RUNNER_METHODS:
@@ -112,21 +106,20 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
             return Finding(
                 name,
                 "warn",
-                f"method {method} on vLLM's CPU build ({why}) with a {', '.join(drafts)} draft: vLLM's V1 "
-                "runner drafts it (DFlashProposer); not run on CPU here",
+                f"{where} with a {', '.join(drafts)} draft: vLLM's V1 runner drafts it (DFlashProposer); "
+                "not run on CPU here",
                 "check a completion on the CPU build before relying on it",
             )
         return Finding(
             name,
             "fail",
-            f"method {method} on vLLM's CPU build ({why}): DFlash2 drafts (candidate heads) need vLLM's "
-            "GPU Model Runner V2, which needs Triton; the CPU build has none and refuses them "
-            "(`Model Runner V1 does not support: DFlash candidate-head drafts`)",
+            f"{where}: DFlash2 drafts (candidate heads) need vLLM's GPU Model Runner V2, which needs "
+            "Triton; the CPU build has none and refuses them (`Model Runner V1 does not support: DFlash "
+            "candidate-head drafts`)",
             GPU_HOST_FIX,
         )
     if method in MTP_METHODS:
         targets = _architectures(stack.model_dir)
-        where = f"method {method} on vLLM's CPU build ({why})"
         failing = [CPU_MTP_FAILS[a] for a in targets if a in CPU_MTP_FAILS]
         if failing:
             return Finding(name, "fail", f"{where}: {failing[0]}", GPU_HOST_FIX)
@@ -136,8 +129,7 @@ def check_cpu_method(stack: Stack, variant: Variant, client: docker.DockerClient
         return Finding(
             name,
             "warn",
-            f"method {method} on vLLM's CPU build ({why}) with {shown}: MTP ran on CPU only with "
-            f"{', '.join(sorted(CPU_MTP_RUNS))}",
+            f"{where} with {shown}: MTP ran on CPU only with {', '.join(sorted(CPU_MTP_RUNS))}",
             "check a completion on the CPU build before relying on it",
         )
     return None

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.doctor.facts import VariantFacts
+from composer.doctor.gpu_checks import DEMO_ONLY
 from composer.doctor.preflight import Finding, check_image
 from composer.engine import fixes
 from composer.errors import DockerUnavailable
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 MIN_ENGINE = (19, 3)  # first engine with --gpus and compose device reservations
 MIN_KERNEL = (5, 14)  # first kernel with net.ipv4.tcp_migrate_req (the gateway's port holder sets it)
 NVIDIA_HOOK = "nvidia-container-runtime-hook"
-DEMO_ONLY = "no GPU: demo only (GPU_DEVICES=none)"
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
@@ -121,11 +120,6 @@ def check_gateway_image(stack: Stack, client: docker.DockerClient) -> Finding | 
     found = check_image(client, stack.gateway.image)
     fix = f"build or load it first ({fixes.build_image(stack.gateway.image)})" if found.fix else ""
     return replace(found, name="gateway-image", fix=fix)
-
-
-def check_variant_image(variant: VariantFacts, client: docker.DockerClient) -> Finding:
-    """The variant's image is present locally (preflight's check; never pulls)."""
-    return check_image(client, variant.image)
 
 
 PROXY_PROCESS = "docker-proxy"

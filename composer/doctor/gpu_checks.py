@@ -1,4 +1,6 @@
-"""GPU checks: count against TP, compute capability against the attention backend, memory.
+"""GPU checks: count against TP, compute capability against the attention backend, memory,
+and sleep standby (each variant serving with every other sleeper asleep, planned by
+`composer.capacity`, the same planner `up` runs before anything stops).
 
 Without GPU facts every GPU check reports "not available": `ok` with "no GPU: demo
 only" when the stack asks for no GPUs (GPU_DEVICES=none), else `warn` (the facts
@@ -12,8 +14,8 @@ from dataclasses import dataclass
 from composer.capacity import model as capacity
 from composer.capacity.figures import gib
 from composer.capacity.model import variant_weights
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding
+from composer.capacity.standby import plan_for
+from composer.doctor.preflight import STATUSES, Finding, VariantFacts
 from composer.errors import GpuProbeError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.stack.model import Stack, Variant
@@ -173,23 +175,19 @@ def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFact
 
 
 def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
-    """Free memory per GPU covers the weights share (target + drafter) and the KV budget.
-
-    A weight share that cannot be read is a warn that says so: the check cannot tell
-    whether the variant fits (it still fails when the known parts alone do not fit).
-    """
+    """Free memory per GPU covers the weights share (target + drafter) and the KV budget. A
+    weight share that cannot be read warns that it cannot tell (it still fails when the known
+    parts alone do not fit)."""
     if facts.unavailable:
         return not_available("gpu-memory", facts)
     weights = variant_weights(stack, variant)
-    worst: tuple[str, GpuInfo, capacity.VariantFigures] | None = None
+    rated: list[tuple[str, GpuInfo, capacity.VariantFigures]] = []
     for gpu in facts.gpus:
         need = capacity.variant_figures(stack, variant, gpu.total_bytes, weights)
         size = need.known_need
         status = "fail" if size > gpu.total_bytes else "warn" if size > gpu.free_bytes else "ok"
-        if worst is None or _rank(status) > _rank(worst[0]):
-            worst = (status, gpu, need)
-    assert worst is not None
-    status, gpu, need = worst
+        rated.append((status, gpu, need))
+    status, gpu, need = max(rated, key=lambda r: STATUSES.index(r[0]))  # the first of the worst
     parts, unknown = weights.parts, weights.unknown
     if weights.configured is not None:
         parts, unknown = (("weights (weights_bytes)", weights.configured),), ()
@@ -231,12 +229,62 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
     )
 
 
-def _rank(status: str) -> int:
-    return {"ok": 0, "warn": 1, "fail": 2}[status]
-
-
 def _describe(gpus: tuple[GpuInfo, ...]) -> str:
     kinds: dict[tuple[str, str], list[str]] = {}
     for gpu in gpus:
         kinds.setdefault((gpu.name, gpu.sm), []).append(str(gpu.index))
     return "; ".join(f"GPU {','.join(idx)} {name} {sm}" for (name, sm), idx in kinds.items())
+
+
+@dataclass(frozen=True)
+class FactsProbe:
+    """The GPUs doctor already probed, offered to the capacity model as a probe."""
+
+    facts: GpuFacts
+    name: str = "the GPU probe"
+    reason: str = ""
+
+    @property
+    def available(self) -> bool:
+        return bool(self.facts.gpus)
+
+    def gpus(self) -> list[GpuInfo]:
+        return list(self.facts.gpus)
+
+
+def check_standby(stack: Stack, facts: GpuFacts) -> Finding | None:
+    """Each variant serving with every other sleep-standby variant asleep: does it fit? (None
+    when no variant has `standby = "sleep"`.)"""
+    sleepers = [n for n, v in stack.variants.items() if v.standby == "sleep"]
+    if not sleepers:
+        return None
+    probe = FactsProbe(facts)
+    refused: list[str] = []
+    costs: list[str] = []
+    notes: list[str] = []
+    for name in stack.variants:
+        asleep = [s for s in sleepers if s != name]
+        plan = plan_for(stack, name, asleep, probe)
+        costs += [c for c in plan.costs if c not in costs]
+        notes += [n for n in plan.notes if n not in notes]
+        refused += [f"{name} serving with {', '.join(asleep)} asleep: {p}" for p in plan.problems]
+    level = f"sleep level {stack.sleep_level}"
+    if refused:
+        stop = stack.standby_fallback == "stop"
+        return Finding(
+            "standby",
+            "warn" if stop else "fail",
+            f"sleep standby does not fit ({level}; "
+            + "; ".join(costs)
+            + "): "
+            + "; ".join(refused)
+            + ("; `up` stops the variant instead (standby_fallback = stop)" if stop else ""),
+            'set standby = "stop" on a variant, lower kv_cache_memory, '
+            'or set stack.standby_fallback = "stop"',
+        )
+    detail = f"sleep standby fits ({level}): " + "; ".join(costs)
+    if notes:
+        return Finding(
+            "standby", "warn", detail + "; " + "; ".join(notes), "set weights_bytes and kv_cache_memory"
+        )
+    return Finding("standby", "ok", detail)

@@ -6,10 +6,8 @@ import platform
 import stat
 from pathlib import Path
 
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding
+from composer.doctor.preflight import Finding, VariantFacts
 from composer.render.spec import PIN_MEMORY_VAR
-from composer.stack.model import Speculative
 from composer.stack.values import V2_RUNNER_METHODS
 
 
@@ -23,16 +21,11 @@ def is_wsl(release: str) -> bool:
     return "microsoft" in release.lower()
 
 
-def needs_pinned_memory(speculative: Speculative | None) -> bool:
-    """True when the speculative method forces the V2 model runner (which needs UVA)."""
-    return speculative is not None and speculative.method in V2_RUNNER_METHODS
-
-
 def check_wsl_pin_memory(variant: VariantFacts, release: str) -> Finding | None:
     """On WSL2, a V2-runner variant must set VLLM_WSL2_ENABLE_PIN_MEMORY=1; None when not relevant."""
-    if not needs_pinned_memory(variant.speculative):
-        return None
     method = variant.method
+    if method not in V2_RUNNER_METHODS:
+        return None
     value = variant.environment.get(PIN_MEMORY_VAR)
     if value == "1":
         return Finding("wsl2-pin-memory", "ok", f"{PIN_MEMORY_VAR}=1 is set for method {method}")
@@ -62,19 +55,14 @@ SECRET_VARS = ("VLLM_API_KEY",)
 
 
 def holds_secret(path: Path) -> bool:
-    """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value."""
-    import io
-
-    from dotenv import dotenv_values
-
+    """True when the env file sets a secret (VLLM_API_KEY) to a non-empty value, or cannot be read."""
     from composer.errors import ConfigError
-    from composer.stack.bounded import STACK_FILE_LIMIT, read_bounded
+    from composer.stack.files import read_dotenv
 
     try:
-        text = read_bounded(path, "env file", STACK_FILE_LIMIT).decode("utf-8")
-    except (OSError, UnicodeDecodeError, ConfigError):
+        values, _ = read_dotenv(path)
+    except ConfigError:
         return True  # cannot tell: treat it as secret
-    values = dotenv_values(stream=io.StringIO(text), interpolate=False)
     return any(values.get(name) for name in SECRET_VARS)
 
 

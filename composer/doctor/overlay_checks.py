@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from composer.overlay.recipe import DiffPin, Recipe
 
 _current = functools.partial(Finding, "image-current")
-"""A finding of the image-current check."""
 
 
 def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> Recipe | None:
@@ -39,11 +38,6 @@ def recipe_for_image(recipes_dir: Path, image: str, images: dict[str, str]) -> R
         if recipe.tag == image:
             return recipe
     return None
-
-
-def rebuild_command(recipe_name: str, env_file: Path | None) -> str:
-    """The command that rebuilds a recipe with the env file in use."""
-    return fixes.build_overlay(recipe_name, env_file)
 
 
 def check_overlay_current(
@@ -72,7 +66,7 @@ def check_overlay_current(
     built, base = local_image(client, image), local_image(client, recipe.base)
     if built is None:
         return _contained_in_base(client, recipe, image)  # else the image check already fails
-    rebuild = rebuild_command(recipe.name, env_file)
+    rebuild = fixes.build_overlay(recipe.name, env_file)
     labels = built.labels or {}
     if labels.get(label_names.OVERLAY_RECIPE) != recipe.name:
         return _current(
@@ -94,11 +88,8 @@ def check_overlay_current(
             f"load {recipe.base} (docker load -i FILE.tar)",
         )
     wanted = image_labels(recipe, base, recipe.diffs)
-    stale = [
-        key.removeprefix(f"{label_names.OVERLAY_PREFIX}.")
-        for key, value in wanted.items()
-        if labels.get(key) != value
-    ]
+    prefix = f"{label_names.OVERLAY_PREFIX}."
+    stale = [key.removeprefix(prefix) for key, value in wanted.items() if labels.get(key) != value]
     if stale:
         return _current(
             "warn",
@@ -117,11 +108,10 @@ def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) 
     from composer.overlay.builder import base_contains_change
 
     try:
-        contained = base_contains_change(client, recipe)
+        if not base_contains_change(client, recipe):
+            return None
     except ComposerError:
         return None  # `compose-spec build` names what is wrong with the recipe or its base
-    if not contained:
-        return None
     return _current(
         "warn",
         f"{image} is not built, and its base {recipe.base} already contains recipe {recipe.name}'s change",
@@ -133,6 +123,4 @@ def _drifted(pin: DiffPin) -> bool:
     """True when a pinned diff file exists and its content no longer matches the pin."""
     from composer.overlay.diff import sha256_hex
 
-    if not pin.sha256 or not pin.file.is_file():
-        return False
-    return sha256_hex(pin.file.read_bytes()) != pin.sha256
+    return bool(pin.sha256) and pin.file.is_file() and sha256_hex(pin.file.read_bytes()) != pin.sha256

@@ -1,4 +1,5 @@
-"""Fast checks before a swap: nothing is changed when one fails."""
+"""The checks doctor and the swap's preflight share, the finding they give, and what a
+variant's checks read (`VariantFacts`). Nothing is changed when one fails."""
 
 from __future__ import annotations
 
@@ -20,23 +21,45 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.render.spec import Mount
+    from composer.stack.model import Speculative
 
 # "not read yet": the check reads Docker itself (None would say "there is none")
 UNKNOWN: Any = object()
+STATUSES = ("ok", "warn", "fail")  # a finding's status, from the best to the worst
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One check's outcome: `ok`, `warn` or `fail`, what was seen, and the fix."""
+    """One check's outcome: `ok`, `warn` or `fail`, what was seen, the fix, and the variant it
+    is about (None for stack-wide checks)."""
 
     name: str
     status: str
     detail: str
     fix: str = ""
+    variant: str | None = None
 
     @property
     def failed(self) -> bool:
         return self.status == "fail"
+
+
+@dataclass(frozen=True)
+class VariantFacts:
+    """One variant as its checks read it, resolved once from its Target (never its `Variant`)."""
+
+    table: str  # the stack table its settings live in, `variants.mtp` (fixes name it)
+    image: str  # the image reference it runs, resolved
+    mounts: tuple[Mount, ...]  # the host directories its container mounts
+    environment: dict[str, str]  # its container's environment, as rendered
+    speculative: Speculative | None  # its speculative decoding settings (None: plain decode)
+    dropped_args: tuple[tuple[str, str], ...] = ()  # inherited flags it runs without, and where from
+    refused: str = ""  # why vLLM refuses it with a stack-wide setting (empty: it can start)
+
+    @property
+    def method(self) -> str | None:
+        """The speculative method (None: plain decode)."""
+        return self.speculative.method if self.speculative is not None else None
 
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
@@ -64,15 +87,24 @@ def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
     return Finding("api-key", "ok", "VLLM_API_KEY is set")
 
 
-def check_image(client: docker.DockerClient, image: str) -> Finding:
-    """The image is present locally (never pulled)."""
+def _inspect(client: docker.DockerClient, image: str) -> tuple[Any, str]:
+    """The local image (None when absent) and, when the engine cannot inspect it, why."""
     from docker.errors import APIError, ImageNotFound
 
     try:
-        found = client.images.get(image)
+        return client.images.get(image), ""
+    except ImageNotFound:
+        return None, ""
     except APIError as err:
-        if not isinstance(err, ImageNotFound):
-            return Finding("image", "fail", f"image {image}: {err.explanation or err}", "check the reference")
+        return None, str(err.explanation or err)
+
+
+def check_image(client: docker.DockerClient, image: str) -> Finding:
+    """The image is present locally (never pulled)."""
+    found, error = _inspect(client, image)
+    if error:
+        return Finding("image", "fail", f"image {image}: {error}", "check the reference")
+    if found is None:
         return Finding(
             "image",
             "fail",
@@ -87,21 +119,18 @@ def check_mounts(mounts: Sequence[Mount]) -> list[Finding]:
     """Every host directory of `mounts` (a variant's) exists."""
     from composer.render.spec import resolve
 
-    findings = []
-    for mount in mounts:
-        source = resolve(mount.source)
-        if Path(source).is_dir():
-            findings.append(Finding("mounts", "ok", f"{source} exists"))
-        else:
-            findings.append(
-                Finding(
-                    "mounts",
-                    "fail",
-                    f"model directory {source} (mounted at {mount.target}) does not exist",
-                    f"set {mount.setting} to the checkpoint directory",
-                )
-            )
-    return findings
+    sources = [(mount, resolve(mount.source)) for mount in mounts]
+    return [
+        Finding("mounts", "ok", f"{source} exists")
+        if Path(source).is_dir()
+        else Finding(
+            "mounts",
+            "fail",
+            f"model directory {source} (mounted at {mount.target}) does not exist",
+            f"set {mount.setting} to the checkpoint directory",
+        )
+        for mount, source in sources
+    ]
 
 
 class AddressNotHere(OSError):
@@ -109,9 +138,8 @@ class AddressNotHere(OSError):
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (we can bind it ourselves).
-
-    Raises AddressNotHere when `host` is not an address of this machine."""
+    """True when nothing listens on host:port (we can bind it ourselves); AddressNotHere when
+    `host` is not an address of this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -124,29 +152,22 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
-def _labelled(containers: Sequence[Any], port: int) -> list:
-    """The running ones labelled with `port` as a variant or a gateway."""
-    return [
-        c
-        for c in containers
-        if c.status == "running"
-        and c.labels.get(labels.PORT) == str(port)
-        and (labels.VARIANT in c.labels or labels.ROLE in c.labels)
-    ]
-
-
 def _holders(
     stack: Stack, client: docker.DockerClient, known: Sequence[Any] | None = None
 ) -> tuple[list, list]:
     """Running variant or gateway containers labelled with the stack's port: ours (this
     project's), and other projects'. `known`: this project's containers as the caller
     read them (the swap's snapshot); Docker is listed only when none of them holds the port."""
-    if known is not None:
-        ours = _labelled(known, stack.port)
-        if ours:
-            return ours, []
+
+    def held(c: Any) -> bool:  # a variant or a gateway, labelled with the stack's port
+        kind = labels.VARIANT in c.labels or labels.ROLE in c.labels
+        return kind and c.labels.get(labels.PORT) == str(stack.port)
+
+    running = [c for c in known or () if c.status == "running" and held(c)]
+    if running:
+        return running, []
     labelled = client.containers.list(filters={"label": [f"{labels.PORT}={stack.port}"]})
-    labelled = [c for c in labelled if labels.VARIANT in c.labels or labels.ROLE in c.labels]
+    labelled = [c for c in labelled if held(c)]
     launcher = f"{stack.project}-{stack.service}-1"  # a launcher-started container has no compose labels
 
     def ours(c: Container) -> bool:
@@ -166,9 +187,8 @@ def _publishes(container: Any, port: int) -> bool:
 def check_port(
     stack: Stack, client: docker.DockerClient | None, known: Sequence[Any] | None = None
 ) -> Finding:
-    """The port is free, or held by this project's own variant container (only ours
-    counts: a container of another project on the port would make our start fail).
-    `known`: this project's containers, already read (see `_holders`)."""
+    """The port is free, or held by this project's own container (another project's would make
+    our start fail); `known`: see `_holders`."""
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
     try:
         free = port_is_free(host, stack.port)
@@ -207,11 +227,9 @@ def check_port(
 def check_published_port(
     stack: Stack, client: docker.DockerClient | None, gateway: Any = UNKNOWN
 ) -> Finding | None:
-    """With the gateway's container running on the stack's port: it answers through the
-    published host port (not only inside the container). A refusal there means Docker's
-    port proxy is gone, which a bind test would take for a free port: a failure. None
-    when it answers, or when there is nothing to probe (the bind test then speaks).
-    `gateway`: the gateway's container (or None) when the caller has read it already."""
+    """A running gateway on the stack's port answers through the published host port: Docker's
+    forwarding gone (which a bind test takes for a free port) fails; None when it answers or
+    there is nothing to probe. `gateway`: its container (or None), when read already."""
     from composer.engine.containers import gateway_container
     from composer.engine.published_port import DEAD_PORT, probe_published, published_address
 
@@ -219,19 +237,12 @@ def check_published_port(
         return None
     if gateway is UNKNOWN:
         gateway = gateway_container(stack, client)
-    if gateway is None or gateway.status != "running":
+    if gateway is None or gateway.status != "running" or published_address(gateway, stack)[1] != stack.port:
+        return None  # nothing to probe, or another port (`up` recreates the gateway anyway)
+    if not probe_published(gateway, stack).dead:
         return None
-    if published_address(gateway, stack)[1] != stack.port:
-        return None  # another port: `up` recreates the gateway anyway
-    published = probe_published(gateway, stack)
-    if published.dead:
-        return Finding(
-            "port",
-            "fail",
-            DEAD_PORT,
-            f"the serving variant keeps running either way; by hand: docker restart {gateway.name}",
-        )
-    return None
+    fix = f"the serving variant keeps running either way; by hand: docker restart {gateway.name}"
+    return Finding("port", "fail", DEAD_PORT, fix)
 
 
 def check_bind_address(stack: Stack) -> Finding:
@@ -251,19 +262,15 @@ def check_bind_address(stack: Stack) -> Finding:
 
 def check_rollback_image(client: docker.DockerClient, variant: str, image: str) -> Finding:
     """The serving variant's image is still present, so a failed swap can start it again."""
-    from docker.errors import APIError, ImageNotFound
-
-    try:
-        client.images.get(image)
-    except APIError as err:
-        if not isinstance(err, ImageNotFound):
-            return Finding(
-                "rollback-image",
-                "fail",
-                f"cannot inspect the image {image} of the serving variant {variant}: "
-                f"{err.explanation or err}",
-                "check the Docker engine, or pass --no-rollback to swap without a way back",
-            )
+    found, error = _inspect(client, image)
+    if error:
+        return Finding(
+            "rollback-image",
+            "fail",
+            f"cannot inspect the image {image} of the serving variant {variant}: {error}",
+            "check the Docker engine, or pass --no-rollback to swap without a way back",
+        )
+    if found is None:
         return Finding(
             "rollback-image",
             "fail",

@@ -12,11 +12,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from composer import labels
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import UNKNOWN, Finding, check_mounts, check_port, check_published_port
-from composer.engine.client import Endpoint, engine_endpoint
+from composer.doctor.preflight import (
+    UNKNOWN,
+    Finding,
+    VariantFacts,
+    check_mounts,
+    check_port,
+    check_published_port,
+)
+from composer.engine.client import Endpoint
 from composer.engine.health import base_url
-from composer.errors import ComposerError
 from composer.render.spec import resolve
 from composer.stack.model import Stack
 
@@ -29,25 +34,12 @@ PROBE_TARGET = "/probe"
 LOOPBACK = {"127.0.0.1", "::1", "localhost"}
 
 
-def current_endpoint() -> Endpoint | None:
-    """The selected engine, or None when it cannot be determined (check_engine reports why)."""
-    try:
-        return engine_endpoint()
-    except ComposerError:
-        return None
-
-
 def check_endpoint(endpoint: Endpoint | None) -> Finding | None:
     """Which engine doctor and the swaps talk to, and whether it is on another machine."""
     if endpoint is None:
         return None
-    if endpoint.remote:
-        return Finding(
-            "docker-endpoint",
-            "ok",
-            f"engine: {endpoint.describe()} (remote: host paths and ports are on {endpoint.address})",
-        )
-    return Finding("docker-endpoint", "ok", f"engine: {endpoint.describe()} (this machine)")
+    where = f"remote: host paths and ports are on {endpoint.address}" if endpoint.remote else "this machine"
+    return Finding("docker-endpoint", "ok", f"engine: {endpoint.describe()} ({where})")
 
 
 def check_client_address(stack: Stack, endpoint: Endpoint | None) -> Finding | None:
@@ -160,19 +152,12 @@ def check_mounts_on_engine(variant: VariantFacts, client: docker.DockerClient, w
         except APIError as err:
             explanation = str(err.explanation or err)
             missing = "does not exist" in explanation or "no such file" in explanation.lower()
-            findings.append(
-                Finding(
-                    "mounts",
-                    "fail",
-                    f"model directory {source} (mounted at {mount.target}) "
-                    + (
-                        f"does not exist on {where}"
-                        if missing
-                        else f"cannot be mounted on {where}: {explanation}"
-                    ),
-                    f"create it on {where} or set {mount.setting} to a directory that exists there",
-                )
+            problem = (
+                f"does not exist on {where}" if missing else f"cannot be mounted on {where}: {explanation}"
             )
+            detail = f"model directory {source} (mounted at {mount.target}) {problem}"
+            fix = f"create it on {where} or set {mount.setting} to a directory that exists there"
+            findings.append(Finding("mounts", "fail", detail, fix))
             continue
         probe.remove(force=True)
         findings.append(Finding("mounts", "ok", f"{source} exists on {where}"))

@@ -14,14 +14,7 @@ added, none removed or renamed without bumping "schema":
          "variant": "mtp" | null}       # null for stack-wide checks
       ],
       "summary": {"ok": 12, "warn": 1, "fail": 0},
-      "capacity": {                     # composer.capacity, the figures `up` uses too
-        "gpu_memory_bytes": int | null, "gpu_memory_from": "probed by nvml" | null,
-        "per_gpu": {"mtp": {"weights_bytes", "kv_cache_bytes", "kv_cache_from",
-                            "activations_bytes", "need_bytes", "sleep_residue_bytes"}},
-        "release_budget_bytes": {"mtp": int | null},
-        "host_ram_for_sleepers_bytes": {"mtp": int | null, "total": int | null},
-        "host_memory_bytes": int | null, "sleep_level": 1
-      }
+      "capacity": {...}                 # Capacity.as_data(): the figures `up` uses (docs/doctor.md)
     }
 
 Exit code: 1 when any check fails, else 0. Checks that do not apply to a variant
@@ -33,12 +26,11 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from composer.capacity.model import Capacity, capacity_of
-from composer.doctor import adaptive_checks as ack
 from composer.doctor import cpu_checks as cck
 from composer.doctor import engine_checks as dck
 from composer.doctor import gpu_checks as gck
@@ -46,10 +38,16 @@ from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
-from composer.doctor import standby_checks as sck
 from composer.doctor import switch_checks as wck
-from composer.doctor.facts import VariantFacts
-from composer.doctor.preflight import Finding, check_api_key, check_bind_address
+from composer.doctor.preflight import (
+    STATUSES,
+    Finding,
+    VariantFacts,
+    check_api_key,
+    check_bind_address,
+    check_image,
+)
+from composer.engine.client import Endpoint, current_endpoint
 from composer.probes.gpu import GpuProbe
 from composer.render.spec import resolve
 from composer.render.target import Target, resolve_target
@@ -59,7 +57,6 @@ if TYPE_CHECKING:
     import docker
 
 SCHEMA_VERSION = 1
-STATUSES = ("ok", "warn", "fail")
 CHECK_NAMES = (
     "docker-engine",
     "compose-plugin",
@@ -89,13 +86,6 @@ CHECK_NAMES = (
     "adaptive-speculation",
     "adaptive-eager",
 )
-
-
-@dataclass(frozen=True)
-class Check(Finding):
-    """A finding tagged with the variant it is about (None for stack-wide checks)."""
-
-    variant: str | None = None
 
 
 @dataclass(frozen=True)
@@ -129,12 +119,8 @@ class Report:
     """Every check of one doctor run."""
 
     variant: str | None
-    checks: tuple[Check, ...] = field(default_factory=tuple)
+    checks: tuple[Finding, ...] = field(default_factory=tuple)
     capacity: Capacity | None = None
-
-    @property
-    def failed(self) -> bool:
-        return any(c.failed for c in self.checks)
 
     def summary(self) -> dict[str, int]:
         return {s: sum(c.status == s for c in self.checks) for s in STATUSES}
@@ -150,9 +136,9 @@ class Report:
         }
 
 
-def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Check]:
-    """Findings as Checks about `variant`; None entries (not applicable) are dropped."""
-    return [Check(f.name, f.status, f.detail, f.fix, variant) for f in findings if f is not None]
+def tag(findings: Iterable[Finding | None], variant: str | None) -> list[Finding]:
+    """Findings about `variant`; None entries (not applicable) are dropped."""
+    return [replace(f, variant=variant) for f in findings if f is not None]
 
 
 def run_doctor(
@@ -169,48 +155,34 @@ def run_doctor(
     engine, client = dck.check_engine(host.client_factory, stack.gateway.enabled)
     try:
         facts = gck.gather_gpu_facts(stack, host.probe)
-        stack_wide = _stack_checks(stack, host, engine, client, facts, allow_weak_key)
-        stack_wide.append(wck.check_follower(stack, follower_attached))
-        checks = tag(stack_wide, None)
+        endpoint = current_endpoint()
+        found = [engine, rck.check_endpoint(endpoint), dck.check_compose(host.compose_version)]
+        if client is not None:
+            found += [dck.check_nvidia_runtime(stack, client), dck.check_gateway_image(stack, client)]
+        found += [
+            gck.check_gpu_count(stack, facts),
+            check_api_key(stack, allow_weak=allow_weak_key),
+            hck.check_env_file(host.env_file),
+            rck.port_check(stack, client, endpoint),
+            dck.check_userland_proxy(stack, endpoint),
+            rck.check_client_address(stack, endpoint),
+            check_bind_address(stack),
+            mck.check_model_config(stack),
+            gck.check_standby(stack, facts),
+            wck.check_hold_timeout(stack),
+            wck.check_follower(stack, follower_attached),
+        ]
+        checks = tag(found, None)
         for name in names:
-            checks += tag(_variant_checks(stack, resolve_target(stack, name), host, client, facts), name)
-        capacity = capacity_of(stack, sck.FactsProbe(facts), names)
+            target = resolve_target(stack, name)
+            checks += tag(
+                _variant_checks(stack, target, client, endpoint, host.kernel_release, host, facts), name
+            )
+        capacity = capacity_of(stack, gck.FactsProbe(facts), names)
     finally:
         if client is not None:
             client.close()
     return Report(variant, tuple(checks), capacity)
-
-
-def _stack_checks(
-    stack: Stack,
-    host: Host,
-    engine: Finding,
-    client: docker.DockerClient | None,
-    facts: gck.GpuFacts,
-    allow_weak_key: bool = False,
-) -> list[Finding | None]:
-    endpoint = rck.current_endpoint()
-    found: list[Finding | None] = [
-        engine,
-        rck.check_endpoint(endpoint),
-        dck.check_compose(host.compose_version),
-    ]
-    if client is not None:
-        found.append(dck.check_nvidia_runtime(stack, client))
-        found.append(dck.check_gateway_image(stack, client))
-    return [
-        *found,
-        gck.check_gpu_count(stack, facts),
-        check_api_key(stack, allow_weak=allow_weak_key),
-        hck.check_env_file(host.env_file),
-        rck.port_check(stack, client, endpoint),
-        dck.check_userland_proxy(stack, endpoint),
-        rck.check_client_address(stack, endpoint),
-        check_bind_address(stack),
-        mck.check_model_config(stack),
-        sck.check_standby(stack, facts),
-        wck.check_hold_timeout(stack),
-    ]
 
 
 def variant_facts(target: Target) -> VariantFacts:
@@ -228,37 +200,38 @@ def variant_facts(target: Target) -> VariantFacts:
 
 
 def _variant_checks(
-    stack: Stack, target: Target, host: Host, client: docker.DockerClient | None, facts: gck.GpuFacts
+    stack: Stack,
+    target: Target,
+    client: docker.DockerClient | None,
+    endpoint: Endpoint | None,
+    release: str,
+    host: Host | None = None,
+    facts: gck.GpuFacts | None = None,
 ) -> list[Finding | None]:
-    """Every check of one variant: those that need the capacity model or the overlay recipe
-    take the variant itself, the others its facts (`variant_facts`)."""
+    """One variant's checks; without `host` and `facts`, the fast subset. Those that need the
+    capacity model or the overlay recipe take the variant itself, the others its facts."""
     variant, seen = target.variant, variant_facts(target)
     found: list[Finding | None] = []
     if client is not None:
-        found.append(dck.check_variant_image(seen, client))
-        found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
-    found += rck.mount_checks(seen, client, rck.current_endpoint())
+        found.append(check_image(client, seen.image))
+        if host is not None:
+            found.append(ock.check_overlay_current(stack, variant, client, host.recipes_dir, host.env_file))
+    found += rck.mount_checks(seen, client, endpoint)
+    found.append(gck.check_attention_backend(stack, seen))
+    if facts is not None:
+        found.append(gck.check_compute_capability(stack, seen, facts))
     found += [
-        gck.check_attention_backend(stack, seen),
-        gck.check_compute_capability(stack, seen, facts),
-        hck.check_wsl_pin_memory(seen, host.kernel_release),
-        *_speculation_checks(stack, seen),
-        gck.check_gpu_memory(stack, variant, facts),
-        cck.check_cpu_method(stack, variant, client),
-    ]
-    return found
-
-
-def _speculation_checks(stack: Stack, seen: VariantFacts) -> list[Finding | None]:
-    """What the variant's speculative decoding and vLLM's own refusals need (full and fast)."""
-    return [
+        hck.check_wsl_pin_memory(seen, release),
         mck.check_mtp(stack, seen),
         mck.check_draft_config(stack, seen),
         mck.check_draft_k(stack, seen),
-        ack.check_refused(seen),
-        ack.check_adaptive(stack, seen),
-        ack.check_dropped_eager(seen),
+        mck.check_refused(seen),
+        mck.check_adaptive(stack, seen),
+        mck.check_dropped_eager(seen),
     ]
+    if facts is not None:
+        found += [gck.check_gpu_memory(stack, variant, facts), cck.check_cpu_method(stack, variant, client)]
+    return found
 
 
 def fast_checks(
@@ -270,15 +243,11 @@ def fast_checks(
     kernel_release: str | None = None,
     known: Sequence[Any] | None = None,
 ) -> list[Finding]:
-    """The instant subset for `compose-spec up`: no GPU probing, images checked for presence only.
-
-    Returns Checks (Findings with a `variant`); the caller refuses to swap when any failed.
-    `known`: the project's containers as the swap's snapshot read them (the port check
-    reads them instead of listing Docker's containers again).
-    """
+    """The instant subset for `compose-spec up` (no GPU probing, images checked for presence
+    only); the caller refuses to swap when any failed. `known`: the project's containers as
+    the swap's snapshot read them (the port check reads them instead of listing Docker's)."""
     release = hck.kernel_release() if kernel_release is None else kernel_release
-    seen = variant_facts(target)  # the variant's facts, read once: the checks below see only them
-    endpoint = rck.current_endpoint()
+    endpoint = current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
         rck.port_check(stack, client, endpoint, known),
@@ -288,23 +257,14 @@ def fast_checks(
     ]
     if client is not None:
         found.append(dck.check_gateway_image(stack, client))
-    checks = tag(found, None)
-    per_variant: list[Finding | None] = []
-    if client is not None:
-        per_variant.append(dck.check_variant_image(seen, client))
-    per_variant += rck.mount_checks(seen, client, endpoint)
-    per_variant += [
-        gck.check_attention_backend(stack, seen),
-        hck.check_wsl_pin_memory(seen, release),
-        *_speculation_checks(stack, seen),
-    ]
-    return [*checks, *tag(per_variant, target.name)]
+    per_variant = _variant_checks(stack, target, client, endpoint, release)
+    return [*tag(found, None), *tag(per_variant, target.name)]
 
 
-def _grouped(checks: Iterable[Check]) -> list[tuple[Check, list[str]]]:
+def _grouped(checks: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
     """Checks with the same status, detail and fix as one entry (first-seen order), with
     the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
-    groups: dict[tuple[str, str, str], list[Check]] = {}
+    groups: dict[tuple[str, str, str], list[Finding]] = {}
     for check in checks:
         groups.setdefault((check.status, check.detail, check.fix), []).append(check)
     result = []

@@ -52,35 +52,23 @@ def check_follower(stack: Stack, attached: bool | None) -> Finding | None:
     )
 
 
-def hold_timeout_warning(stack: Stack) -> str | None:
-    """One line when a held request would give up before a variant can have started:
-    `[gateway] hold_timeout` shorter than `start_period` (the start budget)."""
-    gateway = stack.gateway
-    if not gateway.enabled or gateway.hold_timeout >= stack.start_period:
-        return None
-    return (
-        f"[gateway] hold_timeout ({format_seconds(gateway.hold_timeout)}) is shorter than the start "
-        f"budget start_period ({format_seconds(stack.start_period)}): requests held during a cold "
-        "start get 503 before the variant is ready"
-    )
-
-
 def check_hold_timeout(stack: Stack) -> Finding | None:
-    """doctor's finding for hold_timeout against the start budget (None without a gateway)."""
+    """A held request must not give up before a variant can have started: `[gateway]
+    hold_timeout` against `start_period`, the start budget (None without a gateway)."""
+    hold, start = stack.gateway.hold_timeout, stack.start_period
     if not stack.gateway.enabled:
         return None
-    warning = hold_timeout_warning(stack)
-    if warning is None:
+    if hold >= start:
         return Finding(
             "hold-timeout",
             "ok",
-            f"hold_timeout {format_seconds(stack.gateway.hold_timeout)} covers start_period "
-            f"{format_seconds(stack.start_period)}",
+            f"hold_timeout {format_seconds(hold)} covers start_period {format_seconds(start)}",
         )
     return Finding(
         "hold-timeout",
         "warn",
-        warning,
+        f"[gateway] hold_timeout ({format_seconds(hold)}) is shorter than the start budget start_period "
+        f"({format_seconds(start)}): requests held during a cold start get 503 before the variant is ready",
         f"set [gateway] hold_timeout to at least {format_seconds(stack.start_period)}, or lower "
         "start_period to the variant's measured load time",
     )

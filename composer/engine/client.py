@@ -46,8 +46,7 @@ class Endpoint:
 
     @property
     def remote(self) -> bool:
-        """True when the engine is reached over the network (tcp://, ssh://): host paths and
-        published ports are on another machine."""
+        """Reached over the network (tcp://, ssh://): host paths and ports are on another machine."""
         return urlsplit(self.host).scheme not in LOCAL_SCHEMES
 
     @property
@@ -65,7 +64,7 @@ def _context_endpoint(name: str) -> Endpoint:
     ContextAPI misses contexts when no config.json exists)."""
     import json
 
-    done = _docker_quiet("context", "inspect", name)
+    done = _docker_quiet([docker_binary(), "context", "inspect", name], f"docker context inspect {name}")
     try:
         (info,) = json.loads(done.stdout) if done.returncode == 0 else [None]
         docker_endpoint = info["Endpoints"]["docker"]
@@ -91,26 +90,23 @@ def _context_tls(info: dict, docker_endpoint: dict) -> Any:
     )
 
 
-def _docker_quiet(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """A short docker CLI query (context inspect / ls); never raises for its exit code."""
+def _docker_quiet(
+    argv: list[str], what: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """A short docker CLI query (`what`, in words); never raises for its exit code."""
     try:
-        return subprocess.run(
-            [docker_binary(), *args],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-            env=dict(env) if env is not None else None,
-        )
+        environ = dict(env) if env is not None else None
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False, env=environ)
     except subprocess.TimeoutExpired as err:
-        raise DockerUnavailable(f"`docker {' '.join(args)}` did not answer within 30 s") from err
+        raise DockerUnavailable(f"`{what}` did not answer within 30 s") from err
 
 
 def known_contexts(missing: str = "") -> list[str]:
     """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
     such context exists: it is asked without it, and `missing` is never offered)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
-    done = _docker_quiet("context", "ls", "--format", "{{.Name}}", env=env)
+    argv = [docker_binary(), "context", "ls", "--format", "{{.Name}}"]
+    done = _docker_quiet(argv, "docker context ls --format {{.Name}}", env)
     names = {n for n in done.stdout.split() if n != missing} if done.returncode == 0 else set()
     return sorted(names)
 
@@ -158,12 +154,18 @@ def engine_endpoint() -> Endpoint:
     return Endpoint(None, "unix:///var/run/docker.sock")
 
 
-def engine_address() -> str | None:
-    """The host clients use to reach the selected engine's published ports; None when local."""
+def current_endpoint() -> Endpoint | None:
+    """The selected engine, or None when it cannot be determined (doctor says why)."""
     try:
-        return engine_endpoint().address
+        return engine_endpoint()
     except ComposerError:
         return None
+
+
+def engine_address() -> str | None:
+    """The host clients use to reach the selected engine's published ports; None when local."""
+    endpoint = current_endpoint()
+    return endpoint.address if endpoint else None
 
 
 def unreachable_reason(err: BaseException) -> str:
@@ -225,16 +227,7 @@ def docker_binary() -> str:
 
 def compose_version() -> str:
     """The Compose v2 plugin's version, or DockerUnavailable."""
-    try:
-        done = subprocess.run(
-            docker_cli("compose", "version", "--short"),
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as err:
-        raise DockerUnavailable("`docker compose version` did not answer within 30 s") from err
+    done = _docker_quiet(docker_cli("compose", "version", "--short"), "docker compose version")
     if done.returncode != 0:
         raise DockerUnavailable(
             "the Compose v2 plugin is missing (`docker compose` failed): "
@@ -246,13 +239,9 @@ def compose_version() -> str:
 def run_detached(
     argv: Sequence[str], env: Mapping[str, str] | None, timeout: float
 ) -> subprocess.CompletedProcess[str]:
-    """Run a command in a session of its own; kill its whole process group on a timeout.
-
-    The terminal's Ctrl-C goes to the foreground process group: a child in its own
-    session never receives it, so a rollback's `docker compose` finishes even when the
-    user presses Ctrl-C again. The child, and anything it started, is killed when the
-    timeout passes or when this process stops waiting for it (an exception, Ctrl-C).
-    """
+    """Run a command in a session of its own, which the terminal's Ctrl-C never reaches (a
+    rollback's `docker compose` finishes even when the user presses it again). Its whole
+    process group is killed when the timeout passes or this process stops waiting for it."""
     with subprocess.Popen(
         list(argv),
         stdin=subprocess.DEVNULL,
@@ -264,17 +253,12 @@ def run_detached(
     ) as process:
         try:
             stdout, stderr = process.communicate(timeout=timeout)
-        except BaseException:
-            _kill_group(process)
+        except BaseException:  # SIGKILL its process group (led by its pid), then reap it
+            with contextlib.suppress(ProcessLookupError):  # the group is gone already
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
             raise
     return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-
-
-def _kill_group(process: subprocess.Popen[str]) -> None:
-    """SIGKILL the child's process group (its session leader's pid) and reap the child."""
-    with contextlib.suppress(ProcessLookupError):  # the group is gone already
-        os.killpg(process.pid, signal.SIGKILL)
-    process.communicate()
 
 
 def compose(
@@ -284,20 +268,17 @@ def compose(
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `docker compose -p PROJECT [-f FILE] ARGS...`; raise ComposerError on failure.
-
-    It runs in its own session (see run_detached): signals sent to our process group
-    do not reach it, and it is killed with its children when `timeout` passes.
-    """
+    """Run `docker compose -p PROJECT [-f FILE] ARGS...` detached (see run_detached); raise
+    ComposerError when it fails or `timeout` s pass."""
     files = ["--file", str(compose_file)] if compose_file is not None else []
     argv = docker_cli("compose", "--project-name", project, *files, *args)
+    command = " ".join(args)
     try:
         done = run_detached(argv, env, timeout)
     except subprocess.TimeoutExpired as err:
-        command = " ".join(args)
         raise ComposerError(f"`docker compose {command}` did not finish within {timeout:.0f} s") from err
     if done.returncode != 0:
         message = (done.stderr or done.stdout).strip().splitlines()
         last = message[-1] if message else f"exit code {done.returncode}"
-        raise ComposerError(f"`docker compose {' '.join(args)}` failed: {last}")
+        raise ComposerError(f"`docker compose {command}` failed: {last}")
     return done

@@ -27,8 +27,6 @@ def project_containers(
     """The project's variant containers, live ones included (newest first), its gateway (a
     running one, under the gateway's own name first) and the other running gateways (their
     ids: a replacement killed half-way leaves two), from ONE listing."""
-    from docker.errors import NotFound
-
     summaries = client.api.containers(all=True)
     variants = [s for s in summaries if label_names.VARIANT in (s.get("Labels") or {})]
     own = f"/{stack.project}-gateway-1"
@@ -41,29 +39,28 @@ def project_containers(
         ),
         key=lambda s: (s.get("State") != "running", own not in (s.get("Names") or ())),
     )
-    gateway = None
-    for summary in gateways[:1]:
-        try:
-            gateway = client.containers.get(summary["Id"])
-        except NotFound:  # removed between the listing and the inspection
-            gateway = None
+    gateway = _inspect(client, gateways[0]["Id"]) if gateways else None
     extra = tuple(s["Id"] for s in gateways[1:] if s.get("State") == "running")
     return _ours(stack, client, variants), gateway, extra
 
 
-def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> list[VariantContainer]:
+def _inspect(client: docker.DockerClient, container_id: str) -> Container | None:
+    """The container, or None when it was removed between the listing and the inspection."""
     from docker.errors import NotFound
 
-    found: list[Container] = []
-    for summary in summaries:
-        labels = summary.get("Labels") or {}
-        project = labels.get(label_names.COMPOSE_PROJECT)
-        if project is not None and project != stack.project:
-            continue  # another project's: not inspected
-        try:
-            found.append(client.containers.get(summary["Id"]))
-        except NotFound:  # removed between the listing and the inspection
-            continue
+    try:
+        return client.containers.get(container_id)
+    except NotFound:
+        return None
+
+
+def _ours(stack: Stack, client: docker.DockerClient, summaries: list[dict]) -> list[VariantContainer]:
+    inspected = (  # another project's are not inspected
+        _inspect(client, s["Id"])
+        for s in summaries
+        if (s.get("Labels") or {}).get(label_names.COMPOSE_PROJECT) in (None, stack.project)
+    )
+    found = [c for c in inspected if c is not None]
     launcher_name = f"{stack.project}-{stack.service}-1"
     ours = [
         c
@@ -89,8 +86,7 @@ def upstream_url(container_name: str) -> str:
 
 def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | None:
     """The stack's gateway container (a running one first), if compose created one."""
-    found = gateway_containers(stack, client)
-    return found[0] if found else None
+    return next(iter(gateway_containers(stack, client)), None)
 
 
 def gateway_containers(
@@ -107,8 +103,7 @@ def gateway_containers(
 
 def port_holder(stack: Stack, client: docker.DockerClient) -> Container | None:
     """The container that publishes the stack's port and whose network the gateway joins."""
-    found = gateway_containers(stack, client, label_names.ROLE_GATEWAY_PORT)
-    return found[0] if found else None
+    return next(iter(gateway_containers(stack, client, label_names.ROLE_GATEWAY_PORT)), None)
 
 
 def holds_the_port(holder: Container | None, stack: Stack) -> bool:

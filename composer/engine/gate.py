@@ -79,10 +79,9 @@ def wait_ready(
     waiting: Callable[[str], None],
     unreachable: Callable[[], None] | None = None,
 ) -> str:
-    """Poll until ready; fail at once when the container exits. Returns the container log.
-
-    `unreachable` is called (at most once per LOG_EVERY) while `/health` does not answer: it
-    raises when what stands between the probe and the container (the gateway) is gone."""
+    """Poll until ready and return the container log; fail at once when the container exits.
+    `unreachable` (called at most once per LOG_EVERY while `/health` does not answer) raises
+    when what stands between the probe and the container (the gateway) is gone."""
     started = time.monotonic()
     seen = {"log_read": 0.0, "stage": "starting container"}
 
@@ -129,13 +128,10 @@ def watch(
     *,
     probation: bool = False,
 ) -> None:
-    """Watch a ready variant for `seconds`, looked at every `interval` s; `unreachable` first
-    raises its own error when the gateway in between is gone.
-
-    Settling (after readiness): a crash or one failing `/health` fails the swap. Probation (after
-    a swap, with clients served; the swap uses PROBATION_INTERVAL): a container that exits or
-    restarts (Docker's restart count or start time changes), or `PROBATION_FAILURES` failed
-    `/health` probes in a row, raises HealthCheckFailed with its log tail."""
+    """Watch a ready variant for `seconds`, every `interval` s, raising HealthCheckFailed with
+    its log tail (`unreachable` first raises its own error when the gateway in between is
+    gone). Settling: a crash or one failing `/health`. Probation (after a swap, with clients
+    served): an exit or restart, or PROBATION_FAILURES failing `/health` probes in a row."""
     if seconds <= 0:
         return
     life, failed = (run_mark(container) if probation else None), [0]

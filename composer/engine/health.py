@@ -11,10 +11,8 @@ import httpx
 
 @functools.cache
 def tls_context() -> ssl.SSLContext:
-    """One TLS context for the probes' clients: building it (reading the CA bundle) costs
-    about 25 ms per `httpx.Client`, paid on a swap's critical path by every gate, settle
-    watch and warm-up otherwise. The probes speak plain HTTP to loopback; it is never used
-    to skip verification."""
+    """One TLS context for the probes' clients: building one (reading the CA bundle) costs
+    about 25 ms per `httpx.Client`, on a swap's critical path. It never skips verification."""
     return httpx.create_ssl_context()
 
 
@@ -53,26 +51,19 @@ NOT_A_READINESS_STATE = (
 cannot change them (a key with characters a header cannot carry, a bad URL)."""
 
 
-def _request_failure(step: str, err: Exception) -> Readiness:
-    # The error's text may quote the header, so only its type is shown (never the key).
-    return Readiness(
-        False,
-        step,
-        f"the probe request cannot be built or sent ({type(err).__name__}): the API key or the "
-        "URL holds characters an HTTP request cannot carry",
-        fatal=True,
-    )
-
-
 def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None) -> Readiness:
-    """Check the three readiness steps in order; stop at the first that is not yet met.
-
-    A failure to build or send a request that no server state explains (see
-    NOT_A_READINESS_STATE) is fatal: the gate fails at once instead of polling to its timeout."""
+    """Check the three readiness steps in order; stop at the first that is not yet met. A
+    request that cannot be built or sent (NOT_A_READINESS_STATE) is fatal at once."""
     try:
         return _probe(client, url, served_name, api_key)
-    except NOT_A_READINESS_STATE as err:
-        return _request_failure("request", err)
+    except NOT_A_READINESS_STATE as err:  # its text may quote the header: only its type is shown
+        return Readiness(
+            False,
+            "request",
+            f"the probe request cannot be built or sent ({type(err).__name__}): the API key or the "
+            "URL holds characters an HTTP request cannot carry",
+            fatal=True,
+        )
 
 
 def _transport_said(err: httpx.TransportError) -> str:

@@ -30,9 +30,7 @@ class ImageFacts:
     used_by: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, object]:
-        data = asdict(self)
-        data["used_by"] = list(self.used_by)
-        return data
+        return {**asdict(self), "used_by": list(self.used_by)}
 
 
 def _probe_version(client: docker.DockerClient, ref: str) -> str:

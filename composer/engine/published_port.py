@@ -43,12 +43,9 @@ class PublishedPort:
 
     url: str
     answers: bool
-    dead: bool = False
-    """The container runs but Docker's forwarding to it is gone (refused, or silent while the
-    gateway answers on its container address)."""
+    dead: bool = False  # it runs but Docker's forwarding to it is gone (see the module docstring)
     detail: str = ""
-    silent: bool = False
-    """Connected, then no answer in time (a reservation without forwarding, or a busy gateway)."""
+    silent: bool = False  # connected, then no answer in time (no forwarding, or a busy gateway)
 
     def to_json(self) -> dict[str, object]:
         return {"url": self.url, "answers": self.answers, "dead": self.dead, "detail": self.detail}
@@ -95,10 +92,6 @@ def container_addresses(container: Container) -> list[str]:
     return [base_url(address, CONTAINER_PORT) for address in found if address]
 
 
-def _answers_inside(container: Container) -> bool:
-    return any(_probe_once(url).answers for url in container_addresses(container))
-
-
 def probe_published(container: Container, stack: Stack) -> PublishedPort:
     """Probe the gateway through its published host port (a refusal is asked twice more; a
     silence already waited its read timeout)."""
@@ -112,13 +105,12 @@ def probe_published(container: Container, stack: Stack) -> PublishedPort:
         return found
 
     found = retry.published_refusal()(attempt)
-    if found.silent and _answers_inside(container):
+    if found.silent and any(_probe_once(u).answers for u in container_addresses(container)):
         return PublishedPort(url, False, dead=True, detail=f"{found.detail}; the gateway answers inside")
     return found
 
 
-ANSWER_TIMEOUT = 60.0
-"""Seconds a (re)started gateway has to answer through the published port."""
+ANSWER_TIMEOUT = 60.0  # seconds a (re)started gateway has to answer through the published port
 
 
 def wait_published(container: Container, stack: Stack, timeout: float = ANSWER_TIMEOUT) -> PublishedPort:

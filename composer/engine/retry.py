@@ -2,11 +2,10 @@
 that end it, written once.
 
 A polled step raises `Pending` while its condition does not hold yet; the policy calls it
-again after its interval until the deadline, then re-raises the last `Pending` (its message
-says what was still missing) unless the policy ends quietly (`watch`). Any other error ends
-the wait at once: a container that exits, a fatal reply, a refused lock. Clocks and sleeps
-are injectable so that tests run a wait without waiting; the default sleep ends early, with
-KeyboardInterrupt, when a stop cancels the waits of worker threads (composer.signals).
+again after its interval until the deadline, then re-raises the last `Pending` (it says what
+was still missing) or, for a quiet policy, gives its result. Any other error ends the wait
+at once. Clocks and sleeps are injectable (tests run a wait without waiting); the default
+sleep ends early, with KeyboardInterrupt, when a stop cancels worker threads' waits.
 """
 
 from __future__ import annotations
@@ -31,10 +30,6 @@ from composer.signals import pause
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
-REMOVAL_INTERVAL_S = 0.1
-"""How often a container being removed is looked up again."""
-CONTROL_READY_INTERVAL_S = 0.2
-"""How often a starting gateway's control channel is asked again."""
 GPU_RELEASE_INTERVAL_S = 0.1
 """How often the GPUs are probed while a stopped container's memory is released."""
 HOLD_RENEWAL_SHARE = 4
@@ -43,38 +38,19 @@ SERVICE_READINESS_INTERVAL_S = 0.5
 """How often a rolled-out variant is probed through the Kubernetes Service."""
 KUBE_CONTROL_INTERVAL_S = 1.0
 """How often a gateway pod's control channel is asked again through `kubectl exec`."""
-SETTLE_PROBE_INTERVAL_S = 0.2
-"""How often a just-started gateway's serving variant is probed before a swap decides."""
-REFUSAL_INTERVAL_S = 0.2
-"""How long a refused published port is given before it is asked again."""
-REFUSAL_ATTEMPTS = 3
-"""How often a refused published port is asked before the refusal counts."""
 PORT_BACK_INTERVAL_S = 0.2
 """How often a recreated gateway is routed and probed through its published port again."""
-FOLLOWER_ATTACH_INTERVAL_S = 0.5
-"""How often the gateway is asked whether a just-started follower has reached it."""
 PORT_GAP_INTERVAL_S = 0.02
 """How often the published port is probed while the gateway's container is replaced."""
-SINGLE_DRAIN_INTERVAL_S = 0.5
-"""How often the gateway is asked what still runs on the one serving container a live set replaces."""
 
 
 class Pending(Exception):
-    """The polled condition does not hold yet: try again after the interval.
-
-    `result` is what the wait gives back when its deadline passes on this attempt (for a
-    wait that ends with an outcome rather than an error).
-    """
+    """The polled condition does not hold yet: try again after the interval. `result` is what
+    a wait that ends with an outcome gives back when its deadline passes on this attempt."""
 
     def __init__(self, detail: str, result: object = None) -> None:
         super().__init__(detail)
         self.result = result
-
-
-def _last_result(state: RetryCallState) -> object:
-    """What the wait gives back when its last attempt was still `Pending`."""
-    error = state.outcome.exception() if state.outcome is not None else None
-    return error.result if isinstance(error, Pending) else None
 
 
 def _stop_at(deadline: float | None, clock: Clock):
@@ -124,14 +100,7 @@ def watch(
 ) -> Retrying:
     """Call the step every `interval` s for `seconds`: it raises `Pending` while all is well,
     anything else to end the watch with that error; the watch ends quietly at the deadline."""
-    deadline = clock() + seconds
-    return Retrying(
-        retry=retry_if_exception_type(Pending),
-        wait=wait_fixed(interval),
-        stop=_stop_at(deadline, clock),
-        sleep=sleep,
-        retry_error_callback=lambda _state: None,
-    )
+    return _giving_last(interval, _stop_at(clock() + seconds, clock), sleep)
 
 
 def readiness(deadline: float, interval: float) -> Retrying:
@@ -140,8 +109,8 @@ def readiness(deadline: float, interval: float) -> Retrying:
 
 
 def removal(timeout: float) -> Retrying:
-    """A container Docker is removing: looked up every REMOVAL_INTERVAL_S for `timeout` s."""
-    return within(timeout, REMOVAL_INTERVAL_S)
+    """A container Docker is removing: looked up every 0.1 s for `timeout` s."""
+    return within(timeout, 0.1)
 
 
 def gpu_release(
@@ -152,9 +121,9 @@ def gpu_release(
 
 
 def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A starting gateway's control channel: asked every CONTROL_READY_INTERVAL_S while it
-    answers with one of `errors`, for `timeout` s."""
-    return within(timeout, CONTROL_READY_INTERVAL_S, retry_on=errors)
+    """A starting gateway's control channel: asked every 0.2 s while it answers with one of
+    `errors`, for `timeout` s."""
+    return within(timeout, 0.2, retry_on=errors)
 
 
 def following(interval: float) -> Retrying:
@@ -164,21 +133,15 @@ def following(interval: float) -> Retrying:
 
 
 def follower_attach(timeout: float) -> Retrying:
-    """A follower started by `up --with follow`: the gateway is asked every
-    FOLLOWER_ATTACH_INTERVAL_S, for `timeout` s, whether it has reported."""
-    return within(timeout, FOLLOWER_ATTACH_INTERVAL_S)
+    """A follower started by `up --with follow`: the gateway is asked every 0.5 s, for
+    `timeout` s, whether it has reported."""
+    return within(timeout, 0.5)
 
 
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
     """Every `interval` s until `stopped` is set (the sleep ends early when it is): the step
     raises `Pending` after each renewal; one of `errors` is tried again at the next turn."""
-    return Retrying(
-        retry=retry_if_exception_type((Pending, *errors)),
-        wait=wait_fixed(interval),
-        stop=lambda _state: stopped.is_set(),
-        sleep=stopped.wait,
-        retry_error_callback=lambda _state: None,
-    )
+    return _giving_last(interval, lambda _state: stopped.is_set(), stopped.wait, (Pending, *errors))
 
 
 def service_readiness(deadline: float) -> Retrying:
@@ -193,35 +156,42 @@ def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) 
     return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
-def _giving_last(interval: float, stop: Callable[[RetryCallState], bool], sleep: Sleep) -> Retrying:
-    """Retry while the step raises `Pending`, every `interval` s until `stop`; then give the
-    last `Pending`'s result."""
+def _giving_last(
+    interval: float, stop: Any, sleep: Sleep, retry_on: tuple[type[BaseException], ...] = (Pending,)
+) -> Retrying:
+    """Retry while the step raises one of `retry_on`, every `interval` s until `stop`; then give
+    the last `Pending`'s result (None after another error)."""
+
+    def last_result(state: RetryCallState) -> object:
+        error = state.outcome.exception() if state.outcome is not None else None
+        return error.result if isinstance(error, Pending) else None
+
     return Retrying(
-        retry=retry_if_exception_type(Pending),
+        retry=retry_if_exception_type(retry_on),
         wait=wait_fixed(interval),
         stop=stop,
         sleep=sleep,
-        retry_error_callback=_last_result,
+        retry_error_callback=last_result,
     )
 
 
 def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A serving variant behind a gateway that just started: probed every
-    SETTLE_PROBE_INTERVAL_S for `seconds` (once when 0); gives the last `Pending`'s result."""
-    return _giving_last(SETTLE_PROBE_INTERVAL_S, _stop_at(clock() + seconds, clock), sleep)
+    """A serving variant behind a gateway that just started: probed every 0.2 s for `seconds`
+    (once when 0); gives the last `Pending`'s result."""
+    return _giving_last(0.2, _stop_at(clock() + seconds, clock), sleep)
 
 
 def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
     """The requests in flight on the one serving container a live set replaces: the gateway is
-    asked every SINGLE_DRAIN_INTERVAL_S while the step raises `Pending`, for `timeout` s;
-    gives the last `Pending`'s result (what still ran)."""
-    return _giving_last(SINGLE_DRAIN_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
+    asked every 0.5 s while the step raises `Pending`, for `timeout` s; gives the last
+    `Pending`'s result (what still ran)."""
+    return _giving_last(0.5, _stop_at(clock() + timeout, clock), sleep)
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
-    """A refused published port: asked REFUSAL_ATTEMPTS times, REFUSAL_INTERVAL_S apart
-    (a just-started proxy may not listen yet); gives the last `Pending`'s result."""
-    return _giving_last(REFUSAL_INTERVAL_S, stop_after_attempt(REFUSAL_ATTEMPTS), sleep)
+    """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
+    listen yet); gives the last `Pending`'s result."""
+    return _giving_last(0.2, stop_after_attempt(3), sleep)
 
 
 def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
@@ -232,8 +202,7 @@ def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retryi
 
 def port_watch(interval: float, stopped: threading.Event) -> Retrying:
     """The published port while the gateway's container is replaced: the step (one probe)
-    raises `Pending` and runs again every `interval` s until `stopped` is set (the sleep ends
-    early when it is)."""
+    raises `Pending` and runs again every `interval` s until `stopped` is set."""
     return renewal(interval, stopped, ())
 
 

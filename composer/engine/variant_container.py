@@ -1,10 +1,6 @@
-"""VariantContainer: the one owner of every Docker verb on a variant's container, and
-RunningVariant: what its labels and state say about it.
-
-Stop and remove (grace period, then kill; a container already gone or being removed
-counts as stopped), why it stopped serving, its log (whole, a tail, or followed), and
-its description from labels. Nothing else in the package calls these verbs directly.
-"""
+"""VariantContainer: the one owner of every Docker verb on a variant's container (stop and
+remove, why it stopped serving, its log, whether it sleeps), and RunningVariant: what its
+labels and state say about it."""
 
 from __future__ import annotations
 
@@ -68,45 +64,16 @@ class RunningVariant:
 
 
 def _started_at(raw: str | None) -> datetime | None:
+    """A Docker timestamp as a UTC datetime (None for Docker's zero time)."""
     if not raw or raw.startswith("0001-"):
         return None
     trimmed = raw.rstrip("Z").split(".")[0]
     return datetime.fromisoformat(trimmed).replace(tzinfo=UTC)
 
 
-def describe(container: Container) -> RunningVariant:
-    """A RunningVariant from a container's attributes."""
-    attrs = container.attrs
-    labels = attrs.get("Config", {}).get("Labels") or {}
-    state = attrs.get("State", {})
-    port = labels.get(label_names.PORT)
-    files = labels.get(label_names.COMPOSE_CONFIG_FILES)
-    return RunningVariant(
-        container_id=container.id or "",
-        name=container.name or "",
-        variant=labels.get(label_names.VARIANT, "?"),
-        config_hash=labels.get(label_names.CONFIG_HASH, ""),
-        image=attrs.get("Config", {}).get("Image", ""),
-        status=state.get("Status", "unknown"),
-        docker_health=(state.get("Health") or {}).get("Status"),
-        started_at=_started_at(state.get("StartedAt")),
-        port=int(port) if port and port.isdigit() else None,
-        served_name=labels.get(label_names.SERVED_NAME, ""),
-        config_file=files.split(",")[0] if files else None,
-        restart_count=int(attrs.get("RestartCount", 0) or 0),
-        exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
-        finished_at=_started_at(state.get("FinishedAt")),
-        service=labels.get(label_names.COMPOSE_SERVICE),
-        sleep_mode=SLEEP_MODE_FLAG in _argv(attrs),
-        restart_policy=str(((attrs.get("HostConfig") or {}).get("RestartPolicy") or {}).get("Name") or ""),
-        owner=Owner.from_labels(labels),
-    )
-
-
-def _argv(attrs: dict) -> list[str]:
-    """The container's command line (entrypoint arguments and command) as Docker stores it."""
-    config = attrs.get("Config") or {}
-    return [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
+def _restarted(attrs: dict) -> bool:
+    """Docker is restarting the container, or has restarted it before."""
+    return bool(attrs.get("State", {}).get("Restarting")) or int(attrs.get("RestartCount", 0) or 0) > 0
 
 
 def removal_in_progress(err: APIError) -> bool:
@@ -131,7 +98,34 @@ class VariantContainer:
 
     def describe(self) -> RunningVariant:
         """What the labels and the state say about it."""
-        return describe(self.container)
+        attrs = self.container.attrs
+        config = attrs.get("Config") or {}
+        labels = config.get("Labels") or {}
+        argv = [str(word) for word in (config.get("Entrypoint") or []) + (config.get("Cmd") or [])]
+        state = attrs.get("State", {})
+        policy = (attrs.get("HostConfig") or {}).get("RestartPolicy") or {}
+        port = labels.get(label_names.PORT)
+        files = labels.get(label_names.COMPOSE_CONFIG_FILES)
+        return RunningVariant(
+            container_id=self.container.id or "",
+            name=self.container.name or "",
+            variant=labels.get(label_names.VARIANT, "?"),
+            config_hash=labels.get(label_names.CONFIG_HASH, ""),
+            image=config.get("Image", ""),
+            status=state.get("Status", "unknown"),
+            docker_health=(state.get("Health") or {}).get("Status"),
+            started_at=_started_at(state.get("StartedAt")),
+            port=int(port) if port and port.isdigit() else None,
+            served_name=labels.get(label_names.SERVED_NAME, ""),
+            config_file=files.split(",")[0] if files else None,
+            restart_count=int(attrs.get("RestartCount", 0) or 0),
+            exit_code=state.get("ExitCode") if isinstance(state.get("ExitCode"), int) else None,
+            finished_at=_started_at(state.get("FinishedAt")),
+            service=labels.get(label_names.COMPOSE_SERVICE),
+            sleep_mode=SLEEP_MODE_FLAG in argv,
+            restart_policy=str(policy.get("Name") or ""),
+            owner=Owner.from_labels(labels),
+        )
 
     def is_sleeping(self) -> bool | None:
         """Its own `GET /is_sleeping` answer, asked inside it (`docker exec`): the one record of
@@ -144,12 +138,8 @@ class VariantContainer:
         return {"True": True, "False": False}.get(words[-1]) if code == 0 and words else None
 
     def stop_and_remove(self, grace_seconds: int) -> None:
-        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine.
-
-        A container started with `docker run --rm` removes itself once stopped: Docker
-        then answers our removal with 409 "removal ... already in progress" (or 404).
-        Both mean it is on its way out; wait (at most REMOVAL_WAIT s) until it is gone.
-        """
+        """Stop (SIGTERM, then kill after the grace period) and remove; gone already is fine,
+        and one Docker is removing already (`docker run --rm`: 409) is waited for."""
         from docker.errors import APIError, NotFound
 
         try:
@@ -189,42 +179,33 @@ class VariantContainer:
         state = attrs.get("State", {})
         if state.get("Status") in {"exited", "dead"}:
             return f"the container exited with code {state.get('ExitCode')}"
-        if state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0:
-            return f"the container exited with code {self._last_exit_code(attrs)} and was restarted"
+        if _restarted(attrs):
+            codes = [code for _, code in self._deaths(attrs) or ()]
+            code = codes[-1] if codes and codes[-1] is not None else state.get("ExitCode")
+            return f"the container exited with code {code} and was restarted"
         return None
 
-    def _die_events(self, attrs: dict) -> list[dict]:
-        """The container's `die` events since it was created, oldest first (raises when the
-        daemon cannot list them)."""
-        created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
-        return list(
-            self.container.client.events(
+    def _deaths(self, attrs: dict) -> list[tuple[float | None, object]] | None:
+        """(unix seconds, exit code) of each of its `die` events since it was created, oldest
+        first; None when the daemon cannot list them. Docker resets `State.ExitCode` to 0 once
+        a restart runs it again, so the last exit's code comes from here."""
+        try:
+            created = datetime.strptime(attrs["Created"][:19], "%Y-%m-%dT%H:%M:%S")
+            events = self.container.client.events(
                 since=created.replace(tzinfo=UTC),
                 until=datetime.now(UTC) + timedelta(seconds=1),
                 filters={"container": self.container.id, "event": "die"},
                 decode=True,
             )
-        )
-
-    def _last_exit_code(self, attrs: dict) -> object:
-        """The code of the container's last exit. Docker resets `State.ExitCode` to 0 once a
-        restart runs it again, so it comes from the last `die` event; the state's is the fallback."""
-        try:
-            events = self._die_events(attrs)
-            codes = [event.get("Actor", {}).get("Attributes", {}).get("exitCode") for event in events]
-        except Exception:  # events unavailable (the daemon went away): the state's code
-            codes = []
-        if codes and codes[-1] is not None:
-            return codes[-1]
-        return attrs.get("State", {}).get("ExitCode")
-
-    def _first_death(self, attrs: dict) -> float | None:
-        """When (unix seconds) the container's first run ended: its first `die` event."""
-        try:
-            times = [int(e["timeNano"]) / 1e9 for e in self._die_events(attrs) if e.get("timeNano")]
-        except Exception:  # events unavailable: the caller reads the whole log
+            return [
+                (
+                    int(event["timeNano"]) / 1e9 if event.get("timeNano") else None,
+                    event.get("Actor", {}).get("Attributes", {}).get("exitCode"),
+                )
+                for event in events
+            ]
+        except Exception:  # events unavailable (the daemon went away)
             return None
-        return min(times) if times else None
 
     def first_run_log(self, tail: int | None = None) -> str:
         """The log of its first run only (the last `tail` lines of it): a failure the restart
@@ -234,14 +215,13 @@ class VariantContainer:
             attrs = self.container.attrs
         except Exception:  # removed under us
             return ""
-        state = attrs.get("State", {})
-        if not (state.get("Restarting") or int(attrs.get("RestartCount", 0) or 0) > 0):
-            return self.log(tail)
-        died = self._first_death(attrs)
-        if died is None:
+        times = [at for at, _ in self._deaths(attrs) or () if at is not None] if _restarted(attrs) else []
+        if not times:
             return self.log(tail)
         try:  # Docker restarts no sooner than 100 ms after a death: until then it is the first run
-            raw = self.container.logs(tail="all", until=died + 0.05)  # Docker cuts `tail` before `until`
+            raw = self.container.logs(
+                tail="all", until=min(times) + 0.05
+            )  # Docker cuts `tail` before `until`
         except Exception:
             return ""
         lines = raw.decode(errors="replace").splitlines(keepends=True)

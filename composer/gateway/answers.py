@@ -45,24 +45,12 @@ def error_bytes(status: int, message: str) -> bytes:
     return json.dumps(error_body(status, message)).encode()
 
 
-def error_headers(payload: bytes, retry_after: int | None = None) -> list[tuple[bytes, bytes]]:
-    """The headers of an error answer (`Retry-After` when given)."""
+async def send_error(send: Send, status: int, message: str, retry_after: int | None = None) -> None:
+    """Answer with the error envelope (and `Retry-After` when `retry_after` is given)."""
+    payload = error_bytes(status, message)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if retry_after is not None:
         headers.append((b"retry-after", str(max(1, int(retry_after))).encode()))
-    return headers
-
-
-async def send_error(
-    send: Send,
-    status: int,
-    message: str,
-    retry_after: int | None = None,
-    extra: list[tuple[bytes, bytes]] | None = None,
-) -> None:
-    """Answer with the error envelope (and `Retry-After` when `retry_after` is given)."""
-    payload = error_bytes(status, message)
-    headers = [*error_headers(payload, retry_after), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 

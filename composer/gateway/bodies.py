@@ -1,15 +1,10 @@
 """What the gateway reads from a request body: the model it names and its prompt size.
 
-Only POST requests to `/v1/completions` and `/v1/chat/completions` with a complete JSON
-body of at most `MAX_BODY` bytes (`proxy.REPLAY_LIMIT`) nested at most `MAX_DEPTH` deep are
-read; everything else streams through untouched.
-
-The prompt size is an estimate, not a tokenisation (the gateway has no tokenizer): a
-prompt given as token ids counts its ids; text counts one token per `CHARS_PER_TOKEN`
-characters (about right for English with BPE tokenizers); a chat request counts the text
-of every message (string contents and the `text` of content parts) plus
-`MESSAGE_OVERHEAD` tokens per message for the chat template. The policy compares sizes
-with bucket edges a factor of 8 apart (512, 4096), so this precision is enough.
+Only POST requests to `/v1/completions` and `/v1/chat/completions` with a complete JSON body
+of at most `MAX_BODY` bytes nested at most `MAX_DEPTH` deep are read. The prompt size is an
+estimate (no tokenizer): token ids count as they are, text as one token per `CHARS_PER_TOKEN`
+characters, plus `MESSAGE_OVERHEAD` per chat message; enough for bucket edges a factor of 8
+apart.
 """
 
 from __future__ import annotations

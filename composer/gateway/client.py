@@ -2,10 +2,8 @@
 
 Each call forwards one request (`METHOD PATH [BODY]`, a route of `composer.gateway.control`)
 through `python3 -m composer.gateway.ctl` inside the gateway container and parses the JSON it
-prints, so it works with remote Docker contexts and needs no port: who can exec into the
-container can control it, nobody else. The container object is passed in
-(one Docker client factory lives elsewhere); anything with Docker's
-`exec_run(cmd, demux=True)` works.
+prints: no port, and who can exec into the container can control it, nobody else. Anything
+with Docker's `exec_run(cmd, demux=True)` works as the container.
 
 Long waits (drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no
 single exec outlives a Docker client's read timeout (60 s by default). A backend call (sleep,
@@ -20,12 +18,14 @@ import json
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import MISSING, dataclass, field, fields
 from socket import SHUT_RDWR
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar, cast
 
 from composer.errors import GatewayControlError
 
+_T = TypeVar("_T")
 CALL_WAIT_S = 20.0
 # How often a drain with a progress callback asks the gateway what still runs.
 PROGRESS_EVERY_S = 1.0
@@ -66,20 +66,17 @@ class HoldInfo:
     """A control hold: requests wait while it exists, until released or its lease runs out."""
 
     id: str
-    owner: str
     lease_s: float
     expires_in_s: float
+    owner: str = ""
 
 
 @dataclass(frozen=True)
 class DrainReport:
-    """A finished drain: requests that finished, requests cut at the timeout, seconds taken,
-    streams paused to go on on the next variant (`continued`), streams it could not continue
-    (`refused`: they drained or were cut). The gateway's drain (`gate.Gate.drain`) returns
-    it and its control channel sends its fields as they are.
-
-    The drain's hold (`hold_id`) is still set: release it once the next backend serves.
-    """
+    """A finished drain (`gate.Gate.drain`, sent as it is): requests that finished, cut at the
+    timeout, seconds taken, streams paused to go on on the next variant (`continued`) and those
+    it could not continue (`refused`). Its hold (`hold_id`) is still set: release it once the
+    next backend serves."""
 
     hold_id: str
     drained: int
@@ -116,8 +113,7 @@ class GatewayState:
 
     @property
     def follower_attached(self) -> bool | None:
-        """True while a host's `compose-spec follow` long-polls (or did within 30 s); None
-        when the gateway does not say (an older gateway image)."""
+        """True while a host's `compose-spec follow` long-polls (or did within 30 s); None: not said."""
         switching = self.raw.get("switching")
         attached = switching.get("follower_attached") if isinstance(switching, dict) else None
         return attached if isinstance(attached, bool) else None
@@ -126,7 +122,8 @@ class GatewayState:
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
         """The live set, then its leaving members (empty: the single upstream serves)."""
         items = self.raw.get("upstreams")
-        return tuple(_upstream(d) for d in items if isinstance(d, dict)) if isinstance(items, list) else ()
+        items = items if isinstance(items, list) else []
+        return tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
 
 
 @dataclass(frozen=True)
@@ -136,10 +133,10 @@ class UpstreamInfo:
     name: str
     variant: str
     url: str
-    ready: bool
-    outstanding: int
-    served: int
-    errors: int
+    ready: bool = False
+    outstanding: int = 0
+    served: int = 0
+    errors: int = 0
     requests: int = 0
     leaving: bool = False
     error: str = ""
@@ -155,21 +152,6 @@ class UpstreamDrain:
     duration_s: float
     continued: int = 0  # its streams paused to go on on the other members
     refused: int = 0  # its streams that could not go on (they drain)
-
-
-def _upstream(d: Mapping[str, Any]) -> UpstreamInfo:
-    return UpstreamInfo(
-        name=str(d["name"]),
-        variant=str(d["variant"]),
-        url=str(d["url"]),
-        ready=bool(d.get("ready")),
-        outstanding=int(d.get("outstanding", 0)),
-        served=int(d.get("served", 0)),
-        errors=int(d.get("errors", 0)),
-        requests=int(d.get("requests", 0)),
-        leaving=bool(d.get("leaving")),
-        error=str(d.get("error", "")),
-    )
 
 
 @dataclass(frozen=True)
@@ -202,20 +184,27 @@ def body_text(body: Any) -> str:
     return (text[:200] + "...") if len(text) > 200 else (text or "an empty body")
 
 
-def _hold(d: Mapping[str, Any]) -> HoldInfo:
-    return HoldInfo(str(d["id"]), str(d.get("owner", "")), float(d["lease_s"]), float(d["expires_in_s"]))
+_CAST: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float, "bool": bool}
+
+
+def _parse(cls: type[_T], d: Mapping[str, Any], **given: Any) -> _T:
+    """A reply's dataclass from its JSON object: each field cast to its type; a missing field
+    takes its default (KeyError when it has none)."""
+    values = dict(given)
+    for f in fields(cast(Any, cls)):
+        if f.name not in given and (f.name in d or f.default is MISSING):
+            values[f.name] = _CAST[str(f.type)](d[f.name])
+    return cls(**values)
 
 
 def _state(d: Mapping[str, Any]) -> GatewayState:
-    return GatewayState(
-        upstream=str(d["upstream"]),
-        open=bool(d["open"]),
-        backend_ready=bool(d["backend_ready"]),
-        held=int(d["held"]),
-        inflight=int(d["inflight"]),
-        holds=tuple(_hold(h) for h in d.get("holds", [])),
-        raw=dict(d),
-    )
+    holds = tuple(_parse(HoldInfo, h) for h in d.get("holds", []))
+    return _parse(GatewayState, d, holds=holds, raw=dict(d))
+
+
+def _settle(waiting: Future[dict[str, Any] | None], message: dict[str, Any] | None) -> None:
+    with contextlib.suppress(InvalidStateError):  # answered already
+        waiting.set_result(message)
 
 
 class Tether:
@@ -250,7 +239,7 @@ class Session(Tether):
         super().__init__(sock)
         self._write = threading.Lock()
         self._ids = itertools.count(1)
-        self._waiting: dict[int, tuple[threading.Event, list[Any]]] = {}
+        self._waiting: dict[int, Future[dict[str, Any] | None]] = {}
         self.greeted = threading.Event()  # the session said hello: it runs commands
         self.ended = threading.Event()
         self.settled = threading.Event()  # greeted or ended, whichever came first
@@ -279,8 +268,8 @@ class Session(Tether):
             self.settled.set()
             with self._write:
                 waiting = list(self._waiting.values())
-            for event, _ in waiting:
-                event.set()
+            for reply in waiting:
+                _settle(reply, None)
 
     def _dispatch(self, line: bytes) -> None:
         try:
@@ -298,35 +287,33 @@ class Session(Tether):
             ident = message.get("id")
             slot = self._waiting.get(ident) if isinstance(ident, int) else None
         if slot is not None:
-            slot[1].append(message)
-            slot[0].set()
+            _settle(slot, message)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]]:
         """Forward one request through the session: (exit code, reply); SessionLost when it ended."""
         if self.ended.is_set():
             raise SessionLost(ran=False)
         ident = next(self._ids)
-        event: threading.Event = threading.Event()
-        got: list[Any] = []
+        waiting: Future[dict[str, Any] | None] = Future()
         line = (json.dumps({"id": ident, "method": method, "path": path, "body": body}) + "\n").encode()
         with self._write:
             if self.ended.is_set():  # the reader has already woken the calls it knew of
                 raise SessionLost(ran=False)
-            self._waiting[ident] = (event, got)
+            self._waiting[ident] = waiting
             try:
                 self._raw.sendall(line)
             except OSError as err:
                 del self._waiting[ident]
                 raise SessionLost(ran=False) from err
         try:
-            event.wait()
+            got = waiting.result()
         finally:
             with self._write:
                 self._waiting.pop(ident, None)
-        if not got:
+        if got is None:
             raise SessionLost(ran=self.greeted.is_set())
-        reply = got[0].get("reply")
-        return int(got[0].get("code", 1)), reply if isinstance(reply, dict) else {}
+        reply = got.get("reply")
+        return int(got.get("code", 1)), reply if isinstance(reply, dict) else {}
 
 
 class GatewayControl:
@@ -390,10 +377,8 @@ class GatewayControl:
         return _state(self._call("GET", "/state"))
 
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
-        """The gateway's state and each URL's `/is_sleeping` answer (None: no answer), in one exec.
-
-        The state is None when the control socket does not answer (the gateway is starting).
-        """
+        """The gateway's state (None: its socket does not answer yet) and each URL's
+        `/is_sleeping` answer (None: no answer), in one exec."""
         from .config import DEFAULT_CONTROL_SOCKET
 
         cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
@@ -411,17 +396,15 @@ class GatewayControl:
         return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
-        """Set a hold that expires after `lease_s` unless renewed or released.
-
-        Requests with the header `PROBE_HEADER: probe_token` pass this hold (see `drain`).
-        """
+        """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`:
+        see `drain`)."""
         body = {"lease_s": lease_s, "owner": owner, **({"probe_token": probe_token} if probe_token else {})}
-        return _hold(self._call("POST", "/hold", body)["hold"])
+        return _parse(HoldInfo, self._call("POST", "/hold", body)["hold"])
 
     def renew(self, hold_id: str, lease_s: float | None = None) -> HoldInfo:
         """Extend a hold's lease from now on."""
         body = {"id": hold_id, **({"lease_s": lease_s} if lease_s is not None else {})}
-        return _hold(self._call("POST", "/renew", body)["hold"])
+        return _parse(HoldInfo, self._call("POST", "/renew", body)["hold"])
 
     def release(
         self,
@@ -431,11 +414,8 @@ class GatewayControl:
         ok: bool | None = None,
         detail: str = "",
     ) -> list[str]:
-        """Remove one hold, or every hold; held requests flow in arrival order.
-
-        With `serving`/`ok`/`detail` it also tells the gateway how the switch the hold was
-        for ended (its status page and switch log show it).
-        """
+        """Remove one hold, or every hold; held requests flow in arrival order. `serving`/`ok`/
+        `detail`: how the switch the hold was for ended (the switch log shows it)."""
         body: dict[str, Any] = {"id": hold_id} if hold_id else {}
         if serving:
             body["serving"] = serving
@@ -459,48 +439,33 @@ class GatewayControl:
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
-        With a `probe_token`, requests that carry it in `PROBE_HEADER` pass the drain's hold
-        straight to the backend (never queued, never retried): the swap's gate uses them to
-        check the new variant before the held clients reach it. A `target` variant starts a
-        switch in the gateway's switch log (its status shows the stages as they pass).
-        `progress` gets what still runs about once every `PROGRESS_EVERY_S` while the drain
-        waits (never when nothing was in flight; an older gateway does not say).
-        `continue_streams`: the gateway pauses its eligible streams at once (they go on on the
-        next variant once the hold is released) and waits only for the other requests; else
-        the eligible streams still running at the timeout are paused instead of cut, unless
-        `gateway_leaving` (this gateway is replaced next: its streams cannot outlive it).
-        `max_model_len`: the next variant's; a stream that would not fit in it drains.
+        `probe_token`: requests carrying it in `PROBE_HEADER` pass the hold (the swap's gate).
+        `target`: starts a switch in the gateway's switch log. `progress` gets what still runs
+        about every `PROGRESS_EVERY_S`. `continue_streams`: eligible streams are paused at once
+        (they go on on the next variant after the release); else at the timeout instead of cut,
+        unless `gateway_leaving`. `max_model_len`: the next variant's (a longer stream drains).
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
+        optional = {
+            "probe_token": probe_token or None,
+            "target": target or None,
+            "continue": continue_streams or None,
+            "continue_at_timeout": False if gateway_leaving else None,
+            "max_model_len": max_model_len,
+        }
         body = {
             "timeout_s": timeout_s,
             "lease_s": lease_s,
             "owner": owner,
             "wait_s": min(step, timeout_s + 3.0),
         }
-        if probe_token:
-            body["probe_token"] = probe_token
-        if target:
-            body["target"] = target
-        if continue_streams:
-            body["continue"] = True
-        if gateway_leaving:
-            body["continue_at_timeout"] = False
-        if max_model_len is not None:
-            body["max_model_len"] = max_model_len
+        body.update((k, v) for k, v in optional.items() if v is not None)
         reply = self._call("POST", "/drain", body)
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
                 progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
             reply = self._call("GET", f"/drain/{reply['id']}?wait_s={step}")
-        return DrainReport(
-            str(reply["hold_id"]),
-            int(reply["drained"]),
-            int(reply["cut"]),
-            float(reply["duration_s"]),
-            int(reply.get("continued", 0)),
-            int(reply.get("refused", 0)),
-        )
+        return _parse(DrainReport, reply)
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
         """Apply these `GATEWAY_*` settings in place (`config.LIVE`); returns those in effect.
@@ -512,19 +477,16 @@ class GatewayControl:
         return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
     def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with `[{name, variant, url}, ...]` (gate new members first: they
-        get requests at once); members left out get no new requests (`drain_upstream` waits
-        for their in-flight ones). `[]` goes back to the single upstream."""
+        """Replace the live set with `[{name, variant, url}, ...]` (gated first: they get requests
+        at once; `[]`: the single upstream); members left out get no new requests."""
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
-        return tuple(_upstream(d) for d in reply.get("upstreams", []))
+        return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 
     def drain_upstream(
         self, name: str, timeout_s: float, continue_streams: bool = False, max_model_len: int | None = None
     ) -> UpstreamDrain:
-        """Wait up to `timeout_s` until the live upstream `name`, already left out of the set,
-        has no request in flight (then stop its container; what is left then fails).
-        `continue_streams`: its eligible streams are paused first, to go on on the other members
-        (but those that would not fit in their `max_model_len`)."""
+        """Wait up to `timeout_s` until the live upstream `name`, left out of the set, has nothing
+        in flight; `continue_streams`: its streams that fit in `max_model_len` go on elsewhere."""
         start = time.monotonic()
         continued = refused = 0
         while True:
@@ -587,11 +549,7 @@ class GatewayControl:
         """The gateway's pending switch demand, waiting up to `wait_s` for one (one exec)."""
         reply = self._call("GET", f"/demand?wait_s={min(wait_s, CALL_WAIT_S)}")
         found = reply.get("demand")
-        if not found:
-            return None
-        return SwitchDemand(
-            str(found["id"]), str(found["variant"]), str(found["reason"]), str(found["source"])
-        )
+        return _parse(SwitchDemand, found) if found else None
 
     def report_serving(
         self,
@@ -614,12 +572,9 @@ class GatewayControl:
 
     def tether(self, owner: str) -> Tether | None:
         """Tie the holds of `owner` to this process: a `ctl session` exec whose stdin stays open
-        until `Tether.close` (or this process's death, when the kernel closes the connection)
-        and then releases them. Every later call of this object goes through that session
-        (one `docker exec` for the whole swap) while it lasts, through an exec of its own after.
-        A gateway image without `session` gets a plain `ctl tether`. None when the exec target
-        cannot keep a stdin open (a plain `exec_run` target, e.g. `kubectl exec`): the lease
-        alone bounds the hold there, and each call is an exec."""
+        until `Tether.close` or this process dies, then releases them; later calls go through
+        it while it lasts. An image without `session` gets a plain `ctl tether`. None when the
+        target cannot keep a stdin open (e.g. `kubectl exec`): the lease alone bounds the hold."""
         api = getattr(getattr(self.container, "client", None), "api", None)
         container_id = getattr(self.container, "id", None)
         if api is None or container_id is None:

@@ -21,9 +21,11 @@ from .policy import WorkloadClass, parse_workloads
 
 DEFAULT_UPSTREAM = "http://vllm:8000"
 DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"
+CANDIDATES = "GATEWAY_UPSTREAM_CANDIDATES"
 MAX_LIVE = 64  # upstreams in a live set (they are metric labels: bounded)
 LIVE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}(/[A-Za-z0-9._-]{1,16})?")
 VARIANT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+NAME_CHARS = "letters, digits, '.', '_', '-' (at most 64)"
 
 # name -> (meaning, default) for documentation and for renderers that set them.
 ENV_VARS: dict[str, tuple[str, str]] = {
@@ -110,9 +112,8 @@ ENV_VARS: dict[str, tuple[str, str]] = {
 
 MAX_LEASE_S = 3600.0
 
-# name -> (lowest, highest) value the gateway accepts: the one place of these bounds; the
-# stack checks its `[gateway]` keys against them (composer.stack.gateway), so nothing the
-# gateway would refuse at start ever reaches it.
+# name -> (lowest, highest) value the gateway accepts: the one place of these bounds (the
+# stack checks its `[gateway]` keys against them, composer.stack.gateway).
 LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_PORT": (1, 65535),
     "GATEWAY_HOLD_TIMEOUT": (0.1, 86400.0),
@@ -135,35 +136,20 @@ LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_SPILL": (0, 100000),
 }
 
-# Settings a running gateway takes in place (`PUT /settings`); every other one (its port,
-# host, control socket, state folder, API key, served name, upstream, poll interval) is read
-# once at start and needs a new container.
-LIVE: tuple[str, ...] = (
-    "GATEWAY_UPSTREAM_CANDIDATES",
-    "GATEWAY_HOLD_TIMEOUT",
-    "GATEWAY_MAX_HELD",
-    "GATEWAY_DRAIN_TIMEOUT",
-    "GATEWAY_STALL_TIMEOUT",
-    "GATEWAY_CONTINUE_STREAMS",
-    "GATEWAY_UNRESPONSIVE_TIMEOUT",
-    "GATEWAY_HOLD_KEEPALIVE",
-    "GATEWAY_HOLD_LEASE",
-    "GATEWAY_RETRY_AFTER",
-    "GATEWAY_MAX_HEAD_BYTES",
-    "GATEWAY_HEAD_TIMEOUT",
-    "GATEWAY_BODY_TIMEOUT",
-    "GATEWAY_KEEP_ALIVE_TIMEOUT",
-    "GATEWAY_MAX_CONNECTIONS",
-    "GATEWAY_LOG_LEVEL",
-    "GATEWAY_SWITCH_ON_MODEL",
-    "GATEWAY_ALIASES",
-    "GATEWAY_POLICY",
-    "GATEWAY_MIN_RESIDENCY",
-    "GATEWAY_RESIDENCY_WAIT",
-    "GATEWAY_POLICY_WINDOW",
-    "GATEWAY_WORKLOADS",
-    "GATEWAY_SPILL",
-)
+# Settings read once at start (a change needs a new container); a running gateway takes every
+# other one in place (`LIVE`, `PUT /settings`).
+FIXED = {
+    "GATEWAY_UPSTREAM",
+    "GATEWAY_LIVE_UPSTREAMS",
+    "GATEWAY_HOST",
+    "GATEWAY_PORT",
+    "GATEWAY_SERVED_NAME",
+    "GATEWAY_POLL_INTERVAL",
+    "GATEWAY_CONTROL_SOCKET",
+    "GATEWAY_STATE_DIR",
+    "VLLM_API_KEY",
+}
+LIVE: tuple[str, ...] = tuple(name for name in ENV_VARS if name not in FIXED)
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 POLICIES = ("manual", "auto")
@@ -182,10 +168,8 @@ class LiveSpec:
 
 
 def parse_live(items: object, where: str = "GATEWAY_LIVE_UPSTREAMS") -> tuple[LiveSpec, ...]:
-    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique.
-
-    Raises ValueError with a one-line message naming the problem and the allowed values.
-    """
+    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique;
+    ValueError (one line, with the allowed values) otherwise."""
     if not isinstance(items, list) or len(items) > MAX_LIVE:
         raise ValueError(f"{where} must be a JSON list of at most {MAX_LIVE} {{name, variant, url}} objects")
     specs: dict[str, LiveSpec] = {}
@@ -194,10 +178,7 @@ def parse_live(items: object, where: str = "GATEWAY_LIVE_UPSTREAMS") -> tuple[Li
             raise ValueError(f"{where}: item {item!r} is invalid; allowed: an object with name, variant, url")
         variant = item.get("variant")
         if not isinstance(variant, str) or not VARIANT.fullmatch(variant):
-            raise ValueError(
-                f"{where}: variant {variant!r} is invalid; "
-                "allowed: letters, digits, '.', '_', '-' (at most 64)"
-            )
+            raise ValueError(f"{where}: variant {variant!r} is invalid; allowed: {NAME_CHARS}")
         name = item.get("name") or f"{variant}/1"
         if not isinstance(name, str) or not LIVE_NAME.fullmatch(name):
             raise ValueError(f"{where}: name {name!r} is invalid; allowed: VARIANT/REPLICA, e.g. mtp/1")
@@ -328,43 +309,38 @@ def _limited(env: Mapping[str, str], name: str) -> float:
     except ValueError:
         value = math.nan
     if not (low <= value <= high):
-        if isinstance(default, int):
-            raise GatewayConfigError(
-                f"{name}={raw!r} is invalid; allowed: an integer from {low:.0f} to {high:.0f}"
-            )
-        raise GatewayConfigError(
-            f"{name}={raw!r} is invalid; allowed: a number of seconds from {low:g} to {high:g}"
-        )
+        kind = f"an integer from {low:.0f} to {high:.0f}" if isinstance(default, int) else None
+        raise _invalid(name, raw, kind or f"a number of seconds from {low:g} to {high:g}")
+    return value
+
+
+def _invalid(name: str, raw: str, allowed: str) -> GatewayConfigError:
+    return GatewayConfigError(f"{name}={raw!r} is invalid; allowed: {allowed}")
+
+
+def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
+    """One of `choices` (lower case; empty: `default`)."""
+    value = env.get(name, "").strip().lower() or default
+    if value not in choices:
+        raise _invalid(name, value, ", ".join(choices))
     return value
 
 
 def load_config(env: Mapping[str, str]) -> GatewayConfig:
     """Read and validate every `GATEWAY_*` variable (and `VLLM_API_KEY`) from `env`."""
-    level = env.get("GATEWAY_LOG_LEVEL", "").strip().lower() or "info"
-    if level not in LOG_LEVELS:
-        raise GatewayConfigError(f"GATEWAY_LOG_LEVEL={level!r} is invalid; allowed: {', '.join(LOG_LEVELS)}")
     socket_path = env.get("GATEWAY_CONTROL_SOCKET", "").strip() or DEFAULT_CONTROL_SOCKET
     if not socket_path.startswith("/") or len(socket_path.encode()) > 100:
-        raise GatewayConfigError(
-            f"GATEWAY_CONTROL_SOCKET={socket_path!r} is invalid; "
-            "allowed: an absolute path of at most 100 bytes"
-        )
+        raise _invalid("GATEWAY_CONTROL_SOCKET", socket_path, "an absolute path of at most 100 bytes")
     state_dir = env.get("GATEWAY_STATE_DIR", "").strip()
     if state_dir and not state_dir.startswith("/"):
-        raise GatewayConfigError(
-            f"GATEWAY_STATE_DIR={state_dir!r} is invalid; allowed: an absolute path, or empty (memory only)"
-        )
-    policy = env.get("GATEWAY_POLICY", "").strip().lower() or "manual"
-    if policy not in POLICIES:
-        raise GatewayConfigError(f"GATEWAY_POLICY={policy!r} is invalid; allowed: {', '.join(POLICIES)}")
-    switch = _flag(env, "GATEWAY_SWITCH_ON_MODEL", False)
+        raise _invalid("GATEWAY_STATE_DIR", state_dir, "an absolute path, or empty (memory only)")
+    policy = _choice(env, "GATEWAY_POLICY", POLICIES, "manual")
     try:
         workloads = parse_workloads(env.get("GATEWAY_WORKLOADS", ""))
     except ValueError as err:
         raise GatewayConfigError(f"GATEWAY_WORKLOADS is invalid: {err}") from err
     if policy == "auto" and not workloads:
         raise GatewayConfigError("GATEWAY_POLICY=auto needs GATEWAY_WORKLOADS (workload classes)")
-    host = env.get("GATEWAY_HOST", "").strip() or "0.0.0.0"
     served = env.get("GATEWAY_SERVED_NAME", "").strip()
     live_raw = env.get("GATEWAY_LIVE_UPSTREAMS", "").strip()
     try:
@@ -376,16 +352,16 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
     numbers: dict[str, Any] = {field_name(name): _limited(env, name) for name in LIMITS}
     return GatewayConfig(
         upstream=check_upstream(env.get("GATEWAY_UPSTREAM", "").strip() or DEFAULT_UPSTREAM),
-        upstream_candidates=_candidates(env.get("GATEWAY_UPSTREAM_CANDIDATES", "")),
-        host=host,
+        upstream_candidates=tuple(check_upstream(url, CANDIDATES) for url in _items(env, CANDIDATES)),
+        host=env.get("GATEWAY_HOST", "").strip() or "0.0.0.0",
         served_name=served,
         control_socket=socket_path,
-        log_level=level,
+        log_level=_choice(env, "GATEWAY_LOG_LEVEL", LOG_LEVELS, "info"),
         state_dir=state_dir,
         api_key=env.get("VLLM_API_KEY", ""),
-        switch_on_model=switch,
+        switch_on_model=_flag(env, "GATEWAY_SWITCH_ON_MODEL", False),
         continue_streams=_flag(env, "GATEWAY_CONTINUE_STREAMS", True),
-        aliases=_aliases(env.get("GATEWAY_ALIASES", ""), served),
+        aliases=_aliases(_items(env, "GATEWAY_ALIASES"), served),
         policy=policy,
         workloads=workloads,
         live_upstreams=live,
@@ -398,20 +374,19 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
     """A true/false variable (1/0 too; empty: `default`)."""
     raw = env.get(name, "").strip().lower()
     if raw not in ("", "true", "false", "1", "0"):
-        raise GatewayConfigError(f"{name}={raw!r} is invalid; allowed: true, false")
+        raise _invalid(name, raw, "true, false")
     return default if not raw else raw in ("true", "1")
 
 
-def _candidates(raw: str) -> tuple[str, ...]:
-    """`URL,...`: each a backend base URL (see `check_upstream`)."""
-    urls = filter(None, (part.strip() for part in raw.split(",")))
-    return tuple(check_upstream(url, "GATEWAY_UPSTREAM_CANDIDATES") for url in urls)
+def _items(env: Mapping[str, str], name: str) -> list[str]:
+    """The comma-separated items `name` sets (empty ones left out)."""
+    return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
 
 
-def _aliases(raw: str, served: str) -> tuple[tuple[str, str], ...]:
-    """`ALIAS=VARIANT,...`: each alias once, never the served name."""
+def _aliases(items: list[str], served: str) -> tuple[tuple[str, str], ...]:
+    """`ALIAS=VARIANT` items: each alias once, never the served name."""
     pairs: dict[str, str] = {}
-    for item in filter(None, (part.strip() for part in raw.split(","))):
+    for item in items:
         alias, sep, variant = item.partition("=")
         if not sep or not alias.strip() or not variant.strip():
             raise GatewayConfigError(f"GATEWAY_ALIASES item {item!r} is invalid; allowed: ALIAS=VARIANT")

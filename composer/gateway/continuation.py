@@ -2,38 +2,29 @@
 token for token, as the same response.
 
 For each eligible streamed `/v1/completions` or `/v1/chat/completions` request (`prepare`),
-the gateway asks upstream for `"return_token_ids": true` and `Stream` records, from the SSE
-events as they pass, the prompt's token ids (the first chunk: `prompt_token_ids` at its top
-level for chat, in the choice for completions; both places are read) and the `token_ids` of
-every chunk; it removes those fields unless the client asked for them. When the upstream
+the gateway asks upstream for `"return_token_ids": true`; `Stream` records the prompt's token
+ids (first chunk; top level for chat, in the choice for completions) and each chunk's
+`token_ids`, and removes those fields unless the client asked for them. When the upstream
 breaks after the head was sent (its connection fails, it ends without `[DONE]`, or it stalls),
 `Stream.relay` asks the proxy for a new leg (`Reopen`: the gate's hold, then a ready upstream)
-with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens` and `min_tokens`
-reduced by what was emitted, every other field unchanged, and streams it back with the first
-response's `id`, `created`, `model` and object type (the `delta` shape for chat) and `usage`
-counted from the original prompt. The prompt stops at the last emitted id whose text reached
-the client (`settled`): ids whose chunks came with no text hold the first bytes of a character
-(vLLM holds such text back), and vLLM 0.32 answers a prompt that ends inside a character with
-the whole prompt's text in its first chunk. The new leg sends those ids again; the client,
-which has them, does not get them twice. (A chunk of several ids, from speculative decoding,
-whose text is not empty but whose last ids hold back part of a character is not seen.)
-A leg that cannot be opened ends the stream with an error event
-(`gateway_continuation_failed_total`).
+with `/v1/completions`, `prompt` = prompt ids + emitted ids, `max_tokens`/`min_tokens` reduced
+by what was emitted, every other field unchanged, and streams it back under the first
+response's `id`, `created`, `model` and object type (`delta` for chat), `usage` counted from
+the original prompt. The prompt stops at the last emitted id whose text reached the client
+(`settled`: vLLM holds back the first bytes of a character, and answers a prompt that ends
+inside one with the whole prompt's text). A leg that cannot be opened ends the stream with an
+error event (`gateway_continuation_failed_total`).
 
-Refused (today's behaviour, counted by reason in `gateway_continuation_refused_total`,
-`metrics.CONTINUATION_REFUSALS`): `n`
-or `best_of` above 1, `echo`, `prompt_logprobs`, structured output (`response_format`
-json_object / json_schema / structural_tag, `guided_*`, `structured_outputs`), `tools`
-(a request that may call one) and `tool_call` (a stream that started one), non-zero presence
-or frequency `penalties` (they count output tokens only and would reset), `reasoning` (a chat
-stream that shows `reasoning_content`: the split would be lost), `logprobs` on chat (the
-shapes differ), `batch` (several prompts), `no_token_ids` (the upstream sent no prompt ids),
-`max_model_len` (at a planned switch, its prompt plus `max_tokens` would not fit in the next
-upstream's context) and `format` (events the gateway cannot read).
+Refused, counted by reason in `gateway_continuation_refused_total` (`metrics.CONTINUATION_REFUSALS`):
+`n`/`best_of` above 1, `echo`, `prompt_logprobs`, structured output, `tools`, `tool_call` (a
+stream that started one), non-zero presence/frequency `penalties`, `reasoning` (a chat stream
+showing `reasoning_content`), `logprobs` on chat, `batch` (several prompts), `no_token_ids`,
+`max_model_len` (at a planned switch: it would not fit in the next upstream's context) and
+`format` (events the gateway cannot read).
 
-A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams(url)`): the leg
-stops being read and is let go with no failure counted, and the stream goes on as after a
-break, on the upstream the gate admits it to next (held meanwhile, as the switch holds).
+A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams`): the leg is let go
+with no failure counted, and the stream goes on as after a break, on the upstream the gate
+admits it to next.
 """
 
 from __future__ import annotations
@@ -86,14 +77,12 @@ MAX_EVENT = 1 << 20  # bytes of an unfinished event kept; past it the stream pas
 DONE = b"[DONE]"
 KEEPALIVE = b": the gateway continues this stream on another upstream\n\n"
 BREAK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
-# A `"token_ids"` or `"prompt_token_ids"` member whose value is a list of ids, with the comma
-# that joins it to its neighbour. A raw `"` never occurs inside a JSON string (it is written
-# `\"`), so this matches members only, never text a string carries.
+# A `"token_ids"` or `"prompt_token_ids"` member (a list of ids, or null) with its comma. A raw
+# `"` never occurs inside a JSON string, so this matches members only, never text.
 ID_MEMBER = re.compile(
     rb',\s*"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)'
     rb'|"(?:prompt_)?token_ids"\s*:\s*(?:\[[0-9,\s]*\]|null)\s*,?'
 )
-"""An id member (a list of ids, or null as vLLM sends where it has none) with its comma."""
 
 _IDS_KEY = b'"token_ids":'
 _NULL_PROMPT_IDS = re.compile(rb', ?"prompt_token_ids": ?null(?=[,}])')
@@ -108,11 +97,9 @@ _HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
 
 def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
     """The ids of an ordinary mid-stream event, read from its bytes, and the spans of its id
-    members with their joining commas (its `token_ids`, and the `"prompt_token_ids": null`
-    vLLM sends after the first chunk); None when the event is anything else (the caller
-    parses it then): one `"token_ids"` key, after `"choices"`, holding a non-empty list of
-    ids, no other id member, nothing `_NOT_PLAIN` matches. A raw `"` never occurs inside a
-    JSON string, so what is found here is structure, never text."""
+    members with their commas; None for any other event (the caller parses it): one
+    `"token_ids"` list after `"choices"`, at most a `"prompt_token_ids": null` beside it, nothing
+    `_NOT_PLAIN` matches."""
     key = raw.find(_IDS_KEY)
     if key < 0 or raw.find(b'"choices"', 0, key) < 0 or _NOT_PLAIN.search(raw) is not None:
         return None
@@ -273,9 +260,8 @@ class Stream:
         return self.leg.upstream if self.leg is not None else ""
 
     def pause(self, context: int | None = None) -> bool:
-        """Stop reading the current leg: the stream goes on as after a break, with no failure
-        counted (False: nothing to pause, or it cannot go on). `context`: the next upstream's
-        max_model_len; a stream whose continuation would not fit in it is not paused."""
+        """Stop reading the current leg: it goes on as after a break, no failure counted (False:
+        it cannot, or would not fit in `context`, the next upstream's max_model_len)."""
         if self.leg is None or self.refused is not None or self.done:
             return False
         if self.head and self.prompt_ids is None:  # its upstream sends no token ids: it drains
@@ -292,8 +278,6 @@ class Stream:
         if self.refused is None:
             self.refused = reason
             self.metrics.continuation_refused.labels(reason).inc()
-
-    # -- the events ----------------------------------------------------------------------
 
     def feed(self, chunk: bytes) -> bytes:
         """Record what `chunk` carries; return what the client gets (whole events only)."""
@@ -438,8 +422,6 @@ class Stream:
         prompt = len(self.prompt_ids or ())
         return {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
 
-    # -- continuing ----------------------------------------------------------------------
-
     def _following(self) -> tuple[str, bytes] | None:
         """The request that takes the stream on: the client's again while nothing reached it,
         else the continuation from its token ids; None when it cannot go on."""
@@ -497,11 +479,9 @@ class Stream:
     async def relay(
         self, leg: Leg, reopen: Reopen, keepalive: float = 0.0, running: set[Stream] | None = None
     ) -> AsyncIterator[bytes]:
-        """The client's stream: `leg`'s events, then, each time an upstream breaks (or the
-        leg is paused), those of the leg `reopen` opens (SSE comments every `keepalive`
-        seconds while it waits); the stream is in `running` meanwhile. A first leg that
-        breaks and cannot go on ends as without continuation: its connection error is raised
-        again, a stall's error event is sent, an early end just ends."""
+        """The client's stream: `leg`'s events, then those of the leg `reopen` opens each time
+        one breaks or is paused (SSE comments every `keepalive` s meanwhile); in `running` while
+        it lasts. A first leg that cannot go on ends as without continuation."""
         sent_at = time.monotonic()
         paused_at: float | None = None
         running = set() if running is None else running

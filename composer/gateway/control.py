@@ -2,35 +2,20 @@
 
 Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
 body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
-Routes (JSON in, JSON out; errors are `{"error": ...}` with 400/404/502):
+JSON in, JSON out; errors are `{"error": ...}` with 400 (bad input), 404 (unknown id) or 502
+(the backend did not answer). `GatewayControl`'s method of the same name says what each does:
 
-| route | does |
-|---|---|
-| `GET /state` | upstream, readiness, holds, held, in flight, counters, `waking` |
-| `POST /hold {lease_s?, owner?}` | set a hold (expires after the lease unless renewed) |
-| `POST /renew {id, lease_s?}` | extend a hold's lease |
-| `POST /release {id?, serving?, ok?, detail?}` | remove one hold, or all; held requests flow in |
-|  | arrival order; `serving`/`ok`/`detail`: what serves after the switch the hold was for |
-| `POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, continue?, continue_at_timeout?,` | hold, |
-| `max_model_len?}` | wait for in-flight requests, cut at timeout; `target` (a variant) starts a switch |
-|  | in the status's switch log; `continue`: pause eligible streams at once (they go on on the next |
-|  | upstream after the release) and wait only for the rest; else they are paused at the timeout instead |
-|  | of cut, unless `continue_at_timeout` is false (the gateway is replaced next); the result's |
-|  | `continued` counts them; `max_model_len` (the next upstream's): a longer stream is not paused |
-| `GET /drain/{id}?wait_s=` | wait for a drain started earlier and return its result; while it |
-|  | runs: `{"done": false, "inflight", "elapsed_s"}` (the drain's progress) |
-| `POST /route {upstream}` | forward to another backend from now on |
-| `POST /wait-ready {timeout_s}` | wait until the backend is ready |
-| `POST /backend {method, path, query?, json?, timeout_s?}` | call the backend directly (dev routes) |
-| `GET /demand?wait_s=` | the pending switch demand (`{"demand": null}` when none came within wait_s) |
-| `POST /serving {variant, demand?, ok?, detail?}` | the host reports what serves, and how a demand ended |
-| `POST /upstreams {upstreams: [{name, variant, url}]}` | replace the live set (new members count as |
-|  | ready: the host gated them; members that leave get no new requests); `[]`: the set of one |
-| `POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}` | wait until a member that left |
-|  | has no requests in flight; `continue`: its eligible streams (that fit in `max_model_len`) go on on |
-|  | the other members first (`continued`) |
-| `PUT /settings {settings: {GATEWAY_X: value}}` | apply settings in place (`config.LIVE`; "" is |
-|  | the default), validated whole as at start, kept for a restart; `GET /settings`: in effect |
+    GET /state                    POST /hold {lease_s?, owner?, probe_token?}
+    POST /renew {id, lease_s?}    POST /release {id?, serving?, ok?, detail?}
+    POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?,
+                 continue_at_timeout?, max_model_len?}
+    GET /drain/{id}?wait_s=       (while it runs: {"done": false, "inflight", "elapsed_s"})
+    POST /route {upstream}        POST /wait-ready {timeout_s}
+    POST /backend {method, path, query?, json?, timeout_s?}
+    GET /demand?wait_s=           POST /serving {variant, demand?, ok?, detail?, follower?}
+    POST /upstreams {upstreams: [{name, variant, url}]}
+    POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}
+    GET /settings                 PUT /settings {settings: {GATEWAY_X: value}}
 
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
@@ -42,7 +27,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import re
 import secrets
 import time
 from collections import OrderedDict
@@ -58,7 +42,7 @@ from starlette.routing import Route
 from composer.errors import GatewayConfigError
 
 from .client import DrainReport
-from .config import MAX_LEASE_S, check_upstream, parse_live
+from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
 from .gate import UnknownHold
 
 if TYPE_CHECKING:
@@ -66,7 +50,6 @@ if TYPE_CHECKING:
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16
-VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 class BadInput(ValueError):
@@ -116,60 +99,9 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value in (None, ""):
         return None
-    if not isinstance(value, str) or not VARIANT_NAME.fullmatch(value):
+    if not isinstance(value, str) or not VARIANT.fullmatch(value):
         raise BadInput(f"{key} must be a variant name (letters, digits, '.', '_', '-'; at most 64)")
     return value
-
-
-class Drains:
-    """Drains started through the control channel, kept until a caller has read them."""
-
-    def __init__(self, gateway: Gateway) -> None:
-        self._tasks: OrderedDict[str, asyncio.Task[DrainReport]] = OrderedDict()
-        self._started: dict[str, float] = {}
-        self._gateway = gateway
-
-    def start(
-        self,
-        timeout: float,
-        lease: float,
-        owner: str,
-        probe_token: str = "",
-        on_done: Callable[[DrainReport], None] | None = None,
-        pause: bool = False,
-        pause_late: bool = True,
-        context: int | None = None,
-    ) -> str:
-        gateway = self._gateway
-        drain_id = secrets.token_hex(6)
-        pauses = gateway.proxy.continue_streams and (pause or pause_late)
-        pausing = functools.partial(gateway.proxy.pause_streams, None, context) if pauses else None
-        task = asyncio.get_running_loop().create_task(
-            gateway.gate.drain(timeout, lease, owner, probe_token, pausing, pause_first=pause)
-        )
-        if on_done is not None:
-            task.add_done_callback(lambda t: None if t.cancelled() or t.exception() else on_done(t.result()))
-        self._tasks[drain_id] = task
-        self._started[drain_id] = time.monotonic()
-        while len(self._tasks) > KEEP_DRAINS:
-            gone, _ = self._tasks.popitem(last=False)
-            self._started.pop(gone, None)
-        return drain_id
-
-    async def wait(self, drain_id: str, wait_s: float) -> dict[str, Any]:
-        task = self._tasks.get(drain_id)
-        if task is None:
-            raise KeyError(drain_id)
-        done, _ = await asyncio.wait({task}, timeout=wait_s)
-        if not done:  # progress: what still runs, and for how long the drain has waited
-            elapsed = time.monotonic() - self._started.get(drain_id, time.monotonic())
-            return {
-                "id": drain_id,
-                "done": False,
-                "inflight": self._gateway.gate.inflight,
-                "elapsed_s": round(elapsed, 3),
-            }
-        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
 
 class BackendUnreachable(Exception):
@@ -191,7 +123,7 @@ class Control:
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
-        self.drains = Drains(gateway)
+        self._drains: OrderedDict[str, tuple[asyncio.Task[DrainReport], float]] = OrderedDict()
 
     def _lease(self, args: dict[str, Any]) -> float:
         default = self.gateway.config.hold_lease
@@ -237,19 +169,44 @@ class Control:
         target = _variant(args, "target")
         token = _probe_token(args)
         pause, pause_late = _flag(args, "continue", False), _flag(args, "continue_at_timeout", True)
-        log = gateway.status.switches
+        context = _context(args)
+        pausing = None
+        if gateway.proxy.continue_streams and (pause or pause_late):
+            pausing = functools.partial(gateway.proxy.pause_streams, None, context)
+        drain = gateway.gate.drain(timeout, lease, owner, token, pausing, pause_first=pause)
+        task = asyncio.get_running_loop().create_task(drain)
         if target is not None:
+            log = gateway.status.switches
             log.begin(target, gateway.switcher.serving, owner or "control")
-        on_done = (
-            (lambda r: log.drained(r.hold_id, r.drained, r.cut, r.continued, r.refused))
-            if target is not None
-            else None
-        )
-        drain_id = self.drains.start(timeout, lease, owner, token, on_done, pause, pause_late, _context(args))
-        return await self.drains.wait(drain_id, wait_s)
+
+            def drained(t: asyncio.Task[DrainReport]) -> None:
+                if not t.cancelled() and not t.exception():
+                    r = t.result()
+                    log.drained(r.hold_id, r.drained, r.cut, r.continued, r.refused)
+
+            task.add_done_callback(drained)
+        drain_id = secrets.token_hex(6)
+        self._drains[drain_id] = (task, time.monotonic())
+        while len(self._drains) > KEEP_DRAINS:  # kept until a caller has read them
+            self._drains.popitem(last=False)
+        return await self._drain_result(drain_id, wait_s)
 
     async def drain_wait(self, args: dict[str, Any]) -> dict[str, Any]:
-        return await self.drains.wait(str(args["id"]), _wait(args))
+        return await self._drain_result(str(args["id"]), _wait(args))
+
+    async def _drain_result(self, drain_id: str, wait_s: float) -> dict[str, Any]:
+        """The drain's result, or its progress when it still runs after `wait_s`."""
+        task, started = self._drains[drain_id]
+        done, _ = await asyncio.wait({task}, timeout=wait_s)
+        if not done:
+            elapsed = round(time.monotonic() - started, 3)
+            return {
+                "id": drain_id,
+                "done": False,
+                "inflight": self.gateway.gate.inflight,
+                "elapsed_s": elapsed,
+            }
+        return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
     async def route(self, args: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -281,24 +238,25 @@ class Control:
         if "json" in args:
             kwargs["json"] = args["json"]
         waking = method == "POST" and path == "/wake_up"
-        switches = gateway.status.switches
-        if method == "POST":
-            switches.backend_call(path, None)
+
+        def call(ok: bool | None) -> None:  # a POST (/sleep, /wake_up) is a stage of the switch
+            if method == "POST":
+                gateway.status.switches.backend_call(path, ok)
+                if ok is not None:
+                    gateway.metrics.count_sleep_call(path, ok)
+
+        call(None)
         if waking:
             gateway.metrics.waking.set(1)
         try:
             reply = await gateway.backend_client.request(method, gateway.upstream.url + path, **kwargs)
         except httpx.HTTPError as err:
-            if method == "POST":
-                gateway.metrics.count_sleep_call(path, ok=False)
-                switches.backend_call(path, False)
+            call(False)
             raise BackendUnreachable(f"backend unreachable: {type(err).__name__}: {err}") from err
         finally:
             if waking:
                 gateway.metrics.waking.set(0)
-        if method == "POST":
-            gateway.metrics.count_sleep_call(path, ok=reply.status_code == 200)
-            switches.backend_call(path, reply.status_code == 200)
+        call(reply.status_code == 200)
         try:
             payload: Any = reply.json()
         except ValueError:

@@ -1,30 +1,16 @@
 """`python3 -m composer.gateway.ctl METHOD PATH [BODY]`: one request to the control socket.
 
 Runs inside the gateway container (the host reaches it with `docker exec`, so control access
-is Docker access). It forwards the request as it is (the routes are `composer.gateway.control`'s
-`VERBS`; BODY is a JSON object) and prints the reply, one JSON object. Exit 0 with the reply
-on stdout; 1 with `{"error": ...}` when the gateway refuses or cannot be reached; 2 for bad
-usage. For example:
+is Docker access) and forwards the request as it is (a route of `control.VERBS`; BODY is a
+JSON object, e.g. `POST /drain '{"timeout_s": 60}'`), then prints the reply, one JSON object.
+Exit 0 with the reply; 1 with `{"error": ...}` when the gateway refuses or cannot be reached;
+2 for bad usage.
 
-    GET /state
-    POST /drain '{"timeout_s": 60, "owner": "me"}'
-    GET '/drain/ID?wait_s=10'
-    POST /release '{"id": "ID"}'
-    POST /upstreams '{"upstreams": [{"name": "mtp/1", "variant": "mtp", "url": "http://..."}]}'
-    PUT /settings '{"settings": {"GATEWAY_MAX_HELD": "250"}}'
-    tether --owner NAME
-    session --owner NAME
-
-`tether` reads its stdin until it closes, then releases every hold of OWNER: a swap keeps
-one open (a long-lived `docker exec` with stdin attached) for as long as it holds, so its
-holds end as soon as its process dies, whatever the lease.
-
-`session` is a tether that also forwards requests: it prints `{"session": OWNER, "requests": true}` once, then
-reads one JSON object per line, `{"id": N, "method": M, "path": P, "body": {...}}`, and
-prints one line per request, `{"id": N, "code": EXIT, "reply": {...}}`, in the order they
-finish (each runs on its own thread, so a renewal never waits behind a long wait). A swap
-runs its whole control channel through one `docker exec` this way; at EOF it releases
-OWNER's holds like `tether`.
+`tether --owner NAME` reads its stdin until it closes, then releases every hold of NAME: a swap
+keeps one open (a `docker exec` with stdin attached) so its holds end when its process dies.
+`session --owner NAME` is a tether that also forwards requests: it prints `{"session": NAME,
+"requests": true}`, then reads `{"id": N, "method": M, "path": P, "body": {...}}` lines and
+prints `{"id": N, "code": EXIT, "reply": {...}}` lines as they finish (each on its own thread).
 """
 
 from __future__ import annotations
@@ -71,11 +57,8 @@ def request(method: Any, path: Any, body: Any = None) -> tuple[str, str, dict[st
 
 @functools.cache
 def _client(socket_path: str) -> httpx.Client:
-    """One client per control socket for this process (a session's requests share it).
-
-    Plain HTTP over a Unix socket: no TLS context is built (`verify=False` skips reading
-    the CA bundle, about 50 ms per client in the gateway's image, which every request of a
-    swap's session paid on the clients' hold)."""
+    """One client per control socket for this process; `verify=False`: no CA bundle is read
+    (about 50 ms per client) for plain HTTP over a Unix socket."""
     transport = httpx.HTTPTransport(uds=socket_path, verify=False)
     return httpx.Client(
         transport=transport, base_url="http://gateway", timeout=httpx.Timeout(3700.0), verify=False

@@ -129,8 +129,6 @@ class Gate:
         self.stopping = False
         self._pinned: set[str] = set()  # holds of drains under way: their lease starts at the end
 
-    # -- state -----------------------------------------------------------------------------
-
     @property
     def is_open(self) -> bool:
         """True when requests may pass: the backend is ready and no control hold is set."""
@@ -181,8 +179,6 @@ class Gate:
         log.info("backend %s", "ready" if ready else "not ready: holding new requests")
         self._kick()
 
-    # -- admission -------------------------------------------------------------------------
-
     def deadline(self) -> float:
         """The monotonic time until which a request arriving now may be held."""
         return time.monotonic() + self.hold_timeout
@@ -203,14 +199,9 @@ class Gate:
         disconnected: Awaitable[Any] | None = None,
         hold: bool = True,
     ) -> Ticket:
-        """Wait for a turn and return a ticket; raise `Refused` or `ClientGone`.
-
-        `front=True` puts a request that has already waited (its backend went away under it)
-        at the head of the queue, ignoring `max_held`. `disconnected` completes when the
-        client goes away; a waiting request then leaves the queue. `hold=False` (a request
-        without the key, when one is set) never waits: it is refused with 503 at once rather
-        than take a place keyed clients need.
-        """
+        """Wait for a turn and return a ticket; raise `Refused` or `ClientGone` (`disconnected`
+        completed). `front`: at the head of the queue, past `max_held` (it has waited already);
+        `hold=False` (no key): refused with 503 rather than wait."""
         if self._passes():
             # even while stopping: a request on a connection this gateway accepted before it
             # closed its listener is served (a graceful stop, and a replacement's hand-over)
@@ -307,14 +298,9 @@ class Gate:
         if not self._inflight and self._idle is not None:
             self._idle.set()
 
-    # -- control holds -----------------------------------------------------------------------
-
     def add_hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> Hold:
-        """Set a hold that expires after `lease_s` seconds unless renewed or released.
-
-        A request carrying the hold's `probe_token` passes the hold straight to the backend:
-        the swap's readiness gate checks the new variant before held clients reach it.
-        """
+        """Set a hold that expires after `lease_s` seconds unless renewed or released; a request
+        carrying its `probe_token` passes it (the swap's gate)."""
         now = time.monotonic()
         hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s, probe_token=probe_token)
         self._holds[hold.id] = hold
@@ -377,8 +363,6 @@ class Gate:
         self.metrics.hold_active.set(1 if self._holds else 0)
         self._kick()
 
-    # -- drain -------------------------------------------------------------------------------
-
     async def drain(
         self,
         timeout: float,
@@ -390,16 +374,10 @@ class Gate:
     ) -> DrainReport:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
-        `pause` (the proxy's `pause_streams`) pauses the streams that can go on on the next
-        upstream the gate admits them to; `DrainReport.continued` counts them (`refused`: the
-        streams it could not continue, which drain or are cut). It is called
-        once the hold is set (`pause_first`: the drain waits only for the rest), or else when
-        the drain runs out, so that a continuation replaces the cut of those streams.
-
-        The hold stays set so the caller can stop the backend and then release it;
-        `DrainReport.hold_id` names it. It never expires while the drain runs: its lease starts
-        when the drain ends (a drain may take longer than the lease).
-        """
+        `pause` (the proxy's `pause_streams`) runs once the hold is set (`pause_first`: the drain
+        waits only for the rest), else at the timeout instead of the cut of those streams. The
+        hold stays set (`DrainReport.hold_id`) for the caller to release; its lease starts when
+        the drain ends."""
         started = time.monotonic()
         hold = self.add_hold(lease_s, owner or "drain", probe_token)
         self._pinned.add(hold.id)  # the owner waits for the drain: its lease runs from the end

@@ -1,15 +1,10 @@
 """Keep-alive for held streaming requests: a live connection while the model is not ready.
 
-A `stream: true` request that waits (for a ready backend, a swap, or a switch to its alias's
-variant) gets, once it has waited `hold_keepalive` seconds, the response headers (200,
-`text/event-stream`) and then an SSE comment line every `hold_keepalive` seconds, so clients
-and proxies (nginx's 60 s read timeout) see a live connection through a cold start of
-minutes; the tokens follow on the same response. SSE clients ignore comment lines.
-
-Once the headers are out, the status cannot change: whatever answer comes later (the
-backend's, or the gateway's own refusal) goes on as it is when it is a success, and becomes
-an SSE error event in OpenAI's shape followed by `[DONE]` when it is an error. Requests that
-are not streaming, or that wait less than one interval, are answered exactly as before.
+A `stream: true` request that has waited `hold_keepalive` seconds gets the response headers
+(200, `text/event-stream`) and then an SSE comment line every `hold_keepalive` seconds, so
+clients and proxies (nginx's 60 s read timeout) see a live connection through a cold start.
+Once the headers are out, a later success goes on as it is and an error becomes an SSE error
+event in OpenAI's shape followed by `[DONE]`. Other requests are answered as without it.
 """
 
 from __future__ import annotations
@@ -92,10 +87,7 @@ class HeldStream:
         if message["type"] == "http.response.start":
             self._status = message["status"]
             return
-        if message["type"] != "http.response.body":
-            await self._send(message)
-            return
-        if self._status < 400:
+        if message["type"] != "http.response.body" or self._status < 400:
             await self._send(message)
             return
         self._error.append(message.get("body", b""))

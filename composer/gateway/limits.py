@@ -20,11 +20,13 @@ sharing one `Connections` registry) that:
   process's open files (`open_files_for`): the gateway raises its limit toward the hard one
   at start, and keeps fewer connections when even that is short.
 
-A graceful stop (SIGTERM; a replacement's old gateway) closes the listener first, then
-every connection idle between requests, as uvicorn does. A connection that has not finished
-its first head, or is inside the next one, is kept: the kernel may have handed it over just
-before the listener closed, and its client is sending. Its request is served and answered
-`connection: close`; one that sends nothing for `FIRST_REQUEST_GRACE_S` is closed.
+A graceful stop (SIGTERM; a replacement's old gateway) closes the listener first. A
+connection is then never closed under a client that may be sending on it: one the kernel
+handed over just before the listener closed, one idle between requests (its client may send
+the next at any moment), and one whose answer began before the stop (it could not say
+`connection: close`, so its client may reuse it as soon as it ends) are kept. Their next
+request is served and answered `connection: close`; one that sends nothing for
+`FIRST_REQUEST_GRACE_S` (from the stop, or from the end of its answer) is closed.
 
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
@@ -193,18 +195,24 @@ class LimitedProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def shutdown(self) -> None:
-        """A graceful stop: keep a connection whose client is sending a head (see the module's
-        docstring); uvicorn's own handling for the rest."""
-        waiting = self.cycle is None or self.cycle.response_complete
-        if waiting and not self.transport.is_closing() and (self.cycle is None or self._head_bytes):
-            self._last = True
-            if not self._head_bytes:
-                self.loop.call_later(FIRST_REQUEST_GRACE_S, self._close_if_silent)
+        """A graceful stop: close a connection only where its client cannot be sending on it
+        (see the module's docstring)."""
+        cycle = self.cycle
+        if self.transport.is_closing():
             return
-        super().shutdown()
+        self._last = True  # a request still to come is answered `connection: close`
+        if cycle is not None and not cycle.response_complete:
+            if not cycle.response_started:
+                cycle.keep_alive = False  # its answer says `connection: close`, then closes
+            return  # an answer under way could not say so: the grace starts once it ends
+        if not self._head_bytes:
+            self.loop.call_later(FIRST_REQUEST_GRACE_S, self._close_if_silent)
 
     def _close_if_silent(self) -> None:
-        if self.cycle is None and not self._head_bytes and not self.transport.is_closing():
+        """Close a stopping gateway's connection that sent no request in its grace."""
+        cycle = self.cycle
+        idle = cycle is None or cycle.response_complete
+        if idle and not self._head_bytes and not self.transport.is_closing():
             self._close_idle()
 
     def _close_idle(self) -> None:
@@ -264,6 +272,8 @@ class LimitedProtocol(HttpToolsProtocol):
         super().on_response_complete()
         if not self.transport.is_closing() and not self.pipeline and not self._refused:
             self.registry.idle[self] = None  # idle between requests: may be evicted
+            if self._last:  # stopping: the client may send once more; closed if it does not
+                self.loop.call_later(FIRST_REQUEST_GRACE_S, self._close_if_silent)
 
     def on_message_complete(self) -> None:
         self._stop_body_timer()

@@ -1,26 +1,16 @@
 """The upstreams the gateway forwards to: a set of `Member`s, every request goes to one.
 
-Without a published live set it is the set of one that follows `/route`: the `single`
-member (`GATEWAY_UPSTREAM`, then the URL routed to; `upstream` rediscovers a candidate before
-the first route). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`) replaces it; an
-empty one brings it back. Every member has one readiness watcher (an `Upstream` poller: a
-live one asks `/is_sleeping` too and backs off from `poll_interval` to `BACKOFF_MAX_S` while
-not ready), one outstanding count and the same routing (`choose`: a set of one routes to its
-member) and failover; a member the proxy cannot reach is out (`mark_down`) until a probe
-passes. Only reporting differs: a live member is `listed` (the state's `upstreams`, its
-`gateway_live_*{upstream}` series, `x-served-by`); the single one is the state's `upstream`
-and `single_outstanding`.
+Without a published live set it is the set of one that follows `/route`: the `single` member
+(`GATEWAY_UPSTREAM`, then the URL routed to). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST
+/upstreams`) replaces it; an empty one brings it back. Every member has one readiness watcher
+(`upstream.Upstream`), one outstanding count and the same routing and failover; a member the
+proxy cannot reach is out (`mark_down`) until a probe passes. A live member is `listed` (the
+state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one is the state's
+`upstream` and `single_outstanding`.
 
-`replace()` swaps the set: members that stay (same name and URL) keep their state; new ones
-from the control channel count as ready at once (the host gated them), new ones from the
-settings are probed first; members that leave stop getting requests at once and stay listed
-(`leaving`) until their in-flight requests finish, which `wait_gone()` waits for.
-
-`choose()` asks `routing.choose_upstream` (pure) and counts a live set's decision; the proxy
-brackets each forwarded request with `Member.begin()` / `finished()`. Each member counts what
-it served in the last minute (`served_1m`, for `status` and `ls`) and the requests spilled
-onto it from another variant (`spilled`). The gate counts the backend as ready while any
-member of the set is (`on_ready`).
+`replace()` keeps the members that stay (same name and URL); new ones from the control channel
+count as ready at once (the host gated them), new ones from the settings are probed first;
+members that leave stay listed (`leaving`) until their requests finish (`wait_gone()`).
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Whether a backend still answers while requests wait for its response head.
 
-vLLM answers a non-streamed completion only once the generation is done, so the wait for a
-response head cannot be bounded by a plain timeout without cutting long honest generations.
-A frozen backend (a paused container, a hung process) is told apart by its `/health`: while
-requests wait longer than `interval` seconds for a head from one backend URL, one probe for
-that URL asks its `/health` every `interval` seconds on a connection of its own. A backend
-that leaves every probe unanswered for `timeout` seconds is unresponsive: the requests
-waiting on it end with `Unresponsive` (the proxy answers 504). Any answer to a probe counts:
-the server process runs, so the request may still be answered. A backend whose
-`/is_sleeping` says it was put to sleep (its process killed the swap that did it) will not
-answer either: the waiting requests end at once with `Unresponsive(asleep=True)` (503).
+vLLM answers a non-streamed completion only when it is done, so the wait for a head has no
+plain timeout. While requests wait longer than `interval` for a head from one URL, one probe
+asks that URL's `/health` every `interval`; a backend that answers none for `timeout` seconds is
+unresponsive and its waiting requests end with `Unresponsive` (504). A backend whose
+`/is_sleeping` says true will not answer either: `Unresponsive(asleep=True)` at once (503).
 """
 
 from __future__ import annotations

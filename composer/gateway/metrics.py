@@ -1,59 +1,18 @@
 """The gateway's Prometheus metrics, in a registry of their own (served at /gateway/metrics).
 
-| metric | type | meaning |
-|---|---|---|
-| `gateway_held_requests` | gauge | requests waiting now (backend not ready or a hold is set) |
-| `gateway_hold_seconds` | histogram | how long each held request waited |
-| `gateway_inflight_requests` | gauge | requests forwarded to the backend and not finished |
-| `gateway_requests_total` | counter | requests forwarded to the backend |
-| `gateway_drained_requests_total` | counter | in-flight requests that finished during a drain |
-| `gateway_cut_requests_total` | counter | in-flight requests cut because a drain timed out |
-| `gateway_refused_requests_total{reason}` | counter | `hold_timeout` (503), `queue_full` (429), |
-|  |  | `unauthorized` (401), `dev_route` (404), `not_found` (404: not on the allow-list), |
-|  |  | `bad_path` (400), `duplicate_authorization` (400), `not_ready` (503: no key, no backend) |
-| `gateway_open_connections` | gauge | client connections open on the public port |
-| `gateway_connections_closed_total{reason}` | counter | connections the gateway closed: `head_too_large` |
-|  |  | (431), `head_timeout` (408 or silent), `body_timeout` (408 or closed), `evicted` |
-|  |  | (idle or reading a body, at `max_connections`), `over_capacity` (503: all busy) |
-| `gateway_upstream_retries_total` | counter | requests sent again (once): the backend did not read them |
-| `gateway_upstream_errors_total` | counter | backend failures answered 502 or streams the backend broke |
-| `gateway_routes_total` | counter | upstream changes through the control channel |
-| `gateway_drains_total` | counter | drains run |
-| `gateway_hold_active` | gauge | 1 while a control hold is set |
-| `gateway_backend_ready` | gauge | 1 while the backend answers `/health` (and lists the served name) |
-| `gateway_backend_info{upstream}` | gauge | 1 for the upstream served now |
-| `gateway_sleeps_total{result}` | counter | `/sleep` calls through the control channel (`ok`, `failed`) |
-| `gateway_wakes_total{result}` | counter | `/wake_up` calls through the control channel (`ok`, `failed`) |
-| `gateway_waking` | gauge | 1 while a `/wake_up` runs (status shows the backend as `waking`) |
-| `gateway_switch_demands_total{reason}` | counter | switch demands raised: `alias` (a request named |
-|  |  | an alias) or `auto` (the automatic policy) |
-| `gateway_switches_total{reason,outcome}` | counter | demands the host answered: `ok` or `failed` |
-| `gateway_switch_withdrawn_total` | counter | automatic demands dropped before the host took them |
-| `gateway_serving_variant_info{variant}` | gauge | 1 for the variant the host reported serving |
-| `gateway_live_requests_total{upstream}` | counter | requests forwarded to each live upstream |
-| `gateway_live_outstanding{upstream}` | gauge | requests in flight on each live upstream |
-| `gateway_live_errors_total{upstream}` | counter | refused or broken connections and 502s, per upstream |
-| `gateway_live_ready{upstream}` | gauge | 1 while a live upstream passes its health check |
-| `gateway_route_decisions_total{reason}` | counter | live routing decisions: `alias`, `class`, `crossover`, |
-|  |  | `fallback`, `balance` (see `routing`) |
-| `gateway_continued_streams_total` | counter | streams whose backend broke, continued on another upstream |
-| `gateway_continuation_refused_total{reason}` | counter | streams that will not be continued, by reason |
-|  |  | (`continuation.REFUSAL_REASONS`) |
-| `gateway_continuation_failed_total` | counter | broken streams no continuation could be opened for |
-| `gateway_continuation_pause_seconds` | histogram | the pause each continued stream saw (last byte |
-|  |  | before the break to the first byte after) |
-
-The `upstream` label is a live upstream's name (`mtp/2`): they come only from the gateway's
-settings and the control channel (at most 64), and an upstream's series go when it leaves.
-
-`gateway_refused_requests_total` also counts `residency` (429: another variant's
-`min_residency` runs) and `switch_failed` (503: the switch a request waited for failed).
+Each metric is defined once in `Metrics` with its help text (docs/gateway.md lists them);
+counters end in `_total` on the wire. Labelled series start at zero for every value their
+label can take (`REFUSAL_REASONS`, `CONNECTION_CLOSE_REASONS`, `CONTINUATION_REFUSALS`,
+`routing.REASONS`, ...). The `upstream` label of the `gateway_live_*` series is a live
+upstream's name (`mtp/2`): they come only from the gateway's settings and the control channel
+(at most 64), and an upstream's series go when it leaves.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -106,11 +65,8 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         counter, gauge = self._counter, self._gauge
         self.held = gauge("gateway_held_requests", "Requests waiting now")
-        self.hold_seconds = Histogram(
-            "gateway_hold_seconds",
-            "Seconds each held request waited",
-            buckets=HOLD_BUCKETS,
-            registry=self.registry,
+        self.hold_seconds = self._histogram(
+            "gateway_hold_seconds", "Seconds each held request waited", HOLD_BUCKETS
         )
         self.inflight = gauge("gateway_inflight_requests", "Requests forwarded and not finished")
         self.forwarded = counter("gateway_requests", "Requests forwarded to the backend")
@@ -146,15 +102,12 @@ class Metrics:
         self.switch_demands = counter(
             "gateway_switch_demands", "Switch demands raised", "reason", SWITCH_REASONS
         )
-        self.switches = Counter(
+        self.switches = counter(
             "gateway_switches",
             "Switch demands answered by the host",
-            ["reason", "outcome"],
-            registry=self.registry,
+            ("reason", "outcome"),
+            [(reason, outcome) for reason in SWITCH_REASONS for outcome in ("ok", "failed")],
         )
-        for reason in SWITCH_REASONS:
-            for outcome in ("ok", "failed"):
-                self.switches.labels(reason, outcome)
         self.switch_withdrawn = counter(
             "gateway_switch_withdrawn", "Automatic demands dropped before the host took them"
         )
@@ -186,19 +139,21 @@ class Metrics:
         self.continuation_failed = counter(
             "gateway_continuation_failed", "Broken streams that could not be continued"
         )
-        self.continuation_pause = Histogram(
-            "gateway_continuation_pause_seconds",
-            "The pause each continued stream saw",
-            buckets=PAUSE_BUCKETS,
-            registry=self.registry,
+        self.continuation_pause = self._histogram(
+            "gateway_continuation_pause_seconds", "The pause each continued stream saw", PAUSE_BUCKETS
         )
 
-    def _counter(self, name: str, text: str, label: str = "", values: Iterable[str] = ()) -> Counter:
-        """A counter in this registry, with one label or none; the series of `values` start at zero."""
-        metric = Counter(name, text, [label] if label else [], registry=self.registry)
+    def _counter(
+        self, name: str, text: str, labels: str | tuple[str, ...] = (), values: Iterable[Any] = ()
+    ) -> Counter:
+        """A counter in this registry; the series of `values` (label values) start at zero."""
+        metric = Counter(name, text, [labels] if isinstance(labels, str) else labels, registry=self.registry)
         for value in values:
-            metric.labels(value)
+            metric.labels(*(value if isinstance(value, tuple) else (value,)))
         return metric
+
+    def _histogram(self, name: str, text: str, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(name, text, buckets=buckets, registry=self.registry)
 
     def _gauge(self, name: str, text: str, label: str = "") -> Gauge:
         """A gauge in this registry, with one label or none."""

@@ -1,14 +1,11 @@
 """The one canonical path of a request, computed once before anything else looks at it.
 
-`canonical_path` takes the raw path the client sent (bytes, before `?`) and returns the path
-the key check, the route decision and the forward all use. The canonical form decodes
-percent-encoded unreserved characters (RFC 3986 2.3), removes dot segments (RFC 3986 5.2.4)
-and collapses repeated slashes. A path whose canonical form differs from what it claims is
-refused (`BadPath`, answered 400 before the key check): dot segments, an encoded unreserved
-character (`%2e`, `%41`), an encoded slash or backslash, a NUL or other control byte, `;`
-parameters, a backslash, repeated slashes, a path that does not start with `/` (an
-absolute-form target the server could not reduce to its path), a malformed `%`. So an accepted
-path is forwarded byte for byte as it came, and no two spellings reach the same route.
+`canonical_path` takes the raw path (bytes, before `?`) and returns the path the key check,
+the route decision and the forward all use. A path that is not already canonical is refused
+(`BadPath`, answered 400 before the key check): dot segments, encoded unreserved characters,
+an encoded slash or backslash, control bytes, `;` parameters, a backslash, repeated slashes,
+no leading `/`, a malformed `%`. So an accepted path is forwarded byte for byte, and no two
+spellings reach the same route.
 """
 
 from __future__ import annotations

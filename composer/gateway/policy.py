@@ -1,19 +1,16 @@
 """The automatic policy's arithmetic: workload classes, the traffic window and the choice (pure).
 
-A workload class is what `compose-spec recommend` measured: a prompt-length bucket and a
-number of concurrent streams (`chat-1`, `long-16`, `long16000-16`), mapped to a variant by
-the stack's `[workloads]` table. The stack hands the classes over in `GATEWAY_WORKLOADS` as
-`NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT` items, comma-separated: the bucket's
-prompt tokens from MIN to MAX (MAX 0: no upper bound), TOKENS the length measured when the
-class names one (0: none), STREAMS the concurrency, and the optional CROSSOVER: the
-outstanding requests on one replica of VARIANT from which a live gateway sends the class's
-requests elsewhere (`routing`; absent or 0: derived from the classes, see there).
+A workload class (what `compose-spec recommend` measured, mapped to a variant by the stack's
+`[workloads]`) comes in `GATEWAY_WORKLOADS` as comma-separated
+`NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT` items: the bucket's prompt tokens from MIN to
+MAX (0: no bound), TOKENS the measured length (0: none), STREAMS the concurrency, CROSSOVER the
+outstanding requests on one replica from which live routing sends the class elsewhere
+(`routing`; absent or 0: derived).
 
-The window keeps, for the last `seconds`, the estimated prompt tokens of each request and
-a sample of the outstanding requests (held + in flight) taken at each policy tick. The
-mix is the median prompt and the mean of those samples. `choose` picks the class whose
-bucket holds the median prompt (the nearest bucket when none does), then the nearest
-measured length, then the nearest concurrency, both on a log scale.
+The window keeps, for the last `seconds`, each request's estimated prompt tokens and the
+outstanding requests sampled at each tick; its mix is the median prompt and the mean sample.
+`choose` picks the class whose bucket holds the median prompt (else the nearest), then the
+nearest measured length, then the nearest concurrency, both on a log scale.
 """
 
 from __future__ import annotations

@@ -1,31 +1,16 @@
 """The public ASGI app: key check, hold, and unbuffered forwarding to the backend.
 
-Order for each request (its path is already canonical: `screen`): a path off the allow-list is
-refused (404); a path that needs the key, without the right key, is refused (401) before it
-can take a queue slot; a request without the key (on an open route such as /health, when a key
-is set) is never held: the gate admits it at once or it is refused (503); the gate admits a
-keyed request (maybe after holding it);
-the status routes and CORS preflights are forwarded without waiting for (or sending) a body,
-and a connection that announced one is closed after the answer;
-then the request is forwarded with aiohttp's client and the response streamed back as the
-backend sends it: each read passes on at once whatever has arrived (one chunk while the
-gateway keeps up; what arrived meanwhile, together, when it falls behind), never waiting for
-more. A client that disconnects cancels its upstream request. A request waiting for its
-response head from a backend that stops answering its `/health` too is answered 504 after
-`unresponsive_timeout` (`liveness`); a slow generation on a backend that answers is never
-cut. Request bodies up to `REPLAY_LIMIT` are read first so the request can be sent again,
-once, when the backend cannot have started on it: the connection was refused or broke before
-the request head was written, or a kept-alive connection closed with no answer (a server that
-stops closes its idle connections: the request was never read); larger bodies are streamed
-through as they arrive. A fresh connection that breaks after the head went out is answered
-502 at once (the backend may have started on it), and any request is sent at most twice.
-An eligible streamed completion (`continuation`, with `continue_streams`) is relayed by its
-record instead, which asks for token ids and, when the backend breaks or stalls after the
-head went out, continues it on the next upstream the gate admits it to (`_reopen`).
-
-The forwarding client is aiohttp's rather than httpx's (which the readiness poller and the
-control calls use) because this is the per-chunk hot path: its HTTP parser is compiled and
-its connection pool does not scan every idle connection on each request.
+For each request (its path already canonical: `screen`): off the allow-list, 404; a keyed
+path without the right key, 401 before it takes a queue slot; a request without the key is
+never held (admitted at once or 503); status routes and CORS preflights are forwarded without
+their body. Then aiohttp forwards it and each read of the response passes on at once whatever
+has arrived. A client that disconnects cancels its upstream request. A request waiting for its
+response head from a backend that stops answering `/health` is answered 504 after
+`unresponsive_timeout` (`liveness`). Bodies up to `REPLAY_LIMIT` are read first so the request
+can be sent again, once, when the backend cannot have read it (`Attempt.unread`); larger ones
+stream through. An eligible streamed completion (`continuation`) is relayed by its record,
+which continues it on the next upstream the gate admits it to when the backend breaks or
+stalls (`_reopen`).
 """
 
 from __future__ import annotations
@@ -62,9 +47,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("gateway")
 
 REPLAY_LIMIT = 128 * 1024
-# Idle upstream connections close after this long: under vLLM's own keep-alive timeout
-# (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s), so the gateway never sends on a connection the server
-# is closing.
+# Idle upstream connections close after this long: under vLLM's own keep-alive timeout (5 s),
+# so the gateway never sends on a connection the server is closing.
 UPSTREAM_KEEPALIVE_S = 4.0
 HOP_BY_HOP = frozenset(
     {
@@ -89,20 +73,15 @@ SERVED_BY = b"x-served-by"
 ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
 STREAM = "gateway.stream"
-# Errors that mean the backend went away before it answered: sent again (once) when the body
-# can be replayed and the backend cannot have started on it (see `Attempt.unread`).
-# CONNECT_ERRORS are caught first (they are connection errors too).
+# Errors that mean the backend went away before it answered (`Attempt.unread`: sent again
+# once); CONNECT_ERRORS are caught first (they are connection errors too).
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 def upstream_session() -> aiohttp.ClientSession:
-    """The pooled session for forwarded requests (create it inside the running loop).
-
-    No read timeout (streams are long); no DNS cache (a recreated variant answers under the
-    same name at a new address); no cookie jar; bodies pass through as they are (no
-    decompression); idle connections close after `UPSTREAM_KEEPALIVE_S`.
-    """
+    """The pooled session for forwarded requests (create it inside the running loop): no read
+    timeout, DNS cache, cookie jar or decompression."""
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
     dispatched.on_connection_reuseconn.append(_reused)
@@ -130,10 +109,8 @@ class Attempt:
 
     @property
     def unread(self) -> bool:
-        """True when a connection failure before any answer means the backend never read the
-        request: the head was not written, or the connection was a kept-alive one (the server
-        closed it idle, as a stopping server does). A fresh connection that breaks after the
-        head went out may have had its request read."""
+        """True when a failure before any answer means the backend never read the request: the
+        head was not written, or the connection was a kept-alive one (closed idle by the server)."""
         return not self.sent or self.reused
 
 
@@ -224,10 +201,8 @@ class Body:
 
 
 class Relay:
-    """The body of an SSE response, read chunk by chunk: a drain's cut or `stall_timeout`
-    seconds without bytes end it with an error event in OpenAI's shape and `[DONE]` (a
-    `resumable` one raises `Stalled` instead: the continuation decides; `pause()` makes it
-    raise `Paused`)."""
+    """An SSE response's body, chunk by chunk: a drain's cut or a stall ends it with an error
+    event and `[DONE]` (`resumable`: a stall raises `Stalled`; `pause()`: `Paused`)."""
 
     __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
 
@@ -374,9 +349,8 @@ class ProxyApp:
         watcher: asyncio.Future[None] | None,
         held: HeldStream | None = None,
     ) -> None:
-        """Read the body's model and prompt size; an alias waits for its variant and is
-        renamed to the served name. Raises `Refused`, or `ClientGone` when the client
-        disconnects while it waits (`watcher` completes)."""
+        """Read the body's model and prompt size; an alias waits for its variant and is renamed to
+        the served name. Raises `Refused` or `ClientGone`."""
         seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
         if seen is None:
             return
@@ -462,16 +436,14 @@ class ProxyApp:
             held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
             if complete and self._reads_bodies():
-                try:
-                    await self._switch(scope, body, deadline, watcher, held)
-                except Refused as refused:
-                    await self._refuse(_out(send, held), refused)
-                    return
-                except ClientGone:
-                    return
+                await self._switch(scope, body, deadline, watcher, held)
             if complete and self.continue_streams and scope["path"] in continuation.PATHS:
                 self._record(scope, body)
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
+        except Refused as refused:
+            await self._refuse(_out(send, held), refused)
+        except ClientGone:
+            pass
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
@@ -495,20 +467,16 @@ class ProxyApp:
         may_hold: bool = True,
         held: HeldStream | None = None,
     ) -> None:
+        """Admit (maybe hold) and forward, again at the queue's head while the backend went away
+        before answering; raises `Refused` or `ClientGone` from the gate."""
         front = False
         while True:
-            try:
-                disconnected = asyncio.shield(watcher) if watcher is not None else None
-                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
-                if held is not None and self.gate.would_hold():
-                    ticket = await held.wait(entering)
-                else:
-                    ticket = await entering
-            except Refused as refused:
-                await self._refuse(_out(send, held), refused)
-                return
-            except ClientGone:
-                return
+            disconnected = asyncio.shield(watcher) if watcher is not None else None
+            entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
+            if held is not None and self.gate.would_hold():
+                ticket = await held.wait(entering)
+            else:
+                ticket = await entering
             try:
                 again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
             finally:
@@ -528,12 +496,9 @@ class ProxyApp:
         *,
         probe: bool = False,
     ) -> bool:
-        """Forward once to the member `LiveSet.choose` gives, counted on it until the answer
-        ends; True means 'the backend went away before answering: queue it again' (never for
-        a holder's `probe`, which goes to a member ready or not, and gets 502). A connection
-        failure takes the member out until its probe passes. An eligible stream (`STREAM`)
-        is relayed by its record, which ends the count and the ticket when its upstream
-        breaks (it continues elsewhere)."""
+        """Forward once to the member `LiveSet.choose` gives; True: the backend went away before
+        answering, queue it again (never for a holder's `probe`). A connection failure takes
+        the member out until its probe passes."""
         chosen = self.live.choose(scope.get(ROUTE_HINT), probe)
         if chosen is None:  # none ready since the gate admitted it: the gate holds it again
             if body.replayable():
@@ -573,12 +538,9 @@ class ProxyApp:
                     stream = scope.get(STREAM) if response.status == 200 else None
                     if stream is None and self.continue_streams:
                         self.unrecorded[ticket] = member.url  # a switch counts it as refused
-                    relay = Relay(response, ticket, self.stall_timeout, resumable=stream is not None)
-                    ticket.cancel = relay.cut  # a cut ends the stream with an error event
-                    chunks = relay.chunks(lambda sc: self._stalled(sc, member, failures), scope)
+                    leg = self._leg(scope, member, response, ticket, release, failures, stream is not None)
+                    chunks = leg.chunks
                     if stream is not None:
-                        end = self._leg_end(member, response, ticket, release, failures)
-                        leg = Leg(chunks, end, relay.pause, member.url)
                         reopen = functools.partial(self._reopen, scope)
                         chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
@@ -608,16 +570,17 @@ class ProxyApp:
             except ClientGone:
                 return False
             except Unresponsive as err:
-                self._unresponsive(scope, member, failures, err.asleep)
+                log.warning("unresponsive backend %s: %s %s", member.url, scope["method"], scope["path"])
+                self.metrics.upstream_errors.inc()
+                failures.append("asleep" if err.asleep else "unresponsive")
+                timeout = self.liveness.timeout
                 if err.asleep:
+                    member.mark_down("/is_sleeping: true")
                     await send_error(send, 503, "the backend was put to sleep before it answered: send again")
                 else:
-                    await send_error(
-                        send,
-                        504,
-                        f"the backend answered neither this request nor its /health for "
-                        f"{self.liveness.timeout:g}s (unresponsive_timeout)",
-                    )
+                    member.mark_down(f"/health unanswered for {timeout:g}s")
+                    why = f"the backend answered neither this request nor its /health for {timeout:g}s"
+                    await send_error(send, 504, f"{why} (unresponsive_timeout)")
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
@@ -646,17 +609,22 @@ class ProxyApp:
         member.begin(spilled)
         return once(lambda ok: self.live.finished(member, ok, spilled))
 
-    def _leg_end(
+    def _leg(
         self,
+        scope: Scope,
         target: Member,
         response: aiohttp.ClientResponse,
         ticket: Ticket,
         release: Callable[[bool], None],
         failures: list[str],
-    ) -> Callable[[str | None], None]:
-        """`Leg.end` of a stream on `target`: a break (a reason) takes the upstream out until
-        its probe passes and counts the failure; either way the ticket, the upstream's count
-        and the connection (the request upstream) are let go."""
+        resumable: bool = True,
+    ) -> Leg:
+        """`response`'s SSE body from `target` as a `continuation.Leg`: a cut or a stall ends it;
+        its `end(reason)` (a break takes `target` out until its probe passes) lets the ticket,
+        the count and the connection go."""
+        relay = Relay(response, ticket, self.stall_timeout, resumable)
+        ticket.cancel = relay.cut  # a cut ends the stream with an error event
+        chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -668,25 +636,21 @@ class ProxyApp:
             release(reason is None)
             ticket.done()
 
-        return once(end)
+        return Leg(chunks, once(end), relay.pause, target.url)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
-        """Pause the recorded streams on the upstream at `url` (None: every one): each goes on
-        as after a break, on the upstream the gate admits it to next, with no failure
-        counted (a planned switch: hold, pause, route or replace the set, release); those
-        that would not fit in `context` tokens (the next upstream's max_model_len) are not.
-        Returns how many were paused, and how many streams there it cannot continue (each
-        refused for its reason: they drain)."""
+        """Pause the recorded streams on the upstream at `url` (None: every one) but those that
+        would not fit in `context` tokens: each goes on as after a break, no failure counted.
+        Returns (paused, streams there it cannot continue)."""
         streams = [stream for stream in list(self.streams) if url in (None, stream.upstream)]
         paused = sum(stream.pause(context) for stream in streams)
         refused = sum(1 for stream in streams if stream.refused is not None and not stream.done)
         return paused, refused + sum(1 for at in list(self.unrecorded.values()) if url in (None, at))
 
     async def _reopen(self, scope: Scope, path: str, data: bytes) -> Leg:
-        """A leg that takes a broken stream on (`continuation.Reopen`): a turn at the gate's
-        head (held until an upstream is ready, within hold_timeout), then `data` to `path` on a
-        ready upstream. An upstream that cannot be reached is taken out and the next one tried;
-        raises `ContinuationFailed` when none answers in time or one refuses."""
+        """`continuation.Reopen`: a turn at the gate's head, then `data` to `path` on a ready
+        upstream (one that cannot be reached is taken out, the next tried); raises
+        `ContinuationFailed` when none answers within hold_timeout or one refuses."""
         deadline = self.gate.deadline()
         skipped = (b"content-length", b"transfer-encoding", b"content-type")
         headers = _request_headers([(k, v) for k, v in scope["headers"] if k.lower() not in skipped])
@@ -724,12 +688,7 @@ class ProxyApp:
                 release(True)
                 ticket.done()
                 raise ContinuationFailed(f"{target.url} answered {response.status}: {detail}")
-            relay = Relay(response, ticket, self.stall_timeout, resumable=True)
-            ticket.cancel = relay.cut
-            failures: list[str] = []
-            chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
-            end = self._leg_end(target, response, ticket, release, failures)
-            return Leg(chunks, end, relay.pause, target.url)
+            return self._leg(scope, target, response, ticket, release, [])
 
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
@@ -743,18 +702,9 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _unresponsive(self, scope: Scope, target: Member, failures: list[str], asleep: bool = False) -> None:
-        """A request waited on a backend that answered no /health probe for the timeout, or sleeps."""
-        log.warning("unresponsive backend %s: %s %s", target.url, scope["method"], scope["path"])
-        self.metrics.upstream_errors.inc()
-        failures.append("asleep" if asleep else "unresponsive")
-        why = "/is_sleeping: true" if asleep else f"/health unanswered for {self.liveness.timeout:g}s"
-        target.mark_down(why)
-
     def _went_away(self, body: Body, reached: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again,
-        which is once, and only when the backend cannot have started on it (`reached`: it may
-        have read the request)."""
+        """The backend went away before answering: True when the request may be queued again
+        (once, and only when it cannot have been read: not `reached`)."""
         if reached or body.resent or not body.replayable():
             return False
         body.resent = True

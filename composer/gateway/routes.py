@@ -1,16 +1,11 @@
 """What the public port does with a canonical path: the gateway's own paths, the allow-list of
 backend routes it forwards, and which of those need the API key.
 
-Every decision reads the canonical path (`paths.canonical_path`), never the raw one. The
-public port forwards only vLLM's public API, listed here in one place: the OpenAI-compatible
-`/v1/...` (less the runtime LoRA routes), `/v2/...`, `/inference/...`, and the single routes of
-`FORWARDED_ROUTES`. Everything else, vLLM's dev-mode and admin routes included (sleep,
-wake-up, weight reloads, cache resets, profiler, ...), is answered 404 by the gateway without
-reaching the backend; the control channel reaches those instead.
-
-With a key set, the gateway asks for it on every forwarded route but the unguarded status
-routes (`OPEN_ROUTES`: health, version, metrics, ping, load); vLLM itself guards only `/v1`,
-`/v2` and `/inference`, which leaves `/invocations`, `/pooling`, `/score`, ... open.
+Every decision reads the canonical path (`paths.canonical_path`). Only vLLM's public API is
+forwarded: `/v1/...` (less the runtime LoRA routes), `/v2/...`, `/inference/...` and
+`FORWARDED_ROUTES`; everything else, dev-mode and admin routes included, is answered 404
+without reaching the backend (the control channel reaches those). With a key set, every
+forwarded route but `OPEN_ROUTES` (health, version, metrics, ping, load) needs it.
 """
 
 from __future__ import annotations

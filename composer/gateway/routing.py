@@ -11,29 +11,19 @@ body was not read) and the workload classes (`policy.WorkloadClass`, `GATEWAY_WO
    first whose variant has a ready replica with fewer outstanding requests than the class's
    crossover wins (reason `class`, or `crossover` when a lower class was skipped because its
    variant was at its crossover; `fallback` when a lower class's variant had no ready
-   replica). The crossover is the class's CROSSOVER field; absent, it is derived: the
-   geometric mean of the class's STREAMS and those of the next class in the bucket that
-   names another variant (chat-1 = mtp, chat-16 = baseline: mtp while a replica has fewer
-   than 4 outstanding), and no limit for the bucket's last class. When every class's
-   variant is past its crossover, the last class with a ready replica wins (`crossover`).
+   replica). The crossover is the class's CROSSOVER field, else `crossover()`'s geometric
+   mean. When every class's variant is past its crossover, the last class with a ready
+   replica wins (`crossover`).
 4. Otherwise (no size, no classes, or no class's variant is ready): the least loaded ready
    upstream of all (reason `balance`, or `fallback` when classes named only variants with
    no ready replica).
-5. Spill (`spill` > 0, `GATEWAY_SPILL`; 0 = off): a request that steps 3-4 sent to a
-   variant goes instead to the least loaded ready upstream of another variant when that one
-   has at least `spill` fewer outstanding requests than the chosen one has of its own
-   (reason `spill`): idle capacity serves the overflow. An alias is never spilled.
-   Requests spilled onto an upstream (its `spilled` count) count neither against its own
-   classes' crossover nor as its own load, so the class it suits keeps it (chat stays on
-   mtp while long prompts overflow onto it). The overflow is bounded by what the other
-   variant is good for: it takes a spilled request only while its outstanding requests,
-   that one included, stay at least one below the lowest crossover of the classes naming
-   it (`capacity`; chat-1 = mtp before chat-16 = baseline: mtp takes at most 2 spilled
-   requests and keeps a slot for chat). Past that point its speculation costs batch
-   capacity (real MTP loses at high concurrency; on hybrid models it runs about 3
-   sequences at once), so a request queued there would finish later than on the variant
-   its class names. A variant no class names, or named only by a bucket's last class, has
-   no bound.
+5. Spill (`spill` > 0, `GATEWAY_SPILL`): a request that steps 3-4 sent to a variant goes
+   instead to the least loaded ready upstream of another variant when that one has at least
+   `spill` fewer outstanding requests than the chosen one has of its own (reason `spill`),
+   and only while its outstanding requests, that one included, stay below the lowest
+   crossover of the classes naming its variant (`capacity`; no bound when none does). An
+   alias is never spilled; spilled requests (`spilled`) count neither against their new
+   upstream's classes' crossover nor as its own load (docs/gateway.md says why).
 Among replicas of the chosen variant: least outstanding requests, ties to the one that has
 served fewest (round robin at concurrency 1), then to the first listed.
 """

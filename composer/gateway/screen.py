@@ -18,13 +18,10 @@ from .paths import BadPath, canonical_path
 class Refusal(Exception):
     """The gateway answers the request itself with `status` and an OpenAI-style error body."""
 
-    def __init__(
-        self, status: int, message: str, reason: str, extra: list[tuple[bytes, bytes]] | None = None
-    ) -> None:
+    def __init__(self, status: int, message: str, reason: str) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason  # metrics label
-        self.extra = extra or []
 
 
 def screen(scope: Scope) -> None:
@@ -45,4 +42,4 @@ def screen(scope: Scope) -> None:
 
 async def send_refusal(send: Send, refusal: Refusal) -> None:
     """Answer a `Refusal` in the gateway's error envelope."""
-    await send_error(send, refusal.status, str(refusal), extra=refusal.extra)
+    await send_error(send, refusal.status, str(refusal))

@@ -68,20 +68,12 @@ class StatusBoard:
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self.keys = KeyCheck(gateway.config.api_key)
-        self.switches = self._switch_log(gateway.config.state_dir)
+        state_dir = gateway.config.state_dir
+        store = SwitchStore(state_dir, KEEP_SWITCHES) if state_dir else None
+        self.switches = SwitchLog(history=store.load(), on_finish=store.save) if store else SwitchLog()
         self.samples = Samples(max_gap=SAMPLE_EVERY_S * 3)
         self._task: asyncio.Task[None] | None = None
         self._watched_at = 0.0
-
-    @staticmethod
-    def _switch_log(state_dir: str) -> SwitchLog:
-        """The switch log, its history kept in `state_dir` when one is set."""
-        if not state_dir:
-            return SwitchLog()
-        store = SwitchStore(state_dir, KEEP_SWITCHES)
-        return SwitchLog(history=store.load(), on_finish=store.save)
-
-    # -- sampling ------------------------------------------------------------------------
 
     def watch(self) -> None:
         """Someone reads the status: sample the backend until nobody has for `WATCH_IDLE_S`."""
@@ -118,8 +110,6 @@ class StatusBoard:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-
-    # -- the status ----------------------------------------------------------------------
 
     def build(self) -> dict[str, Any]:
         """The status as JSON-ready data (never the key, a hold's id or its token)."""
@@ -177,8 +167,6 @@ class StatusBoard:
                 for u in gw.live.snapshot()
             ],
         }
-
-    # -- endpoints -----------------------------------------------------------------------
 
     async def status(self, request: Request) -> Response:
         """`GET /gateway/status`: the status JSON, with the API key only."""

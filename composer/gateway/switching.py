@@ -1,33 +1,21 @@
 """Request-driven switching and the automatic policy, on the gateway's side (asyncio, no HTTP).
 
-The gateway cannot start containers: it raises a *demand* (a variant and a reason) that the
-host's `compose-spec follow` picks up through the control channel (`GET /demand`, a long
-poll), runs through the gated `up`, and answers with `POST /serving` (the variant that
-serves now and whether the switch worked). At most one demand exists at a time.
+The gateway cannot start containers: it raises a *demand* (a variant and a reason, at most one
+at a time) that the host's `compose-spec follow` takes through the control channel (`GET
+/demand`), runs through the gated `up`, and answers with `POST /serving`.
 
-A request whose model is an alias of variant V:
-- V serves and no switch away from it is under way (a demand not yet taken by the host
-  does not count): its model becomes the served name, it goes on;
-- otherwise it waits in V's queue (at most `max_held` requests per variant; past that 429
-  naming the queue), bounded by the hold deadline, and all of V's queue goes on together
-  once V serves:
-  - a switch to V is under way: it waits for it;
-  - a switch to another variant is under way: it waits for that one to end first;
-  - another variant serves and its `min_residency` runs: when the residency ends within
-    `residency_wait` (and the hold deadline) it waits, otherwise it gets 503 at once with
-    `Retry-After` = the residency left;
-  - else it raises the demand for V and waits for the switch.
-A demand needs a follower: with no host long-polling or reporting on a demand (none within
-`FOLLOWER_WINDOW_S`; what `up` reports about the serving variant is no follower), a
-request that would raise or wait for a demand no host has taken gets 503 at once (`no
-compose-spec follow is running for this stack`), and the automatic policy raises nothing.
-A failed switch answers its waiting requests 503 with what failed (and starts a residency,
-so a failing variant is not retried on every request). The shared served name is never held
-here.
+A request whose model is an alias of variant V goes on at once, renamed to the served name,
+when V serves and no switch away from it is under way. Otherwise it waits in V's queue (at
+most `max_held`, then 429; bounded by the hold deadline; the whole queue goes on once V serves)
+for the switch to V, or for the switch under way to end first, or for another variant's
+`min_residency` when it ends within `residency_wait` (else 503 with `Retry-After` = the
+residency left); else it raises the demand for V. With no follower (none within
+`FOLLOWER_WINDOW_S`), a request that would raise or wait for an untaken demand gets 503 at once
+and the automatic policy raises nothing. A failed switch answers its waiting requests 503 with
+what failed and starts a residency.
 
 The automatic policy (`tick`) feeds a `policy.Window` and raises a demand when the class of
-the current mix names another variant and no residency runs: at most one switch per
-`min_residency`. Each decision that changes something is logged with its reason.
+the current mix names another variant and no residency runs.
 """
 
 from __future__ import annotations
@@ -105,8 +93,6 @@ class Switcher:
         self.aliases = dict(config.aliases)
         self.window.seconds = config.policy_window
 
-    # -- state ---------------------------------------------------------------------------
-
     def _notify(self) -> None:
         self._pulse.set()
         self._pulse = asyncio.Event()
@@ -138,8 +124,6 @@ class Switcher:
         if timeout > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pulse.wait(), timeout)
-
-    # -- demands -------------------------------------------------------------------------
 
     def raise_demand(self, variant: str, reason: str, source: str) -> Demand:
         """Ask the host for `variant` (the pending demand when one exists)."""
@@ -183,9 +167,8 @@ class Switcher:
     def report(
         self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
     ) -> None:
-        """The host says what serves now, and how the demand `demand_id` ended. A report on a
-        demand, or one `follow` marks as its own, is a follower's contact: `up` reports what
-        serves too, and is none."""
+        """The host says what serves now, and how the demand `demand_id` ended (a report on a
+        demand, or a `follower`'s, counts as a follower's contact; `up`'s does not)."""
         now = self.clock()
         if demand_id is not None or follower:
             self.last_contact = now
@@ -218,8 +201,6 @@ class Switcher:
         if variant:
             self.metrics.set_serving(previous, variant)
         self._notify()
-
-    # -- requests ------------------------------------------------------------------------
 
     def alias_variant(self, model: str | None) -> str | None:
         """The variant an alias names (None for the served name or any other model)."""
@@ -323,8 +304,6 @@ class Switcher:
             if not self.follower_attached(now):
                 raise self._no_follower(variant)
             self.raise_demand(variant, f"a request names alias {alias!r}", "alias")
-
-    # -- automatic policy -----------------------------------------------------------------
 
     def observe(self, prompt_tokens: int) -> None:
         """A request's estimated prompt size, for the window."""

@@ -1,20 +1,15 @@
 """The switches the gateway saw through its control channel: the one under way and a bounded history.
 
-The gateway starts no containers, but a swap drives it step by step, and each step is a
-stage here: `drain` (a drain that names its target variant starts a switch), `stop` (the
-drain is over: the old variant stops, its GPU memory is released, the new one starts),
-`sleep` (a `/sleep` call), `start` (the gateway was routed to the new backend and waits
-until it is ready), `wake` (a `/wake_up` call), `gate` (the backend is ready: the swap's
-gate, settle and warm-up pass the hold). Releasing the switch's hold ends it, with the
-outcome the host reports in the release (`ok` or `failed` and what serves; `released` when
-it reports none); a hold that expires (the host died) ends it as `abandoned`. Sleeping
-variants are the ones a `/sleep` during a switch put to sleep and no wake or report since
-brought back.
+A swap drives the gateway step by step, each step a stage here: `drain` (a drain naming its
+target starts a switch), `stop` (the drain is over), `sleep` (a `/sleep` call), `start` (routed
+to the new backend, waiting for it), `wake` (a `/wake_up` call), `gate` (the backend is ready).
+Releasing the switch's hold ends it with the outcome the host reports (`ok`, `failed`, else
+`released`); a hold that expires ends it as `abandoned`. Sleeping variants are those a `/sleep`
+during a switch put to sleep and nothing since brought back.
 
-Pure bookkeeping (no asyncio, no HTTP); times are `clock()` seconds (monotonic) for
-durations and `wall()` seconds (epoch) for what is shown. A finished switch is kept as its
-JSON view; `history` seeds the log with saved ones and `on_finish` gets the whole history
-after each switch (`switchstore` keeps it across restarts).
+Pure bookkeeping: `clock()` (monotonic) for durations, `wall()` (epoch) for what is shown.
+`history` seeds the log with saved switches, `on_finish` gets the history after each one
+(`switchstore` keeps it across restarts).
 """
 
 from __future__ import annotations

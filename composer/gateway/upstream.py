@@ -1,19 +1,14 @@
 """A member's backend (`live.Member`) and the poller that tracks whether it is ready.
 
-Ready means `GET /health` answers 200 and, when a served name is configured, `GET /v1/models`
-lists it (checked once per ready period, with the API key). While the backend is not ready,
-or requests are held (`urgent()`), the poller probes every `poll_interval` seconds, so a
-backend that comes up is noticed within one interval. While it is ready and nothing waits,
-it probes every `ready_interval` seconds only (each probe is a line in vLLM's access log):
-a backend that goes away meanwhile is noticed at once by the proxy (`mark_down`, which
-wakes the poller), or by the next probe when no request comes.
+Ready means `GET /health` answers 200 and, with a served name, `GET /v1/models` lists it
+(once per ready period). The poller probes every `poll_interval` seconds while the backend is
+not ready or requests are held (`urgent()`), else every `ready_interval` seconds (each probe is
+a line in vLLM's access log); the proxy's `mark_down` wakes it at once.
 
-Sleep-mode backends (`candidates`, GATEWAY_UPSTREAM_CANDIDATES): `/health` answers 200
-while vLLM sleeps, so their readiness also needs `GET /is_sleeping` to say false (a
-gateway left routed to a sleeper never forwards to it). Until the first explicit `route()`
-(a gateway that just started: a restart, a reboot, a crash), a configured upstream that
-is not ready is replaced by the first candidate that answers healthy and awake: the
-serving variant is found again without `compose-spec up`.
+Sleep-mode backends (`candidates`, GATEWAY_UPSTREAM_CANDIDATES) are ready only while `GET
+/is_sleeping` says false (`/health` answers 200 while vLLM sleeps). Until the first `route()`
+(a gateway that just started), a configured upstream that is not ready is replaced by the
+first candidate that answers healthy and awake.
 """
 
 from __future__ import annotations

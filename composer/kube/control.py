@@ -1,15 +1,12 @@
-"""The gateway's control channel on Kubernetes: `kubectl exec` into the gateway pod.
-
-The same host-side client as the Docker path (`GatewayControl`, which runs
-`python3 -m composer.gateway.ctl METHOD PATH [BODY]` in the gateway's container and parses its
-JSON), given an exec target that runs through `kubectl exec` instead of `docker exec`:
-who may exec into the pod may hold, drain and release it, nobody else.
+"""The gateway's control channel on Kubernetes: the host-side `GatewayControl` of the Docker
+path, given an exec target that runs `kubectl exec` into the gateway pod instead of `docker
+exec` (who may exec into the pod may hold, drain and release it, nobody else).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
@@ -17,33 +14,28 @@ from composer.gateway.client import CALL_WAIT_S, GatewayControl
 from composer.kube.kubectl import Kubectl
 from composer.render.kubernetes import GATEWAY_COMPONENT, gateway_name, selector_labels
 from composer.stack.model import Stack
-from composer.swap.holding import SwapHold
 
 READY_TIMEOUT_S = 30.0
-GATEWAY_CONTAINER = "gateway"
 
 
 class KubeExec:
     """An exec target (Docker SDK's `exec_run` shape) backed by `kubectl exec`."""
 
-    def __init__(self, kubectl: Kubectl, target: str, container: str = GATEWAY_CONTAINER) -> None:
+    def __init__(self, kubectl: Kubectl, target: str) -> None:
         self.kubectl = kubectl
         self.target = target
-        self.container = container
 
     def exec_run(self, cmd: Sequence[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
         """Run `cmd` in the pod; (exit code, (stdout, stderr)) with kubectl's messages redacted."""
-        args = ["exec", self.target, "--container", self.container, "--", *cmd]
+        args = ["exec", self.target, "--container", "gateway", "--", *cmd]
         done = self.kubectl.run(args, timeout=CALL_WAIT_S + 40, check=False)
         out, err = self.kubectl.redact(done.stdout), self.kubectl.redact(done.stderr)
         return done.returncode, (out.encode(), err.encode())
 
 
 def gateway_pod(kubectl: Kubectl, stack: Stack) -> str | None:
-    """`pod/NAME` of the gateway's newest running, ready pod that is not terminating.
-
-    Every control call of one switch goes to this one pod: the hold it sets is the one it
-    releases, even while an old gateway pod is still terminating."""
+    """`pod/NAME` of the gateway's newest running, ready pod that is not terminating (every
+    control call of one switch goes to it: the hold it sets is the one it releases)."""
     selector = ",".join(f"{k}={v}" for k, v in selector_labels(stack, GATEWAY_COMPONENT).items())
     done = kubectl.run(["get", "pods", "--selector", selector, "--output", "json"])
     try:
@@ -81,10 +73,3 @@ def kube_control(kubectl: Kubectl, stack: Stack) -> GatewayControl:
             f"the gateway pod does not answer its control channel through `kubectl exec`: {err}; "
             f"check it with `kubectl logs deployment/{gateway_name(stack)}`"
         ) from err
-
-
-def kube_hold(kubectl: Kubectl, stack: Stack, say: Callable[[str], None]) -> SwapHold:
-    """A SwapHold on the gateway pod once its control channel answers (SwapFailed if it never does)."""
-    return SwapHold(
-        kube_control(kubectl, stack), stack.gateway.drain_timeout, say, context=stack.max_model_len
-    )

@@ -1,23 +1,17 @@
-"""The one Kubernetes executor: what the cluster runs, the plans of typed operations
-(`composer.swap.ops`) from there, run by `composer.swap.execute` with one kubectl dispatch
-table (`KubeRollout.handlers`) for the switch of the one-variant Deployment and a live set's change.
+"""The one Kubernetes executor: the plans of typed operations (`composer.swap.ops`) of the
+one-variant switch and of a live set's change, run by `composer.swap.execute` with one kubectl
+dispatch table (`KubeRollout.handlers`) under the project's swap lock, after ONE read of what
+the cluster runs and the desired set decided from it (`composer.swap.desired`, as on Docker).
 
-    take the project's swap lock -> read what the cluster runs -> write the manifests ->
-    server-side apply the API key Secret -> plan (pure) -> execute -> the result and its
-    history line (a live set: the gateway Deployment's upstream list too)
-
-`plan_kube_single`: UpdateGateway when the gateway itself changes (rolled first), Hold
-(the gateway's hold and drain through `kubectl exec`), Roll (apply -k, rollout status),
-GateMember (through the shared Service, past the hold), Release. `plan_kube_live`: the
-Docker live set's operations on members named `VARIANT/1`: StartMember (apply -k, rollout
-status), GateMember (through the variant's own Service, with a speculative variant's draft
-acceptance), Publish, DrainMember and DrainSingle (the gateway's upstreams and drains),
-StopMember (kubectl delete), a changed Deployment applied in place (Reapply). A failure or the
-first Ctrl-C, SIGTERM or SIGHUP runs the inverses of what ran, newest first (Roll and Reapply:
-RollBack, `kubectl rollout undo`, and for Roll the gate of the variant before, under the
-hold, then the release; a new live variant deleted again, a leaving one applied again);
-`--no-rollback` leaves what ran (a hold is released all the same). The failed operation's
-pod log is read before the undo.
+`plan_kube_single`: UpdateGateway (when the gateway itself changes), Hold (through `kubectl
+exec`), Roll (apply -k, rollout status), GateMember (through the shared Service, past the
+hold), Release. `plan_kube_live`: the Docker live set's operations on members named
+`VARIANT/1`, a changed Deployment applied in place (Reapply). `up X` on a running live set
+is Docker's `plan_alone` on the one-variant Deployment, the gateway's Deployment rolled last
+(UpdateGateway). The undo of Roll and Reapply is
+RollBack (`kubectl rollout undo`, for Roll under the hold with the gate of the variant
+before); a hold is released even with `--no-rollback`. The failed member's pod log is read
+before the undo.
 """
 
 from __future__ import annotations
@@ -33,19 +27,15 @@ import yaml
 
 from composer import labels
 from composer.engine.diagnose import hints
-from composer.engine.gate import GateTarget
 from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
 from composer.gateway.client import GatewayControl
-from composer.kube.control import kube_control, kube_hold
+from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
-    NO_KEY,
-    KubeUpOptions,
+    ForwardedTarget,
     KubeUpResult,
-    Say,
     Serving,
     _log_tail,
-    _quiet,
     apply_secret,
     deployment,
     gate,
@@ -66,13 +56,14 @@ from composer.render.kubernetes import (
 )
 from composer.render.live import LIVE_UPSTREAMS_VAR
 from composer.render.runfiles import state_dir
-from composer.render.spec import CONTAINER_PORT
+from composer.render.spec import API_KEY_VAR, CONTAINER_PORT
 from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
-from composer.swap.execute import Handlers, _reason, execute
+from composer.swap.desired import EXCLUSIVE, check_request, desired
+from composer.swap.execute import Handlers, Say, _reason, execute, quiet
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
 from composer.swap.live import (
@@ -82,38 +73,34 @@ from composer.swap.live import (
     _operations,
     live_acceptance,
     live_history,
+    plan_alone,
     set_upstreams,
 )
 from composer.swap.lock import swap_lock
+from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
+from composer.swap.swapper import UpOptions
 
+NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
 SHARED = "shared"
 SINGLE = "single"  # the one-variant Deployment's overlay, where an undo applies it again
 LIVE_PREFIX = "live-"
-
-
-@dataclass(frozen=True)
-class LiveDeployment:
-    """A live variant's Deployment as the cluster has it: what identifies its configuration."""
-
-    variant: str
-    identity: str
+CHANGED = "its configuration changed"  # why the one-variant switch rolls the gateway first
 
 
 @dataclass(frozen=True)
 class ClusterLive:
-    """The project's server Deployments on the cluster: the live ones by variant, and the
-    variant of the one-variant Deployment (`up VARIANT`'s), None when there is none ("" when
-    its variant cannot be read)."""
+    """The project's server Deployments: each live variant's `identity`, and the one-variant
+    Deployment's variant (None: no such Deployment; "": its variant cannot be read)."""
 
-    live: Mapping[str, LiveDeployment]
+    live: Mapping[str, str]
     single: str | None = None
+    serving: Serving | None = None  # the one-variant Deployment's variant and configuration
 
 
 def identity(doc: Manifest) -> str:
-    """A rendered live Deployment's configuration, as `up` stamps it on the Deployment
-    (`labels.LIVE_CONFIG`): the API server rewrites what it stores (quantities, defaults),
-    so the cluster's copy is never compared field by field."""
+    """A rendered live Deployment's configuration hash, stamped on it (`labels.LIVE_CONFIG`):
+    the API server rewrites what it stores, so the cluster's copy is never compared itself."""
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -132,35 +119,18 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
         items = json.loads(done.stdout).get("items") or []
     except (ValueError, AttributeError) as err:
         raise KubectlFailed("`kubectl get deployments` printed no Deployment list") from err
-    live: dict[str, LiveDeployment] = {}
-    single = None
+    live: dict[str, str] = {}
+    single = now = None
     for doc in items:
         name = (doc.get("metadata") or {}).get("name", "")
-        template = ((doc.get("spec") or {}).get("template") or {}).get("metadata") or {}
-        variant = (template.get("labels") or {}).get(labels.VARIANT, "")
+        variant = pod_labels(doc).get(labels.VARIANT, "")
         if name == stack.service:
             single = str(variant)
+            now = Serving(variant or None, pod_labels(doc).get(labels.CONFIG_HASH))
         elif variant in stack.variants and name == live_name(stack, variant):
             notes = (doc.get("metadata") or {}).get("annotations") or {}
-            live[variant] = LiveDeployment(variant, str(notes.get(labels.LIVE_CONFIG, "")))
-    return ClusterLive(live, single)
-
-
-def ran_kube_live(stack: Stack, directory: Path | None = None) -> bool:
-    """`up --target kubernetes` changed a live set of this project from this machine before:
-    only then does a one-variant `up` ask the cluster whether a live set runs."""
-    return any(((directory or state_dir()) / stack.project / "kubernetes").glob(f"{LIVE_PREFIX}*"))
-
-
-def live_set_names(requested: Sequence[str], stack: Stack, cluster: ClusterLive) -> list[str]:
-    """The live set `up` aims at: several names are the set; none is `[gateway] live` (else
-    what runs); one name joins what runs (or `[gateway] live` when nothing live runs)."""
-    if len(requested) > 1:
-        return list(requested)
-    base = [name for name in stack.variants if name in cluster.live] or list(stack.gateway.live)
-    if not requested:
-        return base
-    return base if requested[0] in base else [*base, requested[0]]
+            live[variant] = str(notes.get(labels.LIVE_CONFIG, ""))
+    return ClusterLive(live, single, now)
 
 
 def plan_kube_live(
@@ -173,9 +143,7 @@ def plan_kube_live(
     continue_streams: bool = True,
 ) -> LivePlan:
     """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
-    kustomization each variant (or the one-variant Deployment, under its variant) applies
-    from. The operations are the Docker live set's, on members named `VARIANT/1`; a variant
-    whose identity changed is applied in place (a rolling update)."""
+    kustomization each variant (and `SINGLE`) applies from; a changed variant is applied in place."""
     folders = folders or {}
 
     def member(variant: str) -> ops.Member:
@@ -188,11 +156,7 @@ def plan_kube_live(
     new = {f"{v}/1": member(v) for v in variants}
     old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
     old |= {f"{v}/1": member(v) for v in cluster.live if f"{v}/1" not in old}
-    keep = tuple(
-        n
-        for n, m in new.items()
-        if m.variant in cluster.live and cluster.live[m.variant].identity == wanted[m.variant]
-    )
+    keep = tuple(n for n, m in new.items() if cluster.live.get(m.variant) == wanted[m.variant])
     alone = None
     if cluster.single is not None:
         single = cluster.single or stack.service
@@ -222,29 +186,24 @@ def plan_kube_single(
     gateway_file: str | None = None,
     continue_streams: bool = False,
 ) -> tuple[ops.Op, ...]:
-    """The switch of the one-variant Deployment to `variant` (pure) with the configuration
-    `config_hash`: `before` is what it runs now (None: no Deployment yet), `hold` whether the
-    gateway holds and drains around it, `gateway_file` the gateway Deployment to roll first
-    when the gateway itself changes. The variant before is what an undo gates again."""
+    """The switch of the one-variant Deployment to `variant` at `config_hash` (pure): `before`
+    is what it runs now (None: nothing yet), `hold` whether the gateway holds and drains around
+    it, `gateway_file` the gateway Deployment to roll first when the gateway itself changes."""
     deployment = stack.service
     member = ops.Member(variant, variant, deployment, deployment, str(overlay))
     previous = None
     if before is not None and before.config_hash != config_hash:
         name = before.variant or deployment
         previous = ops.Member(name, name, deployment, deployment, "")
-    changed = "its configuration changed"
-    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, changed)] if hold and gateway_file else []
+    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Roll(member, previous), ops.GateMember(member)]
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
-def write_live(
-    stack: Stack, variants: Sequence[str], directory: Path | None = None, leaving: Sequence[str] = ()
-) -> dict[str, Path]:
+def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) -> dict[str, Path]:
     """The set's kustomizations under the state folder: `shared` (the shared Service, the
-    gateway and the base's extras) and one per variant (its Deployment and Service), the
-    `leaving` variants' too (an undo applies them again, as the stack renders them now)."""
+    gateway, the base's extras) and one per variant, the `leaving` ones' too (for an undo)."""
     groups: dict[str, list[tuple[str, Manifest]]] = {SHARED: live_shared_docs(stack, list(variants))}
     for name in (*variants, *(n for n in leaving if n in stack.variants and n not in variants)):
         groups[name] = [
@@ -253,7 +212,7 @@ def write_live(
         ]
     texts = {(group, file): dump(doc, GENERATED) for group, docs in groups.items() for file, doc in docs}
     digest = hashlib.sha256(json.dumps(sorted(texts.items())).encode()).hexdigest()[:12]
-    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
+    out = state_dir() / stack.project / "kubernetes" / f"{LIVE_PREFIX}{digest}"
     folders: dict[str, Path] = {}
     for group, docs in groups.items():
         folder = out / group
@@ -275,27 +234,14 @@ def _gateway_env(doc: Manifest) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class ForwardedTarget(GateTarget):
-    """A variant reached through `kubectl port-forward`: `url` is the forward's own address
-    (never a remote Docker engine's host, as a loopback GateTarget would become)."""
-
-    forwarded: str = ""
-
-    @property
-    def url(self) -> str:
-        return self.forwarded
-
-
 class KubeRollout:
-    """One change of what serves on the cluster (the one-variant switch or a live set's change):
-    the stack, kubectl, the options, where progress goes, and the dispatch table of both plans."""
+    """One change of what serves on the cluster, and the dispatch table of both plans."""
 
     control: GatewayControl | None = None
     hold: SwapHold | None = None
     variants: tuple[str, ...] = ()
 
-    def __init__(self, stack: Stack, kubectl: Kubectl, options: KubeUpOptions, progress: Say, waiting: Say):
+    def __init__(self, stack: Stack, kubectl: Kubectl, options: UpOptions, progress: Say, waiting: Say):
         self.stack = stack
         self.kubectl = kubectl
         self.options = options
@@ -329,22 +275,26 @@ class KubeRollout:
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
-    # -- the gateway ----------------------------------------------------------------------
     def _roll_gateway(self, run_file: str) -> None:
-        """Apply the gateway's Deployment and wait for its rollout (its new pod is ready before
-        the old one stops)."""
+        """Apply the gateway's Deployment and wait for its rollout."""
         self.kubectl.run(["apply", "--filename", run_file], timeout=120)
-        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
 
     def update_gateway(self, op: ops.UpdateGateway) -> None:
+        if not self.stack.gateway.enabled:
+            return
+        first = "the gateway itself changes: rolling it first" if op.why == CHANGED else ""
         self.say(
-            "the gateway itself changes: rolling it first (its new pod is ready before the old one stops)"
+            f"{first or f'rolling the gateway ({op.why})'} (its new pod is ready before the old one stops)"
         )
         self._roll_gateway(op.run_file)
 
     def hold_gateway(self, op: ops.Hold) -> None:
-        """Hold new requests at the gateway pod and let the ones in flight finish (counted)."""
-        self.hold = kube_hold(self.kubectl, self.stack, self.say)
+        """Hold new requests at the gateway pod; let the ones in flight finish (counted)."""
+        control = kube_control(self.kubectl, self.stack)
+        self.hold = SwapHold(
+            control, self.stack.gateway.drain_timeout, self.say, context=self.stack.max_model_len
+        )
         going_on = "; streams go on on the new variant" if op.continue_streams else ""
         self.say(f"draining the gateway: new requests wait, requests in flight finish{going_on}")
         drained = self.hold.begin(op.continue_streams)
@@ -354,7 +304,7 @@ class KubeRollout:
         )
 
     def release_gateway(self, _: ops.Release | None = None) -> None:
-        """The held requests flow to whatever serves now (a stop signal cannot cut it short)."""
+        """The held requests flow to whatever serves now (stop signals ignored meanwhile)."""
         if self.hold is None:
             return
         with interrupts_ignored():
@@ -366,7 +316,7 @@ class KubeRollout:
             self.notes.append(note)
 
     def publish(self, op: ops.Publish) -> None:
-        """Tell the gateway pod the upstreams it routes among (each variant's Service)."""
+        """Tell the gateway pod the upstreams it routes among."""
         if not self.stack.gateway.enabled:
             return
         if self.control is None:
@@ -379,10 +329,8 @@ class KubeRollout:
 
     def drain_single(self, op: ops.DrainSingle) -> None:
         if self.control is not None:
-            where = f"deployment/{op.container}"
-            self.drained.single(self.control, self.stack, self.waiting, where)
+            self.drained.single(self.control, self.stack, self.waiting, f"deployment/{op.container}")
 
-    # -- the members ----------------------------------------------------------------------
     def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
@@ -400,22 +348,21 @@ class KubeRollout:
         self.say(
             f"waiting for {member.container} (kubectl rollout status, up to {self.options.timeout:.0f}s)"
         )
-        rollout_status(self.kubectl, self.stack, self.options.timeout, member.container)
+        rollout_status(self.kubectl, member.container, self.options.timeout)
 
     def roll_back(self, op: ops.RollBack) -> None:
-        """`kubectl rollout undo` and its rollout status; nothing when the apply it undoes
-        changed nothing (undoing then would go back one revision too far)."""
+        """`kubectl rollout undo` and its rollout status; nothing when the apply changed nothing
+        (the undo would go back one revision too far)."""
         if self.unchanged and self._single(op.member):
             return
         self.say(f"rolling {op.member.variant} back (kubectl rollout undo)")
         self.began[op.member.name] = time.monotonic()  # the gate after it has the whole timeout
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
-        rollout_status(self.kubectl, self.stack, self.options.timeout, op.member.container)
+        rollout_status(self.kubectl, op.member.container, self.options.timeout)
 
     def gate_member(self, op: ops.GateMember) -> None:
-        """The readiness gate and warm-up through the member's own Service (the shared one for
-        the one-variant Deployment) within the timeout from its apply; a speculative variant's
-        acceptance too."""
+        """The gate and warm-up through the member's Service within the timeout from its apply;
+        a speculative variant's acceptance too."""
         member = op.member
         began = self.began.pop(member.name, time.monotonic())
         self.say(f"{member.variant} rolled out; gating it through service/{member.service}")
@@ -436,8 +383,7 @@ class KubeRollout:
         self.timings[f"{member.variant} apply_to_ready"] = time.monotonic() - began
 
     def _acceptance(self, name: str, url: str) -> None:
-        """A speculative variant's draft acceptance through its own Service (HealthCheckFailed
-        at or below `stack.acceptance_floor`: it would decode slower than the baseline)."""
+        """A speculative variant's draft acceptance (HealthCheckFailed at or below the floor)."""
         target = ForwardedTarget(
             name, CONTAINER_PORT, "127.0.0.1", self.stack.served_model_name, self.stack.api_key, forwarded=url
         )
@@ -445,8 +391,7 @@ class KubeRollout:
         self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
     def stop_member(self, op: ops.StopMember) -> None:
-        """Delete the member's Deployment and Service (the one-variant Deployment alone: the
-        shared Service stays); its pods get their grace period."""
+        """Delete the member's Deployment and Service (the shared Service stays)."""
         member = op.member
         objects = [f"deployment/{member.container}"]
         objects += [] if self._single(member) else [f"service/{member.service}"]
@@ -457,8 +402,8 @@ class KubeRollout:
         )
 
     def keep_log(self, op: ops.Op, _err: BaseException) -> None:
-        """A member that failed to roll out or pass its gate: its pod log, read before the undo
-        (a Roll whose apply did not finish first asks whether it changed the Deployment)."""
+        """Read the failed member's pod log before the undo (after a Roll whose apply did not
+        finish, only when it changed the Deployment)."""
         self.failed_at = op
         if isinstance(op, ops.Roll) and not self.applied:
             self.unchanged = not self._changed()
@@ -466,7 +411,7 @@ class KubeRollout:
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
 
     def _changed(self) -> bool:
-        """True when the one-variant Deployment no longer runs what it ran before the switch."""
+        """The one-variant Deployment no longer runs what it ran before the switch."""
         try:
             now = serving(self.kubectl, self.stack)
         except KubectlFailed:
@@ -474,41 +419,28 @@ class KubeRollout:
         before = self.before
         return now is not None and (before is None or now.config_hash != before.config_hash)
 
-    # -- around the plan ------------------------------------------------------------------
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
-        """Without a gateway Deployment: the stack-wide objects first (the gateway probes the
-        set's Services itself until `up` tells it which ones passed their gate). Returns the
-        gateway Deployment the cluster has now."""
+        """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
+        Deployment the cluster has now."""
         if gateway is not None or not self.stack.gateway.enabled:
             return gateway
         self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
         self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
-        rollout_status(self.kubectl, self.stack, self.options.timeout, gateway_name(self.stack))
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
         return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
 
     def _record(self, folders: Mapping[str, Path], gateway: Manifest | None) -> None:
-        """The gateway Deployment's upstream list follows the set (its new pod is ready before
-        the old one stops), so a restarted gateway pod routes to the same set."""
+        """Roll the gateway Deployment's upstream list to the set, so a restarted pod routes to it."""
         if not self.stack.gateway.enabled:
             return
-        docs = dict(live_shared_docs(self.stack, list(self.variants)))
-        rendered = docs.get("gateway-deployment.yaml")
+        rendered = dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
         if rendered is None or (gateway is not None and _gateway_env(gateway) == _gateway_env(rendered)):
             return
         self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
         self._roll_gateway(str(folders[SHARED] / "gateway-deployment.yaml"))
 
-    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
-        """The set's kustomizations, the leaving variants' and the one-variant Deployment's
-        overlay (what an undo applies again)."""
-        folders: dict[str, Path] = dict(write_live(self.stack, names, leaving=list(cluster.live)))
-        if cluster.single and cluster.single in self.stack.variants:
-            folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
-        return folders
-
-    def _run(self, planned: Sequence[ops.Op], stage: Say = _quiet) -> list[ops.Op]:
-        """`composer.swap.execute` with this dispatch table; a failure carries the pod log read
-        before the undo."""
+    def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
+        """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
         try:
             return execute(
                 planned,
@@ -523,10 +455,11 @@ class KubeRollout:
                 err.log_tail, err.hints = self.log, hints(self.log)
             raise
 
-    def up_single(self, target: Target) -> KubeUpResult:
-        """Switch the one-variant Deployment to `target` (`plan_kube_single`)."""
+    def up_single(self, target: Target, before: Serving | None) -> KubeUpResult:
+        """Switch the one-variant Deployment to `target` (`plan_kube_single`) from `before`,
+        what it runs now (None: there is none)."""
         began = time.monotonic()
-        self.before = before = serving(self.kubectl, self.stack)
+        self.before = before
         result = KubeUpResult(variant=target.name, outcome="started", previous=before and before.variant)
         overlay = write_overlay(self.stack, target)
         apply_secret(self.kubectl, self.stack)
@@ -564,8 +497,8 @@ class KubeRollout:
                 f"{self.held['cut']} request(s) still running after the drain timeout "
                 f"({self.stack.gateway.drain_timeout}s) were cut"
             )
-        result.outcome = "unchanged" if same else "started"
         if same:
+            result.outcome = "unchanged"
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
         self._history(result, planned)
@@ -599,27 +532,68 @@ class KubeRollout:
         cause = _reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
-    def up_live(self, requested: Sequence[str]) -> LiveResult:
-        began = time.monotonic()
-        cluster = read_cluster(self.kubectl, self.stack)
-        names = live_set_names(requested, self.stack, cluster)
-        live_members(self.stack, names)  # the joined set's GPU sets: refused before any change
+    def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
+        """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
+        live_members(self.stack, names)  # the set's GPU sets: refused before any change
         self.variants = tuple(names)
         wanted = {
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
         }
         folders = self._folders(names, cluster)
+        if cluster.single and cluster.single in self.stack.variants:  # what an undo applies again
+            folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         continues = self.stack.gateway.continues(self.options.drain)
         plan = plan_kube_live(self.stack, names, wanted, cluster, folders, continue_streams=continues)
-        result = LiveResult(variant="+".join(names), outcome="unchanged", plan=plan.as_data())
-        result.plan_text = plan.describe()
         apply_secret(self.kubectl, self.stack)
         gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
-        else:
+        result = self._change(plan, f"live set {', '.join(names)}")
+        if not plan.no_op:
+            with interrupts_ignored():  # the set serves: its record is finished
+                self._record(folders, gateway)
+        return result
+
+    def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
+        """`up X` where a live set runs (`plan_alone`, the Docker one): X's one-variant Deployment
+        is applied and gated, the gateway goes back to its single upstream, each live Deployment
+        is drained and deleted, and the gateway's Deployment is rolled last to the one-variant
+        one (its settings named the members)."""
+        stack = self.stack
+        folders = self._folders((), cluster)  # the leaving ones' kustomizations: an undo applies them
+        overlay = write_overlay(stack, target)
+        speculative = target.variant.speculative is not None
+        alone = ops.Member(
+            target.name, target.name, stack.service, stack.service, str(overlay), "-", speculative
+        )
+        running = [
+            LiveRunning(f"{v}/1", v, live_name(stack, v), "-", config, "running", live_name(stack, v))
+            for v, config in cluster.live.items()
+        ]
+        plan = plan_alone(
+            alone,
+            target.hash,
+            [replace(r, run_file=str(folders[r.variant])) for r in running],
+            stack.project,
+            gateway_file=str(overlay.parent.parent / "base" / "gateway-deployment.yaml"),
+            continue_streams=stack.gateway.continues(self.options.drain),
+        )
+        apply_secret(self.kubectl, stack)
+        return self._change(plan, f"{target.name} serves alone (the live set left)")
+
+    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
+        """The set's kustomizations and the leaving variants' (what an undo applies again)."""
+        return dict(write_live(self.stack, names, list(cluster.live)))
+
+    def _change(self, plan: LivePlan, outcome: str) -> LiveResult:
+        """Run a live plan under its record; its result and history line."""
+        began = time.monotonic()
+        result = LiveResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
+        result.plan_text = plan.describe()
+        ran: list[ops.Op] = []
+        if not plan.no_op:
             record = plan.recording(self.stack.project, self.options.timeout)
             try:
                 ran = self._run(plan.ops, record.stage)
@@ -629,14 +603,12 @@ class KubeRollout:
                 raise
             finally:
                 record.close()
-            with interrupts_ignored():  # the set serves: its record is finished
-                self._record(folders, gateway)
         result.timings.update(self.timings)
         self.drained.report(result)
         if plan.no_op:
-            result.notes.append(f"the live set {{{', '.join(names)}}} already runs on Kubernetes")
+            result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs on Kubernetes")
         else:
-            result.outcome = f"live set {', '.join(names)}"
+            result.outcome = outcome
             live_history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
@@ -644,21 +616,26 @@ class KubeRollout:
 
 def up_kubernetes(
     stack: Stack,
-    target: Target | Sequence[str],
-    *,
-    kubectl: Kubectl | None = None,
-    options: KubeUpOptions | None = None,
-    progress: Say = _quiet,
-    waiting: Say | None = None,
+    requested: Sequence[str],
+    kubectl: Kubectl,
+    options: UpOptions,
+    progress: Say,
+    waiting: Say,
 ) -> KubeUpResult | LiveResult:
-    """Under the project's swap lock: switch the one-variant Deployment to a `target`, or change
-    the live set to the variants named; raise SwapFailed (after undoing what ran, unless
-    --no-rollback) on failure, caused by KeyboardInterrupt when interrupted."""
-    options = options or KubeUpOptions()
+    """`up --target kubernetes`, its one entry: under the swap lock, ONE read of what the
+    cluster runs, the desired set decided from it (`composer.swap.desired`, as on Docker), and
+    the one plan that gets there: the one-variant switch (also a set of one where no live set
+    runs), X's one-variant Deployment replacing a live set, or a live set's change. SwapFailed
+    (caused by KeyboardInterrupt when interrupted); ConfigError for a bad request."""
+    check_request(requested, stack)  # unknown names, overlapping GPU sets: before kubectl is asked
     if not stack.api_key:  # a configuration error never waits for another swap's lock
         raise PreflightFailed(NO_KEY)
-    if not isinstance(target, Target) and len(target) > 1:
-        live_members(stack, target)  # overlapping GPU sets: refused before kubectl is asked
-    runner = KubeRollout(stack, kubectl or Kubectl.for_stack(stack), options, progress, waiting or progress)
+    runner = KubeRollout(stack, kubectl, options, progress, waiting)
     with swap_lock(stack.project, options.wait_for_lock, progress):
-        return runner.up_single(target) if isinstance(target, Target) else runner.up_live(target)
+        cluster = read_cluster(runner.kubectl, stack)
+        want = desired(requested, stack, [f"{v}/1" for v in cluster.live])
+        if want.mode == EXCLUSIVE and want.replaces:
+            return runner.up_alone(resolve_target(stack, want.variants[0]), cluster)
+        if want.mode == EXCLUSIVE or (len(want.variants) == 1 and not cluster.live):
+            return runner.up_single(resolve_target(stack, want.variants[0]), cluster.serving)
+        return runner.up_live(want.variants, cluster)

@@ -1,8 +1,7 @@
 """The one place that runs `kubectl`: argv lists, never a shell; errors carry the command.
 
-Everything kubectl says that reaches a message goes through `redact` first, so a failing
-`kubectl apply` of the API key Secret (whose error may echo the object) prints no key,
-in clear or base64. A cluster that cannot be reached gets a fix line.
+Everything kubectl says that reaches a message is redacted of the API key (in clear or
+base64) first; a cluster that cannot be reached gets a fix line.
 """
 
 from __future__ import annotations
@@ -38,13 +37,6 @@ def secret_forms(secret: str | None) -> tuple[str, ...]:
         return ()
     encoded = base64.b64encode(secret.encode()).decode()
     return (secret, encoded, encoded.rstrip("="), secret.encode("unicode_escape").decode())
-
-
-def redact(text: str, secrets: Sequence[str]) -> str:
-    """Text with every form of every secret masked (the same masking as container logs)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        text = redact_log(text, secret)
-    return text
 
 
 @dataclass(frozen=True)
@@ -83,13 +75,13 @@ class Kubectl:
 
     def environment(self) -> dict[str, str]:
         """kubectl's environment: ours, with KUBECONFIG when the stack sets one."""
-        env = dict(os.environ)
-        if self.kubeconfig:
-            env["KUBECONFIG"] = self.kubeconfig
-        return env
+        return {**os.environ, **({"KUBECONFIG": self.kubeconfig} if self.kubeconfig else {})}
 
     def redact(self, text: str) -> str:
-        return redact(text, self.secrets)
+        """Text with every form of every secret masked (the same masking as container logs)."""
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = redact_log(text, secret)
+        return text
 
     def run(
         self, args: Sequence[str], *, stdin: str | None = None, timeout: float = 60, check: bool = True
@@ -116,8 +108,10 @@ class Kubectl:
         return done
 
     def failed(self, what: str, done: subprocess.CompletedProcess[str]) -> KubectlFailed:
-        """KubectlFailed for a finished command: its last line, redacted; a fix when unreachable."""
-        said = self.redact(last_line(done))
+        """KubectlFailed for a finished command: the last line it printed (else its exit code),
+        redacted; a fix when the cluster cannot be reached."""
+        lines = [line.strip() for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
+        said = self.redact(lines[-1] if lines else f"exit code {done.returncode}")
         fix = f"; {FIX_UNREACHABLE}" if _UNREACHABLE.search(said) else ""
         command = tuple(done.args) if isinstance(done.args, list | tuple) else ()
         return KubectlFailed(f"{what}: {said}{fix}", command, done.returncode)
@@ -132,9 +126,3 @@ class Kubectl:
             text=True,
             env=self.environment(),
         )
-
-
-def last_line(done: subprocess.CompletedProcess[str]) -> str:
-    """The last non-empty line kubectl printed (its error), or the exit code."""
-    lines = [line for line in (done.stderr or done.stdout or "").splitlines() if line.strip()]
-    return lines[-1].strip() if lines else f"exit code {done.returncode}"

@@ -1,21 +1,20 @@
-"""What a Kubernetes rollout asks of the cluster, one kubectl verb at a time (the executor,
-`composer.kube.execute`, calls these from its dispatch table).
-
-`serving`: what the one-variant Deployment runs (its variant, config hash, served name);
-`write_overlay`: the variant's overlay rendered with the stack's resolved values under the
-state folder; `apply_secret`: the API key Secret, server-side applied from stdin (never in
-argv, a file or a `last-applied-configuration` annotation); `rollout_status`: `kubectl rollout
-status --timeout`; `gate`: the readiness gate and warm-up through a Service (past the gateway's
-hold when given its headers); `_log_tail`: a Deployment's last log lines, redacted. The
-one-variant Deployment (strategy Recreate) is one object for every variant, so the variant
-before is its previous revision and `kubectl rollout undo` brings it back.
+"""What a Kubernetes rollout asks of the cluster, one kubectl verb at a time (called from
+`composer.kube.execute`'s dispatch table), and how the gate reaches a Service (a configured
+URL, or `kubectl port-forward`). The one-variant Deployment (strategy Recreate) is
+one object for every variant: the variant before is its previous revision, and `kubectl
+rollout undo` brings it back.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+import re
+import selectors
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +23,10 @@ import httpx
 from composer import labels
 from composer.engine import retry
 from composer.engine.bootlog import redact, tail
-from composer.engine.health import Readiness, probe
+from composer.engine.gate import GateTarget
+from composer.engine.health import probe
 from composer.engine.retry import Pending
-from composer.errors import HealthCheckFailed, KubectlFailed, PreflightFailed
-from composer.kube.forward import service_url
+from composer.errors import HealthCheckFailed, KubectlFailed
 from composer.kube.kubectl import Kubectl
 from composer.render.files import write_atomic
 from composer.render.kubernetes import Manifest, render_kubernetes, secret_name
@@ -35,28 +34,73 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import API_KEY_VAR
 from composer.render.target import Target
 from composer.stack.model import Stack
-from composer.swap.holding import WARMUP_PROMPT
+from composer.swap.execute import Say
+from composer.swap.holding import warm_up
 
-Say = Callable[[str], None]
-MANAGER = "compose-spec"
-"""The field manager of what `up` applies server-side."""
+_FORWARDING = re.compile(r"Forwarding from (127\.0\.0\.1|\[::1\]):(\d+) -> \d+")
+READY_WITHIN = 30.0  # seconds port-forward has to say where it listens
+
+
+@contextmanager
+def service_url(
+    kubectl: Kubectl, stack: Stack, service: str | None = None, port: int | None = None
+) -> Iterator[str]:
+    """The Service's base URL from this machine while the block runs: `kubernetes.service_url`
+    (env KUBE_SERVICE_URL) for the shared Service when set, else `kubectl port-forward
+    service/NAME :PORT` on a free local port, stopped when the block ends."""
+    if stack.kubernetes.service_url and service is None:
+        yield stack.kubernetes.service_url
+        return
+    proc = kubectl.popen(["port-forward", f"service/{service or stack.service}", f":{port or stack.port}"])
+    try:
+        try:
+            port = _local_port(proc)
+        except KubectlFailed as err:  # what kubectl said goes through the key redaction too
+            raise KubectlFailed(kubectl.redact(str(err))) from err
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        # killed, not terminated: started inside an undo it inherits an ignored SIGTERM, and a
+        # port-forward keeps nothing that a graceful stop would save
+        proc.kill()
+        proc.wait()
+
+
+def _local_port(proc: subprocess.Popen[str]) -> int:
+    """Read port-forward's output until it says which local port it listens on."""
+    assert proc.stdout is not None
+    deadline = time.monotonic() + READY_WITHIN
+    seen: list[str] = []
+    with selectors.DefaultSelector() as selector:
+        selector.register(proc.stdout, selectors.EVENT_READ)
+        while time.monotonic() < deadline:
+            if not selector.select(timeout=max(0.0, deadline - time.monotonic())):
+                break
+            line = proc.stdout.readline()
+            if not line:
+                break
+            seen.append(line.strip())
+            match = _FORWARDING.search(line)
+            if match and match.group(1) == "127.0.0.1":
+                return int(match.group(2))
+    proc.kill()
+    said = next((s for s in reversed(seen) if s), "nothing")
+    raise KubectlFailed(f"`kubectl port-forward` did not start forwarding (it said: {said})")
+
+
+MANAGER = "compose-spec"  # the field manager of what `up` applies server-side
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 
-def _quiet(message: str) -> None:
-    """Progress sink that drops messages."""
-
-
 @dataclass(frozen=True)
-class KubeUpOptions:
-    """How long to wait (rollout plus gate), whether to undo a failed rollout, whether to
-    wait for another swap of the project (else LockBusy), and whether the drain waits for the
-    streams too (`up --drain`) instead of letting them go on on the new variant."""
+class ForwardedTarget(GateTarget):
+    """A variant reached through `kubectl port-forward` at `forwarded` (a loopback GateTarget
+    would become a remote Docker engine's host)."""
 
-    timeout: float = 900.0
-    rollback: bool = True
-    wait_for_lock: bool = True
-    drain: bool = False
+    forwarded: str = ""
+
+    @property
+    def url(self) -> str:
+        return self.forwarded
 
 
 @dataclass
@@ -98,31 +142,25 @@ class Serving:
 
 
 def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
-    """The variant the Deployment runs now (None when there is no Deployment yet)."""
+    """What the one-variant Deployment runs now (None when there is none yet)."""
     doc = deployment(kubectl, stack.service)
     found = pod_labels(doc) if doc is not None else None
     return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
 
 
-def write_overlay(stack: Stack, target: Target, directory: Path | None = None) -> Path:
-    """Render the base and this variant's overlay with the stack's resolved values; return
-    the overlay folder (under the state directory, named by the config hash)."""
-    out = (directory or state_dir()) / stack.project / "kubernetes" / f"{target.name}-{target.hash}"
+def write_overlay(stack: Stack, target: Target) -> Path:
+    """Render the base and the variant's overlay with the stack's resolved values under the
+    state folder (named by the config hash); return the overlay folder."""
+    out = state_dir() / stack.project / "kubernetes" / f"{target.name}-{target.hash}"
     for file in render_kubernetes(stack, [target.name], out):
         write_atomic(file)
     return out / "overlays" / target.name
 
 
-NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
-
-
 def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
-    """Create or update the API key Secret by server-side apply: the key travels on stdin,
-    never in argv or a file, and the object keeps no `last-applied-configuration`
-    annotation (client-side apply would store the key there in clear text). An annotation
-    left by an earlier client-side apply is removed."""
-    if not stack.api_key:
-        raise PreflightFailed(NO_KEY)
+    """Server-side apply the API key Secret from stdin (never argv or a file); remove a
+    `last-applied-configuration` annotation, where client-side apply kept the key in clear."""
+    assert stack.api_key  # up_kubernetes refuses a stack without one
     name = secret_name(stack)
     secret = {
         "apiVersion": "v1",
@@ -142,12 +180,11 @@ def apply_secret(kubectl: Kubectl, stack: Stack) -> None:
         kubectl.run(["annotate", f"secret/{name}", f"{LAST_APPLIED}-"])
 
 
-def rollout_status(kubectl: Kubectl, stack: Stack, timeout: float, deployment: str | None = None) -> None:
-    """`kubectl rollout status` (of the variant's Deployment unless named) within `timeout`
-    seconds; KubectlFailed with kubectl's reason."""
+def rollout_status(kubectl: Kubectl, deployment: str, timeout: float) -> None:
+    """`kubectl rollout status` within `timeout` seconds; KubectlFailed with kubectl's reason."""
     seconds = max(1, int(timeout))
     done = kubectl.run(
-        ["rollout", "status", f"deployment/{deployment or stack.service}", f"--timeout={seconds}s"],
+        ["rollout", "status", f"deployment/{deployment}", f"--timeout={seconds}s"],
         timeout=seconds + 30,
         check=False,
     )
@@ -167,10 +204,9 @@ def gate(
     service: tuple[str, int] | None = None,
     check: Callable[[str], object] | None = None,
 ) -> None:
-    """Probe the variant through the Service (the shared one, else `service`: name and port)
-    until it is ready (HealthCheckFailed otherwise), then send `warmup` short completions and
-    run `check` with the Service's URL (the same port-forward); `headers` pass the gateway's hold."""
-    last = Readiness(False, "health", "not probed yet")
+    """Probe through the Service (the shared one, else `service`: name and port) until ready
+    (else HealthCheckFailed), send `warmup` completions, then run `check` with its URL;
+    `headers` pass the gateway's hold."""
     with (
         service_url(kubectl, stack, *service) if service else service_url(kubectl, stack) as url,
         httpx.Client(
@@ -179,7 +215,6 @@ def gate(
     ):
 
         def attempt() -> None:
-            nonlocal last
             last = probe(http, url, served_name, stack.api_key)
             if last.fatal:
                 raise HealthCheckFailed(f"not ready through the Service at {last.step}: {last.detail}")
@@ -191,29 +226,18 @@ def gate(
             retry.service_readiness(deadline)(attempt)
         except Pending as timed_out:
             raise HealthCheckFailed(str(timed_out)) from None
-        _warm_up(http, url, served_name, stack.api_key, warmup)
+        try:
+            warm_up(ForwardedTarget(served_name, 0, "", served_name, stack.api_key, headers, url), warmup)
+        except httpx.HTTPError as err:
+            raise HealthCheckFailed(f"a warm-up completion failed: {err}") from err
         if check is not None:
             check(url)
 
 
-def _warm_up(http: httpx.Client, url: str, served_name: str, api_key: str | None, requests: int) -> None:
-    """Short completions before any client reaches the new variant (as `up` does on Docker)."""
-    body = {"model": served_name, "prompt": WARMUP_PROMPT, "max_tokens": 16, "temperature": 0}
-    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    for _ in range(requests):
-        try:
-            http.post(f"{url}/v1/completions", json=body, headers=auth, timeout=300.0).raise_for_status()
-        except httpx.HTTPError as err:
-            raise HealthCheckFailed(f"a warm-up completion failed: {err}") from err
-
-
-def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str | None = None) -> str:
-    """The serving pod's (or the named Deployment's) last log lines, redacted ('' when
-    kubectl cannot give them)."""
+def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
+    """The Deployment's last log lines, redacted ('' when kubectl cannot give them)."""
     try:
-        done = kubectl.run(
-            ["logs", f"deployment/{deployment or stack.service}", "--tail=40"], timeout=30, check=False
-        )
+        done = kubectl.run(["logs", f"deployment/{deployment}", "--tail=40"], timeout=30, check=False)
     except KubectlFailed:
         return ""
     return tail(redact(done.stdout, stack.api_key), 40) if done.returncode == 0 else ""

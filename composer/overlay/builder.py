@@ -73,32 +73,30 @@ def build_overlay(
     use_base: bool = False,
 ) -> BuildResult:
     """Validate, build and verify the recipe's overlay image (see the module docstring).
-
-    `verify` replaces the recipe's verification command (the imports still run). A dry
-    run writes nothing: not the image, not image.toml. A base that already contains the
-    change (every diff applies in reverse) is refused with one line, unless `use_base`:
-    then the image is the base itself, labelled as such, verified like any overlay.
-    """
+    `verify` replaces the recipe's command (the imports still run); a dry run writes nothing.
+    A base that already contains the change (every diff applies in reverse) is refused,
+    unless `use_base`: then the image is the base itself, labelled as such, and verified."""
     extra = dict(extra_labels or {})
+    helper = {label_names.BUILD: recipe.name, **extra}
     recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
     checks = Verification(modules_to_import(recipe, diffs), verify or recipe.verify)
     labels = image_labels(recipe, base, diffs)
     current = dock.local_image(client, recipe.tag)
-    if current is not None and not force and not dry_run and _same_inputs(current.labels, labels):
+    same = current is not None and all((current.labels or {}).get(k) == v for k, v in labels.items())
+    if same and not force and not dry_run:
         progress(f"{recipe.tag} is current ({current.short_id}); --force rebuilds")
         if verify:
-            helper = {label_names.BUILD: recipe.name, **extra}
             verify_image(client, current.id, checks, helper, progress, remove_on_failure=False)
         return BuildResult("current", recipe.tag, current.id, pinned=pinned, labels=labels)
-    helper_labels = {label_names.BUILD: recipe.name, **extra}
-    progress(f"locating package {recipe.package} in {recipe.base} (offline)")
-    package_dir = locate_package(client, base.id, recipe, helper_labels)
-    parent = posixpath.dirname(package_dir.rstrip("/"))
-    paths = sorted({c.path for d in diffs for c in d.changes})
-    progress(f"reading {len(paths)} file(s) from {package_dir}")
-    originals = dock.read_files(client, base.id, parent, paths, helper_labels)
+    package_dir, originals = _base_files(client, base.id, recipe, diffs, helper, progress)
     if applies_in_reverse(originals, diffs):
-        _refuse_unless_base_used(recipe, diffs, use_base or dry_run)
+        if not (use_base or dry_run):
+            raise ImageBuildError(
+                f"base image {recipe.base} already contains the change of "
+                f"{', '.join(d.name for d in diffs)} (the diff applies in reverse): no overlay is "
+                f"needed; `compose-spec build {recipe.name} --use-base` makes {recipe.tag} the base "
+                "itself, labelled as such"
+            )
         patched = {}
         labels[label_names.OVERLAY_FROM_BASE] = "contains-change"
         would = "would be" if dry_run and not use_base else "will be"
@@ -110,10 +108,11 @@ def build_overlay(
         progress(f"dry run: verification would {checks.describe()}")
         return BuildResult("dry-run", recipe.tag, files=tuple(patched), pinned=pinned, labels=labels)
     labels[label_names.OVERLAY_PACKAGE_DIR] = package_dir
+    parent = posixpath.dirname(package_dir.rstrip("/"))
     image_id = dock.build_image(
         client, base.id, parent, patched, {**labels, **extra}, progress, no_cache=force
     )
-    verify_image(client, image_id, checks, helper_labels, progress)
+    verify_image(client, image_id, checks, helper, progress)
     dock.tag_image(client, image_id, recipe.tag)
     progress(f"tagged {recipe.tag} ({image_id[:19]})")
     replaced = current is not None and current.id != image_id and label_names.OVERLAY_RECIPE in current.labels
@@ -127,21 +126,25 @@ def base_contains_change(client: Any, recipe: Recipe) -> bool:
     ImageBuildError when an input (a diff file, the base image) is missing."""
     base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
-    helper = {label_names.BUILD: recipe.name}
-    package_dir = locate_package(client, base.id, recipe, helper)
-    paths = sorted({c.path for d in diffs for c in d.changes})
-    files = dock.read_files(client, base.id, posixpath.dirname(package_dir.rstrip("/")), paths, helper)
+    _, files = _base_files(client, base.id, recipe, diffs, {label_names.BUILD: recipe.name})
     return applies_in_reverse(files, diffs)
 
 
-def _refuse_unless_base_used(recipe: Recipe, diffs: list[ParsedDiff], use_base: bool) -> None:
-    if not use_base:
-        names = ", ".join(d.name for d in diffs)
-        raise ImageBuildError(
-            f"base image {recipe.base} already contains the change of {names} (the diff applies in "
-            f"reverse): no overlay is needed; `compose-spec build {recipe.name} --use-base` makes "
-            f"{recipe.tag} the base itself, labelled as such"
-        )
+def _base_files(
+    client: Any,
+    base_id: str,
+    recipe: Recipe,
+    diffs: list[ParsedDiff],
+    helper: Mapping[str, str],
+    progress: Progress = _quiet,
+) -> tuple[str, dict[str, str | None]]:
+    """The package folder in the base, and the text of every file the diffs touch there."""
+    progress(f"locating package {recipe.package} in {recipe.base} (offline)")
+    package_dir = locate_package(client, base_id, recipe, helper)
+    paths = sorted({c.path for d in diffs for c in d.changes})
+    progress(f"reading {len(paths)} file(s) from {package_dir}")
+    parent = posixpath.dirname(package_dir.rstrip("/"))
+    return package_dir, dock.read_files(client, base_id, parent, paths, helper)
 
 
 def readable(argv: tuple[str, ...] | list[str]) -> str:
@@ -187,10 +190,8 @@ def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...
 def prepare(
     client: Any, recipe: Recipe, pin: bool, progress: Progress, dry_run: bool = False
 ) -> tuple[Recipe, Any, list[ParsedDiff], tuple[str, ...]]:
-    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned.
-
-    With `dry_run`, a pin is only reported: image.toml is never written.
-    """
+    """Inputs present, diffs valid, (re-)pinned and matching their pins, base id as pinned;
+    with `dry_run`, a pin is only reported (image.toml is never written)."""
     base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
     for diff in diffs:
@@ -201,12 +202,13 @@ def prepare(
         for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
             if pin_of.sha256 != diff.sha256:
                 progress(f"dry run: would pin {diff.name} to sha256 {diff.sha256}; {recipe.path} unchanged")
-        recipe = _repinned(recipe, diffs)
     elif pin:
         pinned = tuple(pin_recipe(recipe, {d.name: d.sha256 for d in diffs}))
         for name in pinned:
             progress(f"pinned {name} in {recipe.path}")
-        recipe = _repinned(recipe, diffs)
+    if pin:
+        pins = tuple(replace(p, sha256=d.sha256) for p, d in zip(recipe.diffs, diffs, strict=True))
+        recipe = replace(recipe, diffs=pins)
     for pin_of, diff in zip(recipe.diffs, diffs, strict=True):
         check_pin(diff, pin_of.sha256, f"run `compose-spec build {recipe.name} --pin`")
     if recipe.base_id and recipe.base_id not in {base.id, *base.attrs.get("RepoDigests", [])}:
@@ -267,25 +269,20 @@ def verify_image(
     for argv in checks.steps():
         try:
             code, output = dock.run_offline(client, image_id, argv, labels)
+            if code != 0:
+                last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
+                what = "the image is kept" if not remove_on_failure else "image removed"
+                step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else readable(argv)
+                step = step if len(step) <= 80 else step[:77] + "..."
+                raise ImageBuildError(
+                    f"verification failed in {'the image' if not remove_on_failure else 'the new image'} "
+                    f"(exit {code} from {step}), {what}: {last[0].strip()}"
+                )
         except BaseException:
             if remove_on_failure:
                 dock.remove_image(client, image_id)
             raise
-        if code != 0:
-            if remove_on_failure:
-                dock.remove_image(client, image_id)
-            last = [line for line in output.splitlines() if line.strip()][-1:] or ["no output"]
-            what = "the image is kept" if not remove_on_failure else "image removed"
-            step = "importing the added modules" if argv[2:3] == (IMPORT_CHECK,) else readable(argv)
-            raise ImageBuildError(
-                f"verification failed in {'the image' if not remove_on_failure else 'the new image'} "
-                f"(exit {code} from {_short(step)}), {what}: {last[0].strip()}"
-            )
     progress("verification passed")
-
-
-def _short(text: str) -> str:
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin]) -> dict[str, str]:
@@ -304,24 +301,10 @@ def image_labels(recipe: Recipe, base: Any, diffs: Sequence[ParsedDiff | DiffPin
     }
 
 
-def _same_inputs(current: Mapping[str, str] | None, wanted: Mapping[str, str]) -> bool:
-    current = current or {}
-    return all(current.get(key) == value for key, value in wanted.items())
-
-
-def _repinned(recipe: Recipe, diffs: list[ParsedDiff]) -> Recipe:
-    pins = tuple(replace(p, sha256=d.sha256) for p, d in zip(recipe.diffs, diffs, strict=True))
-    return replace(recipe, diffs=pins)
-
-
-def _missing_diff(recipe: Recipe, pin: Any) -> str:
-    where = _shown(pin.file)
+def _missing_diff(recipe: Recipe, pin: DiffPin) -> str:
+    try:
+        where = str(pin.file.relative_to(Path.cwd()))
+    except ValueError:
+        where = str(pin.file)
     step = f"download {pin.source} on a connected machine and " if pin.source else ""
     return f"{step}put it at {where}, then run `compose-spec build {recipe.name} --pin`"
-
-
-def _shown(path: Path) -> str:
-    try:
-        return str(path.relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)

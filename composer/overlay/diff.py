@@ -149,7 +149,7 @@ def _check_file(
     where = f"diff {name}: {_display(patched, package, strip)}"
     sources = [p for p in (patched.source_file, patched.target_file) if p and p != DEV_NULL]
     written = [_stripped(where, p, strip) for p in sources]
-    paths = [_inside(package, p, strip) for p in written]
+    paths = written if strip is None else [f"{package}/{p}" for p in written]
     if any(fnmatch.fnmatchcase(path, glob) for path in {*written, *paths} for glob in skip):
         return None
     outside = [p for p in paths if len(PurePosixPath(p).parts) < 2 or PurePosixPath(p).parts[0] != package]
@@ -211,15 +211,10 @@ def _stripped(where: str, raw: str, strip: int | None) -> str:
     return path
 
 
-def _inside(package: str, path: str, strip: int | None) -> str:
-    """The path relative to the package's parent folder."""
-    return path if strip is None else f"{package}/{path}"
-
-
-def _display(patched: PatchedFile, package: str = "", strip: int | None = None) -> str:
+def _display(patched: PatchedFile, package: str, strip: int | None) -> str:
     target = patched.target_file
     raw = target if target and target != DEV_NULL else patched.source_file
-    if strip is not None and package:
+    if strip is not None:
         parts = raw.split("/")
         return f"{package}/" + "/".join(parts[strip:]) if len(parts) > strip else raw
     return raw[2:] if raw.startswith(("a/", "b/")) else raw

@@ -12,49 +12,40 @@ from collections.abc import Iterable, Mapping
 
 from unidiff import Hunk
 
-from composer.errors import ImageBuildError
-from composer.overlay.diff import FileChange, ParsedDiff
+from composer.overlay.diff import FileChange, ParsedDiff, problems_error
 
 NO_NEWLINE = "\\"
 
 
 def apply_diffs(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff]) -> dict[str, str]:
-    """Apply `diffs` in order to `base_files` (path -> text, None when absent).
-
-    Returns the new text of every file the diffs touch; raises one ImageBuildError
-    listing every failing file and hunk.
-    """
+    """Apply `diffs` in order to `base_files` (path -> text, None when absent): the new text of
+    every file they touch, or one ImageBuildError listing every failing file and hunk."""
     tree: dict[str, str | None] = dict(base_files)
     touched: set[str] = set()
     failures: list[tuple[str, str]] = []  # (diff: file, problem)
     for diff in diffs:
         for change in diff.changes:
-            tree[change.path] = apply_change(tree.get(change.path), change, diff.name, failures)
+            tree[change.path] = _apply_change(tree.get(change.path), change, diff.name, failures)
             touched.add(change.path)
     if failures:
-        raise _failures_error(failures)
+        files = len({where for where, _ in failures})
+        where = f"in {files} file(s): the diffs do not apply to the base image"
+        raise problems_error([line for _, line in failures], where)
     return {path: text for path in sorted(touched) if (text := tree[path]) is not None}
 
 
-def apply_change(
-    original: str | None,
-    change: FileChange,
-    diff_name: str,
-    failures: list[tuple[str, str]] | None = None,
+def _apply_change(
+    original: str | None, change: FileChange, diff_name: str, failures: list[tuple[str, str]]
 ) -> str | None:
-    """The text of one file after applying one file's hunks.
-
-    With `failures`, each problem is appended there as (`diff NAME: PATH`, line) and the
-    hunks that apply are still applied; without it, the first problem raises ImageBuildError.
-    """
+    """The text of one file after its hunks; each problem goes to `failures` as (`diff NAME:
+    PATH`, line) and the hunks that apply are still applied."""
     where = f"diff {diff_name}: {change.path}"
-    found: list[str] = []
     if change.is_new and original is not None:
-        found.append(f"{where}: the diff adds this file but the base image already has it")
-    elif not change.is_new and original is None:
-        found.append(f"{where}: the diff edits this file but the base image does not have it")
-    if found:
-        return _report(where, found, failures, original)
+        failures.append((where, f"{where}: the diff adds this file but the base image already has it"))
+        return original
+    if not change.is_new and original is None:
+        failures.append((where, f"{where}: the diff edits this file but the base image does not have it"))
+        return original
     lines = (original or "").splitlines(keepends=True)
     result: list[str] = []
     cursor = 0  # next unconsumed line of `lines`
@@ -64,34 +55,14 @@ def apply_change(
         wanted = (hunk.source_start if not old else hunk.source_start - 1) + offset
         at = _find(lines, old, wanted, cursor)
         if at is None:
-            found.append(_failure(where, number, len(change.patch), hunk, lines, new, wanted))
+            failures.append((where, _failure(where, number, len(change.patch), hunk, lines, new, wanted)))
             continue
         offset = at - (wanted - offset)
         result.extend(lines[cursor:at])
         result.extend(new)
         cursor = at + len(old)
     result.extend(lines[cursor:])
-    text = "".join(result)
-    return _report(where, found, failures, text) if found else text
-
-
-def _report(
-    where: str, found: list[str], failures: list[tuple[str, str]] | None, text: str | None
-) -> str | None:
-    if failures is None:
-        raise ImageBuildError(found[0])
-    failures.extend((where, line) for line in found)
-    return text
-
-
-def _failures_error(failures: list[tuple[str, str]]) -> ImageBuildError:
-    if len(failures) == 1:
-        return ImageBuildError(failures[0][1])
-    files = len({where for where, _ in failures})
-    return ImageBuildError(
-        f"{len(failures)} problems in {files} file(s): the diffs do not apply to the base image:\n"
-        + "\n".join(f"  {line}" for _, line in failures)
-    )
+    return "".join(result)
 
 
 def applies_in_reverse(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff]) -> bool:

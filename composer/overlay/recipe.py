@@ -4,10 +4,9 @@ A recipe names a base image, the package to patch, how to find the package insid
 image, the vendored diffs (in order, each pinned by sha256), the output tag and a
 verification command. `base` and `tag` may be `@images.<key>` references to the stack.
 A `[[for_base]]` table whose `match` glob matches the resolved base replaces the diffs
-(and optionally the verify command) for that base: the demo stack points
-`@images.vllm` at the simulator, which needs its own diff instead of the PR.
-A diff's `strip = N` takes its paths like `patch -pN` inside the package folder
-(composer.overlay.diff). Two recipes that write the same output tag are refused.
+(and optionally the verify command) for that base (the demo's simulator base needs its own
+diff). A diff's `strip = N` is read by composer.overlay.diff. Two recipes that write the
+same output tag are refused.
 """
 
 from __future__ import annotations
@@ -180,11 +179,8 @@ def _output_tag(path: Path, images: Mapping[str, str]) -> str | None:
 
 
 def pin_recipe(recipe: Recipe, digests: Mapping[str, str]) -> list[str]:
-    """Rewrite the sha256 pins of the recipe's diffs in image.toml atomically.
-
-    `digests` maps a diff name (as written in the recipe) to its new sha256. Returns the
-    names whose pin changed. Comments and layout of the file are kept.
-    """
+    """Rewrite the recipe's sha256 pins in image.toml atomically, keeping its comments and
+    layout (`digests`: diff name -> new sha256); the names whose pin changed."""
     changed = [d.name for d in recipe.diffs if digests[d.name] != d.sha256]
     if not changed:
         return []
@@ -221,18 +217,18 @@ def write_atomic(path: Path, text: str) -> None:
 def _diff_tables(lines: list[str], header: str, for_base: int | None) -> list[tuple[int, int]]:
     """(start, end) line ranges of the diff tables under `header` (in for_base #n)."""
     tables: list[tuple[int, int]] = []
-    current, start, alt = None, 0, -1
+    start: int | None = None
+    alt = -1
     for i, line in enumerate([*lines, "[end]"]):
         stripped = line.strip()
         if not stripped.startswith("["):
             continue
-        if current is not None:
+        if start is not None:
             tables.append((start, i))
-            current = None
-        if stripped == "[[for_base]]":
-            alt += 1
+        start = None
+        alt += stripped == "[[for_base]]"
         if stripped == header and (for_base is None or alt == for_base):
-            current, start = header, i
+            start = i
     return tables
 
 

@@ -1,9 +1,8 @@
 """Facts read from the host, read-only.
 
-Owns: GPU facts behind one small interface (`gpu`: NVML, `nvidia-smi`, or none) and
-facts read from checkpoint folders (`checkpoints`: config.json fields, safetensors
-header sizes), and the host PIDs of a container's processes (`cgroups`, from /proc). Never
-changes anything. May import: `composer.errors`.
+Owns: GPU facts (`gpu`: NVML, `nvidia-smi`, or none), checkpoint facts (`checkpoints`:
+config.json fields, safetensors sizes) and a container's host PIDs (`cgroups`, from /proc).
+Never changes anything. May import: `composer.errors`.
 Public: `GpuProbe`, `GpuInfo`, `GpuProcess`, `detect_probe`, `select_gpus`,
 `read_config`, `mtp_layers`, `dflash_block_size`, `weights_bytes`, `container_pids`.
 """

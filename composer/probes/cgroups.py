@@ -1,10 +1,8 @@
 """The host PIDs of a container's processes, read from `/proc/<pid>/cgroup` (read-only).
 
-Docker puts every process of a container in a cgroup whose path holds the container's
-full id (`/system.slice/docker-<id>.scope` with the systemd driver, `/docker/<id>` with
-cgroupfs, the same under a user slice when rootless). Reading the host's `/proc` needs
-no Docker call and sees host PIDs, the ones NVML reports. An empty set means the
-processes are not visible from here (Docker in a VM, this tool in a PID namespace).
+Docker puts a container's processes in a cgroup whose path holds its full id (systemd or
+cgroupfs driver, rootless too); `/proc` needs no Docker call and gives host PIDs, the ones
+NVML reports. An empty set: not visible from here (Docker in a VM, a PID namespace).
 """
 
 from __future__ import annotations
@@ -33,12 +31,7 @@ def container_pids(container_ids: Iterable[str], proc: Path = PROC) -> frozenset
             text = (entry / "cgroup").read_text(encoding="utf-8", errors="replace")
         except OSError:  # the process ended, or we may not read it
             continue
-        if any(_names(line, ids) for line in text.splitlines()):
+        paths = [line.split(":", 2)[-1] for line in text.splitlines()]  # hierarchy:controllers:path
+        if any(i in path for path in paths for i in ids):
             found.add(int(entry.name))
     return frozenset(found)
-
-
-def _names(line: str, ids: tuple[str, ...]) -> bool:
-    """True when the cgroup path of a `/proc/<pid>/cgroup` line carries one of `ids`."""
-    path = line.split(":", 2)[-1]
-    return any(container_id in path for container_id in ids)

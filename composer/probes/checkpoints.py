@@ -1,14 +1,12 @@
 """Facts read from checkpoint directories: config.json fields and weight sizes.
 
-Weights are sized from safetensors headers only (8-byte little-endian header length,
-then a JSON header mapping tensor names to dtype, shape and data offsets), so a
-multi-GiB checkpoint is measured by reading a few kilobytes per shard.
+Weights are sized from safetensors headers only (an 8-byte little-endian length, then JSON
+with each tensor's data offsets): a few kilobytes read per shard.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import struct
 from pathlib import Path
 
@@ -18,25 +16,6 @@ CONFIG_FILE = "config.json"
 INDEX_FILE = "model.safetensors.index.json"
 MAX_HEADER_BYTES = 100 * (1 << 20)
 MTP_LAYER_KEYS = ("mtp_num_hidden_layers", "num_nextn_predict_layers")
-DTYPE_BYTES: dict[str, float] = {
-    "BOOL": 1,
-    "U8": 1,
-    "I8": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "I16": 2,
-    "U16": 2,
-    "F16": 2,
-    "BF16": 2,
-    "I32": 4,
-    "U32": 4,
-    "F32": 4,
-    "I64": 8,
-    "U64": 8,
-    "F64": 8,
-    "F4": 0.5,
-}
 
 
 def read_config(model_dir: str | Path) -> dict:
@@ -53,6 +32,11 @@ def read_config(model_dir: str | Path) -> dict:
     return data
 
 
+def positive_int(value: object) -> int | None:
+    """`value` when it is a positive integer (a bool is not one), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
 def _field(config: dict, key: str) -> object:
     """A field at the top level or in `text_config` (multimodal wrappers)."""
     if key in config:
@@ -65,21 +49,17 @@ DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8_e4m3fn": 1, "f
 
 
 def kv_bytes_per_token(config: dict) -> int | None:
-    """KV cache bytes one token takes over the whole model (all GPUs), from config.json.
-
-    2 (K and V) x attention layers x KV heads x head size x dtype bytes. Hybrid models
-    count only their full-attention layers (`layer_types`, else `full_attention_interval`);
-    None when a field is missing.
-    """
+    """KV cache bytes of one token over the whole model (all GPUs): 2 (K, V) x attention layers
+    (a hybrid's full-attention ones) x KV heads x head size x dtype bytes; None when unknown."""
     layers, heads = _field(config, "num_hidden_layers"), _field(config, "num_key_value_heads")
     head_dim = _field(config, "head_dim")
     if head_dim is None:
         hidden, attention_heads = _field(config, "hidden_size"), _field(config, "num_attention_heads")
         if isinstance(hidden, int) and isinstance(attention_heads, int) and attention_heads > 0:
             head_dim = hidden // attention_heads
-    if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in (layers, heads, head_dim)):
+    layers, heads, head_dim = (positive_int(x) for x in (layers, heads, head_dim))
+    if not (layers and heads and head_dim):
         return None
-    assert isinstance(layers, int) and isinstance(heads, int) and isinstance(head_dim, int)
     types = _field(config, "layer_types")
     interval = _field(config, "full_attention_interval")
     if isinstance(types, list) and types:
@@ -92,11 +72,7 @@ def kv_bytes_per_token(config: dict) -> int | None:
 
 def mtp_layers(config: dict) -> int:
     """The number of MTP layers (`mtp_num_hidden_layers`, top level or text_config); 0 if none."""
-    for key in MTP_LAYER_KEYS:
-        value = _field(config, key)
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return 0
+    return next((n for key in MTP_LAYER_KEYS if (n := positive_int(_field(config, key)))), 0)
 
 
 def dflash_block_size(config: dict) -> int | None:
@@ -139,19 +115,13 @@ def read_safetensors_header(path: str | Path) -> dict:
 
 
 def tensor_bytes(header: dict) -> int:
-    """Bytes of every tensor a header lists: dtype size x elements (data offsets if dtype is unknown)."""
-    total = 0.0
+    """Bytes of every tensor a header lists: the span of its data offsets."""
+    total = 0
     for name, entry in header.items():
-        if name == "__metadata__" or not isinstance(entry, dict):
-            continue
-        size = DTYPE_BYTES.get(str(entry.get("dtype", "")))
-        shape = entry.get("shape")
-        if size is not None and isinstance(shape, list):
-            total += size * math.prod(int(d) for d in shape)
-        else:
+        if name != "__metadata__" and isinstance(entry, dict):
             start, end = entry.get("data_offsets", (0, 0))
             total += int(end) - int(start)
-    return int(total)
+    return total
 
 
 def shard_files(model_dir: str | Path) -> list[Path]:
@@ -179,7 +149,5 @@ def model_summary(config: dict) -> tuple[str | None, int, int | None]:
     """(architecture, MTP layers, max_position_embeddings) of a config.json, as far as it says."""
     architectures = _field(config, "architectures")
     architecture = architectures[0] if isinstance(architectures, list) and architectures else None
-    max_len = _field(config, "max_position_embeddings")
-    if not isinstance(max_len, int) or isinstance(max_len, bool) or max_len <= 0:
-        max_len = None
+    max_len = positive_int(_field(config, "max_position_embeddings"))
     return (str(architecture) if architecture else None), mtp_layers(config), max_len

@@ -1,15 +1,8 @@
-"""GPU facts behind one small interface: NVML, `nvidia-smi`, or nothing.
+"""GPU facts behind one small interface: NVML, `nvidia-smi`, or nothing (`detect_probe`).
 
-Usage (the swap code waits for a stopped container's memory this way)::
-
-    probe = detect_probe()            # NvmlProbe, NvidiaSmiProbe or NoGpuProbe
-    if probe.available:
-        for gpu in select_gpus(probe.gpus(), stack.gpus):
-            gpu.used_bytes, gpu.free_bytes, gpu.processes
-
-`gpus()` returns a fresh snapshot on each call (cheap: one NVML query or one
-`nvidia-smi` run), an empty list when no GPU is available, and raises
-`GpuProbeError` when the tool is there but fails.
+`gpus()` returns a fresh snapshot on each call (one NVML query or one `nvidia-smi` run),
+an empty list when no GPU is available, and raises `GpuProbeError` when the tool is there
+but fails; `select_gpus` picks a stack's GPUs from it.
 """
 
 from __future__ import annotations
@@ -17,7 +10,7 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from composer.errors import GpuProbeError
@@ -73,9 +66,7 @@ class NoGpuProbe:
 
     name = "none"
     available = False
-
-    def __init__(self, reason: str = "no NVML (pynvml) and no nvidia-smi on PATH") -> None:
-        self.reason = reason
+    reason = "no NVML (pynvml) and no nvidia-smi on PATH"
 
     def gpus(self) -> list[GpuInfo]:
         return []
@@ -97,7 +88,7 @@ class NvidiaSmiProbe:
             apps = parse_smi_apps(self._query("--query-compute-apps=" + SMI_APP_FIELDS))
         except GpuProbeError:
             apps = {}  # process lists are optional (e.g. not reported under WSL2)
-        return [_with_processes(g, apps.get(g.uuid, ())) for g in gpus]
+        return [replace(g, processes=apps.get(g.uuid, ())) for g in gpus]
 
     def _query(self, query: str) -> str:
         argv = [self.binary, query, "--format=csv,noheader,nounits"]
@@ -171,15 +162,14 @@ def detect_probe() -> GpuProbe:
     """NVML when `pynvml` imports and initialises, else `nvidia-smi` on PATH, else NoGpuProbe."""
     try:
         import pynvml  # type: ignore[import-not-found]
+
+        pynvml.nvmlInit()
+        pynvml.nvmlShutdown()
+        return NvmlProbe(pynvml)
     except ImportError:
-        pynvml = None
-    if pynvml is not None:
-        try:
-            pynvml.nvmlInit()
-            pynvml.nvmlShutdown()
-            return NvmlProbe(pynvml)
-        except Exception:
-            pass  # a library without a driver: try nvidia-smi
+        pass  # no library: try nvidia-smi
+    except Exception:
+        pass  # a library without a driver: try nvidia-smi
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)
@@ -243,9 +233,3 @@ def _int(value: str) -> int:
 
 def _text(value: str | bytes) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _with_processes(gpu: GpuInfo, processes: tuple[GpuProcess, ...]) -> GpuInfo:
-    from dataclasses import replace
-
-    return replace(gpu, processes=processes)

@@ -1,32 +1,25 @@
 """Switching the serving variant: up, down and status.
 
-Shape: `snapshot` (one read of what runs: the project's containers, each sleep-mode
-container's own `/is_sleeping`, the gateway's route, the running swap) -> `plan` (pure:
-typed operations, `ops`, that carry their arguments, each with its inverse; `up --dry-run`
-prints them) -> `execute` (one executor for every change of what serves: a loop over a
-dispatch table that, on a failure or the first stop signal, runs the inverses of what ran,
-newest first) with the single switch's Docker dispatch table (`transaction.SingleSwap`,
-whose handlers call `steps`) -> `journal` (the running swap's record that `status` reads,
-and the swap history). `swapper` is the entry: `prepare` (snapshot, doctor's fast checks,
-the run file, the plan and its standby fit) then `execute`; `down` stops the project or one
-variant's container. The variant is resolved once, into a `Target`; below the plan the
-handlers act on what the operations carry, never on the variant's settings again.
+Shape: `snapshot` (one read of what runs: containers, each sleeper's own `/is_sleeping`, the
+gateway's route, the running swap) -> `plan` (pure typed operations, `ops`, each with its
+inverse; `up --dry-run` prints them) -> `execute` (a loop over a dispatch table that, on a
+failure or the first stop signal, runs the inverses of what ran, newest first; the single
+switch's table is `transaction.SingleSwap`) -> `journal` (the running swap's record and the
+history). `up_set` (in `live`) is `up`'s one entry on Docker: one snapshot, the desired set
+(`desired`, pure: {X} exclusive, {A, B} side by side), then the single switch (`swapper`),
+a live change (`plan_live`) or `plan_alone` (X replaces a live set). The variant is resolved
+once, into a `Target`; below the plan nothing reads its settings again.
 
 Owns: the swap plan and its executors (a single switch: stop or put to sleep the old
 variant, wait for its GPU memory, start or wake the new one, gate it, undo on any failure;
-a live set, `live`: several variants at once on disjoint GPUs, its plan `plan_live` of the
-same operations, `live_status` as `status` and `ls` show it), sleep standby (`standby`;
-its memory planner and the release wait's budget are `composer.capacity`), the
-per-project swap lock, the status report, and the gateway's published port checked end to
-end (`gateway_port`). Uses the rendered run files, never the templates. `follow` runs the
-switches the gateway demands through the same `up`, on the host. May import:
-`composer.stack`, `composer.render`, `composer.engine`, `composer.probes`,
-`composer.capacity`, `composer.doctor` (its fast checks are the preflight),
-`composer.gateway` (its control client), `composer.errors`, `composer.labels`.
-`desired` (pure): `up`'s desired set ({X} exclusive, {A, B} side by side) from the names,
-the stack and the snapshot; `up_set` (in `live`): `up`'s one entry on Docker, which takes
-the snapshot once and runs the single switch, the live change or `plan_alone` (X replaces
-a running live set).
+a live set, `live`: several variants at once on disjoint GPUs, `live_status` as `status`
+and `ls` show it), sleep standby (`standby`; its memory planner and the release wait's
+budget are `composer.capacity`), `down`, the per-project swap lock, the status report, the
+gateway's published port checked end to end (`gateway_port`), and `follow` (the switches
+the gateway demands, through the same `up`). Uses the rendered run files, never the
+templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
+`composer.probes`, `composer.capacity`, `composer.doctor` (its fast checks are the
+preflight), `composer.gateway` (its control client), `composer.errors`, `composer.labels`.
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`,
 `UpResult`, `Snapshot`, `read_history`, `swap_lock`,
 `status_data`, `format_status`, `follow`, `FollowEvent`, `recreate_gateway`, `up_set`,

@@ -1,10 +1,11 @@
-"""What `up` asks for (pure): the desired set and its mode, from the names, the stack and ONE snapshot.
+"""What `up` asks for (pure): the desired set and its mode, from the names, the stack and ONE
+snapshot (Docker's containers, or the cluster's Deployments).
 
 `up X` is {X}, exclusive: a plain switch to X (where a live set runs, X replaces it:
 `live.plan_alone`; else the single swap). `up A B` is {A, B}, side by side: the live set is
 exactly those. `up` alone is the stack's `[gateway] live`, side by side (without it, a usage
 error). The plan that gets there says how what serves changes (`mode`: join, replace,
-unchanged, refused); the CLI never reads Docker nor decides any of this.
+unchanged, refused); the CLI never reads Docker or kubectl, nor decides any of this.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from composer.stack.placement import live_members
 
 if TYPE_CHECKING:
     from composer.stack.model import Stack
-    from composer.swap.snapshot import Snapshot
 
 EXCLUSIVE = "exclusive"
 SIDE_BY_SIDE = "side-by-side"
@@ -46,9 +46,11 @@ def check_request(requested: Sequence[str], stack: Stack) -> None:
         )
 
 
-def desired(requested: Sequence[str], stack: Stack, snap: Snapshot) -> Desired:
-    """The desired set and its mode (see the module's docstring)."""
+def desired(requested: Sequence[str], stack: Stack, live: Sequence[str]) -> Desired:
+    """The desired set and its mode (see the module's docstring); `live` names the live
+    members that serve now (the snapshot's on Docker, the cluster's live Deployments on
+    Kubernetes)."""
     check_request(requested, stack)
     if len(requested) == 1:
-        return Desired(tuple(requested), EXCLUSIVE, tuple(r.name for r in snap.live_running))
+        return Desired(tuple(requested), EXCLUSIVE, tuple(live))
     return Desired(tuple(requested or stack.gateway.live), SIDE_BY_SIDE)

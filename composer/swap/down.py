@@ -1,11 +1,7 @@
 """`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
 
-`down` keeps the project's named volumes (the gateway's state: its switch history) unless
-asked to remove them (`down --volumes`, as with docker compose); `kept_volumes` names them.
-
-Stopping the serving variant while others sleep would leave nothing serving (clients held,
-then 503): refused unless forced. The only variant running taken down is `down` (the whole
-project, gateway included). Each one is appended to the swap history.
+`down` keeps the project's named volumes (the gateway's switch history) unless `--volumes`;
+`kept_volumes` names them. Each one is appended to the swap history.
 """
 
 from __future__ import annotations
@@ -17,20 +13,15 @@ from composer import labels as label_names
 from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused
 from composer.stack.model import Stack
+from composer.swap.execute import Say, quiet
 from composer.swap.journal import append_history
 from composer.swap.snapshot import take
-from composer.swap.steps import Context
 from composer.swap.swapper import UpOptions
+from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
     import docker
     from docker.models.volumes import Volume
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
@@ -82,18 +73,14 @@ def _remove_volume(volume: Volume) -> None:
 def stop_variant(
     ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
 ) -> str:
-    """Stop and remove one variant's container, asleep or serving; say what was done.
-
-    Stopping the serving variant while others sleep would leave nothing serving
-    (clients held, then 503): refused unless `force`. When it is the only variant
-    running, this is `down` (the whole project, gateway included).
-    """
+    """Stop one variant's container, asleep or serving; say what was done. The serving one while
+    others sleep is refused unless `force`; the only one running is `down` (the whole project)."""
     stack = ctx.stack
     snap = take(stack, ctx.client)
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
         from composer.swap.live import LiveSwapper
 
-        return LiveSwapper(stack, ctx.client, ctx.options, ctx.say).remove(variant, snap)
+        return LiveSwapper(ctx).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"
@@ -123,10 +110,9 @@ def stop_variant(
 
 
 def down(
-    stack: Stack, *, client: docker.DockerClient, progress: Say = _quiet, volumes: bool = False
+    stack: Stack, *, client: docker.DockerClient, progress: Say = quiet, volumes: bool = False
 ) -> list[str]:
-    """Stop and remove what runs under the project's lock (`volumes`: and the project's named
-    volumes); what was stopped (see `stop_project`)."""
+    """Stop and remove what runs under the project's lock (see `stop_project`)."""
     from composer.swap.lock import swap_lock
 
     with swap_lock(stack.project, True, progress):
@@ -137,7 +123,7 @@ def down(
 
 
 def down_variant(
-    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = _quiet
+    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = quiet
 ) -> str:
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
     from composer.swap.lock import swap_lock

@@ -1,16 +1,13 @@
 """The evidence of the last failed swap: the failed container's log, kept after it is removed.
 
-A failed swap removes its container (and rolls back), which would take its log with it.
-Before that, the log is saved in the state directory
-(`~/.local/state/vllm-composer/<project>/last-failure.log`, mode 0600, the API key
-masked, at most MAX_BYTES: the end of the log is kept) with a small JSON record of what
-failed and when; `compose-spec logs --failed [--explain]` reads it back.
+Before a failed swap removes its container, its log is saved in the project's state folder
+(`last-failure.log`, mode 0600, the API key masked, the last MAX_BYTES) with a JSON record of
+what failed and when; `compose-spec logs --failed [--explain]` reads it back.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,8 +17,8 @@ from typing import TYPE_CHECKING
 from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
 from composer.engine.variant_container import VariantContainer
-from composer.render.runfiles import state_dir
-from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded
+from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded, replace_file
+from composer.swap.journal import project_dir
 
 if TYPE_CHECKING:
     import docker
@@ -44,10 +41,6 @@ class Failure:
     truncated: bool = False
 
 
-def _folder(project: str, directory: Path | None) -> Path:
-    return (directory or state_dir()) / project
-
-
 def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
     """The end of a log within `limit` bytes, cut at a line start; and whether it was cut."""
     data = log.encode()
@@ -56,14 +49,6 @@ def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
     cut = data[-limit:]
     newline = cut.find(b"\n")
     return cut[newline + 1 :].decode(errors="replace"), True
-
-
-def _write_private(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
-    os.replace(tmp, path)
 
 
 def save_failure(
@@ -75,7 +60,7 @@ def save_failure(
     directory: Path | None = None,
 ) -> Path:
     """Keep a failed container's log (bounded, key masked); return where it went."""
-    folder = _folder(project, directory)
+    folder = project_dir(project, directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     text, truncated = bounded(redact(log, api_key))
     record = {
@@ -84,14 +69,14 @@ def save_failure(
         "cause": redact(cause, api_key),
         "truncated": truncated,
     }
-    _write_private(folder / LOG_FILE, text)
-    _write_private(folder / RECORD_FILE, json.dumps(record) + "\n")
+    replace_file(folder / LOG_FILE, text.encode(), 0o600)
+    replace_file(folder / RECORD_FILE, (json.dumps(record) + "\n").encode(), 0o600)
     return folder / LOG_FILE
 
 
 def last_failure(project: str, directory: Path | None = None) -> Failure | None:
     """The saved failure of a project, or None when no swap failed (or the record is unreadable)."""
-    folder = _folder(project, directory)
+    folder = project_dir(project, directory)
     try:
         record = json.loads(read_bounded(folder / RECORD_FILE, "failure record", RECORD_LIMIT))
         log = read_bounded(folder / LOG_FILE, "failure log", MAX_BYTES, tail=True).decode(errors="replace")
@@ -111,9 +96,8 @@ def keep(
     say: Callable[[str], None],
     container: str | None = None,
 ) -> None:
-    """Before a failed variant's container is removed: save its whole log, then show the
-    cause and the log's tail under a header (so it comes before any rollback progress).
-    `container`: the failed container's name (a live member); else the variant's newest."""
+    """Before a failed variant's container is removed: save its whole log, then show the cause and
+    its tail (`container`: a live member's name; else the variant's newest container)."""
     try:
         if container is not None:
             failed = VariantContainer(client.containers.get(container))

@@ -23,7 +23,11 @@ Explain = Callable[[BaseException, list[Op], "Undone | None"], SwapFailed]
 """How a failure is told: the cause, what ran, and the undo's failures (None: no rollback)."""
 
 
-def _quiet(_: str) -> None:
+Say = Callable[[str], None]
+
+
+def quiet(_: str) -> None:
+    """A `Say` that says nothing."""
     return None
 
 
@@ -33,7 +37,7 @@ def _reason(err: BaseException) -> str:
     return str(err).splitlines()[0] if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
 
 
-def undo(ran: Sequence[Op], handlers: Handlers, say: Callable[[str], None] = _quiet) -> Undone:
+def undo(ran: Sequence[Op], handlers: Handlers, say: Say = quiet) -> Undone:
     """Run the inverses of `ran`, newest first; each failure is noted and the rest still run."""
     failed: Undone = []
     for op in reversed(ran):
@@ -51,15 +55,13 @@ def execute(
     handlers: Handlers,
     *,
     rollback: bool = True,
-    say: Callable[[str], None] = _quiet,
+    say: Say = quiet,
     failed: Callable[[Op, BaseException], object] | None = None,
-    stage: Callable[[str], None] = _quiet,
+    stage: Say = quiet,
     explain: Explain | None = None,
 ) -> list[Op]:
-    """Run `ops` in order and return them; on a failure or an interrupt undo what ran (see above).
-    `failed` sees the operation that failed and why before anything is undone (its evidence);
-    `stage` hears each operation's stage before it runs, and `undoing` (the running swap's
-    record); `explain` words the error (by default: the operation that failed, then the undo)."""
+    """Run `ops` in order and return them, undoing what ran on a failure (see above). `failed` sees
+    the failed operation first; `stage` hears each stage, then `undoing`; `explain` words the error."""
     ran: list[Op] = []
     with handled(interrupt_once):
         try:

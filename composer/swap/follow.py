@@ -1,22 +1,14 @@
 """`compose-spec follow`: run the switches the gateway asks for, on the host.
 
-The gateway owns no Docker access. With `[gateway] switch_on_model = true` or
-`policy = "auto"` it raises switch demands; this loop waits for them on the gateway's
-control channel (`GatewayControl.next_demand`, a long poll of at most 20 s per `docker
-exec`), runs the very same gated `up` as the CLI (hold, drain, stop or sleep, start or
-wake, gate, warm-up, release; rollback on failure), and reports the outcome back with
-`report_serving`, which releases or refuses the requests that wait for it.
-
-At start, every 30 s between demands, and before each demand, it reads which variant
-Docker shows serving and tells the gateway when that changed (a by-hand `up`); a demand
-for the variant that already serves is answered without a swap. Every decision is one
-`FollowEvent` (a line, or a JSON object with `--json`). It ends when `stop` is set (SIGTERM, Ctrl-C):
-a switch under way finishes or rolls back first, as `up` does.
-
-A switch never replaces the gateway (the request that asked for it waits there): when the
-running gateway's settings differ from this stack's, follow says so at start and before each
-switch, and `compose-spec up` applies them. A gateway replaced meanwhile (by an `up`, or
-restarted) is found again: the outcome of a switch is reported to whichever gateway runs.
+The gateway owns no Docker access. With `[gateway] switch_on_model = true` or `policy =
+"auto"` it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`,
+at most 20 s per `docker exec`), runs the same gated `up` as the CLI and reports the outcome
+with `report_serving`, which releases or refuses the requests that wait for it. At start,
+every 30 s and before each demand it tells the gateway what Docker shows serving when that
+changed; a demand for what serves is answered without a swap. Every decision is one
+`FollowEvent`. It ends when `stop` is set (SIGTERM, Ctrl-C), after a running switch
+finished or rolled back. A switch never replaces the gateway: differing settings are only
+reported (`compose-spec up` applies them); a gateway replaced meanwhile is found again.
 """
 
 from __future__ import annotations
@@ -106,14 +98,8 @@ class Follower:
             reported = None
         differ = settings_drift(self.stack, container, reported)
         if differ:
-            self.emit(
-                FollowEvent(
-                    "gateway",
-                    None,
-                    f"the gateway runs with other settings than this stack ({', '.join(differ)}): "
-                    "follow keeps it; `compose-spec up` applies them",
-                )
-            )
+            why = f"the gateway runs with other settings than this stack ({', '.join(differ)}): "
+            self.emit(FollowEvent("gateway", None, why + "follow keeps it; `compose-spec up` applies them"))
 
     def _report(
         self, control: GatewayControl, serving: str | None, demand: SwitchDemand, ok: bool, detail: str
@@ -141,12 +127,10 @@ class Follower:
 
     def handle(self, control: GatewayControl, demand: SwitchDemand) -> GatewayControl:
         """Run one demand through `up` and report how it ended (to the gateway that runs then)."""
-        if demand.variant not in self.stack.variants:
-            reason = f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
-            control.report_serving(self.reported, demand.id, ok=False, detail=reason, follower=True)
-            self.emit(FollowEvent("refused", demand.variant, reason))
-            return control
-        refused = self.stack.variants[demand.variant].refused
+        known = self.stack.variants.get(demand.variant)
+        refused = (
+            known.refused if known else f"unknown variant (known: {', '.join(sorted(self.stack.variants))})"
+        )
         if refused:
             control.report_serving(self.reported, demand.id, ok=False, detail=refused, follower=True)
             self.emit(FollowEvent("refused", demand.variant, refused))
@@ -173,14 +157,8 @@ class Follower:
             self.reported = serving
             rolled = isinstance(err, SwapFailed) and err.rolled_back
             after = f"rolled back to {serving}" if rolled else f"serving {serving or 'nothing'}"
-            self.emit(
-                FollowEvent(
-                    "failed",
-                    demand.variant,
-                    f"{str(err).splitlines()[0]} ({after})",
-                    time.monotonic() - began,
-                )
-            )
+            why = f"{str(err).splitlines()[0]} ({after})"
+            self.emit(FollowEvent("failed", demand.variant, why, time.monotonic() - began))
             if isinstance(err, Interrupted) or isinstance(err.__cause__, KeyboardInterrupt):
                 # SIGTERM or Ctrl-C during the switch (rolled back): stop after it
                 self.stop.set()
@@ -188,15 +166,9 @@ class Follower:
         control = self._report(control, demand.variant, demand, True, result.outcome)
         self.reported = demand.variant
         self.switches += 1
-        self.emit(
-            FollowEvent(
-                "switched",
-                demand.variant,
-                f"{result.outcome} from {result.previous or 'nothing'}",
-                time.monotonic() - began,
-                {"timings": {k: round(v, 3) for k, v in result.timings.items()}},
-            )
-        )
+        how = f"{result.outcome} from {result.previous or 'nothing'}"
+        timings = {"timings": {k: round(v, 3) for k, v in result.timings.items()}}
+        self.emit(FollowEvent("switched", demand.variant, how, time.monotonic() - began, timings))
         return control
 
     def run(self, max_switches: int | None = None) -> int:
@@ -227,9 +199,8 @@ class Follower:
 
 
 def settings_drift(stack: Stack, gateway: Any, reported: object = None) -> list[str]:
-    """The gateway settings (as `[gateway]` keys) whose value in the running gateway differs
-    from what this stack renders: its container's environment, with the settings it reports
-    in effect (`reported`, from its `/state`: those applied in place) over it."""
+    """The `[gateway]` keys whose value in the running gateway (its environment, with the settings
+    it reports in effect, `reported`, over it) differs from what this stack renders."""
     spec = build_gateway_spec(stack)
     running = container_env(gateway)
     if isinstance(reported, dict):

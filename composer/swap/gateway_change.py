@@ -1,14 +1,11 @@
 """How the running gateway differs from the stack: a new container, or settings applied in place.
 
-Settings a running gateway takes in place (`composer.gateway.config.LIVE`: timeouts, max_held,
-aliases, workloads, policy, ...) are compared, parsed by the gateway's own parser, with the
-ones the gateway reports in effect (`/state`'s `settings`), never with its container's
-environment (a gateway changed in place keeps its old environment). Everything else (image,
-published port and address, mounts, the API key, what the gateway reads once) needs a new
-container: compose's config hash decides it over the run file's gateway service with the
-live settings set to the ones the container was created with, so only the container-level
-part counts. The reason names what differs where the container's record says it (`named`:
-the image, the published port or address, the API key, start-only settings), so
+Settings a running gateway takes in place (`composer.gateway.config.LIVE`) are compared,
+parsed by the gateway's own parser, with those it reports in effect (`/state`'s `settings`),
+never its container's environment (changed in place, it keeps the old one). Everything else
+(image, published port and address, mounts, the API key, start-only settings) needs a new
+container: compose's config hash decides, over the run file's gateway service with the live
+settings the container was created with. The reason names what differs (`named`), so
 `up --dry-run` says why the gateway is replaced.
 """
 
@@ -132,8 +129,7 @@ def _container_differs(
 
 def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dict[str, str]) -> list[str]:
     """What differs between the container's record and `gateway`, by name (the API key never
-    shown): `image a -> b`, `published port 8000 -> 8001`, `bind address`, `the API key`,
-    `start-only settings GATEWAY_X`."""
+    shown): `image a -> b`, `published port 8000 -> 8001`, `start-only settings GATEWAY_X`, ..."""
     config = container.attrs.get("Config") or {}
     found = []
     image = resolve(gateway.image)
@@ -151,8 +147,7 @@ def named(stack: Stack, gateway: GatewaySpec, container: Container, created: dic
 
 
 def _port_changes(gateway: GatewaySpec, container: Container) -> list[str]:
-    """How the port the gateway's network publishes differs from `gateway`'s
-    (`published port 8000 -> 8001`, `bind address ...`)."""
+    """How the port the gateway's network publishes differs from `gateway`'s, in words."""
     from composer.engine.containers import port_bindings
 
     binding = (port_bindings(container).get(f"{gateway.container_port}/tcp") or [{}])[0] or {}
@@ -209,9 +204,8 @@ def _same_service(compose_file: Path, created_from: str | None) -> bool:
 
 def _container_hash(stack: Stack, compose_file: Path, created: dict[str, str], network: str = "") -> str:
     """Compose's config hash of the run file's gateway service with the live settings the
-    container was created with ("" when compose cannot say). `network`: the container's
-    network mode (`container:<id>`): compose hashes `service:gateway-port` resolved to the
-    port holder's container, so the hash is asked of the same."""
+    container was created with ("" when compose cannot say); `network`: the container's
+    network mode (`container:<id>`), which compose hashes in place of `service:gateway-port`."""
     import yaml
 
     try:

@@ -1,14 +1,10 @@
 """The gateway's published port, end to end: what `status` says about it, and
 `up --recreate-gateway`, which replaces only the gateway's container (the serving variant
-keeps running, and keeps serving through it), and its port holder too when Docker's
-forwarding of the port is gone (that brings it back).
-
-The new container starts beside the old one, which then stops, so the port stays open
-(`composer.swap.gateway_replace`); what the port did meanwhile is measured and reported.
-
-On a live set the new gateway is created from the live set's run file (its environment
-lists the set) and then told the upstreams that Docker's labels say run (`live`, `variant`,
-the compose service), so it routes to exactly the containers that serve, as before.
+keeps serving through it), and its port holder too when Docker's forwarding of the port is
+gone. The new container starts beside the old one, which then stops, so the port stays open
+(`composer.swap.gateway_replace`); what the port did meanwhile is measured. On a live set the
+new gateway comes from the live set's run file and is told the upstreams Docker's labels
+say run.
 """
 
 from __future__ import annotations
@@ -24,11 +20,13 @@ from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError, UsageError
+from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
 from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
 
 if TYPE_CHECKING:
@@ -37,13 +35,6 @@ if TYPE_CHECKING:
 
     from composer.engine.variant_container import VariantContainer
     from composer.render.gateway import GatewaySpec
-
-Say = Callable[[str], None]
-
-
-def published_port_fields(stack: Stack, container: Container) -> dict[str, object]:
-    """`status`'s `published_port` entry for a running gateway container."""
-    return {"published_port": probe_published(container, stack).to_json()}
 
 
 def port_is_dead(gateway: object) -> bool:
@@ -55,8 +46,7 @@ def port_is_dead(gateway: object) -> bool:
 
 
 def mark_unreachable(data: dict[str, object]) -> None:
-    """A running variant behind a dead published port is `unreachable`, with the fix,
-    instead of the probe's `not listening yet`."""
+    """A running variant behind a dead published port is `unreachable`, with the fix."""
     if data.get("running") and port_is_dead(data.get("gateway")):
         data["health"] = "unreachable"
         data["health_detail"] = DEAD_PORT
@@ -135,7 +125,7 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
 
 
 def recreate_gateway(
-    stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = lambda _: None
+    stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
     from composer.swap.lock import swap_lock
@@ -165,7 +155,7 @@ def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
     gateway, published = done.container, done.published
     if serving is not None:
         say(f"waiting for the gateway to reach {serving}")
-        if not _control(gateway).wait_ready(PORT_BACK_TIMEOUT):
+        if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
             raise ComposerError(
                 f"the recreated gateway answers on {published.url} but does not reach {serving} "
                 f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
@@ -180,8 +170,7 @@ def _what_serves(
     stack: Stack, client: docker.DockerClient
 ) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
-    (read before the replacement: the old gateway's route tells which standby container
-    serves; a live set's upstreams come from the snapshot's live members), and what serves, in words."""
+    (read before the replacement), and what serves, in words."""
     from composer.render.live import resolve_live
     from composer.swap.live import live_run_file
 
@@ -197,7 +186,7 @@ def _what_serves(
         return (
             live_run_file(target),
             target.gateway,
-            lambda c: _control(c).set_upstreams(live),
+            lambda c: GatewayControl(c).set_upstreams(live),
             f"the live set {names}",
         )
     member = snap.serving
@@ -205,7 +194,7 @@ def _what_serves(
     compose_file = _compose_file(stack, member.container if member is not None else None)
     spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway
     standby = member.container.name if member is not None and member.standby_service else None
-    configure = (lambda c: _control(c).route(upstream_url(standby))) if standby else None
+    configure = (lambda c: GatewayControl(c).route(upstream_url(standby))) if standby else None
     return compose_file, spec, configure, variant
 
 
@@ -216,9 +205,3 @@ def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
         return Path(described.config_file)
     name = described.variant if described is not None and described.variant in stack.variants else None
     return run_file(resolve_target(stack, name or next(iter(stack.variants))))
-
-
-def _control(gateway: Container):
-    from composer.gateway.client import GatewayControl
-
-    return GatewayControl(gateway)

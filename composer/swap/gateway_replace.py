@@ -33,8 +33,10 @@ from composer.engine.health import base_url
 from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import wait_published
 from composer.errors import ComposerError, GatewayControlError
+from composer.gateway.client import GatewayControl
 from composer.render.runfiles import compose_environment
 from composer.stack.model import Stack
+from composer.swap.execute import Say
 from composer.swap.gateway_change import container_env
 
 if TYPE_CHECKING:
@@ -44,16 +46,14 @@ if TYPE_CHECKING:
     from composer.engine.published_port import PublishedPort
     from composer.render.gateway import GatewaySpec
 
-Say = Callable[[str], None]
 PORT_BACK_TIMEOUT = 60.0
 """Seconds a new gateway has to answer on its control channel and through the published port."""
 
 
 @dataclass(frozen=True)
 class Replacement:
-    """A gateway container replaced: the new one, how the port served meanwhile (measured),
-    whether the old one handed the port over (it listened until the new one did), and the
-    requests the old one still had when it stopped: finished, or cut at its stop timeout."""
+    """A gateway container replaced: the new one, the port meanwhile (measured), whether the
+    old one handed the port over, and its requests at its stop: finished, or cut."""
 
     container: Container
     published: PublishedPort
@@ -73,16 +73,8 @@ def replace_gateway(
     *,
     new_holder: bool = False,
 ) -> Replacement:
-    """Replace the gateway's container with one made from `compose_file`, the port watched.
-
-    When the port holder runs with the port the file wants, the new container starts in its
-    network beside the old one (`--scale` 2, nothing recreated), both listening on the port;
-    once the new one's control channel answers (its port listens before: see
-    `composer.gateway.runtime`) and `configure` has told it its upstreams, the old one is
-    stopped: it closes its listener and finishes what it serves (for up to its drain timeout),
-    and takes the old one's name. Else (no holder, another port, an older gateway that
-    publishes the port itself; or `new_holder`: Docker's forwarding of the port is gone)
-    compose recreates both, and the port is closed meanwhile."""
+    """Replace the gateway's container with one made from `compose_file`, the port watched (see
+    above); `configure` sets the new one up first; `new_holder`: compose recreates the holder too."""
     service = spec.service if spec else "gateway"
     name = spec.container_name if spec else f"{stack.project}-{service}-1"
     env = compose_environment(compose_file, stack.api_key)
@@ -133,10 +125,8 @@ CUT_AT_STOP = re.compile(r"Cancel (\d+) running task")  # uvicorn's line at its 
 
 
 def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], say: Say) -> int:
-    """Undo a replacement that was killed half-way: two gateway containers serve the port and
-    only one knows the swap's holds. The snapshot keeps the one under the gateway's own name
-    (the old one until a replacement ends) and names the others (`extra`, by id): they are
-    stopped and removed. Returns how many."""
+    """Undo a replacement killed half-way: stop and remove the `extra` gateways the snapshot names
+    by id (not the one under the gateway's own name). Returns how many."""
     from docker.errors import NotFound
 
     for container_id in extra:
@@ -152,18 +142,17 @@ def retire_extra_gateways(client: docker.DockerClient, extra: tuple[str, ...], s
 
 def _ready(gateway: Container, configure: Callable[[Container], object] | None) -> None:
     """Wait for the new gateway's control channel (then its port listens), and configure it."""
-    step = configure or (lambda c: _control(c).state())
+    step = configure or (lambda c: GatewayControl(c).state())
     retry.port_back(PORT_BACK_TIMEOUT, (GatewayControlError,))(lambda: step(gateway))
 
 
 def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
-    """Stop the old gateways: each closes its listener (the kernel moves connections it has
-    not accepted to the new one) and finishes its requests. Returns (finished, cut): cut is
-    what its own log says it cancelled at its drain timeout."""
+    """Stop the old gateways: each closes its listener and finishes its requests. Returns
+    (finished, cut), cut as its own log says it cancelled at its drain timeout."""
     finished = cut = 0
     for old in olds:
         try:
-            state = _control(old).state()
+            state = GatewayControl(old).state()
             busy = state.inflight + state.held
         except GatewayControlError:
             busy = 0
@@ -179,8 +168,7 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
 
 
 def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
-    """The new gateway's published port, once it answers there, and what `watch` saw until
-    then (its own probe answered too: the gap is closed)."""
+    """The new gateway's published port once it answers there, and what `watch` saw until then."""
     published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
     gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
     if not published.answers:
@@ -188,9 +176,3 @@ def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[Publ
             f"the new gateway does not answer through {published.url}: {published.detail} ({gap.line()})"
         )
     return published, gap
-
-
-def _control(gateway: Container):
-    from composer.gateway.client import GatewayControl
-
-    return GatewayControl(gateway)

@@ -1,26 +1,19 @@
 """Wait (bounded) until a stopped container's GPU memory is released, or the next variant fits.
 
-Take the snapshot before the stop, wait after it::
-
-    release = ReleaseWait.before_stop(stack, budget, previous)   # before stopping
-    ...stop the container...
-    outcome = release.wait(timeout, waiting)                           # ReleaseOutcome
-
-Per GPU of the stack the wait ends when either holds:
+`ReleaseWait.before_stop` takes the snapshot before the stop; `wait` polls after it. Per GPU
+of the stack the wait ends when either holds:
 
 - the memory the stopped container held is gone. With per-process accounting (NVML or
-  nvidia-smi list the container's processes, found through their cgroup): when none of
-  them is listed on that GPU any more; a GPU on which none was listed held nothing of it.
-  Without it (no process list, as under WSL2, or the processes are not visible from here):
-  when the GPU's used memory dropped below the snapshot by at least `DROP_FLOOR` and held
-  steady (within `STEADY`) between two polls.
-- the next variant's release budget is free: its weights + KV cache + activations on that
-  GPU, the figure doctor prints (`budget`: the caller passes `composer.capacity.release_budget`
-  for the variant it starts, so this module knows GPUs, not variants); not used while a
-  weight share is unknown.
+  nvidia-smi list the container's processes, found through their cgroup): none of them is
+  listed on that GPU any more. Without it (WSL2, or processes not visible from here): the
+  GPU's used memory dropped below the snapshot by at least `DROP_FLOOR` and held steady
+  (within `STEADY`) between two polls.
+- the next variant's release budget (weights + KV cache + activations on that GPU, the
+  figure doctor prints; `budget` comes from `composer.capacity.release_budget`, so this
+  module knows GPUs, not variants) is free; unused while a weight share is unknown.
 
-Memory held by anything else (a desktop, another user's job, a sleeping variant) does not
-hold the wait up. The wait always ends by `timeout` and says how it ended.
+Memory held by anything else does not hold the wait up. It always ends by `timeout` and
+says how it ended.
 """
 
 from __future__ import annotations
@@ -35,6 +28,7 @@ from composer.engine.retry import Pending
 from composer.errors import ComposerError
 from composer.probes.gpu import GpuInfo, GpuProbe, select_gpus
 from composer.signals import pause
+from composer.swap.execute import Say, quiet
 
 if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
@@ -48,10 +42,6 @@ GIB = float(1 << 30)
 
 PER_PROCESS = "per-process"
 SNAPSHOT_DROP = "snapshot drop"
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -69,11 +59,8 @@ class ReleaseOutcome:
 
 
 class ReleaseWait:
-    """A snapshot of the stack's GPUs taken before a stop, and the wait that follows it.
-
-    `accounting` is `per-process` when a GPU listed one of the stopped processes in the
-    snapshot, else `snapshot drop`.
-    """
+    """A snapshot of the stack's GPUs taken before a stop, and the wait after it; `accounting`:
+    `per-process` when a GPU listed a stopped process in the snapshot, else `snapshot drop`."""
 
     def __init__(
         self,
@@ -134,7 +121,7 @@ class ReleaseWait:
     def wait(
         self,
         timeout: float,
-        waiting: Callable[[str], None] = _quiet,
+        waiting: Say = quiet,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = pause,
     ) -> ReleaseOutcome:

@@ -1,16 +1,12 @@
 """The gateway's side of a swap: clients wait, nothing they send is refused or cut.
 
-With a gateway in front of the variants, a swap first drains it: requests in flight on
-the old variant finish (bounded by the drain timeout; what it cuts is counted), new
-ones are held. The hold's lease is renewed while the swap runs, and the hold is tethered
-to this process (a `docker exec` session whose stdin stays open for the whole hold): a swap
-that dies, even by `kill -9`, leaves no hold behind once the kernel closes that session
-(the lease still bounds it where no tether can be kept, e.g. through `kubectl exec`).
-That session (`ctl session`) also carries every control call of the swap from its first
-state call on (drain, renewals, sleep, wake, route, release): one `docker exec` per swap.
-The gate and the warm-up requests carry the hold's probe token and reach the new variant
-before any client does; then the held requests flow, in arrival order, to the variant
-that serves: the new one, or the previous one after a rollback.
+A swap first drains the gateway: requests in flight finish (bounded by the drain timeout;
+what it cuts is counted), new ones are held. The hold's lease is renewed while the swap runs,
+and the hold is tethered to this process (a `ctl session` `docker exec` whose stdin stays
+open), so a swap that dies, even by `kill -9`, leaves no hold behind; that session carries
+every control call of the swap. The gate and the warm-up carry the hold's probe token and
+reach the new variant before any client; then the held requests flow, in arrival order, to
+what serves: the new variant, or the previous one after a rollback.
 """
 
 from __future__ import annotations
@@ -94,19 +90,16 @@ class SwapHold:
         return ((PROBE_HEADER, self.token),)
 
     def connect(self) -> None:
-        """Open the tether (a `ctl session`: every later control call of this swap goes
-        through it) unless it is open, then ask the gateway's state; GatewayControlError
-        while the control channel does not answer."""
+        """Open the tether unless it is open, then ask the state; GatewayControlError without an answer."""
         if not self._tethered:
             self._tether = self.control.tether(self.owner)
             self._tethered = True
         self.control.state()
 
     def begin(self, continue_streams: bool = False, gateway_leaving: bool = False) -> Drained:
-        """Hold new requests and wait for the ones in flight (cut at the drain timeout);
-        `continue_streams`: eligible streams are paused instead, to go on on the next variant;
-        else those still running at the timeout are, unless `gateway_leaving` (this gateway
-        is replaced next)."""
+        """Hold new requests and wait for those in flight (cut at the drain timeout); eligible streams
+        pause to go on on the next variant at once (`continue_streams`), else at the timeout unless
+        `gateway_leaving` (this gateway is replaced next)."""
         if not self._tethered:
             self._tethered = True
             try:
@@ -177,8 +170,7 @@ def start_hold(
     container: Container | None = None,
     waiting: Callable[[str], None] | None = None,
 ) -> SwapHold:
-    """A SwapHold on the stack's running gateway (`container` when the caller knows it), once
-    its control channel answers."""
+    """A SwapHold on the stack's running gateway, once its control channel answers."""
     container = container or gateway_container(stack, client)
     if container is None:
         raise SwapFailed("the gateway container was not created")
@@ -206,13 +198,8 @@ def start_hold(
 
 
 class EarlyHold:
-    """A SwapHold whose control session opens on a thread while `up` reads and plans.
-
-    The session's Python start in the gateway (about 0.2 s) then runs beside the snapshot,
-    the preflight and the plan instead of before the drain. Nothing is held yet: the
-    session only answers; `take` waits for it (None when the gateway did not run: the drain
-    starts the gateway and opens one itself), `drop` closes it when the swap does not use it.
-    """
+    """A SwapHold whose control session opens on a thread while `up` reads and plans. Nothing is
+    held yet; `take` waits for it (None: no gateway ran), `drop` closes it when unused."""
 
     def __init__(self, open_hold: Callable[[], SwapHold | None]) -> None:
         self._lock = threading.Lock()
@@ -237,8 +224,7 @@ class EarlyHold:
         threading.Thread(target=run, name="gateway-session-open", daemon=True).start()
 
     def take(self) -> SwapHold | None:
-        """The opened hold (waits for the thread); None when the gateway was not running;
-        the error of opening it (SwapFailed: the control channel did not answer) raised."""
+        """The opened hold (waits for the thread; None: no gateway ran); the error of opening it raised."""
         self._done.wait()
         with self._lock:
             self._settled = self._taken = True
@@ -247,8 +233,7 @@ class EarlyHold:
             return self._hold
 
     def control(self) -> GatewayControl | None:
-        """The opened session's control channel, to read from before the swap takes it (waits
-        for the thread; None when the gateway did not run or the session did not open)."""
+        """The opened session's control channel, to read before the swap takes it (None: none opened)."""
         self._done.wait()
         with self._lock:
             return self._hold.control if self._hold is not None and not self._settled else None

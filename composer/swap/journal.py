@@ -1,14 +1,12 @@
 """What a swap leaves on disk: the record of the swap running now, and the swap history.
 
-Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`, beside
-the run files), and both are written from data: the plan's (`SwapPlan.as_data()`) and the
-result's, never the stack's variant objects. `swap.json` names the swap that holds the
-project's lock (pid, from, to, the plan's steps, stage, start time, timeout): `status` reads
-it instead of waiting on a held request.
-It is written atomically at every stage and removed when the swap ends; a record whose
-pid is gone is ignored. `history.jsonl` gets one JSON line per `up`, `down`, wake and
-rollback (time, from, to, outcome, timings, drained/cut, cause), trimmed to the newest
-`HISTORY_LINES` lines. Neither ever holds the API key.
+Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`) and are
+written from data (the plan's `as_data()` and the result), never the stack's variants.
+`swap.json` names the swap that holds the project's lock (pid, from, to, steps, stage,
+times): `status` reads it instead of waiting on a held request. It is written atomically at
+every stage and removed at the end; a record whose process is gone becomes an `interrupted`
+history event. `history.jsonl` gets one JSON line per `up`, `down`, wake and rollback,
+trimmed to the newest `HISTORY_LINES`. Neither ever holds the API key.
 """
 
 from __future__ import annotations
@@ -105,12 +103,8 @@ class RunningSwap:
 
 
 class SwapRecord:
-    """Writes the running swap's record at every stage; removes it at the end.
-
-    It records the plan as data (`SwapPlan.as_data()`: from `serving` to `target`, its
-    steps) beside the pid, when that process started, the stage and the times;
-    `running_swap` reads it back. Made while the project's lock is held: a record left by
-    a killed swap becomes an `interrupted` history event first."""
+    """Writes the running swap's record (the plan's data, pid, stage, times) at every stage and
+    removes it at the end; made under the lock, after a dead swap's record is reaped."""
 
     def __init__(
         self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
@@ -174,8 +168,7 @@ def _record(path: Path) -> RunningSwap | None:
 
 
 def _reap(project: str, directory: Path | None = None) -> None:
-    """Turn a record whose swap's process is gone into an `interrupted` history event
-    (call it with the project's lock held: no swap can be writing its record then)."""
+    """Turn a dead swap's record into an `interrupted` history event (with the lock held)."""
     path = project_dir(project, directory) / RUNNING
     record = _record(path)
     if record is None or record.alive():
@@ -186,12 +179,8 @@ def _reap(project: str, directory: Path | None = None) -> None:
 
 
 def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
-    """The swap running now for `project`, if its record names a live process.
-
-    A record whose process is gone (a killed `up`) is turned into an `interrupted` history
-    event, under the project's lock taken without waiting: while a swap holds the lock
-    (this process's own, or one whose pid lives in another namespace: the follower's),
-    the record is left alone."""
+    """The swap running now for `project`, if its record names a live process; a dead one's record
+    becomes an `interrupted` event, under the lock taken without waiting (else left alone)."""
     record = _record(project_dir(project, directory) / RUNNING)
     if record is None or record.alive():
         return record
@@ -201,10 +190,8 @@ def running_swap(project: str, directory: Path | None = None) -> RunningSwap | N
 
 
 def append_history(project: str, entry: dict[str, Any], directory: Path | None = None) -> None:
-    """Append one event (time added) to the project's history; keep the newest lines only.
-
-    Never fails (a full disk, an unreadable or corrupt history lose the event, not the
-    swap); the trim reads the newest `TRIM_BYTES` and keeps their whole lines as bytes."""
+    """Append one event (time added) to the project's history, keeping the newest lines; never fails
+    (a full disk or a corrupt history lose the event, not the swap)."""
     path = project_dir(project, directory) / HISTORY
     line = json.dumps({"time": round(time.time(), 3), **entry}, sort_keys=True)
     with contextlib.suppress(OSError, ValueError, ComposerError):
@@ -226,11 +213,8 @@ class History:
 
 
 def read_history(project: str, last: int | None = None, directory: Path | None = None) -> History:
-    """The project's history, oldest first (the last `last` events).
-
-    Lines that are not an event this module wrote (not UTF-8, not JSON, nested past the
-    parser's depth, a field of the wrong type) are skipped and counted. A record left by
-    a killed swap is first turned into its `interrupted` event (see `running_swap`)."""
+    """The project's history, oldest first (the last `last` events); lines that are not an event
+    are skipped and counted. A killed swap's record is first turned into its event."""
     running_swap(project, directory)
     path = project_dir(project, directory) / HISTORY
     try:

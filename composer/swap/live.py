@@ -1,17 +1,14 @@
 """Live sets: several variants (or replicas) serving at once behind the one gateway.
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set makes C serve alone (`plan_alone`: C's one serving container replaces the
-set). `up_set` is `up`'s one entry (one snapshot, `desired`, then the plan). `plan_live`
-(pure) turns the change into typed operations (`composer.swap.ops`) that never leave zero
-ready upstreams: each new container is started from the live run file, gated like a swap
-(the container watched, /health, /v1/models, one completion, a settle watch and, for a
-speculative variant, acceptance from its /metrics over a short warm-up) and only then
-published to the gateway; a container leaving the set is first left out of the upstreams,
-drained, then stopped (before a new member that needs its GPUs starts, which then waits for
-their release). `LiveSwapper` is the Docker dispatch table that `composer.swap.execute` runs
-them with: a failure or a stop signal undoes what ran, so the set that served before serves
-again. `--dry-run` prints the operations.
+running live set makes C's one serving container replace it (`plan_alone`). `up_set` is
+`up`'s one entry (one snapshot, `desired`, then the plan). `plan_live` (pure) turns the change
+into typed operations (`composer.swap.ops`) that never leave zero ready upstreams: each new
+container starts from the live run file, is gated like a swap (on its own address, a settle
+watch, a speculative variant's acceptance) and only then published; a leaving one is first
+left out of the upstreams, drained, then stopped (before a new member that needs its GPUs
+starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
+`composer.swap.execute` runs them with: a failure or a stop signal undoes what ran.
 """
 
 from __future__ import annotations
@@ -24,21 +21,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 
 from composer.engine import bootlog, retry
-from composer.engine.client import compose
 from composer.engine.containers import gateway_container
 from composer.engine.gate import GateTarget, wait_ready, watch_settled
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ConfigError, GatewayControlError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.files import run_file as variant_run_file
+from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.live import LiveTarget, render_live, resolve_live
-from composer.render.runfiles import compose_environment, state_dir
+from composer.render.runfiles import state_dir
 from composer.render.spec import CONTAINER_PORT, Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.execute import Handlers, execute
+from composer.swap.execute import Handlers, Say, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.ops import (
@@ -54,9 +51,11 @@ from composer.swap.ops import (
     StartGateway,
     StartMember,
     StopMember,
+    UpdateGateway,
 )
 from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
 from composer.swap.snapshot import LiveRunning, Snapshot
+from composer.swap.transaction import Context, by_name, compose_up
 
 if TYPE_CHECKING:
     import docker
@@ -64,21 +63,13 @@ if TYPE_CHECKING:
     from composer.engine.containers import RunningVariant
     from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuProbe
-    from composer.swap.steps import Context
     from composer.swap.swapper import UpOptions, UpResult
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
 class LivePlan:
-    """A live-set change (Docker and Kubernetes): which members it keeps, starts, stops and
-    replaces, and the typed operations that do it, in order (`ops`, run by
-    `composer.swap.execute`)."""
+    """A live-set change (Docker and Kubernetes): the members it keeps, starts, stops and
+    replaces, and the typed operations that do it, in order (`ops`)."""
 
     variants: tuple[str, ...]
     keep: tuple[str, ...]  # members that serve on, untouched
@@ -203,12 +194,11 @@ def plan_live(
     continue_streams: bool = True,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
-    restart what changed, stop what leaves, as typed operations. `gpus_shared`: the one serving
-    (non-live) container's GPUs overlap the live set's, so it stops first. A running container
-    another stack started (its labels differ from `owner`) is refused, or with `takeover`
-    restarted. `speculative`: the variants whose gate checks acceptance; `run_file`: the live
-    set's run file, where new members start from; `continue_streams` (no `up --drain`): a
-    leaving member's streams go on on the others instead of being waited for."""
+    restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
+    container's GPUs overlap the set's, so it stops first. Another stack's container (per
+    `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
+    checks acceptance; `run_file`: where new members start from; `continue_streams` (no
+    `up --drain`): a leaving member's streams go on on the others."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
     if single is not None and single.name in {r.container for r in now.values()}:
@@ -286,12 +276,11 @@ def _operations(
     continue_streams: bool = True,
     in_place: bool = False,
 ) -> tuple[Op, ...]:
-    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member
-    whose GPUs a new one needs is drained and stopped before it starts, the others after
-    every new member serves; each new member is started, gated, then added to the gateway's
-    upstreams. A changed member is drained, then stopped and started again, or with
-    `in_place` (a Deployment) applied in place. The one serving container that does not join
-    is drained once the set takes the new requests, then stopped."""
+    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member whose
+    GPUs a new one needs leaves before it starts, the others after every new member serves;
+    each new member is started, gated, then published. A changed member is drained, then
+    started again (`in_place`, a Deployment: applied in place). The one serving container
+    that does not join is drained once the set takes the new requests, then stopped."""
     ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
     ops += [AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
@@ -342,14 +331,17 @@ def plan_alone(
     project: str,
     *,
     gateway_running: bool = True,
+    gateway_file: str | None = None,
     owner: Owner | None = None,
     takeover: bool = False,
     continue_streams: bool = True,
 ) -> LivePlan:
-    """`up X` on a running live set (pure): X's one serving container (`alone`, from its run file)
-    is started and gated, the gateway goes back to its single upstream (`Publish((), ...)`), then
-    each member is drained and stopped; one whose GPUs or service X needs goes first (X then
-    waits for the release). A member that is X's container already (adopted) serves on."""
+    """`up X` on a running live set (pure; Docker and Kubernetes): X's one serving container
+    (`alone`, from its run file) is started and gated, the gateway goes back to its single
+    upstream (`Publish((), ...)`), then each member is drained and stopped; one whose GPUs or
+    service X needs goes first (X then waits for the release). A member that is X's container
+    already (adopted) serves on. Last, the gateway is replaced from `gateway_file` (X's run
+    file when None): its settings named the members."""
     now = {r.name: r for r in running if r.status == "running"}
     foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
     if foreign and not takeover:
@@ -362,7 +354,8 @@ def plan_alone(
     kept = kept if kept is None or now[kept].container not in taken else None
     leaving = [n for n in old if n != kept]
     early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
-    ops: list[Op] = [] if gateway_running else [StartGateway(alone.run_file)]
+    gateway_file = gateway_file or alone.run_file
+    ops: list[Op] = [] if gateway_running else [StartGateway(gateway_file)]
     serving = [m.upstream() for m in old.values()]
     for name in early:
         rest = [u for u in serving if u["name"] != name]
@@ -377,6 +370,8 @@ def plan_alone(
     for name in leaving:
         if name not in early:
             ops += [DrainMember(name, continue_streams), StopMember(old[name])]
+    if gateway_running:  # its settings list the members: a restart would route to them again
+        ops.append(UpdateGateway(gateway_file, "the live set left: its settings name no member"))
     return LivePlan(
         (alone.variant,),
         keep=(kept,) if kept else (),
@@ -402,9 +397,8 @@ def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> N
 
 
 def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (the one serving container):
-    its own count (`single_outstanding`); from a gateway image without it, every forwarded
-    request less those on live upstreams, members and leaving ones alike."""
+    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
+    older gateway image: every forwarded request less those on live upstreams)."""
     if raw is not None and "single_outstanding" in raw:
         return max(0, int(raw["single_outstanding"] or 0))
     live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
@@ -413,17 +407,15 @@ def single_inflight(raw: Mapping[str, Any] | None) -> int:
 
 @dataclass
 class DrainTally:
-    """What a live change's drains counted: requests still running at the drain timeout
-    (cut), streams sent on to the other members (continued), and streams that could not go
-    on (refused: they drained). Both engines' executors keep one."""
+    """What a live change's drains counted (both engines): requests cut at the drain timeout,
+    streams continued on the other members, and streams refused (they drained)."""
 
     cut: int = 0
     continued: int = 0
     refused: int = 0
 
     def member(self, control: GatewayControl, stack: Stack, op: DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (`GatewayControl.drain_upstream`); an
-        upstream the gateway does not know has nothing in flight."""
+        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
         try:
             drained = control.drain_upstream(
                 op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len
@@ -435,9 +427,8 @@ class DrainTally:
         self.refused += drained.refused
 
     def single(self, control: GatewayControl, stack: Stack, waiting: Say, container: str) -> None:
-        """Wait until the gateway has nothing in flight on its single upstream (the set takes
-        the new requests), or the drain timeout; what still runs then is cut (nothing is counted when
-        the gateway cannot be asked)."""
+        """Wait until nothing is in flight on the gateway's single upstream, or the drain
+        timeout; what still runs then is counted cut (nothing when the gateway cannot say)."""
 
         def left() -> int:
             try:
@@ -470,13 +461,12 @@ def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
 
 
 def live_acceptance(target: GateTarget, floor: float) -> float:
-    """A speculative variant's acceptance over a short warm-up, from its own /metrics deltas
-    at `target` (its own address, no gateway between): above `floor`, or HealthCheckFailed
-    (decoding would be slower). The Kubernetes live rollout checks a new variant with it too."""
+    """A speculative variant's acceptance over a short warm-up, from its own /metrics at
+    `target` (its own address): above `floor`, or HealthCheckFailed (Docker and Kubernetes)."""
     import httpx
 
     from composer.errors import HealthCheckFailed
-    from composer.swap.standby import acceptance_over_warm_up, spec_counters
+    from composer.swap.standby import check_acceptance, spec_counters
 
     def counters() -> tuple[float, float]:
         try:
@@ -485,35 +475,16 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
         except (httpx.HTTPError, ValueError) as err:
             raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
 
-    rate = acceptance_over_warm_up(counters, target)
-    if rate is None:
-        raise HealthCheckFailed(f"{target.variant} drafted no tokens over its warm-up")
-    if rate <= floor:
-        raise HealthCheckFailed(
-            f"{target.variant} accepts {rate:.2f} of its draft tokens, at or below the floor "
-            f"{floor:.2f} (stack.acceptance_floor)"
-        )
-    return rate
+    return check_acceptance(counters, target, floor)
 
 
 class LiveSwapper:
-    """Plans live-set changes for one stack and runs them on one Docker engine: its methods
-    are the executor's dispatch table (`handlers`), one per operation type."""
+    """Live-set changes on one Docker engine: its methods are the executor's dispatch table."""
 
-    def __init__(
-        self,
-        stack: Stack,
-        client: docker.DockerClient,
-        options: UpOptions,
-        progress: Say = _quiet,
-        waiting: Say | None = None,
-    ) -> None:
-        self.stack = stack
-        self.client = client
-        self.options = options  # `drain` (`up --drain`): leaving streams are waited for too
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
+        self.say, self.waiting = ctx.say, ctx.waiting
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.say = progress
-        self.waiting = waiting or progress
         self.timings: dict[str, float] = {}
         self.drained = DrainTally()
         self._releases: list[ReleaseWait] = []
@@ -568,21 +539,17 @@ class LiveSwapper:
             DrainSingle: self.drain_single,
             StopMember: self.stop_member,
             AwaitRelease: self.await_release,
+            UpdateGateway: self.update_gateway,
         }
 
     def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-        """The single swap's fast checks (doctor's preflight: key, port, images, mounts, ...)
-        for each variant the plan starts, before anything stops, reading the snapshot's
-        containers: PreflightFailed on the first failure, else the warnings."""
-        from composer.swap.steps import Context
+        """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
         from composer.swap.swapper import preflight_warnings
 
-        ctx = Context(self.stack, self.client, self.options, self.say, self.waiting)
-        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
+        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(self.ctx, t, snap)))
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
-        """Before the undo removes a member that failed to start or pass its gate: keep its log
-        and show its tail the way a failed swap does (`evidence.keep`)."""
+        """Before the undo removes a member that failed to start or pass its gate: keep its log."""
         from composer.errors import DiagnosedError
         from composer.swap import evidence
 
@@ -594,24 +561,13 @@ class LiveSwapper:
         self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
-    def _compose_up(self, compose_file: str, service: str, args: tuple[str, ...] = ()) -> None:
-        compose(
-            self.stack.project,
-            Path(compose_file),
-            ["up", "--detach", "--no-build", "--pull", "never", *args, service],
-            env=compose_environment(Path(compose_file), self.stack.api_key),
-            timeout=max(120.0, self.options.timeout),
-        )
-
     def start_gateway(self, op: StartGateway) -> None:
         self.say("starting the gateway")
-        from composer.engine.containers import holder_kept
-
-        self._compose_up(op.run_file, "gateway", tuple(holder_kept(self.stack, self.client)))
+        compose_up(self.ctx, Path(op.run_file), GATEWAY_SERVICE)
 
     def start_member(self, op: StartMember) -> None:
         self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")
-        self._compose_up(op.member.run_file, op.member.service)
+        compose_up(self.ctx, Path(op.member.run_file), op.member.service)
 
     def adopt(self, op: AdoptMember) -> None:
         """The container joins as it runs: it must still be the running one the plan read."""
@@ -625,12 +581,10 @@ class LiveSwapper:
         return GatewayControl(gateway) if gateway is not None else None
 
     def _container(self, name: str) -> VariantContainer:
-        from docker.errors import NotFound
-
-        try:
-            return VariantContainer(self.client.containers.get(name))
-        except NotFound:
-            raise SwapFailed(f"{name} was not created") from None
+        found = by_name(self.ctx, name)
+        if found is None:
+            raise SwapFailed(f"{name} was not created")
+        return found
 
     def _address(self, container: VariantContainer) -> str:
         """The container's address on the project's network (the gate reaches it directly)."""
@@ -663,44 +617,46 @@ class LiveSwapper:
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
 
     def publish(self, op: Publish) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             set_upstreams(control, [dict(u) for u in op.upstreams])
 
     def drain(self, op: DrainMember) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             self.drained.member(control, self.stack, op)
 
     def drain_single(self, op: DrainSingle) -> None:
-        control = self._control()
-        if control is not None:
+        if control := self._control():
             self.drained.single(control, self.stack, self.waiting, op.container)
 
     def stop_member(self, op: StopMember) -> None:
-        """Stop and remove the container (gone already is fine); its GPUs are read first, so
-        that `await_release` can wait for them."""
-        from docker.errors import NotFound
-
+        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
-        try:
-            found = self.client.containers.get(op.member.container)
-        except NotFound:
+        found = by_name(self.ctx, op.member.container)
+        if found is None:
             return
         if self.stack.gpus is not None and op.member.gpus != "-":
             devices = self.stack.gpus if op.member.gpus == "all" else tuple(op.member.gpus.split(","))
-            probe = self.probe or detect_probe()
-            self._releases.append(ReleaseWait.snapshot(probe, devices, container_pids([found.id])))
+            pids = container_pids([found.container.id])
+            self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
         self.say(f"stopping {op.member.name} ({op.member.container})")
-        VariantContainer(found).stop_and_remove(self.stack.stop_grace_period)
+        found.stop_and_remove(self.stack.stop_grace_period)
 
     def await_release(self, op: AwaitRelease) -> None:
         while self._releases:
             out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
             if out.how == "timeout":
                 self.say(out.detail)
+
+    def update_gateway(self, op: UpdateGateway) -> None:
+        """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
+        from composer.swap.gateway_replace import replace_gateway
+
+        self.say(f"replacing the gateway: {op.why}")
+        done = replace_gateway(self.stack, self.client, Path(op.run_file), None, self.say)
+        self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
+        self.say(done.port_gap.line())
 
     # -- the change -----------------------------------------------------------------------
     def up(
@@ -711,9 +667,8 @@ class LiveSwapper:
         run_file: Callable[[], Path] | None = None,
         outcome: str = "",
     ) -> LiveResult:
-        """Run `plan` (see the module's docstring; `options.dry_run`: the plan only); `checked`:
-        the targets it starts (the preflight's), `run_file`: writes the file its new members
-        start from, `outcome`: what the result says once it ran."""
+        """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
+        `run_file`: writes their run file, `outcome`: what the result says once it ran."""
         began = time.monotonic()
         label = "+".join(plan.variants)
         result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
@@ -777,8 +732,7 @@ class LiveSwapper:
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
     def remove(self, variant: str, snap: Snapshot) -> str:
-        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all
-        that serves (use `down`)."""
+        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
         running = snap.live_running
         mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
         mine = [m for m in mine if m.variant == variant]
@@ -847,17 +801,13 @@ def up_set(
     *,
     client: docker.DockerClient,
     options: UpOptions,
-    progress: Say = _quiet,
+    progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult | LiveResult:
-    """`up` on Docker, its one entry: under the project's lock (none for a dry run) ONE
-    snapshot, the desired set decided from it (`desired.desired`, which checks the names), and
-    the one plan that gets there: the single swap (`swapper.swap`), a live set's change, or X's
-    one serving container replacing a live set (`plan_alone`). `options.profiles`: optional
-    services (`--with`), checked first, started once it serves."""
+    """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the desired
+    set (`desired`), and the single swap, a live change or `plan_alone`; `options.profiles` too."""
     from composer.swap.gateway_replace import retire_extra_gateways
     from composer.swap.lock import swap_lock
-    from composer.swap.steps import Context
 
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
@@ -877,7 +827,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
     from composer.swap.swapper import swap
 
     stack, options = ctx.stack, ctx.options
-    want = desired(requested, stack, snap)
+    want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap
         single = resolve_target(stack, want.variants[0])
         if not options.dry_run:
@@ -885,7 +835,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
         return swap(ctx, single, dry_run=options.dry_run, snap=snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
-    swapper = LiveSwapper(stack, ctx.client, options, ctx.say, ctx.waiting)
+    swapper = LiveSwapper(ctx)
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
         single = resolve_target(stack, want.variants[0])
         if single.variant.standby == "sleep":  # it would serve from its own service

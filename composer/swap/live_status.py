@@ -63,5 +63,10 @@ def format_live(rows: list[dict[str, object]]) -> str:
     keys = ("name", "container", "state", "gpus", "ready", "outstanding", "served_last_minute", "served")
     table = [["LIVE", "CONTAINER", "STATE", "GPUS", "READY", "OUTSTANDING", "SERVED/1M", "SERVED", "ERRORS"]]
     table += [[_cell(row[key]) for key in (*keys, "errors")] for row in rows]
+    return aligned(table)
+
+
+def aligned(table: list[list[str]]) -> str:
+    """Rows of cells as text, each column as wide as its widest cell."""
     widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)

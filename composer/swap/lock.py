@@ -1,26 +1,17 @@
 """The swap lock: one swap of a compose project at a time; released when its holder dies.
 
-Scope: per user, per project, per machine. The lock of project P is the file
-`<home>/.local/state/vllm-composer/locks/P.lock`, where <home> is the user's home
-directory from the password database (`/tmp/vllm-composer-<uid>-locks/` for a user id
-without an entry), found from the user id alone: neither $HOME nor
-$XDG_RUNTIME_DIR, $XDG_STATE_HOME or $TMPDIR move it, so every shell of one user takes
-turns whatever its environment. The one exception is $VLLM_COMPOSER_LOCK_DIR (an absolute
-path, else ignored): the `follow` profile's container sets it to the host user's lock
-folder, mounted at the same path, so the containerised follower and the host's commands
-take turns; set it on the host only where every shell sets it. Two different users (root
-and a user in the docker group, say) hold different locks: give a project to one user.
+Per user, per project, per machine: the file `<home>/.local/state/vllm-composer/locks/P.lock`
+(<home> from the password database, `/tmp/vllm-composer-<uid>-locks/` without an entry),
+found from the user id alone, so no environment variable moves it, except
+$VLLM_COMPOSER_LOCK_DIR (absolute): the `follow` profile's container sets it to the host
+user's lock folder, mounted at the same path, so the follower and the host take turns. Two
+users hold different locks: give a project to one user.
 
-Safety: the lock directory must be a real directory (not a link), owned by the user and
-not writable by group or others (it is created 0700); anything else is refused. The lock
-file is opened without following links and without truncating, must be a regular file
-of the user's with a single link, and gets the holder's pid only once the lock is held.
-A waiting swap shows the holder's pid only when the file holds digits naming a live
-process.
-
-Pruning: the holder removes the file while still holding the lock, when it is done. A
-waiter that then gets the lock of the removed file sees that the name no longer leads
-to it and tries again on the new file; the file of a killed holder is reused.
+Safety: the directory must be a real directory of the user's, not writable by group or
+others (created 0700); the file is opened without following links or truncating, must be a
+regular file of the user's with one link, and gets the holder's pid once the lock is held
+(shown to a waiter only when it names a live process). The holder removes the file while
+still holding the lock; a waiter that then gets the removed file's lock tries the new one.
 """
 
 from __future__ import annotations
@@ -111,10 +102,8 @@ def _open_directory(folder: Path) -> int:
 
 
 def _open_file(dir_fd: int, path: Path) -> int | None:
-    """Open (create 0600) the lock file: never through a link, never truncated, ours only.
-
-    None when its holder removed it between our open and our check: try again.
-    """
+    """Open (create 0600) the lock file: never through a link, never truncated, ours only; None
+    when its holder removed it between our open and our check (try again)."""
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path.name, flags, 0o600, dir_fd=dir_fd)

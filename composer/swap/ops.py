@@ -1,11 +1,9 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
-A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`): a live change's
-(`StartMember`, `Publish`, `DrainMember`, ...) and a single switch's (`Hold`, `Sleep`, `Stop`,
-`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...); `execute` runs them
-through a dispatch table and, on a failure or an interrupt, runs the inverses of what ran, in
-reverse. An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
-operation only half ran (stopping what is gone, publishing the set again).
+A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
+(`StartMember`, `Publish`, `DrainMember`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
+`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
+(empty: nothing to undo), safe to run when its operation only half ran.
 """
 
 from __future__ import annotations
@@ -72,9 +70,8 @@ class StartMember(Op):
 
 @dataclass(frozen=True)
 class AdoptMember(Op):
-    """The one serving container joins the set as `member` as it runs: never stopped or
-    restarted. It changes nothing by itself (its inverse is empty): the Publish that follows
-    routes to it, and that Publish's inverse gives the gateway back its single upstream."""
+    """The one serving container joins the set as `member` as it runs (never restarted); the
+    Publish that follows routes to it, and that Publish's inverse undoes it."""
 
     TEXT = "adopt {member.container} as {member.name} as it runs (not restarted)"
     member: Member
@@ -138,8 +135,7 @@ class RollBack(Op):
 
 @dataclass(frozen=True)
 class DrainSingle(Op):
-    """Wait for the requests in flight on the one serving container (not a member): the set
-    takes every new request once it is published."""
+    """Wait for the requests in flight on the one serving container (not a member)."""
 
     TEXT = "drain the requests in flight on {container} (up to gateway.drain_timeout)"
     container: str
@@ -185,9 +181,8 @@ class ApplySettings(Op):
 
 @dataclass(frozen=True)
 class Hold(Op):
-    """Released by `Release`, or to what serves after an undo; `run_file`: start the gateway
-    from it first; `serving`: a new gateway is routed to what serves before anything else;
-    `continue_streams`: eligible streams pause at once, to go on on the new variant."""
+    """Released by `Release` (or to what serves after an undo); `run_file`: start the gateway first;
+    `serving`: route a new gateway there first; `continue_streams`: streams pause at once."""
 
     TEXT = "hold new requests at the gateway and drain those in flight"
     STAGE = "draining"
@@ -291,9 +286,8 @@ class Gate(Op):
 
 @dataclass(frozen=True)
 class Settle(Op):
-    """Watch the ready member `seconds` from `since` ("ready"; "wake": the wake call; "process":
-    its process's start), while `warmup` completions and after a wake (`woke`) its checks run
-    beside it (`/is_sleeping`, and acceptance with `acceptance`)."""
+    """Watch the ready member `seconds` from `since` ("ready", "wake", "process"), with `warmup`
+    completions and after a wake (`woke`) its checks (and `acceptance`) beside it."""
 
     STAGE = "settling"
     member: Member
@@ -344,10 +338,8 @@ class Remove(Op):
 
 @dataclass(frozen=True)
 class Roll(Op):
-    """The one serving Deployment switched to `member`'s variant (a Recreate rollout from
-    `member.run_file`). Undone by RollBack and the gate of `previous`, the variant it ran
-    before; without one (a new Deployment, or the same configuration again) there is no
-    revision to go back to and the inverse is empty."""
+    """The one serving Deployment rolled to `member`'s variant (Recreate, from `member.run_file`);
+    undone by RollBack and `previous`'s gate (none: no revision to go back to, no inverse)."""
 
     TEXT = "roll {member.container} to {member.variant} (a Recreate rollout of {member.run_file})"
     member: Member

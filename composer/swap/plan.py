@@ -1,17 +1,12 @@
 """The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
 
-`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`:
-the target's run file and service, the settle watch, ...) and returns a `SwapPlan`: typed
-operations (`composer.swap.ops`) that name every container they touch, each with its
-inverse: the gateway's update, hold and release; stop what neither serves nor sleeps as
-wanted; sleep or stop (and the GPU release wait) the serving variant, whose inverse brings
-it back from its sleeping container or from exactly the run file and service that created
-it; wake, adopt, route to or start the target; gate, settle (warm-up and wake checks
-beside), probation. Notes say what a user must read (a serving container that cannot sleep
-is stopped cold). `compose-spec up VARIANT --dry-run` prints it; `as_data()` is its JSON
-(`steps`, `rollback`, `wake`, ... derived from the operations, and `ops`).
-`rollback_source_problem` (the one function here that reads a file) checks, before anything
-stops, that the run file a rollback would start the serving variant from is readable.
+`decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`)
+and returns a `SwapPlan`: typed operations (`composer.swap.ops`) naming every container they
+touch, each with its inverse: the gateway's update, hold and release; stop what neither
+serves nor sleeps as wanted; sleep or stop the serving variant (and the GPU release wait);
+wake, adopt, route to or start the target; gate, settle, probation. `--dry-run` prints it
+(`describe`); `as_data()` is its JSON. `rollback_source_problem` (the one function here that
+reads a file) checks before anything stops that the rollback's run file is readable.
 """
 
 from __future__ import annotations
@@ -105,8 +100,7 @@ def takeover_notes(found: list[Foreign], project: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rollback:
-    """Where the variant that serves now comes back from if the swap fails (from the plan's
-    `Sleep` or `Stop`, whose inverse brings it back)."""
+    """Where the serving variant comes back from if the swap fails (its `Sleep` or `Stop`'s inverse)."""
 
     variant: str
     how: str  # "wake" (its sleeping container) or "start" (the file that created it)
@@ -118,10 +112,7 @@ class Rollback:
 @dataclass(frozen=True)
 class Bring:
     """What the operations carry beyond the snapshot, resolved once at the edge: the target's
-    container (`member`: run file, compose service, name, speculative), the run file and
-    service the serving variant comes back from when its recorded file is gone (`source`),
-    whether a gateway fronts the stack, the stack's GPUs, the settle watch, the warm-up and
-    the probation."""
+    container, the serving variant's source when its run file is gone, GPUs, watches."""
 
     member: Member
     gateway: bool = False
@@ -243,10 +234,8 @@ and the warm-up run beside it (clients wait until both are over)."""
 
 
 def rollback_source_problem(rollback: Rollback | None) -> str | None:
-    """Why the run file a rollback would start the serving variant from cannot be used; None
-    when it can, when there is none (the rollback renders it again from the stack), or when
-    the rollback wakes a sleeping container. Checked before anything stops: a rollback that
-    fails on its own file leaves nothing serving."""
+    """Why the run file a rollback would start the serving variant from cannot be used (None:
+    it can, there is none, or the rollback wakes a sleeper); checked before anything stops."""
     if rollback is None or rollback.how != "start" or not rollback.config_file:
         return None
     import yaml
@@ -291,11 +280,8 @@ def plan_swap(
     target_asleep: RunningVariant | bool | None = False,
     bring: Bring | None = None,
 ) -> SwapPlan:
-    """The operations from what runs now (pure).
-
-    `current_sleeps`: the serving variant is put to sleep, not stopped; `target_asleep`: the
-    target's sleeping container with the same configuration (woken, not started).
-    """
+    """The operations from what runs now (pure). `current_sleeps`: the serving variant is put
+    to sleep, not stopped; `target_asleep`: the target's sleeper to wake, not start."""
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
         return SwapPlan(target, target_hash, current)
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
@@ -342,9 +328,7 @@ def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
 
 
 def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
-    """The gateway's part around the swap's operations: its update (a new container, or settings
-    applied in place; nothing has changed if it fails), the hold and drain before them, the
-    release after the gate (before the probation)."""
+    """The gateway's update, then the hold and drain, around the operations; the release after the gate."""
     if not bring.gateway:
         return plan
     first: list[Op] = []
@@ -382,15 +366,10 @@ def decide(
     force_recreate: bool = False,
     bring: Bring | None = None,
 ) -> SwapPlan:
-    """The whole plan from one snapshot (pure).
-
-    `target_sleeps`: the target runs with sleep standby in this stack; `sleeps_in_stack`:
-    per variant, whether the stack puts it to sleep (a variant the stack no longer has
-    counts as not). `owner`: this stack, as containers record it; a running container that
-    records another is refused (`refused`), or with `takeover` replaced (restarted).
-    `force_recreate`: a target that serves unchanged is restarted all the same. `bring`:
-    what the operations carry beyond the snapshot.
-    """
+    """The whole plan from one snapshot (pure). `target_sleeps`: the target runs with sleep
+    standby; `sleeps_in_stack`: per variant, whether the stack puts it to sleep. `owner`: this
+    stack; another's running container is refused (`refused`), or with `takeover` replaced.
+    `force_recreate`: a target that serves unchanged is restarted all the same."""
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
     gateway = gateway or GatewayChange()
     notes: list[str] = []

@@ -1,10 +1,7 @@
-"""The compose files' optional services (`up VARIANT --with prometheus|follow`, and on a live
-set `up A B --with ...`): their images are checked before anything changes, and they are
-started once the variant (or the live set) serves.
-
-The follow profile's container shares folders with the host at the host's own paths: they
-are passed to compose exactly (this project's folder, env file, state and lock folders) and
-the state and lock folders are created here first, as this user's, never by the daemon.
+"""The compose files' optional services (`up ... --with prometheus|follow`): their images are
+checked before anything changes, and they start once the variant (or the live set) serves.
+The follow profile's container shares folders with the host at the host's own paths, passed
+to compose exactly; the state and lock folders are created here first, as this user's.
 """
 
 from __future__ import annotations
@@ -24,7 +21,7 @@ from composer.render.runfiles import state_dir
 from composer.render.spec import resolve
 from composer.swap import snapshot
 from composer.swap.lock import lock_dir
-from composer.swap.steps import Context, compose_up
+from composer.swap.transaction import Context, compose_up
 
 FOLLOWER_ATTACH_S = 30.0
 """How long `up --with follow` waits for the follower's first report to the gateway."""
@@ -113,8 +110,7 @@ def _socket_group() -> int:
 
 
 def start_profiles(ctx: Context, compose_file: Path) -> list[str]:
-    """Start the optional services of `options.profiles` from the run file the variant was
-    started from (once it serves); their notes."""
+    """Start the optional services of `options.profiles` from `compose_file`; their notes."""
     notes = []
     for profile in ctx.options.profiles:
         service = PROFILE_SERVICES[profile]

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from composer import labels as label_names
 from composer.swap import snapshot
+from composer.swap.live_status import aligned
 
 if TYPE_CHECKING:
     import docker
@@ -31,8 +32,7 @@ def published(attrs: dict[str, Any]) -> str:
 
 
 def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
-    """One row per container (pure): the snapshot's variants, then the project's other
-    containers (`others`: the gateway, prometheus, the follower), each with its ports."""
+    """One row per container (pure): the snapshot's variants, then `others`, each with its ports."""
     rows = []
     for member in snap.members:
         attrs = member.container.container.attrs
@@ -70,5 +70,4 @@ def format_ps(rows: list[dict[str, str]], project: str) -> str:
         return f"no container of project {project}"
     table = [["NAME", "VARIANT/ROLE", "STATE", "PORTS"]]
     table += [[r["name"], r["variant"], r["state"], r["ports"]] for r in rows]
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)
+    return aligned(table)

@@ -1,23 +1,16 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (the project's variants, live ones included, and
-its gateway), and, where it matters (a sleep-mode container or a live set runs, or the
-caller wants it), asks in ONE `docker exec` in the gateway for the gateway's state (its
-route, its live upstreams) and for each running sleep-mode container's `/is_sleeping`
-answer; a container the gateway cannot ask (the gateway is stopped or does not answer) is
-asked itself, with an exec of its own. Everything after that (`status`, `ls`, the swap
-plan, `down`, `standby`, the port check, the live set) reads the `Snapshot`, never Docker again: it is the one
-definition of who serves and who sleeps. The live set's containers (label `live`) are in
-`live`, by member name, beside the shared and standby services' `members`.
+`take()` lists Docker's containers once (variants, live members, the gateway) and, where it
+matters, asks in ONE `docker exec` in the gateway for its state (route, live upstreams) and
+each running sleep-mode container's `/is_sleeping` (a container the gateway cannot ask is
+asked itself). Everything after (`status`, `ls`, the plan, `down`, `standby`, the port
+check, the live set) reads the `Snapshot`, never Docker again: it is the one definition of
+who serves and who sleeps. Live containers (label `live`) are in `live`, by member name.
 
-Who serves and who sleeps, in order of trust:
-- asleep is the container's own answer (`/is_sleeping`), never inferred from routing;
-- serving is the gateway's route; when the gateway cannot say (absent, restarting), the
-  record Docker keeps: a sleep-standby container put to sleep has restart policy `no`
-  (`up` sets it, so a reboot brings back only what served), the serving one does not;
-- a running container that is neither serving nor asleep is `awake` (restarted by hand,
-  or by Docker after a crash, or left from a run with another standby mode): the next
-  `up` stops it or puts it to sleep.
+In order of trust: asleep is the container's own `/is_sleeping` answer, never inferred from
+routing; serving is the gateway's route, else (no gateway answer) the restart policy (a
+container put to sleep has `no`); a running container neither serving nor asleep is
+`awake`, and the next `up` stops it or puts it to sleep.
 """
 
 from __future__ import annotations
@@ -150,11 +143,8 @@ def _standby_service(info: RunningVariant, stack: Stack) -> bool:
 def take(
     stack: Stack, client: docker.DockerClient, *, gateway_state: bool = False, ask_sleeping: bool = True
 ) -> Snapshot:
-    """Read the project's containers, gateway and running swap once.
-
-    The gateway is asked (one exec) when a sleep-mode container runs, or when
-    `gateway_state` wants its state anyway (status).
-    """
+    """Read the project's containers, gateway and running swap once; the gateway is asked
+    (one exec) when a sleep-mode container or a live set runs, or with `gateway_state`."""
     variants, gateway, extra = project_containers(stack, client)
     live = live_members(stack, every := [(c, c.describe()) for c in variants])
     found = [(c, info) for c, info in every if label_names.LIVE not in c.container.labels]
@@ -197,9 +187,8 @@ def take(
 def live_members(
     stack: Stack, found: list[tuple[VariantContainer, RunningVariant]]
 ) -> tuple[LiveRunning, ...]:
-    """The live set's containers, by member name (pure). While live members exist, the one
-    serving container (service `stack.service`) is a member too, `<variant>/1`: it joined the
-    set as it ran (`AdoptMember`), and its labels, set when it started, cannot say so."""
+    """The live set's containers, by member name (pure); while members exist, the one serving
+    container of `stack.service` is one too, `<variant>/1` (it joined as it ran)."""
     members = {
         c.container.labels[label_names.LIVE]: (info, c.container.labels.get(label_names.GPUS, "-"))
         for c, info in found

@@ -1,37 +1,25 @@
 """Sleep standby in a swap: put the serving variant to sleep, wake a sleeping one, gate it.
 
-A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose
-keeps one container per service and recreates a renamed one, so a sleeping container
-needs a service of its own). The gateway is routed to the serving one by its container
-name (`GatewayControl.route`). Who sleeps is each container's own `/is_sleeping` answer
-(`composer.swap.snapshot`); a container put to sleep gets restart policy `no` (`park`),
-set back when it serves again (`unpark`), so a reboot or a dockerd restart brings back
-only the serving variant, and that policy tells who serves when the gateway cannot say.
-No network change (a container reconnected to a network gets a new address, which the
-gateway's pooled connections would not follow).
-
-The sleep routes (`/sleep`, `/wake_up`, `/is_sleeping`, `/metrics` for the acceptance
-check) are called through the gateway's control channel (`docker exec`), never opened to
-clients. Level 1 by default (`stack.sleep_level`); level 2 drops the weights, so its wake
-also calls `/collective_rpc reload_weights`, and it is refused at load time for speculative
-variants unless `allow_sleep_level_2_with_speculation` (the planner: `composer.capacity.standby`).
+A sleep-standby variant runs as its own compose service, `<service>-<variant>` (compose keeps
+one container per service), routed to by its container name (`GatewayControl.route`); no
+network change (a reconnected container gets a new address the gateway's pool would miss).
+A container put to sleep gets restart policy `no` (`park`), set back when it serves again
+(`unpark`): a reboot brings back only the serving variant. The sleep routes (`/sleep`,
+`/wake_up`, `/is_sleeping`, `/metrics` for the acceptance check) go through the gateway's
+control channel, never open to clients. Level 2 (`stack.sleep_level`) drops the weights, so
+its wake also calls `/collective_rpc reload_weights`.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from composer.engine.containers import upstream_url
 from composer.engine.variant_container import VariantContainer
-from composer.errors import (
-    ComposerError,
-    GatewayControlError,
-    HealthCheckFailed,
-)
+from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed
 from composer.swap.holding import warm_up
 
 if TYPE_CHECKING:
@@ -46,16 +34,9 @@ DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
 
 
-def upstream_of(container: VariantContainer) -> str:
-    """The gateway's upstream URL for one container, by its own name."""
-    return upstream_url(container.name)
-
-
 def park(container: VariantContainer) -> None:
-    """A container put to sleep gets restart policy `no`: a reboot brings back only what serves.
-
-    Never fails the swap: a policy that could not be set is the old behaviour (it restarts awake).
-    """
+    """A container put to sleep gets restart policy `no`: a reboot brings back only what
+    serves (never fails the swap: without it, it restarts awake)."""
     _set_restart(container, "no")
 
 
@@ -105,7 +86,7 @@ def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: 
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
     """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
-    control.route(upstream_of(container))
+    control.route(upstream_url(container.name))
     try:
         reply = control.wake_up()
     except GatewayControlError as err:
@@ -146,7 +127,8 @@ def spec_counters(text: str) -> tuple[float, float]:
     return totals[DRAFT_TOKENS], totals[ACCEPTED_TOKENS]
 
 
-def _counters(control: GatewayControl) -> tuple[float, float]:
+def metrics_counters(control: GatewayControl) -> tuple[float, float]:
+    """(drafted, accepted) from the backend's /metrics, through the gateway's control channel."""
     reply = control.backend("GET", "/metrics", timeout_s=30.0)
     if reply.status != 200 or not isinstance(reply.body, str):
         raise HealthCheckFailed(f"/metrics answered {reply.status}")
@@ -156,33 +138,23 @@ def _counters(control: GatewayControl) -> tuple[float, float]:
         raise HealthCheckFailed(f"/metrics could not be read: {err}") from err
 
 
-def acceptance_over_warm_up(counters: Callable[[], tuple[float, float]], target: GateTarget) -> float | None:
-    """The share of draft tokens accepted over a short warm-up sent to `target`, from the
-    (drafted, accepted) `counters` read before and after it; None when nothing was drafted."""
+def check_acceptance(
+    counters: Callable[[], tuple[float, float]], target: GateTarget, floor: float, after: str = ""
+) -> float:
+    """Acceptance of the draft tokens over a short warm-up sent to `target`, from the (drafted,
+    accepted) `counters` before and after: above `floor`, or HealthCheckFailed (`after`: wording)."""
     drafted_before, accepted_before = counters()
     warm_up(target, ACCEPTANCE_WARMUP_REQUESTS)
     drafted_after, accepted_after = counters()
     drafted = drafted_after - drafted_before
-    return (accepted_after - accepted_before) / drafted if drafted > 0 else None
-
-
-def check_acceptance(control: GatewayControl, gate_target: GateTarget, variant: str, floor: float) -> float:
-    """Acceptance over a short warm-up after a wake: above `floor`, or HealthCheckFailed.
-
-    A wake can bring a speculative variant back with acceptance 0 (output still correct,
-    decoding slower): only the /metrics counters show it.
-    """
-    rate = acceptance_over_warm_up(lambda: _counters(control), gate_target)
-    if rate is None:
-        raise HealthCheckFailed(f"{variant} drafted no tokens over the warm-up after its wake")
+    if drafted <= 0:
+        over = "the warm-up after its wake" if after else "its warm-up"
+        raise HealthCheckFailed(f"{target.variant} drafted no tokens over {over}")
+    rate = (accepted_after - accepted_before) / drafted
     if rate <= floor:
+        broken = ": speculation is broken after the wake" if after else ""
         raise HealthCheckFailed(
-            f"{variant} accepts {rate:.2f} of its draft tokens after the wake, at or below the floor "
-            f"{floor:.2f} (stack.acceptance_floor): speculation is broken after the wake"
+            f"{target.variant} accepts {rate:.2f} of its draft tokens{after}, at or below the floor "
+            f"{floor:.2f} (stack.acceptance_floor){broken}"
         )
     return rate
-
-
-def waited(began: float) -> float:
-    """Seconds since `began` (monotonic)."""
-    return time.monotonic() - began

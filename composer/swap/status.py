@@ -1,11 +1,9 @@
 """The running variant as plain data and text; the API key is never part of it.
 
 Readiness is the swap gate's own verdict (one probe: /health, /v1/models, a 1-token
-completion). Docker's healthcheck has a long start period (it says `starting` for up to
-`start_period` after every swap), so its state is shown only when it disagrees in a way a
-user can act on: `unhealthy`, or `healthy` while the gate fails. A variant that is not
-running (it crashed, or Docker keeps restarting it) is reported with its exit code,
-when it stopped and its last log lines.
+completion). Docker's healthcheck is shown only when it disagrees in a way a user can act
+on (`unhealthy`, or `healthy` while the gate fails). A variant that does not run is
+reported with its exit code, when it stopped and its last log lines.
 """
 
 from __future__ import annotations
@@ -20,15 +18,15 @@ from composer.engine import bootlog
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
 from composer.engine.health import Readiness, probe
-from composer.engine.published_port import DEAD_PORT
+from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.gateway_port import mark_unreachable, port_is_dead, published_port_fields
+from composer.swap.gateway_port import mark_unreachable, port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
-from composer.swap.live_status import format_live, live_rows
+from composer.swap.live_status import aligned, format_live, live_rows
 from composer.swap.snapshot import Member, Snapshot
 
 if TYPE_CHECKING:
@@ -111,7 +109,7 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
         return {"state": "absent"}
     data: dict[str, object] = {"container": container.name, "state": container.status}
     if container.status == "running":
-        data.update(published_port_fields(stack, container))
+        data["published_port"] = probe_published(container, stack).to_json()
         state = snap.gateway_state
         if state is None:
             data["error"] = snap.gateway_error or "the control channel did not answer"
@@ -129,8 +127,7 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
 
 
 def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
-    """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it
-    does not say)."""
+    """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it does not say)."""
     from composer.engine.containers import gateway_container
     from composer.errors import GatewayControlError
     from composer.gateway.client import GatewayControl
@@ -162,12 +159,8 @@ def _gateway_line(gateway: dict) -> str:
 
 
 def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
-    """What runs for this stack, from one snapshot and (unless a swap holds the gateway) one probe.
-
-    While a swap runs (its record names a live process) or the gateway holds requests, the
-    readiness probe through the shared port would wait on the hold: it is skipped and the
-    swap is named instead, so status answers at once.
-    """
+    """What runs for this stack, from one snapshot and one probe (skipped while a swap runs or the
+    gateway holds requests: the swap is named instead, so status answers at once)."""
     snap = snapshot.take(stack, client, gateway_state=True)
     data = _variant_status(stack, snap)
     data["gateway"] = gateway_status(stack, snap)
@@ -303,9 +296,8 @@ def _restarted(data: dict[str, object]) -> str | None:
 
 
 def restarts_since_swap(project: str, running: RunningVariant) -> int:
-    """Docker's restarts of the serving container since the swap that made it serve: its
-    restart count minus the one that swap recorded in the history (all of them when no
-    swap recorded this container)."""
+    """Docker's restarts of the serving container since the swap that made it serve (its
+    restart count less the one that swap recorded; all when none did)."""
     recorded = 0
     try:
         events = read_history(project).events
@@ -398,21 +390,11 @@ def _format_status(data: dict) -> str:
     ]
     if data["restart_count"]:
         last = data["last_exit"] or {}
-        rows.append(
-            (
-                "restarts",
-                f"{data['restart_count']}: Docker restarted it after a crash "
-                f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)",
-            )
-        )
+        crashed = f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)"
+        rows.append(("restarts", f"{data['restart_count']}: Docker restarted it after a crash {crashed}"))
     if data["matches_stack"] is False:
-        rows.append(
-            (
-                "matches stack",
-                f"no: this stack now renders {data['variant']} differently "
-                f"(`compose-spec up {data['variant']}` applies it)",
-            )
-        )
+        applies = f"(`compose-spec up {data['variant']}` applies it)"
+        rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
     if data.get("gateway"):
@@ -442,9 +424,8 @@ def _image_present(client: docker.DockerClient | None, image: str) -> bool | Non
 
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
-    """Every variant: method, K, image, whether the image is local, whether it serves, the
-    workload classes and the aliases that name it, and why vLLM refuses it with this stack
-    (`refused`, empty when it starts)."""
+    """Every variant: method, K, image (and whether it is local), whether it serves, its workload
+    classes and aliases, and why vLLM refuses it with this stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
     serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []
@@ -487,8 +468,7 @@ def format_variants(rows: list[VariantRow]) -> str:
                 ",".join(row.get("aliases") or ()) or "-",
             ]
         )
-    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+    lines = [aligned(table)]
     serving = next((r["variant"] for r in rows if r["serving"]), None)
     live = [member for r in rows for member in r.get("live") or ()]
     if live:

@@ -1,29 +1,19 @@
 """Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
 
-`up` takes the lock, then `prepare` reads the project once (`snapshot.take`), runs doctor's
-fast checks on it, writes the run file and decides every typed operation, each with its
-inverse, before anything stops (`plan.decide`, with the standby fit from
-`composer.capacity`; `--dry-run` stops here); `execute` runs the operations through the
-shared executor with the Docker dispatch table (`transaction.SingleSwap`). A gateway's changed
-settings are applied in place (same container, nothing drained); what only a new container
-can change (image, port, API key) drains it before it is recreated (`gateway_change`). The
-running swap's stage is written to `journal.SwapRecord` from the plan's data (what `status`
-shows), and every outcome to the history.
-
-Order on one set of GPUs: stop the old container -> wait until its GPU memory is
-released -> start the new one with `docker compose` -> gate it (/health, /v1/models,
-one 1-token completion). On any failure, Ctrl-C included: collect the log tail and
-hints, then run the inverses of what ran, newest first (remove the new container, start
-the previous one again from its run file and gate it too). Only the first Ctrl-C or SIGTERM
-counts: later ones are ignored until the undo has ended, and `docker compose` runs in its
-own session, out of reach of the terminal's Ctrl-C. The error names the original cause
-first, then what the undo did.
+`up` takes the lock; `prepare` reads the project once, runs doctor's fast checks, writes
+the run file and decides every typed operation before anything stops (`plan.decide`, with
+the standby fit from `composer.capacity`; `--dry-run` stops here); `execute` runs them
+through the shared executor with `transaction.SingleSwap`. Changed gateway settings are
+applied in place; what only a new container can change (image, port, API key) replaces it
+(`gateway_change`). The stage is recorded in `journal.SwapRecord` (what `status` shows),
+every outcome in the history. On any failure, Ctrl-C included, the inverses of what ran
+run, newest first (later stop signals are ignored until then; `docker compose` runs in its
+own session); the error names the cause first, then what the undo did.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -42,7 +32,8 @@ from composer.render.files import run_file
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import gateway_change, snapshot, steps, transaction
+from composer.swap import gateway_change, snapshot, transaction
+from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
@@ -57,16 +48,10 @@ from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     stop_instead,
 )
 from composer.swap.profiles import check_profiles, start_profiles
-from composer.swap.steps import Context
+from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
     import docker
-
-Say = Callable[[str], None]
-
-
-def _quiet(_: str) -> None:
-    return None
 
 
 @dataclass(frozen=True)
@@ -111,8 +96,7 @@ class UpResult:
 
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
-    """The fast subset of doctor's checks (reading the snapshot's containers, when given);
-    return warnings, raise on the first failure."""
+    """The fast subset of doctor's checks (on the snapshot's containers): warnings, or PreflightFailed."""
     from composer.doctor.report import fast_checks
 
     known = None
@@ -135,12 +119,8 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
 def swap(
     ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
 ) -> UpResult:
-    """Swap `target` in; raise SwapFailed (after rolling back) when it fails.
-
-    One snapshot is read (or given: `snap`), one plan decided from it before anything stops (`prepare`);
-    `dry_run` returns the plan (in `result.plan`) and changes nothing. Otherwise the plan
-    runs (`execute`), and the optional services of `options.profiles` start once it served.
-    """
+    """Swap `target` in (one snapshot, or `snap`; one plan); raise SwapFailed after rolling back.
+    `dry_run` returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
     early = None
@@ -169,12 +149,8 @@ def prepare(
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
-    """Read the project once and decide the whole plan before anything stops: the preflight's
-    findings, the run file, the gateway's settings (asked through `early`'s session when it
-    opened), the standby fit (its notes go to `result`).
-
-    A killed gateway in front of a healthy target is started here (never with `dry_run`),
-    so the plan sees it: the variant is never reloaded for it."""
+    """Read the project once and decide the whole plan before anything stops (preflight, run file,
+    gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
     stack = ctx.stack
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
@@ -191,7 +167,7 @@ def prepare(
     if recovered and gateway is not None:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
-        steps.compose_up(ctx, compose_file, gateway.service)
+        transaction.compose_up(ctx, compose_file, gateway.service)
         snap = snapshot.take(stack, ctx.client)
         current = snap.current
     ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
@@ -227,9 +203,8 @@ def gpus_text(stack: Stack) -> str:
 
 
 def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
-    """What the plan's operations carry beyond the snapshot, resolved here once: the target's
-    container, run file and service; the file the serving variant comes back from when the one
-    it recorded is gone (rendered again from this stack; not with `dry_run`, which writes nothing)."""
+    """What the plan's operations carry beyond the snapshot, resolved here once; the serving
+    variant's run file is rendered again when its recorded one is gone (not with `dry_run`)."""
     stack, spec, source = ctx.stack, target.spec, None
     if (
         current is not None
@@ -261,9 +236,8 @@ def execute(
     began: float,
     early: EarlyHold | None = None,
 ) -> None:
-    """Run a prepared plan: nothing (no-op), a gateway-only update, or the transaction; each
-    outcome, a failure's too, is appended to the history (`began`: when `up` began; `early`:
-    the gateway's control session, opened while the plan was prepared)."""
+    """Run a prepared plan; each outcome, a failure's too, goes to the history (`began`: when
+    `up` began; `early`: the gateway's control session opened while planning)."""
     if plan.no_op:
         result.outcome = "unchanged"
         result.notes.append(f"{plan.target} already serves with the same configuration")
@@ -329,13 +303,8 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
 def check_standby_fits(
     ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
 ) -> SwapPlan:
-    """The memory planner, before anything stops: refuse with the numbers.
-
-    When putting the serving variant to sleep does not fit and the stack says
-    `standby_fallback = "stop"`, it is stopped instead (and the result says so). The
-    planner's costs and notes go to `result.notes`; its figures go into the plan
-    (`composer.capacity`, the same function doctor prints them with).
-    """
+    """The memory planner, before anything stops: refuse with the numbers, or (`standby_fallback =
+    "stop"`) stop instead of a sleep that does not fit; notes to `result`, figures to the plan."""
     stack = ctx.stack
     if sleeping is None:
         sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
@@ -367,7 +336,7 @@ def up(
     *,
     client: docker.DockerClient,
     options: UpOptions | None = None,
-    progress: Say = _quiet,
+    progress: Say = quiet,
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""

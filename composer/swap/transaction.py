@@ -1,80 +1,214 @@
-"""The single switch's Docker executor: the dispatch table `composer.swap.execute` runs a
-`SwapPlan`'s typed operations through (`composer.swap.ops`).
+"""The single switch's Docker dispatch table (`SingleSwap`), run by `composer.swap.execute`.
 
-`SingleSwap` holds the collaborators (the context: stack, Docker client, options, the
-gateway's current hold) and what the operations produce as they run (the release wait's
-snapshot, the container that serves, when its engine started); each handler does one
-operation and folds its outcome into the swap's result. It never reads the variant's
-settings: the operations carry the containers, run files and services, the settle watch,
-the warm-up and the checks. On a failure or the first Ctrl-C, SIGTERM or SIGHUP, `execute`
-runs the inverses of what ran, newest first: `keep_evidence` keeps the failed variant's log
-before, `explain` words the error after (the cause first, then what the undo did). A
-gateway that restarted or stopped during a route, a gate or a settle watch is held (or
-started) again and the operation runs once more (`through_restarts`).
-
-The settle watch begins when the engine came up (`Settle.since`): at readiness for a started
-container, at the wake call for a woken one, at the process's start for one adopted or
-routed to again; the warm-up and the wake checks run beside it.
+`Context` holds the collaborators (stack, Docker client, options, where to say things, the
+gateway's current hold). Each handler does one operation and writes what it did (seconds per
+step kind, notes, warnings, drained counts) into the `UpResult`, never reading the variant's
+settings: the operations carry them. `keep_evidence` keeps a failed variant's log before the
+undo, `explain` words the error after it. A gateway that restarted or stopped during a route,
+a gate or a settle watch is held (or started) again and the operation runs once more
+(`through_restarts`). The settle watch begins when the engine came up (`Settle.since`), with
+the warm-up and the wake checks beside it.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from composer.engine import bootlog, diagnose
 from composer.engine.client import compose
-from composer.engine.containers import upstream_url
-from composer.engine.gate import PROBATION_INTERVAL, GateTarget, run_mark, watch_probation
+from composer.engine.containers import holder_kept, upstream_url
+from composer.engine.gate import (
+    PROBATION_INTERVAL,
+    GateTarget,
+    run_mark,
+    wait_ready,
+    watch_probation,
+    watch_settled,
+)
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
+from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
-from composer.swap import evidence, ops, standby, steps
-from composer.swap.execute import Handlers, Undone, execute
+from composer.swap import evidence, ops, standby
+from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
+from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
-from composer.swap.steps import Context, Outcome
 
 if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+
     from composer.engine.variant_container import VariantContainer
+    from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuInfo
     from composer.render.gateway import GatewaySpec
+    from composer.stack.model import Stack
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.plan import SwapPlan
-    from composer.swap.swapper import UpResult
+    from composer.swap.swapper import UpOptions, UpResult
+
+T = TypeVar("T")
+UPSTREAM_WAIT_S = 30.0
+"""How long a recreated gateway has to reach the serving variant before it is put to sleep."""
+DRAINED = ("finished", "cut", "continued", "refused")
+"""`drained`'s counts: requests that finished, were cut, streams continued and refused."""
+
+
+@dataclass(frozen=True)
+class Context:
+    """The collaborators every operation uses; `hold` is set once the gateway is drained."""
+
+    stack: Stack
+    client: docker.DockerClient
+    options: UpOptions
+    say: Say = quiet
+    waiting: Say = quiet
+    hold: SwapHold | None = None
+
+    def control(self) -> GatewayControl:
+        """The gateway's control channel of this swap's hold."""
+        if self.hold is None:
+            raise SwapFailed("sleep standby needs the gateway's control channel, which is not held")
+        return self.hold.control
+
+    def past_the_hold(self, target: GateTarget) -> GateTarget:
+        """The gate's target, carrying the hold's probe token when the gateway holds clients."""
+        return replace(target, headers=self.hold.headers) if self.hold is not None else target
+
+
+def compose_up(
+    ctx: Context,
+    compose_file: Path,
+    service: str | None = None,
+    host: dict[str, str] | None = None,
+    recreate: bool = True,
+) -> None:
+    """`docker compose up -d` of one service of a run file (never builds or pulls; the gateway's port
+    holder kept); `host`: values the file interpolates; `recreate=False`: keep an existing one."""
+    env = {**compose_environment(compose_file, ctx.stack.api_key), **(host or {})}
+    keep = [] if recreate else ["--no-recreate"]
+    if service == GATEWAY_SERVICE:
+        keep += holder_kept(ctx.stack, ctx.client)
+    compose(
+        ctx.stack.project,
+        compose_file,
+        ["up", "--detach", "--no-build", "--pull", "never", *keep, service or ctx.stack.service],
+        env=env,
+        timeout=max(120.0, ctx.options.timeout),
+    )
+
+
+def drain(
+    ctx: Context,
+    target: str,
+    compose_file: Path | None,
+    gateway: GatewaySpec,
+    opened: SwapHold | None = None,
+    recreate: bool = True,
+) -> tuple[SwapHold, Drained]:
+    """Start the gateway from `compose_file` when given, then hold new requests and let those in
+    flight finish; `opened`: a hold whose control session is already open (`EarlyHold`)."""
+    if compose_file is not None:
+        compose_up(ctx, compose_file, gateway.service, recreate=recreate)
+    hold = opened or start_hold(
+        ctx.stack,
+        ctx.client,
+        ctx.stack.gateway.drain_timeout,
+        ctx.say,
+        target=target,
+        container=_get(ctx, gateway.container_name),
+        waiting=ctx.waiting,
+    )
+    return hold, hold.begin(ctx.stack.gateway.continues(ctx.options.drain))
+
+
+def _get(ctx: Context, name: str) -> Container | None:
+    """A container by its name (one inspection, no listing); None when there is none."""
+    from docker.errors import NotFound
+
+    try:
+        return ctx.client.containers.get(name)
+    except NotFound:
+        return None
+
+
+def by_name(ctx: Context, name: str) -> VariantContainer | None:
+    """A variant's container by its name; None when there is none."""
+    from composer.engine.variant_container import VariantContainer
+
+    found = _get(ctx, name)
+    return VariantContainer(found) if found is not None else None
+
+
+def gateway_stopped(ctx: Context) -> str | None:
+    """How the stack's gateway container stopped ("exited with code 137", "removed"); None
+    while it runs, without a gateway, or when Docker does not answer."""
+    from docker.errors import NotFound
+
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if gateway is None:
+        return None
+    try:
+        container = ctx.client.containers.get(gateway.container_name)
+    except NotFound:
+        return "removed"
+    except Exception:  # Docker itself is gone: nothing to start the gateway with
+        return None
+    state = container.attrs.get("State") or {}
+    if state.get("Running") and not state.get("Restarting"):
+        return None
+    return f"exited with code {state.get('ExitCode')}"
+
+
+def watch_gateway(ctx: Context) -> Callable[[], None] | None:
+    """For a held swap's gate and settle watch: raises GatewayControlError once the gateway
+    that carries the probes stops running (None without a hold)."""
+    if ctx.hold is None:
+        return None
+
+    def check() -> None:
+        stopped = gateway_stopped(ctx)
+        if stopped is not None:
+            raise GatewayControlError("probe", f"the gateway container {stopped}")
+
+    return check
+
+
+def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why: str = "") -> Context:
+    """Hold the gateway again (a new hold, a new probe token) after it restarted, or after it
+    stopped (`why`; started again from `compose_file`) and took its hold with it."""
+    from composer.render.gateway import build_gateway_spec
+
+    gateway = build_gateway_spec(ctx.stack)
+    if gateway is None:
+        raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
+    if ctx.hold is not None:
+        ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    started = f"the gateway stopped during the swap ({why}): starting it again"
+    ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
+    return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
+
+
+def hold_lost(err: BaseException) -> bool:
+    """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
+    return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
 
 
 def reason(err: BaseException) -> str:
     """An error as one line: our own messages as they are, others with their type."""
     return str(err) if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
-
-
-DRAINED = ("finished", "cut", "continued", "refused")
-"""`drained`'s counts: requests that finished, were cut, streams continued and refused."""
-
-
-def absorb(result: UpResult, out: Outcome) -> Outcome:
-    """Fold one step's outcome into the swap's result (timings add up per step kind)."""
-    if out.seconds or out.step in {"stop", "sleep", "release_wait", "release", "settle"}:
-        result.timings[out.step] = result.timings.get(out.step, 0.0) + out.seconds
-    for name, seconds in out.extra.items():
-        result.timings[name] = result.timings.get(name, 0.0) + seconds
-    result.notes += out.notes
-    result.warnings += out.warnings
-    if out.port_gap is not None:
-        result.port_gap = out.port_gap.to_json()
-    if out.drained is not None:
-        before = result.drained or dict.fromkeys(DRAINED, 0)
-        result.drained = {
-            name: before[name] + count for name, count in zip(DRAINED, out.drained, strict=True)
-        }
-    return out
 
 
 def gate_target(ctx: Context, variant: str) -> GateTarget:
@@ -87,17 +221,16 @@ def settle_left(seconds: float, since: float, now: float | None = None) -> float
     return max(0.0, seconds - ((time.monotonic() if now is None else now) - since))
 
 
-def engine_started(since: str, ready: Outcome, began: float) -> float:
-    """When the settle watch begins (monotonic): `ready`, when a started container became
-    ready (its load can fail late); `wake`, the wake call (`began`: the process did not
-    restart); `process`, when an adopted or re-routed container's process started."""
+def engine_started(since: str, container: VariantContainer | None, ready_at: float, began: float) -> float:
+    """When the settle watch begins (monotonic): `ready`: at `ready_at` (a load can fail late);
+    `wake`: at the wake call, `began`; `process`: when the container's process started."""
     if since == "wake":
         return began
     if since == "process":
-        running = _running_for(ready.container)
+        running = _running_for(container)
         if running is not None:
             return time.monotonic() - running
-    return ready.ready_at
+    return ready_at
 
 
 def _running_for(container: VariantContainer | None) -> float | None:
@@ -111,62 +244,67 @@ def _running_for(container: VariantContainer | None) -> float | None:
     return max(0.0, (datetime.now(UTC) - when).total_seconds())
 
 
-Revive = Callable[[Context, str], Context]
-
-
 def through_restarts(
     held: list[Context],
     target: str,
     route: Callable[[Context], object],
-    step: Callable[[Context], Outcome],
-    revive: Revive | None = None,
-) -> Outcome:
-    """Run a gate, settle or route step; when the gateway restarted meanwhile (it refuses the
-    swap's probe token), hold it again, route it again and run the step once more. When the
-    gateway stopped (killed, crashed, removed), `revive` starts and holds it again first, and
-    the step's outcome says so."""
+    step: Callable[[Context], T],
+    revive: Callable[[Context, str], Context],
+    warnings: list[str],
+) -> T:
+    """Run a gate, settle or route step; when the gateway restarted (refusing the probe token) or
+    stopped (`revive`: started again, said in `warnings`), hold and route it again, then rerun."""
     try:
         return step(held[-1])
     except (HealthCheckFailed, GatewayControlError) as err:
         ctx = held[-1]
-        stopped = steps.gateway_stopped(ctx) if ctx.hold is not None and revive is not None else None
-        if stopped is not None and revive is not None:
+        stopped = gateway_stopped(ctx) if ctx.hold is not None else None
+        if stopped is not None:
             held.append(revive(ctx, stopped))
-        elif ctx.hold is not None and steps.hold_lost(err):
-            held.append(steps.hold_again(ctx, target))
+        elif ctx.hold is not None and hold_lost(err):
+            held.append(hold_again(ctx, target))
         else:
             raise
         route(held[-1])
         out = step(held[-1])
         if stopped is not None:
-            out.warnings.append(f"the gateway stopped during the swap ({stopped}); it was started again")
+            warnings.append(f"the gateway stopped during the swap ({stopped}); it was started again")
         return out
 
 
-def beside_settle(ctx: Context, op: ops.Settle, where: GateTarget) -> Callable[[], Outcome] | None:
-    """What runs during the settle watch: the wake checks after a wake, then the warm-up
-    (`op.warmup` requests, past the hold; none without one)."""
+def beside_settle(
+    ctx: Context, op: ops.Settle, where: GateTarget, notes: list[str], timings: dict[str, float]
+) -> Callable[[], None] | None:
+    """What runs during the settle watch: after a wake `/is_sleeping` false (and acceptance), then
+    `op.warmup` requests past the hold; notes and seconds go to `notes` and `timings`."""
     requests = op.warmup if ctx.hold is not None else 0
     if not op.woke and requests <= 0:
         return None
+    variant = op.member.variant
 
-    def beside() -> Outcome:
-        out = (
-            steps.wake_checks(ctx, op.member.variant, op.acceptance, where) if op.woke else Outcome("beside")
-        )
+    def beside() -> None:
+        if op.woke:
+            standby.check_awake(ctx.control(), variant)
+        if op.woke and op.acceptance:
+            began = time.monotonic()
+            control, floor = ctx.control(), ctx.stack.acceptance_floor
+            counters = partial(standby.metrics_counters, control)
+            rate = standby.check_acceptance(counters, ctx.past_the_hold(where), floor, " after the wake")
+            notes.append(f"acceptance after the wake: {rate:.2f}")
+            timings["acceptance_check"] = time.monotonic() - began
         if requests > 0:
-            warmed = steps.warm(ctx, where, requests)
-            out.notes += warmed.notes
-            out.extra["warmup"] = warmed.seconds
-        return out
+            took = warm_up(ctx.past_the_hold(where), requests)
+            if took:
+                each = ", ".join(f"{t:.2f}s" for t in took)
+                notes.append(f"warm-up before clients (during the settle watch): {each} per request")
+            timings["warmup"] = sum(took)
 
     return beside
 
 
 class SingleSwap:
-    """One switch's operations on one Docker engine: its methods are the dispatch table
-    (`handlers`), one per operation type; `held` ends with the context of the gateway's
-    current hold (a restarted gateway is held again)."""
+    """One switch's operations on one Docker engine (`handlers`: the dispatch table); `held` ends
+    with the context of the gateway's current hold (a restarted gateway is held again)."""
 
     def __init__(
         self,
@@ -183,7 +321,9 @@ class SingleSwap:
         self.budget, self.early = budget, early
         self.waiter: ReleaseWait | None = None
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
-        self.ready = Outcome("start_to_ready", ready_at=self.began)
+        # what passed the gate last: its container and boot log, and when it became ready
+        self.container: VariantContainer | None = None
+        self.log, self.ready_at = "", self.began
         self.since = self.began  # when the engine of what serves now started (monotonic)
         self.released = False
         self.updated = False
@@ -213,16 +353,71 @@ class SingleSwap:
             ops.Remove: self.remove,
         }
 
+    def _took(self, step: str, seconds: float) -> None:
+        """Seconds of one step kind (they add up per kind)."""
+        self.result.timings[step] = self.result.timings.get(step, 0.0) + seconds
+
+    def _drained(self, *counts: int) -> None:
+        before = self.result.drained or dict.fromkeys(DRAINED, 0)
+        self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
+
     # -- the gateway ----------------------------------------------------------------------
     def update_gateway(self, op: ops.UpdateGateway) -> None:
+        """A new gateway container with the new settings beside the old one, which then finishes
+        its requests (`gateway_replace`); the port's gap and the old one's requests are counted."""
+        from composer.swap.gateway_replace import replace_gateway
+
         assert self.gateway is not None
-        absorb(self.result, steps.gateway_update(self.ctx, Path(op.run_file), self.gateway))
+        ctx = self.ctx
+        ctx.say("the gateway needs a new container: replacing it")
+        began = time.monotonic()
+        done = replace_gateway(ctx.stack, ctx.client, Path(op.run_file), self.gateway, ctx.say)
+        took = time.monotonic() - began
+        self._took("drain", took)
+        self._took("gateway_recreate", took)
+        how = (
+            "beside the old one, which then finished"
+            if done.handed_over
+            else "after the old one stopped, which finished"
+        )
+        cut_text = f", {done.cut} cut" if done.cut else ""
+        self.result.notes.append(
+            f"the gateway was replaced by a new container with its new settings, started {how} "
+            f"{done.finished} request(s){cut_text}; {done.port_gap.line()}"
+        )
+        if done.cut:
+            self.result.warnings.append(
+                f"{done.cut} request(s) were still running on the old gateway at its drain timeout "
+                "and were cut: clients retry them"
+            )
+        self.result.port_gap = done.port_gap.to_json()
+        self._drained(done.finished, done.cut, 0, 0)
         self.updated = True
 
     def apply_settings(self, op: ops.ApplySettings) -> None:
+        """Apply the gateway's changed settings in place (same container, nothing drained); a
+        refusal fails the swap before anything else changed."""
+        from composer.gateway.client import GatewayControl
+
         assert self.gateway is not None
-        session = self.early.control() if self.early is not None else None
-        absorb(self.result, steps.apply_settings(self.ctx, self.gateway, dict(op.settings), op.keys, session))
+        ctx = self.ctx
+        control = self.early.control() if self.early is not None else None
+        began = time.monotonic()
+        if control is None:
+            container = _get(ctx, self.gateway.container_name)
+            if container is None:
+                raise SwapFailed("the gateway's container is gone: its settings cannot be applied")
+            control = GatewayControl(container)
+        ctx.say(f"applying the gateway's changed settings in place ({op.keys})")
+        try:
+            control.apply_settings(dict(op.settings))
+        except GatewayControlError as err:
+            raise SwapFailed(f"the gateway refused its new settings: {err}") from err
+        self._took("gateway_settings", time.monotonic() - began)
+        self.result.notes.append(
+            f"the gateway's settings were applied in place ({op.keys}): "
+            "same container, no request held or refused"
+        )
 
     def hold(self, op: ops.Hold) -> None:
         """Hold and drain (the gateway started from `op.run_file` first); after a release (an
@@ -231,29 +426,49 @@ class SingleSwap:
         if self.gateway is None:
             return
         if self.released:
-            if ctx.hold is not None and steps.gateway_stopped(ctx) is None:
-                self.held.append(
-                    replace(ctx, hold=steps.drain(ctx, op.target, None, self.gateway, False).hold)
-                )
+            if ctx.hold is not None and gateway_stopped(ctx) is None:
+                self.held.append(replace(ctx, hold=drain(ctx, op.target, None, self.gateway)[0]))
             self.released = False
             return
         opened = (
             self.early.take() if self.early is not None and not self.updated and not op.run_file else None
         )
         file = Path(op.run_file) if op.run_file else None
-        drained = steps.drain(ctx, op.target, file, self.gateway, file is not None, opened, op.recreate)
-        self.held.append(replace(ctx, hold=absorb(self.result, drained).hold))
+        hold, drained = drain(ctx, op.target, file, self.gateway, opened, op.recreate)
+        if drained.seconds:
+            self._took("drain", drained.seconds)
+        if drained.cut:
+            self.result.warnings.append(
+                f"{drained.cut} request(s) still running after the drain timeout "
+                f"({ctx.stack.gateway.drain_timeout}s) were cut"
+            )
+        self._drained(drained.drained, drained.cut, drained.continued, drained.refused)
+        self.held.append(replace(ctx, hold=hold))
         if op.serving is not None:  # a new gateway reaches what serves before anything else
-            steps.find_upstream(self.ctx, self._url(op.serving), op.serving.variant)
+            hold.control.route(self._url(op.serving))
+            if not hold.control.wait_ready(UPSTREAM_WAIT_S):
+                ctx.say(f"the new gateway does not reach {op.serving.variant} after {UPSTREAM_WAIT_S:.0f}s")
 
     def release(self, op: ops.Release) -> None:
         ctx = self.ctx
-        if op.tell:
-            steps.tell_serving(ctx, op.variant)
+        if op.tell and ctx.hold is not None and ctx.stack.gateway.switches:
+            try:  # a recreated gateway with switching settings learns which variant serves
+                ctx.hold.control.report_serving(op.variant)
+            except ComposerError as err:
+                ctx.say(f"the gateway was not told that {op.variant} serves: {err}")
         with interrupts_ignored():
-            absorb(self.result, steps.release(ctx, op.variant, ok=True, detail=self.result.outcome))
+            self._release(op.variant, ok=True, detail=self.result.outcome)
             standby.updates_done()  # restart policies set off the hold: in place before `up` ends
             self.released = True
+
+    def _release(self, serving: str | None, ok: bool, detail: str) -> None:
+        """The held requests flow to what serves now (the gateway is told what that is)."""
+        began = time.monotonic()
+        hold = self.ctx.hold
+        note = hold.end(serving, ok=ok, detail=detail) if hold is not None else None
+        self._took("release", time.monotonic() - began)
+        if note:
+            self.result.notes.append(note)
 
     def _url(self, member: Member) -> str:
         """Where the gateway reaches the member: its own name, or the shared service's."""
@@ -264,29 +479,31 @@ class SingleSwap:
             else upstream_url(member.container)
         )
 
-    def _route_to(self, member: Member) -> Callable[[Context], Outcome]:
-        def route(ctx: Context) -> Outcome:
+    def _route_to(self, member: Member) -> Callable[[Context], None]:
+        def route(ctx: Context) -> None:
             if ctx.hold is not None:
                 ctx.hold.control.route(self._url(member))
-            return Outcome("route")
 
         return route
 
     def _revive(self, ctx: Context, stopped: str) -> Context:
-        return steps.hold_again(ctx, self.plan.target, self.compose_file, stopped)
+        return hold_again(ctx, self.plan.target, self.compose_file, stopped)
 
-    def _through(self, member: Member, step: Callable[[Context], Outcome]) -> Outcome:
-        return through_restarts(self.held, member.variant, self._route_to(member), step, self._revive)
+    def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
+        """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
+        a warning of the result (not for a route)."""
+        route, warnings = self._route_to(member), self.result.warnings if warn else []
+        return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
     def _stop(self, variant: str, name: str) -> None:
-        found = steps.by_name(self.ctx, name)
+        found = by_name(self.ctx, name)
         if found is not None:
             self.ctx.say(f"stopping {variant} ({name})")
             found.stop_and_remove(self.ctx.stack.stop_grace_period)
 
     def _named(self, member: Member, what: str) -> VariantContainer:
-        found = steps.by_name(self.ctx, member.container)
+        found = by_name(self.ctx, member.container)
         if found is None:
             raise HealthCheckFailed(f"{member.variant}'s {what} {member.container} is gone")
         return found
@@ -295,7 +512,7 @@ class SingleSwap:
         began = time.monotonic()
         for name in op.containers:
             self._stop("it", name)
-        absorb(self.result, Outcome("stop_first", time.monotonic() - began))
+        self._took("stop_first", time.monotonic() - began)
 
     def sleep(self, op: ops.Sleep) -> None:
         ctx = self.ctx
@@ -304,28 +521,29 @@ class SingleSwap:
         serving = self._named(op.member, "container")
         standby.put_to_sleep(ctx.control(), serving, op.member.variant, ctx.stack)
         standby.park(serving)
-        absorb(self.result, Outcome("sleep", time.monotonic() - began))
+        self._took("sleep", time.monotonic() - began)
 
     def stop(self, op: ops.Stop) -> None:
-        """Stop the serving container (its GPUs read first, for the release wait) and the
-        exited ones of the shared service."""
+        """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
         self.waiter = ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous)
         for name in (op.member.container, *op.also):
             self._stop(op.member.variant, name)
-        absorb(self.result, Outcome("stop", time.monotonic() - began))
+        self._took("stop", time.monotonic() - began)
 
     def await_release(self, op: ops.AwaitRelease) -> None:
         if self.waiter is not None:  # taken before the stop
             took = self.waiter.wait(self.ctx.options.release_timeout, self.ctx.waiting)
-            absorb(self.result, Outcome("release_wait", took.seconds, notes=[took.note] if took.note else []))
+            self._took("release_wait", took.seconds)
+            if took.note:
+                self.result.notes.append(took.note)
 
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
         self.ctx.say(f"starting {op.member.variant}")
-        steps.compose_up(self.ctx, Path(op.member.run_file), op.member.service)
-        self._through(op.member, self._route_to(op.member))
+        compose_up(self.ctx, Path(op.member.run_file), op.member.service)
+        self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
@@ -340,13 +558,13 @@ class SingleSwap:
         ctx = self.ctx
         awake = self._named(op.member, "container")
         ctx.say(f"{op.member.variant} runs awake ({op.member.container}): routing to it")
-        ctx.control().route(standby.upstream_of(awake))
+        ctx.control().route(upstream_url(awake.name))
         standby.unpark(awake, ctx.stack.restart)
 
     def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
         self.ctx.say(f"routing the gateway to {op.member.variant}")
-        self._through(op.member, self._route_to(op.member))
+        self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove(self, op: ops.Remove) -> None:
         self._stop(op.member.variant, op.member.container)
@@ -357,36 +575,81 @@ class SingleSwap:
 
     # -- the gate and the watches -----------------------------------------------------------
     def gate(self, op: ops.Gate) -> None:
+        """Wait until the container is ready (/health, /v1/models, one completion)."""
         where = gate_target(self.ctx, op.member.variant)
-        container = steps.by_name(self.ctx, op.member.container)
-        began, self.ready = self.began, Outcome("start_to_ready")  # not ready until it passed
-        self.ready = absorb(
-            self.result, self._through(op.member, lambda c: steps.gate(c, where, began, container))
-        )
+        container = by_name(self.ctx, op.member.container)
+        self.container, self.log, self.ready_at = None, "", 0.0  # not ready until it passed
+
+        def gate(ctx: Context) -> str:
+            if container is None:
+                raise HealthCheckFailed("the container was not created")
+            log = wait_ready(
+                container,
+                ctx.past_the_hold(where),
+                deadline=self.began + ctx.options.timeout,
+                interval=ctx.options.poll_interval,
+                waiting=ctx.waiting,
+                unreachable=watch_gateway(ctx),
+            )
+            self.ready_at = time.monotonic()
+            ctx.say(f"{where.variant} is ready ({self.ready_at - self.began:.1f}s); watching it settle")
+            return log
+
+        self.log = self._through(op.member, gate)
+        self.container = container
+        self._took("start_to_ready", self.ready_at - self.began)
 
     def settle(self, op: ops.Settle) -> None:
+        """Watch the ready container, the wake checks and the warm-up beside it (clients wait
+        for both; the watch fails first if the container dies)."""
         where = gate_target(self.ctx, op.member.variant)
-        ready = self.ready
-        self.since = engine_started(op.since, ready, self.began)
+        self.since = engine_started(op.since, self.container, self.ready_at, self.began)
         left = settle_left(op.seconds, self.since)
-        container = ready.container
+        container = self.container
         if container is None:  # an undo goes on after a failed gate: this one has nothing to watch
             raise HealthCheckFailed(f"{op.member.variant} did not pass its gate")
-        absorb(
-            self.result,
-            self._through(
-                op.member, lambda c: steps.settle(c, where, container, left, beside_settle(c, op, where))
-            ),
-        )
+
+        def watch(ctx: Context) -> tuple[float, list[str], dict[str, float]]:
+            began = time.monotonic()
+            notes: list[str] = []
+            timings: dict[str, float] = {}
+            failed: list[BaseException] = []
+            beside = beside_settle(ctx, op, where, notes, timings)
+
+            def run() -> None:
+                try:
+                    beside()  # type: ignore[misc]
+                except Exception as err:  # reported after the settle watch, which fails first if it fails
+                    failed.append(err)
+
+            thread = threading.Thread(target=run, name="beside-settle", daemon=True) if beside else None
+            if thread is not None:
+                thread.start()
+            try:
+                watch_settled(
+                    container, ctx.past_the_hold(where), left, ctx.options.poll_interval, watch_gateway(ctx)
+                )
+            finally:
+                if thread is not None:
+                    thread.join()
+            if failed:
+                raise failed[0]
+            return time.monotonic() - began, notes, timings
+
+        took, notes, timings = self._through(op.member, watch)
+        self._took("settle", took)
+        self.result.notes += notes
+        for name, seconds in timings.items():
+            self._took(name, seconds)
         if op.woke and op.member.variant == self.plan.target:
-            self.result.timings["wake"] = ready.ready_at - self.began  # wake_up until the gate passed
+            self.result.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
 
     def probation(self, op: ops.Probation) -> None:
         """With clients served, watch what is left of the probation (counted as the settle
         watch is); a crash, a restart or a failing `/health` fails the swap (and undoes it)."""
         ctx = self.ctx
         seconds = settle_left(op.seconds, self.since)
-        container = self.ready.container
+        container = self.container
         if seconds <= 0 or container is None:
             return
         ctx.say(
@@ -395,7 +658,7 @@ class SingleSwap:
         )
         began = time.monotonic()
         where = gate_target(ctx, op.member.variant)
-        watch_probation(container, where, seconds, PROBATION_INTERVAL, steps.watch_gateway(ctx))
+        watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
         self.result.timings["probation"] = time.monotonic() - began
         self.result.notes.append(
             f"{op.member.variant} ran {seconds:.0f}s on probation without a crash or a restart"
@@ -415,7 +678,7 @@ class SingleSwap:
         tail = diagnosed.log_tail if diagnosed is not None else ""
         if not tail:
             try:
-                found = steps.by_name(ctx, self._brought().container)
+                found = by_name(ctx, self._brought().container)
                 tail = bootlog.tail(found.first_run_log(tail=60), 40) if found is not None else ""
             except Exception:  # Docker gone: the failure itself is reported, without a log
                 tail = ""
@@ -462,13 +725,13 @@ class SingleSwap:
             previous = self.plan.previous
             serving = previous.variant if failure is not None and failure.rolled_back and previous else None
             detail = str(failure).splitlines()[0] if failure is not None else ""
-            absorb(self.result, steps.release(ctx, serving, ok=False, detail=detail))
+            self._release(serving, ok=False, detail=detail)
         standby.updates_done()
 
     def report(self) -> None:
         """What serves at the end: its container's start time and restart count, its KV cache."""
-        container = self.ready.container
-        self.result.kv_cache_tokens = bootlog.kv_cache_tokens(self.ready.log)
+        container = self.container
+        self.result.kv_cache_tokens = bootlog.kv_cache_tokens(self.log)
         if container is not None:
             started, restarts, _ = run_mark(container)
             self.result.serving_container = {
@@ -480,8 +743,7 @@ class SingleSwap:
 
 
 def run(swap: SingleSwap, record: SwapRecord) -> None:
-    """Run the plan's operations through the executor; on a failure or a stop signal the
-    inverses of what ran, then SwapFailed. The held requests are released in any case."""
+    """Run the plan through the executor (see the module's docstring); the hold is released in any case."""
     ctx = swap.ctx
     failure: SwapFailed | None = None
     try:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from composer.bench.agreement import agreement, agreement_with, combined, deterministic, pieces
+from composer.bench.agreement import agreement, agreement_with, deterministic, pieces
 
 
 def test_pieces_keep_leading_whitespace() -> None:
@@ -37,8 +37,9 @@ def test_empty_texts() -> None:
     assert agreement("", "a").percent == 0.0
 
 
-def test_combined_weighs_by_length() -> None:
-    total = combined([agreement("a b c d", "a b c d"), agreement("x", "y")])
+def test_agreement_over_prompts_weighs_by_length() -> None:
+    total = agreement_with({0: "a b c d", 1: "x"}, {0: "a b c d", 1: "y"})
+    assert total is not None
     assert total.percent == pytest.approx(80.0)
     assert total.first_difference == 0
 

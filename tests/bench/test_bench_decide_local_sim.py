@@ -32,6 +32,8 @@ from vllm.sim import adaptive  # noqa: E402
 from vllm.sim.engine_types import SpecSetup  # noqa: E402
 from vllm.sim.profiles import get_profile  # noqa: E402
 
+pytestmark = pytest.mark.timing  # real-time rates: run alone, never beside a parallel pass
+
 
 @contextmanager
 def simulator(tmp_path: Path, spec: dict | None, **env_extra: str) -> Iterator[str]:

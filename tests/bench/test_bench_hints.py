@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
-from composer.bench.hints import mtp_k_problem, variant_hints
+from composer.bench.hints import variant_hints
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -52,10 +50,3 @@ def test_the_demo_checkpoints() -> None:
     stack = load_stack([REPO / "composer.toml"], REPO / ".env.demo", environ={})
     assert variant_hints(stack, stack.variant("dflash2"), [7]).suggested_k == 7
     assert variant_hints(stack, stack.variant("mtp"), [1, 3, 7, 10]).messages == ()
-
-
-@pytest.mark.parametrize(
-    ("k", "layers", "problem"), [(7, 1, False), (1, 3, False), (6, 3, False), (7, 3, True), (2, 0, True)]
-)
-def test_mtp_k_problem(k: int, layers: int, problem: bool) -> None:
-    assert (mtp_k_problem(k, layers) is not None) is problem

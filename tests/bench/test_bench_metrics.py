@@ -56,7 +56,7 @@ def test_delta_and_acceptance() -> None:
     before = SpecCounters.from_samples(parse_prometheus(exposition(10, 30, 20, [9, 7, 4], 100)))
     after = SpecCounters.from_samples(parse_prometheus(exposition(110, 330, 270, [99, 87, 84], 500)))
     delta = after - before
-    assert delta.k == 3
+    assert len(delta.accepted_per_pos) == 3
     assert delta.generation_tokens == 400
     acc = acceptance(delta)
     assert acc is not None
@@ -69,7 +69,7 @@ def test_delta_and_acceptance() -> None:
 def test_no_speculation_means_no_acceptance() -> None:
     text = f"vllm:generation_tokens_total{{{LABELS}}} 50\n"
     counters = SpecCounters.from_samples(parse_prometheus(text))
-    assert counters.k == 0
+    assert counters.accepted_per_pos == ()
     assert acceptance(counters - counters) is None
 
 

@@ -15,6 +15,7 @@ from composer.bench import swaps as bench_swap
 from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
 from composer.engine.containers import RunningVariant
 from composer.errors import BenchError, SwapFailed
+from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -56,7 +57,7 @@ class FakeDocker:
             self.calls.append(f"up {variant} K={k} failed")
             raise SwapFailed(f"{variant} failed: boom; rolled back", rolled_back=True)
         self.calls.append(f"up {variant} K={k}")
-        self.serving = (variant, bench_swap.config_hash(stack, variant))
+        self.serving = (variant, resolve_target(stack, variant).hash)
         return composer.swap.swapper.UpResult(variant=variant, outcome="swapped")
 
     def down(self, stack, *, client, progress):
@@ -93,16 +94,16 @@ OPTIONS = BenchOptions(prompts=("p",), runs=1, warmup=0)
 def test_previous_variant_with_a_swept_k_is_restored_exactly(tmp_path: Path, fake) -> None:
     load = stack_for(tmp_path)
     k3 = load(("variants.mtp.speculative.num_speculative_tokens=3",))
-    docker = fake(("mtp", bench_swap.config_hash(k3, "mtp")))
+    docker = fake(("mtp", resolve_target(k3, "mtp").hash))
     report = bench_swap.bench_with_swaps(load, ["baseline", "mtp"], [3, 7], OPTIONS, client=None)
     assert docker.calls == ["up baseline K=0", "up mtp K=3", "up mtp K=7", "up mtp K=3"]
-    assert docker.serving == ("mtp", bench_swap.config_hash(k3, "mtp"))
+    assert docker.serving == ("mtp", resolve_target(k3, "mtp").hash)
     assert report.notes == ["no baseline point was measured: no speed-up or agreement"]
 
 
 def test_restores_even_when_a_measurement_fails(tmp_path: Path, fake) -> None:
     load = stack_for(tmp_path)
-    docker = fake(("dflash2", bench_swap.config_hash(load(()), "dflash2")), measured=_fail_on_k7)
+    docker = fake(("dflash2", resolve_target(load(()), "dflash2").hash), measured=_fail_on_k7)
     with pytest.raises(BenchError, match="lost"):
         bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
     assert docker.calls == ["up mtp K=3", "up mtp K=7", "up dflash2 K=7"]
@@ -167,7 +168,7 @@ def test_default_sweep_includes_the_draft_suggested_k(tmp_path: Path, fake) -> N
 
 def test_interrupt_during_a_swap_keeps_what_was_measured_and_restores_once(tmp_path: Path, fake) -> None:
     load = stack_for(tmp_path)
-    docker = fake(("baseline", bench_swap.config_hash(load(()), "baseline")), interrupt_k=7)
+    docker = fake(("baseline", resolve_target(load(()), "baseline").hash), interrupt_k=7)
     report = bench_swap.bench_with_swaps(load, ["mtp"], [3, 7, 10], OPTIONS, client=None)
     # The point's own swap does not roll back (one load saved); the restore is the only other load.
     assert docker.calls == ["up mtp K=3", "up mtp K=7 interrupted", "up baseline K=0"]
@@ -199,7 +200,7 @@ def test_report_carries_its_metadata(tmp_path: Path, fake) -> None:
     meta = report.metadata
     assert meta["tool_version"] == __version__
     assert meta["stack_hash"] == bench_swap.stack_hash(load(())) and len(str(meta["stack_hash"])) == 16
-    assert meta["config_hashes"] == {n: bench_swap.config_hash(load(()), n) for n in ("baseline", "mtp")}
+    assert meta["config_hashes"] == {n: resolve_target(load(()), n).hash for n in ("baseline", "mtp")}
     assert meta["images"] == {"vllm-openai:qwen38-verified": None}  # no Docker here: unknown ids
     assert meta["started_at"] <= meta["finished_at"]
     assert {"platform", "cpus", "gpus", "docker"} <= set(meta["host"])

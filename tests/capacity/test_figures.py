@@ -13,14 +13,10 @@ from tests.doctor.fakes import GIB, FakeProbe, make_stack, rtx4090
 ACT = f.ACTIVATIONS_PER_GPU
 
 
-def test_weights_per_gpu_is_the_target_share_plus_the_drafter_share_under_its_own_tp() -> None:
+def test_weights_per_gpu_is_the_checkpoints_share_under_its_tp() -> None:
     assert f.weights_per_gpu(54 * GIB, 4) == 13 * GIB + GIB // 2  # 54 / 4 = 13.5 GiB
-    assert f.weights_per_gpu(54 * GIB, 4, 4 * GIB, 4) == 14 * GIB + GIB // 2  # + 4 / 4
-    assert f.weights_per_gpu(54 * GIB, 4, 4 * GIB, 1) == 17 * GIB + GIB // 2  # + 4 / 1
-    assert f.weights_per_gpu(54 * GIB, 4, None, 4) is None  # drafter unknown
+    assert f.weights_per_gpu(4 * GIB, 1) == 4 * GIB
     assert f.weights_per_gpu(None, 4) is None
-    assert f.weights_per_gpu(None, 4, configured=5 * GIB) == 5 * GIB  # weights_bytes wins
-    assert f.weights_per_gpu(54 * GIB, 4, configured=5 * GIB) == 5 * GIB
 
 
 def test_kv_cache_is_the_setting_else_what_the_utilization_leaves() -> None:
@@ -35,7 +31,6 @@ def test_kv_cache_is_the_setting_else_what_the_utilization_leaves() -> None:
 def test_gpu_need_is_weights_plus_kv_plus_activations_and_unknown_spreads() -> None:
     assert f.gpu_need(12 * GIB, 4 * GIB, 2 * GIB) == 18 * GIB
     assert f.gpu_need(None, 4 * GIB, 2 * GIB) is None and f.gpu_need(12 * GIB, None, 2 * GIB) is None
-    assert f.known_need(None, 4 * GIB, 2 * GIB) == 6 * GIB
 
 
 def test_sleep_residue_and_host_ram_for_sleepers() -> None:
@@ -47,7 +42,6 @@ def test_sleep_residue_and_host_ram_for_sleepers() -> None:
     assert f.host_ram_for_sleepers([54 * GIB, 10 * GIB]) == 64 * GIB
     assert f.host_ram_for_sleepers([54 * GIB, None]) is None
     assert f.host_ram_for_sleepers([]) == 0
-    assert f.tokens_of(GIB, 1 << 16) == 16384 and f.tokens_of(GIB, None) is None
     assert f.gib(int(1.3 * GIB)) == "1.3 GiB" and f.gib(None) == "?"
 
 
@@ -67,6 +61,8 @@ def test_a_variants_figures_from_its_checkpoint_and_settings(tmp_path: Path) -> 
     dflash2 = variant_figures(stack, stack.variant("dflash2"), 24 * GIB)
     assert dflash2.weights.per_gpu == 14 * GIB + GIB // 2  # 13.5 + 4 / 4
     assert dflash2.weights.parts[1] == ("draft weights (TP 4)", GIB)
+    configured = replace(stack.variant("dflash2"), weights_bytes=5 * GIB)  # weights_bytes wins
+    assert variant_figures(stack, configured, 24 * GIB).weights.per_gpu == 5 * GIB
     by_share = replace(
         stack.variant("baseline"), kv_cache_memory=None, extra_args=("--gpu-memory-utilization=0.75",)
     )

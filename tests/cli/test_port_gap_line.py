@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from composer.cli.swap_args import report_swap
+from composer.cli.swap import report_swap
 
 
 def _report(capsys, port_gap: dict | None) -> str:

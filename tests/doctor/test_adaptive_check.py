@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor.adaptive_checks import check_adaptive, is_hybrid
+from composer.doctor.model_checks import check_adaptive, is_hybrid
 from composer.stack.load import load_stack
 from tests.conftest import REPO
 from tests.doctor.fakes import facts

@@ -10,7 +10,7 @@ import pytest
 
 from composer import labels as label_names
 from composer.doctor import engine_checks as dck
-from composer.doctor.preflight import check_port
+from composer.doctor.preflight import check_image, check_port
 from composer.engine.client import compose_version, docker_client
 from tests.doctor.fakes import facts
 
@@ -74,9 +74,9 @@ def test_nvidia_runtime_classification() -> None:
 @pytest.mark.docker
 def test_variant_image_present_or_missing(docker_client, scratch_image: str, tmp_path: Path) -> None:
     present = make_stack(tmp_path, environ={"VLLM_IMAGE": scratch_image})
-    assert dck.check_variant_image(facts(present, "mtp"), docker_client).status == "ok"
+    assert check_image(docker_client, facts(present, "mtp").image).status == "ok"
     absent = make_stack(tmp_path, environ={"DFLASH2_IMAGE": f"vct-missing-{uuid.uuid4().hex[:8]}:x"})
-    found = dck.check_variant_image(facts(absent, "dflash2"), docker_client)
+    found = check_image(docker_client, facts(absent, "dflash2").image)
     assert found.status == "fail" and "never pulled" in found.detail
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from composer.doctor.overlay_checks import check_overlay_current, rebuild_command, recipe_for_image
+from composer.doctor.overlay_checks import check_overlay_current, recipe_for_image
+from composer.engine.fixes import build_overlay
 from composer.overlay.builder import image_labels
 from composer.overlay.diff import sha256_hex
 from composer.overlay.recipe import load_recipe
@@ -90,8 +91,8 @@ def test_recipe_lookup_and_rebuild_command(tmp_path: Path) -> None:
     images = {"vllm": "base:1", "dflash2": "overlay:1"}
     assert recipe_for_image(tmp_path, "overlay:1", images).name == "ov"
     assert recipe_for_image(tmp_path, "base:1", images) is None
-    assert rebuild_command("dflash2", Path(".env")) == "compose-spec build dflash2"
-    assert rebuild_command("dflash2", None) == "compose-spec build dflash2"
+    assert build_overlay("dflash2", Path(".env")) == "compose-spec build dflash2"
+    assert build_overlay("dflash2", None) == "compose-spec build dflash2"
 
 
 def test_two_recipes_writing_the_image_fail_naming_both(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from composer.doctor.engine_checks import check_compose, check_engine, engine_finding
-from composer.doctor.overlay_checks import rebuild_command
 from composer.engine import client, fixes
 from composer.engine.diagnose import hints
 from composer.errors import DockerUnavailable
@@ -50,4 +49,6 @@ def test_an_installed_tool_names_no_make_target(installed, monkeypatch: pytest.M
     assert all(f and "make " not in f for f in found), found
     assert "systemctl start docker" in found[0] and "docker-compose-plugin" in found[1]
     assert "docker load" in found[3]
-    assert rebuild_command("dflash2", Path(".env.demo")) == "compose-spec --env-file .env.demo build dflash2"
+    assert (
+        fixes.build_overlay("dflash2", Path(".env.demo")) == "compose-spec --env-file .env.demo build dflash2"
+    )

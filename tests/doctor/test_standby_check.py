@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from composer.capacity import inputs as standby
-from composer.doctor.gpu_checks import GpuFacts
-from composer.doctor.standby_checks import check_standby
+from composer.doctor.gpu_checks import GpuFacts, check_standby
 from composer.probes.gpu import GpuInfo
 from composer.stack.load import load_stack
 from tests.conftest import REPO, shipped_variants

@@ -20,7 +20,7 @@ STANDIN = Path(__file__).resolve().parent / "standin.py"
 KEY = "sk-kube-test-Jr4uW3dfZ7SWrbnsSTPMvSct"
 SERVED = "claude-opus-5"  # composer.toml's served name
 SWITCH_OPENING = [
-    "get deployment/vllm",
+    "get deployments",
     "apply --server-side",
     "get secret/vllm-api-key",
     "get deployment/vllm-gateway",
@@ -30,7 +30,7 @@ SWITCH_OPENING = [
     "apply --kustomize",
     "rollout status",
 ]
-"""What a switch asks kubectl up to the new variant's rollout: the Deployment, the stack-wide
+"""What a switch asks kubectl up to the new variant's rollout: the Deployments, the stack-wide
 objects, the key, the gateway and its state, the drain, then the apply and the rollout."""
 UNDONE = [
     "logs deployment/vllm",

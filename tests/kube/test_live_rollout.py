@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from composer.gateway.client import GatewayControl
-from composer.kube.execute import ClusterLive, LiveDeployment, live_set_names, plan_kube_live
+from composer.kube.execute import ClusterLive, plan_kube_live
 from composer.stack.load import load_stack
 from composer.swap.live import single_inflight
 from tests.conftest import REPO
@@ -192,15 +192,60 @@ def test_the_new_variant_is_ready_before_the_leaving_one_is_drained_and_deleted(
 
 
 @pytest.mark.slow
-def test_one_variant_joins_the_live_set_the_cluster_runs(
+def test_one_variant_replaces_the_live_set_the_cluster_runs_then_switching_is_plain(
+    standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
+) -> None:
+    """`up X` is {X} alone on Kubernetes too: X's one-variant Deployment is applied, rolled out
+    and gated before anything leaves; then the gateway goes back to its single upstream, each
+    live Deployment is drained and deleted, and the gateway's Deployment is rolled last (its
+    settings named the members)."""
+    _serve_baseline_and_mtp(standin, run_cli, services)
+    done = run_cli(*PLACED, "up", "dflash2", *UP, "--json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["outcome"] == "dflash2 serves alone (the live set left)"
+    assert out["plan"]["mode"] == "replace" and out["plan"]["alone"] == "dflash2"
+    commands = standin.commands()
+    assert commands[0] == "get deployments"  # one read of what the cluster runs
+    calls = standin.calls()
+    applied = commands.index("apply --kustomize")
+    assert calls[applied]["argv"][-1].endswith("/overlays/dflash2")  # the one-variant overlay
+    gated = commands.index("port-forward service/vllm")
+    published = commands.index("exec POST /upstreams")
+    assert applied < gated < published < commands.index("exec POST /upstreams/drain")
+    assert json.loads(calls[published]["argv"][-1])["upstreams"] == []  # back to the single upstream
+    deleted = [c["argv"][1] for c in calls if c["argv"][0] == "delete"]
+    assert deleted == ["deployment/vllm-baseline", "deployment/vllm-mtp"]
+    assert commands[-2:] == ["apply --filename", "rollout status"]  # the gateway, rolled last
+    gateway_doc = standin.state()["objects"]["deployment.apps/vllm-gateway"]
+    env = {e["name"] for e in gateway_doc["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "GATEWAY_LIVE_UPSTREAMS" not in env
+    assert _live_objects(standin) == set() and standin.serving() == "dflash2"
+    assert _upstreams(gateway) == []
+
+    standin.forget_calls()  # plain switching again: the one-variant Deployment rolls
+    again = run_cli(*PLACED, "up", "baseline", *UP, "--json")
+    assert again.returncode == 0, again.stderr
+    assert "exec POST /upstreams" not in standin.commands() and standin.serving() == "baseline"
+
+
+@pytest.mark.slow
+def test_one_variant_that_fails_its_rollout_leaves_the_live_set_serving(
     standin: Standin, run_cli, services: dict[str, str], gateway: GatewayThread
 ) -> None:
     _serve_baseline_and_mtp(standin, run_cli, services)
+    _scenario(standin, services, rollout={"dflash2": "fail"}, logs={"dflash2": FAILURE_LOG})
     done = run_cli(*PLACED, "up", "dflash2", *UP)
-    assert done.returncode == 0, done.stderr
-    assert "live set baseline, mtp, dflash2" in done.stdout
-    assert "delete deployment/vllm-mtp" not in standin.commands()
-    assert _upstreams(gateway) == ["baseline/1", "dflash2/1", "mtp/1"]
+    assert done.returncode == 1 and "UVA is not available" in done.stderr
+    assert "Traceback" not in done.stderr
+    # nothing left the set; the one-variant Deployment it applied is deleted again
+    assert "exec POST /upstreams/drain" not in standin.commands()
+    assert standin.commands()[-1] == "delete deployment/vllm"
+    assert (
+        _live_objects(standin) == BASELINE_AND_MTP
+        and "deployment.apps/vllm" not in standin.state()["objects"]
+    )
+    assert _upstreams(gateway) == ["baseline/1", "mtp/1"]
 
 
 @pytest.mark.slow
@@ -447,7 +492,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     place (undone by a rollback to its revision), the one-variant Deployment drained once the
     set serves, then deleted (and applied again from its overlay by an undo)."""
     stack = load_stack([REPO / "composer.toml"], env_file=None, environ={})
-    cluster = ClusterLive({"baseline": LiveDeployment("baseline", "a"), "mtp": LiveDeployment("mtp", "b")})
+    cluster = ClusterLive({"baseline": "a", "mtp": "b"})
     folders = {v: Path(f"/k/{v}") for v in ("baseline", "mtp", "dflash2")}
     plan = plan_kube_live(stack, ["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster, folders)
     assert (plan.keep, plan.replace, plan.start, plan.stop) == (
@@ -493,7 +538,3 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     assert [type(op).__name__ for op in joined.ops][-2:] == ["DrainSingle", "StopMember"]
     assert joined.ops[-1].member.container == stack.service
     assert joined.ops[-1].inverse()[1].member.run_file == "/k/one"
-
-    assert live_set_names(["dflash2"], stack, cluster) == ["baseline", "mtp", "dflash2"]
-    assert live_set_names(["mtp"], stack, cluster) == ["baseline", "mtp"]
-    assert live_set_names([], stack, ClusterLive({}, single="mtp")) == list(stack.gateway.live)

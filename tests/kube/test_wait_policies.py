@@ -43,7 +43,7 @@ def _gate(monkeypatch, answers: list[Readiness], deadline: float) -> tuple[list[
     said, warmed = [], []
     monkeypatch.setattr(rollout, "service_url", service_url)
     monkeypatch.setattr(rollout, "probe", lambda *_a: answers.pop(0))
-    monkeypatch.setattr(rollout, "_warm_up", lambda *a: warmed.append(a[-1]))
+    monkeypatch.setattr(rollout, "warm_up", lambda *a: warmed.append(a[-1]))
     rollout.gate(None, SimpleNamespace(api_key=None), "m", deadline, said.append, (), 3)  # type: ignore[arg-type]
     return said, warmed
 
@@ -84,34 +84,32 @@ class _Control:
         return {}
 
 
-def _hold(monkeypatch, pods: list[str | None], failures: list[Exception]) -> object:
+def _control(monkeypatch, pods: list[str | None], failures: list[Exception]) -> object:
     channel = _Control(failures)
     monkeypatch.setattr(control, "gateway_pod", lambda *_a: pods.pop(0) if len(pods) > 1 else pods[0])
     monkeypatch.setattr(control, "gateway_name", lambda _stack: "demo-gateway")
     monkeypatch.setattr(control, "KubeExec", lambda _kubectl, pod: pod)
     monkeypatch.setattr(control, "GatewayControl", lambda _exec: channel)
-    monkeypatch.setattr(control, "SwapHold", lambda ctl, drain, say, context: ("hold", ctl, drain))
-    stack = SimpleNamespace(gateway=SimpleNamespace(drain_timeout=7.0), max_model_len=8192)
-    return control.kube_hold(None, stack, lambda _m: None)  # type: ignore[arg-type]
+    return control.kube_control(None, SimpleNamespace())  # type: ignore[arg-type]
 
 
-def test_kube_hold_returns_at_once_when_the_pod_answers(monkeypatch, clock: FakeClock) -> None:
+def test_kube_control_returns_at_once_when_the_pod_answers(monkeypatch, clock: FakeClock) -> None:
     channel_failures: list[Exception] = []
-    assert _hold(monkeypatch, ["pod/g-1"], channel_failures)[0] == "hold"
+    assert isinstance(_control(monkeypatch, ["pod/g-1"], channel_failures), _Control)
     assert clock.slept == []
 
 
-def test_kube_hold_asks_every_second_through_missing_pods_and_busy_channels(
+def test_kube_control_asks_every_second_through_missing_pods_and_busy_channels(
     monkeypatch, clock: FakeClock
 ) -> None:
     busy = [GatewayControlError("state", "not listening yet")]
-    assert _hold(monkeypatch, [None, "pod/g-1"], busy)[0] == "hold"
+    assert isinstance(_control(monkeypatch, [None, "pod/g-1"], busy), _Control)
     assert clock.slept == [1.0, 1.0]
 
 
-def test_kube_hold_fails_with_the_last_error_after_its_deadline(monkeypatch, clock: FakeClock) -> None:
+def test_kube_control_fails_with_the_last_error_after_its_deadline(monkeypatch, clock: FakeClock) -> None:
     with pytest.raises(SwapFailed) as failed:
-        _hold(monkeypatch, [None], [])
+        _control(monkeypatch, [None], [])
     assert str(failed.value) == (
         "the gateway pod does not answer its control channel through `kubectl exec`: "
         "no running, ready pod of deployment/demo-gateway; check it with `kubectl logs deployment/demo-gateway`"
@@ -120,7 +118,7 @@ def test_kube_hold_fails_with_the_last_error_after_its_deadline(monkeypatch, clo
     assert clock.slept == [1.0] * int(control.READY_TIMEOUT_S)
 
 
-def test_kube_hold_does_not_retry_other_errors(monkeypatch, clock: FakeClock) -> None:
+def test_kube_control_does_not_retry_other_errors(monkeypatch, clock: FakeClock) -> None:
     with pytest.raises(ValueError, match="broken reply"):
-        _hold(monkeypatch, ["pod/g-1"], [ValueError("broken reply")])
+        _control(monkeypatch, ["pod/g-1"], [ValueError("broken reply")])
     assert clock.slept == []

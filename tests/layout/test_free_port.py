@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
 from tests import conftest
@@ -19,7 +21,7 @@ def test_each_xdist_worker_draws_from_its_own_slice(monkeypatch: pytest.MonkeyPa
     for worker in range(4):
         monkeypatch.setenv("PYTEST_XDIST_WORKER", f"gw{worker}")
         slices.append(conftest._worker_share((61000, 65535)))
-    for (first, last), (next_first, _) in zip(slices, slices[1:], strict=False):
+    for (first, last), (next_first, _) in itertools.pairwise(slices):
         assert first < last < next_first  # disjoint, in order
     assert slices[0][0] == 61000 and slices[-1][1] <= 65535
     monkeypatch.delenv("PYTEST_XDIST_WORKER")

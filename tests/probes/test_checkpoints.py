@@ -13,7 +13,7 @@ from composer.probes import checkpoints as ckpt
 from tests.doctor.fakes import write_checkpoint, write_safetensors
 
 
-def test_tensor_bytes_from_dtype_and_shape(tmp_path: Path) -> None:
+def test_tensor_bytes_sums_the_data_offsets_of_every_tensor(tmp_path: Path) -> None:
     path = tmp_path / "model.safetensors"
     written = write_safetensors(
         path, {"embed": ("BF16", [1000, 64]), "norm": ("F32", [64]), "q": ("I8", [3, 5])}
@@ -22,7 +22,7 @@ def test_tensor_bytes_from_dtype_and_shape(tmp_path: Path) -> None:
     assert ckpt.tensor_bytes(header) == written == 1000 * 64 * 2 + 64 * 4 + 15
 
 
-def test_unknown_dtype_falls_back_to_data_offsets() -> None:
+def test_tensor_bytes_needs_no_known_dtype() -> None:
     header = {"x": {"dtype": "F6_E3M2", "shape": [10], "data_offsets": [100, 108]}}
     assert ckpt.tensor_bytes(header) == 8
 

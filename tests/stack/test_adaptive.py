@@ -184,7 +184,7 @@ def test_a_stack_wide_enforce_eager_is_dropped_for_the_adaptive_variants_only(tm
 
 
 def test_doctor_says_which_variant_runs_without_the_inherited_flag(tmp_path: Path) -> None:
-    from composer.doctor.adaptive_checks import check_dropped_eager
+    from composer.doctor.model_checks import check_dropped_eager
     from composer.doctor.report import variant_facts
     from composer.render.target import resolve_target
 
@@ -279,7 +279,7 @@ def test_render_says_which_rendered_variants_do_not_start(tmp_path: Path) -> Non
 
 def test_doctor_fails_the_refused_variant_and_bench_leaves_it_out(tmp_path: Path) -> None:
     from composer.bench.decide import plan_arms
-    from composer.doctor.adaptive_checks import check_refused
+    from composer.doctor.model_checks import check_refused
     from composer.doctor.report import variant_facts
     from composer.render.target import resolve_target
 

@@ -14,28 +14,25 @@ import pytest
 from composer.errors import SwapFailed
 from composer.gateway import ctl
 from composer.swap import holding, standby, transaction
-from composer.swap.steps import Outcome
 
 
-def _ready(at: float, started_ago: float | None = None) -> Outcome:
-    container = None
-    if started_ago is not None:
-        when = datetime.now(UTC) - timedelta(seconds=started_ago)
-        attrs = {"State": {"StartedAt": when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"}}
-        container = SimpleNamespace(container=SimpleNamespace(attrs=attrs))
-    return Outcome("start_to_ready", ready_at=at, container=container)  # type: ignore[arg-type]
+def _started(started_ago: float) -> SimpleNamespace:
+    """A container whose process started `started_ago` seconds ago."""
+    when = datetime.now(UTC) - timedelta(seconds=started_ago)
+    attrs = {"State": {"StartedAt": when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "123Z"}}
+    return SimpleNamespace(container=SimpleNamespace(attrs=attrs))
 
 
 def test_a_started_container_settles_from_when_it_became_ready() -> None:
     now = time.monotonic()
-    since = transaction.engine_started("ready", _ready(now, started_ago=100.0), now - 5)
+    since = transaction.engine_started("ready", _started(100.0), now, now - 5)  # type: ignore[arg-type]
     assert since == now  # its load can fail late: the whole window after readiness
     assert transaction.settle_left(1.0, since, now=now) == 1.0
 
 
 def test_a_woken_container_settles_from_the_wake_call() -> None:
     now = time.monotonic()
-    since = transaction.engine_started("wake", _ready(now), now - 0.2)
+    since = transaction.engine_started("wake", None, now, now - 0.2)
     assert since == pytest.approx(now - 0.2)
     assert transaction.settle_left(0.25, since, now=now) == pytest.approx(0.05)
     assert transaction.settle_left(0.25, now - 1.0, now=now) == 0.0
@@ -44,10 +41,10 @@ def test_a_woken_container_settles_from_the_wake_call() -> None:
 def test_a_container_running_long_ago_has_settled() -> None:
     """Adopted or routed to again: the watch counts from its process's start."""
     now = time.monotonic()
-    since = transaction.engine_started("process", _ready(now, started_ago=30.0), now)
+    since = transaction.engine_started("process", _started(30.0), now, now)  # type: ignore[arg-type]
     assert now - since == pytest.approx(30.0, abs=1.0)
     assert transaction.settle_left(1.0, since) == 0.0
-    unknown = transaction.engine_started("process", _ready(now), now)
+    unknown = transaction.engine_started("process", None, now, now)
     assert unknown == now  # no start time: the whole window after readiness
 
 
@@ -115,7 +112,7 @@ def test_restart_policies_are_set_in_the_order_asked_and_awaited() -> None:
 
 
 def _stack(warmup: int) -> SimpleNamespace:
-    return SimpleNamespace(gateway=SimpleNamespace(warmup_requests=warmup))
+    return SimpleNamespace(gateway=SimpleNamespace(warmup_requests=warmup), acceptance_floor=0.5)
 
 
 @pytest.mark.parametrize(("warmup", "speculative", "sent"), [(1, True, None), (3, True, 1), (1, False, 1)])
@@ -124,23 +121,28 @@ def test_the_acceptance_checks_requests_count_as_warm_up(monkeypatch, warmup, sp
     from composer.swap.plan import Bring, plan_swap
 
     asked: list[int | None] = []
-    checked: list[bool] = []
-    monkeypatch.setattr(
-        transaction.steps, "wake_checks", lambda c, v, a, w: checked.append(a) or Outcome("w")
-    )
-    monkeypatch.setattr(transaction.steps, "warm", lambda ctx, where, n=None: asked.append(n) or Outcome("w"))
+    checked: list[str] = []
+    monkeypatch.setattr(standby, "check_awake", lambda control, v: checked.append("awake"))
+    monkeypatch.setattr(standby, "check_acceptance", lambda *a: checked.append("acceptance") or 0.9)
+    monkeypatch.setattr(transaction, "warm_up", lambda where, n: asked.append(n) or [0.1] * n)
     member = Member("mtp", "mtp", "p-vllm-mtp-1", "vllm-mtp", "run.yml", speculative=speculative)
     plan = plan_swap(
         "mtp", "h", None, False, target_asleep=True, bring=Bring(member, gateway=True, warmup=warmup)
     )
     settle = plan.ops[-1]
     assert isinstance(settle, Settle) and settle.woke and settle.acceptance == speculative
-    ctx = SimpleNamespace(hold=object(), stack=_stack(warmup))
-    beside = transaction.beside_settle(ctx, settle, None)  # type: ignore[arg-type]
+    ctx = SimpleNamespace(
+        hold=object(), stack=_stack(warmup), control=lambda: None, past_the_hold=lambda where: where
+    )
+    notes: list[str] = []
+    timings: dict[str, float] = {}
+    beside = transaction.beside_settle(ctx, settle, None, notes, timings)  # type: ignore[arg-type]
     assert beside is not None
     beside()
-    assert checked == [speculative]
+    assert checked == (["awake", "acceptance"] if speculative else ["awake"])
     assert asked == ([] if sent is None else [sent])
+    assert ("acceptance after the wake: 0.90" in notes) == speculative
+    assert ("warmup" in timings) == (sent is not None)
 
 
 def test_the_control_socket_has_one_client_per_process_and_no_tls() -> None:

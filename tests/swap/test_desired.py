@@ -28,8 +28,9 @@ def _stack(tmp_path: Path, text: str = LIVE) -> Stack:
     return load_stack([REPO / "composer.toml", extra], None, environ={})
 
 
-def _snap(*live: LiveRunning) -> Snapshot:
-    return Snapshot("p", (), live=live)
+def _snap(*live: LiveRunning) -> list[str]:
+    """The live members a snapshot with `live` says serve (a stopped one does not)."""
+    return [r.name for r in Snapshot("p", (), live=live).live_running]
 
 
 def test_one_name_is_that_variant_alone_and_replaces_a_running_live_set(tmp_path: Path) -> None:
@@ -80,6 +81,7 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
         "StopMember baseline/1",
         "DrainMember",
         "StopMember mtp/1",
+        "UpdateGateway",
     ]
     publish = plan.ops[2]
     assert publish.upstreams == () and [u["name"] for u in publish.previous] == ["baseline/1", "mtp/1"]
@@ -105,6 +107,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "Publish",
         "DrainMember",
         "StopMember baseline/1",
+        "UpdateGateway",
     ]
     assert [u["name"] for u in plan.ops[0].upstreams] == ["baseline/1"]  # baseline/1 serves meanwhile
     every, digest = _alone(stack, "mtp", gpus="all")  # the one serving container takes every GPU
@@ -119,7 +122,12 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
     assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
-    assert _ops(plan) == ["Publish", "DrainMember", "StopMember mtp/1"]
+    assert _ops(plan) == ["Publish", "DrainMember", "StopMember mtp/1", "UpdateGateway"]
+    # the gateway's settings name the members: it is replaced last, from X's own run file
+    assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
+    # a gateway that does not run is started from X's run file instead
+    cold = _ops(plan_alone(alone, digest, running, "p", gateway_running=False))
+    assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
     assert ops[:3] == ["Publish", "DrainMember", "StopMember baseline/1"] and "StartMember mtp" in ops

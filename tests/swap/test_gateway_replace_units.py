@@ -60,7 +60,7 @@ def test_the_old_gateway_finishes_its_requests_and_what_it_cut_is_read_from_its_
     log = b"INFO Shutting down\nERROR Cancel 2 running task(s), timeout graceful shutdown exceeded\n"
     old = Gateway("p-gateway-1", log=log)
     state = SimpleNamespace(inflight=5, held=0)
-    monkeypatch.setattr(gateway_replace, "_control", lambda _c: SimpleNamespace(state=lambda: state))
+    monkeypatch.setattr(gateway_replace, "GatewayControl", lambda _c: SimpleNamespace(state=lambda: state))
     said: list[str] = []
     assert gateway_replace._retire([old], said.append) == (3, 2)  # type: ignore[list-item]
     assert old.stopped == [7 + 5] and old.removed  # its drain timeout, then 5 s to exit

@@ -182,7 +182,7 @@ def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
 def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch) -> None:
     from types import SimpleNamespace
 
-    from composer.swap import steps, transaction
+    from composer.swap import transaction
     from composer.swap.ops import Member
     from composer.swap.plan import Bring, plan_swap
     from composer.swap.swapper import UpOptions, UpResult
@@ -190,7 +190,7 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     order: list[str] = []
 
     class Recorded(ReleaseWait):
-        def wait(self, timeout, waiting=gpu_release._quiet, clock=None, sleep=None):  # type: ignore[override]
+        def wait(self, timeout, waiting=gpu_release.quiet, clock=None, sleep=None):  # type: ignore[override]
             order.append(f"wait {timeout:.0f}")
             return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
 
@@ -207,10 +207,10 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
 
     container = SimpleNamespace(stop_and_remove=lambda grace: order.append("stop"))
     monkeypatch.setattr("composer.swap.transaction.ReleaseWait.before_stop", snapshot)
-    monkeypatch.setattr(steps, "by_name", lambda ctx, name: container)
-    monkeypatch.setattr(steps, "compose_up", start)
+    monkeypatch.setattr(transaction, "by_name", lambda ctx, name: container)
+    monkeypatch.setattr(transaction, "compose_up", start)
     stack = SimpleNamespace(gpus=("0",), stop_grace_period=1, service="vllm")
-    ctx = steps.Context(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
+    ctx = transaction.Context(stack, None, UpOptions(release_timeout=7))  # type: ignore[arg-type]
     result = UpResult("mtp", "started")
     previous = SimpleNamespace(
         variant="previous-variant", name="p-vllm-1", config_file="/s/p.yml", service="vllm"

@@ -179,6 +179,20 @@ def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(
     assert sorted(_gateway_upstreams(sim_stack)) == ["mtp/1"]
 
 
+def _backend_ready_within(sim_stack, seconds: float) -> bool:
+    """Whether the gateway says its backend is ready before `seconds` pass (polled)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            health = httpx.get(f"http://127.0.0.1:{sim_stack.port}/gateway/health", timeout=2).json()
+            if health.get("backend_ready"):
+                return True
+        except (httpx.HTTPError, ValueError):
+            pass  # restarting: not listening yet
+        time.sleep(0.2)
+    return False
+
+
 def _ids(docker_client, project: str) -> dict[str, tuple[str, str]]:
     """Every container of the project: name -> (id, status)."""
     found = docker_client.containers.list(
@@ -355,6 +369,12 @@ def test_up_one_variant_on_a_live_set_replaces_the_set_and_it_alone_serves(sim_s
     assert _members(docker_client, sim_stack.project, "baseline/1") == []
     assert _members(docker_client, sim_stack.project, "mtp/1") == []
     assert len(_events(sim_stack)) == events + 1
+    served = _served(sim_stack)
+    assert {status for status, _ in served} == {200}, served
+    # the gateway was replaced from baseline's run file: restarted, it routes to baseline
+    # alone, not to the members that left
+    docker_client.containers.get(f"{sim_stack.project}-gateway-1").restart(timeout=10)
+    assert _backend_ready_within(sim_stack, 60), "the restarted gateway found no ready upstream"
     served = _served(sim_stack)
     assert {status for status, _ in served} == {200}, served
     (single,) = running_containers(docker_client, sim_stack.project)

@@ -15,6 +15,7 @@ from composer.swap.live import LiveRunning, plan_live, upstream_states
 from composer.swap.live_status import format_live
 from composer.swap.status import format_status
 from composer.swap.swapper import UpOptions
+from composer.swap.transaction import Context
 from tests.conftest import REPO, free_port
 
 LIVE = """
@@ -300,7 +301,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stopped: list[str] = []
     monkeypatch.setattr(VariantContainer, "stop_and_remove", lambda self, grace: stopped.append(self.name))
     monkeypatch.setattr(cgroups, "container_pids", lambda ids: frozenset({4242}))
-    swapper = LiveSwapper(stack, Client(), UpOptions())  # type: ignore[arg-type]
+    swapper = LiveSwapper(Context(stack, Client(), UpOptions()))  # type: ignore[arg-type]
     swapper.probe = Probe()
     leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")
@@ -329,6 +330,6 @@ def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: 
     stack = load_stack([REPO / "composer.toml", extra], None, environ=environ)
     target = resolve_live(stack, ["baseline", "mtp"])
     plan = plan_live(target, _running(stack, "baseline/1"))
-    swapper = LiveSwapper(stack, None, UpOptions())  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
+    swapper = LiveSwapper(Context(stack, None, UpOptions()))  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
     with pytest.raises(PreflightFailed, match=f"preflight: model directory {missing}"):
         swapper.preflight(started_targets(stack, target, plan), Snapshot(stack.project, ()))

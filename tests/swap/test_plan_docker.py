@@ -255,7 +255,7 @@ class _VariantTrail:
 
 
 def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_stack, monkeypatch) -> None:
-    """`up mtp` in process, from the CLI's `up` down to the steps: Docker's container list is
+    """`up mtp` in process, from the CLI's `up` down to the handlers: Docker's container list is
     read once (doctor's preflight reads the swap's snapshot), and the variant passes through
     at most 16 modules with at most 4 returns to an earlier one."""
     import sys
@@ -282,15 +282,15 @@ def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_sta
     assert result["outcome"] == "swapped" and result["previous"] == "baseline", result
     assert len(recorder.listings) == 1, "\n\n".join(recorder.listings)
     assert recorder.preflight_listings == 0  # doctor's port check reads the snapshot
-    assert trail.modules[0].startswith("composer.cli") and "composer.swap.steps" in trail.modules, (
+    assert trail.modules[0].startswith("composer.cli") and "composer.swap.transaction" in trail.modules, (
         trail.modules
     )
     assert len(trail.returns) <= 4, trail.returns  # today: none
     # The variant is resolved once (render: spec, target, the run file) and the swap (swapper,
-    # plan, its typed operations, transaction, steps, holding, the gateway's client, the gate)
+    # plan, its typed operations, transaction's handlers, holding, the gateway's client, the gate)
     # carries it; doctor's preflight reads it in its registry only (the checks read the
     # variant's facts), capacity in its planner and its model (the formulas take numbers), the
     # journal takes the plan's data; up's options and report sit beside the command
-    # (cli/swap_args). 16 modules today: the operations (`composer.swap.ops`) carry the
+    # (cli/swap). At most 16 modules: the operations (`composer.swap.ops`) carry the
     # containers by name, so nothing below the plan resolves the variant again.
     assert len(set(trail.modules)) <= 16, " ".join(sorted(set(trail.modules)))

@@ -16,9 +16,9 @@ from composer.engine.containers import RunningVariant, upstream_url
 from composer.engine.gate import GateTarget, watch_probation
 from composer.errors import GatewayControlError, HealthCheckFailed
 from composer.stack.values import parse_probation
-from composer.swap import status, steps, transaction
+from composer.swap import status, transaction
+from composer.swap.holding import Drained
 from composer.swap.journal import append_history
-from composer.swap.steps import Outcome
 from tests.conftest import answering, free_port
 
 
@@ -151,42 +151,41 @@ def test_status_counts_the_restarts_since_the_swap_recorded(tmp_path, monkeypatc
     assert "mtp restarted 2 time(s) since the swap" in (status._restarted(looping) or "")
 
 
-def _ctx(hold: object = None) -> steps.Context:
-    return steps.Context(SimpleNamespace(), SimpleNamespace(), SimpleNamespace(), hold=hold)  # type: ignore[arg-type]
+def _ctx(hold: object = None) -> transaction.Context:
+    return transaction.Context(SimpleNamespace(), SimpleNamespace(), SimpleNamespace(), hold=hold)  # type: ignore[arg-type]
 
 
 def test_a_gateway_stopped_during_a_step_is_started_again_and_the_step_runs_once_more(monkeypatch) -> None:
-    monkeypatch.setattr(steps, "gateway_stopped", lambda ctx: "exited with code 137")
+    monkeypatch.setattr(transaction, "gateway_stopped", lambda ctx: "exited with code 137")
     calls: list[str] = []
     revived = _ctx(hold="new")
 
-    def step(ctx: steps.Context) -> Outcome:
+    def step(ctx: transaction.Context) -> str:
         calls.append(f"step {ctx.hold}")
         if ctx.hold == "old":
             raise GatewayControlError("route", "docker exec failed: container is not running")
-        return Outcome("route")
+        return "routed"
 
-    def revive(ctx: steps.Context, stopped: str) -> steps.Context:
+    def revive(ctx: transaction.Context, stopped: str) -> transaction.Context:
         calls.append(f"revive ({stopped})")
         return revived
 
     held = [_ctx(hold="old")]
-    out = transaction.through_restarts(held, "mtp", lambda c: calls.append("route"), step, revive)
+    warnings: list[str] = []
+    out = transaction.through_restarts(held, "mtp", lambda c: calls.append("route"), step, revive, warnings)
     assert calls == ["step old", "revive (exited with code 137)", "route", "step new"]
-    assert held[-1] is revived
-    assert out.warnings == [
-        "the gateway stopped during the swap (exited with code 137); it was started again"
-    ]
+    assert held[-1] is revived and out == "routed"
+    assert warnings == ["the gateway stopped during the swap (exited with code 137); it was started again"]
 
 
 def test_a_failed_step_with_the_gateway_running_is_not_retried(monkeypatch) -> None:
-    monkeypatch.setattr(steps, "gateway_stopped", lambda ctx: None)
+    monkeypatch.setattr(transaction, "gateway_stopped", lambda ctx: None)
 
-    def step(ctx: steps.Context) -> Outcome:
+    def step(ctx: transaction.Context) -> None:
         raise HealthCheckFailed("not ready after 900s")
 
     with pytest.raises(HealthCheckFailed):
-        transaction.through_restarts([_ctx(hold="old")], "mtp", lambda c: None, step, lambda c, s: c)
+        transaction.through_restarts([_ctx(hold="old")], "mtp", lambda c: None, step, lambda c, s: c, [])
 
 
 class _Control:
@@ -202,50 +201,34 @@ class _Control:
         return True
 
 
-def test_a_recreated_gateway_is_routed_to_the_serving_sleeper_and_reaches_it(monkeypatch) -> None:
-    calls: list[str] = []
-    member = SimpleNamespace(
-        running=True, standby_service=True, info=SimpleNamespace(name="p-vllm-baseline-1"), variant="baseline"
-    )
-    ctx = steps.Context(
-        SimpleNamespace(service="vllm"),  # type: ignore[arg-type]
-        SimpleNamespace(),  # type: ignore[arg-type]
-        SimpleNamespace(),  # type: ignore[arg-type]
-        hold=SimpleNamespace(control=_Control(calls)),  # type: ignore[arg-type]
-    )
-    steps.find_upstream(ctx, upstream_url(member.info.name), member.variant)
-    assert calls == ["route http://p-vllm-baseline-1:8000", "wait_ready"]
-
-
 def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> None:
     """A swap that recreates the gateway and puts the serving variant to sleep routes the new
-    gateway first: the sleep goes to the serving container, not to a name it has not found."""
+    gateway first and waits until it reaches it: the sleep goes to the serving container, not
+    to a name it has not found."""
     from composer.swap.ops import Hold, Member, Sleep, UpdateGateway
     from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
 
     calls: list[str] = []
-    hold = SimpleNamespace(end=lambda *a, **k: None)
-    monkeypatch.setattr(steps, "gateway_update", lambda *a: calls.append("recreate") or Outcome("drain"))
-    monkeypatch.setattr(steps, "drain", lambda *a: calls.append("drain") or Outcome("drain", hold=hold))
-    monkeypatch.setattr(steps, "find_upstream", lambda ctx, url, variant: calls.append(f"find {url}"))
+    hold = SimpleNamespace(end=lambda *a, **k: None, control=_Control(calls))
+    monkeypatch.setattr(transaction, "drain", lambda *a: calls.append("drain") or (hold, Drained(0, 0, 0.0)))
     current = replace(_running(0), name="p-vllm-baseline-1", variant="baseline", service="vllm-baseline")
     bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
     change = GatewayChange("its image changed")
     plan = plan_swap("mtp", "h", current, False, current_sleeps=True, bring=bring)
     plan = with_gateway(plan, change, bring, True)
     assert [type(op) for op in plan.ops[:3]] == [UpdateGateway, Hold, Sleep]
-    ctx = steps.Context(SimpleNamespace(service="vllm"), SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
+    ctx = transaction.Context(SimpleNamespace(service="vllm"), SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
     result = SimpleNamespace(timings={}, notes=[], warnings=[], drained=None, port_gap=None)
     swap = transaction.SingleSwap(ctx, plan, result, SimpleNamespace(), None)  # type: ignore[arg-type]
+    monkeypatch.setattr(swap, "update_gateway", lambda op: calls.append("recreate"))
     swap.handlers()[UpdateGateway](plan.ops[0])
     swap.handlers()[Hold](plan.ops[1])
-    assert calls == ["recreate", "drain", "find http://p-vllm-baseline-1:8000"]
+    assert calls == ["recreate", "drain", "route http://p-vllm-baseline-1:8000", "wait_ready"]
 
 
 def test_a_sleeper_the_gateway_still_routes_to_is_woken_not_started_again() -> None:
     """`up` killed just after it put the serving variant to sleep leaves the gateway routed to
     the sleeper: its own /is_sleeping answer says it sleeps, so the next `up` wakes it."""
-    from composer.engine.containers import upstream_url
     from composer.swap.snapshot import Snapshot, classify
     from tests.swap.test_plan_units import Box, _decide, _info
     from tests.swap.test_standby_units import _stack
@@ -274,5 +257,5 @@ def test_a_docker_that_does_not_answer_says_nothing_about_the_gateway(monkeypatc
         rendered, "build_gateway_spec", lambda _: SimpleNamespace(container_name="p-gateway-1")
     )
     client = SimpleNamespace(containers=SimpleNamespace(get=refuse))
-    ctx = steps.Context(SimpleNamespace(), client, SimpleNamespace())  # type: ignore[arg-type]
-    assert steps.gateway_stopped(ctx) is None
+    ctx = transaction.Context(SimpleNamespace(), client, SimpleNamespace())  # type: ignore[arg-type]
+    assert transaction.gateway_stopped(ctx) is None

@@ -29,9 +29,8 @@ from composer.swap.ops import (
     Wake,
 )
 from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
-from composer.swap.steps import Context
 from composer.swap.swapper import UpOptions, UpResult
-from composer.swap.transaction import SingleSwap
+from composer.swap.transaction import Context, SingleSwap
 
 MTP = Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp-b2.yml", "0,1", speculative=True)
 BRING = Bring(MTP, gateway=True, gpus="0,1", settle=2.0, warmup=1, probation=30.0)
