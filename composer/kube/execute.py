@@ -66,17 +66,9 @@ from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.execute import Handlers, Say, _reason, execute, quiet
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
-from composer.swap.live import (
-    DrainTally,
-    LivePlan,
-    LiveResult,
-    _operations,
-    live_acceptance,
-    live_history,
-    plan_alone,
-    set_upstreams,
-)
+from composer.swap.live import DrainTally, LiveResult, live_acceptance, live_history, set_upstreams
 from composer.swap.lock import swap_lock
+from composer.swap.plan import LivePlan, _operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.swapper import UpOptions

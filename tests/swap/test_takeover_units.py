@@ -14,7 +14,8 @@ from composer.render.spec import Owner, build_spec
 from composer.stack.keys import key_fingerprint
 from composer.stack.load import load_stack
 from composer.stack.source import StackSource
-from composer.swap.live import LiveRunning, plan_live
+from composer.swap.plan import plan_live
+from composer.swap.snapshot import LiveRunning
 from tests.conftest import REPO
 from tests.swap.test_plan_units import _decide, _info, _snap
 from tests.swap.test_standby_units import _stack
