@@ -143,7 +143,7 @@ def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) 
         return live.LiveResult(variant="baseline+mtp", outcome="planned")
 
     monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
-    monkeypatch.setattr(live.LiveSwapper, "up", up)
+    monkeypatch.setattr(live, "run_live", up)
     say = print
     options = UpOptions(takeover=True, dry_run=True)
     live.up_set(_stack(), ["baseline", "mtp"], client=None, progress=say, options=options)  # type: ignore[arg-type]
