@@ -193,9 +193,9 @@ def live_history(
     )
 
 
-def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool = True) -> Path:
+def live_run_file(target: LiveTarget, write: bool = True) -> Path:
     """The live set's run file, `live-<hash>.yml` in the state folder (written if needed)."""
-    out = (directory or state_dir()) / target.services[0].spec.project
+    out = state_dir() / target.services[0].spec.project
     if not write:
         return out / f"live-{target.hash}.yml"
     (file,) = render_live(target, out, f"live-{target.hash}.yml")

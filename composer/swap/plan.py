@@ -8,11 +8,8 @@ wake, adopt, route to or start the target; gate, settle, probation. `--dry-run` 
 (`describe`); `as_data()` is its JSON. `rollback_source_problem` (the one function here that
 reads a file) checks before anything stops that the rollback's run file is readable.
 
-A live set's change is planned here too (Docker and Kubernetes alike): `plan_live` turns `up A
-B` into operations that never leave zero ready upstreams: each new member starts from the live
-run file, is gated, then published; a leaving one is first left out of the upstreams, drained,
-then stopped (before a new member that needs its GPUs starts, which then waits for their
-release). `plan_alone` plans `up X` on a running live set: X's one serving container replaces it.
+A live set's change (`LivePlan`, Docker and Kubernetes alike) is planned here too: `plan_live`
+for `up A B`, `plan_alone` for `up X` on a running live set.
 """
 
 from __future__ import annotations
@@ -26,21 +23,7 @@ from composer.engine.containers import RunningVariant
 from composer.render.spec import Owner
 from composer.swap import ops
 from composer.swap.journal import SwapRecord
-from composer.swap.ops import (
-    AdoptMember,
-    AwaitRelease,
-    DrainMember,
-    DrainSingle,
-    GateMember,
-    Member,
-    Op,
-    Publish,
-    Reapply,
-    StartGateway,
-    StartMember,
-    StopMember,
-    UpdateGateway,
-)
+from composer.swap.ops import Member, Op
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 if TYPE_CHECKING:
@@ -633,8 +616,7 @@ def plan_live(
         notes=tuple(takeover_notes(foreign, project)),
         upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
     )
-    ops = _operations(plan, new, old, alone, run_file, adopt, continue_streams)
-    return replace(plan, ops=ops)
+    return replace(plan, ops=_operations(plan, new, old, alone, run_file, adopt, continue_streams))
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -659,25 +641,25 @@ def _operations(
     each new member is started, gated, then published. A changed member is drained, then
     started again (`in_place`, a Deployment: applied in place). The one serving container
     that does not join is drained once the set takes the new requests, then stopped."""
-    ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
-    ops += [AdoptMember(adopt)] if adopt else []
+    todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
+    todo += [ops.AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
 
     def publish(upstreams: list[dict[str, str]]) -> None:
         nonlocal serving
         if upstreams != serving:
-            ops.append(Publish(tuple(upstreams), tuple(serving)))
+            todo.append(ops.Publish(tuple(upstreams), tuple(serving)))
             serving = upstreams
 
     def leave(member: Member, stop: bool = True) -> None:
         rest = [u for u in serving if u["name"] != member.name]
         if rest:  # the last one serving is not taken out: the gateway holds for what comes next
             publish(rest)
-            ops.append(DrainMember(member.name, continue_streams))
-        ops.extend([StopMember(member)] if stop else [])
+            todo.append(ops.DrainMember(member.name, continue_streams))
+        todo.extend([ops.StopMember(member)] if stop else [])
 
     if alone is not None and plan.single_first:
-        ops.append(StopMember(alone))
+        todo.append(ops.StopMember(alone))
     early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
     for name in early:
         leave(old[name])
@@ -685,21 +667,21 @@ def _operations(
         rolled = in_place and name in plan.replace
         if name in plan.replace:
             leave(old[name], stop=not rolled)
-        freed = [op.member.gpus for op in ops if isinstance(op, StopMember)]
+        freed = [op.member.gpus for op in todo if isinstance(op, ops.StopMember)]
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
-            ops.append(AwaitRelease(new[name].gpus))
-        ops += [Reapply(new[name]) if rolled else StartMember(new[name]), GateMember(new[name])]
+            todo.append(ops.AwaitRelease(new[name].gpus))
+        todo += [ops.Reapply(new[name]) if rolled else ops.StartMember(new[name]), ops.GateMember(new[name])]
         adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
         publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
     if alone is not None and not plan.single_first:
-        if serving and not any(isinstance(op, Publish) for op in ops):  # a set that already ran
-            ops.append(Publish(tuple(serving), ()))
-        ops += [DrainSingle(alone.container)] if serving else []
-        ops.append(StopMember(alone))
+        if serving and not any(isinstance(op, ops.Publish) for op in todo):  # a set that already ran
+            todo.append(ops.Publish(tuple(serving), ()))
+        todo += [ops.DrainSingle(alone.container)] if serving else []
+        todo.append(ops.StopMember(alone))
     for name in plan.stop:
         if name not in early:
             leave(old[name])
-    return tuple(ops)
+    return tuple(todo)
 
 
 def plan_alone(
@@ -733,23 +715,24 @@ def plan_alone(
     leaving = [n for n in old if n != kept]
     early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
     gateway_file = gateway_file or alone.run_file
-    ops: list[Op] = [] if gateway_running else [StartGateway(gateway_file)]
+    todo: list[Op] = [] if gateway_running else [ops.StartGateway(gateway_file)]
     serving = [m.upstream() for m in old.values()]
     for name in early:
         rest = [u for u in serving if u["name"] != name]
         if rest:  # the last one serving is not taken out: the gateway holds until X serves
-            ops += [Publish(tuple(rest), tuple(serving)), DrainMember(name, continue_streams)]
+            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
             serving = rest
-        ops.append(StopMember(old[name]))
+        todo.append(ops.StopMember(old[name]))
     if kept is None:
-        ops += [AwaitRelease(alone.gpus)] if any(_overlap(old[n].gpus, alone.gpus) for n in early) else []
-        ops += [StartMember(alone), GateMember(alone)]
-    ops.append(Publish((), tuple(serving)))
+        freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
+        todo += [ops.AwaitRelease(alone.gpus)] if freed else []
+        todo += [ops.StartMember(alone), ops.GateMember(alone)]
+    todo.append(ops.Publish((), tuple(serving)))
     for name in leaving:
         if name not in early:
-            ops += [DrainMember(name, continue_streams), StopMember(old[name])]
+            todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]
     if gateway_running:  # its settings list the members: a restart would route to them again
-        ops.append(UpdateGateway(gateway_file, "the live set left: its settings name no member"))
+        todo.append(ops.UpdateGateway(gateway_file, "the live set left: its settings name no member"))
     return LivePlan(
         (alone.variant,),
         keep=(kept,) if kept else (),
@@ -758,6 +741,6 @@ def plan_alone(
         start_gateway=not gateway_running,
         gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
         notes=tuple(takeover_notes(foreign, project)),
-        ops=tuple(ops),
+        ops=tuple(todo),
         alone=alone.variant,
     )

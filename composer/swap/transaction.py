@@ -43,20 +43,7 @@ from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
-from composer.swap.ops import (
-    AdoptMember,
-    AwaitRelease,
-    DrainMember,
-    DrainSingle,
-    GateMember,
-    Member,
-    Op,
-    Publish,
-    StartGateway,
-    StartMember,
-    StopMember,
-    UpdateGateway,
-)
+from composer.swap.ops import Member, Op
 
 if TYPE_CHECKING:
     import docker
@@ -67,6 +54,7 @@ if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
+    from composer.swap.gateway_replace import Replacement
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.live import LiveResult
@@ -142,6 +130,19 @@ def stop_container(
             before(found)
         ctx.say(f"stopping {what} ({name})")
         found.stop_and_remove(ctx.stack.stop_grace_period)
+
+
+def renew_gateway(
+    ctx: Context, said: str, run_file: str, spec: GatewaySpec | None
+) -> tuple[Replacement, float]:
+    """Say `said`, then a new gateway container from `run_file` (the port stays open:
+    `gateway_replace`); what it did and how many seconds it took."""
+    from composer.swap import gateway_replace
+
+    ctx.say(said)
+    began = time.monotonic()
+    done = gateway_replace.replace_gateway(ctx.stack, ctx.client, Path(run_file), spec, ctx.say)
+    return done, time.monotonic() - began
 
 
 def drain(
@@ -401,14 +402,9 @@ class SingleSwap:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
         its requests (`gateway_replace`); the port's gap and the old one's requests are counted."""
-        from composer.swap.gateway_replace import replace_gateway
-
         assert self.gateway is not None
-        ctx = self.ctx
-        ctx.say("the gateway needs a new container: replacing it")
-        began = time.monotonic()
-        done = replace_gateway(ctx.stack, ctx.client, Path(op.run_file), self.gateway, ctx.say)
-        took = time.monotonic() - began
+        said = "the gateway needs a new container: replacing it"
+        done, took = renew_gateway(self.ctx, said, op.run_file, self.gateway)
         self._took("drain", took)
         self._took("gateway_recreate", took)
         how = (
@@ -826,7 +822,7 @@ class DrainTally:
     continued: int = 0
     refused: int = 0
 
-    def member(self, control: GatewayControl, stack: Stack, op: DrainMember) -> None:
+    def member(self, control: GatewayControl, stack: Stack, op: ops.DrainMember) -> None:
         """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
         try:
             drained = control.drain_upstream(
@@ -877,17 +873,14 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
     `target` (its own address): above `floor`, or HealthCheckFailed (Docker and Kubernetes)."""
     import httpx
 
-    from composer.errors import HealthCheckFailed
-    from composer.swap.standby import check_acceptance, spec_counters
-
     def counters() -> tuple[float, float]:
         try:
             reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
-            return spec_counters(reply.text)
+            return standby.spec_counters(reply.text)
         except (httpx.HTTPError, ValueError) as err:
             raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
 
-    return check_acceptance(counters, target, floor)
+    return standby.check_acceptance(counters, target, floor)
 
 
 class LiveSwapper:
@@ -905,24 +898,21 @@ class LiveSwapper:
 
     def handlers(self) -> Handlers:
         return {
-            StartGateway: self.start_gateway,
-            StartMember: self.start_member,
-            AdoptMember: self.adopt,
-            GateMember: self.gate,
-            Publish: self.publish,
-            DrainMember: self.drain,
-            DrainSingle: self.drain_single,
-            StopMember: self.stop_member,
-            AwaitRelease: self.await_release,
-            UpdateGateway: self.update_gateway,
+            ops.StartGateway: self.start_gateway,
+            ops.StartMember: self.start_member,
+            ops.AdoptMember: self.adopt,
+            ops.GateMember: self.gate,
+            ops.Publish: self.publish,
+            ops.DrainMember: self.drain,
+            ops.DrainSingle: self.drain_single,
+            ops.StopMember: self.stop_member,
+            ops.AwaitRelease: self.await_release,
+            ops.UpdateGateway: self.update_gateway,
         }
 
     def keep_evidence(self, op: Op, err: BaseException) -> None:
         """Before the undo removes a member that failed to start or pass its gate: keep its log."""
-        from composer.errors import DiagnosedError
-        from composer.swap import evidence
-
-        if not isinstance(op, StartMember | GateMember):
+        if not isinstance(op, ops.StartMember | ops.GateMember):
             return
         cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
         tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
@@ -930,14 +920,14 @@ class LiveSwapper:
         self.kept = bool(tail)
 
     # -- the operations -------------------------------------------------------------------
-    def start_gateway(self, op: StartGateway) -> None:
+    def start_gateway(self, op: ops.StartGateway) -> None:
         start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
 
-    def start_member(self, op: StartMember) -> None:
+    def start_member(self, op: ops.StartMember) -> None:
         member = op.member
         start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
 
-    def adopt(self, op: AdoptMember) -> None:
+    def adopt(self, op: ops.AdoptMember) -> None:
         """The container joins as it runs: it must still be the running one the plan read."""
         if self._container(op.member.container).container.status != "running":
             raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
@@ -963,7 +953,7 @@ class LiveSwapper:
                 return str(network["IPAddress"])
         raise SwapFailed(f"{container.name} has no address on the project's network")
 
-    def gate(self, op: GateMember) -> None:
+    def gate(self, op: ops.GateMember) -> None:
         """The swap's gate on the member's own address, a settle watch, and for a speculative
         variant its acceptance over a short warm-up (`live_acceptance`)."""
         began = time.monotonic()
@@ -984,19 +974,19 @@ class LiveSwapper:
             rate = live_acceptance(target, self.stack.acceptance_floor)
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
 
-    def publish(self, op: Publish) -> None:
+    def publish(self, op: ops.Publish) -> None:
         if control := self._control():
             set_upstreams(control, [dict(u) for u in op.upstreams])
 
-    def drain(self, op: DrainMember) -> None:
+    def drain(self, op: ops.DrainMember) -> None:
         if control := self._control():
             self.drained.member(control, self.stack, op)
 
-    def drain_single(self, op: DrainSingle) -> None:
+    def drain_single(self, op: ops.DrainSingle) -> None:
         if control := self._control():
             self.drained.single(control, self.stack, self.waiting, op.container)
 
-    def stop_member(self, op: StopMember) -> None:
+    def stop_member(self, op: ops.StopMember) -> None:
         """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
@@ -1011,18 +1001,15 @@ class LiveSwapper:
 
         stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
 
-    def await_release(self, op: AwaitRelease) -> None:
+    def await_release(self, op: ops.AwaitRelease) -> None:
         while self._releases:
             out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
             if out.how == "timeout":
                 self.say(out.detail)
 
-    def update_gateway(self, op: UpdateGateway) -> None:
+    def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
-        from composer.swap.gateway_replace import replace_gateway
-
-        self.say(f"replacing the gateway: {op.why}")
-        done = replace_gateway(self.stack, self.client, Path(op.run_file), None, self.say)
+        done, _ = renew_gateway(self.ctx, f"replacing the gateway: {op.why}", op.run_file, None)
         self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
         self.say(done.port_gap.line())
 
@@ -1056,9 +1043,10 @@ class LiveSwapper:
                 "`compose-spec down` stops everything"
             )
         before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        ops: list[Op] = [Publish(tuple(u for u in before if u not in [m.upstream() for m in mine]), before)]
-        ops += [op for m in mine for op in (DrainMember(m.name), StopMember(m))]
-        execute(ops, self.handlers(), say=self.say)
+        left = tuple(u for u in before if u not in [m.upstream() for m in mine])
+        todo: list[Op] = [ops.Publish(left, before)]
+        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
+        execute(todo, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
         return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
