@@ -1,10 +1,10 @@
 """Docker's executor: the dispatch tables `composer.swap.execute` runs a plan with, one for the
 single switch (`SingleSwap`) and one for a live set's change (`LiveSwapper`); both start a
-service from its run file (`start_service`) and stop a container (`stop_container`) alike.
+service (`start_service`), stop a container (`stop_container`), replace the gateway alike.
 
 `Context` holds the collaborators (stack, Docker client, options, where to say things, the
 gateway's current hold). Each handler does one operation and writes what it did (seconds per
-step kind, notes, warnings, drained counts) into the `UpResult`, never reading the variant's
+step kind, notes, warnings, drained counts) into its result, never reading the variant's
 settings: the operations carry them. `keep_evidence` keeps a failed variant's log before the
 undo, `explain` words the error after it. A gateway that restarted or stopped during a route,
 a gate or a settle watch is held (or started) again and the operation runs once more
