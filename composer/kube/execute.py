@@ -66,20 +66,13 @@ from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.execute import Handlers, Say, _reason, execute, quiet
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
-from composer.swap.live import (
-    DrainTally,
-    LivePlan,
-    LiveResult,
-    _operations,
-    live_acceptance,
-    live_history,
-    plan_alone,
-    set_upstreams,
-)
+from composer.swap.live import LiveResult, live_history
 from composer.swap.lock import swap_lock
+from composer.swap.plan import LivePlan, _operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.swapper import UpOptions
+from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
 
 NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
 SHARED = "shared"

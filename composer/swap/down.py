@@ -17,7 +17,7 @@ from composer.swap.execute import Say, quiet
 from composer.swap.journal import append_history
 from composer.swap.snapshot import take
 from composer.swap.swapper import UpOptions
-from composer.swap.transaction import Context
+from composer.swap.transaction import Context, LiveSwapper
 
 if TYPE_CHECKING:
     import docker
@@ -78,8 +78,6 @@ def stop_variant(
     stack = ctx.stack
     snap = take(stack, ctx.client)
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
-        from composer.swap.live import LiveSwapper
-
         return LiveSwapper(ctx).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:

@@ -2,168 +2,43 @@
 
 `up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
 running live set makes C's one serving container replace it (`plan_alone`). `up_set` is
-`up`'s one entry (one snapshot, `desired`, then the plan). `plan_live` (pure) turns the change
-into typed operations (`composer.swap.ops`) that never leave zero ready upstreams: each new
-container starts from the live run file, is gated like a swap (on its own address, a settle
-watch, a speculative variant's acceptance) and only then published; a leaving one is first
-left out of the upstreams, drained, then stopped (before a new member that needs its GPUs
-starts, which then waits for their release). `LiveSwapper` is the Docker dispatch table
-`composer.swap.execute` runs them with: a failure or a stop signal undoes what ran.
+`up`'s one entry (one snapshot, `desired`, then the plan: `composer.swap.plan`). Each new
+container is gated like a swap (on its own address, a settle watch, a speculative variant's
+acceptance). `run_live` runs the plan with Docker's dispatch table
+(`composer.swap.transaction.LiveSwapper`): a failure or a stop signal undoes what ran.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
-from composer.engine import bootlog, retry
-from composer.engine.containers import gateway_container
-from composer.engine.gate import GateTarget, wait_ready, watch_settled
-from composer.engine.variant_container import VariantContainer
-from composer.errors import ConfigError, GatewayControlError, SwapFailed, UsageError
+from composer.engine import bootlog
+from composer.errors import ConfigError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.files import run_file as variant_run_file
-from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import state_dir
-from composer.render.spec import CONTAINER_PORT, Owner
+from composer.render.spec import Owner
 from composer.render.target import Target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.execute import Handlers, Say, execute, quiet
-from composer.swap.gpu_release import ReleaseWait
-from composer.swap.journal import SwapRecord, append_history
-from composer.swap.ops import (
-    AdoptMember,
-    AwaitRelease,
-    DrainMember,
-    DrainSingle,
-    GateMember,
-    Member,
-    Op,
-    Publish,
-    Reapply,
-    StartGateway,
-    StartMember,
-    StopMember,
-    UpdateGateway,
-)
-from composer.swap.plan import foreign_members, takeover_notes, takeover_refusal
-from composer.swap.snapshot import LiveRunning, Snapshot
-from composer.swap.transaction import Context, by_name, compose_up
+from composer.swap.execute import Say, execute, quiet
+from composer.swap.journal import append_history
+from composer.swap.ops import Member, Op, Publish, StartMember
+from composer.swap.plan import LivePlan, plan_alone, plan_live
+from composer.swap.snapshot import Snapshot
+from composer.swap.transaction import Context, LiveSwapper
 
 if TYPE_CHECKING:
     import docker
 
-    from composer.engine.containers import RunningVariant
-    from composer.gateway.client import GatewayControl
-    from composer.probes.gpu import GpuProbe
     from composer.swap.swapper import UpOptions, UpResult
-
-
-@dataclass(frozen=True)
-class LivePlan:
-    """A live-set change (Docker and Kubernetes): the members it keeps, starts, stops and
-    replaces, and the typed operations that do it, in order (`ops`)."""
-
-    variants: tuple[str, ...]
-    keep: tuple[str, ...]  # members that serve on, untouched
-    start: tuple[str, ...]  # members started and gated, one at a time
-    stop: tuple[str, ...]  # members drained and stopped, one at a time (after every start)
-    replace: tuple[str, ...] = ()  # members whose configuration changed: drained, then started again
-    single: str | None = None  # today's one serving container (not live): stopped once the set serves
-    single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
-    start_gateway: bool = False
-    gpus: Mapping[str, str] = field(default_factory=dict)
-    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
-    notes: tuple[str, ...] = ()
-    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
-    ops: tuple[Op, ...] = ()
-    alone: str = ""  # `up X` on a live set: X's one serving container replaces the set (`plan_alone`)
-
-    @classmethod
-    def between(
-        cls,
-        variants: Sequence[str],
-        members: Sequence[str],
-        now: Collection[str],
-        keep: tuple[str, ...],
-        **more: Any,
-    ) -> Self:
-        """The change from the members that run `now` to `members`, keeping `keep` as they run."""
-        return cls(
-            variants=tuple(variants),
-            keep=keep,
-            start=tuple(n for n in members if n not in now),
-            stop=tuple(n for n in sorted(now) if n not in members),
-            replace=tuple(n for n in members if n in now and n not in keep),
-            **more,
-        )
-
-    @property
-    def no_op(self) -> bool:
-        return self.refused != "" or not self.ops
-
-    @property
-    def mode(self) -> str:
-        """`join`: every variant serving now stays in the set; `replace`: one leaves."""
-        if self.no_op:
-            return "refused" if self.refused else "unchanged"
-        staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
-        return "replace" if self.alone or {n.split("/")[0] for n in self.leaving} - staying else "join"
-
-    @property
-    def leaving(self) -> list[str]:
-        """What leaves the set (stopped for good)."""
-        return sorted({*self.stop} | ({self.single} if self.single else set()))
-
-    @property
-    def before(self) -> list[str]:
-        """The members (and the one serving container) that serve before the change."""
-        return sorted({*self.keep, *self.replace, *self.leaving})
-
-    def recording(self, project: str, timeout: float) -> SwapRecord:
-        """The running change's record (`status` names it; a killed `up` leaves it behind,
-        and the next `status` or `up` turns it into an interrupted history event)."""
-        steps = [op.describe() for op in self.ops]
-        data = {"kind": "live", "serving": "+".join(self.before) or None, "target": "+".join(self.variants)}
-        return SwapRecord(project, {**data, "steps": steps}, timeout)
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "live": list(self.variants),
-            "keep": list(self.keep),
-            "start": list(self.start),
-            "replace": list(self.replace),
-            "stop": list(self.stop),
-            "single": self.single,
-            "start_gateway": self.start_gateway,
-            "refused": self.refused or None,
-            "mode": self.mode,
-            "leaving": self.leaving,
-            "alone": self.alone or None,
-            "operations": [op.as_data() for op in self.ops],
-        }
-
-    def describe(self) -> str:
-        """The plan, one typed operation a line (`up --dry-run`)."""
-        if self.refused:
-            return f"refused: {self.refused}"
-        after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
-        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
-        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
-        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
-        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
-        lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
-        lines += [f"  note: {note}" for note in self.notes]
-        if self.no_op:
-            lines.append("  nothing to change: the live set already runs with this configuration")
-        return "\n".join(lines)
 
 
 @dataclass
@@ -180,578 +55,111 @@ class LiveResult:
     drained: dict[str, int] | None = None
 
 
-def plan_live(
-    target: LiveTarget,
-    running: Sequence[LiveRunning],
-    single: RunningVariant | None = None,
-    gateway_running: bool = True,
-    gpus_shared: bool = False,
-    owner: Owner | None = None,
-    takeover: bool = False,
-    *,
-    speculative: Collection[str] = (),
-    run_file: str = "",
-    continue_streams: bool = True,
-) -> LivePlan:
-    """Decide the change (pure): keep what runs with the same configuration, start what is new,
-    restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
-    container's GPUs overlap the set's, so it stops first. Another stack's container (per
-    `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
-    checks acceptance; `run_file`: where new members start from; `continue_streams` (no
-    `up --drain`): a leaving member's streams go on on the others."""
-    wanted = {s.name: s for s in target.services}
-    now = {r.name: r for r in running if r.status == "running"}
-    if single is not None and single.name in {r.container for r in now.values()}:
-        single = None  # already a member (the snapshot names it)
-    found = [(r.name, r.container, r.owner) for r in now.values()]
-    if single is not None:
-        found.append((single.variant, single.name, single.owner))
-    foreign = foreign_members(owner, found)
-    project = target.services[0].spec.project if target.services else ""
-    if foreign and not takeover:
-        return LivePlan(target.variants, (), (), (), refused=takeover_refusal(foreign, project))
-    taken = {f.variant for f in foreign}
-
-    def current(name: str, config_hash: str) -> bool:
-        return config_hash in {wanted[name].spec.hash, wanted[name].alone_hash} - {""}
-
-    def member(name: str, variant: str, container: str, service: str, file: str, gpus: str) -> Member:
-        return Member(name, variant, container, service, file, gpus, variant in speculative)
-
-    new = {
-        n: member(
-            n, s.member.variant, s.spec.container_name, s.spec.compose_service, run_file, s.member.gpus_text
-        )
-        for n, s in wanted.items()
-    }
-    old = {n: member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
-    alone = adopt = None
-    if single is not None:
-        file = (single.config_file or "").split(",")[0]
-        joins = f"{single.variant}/1"
-        others = [n for n in wanted if n != joins]
-        if gateway_running and joins in wanted and current(joins, single.config_hash) and others and not now:
-            # the lone serving container runs what the member would: it joins as it runs
-            adopt = member(
-                joins, single.variant, single.name, single.service or "", file, wanted[joins].member.gpus_text
-            )
-            single = None
-        else:
-            gpus = "all" if gpus_shared else "-"
-            alone = member(single.variant, single.variant, single.name, single.service or "", file, gpus)
-    adopted = {adopt.name: adopt} if adopt else {}
-    keep = tuple(
-        n for n in wanted if n in adopted or (n in now and current(n, now[n].config_hash) and n not in taken)
+def decide(ctx: Context, target: LiveTarget, snap: Snapshot) -> LivePlan:
+    """The live set's change, from the one snapshot."""
+    stack, options = ctx.stack, ctx.options
+    single = snap.current
+    shared = False
+    if single is not None and stack.gpus is not None:
+        used = set(stack.gpus)
+        shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
+    run_file = str(live_run_file(target, write=False)) if target.services else ""
+    return plan_live(
+        target,
+        snap.live,
+        single,
+        snap.gateway_running,
+        shared,
+        Owner.of(stack),
+        options.takeover,
+        speculative={v for v in stack.variants if stack.variant(v).speculative is not None},
+        run_file=run_file,
+        continue_streams=stack.gateway.continues(options.drain),
     )
-    plan = LivePlan.between(
-        target.variants,
-        list(wanted),
-        {*now, *adopted},
-        keep,
-        single=single.variant if single is not None else None,
-        single_first=single is not None and gpus_shared,
-        start_gateway=target.gateway is not None and not gateway_running,
-        gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
-        notes=tuple(takeover_notes(foreign, project)),
-        upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
+
+
+def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
+    """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
+    stack, options = ctx.stack, ctx.options
+    spec, gpus = target.spec, "-" if stack.gpus is None else "all"  # it takes every GPU
+    where = (spec.container_name, spec.compose_service, str(run_file), gpus)
+    alone = Member(target.name, target.name, *where, target.variant.speculative is not None)
+    return plan_alone(
+        alone,
+        target.hash,
+        snap.live,
+        stack.project,
+        gateway_running=snap.gateway_running,
+        owner=Owner.of(stack),
+        takeover=options.takeover,
+        continue_streams=stack.gateway.continues(options.drain),
     )
-    ops = _operations(plan, new, old, alone, run_file, adopt, continue_streams)
-    return replace(plan, ops=ops)
 
 
-def _overlap(a: str, b: str) -> bool:
-    """Two GPU sets as labels write them (`0,1`, `all`, `-`) share a GPU."""
-    if "-" in (a, b) or not a or not b:
-        return False
-    return "all" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))
+def preflight(ctx: Context, checked: Sequence[Target], snap: Snapshot) -> list[str]:
+    """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
+    from composer.swap.swapper import preflight_warnings
+
+    return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
 
 
-def _operations(
+def run_live(
+    swapper: LiveSwapper,
     plan: LivePlan,
-    new: Mapping[str, Member],
-    old: Mapping[str, Member],
-    alone: Member | None,
-    run_file: str,
-    adopt: Member | None = None,
-    continue_streams: bool = True,
-    in_place: bool = False,
-) -> tuple[Op, ...]:
-    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member whose
-    GPUs a new one needs leaves before it starts, the others after every new member serves;
-    each new member is started, gated, then published. A changed member is drained, then
-    started again (`in_place`, a Deployment: applied in place). The one serving container
-    that does not join is drained once the set takes the new requests, then stopped."""
-    ops: list[Op] = [StartGateway(run_file)] if plan.start_gateway else []
-    ops += [AdoptMember(adopt)] if adopt else []
-    serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
-
-    def publish(upstreams: list[dict[str, str]]) -> None:
-        nonlocal serving
-        if upstreams != serving:
-            ops.append(Publish(tuple(upstreams), tuple(serving)))
-            serving = upstreams
-
-    def leave(member: Member, stop: bool = True) -> None:
-        rest = [u for u in serving if u["name"] != member.name]
-        if rest:  # the last one serving is not taken out: the gateway holds for what comes next
-            publish(rest)
-            ops.append(DrainMember(member.name, continue_streams))
-        ops.extend([StopMember(member)] if stop else [])
-
-    if alone is not None and plan.single_first:
-        ops.append(StopMember(alone))
-    early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
-    for name in early:
-        leave(old[name])
-    for name in (*plan.replace, *plan.start):
-        rolled = in_place and name in plan.replace
-        if name in plan.replace:
-            leave(old[name], stop=not rolled)
-        freed = [op.member.gpus for op in ops if isinstance(op, StopMember)]
-        if any(_overlap(gpus, new[name].gpus) for gpus in freed):
-            ops.append(AwaitRelease(new[name].gpus))
-        ops += [Reapply(new[name]) if rolled else StartMember(new[name]), GateMember(new[name])]
-        adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
-        publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
-    if alone is not None and not plan.single_first:
-        if serving and not any(isinstance(op, Publish) for op in ops):  # a set that already ran
-            ops.append(Publish(tuple(serving), ()))
-        ops += [DrainSingle(alone.container)] if serving else []
-        ops.append(StopMember(alone))
-    for name in plan.stop:
-        if name not in early:
-            leave(old[name])
-    return tuple(ops)
-
-
-def plan_alone(
-    alone: Member,
-    alone_hash: str,
-    running: Sequence[LiveRunning],
-    project: str,
-    *,
-    gateway_running: bool = True,
-    gateway_file: str | None = None,
-    owner: Owner | None = None,
-    takeover: bool = False,
-    continue_streams: bool = True,
-) -> LivePlan:
-    """`up X` on a running live set (pure; Docker and Kubernetes): X's one serving container
-    (`alone`, from its run file) is started and gated, the gateway goes back to its single
-    upstream (`Publish((), ...)`), then each member is drained and stopped; one whose GPUs or
-    service X needs goes first (X then waits for the release). A member that is X's container
-    already (adopted) serves on. Last, the gateway is replaced from `gateway_file` (X's run
-    file when None): its settings named the members."""
-    now = {r.name: r for r in running if r.status == "running"}
-    foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
-    if foreign and not takeover:
-        refused = takeover_refusal(foreign, project)
-        return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
-    taken = {f.container for f in foreign}
-    old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
-    same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
-    kept = next((n for n, r in now.items() if (r.container, r.variant, r.config_hash) == same), None)
-    kept = kept if kept is None or now[kept].container not in taken else None
-    leaving = [n for n in old if n != kept]
-    early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
-    gateway_file = gateway_file or alone.run_file
-    ops: list[Op] = [] if gateway_running else [StartGateway(gateway_file)]
-    serving = [m.upstream() for m in old.values()]
-    for name in early:
-        rest = [u for u in serving if u["name"] != name]
-        if rest:  # the last one serving is not taken out: the gateway holds until X serves
-            ops += [Publish(tuple(rest), tuple(serving)), DrainMember(name, continue_streams)]
-            serving = rest
-        ops.append(StopMember(old[name]))
-    if kept is None:
-        ops += [AwaitRelease(alone.gpus)] if any(_overlap(old[n].gpus, alone.gpus) for n in early) else []
-        ops += [StartMember(alone), GateMember(alone)]
-    ops.append(Publish((), tuple(serving)))
-    for name in leaving:
-        if name not in early:
-            ops += [DrainMember(name, continue_streams), StopMember(old[name])]
-    if gateway_running:  # its settings list the members: a restart would route to them again
-        ops.append(UpdateGateway(gateway_file, "the live set left: its settings name no member"))
-    return LivePlan(
-        (alone.variant,),
-        keep=(kept,) if kept else (),
-        start=() if kept else (alone.variant,),
-        stop=tuple(sorted(leaving)),
-        start_gateway=not gateway_running,
-        gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
-        notes=tuple(takeover_notes(foreign, project)),
-        ops=tuple(ops),
-        alone=alone.variant,
-    )
-
-
-def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
-    """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
-    try:
-        control.set_upstreams(upstreams)
-    except GatewayControlError as err:
-        raise SwapFailed(
-            f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
-            "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
-        ) from err
-
-
-def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
-    older gateway image: every forwarded request less those on live upstreams)."""
-    if raw is not None and "single_outstanding" in raw:
-        return max(0, int(raw["single_outstanding"] or 0))
-    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
-    return max(0, int((raw or {}).get("inflight") or 0) - live)
-
-
-@dataclass
-class DrainTally:
-    """What a live change's drains counted (both engines): requests cut at the drain timeout,
-    streams continued on the other members, and streams refused (they drained)."""
-
-    cut: int = 0
-    continued: int = 0
-    refused: int = 0
-
-    def member(self, control: GatewayControl, stack: Stack, op: DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
-        try:
-            drained = control.drain_upstream(
-                op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len
-            )
-        except GatewayControlError:
-            return
-        self.cut += 0 if drained.done else drained.outstanding
-        self.continued += drained.continued
-        self.refused += drained.refused
-
-    def single(self, control: GatewayControl, stack: Stack, waiting: Say, container: str) -> None:
-        """Wait until nothing is in flight on the gateway's single upstream, or the drain
-        timeout; what still runs then is counted cut (nothing when the gateway cannot say)."""
-
-        def left() -> int:
-            try:
-                running = single_inflight(control.state().raw)
-            except GatewayControlError:
-                return 0
-            if running:
-                waiting(f"draining {container} ({running} in flight)")
-                raise retry.Pending(f"{running} in flight on {container}", running)
-            return 0
-
-        self.cut += int(retry.single_drain(stack.gateway.drain_timeout)(left) or 0)
-
-    def report(self, result: LiveResult) -> None:
-        """The counts in `result.drained`, and a warning when something was cut."""
-        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
-        if self.cut:
-            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
-
-
-def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
-    """Per-upstream fields of the gateway's state (`upstreams`: a list or a mapping by name);
-    empty when the gateway does not report them."""
-    found = (raw or {}).get("upstreams")
-    if isinstance(found, Mapping):
-        return {str(k): dict(v) for k, v in found.items() if isinstance(v, Mapping)}
-    if isinstance(found, list):
-        return {str(u.get("name")): dict(u) for u in found if isinstance(u, Mapping) and u.get("name")}
-    return {}
-
-
-def live_acceptance(target: GateTarget, floor: float) -> float:
-    """A speculative variant's acceptance over a short warm-up, from its own /metrics at
-    `target` (its own address): above `floor`, or HealthCheckFailed (Docker and Kubernetes)."""
-    import httpx
-
-    from composer.errors import HealthCheckFailed
-    from composer.swap.standby import check_acceptance, spec_counters
-
-    def counters() -> tuple[float, float]:
-        try:
-            reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
-            return spec_counters(reply.text)
-        except (httpx.HTTPError, ValueError) as err:
-            raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
-
-    return check_acceptance(counters, target, floor)
-
-
-class LiveSwapper:
-    """Live-set changes on one Docker engine: its methods are the executor's dispatch table."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
-        self.say, self.waiting = ctx.say, ctx.waiting
-        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.timings: dict[str, float] = {}
-        self.drained = DrainTally()
-        self._releases: list[ReleaseWait] = []
-        self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
-
-    # -- reading --------------------------------------------------------------------------
-    def decide(self, target: LiveTarget, snap: Snapshot) -> LivePlan:
-        """The live set's change, from the one snapshot."""
-        single = snap.current
-        shared = False
-        if single is not None and self.stack.gpus is not None:
-            used = set(self.stack.gpus)
-            shared = "all" in used or any(used & set(s.member.gpus or used) for s in target.services)
-        run_file = str(live_run_file(target, write=False)) if target.services else ""
-        return plan_live(
-            target,
-            snap.live,
-            single,
-            snap.gateway_running,
-            shared,
-            Owner.of(self.stack),
-            self.options.takeover,
-            speculative={v for v in self.stack.variants if self.stack.variant(v).speculative is not None},
-            run_file=run_file,
-            continue_streams=self.stack.gateway.continues(self.options.drain),
-        )
-
-    def decide_alone(self, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
-        """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
-        spec, gpus = target.spec, "-" if self.stack.gpus is None else "all"  # it takes every GPU
-        where = (spec.container_name, spec.compose_service, str(run_file), gpus)
-        alone = Member(target.name, target.name, *where, target.variant.speculative is not None)
-        return plan_alone(
-            alone,
-            target.hash,
-            snap.live,
-            self.stack.project,
-            gateway_running=snap.gateway_running,
-            owner=Owner.of(self.stack),
-            takeover=self.options.takeover,
-            continue_streams=self.stack.gateway.continues(self.options.drain),
-        )
-
-    def handlers(self) -> Handlers:
-        return {
-            StartGateway: self.start_gateway,
-            StartMember: self.start_member,
-            AdoptMember: self.adopt,
-            GateMember: self.gate,
-            Publish: self.publish,
-            DrainMember: self.drain,
-            DrainSingle: self.drain_single,
-            StopMember: self.stop_member,
-            AwaitRelease: self.await_release,
-            UpdateGateway: self.update_gateway,
-        }
-
-    def preflight(self, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-        """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
-        from composer.swap.swapper import preflight_warnings
-
-        return list(dict.fromkeys(w for t in checked for w in preflight_warnings(self.ctx, t, snap)))
-
-    def keep_evidence(self, op: Op, err: BaseException) -> None:
-        """Before the undo removes a member that failed to start or pass its gate: keep its log."""
-        from composer.errors import DiagnosedError
-        from composer.swap import evidence
-
-        if not isinstance(op, StartMember | GateMember):
-            return
-        cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
-        tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
-        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say, op.member.container)
-        self.kept = bool(tail)
-
-    # -- the operations -------------------------------------------------------------------
-    def start_gateway(self, op: StartGateway) -> None:
-        self.say("starting the gateway")
-        compose_up(self.ctx, Path(op.run_file), GATEWAY_SERVICE)
-
-    def start_member(self, op: StartMember) -> None:
-        self.say(f"starting {op.member.name} on GPUs {op.member.gpus}")
-        compose_up(self.ctx, Path(op.member.run_file), op.member.service)
-
-    def adopt(self, op: AdoptMember) -> None:
-        """The container joins as it runs: it must still be the running one the plan read."""
-        if self._container(op.member.container).container.status != "running":
-            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
-
-    def _control(self) -> GatewayControl | None:
-        from composer.gateway.client import GatewayControl
-
-        gateway = gateway_container(self.stack, self.client)
-        return GatewayControl(gateway) if gateway is not None else None
-
-    def _container(self, name: str) -> VariantContainer:
-        found = by_name(self.ctx, name)
-        if found is None:
-            raise SwapFailed(f"{name} was not created")
-        return found
-
-    def _address(self, container: VariantContainer) -> str:
-        """The container's address on the project's network (the gate reaches it directly)."""
-        container.container.reload()
-        networks = container.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-        for network in networks.values():
-            if network.get("IPAddress"):
-                return str(network["IPAddress"])
-        raise SwapFailed(f"{container.name} has no address on the project's network")
-
-    def gate(self, op: GateMember) -> None:
-        """The swap's gate on the member's own address, a settle watch, and for a speculative
-        variant its acceptance over a short warm-up (`live_acceptance`)."""
-        began = time.monotonic()
-        container = self._container(op.member.container)
-        target = GateTarget(
-            op.member.name,
-            CONTAINER_PORT,
-            self._address(container),
-            self.stack.served_model_name,
-            self.stack.api_key,
-        )
-        wait_ready(container, target, began + self.options.timeout, self.options.poll_interval, self.waiting)
-        ready = time.monotonic() - began
-        self.timings[f"{op.member.name} start_to_ready"] = ready
-        self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.options.settle, self.options.poll_interval)
-        if op.member.speculative:
-            rate = live_acceptance(target, self.stack.acceptance_floor)
-            self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
-
-    def publish(self, op: Publish) -> None:
-        if control := self._control():
-            set_upstreams(control, [dict(u) for u in op.upstreams])
-
-    def drain(self, op: DrainMember) -> None:
-        if control := self._control():
-            self.drained.member(control, self.stack, op)
-
-    def drain_single(self, op: DrainSingle) -> None:
-        if control := self._control():
-            self.drained.single(control, self.stack, self.waiting, op.container)
-
-    def stop_member(self, op: StopMember) -> None:
-        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
-        from composer.probes.cgroups import container_pids
-        from composer.probes.gpu import detect_probe
-
-        found = by_name(self.ctx, op.member.container)
-        if found is None:
-            return
-        if self.stack.gpus is not None and op.member.gpus != "-":
-            devices = self.stack.gpus if op.member.gpus == "all" else tuple(op.member.gpus.split(","))
-            pids = container_pids([found.container.id])
-            self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
-        self.say(f"stopping {op.member.name} ({op.member.container})")
-        found.stop_and_remove(self.stack.stop_grace_period)
-
-    def await_release(self, op: AwaitRelease) -> None:
-        while self._releases:
-            out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
-            if out.how == "timeout":
-                self.say(out.detail)
-
-    def update_gateway(self, op: UpdateGateway) -> None:
-        """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
-        from composer.swap.gateway_replace import replace_gateway
-
-        self.say(f"replacing the gateway: {op.why}")
-        done = replace_gateway(self.stack, self.client, Path(op.run_file), None, self.say)
-        self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
-        self.say(done.port_gap.line())
-
-    # -- the change -----------------------------------------------------------------------
-    def up(
-        self,
-        plan: LivePlan,
-        checked: Sequence[Target],
-        snap: Snapshot,
-        run_file: Callable[[], Path] | None = None,
-        outcome: str = "",
-    ) -> LiveResult:
-        """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
-        `run_file`: writes their run file, `outcome`: what the result says once it ran."""
-        began = time.monotonic()
-        label = "+".join(plan.variants)
-        result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
-        if not plan.no_op:
-            result.warnings += self.preflight(checked, snap)
-        if self.options.dry_run:
-            result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
-            return result
-        if plan.refused:
-            raise UsageError(plan.refused)
-        if plan.no_op:
-            # The gateway may have restarted with an older set in its environment: tell it again.
-            self.publish(Publish(plan.upstreams, ()))
-            result.outcome = "unchanged"
-            result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
-            result.timings["total"] = time.monotonic() - began
-            return result
-        compose_file = run_file() if run_file is not None else None
-        record = plan.recording(self.stack.project, self.options.timeout)
-        try:
-            ran = execute(
-                plan.ops,
-                self.handlers(),
-                rollback=self.options.rollback,
-                say=self.say,
-                failed=self.keep_evidence,
-                stage=record.stage,
-            )
-        except BaseException as err:
-            if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
-                err.log_tail = bootlog.redact(err.log_tail, self.stack.api_key)
-                err.tail_shown = self.kept
-            result.timings.update(self.timings)
-            live_history(self.stack, plan, "failed", result, err)
-            raise
-        finally:
-            record.close()
-        kept = [r.run_file for r in snapshot.take(self.stack, self.client, ask_sleeping=False).live]
-        prune_run_files(self.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
-        if plan.start_gateway:
-            self._answers(label)
-        result.timings.update(self.timings)
-        self.drained.report(result)
-        result.outcome = outcome
-        result.timings["total"] = time.monotonic() - began
-        live_history(self.stack, plan, result.outcome, result, ran=ran)
+    checked: Sequence[Target],
+    snap: Snapshot,
+    run_file: Callable[[], Path] | None = None,
+    outcome: str = "",
+) -> LiveResult:
+    """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
+    `run_file`: writes their run file, `outcome`: what the result says once it ran."""
+    began = time.monotonic()
+    label = "+".join(plan.variants)
+    result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
+    if not plan.no_op:
+        result.warnings += preflight(swapper.ctx, checked, snap)
+    if swapper.options.dry_run:
+        result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
         return result
-
-    def _answers(self, names: str) -> None:
-        """A gateway this change started answers through the published port and reaches the
-        set before `up` returns: the first request after it is neither refused nor reset."""
-        from composer.engine.published_port import ANSWER_TIMEOUT, wait_published
-
-        gateway = gateway_container(self.stack, self.client)
-        published = wait_published(gateway, self.stack) if gateway is not None else None
-        if published is None or not published.answers:
-            detail = published.detail if published is not None else "its container is gone"
-            raise SwapFailed(f"the started gateway does not answer through the published port: {detail}")
-        control = self._control()
-        if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
-            self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
-
-    def remove(self, variant: str, snap: Snapshot) -> str:
-        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
-        running = snap.live_running
-        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
-        mine = [m for m in mine if m.variant == variant]
-        if not mine:
-            return f"{variant} is not live; nothing stopped"
-        if len(mine) == len(running):
-            from composer.errors import DownRefused
-
-            raise DownRefused(
-                f"{variant} is all the live set serves: stopping it leaves nothing serving; "
-                "`compose-spec down` stops everything"
-            )
-        before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        ops: list[Op] = [Publish(tuple(u for u in before if u not in [m.upstream() for m in mine]), before)]
-        ops += [op for m in mine for op in (DrainMember(m.name), StopMember(m))]
-        execute(ops, self.handlers(), say=self.say)
-        said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
-        cut = self.drained.cut
-        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+    if plan.refused:
+        raise UsageError(plan.refused)
+    if plan.no_op:
+        # The gateway may have restarted with an older set in its environment: tell it again.
+        swapper.publish(Publish(plan.upstreams, ()))
+        result.outcome = "unchanged"
+        result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
+        result.timings["total"] = time.monotonic() - began
+        return result
+    compose_file = run_file() if run_file is not None else None
+    record = plan.recording(swapper.stack.project, swapper.options.timeout)
+    try:
+        ran = execute(
+            plan.ops,
+            swapper.handlers(),
+            rollback=swapper.options.rollback,
+            say=swapper.say,
+            failed=swapper.keep_evidence,
+            stage=record.stage,
+        )
+    except BaseException as err:
+        if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
+            err.log_tail = bootlog.redact(err.log_tail, swapper.stack.api_key)
+            err.tail_shown = swapper.kept
+        result.timings.update(swapper.timings)
+        live_history(swapper.stack, plan, "failed", result, err)
+        raise
+    finally:
+        record.close()
+    kept = [r.run_file for r in snapshot.take(swapper.stack, swapper.client, ask_sleeping=False).live]
+    prune_run_files(swapper.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
+    if plan.start_gateway:
+        swapper.answers(label)
+    result.timings.update(swapper.timings)
+    swapper.drained.report(result)
+    result.outcome = outcome
+    result.timings["total"] = time.monotonic() - began
+    live_history(swapper.stack, plan, result.outcome, result, ran=ran)
+    return result
 
 
 def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
@@ -785,9 +193,9 @@ def live_history(
     )
 
 
-def live_run_file(target: LiveTarget, directory: Path | None = None, write: bool = True) -> Path:
+def live_run_file(target: LiveTarget, write: bool = True) -> Path:
     """The live set's run file, `live-<hash>.yml` in the state folder (written if needed)."""
-    out = (directory or state_dir()) / target.services[0].spec.project
+    out = state_dir() / target.services[0].spec.project
     if not write:
         return out / f"live-{target.hash}.yml"
     (file,) = render_live(target, out, f"live-{target.hash}.yml")
@@ -835,7 +243,6 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
         return swap(ctx, single, dry_run=options.dry_run, snap=snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
-    swapper = LiveSwapper(ctx)
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it
         single = resolve_target(stack, want.variants[0])
         if single.variant.standby == "sleep":  # it would serve from its own service
@@ -843,19 +250,19 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
                 f"{single.name} sleeps on standby: `down` the live set, then `up {single.name}`"
             )
         files: Callable[[], Path] = partial(variant_run_file, single)
-        plan = swapper.decide_alone(single, files(), snap)
+        plan = decide_alone(ctx, single, files(), snap)
         checked: list[Target] = [single] if plan.start else []
         prometheus, outcome = single.prometheus, f"{single.name} serves alone (the live set left)"
     else:
         target = resolve_live(stack, want.variants)  # unknown names, overlapping GPU sets: exit 2 first
-        plan = swapper.decide(target, snap)
+        plan = decide(ctx, target, snap)
         checked = started_targets(stack, target, plan)
         members = ", ".join(f"{s.name} (GPUs {s.member.gpus_text})" for s in target.services)
         prometheus, outcome = target.prometheus, f"live set {members}"
         files = partial(live_run_file, target)
     if not options.dry_run:
         check_profiles(ctx, prometheus)
-    result = swapper.up(plan, checked, snap, files, outcome)
+    result = run_live(LiveSwapper(ctx), plan, checked, snap, files, outcome)
     by_class, routing = live_routing(stack.workloads, plan.variants)
     result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
     if options.profiles and not options.dry_run:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from composer.swap.live import upstream_states
+from composer.swap.transaction import upstream_states
 
 if TYPE_CHECKING:
     from composer.swap.snapshot import Snapshot

@@ -7,23 +7,28 @@ serves nor sleeps as wanted; sleep or stop the serving variant (and the GPU rele
 wake, adopt, route to or start the target; gate, settle, probation. `--dry-run` prints it
 (`describe`); `as_data()` is its JSON. `rollback_source_problem` (the one function here that
 reads a file) checks before anything stops that the rollback's run file is readable.
+
+A live set's change (`LivePlan`, Docker and Kubernetes alike) is planned here too: `plan_live`
+for `up A B`, `plan_alone` for `up X` on a running live set.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self
 
 from composer.engine.containers import RunningVariant
 from composer.render.spec import Owner
 from composer.swap import ops
+from composer.swap.journal import SwapRecord
 from composer.swap.ops import Member, Op
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 if TYPE_CHECKING:
-    from composer.swap.snapshot import Snapshot
+    from composer.render.live import LiveTarget
+    from composer.swap.snapshot import LiveRunning, Snapshot
 
 
 @dataclass(frozen=True)
@@ -434,3 +439,308 @@ def decide(
         todo.insert(0, ops.StopNamed(tuple(stop_first)))
     plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), bool(gateway.recreate), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)
+
+
+@dataclass(frozen=True)
+class LivePlan:
+    """A live-set change (Docker and Kubernetes): the members it keeps, starts, stops and
+    replaces, and the typed operations that do it, in order (`ops`)."""
+
+    variants: tuple[str, ...]
+    keep: tuple[str, ...]  # members that serve on, untouched
+    start: tuple[str, ...]  # members started and gated, one at a time
+    stop: tuple[str, ...]  # members drained and stopped, one at a time (after every start)
+    replace: tuple[str, ...] = ()  # members whose configuration changed: drained, then started again
+    single: str | None = None  # today's one serving container (not live): stopped once the set serves
+    single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
+    start_gateway: bool = False
+    gpus: Mapping[str, str] = field(default_factory=dict)
+    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
+    notes: tuple[str, ...] = ()
+    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
+    ops: tuple[Op, ...] = ()
+    alone: str = ""  # `up X` on a live set: X's one serving container replaces the set (`plan_alone`)
+
+    @classmethod
+    def between(
+        cls,
+        variants: Sequence[str],
+        members: Sequence[str],
+        now: Collection[str],
+        keep: tuple[str, ...],
+        **more: Any,
+    ) -> Self:
+        """The change from the members that run `now` to `members`, keeping `keep` as they run."""
+        return cls(
+            variants=tuple(variants),
+            keep=keep,
+            start=tuple(n for n in members if n not in now),
+            stop=tuple(n for n in sorted(now) if n not in members),
+            replace=tuple(n for n in members if n in now and n not in keep),
+            **more,
+        )
+
+    @property
+    def no_op(self) -> bool:
+        return self.refused != "" or not self.ops
+
+    @property
+    def mode(self) -> str:
+        """`join`: every variant serving now stays in the set; `replace`: one leaves."""
+        if self.no_op:
+            return "refused" if self.refused else "unchanged"
+        staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
+        return "replace" if self.alone or {n.split("/")[0] for n in self.leaving} - staying else "join"
+
+    @property
+    def leaving(self) -> list[str]:
+        """What leaves the set (stopped for good)."""
+        return sorted({*self.stop} | ({self.single} if self.single else set()))
+
+    @property
+    def before(self) -> list[str]:
+        """The members (and the one serving container) that serve before the change."""
+        return sorted({*self.keep, *self.replace, *self.leaving})
+
+    def recording(self, project: str, timeout: float) -> SwapRecord:
+        """The running change's record (`status` names it; a killed `up` leaves it behind,
+        and the next `status` or `up` turns it into an interrupted history event)."""
+        steps = [op.describe() for op in self.ops]
+        data = {"kind": "live", "serving": "+".join(self.before) or None, "target": "+".join(self.variants)}
+        return SwapRecord(project, {**data, "steps": steps}, timeout)
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "live": list(self.variants),
+            "keep": list(self.keep),
+            "start": list(self.start),
+            "replace": list(self.replace),
+            "stop": list(self.stop),
+            "single": self.single,
+            "start_gateway": self.start_gateway,
+            "refused": self.refused or None,
+            "mode": self.mode,
+            "leaving": self.leaving,
+            "alone": self.alone or None,
+            "operations": [op.as_data() for op in self.ops],
+        }
+
+    def describe(self) -> str:
+        """The plan, one typed operation a line (`up --dry-run`)."""
+        if self.refused:
+            return f"refused: {self.refused}"
+        after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
+        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
+        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
+        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
+        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
+        lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
+        lines += [f"  note: {note}" for note in self.notes]
+        if self.no_op:
+            lines.append("  nothing to change: the live set already runs with this configuration")
+        return "\n".join(lines)
+
+
+def plan_live(
+    target: LiveTarget,
+    running: Sequence[LiveRunning],
+    single: RunningVariant | None = None,
+    gateway_running: bool = True,
+    gpus_shared: bool = False,
+    owner: Owner | None = None,
+    takeover: bool = False,
+    *,
+    speculative: Collection[str] = (),
+    run_file: str = "",
+    continue_streams: bool = True,
+) -> LivePlan:
+    """Decide the change (pure): keep what runs with the same configuration, start what is new,
+    restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
+    container's GPUs overlap the set's, so it stops first. Another stack's container (per
+    `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
+    checks acceptance; `run_file`: where new members start from; `continue_streams` (no
+    `up --drain`): a leaving member's streams go on on the others."""
+    wanted = {s.name: s for s in target.services}
+    now = {r.name: r for r in running if r.status == "running"}
+    if single is not None and single.name in {r.container for r in now.values()}:
+        single = None  # already a member (the snapshot names it)
+    found = [(r.name, r.container, r.owner) for r in now.values()]
+    if single is not None:
+        found.append((single.variant, single.name, single.owner))
+    foreign = foreign_members(owner, found)
+    project = target.services[0].spec.project if target.services else ""
+    if foreign and not takeover:
+        return LivePlan(target.variants, (), (), (), refused=takeover_refusal(foreign, project))
+    taken = {f.variant for f in foreign}
+
+    def current(name: str, config_hash: str) -> bool:
+        return config_hash in {wanted[name].spec.hash, wanted[name].alone_hash} - {""}
+
+    def member(name: str, variant: str, container: str, service: str, file: str, gpus: str) -> Member:
+        return Member(name, variant, container, service, file, gpus, variant in speculative)
+
+    new = {
+        n: member(
+            n, s.member.variant, s.spec.container_name, s.spec.compose_service, run_file, s.member.gpus_text
+        )
+        for n, s in wanted.items()
+    }
+    old = {n: member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    alone = adopt = None
+    if single is not None:
+        file = (single.config_file or "").split(",")[0]
+        joins = f"{single.variant}/1"
+        others = [n for n in wanted if n != joins]
+        if gateway_running and joins in wanted and current(joins, single.config_hash) and others and not now:
+            # the lone serving container runs what the member would: it joins as it runs
+            adopt = member(
+                joins, single.variant, single.name, single.service or "", file, wanted[joins].member.gpus_text
+            )
+            single = None
+        else:
+            gpus = "all" if gpus_shared else "-"
+            alone = member(single.variant, single.variant, single.name, single.service or "", file, gpus)
+    adopted = {adopt.name: adopt} if adopt else {}
+    keep = tuple(
+        n for n in wanted if n in adopted or (n in now and current(n, now[n].config_hash) and n not in taken)
+    )
+    plan = LivePlan.between(
+        target.variants,
+        list(wanted),
+        {*now, *adopted},
+        keep,
+        single=single.variant if single is not None else None,
+        single_first=single is not None and gpus_shared,
+        start_gateway=target.gateway is not None and not gateway_running,
+        gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
+        notes=tuple(takeover_notes(foreign, project)),
+        upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
+    )
+    return replace(plan, ops=_operations(plan, new, old, alone, run_file, adopt, continue_streams))
+
+
+def _overlap(a: str, b: str) -> bool:
+    """Two GPU sets as labels write them (`0,1`, `all`, `-`) share a GPU."""
+    if "-" in (a, b) or not a or not b:
+        return False
+    return "all" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))
+
+
+def _operations(
+    plan: LivePlan,
+    new: Mapping[str, Member],
+    old: Mapping[str, Member],
+    alone: Member | None,
+    run_file: str,
+    adopt: Member | None = None,
+    continue_streams: bool = True,
+    in_place: bool = False,
+) -> tuple[Op, ...]:
+    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member whose
+    GPUs a new one needs leaves before it starts, the others after every new member serves;
+    each new member is started, gated, then published. A changed member is drained, then
+    started again (`in_place`, a Deployment: applied in place). The one serving container
+    that does not join is drained once the set takes the new requests, then stopped."""
+    todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
+    todo += [ops.AdoptMember(adopt)] if adopt else []
+    serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
+
+    def publish(upstreams: list[dict[str, str]]) -> None:
+        nonlocal serving
+        if upstreams != serving:
+            todo.append(ops.Publish(tuple(upstreams), tuple(serving)))
+            serving = upstreams
+
+    def leave(member: Member, stop: bool = True) -> None:
+        rest = [u for u in serving if u["name"] != member.name]
+        if rest:  # the last one serving is not taken out: the gateway holds for what comes next
+            publish(rest)
+            todo.append(ops.DrainMember(member.name, continue_streams))
+        todo.extend([ops.StopMember(member)] if stop else [])
+
+    if alone is not None and plan.single_first:
+        todo.append(ops.StopMember(alone))
+    early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
+    for name in early:
+        leave(old[name])
+    for name in (*plan.replace, *plan.start):
+        rolled = in_place and name in plan.replace
+        if name in plan.replace:
+            leave(old[name], stop=not rolled)
+        freed = [op.member.gpus for op in todo if isinstance(op, ops.StopMember)]
+        if any(_overlap(gpus, new[name].gpus) for gpus in freed):
+            todo.append(ops.AwaitRelease(new[name].gpus))
+        todo += [ops.Reapply(new[name]) if rolled else ops.StartMember(new[name]), ops.GateMember(new[name])]
+        adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
+        publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
+    if alone is not None and not plan.single_first:
+        if serving and not any(isinstance(op, ops.Publish) for op in todo):  # a set that already ran
+            todo.append(ops.Publish(tuple(serving), ()))
+        todo += [ops.DrainSingle(alone.container)] if serving else []
+        todo.append(ops.StopMember(alone))
+    for name in plan.stop:
+        if name not in early:
+            leave(old[name])
+    return tuple(todo)
+
+
+def plan_alone(
+    alone: Member,
+    alone_hash: str,
+    running: Sequence[LiveRunning],
+    project: str,
+    *,
+    gateway_running: bool = True,
+    gateway_file: str | None = None,
+    owner: Owner | None = None,
+    takeover: bool = False,
+    continue_streams: bool = True,
+) -> LivePlan:
+    """`up X` on a running live set (pure; Docker and Kubernetes): X's one serving container
+    (`alone`, from its run file) is started and gated, the gateway goes back to its single
+    upstream (`Publish((), ...)`), then each member is drained and stopped; one whose GPUs or
+    service X needs goes first (X then waits for the release). A member that is X's container
+    already (adopted) serves on. Last, the gateway is replaced from `gateway_file` (X's run
+    file when None): its settings named the members."""
+    now = {r.name: r for r in running if r.status == "running"}
+    foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
+    if foreign and not takeover:
+        refused = takeover_refusal(foreign, project)
+        return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
+    taken = {f.container for f in foreign}
+    old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
+    kept = next((n for n, r in now.items() if (r.container, r.variant, r.config_hash) == same), None)
+    kept = kept if kept is None or now[kept].container not in taken else None
+    leaving = [n for n in old if n != kept]
+    early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
+    gateway_file = gateway_file or alone.run_file
+    todo: list[Op] = [] if gateway_running else [ops.StartGateway(gateway_file)]
+    serving = [m.upstream() for m in old.values()]
+    for name in early:
+        rest = [u for u in serving if u["name"] != name]
+        if rest:  # the last one serving is not taken out: the gateway holds until X serves
+            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
+            serving = rest
+        todo.append(ops.StopMember(old[name]))
+    if kept is None:
+        freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
+        todo += [ops.AwaitRelease(alone.gpus)] if freed else []
+        todo += [ops.StartMember(alone), ops.GateMember(alone)]
+    todo.append(ops.Publish((), tuple(serving)))
+    for name in leaving:
+        if name not in early:
+            todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]
+    if gateway_running:  # its settings list the members: a restart would route to them again
+        todo.append(ops.UpdateGateway(gateway_file, "the live set left: its settings name no member"))
+    return LivePlan(
+        (alone.variant,),
+        keep=(kept,) if kept else (),
+        start=() if kept else (alone.variant,),
+        stop=tuple(sorted(leaving)),
+        start_gateway=not gateway_running,
+        gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
+        notes=tuple(takeover_notes(foreign, project)),
+        ops=tuple(todo),
+        alone=alone.variant,
+    )

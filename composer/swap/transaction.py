@@ -1,8 +1,10 @@
-"""The single switch's Docker dispatch table (`SingleSwap`), run by `composer.swap.execute`.
+"""Docker's executor: the dispatch tables `composer.swap.execute` runs a plan with, one for the
+single switch (`SingleSwap`) and one for a live set's change (`LiveSwapper`); both start a
+service (`start_service`), stop a container (`stop_container`), replace the gateway alike.
 
 `Context` holds the collaborators (stack, Docker client, options, where to say things, the
 gateway's current hold). Each handler does one operation and writes what it did (seconds per
-step kind, notes, warnings, drained counts) into the `UpResult`, never reading the variant's
+step kind, notes, warnings, drained counts) into its result, never reading the variant's
 settings: the operations carry them. `keep_evidence` keeps a failed variant's log before the
 undo, `explain` words the error after it. A gateway that restarted or stopped during a route,
 a gate or a settle watch is held (or started) again and the operation runs once more
@@ -19,11 +21,11 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from composer.engine import bootlog, diagnose
+from composer.engine import bootlog, diagnose, retry
 from composer.engine.client import compose
-from composer.engine.containers import holder_kept, upstream_url
+from composer.engine.containers import gateway_container, holder_kept, upstream_url
 from composer.engine.gate import (
     PROBATION_INTERVAL,
     GateTarget,
@@ -49,12 +51,15 @@ if TYPE_CHECKING:
 
     from composer.engine.variant_container import VariantContainer
     from composer.gateway.client import GatewayControl
-    from composer.probes.gpu import GpuInfo
+    from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
+    from composer.swap.gateway_replace import Replacement
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
+    from composer.swap.live import LiveResult
     from composer.swap.plan import SwapPlan
+    from composer.swap.snapshot import Snapshot
     from composer.swap.swapper import UpOptions, UpResult
 
 T = TypeVar("T")
@@ -106,6 +111,38 @@ def compose_up(
         env=env,
         timeout=max(120.0, ctx.options.timeout),
     )
+
+
+def start_service(ctx: Context, what: str, run_file: str, service: str) -> None:
+    """Say that `what` starts, then compose up `service` from `run_file` (a live member, the
+    switch's target, the gateway)."""
+    ctx.say(f"starting {what}")
+    compose_up(ctx, Path(run_file), service)
+
+
+def stop_container(
+    ctx: Context, what: str, name: str, before: Callable[[VariantContainer], object] | None = None
+) -> None:
+    """Stop and remove the container `name` (gone is fine), saying so; `before` sees it first."""
+    found = by_name(ctx, name)
+    if found is not None:
+        if before is not None:
+            before(found)
+        ctx.say(f"stopping {what} ({name})")
+        found.stop_and_remove(ctx.stack.stop_grace_period)
+
+
+def renew_gateway(
+    ctx: Context, said: str, run_file: str, spec: GatewaySpec | None
+) -> tuple[Replacement, float]:
+    """Say `said`, then a new gateway container from `run_file` (the port stays open:
+    `gateway_replace`); what it did and how many seconds it took."""
+    from composer.swap import gateway_replace
+
+    ctx.say(said)
+    began = time.monotonic()
+    done = gateway_replace.replace_gateway(ctx.stack, ctx.client, Path(run_file), spec, ctx.say)
+    return done, time.monotonic() - began
 
 
 def drain(
@@ -365,14 +402,9 @@ class SingleSwap:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
         its requests (`gateway_replace`); the port's gap and the old one's requests are counted."""
-        from composer.swap.gateway_replace import replace_gateway
-
         assert self.gateway is not None
-        ctx = self.ctx
-        ctx.say("the gateway needs a new container: replacing it")
-        began = time.monotonic()
-        done = replace_gateway(ctx.stack, ctx.client, Path(op.run_file), self.gateway, ctx.say)
-        took = time.monotonic() - began
+        said = "the gateway needs a new container: replacing it"
+        done, took = renew_gateway(self.ctx, said, op.run_file, self.gateway)
         self._took("drain", took)
         self._took("gateway_recreate", took)
         how = (
@@ -496,12 +528,6 @@ class SingleSwap:
         return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
-    def _stop(self, variant: str, name: str) -> None:
-        found = by_name(self.ctx, name)
-        if found is not None:
-            self.ctx.say(f"stopping {variant} ({name})")
-            found.stop_and_remove(self.ctx.stack.stop_grace_period)
-
     def _named(self, member: Member, what: str) -> VariantContainer:
         found = by_name(self.ctx, member.container)
         if found is None:
@@ -511,7 +537,7 @@ class SingleSwap:
     def stop_named(self, op: ops.StopNamed) -> None:
         began = time.monotonic()
         for name in op.containers:
-            self._stop("it", name)
+            stop_container(self.ctx, "it", name)
         self._took("stop_first", time.monotonic() - began)
 
     def sleep(self, op: ops.Sleep) -> None:
@@ -528,7 +554,7 @@ class SingleSwap:
         began = time.monotonic()
         self.waiter = ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous)
         for name in (op.member.container, *op.also):
-            self._stop(op.member.variant, name)
+            stop_container(self.ctx, op.member.variant, name)
         self._took("stop", time.monotonic() - began)
 
     def await_release(self, op: ops.AwaitRelease) -> None:
@@ -541,8 +567,7 @@ class SingleSwap:
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
-        self.ctx.say(f"starting {op.member.variant}")
-        compose_up(self.ctx, Path(op.member.run_file), op.member.service)
+        start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
@@ -567,7 +592,7 @@ class SingleSwap:
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove(self, op: ops.Remove) -> None:
-        self._stop(op.member.variant, op.member.container)
+        stop_container(self.ctx, op.member.variant, op.member.container)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
             env = compose_environment(file, self.ctx.stack.api_key)
@@ -766,3 +791,262 @@ def run(swap: SingleSwap, record: SwapRecord) -> None:
             finally:
                 record.close()
     swap.report()
+
+
+def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
+    """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
+    try:
+        control.set_upstreams(upstreams)
+    except GatewayControlError as err:
+        raise SwapFailed(
+            f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
+            "a gateway image without live sets needs a rebuild (bash images/gateway/build.sh)"
+        ) from err
+
+
+def single_inflight(raw: Mapping[str, Any] | None) -> int:
+    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
+    older gateway image: every forwarded request less those on live upstreams)."""
+    if raw is not None and "single_outstanding" in raw:
+        return max(0, int(raw["single_outstanding"] or 0))
+    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
+    return max(0, int((raw or {}).get("inflight") or 0) - live)
+
+
+@dataclass
+class DrainTally:
+    """What a live change's drains counted (both engines): requests cut at the drain timeout,
+    streams continued on the other members, and streams refused (they drained)."""
+
+    cut: int = 0
+    continued: int = 0
+    refused: int = 0
+
+    def member(self, control: GatewayControl, stack: Stack, op: ops.DrainMember) -> None:
+        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
+        try:
+            drained = control.drain_upstream(
+                op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len
+            )
+        except GatewayControlError:
+            return
+        self.cut += 0 if drained.done else drained.outstanding
+        self.continued += drained.continued
+        self.refused += drained.refused
+
+    def single(self, control: GatewayControl, stack: Stack, waiting: Say, container: str) -> None:
+        """Wait until nothing is in flight on the gateway's single upstream, or the drain
+        timeout; what still runs then is counted cut (nothing when the gateway cannot say)."""
+
+        def left() -> int:
+            try:
+                running = single_inflight(control.state().raw)
+            except GatewayControlError:
+                return 0
+            if running:
+                waiting(f"draining {container} ({running} in flight)")
+                raise retry.Pending(f"{running} in flight on {container}", running)
+            return 0
+
+        self.cut += int(retry.single_drain(stack.gateway.drain_timeout)(left) or 0)
+
+    def report(self, result: LiveResult) -> None:
+        """The counts in `result.drained`, and a warning when something was cut."""
+        result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
+        if self.cut:
+            result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")
+
+
+def upstream_states(raw: Mapping[str, Any] | None) -> dict[str, dict[str, Any]]:
+    """Per-upstream fields of the gateway's state (`upstreams`: a list or a mapping by name);
+    empty when the gateway does not report them."""
+    found = (raw or {}).get("upstreams")
+    if isinstance(found, Mapping):
+        return {str(k): dict(v) for k, v in found.items() if isinstance(v, Mapping)}
+    if isinstance(found, list):
+        return {str(u.get("name")): dict(u) for u in found if isinstance(u, Mapping) and u.get("name")}
+    return {}
+
+
+def live_acceptance(target: GateTarget, floor: float) -> float:
+    """A speculative variant's acceptance over a short warm-up, from its own /metrics at
+    `target` (its own address): above `floor`, or HealthCheckFailed (Docker and Kubernetes)."""
+    import httpx
+
+    def counters() -> tuple[float, float]:
+        try:
+            reply = httpx.get(f"{target.url}/metrics", timeout=30.0, trust_env=False)
+            return standby.spec_counters(reply.text)
+        except (httpx.HTTPError, ValueError) as err:
+            raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
+
+    return standby.check_acceptance(counters, target, floor)
+
+
+class LiveSwapper:
+    """A live set's change on one Docker engine (`handlers`: the dispatch table); each member
+    is gated on its own address, its drain and publication go through the gateway's control."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
+        self.say, self.waiting = ctx.say, ctx.waiting
+        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
+        self.timings: dict[str, float] = {}
+        self.drained = DrainTally()
+        self._releases: list[ReleaseWait] = []
+        self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
+
+    def handlers(self) -> Handlers:
+        return {
+            ops.StartGateway: self.start_gateway,
+            ops.StartMember: self.start_member,
+            ops.AdoptMember: self.adopt,
+            ops.GateMember: self.gate,
+            ops.Publish: self.publish,
+            ops.DrainMember: self.drain,
+            ops.DrainSingle: self.drain_single,
+            ops.StopMember: self.stop_member,
+            ops.AwaitRelease: self.await_release,
+            ops.UpdateGateway: self.update_gateway,
+        }
+
+    def keep_evidence(self, op: Op, err: BaseException) -> None:
+        """Before the undo removes a member that failed to start or pass its gate: keep its log."""
+        if not isinstance(op, ops.StartMember | ops.GateMember):
+            return
+        cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+        tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
+        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say, op.member.container)
+        self.kept = bool(tail)
+
+    # -- the operations -------------------------------------------------------------------
+    def start_gateway(self, op: ops.StartGateway) -> None:
+        start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
+
+    def start_member(self, op: ops.StartMember) -> None:
+        member = op.member
+        start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
+
+    def adopt(self, op: ops.AdoptMember) -> None:
+        """The container joins as it runs: it must still be the running one the plan read."""
+        if self._container(op.member.container).container.status != "running":
+            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
+
+    def _control(self) -> GatewayControl | None:
+        from composer.gateway.client import GatewayControl
+
+        gateway = gateway_container(self.stack, self.client)
+        return GatewayControl(gateway) if gateway is not None else None
+
+    def _container(self, name: str) -> VariantContainer:
+        found = by_name(self.ctx, name)
+        if found is None:
+            raise SwapFailed(f"{name} was not created")
+        return found
+
+    def _address(self, container: VariantContainer) -> str:
+        """The container's address on the project's network (the gate reaches it directly)."""
+        container.container.reload()
+        networks = container.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+        for network in networks.values():
+            if network.get("IPAddress"):
+                return str(network["IPAddress"])
+        raise SwapFailed(f"{container.name} has no address on the project's network")
+
+    def gate(self, op: ops.GateMember) -> None:
+        """The swap's gate on the member's own address, a settle watch, and for a speculative
+        variant its acceptance over a short warm-up (`live_acceptance`)."""
+        began = time.monotonic()
+        container = self._container(op.member.container)
+        target = GateTarget(
+            op.member.name,
+            CONTAINER_PORT,
+            self._address(container),
+            self.stack.served_model_name,
+            self.stack.api_key,
+        )
+        wait_ready(container, target, began + self.options.timeout, self.options.poll_interval, self.waiting)
+        ready = time.monotonic() - began
+        self.timings[f"{op.member.name} start_to_ready"] = ready
+        self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
+        watch_settled(container, target, self.options.settle, self.options.poll_interval)
+        if op.member.speculative:
+            rate = live_acceptance(target, self.stack.acceptance_floor)
+            self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
+
+    def publish(self, op: ops.Publish) -> None:
+        if control := self._control():
+            set_upstreams(control, [dict(u) for u in op.upstreams])
+
+    def drain(self, op: ops.DrainMember) -> None:
+        if control := self._control():
+            self.drained.member(control, self.stack, op)
+
+    def drain_single(self, op: ops.DrainSingle) -> None:
+        if control := self._control():
+            self.drained.single(control, self.stack, self.waiting, op.container)
+
+    def stop_member(self, op: ops.StopMember) -> None:
+        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        gpus = op.member.gpus
+
+        def read_gpus(found: VariantContainer) -> None:
+            if self.stack.gpus is not None and gpus != "-":
+                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
+                pids = container_pids([found.container.id])
+                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
+
+        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
+
+    def await_release(self, op: ops.AwaitRelease) -> None:
+        while self._releases:
+            out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
+            if out.how == "timeout":
+                self.say(out.detail)
+
+    def update_gateway(self, op: ops.UpdateGateway) -> None:
+        """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
+        done, _ = renew_gateway(self.ctx, f"replacing the gateway: {op.why}", op.run_file, None)
+        self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
+        self.say(done.port_gap.line())
+
+    # -- the change -----------------------------------------------------------------------
+    def answers(self, names: str) -> None:
+        """A gateway this change started answers through the published port and reaches the
+        set before `up` returns: the first request after it is neither refused nor reset."""
+        from composer.engine.published_port import ANSWER_TIMEOUT, wait_published
+
+        gateway = gateway_container(self.stack, self.client)
+        published = wait_published(gateway, self.stack) if gateway is not None else None
+        if published is None or not published.answers:
+            detail = published.detail if published is not None else "its container is gone"
+            raise SwapFailed(f"the started gateway does not answer through the published port: {detail}")
+        control = self._control()
+        if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
+            self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
+
+    def remove(self, variant: str, snap: Snapshot) -> str:
+        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
+        running = snap.live_running
+        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
+        mine = [m for m in mine if m.variant == variant]
+        if not mine:
+            return f"{variant} is not live; nothing stopped"
+        if len(mine) == len(running):
+            from composer.errors import DownRefused
+
+            raise DownRefused(
+                f"{variant} is all the live set serves: stopping it leaves nothing serving; "
+                "`compose-spec down` stops everything"
+            )
+        before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
+        left = tuple(u for u in before if u not in [m.upstream() for m in mine])
+        todo: list[Op] = [ops.Publish(left, before)]
+        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
+        execute(todo, self.handlers(), say=self.say)
+        said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
+        cut = self.drained.cut
+        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")

@@ -15,7 +15,7 @@ import pytest
 from composer.gateway.client import GatewayControl
 from composer.kube.execute import ClusterLive, plan_kube_live
 from composer.stack.load import load_stack
-from composer.swap.live import single_inflight
+from composer.swap.transaction import single_inflight
 from tests.conftest import REPO
 from tests.gateway.fakes import GatewayThread, LocalExec
 from tests.sim.simproc import SimProcess

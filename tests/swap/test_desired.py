@@ -14,9 +14,8 @@ from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.swap.desired import EXCLUSIVE, SIDE_BY_SIDE, Desired, desired
-from composer.swap.live import plan_alone, plan_live
 from composer.swap.ops import Member
-from composer.swap.plan import SwapPlan
+from composer.swap.plan import SwapPlan, plan_alone, plan_live
 from composer.swap.snapshot import LiveRunning, Snapshot
 from tests.conftest import REPO
 from tests.swap.test_live_plan import LIVE, _ops, _running

@@ -11,11 +11,12 @@ from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap.live import LiveRunning, plan_live, upstream_states
 from composer.swap.live_status import format_live
+from composer.swap.plan import plan_live
+from composer.swap.snapshot import LiveRunning
 from composer.swap.status import format_status
 from composer.swap.swapper import UpOptions
-from composer.swap.transaction import Context
+from composer.swap.transaction import Context, upstream_states
 from tests.conftest import REPO, free_port
 
 LIVE = """
@@ -266,8 +267,8 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     from composer.probes import cgroups
     from composer.probes.gpu import GpuInfo, GpuProcess
     from composer.swap.execute import execute
-    from composer.swap.live import LiveSwapper
     from composer.swap.ops import AwaitRelease, Member, StartMember, StopMember
+    from composer.swap.transaction import LiveSwapper
 
     def gpu(index: int, pids: tuple[int, ...]) -> GpuInfo:
         used = (10 << 30) * len(pids)
@@ -314,7 +315,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
 
 def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: Path) -> None:
     from composer.errors import PreflightFailed
-    from composer.swap.live import LiveSwapper, started_targets
+    from composer.swap.live import preflight, started_targets
     from composer.swap.snapshot import Snapshot
 
     extra = tmp_path / "live.toml"
@@ -330,6 +331,6 @@ def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: 
     stack = load_stack([REPO / "composer.toml", extra], None, environ=environ)
     target = resolve_live(stack, ["baseline", "mtp"])
     plan = plan_live(target, _running(stack, "baseline/1"))
-    swapper = LiveSwapper(Context(stack, None, UpOptions()))  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
+    ctx = Context(stack, None, UpOptions())  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
     with pytest.raises(PreflightFailed, match=f"preflight: model directory {missing}"):
-        swapper.preflight(started_targets(stack, target, plan), Snapshot(stack.project, ()))
+        preflight(ctx, started_targets(stack, target, plan), Snapshot(stack.project, ()))

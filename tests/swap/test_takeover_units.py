@@ -14,7 +14,8 @@ from composer.render.spec import Owner, build_spec
 from composer.stack.keys import key_fingerprint
 from composer.stack.load import load_stack
 from composer.stack.source import StackSource
-from composer.swap.live import LiveRunning, plan_live
+from composer.swap.plan import plan_live
+from composer.swap.snapshot import LiveRunning
 from tests.conftest import REPO
 from tests.swap.test_plan_units import _decide, _info, _snap
 from tests.swap.test_standby_units import _stack
@@ -142,7 +143,7 @@ def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) 
         return live.LiveResult(variant="baseline+mtp", outcome="planned")
 
     monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
-    monkeypatch.setattr(live.LiveSwapper, "up", up)
+    monkeypatch.setattr(live, "run_live", up)
     say = print
     options = UpOptions(takeover=True, dry_run=True)
     live.up_set(_stack(), ["baseline", "mtp"], client=None, progress=say, options=options)  # type: ignore[arg-type]
