@@ -55,9 +55,9 @@ def report_swap(
 
 
 def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
-    """`up` on Docker: one entry decides from one snapshot (`composer.swap.live.up_set`)."""
+    """`up` on Docker: one entry decides from one snapshot (`composer.swap.entry.up_set`)."""
     from composer.swap.desired import check_request
-    from composer.swap.live import up_set
+    from composer.swap.entry import up_set
 
     stack = obj.stack()
     check_request(variants, stack)  # unknown or refused names: exit 2 before Docker is asked

@@ -63,10 +63,10 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
+from composer.swap.entry import LiveResult, live_history
 from composer.swap.execute import Handlers, Say, _reason, execute, quiet
 from composer.swap.holding import SwapHold
 from composer.swap.journal import append_history
-from composer.swap.live import LiveResult, live_history
 from composer.swap.lock import swap_lock
 from composer.swap.plan import LivePlan, _operations, plan_alone
 from composer.swap.snapshot import LiveRunning

@@ -4,15 +4,16 @@ Shape: `snapshot` (one read of what runs: containers, each sleeper's own `/is_sl
 gateway's route, the running swap) -> `plan` (pure typed operations, `ops`, each with its
 inverse; `up --dry-run` prints them) -> `execute` (a loop over a dispatch table that, on a
 failure or the first stop signal, runs the inverses of what ran, newest first; the single
-switch's table is `transaction.SingleSwap`) -> `journal` (the running swap's record and the
-history). `up_set` (in `live`) is `up`'s one entry on Docker: one snapshot, the desired set
+switch's table is `transaction.SingleSwap`, a live change's `transaction.LiveSwapper`) ->
+`journal` (the running swap's record and the history). `up_set` (in `entry`) is `up`'s one
+entry on Docker: one snapshot, the desired set
 (`desired`, pure: {X} exclusive, {A, B} side by side), then the single switch (`swapper`),
 a live change (`plan_live`) or `plan_alone` (X replaces a live set). The variant is resolved
 once, into a `Target`; below the plan nothing reads its settings again.
 
 Owns: the swap plan and its executors (a single switch: stop or put to sleep the old
 variant, wait for its GPU memory, start or wake the new one, gate it, undo on any failure;
-a live set, `live`: several variants at once on disjoint GPUs, `live_status` as `status`
+a live set: several variants at once on disjoint GPUs, `live_status` as `status`
 and `ls` show it), sleep standby (`standby`; its memory planner and the release wait's
 budget are `composer.capacity`), `down`, the per-project swap lock, the status report, the
 gateway's published port checked end to end (`gateway_port`), and `follow` (the switches
@@ -35,9 +36,9 @@ __all__, __getattr__ = lazy_exports(
         "gateway_port": ["recreate_gateway"],
         "journal": ["read_history"],
         "desired": ["desired"],
-        "live": ["LivePlan", "plan_alone", "plan_live", "up_set"],
+        "entry": ["up_set"],
         "live_status": ["format_live", "live_rows"],
-        "plan": ["decide"],
+        "plan": ["LivePlan", "decide", "plan_alone", "plan_live"],
         "snapshot": ["Snapshot"],
         "lock": ["swap_lock"],
         "status": ["format_status", "status_data"],

@@ -172,7 +172,7 @@ def _what_serves(
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement), and what serves, in words."""
     from composer.render.live import resolve_live
-    from composer.swap.live import live_run_file
+    from composer.swap.entry import live_run_file
 
     snap = snapshot.take(stack, client)
     live = [

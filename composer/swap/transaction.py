@@ -54,10 +54,10 @@ if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
+    from composer.swap.entry import LiveResult
     from composer.swap.gateway_replace import Replacement
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
-    from composer.swap.live import LiveResult
     from composer.swap.plan import SwapPlan
     from composer.swap.snapshot import Snapshot
     from composer.swap.swapper import UpOptions, UpResult

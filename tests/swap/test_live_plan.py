@@ -315,7 +315,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
 
 def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: Path) -> None:
     from composer.errors import PreflightFailed
-    from composer.swap.live import preflight, started_targets
+    from composer.swap.entry import preflight, started_targets
     from composer.swap.snapshot import Snapshot
 
     extra = tmp_path / "live.toml"

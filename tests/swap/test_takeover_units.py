@@ -132,7 +132,7 @@ def test_a_live_set_refuses_to_join_another_stacks_members() -> None:
 
 
 def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) -> None:
-    from composer.swap import live, snapshot
+    from composer.swap import entry, snapshot
     from composer.swap.swapper import UpOptions
 
     seen = {}
@@ -140,11 +140,11 @@ def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) 
     def up(self, plan, checked, snap, *more):
         seen.update(takeover=self.options.takeover, poll=self.options.poll_interval, say=self.say)
         seen.update(dry_run=self.options.dry_run)
-        return live.LiveResult(variant="baseline+mtp", outcome="planned")
+        return entry.LiveResult(variant="baseline+mtp", outcome="planned")
 
     monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
-    monkeypatch.setattr(live, "run_live", up)
+    monkeypatch.setattr(entry, "run_live", up)
     say = print
     options = UpOptions(takeover=True, dry_run=True)
-    live.up_set(_stack(), ["baseline", "mtp"], client=None, progress=say, options=options)  # type: ignore[arg-type]
+    entry.up_set(_stack(), ["baseline", "mtp"], client=None, progress=say, options=options)  # type: ignore[arg-type]
     assert seen == {"takeover": True, "poll": 0.1, "say": say, "dry_run": True}

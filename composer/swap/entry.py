@@ -1,11 +1,11 @@
-"""Live sets: several variants (or replicas) serving at once behind the one gateway.
-
-`up A B` (or `up` with `[gateway] live`) makes the live set exactly {A, B}; `up C` on a
-running live set makes C's one serving container replace it (`plan_alone`). `up_set` is
-`up`'s one entry (one snapshot, `desired`, then the plan: `composer.swap.plan`). Each new
-container is gated like a swap (on its own address, a settle watch, a speculative variant's
-acceptance). `run_live` runs the plan with Docker's dispatch table
-(`composer.swap.transaction.LiveSwapper`): a failure or a stop signal undoes what ran.
+"""`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then
+the plan that gets there: the single switch (`swapper`), a live set's change (`up A B`, or
+`up` with `[gateway] live`: the set becomes exactly {A, B}), or X's one serving container
+replacing a running live set (`up X`: `plan_alone`); the plans are `composer.swap.plan`'s.
+`run_live` runs a live plan with Docker's dispatch table (`transaction.LiveSwapper`): each
+new container is gated like a swap (its own address, a settle watch, a speculative
+variant's acceptance); a failure or a stop signal undoes what ran. A live change's result
+and history line are here too (Kubernetes writes the same ones).
 """
 
 from __future__ import annotations
