@@ -134,9 +134,12 @@ def plan_kube_live(
     folders: Mapping[str, Path] | None = None,
     *,
     continue_streams: bool = True,
+    gateway_file: str | None = None,
 ) -> LivePlan:
     """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
-    kustomization each variant (and `SINGLE`) applies from; a changed variant is applied in place."""
+    kustomization each variant (and `SINGLE`) applies from; a changed variant is applied in
+    place. `gateway_file`: the gateway Deployment whose upstream list differs from the
+    cluster's, rolled last (UpdateGateway), so a restarted gateway pod routes to the set."""
     folders = folders or {}
 
     def member(variant: str) -> ops.Member:
@@ -165,6 +168,8 @@ def plan_kube_live(
         upstreams=tuple(m.upstream() for m in new.values()),
     )
     planned = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    if planned and gateway_file:
+        planned = (*planned, ops.UpdateGateway(gateway_file, "its settings name the set's members"))
     return replace(plan, ops=planned)
 
 
@@ -422,16 +427,6 @@ class KubeRollout:
         rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
         return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
 
-    def _record(self, folders: Mapping[str, Path], gateway: Manifest | None) -> None:
-        """Roll the gateway Deployment's upstream list to the set, so a restarted pod routes to it."""
-        if not self.stack.gateway.enabled:
-            return
-        rendered = dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
-        if rendered is None or (gateway is not None and _gateway_env(gateway) == _gateway_env(rendered)):
-            return
-        self.say("recording the live set in the gateway's Deployment (its pod is replaced)")
-        self._roll_gateway(str(folders[SHARED] / "gateway-deployment.yaml"))
-
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
         try:
@@ -536,18 +531,21 @@ class KubeRollout:
         folders = self._folders(names, cluster)
         if cluster.single and cluster.single in self.stack.variants:  # what an undo applies again
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
-        continues = self.stack.gateway.continues(self.options.drain)
-        plan = plan_kube_live(self.stack, names, wanted, cluster, folders, continue_streams=continues)
         apply_secret(self.kubectl, self.stack)
         gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
         gateway = self._bootstrap(folders, gateway)
+        rendered = dict(live_shared_docs(self.stack, list(names))).get("gateway-deployment.yaml")
+        recorded = (
+            gateway is not None and rendered is not None and _gateway_env(gateway) == _gateway_env(rendered)
+        )
+        record = None if rendered is None or recorded else str(folders[SHARED] / "gateway-deployment.yaml")
+        continues = self.stack.gateway.continues(self.options.drain)
+        plan = plan_kube_live(
+            self.stack, names, wanted, cluster, folders, continue_streams=continues, gateway_file=record
+        )
         if plan.no_op:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
-        result = self._change(plan, f"live set {', '.join(names)}")
-        if not plan.no_op:
-            with interrupts_ignored():  # the set serves: its record is finished
-                self._record(folders, gateway)
-        return result
+        return self._change(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
         """`up X` where a live set runs (`plan_alone`, the Docker one): X's one-variant Deployment

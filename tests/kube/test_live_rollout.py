@@ -526,6 +526,19 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     ]
     assert [type(op).__name__ for op in changed.ops[2].inverse()] == ["RollBack"]
     assert plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "a", "mtp": "b"}, cluster).no_op
+    # the gateway's Deployment, whose upstream list names the old set, is rolled last
+    recorded = plan_kube_live(
+        stack,
+        ["baseline", "dflash2"],
+        {"baseline": "a", "dflash2": "c"},
+        cluster,
+        folders,
+        gateway_file="/k/gw.yaml",
+    )
+    assert type(recorded.ops[-1]).__name__ == "UpdateGateway" and recorded.ops[-1].run_file == "/k/gw.yaml"
+    assert recorded.ops[-1].inverse() == () and "UpdateGateway" in recorded.describe()
+    unchanged = {"baseline": "a", "mtp": "b"}
+    assert plan_kube_live(stack, ["baseline", "mtp"], unchanged, cluster, gateway_file="/k/gw.yaml").ops == ()
 
     single = ClusterLive({}, single="baseline")
     joined = plan_kube_live(
