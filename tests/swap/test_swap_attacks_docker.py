@@ -66,7 +66,9 @@ def _serves(stack, limit: float = 30) -> httpx.Response:
 def test_a_gateway_restarted_during_the_gate_ends_truthfully(sim_stack, docker_client) -> None:
     stack = sim_stack
     with stack.stack_file.open("a", encoding="utf-8") as extra:
-        extra.write('\n[variants.mtp-slow]\nextends = "mtp"\nenv = { SIM_LOAD_SECONDS = "6" }\n')
+        # loading for 20 s: long enough for `status` (a CLI run each time, slow on a busy
+        # machine) to see the gate before the swap ends
+        extra.write('\n[variants.mtp-slow]\nextends = "mtp"\nenv = { SIM_LOAD_SECONDS = "20" }\n')
     code, _, err = _up(stack, "up", "baseline")
     assert code == 0, err
     swap = stack.popen("up", "mtp-slow", "--json")
