@@ -116,10 +116,11 @@ def read_cluster(kubectl: Kubectl, stack: Stack) -> ClusterLive:
     single = now = None
     for doc in items:
         name = (doc.get("metadata") or {}).get("name", "")
-        variant = pod_labels(doc).get(labels.VARIANT, "")
+        template = pod_labels(doc)
+        variant = template.get(labels.VARIANT, "")
         if name == stack.service:
             single = str(variant)
-            now = Serving(variant or None, pod_labels(doc).get(labels.CONFIG_HASH))
+            now = Serving(variant or None, template.get(labels.CONFIG_HASH))
         elif variant in stack.variants and name == live_name(stack, variant):
             notes = (doc.get("metadata") or {}).get("annotations") or {}
             live[variant] = str(notes.get(labels.LIVE_CONFIG, ""))
@@ -559,14 +560,15 @@ class KubeRollout:
         alone = ops.Member(
             target.name, target.name, stack.service, stack.service, str(overlay), "-", speculative
         )
-        running = [
-            LiveRunning(f"{v}/1", v, live_name(stack, v), "-", config, "running", live_name(stack, v))
+        running = [  # each leaving one is applied again from its folder by an undo
+            LiveRunning(f"{v}/1", v, name, "-", config, "running", name, run_file=str(folders[v]))
             for v, config in cluster.live.items()
+            for name in [live_name(stack, v)]
         ]
         plan = plan_alone(
             alone,
             target.hash,
-            [replace(r, run_file=str(folders[r.variant])) for r in running],
+            running,
             stack.project,
             gateway_file=str(overlay.parent.parent / "base" / "gateway-deployment.yaml"),
             continue_streams=stack.gateway.continues(self.options.drain),
