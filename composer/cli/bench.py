@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -14,46 +14,6 @@ from composer.cli.context import Context, require_api_key
 from composer.cli.output import LiveLine
 from composer.cli.params import csv_list, duration_option, json_option
 from composer.errors import ComposerError, Interrupted, UsageError
-
-
-@dataclass(frozen=True)
-class BenchArgs:
-    variants: str | None
-    ks: str | None
-    prompt_file: str | None
-    prompt_tokens: str | None
-    concurrency: str | None
-    max_tokens: int
-    runs: int
-    warmup: int
-    out_dir: Path
-    as_json: bool
-    timeout: float
-    decide: bool = False
-
-    def options(self):
-        """The sweep's options (lists parsed, prompts read); `--decide` brings its own streams
-        and prompt lengths unless given."""
-        from composer.bench import decide as arms
-        from composer.bench.prompts import bench_prompts
-        from composer.bench.sweep import BenchOptions
-
-        lengths = csv_list(self.prompt_tokens, int)
-        concurrency = csv_list(self.concurrency, int)
-        if self.decide:
-            concurrency = arms.DECIDE_CONCURRENCY if concurrency is None else concurrency
-            lengths = arms.DECIDE_PROMPT_TOKENS if lengths is None and not self.prompt_file else lengths
-        if self.prompt_file is not None and lengths is not None:
-            raise UsageError("give either --prompt-file or --prompt-tokens, not both")
-        return BenchOptions(
-            prompts=bench_prompts(self.prompt_file),
-            max_tokens=self.max_tokens,
-            runs=self.runs,
-            warmup=self.warmup,
-            request_timeout=self.timeout,
-            concurrency=concurrency or (1,),
-            prompt_tokens=lengths or (None,),
-        )
 
 
 @command(exit_note="1 when a point failed (named); 130 after writing what was measured")
@@ -83,7 +43,19 @@ class BenchArgs:
 @duration_option("--timeout", "15m", "Time per swap and per request.")
 @click.option("--decide", is_flag=True, help="Switch or adapt: every arm over 1-32 streams, then a decision.")
 @click.pass_obj
-def bench(obj: Context, **kwargs: Any) -> None:
+def bench(
+    obj: Context,
+    variants: str | None,
+    ks: str | None,
+    prompt_file: str | None,
+    prompt_tokens: str | None,
+    concurrency: str | None,
+    out_dir: Path,
+    as_json: bool,
+    timeout: float,
+    decide: bool,
+    **measure: int,
+) -> None:
     """Measure warm decode speed, acceptance and correctness per variant and K; restore after.
 
     Ctrl-C stops the sweep, brings back the variant that served before (once) and
@@ -103,16 +75,31 @@ def bench(obj: Context, **kwargs: Any) -> None:
       compose-spec bench --decide --variants baseline,mtp,mtp-adaptive --k 7 --runs 3
     """
     from composer.bench import decide as arms
+    from composer.bench.prompts import bench_prompts
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
+    from composer.bench.sweep import BenchOptions
+    from composer.bench.switch_run import SwitchRun
     from composer.errors import BenchError
 
-    args = BenchArgs(**kwargs)
-    options = args.options()
+    lengths = csv_list(prompt_tokens, int)
+    streams = csv_list(concurrency, int)
+    if decide:  # it brings its own streams and prompt lengths unless given
+        streams = arms.DECIDE_CONCURRENCY if streams is None else streams
+        lengths = arms.DECIDE_PROMPT_TOKENS if lengths is None and not prompt_file else lengths
+    if prompt_file is not None and lengths is not None:
+        raise UsageError("give either --prompt-file or --prompt-tokens, not both")
+    options = BenchOptions(
+        prompts=bench_prompts(prompt_file),
+        request_timeout=timeout,
+        concurrency=streams or (1,),
+        prompt_tokens=lengths or (None,),
+        **measure,
+    )
     stack = obj.stack()
-    k_values = csv_list(args.ks, int)
-    plan = arms.plan_arms(stack, arms.image_present, k_values) if args.decide else None
-    names = csv_list(args.variants) or (
+    k_values = csv_list(ks, int)
+    plan = arms.plan_arms(stack, arms.image_present, k_values) if decide else None
+    names = csv_list(variants) or (
         plan.variants if plan else tuple(n for n, v in stack.variants.items() if not v.refused)
     )
     for name in names:
@@ -120,18 +107,10 @@ def bench(obj: Context, **kwargs: Any) -> None:
     allow_weak = obj.options.allow_weak_key
     require_api_key(stack, allow_weak)
     line = LiveLine()
-    switching = None
-    after_sweep = None
-    swapping: dict[str, Any] = {"swap_timeout": args.timeout, "allow_weak_key": allow_weak}
+    swapping: dict[str, Any] = {"swap_timeout": timeout, "allow_weak_key": allow_weak}
     swapping |= {"progress": line.step, "waiting": line.waiting}
-    if plan is not None:
-        from composer.bench.switch_run import SwitchRun
-
-        switching = SwitchRun(("", ""), {})
-
-        def after_sweep(report) -> None:
-            _measure_switching(obj, plan, options, report, switching, line, swapping)
-
+    switching = SwitchRun(("", ""), {})
+    after_sweep = partial(_measure_switching, obj, plan, options, switching, line, swapping) if plan else None
     try:
         report = bench_with_swaps(
             obj.source.load,
@@ -145,13 +124,13 @@ def bench(obj: Context, **kwargs: Any) -> None:
         )
     finally:
         line.finish()
-    written = write_outputs(report, args.out_dir)
+    written = write_outputs(report, out_dir)
     data = report_data(report)
     decision = None
     if plan is not None and report.measured():
-        measured = switching.data() if switching is not None and switching.requests else None
+        measured = switching.data() if switching.requests else None
         decision = arms.decide(data, plan, measured)
-        written += arms.write_decision(decision, args.out_dir)
+        written += arms.write_decision(decision, out_dir)
         data["decide"] = arms.decision_data(decision) | {"notes": list(plan.notes)}
     click.echo("wrote: " + ", ".join(str(p) for p in written), err=True)
     failed = report.failed_points()
@@ -164,9 +143,9 @@ def bench(obj: Context, **kwargs: Any) -> None:
         error = BenchError(
             f"{len(failed)} point(s) failed: " + "; ".join(f"{r.point.label}: {r.error}" for r in failed)
         )
-    if error is None or not args.as_json:
-        click.echo(json.dumps(data, indent=2) if args.as_json else format_table(report))
-        if decision is not None and plan is not None and not args.as_json:
+    if error is None or not as_json:
+        click.echo(json.dumps(data, indent=2) if as_json else format_table(report))
+        if decision is not None and plan is not None and not as_json:
             click.echo("\n" + arms.format_decision(decision))
             for note in plan.notes:
                 click.echo(f"note: {note}")
@@ -175,7 +154,7 @@ def bench(obj: Context, **kwargs: Any) -> None:
         raise error
 
 
-def _measure_switching(obj: Context, plan, options, report, run, line: LiveLine, swapping: dict) -> None:
+def _measure_switching(obj: Context, plan, options, run, line: LiveLine, swapping: dict, report) -> None:
     """The switching arm: the trace through the gateway with the automatic policy between
     the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
     from composer.bench import decide as arms

@@ -16,14 +16,6 @@ from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
 
 
-def _port_gap(result: Any) -> str:
-    """`; the port refused 31 of 96 probes over 0.62 s (...)` when the gateway's container was replaced."""
-    from composer.engine.port_gap import describe
-
-    gap = getattr(result, "port_gap", None)
-    return f"; {describe(gap)}" if isinstance(gap, dict) else ""
-
-
 def report_swap(
     variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
 ) -> None:
@@ -48,28 +40,66 @@ def report_swap(
     elif dry_run:
         click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
+        from composer.engine.port_gap import describe
+
         total = result.timings.get("total", 0.0)
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){_port_gap(result)}")
+        gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
+        gap_text = f"; {describe(gap)}" if isinstance(gap, dict) else ""
+        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){gap_text}")
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
 
 
-def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs) -> None:
-    """`up` on Docker: one entry decides from one snapshot (`composer.swap.entry.up_set`)."""
+def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: str | None = None) -> None:
+    """`up` on Docker, or with `kube_context` set (possibly to "") on Kubernetes: one entry
+    decides from one snapshot (`composer.swap.entry.up_set`, `composer.kube.execute.up_kubernetes`)."""
     from composer.swap.desired import check_request
-    from composer.swap.entry import up_set
 
     stack = obj.stack()
-    check_request(variants, stack)  # unknown or refused names: exit 2 before Docker is asked
-    require_api_key(stack, args.weak_key_allowed(obj))
-    options = args.up_options(obj, stack.probation)
+    check_request(variants, stack)  # unknown, refused or overlapping names: exit 2 before the engine
+    name = "+".join(variants or stack.gateway.live)
+    if kube_context is None:
+        from composer.swap.entry import up_set
+
+        require_api_key(stack, args.weak_key_allowed(obj))
+        options = args.up_options(obj, stack.probation)
+        report_swap(
+            name,
+            args.as_json,
+            lambda line: up_set(
+                stack,
+                variants,
+                client=obj.docker(),
+                options=options,
+                progress=line.step,
+                waiting=line.waiting,
+            ),
+            dry_run=args.dry_run,
+        )
+        return
+    from composer.kube.execute import up_kubernetes
+    from composer.kube.kubectl import Kubectl
+
+    if args.dry_run:
+        raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
+    if args.profiles:
+        raise ConfigError(
+            "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
+            "([kubernetes] service_monitor) lets the cluster's Prometheus scrape"
+        )
+    if obj.options.docker_context:
+        raise ConfigError(
+            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
+        )
+    if stack.api_key:  # the Secret is made from it
+        require_api_key(stack, args.weak_key_allowed(obj))
+    kubectl = Kubectl.for_stack(stack, kube_context or None)
+    options = args.up_options(obj)
     report_swap(
-        "+".join(variants or stack.gateway.live),
+        name,
         args.as_json,
-        lambda line: up_set(
-            stack, variants, client=obj.docker(), options=options, progress=line.step, waiting=line.waiting
-        ),
-        dry_run=args.dry_run,
+        lambda line: up_kubernetes(stack, variants, kubectl, options, line.step, line.waiting),
+        " on Kubernetes",
     )
 
 
@@ -99,38 +129,6 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
         click.echo(json.dumps(done.to_json()))
     else:  # before the swap of VARIANT, on stderr (with --json, even a dry run's)
         click.echo(done.line(), err=variant is not None and (args.as_json or not args.dry_run))
-
-
-def _kube_up(obj: Context, variants: tuple[str, ...], kube_context: str | None, args: SwapArgs) -> None:
-    """`up --target kubernetes [VARIANTS]`: the desired set as on Docker, decided by
-    `composer.kube.execute.up_kubernetes` from one read of the cluster."""
-    from composer.kube.execute import up_kubernetes
-    from composer.kube.kubectl import Kubectl
-    from composer.swap.desired import check_request
-
-    stack = obj.stack()
-    check_request(variants, stack)  # unknown, refused or overlapping names: exit 2 before kubectl
-    if args.dry_run:
-        raise ConfigError("--dry-run works on the compose target (kubectl diff shows a rollout's change)")
-    if args.profiles:
-        raise ConfigError(
-            "--with starts a service of the compose files; on Kubernetes the ServiceMonitor "
-            "([kubernetes] service_monitor) lets the cluster's Prometheus scrape"
-        )
-    if obj.options.docker_context:
-        raise ConfigError(
-            "--context names a Docker context; with --target kubernetes use --kube-context NAME"
-        )
-    if stack.api_key:  # the Secret is made from it
-        require_api_key(stack, args.weak_key_allowed(obj))
-    kubectl = Kubectl.for_stack(stack, kube_context)
-    options = args.up_options(obj)
-    report_swap(
-        "+".join(variants or stack.gateway.live),
-        args.as_json,
-        lambda line: up_kubernetes(stack, variants, kubectl, options, line.step, line.waiting),
-        " on Kubernetes",
-    )
 
 
 @command()
@@ -205,7 +203,7 @@ def up(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
     if target == "kubernetes" and not recreate_gateway:
-        _kube_up(obj, variants, kube_context, args)
+        _up(obj, variants, args, kube_context or "")
         return
     if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
