@@ -22,13 +22,15 @@ from composer.cli import (
 )
 from composer.cli.base import ComposeSpecGroup
 from composer.cli.context import Context
-from composer.cli.globals import group_options
+from composer.cli.globals import OPTIONS
 
 
 @click.group(
-    name="compose-spec", cls=ComposeSpecGroup, context_settings={"help_option_names": ["-h", "--help"]}
+    name="compose-spec",
+    cls=ComposeSpecGroup,
+    params=list(OPTIONS),
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-@group_options
 @click.version_option(package_name="vllm-variant-composer")
 @click.pass_context
 def main(ctx: click.Context, **_: object) -> None:

@@ -33,73 +33,47 @@ class GlobalOptions:
         return StackSource(self.stacks, self.env_file, self.sets, self.project_name)
 
 
-SPECS: tuple[tuple[str, tuple[str, ...], dict[str, Any]], ...] = (
-    (
-        "env_file",
-        ("--env-file",),
-        {
-            "type": click.Path(),
-            "metavar": "FILE",
-            "help": "Env file with host values and VLLM_API_KEY [default: .env].",
-        },
+OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--env-file", "env_file"],
+        type=click.Path(),
+        metavar="FILE",
+        help="Env file with host values and VLLM_API_KEY [default: .env].",
     ),
-    (
-        "stacks",
-        ("-f", "--stack"),
-        {
-            "multiple": True,
-            "type": click.Path(),
-            "metavar": "FILE",
-            "help": "Stack file(s), merged in order; replaces the default composer.toml "
-            "[default: composer.toml].",
-        },
+    click.Option(
+        ["-f", "--stack", "stacks"],
+        multiple=True,
+        type=click.Path(),
+        metavar="FILE",
+        help="Stack file(s), merged in order; replaces the default composer.toml [default: composer.toml].",
     ),
-    (
-        "sets",
-        ("--set",),
-        {
-            "multiple": True,
-            "metavar": "KEY=VALUE",
-            "help": "Override a stack value, e.g. --set stack.port=8001.",
-        },
+    click.Option(
+        ["--set", "sets"],
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="Override a stack value, e.g. --set stack.port=8001.",
     ),
-    (
-        "project_name",
-        ("-p", "--project-name"),
-        {
-            "metavar": "NAME",
-            "help": "Compose project name (overrides stack.project and COMPOSE_PROJECT_NAME).",
-        },
+    click.Option(
+        ["-p", "--project-name", "project_name"],
+        metavar="NAME",
+        help="Compose project name (overrides stack.project and COMPOSE_PROJECT_NAME).",
     ),
-    (
-        "docker_context",
-        ("--context",),
-        {
-            "metavar": "NAME",
-            "help": "Docker context to use (like `docker --context`) "
-            "[default: DOCKER_HOST, else the current one].",
-        },
+    click.Option(
+        ["--context", "docker_context"],
+        metavar="NAME",
+        help="Docker context to use (like `docker --context`) [default: DOCKER_HOST, else the current one].",
     ),
-    (
-        "allow_weak_key",
-        ("--allow-weak-key",),
-        {
-            "is_flag": True,
-            "envvar": "COMPOSER_ALLOW_WEAK_KEY",
-            "help": "Accept a VLLM_API_KEY estimated under 64 bits of entropy (a warning instead) "
-            "[env: COMPOSER_ALLOW_WEAK_KEY=1].",
-        },
+    click.Option(
+        ["--allow-weak-key"],
+        is_flag=True,
+        envvar="COMPOSER_ALLOW_WEAK_KEY",
+        help="Accept a VLLM_API_KEY estimated under 64 bits of entropy (a warning instead) "
+        "[env: COMPOSER_ALLOW_WEAK_KEY=1].",
     ),
 )
-VALUE_OPTIONS = frozenset(decl for _, decls, attrs in SPECS if not attrs.get("is_flag") for decl in decls)
+"""The global options, as the group takes them before the command."""
+VALUE_OPTIONS = frozenset(decl for option in OPTIONS if not option.is_flag for decl in option.opts)
 """Global options that take a value (skipped when looking for the command name)."""
-
-
-def group_options(func: Any) -> Any:
-    """The global options on the group, before the command."""
-    for name, decls, attrs in reversed(SPECS):
-        func = click.option(*decls, name, **attrs)(func)
-    return func
 
 
 def _record_late(ctx: click.Context, param: click.Parameter, value: Any) -> None:
@@ -114,16 +88,22 @@ def add_hidden_globals(command: click.Command) -> None:
     if any(param.callback is _record_late for param in command.params):
         return  # added under an alias already
     taken = {decl for param in command.params for decl in (*param.opts, *param.secondary_opts)}
-    for name, decls, attrs in SPECS:
-        free = tuple(d for d in decls if d not in taken)
-        if not free:
-            continue
-        extra = {k: val for k, val in attrs.items() if k not in ("help", "envvar")}
-        command.params.append(
-            click.Option(
-                [*free, name], hidden=True, expose_value=False, callback=_record_late, default=None, **extra
+    for option in OPTIONS:
+        free = [d for d in option.opts if d not in taken]
+        if free:
+            command.params.append(
+                click.Option(
+                    [*free, option.name or ""],
+                    hidden=True,
+                    expose_value=False,
+                    callback=_record_late,
+                    default=None,
+                    type=option.type,
+                    multiple=option.multiple,
+                    is_flag=option.is_flag,
+                    metavar=option.metavar,
+                )
             )
-        )
 
 
 def options_of(ctx: click.Context) -> GlobalOptions:
