@@ -8,7 +8,7 @@ output agreement (`agreement`), K hints (`hints`), prompts (`prompts`), the repo
 (`decide`), with the switching arm measured through the gateway's policy (`switch_run`).
 May import: `composer.stack`, `composer.render`, `composer.engine`, `composer.probes`,
 `composer.swap`, `composer.errors`. Public: `BenchOptions`, `Workload`, `run_bench`,
-`bench_with_swaps`, `bench_prompts`, `report_data`, `format_table`, `write_outputs`,
+`bench_with_swaps`, `report_data`, `format_table`, `write_outputs`,
 `winners`, `workloads_block`, `write_workloads`, `plan_arms`, `decide`, `format_decision`,
 `decision_data`, `write_decision`.
 """
@@ -19,7 +19,6 @@ __all__, __getattr__ = lazy_exports(
     __name__,
     {
         "decide": ["decide", "decision_data", "format_decision", "plan_arms", "write_decision"],
-        "prompts": ["bench_prompts"],
         "recommend": ["winners", "workloads_block", "write_workloads"],
         "report": ["format_table", "report_data", "write_outputs"],
         "swaps": ["bench_with_swaps"],

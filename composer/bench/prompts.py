@@ -47,16 +47,3 @@ def read_prompt_file(path: str | Path) -> tuple[str, ...]:
     if not found:
         raise UsageError(f"the prompt file {str(path)!r} holds no prompt")
     return found
-
-
-def bench_prompts(prompt_file: str | Path | None = None, prompt_tokens: int | None = None) -> tuple[str, ...]:
-    """The prompts of a run: from the file, else the built-in ones, padded when asked."""
-    if prompt_file is not None and prompt_tokens is not None:
-        raise UsageError("give either --prompt-file or --prompt-tokens, not both")
-    if prompt_file is not None:
-        return read_prompt_file(prompt_file)
-    if prompt_tokens is not None:
-        if prompt_tokens < 1:
-            raise UsageError(f"--prompt-tokens must be positive, got {prompt_tokens}")
-        return tuple(padded(p, prompt_tokens) for p in BUILTIN_PROMPTS)
-    return BUILTIN_PROMPTS

@@ -142,57 +142,46 @@ def stack_hash(stack: Stack) -> str:
     return hashlib.sha256(json.dumps(hashes, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _image_ids(
+def bench_metadata(
     stack: Stack, variants: Sequence[str], client: docker.DockerClient | None
-) -> dict[str, str | None]:
+) -> dict[str, object]:
+    """What a report needs to be compared with another one later: the tool, the stack, the
+    images and the machine (no host name, no user)."""
     from docker.errors import DockerException
 
-    ids: dict[str, str | None] = {}
-    for ref in sorted({stack.image(stack.variant(name).image_key) for name in variants}):
-        try:
-            ids[ref] = client.images.get(ref).id if client is not None else None
-        except DockerException:
-            ids[ref] = None
-    return ids
-
-
-def host_facts(client: docker.DockerClient | None) -> dict[str, object]:
-    """The machine the numbers come from (no host name, no user)."""
+    from composer import __version__
     from composer.errors import GpuProbeError
     from composer.probes.gpu import detect_probe
 
-    facts: dict[str, object] = {
+    images: dict[str, str | None] = {}
+    for ref in sorted({stack.image(stack.variant(name).image_key) for name in variants}):
+        try:
+            images[ref] = client.images.get(ref).id if client is not None else None
+        except DockerException:
+            images[ref] = None
+    host: dict[str, object] = {
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
     }
     try:
-        facts["docker"] = client.version().get("Version") if client is not None else None
+        host["docker"] = client.version().get("Version") if client is not None else None
     except Exception:  # the version is a nicety
-        facts["docker"] = None
+        host["docker"] = None
     probe = detect_probe()
     try:
         gpus = probe.gpus() if probe.available else []
     except GpuProbeError:
         gpus = []
-    facts["gpus"] = [{"name": g.name, "memory_bytes": g.total_bytes} for g in gpus]
-    return facts
-
-
-def bench_metadata(
-    stack: Stack, variants: Sequence[str], client: docker.DockerClient | None
-) -> dict[str, object]:
-    """What a report needs to be compared with another one later."""
-    from composer import __version__
-
+    host["gpus"] = [{"name": g.name, "memory_bytes": g.total_bytes} for g in gpus]
     return {
         "tool_version": __version__,
         "stack_hash": stack_hash(stack),
         "config_hashes": {name: resolve_target(stack, name).hash for name in variants},
-        "images": _image_ids(stack, variants, client),
+        "images": images,
         "started_at": _now(),
-        "host": host_facts(client),
+        "host": host,
     }
 
 

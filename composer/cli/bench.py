@@ -75,7 +75,7 @@ def bench(
       compose-spec bench --decide --variants baseline,mtp,mtp-adaptive --k 7 --runs 3
     """
     from composer.bench import decide as arms
-    from composer.bench.prompts import bench_prompts
+    from composer.bench.prompts import BUILTIN_PROMPTS, read_prompt_file
     from composer.bench.report import format_table, report_data, write_outputs
     from composer.bench.swaps import bench_with_swaps
     from composer.bench.sweep import BenchOptions
@@ -90,7 +90,7 @@ def bench(
     if prompt_file is not None and lengths is not None:
         raise UsageError("give either --prompt-file or --prompt-tokens, not both")
     options = BenchOptions(
-        prompts=bench_prompts(prompt_file),
+        prompts=BUILTIN_PROMPTS if prompt_file is None else read_prompt_file(prompt_file),
         request_timeout=timeout,
         concurrency=streams or (1,),
         prompt_tokens=lengths or (None,),

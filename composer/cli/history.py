@@ -26,9 +26,11 @@ def _outcome(event: dict[str, Any]) -> str:
     return "interrupted" if interrupted and outcome == "failed" else outcome
 
 
-def history_rows(events: list[dict[str, Any]]) -> list[list[str]]:
-    """One row per event (the cause, when there is one, goes on a line of its own)."""
-    rows = []
+def format_history(events: list[dict[str, Any]]) -> str:
+    """A header and aligned columns, one row per event; a failure's cause indented under its row."""
+    if not events:
+        return "no swaps recorded yet"
+    rows = [list(HEADER)]
     for event in events:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(event.get("time", 0))))
         kind = str(event.get("kind") or "up")
@@ -43,23 +45,12 @@ def history_rows(events: list[dict[str, Any]]) -> list[list[str]]:
                 str(event.get("target") or "-"),
                 _outcome(event),
                 f"{total:.1f}s" if isinstance(total, int | float) else "-",
-                *(
-                    str(drained[name]) if drained.get(name) else "-"
-                    for name in ("cut", "continued", "refused")
-                ),
+                *(str(drained.get(name) or "-") for name in ("cut", "continued", "refused")),
             ]
         )
-    return rows
-
-
-def format_history(events: list[dict[str, Any]]) -> str:
-    """A header and aligned columns; a failure's cause indented under its row."""
-    if not events:
-        return "no swaps recorded yet"
-    rows = [list(HEADER), *history_rows(events)]
     widths = [max(len(r[i]) for r in rows) for i in range(len(HEADER))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(rows[0], widths, strict=True)).rstrip()]
-    for event, row in zip(events, rows[1:], strict=True):
+    lines = []
+    for event, row in zip([{}, *events], rows, strict=True):
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
         if event.get("cause"):
             lines.append(f"  cause: {event['cause']}")

@@ -11,7 +11,7 @@ import pytest
 
 from composer.bench.client import StreamResult
 from composer.bench.metrics import Acceptance
-from composer.bench.prompts import BUILTIN_PROMPTS, bench_prompts, padded
+from composer.bench.prompts import BUILTIN_PROMPTS, padded, read_prompt_file
 from composer.bench.report import csv_text, format_table, report_data, write_outputs
 from composer.bench.sweep import (
     SINGLE_STREAM,
@@ -106,17 +106,14 @@ def test_options_are_validated() -> None:
 
 
 def test_prompts(tmp_path: Path) -> None:
-    assert bench_prompts() == BUILTIN_PROMPTS
-    long = bench_prompts(prompt_tokens=500)
+    long = BenchOptions(prompts=BUILTIN_PROMPTS).prompts_for(Workload(500))
     assert all(1900 <= len(p) <= 2100 and p.endswith(b) for p, b in zip(long, BUILTIN_PROMPTS, strict=True))
     assert padded("short", 1) == "short"
     file = tmp_path / "prompts.txt"
     file.write_text("first prompt\nsecond line\n---\n\n---\nsecond prompt\n")
-    assert bench_prompts(file) == ("first prompt\nsecond line", "second prompt")
-    with pytest.raises(UsageError, match="not both"):
-        bench_prompts(file, 10)
+    assert read_prompt_file(file) == ("first prompt\nsecond line", "second prompt")
     with pytest.raises(UsageError, match="cannot read"):
-        bench_prompts(tmp_path / "missing.txt")
+        read_prompt_file(tmp_path / "missing.txt")
 
 
 def sample_report() -> BenchReport:
