@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -12,24 +11,6 @@ import click
 from composer.cli.base import command
 from composer.cli.output import note, shown
 from composer.errors import UsageError
-
-
-@dataclass(frozen=True)
-class InitArgs:
-    directory: Path
-    with_env: bool
-    force: bool
-    model_dir: Path | None
-    served_name: str | None
-    tp: int | None
-    gpus: str | None
-    image: str | None
-    project: str | None = None
-    port: int | None = None
-
-    @property
-    def describes_a_model(self) -> bool:
-        return any(x is not None for x in (self.model_dir, self.served_name, self.tp, self.gpus, self.image))
 
 
 def _facts(model_dir: Path):
@@ -51,56 +32,63 @@ def interactive() -> bool:
     return sys.stdin.isatty()
 
 
-def _identity(args: InitArgs, ask: bool) -> tuple[str, int]:
+def _identity(directory: Path, project: str | None, port: int | None, ask: bool) -> tuple[str, int]:
     """The project and port to write: the flags, else (asked on a terminal) the folder's
     name and the first free port from 8000."""
     from composer.stack import values
     from composer.stack.starter import folder_project, free_port
 
-    project = args.project or folder_project(args.directory)
-    if ask and not args.project:
-        project = click.prompt("Compose project name (names its containers)", default=project)
-    port = args.port or free_port()
-    if ask and not args.port:
-        port = click.prompt("Host port clients use", default=port, type=click.IntRange(1, 65535))
+    chosen = project or folder_project(directory)
+    if ask and not project:
+        chosen = click.prompt("Compose project name (names its containers)", default=chosen)
+    number = port or free_port()
+    if ask and not port:
+        number = click.prompt("Host port clients use", default=number, type=click.IntRange(1, 65535))
     try:
-        values.parse_name(project)
+        values.parse_name(chosen)
     except ValueError as err:
-        raise UsageError(f"--project {project}: expected {err}") from None
-    return project, port
+        raise UsageError(f"--project {chosen}: expected {err}") from None
+    return chosen, number
 
 
-def _ask(args: InitArgs) -> InitArgs:
-    """Questions on a terminal; `args` as they are when the user wants the reference stack."""
+def _ask() -> dict[str, Any]:
+    """The model's questions on a terminal; none answered when the user wants the reference stack."""
     answer = click.prompt(
         "Model folder on this host (empty: write the reference stack to edit)", default="", show_default=False
     )
     if not answer.strip():
-        return args
+        return {}
     model_dir = Path(answer.strip()).expanduser()
     served = click.prompt("Model name clients send", default=model_dir.name.lower() or "model")
     tp = click.prompt("GPUs per variant (tensor-parallel size)", default=1, type=click.IntRange(min=1))
     gpus = click.prompt(
         "GPU ids (e.g. 0,1), all, or none", default="all" if tp == 1 else ",".join(map(str, range(tp)))
     )
-    return replace(args, model_dir=model_dir, served_name=served, tp=tp, gpus=gpus)
+    return {"model_dir": model_dir, "served_name": served, "tp": tp, "gpus": gpus}
 
 
-def _model_text(args: InitArgs) -> str:
+def _model_text(
+    project: str,
+    port: int,
+    model_dir: Path,
+    served_name: str | None = None,
+    tp: int | None = None,
+    gpus: str | None = None,
+    image: str | None = None,
+) -> str:
     from composer.stack.new_stack import DEFAULT_VLLM_IMAGE, NewStack, model_stack_text, schema_path
     from composer.stack.starter import schema_file
 
-    assert args.model_dir is not None
-    model_dir = args.model_dir.expanduser().resolve()
-    tp = args.tp or 1
+    model_dir = model_dir.expanduser().resolve()
+    tp = tp or 1
     answers = NewStack(
         model_dir=str(model_dir),
-        served_name=args.served_name or model_dir.name.lower() or "model",
+        served_name=served_name or model_dir.name.lower() or "model",
         tensor_parallel_size=tp,
-        gpus=args.gpus or ("all" if tp == 1 else ",".join(str(i) for i in range(tp))),
-        image=args.image or DEFAULT_VLLM_IMAGE,
-        project=args.project or "vllm",
-        port=args.port or 8000,
+        gpus=gpus or ("all" if tp == 1 else ",".join(str(i) for i in range(tp))),
+        image=image or DEFAULT_VLLM_IMAGE,
+        project=project,
+        port=port,
     ).validated()
     return model_stack_text(answers, _facts(model_dir), schema_path(schema_file()))
 
@@ -128,7 +116,9 @@ def _model_text(args: InitArgs) -> str:
 )
 @click.option("--env", "with_env", is_flag=True, help="Also write .env with a generated API key (mode 0600).")
 @click.option("--force", is_flag=True, help="Overwrite existing starter files (never .env).")
-def init_cmd(**kwargs: Any) -> None:
+def init_cmd(
+    directory: Path, with_env: bool, force: bool, project: str | None, port: int | None, **model: Any
+) -> None:
     """Write composer.toml and .env.example into DIRECTORY (default: here).
 
     With --model-dir (and --served-name, --tp, --gpus) the stack is for your model: its
@@ -146,19 +136,18 @@ def init_cmd(**kwargs: Any) -> None:
     """
     from composer.stack.starter import init_stack
 
-    args = InitArgs(**kwargs)
-    if args.describes_a_model and args.model_dir is None:
+    model = {k: v for k, v in model.items() if v is not None}
+    if model and "model_dir" not in model:
         raise UsageError(
             "--served-name, --tp, --gpus and --image describe a model: give its folder with --model-dir"
         )
     ask = interactive()
-    if not args.describes_a_model and ask:
-        args = _ask(args)
-    project, port = _identity(args, ask)
-    args = replace(args, project=project, port=port)
-    text = _model_text(args) if args.model_dir is not None else None
+    if not model and ask:
+        model = _ask()
+    project, port = _identity(directory, project, port, ask)
+    text = _model_text(project, port, **model) if model else None
     written_files = init_stack(
-        args.directory, with_env=args.with_env, force=args.force, stack_text=text, identity=(project, port)
+        directory, with_env=with_env, force=force, stack_text=text, identity=(project, port)
     )
     for written in written_files:
         click.echo(f"wrote: {shown(written.path)}")
