@@ -244,28 +244,22 @@ def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Pat
     save_figure(plt, figure, path)
 
 
-def _write_plots(report: BenchReport, out_dir: Path) -> list[Path] | None:
-    """bench.png, or `bench-c<N>.png` per concurrency for a workload sweep; None without matplotlib."""
-    plt = pyplot()
-    if plt is None:
-        return None
-    if not report.options.multi:
-        _k_plot(plt, report, out_dir / PNG_FILE)
-        return [out_dir / PNG_FILE]
-    written = []
-    for concurrency in dict.fromkeys(report.options.concurrency):
-        written.append(out_dir / f"bench-c{concurrency}.png")
-        _concurrency_plot(plt, report, concurrency, written[-1])
-    return written
-
-
 def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
-    """Write JSON, CSV and (when possible) the PNGs; note skipped plots in the report."""
+    """Write JSON, CSV and (with matplotlib) the PNGs: bench.png, or `bench-c<N>.png` per
+    concurrency for a workload sweep; note skipped plots in the report."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
-    plots = _write_plots(report, out_dir)
-    if plots is None:
+    plt = pyplot()
+    plots = []
+    if plt is None:
         report.notes.append("plot skipped: matplotlib is not installed (pip install '.[plot]')")
+    elif not report.options.multi:
+        plots.append(out_dir / PNG_FILE)
+        _k_plot(plt, report, plots[-1])
+    else:
+        for concurrency in dict.fromkeys(report.options.concurrency):
+            plots.append(out_dir / f"bench-c{concurrency}.png")
+            _concurrency_plot(plt, report, concurrency, plots[-1])
     json_path.write_text(json.dumps(report_data(report), indent=2) + "\n", encoding="utf-8")
     csv_path.write_text(csv_text(report), encoding="utf-8")
-    return [json_path, csv_path, *(plots or [])]
+    return [json_path, csv_path, *plots]

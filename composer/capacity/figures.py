@@ -43,12 +43,6 @@ def gpu_need(weights: int | None, kv_cache: int | None, activations: int) -> int
     return weights + kv_cache + activations
 
 
-def sleep_residue(residue: int, sleepers: int) -> int:
-    """GPU bytes held per GPU by `sleepers` variants asleep (CUDA context, graph pools and
-    NCCL buffers stay): `residue` is `stack.sleep_residue`, measured in docs/benchmarks.md."""
-    return residue * sleepers
-
-
 def host_ram_of_sleeper(weights: int | None, tensor_parallel: int, level: int) -> int | None:
     """Host RAM one sleeping variant holds: at level 1 every rank copies its GPU's weights
     to the host (weights per GPU x TP); level 2 drops them (0)."""

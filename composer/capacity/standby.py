@@ -73,7 +73,7 @@ def plan_standby(
 ) -> StandbyPlan:
     """Check the GPU and host budgets with `sleepers` asleep next to `awake` (pure)."""
     need = figures.gpu_need(awake.weights, awake.kv_cache, awake.activations)
-    held_gpu = figures.sleep_residue(residue, len(sleepers))
+    held_gpu = residue * len(sleepers)  # CUDA context, graph pools and NCCL buffers stay
     held = figures.host_ram_for_sleepers(
         [figures.host_ram_of_sleeper(s.weights, tensor_parallel, level) for s in sleepers]
     )

@@ -130,16 +130,9 @@ class NvmlProbe:
         handle = nvml.nvmlDeviceGetHandleByIndex(index)
         memory = nvml.nvmlDeviceGetMemoryInfo(handle)
         major, minor = nvml.nvmlDeviceGetCudaComputeCapability(handle)
-        return GpuInfo(
-            index=index,
-            name=_text(nvml.nvmlDeviceGetName(handle)),
-            compute_capability=(int(major), int(minor)),
-            total_bytes=int(memory.total),
-            used_bytes=int(memory.used),
-            free_bytes=int(memory.free),
-            processes=tuple(self._processes(handle)),
-            uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
-        )
+        sizes = (int(memory.total), int(memory.used), int(memory.free))
+        name, uuid = _text(nvml.nvmlDeviceGetName(handle)), _text(nvml.nvmlDeviceGetUUID(handle))
+        return GpuInfo(index, name, (int(major), int(minor)), *sizes, tuple(self._processes(handle)), uuid)
 
     def _processes(self, handle: Any) -> list[GpuProcess]:
         nvml = self.nvml
@@ -166,10 +159,8 @@ def detect_probe() -> GpuProbe:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         return NvmlProbe(pynvml)
-    except ImportError:
-        pass  # no library: try nvidia-smi
     except Exception:
-        pass  # a library without a driver: try nvidia-smi
+        pass  # no library, or a library without a driver: try nvidia-smi
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)
@@ -194,17 +185,8 @@ def parse_smi_gpus(csv_text: str) -> list[GpuInfo]:
             raise GpuProbeError(f"unexpected nvidia-smi line: {', '.join(row)}")
         index, uuid, name, cap, total, used, free = row
         major, _, minor = cap.partition(".")
-        gpus.append(
-            GpuInfo(
-                index=int(index),
-                name=name,
-                compute_capability=(_int(major), _int(minor)),
-                total_bytes=_int(total) * MIB,
-                used_bytes=_int(used) * MIB,
-                free_bytes=_int(free) * MIB,
-                uuid=uuid,
-            )
-        )
+        sizes = (_int(total) * MIB, _int(used) * MIB, _int(free) * MIB)
+        gpus.append(GpuInfo(int(index), name, (_int(major), _int(minor)), *sizes, uuid=uuid))
     return gpus
 
 

@@ -33,8 +33,7 @@ def test_gpu_need_is_weights_plus_kv_plus_activations_and_unknown_spreads() -> N
     assert f.gpu_need(None, 4 * GIB, 2 * GIB) is None and f.gpu_need(12 * GIB, None, 2 * GIB) is None
 
 
-def test_sleep_residue_and_host_ram_for_sleepers() -> None:
-    assert f.sleep_residue(1_395_864_371, 3) == 4_187_593_113
+def test_host_ram_for_sleepers() -> None:
     assert f.host_ram_of_sleeper(13 * GIB + GIB // 2, 4, 1) == 54 * GIB  # every rank's weights
     assert f.host_ram_of_sleeper(13 * GIB, 4, 2) == 0  # level 2 drops them
     assert f.host_ram_of_sleeper(None, 4, 2) == 0
