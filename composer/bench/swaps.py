@@ -49,25 +49,6 @@ def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -
     return next((s for s in stacks if resolve_target(s, previous.variant).hash == previous.config_hash), None)
 
 
-def plan_with_hints(
-    stack: Stack,
-    variants: Sequence[str],
-    ks: Sequence[int] | None,
-    ks_by_variant: Mapping[str, Sequence[int]] | None = None,
-) -> tuple[list[BenchPoint], list[str], dict[BenchPoint, str]]:
-    """The sweep (with each checkpoint's suggested K), the hints, and the points vLLM would reject."""
-    suggested = {name: variant_hints(stack, stack.variant(name), ()).suggested_k for name in variants}
-    points = plan_points(stack, variants, ks, suggested, ks_by_variant)
-    messages: list[str] = []
-    skip: dict[BenchPoint, str] = {}
-    for name in dict.fromkeys(p.variant for p in points):
-        hints = variant_hints(stack, stack.variant(name), [p.k for p in points if p.variant == name and p.k])
-        messages += hints.messages
-        rejected = dict(hints.rejected)
-        skip.update({p: rejected[p.k] for p in points if p.variant == name and p.k in rejected})
-    return points, messages, skip
-
-
 def bench_with_swaps(
     stack_for: StackFor,
     variants: Sequence[str],
@@ -91,7 +72,15 @@ def bench_with_swaps(
     from composer.swap.swapper import UpOptions, up
 
     stack = stack_for(())
-    points, hints, skip = plan_with_hints(stack, variants, ks, ks_by_variant)
+    suggested = {name: variant_hints(stack, stack.variant(name), ()).suggested_k for name in variants}
+    points = plan_points(stack, variants, ks, suggested, ks_by_variant)
+    hints: list[str] = []
+    skip: dict[BenchPoint, str] = {}  # the points vLLM would reject
+    for name in dict.fromkeys(p.variant for p in points):
+        found = variant_hints(stack, stack.variant(name), [p.k for p in points if p.variant == name and p.k])
+        hints += found.messages
+        rejected = dict(found.rejected)
+        skip.update({p: rejected[p.k] for p in points if p.variant == name and p.k in rejected})
     for hint in hints:
         progress(f"hint: {hint}")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)

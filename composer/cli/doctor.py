@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import contextlib
 
 import click
 
@@ -10,9 +10,6 @@ from composer.cli.base import command
 from composer.cli.context import Context
 from composer.cli.output import echo_json
 from composer.cli.params import complete_from_stack, json_option
-
-if TYPE_CHECKING:
-    from composer.stack.model import Stack
 
 
 @command(exit_note="1 when any check fails")
@@ -31,15 +28,23 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
       compose-spec doctor dflash2 --json --env-file .env.demo
     """
     from composer.doctor.report import default_host, format_report, run_doctor
+    from composer.doctor.switch_checks import switching_configured
     from composer.errors import ChecksFailed
+    from composer.swap.status import follower_attached
 
     stack = obj.stack()
+    follower = None  # what the running gateway says about `compose-spec follow` (None: not asked)
+    if switching_configured(stack) is not None:
+        with contextlib.suppress(
+            Exception
+        ):  # no engine, no gateway, the SDK's errors: doctor reports the engine
+            follower = follower_attached(stack, obj.docker())
     report = run_doctor(
         stack,
         variant,
         default_host(obj.options.env_file),
         allow_weak_key=obj.options.allow_weak_key,
-        follower_attached=_follower_attached(obj, stack),
+        follower_attached=follower,
     )
     failed = [c for c in report.checks if c.failed]
     if not as_json:
@@ -52,16 +57,3 @@ def doctor(obj: Context, variant: str | None, as_json: bool) -> None:
         )
         err.details.update(report.to_json())
         raise err
-
-
-def _follower_attached(obj: Context, stack: Stack) -> bool | None:
-    """What the running gateway says about `compose-spec follow` (None: it cannot be asked)."""
-    from composer.doctor.switch_checks import switching_configured
-    from composer.swap.status import follower_attached
-
-    if switching_configured(stack) is None:
-        return None
-    try:
-        return follower_attached(stack, obj.docker())
-    except Exception:  # no engine, no gateway, the SDK's errors: doctor reports the engine itself
-        return None

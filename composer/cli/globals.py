@@ -71,7 +71,6 @@ OPTIONS: tuple[click.Option, ...] = (
         "[env: COMPOSER_ALLOW_WEAK_KEY=1].",
     ),
 )
-"""The global options, as the group takes them before the command."""
 VALUE_OPTIONS = frozenset(decl for option in OPTIONS if not option.is_flag for decl in option.opts)
 """Global options that take a value (skipped when looking for the command name)."""
 

@@ -116,7 +116,6 @@ target_option = click.option(
     show_default=True,
     help="Docker Compose on this engine, or Kubernetes manifests and rollouts.",
 )
-"""`--target compose|kubernetes` (render and up)."""
 
 
 def duration_option(name: str, default: str, help_text: str) -> Decorator:
@@ -125,7 +124,6 @@ def duration_option(name: str, default: str, help_text: str) -> Decorator:
 
 
 settle_option = duration_option("--settle", "1s", "How long to keep watching after readiness.")
-"""`--settle` (up, use, follow)."""
 
 
 def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
