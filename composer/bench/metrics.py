@@ -7,6 +7,7 @@ i = accepted_per_pos[i] / drafts.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
 from dataclasses import dataclass
@@ -132,23 +133,20 @@ class RunningSampler:
     no sample could be read. /metrics needs no API key."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
-        self._url = base_url
-        self._interval = interval_s
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="bench-running", daemon=True)
         self.peak: int | None = None
+        self._stop = threading.Event()
+        poll = (base_url, interval_s)
+        self._thread = threading.Thread(target=self._poll, args=poll, name="bench-running", daemon=True)
 
-    def _poll(self) -> None:
-        with httpx.Client(base_url=self._url, timeout=5.0) as client:
+    def _poll(self, base_url: str, interval_s: float) -> None:
+        with httpx.Client(base_url=base_url, timeout=5.0) as client:
             while True:
-                try:
+                with contextlib.suppress(httpx.HTTPError):
                     response = client.get("/metrics")
                     if response.status_code == 200:
                         value = round(total(parse_prometheus(response.text), RUNNING))
                         self.peak = value if self.peak is None else max(self.peak, value)
-                except httpx.HTTPError:
-                    pass
-                if self._stop.wait(self._interval):
+                if self._stop.wait(interval_s):
                     return
 
     def __enter__(self) -> RunningSampler:

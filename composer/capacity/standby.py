@@ -151,7 +151,6 @@ def plan_for(
         "release_budget_bytes": serving.need,
         "asleep_after": list(asleep_after),
         **plan.figures,
-        "gpu_memory_bytes": memory,
         "gpu_memory_from": source or None,
         "fits": plan.fits,
         "line": line,

@@ -4,22 +4,7 @@ from __future__ import annotations
 
 import click
 
-from composer.cli import (
-    bench,
-    build,
-    config,
-    doctor,
-    down,
-    follow,
-    history,
-    init,
-    logs,
-    recommend,
-    render,
-    status,
-    swap,
-    version,
-)
+from composer.cli import bench, doctor, follow, init, logs, render, status, swap
 from composer.cli.base import ComposeSpecGroup
 from composer.cli.context import Context
 from composer.cli.globals import OPTIONS
@@ -52,21 +37,21 @@ def main(ctx: click.Context, **_: object) -> None:
 COMMANDS: tuple[tuple[click.Command, tuple[str, ...]], ...] = (
     (render.render, ()),
     (init.init_cmd, ()),
-    (config.config_cmd, ()),
+    (init.config_cmd, ()),
     (swap.up, ()),
     (swap.use, ()),
     (follow.follow, ()),
-    (down.down, ()),
+    (swap.down, ()),
     (status.status, ()),
     (status.ps, ()),
-    (history.history, ()),
+    (status.history, ()),
     (status.ls_cmd, ("variants",)),
     (logs.logs, ()),
-    (build.build_cmd, ()),
+    (render.build_cmd, ()),
     (doctor.doctor, ()),
     (bench.bench, ()),
-    (recommend.recommend, ()),
-    (version.version, ()),
+    (bench.recommend, ()),
+    (doctor.version, ()),
 )
 for _command, _aliases in COMMANDS:
     main.add_command(_command)

@@ -34,7 +34,7 @@ class Duration(click.ParamType):
         try:
             seconds = parse_seconds(value)
         except (ValueError, OverflowError):
-            self.fail(f"{value!r}: expected {allowed}", param, ctx)
+            seconds = -1.0
         if not 0 < seconds <= MAX_OPTION_SECONDS:
             self.fail(f"{value!r}: expected {allowed}", param, ctx)
         return seconds

@@ -159,8 +159,10 @@ def detect_probe() -> GpuProbe:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         return NvmlProbe(pynvml)
+    except ImportError:
+        pass  # no library: try nvidia-smi
     except Exception:
-        pass  # no library, or a library without a driver: try nvidia-smi
+        pass  # a library without a driver: try nvidia-smi
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)

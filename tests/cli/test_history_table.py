@@ -3,7 +3,7 @@ rollbacks, gateway-only updates; the cause under its row."""
 
 from __future__ import annotations
 
-from composer.cli.history import format_history
+from composer.cli.status import format_history
 
 EVENTS = [
     {"time": 0, "kind": "up", "source": None, "target": "baseline", "outcome": "started",
