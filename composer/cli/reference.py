@@ -13,7 +13,7 @@ WIDTH = 100
 
 def commands_markdown() -> str:
     """The page: the global options, then each command's help as `--help` prints it."""
-    from composer.cli.app import main
+    from composer.cli import main
 
     root = click.Context(
         main,
