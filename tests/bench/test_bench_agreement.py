@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from composer.bench.agreement import agreement, agreement_with, deterministic, pieces
+from composer.bench.sweep import agreement, agreement_with, deterministic, pieces
 
 
 def test_pieces_keep_leading_whitespace() -> None:

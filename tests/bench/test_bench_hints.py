@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from composer.bench.hints import variant_hints
+from composer.bench.swaps import variant_hints
 from composer.stack.load import load_stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from composer.bench.metrics import (
+from composer.bench.client import (
     ACCEPTED_PER_POS,
     DRAFTS,
     SpecCounters,

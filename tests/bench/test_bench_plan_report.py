@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.bench.client import StreamResult
-from composer.bench.metrics import Acceptance
+from composer.bench.client import Acceptance, StreamResult
 from composer.bench.prompts import BUILTIN_PROMPTS, padded, read_prompt_file
 from composer.bench.report import csv_text, format_table, report_data, write_outputs
 from composer.bench.sweep import (
@@ -250,7 +249,7 @@ def test_workload_report_table_csv_and_a_plot_per_concurrency(tmp_path: Path) ->
 
 def test_served_k_comes_from_the_draft_positions_not_the_mean_draft_length() -> None:
     """Real ngram drafts fewer than K tokens on some steps: K is read from the positions."""
-    from composer.bench.metrics import SpecCounters
+    from composer.bench.client import SpecCounters
     from composer.bench.sweep import BenchPoint, PointResult, _check_acceptance
     from composer.errors import BenchError
 
