@@ -3,8 +3,8 @@ family of commands.
 
 Owns: parsing the command line (click), the global options wherever they stand (`globals`),
 printing, the one error handler (one line on stderr; exit 2 for usage and configuration
-errors, 1 for failures, 130 when interrupted) and the one stop-signal handler (`base`), one
-Docker client per command (`context`). The only part of the package that imports click or
+errors, 1 for failures, 130 when interrupted), the one stop-signal handler and one Docker
+client per command (`base`). The only part of the package that imports click or
 prints; commands call domain code and print what it returns.
 May import: every other part of `composer`. Nothing imports it.
 Public: `main` (the `compose-spec` group), `ComposeSpecGroup`, `LiveLine`.
@@ -15,8 +15,7 @@ from __future__ import annotations
 import click
 
 from composer.cli import bench, doctor, follow, init, render, status, swap
-from composer.cli.base import ComposeSpecGroup
-from composer.cli.context import Context
+from composer.cli.base import ComposeSpecGroup, Context
 from composer.cli.globals import OPTIONS
 from composer.cli.output import LiveLine
 

@@ -1,7 +1,9 @@
-"""The command classes: help that ends with exit codes, close-match suggestions, global
-options anywhere on the line, and `ComposeSpecGroup.main`, the one place errors become one
-line on stderr and an exit code (2 usage or configuration, 1 failure, 130 interrupted). A
-command run with `--json` that fails prints one `{"error", "kind", "exit_code", ...}` object.
+"""The command classes and what every command is handed: help that ends with exit codes,
+close-match suggestions, global options anywhere on the line, `ComposeSpecGroup.main`, the one
+place errors become one line on stderr and an exit code (2 usage or configuration, 1 failure,
+130 interrupted; a command run with `--json` that fails prints one `{"error", "kind",
+"exit_code", ...}` object), and `Context`: the global options, the stack they name, one Docker
+client per command.
 """
 
 from __future__ import annotations
@@ -10,12 +12,20 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from composer.cli.globals import VALUE_OPTIONS, add_hidden_globals
-from composer.errors import DISK_FULL, ComposerError, DiagnosedError, Interrupted, cannot_write, did_you_mean
+from composer.cli.globals import VALUE_OPTIONS, GlobalOptions, add_hidden_globals, options_of
+from composer.errors import (
+    DISK_FULL,
+    ComposerError,
+    ConfigError,
+    DiagnosedError,
+    Interrupted,
+    cannot_write,
+    did_you_mean,
+)
 from composer.signals import interrupts
 
 EXIT_CODES = "0 success, 1 failure, 2 usage or configuration error, 130 interrupted (Ctrl-C)"
@@ -63,8 +73,6 @@ class ComposeSpecCommand(click.Command):
         formatter.write_text(f"Exit codes: {EXIT_CODES}{note}.")
 
     def invoke(self, ctx: click.Context) -> Any:
-        from composer.cli.context import Context
-
         obj = ctx.find_object(Context)
         if obj is not None:
             obj.bind(ctx)
@@ -152,3 +160,59 @@ class ComposeSpecGroup(click.Group):
 def command(*args: Any, **kwargs: Any) -> Any:
     """`click.command` making a ComposeSpecCommand (help with exit codes, global options)."""
     return click.command(*args, cls=ComposeSpecCommand, **kwargs)
+
+
+if TYPE_CHECKING:
+    import docker
+
+    from composer.stack.model import Stack
+    from composer.stack.source import StackSource
+
+
+class Context:
+    """The global options of the running command, the stack source they name, and the
+    command's one Docker client (opened on first use, closed when the command ends)."""
+
+    def __init__(self) -> None:
+        self.options = GlobalOptions()
+        self._client: docker.DockerClient | None = None
+
+    def bind(self, ctx: click.Context) -> None:
+        """Take the global options in force for this command; point the engine at --context."""
+        from composer.engine.client import select_context
+
+        self.options = options_of(ctx)
+        select_context(self.options.docker_context)
+        ctx.call_on_close(self.close)
+
+    @property
+    def source(self) -> StackSource:
+        return self.options.source()
+
+    def stack(self) -> Stack:
+        return self.source.load()
+
+    def docker(self, timeout: int | None = None) -> docker.DockerClient:
+        """The command's Docker client (one per command; closed when the command ends)."""
+        if self._client is None:
+            from composer.engine import client as engine_client
+
+            self._client = engine_client.docker_client(timeout) if timeout else engine_client.docker_client()
+        return self._client
+
+    def close(self) -> None:
+        if self._client is not None:
+            client, self._client = self._client, None
+            client.close()
+
+
+def require_api_key(stack: Any, allow_weak: bool = False) -> None:
+    """Commands that serve with the key need it, hard to guess: else a configuration error."""
+    from composer.stack.keys import require_strong_key
+
+    if not stack.api_key:
+        raise ConfigError(
+            "VLLM_API_KEY is not set: put it in the env file (--env-file, default .env) or the "
+            "environment (see .env.example)"
+        )
+    require_strong_key(stack.api_key, allow_weak)

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context, require_api_key
+from composer.cli.base import Context, command, require_api_key
 from composer.cli.output import LiveLine, echo_json
 from composer.cli.params import csv_list, duration_option, json_option
 from composer.errors import ComposerError, Interrupted, UsageError

@@ -7,8 +7,7 @@ import contextlib
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context
+from composer.cli.base import Context, command
 from composer.cli.output import echo_json
 from composer.cli.params import complete_from_stack, json_option
 from composer.errors import ComposerError

@@ -13,8 +13,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context, require_api_key
+from composer.cli.base import Context, command, require_api_key
 from composer.cli.params import duration_option, json_option, settle_option
 from composer.errors import ConfigError
 

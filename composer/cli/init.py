@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context
+from composer.cli.base import Context, command
 from composer.cli.output import echo_json, note, shown
 from composer.cli.params import complete_from_stack, json_option
 from composer.errors import UsageError

@@ -13,7 +13,7 @@ import click
 from click.shell_completion import CompletionItem
 
 if TYPE_CHECKING:
-    from composer.cli.context import Context
+    from composer.cli.base import Context
 
 MAX_OPTION_SECONDS = 7 * 24 * 3600
 """The longest duration a command-line option takes (7 days)."""

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context
+from composer.cli.base import Context, command
 from composer.cli.output import note, shown, warning
 from composer.cli.params import complete_from_stack, complete_recipe, target_option
 from composer.errors import ComposerError

@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context
+from composer.cli.base import Context, command
 from composer.cli.output import echo_json, note
 from composer.cli.params import TailType, complete_from_stack, duration_option, json_option
 from composer.errors import ComposerError, UsageError

@@ -9,8 +9,7 @@ from typing import Any
 
 import click
 
-from composer.cli.base import command
-from composer.cli.context import Context, require_api_key
+from composer.cli.base import Context, command, require_api_key
 from composer.cli.output import LiveLine, note, warning
 from composer.cli.params import SwapArgs, complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed

@@ -133,7 +133,7 @@ def test_ctrl_c_ends_follow_with_130(odd_dir: Path, monkeypatch: pytest.MonkeyPa
 
     # the module itself: `composer.swap` also exports a function named follow
     monkeypatch.setattr(importlib.import_module("composer.swap.follow"), "follow", interrupted)
-    monkeypatch.setattr("composer.cli.context.Context.docker", lambda self, timeout=None: object())
+    monkeypatch.setattr("composer.cli.base.Context.docker", lambda self, timeout=None: object())
     result = CliRunner().invoke(
         main, ["--env-file", "my env", "--set", "gateway.switch_on_model=true", "follow"]
     )
@@ -153,7 +153,7 @@ def test_a_switch_interrupted_and_rolled_back_ends_follow_with_130(
 
     # the module itself: `composer.swap` also exports a function named follow
     monkeypatch.setattr(importlib.import_module("composer.swap.follow"), "follow", rolled_back)
-    monkeypatch.setattr("composer.cli.context.Context.docker", lambda self, timeout=None: object())
+    monkeypatch.setattr("composer.cli.base.Context.docker", lambda self, timeout=None: object())
     result = CliRunner().invoke(
         main, ["--env-file", "my env", "--set", "gateway.switch_on_model=true", "follow"]
     )
