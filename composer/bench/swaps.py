@@ -95,16 +95,6 @@ if TYPE_CHECKING:
 StackFor = Callable[[tuple[str, ...]], Stack]
 
 
-def stack_of(previous: RunningVariant, stack_for: StackFor, ks: Sequence[int]) -> Stack | None:
-    """The stack (plain, or with one of the swept Ks) that reproduces what ran before."""
-    plain = stack_for(())
-    if previous.variant not in plain.variants:
-        return None
-    swept = ks if plain.variant(previous.variant).speculative is not None else ()  # K: speculative only
-    stacks = chain((plain,), (stack_for(k_override(BenchPoint(previous.variant, "", k))) for k in swept))
-    return next((s for s in stacks if resolve_target(s, previous.variant).hash == previous.config_hash), None)
-
-
 def bench_with_swaps(
     stack_for: StackFor,
     variants: Sequence[str],
@@ -248,7 +238,13 @@ def _restore(
         stopped = down(stack, client=client, progress=progress)
         progress(f"nothing served before the benchmark: stopped {', '.join(stopped) or 'nothing'}")
         return []
-    matching = stack_of(previous, stack_for, ks)
+    matching = None  # the stack (plain, or with one of the swept Ks) that reproduces what ran before
+    if previous.variant in stack.variants:
+        swept = ks if stack.variant(previous.variant).speculative is not None else ()  # K: speculative only
+        stacks = chain((stack,), (stack_for(k_override(BenchPoint(previous.variant, "", k))) for k in swept))
+        matching = next(
+            (s for s in stacks if resolve_target(s, previous.variant).hash == previous.config_hash), None
+        )
     notes = []
     if matching is None:
         matching = stack
