@@ -7,6 +7,7 @@ running gateway untouched and recreates only the variant.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from composer import labels as label_names
 from composer.render.spec import API_KEY_VAR, CONTAINER_PORT, Healthcheck, Text, Var, log_options, text
@@ -54,6 +55,7 @@ class GatewaySpec:
     logging: tuple[tuple[str, str], ...] = ()  # json-file options: max-size, max-file (rotation)
     state_volume: str = STATE_VOLUME
     state_dir: str = STATE_DIR
+    port_holder_command: ClassVar[tuple[str, ...]] = ("python3", "-c", PORT_HOLDER)  # waits, ends on SIGTERM
 
     @property
     def container_name(self) -> str:
@@ -64,11 +66,6 @@ class GatewaySpec:
     def port_service(self) -> str:
         """The port holder's service: it publishes the port; the gateway joins its network."""
         return f"{self.service}-port"
-
-    @property
-    def port_holder_command(self) -> tuple[str, ...]:
-        """The port holder's process: it waits, and ends on SIGTERM."""
-        return ("python3", "-c", PORT_HOLDER)
 
     @property
     def port_labels(self) -> tuple[tuple[str, str], ...]:

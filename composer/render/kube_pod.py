@@ -35,20 +35,6 @@ def gib(size: int) -> str:
     return f"{math.ceil(size / GIB)}Gi"
 
 
-def server_defaults(stack: Stack, variant: Variant) -> Resources:
-    """Requests from what the stack knows: weights per GPU, ranks, the shm size."""
-    ranks = stack.tensor_parallel_size if stack.gpus is not None else 1
-    weights = (variant.weights_bytes or 0) * ranks
-    memory = weights + RUNTIME_PER_RANK * ranks + stack.kubernetes.shm_size
-    return {
-        "requests": {
-            "cpu": str(CPU_PER_RANK * ranks),
-            "memory": gib(memory),
-            "ephemeral-storage": SERVER_EPHEMERAL,
-        }
-    }
-
-
 def check_owners(stack: Stack) -> None:
     """Every key of kubernetes.resources names the gateway, `server` or a variant."""
     for owner in stack.kubernetes.resources:
@@ -73,11 +59,19 @@ def _merge(key: str, *layers: Resources) -> dict[str, dict[str, str]]:
 
 
 def server_resources(stack: Stack, variant: Variant, gpus: int | None) -> dict[str, Any]:
-    """The vLLM container's resources: defaults, then `server`, then the variant's own."""
+    """The vLLM container's resources: defaults (from the weights per GPU, the ranks and the shm
+    size), then `server`, then the variant's own."""
     table = stack.kubernetes.resources
+    ranks = stack.tensor_parallel_size if stack.gpus is not None else 1
+    memory = ((variant.weights_bytes or 0) + RUNTIME_PER_RANK) * ranks + stack.kubernetes.shm_size
+    requests = {
+        "cpu": str(CPU_PER_RANK * ranks),
+        "memory": gib(memory),
+        "ephemeral-storage": SERVER_EPHEMERAL,
+    }
     merged: dict[str, Any] = _merge(
         variant.name if variant.name in table else "server",
-        server_defaults(stack, variant),
+        {"requests": requests},
         table.get("server", {}),
         table.get(variant.name, {}),
     )
@@ -91,26 +85,22 @@ def gateway_resources(stack: Stack) -> dict[str, Any]:
     return _merge("gateway", GATEWAY_DEFAULTS, stack.kubernetes.resources.get("gateway", {}))
 
 
-def common_pod_fields(stack: Stack) -> dict[str, Any]:
-    """Fields every pod of the stack gets: service account, priority, pull secrets."""
+def pod_fields(stack: Stack, gpus: bool) -> dict[str, Any]:
+    """Fields every pod of the stack gets (service account, priority, pull secrets), and on the GPU
+    node pool (`gpus`) its scheduling: node selector, tolerations, runtime class."""
     kube = stack.kubernetes
     fields = {
         "serviceAccountName": kube.service_account,
         "priorityClassName": kube.priority_class,
         "imagePullSecrets": [{"name": name} for name in kube.image_pull_secrets],
     }
+    if gpus:
+        fields |= {
+            "nodeSelector": dict(kube.node_selector),
+            "tolerations": [dict(t) for t in kube.tolerations],
+            "runtimeClassName": kube.runtime_class,
+        }
     return {"automountServiceAccountToken": False, **{key: value for key, value in fields.items() if value}}
-
-
-def gpu_pod_fields(stack: Stack) -> dict[str, Any]:
-    """Scheduling on the GPU node pool: node selector, tolerations, runtime class."""
-    kube = stack.kubernetes
-    fields = {
-        "nodeSelector": dict(kube.node_selector),
-        "tolerations": [dict(t) for t in kube.tolerations],
-        "runtimeClassName": kube.runtime_class,
-    }
-    return {key: value for key, value in fields.items() if value}
 
 
 def scrape_annotations(stack: Stack, port: int, path: str) -> dict[str, str]:

@@ -59,9 +59,7 @@ Manifest = Mapping[str, Any]
 
 
 def pod_spec(manifest: Manifest) -> tuple[Manifest, Manifest]:
-    """(pod metadata, pod spec) of a Pod or of a workload's pod template."""
-    if manifest.get("kind") == "Pod":
-        return manifest.get("metadata") or {}, manifest.get("spec") or {}
+    """(pod metadata, pod spec) of a workload's pod template."""
     template = (manifest.get("spec") or {}).get("template") or {}
     return template.get("metadata") or {}, template.get("spec") or {}
 

@@ -174,8 +174,7 @@ def deployment(stack: Stack, target: Target) -> Manifest:
             "template": {
                 "metadata": {"labels": pod_labels, "annotations": pod_annotations},
                 "spec": {
-                    **kube_pod.common_pod_fields(stack),
-                    **(kube_pod.gpu_pod_fields(stack) if spec.gpus is not None else {}),
+                    **kube_pod.pod_fields(stack, gpus=spec.gpus is not None),
                     "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "terminationGracePeriodSeconds": spec.stop_grace_period,
                     "containers": [container],
@@ -261,7 +260,7 @@ def gateway_deployment(stack: Stack, gateway: GatewaySpec) -> Manifest:
     }
     annotations = kube_pod.scrape_annotations(stack, gateway.container_port, kube_pod.GATEWAY_METRICS)
     pod_spec = {
-        **kube_pod.common_pod_fields(stack),
+        **kube_pod.pod_fields(stack, gpus=False),
         "securityContext": {
             "runAsNonRoot": True,
             "runAsUser": GATEWAY_UID,

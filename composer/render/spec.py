@@ -206,22 +206,16 @@ def speculative_config(stack: Stack, variant: Variant) -> Text | None:
         config[SCHEDULE_KEY] = [list(entry) for entry in spec.per_batch_size]
     if spec.adaptive_verification:
         config[ADAPTIVE_KEY] = True
-    parts: list[Part] = []
+    parts: list[Part] = []  # literal text joined, each variable a part of its own
+    literal = "{"
     for index, (key, value) in enumerate(config.items()):
-        parts.append(("," if index else "{") + json.dumps(key) + ":")
-        parts.append(value if isinstance(value, Var) else json.dumps(value, separators=(",", ":")))
-    parts.append("}")
-    return _joined(parts)
-
-
-def _joined(parts: list[Part]) -> Text:
-    merged: list[Part] = []
-    for part in parts:
-        if isinstance(part, str) and merged and isinstance(merged[-1], str):
-            merged[-1] += part
+        literal += ("," if index else "") + json.dumps(key) + ":"
+        if isinstance(value, Var):
+            parts += [literal, value]
+            literal = ""
         else:
-            merged.append(part)
-    return text(*merged)
+            literal += json.dumps(value, separators=(",", ":"))
+    return text(*parts, literal + "}")
 
 
 LOG_DRIVER = "json-file"

@@ -30,13 +30,6 @@ def quote_assignment(name: str, value: str) -> str:
     return f'"{escaped}"'
 
 
-def _path_value(path: str) -> str:
-    """A path setting (WorkingDirectory=): taken whole, spaces included; `%` doubled."""
-    if "\n" in path:
-        raise ValueError(f"{path!r}: a path with a line break cannot be written in a unit file")
-    return _specifiers(path)
-
-
 @dataclass(frozen=True)
 class FollowUnit:
     """What the unit runs: command (absolute executable first), folder, user, environment."""
@@ -66,7 +59,11 @@ def render_follow_unit(unit: FollowUnit) -> str:
     ]
     if unit.user:
         lines.append(f"User={unit.user}")
-    lines.append(f"WorkingDirectory={_path_value(unit.working_directory)}")
+    if "\n" in unit.working_directory:  # a path setting is taken whole, spaces included
+        raise ValueError(
+            f"{unit.working_directory!r}: a path with a line break cannot be written in a unit file"
+        )
+    lines.append(f"WorkingDirectory={_specifiers(unit.working_directory)}")
     for name, value in sorted(unit.environment.items()):
         lines.append(f"Environment={quote_assignment(name, value)}")
     lines += [

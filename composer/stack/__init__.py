@@ -8,7 +8,7 @@ Owns: reading `composer.toml` files, the `.env` file, the environment and `--set
 (`placement`), every settable key and the JSON Schema (`settings`, `schema`); how hard
 VLLM_API_KEY is to guess (`keys`). May import: `composer.errors`, and
 `composer.gateway.config` for the gateway's bounds of its `[gateway]` settings.
-Public: `Stack`, `Variant`, `Speculative`, `Sources`, `KubeSettings`, `load_stack`,
+Public: `Stack`, `Variant`, `Speculative`, `KubeSettings`, `load_stack`,
 `image_env_var`, `LiveMember`, `live_members`, `StackSource`, `estimate_key`,
 `require_strong_key`.
 """
@@ -20,7 +20,7 @@ __all__, __getattr__ = lazy_exports(
     {
         "keys": ["estimate_key", "require_strong_key"],
         "kubernetes": ["KubeSettings"],
-        "load": ["Sources", "load_stack"],
+        "load": ["load_stack"],
         "model": ["Speculative", "Stack", "Variant", "image_env_var"],
         "placement": ["LiveMember", "live_members"],
         "source": ["StackSource"],

@@ -47,21 +47,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
 
 
-@dataclass(frozen=True)
-class Sources:
-    """The raw inputs of a load, lowest precedence first."""
-
-    toml: dict
-    toml_origin: dict[str, Path]
-    dotenv: dict[str, str]
-    dotenv_path: Path | None
-    environ: Mapping[str, str]
-    flags: dict[str, str]
-    home: Path | None = None
-    files: tuple[Path, ...] = ()
-    flag_labels: Mapping[str, str] = field(default_factory=dict)  # dotted key -> its flag (`flag -p`)
-
-
 def load_stack(
     stack_files: Sequence[str | Path] | None = None,
     env_file: str | Path | None = DEFAULT_ENV_FILE,
@@ -75,10 +60,10 @@ def load_stack(
     files = find_stack_files(stack_files, environ, dotenv)
     toml, origin = read_toml(files)
     home = files[0].resolve().parent if files else None
-    sources = Sources(
-        toml, origin, dotenv, dotenv_path, environ, _parse_flags(flags), home, tuple(files), flag_labels or {}
+    parsed = _parse_flags(flags)
+    return _build(
+        _Resolver(toml, origin, dotenv, dotenv_path, environ, parsed, home, files, flag_labels or {})
     )
-    return _build(sources)
 
 
 def _parse_flags(flags: Sequence[str]) -> dict[str, str]:
@@ -92,14 +77,22 @@ def _parse_flags(flags: Sequence[str]) -> dict[str, str]:
     return parsed
 
 
+@dataclass
 class _Resolver:
-    """Looks a value up through the precedence chain and validates it."""
+    """The raw inputs of a load, lowest precedence first; looks a value up through them and validates it."""
 
-    def __init__(self, sources: Sources) -> None:
-        self.s = sources
-        self.record: dict[str, str] = {}
-        self.written: dict[str, object] = {}  # dotted key -> the value as written (`7.0GiB`, `15m`)
-        self.inherited: dict[str, str] = {}  # a variant's dotted key -> the key that sets it (`extends`)
+    toml: dict
+    toml_origin: dict[str, Path]
+    dotenv: dict[str, str]
+    dotenv_path: Path | None
+    environ: Mapping[str, str]
+    flags: dict[str, str]
+    home: Path | None
+    files: Sequence[Path]
+    flag_labels: Mapping[str, str]  # dotted key -> its flag (`flag -p`)
+    record: dict[str, str] = field(default_factory=dict)
+    written: dict[str, object] = field(default_factory=dict)  # dotted key -> the value as written (`15m`)
+    inherited: dict[str, str] = field(default_factory=dict)  # a variant's dotted key -> the key that sets it
 
     def get(
         self,
@@ -136,34 +129,33 @@ class _Resolver:
     def lookup(
         self, dotted: str, env: str | None, toml_value: object, default: object
     ) -> tuple[object, str, Path | None]:
-        if dotted in self.s.flags:
-            return self.s.flags[dotted], self.s.flag_labels.get(dotted, "flag --set"), Path.cwd()
-        if env and self.s.environ.get(env):
-            return self.s.environ[env], f"environment {env}", Path.cwd()
-        if env and self.s.dotenv.get(env):
-            path = self.s.dotenv_path
+        if dotted in self.flags:
+            return self.flags[dotted], self.flag_labels.get(dotted, "flag --set"), Path.cwd()
+        if env and self.environ.get(env):
+            return self.environ[env], f"environment {env}", Path.cwd()
+        if env and self.dotenv.get(env):
+            path = self.dotenv_path
             where = f"{path.name if path else '.env'} {env}"  # as `config` names it: `.env.demo VAR`
-            return self.s.dotenv[env], where, path.parent if path else Path.cwd()
+            return self.dotenv[env], where, path.parent if path else Path.cwd()
         if toml_value is not None:
-            origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
+            origin = self.toml_origin.get(self.inherited.get(dotted, dotted))
             label = str(origin.name) if origin else "composer.toml"
             return toml_value, label, origin.parent if origin else Path.cwd()
         return default, "default", Path.cwd()
 
     def note(self, dotted: str) -> None:
         """Record the stack file that set a value read as it is (`env` entries, `[workloads]`)."""
-        origin = self.s.toml_origin.get(self.inherited.get(dotted, dotted))
+        origin = self.toml_origin.get(self.inherited.get(dotted, dotted))
         if origin is not None:
             self.record[dotted] = origin.name
 
 
-def _build(sources: Sources) -> Stack:
-    resolve = _Resolver(sources)
-    raw_stack = _table(sources.toml, "stack", sources.toml_origin)
+def _build(resolve: _Resolver) -> Stack:
+    raw_stack = _table(resolve.toml, "stack", resolve.toml_origin)
     if "api_key" in raw_stack or API_KEY_VAR.lower() in raw_stack:
         raise ConfigError("stack.api_key: secrets never go in composer.toml; set VLLM_API_KEY in .env")
     _reject_unknown(raw_stack, STACK_KEYS, "stack")
-    defaults = {"project": _folder_project(sources, resolve, raw_stack.get("project"))}
+    defaults = {"project": _folder_project(resolve, raw_stack.get("project"))}
     settings: dict[str, Any] = {
         s.key: resolve.get(
             f"stack.{s.key}", s.parse, defaults.get(s.key, s.default), s.env, raw_stack.get(s.key), s.is_path
@@ -172,14 +164,14 @@ def _build(sources: Sources) -> Stack:
     }
     if resolve.record["stack.project"] == "default":
         resolve.record["stack.project"] = "default (the stack file's folder)"
-    images = _images(sources, resolve)
-    variants = _variants(sources, resolve, images, str(settings["standby"]))
-    workloads = _workloads(sources, variants)
+    images = _images(resolve)
+    variants = _variants(resolve, images, str(settings["standby"]))
+    workloads = _workloads(resolve, variants)
     for workload in workloads:
         resolve.note(f"workloads.{workload}")
-    kubernetes = _settings_table(sources, resolve, "kubernetes", KUBE_SETTINGS, KubeSettings)
+    kubernetes = _settings_table(resolve, "kubernetes", KUBE_SETTINGS, KubeSettings)
     _refuse_shared_mount_targets(settings, variants, resolve.record)
-    gateway = _settings_table(sources, resolve, "gateway", GATEWAY_SETTINGS, GatewaySettings)
+    gateway = _settings_table(resolve, "gateway", GATEWAY_SETTINGS, GatewaySettings)
     if resolve.record.get("gateway.hold_timeout") == "default":  # the default follows the start budget
         start_period = settings["start_period"]  # seconds: parse_duration's int
         if isinstance(start_period, int) and start_period > gateway.hold_timeout:
@@ -192,7 +184,7 @@ def _build(sources: Sources) -> Stack:
         variants,
         str(settings["attention_backend"]),
         resolve.record,
-        {key: origin for key, origin in resolve.inherited.items() if key not in sources.flags},
+        {key: origin for key, origin in resolve.inherited.items() if key not in resolve.flags},
     )
     for name in gateway.live:  # the stack's own live set must start whole
         if name in variants and variants[name].refused:
@@ -207,7 +199,7 @@ def _build(sources: Sources) -> Stack:
             raise ConfigError(
                 f"invalid {API_KEY_VAR} (from {resolve.record[API_KEY_VAR]}): expected {v.API_KEY_HELP}"
             )
-    unused = sorted(set(sources.flags) - set(resolve.record))
+    unused = sorted(set(resolve.flags) - set(resolve.record))
     if unused:
         hint = did_you_mean(unused[0], settable_keys(list(variants)))
         raise ConfigError(
@@ -225,7 +217,7 @@ def _build(sources: Sources) -> Stack:
         sources=resolve.record,
         written=resolve.written,
         api_key=None if api_key is None else str(api_key),
-        home=sources.home,
+        home=resolve.home,
     )
 
 
@@ -235,9 +227,9 @@ def compose_project_name(folder: str) -> str:
     return re.sub(r"^[^a-z0-9]+", "", kept)
 
 
-def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) -> str | None:
+def _folder_project(resolve: _Resolver, toml_value: object) -> str | None:
     """The default project, the stack file's folder name; refused when unusable and nothing else names one."""
-    folder = (sources.home or Path.cwd()).name
+    folder = (resolve.home or Path.cwd()).name
     name = compose_project_name(folder)
     if not name and resolve.lookup("stack.project", "COMPOSE_PROJECT_NAME", toml_value, None)[1] == "default":
         raise ConfigError(
@@ -248,10 +240,8 @@ def _folder_project(sources: Sources, resolve: _Resolver, toml_value: object) ->
     return name or None
 
 
-def _settings_table(
-    sources: Sources, resolve: _Resolver, table: str, settings: Sequence[tuple], typed: Callable[..., T]
-) -> T:
-    raw = _table(sources.toml, table)
+def _settings_table(resolve: _Resolver, table: str, settings: Sequence[tuple], typed: Callable[..., T]) -> T:
+    raw = _table(resolve.toml, table)
     _reject_unknown(raw, {key for key, *_ in settings}, table)
     return typed(
         **{key: resolve.key_of(table, raw, key, parse, default, env) for key, env, parse, default in settings}
@@ -363,12 +353,12 @@ def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
         raise ConfigError(f"unknown key {where}.{key}: allowed are " + ", ".join(sorted(allowed)))
 
 
-def _images(sources: Sources, resolve: _Resolver) -> dict[str, str]:
-    raw = _table(sources.toml, "images", sources.toml_origin)
+def _images(resolve: _Resolver) -> dict[str, str]:
+    raw = _table(resolve.toml, "images", resolve.toml_origin)
     if not raw:
         raise ConfigError(
             'images: define at least one image, e.g. [images] vllm = "vllm/vllm-openai:TAG"'
-            + files_read_note(sources.files)
+            + files_read_note(resolve.files)
         )
     seen: dict[str, str] = {}
     for key in raw:
@@ -409,21 +399,19 @@ def _env_table(raw: object, where: str, resolve: _Resolver) -> tuple[tuple[str, 
     return tuple(sorted(result))
 
 
-def _variants(
-    sources: Sources, resolve: _Resolver, images: dict[str, str], stack_standby: str = "stop"
-) -> dict[str, Variant]:
-    raw = _table(sources.toml, "variants", sources.toml_origin)
+def _variants(resolve: _Resolver, images: dict[str, str], stack_standby: str = "stop") -> dict[str, Variant]:
+    raw = _table(resolve.toml, "variants", resolve.toml_origin)
     if not raw:
         raise ConfigError(
-            "variants: define at least one variant, e.g. [variants.baseline]" + files_read_note(sources.files)
+            "variants: define at least one variant, e.g. [variants.baseline]" + files_read_note(resolve.files)
         )
     for name, table in raw.items():
         if not isinstance(table, dict):
-            where = _from(sources.toml_origin, f"variants.{name}")
+            where = _from(resolve.toml_origin, f"variants.{name}")
             raise ConfigError(
                 f"invalid variants.{name} = {v.shown(table)}{where}: expected a table ([variants.{name}])"
             )
-    return {name: _variant(name, raw, sources, resolve, images, stack_standby) for name in raw}
+    return {name: _variant(name, raw, resolve, images, stack_standby) for name in raw}
 
 
 def _flatten(
@@ -457,7 +445,6 @@ def _flatten(
 def _variant(
     name: str,
     raw: Mapping[str, dict],
-    sources: Sources,
     resolve: _Resolver,
     images: dict[str, str],
     stack_standby: str = "stop",
@@ -651,10 +638,10 @@ def _adaptive_speculation(
     return checked
 
 
-def _workloads(sources: Sources, variants: dict[str, Variant]) -> dict[str, str]:
-    raw = _table(sources.toml, "workloads", sources.toml_origin)
+def _workloads(resolve: _Resolver, variants: dict[str, Variant]) -> dict[str, str]:
+    raw = _table(resolve.toml, "workloads", resolve.toml_origin)
     for workload, variant in raw.items():
-        where = _from(sources.toml_origin, f"workloads.{workload}")
+        where = _from(resolve.toml_origin, f"workloads.{workload}")
         if (problem := check_workload_name(str(workload))) is not None:
             raise ConfigError(f"invalid key workloads.{workload}{where}: {problem}")
         if not isinstance(variant, str) or variant not in variants:

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from composer.stack import values as v
-from composer.stack.gateway import GATEWAY_SETTINGS, POLICIES
-from composer.stack.kubernetes import KUBE_SETTINGS, MODEL_SOURCES, PDB_CHOICES, PULL_POLICIES
+from composer.stack.gateway import POLICIES
+from composer.stack.kubernetes import MODEL_SOURCES, PDB_CHOICES, PULL_POLICIES
 
 
 @dataclass(frozen=True)
@@ -224,12 +224,6 @@ KEYS: tuple[Key, ...] = (
         ("extra", "table", "more speculative_config fields, passed as written"),
     ),
 )
-
-TABLE_KEYS: dict[str, tuple[str, ...]] = {
-    "stack": (*(s.key for s in STACK_SETTINGS), "env"),
-    "gateway": tuple(key for key, *_ in GATEWAY_SETTINGS),
-    "kubernetes": tuple(key for key, *_ in KUBE_SETTINGS),
-}
 
 
 def settable_keys(variants: list[str]) -> list[str]:

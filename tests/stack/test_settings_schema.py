@@ -10,11 +10,18 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from composer.stack.gateway import GATEWAY_SETTINGS
+from composer.stack.kubernetes import KUBE_SETTINGS
 from composer.stack.schema import json_schema
-from composer.stack.settings import KEYS, TABLE_KEYS
+from composer.stack.settings import KEYS, STACK_SETTINGS
 from tests.cli.conftest import REPO, invoke
 
 SCHEMA = REPO / "schema" / "composer.schema.json"
+TABLE_KEYS = {  # what the loader reads per table
+    "stack": (*(s.key for s in STACK_SETTINGS), "env"),
+    "gateway": tuple(key for key, *_ in GATEWAY_SETTINGS),
+    "kubernetes": tuple(key for key, *_ in KUBE_SETTINGS),
+}
 
 
 def test_the_table_names_exactly_the_keys_the_loader_reads() -> None:
