@@ -43,7 +43,6 @@ from composer.errors import GatewayConfigError
 
 from .client import DrainReport
 from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
-from .gate import UnknownHold
 
 if TYPE_CHECKING:
     from .runtime import Gateway
@@ -53,7 +52,9 @@ KEEP_DRAINS = 16
 
 
 class BadInput(ValueError):
-    """A control request carried an invalid value."""
+    """A control request carried an invalid value (400)."""
+
+    status = 400
 
 
 def _seconds(body: dict[str, Any], key: str, default: float, high: float) -> float:
@@ -106,6 +107,8 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
 
 class BackendUnreachable(Exception):
     """The backend did not answer a `/backend` call (502)."""
+
+    status = 502
 
 
 def _wait(args: dict[str, Any]) -> float:
@@ -199,13 +202,8 @@ class Control:
         task, started = self._drains[drain_id]
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:
-            elapsed = round(time.monotonic() - started, 3)
-            return {
-                "id": drain_id,
-                "done": False,
-                "inflight": self.gateway.gate.inflight,
-                "elapsed_s": elapsed,
-            }
+            inflight, elapsed = self.gateway.gate.inflight, round(time.monotonic() - started, 3)
+            return {"id": drain_id, "done": False, "inflight": inflight, "elapsed_s": elapsed}
         return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
     async def route(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +211,9 @@ class Control:
             url = check_upstream(str(args.get("upstream", "")), "upstream")
         except GatewayConfigError as err:
             raise BadInput(str(err)) from err
-        old = self.gateway.route(url)
+        old = self.gateway.upstream.route(url)
+        if old != url:
+            self.gateway.metrics.routes.inc()
         self.gateway.status.switches.routed()
         return {"previous": old, "upstream": url, "state": self.gateway.state()}
 
@@ -284,7 +284,7 @@ class Control:
             specs = parse_live(args.get("upstreams"), "upstreams")
         except ValueError as err:
             raise BadInput(str(err)) from err
-        self.gateway.set_upstreams(specs)
+        self.gateway.live.replace(specs)
         return {"upstreams": self.gateway.live.snapshot(), "state": self.gateway.state()}
 
     async def drain_upstream(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -293,15 +293,21 @@ class Control:
             raise BadInput("name must be a live upstream's name")
         if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
-        context = _context(args)
-        paused = self.gateway.continue_leaving(name, context) if _flag(args, "continue", False) else (0, 0)
-        left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
+        context, live, proxy = _context(args), self.gateway.live, self.gateway.proxy
+        counts = []
+        if _flag(args, "continue", False) and proxy.continue_streams:
+            # its streams go on on the others (never paused on a member of the set at its URL)
+            staying = {m.url for m in live.members.values()}
+            urls = {m.url for m in live.leaving if m.name == name} - staying
+            counts = [proxy.pause_streams(url, context) for url in urls]
+        left = await live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
+        continued, refused = sum(c for c, _ in counts), sum(r for _, r in counts)
         return {
             "name": name,
             "done": left == 0,
             "outstanding": left,
-            "continued": paused[0],
-            "refused": paused[1],
+            "continued": continued,
+            "refused": refused,
         }
 
     async def settings(self, _: dict[str, Any]) -> dict[str, Any]:
@@ -356,37 +362,21 @@ async def _arguments(request: Request) -> dict[str, Any]:
     return {**args, **data}
 
 
-def _unknown(exc: Exception) -> str:
-    return f"unknown id {exc.args[0]!r} (released, expired or never set)"
-
-
-def _refusal(status: int, say: Callable[[Exception], str]) -> Callable[..., Awaitable[JSONResponse]]:
-    """An exception handler answering `{"error": say(exc)}` with `status`."""
-
-    async def answer(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": say(exc)}, status_code=status)
-
-    return answer
-
-
 def build_control_app(gateway: Gateway) -> Starlette:
     """The control app bound to one gateway: a route per verb of `VERBS`."""
     control = Control(gateway)
 
     def endpoint(verb: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Callable[..., Any]:
         async def run(request: Request) -> JSONResponse:
-            return JSONResponse(await verb(await _arguments(request)))
+            try:
+                return JSONResponse(await verb(await _arguments(request)))
+            except (BadInput, BackendUnreachable) as err:
+                status, error = err.status, str(err)
+            except KeyError as err:  # a drain's or a hold's (`UnknownHold`) id
+                status, error = 404, f"unknown id {err.args[0]!r} (released, expired or never set)"
+            return JSONResponse({"error": error}, status_code=status)
 
         return run
 
-    return Starlette(
-        routes=[
-            Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS
-        ],
-        exception_handlers={
-            BadInput: _refusal(400, str),
-            BackendUnreachable: _refusal(502, str),
-            UnknownHold: _refusal(404, _unknown),
-            KeyError: _refusal(404, _unknown),
-        },
-    )
+    routes = [Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS]
+    return Starlette(routes=routes)

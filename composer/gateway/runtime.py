@@ -15,7 +15,7 @@ import socket
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -28,15 +28,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from composer.errors import GatewayConfigError
 
-from .config import LIVE, GatewayConfig, LiveSpec, field_name
+from .answers import send_error
+from .config import LIVE, GatewayConfig, field_name
 from .control import build_control_app
-from .gate import Gate
+from .gate import Gate, Refused
 from .limits import ConnectionLimits, limited_protocol, open_files_for
 from .live import LiveSet
 from .metrics import CONTENT_TYPE, Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
-from .screen import Refusal, screen, send_refusal
+from .screen import screen
 from .status import StatusBoard
 from .switching import Switcher
 from .switchstore import SettingsStore
@@ -110,9 +111,9 @@ class Gateway:
                 return
             try:
                 screen(scope)  # the canonical path, from here on the only one
-            except Refusal as refusal:
+            except Refused as refusal:
                 refused.labels(refusal.reason).inc()
-                await send_refusal(send, refusal)
+                await send_error(send, refusal.status, str(refusal))
                 return
             if is_own(scope["path"]):
                 await own(scope, receive, send)
@@ -172,28 +173,6 @@ class Gateway:
     def _ready(self, any_ready: bool) -> None:
         self.gate.set_backend_ready(any_ready)
         self.status.switches.backend_ready(any_ready)
-
-    def set_upstreams(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the live set (empty: back to the set of one that follows `/route`)."""
-        self.live.replace(specs, gated=gated)
-
-    def continue_leaving(self, name: str, context: int | None = None) -> tuple[int, int]:
-        """Pause the streams on the members named `name` that left the set (never on a member
-        of the set at the same URL), to go on on the others (whose max_model_len is
-        `context`); how many were paused, and how many it could not continue."""
-        if not self.proxy.continue_streams:
-            return 0, 0
-        staying = {m.url for m in self.live.members.values()}
-        urls = {m.url for m in self.live.leaving if m.name == name} - staying
-        counts = [self.proxy.pause_streams(url, context) for url in urls]
-        return sum(paused for paused, _ in counts), sum(refused for _, refused in counts)
-
-    def route(self, url: str) -> str:
-        """Forward to `url` from now on (held until it is ready); returns the previous URL."""
-        old = self.upstream.route(url)
-        if old != url:
-            self.metrics.routes.inc()
-        return old
 
     def state(self) -> dict[str, Any]:
         """Everything the control channel reports."""
