@@ -3,20 +3,7 @@
 Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
 body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
 JSON in, JSON out; errors are `{"error": ...}` with 400 (bad input), 404 (unknown id) or 502
-(the backend did not answer). `GatewayControl`'s method of the same name says what each does:
-
-    GET /state                    POST /hold {lease_s?, owner?, probe_token?}
-    POST /renew {id, lease_s?}    POST /release {id?, serving?, ok?, detail?}
-    POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?,
-                 continue_at_timeout?, max_model_len?}
-    GET /drain/{id}?wait_s=       (while it runs: {"done": false, "inflight", "elapsed_s"})
-    POST /route {upstream}        POST /wait-ready {timeout_s}
-    POST /backend {method, path, query?, json?, timeout_s?}
-    GET /demand?wait_s=           POST /serving {variant, demand?, ok?, detail?, follower?}
-    POST /upstreams {upstreams: [{name, variant, url}]}
-    POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}
-    GET /settings                 PUT /settings {settings: {GATEWAY_X: value}}
-
+(the backend did not answer). `GatewayControl`'s method of the same name says what each does.
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
 """
@@ -27,6 +14,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -86,11 +74,7 @@ def _probe_token(body: dict[str, Any]) -> str:
     token = body.get("probe_token", "")
     if token in ("", None):
         return ""
-    if (
-        not isinstance(token, str)
-        or not 32 <= len(token) <= 128
-        or not all(c.isalnum() or c in "-_" for c in token)
-    ):
+    if not isinstance(token, str) or not re.fullmatch(r"[\w-]{32,128}", token):
         raise BadInput("probe_token must be 32 to 128 URL-safe characters")
     return token
 
@@ -327,23 +311,25 @@ class Control:
         return await self.settings(args)
 
 
-# (HTTP method, path, Control's method): the whole control channel.
+# (HTTP method, path, Control's method) and the arguments it reads: the whole control channel.
 VERBS: tuple[tuple[str, str, str], ...] = (
     ("GET", "/state", "state"),
-    ("POST", "/hold", "hold"),
-    ("POST", "/renew", "renew"),
-    ("POST", "/release", "release"),
+    ("POST", "/hold", "hold"),  # {lease_s?, owner?, probe_token?}
+    ("POST", "/renew", "renew"),  # {id, lease_s?}
+    ("POST", "/release", "release"),  # {id?, serving?, ok?, detail?}
+    # {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?, continue_at_timeout?,
+    #  max_model_len?}
     ("POST", "/drain", "drain"),
-    ("GET", "/drain/{id}", "drain_wait"),
-    ("POST", "/route", "route"),
-    ("POST", "/wait-ready", "wait_ready"),
-    ("POST", "/backend", "backend"),
-    ("GET", "/demand", "demand"),
-    ("POST", "/serving", "serving"),
-    ("POST", "/upstreams", "upstreams"),
-    ("POST", "/upstreams/drain", "drain_upstream"),
+    ("GET", "/drain/{id}", "drain_wait"),  # ?wait_s= (while it runs: {done: false, inflight, elapsed_s})
+    ("POST", "/route", "route"),  # {upstream}
+    ("POST", "/wait-ready", "wait_ready"),  # {timeout_s}
+    ("POST", "/backend", "backend"),  # {method, path, query?, json?, timeout_s?}
+    ("GET", "/demand", "demand"),  # ?wait_s=
+    ("POST", "/serving", "serving"),  # {variant, demand?, ok?, detail?, follower?}
+    ("POST", "/upstreams", "upstreams"),  # {upstreams: [{name, variant, url}]}
+    ("POST", "/upstreams/drain", "drain_upstream"),  # {name, wait_s?, continue?, max_model_len?}
     ("GET", "/settings", "settings"),
-    ("PUT", "/settings", "put_settings"),
+    ("PUT", "/settings", "put_settings"),  # {settings: {GATEWAY_X: value}}
 )
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import uvicorn
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -34,7 +35,7 @@ from .control import build_control_app
 from .gate import Gate, Refused
 from .limits import ConnectionLimits, limited_protocol, open_files_for
 from .live import LiveSet
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
 from .screen import screen
@@ -89,7 +90,7 @@ class Gateway:
         or middleware on the forwarding path: they would run for every chunk sent)."""
 
         async def metrics(_: Request) -> Response:
-            return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+            return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
         async def health(_: Request) -> JSONResponse:
             ready = self.backend_ready
@@ -234,8 +235,7 @@ class _Server(uvicorn.Server):
 
 def control_socket(path: str) -> socket.socket:
     """Bind the control socket with mode 0600 (created under umask 0177, checked after)."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             os.unlink(path)
@@ -361,13 +361,8 @@ class GatewayServer:
                 await asyncio.sleep(0.005)
             if self.public.started and self.control.started:
                 self.ready.set()
-                log.info(
-                    "gateway on %s:%d -> %s (control %s)",
-                    self.config.host,
-                    self.config.port,
-                    self.config.upstream,
-                    self.config.control_socket,
-                )
+                c = self.config
+                log.info("gateway on %s:%d -> %s (control %s)", c.host, c.port, c.upstream, c.control_socket)
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             self.stop()
             await asyncio.gather(*tasks, return_exceptions=True)
