@@ -334,8 +334,7 @@ class GatewayControl:
                 return self._reply(verb, code, reply, json.dumps(reply), "")
         args = [method, path] + ([json.dumps(body)] if body is not None else [])
         code, out, err_out = self._exec(verb, [*CTL, *args])
-        text = out.decode(errors="replace").strip()
-        err_text = err_out.decode(errors="replace").strip()
+        text, err_text = (b.decode(errors="replace").strip() for b in (out, err_out))
         try:
             reply = json.loads(text) if text else {}
         except ValueError:

@@ -212,12 +212,8 @@ class Gate:
                 f"the hold queue is full ({len(self._waiters)} requests wait for a ready backend, "
                 f"max_held={self.max_held})",
             )
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Ticket] = loop.create_future()
-        if front:
-            self._waiters.appendleft(fut)
-        else:
-            self._waiters.append(fut)
+        fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
+        (self._waiters.appendleft if front else self._waiters.append)(fut)
         self.metrics.held.inc()
         started = time.monotonic()
         self._kick()

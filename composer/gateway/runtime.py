@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
 import time
@@ -339,12 +340,9 @@ class GatewayServer:
 
     async def serve(self, *, signals: bool = True) -> None:
         """Serve until stopped; the control socket exists (mode 0600) before the public port opens."""
-        loop = asyncio.get_running_loop()
         if signals:
-            import signal
-
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+                asyncio.get_running_loop().add_signal_handler(sig, self.stop)
         # listening before the control channel answers: a replacement that reaches the new
         # gateway's control channel knows its port takes connections
         public = public_socket(self.config.host, self.config.port)
@@ -367,8 +365,7 @@ class GatewayServer:
             self.stop()
             await asyncio.gather(*tasks, return_exceptions=True)
             for task in done:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                task.result()  # raises what stopped that server
         finally:
             await self.gateway.aclose()
             sock.close()

@@ -11,21 +11,21 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
-from .gate import Refused
+from .gate import Refused as Refusal
 from .paths import BadPath, canonical_path
 
 
 def screen(scope: Scope) -> None:
-    """Canonicalise `scope`'s path in place; raise `Refused` (400) for an ambiguous request."""
+    """Canonicalise `scope`'s path in place; raise `Refusal` (`gate.Refused`, 400) when ambiguous."""
     try:
         path = canonical_path(scope["raw_path"])
     except BadPath as err:
-        raise Refused("bad_path", 400, f"invalid request path: {err}") from None
+        raise Refusal("bad_path", 400, f"invalid request path: {err}") from None
     scope["path"] = path
     scope["raw_path"] = path.encode("ascii")
     seen = False
     for name, _ in scope["headers"]:
         if name == b"authorization":
             if seen:
-                raise Refused("duplicate_authorization", 400, "more than one Authorization header")
+                raise Refusal("duplicate_authorization", 400, "more than one Authorization header")
             seen = True
