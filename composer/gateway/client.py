@@ -25,6 +25,8 @@ from typing import Any, Protocol, TypeVar, cast
 
 from composer.errors import GatewayControlError
 
+from .config import DEFAULT_CONTROL_SOCKET
+
 _T = TypeVar("_T")
 CALL_WAIT_S = 20.0
 # How often a drain with a progress callback asks the gateway what still runs.
@@ -73,10 +75,9 @@ class HoldInfo:
 
 @dataclass(frozen=True)
 class DrainReport:
-    """A finished drain (`gate.Gate.drain`, sent as it is): requests that finished, cut at the
-    timeout, seconds taken, streams paused to go on on the next variant (`continued`) and those
-    it could not continue (`refused`). Its hold (`hold_id`) is still set: release it once the
-    next backend serves."""
+    """A finished drain (`gate.Gate.drain`): requests finished, cut at the timeout, seconds, streams
+    paused to go on on the next variant and those it could not continue; `hold_id` is still set:
+    release it once the next backend serves."""
 
     hold_id: str
     drained: int
@@ -216,7 +217,7 @@ class Tether:
         self._raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over a socket
 
     def close(self) -> None:
-        """Close the session's stdin (the gateway releases what its owner still holds)."""
+        """Close its stdin: the gateway releases what its owner still holds."""
         with contextlib.suppress(OSError, AttributeError):
             self._raw.shutdown(SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -246,15 +247,11 @@ class Session(Tether):
         threading.Thread(target=self._read, name="gateway-control-session", daemon=True).start()
 
     def _read(self) -> None:
-        from docker.utils.socket import next_frame_header, read_exactly
+        from docker.utils.socket import frames_iter
 
         pending = b""
         try:
-            while True:
-                stream, size = next_frame_header(self._sock)
-                if size < 0:
-                    return
-                data = read_exactly(self._sock, size) if size else b""
+            for stream, data in frames_iter(self._sock, tty=False):
                 if stream != 1:  # stderr: argparse's usage line of an older gateway
                     continue
                 pending += data
@@ -319,13 +316,12 @@ class Session(Tether):
 class GatewayControl:
     """Hold, drain, release, route and backend calls on one gateway container."""
 
-    def __init__(self, container: ExecTarget, *, socket: str | None = None) -> None:
+    def __init__(self, container: ExecTarget) -> None:
         self.container = container
-        self.socket = socket
         self.session: Session | None = None  # set by `tether`: calls go through it while it lasts
 
     def _call(self, method: str, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """One control request (through the session while one lasts, else an exec): its reply."""
+        """One request's reply, through the session while one lasts, else an exec."""
         verb = path.split("?", 1)[0].strip("/")
         session = self.session
         if session is not None and not session.ended.is_set():
@@ -337,18 +333,13 @@ class GatewayControl:
             else:
                 return self._reply(verb, code, reply, json.dumps(reply), "")
         args = [method, path] + ([json.dumps(body)] if body is not None else [])
-        code, out, err_out = self._exec(verb, self._ctl(*args))
-        text = out.decode(errors="replace").strip()
-        err_text = err_out.decode(errors="replace").strip()
+        code, out, err_out = self._exec(verb, [*CTL, *args])
+        text, err_text = (b.decode(errors="replace").strip() for b in (out, err_out))
         try:
             reply = json.loads(text) if text else {}
         except ValueError:
             reply = {}
         return self._reply(verb, code, reply, text, err_text)
-
-    def _ctl(self, *args: str) -> list[str]:
-        """The `ctl` command line (with this gateway's socket) for `args`."""
-        return [*CTL, *(["--socket", self.socket] if self.socket else []), *args]
 
     def _exec(self, verb: str, cmd: list[str]) -> tuple[int, bytes, bytes]:
         """Run `cmd` in the container: (exit code, stdout, stderr)."""
@@ -356,8 +347,7 @@ class GatewayControl:
             result = self.container.exec_run(cmd, demux=True)
         except Exception as err:  # the Docker SDK raises several families
             raise GatewayControlError(verb, f"docker exec failed: {err}") from err
-        code = result[0] if isinstance(result, tuple) else result.exit_code
-        output = result[1] if isinstance(result, tuple) else result.output
+        code, output = result if isinstance(result, tuple) else (result.exit_code, result.output)
         out, err_out = output if isinstance(output, tuple) else (output, b"")
         return code, out or b"", err_out or b""
 
@@ -379,9 +369,7 @@ class GatewayControl:
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
         """The gateway's state (None: its socket does not answer yet) and each URL's
         `/is_sleeping` answer (None: no answer), in one exec."""
-        from .config import DEFAULT_CONTROL_SOCKET
-
-        cmd = ["python3", "-c", _LOOK, self.socket or DEFAULT_CONTROL_SOCKET, *urls]
+        cmd = ["python3", "-c", _LOOK, DEFAULT_CONTROL_SOCKET, *urls]
         code, out, _ = self._exec("look", cmd)
         try:
             reply = json.loads(out.decode(errors="replace"))
@@ -396,8 +384,7 @@ class GatewayControl:
         return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
-        """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`:
-        see `drain`)."""
+        """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`: `drain`)."""
         body = {"lease_s": lease_s, "owner": owner, **({"probe_token": probe_token} if probe_token else {})}
         return _parse(HoldInfo, self._call("POST", "/hold", body)["hold"])
 
@@ -446,21 +433,18 @@ class GatewayControl:
         unless `gateway_leaving`. `max_model_len`: the next variant's (a longer stream drains).
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
-        optional = {
+        body = {
+            "timeout_s": timeout_s,
+            "lease_s": lease_s,
+            "owner": owner,
+            "wait_s": min(step, timeout_s + 3.0),
             "probe_token": probe_token or None,
             "target": target or None,
             "continue": continue_streams or None,
             "continue_at_timeout": False if gateway_leaving else None,
             "max_model_len": max_model_len,
         }
-        body = {
-            "timeout_s": timeout_s,
-            "lease_s": lease_s,
-            "owner": owner,
-            "wait_s": min(step, timeout_s + 3.0),
-        }
-        body.update((k, v) for k, v in optional.items() if v is not None)
-        reply = self._call("POST", "/drain", body)
+        reply = self._call("POST", "/drain", {k: v for k, v in body.items() if v is not None})
         while not reply.get("done"):
             if progress is not None and "inflight" in reply:
                 progress(DrainProgress(int(reply["inflight"]), float(reply.get("elapsed_s", 0.0)), timeout_s))
@@ -571,10 +555,9 @@ class GatewayControl:
         return dict(self._call("POST", "/serving", body).get("switching") or {})
 
     def tether(self, owner: str) -> Tether | None:
-        """Tie the holds of `owner` to this process: a `ctl session` exec whose stdin stays open
-        until `Tether.close` or this process dies, then releases them; later calls go through
-        it while it lasts. An image without `session` gets a plain `ctl tether`. None when the
-        target cannot keep a stdin open (e.g. `kubectl exec`): the lease alone bounds the hold."""
+        """Tie the holds of `owner` to this process: a `ctl session` exec (a plain `ctl tether` on
+        an image without it) that releases them when its stdin closes; later calls go through it.
+        None when the target cannot keep a stdin open (`kubectl exec`): the lease bounds the hold."""
         api = getattr(getattr(self.container, "client", None), "api", None)
         container_id = getattr(self.container, "id", None)
         if api is None or container_id is None:
@@ -588,7 +571,7 @@ class GatewayControl:
         return session
 
     def _exec_stdin(self, api: Any, container_id: str, verb: str, owner: str) -> Any:
-        cmd = self._ctl(verb, f"--owner={owner}")
+        cmd = [*CTL, verb, f"--owner={owner}"]
         try:
             exec_id = api.exec_create(container_id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
             return api.exec_start(exec_id, socket=True)

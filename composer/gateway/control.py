@@ -3,20 +3,7 @@
 Each route is one method of `Control`, listed once in `VERBS`; its arguments are the JSON
 body, the query and the path's parameters in one dict (`ctl` forwards a request as it is).
 JSON in, JSON out; errors are `{"error": ...}` with 400 (bad input), 404 (unknown id) or 502
-(the backend did not answer). `GatewayControl`'s method of the same name says what each does:
-
-    GET /state                    POST /hold {lease_s?, owner?, probe_token?}
-    POST /renew {id, lease_s?}    POST /release {id?, serving?, ok?, detail?}
-    POST /drain {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?,
-                 continue_at_timeout?, max_model_len?}
-    GET /drain/{id}?wait_s=       (while it runs: {"done": false, "inflight", "elapsed_s"})
-    POST /route {upstream}        POST /wait-ready {timeout_s}
-    POST /backend {method, path, query?, json?, timeout_s?}
-    GET /demand?wait_s=           POST /serving {variant, demand?, ok?, detail?, follower?}
-    POST /upstreams {upstreams: [{name, variant, url}]}
-    POST /upstreams/drain {name, wait_s?, continue?, max_model_len?}
-    GET /settings                 PUT /settings {settings: {GATEWAY_X: value}}
-
+(the backend did not answer). `GatewayControl`'s method of the same name says what each does.
 Waiting verbs wait at most `wait_s` (default 25 s) per call so a caller going through
 `docker exec` never hits its client's read timeout; it calls again until `done` is true.
 """
@@ -27,6 +14,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import re
 import secrets
 import time
 from collections import OrderedDict
@@ -43,7 +31,6 @@ from composer.errors import GatewayConfigError
 
 from .client import DrainReport
 from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
-from .gate import UnknownHold
 
 if TYPE_CHECKING:
     from .runtime import Gateway
@@ -53,7 +40,9 @@ KEEP_DRAINS = 16
 
 
 class BadInput(ValueError):
-    """A control request carried an invalid value."""
+    """A control request carried an invalid value (400)."""
+
+    status = 400
 
 
 def _seconds(body: dict[str, Any], key: str, default: float, high: float) -> float:
@@ -85,11 +74,7 @@ def _probe_token(body: dict[str, Any]) -> str:
     token = body.get("probe_token", "")
     if token in ("", None):
         return ""
-    if (
-        not isinstance(token, str)
-        or not 32 <= len(token) <= 128
-        or not all(c.isalnum() or c in "-_" for c in token)
-    ):
+    if not isinstance(token, str) or not re.fullmatch(r"[\w-]{32,128}", token):
         raise BadInput("probe_token must be 32 to 128 URL-safe characters")
     return token
 
@@ -106,6 +91,8 @@ def _variant(body: dict[str, Any], key: str) -> str | None:
 
 class BackendUnreachable(Exception):
     """The backend did not answer a `/backend` call (502)."""
+
+    status = 502
 
 
 def _wait(args: dict[str, Any]) -> float:
@@ -199,13 +186,8 @@ class Control:
         task, started = self._drains[drain_id]
         done, _ = await asyncio.wait({task}, timeout=wait_s)
         if not done:
-            elapsed = round(time.monotonic() - started, 3)
-            return {
-                "id": drain_id,
-                "done": False,
-                "inflight": self.gateway.gate.inflight,
-                "elapsed_s": elapsed,
-            }
+            inflight, elapsed = self.gateway.gate.inflight, round(time.monotonic() - started, 3)
+            return {"id": drain_id, "done": False, "inflight": inflight, "elapsed_s": elapsed}
         return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
 
     async def route(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -213,7 +195,9 @@ class Control:
             url = check_upstream(str(args.get("upstream", "")), "upstream")
         except GatewayConfigError as err:
             raise BadInput(str(err)) from err
-        old = self.gateway.route(url)
+        old = self.gateway.upstream.route(url)
+        if old != url:
+            self.gateway.metrics.routes.inc()
         self.gateway.status.switches.routed()
         return {"previous": old, "upstream": url, "state": self.gateway.state()}
 
@@ -284,7 +268,7 @@ class Control:
             specs = parse_live(args.get("upstreams"), "upstreams")
         except ValueError as err:
             raise BadInput(str(err)) from err
-        self.gateway.set_upstreams(specs)
+        self.gateway.live.replace(specs)
         return {"upstreams": self.gateway.live.snapshot(), "state": self.gateway.state()}
 
     async def drain_upstream(self, args: dict[str, Any]) -> dict[str, Any]:
@@ -293,15 +277,21 @@ class Control:
             raise BadInput("name must be a live upstream's name")
         if name in self.gateway.live.members:
             raise BadInput(f"upstream {name!r} is still in the live set: POST /upstreams without it first")
-        context = _context(args)
-        paused = self.gateway.continue_leaving(name, context) if _flag(args, "continue", False) else (0, 0)
-        left = await self.gateway.live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
+        context, live, proxy = _context(args), self.gateway.live, self.gateway.proxy
+        counts = []
+        if _flag(args, "continue", False) and proxy.continue_streams:
+            # its streams go on on the others (never paused on a member of the set at its URL)
+            staying = {m.url for m in live.members.values()}
+            urls = {m.url for m in live.leaving if m.name == name} - staying
+            counts = [proxy.pause_streams(url, context) for url in urls]
+        left = await live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
+        continued, refused = sum(c for c, _ in counts), sum(r for _, r in counts)
         return {
             "name": name,
             "done": left == 0,
             "outstanding": left,
-            "continued": paused[0],
-            "refused": paused[1],
+            "continued": continued,
+            "refused": refused,
         }
 
     async def settings(self, _: dict[str, Any]) -> dict[str, Any]:
@@ -321,23 +311,25 @@ class Control:
         return await self.settings(args)
 
 
-# (HTTP method, path, Control's method): the whole control channel.
+# (HTTP method, path, Control's method) and the arguments it reads: the whole control channel.
 VERBS: tuple[tuple[str, str, str], ...] = (
     ("GET", "/state", "state"),
-    ("POST", "/hold", "hold"),
-    ("POST", "/renew", "renew"),
-    ("POST", "/release", "release"),
+    ("POST", "/hold", "hold"),  # {lease_s?, owner?, probe_token?}
+    ("POST", "/renew", "renew"),  # {id, lease_s?}
+    ("POST", "/release", "release"),  # {id?, serving?, ok?, detail?}
+    # {timeout_s?, lease_s?, owner?, wait_s?, target?, probe_token?, continue?, continue_at_timeout?,
+    #  max_model_len?}
     ("POST", "/drain", "drain"),
-    ("GET", "/drain/{id}", "drain_wait"),
-    ("POST", "/route", "route"),
-    ("POST", "/wait-ready", "wait_ready"),
-    ("POST", "/backend", "backend"),
-    ("GET", "/demand", "demand"),
-    ("POST", "/serving", "serving"),
-    ("POST", "/upstreams", "upstreams"),
-    ("POST", "/upstreams/drain", "drain_upstream"),
+    ("GET", "/drain/{id}", "drain_wait"),  # ?wait_s= (while it runs: {done: false, inflight, elapsed_s})
+    ("POST", "/route", "route"),  # {upstream}
+    ("POST", "/wait-ready", "wait_ready"),  # {timeout_s}
+    ("POST", "/backend", "backend"),  # {method, path, query?, json?, timeout_s?}
+    ("GET", "/demand", "demand"),  # ?wait_s=
+    ("POST", "/serving", "serving"),  # {variant, demand?, ok?, detail?, follower?}
+    ("POST", "/upstreams", "upstreams"),  # {upstreams: [{name, variant, url}]}
+    ("POST", "/upstreams/drain", "drain_upstream"),  # {name, wait_s?, continue?, max_model_len?}
     ("GET", "/settings", "settings"),
-    ("PUT", "/settings", "put_settings"),
+    ("PUT", "/settings", "put_settings"),  # {settings: {GATEWAY_X: value}}
 )
 
 
@@ -356,37 +348,21 @@ async def _arguments(request: Request) -> dict[str, Any]:
     return {**args, **data}
 
 
-def _unknown(exc: Exception) -> str:
-    return f"unknown id {exc.args[0]!r} (released, expired or never set)"
-
-
-def _refusal(status: int, say: Callable[[Exception], str]) -> Callable[..., Awaitable[JSONResponse]]:
-    """An exception handler answering `{"error": say(exc)}` with `status`."""
-
-    async def answer(_: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"error": say(exc)}, status_code=status)
-
-    return answer
-
-
 def build_control_app(gateway: Gateway) -> Starlette:
     """The control app bound to one gateway: a route per verb of `VERBS`."""
     control = Control(gateway)
 
     def endpoint(verb: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]) -> Callable[..., Any]:
         async def run(request: Request) -> JSONResponse:
-            return JSONResponse(await verb(await _arguments(request)))
+            try:
+                return JSONResponse(await verb(await _arguments(request)))
+            except (BadInput, BackendUnreachable) as err:
+                status, error = err.status, str(err)
+            except KeyError as err:  # a drain's or a hold's (`UnknownHold`) id
+                status, error = 404, f"unknown id {err.args[0]!r} (released, expired or never set)"
+            return JSONResponse({"error": error}, status_code=status)
 
         return run
 
-    return Starlette(
-        routes=[
-            Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS
-        ],
-        exception_handlers={
-            BadInput: _refusal(400, str),
-            BackendUnreachable: _refusal(502, str),
-            UnknownHold: _refusal(404, _unknown),
-            KeyError: _refusal(404, _unknown),
-        },
-    )
+    routes = [Route(path, endpoint(getattr(control, name)), methods=[method]) for method, path, name in VERBS]
+    return Starlette(routes=routes)

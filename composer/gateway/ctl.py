@@ -84,13 +84,6 @@ def forward(socket_path: str, method: Any, path: Any, body: Any = None) -> tuple
     return (0 if status < 400 else 1), reply
 
 
-def tether(socket_path: str, owner: str) -> dict[str, Any]:
-    """Wait for stdin to close, then release every hold whose owner is `owner`."""
-    while sys.stdin.buffer.read1(4096):
-        pass
-    return tether_release(socket_path, owner)
-
-
 def tether_release(socket_path: str, owner: str) -> dict[str, Any]:
     """Release every hold whose owner is `owner` (what a closed tether or session does)."""
     _, state = call(socket_path, "GET", "/state", None)
@@ -104,9 +97,9 @@ def tether_release(socket_path: str, owner: str) -> dict[str, Any]:
     return {"released": released}
 
 
-def session(socket_path: str, owner: str) -> dict[str, Any]:
-    """Forward the requests read from stdin (one JSON line each) until it closes, then
-    release every hold of `owner` (see the module's docstring)."""
+def session(socket_path: str, owner: str, requests: bool = True) -> dict[str, Any]:
+    """Forward the requests read from stdin (one JSON line each; none for a plain tether) until
+    it closes, then release every hold of `owner` (see the module's docstring)."""
     out = threading.Lock()
 
     def write(message: dict[str, Any]) -> None:
@@ -124,9 +117,10 @@ def session(socket_path: str, owner: str) -> dict[str, Any]:
         code, reply = forward(socket_path, method, path, command.get("body"))
         write({"id": ident, "code": code, "reply": reply})
 
-    write({"session": owner, "requests": True})
+    if requests:
+        write({"session": owner, "requests": True})
     for line in iter(sys.stdin.buffer.readline, b""):
-        if line.strip():
+        if requests and line.strip():
             threading.Thread(target=answer, args=(line,), daemon=True).start()
     return tether_release(socket_path, owner)
 
@@ -154,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     owner = _owner(args)
     if owner is not None:
         try:
-            ends = tether if args[0] == "tether" else session
-            print(json.dumps(ends(socket_path, owner)))
+            print(json.dumps(session(socket_path, owner, requests=args[0] == "session")))
         except (httpx.HTTPError, OSError, ValueError) as err:
             print(json.dumps({"error": f"control socket {socket_path}: {type(err).__name__}: {err}"}))
             return 1

@@ -118,7 +118,7 @@ class Gate:
         self.hold_timeout = hold_timeout
         self.retry_after = retry_after
         self.metrics = metrics
-        self._backend_ready = False
+        self.backend_ready = False  # as the readiness poller last reported it
         self._holds: dict[str, Hold] = {}
         self._waiters: deque[asyncio.Future[Ticket]] = deque()
         self._inflight: set[Ticket] = set()
@@ -132,12 +132,7 @@ class Gate:
     @property
     def is_open(self) -> bool:
         """True when requests may pass: the backend is ready and no control hold is set."""
-        return self._backend_ready and not self._holds
-
-    @property
-    def backend_ready(self) -> bool:
-        """The backend's readiness as last reported by the poller or the proxy."""
-        return self._backend_ready
+        return self.backend_ready and not self._holds
 
     @property
     def held(self) -> int:
@@ -162,7 +157,7 @@ class Gate:
         now = time.monotonic()
         return {
             "open": self.is_open,
-            "backend_ready": self._backend_ready,
+            "backend_ready": self.backend_ready,
             "holds": [h.describe(now) for h in self._holds.values()],
             "held": self.held,
             "inflight": self.inflight,
@@ -172,9 +167,9 @@ class Gate:
 
     def set_backend_ready(self, ready: bool) -> None:
         """Record the backend's readiness; becoming ready releases held requests."""
-        if ready == self._backend_ready:
+        if ready == self.backend_ready:
             return
-        self._backend_ready = ready
+        self.backend_ready = ready
         self.metrics.backend_ready.set(1 if ready else 0)
         log.info("backend %s", "ready" if ready else "not ready: holding new requests")
         self._kick()
@@ -217,12 +212,8 @@ class Gate:
                 f"the hold queue is full ({len(self._waiters)} requests wait for a ready backend, "
                 f"max_held={self.max_held})",
             )
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Ticket] = loop.create_future()
-        if front:
-            self._waiters.appendleft(fut)
-        else:
-            self._waiters.append(fut)
+        fut: asyncio.Future[Ticket] = asyncio.get_running_loop().create_future()
+        (self._waiters.appendleft if front else self._waiters.append)(fut)
         self.metrics.held.inc()
         started = time.monotonic()
         self._kick()
@@ -408,15 +399,8 @@ class Gate:
             self._pinned.discard(hold.id)
             with contextlib.suppress(UnknownHold):
                 self.renew(hold.id)
-        took = round(time.monotonic() - started, 4)
-        result = DrainReport(hold.id, drained, len(left), took, continued, refused)
-        self.metrics.drained.inc(result.drained)
-        self.metrics.cut.inc(result.cut)
-        log.info(
-            "drain: %d finished, %d cut, %d paused to continue, %.3fs",
-            result.drained,
-            result.cut,
-            continued,
-            result.duration_s,
-        )
-        return result
+        took, cut = round(time.monotonic() - started, 4), len(left)
+        self.metrics.drained.inc(drained)
+        self.metrics.cut.inc(cut)
+        log.info("drain: %d finished, %d cut, %d paused to continue, %.3fs", drained, cut, continued, took)
+        return DrainReport(hold.id, drained, cut, took, continued, refused)

@@ -15,7 +15,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .routing import REASONS as ROUTE_REASONS
 
@@ -55,7 +54,6 @@ SWITCH_REASONS = ("alias", "auto")
 SLEEP_RESULTS = ("ok", "failed")
 PAUSE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 120, float("inf"))
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, float("inf"))
-CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class Metrics:
@@ -170,10 +168,8 @@ class Metrics:
 
     def live_added(self, name: str) -> None:
         """Create a live upstream's series (zero)."""
-        self.live_requests.labels(name)
-        self.live_outstanding.labels(name)
-        self.live_errors.labels(name)
-        self.live_ready.labels(name)
+        for metric in (self.live_requests, self.live_outstanding, self.live_errors, self.live_ready):
+            metric.labels(name)
 
     def live_removed(self, name: str) -> None:
         """Drop a live upstream's series once it has left the set and drained."""

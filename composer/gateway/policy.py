@@ -64,9 +64,6 @@ class Mix:
     concurrency: float
     requests: int
 
-    def describe(self) -> str:
-        return f"prompt p50 {self.prompt_tokens:.0f} tok, concurrency {self.concurrency:.1f}"
-
 
 class Window:
     """A sliding window of prompt sizes and concurrency samples (times are monotonic seconds)."""
@@ -143,11 +140,9 @@ class Decision:
 
 def decide(classes: tuple[WorkloadClass, ...], mix: Mix | None, serving: str | None) -> Decision | None:
     """The variant for the window's mix; None when the window is too thin to say."""
-    if mix is None:
-        return None
-    chosen = choose(classes, mix)
-    if chosen is None:
+    if mix is None or (chosen := choose(classes, mix)) is None:
         return None
     verb = "keep" if chosen.variant == serving else "switch to"
-    reason = f"{mix.describe()} over {mix.requests} requests -> {chosen.name} = {chosen.variant} ({verb})"
+    seen = f"prompt p50 {mix.prompt_tokens:.0f} tok, concurrency {mix.concurrency:.1f}"
+    reason = f"{seen} over {mix.requests} requests -> {chosen.name} = {chosen.variant} ({verb})"
     return Decision(chosen.variant, chosen.name, reason)

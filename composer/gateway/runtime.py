@@ -11,15 +11,17 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import uvicorn
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,15 +30,16 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from composer.errors import GatewayConfigError
 
-from .config import LIVE, GatewayConfig, LiveSpec, field_name
+from .answers import send_error
+from .config import LIVE, GatewayConfig, field_name
 from .control import build_control_app
-from .gate import Gate
+from .gate import Gate, Refused
 from .limits import ConnectionLimits, limited_protocol, open_files_for
 from .live import LiveSet
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
-from .screen import Refusal, screen, send_refusal
+from .screen import screen
 from .status import StatusBoard
 from .switching import Switcher
 from .switchstore import SettingsStore
@@ -88,7 +91,7 @@ class Gateway:
         or middleware on the forwarding path: they would run for every chunk sent)."""
 
         async def metrics(_: Request) -> Response:
-            return Response(self.metrics.render(), media_type=CONTENT_TYPE)
+            return Response(self.metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
         async def health(_: Request) -> JSONResponse:
             ready = self.backend_ready
@@ -110,9 +113,9 @@ class Gateway:
                 return
             try:
                 screen(scope)  # the canonical path, from here on the only one
-            except Refusal as refusal:
+            except Refused as refusal:
                 refused.labels(refusal.reason).inc()
-                await send_refusal(send, refusal)
+                await send_error(send, refusal.status, str(refusal))
                 return
             if is_own(scope["path"]):
                 await own(scope, receive, send)
@@ -172,28 +175,6 @@ class Gateway:
     def _ready(self, any_ready: bool) -> None:
         self.gate.set_backend_ready(any_ready)
         self.status.switches.backend_ready(any_ready)
-
-    def set_upstreams(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the live set (empty: back to the set of one that follows `/route`)."""
-        self.live.replace(specs, gated=gated)
-
-    def continue_leaving(self, name: str, context: int | None = None) -> tuple[int, int]:
-        """Pause the streams on the members named `name` that left the set (never on a member
-        of the set at the same URL), to go on on the others (whose max_model_len is
-        `context`); how many were paused, and how many it could not continue."""
-        if not self.proxy.continue_streams:
-            return 0, 0
-        staying = {m.url for m in self.live.members.values()}
-        urls = {m.url for m in self.live.leaving if m.name == name} - staying
-        counts = [self.proxy.pause_streams(url, context) for url in urls]
-        return sum(paused for paused, _ in counts), sum(refused for _, refused in counts)
-
-    def route(self, url: str) -> str:
-        """Forward to `url` from now on (held until it is ready); returns the previous URL."""
-        old = self.upstream.route(url)
-        if old != url:
-            self.metrics.routes.inc()
-        return old
 
     def state(self) -> dict[str, Any]:
         """Everything the control channel reports."""
@@ -255,8 +236,7 @@ class _Server(uvicorn.Server):
 
 def control_socket(path: str) -> socket.socket:
     """Bind the control socket with mode 0600 (created under umask 0177, checked after)."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
     with contextlib.suppress(FileNotFoundError):
         if stat.S_ISSOCK(os.lstat(path).st_mode):
             os.unlink(path)
@@ -360,12 +340,9 @@ class GatewayServer:
 
     async def serve(self, *, signals: bool = True) -> None:
         """Serve until stopped; the control socket exists (mode 0600) before the public port opens."""
-        loop = asyncio.get_running_loop()
         if signals:
-            import signal
-
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+                asyncio.get_running_loop().add_signal_handler(sig, self.stop)
         # listening before the control channel answers: a replacement that reaches the new
         # gateway's control channel knows its port takes connections
         public = public_socket(self.config.host, self.config.port)
@@ -382,19 +359,13 @@ class GatewayServer:
                 await asyncio.sleep(0.005)
             if self.public.started and self.control.started:
                 self.ready.set()
-                log.info(
-                    "gateway on %s:%d -> %s (control %s)",
-                    self.config.host,
-                    self.config.port,
-                    self.config.upstream,
-                    self.config.control_socket,
-                )
+                c = self.config
+                log.info("gateway on %s:%d -> %s (control %s)", c.host, c.port, c.upstream, c.control_socket)
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             self.stop()
             await asyncio.gather(*tasks, return_exceptions=True)
             for task in done:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                task.result()  # raises what stopped that server
         finally:
             await self.gateway.aclose()
             sock.close()

@@ -9,37 +9,23 @@ that is not already canonical (`paths.canonical_path`) and a request with more t
 
 from __future__ import annotations
 
-from starlette.types import Scope, Send
+from starlette.types import Scope
 
-from .answers import send_error
+from .gate import Refused as Refusal
 from .paths import BadPath, canonical_path
 
 
-class Refusal(Exception):
-    """The gateway answers the request itself with `status` and an OpenAI-style error body."""
-
-    def __init__(self, status: int, message: str, reason: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.reason = reason  # metrics label
-
-
 def screen(scope: Scope) -> None:
-    """Canonicalise `scope`'s path in place; raise `Refusal` (400) for an ambiguous request."""
+    """Canonicalise `scope`'s path in place; raise `Refusal` (`gate.Refused`, 400) when ambiguous."""
     try:
         path = canonical_path(scope["raw_path"])
     except BadPath as err:
-        raise Refusal(400, f"invalid request path: {err}", "bad_path") from None
+        raise Refusal("bad_path", 400, f"invalid request path: {err}") from None
     scope["path"] = path
     scope["raw_path"] = path.encode("ascii")
     seen = False
     for name, _ in scope["headers"]:
         if name == b"authorization":
             if seen:
-                raise Refusal(400, "more than one Authorization header", "duplicate_authorization")
+                raise Refusal("duplicate_authorization", 400, "more than one Authorization header")
             seen = True
-
-
-async def send_refusal(send: Send, refusal: Refusal) -> None:
-    """Answer a `Refusal` in the gateway's error envelope."""
-    await send_error(send, refusal.status, str(refusal))

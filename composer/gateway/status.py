@@ -4,13 +4,11 @@ The JSON needs the API key, like `/v1` (401 `{"error": "Unauthorized"}` without 
 itself is static (no data in it) and reads the JSON with the key the user enters. Neither
 reaches the control channel's powers, and neither shows the key or a hold's token.
 
-What the JSON holds: the serving variant(s), every live upstream (name, variant, URL, ready,
-outstanding, requests, served, errors), the sleeping ones, the switch under way (from,
-to, stage, seconds) and the last switches with outcome and stage timings (`switchlog`), held
-and in-flight requests, and per-variant tokens/s and acceptance over the last minute with a
-tokens/s series for a sparkline (`throughput`). The backend's `/metrics` is sampled every
-`SAMPLE_EVERY_S` seconds only while someone reads the status (for `WATCH_IDLE_S` after the
-last read), and never during a switch, so an unwatched gateway sends nothing extra.
+The JSON (`StatusBoard.build`) holds what serves and sleeps, the live upstreams, the switches
+(`switchlog`), the requests and each variant's throughput (`throughput`). The backend's
+`/metrics` is sampled every `SAMPLE_EVERY_S` seconds only while someone reads the status (for
+`WATCH_IDLE_S` after the last read), and never during a switch, so an unwatched gateway sends
+nothing extra.
 """
 
 from __future__ import annotations

@@ -62,12 +62,8 @@ def parse(text: str, t: float) -> Sample:
                 key = COUNTERS[s.name]
                 counters[key] = counters.get(key, 0.0) + s.value
             elif s.name in GAUGES:
-                key = GAUGES[s.name]
-                gauges[key] = (
-                    max(gauges.get(key, 0.0), s.value)
-                    if key == "kv_cache_usage"
-                    else (gauges.get(key, 0.0) + s.value)
-                )
+                key, old = GAUGES[s.name], gauges.get(GAUGES[s.name], 0.0)
+                gauges[key] = max(old, s.value) if key == "kv_cache_usage" else old + s.value
             elif s.name == PER_POSITION and s.labels.get("position", "").isdigit():
                 pos = int(s.labels["position"])
                 positions[pos] = positions.get(pos, 0.0) + s.value
