@@ -159,10 +159,8 @@ def detect_probe() -> GpuProbe:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         return NvmlProbe(pynvml)
-    except ImportError:
-        pass  # no library: try nvidia-smi
-    except Exception:
-        pass  # a library without a driver: try nvidia-smi
+    except Exception:  # no library, or one without a driver: try nvidia-smi
+        pass
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)
