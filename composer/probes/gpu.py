@@ -159,8 +159,10 @@ def detect_probe() -> GpuProbe:
         pynvml.nvmlInit()
         pynvml.nvmlShutdown()
         return NvmlProbe(pynvml)
-    except Exception:  # no library, or one without a driver: try nvidia-smi
-        pass
+    except ImportError:
+        pass  # no library: try nvidia-smi
+    except Exception:
+        pass  # a library without a driver: try nvidia-smi
     smi = shutil.which("nvidia-smi")
     if smi:
         return NvidiaSmiProbe(smi)
