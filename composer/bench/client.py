@@ -1,10 +1,8 @@
-"""One timed streaming chat completion against an OpenAI-compatible vLLM server.
+"""Timed streaming chat completions against a vLLM server, and acceptance from its /metrics.
 
 On the client's monotonic clock: TTFT is from sending to the first chunk with text; decode
 speed is the tokens after the first (`usage.completion_tokens - 1`) over the time from the
 first to the last text chunk, so prefill and queueing never dilute it.
-
-vLLM's Prometheus metrics: parse the text format, take counter deltas, derive acceptance.
 
 Acceptance comes from counter deltas around the measured requests (never absolute values):
 rate = accepted / draft tokens; tokens per iteration = 1 + accepted / drafts; at position
@@ -56,8 +54,7 @@ class ChatRequest:
     max_tokens: int
 
     def body(self, prompt: str) -> dict[str, Any]:
-        """The JSON body: greedy, all `max_tokens` (EOS ignored), streaming with usage in the
-        last chunk, thinking off."""
+        """Greedy with EOS ignored, so every request decodes all `max_tokens`."""
         return {
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
@@ -120,7 +117,6 @@ class StreamTimer:
         self.chunks = 0
 
     def feed(self, chunk: dict[str, Any], now: float) -> None:
-        """Record one parsed chunk that arrived at `now`."""
         text = chunk_text(chunk)
         if text:
             self.chunks += 1

@@ -145,8 +145,8 @@ def decide(
     switching: Mapping[str, Any] | None = None,
     trace_tokens: float = 10_000.0,
 ) -> Decision:
-    """The decision from a bench JSON over `plan`'s arms and the switching run
-    (`SwitchRun.data`; None: no switching arm). ValueError when no arm was measured."""
+    """The decision over `plan`'s arms and the switching run (`SwitchRun.data`; None: no
+    switching arm); ValueError when no arm was measured."""
     static = set(plan.static)
     arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
     for point in data.get("points", []):
@@ -164,7 +164,6 @@ def decide(
     complete = {a: cells for a, cells in arms.items() if all(p in cells for p in phases)}
 
     def goodput(by_phase: Sequence[str], extra_s: float = 0.0) -> float:
-        """The trace's goodput with phase i on arm `by_phase[i]`, plus `extra_s` of switches."""
         rates = [complete[a][p].aggregate_tok_s for a, p in zip(by_phase, phases, strict=True)]
         seconds = sum(trace_tokens / r if r > 0 else float("inf") for r in rates)
         return len(phases) * trace_tokens / (seconds + extra_s)
@@ -241,8 +240,7 @@ def _cell(w: tuple[int | None, int]) -> str:
 
 
 def format_decision(decision: Decision) -> str:
-    """Arms side by side: aggregate tok/s per workload (effective concurrency in brackets),
-    then the trace's goodput, then the decision."""
+    """Aggregate tok/s per arm and workload, the trace's goodput, then the decision."""
     # switching is measured on the trace only: no column of its own
     names = [a for a in decision.arms if a in decision.trace] or list(decision.arms)
     width = max([12, *(len(n) for n in names)])
@@ -282,7 +280,7 @@ def format_decision(decision: Decision) -> str:
 
 
 def decision_data(decision: Decision) -> dict[str, Any]:
-    """The decision as plain data (decide.json)."""
+    """decide.json's content."""
 
     def cell(stats: ArmStats) -> dict[str, Any]:
         times = {k: rounded(v, 2 if k.startswith("tpot") else 4) for k, v in stats.latency.items()}
@@ -317,8 +315,7 @@ def decision_data(decision: Decision) -> dict[str, Any]:
 
 
 def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
-    """decide.json and, with matplotlib, decide.png beside the bench files (aggregate tok/s
-    against concurrency per arm, one panel per prompt length)."""
+    """decide.json and, with matplotlib, decide.png (tok/s against concurrency per prompt length)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / JSON_FILE
     replace_file(path, (json.dumps(decision_data(decision), indent=2) + "\n").encode("utf-8"), 0o644)

@@ -58,7 +58,6 @@ class Win:
         return f"{self.margin:.2f}x {self.runner_up}" + (" (close)" if self.margin < CLOSE_MARGIN else "")
 
     def to_json(self) -> dict[str, Any]:
-        """Every field, the rates rounded."""
         return {
             **asdict(self),
             "aggregate_tok_s": round(self.aggregate_tok_s, 2),
@@ -68,8 +67,7 @@ class Win:
 
 
 def read_bench(path: str | Path) -> dict[str, Any]:
-    """A benchmark's JSON (bench.json, or the folder `bench --out` wrote it in), or a
-    UsageError naming what is wrong with it."""
+    """A benchmark's JSON (bench.json or the folder holding it); UsageError if unreadable."""
     if Path(path).is_dir():
         folder, path = path, Path(path) / JSON_FILE
         if not path.is_file():
@@ -152,7 +150,7 @@ def winners(data: Mapping[str, Any]) -> list[Win]:
 
 
 def workloads_lines(wins: Sequence[Win]) -> list[str]:
-    """The proposed `key = "variant"  # why` lines."""
+    """`key = "variant"  # why` lines."""
     lines = []
     for w in wins:
         why = [f"K={w.k}" if w.k else "no speculation", f"{w.aggregate_tok_s:.1f} tok/s", w.margin_text]
@@ -171,11 +169,8 @@ _KEY = re.compile(r"""^\s*(?P<q>["']?)(?P<key>[A-Za-z0-9_-]+)(?P=q)\s*=""")
 
 
 def updated_stack_text(text: str, wins: Sequence[Win]) -> str:
-    """The stack file's text with the recommended keys in its `[workloads]` table (pure).
-
-    ConfigError when the file is not valid TOML, holds `workloads` in another form (an
-    inline table or dotted keys), or when the edit would change anything else.
-    """
+    """The stack file's text with the recommended keys in its `[workloads]` table; ConfigError
+    when it is not TOML, sets `workloads` in another form, or the edit would change more."""
     try:
         original = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
@@ -223,7 +218,6 @@ def write_workloads(path: str | Path, wins: Sequence[Win]) -> None:
 
 
 def format_wins(wins: Sequence[Win]) -> str:
-    """The winners as a text table."""
     rows = [["workload", "prompt", "streams", "winner", "agg tok/s", "margin", "vs baseline"]]
     for w in wins:
         rows.append(

@@ -23,7 +23,6 @@ JSON_ONLY = ("wall_s", "max_running", "drafts", "draft_tokens", "accepted", "fir
 
 
 def point_data(result: PointResult) -> dict[str, Any]:
-    """One point as plain data."""
     acc = result.acceptance
     agreement = result.agreement
     return {
@@ -66,7 +65,7 @@ def point_data(result: PointResult) -> dict[str, Any]:
 
 
 def report_data(report: BenchReport) -> dict[str, Any]:
-    """The whole report as plain data (the JSON file's content)."""
+    """bench.json's content."""
     options = report.options
     return {
         "options": {
@@ -100,7 +99,7 @@ def _positions(result: PointResult) -> str:
 
 
 def table_rows(report: BenchReport) -> list[list[str]]:
-    """Rows of the text table, header first (workload columns when several were measured)."""
+    """The text table's rows, header first."""
     wide = report.options.multi
     header = ["variant", "K", "tok/s", "tok/iter", "accept", "p0..", "TTFT ms", "e2e s", "speed-up", "agree"]
     if wide:
@@ -192,14 +191,12 @@ def pyplot() -> Any:
 
 
 def save_figure(plt: Any, figure: Any, path: Path) -> None:
-    """Write `figure` to `path` as a PNG and close it."""
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
 
 
 def _k_plot(plt: Any, report: BenchReport, path: Path) -> None:
-    """tok/s against K per method, baseline as a horizontal line."""
     figure, axes = plt.subplots(figsize=(7, 4.5))
     by_variant: dict[str, list[PointResult]] = {}
     for r in report.results:
@@ -221,7 +218,6 @@ def _k_plot(plt: Any, report: BenchReport, path: Path) -> None:
 
 
 def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Path) -> None:
-    """Aggregate tok/s against prompt length at one concurrency, one line per variant and K."""
     workloads = report.options.workloads()
     lengths = list(dict.fromkeys(_prompt(w) for w in workloads if w.concurrency == concurrency))
     lines: dict[str, dict[str, float]] = {}
@@ -245,8 +241,7 @@ def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Pat
 
 
 def write_outputs(report: BenchReport, out_dir: Path) -> list[Path]:
-    """Write JSON, CSV and (with matplotlib) the PNGs: bench.png, or `bench-c<N>.png` per
-    concurrency for a workload sweep; note skipped plots in the report."""
+    """Write JSON, CSV and (with matplotlib) bench.png or, over workloads, `bench-c<N>.png`s."""
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_dir / JSON_FILE, out_dir / CSV_FILE
     plt = pyplot()

@@ -109,11 +109,9 @@ def bench_with_swaps(
     ks_by_variant: Mapping[str, Sequence[int]] | None = None,
     after_sweep: Callable[[BenchReport], None] | None = None,
 ) -> BenchReport:
-    """Sweep the points, each swapped in with `up`; restore the previous variant at the end.
-
-    `stack_for(flags)` loads the stack with extra `--set` flags; `after_sweep(report)` runs
-    after an uninterrupted sweep, before the restore (`bench --decide`'s switching arm).
-    """
+    """Sweep the points, each swapped in with `up`, then restore the previous variant.
+    `stack_for(flags)` loads the stack with extra `--set` flags; `after_sweep` runs after an
+    uninterrupted sweep, before the restore (`bench --decide`'s switching arm)."""
     from composer.swap.snapshot import take
     from composer.swap.swapper import UpOptions, up
 
@@ -180,8 +178,7 @@ def stack_hash(stack: Stack) -> str:
 def bench_metadata(
     stack: Stack, variants: Sequence[str], client: docker.DockerClient | None
 ) -> dict[str, object]:
-    """What a report needs to be compared with another one later: the tool, the stack, the
-    images and the machine (no host name, no user)."""
+    """What a later comparison needs: tool, stack, images and machine (no host name, no user)."""
     from docker.errors import DockerException
 
     from composer import __version__

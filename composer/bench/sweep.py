@@ -73,8 +73,7 @@ def agreement(output: str, reference: str) -> Agreement:
 
 
 def agreement_with(outputs: Mapping[str, str], reference: Mapping[str, str]) -> Agreement | None:
-    """Agreement summed over the prompts both mappings (prompt -> text) have, the earliest
-    first difference kept; None if they share none."""
+    """Agreement summed over the prompts both have (earliest first difference); None if none."""
     parts = [agreement(outputs[p], reference[p]) for p in outputs if p in reference]
     if not parts:
         return None
@@ -180,7 +179,6 @@ def latency(decode_rates: Iterable[float | None], ttfts: Iterable[float]) -> dic
 
 
 def rounded(value: float | None, digits: int = 4) -> float | None:
-    """`value` rounded to `digits`, None kept."""
     return None if value is None else round(value, digits)
 
 
@@ -283,7 +281,6 @@ class BenchReport:
     """How long each successful swap took (the switch cost `bench --decide` charges)."""
 
     def measured(self) -> list[PointResult]:
-        """The points with measurements."""
         return [r for r in self.results if r.ok]
 
     def failed_points(self) -> list[PointResult]:
@@ -313,9 +310,8 @@ def plan_points(
     suggested: Mapping[str, int | None] | None = None,
     ks_by_variant: Mapping[str, Sequence[int]] | None = None,
 ) -> list[BenchPoint]:
-    """The sweep: each variant once, each speculative variant once per K (pure). Without
-    `ks`: DEFAULT_KS, its configured K and its checkpoint's `suggested` K; `ks_by_variant`
-    names some variants' Ks outright (`bench --decide`'s adaptive variants)."""
+    """Each variant once, each speculative one once per K: `ks`, else DEFAULT_KS, its own K
+    and its `suggested` K; `ks_by_variant` overrides both (`bench --decide`)."""
     points: list[BenchPoint] = []
     for name in variants:
         variant = stack.variant(name)
@@ -494,9 +490,8 @@ def run_bench(
     hints: Sequence[str] = (),
     skip: Mapping[BenchPoint, str] | None = None,
 ) -> BenchReport:
-    """Measure every point in order; `serve` makes the server serve a point (a swap). A
-    failed swap is recorded and the sweep goes on; a point in `skip` is recorded with the
-    reason, never swapped in."""
+    """Measure every point in order, `serve` swapping each in; a failed swap is recorded and
+    the sweep goes on; a point in `skip` is recorded with its reason, never swapped in."""
     report = BenchReport([], options, tuple(hints))
     skip = skip or {}
     workloads = options.workloads()

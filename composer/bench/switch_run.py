@@ -153,7 +153,6 @@ def run_switching(
     started = time.monotonic()
 
     def replay(index: int, workload: Workload) -> None:
-        """`per_phase` requests of one workload on `workload.concurrency` closed-loop streams."""
         prompts = options.prompts_for(workload)
         lock = threading.Lock()
         halt = threading.Event()

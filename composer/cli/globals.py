@@ -27,7 +27,6 @@ class GlobalOptions:
     allow_weak_key: bool = False
 
     def source(self):
-        """Where the stack comes from."""
         from composer.stack.source import StackSource
 
         return StackSource(self.stacks, self.env_file, self.sets, self.project_name)

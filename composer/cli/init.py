@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from composer.cli.base import Context, command
-from composer.cli.output import echo_json, note, shown
+from composer.cli.output import echo_json, note
 from composer.cli.params import complete_from_stack, json_option
 from composer.errors import UsageError
 
@@ -136,6 +136,7 @@ def init_cmd(
       compose-spec init --model-dir ~/models/llama --tp 2 --gpus 0,1 --project llama --port 8100
       compose-spec init --force
     """
+    from composer.render.outputs import shown_path
     from composer.stack.starter import init_stack
 
     model = {k: v for k, v in model.items() if v is not None}
@@ -152,7 +153,7 @@ def init_cmd(
         directory, with_env=with_env, force=force, stack_text=text, identity=(project, port)
     )
     for written in written_files:
-        click.echo(f"wrote: {shown(written.path)}")
+        click.echo(f"wrote: {shown_path(written.path)}")
     click.echo(f"the stack's compose project: {project}, its port: {port}")
     if text is None:
         click.echo(

@@ -1,11 +1,10 @@
-"""Printing helpers shared by the commands: the live progress line and paths as shown."""
+"""Printing helpers shared by the commands: the live progress line, notes and warnings."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -50,14 +49,6 @@ class LiveLine:
         if self.open:
             self._echo("")
             self.open = False
-
-
-def shown(path: Path) -> Path:
-    """A path relative to the working directory when it lies below it."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
 
 
 def _to_stderr(text: str) -> None:

@@ -20,10 +20,8 @@ MAX_OPTION_SECONDS = 7 * 24 * 3600
 
 
 class Duration(click.ParamType):
-    """Seconds, written with or without units: `900`, `1.5`, `90s`, `15m`, `1h30m`, `500ms`.
-
-    Positive, finite and at most 7 days (`nan`, `inf`, `0`, `-1`, `1e400` are usage errors).
-    """
+    """Seconds, with or without units (`900`, `1.5`, `90s`, `15m`, `1h30m`, `500ms`): positive,
+    finite and at most 7 days (`nan`, `inf`, `0`, `-1`, `1e400` are usage errors)."""
 
     name = "duration"
 

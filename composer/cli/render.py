@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from composer.cli.base import Context, command
-from composer.cli.output import note, shown, warning
+from composer.cli.output import note, warning
 from composer.cli.params import complete_from_stack, complete_recipe, target_option
 from composer.errors import ComposerError
 
@@ -42,6 +42,7 @@ def render(obj: Context, variants: tuple[str, ...], check: bool, out_dir: Path |
     """
     from composer.render.files import write_all
     from composer.render.outputs import render_plan, stale_files
+    from composer.render.outputs import shown_path as shown
 
     plan = render_plan(
         obj.stack(), obj.source.load_alone, target, variants, out_dir, has_flags=bool(obj.options.sets)

@@ -20,8 +20,7 @@ def report_swap(
     variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
 ) -> None:
     """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
-
-    A failed swap's error carries the variant and the outcome for the `--json` error object."""
+    A failed swap's error gets the variant and the outcome for the `--json` error object."""
     line = LiveLine()
     try:
         result = run(line)

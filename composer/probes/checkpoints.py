@@ -85,7 +85,6 @@ def dflash_block_size(config: dict) -> int | None:
 
 
 def has_dflash_config(config: dict) -> bool:
-    """True when the config carries a `dflash_config` table."""
     return isinstance(_field(config, "dflash_config"), dict)
 
 

@@ -91,7 +91,6 @@ def yaml_quote(value: str) -> str:
 
 
 def compose_quote(value: Text | str) -> str:
-    """compose_text, then YAML-quoted."""
     return yaml_quote(compose_text((value,) if isinstance(value, str) else value))
 
 
@@ -117,7 +116,6 @@ def shell_inner(value: Text | str) -> str:
 
 
 def shell_double_quoted(value: Text | str) -> str:
-    """A Text as one bash double-quoted word."""
     return '"' + shell_inner(value) + '"'
 
 
@@ -134,7 +132,6 @@ def one_line(value: str) -> str:
 
 
 def _bytecode_cache() -> jinja2.BytecodeCache | None:
-    """Jinja's bytecode cache in its default directory; None when it cannot be used."""
     try:
         return jinja2.FileSystemBytecodeCache()
     except (OSError, RuntimeError):
@@ -292,8 +289,8 @@ def _put_back(staged: _Staged) -> None:
 
 
 def write_all(files: list[RenderedFile]) -> list[bool]:
-    """Write every file, all or nothing (a failed rename puts back what was replaced; RenderError
-    names it); per file, whether it was (re)written."""
+    """Write every file, all or nothing (RenderError names the one that failed); per file,
+    whether it was (re)written."""
     changed = [not is_current(f) for f in files]
     staged: list[_Staged] = []
     try:
@@ -325,7 +322,7 @@ def write_all(files: list[RenderedFile]) -> list[bool]:
 
 
 def write_atomic(file: RenderedFile) -> bool:
-    """Write unless unchanged; return True when the file was (re)written."""
+    """Write unless unchanged; True when the file was (re)written."""
     if is_current(file):
         if file.path.stat().st_mode & 0o777 != file.mode:
             os.chmod(file.path, file.mode)

@@ -52,7 +52,6 @@ class FollowSpec:
 
 
 def build_follow_spec(stack: Stack) -> FollowSpec:
-    """The `follow` profile's service of a stack."""
     model_dirs = [text(Var("MODEL_DIR", stack.model_dir))]
     if any(v.speculative is not None and v.speculative.draft_model for v in stack.variants.values()):
         model_dirs.append(text(Var("DRAFT_DIR", stack.draft_dir)))

@@ -59,7 +59,6 @@ class GatewaySpec:
 
     @property
     def container_name(self) -> str:
-        """The name compose gives the gateway's container."""
         return f"{self.project}-{self.service}-1"
 
     @property

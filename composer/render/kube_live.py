@@ -41,8 +41,7 @@ def live_name(stack: Stack, variant: str) -> str:
 
 
 def live_member_docs(stack: Stack, name: str) -> list[tuple[str, Manifest]]:
-    """One live variant's Deployment (its own selector and replicas, GPUs from its placement)
-    and Service, as (file name, manifest)."""
+    """One live variant's Deployment (own selector, replicas, placement's GPUs) and Service."""
     variant = replace(stack.variant(name), standby="stop")
     spec = replace(build_spec(stack, variant), service=live_name(stack, name))
     doc = deployment(stack, Target(variant, spec, None))

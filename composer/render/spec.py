@@ -103,7 +103,6 @@ def resolve(value: Text, overrides: dict[str, str] | None = None) -> str:
 
 
 def variables(value: Text) -> list[Var]:
-    """The variables a Text refers to."""
     return [p for p in value if isinstance(p, Var)]
 
 

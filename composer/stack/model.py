@@ -107,11 +107,9 @@ class Stack:
         return variant
 
     def image(self, key: str) -> str:
-        """The image reference of an image key (a variant's `image_key`)."""
         return self.images[key]
 
     def workload_variant(self, workload: str) -> Variant:
-        """The variant mapped to a workload name."""
         if workload not in self.workloads:
             raise unknown_choice("workload", workload, self.workloads)
         return self.variant(self.workloads[workload])

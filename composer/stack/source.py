@@ -40,7 +40,6 @@ class StackSource:
         return load_stack(self.stack_files(), None, environ={})
 
     def stack_files(self) -> list[Path]:
-        """The stack files in force (--stack, else COMPOSER_STACK, else composer.toml)."""
         dotenv, _ = read_dotenv(self.env_file)
         return find_stack_files(self.files or None, os.environ, dotenv)
 
