@@ -41,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import resource
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -57,31 +58,21 @@ LINGER_S = 2.0
 # How long a stopping gateway waits for the request of a connection it accepted but has not
 # read a byte from (a client sends right after it connects; the head timer bounds the rest).
 FIRST_REQUEST_GRACE_S = 2.0
+
+
+def _answer(status: int, message: str, extra: str = "") -> bytes:
+    """A refused connection's whole answer (status line, headers, error body)."""
+    body = error_bytes(status, message)
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+    return f"{head}content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n".encode() + body
+
+
 # The answer to a refused connection, by the reason it is closed for (a metric label).
 _RESPONSES = {
-    reason: (
-        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
-    ).encode()
-    + body
-    for reason, status, phrase, extra, body in (
-        (
-            "head_too_large",
-            431,
-            "Request Header Fields Too Large",
-            "",
-            error_bytes(431, "request head too large"),
-        ),
-        ("head_timeout", 408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
-        ("body_timeout", 408, "Request Timeout", "", error_bytes(408, "request body not received in time")),
-        (
-            "over_capacity",
-            503,
-            "Service Unavailable",
-            "retry-after: 2\r\n",
-            error_bytes(503, "too many open connections"),
-        ),
-    )
+    "head_too_large": _answer(431, "request head too large"),
+    "head_timeout": _answer(408, "request head not received in time"),
+    "body_timeout": _answer(408, "request body not received in time"),
+    "over_capacity": _answer(503, "too many open connections", "retry-after: 2\r\n"),
 }
 
 

@@ -151,10 +151,6 @@ class LiveSet:
     def any_ready(self) -> bool:
         return any(m.ready for m in self.serving())
 
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
-
     def _member_ready(self, member: Member, ready: bool) -> None:
         if member.listed and not member.leaving:
             self.metrics.live_ready.labels(member.name).set(1 if ready else 0)
@@ -211,21 +207,18 @@ class LiveSet:
             if name not in keep:
                 self._leave(old)
         self.members = keep
-        self._single_follows()
-        log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
-        self._on_ready(self.any_ready())
-        self._reap()
-
-    def _single_follows(self) -> None:
-        """The single member is out of the set (its requests finish, it is not polled) while
-        a live set is published, and back in it when none is."""
+        # the single member is out of the set (its requests finish, it is not polled) while a
+        # live set is published, and back in it when none is
         single = self.single
-        single.leaving = bool(self.members)
+        single.leaving = bool(keep)
         if single.leaving and single.task is not None:
             single.task.cancel()
             single.task = None
         elif not single.leaving and single.task is None:
             single.task = asyncio.get_running_loop().create_task(single.poller.run())
+        log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
+        self._on_ready(self.any_ready())
+        self._reap()
 
     def _leave(self, member: Member) -> None:
         member.leaving = True
@@ -240,7 +233,8 @@ class LiveSet:
             if member.name not in self.members:
                 self.metrics.live_removed(member.name)
             asyncio.get_running_loop().create_task(member.poller.aclose())
-        self._notify()
+        self._changed.set()  # `wait_gone` looks again
+        self._changed = asyncio.Event()
 
     def finished(self, member: Member, ok: bool, spilled: bool = False) -> None:
         """A request to `member` ended."""
@@ -248,16 +242,12 @@ class LiveSet:
         if member.leaving and member.outstanding <= 0:
             self._reap()
 
-    def outstanding_of(self, name: str) -> int:
-        """In-flight requests on members named `name` that are leaving the set."""
-        return sum(m.outstanding for m in self.leaving if m.name == name)
-
     async def wait_gone(self, name: str, wait_s: float) -> int:
         """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
         returns how many are still in flight."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        while (left := self.outstanding_of(name)) and loop.time() < deadline:
+        while (left := sum(m.outstanding for m in self.leaving if m.name == name)) and loop.time() < deadline:
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())

@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -96,16 +97,14 @@ def upstream_session() -> aiohttp.ClientSession:
     )
 
 
+@dataclass(slots=True)
 class Attempt:
     """One sending of a request upstream: whether its head was handed to the connection, and
     whether that connection was a kept-alive one from the pool."""
 
-    __slots__ = ("reused", "sent", "ticket")
-
-    def __init__(self, ticket: Ticket) -> None:
-        self.ticket = ticket
-        self.sent = False
-        self.reused = False
+    ticket: Ticket
+    sent: bool = False
+    reused: bool = False
 
     @property
     def unread(self) -> bool:
@@ -384,16 +383,6 @@ class ProxyApp:
         """Send the body with the served name as its model (it named an alias)."""
         _replace_body(scope, body, bodies.with_model(payload, self.served_name))
 
-    def _record(self, scope: Scope, body: Body) -> None:
-        """An eligible streamed completion is recorded so that it can be continued
-        (`continuation`): upstream is asked for its token ids."""
-        seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
-        stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
-        if stream is not None:
-            scope[STREAM] = stream
-            if not stream.wants_ids:
-                _replace_body(scope, body, stream.body())
-
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
@@ -438,7 +427,14 @@ class ProxyApp:
             if complete and self._reads_bodies():
                 await self._switch(scope, body, deadline, watcher, held)
             if complete and self.continue_streams and scope["path"] in continuation.PATHS:
-                self._record(scope, body)
+                # an eligible streamed completion is recorded so that it can be continued:
+                # upstream is asked for its token ids
+                seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
+                stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
+                if stream is not None:
+                    scope[STREAM] = stream
+                    if not stream.wants_ids:
+                        _replace_body(scope, body, stream.body())
             await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
         except Refused as refused:
             await self._refuse(_out(send, held), refused)
@@ -512,15 +508,20 @@ class ProxyApp:
             reason = f"{type(err).__name__}: {err}"
             failures.append(reason)
             member.mark_down(reason)  # new requests wait (or go to the others) meanwhile
-            return not probe and self._went_away(body, started or not attempt.unread)
+            # queued again once, and only when the backend cannot have read it
+            if probe or started or not attempt.unread or body.resent or not body.replayable():
+                return False
+            body.resent = True
+            self.metrics.retries.inc()
+            return True
 
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
-        url = member.url + scope["path"]
+        path = scope["path"]
         if scope["query_string"]:
-            url += "?" + scope["query_string"].decode("latin-1")
+            path += "?" + scope["query_string"].decode("latin-1")
         attempt = Attempt(ticket)
         data = body.data if body.complete else body.stream()
-        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), data, attempt)
+        headers = _request_headers(scope["headers"])
         started = False
         response: aiohttp.ClientResponse | None = None
         release = self._claim(member, spilled)
@@ -529,7 +530,9 @@ class ProxyApp:
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(opening, watcher, member.url)
+                response = await self._send_upstream(
+                    scope["method"], member.url, path, headers, data, attempt, watcher
+                )
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
@@ -668,8 +671,7 @@ class ProxyApp:
             target, spilled = chosen
             release = self._claim(target, spilled)
             try:
-                opening = self._open("POST", target.url + path, headers, data, Attempt(ticket))
-                response = await self._send_upstream(opening, None, target.url)
+                response = await self._send_upstream("POST", target.url, path, headers, data, Attempt(ticket))
             except (aiohttp.ClientError, Unresponsive) as err:
                 target.mark_down(f"{type(err).__name__}: {err}")
                 release(False)
@@ -702,49 +704,34 @@ class ProxyApp:
         failures.append("stall")
         target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
-    def _went_away(self, body: Body, reached: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again
-        (once, and only when it cannot have been read: not `reached`)."""
-        if reached or body.resent or not body.replayable():
-            return False
-        body.resent = True
-        self.metrics.retries.inc()
-        return True
-
     async def _bad_gateway(self, send: Send, err: Exception, what: str = "backend failed") -> None:
         self.metrics.upstream_errors.inc()
         await send_error(send, 502, f"{what} ({type(err).__name__})")
 
-    async def _open(
+    async def _send_upstream(
         self,
         method: str,
-        url: str,
+        base: str,
+        path: str,
         headers: CIMultiDict[str],
         data: bytes | AsyncIterator[bytes],
         attempt: Attempt,
-    ) -> aiohttp.ClientResponse:
-        """Send `data` (bytes, or a body streamed as it arrives) and return once the response
-        head has arrived."""
+        watcher: asyncio.Future[None] | None = None,
+    ) -> aiohttp.ClientResponse | None:
+        """Send `data` (bytes, or a body streamed as it arrives) to `path` (sent as it is) on the
+        backend at `base`, and return its response head; None when the client disconnected
+        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
         assert self.session is not None, "open() the proxy in the serving loop first"
-        return await self.session.request(
+        opening = self.session.request(
             method,
-            URL(url, encoded=True),
+            URL(base + path, encoded=True),
             headers=headers,
             data=data,
             allow_redirects=False,
             trace_request_ctx=attempt,
         )
-
-    async def _send_upstream(
-        self,
-        opening: Coroutine[Any, Any, aiohttp.ClientResponse],
-        watcher: asyncio.Future[None] | None,
-        url: str,
-    ) -> aiohttp.ClientResponse | None:
-        """Await `opening` (the response head from `url`); None when the client disconnected
-        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
         sending = asyncio.ensure_future(opening)
-        with self.liveness.watching(url) as gone:
+        with self.liveness.watching(base) as gone:
             waits = {sending} | {f for f in (watcher, gone) if f is not None}
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

@@ -43,7 +43,7 @@ class Upstream:
         candidates: Sequence[str] = (),
         backoff_max: float = 0.0,
     ) -> None:
-        self._url = url
+        self.url = url  # the base URL requests go to now
         self.candidates = tuple(candidates)
         self._routed = False  # True after the first route(): no more rediscovery
         self._on_ready = on_ready
@@ -59,27 +59,17 @@ class Upstream:
             timeout=PROBE_TIMEOUT,
             limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
         )
-        self._ready = False
+        self.ready = False  # as of the last probe (or the last `mark_down`)
         self._listed = False
         self._wake = asyncio.Event()
         self.last_error = ""
         if on_route is not None:
             on_route(None, url)
 
-    @property
-    def url(self) -> str:
-        """The base URL requests go to now."""
-        return self._url
-
-    @property
-    def ready(self) -> bool:
-        """Readiness as of the last probe (or the last `mark_down`)."""
-        return self._ready
-
     def route(self, url: str) -> str:
         """Send new requests to `url` (not ready until probed); returns the old URL."""
-        old = self._url
-        self._url = url
+        old = self.url
+        self.url = url
         self._routed = True
         self._listed = False
         self._set_ready(False)
@@ -97,7 +87,7 @@ class Upstream:
 
     def mark_down(self, reason: str) -> None:
         """The proxy could not reach the backend: hold new requests until the poller sees it ready."""
-        if self._ready:
+        if self.ready:
             log.info("backend unreachable (%s)", reason)
         self.last_error = reason
         self._listed = False
@@ -105,13 +95,12 @@ class Upstream:
         self._wake.set()
 
     def _set_ready(self, ready: bool) -> None:
-        if ready != self._ready:
-            self._ready = ready
+        self.ready = ready
         self._on_ready(ready)
 
     async def probe(self) -> bool:
         """One readiness check of the current upstream."""
-        url = self._url
+        url = self.url
         try:
             health = await self._client.get(f"{url}/health")
             if health.status_code != 200:
@@ -137,7 +126,7 @@ class Upstream:
             self.last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             self._listed = False
             return False
-        if url != self._url:  # routed elsewhere while probing
+        if url != self.url:  # routed elsewhere while probing
             return False
         self.last_error = ""
         return True
@@ -159,8 +148,8 @@ class Upstream:
         if self._routed:
             return None
         for url in self.candidates:
-            if url != self._url and await self._awake(url) and not self._routed:
-                old, self._url, self._listed = self._url, url, False
+            if url != self.url and await self._awake(url) and not self._routed:
+                old, self.url, self._listed = self.url, url, False
                 if self._on_route is not None:
                     self._on_route(old, url)
                 log.info("upstream %s is not ready; found %s healthy and awake", old, url)
@@ -172,7 +161,7 @@ class Upstream:
         from `poll_interval` up to `backoff_max` per failed probe; else `ready_interval`."""
         if self._urgent():
             return self.poll_interval
-        if not self._ready:
+        if not self.ready:
             return min(self.backoff_max, self.poll_interval * 2 ** min(self._failures - 1, 20))
         return self.ready_interval
 
