@@ -31,9 +31,7 @@ request is served and answered `connection: close`; one that sends nothing for
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). Once a head is complete, the only
-per-chunk work added is noting the time of the body's last chunk (the body timer looks at
-it when it fires).
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`).
 """
 
 from __future__ import annotations
@@ -118,7 +116,7 @@ class Connections:
     request in progress, oldest first; `reading` those reading a request body, oldest first."""
 
     limits: ConnectionLimits
-    metrics: Metrics | None = None
+    metrics: Metrics
     open: int = 0
     idle: dict[LimitedProtocol, None] = field(default_factory=dict)
     reading: dict[LimitedProtocol, None] = field(default_factory=dict)
@@ -131,12 +129,10 @@ class Connections:
         return next((c for c in self.reading if not c.flow.read_paused), None)
 
     def closed(self, reason: str) -> None:
-        if self.metrics is not None:
-            self.metrics.connections_closed.labels(reason).inc()
+        self.metrics.connections_closed.labels(reason).inc()
 
     def count(self) -> None:
-        if self.metrics is not None:
-            self.metrics.connections.set(self.open)
+        self.metrics.connections.set(self.open)
 
 
 class LimitedProtocol(HttpToolsProtocol):
@@ -342,7 +338,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self.loop.call_later(LINGER_S, self.transport.close)
 
 
-def limited_protocol(limits: ConnectionLimits, metrics: Metrics | None = None) -> type[LimitedProtocol]:
+def limited_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[LimitedProtocol]:
     """A protocol class for `uvicorn.Config(http=...)` enforcing `limits` on one server."""
     registry = Connections(limits, metrics)
     return type("GatewayHttpProtocol", (LimitedProtocol,), {"registry": registry})

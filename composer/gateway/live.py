@@ -41,6 +41,7 @@ class Member:
 
     def __init__(self, spec: LiveSpec, poller: Upstream, metrics: Metrics, listed: bool = True) -> None:
         self.spec = spec
+        self.name = spec.name
         self.poller = poller
         self.metrics = metrics
         self.listed = listed
@@ -52,10 +53,6 @@ class Member:
         self.recent: deque[float] = deque()  # monotonic end times of served requests
         self.leaving = False
         self.task: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     @property
     def url(self) -> str:

@@ -32,6 +32,7 @@ from yarl import URL
 
 from . import bodies, continuation, listing
 from .answers import send_error, sse_error
+from .bodies import MAX_BODY as REPLAY_LIMIT
 from .client import PROBE_HEADER
 from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
 from .gate import ClientGone, Gate, Refused, Ticket
@@ -47,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway")
 
-REPLAY_LIMIT = 128 * 1024
 # Idle upstream connections close after this long: under vLLM's own keep-alive timeout (5 s),
 # so the gateway never sends on a connection the server is closing.
 UPSTREAM_KEEPALIVE_S = 4.0
@@ -75,7 +75,7 @@ ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
 STREAM = "gateway.stream"
 # Errors that mean the backend went away before it answered (`Attempt.unread`: sent again
-# once); CONNECT_ERRORS are caught first (they are connection errors too).
+# once); CONNECT_ERRORS (connection errors too) mean it could not be reached.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
@@ -229,7 +229,7 @@ class Relay:
             with contextlib.suppress(RuntimeError):  # the read just finished
                 timer.reschedule(self._loop.time())
 
-    async def chunks(self, on_stall: Callable[[Scope], None], scope: Scope) -> AsyncIterator[bytes]:
+    async def chunks(self, on_stall: Callable[[], None], scope: Scope) -> AsyncIterator[bytes]:
         """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
         content = self._content
         while not self.ticket.cut_requested:
@@ -244,7 +244,7 @@ class Relay:
                     break
                 if self.paused:
                     raise Paused from None
-                on_stall(scope)
+                on_stall()
                 event = sse_error(
                     504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
                 )
@@ -278,7 +278,7 @@ class ProxyApp:
         self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
-        self.switcher = switcher  # reads bodies when `_reads_bodies()`
+        self.switcher = switcher
         self.served_name = config.served_name
         self.streams: set[continuation.Stream] = set()  # recorded streams under way
         self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
@@ -294,11 +294,6 @@ class ProxyApp:
         self.liveness.set_timeout(config.unresponsive_timeout)
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(config.aliases) if config.switch_on_model else {}
-
-    def _reads_bodies(self) -> bool:
-        """Bodies are read for switching, the automatic policy, or while a live set routes
-        (one published over the control channel to a gateway started for one variant too)."""
-        return self.switcher.config.inspects_bodies or self.live.active
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -359,29 +354,23 @@ class ProxyApp:
         variant = self.switcher.alias_variant(seen.model) if aliased else None
         if live:
             scope[ROUTE_HINT] = (variant, seen.prompt_tokens)
-            if variant is not None and seen.model is not None:
-                self._rename(scope, body, seen.payload)
-            return
         if variant is None or seen.model is None:
             return
-        self.switch_waiting += 1
-        waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
-        try:
-            waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
-            both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            await (held.wait(both) if held is not None else both)
-            if not waiting.done():
-                raise ClientGone
-            await waiting
-        finally:
-            if not waiting.done():
-                waiting.cancel()
-            self.switch_waiting -= 1
-        self._rename(scope, body, seen.payload)
-
-    def _rename(self, scope: Scope, body: Body, payload: dict[str, Any]) -> None:
-        """Send the body with the served name as its model (it named an alias)."""
-        _replace_body(scope, body, bodies.with_model(payload, self.served_name))
+        if not live:
+            self.switch_waiting += 1
+            waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
+            try:
+                waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
+                both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                await (held.wait(both) if held is not None else both)
+                if not waiting.done():
+                    raise ClientGone
+                await waiting
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                self.switch_waiting -= 1
+        _replace_body(scope, body, bodies.with_model(seen.payload, self.served_name))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -416,15 +405,20 @@ class ProxyApp:
             body = Body(chunks, complete, receive, ended)
         complete = body.complete
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
-        if probe is not None:
-            await self._probe(scope, receive, send, body, probe)
+        if probe is not None:  # a holder's readiness probe: past the hold, never queued
+            if not self.gate.probe_allowed(probe):
+                self.metrics.refused.labels("probe_token").inc()
+                await send_error(send, 403, "unknown probe token")
+                return
+            await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
             return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
         held = None
         if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
             held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
-            if complete and self._reads_bodies():
+            # bodies are read for switching, the automatic policy, or while a live set routes
+            if complete and (self.switcher.config.inspects_bodies or self.live.active):
                 await self._switch(scope, body, deadline, watcher, held)
             if complete and self.continue_streams and scope["path"] in continuation.PATHS:
                 # an eligible streamed completion is recorded so that it can be continued:
@@ -443,14 +437,6 @@ class ProxyApp:
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
-
-    async def _probe(self, scope: Scope, receive: Receive, send: Send, body: Body, token: bytes) -> None:
-        """A holder's readiness probe: past the hold, straight to the backend, never queued."""
-        if not self.gate.probe_allowed(token):
-            self.metrics.refused.labels("probe_token").inc()
-            await send_error(send, 403, "unknown probe token")
-            return
-        await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
 
     async def _admit_and_forward(
         self,
@@ -556,19 +542,14 @@ class ProxyApp:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
                 started = True
                 await out(scope, receive, send)
-            except CONNECT_ERRORS as err:
-                if went_away(err, started):
-                    return True
-                await self._bad_gateway(send, err, "the backend could not be reached")
-                return False
             except GONE_ERRORS as err:
                 if went_away(err, started):
                     return True
-                log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
-                if started:
-                    self.metrics.upstream_errors.inc()
-                else:
-                    await self._bad_gateway(send, err, "the backend closed the connection before answering")
+                what = "the backend could not be reached"
+                if not isinstance(err, CONNECT_ERRORS):
+                    log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
+                    what = "the backend closed the connection before answering"
+                await self._bad_gateway(send, err, started, what)
                 return False
             except ClientGone:
                 return False
@@ -588,10 +569,7 @@ class ProxyApp:
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 failures.append(type(err).__name__)
-                if started:
-                    self.metrics.upstream_errors.inc()
-                else:
-                    await self._bad_gateway(send, err)
+                await self._bad_gateway(send, err, started)
                 return False
             finally:
                 ticket.cancel = None
@@ -627,7 +605,16 @@ class ProxyApp:
         the count and the connection go."""
         relay = Relay(response, ticket, self.stall_timeout, resumable)
         ticket.cancel = relay.cut  # a cut ends the stream with an error event
-        chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
+
+        def stalled() -> None:  # hold new requests until the poller sees the backend ready again
+            log.warning(
+                "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
+            )
+            self.metrics.stalled.inc()
+            failures.append("stall")
+            target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+
+        chunks = relay.chunks(stalled, scope)
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -696,17 +683,13 @@ class ProxyApp:
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
 
-    def _stalled(self, scope: Scope, target: Member, failures: list[str]) -> None:
-        """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
-        poller sees the backend ready again."""
-        log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
-        self.metrics.stalled.inc()
-        failures.append("stall")
-        target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
-
-    async def _bad_gateway(self, send: Send, err: Exception, what: str = "backend failed") -> None:
+    async def _bad_gateway(
+        self, send: Send, err: Exception, started: bool, what: str = "backend failed"
+    ) -> None:
+        """Count a backend failure; answer 502 unless the answer already `started`."""
         self.metrics.upstream_errors.inc()
-        await send_error(send, 502, f"{what} ({type(err).__name__})")
+        if not started:
+            await send_error(send, 502, f"{what} ({type(err).__name__})")
 
     async def _send_upstream(
         self,
