@@ -118,13 +118,8 @@ def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
         start = key - 2
     else:
         return None
-    opening = (
-        key + 12
-        if raw[key + 12 : key + 13] == b"["
-        else key + 13
-        if raw[key + 12 : key + 14] == b" ["
-        else -1
-    )
+    gap = 1 if raw[key + 12 : key + 13] == b" " else 0  # after `"token_ids":`
+    opening = key + 12 + gap if raw[key + 12 + gap : key + 13 + gap] == b"[" else -1
     closing = raw.find(b"]", opening)
     if opening < 0 or closing < 0 or raw[closing + 1 : closing + 2] not in (b",", b"}"):
         return None

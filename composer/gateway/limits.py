@@ -128,12 +128,6 @@ class Connections:
             return next(iter(self.idle))
         return next((c for c in self.reading if not c.flow.read_paused), None)
 
-    def closed(self, reason: str) -> None:
-        self.metrics.connections_closed.labels(reason).inc()
-
-    def count(self) -> None:
-        self.metrics.connections.set(self.open)
-
 
 class LimitedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with head size, head time and connection count limits."""
@@ -151,21 +145,19 @@ class LimitedProtocol(HttpToolsProtocol):
         self._body_seen = 0.0  # loop time of the body's last chunk
         self._last = False  # the gateway is stopping: the request being read is the last
 
-    # -- connection ---------------------------------------------------------------------
-
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         registry = self.registry
         registry.open += 1
         self._counted = True
-        registry.count()
+        registry.metrics.connections.set(registry.open)
         if registry.open > registry.limits.max_connections:
             oldest = registry.evictable()
             if oldest is not None:
-                registry.closed("evicted")
+                registry.metrics.connections_closed.labels("evicted").inc()
                 oldest._close_idle()
             else:
-                registry.closed("over_capacity")
+                registry.metrics.connections_closed.labels("over_capacity").inc()
                 self._refuse("over_capacity")
                 return
         registry.idle[self] = None
@@ -177,7 +169,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._counted:
             self._counted = False
             self.registry.open -= 1
-            self.registry.count()
+            self.registry.metrics.connections.set(self.registry.open)
         self.registry.idle.pop(self, None)
         super().connection_lost(exc)
 
@@ -208,8 +200,6 @@ class LimitedProtocol(HttpToolsProtocol):
         self._stop_body_timer()
         self.transport.close()
 
-    # -- input --------------------------------------------------------------------------
-
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered and closing: ignore anything read before the pause took effect
@@ -230,13 +220,11 @@ class LimitedProtocol(HttpToolsProtocol):
         super().data_received(data[:room])
         if self._in_head:
             if not self.transport.is_closing():
-                self.registry.closed("head_too_large")
+                self.registry.metrics.connections_closed.labels("head_too_large").inc()
                 self._refuse("head_too_large")
             return
         if not self.transport.is_closing():
             self.data_received(data[room:])
-
-    # -- parser callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -268,8 +256,6 @@ class LimitedProtocol(HttpToolsProtocol):
         self._in_head = True  # whatever comes next is the next request's head
         self._head_bytes = 0
 
-    # -- refusals -----------------------------------------------------------------------
-
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
@@ -298,7 +284,7 @@ class LimitedProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_at(due, self._body_check)
             return
         self.registry.reading.pop(self, None)
-        self.registry.closed("body_timeout")
+        self.registry.metrics.connections_closed.labels("body_timeout").inc()
         cycle = self.cycle
         if cycle is None or cycle.response_started:
             self.transport.close()  # an answer is under way: it cannot change
@@ -312,12 +298,11 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing() or not self._in_head:
             return
-        self.registry.closed("head_timeout")
+        self.registry.metrics.connections_closed.labels("head_timeout").inc()
         if self._head_bytes:
             self._refuse("head_timeout")
         else:
-            self.registry.idle.pop(self, None)
-            self.transport.close()
+            self._close_idle()
 
     def _refuse(self, reason: str) -> None:
         """Answer the refusal for `reason`, stop sending, drop further input for `LINGER_S`, then close."""

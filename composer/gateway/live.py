@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import GatewayConfig, LiveSpec
+from .continuation import once
 from .metrics import Metrics
 from .routing import View, choose_upstream
 from .upstream import Upstream
@@ -233,12 +234,6 @@ class LiveSet:
         self._changed.set()  # `wait_gone` looks again
         self._changed = asyncio.Event()
 
-    def finished(self, member: Member, ok: bool, spilled: bool = False) -> None:
-        """A request to `member` ended."""
-        member.end(ok, spilled)
-        if member.leaving and member.outstanding <= 0:
-            self._reap()
-
     async def wait_gone(self, name: str, wait_s: float) -> int:
         """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
         returns how many are still in flight."""
@@ -252,10 +247,10 @@ class LiveSet:
 
     def choose(
         self, hint: tuple[str | None, int | None] | None, probe: bool = False
-    ) -> tuple[Member, bool] | None:
-        """The member for a request with this (alias variant, prompt tokens) hint, and whether
-        it was spilled there (pass it to `Member.begin` and `finished`); None while none is
-        ready, but a holder's `probe` (it passes the hold) goes to the least loaded member."""
+    ) -> tuple[Member, Callable[[bool], None]] | None:
+        """The member for a request with this (alias variant, prompt tokens) hint, the request
+        counted on it until `release(ok)` (once); None while none is ready, but a holder's
+        `probe` (it passes the hold) goes to the least loaded member."""
         alias, tokens = hint or (None, None)
         serving = {m.name: m for m in self.serving()}
         choice = choose_upstream(
@@ -266,10 +261,21 @@ class LiveSet:
             spill=self.config.spill,
         )
         if choice is None:
-            return (min(serving.values(), key=lambda m: m.outstanding), False) if probe else None
-        if self.active:
-            self.metrics.route_decisions.labels(choice.reason).inc()
-        return serving[choice.name], choice.reason == "spill"
+            if not probe:
+                return None
+            member, spilled = min(serving.values(), key=lambda m: m.outstanding), False
+        else:
+            if self.active:
+                self.metrics.route_decisions.labels(choice.reason).inc()
+            member, spilled = serving[choice.name], choice.reason == "spill"
+        member.begin(spilled)
+
+        def release(ok: bool) -> None:
+            member.end(ok, spilled)
+            if member.leaving and member.outstanding <= 0:
+                self._reap()
+
+        return member, once(release)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every live member, then every leaving one, JSON-ready."""

@@ -81,8 +81,7 @@ GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 def upstream_session() -> aiohttp.ClientSession:
-    """The pooled session for forwarded requests (create it inside the running loop): no read
-    timeout, DNS cache, cookie jar or decompression."""
+    """The pooled session for forwarded requests (create it inside the running loop)."""
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
     dispatched.on_connection_reuseconn.append(_reused)
@@ -99,8 +98,7 @@ def upstream_session() -> aiohttp.ClientSession:
 
 @dataclass(slots=True)
 class Attempt:
-    """One sending of a request upstream: whether its head was handed to the connection, and
-    whether that connection was a kept-alive one from the pool."""
+    """One sending of a request upstream (`sent`: its head was written; `reused`: on a pooled connection)."""
 
     ticket: Ticket
     sent: bool = False
@@ -142,9 +140,9 @@ def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
-async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool, bool]:
-    """Read the body up to REPLAY_LIMIT: (chunks, complete, ended). A body over the limit is
-    never complete (nor read or rewritten), even when its last chunk crossed the limit."""
+async def _read_prefix(receive: Receive) -> Body:
+    """Read the body up to REPLAY_LIMIT. A body over the limit is never complete (nor read or
+    rewritten), even when its last chunk crossed the limit."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -157,7 +155,7 @@ async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool, bool]:
             size += len(chunk)
         ended = not message.get("more_body", False)
         if ended or size > REPLAY_LIMIT:
-            return chunks, ended and size <= REPLAY_LIMIT, ended
+            return Body(chunks, ended and size <= REPLAY_LIMIT, receive, ended)
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -169,7 +167,7 @@ async def _wait_disconnect(receive: Receive) -> None:
 class Body:
     """The request body to forward: replayable bytes, or the read prefix followed by the rest."""
 
-    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool = False) -> None:
+    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool) -> None:
         self.data = b"".join(chunks) if complete else b""
         self.complete = complete
         self._prefix = chunks
@@ -399,10 +397,9 @@ class ProxyApp:
             send = _without_body(scope, send)
         else:
             try:
-                chunks, complete, ended = await _read_prefix(receive)
+                body = await _read_prefix(receive)
             except ClientGone:
                 return
-            body = Body(chunks, complete, receive, ended)
         complete = body.complete
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
         if probe is not None:  # a holder's readiness probe: past the hold, never queued
@@ -429,7 +426,21 @@ class ProxyApp:
                     scope[STREAM] = stream
                     if not stream.wants_ids:
                         _replace_body(scope, body, stream.body())
-            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
+            front = False  # admitted (maybe held) again at the queue's head while it is sent again
+            while True:
+                disconnected = asyncio.shield(watcher) if watcher is not None else None
+                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
+                if held is not None and self.gate.would_hold():
+                    ticket = await held.wait(entering)
+                else:
+                    ticket = await entering
+                try:
+                    again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
+                finally:
+                    ticket.done(completed=not again)
+                if not again:
+                    break
+                front = True
         except Refused as refused:
             await self._refuse(_out(send, held), refused)
         except ClientGone:
@@ -437,35 +448,6 @@ class ProxyApp:
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
-
-    async def _admit_and_forward(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: Body,
-        deadline: float,
-        watcher: asyncio.Future[None] | None,
-        may_hold: bool = True,
-        held: HeldStream | None = None,
-    ) -> None:
-        """Admit (maybe hold) and forward, again at the queue's head while the backend went away
-        before answering; raises `Refused` or `ClientGone` from the gate."""
-        front = False
-        while True:
-            disconnected = asyncio.shield(watcher) if watcher is not None else None
-            entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
-            if held is not None and self.gate.would_hold():
-                ticket = await held.wait(entering)
-            else:
-                ticket = await entering
-            try:
-                again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
-            finally:
-                ticket.done(completed=not again)
-            if not again:
-                return
-            front = True
 
     async def _forward(
         self,
@@ -487,7 +469,7 @@ class ProxyApp:
                 return True
             await send_error(send, 503, "no upstream is ready", self.gate.retry_after)
             return False
-        member, spilled = chosen
+        member, release = chosen
         failures: list[str] = []
 
         def went_away(err: Exception, started: bool) -> bool:
@@ -510,7 +492,6 @@ class ProxyApp:
         headers = _request_headers(scope["headers"])
         started = False
         response: aiohttp.ClientResponse | None = None
-        release = self._claim(member, spilled)
         with anyio.CancelScope() as cancel_scope:
             ticket.cancel = cancel_scope.cancel
             if ticket.cut_requested:
@@ -585,11 +566,6 @@ class ProxyApp:
                 )
         return False
 
-    def _claim(self, member: Member, spilled: bool = False) -> Callable[[bool], None]:
-        """Count a request on `member`; returns `release(ok)`, which ends the count once."""
-        member.begin(spilled)
-        return once(lambda ok: self.live.finished(member, ok, spilled))
-
     def _leg(
         self,
         scope: Scope,
@@ -655,8 +631,7 @@ class ProxyApp:
                 ticket.done(completed=False)
                 await asyncio.sleep(self.live.config.poll_interval)
                 continue
-            target, spilled = chosen
-            release = self._claim(target, spilled)
+            target, release = chosen
             try:
                 response = await self._send_upstream("POST", target.url, path, headers, data, Attempt(ticket))
             except (aiohttp.ClientError, Unresponsive) as err:
@@ -701,9 +676,8 @@ class ProxyApp:
         attempt: Attempt,
         watcher: asyncio.Future[None] | None = None,
     ) -> aiohttp.ClientResponse | None:
-        """Send `data` (bytes, or a body streamed as it arrives) to `path` (sent as it is) on the
-        backend at `base`, and return its response head; None when the client disconnected
-        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
+        """The response head of `data` sent to `path` on the backend at `base`; None when the client
+        disconnected first; `Unresponsive` when the backend stopped answering (sending cancelled)."""
         assert self.session is not None, "open() the proxy in the serving loop first"
         opening = self.session.request(
             method,

@@ -38,7 +38,6 @@ class Upstream:
         served_name: str = "",
         api_key: str = "",
         poll_interval: float = 0.1,
-        ready_interval: float = READY_POLL_INTERVAL,
         urgent: Callable[[], bool] | None = None,
         candidates: Sequence[str] = (),
         backoff_max: float = 0.0,
@@ -47,10 +46,10 @@ class Upstream:
         self.candidates = tuple(candidates)
         self._routed = False  # True after the first route(): no more rediscovery
         self._on_ready = on_ready
-        self._on_route = on_route
+        self._on_route = on_route or (lambda old, new: None)
         self.served_name = served_name
         self.poll_interval = poll_interval
-        self.ready_interval = max(ready_interval, poll_interval)
+        self.ready_interval = max(READY_POLL_INTERVAL, poll_interval)
         self._urgent = urgent or (lambda: False)
         self.backoff_max = max(backoff_max, poll_interval)
         self._failures = 0  # probes failed in a row (the backoff's exponent)
@@ -63,8 +62,7 @@ class Upstream:
         self._listed = False
         self._wake = asyncio.Event()
         self.last_error = ""
-        if on_route is not None:
-            on_route(None, url)
+        self._on_route(None, url)
 
     def route(self, url: str) -> str:
         """Send new requests to `url` (not ready until probed); returns the old URL."""
@@ -73,8 +71,7 @@ class Upstream:
         self._routed = True
         self._listed = False
         self._set_ready(False)
-        if self._on_route is not None:
-            self._on_route(old, url)
+        self._on_route(old, url)
         log.info("route: %s -> %s", old, url)
         self._wake.set()
         return old
@@ -150,8 +147,7 @@ class Upstream:
         for url in self.candidates:
             if url != self.url and await self._awake(url) and not self._routed:
                 old, self.url, self._listed = self.url, url, False
-                if self._on_route is not None:
-                    self._on_route(old, url)
+                self._on_route(old, url)
                 log.info("upstream %s is not ready; found %s healthy and awake", old, url)
                 return url
         return None
