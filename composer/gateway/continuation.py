@@ -186,10 +186,9 @@ def once(action: Callable[..., None]) -> Callable[..., None]:
 
 def refusal(path: str, payload: dict[str, Any]) -> str | None:
     """Why a streamed request cannot be continued exactly; None when it can."""
-    if payload.get("n") not in (None, 1):
-        return "n"
-    if payload.get("best_of") not in (None, 1):
-        return "best_of"
+    for key in ("n", "best_of"):
+        if payload.get(key) not in (None, 1):
+            return key
     if payload.get("echo"):
         return "echo"
     if payload.get("prompt_logprobs") is not None:

@@ -59,20 +59,15 @@ class HeldStream:
             return await waiting
         task = asyncio.ensure_future(waiting)
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.interval)
-                if done:
-                    return task.result()
-                await self._beat()
+            while not (await asyncio.wait({task}, timeout=self.interval))[0]:
+                if not self.started:
+                    self.started = True
+                    await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+                await self._send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+            return task.result()
         finally:
             if not task.done():
                 task.cancel()
-
-    async def _beat(self) -> None:
-        if not self.started:
-            self.started = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-        await self._send({"type": "http.response.body", "body": COMMENT, "more_body": True})
 
     async def send(self, message: Message) -> None:
         """The request's `send`: as it is until the headers went out, then into the stream."""

@@ -471,18 +471,6 @@ class ProxyApp:
             return False
         member, release = chosen
         failures: list[str] = []
-
-        def went_away(err: Exception, started: bool) -> bool:
-            reason = f"{type(err).__name__}: {err}"
-            failures.append(reason)
-            member.mark_down(reason)  # new requests wait (or go to the others) meanwhile
-            # queued again once, and only when the backend cannot have read it
-            if probe or started or not attempt.unread or body.resent or not body.replayable():
-                return False
-            body.resent = True
-            self.metrics.retries.inc()
-            return True
-
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
         path = scope["path"]
         if scope["query_string"]:
@@ -524,7 +512,12 @@ class ProxyApp:
                 started = True
                 await out(scope, receive, send)
             except GONE_ERRORS as err:
-                if went_away(err, started):
+                failures.append(f"{type(err).__name__}: {err}")
+                member.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
+                # queued again once, and only when the backend cannot have read it
+                if not (probe or started or not attempt.unread or body.resent or not body.replayable()):
+                    body.resent = True
+                    self.metrics.retries.inc()
                     return True
                 what = "the backend could not be reached"
                 if not isinstance(err, CONNECT_ERRORS):

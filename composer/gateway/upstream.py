@@ -162,9 +162,8 @@ class Upstream:
         return self.ready_interval
 
     async def run(self) -> None:
-        """Poll for ever (cancel the task to stop): every `poll_interval` while urgent, with
-        a bounded backoff while not ready (none unless `backoff_max` says so), else every
-        `ready_interval`; at once when woken by `route` or `mark_down`."""
+        """Poll for ever (cancel the task to stop), every `_interval()` seconds; at once when
+        woken by `route` or `mark_down`."""
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
