@@ -4,9 +4,9 @@ Without a published live set it is the set of one that follows `/route`: the `si
 (`GATEWAY_UPSTREAM`, then the URL routed to). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST
 /upstreams`) replaces it; an empty one brings it back. Every member has one readiness watcher
 (`upstream.Upstream`), one outstanding count and the same routing and failover; a member the
-proxy cannot reach is out (`mark_down`) until a probe passes. A live member is `listed` (the
-state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one is the state's
-`upstream` and `single_outstanding`.
+proxy cannot reach is out (`Upstream.mark_down`) until a probe passes. A live member is
+`listed` (the state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one
+is the state's `upstream` and `single_outstanding`.
 
 `replace()` keeps the members that stay (same name and URL); new ones from the control channel
 count as ready at once (the host gated them), new ones from the settings are probed first;
@@ -90,10 +90,6 @@ class Member:
                 self.metrics.live_errors.labels(self.name).inc()
             if not self.leaving:
                 self.metrics.live_outstanding.labels(self.name).dec()
-
-    def mark_down(self, reason: str) -> None:
-        """The proxy could not reach it: no requests until a probe passes again."""
-        self.poller.mark_down(reason)
 
     def served_last_minute(self) -> int:
         """Requests it answered in the last `LAST_MINUTE_S` seconds."""

@@ -513,7 +513,7 @@ class ProxyApp:
                 await out(scope, receive, send)
             except GONE_ERRORS as err:
                 failures.append(f"{type(err).__name__}: {err}")
-                member.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
+                member.poller.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
                 # queued again once, and only when the backend cannot have read it
                 if not (probe or started or not attempt.unread or body.resent or not body.replayable()):
                     body.resent = True
@@ -533,10 +533,10 @@ class ProxyApp:
                 failures.append("asleep" if err.asleep else "unresponsive")
                 timeout = self.liveness.timeout
                 if err.asleep:
-                    member.mark_down("/is_sleeping: true")
+                    member.poller.mark_down("/is_sleeping: true")
                     await send_error(send, 503, "the backend was put to sleep before it answered: send again")
                 else:
-                    member.mark_down(f"/health unanswered for {timeout:g}s")
+                    member.poller.mark_down(f"/health unanswered for {timeout:g}s")
                     why = f"the backend answered neither this request nor its /health for {timeout:g}s"
                     await send_error(send, 504, f"{why} (unresponsive_timeout)")
                 return False
@@ -581,7 +581,7 @@ class ProxyApp:
             )
             self.metrics.stalled.inc()
             failures.append("stall")
-            target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+            target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
 
         chunks = relay.chunks(stalled, scope)
 
@@ -589,7 +589,7 @@ class ProxyApp:
             if reason is not None:
                 log.warning("stream broke on %s: %s", target.url, reason)
                 failures.append(reason)
-                target.mark_down(reason)
+                target.poller.mark_down(reason)
             ticket.cancel = None
             response.close()
             release(reason is None)
@@ -628,7 +628,7 @@ class ProxyApp:
             try:
                 response = await self._send_upstream("POST", target.url, path, headers, data, Attempt(ticket))
             except (aiohttp.ClientError, Unresponsive) as err:
-                target.mark_down(f"{type(err).__name__}: {err}")
+                target.poller.mark_down(f"{type(err).__name__}: {err}")
                 release(False)
                 ticket.done(completed=False)
                 continue
