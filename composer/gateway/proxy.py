@@ -197,68 +197,6 @@ class Body:
                 return
 
 
-class Relay:
-    """An SSE response's body, chunk by chunk: a drain's cut or a stall ends it with an error
-    event and `[DONE]` (`resumable`: a stall raises `Stalled`; `pause()`: `Paused`)."""
-
-    __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
-
-    def __init__(
-        self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float, resumable: bool = False
-    ) -> None:
-        self._content = response.content
-        self.ticket = ticket
-        self.stall_s = stall_s or None  # 0: no stall timeout
-        self.resumable = resumable
-        self.paused = False
-        self._timer: asyncio.Timeout | None = None
-        self._loop = asyncio.get_running_loop()
-
-    def pause(self) -> None:
-        """Stop reading now: the stream raises `Paused` (it goes on on another upstream)."""
-        self.paused = True
-        self.ticket.paused = True  # a drain does not count it as finished
-        self.cut()
-
-    def cut(self) -> None:
-        """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
-        timer = self._timer
-        if timer is not None:
-            with contextlib.suppress(RuntimeError):  # the read just finished
-                timer.reschedule(self._loop.time())
-
-    async def chunks(self, on_stall: Callable[[], None], scope: Scope) -> AsyncIterator[bytes]:
-        """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
-        content = self._content
-        while not self.ticket.cut_requested:
-            if self.paused:
-                raise Paused
-            try:
-                async with asyncio.timeout(self.stall_s) as timer:
-                    self._timer = timer
-                    chunk = await content.readany()
-            except TimeoutError:
-                if self.ticket.cut_requested:
-                    break
-                if self.paused:
-                    raise Paused from None
-                on_stall()
-                event = sse_error(
-                    504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
-                )
-                if self.resumable:
-                    raise Stalled(event) from None
-                yield event
-                return
-            finally:
-                self._timer = None
-            if not chunk:
-                return
-            yield chunk
-        log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
-        yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
-
-
 class ProxyApp:
     """ASGI app forwarding every request (but dev routes) to a member of the upstream set."""
 
@@ -569,21 +507,62 @@ class ProxyApp:
         failures: list[str],
         resumable: bool = True,
     ) -> Leg:
-        """`response`'s SSE body from `target` as a `continuation.Leg`: a cut or a stall ends it;
-        its `end(reason)` (a break takes `target` out until its probe passes) lets the ticket,
-        the count and the connection go."""
-        relay = Relay(response, ticket, self.stall_timeout, resumable)
-        ticket.cancel = relay.cut  # a cut ends the stream with an error event
+        """`response`'s SSE body from `target` as a `continuation.Leg`, as it arrives: a drain's
+        cut or a stall ends it with an error event and `[DONE]` (`resumable`: a stall raises
+        `Stalled`; its `pause()`: `Paused`); its `end(reason)` (a break takes `target` out until
+        its probe passes) lets the ticket, the count and the connection go."""
+        stall_s = self.stall_timeout or None  # 0: no stall timeout
+        loop = asyncio.get_running_loop()
+        timer: asyncio.Timeout | None = None  # the read under way
+        paused = False
 
-        def stalled() -> None:  # hold new requests until the poller sees the backend ready again
-            log.warning(
-                "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
-            )
-            self.metrics.stalled.inc()
-            failures.append("stall")
-            target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+        def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
+            if timer is not None:
+                with contextlib.suppress(RuntimeError):  # the read just finished
+                    timer.reschedule(loop.time())
 
-        chunks = relay.chunks(stalled, scope)
+        def pause() -> None:  # stop reading now: it goes on on another upstream
+            nonlocal paused
+            paused = True
+            ticket.paused = True  # a drain does not count it as finished
+            cut()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            nonlocal timer
+            content = response.content
+            while not ticket.cut_requested:
+                if paused:
+                    raise Paused
+                try:
+                    async with asyncio.timeout(stall_s) as reading:
+                        timer = reading
+                        chunk = await content.readany()
+                except TimeoutError:
+                    if ticket.cut_requested:
+                        break
+                    if paused:
+                        raise Paused from None
+                    # new requests are held until the poller sees the backend ready again
+                    log.warning(
+                        "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
+                    )
+                    self.metrics.stalled.inc()
+                    failures.append("stall")
+                    target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+                    event = sse_error(
+                        504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
+                    )
+                    if resumable:
+                        raise Stalled(event) from None
+                    yield event
+                    return
+                finally:
+                    timer = None
+                if not chunk:
+                    return
+                yield chunk
+            log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+            yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -595,7 +574,8 @@ class ProxyApp:
             release(reason is None)
             ticket.done()
 
-        return Leg(chunks, once(end), relay.pause, target.url)
+        ticket.cancel = cut  # a cut ends the stream with an error event
+        return Leg(chunks(), once(end), pause, target.url)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
         """Pause the recorded streams on the upstream at `url` (None: every one) but those that
