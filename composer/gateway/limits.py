@@ -85,8 +85,8 @@ class ConnectionLimits:
 
 
 def open_files_for(max_connections: int) -> tuple[int, str | None]:
-    """Raise this process's open-file limit (toward its hard limit) to what `max_connections`
-    needs, and return the cap that fits in it, with a warning when that is below the setting.
+    """Raise this process's open-file limit toward what `max_connections` needs; the cap that
+    fits in it, with a warning when that is below the setting.
 
     A container gets the engine's default `nofile` (some engines give 1024): past it, accept()
     fails and the port stops answering before the cap could close an idle connection.
@@ -122,8 +122,7 @@ class Connections:
     reading: dict[LimitedProtocol, None] = field(default_factory=dict)
 
     def evictable(self) -> LimitedProtocol | None:
-        """The connection to close for a new one: the oldest idle, else the oldest body reader
-        that the gateway reads (one it stopped reading waits for the gateway, not the client)."""
+        """The connection to close for a new one (see the module's docstring)."""
         if self.idle:
             return next(iter(self.idle))
         return next((c for c in self.reading if not c.flow.read_paused), None)

@@ -144,18 +144,21 @@ async def _read_prefix(receive: Receive) -> Body:
     """Read the body up to REPLAY_LIMIT. A body over the limit is never complete (nor read or
     rewritten), even when its last chunk crossed the limit."""
     chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
+    size, ended = 0, False
+    while not ended and size <= REPLAY_LIMIT:
+        chunk, ended = await _next_chunk(receive)
         if chunk:
             chunks.append(chunk)
             size += len(chunk)
-        ended = not message.get("more_body", False)
-        if ended or size > REPLAY_LIMIT:
-            return Body(chunks, ended and size <= REPLAY_LIMIT, receive, ended)
+    return Body(chunks, ended and size <= REPLAY_LIMIT, receive, ended)
+
+
+async def _next_chunk(receive: Receive) -> tuple[bytes, bool]:
+    """The body's next chunk and whether it is the last; raises `ClientGone`."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone()
+    return message.get("body", b""), not message.get("more_body", False)
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -185,16 +188,11 @@ class Body:
         self.started = True
         for chunk in self._prefix:
             yield chunk
-        if self._ended:
-            return
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            if message.get("body"):
-                yield message["body"]
-            if not message.get("more_body", False):
-                return
+        ended = self._ended
+        while not ended:
+            chunk, ended = await _next_chunk(self._receive)
+            if chunk:
+                yield chunk
 
 
 class ProxyApp:
