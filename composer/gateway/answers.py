@@ -13,7 +13,6 @@ A stream already under way cannot change its status: it ends with `sse_error()`,
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from starlette.types import Send
 
@@ -33,16 +32,10 @@ ERROR_TYPES = {
 }
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """The gateway's error answer for `status`, in the OpenAI shape vLLM uses."""
-    return {
-        "error": {"message": message, "type": ERROR_TYPES.get(status, "Error"), "param": None, "code": status}
-    }
-
-
 def error_bytes(status: int, message: str) -> bytes:
-    """`error_body` as JSON bytes."""
-    return json.dumps(error_body(status, message)).encode()
+    """The gateway's error answer for `status`, in the OpenAI shape vLLM uses (JSON bytes)."""
+    error = {"message": message, "type": ERROR_TYPES.get(status, "Error"), "param": None, "code": status}
+    return json.dumps({"error": error}).encode()
 
 
 async def send_error(send: Send, status: int, message: str, retry_after: int | None = None) -> None:

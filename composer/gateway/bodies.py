@@ -17,7 +17,7 @@ INSPECTED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
 CHARS_PER_TOKEN = 4
 MESSAGE_OVERHEAD = 4
 # Bounds of the inspection: larger or deeper bodies pass through untouched, unread.
-MAX_BODY = 128 * 1024  # = proxy.REPLAY_LIMIT
+MAX_BODY = 128 * 1024  # also what the proxy reads first (`proxy.REPLAY_LIMIT`)
 MAX_DEPTH = 64
 _NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
 

@@ -118,13 +118,8 @@ def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
         start = key - 2
     else:
         return None
-    opening = (
-        key + 12
-        if raw[key + 12 : key + 13] == b"["
-        else key + 13
-        if raw[key + 12 : key + 14] == b" ["
-        else -1
-    )
+    gap = 1 if raw[key + 12 : key + 13] == b" " else 0  # after `"token_ids":`
+    opening = key + 12 + gap if raw[key + 12 + gap : key + 13 + gap] == b"[" else -1
     closing = raw.find(b"]", opening)
     if opening < 0 or closing < 0 or raw[closing + 1 : closing + 2] not in (b",", b"}"):
         return None
@@ -191,10 +186,9 @@ def once(action: Callable[..., None]) -> Callable[..., None]:
 
 def refusal(path: str, payload: dict[str, Any]) -> str | None:
     """Why a streamed request cannot be continued exactly; None when it can."""
-    if payload.get("n") not in (None, 1):
-        return "n"
-    if payload.get("best_of") not in (None, 1):
-        return "best_of"
+    for key in ("n", "best_of"):
+        if payload.get(key) not in (None, 1):
+            return key
     if payload.get("echo"):
         return "echo"
     if payload.get("prompt_logprobs") is not None:
@@ -323,20 +317,20 @@ class Stream:
                 return stripped + b"\n\n"
         elif not self._adapt(event):
             return b""
-        return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
+        return self._data(event)
 
     def _record(self, event: dict[str, Any]) -> int:
         """A first-leg event: keep its head and ids; drop the ids unless asked for (how many
         members were dropped)."""
         if not self.head:
             self.head = {key: event.get(key) for key in ("id", "object", "created", "model")}
-        changed = int(self._prompt_ids(event))
+        changed = int(self._ids(event, "prompt_token_ids"))
         for choice in event.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
             if choice.get("index", 0) != 0:
                 self.refuse("n")
-            changed += self._prompt_ids(choice) + self._token_ids(choice)
+            changed += self._ids(choice, "prompt_token_ids") + self._ids(choice)
             if self._text(choice):
                 self.settled = len(self.emitted)
             delta = choice.get("delta")
@@ -349,24 +343,18 @@ class Stream:
                 self.finished = True
         return changed
 
-    def _prompt_ids(self, where: dict[str, Any]) -> bool:
-        if "prompt_token_ids" not in where:
-            return False
-        ids = where["prompt_token_ids"]
-        if self.prompt_ids is None and isinstance(ids, list):
-            self.prompt_ids = ids
-        if self.wants_ids:
-            return False
-        del where["prompt_token_ids"]
-        return True
-
-    def _token_ids(self, choice: dict[str, Any]) -> bool:
-        ids = choice.get("token_ids")
+    def _ids(self, where: dict[str, Any], key: str = "token_ids") -> bool:
+        """Record the ids `where[key]` holds (emitted, or the prompt's); drop the member unless
+        the client asked for it (True: dropped)."""
+        ids = where.get(key)
         if isinstance(ids, list):
-            self.emitted.extend(ids)
-        if "token_ids" not in choice or self.wants_ids:
+            if key == "token_ids":
+                self.emitted.extend(ids)
+            elif self.prompt_ids is None:
+                self.prompt_ids = ids
+        if key not in where or self.wants_ids:
             return False
-        del choice["token_ids"]
+        del where[key]
         return True
 
     @staticmethod
@@ -396,7 +384,7 @@ class Stream:
         for choice in event.get("choices") or ():
             choice.pop("prompt_token_ids", None)
             sent = self._drop_sent(choice)
-            self._token_ids(choice)
+            self._ids(choice)
             text = self._text(choice)
             if text:
                 self.settled = len(self.emitted)

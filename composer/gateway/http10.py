@@ -12,9 +12,6 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
-STATUS_11 = b"HTTP/1.1 "
-STATUS_10 = b"HTTP/1.0 "
-
 
 class _HeadWriter:
     """The transport for the head's one write: its status line says HTTP/1.0."""
@@ -23,8 +20,8 @@ class _HeadWriter:
         self._transport = transport
 
     def write(self, data: bytes) -> None:
-        if data.startswith(STATUS_11):
-            data = STATUS_10 + data[len(STATUS_11) :]
+        if data.startswith(b"HTTP/1.1 "):
+            data = b"HTTP/1.0" + data[8:]
         self._transport.write(data)
 
     def __getattr__(self, name: str) -> Any:

@@ -10,6 +10,7 @@ event in OpenAI's shape followed by `[DONE]`. Other requests are answered as wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable
 from typing import Any, TypeVar
@@ -17,6 +18,7 @@ from typing import Any, TypeVar
 from starlette.types import Message, Send
 
 from .answers import sse_error
+from .bodies import MAX_BODY  # larger bodies are not parsed for `stream`
 
 T = TypeVar("T")
 
@@ -26,18 +28,6 @@ HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # nginx: pass the comments on at once
 ]
-MAX_BODY = 128 * 1024  # bodies larger than this are not parsed for `stream`
-
-
-def wants_stream(body: bytes) -> bool:
-    """True for a JSON object body with `"stream": true` (bounded: larger bodies say no)."""
-    if b'"stream"' not in body or len(body) > MAX_BODY:
-        return False
-    try:
-        payload = json.loads(body)
-    except (ValueError, RecursionError):
-        return False
-    return isinstance(payload, dict) and payload.get("stream") is True
 
 
 class HeldStream:
@@ -53,9 +43,14 @@ class HeldStream:
         self._error: list[bytes] = []
 
     def wanted(self) -> bool:
-        """True when the request streams (read once, on its first wait)."""
+        """True when the body is a JSON object with `"stream": true` (read once, on its first
+        wait; larger bodies than `MAX_BODY` say no)."""
         if self._wanted is None:
-            self._wanted = wants_stream(self._body)
+            body, self._wanted = self._body, False
+            if b'"stream"' in body and len(body) <= MAX_BODY:
+                with contextlib.suppress(ValueError, RecursionError):
+                    payload = json.loads(body)
+                    self._wanted = isinstance(payload, dict) and payload.get("stream") is True
         return self._wanted
 
     async def wait(self, waiting: Awaitable[T]) -> T:
@@ -64,20 +59,15 @@ class HeldStream:
             return await waiting
         task = asyncio.ensure_future(waiting)
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=self.interval)
-                if done:
-                    return task.result()
-                await self._beat()
+            while not (await asyncio.wait({task}, timeout=self.interval))[0]:
+                if not self.started:
+                    self.started = True
+                    await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+                await self._send({"type": "http.response.body", "body": COMMENT, "more_body": True})
+            return task.result()
         finally:
             if not task.done():
                 task.cancel()
-
-    async def _beat(self) -> None:
-        if not self.started:
-            self.started = True
-            await self._send({"type": "http.response.start", "status": 200, "headers": HEADERS})
-        await self._send({"type": "http.response.body", "body": COMMENT, "more_body": True})
 
     async def send(self, message: Message) -> None:
         """The request's `send`: as it is until the headers went out, then into the stream."""

@@ -31,9 +31,7 @@ request is served and answered `connection: close`; one that sends nothing for
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). Once a head is complete, the only
-per-chunk work added is noting the time of the body's last chunk (the body timer looks at
-it when it fires).
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`).
 """
 
 from __future__ import annotations
@@ -41,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import resource
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -57,31 +56,21 @@ LINGER_S = 2.0
 # How long a stopping gateway waits for the request of a connection it accepted but has not
 # read a byte from (a client sends right after it connects; the head timer bounds the rest).
 FIRST_REQUEST_GRACE_S = 2.0
+
+
+def _answer(status: int, message: str, extra: str = "") -> bytes:
+    """A refused connection's whole answer (status line, headers, error body)."""
+    body = error_bytes(status, message)
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\ncontent-type: application/json\r\n"
+    return f"{head}content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n".encode() + body
+
+
 # The answer to a refused connection, by the reason it is closed for (a metric label).
 _RESPONSES = {
-    reason: (
-        f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n{extra}\r\n"
-    ).encode()
-    + body
-    for reason, status, phrase, extra, body in (
-        (
-            "head_too_large",
-            431,
-            "Request Header Fields Too Large",
-            "",
-            error_bytes(431, "request head too large"),
-        ),
-        ("head_timeout", 408, "Request Timeout", "", error_bytes(408, "request head not received in time")),
-        ("body_timeout", 408, "Request Timeout", "", error_bytes(408, "request body not received in time")),
-        (
-            "over_capacity",
-            503,
-            "Service Unavailable",
-            "retry-after: 2\r\n",
-            error_bytes(503, "too many open connections"),
-        ),
-    )
+    "head_too_large": _answer(431, "request head too large"),
+    "head_timeout": _answer(408, "request head not received in time"),
+    "body_timeout": _answer(408, "request body not received in time"),
+    "over_capacity": _answer(503, "too many open connections", "retry-after: 2\r\n"),
 }
 
 
@@ -96,8 +85,8 @@ class ConnectionLimits:
 
 
 def open_files_for(max_connections: int) -> tuple[int, str | None]:
-    """Raise this process's open-file limit (toward its hard limit) to what `max_connections`
-    needs, and return the cap that fits in it, with a warning when that is below the setting.
+    """Raise this process's open-file limit toward what `max_connections` needs; the cap that
+    fits in it, with a warning when that is below the setting.
 
     A container gets the engine's default `nofile` (some engines give 1024): past it, accept()
     fails and the port stops answering before the cap could close an idle connection.
@@ -127,25 +116,16 @@ class Connections:
     request in progress, oldest first; `reading` those reading a request body, oldest first."""
 
     limits: ConnectionLimits
-    metrics: Metrics | None = None
+    metrics: Metrics
     open: int = 0
     idle: dict[LimitedProtocol, None] = field(default_factory=dict)
     reading: dict[LimitedProtocol, None] = field(default_factory=dict)
 
     def evictable(self) -> LimitedProtocol | None:
-        """The connection to close for a new one: the oldest idle, else the oldest body reader
-        that the gateway reads (one it stopped reading waits for the gateway, not the client)."""
+        """The connection to close for a new one (see the module's docstring)."""
         if self.idle:
             return next(iter(self.idle))
         return next((c for c in self.reading if not c.flow.read_paused), None)
-
-    def closed(self, reason: str) -> None:
-        if self.metrics is not None:
-            self.metrics.connections_closed.labels(reason).inc()
-
-    def count(self) -> None:
-        if self.metrics is not None:
-            self.metrics.connections.set(self.open)
 
 
 class LimitedProtocol(HttpToolsProtocol):
@@ -164,21 +144,19 @@ class LimitedProtocol(HttpToolsProtocol):
         self._body_seen = 0.0  # loop time of the body's last chunk
         self._last = False  # the gateway is stopping: the request being read is the last
 
-    # -- connection ---------------------------------------------------------------------
-
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         registry = self.registry
         registry.open += 1
         self._counted = True
-        registry.count()
+        registry.metrics.connections.set(registry.open)
         if registry.open > registry.limits.max_connections:
             oldest = registry.evictable()
             if oldest is not None:
-                registry.closed("evicted")
+                registry.metrics.connections_closed.labels("evicted").inc()
                 oldest._close_idle()
             else:
-                registry.closed("over_capacity")
+                registry.metrics.connections_closed.labels("over_capacity").inc()
                 self._refuse("over_capacity")
                 return
         registry.idle[self] = None
@@ -190,7 +168,7 @@ class LimitedProtocol(HttpToolsProtocol):
         if self._counted:
             self._counted = False
             self.registry.open -= 1
-            self.registry.count()
+            self.registry.metrics.connections.set(self.registry.open)
         self.registry.idle.pop(self, None)
         super().connection_lost(exc)
 
@@ -221,8 +199,6 @@ class LimitedProtocol(HttpToolsProtocol):
         self._stop_body_timer()
         self.transport.close()
 
-    # -- input --------------------------------------------------------------------------
-
     def data_received(self, data: bytes) -> None:
         if self._refused:
             return  # answered and closing: ignore anything read before the pause took effect
@@ -243,13 +219,11 @@ class LimitedProtocol(HttpToolsProtocol):
         super().data_received(data[:room])
         if self._in_head:
             if not self.transport.is_closing():
-                self.registry.closed("head_too_large")
+                self.registry.metrics.connections_closed.labels("head_too_large").inc()
                 self._refuse("head_too_large")
             return
         if not self.transport.is_closing():
             self.data_received(data[room:])
-
-    # -- parser callbacks ---------------------------------------------------------------
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
@@ -281,8 +255,6 @@ class LimitedProtocol(HttpToolsProtocol):
         self._in_head = True  # whatever comes next is the next request's head
         self._head_bytes = 0
 
-    # -- refusals -----------------------------------------------------------------------
-
     def _stop_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
@@ -311,7 +283,7 @@ class LimitedProtocol(HttpToolsProtocol):
             self._body_timer = self.loop.call_at(due, self._body_check)
             return
         self.registry.reading.pop(self, None)
-        self.registry.closed("body_timeout")
+        self.registry.metrics.connections_closed.labels("body_timeout").inc()
         cycle = self.cycle
         if cycle is None or cycle.response_started:
             self.transport.close()  # an answer is under way: it cannot change
@@ -325,12 +297,11 @@ class LimitedProtocol(HttpToolsProtocol):
         self._head_timer = None
         if self.transport.is_closing() or not self._in_head:
             return
-        self.registry.closed("head_timeout")
+        self.registry.metrics.connections_closed.labels("head_timeout").inc()
         if self._head_bytes:
             self._refuse("head_timeout")
         else:
-            self.registry.idle.pop(self, None)
-            self.transport.close()
+            self._close_idle()
 
     def _refuse(self, reason: str) -> None:
         """Answer the refusal for `reason`, stop sending, drop further input for `LINGER_S`, then close."""
@@ -351,7 +322,7 @@ class LimitedProtocol(HttpToolsProtocol):
         self.loop.call_later(LINGER_S, self.transport.close)
 
 
-def limited_protocol(limits: ConnectionLimits, metrics: Metrics | None = None) -> type[LimitedProtocol]:
+def limited_protocol(limits: ConnectionLimits, metrics: Metrics) -> type[LimitedProtocol]:
     """A protocol class for `uvicorn.Config(http=...)` enforcing `limits` on one server."""
     registry = Connections(limits, metrics)
     return type("GatewayHttpProtocol", (LimitedProtocol,), {"registry": registry})

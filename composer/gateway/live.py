@@ -4,9 +4,9 @@ Without a published live set it is the set of one that follows `/route`: the `si
 (`GATEWAY_UPSTREAM`, then the URL routed to). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST
 /upstreams`) replaces it; an empty one brings it back. Every member has one readiness watcher
 (`upstream.Upstream`), one outstanding count and the same routing and failover; a member the
-proxy cannot reach is out (`mark_down`) until a probe passes. A live member is `listed` (the
-state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one is the state's
-`upstream` and `single_outstanding`.
+proxy cannot reach is out (`Upstream.mark_down`) until a probe passes. A live member is
+`listed` (the state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one
+is the state's `upstream` and `single_outstanding`.
 
 `replace()` keeps the members that stay (same name and URL); new ones from the control channel
 count as ready at once (the host gated them), new ones from the settings are probed first;
@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import GatewayConfig, LiveSpec
+from .continuation import once
 from .metrics import Metrics
 from .routing import View, choose_upstream
 from .upstream import Upstream
@@ -41,6 +42,7 @@ class Member:
 
     def __init__(self, spec: LiveSpec, poller: Upstream, metrics: Metrics, listed: bool = True) -> None:
         self.spec = spec
+        self.name = spec.name
         self.poller = poller
         self.metrics = metrics
         self.listed = listed
@@ -52,10 +54,6 @@ class Member:
         self.recent: deque[float] = deque()  # monotonic end times of served requests
         self.leaving = False
         self.task: asyncio.Task[None] | None = None
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
 
     @property
     def url(self) -> str:
@@ -92,10 +90,6 @@ class Member:
                 self.metrics.live_errors.labels(self.name).inc()
             if not self.leaving:
                 self.metrics.live_outstanding.labels(self.name).dec()
-
-    def mark_down(self, reason: str) -> None:
-        """The proxy could not reach it: no requests until a probe passes again."""
-        self.poller.mark_down(reason)
 
     def served_last_minute(self) -> int:
         """Requests it answered in the last `LAST_MINUTE_S` seconds."""
@@ -150,10 +144,6 @@ class LiveSet:
 
     def any_ready(self) -> bool:
         return any(m.ready for m in self.serving())
-
-    def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
 
     def _member_ready(self, member: Member, ready: bool) -> None:
         if member.listed and not member.leaving:
@@ -211,21 +201,18 @@ class LiveSet:
             if name not in keep:
                 self._leave(old)
         self.members = keep
-        self._single_follows()
-        log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
-        self._on_ready(self.any_ready())
-        self._reap()
-
-    def _single_follows(self) -> None:
-        """The single member is out of the set (its requests finish, it is not polled) while
-        a live set is published, and back in it when none is."""
+        # the single member is out of the set (its requests finish, it is not polled) while a
+        # live set is published, and back in it when none is
         single = self.single
-        single.leaving = bool(self.members)
+        single.leaving = bool(keep)
         if single.leaving and single.task is not None:
             single.task.cancel()
             single.task = None
         elif not single.leaving and single.task is None:
             single.task = asyncio.get_running_loop().create_task(single.poller.run())
+        log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
+        self._on_ready(self.any_ready())
+        self._reap()
 
     def _leave(self, member: Member) -> None:
         member.leaving = True
@@ -240,24 +227,15 @@ class LiveSet:
             if member.name not in self.members:
                 self.metrics.live_removed(member.name)
             asyncio.get_running_loop().create_task(member.poller.aclose())
-        self._notify()
-
-    def finished(self, member: Member, ok: bool, spilled: bool = False) -> None:
-        """A request to `member` ended."""
-        member.end(ok, spilled)
-        if member.leaving and member.outstanding <= 0:
-            self._reap()
-
-    def outstanding_of(self, name: str) -> int:
-        """In-flight requests on members named `name` that are leaving the set."""
-        return sum(m.outstanding for m in self.leaving if m.name == name)
+        self._changed.set()  # `wait_gone` looks again
+        self._changed = asyncio.Event()
 
     async def wait_gone(self, name: str, wait_s: float) -> int:
         """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
         returns how many are still in flight."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        while (left := self.outstanding_of(name)) and loop.time() < deadline:
+        while (left := sum(m.outstanding for m in self.leaving if m.name == name)) and loop.time() < deadline:
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
@@ -265,10 +243,10 @@ class LiveSet:
 
     def choose(
         self, hint: tuple[str | None, int | None] | None, probe: bool = False
-    ) -> tuple[Member, bool] | None:
-        """The member for a request with this (alias variant, prompt tokens) hint, and whether
-        it was spilled there (pass it to `Member.begin` and `finished`); None while none is
-        ready, but a holder's `probe` (it passes the hold) goes to the least loaded member."""
+    ) -> tuple[Member, Callable[[bool], None]] | None:
+        """The member for a request with this (alias variant, prompt tokens) hint, the request
+        counted on it until `release(ok)` (once); None while none is ready, but a holder's
+        `probe` (it passes the hold) goes to the least loaded member."""
         alias, tokens = hint or (None, None)
         serving = {m.name: m for m in self.serving()}
         choice = choose_upstream(
@@ -279,10 +257,21 @@ class LiveSet:
             spill=self.config.spill,
         )
         if choice is None:
-            return (min(serving.values(), key=lambda m: m.outstanding), False) if probe else None
-        if self.active:
-            self.metrics.route_decisions.labels(choice.reason).inc()
-        return serving[choice.name], choice.reason == "spill"
+            if not probe:
+                return None
+            member, spilled = min(serving.values(), key=lambda m: m.outstanding), False
+        else:
+            if self.active:
+                self.metrics.route_decisions.labels(choice.reason).inc()
+            member, spilled = serving[choice.name], choice.reason == "spill"
+        member.begin(spilled)
+
+        def release(ok: bool) -> None:
+            member.end(ok, spilled)
+            if member.leaving and member.outstanding <= 0:
+                self._reap()
+
+        return member, once(release)
 
     def snapshot(self) -> list[dict[str, Any]]:
         """Every live member, then every leaving one, JSON-ready."""

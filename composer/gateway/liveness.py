@@ -42,28 +42,21 @@ class _Watch:
         probe = aiohttp.ClientTimeout(total=interval)
         while True:
             await asyncio.sleep(interval)  # requests answered within one interval cost no probe
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                 async with session.get(url + "/health", timeout=probe) as reply:
                     await reply.read()
                 answered = loop.time()
-                if await _asleep(session, url, probe):
-                    self.gone.set_result(True)
-                    return
+                # a sleep-mode backend's own answer (a backend without the route is awake)
+                async with session.get(url + "/is_sleeping", timeout=probe) as reply:
+                    if reply.status == 200 and (await reply.json(content_type=None)).get("is_sleeping"):
+                        self.gone.set_result(True)
+                        return
             if loop.time() - answered >= timeout:
                 self.gone.set_result(False)
                 return
 
     def stop(self) -> None:
         self._task.cancel()
-
-
-async def _asleep(session: aiohttp.ClientSession, url: str, probe: aiohttp.ClientTimeout) -> bool:
-    """A sleep-mode backend's own answer (a backend without the route is awake)."""
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
-        async with session.get(url + "/is_sleeping", timeout=probe) as reply:
-            if reply.status == 200:
-                return bool((await reply.json(content_type=None)).get("is_sleeping"))
-    return False
 
 
 class Liveness:

@@ -19,47 +19,10 @@ _ENCODED_FORBIDDEN = frozenset({0x2F, 0x5C, 0x7F, *range(0x20)})
 _PERCENT = re.compile(rb"%(.?.?)")
 # Bytes never allowed raw in a path: controls, space, '\', ';' (parameters), '#', non-ASCII.
 _RAW_FORBIDDEN = re.compile(rb"[\x00-\x20\x7f-\xff\\;#]")
-_SLASHES = re.compile(r"/{2,}")
 
 
 class BadPath(ValueError):
     """The request's path is ambiguous or malformed: `str()` says why (safe to show the client)."""
-
-
-def remove_dot_segments(path: str) -> str:
-    """RFC 3986 section 5.2.4 for an absolute path (`/a/b/../c/./d` -> `/a/c/d`)."""
-    out: list[str] = []
-    segments = path.split("/")[1:]
-    for i, segment in enumerate(segments):
-        last = i == len(segments) - 1
-        if segment == "..":
-            if out:
-                out.pop()
-            if last:
-                out.append("")
-        elif segment == ".":
-            if last:
-                out.append("")
-        else:
-            out.append(segment)
-    return "/" + "/".join(out)
-
-
-def canonicalise(raw: bytes) -> str:
-    """The canonical form of `raw` (never raises on content; `canonical_path` judges it)."""
-    text = _PERCENT.sub(_decode_unreserved, raw).decode("latin-1")
-    if not text.startswith("/"):
-        text = "/" + text
-    return _SLASHES.sub("/", remove_dot_segments(_SLASHES.sub("/", text)))
-
-
-def _decode_unreserved(match: re.Match[bytes]) -> bytes:
-    digits = match.group(1)
-    try:
-        value = int(digits, 16) if len(digits) == 2 else -1
-    except ValueError:
-        value = -1
-    return bytes((value,)) if value in _UNRESERVED else match.group(0)
 
 
 def canonical_path(raw: bytes) -> str:
@@ -69,20 +32,16 @@ def canonical_path(raw: bytes) -> str:
     bad = _RAW_FORBIDDEN.search(raw)
     if bad is not None:
         raise BadPath(f"the path contains a forbidden character {bad.group(0)!r}")
-    if b"%" in raw:
-        for match in _PERCENT.finditer(raw):
-            digits = match.group(1)
-            if len(digits) != 2 or not all(c in b"0123456789abcdefABCDEF" for c in digits):
-                raise BadPath("the path has a malformed percent-encoding")
-            value = int(digits, 16)
-            if value in _UNRESERVED:
-                raise BadPath("the path percent-encodes an unreserved character (such as %2e or %41)")
-            if value in _ENCODED_FORBIDDEN:
-                raise BadPath("the path percent-encodes a slash, backslash or control character")
+    for match in _PERCENT.finditer(raw):
+        digits = match.group(1)
+        if len(digits) != 2 or not all(c in b"0123456789abcdefABCDEF" for c in digits):
+            raise BadPath("the path has a malformed percent-encoding")
+        value = int(digits, 16)
+        if value in _UNRESERVED:
+            raise BadPath("the path percent-encodes an unreserved character (such as %2e or %41)")
+        if value in _ENCODED_FORBIDDEN:
+            raise BadPath("the path percent-encodes a slash, backslash or control character")
     text = raw.decode("ascii")
-    if b"//" not in raw and b"/." not in raw:
-        return text  # nothing to decode (checked above), no dot segment, no repeated slash
-    canonical = canonicalise(raw)
-    if canonical != text:
+    if "//" in text or ("/." in text and any(part in (".", "..") for part in text.split("/"))):
         raise BadPath("the path is not in canonical form (dot segments or repeated slashes)")
-    return canonical
+    return text

@@ -19,7 +19,8 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -31,6 +32,7 @@ from yarl import URL
 
 from . import bodies, continuation, listing
 from .answers import send_error, sse_error
+from .bodies import MAX_BODY as REPLAY_LIMIT
 from .client import PROBE_HEADER
 from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
 from .gate import ClientGone, Gate, Refused, Ticket
@@ -46,7 +48,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway")
 
-REPLAY_LIMIT = 128 * 1024
 # Idle upstream connections close after this long: under vLLM's own keep-alive timeout (5 s),
 # so the gateway never sends on a connection the server is closing.
 UPSTREAM_KEEPALIVE_S = 4.0
@@ -74,14 +75,13 @@ ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
 STREAM = "gateway.stream"
 # Errors that mean the backend went away before it answered (`Attempt.unread`: sent again
-# once); CONNECT_ERRORS are caught first (they are connection errors too).
+# once); CONNECT_ERRORS (connection errors too) mean it could not be reached.
 CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 def upstream_session() -> aiohttp.ClientSession:
-    """The pooled session for forwarded requests (create it inside the running loop): no read
-    timeout, DNS cache, cookie jar or decompression."""
+    """The pooled session for forwarded requests (create it inside the running loop)."""
     dispatched = aiohttp.TraceConfig()
     dispatched.on_request_headers_sent.append(_headers_sent)
     dispatched.on_connection_reuseconn.append(_reused)
@@ -96,16 +96,13 @@ def upstream_session() -> aiohttp.ClientSession:
     )
 
 
+@dataclass(slots=True)
 class Attempt:
-    """One sending of a request upstream: whether its head was handed to the connection, and
-    whether that connection was a kept-alive one from the pool."""
+    """One sending of a request upstream (`sent`: its head was written; `reused`: on a pooled connection)."""
 
-    __slots__ = ("reused", "sent", "ticket")
-
-    def __init__(self, ticket: Ticket) -> None:
-        self.ticket = ticket
-        self.sent = False
-        self.reused = False
+    ticket: Ticket
+    sent: bool = False
+    reused: bool = False
 
     @property
     def unread(self) -> bool:
@@ -143,22 +140,25 @@ def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
     return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
 
 
-async def _read_prefix(receive: Receive) -> tuple[list[bytes], bool, bool]:
-    """Read the body up to REPLAY_LIMIT: (chunks, complete, ended). A body over the limit is
-    never complete (nor read or rewritten), even when its last chunk crossed the limit."""
+async def _read_prefix(receive: Receive) -> Body:
+    """Read the body up to REPLAY_LIMIT. A body over the limit is never complete (nor read or
+    rewritten), even when its last chunk crossed the limit."""
     chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone()
-        chunk = message.get("body", b"")
+    size, ended = 0, False
+    while not ended and size <= REPLAY_LIMIT:
+        chunk, ended = await _next_chunk(receive)
         if chunk:
             chunks.append(chunk)
             size += len(chunk)
-        ended = not message.get("more_body", False)
-        if ended or size > REPLAY_LIMIT:
-            return chunks, ended and size <= REPLAY_LIMIT, ended
+    return Body(chunks, ended and size <= REPLAY_LIMIT, receive, ended)
+
+
+async def _next_chunk(receive: Receive) -> tuple[bytes, bool]:
+    """The body's next chunk and whether it is the last; raises `ClientGone`."""
+    message = await receive()
+    if message["type"] == "http.disconnect":
+        raise ClientGone()
+    return message.get("body", b""), not message.get("more_body", False)
 
 
 async def _wait_disconnect(receive: Receive) -> None:
@@ -170,7 +170,7 @@ async def _wait_disconnect(receive: Receive) -> None:
 class Body:
     """The request body to forward: replayable bytes, or the read prefix followed by the rest."""
 
-    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool = False) -> None:
+    def __init__(self, chunks: list[bytes], complete: bool, receive: Receive, ended: bool) -> None:
         self.data = b"".join(chunks) if complete else b""
         self.complete = complete
         self._prefix = chunks
@@ -188,78 +188,11 @@ class Body:
         self.started = True
         for chunk in self._prefix:
             yield chunk
-        if self._ended:
-            return
-        while True:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                raise ClientGone()
-            if message.get("body"):
-                yield message["body"]
-            if not message.get("more_body", False):
-                return
-
-
-class Relay:
-    """An SSE response's body, chunk by chunk: a drain's cut or a stall ends it with an error
-    event and `[DONE]` (`resumable`: a stall raises `Stalled`; `pause()`: `Paused`)."""
-
-    __slots__ = ("_content", "_loop", "_timer", "paused", "resumable", "stall_s", "ticket")
-
-    def __init__(
-        self, response: aiohttp.ClientResponse, ticket: Ticket, stall_s: float, resumable: bool = False
-    ) -> None:
-        self._content = response.content
-        self.ticket = ticket
-        self.stall_s = stall_s or None  # 0: no stall timeout
-        self.resumable = resumable
-        self.paused = False
-        self._timer: asyncio.Timeout | None = None
-        self._loop = asyncio.get_running_loop()
-
-    def pause(self) -> None:
-        """Stop reading now: the stream raises `Paused` (it goes on on another upstream)."""
-        self.paused = True
-        self.ticket.paused = True  # a drain does not count it as finished
-        self.cut()
-
-    def cut(self) -> None:
-        """End the stream now (the ticket's `cut_requested` is set): the read under way stops."""
-        timer = self._timer
-        if timer is not None:
-            with contextlib.suppress(RuntimeError):  # the read just finished
-                timer.reschedule(self._loop.time())
-
-    async def chunks(self, on_stall: Callable[[Scope], None], scope: Scope) -> AsyncIterator[bytes]:
-        """What the backend sends, as it arrives; the error event and `[DONE]` when cut or stalled."""
-        content = self._content
-        while not self.ticket.cut_requested:
-            if self.paused:
-                raise Paused
-            try:
-                async with asyncio.timeout(self.stall_s) as timer:
-                    self._timer = timer
-                    chunk = await content.readany()
-            except TimeoutError:
-                if self.ticket.cut_requested:
-                    break
-                if self.paused:
-                    raise Paused from None
-                on_stall(scope)
-                event = sse_error(
-                    504, f"the backend sent nothing for {self.stall_s:g}s (stall_timeout): stream ended"
-                )
-                if self.resumable:
-                    raise Stalled(event) from None
-                yield event
-                return
-            finally:
-                self._timer = None
-            if not chunk:
-                return
-            yield chunk
-        log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
-        yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
+        ended = self._ended
+        while not ended:
+            chunk, ended = await _next_chunk(self._receive)
+            if chunk:
+                yield chunk
 
 
 class ProxyApp:
@@ -279,7 +212,7 @@ class ProxyApp:
         self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
         self.keys = keys
         self.metrics = metrics
-        self.switcher = switcher  # reads bodies when `_reads_bodies()`
+        self.switcher = switcher
         self.served_name = config.served_name
         self.streams: set[continuation.Stream] = set()  # recorded streams under way
         self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
@@ -295,11 +228,6 @@ class ProxyApp:
         self.liveness.set_timeout(config.unresponsive_timeout)
         # aliases listed in /v1/models (with switch_on_model)
         self.aliases = dict(config.aliases) if config.switch_on_model else {}
-
-    def _reads_bodies(self) -> bool:
-        """Bodies are read for switching, the automatic policy, or while a live set routes
-        (one published over the control channel to a gateway started for one variant too)."""
-        return self.switcher.config.inspects_bodies or self.live.active
 
     def open(self) -> None:
         """Open the forwarding session (inside the serving loop)."""
@@ -360,39 +288,23 @@ class ProxyApp:
         variant = self.switcher.alias_variant(seen.model) if aliased else None
         if live:
             scope[ROUTE_HINT] = (variant, seen.prompt_tokens)
-            if variant is not None and seen.model is not None:
-                self._rename(scope, body, seen.payload)
-            return
         if variant is None or seen.model is None:
             return
-        self.switch_waiting += 1
-        waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
-        try:
-            waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
-            both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            await (held.wait(both) if held is not None else both)
-            if not waiting.done():
-                raise ClientGone
-            await waiting
-        finally:
-            if not waiting.done():
-                waiting.cancel()
-            self.switch_waiting -= 1
-        self._rename(scope, body, seen.payload)
-
-    def _rename(self, scope: Scope, body: Body, payload: dict[str, Any]) -> None:
-        """Send the body with the served name as its model (it named an alias)."""
-        _replace_body(scope, body, bodies.with_model(payload, self.served_name))
-
-    def _record(self, scope: Scope, body: Body) -> None:
-        """An eligible streamed completion is recorded so that it can be continued
-        (`continuation`): upstream is asked for its token ids."""
-        seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
-        stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
-        if stream is not None:
-            scope[STREAM] = stream
-            if not stream.wants_ids:
-                _replace_body(scope, body, stream.body())
+        if not live:
+            self.switch_waiting += 1
+            waiting = asyncio.ensure_future(self.switcher.admit(variant, seen.model, deadline))
+            try:
+                waits: set[asyncio.Future[None]] = {waiting} if watcher is None else {waiting, watcher}
+                both = asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                await (held.wait(both) if held is not None else both)
+                if not waiting.done():
+                    raise ClientGone
+                await waiting
+            finally:
+                if not waiting.done():
+                    waiting.cancel()
+                self.switch_waiting -= 1
+        _replace_body(scope, body, bodies.with_model(seen.payload, self.served_name))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -421,25 +333,50 @@ class ProxyApp:
             send = _without_body(scope, send)
         else:
             try:
-                chunks, complete, ended = await _read_prefix(receive)
+                body = await _read_prefix(receive)
             except ClientGone:
                 return
-            body = Body(chunks, complete, receive, ended)
         complete = body.complete
         probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
-        if probe is not None:
-            await self._probe(scope, receive, send, body, probe)
+        if probe is not None:  # a holder's readiness probe: past the hold, never queued
+            if not self.gate.probe_allowed(probe):
+                self.metrics.refused.labels("probe_token").inc()
+                await send_error(send, 403, "unknown probe token")
+                return
+            await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
             return
         watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
         held = None
         if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
             held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
         try:
-            if complete and self._reads_bodies():
+            # bodies are read for switching, the automatic policy, or while a live set routes
+            if complete and (self.switcher.config.inspects_bodies or self.live.active):
                 await self._switch(scope, body, deadline, watcher, held)
             if complete and self.continue_streams and scope["path"] in continuation.PATHS:
-                self._record(scope, body)
-            await self._admit_and_forward(scope, receive, send, body, deadline, watcher, may_hold, held)
+                # an eligible streamed completion is recorded so that it can be continued:
+                # upstream is asked for its token ids
+                seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
+                stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
+                if stream is not None:
+                    scope[STREAM] = stream
+                    if not stream.wants_ids:
+                        _replace_body(scope, body, stream.body())
+            front = False  # admitted (maybe held) again at the queue's head while it is sent again
+            while True:
+                disconnected = asyncio.shield(watcher) if watcher is not None else None
+                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
+                if held is not None and self.gate.would_hold():
+                    ticket = await held.wait(entering)
+                else:
+                    ticket = await entering
+                try:
+                    again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
+                finally:
+                    ticket.done(completed=not again)
+                if not again:
+                    break
+                front = True
         except Refused as refused:
             await self._refuse(_out(send, held), refused)
         except ClientGone:
@@ -447,43 +384,6 @@ class ProxyApp:
         finally:
             if watcher is not None and not watcher.done():
                 watcher.cancel()
-
-    async def _probe(self, scope: Scope, receive: Receive, send: Send, body: Body, token: bytes) -> None:
-        """A holder's readiness probe: past the hold, straight to the backend, never queued."""
-        if not self.gate.probe_allowed(token):
-            self.metrics.refused.labels("probe_token").inc()
-            await send_error(send, 403, "unknown probe token")
-            return
-        await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
-
-    async def _admit_and_forward(
-        self,
-        scope: Scope,
-        receive: Receive,
-        send: Send,
-        body: Body,
-        deadline: float,
-        watcher: asyncio.Future[None] | None,
-        may_hold: bool = True,
-        held: HeldStream | None = None,
-    ) -> None:
-        """Admit (maybe hold) and forward, again at the queue's head while the backend went away
-        before answering; raises `Refused` or `ClientGone` from the gate."""
-        front = False
-        while True:
-            disconnected = asyncio.shield(watcher) if watcher is not None else None
-            entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
-            if held is not None and self.gate.would_hold():
-                ticket = await held.wait(entering)
-            else:
-                ticket = await entering
-            try:
-                again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
-            finally:
-                ticket.done(completed=not again)
-            if not again:
-                return
-            front = True
 
     async def _forward(
         self,
@@ -505,31 +405,25 @@ class ProxyApp:
                 return True
             await send_error(send, 503, "no upstream is ready", self.gate.retry_after)
             return False
-        member, spilled = chosen
+        member, release = chosen
         failures: list[str] = []
-
-        def went_away(err: Exception, started: bool) -> bool:
-            reason = f"{type(err).__name__}: {err}"
-            failures.append(reason)
-            member.mark_down(reason)  # new requests wait (or go to the others) meanwhile
-            return not probe and self._went_away(body, started or not attempt.unread)
-
         # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
-        url = member.url + scope["path"]
+        path = scope["path"]
         if scope["query_string"]:
-            url += "?" + scope["query_string"].decode("latin-1")
+            path += "?" + scope["query_string"].decode("latin-1")
         attempt = Attempt(ticket)
         data = body.data if body.complete else body.stream()
-        opening = self._open(scope["method"], url, _request_headers(scope["headers"]), data, attempt)
+        headers = _request_headers(scope["headers"])
         started = False
         response: aiohttp.ClientResponse | None = None
-        release = self._claim(member, spilled)
         with anyio.CancelScope() as cancel_scope:
             ticket.cancel = cancel_scope.cancel
             if ticket.cut_requested:
                 cancel_scope.cancel()
             try:
-                response = await self._send_upstream(opening, watcher, member.url)
+                response = await self._send_upstream(
+                    scope["method"], member.url, path, headers, data, attempt, watcher
+                )
                 if response is None:
                     return False  # client went away
                 ticket.mark_dispatched()
@@ -553,19 +447,19 @@ class ProxyApp:
                     watcher.cancel()  # StreamingResponse listens for the disconnect itself
                 started = True
                 await out(scope, receive, send)
-            except CONNECT_ERRORS as err:
-                if went_away(err, started):
-                    return True
-                await self._bad_gateway(send, err, "the backend could not be reached")
-                return False
             except GONE_ERRORS as err:
-                if went_away(err, started):
+                failures.append(f"{type(err).__name__}: {err}")
+                member.poller.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
+                # queued again once, and only when the backend cannot have read it
+                if not (probe or started or not attempt.unread or body.resent or not body.replayable()):
+                    body.resent = True
+                    self.metrics.retries.inc()
                     return True
-                log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
-                if started:
-                    self.metrics.upstream_errors.inc()
-                else:
-                    await self._bad_gateway(send, err, "the backend closed the connection before answering")
+                what = "the backend could not be reached"
+                if not isinstance(err, CONNECT_ERRORS):
+                    log.warning("backend broke %s %s: %s", scope["method"], scope["path"], type(err).__name__)
+                    what = "the backend closed the connection before answering"
+                await self._bad_gateway(send, err, started, what)
                 return False
             except ClientGone:
                 return False
@@ -575,20 +469,17 @@ class ProxyApp:
                 failures.append("asleep" if err.asleep else "unresponsive")
                 timeout = self.liveness.timeout
                 if err.asleep:
-                    member.mark_down("/is_sleeping: true")
+                    member.poller.mark_down("/is_sleeping: true")
                     await send_error(send, 503, "the backend was put to sleep before it answered: send again")
                 else:
-                    member.mark_down(f"/health unanswered for {timeout:g}s")
+                    member.poller.mark_down(f"/health unanswered for {timeout:g}s")
                     why = f"the backend answered neither this request nor its /health for {timeout:g}s"
                     await send_error(send, 504, f"{why} (unresponsive_timeout)")
                 return False
             except aiohttp.ClientError as err:
                 log.warning("backend error %s %s: %s", scope["method"], scope["path"], type(err).__name__)
                 failures.append(type(err).__name__)
-                if started:
-                    self.metrics.upstream_errors.inc()
-                else:
-                    await self._bad_gateway(send, err)
+                await self._bad_gateway(send, err, started)
                 return False
             finally:
                 ticket.cancel = None
@@ -604,11 +495,6 @@ class ProxyApp:
                 )
         return False
 
-    def _claim(self, member: Member, spilled: bool = False) -> Callable[[bool], None]:
-        """Count a request on `member`; returns `release(ok)`, which ends the count once."""
-        member.begin(spilled)
-        return once(lambda ok: self.live.finished(member, ok, spilled))
-
     def _leg(
         self,
         scope: Scope,
@@ -619,24 +505,75 @@ class ProxyApp:
         failures: list[str],
         resumable: bool = True,
     ) -> Leg:
-        """`response`'s SSE body from `target` as a `continuation.Leg`: a cut or a stall ends it;
-        its `end(reason)` (a break takes `target` out until its probe passes) lets the ticket,
-        the count and the connection go."""
-        relay = Relay(response, ticket, self.stall_timeout, resumable)
-        ticket.cancel = relay.cut  # a cut ends the stream with an error event
-        chunks = relay.chunks(functools.partial(self._stalled, target=target, failures=failures), scope)
+        """`response`'s SSE body from `target` as a `continuation.Leg`, as it arrives: a drain's
+        cut or a stall ends it with an error event and `[DONE]` (`resumable`: a stall raises
+        `Stalled`; its `pause()`: `Paused`); its `end(reason)` (a break takes `target` out until
+        its probe passes) lets the ticket, the count and the connection go."""
+        stall_s = self.stall_timeout or None  # 0: no stall timeout
+        loop = asyncio.get_running_loop()
+        timer: asyncio.Timeout | None = None  # the read under way
+        paused = False
+
+        def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
+            if timer is not None:
+                with contextlib.suppress(RuntimeError):  # the read just finished
+                    timer.reschedule(loop.time())
+
+        def pause() -> None:  # stop reading now: it goes on on another upstream
+            nonlocal paused
+            paused = True
+            ticket.paused = True  # a drain does not count it as finished
+            cut()
+
+        async def chunks() -> AsyncIterator[bytes]:
+            nonlocal timer
+            content = response.content
+            while not ticket.cut_requested:
+                if paused:
+                    raise Paused
+                try:
+                    async with asyncio.timeout(stall_s) as reading:
+                        timer = reading
+                        chunk = await content.readany()
+                except TimeoutError:
+                    if ticket.cut_requested:
+                        break
+                    if paused:
+                        raise Paused from None
+                    # new requests are held until the poller sees the backend ready again
+                    log.warning(
+                        "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
+                    )
+                    self.metrics.stalled.inc()
+                    failures.append("stall")
+                    target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+                    event = sse_error(
+                        504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
+                    )
+                    if resumable:
+                        raise Stalled(event) from None
+                    yield event
+                    return
+                finally:
+                    timer = None
+                if not chunk:
+                    return
+                yield chunk
+            log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+            yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
 
         def end(reason: str | None) -> None:
             if reason is not None:
                 log.warning("stream broke on %s: %s", target.url, reason)
                 failures.append(reason)
-                target.mark_down(reason)
+                target.poller.mark_down(reason)
             ticket.cancel = None
             response.close()
             release(reason is None)
             ticket.done()
 
-        return Leg(chunks, once(end), relay.pause, target.url)
+        ticket.cancel = cut  # a cut ends the stream with an error event
+        return Leg(chunks(), once(end), pause, target.url)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
         """Pause the recorded streams on the upstream at `url` (None: every one) but those that
@@ -665,13 +602,11 @@ class ProxyApp:
                 ticket.done(completed=False)
                 await asyncio.sleep(self.live.config.poll_interval)
                 continue
-            target, spilled = chosen
-            release = self._claim(target, spilled)
+            target, release = chosen
             try:
-                opening = self._open("POST", target.url + path, headers, data, Attempt(ticket))
-                response = await self._send_upstream(opening, None, target.url)
+                response = await self._send_upstream("POST", target.url, path, headers, data, Attempt(ticket))
             except (aiohttp.ClientError, Unresponsive) as err:
-                target.mark_down(f"{type(err).__name__}: {err}")
+                target.poller.mark_down(f"{type(err).__name__}: {err}")
                 release(False)
                 ticket.done(completed=False)
                 continue
@@ -694,57 +629,37 @@ class ProxyApp:
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
 
-    def _stalled(self, scope: Scope, target: Member, failures: list[str]) -> None:
-        """A stream got no bytes for `stall_timeout`: count it, hold new requests until the
-        poller sees the backend ready again."""
-        log.warning("stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"])
-        self.metrics.stalled.inc()
-        failures.append("stall")
-        target.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
-
-    def _went_away(self, body: Body, reached: bool) -> bool:
-        """The backend went away before answering: True when the request may be queued again
-        (once, and only when it cannot have been read: not `reached`)."""
-        if reached or body.resent or not body.replayable():
-            return False
-        body.resent = True
-        self.metrics.retries.inc()
-        return True
-
-    async def _bad_gateway(self, send: Send, err: Exception, what: str = "backend failed") -> None:
+    async def _bad_gateway(
+        self, send: Send, err: Exception, started: bool, what: str = "backend failed"
+    ) -> None:
+        """Count a backend failure; answer 502 unless the answer already `started`."""
         self.metrics.upstream_errors.inc()
-        await send_error(send, 502, f"{what} ({type(err).__name__})")
+        if not started:
+            await send_error(send, 502, f"{what} ({type(err).__name__})")
 
-    async def _open(
+    async def _send_upstream(
         self,
         method: str,
-        url: str,
+        base: str,
+        path: str,
         headers: CIMultiDict[str],
         data: bytes | AsyncIterator[bytes],
         attempt: Attempt,
-    ) -> aiohttp.ClientResponse:
-        """Send `data` (bytes, or a body streamed as it arrives) and return once the response
-        head has arrived."""
+        watcher: asyncio.Future[None] | None = None,
+    ) -> aiohttp.ClientResponse | None:
+        """The response head of `data` sent to `path` on the backend at `base`; None when the client
+        disconnected first; `Unresponsive` when the backend stopped answering (sending cancelled)."""
         assert self.session is not None, "open() the proxy in the serving loop first"
-        return await self.session.request(
+        opening = self.session.request(
             method,
-            URL(url, encoded=True),
+            URL(base + path, encoded=True),
             headers=headers,
             data=data,
             allow_redirects=False,
             trace_request_ctx=attempt,
         )
-
-    async def _send_upstream(
-        self,
-        opening: Coroutine[Any, Any, aiohttp.ClientResponse],
-        watcher: asyncio.Future[None] | None,
-        url: str,
-    ) -> aiohttp.ClientResponse | None:
-        """Await `opening` (the response head from `url`); None when the client disconnected
-        first; `Unresponsive` when the backend stopped answering (the sending is cancelled)."""
         sending = asyncio.ensure_future(opening)
-        with self.liveness.watching(url) as gone:
+        with self.liveness.watching(base) as gone:
             waits = {sending} | {f for f in (watcher, gone) if f is not None}
             try:
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)

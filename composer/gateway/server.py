@@ -16,14 +16,6 @@ from composer.errors import GatewayConfigError
 from .config import load_config
 
 
-def _loop_runner():
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run
-    return uvloop.run
-
-
 def main() -> int:
     """Run the gateway; returns the process exit code."""
     try:
@@ -42,7 +34,13 @@ def main() -> int:
 
     server = GatewayServer(config)
     try:
-        _loop_runner()(server.serve())
+        import uvloop
+
+        run = uvloop.run
+    except ImportError:
+        run = asyncio.run
+    try:
+        run(server.serve())
     except OSError as err:
         print(f"gateway: cannot serve: {err}", file=sys.stderr)
         return 1

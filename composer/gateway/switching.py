@@ -125,15 +125,14 @@ class Switcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(pulse.wait(), timeout)
 
-    def raise_demand(self, variant: str, reason: str, source: str) -> Demand:
-        """Ask the host for `variant` (the pending demand when one exists)."""
+    def raise_demand(self, variant: str, reason: str, source: str) -> None:
+        """Ask the host for `variant` (unless a demand is pending)."""
         if self.demand is not None:
-            return self.demand
+            return
         self.demand = Demand(secrets.token_hex(6), variant, reason, source, self.clock())
         self.metrics.switch_demands.labels(source).inc()
         log.info("switch demand %s -> %s (%s): %s", self.serving or "?", variant, source, reason)
         self._notify()
-        return self.demand
 
     async def next_demand(self, wait_s: float) -> Demand | None:
         """The pending demand, waiting up to `wait_s` for one (the host's long poll)."""

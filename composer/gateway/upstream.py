@@ -38,19 +38,18 @@ class Upstream:
         served_name: str = "",
         api_key: str = "",
         poll_interval: float = 0.1,
-        ready_interval: float = READY_POLL_INTERVAL,
         urgent: Callable[[], bool] | None = None,
         candidates: Sequence[str] = (),
         backoff_max: float = 0.0,
     ) -> None:
-        self._url = url
+        self.url = url  # the base URL requests go to now
         self.candidates = tuple(candidates)
         self._routed = False  # True after the first route(): no more rediscovery
         self._on_ready = on_ready
-        self._on_route = on_route
+        self._on_route = on_route or (lambda old, new: None)
         self.served_name = served_name
         self.poll_interval = poll_interval
-        self.ready_interval = max(ready_interval, poll_interval)
+        self.ready_interval = max(READY_POLL_INTERVAL, poll_interval)
         self._urgent = urgent or (lambda: False)
         self.backoff_max = max(backoff_max, poll_interval)
         self._failures = 0  # probes failed in a row (the backoff's exponent)
@@ -59,32 +58,20 @@ class Upstream:
             timeout=PROBE_TIMEOUT,
             limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
         )
-        self._ready = False
+        self.ready = False  # as of the last probe (or the last `mark_down`)
         self._listed = False
         self._wake = asyncio.Event()
         self.last_error = ""
-        if on_route is not None:
-            on_route(None, url)
-
-    @property
-    def url(self) -> str:
-        """The base URL requests go to now."""
-        return self._url
-
-    @property
-    def ready(self) -> bool:
-        """Readiness as of the last probe (or the last `mark_down`)."""
-        return self._ready
+        self._on_route(None, url)
 
     def route(self, url: str) -> str:
         """Send new requests to `url` (not ready until probed); returns the old URL."""
-        old = self._url
-        self._url = url
+        old = self.url
+        self.url = url
         self._routed = True
         self._listed = False
         self._set_ready(False)
-        if self._on_route is not None:
-            self._on_route(old, url)
+        self._on_route(old, url)
         log.info("route: %s -> %s", old, url)
         self._wake.set()
         return old
@@ -97,7 +84,7 @@ class Upstream:
 
     def mark_down(self, reason: str) -> None:
         """The proxy could not reach the backend: hold new requests until the poller sees it ready."""
-        if self._ready:
+        if self.ready:
             log.info("backend unreachable (%s)", reason)
         self.last_error = reason
         self._listed = False
@@ -105,13 +92,12 @@ class Upstream:
         self._wake.set()
 
     def _set_ready(self, ready: bool) -> None:
-        if ready != self._ready:
-            self._ready = ready
+        self.ready = ready
         self._on_ready(ready)
 
     async def probe(self) -> bool:
         """One readiness check of the current upstream."""
-        url = self._url
+        url = self.url
         try:
             health = await self._client.get(f"{url}/health")
             if health.status_code != 200:
@@ -137,7 +123,7 @@ class Upstream:
             self.last_error = f"{type(err).__name__}: {err}" if str(err) else type(err).__name__
             self._listed = False
             return False
-        if url != self._url:  # routed elsewhere while probing
+        if url != self.url:  # routed elsewhere while probing
             return False
         self.last_error = ""
         return True
@@ -159,10 +145,9 @@ class Upstream:
         if self._routed:
             return None
         for url in self.candidates:
-            if url != self._url and await self._awake(url) and not self._routed:
-                old, self._url, self._listed = self._url, url, False
-                if self._on_route is not None:
-                    self._on_route(old, url)
+            if url != self.url and await self._awake(url) and not self._routed:
+                old, self.url, self._listed = self.url, url, False
+                self._on_route(old, url)
                 log.info("upstream %s is not ready; found %s healthy and awake", old, url)
                 return url
         return None
@@ -172,14 +157,13 @@ class Upstream:
         from `poll_interval` up to `backoff_max` per failed probe; else `ready_interval`."""
         if self._urgent():
             return self.poll_interval
-        if not self._ready:
+        if not self.ready:
             return min(self.backoff_max, self.poll_interval * 2 ** min(self._failures - 1, 20))
         return self.ready_interval
 
     async def run(self) -> None:
-        """Poll for ever (cancel the task to stop): every `poll_interval` while urgent, with
-        a bounded backoff while not ready (none unless `backoff_max` says so), else every
-        `ready_interval`; at once when woken by `route` or `mark_down`."""
+        """Poll for ever (cancel the task to stop), every `_interval()` seconds; at once when
+        woken by `route` or `mark_down`."""
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()
