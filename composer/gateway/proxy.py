@@ -617,6 +617,7 @@ class ProxyApp:
             assert response is not None  # no watcher: only the backend's answer ends the wait
             self.metrics.forwarded.inc()
             if response.status != 200 or not self._is_stream(response):
+                detail = ""
                 with contextlib.suppress(aiohttp.ClientError):
                     detail = (await response.content.read(300)).decode(errors="replace")
                 response.close()
