@@ -80,12 +80,10 @@ class Window:
                 queue.popleft()
 
     def add_request(self, now: float, prompt_tokens: int) -> None:
-        """A request arrived with this estimated prompt size."""
         self._prompts.append((now, prompt_tokens))
         self._trim(now)
 
     def sample(self, now: float, outstanding: int) -> None:
-        """The outstanding requests at one tick."""
         self._samples.append((now, outstanding))
         self._trim(now)
 

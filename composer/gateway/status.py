@@ -4,11 +4,9 @@ The JSON needs the API key, like `/v1` (401 `{"error": "Unauthorized"}` without 
 itself is static (no data in it) and reads the JSON with the key the user enters. Neither
 reaches the control channel's powers, and neither shows the key or a hold's token.
 
-The JSON (`StatusBoard.build`) holds what serves and sleeps, the live upstreams, the switches
-(`switchlog`), the requests and each variant's throughput (`throughput`). The backend's
-`/metrics` is sampled every `SAMPLE_EVERY_S` seconds only while someone reads the status (for
-`WATCH_IDLE_S` after the last read), and never during a switch, so an unwatched gateway sends
-nothing extra.
+The backend's `/metrics` (each variant's throughput, `throughput`) is sampled every
+`SAMPLE_EVERY_S` seconds only while someone reads the status (for `WATCH_IDLE_S` after the last
+read), and never during a switch, so an unwatched gateway sends nothing extra.
 """
 
 from __future__ import annotations
@@ -103,7 +101,6 @@ class StatusBoard:
         return True
 
     async def aclose(self) -> None:
-        """Stop sampling."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
