@@ -85,20 +85,17 @@ class StatusBoard:
                 log.exception("status: sampling the backend's metrics failed")
             await asyncio.sleep(SAMPLE_EVERY_S)
 
-    async def sample_once(self) -> bool:
+    async def sample_once(self) -> None:
         """Read the backend's `/metrics` once into the serving variant's series."""
         gw = self.gateway
         if self.switches.current is not None or not gw.upstream.ready:
-            return False
+            return
         url = gw.upstream.url
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
-        except httpx.HTTPError:
-            return False
-        if reply.status_code != 200 or url != gw.upstream.url or self.switches.current is not None:
-            return False
-        self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
-        return True
+            # unless a switch began meanwhile: then the answer is not the serving variant's
+            if reply.status_code == 200 and url == gw.upstream.url and self.switches.current is None:
+                self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
 
     async def aclose(self) -> None:
         if self._task is not None:
