@@ -356,8 +356,7 @@ class GatewayControl:
         return _state(self._call("GET", "/state"))
 
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
-        """The gateway's state (None: its socket does not answer yet) and each URL's
-        `/is_sleeping` answer (None: no answer), in one exec."""
+        """The gateway's state (None: not up yet) and each URL's `/is_sleeping` (None: no answer)."""
         cmd = ["python3", "-c", _LOOK, DEFAULT_CONTROL_SOCKET, *urls]
         code, out, _ = self._exec("look", cmd)
         try:
@@ -439,8 +438,7 @@ class GatewayControl:
         return _parse(DrainReport, reply)
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
-        """Apply these `GATEWAY_*` settings in place (`config.LIVE`); returns those in effect.
-        A refusal (a bad value, a setting that needs a new container) changes nothing."""
+        """Apply `config.LIVE` settings in place; returns those in effect. A refusal changes nothing."""
         return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
 
     def route(self, upstream: str) -> str:
