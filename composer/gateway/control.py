@@ -94,7 +94,7 @@ class BackendUnreachable(Exception):
 
 
 def _wait(args: dict[str, Any]) -> float:
-    """A long poll's `wait_s` (from the query: a string), clamped to 0..MAX_WAIT_S."""
+    """A long poll's `wait_s` (a number, or its text in the query), clamped to 0..MAX_WAIT_S."""
     try:
         wait_s = float(args.get("wait_s", MAX_WAIT_S))
     except (TypeError, ValueError) as err:
