@@ -12,13 +12,11 @@ May import: `composer.errors` only. The server modules use only the standard lib
   imports only standard-library modules, so host code can use the client and the settings
   without the server's dependencies.
 
-Upstreams (the contract with the renderer and `up`, docs/gateway.md): requests go to a set of
-members (`live`); without a live set, the set of one that follows `/route` (`GATEWAY_UPSTREAM`).
-`GATEWAY_LIVE_UPSTREAMS` (a JSON list of `{"name": "mtp/1", "variant": "mtp", "url": ...}`) or
-`GatewayControl.set_upstreams` replaces it (`[]`: back to the set of one); new members count as
-ready (the host gates them first), a member left out gets no new requests and
-`GatewayControl.drain_upstream` waits for its in-flight ones. `GatewayControl.state().upstreams`
-lists the members.
+Upstreams (the contract with the renderer and `up`, docs/gateway.md): requests go to the live
+set (`GATEWAY_LIVE_UPSTREAMS`, a JSON list of `{"name": "mtp/1", "variant": "mtp", "url": ...}`,
+or `GatewayControl.set_upstreams`; new members count as ready: the host gates them first), else
+to the set of one that follows `/route` (`GATEWAY_UPSTREAM`). A member left out gets no new
+requests; `GatewayControl.drain_upstream` waits for its in-flight ones.
 
 Public: `GatewayControl` and its replies (`GatewayState`, `HoldInfo`, `DrainReport`,
 `DrainProgress`, `UpstreamInfo`, `UpstreamDrain`, `BackendReply`), `Tether` and `Session` (a

@@ -1,13 +1,11 @@
 """Host-side control of a gateway container, through `docker exec` (Docker SDK `exec_run`).
 
-Each call forwards one request (`METHOD PATH [BODY]`, a route of `composer.gateway.control`)
-through `python3 -m composer.gateway.ctl` inside the gateway container and parses the JSON it
-prints: no port, and who can exec into the container can control it, nobody else. Anything
-with Docker's `exec_run(cmd, demux=True)` works as the container.
-
-Long waits (drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no
-single exec outlives a Docker client's read timeout (60 s by default). A backend call (sleep,
-wake_up) is one exec: give the Docker client a timeout above `timeout_s`.
+Each call runs `python3 -m composer.gateway.ctl METHOD PATH [BODY]` (a route of
+`composer.gateway.control`) in the container and parses the JSON it prints: no port, so only who
+can exec into the container controls it. Failures raise `GatewayControlError`. Long waits
+(drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no exec outlives a
+Docker client's read timeout (60 s by default); a backend call (sleep, wake_up) is one exec:
+give the Docker client a timeout above `timeout_s`.
 """
 
 from __future__ import annotations
@@ -34,11 +32,10 @@ PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
 CTL = ("python3", "-m", "composer.gateway.ctl")
-# How long `tether` waits for a `ctl session` to say hello before it takes the gateway for
-# an older image (a plain tether); the session's Python starts in about 0.3 s.
+# How long `tether` waits for a `ctl session`'s hello before it takes the gateway for an older
+# image (a plain tether); the session's Python starts in about 0.3 s.
 SESSION_HELLO_S = 10.0
-# One exec that reads the gateway's state and asks each URL's `/is_sleeping` (a snapshot
-# costs one `docker exec`, whatever the number of sleep-mode containers).
+# The gateway's state and each URL's `/is_sleeping` in one exec, whatever the number of URLs.
 _LOOK = """
 import json, sys, httpx
 from composer.gateway.ctl import call
@@ -58,7 +55,7 @@ print(json.dumps(out))
 
 
 class ExecTarget(Protocol):
-    """What the client needs from a container: Docker SDK's `Container.exec_run`."""
+    """What the client needs from a container: Docker SDK's `Container.exec_run(cmd, demux=True)`."""
 
     def exec_run(self, cmd: Sequence[str], demux: bool = ...) -> Any: ...
 
@@ -75,21 +72,19 @@ class HoldInfo:
 
 @dataclass(frozen=True)
 class DrainReport:
-    """A finished drain (`gate.Gate.drain`): requests finished, cut at the timeout, seconds, streams
-    paused to go on on the next variant and those it could not continue; `hold_id` is still set:
-    release it once the next backend serves."""
+    """A finished drain (`gate.Gate.drain`); its hold stays set: release it once the next backend serves."""
 
     hold_id: str
     drained: int
-    cut: int
+    cut: int  # still in flight at the timeout
     duration_s: float
-    continued: int = 0
-    refused: int = 0
+    continued: int = 0  # streams paused to go on on the next variant
+    refused: int = 0  # streams it could not continue
 
 
 @dataclass(frozen=True)
 class DrainProgress:
-    """A drain that still waits: requests in flight, seconds waited, the drain timeout."""
+    """A drain that still waits."""
 
     inflight: int
     elapsed_s: float
@@ -174,8 +169,7 @@ class BackendReply:
 
 
 def body_text(body: Any) -> str:
-    """A reply body in words: its error message (vLLM's `detail`, OpenAI's `error.message`),
-    else its JSON, cut short; never a Python repr."""
+    """A reply body in words: vLLM's `detail` or OpenAI's `error.message`, else its JSON, cut short."""
     if isinstance(body, dict):
         error = body.get("error")
         message = body.get("detail") or (error.get("message") if isinstance(error, dict) else error)
@@ -189,8 +183,7 @@ _CAST: dict[str, Callable[[Any], Any]] = {"str": str, "int": int, "float": float
 
 
 def _parse(cls: type[_T], d: Mapping[str, Any], **given: Any) -> _T:
-    """A reply's dataclass from its JSON object: each field cast to its type; a missing field
-    takes its default (KeyError when it has none)."""
+    """A reply's dataclass, each field cast to its type; KeyError for a missing field without default."""
     values = dict(given)
     for f in fields(cast(Any, cls)):
         if f.name not in given and (f.name in d or f.default is MISSING):
@@ -209,15 +202,13 @@ def _settle(waiting: Future[dict[str, Any] | None], message: dict[str, Any] | No
 
 
 class Tether:
-    """An open `ctl tether` session: closing it (or the death of this process) releases the
-    holds of its owner."""
+    """An open `ctl tether`: closing it (or the death of this process) releases its owner's holds."""
 
     def __init__(self, sock: Any) -> None:
         self._sock = sock
         self._raw = getattr(sock, "_sock", sock)  # docker-py hands a SocketIO over a socket
 
     def close(self) -> None:
-        """Close its stdin: the gateway releases what its owner still holds."""
         with contextlib.suppress(OSError, AttributeError):
             self._raw.shutdown(SHUT_RDWR)
         with contextlib.suppress(OSError):
@@ -233,8 +224,7 @@ class SessionLost(Exception):
 
 
 class Session(Tether):
-    """An open `ctl session`: a tether that also forwards requests, one JSON line each way, so a
-    swap's whole control channel costs one `docker exec` (see `composer.gateway.ctl`)."""
+    """A tether that also forwards requests (`ctl session`): a swap's control channel is one exec."""
 
     def __init__(self, sock: Any) -> None:
         super().__init__(sock)
@@ -287,7 +277,7 @@ class Session(Tether):
             _settle(slot, message)
 
     def call(self, method: str, path: str, body: Mapping[str, Any] | None) -> tuple[int, dict[str, Any]]:
-        """Forward one request through the session: (exit code, reply); SessionLost when it ended."""
+        """(exit code, reply) of one request; SessionLost when the session ended."""
         if self.ended.is_set():
             raise SessionLost(ran=False)
         ident = next(self._ids)
@@ -342,7 +332,6 @@ class GatewayControl:
         return self._reply(verb, code, reply, text, err_text)
 
     def _exec(self, verb: str, cmd: list[str]) -> tuple[int, bytes, bytes]:
-        """Run `cmd` in the container: (exit code, stdout, stderr)."""
         try:
             result = self.container.exec_run(cmd, demux=True)
         except Exception as err:  # the Docker SDK raises several families
@@ -367,8 +356,7 @@ class GatewayControl:
         return _state(self._call("GET", "/state"))
 
     def look(self, urls: Sequence[str]) -> tuple[GatewayState | None, dict[str, bool | None]]:
-        """The gateway's state (None: its socket does not answer yet) and each URL's
-        `/is_sleeping` answer (None: no answer), in one exec."""
+        """The gateway's state (None: not up yet) and each URL's `/is_sleeping` (None: no answer)."""
         cmd = ["python3", "-c", _LOOK, DEFAULT_CONTROL_SOCKET, *urls]
         code, out, _ = self._exec("look", cmd)
         try:
@@ -401,8 +389,7 @@ class GatewayControl:
         ok: bool | None = None,
         detail: str = "",
     ) -> list[str]:
-        """Remove one hold, or every hold; held requests flow in arrival order. `serving`/`ok`/
-        `detail`: how the switch the hold was for ended (the switch log shows it)."""
+        """Remove one hold, or every hold; `serving`/`ok`/`detail`: how its switch ended (switch log)."""
         body: dict[str, Any] = {"id": hold_id} if hold_id else {}
         if serving:
             body["serving"] = serving
@@ -426,11 +413,10 @@ class GatewayControl:
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
-        `probe_token`: requests carrying it in `PROBE_HEADER` pass the hold (the swap's gate).
-        `target`: starts a switch in the gateway's switch log. `progress` gets what still runs
-        about every `PROGRESS_EVERY_S`. `continue_streams`: eligible streams are paused at once
-        (they go on on the next variant after the release); else at the timeout instead of cut,
-        unless `gateway_leaving`. `max_model_len`: the next variant's (a longer stream drains).
+        `probe_token` in `PROBE_HEADER` passes the hold (the swap's gate); `target` starts a switch
+        in the switch log. `continue_streams`: eligible streams pause at once and go on on the
+        next variant (`max_model_len`: its context) after the release; else at the timeout
+        instead of cut, unless `gateway_leaving`.
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
         body = {
@@ -452,8 +438,7 @@ class GatewayControl:
         return _parse(DrainReport, reply)
 
     def apply_settings(self, settings: Mapping[str, str]) -> dict[str, str]:
-        """Apply these `GATEWAY_*` settings in place (`config.LIVE`); returns those in effect.
-        A refusal (a bad value, a setting that needs a new container) changes nothing."""
+        """Apply `config.LIVE` settings in place; returns those in effect. A refusal changes nothing."""
         return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
 
     def route(self, upstream: str) -> str:
@@ -461,8 +446,7 @@ class GatewayControl:
         return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
     def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with `[{name, variant, url}, ...]` (gated first: they get requests
-        at once; `[]`: the single upstream); members left out get no new requests."""
+        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single upstream)."""
         reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
         return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 

@@ -112,8 +112,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
 
 MAX_LEASE_S = 3600.0
 
-# name -> (lowest, highest) value the gateway accepts: the one place of these bounds (the
-# stack checks its `[gateway]` keys against them, composer.stack.gateway).
+# name -> (lowest, highest) value: the one place of these bounds (composer.stack.gateway uses them).
 LIMITS: dict[str, tuple[float, float]] = {
     "GATEWAY_PORT": (1, 65535),
     "GATEWAY_HOLD_TIMEOUT": (0.1, 86400.0),
@@ -168,8 +167,7 @@ class LiveSpec:
 
 
 def parse_live(items: object, where: str = "GATEWAY_LIVE_UPSTREAMS") -> tuple[LiveSpec, ...]:
-    """A live set from decoded JSON: a list of `{name, variant, url}` objects, names unique;
-    ValueError (one line, with the allowed values) otherwise."""
+    """A live set from decoded JSON (`[{name, variant, url}]`, names unique); ValueError otherwise."""
     if not isinstance(items, list) or len(items) > MAX_LIVE:
         raise ValueError(f"{where} must be a JSON list of at most {MAX_LIVE} {{name, variant, url}} objects")
     specs: dict[str, LiveSpec] = {}
@@ -319,7 +317,6 @@ def _invalid(name: str, raw: str, allowed: str) -> GatewayConfigError:
 
 
 def _choice(env: Mapping[str, str], name: str, choices: tuple[str, ...], default: str) -> str:
-    """One of `choices` (lower case; empty: `default`)."""
     value = env.get(name, "").strip().lower() or default
     if value not in choices:
         raise _invalid(name, value, ", ".join(choices))
@@ -371,7 +368,6 @@ def load_config(env: Mapping[str, str]) -> GatewayConfig:
 
 
 def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
-    """A true/false variable (1/0 too; empty: `default`)."""
     raw = env.get(name, "").strip().lower()
     if raw not in ("", "true", "false", "1", "0"):
         raise _invalid(name, raw, "true, false")
@@ -379,12 +375,10 @@ def _flag(env: Mapping[str, str], name: str, default: bool) -> bool:
 
 
 def _items(env: Mapping[str, str], name: str) -> list[str]:
-    """The comma-separated items `name` sets (empty ones left out)."""
     return [item.strip() for item in env.get(name, "").split(",") if item.strip()]
 
 
 def _aliases(items: list[str], served: str) -> tuple[tuple[str, str], ...]:
-    """`ALIAS=VARIANT` items: each alias once, never the served name."""
     pairs: dict[str, str] = {}
     for item in items:
         alias, sep, variant = item.partition("=")

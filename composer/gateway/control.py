@@ -60,7 +60,7 @@ def _flag(body: dict[str, Any], key: str, default: bool) -> bool:
 
 
 def _context(body: dict[str, Any]) -> int | None:
-    """The optional max_model_len of the upstream streams continue on."""
+    """The max_model_len of the upstream streams continue on, if given."""
     value = body.get("max_model_len")
     if value is None:
         return None
@@ -70,7 +70,6 @@ def _context(body: dict[str, Any]) -> int | None:
 
 
 def _probe_token(body: dict[str, Any]) -> str:
-    """The optional probe token of a hold: 32 to 128 URL-safe characters."""
     token = body.get("probe_token", "")
     if token in ("", None):
         return ""
@@ -80,7 +79,6 @@ def _probe_token(body: dict[str, Any]) -> str:
 
 
 def _variant(body: dict[str, Any], key: str) -> str | None:
-    """An optional variant name: 1 to 64 letters, digits, '.', '_' or '-'."""
     value = body.get(key)
     if value in (None, ""):
         return None
@@ -96,7 +94,7 @@ class BackendUnreachable(Exception):
 
 
 def _wait(args: dict[str, Any]) -> float:
-    """A long poll's `wait_s` from the query: a number, clamped to 0..MAX_WAIT_S."""
+    """A long poll's `wait_s` (a number, or its text in the query), clamped to 0..MAX_WAIT_S."""
     try:
         wait_s = float(args.get("wait_s", MAX_WAIT_S))
     except (TypeError, ValueError) as err:
@@ -105,8 +103,7 @@ def _wait(args: dict[str, Any]) -> float:
 
 
 class Control:
-    """The control channel's verbs: one method each, taking the request's arguments (the JSON
-    body, the query and the path's parameters in one dict) and returning the JSON reply."""
+    """The control channel's verbs: one method each, from the request's arguments to the JSON reply."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -138,9 +135,8 @@ class Control:
         if serving is not None:
             gateway.switcher.report(serving, None, ok, detail)
         elif released and not ok and not gateway.live.active:
-            # the swap ended without saying what serves (its process died: a tether's EOF): its
-            # backend may have been put to sleep or stopped meanwhile, so it is probed again
-            # (health, /is_sleeping) before a request is forwarded to it
+            # the swap died without saying what serves (a tether's EOF): its backend may have been
+            # put to sleep or stopped meanwhile, so it is probed again before it gets a request
             gateway.upstream.mark_down(f"the swap holding it ended without a report ({detail})")
         reported = serving is not None or "ok" in args
         report = {"serving": serving, "ok": ok, "detail": detail} if reported else None
@@ -334,7 +330,6 @@ VERBS: tuple[tuple[str, str, str], ...] = (
 
 
 async def _arguments(request: Request) -> dict[str, Any]:
-    """The query, the path's parameters and the JSON body (an object) of a request, in one dict."""
     args: dict[str, Any] = {**request.query_params, **request.path_params}
     raw = await request.body()
     if not raw:

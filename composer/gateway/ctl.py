@@ -98,8 +98,7 @@ def tether_release(socket_path: str, owner: str) -> dict[str, Any]:
 
 
 def session(socket_path: str, owner: str, requests: bool = True) -> dict[str, Any]:
-    """Forward the requests read from stdin (one JSON line each; none for a plain tether) until
-    it closes, then release every hold of `owner` (see the module's docstring)."""
+    """Forward stdin's request lines (none for a plain tether); at its end, release `owner`'s holds."""
     out = threading.Lock()
 
     def write(message: dict[str, Any]) -> None:

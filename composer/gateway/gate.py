@@ -68,7 +68,6 @@ class Hold:
     probe_token: str = field(default="", repr=False)  # lets the holder's probes pass the hold
 
     def describe(self, now: float) -> dict[str, Any]:
-        """JSON-ready view with the seconds left on the lease."""
         return {
             "id": self.id,
             "owner": self.owner,
@@ -153,7 +152,6 @@ class Gate:
         return self.stopping or not self._passes()
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-ready state for the control channel."""
         now = time.monotonic()
         return {
             "open": self.is_open,
@@ -290,8 +288,7 @@ class Gate:
             self._idle.set()
 
     def add_hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> Hold:
-        """Set a hold that expires after `lease_s` seconds unless renewed or released; a request
-        carrying its `probe_token` passes it (the swap's gate)."""
+        """Set a hold that expires after `lease_s` unless renewed; requests with `probe_token` pass it."""
         now = time.monotonic()
         hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s, probe_token=probe_token)
         self._holds[hold.id] = hold
@@ -325,7 +322,7 @@ class Gate:
         return ids
 
     def probe_allowed(self, token: bytes) -> bool:
-        """True when `token` is the probe token of a live hold (constant-time comparison)."""
+        """True when `token` is the probe token of a live hold (constant time: every hold is compared)."""
         matches = [
             hmac.compare_digest(h.probe_token.encode(), token) for h in self._holds.values() if h.probe_token
         ]
@@ -365,13 +362,12 @@ class Gate:
     ) -> DrainReport:
         """Hold new requests, wait until nothing is in flight (cut what is left at `timeout`).
 
-        `pause` (the proxy's `pause_streams`) runs once the hold is set (`pause_first`: the drain
-        waits only for the rest), else at the timeout instead of the cut of those streams. The
-        hold stays set (`DrainReport.hold_id`) for the caller to release; its lease starts when
-        the drain ends."""
+        `pause` (the proxy's `pause_streams`) runs once the hold is set (`pause_first`), else at
+        the timeout instead of the cut of those streams. The hold stays set for the caller to
+        release; its lease starts when the drain ends."""
         started = time.monotonic()
         hold = self.add_hold(lease_s, owner or "drain", probe_token)
-        self._pinned.add(hold.id)  # the owner waits for the drain: its lease runs from the end
+        self._pinned.add(hold.id)
         self.metrics.drains.inc()
         self._draining = set(self._inflight)
         self._drain_finished = 0

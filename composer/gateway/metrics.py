@@ -154,7 +154,6 @@ class Metrics:
         return Histogram(name, text, buckets=buckets, registry=self.registry)
 
     def _gauge(self, name: str, text: str, label: str = "") -> Gauge:
-        """A gauge in this registry, with one label or none."""
         return Gauge(name, text, [label] if label else [], registry=self.registry)
 
     def refused_counts(self) -> dict[str, float]:

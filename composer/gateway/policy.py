@@ -1,16 +1,15 @@
 """The automatic policy's arithmetic: workload classes, the traffic window and the choice (pure).
 
 A workload class (what `compose-spec recommend` measured, mapped to a variant by the stack's
-`[workloads]`) comes in `GATEWAY_WORKLOADS` as comma-separated
-`NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT` items: the bucket's prompt tokens from MIN to
-MAX (0: no bound), TOKENS the measured length (0: none), STREAMS the concurrency, CROSSOVER the
-outstanding requests on one replica from which live routing sends the class elsewhere
-(`routing`; absent or 0: derived).
+`[workloads]`) comes in `GATEWAY_WORKLOADS` as `NAME:MIN:MAX:TOKENS:STREAMS[:CROSSOVER]=VARIANT`
+items, comma-separated: the bucket's prompt tokens from MIN to MAX (0: no bound), TOKENS the
+measured length (0: none), STREAMS the concurrency, CROSSOVER the outstanding requests on one
+replica from which live routing sends the class elsewhere (`routing`; absent or 0: derived).
 
-The window keeps, for the last `seconds`, each request's estimated prompt tokens and the
-outstanding requests sampled at each tick; its mix is the median prompt and the mean sample.
-`choose` picks the class whose bucket holds the median prompt (else the nearest), then the
-nearest measured length, then the nearest concurrency, both on a log scale.
+The window's mix is the median estimated prompt and the mean of the outstanding requests sampled
+at each tick, over the last `seconds`. `choose` picks the class whose bucket holds the median
+prompt (else the nearest), then the nearest measured length, then the nearest concurrency, both
+on a log scale.
 """
 
 from __future__ import annotations
@@ -80,12 +79,10 @@ class Window:
                 queue.popleft()
 
     def add_request(self, now: float, prompt_tokens: int) -> None:
-        """A request arrived with this estimated prompt size."""
         self._prompts.append((now, prompt_tokens))
         self._trim(now)
 
     def sample(self, now: float, outstanding: int) -> None:
-        """The outstanding requests at one tick."""
         self._samples.append((now, outstanding))
         self._trim(now)
 

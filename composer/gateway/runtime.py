@@ -1,8 +1,8 @@
 """One gateway: its settings, gate, upstream set, HTTP clients and both ASGI apps.
 
-`Gateway` wires the parts; `serve()` runs the public app on TCP (with the connection limits of
-`limits`: head size and time, keep-alive, open connections) and the control app on a UNIX
-socket (mode 0600) in one event loop until `stop()` or SIGTERM/SIGINT.
+`Gateway` wires the parts; `GatewayServer.serve()` runs the public app on TCP (with `limits`'
+connection limits) and the control app on a UNIX socket (mode 0600) in one event loop until
+`stop()` or SIGTERM/SIGINT.
 """
 
 from __future__ import annotations
@@ -177,7 +177,6 @@ class Gateway:
         self.status.switches.backend_ready(any_ready)
 
     def state(self) -> dict[str, Any]:
-        """Everything the control channel reports."""
         return {
             "upstream": self.upstream.url,
             "served_name": self.config.served_name,
@@ -197,14 +196,13 @@ class Gateway:
         }
 
     async def start(self) -> None:
-        """Open the forwarding session and start the readiness poller (inside the serving loop)."""
+        """Start the forwarding, the readiness polls and the policy (inside the serving loop)."""
         self.proxy.open()
         self.live.start(self.config.live_upstreams)
         if self.config.policy == "auto":
             self._policy = asyncio.get_running_loop().create_task(self._run_policy())
 
     async def _run_policy(self) -> None:
-        """Tick the automatic policy: sample the outstanding requests, maybe raise a demand."""
         while True:
             await asyncio.sleep(POLICY_TICK_S)
             if self.live.active:
@@ -215,7 +213,6 @@ class Gateway:
                 log.exception("policy tick failed")
 
     async def aclose(self) -> None:
-        """Stop polling and close the HTTP clients."""
         if self._policy is not None:
             self._policy.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -252,9 +249,8 @@ def control_socket(path: str) -> socket.socket:
 
 
 def container_instance(control_socket: str) -> str:
-    """This container's own identity, kept in its file system beside the control socket: a
-    restart keeps it, a new container (or another gateway sharing the port holder's network,
-    and so its host name) has another."""
+    """This container's identity, in a file beside the control socket: a restart keeps it, a new
+    container has another (its host name would not do: gateways share the port holder's network)."""
     path = os.path.join(os.path.dirname(control_socket), "instance")
     with contextlib.suppress(OSError):
         with open(path, encoding="ascii") as fh:
@@ -324,7 +320,6 @@ class GatewayServer:
         self.ready = asyncio.Event()
 
     def _limits(self, config: GatewayConfig) -> None:
-        """New connection limits and keep-alive (settings applied in place)."""
         self.protocol.registry.limits = _limits(config)
         served: Any = self.public.config  # uvicorn types it int; a float works (timer delays)
         served.timeout_keep_alive = config.keep_alive_timeout
@@ -339,7 +334,7 @@ class GatewayServer:
         self.control.should_exit = True
 
     async def serve(self, *, signals: bool = True) -> None:
-        """Serve until stopped; the control socket exists (mode 0600) before the public port opens."""
+        """Serve until `stop()` (by default on SIGTERM or SIGINT)."""
         if signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 asyncio.get_running_loop().add_signal_handler(sig, self.stop)

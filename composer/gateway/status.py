@@ -4,11 +4,9 @@ The JSON needs the API key, like `/v1` (401 `{"error": "Unauthorized"}` without 
 itself is static (no data in it) and reads the JSON with the key the user enters. Neither
 reaches the control channel's powers, and neither shows the key or a hold's token.
 
-The JSON (`StatusBoard.build`) holds what serves and sleeps, the live upstreams, the switches
-(`switchlog`), the requests and each variant's throughput (`throughput`). The backend's
-`/metrics` is sampled every `SAMPLE_EVERY_S` seconds only while someone reads the status (for
-`WATCH_IDLE_S` after the last read), and never during a switch, so an unwatched gateway sends
-nothing extra.
+The backend's `/metrics` (each variant's throughput, `throughput`) is sampled every
+`SAMPLE_EVERY_S` seconds only while someone reads the status (for `WATCH_IDLE_S` after the last
+read), and never during a switch, so an unwatched gateway sends nothing extra.
 """
 
 from __future__ import annotations
@@ -87,23 +85,19 @@ class StatusBoard:
                 log.exception("status: sampling the backend's metrics failed")
             await asyncio.sleep(SAMPLE_EVERY_S)
 
-    async def sample_once(self) -> bool:
+    async def sample_once(self) -> None:
         """Read the backend's `/metrics` once into the serving variant's series."""
         gw = self.gateway
         if self.switches.current is not None or not gw.upstream.ready:
-            return False
+            return
         url = gw.upstream.url
-        try:
+        with contextlib.suppress(httpx.HTTPError):
             reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
-        except httpx.HTTPError:
-            return False
-        if reply.status_code != 200 or url != gw.upstream.url or self.switches.current is not None:
-            return False
-        self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
-        return True
+            # unless a switch began meanwhile: then the answer is not the serving variant's
+            if reply.status_code == 200 and url == gw.upstream.url and self.switches.current is None:
+                self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
 
     async def aclose(self) -> None:
-        """Stop sampling."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -7,9 +7,8 @@ Releasing the switch's hold ends it with the outcome the host reports (`ok`, `fa
 `released`); a hold that expires ends it as `abandoned`. Sleeping variants are those a `/sleep`
 during a switch put to sleep and nothing since brought back.
 
-Pure bookkeeping: `clock()` (monotonic) for durations, `wall()` (epoch) for what is shown.
-`history` seeds the log with saved switches, `on_finish` gets the history after each one
-(`switchstore` keeps it across restarts).
+Pure bookkeeping: `clock()` (monotonic) for durations, `wall()` (epoch) for what is shown;
+`on_finish` gets the history after each switch (`switchstore` keeps it across restarts).
 """
 
 from __future__ import annotations
@@ -106,8 +105,7 @@ class SwitchLog:
         return self.current
 
     def drained(self, hold_id: str, drained: int, cut: int, continued: int = 0, refused: int = 0) -> None:
-        """The switch's drain ended (`continued`: the streams it paused, `refused`: those it could
-        not): the old variant goes next."""
+        """The switch's drain ended: the old variant goes next."""
         if self.current is None or self.current.stage != "drain":
             return
         self.current.hold_id = hold_id
@@ -116,7 +114,6 @@ class SwitchLog:
         self.current.enter("stop", self.clock())
 
     def stage(self, name: str) -> None:
-        """The switch under way entered `name` (ignored when no switch runs)."""
         if self.current is not None:
             self.current.enter(name, self.clock())
 

@@ -62,7 +62,7 @@ class SwitchStore:
 
 
 class SettingsStore:
-    """The settings applied in place to one container (`container`: its host name)."""
+    """The settings applied in place to one container (`container`: `runtime.container_instance`)."""
 
     def __init__(self, directory: str | Path, container: str) -> None:
         self.path = Path(directory) / SETTINGS_FILE
@@ -91,7 +91,7 @@ class SettingsStore:
 
 
 def write_atomic(path: Path, body: str, what: str) -> None:
-    """Replace `path` with `body` (a temporary file beside it, fsync, rename); a failure is logged."""
+    """Replace `path` with `body` atomically; a failure is logged."""
     tmp = None
     try:
         with tempfile.NamedTemporaryFile(

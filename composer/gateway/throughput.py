@@ -72,24 +72,19 @@ def parse(text: str, t: float) -> Sample:
 
 
 def _delta(new: float, old: float) -> float:
-    """A counter's increase; a decrease is a reset, after which it counted from zero."""
     return new - old if new >= old else new
 
 
 class Samples:
     """A bounded series of samples per variant, and rates over the last `window` seconds."""
 
-    def __init__(
-        self, max_gap: float, keep: int = KEEP_SAMPLES, wall: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, max_gap: float, wall: Callable[[], float] = time.time) -> None:
         self.max_gap = max_gap
-        self.keep = keep
         self.wall = wall
         self.series: dict[str, deque[Sample]] = {}
 
     def add(self, variant: str, sample: Sample) -> None:
-        """Append a sample to the variant's series."""
-        self.series.setdefault(variant, deque(maxlen=self.keep)).append(sample)
+        self.series.setdefault(variant, deque(maxlen=KEEP_SAMPLES)).append(sample)
 
     def _pairs(self, variant: str, since: float) -> list[tuple[Sample, Sample]]:
         samples = [s for s in self.series.get(variant, ()) if s.t >= since]
