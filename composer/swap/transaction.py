@@ -13,9 +13,10 @@ the warm-up and the wake checks beside it.
 
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -55,7 +56,6 @@ if TYPE_CHECKING:
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
     from composer.swap.entry import LiveResult
-    from composer.swap.gateway_replace import Replacement
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.snapshot import Snapshot
@@ -129,19 +129,6 @@ def stop_container(
             before(found)
         ctx.say(f"stopping {what} ({name})")
         found.stop_and_remove(ctx.stack.stop_grace_period)
-
-
-def renew_gateway(
-    ctx: Context, said: str, run_file: str, spec: GatewaySpec | None
-) -> tuple[Replacement, float]:
-    """Say `said`, then a new gateway container from `run_file` (the port stays open:
-    `gateway_replace`); what it did and how many seconds it took."""
-    from composer.swap import gateway_replace
-
-    ctx.say(said)
-    began = time.monotonic()
-    done = gateway_replace.replace_gateway(ctx.stack, ctx.client, Path(run_file), spec, ctx.say)
-    return done, time.monotonic() - began
 
 
 def drain(
@@ -237,16 +224,6 @@ def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why:
     return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
 
 
-def hold_lost(err: BaseException) -> bool:
-    """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
-    return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
-
-
-def reason(err: BaseException) -> str:
-    """An error as one line: our own messages as they are, others with their type."""
-    return str(err) if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
-
-
 def gate_target(ctx: Context, variant: str) -> GateTarget:
     stack = ctx.stack
     return GateTarget(variant, stack.port, stack.bind_address, stack.served_model_name, stack.api_key)
@@ -262,22 +239,11 @@ def engine_started(since: str, container: VariantContainer | None, ready_at: flo
     `wake`: at the wake call, `began`; `process`: when the container's process started."""
     if since == "wake":
         return began
-    if since == "process":
-        running = _running_for(container)
-        if running is not None:
-            return time.monotonic() - running
+    if since == "process" and container is not None:  # Docker's State.StartedAt
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            started = datetime.fromisoformat(str(container.container.attrs["State"]["StartedAt"]))
+            return time.monotonic() - max(0.0, (datetime.now(UTC) - started).total_seconds())
     return ready_at
-
-
-def _running_for(container: VariantContainer | None) -> float | None:
-    """Seconds since the container's process started (Docker's State.StartedAt), or None."""
-    try:
-        started = str(container.container.attrs["State"]["StartedAt"])  # type: ignore[union-attr]
-        head, _, frac = started.rstrip("Z").partition(".")
-        when = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}").replace(tzinfo=UTC)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-    return max(0.0, (datetime.now(UTC) - when).total_seconds())
 
 
 def through_restarts(
@@ -297,7 +263,7 @@ def through_restarts(
         stopped = gateway_stopped(ctx) if ctx.hold is not None else None
         if stopped is not None:
             held.append(revive(ctx, stopped))
-        elif ctx.hold is not None and hold_lost(err):
+        elif ctx.hold is not None and "refused the swap's probe token" in str(err):  # it restarted
             held.append(hold_again(ctx, target))
         else:
             raise
@@ -427,7 +393,12 @@ class DockerSwap:
             if self.result
             else f"replacing the gateway: {op.why}"
         )
-        done, took = renew_gateway(self.ctx, said, op.run_file, self.gateway)
+        from composer.swap.gateway_replace import replace_gateway
+
+        self.say(said)
+        began = time.monotonic()
+        done = replace_gateway(self.stack, self.client, Path(op.run_file), self.gateway, self.say)
+        took = time.monotonic() - began
         if self.result is None:
             self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
             self.say(done.port_gap.line())
@@ -678,27 +649,14 @@ class DockerSwap:
             began = time.monotonic()
             notes: list[str] = []
             timings: dict[str, float] = {}
-            failed: list[BaseException] = []
             beside = beside_settle(ctx, op, where, notes, timings)
-
-            def run() -> None:
-                try:
-                    beside()  # type: ignore[misc]
-                except Exception as err:  # reported after the settle watch, which fails first if it fails
-                    failed.append(err)
-
-            thread = threading.Thread(target=run, name="beside-settle", daemon=True) if beside else None
-            if thread is not None:
-                thread.start()
-            try:
+            with ThreadPoolExecutor(1, "beside-settle") as pool:  # joined before the watch's error
+                done = pool.submit(beside) if beside else None
                 watch_settled(
                     container, ctx.past_the_hold(where), left, ctx.options.poll_interval, watch_gateway(ctx)
                 )
-            finally:
-                if thread is not None:
-                    thread.join()
-            if failed:
-                raise failed[0]
+            if done is not None:
+                done.result()  # its error after the settle watch's, which fails first
             return time.monotonic() - began, notes, timings
 
         took, notes, timings = self._through(op.member, watch)
@@ -855,7 +813,9 @@ class DockerSwap:
         if isinstance(err, KeyboardInterrupt):
             self.cause = "interrupted"
         else:
-            self.cause = str(err) if isinstance(err, ComposerError) else f"unexpected {reason(err)}"
+            self.cause = (
+                str(err) if isinstance(err, ComposerError) else f"unexpected {type(err).__name__}: {err}"
+            )
         if not self.plan.steps:  # only the gateway changed (or a live change): no variant's log to keep
             return
         diagnosed = err if isinstance(err, DiagnosedError) else None
@@ -879,7 +839,7 @@ class DockerSwap:
     def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
         if not self.plan.steps:
-            return SwapFailed(self.cause or reason(err))
+            return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         message = f"{self.plan.target} failed: {self.cause}"
         removal = [why for op, why in undone or () if isinstance(op, ops.Remove)]
         others = [why for op, why in undone or () if not isinstance(op, ops.Remove)]
