@@ -42,7 +42,7 @@ from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
-from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
+from composer.swap.holding import SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
 from composer.swap.plan import SwapPlan
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.client import DrainReport, GatewayControl
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
@@ -138,7 +138,7 @@ def drain(
     gateway: GatewaySpec,
     opened: SwapHold | None = None,
     recreate: bool = True,
-) -> tuple[SwapHold, Drained]:
+) -> tuple[SwapHold, DrainReport]:
     """Start the gateway from `compose_file` when given, then hold new requests and let those in
     flight finish; `opened`: a hold whose control session is already open (`EarlyHold`)."""
     if compose_file is not None:
@@ -465,8 +465,8 @@ class DockerSwap:
         )
         file = Path(op.run_file) if op.run_file else None
         hold, drained = drain(ctx, op.target, file, self.gateway, opened, op.recreate)
-        if drained.seconds:
-            self._took("drain", drained.seconds)
+        if drained.duration_s:
+            self._took("drain", drained.duration_s)
         if drained.cut:
             self.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "
@@ -548,7 +548,7 @@ class DockerSwap:
         serving = self._named(
             op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
         )
-        standby.put_to_sleep(ctx.control(), serving, op.member.variant, ctx.stack)
+        standby.put_to_sleep(ctx.control(), op.member.variant, ctx.stack)
         standby.park(serving)
         self._took("sleep", time.monotonic() - began)
 
