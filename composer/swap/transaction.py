@@ -388,33 +388,24 @@ class DockerSwap:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
         its requests (`gateway_replace`); a switch counts the port's gap and the old one's requests."""
-        said = (
-            "the gateway needs a new container: replacing it"
-            if self.result
-            else f"replacing the gateway: {op.why}"
-        )
         from composer.swap.gateway_replace import replace_gateway
 
-        self.say(said)
+        self.say(f"replacing the gateway: {op.why}")
         began = time.monotonic()
         done = replace_gateway(self.stack, self.client, Path(op.run_file), self.gateway, self.say)
         took = time.monotonic() - began
-        if self.result is None:
-            self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
-            self.say(done.port_gap.line())
+        how = "beside the old one, which then" if done.handed_over else "after the old one stopped, which"
+        cut = f", {done.cut} cut" if done.cut else ""
+        note = (
+            f"the gateway was replaced by a new container with its new settings, started {how} "
+            f"finished {done.finished} request(s){cut}; {done.port_gap.line()}"
+        )
+        if self.result is None:  # a live change's result has no gateway figures: said instead
+            self.say(note)
             return
         self._took("drain", took)
         self._took("gateway_recreate", took)
-        how = (
-            "beside the old one, which then finished"
-            if done.handed_over
-            else "after the old one stopped, which finished"
-        )
-        cut_text = f", {done.cut} cut" if done.cut else ""
-        self.notes.append(
-            f"the gateway was replaced by a new container with its new settings, started {how} "
-            f"{done.finished} request(s){cut_text}; {done.port_gap.line()}"
-        )
+        self.notes.append(note)
         if done.cut:
             self.warnings.append(
                 f"{done.cut} request(s) were still running on the old gateway at its drain timeout "
