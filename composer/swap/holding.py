@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
@@ -28,7 +29,7 @@ from composer.engine.health import tls_context
 from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
 from composer.gateway import GatewayControl, Tether
-from composer.gateway.client import PROBE_HEADER, DrainReport
+from composer.gateway.client import PROBE_HEADER
 
 if TYPE_CHECKING:
     import docker
@@ -43,6 +44,17 @@ READY_TIMEOUT_S = 30.0
 
 
 WARMUP_PROMPT = "Write one sentence about the weather."
+
+
+@dataclass(frozen=True)
+class Drained:
+    """What draining the gateway did before the old variant stopped."""
+
+    drained: int
+    cut: int
+    seconds: float
+    continued: int = 0  # streams paused to go on on the next variant
+    refused: int = 0  # streams in flight it could not continue (they drained or were cut)
 
 
 class SwapHold:
@@ -85,7 +97,7 @@ class SwapHold:
             self._tethered = True
         self.control.state()
 
-    def begin(self, continue_streams: bool = False, gateway_leaving: bool = False) -> DrainReport:
+    def begin(self, continue_streams: bool = False, gateway_leaving: bool = False) -> Drained:
         """Hold new requests and wait for those in flight (cut at the drain timeout); eligible streams
         pause to go on on the next variant at once (`continue_streams`), else at the timeout unless
         `gateway_leaving` (this gateway is replaced next)."""
@@ -110,7 +122,7 @@ class SwapHold:
         self.hold_id = report.hold_id
         self._renewer = threading.Thread(target=self._renew, name="gateway-hold-renewer", daemon=True)
         self._renewer.start()
-        return report
+        return Drained(report.drained, report.cut, report.duration_s, report.continued, report.refused)
 
     def _renew(self) -> None:
         """Renew the lease a few times per lease until `end`; a failed renewal waits its turn."""

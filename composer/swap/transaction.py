@@ -42,7 +42,7 @@ from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
-from composer.swap.holding import SwapHold, start_hold, warm_up
+from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
 from composer.swap.plan import SwapPlan
 
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
-    from composer.gateway.client import DrainReport, GatewayControl
+    from composer.gateway.client import GatewayControl
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
@@ -138,7 +138,7 @@ def drain(
     gateway: GatewaySpec,
     opened: SwapHold | None = None,
     recreate: bool = True,
-) -> tuple[SwapHold, DrainReport]:
+) -> tuple[SwapHold, Drained]:
     """Start the gateway from `compose_file` when given, then hold new requests and let those in
     flight finish; `opened`: a hold whose control session is already open (`EarlyHold`)."""
     if compose_file is not None:
@@ -456,8 +456,8 @@ class DockerSwap:
         )
         file = Path(op.run_file) if op.run_file else None
         hold, drained = drain(ctx, op.target, file, self.gateway, opened, op.recreate)
-        if drained.duration_s:
-            self._took("drain", drained.duration_s)
+        if drained.seconds:
+            self._took("drain", drained.seconds)
         if drained.cut:
             self.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "
@@ -769,21 +769,21 @@ class DockerSwap:
 
     def remove(self, variant: str, snap: Snapshot) -> str:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
-        running = snap.live_running
-        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
-        mine = [m for m in mine if m.variant == variant]
+        members = [
+            Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in snap.live_running
+        ]
+        mine = [m for m in members if m.variant == variant]
         if not mine:
             return f"{variant} is not live; nothing stopped"
-        if len(mine) == len(running):
+        if len(mine) == len(members):
             from composer.errors import DownRefused
 
             raise DownRefused(
                 f"{variant} is all the live set serves: stopping it leaves nothing serving; "
                 "`compose-spec down` stops everything"
             )
-        before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        left = tuple(u for u in before if u not in [m.upstream() for m in mine])
-        todo: list[Op] = [ops.Publish(left, before)]
+        left = tuple(m.upstream() for m in members if m.variant != variant)
+        todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
         todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
         execute(todo, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"

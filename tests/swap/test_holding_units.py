@@ -41,7 +41,7 @@ def test_the_hold_is_renewed_until_it_ends_even_after_a_failed_renewal(monkeypat
     monkeypatch.setattr(holding, "RENEW_EVERY_S", 0.01)
     control = _Control()
     hold = holding.SwapHold(control, 5, lambda _: None)  # type: ignore[arg-type]
-    assert hold.begin() == DrainReport("h1", 2, 0, 0.1)
+    assert hold.begin() == holding.Drained(2, 0, 0.1)
     assert control.four.wait(5), control.renewed
     assert hold.end() is None
     count = len(control.renewed)
@@ -167,10 +167,10 @@ def test_a_hold_that_continues_streams_asks_the_drain_to_and_reports_them() -> N
             return DrainReport("h1", 1, 0, 0.1, 3 if continue_streams else 0)
 
     hold = holding.SwapHold(Continuing(), 5, lambda _: None, context=4096)  # type: ignore[arg-type]
-    assert hold.begin(True) == DrainReport("h1", 1, 0, 0.1, 3)
+    assert hold.begin(True) == holding.Drained(1, 0, 0.1, 3)
     hold.end()
     again = holding.SwapHold(Continuing(), 5, lambda _: None)  # type: ignore[arg-type]
-    assert again.begin() == DrainReport("h1", 1, 0, 0.1, 0)
+    assert again.begin() == holding.Drained(1, 0, 0.1, 0)
     again.end()
     assert asked == [True, False]
     assert contexts == [4096, None]  # the next variant's max_model_len: a longer stream drains

@@ -15,9 +15,9 @@ from composer.engine import gate
 from composer.engine.containers import RunningVariant, upstream_url
 from composer.engine.gate import GateTarget, watch_probation
 from composer.errors import GatewayControlError, HealthCheckFailed
-from composer.gateway.client import DrainReport
 from composer.stack.values import parse_probation
 from composer.swap import status, transaction
+from composer.swap.holding import Drained
 from composer.swap.journal import append_history
 from tests.conftest import answering, free_port
 
@@ -210,9 +210,7 @@ def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> Non
 
     calls: list[str] = []
     hold = SimpleNamespace(end=lambda *a, **k: None, control=_Control(calls))
-    monkeypatch.setattr(
-        transaction, "drain", lambda *a: calls.append("drain") or (hold, DrainReport("h", 0, 0, 0.0))
-    )
+    monkeypatch.setattr(transaction, "drain", lambda *a: calls.append("drain") or (hold, Drained(0, 0, 0.0)))
     current = replace(_running(0), name="p-vllm-baseline-1", variant="baseline", service="vllm-baseline")
     bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
     change = GatewayChange("its image changed")
