@@ -41,16 +41,6 @@ class Failure:
     truncated: bool = False
 
 
-def bounded(log: str, limit: int = MAX_BYTES) -> tuple[str, bool]:
-    """The end of a log within `limit` bytes, cut at a line start; and whether it was cut."""
-    data = log.encode()
-    if len(data) <= limit:
-        return log, False
-    cut = data[-limit:]
-    newline = cut.find(b"\n")
-    return cut[newline + 1 :].decode(errors="replace"), True
-
-
 def save_failure(
     project: str,
     variant: str,
@@ -62,14 +52,18 @@ def save_failure(
     """Keep a failed container's log (bounded, key masked); return where it went."""
     folder = project_dir(project, directory)
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    text, truncated = bounded(redact(log, api_key))
+    data = redact(log, api_key).encode()
+    truncated = len(data) > MAX_BYTES
+    if truncated:  # its end, from a line start
+        data = data[-MAX_BYTES:]
+        data = data[data.find(b"\n") + 1 :]
     record = {
         "variant": variant,
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "cause": redact(cause, api_key),
         "truncated": truncated,
     }
-    replace_file(folder / LOG_FILE, text.encode(), 0o600)
+    replace_file(folder / LOG_FILE, data, 0o600)
     replace_file(folder / RECORD_FILE, (json.dumps(record) + "\n").encode(), 0o600)
     return folder / LOG_FILE
 

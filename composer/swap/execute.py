@@ -75,24 +75,20 @@ def execute(
                     failed(ran[-1], err)
                 if rollback:
                     stage("undoing")
-                if explain is not None:
-                    raise explain(err, ran, undo(ran, handlers, say) if rollback else None) from err
-                raise _failed(err, ran, handlers, rollback, say) from err
+                undone = undo(ran, handlers, say) if rollback else None
+                raise (explain or _explain)(err, ran, undone) from err
     return ran
 
 
-def _failed(
-    err: BaseException, ran: list[Op], handlers: Handlers, rollback: bool, say: Callable[[str], None]
-) -> SwapFailed:
+def _explain(err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
     diagnosed = err if isinstance(err, DiagnosedError) else None
     message = f"{ran[-1].describe()} failed: {_reason(err)}" if ran else _reason(err)
     tail, hints = (diagnosed.log_tail, diagnosed.hints) if diagnosed else ("", ())
-    if not rollback:
+    if undone is None:
         return SwapFailed(
             f"{message}; rollback disabled (--no-rollback): what ran is left as it is", tail, hints
         )
-    failures = undo(ran, handlers, say)
-    if failures:
-        left = "; ".join(f"{op.describe()}: {why}" for op, why in failures)
+    if undone:
+        left = "; ".join(f"{op.describe()}: {why}" for op, why in undone)
         return SwapFailed(f"{message}; the undo failed too: {left}", tail, hints, rolled_back=False)
     return SwapFailed(f"{message}; undone: what served before serves again", tail, hints, rolled_back=True)

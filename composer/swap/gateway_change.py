@@ -33,12 +33,6 @@ if TYPE_CHECKING:
     from composer.swap.snapshot import Snapshot
 
 
-def wanted_settings(gateway: GatewaySpec) -> dict[str, str]:
-    """Every live setting as the stack renders it ("" where it sets none: the default)."""
-    env = {name: resolve(value) for name, value in gateway.environment}
-    return {name: env.get(name, "") for name in LIVE}
-
-
 def container_env(container: Container) -> dict[str, str]:
     """The environment the container was created with."""
     items = (container.attrs.get("Config") or {}).get("Env") or []
@@ -86,7 +80,8 @@ def decide(
     container = snap.gateway
     if container is None or not snap.gateway_running:
         return GatewayChange()
-    wanted = wanted_settings(gateway)
+    rendered = {name: resolve(value) for name, value in gateway.environment}
+    wanted = {name: rendered.get(name, "") for name in LIVE}  # "": not set, the default
     created = container_env(container)
     recreate = _container_differs(stack, compose_file, container, created, gateway)
     reported = in_effect(snap, control) if not recreate else None

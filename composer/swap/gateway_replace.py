@@ -116,7 +116,12 @@ def replace_gateway(
                 raise ComposerError("the gateway's container was not created: `docker ps -a`")
             _ready(new, configure)
             finished = cut = 0
-        published, gap = _published(new, stack, watch)
+        published = wait_published(new, stack, PORT_BACK_TIMEOUT)  # once it answers there
+        gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
+    if not published.answers:
+        raise ComposerError(
+            f"the new gateway does not answer through {published.url}: {published.detail} ({gap.line()})"
+        )
     return Replacement(new, published, gap, hand_over, finished, cut)
 
 
@@ -165,14 +170,3 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
             finished += max(0, busy - lost)
         old.remove(force=True)
     return finished, cut
-
-
-def _published(gateway: Container, stack: Stack, watch: PortWatch) -> tuple[PublishedPort, PortGap]:
-    """The new gateway's published port once it answers there, and what `watch` saw until then."""
-    published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
-    gap = watch.stop(wait_served=SERVED_WAIT_S if published.answers else 0.0)
-    if not published.answers:
-        raise ComposerError(
-            f"the new gateway does not answer through {published.url}: {published.detail} ({gap.line()})"
-        )
-    return published, gap

@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -202,50 +203,39 @@ class EarlyHold:
     held yet; `take` waits for it (None: no gateway ran), `drop` closes it when unused."""
 
     def __init__(self, open_hold: Callable[[], SwapHold | None]) -> None:
-        self._lock = threading.Lock()
-        self._done = threading.Event()
-        self._hold: SwapHold | None = None
-        self._error: BaseException | None = None
-        self._taken = False
-        self._settled = False  # taken or dropped: the thread must not close a hold in use
+        self._opened: Future[SwapHold | None] = Future()
+        self._settled = self._taken = False  # settled: taken or dropped
 
         def run() -> None:
-            hold, error = None, None
             try:
-                hold = open_hold()
+                self._opened.set_result(open_hold())
             except Exception as err:  # raised by `take`, where the drain would have raised it
-                error = err
-            with self._lock:
-                self._hold, self._error = hold, error
-                if self._settled and hold is not None and not self._taken:
-                    hold.close_tether()
-            self._done.set()
+                self._opened.set_exception(err)
 
         threading.Thread(target=run, name="gateway-session-open", daemon=True).start()
 
     def take(self) -> SwapHold | None:
         """The opened hold (waits for the thread; None: no gateway ran); the error of opening it raised."""
-        self._done.wait()
-        with self._lock:
-            self._settled = self._taken = True
-            if self._error is not None:
-                raise self._error
-            return self._hold
+        self._settled = self._taken = True
+        return self._opened.result()
 
     def control(self) -> GatewayControl | None:
         """The opened session's control channel, to read before the swap takes it (None: none opened)."""
-        self._done.wait()
-        with self._lock:
-            return self._hold.control if self._hold is not None and not self._settled else None
+        hold = None if self._opened.exception() else self._opened.result()
+        return hold.control if hold is not None and not self._settled else None
 
     def drop(self) -> None:
         """Close the session unless `take` handed it out (now or once the thread ends)."""
-        with self._lock:
-            if self._settled:
-                return
-            self._settled = True
-            if self._hold is not None:
-                self._hold.close_tether()
+        if self._settled:
+            return
+        self._settled = True
+
+        def close(opened: Future[SwapHold | None]) -> None:
+            hold = None if opened.exception() else opened.result()
+            if hold is not None and not self._taken:
+                hold.close_tether()
+
+        self._opened.add_done_callback(close)
 
 
 def open_early(

@@ -138,7 +138,6 @@ class SwapPlan:
     previous: RunningVariant | None
     ops: tuple[Op, ...] = ()
     notes: tuple[str, ...] = field(default=())
-    gateway_update: bool = False  # drain the gateway, replace its container (new settings), release
     gateway: GatewayChange = field(default_factory=GatewayChange)  # why recreated, or settings in place
     capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
     refused: str = ""  # why up changes nothing: another stack started what runs (no --takeover)
@@ -147,6 +146,10 @@ class SwapPlan:
     def steps(self) -> tuple[str, ...]:
         """The swap's steps in words (`stop`, `release`, `start`, `gate`, ...), from its operations."""
         return tuple(STEPS[type(op)] for op in self.ops if type(op) in STEPS)
+
+    @property
+    def gateway_update(self) -> bool:  # drain the gateway, replace its container (new settings), release
+        return bool(self.gateway.recreate)
 
     @property
     def stop_first(self) -> tuple[str, ...]:
@@ -437,7 +440,7 @@ def decide(
         todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
     if stop_first:
         todo.insert(0, ops.StopNamed(tuple(stop_first)))
-    plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), bool(gateway.recreate), gateway)
+    plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)
 
 

@@ -13,6 +13,7 @@ its wake also calls `/collective_rpc reload_weights`.
 from __future__ import annotations
 
 import threading
+from functools import partial
 from typing import TYPE_CHECKING
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from composer.engine.gate import GateTarget
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.client import BackendReply, GatewayControl
     from composer.stack.model import Stack
 
 ACCEPTANCE_WARMUP_REQUESTS = 2
@@ -74,37 +75,30 @@ def updates_done() -> None:
         _updates.pop(0).join()
 
 
-def put_to_sleep(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
-    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it."""
+def _answered(call: Callable[[], BackendReply], failed: str, path: str, error: type[ComposerError]) -> None:
+    """`call` through the control channel; `error(failed: why)` unless it answered 200."""
     try:
-        reply = control.sleep(stack.sleep_level)
+        reply = call()
     except GatewayControlError as err:
-        raise ComposerError(f"could not put {variant} to sleep: {err}") from err
+        raise error(f"{failed}: {err}") from err
     if reply.status != 200:
-        raise ComposerError(f"could not put {variant} to sleep: /sleep answered {reply.status}: {reply.body}")
+        raise error(f"{failed}: {path} answered {reply.status}: {str(reply.body)[:300]}")
+
+
+def put_to_sleep(control: GatewayControl, variant: str, stack: Stack) -> None:
+    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it."""
+    failed = f"could not put {variant} to sleep"
+    _answered(partial(control.sleep, stack.sleep_level), failed, "/sleep", ComposerError)
 
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
     """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
     control.route(upstream_url(container.name))
-    try:
-        reply = control.wake_up()
-    except GatewayControlError as err:
-        raise HealthCheckFailed(f"the wake of {variant} failed: {err}") from err
-    if reply.status != 200:
-        body = str(reply.body)[:300]
-        raise HealthCheckFailed(f"the wake of {variant} failed: /wake_up answered {reply.status}: {body}")
+    _answered(control.wake_up, f"the wake of {variant} failed", "/wake_up", HealthCheckFailed)
     if stack.sleep_level == 2:  # level 2 dropped the weights: read the checkpoint again
-        try:
-            reply = control.backend("POST", "/collective_rpc", body={"method": "reload_weights"})
-        except GatewayControlError as err:
-            raise HealthCheckFailed(f"reloading {variant}'s weights after its wake failed: {err}") from err
-        if reply.status != 200:
-            body = str(reply.body)[:300]
-            raise HealthCheckFailed(
-                f"reloading {variant}'s weights after its wake failed: /collective_rpc answered "
-                f"{reply.status}: {body}"
-            )
+        reload = partial(control.backend, "POST", "/collective_rpc", body={"method": "reload_weights"})
+        failed = f"reloading {variant}'s weights after its wake failed"
+        _answered(reload, failed, "/collective_rpc", HealthCheckFailed)
 
 
 def check_awake(control: GatewayControl, variant: str) -> None:

@@ -1,6 +1,5 @@
-"""Docker's executor: the dispatch tables `composer.swap.execute` runs a plan with, one for the
-single switch (`SingleSwap`) and one for a live set's change (`LiveSwapper`); both start a
-service (`start_service`), stop a container (`stop_container`), replace the gateway alike.
+"""Docker's executor: the dispatch table (`DockerSwap.handlers`) `composer.swap.execute` runs
+a plan with, one handler per operation type, a single switch's and a live change's alike.
 
 `Context` holds the collaborators (stack, Docker client, options, where to say things, the
 gateway's current hold). Each handler does one operation and writes what it did (seconds per
@@ -14,9 +13,10 @@ the warm-up and the wake checks beside it.
 
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -44,6 +44,7 @@ from composer.swap.execute import Handlers, Say, Undone, execute, quiet
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
+from composer.swap.plan import SwapPlan
 
 if TYPE_CHECKING:
     import docker
@@ -55,10 +56,8 @@ if TYPE_CHECKING:
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
     from composer.swap.entry import LiveResult
-    from composer.swap.gateway_replace import Replacement
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
-    from composer.swap.plan import SwapPlan
     from composer.swap.snapshot import Snapshot
     from composer.swap.swapper import UpOptions, UpResult
 
@@ -130,19 +129,6 @@ def stop_container(
             before(found)
         ctx.say(f"stopping {what} ({name})")
         found.stop_and_remove(ctx.stack.stop_grace_period)
-
-
-def renew_gateway(
-    ctx: Context, said: str, run_file: str, spec: GatewaySpec | None
-) -> tuple[Replacement, float]:
-    """Say `said`, then a new gateway container from `run_file` (the port stays open:
-    `gateway_replace`); what it did and how many seconds it took."""
-    from composer.swap import gateway_replace
-
-    ctx.say(said)
-    began = time.monotonic()
-    done = gateway_replace.replace_gateway(ctx.stack, ctx.client, Path(run_file), spec, ctx.say)
-    return done, time.monotonic() - began
 
 
 def drain(
@@ -238,16 +224,6 @@ def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why:
     return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
 
 
-def hold_lost(err: BaseException) -> bool:
-    """The gateway refused the swap's probe token: it restarted, and its hold is gone."""
-    return isinstance(err, HealthCheckFailed) and "refused the swap's probe token" in str(err)
-
-
-def reason(err: BaseException) -> str:
-    """An error as one line: our own messages as they are, others with their type."""
-    return str(err) if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
-
-
 def gate_target(ctx: Context, variant: str) -> GateTarget:
     stack = ctx.stack
     return GateTarget(variant, stack.port, stack.bind_address, stack.served_model_name, stack.api_key)
@@ -263,22 +239,11 @@ def engine_started(since: str, container: VariantContainer | None, ready_at: flo
     `wake`: at the wake call, `began`; `process`: when the container's process started."""
     if since == "wake":
         return began
-    if since == "process":
-        running = _running_for(container)
-        if running is not None:
-            return time.monotonic() - running
+    if since == "process" and container is not None:  # Docker's State.StartedAt
+        with contextlib.suppress(KeyError, TypeError, ValueError):
+            started = datetime.fromisoformat(str(container.container.attrs["State"]["StartedAt"]))
+            return time.monotonic() - max(0.0, (datetime.now(UTC) - started).total_seconds())
     return ready_at
-
-
-def _running_for(container: VariantContainer | None) -> float | None:
-    """Seconds since the container's process started (Docker's State.StartedAt), or None."""
-    try:
-        started = str(container.container.attrs["State"]["StartedAt"])  # type: ignore[union-attr]
-        head, _, frac = started.rstrip("Z").partition(".")
-        when = datetime.fromisoformat(f"{head}.{(frac + '000000')[:6]}").replace(tzinfo=UTC)
-    except (AttributeError, KeyError, TypeError, ValueError):
-        return None
-    return max(0.0, (datetime.now(UTC) - when).total_seconds())
 
 
 def through_restarts(
@@ -298,7 +263,7 @@ def through_restarts(
         stopped = gateway_stopped(ctx) if ctx.hold is not None else None
         if stopped is not None:
             held.append(revive(ctx, stopped))
-        elif ctx.hold is not None and hold_lost(err):
+        elif ctx.hold is not None and "refused the swap's probe token" in str(err):  # it restarted
             held.append(hold_again(ctx, target))
         else:
             raise
@@ -339,24 +304,33 @@ def beside_settle(
     return beside
 
 
-class SingleSwap:
-    """One switch's operations on one Docker engine (`handlers`: the dispatch table); `held` ends
+class DockerSwap:
+    """Docker's dispatch table (`handlers`): one handler per operation type, for a single switch's
+    plan (`plan`, written into `result`) and a live change's (`timings`, `drained`); `held` ends
     with the context of the gateway's current hold (a restarted gateway is held again)."""
 
     def __init__(
         self,
         ctx: Context,
-        plan: SwapPlan,
-        result: UpResult,
-        gateway: GatewaySpec | None,
-        compose_file: Path,
+        plan: SwapPlan | None = None,
+        result: UpResult | None = None,
+        gateway: GatewaySpec | None = None,
+        compose_file: Path | None = None,
         budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None = None,
         early: EarlyHold | None = None,
     ) -> None:
         self.held = [ctx]
-        self.plan, self.result, self.gateway, self.compose_file = plan, result, gateway, compose_file
+        self.stack, self.client, self.options, self.say = ctx.stack, ctx.client, ctx.options, ctx.say
+        self.plan = plan or SwapPlan("", "", None)  # a live change: no single switch's plan
+        self.result, self.gateway, self.compose_file = result, gateway, compose_file
+        self.timings = result.timings if result is not None else {}
+        self.notes = result.notes if result is not None else []
+        self.warnings = result.warnings if result is not None else []
         self.budget, self.early = budget, early
-        self.waiter: ReleaseWait | None = None
+        self._releases: list[ReleaseWait] = []  # taken before each stop, for AwaitRelease
+        self.probe: GpuProbe | None = None  # a live member's GPUs (None: the host's, NVML or nvidia-smi)
+        self.drained = DrainTally()  # a live change's drains
+        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
         # what passed the gate last: its container and boot log, and when it became ready
         self.container: VariantContainer | None = None
@@ -374,51 +348,66 @@ class SingleSwap:
         return {
             ops.UpdateGateway: self.update_gateway,
             ops.ApplySettings: self.apply_settings,
+            ops.StartGateway: self.start_gateway,
             ops.Hold: self.hold,
             ops.StopNamed: self.stop_named,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
+            ops.StopMember: self.stop_member,
             ops.AwaitRelease: self.await_release,
             ops.Start: self.start,
+            ops.StartMember: self.start_member,
             ops.Wake: self.wake,
             ops.Adopt: self.adopt,
+            ops.AdoptMember: self.adopt_member,
             ops.Route: self.route,
             ops.Gate: self.gate,
+            ops.GateMember: self.gate_member,
             ops.Settle: self.settle,
+            ops.Publish: self.publish,
+            ops.DrainMember: self.drain_member,
+            ops.DrainSingle: self.drain_single,
             ops.Release: self.release,
             ops.Probation: self.probation,
-            ops.Remove: self.remove,
+            ops.Remove: self.remove_container,
         }
 
     def _took(self, step: str, seconds: float) -> None:
         """Seconds of one step kind (they add up per kind)."""
-        self.result.timings[step] = self.result.timings.get(step, 0.0) + seconds
+        self.timings[step] = self.timings.get(step, 0.0) + seconds
 
     def _drained(self, *counts: int) -> None:
+        assert self.result is not None
         before = self.result.drained or dict.fromkeys(DRAINED, 0)
         self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
 
     # -- the gateway ----------------------------------------------------------------------
+    def start_gateway(self, op: ops.StartGateway) -> None:
+        start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
+
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
-        its requests (`gateway_replace`); the port's gap and the old one's requests are counted."""
-        assert self.gateway is not None
-        said = "the gateway needs a new container: replacing it"
-        done, took = renew_gateway(self.ctx, said, op.run_file, self.gateway)
+        its requests (`gateway_replace`); a switch counts the port's gap and the old one's requests."""
+        from composer.swap.gateway_replace import replace_gateway
+
+        self.say(f"replacing the gateway: {op.why}")
+        began = time.monotonic()
+        done = replace_gateway(self.stack, self.client, Path(op.run_file), self.gateway, self.say)
+        took = time.monotonic() - began
+        how = "beside the old one, which then" if done.handed_over else "after the old one stopped, which"
+        cut = f", {done.cut} cut" if done.cut else ""
+        note = (
+            f"the gateway was replaced by a new container with its new settings, started {how} "
+            f"finished {done.finished} request(s){cut}; {done.port_gap.line()}"
+        )
+        if self.result is None:  # a live change's result has no gateway figures: said instead
+            self.say(note)
+            return
         self._took("drain", took)
         self._took("gateway_recreate", took)
-        how = (
-            "beside the old one, which then finished"
-            if done.handed_over
-            else "after the old one stopped, which finished"
-        )
-        cut_text = f", {done.cut} cut" if done.cut else ""
-        self.result.notes.append(
-            f"the gateway was replaced by a new container with its new settings, started {how} "
-            f"{done.finished} request(s){cut_text}; {done.port_gap.line()}"
-        )
+        self.notes.append(note)
         if done.cut:
-            self.result.warnings.append(
+            self.warnings.append(
                 f"{done.cut} request(s) were still running on the old gateway at its drain timeout "
                 "and were cut: clients retry them"
             )
@@ -446,7 +435,7 @@ class SingleSwap:
         except GatewayControlError as err:
             raise SwapFailed(f"the gateway refused its new settings: {err}") from err
         self._took("gateway_settings", time.monotonic() - began)
-        self.result.notes.append(
+        self.notes.append(
             f"the gateway's settings were applied in place ({op.keys}): "
             "same container, no request held or refused"
         )
@@ -470,7 +459,7 @@ class SingleSwap:
         if drained.seconds:
             self._took("drain", drained.seconds)
         if drained.cut:
-            self.result.warnings.append(
+            self.warnings.append(
                 f"{drained.cut} request(s) still running after the drain timeout "
                 f"({ctx.stack.gateway.drain_timeout}s) were cut"
             )
@@ -489,7 +478,7 @@ class SingleSwap:
             except ComposerError as err:
                 ctx.say(f"the gateway was not told that {op.variant} serves: {err}")
         with interrupts_ignored():
-            self._release(op.variant, ok=True, detail=self.result.outcome)
+            self._release(op.variant, ok=True, detail=self.result.outcome if self.result else "")
             standby.updates_done()  # restart policies set off the hold: in place before `up` ends
             self.released = True
 
@@ -500,7 +489,7 @@ class SingleSwap:
         note = hold.end(serving, ok=ok, detail=detail) if hold is not None else None
         self._took("release", time.monotonic() - began)
         if note:
-            self.result.notes.append(note)
+            self.notes.append(note)
 
     def _url(self, member: Member) -> str:
         """Where the gateway reaches the member: its own name, or the shared service's."""
@@ -524,14 +513,17 @@ class SingleSwap:
     def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
         """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
         a warning of the result (not for a route)."""
-        route, warnings = self._route_to(member), self.result.warnings if warn else []
+        route, warnings = self._route_to(member), self.warnings if warn else []
         return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
-    def _named(self, member: Member, what: str) -> VariantContainer:
-        found = by_name(self.ctx, member.container)
+    def _named(
+        self, name: str, missing: str, error: type[ComposerError] = HealthCheckFailed
+    ) -> VariantContainer:
+        """The container `name`; `error(missing)` when there is none."""
+        found = by_name(self.ctx, name)
         if found is None:
-            raise HealthCheckFailed(f"{member.variant}'s {what} {member.container} is gone")
+            raise error(missing)
         return found
 
     def stop_named(self, op: ops.StopNamed) -> None:
@@ -544,25 +536,31 @@ class SingleSwap:
         ctx = self.ctx
         began = time.monotonic()
         ctx.say(f"putting {op.member.variant} to sleep (level {ctx.stack.sleep_level})")
-        serving = self._named(op.member, "container")
-        standby.put_to_sleep(ctx.control(), serving, op.member.variant, ctx.stack)
+        serving = self._named(
+            op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
+        )
+        standby.put_to_sleep(ctx.control(), op.member.variant, ctx.stack)
         standby.park(serving)
         self._took("sleep", time.monotonic() - began)
 
     def stop(self, op: ops.Stop) -> None:
         """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
-        self.waiter = ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous)
+        self._releases.append(ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous))
         for name in (op.member.container, *op.also):
             stop_container(self.ctx, op.member.variant, name)
         self._took("stop", time.monotonic() - began)
 
     def await_release(self, op: ops.AwaitRelease) -> None:
-        if self.waiter is not None:  # taken before the stop
-            took = self.waiter.wait(self.ctx.options.release_timeout, self.ctx.waiting)
-            self._took("release_wait", took.seconds)
-            if took.note:
-                self.result.notes.append(took.note)
+        """Wait for the GPUs read before each stop; a switch notes how it ended, a live change
+        says a timeout."""
+        while self._releases:
+            took = self._releases.pop(0).wait(self.options.release_timeout, self.ctx.waiting)
+            if self.result is not None:
+                self._took("release_wait", took.seconds)
+                self.notes += [took.note] if took.note else []
+            elif took.how == "timeout":
+                self.say(took.detail)
 
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
@@ -574,14 +572,18 @@ class SingleSwap:
         self.began = time.monotonic()
         ctx = self.ctx
         ctx.say(f"waking {op.member.variant}")
-        sleeper = self._named(op.member, "sleeping container")
+        sleeper = self._named(
+            op.member.container, f"{op.member.variant}'s sleeping container {op.member.container} is gone"
+        )
         standby.wake(ctx.control(), sleeper, op.member.variant, ctx.stack)
         standby.unpark(sleeper, ctx.stack.restart)
 
     def adopt(self, op: ops.Adopt) -> None:
         self.began = time.monotonic()
         ctx = self.ctx
-        awake = self._named(op.member, "container")
+        awake = self._named(
+            op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
+        )
         ctx.say(f"{op.member.variant} runs awake ({op.member.container}): routing to it")
         ctx.control().route(upstream_url(awake.name))
         standby.unpark(awake, ctx.stack.restart)
@@ -591,7 +593,7 @@ class SingleSwap:
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member), warn=False)
 
-    def remove(self, op: ops.Remove) -> None:
+    def remove_container(self, op: ops.Remove) -> None:
         stop_container(self.ctx, op.member.variant, op.member.container)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
@@ -638,36 +640,23 @@ class SingleSwap:
             began = time.monotonic()
             notes: list[str] = []
             timings: dict[str, float] = {}
-            failed: list[BaseException] = []
             beside = beside_settle(ctx, op, where, notes, timings)
-
-            def run() -> None:
-                try:
-                    beside()  # type: ignore[misc]
-                except Exception as err:  # reported after the settle watch, which fails first if it fails
-                    failed.append(err)
-
-            thread = threading.Thread(target=run, name="beside-settle", daemon=True) if beside else None
-            if thread is not None:
-                thread.start()
-            try:
+            with ThreadPoolExecutor(1, "beside-settle") as pool:  # joined before the watch's error
+                done = pool.submit(beside) if beside else None
                 watch_settled(
                     container, ctx.past_the_hold(where), left, ctx.options.poll_interval, watch_gateway(ctx)
                 )
-            finally:
-                if thread is not None:
-                    thread.join()
-            if failed:
-                raise failed[0]
+            if done is not None:
+                done.result()  # its error after the settle watch's, which fails first
             return time.monotonic() - began, notes, timings
 
         took, notes, timings = self._through(op.member, watch)
         self._took("settle", took)
-        self.result.notes += notes
+        self.notes += notes
         for name, seconds in timings.items():
             self._took(name, seconds)
         if op.woke and op.member.variant == self.plan.target:
-            self.result.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
+            self.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
 
     def probation(self, op: ops.Probation) -> None:
         """With clients served, watch what is left of the probation (counted as the settle
@@ -684,20 +673,141 @@ class SingleSwap:
         began = time.monotonic()
         where = gate_target(ctx, op.member.variant)
         watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
-        self.result.timings["probation"] = time.monotonic() - began
-        self.result.notes.append(
-            f"{op.member.variant} ran {seconds:.0f}s on probation without a crash or a restart"
+        self.timings["probation"] = time.monotonic() - began
+        self.notes.append(f"{op.member.variant} ran {seconds:.0f}s on probation without a crash or a restart")
+
+    # -- a live change's members ----------------------------------------------------------
+    def start_member(self, op: ops.StartMember) -> None:
+        member = op.member
+        start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
+
+    def adopt_member(self, op: ops.AdoptMember) -> None:
+        """The container joins as it runs: it must still be the running one the plan read."""
+        found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
+        if found.container.status != "running":
+            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
+
+    def _control(self) -> GatewayControl | None:
+        from composer.gateway.client import GatewayControl
+
+        gateway = gateway_container(self.stack, self.client)
+        return GatewayControl(gateway) if gateway is not None else None
+
+    def _address(self, container: VariantContainer) -> str:
+        """The container's address on the project's network (the gate reaches it directly)."""
+        container.container.reload()
+        networks = container.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+        for network in networks.values():
+            if network.get("IPAddress"):
+                return str(network["IPAddress"])
+        raise SwapFailed(f"{container.name} has no address on the project's network")
+
+    def gate_member(self, op: ops.GateMember) -> None:
+        """The swap's gate on the member's own address, a settle watch, and for a speculative
+        variant its acceptance over a short warm-up (`live_acceptance`)."""
+        began = time.monotonic()
+        container = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
+        target = GateTarget(
+            op.member.name,
+            CONTAINER_PORT,
+            self._address(container),
+            self.stack.served_model_name,
+            self.stack.api_key,
         )
+        wait_ready(
+            container, target, began + self.options.timeout, self.options.poll_interval, self.ctx.waiting
+        )
+        ready = time.monotonic() - began
+        self.timings[f"{op.member.name} start_to_ready"] = ready
+        self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
+        watch_settled(container, target, self.options.settle, self.options.poll_interval)
+        if op.member.speculative:
+            rate = live_acceptance(target, self.stack.acceptance_floor)
+            self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
+
+    def publish(self, op: ops.Publish) -> None:
+        if control := self._control():
+            set_upstreams(control, [dict(u) for u in op.upstreams])
+
+    def drain_member(self, op: ops.DrainMember) -> None:
+        if control := self._control():
+            self.drained.member(control, self.stack, op)
+
+    def drain_single(self, op: ops.DrainSingle) -> None:
+        if control := self._control():
+            self.drained.single(control, self.stack, self.ctx.waiting, op.container)
+
+    def stop_member(self, op: ops.StopMember) -> None:
+        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        gpus = op.member.gpus
+
+        def read_gpus(found: VariantContainer) -> None:
+            if self.stack.gpus is not None and gpus != "-":
+                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
+                pids = container_pids([found.container.id])
+                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
+
+        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
+
+    # -- the change -----------------------------------------------------------------------
+    def answers(self, names: str) -> None:
+        """A gateway this change started answers through the published port and reaches the
+        set before `up` returns: the first request after it is neither refused nor reset."""
+        from composer.engine.published_port import ANSWER_TIMEOUT, wait_published
+
+        gateway = gateway_container(self.stack, self.client)
+        published = wait_published(gateway, self.stack) if gateway is not None else None
+        if published is None or not published.answers:
+            detail = published.detail if published is not None else "its container is gone"
+            raise SwapFailed(f"the started gateway does not answer through the published port: {detail}")
+        control = self._control()
+        if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
+            self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
+
+    def remove(self, variant: str, snap: Snapshot) -> str:
+        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
+        members = [
+            Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in snap.live_running
+        ]
+        mine = [m for m in members if m.variant == variant]
+        if not mine:
+            return f"{variant} is not live; nothing stopped"
+        if len(mine) == len(members):
+            from composer.errors import DownRefused
+
+            raise DownRefused(
+                f"{variant} is all the live set serves: stopping it leaves nothing serving; "
+                "`compose-spec down` stops everything"
+            )
+        left = tuple(m.upstream() for m in members if m.variant != variant)
+        todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
+        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
+        execute(todo, self.handlers(), say=self.say)
+        said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
+        cut = self.drained.cut
+        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
 
     # -- a failure ------------------------------------------------------------------------
     def keep_evidence(self, op: Op, err: BaseException) -> None:
-        """Before the undo removes the failed variant: keep its log and show its tail."""
+        """Before the undo removes the failed variant (a live member that failed to start or
+        pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
+        if isinstance(op, ops.StartMember | ops.GateMember):
+            cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+            tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
+            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, op.member.container)
+            self.kept = bool(tail)
+            return
         if isinstance(err, KeyboardInterrupt):
             self.cause = "interrupted"
         else:
-            self.cause = str(err) if isinstance(err, ComposerError) else f"unexpected {reason(err)}"
-        if not self.plan.steps:  # only the gateway changed: no variant to keep a log of
+            self.cause = (
+                str(err) if isinstance(err, ComposerError) else f"unexpected {type(err).__name__}: {err}"
+            )
+        if not self.plan.steps:  # only the gateway changed (or a live change): no variant's log to keep
             return
         diagnosed = err if isinstance(err, DiagnosedError) else None
         tail = diagnosed.log_tail if diagnosed is not None else ""
@@ -720,7 +830,7 @@ class SingleSwap:
     def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
         if not self.plan.steps:
-            return SwapFailed(self.cause or reason(err))
+            return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         message = f"{self.plan.target} failed: {self.cause}"
         removal = [why for op, why in undone or () if isinstance(op, ops.Remove)]
         others = [why for op, why in undone or () if not isinstance(op, ops.Remove)]
@@ -767,7 +877,7 @@ class SingleSwap:
             }
 
 
-def run(swap: SingleSwap, record: SwapRecord) -> None:
+def run(swap: DockerSwap, record: SwapRecord) -> None:
     """Run the plan through the executor (see the module's docstring); the hold is released in any case."""
     ctx = swap.ctx
     failure: SwapFailed | None = None
@@ -883,170 +993,4 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
     return standby.check_acceptance(counters, target, floor)
 
 
-class LiveSwapper:
-    """A live set's change on one Docker engine (`handlers`: the dispatch table); each member
-    is gated on its own address, its drain and publication go through the gateway's control."""
-
-    def __init__(self, ctx: Context) -> None:
-        self.ctx, self.stack, self.client, self.options = ctx, ctx.stack, ctx.client, ctx.options
-        self.say, self.waiting = ctx.say, ctx.waiting
-        self.kept = False  # a failed member's evidence was kept (and its log tail shown)
-        self.timings: dict[str, float] = {}
-        self.drained = DrainTally()
-        self._releases: list[ReleaseWait] = []
-        self.probe: GpuProbe | None = None  # None: the host's (NVML or nvidia-smi)
-
-    def handlers(self) -> Handlers:
-        return {
-            ops.StartGateway: self.start_gateway,
-            ops.StartMember: self.start_member,
-            ops.AdoptMember: self.adopt,
-            ops.GateMember: self.gate,
-            ops.Publish: self.publish,
-            ops.DrainMember: self.drain,
-            ops.DrainSingle: self.drain_single,
-            ops.StopMember: self.stop_member,
-            ops.AwaitRelease: self.await_release,
-            ops.UpdateGateway: self.update_gateway,
-        }
-
-    def keep_evidence(self, op: Op, err: BaseException) -> None:
-        """Before the undo removes a member that failed to start or pass its gate: keep its log."""
-        if not isinstance(op, ops.StartMember | ops.GateMember):
-            return
-        cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
-        tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", self.stack.api_key)
-        evidence.keep(self.stack, self.client, op.member.variant, cause, tail, self.say, op.member.container)
-        self.kept = bool(tail)
-
-    # -- the operations -------------------------------------------------------------------
-    def start_gateway(self, op: ops.StartGateway) -> None:
-        start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
-
-    def start_member(self, op: ops.StartMember) -> None:
-        member = op.member
-        start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
-
-    def adopt(self, op: ops.AdoptMember) -> None:
-        """The container joins as it runs: it must still be the running one the plan read."""
-        if self._container(op.member.container).container.status != "running":
-            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
-
-    def _control(self) -> GatewayControl | None:
-        from composer.gateway.client import GatewayControl
-
-        gateway = gateway_container(self.stack, self.client)
-        return GatewayControl(gateway) if gateway is not None else None
-
-    def _container(self, name: str) -> VariantContainer:
-        found = by_name(self.ctx, name)
-        if found is None:
-            raise SwapFailed(f"{name} was not created")
-        return found
-
-    def _address(self, container: VariantContainer) -> str:
-        """The container's address on the project's network (the gate reaches it directly)."""
-        container.container.reload()
-        networks = container.container.attrs.get("NetworkSettings", {}).get("Networks") or {}
-        for network in networks.values():
-            if network.get("IPAddress"):
-                return str(network["IPAddress"])
-        raise SwapFailed(f"{container.name} has no address on the project's network")
-
-    def gate(self, op: ops.GateMember) -> None:
-        """The swap's gate on the member's own address, a settle watch, and for a speculative
-        variant its acceptance over a short warm-up (`live_acceptance`)."""
-        began = time.monotonic()
-        container = self._container(op.member.container)
-        target = GateTarget(
-            op.member.name,
-            CONTAINER_PORT,
-            self._address(container),
-            self.stack.served_model_name,
-            self.stack.api_key,
-        )
-        wait_ready(container, target, began + self.options.timeout, self.options.poll_interval, self.waiting)
-        ready = time.monotonic() - began
-        self.timings[f"{op.member.name} start_to_ready"] = ready
-        self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.options.settle, self.options.poll_interval)
-        if op.member.speculative:
-            rate = live_acceptance(target, self.stack.acceptance_floor)
-            self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
-
-    def publish(self, op: ops.Publish) -> None:
-        if control := self._control():
-            set_upstreams(control, [dict(u) for u in op.upstreams])
-
-    def drain(self, op: ops.DrainMember) -> None:
-        if control := self._control():
-            self.drained.member(control, self.stack, op)
-
-    def drain_single(self, op: ops.DrainSingle) -> None:
-        if control := self._control():
-            self.drained.single(control, self.stack, self.waiting, op.container)
-
-    def stop_member(self, op: ops.StopMember) -> None:
-        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
-        from composer.probes.cgroups import container_pids
-        from composer.probes.gpu import detect_probe
-
-        gpus = op.member.gpus
-
-        def read_gpus(found: VariantContainer) -> None:
-            if self.stack.gpus is not None and gpus != "-":
-                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
-                pids = container_pids([found.container.id])
-                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
-
-        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
-
-    def await_release(self, op: ops.AwaitRelease) -> None:
-        while self._releases:
-            out = self._releases.pop(0).wait(self.options.release_timeout, self.waiting)
-            if out.how == "timeout":
-                self.say(out.detail)
-
-    def update_gateway(self, op: ops.UpdateGateway) -> None:
-        """A new gateway container from `op.run_file` (the port stays open: `replace_gateway`)."""
-        done, _ = renew_gateway(self.ctx, f"replacing the gateway: {op.why}", op.run_file, None)
-        self.say(f"the gateway was replaced ({done.finished} request(s) finished on the old one)")
-        self.say(done.port_gap.line())
-
-    # -- the change -----------------------------------------------------------------------
-    def answers(self, names: str) -> None:
-        """A gateway this change started answers through the published port and reaches the
-        set before `up` returns: the first request after it is neither refused nor reset."""
-        from composer.engine.published_port import ANSWER_TIMEOUT, wait_published
-
-        gateway = gateway_container(self.stack, self.client)
-        published = wait_published(gateway, self.stack) if gateway is not None else None
-        if published is None or not published.answers:
-            detail = published.detail if published is not None else "its container is gone"
-            raise SwapFailed(f"the started gateway does not answer through the published port: {detail}")
-        control = self._control()
-        if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
-            self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
-
-    def remove(self, variant: str, snap: Snapshot) -> str:
-        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
-        running = snap.live_running
-        mine = [Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in running]
-        mine = [m for m in mine if m.variant == variant]
-        if not mine:
-            return f"{variant} is not live; nothing stopped"
-        if len(mine) == len(running):
-            from composer.errors import DownRefused
-
-            raise DownRefused(
-                f"{variant} is all the live set serves: stopping it leaves nothing serving; "
-                "`compose-spec down` stops everything"
-            )
-        before = tuple(Member(r.name, r.variant, r.container, r.service, "").upstream() for r in running)
-        left = tuple(u for u in before if u not in [m.upstream() for m in mine])
-        todo: list[Op] = [ops.Publish(left, before)]
-        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
-        execute(todo, self.handlers(), say=self.say)
-        said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
-        cut = self.drained.cut
-        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+SingleSwap = LiveSwapper = DockerSwap  # the names the switch, `up`'s entry and `down VARIANT` use

@@ -98,9 +98,7 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
     ) in plan.describe()
     assert plan.describe().startswith("plan: mtp keeps serving; only the gateway changes")
     change = GatewayChange("its image changed")
-    recreated = with_gateway(
-        SwapPlan("mtp", "h", None, gateway_update=True, gateway=change), change, bring, True
-    )
+    recreated = with_gateway(SwapPlan("mtp", "h", None, gateway=change), change, bring, True)
     assert [type(op) for op in recreated.ops] == [UpdateGateway, Hold, Release]
     assert recreated.ops[-1] == Release("mtp", tell=True)  # the new gateway learns what serves
     assert (

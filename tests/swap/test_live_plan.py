@@ -268,7 +268,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     from composer.probes.gpu import GpuInfo, GpuProcess
     from composer.swap.execute import execute
     from composer.swap.ops import AwaitRelease, Member, StartMember, StopMember
-    from composer.swap.transaction import LiveSwapper
+    from composer.swap.transaction import DockerSwap
 
     def gpu(index: int, pids: tuple[int, ...]) -> GpuInfo:
         used = (10 << 30) * len(pids)
@@ -302,7 +302,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stopped: list[str] = []
     monkeypatch.setattr(VariantContainer, "stop_and_remove", lambda self, grace: stopped.append(self.name))
     monkeypatch.setattr(cgroups, "container_pids", lambda ids: frozenset({4242}))
-    swapper = LiveSwapper(Context(stack, Client(), UpOptions()))  # type: ignore[arg-type]
+    swapper = DockerSwap(Context(stack, Client(), UpOptions()))  # type: ignore[arg-type]
     swapper.probe = Probe()
     leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")

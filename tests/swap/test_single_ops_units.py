@@ -30,7 +30,7 @@ from composer.swap.ops import (
 )
 from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
 from composer.swap.swapper import UpOptions, UpResult
-from composer.swap.transaction import Context, SingleSwap
+from composer.swap.transaction import Context, DockerSwap
 
 MTP = Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp-b2.yml", "0,1", speculative=True)
 BRING = Bring(MTP, gateway=True, gpus="0,1", settle=2.0, warmup=1, probation=30.0)
@@ -132,10 +132,10 @@ def test_a_failure_at_each_operation_runs_exactly_the_inverses_of_what_ran(at: i
     assert seen == [op.describe() for op in (*ran, *_undo(ran))]
 
 
-def _swap(plan, rollback: bool = True) -> SingleSwap:
+def _swap(plan, rollback: bool = True) -> DockerSwap:
     stack = SimpleNamespace(service="vllm", api_key="k")
     ctx = Context(stack, None, UpOptions(rollback=rollback))  # type: ignore[arg-type]
-    swap = SingleSwap(ctx, plan, UpResult("mtp", "swapped"), None, None)  # type: ignore[arg-type]
+    swap = DockerSwap(ctx, plan, UpResult("mtp", "swapped"), None, None)  # type: ignore[arg-type]
     swap.cause = "the container exited with code 1"
     return swap
 
@@ -185,3 +185,17 @@ def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
     text = _plan(_serving()).describe()
     assert "  4. start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
     assert "rollback: baseline: start baseline from /state/baseline-a1.yml" in text
+
+
+def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_change() -> None:
+    """Docker's executor has one handler per operation type, whichever plan holds it (only the
+    Kubernetes rollouts' operations have none)."""
+    import inspect
+
+    from composer.swap import ops
+
+    every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)}
+    kubernetes = {ops.Reapply, ops.RollBack, ops.Roll}
+    table = _swap(_plan(_serving())).handlers()
+    assert set(table) == every - {ops.Op, ops.BringIn} - kubernetes
+    assert {ops.StartMember, ops.GateMember, ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)

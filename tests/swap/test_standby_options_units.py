@@ -227,7 +227,7 @@ def test_level_2_sleeps_at_level_2_and_reloads_the_weights_on_wake() -> None:
     for level, reload in ((1, False), (2, True)):
         stack = _stack("variants.baseline.standby=sleep", f"stack.sleep_level={level}")
         control = FakeControl()
-        put_to_sleep(control, Named(), "baseline", stack)  # type: ignore[arg-type]
+        put_to_sleep(control, "baseline", stack)  # type: ignore[arg-type]
         wake(control, Named(), "baseline", stack)  # type: ignore[arg-type]
         assert control.calls[0] == ("sleep", level)
         assert control.calls[1:3] == [("route", "http://p-vllm-baseline-1:8000"), ("wake_up",)]
