@@ -1,17 +1,12 @@
-"""The one Kubernetes executor: the plans of typed operations (`composer.swap.ops`) of the
-one-variant switch and of a live set's change, run by `composer.swap.execute` with one kubectl
-dispatch table (`KubeRollout.handlers`) under the project's swap lock, after ONE read of what
-the cluster runs and the desired set decided from it (`composer.swap.desired`, as on Docker).
-
-`plan_kube_single`: UpdateGateway (when the gateway itself changes), Hold (through `kubectl
-exec`), Roll (apply -k, rollout status), GateMember (through the shared Service, past the
-hold), Release. `plan_kube_live`: the Docker live set's operations on members named
-`VARIANT/1`, a changed Deployment applied in place (Reapply). `up X` on a running live set
-is Docker's `plan_alone` on the one-variant Deployment, the gateway's Deployment rolled last
-(UpdateGateway). The undo of Roll and Reapply is
-RollBack (`kubectl rollout undo`, for Roll under the hold with the gate of the variant
-before); a hold is released even with `--no-rollback`. The failed member's pod log is read
-before the undo.
+"""The one Kubernetes executor: the plans (`composer.swap.ops`) of the one-variant switch
+(`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Roll,
+GateMember through the shared Service, Release), of a live set's change (`plan_kube_live`:
+Docker's live operations on members `VARIANT/1`, a changed Deployment applied in place) and of
+`up X` on a running live set (Docker's `plan_alone`, the gateway's Deployment rolled last), run
+by `composer.swap.execute` with one kubectl dispatch table under the swap lock, after ONE read
+of the cluster and the desired set decided from it (`composer.swap.desired`, as on Docker).
+The undo of Roll and Reapply is `kubectl rollout undo`; a hold is released even with
+`--no-rollback`; the failed member's pod log is read before the undo.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ from composer.kube.rollout import (
     gate,
     pod_labels,
     rollout_status,
-    serving,
     write_overlay,
 )
 from composer.render.files import RenderedFile, write_atomic
@@ -274,11 +268,6 @@ class KubeRollout:
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
-    def _roll_gateway(self, run_file: str) -> None:
-        """Apply the gateway's Deployment and wait for its rollout."""
-        self.kubectl.run(["apply", "--filename", run_file], timeout=120)
-        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
-
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         if not self.stack.gateway.enabled:
             return
@@ -286,7 +275,8 @@ class KubeRollout:
         self.say(
             f"{first or f'rolling the gateway ({op.why})'} (its new pod is ready before the old one stops)"
         )
-        self._roll_gateway(op.run_file)
+        self.kubectl.run(["apply", "--filename", op.run_file], timeout=120)
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
 
     def hold_gateway(self, op: ops.Hold) -> None:
         """Hold new requests at the gateway pod; let the ones in flight finish (counted)."""
@@ -412,11 +402,11 @@ class KubeRollout:
     def _changed(self) -> bool:
         """The one-variant Deployment no longer runs what it ran before the switch."""
         try:
-            now = serving(self.kubectl, self.stack)
+            doc = deployment(self.kubectl, self.stack.service)
         except KubectlFailed:
             return True  # the cluster cannot say: try the undo, which reports its own failure
-        before = self.before
-        return now is not None and (before is None or now.config_hash != before.config_hash)
+        now = pod_labels(doc).get(labels.CONFIG_HASH) if doc is not None else None
+        return doc is not None and (self.before is None or now != self.before.config_hash)
 
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
         """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
@@ -529,7 +519,7 @@ class KubeRollout:
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
         }
-        folders = self._folders(names, cluster)
+        folders = write_live(self.stack, names, list(cluster.live))
         if cluster.single and cluster.single in self.stack.variants:  # what an undo applies again
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         apply_secret(self.kubectl, self.stack)
@@ -549,12 +539,10 @@ class KubeRollout:
         return self._change(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
-        """`up X` where a live set runs (`plan_alone`, the Docker one): X's one-variant Deployment
-        is applied and gated, the gateway goes back to its single upstream, each live Deployment
-        is drained and deleted, and the gateway's Deployment is rolled last to the one-variant
-        one (its settings named the members)."""
+        """`up X` where a live set runs (Docker's `plan_alone`): X's one-variant Deployment
+        replaces every live one; the gateway's Deployment is rolled last."""
         stack = self.stack
-        folders = self._folders((), cluster)  # the leaving ones' kustomizations: an undo applies them
+        folders = write_live(stack, (), list(cluster.live))  # what an undo applies again
         overlay = write_overlay(stack, target)
         speculative = target.variant.speculative is not None
         alone = ops.Member(
@@ -575,10 +563,6 @@ class KubeRollout:
         )
         apply_secret(self.kubectl, stack)
         return self._change(plan, f"{target.name} serves alone (the live set left)")
-
-    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
-        """The set's kustomizations and the leaving variants' (what an undo applies again)."""
-        return dict(write_live(self.stack, names, list(cluster.live)))
 
     def _change(self, plan: LivePlan, outcome: str) -> LiveResult:
         """Run a live plan under its record; its result and history line."""

@@ -141,13 +141,6 @@ class Serving:
     config_hash: str | None
 
 
-def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
-    """What the one-variant Deployment runs now (None when there is none yet)."""
-    doc = deployment(kubectl, stack.service)
-    found = pod_labels(doc) if doc is not None else None
-    return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
-
-
 def write_overlay(stack: Stack, target: Target) -> Path:
     """Render the base and the variant's overlay with the stack's resolved values under the
     state folder (named by the config hash); return the overlay folder."""
