@@ -1,10 +1,6 @@
 """GPU checks: count against TP, compute capability against the attention backend, memory,
 and sleep standby (each variant serving with every other sleeper asleep, planned by
-`composer.capacity`, the same planner `up` runs before anything stops).
-
-Without GPU facts every GPU check reports "not available": `ok` with "no GPU: demo
-only" when the stack asks for no GPUs (GPU_DEVICES=none), else `warn` (the facts
-could not be read, so nothing is known).
+`composer.capacity`, as `up` plans it). Without GPU facts each says so (`not_available`).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ def is_wsl(release: str) -> bool:
 
 def check_wsl_pin_memory(variant: VariantFacts, release: str) -> Finding | None:
     """On WSL2, a V2-runner variant must set VLLM_WSL2_ENABLE_PIN_MEMORY=1; None when not relevant."""
-    method = variant.method
+    method = variant.speculative.method if variant.speculative is not None else None
     if method not in V2_RUNNER_METHODS:
         return None
     value = variant.environment.get(PIN_MEMORY_VAR)

@@ -1,10 +1,6 @@
-"""Overlay image check: a local overlay image whose labels no longer match its recipe is stale.
-
-The labels are the ones `compose-spec build` writes (composer.overlay.builder.image_labels):
-recipe hash, diff sha256s, base image id/digest and toolkit version. The diff files
-on disk are also compared with the recipe's sha256 pins. Two recipes writing the same
-tag fail the check: neither can be told to be the image's recipe.
-"""
+"""Overlay image check: a local overlay image whose labels (`overlay.builder.image_labels`)
+no longer match its recipe, or whose diff files differ from their pins, is stale; two recipes
+writing the same tag fail it."""
 
 from __future__ import annotations
 

@@ -56,11 +56,6 @@ class VariantFacts:
     dropped_args: tuple[tuple[str, str], ...] = ()  # inherited flags it runs without, and where from
     refused: str = ""  # why vLLM refuses it with a stack-wide setting (empty: it can start)
 
-    @property
-    def method(self) -> str | None:
-        """The speculative method (None: plain decode)."""
-        return self.speculative.method if self.speculative is not None else None
-
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
     """The API key is set, header-safe and hard to guess (an estimated entropy of at least
@@ -155,9 +150,8 @@ def port_is_free(host: str, port: int) -> bool:
 def _holders(
     stack: Stack, client: docker.DockerClient, known: Sequence[Any] | None = None
 ) -> tuple[list, list]:
-    """Running variant or gateway containers labelled with the stack's port: ours (this
-    project's), and other projects'. `known`: this project's containers as the caller
-    read them (the swap's snapshot); Docker is listed only when none of them holds the port."""
+    """Running variant or gateway containers labelled with the stack's port: ours, and other
+    projects'. Docker is listed only when none of `known` (the swap's snapshot) holds it."""
 
     def held(c: Any) -> bool:  # a variant or a gateway, labelled with the stack's port
         kind = labels.VARIANT in c.labels or labels.ROLE in c.labels

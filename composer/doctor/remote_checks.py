@@ -1,10 +1,6 @@
-"""Checks for what breaks when the engine is on another machine (a Docker context or
-DOCKER_HOST over ssh:// or tcp://).
-
-Bind mounts resolve on the engine's host, where a missing path would otherwise surface
-only when the container starts; ports are published there, so the address clients use
-is that host's, and a port bound to its loopback cannot be reached from here at all.
-On a local engine the plain checks of `preflight` apply and these defer to them.
+"""Checks for an engine on another machine (a Docker context or DOCKER_HOST over ssh:// or
+tcp://): bind mounts resolve on its host, and ports are published there (its loopback cannot
+be reached from here). On a local engine they defer to `preflight`'s plain checks.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""Offline overlay images: validate vendored diffs, build FROM a local base, verify, label.
-
-Steps of `build_overlay`: every input present (diff files, local base image) -> diffs
-parse and pass the path rules (every problem of every diff in one error) -> (optionally
-re-pin; a dry run only says what it would pin) -> sha256 pins match -> a no-op when the
-output image's labels already record the same inputs -> find the package in the base ->
-read the touched files from the base -> apply the diffs in memory (every failing hunk in
-one error; a dry run stops here) -> build `FROM base` + one COPY with networking disabled
--> verify offline: import every module the diffs add (proof that the diff is in), then
-the recipe's command (or the caller's) -> tag. A failed verification removes the new
+"""Offline overlay images. `build_overlay`: inputs present -> diffs valid (every problem in
+one error) -> (re-)pinned and matching their pins -> a no-op when the image's labels record
+the same inputs -> the touched files read from the base and patched in memory (a dry run
+stops here) -> built `FROM base` + one COPY without network -> verified offline (the added
+modules import, then the recipe's command) -> tagged. A failed verification removes the new
 image; the old tag stays.
 """
 
