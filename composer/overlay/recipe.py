@@ -233,16 +233,13 @@ def _diff_tables(lines: list[str], header: str, for_base: int | None) -> list[tu
 
 
 def _set_sha(lines: list[str], start: int, end: int, digest: str) -> None:
-    for i in range(start + 1, end):
-        key = lines[i].split("=", 1)[0].strip()
-        if key == "sha256":
-            lines[i] = f'sha256 = "{digest}"\n'
-            return
-    for i in range(start + 1, end):
-        if lines[i].split("=", 1)[0].strip() == "file":
-            lines.insert(i + 1, f'sha256 = "{digest}"\n')
-            return
-    raise ImageBuildError("a diff table has no `file` key; edit sha256 by hand")
+    keys = [line.split("=", 1)[0].strip() for line in lines[start + 1 : end]]
+    if "sha256" in keys:
+        lines[start + 1 + keys.index("sha256")] = f'sha256 = "{digest}"\n'
+    elif "file" in keys:
+        lines.insert(start + 2 + keys.index("file"), f'sha256 = "{digest}"\n')
+    else:
+        raise ImageBuildError("a diff table has no `file` key; edit sha256 by hand")
 
 
 def _diff(raw: object, path: Path) -> DiffPin:
