@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tenacity import (
@@ -94,53 +95,10 @@ def watch(
     return _giving_last(interval, _stop_at(clock() + seconds, clock), sleep)
 
 
-def readiness(deadline: float, interval: float) -> Retrying:
-    """A started variant's readiness: probed every `interval` s until `deadline` (monotonic)."""
-    return until(deadline, interval)
-
-
-def removal(timeout: float) -> Retrying:
-    """A container Docker is removing: looked up every 0.1 s for `timeout` s."""
-    return within(timeout, 0.1)
-
-
-def gpu_release(
-    timeout: float, *, clock: Clock, sleep: Sleep, on_wait: Callable[[BaseException], None]
-) -> Retrying:
-    """A stopped container's GPU memory, probed for `timeout` s."""
-    return within(timeout, GPU_RELEASE_INTERVAL_S, clock=clock, sleep=sleep, on_wait=on_wait)
-
-
-def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A starting gateway's control channel: every 0.2 s while it fails with `errors`, for `timeout` s."""
-    return within(timeout, 0.2, retry_on=errors)
-
-
-def following(interval: float) -> Retrying:
-    """Forever, every `interval` s, while the step raises `Pending` (a log follower): the
-    caller ends it by returning or raising."""
-    return until(None, interval)
-
-
-def follower_attach(timeout: float) -> Retrying:
-    """Whether a follower started by `up --with follow` reported: every 0.5 s for `timeout` s."""
-    return within(timeout, 0.5)
-
-
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
     """Every `interval` s until `stopped` is set (the sleep ends early when it is): the step
     raises `Pending` after each renewal; one of `errors` is tried again at the next turn."""
     return _giving_last(interval, lambda _state: stopped.is_set(), stopped.wait, (Pending, *errors))
-
-
-def service_readiness(deadline: float) -> Retrying:
-    """A rolled-out variant through the Kubernetes Service, until `deadline` (monotonic)."""
-    return until(deadline, SERVICE_READINESS_INTERVAL_S)
-
-
-def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A gateway pod's control channel through `kubectl exec`, while it fails with `errors`."""
-    return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
 def _giving_last(
@@ -162,39 +120,32 @@ def _giving_last(
     )
 
 
-def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A serving variant behind a gateway that just started: probed every 0.2 s for `seconds`
-    (once when 0); gives the last `Pending`'s result."""
-    return _giving_last(0.2, _stop_at(clock() + seconds, clock), sleep)
-
-
-def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """The requests in flight on the one container a live set replaces: every 0.5 s for
-    `timeout` s; gives the last `Pending`'s result (what still ran)."""
-    return _giving_last(0.5, _stop_at(clock() + timeout, clock), sleep)
-
-
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
     """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
     listen yet); gives the last `Pending`'s result."""
     return _giving_last(0.2, stop_after_attempt(3), sleep)
 
 
-def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A recreated gateway's control channel, while it fails with `errors`, for `timeout` s."""
-    return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
+def _answering(interval: float) -> Callable[[float, tuple[type[BaseException], ...]], Retrying]:
+    """A control channel's policy: asked every `interval` s while it fails with one of
+    `errors`, for `timeout` s; then the last error is raised again."""
+    return lambda timeout, errors: within(timeout, interval, retry_on=errors)
 
 
-def port_watch(interval: float, stopped: threading.Event) -> Retrying:
-    """The published port while the gateway's container is replaced, until `stopped` is set."""
-    return renewal(interval, stopped, ())
+control_ready = _answering(0.2)  # a starting gateway's control channel
+kube_control_ready = _answering(KUBE_CONTROL_INTERVAL_S)  # a gateway pod's, through `kubectl exec`
+port_back = _answering(PORT_BACK_INTERVAL_S)  # a recreated gateway's
 
-
-def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A recreated gateway's published port, for `timeout` s; gives the last `Pending`'s result."""
-    return _giving_last(PORT_BACK_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
-
-
-def reopen() -> Retrying:
-    """At once and without limit, while the step raises `Pending` (a file replaced meanwhile)."""
-    return until(None, 0)
+# The policies that only fix `until`'s, `within`'s, `watch`'s or `renewal`'s interval (each
+# gives what that one gives: the last error raised again, or the last `Pending`'s result).
+readiness = until  # a started variant, every `interval` s until `deadline` (monotonic)
+removal = partial(within, interval=0.1)  # a container Docker is removing, for `timeout` s
+gpu_release = partial(within, interval=GPU_RELEASE_INTERVAL_S)  # a stopped container's GPU memory
+following = partial(until, None)  # forever (a log follower: the caller returns or raises)
+follower_attach = partial(within, interval=0.5)  # whether `up --with follow`'s follower reported
+service_readiness = partial(until, interval=SERVICE_READINESS_INTERVAL_S)  # through the Kubernetes Service
+settle_ready = partial(watch, interval=0.2)  # a variant behind a gateway that just started (once at 0 s)
+single_drain = partial(watch, interval=0.5)  # what still runs on the one container a live set replaces
+port_answers = partial(watch, interval=PORT_BACK_INTERVAL_S)  # a recreated gateway's published port
+port_watch = partial(renewal, errors=())  # the published port while the gateway is replaced, until `stopped`
+reopen = partial(until, None, 0)  # at once and without limit (a file replaced meanwhile)
