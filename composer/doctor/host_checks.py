@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import platform
 import stat
 from pathlib import Path
 
 from composer.doctor.preflight import Finding, VariantFacts
 from composer.render.spec import PIN_MEMORY_VAR
 from composer.stack.values import V2_RUNNER_METHODS
-
-
-def kernel_release() -> str:
-    """This host's kernel release string (`uname -r`)."""
-    return platform.release()
 
 
 def is_wsl(release: str) -> bool:

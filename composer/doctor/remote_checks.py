@@ -61,10 +61,8 @@ def port_check(
     endpoint: Endpoint | None,
     known: Sequence[Any] | None = None,
 ) -> Finding:
-    """The port check of the engine's host: containers there publishing it (remote engine),
-    or the local bind test (local engine); first, a running gateway probed end to end.
-    `known`: the project's containers as the swap's snapshot read them (its gateway among
-    them), so Docker is listed again only for another project's holder."""
+    """A running gateway probed end to end, then the containers publishing the port on a
+    remote engine's host, or the local bind test; `known`: see `preflight.check_port`."""
     gateway = UNKNOWN
     if known is not None:
         gateway = next((c for c in known if c.labels.get(labels.ROLE) == labels.ROLE_GATEWAY), None)

@@ -25,6 +25,7 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -107,7 +108,7 @@ def default_host(env_file: str | Path | None) -> Host:
 
     return Host(
         env_file=Path(env_file) if env_file else None,
-        kernel_release=hck.kernel_release(),
+        kernel_release=platform.release(),
         probe=detect_probe(),
         client_factory=lambda: docker_client(timeout=30),
         compose_version=compose_version,
@@ -246,7 +247,7 @@ def fast_checks(
     """The instant subset for `compose-spec up` (no GPU probing, images checked for presence
     only); the caller refuses to swap when any failed. `known`: the project's containers as
     the swap's snapshot read them (the port check reads them instead of listing Docker's)."""
-    release = hck.kernel_release() if kernel_release is None else kernel_release
+    release = platform.release() if kernel_release is None else kernel_release
     endpoint = current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),

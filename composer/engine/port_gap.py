@@ -170,6 +170,4 @@ class PortWatch:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
-        if self._thread.is_alive():
-            self._stopped.set()
-            self._thread.join()
+        self.stop()

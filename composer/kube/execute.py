@@ -271,10 +271,9 @@ class KubeRollout:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         if not self.stack.gateway.enabled:
             return
-        first = "the gateway itself changes: rolling it first" if op.why == CHANGED else ""
-        self.say(
-            f"{first or f'rolling the gateway ({op.why})'} (its new pod is ready before the old one stops)"
-        )
+        what = f"rolling the gateway ({op.why})"
+        what = "the gateway itself changes: rolling it first" if op.why == CHANGED else what
+        self.say(f"{what} (its new pod is ready before the old one stops)")
         self.kubectl.run(["apply", "--filename", op.run_file], timeout=120)
         rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
 
@@ -599,10 +598,8 @@ def up_kubernetes(
     progress: Say,
     waiting: Say,
 ) -> KubeUpResult | LiveResult:
-    """`up --target kubernetes`, its one entry: under the swap lock, ONE read of what the
-    cluster runs, the desired set decided from it (`composer.swap.desired`, as on Docker), and
-    the one plan that gets there: the one-variant switch (also a set of one where no live set
-    runs), X's one-variant Deployment replacing a live set, or a live set's change. SwapFailed
+    """`up --target kubernetes` (see the module docstring): the one-variant switch (also a set
+    of one where no live set runs), X replacing a live set, or a live set's change. SwapFailed
     (caused by KeyboardInterrupt when interrupted); ConfigError for a bad request."""
     check_request(requested, stack)  # unknown names, overlapping GPU sets: before kubectl is asked
     if not stack.api_key:  # a configuration error never waits for another swap's lock
