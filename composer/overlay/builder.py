@@ -74,7 +74,9 @@ def build_overlay(
     extra = dict(extra_labels or {})
     helper = {label_names.BUILD: recipe.name, **extra}
     recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
-    checks = Verification(modules_to_import(recipe, diffs), verify or recipe.verify)
+    skipped = recipe.skip_imports  # the added modules that need not import
+    modules = tuple(m for m in added_modules(diffs) if not any(fnmatch.fnmatchcase(m, g) for g in skipped))
+    checks = Verification(modules, verify or recipe.verify)
     labels = image_labels(recipe, base, diffs)
     current = dock.local_image(client, recipe.tag)
     same = current is not None and all((current.labels or {}).get(k) == v for k, v in labels.items())
@@ -174,12 +176,6 @@ class Verification:
             else ""
         )
         return f"{imports}run {readable(self.command)}"
-
-
-def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...]:
-    """The modules the diffs add, less the recipe's `verify.skip_imports` globs."""
-    found = added_modules(diffs)
-    return tuple(m for m in found if not any(fnmatch.fnmatchcase(m, g) for g in recipe.skip_imports))
 
 
 def prepare(
