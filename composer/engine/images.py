@@ -56,7 +56,13 @@ def image_facts(
     if not version and probe and role == "vllm":  # `vllm --version` in a throwaway container
         try:
             out = client.containers.run(
-                ref, ["--version"], entrypoint=["vllm"], network_mode="none", remove=True, stderr=False
+                ref,
+                ["--version"],
+                entrypoint=["vllm"],
+                network_mode="none",
+                remove=True,
+                stdout=True,
+                stderr=False,
             )
             version = (out.decode(errors="replace").strip().splitlines() or [""])[-1].strip()
         except Exception:  # no vllm in the image, or it failed: the version stays unknown
