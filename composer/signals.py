@@ -40,13 +40,9 @@ def handled(handler: Callable[[int, object], None] | int) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def interrupts() -> AbstractContextManager[None]:
     """While a command runs, every stop signal raises KeyboardInterrupt."""
-    return handled(_raise_interrupt)
+    return handled(signal.default_int_handler)
 
 
 def interrupt_once(signum: int, frame: object) -> None:

@@ -393,19 +393,15 @@ class KubeRollout:
         """Read the failed member's pod log before the undo (after a Roll whose apply did not
         finish, only when it changed the Deployment)."""
         self.failed_at = op
-        if isinstance(op, ops.Roll) and not self.applied:
-            self.unchanged = not self._changed()
+        if isinstance(op, ops.Roll) and not self.applied:  # does the Deployment run what it ran?
+            try:
+                doc = deployment(self.kubectl, self.stack.service)
+                now = pod_labels(doc).get(labels.CONFIG_HASH) if doc is not None else None
+                self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
+            except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
+                self.unchanged = False
         if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
-
-    def _changed(self) -> bool:
-        """The one-variant Deployment no longer runs what it ran before the switch."""
-        try:
-            doc = deployment(self.kubectl, self.stack.service)
-        except KubectlFailed:
-            return True  # the cluster cannot say: try the undo, which reports its own failure
-        now = pod_labels(doc).get(labels.CONFIG_HASH) if doc is not None else None
-        return doc is not None and (self.before is None or now != self.before.config_hash)
 
     def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
         """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
