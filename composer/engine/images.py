@@ -1,8 +1,5 @@
-"""What the engine knows about the images a stack would run: present or not, id, version.
-
-A vLLM version is read from the image's labels (`org.opencontainers.image.version`, or
-`vllm-composer.vllm-version` where our builds record it); with `probe=True`, from
-`vllm --version` run offline in a throwaway container of the image when no label says.
+"""What the engine knows about the images a stack would run: present or not, id, version
+(from the image's labels, else, with `probe=True`, `vllm --version` run offline in it).
 """
 
 from __future__ import annotations
