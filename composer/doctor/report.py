@@ -26,7 +26,7 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -262,20 +262,17 @@ def fast_checks(
     return [*tag(found, None), *tag(per_variant, target.name)]
 
 
-def _grouped(checks: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
+def _grouped(checks: Iterable[Finding]) -> Iterator[tuple[Finding, list[str]]]:
     """Checks with the same status, detail and fix as one entry (first-seen order), with
     the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
     groups: dict[tuple[str, str, str], list[Finding]] = {}
     for check in checks:
         groups.setdefault((check.status, check.detail, check.fix), []).append(check)
-    result = []
     for members in groups.values():
         by_name: dict[str, list[str]] = {}
         for check in members:
             by_name.setdefault(check.name, []).extend([check.variant] if check.variant else [])
-        names = [f"{n} [{', '.join(v)}]" if v else n for n, v in by_name.items()]
-        result.append((members[0], names))
-    return result
+        yield members[0], [f"{n} [{', '.join(v)}]" if v else n for n, v in by_name.items()]
 
 
 def format_report(report: Report) -> str:

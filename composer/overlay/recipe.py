@@ -100,8 +100,7 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
         if not names:
             raise UsageError(
                 f"no image recipes in {recipes_dir}/ (a recipe is {recipes_dir}/NAME/{RECIPE_FILE}): "
-                "run build "
-                "from the folder that holds them, e.g. the project's checkout"
+                "run build from the folder that holds them, e.g. the project's checkout"
             )
         hint = did_you_mean(name, names)
         raise UsageError(
