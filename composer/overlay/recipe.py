@@ -172,9 +172,7 @@ def _output_tag(path: Path, images: Mapping[str, str]) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         return None
-    if value.startswith(IMAGE_REF_PREFIX):
-        return images.get(value[len(IMAGE_REF_PREFIX) :])
-    return value
+    return images.get(value.removeprefix(IMAGE_REF_PREFIX)) if value.startswith(IMAGE_REF_PREFIX) else value
 
 
 def pin_recipe(recipe: Recipe, digests: Mapping[str, str]) -> list[str]:
