@@ -232,7 +232,6 @@ class KubeRollout:
 
     control: GatewayControl | None = None
     hold: SwapHold | None = None
-    variants: tuple[str, ...] = ()
 
     def __init__(self, stack: Stack, kubectl: Kubectl, options: UpOptions, progress: Say, waiting: Say):
         self.stack = stack
@@ -403,16 +402,6 @@ class KubeRollout:
         if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
 
-    def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
-        """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
-        Deployment the cluster has now."""
-        if gateway is not None or not self.stack.gateway.enabled:
-            return gateway
-        self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
-        self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
-        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
-        return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
-
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
         try:
@@ -509,7 +498,6 @@ class KubeRollout:
     def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
         """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
         live_members(self.stack, names)  # the set's GPU sets: refused before any change
-        self.variants = tuple(names)
         wanted = {
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
@@ -519,8 +507,12 @@ class KubeRollout:
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         apply_secret(self.kubectl, self.stack)
         gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
-        gateway = self._bootstrap(folders, gateway)
         rendered = dict(live_shared_docs(self.stack, list(names))).get("gateway-deployment.yaml")
+        if gateway is None and self.stack.gateway.enabled:  # without one, the stack-wide objects first
+            self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
+            self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
+            rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
+            gateway = rendered
         recorded = (
             gateway is not None and rendered is not None and _gateway_env(gateway) == _gateway_env(rendered)
         )
