@@ -53,9 +53,7 @@ def probe_port(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> str:
         return RESET  # accepted, then closed without a word
     parts = head.split(b" ", 2)
     status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    if status == 503:
-        return UNAVAILABLE
-    return OK if 200 <= status < 500 else OTHER
+    return UNAVAILABLE if status == 503 else OK if 200 <= status < 500 else OTHER
 
 
 @dataclass(frozen=True)
