@@ -137,7 +137,14 @@ def _base_files(
 ) -> tuple[str, dict[str, str | None]]:
     """The package folder in the base, and the text of every file the diffs touch there."""
     progress(f"locating package {recipe.package} in {recipe.base} (offline)")
-    package_dir = locate_package(client, base_id, recipe, helper)
+    code, output = dock.run_offline(client, base_id, recipe.locate, helper)  # the recipe's locate command
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if code != 0 or not lines or not lines[-1].startswith("/"):
+        said = lines[-1] if lines else "no output"
+        raise ImageBuildError(
+            f"cannot locate package {recipe.package} in {recipe.base} (exit {code}): {said}"
+        )
+    package_dir = lines[-1]
     paths = sorted({c.path for d in diffs for c in d.changes})
     progress(f"reading {len(paths)} file(s) from {package_dir}")
     parent = posixpath.dirname(package_dir.rstrip("/"))
@@ -233,18 +240,6 @@ def validate_diffs(recipe: Recipe) -> list[ParsedDiff]:
     if problems:
         raise problems_error(problems, f"in the diffs of recipe {recipe.name}")
     return diffs
-
-
-def locate_package(client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str]) -> str:
-    """The package folder inside the image, from the recipe's locate command."""
-    code, output = dock.run_offline(client, image_id, recipe.locate, labels)
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if code != 0 or not lines or not lines[-1].startswith("/"):
-        tail = lines[-1] if lines else "no output"
-        raise ImageBuildError(
-            f"cannot locate package {recipe.package} in {recipe.base} (exit {code}): {tail}"
-        )
-    return lines[-1]
 
 
 def verify_image(
