@@ -79,16 +79,14 @@ class SwapFailed(DiagnosedError):
         self.rolled_back = rolled_back
 
 
-class LockBusy(ComposerError):
-    """Another swap holds the lock and the caller chose not to wait."""
-
-    kind = "lock"
-
-
 class LockError(ComposerError):
-    """The swap lock's directory or file is unsafe to use (a link, not ours, writable by others)."""
+    """The swap lock is held by another swap and the caller chose not to wait (`LockBusy`), or
+    its directory or file is unsafe to use (a link, not ours, writable by others)."""
 
     kind = "lock"
+
+
+LockBusy = LockError
 
 
 class ImageBuildError(ComposerError):

@@ -21,18 +21,15 @@ _waits_cancelled = threading.Event()
 _undo = threading.local()
 
 
-def _handled_now() -> tuple[int, ...]:
-    hangup = getattr(signal, "SIGHUP", None)
-    return tuple(s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN)
-
-
 @contextmanager
 def handled(handler: Callable[[int, object], None] | int) -> Iterator[None]:
     """Handle the stop signals with `handler` inside the block (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {sig: signal.signal(sig, handler) for sig in _handled_now()}
+    hangup = getattr(signal, "SIGHUP", None)  # one ignored (`nohup`) stays ignored
+    kept = [s for s in STOP_SIGNALS if s != hangup or signal.getsignal(s) is not signal.SIG_IGN]
+    previous = {sig: signal.signal(sig, handler) for sig in kept}
     try:
         yield
     finally:
@@ -40,13 +37,9 @@ def handled(handler: Callable[[int, object], None] | int) -> Iterator[None]:
             signal.signal(sig, old)
 
 
-def _raise_interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
-
-
 def interrupts() -> AbstractContextManager[None]:
     """While a command runs, every stop signal raises KeyboardInterrupt."""
-    return handled(_raise_interrupt)
+    return handled(signal.default_int_handler)
 
 
 def interrupt_once(signum: int, frame: object) -> None:

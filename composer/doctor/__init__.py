@@ -1,13 +1,10 @@
 """`doctor`: the known pitfalls as one registry of checks, each ok / warn / fail with a fix.
 
 Owns: the registry and report (`report`; `report.fast_checks` is the swap's preflight), the
-checks doctor and the preflight share, with a variant's facts as its checks read them
-(`preflight`), and the checks grouped by what they read: the Docker engine
-(`engine_checks`), GPUs and sleep standby, on `composer.capacity` (`gpu_checks`), vLLM's
-CPU build (`cpu_checks`), the host (`host_checks`), checkpoints (`model_checks`, with adaptive
-speculation's costs), overlay images (`overlay_checks`), a remote engine's host
-(`remote_checks`) and the gateway's switching (`switch_checks`). Reads only (the remote
-mount check creates a container it never starts, then removes it).
+checks doctor and the preflight share (`preflight`), and the checks grouped by what they
+read (`*_checks`: the engine, GPUs, vLLM's CPU build, the host, checkpoints, overlay images,
+a remote engine's host, the gateway's switching). Reads only (the remote mount check
+creates a container it never starts, then removes it).
 May import: `composer.stack`, `composer.render`, `composer.probes`, `composer.capacity`, `composer.overlay`,
 `composer.engine` (reading what runs), `composer.errors`, `composer.labels`.
 Public: `run_doctor`, `fast_checks`, `Report`, `Host`, `default_host`, `format_report`, `Finding`,

@@ -1,12 +1,8 @@
 """CPU checks: which speculative methods vLLM's CPU build cannot run (the vllm-cpu image).
 
-A variant runs the CPU build when `VLLM_TARGET_DEVICE=cpu` reaches vLLM: set in the
-variant's environment, or by its image, or, with no GPUs (GPU_DEVICES=none), by one of the
-stack's images. Without any of these nothing is said: GPU_DEVICES=none alone is also the
-simulator's demo, which runs every method. The CPU build of vLLM 0.32 has no Triton, so it
-runs the V1 model runner, which refuses DFlash2 drafts and `dspark`; `mtp` ran with a MiMo
-checkpoint, and Qwen3.5 needs torchvision, which the image leaves out
-(images/vllm-cpu/README.md).
+A variant runs it when `VLLM_TARGET_DEVICE=cpu` reaches vLLM (`cpu_build`); GPU_DEVICES=none
+alone says nothing (the simulator's demo runs every method). vLLM 0.32's CPU build has no
+Triton, so its V1 model runner refuses DFlash2 drafts and `dspark` (images/vllm-cpu/README.md).
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """GPU checks: count against TP, compute capability against the attention backend, memory,
 and sleep standby (each variant serving with every other sleeper asleep, planned by
-`composer.capacity`, the same planner `up` runs before anything stops).
-
-Without GPU facts every GPU check reports "not available": `ok` with "no GPU: demo
-only" when the stack asks for no GPUs (GPU_DEVICES=none), else `warn` (the facts
-could not be read, so nothing is known).
+`composer.capacity`, as `up` plans it). Without GPU facts each says so (`not_available`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 from composer.capacity import model as capacity
 from composer.capacity.figures import gib
@@ -70,11 +67,11 @@ def not_available(name: str, facts: GpuFacts) -> Finding:
 
 def check_gpu_count(stack: Stack, facts: GpuFacts) -> Finding:
     """Enough GPUs for tensor parallelism, and every listed device exists."""
+    found = partial(Finding, "gpu-count")
     tp = stack.tensor_parallel_size
     listed = stack.gpus if stack.gpus not in (None, ("all",)) else None
     if listed is not None and len(listed) < tp:
-        return Finding(
-            "gpu-count",
+        return found(
             "fail",
             f"GPU_DEVICES lists {len(listed)} GPU(s) but tensor_parallel_size is {tp}",
             f"list {tp} devices in GPU_DEVICES or lower TENSOR_PARALLEL_SIZE",
@@ -84,29 +81,26 @@ def check_gpu_count(stack: Stack, facts: GpuFacts) -> Finding:
     if listed is not None and len(facts.gpus) < len(listed):
         seen = {str(g.index) for g in facts.gpus} | {g.uuid for g in facts.gpus}
         missing = [d for d in listed if d not in seen]
-        return Finding(
-            "gpu-count",
+        return found(
             "fail",
             f"GPU_DEVICES names {', '.join(missing)} but the host has GPUs "
             + ", ".join(str(g.index) for g in facts.all_gpus),
             "set GPU_DEVICES to existing device indices",
         )
     if len(facts.gpus) < tp:
-        return Finding(
-            "gpu-count",
+        return found(
             "fail",
             f"{len(facts.gpus)} GPU(s) visible, tensor_parallel_size is {tp}",
             f"lower TENSOR_PARALLEL_SIZE to {len(facts.gpus)} or add GPUs",
         )
     summary = _describe(facts.gpus)
     if listed is not None and len(listed) > tp:
-        return Finding(
-            "gpu-count",
+        return found(
             "warn",
             f"{len(listed)} GPUs given to the container, TP uses {tp}: {summary}",
             f"list only {tp} devices in GPU_DEVICES so the others stay free",
         )
-    return Finding("gpu-count", "ok", f"{len(facts.gpus)} GPU(s) for TP={tp}: {summary}")
+    return found("ok", f"{len(facts.gpus)} GPU(s) for TP={tp}: {summary}")
 
 
 def check_attention_backend(stack: Stack, variant: VariantFacts) -> Finding | None:
@@ -135,6 +129,7 @@ def check_attention_backend(stack: Stack, variant: VariantFacts) -> Finding | No
 
 def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFacts) -> Finding:
     """FA3 (VLLM_FLASH_ATTN_VERSION=3) needs Hopper (SM 9.x); FLASH_ATTN needs SM 8.0+."""
+    found = partial(Finding, "compute-capability")
     if facts.unavailable:
         return not_available("compute-capability", facts)
     env = variant.environment
@@ -145,8 +140,7 @@ def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFact
     if env.get(FA_VERSION_VAR) == "3":
         not_hopper = [g for g in facts.gpus if g.compute_capability[0] != 9]
         if not_hopper:
-            return Finding(
-                "compute-capability",
+            return found(
                 "fail",
                 f"{FA_VERSION_VAR}=3 forces FA3, which is Hopper-only (SM 9.x); "
                 f"GPU {not_hopper[0].index} is {not_hopper[0].name} {not_hopper[0].sm}",
@@ -155,15 +149,13 @@ def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFact
     if "FLASH_ATTN" in backends:
         old = [g for g in facts.gpus if g.compute_capability < (8, 0)]
         if old:
-            return Finding(
-                "compute-capability",
+            return found(
                 "fail",
                 f"flash_attn needs SM 8.0 or newer; GPU {old[0].index} is {old[0].name} {old[0].sm}",
                 "set attention_backend to triton_attn (flex_attention for DFlash drafters)",
             )
     if len({g.compute_capability for g in facts.gpus}) > 1:
-        return Finding(
-            "compute-capability",
+        return found(
             "warn",
             f"mixed compute capabilities under one TP group: {summary}",
             "use identical GPUs in GPU_DEVICES",
@@ -171,13 +163,14 @@ def check_compute_capability(stack: Stack, variant: VariantFacts, facts: GpuFact
     hopper = facts.gpus[0].compute_capability[0] == 9
     fa = " (FA3)" if hopper else " (FA2)" if "FLASH_ATTN" in backends else ""
     using = ", ".join(sorted(b.lower() for b in backends)) + fa
-    return Finding("compute-capability", "ok", f"{summary}: {using}")
+    return found("ok", f"{summary}: {using}")
 
 
 def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding:
     """Free memory per GPU covers the weights share (target + drafter) and the KV budget. A
     weight share that cannot be read warns that it cannot tell (it still fails when the known
     parts alone do not fit)."""
+    found = partial(Finding, "gpu-memory")
     if facts.unavailable:
         return not_available("gpu-memory", facts)
     weights = variant_weights(stack, variant)
@@ -198,28 +191,25 @@ def check_gpu_memory(stack: Stack, variant: Variant, facts: GpuFacts) -> Finding
     detail = f"needs {breakdown} = {total} per GPU; GPU {gpu.index} has {gib(gpu.free_bytes)} free"
     detail += f" of {gib(gpu.total_bytes)}"
     if status == "fail":
-        return Finding(
-            "gpu-memory",
+        return found(
             "fail",
             detail + "".join(f"; {n}" for n in unknown),
             f"lower KV_CACHE_MEMORY for {variant.name} or raise TENSOR_PARALLEL_SIZE",
         )
     if status == "ok" and unknown:
-        return Finding(
-            "gpu-memory",
+        return found(
             "warn",
             "cannot tell whether it fits: " + "; ".join(unknown) + f"; {detail}",
             "put the checkpoint (*.safetensors) in MODEL_DIR (and the drafter in DRAFT_DIR) "
             "so doctor can read the weight sizes",
         )
     if status == "ok":
-        return Finding("gpu-memory", "ok", detail)
+        return found("ok", detail)
     holders = ", ".join(
         f"{p.name} (pid {p.pid}" + (f", {gib(p.used_bytes)})" if p.used_bytes is not None else ")")
         for p in gpu.processes
     )
-    return Finding(
-        "gpu-memory",
+    return found(
         "warn",
         detail
         + "".join(f"; {n}" for n in unknown)

@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import platform
 import stat
 from pathlib import Path
 
 from composer.doctor.preflight import Finding, VariantFacts
 from composer.render.spec import PIN_MEMORY_VAR
 from composer.stack.values import V2_RUNNER_METHODS
-
-
-def kernel_release() -> str:
-    """This host's kernel release string (`uname -r`)."""
-    return platform.release()
 
 
 def is_wsl(release: str) -> bool:
@@ -23,7 +17,7 @@ def is_wsl(release: str) -> bool:
 
 def check_wsl_pin_memory(variant: VariantFacts, release: str) -> Finding | None:
     """On WSL2, a V2-runner variant must set VLLM_WSL2_ENABLE_PIN_MEMORY=1; None when not relevant."""
-    method = variant.method
+    method = variant.speculative.method if variant.speculative is not None else None
     if method not in V2_RUNNER_METHODS:
         return None
     value = variant.environment.get(PIN_MEMORY_VAR)

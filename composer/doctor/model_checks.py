@@ -126,18 +126,14 @@ def check_draft_k(stack: Stack, variant: VariantFacts) -> Finding | None:
             "dflash_config has no block_size: K cannot be checked against the trained block",
             "read the draft's model card for its block size",
         )
-    if k > block - 1:
-        return Finding(
-            "draft-k",
-            "fail",
-            f"K={k} exceeds the draft's trained block: block_size {block} allows K up to {block - 1}",
-            f"set num_speculative_tokens = {block - 1} (NUM_SPECULATIVE_TOKENS={block - 1})",
-        )
     if k != block - 1:
+        over = k > block - 1
         return Finding(
             "draft-k",
-            "warn",
-            f"K={k} but the draft was trained with block_size {block} (best start: K = block_size - 1)",
+            "fail" if over else "warn",
+            f"K={k} exceeds the draft's trained block: block_size {block} allows K up to {block - 1}"
+            if over
+            else f"K={k} but the draft was trained with block_size {block} (best start: K = block_size - 1)",
             f"set num_speculative_tokens = {block - 1} (NUM_SPECULATIVE_TOKENS={block - 1})",
         )
     return Finding("draft-k", "ok", f"K={k} = block_size {block} - 1")

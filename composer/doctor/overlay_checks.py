@@ -1,10 +1,6 @@
-"""Overlay image check: a local overlay image whose labels no longer match its recipe is stale.
-
-The labels are the ones `compose-spec build` writes (composer.overlay.builder.image_labels):
-recipe hash, diff sha256s, base image id/digest and toolkit version. The diff files
-on disk are also compared with the recipe's sha256 pins. Two recipes writing the same
-tag fail the check: neither can be told to be the image's recipe.
-"""
+"""Overlay image check: a local overlay image whose labels (`overlay.builder.image_labels`)
+no longer match its recipe, or whose diff files differ from their pins, is stale; two recipes
+writing the same tag fail it."""
 
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from composer.stack.model import Stack, Variant
 if TYPE_CHECKING:
     import docker
 
-    from composer.overlay.recipe import DiffPin, Recipe
+    from composer.overlay.recipe import Recipe
 
 _current = functools.partial(Finding, "image-current")
 
@@ -49,6 +45,7 @@ def check_overlay_current(
 ) -> Finding | None:
     """ok when the overlay image records its recipe's current inputs; None for non-overlay images."""
     from composer.overlay.builder import image_labels
+    from composer.overlay.diff import sha256_hex
     from composer.overlay.recipe import recipes_writing
     from composer.overlay.steps import local_image
 
@@ -74,7 +71,11 @@ def check_overlay_current(
             f"{image} has no overlay labels for recipe {recipe.name}: not built by `compose-spec build`",
             rebuild,
         )
-    changed = [f"{d.file.name} differs from its sha256 pin" for d in recipe.diffs if _drifted(d)]
+    changed = [  # a pinned diff file that no longer matches its pin
+        f"{d.file.name} differs from its sha256 pin"
+        for d in recipe.diffs
+        if d.sha256 and d.file.is_file() and sha256_hex(d.file.read_bytes()) != d.sha256
+    ]
     if changed:
         return _current(
             "warn",
@@ -117,10 +118,3 @@ def _contained_in_base(client: docker.DockerClient, recipe: Recipe, image: str) 
         f"{image} is not built, and its base {recipe.base} already contains recipe {recipe.name}'s change",
         f"compose-spec build {recipe.name} --use-base",
     )
-
-
-def _drifted(pin: DiffPin) -> bool:
-    """True when a pinned diff file exists and its content no longer matches the pin."""
-    from composer.overlay.diff import sha256_hex
-
-    return bool(pin.sha256) and pin.file.is_file() and sha256_hex(pin.file.read_bytes()) != pin.sha256

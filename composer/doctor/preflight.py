@@ -7,6 +7,7 @@ import errno
 import ipaddress
 import socket
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,11 +56,6 @@ class VariantFacts:
     speculative: Speculative | None  # its speculative decoding settings (None: plain decode)
     dropped_args: tuple[tuple[str, str], ...] = ()  # inherited flags it runs without, and where from
     refused: str = ""  # why vLLM refuses it with a stack-wide setting (empty: it can start)
-
-    @property
-    def method(self) -> str | None:
-        """The speculative method (None: plain decode)."""
-        return self.speculative.method if self.speculative is not None else None
 
 
 def check_api_key(stack: Stack, allow_weak: bool = False) -> Finding:
@@ -155,9 +151,8 @@ def port_is_free(host: str, port: int) -> bool:
 def _holders(
     stack: Stack, client: docker.DockerClient, known: Sequence[Any] | None = None
 ) -> tuple[list, list]:
-    """Running variant or gateway containers labelled with the stack's port: ours (this
-    project's), and other projects'. `known`: this project's containers as the caller
-    read them (the swap's snapshot); Docker is listed only when none of them holds the port."""
+    """Running variant or gateway containers labelled with the stack's port: ours, and other
+    projects'. Docker is listed only when none of `known` (the swap's snapshot) holds it."""
 
     def held(c: Any) -> bool:  # a variant or a gateway, labelled with the stack's port
         kind = labels.VARIANT in c.labels or labels.ROLE in c.labels
@@ -189,35 +184,33 @@ def check_port(
 ) -> Finding:
     """The port is free, or held by this project's own container (another project's would make
     our start fail); `known`: see `_holders`."""
+    found = partial(Finding, "port")
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
     try:
         free = port_is_free(host, stack.port)
     except AddressNotHere as err:
-        return Finding(
-            "port",
+        return found(
             "fail",
             f"cannot bind {host}:{stack.port}: {err.strerror} (bind_address is not an address of this host)",
             "set stack.bind_address (VLLM_BIND_ADDRESS) to an address of this host, e.g. 127.0.0.1",
         )
     if free:
-        return Finding("port", "ok", f"{host}:{stack.port} is free")
+        return found("ok", f"{host}:{stack.port} is free")
     if client is not None:
         ours, others = _holders(stack, client, known)
         if ours:
             holder = ours[0].labels.get(labels.VARIANT) or ours[0].labels.get(labels.ROLE, "?")
-            return Finding("port", "ok", f"port {stack.port} is held by our {holder} container")
+            return found("ok", f"port {stack.port} is held by our {holder} container")
         if others:
             other = min(others, key=lambda c: not _publishes(c, stack.port))  # the gateway, usually
             project = other.labels.get(labels.COMPOSE_PROJECT, "none")
-            return Finding(
-                "port",
+            return found(
                 "fail",
                 f"port {stack.port} on {host} is published by container {other.name} of compose project "
                 f"{project!r}, not by this stack's project {stack.project!r}",
                 f"stop that project (compose-spec -p {project} down) or choose another port (VLLM_PORT)",
             )
-    return Finding(
-        "port",
+    return found(
         "fail",
         f"port {stack.port} on {host} is in use by a process that is not ours",
         "stop that process or choose another port (VLLM_PORT)",

@@ -1,10 +1,6 @@
-"""Checks for what breaks when the engine is on another machine (a Docker context or
-DOCKER_HOST over ssh:// or tcp://).
-
-Bind mounts resolve on the engine's host, where a missing path would otherwise surface
-only when the container starts; ports are published there, so the address clients use
-is that host's, and a port bound to its loopback cannot be reached from here at all.
-On a local engine the plain checks of `preflight` apply and these defer to them.
+"""Checks for an engine on another machine (a Docker context or DOCKER_HOST over ssh:// or
+tcp://): bind mounts resolve on its host, and ports are published there (its loopback cannot
+be reached from here). On a local engine they defer to `preflight`'s plain checks.
 """
 
 from __future__ import annotations
@@ -65,10 +61,8 @@ def port_check(
     endpoint: Endpoint | None,
     known: Sequence[Any] | None = None,
 ) -> Finding:
-    """The port check of the engine's host: containers there publishing it (remote engine),
-    or the local bind test (local engine); first, a running gateway probed end to end.
-    `known`: the project's containers as the swap's snapshot read them (its gateway among
-    them), so Docker is listed again only for another project's holder."""
+    """A running gateway probed end to end, then the containers publishing the port on a
+    remote engine's host, or the local bind test; `known`: see `preflight.check_port`."""
     gateway = UNKNOWN
     if known is not None:
         gateway = next((c for c in known if c.labels.get(labels.ROLE) == labels.ROLE_GATEWAY), None)

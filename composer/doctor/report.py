@@ -25,7 +25,8 @@ for no GPUs (GPU_DEVICES=none), else `warn` "GPU facts not available".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import platform
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -107,7 +108,7 @@ def default_host(env_file: str | Path | None) -> Host:
 
     return Host(
         env_file=Path(env_file) if env_file else None,
-        kernel_release=hck.kernel_release(),
+        kernel_release=platform.release(),
         probe=detect_probe(),
         client_factory=lambda: docker_client(timeout=30),
         compose_version=compose_version,
@@ -246,7 +247,7 @@ def fast_checks(
     """The instant subset for `compose-spec up` (no GPU probing, images checked for presence
     only); the caller refuses to swap when any failed. `known`: the project's containers as
     the swap's snapshot read them (the port check reads them instead of listing Docker's)."""
-    release = hck.kernel_release() if kernel_release is None else kernel_release
+    release = platform.release() if kernel_release is None else kernel_release
     endpoint = current_endpoint()
     found: list[Finding | None] = [
         check_api_key(stack, allow_weak=allow_weak_key),
@@ -261,20 +262,17 @@ def fast_checks(
     return [*tag(found, None), *tag(per_variant, target.name)]
 
 
-def _grouped(checks: Iterable[Finding]) -> list[tuple[Finding, list[str]]]:
+def _grouped(checks: Iterable[Finding]) -> Iterator[tuple[Finding, list[str]]]:
     """Checks with the same status, detail and fix as one entry (first-seen order), with
     the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
     groups: dict[tuple[str, str, str], list[Finding]] = {}
     for check in checks:
         groups.setdefault((check.status, check.detail, check.fix), []).append(check)
-    result = []
     for members in groups.values():
         by_name: dict[str, list[str]] = {}
         for check in members:
             by_name.setdefault(check.name, []).extend([check.variant] if check.variant else [])
-        names = [f"{n} [{', '.join(v)}]" if v else n for n, v in by_name.items()]
-        result.append((members[0], names))
-    return result
+        yield members[0], [f"{n} [{', '.join(v)}]" if v else n for n, v in by_name.items()]
 
 
 def format_report(report: Report) -> str:

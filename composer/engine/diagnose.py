@@ -15,9 +15,6 @@ class Signature:
     explanation: str
     fix: str
 
-    def matches(self, log: str) -> bool:
-        return re.search(self.pattern, log) is not None
-
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -190,7 +187,7 @@ SIGNATURES: tuple[Signature, ...] = (
 
 def explain(log: str) -> list[Signature]:
     """Every known signature found in a log, in table order."""
-    return [s for s in SIGNATURES if s.matches(log)]
+    return [s for s in SIGNATURES if re.search(s.pattern, log)]
 
 
 def hints(log: str) -> tuple[str, ...]:

@@ -32,8 +32,7 @@ class GateTarget:
     bind_address: str
     served_name: str
     api_key: str | None
-    # Extra headers on every probe: the gateway's probe token passes a swap's hold.
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()  # on every probe: the probe token passes a hold
 
     @property
     def url(self) -> str:
@@ -111,12 +110,9 @@ def wait_ready(
             raise _failure(str(timed_out), container.log()) from None
 
 
-PROBATION_FAILURES = 3
-"""Probes in a row that must fail before a variant on probation counts as unhealthy."""
-PROBATION_INTERVAL = 0.5
-"""Seconds between two looks at a variant on probation (Docker's state, then `/health`)."""
-PROBATION_PROBE_TIMEOUT = 2.0
-"""Seconds one `/health` probe of a variant on probation may take (a held one counts as failed)."""
+PROBATION_FAILURES = 3  # failed `/health` probes in a row that end a variant's probation
+PROBATION_INTERVAL = 0.5  # seconds between two looks at a variant on probation
+PROBATION_PROBE_TIMEOUT = 2.0  # seconds one probe may take (a held one counts as failed)
 
 
 def watch(

@@ -1,8 +1,5 @@
-"""What the engine knows about the images a stack would run: present or not, id, version.
-
-A vLLM version is read from the image's labels (`org.opencontainers.image.version`, or
-`vllm-composer.vllm-version` where our builds record it); with `probe=True`, from
-`vllm --version` run offline in a throwaway container of the image when no label says.
+"""What the engine knows about the images a stack would run: present or not, id, version
+(from the image's labels, else, with `probe=True`, `vllm --version` run offline in it).
 """
 
 from __future__ import annotations
@@ -33,24 +30,6 @@ class ImageFacts:
         return {**asdict(self), "used_by": list(self.used_by)}
 
 
-def _probe_version(client: docker.DockerClient, ref: str) -> str:
-    """`vllm --version` in a throwaway container (no network); empty when it fails."""
-    try:
-        out = client.containers.run(
-            ref,
-            ["--version"],
-            entrypoint=["vllm"],
-            network_mode="none",
-            remove=True,
-            stdout=True,
-            stderr=False,
-        )
-    except Exception:  # no vllm in the image, or it failed: the version stays unknown
-        return ""
-    lines = out.decode(errors="replace").strip().splitlines()
-    return lines[-1].strip() if lines else ""
-
-
 def image_facts(
     client: docker.DockerClient | None,
     role: str,
@@ -71,8 +50,20 @@ def image_facts(
         return ImageFacts(role, ref, None, used_by=used_by)
     labels = image.labels or {}
     version = next((labels[k] for k in VERSION_LABELS if labels.get(k)), "")
-    if not version and probe and role == "vllm":
-        version = _probe_version(client, ref)
+    if not version and probe and role == "vllm":  # `vllm --version` in a throwaway container
+        try:
+            out = client.containers.run(
+                ref,
+                ["--version"],
+                entrypoint=["vllm"],
+                network_mode="none",
+                remove=True,
+                stdout=True,
+                stderr=False,
+            )
+            version = (out.decode(errors="replace").strip().splitlines() or [""])[-1].strip()
+        except Exception:  # no vllm in the image, or it failed: the version stays unknown
+            pass
     return ImageFacts(role, ref, True, image.short_id.removeprefix("sha256:"), version, used_by)
 
 

@@ -1,15 +1,9 @@
-"""The published port watched while the gateway's container is replaced: how long it did not
-serve, measured.
-
-Docker publishes a host port to one container at a time, so a new gateway container can
-take the port only once the old one has stopped: between the two, connections are refused
-(nothing listens) or reset (a listener that closes). `PortWatch` probes the port in a thread,
-every `retry.PORT_GAP_INTERVAL_S`, with a fresh TCP connection and the smallest HTTP request
-to the gateway's own `GET /gateway/health` (no key, answered by the gateway itself, never
-held), and counts what failed: refused, reset (or closed before a status line), answered
-503 (or any other 5xx), silent past `PROBE_TIMEOUT_S`. `PortGap` is the count and the time
-the port did not serve: for each run of failed probes, from the first one's start to the
-start of the next probe that was answered (or the end of the watch when none was).
+"""How long the published port did not serve while the gateway's container was replaced
+(Docker publishes a port to one container at a time: between the two, connections are
+refused or reset). `PortWatch` probes it in a thread, each time a fresh connection with
+`GET /gateway/health` (no key, never held), and counts the failures by kind. `PortGap`: for
+each run of failed probes, from the first one's start to the start of the next answered
+one (or the end of the watch).
 """
 
 from __future__ import annotations
@@ -25,12 +19,9 @@ from composer.engine import retry
 from composer.engine.published_port import HEALTH_PATH
 from composer.engine.retry import Pending
 
-CONNECT_TIMEOUT_S = 0.25
-"""Seconds one probe waits to connect (a refusal comes at once; a silence is not served)."""
-PROBE_TIMEOUT_S = 1.0
-"""Seconds one probe then waits for the status line."""
-SERVED_WAIT_S = 2.0
-"""Seconds `stop` waits for the watch's own probe to find a port that answers again."""
+CONNECT_TIMEOUT_S = 0.25  # seconds one probe waits to connect (a refusal comes at once)
+PROBE_TIMEOUT_S = 1.0  # seconds it then waits for the status line
+SERVED_WAIT_S = 2.0  # seconds `stop` waits for a probe of its own to be answered again
 OK, REFUSED, RESET, UNAVAILABLE, SILENT, OTHER = "ok", "refused", "reset", "503", "silent", "other"
 FAILURES = (REFUSED, RESET, UNAVAILABLE, SILENT, OTHER)
 WORDS = {
@@ -62,9 +53,7 @@ def probe_port(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> str:
         return RESET  # accepted, then closed without a word
     parts = head.split(b" ", 2)
     status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-    if status == 503:
-        return UNAVAILABLE
-    return OK if 200 <= status < 500 else OTHER
+    return UNAVAILABLE if status == 503 else OK if 200 <= status < 500 else OTHER
 
 
 @dataclass(frozen=True)
@@ -179,6 +168,4 @@ class PortWatch:
         return self.start()
 
     def __exit__(self, *_: object) -> None:
-        if self._thread.is_alive():
-            self._stopped.set()
-            self._thread.join()
+        self.stop()

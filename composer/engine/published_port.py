@@ -1,14 +1,10 @@
 """Whether the gateway answers through the port Docker publishes on the host.
 
-Docker forwards a published port to a container either with a proxy on the host
-(docker-proxy, its userland proxy) or with iptables rules (`--userland-proxy=false`). Either
-can vanish while the container runs on, healthy from inside: a dead proxy leaves "connection
-refused"; flushed rules (a firewall reload) leave dockerd's port reservation, which accepts
-connections and never answers. So the gateway is probed end to end, `GET /gateway/health` on
-the published address, without the key. The publication is `dead` when the connection is
-refused, or when nothing answers through it while the gateway answers on its own container
-address (asked only of a local engine, whose bridge addresses this host reaches). Any other
-failure (the gateway not listening yet) is only `answers = False`.
+Docker's forwarding (its userland proxy, or iptables rules) can vanish while the container
+runs on: a dead proxy leaves "connection refused", flushed rules a port that accepts and
+never answers. So the gateway is probed end to end (`GET /gateway/health`, no key). The
+publication is `dead` when refused, or silent while the gateway answers on its own container
+address (a local engine's); any other failure is only `answers = False`.
 """
 
 from __future__ import annotations
@@ -43,7 +39,7 @@ class PublishedPort:
 
     url: str
     answers: bool
-    dead: bool = False  # it runs but Docker's forwarding to it is gone (see the module docstring)
+    dead: bool = False  # it runs but Docker's forwarding to it is gone
     detail: str = ""
     silent: bool = False  # connected, then no answer in time (no forwarding, or a busy gateway)
 

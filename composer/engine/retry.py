@@ -1,11 +1,8 @@
 """Named retry and poll policies on tenacity: each wait's interval, deadline and the errors
-that end it, written once.
-
-A polled step raises `Pending` while its condition does not hold yet; the policy calls it
-again after its interval until the deadline, then re-raises the last `Pending` (it says what
-was still missing) or, for a quiet policy, gives its result. Any other error ends the wait
-at once. Clocks and sleeps are injectable (tests run a wait without waiting); the default
-sleep ends early, with KeyboardInterrupt, when a stop cancels worker threads' waits.
+that end it, written once. A polled step raises `Pending` until its condition holds; at the
+deadline the last `Pending` is raised again or, for a quiet policy, its result given; any
+other error ends the wait at once. Clocks and sleeps are injectable; the default sleep raises
+KeyboardInterrupt when a stop cancels worker threads' waits (`composer.signals.pause`).
 """
 
 from __future__ import annotations
@@ -13,6 +10,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from tenacity import (
@@ -30,18 +28,13 @@ from composer.signals import pause
 Clock = Callable[[], float]
 Sleep = Callable[[float], None]
 
+# Seconds between two tries, of the policies below of the same name.
 GPU_RELEASE_INTERVAL_S = 0.1
-"""How often the GPUs are probed while a stopped container's memory is released."""
-HOLD_RENEWAL_SHARE = 4
-"""A hold's lease is renewed this many times per lease."""
 SERVICE_READINESS_INTERVAL_S = 0.5
-"""How often a rolled-out variant is probed through the Kubernetes Service."""
 KUBE_CONTROL_INTERVAL_S = 1.0
-"""How often a gateway pod's control channel is asked again through `kubectl exec`."""
 PORT_BACK_INTERVAL_S = 0.2
-"""How often a recreated gateway is routed and probed through its published port again."""
-PORT_GAP_INTERVAL_S = 0.02
-"""How often the published port is probed while the gateway's container is replaced."""
+PORT_GAP_INTERVAL_S = 0.02  # the published port while the gateway's container is replaced
+HOLD_RENEWAL_SHARE = 4  # a hold's lease is renewed this many times per lease
 
 
 class Pending(Exception):
@@ -73,8 +66,7 @@ def until(
     on_wait: Callable[[BaseException], None] | None = None,
 ) -> Retrying:
     """Retry while the step raises one of `retry_on`, every `interval` s, until `clock()`
-    reaches `deadline` (None: no deadline); then the last error is raised again.
-    `on_wait` gets each error that is retried, just before the sleep (not the last one)."""
+    reaches `deadline` (None: never); then raise the last error. `on_wait` gets each retried one."""
 
     def before_sleep(state: RetryCallState) -> None:
         if on_wait is not None and state.outcome is not None:
@@ -103,57 +95,10 @@ def watch(
     return _giving_last(interval, _stop_at(clock() + seconds, clock), sleep)
 
 
-def readiness(deadline: float, interval: float) -> Retrying:
-    """A started variant's readiness: probed every `interval` s until `deadline` (monotonic)."""
-    return until(deadline, interval)
-
-
-def removal(timeout: float) -> Retrying:
-    """A container Docker is removing: looked up every 0.1 s for `timeout` s."""
-    return within(timeout, 0.1)
-
-
-def gpu_release(
-    timeout: float, *, clock: Clock, sleep: Sleep, on_wait: Callable[[BaseException], None]
-) -> Retrying:
-    """A stopped container's GPU memory: probed every GPU_RELEASE_INTERVAL_S for `timeout` s."""
-    return within(timeout, GPU_RELEASE_INTERVAL_S, clock=clock, sleep=sleep, on_wait=on_wait)
-
-
-def control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A starting gateway's control channel: asked every 0.2 s while it answers with one of
-    `errors`, for `timeout` s."""
-    return within(timeout, 0.2, retry_on=errors)
-
-
-def following(interval: float) -> Retrying:
-    """Forever, every `interval` s, while the step raises `Pending` (a log follower): the
-    caller ends it by returning or raising."""
-    return until(None, interval)
-
-
-def follower_attach(timeout: float) -> Retrying:
-    """A follower started by `up --with follow`: the gateway is asked every 0.5 s, for
-    `timeout` s, whether it has reported."""
-    return within(timeout, 0.5)
-
-
 def renewal(interval: float, stopped: threading.Event, errors: tuple[type[BaseException], ...]) -> Retrying:
     """Every `interval` s until `stopped` is set (the sleep ends early when it is): the step
     raises `Pending` after each renewal; one of `errors` is tried again at the next turn."""
     return _giving_last(interval, lambda _state: stopped.is_set(), stopped.wait, (Pending, *errors))
-
-
-def service_readiness(deadline: float) -> Retrying:
-    """A rolled-out variant through the Kubernetes Service: probed every
-    SERVICE_READINESS_INTERVAL_S until `deadline` (monotonic)."""
-    return until(deadline, SERVICE_READINESS_INTERVAL_S)
-
-
-def kube_control_ready(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A gateway pod's control channel through `kubectl exec`: asked every
-    KUBE_CONTROL_INTERVAL_S while it fails with one of `errors`, for `timeout` s."""
-    return within(timeout, KUBE_CONTROL_INTERVAL_S, retry_on=errors)
 
 
 def _giving_last(
@@ -175,43 +120,32 @@ def _giving_last(
     )
 
 
-def settle_ready(seconds: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A serving variant behind a gateway that just started: probed every 0.2 s for `seconds`
-    (once when 0); gives the last `Pending`'s result."""
-    return _giving_last(0.2, _stop_at(clock() + seconds, clock), sleep)
-
-
-def single_drain(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """The requests in flight on the one serving container a live set replaces: the gateway is
-    asked every 0.5 s while the step raises `Pending`, for `timeout` s; gives the last
-    `Pending`'s result (what still ran)."""
-    return _giving_last(0.5, _stop_at(clock() + timeout, clock), sleep)
-
-
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
     """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
     listen yet); gives the last `Pending`'s result."""
     return _giving_last(0.2, stop_after_attempt(3), sleep)
 
 
-def port_back(timeout: float, errors: tuple[type[BaseException], ...]) -> Retrying:
-    """A recreated gateway's control channel: asked every PORT_BACK_INTERVAL_S while it
-    fails with one of `errors`, for `timeout` s; then the last error is raised again."""
-    return within(timeout, PORT_BACK_INTERVAL_S, retry_on=errors)
+def _answering(interval: float) -> Callable[[float, tuple[type[BaseException], ...]], Retrying]:
+    """A control channel's policy: asked every `interval` s while it fails with one of
+    `errors`, for `timeout` s; then the last error is raised again."""
+    return lambda timeout, errors: within(timeout, interval, retry_on=errors)
 
 
-def port_watch(interval: float, stopped: threading.Event) -> Retrying:
-    """The published port while the gateway's container is replaced: the step (one probe)
-    raises `Pending` and runs again every `interval` s until `stopped` is set."""
-    return renewal(interval, stopped, ())
+control_ready = _answering(0.2)  # a starting gateway's control channel
+kube_control_ready = _answering(KUBE_CONTROL_INTERVAL_S)  # a gateway pod's, through `kubectl exec`
+port_back = _answering(PORT_BACK_INTERVAL_S)  # a recreated gateway's
 
-
-def port_answers(timeout: float, *, clock: Clock = time.monotonic, sleep: Sleep = pause) -> Retrying:
-    """A recreated gateway's published port: probed every PORT_BACK_INTERVAL_S while the
-    step raises `Pending`, for `timeout` s; gives the last `Pending`'s result."""
-    return _giving_last(PORT_BACK_INTERVAL_S, _stop_at(clock() + timeout, clock), sleep)
-
-
-def reopen() -> Retrying:
-    """At once and without limit, while the step raises `Pending` (a file replaced meanwhile)."""
-    return until(None, 0)
+# The policies that only fix `until`'s, `within`'s, `watch`'s or `renewal`'s interval (each
+# gives what that one gives: the last error raised again, or the last `Pending`'s result).
+readiness = until  # a started variant, every `interval` s until `deadline` (monotonic)
+removal = partial(within, interval=0.1)  # a container Docker is removing, for `timeout` s
+gpu_release = partial(within, interval=GPU_RELEASE_INTERVAL_S)  # a stopped container's GPU memory
+following = partial(until, None)  # forever (a log follower: the caller returns or raises)
+follower_attach = partial(within, interval=0.5)  # whether `up --with follow`'s follower reported
+service_readiness = partial(until, interval=SERVICE_READINESS_INTERVAL_S)  # through the Kubernetes Service
+settle_ready = partial(watch, interval=0.2)  # a variant behind a gateway that just started (once at 0 s)
+single_drain = partial(watch, interval=0.5)  # what still runs on the one container a live set replaces
+port_answers = partial(watch, interval=PORT_BACK_INTERVAL_S)  # a recreated gateway's published port
+port_watch = partial(renewal, errors=())  # the published port while the gateway is replaced, until `stopped`
+reopen = partial(until, None, 0)  # at once and without limit (a file replaced meanwhile)

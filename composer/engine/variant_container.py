@@ -218,10 +218,10 @@ class VariantContainer:
         times = [at for at, _ in self._deaths(attrs) or () if at is not None] if _restarted(attrs) else []
         if not times:
             return self.log(tail)
-        try:  # Docker restarts no sooner than 100 ms after a death: until then it is the first run
-            raw = self.container.logs(
-                tail="all", until=min(times) + 0.05
-            )  # Docker cuts `tail` before `until`
+        # Docker restarts no sooner than 100 ms after a death: until then it is the first run
+        # (`tail` is cut here, not by Docker, which cuts it before `until`)
+        try:
+            raw = self.container.logs(tail="all", until=min(times) + 0.05)
         except Exception:
             return ""
         lines = raw.decode(errors="replace").splitlines(keepends=True)

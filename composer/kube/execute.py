@@ -1,17 +1,12 @@
-"""The one Kubernetes executor: the plans of typed operations (`composer.swap.ops`) of the
-one-variant switch and of a live set's change, run by `composer.swap.execute` with one kubectl
-dispatch table (`KubeRollout.handlers`) under the project's swap lock, after ONE read of what
-the cluster runs and the desired set decided from it (`composer.swap.desired`, as on Docker).
-
-`plan_kube_single`: UpdateGateway (when the gateway itself changes), Hold (through `kubectl
-exec`), Roll (apply -k, rollout status), GateMember (through the shared Service, past the
-hold), Release. `plan_kube_live`: the Docker live set's operations on members named
-`VARIANT/1`, a changed Deployment applied in place (Reapply). `up X` on a running live set
-is Docker's `plan_alone` on the one-variant Deployment, the gateway's Deployment rolled last
-(UpdateGateway). The undo of Roll and Reapply is
-RollBack (`kubectl rollout undo`, for Roll under the hold with the gate of the variant
-before); a hold is released even with `--no-rollback`. The failed member's pod log is read
-before the undo.
+"""The one Kubernetes executor: the plans (`composer.swap.ops`) of the one-variant switch
+(`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Roll,
+GateMember through the shared Service, Release), of a live set's change (`plan_kube_live`:
+Docker's live operations on members `VARIANT/1`, a changed Deployment applied in place) and of
+`up X` on a running live set (Docker's `plan_alone`, the gateway's Deployment rolled last), run
+by `composer.swap.execute` with one kubectl dispatch table under the swap lock, after ONE read
+of the cluster and the desired set decided from it (`composer.swap.desired`, as on Docker).
+The undo of Roll and Reapply is `kubectl rollout undo`; a hold is released even with
+`--no-rollback`; the failed member's pod log is read before the undo.
 """
 
 from __future__ import annotations
@@ -41,7 +36,6 @@ from composer.kube.rollout import (
     gate,
     pod_labels,
     rollout_status,
-    serving,
     write_overlay,
 )
 from composer.render.files import RenderedFile, write_atomic
@@ -238,7 +232,6 @@ class KubeRollout:
 
     control: GatewayControl | None = None
     hold: SwapHold | None = None
-    variants: tuple[str, ...] = ()
 
     def __init__(self, stack: Stack, kubectl: Kubectl, options: UpOptions, progress: Say, waiting: Say):
         self.stack = stack
@@ -274,19 +267,14 @@ class KubeRollout:
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
-    def _roll_gateway(self, run_file: str) -> None:
-        """Apply the gateway's Deployment and wait for its rollout."""
-        self.kubectl.run(["apply", "--filename", run_file], timeout=120)
-        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
-
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         if not self.stack.gateway.enabled:
             return
-        first = "the gateway itself changes: rolling it first" if op.why == CHANGED else ""
-        self.say(
-            f"{first or f'rolling the gateway ({op.why})'} (its new pod is ready before the old one stops)"
-        )
-        self._roll_gateway(op.run_file)
+        what = f"rolling the gateway ({op.why})"
+        what = "the gateway itself changes: rolling it first" if op.why == CHANGED else what
+        self.say(f"{what} (its new pod is ready before the old one stops)")
+        self.kubectl.run(["apply", "--filename", op.run_file], timeout=120)
+        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
 
     def hold_gateway(self, op: ops.Hold) -> None:
         """Hold new requests at the gateway pod; let the ones in flight finish (counted)."""
@@ -404,29 +392,15 @@ class KubeRollout:
         """Read the failed member's pod log before the undo (after a Roll whose apply did not
         finish, only when it changed the Deployment)."""
         self.failed_at = op
-        if isinstance(op, ops.Roll) and not self.applied:
-            self.unchanged = not self._changed()
+        if isinstance(op, ops.Roll) and not self.applied:  # does the Deployment run what it ran?
+            try:
+                doc = deployment(self.kubectl, self.stack.service)
+                now = pod_labels(doc).get(labels.CONFIG_HASH) if doc is not None else None
+                self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
+            except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
+                self.unchanged = False
         if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
             self.log = _log_tail(self.kubectl, self.stack, op.member.container)
-
-    def _changed(self) -> bool:
-        """The one-variant Deployment no longer runs what it ran before the switch."""
-        try:
-            now = serving(self.kubectl, self.stack)
-        except KubectlFailed:
-            return True  # the cluster cannot say: try the undo, which reports its own failure
-        before = self.before
-        return now is not None and (before is None or now.config_hash != before.config_hash)
-
-    def _bootstrap(self, folders: Mapping[str, Path], gateway: Manifest | None) -> Manifest | None:
-        """Without a gateway Deployment, apply the stack-wide objects first; return the gateway
-        Deployment the cluster has now."""
-        if gateway is not None or not self.stack.gateway.enabled:
-            return gateway
-        self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
-        self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
-        rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
-        return dict(live_shared_docs(self.stack, list(self.variants))).get("gateway-deployment.yaml")
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
@@ -524,18 +498,21 @@ class KubeRollout:
     def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
         """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
         live_members(self.stack, names)  # the set's GPU sets: refused before any change
-        self.variants = tuple(names)
         wanted = {
             name: identity(dict(live_member_docs(self.stack, name))[f"deployment-{name}.yaml"])
             for name in names
         }
-        folders = self._folders(names, cluster)
+        folders = write_live(self.stack, names, list(cluster.live))
         if cluster.single and cluster.single in self.stack.variants:  # what an undo applies again
             folders[SINGLE] = write_overlay(self.stack, resolve_target(self.stack, cluster.single))
         apply_secret(self.kubectl, self.stack)
         gateway = deployment(self.kubectl, gateway_name(self.stack)) if self.stack.gateway.enabled else None
-        gateway = self._bootstrap(folders, gateway)
         rendered = dict(live_shared_docs(self.stack, list(names))).get("gateway-deployment.yaml")
+        if gateway is None and self.stack.gateway.enabled:  # without one, the stack-wide objects first
+            self.say(f"applying the shared Service and the gateway (kubectl apply -k {folders[SHARED]})")
+            self.kubectl.run(["apply", "--kustomize", str(folders[SHARED])], timeout=120)
+            rollout_status(self.kubectl, gateway_name(self.stack), self.options.timeout)
+            gateway = rendered
         recorded = (
             gateway is not None and rendered is not None and _gateway_env(gateway) == _gateway_env(rendered)
         )
@@ -549,12 +526,10 @@ class KubeRollout:
         return self._change(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
-        """`up X` where a live set runs (`plan_alone`, the Docker one): X's one-variant Deployment
-        is applied and gated, the gateway goes back to its single upstream, each live Deployment
-        is drained and deleted, and the gateway's Deployment is rolled last to the one-variant
-        one (its settings named the members)."""
+        """`up X` where a live set runs (Docker's `plan_alone`): X's one-variant Deployment
+        replaces every live one; the gateway's Deployment is rolled last."""
         stack = self.stack
-        folders = self._folders((), cluster)  # the leaving ones' kustomizations: an undo applies them
+        folders = write_live(stack, (), list(cluster.live))  # what an undo applies again
         overlay = write_overlay(stack, target)
         speculative = target.variant.speculative is not None
         alone = ops.Member(
@@ -575,10 +550,6 @@ class KubeRollout:
         )
         apply_secret(self.kubectl, stack)
         return self._change(plan, f"{target.name} serves alone (the live set left)")
-
-    def _folders(self, names: Sequence[str], cluster: ClusterLive) -> dict[str, Path]:
-        """The set's kustomizations and the leaving variants' (what an undo applies again)."""
-        return dict(write_live(self.stack, names, list(cluster.live)))
 
     def _change(self, plan: LivePlan, outcome: str) -> LiveResult:
         """Run a live plan under its record; its result and history line."""
@@ -615,10 +586,8 @@ def up_kubernetes(
     progress: Say,
     waiting: Say,
 ) -> KubeUpResult | LiveResult:
-    """`up --target kubernetes`, its one entry: under the swap lock, ONE read of what the
-    cluster runs, the desired set decided from it (`composer.swap.desired`, as on Docker), and
-    the one plan that gets there: the one-variant switch (also a set of one where no live set
-    runs), X's one-variant Deployment replacing a live set, or a live set's change. SwapFailed
+    """`up --target kubernetes` (see the module docstring): the one-variant switch (also a set
+    of one where no live set runs), X replacing a live set, or a live set's change. SwapFailed
     (caused by KeyboardInterrupt when interrupted); ConfigError for a bad request."""
     check_request(requested, stack)  # unknown names, overlapping GPU sets: before kubectl is asked
     if not stack.api_key:  # a configuration error never waits for another swap's lock

@@ -53,11 +53,7 @@ def service_url(
         return
     proc = kubectl.popen(["port-forward", f"service/{service or stack.service}", f":{port or stack.port}"])
     try:
-        try:
-            port = _local_port(proc)
-        except KubectlFailed as err:  # what kubectl said goes through the key redaction too
-            raise KubectlFailed(kubectl.redact(str(err))) from err
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{_local_port(proc, kubectl.redact)}"
     finally:
         # killed, not terminated: started inside an undo it inherits an ignored SIGTERM, and a
         # port-forward keeps nothing that a graceful stop would save
@@ -65,8 +61,9 @@ def service_url(
         proc.wait()
 
 
-def _local_port(proc: subprocess.Popen[str]) -> int:
-    """Read port-forward's output until it says which local port it listens on."""
+def _local_port(proc: subprocess.Popen[str], redact: Callable[[str], str]) -> int:
+    """Read port-forward's output until it says which local port it listens on (what it
+    said otherwise goes through the key redaction)."""
     assert proc.stdout is not None
     deadline = time.monotonic() + READY_WITHIN
     seen: list[str] = []
@@ -84,7 +81,7 @@ def _local_port(proc: subprocess.Popen[str]) -> int:
                 return int(match.group(2))
     proc.kill()
     said = next((s for s in reversed(seen) if s), "nothing")
-    raise KubectlFailed(f"`kubectl port-forward` did not start forwarding (it said: {said})")
+    raise KubectlFailed(redact(f"`kubectl port-forward` did not start forwarding (it said: {said})"))
 
 
 MANAGER = "compose-spec"  # the field manager of what `up` applies server-side
@@ -139,13 +136,6 @@ class Serving:
 
     variant: str | None
     config_hash: str | None
-
-
-def serving(kubectl: Kubectl, stack: Stack) -> Serving | None:
-    """What the one-variant Deployment runs now (None when there is none yet)."""
-    doc = deployment(kubectl, stack.service)
-    found = pod_labels(doc) if doc is not None else None
-    return None if found is None else Serving(found.get(labels.VARIANT), found.get(labels.CONFIG_HASH))
 
 
 def write_overlay(stack: Stack, target: Target) -> Path:

@@ -1,13 +1,8 @@
-"""Offline overlay images: validate vendored diffs, build FROM a local base, verify, label.
-
-Steps of `build_overlay`: every input present (diff files, local base image) -> diffs
-parse and pass the path rules (every problem of every diff in one error) -> (optionally
-re-pin; a dry run only says what it would pin) -> sha256 pins match -> a no-op when the
-output image's labels already record the same inputs -> find the package in the base ->
-read the touched files from the base -> apply the diffs in memory (every failing hunk in
-one error; a dry run stops here) -> build `FROM base` + one COPY with networking disabled
--> verify offline: import every module the diffs add (proof that the diff is in), then
-the recipe's command (or the caller's) -> tag. A failed verification removes the new
+"""Offline overlay images. `build_overlay`: inputs present -> diffs valid (every problem in
+one error) -> (re-)pinned and matching their pins -> a no-op when the image's labels record
+the same inputs -> the touched files read from the base and patched in memory (a dry run
+stops here) -> built `FROM base` + one COPY without network -> verified offline (the added
+modules import, then the recipe's command) -> tagged. A failed verification removes the new
 image; the old tag stays.
 """
 
@@ -79,7 +74,9 @@ def build_overlay(
     extra = dict(extra_labels or {})
     helper = {label_names.BUILD: recipe.name, **extra}
     recipe, base, diffs, pinned = prepare(client, recipe, pin, progress, dry_run=dry_run)
-    checks = Verification(modules_to_import(recipe, diffs), verify or recipe.verify)
+    skipped = recipe.skip_imports  # the added modules that need not import
+    modules = tuple(m for m in added_modules(diffs) if not any(fnmatch.fnmatchcase(m, g) for g in skipped))
+    checks = Verification(modules, verify or recipe.verify)
     labels = image_labels(recipe, base, diffs)
     current = dock.local_image(client, recipe.tag)
     same = current is not None and all((current.labels or {}).get(k) == v for k, v in labels.items())
@@ -140,7 +137,14 @@ def _base_files(
 ) -> tuple[str, dict[str, str | None]]:
     """The package folder in the base, and the text of every file the diffs touch there."""
     progress(f"locating package {recipe.package} in {recipe.base} (offline)")
-    package_dir = locate_package(client, base_id, recipe, helper)
+    code, output = dock.run_offline(client, base_id, recipe.locate, helper)  # the recipe's locate command
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    if code != 0 or not lines or not lines[-1].startswith("/"):
+        said = lines[-1] if lines else "no output"
+        raise ImageBuildError(
+            f"cannot locate package {recipe.package} in {recipe.base} (exit {code}): {said}"
+        )
+    package_dir = lines[-1]
     paths = sorted({c.path for d in diffs for c in d.changes})
     progress(f"reading {len(paths)} file(s) from {package_dir}")
     parent = posixpath.dirname(package_dir.rstrip("/"))
@@ -179,12 +183,6 @@ class Verification:
             else ""
         )
         return f"{imports}run {readable(self.command)}"
-
-
-def modules_to_import(recipe: Recipe, diffs: list[ParsedDiff]) -> tuple[str, ...]:
-    """The modules the diffs add, less the recipe's `verify.skip_imports` globs."""
-    found = added_modules(diffs)
-    return tuple(m for m in found if not any(fnmatch.fnmatchcase(m, g) for g in recipe.skip_imports))
 
 
 def prepare(
@@ -242,18 +240,6 @@ def validate_diffs(recipe: Recipe) -> list[ParsedDiff]:
     if problems:
         raise problems_error(problems, f"in the diffs of recipe {recipe.name}")
     return diffs
-
-
-def locate_package(client: Any, image_id: str, recipe: Recipe, labels: Mapping[str, str]) -> str:
-    """The package folder inside the image, from the recipe's locate command."""
-    code, output = dock.run_offline(client, image_id, recipe.locate, labels)
-    lines = [line.strip() for line in output.splitlines() if line.strip()]
-    if code != 0 or not lines or not lines[-1].startswith("/"):
-        tail = lines[-1] if lines else "no output"
-        raise ImageBuildError(
-            f"cannot locate package {recipe.package} in {recipe.base} (exit {code}): {tail}"
-        )
-    return lines[-1]
 
 
 def verify_image(

@@ -153,8 +153,17 @@ def _check_file(
     if any(fnmatch.fnmatchcase(path, glob) for path in {*written, *paths} for glob in skip):
         return None
     outside = [p for p in paths if len(PurePosixPath(p).parts) < 2 or PurePosixPath(p).parts[0] != package]
+    if outside and strip is None:
+        raise ImageBuildError(
+            f"{where}: outside the package {package}/; if the diff's paths are relative to the package "
+            f"(like a/config/x.py), set strip = 1 in its [[diffs]] table (like `patch -p1` inside "
+            f"{package}/); else add the path to the recipe's skip list if it is not needed at runtime"
+        )
     if outside:
-        raise ImageBuildError(f"{where}: outside the package {package}/; {_outside_hint(package, strip)}")
+        raise ImageBuildError(
+            f"{where}: outside the package {package}/; check strip = {strip} in its [[diffs]] table, "
+            "or add the path to the recipe's skip list"
+        )
     if patched.is_binary_file:
         raise ImageBuildError(
             f"{where}: a binary file inside {package}/; an overlay applies only text patches"
@@ -176,16 +185,6 @@ def _check_file(
     if not patched:
         raise ImageBuildError(f"{where}: has no hunks (mode-only changes are not supported)")
     return paths[0]
-
-
-def _outside_hint(package: str, strip: int | None) -> str:
-    if strip is None:
-        return (
-            f"if the diff's paths are relative to the package (like a/config/x.py), set strip = 1 "
-            f"in its [[diffs]] table (like `patch -p1` inside {package}/); "
-            "else add the path to the recipe's skip list if it is not needed at runtime"
-        )
-    return f"check strip = {strip} in its [[diffs]] table, or add the path to the recipe's skip list"
 
 
 def _stripped(where: str, raw: str, strip: int | None) -> str:

@@ -100,8 +100,7 @@ def load_recipe(recipes_dir: Path, name: str, images: Mapping[str, str]) -> Reci
         if not names:
             raise UsageError(
                 f"no image recipes in {recipes_dir}/ (a recipe is {recipes_dir}/NAME/{RECIPE_FILE}): "
-                "run build "
-                "from the folder that holds them, e.g. the project's checkout"
+                "run build from the folder that holds them, e.g. the project's checkout"
             )
         hint = did_you_mean(name, names)
         raise UsageError(
@@ -173,9 +172,7 @@ def _output_tag(path: Path, images: Mapping[str, str]) -> str | None:
         return None
     if not isinstance(value, str) or not value:
         return None
-    if value.startswith(IMAGE_REF_PREFIX):
-        return images.get(value[len(IMAGE_REF_PREFIX) :])
-    return value
+    return images.get(value.removeprefix(IMAGE_REF_PREFIX)) if value.startswith(IMAGE_REF_PREFIX) else value
 
 
 def pin_recipe(recipe: Recipe, digests: Mapping[str, str]) -> list[str]:
@@ -233,16 +230,13 @@ def _diff_tables(lines: list[str], header: str, for_base: int | None) -> list[tu
 
 
 def _set_sha(lines: list[str], start: int, end: int, digest: str) -> None:
-    for i in range(start + 1, end):
-        key = lines[i].split("=", 1)[0].strip()
-        if key == "sha256":
-            lines[i] = f'sha256 = "{digest}"\n'
-            return
-    for i in range(start + 1, end):
-        if lines[i].split("=", 1)[0].strip() == "file":
-            lines.insert(i + 1, f'sha256 = "{digest}"\n')
-            return
-    raise ImageBuildError("a diff table has no `file` key; edit sha256 by hand")
+    keys = [line.split("=", 1)[0].strip() for line in lines[start + 1 : end]]
+    if "sha256" in keys:
+        lines[start + 1 + keys.index("sha256")] = f'sha256 = "{digest}"\n'
+    elif "file" in keys:
+        lines.insert(start + 2 + keys.index("file"), f'sha256 = "{digest}"\n')
+    else:
+        raise ImageBuildError("a diff table has no `file` key; edit sha256 by hand")
 
 
 def _diff(raw: object, path: Path) -> DiffPin:
