@@ -15,8 +15,6 @@ from composer.swap.transaction import upstream_states
 if TYPE_CHECKING:
     from composer.swap.snapshot import Snapshot
 
-LAST_MINUTE_KEYS = ("served_1m", "served_last_minute", "served_60s")
-
 
 def _number(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
@@ -30,7 +28,6 @@ def live_rows(snap: Snapshot) -> list[dict[str, object]]:
     rows = []
     for member in snap.live:
         state = states.get(member.name, {})
-        last_minute = next((state[k] for k in LAST_MINUTE_KEYS if k in state), None)
         ready = state.get("ready")
         rows.append(
             {
@@ -43,7 +40,7 @@ def live_rows(snap: Snapshot) -> list[dict[str, object]]:
                 "ready": ready if isinstance(ready, bool) else None,
                 "outstanding": _number(state.get("outstanding")),
                 "served": _number(state.get("served")),
-                "served_last_minute": _number(last_minute),
+                "served_last_minute": _number(state.get("served_1m")),
                 "errors": _number(state.get("errors")),
             }
         )

@@ -32,8 +32,6 @@ from composer.swap.snapshot import Member, Snapshot
 if TYPE_CHECKING:
     import docker
 
-    from composer.engine.variant_container import VariantContainer
-
 LOG_LINES = 10
 
 
@@ -83,8 +81,9 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat(timespec="seconds") if moment else None
 
 
-def _exited(container: VariantContainer, described: RunningVariant, key: str | None) -> dict[str, object]:
+def _exited(member: Member, key: str | None) -> dict[str, object]:
     """What is known about a variant container that does not run."""
+    described = member.info
     finished = described.finished_at
     ago = (datetime.now(UTC) - finished).total_seconds() if finished else None
     crashed = described.exit_code not in (0, None) or described.status == "restarting"
@@ -96,7 +95,7 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
         "finished_at": _iso(finished),
         "seconds_ago": round(ago, 1) if ago is not None else None,
         "restart_count": described.restart_count,
-        "log_tail": bootlog.redact(bootlog.tail(container.log(tail=LOG_LINES * 4), LOG_LINES), key),
+        "log_tail": bootlog.redact(bootlog.tail(member.container.log(tail=LOG_LINES * 4), LOG_LINES), key),
     }
 
 
@@ -182,12 +181,16 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     return data
 
 
+def _events(project: str, last: int | None = None) -> list[dict]:
+    try:
+        return read_history(project, last).events
+    except ComposerError:  # an unreadable history never fails status
+        return []
+
+
 def interrupted_warning(project: str) -> str | None:
     """A line naming the last swap when its process ended without finishing it (a killed `up`)."""
-    try:
-        events = read_history(project, 1).events
-    except ComposerError:  # an unreadable history never fails status
-        return None
+    events = _events(project, 1)
     if not events or events[-1].get("outcome") != INTERRUPTED:
         return None
     last = events[-1]
@@ -225,8 +228,22 @@ def _held(snap: Snapshot) -> tuple[str, str] | None:
 
 
 def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
-    described = [(m.container, m.info) for m in snap.members if m.serving or not m.running]
-    data = _serving_status(stack, described, _held(snap))
+    shown = [m for m in snap.members if m.serving or not m.running]
+    running = next((m.info for m in shown if m.running), None)
+    if running is None:
+        newest = shown[0] if shown else None
+        looping = newest is not None and newest.info.status == "restarting"  # Docker restarts it again
+        since = restarts_since_swap(stack.project, newest.info) if newest and looping else 0
+        data: dict[str, object] = {
+            "project": stack.project,
+            "running": False,
+            "variant": None,
+            "last_exit": _exited(newest, stack.api_key) if newest else None,
+            "restarts_since_swap": since,
+        }
+    else:
+        data = _serving_status(stack, running, _held(snap))
+    data["stopped"] = [m.info.name for m in shown if not m.running]
     data["asleep"] = [_asleep(stack, m) for m in snap.asleep]
     data["awake"] = [_asleep(stack, m) for m in snap.awake_idle]
     if snap.route_ok is False:
@@ -234,31 +251,13 @@ def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
     return data
 
 
-def _serving_status(
-    stack: Stack,
-    described: list[tuple[VariantContainer, RunningVariant]],
-    held: tuple[str, str] | None = None,
-) -> dict[str, object]:
-    running = next((d for _, d in described if d.running), None)
-    stopped = [d.name for _, d in described if not d.running]
-    if running is None:
-        newest = described[0] if described else None
-        looping = newest is not None and newest[1].status == "restarting"  # Docker restarts it again
-        return {
-            "project": stack.project,
-            "running": False,
-            "variant": None,
-            "last_exit": _exited(*newest, stack.api_key) if newest else None,
-            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if newest and looping else 0,
-            "stopped": stopped,
-        }
+def _serving_status(stack: Stack, running: RunningVariant, held: tuple[str, str] | None) -> dict[str, object]:
     target = running_target(stack, running)
     health, detail = held or readiness(target)
     current_hash = None
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
     uptime = running.uptime_seconds()
-    since = restarts_since_swap(stack.project, running)
     return {
         "project": stack.project,
         "running": True,
@@ -270,7 +269,7 @@ def _serving_status(
         "docker_health": running.docker_health,
         "uptime_seconds": round(uptime, 1) if uptime is not None else None,
         "restart_count": running.restart_count,
-        "restarts_since_swap": since,
+        "restarts_since_swap": restarts_since_swap(stack.project, running),
         # Docker resets the exit code when it restarts a container: only the time is known.
         "last_exit": {"finished_at": _iso(running.finished_at)} if running.restart_count else None,
         "port": running.port,
@@ -278,7 +277,6 @@ def _serving_status(
         "served_model_name": running.served_name,
         "config_hash": running.config_hash,
         "matches_stack": current_hash == running.config_hash if current_hash else None,
-        "stopped": stopped,
     }
 
 
@@ -298,17 +296,12 @@ def _restarted(data: dict[str, object]) -> str | None:
 def restarts_since_swap(project: str, running: RunningVariant) -> int:
     """Docker's restarts of the serving container since the swap that made it serve (its
     restart count less the one that swap recorded; all when none did)."""
-    recorded = 0
-    try:
-        events = read_history(project).events
-    except ComposerError:  # an unreadable history never fails status
-        events = []
-    for event in reversed(events):
+    for event in reversed(_events(project)):
         mark = event.get("serving_container")
         if isinstance(mark, dict) and mark.get("id") == running.container_id:
-            recorded = mark.get("restart_count") if isinstance(mark.get("restart_count"), int) else 0
-            break
-    return max(0, running.restart_count - recorded)
+            recorded = mark.get("restart_count")
+            return max(0, running.restart_count - (recorded if isinstance(recorded, int) else 0))
+    return running.restart_count
 
 
 def without_clock(data: dict[str, object]) -> dict[str, object]:
@@ -349,13 +342,12 @@ def format_status(data: dict) -> str:
     """Human-readable form of status_data(), its warnings last."""
     warnings = "".join(f"\n{'warning':<14}{w}" for w in data.get("warnings") or ())
     live = data.get("live") or []
-    members = {r["container"] for r in live}
-    if live and (not data["running"] or data.get("container") in members):  # a live set serves
+    routing = f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) if live else ""
+    if live and (not data["running"] or data.get("container") in {r["container"] for r in live}):
         gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
-        header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
-        return header + f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) + warnings
-    routing = f"\n{'routing':<14}{data.get('routing')}" if live else ""
-    return _format_status(data) + routing + (("\n" + format_live(live)) if live else "") + warnings
+        header = f"project {data['project']}: live set of {len(live)} container(s)"
+        return header + gateway + routing + warnings
+    return _format_status(data) + routing + warnings
 
 
 def _format_status(data: dict) -> str:
