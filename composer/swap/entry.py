@@ -24,21 +24,24 @@ from composer.render.files import run_file as variant_run_file
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import state_dir
 from composer.render.spec import Owner
-from composer.render.target import Target
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
+from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
+from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.journal import append_history
+from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
 from composer.swap.plan import LivePlan, plan_alone, plan_live
+from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.snapshot import Snapshot
+from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
 from composer.swap.transaction import Context, LiveSwapper
 
 if TYPE_CHECKING:
     import docker
-
-    from composer.swap.swapper import UpOptions, UpResult
 
 
 @dataclass
@@ -98,8 +101,6 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -
 
 def preflight(ctx: Context, checked: Sequence[Target], snap: Snapshot) -> list[str]:
     """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
-    from composer.swap.swapper import preflight_warnings
-
     return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
 
 
@@ -214,9 +215,6 @@ def up_set(
 ) -> UpResult | LiveResult:
     """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the desired
     set (`desired`), and the single swap, a live change or `plan_alone`; `options.profiles` too."""
-    from composer.swap.gateway_replace import retire_extra_gateways
-    from composer.swap.lock import swap_lock
-
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return _up_desired(ctx, requested, snapshot.take(stack, client))
@@ -229,11 +227,6 @@ def up_set(
 
 
 def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpResult | LiveResult:
-    from composer.render.target import resolve_target
-    from composer.swap.desired import EXCLUSIVE, desired
-    from composer.swap.profiles import check_profiles, start_profiles
-    from composer.swap.swapper import swap
-
     stack, options = ctx.stack, ctx.options
     want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap

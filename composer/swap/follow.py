@@ -86,9 +86,6 @@ class Follower:
             raise GatewayControlError("demand", "the gateway container is not running")
         return container
 
-    def _control(self) -> GatewayControl:
-        return GatewayControl(self._gateway())
-
     def check_settings(self) -> None:
         """Say when the running gateway's settings differ from this stack's (never applied here)."""
         container = self._gateway()
@@ -109,7 +106,7 @@ class Follower:
             control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
             return control
         except (GatewayControlError, DockerException):
-            fresh = self._control()
+            fresh = GatewayControl(self._gateway())
             fresh.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
             return fresh
 
@@ -178,7 +175,7 @@ class Follower:
         while not self.stop.is_set():
             try:
                 if control is None:
-                    control = self._control()
+                    control = GatewayControl(self._gateway())
                     self.reported = None
                     self.check_settings()
                 if time.monotonic() - last_sync >= SYNC_EVERY_S:

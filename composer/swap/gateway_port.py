@@ -28,12 +28,12 @@ from composer.stack.model import Stack
 from composer.swap import snapshot
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
+from composer.swap.lock import swap_lock
 
 if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
-    from composer.engine.variant_container import VariantContainer
     from composer.render.gateway import GatewaySpec
 
 
@@ -128,11 +128,25 @@ def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
-    from composer.swap.lock import swap_lock
-
     with swap_lock(stack.project, wait_for_lock, progress):
         retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
-        return _recreate(stack, client, progress)
+        _need_gateway(stack)
+        began = time.monotonic()
+        old = gateway_container(stack, client)
+        # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
+        dead = old is not None and old.status == "running" and probe_published(old, stack).dead
+        compose_file, spec, configure, serving = _what_serves(stack, client)
+        progress(f"recreating the gateway ({serving or 'no variant'} keeps running)")
+        done = replace_gateway(stack, client, compose_file, spec, progress, configure, new_holder=dead)
+        gateway, published = done.container, done.published
+        if serving is not None:
+            progress(f"waiting for the gateway to reach {serving}")
+            if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
+                raise ComposerError(
+                    f"the recreated gateway answers on {published.url} but does not reach {serving} "
+                    f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
+                )
+        return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
 
 
 def _need_gateway(stack: Stack) -> None:
@@ -141,26 +155,6 @@ def _need_gateway(stack: Stack) -> None:
             "--recreate-gateway: this stack runs without a gateway (gateway.enabled = false); "
             "the variant publishes the port: `compose-spec up VARIANT` restarts it"
         )
-
-
-def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
-    _need_gateway(stack)
-    began = time.monotonic()
-    old = gateway_container(stack, client)
-    # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
-    dead = old is not None and old.status == "running" and probe_published(old, stack).dead
-    compose_file, spec, configure, serving = _what_serves(stack, client)
-    say(f"recreating the gateway ({serving or 'no variant'} keeps running)")
-    done = replace_gateway(stack, client, compose_file, spec, say, configure, new_holder=dead)
-    gateway, published = done.container, done.published
-    if serving is not None:
-        say(f"waiting for the gateway to reach {serving}")
-        if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
-            raise ComposerError(
-                f"the recreated gateway answers on {published.url} but does not reach {serving} "
-                f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
-            )
-    return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
 
 
 Configure = Callable[["Container"], object] | None
@@ -191,17 +185,10 @@ def _what_serves(
         )
     member = snap.serving
     variant = member.variant if member is not None else None
-    compose_file = _compose_file(stack, member.container if member is not None else None)
-    spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway
+    single = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
+    # the serving variant's run file, else the target's (every run file describes the same gateway)
+    recorded = member.info.config_file if member is not None else None
+    compose_file = Path(recorded) if recorded and Path(recorded).is_file() else run_file(single)
     standby = member.container.name if member is not None and member.standby_service else None
     configure = (lambda c: GatewayControl(c).route(upstream_url(standby))) if standby else None
-    return compose_file, spec, configure, variant
-
-
-def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
-    """The serving variant's run file (every run file describes the same gateway)."""
-    described = serving.describe() if serving is not None else None
-    if described is not None and described.config_file and Path(described.config_file).is_file():
-        return Path(described.config_file)
-    name = described.variant if described is not None and described.variant in stack.variants else None
-    return run_file(resolve_target(stack, name or next(iter(stack.variants))))
+    return compose_file, single.gateway, configure, variant

@@ -127,19 +127,8 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
 
 def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
     """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it does not say)."""
-    from composer.engine.containers import gateway_container
-    from composer.errors import GatewayControlError
-    from composer.gateway.client import GatewayControl
-
-    if not stack.gateway.enabled:
-        return None
-    container = gateway_container(stack, client)
-    if container is None or container.status != "running":
-        return None
-    try:
-        return GatewayControl(container).state().follower_attached
-    except GatewayControlError:
-        return None
+    state = snapshot.take(stack, client, gateway_state=True, ask_sleeping=False).gateway_state
+    return state.follower_attached if state is not None else None
 
 
 def _gateway_line(gateway: dict) -> str:

@@ -37,6 +37,7 @@ from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
+from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     Bring,
@@ -340,8 +341,6 @@ def up(
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""
-    from composer.swap.lock import swap_lock
-
     options = options or UpOptions()
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed

@@ -150,12 +150,13 @@ class Running:
 class Downer:
     """`down VARIANT` over fake containers; `downed` says whether the whole project went down."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: object, monkeypatch) -> None:
         self.ctx = Context(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
         self.downed = False
+        monkeypatch.setattr(module, "stop_project", lambda ctx: setattr(self, "downed", True))
 
     def down_variant(self, variant: str, force: bool = False) -> str:
-        return stop_variant(self.ctx, variant, force, down=lambda: setattr(self, "downed", True))
+        return stop_variant(self.ctx, variant, force)
 
 
 def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
@@ -164,7 +165,7 @@ def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Down
     members = [SimpleNamespace(variant=c.variant, container=c, asleep=c in asleep) for c in containers]
     snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep], live_running=[])
     monkeypatch.setattr(module, "take", lambda stack, client: snap)
-    return Downer()
+    return Downer(module, monkeypatch)
 
 
 def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
