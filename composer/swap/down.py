@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from docker.errors import APIError, NotFound
+
 from composer import labels as label_names
 from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused
@@ -33,10 +35,16 @@ def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
         member.container.stop_and_remove(ctx.stack.stop_grace_period)
     current = snap.current
     compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
-    if volumes:
-        for volume in project_volumes(ctx.stack, ctx.client):
-            ctx.say(f"removing volume {volume.name}")
-            _remove_volume(volume)
+    for volume in project_volumes(ctx.stack, ctx.client) if volumes else ():
+        ctx.say(f"removing volume {volume.name}")
+        try:
+            volume.remove()
+        except NotFound:  # gone meanwhile
+            continue
+        except APIError as err:
+            raise ComposerError(
+                f"volume {volume.name} could not be removed: {err.explanation or err}"
+            ) from err
     return [*([current.variant] if current else []), *(r.name for r in snap.live_running)]
 
 
@@ -57,17 +65,6 @@ def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
         f"history{', Prometheus data' if several else ''}): `compose-spec -p {stack.project} down "
         f"--volumes` removes {'them' if several else 'it'}"
     )
-
-
-def _remove_volume(volume: Volume) -> None:
-    from docker.errors import APIError, NotFound
-
-    try:
-        volume.remove()
-    except NotFound:  # gone meanwhile
-        return
-    except APIError as err:
-        raise ComposerError(f"volume {volume.name} could not be removed: {err.explanation or err}") from err
 
 
 def stop_variant(ctx: Context, variant: str, force: bool = False) -> str:

@@ -233,7 +233,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpRes
         single = resolve_target(stack, want.variants[0])
         if not options.dry_run:
             check_profiles(ctx, single.prometheus)
-        return swap(ctx, single, dry_run=options.dry_run, snap=snap)
+        return swap(ctx, single, snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it

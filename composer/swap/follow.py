@@ -58,24 +58,20 @@ class FollowEvent:
         return asdict(self)
 
 
+@dataclass
 class Follower:
     """Waits for the gateway's demands and runs them through `up`."""
 
-    def __init__(
-        self,
-        stack: Stack,
-        client: docker.DockerClient,
-        options: UpOptions,
-        emit: Callable[[FollowEvent], None],
-        stop: threading.Event,
-    ) -> None:
-        self.stack = stack
-        self.client = client
-        self.options = replace(options, by="follow")  # its swaps say so in the history
-        self.emit = emit
-        self.stop = stop
-        self.reported: str | None = None
-        self.switches = 0
+    stack: Stack
+    client: docker.DockerClient
+    options: UpOptions
+    emit: Callable[[FollowEvent], None]
+    stop: threading.Event
+    reported: str | None = None  # what the gateway was last told serves
+    switches: int = 0
+
+    def __post_init__(self) -> None:
+        self.options = replace(self.options, by="follow")  # its swaps say so in the history
 
     def _gateway(self) -> object:
         try:

@@ -16,7 +16,7 @@ from composer.engine.containers import gateway_container, our_containers
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, unknown_choice
 from composer.stack.model import Stack
-from composer.swap.evidence import Failure, last_failure
+from composer.swap.evidence import last_failure
 
 if TYPE_CHECKING:
     import docker
@@ -73,30 +73,21 @@ def service_log(
 
 @dataclass(frozen=True)
 class FailedLog:
-    """The log kept from the last failed swap, cut to the requested tail, key masked."""
+    """The log kept from the last failed swap (what it was, then its text), key masked."""
 
-    failure: Failure
+    header: str
     text: str
-
-    @property
-    def header(self) -> str:
-        return f"last failed swap: {self.failure.variant} at {self.failure.when}: {self.failure.cause}"
 
 
 def failed_log(stack: Stack, tail: int | None) -> FailedLog:
-    """The last failed swap's saved log (ComposerError when none was recorded)."""
+    """The last failed swap's saved log, its last `tail` lines (all with None); ComposerError when
+    none was recorded."""
     saved = last_failure(stack.project)
     if saved is None:
         raise ComposerError(f"no failed swap has been recorded for project {stack.project}")
-    return FailedLog(saved, last_lines(redact(saved.log, stack.api_key), tail))
-
-
-def last_lines(text: str, tail: int | None) -> str:
-    """The last `tail` lines of a text (all of it with None, nothing with 0)."""
-    if tail is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    return "".join(lines[-tail:] if tail else [])
+    lines = redact(saved.log, stack.api_key).splitlines(keepends=True)
+    text = "".join(lines if tail is None else lines[-tail:] if tail else [])
+    return FailedLog(f"last failed swap: {saved.variant} at {saved.when}: {saved.cause}", text)
 
 
 def explanations(text: str) -> list[str]:

@@ -17,7 +17,8 @@ from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
-from composer.engine.health import Readiness, probe
+from composer.engine.health import probe
+from composer.engine.images import image_facts
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
 from composer.render.target import resolve_target
@@ -55,16 +56,12 @@ UNAUTHORIZED = "401: the key does not match the running container's"
 NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires a key"
 
 
-def _probe(target: GateTarget) -> Readiness:
+def readiness(target: GateTarget) -> tuple[str, str]:
+    """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
     import httpx
 
     with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
-        return probe(client, target.url, target.served_name, target.api_key)
-
-
-def readiness(target: GateTarget) -> tuple[str, str]:
-    """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
-    state = _probe(target)
+        state = probe(client, target.url, target.served_name, target.api_key)
     if state.ready:
         return "ready", ""
     if "(401)" in state.detail:
@@ -390,20 +387,6 @@ def _asleep_line(asleep: dict) -> str:
     return f"{asleep['variant']} ({asleep['container']}): {ram}"
 
 
-def _image_present(client: docker.DockerClient | None, image: str) -> bool | None:
-    if client is None:
-        return None
-    from docker.errors import DockerException, ImageNotFound
-
-    try:
-        client.images.get(image)
-    except ImageNotFound:
-        return False
-    except DockerException:
-        return None
-    return True
-
-
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
     """Every variant: method, K, image (and whether it is local), whether it serves, its workload
     classes and aliases, and why vLLM refuses it with this stack (`refused`)."""
@@ -420,7 +403,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[Vari
                 "method": spec.method if spec else None,
                 "k": spec.num_speculative_tokens if spec else None,
                 "image": image,
-                "image_present": _image_present(client, image),
+                "image_present": image_facts(client, "vllm", image).present,
                 "serving": serving is not None and serving.variant == name,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
                 "aliases": list(variant.aliases),

@@ -117,20 +117,18 @@ def raise_failed(findings: list[preflight.Finding]) -> None:
         raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
 
-def swap(
-    ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
-) -> UpResult:
+def swap(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> UpResult:
     """Swap `target` in (one snapshot, or `snap`; one plan); raise SwapFailed after rolling back.
-    `dry_run` returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
+    A dry run returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
-    early = None
+    dry_run, early = ctx.options.dry_run, None
     if not dry_run and target.gateway is not None:  # the session opens while we read and plan
         early = open_early(
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
-        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early, snap)
+        snap, plan, compose_file = prepare(ctx, target, result, early, snap)
         if dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
@@ -146,13 +144,12 @@ def prepare(
     ctx: Context,
     target: Target,
     result: UpResult,
-    dry_run: bool = False,
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops (preflight, run file,
     gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
-    stack = ctx.stack
+    stack, dry_run = ctx.stack, ctx.options.dry_run
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
         retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
@@ -185,7 +182,7 @@ def prepare(
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
         force_recreate=ctx.options.force_recreate,
-        bring=bring(ctx, target, compose_file, current, dry_run),
+        bring=bring(ctx, target, compose_file, current),
     )
     if plan.refused and not dry_run:
         raise UsageError(plan.refused)
@@ -203,15 +200,12 @@ def gpus_text(stack: Stack) -> str:
     return ",".join(stack.gpus) if stack.gpus else "all"
 
 
-def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
+def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None) -> Bring:
     """What the plan's operations carry beyond the snapshot, resolved here once; the serving
-    variant's run file is rendered again when its recorded one is gone (not with `dry_run`)."""
+    variant's run file is rendered again when its recorded one is gone (not in a dry run)."""
     stack, spec, source = ctx.stack, target.spec, None
-    if (
-        current is not None
-        and not dry_run
-        and not (current.config_file and Path(current.config_file).is_file())
-    ):
+    recorded = current is not None and current.config_file and Path(current.config_file).is_file()
+    if current is not None and not ctx.options.dry_run and not recorded:
         try:
             previous = resolve_target(stack, current.variant)
             source = (str(run_file(previous)), previous.spec.compose_service)
@@ -302,13 +296,12 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
 
 
 def check_standby_fits(
-    ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
+    ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str]
 ) -> SwapPlan:
-    """The memory planner, before anything stops: refuse with the numbers, or (`standby_fallback =
-    "stop"`) stop instead of a sleep that does not fit; notes to `result`, figures to the plan."""
+    """The memory planner, before anything stops (`sleeping`: the variants asleep meanwhile): refuse
+    with the numbers, or (`standby_fallback = "stop"`) stop instead of a sleep that does not fit;
+    notes to `result`, figures to the plan."""
     stack = ctx.stack
-    if sleeping is None:
-        sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
     sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes
@@ -344,7 +337,7 @@ def up(
     options = options or UpOptions()
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
-        return swap(ctx, target, dry_run=True)
+        return swap(ctx, target)
     check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return swap(ctx, target)
