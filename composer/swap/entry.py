@@ -1,11 +1,8 @@
-"""`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then
-the plan that gets there: the single switch (`swapper`), a live set's change (`up A B`, or
-`up` with `[gateway] live`: the set becomes exactly {A, B}), or X's one serving container
-replacing a running live set (`up X`: `plan_alone`); the plans are `composer.swap.plan`'s.
-`run_live` runs a live plan with Docker's dispatch table (`transaction.LiveSwapper`): each
-new container is gated like a swap (its own address, a settle watch, a speculative
-variant's acceptance); a failure or a stop signal undoes what ran. A live change's result
-and history line are here too (Kubernetes writes the same ones).
+"""`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then the
+single switch (`swapper`), a live set's change (`plan_live`: the set becomes exactly {A, B}),
+or X's one container replacing a running live set (`plan_alone`). `run_live` runs a live plan
+with `transaction.LiveSwapper`; a failure or a stop signal undoes what ran. A live change's
+result and history line are here too (Kubernetes writes the same ones).
 """
 
 from __future__ import annotations
@@ -109,8 +106,8 @@ def run_live(
     plan: LivePlan,
     checked: Sequence[Target],
     snap: Snapshot,
-    run_file: Callable[[], Path] | None = None,
-    outcome: str = "",
+    run_file: Callable[[], Path],
+    outcome: str,
 ) -> LiveResult:
     """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
     `run_file`: writes their run file, `outcome`: what the result says once it ran."""
@@ -131,7 +128,7 @@ def run_live(
         result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
         result.timings["total"] = time.monotonic() - began
         return result
-    compose_file = run_file() if run_file is not None else None
+    compose_file = run_file()
     record = plan.recording(swapper.stack.project, swapper.options.timeout)
     try:
         ran = execute(
@@ -152,7 +149,7 @@ def run_live(
     finally:
         record.close()
     kept = [r.run_file for r in snapshot.take(swapper.stack, swapper.client, ask_sleeping=False).live]
-    prune_run_files(swapper.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
+    prune_run_files(swapper.stack.project, "live", keep=(compose_file, *kept))
     if plan.start_gateway:
         swapper.answers(label)
     result.timings.update(swapper.timings)

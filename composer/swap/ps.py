@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from composer import labels as label_names
 from composer.swap import snapshot
-from composer.swap.live_status import aligned
 
 if TYPE_CHECKING:
     import docker
@@ -71,3 +70,9 @@ def format_ps(rows: list[dict[str, str]], project: str) -> str:
     table = [["NAME", "VARIANT/ROLE", "STATE", "PORTS"]]
     table += [[r["name"], r["variant"], r["state"], r["ports"]] for r in rows]
     return aligned(table)
+
+
+def aligned(table: list[list[str]]) -> str:
+    """Rows of cells as text, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)

@@ -1,11 +1,10 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (variants, live members, the gateway) and, where it
-matters, asks in ONE `docker exec` in the gateway for its state (route, live upstreams) and
-each running sleep-mode container's `/is_sleeping` (a container the gateway cannot ask is
-asked itself). Everything after (`status`, `ls`, the plan, `down`, `standby`, the port
-check, the live set) reads the `Snapshot`, never Docker again: it is the one definition of
-who serves and who sleeps. Live containers (label `live`) are in `live`, by member name.
+`take()` lists Docker's containers once and, where it matters, asks in ONE `docker exec` in
+the gateway for its state and each running sleep-mode container's `/is_sleeping` (one the
+gateway cannot ask is asked itself). Every command reads the `Snapshot`, never Docker again:
+it is the one definition of who serves and who sleeps (live containers, label `live`, are in
+`live`, by member name).
 
 In order of trust: asleep is the container's own `/is_sleeping` answer, never inferred from
 routing; serving is the gateway's route, else (no gateway answer) the restart policy (a

@@ -3,7 +3,9 @@
 Readiness is the swap gate's own verdict (one probe: /health, /v1/models, a 1-token
 completion). Docker's healthcheck is shown only when it disagrees in a way a user can act
 on (`unhealthy`, or `healthy` while the gate fails). A variant that does not run is
-reported with its exit code, when it stopped and its last log lines.
+reported with its exit code, when it stopped and its last log lines. A live set (`status`
+and `ls`) is one row per live container: its GPUs (labels) and the gateway's readiness,
+outstanding, served and errors per upstream (None, shown as "-", where it does not say).
 """
 
 from __future__ import annotations
@@ -27,8 +29,9 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.gateway_port import mark_unreachable, port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
-from composer.swap.live_status import aligned, format_live, live_rows
+from composer.swap.ps import aligned
 from composer.swap.snapshot import Member, Snapshot
+from composer.swap.transaction import upstream_states
 
 if TYPE_CHECKING:
     import docker
@@ -385,6 +388,53 @@ def _asleep_line(asleep: dict) -> str:
     unknown = "host RAM held: unknown (set weights_bytes)"
     ram = f"holds {held / (1 << 30):.1f} GiB of host RAM" if held is not None else unknown
     return f"{asleep['variant']} ({asleep['container']}): {ram}"
+
+
+def _number(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def live_rows(snap: Snapshot) -> list[dict[str, object]]:
+    """One row per live container of the snapshot (with the gateway's state it read)."""
+    if not snap.live:
+        return []
+    states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
+    rows = []
+    for member in snap.live:
+        state = states.get(member.name, {})
+        ready = state.get("ready")
+        rows.append(
+            {
+                "name": member.name,
+                "variant": member.variant,
+                "container": member.container,
+                "state": member.status,
+                "gpus": member.gpus,
+                "routed": member.name in states if states else None,
+                "ready": ready if isinstance(ready, bool) else None,
+                "outstanding": _number(state.get("outstanding")),
+                "served": _number(state.get("served")),
+                "served_last_minute": _number(state.get("served_1m")),
+                "errors": _number(state.get("errors")),
+            }
+        )
+    return rows
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def format_live(rows: list[dict[str, object]]) -> str:
+    """The live containers as a table ("-": not reported by the gateway)."""
+    keys = ("name", "container", "state", "gpus", "ready", "outstanding", "served_last_minute", "served")
+    table = [["LIVE", "CONTAINER", "STATE", "GPUS", "READY", "OUTSTANDING", "SERVED/1M", "SERVED", "ERRORS"]]
+    table += [[_cell(row[key]) for key in (*keys, "errors")] for row in rows]
+    return aligned(table)
 
 
 def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:

@@ -1,14 +1,11 @@
-"""Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
+"""The single switch, health-gated with rollback: one snapshot, one plan (pure), then Docker.
 
-`up` takes the lock; `prepare` reads the project once, runs doctor's fast checks, writes
-the run file and decides every typed operation before anything stops (`plan.decide`, with
-the standby fit from `composer.capacity`; `--dry-run` stops here); `execute` runs them
-through the shared executor with `transaction.SingleSwap`. Changed gateway settings are
-applied in place; what only a new container can change (image, port, API key) replaces it
-(`gateway_change`). The stage is recorded in `journal.SwapRecord` (what `status` shows),
-every outcome in the history. On any failure, Ctrl-C included, the inverses of what ran
-run, newest first (later stop signals are ignored until then; `docker compose` runs in its
-own session); the error names the cause first, then what the undo did.
+`prepare` reads the project once, runs doctor's fast checks, writes the run file and decides
+every typed operation before anything stops (`plan.decide`, with the standby fit from
+`composer.capacity`; `--dry-run` stops here); `execute` runs them with `transaction.SingleSwap`,
+recording the stage (`journal.SwapRecord`, what `status` shows) and the outcome (the history).
+On any failure, Ctrl-C included, the inverses of what ran run, newest first; the error names
+the cause first, then what the undo did.
 """
 
 from __future__ import annotations
