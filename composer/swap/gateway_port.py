@@ -22,7 +22,6 @@ from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
-from composer.render.spec import CONTAINER_PORT
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
@@ -170,7 +169,7 @@ def _what_serves(
 
     snap = snapshot.take(stack, client)
     live = [
-        {"name": r.name, "variant": r.variant, "url": f"http://{r.service}:{CONTAINER_PORT}"}
+        {"name": r.name, "variant": r.variant, "url": upstream_url(r.service)}
         for r in snap.live_running
         if r.service
     ]

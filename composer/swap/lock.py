@@ -63,18 +63,17 @@ def swap_lock(
     """Hold the project's swap lock; wait for it (telling on_wait) or raise LockBusy."""
     if not _PROJECT.fullmatch(project):
         raise LockError(f"cannot lock project {project!r}: not a compose project name")
-    folder = directory or lock_dir()
-    name = f"{project}.lock"
-    dir_fd = _open_directory(folder)
+    path = lock_path(project, directory)
+    dir_fd = _open_directory(path.parent)
     try:
-        fd = _acquire(dir_fd, folder / name, project, wait, on_wait)
+        fd = _acquire(dir_fd, path, project, wait, on_wait)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             with contextlib.suppress(OSError):  # prune while the lock is still ours
-                os.unlink(name, dir_fd=dir_fd)
+                os.unlink(path.name, dir_fd=dir_fd)
             os.close(fd)
     finally:
         os.close(dir_fd)

@@ -80,15 +80,18 @@ def follow_host_values(ctx: Context) -> dict[str, str]:
     locks.mkdir(mode=0o700, parents=True, exist_ok=True)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    env_file = _env_file(ctx)
+    try:  # the group that may use the Docker socket (the user's own when it is not local)
+        group = os.stat(follow.SOCKET).st_gid
+    except OSError:
+        group = os.getegid()
     values = {
         follow.PROJECT_DIR_VAR: str(Path(ctx.stack.home).resolve()),
-        follow.ENV_FILE_VAR: os.path.abspath(env_file),
+        follow.ENV_FILE_VAR: os.path.abspath(_env_file(ctx)),
         follow.STACK_VAR: os.pathsep.join(os.path.abspath(p) for p in ctx.options.stack_files)
         or str(Path(ctx.stack.home).resolve() / "composer.toml"),
         follow.STATE_HOME_VAR: str(state.parent.resolve()),
         follow.LOCK_DIR_HOST_VAR: str(locks.resolve()),
-        follow.USER_VAR: f"{os.geteuid()}:{_socket_group()}",
+        follow.USER_VAR: f"{os.geteuid()}:{group}",
     }
     image = os.environ.get(follow.IMAGE_VAR)
     if image:
@@ -99,14 +102,6 @@ def follow_host_values(ctx: Context) -> dict[str, str]:
 def _env_file(ctx: Context) -> str:
     assert ctx.stack.home is not None
     return ctx.options.env_file or str(Path(ctx.stack.home) / ".env")
-
-
-def _socket_group() -> int:
-    """The group that may use the Docker socket (the user's own group when it is not local)."""
-    try:
-        return os.stat(follow.SOCKET).st_gid
-    except OSError:
-        return os.getegid()
 
 
 def start_profiles(ctx: Context, compose_file: Path) -> list[str]:

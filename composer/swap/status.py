@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
@@ -37,22 +37,6 @@ if TYPE_CHECKING:
     import docker
 
 LOG_LINES = 10
-
-
-class VariantRow(TypedDict):
-    """One variant as `ls` shows it (`ls --json` prints these fields)."""
-
-    variant: str
-    method: str | None
-    k: int | None
-    image: str
-    image_present: bool | None
-    serving: bool
-    workloads: list[str]
-    aliases: NotRequired[list[str]]
-    description: str
-    live: NotRequired[list[dict[str, object]]]
-    refused: NotRequired[str]
 
 
 UNAUTHORIZED = "401: the key does not match the running container's"
@@ -313,13 +297,10 @@ def _duration(seconds: float | None) -> str:
 
 def _format_exit(project: str, last: dict) -> str:
     when = f"at {last['finished_at']} ({_duration(last['seconds_ago'])} ago)" if last["finished_at"] else ""
-    code = f"exit code {last['exit_code']}"
+    what = {"restarting": "is crash-looping", "crashed": "crashed"}.get(last["state"], "stopped")
+    head = f"{last['variant']} {what}: exit code {last['exit_code']} {when}"
     if last["state"] == "restarting":
-        head = f"{last['variant']} is crash-looping: {code} {when}, restarted {last['restart_count']} time(s)"
-    elif last["state"] == "crashed":
-        head = f"{last['variant']} crashed: {code} {when}"
-    else:
-        head = f"{last['variant']} stopped: {code} {when}"
+        head += f", restarted {last['restart_count']} time(s)"
     lines = [f"project {project}: no variant is running; {head.strip()}"]
     lines.append(f"container: {last['container']} (`compose-spec logs` shows its whole log)")
     if last["log_tail"]:
@@ -437,13 +418,14 @@ def format_live(rows: list[dict[str, object]]) -> str:
     return aligned(table)
 
 
-def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
-    """Every variant: method, K, image (and whether it is local), whether it serves, its workload
-    classes and aliases, and why vLLM refuses it with this stack (`refused`)."""
+def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, Any]]:
+    """Every variant as `ls` (`--json`: these fields) shows it: method, K, image (and whether it is
+    local), whether it serves, its workload classes and aliases, and why vLLM refuses it with this
+    stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
     serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []
-    rows: list[VariantRow] = []
+    rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
         image = stack.image(variant.image_key)
@@ -465,7 +447,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[Vari
     return rows
 
 
-def format_variants(rows: list[VariantRow]) -> str:
+def format_variants(rows: list[dict[str, Any]]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
