@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from composer.engine.containers import gateway_container, upstream_url
 from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
-from composer.engine.published_port import DEAD_PORT, probe_published
+from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
@@ -42,13 +42,6 @@ def port_is_dead(gateway: object) -> bool:
         return False
     published = gateway.get("published_port")
     return isinstance(published, dict) and bool(published.get("dead"))
-
-
-def mark_unreachable(data: dict[str, object]) -> None:
-    """A running variant behind a dead published port is `unreachable`, with the fix."""
-    if data.get("running") and port_is_dead(data.get("gateway")):
-        data["health"] = "unreachable"
-        data["health_detail"] = DEAD_PORT
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.gateway_port import mark_unreachable, port_is_dead
+from composer.swap.gateway_port import port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
 from composer.swap.ps import aligned
 from composer.swap.snapshot import Member, Snapshot
@@ -141,7 +141,6 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     if data["live"]:
         data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
-    mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
     data["warnings"] = [
         w
@@ -151,6 +150,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
+    elif data.get("running") and port_is_dead(gateway):  # behind a dead published port
+        data["health"], data["health_detail"] = "unreachable", DEAD_PORT
     return data
 
 
