@@ -22,9 +22,11 @@ from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
+from composer.render.live import resolve_live
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
 from composer.swap.lock import swap_lock
@@ -157,9 +159,6 @@ def _what_serves(
 ) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement), and what serves, in words."""
-    from composer.render.live import resolve_live
-    from composer.swap.entry import live_run_file
-
     snap = snapshot.take(stack, client)
     live = [
         {"name": r.name, "variant": r.variant, "url": upstream_url(r.service)}

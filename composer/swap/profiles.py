@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from docker.errors import DockerException
+from docker.errors import DockerException, ImageNotFound
 
 from composer.engine import retry
 from composer.engine.retry import Pending
@@ -28,8 +28,6 @@ FOLLOWER_ATTACH_S = 30.0
 
 
 def _image(ctx: Context, image: str, fix: str) -> None:
-    from docker.errors import ImageNotFound
-
     try:
         ctx.client.images.get(image)
     except ImageNotFound:

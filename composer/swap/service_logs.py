@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from composer.engine.bootlog import redact
 from composer.engine.containers import gateway_container, our_containers
+from composer.engine.diagnose import explain
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, unknown_choice
 from composer.stack.model import Stack
@@ -92,8 +93,6 @@ def failed_log(stack: Stack, tail: int | None) -> FailedLog:
 
 def explanations(text: str) -> list[str]:
     """Each known failure signature in a log: its name, explanation and fix (two lines)."""
-    from composer.engine.diagnose import explain
-
     return [f"{s.name}: {s.explanation}\n  fix: {s.fix}" for s in explain(text)]
 
 

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
+from composer.errors import GatewayControlError
+from composer.gateway.client import GatewayControl
 from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 
@@ -155,9 +157,6 @@ def take(
     error: str | None = None
     answers: dict[str, bool | None] = {}
     if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or live):
-        from composer.errors import GatewayControlError
-        from composer.gateway.client import GatewayControl
-
         urls = [upstream_url(info.name) for info in sleep_mode] if ask_sleeping else []
         try:
             state, answers = GatewayControl(gateway).look(urls)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from composer.capacity.model import release_budget
 from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
+from composer.doctor.report import fast_checks
 from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
@@ -95,8 +96,6 @@ class UpResult:
 
 def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
     """The fast subset of doctor's checks (on the snapshot's containers): warnings, or PreflightFailed."""
-    from composer.doctor.report import fast_checks
-
     known = None
     if snap is not None:
         known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
