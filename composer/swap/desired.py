@@ -1,11 +1,9 @@
 """What `up` asks for (pure): the desired set and its mode, from the names, the stack and ONE
-snapshot (Docker's containers, or the cluster's Deployments).
+snapshot (Docker's containers, or the cluster's Deployments); the CLI decides none of it.
 
-`up X` is {X}, exclusive: a plain switch to X (where a live set runs, X replaces it:
-`live.plan_alone`; else the single swap). `up A B` is {A, B}, side by side: the live set is
-exactly those. `up` alone is the stack's `[gateway] live`, side by side (without it, a usage
-error). The plan that gets there says how what serves changes (`mode`: join, replace,
-unchanged, refused); the CLI never reads Docker or kubectl, nor decides any of this.
+`up X` is {X}, exclusive (where a live set runs, X replaces it: `plan.plan_alone`). `up A B`
+is {A, B}, side by side: the live set is exactly those. `up` alone is the stack's
+`[gateway] live` (without it, a usage error).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
-
-`down` keeps the project's named volumes (the gateway's switch history) unless `--volumes`;
-`kept_volumes` names them. Each one is appended to the swap history.
+"""`down` and `down VARIANT`: stop the project, or one variant's container, under the lock; each
+goes to the swap history. `down` keeps the project's named volumes unless `--volumes`.
 """
 
 from __future__ import annotations

@@ -96,11 +96,6 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -
     )
 
 
-def preflight(ctx: Context, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-    """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
-    return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
-
-
 def run_live(
     swapper: LiveSwapper,
     plan: LivePlan,
@@ -115,7 +110,7 @@ def run_live(
     label = "+".join(plan.variants)
     result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
     if not plan.no_op:
-        result.warnings += preflight(swapper.ctx, checked, snap)
+        result.warnings += preflight_warnings(swapper.ctx, checked, snap)
     if swapper.options.dry_run:
         result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
         return result

@@ -1,14 +1,12 @@
 """`compose-spec follow`: run the switches the gateway asks for, on the host.
 
-The gateway owns no Docker access. With `[gateway] switch_on_model = true` or `policy =
-"auto"` it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`,
-at most 20 s per `docker exec`), runs the same gated `up` as the CLI and reports the outcome
-with `report_serving`, which releases or refuses the requests that wait for it. At start,
-every 30 s and before each demand it tells the gateway what Docker shows serving when that
-changed; a demand for what serves is answered without a swap. Every decision is one
-`FollowEvent`. It ends when `stop` is set (SIGTERM, Ctrl-C), after a running switch
-finished or rolled back. A switch never replaces the gateway: differing settings are only
-reported (`compose-spec up` applies them); a gateway replaced meanwhile is found again.
+The gateway owns no Docker access: with `[gateway] switch_on_model = true` or `policy = "auto"`
+it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`), runs the
+same gated `up` as the CLI and reports the outcome (`report_serving`), which releases or refuses
+the requests waiting for it. What Docker shows serving is reported at start, every 30 s and
+before each demand. A switch never replaces the gateway (differing settings are only
+reported); a gateway replaced meanwhile is found again. `stop` (SIGTERM, Ctrl-C) ends it after
+a running switch.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The gateway's published port, end to end: what `status` says about it, and
-`up --recreate-gateway`, which replaces only the gateway's container (the serving variant
-keeps serving through it), and its port holder too when Docker's forwarding of the port is
-gone. The new container starts beside the old one, which then stops, so the port stays open
-(`composer.swap.gateway_replace`); what the port did meanwhile is measured. On a live set the
-new gateway comes from the live set's run file and is told the upstreams Docker's labels
-say run.
+`up --recreate-gateway`, which replaces only the gateway's container (and its port holder when
+Docker's forwarding of the port is gone) beside the old one, so the port stays open and the
+serving variant (or live set) keeps serving; what the port did meanwhile is measured.
 """
 
 from __future__ import annotations

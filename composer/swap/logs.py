@@ -1,9 +1,7 @@
-"""Following a service's log across swaps, and reading `--since` times.
+"""Following a service's log across swaps (like `docker compose logs -f`), and `--since` times.
 
-Like `docker compose logs -f`: the newest variant container of the project's service is
-followed; when it stops or is removed (a swap), the follower waits for the next
-container of the same service and goes on with its log from the start. A container
-that Docker restarts in place is resumed from where it stopped.
+When the followed container stops or is removed (a swap), the next container of the service
+is followed from its start; one Docker restarts in place is resumed where it stopped.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The logs `compose-spec logs` prints: a variant's or the gateway's, or the last failed swap's.
-
-Every text returned here has the API key masked. Which container: the newest variant
-container of the project (none named), the gateway (`gateway`), or the newest container
-of a named variant (a sleeping one included).
+"""The logs `compose-spec logs` prints, the API key masked: the newest variant container's (none
+named), the gateway's, a named variant's newest (a sleeping one too), or the last failed swap's.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ the cause first, then what the undo did.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -94,16 +95,18 @@ class UpResult:
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
 
 
-def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
-    """The fast subset of doctor's checks (on the snapshot's containers): warnings, or PreflightFailed."""
-    known = None
-    if snap is not None:
-        known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
-    findings = fast_checks(
-        ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key, known=known
-    )
-    raise_failed(findings)
-    return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
+def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
+    """The fast subset of doctor's checks for each target, on the snapshot's containers: their
+    warnings (each once), or PreflightFailed."""
+    known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
+    warnings: dict[str, None] = {}
+    for target in targets:
+        findings = fast_checks(
+            ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key, known=known
+        )
+        raise_failed(findings)
+        warnings.update(dict.fromkeys(f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"))
+    return list(warnings)
 
 
 def raise_failed(findings: list[preflight.Finding]) -> None:
@@ -150,7 +153,7 @@ def prepare(
     if snap.extra_gateways and not dry_run:
         retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
         snap = snapshot.take(stack, ctx.client)
-    result.warnings += preflight_warnings(ctx, target, snap)
+    result.warnings += preflight_warnings(ctx, [target], snap)
     current = snap.current
     same = current is not None and current.variant == target.name and current.config_hash == target.hash
     # the run file; a real swap also prunes the target's older ones (never a container's own)
