@@ -76,13 +76,12 @@ def stop_variant(ctx: Context, variant: str, force: bool = False) -> str:
     if not mine:
         return f"{variant} is not running; nothing stopped"
     others = sorted({m.variant for m in snap.members} - {variant})
-    sleeping_others = sorted({m.variant for m in snap.asleep} - {variant})
     asleep = all(m.asleep for m in mine)
     if not asleep and not others:
         stop_project(ctx)
         return f"stopped {variant} (the only variant running: the whole project is down)"
     if not asleep and not force:
-        left = sleeping_others or others
+        left = sorted({m.variant for m in snap.asleep} - {variant}) or others
         raise DownRefused(
             f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
             f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "

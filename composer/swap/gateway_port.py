@@ -148,12 +148,9 @@ def _need_gateway(stack: Stack) -> None:
         )
 
 
-Configure = Callable[["Container"], object] | None
-
-
 def _what_serves(
     stack: Stack, client: docker.DockerClient
-) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
+) -> tuple[Path, GatewaySpec | None, Callable[[Container], object] | None, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement), and what serves, in words."""
     snap = snapshot.take(stack, client)

@@ -202,10 +202,10 @@ def _held(snap: Snapshot) -> tuple[str, str] | None:
 
 
 def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
-    shown = [m for m in snap.members if m.serving or not m.running]
-    running = next((m.info for m in shown if m.running), None)
+    stopped = [m for m in snap.members if not m.running]
+    running = snap.current
     if running is None:
-        newest = shown[0] if shown else None
+        newest = stopped[0] if stopped else None
         looping = newest is not None and newest.info.status == "restarting"  # Docker restarts it again
         since = restarts_since_swap(stack.project, newest.info) if newest and looping else 0
         data: dict[str, object] = {
@@ -217,7 +217,7 @@ def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
         }
     else:
         data = _serving_status(stack, running, _held(snap))
-    data["stopped"] = [m.info.name for m in shown if not m.running]
+    data["stopped"] = [m.info.name for m in stopped]
     data["asleep"] = [_asleep(stack, m) for m in snap.asleep]
     data["awake"] = [_asleep(stack, m) for m in snap.awake_idle]
     if snap.route_ok is False:
@@ -378,8 +378,6 @@ def _number(value: object) -> int | None:
 
 def live_rows(snap: Snapshot) -> list[dict[str, object]]:
     """One row per live container of the snapshot (with the gateway's state it read)."""
-    if not snap.live:
-        return []
     states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
     rows = []
     for member in snap.live:
