@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import gateway_container, upstream_url
+from composer.engine.containers import upstream_url
 from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
 from composer.engine.published_port import probe_published
@@ -108,11 +108,9 @@ class RecreatePlan:
 def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
-    old = gateway_container(stack, client)
-    serving = _what_serves(stack, client)[3]
-    return RecreatePlan(
-        old.name if old is not None else None, base_url(stack.bind_address, stack.port), serving
-    )
+    snap = snapshot.take(stack, client)
+    old = snap.gateway.name if snap.gateway is not None else None
+    return RecreatePlan(old, base_url(stack.bind_address, stack.port), _what_serves(stack, snap)[3])
 
 
 def recreate_gateway(
@@ -120,13 +118,14 @@ def recreate_gateway(
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
     with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
+        snap = snapshot.take(stack, client)
+        retire_extra_gateways(client, snap.extra_gateways, progress)
         _need_gateway(stack)
         began = time.monotonic()
-        old = gateway_container(stack, client)
+        old = snap.gateway
         # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
         dead = old is not None and old.status == "running" and probe_published(old, stack).dead
-        compose_file, spec, configure, serving = _what_serves(stack, client)
+        compose_file, spec, configure, serving = _what_serves(stack, snap)
         progress(f"recreating the gateway ({serving or 'no variant'} keeps running)")
         done = replace_gateway(stack, client, compose_file, spec, progress, configure, new_holder=dead)
         gateway, published = done.container, done.published
@@ -149,11 +148,10 @@ def _need_gateway(stack: Stack) -> None:
 
 
 def _what_serves(
-    stack: Stack, client: docker.DockerClient
+    stack: Stack, snap: snapshot.Snapshot
 ) -> tuple[Path, GatewaySpec | None, Callable[[Container], object] | None, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement), and what serves, in words."""
-    snap = snapshot.take(stack, client)
     live = [
         {"name": r.name, "variant": r.variant, "url": upstream_url(r.service)}
         for r in snap.live_running
