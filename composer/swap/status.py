@@ -331,12 +331,12 @@ def _format_status(data: dict) -> str:
     )
     if data.get("route"):
         asleep += f"\n{'route':<14}{data['route']} (`compose-spec up VARIANT` routes it again)"
-    if data.get("swap"):
-        gateway = f"\n{'swap':<14}{data['swap']['line']}" + gateway
     if not data["running"]:
+        swap = f"\n{'swap':<14}{data['swap']['line']}" if data.get("swap") else ""
+        head = f"project {data['project']}: no variant is running"
         if data.get("last_exit"):
-            return _format_exit(data["project"], data["last_exit"]) + gateway + asleep
-        return f"project {data['project']}: no variant is running" + gateway + asleep
+            head = _format_exit(data["project"], data["last_exit"])
+        return head + swap + gateway + asleep
     health = data["health"] if data["health"] == "ready" else data["health_detail"] or data["health"]
     if data["health"] == "not ready":
         health = f"not ready ({data['health_detail']})"
@@ -360,9 +360,7 @@ def _format_status(data: dict) -> str:
         rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
-    if data.get("gateway"):
-        rows.append(("gateway", _gateway_line(data["gateway"])))
-    return "\n".join(f"{key:<14}{value}" for key, value in rows) + asleep
+    return "\n".join(f"{key:<14}{value}" for key, value in rows) + gateway + asleep
 
 
 def _asleep_line(asleep: dict) -> str:
