@@ -151,7 +151,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
     elif data.get("running") and port_is_dead(gateway):  # behind a dead published port
-        data["health"], data["health_detail"] = "unreachable", DEAD_PORT
+        data["health"] = "unreachable"
+        data["health_detail"] = DEAD_PORT
     return data
 
 

@@ -121,14 +121,14 @@ def swap(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) ->
     A dry run returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
-    dry_run, early = ctx.options.dry_run, None
-    if not dry_run and target.gateway is not None:  # the session opens while we read and plan
+    early = None
+    if not ctx.options.dry_run and target.gateway is not None:  # the session opens while we read and plan
         early = open_early(
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
         snap, plan, compose_file = prepare(ctx, target, result, early, snap)
-        if dry_run:
+        if ctx.options.dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
         execute(ctx, plan, target, compose_file, snap, result, began, early)
@@ -148,7 +148,8 @@ def prepare(
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops (preflight, run file,
     gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
-    stack, dry_run = ctx.stack, ctx.options.dry_run
+    stack = ctx.stack
+    dry_run = ctx.options.dry_run
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
         retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
