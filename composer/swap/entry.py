@@ -108,18 +108,17 @@ def run_live(
     `run_file`: writes their run file, `outcome`: what the result says once it ran."""
     began = time.monotonic()
     label = "+".join(plan.variants)
-    result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
+    planned = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
+    result = LiveResult(variant=label, outcome=planned, plan=plan.as_data(), plan_text=plan.describe())
     if not plan.no_op:
         result.warnings += preflight_warnings(swapper.ctx, checked, snap)
     if swapper.options.dry_run:
-        result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
         return result
     if plan.refused:
         raise UsageError(plan.refused)
     if plan.no_op:
         # The gateway may have restarted with an older set in its environment: tell it again.
         swapper.publish(Publish(plan.upstreams, ()))
-        result.outcome = "unchanged"
         result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
         result.timings["total"] = time.monotonic() - began
         return result

@@ -20,13 +20,12 @@ def published(attrs: dict[str, Any]) -> str:
     ports = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
     if not ports:  # not running: what it would publish
         ports = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
-    shown = []
-    for inside, bindings in sorted(ports.items()):
-        for binding in bindings or ():
-            host = binding.get("HostIp") or "0.0.0.0"
-            if ":" in host:  # IPv6: Docker lists it beside the IPv4 binding
-                continue
-            shown.append(f"{host}:{binding.get('HostPort')}->{inside}")
+    shown = (
+        f"{binding.get('HostIp') or '0.0.0.0'}:{binding.get('HostPort')}->{inside}"
+        for inside, bindings in sorted(ports.items())
+        for binding in bindings or ()
+        if ":" not in (binding.get("HostIp") or "")  # IPv6: Docker lists it beside the IPv4 binding
+    )
     return ", ".join(dict.fromkeys(shown))
 
 

@@ -175,15 +175,13 @@ def interrupted_warning(project: str) -> str | None:
 
 def _asleep(stack: Stack, member: Member) -> dict[str, object]:
     """A sleeping (or awake, not serving) variant and the host RAM a sleeper's weights hold."""
-    variant = member.variant
-    held = host_ram_asleep(stack, variant) if member.asleep else None
     return {
-        "variant": variant,
+        "variant": member.variant,
         "container": member.info.name,
         "state": member.state,
         "is_sleeping": member.sleeping,
         "restart_policy": member.info.restart_policy,
-        "host_memory_bytes": held,
+        "host_memory_bytes": host_ram_asleep(stack, member.variant) if member.asleep else None,
     }
 
 

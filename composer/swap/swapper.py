@@ -276,7 +276,6 @@ def execute(
 
 
 def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
-    by = {"by": ctx.options.by} if ctx.options.by else {}
     append_history(
         ctx.stack.project,
         {
@@ -289,7 +288,7 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "drained": result.drained,
             **({"port_gap": result.port_gap} if result.port_gap is not None else {}),
             "cause": cause.splitlines()[0][:500] if cause else None,
-            **by,
+            **({"by": ctx.options.by} if ctx.options.by else {}),
             "serving_container": None if cause else result.serving_container,
         },
     )
