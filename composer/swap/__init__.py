@@ -1,11 +1,9 @@
 """Changing what serves (up, down) and showing it (status, ls, ps, logs, follow).
 
-Shape: `snapshot` (one read of what runs) -> `desired` (pure: {X} exclusive, {A, B} side by
-side) -> `plan` (pure typed operations, `ops`, each with its inverse; `up --dry-run` prints
-them) -> `execute` (a loop over `transaction`'s dispatch tables; on a failure or a stop
-signal it runs the inverses of what ran, newest first) -> `journal` (the running swap's
-record and the history). `entry.up_set` is `up`'s one entry on Docker; the variant is
-resolved once, into a `Target`, and nothing below the plan reads its settings again.
+Shape: `snapshot` (one read of what runs) -> `desired` (pure) -> `plan` (pure typed operations,
+`ops`, each with its inverse) -> `execute` (a loop over `transaction`'s dispatch tables that
+undoes what ran on a failure or a stop signal) -> `journal` (the running swap, the history).
+`entry.up_set` is `up`'s one entry on Docker; below the plan nothing reads the variant's settings.
 
 Owns: the swap plan and its executors (a single switch; a live set, several variants at
 once on disjoint GPUs), sleep standby (`standby`; its memory planner and the release wait's

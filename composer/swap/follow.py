@@ -3,10 +3,9 @@
 The gateway owns no Docker access: with `[gateway] switch_on_model = true` or `policy = "auto"`
 it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`), runs the
 same gated `up` as the CLI and reports the outcome (`report_serving`), which releases or refuses
-the requests waiting for it. What Docker shows serving is reported at start, every 30 s and
-before each demand. A switch never replaces the gateway (differing settings are only
-reported); a gateway replaced meanwhile is found again. `stop` (SIGTERM, Ctrl-C) ends it after
-a running switch.
+the requests waiting for it, and what Docker shows serving at start, every 30 s and before each
+demand. A switch never replaces the gateway (differing settings are only reported); a gateway
+replaced meanwhile is found again. `stop` (SIGTERM, Ctrl-C) ends it after a running switch.
 """
 
 from __future__ import annotations

@@ -1,17 +1,16 @@
 """The swap lock: one swap of a compose project at a time; released when its holder dies.
 
-Per user, per project, per machine: the file `<home>/.local/state/vllm-composer/locks/P.lock`
-(<home> from the password database, `/tmp/vllm-composer-<uid>-locks/` without an entry),
-found from the user id alone, so no environment variable moves it, except
-$VLLM_COMPOSER_LOCK_DIR (absolute): the `follow` profile's container sets it to the host
-user's lock folder, mounted at the same path, so the follower and the host take turns. Two
-users hold different locks: give a project to one user.
+Per user, per project, per machine: `<home>/.local/state/vllm-composer/locks/P.lock` (<home>
+from the password database; `/tmp/vllm-composer-<uid>-locks/` without an entry), found from
+the user id alone, so no environment variable moves it, except $VLLM_COMPOSER_LOCK_DIR
+(absolute), which the `follow` profile's container sets to the host user's lock folder,
+mounted at the same path. Two users hold different locks: give a project to one user.
 
-Safety: the directory must be a real directory of the user's, not writable by group or
-others (created 0700); the file is opened without following links or truncating, must be a
-regular file of the user's with one link, and gets the holder's pid once the lock is held
-(shown to a waiter only when it names a live process). The holder removes the file while
-still holding the lock; a waiter that then gets the removed file's lock tries the new one.
+Safety: the directory must be the user's own, not writable by group or others (created
+0700); the file is opened without following links or truncating, must be a regular file of
+the user's with one link, and gets the holder's pid (shown to a waiter only when it names a
+live process). The holder removes the file while still holding the lock; a waiter that then
+gets the removed file's lock tries the new one.
 """
 
 from __future__ import annotations
