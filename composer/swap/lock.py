@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from composer.engine import retry
-from composer.engine.retry import Pending
 from composer.errors import LockBusy, LockError
 from composer.render.follow import LOCK_DIR_VAR  # an absolute path; set by the follow profile
 
@@ -126,7 +125,7 @@ def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callabl
         nonlocal told
         fd = _open_file(dir_fd, path)
         if fd is None:
-            raise Pending("the lock file was removed by its holder meanwhile")
+            raise retry.Pending("the lock file was removed by its holder meanwhile")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,7 +146,7 @@ def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callabl
             os.close(fd)
             raise
         os.close(fd)
-        raise Pending("the lock file was removed by its holder while we waited")
+        raise retry.Pending("the lock file was removed by its holder while we waited")
 
     return retry.reopen()(attempt)
 

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from composer.engine import retry
 from composer.engine.containers import our_containers
-from composer.engine.retry import Pending
 from composer.errors import UsageError
 from composer.stack.model import Stack
 
@@ -73,7 +72,7 @@ def follow_service(
                 if newest is None and not waiting_said:
                     yield LogEvent(f"waiting for a variant container of project {stack.project}", switch=True)
                     waiting_said = True
-                raise Pending("no running container to follow yet")
+                raise retry.Pending("no running container to follow yet")
             if newest.container.id != followed:
                 if followed is not None or not first:
                     described = newest.describe()
@@ -87,4 +86,4 @@ def follow_service(
             for chunk in newest.follow(lines, since=resume, timestamps=timestamps):
                 yield LogEvent(chunk)
             resume = datetime.now(UTC)
-            raise Pending(f"{newest.name} stopped: looking for the next container")
+            raise retry.Pending(f"{newest.name} stopped: looking for the next container")

@@ -12,7 +12,6 @@ from pathlib import Path
 from docker.errors import DockerException, ImageNotFound
 
 from composer.engine import retry
-from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, PreflightFailed
 from composer.gateway.client import GatewayControl
 from composer.render import follow
@@ -132,13 +131,13 @@ def _follower_attached(ctx: Context) -> bool:
         try:
             found = control.state().follower_attached
         except (GatewayControlError, DockerException) as err:
-            raise Pending(f"the gateway did not answer: {err}") from err
+            raise retry.Pending(f"the gateway did not answer: {err}") from err
         if found is False:
-            raise Pending("no report from the follower yet")
+            raise retry.Pending("no report from the follower yet")
         return True  # attached, or an older gateway that does not say
 
     ctx.say("waiting for the follower to reach the gateway")
     try:
         return retry.follower_attach(FOLLOWER_ATTACH_S)(attached)
-    except Pending:
+    except retry.Pending:
         return False

@@ -24,7 +24,6 @@ from composer.doctor.report import fast_checks
 from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
-from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
 from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
@@ -318,7 +317,7 @@ def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bo
     def attempt() -> bool:
         if probe_once(running_target(stack, current)):
             return True
-        raise Pending(f"{current.variant} not ready yet", result=False)
+        raise retry.Pending(f"{current.variant} not ready yet", result=False)
 
     return bool(retry.settle_ready(settle_s)(attempt))
 
