@@ -22,8 +22,7 @@ from composer.swap import snapshot
 from composer.swap.lock import lock_dir
 from composer.swap.transaction import Context, compose_up
 
-FOLLOWER_ATTACH_S = 30.0
-"""How long `up --with follow` waits for the follower's first report to the gateway."""
+FOLLOWER_ATTACH_S = 30.0  # how long `up --with follow` waits for the follower's first report
 
 
 def _image(ctx: Context, image: str, fix: str) -> None:

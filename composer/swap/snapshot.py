@@ -229,8 +229,7 @@ def classify(
                 serving = not asleep and not parked
             else:
                 serving = True
-            if serving and serving_taken:  # two candidates: the newest serves, the other is awake
-                serving = False
+            serving = serving and not serving_taken  # two candidates: the newest serves, the other is awake
             serving_taken = serving_taken or serving
         members.append(Member(container, info, standby, sleeping, serving, asleep))
     return tuple(members)

@@ -281,9 +281,8 @@ def without_clock(data: dict[str, object]) -> dict[str, object]:
     """status_data() without the fields that change every second (to spot real changes)."""
     clock = {"uptime_seconds", "seconds_ago"}
     shown = {k: v for k, v in data.items() if k not in clock}
-    last_exit = data.get("last_exit")
-    if isinstance(last_exit, dict):
-        shown["last_exit"] = {k: v for k, v in last_exit.items() if k not in clock}
+    if isinstance(data.get("last_exit"), dict):
+        shown["last_exit"] = {k: v for k, v in data["last_exit"].items() if k not in clock}
     return shown
 
 
