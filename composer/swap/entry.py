@@ -33,7 +33,6 @@ from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
 from composer.swap.plan import LivePlan, plan_alone, plan_live
 from composer.swap.profiles import check_profiles, start_profiles
-from composer.swap.snapshot import Snapshot
 from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
 from composer.swap.transaction import Context, LiveSwapper
 
@@ -55,7 +54,7 @@ class LiveResult:
     drained: dict[str, int] | None = None
 
 
-def decide(ctx: Context, target: LiveTarget, snap: Snapshot) -> LivePlan:
+def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePlan:
     """The live set's change, from the one snapshot."""
     stack, options = ctx.stack, ctx.options
     single = snap.current
@@ -78,7 +77,7 @@ def decide(ctx: Context, target: LiveTarget, snap: Snapshot) -> LivePlan:
     )
 
 
-def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
+def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Snapshot) -> LivePlan:
     """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
     stack, options = ctx.stack, ctx.options
     spec, gpus = target.spec, "-" if stack.gpus is None else "all"  # it takes every GPU
@@ -100,7 +99,7 @@ def run_live(
     swapper: LiveSwapper,
     plan: LivePlan,
     checked: Sequence[Target],
-    snap: Snapshot,
+    snap: snapshot.Snapshot,
     run_file: Callable[[], Path],
     outcome: str,
 ) -> LiveResult:
@@ -217,7 +216,7 @@ def up_set(
         return _up_desired(ctx, requested, snap)
 
 
-def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpResult | LiveResult:
+def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:
     stack, options = ctx.stack, ctx.options
     want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap

@@ -66,12 +66,11 @@ class Recreated:
         )
 
     def to_json(self) -> dict[str, object]:
-        gap = self.port_gap.to_json() if self.port_gap is not None else None
         return {
             "outcome": "gateway-recreated",
             **self.__dict__,
             "seconds": round(self.seconds, 3),
-            "port_gap": gap,
+            "port_gap": self.port_gap.to_json() if self.port_gap is not None else None,
         }
 
 

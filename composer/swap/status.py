@@ -30,7 +30,6 @@ from composer.swap import snapshot
 from composer.swap.gateway_port import port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
 from composer.swap.ps import aligned
-from composer.swap.snapshot import Member, Snapshot
 from composer.swap.transaction import upstream_states
 
 if TYPE_CHECKING:
@@ -65,7 +64,7 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat(timespec="seconds") if moment else None
 
 
-def _exited(member: Member, key: str | None) -> dict[str, object]:
+def _exited(member: snapshot.Member, key: str | None) -> dict[str, object]:
     """What is known about a variant container that does not run."""
     described = member.info
     finished = described.finished_at
@@ -83,7 +82,7 @@ def _exited(member: Member, key: str | None) -> dict[str, object]:
     }
 
 
-def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
+def gateway_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object] | None:
     """The gateway's container and what its control channel reports (the snapshot's); None without one."""
     if not stack.gateway.enabled:
         return None
@@ -165,15 +164,14 @@ def _events(project: str, last: int | None = None) -> list[dict]:
 
 def interrupted_warning(project: str) -> str | None:
     """A line naming the last swap when its process ended without finishing it (a killed `up`)."""
-    events = _events(project, 1)
-    if not events or events[-1].get("outcome") != INTERRUPTED:
+    last = next(iter(_events(project, 1)), {})
+    if last.get("outcome") != INTERRUPTED:
         return None
-    last = events[-1]
     route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
     return f"the last swap, {route}, was interrupted: {last.get('cause')}"
 
 
-def _asleep(stack: Stack, member: Member) -> dict[str, object]:
+def _asleep(stack: Stack, member: snapshot.Member) -> dict[str, object]:
     """A sleeping (or awake, not serving) variant and the host RAM a sleeper's weights hold."""
     return {
         "variant": member.variant,
@@ -185,7 +183,7 @@ def _asleep(stack: Stack, member: Member) -> dict[str, object]:
     }
 
 
-def _held(snap: Snapshot) -> tuple[str, str] | None:
+def _held(snap: snapshot.Snapshot) -> tuple[str, str] | None:
     """(health, detail) when a probe through the shared port would wait on a hold now."""
     if snap.swap is not None:
         return "swapping", snap.swap.line()
@@ -200,7 +198,7 @@ def _held(snap: Snapshot) -> tuple[str, str] | None:
     return None
 
 
-def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
+def _variant_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object]:
     stopped = [m for m in snap.members if not m.running]
     running = snap.current
     if running is None:
@@ -372,7 +370,7 @@ def _number(value: object) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def live_rows(snap: Snapshot) -> list[dict[str, object]]:
+def live_rows(snap: snapshot.Snapshot) -> list[dict[str, object]]:
     """One row per live container of the snapshot (with the gateway's state it read)."""
     states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
     rows = []
