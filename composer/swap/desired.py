@@ -45,9 +45,8 @@ def check_request(requested: Sequence[str], stack: Stack) -> None:
 
 
 def desired(requested: Sequence[str], stack: Stack, live: Sequence[str]) -> Desired:
-    """The desired set and its mode (see the module's docstring); `live` names the live
-    members that serve now (the snapshot's on Docker, the cluster's live Deployments on
-    Kubernetes)."""
+    """The desired set and its mode (see the module's docstring); `live`: the live members serving
+    now (the snapshot's on Docker, the cluster's live Deployments on Kubernetes)."""
     check_request(requested, stack)
     if len(requested) == 1:
         return Desired(tuple(requested), EXCLUSIVE, tuple(live))

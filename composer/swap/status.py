@@ -14,6 +14,8 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
@@ -44,8 +46,6 @@ NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires 
 
 def readiness(target: GateTarget) -> tuple[str, str]:
     """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
-    import httpx
-
     with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
         state = probe(client, target.url, target.served_name, target.api_key)
     if state.ready:
