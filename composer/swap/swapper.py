@@ -109,9 +109,8 @@ def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.S
 
 
 def raise_failed(findings: list[preflight.Finding]) -> None:
-    failed = [f for f in findings if f.failed]
-    if failed:
-        first = failed[0]
+    first = next((f for f in findings if f.failed), None)
+    if first is not None:
         raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
 
