@@ -97,11 +97,10 @@ class Follower:
         """Report a switch's outcome; a gateway replaced meanwhile is found again and told."""
         try:
             control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
-            return control
         except (GatewayControlError, DockerException):
-            fresh = GatewayControl(self._gateway())
-            fresh.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
-            return fresh
+            control = GatewayControl(self._gateway())
+            control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
+        return control
 
     def _serving_now(self) -> str | None:
         running = snapshot.take(self.stack, self.client).current
