@@ -1,11 +1,9 @@
 """What `up` asks for (pure): the desired set and its mode, from the names, the stack and ONE
-snapshot (Docker's containers, or the cluster's Deployments).
+snapshot (Docker's containers, or the cluster's Deployments); the CLI decides none of it.
 
-`up X` is {X}, exclusive: a plain switch to X (where a live set runs, X replaces it:
-`live.plan_alone`; else the single swap). `up A B` is {A, B}, side by side: the live set is
-exactly those. `up` alone is the stack's `[gateway] live`, side by side (without it, a usage
-error). The plan that gets there says how what serves changes (`mode`: join, replace,
-unchanged, refused); the CLI never reads Docker or kubectl, nor decides any of this.
+`up X` is {X}, exclusive (where a live set runs, X replaces it: `plan.plan_alone`). `up A B`
+is {A, B}, side by side: the live set is exactly those. `up` alone is the stack's
+`[gateway] live` (without it, a usage error).
 """
 
 from __future__ import annotations
@@ -47,9 +45,8 @@ def check_request(requested: Sequence[str], stack: Stack) -> None:
 
 
 def desired(requested: Sequence[str], stack: Stack, live: Sequence[str]) -> Desired:
-    """The desired set and its mode (see the module's docstring); `live` names the live
-    members that serve now (the snapshot's on Docker, the cluster's live Deployments on
-    Kubernetes)."""
+    """The desired set and its mode (see the module's docstring); `live`: the live members serving
+    now (the snapshot's on Docker, the cluster's live Deployments on Kubernetes)."""
     check_request(requested, stack)
     if len(requested) == 1:
         return Desired(tuple(requested), EXCLUSIVE, tuple(live))

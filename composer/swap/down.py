@@ -1,13 +1,12 @@
-"""`down` and `down VARIANT`: stop the project, or one variant's container, under the lock.
-
-`down` keeps the project's named volumes (the gateway's switch history) unless `--volumes`;
-`kept_volumes` names them. Each one is appended to the swap history.
+"""`down` and `down VARIANT`: stop the project, or one variant's container, under the lock; each
+goes to the swap history. `down` keeps the project's named volumes unless `--volumes`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+from docker.errors import APIError, NotFound
 
 from composer import labels as label_names
 from composer.engine.client import compose
@@ -15,6 +14,7 @@ from composer.errors import ComposerError, DownRefused
 from composer.stack.model import Stack
 from composer.swap.execute import Say, quiet
 from composer.swap.journal import append_history
+from composer.swap.lock import swap_lock
 from composer.swap.snapshot import take
 from composer.swap.swapper import UpOptions
 from composer.swap.transaction import Context, LiveSwapper
@@ -33,10 +33,16 @@ def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
         member.container.stop_and_remove(ctx.stack.stop_grace_period)
     current = snap.current
     compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
-    if volumes:
-        for volume in project_volumes(ctx.stack, ctx.client):
-            ctx.say(f"removing volume {volume.name}")
-            _remove_volume(volume)
+    for volume in project_volumes(ctx.stack, ctx.client) if volumes else ():
+        ctx.say(f"removing volume {volume.name}")
+        try:
+            volume.remove()
+        except NotFound:  # gone meanwhile
+            continue
+        except APIError as err:
+            raise ComposerError(
+                f"volume {volume.name} could not be removed: {err.explanation or err}"
+            ) from err
     return [*([current.variant] if current else []), *(r.name for r in snap.live_running)]
 
 
@@ -59,20 +65,7 @@ def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
     )
 
 
-def _remove_volume(volume: Volume) -> None:
-    from docker.errors import APIError, NotFound
-
-    try:
-        volume.remove()
-    except NotFound:  # gone meanwhile
-        return
-    except APIError as err:
-        raise ComposerError(f"volume {volume.name} could not be removed: {err.explanation or err}") from err
-
-
-def stop_variant(
-    ctx: Context, variant: str, force: bool = False, down: Callable[[], object] | None = None
-) -> str:
+def stop_variant(ctx: Context, variant: str, force: bool = False) -> str:
     """Stop one variant's container, asleep or serving; say what was done. The serving one while
     others sleep is refused unless `force`; the only one running is `down` (the whole project)."""
     stack = ctx.stack
@@ -83,17 +76,12 @@ def stop_variant(
     if not mine:
         return f"{variant} is not running; nothing stopped"
     others = sorted({m.variant for m in snap.members} - {variant})
-    sleeping_others = sorted({m.variant for m in snap.asleep} - {variant})
-    if all(m.asleep for m in mine):
-        for member in mine:
-            ctx.say(f"stopping {variant} ({member.container.name}, asleep)")
-            member.container.stop_and_remove(stack.stop_grace_period)
-        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
-    if not others:
-        (down or (lambda: stop_project(ctx)))()
+    asleep = all(m.asleep for m in mine)
+    if not asleep and not others:
+        stop_project(ctx)
         return f"stopped {variant} (the only variant running: the whole project is down)"
-    if not force:
-        left = sleeping_others or others
+    if not asleep and not force:
+        left = sorted({m.variant for m in snap.asleep} - {variant}) or others
         raise DownRefused(
             f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
             f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
@@ -101,8 +89,10 @@ def stop_variant(
             f"stops only {variant}"
         )
     for member in mine:
-        ctx.say(f"stopping {variant} ({member.container.name})")
+        ctx.say(f"stopping {variant} ({member.container.name}{', asleep' if asleep else ''})")
         member.container.stop_and_remove(stack.stop_grace_period)
+    if asleep:
+        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
     left = ", ".join(others)
     return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
 
@@ -111,8 +101,6 @@ def down(
     stack: Stack, *, client: docker.DockerClient, progress: Say = quiet, volumes: bool = False
 ) -> list[str]:
     """Stop and remove what runs under the project's lock (see `stop_project`)."""
-    from composer.swap.lock import swap_lock
-
     with swap_lock(stack.project, True, progress):
         stopped = stop_project(Context(stack, client, UpOptions(), progress, progress), volumes)
     source = stopped[0] if stopped and "/" not in stopped[0] else None
@@ -124,8 +112,6 @@ def down_variant(
     stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = quiet
 ) -> str:
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
-    from composer.swap.lock import swap_lock
-
     with swap_lock(stack.project, True, progress):
         said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force)
     append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})

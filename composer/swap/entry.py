@@ -1,11 +1,8 @@
-"""`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then
-the plan that gets there: the single switch (`swapper`), a live set's change (`up A B`, or
-`up` with `[gateway] live`: the set becomes exactly {A, B}), or X's one serving container
-replacing a running live set (`up X`: `plan_alone`); the plans are `composer.swap.plan`'s.
-`run_live` runs a live plan with Docker's dispatch table (`transaction.LiveSwapper`): each
-new container is gated like a swap (its own address, a settle watch, a speculative
-variant's acceptance); a failure or a stop signal undoes what ran. A live change's result
-and history line are here too (Kubernetes writes the same ones).
+"""`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then the
+single switch (`swapper`), a live set's change (`plan_live`: the set becomes exactly {A, B}),
+or X's one container replacing a running live set (`plan_alone`). `run_live` runs a live plan
+with `transaction.LiveSwapper`; a failure or a stop signal undoes what ran. A live change's
+result and history line are here too (Kubernetes writes the same ones).
 """
 
 from __future__ import annotations
@@ -24,21 +21,23 @@ from composer.render.files import run_file as variant_run_file
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import state_dir
 from composer.render.spec import Owner
-from composer.render.target import Target
+from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
+from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
+from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.journal import append_history
+from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
 from composer.swap.plan import LivePlan, plan_alone, plan_live
-from composer.swap.snapshot import Snapshot
+from composer.swap.profiles import check_profiles, start_profiles
+from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
 from composer.swap.transaction import Context, LiveSwapper
 
 if TYPE_CHECKING:
     import docker
-
-    from composer.swap.swapper import UpOptions, UpResult
 
 
 @dataclass
@@ -55,7 +54,7 @@ class LiveResult:
     drained: dict[str, int] | None = None
 
 
-def decide(ctx: Context, target: LiveTarget, snap: Snapshot) -> LivePlan:
+def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePlan:
     """The live set's change, from the one snapshot."""
     stack, options = ctx.stack, ctx.options
     single = snap.current
@@ -78,7 +77,7 @@ def decide(ctx: Context, target: LiveTarget, snap: Snapshot) -> LivePlan:
     )
 
 
-def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -> LivePlan:
+def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Snapshot) -> LivePlan:
     """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
     stack, options = ctx.stack, ctx.options
     spec, gpus = target.spec, "-" if stack.gpus is None else "all"  # it takes every GPU
@@ -96,41 +95,33 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: Snapshot) -
     )
 
 
-def preflight(ctx: Context, checked: Sequence[Target], snap: Snapshot) -> list[str]:
-    """The single swap's preflight for each variant the plan starts: its warnings, or PreflightFailed."""
-    from composer.swap.swapper import preflight_warnings
-
-    return list(dict.fromkeys(w for t in checked for w in preflight_warnings(ctx, t, snap)))
-
-
 def run_live(
     swapper: LiveSwapper,
     plan: LivePlan,
     checked: Sequence[Target],
-    snap: Snapshot,
-    run_file: Callable[[], Path] | None = None,
-    outcome: str = "",
+    snap: snapshot.Snapshot,
+    run_file: Callable[[], Path],
+    outcome: str,
 ) -> LiveResult:
     """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
     `run_file`: writes their run file, `outcome`: what the result says once it ran."""
     began = time.monotonic()
     label = "+".join(plan.variants)
-    result = LiveResult(variant=label, outcome="planned", plan=plan.as_data(), plan_text=plan.describe())
+    planned = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
+    result = LiveResult(variant=label, outcome=planned, plan=plan.as_data(), plan_text=plan.describe())
     if not plan.no_op:
-        result.warnings += preflight(swapper.ctx, checked, snap)
+        result.warnings += preflight_warnings(swapper.ctx, checked, snap)
     if swapper.options.dry_run:
-        result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
         return result
     if plan.refused:
         raise UsageError(plan.refused)
     if plan.no_op:
         # The gateway may have restarted with an older set in its environment: tell it again.
         swapper.publish(Publish(plan.upstreams, ()))
-        result.outcome = "unchanged"
         result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
         result.timings["total"] = time.monotonic() - began
         return result
-    compose_file = run_file() if run_file is not None else None
+    compose_file = run_file()
     record = plan.recording(swapper.stack.project, swapper.options.timeout)
     try:
         ran = execute(
@@ -151,7 +142,7 @@ def run_live(
     finally:
         record.close()
     kept = [r.run_file for r in snapshot.take(swapper.stack, swapper.client, ask_sleeping=False).live]
-    prune_run_files(swapper.stack.project, "live", keep=(*([compose_file] if compose_file else []), *kept))
+    prune_run_files(swapper.stack.project, "live", keep=(compose_file, *kept))
     if plan.start_gateway:
         swapper.answers(label)
     result.timings.update(swapper.timings)
@@ -214,9 +205,6 @@ def up_set(
 ) -> UpResult | LiveResult:
     """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the desired
     set (`desired`), and the single swap, a live change or `plan_alone`; `options.profiles` too."""
-    from composer.swap.gateway_replace import retire_extra_gateways
-    from composer.swap.lock import swap_lock
-
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return _up_desired(ctx, requested, snapshot.take(stack, client))
@@ -228,19 +216,14 @@ def up_set(
         return _up_desired(ctx, requested, snap)
 
 
-def _up_desired(ctx: Context, requested: Sequence[str], snap: Snapshot) -> UpResult | LiveResult:
-    from composer.render.target import resolve_target
-    from composer.swap.desired import EXCLUSIVE, desired
-    from composer.swap.profiles import check_profiles, start_profiles
-    from composer.swap.swapper import swap
-
+def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:
     stack, options = ctx.stack, ctx.options
     want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap
         single = resolve_target(stack, want.variants[0])
         if not options.dry_run:
             check_profiles(ctx, single.prometheus)
-        return swap(ctx, single, dry_run=options.dry_run, snap=snap)
+        return swap(ctx, single, snap)
     if options.force_recreate:
         raise ConfigError("--force-recreate restarts the one serving variant; this up changes a live set")
     if want.replaces:  # {X} alone where a live set runs: X's one serving container replaces it

@@ -1,14 +1,11 @@
 """`compose-spec follow`: run the switches the gateway asks for, on the host.
 
-The gateway owns no Docker access. With `[gateway] switch_on_model = true` or `policy =
-"auto"` it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`,
-at most 20 s per `docker exec`), runs the same gated `up` as the CLI and reports the outcome
-with `report_serving`, which releases or refuses the requests that wait for it. At start,
-every 30 s and before each demand it tells the gateway what Docker shows serving when that
-changed; a demand for what serves is answered without a swap. Every decision is one
-`FollowEvent`. It ends when `stop` is set (SIGTERM, Ctrl-C), after a running switch
-finished or rolled back. A switch never replaces the gateway: differing settings are only
-reported (`compose-spec up` applies them); a gateway replaced meanwhile is found again.
+The gateway owns no Docker access: with `[gateway] switch_on_model = true` or `policy = "auto"`
+it raises switch demands; this loop long-polls them (`GatewayControl.next_demand`), runs the
+same gated `up` as the CLI and reports the outcome (`report_serving`), which releases or refuses
+the requests waiting for it, and what Docker shows serving at start, every 30 s and before each
+demand. A switch never replaces the gateway (differing settings are only reported); a gateway
+replaced meanwhile is found again. `stop` (SIGTERM, Ctrl-C) ends it after a running switch.
 """
 
 from __future__ import annotations
@@ -58,24 +55,20 @@ class FollowEvent:
         return asdict(self)
 
 
+@dataclass
 class Follower:
     """Waits for the gateway's demands and runs them through `up`."""
 
-    def __init__(
-        self,
-        stack: Stack,
-        client: docker.DockerClient,
-        options: UpOptions,
-        emit: Callable[[FollowEvent], None],
-        stop: threading.Event,
-    ) -> None:
-        self.stack = stack
-        self.client = client
-        self.options = replace(options, by="follow")  # its swaps say so in the history
-        self.emit = emit
-        self.stop = stop
-        self.reported: str | None = None
-        self.switches = 0
+    stack: Stack
+    client: docker.DockerClient
+    options: UpOptions
+    emit: Callable[[FollowEvent], None]
+    stop: threading.Event
+    reported: str | None = None  # what the gateway was last told serves
+    switches: int = 0
+
+    def __post_init__(self) -> None:
+        self.options = replace(self.options, by="follow")  # its swaps say so in the history
 
     def _gateway(self) -> object:
         try:
@@ -85,9 +78,6 @@ class Follower:
         if container is None or container.status != "running":
             raise GatewayControlError("demand", "the gateway container is not running")
         return container
-
-    def _control(self) -> GatewayControl:
-        return GatewayControl(self._gateway())
 
     def check_settings(self) -> None:
         """Say when the running gateway's settings differ from this stack's (never applied here)."""
@@ -107,11 +97,10 @@ class Follower:
         """Report a switch's outcome; a gateway replaced meanwhile is found again and told."""
         try:
             control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
-            return control
         except (GatewayControlError, DockerException):
-            fresh = self._control()
-            fresh.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
-            return fresh
+            control = GatewayControl(self._gateway())
+            control.report_serving(serving, demand.id, ok=ok, detail=detail, follower=True)
+        return control
 
     def _serving_now(self) -> str | None:
         running = snapshot.take(self.stack, self.client).current
@@ -178,7 +167,7 @@ class Follower:
         while not self.stop.is_set():
             try:
                 if control is None:
-                    control = self._control()
+                    control = GatewayControl(self._gateway())
                     self.reported = None
                     self.check_settings()
                 if time.monotonic() - last_sync >= SYNC_EVERY_S:

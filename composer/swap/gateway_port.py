@@ -1,10 +1,7 @@
 """The gateway's published port, end to end: what `status` says about it, and
-`up --recreate-gateway`, which replaces only the gateway's container (the serving variant
-keeps serving through it), and its port holder too when Docker's forwarding of the port is
-gone. The new container starts beside the old one, which then stops, so the port stays open
-(`composer.swap.gateway_replace`); what the port did meanwhile is measured. On a live set the
-new gateway comes from the live set's run file and is told the upstreams Docker's labels
-say run.
+`up --recreate-gateway`, which replaces only the gateway's container (and its port holder when
+Docker's forwarding of the port is gone) beside the old one, so the port stays open and the
+serving variant (or live set) keeps serving; what the port did meanwhile is measured.
 """
 
 from __future__ import annotations
@@ -15,25 +12,26 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.engine.containers import gateway_container, upstream_url
+from composer.engine.containers import upstream_url
 from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
-from composer.engine.published_port import DEAD_PORT, probe_published
+from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.client import GatewayControl
 from composer.render.files import run_file
-from composer.render.spec import CONTAINER_PORT
+from composer.render.live import resolve_live
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
+from composer.swap.lock import swap_lock
 
 if TYPE_CHECKING:
     import docker
     from docker.models.containers import Container
 
-    from composer.engine.variant_container import VariantContainer
     from composer.render.gateway import GatewaySpec
 
 
@@ -43,13 +41,6 @@ def port_is_dead(gateway: object) -> bool:
         return False
     published = gateway.get("published_port")
     return isinstance(published, dict) and bool(published.get("dead"))
-
-
-def mark_unreachable(data: dict[str, object]) -> None:
-    """A running variant behind a dead published port is `unreachable`, with the fix."""
-    if data.get("running") and port_is_dead(data.get("gateway")):
-        data["health"] = "unreachable"
-        data["health_detail"] = DEAD_PORT
 
 
 @dataclass(frozen=True)
@@ -75,12 +66,11 @@ class Recreated:
         )
 
     def to_json(self) -> dict[str, object]:
-        gap = self.port_gap.to_json() if self.port_gap is not None else None
         return {
             "outcome": "gateway-recreated",
             **self.__dict__,
             "seconds": round(self.seconds, 3),
-            "port_gap": gap,
+            "port_gap": self.port_gap.to_json() if self.port_gap is not None else None,
         }
 
 
@@ -117,22 +107,35 @@ class RecreatePlan:
 def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
-    old = gateway_container(stack, client)
-    serving = _what_serves(stack, client)[3]
-    return RecreatePlan(
-        old.name if old is not None else None, base_url(stack.bind_address, stack.port), serving
-    )
+    snap = snapshot.take(stack, client)
+    old = snap.gateway.name if snap.gateway is not None else None
+    return RecreatePlan(old, base_url(stack.bind_address, stack.port), _what_serves(stack, snap)[3])
 
 
 def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
-    from composer.swap.lock import swap_lock
-
     with swap_lock(stack.project, wait_for_lock, progress):
-        retire_extra_gateways(client, snapshot.take(stack, client).extra_gateways, progress)
-        return _recreate(stack, client, progress)
+        snap = snapshot.take(stack, client)
+        retire_extra_gateways(client, snap.extra_gateways, progress)
+        _need_gateway(stack)
+        began = time.monotonic()
+        old = snap.gateway
+        # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
+        dead = old is not None and old.status == "running" and probe_published(old, stack).dead
+        compose_file, spec, configure, serving = _what_serves(stack, snap)
+        progress(f"recreating the gateway ({serving or 'no variant'} keeps running)")
+        done = replace_gateway(stack, client, compose_file, spec, progress, configure, new_holder=dead)
+        gateway, published = done.container, done.published
+        if serving is not None:
+            progress(f"waiting for the gateway to reach {serving}")
+            if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
+                raise ComposerError(
+                    f"the recreated gateway answers on {published.url} but does not reach {serving} "
+                    f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
+                )
+        return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
 
 
 def _need_gateway(stack: Stack) -> None:
@@ -143,40 +146,13 @@ def _need_gateway(stack: Stack) -> None:
         )
 
 
-def _recreate(stack: Stack, client: docker.DockerClient, say: Say) -> Recreated:
-    _need_gateway(stack)
-    began = time.monotonic()
-    old = gateway_container(stack, client)
-    # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
-    dead = old is not None and old.status == "running" and probe_published(old, stack).dead
-    compose_file, spec, configure, serving = _what_serves(stack, client)
-    say(f"recreating the gateway ({serving or 'no variant'} keeps running)")
-    done = replace_gateway(stack, client, compose_file, spec, say, configure, new_holder=dead)
-    gateway, published = done.container, done.published
-    if serving is not None:
-        say(f"waiting for the gateway to reach {serving}")
-        if not GatewayControl(gateway).wait_ready(PORT_BACK_TIMEOUT):
-            raise ComposerError(
-                f"the recreated gateway answers on {published.url} but does not reach {serving} "
-                f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
-            )
-    return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
-
-
-Configure = Callable[["Container"], object] | None
-
-
 def _what_serves(
-    stack: Stack, client: docker.DockerClient
-) -> tuple[Path, GatewaySpec | None, Configure, str | None]:
+    stack: Stack, snap: snapshot.Snapshot
+) -> tuple[Path, GatewaySpec | None, Callable[[Container], object] | None, str | None]:
     """The run file the new gateway is made from, its spec, how to point it at what serves
     (read before the replacement), and what serves, in words."""
-    from composer.render.live import resolve_live
-    from composer.swap.entry import live_run_file
-
-    snap = snapshot.take(stack, client)
     live = [
-        {"name": r.name, "variant": r.variant, "url": f"http://{r.service}:{CONTAINER_PORT}"}
+        {"name": r.name, "variant": r.variant, "url": upstream_url(r.service)}
         for r in snap.live_running
         if r.service
     ]
@@ -191,17 +167,10 @@ def _what_serves(
         )
     member = snap.serving
     variant = member.variant if member is not None else None
-    compose_file = _compose_file(stack, member.container if member is not None else None)
-    spec = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants))).gateway
+    single = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
+    # the serving variant's run file, else the target's (every run file describes the same gateway)
+    recorded = member.info.config_file if member is not None else None
+    compose_file = Path(recorded) if recorded and Path(recorded).is_file() else run_file(single)
     standby = member.container.name if member is not None and member.standby_service else None
     configure = (lambda c: GatewayControl(c).route(upstream_url(standby))) if standby else None
-    return compose_file, spec, configure, variant
-
-
-def _compose_file(stack: Stack, serving: VariantContainer | None) -> Path:
-    """The serving variant's run file (every run file describes the same gateway)."""
-    described = serving.describe() if serving is not None else None
-    if described is not None and described.config_file and Path(described.config_file).is_file():
-        return Path(described.config_file)
-    name = described.variant if described is not None and described.variant in stack.variants else None
-    return run_file(resolve_target(stack, name or next(iter(stack.variants))))
+    return compose_file, single.gateway, configure, variant

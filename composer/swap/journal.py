@@ -1,12 +1,11 @@
-"""What a swap leaves on disk: the record of the swap running now, and the swap history.
+"""What a swap leaves in the project's state folder: the running swap's record, the history.
 
-Both live in the project's state folder (`$XDG_STATE_HOME/vllm-composer/<project>/`) and are
-written from data (the plan's `as_data()` and the result), never the stack's variants.
-`swap.json` names the swap that holds the project's lock (pid, from, to, steps, stage,
-times): `status` reads it instead of waiting on a held request. It is written atomically at
-every stage and removed at the end; a record whose process is gone becomes an `interrupted`
-history event. `history.jsonl` gets one JSON line per `up`, `down`, wake and rollback,
-trimmed to the newest `HISTORY_LINES`. Neither ever holds the API key.
+`swap.json` names the swap that holds the project's lock (pid, from, to, steps, stage, times),
+written atomically at every stage and removed at the end: `status` reads it instead of
+waiting on a held request; one whose process is gone becomes an `interrupted` event.
+`history.jsonl` gets one JSON line per `up`, `down`, wake and rollback, trimmed to the newest
+`HISTORY_LINES`. Both are written from data, never the stack's variants, and never hold the
+API key.
 """
 
 from __future__ import annotations
@@ -70,8 +69,7 @@ class RunningSwap:
     kind: str = "up"  # `live`: a live set's change (source and target are sets, `a+b`)
 
     def line(self, now: float | None = None) -> str:
-        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s`; a live change says
-        `changing the live set baseline -> baseline+mtp (pid 1234): gate mtp/1 ...`."""
+        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s` (`changing the live set ...`)."""
         now = time.time() if now is None else now
         took = max(0.0, now - self.started)
         source = self.source or "nothing"
@@ -106,11 +104,9 @@ class SwapRecord:
     """Writes the running swap's record (the plan's data, pid, stage, times) at every stage and
     removes it at the end; made under the lock, after a dead swap's record is reaped."""
 
-    def __init__(
-        self, project: str, plan: Mapping[str, Any], timeout: float, directory: Path | None = None
-    ) -> None:
-        self.path = project_dir(project, directory) / RUNNING
-        _reap(project, directory)
+    def __init__(self, project: str, plan: Mapping[str, Any], timeout: float) -> None:
+        self.path = project_dir(project) / RUNNING
+        _reap(project)
         self.entry = {
             "source": plan.get("serving"),
             "target": plan.get("target"),
@@ -135,11 +131,10 @@ class SwapRecord:
 
 def _signal_zero(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        with contextlib.suppress(PermissionError):  # another user's process: it runs
+            os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
     return True
 
 
@@ -167,32 +162,32 @@ def _record(path: Path) -> RunningSwap | None:
     return record
 
 
-def _reap(project: str, directory: Path | None = None) -> None:
+def _reap(project: str) -> None:
     """Turn a dead swap's record into an `interrupted` history event (with the lock held)."""
-    path = project_dir(project, directory) / RUNNING
+    path = project_dir(project) / RUNNING
     record = _record(path)
     if record is None or record.alive():
         return
-    append_history(project, record.interrupted(), directory)
+    append_history(project, record.interrupted())
     with contextlib.suppress(OSError):
         path.unlink()
 
 
-def running_swap(project: str, directory: Path | None = None) -> RunningSwap | None:
+def running_swap(project: str) -> RunningSwap | None:
     """The swap running now for `project`, if its record names a live process; a dead one's record
     becomes an `interrupted` event, under the lock taken without waiting (else left alone)."""
-    record = _record(project_dir(project, directory) / RUNNING)
+    record = _record(project_dir(project) / RUNNING)
     if record is None or record.alive():
         return record
     with contextlib.suppress(ComposerError, OSError), swap_lock(project, wait=False):
-        _reap(project, directory)
+        _reap(project)
     return None
 
 
-def append_history(project: str, entry: dict[str, Any], directory: Path | None = None) -> None:
+def append_history(project: str, entry: dict[str, Any]) -> None:
     """Append one event (time added) to the project's history, keeping the newest lines; never fails
     (a full disk or a corrupt history lose the event, not the swap)."""
-    path = project_dir(project, directory) / HISTORY
+    path = project_dir(project) / HISTORY
     line = json.dumps({"time": round(time.time(), 3), **entry}, sort_keys=True)
     with contextlib.suppress(OSError, ValueError, ComposerError):
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -212,11 +207,11 @@ class History:
     path: Path
 
 
-def read_history(project: str, last: int | None = None, directory: Path | None = None) -> History:
+def read_history(project: str, last: int | None = None) -> History:
     """The project's history, oldest first (the last `last` events); lines that are not an event
     are skipped and counted. A killed swap's record is first turned into its event."""
-    running_swap(project, directory)
-    path = project_dir(project, directory) / HISTORY
+    running_swap(project)
+    path = project_dir(project) / HISTORY
     try:
         lines = read_bounded(path, "swap history", HISTORY_LIMIT, tail=True).splitlines()
     except FileNotFoundError:

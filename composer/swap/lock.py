@@ -1,17 +1,16 @@
 """The swap lock: one swap of a compose project at a time; released when its holder dies.
 
-Per user, per project, per machine: the file `<home>/.local/state/vllm-composer/locks/P.lock`
-(<home> from the password database, `/tmp/vllm-composer-<uid>-locks/` without an entry),
-found from the user id alone, so no environment variable moves it, except
-$VLLM_COMPOSER_LOCK_DIR (absolute): the `follow` profile's container sets it to the host
-user's lock folder, mounted at the same path, so the follower and the host take turns. Two
-users hold different locks: give a project to one user.
+Per user, per project, per machine: `<home>/.local/state/vllm-composer/locks/P.lock` (<home>
+from the password database; `/tmp/vllm-composer-<uid>-locks/` without an entry), found from
+the user id alone, so no environment variable moves it, except $VLLM_COMPOSER_LOCK_DIR
+(absolute), which the `follow` profile's container sets to the host user's lock folder,
+mounted at the same path. Two users hold different locks: give a project to one user.
 
-Safety: the directory must be a real directory of the user's, not writable by group or
-others (created 0700); the file is opened without following links or truncating, must be a
-regular file of the user's with one link, and gets the holder's pid once the lock is held
-(shown to a waiter only when it names a live process). The holder removes the file while
-still holding the lock; a waiter that then gets the removed file's lock tries the new one.
+Safety: the directory must be the user's own, not writable by group or others (created
+0700); the file is opened without following links or truncating, must be a regular file of
+the user's with one link, and gets the holder's pid (shown to a waiter only when it names a
+live process). The holder removes the file while still holding the lock; a waiter that then
+gets the removed file's lock tries the new one.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from composer.engine import retry
-from composer.engine.retry import Pending
 from composer.errors import LockBusy, LockError
 from composer.render.follow import LOCK_DIR_VAR  # an absolute path; set by the follow profile
 
@@ -63,18 +61,17 @@ def swap_lock(
     """Hold the project's swap lock; wait for it (telling on_wait) or raise LockBusy."""
     if not _PROJECT.fullmatch(project):
         raise LockError(f"cannot lock project {project!r}: not a compose project name")
-    folder = directory or lock_dir()
-    name = f"{project}.lock"
-    dir_fd = _open_directory(folder)
+    path = lock_path(project, directory)
+    dir_fd = _open_directory(path.parent)
     try:
-        fd = _acquire(dir_fd, folder / name, project, wait, on_wait)
+        fd = _acquire(dir_fd, path, project, wait, on_wait)
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield
         finally:
             with contextlib.suppress(OSError):  # prune while the lock is still ours
-                os.unlink(name, dir_fd=dir_fd)
+                os.unlink(path.name, dir_fd=dir_fd)
             os.close(fd)
     finally:
         os.close(dir_fd)
@@ -128,7 +125,7 @@ def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callabl
         nonlocal told
         fd = _open_file(dir_fd, path)
         if fd is None:
-            raise Pending("the lock file was removed by its holder meanwhile")
+            raise retry.Pending("the lock file was removed by its holder meanwhile")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -149,7 +146,7 @@ def _acquire(dir_fd: int, path: Path, project: str, wait: bool, on_wait: Callabl
             os.close(fd)
             raise
         os.close(fd)
-        raise Pending("the lock file was removed by its holder while we waited")
+        raise retry.Pending("the lock file was removed by its holder while we waited")
 
     return retry.reopen()(attempt)
 

@@ -1,9 +1,7 @@
-"""Following a service's log across swaps, and reading `--since` times.
+"""Following a service's log across swaps (like `docker compose logs -f`), and `--since` times.
 
-Like `docker compose logs -f`: the newest variant container of the project's service is
-followed; when it stops or is removed (a swap), the follower waits for the next
-container of the same service and goes on with its log from the start. A container
-that Docker restarts in place is resumed from where it stopped.
+When the followed container stops or is removed (a swap), the next container of the service
+is followed from its start; one Docker restarts in place is resumed where it stopped.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from composer.engine import retry
 from composer.engine.containers import our_containers
-from composer.engine.retry import Pending
 from composer.errors import UsageError
 from composer.stack.model import Stack
 
@@ -75,7 +72,7 @@ def follow_service(
                 if newest is None and not waiting_said:
                     yield LogEvent(f"waiting for a variant container of project {stack.project}", switch=True)
                     waiting_said = True
-                raise Pending("no running container to follow yet")
+                raise retry.Pending("no running container to follow yet")
             if newest.container.id != followed:
                 if followed is not None or not first:
                     described = newest.describe()
@@ -89,4 +86,4 @@ def follow_service(
             for chunk in newest.follow(lines, since=resume, timestamps=timestamps):
                 yield LogEvent(chunk)
             resume = datetime.now(UTC)
-            raise Pending(f"{newest.name} stopped: looking for the next container")
+            raise retry.Pending(f"{newest.name} stopped: looking for the next container")

@@ -9,10 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from docker.errors import DockerException
+from docker.errors import DockerException, ImageNotFound
 
 from composer.engine import retry
-from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, PreflightFailed
 from composer.gateway.client import GatewayControl
 from composer.render import follow
@@ -23,13 +22,10 @@ from composer.swap import snapshot
 from composer.swap.lock import lock_dir
 from composer.swap.transaction import Context, compose_up
 
-FOLLOWER_ATTACH_S = 30.0
-"""How long `up --with follow` waits for the follower's first report to the gateway."""
+FOLLOWER_ATTACH_S = 30.0  # how long `up --with follow` waits for the follower's first report
 
 
 def _image(ctx: Context, image: str, fix: str) -> None:
-    from docker.errors import ImageNotFound
-
     try:
         ctx.client.images.get(image)
     except ImageNotFound:
@@ -80,15 +76,18 @@ def follow_host_values(ctx: Context) -> dict[str, str]:
     locks.mkdir(mode=0o700, parents=True, exist_ok=True)
     state = state_dir()
     state.mkdir(parents=True, exist_ok=True)
-    env_file = _env_file(ctx)
+    try:  # the group that may use the Docker socket (the user's own when it is not local)
+        group = os.stat(follow.SOCKET).st_gid
+    except OSError:
+        group = os.getegid()
     values = {
         follow.PROJECT_DIR_VAR: str(Path(ctx.stack.home).resolve()),
-        follow.ENV_FILE_VAR: os.path.abspath(env_file),
+        follow.ENV_FILE_VAR: os.path.abspath(_env_file(ctx)),
         follow.STACK_VAR: os.pathsep.join(os.path.abspath(p) for p in ctx.options.stack_files)
         or str(Path(ctx.stack.home).resolve() / "composer.toml"),
         follow.STATE_HOME_VAR: str(state.parent.resolve()),
         follow.LOCK_DIR_HOST_VAR: str(locks.resolve()),
-        follow.USER_VAR: f"{os.geteuid()}:{_socket_group()}",
+        follow.USER_VAR: f"{os.geteuid()}:{group}",
     }
     image = os.environ.get(follow.IMAGE_VAR)
     if image:
@@ -99,14 +98,6 @@ def follow_host_values(ctx: Context) -> dict[str, str]:
 def _env_file(ctx: Context) -> str:
     assert ctx.stack.home is not None
     return ctx.options.env_file or str(Path(ctx.stack.home) / ".env")
-
-
-def _socket_group() -> int:
-    """The group that may use the Docker socket (the user's own group when it is not local)."""
-    try:
-        return os.stat(follow.SOCKET).st_gid
-    except OSError:
-        return os.getegid()
 
 
 def start_profiles(ctx: Context, compose_file: Path) -> list[str]:
@@ -139,13 +130,13 @@ def _follower_attached(ctx: Context) -> bool:
         try:
             found = control.state().follower_attached
         except (GatewayControlError, DockerException) as err:
-            raise Pending(f"the gateway did not answer: {err}") from err
+            raise retry.Pending(f"the gateway did not answer: {err}") from err
         if found is False:
-            raise Pending("no report from the follower yet")
+            raise retry.Pending("no report from the follower yet")
         return True  # attached, or an older gateway that does not say
 
     ctx.say("waiting for the follower to reach the gateway")
     try:
         return retry.follower_attach(FOLLOWER_ATTACH_S)(attached)
-    except Pending:
+    except retry.Pending:
         return False

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 from composer import labels as label_names
 from composer.swap import snapshot
-from composer.swap.live_status import aligned
 
 if TYPE_CHECKING:
     import docker
@@ -21,13 +20,12 @@ def published(attrs: dict[str, Any]) -> str:
     ports = (attrs.get("NetworkSettings") or {}).get("Ports") or {}
     if not ports:  # not running: what it would publish
         ports = (attrs.get("HostConfig") or {}).get("PortBindings") or {}
-    shown = []
-    for inside, bindings in sorted(ports.items()):
-        for binding in bindings or ():
-            host = binding.get("HostIp") or "0.0.0.0"
-            if ":" in host:  # IPv6: Docker lists it beside the IPv4 binding
-                continue
-            shown.append(f"{host}:{binding.get('HostPort')}->{inside}")
+    shown = (
+        f"{binding.get('HostIp') or '0.0.0.0'}:{binding.get('HostPort')}->{inside}"
+        for inside, bindings in sorted(ports.items())
+        for binding in bindings or ()
+        if ":" not in (binding.get("HostIp") or "")  # IPv6: Docker lists it beside the IPv4 binding
+    )
     return ", ".join(dict.fromkeys(shown))
 
 
@@ -71,3 +69,9 @@ def format_ps(rows: list[dict[str, str]], project: str) -> str:
     table = [["NAME", "VARIANT/ROLE", "STATE", "PORTS"]]
     table += [[r["name"], r["variant"], r["state"], r["ports"]] for r in rows]
     return aligned(table)
+
+
+def aligned(table: list[list[str]]) -> str:
+    """Rows of cells as text, each column as wide as its widest cell."""
+    widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table)

@@ -1,8 +1,5 @@
-"""The logs `compose-spec logs` prints: a variant's or the gateway's, or the last failed swap's.
-
-Every text returned here has the API key masked. Which container: the newest variant
-container of the project (none named), the gateway (`gateway`), or the newest container
-of a named variant (a sleeping one included).
+"""The logs `compose-spec logs` prints, the API key masked: the newest variant container's (none
+named), the gateway's, a named variant's newest (a sleeping one too), or the last failed swap's.
 """
 
 from __future__ import annotations
@@ -13,10 +10,11 @@ from typing import TYPE_CHECKING
 
 from composer.engine.bootlog import redact
 from composer.engine.containers import gateway_container, our_containers
+from composer.engine.diagnose import explain
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, unknown_choice
 from composer.stack.model import Stack
-from composer.swap.evidence import Failure, last_failure
+from composer.swap.evidence import last_failure
 
 if TYPE_CHECKING:
     import docker
@@ -73,36 +71,25 @@ def service_log(
 
 @dataclass(frozen=True)
 class FailedLog:
-    """The log kept from the last failed swap, cut to the requested tail, key masked."""
+    """The log kept from the last failed swap (what it was, then its text), key masked."""
 
-    failure: Failure
+    header: str
     text: str
-
-    @property
-    def header(self) -> str:
-        return f"last failed swap: {self.failure.variant} at {self.failure.when}: {self.failure.cause}"
 
 
 def failed_log(stack: Stack, tail: int | None) -> FailedLog:
-    """The last failed swap's saved log (ComposerError when none was recorded)."""
+    """The last failed swap's saved log, its last `tail` lines (all with None); ComposerError when
+    none was recorded."""
     saved = last_failure(stack.project)
     if saved is None:
         raise ComposerError(f"no failed swap has been recorded for project {stack.project}")
-    return FailedLog(saved, last_lines(redact(saved.log, stack.api_key), tail))
-
-
-def last_lines(text: str, tail: int | None) -> str:
-    """The last `tail` lines of a text (all of it with None, nothing with 0)."""
-    if tail is None:
-        return text
-    lines = text.splitlines(keepends=True)
-    return "".join(lines[-tail:] if tail else [])
+    lines = redact(saved.log, stack.api_key).splitlines(keepends=True)
+    text = "".join(lines if tail is None else lines[-tail:] if tail else [])
+    return FailedLog(f"last failed swap: {saved.variant} at {saved.when}: {saved.cause}", text)
 
 
 def explanations(text: str) -> list[str]:
     """Each known failure signature in a log: its name, explanation and fix (two lines)."""
-    from composer.engine.diagnose import explain
-
     return [f"{s.name}: {s.explanation}\n  fix: {s.fix}" for s in explain(text)]
 
 

@@ -1,11 +1,10 @@
 """One read of what runs for a project: its containers, the gateway, the running swap.
 
-`take()` lists Docker's containers once (variants, live members, the gateway) and, where it
-matters, asks in ONE `docker exec` in the gateway for its state (route, live upstreams) and
-each running sleep-mode container's `/is_sleeping` (a container the gateway cannot ask is
-asked itself). Everything after (`status`, `ls`, the plan, `down`, `standby`, the port
-check, the live set) reads the `Snapshot`, never Docker again: it is the one definition of
-who serves and who sleeps. Live containers (label `live`) are in `live`, by member name.
+`take()` lists Docker's containers once and, where it matters, asks in ONE `docker exec` in
+the gateway for its state and each running sleep-mode container's `/is_sleeping` (one the
+gateway cannot ask is asked itself). Every command reads the `Snapshot`, never Docker again:
+it is the one definition of who serves and who sleeps (live containers, label `live`, are in
+`live`, by member name).
 
 In order of trust: asleep is the container's own `/is_sleeping` answer, never inferred from
 routing; serving is the gateway's route, else (no gateway answer) the restart policy (a
@@ -20,6 +19,8 @@ from typing import TYPE_CHECKING
 
 from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
+from composer.errors import GatewayControlError
+from composer.gateway.client import GatewayControl
 from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 
@@ -156,9 +157,6 @@ def take(
     error: str | None = None
     answers: dict[str, bool | None] = {}
     if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or live):
-        from composer.errors import GatewayControlError
-        from composer.gateway.client import GatewayControl
-
         urls = [upstream_url(info.name) for info in sleep_mode] if ask_sleeping else []
         try:
             state, answers = GatewayControl(gateway).look(urls)
@@ -231,8 +229,7 @@ def classify(
                 serving = not asleep and not parked
             else:
                 serving = True
-            if serving and serving_taken:  # two candidates: the newest serves, the other is awake
-                serving = False
+            serving = serving and not serving_taken  # two candidates: the newest serves, the other is awake
             serving_taken = serving_taken or serving
         members.append(Member(container, info, standby, sleeping, serving, asleep))
     return tuple(members)

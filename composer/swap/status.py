@@ -3,70 +3,51 @@
 Readiness is the swap gate's own verdict (one probe: /health, /v1/models, a 1-token
 completion). Docker's healthcheck is shown only when it disagrees in a way a user can act
 on (`unhealthy`, or `healthy` while the gate fails). A variant that does not run is
-reported with its exit code, when it stopped and its last log lines.
+reported with its exit code, when it stopped and its last log lines. A live set (`status`
+and `ls`) is one row per live container: its GPUs (labels) and the gateway's readiness,
+outstanding, served and errors per upstream (None, shown as "-", where it does not say).
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any
+
+import httpx
 
 from composer.capacity.model import host_ram_asleep
 from composer.doctor.switch_checks import follower_warning
 from composer.engine import bootlog
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import GateTarget, running_target
-from composer.engine.health import Readiness, probe
+from composer.engine.health import probe
+from composer.engine.images import image_facts
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
-from composer.swap.gateway_port import mark_unreachable, port_is_dead
+from composer.swap.gateway_port import port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
-from composer.swap.live_status import aligned, format_live, live_rows
-from composer.swap.snapshot import Member, Snapshot
+from composer.swap.ps import aligned
+from composer.swap.transaction import upstream_states
 
 if TYPE_CHECKING:
     import docker
 
-    from composer.engine.variant_container import VariantContainer
-
 LOG_LINES = 10
-
-
-class VariantRow(TypedDict):
-    """One variant as `ls` shows it (`ls --json` prints these fields)."""
-
-    variant: str
-    method: str | None
-    k: int | None
-    image: str
-    image_present: bool | None
-    serving: bool
-    workloads: list[str]
-    aliases: NotRequired[list[str]]
-    description: str
-    live: NotRequired[list[dict[str, object]]]
-    refused: NotRequired[str]
 
 
 UNAUTHORIZED = "401: the key does not match the running container's"
 NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires a key"
 
 
-def _probe(target: GateTarget) -> Readiness:
-    import httpx
-
-    with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
-        return probe(client, target.url, target.served_name, target.api_key)
-
-
 def readiness(target: GateTarget) -> tuple[str, str]:
     """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
-    state = _probe(target)
+    with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
+        state = probe(client, target.url, target.served_name, target.api_key)
     if state.ready:
         return "ready", ""
     if "(401)" in state.detail:
@@ -83,8 +64,9 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat(timespec="seconds") if moment else None
 
 
-def _exited(container: VariantContainer, described: RunningVariant, key: str | None) -> dict[str, object]:
+def _exited(member: snapshot.Member, key: str | None) -> dict[str, object]:
     """What is known about a variant container that does not run."""
+    described = member.info
     finished = described.finished_at
     ago = (datetime.now(UTC) - finished).total_seconds() if finished else None
     crashed = described.exit_code not in (0, None) or described.status == "restarting"
@@ -96,11 +78,11 @@ def _exited(container: VariantContainer, described: RunningVariant, key: str | N
         "finished_at": _iso(finished),
         "seconds_ago": round(ago, 1) if ago is not None else None,
         "restart_count": described.restart_count,
-        "log_tail": bootlog.redact(bootlog.tail(container.log(tail=LOG_LINES * 4), LOG_LINES), key),
+        "log_tail": bootlog.redact(bootlog.tail(member.container.log(tail=LOG_LINES * 4), LOG_LINES), key),
     }
 
 
-def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
+def gateway_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object] | None:
     """The gateway's container and what its control channel reports (the snapshot's); None without one."""
     if not stack.gateway.enabled:
         return None
@@ -128,19 +110,8 @@ def gateway_status(stack: Stack, snap: Snapshot) -> dict[str, object] | None:
 
 def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
     """Whether the gateway sees a `compose-spec follow` (None: no running gateway, or it does not say)."""
-    from composer.engine.containers import gateway_container
-    from composer.errors import GatewayControlError
-    from composer.gateway.client import GatewayControl
-
-    if not stack.gateway.enabled:
-        return None
-    container = gateway_container(stack, client)
-    if container is None or container.status != "running":
-        return None
-    try:
-        return GatewayControl(container).state().follower_attached
-    except GatewayControlError:
-        return None
+    state = snapshot.take(stack, client, gateway_state=True, ask_sleeping=False).gateway_state
+    return state.follower_attached if state is not None else None
 
 
 def _gateway_line(gateway: dict) -> str:
@@ -169,7 +140,6 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     if data["live"]:
         data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
-    mark_unreachable(data)
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
     data["warnings"] = [
         w
@@ -179,37 +149,41 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
+    elif data.get("running") and port_is_dead(gateway):  # behind a dead published port
+        data["health"] = "unreachable"
+        data["health_detail"] = DEAD_PORT
     return data
+
+
+def _events(project: str, last: int | None = None) -> list[dict]:
+    try:
+        return read_history(project, last).events
+    except ComposerError:  # an unreadable history never fails status
+        return []
 
 
 def interrupted_warning(project: str) -> str | None:
     """A line naming the last swap when its process ended without finishing it (a killed `up`)."""
-    try:
-        events = read_history(project, 1).events
-    except ComposerError:  # an unreadable history never fails status
+    last = next(iter(_events(project, 1)), {})
+    if last.get("outcome") != INTERRUPTED:
         return None
-    if not events or events[-1].get("outcome") != INTERRUPTED:
-        return None
-    last = events[-1]
     route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
     return f"the last swap, {route}, was interrupted: {last.get('cause')}"
 
 
-def _asleep(stack: Stack, member: Member) -> dict[str, object]:
+def _asleep(stack: Stack, member: snapshot.Member) -> dict[str, object]:
     """A sleeping (or awake, not serving) variant and the host RAM a sleeper's weights hold."""
-    variant = member.variant
-    held = host_ram_asleep(stack, variant) if member.asleep else None
     return {
-        "variant": variant,
+        "variant": member.variant,
         "container": member.info.name,
         "state": member.state,
         "is_sleeping": member.sleeping,
         "restart_policy": member.info.restart_policy,
-        "host_memory_bytes": held,
+        "host_memory_bytes": host_ram_asleep(stack, member.variant) if member.asleep else None,
     }
 
 
-def _held(snap: Snapshot) -> tuple[str, str] | None:
+def _held(snap: snapshot.Snapshot) -> tuple[str, str] | None:
     """(health, detail) when a probe through the shared port would wait on a hold now."""
     if snap.swap is not None:
         return "swapping", snap.swap.line()
@@ -224,9 +198,23 @@ def _held(snap: Snapshot) -> tuple[str, str] | None:
     return None
 
 
-def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
-    described = [(m.container, m.info) for m in snap.members if m.serving or not m.running]
-    data = _serving_status(stack, described, _held(snap))
+def _variant_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object]:
+    stopped = [m for m in snap.members if not m.running]
+    running = snap.current
+    if running is None:
+        newest = stopped[0] if stopped else None
+        looping = newest is not None and newest.info.status == "restarting"  # Docker restarts it again
+        since = restarts_since_swap(stack.project, newest.info) if newest and looping else 0
+        data: dict[str, object] = {
+            "project": stack.project,
+            "running": False,
+            "variant": None,
+            "last_exit": _exited(newest, stack.api_key) if newest else None,
+            "restarts_since_swap": since,
+        }
+    else:
+        data = _serving_status(stack, running, _held(snap))
+    data["stopped"] = [m.info.name for m in stopped]
     data["asleep"] = [_asleep(stack, m) for m in snap.asleep]
     data["awake"] = [_asleep(stack, m) for m in snap.awake_idle]
     if snap.route_ok is False:
@@ -234,31 +222,13 @@ def _variant_status(stack: Stack, snap: Snapshot) -> dict[str, object]:
     return data
 
 
-def _serving_status(
-    stack: Stack,
-    described: list[tuple[VariantContainer, RunningVariant]],
-    held: tuple[str, str] | None = None,
-) -> dict[str, object]:
-    running = next((d for _, d in described if d.running), None)
-    stopped = [d.name for _, d in described if not d.running]
-    if running is None:
-        newest = described[0] if described else None
-        looping = newest is not None and newest[1].status == "restarting"  # Docker restarts it again
-        return {
-            "project": stack.project,
-            "running": False,
-            "variant": None,
-            "last_exit": _exited(*newest, stack.api_key) if newest else None,
-            "restarts_since_swap": restarts_since_swap(stack.project, newest[1]) if newest and looping else 0,
-            "stopped": stopped,
-        }
+def _serving_status(stack: Stack, running: RunningVariant, held: tuple[str, str] | None) -> dict[str, object]:
     target = running_target(stack, running)
     health, detail = held or readiness(target)
     current_hash = None
     if running.variant in stack.variants:
         current_hash = resolve_target(stack, running.variant).hash
     uptime = running.uptime_seconds()
-    since = restarts_since_swap(stack.project, running)
     return {
         "project": stack.project,
         "running": True,
@@ -270,7 +240,7 @@ def _serving_status(
         "docker_health": running.docker_health,
         "uptime_seconds": round(uptime, 1) if uptime is not None else None,
         "restart_count": running.restart_count,
-        "restarts_since_swap": since,
+        "restarts_since_swap": restarts_since_swap(stack.project, running),
         # Docker resets the exit code when it restarts a container: only the time is known.
         "last_exit": {"finished_at": _iso(running.finished_at)} if running.restart_count else None,
         "port": running.port,
@@ -278,7 +248,6 @@ def _serving_status(
         "served_model_name": running.served_name,
         "config_hash": running.config_hash,
         "matches_stack": current_hash == running.config_hash if current_hash else None,
-        "stopped": stopped,
     }
 
 
@@ -298,26 +267,20 @@ def _restarted(data: dict[str, object]) -> str | None:
 def restarts_since_swap(project: str, running: RunningVariant) -> int:
     """Docker's restarts of the serving container since the swap that made it serve (its
     restart count less the one that swap recorded; all when none did)."""
-    recorded = 0
-    try:
-        events = read_history(project).events
-    except ComposerError:  # an unreadable history never fails status
-        events = []
-    for event in reversed(events):
+    for event in reversed(_events(project)):
         mark = event.get("serving_container")
         if isinstance(mark, dict) and mark.get("id") == running.container_id:
-            recorded = mark.get("restart_count") if isinstance(mark.get("restart_count"), int) else 0
-            break
-    return max(0, running.restart_count - recorded)
+            recorded = mark.get("restart_count")
+            return max(0, running.restart_count - (recorded if isinstance(recorded, int) else 0))
+    return running.restart_count
 
 
 def without_clock(data: dict[str, object]) -> dict[str, object]:
     """status_data() without the fields that change every second (to spot real changes)."""
     clock = {"uptime_seconds", "seconds_ago"}
     shown = {k: v for k, v in data.items() if k not in clock}
-    last_exit = data.get("last_exit")
-    if isinstance(last_exit, dict):
-        shown["last_exit"] = {k: v for k, v in last_exit.items() if k not in clock}
+    if isinstance(data.get("last_exit"), dict):
+        shown["last_exit"] = {k: v for k, v in data["last_exit"].items() if k not in clock}
     return shown
 
 
@@ -331,13 +294,10 @@ def _duration(seconds: float | None) -> str:
 
 def _format_exit(project: str, last: dict) -> str:
     when = f"at {last['finished_at']} ({_duration(last['seconds_ago'])} ago)" if last["finished_at"] else ""
-    code = f"exit code {last['exit_code']}"
+    what = {"restarting": "is crash-looping", "crashed": "crashed"}.get(last["state"], "stopped")
+    head = f"{last['variant']} {what}: exit code {last['exit_code']} {when}"
     if last["state"] == "restarting":
-        head = f"{last['variant']} is crash-looping: {code} {when}, restarted {last['restart_count']} time(s)"
-    elif last["state"] == "crashed":
-        head = f"{last['variant']} crashed: {code} {when}"
-    else:
-        head = f"{last['variant']} stopped: {code} {when}"
+        head += f", restarted {last['restart_count']} time(s)"
     lines = [f"project {project}: no variant is running; {head.strip()}"]
     lines.append(f"container: {last['container']} (`compose-spec logs` shows its whole log)")
     if last["log_tail"]:
@@ -349,13 +309,12 @@ def format_status(data: dict) -> str:
     """Human-readable form of status_data(), its warnings last."""
     warnings = "".join(f"\n{'warning':<14}{w}" for w in data.get("warnings") or ())
     live = data.get("live") or []
-    members = {r["container"] for r in live}
-    if live and (not data["running"] or data.get("container") in members):  # a live set serves
+    routing = f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) if live else ""
+    if live and (not data["running"] or data.get("container") in {r["container"] for r in live}):
         gateway = f"\n{'gateway':<14}{_gateway_line(data['gateway'])}" if data.get("gateway") else ""
-        header = f"project {data['project']}: live set of {len(live)} container(s)" + gateway
-        return header + f"\n{'routing':<14}{data.get('routing')}\n" + format_live(live) + warnings
-    routing = f"\n{'routing':<14}{data.get('routing')}" if live else ""
-    return _format_status(data) + routing + (("\n" + format_live(live)) if live else "") + warnings
+        header = f"project {data['project']}: live set of {len(live)} container(s)"
+        return header + gateway + routing + warnings
+    return _format_status(data) + routing + warnings
 
 
 def _format_status(data: dict) -> str:
@@ -368,12 +327,12 @@ def _format_status(data: dict) -> str:
     )
     if data.get("route"):
         asleep += f"\n{'route':<14}{data['route']} (`compose-spec up VARIANT` routes it again)"
-    if data.get("swap"):
-        gateway = f"\n{'swap':<14}{data['swap']['line']}" + gateway
     if not data["running"]:
+        swap = f"\n{'swap':<14}{data['swap']['line']}" if data.get("swap") else ""
+        head = f"project {data['project']}: no variant is running"
         if data.get("last_exit"):
-            return _format_exit(data["project"], data["last_exit"]) + gateway + asleep
-        return f"project {data['project']}: no variant is running" + gateway + asleep
+            head = _format_exit(data["project"], data["last_exit"])
+        return head + swap + gateway + asleep
     health = data["health"] if data["health"] == "ready" else data["health_detail"] or data["health"]
     if data["health"] == "not ready":
         health = f"not ready ({data['health_detail']})"
@@ -397,9 +356,7 @@ def _format_status(data: dict) -> str:
         rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
         rows.append(("matches stack", f"unknown: {data['variant']} is not a variant of this stack"))
-    if data.get("gateway"):
-        rows.append(("gateway", _gateway_line(data["gateway"])))
-    return "\n".join(f"{key:<14}{value}" for key, value in rows) + asleep
+    return "\n".join(f"{key:<14}{value}" for key, value in rows) + gateway + asleep
 
 
 def _asleep_line(asleep: dict) -> str:
@@ -409,27 +366,59 @@ def _asleep_line(asleep: dict) -> str:
     return f"{asleep['variant']} ({asleep['container']}): {ram}"
 
 
-def _image_present(client: docker.DockerClient | None, image: str) -> bool | None:
-    if client is None:
-        return None
-    from docker.errors import DockerException, ImageNotFound
-
-    try:
-        client.images.get(image)
-    except ImageNotFound:
-        return False
-    except DockerException:
-        return None
-    return True
+def _number(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[VariantRow]:
-    """Every variant: method, K, image (and whether it is local), whether it serves, its workload
-    classes and aliases, and why vLLM refuses it with this stack (`refused`)."""
+def live_rows(snap: snapshot.Snapshot) -> list[dict[str, object]]:
+    """One row per live container of the snapshot (with the gateway's state it read)."""
+    states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
+    rows = []
+    for member in snap.live:
+        state = states.get(member.name, {})
+        ready = state.get("ready")
+        rows.append(
+            {
+                "name": member.name,
+                "variant": member.variant,
+                "container": member.container,
+                "state": member.status,
+                "gpus": member.gpus,
+                "routed": member.name in states if states else None,
+                "ready": ready if isinstance(ready, bool) else None,
+                "outstanding": _number(state.get("outstanding")),
+                "served": _number(state.get("served")),
+                "served_last_minute": _number(state.get("served_1m")),
+                "errors": _number(state.get("errors")),
+            }
+        )
+    return rows
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def format_live(rows: list[dict[str, object]]) -> str:
+    """The live containers as a table ("-": not reported by the gateway)."""
+    keys = ("name", "container", "state", "gpus", "ready", "outstanding", "served_last_minute", "served")
+    table = [["LIVE", "CONTAINER", "STATE", "GPUS", "READY", "OUTSTANDING", "SERVED/1M", "SERVED", "ERRORS"]]
+    table += [[_cell(row[key]) for key in (*keys, "errors")] for row in rows]
+    return aligned(table)
+
+
+def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict[str, Any]]:
+    """Every variant as `ls` (`--json`: these fields) shows it: method, K, image (and whether it is
+    local), whether it serves, its workload classes and aliases, and why vLLM refuses it with this
+    stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
     serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []
-    rows: list[VariantRow] = []
+    rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
         image = stack.image(variant.image_key)
@@ -439,7 +428,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[Vari
                 "method": spec.method if spec else None,
                 "k": spec.num_speculative_tokens if spec else None,
                 "image": image,
-                "image_present": _image_present(client, image),
+                "image_present": image_facts(client, "vllm", image).present,
                 "serving": serving is not None and serving.variant == name,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
                 "aliases": list(variant.aliases),
@@ -451,7 +440,7 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[Vari
     return rows
 
 
-def format_variants(rows: list[VariantRow]) -> str:
+def format_variants(rows: list[dict[str, Any]]) -> str:
     """The variants as a table; `*` marks the one that serves."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]

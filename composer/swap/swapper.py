@@ -1,19 +1,17 @@
-"""Health-gated swap with rollback: one snapshot, one plan (pure), then execute with Docker.
+"""The single switch, health-gated with rollback: one snapshot, one plan (pure), then Docker.
 
-`up` takes the lock; `prepare` reads the project once, runs doctor's fast checks, writes
-the run file and decides every typed operation before anything stops (`plan.decide`, with
-the standby fit from `composer.capacity`; `--dry-run` stops here); `execute` runs them
-through the shared executor with `transaction.SingleSwap`. Changed gateway settings are
-applied in place; what only a new container can change (image, port, API key) replaces it
-(`gateway_change`). The stage is recorded in `journal.SwapRecord` (what `status` shows),
-every outcome in the history. On any failure, Ctrl-C included, the inverses of what ran
-run, newest first (later stop signals are ignored until then; `docker compose` runs in its
-own session); the error names the cause first, then what the undo did.
+`prepare` reads the project once, runs doctor's fast checks, writes the run file and decides
+every typed operation before anything stops (`plan.decide`, with the standby fit from
+`composer.capacity`; `--dry-run` stops here); `execute` runs them with `transaction.SingleSwap`,
+recording the stage (`journal.SwapRecord`, what `status` shows) and the outcome (the history).
+On any failure, Ctrl-C included, the inverses of what ran run, newest first; the error names
+the cause first, then what the undo did.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -22,10 +20,10 @@ from typing import TYPE_CHECKING
 from composer.capacity.model import release_budget
 from composer.capacity.standby import decide_standby
 from composer.doctor import preflight
+from composer.doctor.report import fast_checks
 from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
-from composer.engine.retry import Pending
 from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
 from composer.gateway.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
@@ -37,6 +35,7 @@ from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import SwapRecord, append_history
+from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     Bring,
@@ -95,42 +94,39 @@ class UpResult:
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
 
 
-def preflight_warnings(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> list[str]:
-    """The fast subset of doctor's checks (on the snapshot's containers): warnings, or PreflightFailed."""
-    from composer.doctor.report import fast_checks
-
-    known = None
-    if snap is not None:
-        known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
-    findings = fast_checks(
-        ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key, known=known
-    )
-    raise_failed(findings)
-    return [f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"]
+def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
+    """The fast subset of doctor's checks for each target, on the snapshot's containers: their
+    warnings (each once), or PreflightFailed."""
+    known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
+    warnings: dict[str, None] = {}
+    for target in targets:
+        findings = fast_checks(
+            ctx.stack, target, ctx.client, allow_weak_key=ctx.options.allow_weak_key, known=known
+        )
+        raise_failed(findings)
+        warnings.update(dict.fromkeys(f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"))
+    return list(warnings)
 
 
 def raise_failed(findings: list[preflight.Finding]) -> None:
-    failed = [f for f in findings if f.failed]
-    if failed:
-        first = failed[0]
+    first = next((f for f in findings if f.failed), None)
+    if first is not None:
         raise PreflightFailed(f"preflight: {first.detail}" + (f"; fix: {first.fix}" if first.fix else ""))
 
 
-def swap(
-    ctx: Context, target: Target, dry_run: bool = False, snap: snapshot.Snapshot | None = None
-) -> UpResult:
+def swap(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) -> UpResult:
     """Swap `target` in (one snapshot, or `snap`; one plan); raise SwapFailed after rolling back.
-    `dry_run` returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
+    A dry run returns the plan in `result.plan`; else it runs, then `options.profiles` start."""
     began = time.monotonic()
     result = UpResult(variant=target.name, outcome="started")
     early = None
-    if not dry_run and target.gateway is not None:  # the session opens while we read and plan
+    if not ctx.options.dry_run and target.gateway is not None:  # the session opens while we read and plan
         early = open_early(
             ctx.stack, ctx.client, target.gateway.container_name, ctx.say, target.name, ctx.waiting
         )
     try:
-        snap, plan, compose_file = prepare(ctx, target, result, dry_run, early, snap)
-        if dry_run:
+        snap, plan, compose_file = prepare(ctx, target, result, early, snap)
+        if ctx.options.dry_run:
             result.outcome = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
             return result
         execute(ctx, plan, target, compose_file, snap, result, began, early)
@@ -145,18 +141,18 @@ def prepare(
     ctx: Context,
     target: Target,
     result: UpResult,
-    dry_run: bool = False,
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
 ) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
     """Read the project once and decide the whole plan before anything stops (preflight, run file,
     gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
     stack = ctx.stack
+    dry_run = ctx.options.dry_run
     snap = snap or snapshot.take(stack, ctx.client)
     if snap.extra_gateways and not dry_run:
         retire_extra_gateways(ctx.client, snap.extra_gateways, ctx.say)
         snap = snapshot.take(stack, ctx.client)
-    result.warnings += preflight_warnings(ctx, target, snap)
+    result.warnings += preflight_warnings(ctx, [target], snap)
     current = snap.current
     same = current is not None and current.variant == target.name and current.config_hash == target.hash
     # the run file; a real swap also prunes the target's older ones (never a container's own)
@@ -184,7 +180,7 @@ def prepare(
         owner=Owner.of(stack),
         takeover=ctx.options.takeover,
         force_recreate=ctx.options.force_recreate,
-        bring=bring(ctx, target, compose_file, current, dry_run),
+        bring=bring(ctx, target, compose_file, current),
     )
     if plan.refused and not dry_run:
         raise UsageError(plan.refused)
@@ -202,15 +198,12 @@ def gpus_text(stack: Stack) -> str:
     return ",".join(stack.gpus) if stack.gpus else "all"
 
 
-def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None, dry_run: bool) -> Bring:
+def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | None) -> Bring:
     """What the plan's operations carry beyond the snapshot, resolved here once; the serving
-    variant's run file is rendered again when its recorded one is gone (not with `dry_run`)."""
+    variant's run file is rendered again when its recorded one is gone (not in a dry run)."""
     stack, spec, source = ctx.stack, target.spec, None
-    if (
-        current is not None
-        and not dry_run
-        and not (current.config_file and Path(current.config_file).is_file())
-    ):
+    recorded = current is not None and current.config_file and Path(current.config_file).is_file()
+    if current is not None and not ctx.options.dry_run and not recorded:
         try:
             previous = resolve_target(stack, current.variant)
             source = (str(run_file(previous)), previous.spec.compose_service)
@@ -281,7 +274,6 @@ def execute(
 
 
 def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
-    by = {"by": ctx.options.by} if ctx.options.by else {}
     append_history(
         ctx.stack.project,
         {
@@ -294,20 +286,19 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "drained": result.drained,
             **({"port_gap": result.port_gap} if result.port_gap is not None else {}),
             "cause": cause.splitlines()[0][:500] if cause else None,
-            **by,
+            **({"by": ctx.options.by} if ctx.options.by else {}),
             "serving_container": None if cause else result.serving_container,
         },
     )
 
 
 def check_standby_fits(
-    ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str] | None = None
+    ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str]
 ) -> SwapPlan:
-    """The memory planner, before anything stops: refuse with the numbers, or (`standby_fallback =
-    "stop"`) stop instead of a sleep that does not fit; notes to `result`, figures to the plan."""
+    """The memory planner, before anything stops (`sleeping`: the variants asleep meanwhile): refuse
+    with the numbers, or (`standby_fallback = "stop"`) stop instead of a sleep that does not fit;
+    notes to `result`, figures to the plan."""
     stack = ctx.stack
-    if sleeping is None:
-        sleeping = [m.variant for m in snapshot.take(stack, ctx.client).asleep]
     sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes
@@ -325,7 +316,7 @@ def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bo
     def attempt() -> bool:
         if probe_once(running_target(stack, current)):
             return True
-        raise Pending(f"{current.variant} not ready yet", result=False)
+        raise retry.Pending(f"{current.variant} not ready yet", result=False)
 
     return bool(retry.settle_ready(settle_s)(attempt))
 
@@ -340,12 +331,10 @@ def up(
     waiting: Say | None = None,
 ) -> UpResult:
     """Swap `target` in under the project's lock (see `swap`)."""
-    from composer.swap.lock import swap_lock
-
     options = options or UpOptions()
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
-        return swap(ctx, target, dry_run=True)
+        return swap(ctx, target)
     check_profiles(ctx, target.prometheus)
     with swap_lock(stack.project, options.wait_for_lock, progress):
         return swap(ctx, target)

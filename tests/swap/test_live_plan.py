@@ -11,10 +11,9 @@ from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap.live_status import format_live
 from composer.swap.plan import plan_live
 from composer.swap.snapshot import LiveRunning
-from composer.swap.status import format_status
+from composer.swap.status import format_live, format_status
 from composer.swap.swapper import UpOptions
 from composer.swap.transaction import Context, upstream_states
 from tests.conftest import REPO, free_port
@@ -315,8 +314,9 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
 
 def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: Path) -> None:
     from composer.errors import PreflightFailed
-    from composer.swap.entry import preflight, started_targets
+    from composer.swap.entry import started_targets
     from composer.swap.snapshot import Snapshot
+    from composer.swap.swapper import preflight_warnings
 
     extra = tmp_path / "live.toml"
     extra.write_text(LIVE, encoding="utf-8")
@@ -333,4 +333,4 @@ def test_a_live_change_runs_the_swaps_preflight_before_anything_stops(tmp_path: 
     plan = plan_live(target, _running(stack, "baseline/1"))
     ctx = Context(stack, None, UpOptions())  # type: ignore[arg-type]  # no Docker: the checks that need it are skipped
     with pytest.raises(PreflightFailed, match=f"preflight: model directory {missing}"):
-        preflight(ctx, started_targets(stack, target, plan), Snapshot(stack.project, ()))
+        preflight_warnings(ctx, started_targets(stack, target, plan), Snapshot(stack.project, ()))

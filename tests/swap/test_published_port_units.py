@@ -16,7 +16,6 @@ import pytest
 from composer.doctor.preflight import check_published_port
 from composer.engine import published_port
 from composer.engine.published_port import DEAD_PORT, probe_published, published_address
-from composer.swap.gateway_port import mark_unreachable
 from composer.swap.status import format_status
 from tests.conftest import answering as answering_server
 from tests.doctor.fakes import make_stack
@@ -210,16 +209,26 @@ def _status(dead: bool) -> dict:
     }
 
 
-def test_status_says_the_proxy_is_gone_instead_of_not_listening_yet() -> None:
-    data = _status(dead=True)
-    mark_unreachable(data)
+def _status_data(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, dead: bool) -> dict:
+    """`status_data` over a snapshot whose variant and gateway are `_status(dead)`'s."""
+    from composer.swap import snapshot, status
+
+    data = _status(dead)
+    gateway = data.pop("gateway")
+    monkeypatch.setattr(snapshot, "take", lambda stack, client, **_: snapshot.Snapshot("p", ()))
+    monkeypatch.setattr(status, "_variant_status", lambda stack, snap: dict(data))
+    monkeypatch.setattr(status, "gateway_status", lambda stack, snap: gateway)
+    return status.status_data(make_stack(tmp_path), None)
+
+
+def test_status_says_the_proxy_is_gone_instead_of_not_listening_yet(monkeypatch, tmp_path: Path) -> None:
+    data = _status_data(monkeypatch, tmp_path, dead=True)
     assert data["health"] == "unreachable" and data["health_detail"] == DEAD_PORT
     text = format_status(data)
     assert f"health        {DEAD_PORT}" in text and "not listening yet" not in text
     assert f"running (p-gateway-1), but {DEAD_PORT}" in text
 
 
-def test_status_of_a_live_port_is_unchanged() -> None:
-    data = _status(dead=False)
-    mark_unreachable(data)
+def test_status_of_a_live_port_is_unchanged(monkeypatch, tmp_path: Path) -> None:
+    data = _status_data(monkeypatch, tmp_path, dead=False)
     assert data["health"] == "not ready" and "backend ready" in format_status(data)

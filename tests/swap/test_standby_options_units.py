@@ -88,21 +88,7 @@ def test_the_cost_is_given_in_gib_and_in_tokens_of_kv_cache() -> None:
     assert standby.kv_bytes_per_token(_stack()) == 16 * 2 * 4 * 256 * 2 // 4
 
 
-class Asleep:
-    """A sleeping container as the swapper sees it."""
-
-    def __init__(self, variant: str) -> None:
-        self.variant = variant
-
-    def describe(self) -> Asleep:
-        return self
-
-
-def _swapper(monkeypatch, *flags: str, asleep: tuple[str, ...] = ()) -> tuple[Context, object]:
-    from composer.swap import swapper as module
-
-    sleepers = SimpleNamespace(asleep=[Asleep(v) for v in asleep])
-    monkeypatch.setattr(module.snapshot, "take", lambda stack, client: sleepers)
+def _swapper(monkeypatch, *flags: str) -> tuple[Context, object]:
     monkeypatch.setattr(standby, "host_memory", lambda: 512 * GIB)
     stack = _stack(*SLEEPY, "stack.gpu_memory_bytes=23G", *flags)
     swapper = Context(stack, None, UpOptions())  # type: ignore[arg-type]
@@ -115,7 +101,7 @@ def test_a_standby_that_does_not_fit_is_refused_with_the_numbers(monkeypatch) ->
     swapper, plan = _swapper(monkeypatch)
     target = resolve_target(swapper.stack, "baseline")
     with pytest.raises(PreflightFailed, match=r"above the GPU's 23.0 GiB \(stack.gpu_memory_bytes\)") as err:
-        check_standby_fits(swapper, target, plan, UpResult("baseline", "started"))
+        check_standby_fits(swapper, target, plan, UpResult("baseline", "started"), [])
     assert 'standby_fallback = "stop"' in str(err.value)
 
 
@@ -123,14 +109,14 @@ def test_with_the_stop_fallback_the_serving_variant_is_stopped_instead_and_up_sa
     swapper, plan = _swapper(monkeypatch, "stack.standby_fallback=stop")
     target = resolve_target(swapper.stack, "baseline")
     result = UpResult("baseline", "started")
-    changed = check_standby_fits(swapper, target, plan, result)
+    changed = check_standby_fits(swapper, target, plan, result, [])
     assert changed.steps == ("stop", "release", "start", "gate")
     assert "mtp is stopped instead of put to sleep" in result.warnings[0]
     assert "above the GPU's 23.0 GiB" in result.warnings[0]
     # a GPU too small even without mtp asleep (dflash2 already sleeps) is still refused
-    tight, plan = _swapper(monkeypatch, "stack.standby_fallback=stop", asleep=("dflash2",))
+    tight, plan = _swapper(monkeypatch, "stack.standby_fallback=stop")
     with pytest.raises(PreflightFailed, match=r"1 x 1\.3 GiB for dflash2 asleep"):
-        check_standby_fits(tight, target, plan, result)
+        check_standby_fits(tight, target, plan, result, ["dflash2"])
 
 
 class Running:
@@ -150,12 +136,13 @@ class Running:
 class Downer:
     """`down VARIANT` over fake containers; `downed` says whether the whole project went down."""
 
-    def __init__(self) -> None:
+    def __init__(self, module: object, monkeypatch) -> None:
         self.ctx = Context(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
         self.downed = False
+        monkeypatch.setattr(module, "stop_project", lambda ctx: setattr(self, "downed", True))
 
     def down_variant(self, variant: str, force: bool = False) -> str:
-        return stop_variant(self.ctx, variant, force, down=lambda: setattr(self, "downed", True))
+        return stop_variant(self.ctx, variant, force)
 
 
 def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
@@ -164,7 +151,7 @@ def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Down
     members = [SimpleNamespace(variant=c.variant, container=c, asleep=c in asleep) for c in containers]
     snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep], live_running=[])
     monkeypatch.setattr(module, "take", lambda stack, client: snap)
-    return Downer()
+    return Downer(module, monkeypatch)
 
 
 def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
