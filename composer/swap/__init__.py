@@ -1,7 +1,7 @@
 """Changing what serves (up, down) and showing it (status, ls, ps, logs, follow).
 
 Shape: `snapshot` (one read of what runs) -> `desired` (pure) -> `plan` (pure typed operations,
-`ops`, each with its inverse) -> `execute` (a loop over `transaction`'s dispatch tables that
+`ops`, each with its inverse) -> `execute` (a loop over `transaction`'s dispatch table that
 undoes what ran on a failure or a stop signal) -> `journal` (the running swap, the history).
 `entry.up_set` is `up`'s one entry on Docker; below the plan nothing reads the variant's settings.
 

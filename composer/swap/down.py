@@ -17,7 +17,7 @@ from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.snapshot import take
 from composer.swap.swapper import UpOptions
-from composer.swap.transaction import Context, LiveSwapper
+from composer.swap.transaction import Context, DockerSwap
 
 if TYPE_CHECKING:
     import docker
@@ -71,7 +71,7 @@ def stop_variant(ctx: Context, variant: str, force: bool = False) -> str:
     stack = ctx.stack
     snap = take(stack, ctx.client)
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
-        return LiveSwapper(ctx).remove(variant, snap)
+        return DockerSwap(ctx).remove(variant, snap)
     mine = [m for m in snap.members if m.variant == variant]
     if not mine:
         return f"{variant} is not running; nothing stopped"

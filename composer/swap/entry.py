@@ -1,7 +1,7 @@
 """`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then the
 single switch (`swapper`), a live set's change (`plan_live`: the set becomes exactly {A, B}),
 or X's one container replacing a running live set (`plan_alone`). `run_live` runs a live plan
-with `transaction.LiveSwapper`; a failure or a stop signal undoes what ran. A live change's
+with `transaction.DockerSwap`; a failure or a stop signal undoes what ran. A live change's
 result and history line are here too (Kubernetes writes the same ones).
 """
 
@@ -34,7 +34,7 @@ from composer.swap.ops import Member, Op, Publish, StartMember
 from composer.swap.plan import LivePlan, plan_alone, plan_live
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
-from composer.swap.transaction import Context, LiveSwapper
+from composer.swap.transaction import Context, DockerSwap
 
 if TYPE_CHECKING:
     import docker
@@ -96,7 +96,7 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Sn
 
 
 def run_live(
-    swapper: LiveSwapper,
+    swapper: DockerSwap,
     plan: LivePlan,
     checked: Sequence[Target],
     snap: snapshot.Snapshot,
@@ -245,7 +245,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot)
         files = partial(live_run_file, target)
     if not options.dry_run:
         check_profiles(ctx, prometheus)
-    result = run_live(LiveSwapper(ctx), plan, checked, snap, files, outcome)
+    result = run_live(DockerSwap(ctx), plan, checked, snap, files, outcome)
     by_class, routing = live_routing(stack.workloads, plan.variants)
     result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
     if options.profiles and not options.dry_run:

@@ -2,7 +2,7 @@
 
 `prepare` reads the project once, runs doctor's fast checks, writes the run file and decides
 every typed operation before anything stops (`plan.decide`, with the standby fit from
-`composer.capacity`; `--dry-run` stops here); `execute` runs them with `transaction.SingleSwap`,
+`composer.capacity`; `--dry-run` stops here); `execute` runs them with `transaction.DockerSwap`,
 recording the stage (`journal.SwapRecord`, what `status` shows) and the outcome (the history).
 On any failure, Ctrl-C included, the inverses of what ran run, newest first; the error names
 the cause first, then what the undo did.
@@ -255,7 +255,7 @@ def execute(
     else:
         result.outcome = "swapped" if previous else "started"
     budget = partial(release_budget, ctx.stack, target.variant)
-    swap = transaction.SingleSwap(ctx, plan, result, target.gateway, compose_file, budget, early)
+    swap = transaction.DockerSwap(ctx, plan, result, target.gateway, compose_file, budget, early)
     record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
     try:
         transaction.run(swap, record)

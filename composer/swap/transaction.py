@@ -991,6 +991,3 @@ def live_acceptance(target: GateTarget, floor: float) -> float:
             raise HealthCheckFailed(f"{target.variant}: /metrics could not be read: {err}") from err
 
     return standby.check_acceptance(counters, target, floor)
-
-
-SingleSwap = LiveSwapper = DockerSwap  # the names the switch, `up`'s entry and `down VARIANT` use
