@@ -588,7 +588,7 @@ def plan_live(
         )
         for n, s in wanted.items()
     }
-    old = {n: member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    old = {n: r.member(r.variant in speculative) for n, r in now.items()}
     alone = adopt = None
     if single is not None:
         file = (single.config_file or "").split(",")[0]
@@ -711,7 +711,7 @@ def plan_alone(
         refused = takeover_refusal(foreign, project)
         return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
     taken = {f.container for f in foreign}
-    old = {n: Member(n, r.variant, r.container, r.service, r.run_file, r.gpus) for n, r in now.items()}
+    old = {n: r.member() for n, r in now.items()}
     same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
     kept = next((n for n, r in now.items() if (r.container, r.variant, r.config_hash) == same), None)
     kept = kept if kept is None or now[kept].container not in taken else None

@@ -23,6 +23,7 @@ from composer.errors import GatewayControlError
 from composer.gateway.client import GatewayControl
 from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
+from composer.swap.ops import Member as PlanMember
 
 if TYPE_CHECKING:
     import docker
@@ -83,6 +84,11 @@ class LiveRunning:
     def of(cls, name: str, info: RunningVariant, gpus: str) -> LiveRunning:
         run = (info.config_hash, info.status, info.service or "", info.owner, info.config_file or "")
         return cls(name, info.variant, info.name, gpus, *run)
+
+    def member(self, speculative: bool = False) -> PlanMember:
+        """The plan's view of it: what the executor needs to drain, stop or start it again."""
+        fields = (self.name, self.variant, self.container, self.service, self.run_file, self.gpus)
+        return PlanMember(*fields, speculative)
 
 
 @dataclass(frozen=True)

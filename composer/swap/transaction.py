@@ -769,9 +769,7 @@ class DockerSwap:
 
     def remove(self, variant: str, snap: Snapshot) -> str:
         """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
-        members = [
-            Member(r.name, r.variant, r.container, r.service, r.run_file, r.gpus) for r in snap.live_running
-        ]
+        members = [r.member() for r in snap.live_running]
         mine = [m for m in members if m.variant == variant]
         if not mine:
             return f"{variant} is not live; nothing stopped"
