@@ -31,6 +31,7 @@ CONTINUATION_REFUSALS = (
     "reasoning",
     "logprobs",
     "batch",
+    "max_tokens",
     "no_token_ids",
     "format",
 )
