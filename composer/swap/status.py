@@ -168,7 +168,9 @@ def interrupted_warning(project: str) -> str | None:
     if last.get("outcome") != INTERRUPTED:
         return None
     route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
-    return f"the last swap, {route}, was interrupted: {last.get('cause')}"
+    cause = str(last.get("cause") or "").split("; `compose-spec status`", 1)[0]  # this is status
+    repair = " ".join(["compose-spec up", *str(last.get("target") or "").split("+")]).strip()
+    return f"the last swap, {route}, was interrupted: {cause}; `{repair}` repairs it"
 
 
 def _asleep(stack: Stack, member: snapshot.Member) -> dict[str, object]:

@@ -196,6 +196,7 @@ def test_a_killed_up_leaves_an_interrupted_event_that_history_and_status_name(
 
     warning = interrupted_warning(PROJECT)
     assert warning and "baseline -> mtp, was interrupted" in warning and "loading" in warning
+    assert warning.endswith("`compose-spec up mtp` repairs it") and "compose-spec status" not in warning
     append_history(PROJECT, {"kind": "up", "source": "baseline", "target": "mtp", "outcome": "swapped"})
     assert interrupted_warning(PROJECT) is None, "only the last swap is named"
 
