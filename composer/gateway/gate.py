@@ -47,8 +47,8 @@ class Refused(Exception):
 
 
 ABANDONED = (
-    "no variant serves: the switch that held requests for one ended without finishing (its "
-    "process died?); run `compose-spec up` to repair it"
+    "no variant serves: the switch that held requests for one ended without finishing (it "
+    "failed, or its process died); run `compose-spec up` to repair it"
 )
 
 
