@@ -103,3 +103,39 @@ def test_doctor_names_the_sleep_risk_of_a_vllm_without_mode_wait() -> None:
     # nothing sleeps, or no engine to ask: not applicable
     assert check_sleep_wait(stack(), SimpleNamespace(images=Images({ref: {}}))) is None
     assert check_sleep_wait(sleepy, None) is None
+
+
+def test_the_standby_sleep_lets_a_simulated_vllm_finish_what_it_still_runs(tmp_path) -> None:
+    """Through a real gateway to the simulator (which reports the vLLM it emulates, 0.32): a
+    request still decoding when `up` puts the variant to sleep finishes whole, not aborted."""
+    import json
+    import threading
+
+    from tests.gateway.fakes import GatewayThread, LocalExec
+    from tests.sim.simproc import SIM_MODEL, SimProcess, metric
+
+    sim = SimProcess.start(
+        [str(SIM_MODEL), "--served-model-name", "m", "--enable-sleep-mode"],
+        env={"SIM_TIME_SCALE": "20", "VLLM_SERVER_DEV_MODE": "1"},
+        log_dir=tmp_path,
+    ).wait_ready(30)
+    gateway = GatewayThread(f"http://127.0.0.1:{sim.port}", served_name="m").start()
+    try:
+        gateway.wait(lambda g: g.upstream.ready)
+        answer: dict[str, Any] = {}
+        body = {"model": "m", "prompt": "finish me", "max_tokens": 2000, "ignore_eos": True}
+        asking = threading.Thread(
+            target=lambda: answer.update(
+                json.loads(sim.request("POST", "/v1/completions", body, timeout=120)[1])
+            )
+        )
+        asking.start()
+        gateway.wait(lambda g: metric(sim.metrics(), "vllm:num_requests_running") >= 1)
+        put_to_sleep(GatewayControl(LocalExec(gateway.config.control_socket)), "baseline", stack())
+        asking.join(timeout=60)
+        assert answer["choices"][0]["finish_reason"] == "length", answer
+        assert answer["usage"]["completion_tokens"] == 2000
+        assert GatewayControl(LocalExec(gateway.config.control_socket)).is_sleeping()
+    finally:
+        gateway.stop()
+        sim.stop()
