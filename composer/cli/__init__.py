@@ -54,6 +54,7 @@ COMMANDS: tuple[tuple[click.Command, tuple[str, ...]], ...] = (
     (swap.use, ()),
     (follow.follow, ()),
     (swap.down, ()),
+    (swap.restart, ()),
     (status.status, ()),
     (status.ps, ()),
     (status.history, ()),

@@ -1,0 +1,122 @@
+"""`down` planned from one snapshot (pure): drain at the gateway, each container stopped and
+named once, then compose down; a project another stack started is refused unless --takeover
+(`down`, `down --volumes`, `down VARIANT` and `status` read the same labels)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from composer.errors import UsageError
+from composer.render.spec import Owner
+from composer.stack.keys import key_fingerprint
+from composer.swap import down as down_module
+from composer.swap.down import plan_down
+from composer.swap.owner import owner_status
+from composer.swap.snapshot import LiveRunning, Snapshot
+from composer.swap.swapper import UpOptions
+from composer.swap.transaction import Context
+from tests.swap.test_plan_units import _info, _snap
+from tests.swap.test_standby_units import _stack
+
+MINE = "/home/me/mine/composer.toml"
+THEIRS = "/home/you/demo/composer.toml"
+
+
+def _owned_stack():
+    return replace(_stack(), owner_file=MINE)
+
+
+def _owner(stack, file: str = MINE, key: str | None = None) -> Owner:
+    return Owner(file, stack.served_model_name, key_fingerprint(key if key is not None else stack.api_key))
+
+
+def _live_set(stack, owner: Owner | None) -> Snapshot:
+    """baseline/1 (the one serving container, adopted as it ran) and mtp/1, a live member."""
+    baseline = replace(_info("baseline", service="vllm", sleep_mode=False), owner=owner)
+    snap = _snap(stack, [baseline], route="http://vllm:8000")
+    live = (
+        LiveRunning("baseline/1", "baseline", baseline.name, "0,1", "h", "running", "vllm", owner),
+        LiveRunning("mtp/1", "mtp", "p-vllm-mtp-1-1", "2,3", "h", "running", "vllm-mtp-1", owner),
+    )
+    return replace(snap, live=live, gateway=SimpleNamespace(status="running"))  # type: ignore[arg-type]
+
+
+def test_down_of_a_live_set_drains_then_names_each_container_once() -> None:
+    stack = _owned_stack()
+    plan = plan_down(_live_set(stack, _owner(stack)), stack, 60, ("p_gateway-state",))
+    assert not plan.refused and plan.running == ("baseline/1", "mtp/1")
+    assert plan.describe().splitlines()[:5] == [
+        "plan: {baseline/1, mtp/1} -> nothing (down of project vllm)",
+        "  1. Hold: hold new requests at the gateway and drain those in flight",
+        "  2. StopMember: stop baseline/1 (p-vllm-1)",
+        "  3. StopMember: stop mtp/1 (p-vllm-mtp-1-1)",
+        "  4. StopProject: remove the gateway, its port holder and the network of project vllm (compose down); "
+        "keep volume(s) p_gateway-state",
+    ]
+    assert "the drain waits up to 60s" in plan.describe() and "no stream continues" in plan.describe()
+    data = plan.as_data()
+    assert data["mode"] == "down" and [op["op"] for op in data["operations"]] == [
+        "Hold",
+        "StopMember",
+        "StopMember",
+        "StopProject",
+    ]
+    text = plan.describe()
+    assert text.count("p-vllm-1") == 1 and "baseline (" not in text  # one name per container
+
+
+def test_down_without_a_gateway_says_nothing_can_be_drained() -> None:
+    stack = _owned_stack()
+    snap = _snap(stack, [_info("mtp", service="vllm", sleep_mode=False)], route="http://vllm:8000")
+    plan = plan_down(snap, stack, 5)
+    assert [type(op).__name__ for op in plan.ops] == ["StopMember", "StopProject"]
+    assert any("cannot be drained" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize(
+    ("theirs", "said"),
+    [
+        (lambda s: _owner(s, THEIRS), f"was started by another stack, {THEIRS} (project vllm)"),
+        (lambda s: _owner(s, key="sk-" + "b2" * 24), "was started by this stack file"),
+    ],
+)
+@pytest.mark.parametrize("volumes", [False, True])
+def test_down_refuses_a_project_another_stack_started_unless_takeover(
+    theirs, said: str, volumes: bool
+) -> None:
+    stack = _owned_stack()
+    snap = _live_set(stack, theirs(stack))
+    plan = plan_down(snap, stack, 60, ("p_gateway-state",), remove_volumes=volumes)
+    command = "down --volumes" if volumes else "down"
+    assert plan.refused and plan.ops == () and said in plan.refused
+    assert f"`{command}` here would stop what that stack serves" in plan.refused
+    assert "--takeover" in plan.refused and plan.describe().startswith("refused: ")
+    taken = plan_down(snap, stack, 60, ("p_gateway-state",), remove_volumes=volumes, takeover=True)
+    assert not taken.refused and any(n.startswith("takes over: baseline/1") for n in taken.notes)
+
+
+def test_down_variant_refuses_another_stacks_project(monkeypatch: pytest.MonkeyPatch) -> None:
+    stack = _owned_stack()
+    snap = _live_set(stack, _owner(stack, THEIRS))
+    monkeypatch.setattr(down_module, "take", lambda stack, client: snap)
+    removed: list[str] = []
+    monkeypatch.setattr(down_module.DockerSwap, "remove", lambda swap, v, s: removed.append(v) or "ok")
+    ctx = Context(stack, None, UpOptions())  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"`down mtp` here would stop") as refused:
+        down_module.stop_variant(ctx, "mtp")
+    assert refused.value.exit_code == 2 and THEIRS in str(refused.value) and removed == []
+    assert down_module.stop_variant(ctx, "mtp", takeover=True) == "ok" and removed == ["mtp"]
+
+
+def test_status_names_the_owning_stack_and_a_key_mismatch() -> None:
+    stack = _owned_stack()
+    assert owner_status(_live_set(stack, _owner(stack)), stack) is None
+    assert owner_status(_live_set(stack, None), stack) is None  # nothing recorded: nothing to say
+    other = owner_status(_live_set(stack, _owner(stack, THEIRS, key="sk-" + "c3" * 24)), stack)
+    assert other is not None and other["stack_file"] == THEIRS and other["key_mismatch"] is True
+    assert f"compose-spec -f {THEIRS} status" in str(other["line"])
+    same_key = owner_status(_live_set(stack, _owner(stack, THEIRS)), stack)
+    assert same_key is not None and same_key["key_mismatch"] is False
