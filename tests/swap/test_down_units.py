@@ -4,6 +4,7 @@ named once, then compose down; a project another stack started is refused unless
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -120,3 +121,29 @@ def test_status_names_the_owning_stack_and_a_key_mismatch() -> None:
     assert f"compose-spec -f {THEIRS} status" in str(other["line"])
     same_key = owner_status(_live_set(stack, _owner(stack, THEIRS)), stack)
     assert same_key is not None and same_key["key_mismatch"] is False
+
+
+def test_status_exits_1_on_a_key_mismatch_and_names_the_owner(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from composer.cli import main
+    from composer.cli.base import Context as CliContext
+    from composer.swap import status as status_module
+    from tests.conftest import REPO
+
+    stack = _owned_stack()
+    snap = _live_set(stack, _owner(stack, THEIRS, key="sk-" + "c3" * 24))
+    monkeypatch.setattr(CliContext, "docker", lambda self, **kw: None)
+    monkeypatch.setattr(status_module.snapshot, "take", lambda *a, **kw: snap)
+    monkeypatch.setattr(
+        status_module, "_serving_status", lambda *a: {"running": True, "health": "unauthorized"}
+    )
+    monkeypatch.setattr(status_module, "live_rows", lambda snap: [])
+    monkeypatch.setattr(status_module, "gateway_status", lambda stack, snap: None)
+    args = ["--env-file", str(REPO / ".env.demo"), "--stack", str(REPO / "composer.toml"), "status", "--json"]
+    done = CliRunner().invoke(main, args, env={"VLLM_API_KEY": ""}, catch_exceptions=False)
+    assert done.exit_code == 1, done.output
+    data = json.loads(done.stdout)
+    assert data["owner"]["stack_file"] == THEIRS and data["owner"]["key_mismatch"] is True
+    assert THEIRS in data["health_detail"] and any(THEIRS in w for w in data["warnings"])
+    assert not any("compose-spec up" in w for w in data["warnings"])
