@@ -141,9 +141,57 @@ def test_status_exits_1_on_a_key_mismatch_and_names_the_owner(monkeypatch: pytes
     monkeypatch.setattr(status_module, "live_rows", lambda snap: [])
     monkeypatch.setattr(status_module, "gateway_status", lambda stack, snap: None)
     args = ["--env-file", str(REPO / ".env.demo"), "--stack", str(REPO / "composer.toml"), "status", "--json"]
-    done = CliRunner().invoke(main, args, env={"VLLM_API_KEY": ""}, catch_exceptions=False)
+    done = CliRunner().invoke(main, args, env={"VLLM_API_KEY": None}, catch_exceptions=False)
     assert done.exit_code == 1, done.output
     data = json.loads(done.stdout)
     assert data["owner"]["stack_file"] == THEIRS and data["owner"]["key_mismatch"] is True
     assert THEIRS in data["health_detail"] and any(THEIRS in w for w in data["warnings"])
     assert not any("compose-spec up" in w for w in data["warnings"])
+
+
+def test_restart_brings_back_what_serves_through_up_force_recreate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from click.testing import CliRunner
+
+    from composer.cli import main
+    from composer.cli.base import Context as CliContext
+    from composer.errors import DownRefused
+    from composer.swap import entry
+    from composer.swap.down import restart_target
+    from tests.conftest import REPO
+
+    stack = _stack()
+    serving = _snap(stack, [_info("mtp", service="vllm", sleep_mode=False)], route="http://vllm:8000")
+    monkeypatch.setattr(down_module, "take", lambda *a, **kw: serving)
+    assert restart_target(stack, None, None) == "mtp" == restart_target(stack, None, "mtp")  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match=r"baseline does not serve \(mtp does\).*`compose-spec up baseline`"):
+        restart_target(stack, None, "baseline")  # type: ignore[arg-type]
+    monkeypatch.setattr(down_module, "take", lambda *a, **kw: _live_set(stack, None))
+    with pytest.raises(UsageError, match=r"a live set runs \(baseline/1, mtp/1\)"):
+        restart_target(stack, None)  # type: ignore[arg-type]
+    monkeypatch.setattr(down_module, "take", lambda *a, **kw: Snapshot("p", ()))
+    with pytest.raises(DownRefused, match="nothing serves") as nothing:
+        restart_target(stack, None)  # type: ignore[arg-type]
+    assert nothing.value.exit_code == 1
+
+    seen: dict[str, object] = {}
+    monkeypatch.setattr(down_module, "take", lambda *a, **kw: serving)
+    monkeypatch.setattr(CliContext, "docker", lambda self, **kw: None)
+
+    def up_set(stack, variants, *, client, options, progress, waiting):
+        seen.update(variants=tuple(variants), force_recreate=options.force_recreate, dry_run=options.dry_run)
+        return entry.LiveResult(variant="mtp", outcome="planned", plan_text="plan: mtp -> mtp")
+
+    monkeypatch.setattr(entry, "up_set", up_set)
+    args = [
+        "--env-file",
+        str(REPO / ".env.demo"),
+        "--stack",
+        str(REPO / "composer.toml"),
+        "restart",
+        "--dry-run",
+    ]
+    key = {"VLLM_API_KEY": "sk-Qm7vX2pL9tR4wZ8nB3cF6hJ1kD5sG0yA"}
+    done = CliRunner().invoke(main, args, env=key, catch_exceptions=False)
+    assert done.exit_code == 0, done.output
+    assert seen == {"variants": ("mtp",), "force_recreate": True, "dry_run": True}
+    assert "  --force-recreate" not in CliRunner().invoke(main, ["restart", "--help"]).stdout
