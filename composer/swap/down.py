@@ -215,6 +215,13 @@ class Downer:
         return said + (f", {cut} cut at the drain timeout ({self.drain_timeout:g}s)" if cut else ", none cut")
 
 
+def _explain(err: BaseException, ran: list[ops.Op], undone: object) -> SwapFailed:
+    """A failed `down`: what failed and why; what stopped stays stopped, `down` again goes on."""
+    why = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+    what = ran[-1].describe() if ran else "down"
+    return SwapFailed(f"{what} failed: {why}; what stopped stays stopped: `compose-spec down` again goes on")
+
+
 def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
     """The project's named volumes (compose labels them with the project), by name."""
     found = client.volumes.list(filters={"label": f"{label_names.COMPOSE_PROJECT}={stack.project}"})
@@ -241,12 +248,12 @@ def down(
     progress: Say = quiet,
     waiting: Say | None = None,
     volumes: bool = False,
-    drain_timeout: float | None = None,
     takeover: bool = False,
     dry_run: bool = False,
 ) -> DownResult:
-    """Plan and run `down` under the project's lock (a dry run reads only: no lock)."""
-    timeout = stack.gateway.drain_timeout if drain_timeout is None else drain_timeout
+    """Plan and run `down` under the project's lock (a dry run reads only: no lock); the drain
+    waits up to `stack.gateway.drain_timeout` (`down -t` sets it)."""
+    timeout = stack.gateway.drain_timeout
     ctx = Context(stack, client, UpOptions(), progress, waiting or progress)
 
     def plan(snap: Snapshot) -> DownPlan:
@@ -264,7 +271,7 @@ def down(
         if planned.refused:
             raise UsageError(planned.refused)
         runner = Downer(ctx, snap, timeout)
-        execute(planned.ops, runner.handlers(), rollback=False, say=progress)
+        execute(planned.ops, runner.handlers(), rollback=False, say=progress, explain=_explain)
     stopped = list(planned.running)
     said = f"stopped {', '.join(stopped)}" if stopped else "nothing was running"
     cut = runner.cut_line()
@@ -279,7 +286,7 @@ def down(
         planned.as_data(),
     )
     if stopped:  # a down that found nothing is no event of the history
-        source = next((name for name in stopped if "/" not in name), None)
+        source = snap.current.variant if snap.current else None  # what served
         entry = {"kind": "down", "source": source, "target": None, "outcome": "stopped"}
         append_history(stack.project, {**entry, "drained": runner.drained})
     return result
