@@ -365,8 +365,10 @@ def restart(obj: Context, variant: str | None, **opts: Any) -> None:
     Never a raw container restart: this is `up VARIANT --force-recreate`. The gateway holds
     new requests and drains (or continues) those in flight, a new container starts and must
     pass the health gate (/health, /v1/models, a completion) before clients are released to
-    it, and the old one comes back if it fails. A live set's member is not restarted here:
-    `compose-spec down VARIANT` then `compose-spec up A B` (the others serve throughout).
+    it, and the old one comes back if it fails. Unlike `docker compose restart`, a
+    configuration the stack now renders differently is applied (it is `up`). A live set's
+    member is not restarted here: `compose-spec down VARIANT` then `compose-spec up A B`
+    (the others serve throughout).
 
     \b
     Examples:
