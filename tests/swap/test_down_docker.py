@@ -142,3 +142,17 @@ def test_down_of_a_failed_variant_on_a_live_set_removes_only_it(sim_stack, docke
     done = sim_stack.run("down", timeout=180)
     assert done.returncode == 0 and done.stdout.startswith(f"{sim_stack.project}: stopped baseline/1, mtp/1;")
     assert running_containers(docker_client, sim_stack.project) == []
+
+
+def test_restart_replaces_the_serving_container_through_the_gate(sim_stack, docker_client) -> None:
+    assert sim_stack.run("up", "baseline").returncode == 0
+    (before,) = running_containers(docker_client, sim_stack.project)
+    other = sim_stack.run("restart", "mtp")
+    assert other.returncode == 2 and "mtp does not serve (baseline does)" in other.stderr, other.stderr
+    done = sim_stack.run("restart", "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["variant"] == "baseline" and "gate" in result["plan"]["steps"], result
+    (after,) = running_containers(docker_client, sim_stack.project)
+    assert after.id != before.id and after.labels["vllm-composer.variant"] == "baseline"
+    assert sim_stack.status()["health"] == "ready"
