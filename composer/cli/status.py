@@ -50,9 +50,7 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | N
     if not watch:
         data = status_data(stack, client)
         click.echo(show(data))
-        owner = data.get("owner")
-        mismatch = data.get("health") == "unauthorized" or (isinstance(owner, dict) and owner["key_mismatch"])
-        return 1 if data.get("restarts_since_swap") or mismatch else None  # restarted, or not ours to reach
+        return 1 if data.get("restarts_since_swap") or data.get("key_mismatch") else None  # restarted, or 401
     tty = sys.stdout.isatty()
     last: dict[str, Any] | None = None
     while True:

@@ -153,6 +153,8 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
         )
         if w
     ]
+    # this stack's key is refused where it runs (status exits 1): another stack's, or a key changed here
+    data["key_mismatch"] = bool(owner and owner["key_mismatch"]) or data.get("health_detail") == UNAUTHORIZED
     if owner and owner["key_mismatch"] and data.get("health") == "unauthorized":
         data["health_detail"] = f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):

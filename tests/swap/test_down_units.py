@@ -145,6 +145,7 @@ def test_status_exits_1_on_a_key_mismatch_and_names_the_owner(monkeypatch: pytes
     assert done.exit_code == 1, done.output
     data = json.loads(done.stdout)
     assert data["owner"]["stack_file"] == THEIRS and data["owner"]["key_mismatch"] is True
+    assert data["key_mismatch"] is True
     assert THEIRS in data["health_detail"] and any(THEIRS in w for w in data["warnings"])
     assert not any("compose-spec up" in w for w in data["warnings"])
 
