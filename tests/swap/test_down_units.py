@@ -196,3 +196,26 @@ def test_restart_brings_back_what_serves_through_up_force_recreate(monkeypatch: 
     assert done.exit_code == 0, done.output
     assert seen == {"variants": ("mtp",), "force_recreate": True, "dry_run": True}
     assert "  --force-recreate" not in CliRunner().invoke(main, ["restart", "--help"]).stdout
+
+
+def test_status_text_names_the_owner_instead_of_advising_the_refused_up() -> None:
+    from composer.swap.status import format_status
+    from tests.swap.test_everyday_units import RUNNING
+
+    owner = {
+        "stack_file": THEIRS,
+        "key_mismatch": True,
+        "line": f"mtp ... was started by another stack, {THEIRS}",
+    }
+    data = {
+        **RUNNING,
+        "matches_stack": False,
+        "health": "unauthorized",
+        "health_detail": f"401: it serves with the API key of {THEIRS}, not this stack's",
+        "owner": owner,
+        "warnings": [owner["line"]],
+    }
+    text = format_status(data)
+    assert f"owner         {THEIRS} (another stack: see the warning)" in text
+    assert f"health        401: it serves with the API key of {THEIRS}" in text
+    assert "compose-spec up" not in text and f"warning       {owner['line']}" in text
