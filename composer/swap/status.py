@@ -31,6 +31,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.gateway_port import port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
+from composer.swap.owner import owner_status
 from composer.swap.ps import aligned
 from composer.swap.transaction import upstream_states
 
@@ -137,15 +138,25 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data["gateway"] = gateway_status(stack, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     data["live"] = live_rows(snap)
+    data["owner"] = owner = owner_status(snap, stack)  # another stack started what runs
     if data["live"]:
         data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
     data["warnings"] = [
         w
-        for w in (follower_warning(stack, attached), interrupted_warning(stack.project), _restarted(data))
+        for w in (
+            owner["line"] if owner else None,
+            follower_warning(stack, attached),
+            interrupted_warning(stack.project),
+            _restarted(data),
+        )
         if w
     ]
+    # this stack's key is refused where it runs (status exits 1): another stack's, or a key changed here
+    data["key_mismatch"] = bool(owner and owner["key_mismatch"]) or data.get("health_detail") == UNAUTHORIZED
+    if owner and owner["key_mismatch"] and data.get("health") == "unauthorized":
+        data["health_detail"] = f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
@@ -353,7 +364,9 @@ def _format_status(data: dict) -> str:
         last = data["last_exit"] or {}
         crashed = f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)"
         rows.append(("restarts", f"{data['restart_count']}: Docker restarted it after a crash {crashed}"))
-    if data["matches_stack"] is False:
+    if data.get("owner"):
+        rows.append(("owner", f"{data['owner']['stack_file']} (another stack: see the warning)"))
+    elif data["matches_stack"] is False:
         applies = f"(`compose-spec up {data['variant']}` applies it)"
         rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
