@@ -32,3 +32,18 @@ def test_a_typo_in_the_stack_file_gets_the_close_match(tmp_path: Path, empty_env
     stack.write_text("[variants.mtp]\nkv_cache_memroy = '7GiB'\n")
     result = invoke(*args)
     assert result.exit_code == 2 and "did you mean 'variants.mtp.kv_cache_memory'?" in result.stderr
+
+
+def test_config_prints_sizes_in_the_units_the_stack_reads(empty_env_file: Path) -> None:
+    result = invoke("--env-file", str(empty_env_file), "config")
+    assert result.exit_code == 0, result.output
+    line = next(row for row in result.stdout.splitlines() if row.startswith("kubernetes.shm_size "))
+    assert line.split()[1] == "8.0GiB"
+
+
+def test_every_shown_size_reads_back_as_the_same_bytes() -> None:
+    from composer.render.describe import shown_value
+    from composer.stack.values import parse_size
+
+    for size in (1, 1023, 1024, 1536, 8 * 2**30, 4831838208, 4831838209, 3 * 2**40 + 2**39, 10**9):
+        assert parse_size(shown_value(size, "size")) == size
