@@ -148,7 +148,7 @@ class ComposeSpecGroup(click.Group):
 
     @staticmethod
     def _exit(err: ComposerError, as_json: bool, quiet: bool = False) -> None:
-        if isinstance(err, DiagnosedError):
+        if isinstance(err, DiagnosedError) and _exit_code(err) != 130:  # interrupted: no failure to explain
             if err.log_tail and not err.tail_shown:  # a swap shows it before rolling back
                 click.echo(err.log_tail.rstrip(), err=True)
             for hint in err.hints:

@@ -5,16 +5,23 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
+STACK_LINES = ("warning: ", "note: ")
+"""How a line about the stack starts when a swap says it before it changes anything."""
+
 
 class LiveLine:
     """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise.
-    An output error (a closed pipe or terminal) silences it; the swap goes on."""
+    An output error (a closed pipe or terminal) silences it; the swap goes on.
 
-    def __init__(self) -> None:
+    A line about the stack (`STACK_LINES`) is remembered in `said` (the report does not repeat
+    it) and shown only when `first_time` says it was not shown for the stack before."""
+
+    def __init__(self, first_time: Callable[[str], bool] | None = None) -> None:
         try:
             self.tty = sys.stderr.isatty()
         except (OSError, ValueError):
@@ -22,6 +29,8 @@ class LiveLine:
         self.last = ""
         self.open = False
         self.broken = False
+        self.first_time = first_time
+        self.said: set[str] = set()
 
     def _echo(self, message: str, nl: bool = True) -> None:
         if self.broken:
@@ -32,6 +41,11 @@ class LiveLine:
             self.broken = True
 
     def step(self, message: str) -> None:
+        prefix = next((p for p in STACK_LINES if message.startswith(p)), None)
+        if prefix is not None:
+            self.said.add(message.removeprefix(prefix))
+            if self.first_time is not None and not self.first_time(message):
+                return
         self.finish()
         self._echo(message)
 

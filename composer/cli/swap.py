@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
@@ -17,11 +18,21 @@ from composer.render.prometheus import PROFILE_SERVICES
 
 
 def report_swap(
-    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
+    variant: str,
+    as_json: bool,
+    run: Callable[[LiveLine], Any],
+    where: str = "",
+    dry_run: bool = False,
+    project: str | None = None,
 ) -> None:
     """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
-    A failed swap's error gets the variant and the outcome for the `--json` error object."""
-    line = LiveLine()
+    A failed swap's error gets the variant and the outcome for the `--json` error object.
+
+    Warnings and notes about the stack are said before the swap changes anything, once per
+    `project` (its state folder remembers them; `--json` still lists them every time)."""
+    from composer.swap.journal import first_time
+
+    line = LiveLine(partial(first_time, project) if project else None)
     try:
         result = run(line)
     except SwapFailed as err:
@@ -30,23 +41,52 @@ def report_swap(
         raise
     line.finish()
     for text in getattr(result, "warnings", ()):
-        warning(text)
+        if text not in line.said:
+            warning(text)
     for text in result.notes:
-        note(text)
+        if text not in line.said:
+            note(text)
     if as_json:
         timings = {k: round(v, 3) for k, v in result.timings.items()}
         click.echo(json.dumps({**result.__dict__, "timings": timings}))
     elif dry_run:
         click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
-        from composer.engine.port_gap import describe
-
-        total = result.timings.get("total", 0.0)
-        gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-        gap_text = f"; {describe(gap)}" if isinstance(gap, dict) else ""
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){gap_text}")
+        click.echo(outcome_line(variant, result, where))
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
+
+
+def outcome_line(variant: str, result: Any, where: str = "") -> str:
+    """`mtp: swapped (switch 7.5s, then 30.0s on probation); in flight: 2 streams continued, 1
+    finished, 0 cut`: what changed, the switch's own time (the probation watches a variant that
+    already serves), what the requests in flight got, and the port's gap when the gateway's
+    container was replaced."""
+    from composer.engine.port_gap import describe
+
+    timings = result.timings
+    total, probation = timings.get("total", 0.0), timings.get("probation", 0.0)
+    took = f"{total:.1f}s"
+    if probation:
+        took = f"switch {total - probation:.1f}s, then {probation:.1f}s on probation"
+    text = f"{variant}: {result.outcome}{where} ({took})"
+    drained = getattr(result, "drained", None)
+    if isinstance(drained, dict):
+        text += f"; {in_flight(drained)}"
+    gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
+    return text + (f"; {describe(gap)}" if isinstance(gap, dict) else "")
+
+
+def in_flight(drained: dict[str, int]) -> str:
+    """What the requests in flight at the switch got: `in flight: 2 streams continued, 1
+    finished, 0 cut` (`no request was in flight`)."""
+    continued, cut = drained.get("continued", 0), drained.get("cut", 0)
+    finished = drained.get("finished")  # a live change counts only what it continued or cut
+    if finished == 0 and not (continued or cut):
+        return "no request was in flight"
+    parts = [f"{continued} stream{'' if continued == 1 else 's'} continued"]
+    parts += [f"{finished} finished"] if finished is not None else []
+    return "in flight: " + ", ".join([*parts, f"{cut} cut"])
 
 
 def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: str | None = None) -> None:
@@ -65,7 +105,8 @@ def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: s
         report_swap(
             name,
             args.as_json,
-            lambda line: up_set(
+            project=stack.project,
+            run=lambda line: up_set(
                 stack,
                 variants,
                 client=obj.docker(),
