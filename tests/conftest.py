@@ -136,27 +136,33 @@ MIGRATE = Path("/proc/sys/net/ipv4/tcp_migrate_req")
 """A kernel setting the gateway hand-over tests turn on (tests/gateway/test_handover.py)."""
 
 
+ENV_VARS_READ = (
+    "COMPOSE_PROJECT_NAME",
+    "SERVED_MODEL_NAME",
+    "VLLM_PORT",
+    "VLLM_BIND_ADDRESS",
+    "TENSOR_PARALLEL_SIZE",
+    "MAX_MODEL_LEN",
+    "GPU_DEVICES",
+    "ATTENTION_BACKEND",
+    "MODEL_DIR",
+    "DRAFT_DIR",
+    "KV_CACHE_MEMORY",
+    "NUM_SPECULATIVE_TOKENS",
+    "VLLM_API_KEY",
+    "COMPOSER_STACK",
+)
+"""The variables a stack reads from the environment (its host values, the key, the stack file)."""
+
 SHELL_VARS = frozenset(
     {
-        "VLLM_API_KEY",
-        "COMPOSE_PROJECT_NAME",
+        *ENV_VARS_READ,
         "COMPOSE_FILE",
         "COMPOSE_PROFILES",
         "COMPOSE_ENV_FILES",
         "COMPOSE_SPEC_DEBUG",
         "VLLM_COMPOSER_LOCK_DIR",
         "KUBECONFIG",
-        "SERVED_MODEL_NAME",
-        "VLLM_PORT",
-        "VLLM_BIND_ADDRESS",
-        "TENSOR_PARALLEL_SIZE",
-        "MAX_MODEL_LEN",
-        "GPU_DEVICES",
-        "ATTENTION_BACKEND",
-        "MODEL_DIR",
-        "DRAFT_DIR",
-        "KV_CACHE_MEMORY",
-        "NUM_SPECULATIVE_TOKENS",
     }
 )
 """What a user's shell may export that compose-spec, compose or vLLM's docs make it read (the
