@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from composer.cli.base import Context, command, require_api_key
-from composer.cli.output import LiveLine, note, warning
+from composer.cli.output import LiveLine, note, outcome_line, warning
 from composer.cli.params import SwapArgs, complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
@@ -55,38 +55,6 @@ def report_swap(
         click.echo(outcome_line(variant, result, where))
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
-
-
-def outcome_line(variant: str, result: Any, where: str = "") -> str:
-    """`mtp: swapped (switch 7.5s, then 30.0s on probation); in flight: 2 streams continued, 1
-    finished, 0 cut`: what changed, the switch's own time (the probation watches a variant that
-    already serves), what the requests in flight got, and the port's gap when the gateway's
-    container was replaced."""
-    from composer.engine.port_gap import describe
-
-    timings = result.timings
-    total, probation = timings.get("total", 0.0), timings.get("probation", 0.0)
-    took = f"{total:.1f}s"
-    if probation:
-        took = f"switch {total - probation:.1f}s, then {probation:.1f}s on probation"
-    text = f"{variant}: {result.outcome}{where} ({took})"
-    drained = getattr(result, "drained", None)
-    if isinstance(drained, dict):
-        text += f"; {in_flight(drained)}"
-    gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-    return text + (f"; {describe(gap)}" if isinstance(gap, dict) else "")
-
-
-def in_flight(drained: dict[str, int]) -> str:
-    """What the requests in flight at the switch got: `in flight: 2 streams continued, 1
-    finished, 0 cut` (`no request was in flight`)."""
-    continued, cut = drained.get("continued", 0), drained.get("cut", 0)
-    finished = drained.get("finished")  # a live change counts only what it continued or cut
-    if finished == 0 and not (continued or cut):
-        return "no request was in flight"
-    parts = [f"{continued} stream{'' if continued == 1 else 's'} continued"]
-    parts += [f"{finished} finished"] if finished is not None else []
-    return "in flight: " + ", ".join([*parts, f"{cut} cut"])
 
 
 def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: str | None = None) -> None:
