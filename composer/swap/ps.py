@@ -32,21 +32,22 @@ def published(attrs: dict[str, Any]) -> str:
 def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
     """One row per container (pure): the snapshot's variants, then `others`, each with its ports."""
     rows = []
+    ready = _live_ready(snap)  # a live set's members: the gateway's readiness poll is their health
     for member in snap.members:
         attrs = member.container.container.attrs
         health = member.info.docker_health
+        if member.info.name in ready:
+            health = "ready" if ready[member.info.name] else "not ready"
         state = member.state + (f" ({health})" if health and member.running else "")
         rows.append(_row(member.info.name, member.variant, state, attrs))
     known = {m.info.name for m in snap.members}
-    ready = _live_ready(snap)
     for container in others:
         if container.name in known:
             continue
         labels = container.labels or {}
         role = labels.get(label_names.ROLE) or labels.get(label_names.COMPOSE_SERVICE) or "-"
         health = ((container.attrs.get("State") or {}).get("Health") or {}).get("Status")
-        if container.status == "running" and container.name in ready:
-            # a live member: the gateway's readiness poll is its health, not Docker's slower check
+        if container.status == "running" and container.name in ready:  # not Docker's slower check
             health = "ready" if ready[container.name] else "not ready"
             state = f"serving ({health})" if ready[container.name] else f"running ({health})"
         else:

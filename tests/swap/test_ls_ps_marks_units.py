@@ -50,6 +50,12 @@ def test_ps_shows_a_ready_live_member_as_serving_whatever_dockers_check_says() -
     assert [r["state"] for r in rows] == ["serving (ready)", "running (not ready)"]
     unknown = ps_rows(replace(snap, gateway_state=None), [_Container("p-mtp-live-1")])
     assert unknown[0]["state"] == "running (starting)"  # no gateway answer: Docker's word
+    # the serving container that joined the set as it ran (`baseline/1`, not labelled live)
+    joined = replace(_info("baseline", service="vllm", sleep_mode=False), docker_health="starting")
+    member = Member(_Box(joined.name), joined, False, None, serving=True)  # type: ignore[arg-type]
+    first = LiveRunning("baseline/1", "baseline", joined.name, "0", "h", "running", "vllm")
+    mixed = Snapshot("p", (member,), live=(first,), gateway_state=_state(baseline_1=True))  # type: ignore[arg-type]
+    assert ps_rows(mixed, [])[0]["state"] == "serving (ready)"
 
 
 def test_ls_marks_each_member_of_a_live_set(monkeypatch: pytest.MonkeyPatch) -> None:
