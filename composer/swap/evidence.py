@@ -107,9 +107,8 @@ def keep(
         except OSError as err:  # never hide the failure behind its evidence
             saved = f" (its log could not be kept: {err})"
     if cause == INTERRUPTED:  # the user stopped it: no failure of the variant, no log shown as one
-        say(f"{variant} interrupted{saved}")
-    else:
-        say(f"{variant} failed: {cause}")
-        if log_tail:
-            say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
+        log_tail = ""
+    say(f"{variant} interrupted{saved}" if cause == INTERRUPTED else f"{variant} failed: {cause}")
+    if log_tail:
+        say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
     say(f"removing {variant}")

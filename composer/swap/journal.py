@@ -33,6 +33,8 @@ RUNNING = "swap.json"
 HISTORY = "history.jsonl"
 SHOWN = "shown.json"
 SHOWN_LINES = 200  # the newest lines remembered as shown
+WARNING, NOTE = "warning: ", "note: "
+"""How a line about the stack starts when a swap says it (`ctx.say`) before it changes anything."""
 INTERRUPTED = "interrupted"
 
 

@@ -35,7 +35,7 @@ from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
-from composer.swap.journal import SwapRecord, append_history
+from composer.swap.journal import NOTE, WARNING, SwapRecord, append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -93,10 +93,6 @@ class UpResult:
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
-
-
-WARNING, NOTE = "warning: ", "note: "
-"""How a line about the stack starts when the swap says it (`ctx.say`) before it changes anything."""
 
 
 def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
