@@ -90,8 +90,8 @@ def ps(obj: Context, as_json: bool) -> None:
 @json_option()
 @click.pass_obj
 def ls_cmd(obj: Context, as_json: bool) -> None:
-    """List every variant: method, K, image, whether the image is here, which one serves,
-    its workload classes and its aliases.
+    """List every variant: method, K, image, whether the image is here, which ones serve
+    (`*`, each member of a live set) and sleep (`z`), its workload classes and its aliases.
 
     \b
     Examples:

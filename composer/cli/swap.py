@@ -4,23 +4,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
 
 from composer.cli.base import Context, command, require_api_key
-from composer.cli.output import LiveLine, note, warning
+from composer.cli.output import LiveLine, note, outcome_line, warning
 from composer.cli.params import SwapArgs, complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
 
 
 def report_swap(
-    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
+    variant: str,
+    as_json: bool,
+    run: Callable[[LiveLine], Any],
+    where: str = "",
+    dry_run: bool = False,
+    project: str | None = None,
 ) -> None:
     """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
-    A failed swap's error gets the variant and the outcome for the `--json` error object."""
-    line = LiveLine()
+    A failed swap's error gets the variant and the outcome for the `--json` error object.
+
+    Warnings and notes about the stack are said before the swap changes anything, once per
+    `project` (its state folder remembers them; `--json` still lists them every time)."""
+    from composer.swap.journal import first_time
+
+    line = LiveLine(partial(first_time, project) if project else None)
     try:
         result = run(line)
     except SwapFailed as err:
@@ -29,21 +40,18 @@ def report_swap(
         raise
     line.finish()
     for text in getattr(result, "warnings", ()):
-        warning(text)
+        if text not in line.said:
+            warning(text)
     for text in result.notes:
-        note(text)
+        if text not in line.said:
+            note(text)
     if as_json:
         timings = {k: round(v, 3) for k, v in result.timings.items()}
         click.echo(json.dumps({**result.__dict__, "timings": timings}))
     elif dry_run:
         click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
-        from composer.engine.port_gap import describe
-
-        total = result.timings.get("total", 0.0)
-        gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-        gap_text = f"; {describe(gap)}" if isinstance(gap, dict) else ""
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){gap_text}")
+        click.echo(outcome_line(variant, result, where))
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
 
@@ -66,7 +74,8 @@ def up_variants(
         report_swap(
             name,
             args.as_json,
-            lambda line: up_set(
+            project=stack.project,
+            run=lambda line: up_set(
                 stack,
                 variants,
                 client=obj.docker(),

@@ -349,10 +349,19 @@ def _refuse_shared_mount_targets(
 
 
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
+    """A key no table has: its close match as --set names one, else the table's keys when they
+    are few, else where every key is listed."""
     unknown = sorted(set(table) - allowed)
     if unknown:
         key = unknown[0] if unknown[0].isprintable() else v.shown(unknown[0])  # one line, always
-        raise ConfigError(f"unknown key {where}.{key}: allowed are " + ", ".join(sorted(allowed)))
+        hint = did_you_mean(f"{where}.{unknown[0]}", (f"{where}.{name}" for name in allowed))
+        if hint:
+            fix = f":{hint}"
+        elif len(allowed) <= 8:
+            fix = ": allowed are " + ", ".join(sorted(allowed))
+        else:
+            fix = ": `compose-spec config --keys` lists every key"
+        raise ConfigError(f"unknown key {where}.{key}{fix}")
 
 
 def _images(resolve: _Resolver) -> dict[str, str]:

@@ -174,7 +174,7 @@ def live_history(
         stack.project,
         {
             "kind": "live",
-            "source": None,
+            "source": "+".join(sorted({name.split("/")[0] for name in plan.before})) or None,
             "target": "+".join(plan.variants),
             "outcome": outcome,
             "steps": [op.describe() for op in (ran or plan.ops)],

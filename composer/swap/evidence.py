@@ -18,7 +18,7 @@ from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
 from composer.engine.variant_container import VariantContainer
 from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded, replace_file
-from composer.swap.journal import project_dir
+from composer.swap.journal import INTERRUPTED, project_dir
 
 if TYPE_CHECKING:
     import docker
@@ -106,7 +106,9 @@ def keep(
             saved = f" (whole log kept in {where}: compose-spec logs --failed)"
         except OSError as err:  # never hide the failure behind its evidence
             saved = f" (its log could not be kept: {err})"
-    say(f"{variant} failed: {cause}")
+    if cause == INTERRUPTED:  # the user stopped it: no failure of the variant, no log shown as one
+        log_tail = ""
+    say(f"{variant} interrupted{saved}" if cause == INTERRUPTED else f"{variant} failed: {cause}")
     if log_tail:
         say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
     say(f"removing {variant}")

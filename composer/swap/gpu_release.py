@@ -42,6 +42,7 @@ GIB = float(1 << 30)
 
 PER_PROCESS = "per-process"
 SNAPSHOT_DROP = "snapshot drop"
+NO_GPUS = "no GPUs configured: GPU release wait skipped"
 
 
 @dataclass(frozen=True)
@@ -90,7 +91,7 @@ class ReleaseWait:
     ) -> ReleaseWait:
         """Read the GPUs `devices` names now; `pids` are the processes about to be stopped."""
         if devices is None:
-            return cls(None, skipped="no GPUs configured: GPU release wait skipped")
+            return cls(None, skipped=NO_GPUS)
         if not probe.available:
             return cls(None, skipped=f"no GPU probe ({probe.reason}): GPU release wait skipped")
         try:

@@ -431,8 +431,11 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     local), whether it serves, its workload classes and aliases, and why vLLM refuses it with this
     stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
-    serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []
+    # what serves: the one serving container, or each live member running (not known unready)
+    serves = {m.variant for m in snap.members if m.serving} if snap is not None else set()
+    serves |= {str(r["variant"]) for r in live if r["state"] == "running" and r["ready"] is not False}
+    asleep = {m.variant for m in snap.asleep} if snap is not None else set()
     rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
@@ -444,7 +447,8 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "k": spec.num_speculative_tokens if spec else None,
                 "image": image,
                 "image_present": image_facts(client, "vllm", image).present,
-                "serving": serving is not None and serving.variant == name,
+                "serving": name in serves,
+                "asleep": name in asleep and name not in serves,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
                 "aliases": list(variant.aliases),
                 "description": variant.description,
@@ -456,13 +460,13 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
 
 
 def format_variants(rows: list[dict[str, Any]]) -> str:
-    """The variants as a table; `*` marks the one that serves."""
+    """The variants as a table; `*` marks each one that serves, `z` each one asleep."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
     for row in rows:
         table.append(
             [
-                "*" if row["serving"] else "",
+                "*" if row["serving"] else "z" if row.get("asleep") else "",
                 str(row["variant"]),
                 str(row["method"] or "-"),
                 str(row["k"] or "-"),
@@ -473,13 +477,16 @@ def format_variants(rows: list[dict[str, Any]]) -> str:
             ]
         )
     lines = [aligned(table)]
-    serving = next((r["variant"] for r in rows if r["serving"]), None)
+    serving = [str(r["variant"]) for r in rows if r["serving"]]
     live = [member for r in rows for member in r.get("live") or ()]
     if live:
         lines.append("live set: " + ", ".join(sorted({str(m["variant"]) for m in live})))
         lines.append(format_live(live))
     else:
-        lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
+        lines.append(f"* serves now: {', '.join(serving)}" if serving else "no variant serves now")
+    asleep = [str(r["variant"]) for r in rows if r.get("asleep")]
+    if asleep:
+        lines.append(f"z asleep: {', '.join(asleep)} (`compose-spec up VARIANT` wakes one in seconds)")
     refused = [str(r["variant"]) for r in rows if r.get("refused")]
     if refused:
         lines.append(f"not startable with this stack: {', '.join(refused)} (compose-spec doctor says why)")

@@ -33,8 +33,9 @@ from composer.stack.model import Stack
 from composer.swap import gateway_change, snapshot, transaction
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
+from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
-from composer.swap.journal import SwapRecord, append_history
+from composer.swap.journal import NOTE, WARNING, SwapRecord, append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -96,7 +97,7 @@ class UpResult:
 
 def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
     """The fast subset of doctor's checks for each target, on the snapshot's containers: their
-    warnings (each once), or PreflightFailed."""
+    warnings (each once, also said now, before anything changes), or PreflightFailed."""
     known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
     warnings: dict[str, None] = {}
     for target in targets:
@@ -105,6 +106,10 @@ def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.S
         )
         raise_failed(findings)
         warnings.update(dict.fromkeys(f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"))
+    for text in warnings:
+        ctx.say(WARNING + text)
+    if ctx.stack.gpus is None:  # what the release wait will note after the stop, said before it
+        ctx.say(NOTE + NO_GPUS)
     return list(warnings)
 
 

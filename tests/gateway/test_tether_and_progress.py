@@ -48,9 +48,9 @@ def test_closing_the_tether_releases_its_owners_holds_only(gateway) -> None:
     ctl.release(theirs.id)
 
 
-def test_a_drain_reports_what_is_in_flight_while_it_waits(gateway) -> None:
+def test_a_drain_reports_what_is_in_flight_while_it_waits(gateway, backend) -> None:
     ctl = GatewayControl(LocalExec(gateway.config.control_socket))
-    body = sse_request("slow", chunks=60, interval=0.05)  # about 3 s of stream
+    body = sse_request("slow", wait_release=True)  # streams once the drain has reported it
     stream = threading.Thread(
         target=lambda: httpx.post(
             gateway.url + "/v1/chat/completions", content=body, headers=AUTH, timeout=30
@@ -60,9 +60,14 @@ def test_a_drain_reports_what_is_in_flight_while_it_waits(gateway) -> None:
     stream.start()
     gateway.wait(lambda g: g.gate.inflight == 1)
     seen: list[DrainProgress] = []
-    report = ctl.drain(timeout_s=20, lease_s=30, progress=seen.append)
+
+    def progress(report: DrainProgress) -> None:
+        seen.append(report)
+        backend.state.release.set()  # the stream may end now: the drain saw it in flight
+
+    report = ctl.drain(timeout_s=60, lease_s=90, progress=progress)
     assert (report.drained, report.cut) == (1, 0)
-    assert seen and seen[0].inflight == 1 and seen[0].timeout_s == 20
+    assert seen and seen[0].inflight == 1 and seen[0].timeout_s == 60
     assert [p.elapsed_s for p in seen] == sorted(p.elapsed_s for p in seen)
     assert seen[0].describe().startswith("draining (1 in flight, ")
     ctl.release(report.hold_id)

@@ -223,6 +223,7 @@ def test_a_refused_apply_changes_nothing_and_undoes_nothing(
 
 @pytest.mark.parametrize("moment", ["rollout status", "port-forward service/vllm"], ids=["rollout", "gate"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.usefixtures("default_sighup")  # `up` inherits it: an ignored SIGHUP stays ignored
 def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals, moment: str
 ) -> None:
