@@ -13,6 +13,7 @@ import sys
 
 from composer.errors import GatewayConfigError
 
+from . import netwatch
 from .config import load_config
 
 
@@ -33,6 +34,7 @@ def main() -> int:
     from .runtime import GatewayServer  # the server's dependencies load only after the settings are valid
 
     server = GatewayServer(config)
+    netwatch.start()  # a lost network (the port holder restarted): exit, Docker starts it again
     try:
         import uvloop
 

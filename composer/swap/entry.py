@@ -27,7 +27,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
-from composer.swap.gateway_replace import retire_extra_gateways
+from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
@@ -212,6 +212,9 @@ def up_set(
         snap = snapshot.take(stack, client)
         if snap.extra_gateways:
             retire_extra_gateways(client, snap.extra_gateways, progress)
+            snap = snapshot.take(stack, client)
+        if repaired := repair_port(stack, client, progress):  # the port holder stopped or restarted
+            progress(repaired)
             snap = snapshot.take(stack, client)
         return _up_desired(ctx, requested, snap)
 

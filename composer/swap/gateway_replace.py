@@ -9,14 +9,21 @@ tcp_migrate_req) and finishes its requests, for up to its drain timeout. When th
 holder with the stack's port (a first start, another port, an older gateway that publishes
 the port itself), compose recreates both and the port is closed meanwhile. Either way the
 published port is probed throughout (`composer.engine.port_gap`) and the gap reported.
+
+`repair_port` mends the pair in place when the holder stopped (a `docker kill`, a crash Docker
+did not restart) or was restarted after the gateway joined it: the gateway then serves from a
+network Docker took down, and the port refuses everything while both show `Up`. It starts the
+holder and restarts the gateway, which joins the holder's network anew.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,3 +177,67 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
             finished += max(0, busy - lost)
         old.remove(force=True)
     return finished, cut
+
+
+def _started(container: Container) -> datetime:
+    """When the container last started (Docker's RFC 3339 time, nanoseconds cut to microseconds)."""
+    raw = str((container.attrs.get("State") or {}).get("StartedAt") or "")
+    day, _, rest = raw.partition("T")
+    clock, _, fraction = rest.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(f"{day}T{clock}.{(fraction + '000000')[:6]}+00:00")
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def port_fault(stack: Stack, client: docker.DockerClient) -> str | None:
+    """What keeps the port holder and the gateway from serving the port together: the holder
+    stopped, or restarted after the gateway joined its network (which Docker then took down);
+    None when both run together, or there is no holder (compose starts what is missing)."""
+    holder = port_holder(stack, client)
+    if holder is None:
+        return None
+    if holder.status != "running":
+        code = (holder.attrs.get("State") or {}).get("ExitCode")
+        return f"its port holder {holder.name} is {holder.status} (exit code {code})"
+    since = _started(holder)
+    for gateway in gateway_containers(stack, client):
+        if (
+            gateway.status == "running"
+            and network_owner(gateway).id == holder.id
+            and _started(gateway) < since
+        ):
+            return (
+                f"its port holder {holder.name} restarted after the gateway {gateway.name} joined its "
+                "network, which is gone"
+            )
+    return None
+
+
+def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | None:
+    """Mend the port holder and the gateway in place (see above) when `port_fault` finds them
+    apart; the line saying what was done, None when nothing was wrong. Raises ComposerError
+    when the port does not answer after it."""
+    fault = port_fault(stack, client)
+    if fault is None:
+        return None
+    began = time.monotonic()
+    say(f"the published port is dead: {fault}; starting them again")
+    holder = port_holder(stack, client)
+    if holder is not None and holder.status != "running":
+        holder.start()
+    holder = port_holder(stack, client)
+    gateways = [
+        g for g in gateway_containers(stack, client) if holder is None or network_owner(g).id == holder.id
+    ]
+    for gateway in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
+        gateway.restart(timeout=2)  # nothing reaches it where it is: nothing to finish
+        published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
+        if not published.answers:
+            raise ComposerError(
+                f"the published port is still dead after the port holder and the gateway were started "
+                f"again ({published.detail}): `compose-spec up --recreate-gateway`"
+            )
+    return (
+        f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
+    )

@@ -41,6 +41,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
+from composer.swap.gateway_replace import port_fault, repair_port
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
@@ -174,8 +175,8 @@ def by_name(ctx: Context, name: str) -> VariantContainer | None:
 
 
 def gateway_stopped(ctx: Context) -> str | None:
-    """How the stack's gateway container stopped ("exited with code 137", "removed"); None
-    while it runs, without a gateway, or when Docker does not answer."""
+    """How the stack's gateway container stopped ("exited with code 137", "removed", its port
+    holder's fault); None while it serves, without a gateway, or when Docker does not answer."""
     from docker.errors import NotFound
 
     from composer.render.gateway import build_gateway_spec
@@ -191,7 +192,7 @@ def gateway_stopped(ctx: Context) -> str | None:
         return None
     state = container.attrs.get("State") or {}
     if state.get("Running") and not state.get("Restarting"):
-        return None
+        return port_fault(ctx.stack, ctx.client)  # it runs, but maybe in a network that is gone
     return f"exited with code {state.get('ExitCode')}"
 
 
@@ -219,9 +220,10 @@ def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why:
         raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
     if ctx.hold is not None:
         ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    repaired = repair_port(ctx.stack, ctx.client, ctx.say)  # its port holder stopped or restarted
     started = f"the gateway stopped during the swap ({why}): starting it again"
     ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
-    return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
+    return replace(ctx, hold=drain(ctx, target, None if repaired else compose_file, gateway)[0])
 
 
 def gate_target(ctx: Context, variant: str) -> GateTarget:

@@ -1,0 +1,180 @@
+"""The port holder and the gateway serve the port together (real daemon, simulator, one stack
+for the module): whatever stops or restarts the holder, the port answers again, on its own
+when Docker restarts the holder, else at the next `up`, which notices a dead port at any stage
+(before it plans, during a switch's gate, during a live change and its undo), mends it and goes
+on. A watch probes the published port every 75 ms throughout; each test prints how many seconds
+it went without an answer. No wall-clock speed is asserted: only that the port answers again
+(within generous bounds that the old code, which never answered, fails)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from composer.engine.port_gap import OK, PortWatch, probe_port
+from tests.conftest import free_port, isolated_env, remove_project
+
+from .conftest import Stack
+
+pytestmark = pytest.mark.docker
+
+PROBE_EVERY_S = 0.075
+BACK_WITHIN_S = 30.0  # generous: a loaded machine; the old code never answered again
+
+STACK = """
+[stack]
+project = "{project}"
+port = {port}
+probation = "0s"
+[stack.env]
+SIM_LOAD_SECONDS = "0.3"
+SIM_TIME_SCALE = "20"
+[variants.mtp-slow]
+extends = "mtp"
+env = {{ SIM_LOAD_SECONDS = "4" }}
+"""
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
+    folder = tmp_path_factory.mktemp("holder")
+    project = f"vcthold{uuid.uuid4().hex[:10]}"
+    port = free_port()
+    stack_file = folder / "stack.toml"
+    stack_file.write_text(STACK.format(project=project, port=port), encoding="utf-8")
+    env = isolated_env(folder)
+    made = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    try:
+        yield made
+    finally:
+        remove_project(docker_client, project)
+
+
+def _holder(stack: Stack, docker_client):
+    return docker_client.containers.get(f"{stack.project}-gateway-port-1")
+
+
+def _gateway(stack: Stack, docker_client):
+    return docker_client.containers.get(f"{stack.project}-gateway-1")
+
+
+def _crash(container) -> None:
+    """The container's main process ends on its own (not `docker stop` or `docker kill`, which
+    Docker's restart policy respects): Docker restarts it."""
+    container.exec_run(["python3", "-c", "import os, signal; os.kill(1, signal.SIGTERM)"])
+
+
+def _answers_within(stack: Stack, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if probe_port("127.0.0.1", stack.port) == OK:
+            return True
+        time.sleep(PROBE_EVERY_S)
+    return False
+
+
+def _up(stack: Stack, *args: str):
+    done = stack.run("up", *args, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _answers_within(stack, 10), "the port does not answer after `up`"
+    return done
+
+
+def _clean(done) -> None:
+    """No raw Docker error nor a traceback reached the user."""
+    said = done.stdout + done.stderr
+    assert "Client Error" not in said and "Traceback" not in said, said
+
+
+def test_a_crashed_port_holder_brings_the_port_back_on_its_own(stack, docker_client) -> None:
+    _up(stack, "baseline")
+    holder = _holder(stack, docker_client)
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        time.sleep(0.3)
+        _crash(holder)
+        back = _answers_within(stack, BACK_WITHIN_S)
+        gap = watch.stop(wait_served=2.0)
+    print(f"holder crashed, nothing run: {gap.line()}")
+    holder.reload()
+    assert holder.attrs["RestartCount"] >= 1  # Docker restarted it: the crash happened
+    assert back, f"the port does not answer {BACK_WITHIN_S:.0f}s after the holder's restart ({gap.line()})"
+    assert gap.failed > 0  # the port was down meanwhile: the watch saw the fault
+    assert "unchanged" in _up(stack, "baseline").stdout  # nothing left for `up` to do
+
+
+def test_up_repairs_a_stopped_holder_before_it_plans(stack, docker_client) -> None:
+    _up(stack, "baseline", "mtp")  # a live set
+    _holder(stack, docker_client).kill()  # `docker kill`: Docker does not restart it
+    assert not _answers_within(stack, 1.0)
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        done = stack.run("up", "baseline", "mtp", timeout=180)
+        gap = watch.stop(wait_served=2.0)
+    print(f"live set, holder killed, then `up baseline mtp`: exit {done.returncode}; {gap.line()}")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "the published port was dead" in done.stdout + done.stderr
+    _clean(done)
+    assert _answers_within(stack, 5), "`up` ended but the port does not answer"
+
+
+def test_a_holder_killed_during_a_switch_is_mended_and_the_switch_goes_on(stack, docker_client) -> None:
+    _up(stack, "baseline")
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        began = time.monotonic()
+        up = stack.popen("up", "mtp-slow", "--timeout", "120")
+        assert _wait_for_container(docker_client, f"{stack.project}-vllm-1", "mtp-slow", 60)
+        _holder(stack, docker_client).kill()
+        try:
+            out, err = up.communicate(timeout=150)
+        finally:
+            up.kill()
+        took = time.monotonic() - began
+        gap = watch.stop(wait_served=2.0)
+    print(f"holder killed during a switch: exit {up.returncode} after {took:.1f}s; {gap.line()}")
+    assert up.returncode == 0, out + err
+    assert "the published port was dead" in out + err or "the gateway stopped during the swap" in out + err
+    assert "Client Error" not in out + err and "Traceback" not in err
+    assert _answers_within(stack, 5)
+    assert stack.status()["serving"] == "mtp-slow"
+
+
+def test_a_holder_and_gateway_killed_during_a_live_change_leave_a_serving_port(stack, docker_client) -> None:
+    _up(stack, "baseline")
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        up = stack.popen("up", "baseline", "mtp-slow", "--timeout", "120")
+        assert _wait_for_container(docker_client, None, "mtp-slow", 60, project=stack.project)
+        _holder(stack, docker_client).kill()
+        _gateway(stack, docker_client).kill()
+        try:
+            out, err = up.communicate(timeout=150)
+        finally:
+            up.kill()
+        gap = watch.stop(wait_served=2.0)
+    print(f"holder and gateway killed during a live change: exit {up.returncode}; {gap.line()}")
+    print(out[-2000:], err[-2000:])
+    assert up.returncode in (0, 1), out + err
+    assert "Client Error" not in out + err and "Traceback" not in err, out + err
+    assert _answers_within(stack, 10), "the port does not answer after `up` ended"
+
+
+def _wait_for_container(docker_client, name, variant: str, seconds: float, project: str = "") -> bool:
+    """A container of `variant` (named `name`, or any of `project`) exists, within `seconds`."""
+    from docker.errors import NotFound
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if name is not None:
+            try:
+                found = [docker_client.containers.get(name)]
+            except NotFound:
+                found = []
+        else:
+            found = docker_client.containers.list(
+                all=True, filters={"label": [f"com.docker.compose.project={project}"]}
+            )
+        if any(c.labels.get("vllm-composer.variant") == variant for c in found):
+            return True
+        time.sleep(0.1)
+    return False
