@@ -216,7 +216,10 @@ def up_set(
         if repaired := repair_port(stack, client, progress):  # the port holder stopped or restarted
             progress(repaired)
             snap = snapshot.take(stack, client)
-        return _up_desired(ctx, requested, snap)
+        result = _up_desired(ctx, requested, snap)
+        if repaired := repair_port(stack, client, progress):  # it stopped while nothing looked
+            result.warnings.append(repaired)
+        return result
 
 
 def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:

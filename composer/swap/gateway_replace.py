@@ -231,7 +231,7 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
         g for g in gateway_containers(stack, client) if holder is None or network_owner(g).id == holder.id
     ]
     for gateway in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
-        gateway.restart(timeout=2)  # nothing reaches it where it is: nothing to finish
+        gateway.restart(timeout=0)  # nothing reaches it where it is: nothing to finish
         published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
         if not published.answers:
             raise ComposerError(
@@ -241,3 +241,18 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
     return (
         f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
     )
+
+
+def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Container | None:
+    """The stack's gateway container for a control call, started again first when it or its port
+    holder stopped (`repair_port`); None when there is none."""
+    repair_port(stack, client, say)
+    gateway = gateway_container(stack, client)
+    if gateway is not None and gateway.status != "running":
+        say(f"the gateway {gateway.name} is {gateway.status}: starting it again")
+        gateway.start()
+        if not wait_published(gateway, stack, PORT_BACK_TIMEOUT).answers:
+            raise ComposerError(
+                f"the gateway {gateway.name} does not answer after its start: `compose-spec status`"
+            )
+    return gateway
