@@ -217,7 +217,7 @@ def port_fault(stack: Stack, client: docker.DockerClient) -> str | None:
 def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | None:
     """Mend the port holder and the gateway in place (see above) when `port_fault` finds them
     apart; the line saying what was done, None when nothing was wrong. Raises ComposerError
-    when the port does not answer after it."""
+    when Docker refuses, or the port does not answer after it."""
     fault = port_fault(stack, client)
     if fault is None:
         return None
@@ -225,19 +225,13 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
     say(f"the published port is dead: {fault}; starting them again")
     holder = port_holder(stack, client)
     if holder is not None and holder.status != "running":
-        holder.start()
+        _start(holder, lambda c: c.start())
     holder = port_holder(stack, client)
     gateways = [
         g for g in gateway_containers(stack, client) if holder is None or network_owner(g).id == holder.id
     ]
     for gateway in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
-        gateway.restart(timeout=0)  # nothing reaches it where it is: nothing to finish
-        published = wait_published(gateway, stack, PORT_BACK_TIMEOUT)
-        if not published.answers:
-            raise ComposerError(
-                f"the published port is still dead after the port holder and the gateway were started "
-                f"again ({published.detail}): `compose-spec up --recreate-gateway`"
-            )
+        _start(gateway, lambda c: c.restart(timeout=0), stack)  # nothing reaches it where it is
     return (
         f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
     )
@@ -250,9 +244,25 @@ def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Cont
     gateway = gateway_container(stack, client)
     if gateway is not None and gateway.status != "running":
         say(f"the gateway {gateway.name} is {gateway.status}: starting it again")
-        gateway.start()
-        if not wait_published(gateway, stack, PORT_BACK_TIMEOUT).answers:
-            raise ComposerError(
-                f"the gateway {gateway.name} does not answer after its start: `compose-spec status`"
-            )
+        _start(gateway, lambda c: c.start(), stack)
     return gateway
+
+
+def _start(container: Container, how: Callable[[Container], object], stack: Stack | None = None) -> None:
+    """Start (or restart) `container` with `how`; with `stack`, until the port answers through it."""
+    from docker.errors import APIError
+
+    try:
+        how(container)
+    except APIError as err:
+        raise ComposerError(
+            f"Docker did not start {container.name}: {err.explanation or err}; "
+            "`compose-spec up --recreate-gateway` recreates the gateway and its port holder"
+        ) from err
+    if stack is not None:
+        published = wait_published(container, stack, PORT_BACK_TIMEOUT)
+        if not published.answers:
+            raise ComposerError(
+                f"the published port does not answer after {container.name} started again "
+                f"({published.detail}): `compose-spec up --recreate-gateway`"
+            )

@@ -127,3 +127,28 @@ def test_up_starts_a_stopped_holder_and_restarts_its_gateway(monkeypatch) -> Non
     assert line is not None and "p-gateway-port-1 is exited (exit code 137)" in line
     assert said and said[0].startswith("the published port is dead")
     assert gateway_replace.repair_port(STACK, client, said.append) is None  # type: ignore[arg-type]
+
+
+def test_a_control_call_starts_a_stopped_gateway_and_a_refusal_is_one_line(monkeypatch) -> None:
+    import pytest
+    from docker.errors import APIError
+
+    from composer.errors import ComposerError
+
+    holder = Member("p-gateway-port-1", "gateway-port", "2026-01-01T10:00:01Z")
+    gateway = Member(
+        "p-gateway-1", "gateway", "2026-01-01T10:00:02Z", status="exited", joins="p-gateway-port-1"
+    )
+    client = _pair(holder, gateway)
+    monkeypatch.setattr(gateway_replace, "wait_published", lambda *_a: SimpleNamespace(answers=True))
+    said: list[str] = []
+    assert gateway_replace.running_gateway(STACK, client, said.append) is gateway  # type: ignore[arg-type]
+    assert gateway.calls == ["start"] and holder.calls == []
+    assert said == ["the gateway p-gateway-1 is exited: starting it again"]
+
+    def refuse() -> None:
+        raise APIError("409", explanation="cannot join network of a non running container")
+
+    gateway.status, gateway.start = "exited", refuse  # type: ignore[method-assign]
+    with pytest.raises(ComposerError, match="Docker did not start p-gateway-1: cannot join network"):
+        gateway_replace.running_gateway(STACK, client, said.append)  # type: ignore[arg-type]
