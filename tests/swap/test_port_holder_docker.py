@@ -9,48 +9,36 @@ it went without an answer. No wall-clock speed is asserted: only that the port a
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from composer.engine.port_gap import OK, PortWatch, probe_port
-from tests.conftest import free_port, isolated_env, remove_project
+from tests.conftest import remove_project
 
-from .conftest import Stack
+from .conftest import FAST_STACK, Stack, module_stack
 
 pytestmark = pytest.mark.docker
 
 PROBE_EVERY_S = 0.075
 BACK_WITHIN_S = 30.0  # generous: a loaded machine; the old code never answered again
 
-STACK = """
-[stack]
-project = "{project}"
-port = {port}
-probation = "0s"
-[stack.env]
-SIM_LOAD_SECONDS = "0.3"
-SIM_TIME_SCALE = "20"
-[variants.mtp-slow]
+STACK = (
+    FAST_STACK
+    + """[variants.mtp-slow]
 extends = "mtp"
 env = {{ SIM_LOAD_SECONDS = "4" }}
 """
+)
 
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
-    folder = tmp_path_factory.mktemp("holder")
-    project = f"vcthold{uuid.uuid4().hex[:10]}"
-    port = free_port()
-    stack_file = folder / "stack.toml"
-    stack_file.write_text(STACK.format(project=project, port=port), encoding="utf-8")
-    env = isolated_env(folder)
-    made = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    made = module_stack(tmp_path_factory.mktemp("holder"), STACK, "vcthold")
     try:
         yield made
     finally:
-        remove_project(docker_client, project)
+        remove_project(docker_client, made.project)
 
 
 def _holder(stack: Stack, docker_client):
