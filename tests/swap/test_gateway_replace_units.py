@@ -152,3 +152,22 @@ def test_a_control_call_starts_a_stopped_gateway_and_a_refusal_is_one_line(monke
     gateway.status, gateway.start = "exited", refuse  # type: ignore[method-assign]
     with pytest.raises(ComposerError, match="Docker did not start p-gateway-1: cannot join network"):
         gateway_replace.running_gateway(STACK, client, said.append)  # type: ignore[arg-type]
+
+
+def test_a_swap_calls_a_running_gateway_stopped_when_its_holder_is_down(monkeypatch) -> None:
+    """What makes a held swap's gate start the gateway again (transaction.through_restarts)."""
+    import composer.render.gateway as rendered
+    from composer.swap import transaction
+
+    holder = Member("p-gateway-port-1", "gateway-port", "2026-01-01T10:00:01Z", status="exited")
+    gateway = Member("p-gateway-1", "gateway", "2026-01-01T10:00:02Z", joins="p-gateway-port-1")
+    client = _pair(holder, gateway)
+    running = {**gateway.attrs, "State": {"Running": True, "StartedAt": gateway.started}}
+    client.containers.get = lambda name: SimpleNamespace(attrs=running) if name == gateway.name else holder
+    monkeypatch.setattr(
+        rendered, "build_gateway_spec", lambda _: SimpleNamespace(container_name=gateway.name)
+    )
+    ctx = transaction.Context(STACK, client, SimpleNamespace())  # type: ignore[arg-type]
+    assert transaction.gateway_stopped(ctx) == "its port holder p-gateway-port-1 is exited (exit code 137)"
+    holder.status = "running"
+    assert transaction.gateway_stopped(ctx) is None
