@@ -97,6 +97,15 @@ def test_a_crashed_port_holder_brings_the_port_back_on_its_own(stack, docker_cli
     assert gap.failed > 0  # the port was down meanwhile: the watch saw the fault
     assert "unchanged" in _up(stack, "baseline").stdout  # nothing left for `up` to do
 
+    gateway = _gateway(stack, docker_client)  # the gateway's own crash: Docker restarts it in place
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        time.sleep(0.3)
+        _crash(gateway)
+        back = _answers_within(stack, BACK_WITHIN_S)
+        gap = watch.stop(wait_served=2.0)
+    print(f"gateway crashed, nothing run: {gap.line()}")
+    assert back, f"the port does not answer {BACK_WITHIN_S:.0f}s after the gateway's restart ({gap.line()})"
+
 
 def test_up_repairs_a_stopped_holder_before_it_plans(stack, docker_client) -> None:
     _up(stack, "baseline", "mtp")  # a live set
