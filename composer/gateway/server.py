@@ -1,7 +1,8 @@
 """Entry point of the gateway container: `python3 -m composer.gateway`.
 
 Reads the settings from the environment (a bad value: one line on stderr, exit 2), then serves
-until SIGTERM/SIGINT (exit 0). Uses uvloop when it is installed.
+until SIGTERM/SIGINT (exit 0), or until its port holder's network is gone (exit 75, `netwatch`:
+Docker starts it again in the holder's new network). Uses uvloop when it is installed.
 """
 
 from __future__ import annotations
