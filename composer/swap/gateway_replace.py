@@ -39,6 +39,7 @@ from composer.engine.containers import (
 from composer.engine.health import base_url
 from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import wait_published
+from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError
 from composer.gateway.client import GatewayControl
 from composer.render.runfiles import compose_environment
@@ -255,10 +256,11 @@ def _start(container: Container, how: Callable[[Container], object], stack: Stac
     try:
         how(container)
     except APIError as err:
-        raise ComposerError(
-            f"Docker did not start {container.name}: {err.explanation or err}; "
-            "`compose-spec up --recreate-gateway` recreates the gateway and its port holder"
-        ) from err
+        if not _runs_soon(container):  # else Docker's restart policy (or the gateway's exit) won the race
+            raise ComposerError(
+                f"Docker did not start {container.name}: {err.explanation or err}; "
+                "`compose-spec up --recreate-gateway` recreates the gateway and its port holder"
+            ) from err
     if stack is not None:
         published = wait_published(container, stack, PORT_BACK_TIMEOUT)
         if not published.answers:
@@ -266,3 +268,24 @@ def _start(container: Container, how: Callable[[Container], object], stack: Stac
                 f"the published port does not answer after {container.name} started again "
                 f"({published.detail}): `compose-spec up --recreate-gateway`"
             )
+
+
+RESTARTING_S = 5.0
+"""Seconds a container Docker refused to start may take to run all the same (its restart
+policy, or the gateway's own exit, started it meanwhile)."""
+
+
+def _runs_soon(container: Container) -> bool:
+    """Whether `container` runs within RESTARTING_S (Docker restarting it on its own)."""
+    from docker.errors import NotFound
+
+    def attempt() -> bool:
+        try:
+            container.reload()
+        except NotFound:
+            return False
+        if container.status != "running":
+            raise Pending(f"{container.name} is {container.status}", result=False)
+        return True
+
+    return bool(retry.port_answers(RESTARTING_S)(attempt))  # the last look's answer at the deadline

@@ -90,6 +90,9 @@ class Member:
         self.calls.append("restart")
         self.started = "2026-01-01T10:00:10.000000001Z"
 
+    def reload(self) -> None:
+        return None
+
 
 def _pair(holder: Member, gateway: Member) -> SimpleNamespace:
     every = {holder.id: holder, gateway.id: gateway}
@@ -150,6 +153,7 @@ def test_a_control_call_starts_a_stopped_gateway_and_a_refusal_is_one_line(monke
         raise APIError("409", explanation="cannot join network of a non running container")
 
     gateway.status, gateway.start = "exited", refuse  # type: ignore[method-assign]
+    monkeypatch.setattr(gateway_replace, "RESTARTING_S", 0.0)  # nor does Docker start it meanwhile
     with pytest.raises(ComposerError, match="Docker did not start p-gateway-1: cannot join network"):
         gateway_replace.running_gateway(STACK, client, said.append)  # type: ignore[arg-type]
 
@@ -171,3 +175,19 @@ def test_a_swap_calls_a_running_gateway_stopped_when_its_holder_is_down(monkeypa
     assert transaction.gateway_stopped(ctx) == "its port holder p-gateway-port-1 is exited (exit code 137)"
     holder.status = "running"
     assert transaction.gateway_stopped(ctx) is None
+
+
+def test_a_gateway_docker_restarted_on_its_own_meanwhile_is_no_failure(monkeypatch) -> None:
+    from docker.errors import APIError
+
+    holder = Member("p-gateway-port-1", "gateway-port", "2026-01-01T10:00:05Z")
+    gateway = Member("p-gateway-1", "gateway", "2026-01-01T10:00:02Z", joins="p-gateway-port-1")
+    client = _pair(holder, gateway)
+    monkeypatch.setattr(gateway_replace, "wait_published", lambda *_a: SimpleNamespace(answers=True))
+
+    def raced(timeout: int) -> None:  # its own exit and restart policy came first
+        raise APIError("409", explanation="container is restarting")
+
+    gateway.restart = raced  # type: ignore[method-assign]
+    line = gateway_replace.repair_port(STACK, client, lambda _line: None)  # type: ignore[arg-type]
+    assert line is not None and "restarted after the gateway p-gateway-1 joined" in line
