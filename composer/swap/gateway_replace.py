@@ -221,6 +221,7 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
     when Docker refuses, or the port does not answer after it."""
     fault = port_fault(stack, client)
     if fault is None:
+        _settle(stack, client)
         return None
     began = time.monotonic()
     say(f"the published port is dead: {fault}; starting them again")
@@ -236,6 +237,22 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
     return (
         f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
     )
+
+
+JUST_STARTED_S = 30.0
+"""A gateway that (re)started this recently may not listen yet: `up` waits for it to answer."""
+
+
+def _settle(stack: Stack, client: docker.DockerClient) -> None:
+    """Wait (at most PORT_BACK_TIMEOUT) for a gateway that Docker is restarting or just started
+    (its own exit after its holder restarted) to answer through the port, so that `up` does not
+    take it for a dead port."""
+    gateway = gateway_container(stack, client)
+    if gateway is None or gateway.status not in {"running", "restarting"}:
+        return
+    age = (datetime.now(UTC) - _started(gateway)).total_seconds()
+    if gateway.status == "restarting" or age < JUST_STARTED_S:
+        wait_published(gateway, stack, PORT_BACK_TIMEOUT)
 
 
 def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Container | None:
