@@ -27,7 +27,7 @@ STACK = (
     FAST_STACK
     + """[variants.mtp-slow]
 extends = "mtp"
-env = {{ SIM_LOAD_SECONDS = "4" }}
+env = {{ SIM_LOAD_SECONDS = "3" }}
 """
 )
 
@@ -76,10 +76,31 @@ def _up(stack: Stack, *args: str):
     return done
 
 
-def _clean(done) -> None:
+def _clean(said: str) -> None:
     """No raw Docker error nor a traceback reached the user."""
-    said = done.stdout + done.stderr
     assert "Client Error" not in said and "Traceback" not in said, said
+
+
+def _started(docker_client, project: str, variant: str) -> bool:
+    """A container of `variant` exists in `project`, within a minute."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        found = docker_client.containers.list(
+            all=True, filters={"label": [f"com.docker.compose.project={project}"]}
+        )
+        if any(c.labels.get("vllm-composer.variant") == variant for c in found):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _finish(up) -> tuple[int, str]:
+    """A backgrounded `up`'s exit code and output, once it ends (killed after 150 s)."""
+    try:
+        out, err = up.communicate(timeout=150)
+    finally:
+        up.kill()
+    return up.returncode, out + err
 
 
 def test_a_crashed_port_holder_brings_the_port_back_on_its_own(stack, docker_client) -> None:
@@ -95,7 +116,6 @@ def test_a_crashed_port_holder_brings_the_port_back_on_its_own(stack, docker_cli
     assert holder.attrs["RestartCount"] >= 1  # Docker restarted it: the crash happened
     assert back, f"the port does not answer {BACK_WITHIN_S:.0f}s after the holder's restart ({gap.line()})"
     assert gap.failed > 0  # the port was down meanwhile: the watch saw the fault
-    assert "unchanged" in _up(stack, "baseline").stdout  # nothing left for `up` to do
 
     gateway = _gateway(stack, docker_client)  # the gateway's own crash: Docker restarts it in place
     with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
@@ -117,67 +137,37 @@ def test_up_repairs_a_stopped_holder_before_it_plans(stack, docker_client) -> No
     print(f"live set, holder killed, then `up baseline mtp`: exit {done.returncode}; {gap.line()}")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "the published port was dead" in done.stdout + done.stderr
-    _clean(done)
+    _clean(done.stdout + done.stderr)
     assert _answers_within(stack, 5), "`up` ended but the port does not answer"
 
 
 def test_a_holder_killed_during_a_switch_is_mended_and_the_switch_goes_on(stack, docker_client) -> None:
     _up(stack, "baseline")
     with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
-        began = time.monotonic()
         up = stack.popen("up", "mtp-slow", "--timeout", "120")
-        assert _wait_for_container(docker_client, f"{stack.project}-vllm-1", "mtp-slow", 60)
-        _holder(stack, docker_client).kill()
-        try:
-            out, err = up.communicate(timeout=150)
-        finally:
-            up.kill()
-        took = time.monotonic() - began
+        assert _started(docker_client, stack.project, "mtp-slow")
+        _holder(stack, docker_client).kill()  # while mtp-slow loads: the gate probes through the port
+        code, said = _finish(up)
         gap = watch.stop(wait_served=2.0)
-    print(f"holder killed during a switch: exit {up.returncode} after {took:.1f}s; {gap.line()}")
-    assert up.returncode == 0, out + err
-    assert "the published port was dead" in out + err or "the gateway stopped during the swap" in out + err
-    assert "Client Error" not in out + err and "Traceback" not in err
+    print(f"holder killed during a switch: exit {code}; {gap.line()}")
+    assert code == 0, said
+    assert "the published port was dead" in said
+    _clean(said)
     assert _answers_within(stack, 5)
     assert stack.status()["variant"] == "mtp-slow"
-    print(out[-1500:], err[-2500:])
 
 
 def test_a_holder_and_gateway_killed_during_a_live_change_leave_a_serving_port(stack, docker_client) -> None:
     _up(stack, "baseline")
     with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
         up = stack.popen("up", "baseline", "mtp-slow", "--timeout", "120")
-        assert _wait_for_container(docker_client, None, "mtp-slow", 60, project=stack.project)
-        _holder(stack, docker_client).kill()
+        assert _started(docker_client, stack.project, "mtp-slow")
+        _holder(stack, docker_client).kill()  # while the new member loads, reached directly
         _gateway(stack, docker_client).kill()
-        try:
-            out, err = up.communicate(timeout=150)
-        finally:
-            up.kill()
+        code, said = _finish(up)
         gap = watch.stop(wait_served=2.0)
-    print(f"holder and gateway killed during a live change: exit {up.returncode}; {gap.line()}")
-    print(out[-2000:], err[-2000:])
-    assert up.returncode in (0, 1), out + err
-    assert "Client Error" not in out + err and "Traceback" not in err, out + err
-    assert _answers_within(stack, 10), "the port does not answer after `up` ended"
-
-
-def _wait_for_container(docker_client, name, variant: str, seconds: float, project: str = "") -> bool:
-    """A container of `variant` (named `name`, or any of `project`) exists, within `seconds`."""
-    from docker.errors import NotFound
-
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if name is not None:
-            try:
-                found = [docker_client.containers.get(name)]
-            except NotFound:
-                found = []
-        else:
-            found = docker_client.containers.list(
-                all=True, filters={"label": [f"com.docker.compose.project={project}"]}
-            )
-        if any(c.labels.get("vllm-composer.variant") == variant for c in found):
-            return True
-        time.sleep(0.1)
-    return False
+    print(f"holder and gateway killed during a live change: exit {code}; {gap.line()}")
+    assert code == 0, said  # mended before the gateway is told the new set: the change completes
+    assert "the published port is dead" in said
+    _clean(said)
+    assert _answers_within(stack, 5), "the port does not answer after `up` ended"
