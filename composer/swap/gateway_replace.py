@@ -240,11 +240,13 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
 
 
 JUST_STARTED_S = 30.0
-"""A gateway that (re)started this recently may not listen yet: `up` waits for it to answer."""
+"""A gateway that (re)started this recently may not listen yet: `up` waits for it to answer,
+at most SETTLE_S (then the preflight's probe judges the port)."""
+SETTLE_S = 15.0
 
 
 def _settle(stack: Stack, client: docker.DockerClient) -> None:
-    """Wait (at most PORT_BACK_TIMEOUT) for a gateway that Docker is restarting or just started
+    """Wait (at most SETTLE_S) for a gateway that Docker is restarting or just started
     (its own exit after its holder restarted) to answer through the port, so that `up` does not
     take it for a dead port."""
     gateway = gateway_container(stack, client)
@@ -252,7 +254,7 @@ def _settle(stack: Stack, client: docker.DockerClient) -> None:
         return
     age = (datetime.now(UTC) - _started(gateway)).total_seconds()
     if gateway.status == "restarting" or age < JUST_STARTED_S:
-        wait_published(gateway, stack, PORT_BACK_TIMEOUT)
+        wait_published(gateway, stack, SETTLE_S)
 
 
 def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Container | None:
