@@ -191,3 +191,19 @@ def test_a_gateway_docker_restarted_on_its_own_meanwhile_is_no_failure(monkeypat
     gateway.restart = raced  # type: ignore[method-assign]
     line = gateway_replace.repair_port(STACK, client, lambda _line: None)  # type: ignore[arg-type]
     assert line is not None and "restarted after the gateway p-gateway-1 joined" in line
+
+
+def test_up_waits_for_a_gateway_that_just_restarted_on_its_own(monkeypatch) -> None:
+    """Its own exit after its holder restarted: it is starting, not a dead port (nothing to mend)."""
+    from datetime import UTC, datetime
+
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    holder = Member("p-gateway-port-1", "gateway-port", "2026-01-01T10:00:01Z")
+    gateway = Member("p-gateway-1", "gateway", now, joins="p-gateway-port-1")
+    waited: list[float] = []
+    monkeypatch.setattr(gateway_replace, "wait_published", lambda _c, _s, seconds: waited.append(seconds))
+    assert gateway_replace.repair_port(STACK, _pair(holder, gateway), lambda _line: None) is None  # type: ignore[arg-type]
+    assert waited == [gateway_replace.SETTLE_S] and gateway.calls == []
+    gateway.started = "2026-01-01T10:00:02Z"  # long since: nothing to wait for
+    assert gateway_replace.repair_port(STACK, _pair(holder, gateway), lambda _line: None) is None  # type: ignore[arg-type]
+    assert waited == [gateway_replace.SETTLE_S]
