@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from composer.engine.port_gap import OK, PortWatch, probe_port
+from composer.engine.port_gap import OK, PortGap, PortWatch, probe_port
 from tests.conftest import remove_project
 
 from .conftest import FAST_STACK, Stack, module_stack
@@ -103,26 +103,27 @@ def _finish(up) -> tuple[int, str]:
     return up.returncode, out + err
 
 
+def _crash_and_wait(stack: Stack, container) -> tuple[bool, PortGap]:
+    """Crash `container` (see `_crash`) under the watch; whether the port answered again within
+    BACK_WITHIN_S with nobody running a command, and what the watch saw."""
+    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
+        time.sleep(0.3)
+        _crash(container)
+        back = _answers_within(stack, BACK_WITHIN_S)
+        return back, watch.stop(wait_served=2.0)
+
+
 def test_a_crashed_port_holder_brings_the_port_back_on_its_own(stack, docker_client) -> None:
     _up(stack, "baseline")
     holder = _holder(stack, docker_client)
-    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
-        time.sleep(0.3)
-        _crash(holder)
-        back = _answers_within(stack, BACK_WITHIN_S)
-        gap = watch.stop(wait_served=2.0)
+    back, gap = _crash_and_wait(stack, holder)
     print(f"holder crashed, nothing run: {gap.line()}")
     holder.reload()
     assert holder.attrs["RestartCount"] >= 1  # Docker restarted it: the crash happened
     assert back, f"the port does not answer {BACK_WITHIN_S:.0f}s after the holder's restart ({gap.line()})"
     assert gap.failed > 0  # the port was down meanwhile: the watch saw the fault
 
-    gateway = _gateway(stack, docker_client)  # the gateway's own crash: Docker restarts it in place
-    with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
-        time.sleep(0.3)
-        _crash(gateway)
-        back = _answers_within(stack, BACK_WITHIN_S)
-        gap = watch.stop(wait_served=2.0)
+    back, gap = _crash_and_wait(stack, _gateway(stack, docker_client))  # Docker restarts it in place
     print(f"gateway crashed, nothing run: {gap.line()}")
     assert back, f"the port does not answer {BACK_WITHIN_S:.0f}s after the gateway's restart ({gap.line()})"
 
