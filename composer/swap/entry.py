@@ -27,11 +27,11 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
-from composer.swap.gateway_replace import retire_extra_gateways
+from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
-from composer.swap.plan import LivePlan, plan_alone, plan_live
+from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
 from composer.swap.transaction import Context, DockerSwap
@@ -213,7 +213,14 @@ def up_set(
         if snap.extra_gateways:
             retire_extra_gateways(client, snap.extra_gateways, progress)
             snap = snapshot.take(stack, client)
-        return _up_desired(ctx, requested, snap)
+        ours = options.takeover or not snapshot_foreign(snap, Owner.of(stack))  # else refused, untouched
+        if ours and (repaired := repair_port(stack, client, progress)):  # its holder stopped or restarted
+            progress(repaired)
+            snap = snapshot.take(stack, client)
+        result = _up_desired(ctx, requested, snap)
+        if repaired := repair_port(stack, client, progress):  # it stopped while nothing looked
+            result.warnings.append(repaired)
+        return result
 
 
 def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:

@@ -41,6 +41,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
+from composer.swap.gateway_replace import port_fault, repair_port, running_gateway
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
@@ -174,8 +175,8 @@ def by_name(ctx: Context, name: str) -> VariantContainer | None:
 
 
 def gateway_stopped(ctx: Context) -> str | None:
-    """How the stack's gateway container stopped ("exited with code 137", "removed"); None
-    while it runs, without a gateway, or when Docker does not answer."""
+    """How the stack's gateway container stopped ("exited with code 137", "removed", its port
+    holder's fault); None while it serves, without a gateway, or when Docker does not answer."""
     from docker.errors import NotFound
 
     from composer.render.gateway import build_gateway_spec
@@ -191,7 +192,7 @@ def gateway_stopped(ctx: Context) -> str | None:
         return None
     state = container.attrs.get("State") or {}
     if state.get("Running") and not state.get("Restarting"):
-        return None
+        return port_fault(ctx.stack, ctx.client)  # it runs, but maybe in a network that is gone
     return f"exited with code {state.get('ExitCode')}"
 
 
@@ -219,9 +220,16 @@ def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why:
         raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
     if ctx.hold is not None:
         ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    repaired = repair_port(ctx.stack, ctx.client, ctx.say)  # its port holder stopped or restarted
     started = f"the gateway stopped during the swap ({why}): starting it again"
-    ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
-    return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
+    ctx.say(
+        f"{repaired}; holding its requests again"
+        if repaired
+        else started
+        if compose_file
+        else "the gateway restarted during the swap: holding its requests again"
+    )
+    return replace(ctx, hold=drain(ctx, target, None if repaired else compose_file, gateway)[0])
 
 
 def gate_target(ctx: Context, variant: str) -> GateTarget:
@@ -690,7 +698,7 @@ class DockerSwap:
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
 
-        gateway = gateway_container(self.stack, self.client)
+        gateway = running_gateway(self.stack, self.client, self.say)  # a stopped one started again
         return GatewayControl(gateway) if gateway is not None else None
 
     def _address(self, container: VariantContainer) -> str:
@@ -714,16 +722,20 @@ class DockerSwap:
             self.stack.served_model_name,
             self.stack.api_key,
         )
-        wait_ready(
-            container, target, began + self.options.timeout, self.options.poll_interval, self.ctx.waiting
-        )
+        interval, mend = self.options.poll_interval, self._mend_port
+        wait_ready(container, target, began + self.options.timeout, interval, self.ctx.waiting, mend)
         ready = time.monotonic() - began
         self.timings[f"{op.member.name} start_to_ready"] = ready
         self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.options.settle, self.options.poll_interval)
+        watch_settled(container, target, self.options.settle, interval)
         if op.member.speculative:
             rate = live_acceptance(target, self.stack.acceptance_floor)
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
+
+    def _mend_port(self) -> None:
+        """Between a member's probes (it is reached directly): the port holder and the gateway
+        started again when they stopped, so clients are served meanwhile."""
+        running_gateway(self.stack, self.client, self.say)
 
     def publish(self, op: ops.Publish) -> None:
         if control := self._control():
