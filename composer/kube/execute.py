@@ -30,11 +30,11 @@ from composer.kube.rollout import (
     ForwardedTarget,
     KubeUpResult,
     Serving,
-    _log_tail,
     apply_secret,
     deployment,
     gate,
     pod_labels,
+    pod_log_tail,
     rollout_status,
     write_overlay,
 )
@@ -43,9 +43,9 @@ from composer.render.kube_live import live_member_docs, live_name, live_shared_d
 from composer.render.kubernetes import (
     GENERATED,
     Manifest,
-    _kustomization,
     dump,
     gateway_name,
+    kustomization_of,
     selector_labels,
 )
 from composer.render.live import LIVE_UPSTREAMS_VAR
@@ -58,11 +58,11 @@ from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.entry import LiveResult, live_history
-from composer.swap.execute import Handlers, Say, _reason, execute, quiet
+from composer.swap.execute import Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
-from composer.swap.journal import append_history
+from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
-from composer.swap.plan import LivePlan, _operations, plan_alone
+from composer.swap.plan import LivePlan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.swapper import UpOptions
@@ -162,7 +162,7 @@ def plan_kube_live(
         gpus=dict.fromkeys(new, "-"),
         upstreams=tuple(m.upstream() for m in new.values()),
     )
-    planned = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    planned = live_operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
     if planned and gateway_file:
         planned = (*planned, ops.UpdateGateway(gateway_file, "its settings name the set's members"))
     return replace(plan, ops=planned)
@@ -209,7 +209,7 @@ def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) ->
     folders: dict[str, Path] = {}
     for group, docs in groups.items():
         folder = out / group
-        kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+        kustomization = kustomization_of([file for file, _ in docs], stack.kubernetes.namespace)
         files = [RenderedFile(folder / "kustomization.yaml", dump(kustomization, GENERATED), 0o644)]
         files += [RenderedFile(folder / file, texts[(group, file)], 0o644) for file, _ in docs]
         for rendered in files:
@@ -400,7 +400,7 @@ class KubeRollout:
             except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
                 self.unchanged = False
         if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
-            self.log = _log_tail(self.kubectl, self.stack, op.member.container)
+            self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
@@ -444,14 +444,22 @@ class KubeRollout:
             gateway_file=str(rendered) if changed else None,
             continue_streams=self.stack.gateway.continues(self.options.drain),
         )
+        steps = [op.describe() for op in planned]  # in the words of its history line
+        record = SwapRecord(
+            self.stack.project,
+            {"serving": result.previous, "target": target.name, "steps": steps},
+            self.options.timeout,
+        )
         try:
-            self._run(planned)
+            self._run(planned, record.stage)
         except SwapFailed as err:
             self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
             failed = self._single_failed(target.name, planned, err)
             ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
             self._history(result, ran, failed)
             raise failed from err.__cause__
+        finally:
+            record.close()
         result.timings.update(self.timings)
         result.notes += self.notes
         result.drained = self.held
@@ -492,7 +500,7 @@ class KubeRollout:
         else:
             why = f"the rollback to {back} failed too: {str(err).partition('; the undo failed too: ')[2]}"
         undone = err.rolled_back and rolled and bool(back) and not self.unchanged
-        cause = _reason(err.__cause__ or err)
+        cause = reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
     def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:

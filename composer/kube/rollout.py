@@ -224,7 +224,7 @@ def gate(
             check(url)
 
 
-def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
+def pod_log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
     """The Deployment's last log lines, redacted ('' when kubectl cannot give them)."""
     try:
         done = kubectl.run(["logs", f"deployment/{deployment}", "--tail=40"], timeout=30, check=False)

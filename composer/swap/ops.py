@@ -194,7 +194,8 @@ class Hold(Op):
 
     def describe(self) -> str:
         said = super().describe()
-        return f"{said}; streams go on on the new variant" if self.continue_streams else said
+        where = "the new variant" if self.target else "the next member"
+        return f"{said}; streams go on on {where}" if self.continue_streams else said
 
 
 @dataclass(frozen=True)
@@ -312,11 +313,14 @@ class Release(Op):
 
     TEXT = "release the held requests to {variant}"
     STAGE = "releasing"
-    variant: str
+    variant: str  # "": a live set's members (published before it)
     tell: bool = False
 
     def inverse(self) -> tuple[Op, ...]:
         return (Hold(self.variant),)
+
+    def describe(self) -> str:
+        return super().describe() if self.variant else "release the held requests to the live set"
 
 
 @dataclass(frozen=True)

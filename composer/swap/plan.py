@@ -556,15 +556,21 @@ def plan_live(
     speculative: Collection[str] = (),
     run_file: str = "",
     continue_streams: bool = True,
+    idle: Sequence[str] = (),
+    gateway: GatewayChange | None = None,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
     restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
     container's GPUs overlap the set's, so it stops first. Another stack's container (per
     `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
     checks acceptance; `run_file`: where new members start from; `continue_streams` (no
-    `up --drain`): a leaving member's streams go on on the others."""
+    `up --drain`): a leaving member's streams go on on the others. `idle`: containers that
+    serve nothing (a failed change's, left with --no-rollback), removed first, as are
+    members that no longer run and are not wanted. `gateway`: its live settings that changed,
+    applied in place first (as a switch applies them)."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
+    idle = (*idle, *(r.container for r in running if r.status != "running" and r.name not in wanted))
     if single is not None and single.name in {r.container for r in now.values()}:
         single = None  # already a member (the snapshot names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
@@ -619,7 +625,12 @@ def plan_live(
         notes=tuple(takeover_notes(foreign, project)),
         upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
     )
-    return replace(plan, ops=_operations(plan, new, old, alone, run_file, adopt, continue_streams))
+    planned = live_operations(plan, new, old, alone, run_file, adopt, continue_streams)
+    first: list[Op] = (
+        [ops.ApplySettings(gateway.settings, gateway.keys())] if gateway and gateway.in_place else []
+    )
+    first += [ops.StopNamed(tuple(idle))] if idle else []
+    return replace(plan, ops=(*first, *planned))
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -629,7 +640,7 @@ def _overlap(a: str, b: str) -> bool:
     return "all" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))
 
 
-def _operations(
+def live_operations(
     plan: LivePlan,
     new: Mapping[str, Member],
     old: Mapping[str, Member],
@@ -647,21 +658,36 @@ def _operations(
     todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
     todo += [ops.AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
+    held = False
+
+    def hold() -> None:
+        """Before the last container that serves stops: the gateway holds new requests and
+        drains (or continues) those in flight, until the next member is published."""
+        nonlocal held
+        if not held and not plan.start_gateway:  # a gateway started now serves nothing yet
+            todo.append(ops.Hold("", continue_streams=continue_streams))
+            held = True
 
     def publish(upstreams: list[dict[str, str]]) -> None:
-        nonlocal serving
+        nonlocal serving, held
         if upstreams != serving:
             todo.append(ops.Publish(tuple(upstreams), tuple(serving)))
             serving = upstreams
+        if held:  # a member serves again: the held requests go to the set
+            todo.append(ops.Release(""))
+            held = False
 
     def leave(member: Member, stop: bool = True) -> None:
         rest = [u for u in serving if u["name"] != member.name]
-        if rest:  # the last one serving is not taken out: the gateway holds for what comes next
+        if rest:
             publish(rest)
             todo.append(ops.DrainMember(member.name, continue_streams))
+        elif stop:  # the last one serving: held and drained first
+            hold()
         todo.extend([ops.StopMember(member)] if stop else [])
 
     if alone is not None and plan.single_first:
+        hold()
         todo.append(ops.StopMember(alone))
     early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
     for name in early:
@@ -684,7 +710,7 @@ def _operations(
     for name in plan.stop:
         if name not in early:
             leave(old[name])
-    return tuple(todo)
+    return (*todo, *([ops.Release("")] if held else []))
 
 
 def plan_alone(
@@ -720,17 +746,22 @@ def plan_alone(
     gateway_file = gateway_file or alone.run_file
     todo: list[Op] = [] if gateway_running else [ops.StartGateway(gateway_file)]
     serving = [m.upstream() for m in old.values()]
+    held = False
     for name in early:
         rest = [u for u in serving if u["name"] != name]
-        if rest:  # the last one serving is not taken out: the gateway holds until X serves
+        if rest:
             todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
             serving = rest
+        elif gateway_running:  # the last one serving: the gateway holds (and drains) until X serves
+            todo.append(ops.Hold(alone.variant, continue_streams=continue_streams))
+            held = True
         todo.append(ops.StopMember(old[name]))
     if kept is None:
         freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
         todo += [ops.AwaitRelease(alone.gpus)] if freed else []
         todo += [ops.StartMember(alone), ops.GateMember(alone)]
     todo.append(ops.Publish((), tuple(serving)))
+    todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:
         if name not in early:
             todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]

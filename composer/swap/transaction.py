@@ -377,7 +377,14 @@ class DockerSwap:
         self.timings[step] = self.timings.get(step, 0.0) + seconds
 
     def _drained(self, *counts: int) -> None:
-        assert self.result is not None
+        """Add a hold's drain counts (finished, cut, continued, refused) to the result (a live
+        change's to its tally)."""
+        if self.result is None:
+            _, cut, continued, refused = counts
+            self.drained.cut += cut
+            self.drained.continued += continued
+            self.drained.refused += refused
+            return
         before = self.result.drained or dict.fromkeys(DRAINED, 0)
         self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
 
@@ -793,11 +800,14 @@ class DockerSwap:
         """Before the undo removes the failed variant (a live member that failed to start or
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
+        kept = not ctx.options.rollback
         if isinstance(op, ops.StartMember | ops.GateMember):
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
-            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, op.member.container)
+            container = op.member.container
+            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, container, kept)
             self.kept = bool(tail)
+            self._never_restarted(container)
             return
         if isinstance(err, KeyboardInterrupt):
             self.cause = "interrupted"
@@ -817,10 +827,18 @@ class DockerSwap:
                 tail = ""
         self.tail = bootlog.redact(tail, ctx.stack.api_key)
         self.hints = (diagnosed.hints if diagnosed is not None else ()) or tuple(diagnose.hints(self.tail))
-        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say)
+        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say, kept=kept)
+        with contextlib.suppress(StopIteration):
+            self._never_restarted(self._brought().container)
         previous = self.plan.previous
         if ctx.options.rollback and previous is not None:
             ctx.say(f"rolling back to {previous.variant}")
+
+    def _never_restarted(self, name: str) -> None:
+        """With --no-rollback, the failed container is left for a look, but never restarted
+        by its restart policy: a crash leaves it exited, not crash-looping nor counted as serving."""
+        if not self.ctx.options.rollback and (found := by_name(self.ctx, name)) is not None:
+            standby.park(found)
 
     def _brought(self) -> Member:
         return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))
