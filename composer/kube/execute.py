@@ -57,15 +57,15 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.entry import LiveResult, live_history
+from composer.swap.entry import live_history
 from composer.swap.execute import Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
+from composer.swap.outcome import LiveResult, UpOptions
 from composer.swap.plan import LivePlan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
-from composer.swap.swapper import UpOptions
 from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
 
 NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,27 +32,14 @@ from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
+from composer.swap.outcome import LiveResult, UpOptions, UpResult
 from composer.swap.plan import LivePlan, plan_alone, plan_live
 from composer.swap.profiles import check_profiles, start_profiles
-from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
+from composer.swap.swapper import preflight_warnings, swap
 from composer.swap.transaction import Context, DockerSwap
 
 if TYPE_CHECKING:
     import docker
-
-
-@dataclass
-class LiveResult:
-    """What a live-set change did (the shape `report_swap` prints)."""
-
-    variant: str
-    outcome: str
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    plan: dict[str, object] | None = None
-    plan_text: str | None = None
-    drained: dict[str, int] | None = None
 
 
 def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePlan:

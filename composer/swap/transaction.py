@@ -55,11 +55,10 @@ if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
-    from composer.swap.entry import LiveResult
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
+    from composer.swap.outcome import LiveResult, UpOptions, UpResult
     from composer.swap.snapshot import Snapshot
-    from composer.swap.swapper import UpOptions, UpResult
 
 T = TypeVar("T")
 UPSTREAM_WAIT_S = 30.0
