@@ -197,7 +197,14 @@ class SwapPlan:
             "wake": self.wake,
             "refused": self.refused or None,
             "mode": self.mode,
-            "ops": [op.as_data() for op in self.ops],
+            "ops": [op.as_data() for op in self.ops],  # the older name of `operations`
+            **plan_core(
+                self.previous.variant if self.previous else None,
+                self.target,
+                [self.previous.variant] if self.mode == "replace" and self.previous else [],
+                self.ops,
+                self.notes,
+            ),
         }
 
     def describe(self) -> str:
@@ -211,7 +218,7 @@ class SwapPlan:
         lines = [f"plan: {before} -> {self.target} ({self.mode}{leaves})"]
         if not self.steps:
             lines[0] = f"plan: {self.target} keeps serving; only the gateway changes"
-        lines += [f"  {n}. {op.describe()}" for n, op in enumerate(self.ops, 1)]
+        lines += op_lines(self.ops)
         if self.rollback:
             undo = "; ".join(
                 i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Sleep | ops.Stop)
@@ -221,6 +228,25 @@ class SwapPlan:
         if self.capacity.get("line"):
             lines.append(f"capacity: {self.capacity['line']}")
         return "\n".join(lines)
+
+
+def plan_core(
+    serving: str | None, target: str, leaving: Sequence[str], operations: Sequence[Op], notes: Sequence[str]
+) -> dict[str, object]:
+    """The keys every plan's JSON has (a switch's and a live set's alike): what serves, what
+    will, what leaves, the typed operations in order (`op`, its arguments, `text`), notes."""
+    return {
+        "serving": serving,
+        "target": target,
+        "leaving": list(leaving),
+        "operations": [op.as_data() for op in operations],
+        "notes": list(notes),
+    }
+
+
+def op_lines(operations: Sequence[Op]) -> list[str]:
+    """Every plan's operations as `--dry-run` prints them: numbered, each with its type."""
+    return [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(operations, 1)]
 
 
 STEPS: dict[type[Op], str] = {
@@ -525,7 +551,9 @@ class LivePlan:
             "mode": self.mode,
             "leaving": self.leaving,
             "alone": self.alone or None,
-            "operations": [op.as_data() for op in self.ops],
+            **plan_core(
+                "+".join(self.before) or None, "+".join(self.variants), self.leaving, self.ops, self.notes
+            ),
         }
 
     def describe(self) -> str:
@@ -536,7 +564,7 @@ class LivePlan:
         leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
         lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
         lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
-        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
+        lines += op_lines(self.ops)
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
         if self.no_op:

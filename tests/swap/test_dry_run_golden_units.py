@@ -69,3 +69,14 @@ def test_the_dry_run_plan_is_the_pinned_one(tmp_path: Path, name: str) -> None:
     if os.environ.get("GOLDEN_UPDATE"):
         golden.write_text(said, encoding="utf-8")
     assert said == golden.read_text(encoding="utf-8")
+
+
+def test_every_plan_has_one_json_shape_and_one_text_format(tmp_path: Path) -> None:
+    core = {"mode", "serving", "target", "leaving", "operations", "notes", "refused"}
+    for name, plan in _plans(tmp_path).items():
+        data = plan.as_data()  # type: ignore[attr-defined]
+        assert core <= set(data), (name, core - set(data))
+        ops = plan.ops  # type: ignore[attr-defined]
+        assert [o["op"] for o in data["operations"]] == [type(op).__name__ for op in ops]
+        numbered = [line for line in plan.describe().splitlines() if line.startswith("  1. ")]  # type: ignore[attr-defined]
+        assert numbered == [f"  1. {type(ops[0]).__name__}: {ops[0].describe()}"], name

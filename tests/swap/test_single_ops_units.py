@@ -183,7 +183,7 @@ def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
         "service": "vllm",
     }
     text = _plan(_serving()).describe()
-    assert "  4. start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
+    assert "  4. Start: start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
     assert "rollback: baseline: start baseline from /state/baseline-a1.yml" in text
 
 
