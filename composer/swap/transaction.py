@@ -331,6 +331,7 @@ class DockerSwap:
         self.drained = DrainTally()  # a live change's drains
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
+        self.brought: Member | None = None  # the first Start, Wake, Adopt or Route: what comes in
         # what passed the gate last: its container and boot log, and when it became ready
         self.container: VariantContainer | None = None
         self.log, self.ready_at = "", self.began
@@ -513,14 +514,15 @@ class DockerSwap:
 
         return route
 
-    def _revive(self, ctx: Context, stopped: str) -> Context:
-        return hold_again(ctx, self.plan.target, self.compose_file, stopped)
-
     def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
         """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
         a warning of the result (not for a route)."""
         route, warnings = self._route_to(member), self.warnings if warn else []
-        return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
+
+        def revive(ctx: Context, stopped: str) -> Context:
+            return hold_again(ctx, member.variant, self.compose_file, stopped)
+
+        return through_restarts(self.held, member.variant, route, step, revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
     def _named(
@@ -552,8 +554,14 @@ class DockerSwap:
     def stop(self, op: ops.Stop) -> None:
         """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
-        self._releases.append(ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous))
-        for name in (op.member.container, *op.also):
+        taken: list[ReleaseWait] = []
+
+        def read_gpus(found: VariantContainer) -> None:
+            taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+
+        stop_container(self.ctx, op.member.variant, op.member.container, read_gpus)
+        self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
+        for name in op.also:
             stop_container(self.ctx, op.member.variant, name)
         self._took("stop", time.monotonic() - began)
 
@@ -571,11 +579,13 @@ class DockerSwap:
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         ctx.say(f"waking {op.member.variant}")
         sleeper = self._named(
@@ -586,6 +596,7 @@ class DockerSwap:
 
     def adopt(self, op: ops.Adopt) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         awake = self._named(
             op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
@@ -596,6 +607,7 @@ class DockerSwap:
 
     def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member), warn=False)
 
@@ -661,7 +673,7 @@ class DockerSwap:
         self.notes += notes
         for name, seconds in timings.items():
             self._took(name, seconds)
-        if op.woke and op.member.variant == self.plan.target:
+        if op.woke and self.brought is not None and op.member.variant == self.brought.variant:
             self.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
 
     def probation(self, op: ops.Probation) -> None:
