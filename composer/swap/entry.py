@@ -67,12 +67,14 @@ def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePla
     )
 
 
-def idle_containers(snap: snapshot.Snapshot) -> list[str]:
+def idle_containers(snap: snapshot.Snapshot) -> list[Member]:
     """The project's containers that neither serve, sleep nor belong to the live set: a failed
     change's, left with --no-rollback (a live change removes them)."""
     members = {r.container for r in snap.live}
     return [
-        m.info.name for m in snap.members if not m.serving and not m.asleep and m.info.name not in members
+        Member(m.variant, m.variant, m.info.name, m.info.service or "", "")
+        for m in snap.members
+        if not m.serving and not m.asleep and m.info.name not in members
     ]
 
 

@@ -199,15 +199,6 @@ class Hold(Op):
 
 
 @dataclass(frozen=True)
-class StopNamed(Op):
-    STAGE = "stopping"
-    containers: tuple[str, ...]
-
-    def describe(self) -> str:
-        return f"stop {', '.join(self.containers)} (neither serving nor wanted asleep)"
-
-
-@dataclass(frozen=True)
 class Sleep(Op):
     TEXT = "put {member.variant} to sleep ({member.container})"
     STAGE = "putting the serving variant to sleep"
@@ -333,11 +324,16 @@ class Probation(Op):
 
 @dataclass(frozen=True)
 class Remove(Op):
-    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes too)."""
+    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes
+    too); `cause`: why a plan removes it before anything else (none: an undo's)."""
 
     TEXT = "stop and remove {member.container}"
     member: Member
     network_of: str = ""
+    cause: str = ""
+
+    def describe(self) -> str:
+        return f"{super().describe()} ({self.cause})" if self.cause else super().describe()
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ class SwapPlan:
 
     @property
     def stop_first(self) -> tuple[str, ...]:
-        return next((op.containers for op in self.ops if isinstance(op, ops.StopNamed)), ())
+        return tuple(op.member.container for op in self.ops if isinstance(op, ops.Remove) and op.cause)
 
     @property
     def wake(self) -> str | None:
@@ -248,6 +248,9 @@ def op_lines(operations: Sequence[Op]) -> list[str]:
     """Every plan's operations as `--dry-run` prints them: numbered, each with its type."""
     return [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(operations, 1)]
 
+
+IDLE = "neither serving nor wanted asleep"
+"""Why a plan removes a container before anything else (a `Remove`'s cause)."""
 
 STEPS: dict[type[Op], str] = {
     ops.Sleep: "sleep",
@@ -429,7 +432,7 @@ def decide(
             )
     sleeper = next((m for m in snapshot.asleep if m.variant == target), None)
     wakeable = sleeper is not None and sleeper.info.config_hash == target_hash and target_sleeps
-    stop_first = []
+    stop_first: list[Op] = []
     adopt = None
     for member in snapshot.awake_idle:
         if (
@@ -440,13 +443,13 @@ def decide(
         ):
             adopt = member
             continue
-        stop_first.append(member.info.name)
+        stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
         notes.append(f"{member.variant} ({member.info.name}) runs awake without serving: it is stopped")
     for member in snapshot.asleep:
         stale_target = member.variant == target and not wakeable
         if stale_target or not sleeps_in_stack.get(member.variant, False):
-            stop_first.append(member.info.name)
             why = "its configuration changed" if stale_target else "this stack no longer puts it to sleep"
+            stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
             notes.append(f"{member.variant}'s sleeping container is stopped: {why}")
     asleep = sleeper.info if wakeable and sleeper is not None else False
     base = plan_swap(
@@ -464,8 +467,7 @@ def decide(
     if todo and current is not None:  # exited containers of the shared service go with the serving one
         gone = [m.info.name for m in snapshot.members if not m.running and not m.asleep and m is not serving]
         todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
-    if stop_first:
-        todo.insert(0, ops.StopNamed(tuple(stop_first)))
+    todo[:0] = stop_first
     plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)
 
@@ -584,7 +586,7 @@ def plan_live(
     speculative: Collection[str] = (),
     run_file: str = "",
     continue_streams: bool = True,
-    idle: Sequence[str] = (),
+    idle: Sequence[Member] = (),
     gateway: GatewayChange | None = None,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
@@ -598,7 +600,7 @@ def plan_live(
     applied in place first (as a switch applies them)."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
-    idle = (*idle, *(r.container for r in running if r.status != "running" and r.name not in wanted))
+    idle = (*idle, *(r.member() for r in running if r.status != "running" and r.name not in wanted))
     if single is not None and single.name in {r.container for r in now.values()}:
         single = None  # already a member (the snapshot names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
@@ -657,7 +659,7 @@ def plan_live(
     first: list[Op] = (
         [ops.ApplySettings(gateway.settings, gateway.keys())] if gateway and gateway.in_place else []
     )
-    first += [ops.StopNamed(tuple(idle))] if idle else []
+    first += [ops.Remove(m, cause=IDLE) for m in idle]
     return replace(plan, ops=(*first, *planned))
 
 

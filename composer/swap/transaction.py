@@ -350,7 +350,6 @@ class DockerSwap:
             ops.ApplySettings: self.apply_settings,
             ops.StartGateway: self.start_gateway,
             ops.Hold: self.hold,
-            ops.StopNamed: self.stop_named,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
             ops.StopMember: self.stop_member,
@@ -534,12 +533,6 @@ class DockerSwap:
             raise error(missing)
         return found
 
-    def stop_named(self, op: ops.StopNamed) -> None:
-        began = time.monotonic()
-        for name in op.containers:
-            stop_container(self.ctx, "it", name)
-        self._took("stop_first", time.monotonic() - began)
-
     def sleep(self, op: ops.Sleep) -> None:
         ctx = self.ctx
         began = time.monotonic()
@@ -612,7 +605,10 @@ class DockerSwap:
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove_container(self, op: ops.Remove) -> None:
+        began = time.monotonic()
         stop_container(self.ctx, op.member.variant, op.member.container)
+        if op.cause:  # planned first (an undo's is not counted)
+            self._took("stop_first", time.monotonic() - began)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
             env = compose_environment(file, self.ctx.stack.api_key)

@@ -14,7 +14,7 @@ from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.swap.desired import EXCLUSIVE, SIDE_BY_SIDE, Desired, desired
-from composer.swap.ops import Hold, Member
+from composer.swap.ops import Hold, Member, Remove
 from composer.swap.plan import SwapPlan, plan_alone, plan_live
 from composer.swap.snapshot import LiveRunning, Snapshot
 from tests.conftest import REPO
@@ -202,13 +202,13 @@ def test_a_live_change_removes_what_a_failed_change_left_and_serves_nothing(tmp_
     target = resolve_live(stack, ["baseline", "mtp"])
     running = _running(stack, "baseline/1", "mtp/1")
     assert plan_live(target, running).no_op
-    plan = plan_live(target, running, idle=("p-vllm-1",))
-    assert _ops(plan) == ["StopNamed"] and plan.ops[0].containers == ("p-vllm-1",)
+    plan = plan_live(target, running, idle=[Member("p-vllm-1", "crash", "p-vllm-1", "vllm", "")])
+    assert _ops(plan) == ["Remove p-vllm-1"] and plan.ops[0].cause
     crashed = LiveRunning(
         "mtp-crash/1", "mtp-crash", "p-mtp-crash-1", "4,5", "h", "exited", "vllm-mtp-crash-1"
     )
     plan = plan_live(target, [*running, crashed])
-    assert _ops(plan) == ["StopNamed"] and plan.ops[0].containers == ("p-mtp-crash-1",)
+    assert _ops(plan) == ["Remove mtp-crash/1"] and plan.ops[0].member.container == "p-mtp-crash-1"
 
 
 def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_path: Path) -> None:
@@ -226,3 +226,25 @@ def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_pat
     assert "ApplySettings: apply the gateway's changed settings in place (aliases)" in plan.describe()
     joined = plan_live(resolve_live(stack, ["baseline", "mtp", "dflash2"]), running, gateway=changed)
     assert _ops(joined)[:2] == ["ApplySettings", "StartMember dflash2/1"]
+
+
+def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_nor_members(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from composer.swap.entry import idle_containers
+    from tests.swap.test_plan_units import _info, _snap
+    from tests.swap.test_standby_units import _stack as _switch_stack
+
+    stack, live_stack = _switch_stack(), _stack(tmp_path)
+    crashed = dataclasses.replace(_info("mtp-crash", service="vllm", sleep_mode=False), status="exited")
+    snap = _snap(stack, [crashed])
+    member = LiveRunning(
+        "baseline/1", "baseline", "p-vllm-baseline-1", "0,1", "h", "running", "vllm-baseline-1"
+    )
+    snap = dataclasses.replace(snap, live=(member,))
+    (idle,) = idle_containers(snap)
+    assert (idle.container, idle.variant, idle.service) == (crashed.name, "mtp-crash", "vllm")
+    plan = plan_live(resolve_live(live_stack, ["baseline"]), [member], idle=[idle])
+    assert plan.ops[0] == Remove(idle, cause="neither serving nor wanted asleep")

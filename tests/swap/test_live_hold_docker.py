@@ -130,7 +130,7 @@ def test_the_last_serving_member_is_held_before_it_stops_and_a_failed_one_never_
             threading.Event().wait(0.05)
     assert {code for code, _ in steady.answers} == {200}, steady.answers  # the set served throughout
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
-    assert f"stop {crash.name}" in plan.stdout, plan.stdout
+    assert f"Remove: stop and remove {crash.name}" in plan.stdout, plan.stdout
     done = sim_stack.run("up", "baseline", "mtp", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _container_of(docker_client, sim_stack.project, "mtp-crash") == []
