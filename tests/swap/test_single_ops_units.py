@@ -195,7 +195,24 @@ def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_chang
     from composer.swap import ops
 
     every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)}
-    kubernetes = {ops.Reapply, ops.RollBack, ops.Roll}
+    kubernetes = {ops.Reapply, ops.RollBack}
     table = _swap(_plan(_serving())).handlers()
     assert set(table) == every - {ops.Op, ops.BringIn} - kubernetes
     assert {ops.StartMember, ops.GateMember, ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)
+
+
+def test_every_operation_has_a_handler_in_docker_or_kubernetes() -> None:
+    import inspect
+
+    from composer.kube.execute import KubeRollout
+    from composer.swap import ops
+    from composer.swap.outcome import UpOptions
+
+    every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)} - {
+        ops.Op,
+        ops.BringIn,
+    }
+    docker = _swap(_plan(_serving())).handlers()
+    kubernetes = KubeRollout(None, None, UpOptions(), print, print).handlers()  # type: ignore[arg-type]
+    assert every - set(docker) - set(kubernetes) == set()
+    assert {ops.Reapply, ops.RollBack} <= set(kubernetes)
