@@ -34,6 +34,7 @@ __all__, __getattr__ = lazy_exports(
         "lock": ["swap_lock"],
         "status": ["format_live", "format_status", "live_rows", "status_data"],
         "down": ["down", "down_variant"],
-        "swapper": ["SwapPlan", "UpOptions", "UpResult", "plan_swap", "up"],
+        "outcome": ["UpOptions", "UpResult"],
+        "swapper": ["SwapPlan", "plan_swap", "up"],
     },
 )

@@ -89,9 +89,11 @@ def keep(
     log_tail: str,
     say: Callable[[str], None],
     container: str | None = None,
+    kept: bool = False,
 ) -> None:
     """Before a failed variant's container is removed: save its whole log, then show the cause and
-    its tail (`container`: a live member's name; else the variant's newest container)."""
+    its tail (`container`: a live member's name; else the variant's newest container); `kept`:
+    it is not removed (--no-rollback)."""
     try:
         if container is not None:
             failed = VariantContainer(client.containers.get(container))
@@ -111,4 +113,4 @@ def keep(
     say(f"{variant} interrupted{saved}" if cause == INTERRUPTED else f"{variant} failed: {cause}")
     if log_tail:
         say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
-    say(f"removing {variant}")
+    say(f"{variant} is left as it is (--no-rollback), never restarted" if kept else f"removing {variant}")

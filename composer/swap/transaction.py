@@ -56,11 +56,10 @@ if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
-    from composer.swap.entry import LiveResult
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
+    from composer.swap.outcome import LiveResult, UpOptions, UpResult
     from composer.swap.snapshot import Snapshot
-    from composer.swap.swapper import UpOptions, UpResult
 
 T = TypeVar("T")
 UPSTREAM_WAIT_S = 30.0
@@ -340,6 +339,7 @@ class DockerSwap:
         self.drained = DrainTally()  # a live change's drains
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
+        self.brought: Member | None = None  # the first Start, Wake, Adopt or Route: what comes in
         # what passed the gate last: its container and boot log, and when it became ready
         self.container: VariantContainer | None = None
         self.log, self.ready_at = "", self.began
@@ -358,7 +358,6 @@ class DockerSwap:
             ops.ApplySettings: self.apply_settings,
             ops.StartGateway: self.start_gateway,
             ops.Hold: self.hold,
-            ops.StopNamed: self.stop_named,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
             ops.StopMember: self.stop_member,
@@ -385,7 +384,14 @@ class DockerSwap:
         self.timings[step] = self.timings.get(step, 0.0) + seconds
 
     def _drained(self, *counts: int) -> None:
-        assert self.result is not None
+        """Add a hold's drain counts (finished, cut, continued, refused) to the result (a live
+        change's to its tally)."""
+        if self.result is None:
+            _, cut, continued, refused = counts
+            self.drained.cut += cut
+            self.drained.continued += continued
+            self.drained.refused += refused
+            return
         before = self.result.drained or dict.fromkeys(DRAINED, 0)
         self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
 
@@ -515,14 +521,15 @@ class DockerSwap:
 
         return route
 
-    def _revive(self, ctx: Context, stopped: str) -> Context:
-        return hold_again(ctx, self.plan.target, self.compose_file, stopped)
-
     def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
         """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
         a warning of the result (not for a route)."""
         route, warnings = self._route_to(member), self.warnings if warn else []
-        return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
+
+        def revive(ctx: Context, stopped: str) -> Context:
+            return hold_again(ctx, member.variant, self.compose_file, stopped)
+
+        return through_restarts(self.held, member.variant, route, step, revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
     def _named(
@@ -533,12 +540,6 @@ class DockerSwap:
         if found is None:
             raise error(missing)
         return found
-
-    def stop_named(self, op: ops.StopNamed) -> None:
-        began = time.monotonic()
-        for name in op.containers:
-            stop_container(self.ctx, "it", name)
-        self._took("stop_first", time.monotonic() - began)
 
     def sleep(self, op: ops.Sleep) -> None:
         ctx = self.ctx
@@ -554,8 +555,14 @@ class DockerSwap:
     def stop(self, op: ops.Stop) -> None:
         """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
-        self._releases.append(ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous))
-        for name in (op.member.container, *op.also):
+        taken: list[ReleaseWait] = []
+
+        def read_gpus(found: VariantContainer) -> None:
+            taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+
+        stop_container(self.ctx, op.member.variant, op.member.container, read_gpus)
+        self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
+        for name in op.also:
             stop_container(self.ctx, op.member.variant, name)
         self._took("stop", time.monotonic() - began)
 
@@ -573,11 +580,13 @@ class DockerSwap:
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         ctx.say(f"waking {op.member.variant}")
         sleeper = self._named(
@@ -588,6 +597,7 @@ class DockerSwap:
 
     def adopt(self, op: ops.Adopt) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         awake = self._named(
             op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
@@ -598,11 +608,15 @@ class DockerSwap:
 
     def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove_container(self, op: ops.Remove) -> None:
+        began = time.monotonic()
         stop_container(self.ctx, op.member.variant, op.member.container)
+        if op.cause:  # planned first (an undo's is not counted)
+            self._took("stop_first", time.monotonic() - began)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
             env = compose_environment(file, self.ctx.stack.api_key)
@@ -663,7 +677,7 @@ class DockerSwap:
         self.notes += notes
         for name, seconds in timings.items():
             self._took(name, seconds)
-        if op.woke and op.member.variant == self.plan.target:
+        if op.woke and self.brought is not None and op.member.variant == self.brought.variant:
             self.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
 
     def probation(self, op: ops.Probation) -> None:
@@ -805,11 +819,14 @@ class DockerSwap:
         """Before the undo removes the failed variant (a live member that failed to start or
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
+        kept = not ctx.options.rollback
         if isinstance(op, ops.StartMember | ops.GateMember):
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
-            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, op.member.container)
+            container = op.member.container
+            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, container, kept)
             self.kept = bool(tail)
+            self._never_restarted(container)
             return
         if isinstance(err, KeyboardInterrupt):
             self.cause = "interrupted"
@@ -829,10 +846,18 @@ class DockerSwap:
                 tail = ""
         self.tail = bootlog.redact(tail, ctx.stack.api_key)
         self.hints = (diagnosed.hints if diagnosed is not None else ()) or tuple(diagnose.hints(self.tail))
-        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say)
+        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say, kept=kept)
+        with contextlib.suppress(StopIteration):
+            self._never_restarted(self._brought().container)
         previous = self.plan.previous
         if ctx.options.rollback and previous is not None:
             ctx.say(f"rolling back to {previous.variant}")
+
+    def _never_restarted(self, name: str) -> None:
+        """With --no-rollback, the failed container is left for a look, but never restarted
+        by its restart policy: a crash leaves it exited, not crash-looping nor counted as serving."""
+        if not self.ctx.options.rollback and (found := by_name(self.ctx, name)) is not None:
+            standby.park(found)
 
     def _brought(self) -> Member:
         return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))
