@@ -35,15 +35,16 @@ $(VENV)/.installed: pyproject.toml
 # own (it needs torch, transformers and datasets and pins click, so never in $(VENV); made
 # after it, which brings python3-venv where missing):
 # torch first, pinned to the CPU build pip finds on disk (a plain `torch` would fetch a
-# multi-GB CUDA build). About 3 minutes from scratch; skipped when present.
+# multi-GB CUDA build). 1.5 to 3 minutes from scratch; skipped when present.
 GUIDELLM_VENV := .composer/guidellm-venv
-guidellm: $(GUIDELLM_VENV)/.installed
+GUIDELLM_VERSION := 0.8.1
+guidellm: $(GUIDELLM_VENV)/.installed-$(GUIDELLM_VERSION)
 
-$(GUIDELLM_VENV)/.installed: | $(VENV)/.installed
+$(GUIDELLM_VENV)/.installed-$(GUIDELLM_VERSION): | $(VENV)/.installed
 	rm -rf $(GUIDELLM_VENV)
 	$(PYTHON) -m venv $(GUIDELLM_VENV)
 	$(GUIDELLM_VENV)/bin/pip install --quiet torch==2.13.0
-	$(GUIDELLM_VENV)/bin/pip install --quiet guidellm==0.8.1
+	$(GUIDELLM_VENV)/bin/pip install --quiet guidellm==$(GUIDELLM_VERSION)
 	touch $@
 
 docker:
