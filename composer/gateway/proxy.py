@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import anyio
 from multidict import CIMultiDict
-from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
@@ -70,6 +69,9 @@ HOP_BY_HOP = frozenset(
 # Headers aiohttp would add on its own: the client's are forwarded as they came, or not at all.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
+SERVER_TIMING = b"server-timing"
+# The scope key of the loop time the request reached the gateway's app (`screen`).
+STARTED = "gateway.started"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
@@ -103,6 +105,7 @@ class Attempt:
     ticket: Ticket
     sent: bool = False
     reused: bool = False
+    waited: float = 0.0  # seconds from the request's start upstream to its response head
 
     @property
     def unread(self) -> bool:
@@ -309,6 +312,7 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        scope.setdefault(STARTED, asyncio.get_running_loop().time())
         path: str = scope["path"]  # canonical: the public app screened it
         if not is_forwarded(path):
             self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
@@ -438,15 +442,17 @@ class ProxyApp:
                         reopen = functools.partial(self._reopen, scope)
                         chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
-                    chunks = response.content.iter_any()
-                out = StreamingResponse(chunks, status_code=response.status)
-                out.raw_headers = _forward_headers(response.raw_headers)
-                if member.listed:
-                    out.raw_headers.append((SERVED_BY, member.name.encode()))
-                if watcher is not None:
-                    watcher.cancel()  # StreamingResponse listens for the disconnect itself
+                    chunks = None  # read as it arrives, its end sent with its last bytes
+                headers = _forward_headers(response.raw_headers)
+                headers.append((SERVED_BY, self._served_by(member)))
+                headers.append((SERVER_TIMING, _timing(scope, attempt)))
                 started = True
-                await out(scope, receive, send)
+                gone = watcher if watcher is not None else asyncio.ensure_future(_wait_disconnect(receive))
+                try:
+                    await _relay(send, response, headers, chunks, gone)
+                finally:
+                    if gone is not watcher:
+                        gone.cancel()
             except GONE_ERRORS as err:
                 failures.append(f"{type(err).__name__}: {err}")
                 member.poller.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
@@ -626,6 +632,15 @@ class ProxyApp:
                 raise ContinuationFailed(f"{target.url} answered {response.status}: {detail}")
             return self._leg(scope, target, response, ticket, release, [])
 
+    def _served_by(self, member: Member) -> bytes:
+        """The `x-served-by` value of `member`: a live member's name (`variant/replica`); for the
+        set of one, the serving variant's first replica when the gateway knows it, else the
+        upstream's host (the variant's service name)."""
+        if member.listed:
+            return member.name.encode()
+        serving = self.switcher.serving
+        return (f"{serving}/1" if serving else URL(member.url).host or member.name).encode()
+
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
@@ -660,6 +675,8 @@ class ProxyApp:
             trace_request_ctx=attempt,
         )
         sending = asyncio.ensure_future(opening)
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
         with self.liveness.watching(base) as gone:
             waits = {sending} | {f for f in (watcher, gone) if f is not None}
             try:
@@ -668,6 +685,7 @@ class ProxyApp:
                 sending.cancel()
                 await _settle(sending)
                 raise
+        attempt.waited += loop.time() - asked
         if sending.done():
             return sending.result()
         sending.cancel()
@@ -675,6 +693,63 @@ class ProxyApp:
         if gone is not None and gone.done():
             raise Unresponsive(asleep=gone.result())
         return None
+
+
+def _timing(scope: Scope, attempt: Attempt) -> bytes:
+    """`Server-Timing`'s value: the gateway's own time (ms) from the request's arrival to its
+    response head, less the time the backend took to answer the head."""
+    started = scope.get(STARTED)
+    own = asyncio.get_running_loop().time() - started - attempt.waited if started is not None else 0.0
+    return b"gateway;dur=%.3f" % (max(own, 0.0) * 1000)
+
+
+class _UntilGone:
+    """Run a block until the client disconnects (`gone` completes): the task is cancelled
+    then, and the block ends quietly (what it awaits, the upstream read, is cancelled)."""
+
+    __slots__ = ("_fired", "_gone", "_task")
+
+    def __init__(self, gone: asyncio.Future[None]) -> None:
+        self._gone = gone
+        self._fired = False
+
+    def _fire(self, _: object) -> None:
+        self._fired = True
+        self._task.cancel()
+
+    def __enter__(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._gone.add_done_callback(self._fire)
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        self._gone.remove_done_callback(self._fire)
+        return self._fired and kind is asyncio.CancelledError and self._task.uncancel() == 0
+
+
+async def _relay(
+    send: Send,
+    response: aiohttp.ClientResponse,
+    headers: list[tuple[bytes, bytes]],
+    chunks: AsyncIterator[bytes] | None,
+    gone: asyncio.Future[None],
+) -> None:
+    """Send the answer: its head, then each read as it arrives (`chunks`, else the response's
+    body, whose last read carries the end), until it ends or the client goes."""
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    with _UntilGone(gone):
+        if chunks is None:
+            content = response.content
+            while True:
+                chunk = await content.readany()
+                more = bool(chunk) and not content.at_eof()
+                await send({"type": "http.response.body", "body": chunk, "more_body": more})
+                if not more:
+                    return
+        async for chunk in chunks:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _replace_body(scope: Scope, body: Body, data: bytes) -> None:

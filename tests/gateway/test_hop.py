@@ -5,9 +5,13 @@ from __future__ import annotations
 import socket
 import time
 
+import httpx
+
 from .conftest import KEY
+from .fakes import sse_request
 
 AUTH = {"Authorization": f"Bearer {KEY}"}
+CHAT = "/v1/chat/completions"
 
 
 def test_client_connections_send_without_delay(gateway) -> None:
@@ -22,3 +26,24 @@ def test_client_connections_send_without_delay(gateway) -> None:
             time.sleep(0.01)
         sock = next(iter(registry.idle)).transport.get_extra_info("socket")
         assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+
+def test_every_forwarded_response_says_who_served_it(gateway, backend) -> None:
+    """x-served-by on a set of one too (a live set's member names itself: test_live): the
+    upstream's host while the serving variant is unknown, then that variant's first replica."""
+    r = httpx.get(gateway.url + "/v1/models", headers=AUTH, timeout=10)
+    assert r.status_code == 200 and r.headers["x-served-by"] == "127.0.0.1"
+    gateway.gateway.switcher.serving = "mtp"
+    stream = httpx.post(gateway.url + CHAT, content=sse_request("s"), headers=AUTH, timeout=30)
+    assert stream.status_code == 200 and stream.headers["x-served-by"] == "mtp/1"
+
+
+def test_forwarded_responses_carry_the_gateway_s_own_time(gateway) -> None:
+    """Server-Timing: gateway;dur=MS, the gateway's time without the backend's."""
+    for path, body in (("/v1/models", None), (CHAT, sse_request("t"))):
+        r = httpx.request(
+            "POST" if body else "GET", gateway.url + path, content=body, headers=AUTH, timeout=30
+        )
+        assert r.status_code == 200
+        name, _, dur = r.headers["server-timing"].partition(";dur=")
+        assert name == "gateway" and 0 <= float(dur) < 60_000, r.headers["server-timing"]
