@@ -30,7 +30,7 @@ from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from . import bodies, continuation, listing
-from .answers import send_error, sse_error
+from .answers import DEFER_HEAD, send_error, sse_error
 from .bodies import MAX_BODY as REPLAY_LIMIT
 from .client import PROBE_HEADER
 from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
@@ -737,7 +737,9 @@ async def _relay(
 ) -> None:
     """Send the answer: its head, then each read as it arrives (`chunks`, else the response's
     body, whose last read carries the end), until it ends or the client goes."""
-    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    # an answer read as a whole (not a stream) goes out with its head in one write
+    start = {"type": "http.response.start", "status": response.status, "headers": headers}
+    await send({**start, DEFER_HEAD: True} if chunks is None else start)
     with _UntilGone(gone):
         if chunks is None:
             content = response.content
