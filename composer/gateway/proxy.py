@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import anyio
 from multidict import CIMultiDict
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
@@ -420,10 +419,10 @@ class ProxyApp:
         headers = _request_headers(scope["headers"])
         started = False
         response: aiohttp.ClientResponse | None = None
-        with anyio.CancelScope() as cancel_scope:
-            ticket.cancel = cancel_scope.cancel
+        with _Interrupt() as cut:
+            ticket.cancel = cut.interrupt
             if ticket.cut_requested:
-                cancel_scope.cancel()
+                cut.interrupt()
             try:
                 response = await self._send_upstream(
                     scope["method"], member.url, path, headers, data, attempt, watcher
@@ -449,7 +448,8 @@ class ProxyApp:
                 started = True
                 gone = watcher if watcher is not None else asyncio.ensure_future(_wait_disconnect(receive))
                 try:
-                    await _relay(send, response, headers, chunks, gone)
+                    with _Interrupt(gone):
+                        await _relay(send, response, headers, chunks)
                 finally:
                     if gone is not watcher:
                         gone.cancel()
@@ -493,7 +493,7 @@ class ProxyApp:
                 if response is not None:
                     response.close()  # drops the connection unless the body was read to its end
                 release(not failures)
-        if cancel_scope.cancelled_caught:
+        if cut.caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
                 await send_error(
@@ -674,25 +674,17 @@ class ProxyApp:
             allow_redirects=False,
             trace_request_ctx=attempt,
         )
-        sending = asyncio.ensure_future(opening)
         loop = asyncio.get_running_loop()
         asked = loop.time()
-        with self.liveness.watching(base) as gone:
-            waits = {sending} | {f for f in (watcher, gone) if f is not None}
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                sending.cancel()
-                await _settle(sending)
-                raise
+        response = None
+        with self.liveness.watching(base) as gone, _Interrupt(watcher, gone) as stop:
+            response = await opening
         attempt.waited += loop.time() - asked
-        if sending.done():
-            return sending.result()
-        sending.cancel()
-        await _settle(sending)
-        if gone is not None and gone.done():
+        if not stop.caught:
+            return response
+        if stop.why is gone and gone is not None:
             raise Unresponsive(asleep=gone.result())
-        return None
+        return None  # the client went away first
 
 
 def _timing(scope: Scope, attempt: Attempt) -> bytes:
@@ -703,29 +695,38 @@ def _timing(scope: Scope, attempt: Attempt) -> bytes:
     return b"gateway;dur=%.3f" % (max(own, 0.0) * 1000)
 
 
-class _UntilGone:
-    """Run a block until the client disconnects (`gone` completes): the task is cancelled
-    then, and the block ends quietly (what it awaits, the upstream read, is cancelled)."""
+class _Interrupt:
+    """Ends a block early: `interrupt()` (or the completion of a future it watches) cancels the
+    task running it, once, and the block's end by that cancellation is taken as its end
+    (`caught`); a cancellation from elsewhere goes on. Nested ones each take their own."""
 
-    __slots__ = ("_fired", "_gone", "_task")
+    __slots__ = ("_open", "_task", "_watched", "caught", "why")
 
-    def __init__(self, gone: asyncio.Future[None]) -> None:
-        self._gone = gone
-        self._fired = False
+    def __init__(self, *watched: asyncio.Future[Any] | None) -> None:
+        self._watched = [f for f in watched if f is not None]
+        self.why: asyncio.Future[Any] | str | None = None  # what interrupted it
+        self.caught = False
 
-    def _fire(self, _: object) -> None:
-        self._fired = True
-        self._task.cancel()
+    def interrupt(self, why: asyncio.Future[Any] | str = "cut") -> None:
+        if self._open and self.why is None:
+            self.why = why
+            self._task.cancel()
 
-    def __enter__(self) -> None:
+    def __enter__(self) -> _Interrupt:
         task = asyncio.current_task()
         assert task is not None
         self._task = task
-        self._gone.add_done_callback(self._fire)
+        self._open = True
+        for future in self._watched:
+            future.add_done_callback(self.interrupt)
+        return self
 
     def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
-        self._gone.remove_done_callback(self._fire)
-        return self._fired and kind is asyncio.CancelledError and self._task.uncancel() == 0
+        self._open = False  # a completion scheduled before the exit changes nothing now
+        for future in self._watched:
+            future.remove_done_callback(self.interrupt)
+        self.caught = self.why is not None and kind is asyncio.CancelledError and self._task.uncancel() == 0
+        return self.caught
 
 
 async def _relay(
@@ -733,25 +734,23 @@ async def _relay(
     response: aiohttp.ClientResponse,
     headers: list[tuple[bytes, bytes]],
     chunks: AsyncIterator[bytes] | None,
-    gone: asyncio.Future[None],
 ) -> None:
     """Send the answer: its head, then each read as it arrives (`chunks`, else the response's
-    body, whose last read carries the end), until it ends or the client goes."""
+    body, whose last read carries the end)."""
     # an answer read as a whole (not a stream) goes out with its head in one write
     start = {"type": "http.response.start", "status": response.status, "headers": headers}
     await send({**start, DEFER_HEAD: True} if chunks is None else start)
-    with _UntilGone(gone):
-        if chunks is None:
-            content = response.content
-            while True:
-                chunk = await content.readany()
-                more = bool(chunk) and not content.at_eof()
-                await send({"type": "http.response.body", "body": chunk, "more_body": more})
-                if not more:
-                    return
-        async for chunk in chunks:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+    if chunks is None:
+        content = response.content
+        while True:
+            chunk = await content.readany()
+            more = bool(chunk) and not content.at_eof()
+            await send({"type": "http.response.body", "body": chunk, "more_body": more})
+            if not more:
+                return
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _replace_body(scope: Scope, body: Body, data: bytes) -> None:
@@ -783,12 +782,3 @@ def _without_body(scope: Scope, send: Send) -> Send:
 def _out(send: Send, held: HeldStream | None) -> Send:
     """Where an answer goes: into the open stream once a held request's headers went out."""
     return held.send if held is not None and held.started else send
-
-
-async def _settle(task: asyncio.Future[aiohttp.ClientResponse]) -> None:
-    """Wait for a cancelled send; close a response that arrived anyway."""
-    try:
-        response = await task
-    except BaseException:  # cancelled or failed: nothing to close
-        return
-    response.close()
