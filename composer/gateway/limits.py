@@ -108,6 +108,9 @@ class _Joined:
         return getattr(self.transport, name)
 
 
+_send = RequestResponseCycle.send
+
+
 class HopCycle(RequestResponseCycle):
     """uvicorn's request cycle; a head sent with `DEFER_HEAD` is written with the body's first
     bytes (set on HTTP/1.1 requests' cycles with `cycle.__class__ = HopCycle`)."""
@@ -117,11 +120,11 @@ class HopCycle(RequestResponseCycle):
             joined = _Joined(self.transport)
             self.transport = _Captured(joined)  # type: ignore[assignment]
             try:
-                await super().send(message)
+                await _send(self, message)
             finally:
                 self.transport = joined  # type: ignore[assignment]
             return
-        await super().send(message)
+        await _send(self, message)
         transport = self.transport
         if isinstance(transport, _Joined) and (self.response_complete or self.disconnected):
             self.transport = transport.transport

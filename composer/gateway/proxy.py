@@ -517,13 +517,14 @@ class ProxyApp:
         its probe passes) lets the ticket, the count and the connection go."""
         stall_s = self.stall_timeout or None  # 0: no stall timeout
         loop = asyncio.get_running_loop()
-        timer: asyncio.Timeout | None = None  # the read under way
+        reading: _Interrupt | None = None  # the read under way
+        began = 0.0  # when it began
+        watchdog: asyncio.TimerHandle | None = None  # one stall timer for the whole stream
         paused = False
 
         def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
-            if timer is not None:
-                with contextlib.suppress(RuntimeError):  # the read just finished
-                    timer.reschedule(loop.time())
+            if reading is not None:
+                reading.interrupt("cut")
 
         def pause() -> None:  # stop reading now: it goes on on another upstream
             nonlocal paused
@@ -531,42 +532,68 @@ class ProxyApp:
             ticket.paused = True  # a drain does not count it as finished
             cut()
 
+        def watch() -> None:  # a read that got no bytes for stall_s ends
+            nonlocal watchdog
+            assert stall_s is not None
+            now = loop.time()
+            if reading is not None and now >= began + stall_s:
+                watchdog = None
+                reading.interrupt("stall")
+                return
+            watchdog = loop.call_at((began if reading is not None else now) + stall_s, watch)
+
+        def unwatch() -> None:
+            nonlocal watchdog
+            if watchdog is not None:
+                watchdog.cancel()
+                watchdog = None
+
         async def chunks() -> AsyncIterator[bytes]:
-            nonlocal timer
+            nonlocal reading, began, watchdog
             content = response.content
-            while not ticket.cut_requested:
-                if paused:
-                    raise Paused
-                try:
-                    async with asyncio.timeout(stall_s) as reading:
-                        timer = reading
-                        chunk = await content.readany()
-                except TimeoutError:
-                    if ticket.cut_requested:
-                        break
+            try:
+                while not ticket.cut_requested:
                     if paused:
-                        raise Paused from None
-                    # new requests are held until the poller sees the backend ready again
-                    log.warning(
-                        "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
-                    )
-                    self.metrics.stalled.inc()
-                    failures.append("stall")
-                    target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
-                    event = sse_error(
-                        504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
-                    )
-                    if resumable:
-                        raise Stalled(event) from None
-                    yield event
-                    return
-                finally:
-                    timer = None
-                if not chunk:
-                    return
-                yield chunk
-            log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
-            yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
+                        raise Paused
+                    began = loop.time()
+                    if watchdog is None and stall_s is not None:
+                        watchdog = loop.call_at(began + stall_s, watch)
+                    with _Interrupt() as read:
+                        reading = read
+                        chunk = await content.readany()
+                    reading = None
+                    if read.caught:
+                        if ticket.cut_requested:
+                            break
+                        if paused:
+                            raise Paused
+                        # new requests are held until the poller sees the backend ready again
+                        log.warning(
+                            "stall: no bytes for %gs on %s %s",
+                            self.stall_timeout,
+                            scope["method"],
+                            scope["path"],
+                        )
+                        self.metrics.stalled.inc()
+                        failures.append("stall")
+                        target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+                        event = sse_error(
+                            504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
+                        )
+                        if resumable:
+                            raise Stalled(event)
+                        yield event
+                        return
+                    if not chunk:
+                        return
+                    yield chunk
+                log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+                yield sse_error(
+                    503, "stream cut: the variant is being replaced and the drain timeout ran out"
+                )
+            finally:
+                reading = None
+                unwatch()
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -574,6 +601,7 @@ class ProxyApp:
                 failures.append(reason)
                 target.poller.mark_down(reason)
             ticket.cancel = None
+            unwatch()
             response.close()
             release(reason is None)
             ticket.done()
