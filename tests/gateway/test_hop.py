@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 
 import httpx
+import pytest
+
+from composer.gateway import continuation
+from composer.gateway.metrics import Metrics
 
 from .conftest import KEY
 from .fakes import sse_request
@@ -47,3 +52,28 @@ def test_forwarded_responses_carry_the_gateway_s_own_time(gateway) -> None:
         assert r.status_code == 200
         name, _, dur = r.headers["server-timing"].partition(";dur=")
         assert name == "gateway" and 0 <= float(dur) < 60_000, r.headers["server-timing"]
+
+
+HEAD = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 7, "model": "m"}
+FIRST = json.dumps({**HEAD, "prompt_token_ids": [1], "choices": [{"index": 0, "delta": {"content": "a"}}]})
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        # CRLF framing (SSE allows it): no event ever ends in "\n\n"
+        f"data: {FIRST}\r\n\r\ndata: [DONE]\r\n\r\n".encode(),
+        # an id field before the data
+        f"id: 1\ndata: {FIRST}\n\nid: 2\ndata: [DONE]\n\n".encode(),
+        # the backend's own error, ending the stream without [DONE]
+        b'data: {"error": {"message": "boom", "code": 500}}\n\n',
+    ],
+)
+def test_a_stream_framed_otherwise_reaches_the_client_whole_and_is_never_sent_again(raw: bytes) -> None:
+    """With continue_streams on, such a stream was held back (CRLF) or, ending without a
+    [DONE] the record could read, sent upstream again as if nothing had reached the client:
+    the client got it twice, or never its end."""
+    stream = continuation.Stream(True, {"messages": [], "stream": True}, Metrics())
+    out = b"".join(stream.feed(raw[i : i + 7]) for i in range(0, len(raw), 7))
+    assert out == raw
+    assert stream._following() is None and stream.refused == "format"
