@@ -212,7 +212,9 @@ def start_nginx(workdir: Path, upstream: int) -> Column:
     return Column("nginx", url, [proc], [proc.pid, *map(int, children)])
 
 
-def start_gateway(name: str, workdir: Path, upstream: int, extra: dict[str, str]) -> Column:
+def start_gateway(
+    name: str, workdir: Path, upstream: int, extra: dict[str, str], source: Path = REPO
+) -> Column:
     port = free_port()
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") and k != "VLLM_API_KEY"},
@@ -222,12 +224,17 @@ def start_gateway(name: str, workdir: Path, upstream: int, extra: dict[str, str]
         "GATEWAY_SERVED_NAME": MODEL,
         "GATEWAY_CONTROL_SOCKET": str(workdir / f"{name}.sock"),
         "GATEWAY_LOG_LEVEL": "warning",
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": str(source),
         **extra,
     }
     log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "composer.gateway"], env=env, stdout=log, stderr=log, start_new_session=True
+        [sys.executable, "-m", "composer.gateway"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        cwd=workdir,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     wait_http(url + "/v1/models")
@@ -432,6 +439,13 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=64, help="concurrent streams")
     parser.add_argument("--only", default="", help="comma-separated columns to run (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another gateway column (continue_streams on) run from the source tree DIR (e.g. an older commit's)",
+    )
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_upstream:
@@ -452,6 +466,12 @@ def main() -> int:
                 "gateway_off", workdir, upstream_port, {"GATEWAY_CONTINUE_STREAMS": "false"}
             ),
         }
+        for spec in args.also:
+            name, _, source = spec.partition("=")
+            makers[f"gateway_{name}"] = lambda name=name, source=source: start_gateway(
+                f"gateway_{name}", workdir, upstream_port, {}, Path(source)
+            )
+            wanted.add(f"gateway_{name}")
         columns = [Column("direct", f"http://127.0.0.1:{upstream_port}", [], [])]
         for name, make in makers.items():
             if name in wanted:
@@ -469,7 +489,16 @@ def main() -> int:
             "gateway_rss_mib": gateways,
             "settings": {
                 k: getattr(args, k)
-                for k in ("rounds", "requests", "streams", "chunks", "pace_ms", "fast_chunks", "concurrency")
+                for k in (
+                    "rounds",
+                    "requests",
+                    "streams",
+                    "chunks",
+                    "pace_ms",
+                    "fast_chunks",
+                    "concurrency",
+                    "also",
+                )
             },
             "seconds": round(time.perf_counter() - started, 1),
             "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()

@@ -356,7 +356,8 @@ class ProxyApp:
             # bodies are read for switching, the automatic policy, or while a live set routes
             if complete and (self.switcher.config.inspects_bodies or self.live.active):
                 await self._switch(scope, body, deadline, watcher, held)
-            if complete and self.continue_streams and scope["path"] in continuation.PATHS:
+            # (a body without `"stream"` is no stream: not parsed for it, as `HeldStream.wanted`)
+            if complete and self.continue_streams and path in continuation.PATHS and b'"stream"' in body.data:
                 # an eligible streamed completion is recorded so that it can be continued:
                 # upstream is asked for its token ids
                 seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
