@@ -8,7 +8,9 @@ has arrived. A client that disconnects cancels its upstream request. A request w
 response head from a backend that stops answering `/health` is answered 504 after
 `unresponsive_timeout` (`liveness`). Bodies up to `REPLAY_LIMIT` are read first so the request
 can be sent again, once, when the backend cannot have read it (`Attempt.unread`); larger ones
-stream through. An eligible streamed completion (`continuation`) is relayed by its record,
+stream through. Every forwarded answer carries `x-served-by` (the member that answered) and
+`Server-Timing: gateway;dur=MS` (the gateway's own time to the head, the backend's wait left
+out). An eligible streamed completion (`continuation`) is relayed by its record,
 which continues it on the next upstream the gate admits it to when the backend breaks or
 stalls (`_reopen`).
 """
