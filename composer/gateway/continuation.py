@@ -517,6 +517,8 @@ class Stream:
                         yield stall
                     elif not early:
                         yield sse_error(502, f"the backend broke the stream ({broke})")
+                    elif self._buffer:  # its last bytes, an event without its blank line
+                        yield self._buffer
                     return
                 leg.end(broke)
                 if paused_at is None:

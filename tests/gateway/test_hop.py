@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import time
@@ -77,3 +78,27 @@ def test_a_stream_framed_otherwise_reaches_the_client_whole_and_is_never_sent_ag
     out = b"".join(stream.feed(raw[i : i + 7]) for i in range(0, len(raw), 7))
     assert out == raw
     assert stream._following() is None and stream.refused == "format"
+
+
+def test_a_stream_whose_last_event_lacks_its_blank_line_reaches_the_client_whole() -> None:
+    """An upstream without token ids whose last event ends without "\\n\\n": with
+    continue_streams on the record kept those bytes back and the client's stream ended
+    without them (without its [DONE]); off, they pass as they come."""
+    event = json.dumps(
+        {**HEAD, "choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "stop"}]}
+    )
+    raw = f"data: {event}\n\ndata: [DONE]\n".encode()
+
+    async def chunks():
+        for i in range(0, len(raw), 9):
+            yield raw[i : i + 9]
+
+    async def reopen(path: str, data: bytes):
+        raise AssertionError("a stream that ended is not sent again")
+
+    async def relay() -> bytes:
+        stream = continuation.Stream(True, {"messages": [], "stream": True}, Metrics())
+        leg = continuation.Leg(chunks(), lambda reason: None)
+        return b"".join([chunk async for chunk in stream.relay(leg, reopen)])
+
+    assert asyncio.run(relay()) == raw
