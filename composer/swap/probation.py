@@ -109,7 +109,7 @@ def end_probation(project: str, say: Callable[[str], None]) -> None:
     """Before a change of `project`: end its running probation (the variant stays as it serves),
     and wait a little for its watcher to let go of the lock."""
     record = running_swap(project)
-    if record is None or record.stage != STAGE:
+    if record is None or record.until is None:  # none, or a swap that waits through it itself
         return
     say(f"ending {record.target}'s probation (pid {record.pid}): a new change of the project was asked")
     with contextlib.suppress(ProcessLookupError, PermissionError):
