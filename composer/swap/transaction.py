@@ -14,6 +14,7 @@ the warm-up and the wake checks beside it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -695,7 +696,8 @@ class DockerSwap:
             return
         until = time.time() + seconds
         clock = time.strftime("%H:%M:%S", time.localtime(until))
-        if not ctx.options.wait_probation and self.record is not None and self.result is not None:
+        alone = threading.current_thread() is threading.main_thread()  # a fork takes the main thread
+        if alone and not ctx.options.wait_probation and self.record is not None and self.result is not None:
             standby.updates_done()
             ctx.client.api.close()  # each process opens its own connections to the engine
             pid = probation.detach(self.stack.project)
