@@ -36,6 +36,7 @@ class ProbationEnded(BaseException):
 
 
 _watcher = False
+_asked = False  # END_SIGNAL came before the watch began
 
 
 def is_watcher() -> bool:
@@ -58,6 +59,7 @@ def detach(project: str) -> int:
         return pid
     _watcher = True
     os.setsid()
+    signal.signal(END_SIGNAL, _ask)
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
@@ -72,16 +74,24 @@ def detach(project: str) -> int:
     return 0
 
 
+def _ask(signum: int, frame: object) -> None:
+    global _asked
+    _asked = True
+
+
+def _end(signum: int, frame: object) -> None:
+    signal.signal(END_SIGNAL, signal.SIG_IGN)
+    raise ProbationEnded
+
+
 @contextmanager
 def ending() -> Iterator[None]:
-    """Inside the block END_SIGNAL raises ProbationEnded (only there: never in an undo)."""
-
-    def end(signum: int, frame: object) -> None:
-        signal.signal(END_SIGNAL, signal.SIG_IGN)
-        raise ProbationEnded
-
-    signal.signal(END_SIGNAL, end)
+    """Inside the block END_SIGNAL raises ProbationEnded (only there: never in an undo); one
+    that came before raises it at once."""
+    signal.signal(END_SIGNAL, _end)
     try:
+        if _asked:
+            raise ProbationEnded
         yield
     finally:
         signal.signal(END_SIGNAL, signal.SIG_IGN)

@@ -118,3 +118,11 @@ def test_a_swap_that_waits_through_its_probation_itself_is_not_ended() -> None:
     finally:
         watcher.kill()
         watcher.wait()
+
+
+def test_an_end_asked_before_the_watch_began_ends_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(probation, "_asked", True)
+    reached = False
+    with pytest.raises(probation.ProbationEnded), probation.ending():
+        reached = True
+    assert not reached
