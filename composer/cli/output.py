@@ -6,6 +6,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import click
@@ -96,7 +97,12 @@ def outcome_line(variant: str, result: Any, where: str = "") -> str:
     if isinstance(drained, dict):
         text += f"; {in_flight(drained)}"
     gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-    return text + (f"; {describe(gap)}" if isinstance(gap, dict) else "")
+    text += f"; {describe(gap)}" if isinstance(gap, dict) else ""
+    watched = getattr(result, "probation", None)  # a watcher process goes on with it
+    if isinstance(watched, dict):
+        until = datetime.fromisoformat(str(watched["until"])).astimezone().strftime("%H:%M:%S")
+        text += f"; on probation until {until} (`compose-spec status` shows it)"
+    return text
 
 
 def in_flight(drained: dict[str, int]) -> str:

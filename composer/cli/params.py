@@ -158,6 +158,12 @@ def swap_options(func: Callable[..., Any], without: tuple[str, ...] = ()) -> Cal
             "holds requests meanwhile and the old container comes back if the new one fails.",
         ),
         click.option(
+            "--wait-probation",
+            is_flag=True,
+            help="Return when the probation after a switch (stack.probation) ended, with its "
+            "outcome, instead of when the new variant serves (a watcher process then keeps it).",
+        ),
+        click.option(
             "--drain",
             is_flag=True,
             help="Let every request in flight finish on the old variant (up to drain_timeout), "
@@ -185,6 +191,7 @@ class SwapArgs:
     takeover: bool = False
     force_recreate: bool = False
     drain: bool = False
+    wait_probation: bool = False
     profiles: tuple[str, ...] = ()
 
     def up_options(self, obj: Context, probation: float = 0.0):
@@ -201,6 +208,7 @@ class SwapArgs:
             takeover=self.takeover,
             force_recreate=self.force_recreate,
             drain=self.drain,
+            wait_probation=self.wait_probation,
             profiles=self.profiles,
             env_file=os.path.abspath(obj.options.env_file),
             stack_files=tuple(os.path.abspath(p) for p in obj.source.stack_files()),

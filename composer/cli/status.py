@@ -124,6 +124,8 @@ def _outcome(event: dict[str, Any]) -> str:
     if outcome == "rolled back":
         back = f"rolled back to {event['source']}" if event.get("source") else "rolled back"
         return f"interrupted, {back}" if interrupted else back
+    if event.get("probation"):  # a watcher process watched it after `up` returned: its row follows
+        return f"{outcome}, then on probation"
     return "interrupted" if interrupted and outcome == "failed" else outcome
 
 

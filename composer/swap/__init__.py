@@ -9,9 +9,10 @@ Owns: the swap plan and its executors (a single switch; a live set, several vari
 once on disjoint GPUs), sleep standby (`standby`; its memory planner and the release wait's
 budget are `composer.capacity`), `down` (planned and drained like a switch) and `restart`'s
 target, which stack owns a project (`owner`: its containers' labels), the per-project swap
-lock, the status report, the gateway's published port checked end to end (`gateway_port`),
-and `follow` (the switches the gateway demands, through the same `up`). Uses the rendered run files, never the
-templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
+lock, the probation's watcher process that goes on after `up` returned (`probation`), the
+status report, the gateway's published port checked end to end (`gateway_port`), and
+`follow` (the switches the gateway demands, through the same `up`). Uses the rendered run
+files, never the templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
 `composer.probes`, `composer.capacity`, `composer.doctor` (its fast checks are the
 preflight), `composer.gateway` (its control client), `composer.errors`, `composer.labels`.
 Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`, `UpResult`,

@@ -25,8 +25,8 @@ from composer.swap import ops
 from composer.swap.execute import Handlers, Say, execute, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
-from composer.swap.lock import swap_lock
 from composer.swap.owner import down_refusal, foreign_running
+from composer.swap.probation import change_lock
 from composer.swap.snapshot import Snapshot, take
 from composer.swap.swapper import UpOptions
 from composer.swap.transaction import Context, DockerSwap, stop_container
@@ -265,7 +265,7 @@ def down(
         outcome = "refused" if planned.refused else "planned"
         return DownResult(stack.project, outcome, plan=planned.as_data(), plan_text=planned.describe())
     began = time.monotonic()
-    with swap_lock(stack.project, True, progress):
+    with change_lock(stack.project, True, progress):
         snap = take(stack, client)
         planned = plan(snap)
         if planned.refused:
@@ -360,7 +360,7 @@ def down_variant(
     progress: Say = quiet,
 ) -> str:
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
-    with swap_lock(stack.project, True, progress):
+    with change_lock(stack.project, True, progress):
         said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force, takeover)
     if not said.endswith("nothing stopped"):
         append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})

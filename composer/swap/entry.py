@@ -25,12 +25,11 @@ from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap import gateway_change, snapshot
+from composer.swap import gateway_change, probation, snapshot
 from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
 from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
-from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
 from composer.swap.outcome import LiveResult, UpOptions, UpResult
 from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
@@ -216,7 +215,7 @@ def up_set(
     ctx = Context(stack, client, options, progress, waiting or progress)
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return _up_desired(ctx, requested, snapshot.take(stack, client))
-    with swap_lock(stack.project, options.wait_for_lock, progress):
+    with probation.watcher_exits(), probation.change_lock(stack.project, options.wait_for_lock, progress):
         snap = snapshot.take(stack, client)
         if snap.extra_gateways:
             retire_extra_gateways(client, snap.extra_gateways, progress)
@@ -226,6 +225,8 @@ def up_set(
             progress(repaired)
             snap = snapshot.take(stack, client)
         result = _up_desired(ctx, requested, snap)
+        if probation.is_watcher():
+            return result
         if repaired := repair_port(stack, client, progress):  # it stopped while nothing looked
             result.warnings.append(repaired)
         return result

@@ -31,7 +31,7 @@ from composer.swap.gateway_replace import (
     replace_gateway,
     retire_extra_gateways,
 )
-from composer.swap.lock import swap_lock
+from composer.swap.probation import change_lock
 
 if TYPE_CHECKING:
     import docker
@@ -121,7 +121,7 @@ def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> Recreated:
     """Recreate only the gateway's container under the project's swap lock."""
-    with swap_lock(stack.project, wait_for_lock, progress):
+    with change_lock(stack.project, wait_for_lock, progress):
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
         _need_gateway(stack)

@@ -56,6 +56,8 @@ def process_start(pid: int) -> str | None:
     except (OSError, ComposerError):
         return None
     fields = data.rpartition(b")")[2].split()  # the name in parentheses may hold anything
+    if fields[:1] == [b"Z"]:  # a zombie has ended (its parent has not collected it yet)
+        return None
     return fields[19].decode("ascii", "replace") if len(fields) > 19 else None
 
 
@@ -73,10 +75,18 @@ class RunningSwap:
     steps: tuple[str, ...] = ()  # the plan's steps
     pid_start: str | None = None  # `process_start(pid)` when the record was written
     kind: str = "up"  # `live`: a live set's change (source and target are sets, `a+b`)
+    until: float | None = None  # epoch seconds: the end of the probation its watcher runs
 
     def line(self, now: float | None = None) -> str:
-        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s` (`changing the live set ...`)."""
+        """`swapping baseline -> mtp (pid 1234): loading 13 s of 900 s` (`changing the live set ...`);
+        a probation's: `mtp serves, on probation until 07:12:03 (pid 1234): a crash rolls it back
+        to baseline`."""
         now = time.time() if now is None else now
+        if self.until is not None:
+            back = f"rolls it back to {self.source}" if self.source else "stops it"
+            until = time.strftime("%H:%M:%S", time.localtime(self.until))
+            watched = f"{self.target} serves, on probation until {until} (pid {self.pid})"
+            return f"{watched}: a crash or a restart {back}"
         took = max(0.0, now - self.started)
         source = self.source or "nothing"
         what = "changing the live set" if self.kind == "live" else "swapping"
@@ -123,6 +133,7 @@ class SwapRecord:
             "pid": os.getpid(),
             "pid_start": process_start(os.getpid()),
         }
+        self.handed = False  # a watcher process goes on with it (`hand_over`)
 
     def stage(self, name: str) -> None:
         """Record the stage the swap is in now (never fails the swap)."""
@@ -130,7 +141,14 @@ class SwapRecord:
         with contextlib.suppress(OSError):
             _write_atomic(self.path, json.dumps(record).encode())
 
+    def hand_over(self, stage: str, until: float | None = None) -> None:
+        """In a forked watcher: the record names this process now, at `stage` (until `until`)."""
+        self.entry |= {"pid": os.getpid(), "pid_start": process_start(os.getpid()), "until": until}
+        self.stage(stage)
+
     def close(self) -> None:
+        if self.handed:  # the watcher that goes on with the swap removes it
+            return
         with contextlib.suppress(OSError):
             self.path.unlink()
 
@@ -159,10 +177,11 @@ def _record(path: Path) -> RunningSwap | None:
             steps=tuple(str(s) for s in data.get("steps") or ()),
             pid_start=str(data["pid_start"]) if data.get("pid_start") is not None else None,
             kind="live" if data.get("kind") == "live" else "up",
+            until=float(data["until"]) if data.get("until") is not None else None,
         )
     except (OSError, ValueError, KeyError, TypeError, RecursionError, ComposerError):
         return None
-    numbers = (record.started, record.stage_started, record.timeout)
+    numbers = (record.started, record.stage_started, record.timeout, record.until or 0.0)
     if record.pid <= 0 or not all(math.isfinite(n) for n in numbers):
         return None
     return record

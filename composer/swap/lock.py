@@ -30,6 +30,8 @@ from composer.errors import LockBusy, LockError
 from composer.render.follow import LOCK_DIR_VAR  # an absolute path; set by the follow profile
 
 _PID = re.compile(r"[0-9]{1,10}")
+_held: dict[str, int] = {}  # project -> the lock file's descriptor, while this process holds it
+_handed: set[str] = set()  # projects whose lock this process handed to a forked watcher
 _PROJECT = re.compile(r"[a-z0-9][a-z0-9_-]*")
 
 
@@ -68,13 +70,29 @@ def swap_lock(
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            _held[project] = fd
             yield
         finally:
-            with contextlib.suppress(OSError):  # prune while the lock is still ours
-                os.unlink(path.name, dir_fd=dir_fd)
+            _held.pop(project, None)
+            if project not in _handed:  # a watcher that holds it now prunes it at its end
+                with contextlib.suppress(OSError):  # prune while the lock is still ours
+                    os.unlink(path.name, dir_fd=dir_fd)
+            _handed.discard(project)
             os.close(fd)
     finally:
         os.close(dir_fd)
+
+
+def hand_over(project: str, pid: int) -> None:
+    """The lock held here goes on with `pid`, a forked child that shares its descriptor (flock
+    locks belong to the open file, so the lock lasts until the child closes it or ends): the
+    file names it, and this holder leaves the file in place when it lets go."""
+    fd = _held.get(project)
+    if fd is None:
+        return
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{pid}\n".encode(), 0)
+    _handed.add(project)
 
 
 def _open_directory(folder: Path) -> int:

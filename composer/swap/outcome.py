@@ -28,6 +28,7 @@ class UpOptions:
     keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
     by: str | None = None  # what drove the swap when not a person's `up` ("follow"), for the history
     drain: bool = False  # wait for eligible streams too, instead of continuing them (`up --drain`)
+    wait_probation: bool = False  # watch the probation before returning (else a watcher process does)
 
 
 @dataclass
@@ -46,6 +47,7 @@ class UpResult:
     plan_text: str | None = None  # the plan as text (SwapPlan.describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
+    probation: dict[str, object] | None = None  # a watcher's: until (ISO), pid, log, outcome `running`
 
 
 @dataclass

@@ -198,7 +198,7 @@ def _asleep(stack: Stack, member: snapshot.Member) -> dict[str, object]:
 
 def _held(snap: snapshot.Snapshot) -> tuple[str, str] | None:
     """(health, detail) when a probe through the shared port would wait on a hold now."""
-    if snap.swap is not None:
+    if snap.swap is not None and snap.swap.until is None:  # a probation's variant serves
         return "swapping", snap.swap.line()
     state = snap.gateway_state
     if state is not None and state.holds:
@@ -360,6 +360,8 @@ def _format_status(data: dict) -> str:
         ("container", data["container"]),
         ("uptime", _duration(data["uptime_seconds"])),
     ]
+    if (data.get("swap") or {}).get("until") is not None:
+        rows.append(("probation", data["swap"]["line"]))
     if data["restart_count"]:
         last = data["last_exit"] or {}
         crashed = f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)"

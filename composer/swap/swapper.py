@@ -30,13 +30,12 @@ from composer.render.files import run_file
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import gateway_change, snapshot, transaction
+from composer.swap import gateway_change, probation, snapshot, transaction
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import NOTE, WARNING, SwapRecord, append_history
-from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -98,7 +97,8 @@ def swap(ctx: Context, target: Target, snap: snapshot.Snapshot | None = None) ->
     finally:
         if early is not None:
             early.drop()
-    result.notes += start_profiles(ctx, compose_file)
+    if not probation.is_watcher():  # they started when `up` returned
+        result.notes += start_profiles(ctx, compose_file)
     return result
 
 
@@ -235,6 +235,13 @@ def execute(
             "GPU memory may still be held by another process"
         )
     result.timings["total"] = time.monotonic() - began
+    if probation.is_watcher():  # `up` recorded the switch; this is how its probation ended
+        ended = "ended early" if swap.ended else "passed"
+        seconds = round(result.timings.get("probation", 0.0), 3)
+        entry = {"kind": "probation", "source": plan.previous.variant if plan.previous else None}
+        entry |= {"target": plan.target, "outcome": ended, "timings": {"total": seconds}}
+        append_history(ctx.stack.project, entry)
+        return
     _history(ctx, plan, result.outcome, result)
 
 
@@ -253,6 +260,7 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
             "cause": cause.splitlines()[0][:500] if cause else None,
             **({"by": ctx.options.by} if ctx.options.by else {}),
             "serving_container": None if cause else result.serving_container,
+            **({"probation": result.probation} if result.probation else {}),
         },
     )
 
@@ -301,5 +309,5 @@ def up(
     if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
         return swap(ctx, target)
     check_profiles(ctx, target.prometheus)
-    with swap_lock(stack.project, options.wait_for_lock, progress):
+    with probation.watcher_exits(), probation.change_lock(stack.project, options.wait_for_lock, progress):
         return swap(ctx, target)

@@ -14,6 +14,7 @@ the warm-up and the wake checks beside it.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -347,6 +348,8 @@ class DockerSwap:
         self.released = False
         self.updated = False
         self.cause, self.tail, self.hints = "", "", ()
+        self.record: SwapRecord | None = None  # the running record (a watcher goes on with it)
+        self.ended = False  # a new change ended the probation early
 
     @property
     def ctx(self) -> Context:
@@ -682,21 +685,54 @@ class DockerSwap:
 
     def probation(self, op: ops.Probation) -> None:
         """With clients served, watch what is left of the probation (counted as the settle
-        watch is); a crash, a restart or a failing `/health` fails the swap (and undoes it)."""
-        ctx = self.ctx
+        watch is); a crash, a restart or a failing `/health` fails the swap (and undoes it).
+        Unless `wait_probation`, a forked watcher does it and `up` returns (`probation`)."""
+        from composer.swap import probation
+
+        ctx, variant = self.ctx, op.member.variant
         seconds = settle_left(op.seconds, self.since)
         container = self.container
         if seconds <= 0 or container is None:
             return
+        until = time.time() + seconds
+        clock = time.strftime("%H:%M:%S", time.localtime(until))
+        alone = threading.current_thread() is threading.main_thread()  # a fork takes the main thread
+        if alone and not ctx.options.wait_probation and self.record is not None and self.result is not None:
+            standby.updates_done()
+            ctx.client.api.close()  # each process opens its own connections to the engine
+            pid = probation.detach(self.stack.project)
+            if pid:  # `up`: the variant serves; the watcher goes on with the swap
+                self.record.handed = True
+                log = probation.log_path(self.stack.project)
+                self.result.probation = {
+                    "until": datetime.fromtimestamp(until, UTC).isoformat(timespec="seconds"),
+                    "pid": pid,
+                    "log": str(log),
+                    "outcome": "running",
+                }
+                ctx.say(
+                    f"{variant} serves; on probation until {clock} in the background (pid {pid}): a "
+                    "crash or a restart rolls it back; `compose-spec status` shows it, its log is "
+                    f"{log}"
+                )
+                return
+            self.record.hand_over(probation.STAGE, until)
         ctx.say(
-            f"{op.member.variant} serves; watching it {seconds:.0f}s more (stack.probation): "
+            f"{variant} serves; watching it {seconds:.0f}s more, until {clock} (stack.probation): "
             "a crash or a restart rolls it back"
         )
         began = time.monotonic()
-        where = gate_target(ctx, op.member.variant)
-        watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
+        where = gate_target(ctx, variant)
+        try:
+            with probation.ending() if probation.is_watcher() else contextlib.nullcontext():
+                watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
+        except probation.ProbationEnded:
+            self.ended = True
         self.timings["probation"] = time.monotonic() - began
-        self.notes.append(f"{op.member.variant} ran {seconds:.0f}s on probation without a crash or a restart")
+        if self.ended:
+            self.notes.append(f"{variant}'s probation was ended by a new change of the project")
+            return
+        self.notes.append(f"{variant} ran {seconds:.0f}s on probation without a crash or a restart")
 
     # -- a live change's members ----------------------------------------------------------
     def start_member(self, op: ops.StartMember) -> None:
@@ -916,6 +952,7 @@ def run(swap: DockerSwap, record: SwapRecord) -> None:
     """Run the plan through the executor (see the module's docstring); the hold is released in any case."""
     ctx = swap.ctx
     failure: SwapFailed | None = None
+    swap.record = record
     try:
         execute(
             swap.plan.ops,

@@ -1,11 +1,14 @@
 """After the gate, on the real daemon with the simulator: a crash during the probation window
-rolls back; a gateway killed during a swap is started again; a gateway recreated by a swap
+rolls back, with `up` waiting through it (`--wait-probation`) or returned already (a watcher
+process keeps it, `status` and the history show it, the next `up` ends it); a gateway killed during a swap is started again; a gateway recreated by a swap
 reaches the serving variant before it is put to sleep."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
+from datetime import datetime
 
 import httpx
 import pytest
@@ -15,6 +18,7 @@ from tests.swap.conftest import running_containers
 pytestmark = pytest.mark.docker
 
 CRASHLATE = '\n[variants.crashlate]\nextends = "mtp"\nenv = { SIM_FAIL = "crash-after:3" }\n'
+CRASHLATER = '\n[variants.crashlater]\nextends = "mtp"\nenv = { SIM_FAIL = "crash-after:8" }\n'
 SLOW = '\n[variants.slow]\nextends = "mtp"\nenv = { SIM_LOAD_SECONDS = "8" }\n'
 
 
@@ -48,9 +52,9 @@ def serving(client, project: str) -> list[str]:
 
 
 def test_a_crash_during_the_probation_rolls_back_and_status_flags_a_later_restart(sim_stack, docker_client):
-    add_variants(sim_stack, CRASHLATE)
+    add_variants(sim_stack, CRASHLATE + CRASHLATER)
     assert sim_stack.run("up", "baseline").returncode == 0
-    done = sim_stack.run("--set", "stack.probation=20s", "up", "crashlate", timeout=180)
+    done = sim_stack.run("--set", "stack.probation=20s", "up", "crashlate", "--wait-probation", timeout=180)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "watching it" in done.stderr and "during its probation (" in done.stderr
     assert "rolled back to baseline, which serves again" in done.stderr
@@ -60,14 +64,65 @@ def test_a_crash_during_the_probation_rolls_back_and_status_flags_a_later_restar
     last = json.loads(sim_stack.run("history", "--json").stdout)[-1]
     assert last["target"] == "crashlate" and last["outcome"] == "rolled back"
     # without a probation the swap succeeds, and status exits 1 once Docker restarted it
-    assert sim_stack.run("up", "crashlate").returncode == 0
+    assert sim_stack.run("up", "crashlater").returncode == 0  # it crashes 8 s after its start
     assert sim_stack.run("status").returncode == 0
 
     def flagged() -> bool:
         return sim_stack.run("status").returncode == 1
 
     wait_for(flagged, 60)
-    assert "crashlate restarted" in sim_stack.run("status").stdout
+    assert "crashlater restarted" in sim_stack.run("status").stdout
+
+
+def history(stack) -> list[dict]:
+    return json.loads(stack.run("history", "--json").stdout)
+
+
+def test_up_returns_when_the_variant_serves_and_a_crash_later_in_the_window_still_rolls_back(
+    sim_stack, docker_client
+):
+    add_variants(sim_stack, CRASHLATER)
+    assert sim_stack.run("up", "baseline").returncode == 0
+    done = sim_stack.run("--set", "stack.probation=90s", "up", "crashlater", "--json", timeout=180)
+    returned = time.time()
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    assert result["outcome"] == "swapped" and result["probation"]["outcome"] == "running"
+    until = datetime.fromisoformat(result["probation"]["until"]).timestamp()
+    assert returned < until - 30  # the window goes on after `up` returned
+    assert "on probation until" in done.stderr
+    swapped = history(sim_stack)[-1]
+    assert swapped["target"] == "crashlater" and swapped["outcome"] == "swapped" and swapped["probation"]
+    # no command runs: the watcher sees the crash and brings baseline back
+    wait_for(lambda: history(sim_stack)[-1]["outcome"] == "rolled back", 120)
+    last = history(sim_stack)[-1]
+    assert last["target"] == "crashlater" and "during its probation" in last["cause"]
+    assert serving(docker_client, sim_stack.project) == ["baseline"]
+    assert completion(sim_stack) == 200
+    assert sim_stack.status()["swap"] is None  # the watcher ended and let go of the project
+    text = sim_stack.run("history").stdout
+    assert "swapped, then on probation" in text and "rolled back to baseline" in text
+    log = (sim_stack.run_dir() / "probation.log").read_text()
+    assert "rolled back to baseline" in log
+
+
+def test_status_shows_a_running_probation_and_the_next_up_ends_it(sim_stack, docker_client):
+    assert sim_stack.run("up", "baseline").returncode == 0
+    done = sim_stack.run("--set", "stack.probation=10m", "up", "mtp", timeout=180)
+    assert done.returncode == 0, done.stderr
+    assert "mtp: swapped (" in done.stdout and "on probation until" in done.stdout
+    shown = sim_stack.run("status")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert re.search(r"probation +mtp serves, on probation until [0-9:]{8} \(pid [0-9]+\)", shown.stdout)
+    assert "rolls it back to baseline" in shown.stdout
+    assert sim_stack.status()["health"] == "ready"
+    moved = sim_stack.run("up", "baseline", timeout=180)
+    assert moved.returncode == 0, moved.stderr
+    assert "ending mtp's probation" in moved.stderr
+    ended = [e for e in history(sim_stack) if e["kind"] == "probation"]
+    assert ended and ended[-1]["target"] == "mtp" and ended[-1]["outcome"] == "ended early"
+    assert history(sim_stack)[-1]["target"] == "baseline"
+    assert serving(docker_client, sim_stack.project) == ["baseline"]
 
 
 def test_a_gateway_killed_during_a_swap_is_started_again(sim_stack, docker_client):
