@@ -441,13 +441,21 @@ class GatewayControl:
         """Apply `config.LIVE` settings in place; returns those in effect. A refusal changes nothing."""
         return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
 
-    def route(self, upstream: str) -> str:
-        """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
-        return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
+    def route(self, upstream: str, variant: str | None = None) -> str:
+        """Forward to `upstream` from now on (held until it is ready), the single member, which
+        serves `variant` when given; returns the previous URL."""
+        single = {"url": upstream, **({"variant": variant} if variant else {})}
+        return str(self._call("POST", "/upstreams", {"single": single})["previous"])
 
-    def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single upstream)."""
-        reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
+    def set_upstreams(
+        self, upstreams: Sequence[Mapping[str, str]], single_variant: str | None = None
+    ) -> tuple[UpstreamInfo, ...]:
+        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single
+        member, which serves `single_variant` when given)."""
+        body: dict[str, Any] = {"upstreams": [dict(u) for u in upstreams]}
+        if single_variant:
+            body["single"] = {"variant": single_variant}
+        reply = self._call("POST", "/upstreams", body)
         return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 
     def drain_upstream(

@@ -11,6 +11,11 @@ is the state's `upstream` and `single_outstanding`.
 `replace()` keeps the members that stay (same name and URL); new ones from the control channel
 count as ready at once (the host gated them), new ones from the settings are probed first;
 members that leave stay listed (`leaving`) until their requests finish (`wait_gone()`).
+
+What serves is the members' variants (`variants()`): the live set's, or the single member's
+(named by `name_single()` when the host reports it). Every change of the set, of the single
+member's URL or of its variant counts one `generation` and calls `on_change` (the gateway keeps
+`record()` in its state folder, and a restart `restore()`s it).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import contextlib
 import logging
 import time
 from collections import deque
+from dataclasses import replace as with_fields
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -66,19 +72,24 @@ class Member:
     def view(self) -> View:
         return View(self.name, self.spec.variant, self.ready, self.outstanding, self.requests, self.spilled)
 
-    def begin(self, spilled: bool = False) -> None:
-        """A request goes to this member (`spilled`: another variant's overflow)."""
+    def begin(self, spilled: bool = False, counted: bool = True) -> None:
+        """A request goes to this member (`spilled`: another variant's overflow; not `counted`:
+        a holder's probe, in flight but neither a request nor served)."""
         self.outstanding += 1
         self.spilled += spilled
+        if not counted:
+            return
         self.requests += 1
         if self.listed:
             self.metrics.live_requests.labels(self.name).inc()
             self.metrics.live_outstanding.labels(self.name).inc()
 
-    def end(self, ok: bool, spilled: bool = False) -> None:
+    def end(self, ok: bool, spilled: bool = False, counted: bool = True) -> None:
         """The request finished (`ok`: answered without a connection failure)."""
         self.outstanding -= 1
         self.spilled -= spilled
+        if not counted:
+            return
         if ok:
             self.served += 1
             self.recent.append(time.monotonic())
@@ -130,8 +141,37 @@ class LiveSet:
         self.members: dict[str, Member] = {}  # the published live set
         self.leaving: list[Member] = []
         self._changed = asyncio.Event()
+        self.generation = 0
+        self.on_change: Callable[[], None] = lambda: None
         single = LiveSpec(SINGLE, "", config.upstream)
-        self.single = self._make(single, config.upstream_candidates, 0.0, metrics.set_upstream)
+        self.single = self._make(single, config.upstream_candidates, 0.0, self._routed)
+
+    def _routed(self, old: str | None, new: str) -> None:
+        """The single member's poller follows another URL (`/route`, or a candidate found)."""
+        self.metrics.set_upstream(old, new)
+        self._count()
+
+    def _count(self) -> None:
+        self.generation += 1
+        self.on_change()
+
+    def name_single(self, variant: str | None) -> None:
+        """The host says `variant` is what the single member serves (None or "": unchanged)."""
+        if variant and variant != self.single.spec.variant:
+            self.single.spec = with_fields(self.single.spec, variant=variant)
+            self._count()
+
+    def variants(self) -> list[str]:
+        """The variants that serve now, in the set's order (empty: the host has not said)."""
+        return list(dict.fromkeys(m.spec.variant for m in self.serving() if m.spec.variant))
+
+    def record(self) -> dict[str, Any]:
+        """What serves, JSON-ready: the live set, the single member and the generation."""
+        return {
+            "generation": self.generation,
+            "members": [m.spec.describe() for m in self.members.values()],
+            "single": self.single.spec.describe() | {"url": self.single.url},
+        }
 
     @property
     def active(self) -> bool:
@@ -213,6 +253,7 @@ class LiveSet:
         log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
         self._on_ready(self.any_ready())
         self._reap()
+        self._count()
 
     def _leave(self, member: Member) -> None:
         member.leaving = True
@@ -264,10 +305,10 @@ class LiveSet:
             if self.active:
                 self.metrics.route_decisions.labels(choice.reason).inc()
             member, spilled = serving[choice.name], choice.reason == "spill"
-        member.begin(spilled)
+        member.begin(spilled, counted=not probe)
 
         def release(ok: bool) -> None:
-            member.end(ok, spilled)
+            member.end(ok, spilled, counted=not probe)
             if member.leaving and member.outstanding <= 0:
                 self._reap()
 

@@ -86,16 +86,18 @@ class StatusBoard:
             await asyncio.sleep(SAMPLE_EVERY_S)
 
     async def sample_once(self) -> None:
-        """Read the backend's `/metrics` once into the serving variant's series."""
+        """Read each serving variant's `/metrics` once into its series (one member of each)."""
         gw = self.gateway
-        if self.switches.current is not None or not gw.upstream.ready:
+        if self.switches.current is not None:
             return
-        url = gw.upstream.url
-        with contextlib.suppress(httpx.HTTPError):
-            reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
-            # unless a switch began meanwhile: then the answer is not the serving variant's
-            if reply.status_code == 200 and url == gw.upstream.url and self.switches.current is None:
-                self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
+        members = {m.spec.variant or UNKNOWN: m for m in reversed(gw.live.serving()) if m.ready}
+        for variant, member in members.items():
+            url = member.url
+            with contextlib.suppress(httpx.HTTPError):
+                reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
+                # unless a switch began meanwhile: then the answer is not the serving variant's
+                if reply.status_code == 200 and url == member.url and self.switches.current is None:
+                    self.samples.add(variant, parse(reply.text, time.time()))
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -110,19 +112,21 @@ class StatusBoard:
         self.switches.expire(h["id"] for h in gate["holds"])
         switching = gw.switcher.snapshot()
         log_now = self.switches.snapshot()
-        serving = gw.switcher.serving
+        serving = gw.serving_variants()
         current = log_now["current"]
-        if current is not None and current["stage"] != "drain":
-            serving = None  # the old variant stops (or sleeps): nothing serves until the gate passes
-        sleeping = [v for v in self.switches.sleeping if v != serving]
+        if current is not None and current["stage"] != "drain" and not gw.live.active:
+            serving = []  # the old variant stops (or sleeps): nothing serves until the gate passes
+        sleeping = [v for v in self.switches.sleeping if v not in serving]
         now = time.time()
-        names = [*([serving] if serving else []), *sleeping]
+        shares = self._shares()
+        names = [*serving, *sleeping]
         names += sorted(v for v in self.samples.series if v not in names)
         variants = {}
         for name in names:
-            state = "serving" if name == serving else "sleeping" if name in sleeping else "stopped"
+            state = "serving" if name in serving else "sleeping" if name in sleeping else "stopped"
             variants[name] = {
                 "state": state,
+                "share": shares.get(name) if state == "serving" else None,
                 **self.samples.summary(name),
                 "sparkline": self.samples.sparkline(name, now - SPARK_S),
             }
@@ -135,7 +139,8 @@ class StatusBoard:
                 "waking": bool(gw.metrics.waking._value.get()),
                 "error": plain_error(gw.upstream.last_error) if gw.upstream.last_error else "",
             },
-            "serving": [serving] if serving else [],
+            "serving": serving,
+            "generation": gw.live.generation,
             "sleeping": sleeping,
             "switch": log_now["current"],
             "switches": log_now["recent"],
@@ -159,6 +164,16 @@ class StatusBoard:
                 for u in gw.live.snapshot()
             ],
         }
+
+    def _shares(self) -> dict[str, float]:
+        """Each serving variant's share of the requests its members answered (0..1; None for
+        every one before the first request; holders' probes are not requests)."""
+        served: dict[str, int] = {}
+        for member in self.gateway.live.serving():
+            if member.spec.variant:
+                served[member.spec.variant] = served.get(member.spec.variant, 0) + member.served
+        total = sum(served.values())
+        return {v: round(n / total, 4) for v, n in served.items()} if total else {}
 
     async def status(self, request: Request) -> Response:
         """`GET /gateway/status`: the status JSON, with the API key only."""

@@ -1,9 +1,13 @@
-"""What a restarted gateway keeps in its state folder: finished switches and live settings.
+"""What a restarted gateway keeps in its state folder: finished switches, live settings and
+what serves.
 
 Switches: one JSON object per line (oldest first) in `<GATEWAY_STATE_DIR>/switches.jsonl`, at
 most `keep` lines, rewritten whole after each switch. Settings: `settings.json`, the settings
 applied in place (`PUT /settings`) with the container they were applied to, so that a restart
 of the same container keeps them and a new container (other settings) starts from its own.
+What serves: `serving.json`, the members (live set, single member with its variant, the set's
+generation) with the container that wrote it: a restart of the same container takes it whole,
+a new container (a replacement) only the single member's variant (`ServingStore`).
 Every write is atomic (a temporary file beside it, fsync, rename). A missing, unreadable or
 partly corrupt file loses only what cannot be read; a failed write is logged and never stops
 the gateway.
@@ -23,6 +27,7 @@ log = logging.getLogger("gateway")
 
 FILE_NAME = "switches.jsonl"
 SETTINGS_FILE = "settings.json"
+SERVING_FILE = "serving.json"
 MAX_LINE_BYTES = 16384  # a longer line is not one this gateway wrote
 MAX_SETTINGS_BYTES = 65536
 
@@ -88,6 +93,33 @@ class SettingsStore:
         """Keep `settings` for a restart of this container."""
         record = {"container": self.container, "started_with": started_with, "settings": settings}
         write_atomic(self.path, json.dumps(record, separators=(",", ":")), "the settings")
+
+
+class ServingStore:
+    """What serves (`live.LiveSet.record()`), kept for a restart or a replacement."""
+
+    def __init__(self, directory: str | Path, container: str) -> None:
+        self.path = Path(directory) / SERVING_FILE
+        self.container = container
+
+    def load(self) -> tuple[dict[str, Any], bool]:
+        """The saved record ({} when none can be read) and whether this container saved it."""
+        try:
+            with self.path.open("rb") as fh:
+                record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
+        except FileNotFoundError:
+            return {}, False
+        except (OSError, ValueError) as err:
+            log.warning("serving: cannot read %s: %s", self.path, err)
+            return {}, False
+        if not isinstance(record, dict) or not isinstance(record.get("serving"), dict):
+            return {}, False
+        return record["serving"], record.get("container") == self.container
+
+    def save(self, serving: dict[str, Any]) -> None:
+        """Keep `serving` (written by this container)."""
+        record = {"container": self.container, "serving": serving}
+        write_atomic(self.path, json.dumps(record, separators=(",", ":")), "what serves")
 
 
 def write_atomic(path: Path, body: str, what: str) -> None:

@@ -92,6 +92,7 @@ class Publish(Op):
 
     upstreams: tuple[dict[str, str], ...]
     previous: tuple[dict[str, str], ...]
+    single: str = ""  # with `()`: the variant the single upstream serves
 
     def inverse(self) -> tuple[Op, ...]:
         return (Publish(self.previous, self.upstreams),)

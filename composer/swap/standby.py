@@ -93,7 +93,7 @@ def put_to_sleep(control: GatewayControl, variant: str, stack: Stack) -> None:
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
     """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
-    control.route(upstream_url(container.name))
+    control.route(upstream_url(container.name), variant)
     _answered(control.wake_up, f"the wake of {variant} failed", "/wake_up", HealthCheckFailed)
     if stack.sleep_level == 2:  # level 2 dropped the weights: read the checkpoint again
         reload = partial(control.backend, "POST", "/collective_rpc", body={"method": "reload_weights"})
