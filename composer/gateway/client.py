@@ -31,6 +31,7 @@ CALL_WAIT_S = 20.0
 PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
+SINGLE = "single"  # the single member's name in the state's `upstreams` (a live member's: VARIANT/REPLICA)
 CTL = ("python3", "-m", "composer.gateway.ctl")
 # How long `tether` waits for a `ctl session`'s hello before it takes the gateway for an older
 # image (a plain tether); the session's Python starts in about 0.3 s.
@@ -99,13 +100,18 @@ class DrainProgress:
 class GatewayState:
     """The gateway as its control channel reports it (`raw` has every field)."""
 
-    upstream: str
     open: bool
     backend_ready: bool
     held: int
     inflight: int
     holds: tuple[HoldInfo, ...]
     raw: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def upstream(self) -> str:
+        """The single member's URL (an older gateway image reports it as `upstream`)."""
+        single = next((u for u in self.upstreams if u.name == SINGLE), None)
+        return single.url if single is not None else str(self.raw.get("upstream") or "")
 
     @property
     def follower_attached(self) -> bool | None:
@@ -116,7 +122,8 @@ class GatewayState:
 
     @property
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
-        """The live set, then its leaving members (empty: the single upstream serves)."""
+        """Every member requests go to (the live set, or the single member named `SINGLE`),
+        then those leaving with requests in flight."""
         items = self.raw.get("upstreams")
         items = items if isinstance(items, list) else []
         return tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))

@@ -283,7 +283,7 @@ class Control:
         if _flag(args, "continue", False) and proxy.continue_streams:
             # its streams go on on the others (never paused on a member of the set at its URL)
             staying = {m.url for m in live.members.values()}
-            urls = {m.url for m in live.leaving if m.name == name} - staying
+            urls = {m.url for m in live.left(name)} - staying
             counts = [proxy.pause_streams(url, context) for url in urls]
         left = await live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
         continued, refused = sum(c for c, _ in counts), sum(r for _, r in counts)

@@ -1,12 +1,12 @@
 """The upstreams the gateway forwards to: a set of `Member`s, every request goes to one.
 
-Without a published live set it is the set of one that follows `/route`: the `single` member
-(`GATEWAY_UPSTREAM`, then the URL routed to). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST
-/upstreams`) replaces it; an empty one brings it back. Every member has one readiness watcher
-(`upstream.Upstream`), one outstanding count and the same routing and failover; a member the
-proxy cannot reach is out (`Upstream.mark_down`) until a probe passes. A live member is
-`listed` (the state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one
-is the state's `upstream` and `single_outstanding`.
+Without a published live set it is the set of one: the `single` member (`GATEWAY_UPSTREAM`,
+then the URL `POST /upstreams {"single": {"url"}}` routes it to). A live set
+(`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`) replaces it; an empty one brings it back. Every
+member has one readiness watcher (`upstream.Upstream`), one outstanding count and the same
+routing and failover; a member the proxy cannot reach is out (`Upstream.mark_down`) until a
+probe passes. The state's `upstreams` shows every member requests go to, the single one too,
+then those leaving; a live member is also `listed` (`gateway_live_*{upstream}`, `x-served-by`).
 
 `replace()` keeps the members that stay (same name and URL); new ones from the control channel
 count as ready at once (the host gated them), new ones from the settings are probed first;
@@ -15,7 +15,7 @@ members that leave stay listed (`leaving`) until their requests finish (`wait_go
 What serves is the members' variants (`variants()`): the live set's, or the single member's
 (named by `name_single()` when the host reports it). Every change of the set, of the single
 member's URL or of its variant counts one `generation` and calls `on_change` (the gateway keeps
-`record()` in its state folder, and a restart `restore()`s it).
+`record()` in its state folder, and a restart or a replacement reads it back).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import contextlib
 import logging
 import time
 from collections import deque
-from dataclasses import replace as with_fields
 from collections.abc import Callable, Sequence
+from dataclasses import replace as with_fields
 from typing import Any
 
+from .client import SINGLE
 from .config import GatewayConfig, LiveSpec
 from .continuation import once
 from .metrics import Metrics
@@ -39,7 +40,6 @@ log = logging.getLogger("gateway")
 
 BACKOFF_MAX_S = 2.0
 LAST_MINUTE_S = 60.0
-SINGLE = "single"  # the set of one's member (a live member's name is VARIANT/REPLICA)
 
 
 class Member:
@@ -63,7 +63,7 @@ class Member:
 
     @property
     def url(self) -> str:
-        return self.poller.url  # the single member's follows `/route`
+        return self.poller.url  # the single member's follows `single.url`
 
     @property
     def ready(self) -> bool:
@@ -112,6 +112,7 @@ class Member:
     def describe(self) -> dict[str, Any]:
         return {
             **self.spec.describe(),
+            "url": self.url,
             "ready": self.ready,
             "outstanding": self.outstanding,
             "requests": self.requests,
@@ -147,7 +148,7 @@ class LiveSet:
         self.single = self._make(single, config.upstream_candidates, 0.0, self._routed)
 
     def _routed(self, old: str | None, new: str) -> None:
-        """The single member's poller follows another URL (`/route`, or a candidate found)."""
+        """The single member's poller follows another URL (`single.url`, or a candidate found)."""
         self.metrics.set_upstream(old, new)
         self._count()
 
@@ -170,7 +171,7 @@ class LiveSet:
         return {
             "generation": self.generation,
             "members": [m.spec.describe() for m in self.members.values()],
-            "single": self.single.spec.describe() | {"url": self.single.url},
+            "single": {**self.single.spec.describe(), "url": self.single.url},
         }
 
     @property
@@ -179,7 +180,7 @@ class LiveSet:
         return bool(self.members)
 
     def serving(self) -> tuple[Member, ...]:
-        """The members requests go to: the live set, or the set of one that follows `/route`."""
+        """The members requests go to: the live set, or the single member."""
         return tuple(self.members.values()) or (self.single,)
 
     def any_ready(self) -> bool:
@@ -222,7 +223,7 @@ class LiveSet:
         self.replace(specs, gated=False)
 
     def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the set (empty: the set of one that follows `/route`); `gated` members
+        """Make `specs` the set (empty: the single member); `gated` members
         count as ready at once (the host gated them)."""
         keep: dict[str, Member] = {}
         for spec in specs:
@@ -271,12 +272,17 @@ class LiveSet:
         self._changed.set()  # `wait_gone` looks again
         self._changed = asyncio.Event()
 
+    def left(self, name: str) -> list[Member]:
+        """The members out of the set named `name` (the single member while a live set serves)."""
+        single = [self.single] if self.single.leaving and name == SINGLE else []
+        return [*(m for m in self.leaving if m.name == name), *single]
+
     async def wait_gone(self, name: str, wait_s: float) -> int:
         """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
         returns how many are still in flight."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        while (left := sum(m.outstanding for m in self.leaving if m.name == name)) and loop.time() < deadline:
+        while (left := sum(m.outstanding for m in self.left(name))) and loop.time() < deadline:
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
@@ -310,13 +316,16 @@ class LiveSet:
         def release(ok: bool) -> None:
             member.end(ok, spilled, counted=not probe)
             if member.leaving and member.outstanding <= 0:
-                self._reap()
+                self._reap()  # also when the single member's last request ends: `wait_gone` looks
 
         return member, once(release)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every live member, then every leaving one, JSON-ready."""
-        return [m.describe() for m in (*self.members.values(), *self.leaving)]
+        """Every member requests go to (the live set, or the single member), then every leaving
+        one with requests in flight or still counted, JSON-ready."""
+        single = self.single
+        gone = (single,) if single.leaving and single.outstanding > 0 else ()
+        return [m.describe() for m in (*self.serving(), *self.leaving, *gone)]
 
     async def aclose(self) -> None:
         """Stop every poller and close its client."""

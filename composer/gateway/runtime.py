@@ -163,7 +163,7 @@ class Gateway:
 
     @property
     def upstream(self) -> Upstream:
-        """The readiness watcher of the single member (the set of one that follows `/route`)."""
+        """The readiness watcher of the single member (the single member)."""
         return self.live.single.poller
 
     @property
@@ -237,12 +237,11 @@ class Gateway:
 
     def state(self) -> dict[str, Any]:
         return {
-            "upstream": self.upstream.url,
             "served_name": self.config.served_name,
             "backend_error": self.upstream.last_error,
             "live": self.live.active,
             "upstreams": self.live.snapshot(),
-            "single_outstanding": self.live.single.outstanding,
+            "generation": self.live.generation,
             **self.gate.snapshot(),
             "refused": self.metrics.refused_counts(),
             "drained_total": self.metrics.drained._value.get(),

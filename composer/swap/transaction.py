@@ -35,6 +35,7 @@ from composer.engine.gate import (
     watch_settled,
 )
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
+from composer.gateway.client import SINGLE
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
@@ -914,12 +915,17 @@ def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]], sing
 
 
 def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
-    older gateway image: every forwarded request less those on live upstreams)."""
-    if raw is not None and "single_outstanding" in raw:
+    """The gateway's requests in flight on its single member (its entry of `upstreams`; not
+    listed: none); from an older gateway image, `single_outstanding`, else every forwarded
+    request less those on live upstreams."""
+    raw = raw or {}
+    states = upstream_states(raw)
+    if SINGLE in states or "generation" in raw:
+        return max(0, int(states.get(SINGLE, {}).get("outstanding") or 0))
+    if "single_outstanding" in raw:
         return max(0, int(raw["single_outstanding"] or 0))
-    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
-    return max(0, int((raw or {}).get("inflight") or 0) - live)
+    live = sum(int(u.get("outstanding") or 0) for u in states.values())
+    return max(0, int(raw.get("inflight") or 0) - live)
 
 
 @dataclass

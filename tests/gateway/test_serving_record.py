@@ -111,7 +111,10 @@ def test_a_live_set_serving_is_known_after_a_restart_and_a_replacement(
         assert [u.name for u in ctl.state().upstreams] == ["baseline/1", "mtp/1"]
         shown = status(gw)
         assert shown["serving"] == ["baseline", "mtp"]
-        assert {v: c["state"] for v, c in shown["variants"].items()} == {"baseline": "serving", "mtp": "serving"}
+        assert {v: c["state"] for v, c in shown["variants"].items()} == {
+            "baseline": "serving",
+            "mtp": "serving",
+        }
         assert serving_metric(gw) == {"baseline", "mtp"}
         assert next_switch_from(gw, ctl, "baseline") == "baseline, mtp"
     finally:
@@ -146,7 +149,7 @@ def test_route_names_the_single_members_variant_and_a_new_set_of_settings_is_not
     takes that set, not the record's single member."""
     gw, ctl = start(tmp_path, "a", backend.url)
     assert ctl.route(other.url, "mtp") == backend.url
-    assert status(gw)["serving"] == ["mtp"] and ctl.state().raw["upstream"] == other.url
+    assert status(gw)["serving"] == ["mtp"] and ctl.state().upstream == other.url
     gw.stop()
     live = (LiveSpec("baseline/1", "baseline", backend.url),)
     gw, ctl = start(tmp_path, "b", "http://127.0.0.1:9", live_upstreams=live)
