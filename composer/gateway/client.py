@@ -452,7 +452,13 @@ class GatewayControl:
         """Forward to `upstream` from now on (held until it is ready), the single member, which
         serves `variant` when given; returns the previous URL."""
         single = {"url": upstream, **({"variant": variant} if variant else {})}
-        return str(self._call("POST", "/upstreams", {"single": single})["previous"])
+        try:
+            return str(self._call("POST", "/upstreams", {"single": single})["previous"])
+        except GatewayControlError as err:
+            if "must be a JSON list" not in str(err):
+                raise
+        # a gateway image from before the single member was one of `upstreams`
+        return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
     def set_upstreams(
         self, upstreams: Sequence[Mapping[str, str]], single_variant: str | None = None

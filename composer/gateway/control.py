@@ -19,7 +19,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.applications import Starlette
@@ -30,13 +30,48 @@ from starlette.routing import Route
 from composer.errors import GatewayConfigError
 
 from .client import DrainReport
-from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
-
-if TYPE_CHECKING:
-    from .runtime import Gateway
+from .config import MAX_LEASE_S, VARIANT, GatewayConfig, check_upstream, parse_live
+from .gate import Gate
+from .live import LiveSet
+from .metrics import Metrics
+from .proxy import ProxyApp
+from .status import StatusBoard
+from .switching import Switcher
+from .upstream import Upstream
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16
+
+
+class Controlled(Protocol):
+    """What the control channel reaches of the gateway (`runtime.Gateway`)."""
+
+    config: GatewayConfig
+    gate: Gate
+    live: LiveSet
+    metrics: Metrics
+    proxy: ProxyApp
+    status: StatusBoard
+    switcher: Switcher
+    backend_client: httpx.AsyncClient
+
+    @property
+    def upstream(self) -> Upstream: ...
+
+    @property
+    def backend_ready(self) -> bool: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def serving_name(self) -> str | None: ...
+
+    def report(
+        self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
+    ) -> None: ...
+
+    def apply_settings(self, changes: dict[str, str]) -> GatewayConfig: ...
+
+    def settings_in_effect(self) -> dict[str, Any]: ...
 
 
 class BadInput(ValueError):
@@ -105,7 +140,7 @@ def _wait(args: dict[str, Any]) -> float:
 class Control:
     """The control channel's verbs: one method each, from the request's arguments to the JSON reply."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Controlled) -> None:
         self.gateway = gateway
         self._drains: OrderedDict[str, tuple[asyncio.Task[DrainReport], float]] = OrderedDict()
 
@@ -347,7 +382,7 @@ async def _arguments(request: Request) -> dict[str, Any]:
     return {**args, **data}
 
 
-def build_control_app(gateway: Gateway) -> Starlette:
+def build_control_app(gateway: Controlled) -> Starlette:
     """The control app bound to one gateway: a route per verb of `VERBS`."""
     control = Control(gateway)
 

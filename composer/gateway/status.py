@@ -15,21 +15,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .config import GatewayConfig
+from .gate import Gate
+from .live import LiveSet
+from .metrics import Metrics
 from .page import HEADERS as PAGE_HEADERS
 from .page import PAGE
 from .routes import KeyCheck
+from .switching import Switcher
 from .switchlog import KEEP_SWITCHES, SwitchLog
 from .switchstore import SwitchStore
 from .throughput import Samples, parse
-
-if TYPE_CHECKING:
-    from .runtime import Gateway
+from .upstream import Upstream
 
 log = logging.getLogger("gateway")
 
@@ -52,6 +55,28 @@ PLAIN_ERRORS = {
 }
 
 
+class Shown(Protocol):
+    """What the status reads of the gateway (`runtime.Gateway`)."""
+
+    config: GatewayConfig
+    gate: Gate
+    live: LiveSet
+    metrics: Metrics
+    switcher: Switcher
+    backend_client: httpx.AsyncClient
+    started_at: float
+
+    @property
+    def upstream(self) -> Upstream: ...
+
+    @property
+    def backend_ready(self) -> bool: ...
+
+    def serving_variants(self) -> list[str]: ...
+
+    def settings_in_effect(self) -> dict[str, Any]: ...
+
+
 def plain_error(raw: str) -> str:
     """A probe's error as a sentence: client exceptions by what they mean, others as they are."""
     name = raw.split(":", 1)[0].strip()
@@ -61,7 +86,7 @@ def plain_error(raw: str) -> str:
 class StatusBoard:
     """The gateway's status for people: the switch log, throughput samples and both endpoints."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Shown) -> None:
         self.gateway = gateway
         self.keys = KeyCheck(gateway.config.api_key)
         state_dir = gateway.config.state_dir
