@@ -31,6 +31,9 @@ CALL_WAIT_S = 20.0
 PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
+# Marks a request of `compose-spec status` (its readiness probe through the port): the gateway
+# forwards it as any other but does not count it as a member's request.
+STATUS_PROBE_HEADER = "x-gateway-status-probe"
 SINGLE = "single"  # the single member's name in the state's `upstreams` (a live member's: VARIANT/REPLICA)
 CTL = ("python3", "-m", "composer.gateway.ctl")
 # How long `tether` waits for a `ctl session`'s hello before it takes the gateway for an older

@@ -26,6 +26,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from dataclasses import replace as with_fields
 from typing import Any
 
@@ -37,6 +38,10 @@ from .routing import View, choose_upstream
 from .upstream import Upstream
 
 log = logging.getLogger("gateway")
+
+# False while the request being forwarded is a status probe (`client.STATUS_PROBE_HEADER`, set
+# by the public app): in flight on its member, but neither a request nor served.
+COUNTED: ContextVar[bool] = ContextVar("counted", default=True)
 
 BACKOFF_MAX_S = 2.0
 LAST_MINUTE_S = 60.0
@@ -311,10 +316,11 @@ class LiveSet:
             if self.active:
                 self.metrics.route_decisions.labels(choice.reason).inc()
             member, spilled = serving[choice.name], choice.reason == "spill"
-        member.begin(spilled, counted=not probe)
+        counted = not probe and COUNTED.get()
+        member.begin(spilled, counted)
 
         def release(ok: bool) -> None:
-            member.end(ok, spilled, counted=not probe)
+            member.end(ok, spilled, counted)
             if member.leaving and member.outstanding <= 0:
                 self._reap()  # also when the single member's last request ends: `wait_gone` looks
 

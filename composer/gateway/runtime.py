@@ -31,11 +31,12 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from composer.errors import GatewayConfigError
 
 from .answers import send_error
+from .client import STATUS_PROBE_HEADER
 from .config import LIVE, VARIANT, GatewayConfig, LiveSpec, check_upstream, field_name, parse_live
 from .control import build_control_app
 from .gate import Gate, Refused
 from .limits import ConnectionLimits, limited_protocol, open_files_for
-from .live import LiveSet
+from .live import COUNTED, LiveSet
 from .metrics import Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
@@ -105,6 +106,7 @@ class Gateway:
         )
         proxy = self.proxy
         refused = self.metrics.refused
+        status_probe = STATUS_PROBE_HEADER.encode()
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
@@ -117,8 +119,10 @@ class Gateway:
                 return
             if is_own(scope["path"]):
                 await own(scope, receive, send)
-            else:
-                await proxy(scope, receive, send)
+                return
+            if any(k == status_probe for k, _ in scope["headers"]):
+                COUNTED.set(False)  # this request's task only
+            await proxy(scope, receive, send)
 
         return app
 

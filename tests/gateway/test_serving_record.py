@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import PROBE_HEADER
+from composer.gateway.client import PROBE_HEADER, STATUS_PROBE_HEADER
 from composer.gateway.config import LiveSpec
 
 from .conftest import KEY
@@ -160,7 +160,7 @@ def test_route_names_the_single_members_variant_and_a_new_set_of_settings_is_not
         gw.stop()
 
 
-def test_every_live_member_serves_with_its_share_and_a_probe_is_not_a_request(
+def test_every_live_member_serves_with_its_share_and_probes_are_not_requests(
     backend, other: FakeBackend, tmp_path: Path
 ) -> None:
     gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
@@ -186,6 +186,10 @@ def test_every_live_member_serves_with_its_share_and_a_probe_is_not_a_request(
         )
         assert probe.status_code == 200
         ctl.release(hold.id)
+        marked = {**AUTH, STATUS_PROBE_HEADER: "1"}  # `compose-spec status` through the port
+        for path in ("/health", "/v1/models"):
+            assert httpx.get(gw.url + path, headers=marked, timeout=30).status_code == 200
+        assert httpx.post(gw.url + CHAT, content=sse_request("status"), headers=marked, timeout=30).is_success
         served = {u.name: (u.requests, u.served) for u in ctl.state().upstreams}
         assert served == {"baseline/1": (2, 2), "mtp/1": (2, 2)}
     finally:
@@ -206,5 +210,29 @@ def test_a_live_set_lists_the_aliases_in_v1_models(backend, other: FakeBackend, 
         )
         listed = httpx.get(gw.url + "/v1/models", headers=AUTH, timeout=10).json()
         assert [(m["id"], m.get("variant")) for m in listed["data"]] == [(SERVED, None), ("fast", "mtp")]
+    finally:
+        gw.stop()
+
+
+def test_compose_spec_status_probing_through_the_port_is_not_counted(
+    backend, other: FakeBackend, tmp_path: Path
+) -> None:
+    from composer.engine.gate import GateTarget
+    from composer.swap.status import readiness
+
+    gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
+    try:
+        ctl.set_upstreams(
+            [
+                {"name": "baseline/1", "variant": "baseline", "url": backend.url},
+                {"name": "mtp/1", "variant": "mtp", "url": other.url},
+            ]
+        )
+        readiness(GateTarget("baseline", gw.port, "127.0.0.1", SERVED, KEY))  # its verdict aside
+        assert status(gw)["requests"]["forwarded_total"] >= 3  # /health, /v1/models, a completion
+        assert {u.name: (u.requests, u.served) for u in ctl.state().upstreams} == {
+            "baseline/1": (0, 0),
+            "mtp/1": (0, 0),
+        }
     finally:
         gw.stop()
