@@ -167,7 +167,7 @@ class Gateway:
 
     @property
     def upstream(self) -> Upstream:
-        """The readiness watcher of the single member (the single member)."""
+        """The single member's readiness watcher (its URL, its last error)."""
         return self.live.single.poller
 
     @property

@@ -162,7 +162,14 @@ class StatusBoard:
             "backend": {
                 "ready": gw.backend_ready,
                 "waking": bool(gw.metrics.waking._value.get()),
-                "error": plain_error(gw.upstream.last_error) if gw.upstream.last_error else "",
+                "error": next(
+                    (
+                        plain_error(m.poller.last_error)
+                        for m in gw.live.serving()
+                        if not m.ready and m.poller.last_error
+                    ),
+                    "",
+                ),
             },
             "serving": serving,
             "generation": gw.live.generation,
