@@ -104,7 +104,12 @@ def test_a_live_set_replaces_the_set_of_one_and_an_empty_one_brings_it_back(back
             ("m/1", 0, False),
             ("single", 1, True),
         ]
-        backend.state.release.set()
+        # the single member drains like any member left out of the set
+        waiting = ctl.drain_upstream("single", 0.2)
+        assert (waiting.done, waiting.outstanding) == (False, 1)
+        threading.Timer(0.3, backend.state.release.set).start()
+        drained = ctl.drain_upstream("single", 30)
+        assert (drained.done, drained.outstanding) == (True, 0)
         early.join(30)
         assert results["early"].status_code == 200 and [u.name for u in ctl.state().upstreams] == ["m/1"]
         ctl.set_upstreams([])
