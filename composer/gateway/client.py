@@ -379,7 +379,7 @@ class GatewayControl:
         sleeping = {
             str(k): (None if v is None else bool(v)) for k, v in (reply.get("sleeping") or {}).items()
         }
-        return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
+        return (_state(state) if isinstance(state, dict) and "open" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
         """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`: `drain`)."""

@@ -8,14 +8,18 @@ of the requests; a holder's probe is not a request."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import PROBE_HEADER, STATUS_PROBE_HEADER
+from composer.gateway.client import DEFAULT_CONTROL_SOCKET, PROBE_HEADER, STATUS_PROBE_HEADER
 from composer.gateway.config import LiveSpec
+from tests.conftest import REPO
 
 from .conftest import KEY
 from .fakes import SERVED, FakeBackend, GatewayThread, InProcessExec, sse_request
@@ -234,5 +238,31 @@ def test_compose_spec_status_probing_through_the_port_is_not_counted(
             "baseline/1": (0, 0),
             "mtp/1": (0, 0),
         }
+    finally:
+        gw.stop()
+
+
+class _Look:
+    """Runs the host's `look` script as a local process against this gateway's control socket."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.socket_path = socket_path
+
+    def exec_run(self, cmd: list[str], demux: bool = True) -> tuple[int, tuple[bytes, bytes]]:
+        argv = [sys.executable, *(self.socket_path if c == DEFAULT_CONTROL_SOCKET else c for c in cmd[1:])]
+        done = subprocess.run(
+            argv, capture_output=True, env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120
+        )
+        return done.returncode, (done.stdout, done.stderr)
+
+
+def test_the_hosts_look_reads_the_one_state_shape(backend, tmp_path: Path) -> None:
+    """`status` and the snapshot read the gateway in one exec (`look`): its state has no
+    `upstream` field of its own any more, the single member's URL is its entry's."""
+    gw, _ = start(tmp_path, "a", backend.url)
+    try:
+        state, _ = GatewayControl(_Look(gw.config.control_socket)).look([])
+        assert state is not None and state.upstream == backend.url
+        assert [(u.name, u.url) for u in state.upstreams] == [("single", backend.url)]
     finally:
         gw.stop()
