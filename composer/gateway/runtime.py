@@ -210,11 +210,13 @@ class Gateway:
 
     def _restore_serving(self) -> tuple[LiveSpec, ...]:
         """The live set to start with, the single member's URL and its variant as they were: a
-        restart of this container takes its saved record whole; a new one (a replacement)
-        starts from its own settings and keeps only the single member's variant, when both
-        it and the record route to the single member."""
+        restart of this container takes its saved record whole; a new one beside a running
+        gateway (a replacement) starts from its own settings and keeps only the single
+        member's variant, when both it and the record route to the single member; a new one
+        after a stop (`down`, then `up`) keeps nothing."""
         specs = self.config.live_upstreams
-        record, mine = self.serving_store.load() if self.serving_store is not None else ({}, False)
+        store = self.serving_store
+        record, mine, stopped = store.load() if store is not None else ({}, False, False)
         single = record.get("single") if isinstance(record.get("single"), dict) else {}
         try:
             members = parse_live(record.get("members", []), "serving.json") if record else ()
@@ -231,8 +233,8 @@ class Gateway:
             specs = members
             if url != self.live.single.url:
                 self.live.single.poller.route(url)
-        elif members or specs:
-            variant = None  # a live set named the variants: the single member's is not known
+        elif members or specs or stopped:
+            variant = None  # a live set named the variants, or nothing served since a stop
         if variant:
             self.switcher.serving = variant
             self.live.name_single(variant)
@@ -281,6 +283,8 @@ class Gateway:
             self._policy.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._policy
+        if self.serving_store is not None:
+            self.serving_store.stopped()
         await self.status.aclose()
         await self.proxy.aclose()
         await self.backend_client.aclose()

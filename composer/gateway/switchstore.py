@@ -6,8 +6,10 @@ most `keep` lines, rewritten whole after each switch. Settings: `settings.json`,
 applied in place (`PUT /settings`) with the container they were applied to, so that a restart
 of the same container keeps them and a new container (other settings) starts from its own.
 What serves: `serving.json`, the members (live set, single member with its variant, the set's
-generation) with the container that wrote it: a restart of the same container takes it whole,
-a new container (a replacement) only the single member's variant (`ServingStore`).
+generation) with the container that wrote it, marked `stopped` when that gateway stopped: a
+restart of the same container takes it whole, a new container started beside a running one
+(a replacement) only the single member's variant, one started after a stop (`down`, then
+`up`) nothing (`ServingStore`).
 Every write is atomic (a temporary file beside it, fsync, rename). A missing, unreadable or
 partly corrupt file loses only what cannot be read; a failed write is logged and never stops
 the gateway.
@@ -102,24 +104,36 @@ class ServingStore:
         self.path = Path(directory) / SERVING_FILE
         self.container = container
 
-    def load(self) -> tuple[dict[str, Any], bool]:
-        """The saved record ({} when none can be read) and whether this container saved it."""
+    def _read(self) -> dict[str, Any]:
         try:
             with self.path.open("rb") as fh:
                 record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
         except FileNotFoundError:
-            return {}, False
+            return {}
         except (OSError, ValueError) as err:
             log.warning("serving: cannot read %s: %s", self.path, err)
-            return {}, False
-        if not isinstance(record, dict) or not isinstance(record.get("serving"), dict):
-            return {}, False
-        return record["serving"], record.get("container") == self.container
+            return {}
+        ok = isinstance(record, dict) and isinstance(record.get("serving"), dict)
+        return record if ok else {}
 
-    def save(self, serving: dict[str, Any]) -> None:
+    def load(self) -> tuple[dict[str, Any], bool, bool]:
+        """The saved record ({} when none can be read), whether this container saved it and
+        whether the gateway that saved it stopped."""
+        record = self._read()
+        if not record:
+            return {}, False, False
+        return record["serving"], record.get("container") == self.container, record.get("stopped") is True
+
+    def save(self, serving: dict[str, Any], stopped: bool = False) -> None:
         """Keep `serving` (written by this container)."""
-        record = {"container": self.container, "serving": serving}
+        record = {"container": self.container, "serving": serving, "stopped": stopped}
         write_atomic(self.path, json.dumps(record, separators=(",", ":")), "what serves")
+
+    def stopped(self) -> None:
+        """This gateway stops: its record says so (not another container's: a replacement's)."""
+        record = self._read()
+        if record and record.get("container") == self.container:
+            self.save(record["serving"], stopped=True)
 
 
 def write_atomic(path: Path, body: str, what: str) -> None:

@@ -45,6 +45,19 @@ def start(state: Path, container: str, upstream: str, **settings) -> tuple[Gatew
     return gw, GatewayControl(InProcessExec(gw.config.control_socket))
 
 
+def again(
+    state: Path, old: GatewayThread, how: str, upstream: str, **settings
+) -> tuple[GatewayThread, GatewayControl]:
+    """`old` restarted (the same container, after its stop), or replaced (a new container
+    started beside it, then the old one stops), or a new container after a stop (`down`, `up`)."""
+    if how == "replaced":
+        new = start(state, "b", upstream, **settings)
+        old.stop()
+        return new
+    old.stop()
+    return start(state, "a" if how == "restarted" else "b", upstream, **settings)
+
+
 def status(gw: GatewayThread) -> dict:
     return httpx.get(f"{gw.url}/gateway/status", headers=AUTH, timeout=10).json()
 
@@ -71,15 +84,14 @@ def other() -> FakeBackend:
     server.stop()
 
 
-@pytest.mark.parametrize("again", ["restarted", "replaced"])
+@pytest.mark.parametrize("how", ["restarted", "replaced"])
 def test_one_variant_serving_is_known_after_a_restart_and_a_replacement(
-    backend, tmp_path: Path, again: str
+    backend, tmp_path: Path, how: str
 ) -> None:
     gw, ctl = start(tmp_path, "a", backend.url)
     ctl.release(serving="baseline")  # how a swap ends: the host says what serves
     assert status(gw)["serving"] == ["baseline"]
-    gw.stop()
-    gw, ctl = start(tmp_path, "a" if again == "restarted" else "b", backend.url)
+    gw, ctl = again(tmp_path, gw, how, backend.url)
     try:
         gw.wait(lambda g: g.backend_ready)
         shown = status(gw)
@@ -93,9 +105,9 @@ def test_one_variant_serving_is_known_after_a_restart_and_a_replacement(
         gw.stop()
 
 
-@pytest.mark.parametrize("again", ["restarted", "replaced"])
+@pytest.mark.parametrize("how", ["restarted", "replaced"])
 def test_a_live_set_serving_is_known_after_a_restart_and_a_replacement(
-    backend, other: FakeBackend, tmp_path: Path, again: str
+    backend, other: FakeBackend, tmp_path: Path, how: str
 ) -> None:
     members = [
         {"name": "baseline/1", "variant": "baseline", "url": backend.url},
@@ -104,12 +116,9 @@ def test_a_live_set_serving_is_known_after_a_restart_and_a_replacement(
     gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
     ctl.set_upstreams(members)  # published after the start: the container's settings name none
     assert status(gw)["serving"] == ["baseline", "mtp"]
-    gw.stop()
-    if again == "restarted":
-        gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
-    else:  # a replacement's settings name the set it serves
-        live = tuple(LiveSpec(**m) for m in members)
-        gw, ctl = start(tmp_path, "b", "http://127.0.0.1:9", live_upstreams=live)
+    # a replacement's settings name the set it serves; the restarted container's, none
+    live = tuple(LiveSpec(**m) for m in members) if how == "replaced" else ()
+    gw, ctl = again(tmp_path, gw, how, "http://127.0.0.1:9", live_upstreams=live)
     try:
         gw.wait(lambda g: g.backend_ready)
         assert [u.name for u in ctl.state().upstreams] == ["baseline/1", "mtp/1"]
@@ -136,8 +145,7 @@ def test_after_a_live_set_goes_back_to_one_variant_a_replacement_knows_it(
     ctl.set_upstreams(members)
     ctl.set_upstreams([], single_variant="baseline")  # `up baseline` from the set
     assert status(gw)["serving"] == ["baseline"] and serving_metric(gw) == {"baseline"}
-    gw.stop()
-    gw, ctl = start(tmp_path, "b", backend.url)  # its settings name no member any more
+    gw, ctl = again(tmp_path, gw, "replaced", backend.url)  # its settings name no member any more
     try:
         gw.wait(lambda g: g.backend_ready)
         assert status(gw)["serving"] == ["baseline"] and serving_metric(gw) == {"baseline"}
@@ -154,12 +162,23 @@ def test_route_names_the_single_members_variant_and_a_new_set_of_settings_is_not
     gw, ctl = start(tmp_path, "a", backend.url)
     assert ctl.route(other.url, "mtp") == backend.url
     assert status(gw)["serving"] == ["mtp"] and ctl.state().upstream == other.url
-    gw.stop()
     live = (LiveSpec("baseline/1", "baseline", backend.url),)
-    gw, ctl = start(tmp_path, "b", "http://127.0.0.1:9", live_upstreams=live)
+    gw, ctl = again(tmp_path, gw, "replaced", "http://127.0.0.1:9", live_upstreams=live)
     try:
         gw.wait(lambda g: g.backend_ready)
         assert status(gw)["serving"] == ["baseline"] and serving_metric(gw) == {"baseline"}
+    finally:
+        gw.stop()
+
+
+def test_a_new_gateway_after_a_stop_does_not_name_what_served_before(backend, tmp_path: Path) -> None:
+    """`down`, then `up`: the record of the stopped gateway names no variant for a new one."""
+    gw, ctl = start(tmp_path, "a", backend.url)
+    ctl.release(serving="baseline")
+    gw, ctl = again(tmp_path, gw, "after a stop", backend.url)
+    try:
+        assert status(gw)["serving"] == [] and serving_metric(gw) == set()
+        assert next_switch_from(gw, ctl, "mtp") is None
     finally:
         gw.stop()
 
