@@ -77,15 +77,8 @@ class SettingsStore:
 
     def load(self, started_with: dict[str, str]) -> dict[str, str]:
         """The settings saved by this container started with these ones ({} when none)."""
-        try:
-            with self.path.open("rb") as fh:
-                record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as err:
-            log.warning("settings: cannot read %s: %s", self.path, err)
-            return {}
-        if not isinstance(record, dict) or record.get("container") != self.container:
+        record = read_record(self.path, "settings")
+        if record.get("container") != self.container:
             return {}  # another container's: this one starts from its own environment
         if record.get("started_with") != started_with or not isinstance(record.get("settings"), dict):
             return {}
@@ -105,16 +98,8 @@ class ServingStore:
         self.container = container
 
     def _read(self) -> dict[str, Any]:
-        try:
-            with self.path.open("rb") as fh:
-                record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
-        except FileNotFoundError:
-            return {}
-        except (OSError, ValueError) as err:
-            log.warning("serving: cannot read %s: %s", self.path, err)
-            return {}
-        ok = isinstance(record, dict) and isinstance(record.get("serving"), dict)
-        return record if ok else {}
+        record = read_record(self.path, "serving")
+        return record if isinstance(record.get("serving"), dict) else {}
 
     def load(self) -> tuple[dict[str, Any], bool, bool]:
         """The saved record ({} when none can be read), whether this container saved it and
@@ -134,6 +119,20 @@ class ServingStore:
         record = self._read()
         if record and record.get("container") == self.container:
             self.save(record["serving"], stopped=True)
+
+
+def read_record(path: Path, what: str) -> dict[str, Any]:
+    """The JSON object in `path` (at most `MAX_SETTINGS_BYTES` read); {} when there is none or
+    it cannot be read (logged under `what`)."""
+    try:
+        with path.open("rb") as fh:
+            record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as err:
+        log.warning("%s: cannot read %s: %s", what, path, err)
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def write_atomic(path: Path, body: str, what: str) -> None:

@@ -58,6 +58,14 @@ def again(
     return start(state, "a" if how == "restarted" else "b", upstream, **settings)
 
 
+def pair(baseline: FakeBackend, mtp: FakeBackend) -> list[dict[str, str]]:
+    """A live set of baseline/1 and mtp/1."""
+    return [
+        {"name": "baseline/1", "variant": "baseline", "url": baseline.url},
+        {"name": "mtp/1", "variant": "mtp", "url": mtp.url},
+    ]
+
+
 def status(gw: GatewayThread) -> dict:
     return httpx.get(f"{gw.url}/gateway/status", headers=AUTH, timeout=10).json()
 
@@ -109,10 +117,7 @@ def test_one_variant_serving_is_known_after_a_restart_and_a_replacement(
 def test_a_live_set_serving_is_known_after_a_restart_and_a_replacement(
     backend, other: FakeBackend, tmp_path: Path, how: str
 ) -> None:
-    members = [
-        {"name": "baseline/1", "variant": "baseline", "url": backend.url},
-        {"name": "mtp/1", "variant": "mtp", "url": other.url},
-    ]
+    members = pair(backend, other)
     gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
     ctl.set_upstreams(members)  # published after the start: the container's settings name none
     assert status(gw)["serving"] == ["baseline", "mtp"]
@@ -188,12 +193,7 @@ def test_every_live_member_serves_with_its_share_and_probes_are_not_requests(
 ) -> None:
     gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
     try:
-        ctl.set_upstreams(
-            [
-                {"name": "baseline/1", "variant": "baseline", "url": backend.url},
-                {"name": "mtp/1", "variant": "mtp", "url": other.url},
-            ]
-        )
+        ctl.set_upstreams(pair(backend, other))
         for n in range(4):  # least outstanding, then least served: two each
             reply = httpx.post(gw.url + CHAT, content=sse_request(f"r{n}"), headers=AUTH, timeout=30)
             assert reply.status_code == 200
@@ -225,12 +225,7 @@ def test_a_live_set_lists_the_aliases_in_v1_models(backend, other: FakeBackend, 
         gw.wait(lambda g: g.backend_ready)
         listed = httpx.get(gw.url + "/v1/models", headers=AUTH, timeout=10).json()
         assert [m["id"] for m in listed["data"]] == [SERVED]  # no switching: no alias to name
-        ctl.set_upstreams(
-            [
-                {"name": "baseline/1", "variant": "baseline", "url": backend.url},
-                {"name": "mtp/1", "variant": "mtp", "url": other.url},
-            ]
-        )
+        ctl.set_upstreams(pair(backend, other))
         listed = httpx.get(gw.url + "/v1/models", headers=AUTH, timeout=10).json()
         assert [(m["id"], m.get("variant")) for m in listed["data"]] == [(SERVED, None), ("fast", "mtp")]
     finally:
@@ -245,12 +240,7 @@ def test_compose_spec_status_probing_through_the_port_is_not_counted(
 
     gw, ctl = start(tmp_path, "a", "http://127.0.0.1:9")
     try:
-        ctl.set_upstreams(
-            [
-                {"name": "baseline/1", "variant": "baseline", "url": backend.url},
-                {"name": "mtp/1", "variant": "mtp", "url": other.url},
-            ]
-        )
+        ctl.set_upstreams(pair(backend, other))
         readiness(GateTarget("baseline", gw.port, "127.0.0.1", SERVED, KEY))  # its verdict aside
         assert status(gw)["requests"]["forwarded_total"] >= 3  # /health, /v1/models, a completion
         assert {u.name: (u.requests, u.served) for u in ctl.state().upstreams} == {
