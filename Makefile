@@ -17,7 +17,7 @@ CHECK_PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:cacheprovider
 # The documentation site (mkdocs.yml, docs/), built strict by check and test.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
 
-.PHONY: install docker tools base-image image-sim image-gateway image-follow image-prometheus image-vllm-cpu render check test lint demo bench clean
+.PHONY: install guidellm docker tools base-image image-sim image-gateway image-follow image-prometheus image-vllm-cpu render check test lint demo bench clean
 
 install: $(VENV)/.installed
 
@@ -29,6 +29,22 @@ $(VENV)/.installed: pyproject.toml
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null && \
 	  $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet -e '.[dev,docs]'
+	touch $@
+
+# guidellm, the load generator a Docker test drives the gateway with, in a virtualenv of its
+# own (it needs torch, transformers and datasets and pins click, so never in $(VENV); made
+# after it, which brings python3-venv where missing):
+# torch first, pinned to the CPU build pip finds on disk (a plain `torch` would fetch a
+# multi-GB CUDA build). 1.5 to 3 minutes from scratch; skipped when present.
+GUIDELLM_VENV := .composer/guidellm-venv
+GUIDELLM_VERSION := 0.8.1
+guidellm: $(GUIDELLM_VENV)/.installed-$(GUIDELLM_VERSION)
+
+$(GUIDELLM_VENV)/.installed-$(GUIDELLM_VERSION): | $(VENV)/.installed
+	rm -rf $(GUIDELLM_VENV)
+	$(PYTHON) -m venv $(GUIDELLM_VENV)
+	$(GUIDELLM_VENV)/bin/pip install --quiet torch==2.13.0
+	$(GUIDELLM_VENV)/bin/pip install --quiet guidellm==$(GUIDELLM_VERSION)
 	touch $@
 
 docker:
@@ -105,7 +121,7 @@ check: install tools
 NO_DOCKER := not docker and not timing
 DOCKER_TIER := docker and not timing
 DOCKER_WORKERS ?= 2
-test: install tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
+test: install guidellm tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
 	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist load $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest -m "timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]

@@ -136,7 +136,53 @@ MIGRATE = Path("/proc/sys/net/ipv4/tcp_migrate_req")
 """A kernel setting the gateway hand-over tests turn on (tests/gateway/test_handover.py)."""
 
 
+ENV_VARS_READ = (
+    "COMPOSE_PROJECT_NAME",
+    "SERVED_MODEL_NAME",
+    "VLLM_PORT",
+    "VLLM_BIND_ADDRESS",
+    "TENSOR_PARALLEL_SIZE",
+    "MAX_MODEL_LEN",
+    "GPU_DEVICES",
+    "ATTENTION_BACKEND",
+    "MODEL_DIR",
+    "DRAFT_DIR",
+    "KV_CACHE_MEMORY",
+    "NUM_SPECULATIVE_TOKENS",
+    "VLLM_API_KEY",
+    "COMPOSER_STACK",
+)
+"""The variables a stack reads from the environment (its host values, the key, the stack file)."""
+
+SHELL_VARS = frozenset(
+    {
+        *ENV_VARS_READ,
+        "COMPOSE_FILE",
+        "COMPOSE_PROFILES",
+        "COMPOSE_ENV_FILES",
+        "COMPOSE_SPEC_DEBUG",
+        "VLLM_COMPOSER_LOCK_DIR",
+        "KUBECONFIG",
+    }
+)
+"""What a user's shell may export that compose-spec, compose or vLLM's docs make it read (the
+key, the project, the stack's host values, debug and lock settings): no test sees the shell's
+value; a test that needs one sets it. The `COMPOSER_` variables go too (`shell_var`)."""
+
+ENGINE_VARS = ("DOCKER_HOST", "DOCKER_CONTEXT", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")
+"""How the shell reaches its Docker engine: kept for the tests marked `docker` (the engine they
+use), gone for the others, which never reach one."""
+
+
+def shell_var(name: str) -> bool:
+    """True for a variable of the user's shell that no test may inherit."""
+    return name in SHELL_VARS or name.startswith("COMPOSER_")
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # before collection, so that no module reads them at import either; xdist workers inherit it
+    for name in [name for name in os.environ if shell_var(name)]:
+        config.stash.setdefault(_SHELL_BEFORE, {})[name] = os.environ.pop(name)
     if not hasattr(config, "workerinput"):  # the session itself, not an xdist worker
         with contextlib.suppress(OSError):
             config.stash[_MIGRATE_BEFORE] = MIGRATE.read_text().strip()
@@ -144,6 +190,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Restore what the hand-over tests changed, once every worker has ended."""
+    os.environ.update(config.stash.get(_SHELL_BEFORE, {}))
     before = config.stash.get(_MIGRATE_BEFORE, None)
     with contextlib.suppress(OSError):
         if before is not None and MIGRATE.read_text().strip() != before:
@@ -151,6 +198,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 _MIGRATE_BEFORE = pytest.StashKey[str]()
+_SHELL_BEFORE = pytest.StashKey[dict[str, str]]()
+
+
+@pytest.fixture(autouse=True)
+def _shell_isolated(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts from an environment the user's shell cannot change: none of the shell's
+    variables (`shell_var`, even one set since the session began) and, outside the `docker`
+    tier, neither its engine (`ENGINE_VARS`) nor its image overrides (`*_IMAGE`)."""
+    engine = request.node.get_closest_marker("docker") is not None
+    for name in list(os.environ):
+        if shell_var(name) or (not engine and (name in ENGINE_VARS or name.endswith("_IMAGE"))):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def default_sighup() -> Iterator[None]:
+    """SIGHUP at its default for one test (and the processes it starts), whatever the session
+    inherited: under `nohup`, `screen` or some CI runners it is ignored, and an ignored SIGHUP
+    stays ignored by design (composer.signals)."""
+    import signal
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

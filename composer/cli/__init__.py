@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import click
 
-from composer.cli import bench, doctor, follow, init, render, status, swap
+from composer.cli import bench, doctor, down, follow, init, render, status, swap
 from composer.cli.base import ComposeSpecGroup, Context
 from composer.cli.globals import OPTIONS
 from composer.cli.output import LiveLine
@@ -53,7 +53,8 @@ COMMANDS: tuple[tuple[click.Command, tuple[str, ...]], ...] = (
     (swap.up, ()),
     (swap.use, ()),
     (follow.follow, ()),
-    (swap.down, ()),
+    (down.down, ()),
+    (down.restart, ()),
     (status.status, ()),
     (status.ps, ()),
     (status.history, ()),

@@ -88,6 +88,12 @@ class ComposeSpecGroup(click.Group):
         add_hidden_globals(cmd)
         super().add_command(cmd, name)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not args and not ctx.resilient_parsing:  # bare `compose-spec`: its help, exit 0
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(0)
+        return super().parse_args(ctx, args)
+
     def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[Any, ...]:
         name = args[0] if args else ""
         unknown = name and not name.startswith("-") and self.get_command(ctx, name) is None
@@ -142,7 +148,7 @@ class ComposeSpecGroup(click.Group):
 
     @staticmethod
     def _exit(err: ComposerError, as_json: bool, quiet: bool = False) -> None:
-        if isinstance(err, DiagnosedError):
+        if isinstance(err, DiagnosedError) and _exit_code(err) != 130:  # interrupted: no failure to explain
             if err.log_tail and not err.tail_shown:  # a swap shows it before rolling back
                 click.echo(err.log_tail.rstrip(), err=True)
             for hint in err.hints:

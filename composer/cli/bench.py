@@ -106,7 +106,9 @@ def bench(
         stack.startable(name)
     allow_weak = obj.options.allow_weak_key
     require_api_key(stack, allow_weak)
-    line = LiveLine()
+    from composer.swap.journal import first_time
+
+    line = LiveLine(partial(first_time, stack.project))  # its swaps' warnings: once per stack
     swapping: dict[str, Any] = {"swap_timeout": timeout, "allow_weak_key": allow_weak}
     swapping |= {"progress": line.step, "waiting": line.waiting}
     switching = SwitchRun(("", ""), {})

@@ -147,6 +147,11 @@ def init_cmd(
     ask = interactive()
     if not model and ask:
         model = _ask()
+    if "model_dir" in model and not model["model_dir"].expanduser().is_dir():
+        raise UsageError(
+            f"--model-dir {model['model_dir']}: no such folder on this host "
+            "(give the folder that holds the model's config.json and weights)"
+        )
     project, port = _identity(directory, project, port, ask)
     text = _model_text(project, port, **model) if model else None
     written_files = init_stack(

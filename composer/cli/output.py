@@ -5,16 +5,23 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import click
 
+STACK_LINES = ("warning: ", "note: ")
+"""How a line about the stack starts when a swap says it before it changes anything."""
+
 
 class LiveLine:
     """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise.
-    An output error (a closed pipe or terminal) silences it; the swap goes on."""
+    An output error (a closed pipe or terminal) silences it; the swap goes on.
 
-    def __init__(self) -> None:
+    A line about the stack (`STACK_LINES`) is remembered in `said` (the report does not repeat
+    it) and shown only when `first_time` says it was not shown for the stack before."""
+
+    def __init__(self, first_time: Callable[[str], bool] | None = None) -> None:
         try:
             self.tty = sys.stderr.isatty()
         except (OSError, ValueError):
@@ -22,6 +29,8 @@ class LiveLine:
         self.last = ""
         self.open = False
         self.broken = False
+        self.first_time = first_time
+        self.said: set[str] = set()
 
     def _echo(self, message: str, nl: bool = True) -> None:
         if self.broken:
@@ -32,6 +41,11 @@ class LiveLine:
             self.broken = True
 
     def step(self, message: str) -> None:
+        prefix = next((p for p in STACK_LINES if message.startswith(p)), None)
+        if prefix is not None:
+            self.said.add(message.removeprefix(prefix))
+            if self.first_time is not None and not self.first_time(message):
+                return
         self.finish()
         self._echo(message)
 
@@ -63,6 +77,38 @@ def note(message: str) -> None:
 
 def warning(message: str) -> None:
     _to_stderr(f"warning: {message}")
+
+
+def outcome_line(variant: str, result: Any, where: str = "") -> str:
+    """`mtp: swapped (switch 7.5s, then 30.0s on probation); in flight: 2 streams continued, 1
+    finished, 0 cut`: what changed, the switch's own time (the probation watches a variant that
+    already serves), what the requests in flight got, and the port's gap when the gateway's
+    container was replaced."""
+    from composer.engine.port_gap import describe
+
+    timings = result.timings
+    total, probation = timings.get("total", 0.0), timings.get("probation", 0.0)
+    took = f"{total:.1f}s"
+    if probation:
+        took = f"switch {total - probation:.1f}s, then {probation:.1f}s on probation"
+    text = f"{variant}: {result.outcome}{where} ({took})"
+    drained = getattr(result, "drained", None)
+    if isinstance(drained, dict):
+        text += f"; {in_flight(drained)}"
+    gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
+    return text + (f"; {describe(gap)}" if isinstance(gap, dict) else "")
+
+
+def in_flight(drained: dict[str, int]) -> str:
+    """What the requests in flight at the switch got: `in flight: 2 streams continued, 1
+    finished, 0 cut` (`no request was in flight`)."""
+    continued, cut = drained.get("continued", 0), drained.get("cut", 0)
+    finished = drained.get("finished")  # a live change counts only what it continued or cut
+    if finished == 0 and not (continued or cut):
+        return "no request was in flight"
+    parts = [f"{continued} stream{'' if continued == 1 else 's'} continued"]
+    parts += [f"{finished} finished"] if finished is not None else []
+    return "in flight: " + ", ".join([*parts, f"{cut} cut"])
 
 
 def echo_json(data: Any) -> None:

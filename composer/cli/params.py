@@ -25,15 +25,20 @@ class Duration(click.ParamType):
 
     name = "duration"
 
+    def __init__(self, zero: bool = False) -> None:
+        self.zero = zero  # `0` is allowed (`down -t 0`: cut at once)
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
         from composer.stack.values import SECONDS_HELP, format_seconds, parse_seconds
 
-        allowed = f"{SECONDS_HELP}; more than 0 and at most {format_seconds(MAX_OPTION_SECONDS)} (7 days)"
+        least = "0 or more" if self.zero else "more than 0"
+        allowed = f"{SECONDS_HELP}; {least} and at most {format_seconds(MAX_OPTION_SECONDS)} (7 days)"
         try:
             seconds = parse_seconds(value)
         except (ValueError, OverflowError):
             seconds = -1.0
-        if not 0 < seconds <= MAX_OPTION_SECONDS:
+        too_small = seconds < 0 if self.zero else seconds <= 0
+        if too_small or seconds > MAX_OPTION_SECONDS:
             self.fail(f"{value!r}: expected {allowed}", param, ctx)
         return seconds
 
@@ -124,8 +129,8 @@ def duration_option(name: str, default: str, help_text: str) -> Decorator:
 settle_option = duration_option("--settle", "1s", "How long to keep watching after readiness.")
 
 
-def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
-    """Options shared by `up` and `use` (read into `SwapArgs`)."""
+def swap_options(func: Callable[..., Any], without: tuple[str, ...] = ()) -> Callable[..., Any]:
+    """Options shared by `up`, `use` and `restart` (read into `SwapArgs`), less the flags `without`."""
     options = [
         duration_option("--timeout", "15m", "How long to wait for readiness."),
         click.option("--no-rollback", is_flag=True, help="On failure, do not restart the previous variant."),
@@ -160,7 +165,9 @@ def swap_options(func: Callable[..., Any]) -> Callable[..., Any]:
         ),
     ]
     for option in reversed(options):
-        func = option(func)
+        made = option(lambda: None)
+        if not any(flag in without for p in getattr(made, "__click_params__", ()) for flag in p.opts):
+            func = option(func)
     return func
 
 

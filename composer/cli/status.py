@@ -16,7 +16,10 @@ from composer.cli.params import TailType, complete_from_stack, duration_option, 
 from composer.errors import ComposerError, UsageError
 
 
-@command(exit_note="1 when the serving variant restarted since its swap; 130 ends --watch")
+@command(
+    exit_note="1 when the serving variant restarted since its swap, or serves with another API key; "
+    "130 ends --watch"
+)
 @json_option("Print JSON (with --watch: one object per change).")
 @click.option("-w", "--watch", is_flag=True, help="Refresh until Ctrl-C.")
 @duration_option("--interval", "2s", "Time between refreshes with --watch.")
@@ -27,7 +30,9 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | N
     Readiness is the swap gate's own verdict (/health, /v1/models, a 1-token completion);
     Docker's healthcheck is shown only when it disagrees (unhealthy, or healthy while
     the gate fails). A crashed variant is shown with its exit code, when, and its last
-    log lines. Exits 1 when Docker restarted the serving variant since its swap.
+    log lines. Exits 1 when Docker restarted the serving variant since its swap. When another
+    stack started what runs (its containers' labels name its stack file), status names it;
+    with another API key it exits 1 too (this stack's key is refused there: 401).
 
     \b
     Examples:
@@ -45,7 +50,7 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | N
     if not watch:
         data = status_data(stack, client)
         click.echo(show(data))
-        return 1 if data.get("restarts_since_swap") else None  # restarted since its swap
+        return 1 if data.get("restarts_since_swap") or data.get("key_mismatch") else None  # restarted, or 401
     tty = sys.stdout.isatty()
     last: dict[str, Any] | None = None
     while True:
@@ -85,8 +90,8 @@ def ps(obj: Context, as_json: bool) -> None:
 @json_option()
 @click.pass_obj
 def ls_cmd(obj: Context, as_json: bool) -> None:
-    """List every variant: method, K, image, whether the image is here, which one serves,
-    its workload classes and its aliases.
+    """List every variant: method, K, image, whether the image is here, which ones serve
+    (`*`, each member of a live set) and sleep (`z`), its workload classes and its aliases.
 
     \b
     Examples:

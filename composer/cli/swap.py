@@ -1,27 +1,37 @@
-"""`up`, `use` and `down`: swap a variant in, change the live set (Docker or Kubernetes), or take
-the stack (or one variant) down."""
+"""`up` and `use`: swap a variant in, or change the live set (Docker or Kubernetes)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import click
 
 from composer.cli.base import Context, command, require_api_key
-from composer.cli.output import LiveLine, note, warning
+from composer.cli.output import LiveLine, note, outcome_line, warning
 from composer.cli.params import SwapArgs, complete_from_stack, swap_options, target_option
 from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
 
 
 def report_swap(
-    variant: str, as_json: bool, run: Callable[[LiveLine], Any], where: str = "", dry_run: bool = False
+    variant: str,
+    as_json: bool,
+    run: Callable[[LiveLine], Any],
+    where: str = "",
+    dry_run: bool = False,
+    project: str | None = None,
 ) -> None:
     """Run a swap with a live progress line; print its warnings, notes and outcome (or JSON).
-    A failed swap's error gets the variant and the outcome for the `--json` error object."""
-    line = LiveLine()
+    A failed swap's error gets the variant and the outcome for the `--json` error object.
+
+    Warnings and notes about the stack are said before the swap changes anything, once per
+    `project` (its state folder remembers them; `--json` still lists them every time)."""
+    from composer.swap.journal import first_time
+
+    line = LiveLine(partial(first_time, project) if project else None)
     try:
         result = run(line)
     except SwapFailed as err:
@@ -30,26 +40,25 @@ def report_swap(
         raise
     line.finish()
     for text in getattr(result, "warnings", ()):
-        warning(text)
+        if text not in line.said:
+            warning(text)
     for text in result.notes:
-        note(text)
+        if text not in line.said:
+            note(text)
     if as_json:
         timings = {k: round(v, 3) for k, v in result.timings.items()}
         click.echo(json.dumps({**result.__dict__, "timings": timings}))
     elif dry_run:
         click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
     else:
-        from composer.engine.port_gap import describe
-
-        total = result.timings.get("total", 0.0)
-        gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-        gap_text = f"; {describe(gap)}" if isinstance(gap, dict) else ""
-        click.echo(f"{variant}: {result.outcome}{where} ({total:.1f}s){gap_text}")
+        click.echo(outcome_line(variant, result, where))
     if dry_run and result.outcome == "refused":
         raise SystemExit(2)  # the plan was printed; `up` itself would refuse it (a usage error)
 
 
-def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: str | None = None) -> None:
+def up_variants(
+    obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: str | None = None
+) -> None:
     """`up` on Docker, or with `kube_context` set (possibly to "") on Kubernetes: one entry
     decides from one snapshot (`composer.swap.entry.up_set`, `composer.kube.execute.up_kubernetes`)."""
     from composer.swap.desired import check_request
@@ -65,7 +74,8 @@ def _up(obj: Context, variants: tuple[str, ...], args: SwapArgs, kube_context: s
         report_swap(
             name,
             args.as_json,
-            lambda line: up_set(
+            project=stack.project,
+            run=lambda line: up_set(
                 stack,
                 variants,
                 client=obj.docker(),
@@ -202,7 +212,7 @@ def up(
             "--force-recreate restarts one variant on Docker: compose-spec up VARIANT --force-recreate"
         )
     if target == "kubernetes" and not recreate_gateway:
-        _up(obj, variants, args, kube_context or "")
+        up_variants(obj, variants, args, kube_context or "")
         return
     if len(variants) > 1 and recreate_gateway:
         raise ConfigError("several variants (a live set) cannot be combined with --recreate-gateway")
@@ -219,7 +229,7 @@ def up(
         raise ConfigError(
             "--kube-context needs --target kubernetes (Docker's engine is chosen with --context)"
         )
-    _up(obj, variants, args)
+    up_variants(obj, variants, args)
 
 
 @command()
@@ -235,50 +245,4 @@ def use(obj: Context, workload: str, **opts: Any) -> None:
       compose-spec use long-16 --json
     """
     variant = obj.stack().workload_variant(workload).name
-    _up(obj, (variant,), SwapArgs(**opts))
-
-
-@command()
-@click.argument("variant", required=False, shell_complete=complete_from_stack("variant"))
-@click.option("--force", is_flag=True, help="Stop VARIANT even when it serves while others sleep.")
-@click.option(
-    "-v",
-    "--volumes",
-    is_flag=True,
-    help="Also remove the project's named volumes (the gateway's state: its switch history).",
-)
-@click.pass_obj
-def down(obj: Context, variant: str | None, force: bool, volumes: bool) -> None:
-    """Stop and remove the running variant, sleeping ones and the gateway too.
-
-    The project's volume (the gateway's state) stays, as with docker compose, unless
-    --volumes. With VARIANT: stop only that variant's container. A sleeping one is always
-    stopped; the serving one is refused while others sleep (nothing would serve) unless
-    --force; the only variant running takes the whole project down, like `down`.
-
-    \b
-    Examples:
-      compose-spec down
-      compose-spec down mtp
-      compose-spec -p demo down --volumes
-    """
-    from composer.errors import UsageError
-    from composer.swap.down import down as stop
-    from composer.swap.down import down_variant, kept_volumes
-
-    line = LiveLine()
-    stack = obj.stack()
-    if variant is not None:
-        if volumes:
-            raise UsageError("--volumes removes the project's volumes: give it without VARIANT")
-        stack.variant(variant)  # an unknown name: exit 2 with the known ones
-        said = down_variant(stack, variant, client=obj.docker(), force=force, progress=line.step)
-        line.finish()
-        click.echo(said)
-        return
-    stopped = stop(stack, client=obj.docker(), progress=line.step, volumes=volumes)
-    line.finish()
-    click.echo(f"stopped {', '.join(stopped)}" if stopped else "nothing was running")
-    kept = None if volumes else kept_volumes(stack, obj.docker())
-    if kept:
-        note(kept)
+    up_variants(obj, (variant,), SwapArgs(**opts))

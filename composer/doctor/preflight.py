@@ -234,7 +234,7 @@ def check_published_port(
         return None  # nothing to probe, or another port (`up` recreates the gateway anyway)
     if not probe_published(gateway, stack).dead:
         return None
-    fix = f"the serving variant keeps running either way; by hand: docker restart {gateway.name}"
+    fix = "`compose-spec up --recreate-gateway` (the serving variant keeps running)"
     return Finding("port", "fail", DEAD_PORT, fix)
 
 

@@ -39,6 +39,7 @@ from composer.doctor import host_checks as hck
 from composer.doctor import model_checks as mck
 from composer.doctor import overlay_checks as ock
 from composer.doctor import remote_checks as rck
+from composer.doctor import sleep_checks as sck
 from composer.doctor import switch_checks as wck
 from composer.doctor.preflight import (
     STATUSES,
@@ -86,6 +87,7 @@ CHECK_NAMES = (
     "hold-timeout",
     "adaptive-speculation",
     "adaptive-eager",
+    "sleep-wait",
 )
 
 
@@ -170,6 +172,7 @@ def run_doctor(
             check_bind_address(stack),
             mck.check_model_config(stack),
             gck.check_standby(stack, facts),
+            sck.check_sleep_wait(stack, client),
             wck.check_hold_timeout(stack),
             wck.check_follower(stack, follower_attached),
         ]

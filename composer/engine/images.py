@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
@@ -13,6 +14,22 @@ if TYPE_CHECKING:
     import docker
 
 VERSION_LABELS = ("vllm-composer.vllm-version", "org.opencontainers.image.version")
+SLEEP_WAITS_SINCE = (0, 17)
+"""vLLM's `/sleep?mode=wait` (finish what is in flight, then sleep) exists since 0.17; before,
+a sleep while requests are still decoding or being aborted can crash the engine (vLLM issue
+45520) although `/sleep` answers 200."""
+
+
+def release(version: str) -> tuple[int, int] | None:
+    """(major, minor) of a vLLM version string (`0.17.1`, `v0.32.0+cu128`); None when unreadable."""
+    found = re.match(r"v?(\d+)\.(\d+)", version.strip())
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def sleep_waits(version: str) -> bool | None:
+    """Whether that vLLM takes `/sleep?mode=wait` (None: the version is unknown)."""
+    known = release(version)
+    return None if known is None else known >= SLEEP_WAITS_SINCE
 
 
 @dataclass(frozen=True)

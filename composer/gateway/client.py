@@ -520,9 +520,11 @@ class GatewayControl:
         reply = self._call("POST", "/backend", call)
         return BackendReply(int(reply["status"]), reply.get("body"))
 
-    def sleep(self, level: int = 1, timeout_s: float = 300.0) -> BackendReply:
-        """`POST /sleep?level=N` on the backend (the level is a query parameter in vLLM)."""
-        return self.backend("POST", "/sleep", {"level": str(level)}, timeout_s=timeout_s)
+    def sleep(self, level: int = 1, timeout_s: float = 300.0, wait: bool = False) -> BackendReply:
+        """`POST /sleep?level=N` on the backend (the level is a query parameter in vLLM);
+        `wait`: `mode=wait`, it finishes what is in flight first (vLLM 0.17 and later)."""
+        query = {"level": str(level), **({"mode": "wait"} if wait else {})}
+        return self.backend("POST", "/sleep", query, timeout_s=timeout_s)
 
     def wake_up(self, tags: Sequence[str] = (), timeout_s: float = 300.0) -> BackendReply:
         """`POST /wake_up` (optionally `tags=weights|kv_cache`, repeated)."""

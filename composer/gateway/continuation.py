@@ -19,8 +19,9 @@ Refused, counted by reason in `gateway_continuation_refused_total` (`metrics.CON
 `n`/`best_of` above 1, `echo`, `prompt_logprobs`, structured output, `tools`, `tool_call` (a
 stream that started one), non-zero presence/frequency `penalties`, `reasoning` (a chat stream
 showing `reasoning_content`), `logprobs` on chat, `batch` (several prompts), `no_token_ids`,
-`max_model_len` (at a planned switch: it would not fit in the next upstream's context) and
-`format` (events the gateway cannot read).
+`max_model_len` (at a planned switch: it would not fit in the next upstream's context),
+`max_tokens` (a limit whose value the gateway cannot read as vLLM does: `budget`) and `format`
+(events the gateway cannot read).
 
 A planned switch pauses streams (`Stream.pause`, `ProxyApp.pause_streams`): the leg is let go
 with no failure counted, and the stream goes on as after a break, on the upstream the gate
@@ -184,6 +185,40 @@ def once(action: Callable[..., None]) -> Callable[..., None]:
     return run
 
 
+BAD = -1
+"""`_count` of a value whose integer the gateway cannot tell for sure."""
+LIMIT_KEYS = {CHAT: ("max_completion_tokens", "max_tokens"), COMPLETIONS: ("max_tokens",)}
+"""The limits vLLM obeys, first first: chat takes `max_completion_tokens or max_tokens`,
+completions only `max_tokens` (they ignore `max_completion_tokens`)."""
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _count(value: Any) -> int | None:
+    """The integer vLLM reads `value` as (its models coerce: `"10"` and `10.0` are 10), None when
+    absent, `BAD` for anything else (`"10.5"`, `True`, `" 1_0"`: refused rather than guessed)."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        return BAD
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else BAD
+    if isinstance(value, str) and _DIGITS.fullmatch(value):
+        return int(value)
+    return BAD
+
+
+def budget(path: str, payload: dict[str, Any]) -> int | None:
+    """The most tokens the backend emits for this request, read as vLLM reads it (None: no limit
+    given; `BAD`: one the gateway cannot read)."""
+    for key in LIMIT_KEYS[path]:
+        limit = _count(payload.get(key))
+        if limit:  # vLLM: `max_completion_tokens or max_tokens`
+            return limit
+    return None
+
+
 def refusal(path: str, payload: dict[str, Any]) -> str | None:
     """Why a streamed request cannot be continued exactly; None when it can."""
     for key in ("n", "best_of"):
@@ -202,6 +237,8 @@ def refusal(path: str, payload: dict[str, Any]) -> str | None:
         return "tools"
     if any(payload.get(key) not in (None, 0) for key in ("presence_penalty", "frequency_penalty")):
         return "penalties"
+    if any(_count(payload.get(key)) is BAD for key in (*LIMIT_KEYS[path], "min_tokens")):
+        return "max_tokens"
     if path == CHAT:
         return "logprobs" if payload.get("logprobs") else None
     prompt = payload.get("prompt")
@@ -236,6 +273,7 @@ class Stream:
         self.refused: str | None = None
         self.finished = False  # a finish_reason was seen
         self.done = False  # `[DONE]` was seen
+        self.billed = False  # the final usage chunk (no choices) reached the client
         self.legs = 0  # continuation legs opened
         self.resumed = False  # its upstream broke and it went on (counted once)
         self._base = 0  # emitted ids before the current leg (its prompt's share of them)
@@ -310,6 +348,8 @@ class Stream:
             return raw + b"\n\n"
         if not isinstance(event, dict) or "error" in event:
             return raw + b"\n\n"
+        if event.get("choices") == [] and isinstance(event.get("usage"), dict):
+            self.billed = True
         if self.legs == 0:  # the ids it removed are cut out of the bytes: no re-serialising
             removed = self._record(event)
             stripped, cut = ID_MEMBER.subn(b"", raw) if removed else (raw, 0)
@@ -430,8 +470,7 @@ class Stream:
         return len(self.prompt_ids or ()) + (limit if limit is not None else len(self.emitted) + 1)
 
     def _max_tokens(self) -> int | None:
-        limit = self.payload.get("max_completion_tokens") or self.payload.get("max_tokens")
-        return limit if isinstance(limit, int) and not isinstance(limit, bool) else None
+        return budget(self.path, self.payload)
 
     def next_body(self) -> bytes:
         """The continuation request: `/v1/completions` from prompt + the settled emitted ids."""
@@ -441,8 +480,9 @@ class Stream:
         limit = self._max_tokens()
         if limit is not None:
             body["max_tokens"] = limit - self.settled
-        least = self.payload.get("min_tokens")
-        if isinstance(least, int) and not isinstance(least, bool):
+        body.pop("max_completion_tokens", None)  # completions ignore it: the limit is max_tokens
+        least = _count(self.payload.get("min_tokens"))
+        if least is not None:
             body["min_tokens"] = max(0, least - self.settled)
         body["stream"] = True
         body["return_token_ids"] = True
@@ -456,7 +496,7 @@ class Stream:
             choice.update({"delta": {}} if self.chat else {"text": ""})
             out += self._data({**self.head, "choices": [choice]})
         options = self.payload.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
+        if isinstance(options, dict) and options.get("include_usage") and not self.billed:
             out += self._data({**self.head, "choices": [], "usage": self._usage(len(self.emitted))})
         return out + b"data: [DONE]\n\n"
 

@@ -173,6 +173,8 @@ class Control:
             # the swap died without saying what serves (a tether's EOF): its backend may have been
             # put to sleep or stopped meanwhile, so it is probed again before it gets a request
             gateway.upstream.mark_down(f"the swap holding it ended without a report ({detail})")
+        if released and not ok and serving is None:
+            gateway.gate.hold_abandoned()
         reported = serving is not None or "ok" in args
         report = {"serving": serving, "ok": ok, "detail": detail} if reported else None
         gateway.status.switches.released(released, report)

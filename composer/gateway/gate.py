@@ -5,7 +5,10 @@ Pure asyncio, no HTTP: the proxy asks `Gate.enter()` for a `Ticket` before it fo
 request and calls `Ticket.done()` when the response is over. Waiting is bounded by a deadline
 (`Refused("hold_timeout")`, answered 503) and by `max_held` (`Refused("queue_full")`, 429).
 Control holds carry a lease: a hold that is not renewed expires, so a crashed controller
-cannot leave the port held for ever.
+cannot leave the port held for ever. A hold that ends without its holder's word (its lease
+ran out, or its tether closed: the switch's process died) while a fresh probe finds nothing
+ready leaves the gate `abandoned`: held and new requests are answered 503 at once, naming
+the command that repairs it, until a backend is ready or a new hold is set.
 """
 
 from __future__ import annotations
@@ -41,6 +44,17 @@ class Refused(Exception):
         self.reason = reason
         self.status = status
         self.retry_after = retry_after  # seconds for Retry-After (None: the gateway's default)
+
+
+ABANDONED = (
+    "no variant serves: the switch that held requests for one ended without finishing (it "
+    "failed, or its process died); run `compose-spec up` to repair it"
+)
+
+
+def abandoned() -> Refused:
+    """The answer while a dead switch left nothing serving (`Gate.abandon`)."""
+    return Refused("abandoned", 503, ABANDONED)
 
 
 def stopping() -> Refused:
@@ -127,6 +141,9 @@ class Gate:
         self._releaser: asyncio.Task[None] | None = None
         self.stopping = False
         self._pinned: set[str] = set()  # holds of drains under way: their lease starts at the end
+        self.abandoned = False  # a dead switch left nothing serving: requests are refused at once
+        self.probe: Callable[[], Awaitable[bool]] | None = None  # a fresh probe: is any backend ready?
+        self._checking: asyncio.Task[None] | None = None
 
     @property
     def is_open(self) -> bool:
@@ -161,10 +178,13 @@ class Gate:
             "inflight": self.inflight,
             "max_held": self.max_held,
             "hold_timeout_s": self.hold_timeout,
+            "abandoned": self.abandoned,
         }
 
     def set_backend_ready(self, ready: bool) -> None:
         """Record the backend's readiness; becoming ready releases held requests."""
+        if ready:
+            self.abandoned = False
         if ready == self.backend_ready:
             return
         self.backend_ready = ready
@@ -201,6 +221,8 @@ class Gate:
             return self._admit()
         if self.stopping:
             raise stopping()
+        if self.abandoned:
+            raise abandoned()
         if not hold:
             raise Refused("not_ready", 503, "no backend is ready (requests without the key are not held)")
         if not front and len(self._waiters) >= self.max_held:
@@ -243,10 +265,38 @@ class Gate:
         """The gateway is stopping: every held request, and every new one that would wait, is
         answered 503 (one that passes at once is served)."""
         self.stopping = True
+        self._refuse_waiters(stopping)
+
+    def _refuse_waiters(self, answer: Callable[[], Refused]) -> None:
         while self._waiters:
             fut = self._waiters.popleft()
             if not fut.done():
-                fut.set_exception(stopping())
+                fut.set_exception(answer())
+
+    def hold_abandoned(self) -> None:
+        """A hold ended without its holder's word (its switch died): once no hold is left, probe
+        the backends afresh (`probe`) and, when none is ready, `abandon`."""
+        probe = self.probe
+        if self._holds or probe is None or self._checking is not None:
+            return
+
+        async def check() -> None:
+            try:
+                ready = await probe()
+            finally:
+                self._checking = None
+            if not ready and not self.backend_ready and not self._holds:
+                self.abandon()
+
+        self._checking = asyncio.get_running_loop().create_task(check())
+
+    def abandon(self) -> None:
+        """Nothing serves and the switch that held for it is gone, so nothing is starting: held
+        and new requests get 503 at once (not after hold_timeout) with the repair command."""
+        if not self.abandoned:
+            log.warning("a switch ended unfinished and no backend is ready: refusing requests")
+        self.abandoned = True
+        self._refuse_waiters(abandoned)
 
     def _abandon(self, fut: asyncio.Future[Ticket]) -> None:
         """Take a waiter out of the queue; a ticket it was already given is returned."""
@@ -292,6 +342,7 @@ class Gate:
         now = time.monotonic()
         hold = Hold(secrets.token_hex(6), owner or "control", lease_s, now + lease_s, probe_token=probe_token)
         self._holds[hold.id] = hold
+        self.abandoned = False  # a switch runs again
         self._arm(hold)
         self.metrics.hold_active.set(1)
         log.info("hold %s set by %s (lease %.0fs)", hold.id, hold.owner, lease_s)
@@ -346,6 +397,7 @@ class Gate:
         del self._holds[hold_id]
         log.warning("hold %s of %s expired: lease of %.0fs not renewed", hold_id, hold.owner, hold.lease_s)
         self._after_holds_changed()
+        self.hold_abandoned()
 
     def _after_holds_changed(self) -> None:
         self.metrics.hold_active.set(1 if self._holds else 0)

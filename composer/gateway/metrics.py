@@ -31,6 +31,7 @@ CONTINUATION_REFUSALS = (
     "reasoning",
     "logprobs",
     "batch",
+    "max_tokens",
     "no_token_ids",
     "format",
 )
@@ -48,6 +49,7 @@ REFUSAL_REASONS = (
     "switch_failed",
     "no_follower",
     "stopping",
+    "abandoned",
 )
 CONNECTION_CLOSE_REASONS = ("head_too_large", "head_timeout", "body_timeout", "evicted", "over_capacity")
 SWITCH_REASONS = ("alias", "auto")

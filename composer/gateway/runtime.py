@@ -73,6 +73,7 @@ class Gateway:
         self.live = LiveSet(
             config, self.metrics, self._ready, urgent=lambda: not self.gate.is_open or self.gate.held > 0
         )
+        self.gate.probe = self._probe_serving
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         self.backend_client = httpx.AsyncClient(headers=headers, trust_env=False)
         self.switcher = Switcher(config, self.metrics)
@@ -174,6 +175,10 @@ class Gateway:
     def backend_ready(self) -> bool:
         """Any member of the set requests go to is ready."""
         return self.live.any_ready()
+
+    async def _probe_serving(self) -> bool:
+        """A fresh probe of the members requests go to: is any ready?"""
+        return any(await asyncio.gather(*(m.poller.probe() for m in self.live.serving())))
 
     def _ready(self, any_ready: bool) -> None:
         self.gate.set_backend_ready(any_ready)

@@ -1,7 +1,8 @@
 """Entry point of the gateway container: `python3 -m composer.gateway`.
 
 Reads the settings from the environment (a bad value: one line on stderr, exit 2), then serves
-until SIGTERM/SIGINT (exit 0). Uses uvloop when it is installed.
+until SIGTERM/SIGINT (exit 0), or until its port holder's network is gone (exit 75, `netwatch`:
+Docker starts it again in the holder's new network). Uses uvloop when it is installed.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 
 from composer.errors import GatewayConfigError
 
+from . import netwatch
 from .config import load_config
 
 
@@ -33,6 +35,7 @@ def main() -> int:
     from .runtime import GatewayServer  # the server's dependencies load only after the settings are valid
 
     server = GatewayServer(config)
+    netwatch.start()  # a lost network (the port holder restarted): exit, Docker starts it again
     try:
         import uvloop
 

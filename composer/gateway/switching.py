@@ -10,9 +10,9 @@ most `max_held`, then 429; bounded by the hold deadline; the whole queue goes on
 for the switch to V, or for the switch under way to end first, or for another variant's
 `min_residency` when it ends within `residency_wait` (else 503 with `Retry-After` = the
 residency left); else it raises the demand for V. With no follower (none within
-`FOLLOWER_WINDOW_S`), a request that would raise or wait for an untaken demand gets 503 at once
-and the automatic policy raises nothing. A failed switch answers its waiting requests 503 with
-what failed and starts a residency.
+`FOLLOWER_WINDOW_S`), a request that would raise or wait for an untaken demand, or wait out a
+residency, gets 503 at once and the automatic policy raises nothing. A failed switch answers
+its waiting requests 503 with what failed and starts a residency.
 
 The automatic policy (`tick`) feeds a `policy.Window` and raises a demand when the class of
 the current mix names another variant and no residency runs.
@@ -285,6 +285,8 @@ class Switcher:
             if demand is not None:  # a switch to another variant first: wait for it to end
                 await self._wait_change(deadline - now)
                 continue
+            if not self.follower_attached(now):  # nothing could switch, at the residency's end either
+                raise self._no_follower(variant)
             left = self.residency_left(now)
             if left > 0:
                 if left > self.config.residency_wait or now + left > deadline:
@@ -298,8 +300,6 @@ class Switcher:
                     )
                 await self._wait_change(min(left, deadline - now))
                 continue
-            if not self.follower_attached(now):
-                raise self._no_follower(variant)
             self.raise_demand(variant, f"a request names alias {alias!r}", "alias")
 
     def observe(self, prompt_tokens: int) -> None:

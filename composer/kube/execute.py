@@ -1,11 +1,11 @@
 """The one Kubernetes executor: the plans (`composer.swap.ops`) of the one-variant switch
-(`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Roll,
+(`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Reapply (Recreate),
 GateMember through the shared Service, Release), of a live set's change (`plan_kube_live`:
 Docker's live operations on members `VARIANT/1`, a changed Deployment applied in place) and of
 `up X` on a running live set (Docker's `plan_alone`, the gateway's Deployment rolled last), run
 by `composer.swap.execute` with one kubectl dispatch table under the swap lock, after ONE read
 of the cluster and the desired set decided from it (`composer.swap.desired`, as on Docker).
-The undo of Roll and Reapply is `kubectl rollout undo`; a hold is released even with
+The undo of Reapply is `kubectl rollout undo`; a hold is released even with
 `--no-rollback`; the failed member's pod log is read before the undo.
 """
 
@@ -28,13 +28,12 @@ from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (
     ForwardedTarget,
-    KubeUpResult,
     Serving,
-    _log_tail,
     apply_secret,
     deployment,
     gate,
     pod_labels,
+    pod_log_tail,
     rollout_status,
     write_overlay,
 )
@@ -43,9 +42,9 @@ from composer.render.kube_live import live_member_docs, live_name, live_shared_d
 from composer.render.kubernetes import (
     GENERATED,
     Manifest,
-    _kustomization,
     dump,
     gateway_name,
+    kustomization_of,
     selector_labels,
 )
 from composer.render.live import LIVE_UPSTREAMS_VAR
@@ -57,15 +56,15 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.entry import LiveResult, live_history
-from composer.swap.execute import Handlers, Say, _reason, execute, quiet
+from composer.swap.entry import live_history
+from composer.swap.execute import Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
-from composer.swap.journal import append_history
+from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
-from composer.swap.plan import LivePlan, _operations, plan_alone
+from composer.swap.outcome import LiveResult, UpOptions, UpResult
+from composer.swap.plan import LivePlan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
-from composer.swap.swapper import UpOptions
 from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
 
 NO_KEY = f"{API_KEY_VAR} is not set: set it in .env (the Deployment reads it from a Secret)"
@@ -162,7 +161,7 @@ def plan_kube_live(
         gpus=dict.fromkeys(new, "-"),
         upstreams=tuple(m.upstream() for m in new.values()),
     )
-    planned = _operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    planned = live_operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
     if planned and gateway_file:
         planned = (*planned, ops.UpdateGateway(gateway_file, "its settings name the set's members"))
     return replace(plan, ops=planned)
@@ -190,7 +189,7 @@ def plan_kube_single(
         previous = ops.Member(name, name, deployment, deployment, "")
     planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
-    planned += [ops.Roll(member, previous), ops.GateMember(member)]
+    planned += [ops.Reapply(member, previous, recreate=True), ops.GateMember(member)]
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
@@ -209,7 +208,7 @@ def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) ->
     folders: dict[str, Path] = {}
     for group, docs in groups.items():
         folder = out / group
-        kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+        kustomization = kustomization_of([file for file, _ in docs], stack.kubernetes.namespace)
         files = [RenderedFile(folder / "kustomization.yaml", dump(kustomization, GENERATED), 0o644)]
         files += [RenderedFile(folder / file, texts[(group, file)], 0o644) for file, _ in docs]
         for rendered in files:
@@ -247,7 +246,7 @@ class KubeRollout:
         self.notes: list[str] = []
         self.before: Serving | None = None  # what the one-variant Deployment ran before
         self.applied = False  # the last apply -k finished
-        self.unchanged = False  # a Roll that failed left the Deployment as it was
+        self.unchanged = False  # a Recreate rollout that failed left the Deployment as it was
         self.failed_at: ops.Op | None = None
 
     def handlers(self) -> Handlers:
@@ -255,7 +254,6 @@ class KubeRollout:
             ops.UpdateGateway: self.update_gateway,
             ops.Hold: self.hold_gateway,
             ops.Release: self.release_gateway,
-            ops.Roll: self.start_member,
             ops.StartMember: self.start_member,
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
@@ -322,7 +320,7 @@ class KubeRollout:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
 
-    def start_member(self, op: ops.StartMember | ops.Reapply | ops.Roll) -> None:
+    def start_member(self, op: ops.StartMember | ops.Reapply) -> None:
         """kubectl apply -k of the member's kustomization, then its rollout status."""
         member = op.member
         if not member.run_file:
@@ -389,18 +387,20 @@ class KubeRollout:
         )
 
     def keep_log(self, op: ops.Op, _err: BaseException) -> None:
-        """Read the failed member's pod log before the undo (after a Roll whose apply did not
+        """Read the failed member's pod log before the undo (after a Recreate rollout whose apply did not
         finish, only when it changed the Deployment)."""
         self.failed_at = op
-        if isinstance(op, ops.Roll) and not self.applied:  # does the Deployment run what it ran?
+        if (
+            isinstance(op, ops.Reapply) and op.recreate and not self.applied
+        ):  # does the Deployment run what it ran?
             try:
                 doc = deployment(self.kubectl, self.stack.service)
                 now = pod_labels(doc).get(labels.CONFIG_HASH) if doc is not None else None
                 self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
             except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
                 self.unchanged = False
-        if isinstance(op, ops.StartMember | ops.Reapply | ops.Roll | ops.GateMember) and not self.unchanged:
-            self.log = _log_tail(self.kubectl, self.stack, op.member.container)
+        if isinstance(op, ops.StartMember | ops.Reapply | ops.GateMember) and not self.unchanged:
+            self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
         """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
@@ -418,12 +418,12 @@ class KubeRollout:
                 err.log_tail, err.hints = self.log, hints(self.log)
             raise
 
-    def up_single(self, target: Target, before: Serving | None) -> KubeUpResult:
+    def up_single(self, target: Target, before: Serving | None) -> UpResult:
         """Switch the one-variant Deployment to `target` (`plan_kube_single`) from `before`,
         what it runs now (None: there is none)."""
         began = time.monotonic()
         self.before = before
-        result = KubeUpResult(variant=target.name, outcome="started", previous=before and before.variant)
+        result = UpResult(variant=target.name, outcome="started", previous=before and before.variant)
         overlay = write_overlay(self.stack, target)
         apply_secret(self.kubectl, self.stack)
         same = before is not None and before.config_hash == target.hash
@@ -444,14 +444,22 @@ class KubeRollout:
             gateway_file=str(rendered) if changed else None,
             continue_streams=self.stack.gateway.continues(self.options.drain),
         )
+        steps = [op.describe() for op in planned]  # in the words of its history line
+        record = SwapRecord(
+            self.stack.project,
+            {"serving": result.previous, "target": target.name, "steps": steps},
+            self.options.timeout,
+        )
         try:
-            self._run(planned)
+            self._run(planned, record.stage)
         except SwapFailed as err:
             self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
             failed = self._single_failed(target.name, planned, err)
             ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
             self._history(result, ran, failed)
             raise failed from err.__cause__
+        finally:
+            record.close()
         result.timings.update(self.timings)
         result.notes += self.notes
         result.drained = self.held
@@ -467,7 +475,7 @@ class KubeRollout:
         self._history(result, planned)
         return result
 
-    def _history(self, result: KubeUpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
+    def _history(self, result: UpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
         """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
         outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
         entry: dict[str, object] = {"kind": "up", "source": result.previous, "target": result.variant}
@@ -478,7 +486,7 @@ class KubeRollout:
 
     def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
         """The switch's error in its own words: what the undo did to the Deployment."""
-        roll = next(op for op in planned if isinstance(op, ops.Roll))
+        roll = next(op for op in planned if isinstance(op, ops.Reapply) and op.recreate)
         rolled = self.failed_at is not None and planned.index(self.failed_at) >= planned.index(roll)
         back = roll.previous.variant if roll.previous is not None else ""
         if not rolled or self.unchanged:
@@ -492,7 +500,7 @@ class KubeRollout:
         else:
             why = f"the rollback to {back} failed too: {str(err).partition('; the undo failed too: ')[2]}"
         undone = err.rolled_back and rolled and bool(back) and not self.unchanged
-        cause = _reason(err.__cause__ or err)
+        cause = reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
     def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
@@ -585,7 +593,7 @@ def up_kubernetes(
     options: UpOptions,
     progress: Say,
     waiting: Say,
-) -> KubeUpResult | LiveResult:
+) -> UpResult | LiveResult:
     """`up --target kubernetes` (see the module docstring): the one-variant switch (also a set
     of one where no live set runs), X replacing a live set, or a live set's change. SwapFailed
     (caused by KeyboardInterrupt when interrupted); ConfigError for a bad request."""

@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -98,19 +98,6 @@ class ForwardedTarget(GateTarget):
     @property
     def url(self) -> str:
         return self.forwarded
-
-
-@dataclass
-class KubeUpResult:
-    """What the rollout did, with timings in seconds (the shape `up` prints)."""
-
-    variant: str
-    outcome: str
-    previous: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    drained: dict[str, int] | None = None
 
 
 def deployment(kubectl: Kubectl, name: str) -> Manifest | None:
@@ -224,7 +211,7 @@ def gate(
             check(url)
 
 
-def _log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
+def pod_log_tail(kubectl: Kubectl, stack: Stack, deployment: str) -> str:
     """The Deployment's last log lines, redacted ('' when kubectl cannot give them)."""
     try:
         done = kubectl.run(["logs", f"deployment/{deployment}", "--tail=40"], timeout=30, check=False)

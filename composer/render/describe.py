@@ -24,8 +24,8 @@ def shown_value(value: object, kind: str = "string") -> str:
         return format_seconds(value)
     if kind == "size" and isinstance(value, int):
         for unit, factor in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-            if value >= factor:
-                return f"{value / factor:.1f}{unit}" if value % (factor // 10 or 1) == 0 else str(value)
+            if value >= factor and value * 10 % factor == 0:  # exact to one decimal: as parse_size reads it
+                return f"{value / factor:.1f}{unit}"
         return str(value)
     if isinstance(value, dict) or (
         isinstance(value, list | tuple) and any(isinstance(i, dict | list | tuple) for i in value)

@@ -18,11 +18,11 @@ from composer.render.kubernetes import (
     _dns_label,
     _file,
     _header,
-    _kustomization,
     _service,
     deployment,
     extra_base_manifests,
     gateway_deployment,
+    kustomization_of,
     selector_labels,
     service,
 )
@@ -84,7 +84,7 @@ def render_kube_live(stack: Stack, variants: list[str], out_dir: Path) -> list[R
     for name in variants:
         docs += live_member_docs(stack, name)
     about = f"Live set: {', '.join(variants)}: every variant at once behind the gateway."
-    kustomization = _kustomization([file for file, _ in docs], stack.kubernetes.namespace)
+    kustomization = kustomization_of([file for file, _ in docs], stack.kubernetes.namespace)
     header = (
         f"{GENERATED}\n{about}\nApply it instead of an overlay:\n  kubectl apply -k kubernetes/{LIVE_DIR}"
     )

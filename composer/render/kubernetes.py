@@ -372,7 +372,7 @@ def _file(path: Path, doc: Manifest, header: str) -> RenderedFile:
     return RenderedFile(path, dump(doc, header), 0o644)
 
 
-def _kustomization(resources: list[str], namespace: str = "") -> Manifest:
+def kustomization_of(resources: list[str], namespace: str = "") -> Manifest:
     doc: Manifest = {"apiVersion": KUSTOMIZE_API, "kind": "Kustomization"}
     if namespace:
         doc["namespace"] = namespace
@@ -404,7 +404,7 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
     names = variants or list(stack.variants)
     base = out_dir / "base"
     extras = extra_base_manifests(stack)
-    kustomization = _kustomization(["service.yaml", *(name for name, _ in extras)])
+    kustomization = kustomization_of(["service.yaml", *(name for name, _ in extras)])
     files = [
         _file(
             base / "kustomization.yaml",
@@ -423,7 +423,7 @@ def render_kubernetes(stack: Stack, variants: list[str], out_dir: Path) -> list[
         target = resolve_target(stack, name)
         overlay = out_dir / "overlays" / name
         about = f"Variant {name}: {target.variant.description}" if target.variant.description else name
-        kustomization = _kustomization(["../../base", "deployment.yaml"], stack.kubernetes.namespace)
+        kustomization = kustomization_of(["../../base", "deployment.yaml"], stack.kubernetes.namespace)
         doc = deployment(stack, target)
         files += [
             _file(

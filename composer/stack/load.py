@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from composer.errors import ConfigError, did_you_mean
+from composer.gateway.config import VARIANT as GATEWAY_VARIANT
 from composer.stack import adaptive
 from composer.stack import values as v
 from composer.stack.files import DEFAULT_ENV_FILE, files_read_note, find_stack_files, read_dotenv, read_toml
@@ -44,6 +45,7 @@ RESERVED_SPECULATIVE_EXTRA_AS = {
 }
 VARIANT_ENV = {"kv_cache_memory": "KV_CACHE_MEMORY", "num_speculative_tokens": "NUM_SPECULATIVE_TOKENS"}
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+GATEWAY_VARIANT_MAX = 64  # the gateway's `config.VARIANT` pattern
 _IMAGE_KEY = re.compile(r"[a-z][a-z0-9_-]*")
 
 
@@ -347,10 +349,19 @@ def _refuse_shared_mount_targets(
 
 
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
+    """A key no table has: its close match as --set names one, else the table's keys when they
+    are few, else where every key is listed."""
     unknown = sorted(set(table) - allowed)
     if unknown:
         key = unknown[0] if unknown[0].isprintable() else v.shown(unknown[0])  # one line, always
-        raise ConfigError(f"unknown key {where}.{key}: allowed are " + ", ".join(sorted(allowed)))
+        hint = did_you_mean(f"{where}.{unknown[0]}", (f"{where}.{name}" for name in allowed))
+        if hint:
+            fix = f":{hint}"
+        elif len(allowed) <= 8:
+            fix = ": allowed are " + ", ".join(sorted(allowed))
+        else:
+            fix = ": `compose-spec config --keys` lists every key"
+        raise ConfigError(f"unknown key {where}.{key}{fix}")
 
 
 def _images(resolve: _Resolver) -> dict[str, str]:
@@ -450,9 +461,15 @@ def _variant(
     stack_standby: str = "stop",
 ) -> Variant:
     try:
-        v.parse_name(name)
-    except ValueError as err:
-        raise ConfigError(f"invalid variant name {v.shown(name)}: expected {err}") from err
+        good = v.parse_name(name) == name and GATEWAY_VARIANT.fullmatch(name) is not None
+    except ValueError:
+        good = False
+    if not good:  # the gateway routes, logs and labels metrics by it: it refuses what it cannot
+        raise ConfigError(
+            f"invalid variant name {v.shown(name)} ({len(name)} characters): expected lowercase letters, "
+            f"digits, '-' and '_', starting with a letter or digit, at most {GATEWAY_VARIANT_MAX} "
+            "characters (the gateway refuses longer names)"
+        )
     defined: dict[str, str] = {}
     table = _flatten(name, raw, defined=defined)
     prefix = f"variants.{name}"

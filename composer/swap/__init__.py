@@ -7,9 +7,10 @@ undoes what ran on a failure or a stop signal) -> `journal` (the running swap, t
 
 Owns: the swap plan and its executors (a single switch; a live set, several variants at
 once on disjoint GPUs), sleep standby (`standby`; its memory planner and the release wait's
-budget are `composer.capacity`), `down`, the per-project swap lock, the status report, the
-gateway's published port checked end to end (`gateway_port`), and `follow` (the switches
-the gateway demands, through the same `up`). Uses the rendered run files, never the
+budget are `composer.capacity`), `down` (planned and drained like a switch) and `restart`'s
+target, which stack owns a project (`owner`: its containers' labels), the per-project swap
+lock, the status report, the gateway's published port checked end to end (`gateway_port`),
+and `follow` (the switches the gateway demands, through the same `up`). Uses the rendered run files, never the
 templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
 `composer.probes`, `composer.capacity`, `composer.doctor` (its fast checks are the
 preflight), `composer.gateway` (its control client), `composer.errors`, `composer.labels`.
@@ -33,6 +34,7 @@ __all__, __getattr__ = lazy_exports(
         "lock": ["swap_lock"],
         "status": ["format_live", "format_status", "live_rows", "status_data"],
         "down": ["down", "down_variant"],
-        "swapper": ["SwapPlan", "UpOptions", "UpResult", "plan_swap", "up"],
+        "outcome": ["UpOptions", "UpResult"],
+        "swapper": ["SwapPlan", "plan_swap", "up"],
     },
 )

@@ -1,49 +1,225 @@
 """`down` and `down VARIANT`: stop the project, or one variant's container, under the lock; each
 goes to the swap history. `down` keeps the project's named volumes unless `--volumes`.
+
+`down` is planned from one snapshot (`plan_down`, pure, printed by `--dry-run` as `up`'s plans
+are): hold new requests at the gateway and drain those in flight (up to the drain timeout:
+nothing continues, since nothing serves afterwards; what still runs then is cut and counted),
+stop each variant container (named once, by its live member name or its variant), then
+`compose down` the gateway, its port holder and the network. A project another stack started
+(its labels say so) is refused, as `up` refuses it, unless `--takeover`.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from docker.errors import APIError, NotFound
 
 from composer import labels as label_names
 from composer.engine.client import compose
-from composer.errors import ComposerError, DownRefused
+from composer.errors import ComposerError, DownRefused, GatewayControlError, SwapFailed, UsageError
 from composer.stack.model import Stack
-from composer.swap.execute import Say, quiet
+from composer.swap import ops
+from composer.swap.execute import Handlers, Say, execute, quiet
+from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
-from composer.swap.snapshot import take
+from composer.swap.owner import down_refusal, foreign_running
+from composer.swap.snapshot import Snapshot, take
 from composer.swap.swapper import UpOptions
-from composer.swap.transaction import Context, DockerSwap
+from composer.swap.transaction import Context, DockerSwap, stop_container
 
 if TYPE_CHECKING:
     import docker
     from docker.models.volumes import Volume
 
 
-def stop_project(ctx: Context, volumes: bool = False) -> list[str]:
-    """Stop and remove every variant container, and the project (with `volumes`: its named
-    volumes too); return what served: the serving variant's name first, then live members'."""
-    snap = take(ctx.stack, ctx.client)
-    for member in snap.members:
-        ctx.say(f"stopping {member.variant} ({member.container.name})")
-        member.container.stop_and_remove(ctx.stack.stop_grace_period)
-    current = snap.current
-    compose(ctx.stack.project, None, ["down", "--remove-orphans"], timeout=120)
-    for volume in project_volumes(ctx.stack, ctx.client) if volumes else ():
-        ctx.say(f"removing volume {volume.name}")
+@dataclass(frozen=True)
+class StopProject(ops.Op):
+    """`compose down` of the project: the gateway, its port holder, the network and whatever
+    container is left; `volumes`: the project's named volumes, removed when `remove`."""
+
+    STAGE = "stopping"
+    project: str
+    volumes: tuple[str, ...] = ()
+    remove: bool = False
+
+    def describe(self) -> str:
+        said = f"remove the gateway, its port holder and the network of project {self.project} (compose down)"
+        if not self.volumes:
+            return said
+        return f"{said}; {'remove' if self.remove else 'keep'} volume(s) {', '.join(self.volumes)}"
+
+
+@dataclass(frozen=True)
+class DownPlan:
+    """What `down` does, from one snapshot (the shape `up --dry-run` prints: a head line, one
+    typed operation a line, notes)."""
+
+    project: str
+    running: tuple[str, ...]  # what runs: one name per container (live member, else variant)
+    ops: tuple[ops.Op, ...] = ()
+    refused: str = ""
+    notes: tuple[str, ...] = ()
+    drain_timeout: float = 0.0
+
+    @property
+    def mode(self) -> str:
+        return "refused" if self.refused else "down"
+
+    def as_data(self) -> dict[str, object]:
+        return {
+            "project": self.project,
+            "running": list(self.running),
+            "drain_timeout": self.drain_timeout,
+            "refused": self.refused or None,
+            "mode": self.mode,
+            "notes": list(self.notes),
+            "operations": [op.as_data() for op in self.ops],
+        }
+
+    def describe(self) -> str:
+        if self.refused:
+            return f"refused: {self.refused}"
+        before = f"{{{', '.join(self.running)}}}" if self.running else "nothing serves"
+        lines = [f"plan: {before} -> nothing (down of project {self.project})"]
+        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
+        lines += [f"  note: {note}" for note in self.notes]
+        return "\n".join(lines)
+
+
+@dataclass
+class DownResult:
+    """What `down` did (the shape `report_swap` prints, as `up`'s results)."""
+
+    variant: str
+    outcome: str
+    stopped: list[str] = field(default_factory=list)
+    timings: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    drained: dict[str, int] | None = None  # finished, cut (no stream continues: nothing serves next)
+    plan: dict[str, object] | None = None
+    plan_text: str | None = None
+
+
+def running_members(snap: Snapshot) -> list[ops.Member]:
+    """Every running variant container once: a live member by its member name (`mtp/1`), any
+    other (serving, asleep or awake) by its variant."""
+    found = [r.member() for r in snap.live_running]
+    seen = {r.container for r in snap.live_running}
+    for m in snap.members:
+        if m.running and m.info.name not in seen:
+            found.append(ops.Member(m.variant, m.variant, m.info.name, m.info.service or "", ""))
+    return found
+
+
+def plan_down(
+    snap: Snapshot,
+    stack: Stack,
+    drain_timeout: float,
+    volumes: tuple[str, ...] = (),
+    remove_volumes: bool = False,
+    takeover: bool = False,
+) -> DownPlan:
+    """`down`'s plan (pure): refused when another stack started what runs (unless `takeover`)."""
+    members = running_members(snap)
+    names = tuple(m.name for m in members)
+    foreign = foreign_running(snap, stack)
+    if foreign and not takeover:
+        command = "down --volumes" if remove_volumes else "down"
+        return DownPlan(stack.project, names, refused=down_refusal(foreign, stack.project, command))
+    todo: list[ops.Op] = []
+    notes = [f"takes over: {f.describe(stack.project)}" for f in foreign]
+    if members and snap.gateway_running:
+        todo.append(ops.Hold("nothing"))
+        notes.append(
+            f"the drain waits up to {drain_timeout:g}s (-t/--timeout, else gateway.drain_timeout); nothing "
+            "serves afterwards, so no stream continues: what is still in flight then is cut and counted"
+        )
+    elif members:
+        notes.append("no gateway runs: requests in flight cannot be drained or counted")
+    todo += [ops.StopMember(m) for m in members]
+    todo.append(StopProject(stack.project, volumes, remove_volumes))
+    return DownPlan(stack.project, names, tuple(todo), notes=tuple(notes), drain_timeout=drain_timeout)
+
+
+class Downer:
+    """Runs a DownPlan (or `down VARIANT`'s drain): hold and drain at the gateway, stop, compose down."""
+
+    def __init__(self, ctx: Context, snap: Snapshot, drain_timeout: float) -> None:
+        self.ctx, self.snap, self.drain_timeout = ctx, snap, drain_timeout
+        self.hold_set: SwapHold | None = None
+        self.drained: dict[str, int] | None = None
+        self.warnings: list[str] = []
+        self.timings: dict[str, float] = {}
+
+    def handlers(self) -> Handlers:
+        return {ops.Hold: self.hold, ops.StopMember: self.stop, StopProject: self.stop_project}
+
+    def hold(self, op: ops.Hold | None = None) -> None:
+        """Hold new requests and drain those in flight; what runs at the timeout is cut (counted)."""
+        ctx, began = self.ctx, time.monotonic()
         try:
-            volume.remove()
-        except NotFound:  # gone meanwhile
-            continue
-        except APIError as err:
-            raise ComposerError(
-                f"volume {volume.name} could not be removed: {err.explanation or err}"
-            ) from err
-    return [*([current.variant] if current else []), *(r.name for r in snap.live_running)]
+            self.hold_set = start_hold(
+                ctx.stack,
+                ctx.client,
+                self.drain_timeout,
+                ctx.say,
+                container=self.snap.gateway,
+                waiting=ctx.waiting,
+            )
+            done = self.hold_set.begin(continue_streams=False, gateway_leaving=True)
+        except (SwapFailed, GatewayControlError) as err:
+            first = str(err).splitlines()[0]
+            self.warnings.append(f"the gateway did not drain ({first}): requests in flight were not counted")
+            return
+        self.timings["drain"] = time.monotonic() - began
+        self.drained = {"finished": done.drained, "cut": done.cut}
+
+    def stop(self, op: ops.StopMember) -> None:
+        stop_container(self.ctx, op.member.name, op.member.container)
+
+    def stop_project(self, op: StopProject) -> None:
+        self.release()
+        compose(op.project, None, ["down", "--remove-orphans"], timeout=120)
+        for volume in project_volumes(self.ctx.stack, self.ctx.client) if op.remove else ():
+            self.ctx.say(f"removing volume {volume.name}")
+            try:
+                volume.remove()
+            except NotFound:  # gone meanwhile
+                continue
+            except APIError as err:
+                raise ComposerError(
+                    f"volume {volume.name} could not be removed: {err.explanation or err}"
+                ) from err
+
+    def release(self, serving: str | None = None) -> None:
+        """End the hold (the requests that came meanwhile find nothing serving: 503 after hold_timeout)."""
+        if self.hold_set is not None:
+            note = self.hold_set.end(serving=serving)
+            self.hold_set = None
+            if note:
+                self.warnings.append(note)
+
+    def cut_line(self) -> str:
+        """What the drain did, in words: `2 in flight finished, 1 cut at the drain timeout (5s)`."""
+        if self.drained is None:
+            return ""
+        finished, cut = self.drained["finished"], self.drained["cut"]
+        if not finished and not cut:
+            return "nothing was in flight"
+        said = f"{finished} request(s) in flight finished"
+        return said + (f", {cut} cut at the drain timeout ({self.drain_timeout:g}s)" if cut else ", none cut")
+
+
+def _explain(err: BaseException, ran: list[ops.Op], undone: object) -> SwapFailed:
+    """A failed `down`: what failed and why; what stopped stays stopped, `down` again goes on."""
+    why = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+    what = ran[-1].describe() if ran else "down"
+    return SwapFailed(f"{what} failed: {why}; what stopped stays stopped: `compose-spec down` again goes on")
 
 
 def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
@@ -65,54 +241,148 @@ def kept_volumes(stack: Stack, client: docker.DockerClient) -> str | None:
     )
 
 
-def stop_variant(ctx: Context, variant: str, force: bool = False) -> str:
-    """Stop one variant's container, asleep or serving; say what was done. The serving one while
-    others sleep is refused unless `force`; the only one running is `down` (the whole project)."""
+def down(
+    stack: Stack,
+    *,
+    client: docker.DockerClient,
+    progress: Say = quiet,
+    waiting: Say | None = None,
+    volumes: bool = False,
+    takeover: bool = False,
+    dry_run: bool = False,
+) -> DownResult:
+    """Plan and run `down` under the project's lock (a dry run reads only: no lock); the drain
+    waits up to `stack.gateway.drain_timeout` (`down -t` sets it)."""
+    timeout = stack.gateway.drain_timeout
+    ctx = Context(stack, client, UpOptions(), progress, waiting or progress)
+
+    def plan(snap: Snapshot) -> DownPlan:
+        names = tuple(v.name for v in project_volumes(stack, client))
+        return plan_down(snap, stack, timeout, names, volumes, takeover)
+
+    if dry_run:
+        planned = plan(take(stack, client))
+        outcome = "refused" if planned.refused else "planned"
+        return DownResult(stack.project, outcome, plan=planned.as_data(), plan_text=planned.describe())
+    began = time.monotonic()
+    with swap_lock(stack.project, True, progress):
+        snap = take(stack, client)
+        planned = plan(snap)
+        if planned.refused:
+            raise UsageError(planned.refused)
+        runner = Downer(ctx, snap, timeout)
+        execute(planned.ops, runner.handlers(), rollback=False, say=progress, explain=_explain)
+    stopped = list(planned.running)
+    said = f"stopped {', '.join(stopped)}" if stopped else "nothing was running"
+    cut = runner.cut_line()
+    result = DownResult(
+        stack.project,
+        f"{said}; {cut}" if cut else said,
+        stopped,
+        {**runner.timings, "total": time.monotonic() - began},
+        runner.warnings,
+        [n for n in planned.notes if n.startswith("takes over")],
+        runner.drained,
+        planned.as_data(),
+    )
+    if stopped:  # a down that found nothing is no event of the history
+        source = snap.current.variant if snap.current else None  # what served
+        entry = {"kind": "down", "source": source, "target": None, "outcome": "stopped"}
+        append_history(stack.project, {**entry, "drained": runner.drained})
+    return result
+
+
+def stop_variant(ctx: Context, variant: str, force: bool = False, takeover: bool = False) -> str:
+    """Stop one variant's container, asleep, awake, failed or serving; say what was done. Only
+    ever that variant: the live set, the gateway and its port holder stay. The serving one is
+    drained first and, when nothing else would serve, refused unless `force`."""
     stack = ctx.stack
     snap = take(stack, ctx.client)
+    foreign = foreign_running(snap, stack)
+    if foreign and not takeover:
+        raise UsageError(down_refusal(foreign, stack.project, f"down {variant}"))
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
         return DockerSwap(ctx).remove(variant, snap)
-    mine = [m for m in snap.members if m.variant == variant]
+    live = {r.container for r in snap.live_running}
+    mine = [m for m in snap.members if m.variant == variant and m.info.name not in live]
     if not mine:
         return f"{variant} is not running; nothing stopped"
-    others = sorted({m.variant for m in snap.members} - {variant})
+    others = {m.variant for m in snap.members if m.serving and m.info.name not in live} - {variant}
+    serving_on = sorted({r.name for r in snap.live_running} | others)
+    serves = any(m.serving for m in mine)
     asleep = all(m.asleep for m in mine)
-    if not asleep and not others:
-        stop_project(ctx)
-        return f"stopped {variant} (the only variant running: the whole project is down)"
-    if not asleep and not force:
-        left = sorted({m.variant for m in snap.asleep} - {variant}) or others
+    if serves and not serving_on and not force:
+        sleepers = sorted({m.variant for m in snap.asleep} - {variant})
+        if sleepers:
+            raise DownRefused(
+                f"{variant} serves: stopping it leaves nothing serving while {', '.join(sleepers)} sleep "
+                f"(clients would be held, then answered 503); `compose-spec up {sleepers[0]}` switches, "
+                f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
+                f"stops only {variant}"
+            )
         raise DownRefused(
-            f"{variant} serves: stopping it leaves nothing serving while {', '.join(left)} sleep "
-            f"(clients would be held, then answered 503); `compose-spec up {left[0]}` switches, "
-            f"`compose-spec down` stops everything, `compose-spec down {variant} --force` "
-            f"stops only {variant}"
+            f"{variant} is all that serves: stopping it leaves nothing serving (clients would be held, "
+            f"then answered 503); `compose-spec down` stops the project, `compose-spec down {variant} "
+            f"--force` stops only {variant} and keeps the gateway"
         )
-    for member in mine:
-        ctx.say(f"stopping {variant} ({member.container.name}{', asleep' if asleep else ''})")
-        member.container.stop_and_remove(stack.stop_grace_period)
+    runner = Downer(ctx, snap, stack.gateway.drain_timeout)
+    if serves and snap.gateway_running:
+        runner.hold()
+    try:
+        for member in mine:
+            stop_container(ctx, f"{variant}{' (asleep)' if member.asleep else ''}", member.info.name)
+    finally:
+        runner.release()
+    names = ", ".join(m.info.name for m in mine)
+    cut = runner.cut_line()
+    cut = f" ({cut})" if cut else ""
     if asleep:
-        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free)"
-    left = ", ".join(others)
-    return f"stopped {variant}; nothing serves now ({left} left): `compose-spec up VARIANT` serves one"
-
-
-def down(
-    stack: Stack, *, client: docker.DockerClient, progress: Say = quiet, volumes: bool = False
-) -> list[str]:
-    """Stop and remove what runs under the project's lock (see `stop_project`)."""
-    with swap_lock(stack.project, True, progress):
-        stopped = stop_project(Context(stack, client, UpOptions(), progress, progress), volumes)
-    source = stopped[0] if stopped and "/" not in stopped[0] else None
-    append_history(stack.project, {"kind": "down", "source": source, "target": None, "outcome": "stopped"})
-    return stopped
+        return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free; {names})"
+    if serving_on:
+        return f"stopped {variant} ({names}){cut}; {', '.join(serving_on)} serve(s) on"
+    if serves:
+        left = sorted({m.variant for m in snap.members} - {variant})
+        also = f" ({', '.join(left)} left)" if left else ""
+        return (
+            f"stopped {variant} ({names}){cut}; nothing serves now{also}: `compose-spec up VARIANT` "
+            "serves one, `compose-spec down` removes the gateway too"
+        )
+    return f"stopped {variant} ({names}; it did not serve)"
 
 
 def down_variant(
-    stack: Stack, variant: str, *, client: docker.DockerClient, force: bool = False, progress: Say = quiet
+    stack: Stack,
+    variant: str,
+    *,
+    client: docker.DockerClient,
+    force: bool = False,
+    takeover: bool = False,
+    progress: Say = quiet,
 ) -> str:
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
     with swap_lock(stack.project, True, progress):
-        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force)
-    append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
+        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force, takeover)
+    if not said.endswith("nothing stopped"):
+        append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
     return said
+
+
+def restart_target(stack: Stack, client: docker.DockerClient, variant: str | None = None) -> str:
+    """The variant `restart` brings back through `up --force-recreate`: the one serving (VARIANT
+    must be it). A live set, or nothing serving, is refused with the command that does it."""
+    snap = take(stack, client, ask_sleeping=False)
+    if snap.live_running:
+        names = ", ".join(r.name for r in snap.live_running)
+        raise UsageError(
+            f"a live set runs ({names}): restart brings back the one serving variant; restart a member "
+            "with `compose-spec down VARIANT` then `compose-spec up A B` (the others serve throughout)"
+        )
+    current = snap.current
+    if current is None:
+        raise DownRefused(f"nothing serves in project {stack.project}: `compose-spec up VARIANT` starts one")
+    if variant is not None and variant != current.variant:
+        raise UsageError(
+            f"{variant} does not serve ({current.variant} does): restart brings back what serves; "
+            f"`compose-spec up {variant}` switches to {variant}"
+        )
+    return current.variant

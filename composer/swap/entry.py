@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -18,40 +17,29 @@ from composer.engine import bootlog
 from composer.errors import ConfigError, SwapFailed, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.files import run_file as variant_run_file
+from composer.render.gateway import build_gateway_spec
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import state_dir
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
+from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap import snapshot
+from composer.swap import gateway_change, snapshot
 from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
-from composer.swap.gateway_replace import retire_extra_gateways
+from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member, Op, Publish, StartMember
-from composer.swap.plan import LivePlan, plan_alone, plan_live
+from composer.swap.outcome import LiveResult, UpOptions, UpResult
+from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
-from composer.swap.swapper import UpOptions, UpResult, preflight_warnings, swap
+from composer.swap.swapper import preflight_warnings, swap
 from composer.swap.transaction import Context, DockerSwap
 
 if TYPE_CHECKING:
     import docker
-
-
-@dataclass
-class LiveResult:
-    """What a live-set change did (the shape `report_swap` prints)."""
-
-    variant: str
-    outcome: str
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    plan: dict[str, object] | None = None
-    plan_text: str | None = None
-    drained: dict[str, int] | None = None
 
 
 def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePlan:
@@ -74,7 +62,20 @@ def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePla
         speculative={v for v in stack.variants if stack.variant(v).speculative is not None},
         run_file=run_file,
         continue_streams=stack.gateway.continues(options.drain),
+        idle=idle_containers(snap),
+        gateway=gateway_change.in_place(stack, target.gateway, snap) if target.gateway else None,
     )
+
+
+def idle_containers(snap: snapshot.Snapshot) -> list[Member]:
+    """The project's containers that neither serve, sleep nor belong to the live set: a failed
+    change's, left with --no-rollback (a live change removes them)."""
+    members = {r.container for r in snap.live}
+    return [
+        Member(m.variant, m.variant, m.info.name, m.info.service or "", "")
+        for m in snap.members
+        if not m.serving and not m.asleep and m.info.name not in members
+    ]
 
 
 def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Snapshot) -> LivePlan:
@@ -123,6 +124,7 @@ def run_live(
         return result
     compose_file = run_file()
     record = plan.recording(swapper.stack.project, swapper.options.timeout)
+    failure: SwapFailed | None = None
     try:
         ran = execute(
             plan.ops,
@@ -134,18 +136,24 @@ def run_live(
         )
     except BaseException as err:
         if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
+            failure = err
             err.log_tail = bootlog.redact(err.log_tail, swapper.stack.api_key)
             err.tail_shown = swapper.kept
         result.timings.update(swapper.timings)
         live_history(swapper.stack, plan, "failed", result, err)
         raise
     finally:
-        record.close()
+        with interrupts_ignored():
+            try:
+                swapper.finish(failure)  # a hold never outlasts `up`, --no-rollback or not
+            finally:
+                record.close()
     kept = [r.run_file for r in snapshot.take(swapper.stack, swapper.client, ask_sleeping=False).live]
     prune_run_files(swapper.stack.project, "live", keep=(compose_file, *kept))
     if plan.start_gateway:
         swapper.answers(label)
     result.timings.update(swapper.timings)
+    result.notes += swapper.notes
     swapper.drained.report(result)
     result.outcome = outcome
     result.timings["total"] = time.monotonic() - began
@@ -174,7 +182,7 @@ def live_history(
         stack.project,
         {
             "kind": "live",
-            "source": None,
+            "source": "+".join(sorted({name.split("/")[0] for name in plan.before})) or None,
             "target": "+".join(plan.variants),
             "outcome": outcome,
             "steps": [op.describe() for op in (ran or plan.ops)],
@@ -213,7 +221,14 @@ def up_set(
         if snap.extra_gateways:
             retire_extra_gateways(client, snap.extra_gateways, progress)
             snap = snapshot.take(stack, client)
-        return _up_desired(ctx, requested, snap)
+        ours = options.takeover or not snapshot_foreign(snap, Owner.of(stack))  # else refused, untouched
+        if ours and (repaired := repair_port(stack, client, progress)):  # its holder stopped or restarted
+            progress(repaired)
+            snap = snapshot.take(stack, client)
+        result = _up_desired(ctx, requested, snap)
+        if repaired := repair_port(stack, client, progress):  # it stopped while nothing looked
+            result.warnings.append(repaired)
+        return result
 
 
 def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:
@@ -245,7 +260,8 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot)
         files = partial(live_run_file, target)
     if not options.dry_run:
         check_profiles(ctx, prometheus)
-    result = run_live(DockerSwap(ctx), plan, checked, snap, files, outcome)
+    swapper = DockerSwap(ctx, gateway=build_gateway_spec(stack))  # its hold, where a plan holds
+    result = run_live(swapper, plan, checked, snap, files, outcome)
     by_class, routing = live_routing(stack.workloads, plan.variants)
     result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
     if options.profiles and not options.dry_run:

@@ -18,7 +18,7 @@ from composer.engine.bootlog import redact
 from composer.engine.containers import our_containers
 from composer.engine.variant_container import VariantContainer
 from composer.stack.bounded import RECORD_LIMIT, FileTooLarge, read_bounded, replace_file
-from composer.swap.journal import project_dir
+from composer.swap.journal import INTERRUPTED, project_dir
 
 if TYPE_CHECKING:
     import docker
@@ -89,9 +89,11 @@ def keep(
     log_tail: str,
     say: Callable[[str], None],
     container: str | None = None,
+    kept: bool = False,
 ) -> None:
     """Before a failed variant's container is removed: save its whole log, then show the cause and
-    its tail (`container`: a live member's name; else the variant's newest container)."""
+    its tail (`container`: a live member's name; else the variant's newest container); `kept`:
+    it is not removed (--no-rollback)."""
     try:
         if container is not None:
             failed = VariantContainer(client.containers.get(container))
@@ -106,7 +108,9 @@ def keep(
             saved = f" (whole log kept in {where}: compose-spec logs --failed)"
         except OSError as err:  # never hide the failure behind its evidence
             saved = f" (its log could not be kept: {err})"
-    say(f"{variant} failed: {cause}")
+    if cause == INTERRUPTED:  # the user stopped it: no failure of the variant, no log shown as one
+        log_tail = ""
+    say(f"{variant} interrupted{saved}" if cause == INTERRUPTED else f"{variant} failed: {cause}")
     if log_tail:
         say(f"--- last log lines of {variant}{saved} ---\n{log_tail.rstrip()}\n--- end of log ---")
-    say(f"removing {variant}")
+    say(f"{variant} is left as it is (--no-rollback), never restarted" if kept else f"removing {variant}")

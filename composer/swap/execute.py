@@ -31,7 +31,7 @@ def quiet(_: str) -> None:
     return None
 
 
-def _reason(err: BaseException) -> str:
+def reason(err: BaseException) -> str:
     if isinstance(err, KeyboardInterrupt):
         return "interrupted"
     return str(err).splitlines()[0] if isinstance(err, ComposerError) else f"{type(err).__name__}: {err}"
@@ -46,7 +46,7 @@ def undo(ran: Sequence[Op], handlers: Handlers, say: Say = quiet) -> Undone:
             try:
                 handlers[type(inverse)](inverse)
             except Exception as err:  # report it after the cause; undo the rest anyway
-                failed.append((inverse, _reason(err)))
+                failed.append((inverse, reason(err)))
     return failed
 
 
@@ -82,7 +82,7 @@ def execute(
 
 def _explain(err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
     diagnosed = err if isinstance(err, DiagnosedError) else None
-    message = f"{ran[-1].describe()} failed: {_reason(err)}" if ran else _reason(err)
+    message = f"{ran[-1].describe()} failed: {reason(err)}" if ran else reason(err)
     tail, hints = (diagnosed.log_tail, diagnosed.hints) if diagnosed else ("", ())
     if undone is None:
         return SwapFailed(

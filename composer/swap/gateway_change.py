@@ -80,8 +80,7 @@ def decide(
     container = snap.gateway
     if container is None or not snap.gateway_running:
         return GatewayChange()
-    rendered = {name: resolve(value) for name, value in gateway.environment}
-    wanted = {name: rendered.get(name, "") for name in LIVE}  # "": not set, the default
+    wanted = _wanted(gateway)
     created = container_env(container)
     recreate = _container_differs(stack, compose_file, container, created, gateway)
     reported = in_effect(snap, control) if not recreate else None
@@ -90,6 +89,25 @@ def decide(
     if changed and reported is None and not recreate:
         recreate = "the running gateway cannot report its settings (an older image)"
     return GatewayChange(recreate, tuple(wanted.items()), changed)
+
+
+def _wanted(gateway: GatewaySpec) -> dict[str, str]:
+    """The live settings as `gateway` sets them ("": not set, the default)."""
+    rendered = {name: resolve(value) for name, value in gateway.environment}
+    return {name: rendered.get(name, "") for name in LIVE}
+
+
+def in_place(stack: Stack, gateway: GatewaySpec, snap: Snapshot) -> GatewayChange:
+    """The live settings the running gateway of a live set takes in place (aliases, spill,
+    stall_timeout, ...): those it reports that differ from `gateway`'s. Its container is
+    recreated only by `up --recreate-gateway` (the set's members are in its environment)."""
+    if snap.gateway is None or not snap.gateway_running:
+        return GatewayChange()
+    reported = in_effect(snap)
+    if reported is None:  # an older image cannot say: nothing is applied
+        return GatewayChange()
+    wanted = _wanted(gateway)
+    return GatewayChange("", tuple(wanted.items()), differing(wanted, reported, stack.served_model_name))
 
 
 def _container_differs(

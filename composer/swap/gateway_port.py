@@ -25,7 +25,12 @@ from composer.stack.model import Stack
 from composer.swap import snapshot
 from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
-from composer.swap.gateway_replace import PORT_BACK_TIMEOUT, replace_gateway, retire_extra_gateways
+from composer.swap.gateway_replace import (
+    PORT_BACK_TIMEOUT,
+    repair_port,
+    replace_gateway,
+    retire_extra_gateways,
+)
 from composer.swap.lock import swap_lock
 
 if TYPE_CHECKING:
@@ -120,6 +125,9 @@ def recreate_gateway(
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
         _need_gateway(stack)
+        if repaired := repair_port(stack, client, progress):  # the holder stopped or restarted: mended
+            progress(repaired)
+            snap = snapshot.take(stack, client)
         began = time.monotonic()
         old = snap.gateway
         # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too

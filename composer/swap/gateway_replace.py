@@ -9,14 +9,21 @@ tcp_migrate_req) and finishes its requests, for up to its drain timeout. When th
 holder with the stack's port (a first start, another port, an older gateway that publishes
 the port itself), compose recreates both and the port is closed meanwhile. Either way the
 published port is probed throughout (`composer.engine.port_gap`) and the gap reported.
+
+`repair_port` mends the pair in place when the holder stopped (a `docker kill`, a crash Docker
+did not restart) or was restarted after the gateway joined it: the gateway then serves from a
+network Docker took down, and the port refuses everything while both show `Up`. It starts the
+holder and restarts the gateway, which joins the holder's network anew.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +39,7 @@ from composer.engine.containers import (
 from composer.engine.health import base_url
 from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import wait_published
+from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError
 from composer.gateway.client import GatewayControl
 from composer.render.runfiles import compose_environment
@@ -170,3 +178,133 @@ def _retire(olds: list[Container], say: Say) -> tuple[int, int]:
             finished += max(0, busy - lost)
         old.remove(force=True)
     return finished, cut
+
+
+def _started(container: Container) -> datetime:
+    """When the container last started (Docker's RFC 3339 time, nanoseconds cut to microseconds)."""
+    raw = str((container.attrs.get("State") or {}).get("StartedAt") or "")
+    day, _, rest = raw.partition("T")
+    clock, _, fraction = rest.rstrip("Z").partition(".")
+    try:
+        return datetime.fromisoformat(f"{day}T{clock}.{(fraction + '000000')[:6]}+00:00")
+    except ValueError:
+        return datetime.min.replace(tzinfo=UTC)
+
+
+def port_fault(stack: Stack, client: docker.DockerClient) -> str | None:
+    """What keeps the port holder and the gateway from serving the port together: the holder
+    stopped, or restarted after the gateway joined its network (which Docker then took down);
+    None when both run together, or there is no holder (compose starts what is missing)."""
+    holder = port_holder(stack, client)
+    if holder is None:
+        return None
+    if holder.status != "running":
+        code = (holder.attrs.get("State") or {}).get("ExitCode")
+        return f"its port holder {holder.name} is {holder.status} (exit code {code})"
+    since = _started(holder)
+    for gateway in gateway_containers(stack, client):
+        if (
+            gateway.status == "running"
+            and network_owner(gateway).id == holder.id
+            and _started(gateway) < since
+        ):
+            return (
+                f"its port holder {holder.name} restarted after the gateway {gateway.name} joined its "
+                "network, which is gone"
+            )
+    return None
+
+
+def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | None:
+    """Mend the port holder and the gateway in place (see above) when `port_fault` finds them
+    apart; the line saying what was done, None when nothing was wrong. Raises ComposerError
+    when Docker refuses, or the port does not answer after it."""
+    fault = port_fault(stack, client)
+    if fault is None:
+        _settle(stack, client)
+        return None
+    began = time.monotonic()
+    say(f"the published port is dead: {fault}; starting them again")
+    holder = port_holder(stack, client)
+    if holder is not None and holder.status != "running":
+        _start(holder, lambda c: c.start())
+    holder = port_holder(stack, client)
+    gateways = [
+        g for g in gateway_containers(stack, client) if holder is None or network_owner(g).id == holder.id
+    ]
+    for gateway in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
+        _start(gateway, lambda c: c.restart(timeout=0), stack)  # nothing reaches it where it is
+    return (
+        f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
+    )
+
+
+JUST_STARTED_S = 30.0
+"""A gateway that (re)started this recently may not listen yet: `up` waits for it to answer,
+at most SETTLE_S (then the preflight's probe judges the port)."""
+SETTLE_S = 15.0
+
+
+def _settle(stack: Stack, client: docker.DockerClient) -> None:
+    """Wait (at most SETTLE_S) for a gateway that Docker is restarting or just started
+    (its own exit after its holder restarted) to answer through the port, so that `up` does not
+    take it for a dead port."""
+    gateway = gateway_container(stack, client)
+    if gateway is None or gateway.status not in {"running", "restarting"}:
+        return
+    age = (datetime.now(UTC) - _started(gateway)).total_seconds()
+    if gateway.status == "restarting" or age < JUST_STARTED_S:
+        wait_published(gateway, stack, SETTLE_S)
+
+
+def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Container | None:
+    """The stack's gateway container for a control call, started again first when it or its port
+    holder stopped (`repair_port`); None when there is none."""
+    repair_port(stack, client, say)
+    gateway = gateway_container(stack, client)
+    if gateway is not None and gateway.status != "running":
+        say(f"the gateway {gateway.name} is {gateway.status}: starting it again")
+        _start(gateway, lambda c: c.start(), stack)
+    return gateway
+
+
+def _start(container: Container, how: Callable[[Container], object], stack: Stack | None = None) -> None:
+    """Start (or restart) `container` with `how`; with `stack`, until the port answers through it."""
+    from docker.errors import APIError
+
+    try:
+        how(container)
+    except APIError as err:
+        if not _runs_soon(container):  # else Docker's restart policy (or the gateway's exit) won the race
+            raise ComposerError(
+                f"Docker did not start {container.name}: {err.explanation or err}; "
+                "`compose-spec up --recreate-gateway` recreates the gateway and its port holder"
+            ) from err
+    if stack is not None:
+        published = wait_published(container, stack, PORT_BACK_TIMEOUT)
+        if not published.answers:
+            raise ComposerError(
+                f"the published port does not answer after {container.name} started again "
+                f"({published.detail}): `compose-spec up --recreate-gateway`"
+            )
+
+
+RESTARTING_S = 5.0
+"""Seconds a container Docker refused to start may take to run all the same (its restart
+policy, or the gateway's own exit, started it meanwhile)."""
+
+
+def _runs_soon(container: Container) -> bool:
+    """Whether `container` runs within RESTARTING_S (Docker restarting it on its own)."""
+    from docker.errors import NotFound
+
+    def attempt() -> bool:
+        try:
+            container.reload()
+        except NotFound:
+            return False
+        if container.status != "running":
+            raise Pending(f"{container.name} is {container.status}", result=False)
+        return True
+
+    return bool(retry.port_answers(RESTARTING_S)(attempt))  # the last look's answer at the deadline

@@ -31,7 +31,6 @@ from composer.signals import pause
 from composer.swap.execute import Say, quiet
 
 if TYPE_CHECKING:
-    from composer.engine.containers import RunningVariant
     from composer.stack.model import Stack
 
 INTERVAL = retry.GPU_RELEASE_INTERVAL_S
@@ -42,6 +41,7 @@ GIB = float(1 << 30)
 
 PER_PROCESS = "per-process"
 SNAPSHOT_DROP = "snapshot drop"
+NO_GPUS = "no GPUs configured: GPU release wait skipped"
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ class ReleaseWait:
     ) -> ReleaseWait:
         """Read the GPUs `devices` names now; `pids` are the processes about to be stopped."""
         if devices is None:
-            return cls(None, skipped="no GPUs configured: GPU release wait skipped")
+            return cls(None, skipped=NO_GPUS)
         if not probe.available:
             return cls(None, skipped=f"no GPU probe ({probe.reason}): GPU release wait skipped")
         try:
@@ -107,15 +107,16 @@ class ReleaseWait:
         cls,
         stack: Stack,
         budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None,
-        previous: RunningVariant | None,
+        container_id: str | None,
         probe: GpuProbe | None = None,
     ) -> ReleaseWait:
-        """The snapshot a swap takes before stopping `previous`; `budget`: the bytes per GPU
-        index the next variant needs free (None: unknown), given the stack's GPUs."""
+        """The snapshot a swap takes before stopping the container `container_id` (None: none
+        runs); `budget`: the bytes per GPU index the next variant needs free (None: unknown),
+        given the stack's GPUs."""
         from composer.probes.cgroups import container_pids
         from composer.probes.gpu import detect_probe
 
-        pids = container_pids([previous.container_id]) if previous is not None else frozenset()
+        pids = container_pids([container_id]) if container_id is not None else frozenset()
         return cls.snapshot(probe or detect_probe(), stack.gpus, pids, budget)
 
     def wait(

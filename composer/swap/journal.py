@@ -4,13 +4,15 @@
 written atomically at every stage and removed at the end: `status` reads it instead of
 waiting on a held request; one whose process is gone becomes an `interrupted` event.
 `history.jsonl` gets one JSON line per `up`, `down`, wake and rollback, trimmed to the newest
-`HISTORY_LINES`. Both are written from data, never the stack's variants, and never hold the
-API key.
+`HISTORY_LINES`. `shown.json` remembers (as digests) the lines about the stack already shown to
+the user, so that a warning about it is said once, not on every swap. All are written from data,
+never the stack's variants, and never hold the API key.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -29,6 +31,10 @@ HISTORY_LINES = 1000
 TRIM_BYTES = HISTORY_LINES * 400  # past this size the history is cut to its newest lines
 RUNNING = "swap.json"
 HISTORY = "history.jsonl"
+SHOWN = "shown.json"
+SHOWN_LINES = 200  # the newest lines remembered as shown
+WARNING, NOTE = "warning: ", "note: "
+"""How a line about the stack starts when a swap says it (`ctx.say`) before it changes anything."""
 INTERRUPTED = "interrupted"
 
 
@@ -245,3 +251,20 @@ def _event(line: bytes) -> dict[str, Any] | None:
     if drained and not all(isinstance(drained.get(name, 0), int) for name in ("cut", "continued", "refused")):
         return None
     return event
+
+
+def first_time(project: str, line: str) -> bool:
+    """True when `line` (a warning about the stack) was never shown for `project`, which
+    remembers it as shown from now on; never fails (a line it cannot remember is shown)."""
+    path = project_dir(project) / SHOWN
+    digest = hashlib.sha256(line.encode()).hexdigest()[:24]
+    try:
+        shown = json.loads(read_bounded(path, "shown lines", RECORD_LIMIT))
+        shown = [str(d) for d in shown] if isinstance(shown, list) else []
+    except (OSError, ValueError, RecursionError, ComposerError):
+        shown = []
+    if digest in shown:
+        return False
+    with contextlib.suppress(OSError):
+        _write_atomic(path, json.dumps([*shown, digest][-SHOWN_LINES:]).encode())
+    return True

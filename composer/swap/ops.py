@@ -118,14 +118,26 @@ class DrainMember(Op):
 
 @dataclass(frozen=True)
 class Reapply(Op):
-    """A member whose configuration changed, applied in place (Kubernetes: its Deployment rolls
-    to the new revision); undone by going back to the revision before."""
+    """A Deployment rolled in place to `member`'s configuration (Kubernetes' two strategies
+    over one object): a live member whose configuration changed (a rolling update), undone by
+    going back to the revision before; or, `recreate`, the one serving Deployment rolled to
+    another variant (a Recreate rollout of `member.run_file`), undone by going back and gating
+    `previous` again (none: no revision to go back to, no inverse)."""
 
-    TEXT = "apply {member.name}'s new configuration in place ({member.container}, a rolling update)"
     member: Member
+    previous: Member | None = None
+    recreate: bool = False
+
+    def describe(self) -> str:
+        m = self.member
+        if self.recreate:
+            return f"roll {m.container} to {m.variant} (a Recreate rollout of {m.run_file})"
+        return f"apply {m.name}'s new configuration in place ({m.container}, a rolling update)"
 
     def inverse(self) -> tuple[Op, ...]:
-        return (RollBack(self.member),)
+        if not self.recreate:
+            return (RollBack(self.member),)
+        return () if self.previous is None else (RollBack(self.member), GateMember(self.previous))
 
 
 @dataclass(frozen=True)
@@ -195,16 +207,8 @@ class Hold(Op):
 
     def describe(self) -> str:
         said = super().describe()
-        return f"{said}; streams go on on the new variant" if self.continue_streams else said
-
-
-@dataclass(frozen=True)
-class StopNamed(Op):
-    STAGE = "stopping"
-    containers: tuple[str, ...]
-
-    def describe(self) -> str:
-        return f"stop {', '.join(self.containers)} (neither serving nor wanted asleep)"
+        where = "the new variant" if self.target else "the next member"
+        return f"{said}; streams go on on {where}" if self.continue_streams else said
 
 
 @dataclass(frozen=True)
@@ -313,11 +317,14 @@ class Release(Op):
 
     TEXT = "release the held requests to {variant}"
     STAGE = "releasing"
-    variant: str
+    variant: str  # "": a live set's members (published before it)
     tell: bool = False
 
     def inverse(self) -> tuple[Op, ...]:
         return (Hold(self.variant),)
+
+    def describe(self) -> str:
+        return super().describe() if self.variant else "release the held requests to the live set"
 
 
 @dataclass(frozen=True)
@@ -330,21 +337,13 @@ class Probation(Op):
 
 @dataclass(frozen=True)
 class Remove(Op):
-    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes too)."""
+    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes
+    too); `cause`: why a plan removes it before anything else (none: an undo's)."""
 
     TEXT = "stop and remove {member.container}"
     member: Member
     network_of: str = ""
+    cause: str = ""
 
-
-@dataclass(frozen=True)
-class Roll(Op):
-    """The one serving Deployment rolled to `member`'s variant (Recreate, from `member.run_file`);
-    undone by RollBack and `previous`'s gate (none: no revision to go back to, no inverse)."""
-
-    TEXT = "roll {member.container} to {member.variant} (a Recreate rollout of {member.run_file})"
-    member: Member
-    previous: Member | None = None
-
-    def inverse(self) -> tuple[Op, ...]:
-        return () if self.previous is None else (RollBack(self.member), GateMember(self.previous))
+    def describe(self) -> str:
+        return f"{super().describe()} ({self.cause})" if self.cause else super().describe()

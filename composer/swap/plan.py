@@ -153,7 +153,7 @@ class SwapPlan:
 
     @property
     def stop_first(self) -> tuple[str, ...]:
-        return next((op.containers for op in self.ops if isinstance(op, ops.StopNamed)), ())
+        return tuple(op.member.container for op in self.ops if isinstance(op, ops.Remove) and op.cause)
 
     @property
     def wake(self) -> str | None:
@@ -197,7 +197,14 @@ class SwapPlan:
             "wake": self.wake,
             "refused": self.refused or None,
             "mode": self.mode,
-            "ops": [op.as_data() for op in self.ops],
+            "ops": [op.as_data() for op in self.ops],  # the older name of `operations`
+            **plan_core(
+                self.previous.variant if self.previous else None,
+                self.target,
+                [self.previous.variant] if self.mode == "replace" and self.previous else [],
+                self.ops,
+                self.notes,
+            ),
         }
 
     def describe(self) -> str:
@@ -211,7 +218,7 @@ class SwapPlan:
         lines = [f"plan: {before} -> {self.target} ({self.mode}{leaves})"]
         if not self.steps:
             lines[0] = f"plan: {self.target} keeps serving; only the gateway changes"
-        lines += [f"  {n}. {op.describe()}" for n, op in enumerate(self.ops, 1)]
+        lines += op_lines(self.ops)
         if self.rollback:
             undo = "; ".join(
                 i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Sleep | ops.Stop)
@@ -222,6 +229,28 @@ class SwapPlan:
             lines.append(f"capacity: {self.capacity['line']}")
         return "\n".join(lines)
 
+
+def plan_core(
+    serving: str | None, target: str, leaving: Sequence[str], operations: Sequence[Op], notes: Sequence[str]
+) -> dict[str, object]:
+    """The keys every plan's JSON has (a switch's and a live set's alike): what serves, what
+    will, what leaves, the typed operations in order (`op`, its arguments, `text`), notes."""
+    return {
+        "serving": serving,
+        "target": target,
+        "leaving": list(leaving),
+        "operations": [op.as_data() for op in operations],
+        "notes": list(notes),
+    }
+
+
+def op_lines(operations: Sequence[Op]) -> list[str]:
+    """Every plan's operations as `--dry-run` prints them: numbered, each with its type."""
+    return [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(operations, 1)]
+
+
+IDLE = "neither serving nor wanted asleep"
+"""Why a plan removes a container before anything else (a `Remove`'s cause)."""
 
 STEPS: dict[type[Op], str] = {
     ops.Sleep: "sleep",
@@ -403,7 +432,7 @@ def decide(
             )
     sleeper = next((m for m in snapshot.asleep if m.variant == target), None)
     wakeable = sleeper is not None and sleeper.info.config_hash == target_hash and target_sleeps
-    stop_first = []
+    stop_first: list[Op] = []
     adopt = None
     for member in snapshot.awake_idle:
         if (
@@ -414,13 +443,13 @@ def decide(
         ):
             adopt = member
             continue
-        stop_first.append(member.info.name)
+        stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
         notes.append(f"{member.variant} ({member.info.name}) runs awake without serving: it is stopped")
     for member in snapshot.asleep:
         stale_target = member.variant == target and not wakeable
         if stale_target or not sleeps_in_stack.get(member.variant, False):
-            stop_first.append(member.info.name)
             why = "its configuration changed" if stale_target else "this stack no longer puts it to sleep"
+            stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
             notes.append(f"{member.variant}'s sleeping container is stopped: {why}")
     asleep = sleeper.info if wakeable and sleeper is not None else False
     base = plan_swap(
@@ -438,8 +467,7 @@ def decide(
     if todo and current is not None:  # exited containers of the shared service go with the serving one
         gone = [m.info.name for m in snapshot.members if not m.running and not m.asleep and m is not serving]
         todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
-    if stop_first:
-        todo.insert(0, ops.StopNamed(tuple(stop_first)))
+    todo[:0] = stop_first
     plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)
 
@@ -525,7 +553,9 @@ class LivePlan:
             "mode": self.mode,
             "leaving": self.leaving,
             "alone": self.alone or None,
-            "operations": [op.as_data() for op in self.ops],
+            **plan_core(
+                "+".join(self.before) or None, "+".join(self.variants), self.leaving, self.ops, self.notes
+            ),
         }
 
     def describe(self) -> str:
@@ -536,7 +566,7 @@ class LivePlan:
         leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
         lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
         lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
-        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
+        lines += op_lines(self.ops)
         lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
         lines += [f"  note: {note}" for note in self.notes]
         if self.no_op:
@@ -556,15 +586,21 @@ def plan_live(
     speculative: Collection[str] = (),
     run_file: str = "",
     continue_streams: bool = True,
+    idle: Sequence[Member] = (),
+    gateway: GatewayChange | None = None,
 ) -> LivePlan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
     restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
     container's GPUs overlap the set's, so it stops first. Another stack's container (per
     `owner`) is refused, or with `takeover` restarted. `speculative`: the variants whose gate
     checks acceptance; `run_file`: where new members start from; `continue_streams` (no
-    `up --drain`): a leaving member's streams go on on the others."""
+    `up --drain`): a leaving member's streams go on on the others. `idle`: containers that
+    serve nothing (a failed change's, left with --no-rollback), removed first, as are
+    members that no longer run and are not wanted. `gateway`: its live settings that changed,
+    applied in place first (as a switch applies them)."""
     wanted = {s.name: s for s in target.services}
     now = {r.name: r for r in running if r.status == "running"}
+    idle = (*idle, *(r.member() for r in running if r.status != "running" and r.name not in wanted))
     if single is not None and single.name in {r.container for r in now.values()}:
         single = None  # already a member (the snapshot names it)
     found = [(r.name, r.container, r.owner) for r in now.values()]
@@ -619,7 +655,12 @@ def plan_live(
         notes=tuple(takeover_notes(foreign, project)),
         upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
     )
-    return replace(plan, ops=_operations(plan, new, old, alone, run_file, adopt, continue_streams))
+    planned = live_operations(plan, new, old, alone, run_file, adopt, continue_streams)
+    first: list[Op] = (
+        [ops.ApplySettings(gateway.settings, gateway.keys())] if gateway and gateway.in_place else []
+    )
+    first += [ops.Remove(m, cause=IDLE) for m in idle]
+    return replace(plan, ops=(*first, *planned))
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -629,7 +670,7 @@ def _overlap(a: str, b: str) -> bool:
     return "all" in (a, b) or bool(set(a.split(",")) & set(b.split(",")))
 
 
-def _operations(
+def live_operations(
     plan: LivePlan,
     new: Mapping[str, Member],
     old: Mapping[str, Member],
@@ -647,21 +688,36 @@ def _operations(
     todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
     todo += [ops.AdoptMember(adopt)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
+    held = False
+
+    def hold() -> None:
+        """Before the last container that serves stops: the gateway holds new requests and
+        drains (or continues) those in flight, until the next member is published."""
+        nonlocal held
+        if not held and not plan.start_gateway:  # a gateway started now serves nothing yet
+            todo.append(ops.Hold("", continue_streams=continue_streams))
+            held = True
 
     def publish(upstreams: list[dict[str, str]]) -> None:
-        nonlocal serving
+        nonlocal serving, held
         if upstreams != serving:
             todo.append(ops.Publish(tuple(upstreams), tuple(serving)))
             serving = upstreams
+        if held:  # a member serves again: the held requests go to the set
+            todo.append(ops.Release(""))
+            held = False
 
     def leave(member: Member, stop: bool = True) -> None:
         rest = [u for u in serving if u["name"] != member.name]
-        if rest:  # the last one serving is not taken out: the gateway holds for what comes next
+        if rest:
             publish(rest)
             todo.append(ops.DrainMember(member.name, continue_streams))
+        elif stop:  # the last one serving: held and drained first
+            hold()
         todo.extend([ops.StopMember(member)] if stop else [])
 
     if alone is not None and plan.single_first:
+        hold()
         todo.append(ops.StopMember(alone))
     early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
     for name in early:
@@ -684,7 +740,7 @@ def _operations(
     for name in plan.stop:
         if name not in early:
             leave(old[name])
-    return tuple(todo)
+    return (*todo, *([ops.Release("")] if held else []))
 
 
 def plan_alone(
@@ -720,17 +776,22 @@ def plan_alone(
     gateway_file = gateway_file or alone.run_file
     todo: list[Op] = [] if gateway_running else [ops.StartGateway(gateway_file)]
     serving = [m.upstream() for m in old.values()]
+    held = False
     for name in early:
         rest = [u for u in serving if u["name"] != name]
-        if rest:  # the last one serving is not taken out: the gateway holds until X serves
+        if rest:
             todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
             serving = rest
+        elif gateway_running:  # the last one serving: the gateway holds (and drains) until X serves
+            todo.append(ops.Hold(alone.variant, continue_streams=continue_streams))
+            held = True
         todo.append(ops.StopMember(old[name]))
     if kept is None:
         freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
         todo += [ops.AwaitRelease(alone.gpus)] if freed else []
         todo += [ops.StartMember(alone), ops.GateMember(alone)]
     todo.append(ops.Publish((), tuple(serving), alone.variant))
+    todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:
         if name not in early:
             todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]

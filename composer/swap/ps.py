@@ -32,9 +32,12 @@ def published(attrs: dict[str, Any]) -> str:
 def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
     """One row per container (pure): the snapshot's variants, then `others`, each with its ports."""
     rows = []
+    ready = _live_ready(snap)  # a live set's members: the gateway's readiness poll is their health
     for member in snap.members:
         attrs = member.container.container.attrs
         health = member.info.docker_health
+        if member.info.name in ready:
+            health = "ready" if ready[member.info.name] else "not ready"
         state = member.state + (f" ({health})" if health and member.running else "")
         rows.append(_row(member.info.name, member.variant, state, attrs))
     known = {m.info.name for m in snap.members}
@@ -44,9 +47,22 @@ def ps_rows(snap: snapshot.Snapshot, others: list[Any]) -> list[dict[str, str]]:
         labels = container.labels or {}
         role = labels.get(label_names.ROLE) or labels.get(label_names.COMPOSE_SERVICE) or "-"
         health = ((container.attrs.get("State") or {}).get("Health") or {}).get("Status")
-        state = container.status + (f" ({health})" if health and container.status == "running" else "")
+        if container.status == "running" and container.name in ready:  # not Docker's slower check
+            health = "ready" if ready[container.name] else "not ready"
+            state = f"serving ({health})" if ready[container.name] else f"running ({health})"
+        else:
+            state = container.status + (f" ({health})" if health and container.status == "running" else "")
         rows.append(_row(container.name, role, state, container.attrs))
     return rows
+
+
+def _live_ready(snap: snapshot.Snapshot) -> dict[str, bool]:
+    """Each live container the gateway reports on (by container name): whether it is ready."""
+    from composer.swap.transaction import upstream_states
+
+    states = upstream_states(snap.gateway_state.raw if snap.gateway_state else None)
+    found = {m.container: states[m.name].get("ready") for m in snap.live if m.name in states}
+    return {name: ready for name, ready in found.items() if isinstance(ready, bool)}
 
 
 def _row(name: str, what: str, state: str, attrs: dict[str, Any]) -> dict[str, str]:

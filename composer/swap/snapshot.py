@@ -14,7 +14,8 @@ container put to sleep has `no`); a running container neither serving nor asleep
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from composer import labels as label_names
@@ -153,7 +154,8 @@ def take(
     """Read the project's containers, gateway and running swap once; the gateway is asked
     (one exec) when a sleep-mode container or a live set runs, or with `gateway_state`."""
     variants, gateway, extra = project_containers(stack, client)
-    live = live_members(stack, every := [(c, c.describe()) for c in variants])
+    every = [(c, c.describe()) for c in variants]
+    labelled = any(label_names.LIVE in c.container.labels for c, _ in every)
     found = [(c, info) for c, info in every if label_names.LIVE not in c.container.labels]
     gateway = gateway if stack.gateway.enabled else None
     sleep_mode = [
@@ -162,7 +164,7 @@ def take(
     state: GatewayState | None = None
     error: str | None = None
     answers: dict[str, bool | None] = {}
-    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or live):
+    if gateway is not None and gateway.status == "running" and (sleep_mode or gateway_state or labelled):
         urls = [upstream_url(info.name) for info in sleep_mode] if ask_sleeping else []
         try:
             state, answers = GatewayControl(gateway).look(urls)
@@ -174,7 +176,12 @@ def take(
             if info in sleep_mode and answers.get(url) is None:
                 answers[url] = container.is_sleeping()
     waking = state is not None and bool(state.raw.get("waking", False))
+    routed = {u.name for u in state.upstreams if not u.leaving} if state is not None else None
+    live = live_members(stack, every, routed)
     members = classify(stack, found, state.upstream if state else None, answers, waking)
+    if routed:  # the gateway routes among a live set: a container outside it serves nothing
+        adopted = {r.container for r in live}
+        members = tuple(replace(m, serving=False) if m.info.name not in adopted else m for m in members)
     return Snapshot(
         project=stack.project,
         members=members,
@@ -189,16 +196,22 @@ def take(
 
 
 def live_members(
-    stack: Stack, found: list[tuple[VariantContainer, RunningVariant]]
+    stack: Stack,
+    found: list[tuple[VariantContainer, RunningVariant]],
+    routed: Collection[str] | None = None,
 ) -> tuple[LiveRunning, ...]:
     """The live set's containers, by member name (pure); while members exist, the one serving
-    container of `stack.service` is one too, `<variant>/1` (it joined as it ran)."""
+    container of `stack.service` is one too, `<variant>/1` (it joined as it ran), unless the
+    gateway's set (`routed`: its member names; None: the gateway did not say) leaves it out:
+    a container a failed change left behind is no member."""
     members = {
         c.container.labels[label_names.LIVE]: (info, c.container.labels.get(label_names.GPUS, "-"))
         for c, info in found
         if label_names.LIVE in c.container.labels
     }
     for _, info in found if members else ():
+        if routed is not None and f"{info.variant}/1" not in routed:
+            continue
         if info.running and info.service == stack.service and f"{info.variant}/1" not in members:
             variant = stack.variants.get(info.variant)
             member = next(iter(members_of(variant)), None) if variant is not None else None

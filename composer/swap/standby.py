@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from prometheus_client.parser import text_string_to_metric_families
 
 from composer.engine.containers import upstream_url
+from composer.engine.images import sleep_waits
 from composer.engine.variant_container import VariantContainer
 from composer.errors import ComposerError, GatewayControlError, HealthCheckFailed
 from composer.swap.holding import warm_up
@@ -86,9 +87,22 @@ def _answered(call: Callable[[], BackendReply], failed: str, path: str, error: t
 
 
 def put_to_sleep(control: GatewayControl, variant: str, stack: Stack) -> None:
-    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it."""
+    """`POST /sleep?level=N` on the serving (drained) variant: the gateway still routes to it.
+    With `mode=wait` where its vLLM (`GET /version`) has it: the engine may still be aborting
+    the streams the drain let go (`doctor` names the risk where it cannot wait)."""
     failed = f"could not put {variant} to sleep"
-    _answered(partial(control.sleep, stack.sleep_level), failed, "/sleep", ComposerError)
+    wait = sleep_waits(engine_version(control)) is True
+    _answered(partial(control.sleep, stack.sleep_level, wait=wait), failed, "/sleep", ComposerError)
+
+
+def engine_version(control: GatewayControl) -> str:
+    """The serving engine's vLLM version (`GET /version`), "" when it does not say."""
+    try:
+        reply = control.backend("GET", "/version", timeout_s=10.0)
+    except GatewayControlError:
+        return ""
+    version = reply.body.get("version") if reply.status == 200 and isinstance(reply.body, dict) else ""
+    return version if isinstance(version, str) else ""
 
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:

@@ -32,6 +32,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap import snapshot
 from composer.swap.gateway_port import port_is_dead
 from composer.swap.journal import INTERRUPTED, read_history
+from composer.swap.owner import owner_status
 from composer.swap.ps import aligned
 from composer.swap.transaction import upstream_states
 
@@ -139,15 +140,25 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     data["gateway"] = gateway_status(stack, snap)
     data["swap"] = asdict(snap.swap) | {"line": snap.swap.line()} if snap.swap else None
     data["live"] = live_rows(snap)
+    data["owner"] = owner = owner_status(snap, stack)  # another stack started what runs
     if data["live"]:
         data["routing"] = live_routing(stack.workloads, {str(r["variant"]) for r in data["live"]})[1]
     gateway = data["gateway"]
     attached = gateway.get("follower_attached") if isinstance(gateway, dict) else None
     data["warnings"] = [
         w
-        for w in (follower_warning(stack, attached), interrupted_warning(stack.project), _restarted(data))
+        for w in (
+            owner["line"] if owner else None,
+            follower_warning(stack, attached),
+            interrupted_warning(stack.project),
+            _restarted(data),
+        )
         if w
     ]
+    # this stack's key is refused where it runs (status exits 1): another stack's, or a key changed here
+    data["key_mismatch"] = bool(owner and owner["key_mismatch"]) or data.get("health_detail") == UNAUTHORIZED
+    if owner and owner["key_mismatch"] and data.get("health") == "unauthorized":
+        data["health_detail"] = f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"
@@ -170,7 +181,9 @@ def interrupted_warning(project: str) -> str | None:
     if last.get("outcome") != INTERRUPTED:
         return None
     route = f"{last.get('source') or 'nothing'} -> {last.get('target')}"
-    return f"the last swap, {route}, was interrupted: {last.get('cause')}"
+    cause = str(last.get("cause") or "").split("; `compose-spec status`", 1)[0]  # this is status
+    repair = " ".join(["compose-spec up", *str(last.get("target") or "").split("+")]).strip()
+    return f"the last swap, {route}, was interrupted: {cause}; `{repair}` repairs it"
 
 
 def _asleep(stack: Stack, member: snapshot.Member) -> dict[str, object]:
@@ -353,7 +366,9 @@ def _format_status(data: dict) -> str:
         last = data["last_exit"] or {}
         crashed = f"(last one at {last.get('finished_at')}; `compose-spec logs` shows why)"
         rows.append(("restarts", f"{data['restart_count']}: Docker restarted it after a crash {crashed}"))
-    if data["matches_stack"] is False:
+    if data.get("owner"):
+        rows.append(("owner", f"{data['owner']['stack_file']} (another stack: see the warning)"))
+    elif data["matches_stack"] is False:
         applies = f"(`compose-spec up {data['variant']}` applies it)"
         rows.append(("matches stack", f"no: this stack now renders {data['variant']} differently {applies}"))
     elif data["matches_stack"] is None:
@@ -418,8 +433,11 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
     local), whether it serves, its workload classes and aliases, and why vLLM refuses it with this
     stack (`refused`)."""
     snap = snapshot.take(stack, client, ask_sleeping=True) if client is not None else None
-    serving = snap.current if snap is not None else None
     live = live_rows(snap) if snap is not None else []
+    # what serves: the one serving container, or each live member running (not known unready)
+    serves = {m.variant for m in snap.members if m.serving} if snap is not None else set()
+    serves |= {str(r["variant"]) for r in live if r["state"] == "running" and r["ready"] is not False}
+    asleep = {m.variant for m in snap.asleep} if snap is not None else set()
     rows = []
     for name, variant in stack.variants.items():
         spec = variant.speculative
@@ -431,7 +449,8 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
                 "k": spec.num_speculative_tokens if spec else None,
                 "image": image,
                 "image_present": image_facts(client, "vllm", image).present,
-                "serving": serving is not None and serving.variant == name,
+                "serving": name in serves,
+                "asleep": name in asleep and name not in serves,
                 "workloads": sorted(w for w, v in stack.workloads.items() if v == name),
                 "aliases": list(variant.aliases),
                 "description": variant.description,
@@ -443,13 +462,13 @@ def variants_data(stack: Stack, client: docker.DockerClient | None) -> list[dict
 
 
 def format_variants(rows: list[dict[str, Any]]) -> str:
-    """The variants as a table; `*` marks the one that serves."""
+    """The variants as a table; `*` marks each one that serves, `z` each one asleep."""
     yes_no = {True: "yes", False: "no", None: "?"}
     table = [["", "VARIANT", "METHOD", "K", "IMAGE", "PRESENT", "WORKLOADS", "ALIASES"]]
     for row in rows:
         table.append(
             [
-                "*" if row["serving"] else "",
+                "*" if row["serving"] else "z" if row.get("asleep") else "",
                 str(row["variant"]),
                 str(row["method"] or "-"),
                 str(row["k"] or "-"),
@@ -460,13 +479,16 @@ def format_variants(rows: list[dict[str, Any]]) -> str:
             ]
         )
     lines = [aligned(table)]
-    serving = next((r["variant"] for r in rows if r["serving"]), None)
+    serving = [str(r["variant"]) for r in rows if r["serving"]]
     live = [member for r in rows for member in r.get("live") or ()]
     if live:
         lines.append("live set: " + ", ".join(sorted({str(m["variant"]) for m in live})))
         lines.append(format_live(live))
     else:
-        lines.append(f"* serves now: {serving}" if serving else "no variant serves now")
+        lines.append(f"* serves now: {', '.join(serving)}" if serving else "no variant serves now")
+    asleep = [str(r["variant"]) for r in rows if r.get("asleep")]
+    if asleep:
+        lines.append(f"z asleep: {', '.join(asleep)} (`compose-spec up VARIANT` wakes one in seconds)")
     refused = [str(r["variant"]) for r in rows if r.get("refused")]
     if refused:
         lines.append(f"not startable with this stack: {', '.join(refused)} (compose-spec doctor says why)")

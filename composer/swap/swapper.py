@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,10 +33,12 @@ from composer.stack.model import Stack
 from composer.swap import gateway_change, snapshot, transaction
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
+from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
-from composer.swap.journal import SwapRecord, append_history
+from composer.swap.journal import NOTE, WARNING, SwapRecord, append_history
 from composer.swap.lock import swap_lock
 from composer.swap.ops import Member
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     Bring,
     SwapPlan,
@@ -53,50 +55,9 @@ if TYPE_CHECKING:
     import docker
 
 
-@dataclass(frozen=True)
-class UpOptions:
-    """How a swap behaves."""
-
-    timeout: float = 900.0
-    rollback: bool = True
-    wait_for_lock: bool = True
-    allow_weak_key: bool = False
-    poll_interval: float = 0.1
-    release_timeout: float = 60.0
-    settle: float = 1.0
-    probation: float = 0.0  # seconds the new variant is watched with clients served (stack.probation)
-    dry_run: bool = False  # print the plan; change nothing (no lock, no Docker change)
-    takeover: bool = False  # replace variants another stack started in this project
-    force_recreate: bool = False  # restart the target even when it serves unchanged
-    profiles: tuple[str, ...] = ()  # optional services started after the swap (`--with prometheus`)
-    env_file: str | None = None  # the env file in force (the follow profile's container reads it)
-    stack_files: tuple[str, ...] = ()  # the stack files in force, absolute (the same)
-    keep_gateway: bool = False  # never recreate the gateway for changed settings (`follow`)
-    by: str | None = None  # what drove the swap when not a person's `up` ("follow"), for the history
-    drain: bool = False  # wait for eligible streams too, instead of continuing them (`up --drain`)
-
-
-@dataclass
-class UpResult:
-    """What a swap did, with timings in seconds."""
-
-    variant: str
-    outcome: str
-    previous: str | None = None
-    timings: dict[str, float] = field(default_factory=dict)
-    kv_cache_tokens: int | None = None
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    drained: dict[str, int] | None = None  # with a gateway: finished, cut, continued, refused
-    plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
-    plan_text: str | None = None  # the plan as text (SwapPlan.describe)
-    serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
-    port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
-
-
 def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
     """The fast subset of doctor's checks for each target, on the snapshot's containers: their
-    warnings (each once), or PreflightFailed."""
+    warnings (each once, also said now, before anything changes), or PreflightFailed."""
     known = [m.container.container for m in snap.members] + ([snap.gateway] if snap.gateway else [])
     warnings: dict[str, None] = {}
     for target in targets:
@@ -105,6 +66,10 @@ def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.S
         )
         raise_failed(findings)
         warnings.update(dict.fromkeys(f"{f.detail}: {f.fix}" for f in findings if f.status == "warn"))
+    for text in warnings:
+        ctx.say(WARNING + text)
+    if ctx.stack.gpus is None:  # what the release wait will note after the stop, said before it
+        ctx.say(NOTE + NO_GPUS)
     return list(warnings)
 
 

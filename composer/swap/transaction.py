@@ -42,6 +42,7 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Handlers, Say, Undone, execute, quiet
+from composer.swap.gateway_replace import port_fault, repair_port, running_gateway
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
@@ -56,11 +57,10 @@ if TYPE_CHECKING:
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
-    from composer.swap.entry import LiveResult
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
+    from composer.swap.outcome import LiveResult, UpOptions, UpResult
     from composer.swap.snapshot import Snapshot
-    from composer.swap.swapper import UpOptions, UpResult
 
 T = TypeVar("T")
 UPSTREAM_WAIT_S = 30.0
@@ -175,8 +175,8 @@ def by_name(ctx: Context, name: str) -> VariantContainer | None:
 
 
 def gateway_stopped(ctx: Context) -> str | None:
-    """How the stack's gateway container stopped ("exited with code 137", "removed"); None
-    while it runs, without a gateway, or when Docker does not answer."""
+    """How the stack's gateway container stopped ("exited with code 137", "removed", its port
+    holder's fault); None while it serves, without a gateway, or when Docker does not answer."""
     from docker.errors import NotFound
 
     from composer.render.gateway import build_gateway_spec
@@ -192,7 +192,7 @@ def gateway_stopped(ctx: Context) -> str | None:
         return None
     state = container.attrs.get("State") or {}
     if state.get("Running") and not state.get("Restarting"):
-        return None
+        return port_fault(ctx.stack, ctx.client)  # it runs, but maybe in a network that is gone
     return f"exited with code {state.get('ExitCode')}"
 
 
@@ -220,9 +220,16 @@ def hold_again(ctx: Context, target: str, compose_file: Path | None = None, why:
         raise SwapFailed("the gateway's hold is gone and there is no gateway to hold again")
     if ctx.hold is not None:
         ctx.hold.end()  # stops its renewals; the old gateway's holds are gone with it
+    repaired = repair_port(ctx.stack, ctx.client, ctx.say)  # its port holder stopped or restarted
     started = f"the gateway stopped during the swap ({why}): starting it again"
-    ctx.say(started if compose_file else "the gateway restarted during the swap: holding its requests again")
-    return replace(ctx, hold=drain(ctx, target, compose_file, gateway)[0])
+    ctx.say(
+        f"{repaired}; holding its requests again"
+        if repaired
+        else started
+        if compose_file
+        else "the gateway restarted during the swap: holding its requests again"
+    )
+    return replace(ctx, hold=drain(ctx, target, None if repaired else compose_file, gateway)[0])
 
 
 def gate_target(ctx: Context, variant: str) -> GateTarget:
@@ -333,6 +340,7 @@ class DockerSwap:
         self.drained = DrainTally()  # a live change's drains
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
+        self.brought: Member | None = None  # the first Start, Wake, Adopt or Route: what comes in
         # what passed the gate last: its container and boot log, and when it became ready
         self.container: VariantContainer | None = None
         self.log, self.ready_at = "", self.began
@@ -351,7 +359,6 @@ class DockerSwap:
             ops.ApplySettings: self.apply_settings,
             ops.StartGateway: self.start_gateway,
             ops.Hold: self.hold,
-            ops.StopNamed: self.stop_named,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
             ops.StopMember: self.stop_member,
@@ -378,7 +385,14 @@ class DockerSwap:
         self.timings[step] = self.timings.get(step, 0.0) + seconds
 
     def _drained(self, *counts: int) -> None:
-        assert self.result is not None
+        """Add a hold's drain counts (finished, cut, continued, refused) to the result (a live
+        change's to its tally)."""
+        if self.result is None:
+            _, cut, continued, refused = counts
+            self.drained.cut += cut
+            self.drained.continued += continued
+            self.drained.refused += refused
+            return
         before = self.result.drained or dict.fromkeys(DRAINED, 0)
         self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
 
@@ -508,14 +522,15 @@ class DockerSwap:
 
         return route
 
-    def _revive(self, ctx: Context, stopped: str) -> Context:
-        return hold_again(ctx, self.plan.target, self.compose_file, stopped)
-
     def _through(self, member: Member, step: Callable[[Context], T], warn: bool = True) -> T:
         """`step` through a gateway restart (`through_restarts`); `warn`: a revived gateway is
         a warning of the result (not for a route)."""
         route, warnings = self._route_to(member), self.warnings if warn else []
-        return through_restarts(self.held, member.variant, route, step, self._revive, warnings)
+
+        def revive(ctx: Context, stopped: str) -> Context:
+            return hold_again(ctx, member.variant, self.compose_file, stopped)
+
+        return through_restarts(self.held, member.variant, route, step, revive, warnings)
 
     # -- containers -----------------------------------------------------------------------
     def _named(
@@ -526,12 +541,6 @@ class DockerSwap:
         if found is None:
             raise error(missing)
         return found
-
-    def stop_named(self, op: ops.StopNamed) -> None:
-        began = time.monotonic()
-        for name in op.containers:
-            stop_container(self.ctx, "it", name)
-        self._took("stop_first", time.monotonic() - began)
 
     def sleep(self, op: ops.Sleep) -> None:
         ctx = self.ctx
@@ -547,8 +556,14 @@ class DockerSwap:
     def stop(self, op: ops.Stop) -> None:
         """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
         began = time.monotonic()
-        self._releases.append(ReleaseWait.before_stop(self.ctx.stack, self.budget, self.plan.previous))
-        for name in (op.member.container, *op.also):
+        taken: list[ReleaseWait] = []
+
+        def read_gpus(found: VariantContainer) -> None:
+            taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+
+        stop_container(self.ctx, op.member.variant, op.member.container, read_gpus)
+        self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
+        for name in op.also:
             stop_container(self.ctx, op.member.variant, name)
         self._took("stop", time.monotonic() - began)
 
@@ -566,11 +581,13 @@ class DockerSwap:
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it."""
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def wake(self, op: ops.Wake) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         ctx.say(f"waking {op.member.variant}")
         sleeper = self._named(
@@ -581,6 +598,7 @@ class DockerSwap:
 
     def adopt(self, op: ops.Adopt) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         ctx = self.ctx
         awake = self._named(
             op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
@@ -591,11 +609,15 @@ class DockerSwap:
 
     def route(self, op: ops.Route) -> None:
         self.began = time.monotonic()
+        self.brought = self.brought or op.member
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member), warn=False)
 
     def remove_container(self, op: ops.Remove) -> None:
+        began = time.monotonic()
         stop_container(self.ctx, op.member.variant, op.member.container)
+        if op.cause:  # planned first (an undo's is not counted)
+            self._took("stop_first", time.monotonic() - began)
         if op.network_of:  # nothing ran before: the project's network goes too
             file = Path(op.network_of)
             env = compose_environment(file, self.ctx.stack.api_key)
@@ -656,7 +678,7 @@ class DockerSwap:
         self.notes += notes
         for name, seconds in timings.items():
             self._took(name, seconds)
-        if op.woke and op.member.variant == self.plan.target:
+        if op.woke and self.brought is not None and op.member.variant == self.brought.variant:
             self.timings["wake"] = self.ready_at - self.began  # wake_up until the gate passed
 
     def probation(self, op: ops.Probation) -> None:
@@ -691,7 +713,7 @@ class DockerSwap:
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
 
-        gateway = gateway_container(self.stack, self.client)
+        gateway = running_gateway(self.stack, self.client, self.say)  # a stopped one started again
         return GatewayControl(gateway) if gateway is not None else None
 
     def _address(self, container: VariantContainer) -> str:
@@ -715,16 +737,20 @@ class DockerSwap:
             self.stack.served_model_name,
             self.stack.api_key,
         )
-        wait_ready(
-            container, target, began + self.options.timeout, self.options.poll_interval, self.ctx.waiting
-        )
+        interval, mend = self.options.poll_interval, self._mend_port
+        wait_ready(container, target, began + self.options.timeout, interval, self.ctx.waiting, mend)
         ready = time.monotonic() - began
         self.timings[f"{op.member.name} start_to_ready"] = ready
         self.say(f"{op.member.name} is ready ({ready:.1f}s); watching it settle")
-        watch_settled(container, target, self.options.settle, self.options.poll_interval)
+        watch_settled(container, target, self.options.settle, interval)
         if op.member.speculative:
             rate = live_acceptance(target, self.stack.acceptance_floor)
             self.say(f"{op.member.name} accepts {rate:.2f} of its draft tokens")
+
+    def _mend_port(self) -> None:
+        """Between a member's probes (it is reached directly): the port holder and the gateway
+        started again when they stopped, so clients are served meanwhile."""
+        running_gateway(self.stack, self.client, self.say)
 
     def publish(self, op: ops.Publish) -> None:
         if control := self._control():
@@ -794,11 +820,14 @@ class DockerSwap:
         """Before the undo removes the failed variant (a live member that failed to start or
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
+        kept = not ctx.options.rollback
         if isinstance(op, ops.StartMember | ops.GateMember):
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
-            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, op.member.container)
+            container = op.member.container
+            evidence.keep(ctx.stack, ctx.client, op.member.variant, cause, tail, ctx.say, container, kept)
             self.kept = bool(tail)
+            self._never_restarted(container)
             return
         if isinstance(err, KeyboardInterrupt):
             self.cause = "interrupted"
@@ -818,10 +847,18 @@ class DockerSwap:
                 tail = ""
         self.tail = bootlog.redact(tail, ctx.stack.api_key)
         self.hints = (diagnosed.hints if diagnosed is not None else ()) or tuple(diagnose.hints(self.tail))
-        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say)
+        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say, kept=kept)
+        with contextlib.suppress(StopIteration):
+            self._never_restarted(self._brought().container)
         previous = self.plan.previous
         if ctx.options.rollback and previous is not None:
             ctx.say(f"rolling back to {previous.variant}")
+
+    def _never_restarted(self, name: str) -> None:
+        """With --no-rollback, the failed container is left for a look, but never restarted
+        by its restart policy: a crash leaves it exited, not crash-looping nor counted as serving."""
+        if not self.ctx.options.rollback and (found := by_name(self.ctx, name)) is not None:
+            standby.park(found)
 
     def _brought(self) -> Member:
         return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))

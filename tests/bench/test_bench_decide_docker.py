@@ -24,7 +24,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.timing]  # real-time rates: run al
 
 
 def test_decide_on_the_hybrid_simulator_prefers_baseline_at_16_streams(make_stack, docker_client) -> None:  # noqa: F811
-    stack = make_stack({"SIM_TIME_SCALE": "10", "SIM_HYBRID_MODEL": "1", "SIM_SEED": "11"})
+    stack = make_stack({"SIM_TIME_SCALE": "10", "SIM_HYBRID_MODEL": "1"})
     if os.environ.get("VLLM_IMAGE"):
         stack.env["VLLM_IMAGE"] = os.environ["VLLM_IMAGE"]
     done = stack.run(

@@ -118,7 +118,7 @@ def test_sweep_matches_the_simulator_and_restores_the_previous_variant(make_stac
     timing, profiles = sim_truth()
     profile = profiles.get_profile("qwen3.8-27b")
     scale = 20.0  # fast, yet about 1 s of decode per request so ms jitter stays far below 3%
-    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2", "SIM_SEED": "7"})
+    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2"})
     stack.run("up", "mtp")
     (before,) = stack.running(docker_client)
 
@@ -183,7 +183,6 @@ def test_small_model_prefers_k1_and_flipped_tokens_lower_agreement(make_stack, d
         {
             "SIM_TIME_SCALE": str(scale),
             "SIM_LOAD_SECONDS": "0.2",
-            "SIM_SEED": "3",
             "SIM_PROFILE": "qwen3.5-2b",
             "SIM_FLIP_RATE": "0.01",
         }
@@ -263,7 +262,7 @@ def test_concurrency_sweep_reproduces_the_crossover_and_recommend_follows_it(
 
     profile = profiles.get_profile("qwen3.8-27b")
     scale = 4.0  # slow enough that 16 streams of SSE parsing on a small host do not cap the client
-    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2", "SIM_SEED": "5"})
+    stack = make_stack({"SIM_TIME_SCALE": str(scale), "SIM_LOAD_SECONDS": "0.2"})
     args = ["--variants", "baseline,mtp", "--k", "7", "--concurrency", "1,16", "--prompt-tokens", "128"]
     args += ["--max-tokens", "100", "--runs", "2", "--warmup", "1", "--timeout", "120"]
     done = stack.run("bench", *args, "--json", "--out", str(stack.out))

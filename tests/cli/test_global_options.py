@@ -22,6 +22,7 @@ MINIMAL_ARGS = {
     "use": ["chat"],
     "follow": [],
     "down": [],
+    "restart": [],
     "status": [],
     "ps": [],
     "ls": [],

@@ -69,6 +69,7 @@ def _let_handlers_run() -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.usefixtures("default_sighup")
 def test_sighup_interrupts_like_sigterm() -> None:
     before = signal.getsignal(signal.SIGHUP)
     with pytest.raises(KeyboardInterrupt), interrupts():
@@ -88,6 +89,7 @@ def test_an_ignored_sighup_stays_ignored() -> None:
         signal.signal(signal.SIGHUP, previous)
 
 
+@pytest.mark.usefixtures("default_sighup")
 def test_a_swap_treats_sighup_as_a_stop_signal() -> None:
     from composer import signals
 

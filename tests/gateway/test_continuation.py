@@ -678,3 +678,129 @@ def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream
     # the status page's last switch says how many streams it continued
     status = httpx.get(gw.url + "/gateway/status", headers={"Authorization": f"Bearer {KEY}"}).json()
     assert status["switches"][0]["continued"] == 1 and status["switches"][0]["cut"] == 0
+
+
+# -- the budget a continuation gets: the value the backend obeys ---------------------------
+
+
+def four_of_ten(chat: bool, **limits: Any) -> continuation.Stream:
+    """A stream (a request with `limits`) that emitted 4 ids, each with its text."""
+    request = {k: v for k, v in body(0, chat).items() if k != "max_tokens"} | limits
+    stream = continuation.Stream(chat, request, Metrics())
+    head = {"id": "x", "object": "chat.completion.chunk" if chat else "text_completion", "created": 1}
+    prompt = {"prompt_token_ids": [1, 2]}
+    first = {**head, **(prompt if chat else {}), "choices": [{"index": 0, "delta": {"role": "assistant"}}]}
+    if not chat:
+        first["choices"] = [{"index": 0, "text": "", **prompt}]
+    text = (lambda t: {"delta": {"content": t}}) if chat else (lambda t: {"text": t})
+    later = [{**head, "choices": [{"index": 0, **text(f" w{i}"), "token_ids": [10 + i]}]} for i in range(4)]
+    stream.feed(sse(first, *later))
+    assert stream.emitted == [10, 11, 12, 13] and stream.settled == 4
+    return stream
+
+
+@pytest.mark.parametrize(
+    ("chat", "limits"),
+    [
+        (False, {"max_tokens": "10"}),  # vLLM reads an integer string as the integer
+        (False, {"max_tokens": 10.0}),  # and an integral float
+        (True, {"max_tokens": "10"}),
+        (True, {"max_tokens": 10.0}),
+        (False, {"max_tokens": 10, "max_completion_tokens": 500}),  # completions ignore it
+        (True, {"max_completion_tokens": "10"}),
+        (True, {"max_completion_tokens": 10.0, "max_tokens": 500}),  # it comes first on chat
+        (True, {"max_completion_tokens": 0, "max_tokens": "10"}),  # `max_completion_tokens or max_tokens`
+    ],
+)
+def test_a_continuation_asks_for_what_is_left_of_the_limit_the_backend_obeys(chat, limits) -> None:
+    stream = four_of_ten(chat, **limits)
+    sent = json.loads(stream.next_body())
+    assert sent["max_tokens"] == 6 and "max_completion_tokens" not in sent
+    assert stream._length() == 2 + 10
+
+
+@pytest.mark.parametrize(
+    ("path", "limits"),
+    [
+        (COMPLETIONS, {"max_tokens": "10.5"}),
+        (COMPLETIONS, {"max_tokens": True}),
+        (COMPLETIONS, {"max_tokens": " 1_0"}),  # vLLM takes it as 10; not guessed here
+        (COMPLETIONS, {"max_tokens": 10, "min_tokens": "5.5"}),
+        (CHAT, {"max_completion_tokens": "ten"}),
+        (CHAT, {"max_tokens": [10]}),
+    ],
+)
+def test_a_limit_the_gateway_cannot_read_as_vllm_does_is_refused_by_its_own_reason(path, limits) -> None:
+    metrics = Metrics()
+    request = {k: v for k, v in body(0, path == CHAT).items() if k != "max_tokens"} | limits
+    assert continuation.prepare(path, request, metrics) is None
+    assert metrics.continuation_refused.labels("max_tokens")._value.get() == 1
+    assert "max_tokens" in CONTINUATION_REFUSALS
+    # a stray max_completion_tokens on completions is not read at all, as vLLM does not
+    stray = body(0, False, max_completion_tokens="ten")
+    assert continuation.prepare(COMPLETIONS, stray, metrics) is not None
+
+
+def test_min_tokens_is_read_as_the_backend_reads_it() -> None:
+    sent = json.loads(four_of_ten(False, max_tokens=10, min_tokens="8").next_body())
+    assert (sent["max_tokens"], sent["min_tokens"]) == (6, 4)
+
+
+@pytest.mark.parametrize("chat", [False, True])
+def test_a_backend_that_breaks_after_the_usage_chunk_gives_the_client_one_usage_chunk(chat) -> None:
+    stream = four_of_ten(chat, max_tokens=10)
+    head = {"id": "x", "object": "text_completion", "created": 1}
+    rest = [{**head, "choices": [{"index": 0, "text": f" v{i}", "token_ids": [20 + i]}]} for i in range(6)]
+    rest[-1]["choices"][0]["finish_reason"] = "length"
+    usage = {
+        **head,
+        "choices": [],
+        "usage": {"prompt_tokens": 2, "completion_tokens": 10, "total_tokens": 12},
+    }
+    reopened: list[bytes] = []
+
+    async def chunks(raw: bytes) -> Any:
+        yield raw  # then it ends without [DONE]
+
+    async def reopen(path: str, sent: bytes) -> continuation.Leg:
+        reopened.append(sent)
+        raise continuation.ContinuationFailed("not expected")
+
+    async def client() -> bytes:
+        leg = continuation.Leg(chunks(sse(*rest, usage)), lambda _: None)
+        return b"".join([out async for out in stream.relay(leg, reopen)])
+
+    out = asyncio.run(client())
+    events = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
+    assert [e["usage"] for e in events if e.get("usage")] == [usage["usage"]]
+    assert out.endswith(b"data: [DONE]\n\n") and reopened == []
+
+
+def test_streams_continued_at_a_switch_carry_no_more_tokens_than_their_limit(sims, make_single) -> None:
+    """The limits as clients send them, read by the simulator as vLLM reads them: each
+    continued stream is its uninterrupted run, its usage that of MAX_TOKENS tokens."""
+    from composer.gateway.client import GatewayControl
+
+    from .fakes import InProcessExec
+
+    base, mtp = sims("baseline", scale="5"), sims("mtp", scale="5")
+    gw = make_single(url_of(base))
+    limits = [
+        (False, {"max_tokens": str(MAX_TOKENS)}),
+        (True, {"max_tokens": float(MAX_TOKENS)}),
+        (False, {"max_tokens": MAX_TOKENS, "max_completion_tokens": 500}),
+        (True, {"max_completion_tokens": str(MAX_TOKENS), "max_tokens": None}),
+    ]
+    requests = [body(i, chat, ids=i == 0, **extra) for i, (chat, extra) in enumerate(limits)]
+    paths = [CHAT if chat else COMPLETIONS for chat, _ in limits]
+    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
+    for client in clients:
+        client.wait_events(5)
+    control = GatewayControl(InProcessExec(gw.config.control_socket))
+    report = control.drain(timeout_s=60, lease_s=30, continue_streams=True)
+    assert (report.continued, report.refused, report.cut) == (len(clients), 0, 0)
+    control.route(url_of(mtp))
+    control.release(report.hold_id)
+    for client, ref in zip(clients, refs, strict=True):
+        check_continued(client.join(), ref)

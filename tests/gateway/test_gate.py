@@ -155,3 +155,68 @@ def test_drain_with_nothing_in_flight_is_immediate() -> None:
         assert (result.drained, result.cut) == (0, 0) and result.duration_s < 1  # not the 5 s timeout
 
     run(main())
+
+
+def test_a_hold_whose_switch_died_with_nothing_ready_refuses_held_and_new_requests_at_once() -> None:
+    """`up` killed while nothing serves: its hold's lease runs out (or its tether closes), a
+    fresh probe finds nothing ready, and the held and new requests get 503 naming the repair,
+    not after hold_timeout (15 minutes by default)."""
+
+    async def main() -> None:
+        gate = make_gate(hold_timeout=900.0)
+        probed: list[bool] = []
+
+        async def nothing_ready() -> bool:
+            probed.append(False)
+            return False
+
+        gate.probe = nothing_ready
+        gate.add_hold(lease_s=0.2, owner="up")
+        held = asyncio.create_task(gate.enter(gate.deadline()))
+        await asyncio.sleep(0)
+        assert gate.held == 1
+        with pytest.raises(Refused) as raised:
+            await held  # once the lease runs out unrenewed: at once, not after 900 s
+        assert raised.value.status == 503 and raised.value.reason == "abandoned"
+        assert "`compose-spec up`" in str(raised.value) and probed == [False]
+        with pytest.raises(Refused, match="compose-spec up"):
+            await gate.enter(gate.deadline())  # a new request too
+        assert gate.snapshot()["abandoned"] is True
+        # a new switch holds again; a backend that becomes ready serves
+        gate.add_hold(lease_s=30.0, owner="up")
+        assert not gate.abandoned
+        gate.release()
+        gate.set_backend_ready(True)
+        (await gate.enter(gate.deadline())).done()
+
+    run(main())
+
+
+def test_a_switch_that_died_while_something_still_serves_or_another_holds_abandons_nothing() -> None:
+    async def main() -> None:
+        gate = make_gate()
+        ready = [True]
+
+        async def probe() -> bool:
+            return ready[0]
+
+        gate.probe = probe
+        gate.add_hold(lease_s=30.0, owner="up")
+        gate.hold_abandoned()  # the tether closed: the old variant still answers
+        await asyncio.sleep(0.01)
+        assert not gate.abandoned and gate._checking is None
+        gate.release()
+        gate.hold_abandoned()
+        await asyncio.sleep(0.01)
+        assert not gate.abandoned  # ready on the fresh probe: held requests flow when it says so
+        ready[0] = False
+        gate.add_hold(lease_s=30.0, owner="other")
+        gate.hold_abandoned()  # another hold is set: its switch runs
+        assert gate._checking is None and not gate.abandoned
+        gate.release()
+        gate.set_backend_ready(True)
+        gate.hold_abandoned()
+        await asyncio.sleep(0.01)
+        assert not gate.abandoned  # the poller says ready meanwhile
+
+    run(main())

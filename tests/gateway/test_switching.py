@@ -180,6 +180,22 @@ def test_up_reporting_what_serves_is_no_follower_an_alias_is_refused_at_once() -
     asyncio.run(scenario())
 
 
+def test_right_after_a_switch_by_hand_an_alias_without_a_follower_is_refused_at_once() -> None:
+    """`up` starts a residency: a request for another variant used to wait it out (20 s seen)
+    only to hear that no follower runs, which was known at once."""
+
+    async def scenario() -> None:
+        sw, clock, _ = _switcher(min_residency=30, residency_wait=30)
+        sw.report("baseline", None, True)
+        sw.report("mtp", None, True)  # `up mtp`: switched by hand, the residency runs
+        assert sw.residency_left() > 0 and not sw.follower_attached()
+        with pytest.raises(Refused) as refused:
+            await asyncio.wait_for(sw.admit("baseline", "long", clock.now + 60), 1)
+        assert (refused.value.status, refused.value.reason) == (503, "no_follower")
+
+    asyncio.run(scenario())
+
+
 def test_a_report_follow_marks_as_its_own_is_a_followers_contact() -> None:
     """`follow` reports what serves when it starts: from then on an alias request waits for
     its demand to be taken instead of being refused (a request sent right after `up --with

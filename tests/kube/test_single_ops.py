@@ -60,23 +60,25 @@ def test_the_switch_is_a_plan_of_typed_operations_each_with_its_inverse() -> Non
     assert [type(op).__name__ for op in planned] == [
         "UpdateGateway",
         "Hold",
-        "Roll",
+        "Reapply",
         "GateMember",
         "Release",
     ]
     roll = planned[2]
-    assert isinstance(roll, ops.Roll)
+    assert isinstance(roll, ops.Reapply) and roll.recreate
     assert (roll.member.container, roll.member.run_file) == (stack.service, str(overlay))
     back = roll.inverse()  # the rollout undone, then what ran before gated again
     assert [type(op).__name__ for op in back] == ["RollBack", "GateMember"]
     assert back[1].member.variant == "baseline" and back[1].member.container == stack.service
     assert planned[0].inverse() == () and planned[1].inverse() == () and planned[3].inverse() == ()
     assert "roll vllm to mtp" in roll.describe() and "drain those in flight" in planned[1].describe()
-    assert "Roll" in json.dumps(roll.as_data())
+    assert '"op": "Reapply"' in json.dumps(roll.as_data()) and '"recreate": true' in json.dumps(
+        roll.as_data()
+    )
 
     # no Deployment yet, or the same configuration again: nothing to go back to, no hold
     first = plan_kube_single(stack, "mtp", overlay, "h2", None, hold=False)
-    assert [type(op).__name__ for op in first] == ["Roll", "GateMember"] and first[0].inverse() == ()
+    assert [type(op).__name__ for op in first] == ["Reapply", "GateMember"] and first[0].inverse() == ()
     same = plan_kube_single(stack, "mtp", overlay, "h2", Serving("mtp", "h2"), hold=False)
     assert same[0].inverse() == ()
 
@@ -91,7 +93,7 @@ def test_a_failed_rollout_is_undone_by_the_inverses_of_what_ran_newest_first(
     commands = standin.commands()
     ran = commands[commands.index("exec POST /drain") : commands.index("logs deployment/vllm")]
     assert ran == ["exec POST /drain", "apply --kustomize", "rollout status"]
-    # Roll's inverse (undo, its rollout, the gate of baseline), then the hold's release
+    # the Recreate rollout's inverse (undo, its rollout, the gate of baseline), then the hold's release
     assert commands[commands.index("logs deployment/vllm") + 1 :] == [
         "rollout undo",
         "rollout status",

@@ -223,6 +223,7 @@ def test_a_refused_apply_changes_nothing_and_undoes_nothing(
 
 @pytest.mark.parametrize("moment", ["rollout status", "port-forward service/vllm"], ids=["rollout", "gate"])
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+@pytest.mark.usefixtures("default_sighup")  # `up` inherits it: an ignored SIGHUP stays ignored
 def test_an_interrupted_rollout_is_undone_under_the_hold_then_exits_130(
     standin: Standin, run_cli, gateway: GatewayThread, sig: signal.Signals, moment: str
 ) -> None:
@@ -310,3 +311,38 @@ def test_a_changed_gateway_is_rolled_first_and_the_hold_stays_on_its_new_pod(
     new_pod = f"pod/vllm-gateway-{labels['vllm-composer.config-hash'][:10]}-q7x2k"
     assert set((standin.home / "exec-pods.log").read_text().split()) == {new_pod}
     assert _holds(gateway) == 0
+
+
+def test_a_killed_switch_leaves_its_record_which_status_names_and_the_next_up_finishes(
+    standin: Standin, run_cli, gateway: GatewayThread
+) -> None:
+    """The one-variant switch writes the running record a Docker switch writes: `status` shows
+    it while it runs; killed with SIGKILL it becomes an interrupted event that `status` and
+    `history` name; the next `up` finishes the switch."""
+    _serve_baseline(standin, run_cli, gateway)
+    serves = f"127.0.0.1:{gateway.port}"
+    standin.scenario(backends={"baseline": serves, "mtp": serves}, rollout={"mtp": "hang"})
+    up = run_cli("up", "mtp", "--target", "kubernetes", "--timeout", "600", popen=True)
+    try:
+        _wait(lambda: "rollout status" in standin.commands(), what="the rollout")
+        running = run_cli("status", "--json")
+        swap = json.loads(running.stdout)["swap"]
+        assert (swap["kind"], swap["source"], swap["target"]) == ("up", "baseline", "mtp"), swap
+        up.send_signal(signal.SIGKILL)
+        up.wait(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    status = json.loads(run_cli("status", "--json").stdout)
+    assert status["swap"] is None, status
+    (warning,) = [w for w in status["warnings"] if "was interrupted" in w]
+    assert "baseline -> mtp" in warning, warning
+    events = json.loads(run_cli("history", "--json").stdout)
+    assert (events[-1]["kind"], events[-1]["target"], events[-1]["outcome"]) == ("up", "mtp", "interrupted")
+    standin.scenario(backends={"baseline": serves, "mtp": serves})
+    done = run_cli("up", "mtp", *UP)
+    assert done.returncode == 0, done.stderr
+    assert standin.serving() == "mtp"
+    assert not [
+        w for w in json.loads(run_cli("status", "--json").stdout)["warnings"] if "was interrupted" in w
+    ]

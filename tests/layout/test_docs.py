@@ -237,3 +237,33 @@ def test_the_site_builds_strict(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "index.html").read_text(encoding="utf-8").count("<tr>") > 40
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    if chromium is not None:  # laid out as a 1400 px wide window shows it
+        assert _laid_out(chromium, tmp_path / "site" / "commands") == ("0", "")
+        assert _laid_out(chromium, tmp_path / "site" / "reference") == ("0", "")
+
+
+PROBE = """<script>window.addEventListener('load', () => {
+  const over = [...document.querySelectorAll('pre > code, table')].filter(e => e.scrollWidth > e.clientWidth + 1);
+  const names = [...document.querySelectorAll('td:last-child code')].filter(e => e.getClientRects().length > 1);
+  document.body.dataset.over = over.length;
+  document.body.dataset.broken = names.map(e => e.textContent).join(',');
+});</script></body>"""
+
+
+def _laid_out(chromium: str, page: Path) -> tuple[str, str]:
+    """How many code blocks and tables of `page` scroll sideways at 1400 px, and the names in
+    its tables' variable column that break across lines (headless Chromium)."""
+    probe = page / "probe.html"
+    probe.write_text((page / "index.html").read_text(encoding="utf-8").replace("</body>", PROBE))
+    args = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,900", "--dump-dom"]
+    done = subprocess.run(
+        [chromium, *args, "--virtual-time-budget=3000", probe.as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    over = re.search(r'data-over="([^"]*)"', done.stdout)
+    broken = re.search(r'data-broken="([^"]*)"', done.stdout)
+    assert over is not None and broken is not None, done.stderr[-2000:]
+    return over.group(1), broken.group(1)

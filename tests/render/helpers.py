@@ -11,27 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from composer.render.spec import LOG_DRIVER, ServiceSpec, resolve
+from tests.conftest import ENV_VARS_READ as ENV_VARS_READ  # re-exported: the stack tests use it
 
 STUB_DOCKER = """#!/usr/bin/env bash
 # Records its argv, NUL-separated, in $STUB_ARGV_FILE instead of running anything.
 printf '%s\\0' "$@" > "$STUB_ARGV_FILE"
 """
-ENV_VARS_READ = (
-    "COMPOSE_PROJECT_NAME",
-    "SERVED_MODEL_NAME",
-    "VLLM_PORT",
-    "VLLM_BIND_ADDRESS",
-    "TENSOR_PARALLEL_SIZE",
-    "MAX_MODEL_LEN",
-    "GPU_DEVICES",
-    "ATTENTION_BACKEND",
-    "MODEL_DIR",
-    "DRAFT_DIR",
-    "KV_CACHE_MEMORY",
-    "NUM_SPECULATIVE_TOKENS",
-    "VLLM_API_KEY",
-    "COMPOSER_STACK",
-)
 
 _BRACED = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::([-?])([^}\n]*))?\}")
 

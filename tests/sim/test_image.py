@@ -91,7 +91,7 @@ def test_image_shape(sim_docker: Any, sim_image: str) -> None:
         network_mode="none",
         remove=True,
     )
-    assert out.decode().split() == ["0.0.0+sim", "/usr/local/bin/vllm"]
+    assert out.decode().split() == ["0.32.0+sim", "/usr/local/bin/vllm"]
 
 
 def test_container_serves_and_stops_cleanly(

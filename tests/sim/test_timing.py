@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 from vllm.sim import timing
-from vllm.sim.acceptance import AcceptanceSampler, start_offset
+from vllm.sim.acceptance import AcceptanceSampler
 from vllm.sim.profiles import get_profile, load_profile_file
 
 REF = get_profile()
@@ -134,14 +134,12 @@ def test_profile_without_base_needs_rates(tmp_path) -> None:
         load_profile_file(path)
 
 
-def test_sampler_tracks_probabilities_and_is_seeded() -> None:
+@pytest.mark.parametrize("draws", [7, 30, 107, 1000])
+def test_each_positions_count_stays_within_one_of_its_expectation(draws: int) -> None:
     probs = timing.acceptance(REF, "mtp", 7)
-    draws = 200
-    sampler = AcceptanceSampler(probs, start_offset(0, "prompt"))
+    sampler = AcceptanceSampler(probs)
     accepted = [sampler.next_accepted() for _ in range(draws)]
     for pos, p in enumerate(probs):
-        assert sum(a > pos for a in accepted) / draws == pytest.approx(p, abs=0.02)
-    again = AcceptanceSampler(probs, start_offset(0, "prompt"))
-    assert [again.next_accepted() for _ in range(draws)] == accepted
-    other = AcceptanceSampler(probs, start_offset(1, "prompt"))
-    assert [other.next_accepted() for _ in range(draws)] != accepted
+        assert abs(sum(a > pos for a in accepted) - draws * p) <= 1
+    again = AcceptanceSampler(probs)
+    assert [again.next_accepted() for _ in range(draws)] == accepted  # the same for every request

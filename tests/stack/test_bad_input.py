@@ -251,3 +251,25 @@ def test_the_schema_pattern_and_the_loader_agree_on_workload_names(name: str) ->
     from composer.stack.workload_classes import WORKLOAD_PATTERN, class_shape
 
     assert (re.fullmatch(WORKLOAD_PATTERN.strip("^$"), name) is not None) == (class_shape(name) is not None)
+
+
+# -- a variant name the gateway would refuse --------------------------------------------------
+@pytest.mark.parametrize(("length", "ok"), [(64, True), (65, False), (200, False)])
+def test_a_variant_name_longer_than_the_gateways_limit_is_refused_at_load(
+    tmp_path: Path, length: int, ok: bool
+) -> None:
+    name = "m" * length
+    toml = f'[variants.{name}]\nextends = "mtp"\n'
+    if ok:
+        override = tmp_path / "ok.toml"
+        override.write_text(toml, encoding="utf-8")
+        env_file = tmp_path / "ok.env"
+        env_file.write_text(f"VLLM_API_KEY={KEY}\n")
+        result = run(
+            "--env-file", str(env_file), "--stack", str(BASE), "--stack", str(override), "config", env={}
+        )
+        assert result.exit_code == 0, result.stderr
+        return
+    line = refused(tmp_path, extra_toml=toml)
+    assert f"invalid variant name '{name[:40]}" in line and f"({length} characters)" in line
+    assert "at most 64 characters (the gateway refuses longer names)" in line and len(line) < 400

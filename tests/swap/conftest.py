@@ -111,7 +111,7 @@ def sim_stack(tmp_path, project_name, docker_client, sim_images) -> Iterator[Sta
     remove_project(docker_client, project_name)
 
 
-SERVING_STACK = """
+FAST_STACK = """
 [stack]
 project = "{project}"
 port = {port}
@@ -119,7 +119,12 @@ probation = "0s"
 [stack.env]
 SIM_LOAD_SECONDS = "0.3"
 SIM_TIME_SCALE = "20"
-[gateway]
+"""
+"""A `module_stack` template: fast loads, no probation."""
+
+SERVING_STACK = (
+    FAST_STACK
+    + """[gateway]
 switch_on_model = true
 min_residency = 0
 residency_wait = 120
@@ -129,22 +134,28 @@ extends = "mtp"
 aliases = ["hang"]
 env = {{ SIM_FAIL = "hang" }}
 """
+)
 
 
 @pytest.fixture(scope="module")
 def serving_stack(tmp_path_factory, docker_client, sim_images) -> Iterator[Stack]:
     """One stack for a whole test module, baseline serving when it starts: the gateway raises
     switch demands (aliases, no residency), and `mtp-hang` (alias `hang`) never gets ready."""
-    folder = tmp_path_factory.mktemp("serving")
-    project = f"vctsrv{uuid.uuid4().hex[:10]}"
-    port = free_port()
-    stack_file = folder / "stack.toml"
-    stack_file.write_text(SERVING_STACK.format(project=project, port=port), encoding="utf-8")
-    env = isolated_env(folder)
-    made = Stack(project, port, env["VLLM_API_KEY"], env, stack_file)
+    made = module_stack(tmp_path_factory.mktemp("serving"), SERVING_STACK, "vctsrv")
     try:
         done = made.run("up", "baseline", timeout=180)
         assert done.returncode == 0, done.stderr
         yield made
     finally:
-        remove_project(docker_client, project)
+        remove_project(docker_client, made.project)
+
+
+def module_stack(folder: Path, template: str, prefix: str) -> Stack:
+    """A stack of its own project (`prefix` and a random suffix) and free port in `folder`, from
+    `template` (a stack file with `{project}` and `{port}`)."""
+    project = f"{prefix}{uuid.uuid4().hex[:10]}"
+    port = free_port()
+    stack_file = folder / "stack.toml"
+    stack_file.write_text(template.format(project=project, port=port), encoding="utf-8")
+    env = isolated_env(folder)
+    return Stack(project, port, env["VLLM_API_KEY"], env, stack_file)

@@ -14,7 +14,7 @@ from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.swap.desired import EXCLUSIVE, SIDE_BY_SIDE, Desired, desired
-from composer.swap.ops import Member
+from composer.swap.ops import Hold, Member, Remove
 from composer.swap.plan import SwapPlan, plan_alone, plan_live
 from composer.swap.snapshot import LiveRunning, Snapshot
 from tests.conftest import REPO
@@ -110,8 +110,29 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     ]
     assert [u["name"] for u in plan.ops[0].upstreams] == ["baseline/1"]  # baseline/1 serves meanwhile
     every, digest = _alone(stack, "mtp", gpus="all")  # the one serving container takes every GPU
-    ops = _ops(plan_alone(every, digest, running, "p"))
-    assert ops[:5] == ["Publish", "DrainMember", "StopMember baseline/1", "StopMember mtp/1", "AwaitRelease"]
+    every_plan = plan_alone(every, digest, running, "p")
+    # the last member serving is never stopped bare: the gateway holds and drains (its streams
+    # continue) before it stops, and releases once mtp's one container is routed
+    assert _ops(every_plan) == [
+        "Publish",
+        "DrainMember",
+        "StopMember baseline/1",
+        "Hold",
+        "StopMember mtp/1",
+        "AwaitRelease",
+        "StartMember mtp",
+        "GateMember mtp",
+        "Publish",
+        "Release",
+        "UpdateGateway",
+    ]
+    hold, release = every_plan.ops[3], every_plan.ops[9]
+    assert hold.continue_streams and hold.target == "mtp" and release.variant == "mtp"
+    assert "Hold: hold new requests at the gateway" in every_plan.describe()
+    drain = plan_alone(every, digest, running, "p", continue_streams=False).ops[3]
+    assert drain == Hold("mtp", continue_streams=False)
+    # a gateway started now served nothing: nothing to hold
+    assert "Hold" not in _ops(plan_alone(every, digest, running, "p", gateway_running=False))
 
 
 def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None:
@@ -169,3 +190,61 @@ def test_the_snapshot_names_live_members_and_the_adopted_serving_container(tmp_p
     ]
     snap = Snapshot("p", (), live=(*found, LiveRunning(**{**found[1].__dict__, "status": "exited"})))
     assert [r.name for r in snap.live_running] == ["baseline/1", "mtp/1"]
+    # where the gateway says its set, a one serving container outside it (a failed `up X
+    # --no-rollback` left it) is no member; the adopted one is
+    assert [r.name for r in live_members(stack, [(live, mtp), (_Box(), alone)], {"mtp/1"})] == ["mtp/1"]
+    routed = live_members(stack, [(live, mtp), (_Box(), alone)], {"mtp/1", "baseline/1"})
+    assert [r.name for r in routed] == ["baseline/1", "mtp/1"]
+
+
+def test_a_live_change_removes_what_a_failed_change_left_and_serves_nothing(tmp_path: Path) -> None:
+    stack = _stack(tmp_path)
+    target = resolve_live(stack, ["baseline", "mtp"])
+    running = _running(stack, "baseline/1", "mtp/1")
+    assert plan_live(target, running).no_op
+    plan = plan_live(target, running, idle=[Member("p-vllm-1", "crash", "p-vllm-1", "vllm", "")])
+    assert _ops(plan) == ["Remove p-vllm-1"] and plan.ops[0].cause
+    crashed = LiveRunning(
+        "mtp-crash/1", "mtp-crash", "p-mtp-crash-1", "4,5", "h", "exited", "vllm-mtp-crash-1"
+    )
+    plan = plan_live(target, [*running, crashed])
+    assert _ops(plan) == ["Remove mtp-crash/1"] and plan.ops[0].member.container == "p-mtp-crash-1"
+
+
+def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_path: Path) -> None:
+    from composer.swap.plan import GatewayChange
+
+    stack = _stack(tmp_path)
+    target = resolve_live(stack, ["baseline", "mtp"])
+    running = _running(stack, "baseline/1", "mtp/1")
+    same = GatewayChange("", (("GATEWAY_ALIASES", ""),), ())
+    assert plan_live(target, running, gateway=same).no_op
+    changed = GatewayChange("", (("GATEWAY_ALIASES", "quick=baseline"),), ("GATEWAY_ALIASES",))
+    plan = plan_live(target, running, gateway=changed)
+    assert _ops(plan) == ["ApplySettings"] and plan.mode == "join"
+    assert plan.ops[0].settings == (("GATEWAY_ALIASES", "quick=baseline"),)
+    assert "ApplySettings: apply the gateway's changed settings in place (aliases)" in plan.describe()
+    joined = plan_live(resolve_live(stack, ["baseline", "mtp", "dflash2"]), running, gateway=changed)
+    assert _ops(joined)[:2] == ["ApplySettings", "StartMember dflash2/1"]
+
+
+def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_nor_members(
+    tmp_path: Path,
+) -> None:
+    import dataclasses
+
+    from composer.swap.entry import idle_containers
+    from tests.swap.test_plan_units import _info, _snap
+    from tests.swap.test_standby_units import _stack as _switch_stack
+
+    stack, live_stack = _switch_stack(), _stack(tmp_path)
+    crashed = dataclasses.replace(_info("mtp-crash", service="vllm", sleep_mode=False), status="exited")
+    snap = _snap(stack, [crashed])
+    member = LiveRunning(
+        "baseline/1", "baseline", "p-vllm-baseline-1", "0,1", "h", "running", "vllm-baseline-1"
+    )
+    snap = dataclasses.replace(snap, live=(member,))
+    (idle,) = idle_containers(snap)
+    assert (idle.container, idle.variant, idle.service) == (crashed.name, "mtp-crash", "vllm")
+    plan = plan_live(resolve_live(live_stack, ["baseline"]), [member], idle=[idle])
+    assert plan.ops[0] == Remove(idle, cause="neither serving nor wanted asleep")

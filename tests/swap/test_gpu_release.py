@@ -169,11 +169,8 @@ def test_before_stop_reads_the_container_pids_and_the_next_variants_budget(
 
     monkeypatch.setattr("composer.probes.cgroups.container_pids", pids)
 
-    class Previous:
-        container_id = "c" * 64
-
     budget = partial(release_budget, stack, stack.variant("mtp"))
-    release = ReleaseWait.before_stop(stack, budget, Previous(), ScriptedProbe(BOTH))  # type: ignore[arg-type]
+    release = ReleaseWait.before_stop(stack, budget, "c" * 64, ScriptedProbe(BOTH))
     assert asked == [["c" * 64]] and release.pids == {CONTAINER}
     # TP 4: a quarter of 54 GiB + KV 7 GiB + 1.58 GiB activations (the figure doctor prints)
     assert release.budget == {0: int(13.5 * GIB) + 7 * GIB + 1_696_512_327}
@@ -194,8 +191,8 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
             order.append(f"wait {timeout:.0f}")
             return gpu_release.ReleaseOutcome("budget-free", 0.1, "budget free")
 
-    def snapshot(stack, budget, previous, probe=None):
-        order.append(f"snapshot {previous.variant}")
+    def snapshot(stack, budget, container_id, probe=None):
+        order.append(f"snapshot {container_id}")
         return Recorded(None)
 
     class Started(Exception):
@@ -205,7 +202,9 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
         order.append("start")
         raise Started
 
-    container = SimpleNamespace(stop_and_remove=lambda grace: order.append("stop"))
+    container = SimpleNamespace(
+        stop_and_remove=lambda grace: order.append("stop"), container=SimpleNamespace(id="previous-id")
+    )
     monkeypatch.setattr("composer.swap.transaction.ReleaseWait.before_stop", snapshot)
     monkeypatch.setattr(transaction, "by_name", lambda ctx, name: container)
     monkeypatch.setattr(transaction, "compose_up", start)
@@ -223,5 +222,5 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
     with pytest.raises(Started):
         for op in plan.ops[:3]:
             swap.handlers()[type(op)](op)
-    assert order == ["snapshot previous-variant", "stop", "wait 7", "start"]
+    assert order == ["snapshot previous-id", "stop", "wait 7", "start"]
     assert result.notes == ["budget free"] and "release_wait" in result.timings

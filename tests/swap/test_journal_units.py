@@ -196,6 +196,7 @@ def test_a_killed_up_leaves_an_interrupted_event_that_history_and_status_name(
 
     warning = interrupted_warning(PROJECT)
     assert warning and "baseline -> mtp, was interrupted" in warning and "loading" in warning
+    assert warning.endswith("`compose-spec up mtp` repairs it") and "compose-spec status" not in warning
     append_history(PROJECT, {"kind": "up", "source": "baseline", "target": "mtp", "outcome": "swapped"})
     assert interrupted_warning(PROJECT) is None, "only the last swap is named"
 
@@ -209,3 +210,19 @@ def test_a_record_that_is_no_record_is_ignored(state: Path) -> None:
         (state / RUNNING).write_text(text, errors="surrogateescape")
         assert running_swap(PROJECT) is None
     assert journal.process_start(2**22 + 12345) is None
+
+
+def test_a_live_change_records_what_served_before_it(state: Path) -> None:
+    """A change from a live set to one variant (and any live change) names its FROM: the
+    variants that served before, as its target names those that serve after."""
+    from composer.stack.load import load_stack
+    from composer.swap.entry import LiveResult, live_history
+    from composer.swap.ops import Member, StopMember
+    from composer.swap.plan import LivePlan
+
+    stack = load_stack([REPO / "composer.toml"], None, environ={}, flags=[f"stack.project={PROJECT}"])
+    mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
+    plan = LivePlan(("mtp",), ("mtp/1",), (), ("baseline/1",), ops=(StopMember(mtp),))
+    live_history(stack, plan, "changed", LiveResult(variant="mtp", outcome="changed"))
+    (event,) = read_history(PROJECT).events
+    assert (event["kind"], event["source"], event["target"]) == ("live", "baseline+mtp", "mtp")

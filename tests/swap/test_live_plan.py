@@ -151,7 +151,56 @@ def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -
     assert _ops(plan)[-1] == "StopMember baseline" and _ops(plan).count("StopMember baseline") == 1
     assert plan.ops[-1].inverse()[1].member.run_file == "/s/one.yml"  # started again from its file
     first = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True)
-    assert _ops(first)[:2] == ["StopMember baseline", "AwaitRelease"]
+    # its GPUs are needed first: the gateway holds and drains (streams continue) before it
+    # stops, and releases once the first member is routed
+    assert _ops(first) == [
+        "Hold",
+        "StopMember baseline",
+        "AwaitRelease",
+        "StartMember baseline/1",
+        "GateMember baseline/1",
+        "Publish",
+        "Release",
+        "AwaitRelease",
+        "StartMember mtp/1",
+        "GateMember mtp/1",
+        "Publish",
+    ]
+    assert first.ops[0].continue_streams and first.ops[0].target == ""  # no switch-log variant
+    assert first.ops[6].describe() == "release the held requests to the live set"
+    drained = plan_live(
+        resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True, continue_streams=False
+    )
+    assert not drained.ops[0].continue_streams
+    cold = plan_live(resolve_live(stack, ["mtp"]), [], single, gateway_running=False, gpus_shared=True)
+    assert "Hold" not in _ops(cold)  # a gateway started now served nothing
+
+
+def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stack) -> None:
+    moved = [dataclasses.replace(r, gpus="4,5") for r in _running(stack, "mtp/1")]
+    plan = plan_live(resolve_live(stack, ["baseline", "dflash2"]), moved)
+    assert _ops(plan) == [
+        "Hold",
+        "StopMember mtp/1",
+        "StartMember baseline/1",
+        "GateMember baseline/1",
+        "Publish",
+        "Release",
+        "AwaitRelease",
+        "StartMember dflash2/1",
+        "GateMember dflash2/1",
+        "Publish",
+    ]
+    # a changed sole member too: held before it stops, released once it serves again
+    changed = plan_live(resolve_live(stack, ["mtp"]), _running(stack, "mtp/1", changed="mtp/1"))
+    assert _ops(changed) == [
+        "Hold",
+        "StopMember mtp/1",
+        "AwaitRelease",
+        "StartMember mtp/1",
+        "GateMember mtp/1",
+        "Release",
+    ]
 
 
 def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(tmp_path: Path) -> None:

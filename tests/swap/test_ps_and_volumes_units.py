@@ -92,7 +92,9 @@ def test_down_keeps_the_volume_and_says_how_to_remove_it(no_engine: list[list[st
     stack = _stack()
     state = _Volume(f"{stack.project}_gateway-state")
     client = _Client([state])
-    down_module.stop_project(Context(stack, client, UpOptions()))  # type: ignore[arg-type]
+    down_module.Downer(Context(stack, client, UpOptions()), Snapshot(stack.project, ()), 60).stop_project(  # type: ignore[arg-type]
+        down_module.StopProject(stack.project, (state.name,))
+    )
     assert no_engine == [[stack.project, "down", "--remove-orphans"]] and not state.removed
     said = down_module.kept_volumes(stack, client)  # type: ignore[arg-type]
     assert said == (
@@ -107,5 +109,8 @@ def test_down_volumes_removes_the_projects_volumes(no_engine: list[list[str]]) -
     stack = _stack()
     state = _Volume(f"{stack.project}_gateway-state")
     said: list[str] = []
-    down_module.stop_project(Context(stack, _Client([state]), UpOptions(), said.append), volumes=True)  # type: ignore[arg-type]
+    ctx = Context(stack, _Client([state]), UpOptions(), said.append)  # type: ignore[arg-type]
+    down_module.Downer(ctx, Snapshot(stack.project, ()), 60).stop_project(
+        down_module.StopProject(stack.project, (state.name,), remove=True)
+    )
     assert state.removed and said == [f"removing volume {stack.project}_gateway-state"]

@@ -183,7 +183,7 @@ def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
         "service": "vllm",
     }
     text = _plan(_serving()).describe()
-    assert "  4. start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
+    assert "  4. Start: start mtp from /state/mtp-b2.yml (service vllm), route to it" in text
     assert "rollback: baseline: start baseline from /state/baseline-a1.yml" in text
 
 
@@ -195,7 +195,24 @@ def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_chang
     from composer.swap import ops
 
     every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)}
-    kubernetes = {ops.Reapply, ops.RollBack, ops.Roll}
+    kubernetes = {ops.Reapply, ops.RollBack}
     table = _swap(_plan(_serving())).handlers()
     assert set(table) == every - {ops.Op, ops.BringIn} - kubernetes
     assert {ops.StartMember, ops.GateMember, ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)
+
+
+def test_every_operation_has_a_handler_in_docker_or_kubernetes() -> None:
+    import inspect
+
+    from composer.kube.execute import KubeRollout
+    from composer.swap import ops
+    from composer.swap.outcome import UpOptions
+
+    every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)} - {
+        ops.Op,
+        ops.BringIn,
+    }
+    docker = _swap(_plan(_serving())).handlers()
+    kubernetes = KubeRollout(None, None, UpOptions(), print, print).handlers()  # type: ignore[arg-type]
+    assert every - set(docker) - set(kubernetes) == set()
+    assert {ops.Reapply, ops.RollBack} <= set(kubernetes)

@@ -122,36 +122,54 @@ def test_with_the_stop_fallback_the_serving_variant_is_stopped_instead_and_up_sa
 class Running:
     """A project container as `down VARIANT` sees it."""
 
-    def __init__(self, variant: str, name: str) -> None:
-        self.variant, self.name, self.status = variant, name, "running"
+    def __init__(self, variant: str, name: str, status: str = "running") -> None:
+        self.variant, self.name, self.status = variant, name, status
         self.stopped = False
-
-    def describe(self) -> Running:
-        return self
-
-    def stop_and_remove(self, grace: int) -> None:
-        self.stopped = True
 
 
 class Downer:
-    """`down VARIANT` over fake containers; `downed` says whether the whole project went down."""
+    """`down VARIANT` over fake containers: `stopped` marks what it stopped; it never takes
+    the project down (the gateway and its port holder stay)."""
 
-    def __init__(self, module: object, monkeypatch) -> None:
+    def __init__(self, module: object, monkeypatch, live: list | None = None) -> None:
         self.ctx = Context(_stack("stack.standby=sleep"), None, UpOptions())  # type: ignore[arg-type]
-        self.downed = False
-        monkeypatch.setattr(module, "stop_project", lambda ctx: setattr(self, "downed", True))
+        self.removed: list[str] = []
+        monkeypatch.setattr(
+            module, "stop_container", lambda ctx, what, name: self.by_name[name].__setattr__("stopped", True)
+        )
+        monkeypatch.setattr(module, "compose", lambda *a, **k: pytest.fail("down VARIANT ran compose down"))
+        monkeypatch.setattr(
+            module.DockerSwap, "remove", lambda swap, variant, snap: self.removed.append(variant) or "live"
+        )
+        self.by_name: dict[str, Running] = {}
 
     def down_variant(self, variant: str, force: bool = False) -> str:
         return stop_variant(self.ctx, variant, force)
 
 
-def _down(monkeypatch, containers: list[Running], asleep: list[Running]) -> Downer:
+def _down(monkeypatch, containers: list[Running], asleep: list[Running], live: list | None = None) -> Downer:
     from composer.swap import down as module
 
-    members = [SimpleNamespace(variant=c.variant, container=c, asleep=c in asleep) for c in containers]
-    snap = SimpleNamespace(members=members, asleep=[m for m in members if m.asleep], live_running=[])
+    members = [
+        SimpleNamespace(
+            variant=c.variant,
+            info=SimpleNamespace(name=c.name, owner=None),
+            running=c.status == "running",
+            asleep=c in asleep,
+            serving=c.status == "running" and c not in asleep,
+        )
+        for c in containers
+    ]
+    snap = SimpleNamespace(
+        members=members,
+        asleep=[m for m in members if m.asleep],
+        live_running=live or [],
+        gateway_running=False,
+    )
     monkeypatch.setattr(module, "take", lambda stack, client: snap)
-    return Downer(module, monkeypatch)
+    downer = Downer(module, monkeypatch)
+    downer.by_name = {c.name: c for c in containers}
+    return downer
 
 
 def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
@@ -165,15 +183,35 @@ def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(
     assert not serving.stopped and not sleeping.stopped
     assert "was asleep" in swapper.down_variant("mtp") and sleeping.stopped and not serving.stopped
     assert "nothing serves now (mtp left)" in swapper.down_variant("baseline", force=True)
-    assert serving.stopped and not swapper.downed
+    assert serving.stopped
     assert swapper.down_variant("dflash2") == "dflash2 is not running; nothing stopped"
 
 
-def test_down_of_the_only_variant_running_is_down(monkeypatch) -> None:
+def test_down_of_the_only_variant_serving_is_refused_and_never_takes_the_project_down(monkeypatch) -> None:
+    from composer.errors import DownRefused
+
     only = Running("mtp", "p-vllm-mtp-1")
     swapper = _down(monkeypatch, [only], [])
-    assert "the whole project is down" in swapper.down_variant("mtp")
-    assert swapper.downed
+    with pytest.raises(DownRefused, match="mtp is all that serves") as refused:
+        swapper.down_variant("mtp")
+    assert "`compose-spec down` stops the project" in str(refused.value) and not only.stopped
+    said = swapper.down_variant("mtp", force=True)
+    assert only.stopped and "nothing serves now" in said and "removes the gateway too" in said
+
+
+def test_down_of_a_failed_variant_beside_a_live_set_stops_only_it(monkeypatch) -> None:
+    """`up crash --no-rollback` on a live set leaves `crash` crash-looping as the shared
+    service; `down crash` stops it alone: never the set, the gateway or its port holder."""
+    crash = Running("crash", "p-vllm-1", status="restarting")
+    live = [
+        SimpleNamespace(name=n, variant=n.split("/")[0], container=f"p-{n[:-2]}-1", owner=None)
+        for n in ("baseline/1", "mtp/1")
+    ]
+    swapper = _down(monkeypatch, [crash], [], live=live)
+    said = swapper.down_variant("crash")
+    assert crash.stopped and swapper.removed == []
+    assert said == "stopped crash (p-vllm-1); baseline/1, mtp/1 serve(s) on"
+    assert swapper.down_variant("mtp") == "live" and swapper.removed == ["mtp"]
 
 
 class FakeControl:
@@ -186,7 +224,7 @@ class FakeControl:
         self.calls.append(("route", upstream))
         return ""
 
-    def sleep(self, level: int):
+    def sleep(self, level: int, wait: bool = False):
         from composer.gateway.client import BackendReply
 
         self.calls.append(("sleep", level))
@@ -201,7 +239,8 @@ class FakeControl:
     def backend(self, method: str, path: str, query=(), body=None, timeout_s: float = 300.0):
         from composer.gateway.client import BackendReply
 
-        self.calls.append((method, path, body))
+        if path != "/version":  # asked before each sleep (tests/swap/test_sleep_wait_units.py)
+            self.calls.append((method, path, body))
         return BackendReply(200, [None])
 
 

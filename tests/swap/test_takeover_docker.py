@@ -1,9 +1,11 @@
 """Two stacks in one compose project on the real daemon: the second `up` is refused (and
-`--dry-run` says so) until `--takeover`; `ps` lists the gateway and its port holder with the published port;
-`down` keeps the gateway's state volume and says so, `down --volumes` removes it."""
+`--dry-run` says so) until `--takeover`, and so are its `down`, `down --volumes` and `down
+VARIANT`; its `status` names the owner and exits 1 (another key); `ps` lists the gateway and
+its port holder with the published port; `down` keeps the gateway's state volume and says so, `down --volumes` removes it."""
 
 from __future__ import annotations
 
+import json
 import secrets
 import shutil
 import subprocess
@@ -42,6 +44,22 @@ def test_another_stack_in_the_project_is_refused_until_takeover(sim_stack, tmp_p
     )
     refused = run("up", "mtp")
     assert refused.returncode == 2 and expected in refused.stderr and "--takeover" in refused.stderr
+    for command in (("down",), ("down", "--volumes"), ("down", "baseline")):  # one project, one owner
+        stopped = run(*command)
+        said = f"`{' '.join(command)}` here would stop what that stack serves"
+        assert stopped.returncode == 2 and expected in stopped.stderr and said in stopped.stderr, (
+            stopped.stderr
+        )
+        assert "--takeover" in stopped.stderr and len(stopped.stderr.strip().splitlines()) == 1
+    planned_down = run("down", "--dry-run")
+    assert planned_down.returncode == 2 and planned_down.stdout.startswith("refused: baseline (")
+    theirs = run("status", "--json")  # the owner named; another key: exit 1, and no `up` advised
+    shown = json.loads(theirs.stdout)
+    assert theirs.returncode == 1 and shown["owner"]["stack_file"] == str((REPO / "composer.toml").resolve())
+    assert shown["owner"]["key_mismatch"] is True and shown["health"] == "unauthorized"
+    assert not any("compose-spec up" in w for w in shown["warnings"]), shown["warnings"]
+    volume = {"label": f"com.docker.compose.project={sim_stack.project}"}
+    assert docker_client.volumes.list(filters=volume) != []
     assert [
         c.labels["vllm-composer.variant"] for c in running_containers(docker_client, sim_stack.project)
     ] == ["baseline"]
@@ -66,7 +84,6 @@ def test_another_stack_in_the_project_is_refused_until_takeover(sim_stack, tmp_p
     assert (
         down.returncode == 0 and f"kept the project's volume {sim_stack.project}_gateway-state" in down.stderr
     )
-    volume = {"label": f"com.docker.compose.project={sim_stack.project}"}
     assert [v.name for v in docker_client.volumes.list(filters=volume)] == [
         f"{sim_stack.project}_gateway-state"
     ]

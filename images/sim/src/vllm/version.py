@@ -1,3 +1,3 @@
 """Version of the simulated vLLM."""
 
-__version__ = "0.0.0+sim"
+__version__ = "0.32.0+sim"

@@ -289,7 +289,6 @@ def run(args: argparse.Namespace, environ: dict[str, str] | None = None) -> int:
         plan.spec.setup,
         metrics,
         settings.time_scale,
-        settings.seed,
         settings.flip_rate,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,

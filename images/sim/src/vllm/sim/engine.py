@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from vllm.sim import adaptive, batching, timing
-from vllm.sim.acceptance import AcceptanceSampler, start_offset
+from vllm.sim.acceptance import AcceptanceSampler
 from vllm.sim.engine_types import EngineDeadError, GenRequest, RequestStats, SpecSetup, Step
 from vllm.sim.failures import exit_after_death, log_engine_dead
 from vllm.sim.logs import VllmLog
@@ -49,7 +49,6 @@ class Engine:
         spec: SpecSetup,
         metrics: Metrics,
         time_scale: float,
-        seed: int = 0,
         flip_rate: float = 0.0,
         max_num_seqs: int | None = None,
         max_num_batched_tokens: int | None = None,
@@ -59,7 +58,6 @@ class Engine:
         self.spec = spec
         self.metrics = metrics
         self.time_scale = time_scale
-        self.seed = seed
         self.flip_rate = flip_rate if spec.enabled else 0.0
         self.kv_tokens = kv_tokens
         self.dead = False
@@ -130,11 +128,10 @@ class Engine:
         natural = max(1, stream.natural_length() - request.offset)
         stopped = not request.ignore_eos and natural < limit
         probabilities = () if self.zero_acceptance else self.acceptance
-        offset = start_offset(self.seed, request.prompt_key.hex(), request.max_tokens)
         return Sequence(
             request=request,
             stream=stream,
-            sampler=AcceptanceSampler(probabilities, offset),
+            sampler=AcceptanceSampler(probabilities),
             limit=natural if stopped else limit,
             stopped=stopped,
             stats=stats,

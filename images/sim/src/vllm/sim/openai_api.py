@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Mapping
@@ -50,6 +51,23 @@ def _number(body: Mapping[str, Any], key: str, default: float) -> float:
     return float(value)
 
 
+_LAX_INT = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0*)?")
+
+
+def _lax_int(body: Mapping[str, Any], key: str) -> int | None:
+    """`body[key]` read as vLLM's pydantic models read an optional int field (lax mode):
+    integral floats and strings of an integer (`10.0`, `"10"`, `" 10 "`, `"1_0"`, `"10.0"`) and
+    booleans are integers; a fraction or anything else is a 400."""
+    value = body.get(key)
+    if value is None or isinstance(value, int):
+        return None if value is None else int(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+        return int(value)
+    if isinstance(value, str) and _LAX_INT.fullmatch(value.strip()):
+        return int(value.strip().split(".")[0].replace("_", ""))
+    raise ApiError(400, f"'{key}' must be a valid integer", param=key)
+
+
 def parse_request(
     body: Mapping[str, Any], chat: bool, served_names: list[str], max_model_len: int
 ) -> ParsedRequest:
@@ -78,13 +96,16 @@ def parse_request(
         else:
             raise ApiError(400, "'prompt' must be a string or a list of token ids", param="prompt")
     prompt_tokens = len(ids)
-    limit_key = "max_completion_tokens" if body.get("max_completion_tokens") else "max_tokens"
-    raw_max = body.get(limit_key)
+    # vLLM: chat takes `max_completion_tokens or max_tokens`; completions have no
+    # max_completion_tokens (an unknown field, ignored)
+    limit_key, raw_max = "max_tokens", _lax_int(body, "max_tokens")
+    if chat and _lax_int(body, "max_completion_tokens"):
+        limit_key, raw_max = "max_completion_tokens", _lax_int(body, "max_completion_tokens")
     room = max_model_len - prompt_tokens
     if raw_max is None:
         max_tokens = room
-    elif isinstance(raw_max, bool) or not isinstance(raw_max, int) or raw_max < 1:
-        raise ApiError(400, f"'{limit_key}' must be a positive integer", param=limit_key)
+    elif raw_max < 1:
+        raise ApiError(400, f"max_tokens must be at least 1, got {raw_max}.", param=limit_key)
     else:
         max_tokens = raw_max
     if max_tokens > room or room <= 0:

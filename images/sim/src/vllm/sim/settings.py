@@ -81,7 +81,6 @@ class Settings:
     load_seconds: float = 2.0
     profile: str | None = None
     profile_file: str | None = None
-    seed: int = 0
     flip_rate: float = 0.0
     fail: str = ""
     wsl: bool = False
@@ -123,7 +122,6 @@ class Settings:
             load_seconds=max(0.0, _float(env, "SIM_LOAD_SECONDS", 2.0)),
             profile=env.get("SIM_PROFILE") or None,
             profile_file=env.get("SIM_PROFILE_FILE") or None,
-            seed=int(_float(env, "SIM_SEED", 0)),
             flip_rate=flip,
             fail=(env.get("SIM_FAIL") or "").strip().lower(),
             wsl=_wsl(env.get("SIM_WSL")),
