@@ -99,7 +99,8 @@ class Publish(Op):
 
     def describe(self) -> str:
         names = ", ".join(u["name"] for u in self.upstreams)
-        return f"route the gateway to {{{names or 'its single upstream'}}}"
+        single = f"its single upstream, {self.single}" if self.single else "its single upstream"
+        return f"route the gateway to {{{names or single}}}"
 
 
 @dataclass(frozen=True)
