@@ -124,6 +124,12 @@ class GatewayState:
         return attached if isinstance(attached, bool) else None
 
     @property
+    def live_set(self) -> frozenset[str]:
+        """The names of the live set's members the gateway routes among (empty: its single
+        member serves)."""
+        return frozenset(u.name for u in self.upstreams if not u.leaving and u.name != SINGLE)
+
+    @property
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
         """Every member requests go to (the live set, or the single member named `SINGLE`),
         then those leaving with requests in flight."""

@@ -268,10 +268,13 @@ class _Look:
 def test_the_hosts_look_reads_the_one_state_shape(backend, tmp_path: Path) -> None:
     """`status` and the snapshot read the gateway in one exec (`look`): its state has no
     `upstream` field of its own any more, the single member's URL is its entry's."""
-    gw, _ = start(tmp_path, "a", backend.url)
+    gw, ctl = start(tmp_path, "a", backend.url)
     try:
         state, _ = GatewayControl(_Look(gw.config.control_socket)).look([])
         assert state is not None and state.upstream == backend.url
         assert [(u.name, u.url) for u in state.upstreams] == [("single", backend.url)]
+        assert state.live_set == frozenset()  # the single member is no live set
+        ctl.set_upstreams([{"name": "mtp/1", "variant": "mtp", "url": backend.url}])
+        assert ctl.state().live_set == {"mtp/1"}
     finally:
         gw.stop()
