@@ -51,7 +51,8 @@ docker:
 	bash images/host/ensure-docker.sh
 
 # Debian tools the build and the tests use, installed when absent (chromium and
-# chromium-driver drive the status page's test; prometheus checks the dashboard's queries).
+# chromium-driver drive the status page's test; prometheus checks the dashboard's queries;
+# nginx is the floor benchmarks/bench_gateway.py measures the gateway's hop against).
 tools:
 	@missing=""; \
 	command -v shellcheck >/dev/null || missing="$$missing shellcheck"; \
@@ -59,6 +60,7 @@ tools:
 	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v chromedriver >/dev/null || missing="$$missing chromium-driver"; \
 	command -v prometheus >/dev/null || missing="$$missing prometheus"; \
+	command -v nginx >/dev/null || missing="$$missing nginx-light"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -128,11 +130,12 @@ test: install guidellm tools docker image-sim image-gateway image-prometheus ima
 	$(BIN)/pytest -m "$(DOCKER_TIER)" -n $(DOCKER_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 
 # Benchmarks, each a ratio against a baseline run side by side (Docker and the simulator).
-bench: install docker image-sim image-gateway
+bench: install docker tools image-sim image-gateway
 	$(BIN)/python benchmarks/bench_render.py
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
 	$(BIN)/python benchmarks/bench_gateway.py
+	$(BIN)/python benchmarks/bench_gateway_docker.py
 	$(BIN)/python benchmarks/bench_continue.py
 	$(BIN)/python benchmarks/bench_standby.py
 	$(BIN)/python benchmarks/bench_swap_physics.py

@@ -1,33 +1,25 @@
-"""Direct to the simulator vs through the gateway, side by side in one run.
+"""The gateway's hop beside nginx's: direct, nginx, the gateway with `continue_streams` on and
+off, every column in front of the same upstream in one run, their requests interleaved.
 
-Three columns: direct, the gateway as shipped (`gateway`: continue_streams on, so it asks
-upstream for token ids and records them) and a second gateway with GATEWAY_CONTINUE_STREAMS=false
-(`gateway_off`), both in front of the same simulator, their requests interleaved.
-Figures: one stream's decode tok/s (ratio to direct), 64 concurrent streams' aggregate tok/s
-(ratio), TTFT p50 (added ms), each gateway's CPU time per streamed chunk (its container's cgroup
-CPU usage from Docker's stats, before and after; `continue_streams` sets on against off, targets:
-decode ratio >= 0.97 with it on, CPU on <= 1.2x off), the shipped gateway's open TCP
-connections, idle, before and after N requests on fresh client connections, and its startup:
-container process created to the 'gateway on' log line, beside a bare container of the same
-image running one line of Python (the container runtime's and the interpreter's share). The
-simulator runs at SIM_TIME_SCALE=100 (the 27B profile's 29.4 tok/s becomes 2,940 tok/s per
-stream). Needs Docker, vllm-sim:latest (`make image-sim`) and the gateway image (built here
-when missing or stale, under $GATEWAY_IMAGE or the toolkit's version; --image with --no-build
-measures an existing one).
+The upstream is a small SSE server in its own process (aiohttp on uvloop, vLLM's shapes: a
+chat completion, or a stream whose events carry `token_ids` when asked, a chunk every
+`--pace-ms`, then `[DONE]`). nginx is Debian's (`apt-get install nginx-light`; `make tools`),
+one worker, upstream keep-alive, `proxy_buffering off`: the floor. Each gateway is
+`python3 -m composer.gateway` as its container runs it. Everything runs on this host, on
+loopback; nothing is pinned (the load average at the end says how busy the host was).
 
-The gateway container gets the CPU weight the rendered compose file gives it. --placement
-says which CPUs each process gets (a host of 2+ CPUs; other host processes are not pinned, and
-the load average at the end says how busy it was):
-  own-core (default)  the gateway alone on the last CPU; the simulator and this process, the
-                      load client, on the others. As on a GPU host, where the proxy's CPU is
-                      not the one the backend's server needs.
-  shared-core         the client on CPU 0; the simulator and the gateway together on the
-                      others: at 64 streams both are CPU-bound on one core, so the ratio shows
-                      how that core is shared more than what the proxy costs.
-  kernel              nothing pinned.
+Figures, by column (each proxy's CPU is its processes' user+system time from /proc):
+- small requests (non-streamed chat completions, one client, keep-alive): added latency p50
+  and p99 against direct, the proxy's CPU per request;
+- streams (a chunk every `--pace-ms`): added time to the first byte (p50), the proxy's CPU per
+  streamed chunk;
+- throughput of 1 and 64 concurrent streams (chunks sent as fast as the upstream can), as a
+  ratio to direct;
+- responses that ended early (a closed connection, a missing `[DONE]`): must be 0;
+- ratios of each gateway to nginx, with the targets.
 
-Usage: .venv/bin/python benchmarks/bench_gateway.py [--requests N] [--json PATH]
-           [--image TAG --no-build] [--placement own-core|shared-core|kernel]
+Usage: .venv/bin/python benchmarks/bench_gateway.py [--rounds N] [--requests N] [--streams N]
+           [--chunks N] [--pace-ms MS] [--json PATH] [--only NAME,...]
 """
 
 from __future__ import annotations
@@ -37,325 +29,501 @@ import asyncio
 import json
 import os
 import random
+import shutil
+import signal
+import socket
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Callable
-from datetime import datetime
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
-import docker
-import httpx
+import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from composer.render.gateway import CPU_SHARES  # noqa: E402
-from tests.gateway import dockerlab  # noqa: E402
-from tests.gateway.dockerlab import KEY, Lab, build_gateway_image, chat_body, host_port  # noqa: E402
-
-HEADERS = {"Authorization": f"Bearer {KEY}"}
-T = TypeVar("T")
-
-
-async def one_stream(client: httpx.AsyncClient, url: str, max_tokens: int) -> tuple[float, float, int]:
-    """(ttft s, decode seconds from first to last content chunk, content chunks)."""
-    started = time.perf_counter()
-    first = last = 0.0
-    chunks = 0
-    async with client.stream(
-        "POST", url + "/v1/chat/completions", json=chat_body(max_tokens), headers=HEADERS
-    ) as r:
-        assert r.status_code == 200, r.status_code
-        buf = b""
-        async for data in r.aiter_raw():
-            now = time.perf_counter()
-            buf += data
-            *events, buf = buf.split(b"\n\n")
-            for ev in events:
-                if ev.startswith(b"data: {") and b'"content"' in ev:
-                    chunks += 1
-                    if not first:
-                        first = now
-                    last = now
-    return first - started, last - first, chunks
-
-
-async def decode_rate(url: str, runs: int, max_tokens: int) -> float:
-    rates = []
-    async with httpx.AsyncClient(timeout=60) as client:
-        for _ in range(runs):
-            _, decode, chunks = await one_stream(client, url, max_tokens)
-            rates.append((chunks - 1) / decode)
-    return statistics.median(rates)
+TICK = os.sysconf("SC_CLK_TCK")
+MODEL = "bench-model"
+NGINX_CONF = """worker_processes 1;
+pid {dir}/nginx.pid;
+error_log {dir}/nginx.err warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  client_body_temp_path {dir}/body;
+  proxy_temp_path {dir}/proxy;
+  upstream backend {{ server 127.0.0.1:{upstream}; keepalive 128; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://backend;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_buffering off;
+      proxy_request_buffering off;
+      proxy_read_timeout 600s;
+    }}
+  }}
+}}
+"""
+TARGETS = {
+    "added_p50_over_nginx": 2.0,
+    "added_ttfb_over_nginx": 2.0,
+    "cpu_per_chunk_over_nginx": 1.3,
+    "single_stream_over_direct": 0.99,
+}
 
 
-async def aggregate_rate(url: str, streams: int, max_tokens: int) -> tuple[float, float]:
-    """(content chunks per second over all streams, wall seconds)."""
-    limits = httpx.Limits(max_connections=streams, max_keepalive_connections=streams)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        started = time.perf_counter()
-        results = await asyncio.gather(*(one_stream(client, url, max_tokens) for _ in range(streams)))
-        wall = time.perf_counter() - started
-    return sum(c for _, _, c in results) / wall, wall
+# ---------------------------------------------------------------- the upstream (own process)
 
 
-async def ttft_p50(urls: list[str], requests: int) -> list[float]:
-    """TTFT p50 of each URL, their requests interleaved (both see the same host load) in a
-    random order with a random pause (a fixed rhythm can lock onto the simulator's steps)."""
-    values: list[list[float]] = [[] for _ in urls]
-    rng = random.Random(0)
-    async with httpx.AsyncClient(timeout=30) as client:
-        for _ in range(requests):
-            for i in rng.sample(range(len(urls)), len(urls)):
-                await asyncio.sleep(rng.uniform(0.0, 0.05))
-                ttft, _, _ = await one_stream(client, urls[i], 2)
-                values[i].append(ttft)
-    return [statistics.median(v) for v in values]
+def serve_upstream(port: int) -> None:
+    """A fast vLLM-shaped upstream: /health, /v1/models, chat completions (streamed or not)."""
+    from aiohttp import web
 
+    async def health(_: web.Request) -> web.Response:
+        return web.Response()
 
-async def churn(url: str, requests: int, concurrency: int = 16) -> int:
-    """`requests` small requests, each on a fresh client connection; returns failures."""
-    failures = 0
-    body = {**chat_body(1), "stream": False}
-    sem = asyncio.Semaphore(concurrency)
-    no_reuse = httpx.Limits(max_connections=concurrency, max_keepalive_connections=0)
-    async with httpx.AsyncClient(timeout=30, limits=no_reuse) as client:
+    async def models(_: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
-        async def one() -> None:
-            nonlocal failures
-            async with sem:
-                r = await client.post(url + "/v1/chat/completions", json=body, headers=HEADERS)
-            failures += r.status_code != 200
+    async def chat(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            answer = {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": 1,
+                "model": MODEL,
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+            }
+            return web.json_response(answer)
+        ids = body.get("return_token_ids") is True
+        pace = float(body.get("bench_pace_ms", 0)) / 1000
+        chunks = int(body.get("max_tokens", 16))
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        head = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": MODEL}
 
-        await asyncio.gather(*(one() for _ in range(requests)))
-    return failures
+        def event(delta: dict[str, str], finish: str | None = None, **extra: Any) -> bytes:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            if "token_ids" in extra:
+                choice["token_ids"] = extra.pop("token_ids")
+            data = {**head, "choices": [choice], **extra}
+            return b"data: " + json.dumps(data, separators=(",", ":")).encode() + b"\n\n"
 
+        first = {"prompt_token_ids": [1, 2, 3]} if ids else {}
+        await response.write(event({"role": "assistant", "content": ""}, **first))
+        for i in range(chunks):
+            if pace:
+                await asyncio.sleep(pace)
+            await response.write(event({"content": f" t{i}"}, **({"token_ids": [100 + i]} if ids else {})))
+        await response.write(event({}, "length") + b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
-def established(container) -> int:
-    """ESTABLISHED TCP sockets inside a container (from /proc/net/tcp and tcp6)."""
-    out = container.exec_run(["cat", "/proc/net/tcp", "/proc/net/tcp6"]).output.decode()
-    return sum(1 for line in out.splitlines()[1:] if len(line.split()) > 3 and line.split()[3] == "01")
-
-
-def cpu_seconds(container) -> float:
-    """CPU seconds the container's cgroup used so far (every process in it), from Docker's stats."""
-    return container.stats(stream=False, one_shot=True)["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9
-
-
-# The wall-clock time at which PID 1 of the container was created (before the container
-# runtime's setup and the exec), read inside the container.
-CREATED_AT = (
-    "import os, time;"
-    "ticks = int(open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]);"
-    "up = float(open('/proc/uptime').read().split()[0]);"
-    "created = time.time() - (up - ticks / os.sysconf('SC_CLK_TCK'))"
-)
-STARTS = 3
-
-
-def gateway_startup_s(client) -> float:
-    """A fresh gateway container: its process created to its 'gateway on' log line."""
-    lab = Lab(client).start()
+    app = web.Application()
+    app.router.add_get("/health", health)
+    app.router.add_get("/v1/models", models)
+    app.router.add_post("/v1/chat/completions", chat)
     try:
-        lab.wait_gateway()
-        created = lab.gateway.exec_run(["python3", "-c", CREATED_AT + ";print(created)"]).output
-        line = next(x for x in lab.gateway.logs().decode().splitlines() if "gateway on" in x)
-        return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp() - float(created)
-    finally:
-        lab.cleanup()
+        import uvloop
+
+        uvloop.install()
+    except ImportError:
+        pass
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-def bare_startup_s(client, image: str) -> float:
-    """A container of the same image running one line of Python: created to that line."""
-    out = client.containers.run(
-        image,
-        entrypoint=["python3", "-c", CREATED_AT + ";print(time.time() - created)"],
-        remove=True,
-        network_mode="none",
+# ---------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User+system CPU seconds of `pids` (and their children that were reaped)."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+    return total / TICK
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS"):
+            return int(line.split()[1])
+    return 0
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    async def probe() -> None:
+        deadline = time.monotonic() + timeout
+        async with aiohttp.ClientSession() as session:
+            while time.monotonic() < deadline:
+                try:
+                    async with session.get(url) as r:
+                        if r.status == 200:
+                            return
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+        raise SystemExit(f"bench: {url} did not answer within {timeout:g}s")
+
+    asyncio.run(probe())
+
+
+class Column:
+    """One way to reach the upstream: its URL and the processes whose CPU it costs."""
+
+    def __init__(self, name: str, url: str, procs: list[subprocess.Popen[bytes]], pids: list[int]) -> None:
+        self.name, self.url, self.procs, self.pids = name, url, procs, pids
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pids) if self.pids else 0.0
+
+
+def start_upstream(port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port)], start_new_session=True)
+
+
+def start_nginx(workdir: Path, upstream: int) -> Column:
+    binary = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not Path(binary).exists():
+        raise SystemExit("bench: nginx is not installed (make tools, or apt-get install nginx-light)")
+    port = free_port()
+    conf = workdir / "nginx.conf"
+    conf.write_text(NGINX_CONF.format(dir=workdir, upstream=upstream, port=port))
+    proc = subprocess.Popen(
+        [binary, "-c", str(conf), "-p", str(workdir), "-g", "daemon off;"], start_new_session=True
     )
-    return float(out)
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/health")
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    return Column("nginx", url, [proc], [proc.pid, *map(int, children)])
 
 
-def wait_models(url: str, timeout: float = 30) -> None:
-    """Wait until `url` lists the models (the gateway's upstream answers through it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def start_gateway(
+    name: str, workdir: Path, upstream: int, extra: dict[str, str], source: Path = REPO
+) -> Column:
+    port = free_port()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("GATEWAY_") and k != "VLLM_API_KEY"},
+        "GATEWAY_UPSTREAM": f"http://127.0.0.1:{upstream}",
+        "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_PORT": str(port),
+        "GATEWAY_SERVED_NAME": MODEL,
+        "GATEWAY_CONTROL_SOCKET": str(workdir / f"{name}.sock"),
+        "GATEWAY_LOG_LEVEL": "warning",
+        "PYTHONPATH": str(source),
+        **extra,
+    }
+    log = open(workdir / f"{name}.log", "wb")  # noqa: SIM115 (closed with the process)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "composer.gateway"],
+        env=env,
+        stdout=log,
+        stderr=log,
+        cwd=workdir,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    wait_http(url + "/v1/models")
+    return Column(name, url, [proc], [proc.pid])
+
+
+# ---------------------------------------------------------------- the client
+
+
+class Ended(Exception):
+    """A response ended before its end (connection closed, or a stream without [DONE])."""
+
+
+def chat(stream: bool, chunks: int = 1, pace_ms: float = 0.0) -> bytes:
+    body: dict[str, Any] = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": chunks,
+        "temperature": 0,
+    }
+    if stream:
+        body.update(stream=True, bench_pace_ms=pace_ms)
+    return json.dumps(body).encode()
+
+
+HEADERS = {"content-type": "application/json"}
+
+
+async def small(session: aiohttp.ClientSession, url: str, body: bytes) -> float:
+    started = time.perf_counter()
+    async with session.post(url + "/v1/chat/completions", data=body, headers=HEADERS) as r:
+        data = await r.read()
+    if r.status != 200 or not data.endswith(b"}"):
+        raise Ended(f"{url}: {r.status} {data[:80]!r}")
+    return time.perf_counter() - started
+
+
+async def stream(session: aiohttp.ClientSession, url: str, body: bytes) -> tuple[float, float, int]:
+    """(time to the first byte, total seconds, content events)."""
+    started = time.perf_counter()
+    first = 0.0
+    events = 0
+    tail = b""
+    try:
+        async with session.post(url + "/v1/chat/completions", data=body, headers=HEADERS) as r:
+            if r.status != 200:
+                raise Ended(f"{url}: status {r.status}")
+            async for data in r.content.iter_any():
+                if not first:
+                    first = time.perf_counter() - started
+                events += data.count(b'"content"')
+                tail = (tail + data)[-32:]
+    except aiohttp.ClientPayloadError as err:
+        raise Ended(f"{url}: {err}") from None
+    if not tail.endswith(b"data: [DONE]\n\n"):
+        raise Ended(f"{url}: the stream ended without [DONE]: {tail!r}")
+    return first, time.perf_counter() - started, events
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def measure(columns: list[Column], args: argparse.Namespace) -> dict[str, Any]:
+    rng = random.Random(0)
+    names = [c.name for c in columns]
+    latency: dict[str, list[float]] = {n: [] for n in names}
+    ttfb: dict[str, list[float]] = {n: [] for n in names}
+    cpu_small = dict.fromkeys(names, 0.0)
+    cpu_stream = dict.fromkeys(names, 0.0)
+    chunks_seen = dict.fromkeys(names, 0)
+    single: dict[str, list[float]] = {n: [] for n in names}
+    wide: dict[str, list[float]] = {n: [] for n in names}
+    ended: dict[str, list[str]] = {n: [] for n in names}
+    small_body = chat(False)
+    paced = chat(True, args.chunks, args.pace_ms)
+    fast = chat(True, args.fast_chunks)
+    batch = 50
+
+    async def guarded(name: str, work: Awaitable[Any]) -> Any:
         try:
-            if httpx.get(url + "/v1/models", headers=HEADERS, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
+            return await work
+        except (Ended, aiohttp.ClientError) as err:
+            ended[name].append(str(err))
+            return None
 
-
-def with_cpu(container, work: Callable[[], T]) -> tuple[T, float]:
-    """work()'s result and the CPU seconds `container` used meanwhile (0 for None)."""
-    before = cpu_seconds(container) if container is not None else 0.0
-    result = work()
-    return result, cpu_seconds(container) - before if container is not None else 0.0
-
-
-def columns(values: dict[str, float], ratio: bool) -> dict[str, float]:
-    """The three columns (direct, gateway, gateway_off) rounded, with each gateway's ratio to
-    direct (`ratio`) or the difference (`added`, `added_off`)."""
-    d = values["direct"]
-    out = {name: round(v, 2) for name, v in values.items()}
-    for name, suffix in (("gateway", ""), ("gateway_off", "_off")):
-        if ratio:
-            out["ratio" + suffix] = round(values[name] / d, 3)
-        else:
-            out["added" + suffix] = round(values[name] - d, 2)
+    sessions = {
+        c.name: aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=120)
+        )
+        for c in columns
+    }
+    try:
+        for c in columns:  # warm every path
+            for _ in range(20):
+                await guarded(c.name, small(sessions[c.name], c.url, small_body))
+            await guarded(c.name, stream(sessions[c.name], c.url, chat(True, 20)))
+        for round_ in range(args.rounds):
+            # small requests, in batches, the columns interleaved in a random order
+            for _ in range(args.requests // batch):
+                for c in rng.sample(columns, len(columns)):
+                    before = c.cpu()
+                    for _ in range(batch):
+                        took = await guarded(c.name, small(sessions[c.name], c.url, small_body))
+                        if took is not None:
+                            latency[c.name].append(took)
+                    cpu_small[c.name] += c.cpu() - before
+            # paced streams: time to first byte and CPU per chunk
+            for _ in range(args.streams):
+                for c in rng.sample(columns, len(columns)):
+                    before = c.cpu()
+                    got = await guarded(c.name, stream(sessions[c.name], c.url, paced))
+                    cpu_stream[c.name] += c.cpu() - before
+                    if got is not None:
+                        ttfb[c.name].append(got[0])
+                        chunks_seen[c.name] += got[2]
+            # throughput: 1 stream, then 64 at once, chunks as fast as the upstream sends
+            for c in rng.sample(columns, len(columns)):
+                got = await guarded(c.name, stream(sessions[c.name], c.url, fast))
+                if got is not None:
+                    single[c.name].append(got[2] / got[1])
+                started = time.perf_counter()
+                results = await asyncio.gather(
+                    *(guarded(c.name, stream(sessions[c.name], c.url, fast)) for _ in range(args.concurrency))
+                )
+                wall = time.perf_counter() - started
+                wide[c.name].append(sum(r[2] for r in results if r is not None) / wall)
+            print(f"round {round_ + 1}/{args.rounds} done", file=sys.stderr)
+    finally:
+        for session in sessions.values():
+            await session.close()
+    direct = "direct"
+    requests = {n: len(latency[n]) for n in names}
+    out: dict[str, Any] = {}
+    for n in names:
+        row: dict[str, Any] = {
+            "latency_p50_us": round(pct(latency[n], 0.5) * 1e6),
+            "latency_p99_us": round(pct(latency[n], 0.99) * 1e6),
+            "ttfb_p50_us": round(statistics.median(ttfb[n]) * 1e6) if ttfb[n] else None,
+            "single_stream_chunks_s": round(statistics.mean(single[n])) if single[n] else None,
+            f"concurrent_{args.concurrency}_chunks_s": round(statistics.mean(wide[n])) if wide[n] else None,
+            "ended_early": len(ended[n]),
+        }
+        if n != direct:
+            row["added_p50_us"] = row["latency_p50_us"] - out[direct]["latency_p50_us"]
+            row["added_p99_us"] = row["latency_p99_us"] - out[direct]["latency_p99_us"]
+            row["added_ttfb_us"] = row["ttfb_p50_us"] - out[direct]["ttfb_p50_us"]
+            row["cpu_per_request_us"] = round(cpu_small[n] / max(1, requests[n]) * 1e6)
+            row["cpu_per_chunk_us"] = round(cpu_stream[n] / max(1, chunks_seen[n]) * 1e6, 1)
+            row["single_stream_over_direct"] = round(
+                row["single_stream_chunks_s"] / out[direct]["single_stream_chunks_s"], 3
+            )
+            key = f"concurrent_{args.concurrency}_chunks_s"
+            row[f"concurrent_{args.concurrency}_over_direct"] = round(row[key] / out[direct][key], 3)
+        if ended[n]:
+            row["ended_early_examples"] = ended[n][:3]
+        out[n] = row
+    if "nginx" in out:
+        floor = out["nginx"]
+        for n in names:
+            if n.startswith("gateway"):
+                row = out[n]
+                row["over_nginx"] = {
+                    "added_p50": round(row["added_p50_us"] / max(1, floor["added_p50_us"]), 2),
+                    "added_p99": round(row["added_p99_us"] / max(1, floor["added_p99_us"]), 2),
+                    "cpu_per_request": round(
+                        row["cpu_per_request_us"] / max(1, floor["cpu_per_request_us"]), 2
+                    ),
+                    "added_ttfb": round(row["added_ttfb_us"] / max(1, floor["added_ttfb_us"]), 2),
+                    "cpu_per_chunk": round(row["cpu_per_chunk_us"] / max(0.1, floor["cpu_per_chunk_us"]), 2),
+                }
     return out
 
 
-PLACEMENTS = ("own-core", "shared-core", "kernel")
-# Connections are counted after this long without requests: past the keep-alive timeouts of
-# clients' connections (uvicorn's 5 s) and of idle upstream ones (at most twice 4 s).
-IDLE_S = 10
-
-
-def placement_cpus(placement: str, cpus: list[int]) -> tuple[set[int], str, str]:
-    """(client CPUs, simulator cpuset, gateway cpuset) for a placement; empty means unpinned."""
-    if placement == "own-core":
-        rest = cpus[:-1]
-        return set(rest), ",".join(map(str, rest)), str(cpus[-1])
-    if placement == "shared-core":
-        servers = ",".join(map(str, cpus[1:]))
-        return {cpus[0]}, servers, servers
-    return set(), "", ""
+def table(columns: dict[str, Any], concurrency: int) -> str:
+    keys = [
+        ("added p50 us", "added_p50_us"),
+        ("added p99 us", "added_p99_us"),
+        ("CPU/request us", "cpu_per_request_us"),
+        ("added TTFB us", "added_ttfb_us"),
+        ("CPU/chunk us", "cpu_per_chunk_us"),
+        ("1 stream / direct", "single_stream_over_direct"),
+        (f"{concurrency} streams / direct", f"concurrent_{concurrency}_over_direct"),
+        ("ended early", "ended_early"),
+    ]
+    names = [n for n in columns if n != "direct"]
+    lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for label, key in keys:
+        lines.append(f"| {label} | " + " | ".join(str(columns[n].get(key)) for n in names) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=10_000, help="requests for the connection count")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of every measurement")
+    parser.add_argument("--requests", type=int, default=750, help="small requests per column and round")
+    parser.add_argument("--streams", type=int, default=4, help="paced streams per column and round")
+    parser.add_argument("--chunks", type=int, default=200, help="chunks of a paced stream")
+    parser.add_argument("--pace-ms", type=float, default=1.0, help="ms between a paced stream's chunks")
+    parser.add_argument("--fast-chunks", type=int, default=500, help="chunks of a throughput stream")
+    parser.add_argument("--concurrency", type=int, default=64, help="concurrent streams")
+    parser.add_argument("--only", default="", help="comma-separated columns to run (default: all)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
-    parser.add_argument("--image", default=dockerlab.GATEWAY_IMAGE, help="gateway image tag")
-    parser.add_argument("--no-build", action="store_true", help="measure --image as it is")
     parser.add_argument(
-        "--placement", choices=PLACEMENTS, default="own-core", help="which CPUs each process gets"
+        "--also",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="another gateway column (continue_streams on) run from the source tree DIR (e.g. an older commit's)",
     )
+    parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    client = docker.from_env(timeout=120)
-    dockerlab.GATEWAY_IMAGE = args.image
-    if not args.no_build:
-        build_gateway_image()
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        args.placement = "kernel"
-    client_cpus, sim_cpus, gateway_cpus = placement_cpus(args.placement, cpus)
-    startups = [(gateway_startup_s(client), bare_startup_s(client, args.image)) for _ in range(STARTS)]
-    started_gateway = statistics.median(g for g, _ in startups)
-    started_bare = statistics.median(b for _, b in startups)
-    lab = Lab(client).start()
-    off = Lab(client).start({"GATEWAY_CONTINUE_STREAMS": "false"})
+    if args.serve_upstream:
+        serve_upstream(args.serve_upstream)
+        return 0
+    workdir = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
+    upstream_port = free_port()
+    procs: list[subprocess.Popen[bytes]] = []
+    wanted = set(filter(None, args.only.split(","))) or {"nginx", "gateway", "gateway_off"}
     try:
-        sim = lab.start_sim("bench", publish=host_port(18350))
-        off.network.connect(sim, aliases=["vllm"])
-        gateways = {"gateway": lab.gateway, "gateway_off": off.gateway}
-        for container in gateways.values():
-            container.update(cpu_shares=CPU_SHARES, **({"cpuset_cpus": gateway_cpus} if gateway_cpus else {}))
-        if sim_cpus:
-            sim.update(cpuset_cpus=sim_cpus)
-        if client_cpus:
-            os.sched_setaffinity(0, client_cpus)
-        sim.reload()
-        direct = f"http://127.0.0.1:{sim.attrs['NetworkSettings']['Ports']['8000/tcp'][0]['HostPort']}"
-        urls = {"direct": direct, "gateway": lab.url, "gateway_off": off.url}
-        for gateway_lab in (lab, off):
-            gateway_lab.wait_gateway()
-            wait_models(gateway_lab.url)
-        for url in urls.values():
-            asyncio.run(decode_rate(url, 2, 200))  # warm every path
-        decode: dict[str, list[float]] = {name: [] for name in urls}
-        cpu: dict[str, float] = {}
-        for _ in range(2):  # the columns interleaved, twice
-            for name, url in urls.items():
-                rate, used = with_cpu(
-                    gateways.get(name), lambda url=url: asyncio.run(decode_rate(url, 5, 1000))
-                )
-                decode[name].append(rate)
-                cpu[name] = cpu.get(name, 0.0) + used
-        # 10 streams of 1000 tokens (one chunk per token) went through each gateway
-        cpu_us_per_chunk = {name: cpu[name] / 10_000 * 1e6 for name in gateways}
-        aggregate: dict[str, list[float]] = {name: [] for name in urls}
-        busy: dict[str, float] = {}
-        for _ in range(2):
-            for name, url in urls.items():
-                (rate, wall), used = with_cpu(
-                    gateways.get(name), lambda url=url: asyncio.run(aggregate_rate(url, 64, 300))
-                )
-                aggregate[name].append(rate)
-                busy.setdefault(name, used / wall)  # the first round's
-        ttft = dict(zip(urls, asyncio.run(ttft_p50(list(urls.values()), 150)), strict=True))
-        time.sleep(IDLE_S)
-        idle = established(lab.gateway)
-        failures = asyncio.run(churn(lab.url, args.requests))
-        time.sleep(IDLE_S)
-        after = established(lab.gateway)
-        rss = next(
-            int(x.split()[1])
-            for x in lab.gateway.exec_run(["cat", "/proc/1/status"]).output.decode().splitlines()
-            if x.startswith("VmRSS")
-        )
-        ttft_ms = columns({name: t * 1000 for name, t in ttft.items()}, ratio=False)
-        single = columns({name: statistics.mean(v) for name, v in decode.items()}, ratio=True)
+        upstream = start_upstream(upstream_port)
+        procs.append(upstream)
+        wait_http(f"http://127.0.0.1:{upstream_port}/health")
+        makers: dict[str, Callable[[], Column]] = {
+            "nginx": lambda: start_nginx(workdir, upstream_port),
+            "gateway": lambda: start_gateway("gateway", workdir, upstream_port, {}),
+            "gateway_off": lambda: start_gateway(
+                "gateway_off", workdir, upstream_port, {"GATEWAY_CONTINUE_STREAMS": "false"}
+            ),
+        }
+        for spec in args.also:
+            name, _, source = spec.partition("=")
+            makers[f"gateway_{name}"] = lambda name=name, source=source: start_gateway(
+                f"gateway_{name}", workdir, upstream_port, {}, Path(source)
+            )
+            wanted.add(f"gateway_{name}")
+        columns = [Column("direct", f"http://127.0.0.1:{upstream_port}", [], [])]
+        for name, make in makers.items():
+            if name in wanted:
+                column = make()
+                procs.extend(column.procs)
+                columns.append(column)
+        started = time.perf_counter()
+        figures = asyncio.run(measure(columns, args))
+        gateways = {
+            c.name: round(rss_kib(c.pids[0]) / 1024, 1) for c in columns if c.name.startswith("gateway")
+        }
         report = {
-            "single_stream_tok_s": single,
-            "aggregate_64_tok_s": {
-                **columns({k: statistics.mean(v) for k, v in aggregate.items()}, ratio=True),
-                "gateway_cpu_cores_busy": round(busy["gateway"], 2),
-                "gateway_off_cpu_cores_busy": round(busy["gateway_off"], 2),
+            "columns": figures,
+            "targets_over_nginx_with_continue_streams_on": TARGETS,
+            "gateway_rss_mib": gateways,
+            "settings": {
+                k: getattr(args, k)
+                for k in (
+                    "rounds",
+                    "requests",
+                    "streams",
+                    "chunks",
+                    "pace_ms",
+                    "fast_chunks",
+                    "concurrency",
+                    "also",
+                )
             },
-            "ttft_p50_ms": ttft_ms,
-            "continue_streams": {
-                "decode_ratio_to_direct": {
-                    "on": single["ratio"],
-                    "off": single["ratio_off"],
-                    "target_on": ">= 0.97",
-                },
-                "cpu_us_per_chunk": {
-                    "on": round(cpu_us_per_chunk["gateway"], 1),
-                    "off": round(cpu_us_per_chunk["gateway_off"], 1),
-                    "on_over_off": round(cpu_us_per_chunk["gateway"] / cpu_us_per_chunk["gateway_off"], 3),
-                    "target": "<= 1.2",
-                },
-                "ttft_added_ms": {"on": ttft_ms["added"], "off": ttft_ms["added_off"]},
-            },
-            "connections": {
-                "requests": args.requests,
-                "failed": failures,
-                "gateway_established_before": idle,
-                "gateway_established_after": after,
-            },
-            "startup_s": {
-                "runs": STARTS,
-                "bare_container": round(started_bare, 3),
-                "gateway": round(started_gateway, 3),
-                "added": round(started_gateway - started_bare, 3),
-            },
-            "gateway_image": args.image,
-            "placement": {
-                "name": args.placement,
-                "client_cpus": sorted(client_cpus) if client_cpus else "any",
-                "simulator_cpus": sim_cpus or "any",
-                "gateway_cpus": gateway_cpus or "any",
-                "gateway_cpu_shares": CPU_SHARES,
-            },
-            "gateway_rss_mib": round(rss / 1024, 1),
-            "gateway_cpu_us_per_chunk": round(cpu_us_per_chunk["gateway"], 1),
+            "seconds": round(time.perf_counter() - started, 1),
+            "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+            if "nginx" in wanted
+            else None,
             "load_average": [round(x, 2) for x in os.getloadavg()],
             "cpus": os.cpu_count(),
         }
     finally:
-        lab.cleanup()  # the simulator first: it is on both networks
-        off.cleanup()
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(table(figures, args.concurrency))
     text = json.dumps(report, indent=2)
     print(text)
     if args.json:
         args.json.write_text(text + "\n")
-    return 0
+    ended = sum(row["ended_early"] for row in figures.values())
+    return 1 if ended else 0
 
 
 if __name__ == "__main__":

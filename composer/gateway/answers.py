@@ -16,6 +16,9 @@ import json
 
 from starlette.types import Send
 
+# An ASGI response start with this key true may go out with its body, in one write (`limits`).
+DEFER_HEAD = "gateway.defer_head"
+
 # The `type` of each status, as vLLM and the OpenAI SDK name them.
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -44,7 +47,7 @@ async def send_error(send: Send, status: int, message: str, retry_after: int | N
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
     if retry_after is not None:
         headers.append((b"retry-after", str(max(1, int(retry_after))).encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers, DEFER_HEAD: True})
     await send({"type": "http.response.body", "body": payload, "more_body": False})
 
 

@@ -312,10 +312,19 @@ class Stream:
             self.metrics.continuation_refused.labels(reason).inc()
 
     def feed(self, chunk: bytes) -> bytes:
-        """Record what `chunk` carries; return what the client gets (whole events only)."""
+        """Record what `chunk` carries; return what the client gets (whole events only). A
+        stream framed otherwise than vLLM's (CR line ends, `id:` or `event:` fields) passes
+        unread, refused (`format`): it could not be read, nor continued without repeating
+        what the client got."""
         if self.refused == "format":
+            if self._buffer:  # what was kept of an event when it was refused goes first
+                chunk, self._buffer = self._buffer + chunk, b""
             return chunk
-        data = self._buffer + chunk
+        if b"\r" in chunk:  # a JSON text holds no raw CR: CRLF or CR framing
+            self.refuse("format")
+            data, self._buffer = self._buffer + chunk, b""
+            return data
+        data = self._buffer + chunk if self._buffer else chunk
         end = data.rfind(b"\n\n")
         if end < 0:
             if len(data) > MAX_EVENT:
@@ -329,6 +338,8 @@ class Stream:
 
     def _event(self, raw: bytes) -> bytes:
         if not raw.startswith(b"data:"):
+            if not raw.startswith(b":"):  # a field other than data (a comment is kept as it is)
+                self.refuse("format")
             return raw + b"\n\n"
         if self.legs == 0 and self.head and self.prompt_ids is not None:
             plain = plain_ids(raw)
@@ -345,8 +356,9 @@ class Stream:
         try:
             event = json.loads(text)
         except ValueError:
-            return raw + b"\n\n"
+            event = None
         if not isinstance(event, dict) or "error" in event:
+            self.refuse("format")  # unreadable, or the backend's own end of it: never sent again
             return raw + b"\n\n"
         if event.get("choices") == [] and isinstance(event.get("usage"), dict):
             self.billed = True
@@ -545,6 +557,8 @@ class Stream:
                         yield stall
                     elif not early:
                         yield sse_error(502, f"the backend broke the stream ({broke})")
+                    elif self._buffer:  # its last bytes, an event without its blank line
+                        yield self._buffer
                     return
                 leg.end(broke)
                 if paused_at is None:

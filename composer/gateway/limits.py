@@ -31,20 +31,24 @@ request is served and answered `connection: close`; one that sends nothing for
 A refused connection gets its answer and the end of the gateway's output, then the gateway
 stops reading it (what the client still sends is never read) and closes it `LINGER_S` later,
 so a client that reads while it sends gets the answer before the close resets the connection.
-An HTTP/1.0 request is answered in HTTP/1.0 (`http10`).
+An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). A response start that carries
+`DEFER_HEAD` (an answer whose body follows at once) goes out with its first body bytes, in
+one write (`HopCycle`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import resource
+import socket
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from .answers import error_bytes
+from .answers import DEFER_HEAD, error_bytes
 from .http10 import Http10Cycle
 from .metrics import Metrics
 
@@ -72,6 +76,75 @@ _RESPONSES = {
     "body_timeout": _answer(408, "request body not received in time"),
     "over_capacity": _answer(503, "too many open connections", "retry-after: 2\r\n"),
 }
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """Send each write at once (TCP_NODELAY): an answer written in two parts (head, body) must
+    not wait for the client's delayed ACK of the first (40 ms on Linux) on a kept-alive connection."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _Joined:
+    """The transport while a deferred head waits: the next write (or close) sends it first."""
+
+    __slots__ = ("head", "transport")
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        self.head = b""
+
+    def write(self, data: bytes) -> None:
+        head, self.head = self.head, b""
+        self.transport.write(head + data if head else data)
+
+    def close(self) -> None:
+        self.write(b"")
+        self.transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.transport, name)
+
+
+_send = RequestResponseCycle.send
+
+
+class HopCycle(RequestResponseCycle):
+    """uvicorn's request cycle; a head sent with `DEFER_HEAD` is written with the body's first
+    bytes (set on HTTP/1.1 requests' cycles with `cycle.__class__ = HopCycle`)."""
+
+    async def send(self, message: Any) -> None:
+        if message["type"] == "http.response.start" and message.get(DEFER_HEAD) and not self.response_started:
+            joined = _Joined(self.transport)
+            self.transport = _Captured(joined)  # type: ignore[assignment]
+            try:
+                await _send(self, message)
+            finally:
+                self.transport = joined  # type: ignore[assignment]
+            return
+        await _send(self, message)
+        transport = self.transport
+        if isinstance(transport, _Joined) and (self.response_complete or self.disconnected):
+            self.transport = transport.transport
+            if transport.head and not self.disconnected:
+                transport.write(b"")  # nothing was written with it (a HEAD answer)
+
+
+class _Captured:
+    """The transport for the head's one write: kept to go out with the body."""
+
+    __slots__ = ("joined",)
+
+    def __init__(self, joined: _Joined) -> None:
+        self.joined = joined
+
+    def write(self, data: bytes) -> None:
+        self.joined.head = data
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.joined.transport, name)
 
 
 @dataclass(frozen=True)
@@ -146,6 +219,7 @@ class LimitedProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        _no_delay(transport)
         registry = self.registry
         registry.open += 1
         self._counted = True
@@ -239,8 +313,9 @@ class LimitedProtocol(HttpToolsProtocol):
         cycle = self.cycle
         if self._last and cycle is not None:
             cycle.keep_alive = False  # answered `connection: close`, then closed
-        if cycle is not None and cycle.scope is self.scope and self.scope.get("http_version") == "1.0":
-            cycle.__class__ = Http10Cycle  # answered in HTTP/1.0, never chunked
+        if cycle is not None and cycle.scope is self.scope:
+            # HTTP/1.0 is answered in HTTP/1.0, never chunked; else a head may wait for its body
+            cycle.__class__ = Http10Cycle if self.scope.get("http_version") == "1.0" else HopCycle
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import aiohttp
 
@@ -33,15 +34,24 @@ class _Watch:
 
     def __init__(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
         self.users = 0
-        self.gone: asyncio.Future[bool] = asyncio.get_running_loop().create_future()  # True: asleep
-        self._task = asyncio.ensure_future(self._run(url, session, timeout, interval))
-
-    async def _run(self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float) -> None:
         loop = asyncio.get_running_loop()
-        answered = loop.time()
+        self.gone: asyncio.Future[bool] = loop.create_future()  # True: asleep
+        self._task: asyncio.Task[None] | None = None
+        # requests answered within one interval cost no probe (nor a task)
+        self._timer: asyncio.TimerHandle | None = loop.call_later(
+            interval, self._start, url, session, timeout, interval, loop.time()
+        )
+
+    def _start(self, *args: Any) -> None:
+        self._timer = None
+        self._task = asyncio.ensure_future(self._run(*args))
+
+    async def _run(
+        self, url: str, session: aiohttp.ClientSession, timeout: float, interval: float, answered: float
+    ) -> None:
+        loop = asyncio.get_running_loop()
         probe = aiohttp.ClientTimeout(total=interval)
         while True:
-            await asyncio.sleep(interval)  # requests answered within one interval cost no probe
             with contextlib.suppress(aiohttp.ClientError, TimeoutError, ValueError):
                 async with session.get(url + "/health", timeout=probe) as reply:
                     await reply.read()
@@ -54,9 +64,13 @@ class _Watch:
             if loop.time() - answered >= timeout:
                 self.gone.set_result(False)
                 return
+            await asyncio.sleep(interval)
 
     def stop(self) -> None:
-        self._task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class Liveness:

@@ -8,7 +8,9 @@ has arrived. A client that disconnects cancels its upstream request. A request w
 response head from a backend that stops answering `/health` is answered 504 after
 `unresponsive_timeout` (`liveness`). Bodies up to `REPLAY_LIMIT` are read first so the request
 can be sent again, once, when the backend cannot have read it (`Attempt.unread`); larger ones
-stream through. An eligible streamed completion (`continuation`) is relayed by its record,
+stream through. Every forwarded answer carries `x-served-by` (the member that answered) and
+`Server-Timing: gateway;dur=MS` (the gateway's own time to the head, the backend's wait left
+out). An eligible streamed completion (`continuation`) is relayed by its record,
 which continues it on the next upstream the gate admits it to when the backend breaks or
 stalls (`_reopen`).
 """
@@ -24,14 +26,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-import anyio
 from multidict import CIMultiDict
-from starlette.responses import StreamingResponse
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
 from . import bodies, continuation, listing
-from .answers import send_error, sse_error
+from .answers import DEFER_HEAD, send_error, sse_error
 from .bodies import MAX_BODY as REPLAY_LIMIT
 from .client import PROBE_HEADER
 from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
@@ -70,6 +70,9 @@ HOP_BY_HOP = frozenset(
 # Headers aiohttp would add on its own: the client's are forwarded as they came, or not at all.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
+SERVER_TIMING = b"server-timing"
+# The scope key of the loop time the request reached the gateway's app (`screen`).
+STARTED = "gateway.started"
 # The scope key under which `_switch` leaves the live router's hint: (alias variant, prompt tokens).
 ROUTE_HINT = "gateway.route_hint"
 # The scope key of an eligible stream's record (`continuation.Stream`).
@@ -103,6 +106,7 @@ class Attempt:
     ticket: Ticket
     sent: bool = False
     reused: bool = False
+    waited: float = 0.0  # seconds from the request's start upstream to its response head
 
     @property
     def unread(self) -> bool:
@@ -309,6 +313,7 @@ class ProxyApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return
+        scope.setdefault(STARTED, asyncio.get_running_loop().time())
         path: str = scope["path"]  # canonical: the public app screened it
         if not is_forwarded(path):
             self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
@@ -353,7 +358,8 @@ class ProxyApp:
             # bodies are read for switching, the automatic policy, or while a live set routes
             if complete and (self.switcher.config.inspects_bodies or self.live.active):
                 await self._switch(scope, body, deadline, watcher, held)
-            if complete and self.continue_streams and scope["path"] in continuation.PATHS:
+            # (a body without `"stream"` is no stream: not parsed for it, as `HeldStream.wanted`)
+            if complete and self.continue_streams and path in continuation.PATHS and b'"stream"' in body.data:
                 # an eligible streamed completion is recorded so that it can be continued:
                 # upstream is asked for its token ids
                 seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
@@ -416,10 +422,10 @@ class ProxyApp:
         headers = _request_headers(scope["headers"])
         started = False
         response: aiohttp.ClientResponse | None = None
-        with anyio.CancelScope() as cancel_scope:
-            ticket.cancel = cancel_scope.cancel
+        with _Interrupt() as cut:
+            ticket.cancel = cut.interrupt
             if ticket.cut_requested:
-                cancel_scope.cancel()
+                cut.interrupt()
             try:
                 response = await self._send_upstream(
                     scope["method"], member.url, path, headers, data, attempt, watcher
@@ -438,15 +444,18 @@ class ProxyApp:
                         reopen = functools.partial(self._reopen, scope)
                         chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
                 else:
-                    chunks = response.content.iter_any()
-                out = StreamingResponse(chunks, status_code=response.status)
-                out.raw_headers = _forward_headers(response.raw_headers)
-                if member.listed:
-                    out.raw_headers.append((SERVED_BY, member.name.encode()))
-                if watcher is not None:
-                    watcher.cancel()  # StreamingResponse listens for the disconnect itself
+                    chunks = None  # read as it arrives, its end sent with its last bytes
+                headers = _forward_headers(response.raw_headers)
+                headers.append((SERVED_BY, self._served_by(member)))
+                headers.append((SERVER_TIMING, _timing(scope, attempt)))
                 started = True
-                await out(scope, receive, send)
+                gone = watcher if watcher is not None else asyncio.ensure_future(_wait_disconnect(receive))
+                try:
+                    with _Interrupt(gone):
+                        await _relay(send, response, headers, chunks)
+                finally:
+                    if gone is not watcher:
+                        gone.cancel()
             except GONE_ERRORS as err:
                 failures.append(f"{type(err).__name__}: {err}")
                 member.poller.mark_down(failures[-1])  # new requests wait (or go to the others) meanwhile
@@ -487,7 +496,7 @@ class ProxyApp:
                 if response is not None:
                     response.close()  # drops the connection unless the body was read to its end
                 release(not failures)
-        if cancel_scope.cancelled_caught:
+        if cut.caught:
             log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
             if not started:
                 await send_error(
@@ -511,13 +520,14 @@ class ProxyApp:
         its probe passes) lets the ticket, the count and the connection go."""
         stall_s = self.stall_timeout or None  # 0: no stall timeout
         loop = asyncio.get_running_loop()
-        timer: asyncio.Timeout | None = None  # the read under way
+        reading: _Interrupt | None = None  # the read under way
+        began = 0.0  # when it began
+        watchdog: asyncio.TimerHandle | None = None  # one stall timer for the whole stream
         paused = False
 
         def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
-            if timer is not None:
-                with contextlib.suppress(RuntimeError):  # the read just finished
-                    timer.reschedule(loop.time())
+            if reading is not None:
+                reading.interrupt("cut")
 
         def pause() -> None:  # stop reading now: it goes on on another upstream
             nonlocal paused
@@ -525,42 +535,68 @@ class ProxyApp:
             ticket.paused = True  # a drain does not count it as finished
             cut()
 
+        def watch() -> None:  # a read that got no bytes for stall_s ends
+            nonlocal watchdog
+            assert stall_s is not None
+            now = loop.time()
+            if reading is not None and now >= began + stall_s:
+                watchdog = None
+                reading.interrupt("stall")
+                return
+            watchdog = loop.call_at((began if reading is not None else now) + stall_s, watch)
+
+        def unwatch() -> None:
+            nonlocal watchdog
+            if watchdog is not None:
+                watchdog.cancel()
+                watchdog = None
+
         async def chunks() -> AsyncIterator[bytes]:
-            nonlocal timer
+            nonlocal reading, began, watchdog
             content = response.content
-            while not ticket.cut_requested:
-                if paused:
-                    raise Paused
-                try:
-                    async with asyncio.timeout(stall_s) as reading:
-                        timer = reading
-                        chunk = await content.readany()
-                except TimeoutError:
-                    if ticket.cut_requested:
-                        break
+            try:
+                while not ticket.cut_requested:
                     if paused:
-                        raise Paused from None
-                    # new requests are held until the poller sees the backend ready again
-                    log.warning(
-                        "stall: no bytes for %gs on %s %s", self.stall_timeout, scope["method"], scope["path"]
-                    )
-                    self.metrics.stalled.inc()
-                    failures.append("stall")
-                    target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
-                    event = sse_error(
-                        504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
-                    )
-                    if resumable:
-                        raise Stalled(event) from None
-                    yield event
-                    return
-                finally:
-                    timer = None
-                if not chunk:
-                    return
-                yield chunk
-            log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
-            yield sse_error(503, "stream cut: the variant is being replaced and the drain timeout ran out")
+                        raise Paused
+                    began = loop.time()
+                    if watchdog is None and stall_s is not None:
+                        watchdog = loop.call_at(began + stall_s, watch)
+                    with _Interrupt() as read:
+                        reading = read
+                        chunk = await content.readany()
+                    reading = None
+                    if read.caught:
+                        if ticket.cut_requested:
+                            break
+                        if paused:
+                            raise Paused
+                        # new requests are held until the poller sees the backend ready again
+                        log.warning(
+                            "stall: no bytes for %gs on %s %s",
+                            self.stall_timeout,
+                            scope["method"],
+                            scope["path"],
+                        )
+                        self.metrics.stalled.inc()
+                        failures.append("stall")
+                        target.poller.mark_down(f"a stream stalled for {self.stall_timeout:g}s")
+                        event = sse_error(
+                            504, f"the backend sent nothing for {stall_s:g}s (stall_timeout): stream ended"
+                        )
+                        if resumable:
+                            raise Stalled(event)
+                        yield event
+                        return
+                    if not chunk:
+                        return
+                    yield chunk
+                log.warning("cut %s %s at drain timeout", scope["method"], scope["path"])
+                yield sse_error(
+                    503, "stream cut: the variant is being replaced and the drain timeout ran out"
+                )
+            finally:
+                reading = None
+                unwatch()
 
         def end(reason: str | None) -> None:
             if reason is not None:
@@ -568,6 +604,7 @@ class ProxyApp:
                 failures.append(reason)
                 target.poller.mark_down(reason)
             ticket.cancel = None
+            unwatch()
             response.close()
             release(reason is None)
             ticket.done()
@@ -626,6 +663,15 @@ class ProxyApp:
                 raise ContinuationFailed(f"{target.url} answered {response.status}: {detail}")
             return self._leg(scope, target, response, ticket, release, [])
 
+    def _served_by(self, member: Member) -> bytes:
+        """The `x-served-by` value of `member`: a live member's name (`variant/replica`); for the
+        set of one, the serving variant's first replica when the gateway knows it, else the
+        upstream's host (the variant's service name)."""
+        if member.listed:
+            return member.name.encode()
+        serving = self.switcher.serving
+        return (f"{serving}/1" if serving else URL(member.url).host or member.name).encode()
+
     @staticmethod
     def _is_stream(response: aiohttp.ClientResponse) -> bool:
         return response.headers.get("content-type", "").startswith("text/event-stream")
@@ -659,22 +705,83 @@ class ProxyApp:
             allow_redirects=False,
             trace_request_ctx=attempt,
         )
-        sending = asyncio.ensure_future(opening)
-        with self.liveness.watching(base) as gone:
-            waits = {sending} | {f for f in (watcher, gone) if f is not None}
-            try:
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            except asyncio.CancelledError:
-                sending.cancel()
-                await _settle(sending)
-                raise
-        if sending.done():
-            return sending.result()
-        sending.cancel()
-        await _settle(sending)
-        if gone is not None and gone.done():
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        response = None
+        with self.liveness.watching(base) as gone, _Interrupt(watcher, gone) as stop:
+            response = await opening
+        attempt.waited += loop.time() - asked
+        if not stop.caught:
+            return response
+        if stop.why is gone and gone is not None:
             raise Unresponsive(asleep=gone.result())
-        return None
+        return None  # the client went away first
+
+
+def _timing(scope: Scope, attempt: Attempt) -> bytes:
+    """`Server-Timing`'s value: the gateway's own time (ms) from the request's arrival to its
+    response head, less the time the backend took to answer the head."""
+    started = scope.get(STARTED)
+    own = asyncio.get_running_loop().time() - started - attempt.waited if started is not None else 0.0
+    return b"gateway;dur=%.3f" % (max(own, 0.0) * 1000)
+
+
+class _Interrupt:
+    """Ends a block early: `interrupt()` (or the completion of a future it watches) cancels the
+    task running it, once, and the block's end by that cancellation is taken as its end
+    (`caught`); a cancellation from elsewhere goes on. Nested ones each take their own."""
+
+    __slots__ = ("_open", "_task", "_watched", "caught", "why")
+
+    def __init__(self, *watched: asyncio.Future[Any] | None) -> None:
+        self._watched = [f for f in watched if f is not None]
+        self.why: asyncio.Future[Any] | str | None = None  # what interrupted it
+        self.caught = False
+
+    def interrupt(self, why: asyncio.Future[Any] | str = "cut") -> None:
+        if self._open and self.why is None:
+            self.why = why
+            self._task.cancel()
+
+    def __enter__(self) -> _Interrupt:
+        task = asyncio.current_task()
+        assert task is not None
+        self._task = task
+        self._open = True
+        for future in self._watched:
+            future.add_done_callback(self.interrupt)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> bool:
+        self._open = False  # a completion scheduled before the exit changes nothing now
+        for future in self._watched:
+            future.remove_done_callback(self.interrupt)
+        self.caught = self.why is not None and kind is asyncio.CancelledError and self._task.uncancel() == 0
+        return self.caught
+
+
+async def _relay(
+    send: Send,
+    response: aiohttp.ClientResponse,
+    headers: list[tuple[bytes, bytes]],
+    chunks: AsyncIterator[bytes] | None,
+) -> None:
+    """Send the answer: its head, then each read as it arrives (`chunks`, else the response's
+    body, whose last read carries the end)."""
+    # an answer read as a whole (not a stream) goes out with its head in one write
+    start = {"type": "http.response.start", "status": response.status, "headers": headers}
+    await send({**start, DEFER_HEAD: True} if chunks is None else start)
+    if chunks is None:
+        content = response.content
+        while True:
+            chunk = await content.readany()
+            more = bool(chunk) and not content.at_eof()
+            await send({"type": "http.response.body", "body": chunk, "more_body": more})
+            if not more:
+                return
+    async for chunk in chunks:
+        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _replace_body(scope: Scope, body: Body, data: bytes) -> None:
@@ -706,12 +813,3 @@ def _without_body(scope: Scope, send: Send) -> Send:
 def _out(send: Send, held: HeldStream | None) -> Send:
     """Where an answer goes: into the open stream once a held request's headers went out."""
     return held.send if held is not None and held.started else send
-
-
-async def _settle(task: asyncio.Future[aiohttp.ClientResponse]) -> None:
-    """Wait for a cancelled send; close a response that arrived anyway."""
-    try:
-        response = await task
-    except BaseException:  # cancelled or failed: nothing to close
-        return
-    response.close()

@@ -353,6 +353,7 @@ def _uvicorn_config(app: Any, config: GatewayConfig, **kwargs: Any) -> uvicorn.C
         app,
         log_level=config.log_level,
         access_log=False,
+        proxy_headers=False,  # no X-Forwarded-* middleware: nothing reads the client's address
         server_header=False,
         date_header=False,
         lifespan="off",

@@ -65,7 +65,7 @@ def test_image_runs_as_non_root_with_only_the_gateway_package(docker_client, ima
 
 
 def test_streams_and_stays_small(lab: Lab) -> None:
-    # how fast it starts is measured by benchmarks/bench_gateway.py (startup_s)
+    # how fast it starts is measured by benchmarks/bench_gateway_docker.py (startup_s)
     lab.wait_gateway()
     lab.start_sim("a")
     ctl = GatewayControl(lab.gateway)

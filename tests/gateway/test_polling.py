@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from composer.gateway.client import GatewayControl
 from composer.gateway.upstream import READY_POLL_INTERVAL
 
 from .fakes import LocalExec
+
+# Each test counts probes per second of real time: they run alone (`timing`), where a busy
+# worker beside them cannot starve the poller.
+pytestmark = pytest.mark.timing
 
 
 def probes_during(backend, seconds: float) -> int:
