@@ -15,8 +15,10 @@ May import: `composer.errors` only. The server modules use only the standard lib
 Upstreams (the contract with the renderer and `up`, docs/gateway.md): requests go to the live
 set (`GATEWAY_LIVE_UPSTREAMS`, a JSON list of `{"name": "mtp/1", "variant": "mtp", "url": ...}`,
 or `GatewayControl.set_upstreams`; new members count as ready: the host gates them first), else
-to the set of one that follows `/route` (`GATEWAY_UPSTREAM`). A member left out gets no new
-requests; `GatewayControl.drain_upstream` waits for its in-flight ones.
+to the single member (`GATEWAY_UPSTREAM`, then `GatewayControl.route`, which also names its
+variant). A member left out gets no new requests; `GatewayControl.drain_upstream` waits for its
+in-flight ones. The gateway keeps what serves in its state folder: a restart or a replacement
+knows it (`/gateway/status`, the serving metric, the next switch's history).
 
 Public: `GatewayControl` and its replies (`GatewayState`, `HoldInfo`, `DrainReport`,
 `DrainProgress`, `UpstreamInfo`, `UpstreamDrain`, `BackendReply`), `Tether` and `Session` (a

@@ -31,6 +31,10 @@ CALL_WAIT_S = 20.0
 PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
 PROBE_HEADER = "x-gateway-probe"
+# Marks a request of `compose-spec status` (its readiness probe through the port): the gateway
+# forwards it as any other but does not count it as a member's request.
+STATUS_PROBE_HEADER = "x-gateway-status-probe"
+SINGLE = "single"  # the single member's name in the state's `upstreams` (a live member's: VARIANT/REPLICA)
 CTL = ("python3", "-m", "composer.gateway.ctl")
 # How long `tether` waits for a `ctl session`'s hello before it takes the gateway for an older
 # image (a plain tether); the session's Python starts in about 0.3 s.
@@ -99,13 +103,18 @@ class DrainProgress:
 class GatewayState:
     """The gateway as its control channel reports it (`raw` has every field)."""
 
-    upstream: str
     open: bool
     backend_ready: bool
     held: int
     inflight: int
     holds: tuple[HoldInfo, ...]
     raw: Mapping[str, Any] = field(repr=False)
+
+    @property
+    def upstream(self) -> str:
+        """The single member's URL (an older gateway image reports it as `upstream`)."""
+        single = next((u for u in self.upstreams if u.name == SINGLE), None)
+        return single.url if single is not None else str(self.raw.get("upstream") or "")
 
     @property
     def follower_attached(self) -> bool | None:
@@ -115,8 +124,15 @@ class GatewayState:
         return attached if isinstance(attached, bool) else None
 
     @property
+    def live_set(self) -> frozenset[str]:
+        """The names of the live set's members the gateway routes among (empty: its single
+        member serves)."""
+        return frozenset(u.name for u in self.upstreams if not u.leaving and u.name != SINGLE)
+
+    @property
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
-        """The live set, then its leaving members (empty: the single upstream serves)."""
+        """Every member requests go to (the live set, or the single member named `SINGLE`),
+        then those leaving with requests in flight."""
         items = self.raw.get("upstreams")
         items = items if isinstance(items, list) else []
         return tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
@@ -369,7 +385,7 @@ class GatewayControl:
         sleeping = {
             str(k): (None if v is None else bool(v)) for k, v in (reply.get("sleeping") or {}).items()
         }
-        return (_state(state) if isinstance(state, dict) and "upstream" in state else None), sleeping
+        return (_state(state) if isinstance(state, dict) and "open" in state else None), sleeping
 
     def hold(self, lease_s: float, owner: str = "", probe_token: str = "") -> HoldInfo:
         """Set a hold that expires after `lease_s` unless renewed or released (`probe_token`: `drain`)."""
@@ -441,13 +457,27 @@ class GatewayControl:
         """Apply `config.LIVE` settings in place; returns those in effect. A refusal changes nothing."""
         return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
 
-    def route(self, upstream: str) -> str:
-        """Forward to `upstream` from now on (held until it is ready); returns the previous one."""
+    def route(self, upstream: str, variant: str | None = None) -> str:
+        """Forward to `upstream` from now on (held until it is ready), the single member, which
+        serves `variant` when given; returns the previous URL."""
+        single = {"url": upstream, **({"variant": variant} if variant else {})}
+        try:
+            return str(self._call("POST", "/upstreams", {"single": single})["previous"])
+        except GatewayControlError as err:
+            if "must be a JSON list" not in str(err):
+                raise
+        # a gateway image from before the single member was one of `upstreams`
         return str(self._call("POST", "/route", {"upstream": upstream})["previous"])
 
-    def set_upstreams(self, upstreams: Sequence[Mapping[str, str]]) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single upstream)."""
-        reply = self._call("POST", "/upstreams", {"upstreams": [dict(u) for u in upstreams]})
+    def set_upstreams(
+        self, upstreams: Sequence[Mapping[str, str]], single_variant: str | None = None
+    ) -> tuple[UpstreamInfo, ...]:
+        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single
+        member, which serves `single_variant` when given)."""
+        body: dict[str, Any] = {"upstreams": [dict(u) for u in upstreams]}
+        if single_variant:
+            body["single"] = {"variant": single_variant}
+        reply = self._call("POST", "/upstreams", body)
         return tuple(_parse(UpstreamInfo, d) for d in reply.get("upstreams", []))
 
     def drain_upstream(

@@ -19,7 +19,7 @@ import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.applications import Starlette
@@ -30,13 +30,48 @@ from starlette.routing import Route
 from composer.errors import GatewayConfigError
 
 from .client import DrainReport
-from .config import MAX_LEASE_S, VARIANT, check_upstream, parse_live
-
-if TYPE_CHECKING:
-    from .runtime import Gateway
+from .config import MAX_LEASE_S, VARIANT, GatewayConfig, check_upstream, parse_live
+from .gate import Gate
+from .live import LiveSet
+from .metrics import Metrics
+from .proxy import ProxyApp
+from .status import StatusBoard
+from .switching import Switcher
+from .upstream import Upstream
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16
+
+
+class Controlled(Protocol):
+    """What the control channel reaches of the gateway (`runtime.Gateway`)."""
+
+    config: GatewayConfig
+    gate: Gate
+    live: LiveSet
+    metrics: Metrics
+    proxy: ProxyApp
+    status: StatusBoard
+    switcher: Switcher
+    backend_client: httpx.AsyncClient
+
+    @property
+    def upstream(self) -> Upstream: ...
+
+    @property
+    def backend_ready(self) -> bool: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def serving_name(self) -> str | None: ...
+
+    def report(
+        self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
+    ) -> None: ...
+
+    def apply_settings(self, changes: dict[str, str]) -> GatewayConfig: ...
+
+    def settings_in_effect(self) -> dict[str, Any]: ...
 
 
 class BadInput(ValueError):
@@ -105,7 +140,7 @@ def _wait(args: dict[str, Any]) -> float:
 class Control:
     """The control channel's verbs: one method each, from the request's arguments to the JSON reply."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Controlled) -> None:
         self.gateway = gateway
         self._drains: OrderedDict[str, tuple[asyncio.Task[DrainReport], float]] = OrderedDict()
 
@@ -133,7 +168,7 @@ class Control:
         released = gateway.gate.release(None if hold_id in (None, "") else str(hold_id))
         detail = str(args.get("detail", ""))[:500]
         if serving is not None:
-            gateway.switcher.report(serving, None, ok, detail)
+            gateway.report(serving, None, ok, detail)
         elif released and not ok and not gateway.live.active:
             # the swap died without saying what serves (a tether's EOF): its backend may have been
             # put to sleep or stopped meanwhile, so it is probed again before it gets a request
@@ -162,7 +197,7 @@ class Control:
         task = asyncio.get_running_loop().create_task(drain)
         if target is not None:
             log = gateway.status.switches
-            log.begin(target, gateway.switcher.serving, owner or "control")
+            log.begin(target, gateway.serving_name(), owner or "control")
 
             def drained(t: asyncio.Task[DrainReport]) -> None:
                 if not t.cancelled() and not t.exception():
@@ -187,17 +222,6 @@ class Control:
             inflight, elapsed = self.gateway.gate.inflight, round(time.monotonic() - started, 3)
             return {"id": drain_id, "done": False, "inflight": inflight, "elapsed_s": elapsed}
         return {"id": drain_id, "done": True, **dataclasses.asdict(task.result())}
-
-    async def route(self, args: dict[str, Any]) -> dict[str, Any]:
-        try:
-            url = check_upstream(str(args.get("upstream", "")), "upstream")
-        except GatewayConfigError as err:
-            raise BadInput(str(err)) from err
-        old = self.gateway.upstream.route(url)
-        if old != url:
-            self.gateway.metrics.routes.inc()
-        self.gateway.status.switches.routed()
-        return {"previous": old, "upstream": url, "state": self.gateway.state()}
 
     async def wait_ready(self, args: dict[str, Any]) -> dict[str, Any]:
         gateway = self.gateway
@@ -258,16 +282,32 @@ class Control:
         if demand_id is not None and not isinstance(demand_id, str):
             raise BadInput("demand must be a demand id")
         follower = args.get("follower", False) is True
-        self.gateway.switcher.report(variant, demand_id, ok, str(args.get("detail", ""))[:500], follower)
+        self.gateway.report(variant, demand_id, ok, str(args.get("detail", ""))[:500], follower)
         return {"switching": self.gateway.switcher.snapshot()}
 
     async def upstreams(self, args: dict[str, Any]) -> dict[str, Any]:
+        """The members requests go to: `upstreams` (the live set; `[]`: the single member) and
+        `single` (the single member's `url` and `variant`); what is left out stays as it is."""
+        gateway = self.gateway
+        single = args.get("single") or {}
+        if not isinstance(single, dict) or set(single) - {"url", "variant"}:
+            raise BadInput('single must be an object {"url": URL, "variant": VARIANT}, either optional')
         try:
-            specs = parse_live(args.get("upstreams"), "upstreams")
-        except ValueError as err:
+            specs = parse_live(args["upstreams"], "upstreams") if "upstreams" in args else None
+            url = check_upstream(str(single["url"]), "single.url") if single.get("url") else None
+        except (ValueError, GatewayConfigError) as err:
             raise BadInput(str(err)) from err
-        self.gateway.live.replace(specs)
-        return {"upstreams": self.gateway.live.snapshot(), "state": self.gateway.state()}
+        variant = _variant(single, "variant")
+        live = gateway.live
+        previous = live.single.url
+        if url is not None and live.single.poller.route(url) != url:
+            gateway.metrics.routes.inc()
+        live.name_single(variant)
+        if specs is not None:
+            live.replace(specs)
+        if url is not None:
+            gateway.status.switches.routed()
+        return {"previous": previous, "upstreams": live.snapshot(), "state": gateway.state()}
 
     async def drain_upstream(self, args: dict[str, Any]) -> dict[str, Any]:
         name = args.get("name")
@@ -280,7 +320,7 @@ class Control:
         if _flag(args, "continue", False) and proxy.continue_streams:
             # its streams go on on the others (never paused on a member of the set at its URL)
             staying = {m.url for m in live.members.values()}
-            urls = {m.url for m in live.leaving if m.name == name} - staying
+            urls = {m.url for m in live.left(name)} - staying
             counts = [proxy.pause_streams(url, context) for url in urls]
         left = await live.wait_gone(name, _seconds(args, "wait_s", MAX_WAIT_S, MAX_WAIT_S))
         continued, refused = sum(c for c, _ in counts), sum(r for _, r in counts)
@@ -319,12 +359,11 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     #  max_model_len?}
     ("POST", "/drain", "drain"),
     ("GET", "/drain/{id}", "drain_wait"),  # ?wait_s= (while it runs: {done: false, inflight, elapsed_s})
-    ("POST", "/route", "route"),  # {upstream}
     ("POST", "/wait-ready", "wait_ready"),  # {timeout_s}
     ("POST", "/backend", "backend"),  # {method, path, query?, json?, timeout_s?}
     ("GET", "/demand", "demand"),  # ?wait_s=
     ("POST", "/serving", "serving"),  # {variant, demand?, ok?, detail?, follower?}
-    ("POST", "/upstreams", "upstreams"),  # {upstreams: [{name, variant, url}]}
+    ("POST", "/upstreams", "upstreams"),  # {upstreams?: [{name, variant, url}], single?: {url?, variant?}}
     ("POST", "/upstreams/drain", "drain_upstream"),  # {name, wait_s?, continue?, max_model_len?}
     ("GET", "/settings", "settings"),
     ("PUT", "/settings", "put_settings"),  # {settings: {GATEWAY_X: value}}
@@ -345,7 +384,7 @@ async def _arguments(request: Request) -> dict[str, Any]:
     return {**args, **data}
 
 
-def build_control_app(gateway: Gateway) -> Starlette:
+def build_control_app(gateway: Controlled) -> Starlette:
     """The control app bound to one gateway: a route per verb of `VERBS`."""
     control = Control(gateway)
 

@@ -1,16 +1,21 @@
 """The upstreams the gateway forwards to: a set of `Member`s, every request goes to one.
 
-Without a published live set it is the set of one that follows `/route`: the `single` member
-(`GATEWAY_UPSTREAM`, then the URL routed to). A live set (`GATEWAY_LIVE_UPSTREAMS`, `POST
-/upstreams`) replaces it; an empty one brings it back. Every member has one readiness watcher
-(`upstream.Upstream`), one outstanding count and the same routing and failover; a member the
-proxy cannot reach is out (`Upstream.mark_down`) until a probe passes. A live member is
-`listed` (the state's `upstreams`, `gateway_live_*{upstream}`, `x-served-by`); the single one
-is the state's `upstream` and `single_outstanding`.
+Without a published live set it is the set of one: the `single` member (`GATEWAY_UPSTREAM`,
+then the URL `POST /upstreams {"single": {"url"}}` routes it to). A live set
+(`GATEWAY_LIVE_UPSTREAMS`, `POST /upstreams`) replaces it; an empty one brings it back. Every
+member has one readiness watcher (`upstream.Upstream`), one outstanding count and the same
+routing and failover; a member the proxy cannot reach is out (`Upstream.mark_down`) until a
+probe passes. The state's `upstreams` shows every member requests go to, the single one too,
+then those leaving; a live member is also `listed` (`gateway_live_*{upstream}`, `x-served-by`).
 
 `replace()` keeps the members that stay (same name and URL); new ones from the control channel
 count as ready at once (the host gated them), new ones from the settings are probed first;
 members that leave stay listed (`leaving`) until their requests finish (`wait_gone()`).
+
+What serves is the members' variants (`variants()`): the live set's, or the single member's
+(named by `name_single()` when the host reports it). Every change of the set, of the single
+member's URL or of its variant counts one `generation` and calls `on_change` (the gateway keeps
+`record()` in its state folder, and a restart or a replacement reads it back).
 """
 
 from __future__ import annotations
@@ -21,8 +26,11 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import replace as with_fields
 from typing import Any
 
+from .client import SINGLE
 from .config import GatewayConfig, LiveSpec
 from .continuation import once
 from .metrics import Metrics
@@ -31,9 +39,12 @@ from .upstream import Upstream
 
 log = logging.getLogger("gateway")
 
+# False while the request being forwarded is a status probe (`client.STATUS_PROBE_HEADER`, set
+# by the public app): in flight on its member, but neither a request nor served.
+COUNTED: ContextVar[bool] = ContextVar("counted", default=True)
+
 BACKOFF_MAX_S = 2.0
 LAST_MINUTE_S = 60.0
-SINGLE = "single"  # the set of one's member (a live member's name is VARIANT/REPLICA)
 
 
 class Member:
@@ -57,7 +68,7 @@ class Member:
 
     @property
     def url(self) -> str:
-        return self.poller.url  # the single member's follows `/route`
+        return self.poller.url  # the single member's follows `single.url`
 
     @property
     def ready(self) -> bool:
@@ -66,19 +77,24 @@ class Member:
     def view(self) -> View:
         return View(self.name, self.spec.variant, self.ready, self.outstanding, self.requests, self.spilled)
 
-    def begin(self, spilled: bool = False) -> None:
-        """A request goes to this member (`spilled`: another variant's overflow)."""
+    def begin(self, spilled: bool = False, counted: bool = True) -> None:
+        """A request goes to this member (`spilled`: another variant's overflow; not `counted`:
+        a holder's probe, in flight but neither a request nor served)."""
         self.outstanding += 1
         self.spilled += spilled
+        if not counted:
+            return
         self.requests += 1
         if self.listed:
             self.metrics.live_requests.labels(self.name).inc()
             self.metrics.live_outstanding.labels(self.name).inc()
 
-    def end(self, ok: bool, spilled: bool = False) -> None:
+    def end(self, ok: bool, spilled: bool = False, counted: bool = True) -> None:
         """The request finished (`ok`: answered without a connection failure)."""
         self.outstanding -= 1
         self.spilled -= spilled
+        if not counted:
+            return
         if ok:
             self.served += 1
             self.recent.append(time.monotonic())
@@ -101,6 +117,7 @@ class Member:
     def describe(self) -> dict[str, Any]:
         return {
             **self.spec.describe(),
+            "url": self.url,
             "ready": self.ready,
             "outstanding": self.outstanding,
             "requests": self.requests,
@@ -130,8 +147,37 @@ class LiveSet:
         self.members: dict[str, Member] = {}  # the published live set
         self.leaving: list[Member] = []
         self._changed = asyncio.Event()
+        self.generation = 0
+        self.on_change: Callable[[], None] = lambda: None
         single = LiveSpec(SINGLE, "", config.upstream)
-        self.single = self._make(single, config.upstream_candidates, 0.0, metrics.set_upstream)
+        self.single = self._make(single, config.upstream_candidates, 0.0, self._routed)
+
+    def _routed(self, old: str | None, new: str) -> None:
+        """The single member's poller follows another URL (`single.url`, or a candidate found)."""
+        self.metrics.set_upstream(old, new)
+        self._count()
+
+    def _count(self) -> None:
+        self.generation += 1
+        self.on_change()
+
+    def name_single(self, variant: str | None) -> None:
+        """The host says `variant` is what the single member serves (None or "": unchanged)."""
+        if variant and variant != self.single.spec.variant:
+            self.single.spec = with_fields(self.single.spec, variant=variant)
+            self._count()
+
+    def variants(self) -> list[str]:
+        """The variants that serve now, in the set's order (empty: the host has not said)."""
+        return list(dict.fromkeys(m.spec.variant for m in self.serving() if m.spec.variant))
+
+    def record(self) -> dict[str, Any]:
+        """What serves, JSON-ready: the live set, the single member and the generation."""
+        return {
+            "generation": self.generation,
+            "members": [m.spec.describe() for m in self.members.values()],
+            "single": {**self.single.spec.describe(), "url": self.single.url},
+        }
 
     @property
     def active(self) -> bool:
@@ -139,7 +185,7 @@ class LiveSet:
         return bool(self.members)
 
     def serving(self) -> tuple[Member, ...]:
-        """The members requests go to: the live set, or the set of one that follows `/route`."""
+        """The members requests go to: the live set, or the single member."""
         return tuple(self.members.values()) or (self.single,)
 
     def any_ready(self) -> bool:
@@ -182,7 +228,7 @@ class LiveSet:
         self.replace(specs, gated=False)
 
     def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the set (empty: the set of one that follows `/route`); `gated` members
+        """Make `specs` the set (empty: the single member); `gated` members
         count as ready at once (the host gated them)."""
         keep: dict[str, Member] = {}
         for spec in specs:
@@ -213,6 +259,7 @@ class LiveSet:
         log.info("live set: %s", ", ".join(f"{m.name}={m.url}" for m in keep.values()) or "empty")
         self._on_ready(self.any_ready())
         self._reap()
+        self._count()
 
     def _leave(self, member: Member) -> None:
         member.leaving = True
@@ -230,12 +277,17 @@ class LiveSet:
         self._changed.set()  # `wait_gone` looks again
         self._changed = asyncio.Event()
 
+    def left(self, name: str) -> list[Member]:
+        """The members out of the set named `name` (the single member while a live set serves)."""
+        single = [self.single] if self.single.leaving and name == SINGLE else []
+        return [*(m for m in self.leaving if m.name == name), *single]
+
     async def wait_gone(self, name: str, wait_s: float) -> int:
         """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
         returns how many are still in flight."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
-        while (left := sum(m.outstanding for m in self.leaving if m.name == name)) and loop.time() < deadline:
+        while (left := sum(m.outstanding for m in self.left(name))) and loop.time() < deadline:
             changed = self._changed
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), deadline - loop.time())
@@ -264,18 +316,22 @@ class LiveSet:
             if self.active:
                 self.metrics.route_decisions.labels(choice.reason).inc()
             member, spilled = serving[choice.name], choice.reason == "spill"
-        member.begin(spilled)
+        counted = not probe and COUNTED.get()
+        member.begin(spilled, counted)
 
         def release(ok: bool) -> None:
-            member.end(ok, spilled)
+            member.end(ok, spilled, counted)
             if member.leaving and member.outstanding <= 0:
-                self._reap()
+                self._reap()  # also when the single member's last request ends: `wait_gone` looks
 
         return member, once(release)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every live member, then every leaving one, JSON-ready."""
-        return [m.describe() for m in (*self.members.values(), *self.leaving)]
+        """Every member requests go to (the live set, or the single member), then every leaving
+        one with requests in flight or still counted, JSON-ready."""
+        single = self.single
+        gone = (single,) if single.leaving and single.outstanding > 0 else ()
+        return [m.describe() for m in (*self.serving(), *self.leaving, *gone)]
 
     async def aclose(self) -> None:
         """Stop every poller and close its client."""

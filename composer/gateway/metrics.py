@@ -11,7 +11,7 @@ upstream's name (`mtp/2`): they come only from the gateway's settings and the co
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -111,6 +111,7 @@ class Metrics:
         self.switch_withdrawn = counter(
             "gateway_switch_withdrawn", "Automatic demands dropped before the host took them"
         )
+        self._serving: set[str] = set()
         self.serving_info = gauge(
             "gateway_serving_variant_info", "1 for the variant reported serving", "variant"
         )
@@ -184,12 +185,14 @@ class Metrics:
         if counter is not None:
             counter.labels("ok" if ok else "failed").inc()
 
-    def set_serving(self, old: str | None, new: str) -> None:
-        """Point `gateway_serving_variant_info` at the variant that serves now."""
-        if old is not None and old != new:
+    def set_serving(self, variants: Sequence[str]) -> None:
+        """Point `gateway_serving_variant_info` at the variants that serve now."""
+        for old in self._serving - set(variants):
             with contextlib.suppress(KeyError):
                 self.serving_info.remove(old)
-        self.serving_info.labels(new).set(1)
+        self._serving = set(variants)
+        for variant in variants:
+            self.serving_info.labels(variant).set(1)
 
     def set_upstream(self, old: str | None, new: str) -> None:
         """Point `gateway_backend_info` at the new upstream."""

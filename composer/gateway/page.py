@@ -186,6 +186,9 @@ SCRIPT = """
       title.appendChild(el("span", "badge " + v.state, v.state));
       card.appendChild(title);
       card.appendChild(el("div", "big tps", num(v.tokens_per_s, 1) + " tok/s"));
+      if (v.share !== null && v.share !== undefined) {
+        card.appendChild(el("div", "share", pct(v.share) + " of the requests"));
+      }
       var facts = "acceptance " + pct(v.acceptance) + " \\u00b7 mean accepted length " +
         num(v.mean_accepted_length, 2) + " \\u00b7 KV cache " + pct(v.kv_cache_usage) +
         " \\u00b7 running " + (v.running === null ? "-" : v.running);

@@ -31,18 +31,19 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from composer.errors import GatewayConfigError
 
 from .answers import send_error
-from .config import LIVE, GatewayConfig, field_name
+from .client import STATUS_PROBE_HEADER
+from .config import LIVE, VARIANT, GatewayConfig, LiveSpec, check_upstream, field_name, parse_live
 from .control import build_control_app
 from .gate import Gate, Refused
 from .limits import ConnectionLimits, limited_protocol, open_files_for
-from .live import LiveSet
+from .live import COUNTED, LiveSet
 from .metrics import Metrics
 from .proxy import ProxyApp
 from .routes import PUBLIC_PATHS, KeyCheck, is_own
 from .screen import screen
 from .status import StatusBoard
 from .switching import Switcher
-from .switchstore import SettingsStore
+from .switchstore import ServingStore, SettingsStore
 from .upstream import Upstream
 
 log = logging.getLogger("gateway")
@@ -55,11 +56,9 @@ class Gateway:
 
     def __init__(self, config: GatewayConfig) -> None:
         self.started_with = dict(config.settings)  # the live settings of its environment
-        self.store = (
-            SettingsStore(config.state_dir, container_instance(config.control_socket))
-            if config.state_dir
-            else None
-        )
+        instance = container_instance(config.control_socket) if config.state_dir else ""
+        self.store = SettingsStore(config.state_dir, instance) if config.state_dir else None
+        self.serving_store = ServingStore(config.state_dir, instance) if config.state_dir else None
         config = self._restored(config)
         self.config = config
         self.on_settings: list[Callable[[GatewayConfig], None]] = []  # the server's connection limits
@@ -108,6 +107,7 @@ class Gateway:
         )
         proxy = self.proxy
         refused = self.metrics.refused
+        status_probe = STATUS_PROBE_HEADER.encode()
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
@@ -120,8 +120,10 @@ class Gateway:
                 return
             if is_own(scope["path"]):
                 await own(scope, receive, send)
-            else:
-                await proxy(scope, receive, send)
+                return
+            if any(k == status_probe for k, _ in scope["headers"]):
+                COUNTED.set(False)  # this request's task only
+            await proxy(scope, receive, send)
 
         return app
 
@@ -149,6 +151,7 @@ class Gateway:
         self.live.config = config
         self.switcher.configure(config)
         self.proxy.configure(config)
+        self._list_aliases()
         for hook in self.on_settings:
             hook(config)
         if config.policy == "auto" and self._policy is None:
@@ -165,7 +168,7 @@ class Gateway:
 
     @property
     def upstream(self) -> Upstream:
-        """The readiness watcher of the single member (the set of one that follows `/route`)."""
+        """The single member's readiness watcher (its URL, its last error)."""
         return self.live.single.poller
 
     @property
@@ -181,14 +184,75 @@ class Gateway:
         self.gate.set_backend_ready(any_ready)
         self.status.switches.backend_ready(any_ready)
 
+    def serving_variants(self) -> list[str]:
+        """The variants that serve now: the live set's, or the single member's (as reported)."""
+        return self.live.variants()
+
+    def serving_name(self) -> str | None:
+        """What serves, in one name for a switch's history (None: the host has not said)."""
+        return ", ".join(self.serving_variants()) or None
+
+    def report(
+        self, variant: str | None, demand_id: str | None, ok: bool, detail: str = "", follower: bool = False
+    ) -> None:
+        """The host says which variant serves (the single member's) and how a demand ended."""
+        self.switcher.report(variant, demand_id, ok, detail, follower)
+        self.live.name_single(self.switcher.serving)
+
+    def _list_aliases(self) -> None:
+        """`/v1/models` lists the aliases wherever a request may name them: with switching, or
+        while a live set routes by alias."""
+        config = self.config
+        self.proxy.aliases = dict(config.aliases) if config.switch_on_model or self.live.active else {}
+
+    def _served_changed(self) -> None:
+        """The set, the single member's URL or its variant changed: the metric, the aliases
+        listed and the record."""
+        self.metrics.set_serving(self.serving_variants())
+        self._list_aliases()
+        if self.serving_store is not None:
+            self.serving_store.save(self.live.record())
+
+    def _restore_serving(self) -> tuple[LiveSpec, ...]:
+        """The live set to start with, the single member's URL and its variant as they were: a
+        restart of this container takes its saved record whole; a new one beside a running
+        gateway (a replacement) starts from its own settings and keeps only the single
+        member's variant, when both it and the record route to the single member; a new one
+        after a stop (`down`, then `up`) keeps nothing."""
+        specs = self.config.live_upstreams
+        store = self.serving_store
+        record, mine, stopped = store.load() if store is not None else ({}, False, False)
+        single = record.get("single") if isinstance(record.get("single"), dict) else {}
+        try:
+            members = parse_live(record.get("members", []), "serving.json") if record else ()
+            url = check_upstream(str(single.get("url") or self.config.upstream), "serving.json")
+        except (ValueError, GatewayConfigError) as err:
+            log.warning("serving: the saved record is ignored: %s", err)
+            return specs
+        variant = single.get("variant")
+        variant = variant if isinstance(variant, str) and VARIANT.fullmatch(variant) else None
+        generation = record.get("generation")
+        if isinstance(generation, int) and not isinstance(generation, bool):
+            self.live.generation = max(self.live.generation, generation)
+        if mine:
+            specs = members
+            if url != self.live.single.url:
+                self.live.single.poller.route(url)
+        elif members or specs or stopped:
+            variant = None  # a live set named the variants, or nothing served since a stop
+        if variant:
+            self.switcher.serving = variant
+            self.live.name_single(variant)
+            log.info("serving: %s, as before the restart", ", ".join(self.live.variants()) or variant)
+        return specs
+
     def state(self) -> dict[str, Any]:
         return {
-            "upstream": self.upstream.url,
             "served_name": self.config.served_name,
             "backend_error": self.upstream.last_error,
             "live": self.live.active,
             "upstreams": self.live.snapshot(),
-            "single_outstanding": self.live.single.outstanding,
+            "generation": self.live.generation,
             **self.gate.snapshot(),
             "refused": self.metrics.refused_counts(),
             "drained_total": self.metrics.drained._value.get(),
@@ -203,7 +267,9 @@ class Gateway:
     async def start(self) -> None:
         """Start the forwarding, the readiness polls and the policy (inside the serving loop)."""
         self.proxy.open()
-        self.live.start(self.config.live_upstreams)
+        specs = self._restore_serving()
+        self.live.on_change = self._served_changed
+        self.live.start(specs)
         if self.config.policy == "auto":
             self._policy = asyncio.get_running_loop().create_task(self._run_policy())
 
@@ -222,6 +288,8 @@ class Gateway:
             self._policy.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._policy
+        if self.serving_store is not None:
+            self.serving_store.stopped()
         await self.status.aclose()
         await self.proxy.aclose()
         await self.backend_client.aclose()

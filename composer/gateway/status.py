@@ -15,21 +15,24 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from .config import GatewayConfig
+from .gate import Gate
+from .live import LiveSet
+from .metrics import Metrics
 from .page import HEADERS as PAGE_HEADERS
 from .page import PAGE
 from .routes import KeyCheck
+from .switching import Switcher
 from .switchlog import KEEP_SWITCHES, SwitchLog
 from .switchstore import SwitchStore
 from .throughput import Samples, parse
-
-if TYPE_CHECKING:
-    from .runtime import Gateway
+from .upstream import Upstream
 
 log = logging.getLogger("gateway")
 
@@ -52,6 +55,28 @@ PLAIN_ERRORS = {
 }
 
 
+class Shown(Protocol):
+    """What the status reads of the gateway (`runtime.Gateway`)."""
+
+    config: GatewayConfig
+    gate: Gate
+    live: LiveSet
+    metrics: Metrics
+    switcher: Switcher
+    backend_client: httpx.AsyncClient
+    started_at: float
+
+    @property
+    def upstream(self) -> Upstream: ...
+
+    @property
+    def backend_ready(self) -> bool: ...
+
+    def serving_variants(self) -> list[str]: ...
+
+    def settings_in_effect(self) -> dict[str, Any]: ...
+
+
 def plain_error(raw: str) -> str:
     """A probe's error as a sentence: client exceptions by what they mean, others as they are."""
     name = raw.split(":", 1)[0].strip()
@@ -61,7 +86,7 @@ def plain_error(raw: str) -> str:
 class StatusBoard:
     """The gateway's status for people: the switch log, throughput samples and both endpoints."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Shown) -> None:
         self.gateway = gateway
         self.keys = KeyCheck(gateway.config.api_key)
         state_dir = gateway.config.state_dir
@@ -86,16 +111,18 @@ class StatusBoard:
             await asyncio.sleep(SAMPLE_EVERY_S)
 
     async def sample_once(self) -> None:
-        """Read the backend's `/metrics` once into the serving variant's series."""
+        """Read each serving variant's `/metrics` once into its series (one member of each)."""
         gw = self.gateway
-        if self.switches.current is not None or not gw.upstream.ready:
+        if self.switches.current is not None:
             return
-        url = gw.upstream.url
-        with contextlib.suppress(httpx.HTTPError):
-            reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
-            # unless a switch began meanwhile: then the answer is not the serving variant's
-            if reply.status_code == 200 and url == gw.upstream.url and self.switches.current is None:
-                self.samples.add(gw.switcher.serving or UNKNOWN, parse(reply.text, time.time()))
+        members = {m.spec.variant or UNKNOWN: m for m in reversed(gw.live.serving()) if m.ready}
+        for variant, member in members.items():
+            url = member.url
+            with contextlib.suppress(httpx.HTTPError):
+                reply = await gw.backend_client.get(f"{url}/metrics", timeout=METRICS_TIMEOUT)
+                # unless a switch began meanwhile: then the answer is not the serving variant's
+                if reply.status_code == 200 and url == member.url and self.switches.current is None:
+                    self.samples.add(variant, parse(reply.text, time.time()))
 
     async def aclose(self) -> None:
         if self._task is not None:
@@ -110,19 +137,21 @@ class StatusBoard:
         self.switches.expire(h["id"] for h in gate["holds"])
         switching = gw.switcher.snapshot()
         log_now = self.switches.snapshot()
-        serving = gw.switcher.serving
+        serving = gw.serving_variants()
         current = log_now["current"]
-        if current is not None and current["stage"] != "drain":
-            serving = None  # the old variant stops (or sleeps): nothing serves until the gate passes
-        sleeping = [v for v in self.switches.sleeping if v != serving]
+        if current is not None and current["stage"] != "drain" and not gw.live.active:
+            serving = []  # the old variant stops (or sleeps): nothing serves until the gate passes
+        sleeping = [v for v in self.switches.sleeping if v not in serving]
         now = time.time()
-        names = [*([serving] if serving else []), *sleeping]
+        shares = self._shares()
+        names = [*serving, *sleeping]
         names += sorted(v for v in self.samples.series if v not in names)
         variants = {}
         for name in names:
-            state = "serving" if name == serving else "sleeping" if name in sleeping else "stopped"
+            state = "serving" if name in serving else "sleeping" if name in sleeping else "stopped"
             variants[name] = {
                 "state": state,
+                "share": shares.get(name) if state == "serving" else None,
                 **self.samples.summary(name),
                 "sparkline": self.samples.sparkline(name, now - SPARK_S),
             }
@@ -133,9 +162,17 @@ class StatusBoard:
             "backend": {
                 "ready": gw.backend_ready,
                 "waking": bool(gw.metrics.waking._value.get()),
-                "error": plain_error(gw.upstream.last_error) if gw.upstream.last_error else "",
+                "error": next(
+                    (
+                        plain_error(m.poller.last_error)
+                        for m in gw.live.serving()
+                        if not m.ready and m.poller.last_error
+                    ),
+                    "",
+                ),
             },
-            "serving": [serving] if serving else [],
+            "serving": serving,
+            "generation": gw.live.generation,
             "sleeping": sleeping,
             "switch": log_now["current"],
             "switches": log_now["recent"],
@@ -159,6 +196,16 @@ class StatusBoard:
                 for u in gw.live.snapshot()
             ],
         }
+
+    def _shares(self) -> dict[str, float]:
+        """Each serving variant's share of the requests its members answered (0..1; None for
+        every one before the first request; holders' probes are not requests)."""
+        served: dict[str, int] = {}
+        for member in self.gateway.live.serving():
+            if member.spec.variant:
+                served[member.spec.variant] = served.get(member.spec.variant, 0) + member.served
+        total = sum(served.values())
+        return {v: round(n / total, 4) for v, n in served.items()} if total else {}
 
     async def status(self, request: Request) -> Response:
         """`GET /gateway/status`: the status JSON, with the API key only."""

@@ -197,8 +197,6 @@ class Switcher:
             self.window.clear()
             if demand is None or demand.variant != variant:  # else the swap for the demand reports
                 log.info("serving variant is now %s (switched outside the gateway)", variant)
-        if variant:
-            self.metrics.set_serving(previous, variant)
         self._notify()
 
     def alias_variant(self, model: str | None) -> str | None:

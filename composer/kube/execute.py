@@ -306,7 +306,7 @@ class KubeRollout:
             return
         if self.control is None:
             self.control = kube_control(self.kubectl, self.stack)
-        set_upstreams(self.control, [dict(u) for u in op.upstreams])
+        set_upstreams(self.control, [dict(u) for u in op.upstreams], op.single)
 
     def drain(self, op: ops.DrainMember) -> None:
         if self.control is not None:

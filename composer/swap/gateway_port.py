@@ -180,5 +180,5 @@ def _what_serves(
     recorded = member.info.config_file if member is not None else None
     compose_file = Path(recorded) if recorded and Path(recorded).is_file() else run_file(single)
     standby = member.container.name if member is not None and member.standby_service else None
-    configure = (lambda c: GatewayControl(c).route(upstream_url(standby))) if standby else None
+    configure = (lambda c: GatewayControl(c).route(upstream_url(standby), variant)) if standby else None
     return compose_file, single.gateway, configure, variant

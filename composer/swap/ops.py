@@ -92,13 +92,15 @@ class Publish(Op):
 
     upstreams: tuple[dict[str, str], ...]
     previous: tuple[dict[str, str], ...]
+    single: str = ""  # with `()`: the variant the single upstream serves
 
     def inverse(self) -> tuple[Op, ...]:
         return (Publish(self.previous, self.upstreams),)
 
     def describe(self) -> str:
         names = ", ".join(u["name"] for u in self.upstreams)
-        return f"route the gateway to {{{names or 'its single upstream'}}}"
+        single = f"its single upstream, {self.single}" if self.single else "its single upstream"
+        return f"route the gateway to {{{names or single}}}"
 
 
 @dataclass(frozen=True)

@@ -790,7 +790,7 @@ def plan_alone(
         freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
         todo += [ops.AwaitRelease(alone.gpus)] if freed else []
         todo += [ops.StartMember(alone), ops.GateMember(alone)]
-    todo.append(ops.Publish((), tuple(serving)))
+    todo.append(ops.Publish((), tuple(serving), alone.variant))
     todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:
         if name not in early:

@@ -176,7 +176,7 @@ def take(
             if info in sleep_mode and answers.get(url) is None:
                 answers[url] = container.is_sleeping()
     waking = state is not None and bool(state.raw.get("waking", False))
-    routed = {u.name for u in state.upstreams if not u.leaving} if state is not None else None
+    routed = state.live_set if state is not None else None
     live = live_members(stack, every, routed)
     members = classify(stack, found, state.upstream if state else None, answers, waking)
     if routed:  # the gateway routes among a live set: a container outside it serves nothing

@@ -107,7 +107,7 @@ def engine_version(control: GatewayControl) -> str:
 
 def wake(control: GatewayControl, container: VariantContainer, variant: str, stack: Stack) -> None:
     """Route the gateway to the sleeping container, then `POST /wake_up` on it."""
-    control.route(upstream_url(container.name))
+    control.route(upstream_url(container.name), variant)
     _answered(control.wake_up, f"the wake of {variant} failed", "/wake_up", HealthCheckFailed)
     if stack.sleep_level == 2:  # level 2 dropped the weights: read the checkpoint again
         reload = partial(control.backend, "POST", "/collective_rpc", body={"method": "reload_weights"})

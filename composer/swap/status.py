@@ -25,6 +25,7 @@ from composer.engine.health import probe
 from composer.engine.images import image_facts
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
+from composer.gateway.client import STATUS_PROBE_HEADER
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
@@ -47,7 +48,8 @@ NO_KEY = "401: VLLM_API_KEY is not set here, and the running container requires 
 
 def readiness(target: GateTarget) -> tuple[str, str]:
     """(`ready` | `unauthorized` | `not ready`, what a user can act on)."""
-    with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False) as client:
+    marked = {STATUS_PROBE_HEADER: "1"}  # through the gateway: not counted as a member's request
+    with httpx.Client(timeout=httpx.Timeout(10.0, connect=0.5), trust_env=False, headers=marked) as client:
         state = probe(client, target.url, target.served_name, target.api_key)
     if state.ready:
         return "ready", ""

@@ -36,6 +36,7 @@ from composer.engine.gate import (
     watch_settled,
 )
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
+from composer.gateway.client import SINGLE
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
@@ -483,7 +484,7 @@ class DockerSwap:
         self._drained(drained.drained, drained.cut, drained.continued, drained.refused)
         self.held.append(replace(ctx, hold=hold))
         if op.serving is not None:  # a new gateway reaches what serves before anything else
-            hold.control.route(self._url(op.serving))
+            hold.control.route(self._url(op.serving), op.serving.variant)
             if not hold.control.wait_ready(UPSTREAM_WAIT_S):
                 ctx.say(f"the new gateway does not reach {op.serving.variant} after {UPSTREAM_WAIT_S:.0f}s")
 
@@ -520,7 +521,7 @@ class DockerSwap:
     def _route_to(self, member: Member) -> Callable[[Context], None]:
         def route(ctx: Context) -> None:
             if ctx.hold is not None:
-                ctx.hold.control.route(self._url(member))
+                ctx.hold.control.route(self._url(member), member.variant)
 
         return route
 
@@ -606,7 +607,7 @@ class DockerSwap:
             op.member.container, f"{op.member.variant}'s container {op.member.container} is gone"
         )
         ctx.say(f"{op.member.variant} runs awake ({op.member.container}): routing to it")
-        ctx.control().route(upstream_url(awake.name))
+        ctx.control().route(upstream_url(awake.name), op.member.variant)
         standby.unpark(awake, ctx.stack.restart)
 
     def route(self, op: ops.Route) -> None:
@@ -789,7 +790,7 @@ class DockerSwap:
 
     def publish(self, op: ops.Publish) -> None:
         if control := self._control():
-            set_upstreams(control, [dict(u) for u in op.upstreams])
+            set_upstreams(control, [dict(u) for u in op.upstreams], op.single)
 
     def drain_member(self, op: ops.DrainMember) -> None:
         if control := self._control():
@@ -975,10 +976,11 @@ def run(swap: DockerSwap, record: SwapRecord) -> None:
     swap.report()
 
 
-def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> None:
-    """Tell the gateway the live set it routes among; SwapFailed when it does not take it."""
+def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]], single: str = "") -> None:
+    """Tell the gateway the live set it routes among (`[]`: the single upstream, which serves
+    `single` when given); SwapFailed when it does not take it."""
     try:
-        control.set_upstreams(upstreams)
+        control.set_upstreams(upstreams, single or None)
     except GatewayControlError as err:
         raise SwapFailed(
             f"the gateway did not take the live set ({', '.join(u['name'] for u in upstreams)}): {err}; "
@@ -987,12 +989,17 @@ def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]]) -> N
 
 
 def single_inflight(raw: Mapping[str, Any] | None) -> int:
-    """The gateway's requests in flight on its single upstream (`single_outstanding`; from an
-    older gateway image: every forwarded request less those on live upstreams)."""
-    if raw is not None and "single_outstanding" in raw:
+    """The gateway's requests in flight on its single member (its entry of `upstreams`; not
+    listed: none); from an older gateway image, `single_outstanding`, else every forwarded
+    request less those on live upstreams."""
+    raw = raw or {}
+    states = upstream_states(raw)
+    if SINGLE in states or "generation" in raw:
+        return max(0, int(states.get(SINGLE, {}).get("outstanding") or 0))
+    if "single_outstanding" in raw:
         return max(0, int(raw["single_outstanding"] or 0))
-    live = sum(int(u.get("outstanding") or 0) for u in upstream_states(raw).values())
-    return max(0, int((raw or {}).get("inflight") or 0) - live)
+    live = sum(int(u.get("outstanding") or 0) for u in states.values())
+    return max(0, int(raw.get("inflight") or 0) - live)
 
 
 @dataclass

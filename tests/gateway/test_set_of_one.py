@@ -1,5 +1,6 @@
 """The single upstream is a live set of one: the same forwarding path as a live member (a
-holder's probe, the outstanding count, readiness), only reported under its own fields."""
+holder's probe, the outstanding count, readiness) and the same entry of the state's
+`upstreams` (named `single`)."""
 
 from __future__ import annotations
 
@@ -30,9 +31,8 @@ def one_upstream(shape: str, url: str) -> GatewayThread:
 
 def member_outstanding(shape: str, state) -> int:
     """The member's requests in flight, as `/state` reports them for this shape."""
-    if shape == "single":
-        return state.raw["single_outstanding"]
     (member,) = state.upstreams
+    assert member.name == ("single" if shape == "single" else "m/1")
     return member.outstanding
 
 
@@ -75,7 +75,7 @@ def test_a_probe_readiness_and_the_outstanding_count_take_one_path(backend, shap
 
 def test_a_live_set_replaces_the_set_of_one_and_an_empty_one_brings_it_back(backend) -> None:
     """A stream in flight on the single upstream finishes there (counted as
-    `single_outstanding`) while a published set serves new requests; `[]` routes to the
+    the `single` entry of `upstreams`, leaving) while a published set serves new requests; `[]` routes to the
     single upstream again, readiness and all."""
     other = FakeBackend().start()
     other.state.api_key = KEY
@@ -100,16 +100,25 @@ def test_a_live_set_replaces_the_set_of_one_and_an_empty_one_brings_it_back(back
         send("live").join(30)
         assert results["live"].headers["x-served-by"] == "m/1" and "live" in other.state.arrivals
         state = ctl.state()
-        assert state.raw["single_outstanding"] == 1 and [u.name for u in state.upstreams] == ["m/1"]
-        backend.state.release.set()
+        assert [(u.name, u.outstanding, u.leaving) for u in state.upstreams] == [
+            ("m/1", 0, False),
+            ("single", 1, True),
+        ]
+        # the single member drains like any member left out of the set
+        waiting = ctl.drain_upstream("single", 0.2)
+        assert (waiting.done, waiting.outstanding) == (False, 1)
+        threading.Timer(0.3, backend.state.release.set).start()
+        drained = ctl.drain_upstream("single", 30)
+        assert (drained.done, drained.outstanding) == (True, 0)
         early.join(30)
-        assert results["early"].status_code == 200 and ctl.state().raw["single_outstanding"] == 0
+        assert results["early"].status_code == 200 and [u.name for u in ctl.state().upstreams] == ["m/1"]
         ctl.set_upstreams([])
         gw.wait(lambda g: g.backend_ready)
         send("back").join(30)
         assert results["back"].status_code == 200 and "back" in backend.state.arrivals
         # the set of one names itself too (its host while the serving variant is unknown)
-        assert results["back"].headers["x-served-by"] == "127.0.0.1" and ctl.state().upstreams == ()
+        assert results["back"].headers["x-served-by"] == "127.0.0.1"
+        assert [(u.name, u.url) for u in ctl.state().upstreams] == [("single", backend.url)]
     finally:
         gw.stop()
         other.stop()

@@ -323,7 +323,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     control = GatewayControl(LocalExec(gateway.config.control_socket))
     stream = _Stream(gateway)  # in flight on the one-variant Deployment (the gateway's single upstream)
     stream.start()
-    _wait(lambda: control.state().raw.get("single_outstanding") == 1, "the stream is in flight")
+    _wait(lambda: single_inflight(control.state().raw) == 1, "the stream is in flight")
     up = run_cli(*PLACED, "up", "baseline", "mtp", *UP, "--json", popen=True)
     try:
 
@@ -354,7 +354,7 @@ def test_the_one_variant_deployment_is_drained_then_deleted_once_the_live_set_se
     deletion = next(c for c in standin.calls() if c["argv"][:2] == ["delete", "deployment/vllm"])
     assert deletion["t"] > stream.closed_at  # deleted once nothing ran on it
     assert json.loads(out.splitlines()[-1])["drained"] == {"cut": 0, "continued": 0, "refused": 0}
-    assert control.state().raw["single_outstanding"] == 0
+    assert single_inflight(control.state().raw) == 0
     commands = standin.commands()
     assert "apply --kustomize" in commands and commands.count("exec POST /upstreams") == 2
     assert "deployment.apps/vllm" not in standin.state()["objects"]
@@ -372,6 +372,9 @@ def test_the_requests_on_the_one_variant_deployment_are_counted_apart_from_the_l
     # the gateway's own count, where its image reports it, over the subtraction
     assert single_inflight({**raw, "single_outstanding": 1}) == 1
     assert single_inflight({"inflight": 3, "single_outstanding": 0}) == 0
+    # this gateway's: the single member is one of `upstreams`, listed while requests run on it
+    assert single_inflight({**raw, "generation": 3, "upstreams": [{"name": "single", "outstanding": 4}]}) == 4
+    assert single_inflight({**raw, "generation": 3}) == 0
 
 
 @pytest.mark.slow

@@ -192,7 +192,7 @@ class _Control:
     def __init__(self, calls: list[str]) -> None:
         self.calls = calls
 
-    def route(self, url: str) -> str:
+    def route(self, url: str, variant: str | None = None) -> str:
         self.calls.append(f"route {url}")
         return ""
 

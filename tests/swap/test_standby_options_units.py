@@ -220,7 +220,7 @@ class FakeControl:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
 
-    def route(self, upstream: str) -> str:
+    def route(self, upstream: str, variant: str | None = None) -> str:
         self.calls.append(("route", upstream))
         return ""
 

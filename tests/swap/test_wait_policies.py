@@ -120,7 +120,7 @@ def test_a_recreated_gateway_is_routed_once_its_control_channel_answers(
     routed: list[str] = []
 
     class Control:
-        def route(self, upstream: str) -> str:
+        def route(self, upstream: str, variant: str | None = None) -> str:
             if errors:
                 raise errors.pop()
             routed.append(upstream)
