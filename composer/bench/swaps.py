@@ -232,7 +232,7 @@ def _restore(
 
     stack = stack_for(())
     if previous is None:
-        stopped = down(stack, client=client, progress=progress)
+        stopped = down(stack, client=client, progress=progress).stopped
         progress(f"nothing served before the benchmark: stopped {', '.join(stopped) or 'nothing'}")
         return []
     matching = None  # the stack (plain, or with one of the swept Ks) that reproduces what ran before

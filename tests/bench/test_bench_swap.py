@@ -62,8 +62,9 @@ class FakeDocker:
 
     def down(self, stack, *, client, progress):
         self.calls.append("down")
+        stopped = [self.serving[0]] if self.serving else []
         self.serving = None
-        return []
+        return composer.swap.down.DownResult(stack.project, "stopped", stopped)
 
     def snapshot(self, stack, client):
         return SimpleNamespace(current=running(*self.serving) if self.serving else None)
