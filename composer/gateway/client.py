@@ -570,6 +570,12 @@ class GatewayControl:
         }
         return dict(self._call("POST", "/serving", body).get("switching") or {})
 
+    def report_probation(self, variant: str, state: str, until: float | None = None) -> bool:
+        """Tell the gateway how the probation of the switch that brought `variant` in stands
+        (`running` until `until`, epoch seconds, or how it ended): its status page shows it."""
+        body = {"variant": variant, "probation": {"state": state, "until": until}}
+        return bool(self._call("POST", "/serving", body).get("annotated"))
+
     def tether(self, owner: str) -> Tether | None:
         """Tie the holds of `owner` to this process: a `ctl session` exec (a plain `ctl tether` on
         an image without it) that releases them when its stdin closes; later calls go through it.

@@ -74,6 +74,9 @@ class Controlled(Protocol):
     def settings_in_effect(self) -> dict[str, Any]: ...
 
 
+PROBATION_STATES = ("running", "passed", "ended early", "failed", "interrupted")
+
+
 class BadInput(ValueError):
     """A control request carried an invalid value (400)."""
 
@@ -281,9 +284,22 @@ class Control:
         ok = _flag(args, "ok", True)
         if demand_id is not None and not isinstance(demand_id, str):
             raise BadInput("demand must be a demand id")
+        if "probation" in args:
+            return {"annotated": self._probation(variant, args["probation"])}
         follower = args.get("follower", False) is True
         self.gateway.report(variant, demand_id, ok, str(args.get("detail", ""))[:500], follower)
         return {"switching": self.gateway.switcher.snapshot()}
+
+    def _probation(self, variant: str | None, probation: Any) -> bool:
+        """`{state, until?}`: the host's probation of the switch that brought `variant` in."""
+        if not variant or not isinstance(probation, dict) or set(probation) - {"state", "until"}:
+            raise BadInput("probation must be {state, until?} with a variant")
+        state, until = probation.get("state"), probation.get("until")
+        if state not in PROBATION_STATES:
+            raise BadInput(f"probation state {state!r} is invalid; allowed: {', '.join(PROBATION_STATES)}")
+        if until is not None and (isinstance(until, bool) or not isinstance(until, int | float) or until < 0):
+            raise BadInput(f"probation until={until!r} is invalid; allowed: epoch seconds")
+        return self.gateway.status.switches.probation(variant, state, until)
 
     async def upstreams(self, args: dict[str, Any]) -> dict[str, Any]:
         """The members requests go to: `upstreams` (the live set; `[]`: the single member) and
@@ -362,7 +378,7 @@ VERBS: tuple[tuple[str, str, str], ...] = (
     ("POST", "/wait-ready", "wait_ready"),  # {timeout_s}
     ("POST", "/backend", "backend"),  # {method, path, query?, json?, timeout_s?}
     ("GET", "/demand", "demand"),  # ?wait_s=
-    ("POST", "/serving", "serving"),  # {variant, demand?, ok?, detail?, follower?}
+    ("POST", "/serving", "serving"),  # {variant, demand?, ok?, detail?, follower?} or {variant, probation}
     ("POST", "/upstreams", "upstreams"),  # {upstreams?: [{name, variant, url}], single?: {url?, variant?}}
     ("POST", "/upstreams/drain", "drain_upstream"),  # {name, wait_s?, continue?, max_model_len?}
     ("GET", "/settings", "settings"),

@@ -210,6 +210,12 @@ SCRIPT = """
         (s.drained !== null ? ", drained " + s.drained + ", cut " + s.cut : "") +
         (s.continued ? ", continued " + s.continued : "") +
         (s.refused ? ", not continued " + s.refused : "")));
+      if (s.probation) {
+        var pb = s.probation, running = pb.state === "running";
+        head.appendChild(el("span", "", " "));
+        head.appendChild(el("span", "badge",
+          running ? "on probation until " + clock(pb.until) : "probation " + pb.state));
+      }
       li.appendChild(head);
       if (!s.gateway_only) { li.appendChild(stages(s.stages, false)); }
       if (s.detail) { li.appendChild(el("div", "dim", s.detail)); }

@@ -8,7 +8,9 @@ Releasing the switch's hold ends it with the outcome the host reports (`ok`, `fa
 during a switch put to sleep and nothing since brought back.
 
 Pure bookkeeping: `clock()` (monotonic) for durations, `wall()` (epoch) for what is shown;
-`on_finish` gets the history after each switch (`switchstore` keeps it across restarts).
+`on_finish` gets the history after each switch and each probation report (`switchstore` keeps
+it across restarts). The host's probation, watched after the switch ended, is annotated on the
+newest switch (`probation`: `running` until a time, then how it ended).
 """
 
 from __future__ import annotations
@@ -163,6 +165,17 @@ class SwitchLog:
         ok = report.get("ok")
         outcome = "ok" if ok is True else "failed" if ok is False else "released"
         self.finish(outcome, str(report.get("detail") or ""))
+
+    def probation(self, variant: str, state: str, until: float | None = None) -> bool:
+        """The host's probation of the newest switch, when it brought `variant` in: `running`
+        (until `until`, epoch seconds) or how it ended; False when that switch is not the newest."""
+        newest = self.history[0] if self.history else None
+        if newest is None or newest.get("to") != variant or newest.get("gateway_only"):
+            return False
+        newest["probation"] = {"state": state, "until": round(until, 3) if until is not None else None}
+        if self.on_finish is not None:
+            self.on_finish(list(self.history))
+        return True
 
     def expire(self, active_hold_ids: Iterable[str]) -> None:
         """End the switch whose hold is gone without a release (its lease ran out)."""

@@ -104,7 +104,7 @@ KEYS: tuple[Key, ...] = (
         ("draft_path", "string", "where the draft model is mounted in the container"),
         ("start_period", "duration", "healthcheck grace while the model loads"),
         ("stop_grace_period", "duration", "time a stopping variant gets before it is killed"),
-        ("probation", "duration", "how long up watches a new variant after a swap (0s: off)"),
+        ("probation", "duration", "how long a new variant is watched after a swap, in the background"),
         ("restart", "enum", "Docker restart policy of a serving variant", v.RESTART_POLICIES),
         ("standby", "enum", "what a swap does with the variant it leaves", v.STANDBY_MODES),
         ("sleep_residue", "size", "GPU memory a sleeping variant still holds per GPU"),

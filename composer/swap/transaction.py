@@ -697,6 +697,7 @@ class DockerSwap:
             return
         until = time.time() + seconds
         clock = time.strftime("%H:%M:%S", time.localtime(until))
+        self._tell_probation(variant, "running", until)
         alone = threading.current_thread() is threading.main_thread()  # a fork takes the main thread
         if alone and not ctx.options.wait_probation and self.record is not None and self.result is not None:
             standby.updates_done()
@@ -729,11 +730,22 @@ class DockerSwap:
                 watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
         except probation.ProbationEnded:
             self.ended = True
+        except BaseException as err:  # the undo that follows is a switch of its own on the page
+            self._tell_probation(variant, "failed" if isinstance(err, Exception) else "interrupted")
+            raise
+        self._tell_probation(variant, "ended early" if self.ended else "passed")
         self.timings["probation"] = time.monotonic() - began
         if self.ended:
             self.notes.append(f"{variant}'s probation was ended by a new change of the project")
             return
         self.notes.append(f"{variant} ran {seconds:.0f}s on probation without a crash or a restart")
+
+    def _tell_probation(self, variant: str, state: str, until: float | None = None) -> None:
+        """The gateway's status page shows the probation (best effort: the page is a view)."""
+        hold = self.ctx.hold
+        if hold is not None:
+            with contextlib.suppress(ComposerError), interrupts_ignored():
+                hold.control.report_probation(variant, state, until)
 
     # -- a live change's members ----------------------------------------------------------
     def start_member(self, op: ops.StartMember) -> None:

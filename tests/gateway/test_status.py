@@ -204,3 +204,27 @@ def test_a_probe_error_is_shown_as_a_sentence() -> None:
     )
     assert plain_error("ReadTimeout") == "its server did not answer in time"
     assert plain_error("/health answered 503") == "/health answered 503"
+
+
+def test_the_host_s_probation_is_shown_on_the_switch_that_brought_the_variant_in(gateway) -> None:
+    """`up` returns when the variant serves and its probation goes on in the background: the
+    host reports it running (until when) and then how it ended, on the newest switch only; a
+    bad report is refused whole."""
+    from composer.errors import GatewayControlError
+
+    url = f"{gateway.url}/gateway/status"
+    ctl = GatewayControl(LocalExec(gateway.config.control_socket))
+    ctl.report_serving("baseline")
+    drained = ctl.drain(5, 30, owner="compose-spec up", target="mtp")
+    ctl.release(drained.hold_id, serving="mtp", ok=True, detail="swapped")
+    assert ctl.report_probation("baseline", "running", 2e9) is False  # not the newest switch's variant
+    assert ctl.report_probation("mtp", "running", 2e9) is True
+    newest = httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}).json()["switches"][0]
+    assert newest["probation"] == {"state": "running", "until": 2e9}
+    for state, until in (("maybe", None), ("running", -1), ("passed", True)):
+        with pytest.raises(GatewayControlError, match="probation"):
+            ctl.report_probation("mtp", state, until)
+    assert ctl.report_probation("mtp", "passed") is True
+    newest = httpx.get(url, headers={"Authorization": f"Bearer {KEY}"}).json()["switches"][0]
+    assert newest["probation"] == {"state": "passed", "until": None}
+    assert b"on probation until" in PAGE and b"probation " in PAGE

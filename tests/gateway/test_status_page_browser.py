@@ -5,7 +5,7 @@ load through its port, and a switch baseline -> mtp by a real `compose-spec up m
 a subprocess). The page must show nothing before the key, an error (no data) for a wrong
 key, the serving variant and a tokens/s sparkline with the right key, the swap's stage
 within 2 s of the swap's start (the time the gateway records for its drain) and the new
-variant after. Screenshots of each state go to build/test-artifacts/status-page/.
+variant after, its probation running in the background and then passed. Screenshots of each state go to build/test-artifacts/status-page/.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ FLAGS = (
     "--window-size=420,1400",
 )
 
+PROBATION_S = 4  # the switch's probation: `up` returns before it ends
 STAGE_WITHIN_S = 2.0  # the issue's bound: the page shows a swap's stage this soon after it starts
 pytestmark = [
     pytestmark,
@@ -136,7 +137,7 @@ def test_with_the_key_it_shows_the_serving_variant_a_sparkline_and_a_switch(lab,
     )
     browser.save_screenshot(str(ARTIFACTS / "serving.png"))
 
-    up = lab.popen("up", "mtp")
+    up = lab.popen("--set", f"stack.probation={PROBATION_S}s", "up", "mtp")
     try:
         switch = _switch_started(lab, up)
         # the page polls once a second: it must show the stage before 2 s have passed since
@@ -154,6 +155,14 @@ def test_with_the_key_it_shows_the_serving_variant_a_sparkline_and_a_switch(lab,
     wait_for(lambda: text(browser, "serving") == "mtp", "mtp serving after the switch")
     wait_for(lambda: "baseline \u2192 mtp" in text(browser, "history"), "the switch in the history")
     assert "ok" in text(browser, "history")
+    # `up` returned when mtp served; its probation goes on in the background, and the page says so
+    # until it ends (then how it ended)
+    newest = "var e = document.querySelector('#history li'); return e ? e.textContent : ''"
+    shown = str(wait_for(lambda: browser.execute_script(newest), "the newest switch"))
+    assert "on probation until" in shown or "probation passed" in shown, shown
+    wait_for(
+        lambda: "probation passed" in browser.execute_script(newest), "the probation's end", PROBATION_S + 30
+    )
     mtp = "#variants [data-variant='mtp']"
     card = "var e = document.querySelector(arguments[0]); return e ? e.textContent : ''"
     wait_for(

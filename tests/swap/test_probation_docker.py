@@ -47,6 +47,17 @@ def completion(stack, timeout: float = 30.0) -> int:
     return reply.status_code
 
 
+def gateway_switches(stack) -> list[dict]:
+    """The switches the gateway's status page shows, newest first."""
+    reply = httpx.get(
+        f"http://127.0.0.1:{stack.port}/gateway/status",
+        headers={"Authorization": f"Bearer {stack.api_key}"},
+        timeout=10,
+    )
+    assert reply.status_code == 200, reply.text
+    return reply.json()["switches"]
+
+
 def serving(client, project: str) -> list[str]:
     return [c.labels["vllm-composer.variant"] for c in running_containers(client, project)]
 
@@ -93,6 +104,8 @@ def test_up_returns_when_the_variant_serves_and_a_crash_later_in_the_window_stil
     assert "on probation until" in done.stderr
     swapped = history(sim_stack)[-1]
     assert swapped["target"] == "crashlater" and swapped["outcome"] == "swapped" and swapped["probation"]
+    shown = gateway_switches(sim_stack)[0]  # the status page shows the probation going on
+    assert shown["to"] == "crashlater" and shown["probation"]["state"] in ("running", "failed"), shown
     # no command runs: the watcher sees the crash and brings baseline back
     wait_for(lambda: history(sim_stack)[-1]["outcome"] == "rolled back", 120)
     last = history(sim_stack)[-1]
@@ -100,6 +113,9 @@ def test_up_returns_when_the_variant_serves_and_a_crash_later_in_the_window_stil
     assert serving(docker_client, sim_stack.project) == ["baseline"]
     assert completion(sim_stack) == 200
     assert sim_stack.status()["swap"] is None  # the watcher ended and let go of the project
+    ended = next(s for s in gateway_switches(sim_stack) if s["to"] == "crashlater")
+    assert ended["probation"]["state"] == "failed"  # and the rollback is the switch after it
+    assert gateway_switches(sim_stack)[0]["to"] == "baseline"
     text = sim_stack.run("history").stdout
     assert "swapped, then on probation" in text and "rolled back to baseline" in text
     log = (sim_stack.run_dir() / "probation.log").read_text()
