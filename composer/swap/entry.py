@@ -221,7 +221,7 @@ def up_set(
             retire_extra_gateways(client, snap.extra_gateways, progress)
             snap = snapshot.take(stack, client)
         ours = options.takeover or not snapshot_foreign(snap, Owner.of(stack))  # else refused, untouched
-        if ours and (repaired := repair_port(stack, client, progress)):  # its holder stopped or restarted
+        if ours and (repaired := repair_port(stack, client, progress, snap.gateway)):  # its holder stopped
             progress(repaired)
             snap = snapshot.take(stack, client)
         result = _up_desired(ctx, requested, snap)

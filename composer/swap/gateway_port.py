@@ -125,7 +125,7 @@ def recreate_gateway(
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
         _need_gateway(stack)
-        if repaired := repair_port(stack, client, progress):  # the holder stopped or restarted: mended
+        if repaired := repair_port(stack, client, progress, snap.gateway):  # the holder stopped: mended
             progress(repaired)
             snap = snapshot.take(stack, client)
         began = time.monotonic()

@@ -42,6 +42,7 @@ from composer.engine.published_port import wait_published
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError
 from composer.gateway.client import GatewayControl
+from composer.render.gateway import SERVICE
 from composer.render.runfiles import compose_environment
 from composer.stack.model import Stack
 from composer.swap.execute import Say
@@ -191,37 +192,44 @@ def _started(container: Container) -> datetime:
         return datetime.min.replace(tzinfo=UTC)
 
 
-def port_fault(stack: Stack, client: docker.DockerClient) -> str | None:
+def port_fault(stack: Stack, client: docker.DockerClient, gateway: Container | None = None) -> str | None:
     """What keeps the port holder and the gateway from serving the port together: the holder
     stopped, or restarted after the gateway joined its network (which Docker then took down);
-    None when both run together, or there is no holder (compose starts what is missing)."""
-    holder = port_holder(stack, client)
+    None when both run together, or there is no holder (compose starts what is missing).
+    `gateway`: the running gateway, already read: its holder is inspected through its network
+    (no listing of the project's containers)."""
+    holder = network_owner(gateway) if gateway is not None else None
+    if holder is None or holder.id == gateway.id:  # none given, or its holder is gone: look
+        holder, gateways = port_holder(stack, client), None
+    else:
+        gateways = [gateway]
     if holder is None:
         return None
     if holder.status != "running":
         code = (holder.attrs.get("State") or {}).get("ExitCode")
         return f"its port holder {holder.name} is {holder.status} (exit code {code})"
     since = _started(holder)
-    for gateway in gateway_containers(stack, client):
-        if (
-            gateway.status == "running"
-            and network_owner(gateway).id == holder.id
-            and _started(gateway) < since
-        ):
+    for found in gateways if gateways is not None else gateway_containers(stack, client):
+        if found.status == "running" and network_owner(found).id == holder.id and _started(found) < since:
             return (
-                f"its port holder {holder.name} restarted after the gateway {gateway.name} joined its "
+                f"its port holder {holder.name} restarted after the gateway {found.name} joined its "
                 "network, which is gone"
             )
     return None
 
 
-def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | None:
+def repair_port(
+    stack: Stack, client: docker.DockerClient, say: Say, gateway: Container | None = None
+) -> str | None:
     """Mend the port holder and the gateway in place (see above) when `port_fault` finds them
     apart; the line saying what was done, None when nothing was wrong. Raises ComposerError
-    when Docker refuses, or the port does not answer after it."""
-    fault = port_fault(stack, client)
+    when Docker refuses, or the port does not answer after it. `gateway`: the gateway as a
+    snapshot read it (else it is looked up by name)."""
+    gateway = gateway if gateway is not None else _named_gateway(stack, client)
+    running = gateway if gateway is not None and gateway.status == "running" else None
+    fault = port_fault(stack, client, running)
     if fault is None:
-        _settle(stack, client)
+        _settle(stack, client, gateway)
         return None
     began = time.monotonic()
     say(f"the published port is dead: {fault}; starting them again")
@@ -232,11 +240,21 @@ def repair_port(stack: Stack, client: docker.DockerClient, say: Say) -> str | No
     gateways = [
         g for g in gateway_containers(stack, client) if holder is None or network_owner(g).id == holder.id
     ]
-    for gateway in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
-        _start(gateway, lambda c: c.restart(timeout=0), stack)  # nothing reaches it where it is
+    for found in gateways[:1]:  # one serves; a second is an interrupted replacement, retired elsewhere
+        _start(found, lambda c: c.restart(timeout=0), stack)  # nothing reaches it where it is
     return (
         f"the published port was dead ({fault}): started again, it answers ({time.monotonic() - began:.1f}s)"
     )
+
+
+def _named_gateway(stack: Stack, client: docker.DockerClient) -> Container | None:
+    """The gateway under its own name (one inspection), or the first one a listing finds."""
+    from docker.errors import NotFound
+
+    try:
+        return client.containers.get(f"{stack.project}-{SERVICE}-1")
+    except NotFound:
+        return gateway_container(stack, client)
 
 
 JUST_STARTED_S = 30.0
@@ -245,11 +263,10 @@ at most SETTLE_S (then the preflight's probe judges the port)."""
 SETTLE_S = 15.0
 
 
-def _settle(stack: Stack, client: docker.DockerClient) -> None:
+def _settle(stack: Stack, client: docker.DockerClient, gateway: Container | None) -> None:
     """Wait (at most SETTLE_S) for a gateway that Docker is restarting or just started
     (its own exit after its holder restarted) to answer through the port, so that `up` does not
     take it for a dead port."""
-    gateway = gateway_container(stack, client)
     if gateway is None or gateway.status not in {"running", "restarting"}:
         return
     age = (datetime.now(UTC) - _started(gateway)).total_seconds()

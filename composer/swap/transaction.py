@@ -193,7 +193,7 @@ def gateway_stopped(ctx: Context) -> str | None:
         return None
     state = container.attrs.get("State") or {}
     if state.get("Running") and not state.get("Restarting"):
-        return port_fault(ctx.stack, ctx.client)  # it runs, but maybe in a network that is gone
+        return port_fault(ctx.stack, ctx.client, container)  # it runs, maybe in a network that is gone
     return f"exited with code {state.get('ExitCode')}"
 
 

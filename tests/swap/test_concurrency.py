@@ -39,7 +39,9 @@ def test_two_concurrent_ups_are_serialised(sim_stack, docker_client):
     watch = RunningWatch(docker_client, sim_stack.project)
     watch.start()
     first = sim_stack.popen("up", "mtp")
-    time.sleep(0.3)
+    assert holds_the_lock(
+        sim_stack.project, first.pid
+    )  # a condition, not a time: under load start-up is slow
     second = sim_stack.popen("up", "baseline")
     assert_took_turns(first, second, watch, docker_client, sim_stack.project)
 
@@ -58,7 +60,7 @@ def assert_took_turns(first, second, watch: RunningWatch, docker_client, project
     assert [c.labels["vllm-composer.variant"] for c in running] == ["baseline"]
 
 
-def _holds_the_lock(project: str, pid: int, timeout: float = 60) -> bool:
+def holds_the_lock(project: str, pid: int, timeout: float = 60) -> bool:
     """True once the swap lock of `project` names `pid` (its holder writes it once it holds it)."""
     from composer.swap.lock import lock_path
 
@@ -75,7 +77,7 @@ def _holds_the_lock(project: str, pid: int, timeout: float = 60) -> bool:
 
 def test_no_wait_fails_while_another_swap_runs(sim_stack):
     first = sim_stack.popen("up", "mtp")
-    assert _holds_the_lock(sim_stack.project, first.pid)  # under load its start-up takes a while
+    assert holds_the_lock(sim_stack.project, first.pid)  # under load its start-up takes a while
     second = sim_stack.run("up", "baseline", "--no-wait")
     first.communicate(timeout=120)
     assert second.returncode == 1

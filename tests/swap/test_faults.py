@@ -14,7 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from tests.swap.conftest import running_containers
-from tests.swap.test_concurrency import RunningWatch, assert_took_turns
+from tests.swap.test_concurrency import RunningWatch, assert_took_turns, holds_the_lock
 from tests.swap.test_swap import assert_serving
 
 pytestmark = pytest.mark.docker
@@ -147,7 +147,7 @@ def test_locks_do_not_depend_on_the_shells_environment(sim_stack, docker_client,
     watch = RunningWatch(docker_client, sim_stack.project)
     watch.start()
     first = sim_stack.popen("up", "mtp")
-    time.sleep(0.3)
+    assert holds_the_lock(sim_stack.project, first.pid)
     (tmp_path / "run2").mkdir(mode=0o700)
     other = {
         **sim_stack.env,

@@ -101,7 +101,15 @@ def _pair(holder: Member, gateway: Member) -> SimpleNamespace:
         role = filters["label"][1].split("=", 1)[1]
         return [m for m in every.values() if m.role == role]
 
-    client = SimpleNamespace(containers=SimpleNamespace(list=listed, get=lambda cid: every[cid]))
+    def get(key: str) -> Member:  # by id or by name, as Docker's
+        from docker.errors import NotFound
+
+        found = every.get(key) or next((m for m in every.values() if m.name == key), None)
+        if found is None:
+            raise NotFound(key)
+        return found
+
+    client = SimpleNamespace(containers=SimpleNamespace(list=listed, get=get))
     gateway.client = holder.client = client  # type: ignore[attr-defined]
     return client
 
@@ -115,8 +123,13 @@ def test_a_holder_restarted_after_its_gateway_joined_it_is_a_fault_even_when_bot
     gateway = Member("p-gateway-1", "gateway", "2026-01-01T10:00:01.85Z", joins="p-gateway-port-1")
     fault = gateway_replace.port_fault(STACK, _pair(holder, gateway))  # type: ignore[arg-type]
     assert fault is not None and "restarted after the gateway p-gateway-1 joined" in fault
+    # the gateway a snapshot read: its holder is inspected through its network, nothing listed
+    unlisted = _pair(holder, gateway)
+    unlisted.containers.list = None  # type: ignore[attr-defined]
+    assert gateway_replace.port_fault(STACK, unlisted, gateway) == fault  # type: ignore[arg-type]
     gateway.started = "2026-01-01T10:00:02Z"  # the gateway joined it after: they serve together
     assert gateway_replace.port_fault(STACK, _pair(holder, gateway)) is None  # type: ignore[arg-type]
+    assert gateway_replace.port_fault(STACK, unlisted, gateway) is None  # type: ignore[arg-type]
 
 
 def test_up_starts_a_stopped_holder_and_restarts_its_gateway(monkeypatch) -> None:
@@ -167,7 +180,8 @@ def test_a_swap_calls_a_running_gateway_stopped_when_its_holder_is_down(monkeypa
     gateway = Member("p-gateway-1", "gateway", "2026-01-01T10:00:02Z", joins="p-gateway-port-1")
     client = _pair(holder, gateway)
     running = {**gateway.attrs, "State": {"Running": True, "StartedAt": gateway.started}}
-    client.containers.get = lambda name: SimpleNamespace(attrs=running) if name == gateway.name else holder
+    seen = SimpleNamespace(attrs=running, id=gateway.id, name=gateway.name, status="running", client=client)
+    client.containers.get = lambda name: seen if name == gateway.name else holder
     monkeypatch.setattr(
         rendered, "build_gateway_spec", lambda _: SimpleNamespace(container_name=gateway.name)
     )

@@ -40,7 +40,8 @@ def _gateway_state(client, project: str) -> dict:
     from composer.gateway.client import GatewayControl
 
     raw = GatewayControl(client.containers.get(f"{project}-gateway-1")).state().raw
-    return {k: raw[k] for k in ("upstream", "held", "inflight", "holds", "routes_total")}
+    state = {k: raw[k] for k in ("held", "inflight", "holds", "routes_total", "generation")}
+    return {**state, "upstreams": [(u["name"], u["variant"], u["url"]) for u in raw["upstreams"]]}
 
 
 def _stream(stack, served: str, out: dict) -> None:
