@@ -42,7 +42,7 @@ FLAGS = (
     "--window-size=420,1400",
 )
 
-PROBATION_S = 4  # the switch's probation: `up` returns before it ends
+PROBATION_S = 20  # the switch's probation (its settle watch counts in it): `up` returns before it ends
 STAGE_WITHIN_S = 2.0  # the bound: the page shows a swap's stage this soon after it starts
 pytestmark = [
     pytestmark,
