@@ -259,8 +259,7 @@ class KubeRollout:
             ops.RollBack: self.roll_back,
             ops.GateMember: self.gate_member,
             ops.Publish: self.publish,
-            ops.DrainMember: self.drain,
-            ops.DrainSingle: self.drain_single,
+            ops.Drain: self.drain,
             ops.StopMember: self.stop_member,
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
@@ -308,13 +307,9 @@ class KubeRollout:
             self.control = kube_control(self.kubectl, self.stack)
         set_upstreams(self.control, [dict(u) for u in op.upstreams], op.single)
 
-    def drain(self, op: ops.DrainMember) -> None:
+    def drain(self, op: ops.Drain) -> None:
         if self.control is not None:
-            self.drained.member(self.control, self.stack, op)
-
-    def drain_single(self, op: ops.DrainSingle) -> None:
-        if self.control is not None:
-            self.drained.single(self.control, self.stack, self.waiting, f"deployment/{op.container}")
+            self.drained.drain(self.control, self.stack, self.waiting, op, f"deployment/{op.name}")
 
     def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""

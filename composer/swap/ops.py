@@ -1,7 +1,7 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
 A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
-(`StartMember`, `Publish`, `DrainMember`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
+(`StartMember`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
 `Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
 (empty: nothing to undo), safe to run when its operation only half ran.
 """
@@ -65,7 +65,7 @@ class StartMember(Op):
         return f"start {self.member.name}{gpus} ({self.member.service})"
 
     def inverse(self) -> tuple[Op, ...]:
-        return (DrainMember(self.member.name), StopMember(self.member))
+        return (Drain(self.member.name), StopMember(self.member))
 
 
 @dataclass(frozen=True)
@@ -104,16 +104,19 @@ class Publish(Op):
 
 
 @dataclass(frozen=True)
-class DrainMember(Op):
-    """Wait for the requests in flight on an upstream already left out of the set;
-    `continue_streams`: its eligible streams go on on the other members at once instead."""
+class Drain(Op):
+    """Wait for the requests in flight on an upstream already left out of the set: a member
+    (`continue_streams`: its eligible streams go on on the other members at once instead), or
+    with `single` the one serving container `name` (the gateway's single upstream)."""
 
-    TEXT = "drain {name}'s requests in flight (up to gateway.drain_timeout)"
     name: str
     continue_streams: bool = True
+    single: bool = False
 
     def describe(self) -> str:
-        said = super().describe()
+        if self.single:
+            return f"drain the requests in flight on {self.name} (up to gateway.drain_timeout)"
+        said = f"drain {self.name}'s requests in flight (up to gateway.drain_timeout)"
         return f"{said}; its streams go on on the other members" if self.continue_streams else said
 
 
@@ -145,14 +148,6 @@ class Reapply(Op):
 class RollBack(Op):
     TEXT = "roll {member.name} back to its previous revision ({member.container})"
     member: Member
-
-
-@dataclass(frozen=True)
-class DrainSingle(Op):
-    """Wait for the requests in flight on the one serving container (not a member)."""
-
-    TEXT = "drain the requests in flight on {container} (up to gateway.drain_timeout)"
-    container: str
 
 
 @dataclass(frozen=True)

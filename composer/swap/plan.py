@@ -711,7 +711,7 @@ def live_operations(
         rest = [u for u in serving if u["name"] != member.name]
         if rest:
             publish(rest)
-            todo.append(ops.DrainMember(member.name, continue_streams))
+            todo.append(ops.Drain(member.name, continue_streams))
         elif stop:  # the last one serving: held and drained first
             hold()
         todo.extend([ops.StopMember(member)] if stop else [])
@@ -735,7 +735,7 @@ def live_operations(
     if alone is not None and not plan.single_first:
         if serving and not any(isinstance(op, ops.Publish) for op in todo):  # a set that already ran
             todo.append(ops.Publish(tuple(serving), ()))
-        todo += [ops.DrainSingle(alone.container)] if serving else []
+        todo += [ops.Drain(alone.container, False, single=True)] if serving else []
         todo.append(ops.StopMember(alone))
     for name in plan.stop:
         if name not in early:
@@ -780,7 +780,7 @@ def plan_alone(
     for name in early:
         rest = [u for u in serving if u["name"] != name]
         if rest:
-            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
+            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.Drain(name, continue_streams)]
             serving = rest
         elif gateway_running:  # the last one serving: the gateway holds (and drains) until X serves
             todo.append(ops.Hold(alone.variant, continue_streams=continue_streams))
@@ -794,7 +794,7 @@ def plan_alone(
     todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:
         if name not in early:
-            todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]
+            todo += [ops.Drain(name, continue_streams), ops.StopMember(old[name])]
     if gateway_running:  # its settings list the members: a restart would route to them again
         todo.append(ops.UpdateGateway(gateway_file, "the live set left: its settings name no member"))
     return LivePlan(

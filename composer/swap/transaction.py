@@ -376,8 +376,7 @@ class DockerSwap:
             ops.GateMember: self.gate_member,
             ops.Settle: self.settle,
             ops.Publish: self.publish,
-            ops.DrainMember: self.drain_member,
-            ops.DrainSingle: self.drain_single,
+            ops.Drain: self.drain,
             ops.Release: self.release,
             ops.Probation: self.probation,
             ops.Remove: self.remove_container,
@@ -792,13 +791,9 @@ class DockerSwap:
         if control := self._control():
             set_upstreams(control, [dict(u) for u in op.upstreams], op.single)
 
-    def drain_member(self, op: ops.DrainMember) -> None:
+    def drain(self, op: ops.Drain) -> None:
         if control := self._control():
-            self.drained.member(control, self.stack, op)
-
-    def drain_single(self, op: ops.DrainSingle) -> None:
-        if control := self._control():
-            self.drained.single(control, self.stack, self.ctx.waiting, op.container)
+            self.drained.drain(control, self.stack, self.ctx.waiting, op, op.name)
 
     def stop_member(self, op: ops.StopMember) -> None:
         """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
@@ -845,7 +840,7 @@ class DockerSwap:
             )
         left = tuple(m.upstream() for m in members if m.variant != variant)
         todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
-        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
+        todo += [op for m in mine for op in (ops.Drain(m.name), ops.StopMember(m))]
         execute(todo, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
@@ -1011,8 +1006,12 @@ class DrainTally:
     continued: int = 0
     refused: int = 0
 
-    def member(self, control: GatewayControl, stack: Stack, op: ops.DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
+    def drain(self, control: GatewayControl, stack: Stack, waiting: Say, op: ops.Drain, where: str) -> None:
+        """Wait for the requests in flight on the member `op.name` (an upstream the gateway does
+        not know has none), or with `op.single` on the gateway's single upstream (`where`)."""
+        if op.single:
+            self.single(control, stack, waiting, where)
+            return
         try:
             drained = control.drain_upstream(
                 op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len

@@ -509,7 +509,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         "GateMember",
         "Publish",
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember",
     ]
     assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
@@ -522,7 +522,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     assert changed.replace == ("baseline/1",) and changed.keep == ("mtp/1",) and not changed.no_op
     assert [type(op).__name__ for op in changed.ops] == [
         "Publish",
-        "DrainMember",
+        "Drain",
         "Reapply",
         "GateMember",
         "Publish",
@@ -551,6 +551,6 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         single,
         {**folders, "single": Path("/k/one")},
     )
-    assert [type(op).__name__ for op in joined.ops][-2:] == ["DrainSingle", "StopMember"]
+    assert [type(op).__name__ for op in joined.ops][-2:] == ["Drain", "StopMember"] and joined.ops[-2].single
     assert joined.ops[-1].member.container == stack.service
     assert joined.ops[-1].inverse()[1].member.run_file == "/k/one"

@@ -76,9 +76,9 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
         "StartMember baseline",
         "GateMember baseline",
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember baseline/1",
-        "DrainMember",
+        "Drain",
         "StopMember mtp/1",
         "UpdateGateway",
     ]
@@ -98,13 +98,13 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     plan = plan_alone(alone, digest, running, "p")
     assert _ops(plan) == [
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember mtp",
         "GateMember mtp",
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember baseline/1",
         "UpdateGateway",
     ]
@@ -115,7 +115,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     # continue) before it stops, and releases once mtp's one container is routed
     assert _ops(every_plan) == [
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember baseline/1",
         "Hold",
         "StopMember mtp/1",
@@ -142,7 +142,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
     assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
-    assert _ops(plan) == ["Publish", "DrainMember", "StopMember mtp/1", "UpdateGateway"]
+    assert _ops(plan) == ["Publish", "Drain", "StopMember mtp/1", "UpdateGateway"]
     # the gateway's settings name the members: it is replaced last, from X's own run file
     assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
     # a gateway that does not run is started from X's run file instead
@@ -150,7 +150,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
-    assert ops[:3] == ["Publish", "DrainMember", "StopMember baseline/1"] and "StartMember mtp" in ops
+    assert ops[:3] == ["Publish", "Drain", "StopMember baseline/1"] and "StartMember mtp" in ops
 
 
 def test_modes_of_the_plans(tmp_path: Path) -> None:

@@ -292,7 +292,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert plan.returncode == 0, plan.stderr
     data = json.loads(plan.stdout)["plan"]
     ops = [op["op"] for op in data["operations"]]
-    assert data["mode"] == "replace" and ops[:3] == ["Publish", "DrainMember", "StopMember"], ops
+    assert data["mode"] == "replace" and ops[:3] == ["Publish", "Drain", "StopMember"], ops
     assert _ids(docker_client, sim_stack.project) == before
 
     failed, answers = _under_load(sim_stack, "baseline", "mtp-crash")  # needs mtp's GPUs: mtp stops first

@@ -94,7 +94,7 @@ def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack)
         "GateMember dflash2/1",
         "Publish",
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember baseline/1",
     ]
     assert [u["name"] for u in plan.ops[3].upstreams] == ["mtp/1", "dflash2/1"]
@@ -111,7 +111,7 @@ def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -
     plan = plan_live(target, moved)
     assert _ops(plan) == [
         "Publish",
-        "DrainMember",
+        "Drain",
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember dflash2/1",
@@ -241,7 +241,7 @@ def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) 
     target = resolve_live(stack, ["baseline", "mtp"])
     changed = plan_live(target, running)
     assert changed.replace == ("mtp/1",)
-    assert _ops(changed)[:3] == ["Publish", "DrainMember", "StopMember mtp/1"]
+    assert _ops(changed)[:3] == ["Publish", "Drain", "StopMember mtp/1"]
     same = plan_live(target, _running(stack, "baseline/1", "mtp/1"))
     assert same.no_op and same.mode == "unchanged" and "nothing to change" in same.describe()
     assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
