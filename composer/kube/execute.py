@@ -1,6 +1,6 @@
 """The one Kubernetes executor: the plans (`composer.swap.ops`) of the one-variant switch
 (`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Reapply (Recreate),
-GateMember through the shared Service, Release), of a live set's change (`plan_kube_live`:
+Gate through the shared Service, Release), of a live set's change (`plan_kube_live`:
 Docker's live operations on members `VARIANT/1`, a changed Deployment applied in place) and of
 `up X` on a running live set (Docker's `plan_alone`, the gateway's Deployment rolled last), run
 by `composer.swap.execute` with one kubectl dispatch table under the swap lock, after ONE read
@@ -189,7 +189,7 @@ def plan_kube_single(
         previous = ops.Member(name, name, deployment, deployment, "")
     planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
-    planned += [ops.Reapply(member, previous, recreate=True), ops.GateMember(member)]
+    planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, direct=True)]
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
@@ -257,7 +257,7 @@ class KubeRollout:
             ops.StartMember: self.start_member,
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
-            ops.GateMember: self.gate_member,
+            ops.Gate: self.gate_member,
             ops.Publish: self.publish,
             ops.Drain: self.drain,
             ops.StopMember: self.stop_member,
@@ -340,7 +340,7 @@ class KubeRollout:
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
         rollout_status(self.kubectl, op.member.container, self.options.timeout)
 
-    def gate_member(self, op: ops.GateMember) -> None:
+    def gate_member(self, op: ops.Gate) -> None:
         """The gate and warm-up through the member's Service within the timeout from its apply;
         a speculative variant's acceptance too."""
         member = op.member
@@ -394,7 +394,7 @@ class KubeRollout:
                 self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
             except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
                 self.unchanged = False
-        if isinstance(op, ops.StartMember | ops.Reapply | ops.GateMember) and not self.unchanged:
+        if isinstance(op, ops.StartMember | ops.Reapply | ops.Gate) and not self.unchanged:
             self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:

@@ -78,15 +78,6 @@ class AdoptMember(Op):
 
 
 @dataclass(frozen=True)
-class GateMember(Op):
-    member: Member
-
-    def describe(self) -> str:
-        checks = "health, models, a completion, settle" + (", acceptance" if self.member.speculative else "")
-        return f"gate {self.member.name} on its own address ({checks})"
-
-
-@dataclass(frozen=True)
 class Publish(Op):
     """Tell the gateway the set it routes among (`()`: back to its single upstream)."""
 
@@ -141,7 +132,7 @@ class Reapply(Op):
     def inverse(self) -> tuple[Op, ...]:
         if not self.recreate:
             return (RollBack(self.member),)
-        return () if self.previous is None else (RollBack(self.member), GateMember(self.previous))
+        return () if self.previous is None else (RollBack(self.member), Gate(self.previous, direct=True))
 
 
 @dataclass(frozen=True)
@@ -158,7 +149,7 @@ class StopMember(Op):
     def inverse(self) -> tuple[Op, ...]:
         if not self.member.run_file:
             return ()
-        return (AwaitRelease(self.member.gpus), StartMember(self.member), GateMember(self.member))
+        return (AwaitRelease(self.member.gpus), StartMember(self.member), Gate(self.member, direct=True))
 
 
 @dataclass(frozen=True)
@@ -280,9 +271,19 @@ class Route(Op):
 
 @dataclass(frozen=True)
 class Gate(Op):
-    TEXT = "gate {member.variant} through the gateway (health, models, a completion)"
+    """Through the gateway, past its hold (a switch's target; `Settle` watches it next); or,
+    `direct`, on the member's own address with a settle watch (and its acceptance), as a live
+    member is gated before it is published."""
+
     STAGE = "gating"
     member: Member
+    direct: bool = False
+
+    def describe(self) -> str:
+        if not self.direct:
+            return f"gate {self.member.variant} through the gateway (health, models, a completion)"
+        checks = "health, models, a completion, settle" + (", acceptance" if self.member.speculative else "")
+        return f"gate {self.member.name} on its own address ({checks})"
 
 
 @dataclass(frozen=True)

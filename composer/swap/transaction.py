@@ -373,7 +373,6 @@ class DockerSwap:
             ops.AdoptMember: self.adopt_member,
             ops.Route: self.route,
             ops.Gate: self.gate,
-            ops.GateMember: self.gate_member,
             ops.Settle: self.settle,
             ops.Publish: self.publish,
             ops.Drain: self.drain,
@@ -627,7 +626,11 @@ class DockerSwap:
 
     # -- the gate and the watches -----------------------------------------------------------
     def gate(self, op: ops.Gate) -> None:
-        """Wait until the container is ready (/health, /v1/models, one completion)."""
+        """Wait until the container is ready (/health, /v1/models, one completion) through the
+        gateway, or `op.direct` on its own address (`_gate_direct`)."""
+        if op.direct:
+            self._gate_direct(op)
+            return
         where = gate_target(self.ctx, op.member.variant)
         container = by_name(self.ctx, op.member.container)
         self.container, self.log, self.ready_at = None, "", 0.0  # not ready until it passed
@@ -760,7 +763,7 @@ class DockerSwap:
                 return str(network["IPAddress"])
         raise SwapFailed(f"{container.name} has no address on the project's network")
 
-    def gate_member(self, op: ops.GateMember) -> None:
+    def _gate_direct(self, op: ops.Gate) -> None:
         """The swap's gate on the member's own address, a settle watch, and for a speculative
         variant its acceptance over a short warm-up (`live_acceptance`)."""
         began = time.monotonic()
@@ -852,7 +855,7 @@ class DockerSwap:
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
         kept = not ctx.options.rollback
-        if isinstance(op, ops.StartMember | ops.GateMember):
+        if isinstance(op, ops.StartMember) or (isinstance(op, ops.Gate) and op.direct):
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
             container = op.member.container

@@ -506,7 +506,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     )
     assert [type(op).__name__ for op in plan.ops] == [
         "StartMember",
-        "GateMember",
+        "Gate",
         "Publish",
         "Publish",
         "Drain",
@@ -515,7 +515,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
     assert plan.mode == "replace" and "1. StartMember: start dflash2/1 (vllm-dflash2)" in plan.describe()
     stop = plan.ops[-1]  # undone: mtp applied again from its folder and gated
-    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "Gate"]
     assert stop.inverse()[1].member.run_file == "/k/mtp"
 
     changed = plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster, folders)
@@ -524,7 +524,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         "Publish",
         "Drain",
         "Reapply",
-        "GateMember",
+        "Gate",
         "Publish",
     ]
     assert [type(op).__name__ for op in changed.ops[2].inverse()] == ["RollBack"]

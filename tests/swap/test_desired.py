@@ -74,7 +74,7 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
     assert plan.mode == "replace" and plan.alone == "baseline" and plan.stop == ("baseline/1", "mtp/1")
     assert _ops(plan) == [
         "StartMember baseline",
-        "GateMember baseline",
+        "Gate baseline",
         "Publish",
         "Drain",
         "StopMember baseline/1",
@@ -102,7 +102,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember mtp",
-        "GateMember mtp",
+        "Gate mtp",
         "Publish",
         "Drain",
         "StopMember baseline/1",
@@ -121,7 +121,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember mtp",
-        "GateMember mtp",
+        "Gate mtp",
         "Publish",
         "Release",
         "UpdateGateway",

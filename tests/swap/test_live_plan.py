@@ -65,7 +65,7 @@ def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> 
     running = _running(stack, "baseline/1")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), running, run_file="/s/live-x.yml")
     assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
-    assert plan.mode == "join" and _ops(plan) == ["StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    assert plan.mode == "join" and _ops(plan) == ["StartMember mtp/1", "Gate mtp/1", "Publish"]
     start, _, publish = plan.ops
     assert start.member.run_file == "/s/live-x.yml" and start.member.gpus == "2,3"
     assert [u["name"] for u in publish.upstreams] == ["baseline/1", "mtp/1"]
@@ -79,7 +79,7 @@ def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> 
     data = plan.as_data()
     assert data["mode"] == "join" and [o["op"] for o in data["operations"]] == [
         "StartMember",
-        "GateMember",
+        "Gate",
         "Publish",
     ]
 
@@ -91,7 +91,7 @@ def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack)
     assert plan.mode == "replace"
     assert _ops(plan) == [
         "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Gate dflash2/1",
         "Publish",
         "Publish",
         "Drain",
@@ -115,12 +115,12 @@ def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Gate dflash2/1",
         "Publish",
     ]
     # Undone in reverse, the leaving member comes back: started, gated, published again.
     stop = plan.ops[2]
-    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "Gate"]
     assert [u["name"] for u in plan.ops[0].inverse()[0].upstreams] == ["baseline/1", "mtp/1"]
 
 
@@ -158,12 +158,12 @@ def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -
         "StopMember baseline",
         "AwaitRelease",
         "StartMember baseline/1",
-        "GateMember baseline/1",
+        "Gate baseline/1",
         "Publish",
         "Release",
         "AwaitRelease",
         "StartMember mtp/1",
-        "GateMember mtp/1",
+        "Gate mtp/1",
         "Publish",
     ]
     assert first.ops[0].continue_streams and first.ops[0].target == ""  # no switch-log variant
@@ -183,12 +183,12 @@ def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stac
         "Hold",
         "StopMember mtp/1",
         "StartMember baseline/1",
-        "GateMember baseline/1",
+        "Gate baseline/1",
         "Publish",
         "Release",
         "AwaitRelease",
         "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Gate dflash2/1",
         "Publish",
     ]
     # a changed sole member too: held before it stops, released once it serves again
@@ -198,7 +198,7 @@ def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stac
         "StopMember mtp/1",
         "AwaitRelease",
         "StartMember mtp/1",
-        "GateMember mtp/1",
+        "Gate mtp/1",
         "Release",
     ]
 
@@ -211,7 +211,7 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     single = _single(target.services[0].alone_hash)
     assert single.config_hash  # the one serving baseline's hash, as `up baseline` labels it
     plan = plan_live(target, [], single)
-    assert _ops(plan) == ["AdoptMember baseline/1", "StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    assert _ops(plan) == ["AdoptMember baseline/1", "StartMember mtp/1", "Gate mtp/1", "Publish"]
     assert plan.keep == ("baseline/1",) and plan.single is None and plan.mode == "join"
     assert plan.ops[0].member.container == "p-vllm-1" and plan.ops[0].inverse() == ()
     publish = plan.ops[-1]
