@@ -254,7 +254,7 @@ class KubeRollout:
             ops.UpdateGateway: self.update_gateway,
             ops.Hold: self.hold_gateway,
             ops.Release: self.release_gateway,
-            ops.StartMember: self.start_member,
+            ops.Start: self.start_member,
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
             ops.Gate: self.gate_member,
@@ -315,7 +315,7 @@ class KubeRollout:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
 
-    def start_member(self, op: ops.StartMember | ops.Reapply) -> None:
+    def start_member(self, op: ops.Start | ops.Reapply) -> None:
         """kubectl apply -k of the member's kustomization, then its rollout status."""
         member = op.member
         if not member.run_file:
@@ -394,7 +394,7 @@ class KubeRollout:
                 self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
             except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
                 self.unchanged = False
-        if isinstance(op, ops.StartMember | ops.Reapply | ops.Gate) and not self.unchanged:
+        if isinstance(op, ops.Start | ops.Reapply | ops.Gate) and not self.unchanged:
             self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:

@@ -1,7 +1,7 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
 A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
-(`StartMember`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
+(`Start`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
 `Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
 (empty: nothing to undo), safe to run when its operation only half ran.
 """
@@ -54,18 +54,6 @@ class Op:
 class StartGateway(Op):
     TEXT = "start the gateway"
     run_file: str
-
-
-@dataclass(frozen=True)
-class StartMember(Op):
-    member: Member
-
-    def describe(self) -> str:
-        gpus = "" if self.member.gpus == "-" else f" on GPUs {self.member.gpus}"  # placed by its engine
-        return f"start {self.member.name}{gpus} ({self.member.service})"
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Drain(self.member.name), StopMember(self.member))
 
 
 @dataclass(frozen=True)
@@ -149,7 +137,8 @@ class StopMember(Op):
     def inverse(self) -> tuple[Op, ...]:
         if not self.member.run_file:
             return ()
-        return (AwaitRelease(self.member.gpus), StartMember(self.member), Gate(self.member, direct=True))
+        m = self.member
+        return (AwaitRelease(m.gpus), Start(m, route=False), Gate(m, direct=True))
 
 
 @dataclass(frozen=True)
@@ -250,13 +239,24 @@ class Adopt(BringIn):
 
 @dataclass(frozen=True)
 class Start(BringIn):
-    """`first`: nothing ran before, so its undo removes the project's network too."""
+    """`route`: the gateway's single upstream goes to it (a switch's target; undone by removing
+    it, with `first` the project's network too: nothing ran before); else a live member, which
+    `Publish` routes to once gated (undone by draining and stopping it)."""
 
-    TEXT = "start {member.variant} from {member.run_file} (service {member.service}), route to it"
     STAGE = "loading"
     first: bool = False
+    route: bool = True
+
+    def describe(self) -> str:
+        m = self.member
+        if self.route:
+            return f"start {m.variant} from {m.run_file} (service {m.service}), route to it"
+        gpus = "" if m.gpus == "-" else f" on GPUs {m.gpus}"  # placed by its engine
+        return f"start {m.name}{gpus} ({m.service})"
 
     def inverse(self) -> tuple[Op, ...]:
+        if not self.route:
+            return (Drain(self.member.name), StopMember(self.member))
         return (Remove(self.member, self.member.run_file if self.first else ""),)
 
 

@@ -729,7 +729,7 @@ def live_operations(
         freed = [op.member.gpus for op in todo if isinstance(op, ops.StopMember)]
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
             todo.append(ops.AwaitRelease(new[name].gpus))
-        todo.append(ops.Reapply(new[name]) if rolled else ops.StartMember(new[name]))
+        todo.append(ops.Reapply(new[name]) if rolled else ops.Start(new[name], route=False))
         todo.append(ops.Gate(new[name], direct=True))
         adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
         publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
@@ -790,7 +790,7 @@ def plan_alone(
     if kept is None:
         freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
         todo += [ops.AwaitRelease(alone.gpus)] if freed else []
-        todo += [ops.StartMember(alone), ops.Gate(alone, direct=True)]
+        todo += [ops.Start(alone, route=False), ops.Gate(alone, direct=True)]
     todo.append(ops.Publish((), tuple(serving), alone.variant))
     todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:

@@ -367,7 +367,6 @@ class DockerSwap:
             ops.StopMember: self.stop_member,
             ops.AwaitRelease: self.await_release,
             ops.Start: self.start,
-            ops.StartMember: self.start_member,
             ops.Wake: self.wake,
             ops.Adopt: self.adopt,
             ops.AdoptMember: self.adopt_member,
@@ -580,7 +579,11 @@ class DockerSwap:
                 self.say(took.detail)
 
     def start(self, op: ops.Start) -> None:
-        """Compose up the member's service from its run file, then route the gateway to it."""
+        """Compose up the member's service from its run file; `op.route`: then route the gateway to it."""
+        member = op.member
+        if not op.route:  # a live member: published once gated
+            start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
+            return
         self.began = time.monotonic()
         self.brought = self.brought or op.member
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
@@ -738,10 +741,6 @@ class DockerSwap:
         self.notes.append(f"{variant} ran {seconds:.0f}s on probation without a crash or a restart")
 
     # -- a live change's members ----------------------------------------------------------
-    def start_member(self, op: ops.StartMember) -> None:
-        member = op.member
-        start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
-
     def adopt_member(self, op: ops.AdoptMember) -> None:
         """The container joins as it runs: it must still be the running one the plan read."""
         found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
@@ -855,7 +854,7 @@ class DockerSwap:
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
         kept = not ctx.options.rollback
-        if isinstance(op, ops.StartMember) or (isinstance(op, ops.Gate) and op.direct):
+        if (isinstance(op, ops.Start) and not op.route) or (isinstance(op, ops.Gate) and op.direct):
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
             container = op.member.container

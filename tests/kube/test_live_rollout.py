@@ -505,7 +505,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         ("mtp/1",),
     )
     assert [type(op).__name__ for op in plan.ops] == [
-        "StartMember",
+        "Start",
         "Gate",
         "Publish",
         "Publish",
@@ -513,9 +513,9 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         "StopMember",
     ]
     assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
-    assert plan.mode == "replace" and "1. StartMember: start dflash2/1 (vllm-dflash2)" in plan.describe()
+    assert plan.mode == "replace" and "1. Start: start dflash2/1 (vllm-dflash2)" in plan.describe()
     stop = plan.ops[-1]  # undone: mtp applied again from its folder and gated
-    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "Gate"]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "Start", "Gate"]
     assert stop.inverse()[1].member.run_file == "/k/mtp"
 
     changed = plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster, folders)

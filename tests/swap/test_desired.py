@@ -73,7 +73,7 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
     plan = plan_alone(alone, digest, running, "p")
     assert plan.mode == "replace" and plan.alone == "baseline" and plan.stop == ("baseline/1", "mtp/1")
     assert _ops(plan) == [
-        "StartMember baseline",
+        "Start baseline",
         "Gate baseline",
         "Publish",
         "Drain",
@@ -101,7 +101,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "Drain",
         "StopMember mtp/1",
         "AwaitRelease",
-        "StartMember mtp",
+        "Start mtp",
         "Gate mtp",
         "Publish",
         "Drain",
@@ -120,7 +120,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "Hold",
         "StopMember mtp/1",
         "AwaitRelease",
-        "StartMember mtp",
+        "Start mtp",
         "Gate mtp",
         "Publish",
         "Release",
@@ -150,7 +150,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
-    assert ops[:3] == ["Publish", "Drain", "StopMember baseline/1"] and "StartMember mtp" in ops
+    assert ops[:3] == ["Publish", "Drain", "StopMember baseline/1"] and "Start mtp" in ops
 
 
 def test_modes_of_the_plans(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_pat
     assert plan.ops[0].settings == (("GATEWAY_ALIASES", "quick=baseline"),)
     assert "ApplySettings: apply the gateway's changed settings in place (aliases)" in plan.describe()
     joined = plan_live(resolve_live(stack, ["baseline", "mtp", "dflash2"]), running, gateway=changed)
-    assert _ops(joined)[:2] == ["ApplySettings", "StartMember dflash2/1"]
+    assert _ops(joined)[:2] == ["ApplySettings", "Start dflash2/1"]
 
 
 def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_nor_members(
