@@ -57,15 +57,6 @@ class StartGateway(Op):
 
 
 @dataclass(frozen=True)
-class AdoptMember(Op):
-    """The one serving container joins the set as `member` as it runs (never restarted); the
-    Publish that follows routes to it, and that Publish's inverse undoes it."""
-
-    TEXT = "adopt {member.container} as {member.name} as it runs (not restarted)"
-    member: Member
-
-
-@dataclass(frozen=True)
 class Publish(Op):
     """Tell the gateway the set it routes among (`()`: back to its single upstream)."""
 
@@ -233,8 +224,21 @@ class Wake(BringIn):
 
 @dataclass(frozen=True)
 class Adopt(BringIn):
-    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
+    """A running container serves as it runs (never restarted): `route`, the gateway's single
+    upstream goes to it (undone by removing it); else the one serving container joins the set
+    as `member`, and the Publish that follows routes to it (that Publish's inverse undoes it)."""
+
     STAGE = "routing"
+    route: bool = True
+
+    def describe(self) -> str:
+        m = self.member
+        if self.route:
+            return f"route to {m.container}, which runs awake without serving (not restarted)"
+        return f"adopt {m.container} as {m.name} as it runs (not restarted)"
+
+    def inverse(self) -> tuple[Op, ...]:
+        return super().inverse() if self.route else ()
 
 
 @dataclass(frozen=True)

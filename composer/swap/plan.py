@@ -686,7 +686,7 @@ def live_operations(
     started again (`in_place`, a Deployment: applied in place). The one serving container
     that does not join is drained once the set takes the new requests, then stopped."""
     todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
-    todo += [ops.AdoptMember(adopt)] if adopt else []
+    todo += [ops.Adopt(adopt, route=False)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
     held = False
 

@@ -369,7 +369,6 @@ class DockerSwap:
             ops.Start: self.start,
             ops.Wake: self.wake,
             ops.Adopt: self.adopt,
-            ops.AdoptMember: self.adopt_member,
             ops.Route: self.route,
             ops.Gate: self.gate,
             ops.Settle: self.settle,
@@ -601,6 +600,13 @@ class DockerSwap:
         standby.unpark(sleeper, ctx.stack.restart)
 
     def adopt(self, op: ops.Adopt) -> None:
+        """Route to the awake container; without `op.route` (it joins a live set) it must still
+        be the running one the plan read."""
+        if not op.route:
+            found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
+            if found.container.status != "running":
+                raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
+            return
         self.began = time.monotonic()
         self.brought = self.brought or op.member
         ctx = self.ctx
@@ -741,12 +747,6 @@ class DockerSwap:
         self.notes.append(f"{variant} ran {seconds:.0f}s on probation without a crash or a restart")
 
     # -- a live change's members ----------------------------------------------------------
-    def adopt_member(self, op: ops.AdoptMember) -> None:
-        """The container joins as it runs: it must still be the running one the plan read."""
-        found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
-        if found.container.status != "running":
-            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
-
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
 
