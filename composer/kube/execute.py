@@ -189,7 +189,7 @@ def plan_kube_single(
         previous = ops.Member(name, name, deployment, deployment, "")
     planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
-    planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, direct=True)]
+    planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, live=True)]
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
@@ -260,7 +260,7 @@ class KubeRollout:
             ops.Gate: self.gate_member,
             ops.Publish: self.publish,
             ops.Drain: self.drain,
-            ops.StopMember: self.stop_member,
+            ops.Stop: self.stop_member,
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
@@ -370,7 +370,7 @@ class KubeRollout:
         rate = live_acceptance(target, self.stack.acceptance_floor)
         self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
-    def stop_member(self, op: ops.StopMember) -> None:
+    def stop_member(self, op: ops.Stop) -> None:
         """Delete the member's Deployment and Service (the shared Service stays)."""
         member = op.member
         objects = [f"deployment/{member.container}"]

@@ -32,10 +32,13 @@ class Member:
 
 @dataclass(frozen=True)
 class Op:
-    """One operation; `TEXT` says it in words, from its fields."""
+    """One operation; `TEXT` says it in words, from its fields. Where a live change and a single
+    switch do one verb differently, the operation's `live` field says which (a live change's
+    member is named by its member name, reached on its own address, published by `Publish`)."""
 
     TEXT: ClassVar[str] = ""
-    STAGE: ClassVar[str] = ""  # what `status` shows while it runs (its text when empty)
+    STAGE: ClassVar[str] = ""  # what `status` shows while a single switch runs it (else its text)
+    live = False
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
@@ -47,7 +50,7 @@ class Op:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
 
     def stage(self) -> str:
-        return self.STAGE or self.describe()
+        return self.describe() if self.live or not self.STAGE else self.STAGE
 
 
 @dataclass(frozen=True)
@@ -75,16 +78,16 @@ class Publish(Op):
 
 @dataclass(frozen=True)
 class Drain(Op):
-    """Wait for the requests in flight on an upstream already left out of the set: a member
-    (`continue_streams`: its eligible streams go on on the other members at once instead), or
-    with `single` the one serving container `name` (the gateway's single upstream)."""
+    """Wait for the requests in flight on an upstream already left out of the set: a `live`
+    member (`continue_streams`: its eligible streams go on on the other members at once
+    instead), else the one serving container `name` (the gateway's single upstream)."""
 
     name: str
     continue_streams: bool = True
-    single: bool = False
+    live: bool = True
 
     def describe(self) -> str:
-        if self.single:
+        if not self.live:
             return f"drain the requests in flight on {self.name} (up to gateway.drain_timeout)"
         said = f"drain {self.name}'s requests in flight (up to gateway.drain_timeout)"
         return f"{said}; its streams go on on the other members" if self.continue_streams else said
@@ -111,25 +114,13 @@ class Reapply(Op):
     def inverse(self) -> tuple[Op, ...]:
         if not self.recreate:
             return (RollBack(self.member),)
-        return () if self.previous is None else (RollBack(self.member), Gate(self.previous, direct=True))
+        return () if self.previous is None else (RollBack(self.member), Gate(self.previous, live=True))
 
 
 @dataclass(frozen=True)
 class RollBack(Op):
     TEXT = "roll {member.name} back to its previous revision ({member.container})"
     member: Member
-
-
-@dataclass(frozen=True)
-class StopMember(Op):
-    TEXT = "stop {member.name} ({member.container})"
-    member: Member
-
-    def inverse(self) -> tuple[Op, ...]:
-        if not self.member.run_file:
-            return ()
-        m = self.member
-        return (AwaitRelease(m.gpus), Start(m, route=False), Gate(m, direct=True))
 
 
 @dataclass(frozen=True)
@@ -192,18 +183,22 @@ class Sleep(Op):
 @dataclass(frozen=True)
 class Stop(Op):
     """`also`: exited containers of the shared service go with it; undone by starting it again
-    from exactly the run file and service that created it."""
+    from exactly the run file and service that created it (`live`: as a live change does)."""
 
-    TEXT = "stop {member.variant} ({member.container})"
+    TEXT = "stop {member.name} ({member.container})"
     STAGE = "stopping"
     member: Member
     also: tuple[str, ...] = ()
     settle: float = 1.0
+    live: bool = False
 
     def inverse(self) -> tuple[Op, ...]:
-        if not self.member.run_file:
+        m = self.member
+        if not m.run_file:
             return ()
-        return (Start(self.member), Gate(self.member), Settle(self.member, self.settle))
+        if self.live:
+            return (AwaitRelease(m.gpus), Start(m, live=True), Gate(m, live=True))
+        return (Start(m), Gate(m), Settle(m, self.settle))
 
 
 @dataclass(frozen=True)
@@ -224,43 +219,43 @@ class Wake(BringIn):
 
 @dataclass(frozen=True)
 class Adopt(BringIn):
-    """A running container serves as it runs (never restarted): `route`, the gateway's single
-    upstream goes to it (undone by removing it); else the one serving container joins the set
-    as `member`, and the Publish that follows routes to it (that Publish's inverse undoes it)."""
+    """A running container serves as it runs (never restarted): the gateway's single upstream
+    goes to it (undone by removing it); `live`: the one serving container joins the set as
+    `member`, and the Publish that follows routes to it (that Publish's inverse undoes it)."""
 
     STAGE = "routing"
-    route: bool = True
+    live: bool = False
 
     def describe(self) -> str:
         m = self.member
-        if self.route:
-            return f"route to {m.container}, which runs awake without serving (not restarted)"
-        return f"adopt {m.container} as {m.name} as it runs (not restarted)"
+        if self.live:
+            return f"adopt {m.container} as {m.name} as it runs (not restarted)"
+        return f"route to {m.container}, which runs awake without serving (not restarted)"
 
     def inverse(self) -> tuple[Op, ...]:
-        return super().inverse() if self.route else ()
+        return () if self.live else super().inverse()
 
 
 @dataclass(frozen=True)
 class Start(BringIn):
-    """`route`: the gateway's single upstream goes to it (a switch's target; undone by removing
-    it, with `first` the project's network too: nothing ran before); else a live member, which
-    `Publish` routes to once gated (undone by draining and stopping it)."""
+    """The gateway's single upstream goes to it (a switch's target; undone by removing it, with
+    `first` the project's network too: nothing ran before); `live`: a member, which `Publish`
+    routes to once gated (undone by draining and stopping it)."""
 
     STAGE = "loading"
     first: bool = False
-    route: bool = True
+    live: bool = False
 
     def describe(self) -> str:
         m = self.member
-        if self.route:
+        if not self.live:
             return f"start {m.variant} from {m.run_file} (service {m.service}), route to it"
         gpus = "" if m.gpus == "-" else f" on GPUs {m.gpus}"  # placed by its engine
         return f"start {m.name}{gpus} ({m.service})"
 
     def inverse(self) -> tuple[Op, ...]:
-        if not self.route:
-            return (Drain(self.member.name), StopMember(self.member))
+        if self.live:
+            return (Drain(self.member.name), Stop(self.member, live=True))
         return (Remove(self.member, self.member.run_file if self.first else ""),)
 
 
@@ -275,16 +270,15 @@ class Route(Op):
 
 @dataclass(frozen=True)
 class Gate(Op):
-    """Through the gateway, past its hold (a switch's target; `Settle` watches it next); or,
-    `direct`, on the member's own address with a settle watch (and its acceptance), as a live
-    member is gated before it is published."""
+    """Through the gateway, past its hold (a switch's target; `Settle` watches it next); `live`:
+    on the member's own address with a settle watch (and its acceptance), before it is published."""
 
     STAGE = "gating"
     member: Member
-    direct: bool = False
+    live: bool = False
 
     def describe(self) -> str:
-        if not self.direct:
+        if not self.live:
             return f"gate {self.member.variant} through the gateway (health, models, a completion)"
         checks = "health, models, a completion, settle" + (", acceptance" if self.member.speculative else "")
         return f"gate {self.member.name} on its own address ({checks})"

@@ -364,7 +364,6 @@ class DockerSwap:
             ops.Hold: self.hold,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
-            ops.StopMember: self.stop_member,
             ops.AwaitRelease: self.await_release,
             ops.Start: self.start,
             ops.Wake: self.wake,
@@ -553,14 +552,27 @@ class DockerSwap:
         self._took("sleep", time.monotonic() - began)
 
     def stop(self, op: ops.Stop) -> None:
-        """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
-        began = time.monotonic()
+        """Stop and remove the container (gone is fine), its GPUs read first for `await_release`:
+        a switch's by the stack's GPU budget, its shared service's exited ones stopped with it;
+        `op.live`: a member's own GPUs."""
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        began, gpus = time.monotonic(), op.member.gpus
         taken: list[ReleaseWait] = []
 
         def read_gpus(found: VariantContainer) -> None:
-            taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+            if not op.live:
+                taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+            elif self.stack.gpus is not None and gpus != "-":
+                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
+                pids = container_pids([found.container.id])
+                taken.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
 
-        stop_container(self.ctx, op.member.variant, op.member.container, read_gpus)
+        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
+        if op.live:
+            self._releases += taken
+            return
         self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
         for name in op.also:
             stop_container(self.ctx, op.member.variant, name)
@@ -578,9 +590,10 @@ class DockerSwap:
                 self.say(took.detail)
 
     def start(self, op: ops.Start) -> None:
-        """Compose up the member's service from its run file; `op.route`: then route the gateway to it."""
+        """Compose up the member's service from its run file, then route the gateway to it (`op.live`:
+        a member, published once gated)."""
         member = op.member
-        if not op.route:  # a live member: published once gated
+        if op.live:
             start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
             return
         self.began = time.monotonic()
@@ -600,9 +613,9 @@ class DockerSwap:
         standby.unpark(sleeper, ctx.stack.restart)
 
     def adopt(self, op: ops.Adopt) -> None:
-        """Route to the awake container; without `op.route` (it joins a live set) it must still
-        be the running one the plan read."""
-        if not op.route:
+        """Route to the awake container; `op.live` (it joins a live set): it must still be the
+        running one the plan read."""
+        if op.live:
             found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
             if found.container.status != "running":
                 raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
@@ -636,8 +649,8 @@ class DockerSwap:
     # -- the gate and the watches -----------------------------------------------------------
     def gate(self, op: ops.Gate) -> None:
         """Wait until the container is ready (/health, /v1/models, one completion) through the
-        gateway, or `op.direct` on its own address (`_gate_direct`)."""
-        if op.direct:
+        gateway, or `op.live` on its own address (`_gate_direct`)."""
+        if op.live:
             self._gate_direct(op)
             return
         where = gate_target(self.ctx, op.member.variant)
@@ -797,21 +810,6 @@ class DockerSwap:
         if control := self._control():
             self.drained.drain(control, self.stack, self.ctx.waiting, op, op.name)
 
-    def stop_member(self, op: ops.StopMember) -> None:
-        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
-        from composer.probes.cgroups import container_pids
-        from composer.probes.gpu import detect_probe
-
-        gpus = op.member.gpus
-
-        def read_gpus(found: VariantContainer) -> None:
-            if self.stack.gpus is not None and gpus != "-":
-                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
-                pids = container_pids([found.container.id])
-                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
-
-        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
-
     # -- the change -----------------------------------------------------------------------
     def answers(self, names: str) -> None:
         """A gateway this change started answers through the published port and reaches the
@@ -842,7 +840,7 @@ class DockerSwap:
             )
         left = tuple(m.upstream() for m in members if m.variant != variant)
         todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
-        todo += [op for m in mine for op in (ops.Drain(m.name), ops.StopMember(m))]
+        todo += [op for m in mine for op in (ops.Drain(m.name), ops.Stop(m, live=True))]
         execute(todo, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
@@ -854,7 +852,7 @@ class DockerSwap:
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
         kept = not ctx.options.rollback
-        if (isinstance(op, ops.Start) and not op.route) or (isinstance(op, ops.Gate) and op.direct):
+        if isinstance(op, ops.Start | ops.Gate) and op.live:
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
             container = op.member.container
@@ -1010,8 +1008,8 @@ class DrainTally:
 
     def drain(self, control: GatewayControl, stack: Stack, waiting: Say, op: ops.Drain, where: str) -> None:
         """Wait for the requests in flight on the member `op.name` (an upstream the gateway does
-        not know has none), or with `op.single` on the gateway's single upstream (`where`)."""
-        if op.single:
+        not know has none), or without `op.live` on the gateway's single upstream (`where`)."""
+        if not op.live:
             self.single(control, stack, waiting, where)
             return
         try:

@@ -510,7 +510,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         "Publish",
         "Publish",
         "Drain",
-        "StopMember",
+        "Stop",
     ]
     assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
     assert plan.mode == "replace" and "1. Start: start dflash2/1 (vllm-dflash2)" in plan.describe()
@@ -551,6 +551,6 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         single,
         {**folders, "single": Path("/k/one")},
     )
-    assert [type(op).__name__ for op in joined.ops][-2:] == ["Drain", "StopMember"] and joined.ops[-2].single
+    assert [type(op).__name__ for op in joined.ops][-2:] == ["Drain", "Stop"] and not joined.ops[-2].live
     assert joined.ops[-1].member.container == stack.service
     assert joined.ops[-1].inverse()[1].member.run_file == "/k/one"

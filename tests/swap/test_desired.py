@@ -77,9 +77,9 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
         "Gate baseline",
         "Publish",
         "Drain",
-        "StopMember baseline/1",
+        "Stop baseline/1",
         "Drain",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "UpdateGateway",
     ]
     publish = plan.ops[2]
@@ -99,13 +99,13 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     assert _ops(plan) == [
         "Publish",
         "Drain",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
         "Start mtp",
         "Gate mtp",
         "Publish",
         "Drain",
-        "StopMember baseline/1",
+        "Stop baseline/1",
         "UpdateGateway",
     ]
     assert [u["name"] for u in plan.ops[0].upstreams] == ["baseline/1"]  # baseline/1 serves meanwhile
@@ -116,9 +116,9 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     assert _ops(every_plan) == [
         "Publish",
         "Drain",
-        "StopMember baseline/1",
+        "Stop baseline/1",
         "Hold",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
         "Start mtp",
         "Gate mtp",
@@ -142,7 +142,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
     assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
-    assert _ops(plan) == ["Publish", "Drain", "StopMember mtp/1", "UpdateGateway"]
+    assert _ops(plan) == ["Publish", "Drain", "Stop mtp/1", "UpdateGateway"]
     # the gateway's settings name the members: it is replaced last, from X's own run file
     assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
     # a gateway that does not run is started from X's run file instead
@@ -150,7 +150,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
-    assert ops[:3] == ["Publish", "Drain", "StopMember baseline/1"] and "Start mtp" in ops
+    assert ops[:3] == ["Publish", "Drain", "Stop baseline/1"] and "Start mtp" in ops
 
 
 def test_modes_of_the_plans(tmp_path: Path) -> None:

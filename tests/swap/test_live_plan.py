@@ -95,7 +95,7 @@ def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack)
         "Publish",
         "Publish",
         "Drain",
-        "StopMember baseline/1",
+        "Stop baseline/1",
     ]
     assert [u["name"] for u in plan.ops[3].upstreams] == ["mtp/1", "dflash2/1"]
     assert plan.as_data()["stop"] == ["baseline/1"]
@@ -112,7 +112,7 @@ def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -
     assert _ops(plan) == [
         "Publish",
         "Drain",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
         "Start dflash2/1",
         "Gate dflash2/1",
@@ -148,14 +148,14 @@ def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -
     single = _single("h")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single)
     assert plan.mode == "join"
-    assert _ops(plan)[-1] == "StopMember baseline" and _ops(plan).count("StopMember baseline") == 1
+    assert _ops(plan)[-1] == "Stop baseline" and _ops(plan).count("Stop baseline") == 1
     assert plan.ops[-1].inverse()[1].member.run_file == "/s/one.yml"  # started again from its file
     first = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True)
     # its GPUs are needed first: the gateway holds and drains (streams continue) before it
     # stops, and releases once the first member is routed
     assert _ops(first) == [
         "Hold",
-        "StopMember baseline",
+        "Stop baseline",
         "AwaitRelease",
         "Start baseline/1",
         "Gate baseline/1",
@@ -181,7 +181,7 @@ def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stac
     plan = plan_live(resolve_live(stack, ["baseline", "dflash2"]), moved)
     assert _ops(plan) == [
         "Hold",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "Start baseline/1",
         "Gate baseline/1",
         "Publish",
@@ -195,7 +195,7 @@ def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stac
     changed = plan_live(resolve_live(stack, ["mtp"]), _running(stack, "mtp/1", changed="mtp/1"))
     assert _ops(changed) == [
         "Hold",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
         "Start mtp/1",
         "Gate mtp/1",
@@ -225,7 +225,7 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     same = plan_live(target, [member, *mtp], single)
     assert same.no_op and same.upstreams[0]["url"] == "http://vllm:8000", same.describe()
     # Not adopted: another configuration, a set of itself alone, or no gateway running.
-    assert "StopMember baseline" in _ops(plan_live(target, [], _single("other")))
+    assert "Stop baseline" in _ops(plan_live(target, [], _single("other")))
     assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "Start baseline/1"
     assert "Adopt baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
 
@@ -241,7 +241,7 @@ def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) 
     target = resolve_live(stack, ["baseline", "mtp"])
     changed = plan_live(target, running)
     assert changed.replace == ("mtp/1",)
-    assert _ops(changed)[:3] == ["Publish", "Drain", "StopMember mtp/1"]
+    assert _ops(changed)[:3] == ["Publish", "Drain", "Stop mtp/1"]
     same = plan_live(target, _running(stack, "baseline/1", "mtp/1"))
     assert same.no_op and same.mode == "unchanged" and "nothing to change" in same.describe()
     assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
@@ -309,13 +309,13 @@ def test_a_live_set_says_whether_it_routes_by_class_or_by_load_alone() -> None:
 def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plan's StopMember, AwaitRelease, Start on Docker's dispatch table, with a
+    """The plan's Stop, AwaitRelease, Start on Docker's dispatch table, with a
     recording GPU probe: the start comes after the probe saw the stopped process go."""
     from composer.engine.variant_container import VariantContainer
     from composer.probes import cgroups
     from composer.probes.gpu import GpuInfo, GpuProcess
     from composer.swap.execute import execute
-    from composer.swap.ops import AwaitRelease, Member, Start, StopMember
+    from composer.swap.ops import AwaitRelease, Member, Start, Stop
     from composer.swap.transaction import DockerSwap
 
     def gpu(index: int, pids: tuple[int, ...]) -> GpuInfo:
@@ -356,7 +356,7 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")
     started: list[list[bool]] = []
     handlers = swapper.handlers() | {Start: lambda op: started.append(list(swapper.probe.seen))}
-    execute([StopMember(leaving), AwaitRelease("2,3"), Start(coming, route=False)], handlers)
+    execute([Stop(leaving, live=True), AwaitRelease("2,3"), Start(coming, live=True)], handlers)
     assert stopped == ["vllm-mtp-1"]
     assert started == [[True, True, True, False]]  # started only after the release was seen
 
