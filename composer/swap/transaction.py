@@ -567,11 +567,10 @@ class DockerSwap:
             elif self.stack.gpus is not None and gpus != "-":
                 devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
                 pids = container_pids([found.container.id])
-                taken.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
+                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
 
         stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
         if op.live:
-            self._releases += taken
             return
         self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
         for name in op.also:
