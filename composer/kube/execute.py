@@ -1,6 +1,6 @@
 """The one Kubernetes executor: the plans (`composer.swap.ops`) of the one-variant switch
 (`plan_kube_single`: UpdateGateway when the gateway changes, Hold through `kubectl exec`, Reapply (Recreate),
-GateMember through the shared Service, Release), of a live set's change (`plan_kube_live`:
+Gate through the shared Service, Release), of a live set's change (`plan_kube_live`:
 Docker's live operations on members `VARIANT/1`, a changed Deployment applied in place) and of
 `up X` on a running live set (Docker's `plan_alone`, the gateway's Deployment rolled last), run
 by `composer.swap.execute` with one kubectl dispatch table under the swap lock, after ONE read
@@ -189,7 +189,7 @@ def plan_kube_single(
         previous = ops.Member(name, name, deployment, deployment, "")
     planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
-    planned += [ops.Reapply(member, previous, recreate=True), ops.GateMember(member)]
+    planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, live=True)]
     return (*planned, *([ops.Release(variant)] if hold else []))
 
 
@@ -254,14 +254,13 @@ class KubeRollout:
             ops.UpdateGateway: self.update_gateway,
             ops.Hold: self.hold_gateway,
             ops.Release: self.release_gateway,
-            ops.StartMember: self.start_member,
+            ops.Start: self.start_member,
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
-            ops.GateMember: self.gate_member,
+            ops.Gate: self.gate_member,
             ops.Publish: self.publish,
-            ops.DrainMember: self.drain,
-            ops.DrainSingle: self.drain_single,
-            ops.StopMember: self.stop_member,
+            ops.Drain: self.drain,
+            ops.Stop: self.stop_member,
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 
@@ -308,19 +307,15 @@ class KubeRollout:
             self.control = kube_control(self.kubectl, self.stack)
         set_upstreams(self.control, [dict(u) for u in op.upstreams], op.single)
 
-    def drain(self, op: ops.DrainMember) -> None:
+    def drain(self, op: ops.Drain) -> None:
         if self.control is not None:
-            self.drained.member(self.control, self.stack, op)
-
-    def drain_single(self, op: ops.DrainSingle) -> None:
-        if self.control is not None:
-            self.drained.single(self.control, self.stack, self.waiting, f"deployment/{op.container}")
+            self.drained.drain(self.control, self.stack, self.waiting, op, f"deployment/{op.name}")
 
     def _single(self, member: ops.Member) -> bool:
         """The one-variant Deployment (`up VARIANT`'s), not a live member."""
         return member.container == self.stack.service
 
-    def start_member(self, op: ops.StartMember | ops.Reapply) -> None:
+    def start_member(self, op: ops.Start | ops.Reapply) -> None:
         """kubectl apply -k of the member's kustomization, then its rollout status."""
         member = op.member
         if not member.run_file:
@@ -345,7 +340,7 @@ class KubeRollout:
         self.kubectl.run(["rollout", "undo", f"deployment/{op.member.container}"])
         rollout_status(self.kubectl, op.member.container, self.options.timeout)
 
-    def gate_member(self, op: ops.GateMember) -> None:
+    def gate_member(self, op: ops.Gate) -> None:
         """The gate and warm-up through the member's Service within the timeout from its apply;
         a speculative variant's acceptance too."""
         member = op.member
@@ -375,7 +370,7 @@ class KubeRollout:
         rate = live_acceptance(target, self.stack.acceptance_floor)
         self.say(f"{name} accepts {rate:.2f} of its draft tokens")
 
-    def stop_member(self, op: ops.StopMember) -> None:
+    def stop_member(self, op: ops.Stop) -> None:
         """Delete the member's Deployment and Service (the shared Service stays)."""
         member = op.member
         objects = [f"deployment/{member.container}"]
@@ -399,7 +394,7 @@ class KubeRollout:
                 self.unchanged = doc is None or (self.before is not None and now == self.before.config_hash)
             except KubectlFailed:  # the cluster cannot say: try the undo, which reports its own failure
                 self.unchanged = False
-        if isinstance(op, ops.StartMember | ops.Reapply | ops.GateMember) and not self.unchanged:
+        if isinstance(op, ops.Start | ops.Reapply | ops.Gate) and not self.unchanged:
             self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
     def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:

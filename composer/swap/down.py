@@ -141,7 +141,8 @@ def plan_down(
         )
     elif members:
         notes.append("no gateway runs: requests in flight cannot be drained or counted")
-    todo += [ops.StopMember(m) for m in members]
+    live = {r.container for r in snap.live_running}
+    todo += [ops.Stop(m, live=m.container in live) for m in members]
     todo.append(StopProject(stack.project, volumes, remove_volumes))
     return DownPlan(stack.project, names, tuple(todo), notes=tuple(notes), drain_timeout=drain_timeout)
 
@@ -157,7 +158,7 @@ class Downer:
         self.timings: dict[str, float] = {}
 
     def handlers(self) -> Handlers:
-        return {ops.Hold: self.hold, ops.StopMember: self.stop, StopProject: self.stop_project}
+        return {ops.Hold: self.hold, ops.Stop: self.stop, StopProject: self.stop_project}
 
     def hold(self, op: ops.Hold | None = None) -> None:
         """Hold new requests and drain those in flight; what runs at the timeout is cut (counted)."""
@@ -179,7 +180,7 @@ class Downer:
         self.timings["drain"] = time.monotonic() - began
         self.drained = {"finished": done.drained, "cut": done.cut}
 
-    def stop(self, op: ops.StopMember) -> None:
+    def stop(self, op: ops.Stop) -> None:
         stop_container(self.ctx, op.member.name, op.member.container)
 
     def stop_project(self, op: StopProject) -> None:

@@ -30,7 +30,7 @@ from composer.swap.desired import EXCLUSIVE, desired
 from composer.swap.execute import Say, execute, quiet
 from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
-from composer.swap.ops import Member, Op, Publish, StartMember
+from composer.swap.ops import Member, Op, Publish, Start
 from composer.swap.outcome import LiveResult, UpOptions, UpResult
 from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
@@ -162,7 +162,7 @@ def run_live(
 
 def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
     """The variants `plan` starts, one Target each (what the preflight checks)."""
-    started = {op.member.name for op in plan.ops if isinstance(op, StartMember)}
+    started = {op.member.name for op in plan.ops if isinstance(op, Start) and op.live}
     services = {s.member.variant: s for s in target.services if s.name in started}.values()
     return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 

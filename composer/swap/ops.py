@@ -1,7 +1,7 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
 A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
-(`StartMember`, `Publish`, `DrainMember`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
+(`Start`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
 `Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
 (empty: nothing to undo), safe to run when its operation only half ran.
 """
@@ -32,10 +32,13 @@ class Member:
 
 @dataclass(frozen=True)
 class Op:
-    """One operation; `TEXT` says it in words, from its fields."""
+    """One operation; `TEXT` says it in words, from its fields. Where a live change and a single
+    switch do one verb differently, the operation's `live` field says which (a live change's
+    member is named by its member name, reached on its own address, published by `Publish`)."""
 
     TEXT: ClassVar[str] = ""
-    STAGE: ClassVar[str] = ""  # what `status` shows while it runs (its text when empty)
+    STAGE: ClassVar[str] = ""  # what `status` shows while a single switch runs it (else its text)
+    live = False
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
@@ -47,43 +50,13 @@ class Op:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
 
     def stage(self) -> str:
-        return self.STAGE or self.describe()
+        return self.describe() if self.live or not self.STAGE else self.STAGE
 
 
 @dataclass(frozen=True)
 class StartGateway(Op):
     TEXT = "start the gateway"
     run_file: str
-
-
-@dataclass(frozen=True)
-class StartMember(Op):
-    member: Member
-
-    def describe(self) -> str:
-        gpus = "" if self.member.gpus == "-" else f" on GPUs {self.member.gpus}"  # placed by its engine
-        return f"start {self.member.name}{gpus} ({self.member.service})"
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (DrainMember(self.member.name), StopMember(self.member))
-
-
-@dataclass(frozen=True)
-class AdoptMember(Op):
-    """The one serving container joins the set as `member` as it runs (never restarted); the
-    Publish that follows routes to it, and that Publish's inverse undoes it."""
-
-    TEXT = "adopt {member.container} as {member.name} as it runs (not restarted)"
-    member: Member
-
-
-@dataclass(frozen=True)
-class GateMember(Op):
-    member: Member
-
-    def describe(self) -> str:
-        checks = "health, models, a completion, settle" + (", acceptance" if self.member.speculative else "")
-        return f"gate {self.member.name} on its own address ({checks})"
 
 
 @dataclass(frozen=True)
@@ -104,16 +77,19 @@ class Publish(Op):
 
 
 @dataclass(frozen=True)
-class DrainMember(Op):
-    """Wait for the requests in flight on an upstream already left out of the set;
-    `continue_streams`: its eligible streams go on on the other members at once instead."""
+class Drain(Op):
+    """Wait for the requests in flight on an upstream already left out of the set: a `live`
+    member (`continue_streams`: its eligible streams go on on the other members at once
+    instead), else the one serving container `name` (the gateway's single upstream)."""
 
-    TEXT = "drain {name}'s requests in flight (up to gateway.drain_timeout)"
     name: str
     continue_streams: bool = True
+    live: bool = True
 
     def describe(self) -> str:
-        said = super().describe()
+        if not self.live:
+            return f"drain the requests in flight on {self.name} (up to gateway.drain_timeout)"
+        said = f"drain {self.name}'s requests in flight (up to gateway.drain_timeout)"
         return f"{said}; its streams go on on the other members" if self.continue_streams else said
 
 
@@ -138,32 +114,13 @@ class Reapply(Op):
     def inverse(self) -> tuple[Op, ...]:
         if not self.recreate:
             return (RollBack(self.member),)
-        return () if self.previous is None else (RollBack(self.member), GateMember(self.previous))
+        return () if self.previous is None else (RollBack(self.member), Gate(self.previous, live=True))
 
 
 @dataclass(frozen=True)
 class RollBack(Op):
     TEXT = "roll {member.name} back to its previous revision ({member.container})"
     member: Member
-
-
-@dataclass(frozen=True)
-class DrainSingle(Op):
-    """Wait for the requests in flight on the one serving container (not a member)."""
-
-    TEXT = "drain the requests in flight on {container} (up to gateway.drain_timeout)"
-    container: str
-
-
-@dataclass(frozen=True)
-class StopMember(Op):
-    TEXT = "stop {member.name} ({member.container})"
-    member: Member
-
-    def inverse(self) -> tuple[Op, ...]:
-        if not self.member.run_file:
-            return ()
-        return (AwaitRelease(self.member.gpus), StartMember(self.member), GateMember(self.member))
 
 
 @dataclass(frozen=True)
@@ -226,18 +183,22 @@ class Sleep(Op):
 @dataclass(frozen=True)
 class Stop(Op):
     """`also`: exited containers of the shared service go with it; undone by starting it again
-    from exactly the run file and service that created it."""
+    from exactly the run file and service that created it (`live`: as a live change does)."""
 
-    TEXT = "stop {member.variant} ({member.container})"
+    TEXT = "stop {member.name} ({member.container})"
     STAGE = "stopping"
     member: Member
     also: tuple[str, ...] = ()
     settle: float = 1.0
+    live: bool = False
 
     def inverse(self) -> tuple[Op, ...]:
-        if not self.member.run_file:
+        m = self.member
+        if not m.run_file:
             return ()
-        return (Start(self.member), Gate(self.member), Settle(self.member, self.settle))
+        if self.live:
+            return (AwaitRelease(m.gpus), Start(m, live=True), Gate(m, live=True))
+        return (Start(m), Gate(m), Settle(m, self.settle))
 
 
 @dataclass(frozen=True)
@@ -258,19 +219,43 @@ class Wake(BringIn):
 
 @dataclass(frozen=True)
 class Adopt(BringIn):
-    TEXT = "route to {member.container}, which runs awake without serving (not restarted)"
+    """A running container serves as it runs (never restarted): the gateway's single upstream
+    goes to it (undone by removing it); `live`: the one serving container joins the set as
+    `member`, and the Publish that follows routes to it (that Publish's inverse undoes it)."""
+
     STAGE = "routing"
+    live: bool = False
+
+    def describe(self) -> str:
+        m = self.member
+        if self.live:
+            return f"adopt {m.container} as {m.name} as it runs (not restarted)"
+        return f"route to {m.container}, which runs awake without serving (not restarted)"
+
+    def inverse(self) -> tuple[Op, ...]:
+        return () if self.live else super().inverse()
 
 
 @dataclass(frozen=True)
 class Start(BringIn):
-    """`first`: nothing ran before, so its undo removes the project's network too."""
+    """The gateway's single upstream goes to it (a switch's target; undone by removing it, with
+    `first` the project's network too: nothing ran before); `live`: a member, which `Publish`
+    routes to once gated (undone by draining and stopping it)."""
 
-    TEXT = "start {member.variant} from {member.run_file} (service {member.service}), route to it"
     STAGE = "loading"
     first: bool = False
+    live: bool = False
+
+    def describe(self) -> str:
+        m = self.member
+        if not self.live:
+            return f"start {m.variant} from {m.run_file} (service {m.service}), route to it"
+        gpus = "" if m.gpus == "-" else f" on GPUs {m.gpus}"  # placed by its engine
+        return f"start {m.name}{gpus} ({m.service})"
 
     def inverse(self) -> tuple[Op, ...]:
+        if self.live:
+            return (Drain(self.member.name), Stop(self.member, live=True))
         return (Remove(self.member, self.member.run_file if self.first else ""),)
 
 
@@ -285,9 +270,18 @@ class Route(Op):
 
 @dataclass(frozen=True)
 class Gate(Op):
-    TEXT = "gate {member.variant} through the gateway (health, models, a completion)"
+    """Through the gateway, past its hold (a switch's target; `Settle` watches it next); `live`:
+    on the member's own address with a settle watch (and its acceptance), before it is published."""
+
     STAGE = "gating"
     member: Member
+    live: bool = False
+
+    def describe(self) -> str:
+        if not self.live:
+            return f"gate {self.member.variant} through the gateway (health, models, a completion)"
+        checks = "health, models, a completion, settle" + (", acceptance" if self.member.speculative else "")
+        return f"gate {self.member.name} on its own address ({checks})"
 
 
 @dataclass(frozen=True)

@@ -686,7 +686,7 @@ def live_operations(
     started again (`in_place`, a Deployment: applied in place). The one serving container
     that does not join is drained once the set takes the new requests, then stopped."""
     todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
-    todo += [ops.AdoptMember(adopt)] if adopt else []
+    todo += [ops.Adopt(adopt, live=True)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
     held = False
 
@@ -711,14 +711,14 @@ def live_operations(
         rest = [u for u in serving if u["name"] != member.name]
         if rest:
             publish(rest)
-            todo.append(ops.DrainMember(member.name, continue_streams))
+            todo.append(ops.Drain(member.name, continue_streams))
         elif stop:  # the last one serving: held and drained first
             hold()
-        todo.extend([ops.StopMember(member)] if stop else [])
+        todo.extend([ops.Stop(member, live=True)] if stop else [])
 
     if alone is not None and plan.single_first:
         hold()
-        todo.append(ops.StopMember(alone))
+        todo.append(ops.Stop(alone, live=True))
     early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
     for name in early:
         leave(old[name])
@@ -726,17 +726,18 @@ def live_operations(
         rolled = in_place and name in plan.replace
         if name in plan.replace:
             leave(old[name], stop=not rolled)
-        freed = [op.member.gpus for op in todo if isinstance(op, ops.StopMember)]
+        freed = [op.member.gpus for op in todo if isinstance(op, ops.Stop)]
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
             todo.append(ops.AwaitRelease(new[name].gpus))
-        todo += [ops.Reapply(new[name]) if rolled else ops.StartMember(new[name]), ops.GateMember(new[name])]
+        todo.append(ops.Reapply(new[name]) if rolled else ops.Start(new[name], live=True))
+        todo.append(ops.Gate(new[name], live=True))
         adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
         publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
     if alone is not None and not plan.single_first:
         if serving and not any(isinstance(op, ops.Publish) for op in todo):  # a set that already ran
             todo.append(ops.Publish(tuple(serving), ()))
-        todo += [ops.DrainSingle(alone.container)] if serving else []
-        todo.append(ops.StopMember(alone))
+        todo += [ops.Drain(alone.container, False, live=False)] if serving else []
+        todo.append(ops.Stop(alone, live=True))
     for name in plan.stop:
         if name not in early:
             leave(old[name])
@@ -780,21 +781,21 @@ def plan_alone(
     for name in early:
         rest = [u for u in serving if u["name"] != name]
         if rest:
-            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.DrainMember(name, continue_streams)]
+            todo += [ops.Publish(tuple(rest), tuple(serving)), ops.Drain(name, continue_streams)]
             serving = rest
         elif gateway_running:  # the last one serving: the gateway holds (and drains) until X serves
             todo.append(ops.Hold(alone.variant, continue_streams=continue_streams))
             held = True
-        todo.append(ops.StopMember(old[name]))
+        todo.append(ops.Stop(old[name], live=True))
     if kept is None:
         freed = any(_overlap(old[n].gpus, alone.gpus) for n in early)
         todo += [ops.AwaitRelease(alone.gpus)] if freed else []
-        todo += [ops.StartMember(alone), ops.GateMember(alone)]
+        todo += [ops.Start(alone, live=True), ops.Gate(alone, live=True)]
     todo.append(ops.Publish((), tuple(serving), alone.variant))
     todo += [ops.Release(alone.variant)] if held else []
     for name in leaving:
         if name not in early:
-            todo += [ops.DrainMember(name, continue_streams), ops.StopMember(old[name])]
+            todo += [ops.Drain(name, continue_streams), ops.Stop(old[name], live=True)]
     if gateway_running:  # its settings list the members: a restart would route to them again
         todo.append(ops.UpdateGateway(gateway_file, "the live set left: its settings name no member"))
     return LivePlan(

@@ -364,20 +364,15 @@ class DockerSwap:
             ops.Hold: self.hold,
             ops.Sleep: self.sleep,
             ops.Stop: self.stop,
-            ops.StopMember: self.stop_member,
             ops.AwaitRelease: self.await_release,
             ops.Start: self.start,
-            ops.StartMember: self.start_member,
             ops.Wake: self.wake,
             ops.Adopt: self.adopt,
-            ops.AdoptMember: self.adopt_member,
             ops.Route: self.route,
             ops.Gate: self.gate,
-            ops.GateMember: self.gate_member,
             ops.Settle: self.settle,
             ops.Publish: self.publish,
-            ops.DrainMember: self.drain_member,
-            ops.DrainSingle: self.drain_single,
+            ops.Drain: self.drain,
             ops.Release: self.release,
             ops.Probation: self.probation,
             ops.Remove: self.remove_container,
@@ -557,14 +552,26 @@ class DockerSwap:
         self._took("sleep", time.monotonic() - began)
 
     def stop(self, op: ops.Stop) -> None:
-        """Stop the serving container (its GPUs read first) and the shared service's exited ones."""
-        began = time.monotonic()
+        """Stop and remove the container (gone is fine), its GPUs read first for `await_release`:
+        a switch's by the stack's GPU budget, its shared service's exited ones stopped with it;
+        `op.live`: a member's own GPUs."""
+        from composer.probes.cgroups import container_pids
+        from composer.probes.gpu import detect_probe
+
+        began, gpus = time.monotonic(), op.member.gpus
         taken: list[ReleaseWait] = []
 
         def read_gpus(found: VariantContainer) -> None:
-            taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+            if not op.live:
+                taken.append(ReleaseWait.before_stop(self.stack, self.budget, found.container.id))
+            elif self.stack.gpus is not None and gpus != "-":
+                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
+                pids = container_pids([found.container.id])
+                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
 
-        stop_container(self.ctx, op.member.variant, op.member.container, read_gpus)
+        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
+        if op.live:
+            return
         self._releases += taken or [ReleaseWait.before_stop(self.stack, self.budget, None)]
         for name in op.also:
             stop_container(self.ctx, op.member.variant, name)
@@ -582,7 +589,12 @@ class DockerSwap:
                 self.say(took.detail)
 
     def start(self, op: ops.Start) -> None:
-        """Compose up the member's service from its run file, then route the gateway to it."""
+        """Compose up the member's service from its run file, then route the gateway to it (`op.live`:
+        a member, published once gated)."""
+        member = op.member
+        if op.live:
+            start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
+            return
         self.began = time.monotonic()
         self.brought = self.brought or op.member
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
@@ -600,6 +612,13 @@ class DockerSwap:
         standby.unpark(sleeper, ctx.stack.restart)
 
     def adopt(self, op: ops.Adopt) -> None:
+        """Route to the awake container; `op.live` (it joins a live set): it must still be the
+        running one the plan read."""
+        if op.live:
+            found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
+            if found.container.status != "running":
+                raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
+            return
         self.began = time.monotonic()
         self.brought = self.brought or op.member
         ctx = self.ctx
@@ -628,7 +647,11 @@ class DockerSwap:
 
     # -- the gate and the watches -----------------------------------------------------------
     def gate(self, op: ops.Gate) -> None:
-        """Wait until the container is ready (/health, /v1/models, one completion)."""
+        """Wait until the container is ready (/health, /v1/models, one completion) through the
+        gateway, or `op.live` on its own address (`_gate_direct`)."""
+        if op.live:
+            self._gate_direct(op)
+            return
         where = gate_target(self.ctx, op.member.variant)
         container = by_name(self.ctx, op.member.container)
         self.container, self.log, self.ready_at = None, "", 0.0  # not ready until it passed
@@ -748,16 +771,6 @@ class DockerSwap:
                 hold.control.report_probation(variant, state, until)
 
     # -- a live change's members ----------------------------------------------------------
-    def start_member(self, op: ops.StartMember) -> None:
-        member = op.member
-        start_service(self.ctx, f"{member.name} on GPUs {member.gpus}", member.run_file, member.service)
-
-    def adopt_member(self, op: ops.AdoptMember) -> None:
-        """The container joins as it runs: it must still be the running one the plan read."""
-        found = self._named(op.member.container, f"{op.member.container} was not created", SwapFailed)
-        if found.container.status != "running":
-            raise SwapFailed(f"{op.member.container} stopped before it could join as {op.member.name}")
-
     def _control(self) -> GatewayControl | None:
         from composer.gateway.client import GatewayControl
 
@@ -773,7 +786,7 @@ class DockerSwap:
                 return str(network["IPAddress"])
         raise SwapFailed(f"{container.name} has no address on the project's network")
 
-    def gate_member(self, op: ops.GateMember) -> None:
+    def _gate_direct(self, op: ops.Gate) -> None:
         """The swap's gate on the member's own address, a settle watch, and for a speculative
         variant its acceptance over a short warm-up (`live_acceptance`)."""
         began = time.monotonic()
@@ -804,28 +817,9 @@ class DockerSwap:
         if control := self._control():
             set_upstreams(control, [dict(u) for u in op.upstreams], op.single)
 
-    def drain_member(self, op: ops.DrainMember) -> None:
+    def drain(self, op: ops.Drain) -> None:
         if control := self._control():
-            self.drained.member(control, self.stack, op)
-
-    def drain_single(self, op: ops.DrainSingle) -> None:
-        if control := self._control():
-            self.drained.single(control, self.stack, self.ctx.waiting, op.container)
-
-    def stop_member(self, op: ops.StopMember) -> None:
-        """Stop and remove the container (its GPUs read first, for `await_release`; gone is fine)."""
-        from composer.probes.cgroups import container_pids
-        from composer.probes.gpu import detect_probe
-
-        gpus = op.member.gpus
-
-        def read_gpus(found: VariantContainer) -> None:
-            if self.stack.gpus is not None and gpus != "-":
-                devices = self.stack.gpus if gpus == "all" else tuple(gpus.split(","))
-                pids = container_pids([found.container.id])
-                self._releases.append(ReleaseWait.snapshot(self.probe or detect_probe(), devices, pids))
-
-        stop_container(self.ctx, op.member.name, op.member.container, read_gpus)
+            self.drained.drain(control, self.stack, self.ctx.waiting, op, op.name)
 
     # -- the change -----------------------------------------------------------------------
     def answers(self, names: str) -> None:
@@ -857,7 +851,7 @@ class DockerSwap:
             )
         left = tuple(m.upstream() for m in members if m.variant != variant)
         todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
-        todo += [op for m in mine for op in (ops.DrainMember(m.name), ops.StopMember(m))]
+        todo += [op for m in mine for op in (ops.Drain(m.name), ops.Stop(m, live=True))]
         execute(todo, self.handlers(), say=self.say)
         said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
         cut = self.drained.cut
@@ -869,7 +863,7 @@ class DockerSwap:
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
         kept = not ctx.options.rollback
-        if isinstance(op, ops.StartMember | ops.GateMember):
+        if isinstance(op, ops.Start | ops.Gate) and op.live:
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
             container = op.member.container
@@ -1023,8 +1017,12 @@ class DrainTally:
     continued: int = 0
     refused: int = 0
 
-    def member(self, control: GatewayControl, stack: Stack, op: ops.DrainMember) -> None:
-        """Wait for the requests in flight on `op.name` (an upstream the gateway does not know has none)."""
+    def drain(self, control: GatewayControl, stack: Stack, waiting: Say, op: ops.Drain, where: str) -> None:
+        """Wait for the requests in flight on the member `op.name` (an upstream the gateway does
+        not know has none), or without `op.live` on the gateway's single upstream (`where`)."""
+        if not op.live:
+            self.single(control, stack, waiting, where)
+            return
         try:
             drained = control.drain_upstream(
                 op.name, stack.gateway.drain_timeout, op.continue_streams, stack.max_model_len

@@ -505,26 +505,26 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         ("mtp/1",),
     )
     assert [type(op).__name__ for op in plan.ops] == [
-        "StartMember",
-        "GateMember",
+        "Start",
+        "Gate",
         "Publish",
         "Publish",
-        "DrainMember",
-        "StopMember",
+        "Drain",
+        "Stop",
     ]
     assert plan.ops[0].member.run_file == "/k/dflash2" and plan.ops[0].member.container == "vllm-dflash2"
-    assert plan.mode == "replace" and "1. StartMember: start dflash2/1 (vllm-dflash2)" in plan.describe()
+    assert plan.mode == "replace" and "1. Start: start dflash2/1 (vllm-dflash2)" in plan.describe()
     stop = plan.ops[-1]  # undone: mtp applied again from its folder and gated
-    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "Start", "Gate"]
     assert stop.inverse()[1].member.run_file == "/k/mtp"
 
     changed = plan_kube_live(stack, ["baseline", "mtp"], {"baseline": "x", "mtp": "b"}, cluster, folders)
     assert changed.replace == ("baseline/1",) and changed.keep == ("mtp/1",) and not changed.no_op
     assert [type(op).__name__ for op in changed.ops] == [
         "Publish",
-        "DrainMember",
+        "Drain",
         "Reapply",
-        "GateMember",
+        "Gate",
         "Publish",
     ]
     assert [type(op).__name__ for op in changed.ops[2].inverse()] == ["RollBack"]
@@ -551,6 +551,6 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
         single,
         {**folders, "single": Path("/k/one")},
     )
-    assert [type(op).__name__ for op in joined.ops][-2:] == ["DrainSingle", "StopMember"]
+    assert [type(op).__name__ for op in joined.ops][-2:] == ["Drain", "Stop"] and not joined.ops[-2].live
     assert joined.ops[-1].member.container == stack.service
     assert joined.ops[-1].inverse()[1].member.run_file == "/k/one"

@@ -61,14 +61,14 @@ def test_the_switch_is_a_plan_of_typed_operations_each_with_its_inverse() -> Non
         "UpdateGateway",
         "Hold",
         "Reapply",
-        "GateMember",
+        "Gate",
         "Release",
     ]
     roll = planned[2]
     assert isinstance(roll, ops.Reapply) and roll.recreate
     assert (roll.member.container, roll.member.run_file) == (stack.service, str(overlay))
     back = roll.inverse()  # the rollout undone, then what ran before gated again
-    assert [type(op).__name__ for op in back] == ["RollBack", "GateMember"]
+    assert [type(op).__name__ for op in back] == ["RollBack", "Gate"]
     assert back[1].member.variant == "baseline" and back[1].member.container == stack.service
     assert planned[0].inverse() == () and planned[1].inverse() == () and planned[3].inverse() == ()
     assert "roll vllm to mtp" in roll.describe() and "drain those in flight" in planned[1].describe()
@@ -78,7 +78,7 @@ def test_the_switch_is_a_plan_of_typed_operations_each_with_its_inverse() -> Non
 
     # no Deployment yet, or the same configuration again: nothing to go back to, no hold
     first = plan_kube_single(stack, "mtp", overlay, "h2", None, hold=False)
-    assert [type(op).__name__ for op in first] == ["Reapply", "GateMember"] and first[0].inverse() == ()
+    assert [type(op).__name__ for op in first] == ["Reapply", "Gate"] and first[0].inverse() == ()
     same = plan_kube_single(stack, "mtp", overlay, "h2", Serving("mtp", "h2"), hold=False)
     assert same[0].inverse() == ()
 

@@ -73,13 +73,13 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
     plan = plan_alone(alone, digest, running, "p")
     assert plan.mode == "replace" and plan.alone == "baseline" and plan.stop == ("baseline/1", "mtp/1")
     assert _ops(plan) == [
-        "StartMember baseline",
-        "GateMember baseline",
+        "Start baseline",
+        "Gate baseline",
         "Publish",
-        "DrainMember",
-        "StopMember baseline/1",
-        "DrainMember",
-        "StopMember mtp/1",
+        "Drain",
+        "Stop baseline/1",
+        "Drain",
+        "Stop mtp/1",
         "UpdateGateway",
     ]
     publish = plan.ops[2]
@@ -98,14 +98,14 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     plan = plan_alone(alone, digest, running, "p")
     assert _ops(plan) == [
         "Publish",
-        "DrainMember",
-        "StopMember mtp/1",
+        "Drain",
+        "Stop mtp/1",
         "AwaitRelease",
-        "StartMember mtp",
-        "GateMember mtp",
+        "Start mtp",
+        "Gate mtp",
         "Publish",
-        "DrainMember",
-        "StopMember baseline/1",
+        "Drain",
+        "Stop baseline/1",
         "UpdateGateway",
     ]
     assert [u["name"] for u in plan.ops[0].upstreams] == ["baseline/1"]  # baseline/1 serves meanwhile
@@ -115,13 +115,13 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
     # continue) before it stops, and releases once mtp's one container is routed
     assert _ops(every_plan) == [
         "Publish",
-        "DrainMember",
-        "StopMember baseline/1",
+        "Drain",
+        "Stop baseline/1",
         "Hold",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
-        "StartMember mtp",
-        "GateMember mtp",
+        "Start mtp",
+        "Gate mtp",
         "Publish",
         "Release",
         "UpdateGateway",
@@ -142,7 +142,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
     assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
-    assert _ops(plan) == ["Publish", "DrainMember", "StopMember mtp/1", "UpdateGateway"]
+    assert _ops(plan) == ["Publish", "Drain", "Stop mtp/1", "UpdateGateway"]
     # the gateway's settings name the members: it is replaced last, from X's own run file
     assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
     # a gateway that does not run is started from X's run file instead
@@ -150,7 +150,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
-    assert ops[:3] == ["Publish", "DrainMember", "StopMember baseline/1"] and "StartMember mtp" in ops
+    assert ops[:3] == ["Publish", "Drain", "Stop baseline/1"] and "Start mtp" in ops
 
 
 def test_modes_of_the_plans(tmp_path: Path) -> None:
@@ -225,7 +225,7 @@ def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_pat
     assert plan.ops[0].settings == (("GATEWAY_ALIASES", "quick=baseline"),)
     assert "ApplySettings: apply the gateway's changed settings in place (aliases)" in plan.describe()
     joined = plan_live(resolve_live(stack, ["baseline", "mtp", "dflash2"]), running, gateway=changed)
-    assert _ops(joined)[:2] == ["ApplySettings", "StartMember dflash2/1"]
+    assert _ops(joined)[:2] == ["ApplySettings", "Start dflash2/1"]
 
 
 def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_nor_members(

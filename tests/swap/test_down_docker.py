@@ -61,10 +61,10 @@ def test_down_plans_drains_and_says_what_it_cut(sim_stack, docker_client) -> Non
     lines = planned.stdout.splitlines()
     assert lines[0] == f"plan: {{baseline}} -> nothing (down of project {sim_stack.project})", lines
     assert lines[1] == "  1. Hold: hold new requests at the gateway and drain those in flight"
-    assert lines[2].startswith("  2. StopMember: stop baseline (") and "StopProject" in lines[3]
+    assert lines[2].startswith("  2. Stop: stop baseline (") and "StopProject" in lines[3]
     data = json.loads(sim_stack.run("down", "--dry-run", "--json").stdout)  # up --dry-run --json's shape
     assert data["outcome"] == "planned" and data["plan"]["mode"] == "down"
-    assert [op["op"] for op in data["plan"]["operations"]] == ["Hold", "StopMember", "StopProject"]
+    assert [op["op"] for op in data["plan"]["operations"]] == ["Hold", "Stop", "StopProject"]
     assert _ids(docker_client, sim_stack.project) == before  # a plan changes nothing
 
     stream, chunks = _stream_started(sim_stack, 100_000)  # far longer than the drain allows
@@ -144,7 +144,7 @@ def test_down_of_a_failed_variant_on_a_live_set_removes_only_it(sim_stack, docke
 
     planned = sim_stack.run("down", "--dry-run")  # the set: each container named once
     assert planned.returncode == 0, planned.stderr
-    stops = [line for line in planned.stdout.splitlines() if "StopMember" in line]
+    stops = [line for line in planned.stdout.splitlines() if "Stop:" in line]
     assert [line.split("stop ")[1].split(" ")[0] for line in stops] == ["baseline/1", "mtp/1"], planned.stdout
     done = sim_stack.run("down", timeout=180)
     assert done.returncode == 0 and done.stdout.startswith(f"{sim_stack.project}: stopped baseline/1, mtp/1;")

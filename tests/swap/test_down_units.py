@@ -52,8 +52,8 @@ def test_down_of_a_live_set_drains_then_names_each_container_once() -> None:
     assert plan.describe().splitlines()[:5] == [
         "plan: {baseline/1, mtp/1} -> nothing (down of project vllm)",
         "  1. Hold: hold new requests at the gateway and drain those in flight",
-        "  2. StopMember: stop baseline/1 (p-vllm-1)",
-        "  3. StopMember: stop mtp/1 (p-vllm-mtp-1-1)",
+        "  2. Stop: stop baseline/1 (p-vllm-1)",
+        "  3. Stop: stop mtp/1 (p-vllm-mtp-1-1)",
         "  4. StopProject: remove the gateway, its port holder and the network of project vllm (compose down); "
         "keep volume(s) p_gateway-state",
     ]
@@ -61,8 +61,8 @@ def test_down_of_a_live_set_drains_then_names_each_container_once() -> None:
     data = plan.as_data()
     assert data["mode"] == "down" and [op["op"] for op in data["operations"]] == [
         "Hold",
-        "StopMember",
-        "StopMember",
+        "Stop",
+        "Stop",
         "StopProject",
     ]
     text = plan.describe()
@@ -73,7 +73,7 @@ def test_down_without_a_gateway_says_nothing_can_be_drained() -> None:
     stack = _owned_stack()
     snap = _snap(stack, [_info("mtp", service="vllm", sleep_mode=False)], route="http://vllm:8000")
     plan = plan_down(snap, stack, 5)
-    assert [type(op).__name__ for op in plan.ops] == ["StopMember", "StopProject"]
+    assert [type(op).__name__ for op in plan.ops] == ["Stop", "StopProject"]
     assert any("cannot be drained" in note for note in plan.notes)
 
 

@@ -122,11 +122,11 @@ def test_the_record_of_a_running_swap_is_read_back(state: Path) -> None:
 def test_a_live_change_is_recorded_as_one_and_a_killed_one_is_a_live_event(state: Path) -> None:
     """A live set's change writes the same record as a swap (`LivePlan.recording`): `status`
     says which set changes into which, at which operation; left behind, it is a live event."""
-    from composer.swap.ops import Member, StartMember
+    from composer.swap.ops import Member, Start
     from composer.swap.plan import LivePlan
 
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
-    plan = LivePlan(("baseline", "mtp"), ("baseline/1",), ("mtp/1",), (), ops=(StartMember(mtp),))
+    plan = LivePlan(("baseline", "mtp"), ("baseline/1",), ("mtp/1",), (), ops=(Start(mtp, live=True),))
     with swap_lock(PROJECT):
         record = plan.recording(PROJECT, 60)
         record.stage(plan.ops[0].describe())
@@ -217,12 +217,12 @@ def test_a_live_change_records_what_served_before_it(state: Path) -> None:
     variants that served before, as its target names those that serve after."""
     from composer.stack.load import load_stack
     from composer.swap.entry import LiveResult, live_history
-    from composer.swap.ops import Member, StopMember
+    from composer.swap.ops import Member, Stop
     from composer.swap.plan import LivePlan
 
     stack = load_stack([REPO / "composer.toml"], None, environ={}, flags=[f"stack.project={PROJECT}"])
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
-    plan = LivePlan(("mtp",), ("mtp/1",), (), ("baseline/1",), ops=(StopMember(mtp),))
+    plan = LivePlan(("mtp",), ("mtp/1",), (), ("baseline/1",), ops=(Stop(mtp, live=True),))
     live_history(stack, plan, "changed", LiveResult(variant="mtp", outcome="changed"))
     (event,) = read_history(PROJECT).events
     assert (event["kind"], event["source"], event["target"]) == ("live", "baseline+mtp", "mtp")

@@ -255,9 +255,9 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     before = _ids(docker_client, sim_stack.project)
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
     assert plan.returncode == 0, plan.stderr
-    assert "(join)" in plan.stdout and "StartMember: start mtp/1 on GPUs 2,3" in plan.stdout
-    assert "GateMember: gate mtp/1" in plan.stdout and "StopMember" not in plan.stdout
-    assert f"AdoptMember: adopt {single.name} as baseline/1 as it runs (not restarted)" in plan.stdout
+    assert "(join)" in plan.stdout and "Start: start mtp/1 on GPUs 2,3" in plan.stdout
+    assert "Gate: gate mtp/1" in plan.stdout and "Stop:" not in plan.stdout
+    assert f"Adopt: adopt {single.name} as baseline/1 as it runs (not restarted)" in plan.stdout
     assert _ids(docker_client, sim_stack.project) == before
 
     events = len(_events(sim_stack))
@@ -292,7 +292,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert plan.returncode == 0, plan.stderr
     data = json.loads(plan.stdout)["plan"]
     ops = [op["op"] for op in data["operations"]]
-    assert data["mode"] == "replace" and ops[:3] == ["Publish", "DrainMember", "StopMember"], ops
+    assert data["mode"] == "replace" and ops[:3] == ["Publish", "Drain", "Stop"], ops
     assert _ids(docker_client, sim_stack.project) == before
 
     failed, answers = _under_load(sim_stack, "baseline", "mtp-crash")  # needs mtp's GPUs: mtp stops first

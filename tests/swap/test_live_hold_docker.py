@@ -98,7 +98,7 @@ def test_the_last_serving_member_is_held_before_it_stops_and_a_failed_one_never_
     plan = sim_stack.run("up", "--dry-run", "--json")
     assert plan.returncode == 0, plan.stderr
     ops = [op["op"] for op in json.loads(plan.stdout)["plan"]["operations"]]
-    assert ops[:2] == ["Hold", "StopMember"] and ops[-1] == "Release", ops
+    assert ops[:2] == ["Hold", "Stop"] and ops[-1] == "Release", ops
     result, answers = _through(sim_stack, ("up",), expected)
     assert {status for status, _ in answers} == {200}, answers  # held, then served: none failed
     assert result["drained"] == {"cut": 0, "continued": STREAMS, "refused": 0}, result

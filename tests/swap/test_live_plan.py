@@ -65,21 +65,21 @@ def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> 
     running = _running(stack, "baseline/1")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), running, run_file="/s/live-x.yml")
     assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
-    assert plan.mode == "join" and _ops(plan) == ["StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    assert plan.mode == "join" and _ops(plan) == ["Start mtp/1", "Gate mtp/1", "Publish"]
     start, _, publish = plan.ops
     assert start.member.run_file == "/s/live-x.yml" and start.member.gpus == "2,3"
     assert [u["name"] for u in publish.upstreams] == ["baseline/1", "mtp/1"]
     assert [u["name"] for u in publish.previous] == ["baseline/1"]
     text = plan.describe()
     assert text.splitlines()[0] == "live set: {baseline/1} -> {baseline/1, mtp/1} (join)"
-    assert "1. StartMember: start mtp/1 on GPUs 2,3 (vllm-mtp-1)" in text
+    assert "1. Start: start mtp/1 on GPUs 2,3 (vllm-mtp-1)" in text
     assert "3. Publish: route the gateway to {baseline/1, mtp/1}" in text
     assert "keep baseline/1 (GPUs 0,1): serves throughout" in text
     assert "Stop" not in text
     data = plan.as_data()
     assert data["mode"] == "join" and [o["op"] for o in data["operations"]] == [
-        "StartMember",
-        "GateMember",
+        "Start",
+        "Gate",
         "Publish",
     ]
 
@@ -90,12 +90,12 @@ def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack)
     assert (plan.keep, plan.start, plan.stop) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
     assert plan.mode == "replace"
     assert _ops(plan) == [
-        "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Start dflash2/1",
+        "Gate dflash2/1",
         "Publish",
         "Publish",
-        "DrainMember",
-        "StopMember baseline/1",
+        "Drain",
+        "Stop baseline/1",
     ]
     assert [u["name"] for u in plan.ops[3].upstreams] == ["mtp/1", "dflash2/1"]
     assert plan.as_data()["stop"] == ["baseline/1"]
@@ -111,16 +111,16 @@ def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -
     plan = plan_live(target, moved)
     assert _ops(plan) == [
         "Publish",
-        "DrainMember",
-        "StopMember mtp/1",
+        "Drain",
+        "Stop mtp/1",
         "AwaitRelease",
-        "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Start dflash2/1",
+        "Gate dflash2/1",
         "Publish",
     ]
     # Undone in reverse, the leaving member comes back: started, gated, published again.
     stop = plan.ops[2]
-    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "StartMember", "GateMember"]
+    assert [type(op).__name__ for op in stop.inverse()] == ["AwaitRelease", "Start", "Gate"]
     assert [u["name"] for u in plan.ops[0].inverse()[0].upstreams] == ["baseline/1", "mtp/1"]
 
 
@@ -148,22 +148,22 @@ def test_a_single_serving_variant_stops_only_once_the_set_serves(stack: Stack) -
     single = _single("h")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single)
     assert plan.mode == "join"
-    assert _ops(plan)[-1] == "StopMember baseline" and _ops(plan).count("StopMember baseline") == 1
+    assert _ops(plan)[-1] == "Stop baseline" and _ops(plan).count("Stop baseline") == 1
     assert plan.ops[-1].inverse()[1].member.run_file == "/s/one.yml"  # started again from its file
     first = plan_live(resolve_live(stack, ["baseline", "mtp"]), [], single, gpus_shared=True)
     # its GPUs are needed first: the gateway holds and drains (streams continue) before it
     # stops, and releases once the first member is routed
     assert _ops(first) == [
         "Hold",
-        "StopMember baseline",
+        "Stop baseline",
         "AwaitRelease",
-        "StartMember baseline/1",
-        "GateMember baseline/1",
+        "Start baseline/1",
+        "Gate baseline/1",
         "Publish",
         "Release",
         "AwaitRelease",
-        "StartMember mtp/1",
-        "GateMember mtp/1",
+        "Start mtp/1",
+        "Gate mtp/1",
         "Publish",
     ]
     assert first.ops[0].continue_streams and first.ops[0].target == ""  # no switch-log variant
@@ -181,24 +181,24 @@ def test_the_last_member_serving_is_held_and_drained_before_it_stops(stack: Stac
     plan = plan_live(resolve_live(stack, ["baseline", "dflash2"]), moved)
     assert _ops(plan) == [
         "Hold",
-        "StopMember mtp/1",
-        "StartMember baseline/1",
-        "GateMember baseline/1",
+        "Stop mtp/1",
+        "Start baseline/1",
+        "Gate baseline/1",
         "Publish",
         "Release",
         "AwaitRelease",
-        "StartMember dflash2/1",
-        "GateMember dflash2/1",
+        "Start dflash2/1",
+        "Gate dflash2/1",
         "Publish",
     ]
     # a changed sole member too: held before it stops, released once it serves again
     changed = plan_live(resolve_live(stack, ["mtp"]), _running(stack, "mtp/1", changed="mtp/1"))
     assert _ops(changed) == [
         "Hold",
-        "StopMember mtp/1",
+        "Stop mtp/1",
         "AwaitRelease",
-        "StartMember mtp/1",
-        "GateMember mtp/1",
+        "Start mtp/1",
+        "Gate mtp/1",
         "Release",
     ]
 
@@ -211,23 +211,23 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     single = _single(target.services[0].alone_hash)
     assert single.config_hash  # the one serving baseline's hash, as `up baseline` labels it
     plan = plan_live(target, [], single)
-    assert _ops(plan) == ["AdoptMember baseline/1", "StartMember mtp/1", "GateMember mtp/1", "Publish"]
+    assert _ops(plan) == ["Adopt baseline/1", "Start mtp/1", "Gate mtp/1", "Publish"]
     assert plan.keep == ("baseline/1",) and plan.single is None and plan.mode == "join"
     assert plan.ops[0].member.container == "p-vllm-1" and plan.ops[0].inverse() == ()
     publish = plan.ops[-1]
     assert publish.upstreams[0] == {"name": "baseline/1", "variant": "baseline", "url": "http://vllm:8000"}
     assert publish.inverse()[0].upstreams == ()  # undone: the gateway's single upstream again
-    assert "AdoptMember: adopt p-vllm-1 as baseline/1 as it runs (not restarted)" in plan.describe()
-    assert plan.as_data()["operations"][0]["op"] == "AdoptMember"
+    assert "Adopt: adopt p-vllm-1 as baseline/1 as it runs (not restarted)" in plan.describe()
+    assert plan.as_data()["operations"][0]["op"] == "Adopt"
     # Once it serves in the set, the same set is a no-op; its upstream keeps its own service.
     member = LiveRunning("baseline/1", "baseline", "p-vllm-1", "0,1", single.config_hash, "running", "vllm")
     mtp = _running(stack, "mtp/1")
     same = plan_live(target, [member, *mtp], single)
     assert same.no_op and same.upstreams[0]["url"] == "http://vllm:8000", same.describe()
     # Not adopted: another configuration, a set of itself alone, or no gateway running.
-    assert "StopMember baseline" in _ops(plan_live(target, [], _single("other")))
-    assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "StartMember baseline/1"
-    assert "AdoptMember baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
+    assert "Stop baseline" in _ops(plan_live(target, [], _single("other")))
+    assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "Start baseline/1"
+    assert "Adopt baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
 
 
 def test_a_lone_variant_on_other_gpus_than_its_member_cannot_join_as_it_runs(stack: Stack) -> None:
@@ -241,7 +241,7 @@ def test_a_changed_member_is_replaced_and_the_same_set_is_a_no_op(stack: Stack) 
     target = resolve_live(stack, ["baseline", "mtp"])
     changed = plan_live(target, running)
     assert changed.replace == ("mtp/1",)
-    assert _ops(changed)[:3] == ["Publish", "DrainMember", "StopMember mtp/1"]
+    assert _ops(changed)[:3] == ["Publish", "Drain", "Stop mtp/1"]
     same = plan_live(target, _running(stack, "baseline/1", "mtp/1"))
     assert same.no_op and same.mode == "unchanged" and "nothing to change" in same.describe()
     assert plan_live(target, _running(stack, "baseline/1", "mtp/1"), gateway_running=False).start_gateway
@@ -309,13 +309,13 @@ def test_a_live_set_says_whether_it_routes_by_class_or_by_load_alone() -> None:
 def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stack: Stack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The plan's StopMember, AwaitRelease, StartMember on Docker's dispatch table, with a
+    """The plan's Stop, AwaitRelease, Start on Docker's dispatch table, with a
     recording GPU probe: the start comes after the probe saw the stopped process go."""
     from composer.engine.variant_container import VariantContainer
     from composer.probes import cgroups
     from composer.probes.gpu import GpuInfo, GpuProcess
     from composer.swap.execute import execute
-    from composer.swap.ops import AwaitRelease, Member, StartMember, StopMember
+    from composer.swap.ops import AwaitRelease, Member, Start, Stop
     from composer.swap.transaction import DockerSwap
 
     def gpu(index: int, pids: tuple[int, ...]) -> GpuInfo:
@@ -355,8 +355,8 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")
     started: list[list[bool]] = []
-    handlers = swapper.handlers() | {StartMember: lambda op: started.append(list(swapper.probe.seen))}
-    execute([StopMember(leaving), AwaitRelease("2,3"), StartMember(coming)], handlers)
+    handlers = swapper.handlers() | {Start: lambda op: started.append(list(swapper.probe.seen))}
+    execute([Stop(leaving, live=True), AwaitRelease("2,3"), Start(coming, live=True)], handlers)
     assert stopped == ["vllm-mtp-1"]
     assert started == [[True, True, True, False]]  # started only after the release was seen
 

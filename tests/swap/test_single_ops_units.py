@@ -198,7 +198,7 @@ def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_chang
     kubernetes = {ops.Reapply, ops.RollBack}
     table = _swap(_plan(_serving())).handlers()
     assert set(table) == every - {ops.Op, ops.BringIn} - kubernetes
-    assert {ops.StartMember, ops.GateMember, ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)
+    assert {ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)
 
 
 def test_every_operation_has_a_handler_in_docker_or_kubernetes() -> None:
