@@ -314,9 +314,10 @@ class Release(Op):
     STAGE = "releasing"
     variant: str  # "": a live set's members (published before it)
     tell: bool = False
+    back: str = ""  # the variant an undo brings back: the switch its hold begins names it
 
     def inverse(self) -> tuple[Op, ...]:
-        return (Hold(self.variant),)
+        return (Hold(self.back),)
 
     def describe(self) -> str:
         return super().describe() if self.variant else "release the held requests to the live set"

@@ -385,7 +385,8 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
     hold = ops.Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
     probation = [op for op in plan.ops if isinstance(op, ops.Probation)]
     swap = [op for op in plan.ops if not isinstance(op, ops.Probation)]
-    release = ops.Release(plan.target, tell=bool(gateway.recreate))
+    back = plan.previous.variant if plan.previous is not None else ""
+    release = ops.Release(plan.target, tell=bool(gateway.recreate), back=back)
     return replace(plan, ops=(*first, hold, *swap, release, *probation))
 
 

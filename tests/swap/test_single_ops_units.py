@@ -75,15 +75,15 @@ def test_a_stop_start_gate_plan_undoes_to_the_previous_run_file_gate_and_route_i
         Start(MTP),
         Gate(MTP),
         Settle(MTP, 2.0, "ready", False, 1, False),
-        Release("mtp"),
+        Release("mtp", back="baseline"),
         Probation(MTP, 30.0),
     )
     assert plan.steps == ("stop", "release", "start", "gate")
     # the gate failed: the new container goes, the previous one starts again from exactly the
     # run file and service that created it (routed to by its start), is gated and settles
     assert _undo(list(plan.ops[:5])) == [Remove(MTP), Start(baseline), Gate(baseline), Settle(baseline, 2.0)]
-    # on probation: the clients are held again first
-    assert _undo(list(plan.ops))[:2] == [Hold("mtp"), Remove(MTP)]
+    # on probation: the clients are held again first, for baseline's return
+    assert _undo(list(plan.ops))[:2] == [Hold("baseline"), Remove(MTP)]
     # a first start leaves nothing: its undo removes the project's network too
     first = _plan()
     assert first.ops[1] == Start(MTP, first=True)
@@ -216,3 +216,12 @@ def test_every_operation_has_a_handler_in_docker_or_kubernetes() -> None:
     kubernetes = KubeRollout(None, None, UpOptions(), print, print).handlers()  # type: ignore[arg-type]
     assert every - set(docker) - set(kubernetes) == set()
     assert {ops.Reapply, ops.RollBack} <= set(kubernetes)
+
+
+def test_a_failed_probation_holds_again_for_the_variant_the_undo_brings_back() -> None:
+    """The undo's hold begins the gateway's rollback switch: it names what comes back, never the
+    variant that failed (the status page showed `crashlater -> crashlater`)."""
+    from composer.swap.ops import Hold, Release
+
+    assert Release("crashlater", back="baseline").inverse() == (Hold("baseline"),)
+    assert Release("mtp").inverse() == (Hold(""),)  # nothing served before: nothing to name
