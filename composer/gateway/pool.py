@@ -176,8 +176,7 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
 
     def data_received(self, data: bytes) -> None:
         if self.response is None:  # bytes nobody asked for: the connection is not usable
@@ -386,13 +385,14 @@ class Pool:
     async def _connect(self, origin: Origin, loop: asyncio.AbstractEventLoop) -> _Connection:
         try:
             async with asyncio.timeout(self.connect_timeout):
-                _, conn = await loop.create_connection(
+                transport, conn = await loop.create_connection(
                     lambda: _Connection(self, origin), origin[0], origin[1]
                 )
         except TimeoutError:
             raise Unreachable(f"connecting to {origin[0]}:{origin[1]} timed out") from None
         except OSError as err:
             raise Unreachable(f"cannot connect to {origin[0]}:{origin[1]}: {err}") from err
+        conn.transport = transport  # type: ignore[assignment]  (uvloop calls connection_made later)
         return conn
 
     def _release(self, conn: _Connection) -> None:
