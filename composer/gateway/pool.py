@@ -234,7 +234,7 @@ class _Connection(asyncio.Protocol):
             return
         response.status = status
         response._head = True
-        if self.head_only or status in (204, 304):
+        if self.head_only:  # (httptools would wait for the body its length announces)
             self._complete(response, reuse=False)
             return
         framed = False
