@@ -45,6 +45,10 @@ class Incomplete(aiohttp.ClientPayloadError):
     """The response broke off (or was not HTTP) after its head."""
 
 
+class Interrupted(Exception):
+    """A read was ended by `Response.interrupt`."""
+
+
 class Response:
     """A response's head (`status`, `raw_headers`) and its body, read as it arrives."""
 
@@ -54,6 +58,7 @@ class Response:
         "_done",
         "_error",
         "_head",
+        "_interrupted",
         "_loop",
         "_paused",
         "_size",
@@ -76,6 +81,7 @@ class Response:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
+        self._interrupted = False
 
     @property
     def content_type(self) -> str:
@@ -90,13 +96,17 @@ class Response:
 
     async def readany(self) -> bytes:
         """The body bytes that arrived since the last read (waits for some); b"" at its end.
-        Raises `Incomplete` when it broke off (after the bytes that came before)."""
+        Raises `Incomplete` when it broke off (after the bytes that came before), `Interrupted`
+        when `interrupt()` ended its wait."""
         while not self._buffer:
             if self._error is not None:
                 raise self._error
             if self._done:
                 return b""
             await self._wait()
+            if self._interrupted:
+                self._interrupted = False
+                raise Interrupted
         buffer = self._buffer
         data = buffer[0] if len(buffer) == 1 else b"".join(buffer)
         buffer.clear()
@@ -118,6 +128,12 @@ class Response:
         if len(data) > limit:  # what is left stays unread: the connection cannot be reused
             self.close()
         return data[:limit]
+
+    def interrupt(self) -> None:
+        """End the read waiting now (if any) with `Interrupted`, even when bytes just came."""
+        if self._waiter is not None:
+            self._interrupted = True
+            self._wake()
 
     def close(self) -> None:
         """Let the response go: its connection closes unless the body was read to its end."""

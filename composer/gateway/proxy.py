@@ -38,7 +38,7 @@ from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
 from .liveness import Liveness, Unresponsive
 from .metrics import Metrics
-from .pool import Pool, Response, Unreachable
+from .pool import Interrupted, Pool, Response, Unreachable
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 
 if TYPE_CHECKING:
@@ -513,14 +513,14 @@ class ProxyApp:
         its probe passes) lets the ticket, the count and the connection go."""
         stall_s = self.stall_timeout or None  # 0: no stall timeout
         loop = asyncio.get_running_loop()
-        reading: _Interrupt | None = None  # the read under way
+        reading = False  # a read is under way (`Response.interrupt` ends it)
         began = 0.0  # when it began
         watchdog: asyncio.TimerHandle | None = None  # one stall timer for the whole stream
         paused = False
 
         def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
-            if reading is not None:
-                reading.interrupt("cut")
+            if reading:
+                response.interrupt()
 
         def pause() -> None:  # stop reading now: it goes on on another upstream
             nonlocal paused
@@ -532,11 +532,11 @@ class ProxyApp:
             nonlocal watchdog
             assert stall_s is not None
             now = loop.time()
-            if reading is not None and now >= began + stall_s:
+            if reading and now >= began + stall_s:
                 watchdog = None
-                reading.interrupt("stall")
+                response.interrupt()
                 return
-            watchdog = loop.call_at((began if reading is not None else now) + stall_s, watch)
+            watchdog = loop.call_at((began if reading else now) + stall_s, watch)
 
         def unwatch() -> None:
             nonlocal watchdog
@@ -553,11 +553,13 @@ class ProxyApp:
                     began = loop.time()
                     if watchdog is None and stall_s is not None:
                         watchdog = loop.call_at(began + stall_s, watch)
-                    with _Interrupt() as read:
-                        reading = read
+                    reading, caught = True, False
+                    try:
                         chunk = await response.readany()
-                    reading = None
-                    if read.caught:
+                    except Interrupted:
+                        caught = True
+                    reading = False
+                    if caught:
                         if ticket.cut_requested:
                             break
                         if paused:
@@ -587,7 +589,7 @@ class ProxyApp:
                     503, "stream cut: the variant is being replaced and the drain timeout ran out"
                 )
             finally:
-                reading = None
+                reading = False
                 unwatch()
 
         def end(reason: str | None) -> None:
