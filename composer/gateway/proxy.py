@@ -121,11 +121,14 @@ class Attempt:
 
 def _forward_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Request or response headers without hop-by-hop ones (and those `Connection` names)."""
+    kept = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP]
+    if len(kept) == len(raw):  # no hop-by-hop header: no Connection header to name more
+        return kept
     named = set()
     for key, value in raw:
         if key.lower() == b"connection":
             named.update(v.strip().lower() for v in value.split(b","))
-    return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+    return [(k, v) for k, v in kept if k.lower() not in named] if named else kept
 
 
 def _request_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
