@@ -187,6 +187,7 @@ class _Connection(asyncio.Protocol):
         self.sent_whole = False  # the request's body was written to its end
         self.idle_since = 0.0
         self.closed = False
+        self.writer: asyncio.Task[None] | None = None  # the task writing a streamed request body
         self._drain: asyncio.Future[None] | None = None  # set while writing is paused
 
     # asyncio.Protocol
@@ -200,8 +201,8 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserError as err:
-            self._broke(Incomplete(f"the backend's response is not valid HTTP/1.1: {err}"))
+        except Exception as err:  # (an upgrade too: never asked for)
+            self._broke(Incomplete(f"the backend's response is not valid HTTP/1.1: {err!r}"))
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows
@@ -298,6 +299,9 @@ class _Connection(asyncio.Protocol):
             self.pool._forget(self)
             if self.transport is not None:
                 self.transport.close()
+        writer = self.writer
+        if writer is not None and not writer.done() and writer is not asyncio.current_task():
+            writer.cancel()  # no more of the client's body for a request that ended
 
     async def drain(self) -> None:
         while self._drain is not None:
@@ -339,6 +343,7 @@ class Pool:
         conn.response = response
         conn.head_only = method == "HEAD"
         conn.sent_whole = False
+        conn.writer = None
         head = _head(method, target, origin[2], headers, data)
         transport = conn.transport
         assert transport is not None
@@ -356,7 +361,7 @@ class Pool:
                 if sent is not None:
                     sent(reused)
                 chunked = not any(k.lower() == b"content-length" for k, _ in headers)
-                writer = loop.create_task(_send_body(conn, response, data, chunked))
+                writer = conn.writer = loop.create_task(_send_body(conn, response, data, chunked))
             while not response._head:
                 if response._error is not None:
                     raise response._error
@@ -392,7 +397,8 @@ class Pool:
         idle = self._idle.get(origin)
         while idle:
             conn = idle.pop()
-            if conn.closed or now - conn.idle_since >= self.keepalive:
+            stale = now - conn.idle_since >= self.keepalive
+            if conn.closed or stale or conn.transport is None or conn.transport.is_closing():
                 conn.close()
                 continue
             return conn
