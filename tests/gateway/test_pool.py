@@ -11,6 +11,7 @@ import aiohttp
 import pytest
 import uvloop
 
+from composer.gateway.gate import ClientGone
 from composer.gateway.pool import Pool, Unreachable
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
@@ -204,5 +205,34 @@ def test_a_streamed_body_goes_out_chunked_and_failures_are_client_errors(loop) -
         with pytest.raises(Unreachable) as refused:
             await Pool().request("GET", base, b"/echo", [], b"")
         assert isinstance(refused.value, aiohttp.ClientConnectionError)
+
+    _run(LOOPS[loop], test)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_client_body_that_breaks_off_ends_the_request_with_its_own_error(loop) -> None:
+    """A streamed body whose client went away (`ClientGone`) ends the request with that error,
+    not a backend's (the backend is not to blame), and its connection is not reused."""
+    answers = {b"/slow": _fixed(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")}
+
+    async def parts() -> AsyncIterator[bytes]:
+        yield b'{"a":'
+        await asyncio.sleep(0)
+        raise ClientGone
+
+    async def test() -> None:
+        seen = Seen()
+        server = await _backend(answers, seen)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+        pool = Pool()
+        try:
+            with pytest.raises(ClientGone):
+                await pool.request("POST", base, b"/slow", HEADERS, parts())
+            ok = await pool.request("POST", base, b"/slow", HEADERS, b"{}")
+            assert await _body(ok) == b"ok"
+        finally:
+            await pool.close()
+            server.close()
+        assert [number for number, *_ in seen.requests] == [2]
 
     _run(LOOPS[loop], test)
