@@ -192,6 +192,18 @@ class Column:
         return cpu_seconds(self.pids) if self.pids else 0.0
 
 
+def wait_started(proc: subprocess.Popen[bytes], url: str, log: Path | None = None) -> None:
+    """Wait for `url`; a server that does not answer is stopped (the end of its log shown)."""
+    try:
+        wait_http(url)
+    except SystemExit:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if log is not None:
+            sys.stderr.write(log.read_bytes()[-3000:].decode(errors="replace"))
+        raise
+
+
 def start_upstream(port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, __file__, "--serve-upstream", str(port)], start_new_session=True)
 
@@ -207,7 +219,7 @@ def start_nginx(workdir: Path, upstream: int) -> Column:
         [binary, "-c", str(conf), "-p", str(workdir), "-g", "daemon off;"], start_new_session=True
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/health")
+    wait_started(proc, url + "/health")
     children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
     return Column("nginx", url, [proc], [proc.pid, *map(int, children)])
 
@@ -237,7 +249,7 @@ def start_gateway(
         start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
-    wait_http(url + "/v1/models")
+    wait_started(proc, url + "/v1/models", workdir / f"{name}.log")
     return Column(name, url, [proc], [proc.pid])
 
 

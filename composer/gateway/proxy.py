@@ -3,16 +3,16 @@
 For each request (its path already canonical: `screen`): off the allow-list, 404; a keyed
 path without the right key, 401 before it takes a queue slot; a request without the key is
 never held (admitted at once or 503); status routes and CORS preflights are forwarded without
-their body. Then aiohttp forwards it and each read of the response passes on at once whatever
-has arrived. A client that disconnects cancels its upstream request. A request waiting for its
-response head from a backend that stops answering `/health` is answered 504 after
-`unresponsive_timeout` (`liveness`). Bodies up to `REPLAY_LIMIT` are read first so the request
-can be sent again, once, when the backend cannot have read it (`Attempt.unread`); larger ones
-stream through. Every forwarded answer carries `x-served-by` (the member that answered) and
-`Server-Timing: gateway;dur=MS` (the gateway's own time to the head, the backend's wait left
-out). An eligible streamed completion (`continuation`) is relayed by its record,
-which continues it on the next upstream the gate admits it to when the backend breaks or
-stalls (`_reopen`).
+their body. Then it goes upstream on a pooled keep-alive connection (`pool`) and each read of
+the response passes on at once whatever has arrived. A client that disconnects cancels its
+upstream request. A request waiting for its response head from a backend that stops answering
+`/health` is answered 504 after `unresponsive_timeout` (`liveness`). Bodies up to
+`REPLAY_LIMIT` are read first so the request can be sent again, once, when the backend cannot
+have read it (`Attempt.unread`); larger ones stream through. Every forwarded answer carries
+`x-served-by` (the member that answered) and `Server-Timing: gateway;dur=MS` (the gateway's
+own time to the head, the backend's wait left out). An eligible streamed completion
+(`continuation`) is relayed by its record, which continues it on the next upstream the gate
+admits it to when the backend breaks or stalls (`_reopen`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
-from multidict import CIMultiDict
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
@@ -39,6 +38,7 @@ from .gate import ClientGone, Gate, Refused, Ticket
 from .keepalive import HeldStream
 from .liveness import Liveness, Unresponsive
 from .metrics import Metrics
+from .pool import Interrupted, Pool, Response, Unreachable
 from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
 
 if TYPE_CHECKING:
@@ -48,8 +48,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("gateway")
 
-# Idle upstream connections close after this long: under vLLM's own keep-alive timeout (5 s),
-# so the gateway never sends on a connection the server is closing.
+# Idle probe connections close after this long: under vLLM's own keep-alive timeout (5 s),
+# so the gateway never sends on a connection the server is closing (`pool.KEEPALIVE_S` alike).
 UPSTREAM_KEEPALIVE_S = 4.0
 HOP_BY_HOP = frozenset(
     {
@@ -67,7 +67,7 @@ HOP_BY_HOP = frozenset(
         PROBE_HEADER.encode(),
     }
 )
-# Headers aiohttp would add on its own: the client's are forwarded as they came, or not at all.
+# Headers aiohttp would add on its own to a probe.
 NO_AUTO_HEADERS = ("User-Agent", "Accept", "Accept-Encoding", "Content-Type")
 SERVED_BY = b"x-served-by"
 SERVER_TIMING = b"server-timing"
@@ -79,18 +79,15 @@ ROUTE_HINT = "gateway.route_hint"
 STREAM = "gateway.stream"
 # Errors that mean the backend went away before it answered (`Attempt.unread`: sent again
 # once); CONNECT_ERRORS (connection errors too) mean it could not be reached.
-CONNECT_ERRORS = (aiohttp.ClientConnectorError, aiohttp.ConnectionTimeoutError)
+# (`pool`'s errors are aiohttp's client errors.)
+CONNECT_ERRORS = (Unreachable,)
 GONE_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError)
 
 
 def upstream_session() -> aiohttp.ClientSession:
-    """The pooled session for forwarded requests (create it inside the running loop)."""
-    dispatched = aiohttp.TraceConfig()
-    dispatched.on_request_headers_sent.append(_headers_sent)
-    dispatched.on_connection_reuseconn.append(_reused)
+    """The session of the liveness probes (`liveness`; create it inside the running loop)."""
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, use_dns_cache=False, keepalive_timeout=UPSTREAM_KEEPALIVE_S),
-        trace_configs=[dispatched],
         timeout=aiohttp.ClientTimeout(total=None, connect=5.0),
         cookie_jar=aiohttp.DummyCookieJar(),
         auto_decompress=False,
@@ -114,34 +111,29 @@ class Attempt:
         head was not written, or the connection was a kept-alive one (closed idle by the server)."""
         return not self.sent or self.reused
 
-
-async def _reused(_session: Any, context: Any, _params: Any) -> None:
-    """The request goes out on a kept-alive connection from the pool."""
-    attempt: Attempt | None = context.trace_request_ctx
-    if attempt is not None:
-        attempt.reused = True
-
-
-async def _headers_sent(_session: Any, context: Any, _params: Any) -> None:
-    """The request head is written upstream: the held request after it may be released."""
-    attempt: Attempt | None = context.trace_request_ctx
-    if attempt is not None:
-        attempt.sent = True
-        attempt.ticket.mark_dispatched()
+    def dispatched(self, reused: bool) -> None:
+        """The request head is written upstream (`reused`: on a kept-alive connection): the
+        held request after it may be released."""
+        self.sent = True
+        self.reused = reused
+        self.ticket.mark_dispatched()
 
 
 def _forward_headers(raw: Sequence[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     """Request or response headers without hop-by-hop ones (and those `Connection` names)."""
+    kept = [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP]
+    if len(kept) == len(raw):  # no hop-by-hop header: no Connection header to name more
+        return kept
     named = set()
     for key, value in raw:
         if key.lower() == b"connection":
             named.update(v.strip().lower() for v in value.split(b","))
-    return [(k, v) for k, v in raw if k.lower() not in HOP_BY_HOP and k.lower() not in named]
+    return [(k, v) for k, v in kept if k.lower() not in named] if named else kept
 
 
-def _request_headers(raw: list[tuple[bytes, bytes]]) -> CIMultiDict[str]:
-    """The client's headers to send upstream, as aiohttp takes them."""
-    return CIMultiDict((k.decode("latin-1"), v.decode("latin-1")) for k, v in _forward_headers(raw))
+def _request_headers(raw: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The client's headers to send upstream."""
+    return _forward_headers(raw)
 
 
 async def _read_prefix(receive: Receive) -> Body:
@@ -213,7 +205,10 @@ class ProxyApp:
     ) -> None:
         self.gate = gate
         self.live = live  # the members requests go to (`LiveSet.choose`)
-        self.session: aiohttp.ClientSession | None = None  # opened by `open()` in the serving loop
+        self.session: aiohttp.ClientSession | None = (
+            None  # the probes', opened by `open()` in the serving loop
+        )
+        self.pool = Pool()  # the forwarded requests' connections
         self.keys = keys
         self.metrics = metrics
         self.switcher = switcher
@@ -234,11 +229,12 @@ class ProxyApp:
         self.aliases = dict(config.aliases) if config.switch_on_model else {}
 
     def open(self) -> None:
-        """Open the forwarding session (inside the serving loop)."""
+        """Open the probes' session (inside the serving loop)."""
         self.session = upstream_session()
 
     async def aclose(self) -> None:
-        """Close the forwarding session and its connections."""
+        """Close the upstream connections."""
+        await self.pool.close()
         if self.session is not None:
             await self.session.close()
 
@@ -413,15 +409,15 @@ class ProxyApp:
             return False
         member, release = chosen
         failures: list[str] = []
-        # The canonical path (screened), sent as it is: yarl must not re-quote or normalise it.
-        path = scope["path"]
+        # The canonical path (screened), sent as it is.
+        path = scope["path"].encode()
         if scope["query_string"]:
-            path += "?" + scope["query_string"].decode("latin-1")
+            path += b"?" + scope["query_string"]
         attempt = Attempt(ticket)
         data = body.data if body.complete else body.stream()
         headers = _request_headers(scope["headers"])
         started = False
-        response: aiohttp.ClientResponse | None = None
+        response: Response | None = None
         with _Interrupt() as cut:
             ticket.cancel = cut.interrupt
             if ticket.cut_requested:
@@ -508,7 +504,7 @@ class ProxyApp:
         self,
         scope: Scope,
         target: Member,
-        response: aiohttp.ClientResponse,
+        response: Response,
         ticket: Ticket,
         release: Callable[[bool], None],
         failures: list[str],
@@ -520,14 +516,14 @@ class ProxyApp:
         its probe passes) lets the ticket, the count and the connection go."""
         stall_s = self.stall_timeout or None  # 0: no stall timeout
         loop = asyncio.get_running_loop()
-        reading: _Interrupt | None = None  # the read under way
+        reading = False  # a read is under way (`Response.interrupt` ends it)
         began = 0.0  # when it began
         watchdog: asyncio.TimerHandle | None = None  # one stall timer for the whole stream
         paused = False
 
         def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
-            if reading is not None:
-                reading.interrupt("cut")
+            if reading:
+                response.interrupt()
 
         def pause() -> None:  # stop reading now: it goes on on another upstream
             nonlocal paused
@@ -539,11 +535,11 @@ class ProxyApp:
             nonlocal watchdog
             assert stall_s is not None
             now = loop.time()
-            if reading is not None and now >= began + stall_s:
+            if reading and now >= began + stall_s:
                 watchdog = None
-                reading.interrupt("stall")
+                response.interrupt()
                 return
-            watchdog = loop.call_at((began if reading is not None else now) + stall_s, watch)
+            watchdog = loop.call_at((began if reading else now) + stall_s, watch)
 
         def unwatch() -> None:
             nonlocal watchdog
@@ -553,7 +549,6 @@ class ProxyApp:
 
         async def chunks() -> AsyncIterator[bytes]:
             nonlocal reading, began, watchdog
-            content = response.content
             try:
                 while not ticket.cut_requested:
                     if paused:
@@ -561,11 +556,13 @@ class ProxyApp:
                     began = loop.time()
                     if watchdog is None and stall_s is not None:
                         watchdog = loop.call_at(began + stall_s, watch)
-                    with _Interrupt() as read:
-                        reading = read
-                        chunk = await content.readany()
-                    reading = None
-                    if read.caught:
+                    reading, caught = True, False
+                    try:
+                        chunk = await response.readany()
+                    except Interrupted:
+                        caught = True
+                    reading = False
+                    if caught:
                         if ticket.cut_requested:
                             break
                         if paused:
@@ -595,7 +592,7 @@ class ProxyApp:
                     503, "stream cut: the variant is being replaced and the drain timeout ran out"
                 )
             finally:
-                reading = None
+                reading = False
                 unwatch()
 
         def end(reason: str | None) -> None:
@@ -628,7 +625,7 @@ class ProxyApp:
         deadline = self.gate.deadline()
         skipped = (b"content-length", b"transfer-encoding", b"content-type")
         headers = _request_headers([(k, v) for k, v in scope["headers"] if k.lower() not in skipped])
-        headers["Content-Type"] = "application/json"
+        headers.append((b"content-type", b"application/json"))
         while True:
             try:
                 ticket = await self.gate.enter(deadline, front=True)
@@ -641,7 +638,9 @@ class ProxyApp:
                 continue
             target, release = chosen
             try:
-                response = await self._send_upstream("POST", target.url, path, headers, data, Attempt(ticket))
+                response = await self._send_upstream(
+                    "POST", target.url, path.encode(), headers, data, Attempt(ticket)
+                )
             except (aiohttp.ClientError, Unresponsive) as err:
                 target.poller.mark_down(f"{type(err).__name__}: {err}")
                 release(False)
@@ -656,7 +655,7 @@ class ProxyApp:
             if response.status != 200 or not self._is_stream(response):
                 detail = ""
                 with contextlib.suppress(aiohttp.ClientError):
-                    detail = (await response.content.read(300)).decode(errors="replace")
+                    detail = (await response.read(300)).decode(errors="replace")
                 response.close()
                 release(True)
                 ticket.done()
@@ -673,8 +672,8 @@ class ProxyApp:
         return (f"{serving}/1" if serving else URL(member.url).host or member.name).encode()
 
     @staticmethod
-    def _is_stream(response: aiohttp.ClientResponse) -> bool:
-        return response.headers.get("content-type", "").startswith("text/event-stream")
+    def _is_stream(response: Response) -> bool:
+        return response.content_type.startswith("text/event-stream")
 
     async def _bad_gateway(
         self, send: Send, err: Exception, started: bool, what: str = "backend failed"
@@ -688,23 +687,15 @@ class ProxyApp:
         self,
         method: str,
         base: str,
-        path: str,
-        headers: CIMultiDict[str],
+        path: bytes,
+        headers: list[tuple[bytes, bytes]],
         data: bytes | AsyncIterator[bytes],
         attempt: Attempt,
         watcher: asyncio.Future[None] | None = None,
-    ) -> aiohttp.ClientResponse | None:
+    ) -> Response | None:
         """The response head of `data` sent to `path` on the backend at `base`; None when the client
         disconnected first; `Unresponsive` when the backend stopped answering (sending cancelled)."""
-        assert self.session is not None, "open() the proxy in the serving loop first"
-        opening = self.session.request(
-            method,
-            URL(base + path, encoded=True),
-            headers=headers,
-            data=data,
-            allow_redirects=False,
-            trace_request_ctx=attempt,
-        )
+        opening = self.pool.request(method, base, path, headers, data, attempt.dispatched)
         loop = asyncio.get_running_loop()
         asked = loop.time()
         response = None
@@ -762,7 +753,7 @@ class _Interrupt:
 
 async def _relay(
     send: Send,
-    response: aiohttp.ClientResponse,
+    response: Response,
     headers: list[tuple[bytes, bytes]],
     chunks: AsyncIterator[bytes] | None,
 ) -> None:
@@ -772,10 +763,9 @@ async def _relay(
     start = {"type": "http.response.start", "status": response.status, "headers": headers}
     await send({**start, DEFER_HEAD: True} if chunks is None else start)
     if chunks is None:
-        content = response.content
         while True:
-            chunk = await content.readany()
-            more = bool(chunk) and not content.at_eof()
+            chunk = await response.readany()
+            more = bool(chunk) and not response.at_eof()
             await send({"type": "http.response.body", "body": chunk, "more_body": more})
             if not more:
                 return

@@ -36,6 +36,7 @@ GATEWAY_SERVER = {
     "http10",
     "keepalive",
     "continuation",
+    "pool",
 }
 # Import names that differ from their distribution's name.
 DISTRIBUTION = {
