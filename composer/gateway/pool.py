@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import cast
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -193,7 +194,7 @@ class _Connection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
         if self.response is None:  # bytes nobody asked for: the connection is not usable
@@ -414,7 +415,7 @@ class Pool:
             raise Unreachable(f"connecting to {origin[0]}:{origin[1]} timed out") from None
         except OSError as err:
             raise Unreachable(f"cannot connect to {origin[0]}:{origin[1]}: {err}") from err
-        conn.transport = transport  # type: ignore[assignment]  (uvloop calls connection_made later)
+        conn.transport = cast(asyncio.Transport, transport)  # uvloop calls connection_made later
         return conn
 
     def _release(self, conn: _Connection) -> None:
@@ -491,5 +492,7 @@ async def _send_body(
         response._fail(err)
         conn.close()
     finally:
+        close = getattr(data, "aclose", None)  # an async generator's: it ends its reads
         with contextlib.suppress(Exception):
-            await data.aclose()  # type: ignore[attr-defined]
+            if close is not None:
+                await close()
