@@ -71,6 +71,7 @@ class Outcome:
     status: int
     served_by: str
     ok: bool
+    sent: float = 0.0  # time.monotonic() when it was sent
 
 
 def request(
@@ -86,6 +87,7 @@ def request(
         "stream": stream,
     }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    sent = time.monotonic()
     try:
         conn.request(
             "POST",
@@ -98,9 +100,9 @@ def request(
         data = resp.read()
         ended = b"data: [DONE]" in data and b'"error"' not in data  # no error event either
         ok = resp.status == 200 and (ended if stream else b'"usage"' in data)
-        return Outcome(resp.status, served, ok)
+        return Outcome(resp.status, served, ok, sent)
     except (OSError, http.client.HTTPException):
-        return Outcome(0, "", False)
+        return Outcome(0, "", False, sent)
     finally:
         conn.close()
 
