@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -309,9 +310,16 @@ def check_continued(client: Client, ref: tuple[list[int], str, int]) -> None:
         assert "token_ids" not in client.raw
 
 
-def kill_mid_stream(clients: list[Client], kill: Callable[[], object], name: str = "mtp/1") -> list[Client]:
+def kill_mid_stream(
+    clients: list[Client],
+    kill: Callable[[], object],
+    name: str = "mtp/1",
+    freeze: subprocess.Popen[Any] | None = None,
+) -> list[Client]:
     """Run `kill` once every stream has its answer's head and at least two streams the member
-    `name` serves have begun; returns the streams it served."""
+    `name` serves have begun; returns the streams it served. `freeze`: the member's process,
+    stopped (SIGSTOP) the moment they have begun and continued once `kill` returned, so none
+    of its streams can end before `kill`, however slowly this test runs."""
     deadline = time.monotonic() + 60
     while True:
         on_it = [c for c in clients if c.served_by == name]
@@ -320,5 +328,11 @@ def kill_mid_stream(clients: list[Client], kill: Callable[[], object], name: str
             break
         assert time.monotonic() < deadline, [(c.served_by, len(c.events)) for c in clients]
         time.sleep(0.005)
-    kill()
+    if freeze is not None:
+        freeze.send_signal(signal.SIGSTOP)
+    try:
+        kill()
+    finally:
+        if freeze is not None and freeze.poll() is None:
+            freeze.send_signal(signal.SIGCONT)
     return on_it

@@ -309,7 +309,7 @@ def test_streams_on_a_killed_member_continue_token_for_token(sims, gateways, cha
     requests = [body(i, chat, ids=i % 2 == 0) for i in range(6)]
     refs = references(base.port, path, requests)
     clients = [Client(gw.port, path, r).start() for r in requests]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     # each of the killed member's streams broke mid-way and went on (on baseline); none failed
@@ -326,7 +326,7 @@ def test_a_refused_stream_breaks_as_before_and_is_counted(sims, gateways) -> Non
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, False, presence_penalty=0.5) for i in range(4)]
     clients = [Client(gw.port, COMPLETIONS, r).start() for r in requests]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client in clients:
         client.join()
     for client in killed:  # broken as without continuation: no [DONE]
@@ -343,7 +343,7 @@ def test_off_leaves_streams_as_they_were(sims, gateways) -> None:
         [("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], continue_streams=False
     )
     clients = [Client(gw.port, COMPLETIONS, body(i, False)).start() for i in range(4)]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client in clients:
         client.join()
     assert all(c.events[-1] != "[DONE]" for c in killed)
@@ -422,7 +422,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
         gw.loop.call_soon_threadsafe(run)
         done.wait(10)
 
-    on_mtp = kill_mid_stream(clients, pause)
+    on_mtp = kill_mid_stream(clients, pause, freeze=mtp.proc)
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     assert paused == [(len(on_mtp), 0)]
@@ -452,7 +452,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
         control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
         drained.append(control.drain_upstream("mtp/1", 60, continue_streams=True))
 
-    on_mtp = kill_mid_stream(clients, leave)
+    on_mtp = kill_mid_stream(clients, leave, freeze=mtp.proc)
     (report,) = drained
     assert report.done and report.continued == len(on_mtp) and report.outstanding == 0 and report.refused == 0
     for client, ref in zip(clients, refs, strict=True):
