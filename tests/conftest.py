@@ -96,7 +96,8 @@ def answering(ok_path: str | None = None, body: bytes = b"") -> Iterator[int]:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # polled every 20 ms for the shutdown: the default 0.5 s is paid again by every test
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     try:
         yield server.server_address[1]
     finally:
