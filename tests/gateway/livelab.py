@@ -266,11 +266,15 @@ def body(i: int, chat: bool, ids: bool = False, model: str = "m", **extra: Any) 
 
 
 def references(
-    port: int, path: str, requests: list[dict[str, Any]], key: str = KEY
+    port: int, path: str | Sequence[str], requests: list[dict[str, Any]], key: str = KEY
 ) -> list[tuple[list[int], str, int]]:
-    """Ids, text and prompt tokens of uninterrupted runs, at once (a simulator's own port, or
-    a gateway's while nothing breaks)."""
-    runs = [Client(port, path, {**r, "return_token_ids": True}, key).start() for r in requests]
+    """Ids, text and prompt tokens of uninterrupted runs, all at once (a simulator's own port,
+    or a gateway's while nothing breaks); `path`: one for all, or each request's."""
+    paths = [path] * len(requests) if isinstance(path, str) else list(path)
+    runs = [
+        Client(port, p, {**r, "return_token_ids": True}, key).start()
+        for p, r in zip(paths, requests, strict=True)
+    ]
     found = []
     for run in runs:
         run.join()

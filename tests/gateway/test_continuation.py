@@ -407,7 +407,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, i % 2 == 1, ids=i % 3 == 0) for i in range(6)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     paused: list[tuple[int, int]] = []
 
@@ -443,7 +443,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, i % 2 == 1) for i in range(6)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     control = GatewayControl(InProcessExec(gw.config.control_socket))
     drained = []
@@ -469,7 +469,7 @@ def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(s
     gw = make_single(url_of(base))
     eligible = [body(i, i % 2 == 1, ids=i == 0) for i in range(3)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in eligible]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, eligible, strict=True)]
+    refs = references(base.port, paths, eligible)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, eligible, strict=True)]
     refused = Client(gw.port, COMPLETIONS, body(9, False, presence_penalty=0.5)).start()
     for client in [*clients, refused]:
@@ -793,7 +793,7 @@ def test_streams_continued_at_a_switch_carry_no_more_tokens_than_their_limit(sim
     ]
     requests = [body(i, chat, ids=i == 0, **extra) for i, (chat, extra) in enumerate(limits)]
     paths = [CHAT if chat else COMPLETIONS for chat, _ in limits]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     for client in clients:
         client.wait_events(5)
