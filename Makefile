@@ -9,10 +9,14 @@ PYTEST_ARGS ?=
 # The fast tier (make check): every test that needs no Docker engine, no image and no long
 # end-to-end run (marked slow); make test runs every test, slow and docker ones included.
 FAST_TIER := not docker and not slow
-# Most of the fast tier's time is waiting, so 4 workers help even on 2 cores (2: a third
-# slower; 6: no faster). Bytecode is written even where PYTHONDONTWRITEBYTECODE is set: each
-# worker and each `python -m composer` the tests start would compile everything again.
-CHECK_WORKERS ?= 4
+# Most of the fast tier's time is waiting (simulators streaming, servers starting and
+# stopping), so 6 workers help even on 2 cores, work-stealing so that no worker idles while
+# another still has a queue of long tests (on 2 shared cores: 170 s where 4 workers and
+# --dist load took 198 s). make test's tier without Docker keeps TEST_WORKERS (4). Bytecode
+# is written even where PYTHONDONTWRITEBYTECODE is set: each worker and each
+# `python -m composer` the tests start would compile everything again.
+CHECK_WORKERS ?= 6
+TEST_WORKERS ?= 4
 CHECK_PYTEST := PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -p no:cacheprovider
 # The documentation site (mkdocs.yml, docs/), built strict by check and test.
 MKDOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs
@@ -104,19 +108,21 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
-# Lint, the docs build and the fast tier, before every commit (about 3.5 minutes on 2 cores;
-# benchmarks/bench_check.py times it): in parallel with fewer Hypothesis examples, then the
-# real-time `timing` tests alone. No daemon, no image, no root needed.
+# Lint, the docs build and the fast tier, before every commit (137 s measured on 2 cores at a
+# load average of 2.5 to 5 from other work, 85 s of it the fast tier and 51 s the timing
+# tests; 172 s beside `stress-ng --cpu 2`; benchmarks/bench_check.py times it): in parallel
+# with fewer Hypothesis examples, then the real-time `timing` tests alone. No daemon, no
+# image, no root needed.
 check: install tools
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check composer tests benchmarks images/sim/src docs/hooks
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist load --hypothesis-profile=fast $(PYTEST_ARGS)
+	$(CHECK_PYTEST) -m "$(FAST_TIER) and not timing" -n $(CHECK_WORKERS) --dist worksteal --hypothesis-profile=fast $(PYTEST_ARGS)
 	$(CHECK_PYTEST) -m "$(FAST_TIER) and timing" $(PYTEST_ARGS)
 
 # The full suite (what .ci/run calls): every image, then every test once, each property
 # test with its full examples: every test that needs no Docker (the fast tier and the slow
-# ones) on CHECK_WORKERS workers; then the timing tests alone (real-time rates, Docker ones
+# ones) on TEST_WORKERS workers; then the timing tests alone (real-time rates, Docker ones
 # too); then the Docker and the real-vLLM tests on DOCKER_WORKERS workers, a module (or the
 # whole real-vLLM tier) per worker at a time, since a module's tests share one stack; the
 # slowest are listed. Exit 5 (a PYTEST_ARGS selection leaves one pass empty) is no failure.
@@ -125,7 +131,7 @@ DOCKER_TIER := docker and not timing
 DOCKER_WORKERS ?= 2
 test: install guidellm tools docker image-sim image-gateway image-prometheus image-follow image-vllm-cpu
 	$(MKDOCS) build --strict --site-dir .composer/site
-	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(CHECK_WORKERS) --dist load $(PYTEST_ARGS) || [ $$? -eq 5 ]
+	$(CHECK_PYTEST) -m "$(NO_DOCKER)" -n $(TEST_WORKERS) --dist load $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest -m "timing" $(PYTEST_ARGS) || [ $$? -eq 5 ]
 	$(BIN)/pytest -m "$(DOCKER_TIER)" -n $(DOCKER_WORKERS) --dist loadfile --no-loadscope-reorder --durations=30 $(PYTEST_ARGS) || [ $$? -eq 5 ]
 

@@ -8,9 +8,10 @@ the `fast` Hypothesis profile, except the real-time checks of the simulator's ti
 (`timing`), which run alone after it; the pytest commands are read from the Makefile's
 check target. Target: the whole check under 180 s on the 2-core reference machine. The
 daemon is hidden (DOCKER_HOST points at a missing socket), so a test that needs it fails
-here. Not collected by pytest (bench_*.py). Usage:
+here. Each step's figure comes with the 1-minute load average before and after it: the
+machine's own speed only where that stayed near 0. Not collected by pytest (bench_*.py). Usage:
 
-    python benchmarks/bench_check.py [--workers 4] [--no-baseline] [--json]
+    python benchmarks/bench_check.py [--workers N] [--no-baseline] [--json]
 """
 
 from __future__ import annotations
@@ -56,10 +57,15 @@ def _check_pytest(workers: int) -> list[list[str]]:
     return commands
 
 
+LOADS: dict[str, tuple[float, float]] = {}  # each step's 1-minute load average, before and after
+
+
 def _timed(name: str, argv: list[str]) -> float:
+    before = os.getloadavg()[0]
     start = time.perf_counter()
     done = subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=1800)
     elapsed = time.perf_counter() - start
+    LOADS[name] = (before, os.getloadavg()[0])
     if done.returncode != 0:
         tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
         raise SystemExit(f"{name} failed ({done.returncode}):\n" + "\n".join(tail))
@@ -68,10 +74,15 @@ def _timed(name: str, argv: list[str]) -> float:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=None, help="default: the Makefile's CHECK_WORKERS")
     parser.add_argument("--no-baseline", action="store_true", help="skip the serial run")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.workers is None:
+        found = re.search(
+            r"^CHECK_WORKERS \?= (\d+)$", (REPO / "Makefile").read_text(encoding="utf-8"), re.MULTILINE
+        )
+        args.workers = int(found.group(1)) if found else 4
     parallel_argv, timing_argv = _check_pytest(args.workers)
     steps = {
         "ruff check": [str(BIN / "ruff"), "check", "."],
@@ -99,6 +110,7 @@ def main() -> int:
         "check_s": total,
         "target_s": TARGET_S,
         "cpus": os.cpu_count(),
+        "load_before_after": LOADS,  # a figure is the machine's only where the load stayed near 0
     }
     if not args.no_baseline:
         fast = next(a for a in parallel_argv if a.endswith("and not timing")).removesuffix(" and not timing")
@@ -118,12 +130,14 @@ def main() -> int:
         print(json.dumps(report, indent=2))
     else:
         for name, seconds in times.items():
-            print(f"{name:24} {seconds:7.1f} s")
+            before, after = LOADS[name]
+            print(f"{name:24} {seconds:7.1f} s  (load {before:.2f} -> {after:.2f})")
         print(f"{'make check':24} {total:7.1f} s  (target < {TARGET_S:.0f} s on {os.cpu_count()} CPUs)")
         if "fast_tier_serial_s" in report:
+            before, after = LOADS["fast tier (serial)"]
             print(
                 f"{'fast tier (serial)':24} {report['fast_tier_serial_s']:7.1f} s  "
-                f"(parallel/serial {report['parallel_over_serial']:.2f})"
+                f"(parallel/serial {report['parallel_over_serial']:.2f}; load {before:.2f} -> {after:.2f})"
             )
     return 0 if total < TARGET_S else 1
 

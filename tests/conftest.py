@@ -22,6 +22,35 @@ from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+def _share_ssl_contexts() -> None:
+    """httpx builds a new SSL context for each client it makes (every CA certificate loaded
+    again: 30 to 80 ms of CPU), and the tests make thousands of plain-HTTP clients (each
+    `httpx.get`, each SDK client, two per in-process gateway): one context per setting, shared.
+    Nothing here speaks TLS; where httpx's internals differ, nothing is changed."""
+    try:
+        import httpx._config as config
+        import httpx._transports.default as transports
+    except ImportError:
+        return
+    original = getattr(config, "create_ssl_context", None)
+    if original is None or getattr(transports, "create_ssl_context", None) is not original:
+        return
+    made: dict[tuple[bool, bool], Any] = {}
+
+    def shared(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        if not isinstance(verify, bool) or cert is not None:
+            return original(verify, cert, trust_env)
+        if (verify, trust_env) not in made:
+            made[(verify, trust_env)] = original(verify, cert, trust_env)
+        return made[(verify, trust_env)]
+
+    config.create_ssl_context = shared
+    transports.create_ssl_context = shared
+
+
+_share_ssl_contexts()
+
 FAST_PROFILE = "fast"
 settings.register_profile(FAST_PROFILE, max_examples=50)
 """make check's Hypothesis profile (`--hypothesis-profile=fast`): property tests try fewer
@@ -96,7 +125,8 @@ def answering(ok_path: str | None = None, body: bytes = b"") -> Iterator[int]:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # polled every 20 ms for the shutdown: the default 0.5 s is paid again by every test
+    threading.Thread(target=server.serve_forever, args=(0.02,), daemon=True).start()
     try:
         yield server.server_address[1]
     finally:

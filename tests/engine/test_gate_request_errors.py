@@ -32,7 +32,10 @@ def healthy_port() -> Iterator[int]:
         yield port
 
 
-def _gate(port: int, key: str, timeout: float = 5.0) -> tuple[HealthCheckFailed, float]:
+GATE_TIMEOUT = 30.0  # "at once" is well before it, however loaded the machine
+
+
+def _gate(port: int, key: str, timeout: float = GATE_TIMEOUT) -> tuple[HealthCheckFailed, float]:
     target = GateTarget("mtp", port, "127.0.0.1", "model", key)
     started = time.monotonic()
     with pytest.raises(HealthCheckFailed) as err:
@@ -44,14 +47,14 @@ def _gate(port: int, key: str, timeout: float = 5.0) -> tuple[HealthCheckFailed,
 def test_non_ascii_key_fails_the_gate_at_once(key: str) -> None:
     """Nothing listens yet: the header cannot be built, so waiting for the server is pointless."""
     failure, waited = _gate(free_port(), key)
-    assert waited < 1.0, f"the gate polled for {waited:.1f}s"
+    assert waited < GATE_TIMEOUT / 2, f"the gate polled for {waited:.1f}s"
     assert "cannot be built or sent" in str(failure) and key not in str(failure)
 
 
 def test_key_h11_refuses_fails_the_gate_once_the_server_answers(healthy_port: int) -> None:
     """/health needs no key; the first request that carries it fails to send (LocalProtocolError)."""
     failure, waited = _gate(healthy_port, "sk-line\nbreak-0123456789")
-    assert waited < 1.0 and "LocalProtocolError" in str(failure)
+    assert waited < GATE_TIMEOUT / 2 and "LocalProtocolError" in str(failure)
     assert "break" not in str(failure), "the key is never shown"
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -71,6 +72,7 @@ class Outcome:
     status: int
     served_by: str
     ok: bool
+    sent: float = 0.0  # time.monotonic() when it was sent
 
 
 def request(
@@ -86,6 +88,7 @@ def request(
         "stream": stream,
     }
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    sent = time.monotonic()
     try:
         conn.request(
             "POST",
@@ -98,9 +101,9 @@ def request(
         data = resp.read()
         ended = b"data: [DONE]" in data and b'"error"' not in data  # no error event either
         ok = resp.status == 200 and (ended if stream else b'"usage"' in data)
-        return Outcome(resp.status, served, ok)
+        return Outcome(resp.status, served, ok, sent)
     except (OSError, http.client.HTTPException):
-        return Outcome(0, "", False)
+        return Outcome(0, "", False, sent)
     finally:
         conn.close()
 
@@ -263,11 +266,15 @@ def body(i: int, chat: bool, ids: bool = False, model: str = "m", **extra: Any) 
 
 
 def references(
-    port: int, path: str, requests: list[dict[str, Any]], key: str = KEY
+    port: int, path: str | Sequence[str], requests: list[dict[str, Any]], key: str = KEY
 ) -> list[tuple[list[int], str, int]]:
-    """Ids, text and prompt tokens of uninterrupted runs, at once (a simulator's own port, or
-    a gateway's while nothing breaks)."""
-    runs = [Client(port, path, {**r, "return_token_ids": True}, key).start() for r in requests]
+    """Ids, text and prompt tokens of uninterrupted runs, all at once (a simulator's own port,
+    or a gateway's while nothing breaks); `path`: one for all, or each request's."""
+    paths = [path] * len(requests) if isinstance(path, str) else list(path)
+    runs = [
+        Client(port, p, {**r, "return_token_ids": True}, key).start()
+        for p, r in zip(paths, requests, strict=True)
+    ]
     found = []
     for run in runs:
         run.join()
@@ -307,9 +314,16 @@ def check_continued(client: Client, ref: tuple[list[int], str, int]) -> None:
         assert "token_ids" not in client.raw
 
 
-def kill_mid_stream(clients: list[Client], kill: Callable[[], object], name: str = "mtp/1") -> list[Client]:
+def kill_mid_stream(
+    clients: list[Client],
+    kill: Callable[[], object],
+    name: str = "mtp/1",
+    freeze: subprocess.Popen[Any] | None = None,
+) -> list[Client]:
     """Run `kill` once every stream has its answer's head and at least two streams the member
-    `name` serves have begun; returns the streams it served."""
+    `name` serves have begun; returns the streams it served. `freeze`: the member's process,
+    stopped (SIGSTOP) the moment they have begun and continued once `kill` returned, so none
+    of its streams can end before `kill`, however slowly this test runs."""
     deadline = time.monotonic() + 60
     while True:
         on_it = [c for c in clients if c.served_by == name]
@@ -318,5 +332,11 @@ def kill_mid_stream(clients: list[Client], kill: Callable[[], object], name: str
             break
         assert time.monotonic() < deadline, [(c.served_by, len(c.events)) for c in clients]
         time.sleep(0.005)
-    kill()
+    if freeze is not None:
+        freeze.send_signal(signal.SIGSTOP)
+    try:
+        kill()
+    finally:
+        if freeze is not None and freeze.poll() is None:
+            freeze.send_signal(signal.SIGCONT)
     return on_it

