@@ -158,7 +158,11 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     # this stack's key is refused where it runs (status exits 1): another stack's, or a key changed here
     data["key_mismatch"] = bool(owner and owner["key_mismatch"]) or data.get("health_detail") == UNAUTHORIZED
     if owner and owner["key_mismatch"] and data.get("health") == "unauthorized":
-        data["health_detail"] = f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
+        data["health_detail"] = (
+            f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
+            if owner["other_file"]
+            else "401: it serves with the API key it was started with, not this one (the key changed)"
+        )
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
         data["health_detail"] = "waking from sleep: requests are held until the wake is over"

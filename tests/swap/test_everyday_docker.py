@@ -83,7 +83,7 @@ def test_status_shows_the_gate_verdict_and_a_wrong_key(sim_stack):
     sim_stack.env["VLLM_API_KEY"] = "sk-not-the-running-key-0123"
     wrong = sim_stack.run("status")
     assert wrong.returncode == 1  # a key mismatch is no healthy status: scripts see it
-    assert "401: the key does not match the running container's" in wrong.stdout
+    assert "401: it serves with the API key it was started with, not this one" in wrong.stdout
     assert "not ready" not in wrong.stdout and "changed" not in wrong.stdout
 
 
