@@ -109,9 +109,10 @@ def test_concurrent_requests_share_steps() -> None:
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + 60  # thread start-up is slow on a loaded machine
-    while engine.scheduler.counts() != (0, 8) and time.monotonic() < deadline:
+    # the gauge follows the queue once each submitting thread gets to it: wait for both
+    while (engine.scheduler.counts(), metrics.waiting) != ((0, 8), 8) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert metrics.waiting == 8
+    assert engine.scheduler.counts() == (0, 8) and metrics.waiting == 8
     engine.resume()
     for thread in threads:
         thread.join(timeout=30)
