@@ -161,7 +161,7 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
         data["health_detail"] = (
             f"401: it serves with the API key of {owner['stack_file']}, not this stack's"
             if owner["other_file"]
-            else "401: it serves with the API key it was started with, not this one (the key changed)"
+            else "401: it serves with the API key it was started with, not this one"
         )
     if data.get("running") and isinstance(gateway, dict) and gateway.get("waking"):
         data["health"] = "waking"  # the gateway runs a /wake_up on the variant it routes to
