@@ -432,7 +432,9 @@ def test_a_request_whose_connection_breaks_reaches_the_backend_at_most_twice(mak
         # one (a closed idle connection is sent again once)
         for tag, reused in (("fresh", False), ("reused", True)):
             if reused:
-                assert httpx.get(gw.url + "/version", timeout=10).status_code == 200  # pools one
+                # with the key: held until the poller has seen the backend up again (the break
+                # above marked it down), then pools one kept-alive connection
+                assert httpx.get(gw.url + "/version", headers=AUTH, timeout=30).status_code == 200
             r = httpx.post(gw.url + CHAT, content=sse_request(tag), headers=AUTH, timeout=60)
             assert r.status_code == 502
             error = r.json()["error"]
