@@ -8,7 +8,8 @@ body without `content-length` (a stream) as it comes, never chunked: its end is 
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
@@ -47,7 +48,7 @@ class Http10Cycle(RequestResponseCycle):
                 headers = [(k, v) for k, v in headers if k.lower() != b"transfer-encoding"]
             self.keep_alive = False
             transport = self.transport
-            self.transport = _HeadWriter(transport)  # type: ignore[assignment]
+            self.transport = cast(asyncio.Transport, _HeadWriter(transport))  # duck-typed
             try:
                 await super().send({**message, "headers": headers})
             finally:

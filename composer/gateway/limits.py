@@ -44,7 +44,7 @@ import resource
 import socket
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Any
+from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -118,11 +118,11 @@ class HopCycle(RequestResponseCycle):
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and message.get(DEFER_HEAD) and not self.response_started:
             joined = _Joined(self.transport)
-            self.transport = _Captured(joined)  # type: ignore[assignment]
+            self.transport = cast(asyncio.Transport, _Captured(joined))  # duck-typed
             try:
                 await _send(self, message)
             finally:
-                self.transport = joined  # type: ignore[assignment]
+                self.transport = cast(asyncio.Transport, joined)
             return
         await _send(self, message)
         transport = self.transport
@@ -217,8 +217,8 @@ class LimitedProtocol(HttpToolsProtocol):
         self._body_seen = 0.0  # loop time of the body's last chunk
         self._last = False  # the gateway is stopping: the request being read is the last
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(cast(asyncio.Transport, transport))  # a stream transport
         _no_delay(transport)
         registry = self.registry
         registry.open += 1
