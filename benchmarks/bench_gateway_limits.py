@@ -33,7 +33,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from composer.gateway.screen import Refusal, screen  # noqa: E402
+from composer.gateway.public.screen import Refusal, screen  # noqa: E402
 from tests.gateway.fakes import FakeBackend, GatewayThread  # noqa: E402
 
 KEY = "bench-key"

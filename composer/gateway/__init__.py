@@ -12,6 +12,13 @@ May import: `composer.errors` only. The server modules use only the standard lib
   imports only standard-library modules, so host code can use the client and the settings
   without the server's dependencies.
 
+Floors (subpackages, each opening with its contract): `public` (the data path a client's
+request takes: edge limits, path screen, key check, forwarding, continuation), `routing`
+(which member serves, and when: the gate, the member set, switching, the policy), `control`
+(the control channel and the switch history), `status` (the status page, its JSON, the
+metrics) and `host` (the client; the server never imports it). `wire` holds what both ends
+agree on; the root holds the settings (`config`), the assembly (`runtime`, `server`) and `ctl`.
+
 Upstreams (the contract with the renderer and `up`, docs/gateway.md): requests go to the live
 set (`GATEWAY_LIVE_UPSTREAMS`, a JSON list of `{"name": "mtp/1", "variant": "mtp", "url": ...}`,
 or `GatewayControl.set_upstreams`; new members count as ready: the host gates them first), else
@@ -27,8 +34,8 @@ swap's holds tied to its process), `LiveSpec`, `GatewayConfig`, `load_config`, `
 """
 
 from composer.errors import GatewayConfigError, GatewayControlError, GatewayError
-
-from .client import (
+from composer.gateway.config import ENV_VARS, GatewayConfig, LiveSpec, load_config
+from composer.gateway.host.client import (
     BackendReply,
     DrainProgress,
     DrainReport,
@@ -40,8 +47,7 @@ from .client import (
     UpstreamDrain,
     UpstreamInfo,
 )
-from .config import ENV_VARS, GatewayConfig, LiveSpec, load_config
-from .routes import DEV_ROUTES, PUBLIC_PATHS
+from composer.gateway.public.routes import DEV_ROUTES, PUBLIC_PATHS
 
 __all__ = [
     "DEV_ROUTES",

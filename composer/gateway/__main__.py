@@ -2,6 +2,6 @@
 
 import sys
 
-from .server import main
+from composer.gateway.server import main
 
 sys.exit(main())

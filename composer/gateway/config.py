@@ -16,8 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from composer.errors import GatewayConfigError
-
-from .policy import WorkloadClass, parse_workloads
+from composer.gateway.routing.policy import WorkloadClass, parse_workloads
 
 DEFAULT_UPSTREAM = "http://vllm:8000"
 DEFAULT_CONTROL_SOCKET = "/run/gateway/control.sock"

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from .config import DEFAULT_CONTROL_SOCKET
+from composer.gateway.config import DEFAULT_CONTROL_SOCKET
 
 USAGE = (
     "usage: composer.gateway.ctl [--socket PATH] METHOD PATH [BODY]\n"

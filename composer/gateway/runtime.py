@@ -29,22 +29,29 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from composer.errors import GatewayConfigError
-
-from .answers import send_error
-from .client import STATUS_PROBE_HEADER
-from .config import LIVE, VARIANT, GatewayConfig, LiveSpec, check_upstream, field_name, parse_live
-from .control import build_control_app
-from .gate import Gate, Refused
-from .limits import ConnectionLimits, limited_protocol, open_files_for
-from .live import COUNTED, LiveSet
-from .metrics import Metrics
-from .proxy import ProxyApp
-from .routes import PUBLIC_PATHS, KeyCheck, is_own
-from .screen import screen
-from .status import StatusBoard
-from .switching import Switcher
-from .switchstore import ServingStore, SettingsStore
-from .upstream import Upstream
+from composer.gateway.config import (
+    LIVE,
+    VARIANT,
+    GatewayConfig,
+    LiveSpec,
+    check_upstream,
+    field_name,
+    parse_live,
+)
+from composer.gateway.control.app import build_control_app
+from composer.gateway.control.switchstore import ServingStore, SettingsStore
+from composer.gateway.public.answers import send_error
+from composer.gateway.public.limits import ConnectionLimits, limited_protocol, open_files_for
+from composer.gateway.public.proxy import ProxyApp
+from composer.gateway.public.routes import PUBLIC_PATHS, KeyCheck, is_own
+from composer.gateway.public.screen import screen
+from composer.gateway.routing.gate import Gate, Refused
+from composer.gateway.routing.live import COUNTED, LiveSet
+from composer.gateway.routing.switching import Switcher
+from composer.gateway.routing.upstream import Upstream
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.status.view import StatusBoard
+from composer.gateway.wire import STATUS_PROBE_HEADER
 
 log = logging.getLogger("gateway")
 

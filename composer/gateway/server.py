@@ -13,9 +13,8 @@ import os
 import sys
 
 from composer.errors import GatewayConfigError
-
-from . import netwatch
-from .config import load_config
+from composer.gateway.config import load_config
+from composer.gateway.routing import netwatch
 
 
 def main() -> int:
@@ -32,7 +31,9 @@ def main() -> int:
     )
     if config.log_level != "debug":  # httpx logs every readiness probe and forwarded request at info
         logging.getLogger("httpx").setLevel(logging.WARNING)
-    from .runtime import GatewayServer  # the server's dependencies load only after the settings are valid
+    from composer.gateway.runtime import (
+        GatewayServer,  # the server's dependencies load only after the settings are valid
+    )
 
     server = GatewayServer(config)
     netwatch.start()  # a lost network (the port holder restarted): exit, Docker starts it again

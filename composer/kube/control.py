@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from composer.engine import retry
 from composer.errors import GatewayControlError, KubectlFailed, SwapFailed
-from composer.gateway.client import CALL_WAIT_S, GatewayControl
+from composer.gateway.host.client import CALL_WAIT_S, GatewayControl
 from composer.kube.kubectl import Kubectl
 from composer.render.kubernetes import GATEWAY_COMPONENT, gateway_name, selector_labels
 from composer.stack.model import Stack

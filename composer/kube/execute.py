@@ -23,7 +23,7 @@ import yaml
 from composer import labels
 from composer.engine.diagnose import hints
 from composer.errors import KubectlFailed, PreflightFailed, SwapFailed
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.kube.control import kube_control
 from composer.kube.kubectl import Kubectl
 from composer.kube.rollout import (

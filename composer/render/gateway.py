@@ -92,9 +92,9 @@ def build_gateway_spec(stack: Stack) -> GatewaySpec | None:
         )
         environment += (("GATEWAY_UPSTREAM_CANDIDATES", text(urls)),)
     environment += _routing_environment(stack)
-    if not settings.continue_streams:  # absent: on (composer.gateway.continuation)
+    if not settings.continue_streams:  # absent: on (composer.gateway.public.continuation)
         environment += (("GATEWAY_CONTINUE_STREAMS", text("false")),)
-    if settings.spill:  # live routing's overflow (composer.gateway.routing); absent: off
+    if settings.spill:  # live routing's overflow (composer.gateway.routing.routing); absent: off
         environment += _tunables(stack, "spill")
     return GatewaySpec(
         project=stack.project,

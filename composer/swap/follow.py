@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from docker.errors import DockerException
 
 from composer.errors import ComposerError, GatewayControlError, Interrupted, SwapFailed
-from composer.gateway.client import GatewayControl, SwitchDemand
 from composer.gateway.config import LIVE
+from composer.gateway.host.client import GatewayControl, SwitchDemand
 from composer.render.gateway import build_gateway_spec
 from composer.render.spec import resolve
 from composer.render.target import resolve_target

@@ -27,7 +27,7 @@ from composer.swap.plan import GatewayChange
 if TYPE_CHECKING:
     from docker.models.containers import Container
 
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
     from composer.swap.snapshot import Snapshot
@@ -56,7 +56,7 @@ def differing(wanted: dict[str, str], running: dict[str, str], served: str) -> t
 def in_effect(snap: Snapshot, control: GatewayControl | None = None) -> dict[str, str] | None:
     """The live settings the running gateway reports (None: it cannot say, an older image);
     `control`: a session already open to it (else one `docker exec`)."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     state = snap.gateway_state
     if state is None and snap.gateway is not None:

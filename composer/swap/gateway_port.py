@@ -17,7 +17,7 @@ from composer.engine.health import base_url
 from composer.engine.port_gap import PortGap
 from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.render.files import run_file
 from composer.render.live import resolve_live
 from composer.render.target import resolve_target

@@ -41,7 +41,7 @@ from composer.engine.port_gap import SERVED_WAIT_S, PortGap, PortWatch
 from composer.engine.published_port import wait_published
 from composer.engine.retry import Pending
 from composer.errors import ComposerError, GatewayControlError
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.render.gateway import SERVICE
 from composer.render.runfiles import compose_environment
 from composer.stack.model import Stack

@@ -29,7 +29,7 @@ from composer.engine.health import tls_context
 from composer.engine.retry import Pending
 from composer.errors import GatewayControlError, SwapFailed
 from composer.gateway import GatewayControl, Tether
-from composer.gateway.client import PROBE_HEADER
+from composer.gateway.wire import PROBE_HEADER
 
 if TYPE_CHECKING:
     import docker

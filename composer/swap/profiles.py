@@ -13,7 +13,7 @@ from docker.errors import DockerException, ImageNotFound
 
 from composer.engine import retry
 from composer.errors import GatewayControlError, PreflightFailed
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.render import follow
 from composer.render.prometheus import PROFILE_SERVICES, PrometheusSpec
 from composer.render.runfiles import state_dir

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from composer import labels as label_names
 from composer.engine.containers import RunningVariant, project_containers, upstream_url
 from composer.errors import GatewayControlError
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.stack.placement import members_of
 from composer.swap.journal import RunningSwap, running_swap
 from composer.swap.ops import Member as PlanMember
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
-    from composer.gateway.client import GatewayState
+    from composer.gateway.host.client import GatewayState
     from composer.render.spec import Owner
     from composer.stack.model import Stack
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from composer.engine.gate import GateTarget
-    from composer.gateway.client import BackendReply, GatewayControl
+    from composer.gateway.host.client import BackendReply, GatewayControl
     from composer.stack.model import Stack
 
 ACCEPTANCE_WARMUP_REQUESTS = 2

@@ -25,7 +25,7 @@ from composer.engine.health import probe
 from composer.engine.images import image_facts
 from composer.engine.published_port import DEAD_PORT, probe_published
 from composer.errors import ComposerError
-from composer.gateway.client import STATUS_PROBE_HEADER
+from composer.gateway.wire import STATUS_PROBE_HEADER
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing

@@ -25,7 +25,7 @@ from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
 from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
-from composer.gateway.switchlog import GATEWAY_UPDATED
+from composer.gateway.control.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target

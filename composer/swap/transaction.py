@@ -36,7 +36,7 @@ from composer.engine.gate import (
     watch_settled,
 )
 from composer.errors import ComposerError, DiagnosedError, GatewayControlError, HealthCheckFailed, SwapFailed
-from composer.gateway.client import SINGLE
+from composer.gateway.wire import SINGLE
 from composer.render.gateway import SERVICE as GATEWAY_SERVICE
 from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from docker.models.containers import Container
 
     from composer.engine.variant_container import VariantContainer
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
     from composer.probes.gpu import GpuInfo, GpuProbe
     from composer.render.gateway import GatewaySpec
     from composer.stack.model import Stack
@@ -431,7 +431,7 @@ class DockerSwap:
     def apply_settings(self, op: ops.ApplySettings) -> None:
         """Apply the gateway's changed settings in place (same container, nothing drained); a
         refusal fails the swap before anything else changed."""
-        from composer.gateway.client import GatewayControl
+        from composer.gateway.host.client import GatewayControl
 
         assert self.gateway is not None
         ctx = self.ctx
@@ -772,7 +772,7 @@ class DockerSwap:
 
     # -- a live change's members ----------------------------------------------------------
     def _control(self) -> GatewayControl | None:
-        from composer.gateway.client import GatewayControl
+        from composer.gateway.host.client import GatewayControl
 
         gateway = running_gateway(self.stack, self.client, self.say)  # a stopped one started again
         return GatewayControl(gateway) if gateway is not None else None

@@ -33,11 +33,14 @@ fetch_wheels "${repo}/build/gateway-wheels" "${here}"
 ctx="$(mktemp -d "${TMPDIR:-/tmp}/vllm-composer-gateway-ctx.XXXXXX")"
 cleanup() { rm -rf -- "${ctx}"; }
 trap cleanup EXIT
-mkdir -p "${ctx}/wheels" "${ctx}/app/composer/gateway"
+mkdir -p "${ctx}/wheels" "${ctx}/app/composer"
 cp "${here}/Dockerfile" "${here}/requirements.txt" "${here}/installer.txt" "${ctx}/"
 cp "${wheels}"/*.whl "${ctx}/wheels/"
 cp "${repo}/composer/__init__.py" "${repo}/composer/errors.py" "${ctx}/app/composer/"
-cp "${repo}/composer/gateway/"*.py "${ctx}/app/composer/gateway/"
+# the gateway package with its floors (public/, routing/, control/, status/, host/), sources only
+(cd "${repo}/composer" && find gateway -name '*.py' -not -path '*/__pycache__/*') | while IFS= read -r f; do
+  install -D -m 0644 "${repo}/composer/${f}" "${ctx}/app/composer/${f}"
+done
 
 exit_when_current "${ctx}"
 

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from composer.gateway.config import LiveSpec
-from composer.gateway.policy import parse_workloads
+from composer.gateway.routing.policy import parse_workloads
 from tests.sim.simproc import SIM_MODEL, SimProcess, sim_env
 
 from .fakes import GatewayThread

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from tests.sim.simproc import SimProcess
 
 from .fakes import GatewayThread, LocalExec

@@ -11,9 +11,9 @@ import httpx
 import openai
 import pytest
 
-from composer.gateway import bodies
-from composer.gateway.client import GatewayControl
-from composer.gateway.proxy import REPLAY_LIMIT
+from composer.gateway.host.client import GatewayControl
+from composer.gateway.public import bodies
+from composer.gateway.public.proxy import REPLAY_LIMIT
 
 from .conftest import KEY
 from .fakes import SERVED, LocalExec

@@ -16,9 +16,9 @@ import httpx
 import pytest
 
 from composer.errors import GatewayConfigError
-from composer.gateway import continuation
 from composer.gateway.config import ENV_VARS, LIMITS, LIVE, load_config
-from composer.gateway.metrics import CONTINUATION_REFUSALS, Metrics
+from composer.gateway.public import continuation
+from composer.gateway.status.metrics import CONTINUATION_REFUSALS, Metrics
 
 from .livelab import (
     CHAT,
@@ -435,7 +435,7 @@ def test_paused_streams_go_on_token_for_token_with_no_failure(sims, gateways) ->
 def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gateways) -> None:
     """`up` taking mtp out of {baseline, mtp}: its drain (`continue`) pauses mtp's streams, which
     go on on baseline token for token, so the drain has nothing left to wait for."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -461,7 +461,7 @@ def test_a_leaving_members_drain_sends_its_streams_on_to_the_others(sims, gatewa
 
 
 def test_a_drain_that_continues_pauses_eligible_streams_and_waits_for_the_rest(sims, make_single) -> None:
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -502,7 +502,7 @@ REFUSED_MID_SWITCH = {
 
 def test_each_refused_class_sent_mid_switch_drains_counted_under_its_reason(sims, make_single) -> None:
     """A switch that continues streams still waits for those it cannot continue exactly."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -531,7 +531,7 @@ def test_each_refused_class_sent_mid_switch_drains_counted_under_its_reason(sims
 
 
 def test_a_stream_that_would_not_fit_in_the_next_context_drains_instead(sims, make_single) -> None:
-    from composer.gateway.client import GatewayControl, GatewayControlError
+    from composer.gateway.host.client import GatewayControl, GatewayControlError
 
     from .fakes import InProcessExec
 
@@ -562,7 +562,7 @@ def test_a_stream_that_would_not_fit_in_the_next_context_drains_instead(sims, ma
 @pytest.mark.parametrize(("asked", "on"), [(False, True), (True, False)])
 def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single, asked, on) -> None:
     """Not asked (`up --drain`), or asked of a gateway with `continue_streams = false`."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -580,7 +580,7 @@ def test_a_drain_without_continue_waits_for_streams_as_before(sims, make_single,
 def test_a_drain_that_runs_out_continues_eligible_streams_instead_of_cutting_them(sims, make_single) -> None:
     """`up --drain` with a short drain_timeout: at the timeout the eligible stream is paused
     and goes on on the next upstream, token for token; only the ineligible one is cut."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -607,7 +607,7 @@ def test_a_drain_that_runs_out_continues_eligible_streams_instead_of_cutting_the
 def test_the_drain_of_a_gateway_about_to_be_replaced_cuts_at_its_timeout(sims, make_single) -> None:
     """Its streams cannot outlive it: an eligible stream still running at the timeout ends
     with the cut's error event instead of being paused for a gateway that goes away."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -628,7 +628,7 @@ def test_the_openai_sdk_streams_a_chat_completion_through_a_switch_as_one_stream
     mid-stream, under the official SDK: one stream, one `id`, no error, the uninterrupted text."""
     import openai
 
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 
@@ -779,7 +779,7 @@ def test_a_backend_that_breaks_after_the_usage_chunk_gives_the_client_one_usage_
 def test_streams_continued_at_a_switch_carry_no_more_tokens_than_their_limit(sims, make_single) -> None:
     """The limits as clients send them, read by the simulator as vLLM reads them: each
     continued stream is its uninterrupted run, its usage that of MAX_TOKENS tokens."""
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     from .fakes import InProcessExec
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from composer.gateway.client import DrainProgress, GatewayControl
+from composer.gateway.host.client import DrainProgress, GatewayControl
 
 DONE = {"done": True, "hold_id": "h1", "drained": 1, "cut": 0, "duration_s": 2.5}
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from composer.gateway.gate import Gate, Refused, UnknownHold
-from composer.gateway.metrics import Metrics
+from composer.gateway.routing.gate import Gate, Refused, UnknownHold
+from composer.gateway.status.metrics import Metrics
 
 
 def make_gate(**kw) -> Gate:

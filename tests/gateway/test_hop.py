@@ -10,8 +10,8 @@ import time
 import httpx
 import pytest
 
-from composer.gateway import continuation
-from composer.gateway.metrics import Metrics
+from composer.gateway.public import continuation
+from composer.gateway.status.metrics import Metrics
 
 from .conftest import KEY
 from .fakes import sse_request

@@ -11,13 +11,13 @@ import pytest
 
 from composer.errors import GatewayConfigError
 from composer.gateway import GatewayControl
-from composer.gateway import live as live_module
 from composer.gateway.config import LiveSpec, load_config, parse_live
-from composer.gateway.live import Member
-from composer.gateway.metrics import Metrics
-from composer.gateway.policy import WorkloadClass, parse_workloads
-from composer.gateway.routing import View, bucket_classes, capacity, choose_upstream, crossover
-from composer.gateway.upstream import Upstream
+from composer.gateway.routing import live as live_module
+from composer.gateway.routing.live import Member
+from composer.gateway.routing.policy import WorkloadClass, parse_workloads
+from composer.gateway.routing.routing import View, bucket_classes, capacity, choose_upstream, crossover
+from composer.gateway.routing.upstream import Upstream
+from composer.gateway.status.metrics import Metrics
 
 from .fakes import LocalExec
 from .livelab import (

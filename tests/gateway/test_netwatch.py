@@ -4,7 +4,7 @@ where there was nothing to watch."""
 
 from __future__ import annotations
 
-from composer.gateway import netwatch
+from composer.gateway.routing import netwatch
 
 
 class Namespace:

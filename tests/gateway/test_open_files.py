@@ -7,7 +7,7 @@ import resource
 
 import pytest
 
-from composer.gateway import limits
+from composer.gateway.public import limits
 
 
 @pytest.fixture

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from composer.gateway.paths import BadPath, canonical_path
-from composer.gateway.routes import is_forwarded, is_own, needs_key
+from composer.gateway.public.paths import BadPath, canonical_path
+from composer.gateway.public.routes import is_forwarded, is_own, needs_key
 
 from .attacks import PATH_MATRIX
 

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from composer.gateway.client import GatewayControl
-from composer.gateway.upstream import READY_POLL_INTERVAL
+from composer.gateway.host.client import GatewayControl
+from composer.gateway.routing.upstream import READY_POLL_INTERVAL
 
 from .fakes import LocalExec
 

@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 import uvloop
 
-from composer.gateway.gate import ClientGone
-from composer.gateway.pool import Pool, Unreachable
+from composer.gateway.public.pool import Pool, Unreachable
+from composer.gateway.routing.gate import ClientGone
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 HEADERS = [(b"content-type", b"application/json")]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import PROBE_HEADER
+from composer.gateway.wire import PROBE_HEADER
 
 from .conftest import KEY
 from .fakes import DroppingBackend, FakeBackend, LocalExec, sse_request

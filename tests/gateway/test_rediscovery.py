@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 
 from .conftest import KEY
 from .fakes import FakeBackend, LocalExec

@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import DEFAULT_CONTROL_SOCKET, PROBE_HEADER, STATUS_PROBE_HEADER
 from composer.gateway.config import LiveSpec
+from composer.gateway.host.client import DEFAULT_CONTROL_SOCKET
+from composer.gateway.wire import PROBE_HEADER, STATUS_PROBE_HEADER
 from tests.conftest import REPO
 
 from .conftest import KEY

@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import PROBE_HEADER
 from composer.gateway.config import LiveSpec
+from composer.gateway.wire import PROBE_HEADER
 
 from .conftest import KEY
 from .fakes import FakeBackend, GatewayThread, InProcessExec, sse_request

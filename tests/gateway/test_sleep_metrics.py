@@ -6,7 +6,7 @@ import threading
 
 import httpx
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 
 from .fakes import LocalExec
 

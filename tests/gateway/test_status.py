@@ -6,11 +6,11 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from composer.gateway.client import GatewayControl
-from composer.gateway.page import PAGE
-from composer.gateway.status import plain_error
-from composer.gateway.switchlog import GATEWAY_UPDATED, SwitchLog
-from composer.gateway.throughput import Samples, parse
+from composer.gateway.control.switchlog import GATEWAY_UPDATED, SwitchLog
+from composer.gateway.host.client import GatewayControl
+from composer.gateway.status.page import PAGE
+from composer.gateway.status.throughput import Samples, parse
+from composer.gateway.status.view import plain_error
 
 from .conftest import KEY
 from .fakes import LocalExec

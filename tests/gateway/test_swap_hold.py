@@ -11,7 +11,8 @@ import pytest
 
 from composer.engine.gate import GateTarget, wait_ready
 from composer.errors import HealthCheckFailed
-from composer.gateway.client import PROBE_HEADER, GatewayControl
+from composer.gateway.host.client import GatewayControl
+from composer.gateway.wire import PROBE_HEADER
 
 from .conftest import KEY
 from .fakes import SERVED, LocalExec, sse_request

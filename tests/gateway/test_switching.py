@@ -14,13 +14,13 @@ import httpx
 import pytest
 
 from composer.errors import GatewayConfigError
-from composer.gateway import bodies
-from composer.gateway.client import GatewayControl
 from composer.gateway.config import GatewayConfig, load_config
-from composer.gateway.gate import Refused
-from composer.gateway.metrics import Metrics
-from composer.gateway.policy import Mix, Window, choose, decide, parse_workloads
-from composer.gateway.switching import Switcher
+from composer.gateway.host.client import GatewayControl
+from composer.gateway.public import bodies
+from composer.gateway.routing.gate import Refused
+from composer.gateway.routing.policy import Mix, Window, choose, decide, parse_workloads
+from composer.gateway.routing.switching import Switcher
+from composer.gateway.status.metrics import Metrics
 from composer.stack.workload_classes import class_shape, gateway_workloads
 
 from .conftest import KEY

@@ -10,8 +10,8 @@ import pytest
 
 from composer.errors import GatewayConfigError
 from composer.gateway.config import load_config
-from composer.gateway.switchlog import SwitchLog
-from composer.gateway.switchstore import FILE_NAME, SwitchStore
+from composer.gateway.control.switchlog import SwitchLog
+from composer.gateway.control.switchstore import FILE_NAME, SwitchStore
 
 
 def _switch(log: SwitchLog, to: str, hold: str) -> None:

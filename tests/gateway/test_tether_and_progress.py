@@ -12,7 +12,7 @@ import threading
 import httpx
 
 from composer.gateway import GatewayControl
-from composer.gateway.client import DrainProgress
+from composer.gateway.host.client import DrainProgress
 from tests.conftest import REPO
 
 from .conftest import KEY

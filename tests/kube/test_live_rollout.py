@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.kube.execute import ClusterLive, plan_kube_live
 from composer.stack.load import load_stack
 from composer.swap.transaction import single_inflight

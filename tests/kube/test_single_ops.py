@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.kube.execute import plan_kube_single
 from composer.kube.rollout import Serving
 from composer.stack.load import load_stack

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from tests.conftest import free_port
 from tests.gateway.fakes import GatewayThread, LocalExec, ThreadServer
 

@@ -17,27 +17,27 @@ import tomllib
 from tests.conftest import REPO
 
 PACKAGE = REPO / "composer"
-# The gateway's server modules: they run inside the gateway image, never on the host.
+# The gateway's server modules (in composer/gateway/): they run in the gateway image, never on the host.
 GATEWAY_SERVER = {
-    "runtime",
-    "proxy",
-    "control",
-    "gate",
-    "upstream",
-    "metrics",
-    "server",
-    "ctl",
-    "__main__",
-    "screen",
-    "limits",
-    "liveness",
-    "status",
-    "throughput",
-    "answers",
-    "http10",
-    "keepalive",
-    "continuation",
-    "pool",
+    "__main__.py",
+    "control/app.py",
+    "ctl.py",
+    "public/answers.py",
+    "public/continuation.py",
+    "public/http10.py",
+    "public/keepalive.py",
+    "public/limits.py",
+    "public/pool.py",
+    "public/proxy.py",
+    "public/screen.py",
+    "routing/gate.py",
+    "routing/liveness.py",
+    "routing/upstream.py",
+    "runtime.py",
+    "server.py",
+    "status/metrics.py",
+    "status/throughput.py",
+    "status/view.py",
 }
 # Import names that differ from their distribution's name.
 DISTRIBUTION = {
@@ -75,7 +75,7 @@ def host_imports() -> tuple[frozenset[str], frozenset[str]]:
     required: set[str] = set()
     optional: set[str] = set()
     for path in PACKAGE.rglob("*.py"):
-        if path.parent.name == "gateway" and path.stem in GATEWAY_SERVER:
+        if path.relative_to(PACKAGE).as_posix().removeprefix("gateway/") in GATEWAY_SERVER:
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}

@@ -123,3 +123,41 @@ def _module_names(path: Path) -> set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module:
             names.add(node.module)
     return names
+
+
+# What each of the gateway's floors may import from the rest of the gateway.
+GATEWAY_FLOORS = {
+    "public": {"config", "wire", "routing", "status"},
+    "routing": {"config", "wire", "status"},
+    "control": {"config", "wire", "public", "routing", "status"},
+    "status": {"config", "wire", "control", "public", "routing"},
+    "host": {"config", "wire"},
+}
+
+
+def _gateway_parts(path: Path) -> set[str]:
+    """The gateway's parts (`public`, `config`, ...) that a module imports."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("composer.gateway."):
+            found.add(node.module.split(".")[2])
+        elif isinstance(node, ast.ImportFrom) and node.module == "composer.gateway":
+            found.update(alias.name for alias in node.names)
+    return found
+
+
+@pytest.mark.parametrize("floor", sorted(GATEWAY_FLOORS))
+def test_the_gateway_floors_import_only_downwards(floor: str) -> None:
+    module = importlib.import_module(f"composer.gateway.{floor}")
+    assert "Owns:" in (module.__doc__ or "") and "May import:" in (module.__doc__ or "")
+    for path in (PACKAGE / "gateway" / floor).rglob("*.py"):
+        extra = _gateway_parts(path) - GATEWAY_FLOORS[floor] - {floor}
+        assert not extra, f"{path.relative_to(REPO)} imports {sorted(extra)}, outside its floor's contract"
+
+
+def test_the_gateway_server_never_imports_the_host_client() -> None:
+    server = [p for p in (PACKAGE / "gateway").rglob("*.py") if "host" not in p.relative_to(PACKAGE).parts]
+    assert len(server) > 30
+    for path in server:
+        if path.name != "__init__.py" or path.parent.name != "gateway":  # the package re-exports it
+            assert "host" not in _gateway_parts(path), f"{path.relative_to(REPO)} imports the host client"

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from composer.cli import main
-from composer.gateway.client import SwitchDemand
+from composer.gateway.host.client import SwitchDemand
 from composer.swap import follow as follow_module
 from composer.swap.follow import Follower, FollowEvent
 from composer.swap.swapper import UpOptions

@@ -15,7 +15,7 @@ import pytest
 from composer import labels
 from composer.engine import retry
 from composer.engine.retry import Pending
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 
 pytestmark = pytest.mark.docker
 

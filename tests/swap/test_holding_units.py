@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from composer.errors import GatewayControlError, SwapFailed
-from composer.gateway.client import DrainReport
+from composer.gateway.wire import DrainReport
 from composer.swap import holding
 
 

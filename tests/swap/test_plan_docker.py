@@ -37,7 +37,7 @@ def _docker_state(client, project: str) -> list[tuple]:
 
 
 def _gateway_state(client, project: str) -> dict:
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     raw = GatewayControl(client.containers.get(f"{project}-gateway-1")).state().raw
     state = {k: raw[k] for k in ("held", "inflight", "holds", "routes_total", "generation")}

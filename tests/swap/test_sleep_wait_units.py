@@ -11,7 +11,7 @@ import pytest
 from composer.doctor.sleep_checks import check_sleep_wait
 from composer.engine.images import release, sleep_waits
 from composer.errors import GatewayControlError
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.swap.standby import put_to_sleep
 from tests.conftest import REPO
 

@@ -19,7 +19,7 @@ import pytest
 
 from composer.capacity import standby
 from composer.engine.containers import gateway_container
-from composer.gateway.client import GatewayControl
+from composer.gateway.host.client import GatewayControl
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.swap.snapshot import take

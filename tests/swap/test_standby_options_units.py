@@ -225,19 +225,19 @@ class FakeControl:
         return ""
 
     def sleep(self, level: int, wait: bool = False):
-        from composer.gateway.client import BackendReply
+        from composer.gateway.host.client import BackendReply
 
         self.calls.append(("sleep", level))
         return BackendReply(200, "")
 
     def wake_up(self):
-        from composer.gateway.client import BackendReply
+        from composer.gateway.host.client import BackendReply
 
         self.calls.append(("wake_up",))
         return BackendReply(200, "")
 
     def backend(self, method: str, path: str, query=(), body=None, timeout_s: float = 300.0):
-        from composer.gateway.client import BackendReply
+        from composer.gateway.host.client import BackendReply
 
         if path != "/version":  # asked before each sleep (tests/swap/test_sleep_wait_units.py)
             self.calls.append((method, path, body))

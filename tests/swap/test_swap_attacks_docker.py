@@ -108,7 +108,7 @@ def test_up_killed_between_sleep_and_wake_and_a_crashed_sleeper(sim_stack, docke
         swap.send_signal(signal.SIGKILL)
     finally:
         swap.communicate(timeout=60)
-    from composer.gateway.client import GatewayControl
+    from composer.gateway.host.client import GatewayControl
 
     gateway = GatewayControl(docker_client.containers.get(f"{stack.project}-gateway-1"))
     mtp_url = f"http://{stack.project}-vllm-mtp-1:8000"

@@ -48,9 +48,9 @@ from typing import Any, cast
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-from .answers import DEFER_HEAD, error_bytes
-from .http10 import Http10Cycle
-from .metrics import Metrics
+from composer.gateway.public.answers import DEFER_HEAD, error_bytes
+from composer.gateway.public.http10 import Http10Cycle
+from composer.gateway.status.metrics import Metrics
 
 # Open files besides two per client connection (its own, and its request's upstream one): the
 # listening and control sockets, readiness probes, logs.

@@ -1,7 +1,7 @@
 """Host-side control of a gateway container, through `docker exec` (Docker SDK `exec_run`).
 
 Each call runs `python3 -m composer.gateway.ctl METHOD PATH [BODY]` (a route of
-`composer.gateway.control`) in the container and parses the JSON it prints: no port, so only who
+`composer.gateway.control.app`) in the container and parses the JSON it prints: no port, so only who
 can exec into the container controls it. Failures raise `GatewayControlError`. Long waits
 (drain, wait-ready) are split into calls of at most `CALL_WAIT_S` seconds so no exec outlives a
 Docker client's read timeout (60 s by default); a backend call (sleep, wake_up) is one exec:
@@ -22,19 +22,14 @@ from socket import SHUT_RDWR
 from typing import Any, Protocol, TypeVar, cast
 
 from composer.errors import GatewayControlError
-
-from .config import DEFAULT_CONTROL_SOCKET
+from composer.gateway.config import DEFAULT_CONTROL_SOCKET
+from composer.gateway.wire import SINGLE, DrainReport
 
 _T = TypeVar("_T")
 CALL_WAIT_S = 20.0
 # How often a drain with a progress callback asks the gateway what still runs.
 PROGRESS_EVERY_S = 1.0
 # The header with which the holder's readiness probes pass its hold (see `drain`).
-PROBE_HEADER = "x-gateway-probe"
-# Marks a request of `compose-spec status` (its readiness probe through the port): the gateway
-# forwards it as any other but does not count it as a member's request.
-STATUS_PROBE_HEADER = "x-gateway-status-probe"
-SINGLE = "single"  # the single member's name in the state's `upstreams` (a live member's: VARIANT/REPLICA)
 CTL = ("python3", "-m", "composer.gateway.ctl")
 # How long `tether` waits for a `ctl session`'s hello before it takes the gateway for an older
 # image (a plain tether); the session's Python starts in about 0.3 s.
@@ -72,18 +67,6 @@ class HoldInfo:
     lease_s: float
     expires_in_s: float
     owner: str = ""
-
-
-@dataclass(frozen=True)
-class DrainReport:
-    """A finished drain (`gate.Gate.drain`); its hold stays set: release it once the next backend serves."""
-
-    hold_id: str
-    drained: int
-    cut: int  # still in flight at the timeout
-    duration_s: float
-    continued: int = 0  # streams paused to go on on the next variant
-    refused: int = 0  # streams it could not continue
 
 
 @dataclass(frozen=True)

@@ -21,18 +21,18 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from .config import GatewayConfig
-from .gate import Gate
-from .live import LiveSet
-from .metrics import Metrics
-from .page import HEADERS as PAGE_HEADERS
-from .page import PAGE
-from .routes import KeyCheck
-from .switching import Switcher
-from .switchlog import KEEP_SWITCHES, SwitchLog
-from .switchstore import SwitchStore
-from .throughput import Samples, parse
-from .upstream import Upstream
+from composer.gateway.config import GatewayConfig
+from composer.gateway.control.switchlog import KEEP_SWITCHES, SwitchLog
+from composer.gateway.control.switchstore import SwitchStore
+from composer.gateway.public.routes import KeyCheck
+from composer.gateway.routing.gate import Gate
+from composer.gateway.routing.live import LiveSet
+from composer.gateway.routing.switching import Switcher
+from composer.gateway.routing.upstream import Upstream
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.status.page import HEADERS as PAGE_HEADERS
+from composer.gateway.status.page import PAGE
+from composer.gateway.status.throughput import Samples, parse
 
 log = logging.getLogger("gateway")
 

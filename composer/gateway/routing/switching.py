@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import GatewayConfig
-from .gate import Refused, stopping
-from .metrics import Metrics
-from .policy import Decision, Window, decide
+from composer.gateway.config import GatewayConfig
+from composer.gateway.routing.gate import Refused, stopping
+from composer.gateway.routing.policy import Decision, Window, decide
+from composer.gateway.status.metrics import Metrics
 
 log = logging.getLogger("gateway")
 

@@ -28,16 +28,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from composer.errors import GatewayConfigError
-
-from .client import DrainReport
-from .config import MAX_LEASE_S, VARIANT, GatewayConfig, check_upstream, parse_live
-from .gate import Gate
-from .live import LiveSet
-from .metrics import Metrics
-from .proxy import ProxyApp
-from .status import StatusBoard
-from .switching import Switcher
-from .upstream import Upstream
+from composer.gateway.config import MAX_LEASE_S, VARIANT, GatewayConfig, check_upstream, parse_live
+from composer.gateway.public.proxy import ProxyApp
+from composer.gateway.routing.gate import Gate
+from composer.gateway.routing.live import LiveSet
+from composer.gateway.routing.switching import Switcher
+from composer.gateway.routing.upstream import Upstream
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.status.view import StatusBoard
+from composer.gateway.wire import DrainReport
 
 MAX_WAIT_S = 25.0
 KEEP_DRAINS = 16

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from starlette.types import Scope
 
-from .gate import Refused as Refusal
-from .paths import BadPath, canonical_path
+from composer.gateway.public.paths import BadPath, canonical_path
+from composer.gateway.routing.gate import Refused as Refusal
 
 
 def screen(scope: Scope) -> None:

@@ -29,22 +29,23 @@ import aiohttp
 from starlette.types import Message, Receive, Scope, Send
 from yarl import URL
 
-from . import bodies, continuation, listing
-from .answers import DEFER_HEAD, send_error, sse_error
-from .bodies import MAX_BODY as REPLAY_LIMIT
-from .client import PROBE_HEADER
-from .continuation import ContinuationFailed, Leg, Paused, Stalled, once
-from .gate import ClientGone, Gate, Refused, Ticket
-from .keepalive import HeldStream
-from .liveness import Liveness, Unresponsive
-from .metrics import Metrics
-from .pool import Interrupted, Pool, Response, Unreachable
-from .routes import KeyCheck, is_dev_route, is_forwarded, needs_key
+from composer.gateway.public import bodies, continuation, listing
+from composer.gateway.public.answers import DEFER_HEAD, send_error, sse_error
+from composer.gateway.public.bodies import MAX_BODY as REPLAY_LIMIT
+from composer.gateway.public.continuation import ContinuationFailed, Leg, Paused, Stalled
+from composer.gateway.public.keepalive import HeldStream
+from composer.gateway.public.pool import Interrupted, Pool, Response, Unreachable
+from composer.gateway.public.routes import KeyCheck, is_dev_route, is_forwarded, needs_key
+from composer.gateway.routing.gate import ClientGone, Gate, Refused, Ticket
+from composer.gateway.routing.live import once
+from composer.gateway.routing.liveness import Liveness, Unresponsive
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.wire import PROBE_HEADER
 
 if TYPE_CHECKING:
-    from .config import GatewayConfig
-    from .live import LiveSet, Member
-    from .switching import Switcher
+    from composer.gateway.config import GatewayConfig
+    from composer.gateway.routing.live import LiveSet, Member
+    from composer.gateway.routing.switching import Switcher
 
 log = logging.getLogger("gateway")
 

@@ -40,8 +40,8 @@ from typing import Any
 
 import aiohttp
 
-from .answers import sse_error
-from .metrics import Metrics
+from composer.gateway.public.answers import sse_error
+from composer.gateway.status.metrics import Metrics
 
 COMPLETIONS = "/v1/completions"
 CHAT = "/v1/chat/completions"
@@ -170,19 +170,6 @@ class Leg:
 
 
 Reopen = Callable[[str, bytes], Awaitable[Leg]]  # (path, body) -> the leg
-
-
-def once(action: Callable[..., None]) -> Callable[..., None]:
-    """`action`, run on the first call only."""
-    called = False
-
-    def run(*args: Any) -> None:
-        nonlocal called
-        if not called:
-            called = True
-            action(*args)
-
-    return run
 
 
 BAD = -1

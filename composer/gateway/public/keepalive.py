@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 from starlette.types import Message, Send
 
-from .answers import sse_error
-from .bodies import MAX_BODY  # larger bodies are not parsed for `stream`
+from composer.gateway.public.answers import sse_error
+from composer.gateway.public.bodies import MAX_BODY  # larger bodies are not parsed for `stream`
 
 T = TypeVar("T")
 

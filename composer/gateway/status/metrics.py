@@ -16,7 +16,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from .routing import REASONS as ROUTE_REASONS
+from composer.gateway.routing.routing import REASONS as ROUTE_REASONS
 
 CONTINUATION_REFUSALS = (
     "n",

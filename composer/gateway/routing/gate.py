@@ -24,8 +24,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .client import DrainReport
-from .metrics import Metrics
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.wire import DrainReport
 
 log = logging.getLogger("gateway")
 

@@ -34,7 +34,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .policy import WorkloadClass, _bucket_gap, _log_gap
+from composer.gateway.routing.policy import WorkloadClass, _bucket_gap, _log_gap
 
 REASONS = ("alias", "class", "crossover", "fallback", "balance", "spill")
 

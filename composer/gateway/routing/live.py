@@ -30,12 +30,11 @@ from contextvars import ContextVar
 from dataclasses import replace as with_fields
 from typing import Any
 
-from .client import SINGLE
-from .config import GatewayConfig, LiveSpec
-from .continuation import once
-from .metrics import Metrics
-from .routing import View, choose_upstream
-from .upstream import Upstream
+from composer.gateway.config import GatewayConfig, LiveSpec
+from composer.gateway.routing.routing import View, choose_upstream
+from composer.gateway.routing.upstream import Upstream
+from composer.gateway.status.metrics import Metrics
+from composer.gateway.wire import SINGLE
 
 log = logging.getLogger("gateway")
 
@@ -45,6 +44,19 @@ COUNTED: ContextVar[bool] = ContextVar("counted", default=True)
 
 BACKOFF_MAX_S = 2.0
 LAST_MINUTE_S = 60.0
+
+
+def once(action: Callable[..., None]) -> Callable[..., None]:
+    """`action`, run on the first call only."""
+    called = False
+
+    def run(*args: Any) -> None:
+        nonlocal called
+        if not called:
+            called = True
+            action(*args)
+
+    return run
 
 
 class Member:
