@@ -1,6 +1,8 @@
 """The public ASGI app: key check, hold, and unbuffered forwarding to the backend.
 
-For each request (its path already canonical: `screen`): off the allow-list, 404; a keyed
+Each request runs through `ProxyApp.stages` in order (screen, key, alias, body, probe, hold,
+route, continuation, admit and forward), each answering it or passing it on. For each request
+(its path already canonical: `screen`): off the allow-list, 404; a keyed
 path without the right key, 401 before it takes a queue slot; a request without the key is
 never held (admitted at once or 503); status routes and CORS preflights are forwarded without
 their body. Then it goes upstream on a pooled keep-alive connection (`pool`) and each read of
@@ -21,7 +23,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +194,20 @@ class Body:
                 yield chunk
 
 
+@dataclass(slots=True)
+class Request:
+    """One request on its way through `ProxyApp.stages` (what each stage leaves for the next)."""
+
+    scope: Scope
+    receive: Receive
+    send: Send  # wrapped by the stages that change the answer (aliases, a body-less route)
+    body: Body  # none (status routes, CORS preflights) until `_body` reads it
+    may_hold: bool = True  # it has the key (or none is needed): it may wait in the gate
+    deadline: float = 0.0
+    watcher: asyncio.Future[None] | None = None  # the client's disconnect
+    held: HeldStream | None = None
+
+
 class ProxyApp:
     """ASGI app forwarding every request (but dev routes) to a member of the upstream set."""
 
@@ -218,6 +234,18 @@ class ProxyApp:
         self.unrecorded: dict[Ticket, str] = {}  # streams under way it cannot continue: their URL
         self.liveness = Liveness(config.unresponsive_timeout, lambda: self.session)
         self.switch_waiting = 0  # requests waiting for a switch to their alias's variant
+        # a request's path through the app: each stage answers it (True) or passes it on
+        self.stages: tuple[Callable[[Request], Awaitable[bool]], ...] = (
+            self._screen,
+            self._key,
+            self._alias,
+            self._body,
+            self._probe,
+            self._hold,
+            self._route,
+            self._continuation,
+            self._admit_and_forward,
+        )
         self.configure(config)
 
     def configure(self, config: GatewayConfig) -> None:
@@ -308,85 +336,124 @@ class ProxyApp:
         _replace_body(scope, body, bodies.with_model(seen.payload, self.served_name))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Run the request through `stages` in order until one answers it."""
         if scope["type"] != "http":
             return
         scope.setdefault(STARTED, asyncio.get_running_loop().time())
-        path: str = scope["path"]  # canonical: the public app screened it
-        if not is_forwarded(path):
-            self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
-            await send_error(send, 404, f"no route {path!r} on this port")
-            return
-        may_hold = True
-        if self.keys.enabled:
-            auth = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-            may_hold = self.keys.allows(auth)
-            if not may_hold and needs_key(path) and scope["method"] != "OPTIONS":
-                self.metrics.refused.labels("unauthorized").inc()
-                await send_error(
-                    send, 401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)"
-                )
-                return
-        if self.aliases and path == listing.MODELS_PATH and scope["method"] == "GET":
-            send = self._listing_aliases(send)
-        deadline = self.gate.deadline()
-        if not needs_key(path) or scope["method"] == "OPTIONS":
-            # status routes and CORS preflights need no body: never wait for one
-            body = Body([], True, receive, True)
-            send = _without_body(scope, send)
-        else:
-            try:
-                body = await _read_prefix(receive)
-            except ClientGone:
-                return
-        complete = body.complete
-        probe = next((v for k, v in scope["headers"] if k == PROBE_HEADER.encode()), None)
-        if probe is not None:  # a holder's readiness probe: past the hold, never queued
-            if not self.gate.probe_allowed(probe):
-                self.metrics.refused.labels("probe_token").inc()
-                await send_error(send, 403, "unknown probe token")
-                return
-            await self._forward(Ticket(self.gate), scope, receive, send, body, None, probe=True)
-            return
-        watcher = asyncio.ensure_future(_wait_disconnect(receive)) if complete else None
-        held = None
-        if self.hold_keepalive and complete and may_hold and scope["method"] == "POST":
-            held = HeldStream(send, self.hold_keepalive, body.data)  # headers + comments while held
+        request = Request(scope, receive, send, Body([], True, receive, True))
         try:
-            # bodies are read for switching, the automatic policy, or while a live set routes
-            if complete and (self.switcher.config.inspects_bodies or self.live.active):
-                await self._switch(scope, body, deadline, watcher, held)
-            # (a body without `"stream"` is no stream: not parsed for it, as `HeldStream.wanted`)
-            if complete and self.continue_streams and path in continuation.PATHS and b'"stream"' in body.data:
-                # an eligible streamed completion is recorded so that it can be continued:
-                # upstream is asked for its token ids
-                seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
-                stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
-                if stream is not None:
-                    scope[STREAM] = stream
-                    if not stream.wants_ids:
-                        _replace_body(scope, body, stream.body())
-            front = False  # admitted (maybe held) again at the queue's head while it is sent again
-            while True:
-                disconnected = asyncio.shield(watcher) if watcher is not None else None
-                entering = self.gate.enter(deadline, front=front, disconnected=disconnected, hold=may_hold)
-                if held is not None and self.gate.would_hold():
-                    ticket = await held.wait(entering)
-                else:
-                    ticket = await entering
-                try:
-                    again = await self._forward(ticket, scope, receive, _out(send, held), body, watcher)
-                finally:
-                    ticket.done(completed=not again)
-                if not again:
-                    break
-                front = True
+            for stage in self.stages:
+                if await stage(request):
+                    return
         except Refused as refused:
-            await self._refuse(_out(send, held), refused)
+            await self._refuse(_out(request.send, request.held), refused)
         except ClientGone:
             pass
         finally:
+            watcher = request.watcher
             if watcher is not None and not watcher.done():
                 watcher.cancel()
+
+    async def _screen(self, r: Request) -> bool:
+        """Off the allow-list (its path already canonical: the public app screened it): 404."""
+        path: str = r.scope["path"]
+        if is_forwarded(path):
+            return False
+        self.metrics.refused.labels("dev_route" if is_dev_route(path) else "not_found").inc()
+        await send_error(r.send, 404, f"no route {path!r} on this port")
+        return True
+
+    async def _key(self, r: Request) -> bool:
+        """A keyed path without the right key: 401, before it takes a queue slot; a request
+        without the key is never held."""
+        if not self.keys.enabled:
+            return False
+        auth = next((v for k, v in r.scope["headers"] if k == b"authorization"), None)
+        r.may_hold = self.keys.allows(auth)
+        if r.may_hold or not needs_key(r.scope["path"]) or r.scope["method"] == "OPTIONS":
+            return False
+        self.metrics.refused.labels("unauthorized").inc()
+        await send_error(r.send, 401, "Unauthorized: a valid API key is required (Authorization: Bearer KEY)")
+        return True
+
+    async def _alias(self, r: Request) -> bool:
+        """The model list gets one entry per alias."""
+        if self.aliases and r.scope["path"] == listing.MODELS_PATH and r.scope["method"] == "GET":
+            r.send = self._listing_aliases(r.send)
+        return False
+
+    async def _body(self, r: Request) -> bool:
+        """Read the body's first `REPLAY_LIMIT` bytes; status routes and CORS preflights need no
+        body: never wait for one. Raises `ClientGone`."""
+        r.deadline = self.gate.deadline()
+        if not needs_key(r.scope["path"]) or r.scope["method"] == "OPTIONS":
+            r.send = _without_body(r.scope, r.send)
+        else:
+            r.body = await _read_prefix(r.receive)
+        return False
+
+    async def _probe(self, r: Request) -> bool:
+        """A holder's readiness probe: past the hold, never queued (an unknown token: 403)."""
+        probe = next((v for k, v in r.scope["headers"] if k == PROBE_HEADER.encode()), None)
+        if probe is None:
+            return False
+        if not self.gate.probe_allowed(probe):
+            self.metrics.refused.labels("probe_token").inc()
+            await send_error(r.send, 403, "unknown probe token")
+        else:
+            await self._forward(Ticket(self.gate), r.scope, r.receive, r.send, r.body, None, probe=True)
+        return True
+
+    async def _hold(self, r: Request) -> bool:
+        """Watch for the client's disconnect; a held POST gets its headers and keep-alive
+        comments while it waits (`HeldStream`)."""
+        if r.body.complete:
+            r.watcher = asyncio.ensure_future(_wait_disconnect(r.receive))
+            if self.hold_keepalive and r.may_hold and r.scope["method"] == "POST":
+                r.held = HeldStream(r.send, self.hold_keepalive, r.body.data)
+        return False
+
+    async def _route(self, r: Request) -> bool:
+        """Bodies are read for switching, the automatic policy, or while a live set routes (an
+        alias may wait for its variant). Raises `Refused` or `ClientGone`."""
+        if r.body.complete and (self.switcher.config.inspects_bodies or self.live.active):
+            await self._switch(r.scope, r.body, r.deadline, r.watcher, r.held)
+        return False
+
+    async def _continuation(self, r: Request) -> bool:
+        """An eligible streamed completion is recorded so that it can be continued: upstream is
+        asked for its token ids (a body without `"stream"` is no stream, as `HeldStream.wanted`)."""
+        scope, body = r.scope, r.body
+        if not (body.complete and self.continue_streams and scope["path"] in continuation.PATHS):
+            return False
+        if b'"stream"' in body.data:
+            seen = bodies.inspect(scope["method"], scope["path"], scope["headers"], body.data)
+            stream = continuation.prepare(scope["path"], seen.payload, self.metrics) if seen else None
+            if stream is not None:
+                scope[STREAM] = stream
+                if not stream.wants_ids:
+                    _replace_body(scope, body, stream.body())
+        return False
+
+    async def _admit_and_forward(self, r: Request) -> bool:
+        """Admitted by the gate (held while it holds), then forwarded; sent again, at the
+        queue's head, when the backend cannot have read it. Raises `Refused` or `ClientGone`."""
+        front = False
+        while True:
+            disconnected = asyncio.shield(r.watcher) if r.watcher is not None else None
+            entering = self.gate.enter(r.deadline, front=front, disconnected=disconnected, hold=r.may_hold)
+            if r.held is not None and self.gate.would_hold():
+                ticket = await r.held.wait(entering)
+            else:
+                ticket = await entering
+            try:
+                out = _out(r.send, r.held)
+                again = await self._forward(ticket, r.scope, r.receive, out, r.body, r.watcher)
+            finally:
+                ticket.done(completed=not again)
+            if not again:
+                return True
+            front = True
 
     async def _forward(
         self,
