@@ -147,7 +147,7 @@ def _gateway_parts(path: Path) -> set[str]:
 
 
 @pytest.mark.parametrize("floor", sorted(GATEWAY_FLOORS))
-def test_the_gateway_floors_import_only_downwards(floor: str) -> None:
+def test_the_gateway_floors_import_only_what_their_contracts_name(floor: str) -> None:
     module = importlib.import_module(f"composer.gateway.{floor}")
     assert "Owns:" in (module.__doc__ or "") and "May import:" in (module.__doc__ or "")
     for path in (PACKAGE / "gateway" / floor).rglob("*.py"):
