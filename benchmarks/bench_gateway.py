@@ -558,10 +558,17 @@ def soak_column(
     streams = result["streams"]
     received = {n: s["received"] for n, s in streams.items()}
     ended = {n: s["ended_early"] for n, s in streams.items() if s["ended_early"]}
+    firsts = sorted(s["first_after_s"] for s in streams.values() if s["first_after_s"] is not None)
+    spans = sorted(s["span_s"] for s in streams.values() if s["received"] == chunks)
     row: dict[str, Any] = {
         **gateway_soak.account(stats["sent"], received, ended, chunks),
         **result["gaps"],
         "chunks_per_stream": chunks,
+        "first_chunk_p50_ms": round(gateway_soak.percentile(firsts, 0.5) * 1e3, 1) if firsts else None,
+        "first_chunk_max_ms": round(firsts[-1] * 1e3, 1) if firsts else None,
+        "span_expected_s": round((chunks - 1) * args.soak_pace_ms / 1000, 2),
+        "span_p50_s": round(gateway_soak.percentile(spans, 0.5), 2) if spans else None,
+        "span_max_s": round(spans[-1], 2) if spans else None,
         "seconds": round(wall, 1),
         "all_open_after_s": round(client.opened - started, 2) if client.opened else None,
         "chunks_per_s": round(sum(received.values()) / wall),
@@ -673,9 +680,7 @@ def soak(args: argparse.Namespace) -> int:
         makers: dict[str, Callable[[], Column]] = {
             "direct": lambda: Column("direct", f"http://127.0.0.1:{ports[0]}", [], []),
             "nginx": lambda: start_nginx(workdir, ports[0]),
-            "gateway": lambda: start_gateway(
-                "gateway", workdir, ports[0], {"GATEWAY_MAX_HELD": str(max(256, args.switch_streams))}
-            ),
+            "gateway": lambda: start_gateway("gateway", workdir, ports[0], {}),
         }
         columns = []
         for name, make in makers.items():
@@ -690,9 +695,12 @@ def soak(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             figures[column.name] = soak_column(column, upstreams[0], ports[0], args)
-        gateway = next((c for c in columns if c.name == "gateway"), None)
-        if gateway is not None and args.switch_streams:
+        if "gateway" in wanted and args.switch_streams:
             print(f"soak: switch with {args.switch_streams} held", file=sys.stderr)
+            gateway = start_gateway(  # a fresh one: its memory is not the soak's aftermath
+                "gateway_switch", workdir, ports[0], {"GATEWAY_MAX_HELD": str(max(256, args.switch_streams))}
+            )
+            procs.extend(gateway.procs)
             figures["switch"] = soak_switch(gateway, workdir, ports, args)
         seconds = round(time.perf_counter() - started, 1)
     finally:
@@ -756,6 +764,11 @@ def soak_table(figures: dict[str, Any]) -> str:
         ("streams ended early", lambda r: r["ended_early"]),
         ("gap p50 / p99 / max ms", lambda r: f"{r['gap_p50_ms']} / {r['gap_p99_ms']} / {r['gap_max_ms']}"),
         ("gaps > 10x pace", lambda r: r["gaps_over_10x"]),
+        (
+            "stream span p50 / max s",
+            lambda r: f"{r['span_p50_s']} / {r['span_max_s']} ({r['span_expected_s']})",
+        ),
+        ("first chunk p50 / max ms", lambda r: f"{r['first_chunk_p50_ms']} / {r['first_chunk_max_ms']}"),
         ("upstream tick gap max ms", lambda r: r["upstream_ticks"]["gap_max_ms"]),
         ("proxy CPU/chunk us", lambda r: r["proxy_cpu_per_chunk_us"]),
         (
@@ -769,6 +782,13 @@ def soak_table(figures: dict[str, Any]) -> str:
     lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
     for label, get in keys:
         lines.append(f"| {label} | " + " | ".join(str(get(figures[n])) for n in names) + " |")
+    if (switch := figures.get("switch")) is not None:
+        lines.append(
+            f"switch: {switch['held_before_release']} held, {switch['answered_200']} answered 200 "
+            f"({switch['served_by_new']} by the new upstream), {switch['errors']} errors, "
+            f"{switch['chunks_lost']} chunks lost; first chunk after the release p50 "
+            f"{switch['release_to_first_chunk_p50_ms']} ms, last {switch['release_to_last_first_chunk_ms']} ms"
+        )
     return "\n".join(lines)
 
 

@@ -94,7 +94,8 @@ class Upstream:
 
     def tick(self) -> None:
         now = self.loop.time()
-        self.tick_gaps.append(now - self.last)
+        if self.streams:  # the ticker's own lateness, while it has streams to write
+            self.tick_gaps.append(now - self.last)
         self.last = now
         for conn, state in list(self.streams.items()):
             stream, i, total, ids = state
@@ -210,6 +211,7 @@ class ClientStream(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.received = 0
+        self.started = time.monotonic()  # when the connection was asked for
         self.first = 0.0  # monotonic time of the first chunk
         self.last = 0.0
         self.source = ""  # the upstream's name, from the first chunk's id
@@ -318,6 +320,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
                 "status": s.status,
                 "received": s.received,
                 "first": round(s.first, 6),
+                "first_after_s": round(s.first - s.started, 4) if s.first else None,
+                "span_s": round(s.last - s.first, 4),
                 "source": s.source,
                 "ended_early": "" if s.complete and s.received >= chunks else (s.error or "short"),
             }
