@@ -495,8 +495,11 @@ def load() -> list[float]:
 class SoakClient:
     """The soak's client in its own process; its stdout's lines are read on a thread."""
 
-    def __init__(self, url: str, prefix: str, streams: int, chunks: int, args: argparse.Namespace) -> None:
+    def __init__(
+        self, url: str, prefix: str, streams: int, chunks: int, args: argparse.Namespace, workdir: Path
+    ) -> None:
         host, port = url.removeprefix("http://").split(":")
+        self.out = workdir / f"client-{prefix}.json"
         spec = {
             "host": host,
             "port": int(port),
@@ -505,6 +508,7 @@ class SoakClient:
             "pace_ms": args.soak_pace_ms,
             "ramp_s": args.soak_ramp_s,
             "prefix": prefix,
+            "out": str(self.out),
         }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--soak-client", json.dumps(spec)], stdout=subprocess.PIPE, text=True
@@ -517,26 +521,21 @@ class SoakClient:
         for line in self.proc.stdout:  # type: ignore[union-attr]
             self.lines.put(line)
 
-    def poll(self) -> str | None:
-        """The client's JSON line once it has ended (None while it runs)."""
+    def poll(self) -> dict[str, Any] | None:
+        """The client's result once it has ended (None while it runs)."""
         while not self.lines.empty():
             line = self.lines.get()
             if line.startswith("open "):
                 self.opened = float(line.split()[1])
-            elif line.startswith("{"):
-                return line
-        if self.proc.poll() is not None:
-            time.sleep(0.2)
-            while not self.lines.empty():
-                line = self.lines.get()
-                if line.startswith("{"):
-                    return line
+        if self.proc.poll() is None:
+            return None
+        if self.proc.returncode != 0 or not self.out.exists():
             raise SystemExit(f"bench: the soak client exited {self.proc.returncode} without a result")
-        return None
+        return json.loads(self.out.read_text())
 
 
 def soak_column(
-    column: Column, upstream: subprocess.Popen[bytes], port: int, args: argparse.Namespace
+    column: Column, upstream: subprocess.Popen[bytes], port: int, args: argparse.Namespace, workdir: Path
 ) -> dict:
     """`--soak-streams` paced streams at once through `column` for `--soak-seconds`."""
     chunks = round(args.soak_seconds * 1000 / args.soak_pace_ms)
@@ -545,14 +544,13 @@ def soak_column(
     rss_before = rss_mib(column)
     cpu_before, upstream_before, load_before = column.cpu(), cpu_seconds([upstream.pid]), load()
     started = time.monotonic()
-    client = SoakClient(column.url, column.name, args.soak_streams, chunks, args)
+    client = SoakClient(column.url, column.name, args.soak_streams, chunks, args, workdir)
     held: list[float] = []
-    while (line := client.poll()) is None:
+    while (result := client.poll()) is None:
         time.sleep(0.5)
         if client.opened and (rss := rss_mib(column)) is not None:
             held.append(rss)
     wall = time.monotonic() - started
-    result = json.loads(line)
     cpu, upstream_cpu = column.cpu() - cpu_before, cpu_seconds([upstream.pid]) - upstream_before
     stats = get_json(stats_url)
     streams = result["streams"]
@@ -611,7 +609,7 @@ def soak_switch(gateway: Column, workdir: Path, ports: tuple[int, int], args: ar
     code, hold = call(sock, "POST", "/hold", {"lease_s": 600, "owner": "bench-soak"})
     if code != 200:
         raise SystemExit(f"bench: the hold was refused: {hold}")
-    client = SoakClient(gateway.url, "switch", n, chunks, args)
+    client = SoakClient(gateway.url, "switch", n, chunks, args, workdir)
     started = time.monotonic()
     held = 0
     while held < n and client.proc.poll() is None and time.monotonic() - started < 120:
@@ -623,9 +621,8 @@ def soak_switch(gateway: Column, workdir: Path, ports: tuple[int, int], args: ar
     released_at = time.monotonic()
     released = call(sock, "POST", "/release", {"id": hold["hold"]["id"]})
     release_call_ms = (time.monotonic() - released_at) * 1e3
-    while (line := client.poll()) is None:
+    while (result := client.poll()) is None:
         time.sleep(0.2)
-    result = json.loads(line)
     streams = result["streams"]
     firsts = sorted(s["first"] - released_at for s in streams.values() if s["first"])
     ended = {name: s["ended_early"] for name, s in streams.items() if s["ended_early"]}
@@ -694,7 +691,7 @@ def soak(args: argparse.Namespace) -> int:
                 f"soak: {column.name}, {args.soak_streams} streams for {args.soak_seconds:g} s",
                 file=sys.stderr,
             )
-            figures[column.name] = soak_column(column, upstreams[0], ports[0], args)
+            figures[column.name] = soak_column(column, upstreams[0], ports[0], args, workdir)
         if "gateway" in wanted and args.switch_streams:
             print(f"soak: switch with {args.switch_streams} held", file=sys.stderr)
             gateway = start_gateway(  # a fresh one: its memory is not the soak's aftermath
