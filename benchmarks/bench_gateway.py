@@ -20,7 +20,7 @@ Figures, by column (each proxy's CPU is its processes' user+system time from /pr
 
 With `--soak` it runs the soak instead (`gateway_soak.py` has its upstream and client): for
 direct, nginx and the gateway (`continue_streams` on), `--soak-streams` streams at once for
-`--soak-seconds`, a chunk every `--soak-pace-ms` each (one upstream ticker writes every open
+`--soak-seconds` (`--only gateway_off` adds the gateway with it off), a chunk every `--soak-pace-ms` each (one upstream ticker writes every open
 stream's next chunk at once, as an engine step does), read by a client in its own process:
 chunks sent against received per stream (lost), the gaps between a stream's chunks (p50, p99,
 max, how many longer than 10x the pacing), streams that ended early, the proxy's CPU per chunk
@@ -678,6 +678,9 @@ def soak(args: argparse.Namespace) -> int:
             "direct": lambda: Column("direct", f"http://127.0.0.1:{ports[0]}", [], []),
             "nginx": lambda: start_nginx(workdir, ports[0]),
             "gateway": lambda: start_gateway("gateway", workdir, ports[0], {}),
+            "gateway_off": lambda: start_gateway(  # only with --only: not in a default run
+                "gateway_off", workdir, ports[0], {"GATEWAY_CONTINUE_STREAMS": "false"}
+            ),
         }
         columns = []
         for name, make in makers.items():
@@ -712,7 +715,7 @@ def soak(args: argparse.Namespace) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     if "nginx" in figures:
         floor = figures["nginx"]
-        for name in ("gateway",):
+        for name in ("gateway", "gateway_off"):
             row = figures.get(name)
             if row and floor.get("proxy_cpu_per_chunk_us") and floor.get("kib_per_held_stream"):
                 row["over_nginx"] = {
@@ -746,11 +749,11 @@ def soak(args: argparse.Namespace) -> int:
         "load_average_end": load(),
         "cpus": os.cpu_count(),
     }
-    print(soak_table(figures))
     text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
+    if args.json:  # first: a closed stdout must not lose it
         args.json.write_text(text + "\n")
+    print(soak_table(figures))
+    print(text)
     return 0
 
 
