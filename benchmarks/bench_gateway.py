@@ -19,17 +19,18 @@ Figures, by column (each proxy's CPU is its processes' user+system time from /pr
 - ratios of each gateway to nginx, with the targets.
 
 With `--soak` it runs the soak instead (`gateway_soak.py` has its upstream and client): for
-direct, nginx and the gateway (`continue_streams` on), `--soak-streams` streams at once for
-`--soak-seconds` (`--only gateway_off` adds the gateway with it off), a chunk every `--soak-pace-ms` each (one upstream ticker writes every open
-stream's next chunk at once, as an engine step does), read by a client in its own process:
-chunks sent against received per stream (lost), the gaps between a stream's chunks (p50, p99,
-max, how many longer than 10x the pacing), streams that ended early, the proxy's CPU per chunk
-and its memory (VmRSS of its processes) before and while the streams are held. Then the switch:
-the gateway held over its control socket, `--switch-streams` streams sent and held, the route
-moved to a second upstream, the hold released: how many were answered (200), by which
-upstream, errors, and the time from the release to each stream's first chunk. The soft limit
-of open files is raised to the hard one (each stream is a descriptor in the client and two in a
-proxy).
+direct, nginx and the gateway (`continue_streams` on; `--only gateway_off` adds it off),
+`--soak-streams` streams at once for `--soak-seconds`, a chunk every `--soak-pace-ms` each (one
+upstream ticker writes every open stream's next chunk at once, as an engine step does), read by
+a client in its own process: chunks sent against received per stream (lost), the gaps between
+a stream's chunks (p50, p99, max, how many longer than 10x the pacing), each stream's span and
+first chunk, streams that ended early, the proxy's CPU per chunk and its memory (VmRSS of its
+processes) before and while the streams are held. Then the switch, on a fresh gateway: held
+over its control socket, `--switch-streams` streams sent and held, the route moved to a second
+upstream, the hold released: how many were answered (200), by which upstream, errors, and the
+time from the release to each stream's first chunk. The soft limit of open files is raised to
+the hard one (each stream is a descriptor in the client and two in a proxy). Figures only: no
+target is asserted (the load average before and after each column is in the JSON).
 
 Usage: .venv/bin/python benchmarks/bench_gateway.py [--rounds N] [--requests N] [--streams N]
            [--chunks N] [--pace-ms MS] [--json PATH] [--only NAME,...]
@@ -509,6 +510,7 @@ class SoakClient:
             "ramp_s": args.soak_ramp_s,
             "prefix": prefix,
             "out": str(self.out),
+            "timeout_s": round(4 * chunks * args.soak_pace_ms / 1000 + 120),
         }
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--soak-client", json.dumps(spec)], stdout=subprocess.PIPE, text=True
@@ -754,7 +756,8 @@ def soak(args: argparse.Namespace) -> int:
         args.json.write_text(text + "\n")
     print(soak_table(figures))
     print(text)
-    return 0
+    broken = sum(row.get("chunks_lost", 0) + row.get("ended_early", 0) for row in figures.values())
+    return 1 if broken else 0  # a lost chunk or a cut stream is a fault, not a figure
 
 
 def soak_table(figures: dict[str, Any]) -> str:

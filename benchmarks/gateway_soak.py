@@ -307,7 +307,15 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
     started = time.monotonic()
     watcher = loop.create_task(watch_open())
-    await asyncio.gather(*(one(k) for k in range(n)))
+    tasks = [loop.create_task(one(k)) for k in range(n)]
+    _, late = await asyncio.wait(tasks, timeout=float(spec.get("timeout_s", 3600)))
+    for task in late:  # a stream still open at the timeout ends early
+        task.cancel()
+    for open_ in streams.values():
+        transport = open_.transport
+        if not open_.complete and not open_.error and transport is not None and not transport.is_closing():
+            open_.error = f"still open after {spec.get('timeout_s', 3600)} s ({open_.received} chunks)"
+            transport.close()
     if not first_seen.is_set():
         watcher.cancel()
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -331,8 +339,8 @@ async def _client(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def client(spec: dict[str, Any]) -> None:
-    """Run the client for `spec` (host, port, streams, chunks, pace_ms, ramp_s, prefix) and write
-    its JSON result to the file `spec["out"]` (a pipe's 64 KiB would cut it)."""
+    """Run the client for `spec` (host, port, streams, chunks, pace_ms, ramp_s, prefix,
+    timeout_s) and write its JSON result to the file `spec["out"]` (a pipe's 64 KiB would cut it)."""
     import uvloop
 
     result = uvloop.run(_client(spec))
