@@ -141,6 +141,7 @@ bench: install docker tools image-sim image-gateway
 	$(BIN)/python benchmarks/bench_swap.py
 	$(BIN)/python benchmarks/bench_client_capacity.py
 	$(BIN)/python benchmarks/bench_gateway.py
+	$(BIN)/python benchmarks/bench_gateway.py --soak
 	$(BIN)/python benchmarks/bench_gateway_docker.py
 	$(BIN)/python benchmarks/bench_continue.py
 	$(BIN)/python benchmarks/bench_standby.py

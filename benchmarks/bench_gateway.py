@@ -18,8 +18,24 @@ Figures, by column (each proxy's CPU is its processes' user+system time from /pr
 - responses that ended early (a closed connection, a missing `[DONE]`): must be 0;
 - ratios of each gateway to nginx, with the targets.
 
+With `--soak` it runs the soak instead (`gateway_soak.py` has its upstream and client): for
+direct, nginx and the gateway (`continue_streams` on; `--only gateway_off` adds it off),
+`--soak-streams` streams at once for `--soak-seconds`, a chunk every `--soak-pace-ms` each (one
+upstream ticker writes every open stream's next chunk at once, as an engine step does), read by
+a client in its own process: chunks sent against received per stream (lost), the gaps between
+a stream's chunks (p50, p99, max, how many longer than 10x the pacing), each stream's span and
+first chunk, streams that ended early, the proxy's CPU per chunk and its memory (VmRSS of its
+processes) before and while the streams are held. Then the switch, on a fresh gateway: held
+over its control socket, `--switch-streams` streams sent and held, the route moved to a second
+upstream, the hold released: how many were answered (200), by which upstream, errors, and the
+time from the release to each stream's first chunk. The soft limit of open files is raised to
+the hard one (each stream is a descriptor in the client and two in a proxy). Figures only: no
+target is asserted (the load average before and after each column is in the JSON).
+
 Usage: .venv/bin/python benchmarks/bench_gateway.py [--rounds N] [--requests N] [--streams N]
            [--chunks N] [--pace-ms MS] [--json PATH] [--only NAME,...]
+       .venv/bin/python benchmarks/bench_gateway.py --soak [--soak-streams N] [--soak-seconds S]
+           [--soak-pace-ms MS] [--switch-streams N] [--json PATH] [--only NAME,...]
 """
 
 from __future__ import annotations
@@ -28,7 +44,9 @@ import argparse
 import asyncio
 import json
 import os
+import queue
 import random
+import resource
 import shutil
 import signal
 import socket
@@ -36,7 +54,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -44,6 +64,9 @@ from typing import Any
 import aiohttp
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from benchmarks import gateway_soak  # noqa: E402 (the repository on the path first)
+
 TICK = os.sysconf("SC_CLK_TCK")
 MODEL = "bench-model"
 NGINX_CONF = """worker_processes 1;
@@ -440,6 +463,338 @@ def table(columns: dict[str, Any], concurrency: int) -> str:
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------- the soak
+
+
+def raise_open_files() -> tuple[int, int]:
+    """The soft limit of open files raised to the hard one (children inherit it): (soft, hard)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)
+
+
+def start_soak_upstream(port: int, name: str, pace_ms: float) -> subprocess.Popen[bytes]:
+    spec = f"{port}:{name}:{pace_ms}"
+    return subprocess.Popen([sys.executable, __file__, "--soak-upstream", spec], start_new_session=True)
+
+
+def get_json(url: str) -> dict[str, Any]:
+    with urllib.request.urlopen(url, timeout=30) as reply:
+        return json.loads(reply.read())
+
+
+def rss_mib(column: Column) -> float | None:
+    """VmRSS of the column's processes together (None: no proxy)."""
+    return round(sum(rss_kib(p) for p in column.pids) / 1024, 1) if column.pids else None
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+class SoakClient:
+    """The soak's client in its own process; its stdout's lines are read on a thread."""
+
+    def __init__(
+        self, url: str, prefix: str, streams: int, chunks: int, args: argparse.Namespace, workdir: Path
+    ) -> None:
+        host, port = url.removeprefix("http://").split(":")
+        self.out = workdir / f"client-{prefix}.json"
+        spec = {
+            "host": host,
+            "port": int(port),
+            "streams": streams,
+            "chunks": chunks,
+            "pace_ms": args.soak_pace_ms,
+            "ramp_s": args.soak_ramp_s,
+            "prefix": prefix,
+            "out": str(self.out),
+            "timeout_s": round(4 * chunks * args.soak_pace_ms / 1000 + 120),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--soak-client", json.dumps(spec)], stdout=subprocess.PIPE, text=True
+        )
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.opened = 0.0  # monotonic time every stream had its first chunk
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:  # type: ignore[union-attr]
+            self.lines.put(line)
+
+    def poll(self) -> dict[str, Any] | None:
+        """The client's result once it has ended (None while it runs)."""
+        while not self.lines.empty():
+            line = self.lines.get()
+            if line.startswith("open "):
+                self.opened = float(line.split()[1])
+        if self.proc.poll() is None:
+            return None
+        if self.proc.returncode != 0 or not self.out.exists():
+            raise SystemExit(f"bench: the soak client exited {self.proc.returncode} without a result")
+        return json.loads(self.out.read_text())
+
+
+def soak_column(
+    column: Column, upstream: subprocess.Popen[bytes], port: int, args: argparse.Namespace, workdir: Path
+) -> dict:
+    """`--soak-streams` paced streams at once through `column` for `--soak-seconds`."""
+    chunks = round(args.soak_seconds * 1000 / args.soak_pace_ms)
+    stats_url = f"http://127.0.0.1:{port}/bench/stats"
+    get_json(stats_url)  # reset the upstream's counts
+    rss_before = rss_mib(column)
+    cpu_before, upstream_before, load_before = column.cpu(), cpu_seconds([upstream.pid]), load()
+    started = time.monotonic()
+    client = SoakClient(column.url, column.name, args.soak_streams, chunks, args, workdir)
+    held: list[float] = []
+    while (result := client.poll()) is None:
+        time.sleep(0.5)
+        if client.opened and (rss := rss_mib(column)) is not None:
+            held.append(rss)
+    wall = time.monotonic() - started
+    cpu, upstream_cpu = column.cpu() - cpu_before, cpu_seconds([upstream.pid]) - upstream_before
+    stats = get_json(stats_url)
+    streams = result["streams"]
+    received = {n: s["received"] for n, s in streams.items()}
+    ended = {n: s["ended_early"] for n, s in streams.items() if s["ended_early"]}
+    firsts = sorted(s["first_after_s"] for s in streams.values() if s["first_after_s"] is not None)
+    spans = sorted(s["span_s"] for s in streams.values() if s["received"] == chunks)
+    row: dict[str, Any] = {
+        **gateway_soak.account(stats["sent"], received, ended, chunks),
+        **result["gaps"],
+        "chunks_per_stream": chunks,
+        "first_chunk_p50_ms": round(gateway_soak.percentile(firsts, 0.5) * 1e3, 1) if firsts else None,
+        "first_chunk_max_ms": round(firsts[-1] * 1e3, 1) if firsts else None,
+        "span_expected_s": round((chunks - 1) * args.soak_pace_ms / 1000, 2),
+        "span_p50_s": round(gateway_soak.percentile(spans, 0.5), 2) if spans else None,
+        "span_max_s": round(spans[-1], 2) if spans else None,
+        "seconds": round(wall, 1),
+        "all_open_after_s": round(client.opened - started, 2) if client.opened else None,
+        "chunks_per_s": round(sum(received.values()) / wall),
+        "proxy_cpu_s": round(cpu, 2),
+        "proxy_cpu_per_chunk_us": round(cpu / max(1, sum(received.values())) * 1e6, 1)
+        if column.pids
+        else None,
+        "proxy_cpu_cores": round(cpu / wall, 2),
+        "upstream_cpu_cores": round(upstream_cpu / wall, 2),
+        "client_cpu_cores": round(result["client_cpu_s"] / wall, 2),
+        "upstream_ticks": stats["ticks"],
+        "rss_before_mib": rss_before,
+        "rss_held_median_mib": round(statistics.median(held), 1) if held else None,
+        "rss_held_peak_mib": max(held) if held else None,
+        "rss_after_mib": rss_mib(column),
+        "load_before": load_before,
+        "load_after": load(),
+    }
+    if held and rss_before is not None:
+        row["kib_per_held_stream"] = round(
+            (statistics.median(held) - rss_before) * 1024 / args.soak_streams, 1
+        )
+        row["kib_per_held_stream_peak"] = round((max(held) - rss_before) * 1024 / args.soak_streams, 1)
+    if ended:
+        row["ended_early_examples"] = sorted(set(ended.values()))[:3]
+    return row
+
+
+def soak_switch(gateway: Column, workdir: Path, ports: tuple[int, int], args: argparse.Namespace) -> dict:
+    """`--switch-streams` streams held by a control hold, the route moved to the second
+    upstream, the hold released: who answered, and how soon after the release."""
+    from composer.gateway.ctl import call
+
+    sock = str(workdir / f"{gateway.name}.sock")
+    n, chunks = args.switch_streams, args.switch_chunks
+    old, new = (f"http://127.0.0.1:{p}" for p in ports)
+    stats_url = f"http://127.0.0.1:{ports[1]}/bench/stats"
+    get_json(stats_url)
+    rss_before = rss_mib(gateway)
+    code, hold = call(sock, "POST", "/hold", {"lease_s": 600, "owner": "bench-soak"})
+    if code != 200:
+        raise SystemExit(f"bench: the hold was refused: {hold}")
+    client = SoakClient(gateway.url, "switch", n, chunks, args, workdir)
+    started = time.monotonic()
+    held = 0
+    while held < n and client.proc.poll() is None and time.monotonic() - started < 120:
+        time.sleep(0.2)
+        held = call(sock, "GET", "/state", None)[1]["held"]
+    all_held_s = time.monotonic() - started
+    rss_held = rss_mib(gateway)
+    routed = call(sock, "POST", "/upstreams", {"single": {"url": new, "variant": "b"}})
+    released_at = time.monotonic()
+    released = call(sock, "POST", "/release", {"id": hold["hold"]["id"]})
+    release_call_ms = (time.monotonic() - released_at) * 1e3
+    while (result := client.poll()) is None:
+        time.sleep(0.2)
+    streams = result["streams"]
+    firsts = sorted(s["first"] - released_at for s in streams.values() if s["first"])
+    ended = {name: s["ended_early"] for name, s in streams.items() if s["ended_early"]}
+    sent = get_json(stats_url)["sent"]
+    row = {
+        "streams": n,
+        "held_before_release": held,
+        "all_held_after_s": round(all_held_s, 2),
+        "route": {"code": routed[0], "previous": routed[1].get("previous"), "to": new, "from": old},
+        "release_code": released[0],
+        "release_call_ms": round(release_call_ms, 1),
+        "answered_200": sum(1 for s in streams.values() if s["status"] == 200),
+        "errors": len(ended),
+        "served_by_new": sum(1 for s in streams.values() if s["source"] == "B"),
+        "served_by_old": sum(1 for s in streams.values() if s["source"] == "A"),
+        "release_to_first_chunk_p50_ms": round(gateway_soak.percentile(firsts, 0.5) * 1e3, 1)
+        if firsts
+        else None,
+        "release_to_first_chunk_p99_ms": round(gateway_soak.percentile(firsts, 0.99) * 1e3, 1)
+        if firsts
+        else None,
+        "release_to_last_first_chunk_ms": round(firsts[-1] * 1e3, 1) if firsts else None,
+        "chunks_per_stream": chunks,
+        **gateway_soak.account(sent, {k: s["received"] for k, s in streams.items()}, ended, chunks),
+        "rss_before_mib": rss_before,
+        "rss_held_mib": rss_held,
+        "load_after": load(),
+    }
+    if rss_before is not None and rss_held is not None:
+        row["kib_per_held_request"] = round((rss_held - rss_before) * 1024 / max(1, held), 1)
+    if ended:
+        row["ended_early_examples"] = sorted(set(ended.values()))[:3]
+    return row
+
+
+def soak(args: argparse.Namespace) -> int:
+    """The soak and the switch; prints a table and the JSON (`--json`: also written there)."""
+    limits = raise_open_files()
+    workdir = Path(tempfile.mkdtemp(prefix="bench-soak-"))
+    ports = (free_port(), free_port())
+    procs: list[subprocess.Popen[bytes]] = []
+    wanted = set(filter(None, args.only.split(","))) or {"direct", "nginx", "gateway"}
+    load_start = load()
+    figures: dict[str, Any] = {}
+    try:
+        upstreams = [
+            start_soak_upstream(p, name, args.soak_pace_ms) for p, name in zip(ports, "AB", strict=True)
+        ]
+        procs.extend(upstreams)
+        for p in ports:
+            wait_http(f"http://127.0.0.1:{p}/health")
+        makers: dict[str, Callable[[], Column]] = {
+            "direct": lambda: Column("direct", f"http://127.0.0.1:{ports[0]}", [], []),
+            "nginx": lambda: start_nginx(workdir, ports[0]),
+            "gateway": lambda: start_gateway("gateway", workdir, ports[0], {}),
+            "gateway_off": lambda: start_gateway(  # only with --only: not in a default run
+                "gateway_off", workdir, ports[0], {"GATEWAY_CONTINUE_STREAMS": "false"}
+            ),
+        }
+        columns = []
+        for name, make in makers.items():
+            if name in wanted:
+                column = make()
+                procs.extend(column.procs)
+                columns.append(column)
+        started = time.perf_counter()
+        for column in columns:
+            print(
+                f"soak: {column.name}, {args.soak_streams} streams for {args.soak_seconds:g} s",
+                file=sys.stderr,
+            )
+            figures[column.name] = soak_column(column, upstreams[0], ports[0], args, workdir)
+        if "gateway" in wanted and args.switch_streams:
+            print(f"soak: switch with {args.switch_streams} held", file=sys.stderr)
+            gateway = start_gateway(  # a fresh one: its memory is not the soak's aftermath
+                "gateway_switch", workdir, ports[0], {"GATEWAY_MAX_HELD": str(max(256, args.switch_streams))}
+            )
+            procs.extend(gateway.procs)
+            figures["switch"] = soak_switch(gateway, workdir, ports, args)
+        seconds = round(time.perf_counter() - started, 1)
+    finally:
+        for proc in reversed(procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(workdir, ignore_errors=True)
+    if "nginx" in figures:
+        floor = figures["nginx"]
+        for name in ("gateway", "gateway_off"):
+            row = figures.get(name)
+            if row and floor.get("proxy_cpu_per_chunk_us") and floor.get("kib_per_held_stream"):
+                row["over_nginx"] = {
+                    "cpu_per_chunk": round(
+                        row["proxy_cpu_per_chunk_us"] / floor["proxy_cpu_per_chunk_us"], 2
+                    ),
+                    "kib_per_held_stream": round(
+                        row["kib_per_held_stream"] / floor["kib_per_held_stream"], 1
+                    ),
+                    "gap_p99": round(row["gap_p99_ms"] / max(0.01, floor["gap_p99_ms"]), 2),
+                }
+    report = {
+        "soak": figures,
+        "settings": {
+            k: getattr(args, k)
+            for k in (
+                "soak_streams",
+                "soak_seconds",
+                "soak_pace_ms",
+                "soak_ramp_s",
+                "switch_streams",
+                "switch_chunks",
+            )
+        },
+        "open_files_limit": list(limits),
+        "seconds": seconds,
+        "nginx": subprocess.run(["nginx", "-v"], capture_output=True, text=True).stderr.strip()
+        if "nginx" in wanted
+        else None,
+        "load_average_start": load_start,
+        "load_average_end": load(),
+        "cpus": os.cpu_count(),
+    }
+    text = json.dumps(report, indent=2)
+    if args.json:  # first: a closed stdout must not lose it
+        args.json.write_text(text + "\n")
+    print(soak_table(figures))
+    print(text)
+    broken = sum(row.get("chunks_lost", 0) + row.get("ended_early", 0) for row in figures.values())
+    return 1 if broken else 0  # a lost chunk or a cut stream is a fault, not a figure
+
+
+def soak_table(figures: dict[str, Any]) -> str:
+    keys = [
+        ("chunks sent / received", lambda r: f"{r['chunks_sent']} / {r['chunks_received']}"),
+        ("chunks lost", lambda r: r["chunks_lost"]),
+        ("streams ended early", lambda r: r["ended_early"]),
+        ("gap p50 / p99 / max ms", lambda r: f"{r['gap_p50_ms']} / {r['gap_p99_ms']} / {r['gap_max_ms']}"),
+        ("gaps > 10x pace", lambda r: r["gaps_over_10x"]),
+        (
+            "stream span p50 / max s",
+            lambda r: f"{r['span_p50_s']} / {r['span_max_s']} ({r['span_expected_s']})",
+        ),
+        ("first chunk p50 / max ms", lambda r: f"{r['first_chunk_p50_ms']} / {r['first_chunk_max_ms']}"),
+        ("upstream tick gap max ms", lambda r: r["upstream_ticks"]["gap_max_ms"]),
+        ("proxy CPU/chunk us", lambda r: r["proxy_cpu_per_chunk_us"]),
+        (
+            "CPU cores proxy/upstream/client",
+            lambda r: f"{r['proxy_cpu_cores']}/{r['upstream_cpu_cores']}/{r['client_cpu_cores']}",
+        ),
+        ("RSS before / held MiB", lambda r: f"{r['rss_before_mib']} / {r['rss_held_median_mib']}"),
+        ("KiB per held stream", lambda r: r.get("kib_per_held_stream")),
+    ]
+    names = [n for n in figures if n != "switch"]
+    lines = ["| | " + " | ".join(names) + " |", "|---" * (len(names) + 1) + "|"]
+    for label, get in keys:
+        lines.append(f"| {label} | " + " | ".join(str(get(figures[n])) for n in names) + " |")
+    if (switch := figures.get("switch")) is not None:
+        lines.append(
+            f"switch: {switch['held_before_release']} held, {switch['answered_200']} answered 200 "
+            f"({switch['served_by_new']} by the new upstream), {switch['errors']} errors, "
+            f"{switch['chunks_lost']} chunks lost; first chunk after the release p50 "
+            f"{switch['release_to_first_chunk_p50_ms']} ms, last {switch['release_to_last_first_chunk_ms']} ms"
+        )
+    return "\n".join(lines)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2, help="rounds of every measurement")
@@ -458,8 +813,28 @@ def main() -> int:
         metavar="NAME=DIR",
         help="another gateway column (continue_streams on) run from the source tree DIR (e.g. an older commit's)",
     )
+    parser.add_argument("--soak", action="store_true", help="run the soak and the switch (see above)")
+    parser.add_argument("--soak-streams", type=int, default=512, help="streams held at once")
+    parser.add_argument("--soak-seconds", type=float, default=60.0, help="how long each stream lasts")
+    parser.add_argument("--soak-pace-ms", type=float, default=10.0, help="ms between a stream's chunks")
+    parser.add_argument("--soak-ramp-s", type=float, default=1.0, help="seconds over which streams open")
+    parser.add_argument(
+        "--switch-streams", type=int, default=512, help="streams held during the switch (0: none)"
+    )
+    parser.add_argument("--switch-chunks", type=int, default=20, help="chunks of a stream after the switch")
     parser.add_argument("--serve-upstream", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--soak-upstream", help=argparse.SUPPRESS)
+    parser.add_argument("--soak-client", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.soak_upstream:
+        port, name, pace = args.soak_upstream.split(":")
+        gateway_soak.serve(int(port), name, float(pace))
+        return 0
+    if args.soak_client:
+        gateway_soak.client(json.loads(args.soak_client))
+        return 0
+    if args.soak:
+        return soak(args)
     if args.serve_upstream:
         serve_upstream(args.serve_upstream)
         return 0
