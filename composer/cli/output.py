@@ -7,9 +7,12 @@ import json
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from composer.swap.outcome import UpResult
 
 STACK_LINES = ("warning: ", "note: ")
 """How a line about the stack starts when a swap says it before it changes anything."""
@@ -80,7 +83,7 @@ def warning(message: str) -> None:
     _to_stderr(f"warning: {message}")
 
 
-def outcome_line(variant: str, result: Any, where: str = "") -> str:
+def outcome_line(variant: str, result: UpResult, where: str = "") -> str:
     """`mtp: swapped (switch 7.5s, then 30.0s on probation); in flight: 2 streams continued, 1
     finished, 0 cut`: what changed, the switch's own time (the probation watches a variant that
     already serves), what the requests in flight got, and the port's gap when the gateway's
@@ -93,13 +96,12 @@ def outcome_line(variant: str, result: Any, where: str = "") -> str:
     if probation:
         took = f"switch {total - probation:.1f}s, then {probation:.1f}s on probation"
     text = f"{variant}: {result.outcome}{where} ({took})"
-    drained = getattr(result, "drained", None)
-    if isinstance(drained, dict):
-        text += f"; {in_flight(drained)}"
-    gap = getattr(result, "port_gap", None)  # the gateway's container was replaced
-    text += f"; {describe(gap)}" if isinstance(gap, dict) else ""
-    watched = getattr(result, "probation", None)  # a watcher process goes on with it
-    if isinstance(watched, dict):
+    if result.drained is not None:
+        text += f"; {in_flight(result.drained)}"
+    gap = result.port_gap  # the gateway's container was replaced
+    text += f"; {describe(gap)}" if gap is not None else ""
+    watched = result.probation  # a watcher process goes on with it
+    if watched is not None:
         until = datetime.fromisoformat(str(watched["until"])).astimezone().strftime("%H:%M:%S")
         text += f"; on probation until {until} (`compose-spec status` shows it)"
     return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -15,11 +15,14 @@ from composer.cli.params import SwapArgs, complete_from_stack, swap_options, tar
 from composer.errors import ConfigError, SwapFailed
 from composer.render.prometheus import PROFILE_SERVICES
 
+if TYPE_CHECKING:
+    from composer.swap.outcome import UpResult
+
 
 def report_swap(
     variant: str,
     as_json: bool,
-    run: Callable[[LiveLine], Any],
+    run: Callable[[LiveLine], UpResult],
     where: str = "",
     dry_run: bool = False,
     project: str | None = None,
@@ -39,7 +42,7 @@ def report_swap(
         err.details.update(variant=variant, outcome="rolled-back" if err.rolled_back else "failed")
         raise
     line.finish()
-    for text in getattr(result, "warnings", ()):
+    for text in result.warnings:
         if text not in line.said:
             warning(text)
     for text in result.notes:
@@ -49,7 +52,7 @@ def report_swap(
         timings = {k: round(v, 3) for k, v in result.timings.items()}
         click.echo(json.dumps({**result.__dict__, "timings": timings}))
     elif dry_run:
-        click.echo(getattr(result, "plan_text", None) or f"{variant}: {result.outcome}")
+        click.echo(result.plan_text or f"{variant}: {result.outcome}")
     else:
         click.echo(outcome_line(variant, result, where))
     if dry_run and result.outcome == "refused":

@@ -61,7 +61,7 @@ from composer.swap.execute import Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
-from composer.swap.outcome import LiveResult, UpOptions, UpResult
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import LivePlan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
@@ -498,7 +498,7 @@ class KubeRollout:
         cause = reason(err.__cause__ or err)
         return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
 
-    def up_live(self, names: Sequence[str], cluster: ClusterLive) -> LiveResult:
+    def up_live(self, names: Sequence[str], cluster: ClusterLive) -> UpResult:
         """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
         live_members(self.stack, names)  # the set's GPU sets: refused before any change
         wanted = {
@@ -528,7 +528,7 @@ class KubeRollout:
             self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
         return self._change(plan, f"live set {', '.join(names)}")
 
-    def up_alone(self, target: Target, cluster: ClusterLive) -> LiveResult:
+    def up_alone(self, target: Target, cluster: ClusterLive) -> UpResult:
         """`up X` where a live set runs (Docker's `plan_alone`): X's one-variant Deployment
         replaces every live one; the gateway's Deployment is rolled last."""
         stack = self.stack
@@ -554,10 +554,10 @@ class KubeRollout:
         apply_secret(self.kubectl, stack)
         return self._change(plan, f"{target.name} serves alone (the live set left)")
 
-    def _change(self, plan: LivePlan, outcome: str) -> LiveResult:
+    def _change(self, plan: LivePlan, outcome: str) -> UpResult:
         """Run a live plan under its record; its result and history line."""
         began = time.monotonic()
-        result = LiveResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
+        result = UpResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
         result.plan_text = plan.describe()
         ran: list[ops.Op] = []
         if not plan.no_op:
@@ -588,7 +588,7 @@ def up_kubernetes(
     options: UpOptions,
     progress: Say,
     waiting: Say,
-) -> UpResult | LiveResult:
+) -> UpResult:
     """`up --target kubernetes` (see the module docstring): the one-variant switch (also a set
     of one where no live set runs), X replacing a live set, or a live set's change. SwapFailed
     (caused by KeyboardInterrupt when interrupted); ConfigError for a bad request."""

@@ -12,7 +12,7 @@ stop each variant container (named once, by its live member name or its variant)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from docker.errors import APIError, NotFound
@@ -28,7 +28,7 @@ from composer.swap.journal import append_history
 from composer.swap.owner import down_refusal, foreign_running
 from composer.swap.probation import change_lock
 from composer.swap.snapshot import Snapshot, take
-from composer.swap.swapper import UpOptions
+from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import Context, DockerSwap, stop_container
 
 if TYPE_CHECKING:
@@ -88,21 +88,6 @@ class DownPlan:
         lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
         lines += [f"  note: {note}" for note in self.notes]
         return "\n".join(lines)
-
-
-@dataclass
-class DownResult:
-    """What `down` did (the shape `report_swap` prints, as `up`'s results)."""
-
-    variant: str
-    outcome: str
-    stopped: list[str] = field(default_factory=list)
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    drained: dict[str, int] | None = None  # finished, cut (no stream continues: nothing serves next)
-    plan: dict[str, object] | None = None
-    plan_text: str | None = None
 
 
 def running_members(snap: Snapshot) -> list[ops.Member]:
@@ -251,7 +236,7 @@ def down(
     volumes: bool = False,
     takeover: bool = False,
     dry_run: bool = False,
-) -> DownResult:
+) -> UpResult:
     """Plan and run `down` under the project's lock (a dry run reads only: no lock); the drain
     waits up to `stack.gateway.drain_timeout` (`down -t` sets it)."""
     timeout = stack.gateway.drain_timeout
@@ -264,7 +249,7 @@ def down(
     if dry_run:
         planned = plan(take(stack, client))
         outcome = "refused" if planned.refused else "planned"
-        return DownResult(stack.project, outcome, plan=planned.as_data(), plan_text=planned.describe())
+        return UpResult(stack.project, outcome, plan=planned.as_data(), plan_text=planned.describe())
     began = time.monotonic()
     with change_lock(stack.project, True, progress):
         snap = take(stack, client)
@@ -276,15 +261,15 @@ def down(
     stopped = list(planned.running)
     said = f"stopped {', '.join(stopped)}" if stopped else "nothing was running"
     cut = runner.cut_line()
-    result = DownResult(
+    result = UpResult(
         stack.project,
         f"{said}; {cut}" if cut else said,
-        stopped,
-        {**runner.timings, "total": time.monotonic() - began},
-        runner.warnings,
-        [n for n in planned.notes if n.startswith("takes over")],
-        runner.drained,
-        planned.as_data(),
+        stopped=stopped,
+        timings={**runner.timings, "total": time.monotonic() - began},
+        warnings=runner.warnings,
+        notes=[n for n in planned.notes if n.startswith("takes over")],
+        drained=runner.drained,
+        plan=planned.as_data(),
     )
     if stopped:  # a down that found nothing is no event of the history
         source = snap.current.variant if snap.current else None  # what served

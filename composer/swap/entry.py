@@ -31,7 +31,7 @@ from composer.swap.execute import Say, execute, quiet
 from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.ops import Member, Op, Publish, Start
-from composer.swap.outcome import LiveResult, UpOptions, UpResult
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.swapper import preflight_warnings, swap
@@ -102,13 +102,13 @@ def run_live(
     snap: snapshot.Snapshot,
     run_file: Callable[[], Path],
     outcome: str,
-) -> LiveResult:
+) -> UpResult:
     """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
     `run_file`: writes their run file, `outcome`: what the result says once it ran."""
     began = time.monotonic()
     label = "+".join(plan.variants)
     planned = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
-    result = LiveResult(variant=label, outcome=planned, plan=plan.as_data(), plan_text=plan.describe())
+    result = UpResult(variant=label, outcome=planned, plan=plan.as_data(), plan_text=plan.describe())
     if not plan.no_op:
         result.warnings += preflight_warnings(swapper.ctx, checked, snap)
     if swapper.options.dry_run:
@@ -171,7 +171,7 @@ def live_history(
     stack: Stack,
     plan: LivePlan,
     outcome: str,
-    result: LiveResult,
+    result: UpResult,
     err: BaseException | None = None,
     ran: Sequence[Op] = (),
 ) -> None:
@@ -209,7 +209,7 @@ def up_set(
     options: UpOptions,
     progress: Say = quiet,
     waiting: Say | None = None,
-) -> UpResult | LiveResult:
+) -> UpResult:
     """`up` on Docker, its one entry: under the lock (none for a dry run) ONE snapshot, the desired
     set (`desired`), and the single swap, a live change or `plan_alone`; `options.profiles` too."""
     ctx = Context(stack, client, options, progress, waiting or progress)
@@ -232,7 +232,7 @@ def up_set(
         return result
 
 
-def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult | LiveResult:
+def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot) -> UpResult:
     stack, options = ctx.stack, ctx.options
     want = desired(requested, stack, [r.name for r in snap.live_running])
     if not want.replaces and want.mode == EXCLUSIVE:  # a plain switch: the single swap

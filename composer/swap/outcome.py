@@ -1,6 +1,6 @@
-"""What `up` is asked (`UpOptions`) and what a change did (`UpResult` for a switch,
-`LiveResult` for a live set's change, the shape `report_swap` prints): plain data, shared by
-the planners, the executors and the CLI, importing nothing of the swap package."""
+"""What `up` is asked (`UpOptions`) and what a change did (`UpResult`, one shape for a switch,
+a live set's change and `down`, which `report_swap` prints): plain data, shared by the
+planners, the executors and the CLI, importing nothing of the swap package."""
 
 from __future__ import annotations
 
@@ -33,32 +33,19 @@ class UpOptions:
 
 @dataclass
 class UpResult:
-    """What a swap did, with timings in seconds."""
+    """What a change did (`up` of one variant or a set, `down`), with timings in seconds."""
 
-    variant: str
+    variant: str  # what it brought in ("+"-joined for a set; down: what ran)
     outcome: str
     previous: str | None = None
+    stopped: list[str] = field(default_factory=list)  # down: what it stopped
     timings: dict[str, float] = field(default_factory=dict)
     kv_cache_tokens: int | None = None
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     drained: dict[str, int] | None = None  # with a gateway: finished, cut, continued, refused
-    plan: dict[str, object] | None = None  # the plan that ran (SwapPlan.as_data)
-    plan_text: str | None = None  # the plan as text (SwapPlan.describe)
+    plan: dict[str, object] | None = None  # the plan that ran (its as_data)
+    plan_text: str | None = None  # the plan as text (its describe)
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
     probation: dict[str, object] | None = None  # a watcher's: until (ISO), pid, log, outcome `running`
-
-
-@dataclass
-class LiveResult:
-    """What a live-set change did (the shape `report_swap` prints)."""
-
-    variant: str
-    outcome: str
-    timings: dict[str, float] = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    plan: dict[str, object] | None = None
-    plan_text: str | None = None
-    drained: dict[str, int] | None = None

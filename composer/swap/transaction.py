@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from composer.stack.model import Stack
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
-    from composer.swap.outcome import LiveResult, UpOptions, UpResult
+    from composer.swap.outcome import UpOptions, UpResult
     from composer.swap.snapshot import Snapshot
 
 T = TypeVar("T")
@@ -1049,7 +1049,7 @@ class DrainTally:
 
         self.cut += int(retry.single_drain(stack.gateway.drain_timeout)(left) or 0)
 
-    def report(self, result: LiveResult) -> None:
+    def report(self, result: UpResult) -> None:
         """The counts in `result.drained`, and a warning when something was cut."""
         result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
         if self.cut:

@@ -64,7 +64,7 @@ class FakeDocker:
         self.calls.append("down")
         stopped = [self.serving[0]] if self.serving else []
         self.serving = None
-        return composer.swap.down.DownResult(stack.project, "stopped", stopped)
+        return composer.swap.down.UpResult(stack.project, "stopped", stopped=stopped)
 
     def snapshot(self, stack, client):
         return SimpleNamespace(current=running(*self.serving) if self.serving else None)

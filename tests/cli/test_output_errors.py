@@ -7,13 +7,13 @@ import os
 import signal
 import sys
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from composer.cli.output import LiveLine
 from composer.cli.swap import report_swap
 from composer.signals import interrupts
+from composer.swap.outcome import UpResult
 
 
 class BrokenStream:
@@ -51,12 +51,12 @@ def test_a_swap_reporting_into_a_closed_pipe_runs_to_its_end(monkeypatch, capsys
     monkeypatch.setattr(sys, "stderr", BrokenStream())
     steps_done: list[str] = []
 
-    def swap(line: LiveLine) -> object:
+    def swap(line: LiveLine) -> UpResult:
         for step in ("hold", "stop", "start", "gate", "release"):
             line.step(f"{step}...")  # raised BrokenPipeError here, mid-swap, before the fix
             steps_done.append(step)
-        return SimpleNamespace(
-            warnings=["hold_timeout is short"], notes=["n"], outcome="swapped", timings={"total": 1.0}
+        return UpResult(
+            "mtp", "swapped", timings={"total": 1.0}, warnings=["hold_timeout is short"], notes=["n"]
         )
 
     report_swap("mtp", False, swap)

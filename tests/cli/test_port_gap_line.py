@@ -3,15 +3,12 @@ replaced, and never says all probes were answered when one failed."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from composer.cli.swap import report_swap
+from composer.swap.outcome import UpResult
 
 
 def _report(capsys, port_gap: dict | None) -> str:
-    result = SimpleNamespace(
-        warnings=[], notes=[], timings={"total": 3.2}, outcome="gateway updated", port_gap=port_gap
-    )
+    result = UpResult("mtp", "gateway updated", timings={"total": 3.2}, port_gap=port_gap)
     report_swap("mtp", False, lambda _line: result)
     return capsys.readouterr().out.strip().splitlines()[-1]
 

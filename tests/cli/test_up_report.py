@@ -13,6 +13,7 @@ import pytest
 from composer.cli.swap import report_swap
 from composer.doctor.preflight import Finding
 from composer.swap import evidence, swapper
+from composer.swap.outcome import UpResult
 
 GDN = "the model has linear-attention (GDN) layers: with MTP vLLM reserves an extra state block"
 
@@ -23,9 +24,8 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "xdg"
 
 
-def _result(**fields) -> SimpleNamespace:
-    base = {"warnings": [], "notes": [], "outcome": "swapped", "timings": {"total": 7.5}, "drained": None}
-    return SimpleNamespace(**{**base, **fields})
+def _result(**fields) -> UpResult:
+    return UpResult(**{"variant": "mtp", "outcome": "swapped", "timings": {"total": 7.5}, **fields})
 
 
 def _out(capsys) -> str:

@@ -180,7 +180,7 @@ def test_restart_brings_back_what_serves_through_up_force_recreate(monkeypatch: 
 
     def up_set(stack, variants, *, client, options, progress, waiting):
         seen.update(variants=tuple(variants), force_recreate=options.force_recreate, dry_run=options.dry_run)
-        return entry.LiveResult(variant="mtp", outcome="planned", plan_text="plan: mtp -> mtp")
+        return entry.UpResult(variant="mtp", outcome="planned", plan_text="plan: mtp -> mtp")
 
     monkeypatch.setattr(entry, "up_set", up_set)
     args = [

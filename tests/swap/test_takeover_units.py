@@ -140,7 +140,7 @@ def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) 
     def up(self, plan, checked, snap, *more):
         seen.update(takeover=self.options.takeover, poll=self.options.poll_interval, say=self.say)
         seen.update(dry_run=self.options.dry_run)
-        return entry.LiveResult(variant="baseline+mtp", outcome="planned")
+        return entry.UpResult(variant="baseline+mtp", outcome="planned")
 
     monkeypatch.setattr(snapshot, "take", lambda stack, client, **kw: snapshot.Snapshot(stack.project, ()))
     monkeypatch.setattr(entry, "run_live", up)
