@@ -10,7 +10,7 @@ operation only half ran.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Literal
 
 from composer.render.spec import CONTAINER_PORT
@@ -76,7 +76,7 @@ class UpdateGateway(Op):
         "in place": "apply the gateway's changed settings in place ({keys}): same container, nothing drained",
     }
     STAGE: ClassVar[dict[str, str]] = {"replace": "draining", "in place": "draining"}
-    how: Literal["start", "replace", "in place"]
+    how: Literal["start", "replace", "in place"] = field()  # no default: Op.how is not one
     run_file: str = ""
     why: str = ""
     settings: tuple[tuple[str, str], ...] = ()
