@@ -57,7 +57,7 @@ from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.entry import live_history
-from composer.swap.execute import Handlers, Say, execute, quiet, reason
+from composer.swap.execute import Cases, Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
 from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
@@ -163,7 +163,8 @@ def plan_kube_live(
     )
     planned = live_operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
     if planned and gateway_file:
-        planned = (*planned, ops.UpdateGateway(gateway_file, "its settings name the set's members"))
+        why = "its settings name the set's members"
+        planned = (*planned, ops.UpdateGateway("replace", gateway_file, why))
     return replace(plan, ops=planned)
 
 
@@ -187,7 +188,8 @@ def plan_kube_single(
     if before is not None and before.config_hash != config_hash:
         name = before.variant or deployment
         previous = ops.Member(name, name, deployment, deployment, "")
-    planned: list[ops.Op] = [ops.UpdateGateway(gateway_file, CHANGED)] if hold and gateway_file else []
+    gateway = [ops.UpdateGateway("replace", gateway_file, CHANGED)] if hold and gateway_file else []
+    planned: list[ops.Op] = [*gateway]
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, live=True)]
     return (*planned, *([ops.Release(variant)] if hold else []))
@@ -251,16 +253,16 @@ class KubeRollout:
 
     def handlers(self) -> Handlers:
         return {
-            ops.UpdateGateway: self.update_gateway,
+            ops.UpdateGateway: Cases({"replace": self.update_gateway}),
             ops.Hold: self.hold_gateway,
             ops.Release: self.release_gateway,
-            ops.Start: self.start_member,
+            ops.Start: Cases({"start": self.start_member}),
             ops.Reapply: self.start_member,
             ops.RollBack: self.roll_back,
             ops.Gate: self.gate_member,
             ops.Publish: self.publish,
             ops.Drain: self.drain,
-            ops.Stop: self.stop_member,
+            ops.Stop: Cases({"stop": self.stop_member}),
             ops.AwaitRelease: lambda _: None,  # the scheduler places pods on free GPUs itself
         }
 

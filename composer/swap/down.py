@@ -22,7 +22,7 @@ from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused, GatewayControlError, SwapFailed, UsageError
 from composer.stack.model import Stack
 from composer.swap import ops
-from composer.swap.execute import Handlers, Say, execute, quiet
+from composer.swap.execute import Cases, Handlers, Say, execute, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
 from composer.swap.owner import down_refusal, foreign_running
@@ -143,7 +143,7 @@ class Downer:
         self.timings: dict[str, float] = {}
 
     def handlers(self) -> Handlers:
-        return {ops.Hold: self.hold, ops.Stop: self.stop, StopProject: self.stop_project}
+        return {ops.Hold: self.hold, ops.Stop: Cases({"stop": self.stop}), StopProject: self.stop_project}
 
     def hold(self, op: ops.Hold | None = None) -> None:
         """Hold new requests and drain those in flight; what runs at the timeout is cut (counted)."""

@@ -162,7 +162,7 @@ def run_live(
 
 def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
     """The variants `plan` starts, one Target each (what the preflight checks)."""
-    started = {op.member.name for op in plan.ops if isinstance(op, Start) and op.live}
+    started = {op.member.name for op in plan.ops if isinstance(op, Start) and op.live and op.how == "start"}
     services = {s.member.variant: s for s in target.services if s.name in started}.values()
     return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 

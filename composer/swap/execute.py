@@ -1,9 +1,9 @@
 """The executor of a plan of typed operations (`composer.swap.ops`): a loop over a dispatch table.
 
-`execute` runs each operation with the handler its type maps to. When one fails, or the
-first Ctrl-C, SIGTERM or SIGHUP arrives, it runs the inverses of the operations that ran
-(the failed one included: an inverse is safe on a half-done operation), newest first, with
-every stop signal ignored, then raises SwapFailed from the cause (from KeyboardInterrupt:
+`execute` runs each operation with the handler its type maps to (`Cases`: its `how`'s). When one
+fails, or the first Ctrl-C, SIGTERM or SIGHUP arrives, it runs the inverses of the operations
+that ran (the failed one included: an inverse is safe on a half-done operation), newest first,
+with every stop signal ignored, then raises SwapFailed from the cause (from KeyboardInterrupt:
 the CLI exits 130). Without rollback nothing is undone: what ran stays as it is.
 """
 
@@ -17,6 +17,15 @@ from composer.signals import handled, interrupt_once, interrupts_ignored
 from composer.swap.ops import Op
 
 Handlers = Mapping[type[Op], Callable[[Any], object]]
+
+
+class Cases(dict[str, Callable[[Any], object]]):
+    """The handler of a type with several cases: one function per `how` (a case it lacks: KeyError)."""
+
+    def __call__(self, op: Op) -> object:
+        return self[op.how](op)
+
+
 Undone = list[tuple[Op, str]]
 """The inverses that failed, each with why (one line)."""
 Explain = Callable[[BaseException, list[Op], "Undone | None"], SwapFailed]

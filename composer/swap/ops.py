@@ -1,15 +1,17 @@
 """Typed operations of a change of what serves: each carries its arguments and knows its inverse.
 
 A plan is a tuple of these (pure data, printed by `--dry-run` and `--json`), a live change's
-(`Start`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Sleep`, `Stop`,
-`Start`, `Wake`, `Gate`, `Settle`, `Release`, ...). An inverse is a tuple of operations
-(empty: nothing to undo), safe to run when its operation only half ran.
+(`Start`, `Publish`, `Drain`, ...) or a single switch's (`Hold`, `Stop`, `Start`, `Gate`,
+`Settle`, `Release`, ...). A type with several cases says which in its `how` field (a member
+leaves by `Stop` stopped, put to sleep or removed; comes in by `Start` started, woken or
+adopted). An inverse is a tuple of operations (empty: nothing to undo), safe to run when its
+operation only half ran.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import ClassVar
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar, Literal
 
 from composer.render.spec import CONTAINER_PORT
 
@@ -30,33 +32,55 @@ class Member:
         return {"name": self.name, "variant": self.variant, "url": f"http://{self.service}:{CONTAINER_PORT}"}
 
 
+def _case(words: str | dict[str, str], how: str) -> str:
+    return words if isinstance(words, str) else words.get(how, "")
+
+
 @dataclass(frozen=True)
 class Op:
-    """One operation; `TEXT` says it in words, from its fields. Where a live change and a single
-    switch do one verb differently, the operation's `live` field says which (a live change's
-    member is named by its member name, reached on its own address, published by `Publish`)."""
+    """One operation; `TEXT` says it in words, from its fields (per `how` case where the type has
+    several). Where a live change and a single switch do one verb differently, the operation's
+    `live` field says which (a live change's member is named by its member name, reached on its
+    own address, published by `Publish`)."""
 
-    TEXT: ClassVar[str] = ""
-    STAGE: ClassVar[str] = ""  # what `status` shows while a single switch runs it (else its text)
+    TEXT: ClassVar[str | dict[str, str]] = ""
+    STAGE: ClassVar[str | dict[str, str]] = ""  # what `status` shows while a single switch runs it
     live = False
+    how = ""  # which case of its type (a type with several has a `how` field)
 
     def inverse(self) -> tuple[Op, ...]:
         return ()
 
     def describe(self) -> str:
-        return self.TEXT.format_map(self.__dict__)
+        return _case(self.TEXT, self.how).format_map(self.__dict__)
 
     def as_data(self) -> dict[str, object]:
         return {"op": type(self).__name__, **asdict(self), "text": self.describe()}
 
     def stage(self) -> str:
-        return self.describe() if self.live or not self.STAGE else self.STAGE
+        stage = _case(self.STAGE, self.how)
+        return self.describe() if self.live or not stage else stage
 
 
 @dataclass(frozen=True)
-class StartGateway(Op):
-    TEXT = "start the gateway"
-    run_file: str
+class UpdateGateway(Op):
+    """The gateway started from `run_file`; replaced by a new container from it (`why`); or its
+    `settings` applied in place (`keys`: their names)."""
+
+    TEXT: ClassVar[dict[str, str]] = {
+        "start": "start the gateway",
+        "replace": (
+            "the gateway is replaced by a new container ({why}): start the new one with its new settings "
+            "beside the old one, which then finishes its requests and stops"
+        ),
+        "in place": "apply the gateway's changed settings in place ({keys}): same container, nothing drained",
+    }
+    STAGE: ClassVar[dict[str, str]] = {"replace": "draining", "in place": "draining"}
+    how: Literal["start", "replace", "in place"] = field()  # no default: Op.how is not one
+    run_file: str = ""
+    why: str = ""
+    settings: tuple[tuple[str, str], ...] = ()
+    keys: str = ""
 
 
 @dataclass(frozen=True)
@@ -132,25 +156,6 @@ class AwaitRelease(Op):
 
 
 @dataclass(frozen=True)
-class UpdateGateway(Op):
-    TEXT = (
-        "the gateway is replaced by a new container ({why}): start the new one with its new settings "
-        "beside the old one, which then finishes its requests and stops"
-    )
-    STAGE = "draining"
-    run_file: str
-    why: str
-
-
-@dataclass(frozen=True)
-class ApplySettings(Op):
-    TEXT = "apply the gateway's changed settings in place ({keys}): same container, nothing drained"
-    STAGE = "draining"
-    settings: tuple[tuple[str, str], ...]
-    keys: str
-
-
-@dataclass(frozen=True)
 class Hold(Op):
     """Released by `Release` (or to what serves after an undo); `run_file`: start the gateway first;
     `serving`: route a new gateway there first; `continue_streams`: streams pause at once."""
@@ -170,31 +175,35 @@ class Hold(Op):
 
 
 @dataclass(frozen=True)
-class Sleep(Op):
-    TEXT = "put {member.variant} to sleep ({member.container})"
-    STAGE = "putting the serving variant to sleep"
-    member: Member
-    settle: float = 1.0
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Wake(self.member), Gate(self.member), Settle(self.member, self.settle, "wake", woke=True))
-
-
-@dataclass(frozen=True)
 class Stop(Op):
-    """`also`: exited containers of the shared service go with it; undone by starting it again
-    from exactly the run file and service that created it (`live`: as a live change does)."""
+    """A member leaves: stopped (`also`: exited containers of the shared service go with it),
+    undone by starting it again from exactly the run file and service that created it (`live`:
+    as a live change does); put to `sleep`, undone by waking it; or `remove`d, gone already is
+    fine (`network_of`: then `compose down` that run file, the network too; `cause`: why a plan
+    removes it before anything else, none: an undo's), not undone."""
 
-    TEXT = "stop {member.name} ({member.container})"
-    STAGE = "stopping"
+    TEXT: ClassVar[dict[str, str]] = {
+        "stop": "stop {member.name} ({member.container})",
+        "sleep": "put {member.variant} to sleep ({member.container})",
+        "remove": "stop and remove {member.container}",
+    }
+    STAGE: ClassVar[dict[str, str]] = {"stop": "stopping", "sleep": "putting the serving variant to sleep"}
     member: Member
+    how: Literal["stop", "sleep", "remove"] = "stop"
     also: tuple[str, ...] = ()
     settle: float = 1.0
     live: bool = False
+    network_of: str = ""
+    cause: str = ""
+
+    def describe(self) -> str:
+        return f"{super().describe()} ({self.cause})" if self.cause else super().describe()
 
     def inverse(self) -> tuple[Op, ...]:
         m = self.member
-        if not m.run_file:
+        if self.how == "sleep":
+            return (Start(m, "wake"), Gate(m), Settle(m, self.settle, "wake", woke=True))
+        if self.how == "remove" or not m.run_file:
             return ()
         if self.live:
             return (AwaitRelease(m.gpus), Start(m, live=True), Gate(m, live=True))
@@ -202,52 +211,29 @@ class Stop(Op):
 
 
 @dataclass(frozen=True)
-class BringIn(Op):
-    """Brings the target's container in (`Wake`, `Adopt`, `Start`); undone by removing it."""
+class Start(Op):
+    """A member comes in. `start`: the gateway's single upstream goes to it (a switch's target;
+    undone by removing it, with `first` the project's network too: nothing ran before); `live`:
+    a member, which `Publish` routes to once gated (undone by draining and stopping it). `wake`:
+    its sleeping container is woken and routed to (undone by removing it). `adopt`: a running
+    container serves as it runs (never restarted): the single upstream goes to it (undone by
+    removing it); `live`: the one serving container joins the set as `member`, and the Publish
+    that follows routes to it (that Publish's inverse undoes it)."""
 
+    STAGE: ClassVar[dict[str, str]] = {"start": "loading", "wake": "waking", "adopt": "routing"}
     member: Member
-
-    def inverse(self) -> tuple[Op, ...]:
-        return (Remove(self.member),)
-
-
-@dataclass(frozen=True)
-class Wake(BringIn):
-    TEXT = "route to {member.variant}'s sleeping container {member.container} and wake it"
-    STAGE = "waking"
-
-
-@dataclass(frozen=True)
-class Adopt(BringIn):
-    """A running container serves as it runs (never restarted): the gateway's single upstream
-    goes to it (undone by removing it); `live`: the one serving container joins the set as
-    `member`, and the Publish that follows routes to it (that Publish's inverse undoes it)."""
-
-    STAGE = "routing"
-    live: bool = False
-
-    def describe(self) -> str:
-        m = self.member
-        if self.live:
-            return f"adopt {m.container} as {m.name} as it runs (not restarted)"
-        return f"route to {m.container}, which runs awake without serving (not restarted)"
-
-    def inverse(self) -> tuple[Op, ...]:
-        return () if self.live else super().inverse()
-
-
-@dataclass(frozen=True)
-class Start(BringIn):
-    """The gateway's single upstream goes to it (a switch's target; undone by removing it, with
-    `first` the project's network too: nothing ran before); `live`: a member, which `Publish`
-    routes to once gated (undone by draining and stopping it)."""
-
-    STAGE = "loading"
+    how: Literal["start", "wake", "adopt"] = "start"
     first: bool = False
     live: bool = False
 
     def describe(self) -> str:
         m = self.member
+        if self.how == "adopt":
+            if self.live:
+                return f"adopt {m.container} as {m.name} as it runs (not restarted)"
+            return f"route to {m.container}, which runs awake without serving (not restarted)"
+        if self.how == "wake":
+            return f"route to {m.variant}'s sleeping container {m.container} and wake it"
         if not self.live:
             return f"start {m.variant} from {m.run_file} (service {m.service}), route to it"
         gpus = "" if m.gpus == "-" else f" on GPUs {m.gpus}"  # placed by its engine
@@ -255,8 +241,8 @@ class Start(BringIn):
 
     def inverse(self) -> tuple[Op, ...]:
         if self.live:
-            return (Drain(self.member.name), Stop(self.member, live=True))
-        return (Remove(self.member, self.member.run_file if self.first else ""),)
+            return (Drain(self.member.name), Stop(self.member, live=True)) if self.how == "start" else ()
+        return (Stop(self.member, "remove", network_of=self.member.run_file if self.first else ""),)
 
 
 @dataclass(frozen=True)
@@ -329,17 +315,3 @@ class Probation(Op):
     STAGE = "on probation"
     member: Member
     seconds: float
-
-
-@dataclass(frozen=True)
-class Remove(Op):
-    """Gone already is fine; `network_of`: then `compose down` that run file (the network goes
-    too); `cause`: why a plan removes it before anything else (none: an undo's)."""
-
-    TEXT = "stop and remove {member.container}"
-    member: Member
-    network_of: str = ""
-    cause: str = ""
-
-    def describe(self) -> str:
-        return f"{super().describe()} ({self.cause})" if self.cause else super().describe()

@@ -105,7 +105,7 @@ def takeover_notes(found: list[Foreign], project: str) -> list[str]:
 
 @dataclass(frozen=True)
 class Rollback:
-    """Where the serving variant comes back from if the swap fails (its `Sleep` or `Stop`'s inverse)."""
+    """Where the serving variant comes back from if the swap fails (its `Stop`'s inverse)."""
 
     variant: str
     how: str  # "wake" (its sleeping container) or "start" (the file that created it)
@@ -145,7 +145,7 @@ class SwapPlan:
     @property
     def steps(self) -> tuple[str, ...]:
         """The swap's steps in words (`stop`, `release`, `start`, `gate`, ...), from its operations."""
-        return tuple(STEPS[type(op)] for op in self.ops if type(op) in STEPS)
+        return tuple(STEPS[type(op), op.how] for op in self.ops if (type(op), op.how) in STEPS)
 
     @property
     def gateway_update(self) -> bool:  # drain the gateway, replace its container (new settings), release
@@ -153,18 +153,19 @@ class SwapPlan:
 
     @property
     def stop_first(self) -> tuple[str, ...]:
-        return tuple(op.member.container for op in self.ops if isinstance(op, ops.Remove) and op.cause)
+        return tuple(op.member.container for op in self.ops if isinstance(op, ops.Stop) and op.cause)
 
     @property
     def wake(self) -> str | None:
-        return next((op.member.container for op in self.ops if type(op) is ops.Wake), None)
+        woken = (op.member for op in self.ops if isinstance(op, ops.Start) and op.how == "wake")
+        return next((m.container for m in woken), None)
 
     @property
     def rollback(self) -> Rollback | None:
         for op in self.ops:
-            if isinstance(op, ops.Sleep):
+            if isinstance(op, ops.Stop) and op.how == "sleep":
                 return Rollback(op.member.variant, "wake", op.member.container)
-            if isinstance(op, ops.Stop):
+            if isinstance(op, ops.Stop) and op.how == "stop":
                 m = op.member
                 return Rollback(m.variant, "start", m.container, m.run_file or None, m.service or None)
         return None
@@ -221,7 +222,7 @@ class SwapPlan:
         lines += op_lines(self.ops)
         if self.rollback:
             undo = "; ".join(
-                i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Sleep | ops.Stop)
+                i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Stop)
             )
             lines.append(f"rollback: {self.rollback.variant}: {undo}")
         lines += [f"note: {note}" for note in self.notes]
@@ -250,17 +251,17 @@ def op_lines(operations: Sequence[Op]) -> list[str]:
 
 
 IDLE = "neither serving nor wanted asleep"
-"""Why a plan removes a container before anything else (a `Remove`'s cause)."""
+"""Why a plan removes a container before anything else (a removing `Stop`'s cause)."""
 
-STEPS: dict[type[Op], str] = {
-    ops.Sleep: "sleep",
-    ops.Stop: "stop",
-    ops.AwaitRelease: "release",
-    ops.Wake: "wake",
-    ops.Adopt: "adopt",
-    ops.Route: "route",
-    ops.Start: "start",
-    ops.Gate: "gate",
+STEPS: dict[tuple[type[Op], str], str] = {
+    (ops.Stop, "sleep"): "sleep",
+    (ops.Stop, "stop"): "stop",
+    (ops.AwaitRelease, ""): "release",
+    (ops.Start, "wake"): "wake",
+    (ops.Start, "adopt"): "adopt",
+    (ops.Route, ""): "route",
+    (ops.Start, "start"): "start",
+    (ops.Gate, ""): "gate",
 }
 """The operations that are the swap's steps, in words (`steps` in the plan's JSON and the history)."""
 
@@ -326,23 +327,23 @@ def plan_swap(
     if current:
         previous = _member(current, bring, bring.source)
         if current_sleeps and current.variant != target:
-            todo.append(ops.Sleep(previous, bring.settle))
+            todo.append(ops.Stop(previous, "sleep", settle=bring.settle))
         else:
             todo += [ops.Stop(previous, settle=bring.settle), ops.AwaitRelease(bring.gpus)]
     if target_asleep:
         sleeper = target_asleep if isinstance(target_asleep, RunningVariant) else None
-        todo += _bring_in(ops.Wake(_member(sleeper, bring) if sleeper else bring.member), bring)
+        todo += _bring_in(ops.Start(_member(sleeper, bring) if sleeper else bring.member, "wake"), bring)
     else:
         todo += _bring_in(ops.Start(bring.member, first=current is None), bring)
     return SwapPlan(target, target_hash, current, tuple(todo))
 
 
-def _bring_in(brought: ops.BringIn | ops.Route, bring: Bring) -> list[Op]:
+def _bring_in(brought: ops.Start | ops.Route, bring: Bring) -> list[Op]:
     """The operation that brings the target in, then its gate and settle watch (the wake
     checks and the warm-up beside it) and, with clients served, its probation."""
     member = brought.member
-    woke = isinstance(brought, ops.Wake)
-    since = "wake" if woke else "ready" if isinstance(brought, ops.Start) else "process"
+    woke = brought.how == "wake"
+    since = {"wake": "wake", "start": "ready"}.get(brought.how, "process")
     acceptance = woke and member.speculative
     warmup = bring.warmup if bring.gateway else 0
     if acceptance:
@@ -358,7 +359,7 @@ def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
     for op in plan.ops:
         todo += (
             [ops.Stop(op.member, settle=op.settle), ops.AwaitRelease(gpus)]
-            if isinstance(op, ops.Sleep)
+            if isinstance(op, ops.Stop) and op.how == "sleep"
             else [op]
         )
     return replace(plan, ops=tuple(todo))
@@ -370,9 +371,9 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
         return plan
     first: list[Op] = []
     if gateway.recreate:
-        first.append(ops.UpdateGateway(bring.member.run_file, gateway.recreate))
+        first.append(ops.UpdateGateway("replace", bring.member.run_file, gateway.recreate))
     elif gateway.in_place:
-        first.append(ops.ApplySettings(gateway.settings, gateway.keys()))
+        first.append(ops.UpdateGateway("in place", settings=gateway.settings, keys=gateway.keys()))
     if not plan.ops:
         if not gateway.recreate:
             return replace(plan, ops=tuple(first))
@@ -381,7 +382,7 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
         todo = (*first, ops.Hold(plan.target, serving=serving), ops.Release(plan.target, tell=True))
         return replace(plan, ops=todo)
     ensure = "" if gateway.recreate or gateway_running else bring.member.run_file
-    sleeping = next((op.member for op in plan.ops if isinstance(op, ops.Sleep)), None)
+    sleeping = next((op.member for op in plan.ops if isinstance(op, ops.Stop) and op.how == "sleep"), None)
     hold = ops.Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
     probation = [op for op in plan.ops if isinstance(op, ops.Probation)]
     swap = [op for op in plan.ops if not isinstance(op, ops.Probation)]
@@ -444,13 +445,13 @@ def decide(
         ):
             adopt = member
             continue
-        stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
+        stop_first.append(ops.Stop(_member(member.info, bring), "remove", cause=IDLE))
         notes.append(f"{member.variant} ({member.info.name}) runs awake without serving: it is stopped")
     for member in snapshot.asleep:
         stale_target = member.variant == target and not wakeable
         if stale_target or not sleeps_in_stack.get(member.variant, False):
             why = "its configuration changed" if stale_target else "this stack no longer puts it to sleep"
-            stop_first.append(ops.Remove(_member(member.info, bring), cause=IDLE))
+            stop_first.append(ops.Stop(_member(member.info, bring), "remove", cause=IDLE))
             notes.append(f"{member.variant}'s sleeping container is stopped: {why}")
     asleep = sleeper.info if wakeable and sleeper is not None else False
     base = plan_swap(
@@ -458,16 +459,19 @@ def decide(
     )
     todo = list(base.ops)
     if adopt is not None and todo:
-        todo = [op for op in todo if not isinstance(op, ops.BringIn)]
+        todo = [op for op in todo if not isinstance(op, ops.Start)]
         at = next(i for i, op in enumerate(todo) if isinstance(op, ops.Gate))
-        todo[at:] = _bring_in(ops.Adopt(_member(adopt.info, bring)), bring)
+        todo[at:] = _bring_in(ops.Start(_member(adopt.info, bring), "adopt"), bring)
         notes.append(f"{target}'s container {adopt.info.name} runs awake: it serves again without a restart")
     if same and todo and not route_ok and current is not None:
         todo = _bring_in(ops.Route(_member(current, bring)), bring)
         notes.append(f"the gateway does not forward to {target}'s container: it is routed again")
     if todo and current is not None:  # exited containers of the shared service go with the serving one
         gone = [m.info.name for m in snapshot.members if not m.running and not m.asleep and m is not serving]
-        todo = [replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and gone else op for op in todo]
+        todo = [
+            replace(op, also=tuple(gone)) if isinstance(op, ops.Stop) and op.how == "stop" and gone else op
+            for op in todo
+        ]
     todo[:0] = stop_first
     plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), gateway)
     return with_gateway(plan, gateway, bring, snapshot.gateway_running)
@@ -658,9 +662,11 @@ def plan_live(
     )
     planned = live_operations(plan, new, old, alone, run_file, adopt, continue_streams)
     first: list[Op] = (
-        [ops.ApplySettings(gateway.settings, gateway.keys())] if gateway and gateway.in_place else []
+        [ops.UpdateGateway("in place", settings=gateway.settings, keys=gateway.keys())]
+        if gateway and gateway.in_place
+        else []
     )
-    first += [ops.Remove(m, cause=IDLE) for m in idle]
+    first += [ops.Stop(m, "remove", cause=IDLE) for m in idle]
     return replace(plan, ops=(*first, *planned))
 
 
@@ -686,8 +692,8 @@ def live_operations(
     each new member is started, gated, then published. A changed member is drained, then
     started again (`in_place`, a Deployment: applied in place). The one serving container
     that does not join is drained once the set takes the new requests, then stopped."""
-    todo: list[Op] = [ops.StartGateway(run_file)] if plan.start_gateway else []
-    todo += [ops.Adopt(adopt, live=True)] if adopt else []
+    todo: list[Op] = [ops.UpdateGateway("start", run_file)] if plan.start_gateway else []
+    todo += [ops.Start(adopt, "adopt", live=True)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
     held = False
 
@@ -776,7 +782,7 @@ def plan_alone(
     leaving = [n for n in old if n != kept]
     early = [n for n in leaving if old[n].service == alone.service or _overlap(old[n].gpus, alone.gpus)]
     gateway_file = gateway_file or alone.run_file
-    todo: list[Op] = [] if gateway_running else [ops.StartGateway(gateway_file)]
+    todo: list[Op] = [] if gateway_running else [ops.UpdateGateway("start", gateway_file)]
     serving = [m.upstream() for m in old.values()]
     held = False
     for name in early:
@@ -798,7 +804,8 @@ def plan_alone(
         if name not in early:
             todo += [ops.Drain(name, continue_streams), ops.Stop(old[name], live=True)]
     if gateway_running:  # its settings list the members: a restart would route to them again
-        todo.append(ops.UpdateGateway(gateway_file, "the live set left: its settings name no member"))
+        why = "the live set left: its settings name no member"
+        todo.append(ops.UpdateGateway("replace", gateway_file, why))
     return LivePlan(
         (alone.variant,),
         keep=(kept,) if kept else (),

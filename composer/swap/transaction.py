@@ -42,7 +42,7 @@ from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
-from composer.swap.execute import Handlers, Say, Undone, execute, quiet
+from composer.swap.execute import Cases, Handlers, Say, Undone, execute, quiet
 from composer.swap.gateway_replace import port_fault, repair_port, running_gateway
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
@@ -341,7 +341,7 @@ class DockerSwap:
         self.drained = DrainTally()  # a live change's drains
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
-        self.brought: Member | None = None  # the first Start, Wake, Adopt or Route: what comes in
+        self.brought: Member | None = None  # the first Start (any how) or Route: what comes in
         # what passed the gate last: its container and boot log, and when it became ready
         self.container: VariantContainer | None = None
         self.log, self.ready_at = "", self.began
@@ -358,16 +358,13 @@ class DockerSwap:
 
     def handlers(self) -> Handlers:
         return {
-            ops.UpdateGateway: self.update_gateway,
-            ops.ApplySettings: self.apply_settings,
-            ops.StartGateway: self.start_gateway,
+            ops.UpdateGateway: Cases(
+                {"start": self.start_gateway, "replace": self.update_gateway, "in place": self.apply_settings}
+            ),
             ops.Hold: self.hold,
-            ops.Sleep: self.sleep,
-            ops.Stop: self.stop,
+            ops.Stop: Cases({"stop": self.stop, "sleep": self.sleep, "remove": self.remove_container}),
             ops.AwaitRelease: self.await_release,
-            ops.Start: self.start,
-            ops.Wake: self.wake,
-            ops.Adopt: self.adopt,
+            ops.Start: Cases({"start": self.start, "wake": self.wake, "adopt": self.adopt}),
             ops.Route: self.route,
             ops.Gate: self.gate,
             ops.Settle: self.settle,
@@ -375,7 +372,6 @@ class DockerSwap:
             ops.Drain: self.drain,
             ops.Release: self.release,
             ops.Probation: self.probation,
-            ops.Remove: self.remove_container,
         }
 
     def _took(self, step: str, seconds: float) -> None:
@@ -395,7 +391,7 @@ class DockerSwap:
         self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
 
     # -- the gateway ----------------------------------------------------------------------
-    def start_gateway(self, op: ops.StartGateway) -> None:
+    def start_gateway(self, op: ops.UpdateGateway) -> None:
         start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
 
     def update_gateway(self, op: ops.UpdateGateway) -> None:
@@ -428,7 +424,7 @@ class DockerSwap:
         self._drained(done.finished, done.cut, 0, 0)
         self.updated = True
 
-    def apply_settings(self, op: ops.ApplySettings) -> None:
+    def apply_settings(self, op: ops.UpdateGateway) -> None:
         """Apply the gateway's changed settings in place (same container, nothing drained); a
         refusal fails the swap before anything else changed."""
         from composer.gateway.host.client import GatewayControl
@@ -540,7 +536,7 @@ class DockerSwap:
             raise error(missing)
         return found
 
-    def sleep(self, op: ops.Sleep) -> None:
+    def sleep(self, op: ops.Stop) -> None:
         ctx = self.ctx
         began = time.monotonic()
         ctx.say(f"putting {op.member.variant} to sleep (level {ctx.stack.sleep_level})")
@@ -600,7 +596,7 @@ class DockerSwap:
         start_service(self.ctx, op.member.variant, op.member.run_file, op.member.service)
         self._through(op.member, self._route_to(op.member), warn=False)
 
-    def wake(self, op: ops.Wake) -> None:
+    def wake(self, op: ops.Start) -> None:
         self.began = time.monotonic()
         self.brought = self.brought or op.member
         ctx = self.ctx
@@ -611,7 +607,7 @@ class DockerSwap:
         standby.wake(ctx.control(), sleeper, op.member.variant, ctx.stack)
         standby.unpark(sleeper, ctx.stack.restart)
 
-    def adopt(self, op: ops.Adopt) -> None:
+    def adopt(self, op: ops.Start) -> None:
         """Route to the awake container; `op.live` (it joins a live set): it must still be the
         running one the plan read."""
         if op.live:
@@ -635,7 +631,7 @@ class DockerSwap:
         self.ctx.say(f"routing the gateway to {op.member.variant}")
         self._through(op.member, self._route_to(op.member), warn=False)
 
-    def remove_container(self, op: ops.Remove) -> None:
+    def remove_container(self, op: ops.Stop) -> None:
         began = time.monotonic()
         stop_container(self.ctx, op.member.variant, op.member.container)
         if op.cause:  # planned first (an undo's is not counted)
@@ -863,7 +859,7 @@ class DockerSwap:
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
         kept = not ctx.options.rollback
-        if isinstance(op, ops.Start | ops.Gate) and op.live:
+        if isinstance(op, ops.Start | ops.Gate) and op.live and op.how != "adopt":
             cause = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
             tail = bootlog.redact(err.log_tail if isinstance(err, DiagnosedError) else "", ctx.stack.api_key)
             container = op.member.container
@@ -903,15 +899,15 @@ class DockerSwap:
             standby.park(found)
 
     def _brought(self) -> Member:
-        return next(op.member for op in self.plan.ops if isinstance(op, ops.BringIn | ops.Route))
+        return next(op.member for op in self.plan.ops if isinstance(op, ops.Start | ops.Route))
 
     def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
         if not self.plan.steps:
             return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         message = f"{self.plan.target} failed: {self.cause}"
-        removal = [why for op, why in undone or () if isinstance(op, ops.Remove)]
-        others = [why for op, why in undone or () if not isinstance(op, ops.Remove)]
+        removal = [why for op, why in undone or () if op.how == "remove"]
+        others = [why for op, why in undone or () if op.how != "remove"]
         if removal:
             message += f"; could not remove it: {removal[0]}"
         previous = self.plan.previous

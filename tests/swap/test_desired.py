@@ -14,7 +14,7 @@ from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.swap.desired import EXCLUSIVE, SIDE_BY_SIDE, Desired, desired
-from composer.swap.ops import Hold, Member, Remove
+from composer.swap.ops import Hold, Member, Stop
 from composer.swap.plan import SwapPlan, plan_alone, plan_live
 from composer.swap.snapshot import LiveRunning, Snapshot
 from tests.conftest import REPO
@@ -80,7 +80,7 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
         "Stop baseline/1",
         "Drain",
         "Stop mtp/1",
-        "UpdateGateway",
+        "UpdateGateway(replace)",
     ]
     publish = plan.ops[2]
     assert publish.upstreams == () and [u["name"] for u in publish.previous] == ["baseline/1", "mtp/1"]
@@ -106,7 +106,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "Publish",
         "Drain",
         "Stop baseline/1",
-        "UpdateGateway",
+        "UpdateGateway(replace)",
     ]
     assert [u["name"] for u in plan.ops[0].upstreams] == ["baseline/1"]  # baseline/1 serves meanwhile
     every, digest = _alone(stack, "mtp", gpus="all")  # the one serving container takes every GPU
@@ -124,7 +124,7 @@ def test_members_whose_gpus_x_needs_leave_first_and_x_waits_for_their_release(tm
         "Gate mtp",
         "Publish",
         "Release",
-        "UpdateGateway",
+        "UpdateGateway(replace)",
     ]
     hold, release = every_plan.ops[3], every_plan.ops[9]
     assert hold.continue_streams and hold.target == "mtp" and release.variant == "mtp"
@@ -142,12 +142,12 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
     assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
-    assert _ops(plan) == ["Publish", "Drain", "Stop mtp/1", "UpdateGateway"]
+    assert _ops(plan) == ["Publish", "Drain", "Stop mtp/1", "UpdateGateway(replace)"]
     # the gateway's settings name the members: it is replaced last, from X's own run file
     assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
     # a gateway that does not run is started from X's run file instead
     cold = _ops(plan_alone(alone, digest, running, "p", gateway_running=False))
-    assert cold[0] == "StartGateway" and "UpdateGateway" not in cold
+    assert cold[0] == "UpdateGateway(start)" and "UpdateGateway(replace)" not in cold
     other, other_digest = _alone(stack, "mtp")  # X's service runs another variant: it stops first
     ops = _ops(plan_alone(other, other_digest, running, "p"))
     assert ops[:3] == ["Publish", "Drain", "Stop baseline/1"] and "Start mtp" in ops
@@ -203,12 +203,12 @@ def test_a_live_change_removes_what_a_failed_change_left_and_serves_nothing(tmp_
     running = _running(stack, "baseline/1", "mtp/1")
     assert plan_live(target, running).no_op
     plan = plan_live(target, running, idle=[Member("p-vllm-1", "crash", "p-vllm-1", "vllm", "")])
-    assert _ops(plan) == ["Remove p-vllm-1"] and plan.ops[0].cause
+    assert _ops(plan) == ["Stop(remove) p-vllm-1"] and plan.ops[0].cause
     crashed = LiveRunning(
         "mtp-crash/1", "mtp-crash", "p-mtp-crash-1", "4,5", "h", "exited", "vllm-mtp-crash-1"
     )
     plan = plan_live(target, [*running, crashed])
-    assert _ops(plan) == ["Remove mtp-crash/1"] and plan.ops[0].member.container == "p-mtp-crash-1"
+    assert _ops(plan) == ["Stop(remove) mtp-crash/1"] and plan.ops[0].member.container == "p-mtp-crash-1"
 
 
 def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_path: Path) -> None:
@@ -221,11 +221,11 @@ def test_a_live_sets_changed_gateway_settings_are_applied_in_place_first(tmp_pat
     assert plan_live(target, running, gateway=same).no_op
     changed = GatewayChange("", (("GATEWAY_ALIASES", "quick=baseline"),), ("GATEWAY_ALIASES",))
     plan = plan_live(target, running, gateway=changed)
-    assert _ops(plan) == ["ApplySettings"] and plan.mode == "join"
+    assert _ops(plan) == ["UpdateGateway(in place)"] and plan.mode == "join"
     assert plan.ops[0].settings == (("GATEWAY_ALIASES", "quick=baseline"),)
-    assert "ApplySettings: apply the gateway's changed settings in place (aliases)" in plan.describe()
+    assert "UpdateGateway: apply the gateway's changed settings in place (aliases)" in plan.describe()
     joined = plan_live(resolve_live(stack, ["baseline", "mtp", "dflash2"]), running, gateway=changed)
-    assert _ops(joined)[:2] == ["ApplySettings", "Start dflash2/1"]
+    assert _ops(joined)[:2] == ["UpdateGateway(in place)", "Start dflash2/1"]
 
 
 def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_nor_members(
@@ -247,4 +247,4 @@ def test_the_containers_a_live_change_removes_are_those_neither_serving_asleep_n
     (idle,) = idle_containers(snap)
     assert (idle.container, idle.variant, idle.service) == (crashed.name, "mtp-crash", "vllm")
     plan = plan_live(resolve_live(live_stack, ["baseline"]), [member], idle=[idle])
-    assert plan.ops[0] == Remove(idle, cause="neither serving nor wanted asleep")
+    assert plan.ops[0] == Stop(idle, "remove", cause="neither serving nor wanted asleep")

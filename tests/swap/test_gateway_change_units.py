@@ -85,14 +85,14 @@ def test_a_new_image_or_a_gateway_that_cannot_say_needs_a_new_container(tmp_path
 
 
 def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() -> None:
-    from composer.swap.ops import ApplySettings, Hold, Member, Release, UpdateGateway
+    from composer.swap.ops import Hold, Member, Release, UpdateGateway
     from composer.swap.plan import Bring, with_gateway
 
     bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
     live = GatewayChange("", (("GATEWAY_MAX_HELD", "250"),), ("GATEWAY_MAX_HELD", "GATEWAY_ALIASES"))
     plan = with_gateway(SwapPlan("mtp", "h", None, gateway=live), live, bring, True)
     assert not plan.no_op and plan.as_data()["gateway_in_place"] == ["GATEWAY_MAX_HELD", "GATEWAY_ALIASES"]
-    assert plan.steps == () and [type(op) for op in plan.ops] == [ApplySettings]
+    assert plan.steps == () and [(type(op), op.how) for op in plan.ops] == [(UpdateGateway, "in place")]
     assert (
         "apply the gateway's changed settings in place (max_held, aliases): same container, nothing drained"
     ) in plan.describe()
@@ -100,6 +100,7 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
     change = GatewayChange("its image changed")
     recreated = with_gateway(SwapPlan("mtp", "h", None, gateway=change), change, bring, True)
     assert [type(op) for op in recreated.ops] == [UpdateGateway, Hold, Release]
+    assert recreated.ops[0].how == "replace"
     assert recreated.ops[-1] == Release("mtp", tell=True)  # the new gateway learns what serves
     assert (
         "the gateway is replaced by a new container (its image changed): start the new one with its new "

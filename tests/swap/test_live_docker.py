@@ -257,7 +257,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert plan.returncode == 0, plan.stderr
     assert "(join)" in plan.stdout and "Start: start mtp/1 on GPUs 2,3" in plan.stdout
     assert "Gate: gate mtp/1" in plan.stdout and "Stop:" not in plan.stdout
-    assert f"Adopt: adopt {single.name} as baseline/1 as it runs (not restarted)" in plan.stdout
+    assert f"Start: adopt {single.name} as baseline/1 as it runs (not restarted)" in plan.stdout
     assert _ids(docker_client, sim_stack.project) == before
 
     events = len(_events(sim_stack))

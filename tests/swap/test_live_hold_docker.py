@@ -130,7 +130,7 @@ def test_the_last_serving_member_is_held_before_it_stops_and_a_failed_one_never_
             threading.Event().wait(0.05)
     assert {code for code, _ in steady.answers} == {200}, steady.answers  # the set served throughout
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
-    assert f"Remove: stop and remove {crash.name}" in plan.stdout, plan.stdout
+    assert f"Stop: stop and remove {crash.name}" in plan.stdout, plan.stdout
     done = sim_stack.run("up", "baseline", "mtp", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert _container_of(docker_client, sim_stack.project, "mtp-crash") == []
@@ -143,7 +143,7 @@ def test_the_last_serving_member_is_held_before_it_stops_and_a_failed_one_never_
     sim_stack.stack_file.write_text(text)
     plan = sim_stack.run("up", "baseline", "mtp", "--dry-run")
     assert plan.returncode == 0, plan.stderr
-    assert "ApplySettings: apply the gateway's changed settings in place (" in plan.stdout, plan.stdout
+    assert "UpdateGateway: apply the gateway's changed settings in place (" in plan.stdout, plan.stdout
     assert "aliases" in plan.stdout and "spill" in plan.stdout, plan.stdout
     done = sim_stack.run("up", "baseline", "mtp", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

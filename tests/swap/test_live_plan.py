@@ -56,8 +56,11 @@ def _running(stack: Stack, *names: str, changed: str = "") -> list[LiveRunning]:
 
 
 def _ops(plan) -> list[str]:
+    """Each operation as `Type(how) member` (its case shown unless it is the type's own verb)."""
     return [
-        f"{type(op).__name__} {getattr(getattr(op, 'member', None), 'name', '')}".strip() for op in plan.ops
+        f"{type(op).__name__}{f'({op.how})' * (op.how not in ('', type(op).__name__.lower()))} "
+        f"{getattr(getattr(op, 'member', None), 'name', '')}".strip()
+        for op in plan.ops
     ]
 
 
@@ -211,14 +214,15 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     single = _single(target.services[0].alone_hash)
     assert single.config_hash  # the one serving baseline's hash, as `up baseline` labels it
     plan = plan_live(target, [], single)
-    assert _ops(plan) == ["Adopt baseline/1", "Start mtp/1", "Gate mtp/1", "Publish"]
+    assert _ops(plan) == ["Start(adopt) baseline/1", "Start mtp/1", "Gate mtp/1", "Publish"]
     assert plan.keep == ("baseline/1",) and plan.single is None and plan.mode == "join"
     assert plan.ops[0].member.container == "p-vllm-1" and plan.ops[0].inverse() == ()
     publish = plan.ops[-1]
     assert publish.upstreams[0] == {"name": "baseline/1", "variant": "baseline", "url": "http://vllm:8000"}
     assert publish.inverse()[0].upstreams == ()  # undone: the gateway's single upstream again
-    assert "Adopt: adopt p-vllm-1 as baseline/1 as it runs (not restarted)" in plan.describe()
-    assert plan.as_data()["operations"][0]["op"] == "Adopt"
+    assert "Start: adopt p-vllm-1 as baseline/1 as it runs (not restarted)" in plan.describe()
+    assert plan.as_data()["operations"][0]["op"] == "Start"
+    assert plan.as_data()["operations"][0]["how"] == "adopt"
     # Once it serves in the set, the same set is a no-op; its upstream keeps its own service.
     member = LiveRunning("baseline/1", "baseline", "p-vllm-1", "0,1", single.config_hash, "running", "vllm")
     mtp = _running(stack, "mtp/1")
@@ -227,7 +231,7 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     # Not adopted: another configuration, a set of itself alone, or no gateway running.
     assert "Stop baseline" in _ops(plan_live(target, [], _single("other")))
     assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "Start baseline/1"
-    assert "Adopt baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
+    assert "Start(adopt) baseline/1" not in _ops(plan_live(target, [], single, gateway_running=False))
 
 
 def test_a_lone_variant_on_other_gpus_than_its_member_cannot_join_as_it_runs(stack: Stack) -> None:

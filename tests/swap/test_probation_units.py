@@ -205,7 +205,7 @@ def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> Non
     """A swap that recreates the gateway and puts the serving variant to sleep routes the new
     gateway first and waits until it reaches it: the sleep goes to the serving container, not
     to a name it has not found."""
-    from composer.swap.ops import Hold, Member, Sleep, UpdateGateway
+    from composer.swap.ops import Hold, Member, Stop, UpdateGateway
     from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
 
     calls: list[str] = []
@@ -216,7 +216,11 @@ def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> Non
     change = GatewayChange("its image changed")
     plan = plan_swap("mtp", "h", current, False, current_sleeps=True, bring=bring)
     plan = with_gateway(plan, change, bring, True)
-    assert [type(op) for op in plan.ops[:3]] == [UpdateGateway, Hold, Sleep]
+    assert [(type(op), op.how) for op in plan.ops[:3]] == [
+        (UpdateGateway, "replace"),
+        (Hold, ""),
+        (Stop, "sleep"),
+    ]
     ctx = transaction.Context(SimpleNamespace(service="vllm"), SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
     result = SimpleNamespace(timings={}, notes=[], warnings=[], drained=None, port_gap=None)
     swap = transaction.DockerSwap(ctx, plan, result, SimpleNamespace(), None)  # type: ignore[arg-type]

@@ -21,12 +21,9 @@ from composer.swap.ops import (
     Op,
     Probation,
     Release,
-    Remove,
     Settle,
-    Sleep,
     Start,
     Stop,
-    Wake,
 )
 from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
 from composer.swap.swapper import UpOptions, UpResult
@@ -81,13 +78,18 @@ def test_a_stop_start_gate_plan_undoes_to_the_previous_run_file_gate_and_route_i
     assert plan.steps == ("stop", "release", "start", "gate")
     # the gate failed: the new container goes, the previous one starts again from exactly the
     # run file and service that created it (routed to by its start), is gated and settles
-    assert _undo(list(plan.ops[:5])) == [Remove(MTP), Start(baseline), Gate(baseline), Settle(baseline, 2.0)]
+    assert _undo(list(plan.ops[:5])) == [
+        Stop(MTP, "remove"),
+        Start(baseline),
+        Gate(baseline),
+        Settle(baseline, 2.0),
+    ]
     # on probation: the clients are held again first, for baseline's return
-    assert _undo(list(plan.ops))[:2] == [Hold("baseline"), Remove(MTP)]
+    assert _undo(list(plan.ops))[:2] == [Hold("baseline"), Stop(MTP, "remove")]
     # a first start leaves nothing: its undo removes the project's network too
     first = _plan()
     assert first.ops[1] == Start(MTP, first=True)
-    assert _undo(list(first.ops[:3])) == [Remove(MTP, "/state/mtp-b2.yml")]
+    assert _undo(list(first.ops[:3])) == [Stop(MTP, "remove", network_of="/state/mtp-b2.yml")]
 
 
 def test_a_sleep_is_undone_by_waking_it_and_a_wake_by_removing_the_target() -> None:
@@ -104,12 +106,12 @@ def test_a_sleep_is_undone_by_waking_it_and_a_wake_by_removing_the_target() -> N
     # a quarter of the watch, from the wake call; the acceptance check's requests count as warm-up
     assert settle == Settle(woken, 0.5, "wake", True, 0, True)
     assert _undo(list(plan.ops[:4])) == [
-        Remove(woken),
-        Wake(baseline),
+        Stop(woken, "remove"),
+        Start(baseline, "wake"),
         Gate(baseline),
         Settle(baseline, 2.0, "wake", woke=True),
     ]
-    assert Sleep(baseline).inverse()[0] == Wake(baseline)
+    assert Stop(baseline, "sleep").inverse()[0] == Start(baseline, "wake")
 
 
 def _recorder(fail_at: Op | None, seen: list[str]) -> dict[type[Op], object]:
@@ -149,7 +151,7 @@ def test_the_error_names_the_cause_first_then_what_the_undo_did() -> None:
         == "mtp failed: the container exited with code 1; rolled back to baseline, which serves again"
     )
     assert done.rolled_back
-    undone = [(Remove(MTP), "Cannot connect"), (Start(MTP), "Cannot connect too")]
+    undone = [(Stop(MTP, "remove"), "Cannot connect"), (Start(MTP), "Cannot connect too")]
     both = _swap(plan).explain(err, list(plan.ops[:5]), undone)
     assert (
         "; could not remove it: Cannot connect; rollback to baseline failed too: Cannot connect too"
@@ -187,35 +189,49 @@ def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
     assert "rollback: baseline: start baseline from /state/baseline-a1.yml" in text
 
 
-def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_change() -> None:
-    """Docker's executor has one handler per operation type, whichever plan holds it (only the
-    Kubernetes rollouts' operations have none)."""
+def _cases() -> set[tuple[type[Op], str]]:
+    """Every operation type with each of its cases (its `how` field's values; "": it has none)."""
     import inspect
+    import typing
 
     from composer.swap import ops
 
-    every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)}
-    kubernetes = {ops.Reapply, ops.RollBack}
+    every: set[tuple[type[Op], str]] = set()
+    for _, kind in inspect.getmembers(ops, inspect.isclass):
+        if issubclass(kind, ops.Op) and kind is not ops.Op:
+            how = typing.get_type_hints(kind).get("how")
+            every |= {(kind, case) for case in typing.get_args(how)} if how else {(kind, "")}
+    return every
+
+
+def _handled(table) -> set[tuple[type[Op], str]]:
+    """The (type, case) pairs a dispatch table runs: a type with cases only through `Cases`."""
+    from composer.swap.execute import Cases
+
+    return {(kind, case) for kind, run in table.items() for case in (run if isinstance(run, Cases) else [""])}
+
+
+def test_one_dispatch_table_runs_every_operation_of_a_switch_and_of_a_live_change() -> None:
+    """Docker's executor has one handler per operation type and case, whichever plan holds it
+    (only the Kubernetes rollouts' operations have none)."""
+    from composer.swap import ops
+
+    kubernetes = {(ops.Reapply, ""), (ops.RollBack, "")}
     table = _swap(_plan(_serving())).handlers()
-    assert set(table) == every - {ops.Op, ops.BringIn} - kubernetes
-    assert {ops.Start, ops.Gate, ops.AwaitRelease} <= set(table)
+    assert _handled(table) == _cases() - kubernetes
+    assert {(ops.Stop, "sleep"), (ops.Start, "adopt"), (ops.UpdateGateway, "in place")} <= _handled(table)
 
 
 def test_every_operation_has_a_handler_in_docker_or_kubernetes() -> None:
-    import inspect
-
     from composer.kube.execute import KubeRollout
     from composer.swap import ops
     from composer.swap.outcome import UpOptions
 
-    every = {c for _, c in inspect.getmembers(ops, inspect.isclass) if issubclass(c, ops.Op)} - {
-        ops.Op,
-        ops.BringIn,
-    }
-    docker = _swap(_plan(_serving())).handlers()
-    kubernetes = KubeRollout(None, None, UpOptions(), print, print).handlers()  # type: ignore[arg-type]
-    assert every - set(docker) - set(kubernetes) == set()
-    assert {ops.Reapply, ops.RollBack} <= set(kubernetes)
+    docker = _handled(_swap(_plan(_serving())).handlers())
+    kubernetes = _handled(KubeRollout(None, None, UpOptions(), print, print).handlers())  # type: ignore[arg-type]
+    assert _cases() - docker - kubernetes == set()
+    assert {(ops.Reapply, ""), (ops.RollBack, ""), (ops.Start, "start"), (ops.Stop, "stop")} <= kubernetes
+    assert (ops.Stop, "sleep") not in kubernetes  # a case a table lacks is not run by another case's handler
 
 
 def test_a_failed_probation_holds_again_for_the_variant_the_undo_brings_back() -> None:
