@@ -115,6 +115,19 @@ class HopCycle(RequestResponseCycle):
     """uvicorn's request cycle; a head sent with `DEFER_HEAD` is written with the body's first
     bytes (set on HTTP/1.1 requests' cycles with `cycle.__class__ = HopCycle`)."""
 
+    def can_write(self) -> bool:
+        """A body chunk may go out now with `write_chunk`, in order: the head went out (chunked),
+        the client reads (its buffer is not full) and no `send` waits; a disconnected client's
+        chunks are dropped, as `send` drops them."""
+        if self.disconnected:
+            return True
+        return self.chunked_encoding is True and not self.flow.write_paused and not self.response_complete
+
+    def write_chunk(self, body: bytes) -> None:
+        """Write `body` as `send` would a body message with more to come (after `can_write`)."""
+        if body and not self.disconnected:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and message.get(DEFER_HEAD) and not self.response_started:
             joined = _Joined(self.transport)

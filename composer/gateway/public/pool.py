@@ -5,7 +5,9 @@ was read to its end, the request was sent whole and neither side asked to close;
 after an error, a response ended by the close, a body left unread (`Response.close`) or
 `KEEPALIVE_S` idle. Responses are parsed by httptools; each read returns the body bytes that
 arrived since the last one, as they came (chunked framing taken off, nothing merged or split
-beyond that). The request's bytes go out as given: a body in one write with its head, or a
+beyond that). A response's `sink` may take the bytes as they arrive instead (while a read waits
+and nothing is left unread before them), so that a stream's bytes go on without a wake-up of
+the task that reads it. The request's bytes go out as given: a body in one write with its head, or a
 stream in the client's chunked framing when it has no `content-length`.
 
 Failures are aiohttp's client errors (the types the proxy and the continuation record catch):
@@ -62,10 +64,12 @@ class Response:
         "_interrupted",
         "_loop",
         "_paused",
+        "_queued",
         "_size",
         "_to_close",
         "_waiter",
         "raw_headers",
+        "sink",
         "status",
     )
 
@@ -83,6 +87,9 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         self._interrupted = False
+        # takes the body bytes as they arrive (True: taken; False: they wait for a read)
+        self.sink: Callable[[bytes], bool] | None = None
+        self._queued = False  # bytes the sink did not take wait for a read: later ones queue too
 
     @property
     def content_type(self) -> str:
@@ -90,6 +97,11 @@ class Response:
             if name.lower() == b"content-type":
                 return value.decode("latin-1")
         return ""
+
+    @property
+    def buffered(self) -> bool:
+        """True when body bytes wait to be read (or the body has ended)."""
+        return bool(self._buffer) or self._done
 
     def at_eof(self) -> bool:
         """True when the whole body was read."""
@@ -99,6 +111,8 @@ class Response:
         """The body bytes that arrived since the last read (waits for some); b"" at its end.
         Raises `Incomplete` when it broke off (after the bytes that came before), `Interrupted`
         when `interrupt()` ended its wait."""
+        if not self._buffer:
+            self._queued = False  # what the last read returned went on: the sink may take more
         while not self._buffer:
             if self._error is not None:
                 raise self._error
@@ -159,6 +173,11 @@ class Response:
             waiter.set_result(None)
 
     def _feed(self, data: bytes) -> None:
+        sink = self.sink
+        if sink is not None:
+            if not self._queued and not self._buffer and sink(data):
+                return
+            self._queued = True  # in order: these go through a read first
         self._buffer.append(data)
         self._size += len(data)
         if self._size > HIGH_WATER and not self._paused and self._conn is not None:
