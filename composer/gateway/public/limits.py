@@ -115,6 +115,23 @@ class HopCycle(RequestResponseCycle):
     """uvicorn's request cycle; a head sent with `DEFER_HEAD` is written with the body's first
     bytes (set on HTTP/1.1 requests' cycles with `cycle.__class__ = HopCycle`)."""
 
+    def disconnection(self) -> asyncio.Future[None]:
+        """A future done when the client disconnects or the response is complete (when
+        `receive()` says `http.disconnect`); a new one each call (its taker may cancel it)."""
+        future = asyncio.get_running_loop().create_future()
+        if self.disconnected or self.response_complete:
+            future.set_result(None)
+        else:
+            waiting = self.__dict__.setdefault("_disconnection", [])
+            waiting.append(future)
+        return future
+
+    def settle(self) -> None:
+        """The client disconnected, or the response is complete: `disconnection()`s are done."""
+        for future in self.__dict__.pop("_disconnection", ()):
+            if not future.done():
+                future.set_result(None)
+
     def can_write(self) -> bool:
         """A body chunk may go out now with `write_chunk`, in order: the head went out (chunked),
         the client reads (its buffer is not full) and no `send` waits; a disconnected client's
@@ -138,6 +155,8 @@ class HopCycle(RequestResponseCycle):
                 self.transport = cast(asyncio.Transport, joined)
             return
         await _send(self, message)
+        if self.response_complete:
+            self.settle()
         transport = self.transport
         if isinstance(transport, _Joined) and (self.response_complete or self.disconnected):
             self.transport = transport.transport
@@ -258,6 +277,8 @@ class LimitedProtocol(HttpToolsProtocol):
             self.registry.metrics.connections.set(self.registry.open)
         self.registry.idle.pop(self, None)
         super().connection_lost(exc)
+        if isinstance(self.cycle, HopCycle):
+            self.cycle.settle()
 
     def shutdown(self) -> None:
         """A graceful stop: close a connection only where its client cannot be sending on it
@@ -379,6 +400,8 @@ class LimitedProtocol(HttpToolsProtocol):
         # whatever the app sends now goes nowhere; what it receives is a disconnect
         cycle.disconnected = True
         cycle.message_event.set()
+        if isinstance(cycle, HopCycle):
+            cycle.settle()
         self._refuse("body_timeout")
 
     def _head_timed_out(self) -> None:

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -158,8 +158,15 @@ async def _next_chunk(receive: Receive) -> tuple[bytes, bool]:
     return message.get("body", b""), not message.get("more_body", False)
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    """Complete when the client disconnects (only valid once the whole body was read)."""
+def _wait_disconnect(receive: Receive) -> Awaitable[None]:
+    """Complete when the client disconnects (only valid once the whole body was read): the
+    server's own future where it has one (`limits.HopCycle.disconnection`: no task), else a
+    coroutine that waits for `receive()` to say so."""
+    disconnection = getattr(getattr(receive, "__self__", None), "disconnection", None)
+    return disconnection() if disconnection is not None else _receive_disconnect(receive)
+
+
+async def _receive_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
@@ -691,7 +698,7 @@ class ProxyApp:
         if member.listed:
             return member.name.encode()
         serving = self.switcher.serving
-        return (f"{serving}/1" if serving else URL(member.url).host or member.name).encode()
+        return (f"{serving}/1" if serving else _host(member.url) or member.name).encode()
 
     @staticmethod
     def _is_stream(response: Response) -> bool:
@@ -729,6 +736,12 @@ class ProxyApp:
         if stop.why is gone and gone is not None:
             raise Unresponsive(asleep=gone.result())
         return None  # the client went away first
+
+
+@functools.lru_cache(maxsize=64)
+def _host(url: str) -> str | None:
+    """The host of an upstream's URL (read once per URL, not per request)."""
+    return URL(url).host
 
 
 def _timing(scope: Scope, attempt: Attempt) -> bytes:
