@@ -240,9 +240,9 @@ def test_a_client_body_that_breaks_off_ends_the_request_with_its_own_error(loop)
 
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_sink_takes_body_bytes_only_in_their_order(loop) -> None:
-    """A response's sink takes bytes as they arrive while a read waits and none wait before
-    them; bytes it refuses wait for the reader, and so do those after them until the reader
-    comes back for more."""
+    """A response's sink takes each network read's bytes, in one piece, while a read waits and
+    none wait before them; bytes it refuses wait for the reader, and so do those after them
+    until the reader comes back for more."""
 
     async def test() -> None:
         response = Response(None, asyncio.get_running_loop())  # type: ignore[arg-type]
@@ -255,18 +255,23 @@ def test_a_sink_takes_body_bytes_only_in_their_order(loop) -> None:
                 taken.append(data)
             return ready
 
+        def arrive(*pieces: bytes) -> None:  # one network read (the parser's body callbacks)
+            for piece in pieces:
+                response._feed(piece)
+            response._flush()
+
         response.sink = sink
-        response._feed(b"a")  # refused: it waits for a read
+        arrive(b"a")  # refused: it waits for a read
         ready = True
-        response._feed(b"b")  # after "a"
+        arrive(b"b")  # after "a"
         assert taken == []
         assert await response.readany() == b"ab"
-        response._feed(b"c")  # "ab" may not have gone on yet: the reader has not come back
+        arrive(b"c")  # "ab" may not have gone on yet: the reader has not come back
         assert taken == [] and await response.readany() == b"c"
         reading = asyncio.ensure_future(response.readany())
         await asyncio.sleep(0)
-        response._feed(b"d")
-        assert taken == [b"d"] and not reading.done()
+        arrive(b"d", b"e")
+        assert taken == [b"de"] and not reading.done()
         response._done = True
         response._wake()
         assert await reading == b""
