@@ -33,7 +33,9 @@ stops reading it (what the client still sends is never read) and closes it `LING
 so a client that reads while it sends gets the answer before the close resets the connection.
 An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). A response start that carries
 `DEFER_HEAD` (an answer whose body follows at once) goes out with its first body bytes, in
-one write (`HopCycle`).
+one write (`HopCycle`). The cycle also writes a stream's chunks from where they arrive
+(`HopCycle.write_chunk`, `proxy._direct`) and tells a disconnect by a future, no task
+(`HopCycle.disconnection`).
 """
 
 from __future__ import annotations
