@@ -91,6 +91,7 @@ http {{
   }}
 }}
 """
+CLIENT_KEEPALIVE_S = 4.0
 TARGETS = {
     "added_p50_over_nginx": 2.0,
     "added_ttfb_over_nginx": 2.0,
@@ -357,9 +358,12 @@ async def measure(columns: list[Column], args: argparse.Namespace) -> dict[str, 
             ended[name].append(str(err))
             return None
 
+    # idle connections are let go before any proxy's keep-alive timeout (the gateway's 5 s):
+    # a client that keeps them longer may send on one the proxy is closing just then
     sessions = {
         c.name: aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0), timeout=aiohttp.ClientTimeout(total=120)
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=CLIENT_KEEPALIVE_S),
+            timeout=aiohttp.ClientTimeout(total=120),
         )
         for c in columns
     }

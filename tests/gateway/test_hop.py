@@ -102,3 +102,50 @@ def test_a_stream_whose_last_event_lacks_its_blank_line_reaches_the_client_whole
         return b"".join([chunk async for chunk in stream.relay(leg, reopen)])
 
     assert asyncio.run(relay()) == raw
+
+
+def _dechunk(raw: bytes) -> bytes:
+    """The body of a chunked HTTP/1.1 response (`raw`: from its head's end)."""
+    body, at = [], 0
+    while True:
+        line_end = raw.index(b"\r\n", at)
+        size = int(raw[at:line_end], 16)
+        if size == 0:
+            return b"".join(body)
+        body.append(raw[line_end + 2 : line_end + 2 + size])
+        at = line_end + 2 + size + 2
+
+
+@pytest.mark.parametrize("continue_streams", [True, False])
+def test_a_stream_to_a_client_that_stops_reading_arrives_whole_and_in_order(
+    make_gateway, continue_streams: bool
+) -> None:
+    """A stream's bytes go out from where they arrive while the client reads; once its
+    connection's buffers are full they wait in the gateway (and upstream), then go on in
+    their order with the bytes that came meanwhile."""
+    gw = make_gateway(continue_streams=continue_streams)
+    chunks, tag = 3000, "x" * 8192
+    body = sse_request(tag, chunks=chunks)
+    head = (
+        f"POST {CHAT} HTTP/1.1\r\nhost: gw\r\nauthorization: Bearer {KEY}\r\n"
+        f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock = socket.socket()
+    sock.connect(("127.0.0.1", gw.port))
+    try:
+        sock.sendall(head + body)
+        connections = gw.server.public.server_state.connections
+        gw.wait(lambda _: any(c.flow.write_paused for c in list(connections)))  # the client does not read
+        raw = b""
+        sock.settimeout(60)
+        while not raw.endswith(b"\r\n0\r\n\r\n"):
+            data = sock.recv(1 << 20)
+            assert data, "the connection closed before the stream's end"
+            raw += data
+    finally:
+        sock.close()
+    status, _, rest = raw.partition(b"\r\n")
+    assert status == b"HTTP/1.1 200 OK"
+    events = _dechunk(rest.partition(b"\r\n\r\n")[2]).split(b"\n\n")
+    assert events[-2:] == [b"data: [DONE]", b""]
+    assert [json.loads(e[len(b"data: ") :])["i"] for e in events[:-2]] == list(range(chunks))

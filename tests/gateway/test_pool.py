@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 import uvloop
 
-from composer.gateway.public.pool import Pool, Unreachable
+from composer.gateway.public.pool import Pool, Response, Unreachable
 from composer.gateway.routing.gate import ClientGone
 
 LOOPS = {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
@@ -234,5 +234,46 @@ def test_a_client_body_that_breaks_off_ends_the_request_with_its_own_error(loop)
             await pool.close()
             server.close()
         assert [number for number, *_ in seen.requests] == [2]
+
+    _run(LOOPS[loop], test)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_a_sink_takes_body_bytes_only_in_their_order(loop) -> None:
+    """A response's sink takes each network read's bytes, in one piece, while a read waits and
+    none wait before them; bytes it refuses wait for the reader, and so do those after them
+    until the reader comes back for more."""
+
+    async def test() -> None:
+        response = Response(None, asyncio.get_running_loop())  # type: ignore[arg-type]
+        response._head = True
+        taken: list[bytes] = []
+        ready = False
+
+        def sink(data: bytes) -> bool:
+            if ready:
+                taken.append(data)
+            return ready
+
+        def arrive(*pieces: bytes) -> None:  # one network read (the parser's body callbacks)
+            for piece in pieces:
+                response._feed(piece)
+            response._flush()
+
+        response.sink = sink
+        arrive(b"a")  # refused: it waits for a read
+        ready = True
+        arrive(b"b")  # after "a"
+        assert taken == []
+        assert await response.readany() == b"ab"
+        arrive(b"c")  # "ab" may not have gone on yet: the reader has not come back
+        assert taken == [] and await response.readany() == b"c"
+        reading = asyncio.ensure_future(response.readany())
+        await asyncio.sleep(0)
+        arrive(b"d", b"e")
+        assert taken == [b"de"] and not reading.done()
+        response._done = True
+        response._wake()
+        assert await reading == b""
 
     _run(LOOPS[loop], test)

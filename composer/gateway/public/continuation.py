@@ -167,9 +167,14 @@ class Leg:
     end: Callable[[str | None], None]
     pause: Callable[[], None] = lambda: None  # stop reading it: its chunks raise `Paused`
     upstream: str = ""  # the URL it reads from
+    # `pipe(sink)`: its bytes go to `sink` as they arrive while its chunks wait for more (True:
+    # taken; False: they come through `chunks`); `pipe(None)`: all through `chunks`
+    pipe: Callable[[Callable[[bytes], bool] | None], None] = lambda _: None
 
 
 Reopen = Callable[[str, bytes], Awaitable[Leg]]  # (path, body) -> the leg
+# A server's own writer of body bytes: (may they go out now, in order?; write them)
+Direct = tuple[Callable[[], bool], Callable[[bytes], object]]
 
 
 BAD = -1
@@ -320,8 +325,11 @@ class Stream:
                 return data
             self._buffer = data
             return b""
-        self._buffer = data[end + 2 :]
-        return b"".join(self._event(event) for event in data[:end].split(b"\n\n"))
+        self._buffer = data[end + 2 :] if end + 2 < len(data) else b""
+        events = data[:end]
+        if events.find(b"\n\n") < 0:  # one event (the common read)
+            return self._event(events)
+        return b"".join([self._event(event) for event in events.split(b"\n\n")])
 
     def _event(self, raw: bytes) -> bytes:
         if not raw.startswith(b"data:"):
@@ -504,18 +512,42 @@ class Stream:
         return b"data: " + json.dumps(event, separators=(",", ":"), ensure_ascii=False).encode() + b"\n\n"
 
     async def relay(
-        self, leg: Leg, reopen: Reopen, keepalive: float = 0.0, running: set[Stream] | None = None
+        self,
+        leg: Leg,
+        reopen: Reopen,
+        keepalive: float = 0.0,
+        running: set[Stream] | None = None,
+        direct: Direct | None = None,
     ) -> AsyncIterator[bytes]:
         """The client's stream: `leg`'s events, then those of the leg `reopen` opens each time
         one breaks or is paused (SSE comments every `keepalive` s meanwhile); in `running` while
-        it lasts. A first leg that cannot go on ends as without continuation."""
+        it lasts. A first leg that cannot go on ends as without continuation. With `direct`
+        (ready, write), each leg's events are written as they arrive while `ready()` says so
+        (`Leg.pipe`), the rest yielded."""
         sent_at = time.monotonic()
         paused_at: float | None = None
         running = set() if running is None else running
         running.add(self)
+
+        def sink(chunk: bytes) -> bool:
+            nonlocal sent_at, paused_at
+            assert direct is not None
+            if not direct[0]():
+                return False
+            out = self.feed(chunk)
+            if out:
+                if paused_at is not None:
+                    self.metrics.continuation_pause.observe(time.monotonic() - paused_at)
+                    paused_at = None
+                direct[1](out)
+                sent_at = time.monotonic()
+            return True
+
         try:
             while True:
                 self.leg = leg
+                if direct is not None:
+                    leg.pipe(sink)
                 early, stall, error = False, None, None
                 try:
                     async for chunk in leg.chunks:

@@ -33,7 +33,9 @@ stops reading it (what the client still sends is never read) and closes it `LING
 so a client that reads while it sends gets the answer before the close resets the connection.
 An HTTP/1.0 request is answered in HTTP/1.0 (`http10`). A response start that carries
 `DEFER_HEAD` (an answer whose body follows at once) goes out with its first body bytes, in
-one write (`HopCycle`).
+one write (`HopCycle`). The cycle also writes a stream's chunks from where they arrive
+(`HopCycle.write_chunk`, `proxy._direct`) and tells a disconnect by a future, no task
+(`HopCycle.disconnection`).
 """
 
 from __future__ import annotations
@@ -115,6 +117,36 @@ class HopCycle(RequestResponseCycle):
     """uvicorn's request cycle; a head sent with `DEFER_HEAD` is written with the body's first
     bytes (set on HTTP/1.1 requests' cycles with `cycle.__class__ = HopCycle`)."""
 
+    def disconnection(self) -> asyncio.Future[None]:
+        """A future done when the client disconnects or the response is complete (when
+        `receive()` says `http.disconnect`); a new one each call (its taker may cancel it)."""
+        future = asyncio.get_running_loop().create_future()
+        if self.disconnected or self.response_complete:
+            future.set_result(None)
+        else:
+            waiting = self.__dict__.setdefault("_disconnection", [])
+            waiting.append(future)
+        return future
+
+    def settle(self) -> None:
+        """The client disconnected, or the response is complete: `disconnection()`s are done."""
+        for future in self.__dict__.pop("_disconnection", ()):
+            if not future.done():
+                future.set_result(None)
+
+    def can_write(self) -> bool:
+        """A body chunk may go out now with `write_chunk`, in order: the head went out (chunked),
+        the client reads (its buffer is not full) and no `send` waits; a disconnected client's
+        chunks are dropped, as `send` drops them."""
+        if self.disconnected:
+            return True
+        return self.chunked_encoding is True and not self.flow.write_paused and not self.response_complete
+
+    def write_chunk(self, body: bytes) -> None:
+        """Write `body` as `send` would a body message with more to come (after `can_write`)."""
+        if body and not self.disconnected:
+            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and message.get(DEFER_HEAD) and not self.response_started:
             joined = _Joined(self.transport)
@@ -125,6 +157,8 @@ class HopCycle(RequestResponseCycle):
                 self.transport = cast(asyncio.Transport, joined)
             return
         await _send(self, message)
+        if self.response_complete:
+            self.settle()
         transport = self.transport
         if isinstance(transport, _Joined) and (self.response_complete or self.disconnected):
             self.transport = transport.transport
@@ -245,6 +279,8 @@ class LimitedProtocol(HttpToolsProtocol):
             self.registry.metrics.connections.set(self.registry.open)
         self.registry.idle.pop(self, None)
         super().connection_lost(exc)
+        if isinstance(self.cycle, HopCycle):
+            self.cycle.settle()
 
     def shutdown(self) -> None:
         """A graceful stop: close a connection only where its client cannot be sending on it
@@ -366,6 +402,8 @@ class LimitedProtocol(HttpToolsProtocol):
         # whatever the app sends now goes nowhere; what it receives is a disconnect
         cycle.disconnected = True
         cycle.message_event.set()
+        if isinstance(cycle, HopCycle):
+            cycle.settle()
         self._refuse("body_timeout")
 
     def _head_timed_out(self) -> None:

@@ -5,7 +5,9 @@ was read to its end, the request was sent whole and neither side asked to close;
 after an error, a response ended by the close, a body left unread (`Response.close`) or
 `KEEPALIVE_S` idle. Responses are parsed by httptools; each read returns the body bytes that
 arrived since the last one, as they came (chunked framing taken off, nothing merged or split
-beyond that). The request's bytes go out as given: a body in one write with its head, or a
+beyond that). A response's `sink` may take the bytes of each network read instead, in one piece (while a read
+waits and nothing is left unread before them), so that a stream's bytes go on without a wake-up
+of the task that reads it. The request's bytes go out as given: a body in one write with its head, or a
 stream in the client's chunked framing when it has no `content-length`.
 
 Failures are aiohttp's client errors (the types the proxy and the continuation record catch):
@@ -62,10 +64,13 @@ class Response:
         "_interrupted",
         "_loop",
         "_paused",
+        "_pending",
+        "_queued",
         "_size",
         "_to_close",
         "_waiter",
         "raw_headers",
+        "sink",
         "status",
     )
 
@@ -83,6 +88,10 @@ class Response:
         self._waiter: asyncio.Future[None] | None = None
         self._paused = False
         self._interrupted = False
+        # takes the body bytes as they arrive (True: taken; False: they wait for a read)
+        self.sink: Callable[[bytes], bool] | None = None
+        self._queued = False  # bytes the sink did not take wait for a read: later ones queue too
+        self._pending: list[bytes] = []  # this network read's bytes, for the sink (`_flush`)
 
     @property
     def content_type(self) -> str:
@@ -90,6 +99,11 @@ class Response:
             if name.lower() == b"content-type":
                 return value.decode("latin-1")
         return ""
+
+    @property
+    def buffered(self) -> bool:
+        """True when body bytes wait to be read (or the body has ended)."""
+        return bool(self._buffer) or self._done
 
     def at_eof(self) -> bool:
         """True when the whole body was read."""
@@ -99,6 +113,8 @@ class Response:
         """The body bytes that arrived since the last read (waits for some); b"" at its end.
         Raises `Incomplete` when it broke off (after the bytes that came before), `Interrupted`
         when `interrupt()` ended its wait."""
+        if not self._buffer:
+            self._queued = False  # what the last read returned went on: the sink may take more
         while not self._buffer:
             if self._error is not None:
                 raise self._error
@@ -159,6 +175,26 @@ class Response:
             waiter.set_result(None)
 
     def _feed(self, data: bytes) -> None:
+        if self.sink is not None and not self._queued and not self._buffer:
+            self._pending.append(data)  # offered to the sink at the end of this read
+            return
+        self._hold(data)
+
+    def _flush(self) -> None:
+        """Offer the sink what this network read brought, in one piece (else it waits for a read)."""
+        pending = self._pending
+        if not pending:
+            return
+        data = pending[0] if len(pending) == 1 else b"".join(pending)
+        pending.clear()
+        sink = self.sink
+        if sink is not None and not self._queued and not self._buffer and sink(data):
+            return
+        self._hold(data)
+
+    def _hold(self, data: bytes) -> None:
+        if self.sink is not None:
+            self._queued = True  # in order: later bytes go through a read too
         self._buffer.append(data)
         self._size += len(data)
         if self._size > HIGH_WATER and not self._paused and self._conn is not None:
@@ -197,13 +233,17 @@ class _Connection(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
-        if self.response is None:  # bytes nobody asked for: the connection is not usable
+        response = self.response
+        if response is None:  # bytes nobody asked for: the connection is not usable
             self.close()
             return
         try:
             self.parser.feed_data(data)
         except Exception as err:  # (an upgrade too: never asked for)
+            response._flush()
             self._broke(Incomplete(f"the backend's response is not valid HTTP/1.1: {err!r}"))
+            return
+        response._flush()
 
     def eof_received(self) -> bool:
         return False  # close the transport: connection_lost follows

@@ -160,8 +160,15 @@ async def _next_chunk(receive: Receive) -> tuple[bytes, bool]:
     return message.get("body", b""), not message.get("more_body", False)
 
 
-async def _wait_disconnect(receive: Receive) -> None:
-    """Complete when the client disconnects (only valid once the whole body was read)."""
+def _wait_disconnect(receive: Receive) -> Awaitable[None]:
+    """Complete when the client disconnects (only valid once the whole body was read): the
+    server's own future where it has one (`limits.HopCycle.disconnection`: no task), else a
+    coroutine that waits for `receive()` to say so."""
+    disconnection = getattr(getattr(receive, "__self__", None), "disconnection", None)
+    return disconnection() if disconnection is not None else _receive_disconnect(receive)
+
+
+async def _receive_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
 
@@ -504,9 +511,13 @@ class ProxyApp:
                         self.unrecorded[ticket] = member.url  # a switch counts it as refused
                     leg = self._leg(scope, member, response, ticket, release, failures, stream is not None)
                     chunks = leg.chunks
+                    direct = _direct(send)
                     if stream is not None:
                         reopen = functools.partial(self._reopen, scope)
-                        chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams)
+                        chunks = stream.relay(leg, reopen, self.hold_keepalive, self.streams, direct)
+                    elif direct is not None:
+                        ready, write = direct
+                        leg.pipe(lambda chunk: ready() and write(chunk) is None)
                 else:
                     chunks = None  # read as it arrives, its end sent with its last bytes
                 headers = _forward_headers(response.raw_headers)
@@ -585,11 +596,13 @@ class ProxyApp:
         stall_s = self.stall_timeout or None  # 0: no stall timeout
         loop = asyncio.get_running_loop()
         reading = False  # a read is under way (`Response.interrupt` ends it)
-        began = 0.0  # when it began
+        began = 0.0  # when it began (or the last bytes a pipe took came)
         watchdog: asyncio.TimerHandle | None = None  # one stall timer for the whole stream
         paused = False
+        piped: Callable[[bytes], bool] | None = None  # `Leg.pipe`'s sink
 
         def cut() -> None:  # the ticket's `cut_requested` is set: the read under way stops
+            response.sink = None  # nothing more goes on past the read
             if reading:
                 response.interrupt()
 
@@ -599,12 +612,25 @@ class ProxyApp:
             ticket.paused = True  # a drain does not count it as finished
             cut()
 
+        def take(chunk: bytes) -> bool:  # the response's sink while piped: bytes as they arrive
+            nonlocal began
+            if not reading or paused or ticket.cut_requested or piped is None or not piped(chunk):
+                return False
+            began = loop.time()  # (the stall timer's read goes on)
+            return True
+
+        def pipe(sink: Callable[[bytes], bool] | None) -> None:
+            nonlocal piped
+            piped = sink
+            response.sink = take if sink is not None else None
+
         def watch() -> None:  # a read that got no bytes for stall_s ends
             nonlocal watchdog
             assert stall_s is not None
             now = loop.time()
             if reading and now >= began + stall_s:
                 watchdog = None
+                response.sink = None
                 response.interrupt()
                 return
             watchdog = loop.call_at((began if reading else now) + stall_s, watch)
@@ -631,6 +657,7 @@ class ProxyApp:
                         caught = True
                     reading = False
                     if caught:
+                        response.sink = None
                         if ticket.cut_requested:
                             break
                         if paused:
@@ -661,6 +688,7 @@ class ProxyApp:
                 )
             finally:
                 reading = False
+                response.sink = None
                 unwatch()
 
         def end(reason: str | None) -> None:
@@ -675,7 +703,7 @@ class ProxyApp:
             ticket.done()
 
         ticket.cancel = cut  # a cut ends the stream with an error event
-        return Leg(chunks(), once(end), pause, target.url)
+        return Leg(chunks(), once(end), pause, target.url, pipe)
 
     def pause_streams(self, url: str | None = None, context: int | None = None) -> tuple[int, int]:
         """Pause the recorded streams on the upstream at `url` (None: every one) but those that
@@ -737,7 +765,7 @@ class ProxyApp:
         if member.listed:
             return member.name.encode()
         serving = self.switcher.serving
-        return (f"{serving}/1" if serving else URL(member.url).host or member.name).encode()
+        return (f"{serving}/1" if serving else _host(member.url) or member.name).encode()
 
     @staticmethod
     def _is_stream(response: Response) -> bool:
@@ -775,6 +803,12 @@ class ProxyApp:
         if stop.why is gone and gone is not None:
             raise Unresponsive(asleep=gone.result())
         return None  # the client went away first
+
+
+@functools.lru_cache(maxsize=64)
+def _host(url: str) -> str | None:
+    """The host of an upstream's URL (read once per URL, not per request)."""
+    return URL(url).host
 
 
 def _timing(scope: Scope, attempt: Attempt) -> bytes:
@@ -827,9 +861,10 @@ async def _relay(
 ) -> None:
     """Send the answer: its head, then each read as it arrives (`chunks`, else the response's
     body, whose last read carries the end)."""
-    # an answer read as a whole (not a stream) goes out with its head in one write
+    # an answer read as a whole (not a stream) goes out with its head in one write; so does a
+    # stream's head when its first bytes came with it (one write, one wake-up of the client)
     start = {"type": "http.response.start", "status": response.status, "headers": headers}
-    await send({**start, DEFER_HEAD: True} if chunks is None else start)
+    await send({**start, DEFER_HEAD: True} if chunks is None or response.buffered else start)
     if chunks is None:
         while True:
             chunk = await response.readany()
@@ -840,6 +875,15 @@ async def _relay(
     async for chunk in chunks:
         await send({"type": "http.response.body", "body": chunk, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _direct(send: Send) -> continuation.Direct | None:
+    """The server's own writer of a response's body chunks behind `send`, where it has one
+    (`limits.HopCycle`): a stream's bytes then go out from where they arrive, with no wake-up of
+    the request's task (`Leg.pipe`)."""
+    cycle = getattr(send, "__self__", None)
+    ready = getattr(cycle, "can_write", None)
+    return None if ready is None else (ready, cycle.write_chunk)  # type: ignore[union-attr]
 
 
 def _replace_body(scope: Scope, body: Body, data: bytes) -> None:
