@@ -97,7 +97,7 @@ def test_a_chat_record_keeps_the_ids_hides_them_and_builds_the_continuation() ->
     raw = sse(first, second)
     out = stream.feed(raw[:17]) + stream.feed(raw[17:])  # an event split across reads
     assert b"token_ids" not in out and b'" a b"' in out
-    assert (stream.prompt_ids, stream.emitted) == ([1, 2], [100, 101])
+    assert (stream.prompt_ids, stream.emitted.tolist()) == ([1, 2], [100, 101])
     sent = json.loads(stream.next_body())
     assert sent["prompt"] == [1, 2, 100, 101] and sent["max_tokens"] == 8 and sent["min_tokens"] == 3
     assert "messages" not in sent and "max_completion_tokens" not in sent and "request_id" not in sent
@@ -115,7 +115,7 @@ def test_a_chat_record_keeps_the_ids_hides_them_and_builds_the_continuation() ->
     events = [json.loads(line[6:]) for line in out.split(b"\n\n") if line.startswith(b"data: {")]
     assert events[0] == {**head, "choices": [{"index": 0, "delta": {"content": " c"}}]}
     assert events[1]["usage"] == {"prompt_tokens": 2, "total_tokens": 5, "completion_tokens": 3}
-    assert stream.done and stream.emitted == [100, 101, 102]
+    assert stream.done and stream.emitted.tolist() == [100, 101, 102]
 
 
 @pytest.mark.parametrize("chat", [False, True])
@@ -181,7 +181,7 @@ def test_a_break_inside_a_character_continues_from_the_last_id_whose_text_was_se
     assert sent_ids == ([10, 11, 12, 13, 14, 15] if ids else [])
     assert ids or b"token_ids" not in out
     assert got[-1]["usage"] == {"prompt_tokens": 2, "total_tokens": 8, "completion_tokens": 6}
-    assert stream.emitted == [10, 11, 12, 13, 14, 15] and stream.settled == 6
+    assert stream.emitted.tolist() == [10, 11, 12, 13, 14, 15] and stream.settled == 6
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ def test_ids_are_cut_out_of_the_bytes_the_client_gets_as_the_record_drops_them(e
         choice.pop("token_ids", None)
     assert out.startswith(b"data: ") and out.endswith(b"\n\n")
     assert json.loads(out[6:]) == expected
-    assert stream.emitted == [i for c in json.loads(event)["choices"] for i in c["token_ids"]]
+    assert stream.emitted.tolist() == [i for c in json.loads(event)["choices"] for i in c["token_ids"]]
 
 
 HEAD = b'{"id":"c","object":"text_completion","created":1,"model":"m","choices":[{"index":0,"text":"","prompt_token_ids":[1,2],"token_ids":[3]}]}'
@@ -265,7 +265,9 @@ def test_an_event_read_from_its_bytes_gives_what_parsing_it_gives(event, plain, 
         stream = continuation.Stream(False, body(0, False) | {"return_token_ids": asked}, Metrics())
         stream.feed(b"data: " + HEAD + b"\n\n")
         out = stream.feed(b"data: " + event + b"\n\n")
-        seen.append((json.loads(out[6:]), stream.emitted, stream.settled, stream.refused, stream.finished))
+        seen.append(
+            (json.loads(out[6:]), stream.emitted.tolist(), stream.settled, stream.refused, stream.finished)
+        )
         shown = json.loads(out[6:])
         # where vLLM puts them: none reaches a client that did not ask, not even a null
         kept = [
@@ -283,6 +285,18 @@ def test_a_stream_that_shows_reasoning_or_a_tool_call_is_not_continued() -> None
         stream.feed(sse({"id": "x", "prompt_token_ids": [1], "choices": [{"index": 0, "delta": delta}]}))
         assert stream.refused == reason
         assert metrics.continuation_refused.labels(reason)._value.get() == 1
+
+
+@pytest.mark.parametrize("ids", [[7, "8"], [7, 1.0], [True], [2**31]])
+def test_token_ids_that_are_no_ids_refuse_the_stream_and_leave_the_record_whole(ids) -> None:
+    metrics = Metrics()
+    stream = continuation.Stream(False, body(0, False), metrics)
+    head = {"id": "c", "object": "text_completion", "created": 1, "model": "m"}
+    first = {**head, "choices": [{"index": 0, "text": "a", "token_ids": [5], "prompt_token_ids": [1]}]}
+    odd = {**head, "choices": [{"index": 0, "text": "b", "token_ids": ids, "prompt_token_ids": None}]}
+    stream.feed(sse(first, odd))
+    assert stream.refused == "format" and stream.emitted.tolist() == [5]
+    assert metrics.continuation_refused.labels("format")._value.get() == 1
 
 
 def test_the_setting_is_read_checked_and_applied_in_place() -> None:
@@ -695,7 +709,7 @@ def four_of_ten(chat: bool, **limits: Any) -> continuation.Stream:
     text = (lambda t: {"delta": {"content": t}}) if chat else (lambda t: {"text": t})
     later = [{**head, "choices": [{"index": 0, **text(f" w{i}"), "token_ids": [10 + i]}]} for i in range(4)]
     stream.feed(sse(first, *later))
-    assert stream.emitted == [10, 11, 12, 13] and stream.settled == 4
+    assert stream.emitted.tolist() == [10, 11, 12, 13] and stream.settled == 4
     return stream
 
 

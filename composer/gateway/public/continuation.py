@@ -34,6 +34,7 @@ import asyncio
 import json
 import re
 import time
+from array import array
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -260,7 +261,8 @@ class Stream:
         self.metrics = metrics
         self.wants_ids = payload.get("return_token_ids") is True
         self.prompt_ids: list[int] | None = None
-        self.emitted: list[int] = []
+        # the ids sent so far, 4 bytes each (a list of ints takes about 36 a token)
+        self.emitted = array("i")
         self.head: dict[str, Any] = {}  # id, object, created, model of the first chunk
         self.refused: str | None = None
         self.finished = False  # a finish_reason was seen
@@ -340,7 +342,10 @@ class Stream:
             plain = plain_ids(raw)
             if plain is not None:  # the common chunk: read without parsing the event
                 ids, spans = plain
-                self.emitted.extend(ids)
+                try:
+                    self.emitted.extend(ids)
+                except OverflowError:  # no token id: the stream cannot be continued
+                    self.refuse("format")
                 if _HAS_TEXT.search(raw) is not None:
                     self.settled = len(self.emitted)
                 return (raw if self.wants_ids else _cut(raw, spans)) + b"\n\n"
@@ -395,7 +400,9 @@ class Stream:
         the client asked for it (True: dropped)."""
         ids = where.get(key)
         if isinstance(ids, list):
-            if key == "token_ids":
+            if not all(type(i) is int and 0 <= i < 2**31 for i in ids):
+                self.refuse("format")  # not token ids: cannot be sent as a prompt
+            elif key == "token_ids":
                 self.emitted.extend(ids)
             elif self.prompt_ids is None:
                 self.prompt_ids = ids
