@@ -77,7 +77,7 @@ ENV_VARS: dict[str, tuple[str, str]] = {
         "(nginx's client_body_timeout)",
         "60",
     ),
-    "GATEWAY_KEEP_ALIVE_TIMEOUT": ("seconds an idle client connection stays open between requests", "5"),
+    "GATEWAY_KEEP_ALIVE_TIMEOUT": ("seconds an idle client connection stays open between requests", "75"),
     "GATEWAY_MAX_CONNECTIONS": (
         "open client connections; past it the oldest idle one is closed (none idle: 503)",
         "1024",
@@ -211,7 +211,7 @@ class GatewayConfig:
     max_head_bytes: int = 65536
     head_timeout: float = 10.0
     body_timeout: float = 60.0
-    keep_alive_timeout: float = 5.0
+    keep_alive_timeout: float = 75.0
     max_connections: int = 1024
     control_socket: str = DEFAULT_CONTROL_SOCKET
     log_level: str = "info"

@@ -44,7 +44,9 @@ class GatewaySettings:
     max_head_bytes: int = 65536  # bytes a request head may have (more: 431)
     head_timeout: int = 10  # seconds a client has to send a request head (then 408 and close)
     body_timeout: int = 60  # seconds a request body may pause between two chunks (then 408 and close)
-    keep_alive_timeout: int = 5  # seconds an idle client connection stays open between requests
+    # seconds an idle client connection stays open between requests: longer than clients keep
+    # theirs (httpx 5 s, aiohttp 15 s), so none sends on a connection the gateway is closing
+    keep_alive_timeout: int = 75
     max_connections: int = 1024  # open client connections (past it the oldest idle one closes)
     stall_timeout: int = 120  # seconds a stream may get no bytes from the backend (0: off)
     continue_streams: bool = True  # a stream whose backend breaks goes on on another, token for token
@@ -142,7 +144,7 @@ GATEWAY_SETTINGS: tuple[Row, ...] = (
     _gateway_row("max_head_bytes", parse_size, "size", "65536 or 64KiB"),
     _gateway_row("head_timeout", parse_duration, "duration", "10 or 10s", lowest=1),
     _gateway_row("body_timeout", parse_duration, "duration", "60 or 1m", lowest=1),
-    _gateway_row("keep_alive_timeout", parse_duration, "duration", "5 or 5s", lowest=1),
+    _gateway_row("keep_alive_timeout", parse_duration, "duration", "75 or 75s", lowest=1),
     _gateway_row("max_connections", parse_positive_int, "count", "1024", lowest=1),
     _gateway_row("stall_timeout", parse_duration, "duration", "120 or 2m"),
     ("continue_streams", "GATEWAY_CONTINUE_STREAMS", parse_bool, GatewaySettings.continue_streams),

@@ -18,7 +18,7 @@ def test_defaults() -> None:
     assert (cfg.upstream, cfg.port, cfg.poll_interval, cfg.max_held) == ("http://vllm:8000", 8000, 0.1, 256)
     assert cfg.control_socket == "/run/gateway/control.sock"
     limits = (cfg.max_head_bytes, cfg.head_timeout, cfg.keep_alive_timeout, cfg.max_connections)
-    assert limits == (65536, 10.0, 5.0, 1024)
+    assert limits == (65536, 10.0, 75.0, 1024)
     assert cfg.body_timeout == 60.0
     assert load_config({"GATEWAY_BODY_TIMEOUT": "2.5"}).body_timeout == 2.5
 
