@@ -664,6 +664,19 @@ def soak_switch(gateway: Column, workdir: Path, ports: tuple[int, int], args: ar
     return row
 
 
+def _stop_all(procs: list[subprocess.Popen], workdir: Path) -> None:
+    """Stop the benchmark's processes (SIGTERM, then SIGKILL after 10 s) and remove its folder."""
+    for proc in reversed(procs):
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    shutil.rmtree(workdir, ignore_errors=True)
+
+
 def soak(args: argparse.Namespace) -> int:
     """The soak and the switch; prints a table and the JSON (`--json`: also written there)."""
     limits = raise_open_files()
@@ -710,15 +723,7 @@ def soak(args: argparse.Namespace) -> int:
             figures["switch"] = soak_switch(gateway, workdir, ports, args)
         seconds = round(time.perf_counter() - started, 1)
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _stop_all(procs, workdir)
     if "nginx" in figures:
         floor = figures["nginx"]
         for name in ("gateway", "gateway_off"):
@@ -899,15 +904,7 @@ def main() -> int:
             "cpus": os.cpu_count(),
         }
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        for proc in procs:
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-        shutil.rmtree(workdir, ignore_errors=True)
+        _stop_all(procs, workdir)
     print(table(figures, args.concurrency))
     text = json.dumps(report, indent=2)
     print(text)
