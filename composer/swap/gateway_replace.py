@@ -281,7 +281,12 @@ def running_gateway(stack: Stack, client: docker.DockerClient, say: Say) -> Cont
     gateway = gateway_container(stack, client)
     if gateway is not None and gateway.status != "running":
         say(f"the gateway {gateway.name} is {gateway.status}: starting it again")
-        _start(gateway, lambda c: c.start(), stack)
+        try:
+            _start(gateway, lambda c: c.start(), stack)
+        except ComposerError:
+            # its holder may have stopped since `repair_port` looked (killed with it): mend both
+            if repair_port(stack, client, say) is None:
+                raise
     return gateway
 
 

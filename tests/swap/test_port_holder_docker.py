@@ -85,10 +85,10 @@ def _started(docker_client, project: str, variant: str) -> bool:
     """A container of `variant` exists in `project`, within a minute."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        found = docker_client.containers.list(
-            all=True, filters={"label": [f"com.docker.compose.project={project}"]}
+        found = docker_client.containers.list(  # sparse: no inspection of a container going away
+            all=True, sparse=True, filters={"label": [f"com.docker.compose.project={project}"]}
         )
-        if any(c.labels.get("vllm-composer.variant") == variant for c in found):
+        if any((c.attrs.get("Labels") or {}).get("vllm-composer.variant") == variant for c in found):
             return True
         time.sleep(0.1)
     return False
@@ -146,9 +146,11 @@ def test_a_holder_killed_during_a_switch_is_mended_and_the_switch_goes_on(stack,
     _up(stack, "baseline")
     with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
         up = stack.popen("up", "mtp-slow", "--timeout", "120")
-        assert _started(docker_client, stack.project, "mtp-slow")
-        _holder(stack, docker_client).kill()  # while mtp-slow loads: the gate probes through the port
-        code, said = _finish(up)
+        try:
+            assert _started(docker_client, stack.project, "mtp-slow")
+            _holder(stack, docker_client).kill()  # while mtp-slow loads: the gate probes through the port
+        finally:
+            code, said = _finish(up)  # never left running into the next test
         gap = watch.stop(wait_served=2.0)
     print(f"holder killed during a switch: exit {code}; {gap.line()}")
     assert code == 0, said
@@ -162,10 +164,12 @@ def test_a_holder_and_gateway_killed_during_a_live_change_leave_a_serving_port(s
     _up(stack, "baseline")
     with PortWatch(f"http://127.0.0.1:{stack.port}", interval=PROBE_EVERY_S) as watch:
         up = stack.popen("up", "baseline", "mtp-slow", "--timeout", "120")
-        assert _started(docker_client, stack.project, "mtp-slow")
-        _holder(stack, docker_client).kill()  # while the new member loads, reached directly
-        _gateway(stack, docker_client).kill()
-        code, said = _finish(up)
+        try:
+            assert _started(docker_client, stack.project, "mtp-slow")
+            _holder(stack, docker_client).kill()  # while the new member loads, reached directly
+            _gateway(stack, docker_client).kill()
+        finally:
+            code, said = _finish(up)  # never left running into the next test
         gap = watch.stop(wait_served=2.0)
     print(f"holder and gateway killed during a live change: exit {code}; {gap.line()}")
     assert code == 0, said  # mended before the gateway is told the new set: the change completes
