@@ -664,6 +664,17 @@ def soak_switch(gateway: Column, workdir: Path, ports: tuple[int, int], args: ar
     return row
 
 
+def _start_columns(makers: dict[str, Callable[[], Column]], wanted: set[str], procs: list) -> list[Column]:
+    """Start the `wanted` columns in the order of `makers`; their processes join `procs`."""
+    columns = []
+    for name, make in makers.items():
+        if name in wanted:
+            column = make()
+            procs.extend(column.procs)
+            columns.append(column)
+    return columns
+
+
 def _stop_all(procs: list[subprocess.Popen], workdir: Path) -> None:
     """Stop the benchmark's processes (SIGTERM, then SIGKILL after 10 s) and remove its folder."""
     for proc in reversed(procs):
@@ -701,12 +712,7 @@ def soak(args: argparse.Namespace) -> int:
                 "gateway_off", workdir, ports[0], {"GATEWAY_CONTINUE_STREAMS": "false"}
             ),
         }
-        columns = []
-        for name, make in makers.items():
-            if name in wanted:
-                column = make()
-                procs.extend(column.procs)
-                columns.append(column)
+        columns = _start_columns(makers, wanted, procs)
         started = time.perf_counter()
         for column in columns:
             print(
@@ -869,11 +875,7 @@ def main() -> int:
             )
             wanted.add(f"gateway_{name}")
         columns = [Column("direct", f"http://127.0.0.1:{upstream_port}", [], [])]
-        for name, make in makers.items():
-            if name in wanted:
-                column = make()
-                procs.extend(column.procs)
-                columns.append(column)
+        columns += _start_columns(makers, wanted, procs)
         started = time.perf_counter()
         figures = asyncio.run(measure(columns, args))
         gateways = {
