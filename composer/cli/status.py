@@ -17,7 +17,8 @@ from composer.errors import ComposerError, UsageError
 
 
 @command(
-    exit_note="1 when the serving variant restarted since its swap, or serves with another API key; "
+    exit_note="1 when the serving variant restarted since its swap, serves with another API key, or runs "
+    "while the gateway does not; "
     "130 ends --watch"
 )
 @json_option("Print JSON (with --watch: one object per change).")
@@ -30,7 +31,8 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | N
     Readiness is the swap gate's own verdict (/health, /v1/models, a 1-token completion);
     Docker's healthcheck is shown only when it disagrees (unhealthy, or healthy while
     the gate fails). A crashed variant is shown with its exit code, when, and its last
-    log lines. Exits 1 when Docker restarted the serving variant since its swap. When another
+    log lines. Exits 1 when Docker restarted the serving variant since its swap, and when a
+    variant runs but the gateway does not (Docker's reason is shown). When another
     stack started what runs (its containers' labels name its stack file), status names it;
     with another API key it exits 1 too (this stack's key is refused there: 401).
 
@@ -50,7 +52,8 @@ def status(obj: Context, as_json: bool, watch: bool, interval: float) -> int | N
     if not watch:
         data = status_data(stack, client)
         click.echo(show(data))
-        return 1 if data.get("restarts_since_swap") or data.get("key_mismatch") else None  # restarted, or 401
+        failed = data.get("restarts_since_swap") or data.get("key_mismatch") or data.get("gateway_down")
+        return 1 if failed else None  # restarted, 401, or out of clients' reach
     tty = sys.stdout.isatty()
     last: dict[str, Any] | None = None
     while True:

@@ -127,6 +127,28 @@ DAEMON_JSON = Path("/etc/docker/daemon.json")
 USERLAND_PROXY = "userland-proxy"
 
 
+def live_restore_finding(info: dict, gateway: bool) -> Finding | None:
+    """Warn when a daemon restart stops the stack (no live-restore): Docker then starts the
+    project's containers in no order, and a gateway started before its port holder stays down
+    (Docker does not retry it); None without a gateway."""
+    if not gateway:
+        return None
+    if info.get("LiveRestoreEnabled"):
+        return Finding(
+            "live-restore", "ok", "containers keep running while the engine restarts (live-restore)"
+        )
+    return Finding(
+        "live-restore",
+        "warn",
+        "a restart of the engine (an upgrade) stops every container, and Docker may start the gateway "
+        "before its port holder: it then stays down and the port refuses clients until "
+        "`compose-spec up VARIANT`",
+        f'add "live-restore": true to {DAEMON_JSON} and reload dockerd (sudo systemctl reload docker: '
+        "running containers are kept); after a reboot, run `compose-spec up VARIANT` "
+        "(`compose-spec status` exits 1 while the gateway is down)",
+    )
+
+
 @dataclass(frozen=True)
 class ProxyFacts:
     """How the local engine publishes ports, as its processes and its config file say."""

@@ -162,6 +162,7 @@ def run_doctor(
         found = [engine, rck.check_endpoint(endpoint), dck.check_compose(host.compose_version)]
         if client is not None:
             found += [dck.check_nvidia_runtime(stack, client), dck.check_gateway_image(stack, client)]
+            found.append(dck.live_restore_finding(client.info(), stack.gateway.enabled))
         found += [
             gck.check_gpu_count(stack, facts),
             check_api_key(stack, allow_weak=allow_weak_key),

@@ -85,6 +85,10 @@ def _exited(member: snapshot.Member, key: str | None) -> dict[str, object]:
     }
 
 
+# Docker's error when a container that shares another's network starts before that one runs.
+HOLDER_RACE = "cannot join network of a non running container"
+
+
 def gateway_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object] | None:
     """The gateway's container and what its control channel reports (the snapshot's); None without one."""
     if not stack.gateway.enabled:
@@ -93,6 +97,8 @@ def gateway_status(stack: Stack, snap: snapshot.Snapshot) -> dict[str, object] |
     if container is None:
         return {"state": "absent"}
     data: dict[str, object] = {"container": container.name, "state": container.status}
+    if container.status != "running" and (error := container.attrs.get("State", {}).get("Error")):
+        data["error"] = str(error)  # Docker's own reason when it could not start it
     if container.status == "running":
         data["published_port"] = probe_published(container, stack).to_json()
         state = snap.gateway_state
@@ -117,9 +123,26 @@ def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
     return state.follower_attached if state is not None else None
 
 
+def gateway_down(gateway: object) -> str | None:
+    """Why clients are refused when the gateway's container does not run (None: it runs, or
+    there is no gateway): Docker's reason, and what starts it again."""
+    if not isinstance(gateway, dict) or gateway.get("state") == "running":
+        return None
+    said = f"the gateway is {gateway.get('state')}: the port refuses connections"
+    if HOLDER_RACE in str(gateway.get("error", "")):
+        said += (
+            "; Docker could not start it because its port holder was not running yet (after a "
+            "daemon restart or a reboot Docker starts containers in no order and does not retry "
+            "this one; `live-restore` in Docker's daemon.json keeps them running across a daemon restart)"
+        )
+    elif gateway.get("error"):
+        said += f"; Docker could not start it: {gateway['error']}"
+    return f"{said}; `compose-spec up VARIANT` starts it"
+
+
 def _gateway_line(gateway: dict) -> str:
     if gateway.get("state") != "running":
-        return f"{gateway.get('state')} (`compose-spec up VARIANT` starts it)"
+        return str(gateway_down(gateway)).removeprefix("the gateway is ")
     if port_is_dead(gateway):
         return f"running ({gateway['container']}), but {DEAD_PORT}"
     if "error" in gateway:
@@ -169,6 +192,10 @@ def status_data(stack: Stack, client: docker.DockerClient) -> dict[str, object]:
     elif data.get("running") and port_is_dead(gateway):  # behind a dead published port
         data["health"] = "unreachable"
         data["health_detail"] = DEAD_PORT
+    elif (data.get("running") or data["live"]) and gateway_down(gateway):
+        data["gateway_down"] = True  # status exits 1: what runs is out of clients' reach
+        data["health"] = "unreachable"
+        data["health_detail"] = "unreachable: the gateway does not run (see its line)"
     return data
 
 

@@ -124,14 +124,18 @@ def prepare(
     compose_file = run_file(target, keep=None if dry_run else (current.config_file if current else None,))
     gateway = target.gateway
     foreign = not ctx.options.takeover and bool(snapshot_foreign(snap, Owner.of(stack)))  # refused below
-    recovered = same and gateway is not None and not snap.gateway_running and not dry_run and not foreign
-    if recovered and gateway is not None:
+    recovered = same and gateway is not None and not snap.gateway_running and not foreign
+    if recovered and gateway is not None and not dry_run:
         # the gateway was killed or removed: start only it, never reload a healthy variant
         ctx.say("the gateway is not running: starting it")
         transaction.compose_up(ctx, compose_file, gateway.service)
         snap = snapshot.take(stack, ctx.client)
         current = snap.current
-    ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
+    if recovered and dry_run:  # the variant cannot be probed through a port nobody listens on
+        result.notes.append("the gateway is not running: `up` starts it, then probes the variant through it")
+        ready = current is not None and current.docker_health != "unhealthy"
+    else:
+        ready = same and current is not None and is_ready(stack, current, settle_s=10.0 if recovered else 0.0)
     plan = decide(
         snap,
         target.name,

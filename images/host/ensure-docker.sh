@@ -9,6 +9,9 @@
 # held connections; iptables forwarding has no such limit (dockerd sets route_localnet on
 # its bridges, so ports published on 127.0.0.1 still answer from the host). A
 # /etc/docker/daemon.json that sets "userland-proxy" itself is left to decide.
+# It also keeps containers running while the daemon restarts (--live-restore): without it a
+# daemon restart stops the stack, and Docker may start the gateway before its port holder,
+# which then stays down (`compose-spec status` says so). daemon.json may set it instead.
 set -euo pipefail
 
 log() { printf 'ensure-docker: %s\n' "$*" >&2; }
@@ -45,11 +48,12 @@ install_compose_plugin() {
 
 start_daemon() {
   docker info >/dev/null 2>&1 && return 0
-  local flags="--userland-proxy=false"
-  if grep -qs '"userland-proxy"' /etc/docker/daemon.json; then
-    flags=""  # dockerd refuses a setting given both as a flag and in daemon.json
-  fi
-  log "starting dockerd ${flags:-(userland-proxy as daemon.json says)} in the background (log: /var/log/dockerd.log)"
+  local flags="" setting
+  for setting in userland-proxy=false live-restore; do
+    # dockerd refuses a setting given both as a flag and in daemon.json
+    grep -qs "\"${setting%%=*}\"" /etc/docker/daemon.json || flags="${flags} --${setting}"
+  done
+  log "starting dockerd${flags:- (as daemon.json says)} in the background (log: /var/log/dockerd.log)"
   as_root sh -c "nohup dockerd ${flags} >/var/log/dockerd.log 2>&1 &"
   for _ in $(seq 1 120); do
     docker info >/dev/null 2>&1 && return 0

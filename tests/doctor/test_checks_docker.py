@@ -186,3 +186,21 @@ def test_the_userland_proxy_setting_is_read_from_dockerd_and_daemon_json(
     assert (found.status if found else None) == expected
     if expected == "warn":
         assert "--userland-proxy=false" in found.fix or '"userland-proxy": false' in found.fix
+
+
+@pytest.mark.parametrize(
+    ("info", "gateway", "expected"),
+    [
+        ({"LiveRestoreEnabled": True}, True, "ok"),
+        ({"LiveRestoreEnabled": False}, True, "warn"),
+        ({}, True, "warn"),
+        ({}, False, None),
+    ],
+)
+def test_a_daemon_restart_that_stops_the_stack_is_a_warning_with_the_setting_that_keeps_it(
+    info: dict, gateway: bool, expected: str | None
+) -> None:
+    found = dck.live_restore_finding(info, gateway)
+    assert (found.status if found else None) == expected
+    if expected == "warn":
+        assert "port holder" in found.detail and '"live-restore": true' in found.fix

@@ -176,3 +176,37 @@ def test_a_holder_and_gateway_killed_during_a_live_change_leave_a_serving_port(s
     assert "the published port is dead" in said
     _clean(said)
     assert _answers_within(stack, 5), "the port does not answer after `up` ended"
+
+
+def test_a_gateway_docker_could_not_start_before_its_holder_is_named_and_mended(stack, docker_client) -> None:
+    """After a daemon restart or a reboot Docker starts a project's containers in no order: a
+    gateway started before its port holder fails ("cannot join network of a non running
+    container") and Docker never retries it. The same state made by hand: both stopped, the
+    gateway started first (refused), then the holder."""
+    _up(stack, "baseline")
+    variant = docker_client.containers.get(f"{stack.project}-vllm-1")
+    started = variant.attrs["State"]["StartedAt"]
+    holder, gateway = _holder(stack, docker_client), _gateway(stack, docker_client)
+    gateway.kill()
+    holder.kill()
+    with pytest.raises(Exception, match="non running container"):
+        gateway.start()
+    holder.start()
+    assert not _answers_within(stack, 1.0)
+
+    shown = stack.run("status")
+    print(f"status: exit {shown.returncode}\n{shown.stdout}")
+    assert shown.returncode == 1, shown.stdout + shown.stderr  # what runs is out of clients' reach
+    assert "port holder was not running yet" in shown.stdout
+    assert "`compose-spec up VARIANT` starts it" in shown.stdout
+    _clean(shown.stdout + shown.stderr)
+
+    planned = stack.run("up", "baseline", "--dry-run")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    assert "the gateway is not running" in planned.stdout + planned.stderr
+    assert "Stop:" not in planned.stdout  # the variant serves on: the plan never restarts it
+
+    _up(stack, "baseline")
+    variant.reload()
+    assert variant.attrs["State"]["StartedAt"] == started  # only the gateway started
+    assert stack.run("status").returncode == 0
