@@ -8,6 +8,7 @@ Docker starts it again in the holder's new network). Uses uvloop when it is inst
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -36,6 +37,10 @@ def main() -> int:
     )
 
     server = GatewayServer(config)
+    # What the imports made lives as long as the process: a full collection that scanned it
+    # paused every stream for up to 114 ms with 512 held (31 ms frozen, 12 ms with these thresholds).
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 100)
     netwatch.start()  # a lost network (the port holder restarted): exit, Docker starts it again
     try:
         import uvloop
