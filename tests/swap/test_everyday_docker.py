@@ -211,13 +211,17 @@ def test_compose_by_hand_refuses_a_missing_model_directory(sim_stack, tmp_path, 
     missing = tmp_path / "no-model-here"
     rendered = sim_stack.run("--set", f"stack.model_dir={missing}", "render", "baseline", "--out", str(out))
     assert rendered.returncode == 0, rendered.stderr
-    done = subprocess.run(
-        ["docker", "compose", "-f", str(out / "baseline.yml"), "up", "-d", "--no-build", "--pull", "never"],
-        env=sim_stack.env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    compose = ["docker", "compose", "-f", str(out / "baseline.yml")]
+    try:
+        done = subprocess.run(
+            [*compose, "up", "-d", "--no-build", "--pull", "never"],
+            env=sim_stack.env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:  # compose created the port holder before it refused: never left behind
+        subprocess.run([*compose, "down"], env=sim_stack.env, capture_output=True, timeout=120)
     assert done.returncode != 0
     assert str(missing) in done.stderr
     assert not missing.exists()
