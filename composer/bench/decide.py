@@ -145,8 +145,7 @@ def decide(
     switching: Mapping[str, Any] | None = None,
     trace_tokens: float = 10_000.0,
 ) -> Decision:
-    """The decision over `plan`'s arms and the switching run (`SwitchRun.data`; None: no
-    switching arm); ValueError when no arm was measured."""
+    """The decision over `plan`'s arms and the switching run (None: none); ValueError: none measured."""
     static = set(plan.static)
     arms: dict[str, dict[tuple[int | None, int], ArmStats]] = {}
     for point in data.get("points", []):
@@ -330,9 +329,8 @@ def write_decision(decision: Decision, out_dir: Path) -> list[Path]:
             if points:
                 axis.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=name)
         axis.set_xscale("log", base=2)
-        axis.set_xlabel("concurrent streams")
-        axis.set_ylabel("aggregate tok/s")
-        axis.set_title(f"{'prompts as given' if length is None else f'{length} prompt tokens'}")
+        axis.set(xlabel="concurrent streams", ylabel="aggregate tok/s")
+        axis.set_title("prompts as given" if length is None else f"{length} prompt tokens")
         axis.grid(True, alpha=0.3)
         axis.legend(fontsize="small")
     figure.suptitle(decision.line)

@@ -208,10 +208,8 @@ def _k_plot(plt: Any, report: BenchReport, path: Path) -> None:
     base = report.baseline()
     if base is not None and base.decode_tok_s:
         axes.axhline(base.decode_tok_s, color="grey", linestyle="--", label=f"{base.point.variant}")
-    axes.set_ylim(y_limits(report))
-    axes.set_xlabel("K (num_speculative_tokens)")
+    axes.set(ylim=y_limits(report), xlabel="K (num_speculative_tokens)", title="Decode speed against K")
     axes.set_ylabel("decode tok/s (median, warm)")
-    axes.set_title("Decode speed against K")
     axes.grid(True, alpha=0.3)
     axes.legend()
     save_figure(plt, figure, path)
@@ -230,9 +228,7 @@ def _concurrency_plot(plt: Any, report: BenchReport, concurrency: int, path: Pat
         axes.plot(xs, [rates[lengths[i]] for i in xs], marker="o", label=label)
     axes.set_xticks(range(len(lengths)), lengths)
     top = max((v for rates in lines.values() for v in rates.values()), default=1.0)
-    axes.set_ylim(0.0, top * 1.1)
-    axes.set_xlabel("prompt tokens")
-    axes.set_ylabel("aggregate tok/s (all streams)")
+    axes.set(ylim=(0.0, top * 1.1), xlabel="prompt tokens", ylabel="aggregate tok/s (all streams)")
     axes.set_title(f"Aggregate throughput at {concurrency} concurrent stream(s)")
     axes.grid(True, alpha=0.3)
     if lines:

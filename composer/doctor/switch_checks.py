@@ -26,8 +26,7 @@ def switching_configured(stack: Stack) -> str | None:
 
 
 def follower_warning(stack: Stack, attached: bool | None) -> str | None:
-    """One line when switching is configured and the gateway says no follower is attached
-    (no long poll within 30 s); None when all is well or the gateway could not say."""
+    """A line when switching is configured and no follower is attached; None otherwise."""
     configured = switching_configured(stack)
     if configured is None or attached is not False:
         return None

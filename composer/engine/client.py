@@ -37,8 +37,7 @@ def select_context(name: str | None) -> None:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The engine in use: the context it came from (None for DOCKER_HOST or the default), its
-    host URL and TLS settings."""
+    """The engine in use: its context (None: DOCKER_HOST or the default), host URL and TLS."""
 
     context: str | None
     host: str
@@ -102,8 +101,7 @@ def _docker_quiet(
 
 
 def known_contexts(missing: str = "") -> list[str]:
-    """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
-    such context exists: it is asked without it, and `missing` is never offered)."""
+    """The contexts the docker CLI stores, but `missing` (asked without DOCKER_CONTEXT)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
     argv = [docker_binary(), "context", "ls", "--format", "{{.Name}}"]
     done = _docker_quiet(argv, "docker context ls --format {{.Name}}", env)
@@ -268,8 +266,7 @@ def compose(
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `docker compose -p PROJECT [-f FILE] ARGS...` detached (see run_detached); raise
-    ComposerError when it fails or `timeout` s pass."""
+    """`docker compose -p PROJECT [-f FILE] ARGS...`, detached; ComposerError on failure or timeout."""
     files = ["--file", str(compose_file)] if compose_file is not None else []
     argv = docker_cli("compose", "--project-name", project, *files, *args)
     command = " ".join(args)

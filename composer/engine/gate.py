@@ -167,8 +167,7 @@ watch_probation = functools.partial(watch, probation=True)
 
 
 def run_mark(container: VariantContainer) -> tuple[object, int, bool]:
-    """What changes when the container's process ends: (State.StartedAt, RestartCount, running);
-    a container Docker no longer knows gives (None, -1, False)."""
+    """(State.StartedAt, RestartCount, running): changes when its process ends; gone: (None, -1, False)."""
     from docker.errors import NotFound
 
     try:

@@ -115,8 +115,7 @@ def count(results: list[tuple[float, str]], began: float, ended: float) -> PortG
 
 
 class PortWatch:
-    """Probes `url`'s host and port in a thread from `start()` to `stop()` (a context manager);
-    `probe` is injectable for tests."""
+    """Probes `url`'s host and port in a thread from `start()` to `stop()` (a context manager)."""
 
     def __init__(
         self,

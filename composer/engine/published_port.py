@@ -48,8 +48,7 @@ class PublishedPort:
 
 
 def published_address(container: Container, stack: Stack) -> tuple[str, int]:
-    """The host address and port Docker publishes the container's API on (its own record
-    first, then the stack's settings)."""
+    """The host address and port Docker publishes the container's API on."""
     from composer.engine.containers import network_owner
 
     ports = (network_owner(container).attrs.get("NetworkSettings") or {}).get("Ports") or {}
@@ -89,8 +88,7 @@ def container_addresses(container: Container) -> list[str]:
 
 
 def probe_published(container: Container, stack: Stack) -> PublishedPort:
-    """Probe the gateway through its published host port (a refusal is asked twice more; a
-    silence already waited its read timeout)."""
+    """Probe the gateway through its published host port (a refusal is asked twice more)."""
     host, port = published_address(container, stack)
     url = base_url(host, port)
 
@@ -110,8 +108,7 @@ ANSWER_TIMEOUT = 60.0  # seconds a (re)started gateway has to answer through the
 
 
 def wait_published(container: Container, stack: Stack, timeout: float = ANSWER_TIMEOUT) -> PublishedPort:
-    """Probe a (re)started gateway through its published port until it answers (at most
-    `timeout` s); the last probe."""
+    """The last probe of a (re)started gateway's published port, until it answers or `timeout`."""
     container.reload()
 
     def attempt() -> PublishedPort:

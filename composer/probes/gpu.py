@@ -164,9 +164,7 @@ def detect_probe() -> GpuProbe:
     except Exception:
         pass  # a library without a driver: try nvidia-smi
     smi = shutil.which("nvidia-smi")
-    if smi:
-        return NvidiaSmiProbe(smi)
-    return NoGpuProbe()
+    return NvidiaSmiProbe(smi) if smi else NoGpuProbe()
 
 
 def select_gpus(gpus: Sequence[GpuInfo], devices: Sequence[str] | None) -> list[GpuInfo]:
