@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -126,9 +128,12 @@ def gateway(backend: SimProcess) -> Iterator[GatewayThread]:
 
 @pytest.fixture
 def run_cli(standin: Standin, tmp_path: Path):
-    """Run compose-spec with the stand-in first on PATH, the API key in the environment."""
+    """Run compose-spec with the stand-in first on PATH, the API key in the environment; one
+    started in the background gets a session of its own, ended with the test (a SIGKILLed `up`
+    leaves its kubectl running, as it would anywhere)."""
     env_file = tmp_path / "empty.env"
     env_file.write_text("")
+    started: list[subprocess.Popen] = []
 
     def run(
         *args: str, extra_env: dict[str, str] | None = None, path_first: bool = True, popen: bool = False
@@ -149,14 +154,18 @@ def run_cli(standin: Standin, tmp_path: Path):
         }
         env |= extra_env or {}
         if popen:
-            return subprocess.Popen(
-                [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
-                cwd=REPO,
-                env=env,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
+            started.append(
+                subprocess.Popen(
+                    [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
+                    cwd=REPO,
+                    env=env,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    start_new_session=True,
+                )
             )
+            return started[-1]
         return subprocess.run(
             [*COMPOSE_SPEC, "--env-file", str(env_file), *args],
             cwd=REPO,
@@ -167,4 +176,7 @@ def run_cli(standin: Standin, tmp_path: Path):
             check=False,
         )
 
-    return run
+    yield run
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
