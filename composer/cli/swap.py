@@ -128,19 +128,23 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     if variant is not None:
         stack.variant(variant)  # an unknown name: exit 2 before anything changes
     require_api_key(stack, args.weak_key_allowed(obj))
-    line = LiveLine()
-    try:
-        done = (
-            plan_recreate(stack, obj.docker())
-            if args.dry_run
-            else recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
-        )
-    finally:
-        line.finish()
+    if args.dry_run:
+        from composer.swap.outcome import UpResult
+
+        plan = plan_recreate(stack, obj.docker())
+        data = UpResult(plan.serving or "", "planned", plan=plan.as_data(), plan_text=plan.describe())
+        said, as_data = plan.describe(), data.__dict__
+    else:
+        line = LiveLine()
+        try:
+            done = recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
+        finally:
+            line.finish()
+        said, as_data = done.line(), done.to_json()
     if args.as_json and variant is None:
-        click.echo(json.dumps(done.to_json()))
+        click.echo(json.dumps(as_data))
     else:  # before the swap of VARIANT, on stderr (with --json, even a dry run's)
-        click.echo(done.line(), err=variant is not None and (args.as_json or not args.dry_run))
+        click.echo(said, err=variant is not None and (args.as_json or not args.dry_run))
 
 
 @command()

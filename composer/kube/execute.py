@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -59,10 +59,10 @@ from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.entry import live_history
 from composer.swap.execute import Cases, Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
-from composer.swap.journal import SwapRecord, append_history
+from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.outcome import UpOptions, UpResult
-from composer.swap.plan import LivePlan, live_operations, plan_alone
+from composer.swap.plan import Plan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
@@ -129,7 +129,7 @@ def plan_kube_live(
     *,
     continue_streams: bool = True,
     gateway_file: str | None = None,
-) -> LivePlan:
+) -> Plan:
     """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
     kustomization each variant (and `SINGLE`) applies from; a changed variant is applied in
     place. `gateway_file`: the gateway Deployment whose upstream list differs from the
@@ -137,11 +137,7 @@ def plan_kube_live(
     folders = folders or {}
 
     def member(variant: str) -> ops.Member:
-        deployment = live_name(stack, variant)
-        speculative = variant in stack.variants and stack.variant(variant).speculative is not None
-        return ops.Member(
-            f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
-        )
+        return kube_member(stack, variant, folders)
 
     new = {f"{v}/1": member(v) for v in variants}
     old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
@@ -152,20 +148,21 @@ def plan_kube_live(
         single = cluster.single or stack.service
         file = str(folders.get(SINGLE, ""))
         alone = ops.Member(single, single, stack.service, stack.service, file, "-", False)
-    plan = LivePlan.between(
-        variants,
-        list(new),
-        set(old),
-        keep,
-        single=alone.variant if alone is not None else None,
-        gpus=dict.fromkeys(new, "-"),
-        upstreams=tuple(m.upstream() for m in new.values()),
-    )
-    planned = live_operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    planned = live_operations(new, old, keep, alone, continue_streams=continue_streams, in_place=True)
     if planned and gateway_file:
         why = "its settings name the set's members"
         planned = (*planned, ops.UpdateGateway("replace", gateway_file, why))
-    return replace(plan, ops=planned)
+    before = sorted({*old, *([alone.variant] if alone is not None else [])})
+    return Plan(tuple(before), tuple(new), planned)
+
+
+def kube_member(stack: Stack, variant: str, folders: Mapping[str, Path]) -> ops.Member:
+    """A live variant's member: its Deployment, applied from its folder in `folders`."""
+    deployment = live_name(stack, variant)
+    speculative = variant in stack.variants and stack.variant(variant).speculative is not None
+    return ops.Member(
+        f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
+    )
 
 
 def plan_kube_single(
@@ -178,7 +175,7 @@ def plan_kube_single(
     hold: bool,
     gateway_file: str | None = None,
     continue_streams: bool = False,
-) -> tuple[ops.Op, ...]:
+) -> Plan:
     """The switch of the one-variant Deployment to `variant` at `config_hash` (pure): `before`
     is what it runs now (None: nothing yet), `hold` whether the gateway holds and drains around
     it, `gateway_file` the gateway Deployment to roll first when the gateway itself changes."""
@@ -192,7 +189,9 @@ def plan_kube_single(
     planned: list[ops.Op] = [*gateway]
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, live=True)]
-    return (*planned, *([ops.Release(variant)] if hold else []))
+    planned += [ops.Release(variant)] if hold else []
+    serving = (before.variant,) if before is not None and before.variant else ()
+    return Plan(serving, (variant,), tuple(planned))
 
 
 def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) -> dict[str, Path]:
@@ -431,7 +430,7 @@ class KubeRollout:
             pod_labels(gateway).get(labels.CONFIG_HASH, "")
             != pod_labels(yaml.safe_load(rendered.read_text())).get(labels.CONFIG_HASH, "")
         )
-        planned = plan_kube_single(
+        plan = plan_kube_single(
             self.stack,
             target.name,
             overlay,
@@ -441,12 +440,8 @@ class KubeRollout:
             gateway_file=str(rendered) if changed else None,
             continue_streams=self.stack.gateway.continues(self.options.drain),
         )
-        steps = [op.describe() for op in planned]  # in the words of its history line
-        record = SwapRecord(
-            self.stack.project,
-            {"serving": result.previous, "target": target.name, "steps": steps},
-            self.options.timeout,
-        )
+        planned = plan.ops
+        record = plan.recording(self.stack.project, self.options.timeout)
         try:
             self._run(planned, record.stage)
         except SwapFailed as err:
@@ -526,8 +521,8 @@ class KubeRollout:
         plan = plan_kube_live(
             self.stack, names, wanted, cluster, folders, continue_streams=continues, gateway_file=record
         )
-        if plan.no_op:
-            self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
+        if plan.no_op:  # a restarted gateway pod may route to an older set
+            self.publish(ops.Publish(tuple(kube_member(self.stack, v, {}).upstream() for v in names), ()))
         return self._change(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> UpResult:
@@ -556,14 +551,14 @@ class KubeRollout:
         apply_secret(self.kubectl, stack)
         return self._change(plan, f"{target.name} serves alone (the live set left)")
 
-    def _change(self, plan: LivePlan, outcome: str) -> UpResult:
+    def _change(self, plan: Plan, outcome: str) -> UpResult:
         """Run a live plan under its record; its result and history line."""
         began = time.monotonic()
         result = UpResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
         result.plan_text = plan.describe()
         ran: list[ops.Op] = []
         if not plan.no_op:
-            record = plan.recording(self.stack.project, self.options.timeout)
+            record = plan.recording(self.stack.project, self.options.timeout, "live")
             try:
                 ran = self._run(plan.ops, record.stage)
             except SwapFailed as err:

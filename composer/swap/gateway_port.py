@@ -22,7 +22,7 @@ from composer.render.files import run_file
 from composer.render.live import resolve_live
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
-from composer.swap import snapshot
+from composer.swap import ops, snapshot
 from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import (
@@ -31,6 +31,7 @@ from composer.swap.gateway_replace import (
     replace_gateway,
     retire_extra_gateways,
 )
+from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
 
 if TYPE_CHECKING:
@@ -79,42 +80,17 @@ class Recreated:
         }
 
 
-@dataclass(frozen=True)
-class RecreatePlan:
-    """What `up --recreate-gateway --dry-run` says: the gateway is replaced by a new container."""
-
-    container: str | None
-    url: str
-    serving: str | None
-
-    def line(self) -> str:
-        how = (
-            f"a new one starts beside its container {self.container}, which then finishes its requests "
-            "and stops"
-            if self.container
-            else "no gateway container runs: one is started"
-        )
-        who = f"{self.serving} keeps running" if self.serving else "no variant serves"
-        return (
-            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): {how}; "
-            f"{who}; {self.url} is probed meanwhile (`up` measures and reports it)"
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": "planned",
-            "gateway_update": True,
-            "gateway_recreate_because": "--recreate-gateway",
-            **self.__dict__,
-        }
-
-
-def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
+def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
     snap = snapshot.take(stack, client)
-    old = snap.gateway.name if snap.gateway is not None else None
-    return RecreatePlan(old, base_url(stack.bind_address, stack.port), _what_serves(stack, snap)[3])
+    serving = snap.serving
+    names = tuple(r.name for r in snap.live_running if r.service) or ((serving.variant,) if serving else ())
+    replaced = ops.UpdateGateway("replace", str(_what_serves(stack, snap)[0]), "--recreate-gateway")
+    started = "" if snap.gateway is not None else "no gateway container runs: one is started; "
+    url = base_url(stack.bind_address, stack.port)
+    probed = f"{started}{url} is probed meanwhile (`up` measures and reports it)"
+    return Plan(names, names, (replaced,), (probed,))
 
 
 def recreate_gateway(
