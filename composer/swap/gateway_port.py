@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import upstream_url
 from composer.engine.health import base_url
-from composer.engine.port_gap import PortGap
 from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.host.client import GatewayControl
@@ -31,6 +29,7 @@ from composer.swap.gateway_replace import (
     replace_gateway,
     retire_extra_gateways,
 )
+from composer.swap.outcome import UpResult
 from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
 
@@ -49,37 +48,6 @@ def port_is_dead(gateway: object) -> bool:
     return isinstance(published, dict) and bool(published.get("dead"))
 
 
-@dataclass(frozen=True)
-class Recreated:
-    """What `up --recreate-gateway` did."""
-
-    container: str
-    url: str
-    serving: str | None
-    seconds: float
-    port_gap: PortGap | None = None  # the published port while the containers changed, measured
-    holder_recreated: bool = False  # Docker's forwarding was gone: the port holder is new too
-
-    def line(self) -> str:
-        who = f"{self.serving} serves through it again" if self.serving else "no variant serves"
-        gap = f"; {self.port_gap.line()}" if self.port_gap is not None else ""
-        holder = (
-            " and its port holder (Docker's forwarding of the port was gone)" if self.holder_recreated else ""
-        )
-        return (
-            f"gateway recreated{holder} ({self.container}): {self.url} answers; {who} "
-            f"({self.seconds:.1f}s){gap}"
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": "gateway-recreated",
-            **self.__dict__,
-            "seconds": round(self.seconds, 3),
-            "port_gap": self.port_gap.to_json() if self.port_gap is not None else None,
-        }
-
-
 def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
@@ -95,8 +63,9 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
 
 def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
-) -> Recreated:
-    """Recreate only the gateway's container under the project's swap lock."""
+) -> UpResult:
+    """Recreate only the gateway's container under the project's swap lock; the result's
+    outcome says what was done and what serves through it (`gateway recreated (...): ...`)."""
     with change_lock(stack.project, wait_for_lock, progress):
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
@@ -119,7 +88,14 @@ def recreate_gateway(
                     f"the recreated gateway answers on {published.url} but does not reach {serving} "
                     f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
                 )
-        return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
+        who = f"{serving} serves through it again" if serving else "no variant serves"
+        holder = " and its port holder (Docker's forwarding of the port was gone)" if dead else ""
+        return UpResult(
+            serving or "",
+            f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}",
+            timings={"total": time.monotonic() - began},
+            port_gap=done.port_gap.to_json() if done.port_gap is not None else None,
+        )
 
 
 def _need_gateway(stack: Stack) -> None:
