@@ -52,13 +52,17 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
     snap = snapshot.take(stack, client)
+    return recreate_plan(snap, str(_what_serves(stack, snap)[0]), base_url(stack.bind_address, stack.port))
+
+
+def recreate_plan(snap: snapshot.Snapshot, run_file: str, url: str) -> Plan:
+    """The gateway replaced from `run_file` (pure): what serves (the live set, else the
+    serving variant) serves throughout; the published port at `url` is probed meanwhile."""
     serving = snap.serving
     names = tuple(r.name for r in snap.live_running if r.service) or ((serving.variant,) if serving else ())
-    replaced = ops.UpdateGateway("replace", str(_what_serves(stack, snap)[0]), "--recreate-gateway")
     started = "" if snap.gateway is not None else "no gateway container runs: one is started; "
-    url = base_url(stack.bind_address, stack.port)
     probed = f"{started}{url} is probed meanwhile (`up` measures and reports it)"
-    return Plan(names, names, (replaced,), (probed,))
+    return Plan(names, names, (ops.UpdateGateway("replace", run_file, "--recreate-gateway"),), (probed,))
 
 
 def recreate_gateway(

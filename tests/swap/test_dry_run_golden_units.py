@@ -1,7 +1,7 @@
 """The plans `up --dry-run` and `down --dry-run` print, one `Plan` each, pinned as text and
 JSON (golden files in `golden/`): a cold switch, a wake, a live join, a live set's gateway
 settings applied in place, one variant replacing a live set, the last member serving held
-before it stops, and `down` of a live set. A change
+before it stops, `down` of a live set and `up --recreate-gateway` on it. A change
 to what `--dry-run` says shows here first; `GOLDEN_UPDATE=1` writes the files again (then
 the docs that quote a plan change with them)."""
 
@@ -16,6 +16,7 @@ import pytest
 from composer.engine.containers import upstream_url
 from composer.render.live import resolve_live
 from composer.swap.down import plan_down
+from composer.swap.gateway_port import recreate_plan
 from composer.swap.ops import Member
 from composer.swap.plan import Bring, GatewayChange, Plan, decide, plan_alone, plan_live
 from tests.swap.test_desired import _alone, _stack
@@ -61,6 +62,7 @@ def _plans(tmp_path: Path) -> dict[str, Plan]:
             resolve_live(stack, ["mtp"]), _running(stack, "mtp/1", changed="mtp/1"), run_file="/s/live-y.yml"
         ),
         "down": plan_down(_live_set(owned, _owner(owned)), owned, 60, ("p_gateway-state",)),
+        "recreate-gateway": recreate_plan(_live_set(owned, None), "/s/live-x.yml", "http://127.0.0.1:8000"),
     }
 
 
@@ -74,6 +76,7 @@ def _plans(tmp_path: Path) -> dict[str, Plan]:
         "alone-replaces-set",
         "live-last-member-changed",
         "down",
+        "recreate-gateway",
     ],
 )
 def test_the_dry_run_plan_is_the_pinned_one(tmp_path: Path, name: str) -> None:
