@@ -56,10 +56,9 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.entry import live_history
+from composer.swap.entry import history
 from composer.swap.execute import Cases, Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
-from composer.swap.journal import append_history
 from composer.swap.lock import swap_lock
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Plan, live_operations, plan_alone
@@ -448,7 +447,10 @@ class KubeRollout:
             self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
             failed = self._single_failed(target.name, planned, err)
             ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
-            self._history(result, ran, failed)
+            result.timings.update(self.timings)
+            result.drained = self.held
+            outcome = "rolled back" if failed.rolled_back else "failed"
+            history(self.stack, plan, outcome, result, failed, ran, kind="up")
             raise failed from err.__cause__
         finally:
             record.close()
@@ -464,17 +466,8 @@ class KubeRollout:
             result.outcome = "unchanged"
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
-        self._history(result, planned)
+        history(self.stack, plan, result.outcome, result, kind="up")
         return result
-
-    def _history(self, result: UpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
-        """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
-        outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
-        entry: dict[str, object] = {"kind": "up", "source": result.previous, "target": result.variant}
-        entry |= {"outcome": outcome, "steps": [op.describe() for op in steps], "drained": self.held}
-        entry["timings"] = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
-        entry["cause"] = str(err).splitlines()[0][:500] if err else None
-        append_history(self.stack.project, entry)
 
     def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
         """The switch's error in its own words: what the undo did to the Deployment."""
@@ -563,7 +556,7 @@ class KubeRollout:
                 ran = self._run(plan.ops, record.stage)
             except SwapFailed as err:
                 result.timings.update(self.timings)
-                live_history(self.stack, plan, "failed", result, err)
+                history(self.stack, plan, "failed", result, err)
                 raise
             finally:
                 record.close()
@@ -573,7 +566,7 @@ class KubeRollout:
             result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs on Kubernetes")
         else:
             result.outcome = outcome
-            live_history(self.stack, plan, result.outcome, result, ran=ran)
+            history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
 

@@ -140,7 +140,7 @@ def run_live(
             err.log_tail = bootlog.redact(err.log_tail, swapper.stack.api_key)
             err.tail_shown = swapper.kept
         result.timings.update(swapper.timings)
-        live_history(swapper.stack, plan, "failed", result, err)
+        history(swapper.stack, plan, "failed", result, err)
         raise
     finally:
         with interrupts_ignored():
@@ -157,7 +157,7 @@ def run_live(
     swapper.drained.report(result)
     result.outcome = outcome
     result.timings["total"] = time.monotonic() - began
-    live_history(swapper.stack, plan, result.outcome, result, ran=ran)
+    history(swapper.stack, plan, result.outcome, result, ran=ran)
     return result
 
 
@@ -168,25 +168,28 @@ def started_targets(stack: Stack, target: LiveTarget, plan: Plan) -> list[Target
     return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 
 
-def live_history(
+def history(
     stack: Stack,
     plan: Plan,
     outcome: str,
     result: UpResult,
     err: BaseException | None = None,
     ran: Sequence[Op] = (),
+    kind: str = "live",
 ) -> None:
-    """A live change's history line (Docker and Kubernetes): its target, outcome, the
-    operations that ran (all planned ones when none did) and the cause of a failure."""
+    """A change's history line (a live change, Docker and Kubernetes, and Kubernetes' switch,
+    `kind` `up`): its target, outcome, the operations that ran (all planned ones when none
+    did), what the drain did and the cause of a failure."""
     append_history(
         stack.project,
         {
-            "kind": "live",
+            "kind": kind,
             "source": "+".join(sorted({name.split("/")[0] for name in plan.before})) or None,
             "target": "+".join(plan.variants),
             "outcome": outcome,
             "steps": [op.describe() for op in (ran or plan.ops)],
             "timings": {k: round(v, 3) for k, v in result.timings.items()},
+            **({"drained": result.drained} if result.drained is not None else {}),
             "cause": str(err).splitlines()[0][:500] if err else None,
         },
     )

@@ -216,13 +216,13 @@ def test_a_live_change_records_what_served_before_it(state: Path) -> None:
     """A change from a live set to one variant (and any live change) names its FROM: the
     variants that served before, as its target names those that serve after."""
     from composer.stack.load import load_stack
-    from composer.swap.entry import UpResult, live_history
+    from composer.swap.entry import UpResult, history
     from composer.swap.ops import Member, Stop
     from composer.swap.plan import Plan
 
     stack = load_stack([REPO / "composer.toml"], None, environ={}, flags=[f"stack.project={PROJECT}"])
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
     plan = Plan(("baseline/1", "mtp/1"), ("mtp/1",), (Stop(mtp, live=True),))
-    live_history(stack, plan, "changed", UpResult(variant="mtp", outcome="changed"))
+    history(stack, plan, "changed", UpResult(variant="mtp", outcome="changed"))
     (event,) = read_history(PROJECT).events
     assert (event["kind"], event["source"], event["target"]) == ("live", "baseline+mtp", "mtp")
