@@ -282,7 +282,7 @@ class Plan:
         leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving else ""
         lines = [f"plan: {_named(self.before)} -> {_named(self.after)} ({self.mode}{leaving})"]
         lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
-        lines += op_lines(self.ops)
+        lines += [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(self.ops, 1)]
         lines += [f"  keep {name}: serves throughout" for name in self.keep]
         if self.rollback:
             undo = "; ".join(
@@ -307,11 +307,6 @@ class Plan:
 
 def _named(names: Sequence[str]) -> str:
     return f"{{{', '.join(names)}}}" if names else "nothing"
-
-
-def op_lines(operations: Sequence[Op]) -> list[str]:
-    """Every plan's operations as `--dry-run` prints them: numbered, each with its type."""
-    return [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(operations, 1)]
 
 
 IDLE = "neither serving nor wanted asleep"
