@@ -134,13 +134,12 @@ def plan_kube_live(
     place. `gateway_file`: the gateway Deployment whose upstream list differs from the
     cluster's, rolled last (UpdateGateway), so a restarted gateway pod routes to the set."""
     folders = folders or {}
-
-    def member(variant: str) -> ops.Member:
-        return kube_member(stack, variant, folders)
-
-    new = {f"{v}/1": member(v) for v in variants}
-    old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
-    old |= {f"{v}/1": member(v) for v in cluster.live if f"{v}/1" not in old}
+    new = {f"{v}/1": kube_member(stack, v, folders) for v in variants}
+    old = {
+        f"{v}/1": kube_member(stack, v, folders)
+        for v in (*stack.variants, *cluster.live)
+        if v in cluster.live
+    }
     keep = tuple(n for n, m in new.items() if cluster.live.get(m.variant) == wanted[m.variant])
     alone = None
     if cluster.single is not None:
