@@ -30,7 +30,7 @@ from types import FrameType
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "composer"
 NAME_PARAMETERS = {"variant", "variants", "target", "requested", "variant_name"}
-MADE_FROM_IT = ("Target", "LiveTarget", "ServiceSpec", "RunningVariant", "Member", "SwapPlan", "LivePlan")
+MADE_FROM_IT = ("Target", "LiveTarget", "ServiceSpec", "RunningVariant", "Member", "Plan")
 
 
 def _holds(value: object, name: str) -> bool:

@@ -49,8 +49,7 @@ def report_swap(
         if text not in line.said:
             note(text)
     if as_json:
-        timings = {k: round(v, 3) for k, v in result.timings.items()}
-        click.echo(json.dumps({**result.__dict__, "timings": timings}))
+        click.echo(json.dumps(result.to_json()))
     elif dry_run:
         click.echo(result.plan_text or f"{variant}: {result.outcome}")
     else:
@@ -118,6 +117,7 @@ def up_variants(
 def _recreate_gateway(obj: Context, variant: str | None, target: str, args: SwapArgs) -> None:
     """`up --recreate-gateway`: a new gateway container, the serving variant untouched
     (`--dry-run`: what it would replace, nothing changed)."""
+    from composer.engine.port_gap import describe
     from composer.swap.gateway_port import plan_recreate, recreate_gateway
 
     stack = obj.stack()
@@ -128,19 +128,24 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
     if variant is not None:
         stack.variant(variant)  # an unknown name: exit 2 before anything changes
     require_api_key(stack, args.weak_key_allowed(obj))
-    line = LiveLine()
-    try:
-        done = (
-            plan_recreate(stack, obj.docker())
-            if args.dry_run
-            else recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
-        )
-    finally:
-        line.finish()
+    if args.dry_run:
+        from composer.swap.outcome import UpResult
+
+        plan = plan_recreate(stack, obj.docker())
+        done = UpResult(plan.serving or "", "planned", plan=plan.as_data(), plan_text=plan.describe())
+        said = plan.describe()
+    else:
+        line = LiveLine()
+        try:
+            done = recreate_gateway(stack, obj.docker(), wait_for_lock=not args.no_wait, progress=line.step)
+        finally:
+            line.finish()
+        gap = f"; {describe(done.port_gap)}" if done.port_gap is not None else ""
+        said = f"{done.outcome} ({done.timings['total']:.1f}s){gap}"
     if args.as_json and variant is None:
         click.echo(json.dumps(done.to_json()))
     else:  # before the swap of VARIANT, on stderr (with --json, even a dry run's)
-        click.echo(done.line(), err=variant is not None and (args.as_json or not args.dry_run))
+        click.echo(said, err=variant is not None and (args.as_json or not args.dry_run))
 
 
 @command()

@@ -15,7 +15,7 @@ import hashlib
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -56,13 +56,12 @@ from composer.stack.model import Stack
 from composer.stack.placement import live_members
 from composer.swap import ops
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.entry import live_history
+from composer.swap.entry import history
 from composer.swap.execute import Cases, Handlers, Say, execute, quiet, reason
 from composer.swap.holding import SwapHold
-from composer.swap.journal import SwapRecord, append_history
 from composer.swap.lock import swap_lock
 from composer.swap.outcome import UpOptions, UpResult
-from composer.swap.plan import LivePlan, live_operations, plan_alone
+from composer.swap.plan import Plan, live_operations, plan_alone
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
@@ -129,43 +128,39 @@ def plan_kube_live(
     *,
     continue_streams: bool = True,
     gateway_file: str | None = None,
-) -> LivePlan:
+) -> Plan:
     """Decide the change (pure): `wanted` is each variant's rendered identity, `folders` the
     kustomization each variant (and `SINGLE`) applies from; a changed variant is applied in
     place. `gateway_file`: the gateway Deployment whose upstream list differs from the
     cluster's, rolled last (UpdateGateway), so a restarted gateway pod routes to the set."""
     folders = folders or {}
-
-    def member(variant: str) -> ops.Member:
-        deployment = live_name(stack, variant)
-        speculative = variant in stack.variants and stack.variant(variant).speculative is not None
-        return ops.Member(
-            f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
-        )
-
-    new = {f"{v}/1": member(v) for v in variants}
-    old = {f"{v}/1": member(v) for v in stack.variants if v in cluster.live}
-    old |= {f"{v}/1": member(v) for v in cluster.live if f"{v}/1" not in old}
+    new = {f"{v}/1": kube_member(stack, v, folders) for v in variants}
+    old = {
+        f"{v}/1": kube_member(stack, v, folders)
+        for v in (*stack.variants, *cluster.live)
+        if v in cluster.live
+    }
     keep = tuple(n for n, m in new.items() if cluster.live.get(m.variant) == wanted[m.variant])
     alone = None
     if cluster.single is not None:
         single = cluster.single or stack.service
         file = str(folders.get(SINGLE, ""))
         alone = ops.Member(single, single, stack.service, stack.service, file, "-", False)
-    plan = LivePlan.between(
-        variants,
-        list(new),
-        set(old),
-        keep,
-        single=alone.variant if alone is not None else None,
-        gpus=dict.fromkeys(new, "-"),
-        upstreams=tuple(m.upstream() for m in new.values()),
-    )
-    planned = live_operations(plan, new, old, alone, "", continue_streams=continue_streams, in_place=True)
+    planned = live_operations(new, old, keep, alone, continue_streams=continue_streams, in_place=True)
     if planned and gateway_file:
         why = "its settings name the set's members"
         planned = (*planned, ops.UpdateGateway("replace", gateway_file, why))
-    return replace(plan, ops=planned)
+    before = sorted({*old, *([alone.variant] if alone is not None else [])})
+    return Plan(tuple(before), tuple(new), planned)
+
+
+def kube_member(stack: Stack, variant: str, folders: Mapping[str, Path]) -> ops.Member:
+    """A live variant's member: its Deployment, applied from its folder in `folders`."""
+    deployment = live_name(stack, variant)
+    speculative = variant in stack.variants and stack.variant(variant).speculative is not None
+    return ops.Member(
+        f"{variant}/1", variant, deployment, deployment, str(folders.get(variant, "")), "-", speculative
+    )
 
 
 def plan_kube_single(
@@ -178,7 +173,7 @@ def plan_kube_single(
     hold: bool,
     gateway_file: str | None = None,
     continue_streams: bool = False,
-) -> tuple[ops.Op, ...]:
+) -> Plan:
     """The switch of the one-variant Deployment to `variant` at `config_hash` (pure): `before`
     is what it runs now (None: nothing yet), `hold` whether the gateway holds and drains around
     it, `gateway_file` the gateway Deployment to roll first when the gateway itself changes."""
@@ -192,7 +187,9 @@ def plan_kube_single(
     planned: list[ops.Op] = [*gateway]
     planned += [ops.Hold(variant, continue_streams=continue_streams)] if hold else []
     planned += [ops.Reapply(member, previous, recreate=True), ops.Gate(member, live=True)]
-    return (*planned, *([ops.Release(variant)] if hold else []))
+    planned += [ops.Release(variant)] if hold else []
+    serving = (before.variant,) if before is not None and before.variant else ()
+    return Plan(serving, (variant,), tuple(planned))
 
 
 def write_live(stack: Stack, variants: Sequence[str], leaving: Sequence[str]) -> dict[str, Path]:
@@ -431,7 +428,7 @@ class KubeRollout:
             pod_labels(gateway).get(labels.CONFIG_HASH, "")
             != pod_labels(yaml.safe_load(rendered.read_text())).get(labels.CONFIG_HASH, "")
         )
-        planned = plan_kube_single(
+        plan = plan_kube_single(
             self.stack,
             target.name,
             overlay,
@@ -441,19 +438,18 @@ class KubeRollout:
             gateway_file=str(rendered) if changed else None,
             continue_streams=self.stack.gateway.continues(self.options.drain),
         )
-        steps = [op.describe() for op in planned]  # in the words of its history line
-        record = SwapRecord(
-            self.stack.project,
-            {"serving": result.previous, "target": target.name, "steps": steps},
-            self.options.timeout,
-        )
+        planned = plan.ops
+        record = plan.recording(self.stack.project, self.options.timeout)
         try:
             self._run(planned, record.stage)
         except SwapFailed as err:
             self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
             failed = self._single_failed(target.name, planned, err)
             ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
-            self._history(result, ran, failed)
+            result.timings.update(self.timings)
+            result.drained = self.held
+            outcome = "rolled back" if failed.rolled_back else "failed"
+            history(self.stack, plan, outcome, result, failed, ran, kind="up")
             raise failed from err.__cause__
         finally:
             record.close()
@@ -469,17 +465,8 @@ class KubeRollout:
             result.outcome = "unchanged"
             result.notes.append(f"{target.name} already served with the same configuration")
         result.timings["total"] = time.monotonic() - began
-        self._history(result, planned)
+        history(self.stack, plan, result.outcome, result, kind="up")
         return result
-
-    def _history(self, result: UpResult, steps: Sequence[ops.Op], err: SwapFailed | None = None) -> None:
-        """The switch's history line, in the shape of a switch on Docker's (`kind: up`)."""
-        outcome = result.outcome if err is None else "rolled back" if err.rolled_back else "failed"
-        entry: dict[str, object] = {"kind": "up", "source": result.previous, "target": result.variant}
-        entry |= {"outcome": outcome, "steps": [op.describe() for op in steps], "drained": self.held}
-        entry["timings"] = {k: round(v, 3) for k, v in {**self.timings, **result.timings}.items()}
-        entry["cause"] = str(err).splitlines()[0][:500] if err else None
-        append_history(self.stack.project, entry)
 
     def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
         """The switch's error in its own words: what the undo did to the Deployment."""
@@ -526,8 +513,8 @@ class KubeRollout:
         plan = plan_kube_live(
             self.stack, names, wanted, cluster, folders, continue_streams=continues, gateway_file=record
         )
-        if plan.no_op:
-            self.publish(ops.Publish(plan.upstreams, ()))  # a restarted gateway pod may route to an older set
+        if plan.no_op:  # a restarted gateway pod may route to an older set
+            self.publish(ops.Publish(tuple(kube_member(self.stack, v, {}).upstream() for v in names), ()))
         return self._change(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> UpResult:
@@ -556,19 +543,19 @@ class KubeRollout:
         apply_secret(self.kubectl, stack)
         return self._change(plan, f"{target.name} serves alone (the live set left)")
 
-    def _change(self, plan: LivePlan, outcome: str) -> UpResult:
+    def _change(self, plan: Plan, outcome: str) -> UpResult:
         """Run a live plan under its record; its result and history line."""
         began = time.monotonic()
         result = UpResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
         result.plan_text = plan.describe()
         ran: list[ops.Op] = []
         if not plan.no_op:
-            record = plan.recording(self.stack.project, self.options.timeout)
+            record = plan.recording(self.stack.project, self.options.timeout, "live")
             try:
                 ran = self._run(plan.ops, record.stage)
             except SwapFailed as err:
                 result.timings.update(self.timings)
-                live_history(self.stack, plan, "failed", result, err)
+                history(self.stack, plan, "failed", result, err)
                 raise
             finally:
                 record.close()
@@ -578,7 +565,7 @@ class KubeRollout:
             result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs on Kubernetes")
         else:
             result.outcome = outcome
-            live_history(self.stack, plan, result.outcome, result, ran=ran)
+            history(self.stack, plan, result.outcome, result, ran=ran)
         result.timings["total"] = time.monotonic() - began
         return result
 

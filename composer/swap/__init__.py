@@ -15,9 +15,9 @@ status report, the gateway's published port checked end to end (`gateway_port`),
 files, never the templates. May import: `composer.stack`, `composer.render`, `composer.engine`,
 `composer.probes`, `composer.capacity`, `composer.doctor` (its fast checks are the
 preflight), `composer.gateway` (its control client), `composer.errors`, `composer.labels`.
-Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `SwapPlan`, `UpOptions`, `UpResult`,
+Public: `up`, `down`, `down_variant`, `plan_swap`, `decide`, `Plan`, `UpOptions`, `UpResult`,
 `Snapshot`, `read_history`, `swap_lock`, `status_data`, `format_status`, `follow`, `FollowEvent`,
-`recreate_gateway`, `up_set`, `plan_live`, `plan_alone`, `LivePlan`, `desired`, `live_rows`, `format_live`.
+`recreate_gateway`, `up_set`, `plan_live`, `plan_alone`, `desired`, `live_rows`, `format_live`.
 """
 
 from composer._exports import lazy_exports
@@ -30,12 +30,12 @@ __all__, __getattr__ = lazy_exports(
         "journal": ["read_history"],
         "desired": ["desired"],
         "entry": ["up_set"],
-        "plan": ["LivePlan", "decide", "plan_alone", "plan_live"],
+        "plan": ["Plan", "decide", "plan_alone", "plan_live"],
         "snapshot": ["Snapshot"],
         "lock": ["swap_lock"],
         "status": ["format_live", "format_status", "live_rows", "status_data"],
         "down": ["down", "down_variant"],
         "outcome": ["UpOptions", "UpResult"],
-        "swapper": ["SwapPlan", "plan_swap", "up"],
+        "swapper": ["plan_swap", "up"],
     },
 )

@@ -26,6 +26,7 @@ from composer.swap.execute import Cases, Handlers, Say, execute, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
 from composer.swap.owner import down_refusal, foreign_running
+from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
 from composer.swap.snapshot import Snapshot, take
 from composer.swap.swapper import UpOptions, UpResult
@@ -53,43 +54,6 @@ class StopProject(ops.Op):
         return f"{said}; {'remove' if self.remove else 'keep'} volume(s) {', '.join(self.volumes)}"
 
 
-@dataclass(frozen=True)
-class DownPlan:
-    """What `down` does, from one snapshot (the shape `up --dry-run` prints: a head line, one
-    typed operation a line, notes)."""
-
-    project: str
-    running: tuple[str, ...]  # what runs: one name per container (live member, else variant)
-    ops: tuple[ops.Op, ...] = ()
-    refused: str = ""
-    notes: tuple[str, ...] = ()
-    drain_timeout: float = 0.0
-
-    @property
-    def mode(self) -> str:
-        return "refused" if self.refused else "down"
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "project": self.project,
-            "running": list(self.running),
-            "drain_timeout": self.drain_timeout,
-            "refused": self.refused or None,
-            "mode": self.mode,
-            "notes": list(self.notes),
-            "operations": [op.as_data() for op in self.ops],
-        }
-
-    def describe(self) -> str:
-        if self.refused:
-            return f"refused: {self.refused}"
-        before = f"{{{', '.join(self.running)}}}" if self.running else "nothing serves"
-        lines = [f"plan: {before} -> nothing (down of project {self.project})"]
-        lines += [f"  {i}. {type(op).__name__}: {op.describe()}" for i, op in enumerate(self.ops, 1)]
-        lines += [f"  note: {note}" for note in self.notes]
-        return "\n".join(lines)
-
-
 def running_members(snap: Snapshot) -> list[ops.Member]:
     """Every running variant container once: a live member by its member name (`mtp/1`), any
     other (serving, asleep or awake) by its variant."""
@@ -108,14 +72,14 @@ def plan_down(
     volumes: tuple[str, ...] = (),
     remove_volumes: bool = False,
     takeover: bool = False,
-) -> DownPlan:
+) -> Plan:
     """`down`'s plan (pure): refused when another stack started what runs (unless `takeover`)."""
     members = running_members(snap)
     names = tuple(m.name for m in members)
     foreign = foreign_running(snap, stack)
     if foreign and not takeover:
         command = "down --volumes" if remove_volumes else "down"
-        return DownPlan(stack.project, names, refused=down_refusal(foreign, stack.project, command))
+        return Plan(names, (), refused=down_refusal(foreign, stack.project, command))
     todo: list[ops.Op] = []
     notes = [f"takes over: {f.describe(stack.project)}" for f in foreign]
     if members and snap.gateway_running:
@@ -129,11 +93,11 @@ def plan_down(
     live = {r.container for r in snap.live_running}
     todo += [ops.Stop(m, live=m.container in live) for m in members]
     todo.append(StopProject(stack.project, volumes, remove_volumes))
-    return DownPlan(stack.project, names, tuple(todo), notes=tuple(notes), drain_timeout=drain_timeout)
+    return Plan(names, (), tuple(todo), tuple(notes))
 
 
 class Downer:
-    """Runs a DownPlan (or `down VARIANT`'s drain): hold and drain at the gateway, stop, compose down."""
+    """Runs `down`'s plan (or `down VARIANT`'s drain): hold and drain at the gateway, stop, compose down."""
 
     def __init__(self, ctx: Context, snap: Snapshot, drain_timeout: float) -> None:
         self.ctx, self.snap, self.drain_timeout = ctx, snap, drain_timeout
@@ -242,7 +206,7 @@ def down(
     timeout = stack.gateway.drain_timeout
     ctx = Context(stack, client, UpOptions(), progress, waiting or progress)
 
-    def plan(snap: Snapshot) -> DownPlan:
+    def plan(snap: Snapshot) -> Plan:
         names = tuple(v.name for v in project_volumes(stack, client))
         return plan_down(snap, stack, timeout, names, volumes, takeover)
 
@@ -258,7 +222,7 @@ def down(
             raise UsageError(planned.refused)
         runner = Downer(ctx, snap, timeout)
         execute(planned.ops, runner.handlers(), rollback=False, say=progress, explain=_explain)
-    stopped = list(planned.running)
+    stopped = list(planned.before)
     said = f"stopped {', '.join(stopped)}" if stopped else "nothing was running"
     cut = runner.cut_line()
     result = UpResult(

@@ -32,7 +32,7 @@ from composer.swap.gateway_replace import repair_port, retire_extra_gateways
 from composer.swap.journal import append_history
 from composer.swap.ops import Member, Op, Publish, Start
 from composer.swap.outcome import UpOptions, UpResult
-from composer.swap.plan import LivePlan, plan_alone, plan_live, snapshot_foreign
+from composer.swap.plan import Plan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
 from composer.swap.swapper import preflight_warnings, swap
 from composer.swap.transaction import Context, DockerSwap
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     import docker
 
 
-def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> LivePlan:
+def decide(ctx: Context, target: LiveTarget, snap: snapshot.Snapshot) -> Plan:
     """The live set's change, from the one snapshot."""
     stack, options = ctx.stack, ctx.options
     single = snap.current
@@ -77,7 +77,7 @@ def idle_containers(snap: snapshot.Snapshot) -> list[Member]:
     ]
 
 
-def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Snapshot) -> LivePlan:
+def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Snapshot) -> Plan:
     """`up X` on a running live set: X's one serving container replaces it (`plan_alone`)."""
     stack, options = ctx.stack, ctx.options
     spec, gpus = target.spec, "-" if stack.gpus is None else "all"  # it takes every GPU
@@ -97,7 +97,7 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Sn
 
 def run_live(
     swapper: DockerSwap,
-    plan: LivePlan,
+    plan: Plan,
     checked: Sequence[Target],
     snap: snapshot.Snapshot,
     run_file: Callable[[], Path],
@@ -117,12 +117,13 @@ def run_live(
         raise UsageError(plan.refused)
     if plan.no_op:
         # The gateway may have restarted with an older set in its environment: tell it again.
-        swapper.publish(Publish(plan.upstreams, ()))
+        live = {r.name: r.member().upstream() for r in snap.live}
+        swapper.publish(Publish(tuple(live[name] for name in plan.after if name in live), ()))
         result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs")
         result.timings["total"] = time.monotonic() - began
         return result
     compose_file = run_file()
-    record = plan.recording(swapper.stack.project, swapper.options.timeout)
+    record = plan.recording(swapper.stack.project, swapper.options.timeout, "live")
     failure: SwapFailed | None = None
     try:
         ran = execute(
@@ -139,7 +140,7 @@ def run_live(
             err.log_tail = bootlog.redact(err.log_tail, swapper.stack.api_key)
             err.tail_shown = swapper.kept
         result.timings.update(swapper.timings)
-        live_history(swapper.stack, plan, "failed", result, err)
+        history(swapper.stack, plan, "failed", result, err)
         raise
     finally:
         with interrupts_ignored():
@@ -156,36 +157,39 @@ def run_live(
     swapper.drained.report(result)
     result.outcome = outcome
     result.timings["total"] = time.monotonic() - began
-    live_history(swapper.stack, plan, result.outcome, result, ran=ran)
+    history(swapper.stack, plan, result.outcome, result, ran=ran)
     return result
 
 
-def started_targets(stack: Stack, target: LiveTarget, plan: LivePlan) -> list[Target]:
+def started_targets(stack: Stack, target: LiveTarget, plan: Plan) -> list[Target]:
     """The variants `plan` starts, one Target each (what the preflight checks)."""
     started = {op.member.name for op in plan.ops if isinstance(op, Start) and op.live and op.how == "start"}
     services = {s.member.variant: s for s in target.services if s.name in started}.values()
     return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
 
 
-def live_history(
+def history(
     stack: Stack,
-    plan: LivePlan,
+    plan: Plan,
     outcome: str,
     result: UpResult,
     err: BaseException | None = None,
     ran: Sequence[Op] = (),
+    kind: str = "live",
 ) -> None:
-    """A live change's history line (Docker and Kubernetes): its target, outcome, the
-    operations that ran (all planned ones when none did) and the cause of a failure."""
+    """A change's history line (a live change, Docker and Kubernetes, and Kubernetes' switch,
+    `kind` `up`): its target, outcome, the operations that ran (all planned ones when none
+    did), what the drain did and the cause of a failure."""
     append_history(
         stack.project,
         {
-            "kind": "live",
+            "kind": kind,
             "source": "+".join(sorted({name.split("/")[0] for name in plan.before})) or None,
             "target": "+".join(plan.variants),
             "outcome": outcome,
             "steps": [op.describe() for op in (ran or plan.ops)],
             "timings": {k: round(v, 3) for k, v in result.timings.items()},
+            **({"drained": result.drained} if result.drained is not None else {}),
             "cause": str(err).splitlines()[0][:500] if err else None,
         },
     )

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from composer.engine.containers import upstream_url
 from composer.engine.health import base_url
-from composer.engine.port_gap import PortGap
 from composer.engine.published_port import probe_published
 from composer.errors import ComposerError, UsageError
 from composer.gateway.host.client import GatewayControl
@@ -22,7 +20,7 @@ from composer.render.files import run_file
 from composer.render.live import resolve_live
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
-from composer.swap import snapshot
+from composer.swap import ops, snapshot
 from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import (
@@ -31,6 +29,8 @@ from composer.swap.gateway_replace import (
     replace_gateway,
     retire_extra_gateways,
 )
+from composer.swap.outcome import UpResult
+from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
 
 if TYPE_CHECKING:
@@ -48,79 +48,28 @@ def port_is_dead(gateway: object) -> bool:
     return isinstance(published, dict) and bool(published.get("dead"))
 
 
-@dataclass(frozen=True)
-class Recreated:
-    """What `up --recreate-gateway` did."""
-
-    container: str
-    url: str
-    serving: str | None
-    seconds: float
-    port_gap: PortGap | None = None  # the published port while the containers changed, measured
-    holder_recreated: bool = False  # Docker's forwarding was gone: the port holder is new too
-
-    def line(self) -> str:
-        who = f"{self.serving} serves through it again" if self.serving else "no variant serves"
-        gap = f"; {self.port_gap.line()}" if self.port_gap is not None else ""
-        holder = (
-            " and its port holder (Docker's forwarding of the port was gone)" if self.holder_recreated else ""
-        )
-        return (
-            f"gateway recreated{holder} ({self.container}): {self.url} answers; {who} "
-            f"({self.seconds:.1f}s){gap}"
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": "gateway-recreated",
-            **self.__dict__,
-            "seconds": round(self.seconds, 3),
-            "port_gap": self.port_gap.to_json() if self.port_gap is not None else None,
-        }
-
-
-@dataclass(frozen=True)
-class RecreatePlan:
-    """What `up --recreate-gateway --dry-run` says: the gateway is replaced by a new container."""
-
-    container: str | None
-    url: str
-    serving: str | None
-
-    def line(self) -> str:
-        how = (
-            f"a new one starts beside its container {self.container}, which then finishes its requests "
-            "and stops"
-            if self.container
-            else "no gateway container runs: one is started"
-        )
-        who = f"{self.serving} keeps running" if self.serving else "no variant serves"
-        return (
-            f"plan: the gateway is replaced by a new container (asked: --recreate-gateway): {how}; "
-            f"{who}; {self.url} is probed meanwhile (`up` measures and reports it)"
-        )
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": "planned",
-            "gateway_update": True,
-            "gateway_recreate_because": "--recreate-gateway",
-            **self.__dict__,
-        }
-
-
-def plan_recreate(stack: Stack, client: docker.DockerClient) -> RecreatePlan:
+def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
     snap = snapshot.take(stack, client)
-    old = snap.gateway.name if snap.gateway is not None else None
-    return RecreatePlan(old, base_url(stack.bind_address, stack.port), _what_serves(stack, snap)[3])
+    return recreate_plan(snap, str(_what_serves(stack, snap)[0]), base_url(stack.bind_address, stack.port))
+
+
+def recreate_plan(snap: snapshot.Snapshot, run_file: str, url: str) -> Plan:
+    """The gateway replaced from `run_file` (pure): what serves (the live set, else the
+    serving variant) serves throughout; the published port at `url` is probed meanwhile."""
+    serving = snap.serving
+    names = tuple(r.name for r in snap.live_running if r.service) or ((serving.variant,) if serving else ())
+    started = "" if snap.gateway is not None else "no gateway container runs: one is started; "
+    probed = f"{started}{url} is probed meanwhile (`up` measures and reports it)"
+    return Plan(names, names, (ops.UpdateGateway("replace", run_file, "--recreate-gateway"),), (probed,))
 
 
 def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
-) -> Recreated:
-    """Recreate only the gateway's container under the project's swap lock."""
+) -> UpResult:
+    """Recreate only the gateway's container under the project's swap lock; the result's
+    outcome says what was done and what serves through it (`gateway recreated (...): ...`)."""
     with change_lock(stack.project, wait_for_lock, progress):
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
@@ -143,7 +92,14 @@ def recreate_gateway(
                     f"the recreated gateway answers on {published.url} but does not reach {serving} "
                     f"within {PORT_BACK_TIMEOUT:.0f}s: `compose-spec status` shows why"
                 )
-        return Recreated(gateway.name, published.url, serving, time.monotonic() - began, done.port_gap, dead)
+        who = f"{serving} serves through it again" if serving else "no variant serves"
+        holder = " and its port holder (Docker's forwarding of the port was gone)" if dead else ""
+        return UpResult(
+            serving or "",
+            f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}",
+            timings={"total": time.monotonic() - began},
+            port_gap=done.port_gap.to_json() if done.port_gap is not None else None,
+        )
 
 
 def _need_gateway(stack: Stack) -> None:

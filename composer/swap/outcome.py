@@ -1,6 +1,6 @@
 """What `up` is asked (`UpOptions`) and what a change did (`UpResult`, one shape for a switch,
-a live set's change and `down`, which `report_swap` prints): plain data, shared by the
-planners, the executors and the CLI, importing nothing of the swap package."""
+a live set's change, `down` and `up --recreate-gateway`, which `report_swap` prints): plain
+data, shared by the planners, the executors and the CLI, importing nothing of the swap package."""
 
 from __future__ import annotations
 
@@ -49,3 +49,6 @@ class UpResult:
     serving_container: dict[str, object] | None = None  # name, started_at, restart_count at the end
     port_gap: dict[str, object] | None = None  # the gateway's container was replaced: its port, measured
     probation: dict[str, object] | None = None  # a watcher's: until (ISO), pid, log, outcome `running`
+
+    def to_json(self) -> dict[str, object]:
+        return {**self.__dict__, "timings": {k: round(v, 3) for k, v in self.timings.items()}}

@@ -1,15 +1,14 @@
-"""The swap plan: every decision of a swap, made from one snapshot before anything stops (pure).
+"""The plan of every change of what serves (`Plan`), made from one snapshot before anything stops (pure).
 
 `decide()` reads a `Snapshot`, the target and what the operations carry beyond it (`Bring`)
-and returns a `SwapPlan`: typed operations (`composer.swap.ops`) naming every container they
+and plans a switch: typed operations (`composer.swap.ops`) naming every container they
 touch, each with its inverse: the gateway's update, hold and release; stop what neither
 serves nor sleeps as wanted; sleep or stop the serving variant (and the GPU release wait);
-wake, adopt, route to or start the target; gate, settle, probation. `--dry-run` prints it
-(`describe`); `as_data()` is its JSON. `rollback_source_problem` (the one function here that
-reads a file) checks before anything stops that the rollback's run file is readable.
-
-A live set's change (`LivePlan`, Docker and Kubernetes alike) is planned here too: `plan_live`
-for `up A B`, `plan_alone` for `up X` on a running live set.
+wake, adopt, route to or start the target; gate, settle, probation. `plan_live` plans a live
+set's change (`up A B`), `plan_alone` `up X` on a running live set (Docker and Kubernetes
+alike). Every plan is one `Plan`: `--dry-run` prints it (`describe`), `as_data()` is its
+JSON. `rollback_source_problem` (the one function here that reads a file) checks before
+anything stops that the rollback's run file is readable.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING
 
 from composer.engine.containers import RunningVariant
 from composer.render.spec import Owner
@@ -130,26 +129,97 @@ class Bring:
 
 
 @dataclass(frozen=True)
-class SwapPlan:
-    """The typed operations a swap runs (`composer.swap.ops`); none when the target already serves."""
+class Plan:
+    """Every change of what serves, whatever made it (a switch, a live set's change, one variant
+    replacing a set, `down`, `--recreate-gateway`, Kubernetes' too): what serves `before`, the
+    set wanted `after` (a variant, or live members `mtp/1`; none for `down`) and the typed
+    operations in order (`composer.swap.ops`); everything else is read from the operations."""
 
-    target: str
-    target_hash: str
-    previous: RunningVariant | None
+    before: tuple[str, ...]
+    after: tuple[str, ...]
     ops: tuple[Op, ...] = ()
-    notes: tuple[str, ...] = field(default=())
-    gateway: GatewayChange = field(default_factory=GatewayChange)  # why recreated, or settings in place
-    capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures for it
-    refused: str = ""  # why up changes nothing: another stack started what runs (no --takeover)
+    notes: tuple[str, ...] = ()
+    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
+    capacity: dict[str, object] = field(default_factory=dict)  # composer.capacity's figures
+
+    @property
+    def serving(self) -> str | None:
+        return "+".join(self.before) or None
+
+    @property
+    def variants(self) -> tuple[str, ...]:
+        """The variants of the set wanted after (a member `mtp/1` is variant `mtp`)."""
+        return tuple(dict.fromkeys(name.split("/")[0] for name in self.after))
+
+    @property
+    def target(self) -> str:
+        return "+".join(self.variants)
+
+    @property
+    def no_op(self) -> bool:
+        return bool(self.refused) or not self.ops
 
     @property
     def steps(self) -> tuple[str, ...]:
-        """The swap's steps in words (`stop`, `release`, `start`, `gate`, ...), from its operations."""
+        """The change's steps in words (`stop`, `release`, `start`, `gate`, ...), from its operations."""
         return tuple(STEPS[type(op), op.how] for op in self.ops if (type(op), op.how) in STEPS)
 
     @property
-    def gateway_update(self) -> bool:  # drain the gateway, replace its container (new settings), release
-        return bool(self.gateway.recreate)
+    def started(self) -> tuple[str, ...]:
+        """What the plan starts, wakes, adopts as the serving variant or rolls to (by name)."""
+        return tuple(
+            op.member.name
+            for op in self.ops
+            if (isinstance(op, ops.Start) and not (op.live and op.how == "adopt"))
+            or isinstance(op, ops.Reapply)
+        )
+
+    @property
+    def leaving(self) -> tuple[str, ...]:
+        """What stops (or sleeps) for good: stopped and not started again."""
+        gone = [op.member.name for op in self.ops if isinstance(op, ops.Stop) and op.how != "remove"]
+        gone += [
+            op.previous.name
+            for op in self.ops
+            if isinstance(op, ops.Reapply) and op.recreate and op.previous is not None
+        ]
+        return tuple(sorted(set(gone) - set(self.started)))
+
+    @property
+    def keep(self) -> tuple[str, ...]:
+        """What serves throughout, untouched."""
+        touched = {*self.started, *(op.member.name for op in self.ops if isinstance(op, ops.Stop))}
+        return tuple(name for name in self.before if name not in touched and name in self.after)
+
+    @property
+    def start(self) -> tuple[str, ...]:
+        return tuple(name for name in dict.fromkeys(self.started) if name not in self.before)
+
+    @property
+    def replace(self) -> tuple[str, ...]:
+        """What runs before and is started again (its configuration changed)."""
+        return tuple(name for name in dict.fromkeys(self.started) if name in self.before)
+
+    @property
+    def alone(self) -> str | None:
+        """`up X` on a live set: X's one serving container replaces the set (`plan_alone`)."""
+        back = (op for op in self.ops if isinstance(op, ops.Publish) and not op.upstreams and op.single)
+        return next((op.single for op in back), None)
+
+    @property
+    def start_gateway(self) -> bool:
+        return any(isinstance(op, ops.UpdateGateway) and op.how == "start" for op in self.ops)
+
+    @property
+    def gateway_recreate_because(self) -> str | None:
+        replaced = (op for op in self.ops if isinstance(op, ops.UpdateGateway) and op.how == "replace")
+        return next((op.why for op in replaced), None)
+
+    @property
+    def gateway_in_place(self) -> list[str]:
+        """The gateway settings applied in place (`GATEWAY_MAX_HELD`, ...)."""
+        applied = (op for op in self.ops if isinstance(op, ops.UpdateGateway) and op.how == "in place")
+        return [f"GATEWAY_{key.upper()}" for op in applied for key in op.keys.split(", ") if key]
 
     @property
     def stop_first(self) -> tuple[str, ...]:
@@ -162,92 +232,81 @@ class SwapPlan:
 
     @property
     def rollback(self) -> Rollback | None:
-        for op in self.ops:
-            if isinstance(op, ops.Stop) and op.how == "sleep":
+        """Where the serving variant comes back from if the switch fails (none for `down`)."""
+        for op in self.ops if self.after else ():
+            if isinstance(op, ops.Stop) and op.how == "sleep" and not op.live:
                 return Rollback(op.member.variant, "wake", op.member.container)
-            if isinstance(op, ops.Stop) and op.how == "stop":
+            if isinstance(op, ops.Stop) and op.how == "stop" and not op.live:
                 m = op.member
                 return Rollback(m.variant, "start", m.container, m.run_file or None, m.service or None)
         return None
 
     @property
-    def no_op(self) -> bool:
-        return not self.ops
-
-    @property
     def mode(self) -> str:
-        """As a live plan says it: `replace` (the serving variant leaves), `join`, `unchanged`, `refused`."""
-        if self.no_op or self.refused:
+        """`replace` (a variant leaves), `join` (none does), `down`, `unchanged` or `refused`."""
+        if self.no_op:
             return "refused" if self.refused else "unchanged"
-        return "replace" if self.previous is not None and self.previous.variant != self.target else "join"
+        if not self.after:
+            return "down"
+        gone = {name.split("/")[0] for name in self.leaving} - set(self.variants)
+        return "replace" if gone or self.alone else "join"
 
     def as_data(self) -> dict[str, object]:
         """The plan as JSON-ready data (no secrets: names, operations and files only)."""
         return {
-            "target": self.target,
-            "target_hash": self.target_hash,
-            "serving": self.previous.variant if self.previous else None,
+            "mode": self.mode,
+            "serving": self.serving,
+            "target": self.target or None,
+            "leaving": list(self.leaving),
+            "keep": list(self.keep),
+            "start": list(self.start),
+            "replace": list(self.replace),
+            "alone": self.alone,
+            "operations": [op.as_data() for op in self.ops],
+            "notes": list(self.notes),
+            "refused": self.refused or None,
             "steps": list(self.steps),
             "stop_first": list(self.stop_first),
             "rollback": self.rollback.__dict__ if self.rollback else None,
-            "notes": list(self.notes),
-            "gateway_update": self.gateway_update,
-            "gateway_in_place": list(self.gateway.changed) if self.gateway.in_place else [],
-            "gateway_recreate_because": self.gateway.recreate or None,
-            "capacity": self.capacity or None,
             "wake": self.wake,
-            "refused": self.refused or None,
-            "mode": self.mode,
-            "ops": [op.as_data() for op in self.ops],  # the older name of `operations`
-            **plan_core(
-                self.previous.variant if self.previous else None,
-                self.target,
-                [self.previous.variant] if self.mode == "replace" and self.previous else [],
-                self.ops,
-                self.notes,
-            ),
+            "gateway_update": self.gateway_recreate_because is not None,
+            "gateway_recreate_because": self.gateway_recreate_because,
+            "gateway_in_place": self.gateway_in_place,
+            "capacity": self.capacity or None,
         }
 
     def describe(self) -> str:
-        """The plan as text: what serves and what will, then one line per operation."""
+        """The plan as text (`--dry-run`): what serves and what will, one operation a line."""
         if self.refused:
             return f"refused: {self.refused}"
-        if self.no_op:
-            return f"{self.target} already serves with the same configuration: nothing to do"
-        before = self.previous.variant if self.previous else "nothing"
-        leaves = f": {before} leaves" if self.mode == "replace" else ""
-        lines = [f"plan: {before} -> {self.target} ({self.mode}{leaves})"]
-        if not self.steps:
-            lines[0] = f"plan: {self.target} keeps serving; only the gateway changes"
-        lines += op_lines(self.ops)
+        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving else ""
+        lines = [f"plan: {_named(self.before)} -> {_named(self.after)} ({self.mode}{leaving})"]
+        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
+        lines += [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(self.ops, 1)]
+        lines += [f"  keep {name}: serves throughout" for name in self.keep]
         if self.rollback:
             undo = "; ".join(
                 i.describe() for op in self.ops for i in op.inverse() if isinstance(op, ops.Stop)
             )
-            lines.append(f"rollback: {self.rollback.variant}: {undo}")
-        lines += [f"note: {note}" for note in self.notes]
+            lines.append(f"  rollback: {self.rollback.variant}: {undo}")
+        lines += [f"  note: {note}" for note in self.notes]
         if self.capacity.get("line"):
-            lines.append(f"capacity: {self.capacity['line']}")
+            lines.append(f"  capacity: {self.capacity['line']}")
+        if self.no_op:
+            lines.append(f"  nothing to change: {_named(self.after)} already serves with this configuration")
         return "\n".join(lines)
 
-
-def plan_core(
-    serving: str | None, target: str, leaving: Sequence[str], operations: Sequence[Op], notes: Sequence[str]
-) -> dict[str, object]:
-    """The keys every plan's JSON has (a switch's and a live set's alike): what serves, what
-    will, what leaves, the typed operations in order (`op`, its arguments, `text`), notes."""
-    return {
-        "serving": serving,
-        "target": target,
-        "leaving": list(leaving),
-        "operations": [op.as_data() for op in operations],
-        "notes": list(notes),
-    }
+    def recording(self, project: str, timeout: float, kind: str = "up") -> SwapRecord:
+        """The running change's record (`status` names it; a killed `up` leaves it behind, and
+        the next `status` or `up` turns it into an interrupted history event)."""
+        steps = [op.describe() for op in self.ops]  # the operations in words, for every plan
+        return SwapRecord(
+            project, {"serving": self.serving, "target": self.target, "kind": kind, "steps": steps}, timeout
+        )
 
 
-def op_lines(operations: Sequence[Op]) -> list[str]:
-    """Every plan's operations as `--dry-run` prints them: numbered, each with its type."""
-    return [f"  {n}. {type(op).__name__}: {op.describe()}" for n, op in enumerate(operations, 1)]
+def _named(names: Sequence[str]) -> str:
+    return f"{{{', '.join(names)}}}" if names else "nothing"
 
 
 IDLE = "neither serving nor wanted asleep"
@@ -317,11 +376,11 @@ def plan_swap(
     current_sleeps: bool = False,
     target_asleep: RunningVariant | bool | None = False,
     bring: Bring | None = None,
-) -> SwapPlan:
+) -> Plan:
     """The operations from what runs now (pure). `current_sleeps`: the serving variant is put
     to sleep, not stopped; `target_asleep`: the target's sleeper to wake, not start."""
     if current and current.variant == target and current.config_hash == target_hash and current_ready:
-        return SwapPlan(target, target_hash, current)
+        return Plan((current.variant,), (target,))
     bring = bring or Bring(Member(target, target, target, "vllm", ""))
     todo: list[Op] = []
     if current:
@@ -335,7 +394,7 @@ def plan_swap(
         todo += _bring_in(ops.Start(_member(sleeper, bring) if sleeper else bring.member, "wake"), bring)
     else:
         todo += _bring_in(ops.Start(bring.member, first=current is None), bring)
-    return SwapPlan(target, target_hash, current, tuple(todo))
+    return Plan((current.variant,) if current else (), (target,), tuple(todo))
 
 
 def _bring_in(brought: ops.Start | ops.Route, bring: Bring) -> list[Op]:
@@ -353,7 +412,7 @@ def _bring_in(brought: ops.Start | ops.Route, bring: Bring) -> list[Op]:
     return todo + ([ops.Probation(member, bring.probation)] if bring.probation > 0 else [])
 
 
-def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
+def stop_instead(plan: Plan, gpus: str) -> Plan:
     """The plan with the serving variant stopped (its GPUs released) instead of put to sleep."""
     todo: list[Op] = []
     for op in plan.ops:
@@ -365,8 +424,15 @@ def stop_instead(plan: SwapPlan, gpus: str) -> SwapPlan:
     return replace(plan, ops=tuple(todo))
 
 
-def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_running: bool) -> SwapPlan:
-    """The gateway's update, then the hold and drain, around the operations; the release after the gate."""
+def with_gateway(
+    plan: Plan,
+    gateway: GatewayChange,
+    bring: Bring,
+    gateway_running: bool,
+    current: RunningVariant | None = None,
+) -> Plan:
+    """The gateway's update, then the hold and drain, around the operations; the release after
+    the gate (`current`: the serving variant's container, which a new gateway routes to)."""
     if not bring.gateway:
         return plan
     first: list[Op] = []
@@ -377,8 +443,7 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
     if not plan.ops:
         if not gateway.recreate:
             return replace(plan, ops=tuple(first))
-        previous = plan.previous
-        serving = _member(previous, bring) if previous is not None else None
+        serving = _member(current, bring) if current is not None else None
         todo = (*first, ops.Hold(plan.target, serving=serving), ops.Release(plan.target, tell=True))
         return replace(plan, ops=todo)
     ensure = "" if gateway.recreate or gateway_running else bring.member.run_file
@@ -386,7 +451,7 @@ def with_gateway(plan: SwapPlan, gateway: GatewayChange, bring: Bring, gateway_r
     hold = ops.Hold(plan.target, ensure, not gateway_running, sleeping if gateway.recreate else None)
     probation = [op for op in plan.ops if isinstance(op, ops.Probation)]
     swap = [op for op in plan.ops if not isinstance(op, ops.Probation)]
-    back = plan.previous.variant if plan.previous is not None else ""
+    back = plan.serving or ""
     release = ops.Release(plan.target, tell=bool(gateway.recreate), back=back)
     return replace(plan, ops=(*first, hold, *swap, release, *probation))
 
@@ -404,7 +469,7 @@ def decide(
     takeover: bool = False,
     force_recreate: bool = False,
     bring: Bring | None = None,
-) -> SwapPlan:
+) -> Plan:
     """The whole plan from one snapshot (pure). `target_sleeps`: the target runs with sleep
     standby; `sleeps_in_stack`: per variant, whether the stack puts it to sleep. `owner`: this
     stack; another's running container is refused (`refused`), or with `takeover` replaced.
@@ -417,7 +482,8 @@ def decide(
     route_ok = snapshot.route_ok is not False
     foreign = snapshot_foreign(snapshot, owner)
     if foreign and not takeover:
-        return SwapPlan(target, target_hash, current, refused=takeover_refusal(foreign, snapshot.project))
+        before = (current.variant,) if current else ()
+        return Plan(before, (target,), refused=takeover_refusal(foreign, snapshot.project))
     notes += takeover_notes(foreign, snapshot.project)
     same = current is not None and current.variant == target and current.config_hash == target_hash
     ready = same and current_ready and route_ok and not foreign and not force_recreate
@@ -473,110 +539,8 @@ def decide(
             for op in todo
         ]
     todo[:0] = stop_first
-    plan = SwapPlan(target, target_hash, current, tuple(todo), tuple(notes), gateway)
-    return with_gateway(plan, gateway, bring, snapshot.gateway_running)
-
-
-@dataclass(frozen=True)
-class LivePlan:
-    """A live-set change (Docker and Kubernetes): the members it keeps, starts, stops and
-    replaces, and the typed operations that do it, in order (`ops`)."""
-
-    variants: tuple[str, ...]
-    keep: tuple[str, ...]  # members that serve on, untouched
-    start: tuple[str, ...]  # members started and gated, one at a time
-    stop: tuple[str, ...]  # members drained and stopped, one at a time (after every start)
-    replace: tuple[str, ...] = ()  # members whose configuration changed: drained, then started again
-    single: str | None = None  # today's one serving container (not live): stopped once the set serves
-    single_first: bool = False  # its GPUs are needed: stopped first (the gateway holds meanwhile)
-    start_gateway: bool = False
-    gpus: Mapping[str, str] = field(default_factory=dict)
-    refused: str = ""  # why nothing changes: another stack started what runs (no --takeover)
-    notes: tuple[str, ...] = ()
-    upstreams: tuple[dict[str, str], ...] = ()  # what the gateway routes among once it ran
-    ops: tuple[Op, ...] = ()
-    alone: str = ""  # `up X` on a live set: X's one serving container replaces the set (`plan_alone`)
-
-    @classmethod
-    def between(
-        cls,
-        variants: Sequence[str],
-        members: Sequence[str],
-        now: Collection[str],
-        keep: tuple[str, ...],
-        **more: Any,
-    ) -> Self:
-        """The change from the members that run `now` to `members`, keeping `keep` as they run."""
-        return cls(
-            variants=tuple(variants),
-            keep=keep,
-            start=tuple(n for n in members if n not in now),
-            stop=tuple(n for n in sorted(now) if n not in members),
-            replace=tuple(n for n in members if n in now and n not in keep),
-            **more,
-        )
-
-    @property
-    def no_op(self) -> bool:
-        return self.refused != "" or not self.ops
-
-    @property
-    def mode(self) -> str:
-        """`join`: every variant serving now stays in the set; `replace`: one leaves."""
-        if self.no_op:
-            return "refused" if self.refused else "unchanged"
-        staying = {n.split("/")[0] for n in (*self.keep, *self.replace, *self.start)}
-        return "replace" if self.alone or {n.split("/")[0] for n in self.leaving} - staying else "join"
-
-    @property
-    def leaving(self) -> list[str]:
-        """What leaves the set (stopped for good)."""
-        return sorted({*self.stop} | ({self.single} if self.single else set()))
-
-    @property
-    def before(self) -> list[str]:
-        """The members (and the one serving container) that serve before the change."""
-        return sorted({*self.keep, *self.replace, *self.leaving})
-
-    def recording(self, project: str, timeout: float) -> SwapRecord:
-        """The running change's record (`status` names it; a killed `up` leaves it behind,
-        and the next `status` or `up` turns it into an interrupted history event)."""
-        steps = [op.describe() for op in self.ops]
-        data = {"kind": "live", "serving": "+".join(self.before) or None, "target": "+".join(self.variants)}
-        return SwapRecord(project, {**data, "steps": steps}, timeout)
-
-    def as_data(self) -> dict[str, object]:
-        return {
-            "live": list(self.variants),
-            "keep": list(self.keep),
-            "start": list(self.start),
-            "replace": list(self.replace),
-            "stop": list(self.stop),
-            "single": self.single,
-            "start_gateway": self.start_gateway,
-            "refused": self.refused or None,
-            "mode": self.mode,
-            "leaving": self.leaving,
-            "alone": self.alone or None,
-            **plan_core(
-                "+".join(self.before) or None, "+".join(self.variants), self.leaving, self.ops, self.notes
-            ),
-        }
-
-    def describe(self) -> str:
-        """The plan, one typed operation a line (`up --dry-run`)."""
-        if self.refused:
-            return f"refused: {self.refused}"
-        after = [self.alone] if self.alone else sorted([*self.keep, *self.replace, *self.start])
-        leaving = f"; leaving: {', '.join(self.leaving)}" if self.leaving and not self.no_op else ""
-        lines = [f"live set: {{{', '.join(self.before)}}} -> {{{', '.join(after)}}} ({self.mode}{leaving})"]
-        lines += [f"  {self.alone} serves alone afterwards (a plain switch)"] if self.alone else []
-        lines += op_lines(self.ops)
-        lines += [f"  keep {name} (GPUs {self.gpus.get(name, '-')}): serves throughout" for name in self.keep]
-        lines += [f"  note: {note}" for note in self.notes]
-        if self.no_op:
-            lines.append("  nothing to change: the live set already runs with this configuration")
-        return "\n".join(lines)
+    plan = replace(base, ops=tuple(todo), notes=tuple(notes))
+    return with_gateway(plan, gateway, bring, snapshot.gateway_running, current)
 
 
 def plan_live(
@@ -593,7 +557,7 @@ def plan_live(
     continue_streams: bool = True,
     idle: Sequence[Member] = (),
     gateway: GatewayChange | None = None,
-) -> LivePlan:
+) -> Plan:
     """Decide the change (pure): keep what runs with the same configuration, start what is new,
     restart what changed, stop what leaves. `gpus_shared`: the one serving (non-live)
     container's GPUs overlap the set's, so it stops first. Another stack's container (per
@@ -613,8 +577,9 @@ def plan_live(
         found.append((single.variant, single.name, single.owner))
     foreign = foreign_members(owner, found)
     project = target.services[0].spec.project if target.services else ""
+    before = tuple(sorted({*now, *([single.variant] if single is not None else [])}))
     if foreign and not takeover:
-        return LivePlan(target.variants, (), (), (), refused=takeover_refusal(foreign, project))
+        return Plan(before, tuple(wanted), refused=takeover_refusal(foreign, project))
     taken = {f.variant for f in foreign}
 
     def current(name: str, config_hash: str) -> bool:
@@ -648,26 +613,25 @@ def plan_live(
     keep = tuple(
         n for n in wanted if n in adopted or (n in now and current(n, now[n].config_hash) and n not in taken)
     )
-    plan = LivePlan.between(
-        target.variants,
-        list(wanted),
-        {*now, *adopted},
+    planned = live_operations(
+        new,
+        old,
         keep,
-        single=single.variant if single is not None else None,
-        single_first=single is not None and gpus_shared,
+        alone,
+        run_file=run_file,
+        adopt=adopt,
+        alone_first=gpus_shared,
         start_gateway=target.gateway is not None and not gateway_running,
-        gpus={n: s.member.gpus_text for n, s in wanted.items()} | {n: r.gpus for n, r in now.items()},
-        notes=tuple(takeover_notes(foreign, project)),
-        upstreams=tuple({**old, **adopted}.get(n, new[n]).upstream() for n in wanted),
+        continue_streams=continue_streams,
     )
-    planned = live_operations(plan, new, old, alone, run_file, adopt, continue_streams)
     first: list[Op] = (
         [ops.UpdateGateway("in place", settings=gateway.settings, keys=gateway.keys())]
         if gateway and gateway.in_place
         else []
     )
     first += [ops.Stop(m, "remove", cause=IDLE) for m in idle]
-    return replace(plan, ops=(*first, *planned))
+    before = tuple(sorted({*now, *adopted, *([single.variant] if single is not None else [])}))
+    return Plan(before, tuple(wanted), (*first, *planned), tuple(takeover_notes(foreign, project)))
 
 
 def _overlap(a: str, b: str) -> bool:
@@ -678,21 +642,30 @@ def _overlap(a: str, b: str) -> bool:
 
 
 def live_operations(
-    plan: LivePlan,
     new: Mapping[str, Member],
     old: Mapping[str, Member],
+    keep: Collection[str],
     alone: Member | None,
-    run_file: str,
+    *,
+    run_file: str = "",
     adopt: Member | None = None,
+    alone_first: bool = False,
+    start_gateway: bool = False,
     continue_streams: bool = True,
     in_place: bool = False,
 ) -> tuple[Op, ...]:
-    """The operations of `plan`, in order (Docker and Kubernetes alike): a leaving member whose
+    """The operations that make the set `new` of the members `old` (and `adopt`) that run now,
+    keeping `keep` as they run, in order (Docker and Kubernetes alike): a leaving member whose
     GPUs a new one needs leaves before it starts, the others after every new member serves;
     each new member is started, gated, then published. A changed member is drained, then
     started again (`in_place`, a Deployment: applied in place). The one serving container
-    that does not join is drained once the set takes the new requests, then stopped."""
-    todo: list[Op] = [ops.UpdateGateway("start", run_file)] if plan.start_gateway else []
+    (`alone`) that does not join is drained once the set takes the new requests, then stopped
+    (`alone_first`: its GPUs are needed, so it stops first, the gateway holding meanwhile)."""
+    now = {*old, *([adopt.name] if adopt else [])}
+    starting = [n for n in new if n not in now]
+    stopping = sorted(n for n in now if n not in new)
+    replacing = [n for n in new if n in now and n not in keep]
+    todo: list[Op] = [ops.UpdateGateway("start", run_file)] if start_gateway else []
     todo += [ops.Start(adopt, "adopt", live=True)] if adopt else []
     serving = [m.upstream() for m in old.values()]  # what the gateway routes among now
     held = False
@@ -701,7 +674,7 @@ def live_operations(
         """Before the last container that serves stops: the gateway holds new requests and
         drains (or continues) those in flight, until the next member is published."""
         nonlocal held
-        if not held and not plan.start_gateway:  # a gateway started now serves nothing yet
+        if not held and not start_gateway:  # a gateway started now serves nothing yet
             todo.append(ops.Hold("", continue_streams=continue_streams))
             held = True
 
@@ -723,15 +696,15 @@ def live_operations(
             hold()
         todo.extend([ops.Stop(member, live=True)] if stop else [])
 
-    if alone is not None and plan.single_first:
+    if alone is not None and alone_first:
         hold()
         todo.append(ops.Stop(alone, live=True))
-    early = [n for n in plan.stop if any(_overlap(old[n].gpus, new[s].gpus) for s in plan.start)]
+    early = [n for n in stopping if any(_overlap(old[n].gpus, new[s].gpus) for s in starting)]
     for name in early:
         leave(old[name])
-    for name in (*plan.replace, *plan.start):
-        rolled = in_place and name in plan.replace
-        if name in plan.replace:
+    for name in (*replacing, *starting):
+        rolled = in_place and name in replacing
+        if name in replacing:
             leave(old[name], stop=not rolled)
         freed = [op.member.gpus for op in todo if isinstance(op, ops.Stop)]
         if any(_overlap(gpus, new[name].gpus) for gpus in freed):
@@ -740,12 +713,12 @@ def live_operations(
         todo.append(ops.Gate(new[name], live=True))
         adopted = [adopt.upstream()] if adopt and not serving else []  # routed with the first new member
         publish([*adopted, *(u for u in serving if u["name"] != name), new[name].upstream()])
-    if alone is not None and not plan.single_first:
+    if alone is not None and not alone_first:
         if serving and not any(isinstance(op, ops.Publish) for op in todo):  # a set that already ran
             todo.append(ops.Publish(tuple(serving), ()))
         todo += [ops.Drain(alone.container, False, live=False)] if serving else []
         todo.append(ops.Stop(alone, live=True))
-    for name in plan.stop:
+    for name in stopping:
         if name not in early:
             leave(old[name])
     return (*todo, *([ops.Release("")] if held else []))
@@ -762,7 +735,7 @@ def plan_alone(
     owner: Owner | None = None,
     takeover: bool = False,
     continue_streams: bool = True,
-) -> LivePlan:
+) -> Plan:
     """`up X` on a running live set (pure; Docker and Kubernetes): X's one serving container
     (`alone`, from its run file) is started and gated, the gateway goes back to its single
     upstream (`Publish((), ...)`), then each member is drained and stopped; one whose GPUs or
@@ -772,8 +745,7 @@ def plan_alone(
     now = {r.name: r for r in running if r.status == "running"}
     foreign = foreign_members(owner, [(r.name, r.container, r.owner) for r in now.values()])
     if foreign and not takeover:
-        refused = takeover_refusal(foreign, project)
-        return LivePlan((alone.variant,), (), (), (), refused=refused, alone=alone.variant)
+        return Plan(tuple(sorted(now)), (alone.variant,), refused=takeover_refusal(foreign, project))
     taken = {f.container for f in foreign}
     old = {n: r.member() for n, r in now.items()}
     same = (alone.container, alone.variant, alone_hash)  # X's container runs X already (adopted)
@@ -806,14 +778,5 @@ def plan_alone(
     if gateway_running:  # its settings list the members: a restart would route to them again
         why = "the live set left: its settings name no member"
         todo.append(ops.UpdateGateway("replace", gateway_file, why))
-    return LivePlan(
-        (alone.variant,),
-        keep=(kept,) if kept else (),
-        start=() if kept else (alone.variant,),
-        stop=tuple(sorted(leaving)),
-        start_gateway=not gateway_running,
-        gpus={alone.variant: alone.gpus} | {n: r.gpus for n, r in now.items()},
-        notes=tuple(takeover_notes(foreign, project)),
-        ops=tuple(todo),
-        alone=alone.variant,
-    )
+    notes = tuple(takeover_notes(foreign, project))
+    return Plan(tuple(sorted(now)), (kept,) if kept else (alone.variant,), tuple(todo), notes)

@@ -35,12 +35,12 @@ from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
-from composer.swap.journal import NOTE, WARNING, SwapRecord, append_history
+from composer.swap.journal import NOTE, WARNING, append_history
 from composer.swap.ops import Member
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     Bring,
-    SwapPlan,
+    Plan,
     decide,
     plan_swap,
     rollback_source_problem,
@@ -108,7 +108,7 @@ def prepare(
     result: UpResult,
     early: EarlyHold | None = None,
     snap: snapshot.Snapshot | None = None,
-) -> tuple[snapshot.Snapshot, SwapPlan, Path]:
+) -> tuple[snapshot.Snapshot, Plan, Path]:
     """Read the project once and decide the whole plan before anything stops (preflight, run file,
     gateway settings, standby fit); a killed gateway before a healthy target starts here (not dry)."""
     stack = ctx.stack
@@ -190,7 +190,7 @@ def bring(ctx: Context, target: Target, file: Path, current: RunningVariant | No
 
 def execute(
     ctx: Context,
-    plan: SwapPlan,
+    plan: Plan,
     target: Target,
     compose_file: Path,
     snap: snapshot.Snapshot,
@@ -205,7 +205,7 @@ def execute(
         result.notes.append(f"{plan.target} already serves with the same configuration")
         result.timings["total"] = time.monotonic() - began
         return
-    previous = plan.previous
+    previous = snap.current
     if previous is not None and "stop" in plan.steps and ctx.options.rollback:
         raise_failed([preflight.check_rollback_image(ctx.client, previous.variant, previous.image)])
         problem = rollback_source_problem(plan.rollback)
@@ -225,7 +225,7 @@ def execute(
         result.outcome = "swapped" if previous else "started"
     budget = partial(release_budget, ctx.stack, target.variant)
     swap = transaction.DockerSwap(ctx, plan, result, target.gateway, compose_file, budget, early)
-    record = SwapRecord(ctx.stack.project, plan.as_data(), ctx.options.timeout)
+    record = plan.recording(ctx.stack.project, ctx.options.timeout)
     try:
         transaction.run(swap, record)
     except SwapFailed as failure:
@@ -242,19 +242,19 @@ def execute(
     if probation.is_watcher():  # `up` recorded the switch; this is how its probation ended
         ended = "ended early" if swap.ended else "passed"
         seconds = round(result.timings.get("probation", 0.0), 3)
-        entry = {"kind": "probation", "source": plan.previous.variant if plan.previous else None}
+        entry = {"kind": "probation", "source": plan.serving}
         entry |= {"target": plan.target, "outcome": ended, "timings": {"total": seconds}}
         append_history(ctx.stack.project, entry)
         return
     _history(ctx, plan, result.outcome, result)
 
 
-def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause: str | None = None) -> None:
+def _history(ctx: Context, plan: Plan, outcome: str, result: UpResult, cause: str | None = None) -> None:
     append_history(
         ctx.stack.project,
         {
             "kind": "up",
-            "source": plan.previous.variant if plan.previous else None,
+            "source": plan.serving,
             "target": plan.target,
             "outcome": outcome,
             "steps": list(plan.steps),
@@ -270,13 +270,13 @@ def _history(ctx: Context, plan: SwapPlan, outcome: str, result: UpResult, cause
 
 
 def check_standby_fits(
-    ctx: Context, target: Target, plan: SwapPlan, result: UpResult, sleeping: list[str]
-) -> SwapPlan:
+    ctx: Context, target: Target, plan: Plan, result: UpResult, sleeping: list[str]
+) -> Plan:
     """The memory planner, before anything stops (`sleeping`: the variants asleep meanwhile): refuse
     with the numbers, or (`standby_fallback = "stop"`) stop instead of a sleep that does not fit;
     notes to `result`, figures to the plan."""
     stack = ctx.stack
-    sleeping_next = plan.previous.variant if "sleep" in plan.steps and plan.previous is not None else None
+    sleeping_next = plan.serving if "sleep" in plan.steps else None
     decision = decide_standby(stack, target.name, sleeping, sleeping_next)
     result.notes += decision.plan.costs + decision.plan.notes
     plan = replace(plan, capacity=decision.plan.figures)

@@ -47,7 +47,7 @@ from composer.swap.gateway_replace import port_fault, repair_port, running_gatew
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
-from composer.swap.plan import SwapPlan
+from composer.swap.plan import Plan
 
 if TYPE_CHECKING:
     import docker
@@ -321,7 +321,7 @@ class DockerSwap:
     def __init__(
         self,
         ctx: Context,
-        plan: SwapPlan | None = None,
+        plan: Plan | None = None,
         result: UpResult | None = None,
         gateway: GatewaySpec | None = None,
         compose_file: Path | None = None,
@@ -330,7 +330,7 @@ class DockerSwap:
     ) -> None:
         self.held = [ctx]
         self.stack, self.client, self.options, self.say = ctx.stack, ctx.client, ctx.options, ctx.say
-        self.plan = plan or SwapPlan("", "", None)  # a live change: no single switch's plan
+        self.plan = plan or Plan((), ())  # a live change: no single switch's plan
         self.result, self.gateway, self.compose_file = result, gateway, compose_file
         self.timings = result.timings if result is not None else {}
         self.notes = result.notes if result is not None else []
@@ -888,9 +888,9 @@ class DockerSwap:
         evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say, kept=kept)
         with contextlib.suppress(StopIteration):
             self._never_restarted(self._brought().container)
-        previous = self.plan.previous
+        previous = self.plan.serving
         if ctx.options.rollback and previous is not None:
-            ctx.say(f"rolling back to {previous.variant}")
+            ctx.say(f"rolling back to {previous}")
 
     def _never_restarted(self, name: str) -> None:
         """With --no-rollback, the failed container is left for a look, but never restarted
@@ -910,18 +910,18 @@ class DockerSwap:
         others = [why for op, why in undone or () if op.how != "remove"]
         if removal:
             message += f"; could not remove it: {removal[0]}"
-        previous = self.plan.previous
+        previous = self.plan.serving
         if undone is None:
             failure = SwapFailed(f"{message}; rollback disabled (--no-rollback): what ran is left as it is")
         elif previous is None:
             failure = SwapFailed(f"{message}; nothing is running", rolled_back=False)
         elif others:
             failure = SwapFailed(
-                f"{message}; rollback to {previous.variant} failed too: {others[0]}", rolled_back=False
+                f"{message}; rollback to {previous} failed too: {others[0]}", rolled_back=False
             )
         else:
             failure = SwapFailed(
-                f"{message}; rolled back to {previous.variant}, which serves again", rolled_back=True
+                f"{message}; rolled back to {previous}, which serves again", rolled_back=True
             )
         failure.log_tail, failure.hints = self.tail, self.hints
         failure.tail_shown = True  # evidence.keep printed it before the undo
@@ -931,8 +931,8 @@ class DockerSwap:
         """The held requests flow to what serves after a failure (the gateway is told why)."""
         ctx = self.ctx
         if ctx.hold is not None and not self.released:
-            previous = self.plan.previous
-            serving = previous.variant if failure is not None and failure.rolled_back and previous else None
+            previous = self.plan.serving
+            serving = previous if failure is not None and failure.rolled_back else None
             detail = str(failure).splitlines()[0] if failure is not None else ""
             self._release(serving, ok=False, detail=detail)
         standby.updates_done()

@@ -39,7 +39,7 @@ def _both(tmp_path: Path, monkeypatch) -> tuple[dict, dict, dict]:
     planned = check_standby_fits(ctx, target, plan, UpResult("baseline", "x"), [])
     release = ReleaseWait.before_stop(stack, partial(release_budget, stack, target.variant), None, probe)
     assert (
-        "\ncapacity: baseline per GPU: 13.5 GiB weights + 4.0 GiB KV cache" in planned.describe()
+        "\n  capacity: baseline per GPU: 13.5 GiB weights + 4.0 GiB KV cache" in planned.describe()
     )  # --dry-run
     return doctor, planned.as_data()["capacity"], release.budget or {}
 

@@ -498,7 +498,7 @@ def test_the_plan_keeps_replaces_starts_and_stops() -> None:
     cluster = ClusterLive({"baseline": "a", "mtp": "b"})
     folders = {v: Path(f"/k/{v}") for v in ("baseline", "mtp", "dflash2")}
     plan = plan_kube_live(stack, ["baseline", "dflash2"], {"baseline": "a", "dflash2": "c"}, cluster, folders)
-    assert (plan.keep, plan.replace, plan.start, plan.stop) == (
+    assert (plan.keep, plan.replace, plan.start, plan.leaving) == (
         ("baseline/1",),
         (),
         ("dflash2/1",),

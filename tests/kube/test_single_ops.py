@@ -56,7 +56,7 @@ def test_the_switch_is_a_plan_of_typed_operations_each_with_its_inverse() -> Non
     overlay = Path("/k/overlays/mtp")
     planned = plan_kube_single(
         stack, "mtp", overlay, "h2", Serving("baseline", "h1"), hold=True, gateway_file="/k/gw.yaml"
-    )
+    ).ops
     assert [type(op).__name__ for op in planned] == [
         "UpdateGateway",
         "Hold",
@@ -77,9 +77,9 @@ def test_the_switch_is_a_plan_of_typed_operations_each_with_its_inverse() -> Non
     )
 
     # no Deployment yet, or the same configuration again: nothing to go back to, no hold
-    first = plan_kube_single(stack, "mtp", overlay, "h2", None, hold=False)
+    first = plan_kube_single(stack, "mtp", overlay, "h2", None, hold=False).ops
     assert [type(op).__name__ for op in first] == ["Reapply", "Gate"] and first[0].inverse() == ()
-    same = plan_kube_single(stack, "mtp", overlay, "h2", Serving("mtp", "h2"), hold=False)
+    same = plan_kube_single(stack, "mtp", overlay, "h2", Serving("mtp", "h2"), hold=False).ops
     assert same[0].inverse() == ()
 
 

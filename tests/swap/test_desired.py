@@ -3,6 +3,7 @@ stack's `[gateway] live`; and the plan of {X} replacing a running live set (`pla
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,8 +15,8 @@ from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.swap.desired import EXCLUSIVE, SIDE_BY_SIDE, Desired, desired
-from composer.swap.ops import Hold, Member, Stop
-from composer.swap.plan import SwapPlan, plan_alone, plan_live
+from composer.swap.ops import Gate, Hold, Member, Start, Stop
+from composer.swap.plan import Plan, plan_alone, plan_live
 from composer.swap.snapshot import LiveRunning, Snapshot
 from tests.conftest import REPO
 from tests.swap.test_live_plan import LIVE, _ops, _running
@@ -71,7 +72,7 @@ def test_x_alone_on_a_live_set_starts_x_then_drains_and_stops_every_member(tmp_p
     running = _running(stack, "baseline/1", "mtp/1")
     alone, digest = _alone(stack, "baseline")
     plan = plan_alone(alone, digest, running, "p")
-    assert plan.mode == "replace" and plan.alone == "baseline" and plan.stop == ("baseline/1", "mtp/1")
+    assert plan.mode == "replace" and plan.alone == "baseline" and plan.leaving == ("baseline/1", "mtp/1")
     assert _ops(plan) == [
         "Start baseline",
         "Gate baseline",
@@ -141,7 +142,7 @@ def test_an_adopted_member_that_is_x_serves_on_untouched(tmp_path: Path) -> None
     adopted = LiveRunning("baseline/1", "baseline", alone.container, "0,1", digest, "running", alone.service)
     running = [adopted, *_running(stack, "mtp/1")]
     plan = plan_alone(alone, digest, running, "p")
-    assert plan.keep == ("baseline/1",) and plan.start == () and plan.stop == ("mtp/1",)
+    assert plan.keep == ("baseline/1",) and plan.start == () and plan.leaving == ("mtp/1",)
     assert _ops(plan) == ["Publish", "Drain", "Stop mtp/1", "UpdateGateway(replace)"]
     # the gateway's settings name the members: it is replaced last, from X's own run file
     assert plan.ops[-1].run_file == alone.run_file and plan.ops[-1].inverse() == ()
@@ -159,9 +160,12 @@ def test_modes_of_the_plans(tmp_path: Path) -> None:
     assert plan_live(resolve_live(stack, ["baseline", "mtp"]), running).mode == "join"
     assert plan_live(resolve_live(stack, ["mtp"]), running).mode == "replace"
     assert plan_live(resolve_live(stack, ["baseline"]), running).mode == "unchanged"
-    assert SwapPlan("mtp", "h", None, ("start", "gate")).mode == "join"
-    assert SwapPlan("mtp", "h", None, ()).mode == "unchanged"
-    assert SwapPlan("mtp", "h", None, (), refused="no").mode == "refused"
+    mtp = Member("mtp", "mtp", "p-vllm-1", "vllm", "/s/mtp.yml")
+    assert Plan((), ("mtp",), (Start(mtp), Gate(mtp))).mode == "join"
+    assert Plan(("baseline",), ("mtp",), (Stop(replace(mtp, name="baseline")), Start(mtp))).mode == "replace"
+    assert Plan(("mtp",), ("mtp",)).mode == "unchanged"
+    assert Plan(("mtp",), ("mtp",), refused="no").mode == "refused"
+    assert Plan(("mtp",), (), (Stop(mtp),)).mode == "down"
 
 
 class _Box:

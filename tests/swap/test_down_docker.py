@@ -59,7 +59,7 @@ def test_down_plans_drains_and_says_what_it_cut(sim_stack, docker_client) -> Non
     planned = sim_stack.run("down", "--dry-run")
     assert planned.returncode == 0, planned.stderr
     lines = planned.stdout.splitlines()
-    assert lines[0] == f"plan: {{baseline}} -> nothing (down of project {sim_stack.project})", lines
+    assert lines[0] == "plan: {baseline} -> nothing (down; leaving: baseline)", lines
     assert lines[1] == "  1. Hold: hold new requests at the gateway and drain those in flight"
     assert lines[2].startswith("  2. Stop: stop baseline (") and "StopProject" in lines[3]
     data = json.loads(sim_stack.run("down", "--dry-run", "--json").stdout)  # up --dry-run --json's shape

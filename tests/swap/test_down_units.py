@@ -48,9 +48,9 @@ def _live_set(stack, owner: Owner | None) -> Snapshot:
 def test_down_of_a_live_set_drains_then_names_each_container_once() -> None:
     stack = _owned_stack()
     plan = plan_down(_live_set(stack, _owner(stack)), stack, 60, ("p_gateway-state",))
-    assert not plan.refused and plan.running == ("baseline/1", "mtp/1")
+    assert not plan.refused and plan.before == ("baseline/1", "mtp/1") and plan.mode == "down"
     assert plan.describe().splitlines()[:5] == [
-        "plan: {baseline/1, mtp/1} -> nothing (down of project vllm)",
+        "plan: {baseline/1, mtp/1} -> nothing (down; leaving: baseline/1, mtp/1)",
         "  1. Hold: hold new requests at the gateway and drain those in flight",
         "  2. Stop: stop baseline/1 (p-vllm-1)",
         "  3. Stop: stop mtp/1 (p-vllm-mtp-1-1)",

@@ -14,7 +14,7 @@ from composer.render.gateway import build_gateway_spec
 from composer.render.spec import resolve
 from composer.stack.load import load_stack
 from composer.swap import gateway_change
-from composer.swap.plan import GatewayChange, SwapPlan
+from composer.swap.plan import GatewayChange, Plan
 from tests.conftest import REPO
 
 KEY = "sk-" + "k" * 40
@@ -90,15 +90,16 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
 
     bring = Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp.yml"), gateway=True)
     live = GatewayChange("", (("GATEWAY_MAX_HELD", "250"),), ("GATEWAY_MAX_HELD", "GATEWAY_ALIASES"))
-    plan = with_gateway(SwapPlan("mtp", "h", None, gateway=live), live, bring, True)
+    plan = with_gateway(Plan(("mtp",), ("mtp",)), live, bring, True)
     assert not plan.no_op and plan.as_data()["gateway_in_place"] == ["GATEWAY_MAX_HELD", "GATEWAY_ALIASES"]
     assert plan.steps == () and [(type(op), op.how) for op in plan.ops] == [(UpdateGateway, "in place")]
     assert (
         "apply the gateway's changed settings in place (max_held, aliases): same container, nothing drained"
     ) in plan.describe()
-    assert plan.describe().startswith("plan: mtp keeps serving; only the gateway changes")
+    assert plan.describe().startswith("plan: {mtp} -> {mtp} (join)\n  1. UpdateGateway: ")
+    assert "  keep mtp: serves throughout" in plan.describe()
     change = GatewayChange("its image changed")
-    recreated = with_gateway(SwapPlan("mtp", "h", None, gateway=change), change, bring, True)
+    recreated = with_gateway(Plan(("mtp",), ("mtp",)), change, bring, True)
     assert [type(op) for op in recreated.ops] == [UpdateGateway, Hold, Release]
     assert recreated.ops[0].how == "replace"
     assert recreated.ops[-1] == Release("mtp", tell=True)  # the new gateway learns what serves
@@ -106,8 +107,8 @@ def test_the_plan_says_whether_the_gateway_changes_in_place_or_is_recreated() ->
         "the gateway is replaced by a new container (its image changed): start the new one with its new "
         "settings beside the old one, which then finishes its requests and stops"
     ) in recreated.describe()
-    assert recreated.as_data()["ops"][0]["op"] == "UpdateGateway"
-    assert SwapPlan("mtp", "h", None).no_op
+    assert recreated.as_data()["operations"][0]["op"] == "UpdateGateway"
+    assert Plan(("mtp",), ("mtp",)).no_op
 
 
 def test_what_a_new_container_changes_is_named_and_the_key_never_shown(tmp_path: Path) -> None:

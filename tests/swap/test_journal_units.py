@@ -120,15 +120,15 @@ def test_the_record_of_a_running_swap_is_read_back(state: Path) -> None:
 
 
 def test_a_live_change_is_recorded_as_one_and_a_killed_one_is_a_live_event(state: Path) -> None:
-    """A live set's change writes the same record as a swap (`LivePlan.recording`): `status`
+    """A live set's change writes the same record as a swap (`Plan.recording`): `status`
     says which set changes into which, at which operation; left behind, it is a live event."""
     from composer.swap.ops import Member, Start
-    from composer.swap.plan import LivePlan
+    from composer.swap.plan import Plan
 
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
-    plan = LivePlan(("baseline", "mtp"), ("baseline/1",), ("mtp/1",), (), ops=(Start(mtp, live=True),))
+    plan = Plan(("baseline/1",), ("baseline/1", "mtp/1"), (Start(mtp, live=True),))
     with swap_lock(PROJECT):
-        record = plan.recording(PROJECT, 60)
+        record = plan.recording(PROJECT, 60, "live")
         record.stage(plan.ops[0].describe())
         running = running_swap(PROJECT)
         assert running is not None and running.kind == "live"
@@ -216,13 +216,13 @@ def test_a_live_change_records_what_served_before_it(state: Path) -> None:
     """A change from a live set to one variant (and any live change) names its FROM: the
     variants that served before, as its target names those that serve after."""
     from composer.stack.load import load_stack
-    from composer.swap.entry import UpResult, live_history
+    from composer.swap.entry import UpResult, history
     from composer.swap.ops import Member, Stop
-    from composer.swap.plan import LivePlan
+    from composer.swap.plan import Plan
 
     stack = load_stack([REPO / "composer.toml"], None, environ={}, flags=[f"stack.project={PROJECT}"])
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
-    plan = LivePlan(("mtp",), ("mtp/1",), (), ("baseline/1",), ops=(Stop(mtp, live=True),))
-    live_history(stack, plan, "changed", UpResult(variant="mtp", outcome="changed"))
+    plan = Plan(("baseline/1", "mtp/1"), ("mtp/1",), (Stop(mtp, live=True),))
+    history(stack, plan, "changed", UpResult(variant="mtp", outcome="changed"))
     (event,) = read_history(PROJECT).events
     assert (event["kind"], event["source"], event["target"]) == ("live", "baseline+mtp", "mtp")

@@ -67,17 +67,17 @@ def _ops(plan) -> list[str]:
 def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> None:
     running = _running(stack, "baseline/1")
     plan = plan_live(resolve_live(stack, ["baseline", "mtp"]), running, run_file="/s/live-x.yml")
-    assert (plan.keep, plan.start, plan.stop, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
+    assert (plan.keep, plan.start, plan.leaving, plan.replace) == (("baseline/1",), ("mtp/1",), (), ())
     assert plan.mode == "join" and _ops(plan) == ["Start mtp/1", "Gate mtp/1", "Publish"]
     start, _, publish = plan.ops
     assert start.member.run_file == "/s/live-x.yml" and start.member.gpus == "2,3"
     assert [u["name"] for u in publish.upstreams] == ["baseline/1", "mtp/1"]
     assert [u["name"] for u in publish.previous] == ["baseline/1"]
     text = plan.describe()
-    assert text.splitlines()[0] == "live set: {baseline/1} -> {baseline/1, mtp/1} (join)"
+    assert text.splitlines()[0] == "plan: {baseline/1} -> {baseline/1, mtp/1} (join)"
     assert "1. Start: start mtp/1 on GPUs 2,3 (vllm-mtp-1)" in text
     assert "3. Publish: route the gateway to {baseline/1, mtp/1}" in text
-    assert "keep baseline/1 (GPUs 0,1): serves throughout" in text
+    assert "keep baseline/1: serves throughout" in text
     assert "Stop" not in text
     data = plan.as_data()
     assert data["mode"] == "join" and [o["op"] for o in data["operations"]] == [
@@ -90,7 +90,7 @@ def test_joining_keeps_what_serves_and_starts_only_the_new_one(stack: Stack) -> 
 def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack) -> None:
     running = _running(stack, "baseline/1", "mtp/1")
     plan = plan_live(resolve_live(stack, ["mtp", "dflash2"]), running)
-    assert (plan.keep, plan.start, plan.stop) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
+    assert (plan.keep, plan.start, plan.leaving) == (("mtp/1",), ("dflash2/1",), ("baseline/1",))
     assert plan.mode == "replace"
     assert _ops(plan) == [
         "Start dflash2/1",
@@ -101,7 +101,7 @@ def test_naming_the_set_stops_what_leaves_after_the_new_ones_serve(stack: Stack)
         "Stop baseline/1",
     ]
     assert [u["name"] for u in plan.ops[3].upstreams] == ["mtp/1", "dflash2/1"]
-    assert plan.as_data()["stop"] == ["baseline/1"]
+    assert plan.as_data()["leaving"] == ["baseline/1"]
 
 
 def test_a_leaving_member_whose_gpus_a_new_one_needs_stops_first(stack: Stack) -> None:
@@ -215,7 +215,7 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     assert single.config_hash  # the one serving baseline's hash, as `up baseline` labels it
     plan = plan_live(target, [], single)
     assert _ops(plan) == ["Start(adopt) baseline/1", "Start mtp/1", "Gate mtp/1", "Publish"]
-    assert plan.keep == ("baseline/1",) and plan.single is None and plan.mode == "join"
+    assert plan.keep == ("baseline/1",) and plan.leaving == () and plan.mode == "join"
     assert plan.ops[0].member.container == "p-vllm-1" and plan.ops[0].inverse() == ()
     publish = plan.ops[-1]
     assert publish.upstreams[0] == {"name": "baseline/1", "variant": "baseline", "url": "http://vllm:8000"}
@@ -227,7 +227,8 @@ def test_a_lone_variant_running_what_its_member_would_joins_the_set_as_it_runs(t
     member = LiveRunning("baseline/1", "baseline", "p-vllm-1", "0,1", single.config_hash, "running", "vllm")
     mtp = _running(stack, "mtp/1")
     same = plan_live(target, [member, *mtp], single)
-    assert same.no_op and same.upstreams[0]["url"] == "http://vllm:8000", same.describe()
+    assert same.no_op and same.after == ("baseline/1", "mtp/1"), same.describe()
+    assert member.member().upstream()["url"] == "http://vllm:8000"  # told the gateway again as it runs
     # Not adopted: another configuration, a set of itself alone, or no gateway running.
     assert "Stop baseline" in _ops(plan_live(target, [], _single("other")))
     assert _ops(plan_live(resolve_live(stack, ["baseline"]), [], single))[0] == "Start baseline/1"

@@ -68,9 +68,9 @@ def test_a_changed_gateway_setting_is_applied_in_place_under_traffic(sim_stack, 
     settings = _settings(sim_stack)
     assert (settings["GATEWAY_MAX_HELD"], settings["GATEWAY_HOLD_TIMEOUT"]) == (250, 77.0), settings
 
-    # the next `up` sees no difference: nothing to do, and `docker compose` recreates nothing
+    # the next `up` sees no difference: nothing to change, and `docker compose` recreates nothing
     again = sim_stack.run(*CHANGE, "up", "baseline", "--dry-run")
-    assert "nothing to do" in again.stdout, again.stdout
+    assert "nothing to change" in again.stdout, again.stdout
     # a restart of the same container keeps the settings it was given in place
     gateway.restart(timeout=10)
     end = time.monotonic() + 30
@@ -82,4 +82,4 @@ def test_a_changed_gateway_setting_is_applied_in_place_under_traffic(sim_stack, 
             assert time.monotonic() < end, "the restarted gateway did not answer"
             time.sleep(0.2)
     assert settings["GATEWAY_MAX_HELD"] == 250, settings
-    assert "nothing to do" in sim_stack.run(*CHANGE, "up", "baseline", "--dry-run").stdout
+    assert "nothing to change" in sim_stack.run(*CHANGE, "up", "baseline", "--dry-run").stdout

@@ -72,7 +72,7 @@ def test_standby_turned_on_then_off_settings_and_dry_runs(sim_stack, docker_clie
     for args in (("up", "baseline"), ("up", "mtp"), ("--set", "stack.standby=sleep", "up", "baseline")):
         done = stack.run(*args, "--dry-run", timeout=60)
         assert done.returncode == 0, done.stderr
-        assert ("nothing to do" in done.stdout) == (args == ("up", "mtp")), done.stdout
+        assert ("nothing to change" in done.stdout) == (args == ("up", "mtp")), done.stdout
     code, planned, err = _up(stack, "--set", "gateway.hold_timeout=77", "up", "mtp", "--dry-run")
     assert code == 0 and planned["outcome"] == "planned", planned
     assert planned["plan"]["gateway_in_place"] == ["GATEWAY_HOLD_TIMEOUT"], planned  # no new container

@@ -132,5 +132,5 @@ def test_the_target_already_serving_and_ready_is_a_no_op() -> None:
     stack = _stack()
     mtp = _info("mtp", service="vllm", sleep_mode=False)
     plan = _decide(_snap(stack, [mtp], route="http://vllm:8000"), "mtp", stack=stack)
-    assert plan.steps == () and "nothing to do" in plan.describe()
+    assert plan.steps == () and "nothing to change" in plan.describe()
     assert plan.as_data()["steps"] == []

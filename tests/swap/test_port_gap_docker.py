@@ -68,8 +68,9 @@ def test_recreate_gateway_reports_the_port_gap_the_client_saw(sim_stack, docker_
 
     planned = sim_stack.run("up", "--recreate-gateway", "--dry-run", "--json")
     assert planned.returncode == 0, planned.stderr
-    plan = json.loads(planned.stdout)
-    assert plan["outcome"] == "planned" and plan["gateway_update"] is True
+    result = json.loads(planned.stdout)
+    plan = result["plan"]  # `up`'s result, with the one plan shape
+    assert result["outcome"] == "planned" and plan["gateway_update"] is True and plan["keep"] == ["baseline"]
     assert plan["gateway_recreate_because"] == "--recreate-gateway" and plan["serving"] == "baseline"
     assert docker_client.containers.get(f"{sim_stack.project}-gateway-1").id == old  # nothing replaced
 

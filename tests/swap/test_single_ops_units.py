@@ -166,7 +166,7 @@ def test_the_error_names_the_cause_first_then_what_the_undo_did() -> None:
 
 def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
     data = _plan(_serving()).as_data()
-    assert [op["op"] for op in data["ops"]] == [  # type: ignore[union-attr]
+    assert [op["op"] for op in data["operations"]] == [  # type: ignore[union-attr]
         "Hold",
         "Stop",
         "AwaitRelease",
