@@ -141,7 +141,7 @@ def _recreate_gateway(obj: Context, variant: str | None, target: str, args: Swap
         finally:
             line.finish()
         gap = f"; {describe(done.port_gap)}" if done.port_gap is not None else ""
-        said = f"{done.outcome} ({done.timings['total']:.1f}s){gap}"
+        said = f"{done.notes[0]} ({done.timings['total']:.1f}s){gap}"
     if args.as_json and variant is None:
         click.echo(json.dumps(done.to_json()))
     else:  # before the swap of VARIANT, on stderr (with --json, even a dry run's)

@@ -65,11 +65,14 @@ def recreate_plan(snap: snapshot.Snapshot, run_file: str, url: str) -> Plan:
     return Plan(names, names, (ops.UpdateGateway("replace", run_file, "--recreate-gateway"),), (probed,))
 
 
+RECREATED = "gateway-recreated"  # the outcome of `up --recreate-gateway`
+
+
 def recreate_gateway(
     stack: Stack, client: docker.DockerClient, *, wait_for_lock: bool = True, progress: Say = quiet
 ) -> UpResult:
-    """Recreate only the gateway's container under the project's swap lock; the result's
-    outcome says what was done and what serves through it (`gateway recreated (...): ...`)."""
+    """Recreate only the gateway's container under the project's swap lock; the result's first
+    note says what was done and what serves through it (`gateway recreated (...): ...`)."""
     with change_lock(stack.project, wait_for_lock, progress):
         snap = snapshot.take(stack, client)
         retire_extra_gateways(client, snap.extra_gateways, progress)
@@ -96,7 +99,8 @@ def recreate_gateway(
         holder = " and its port holder (Docker's forwarding of the port was gone)" if dead else ""
         return UpResult(
             serving or "",
-            f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}",
+            RECREATED,
+            notes=[f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}"],
             timings={"total": time.monotonic() - began},
             port_gap=done.port_gap.to_json() if done.port_gap is not None else None,
         )

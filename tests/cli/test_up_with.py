@@ -52,7 +52,7 @@ def test_recreate_gateway_says_its_line_and_prints_ups_result_as_json(
 
     gap = {"seconds": 0.0, "probes": 97, "failed": 0, "watched": 2.17}
     said = "gateway recreated (p-gateway-1): http://127.0.0.1:8000 answers; mtp serves through it again"
-    done = UpResult("mtp", said, timings={"total": 2.5123}, port_gap=gap)
+    done = UpResult("mtp", "gateway-recreated", notes=[said], timings={"total": 2.5123}, port_gap=gap)
     monkeypatch.setattr(gateway_port, "recreate_gateway", lambda *a, **k: done)
     monkeypatch.setattr(Context, "docker", lambda self, timeout=None: None)
     args = ("--env-file", str(empty_env_file), "up", "--recreate-gateway")
@@ -60,5 +60,6 @@ def test_recreate_gateway_says_its_line_and_prints_ups_result_as_json(
     assert line.exit_code == 0, line.output
     assert line.stdout.strip() == f"{said} (2.5s); the port answered all 97 probes (watched 2.17 s)"
     data = json.loads(invoke(*args, "--json", env={"VLLM_API_KEY": STRONG}).stdout)
-    assert (data["variant"], data["outcome"], data["port_gap"]) == ("mtp", said, gap)
+    assert (data["variant"], data["outcome"], data["notes"]) == ("mtp", "gateway-recreated", [said])
+    assert data["port_gap"] == gap
     assert data["timings"] == {"total": 2.512}

@@ -78,6 +78,9 @@ def test_recreate_gateway_reports_the_port_gap_the_client_saw(sim_stack, docker_
     done = client.during(lambda: sim_stack.run("up", "--recreate-gateway", "--json", timeout=180))
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
+    assert (
+        result["outcome"] == "gateway-recreated" and "baseline serves through it again" in result["notes"][0]
+    )
     assert docker_client.containers.get(f"{sim_stack.project}-gateway-1").id != old
     gap = result["port_gap"]
     print(f"recreate-gateway: port_gap {gap}; client sent {client.sent}, failed {client.failures}")
