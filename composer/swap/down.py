@@ -236,9 +236,7 @@ def down(
         plan=planned.as_data(),
     )
     if stopped:  # a down that found nothing is no event of the history
-        source = snap.current.variant if snap.current else None  # what served
-        entry = {"kind": "down", "source": source, "target": None, "outcome": "stopped"}
-        append_history(stack.project, {**entry, "drained": runner.drained})
+        append_history(stack.project, planned.event("stopped", result, kind="down"))
     return result
 
 

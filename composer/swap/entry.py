@@ -177,22 +177,8 @@ def history(
     ran: Sequence[Op] = (),
     kind: str = "live",
 ) -> None:
-    """A change's history line (a live change, Docker and Kubernetes, and Kubernetes' switch,
-    `kind` `up`): its target, outcome, the operations that ran (all planned ones when none
-    did), what the drain did and the cause of a failure."""
-    append_history(
-        stack.project,
-        {
-            "kind": kind,
-            "source": "+".join(sorted({name.split("/")[0] for name in plan.before})) or None,
-            "target": "+".join(plan.variants),
-            "outcome": outcome,
-            "steps": [op.describe() for op in (ran or plan.ops)],
-            "timings": {k: round(v, 3) for k, v in result.timings.items()},
-            **({"drained": result.drained} if result.drained is not None else {}),
-            "cause": str(err).splitlines()[0][:500] if err else None,
-        },
-    )
+    """A live change's history line (Docker and Kubernetes; Kubernetes' switch: `kind` `up`)."""
+    append_history(stack.project, plan.event(outcome, result, kind=kind, cause=err, ran=ran))
 
 
 def live_run_file(target: LiveTarget, write: bool = True) -> Path:

@@ -23,6 +23,7 @@ from composer.render.spec import Owner
 from composer.swap import ops
 from composer.swap.journal import SwapRecord
 from composer.swap.ops import Member, Op
+from composer.swap.outcome import UpResult
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 
 if TYPE_CHECKING:
@@ -295,6 +296,33 @@ class Plan:
         if self.no_op:
             lines.append(f"  nothing to change: {_named(self.after)} already serves with this configuration")
         return "\n".join(lines)
+
+    def event(
+        self,
+        outcome: str,
+        result: UpResult,
+        *,
+        kind: str = "up",
+        cause: BaseException | str | None = None,
+        ran: Sequence[Op] = (),
+        by: str | None = None,
+    ) -> dict[str, object]:
+        """The change's history line, for every plan (`kind`: `up`, `live`, `down`): what served
+        and what is wanted, the outcome, the operations in words (those that `ran`, else every
+        planned one), timings, what the drain did and the first line of a failure's `cause`."""
+        extra = {"by": by, "port_gap": result.port_gap, "probation": result.probation}
+        extra["serving_container"] = None if cause else result.serving_container
+        return {
+            "kind": kind,
+            "source": "+".join(sorted({name.split("/")[0] for name in self.before})) or None,
+            "target": self.target or None,
+            "outcome": outcome,
+            "steps": [op.describe() for op in (ran or self.ops)],
+            "timings": {k: round(v, 3) for k, v in result.timings.items()},
+            "drained": result.drained,
+            "cause": str(cause).splitlines()[0][:500] if cause else None,
+            **{key: value for key, value in extra.items() if value},
+        }
 
     def recording(self, project: str, timeout: float, kind: str = "up") -> SwapRecord:
         """The running change's record (`status` names it; a killed `up` leaves it behind, and

@@ -250,23 +250,7 @@ def execute(
 
 
 def _history(ctx: Context, plan: Plan, outcome: str, result: UpResult, cause: str | None = None) -> None:
-    append_history(
-        ctx.stack.project,
-        {
-            "kind": "up",
-            "source": plan.serving,
-            "target": plan.target,
-            "outcome": outcome,
-            "steps": list(plan.steps),
-            "timings": {k: round(v, 3) for k, v in result.timings.items()},
-            "drained": result.drained,
-            **({"port_gap": result.port_gap} if result.port_gap is not None else {}),
-            "cause": cause.splitlines()[0][:500] if cause else None,
-            **({"by": ctx.options.by} if ctx.options.by else {}),
-            "serving_container": None if cause else result.serving_container,
-            **({"probation": result.probation} if result.probation else {}),
-        },
-    )
+    append_history(ctx.stack.project, plan.event(outcome, result, cause=cause, by=ctx.options.by))
 
 
 def check_standby_fits(
