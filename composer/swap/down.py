@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from docker.errors import APIError, NotFound
@@ -22,6 +23,7 @@ from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused, GatewayControlError, SwapFailed, UsageError
 from composer.stack.model import Stack
 from composer.swap import ops
+from composer.swap.entry import run_live
 from composer.swap.execute import Cases, Handlers, Say, execute, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
@@ -240,6 +242,32 @@ def down(
     return result
 
 
+LIVE_SET_SERVES_ON = "the live set serves on"
+
+
+def _leave_live_set(ctx: Context, variant: str, snap: Snapshot) -> str:
+    """`down VARIANT` on a live set: the set less VARIANT, run as every live change is (a running
+    record, a history line, the undo on a failure): the gateway routes to the others, then each
+    of its members is drained and stopped. Refused when it is all that serves."""
+    members = [r.member() for r in snap.live_running]
+    mine = [m for m in members if m.variant == variant]
+    if len(mine) == len(members):
+        raise DownRefused(
+            f"{variant} is all the live set serves: stopping it leaves nothing serving; "
+            "`compose-spec down` stops everything"
+        )
+    left = tuple(m for m in members if m.variant != variant)
+    routes = ops.Publish(tuple(m.upstream() for m in left), tuple(m.upstream() for m in members))
+    todo: list[ops.Op] = [routes]
+    todo += [op for m in mine for op in (ops.Drain(m.name), ops.Stop(m, live=True))]
+    plan = Plan(tuple(m.name for m in members), tuple(m.name for m in left), tuple(todo))
+    kept = Path(next(r.run_file for r in snap.live_running if r.variant != variant))
+    result = run_live(DockerSwap(ctx), plan, (), snap, lambda: kept, "stopped")
+    cut = (result.drained or {}).get("cut")
+    said = f"stopped {variant} ({', '.join(m.name for m in mine)}); {LIVE_SET_SERVES_ON}"
+    return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
+
+
 def stop_variant(ctx: Context, variant: str, force: bool = False, takeover: bool = False) -> str:
     """Stop one variant's container, asleep, awake, failed or serving; say what was done. Only
     ever that variant: the live set, the gateway and its port holder stay. The serving one is
@@ -250,7 +278,7 @@ def stop_variant(ctx: Context, variant: str, force: bool = False, takeover: bool
     if foreign and not takeover:
         raise UsageError(down_refusal(foreign, stack.project, f"down {variant}"))
     if any(r.variant == variant for r in snap.live_running):  # the others serve on
-        return DockerSwap(ctx).remove(variant, snap)
+        return _leave_live_set(ctx, variant, snap)
     live = {r.container for r in snap.live_running}
     mine = [m for m in snap.members if m.variant == variant and m.info.name not in live]
     if not mine:
@@ -310,7 +338,7 @@ def down_variant(
     """Stop one variant's container under the project's lock (see `stop_variant`)."""
     with change_lock(stack.project, True, progress):
         said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force, takeover)
-    if not said.endswith("nothing stopped"):
+    if not said.endswith("nothing stopped") and LIVE_SET_SERVES_ON not in said:  # a live change wrote its own
         append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
     return said
 

@@ -61,7 +61,6 @@ if TYPE_CHECKING:
     from composer.swap.holding import EarlyHold
     from composer.swap.journal import SwapRecord
     from composer.swap.outcome import UpOptions, UpResult
-    from composer.swap.snapshot import Snapshot
 
 T = TypeVar("T")
 UPSTREAM_WAIT_S = 30.0
@@ -831,27 +830,6 @@ class DockerSwap:
         control = self._control()
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
-
-    def remove(self, variant: str, snap: Snapshot) -> str:
-        """`down VARIANT` on a live set: drain and stop its containers; refused when it is all that serves."""
-        members = [r.member() for r in snap.live_running]
-        mine = [m for m in members if m.variant == variant]
-        if not mine:
-            return f"{variant} is not live; nothing stopped"
-        if len(mine) == len(members):
-            from composer.errors import DownRefused
-
-            raise DownRefused(
-                f"{variant} is all the live set serves: stopping it leaves nothing serving; "
-                "`compose-spec down` stops everything"
-            )
-        left = tuple(m.upstream() for m in members if m.variant != variant)
-        todo: list[Op] = [ops.Publish(left, tuple(m.upstream() for m in members))]
-        todo += [op for m in mine for op in (ops.Drain(m.name), ops.Stop(m, live=True))]
-        execute(todo, self.handlers(), say=self.say)
-        said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
-        cut = self.drained.cut
-        return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
 
     # -- a failure ------------------------------------------------------------------------
     def keep_evidence(self, op: Op, err: BaseException) -> None:

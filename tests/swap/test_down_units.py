@@ -104,7 +104,7 @@ def test_down_variant_refuses_another_stacks_project(monkeypatch: pytest.MonkeyP
     snap = _live_set(stack, _owner(stack, THEIRS))
     monkeypatch.setattr(down_module, "take", lambda stack, client: snap)
     removed: list[str] = []
-    monkeypatch.setattr(down_module.DockerSwap, "remove", lambda swap, v, s: removed.append(v) or "ok")
+    monkeypatch.setattr(down_module, "_leave_live_set", lambda ctx, v, s: removed.append(v) or "ok")
     ctx = Context(stack, None, UpOptions())  # type: ignore[arg-type]
     with pytest.raises(UsageError, match=r"`down mtp` here would stop") as refused:
         down_module.stop_variant(ctx, "mtp")

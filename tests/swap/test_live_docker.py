@@ -171,12 +171,21 @@ def test_mtp_joins_a_live_baseline_without_stopping_it_or_refusing_a_request(
     with Client(f"http://127.0.0.1:{sim_stack.port}", sim_stack.api_key) as client:
         left = sim_stack.run("down", "baseline", timeout=180)
         assert left.returncode == 0, left.stderr
+        assert "stopped baseline (baseline/1); the live set serves on" in left.stdout
         after = len(client.answers)
         while len(client.answers) < after + 10:
             threading.Event().wait(0.05)
     assert {status for status, _ in client.answers} == {200}, client.answers
     assert {served for _, served in client.answers[after:]} == {"mtp/1"}
     assert sorted(_gateway_upstreams(sim_stack)) == ["mtp/1"]
+    event = json.loads(sim_stack.run("history", "--json").stdout)[-1]  # a live change: the set less baseline
+    assert (event["kind"], event["source"], event["target"], event["outcome"]) == (
+        "live",
+        "baseline+mtp",
+        "mtp",
+        "stopped",
+    ), event
+    assert any(step.startswith("drain") and "baseline/1" in step for step in event["steps"]), event
 
 
 def _backend_ready_within(sim_stack, seconds: float) -> bool:

@@ -139,7 +139,7 @@ class Downer:
         )
         monkeypatch.setattr(module, "compose", lambda *a, **k: pytest.fail("down VARIANT ran compose down"))
         monkeypatch.setattr(
-            module.DockerSwap, "remove", lambda swap, variant, snap: self.removed.append(variant) or "live"
+            module, "_leave_live_set", lambda ctx, variant, snap: self.removed.append(variant) or "live"
         )
         self.by_name: dict[str, Running] = {}
 
