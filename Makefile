@@ -108,9 +108,9 @@ image-%: install
 render: install
 	$(COMPOSE_SPEC) render
 
-# Lint, the docs build and the fast tier, before every commit (161 s measured on 2 cores at a
-# load average of 2.5, 105 s of it the fast tier and 53 s the timing tests; an earlier tree
-# 172 s beside `stress-ng --cpu 2`; benchmarks/bench_check.py times it): in parallel
+# Lint, the docs build and the fast tier, before every commit (146 s measured on 2 cores at a
+# load average of 3.9, 89 s of it the fast tier and 54 s the timing tests; 197 s beside
+# `stress-ng --cpu 2`; benchmarks/bench_check.py times it): in parallel
 # with fewer Hypothesis examples, then the real-time `timing` tests alone. No daemon, no
 # image, no root needed.
 check: install tools
