@@ -12,7 +12,8 @@ from typing import Any
 def lazy_exports(
     package: str, exports: Mapping[str, Iterable[str]]
 ) -> tuple[list[str], Callable[[str], Any]]:
-    """`__all__` and a `__getattr__` importing `package.<module>` (from `exports`) on first use."""
+    """`__all__` and a module `__getattr__` that imports `package.<module>` on first use
+    of one of its exported names; `exports` maps module names to the names they export."""
     home = {name: f"{package}.{module}" for module, names in exports.items() for name in names}
 
     def module_getattr(name: str) -> Any:

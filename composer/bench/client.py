@@ -306,8 +306,9 @@ def scrape(client: httpx.Client) -> SpecCounters:
 
 
 class RunningSampler:
-    """Polls `vllm:num_requests_running` while a block runs; `peak`: the most seen at once
-    (the effective concurrency), None when no sample could be read."""
+    """Polls `vllm:num_requests_running` while a block runs; `peak` is the most seen at once
+    (the effective concurrency, which a KV budget or `--max-num-seqs` may cap), None when
+    no sample could be read. /metrics needs no API key."""
 
     def __init__(self, base_url: str, interval_s: float = 0.2) -> None:
         self.peak: int | None = None

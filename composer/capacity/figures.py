@@ -36,7 +36,8 @@ def kv_cache_per_gpu(
 
 
 def gpu_need(weights: int | None, kv_cache: int | None, activations: int) -> int | None:
-    """What one GPU must hold for a variant to run: weights + KV cache + activations."""
+    """What one GPU must hold for a variant to run, and so must be free before it starts
+    (the release budget): weights + KV cache + activations."""
     if weights is None or kv_cache is None:
         return None
     return weights + kv_cache + activations

@@ -121,7 +121,8 @@ class VariantFigures:
 def variant_figures(
     stack: Stack, variant: Variant, gpu_total: int | None, weights: Weights | None = None
 ) -> VariantFigures:
-    """`variant`'s figures on a GPU of `gpu_total` bytes (None: unknown)."""
+    """`variant`'s figures on a GPU of `gpu_total` bytes (None: unknown); `weights` saves a
+    second read of the checkpoints."""
     weights = weights if weights is not None else variant_weights(stack, variant)
     utilization = memory_utilization(variant)
     configured = variant.kv_cache_memory
@@ -202,7 +203,8 @@ class Capacity:
 
 
 def capacity_of(stack: Stack, probe: GpuProbe | None = None, names: list[str] | None = None) -> Capacity:
-    """The figures of `names` (default: all) on the stack's smallest GPU, with every sleeper's."""
+    """The figures of `names` (default every variant) on the stack's smallest GPU; the host
+    RAM and the residue of every sleep-standby variant (they sleep beside any of `names`)."""
     memory, source = inputs.gpu_memory(stack, probe)
     chosen = names if names is not None else list(stack.variants)
     per_variant = {n: variant_figures(stack, stack.variant(n), memory) for n in chosen}

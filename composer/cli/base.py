@@ -103,7 +103,8 @@ class ComposeSpecGroup(click.Group):
         return super().resolve_command(ctx, args)
 
     def wants_json(self, argv: Sequence[str]) -> bool:
-        """True when `--json` was given to a command that has it."""
+        """True when `--json` was given to a command that has it (found past the global
+        options and their values)."""
         words = iter(argv)
         for word in words:
             if word in VALUE_OPTIONS:
@@ -175,7 +176,8 @@ if TYPE_CHECKING:
 
 
 class Context:
-    """The running command's global options, their stack source and its one Docker client."""
+    """The global options of the running command, the stack source they name, and the
+    command's one Docker client (opened on first use, closed when the command ends)."""
 
     def __init__(self) -> None:
         self.options = GlobalOptions()

@@ -157,7 +157,8 @@ def bench(
 
 
 def _measure_switching(obj: Context, plan, options, run, line: LiveLine, swapping: dict, report) -> None:
-    """The switching arm: the trace through the automatic policy (fills `run`; Ctrl-C keeps it)."""
+    """The switching arm: the trace through the gateway with the automatic policy between
+    the plain variant and the best speculative arm (fills `run`; Ctrl-C keeps what finished)."""
     from composer.bench import decide as arms
     from composer.bench.report import report_data
     from composer.bench.sweep import BenchPoint, k_override

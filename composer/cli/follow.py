@@ -86,7 +86,8 @@ def follow(
 
 
 def _executable() -> list[str]:
-    """The absolute command that runs this compose-spec (else `python -m composer`)."""
+    """The absolute command that runs this compose-spec: the script itself, else the one
+    beside this Python, else `python -m composer`."""
     script = Path(sys.argv[0])
     if script.name == "compose-spec" and script.exists():
         return [os.path.abspath(script)]

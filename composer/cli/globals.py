@@ -105,7 +105,8 @@ def add_hidden_globals(command: click.Command) -> None:
 
 
 def options_of(ctx: click.Context) -> GlobalOptions:
-    """The global options for `ctx`'s command: those after its name over those before it."""
+    """The global options in force for the command of `ctx`: those after its name over those
+    before it (repeatable ones add up)."""
     names = {f.name for f in fields(GlobalOptions)}
     given = {k: v for k, v in ctx.find_root().params.items() if k in names and v not in (None, "", (), False)}
     for name, value in ctx.meta.get(LATE, {}).items():

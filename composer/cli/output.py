@@ -19,9 +19,11 @@ STACK_LINES = ("warning: ", "note: ")
 
 
 class LiveLine:
-    """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise; an
-    output error silences it. A line about the stack (`STACK_LINES`) is kept in `said` and shown
-    only when `first_time` says the stack has not shown it before."""
+    """Progress output: one rewritten line on a TTY, plain lines on stage changes otherwise.
+    An output error (a closed pipe or terminal) silences it; the swap goes on.
+
+    A line about the stack (`STACK_LINES`) is remembered in `said` (the report does not repeat
+    it) and shown only when `first_time` says it was not shown for the stack before."""
 
     def __init__(self, first_time: Callable[[str], bool] | None = None) -> None:
         try:
@@ -83,7 +85,9 @@ def warning(message: str) -> None:
 
 def outcome_line(variant: str, result: UpResult, where: str = "") -> str:
     """`mtp: swapped (switch 7.5s, then 30.0s on probation); in flight: 2 streams continued, 1
-    finished, 0 cut`, then the port's gap when the gateway's container was replaced."""
+    finished, 0 cut`: what changed, the switch's own time (the probation watches a variant that
+    already serves), what the requests in flight got, and the port's gap when the gateway's
+    container was replaced."""
     from composer.engine.port_gap import describe
 
     timings = result.timings
@@ -104,7 +108,8 @@ def outcome_line(variant: str, result: UpResult, where: str = "") -> str:
 
 
 def in_flight(drained: dict[str, int]) -> str:
-    """`in flight: 2 streams continued, 1 finished, 0 cut` (or `no request was in flight`)."""
+    """What the requests in flight at the switch got: `in flight: 2 streams continued, 1
+    finished, 0 cut` (`no request was in flight`)."""
     continued, cut = drained.get("continued", 0), drained.get("cut", 0)
     finished = drained.get("finished")  # a live change counts only what it continued or cut
     if finished == 0 and not (continued or cut):

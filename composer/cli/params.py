@@ -73,7 +73,8 @@ def csv_list(value: str | None, convert: Callable[[str], Any] = str) -> tuple[An
 
 
 def complete_from_stack(kind: str) -> Callable[[click.Context, click.Parameter, str], list[CompletionItem]]:
-    """Shell completion of variant, workload or log-service names from the stack."""
+    """Shell completion of variant, workload or log-service names from the stack the global
+    options name (wherever they stand on the line)."""
 
     def complete(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[CompletionItem]:
         from composer.cli.globals import options_of

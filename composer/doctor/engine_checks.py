@@ -59,7 +59,8 @@ def engine_finding(version: str, kernel: str = "", gateway: bool = True) -> Find
 def check_engine(
     client_factory: Callable[[], docker.DockerClient], gateway: bool = True
 ) -> tuple[Finding, docker.DockerClient | None]:
-    """Connect once; the client (or None) is reused by the other Docker checks."""
+    """Connect once; the client (or None) is reused by the other Docker checks (`gateway`:
+    the stack runs one, whose port holder needs a kernel 5.14 or newer)."""
     from docker.errors import DockerException
 
     try:
@@ -191,7 +192,8 @@ def read_proxy_facts(proc: Path = Path("/proc"), daemon_json: Path = DAEMON_JSON
 
 
 def userland_proxy_finding(port: int, facts: ProxyFacts, daemon_json: Path = DAEMON_JSON) -> Finding | None:
-    """Warn when the engine publishes ports through its userland proxy; None: no local engine."""
+    """Warn when the engine publishes ports through its userland proxy; None when no local
+    engine is seen (Docker Desktop, another machine)."""
     configured = facts.config.get(USERLAND_PROXY) if facts.config else None
     off = facts.flag is False or (facts.flag is None and configured is False)
     in_use = port in facts.proxied_ports

@@ -243,7 +243,8 @@ class FactsProbe:
 
 
 def check_standby(stack: Stack, facts: GpuFacts) -> Finding | None:
-    """Does each variant fit with every sleep-standby variant asleep? None when none sleeps."""
+    """Each variant serving with every other sleep-standby variant asleep: does it fit? (None
+    when no variant has `standby = "sleep"`.)"""
     sleepers = [n for n, v in stack.variants.items() if v.standby == "sleep"]
     if not sleepers:
         return None

@@ -134,7 +134,8 @@ class AddressNotHere(OSError):
 
 
 def port_is_free(host: str, port: int) -> bool:
-    """True when we can bind host:port; AddressNotHere when `host` is not this machine's."""
+    """True when nothing listens on host:port (we can bind it ourselves); AddressNotHere when
+    `host` is not an address of this machine."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -181,7 +182,8 @@ def _publishes(container: Any, port: int) -> bool:
 def check_port(
     stack: Stack, client: docker.DockerClient | None, known: Sequence[Any] | None = None
 ) -> Finding:
-    """The port is free, or held by this project's own container; `known`: see `_holders`."""
+    """The port is free, or held by this project's own container (another project's would make
+    our start fail); `known`: see `_holders`."""
     found = partial(Finding, "port")
     host = "0.0.0.0" if stack.bind_address in {"", "*"} else stack.bind_address
     try:

@@ -61,7 +61,8 @@ def port_check(
     endpoint: Endpoint | None,
     known: Sequence[Any] | None = None,
 ) -> Finding:
-    """The port: a running gateway end to end, then a remote engine's publishers or a local bind."""
+    """A running gateway probed end to end, then the containers publishing the port on a
+    remote engine's host, or the local bind test; `known`: see `preflight.check_port`."""
     gateway = UNKNOWN
     if known is not None:
         gateway = next((c for c in known if c.labels.get(labels.ROLE) == labels.ROLE_GATEWAY), None)

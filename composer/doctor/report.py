@@ -267,7 +267,8 @@ def fast_checks(
 
 
 def _grouped(checks: Iterable[Finding]) -> Iterator[tuple[Finding, list[str]]]:
-    """Checks with the same status, detail and fix as one entry naming what they cover."""
+    """Checks with the same status, detail and fix as one entry (first-seen order), with
+    the names they cover (`gpu-count`, `gpu-memory [mtp, dflash2]`)."""
     groups: dict[tuple[str, str, str], list[Finding]] = {}
     for check in checks:
         groups.setdefault((check.status, check.detail, check.fix), []).append(check)
@@ -279,7 +280,8 @@ def _grouped(checks: Iterable[Finding]) -> Iterator[tuple[Finding, list[str]]]:
 
 
 def format_report(report: Report) -> str:
-    """Human-readable lines: status, check(s), detail, the fix under it; identical findings once."""
+    """Human-readable lines: status, check(s), detail, and the fix under it; identical
+    findings (the same GPU warning for every check and variant) are printed once."""
     lines = []
     for check, names in _grouped(report.checks):
         lines.append(f"{check.status:<4}  {', '.join(names)}: {check.detail}")

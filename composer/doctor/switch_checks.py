@@ -26,7 +26,8 @@ def switching_configured(stack: Stack) -> str | None:
 
 
 def follower_warning(stack: Stack, attached: bool | None) -> str | None:
-    """A line when switching is configured and no follower is attached; None otherwise."""
+    """One line when switching is configured and the gateway says no follower is attached
+    (no long poll within 30 s); None when all is well or the gateway could not say."""
     configured = switching_configured(stack)
     if configured is None or attached is not False:
         return None

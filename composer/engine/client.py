@@ -37,7 +37,8 @@ def select_context(name: str | None) -> None:
 
 @dataclass(frozen=True)
 class Endpoint:
-    """The engine in use: its context (None: DOCKER_HOST or the default), host URL and TLS."""
+    """The engine in use: the context it came from (None for DOCKER_HOST or the default), its
+    host URL and TLS settings."""
 
     context: str | None
     host: str
@@ -101,7 +102,8 @@ def _docker_quiet(
 
 
 def known_contexts(missing: str = "") -> list[str]:
-    """The contexts the docker CLI stores, but `missing` (asked without DOCKER_CONTEXT)."""
+    """The contexts the docker CLI stores (the CLI lists DOCKER_CONTEXT's name even when no
+    such context exists: it is asked without it, and `missing` is never offered)."""
     env = {k: v for k, v in os.environ.items() if k not in ("DOCKER_CONTEXT", "DOCKER_HOST")}
     argv = [docker_binary(), "context", "ls", "--format", "{{.Name}}"]
     done = _docker_quiet(argv, "docker context ls --format {{.Name}}", env)
@@ -266,7 +268,8 @@ def compose(
     env: Mapping[str, str] | None = None,
     timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
-    """`docker compose -p PROJECT [-f FILE] ARGS...`, detached; ComposerError on failure or timeout."""
+    """Run `docker compose -p PROJECT [-f FILE] ARGS...` detached (see run_detached); raise
+    ComposerError when it fails or `timeout` s pass."""
     files = ["--file", str(compose_file)] if compose_file is not None else []
     argv = docker_cli("compose", "--project-name", project, *files, *args)
     command = " ".join(args)

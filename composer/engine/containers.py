@@ -92,7 +92,8 @@ def gateway_container(stack: Stack, client: docker.DockerClient) -> Container | 
 def gateway_containers(
     stack: Stack, client: docker.DockerClient, role: str = label_names.ROLE_GATEWAY
 ) -> list[Container]:
-    """The stack's gateway containers (or port holders, by `role`), running ones first."""
+    """The stack's gateway containers (two while one replaces the other), running ones first;
+    `role`: `ROLE_GATEWAY_PORT` for the port holder."""
     found = client.containers.list(
         all=True,
         filters={"label": [f"{label_names.COMPOSE_PROJECT}={stack.project}", f"{label_names.ROLE}={role}"]},
@@ -116,7 +117,8 @@ def holds_the_port(holder: Container | None, stack: Stack) -> bool:
 
 
 def holder_kept(stack: Stack, client: docker.DockerClient) -> list[str]:
-    """`--no-deps` while the port holder runs with the stack's port: compose leaves it alone."""
+    """`--no-deps` for compose while the port holder runs with the stack's port: compose then
+    leaves it (and the port) alone when the gateway's image, which it shares, changed."""
     return ["--no-deps"] if holds_the_port(port_holder(stack, client), stack) else []
 
 

@@ -10,7 +10,8 @@ _CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 def in_checkout() -> bool:
-    """True when running from the repository, where `make` targets exist."""
+    """True when running from the repository (an editable install or PYTHONPATH), where
+    `make` targets exist."""
     return (_CHECKOUT / "Makefile").is_file() and (_CHECKOUT / "images" / "gateway" / "build.sh").is_file()
 
 

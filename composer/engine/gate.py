@@ -167,7 +167,8 @@ watch_probation = functools.partial(watch, probation=True)
 
 
 def run_mark(container: VariantContainer) -> tuple[object, int, bool]:
-    """(State.StartedAt, RestartCount, running): changes when its process ends; gone: (None, -1, False)."""
+    """What changes when the container's process ends: (State.StartedAt, RestartCount, running);
+    a container Docker no longer knows gives (None, -1, False)."""
     from docker.errors import NotFound
 
     try:

@@ -52,7 +52,8 @@ cannot change them (a key with characters a header cannot carry, a bad URL)."""
 
 
 def probe(client: httpx.Client, url: str, served_name: str, api_key: str | None) -> Readiness:
-    """The three readiness steps in order, up to the first not met (fatal: the request cannot be sent)."""
+    """Check the three readiness steps in order; stop at the first that is not yet met. A
+    request that cannot be built or sent (NOT_A_READINESS_STATE) is fatal at once."""
     try:
         return _probe(client, url, served_name, api_key)
     except NOT_A_READINESS_STATE as err:  # its text may quote the header: only its type is shown

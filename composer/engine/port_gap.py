@@ -115,7 +115,8 @@ def count(results: list[tuple[float, str]], began: float, ended: float) -> PortG
 
 
 class PortWatch:
-    """Probes `url`'s host and port in a thread from `start()` to `stop()` (a context manager)."""
+    """Probes `url`'s host and port in a thread from `start()` to `stop()` (a context manager);
+    `probe` is injectable for tests."""
 
     def __init__(
         self,

@@ -48,7 +48,8 @@ class PublishedPort:
 
 
 def published_address(container: Container, stack: Stack) -> tuple[str, int]:
-    """The host address and port Docker publishes the container's API on."""
+    """The host address and port Docker publishes the container's API on (its own record
+    first, then the stack's settings)."""
     from composer.engine.containers import network_owner
 
     ports = (network_owner(container).attrs.get("NetworkSettings") or {}).get("Ports") or {}
@@ -88,7 +89,8 @@ def container_addresses(container: Container) -> list[str]:
 
 
 def probe_published(container: Container, stack: Stack) -> PublishedPort:
-    """Probe the gateway through its published host port (a refusal is asked twice more)."""
+    """Probe the gateway through its published host port (a refusal is asked twice more; a
+    silence already waited its read timeout)."""
     host, port = published_address(container, stack)
     url = base_url(host, port)
 
@@ -108,7 +110,8 @@ ANSWER_TIMEOUT = 60.0  # seconds a (re)started gateway has to answer through the
 
 
 def wait_published(container: Container, stack: Stack, timeout: float = ANSWER_TIMEOUT) -> PublishedPort:
-    """The last probe of a (re)started gateway's published port, until it answers or `timeout`."""
+    """Probe a (re)started gateway through its published port until it answers (at most
+    `timeout` s); the last probe."""
     container.reload()
 
     def attempt() -> PublishedPort:

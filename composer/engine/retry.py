@@ -121,12 +121,14 @@ def _giving_last(
 
 
 def published_refusal(*, sleep: Sleep = pause) -> Retrying:
-    """A refused published port: asked 3 times, 0.2 s apart; gives the last `Pending`'s result."""
+    """A refused published port: asked 3 times, 0.2 s apart (a just-started proxy may not
+    listen yet); gives the last `Pending`'s result."""
     return _giving_last(0.2, stop_after_attempt(3), sleep)
 
 
 def _answering(interval: float) -> Callable[[float, tuple[type[BaseException], ...]], Retrying]:
-    """A control channel's policy: asked every `interval` s while it fails with `errors`, for `timeout` s."""
+    """A control channel's policy: asked every `interval` s while it fails with one of
+    `errors`, for `timeout` s; then the last error is raised again."""
     return lambda timeout, errors: within(timeout, interval, retry_on=errors)
 
 

@@ -208,7 +208,8 @@ class VariantContainer:
             return None
 
     def first_run_log(self, tail: int | None = None) -> str:
-        """The last `tail` lines of its first run's log (a restarted failure shows its boot once)."""
+        """The log of its first run only (the last `tail` lines of it): a failure the restart
+        policy restarted shows its boot once, not each restart's boot after it."""
         try:
             self.container.reload()
             attrs = self.container.attrs

@@ -119,7 +119,8 @@ def build_overlay(
 
 
 def base_contains_change(client: Any, recipe: Recipe) -> bool:
-    """True when the local base already holds every diff; ImageBuildError when an input is missing."""
+    """True when the recipe's local base already holds every diff (they apply in reverse);
+    ImageBuildError when an input (a diff file, the base image) is missing."""
     base = check_inputs(client, recipe)
     diffs = validate_diffs(recipe)
     _, files = _base_files(client, base.id, recipe, diffs, {label_names.BUILD: recipe.name})

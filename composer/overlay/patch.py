@@ -37,7 +37,8 @@ def apply_diffs(base_files: Mapping[str, str | None], diffs: Iterable[ParsedDiff
 def _apply_change(
     original: str | None, change: FileChange, diff_name: str, failures: list[tuple[str, str]]
 ) -> str | None:
-    """The text of one file after the hunks that apply; the others go to `failures`."""
+    """The text of one file after its hunks; each problem goes to `failures` as (`diff NAME:
+    PATH`, line) and the hunks that apply are still applied."""
     where = f"diff {diff_name}: {change.path}"
     if change.is_new and original is not None:
         failures.append((where, f"{where}: the diff adds this file but the base image already has it"))

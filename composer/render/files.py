@@ -289,7 +289,8 @@ def _put_back(staged: _Staged) -> None:
 
 
 def write_all(files: list[RenderedFile]) -> list[bool]:
-    """Write every file, all or nothing; per file, whether it was (re)written."""
+    """Write every file, all or nothing (RenderError names the one that failed); per file,
+    whether it was (re)written."""
     changed = [not is_current(f) for f in files]
     staged: list[_Staged] = []
     try:

@@ -59,7 +59,8 @@ def _merge(key: str, *layers: Resources) -> dict[str, dict[str, str]]:
 
 
 def server_resources(stack: Stack, variant: Variant, gpus: int | None) -> dict[str, Any]:
-    """The vLLM container's resources: defaults, then `server`, then the variant's own."""
+    """The vLLM container's resources: defaults (from the weights per GPU, the ranks and the shm
+    size), then `server`, then the variant's own."""
     table = stack.kubernetes.resources
     ranks = stack.tensor_parallel_size if stack.gpus is not None else 1
     memory = ((variant.weights_bytes or 0) + RUNTIME_PER_RANK) * ranks + stack.kubernetes.shm_size

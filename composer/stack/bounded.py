@@ -33,7 +33,8 @@ def _size(limit: int) -> str:
 
 
 def read_bounded(path: str | Path, what: str, limit: int, *, tail: bool = False) -> bytes:
-    """The bytes of `path`, at most `limit` (FileTooLarge past it; with `tail`, the last ones)."""
+    """The bytes of `path`, at most `limit`: FileTooLarge past it, OSError when unreadable;
+    with `tail`, a larger regular file gives its last `limit` bytes instead."""
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)  # a FIFO without writer: no hang
     with os.fdopen(fd, "rb") as handle:
         os.set_blocking(fd, True)

@@ -349,7 +349,8 @@ def _refuse_shared_mount_targets(
 
 
 def _reject_unknown(table: Mapping, allowed: set[str], where: str) -> None:
-    """Refuse a key no table has, naming its close match, the table's keys or where they are."""
+    """A key no table has: its close match as --set names one, else the table's keys when they
+    are few, else where every key is listed."""
     unknown = sorted(set(table) - allowed)
     if unknown:
         key = unknown[0] if unknown[0].isprintable() else v.shown(unknown[0])  # one line, always

@@ -102,7 +102,8 @@ class ServingStore:
         return record if isinstance(record.get("serving"), dict) else {}
 
     def load(self) -> tuple[dict[str, Any], bool, bool]:
-        """The saved record ({}: none), whether this container saved it and whether it stopped."""
+        """The saved record ({} when none can be read), whether this container saved it and
+        whether the gateway that saved it stopped."""
         record = self._read()
         if not record:
             return {}, False, False
@@ -121,7 +122,8 @@ class ServingStore:
 
 
 def read_record(path: Path, what: str) -> dict[str, Any]:
-    """The JSON object in `path` (bounded); {} when there is none or it cannot be read."""
+    """The JSON object in `path` (at most `MAX_SETTINGS_BYTES` read); {} when there is none or
+    it cannot be read (logged under `what`)."""
     try:
         with path.open("rb") as fh:
             record = json.loads(fh.read(MAX_SETTINGS_BYTES + 1)[:MAX_SETTINGS_BYTES])

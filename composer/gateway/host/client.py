@@ -107,12 +107,14 @@ class GatewayState:
 
     @property
     def live_set(self) -> frozenset[str]:
-        """The live set's members the gateway routes among (empty: its single member serves)."""
+        """The names of the live set's members the gateway routes among (empty: its single
+        member serves)."""
         return frozenset(u.name for u in self.upstreams if not u.leaving and u.name != SINGLE)
 
     @property
     def upstreams(self) -> tuple[UpstreamInfo, ...]:
-        """Every member requests go to (the live set, or `SINGLE`), then those leaving."""
+        """Every member requests go to (the live set, or the single member named `SINGLE`),
+        then those leaving with requests in flight."""
         items = self.raw.get("upstreams")
         items = items if isinstance(items, list) else []
         return tuple(_parse(UpstreamInfo, d) for d in items if isinstance(d, dict))
@@ -409,9 +411,10 @@ class GatewayControl:
     ) -> DrainReport:
         """Hold new requests and wait for in-flight ones; what is left at `timeout_s` is cut.
 
-        `probe_token` passes the hold (the swap's gate); `target` starts a switch in the switch
-        log. `continue_streams`: eligible streams pause at once and go on on the next variant
-        (`max_model_len`: its context); else at the timeout instead of cut, unless `gateway_leaving`.
+        `probe_token` in `PROBE_HEADER` passes the hold (the swap's gate); `target` starts a switch
+        in the switch log. `continue_streams`: eligible streams pause at once and go on on the
+        next variant (`max_model_len`: its context) after the release; else at the timeout
+        instead of cut, unless `gateway_leaving`.
         """
         step = PROGRESS_EVERY_S if progress is not None else CALL_WAIT_S
         body = {
@@ -437,7 +440,8 @@ class GatewayControl:
         return dict(self._call("PUT", "/settings", {"settings": dict(settings)})["settings"])
 
     def route(self, upstream: str, variant: str | None = None) -> str:
-        """Make `upstream` (serving `variant`) the single member, held until ready; the previous URL."""
+        """Forward to `upstream` from now on (held until it is ready), the single member, which
+        serves `variant` when given; returns the previous URL."""
         single = {"url": upstream, **({"variant": variant} if variant else {})}
         try:
             return str(self._call("POST", "/upstreams", {"single": single})["previous"])
@@ -450,7 +454,8 @@ class GatewayControl:
     def set_upstreams(
         self, upstreams: Sequence[Mapping[str, str]], single_variant: str | None = None
     ) -> tuple[UpstreamInfo, ...]:
-        """Replace the live set with gated `[{name, variant, url}]` (`[]`: the single member)."""
+        """Replace the live set with `[{name, variant, url}]`, gated already (`[]`: the single
+        member, which serves `single_variant` when given)."""
         body: dict[str, Any] = {"upstreams": [dict(u) for u in upstreams]}
         if single_variant:
             body["single"] = {"variant": single_variant}
@@ -460,8 +465,8 @@ class GatewayControl:
     def drain_upstream(
         self, name: str, timeout_s: float, continue_streams: bool = False, max_model_len: int | None = None
     ) -> UpstreamDrain:
-        """Wait up to `timeout_s` until the departed member `name` has nothing in flight;
-        `continue_streams`: its streams that fit in `max_model_len` go on elsewhere."""
+        """Wait up to `timeout_s` until the live upstream `name`, left out of the set, has nothing
+        in flight; `continue_streams`: its streams that fit in `max_model_len` go on elsewhere."""
         start = time.monotonic()
         continued = refused = 0
         while True:
@@ -504,7 +509,8 @@ class GatewayControl:
         return BackendReply(int(reply["status"]), reply.get("body"))
 
     def sleep(self, level: int = 1, timeout_s: float = 300.0, wait: bool = False) -> BackendReply:
-        """`POST /sleep?level=N` on the backend; `wait`: finish what is in flight first (vLLM 0.17+)."""
+        """`POST /sleep?level=N` on the backend (the level is a query parameter in vLLM);
+        `wait`: `mode=wait`, it finishes what is in flight first (vLLM 0.17 and later)."""
         query = {"level": str(level), **({"mode": "wait"} if wait else {})}
         return self.backend("POST", "/sleep", query, timeout_s=timeout_s)
 
@@ -535,7 +541,8 @@ class GatewayControl:
         detail: str = "",
         follower: bool = False,
     ) -> dict[str, Any]:
-        """Tell the gateway which variant serves now and how `demand_id` ended (`follower`: from `follow`)."""
+        """Tell the gateway which variant serves now and how the demand `demand_id` ended;
+        `follower`: the report comes from `compose-spec follow` (a follower's contact)."""
         body = {
             "variant": variant or None,
             "demand": demand_id or None,
@@ -546,7 +553,8 @@ class GatewayControl:
         return dict(self._call("POST", "/serving", body).get("switching") or {})
 
     def report_probation(self, variant: str, state: str, until: float | None = None) -> bool:
-        """Tell the gateway how `variant`'s probation stands (`running` until `until`, or how it ended)."""
+        """Tell the gateway how the probation of the switch that brought `variant` in stands
+        (`running` until `until`, epoch seconds, or how it ended): its status page shows it."""
         body = {"variant": variant, "probation": {"state": state, "until": until}}
         return bool(self._call("POST", "/serving", body).get("annotated"))
 

@@ -216,7 +216,8 @@ class LiveSet:
         backoff_max: float = BACKOFF_MAX_S,
         on_route: Callable[[str | None, str], None] | None = None,
     ) -> Member:
-        """A member and its poller; a live one (`candidates` None) is `listed`, with its own series."""
+        """A member and its poller; a live one (`candidates` None: readiness asks its
+        /is_sleeping too) is `listed`, with metric series of its own."""
         member: Member
         poller = Upstream(
             spec.url,
@@ -239,7 +240,8 @@ class LiveSet:
         self.replace(specs, gated=False)
 
     def replace(self, specs: Sequence[LiveSpec], *, gated: bool = True) -> None:
-        """Make `specs` the set (empty: the single member); `gated` members count as ready at once."""
+        """Make `specs` the set (empty: the single member); `gated` members
+        count as ready at once (the host gated them)."""
         keep: dict[str, Member] = {}
         for spec in specs:
             old = self.members.get(spec.name)
@@ -293,7 +295,8 @@ class LiveSet:
         return [*(m for m in self.leaving if m.name == name), *single]
 
     async def wait_gone(self, name: str, wait_s: float) -> int:
-        """Requests still in flight on leaving members named `name` after waiting up to `wait_s`."""
+        """Wait up to `wait_s` until no leaving member named `name` has requests in flight;
+        returns how many are still in flight."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait_s
         while (left := sum(m.outstanding for m in self.left(name))) and loop.time() < deadline:
@@ -336,7 +339,8 @@ class LiveSet:
         return member, once(release)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every member requests go to, then the leaving ones still counted, JSON-ready."""
+        """Every member requests go to (the live set, or the single member), then every leaving
+        one with requests in flight or still counted, JSON-ready."""
         single = self.single
         gone = (single,) if single.leaving and single.outstanding > 0 else ()
         return [m.describe() for m in (*self.serving(), *self.leaving, *gone)]

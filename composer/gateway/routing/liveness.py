@@ -21,7 +21,8 @@ MIN_INTERVAL_S = 0.1
 
 
 class Unresponsive(Exception):
-    """The backend answered no `/health` for the timeout while a request waited (or it sleeps)."""
+    """The backend answered no `/health` probe for the timeout while a request waited, or
+    (`asleep`) it says it sleeps."""
 
     def __init__(self, asleep: bool = False) -> None:
         super().__init__("asleep" if asleep else "unresponsive")
@@ -87,7 +88,8 @@ class Liveness:
 
     @contextlib.contextmanager
     def watching(self, url: str) -> Iterator[asyncio.Future[bool] | None]:
-        """A future that completes when `url`'s backend stops answering (None when off)."""
+        """While a request waits for a head from `url`: a future that completes when the
+        backend stops answering (None when off)."""
         session = self._session()
         if not self.timeout or session is None:
             yield None

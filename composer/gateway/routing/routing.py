@@ -61,7 +61,8 @@ class Choice:
 
 
 def bucket_classes(classes: Sequence[WorkloadClass], prompt_tokens: float) -> list[WorkloadClass]:
-    """The classes of the bucket nearest the prompt size, in ascending concurrency."""
+    """The classes of the bucket nearest the prompt size (nearest measured length among
+    them), in ascending concurrency."""
     if not classes:
         return []
 
@@ -85,7 +86,8 @@ def crossover(ordered: Sequence[WorkloadClass], index: int) -> float:
 
 
 def capacity(classes: Sequence[WorkloadClass], variant: str) -> float:
-    """`variant`'s lowest crossover in any bucket (inf: none): the bound of what spills onto it."""
+    """Outstanding requests from which `variant` yields in any bucket (its lowest finite
+    crossover; inf when none): the bound of what spills onto it."""
     found = math.inf
     buckets: dict[tuple[int, int | None], list[WorkloadClass]] = {}
     for c in classes:

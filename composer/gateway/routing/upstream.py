@@ -162,7 +162,8 @@ class Upstream:
         return self.ready_interval
 
     async def run(self) -> None:
-        """Poll every `_interval()` seconds until cancelled; at once after `route` or `mark_down`."""
+        """Poll for ever (cancel the task to stop), every `_interval()` seconds; at once when
+        woken by `route` or `mark_down`."""
         loop = asyncio.get_running_loop()
         while True:
             self._wake.clear()

@@ -198,7 +198,8 @@ class StatusBoard:
         }
 
     def _shares(self) -> dict[str, float]:
-        """Each serving variant's share (0..1) of the requests its members answered."""
+        """Each serving variant's share of the requests its members answered (0..1; None for
+        every one before the first request; holders' probes are not requests)."""
         served: dict[str, int] = {}
         for member in self.gateway.live.serving():
             if member.spec.variant:
