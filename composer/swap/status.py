@@ -125,10 +125,10 @@ def follower_attached(stack: Stack, client: docker.DockerClient) -> bool | None:
 
 def gateway_down(gateway: object) -> str | None:
     """Why clients are refused when the gateway's container does not run (None: it runs, or
-    there is no gateway): Docker's reason, and what starts it again."""
+    there is no gateway): its state, Docker's reason, and what starts it again."""
     if not isinstance(gateway, dict) or gateway.get("state") == "running":
         return None
-    said = f"the gateway is {gateway.get('state')}: the port refuses connections"
+    said = f"{gateway.get('state')}: the port refuses connections"
     if HOLDER_RACE in str(gateway.get("error", "")):
         said += (
             "; Docker could not start it because its port holder was not running yet (after a "
@@ -142,7 +142,7 @@ def gateway_down(gateway: object) -> str | None:
 
 def _gateway_line(gateway: dict) -> str:
     if gateway.get("state") != "running":
-        return str(gateway_down(gateway)).removeprefix("the gateway is ")
+        return str(gateway_down(gateway))
     if port_is_dead(gateway):
         return f"running ({gateway['container']}), but {DEAD_PORT}"
     if "error" in gateway:
