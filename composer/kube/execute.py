@@ -54,14 +54,14 @@ from composer.render.target import Target, resolve_target
 from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.placement import live_members
-from composer.swap import ops
+from composer.swap import ops, runner
 from composer.swap.desired import EXCLUSIVE, check_request, desired
-from composer.swap.entry import history
-from composer.swap.execute import Cases, Handlers, Say, execute, quiet, reason
+from composer.swap.execute import Cases, Handlers, Say, Undone, explain_failure, reason
 from composer.swap.holding import SwapHold
 from composer.swap.lock import swap_lock
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Plan, live_operations, plan_alone
+from composer.swap.runner import Change
 from composer.swap.snapshot import LiveRunning
 from composer.swap.standby import ACCEPTANCE_WARMUP_REQUESTS
 from composer.swap.transaction import DrainTally, live_acceptance, set_upstreams
@@ -380,7 +380,8 @@ class KubeRollout:
             timeout=max(120.0, self.stack.stop_grace_period + 60.0),
         )
 
-    def keep_log(self, op: ops.Op, _err: BaseException) -> None:
+    # -- the run's moments (`composer.swap.runner`) ---------------------------------------
+    def failed(self, plan: Plan, op: ops.Op, _err: BaseException) -> None:
         """Read the failed member's pod log before the undo (after a Recreate rollout whose apply did not
         finish, only when it changed the Deployment)."""
         self.failed_at = op
@@ -396,21 +397,39 @@ class KubeRollout:
         if isinstance(op, ops.Start | ops.Reapply | ops.Gate) and not self.unchanged:
             self.log = pod_log_tail(self.kubectl, self.stack, op.member.container)
 
-    def _run(self, planned: Sequence[ops.Op], stage: Say = quiet) -> list[ops.Op]:
-        """`composer.swap.execute` with this dispatch table; a failure carries the pod log."""
-        try:
-            return execute(
-                planned,
-                self.handlers(),
-                rollback=self.options.rollback,
-                say=self.say,
-                failed=self.keep_log,
-                stage=stage,
+    def explain(self, plan: Plan, err: BaseException, ran: list[ops.Op], undone: Undone | None) -> SwapFailed:
+        """The error, with the failed pod's log; a switch's in its own words (what the undo did
+        to the Deployment)."""
+        failure = explain_failure(err, ran, undone)
+        if self.log and not failure.log_tail:
+            failure.log_tail, failure.hints = self.log, hints(self.log)
+        return self._single_failed(plan, failure, err) if plan.single else failure
+
+    def finish(self, plan: Plan, failure: SwapFailed | None, result: UpResult) -> None:
+        """A hold never outlasts `up` (--no-rollback or not); what the drains counted."""
+        if failure is not None:
+            self.release_gateway()
+        result.notes += self.notes
+        if not plan.single:
+            self.drained.report(result)
+            return
+        result.drained = self.held
+        if failure is None and self.held and self.held["cut"]:
+            result.warnings.append(
+                f"{self.held['cut']} request(s) still running after the drain timeout "
+                f"({self.stack.gateway.drain_timeout}s) were cut"
             )
-        except SwapFailed as err:
-            if self.log and not err.log_tail:
-                err.log_tail, err.hints = self.log, hints(self.log)
-            raise
+
+    def _change(
+        self, plan: Plan, result: UpResult, kind: str = "live", began: float | None = None
+    ) -> UpResult:
+        """Run `plan` through the one runner (the result says what it planned; `result.outcome`
+        what the history says once it ran)."""
+        result.plan, result.plan_text = plan.as_data(), plan.describe()
+        options = self.options
+        change = Change(self.stack.project, kind, options.rollback, options.timeout, self.say, options.by)
+        runner.run(plan, self, result, change, began)
+        return result
 
     def up_single(self, target: Target, before: Serving | None) -> UpResult:
         """Switch the one-variant Deployment to `target` (`plan_kube_single`) from `before`,
@@ -438,38 +457,15 @@ class KubeRollout:
             gateway_file=str(rendered) if changed else None,
             continue_streams=self.stack.gateway.continues(self.options.drain),
         )
-        planned = plan.ops
-        record = plan.recording(self.stack.project, self.options.timeout)
-        try:
-            self._run(planned, record.stage)
-        except SwapFailed as err:
-            self.release_gateway()  # a hold never outlasts `up`, --no-rollback or not
-            failed = self._single_failed(target.name, planned, err)
-            ran = planned[: planned.index(self.failed_at) + 1] if self.failed_at in planned else ()
-            result.timings.update(self.timings)
-            result.drained = self.held
-            outcome = "rolled back" if failed.rolled_back else "failed"
-            history(self.stack, plan, outcome, result, failed, ran, kind="up")
-            raise failed from err.__cause__
-        finally:
-            record.close()
-        result.timings.update(self.timings)
-        result.notes += self.notes
-        result.drained = self.held
-        if self.held and self.held["cut"]:
-            result.warnings.append(
-                f"{self.held['cut']} request(s) still running after the drain timeout "
-                f"({self.stack.gateway.drain_timeout}s) were cut"
-            )
+        result.outcome = "unchanged" if same else "started"
+        self._change(plan, result, "up", began)
         if same:
-            result.outcome = "unchanged"
             result.notes.append(f"{target.name} already served with the same configuration")
-        result.timings["total"] = time.monotonic() - began
-        history(self.stack, plan, result.outcome, result, kind="up")
         return result
 
-    def _single_failed(self, name: str, planned: Sequence[ops.Op], err: SwapFailed) -> SwapFailed:
+    def _single_failed(self, plan: Plan, err: SwapFailed, cause: BaseException) -> SwapFailed:
         """The switch's error in its own words: what the undo did to the Deployment."""
+        name, planned = plan.target, plan.ops
         roll = next(op for op in planned if isinstance(op, ops.Reapply) and op.recreate)
         rolled = self.failed_at is not None and planned.index(self.failed_at) >= planned.index(roll)
         back = roll.previous.variant if roll.previous is not None else ""
@@ -484,8 +480,8 @@ class KubeRollout:
         else:
             why = f"the rollback to {back} failed too: {str(err).partition('; the undo failed too: ')[2]}"
         undone = err.rolled_back and rolled and bool(back) and not self.unchanged
-        cause = reason(err.__cause__ or err)
-        return SwapFailed(f"{name} failed: {cause}; {why}", err.log_tail, err.hints, rolled_back=undone)
+        said = f"{name} failed: {reason(cause)}; {why}"
+        return SwapFailed(said, err.log_tail, err.hints, rolled_back=undone)
 
     def up_live(self, names: Sequence[str], cluster: ClusterLive) -> UpResult:
         """Change the live set to `names` (`plan_kube_live`); the gateway's Deployment records it."""
@@ -515,7 +511,7 @@ class KubeRollout:
         )
         if plan.no_op:  # a restarted gateway pod may route to an older set
             self.publish(ops.Publish(tuple(kube_member(self.stack, v, {}).upstream() for v in names), ()))
-        return self._change(plan, f"live set {', '.join(names)}")
+        return self._live(plan, f"live set {', '.join(names)}")
 
     def up_alone(self, target: Target, cluster: ClusterLive) -> UpResult:
         """`up X` where a live set runs (Docker's `plan_alone`): X's one-variant Deployment
@@ -541,33 +537,17 @@ class KubeRollout:
             continue_streams=stack.gateway.continues(self.options.drain),
         )
         apply_secret(self.kubectl, stack)
-        return self._change(plan, f"{target.name} serves alone (the live set left)")
+        return self._live(plan, f"{target.name} serves alone (the live set left)")
 
-    def _change(self, plan: Plan, outcome: str) -> UpResult:
-        """Run a live plan under its record; its result and history line."""
-        began = time.monotonic()
-        result = UpResult(variant="+".join(plan.variants), outcome="unchanged", plan=plan.as_data())
-        result.plan_text = plan.describe()
-        ran: list[ops.Op] = []
-        if not plan.no_op:
-            record = plan.recording(self.stack.project, self.options.timeout, "live")
-            try:
-                ran = self._run(plan.ops, record.stage)
-            except SwapFailed as err:
-                result.timings.update(self.timings)
-                history(self.stack, plan, "failed", result, err)
-                raise
-            finally:
-                record.close()
-        result.timings.update(self.timings)
-        self.drained.report(result)
+    def _live(self, plan: Plan, outcome: str) -> UpResult:
+        """A live plan's result: run (its outcome, once it ran), or already so."""
+        result = UpResult(variant="+".join(plan.variants), outcome="unchanged")
         if plan.no_op:
+            result.plan, result.plan_text = plan.as_data(), plan.describe()
             result.notes.append(f"the live set {{{', '.join(plan.variants)}}} already runs on Kubernetes")
-        else:
-            result.outcome = outcome
-            history(self.stack, plan, result.outcome, result, ran=ran)
-        result.timings["total"] = time.monotonic() - began
-        return result
+            return result
+        result.outcome = outcome
+        return self._change(plan, result)
 
 
 def up_kubernetes(

@@ -12,7 +12,7 @@ stop each variant container (named once, by its live member name or its variant)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,17 +22,18 @@ from composer import labels as label_names
 from composer.engine.client import compose
 from composer.errors import ComposerError, DownRefused, GatewayControlError, SwapFailed, UsageError
 from composer.stack.model import Stack
-from composer.swap import ops
+from composer.swap import ops, runner
 from composer.swap.entry import run_live
-from composer.swap.execute import Cases, Handlers, Say, execute, quiet
+from composer.swap.execute import Cases, Handlers, Say, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
 from composer.swap.owner import down_refusal, foreign_running
 from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
+from composer.swap.runner import Change
 from composer.swap.snapshot import Snapshot, take
 from composer.swap.swapper import UpOptions, UpResult
-from composer.swap.transaction import Context, DockerSwap, stop_container
+from composer.swap.transaction import Context, stop_container
 
 if TYPE_CHECKING:
     import docker
@@ -99,7 +100,8 @@ def plan_down(
 
 
 class Downer:
-    """Runs `down`'s plan (or `down VARIANT`'s drain): hold and drain at the gateway, stop, compose down."""
+    """`down`'s engine (`composer.swap.runner`): hold and drain at the gateway, stop, compose down;
+    nothing is undone (what stopped stays stopped)."""
 
     def __init__(self, ctx: Context, snap: Snapshot, drain_timeout: float) -> None:
         self.ctx, self.snap, self.drain_timeout = ctx, snap, drain_timeout
@@ -156,6 +158,25 @@ class Downer:
             if note:
                 self.warnings.append(note)
 
+    def failed(self, plan: Plan, op: ops.Op, err: BaseException) -> None:
+        return None
+
+    def explain(self, plan: Plan, err: BaseException, ran: list[ops.Op], undone: object) -> SwapFailed:
+        """A failed `down`: what failed and why; what stopped stays stopped, `down` again goes on."""
+        why = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
+        what = ran[-1].describe() if ran else "down"
+        again = "what stopped stays stopped: `compose-spec down` again goes on"
+        return SwapFailed(f"{what} failed: {why}; {again}")
+
+    def finish(self, plan: Plan, failure: SwapFailed | None, result: UpResult) -> None:
+        """What stopped and what the drain did, in the result (its outcome a line)."""
+        self.release()
+        said = f"stopped {', '.join(plan.before)}" if plan.before else "nothing was running"
+        cut = self.cut_line()
+        result.outcome = f"{said}; {cut}" if cut else said
+        result.stopped, result.drained = list(plan.before), self.drained
+        result.warnings += self.warnings
+
     def cut_line(self) -> str:
         """What the drain did, in words: `2 in flight finished, 1 cut at the drain timeout (5s)`."""
         if self.drained is None:
@@ -165,13 +186,6 @@ class Downer:
             return "nothing was in flight"
         said = f"{finished} request(s) in flight finished"
         return said + (f", {cut} cut at the drain timeout ({self.drain_timeout:g}s)" if cut else ", none cut")
-
-
-def _explain(err: BaseException, ran: list[ops.Op], undone: object) -> SwapFailed:
-    """A failed `down`: what failed and why; what stopped stays stopped, `down` again goes on."""
-    why = "interrupted" if isinstance(err, KeyboardInterrupt) else str(err).splitlines()[0]
-    what = ran[-1].describe() if ran else "down"
-    return SwapFailed(f"{what} failed: {why}; what stopped stays stopped: `compose-spec down` again goes on")
 
 
 def project_volumes(stack: Stack, client: docker.DockerClient) -> list[Volume]:
@@ -216,29 +230,15 @@ def down(
         planned = plan(take(stack, client))
         outcome = "refused" if planned.refused else "planned"
         return UpResult(stack.project, outcome, plan=planned.as_data(), plan_text=planned.describe())
-    began = time.monotonic()
     with change_lock(stack.project, True, progress):
         snap = take(stack, client)
         planned = plan(snap)
         if planned.refused:
             raise UsageError(planned.refused)
-        runner = Downer(ctx, snap, timeout)
-        execute(planned.ops, runner.handlers(), rollback=False, say=progress, explain=_explain)
-    stopped = list(planned.before)
-    said = f"stopped {', '.join(stopped)}" if stopped else "nothing was running"
-    cut = runner.cut_line()
-    result = UpResult(
-        stack.project,
-        f"{said}; {cut}" if cut else said,
-        stopped=stopped,
-        timings={**runner.timings, "total": time.monotonic() - began},
-        warnings=runner.warnings,
-        notes=[n for n in planned.notes if n.startswith("takes over")],
-        drained=runner.drained,
-        plan=planned.as_data(),
-    )
-    if stopped:  # a down that found nothing is no event of the history
-        append_history(stack.project, planned.event("stopped", result, kind="down"))
+        takes_over = [n for n in planned.notes if n.startswith("takes over")]
+        result = UpResult(stack.project, "stopped", notes=takes_over, plan=planned.as_data())
+        change = replace(Change.of(ctx, "down", rollback=False), ran="stopped")
+        runner.run(planned, Downer(ctx, snap, timeout), result, change)
     return result
 
 
@@ -262,7 +262,7 @@ def _leave_live_set(ctx: Context, variant: str, snap: Snapshot) -> str:
     todo += [op for m in mine for op in (ops.Drain(m.name), ops.Stop(m, live=True))]
     plan = Plan(tuple(m.name for m in members), tuple(m.name for m in left), tuple(todo))
     kept = Path(next(r.run_file for r in snap.live_running if r.variant != variant))
-    result = run_live(DockerSwap(ctx), plan, (), snap, lambda: kept, "stopped")
+    result = run_live(ctx, plan, (), snap, lambda: kept, "stopped")
     cut = (result.drained or {}).get("cut")
     said = f"stopped {variant} ({', '.join(m.name for m in mine)}); {LIVE_SET_SERVES_ON}"
     return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")

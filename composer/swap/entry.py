@@ -1,8 +1,8 @@
 """`up`'s one entry on Docker (`up_set`): one snapshot, the desired set (`desired`), then the
 single switch (`swapper`), a live set's change (`plan_live`: the set becomes exactly {A, B}),
 or X's one container replacing a running live set (`plan_alone`). `run_live` runs a live plan
-with `transaction.DockerSwap`; a failure or a stop signal undoes what ran. A live change's
-result and history line are here too (Kubernetes writes the same ones).
+with Docker's engine (`transaction.DockerSwap`) through the one runner (`composer.swap.runner`):
+a failure or a stop signal undoes what ran.
 """
 
 from __future__ import annotations
@@ -13,27 +13,25 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from composer.engine import bootlog
-from composer.errors import ConfigError, SwapFailed, UsageError
+from composer.errors import ConfigError, UsageError
 from composer.render.files import prune_run_files, write_atomic
 from composer.render.files import run_file as variant_run_file
-from composer.render.gateway import build_gateway_spec
+from composer.render.gateway import GatewaySpec, build_gateway_spec
 from composer.render.live import LiveTarget, render_live, resolve_live
 from composer.render.runfiles import state_dir
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
-from composer.signals import interrupts_ignored
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
-from composer.swap import gateway_change, probation, snapshot
+from composer.swap import gateway_change, probation, runner, snapshot
 from composer.swap.desired import EXCLUSIVE, desired
-from composer.swap.execute import Say, execute, quiet
+from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import repair_port, retire_extra_gateways
-from composer.swap.journal import append_history
-from composer.swap.ops import Member, Op, Publish, Start
+from composer.swap.ops import Member, Publish, Start
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Plan, plan_alone, plan_live, snapshot_foreign
 from composer.swap.profiles import check_profiles, start_profiles
+from composer.swap.runner import Change
 from composer.swap.swapper import preflight_warnings, swap
 from composer.swap.transaction import Context, DockerSwap
 
@@ -96,22 +94,24 @@ def decide_alone(ctx: Context, target: Target, run_file: Path, snap: snapshot.Sn
 
 
 def run_live(
-    swapper: DockerSwap,
+    ctx: Context,
     plan: Plan,
     checked: Sequence[Target],
     snap: snapshot.Snapshot,
     run_file: Callable[[], Path],
     outcome: str,
+    gateway: GatewaySpec | None = None,
 ) -> UpResult:
-    """Run `plan` (`options.dry_run`: the plan only); `checked`: the targets it starts,
-    `run_file`: writes their run file, `outcome`: what the result says once it ran."""
+    """Run `plan` with Docker's engine (`options.dry_run`: the plan only); `checked`: the targets
+    it starts, `run_file`: writes their run file, `outcome`: what the result says once it ran."""
     began = time.monotonic()
     label = "+".join(plan.variants)
     planned = "refused" if plan.refused else "unchanged" if plan.no_op else "planned"
     result = UpResult(variant=label, outcome=planned, plan=plan.as_data(), plan_text=plan.describe())
+    swapper = DockerSwap(ctx, result, gateway)
     if not plan.no_op:
-        result.warnings += preflight_warnings(swapper.ctx, checked, snap)
-    if swapper.options.dry_run:
+        result.warnings += preflight_warnings(ctx, checked, snap)
+    if ctx.options.dry_run:
         return result
     if plan.refused:
         raise UsageError(plan.refused)
@@ -123,41 +123,12 @@ def run_live(
         result.timings["total"] = time.monotonic() - began
         return result
     compose_file = run_file()
-    record = plan.recording(swapper.stack.project, swapper.options.timeout, "live")
-    failure: SwapFailed | None = None
-    try:
-        ran = execute(
-            plan.ops,
-            swapper.handlers(),
-            rollback=swapper.options.rollback,
-            say=swapper.say,
-            failed=swapper.keep_evidence,
-            stage=record.stage,
-        )
-    except BaseException as err:
-        if isinstance(err, SwapFailed):  # the key never reaches the output, as in a swap
-            failure = err
-            err.log_tail = bootlog.redact(err.log_tail, swapper.stack.api_key)
-            err.tail_shown = swapper.kept
-        result.timings.update(swapper.timings)
-        history(swapper.stack, plan, "failed", result, err)
-        raise
-    finally:
-        with interrupts_ignored():
-            try:
-                swapper.finish(failure)  # a hold never outlasts `up`, --no-rollback or not
-            finally:
-                record.close()
-    kept = [r.run_file for r in snapshot.take(swapper.stack, swapper.client, ask_sleeping=False).live]
-    prune_run_files(swapper.stack.project, "live", keep=(compose_file, *kept))
+    result.outcome = outcome
+    runner.run(plan, swapper, result, Change.of(ctx, "live"), began)
+    kept = [r.run_file for r in snapshot.take(ctx.stack, ctx.client, ask_sleeping=False).live]
+    prune_run_files(ctx.stack.project, "live", keep=(compose_file, *kept))
     if plan.start_gateway:
         swapper.answers(label)
-    result.timings.update(swapper.timings)
-    result.notes += swapper.notes
-    swapper.drained.report(result)
-    result.outcome = outcome
-    result.timings["total"] = time.monotonic() - began
-    history(swapper.stack, plan, result.outcome, result, ran=ran)
     return result
 
 
@@ -166,19 +137,6 @@ def started_targets(stack: Stack, target: LiveTarget, plan: Plan) -> list[Target
     started = {op.member.name for op in plan.ops if isinstance(op, Start) and op.live and op.how == "start"}
     services = {s.member.variant: s for s in target.services if s.name in started}.values()
     return [Target(stack.variant(s.member.variant), s.spec, target.gateway) for s in services]
-
-
-def history(
-    stack: Stack,
-    plan: Plan,
-    outcome: str,
-    result: UpResult,
-    err: BaseException | None = None,
-    ran: Sequence[Op] = (),
-    kind: str = "live",
-) -> None:
-    """A live change's history line (Docker and Kubernetes; Kubernetes' switch: `kind` `up`)."""
-    append_history(stack.project, plan.event(outcome, result, kind=kind, cause=err, ran=ran))
 
 
 def live_run_file(target: LiveTarget, write: bool = True) -> Path:
@@ -251,8 +209,7 @@ def _up_desired(ctx: Context, requested: Sequence[str], snap: snapshot.Snapshot)
         files = partial(live_run_file, target)
     if not options.dry_run:
         check_profiles(ctx, prometheus)
-    swapper = DockerSwap(ctx, gateway=build_gateway_spec(stack))  # its hold, where a plan holds
-    result = run_live(swapper, plan, checked, snap, files, outcome)
+    result = run_live(ctx, plan, checked, snap, files, outcome, build_gateway_spec(stack))
     by_class, routing = live_routing(stack.workloads, plan.variants)
     result.notes += [] if by_class or want.replaces else [f"the live set routes {routing}"]
     if options.profiles and not options.dry_run:

@@ -85,11 +85,12 @@ def execute(
                 if rollback:
                     stage("undoing")
                 undone = undo(ran, handlers, say) if rollback else None
-                raise (explain or _explain)(err, ran, undone) from err
+                raise (explain or explain_failure)(err, ran, undone) from err
     return ran
 
 
-def _explain(err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
+def explain_failure(err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
+    """The error of a failed run: what failed and why, then what the undo did."""
     diagnosed = err if isinstance(err, DiagnosedError) else None
     message = f"{ran[-1].describe()} failed: {reason(err)}" if ran else reason(err)
     tail, hints = (diagnosed.log_tail, diagnosed.hints) if diagnosed else ("", ())

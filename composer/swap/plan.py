@@ -157,6 +157,11 @@ class Plan:
         return "+".join(self.variants)
 
     @property
+    def single(self) -> bool:
+        """A switch of the one serving container: no live member (`mtp/1`) before or after."""
+        return not any("/" in name for name in (*self.before, *self.after))
+
+    @property
     def no_op(self) -> bool:
         return bool(self.refused) or not self.ops
 

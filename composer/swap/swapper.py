@@ -24,18 +24,18 @@ from composer.doctor.report import fast_checks
 from composer.engine import retry
 from composer.engine.containers import RunningVariant
 from composer.engine.gate import probe_once, running_target
-from composer.errors import ComposerError, PreflightFailed, SwapFailed, UsageError
+from composer.errors import ComposerError, PreflightFailed, UsageError
 from composer.gateway.control.switchlog import GATEWAY_UPDATED
 from composer.render.files import run_file
 from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
-from composer.swap import gateway_change, probation, snapshot, transaction
+from composer.swap import gateway_change, probation, runner, snapshot, transaction
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
-from composer.swap.journal import NOTE, WARNING, append_history
+from composer.swap.journal import NOTE, WARNING
 from composer.swap.ops import Member
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
@@ -48,6 +48,7 @@ from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     stop_instead,
 )
 from composer.swap.profiles import check_profiles, start_profiles
+from composer.swap.runner import Change
 from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
@@ -198,8 +199,8 @@ def execute(
     began: float,
     early: EarlyHold | None = None,
 ) -> None:
-    """Run a prepared plan; each outcome, a failure's too, goes to the history (`began`: when
-    `up` began; `early`: the gateway's control session opened while planning)."""
+    """Run a prepared plan (`composer.swap.runner`: each outcome, a failure's too, goes to the
+    history; `began`: when `up` began; `early`: the gateway's control session opened while planning)."""
     if plan.no_op:
         result.outcome = "unchanged"
         result.notes.append(f"{plan.target} already serves with the same configuration")
@@ -224,13 +225,8 @@ def execute(
     else:
         result.outcome = "swapped" if previous else "started"
     budget = partial(release_budget, ctx.stack, target.variant)
-    swap = transaction.DockerSwap(ctx, plan, result, target.gateway, compose_file, budget, early)
-    record = plan.recording(ctx.stack.project, ctx.options.timeout)
-    try:
-        transaction.run(swap, record)
-    except SwapFailed as failure:
-        _history(ctx, plan, "rolled back" if failure.rolled_back else "failed", result, str(failure))
-        raise
+    swap = transaction.DockerSwap(ctx, result, target.gateway, compose_file, budget, early)
+    runner.run(plan, swap, result, Change.of(ctx), began)
     expected = target.variant.min_kv_cache_tokens
     tokens = result.kv_cache_tokens
     if plan.steps and expected and tokens is not None and tokens < expected:
@@ -238,19 +234,6 @@ def execute(
             f"KV cache holds {tokens:,} tokens, below the expected {expected:,}: "
             "GPU memory may still be held by another process"
         )
-    result.timings["total"] = time.monotonic() - began
-    if probation.is_watcher():  # `up` recorded the switch; this is how its probation ended
-        ended = "ended early" if swap.ended else "passed"
-        seconds = round(result.timings.get("probation", 0.0), 3)
-        entry = {"kind": "probation", "source": plan.serving}
-        entry |= {"target": plan.target, "outcome": ended, "timings": {"total": seconds}}
-        append_history(ctx.stack.project, entry)
-        return
-    _history(ctx, plan, result.outcome, result)
-
-
-def _history(ctx: Context, plan: Plan, outcome: str, result: UpResult, cause: str | None = None) -> None:
-    append_history(ctx.stack.project, plan.event(outcome, result, cause=cause, by=ctx.options.by))
 
 
 def check_standby_fits(

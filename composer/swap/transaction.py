@@ -1,14 +1,15 @@
-"""Docker's executor: the dispatch table (`DockerSwap.handlers`) `composer.swap.execute` runs
-a plan with, one handler per operation type, a single switch's and a live change's alike.
+"""Docker's engine: the dispatch table (`DockerSwap.handlers`) the one runner
+(`composer.swap.runner`) runs a plan with, one handler per operation type, a single switch's
+and a live change's alike.
 
 `Context` holds the collaborators (stack, Docker client, options, where to say things, the
 gateway's current hold). Each handler does one operation and writes what it did (seconds per
 step kind, notes, warnings, drained counts) into its result, never reading the variant's
-settings: the operations carry them. `keep_evidence` keeps a failed variant's log before the
-undo, `explain` words the error after it. A gateway that restarted or stopped during a route,
-a gate or a settle watch is held (or started) again and the operation runs once more
-(`through_restarts`). The settle watch begins when the engine came up (`Settle.since`), with
-the warm-up and the wake checks beside it.
+settings: the operations carry them. `failed` keeps a failed variant's log before the undo,
+`explain` words the error after it, `finish` releases the hold and reports what serves. A
+gateway that restarted or stopped during a route, a gate or a settle watch is held (or started)
+again and the operation runs once more (`through_restarts`). The settle watch begins when the
+engine came up (`Settle.since`), with the warm-up and the wake checks beside it.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from composer.render.runfiles import compose_environment
 from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
-from composer.swap.execute import Cases, Handlers, Say, Undone, execute, quiet
+from composer.swap.execute import Cases, Handlers, Say, Undone, explain_failure, quiet
 from composer.swap.gateway_replace import port_fault, repair_port, running_gateway
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
@@ -313,15 +314,14 @@ def beside_settle(
 
 
 class DockerSwap:
-    """Docker's dispatch table (`handlers`): one handler per operation type, for a single switch's
-    plan (`plan`, written into `result`) and a live change's (`timings`, `drained`); `held` ends
-    with the context of the gateway's current hold (a restarted gateway is held again)."""
+    """Docker's engine (`composer.swap.runner`): one handler per operation type, a switch's and a
+    live change's alike, each writing what it did into `result`; `held` ends with the context of
+    the gateway's current hold (a restarted gateway is held again)."""
 
     def __init__(
         self,
         ctx: Context,
-        plan: Plan | None = None,
-        result: UpResult | None = None,
+        result: UpResult,
         gateway: GatewaySpec | None = None,
         compose_file: Path | None = None,
         budget: Callable[[tuple[GpuInfo, ...]], Mapping[int, int] | None] | None = None,
@@ -329,15 +329,12 @@ class DockerSwap:
     ) -> None:
         self.held = [ctx]
         self.stack, self.client, self.options, self.say = ctx.stack, ctx.client, ctx.options, ctx.say
-        self.plan = plan or Plan((), ())  # a live change: no single switch's plan
         self.result, self.gateway, self.compose_file = result, gateway, compose_file
-        self.timings = result.timings if result is not None else {}
-        self.notes = result.notes if result is not None else []
-        self.warnings = result.warnings if result is not None else []
+        self.timings, self.notes, self.warnings = result.timings, result.notes, result.warnings
         self.budget, self.early = budget, early
         self._releases: list[ReleaseWait] = []  # taken before each stop, for AwaitRelease
         self.probe: GpuProbe | None = None  # a live member's GPUs (None: the host's, NVML or nvidia-smi)
-        self.drained = DrainTally()  # a live change's drains
+        self.drained = DrainTally()  # what every hold and drain counted
         self.kept = False  # a failed member's evidence was kept (and its log tail shown)
         self.began = time.monotonic()  # when what serves next began to come in (start, wake, route)
         self.brought: Member | None = None  # the first Start (any how) or Route: what comes in
@@ -377,18 +374,6 @@ class DockerSwap:
         """Seconds of one step kind (they add up per kind)."""
         self.timings[step] = self.timings.get(step, 0.0) + seconds
 
-    def _drained(self, *counts: int) -> None:
-        """Add a hold's drain counts (finished, cut, continued, refused) to the result (a live
-        change's to its tally)."""
-        if self.result is None:
-            _, cut, continued, refused = counts
-            self.drained.cut += cut
-            self.drained.continued += continued
-            self.drained.refused += refused
-            return
-        before = self.result.drained or dict.fromkeys(DRAINED, 0)
-        self.result.drained = {name: before[name] + n for name, n in zip(DRAINED, counts, strict=True)}
-
     # -- the gateway ----------------------------------------------------------------------
     def start_gateway(self, op: ops.UpdateGateway) -> None:
         start_service(self.ctx, "the gateway", op.run_file, GATEWAY_SERVICE)
@@ -408,9 +393,6 @@ class DockerSwap:
             f"the gateway was replaced by a new container with its new settings, started {how} "
             f"finished {done.finished} request(s){cut}; {done.port_gap.line()}"
         )
-        if self.result is None:  # a live change's result has no gateway figures: said instead
-            self.say(note)
-            return
         self._took("drain", took)
         self._took("gateway_recreate", took)
         self.notes.append(note)
@@ -420,7 +402,7 @@ class DockerSwap:
                 "and were cut: clients retry them"
             )
         self.result.port_gap = done.port_gap.to_json()
-        self._drained(done.finished, done.cut, 0, 0)
+        self.drained.held(done.finished, done.cut, 0, 0)
         self.updated = True
 
     def apply_settings(self, op: ops.UpdateGateway) -> None:
@@ -471,7 +453,7 @@ class DockerSwap:
                 f"{drained.cut} request(s) still running after the drain timeout "
                 f"({ctx.stack.gateway.drain_timeout}s) were cut"
             )
-        self._drained(drained.drained, drained.cut, drained.continued, drained.refused)
+        self.drained.held(drained.drained, drained.cut, drained.continued, drained.refused)
         self.held.append(replace(ctx, hold=hold))
         if op.serving is not None:  # a new gateway reaches what serves before anything else
             hold.control.route(self._url(op.serving), op.serving.variant)
@@ -486,7 +468,7 @@ class DockerSwap:
             except ComposerError as err:
                 ctx.say(f"the gateway was not told that {op.variant} serves: {err}")
         with interrupts_ignored():
-            self._release(op.variant, ok=True, detail=self.result.outcome if self.result else "")
+            self._release(op.variant, ok=True, detail=self.result.outcome)
             standby.updates_done()  # restart policies set off the hold: in place before `up` ends
             self.released = True
 
@@ -573,15 +555,11 @@ class DockerSwap:
         self._took("stop", time.monotonic() - began)
 
     def await_release(self, op: ops.AwaitRelease) -> None:
-        """Wait for the GPUs read before each stop; a switch notes how it ended, a live change
-        says a timeout."""
+        """Wait for the GPUs read before each stop; the result notes how it ended."""
         while self._releases:
             took = self._releases.pop(0).wait(self.options.release_timeout, self.ctx.waiting)
-            if self.result is not None:
-                self._took("release_wait", took.seconds)
-                self.notes += [took.note] if took.note else []
-            elif took.how == "timeout":
-                self.say(took.detail)
+            self._took("release_wait", took.seconds)
+            self.notes += [took.note] if took.note else []
 
     def start(self, op: ops.Start) -> None:
         """Compose up the member's service from its run file, then route the gateway to it (`op.live`:
@@ -717,7 +695,7 @@ class DockerSwap:
         clock = time.strftime("%H:%M:%S", time.localtime(until))
         self._tell_probation(variant, "running", until)
         alone = threading.current_thread() is threading.main_thread()  # a fork takes the main thread
-        if alone and not ctx.options.wait_probation and self.record is not None and self.result is not None:
+        if alone and not ctx.options.wait_probation and self.record is not None:
             standby.updates_done()
             ctx.client.api.close()  # each process opens its own connections to the engine
             pid = probation.detach(self.stack.project)
@@ -753,6 +731,8 @@ class DockerSwap:
             raise
         self._tell_probation(variant, "ended early" if self.ended else "passed")
         self.timings["probation"] = time.monotonic() - began
+        if probation.is_watcher():  # the watcher's history line says how the probation ended
+            self.result.probation = {"outcome": "ended early" if self.ended else "passed"}
         if self.ended:
             self.notes.append(f"{variant}'s probation was ended by a new change of the project")
             return
@@ -831,8 +811,8 @@ class DockerSwap:
         if control is not None and not control.wait_ready(ANSWER_TIMEOUT):
             self.say(f"the gateway answers but does not reach {names} after {ANSWER_TIMEOUT:.0f}s")
 
-    # -- a failure ------------------------------------------------------------------------
-    def keep_evidence(self, op: Op, err: BaseException) -> None:
+    # -- the run's moments (`composer.swap.runner`) ---------------------------------------
+    def failed(self, plan: Plan, op: Op, err: BaseException) -> None:
         """Before the undo removes the failed variant (a live member that failed to start or
         pass its gate, or a switch's target): keep its log and show its tail."""
         ctx = self.ctx
@@ -851,24 +831,23 @@ class DockerSwap:
             self.cause = (
                 str(err) if isinstance(err, ComposerError) else f"unexpected {type(err).__name__}: {err}"
             )
-        if not self.plan.steps:  # only the gateway changed (or a live change): no variant's log to keep
+        brought = _brought(plan)
+        if brought is None or not plan.single:  # only the gateway changed, or a set's member: no log
             return
         diagnosed = err if isinstance(err, DiagnosedError) else None
         tail = diagnosed.log_tail if diagnosed is not None else ""
         if not tail:
             try:
-                found = by_name(ctx, self._brought().container)
+                found = by_name(ctx, brought.container)
                 tail = bootlog.tail(found.first_run_log(tail=60), 40) if found is not None else ""
             except Exception:  # Docker gone: the failure itself is reported, without a log
                 tail = ""
         self.tail = bootlog.redact(tail, ctx.stack.api_key)
         self.hints = (diagnosed.hints if diagnosed is not None else ()) or tuple(diagnose.hints(self.tail))
-        evidence.keep(ctx.stack, ctx.client, self.plan.target, self.cause, self.tail, ctx.say, kept=kept)
-        with contextlib.suppress(StopIteration):
-            self._never_restarted(self._brought().container)
-        previous = self.plan.serving
-        if ctx.options.rollback and previous is not None:
-            ctx.say(f"rolling back to {previous}")
+        evidence.keep(ctx.stack, ctx.client, plan.target, self.cause, self.tail, ctx.say, kept=kept)
+        self._never_restarted(brought.container)
+        if ctx.options.rollback and plan.serving is not None:
+            ctx.say(f"rolling back to {plan.serving}")
 
     def _never_restarted(self, name: str) -> None:
         """With --no-rollback, the failed container is left for a look, but never restarted
@@ -876,19 +855,21 @@ class DockerSwap:
         if not self.ctx.options.rollback and (found := by_name(self.ctx, name)) is not None:
             standby.park(found)
 
-    def _brought(self) -> Member:
-        return next(op.member for op in self.plan.ops if isinstance(op, ops.Start | ops.Route))
-
-    def explain(self, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
+    def explain(self, plan: Plan, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
-        if not self.plan.steps:
+        if not plan.single:  # a live change: what failed, and that the set serves as before
+            failure = explain_failure(err, ran, undone)
+            failure.log_tail = bootlog.redact(failure.log_tail, self.stack.api_key)
+            failure.tail_shown = self.kept
+            return failure
+        if _brought(plan) is None:
             return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
-        message = f"{self.plan.target} failed: {self.cause}"
+        message = f"{plan.target} failed: {self.cause}"
         removal = [why for op, why in undone or () if op.how == "remove"]
         others = [why for op, why in undone or () if op.how != "remove"]
         if removal:
             message += f"; could not remove it: {removal[0]}"
-        previous = self.plan.serving
+        previous = plan.serving
         if undone is None:
             failure = SwapFailed(f"{message}; rollback disabled (--no-rollback): what ran is left as it is")
         elif previous is None:
@@ -905,23 +886,24 @@ class DockerSwap:
         failure.tail_shown = True  # evidence.keep printed it before the undo
         return failure
 
-    def finish(self, failure: SwapFailed | None) -> None:
-        """The held requests flow to what serves after a failure (the gateway is told why)."""
+    def finish(self, plan: Plan, failure: SwapFailed | None, result: UpResult) -> None:
+        """The held requests flow to what serves after a failure (the gateway is told why); what
+        the drains counted, and what serves at the end (its container, its KV cache)."""
         ctx = self.ctx
-        if ctx.hold is not None and not self.released:
-            previous = self.plan.serving
-            serving = previous if failure is not None and failure.rolled_back else None
-            detail = str(failure).splitlines()[0] if failure is not None else ""
-            self._release(serving, ok=False, detail=detail)
-        standby.updates_done()
-
-    def report(self) -> None:
-        """What serves at the end: its container's start time and restart count, its KV cache."""
+        with interrupts_ignored():
+            if ctx.hold is not None and not self.released:  # a hold never outlasts `up`, --no-rollback or not
+                serving = plan.serving if failure is not None and failure.rolled_back else None
+                detail = str(failure).splitlines()[0] if failure is not None else ""
+                self._release(serving, ok=False, detail=detail)
+            standby.updates_done()
+        self.drained.report(result, live=not plan.single)
+        if failure is not None or not plan.single:
+            return
         container = self.container
-        self.result.kv_cache_tokens = bootlog.kv_cache_tokens(self.log)
+        result.kv_cache_tokens = bootlog.kv_cache_tokens(self.log)
         if container is not None:
             started, restarts, _ = run_mark(container)
-            self.result.serving_container = {
+            result.serving_container = {
                 "id": container.container.id,
                 "name": container.name,
                 "started_at": started,
@@ -929,31 +911,9 @@ class DockerSwap:
             }
 
 
-def run(swap: DockerSwap, record: SwapRecord) -> None:
-    """Run the plan through the executor (see the module's docstring); the hold is released in any case."""
-    ctx = swap.ctx
-    failure: SwapFailed | None = None
-    swap.record = record
-    try:
-        execute(
-            swap.plan.ops,
-            swap.handlers(),
-            rollback=ctx.options.rollback,
-            say=ctx.say,
-            failed=swap.keep_evidence,
-            stage=record.stage,
-            explain=swap.explain,
-        )
-    except SwapFailed as err:
-        failure = err
-        raise
-    finally:
-        with interrupts_ignored():
-            try:
-                swap.finish(failure)
-            finally:
-                record.close()
-    swap.report()
+def _brought(plan: Plan) -> Member | None:
+    """What a switch brings in (its first Start or Route); None when only the gateway changes."""
+    return next((op.member for op in plan.ops if isinstance(op, ops.Start | ops.Route)), None)
 
 
 def set_upstreams(control: GatewayControl, upstreams: list[dict[str, str]], single: str = "") -> None:
@@ -984,12 +944,20 @@ def single_inflight(raw: Mapping[str, Any] | None) -> int:
 
 @dataclass
 class DrainTally:
-    """What a live change's drains counted (both engines): requests cut at the drain timeout,
-    streams continued on the other members, and streams refused (they drained)."""
+    """What a change's holds and drains counted (both engines): requests that finished and that
+    were cut at the drain timeout, streams continued elsewhere and streams refused (they drained)."""
 
+    finished: int = 0
     cut: int = 0
     continued: int = 0
     refused: int = 0
+    holds: int = 0  # holds counted (a switch reports what finished only when one was)
+
+    def held(self, *counts: int) -> None:
+        """Add a hold's counts (finished, cut, continued, refused)."""
+        for name, n in zip(DRAINED, counts, strict=True):
+            setattr(self, name, getattr(self, name) + n)
+        self.holds += 1
 
     def drain(self, control: GatewayControl, stack: Stack, waiting: Say, op: ops.Drain, where: str) -> None:
         """Wait for the requests in flight on the member `op.name` (an upstream the gateway does
@@ -1023,8 +991,12 @@ class DrainTally:
 
         self.cut += int(retry.single_drain(stack.gateway.drain_timeout)(left) or 0)
 
-    def report(self, result: UpResult) -> None:
-        """The counts in `result.drained`, and a warning when something was cut."""
+    def report(self, result: UpResult, live: bool = True) -> None:
+        """The counts in `result.drained`: a live change's, with a warning when something was
+        cut; a switch's (its hold warned already), what finished too, when it held."""
+        if not live:
+            result.drained = {name: getattr(self, name) for name in DRAINED} if self.holds else result.drained
+            return
         result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
         if self.cut:
             result.warnings.append(f"{self.cut} request(s) still running after the drain timeout were cut")

@@ -215,7 +215,7 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     swapper.up(stack, resolve_target(stack, "baseline"), client=docker_client, options=options)
 
     dead = f"unix://{tmp_path}/dead.sock"
-    keep_evidence = transaction.DockerSwap.keep_evidence
+    keep_evidence = transaction.DockerSwap.failed
 
     def fail_without_docker(swap, *args):
         keep_evidence(swap, *args)  # the log is kept; then dockerd is gone for the undo
@@ -223,7 +223,7 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
         gone = docker.DockerClient(base_url=dead, version="1.41", timeout=5)
         swap.held.append(replace(swap.ctx, client=gone))
 
-    monkeypatch.setattr(transaction.DockerSwap, "keep_evidence", fail_without_docker)
+    monkeypatch.setattr(transaction.DockerSwap, "failed", fail_without_docker)
     with pytest.raises(SwapFailed) as failed:
         swapper.up(stack, resolve_target(stack, "mtp-crash"), client=docker_client, options=options)
     message = str(failed.value)

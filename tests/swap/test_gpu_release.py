@@ -218,7 +218,7 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
         "mtp", "h", previous, False, bring=Bring(Member("mtp", "mtp", "p-vllm-1", "vllm", "m.yml"))
     )  # type: ignore[arg-type]
     assert plan.steps == ("stop", "release", "start", "gate")
-    swap = transaction.DockerSwap(ctx, plan, result, None, Path("run.yml"))
+    swap = transaction.DockerSwap(ctx, result, None, Path("run.yml"))
     with pytest.raises(Started):
         for op in plan.ops[:3]:
             swap.handlers()[type(op)](op)

@@ -215,14 +215,26 @@ def test_a_record_that_is_no_record_is_ignored(state: Path) -> None:
 def test_a_live_change_records_what_served_before_it(state: Path) -> None:
     """A change from a live set to one variant (and any live change) names its FROM: the
     variants that served before, as its target names those that serve after."""
-    from composer.stack.load import load_stack
-    from composer.swap.entry import UpResult, history
+    from composer.swap.entry import UpResult
     from composer.swap.ops import Member, Stop
     from composer.swap.plan import Plan
+    from composer.swap.runner import Change, run
 
-    stack = load_stack([REPO / "composer.toml"], None, environ={}, flags=[f"stack.project={PROJECT}"])
+    class Engine:  # runs every operation without doing anything
+        def __init__(self) -> None:
+            self.timings: dict[str, float] = {}
+
+        def handlers(self):
+            return {Stop: lambda op: None}
+
+        def failed(self, *_: object) -> None: ...
+
+        def explain(self, *_: object) -> None: ...
+
+        def finish(self, *_: object) -> None: ...
+
     mtp = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "live.yml", "2,3")
     plan = Plan(("baseline/1", "mtp/1"), ("mtp/1",), (Stop(mtp, live=True),))
-    history(stack, plan, "changed", UpResult(variant="mtp", outcome="changed"))
+    run(plan, Engine(), UpResult(variant="mtp", outcome="changed"), Change(PROJECT, "live"))
     (event,) = read_history(PROJECT).events
     assert (event["kind"], event["source"], event["target"]) == ("live", "baseline+mtp", "mtp")

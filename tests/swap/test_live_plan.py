@@ -14,7 +14,7 @@ from composer.stack.workload_classes import live_routing
 from composer.swap.plan import plan_live
 from composer.swap.snapshot import LiveRunning
 from composer.swap.status import format_live, format_status
-from composer.swap.swapper import UpOptions
+from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import Context, upstream_states
 from tests.conftest import REPO, free_port
 
@@ -355,7 +355,8 @@ def test_a_member_that_takes_a_leaving_ones_gpus_starts_once_they_are_released(
     stopped: list[str] = []
     monkeypatch.setattr(VariantContainer, "stop_and_remove", lambda self, grace: stopped.append(self.name))
     monkeypatch.setattr(cgroups, "container_pids", lambda ids: frozenset({4242}))
-    swapper = DockerSwap(Context(stack, Client(), UpOptions()))  # type: ignore[arg-type]
+    ctx = Context(stack, Client(), UpOptions())  # type: ignore[arg-type]
+    swapper = DockerSwap(ctx, UpResult("mtp", "planned"))
     swapper.probe = Probe()
     leaving = Member("mtp/1", "mtp", "vllm-mtp-1", "vllm-mtp-1", "/s/live-old.yml", "2,3")
     coming = Member("dflash2/1", "dflash2", "vllm-dflash2-1", "vllm-dflash2-1", "/s/live.yml", "2,3")

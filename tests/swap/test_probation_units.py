@@ -223,7 +223,7 @@ def test_the_new_gateway_finds_its_upstream_before_the_sleep(monkeypatch) -> Non
     ]
     ctx = transaction.Context(SimpleNamespace(service="vllm"), SimpleNamespace(), SimpleNamespace())  # type: ignore[arg-type]
     result = SimpleNamespace(timings={}, notes=[], warnings=[], drained=None, port_gap=None)
-    swap = transaction.DockerSwap(ctx, plan, result, SimpleNamespace(), None)  # type: ignore[arg-type]
+    swap = transaction.DockerSwap(ctx, result, SimpleNamespace(), None)  # type: ignore[arg-type]
     monkeypatch.setattr(swap, "update_gateway", lambda op: calls.append("recreate"))
     swap.handlers()[UpdateGateway](plan.ops[0])
     swap.handlers()[Hold](plan.ops[1])

@@ -137,7 +137,7 @@ def test_a_failure_at_each_operation_runs_exactly_the_inverses_of_what_ran(at: i
 def _swap(plan, rollback: bool = True) -> DockerSwap:
     stack = SimpleNamespace(service="vllm", api_key="k")
     ctx = Context(stack, None, UpOptions(rollback=rollback))  # type: ignore[arg-type]
-    swap = DockerSwap(ctx, plan, UpResult("mtp", "swapped"), None, None)  # type: ignore[arg-type]
+    swap = DockerSwap(ctx, UpResult("mtp", "swapped"), None, None)
     swap.cause = "the container exited with code 1"
     return swap
 
@@ -145,23 +145,23 @@ def _swap(plan, rollback: bool = True) -> DockerSwap:
 def test_the_error_names_the_cause_first_then_what_the_undo_did() -> None:
     plan = _plan(_serving())
     err = HealthCheckFailed("x")
-    done = _swap(plan).explain(err, list(plan.ops[:5]), [])
+    done = _swap(plan).explain(plan, err, list(plan.ops[:5]), [])
     assert (
         str(done)
         == "mtp failed: the container exited with code 1; rolled back to baseline, which serves again"
     )
     assert done.rolled_back
     undone = [(Stop(MTP, "remove"), "Cannot connect"), (Start(MTP), "Cannot connect too")]
-    both = _swap(plan).explain(err, list(plan.ops[:5]), undone)
+    both = _swap(plan).explain(plan, err, list(plan.ops[:5]), undone)
     assert (
         "; could not remove it: Cannot connect; rollback to baseline failed too: Cannot connect too"
         in str(both)
     )
     assert not both.rolled_back
-    kept = _swap(plan, rollback=False).explain(err, list(plan.ops[:5]), None)
+    kept = _swap(plan, rollback=False).explain(plan, err, list(plan.ops[:5]), None)
     assert str(kept).endswith("rollback disabled (--no-rollback): what ran is left as it is")
     first = _plan()
-    assert str(_swap(first).explain(err, list(first.ops[:3]), [])).endswith("; nothing is running")
+    assert str(_swap(first).explain(first, err, list(first.ops[:3]), [])).endswith("; nothing is running")
 
 
 def test_the_plans_json_lists_its_operations_and_keeps_its_fields() -> None:
