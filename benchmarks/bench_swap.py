@@ -123,14 +123,15 @@ def detection_latency(setup: Setup) -> float:
     """Seconds between a tight /health loop's first 200 and compose-spec reporting ready."""
     from composer.engine.client import docker_client
     from composer.stack.load import load_stack
-    from composer.swap.swapper import UpOptions, up
+    from composer.swap.entry import up_set as up
+    from composer.swap.outcome import UpOptions
 
     os.environ.update(setup.env)
     stack = load_stack(
         [REPO / "composer.toml", setup.tmp / "stack.toml"], REPO / ".env.demo", environ=setup.env
     )
     client = docker_client()
-    up(stack, "baseline", client=client, options=UpOptions(settle=0))
+    up(stack, ["baseline"], client=client, options=UpOptions(settle=0))
     first_200: list[float] = []
     reported: list[float] = []
 
@@ -138,10 +139,10 @@ def detection_latency(setup: Setup) -> float:
         if " is ready (" in message and not reported:
             reported.append(time.monotonic())
 
-    up(stack, "mtp", client=client, options=UpOptions(settle=0), progress=lambda m: None)
+    up(stack, ["mtp"], client=client, options=UpOptions(settle=0), progress=lambda m: None)
     thread = threading.Thread(target=lambda: first_200.append(_first_200(setup)))
     thread.start()
-    up(stack, "baseline", client=client, options=UpOptions(settle=0), progress=on_progress)
+    up(stack, ["baseline"], client=client, options=UpOptions(settle=0), progress=on_progress)
     thread.join()
     return reported[0] - first_200[0]
 

@@ -19,7 +19,7 @@ Run: python3 benchmarks/bench_swap_physics.py [--rounds 4]
   `docker exec` calls, recorded at the SDK's HTTP layer.
 
 The gateway image is the stack's (`GATEWAY_IMAGE` overrides it): its control session's
-speed is part of the wake's hold. `up` runs in process (`composer.swap.swapper.up`, what
+speed is part of the wake's hold. `up` runs in process (`composer.swap.entry.up_set`, what
 `compose-spec up` calls) so its calls can be counted; the process start of the CLI (about
 0.3 s here) is not in these figures.
 """
@@ -98,14 +98,14 @@ class Project:
         self.stack = load_stack([REPO / "composer.toml", extra], REPO / ".env.demo", environ=self.env)
 
     def up(self, client, variant: str) -> tuple[float, object]:
-        from composer.render.target import resolve_target
-        from composer.swap.swapper import UpOptions, up
+        from composer.swap.entry import up_set
+        from composer.swap.outcome import UpOptions
 
         os.environ.update(VLLM_API_KEY=self.key, XDG_STATE_HOME=str(self.tmp))
         began = time.monotonic()
-        result = up(
+        result = up_set(
             self.stack,
-            resolve_target(self.stack, variant),
+            [variant],
             client=client,
             options=UpOptions(settle=self.settle),
         )

@@ -90,7 +90,7 @@ if TYPE_CHECKING:
     import docker
 
     from composer.engine.containers import RunningVariant
-    from composer.swap.swapper import UpOptions
+    from composer.swap.outcome import UpOptions
 
 StackFor = Callable[[tuple[str, ...]], Stack]
 
@@ -112,8 +112,9 @@ def bench_with_swaps(
     """Sweep the points, each swapped in with `up`, then restore the previous variant.
     `stack_for(flags)` loads the stack with extra `--set` flags; `after_sweep` runs after an
     uninterrupted sweep, before the restore (`bench --decide`'s switching arm)."""
+    from composer.swap.entry import up_set
+    from composer.swap.outcome import UpOptions
     from composer.swap.snapshot import take
-    from composer.swap.swapper import UpOptions, up
 
     stack = stack_for(())
     suggested = {name: variant_hints(stack, stack.variant(name), ()).suggested_k for name in variants}
@@ -134,9 +135,13 @@ def bench_with_swaps(
 
     def serve(point: BenchPoint) -> None:
         point_stack = stack_for(k_override(point))
-        target = resolve_target(point_stack, point.variant)
-        result = up(
-            point_stack, target, client=client, options=up_options, progress=progress, waiting=waiting
+        result = up_set(
+            point_stack,
+            [point.variant],
+            client=client,
+            options=up_options,
+            progress=progress,
+            waiting=waiting,
         )
         progress(f"{point.label}: {result.outcome}")
 
@@ -228,7 +233,7 @@ def _restore(
 ) -> list[str]:
     """Bring back what served before (or stop the benchmark's container); return notes."""
     from composer.swap.down import down
-    from composer.swap.swapper import up
+    from composer.swap.entry import up_set
 
     stack = stack_for(())
     if previous is None:
@@ -250,7 +255,6 @@ def _restore(
             f"(hash {previous.config_hash}); it was restored with the stack's configuration"
         )
     progress(f"restoring {previous.variant}")
-    target = resolve_target(matching, previous.variant)
-    up(matching, target, client=client, options=options, progress=progress, waiting=waiting)
+    up_set(matching, [previous.variant], client=client, options=options, progress=progress, waiting=waiting)
     progress(f"{previous.variant} serves again")
     return notes

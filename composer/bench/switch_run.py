@@ -121,15 +121,14 @@ def run_switching(
 ) -> SwitchRun:
     """Serve `start`, follow the gateway's demands in a thread, replay the trace; fills `run`."""
     from composer.engine.health import base_url
-    from composer.render.target import resolve_target
+    from composer.swap.entry import up_set
     from composer.swap.follow import follow
-    from composer.swap.swapper import UpOptions, up
+    from composer.swap.outcome import UpOptions
 
     if not stack.gateway.enabled:
         raise BenchError("the switching arm needs the gateway (gateway.enabled = true)")
     up_options = UpOptions(timeout=swap_timeout, rollback=False, allow_weak_key=allow_weak_key)
-    target = resolve_target(stack, start)
-    up(stack, target, client=client, options=up_options, progress=progress, waiting=waiting)
+    up_set(stack, [start], client=client, options=up_options, progress=progress, waiting=waiting)
     stop = threading.Event()
     began: dict[str, float] = {}
 

@@ -51,7 +51,7 @@ def follow(
     """
     from composer.swap.follow import FollowEvent
     from composer.swap.follow import follow as run_follow
-    from composer.swap.swapper import UpOptions
+    from composer.swap.outcome import UpOptions
 
     stack = obj.stack()
     require_api_key(stack, obj.options.allow_weak_key)

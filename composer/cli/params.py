@@ -195,7 +195,7 @@ class SwapArgs:
     profiles: tuple[str, ...] = ()
 
     def up_options(self, obj: Context, probation: float = 0.0):
-        from composer.swap.swapper import UpOptions
+        from composer.swap.outcome import UpOptions
 
         return UpOptions(
             timeout=self.timeout,

@@ -27,12 +27,12 @@ from composer.swap.entry import run_live
 from composer.swap.execute import Cases, Handlers, Say, quiet
 from composer.swap.holding import SwapHold, start_hold
 from composer.swap.journal import append_history
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.owner import down_refusal, foreign_running
 from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
 from composer.swap.runner import Change
 from composer.swap.snapshot import Snapshot, take
-from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import Context, stop_container
 
 if TYPE_CHECKING:

@@ -23,11 +23,11 @@ from composer.gateway.config import LIVE
 from composer.gateway.host.client import GatewayControl, SwitchDemand
 from composer.render.gateway import build_gateway_spec
 from composer.render.spec import resolve
-from composer.render.target import resolve_target
 from composer.stack.model import Stack
 from composer.swap import snapshot
+from composer.swap.entry import up_set
 from composer.swap.gateway_change import container_env
-from composer.swap.swapper import UpOptions, up
+from composer.swap.outcome import UpOptions
 
 if TYPE_CHECKING:
     import docker
@@ -134,9 +134,9 @@ class Follower:
         self.emit(FollowEvent("switch", demand.variant, f"{demand.source}: {demand.reason}"))
         began = time.monotonic()
         try:
-            result = up(
+            result = up_set(
                 self.stack,
-                resolve_target(self.stack, demand.variant),
+                [demand.variant],
                 client=self.client,
                 options=replace(self.options, keep_gateway=True),
             )

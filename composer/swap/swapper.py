@@ -31,13 +31,12 @@ from composer.render.spec import Owner
 from composer.render.target import Target, resolve_target
 from composer.stack.model import Stack
 from composer.swap import gateway_change, probation, runner, snapshot, transaction
-from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import retire_extra_gateways
 from composer.swap.gpu_release import NO_GPUS
 from composer.swap.holding import EarlyHold, open_early
 from composer.swap.journal import NOTE, WARNING
 from composer.swap.ops import Member
-from composer.swap.outcome import UpOptions, UpResult
+from composer.swap.outcome import UpResult
 from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     Bring,
     Plan,
@@ -47,12 +46,12 @@ from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
     snapshot_foreign,
     stop_instead,
 )
-from composer.swap.profiles import check_profiles, start_profiles
+from composer.swap.profiles import start_profiles
 from composer.swap.runner import Change
 from composer.swap.transaction import Context
 
 if TYPE_CHECKING:
-    import docker
+    pass
 
 
 def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
@@ -263,22 +262,3 @@ def is_ready(stack: Stack, current: RunningVariant, settle_s: float = 0.0) -> bo
         raise retry.Pending(f"{current.variant} not ready yet", result=False)
 
     return bool(retry.settle_ready(settle_s)(attempt))
-
-
-def up(
-    stack: Stack,
-    target: Target,
-    *,
-    client: docker.DockerClient,
-    options: UpOptions | None = None,
-    progress: Say = quiet,
-    waiting: Say | None = None,
-) -> UpResult:
-    """Swap `target` in under the project's lock (see `swap`)."""
-    options = options or UpOptions()
-    ctx = Context(stack, client, options, progress, waiting or progress)
-    if options.dry_run:  # reads only: no lock, nothing started, stopped or routed
-        return swap(ctx, target)
-    check_profiles(ctx, target.prometheus)
-    with probation.watcher_exits(), probation.change_lock(stack.project, options.wait_for_lock, progress):
-        return swap(ctx, target)

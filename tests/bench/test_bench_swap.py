@@ -9,8 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 import composer.swap.down
+import composer.swap.entry
+import composer.swap.outcome
 import composer.swap.snapshot
-import composer.swap.swapper
 from composer.bench import swaps as bench_swap
 from composer.bench.sweep import BenchOptions, BenchPoint, PointResult
 from composer.engine.containers import RunningVariant
@@ -44,10 +45,10 @@ class FakeDocker:
     interrupt_k: int | None = None
     rollbacks: list[bool] = field(default_factory=list)
 
-    def up(self, stack, target, *, client, options, progress, waiting=None):
-        variant = target.name
+    def up(self, stack, requested, *, client, options, progress, waiting=None):
+        (variant,) = requested
         self.rollbacks.append(options.rollback)
-        spec = target.variant.speculative
+        spec = stack.variant(variant).speculative
         k = spec.num_speculative_tokens if spec else 0
         if k == self.interrupt_k:
             self.calls.append(f"up {variant} K={k} interrupted")
@@ -58,7 +59,7 @@ class FakeDocker:
             raise SwapFailed(f"{variant} failed: boom; rolled back", rolled_back=True)
         self.calls.append(f"up {variant} K={k}")
         self.serving = (variant, resolve_target(stack, variant).hash)
-        return composer.swap.swapper.UpResult(variant=variant, outcome="swapped")
+        return composer.swap.outcome.UpResult(variant=variant, outcome="swapped")
 
     def down(self, stack, *, client, progress):
         self.calls.append("down")
@@ -74,7 +75,7 @@ class FakeDocker:
 def fake(monkeypatch: pytest.MonkeyPatch):
     def install(serving, measured=None, fail_k=None, interrupt_k=None) -> FakeDocker:
         docker = FakeDocker(serving, fail_k=fail_k, interrupt_k=interrupt_k)
-        monkeypatch.setattr(composer.swap.swapper, "up", docker.up)
+        monkeypatch.setattr(composer.swap.entry, "up_set", docker.up)
         monkeypatch.setattr(composer.swap.down, "down", docker.down)
         monkeypatch.setattr(composer.swap.snapshot, "take", docker.snapshot)
 

@@ -12,7 +12,8 @@ from composer.capacity.model import release_budget
 from composer.doctor.report import format_report, run_doctor
 from composer.render.target import resolve_target
 from composer.swap.gpu_release import ReleaseWait
-from composer.swap.swapper import UpOptions, UpResult, check_standby_fits, plan_swap
+from composer.swap.outcome import UpOptions, UpResult
+from composer.swap.swapper import check_standby_fits, plan_swap
 from composer.swap.transaction import Context
 from tests.doctor.fakes import GIB, FakeProbe, make_stack, rtx4090
 from tests.doctor.test_doctor import host

@@ -15,9 +15,9 @@ from composer.render.spec import Owner
 from composer.stack.keys import key_fingerprint
 from composer.swap import down as down_module
 from composer.swap.down import plan_down
+from composer.swap.outcome import UpOptions
 from composer.swap.owner import owner_status
 from composer.swap.snapshot import LiveRunning, Snapshot
-from composer.swap.swapper import UpOptions
 from composer.swap.transaction import Context
 from tests.swap.test_plan_units import _info, _snap
 from tests.swap.test_standby_units import _stack

@@ -202,17 +202,16 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
     import docker
 
     from composer.errors import SwapFailed
-    from composer.render.target import resolve_target
     from composer.stack.load import load_stack
-    from composer.swap import swapper, transaction
+    from composer.swap import entry, outcome, transaction
 
     for name in ("XDG_STATE_HOME", "VLLM_API_KEY"):
         monkeypatch.setenv(name, sim_stack.env[name])
     stack = load_stack(
         [REPO / "composer.toml", sim_stack.stack_file], env_file=REPO / ".env.demo", environ=sim_stack.env
     )
-    options = swapper.UpOptions(timeout=60)
-    swapper.up(stack, resolve_target(stack, "baseline"), client=docker_client, options=options)
+    options = outcome.UpOptions(timeout=60)
+    entry.up_set(stack, ["baseline"], client=docker_client, options=options)
 
     dead = f"unix://{tmp_path}/dead.sock"
     keep_evidence = transaction.DockerSwap.failed
@@ -225,7 +224,7 @@ def test_docker_gone_mid_swap_reports_the_cause_then_the_rollback(
 
     monkeypatch.setattr(transaction.DockerSwap, "failed", fail_without_docker)
     with pytest.raises(SwapFailed) as failed:
-        swapper.up(stack, resolve_target(stack, "mtp-crash"), client=docker_client, options=options)
+        entry.up_set(stack, ["mtp-crash"], client=docker_client, options=options)
     message = str(failed.value)
     assert message.startswith("mtp-crash failed: the container exited with code 1")
     assert "; could not remove it: " in message

@@ -14,8 +14,8 @@ from composer.errors import PreflightFailed
 from composer.render import render_variant, resolve_target
 from composer.stack.load import load_stack
 from composer.swap.lock import lock_dir
+from composer.swap.outcome import UpOptions
 from composer.swap.profiles import check_follow_inputs
-from composer.swap.swapper import UpOptions
 from tests.conftest import REPO
 
 

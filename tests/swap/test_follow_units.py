@@ -13,7 +13,7 @@ from composer.cli import main
 from composer.gateway.host.client import SwitchDemand
 from composer.swap import follow as follow_module
 from composer.swap.follow import Follower, FollowEvent
-from composer.swap.swapper import UpOptions
+from composer.swap.outcome import UpOptions
 from tests.conftest import REPO
 
 
@@ -61,7 +61,7 @@ def test_a_demand_for_the_variant_docker_shows_serving_runs_no_swap(monkeypatch)
         "take",
         lambda stack, client, **_: SimpleNamespace(current=SimpleNamespace(variant="mtp")),
     )
-    monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
+    monkeypatch.setattr(follow_module, "up_set", lambda *a, **k: pytest.fail("a swap ran"))
     events: list[FollowEvent] = []
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
@@ -84,17 +84,17 @@ def _serving(monkeypatch, variant: str, drift: list[str] | None = None) -> None:
 
 def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> None:
     _serving(monkeypatch, "baseline")
-    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     result = SimpleNamespace(outcome="woke", previous="baseline", timings={"wake": 0.5})
     ran: list[str] = []
     by: list[str | None] = []
 
-    def up(stack, target, **kwargs):
+    def up(stack, requested, **kwargs):
+        (target,) = requested
         ran.append(target)
         by.append(kwargs["options"].by)
         return result
 
-    monkeypatch.setattr(follow_module, "up", up)
+    monkeypatch.setattr(follow_module, "up_set", up)
     events: list[FollowEvent] = []
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
@@ -108,7 +108,7 @@ def test_a_demand_for_another_variant_runs_up_and_reports_it(monkeypatch) -> Non
 
 
 def test_a_demand_for_a_variant_vllm_refuses_with_the_stack_runs_no_swap(monkeypatch) -> None:
-    monkeypatch.setattr(follow_module, "up", lambda *a, **k: pytest.fail("a swap ran"))
+    monkeypatch.setattr(follow_module, "up_set", lambda *a, **k: pytest.fail("a swap ran"))
     why = "variants.mtp-adaptive.speculative.adaptive_verification = true with stack.attention_backend = flashinfer"
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp-adaptive": SimpleNamespace(refused=why)})
     events: list[FollowEvent] = []
@@ -124,10 +124,9 @@ def test_a_switch_never_replaces_the_gateway_and_says_when_its_settings_differ(m
     """The alias request that asked for the switch waits in the gateway: recreating it for a
     changed setting answered that very request 503 ("the gateway is stopping")."""
     _serving(monkeypatch, "baseline", drift=["max_held"])
-    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     options: list[UpOptions] = []
     result = SimpleNamespace(outcome="started", previous="baseline", timings={})
-    monkeypatch.setattr(follow_module, "up", lambda s, t, **k: options.append(k["options"]) or result)
+    monkeypatch.setattr(follow_module, "up_set", lambda s, t, **k: options.append(k["options"]) or result)
     events: list[FollowEvent] = []
     stack = SimpleNamespace(variants={"baseline": STARTABLE, "mtp": STARTABLE})
     follower = Follower(stack, None, UpOptions(), events.append, threading.Event())  # type: ignore[arg-type]
@@ -142,9 +141,8 @@ def test_the_outcome_reaches_a_gateway_replaced_during_the_switch(monkeypatch) -
     from docker.errors import NotFound
 
     _serving(monkeypatch, "baseline")
-    monkeypatch.setattr(follow_module, "resolve_target", lambda stack, variant: variant)
     result = SimpleNamespace(outcome="started", previous="baseline", timings={})
-    monkeypatch.setattr(follow_module, "up", lambda *a, **k: result)
+    monkeypatch.setattr(follow_module, "up_set", lambda *a, **k: result)
     fresh = RecordingControl()
     monkeypatch.setattr(follow_module, "GatewayControl", lambda container: fresh)
 

@@ -181,8 +181,8 @@ def test_the_swap_takes_the_snapshot_before_it_stops_and_waits_after(monkeypatch
 
     from composer.swap import transaction
     from composer.swap.ops import Member
+    from composer.swap.outcome import UpOptions, UpResult
     from composer.swap.plan import Bring, plan_swap
-    from composer.swap.swapper import UpOptions, UpResult
 
     order: list[str] = []
 

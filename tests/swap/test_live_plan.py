@@ -11,10 +11,10 @@ from composer.render.live import resolve_live
 from composer.stack.load import load_stack
 from composer.stack.model import Stack
 from composer.stack.workload_classes import live_routing
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import plan_live
 from composer.swap.snapshot import LiveRunning
 from composer.swap.status import format_live, format_status
-from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import Context, upstream_states
 from tests.conftest import REPO, free_port
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 
 from composer.swap import down as down_module
+from composer.swap.outcome import UpOptions
 from composer.swap.ps import format_ps, ps_rows, published
 from composer.swap.snapshot import Snapshot, classify
-from composer.swap.swapper import UpOptions
 from composer.swap.transaction import Context
 from tests.swap.test_plan_units import _info
 from tests.swap.test_standby_units import _stack

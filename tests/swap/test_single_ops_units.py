@@ -25,8 +25,8 @@ from composer.swap.ops import (
     Start,
     Stop,
 )
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Bring, GatewayChange, plan_swap, with_gateway
-from composer.swap.swapper import UpOptions, UpResult
 from composer.swap.transaction import Context, DockerSwap
 
 MTP = Member("mtp", "mtp", "p-vllm-1", "vllm", "/state/mtp-b2.yml", "0,1", speculative=True)

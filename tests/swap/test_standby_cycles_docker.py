@@ -1,6 +1,6 @@
 """Many sleep-standby switches on the real daemon with the simulator: nothing grows.
 
-Each switch runs the swap itself (`composer.swap.swapper.up`, what `compose-spec up`
+Each switch runs the swap itself (`composer.swap.entry.up_set`, what `compose-spec up`
 calls, in this process to save a Python start per switch): drain, sleep, route, wake,
 gate, acceptance check, warm-up, release. After every switch: the project's containers,
 the planner's sleepers and the gateway's accounting (held, in flight, holds); every
@@ -20,10 +20,10 @@ import pytest
 from composer.capacity import standby
 from composer.engine.containers import gateway_container
 from composer.gateway.host.client import GatewayControl
-from composer.render.target import resolve_target
 from composer.stack.load import load_stack
+from composer.swap.entry import up_set
+from composer.swap.outcome import UpOptions
 from composer.swap.snapshot import take
-from composer.swap.swapper import UpOptions, up
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.docker
@@ -87,7 +87,7 @@ def test_many_sleep_standby_switches_grow_nothing(sim_stack, docker_client, monk
     selector = {"label": f"com.docker.compose.project={stack.project}"}
     variants = {"label": [f"com.docker.compose.project={stack.project}", "vllm-composer.variant"]}
     for variant in ("mtp", "baseline"):  # two cold starts: one serves, one sleeps
-        up(stack, resolve_target(stack, variant), client=docker_client, options=options)
+        up_set(stack, [variant], client=docker_client, options=options)
     gateway = gateway_container(stack, docker_client)
     control = GatewayControl(gateway)
     routes_before = control.state().raw["routes_total"]
@@ -96,7 +96,7 @@ def test_many_sleep_standby_switches_grow_nothing(sim_stack, docker_client, monk
     began = time.monotonic()
     for switch in range(SWITCHES):
         variant = ("mtp", "baseline")[switch % 2]
-        result = up(stack, resolve_target(stack, variant), client=docker_client, options=options)
+        result = up_set(stack, [variant], client=docker_client, options=options)
         assert result.outcome == "woke", (switch, result)
         containers = docker_client.containers.list(all=True, filters=selector)
         assert len(containers) == 4, (

@@ -16,7 +16,8 @@ from composer.probes.gpu import GpuInfo
 from composer.render.target import resolve_target
 from composer.stack.load import load_stack
 from composer.swap.down import stop_variant
-from composer.swap.swapper import UpOptions, UpResult, check_standby_fits, plan_swap
+from composer.swap.outcome import UpOptions, UpResult
+from composer.swap.swapper import check_standby_fits, plan_swap
 from composer.swap.transaction import Context
 from tests.conftest import REPO
 from tests.swap.test_standby_units import _running

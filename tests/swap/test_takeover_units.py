@@ -133,7 +133,7 @@ def test_a_live_set_refuses_to_join_another_stacks_members() -> None:
 
 def test_up_set_passes_takeover_to_its_swapper(monkeypatch: pytest.MonkeyPatch) -> None:
     from composer.swap import entry, snapshot
-    from composer.swap.swapper import UpOptions
+    from composer.swap.outcome import UpOptions
 
     seen = {}
 
