@@ -74,7 +74,7 @@ class RunningSwap:
     timeout: float
     steps: tuple[str, ...] = ()  # the plan's steps
     pid_start: str | None = None  # `process_start(pid)` when the record was written
-    kind: str = "up"  # `live`: a live set's change (source and target are sets, `a+b`)
+    kind: str = "up"  # `live`: a live set's change (source and target are sets, `a+b`); `down`
     until: float | None = None  # epoch seconds: the end of the probation its watcher runs
 
     def line(self, now: float | None = None) -> str:
@@ -89,11 +89,9 @@ class RunningSwap:
             return f"{watched}: a crash or a restart {back}"
         took = max(0.0, now - self.started)
         source = self.source or "nothing"
-        what = "changing the live set" if self.kind == "live" else "swapping"
-        return (
-            f"{what} {source} -> {self.target} (pid {self.pid}): {self.stage} "
-            f"{took:.0f} s of {self.timeout:.0f} s"
-        )
+        what = {"live": "changing the live set ", "down": "stopping "}.get(self.kind, "swapping ")
+        change = f"{source}" if self.kind == "down" else f"{source} -> {self.target}"
+        return f"{what}{change} (pid {self.pid}): {self.stage} {took:.0f} s of {self.timeout:.0f} s"
 
     def alive(self) -> bool:
         """True while the process that wrote the record runs: the same pid, started at the
@@ -176,7 +174,7 @@ def _record(path: Path) -> RunningSwap | None:
             timeout=float(data["timeout"]),
             steps=tuple(str(s) for s in data.get("steps") or ()),
             pid_start=str(data["pid_start"]) if data.get("pid_start") is not None else None,
-            kind="live" if data.get("kind") == "live" else "up",
+            kind=data["kind"] if data.get("kind") in ("live", "down") else "up",
             until=float(data["until"]) if data.get("until") is not None else None,
         )
     except (OSError, ValueError, KeyError, TypeError, RecursionError, ComposerError):

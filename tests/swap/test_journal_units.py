@@ -149,6 +149,28 @@ def test_a_live_change_is_recorded_as_one_and_a_killed_one_is_a_live_event(state
     assert event["steps"] == [plan.ops[0].describe()] and plan.ops[0].describe() in event["cause"]
 
 
+def test_a_down_is_recorded_as_one_and_a_killed_one_is_a_down_event(state: Path) -> None:
+    """`down` writes the running record every change writes: `status` says what it stops; left
+    behind by a killed `down`, it is an interrupted `down` event (not a swap's)."""
+    from composer.swap.ops import Member, Stop
+    from composer.swap.plan import Plan
+
+    mtp = Member("mtp", "mtp", "vllm-mtp-1", "vllm", "mtp.yml")
+    plan = Plan(("mtp",), (), (Stop(mtp),))
+    with swap_lock(PROJECT):
+        record = plan.recording(PROJECT, 60, "down")
+        record.stage("stopping")
+        running = running_swap(PROJECT)
+        assert running is not None and running.kind == "down"
+        assert running.line(running.started) == f"stopping mtp (pid {os.getpid()}): stopping 0 s of 60 s"
+        stale = json.loads((state / RUNNING).read_text()) | {"pid": 999_999_999}
+        record.close()
+    (state / RUNNING).write_text(json.dumps(stale))
+    assert running_swap(PROJECT) is None
+    (event,) = read_history(PROJECT).events
+    assert (event["kind"], event["source"], event["outcome"]) == ("down", "mtp", "interrupted")
+
+
 def test_a_stale_record_is_left_alone_while_a_swap_holds_the_lock(state: Path) -> None:
     """The follower's swap writes pids of another namespace: while the lock is held, the
     record is not taken for a killed swap's."""
