@@ -58,6 +58,7 @@ from composer.swap import ops, runner
 from composer.swap.desired import EXCLUSIVE, check_request, desired
 from composer.swap.execute import Cases, Handlers, Say, Undone, explain_failure, reason
 from composer.swap.holding import SwapHold
+from composer.swap.journal import SwapRecord
 from composer.swap.lock import swap_lock
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Plan, live_operations, plan_alone
@@ -238,6 +239,7 @@ class KubeRollout:
         self.say = progress
         self.waiting = waiting
         self.timings: dict[str, float] = {}
+        self.record: SwapRecord | None = None
         self.began: dict[str, float] = {}  # when each member's apply began (its gate's deadline)
         self.log = ""  # the pod log of the member that failed, read before the undo
         self.drained = DrainTally()

@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     import docker
     from docker.models.volumes import Volume
 
+    from composer.swap.journal import SwapRecord
+
 
 @dataclass(frozen=True)
 class StopProject(ops.Op):
@@ -109,6 +111,7 @@ class Downer:
         self.drained: dict[str, int] | None = None
         self.warnings: list[str] = []
         self.timings: dict[str, float] = {}
+        self.record: SwapRecord | None = None
 
     def handlers(self) -> Handlers:
         return {ops.Hold: self.hold, ops.Stop: Cases({"stop": self.stop}), StopProject: self.stop_project}

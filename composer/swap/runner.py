@@ -27,6 +27,7 @@ from composer.swap.outcome import UpResult
 from composer.swap.plan import Plan
 
 if TYPE_CHECKING:
+    from composer.swap.journal import SwapRecord
     from composer.swap.transaction import Context
 
 
@@ -34,6 +35,7 @@ class Engine(Protocol):
     """What runs a plan's operations (Docker's `DockerSwap`, `down`'s `Downer`, `KubeRollout`)."""
 
     timings: dict[str, float]
+    record: SwapRecord | None  # the change's running record while it runs (a watcher goes on with it)
 
     def handlers(self) -> Handlers: ...
 
@@ -74,7 +76,7 @@ def run(plan: Plan, engine: Engine, result: UpResult, change: Change, began: flo
     """Run `plan` (see above) and return the operations that ran; `result.outcome` is what the
     history says once it ran, `began` when the change began (its `total` timing)."""
     began = time.monotonic() if began is None else began
-    record = plan.recording(change.project, change.timeout, change.kind)
+    record = engine.record = plan.recording(change.project, change.timeout, change.kind)
     ran: list[Op] = []
     failure: SwapFailed | None = None
 

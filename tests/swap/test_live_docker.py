@@ -281,7 +281,7 @@ def test_a_live_change_that_fails_a_gate_is_undone_and_dry_runs_change_nothing(
     assert single.status == "running" and single.attrs["State"]["StartedAt"] == started  # never restarted
     assert _ids(docker_client, sim_stack.project) == before  # the live containers it started are gone
     assert sim_stack.status()["variant"] == "baseline"
-    assert len(_events(sim_stack)) == events + 1 and _events(sim_stack)[-1]["outcome"] == "failed"
+    assert len(_events(sim_stack)) == events + 1 and _events(sim_stack)[-1]["outcome"] == "rolled back"
 
     # A successful join adopts the one serving baseline as baseline/1: same container, never restarted.
     assert sim_stack.run("up", "baseline", "mtp", timeout=300).returncode == 0

@@ -288,10 +288,10 @@ def test_one_swap_lists_the_projects_containers_once_through_few_modules(sim_sta
     )
     assert len(trail.returns) <= 4, trail.returns  # today: none
     # The variant is resolved once (render: spec, target, the run file) and the swap (swapper,
-    # plan, its typed operations, transaction's handlers, holding, the gateway's client, the gate)
-    # carries it; doctor's preflight reads it in its registry only (the checks read the
+    # plan, its typed operations, the runner, transaction's handlers, holding, the gateway's
+    # client, the gate) carries it; doctor's preflight reads it in its registry only (the checks read the
     # variant's facts), capacity in its planner and its model (the formulas take numbers), the
     # journal takes the plan's data; up's options and report sit beside the command
-    # (cli/swap). At most 16 modules: the operations (`composer.swap.ops`) carry the
+    # (cli/swap). At most 17 modules: the operations (`composer.swap.ops`) carry the
     # containers by name, so nothing below the plan resolves the variant again.
-    assert len(set(trail.modules)) <= 16, " ".join(sorted(set(trail.modules)))
+    assert len(set(trail.modules)) <= 17, " ".join(sorted(set(trail.modules)))
