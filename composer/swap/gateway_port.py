@@ -1,13 +1,13 @@
 """The gateway's published port, end to end: what `status` says about it, and
 `up --recreate-gateway`, which replaces only the gateway's container (and its port holder when
 Docker's forwarding of the port is gone) beside the old one, so the port stays open and the
-serving variant (or live set) keeps serving; what the port did meanwhile is measured.
+serving variant (or live set) keeps serving; what the port did meanwhile is measured. It runs
+as every change does (`composer.swap.runner`: a running record and a history line).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,22 +20,22 @@ from composer.render.files import run_file
 from composer.render.live import resolve_live
 from composer.render.target import resolve_target
 from composer.stack.model import Stack
-from composer.swap import ops, snapshot
+from composer.swap import ops, runner, snapshot
 from composer.swap.entry import live_run_file
 from composer.swap.execute import Say, quiet
 from composer.swap.gateway_replace import (
     PORT_BACK_TIMEOUT,
     repair_port,
-    replace_gateway,
     retire_extra_gateways,
 )
-from composer.swap.outcome import UpResult
+from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.plan import Plan
 from composer.swap.probation import change_lock
+from composer.swap.runner import Change
+from composer.swap.transaction import Context, DockerSwap
 
 if TYPE_CHECKING:
     import docker
-    from docker.models.containers import Container
 
     from composer.render.gateway import GatewaySpec
 
@@ -52,17 +52,29 @@ def plan_recreate(stack: Stack, client: docker.DockerClient) -> Plan:
     """`up --recreate-gateway --dry-run`: reads only (no lock, nothing changed)."""
     _need_gateway(stack)
     snap = snapshot.take(stack, client)
-    return recreate_plan(snap, str(_what_serves(stack, snap)[0]), base_url(stack.bind_address, stack.port))
+    run_file, _, route, _ = _what_serves(stack, snap)
+    return recreate_plan(snap, str(run_file), base_url(stack.bind_address, stack.port), route)
 
 
-def recreate_plan(snap: snapshot.Snapshot, run_file: str, url: str) -> Plan:
-    """The gateway replaced from `run_file` (pure): what serves (the live set, else the
-    serving variant) serves throughout; the published port at `url` is probed meanwhile."""
+def recreate_plan(
+    snap: snapshot.Snapshot,
+    run_file: str,
+    url: str,
+    route: tuple[dict[str, str], ...] = (),
+    holder: bool = False,
+) -> Plan:
+    """The gateway replaced from `run_file` (pure), pointed at `route` first (`holder`: its port
+    holder too): what serves (the live set, else the serving variant) serves throughout; the
+    published port at `url` is probed meanwhile."""
     serving = snap.serving
     names = tuple(r.name for r in snap.live_running if r.service) or ((serving.variant,) if serving else ())
     started = "" if snap.gateway is not None else "no gateway container runs: one is started; "
     probed = f"{started}{url} is probed meanwhile (`up` measures and reports it)"
-    return Plan(names, names, (ops.UpdateGateway("replace", run_file, "--recreate-gateway"),), (probed,))
+    why = "--recreate-gateway" + (
+        " (and its port holder: Docker's forwarding of the port was gone)" if holder else ""
+    )
+    replace = ops.UpdateGateway("replace", run_file, why, route=route, holder=holder)
+    return Plan(names, names, (replace,), (probed,))
 
 
 RECREATED = "gateway-recreated"  # the outcome of `up --recreate-gateway`
@@ -84,9 +96,16 @@ def recreate_gateway(
         old = snap.gateway
         # Docker's forwarding of the port is gone: the port holder, which publishes it, is new too
         dead = old is not None and old.status == "running" and probe_published(old, stack).dead
-        compose_file, spec, configure, serving = _what_serves(stack, snap)
+        compose_file, spec, route, serving = _what_serves(stack, snap)
         progress(f"recreating the gateway ({serving or 'no variant'} keeps running)")
-        done = replace_gateway(stack, client, compose_file, spec, progress, configure, new_holder=dead)
+        plan = recreate_plan(snap, str(compose_file), base_url(stack.bind_address, stack.port), route, dead)
+        result = UpResult(serving or "", RECREATED)
+        ctx = Context(stack, client, UpOptions(), progress, progress)
+        engine = DockerSwap(ctx, result, spec)
+        runner.run(plan, engine, result, Change.of(ctx, rollback=False), began)
+        done = engine.replaced
+        if done is None:  # the plan's one operation ran, or the run raised
+            raise ComposerError("the gateway was not replaced")
         gateway, published = done.container, done.published
         if serving is not None:
             progress(f"waiting for the gateway to reach {serving}")
@@ -97,13 +116,8 @@ def recreate_gateway(
                 )
         who = f"{serving} serves through it again" if serving else "no variant serves"
         holder = " and its port holder (Docker's forwarding of the port was gone)" if dead else ""
-        return UpResult(
-            serving or "",
-            RECREATED,
-            notes=[f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}"],
-            timings={"total": time.monotonic() - began},
-            port_gap=done.port_gap.to_json() if done.port_gap is not None else None,
-        )
+        result.notes.insert(0, f"gateway recreated{holder} ({gateway.name}): {published.url} answers; {who}")
+        return result
 
 
 def _need_gateway(stack: Stack) -> None:
@@ -116,9 +130,9 @@ def _need_gateway(stack: Stack) -> None:
 
 def _what_serves(
     stack: Stack, snap: snapshot.Snapshot
-) -> tuple[Path, GatewaySpec | None, Callable[[Container], object] | None, str | None]:
-    """The run file the new gateway is made from, its spec, how to point it at what serves
-    (read before the replacement), and what serves, in words."""
+) -> tuple[Path, GatewaySpec | None, tuple[dict[str, str], ...], str | None]:
+    """The run file the new gateway is made from, its spec, what it is pointed at before it
+    takes the port (`UpdateGateway.route`), and what serves, in words."""
     live = [
         {"name": r.name, "variant": r.variant, "url": upstream_url(r.service)}
         for r in snap.live_running
@@ -127,12 +141,7 @@ def _what_serves(
     if live:
         target = resolve_live(stack, list(dict.fromkeys(u["variant"] for u in live)))
         names = ", ".join(u["name"] for u in live)
-        return (
-            live_run_file(target),
-            target.gateway,
-            lambda c: GatewayControl(c).set_upstreams(live),
-            f"the live set {names}",
-        )
+        return live_run_file(target), target.gateway, tuple(live), f"the live set {names}"
     member = snap.serving
     variant = member.variant if member is not None else None
     single = resolve_target(stack, variant if variant in stack.variants else next(iter(stack.variants)))
@@ -140,5 +149,5 @@ def _what_serves(
     recorded = member.info.config_file if member is not None else None
     compose_file = Path(recorded) if recorded and Path(recorded).is_file() else run_file(single)
     standby = member.container.name if member is not None and member.standby_service else None
-    configure = (lambda c: GatewayControl(c).route(upstream_url(standby), variant)) if standby else None
-    return compose_file, single.gateway, configure, variant
+    route = ({"url": upstream_url(standby), "variant": variant or ""},) if standby else ()
+    return compose_file, single.gateway, route, variant

@@ -64,8 +64,10 @@ class Op:
 
 @dataclass(frozen=True)
 class UpdateGateway(Op):
-    """The gateway started from `run_file`; replaced by a new container from it (`why`); or its
-    `settings` applied in place (`keys`: their names)."""
+    """The gateway started from `run_file`; replaced by a new container from it (`why`), pointed
+    at `route` before it takes the port (the live set's members, or one `{url, variant}`: a
+    standby's own container; none: its settings say), its port holder new too with `holder`;
+    or its `settings` applied in place (`keys`: their names)."""
 
     TEXT: ClassVar[dict[str, str]] = {
         "start": "start the gateway",
@@ -81,6 +83,8 @@ class UpdateGateway(Op):
     why: str = ""
     settings: tuple[tuple[str, str], ...] = ()
     keys: str = ""
+    route: tuple[dict[str, str], ...] = ()
+    holder: bool = False
 
 
 @dataclass(frozen=True)

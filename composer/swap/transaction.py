@@ -44,7 +44,13 @@ from composer.render.spec import CONTAINER_PORT
 from composer.signals import interrupts_ignored
 from composer.swap import evidence, ops, standby
 from composer.swap.execute import Cases, Handlers, Say, Undone, explain_failure, quiet
-from composer.swap.gateway_replace import port_fault, repair_port, running_gateway
+from composer.swap.gateway_replace import (
+    Replacement,
+    port_fault,
+    repair_port,
+    replace_gateway,
+    running_gateway,
+)
 from composer.swap.gpu_release import ReleaseWait
 from composer.swap.holding import Drained, SwapHold, start_hold, warm_up
 from composer.swap.ops import Member, Op
@@ -344,6 +350,7 @@ class DockerSwap:
         self.since = self.began  # when the engine of what serves now started (monotonic)
         self.released = False
         self.updated = False
+        self.replaced: Replacement | None = None  # the gateway's last replacement
         self.cause, self.tail, self.hints = "", "", ()
         self.record: SwapRecord | None = None  # the running record (a watcher goes on with it)
         self.ended = False  # a new change ended the probation early
@@ -381,11 +388,14 @@ class DockerSwap:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
         its requests (`gateway_replace`); a switch counts the port's gap and the old one's requests."""
-        from composer.swap.gateway_replace import replace_gateway
 
         self.say(f"replacing the gateway: {op.why}")
         began = time.monotonic()
-        done = replace_gateway(self.stack, self.client, Path(op.run_file), self.gateway, self.say)
+        file, pointed = Path(op.run_file), _pointing(op.route)
+        done = replace_gateway(
+            self.stack, self.client, file, self.gateway, self.say, pointed, new_holder=op.holder
+        )
+        self.replaced = done
         took = time.monotonic() - began
         how = "beside the old one, which then" if done.handed_over else "after the old one stopped, which"
         cut = f", {done.cut} cut" if done.cut else ""
@@ -857,6 +867,8 @@ class DockerSwap:
 
     def explain(self, plan: Plan, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
+        if all(isinstance(op, ops.UpdateGateway) for op in plan.ops):  # only the gateway changed
+            return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         if not plan.single:  # a live change: what failed, and that the set serves as before
             failure = explain_failure(err, ran, undone)
             failure.log_tail = bootlog.redact(failure.log_tail, self.stack.api_key)
@@ -909,6 +921,17 @@ class DockerSwap:
                 "started_at": started,
                 "restart_count": restarts,
             }
+
+
+def _pointing(route: tuple[dict[str, str], ...]) -> Callable[[Container], object] | None:
+    """How a new gateway is pointed at `route` (`UpdateGateway.route`) before it takes the port."""
+    from composer.gateway.host.client import GatewayControl
+
+    if not route:
+        return None
+    if "name" in route[0]:  # the live set's members
+        return lambda c: GatewayControl(c).set_upstreams(list(route))
+    return lambda c: GatewayControl(c).route(route[0]["url"], route[0].get("variant"))
 
 
 def _brought(plan: Plan) -> Member | None:
