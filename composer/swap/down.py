@@ -26,7 +26,6 @@ from composer.swap import ops, runner
 from composer.swap.entry import run_live
 from composer.swap.execute import Cases, Handlers, Say, quiet
 from composer.swap.holding import SwapHold, start_hold
-from composer.swap.journal import append_history
 from composer.swap.outcome import UpOptions, UpResult
 from composer.swap.owner import down_refusal, foreign_running
 from composer.swap.plan import Plan
@@ -116,7 +115,7 @@ class Downer:
     def handlers(self) -> Handlers:
         return {ops.Hold: self.hold, ops.Stop: Cases({"stop": self.stop}), StopProject: self.stop_project}
 
-    def hold(self, op: ops.Hold | None = None) -> None:
+    def hold(self, op: ops.Hold) -> None:
         """Hold new requests and drain those in flight; what runs at the timeout is cut (counted)."""
         ctx, began = self.ctx, time.monotonic()
         try:
@@ -245,9 +244,6 @@ def down(
     return result
 
 
-LIVE_SET_SERVES_ON = "the live set serves on"
-
-
 def _leave_live_set(ctx: Context, variant: str, snap: Snapshot) -> str:
     """`down VARIANT` on a live set: the set less VARIANT, run as every live change is (a running
     record, a history line, the undo on a failure): the gateway routes to the others, then each
@@ -267,7 +263,7 @@ def _leave_live_set(ctx: Context, variant: str, snap: Snapshot) -> str:
     kept = Path(next(r.run_file for r in snap.live_running if r.variant != variant))
     result = run_live(ctx, plan, (), snap, lambda: kept, "stopped")
     cut = (result.drained or {}).get("cut")
-    said = f"stopped {variant} ({', '.join(m.name for m in mine)}); {LIVE_SET_SERVES_ON}"
+    said = f"stopped {variant} ({', '.join(m.name for m in mine)}); the live set serves on"
     return said + (f" ({cut} request(s) cut at the drain timeout)" if cut else "")
 
 
@@ -304,16 +300,14 @@ def stop_variant(ctx: Context, variant: str, force: bool = False, takeover: bool
             f"then answered 503); `compose-spec down` stops the project, `compose-spec down {variant} "
             f"--force` stops only {variant} and keeps the gateway"
         )
-    runner = Downer(ctx, snap, stack.gateway.drain_timeout)
-    if serves and snap.gateway_running:
-        runner.hold()
-    try:
-        for member in mine:
-            stop_container(ctx, f"{variant}{' (asleep)' if member.asleep else ''}", member.info.name)
-    finally:
-        runner.release()
+    todo: list[ops.Op] = [ops.Hold(variant)] if serves and snap.gateway_running else []
+    label = f"{variant}{' (asleep)' if asleep else ''}"
+    todo += [ops.Stop(ops.Member(label, variant, m.info.name, "", "")) for m in mine]
+    engine = Downer(ctx, snap, stack.gateway.drain_timeout)
+    change = replace(Change.of(ctx, "down", rollback=False), ran="stopped")
+    runner.run(Plan((variant,), (), tuple(todo)), engine, UpResult(variant, "stopped"), change)
     names = ", ".join(m.info.name for m in mine)
-    cut = runner.cut_line()
+    cut = engine.cut_line()
     cut = f" ({cut})" if cut else ""
     if asleep:
         return f"stopped {variant} (it was asleep: its GPU residue and host RAM are free; {names})"
@@ -338,12 +332,10 @@ def down_variant(
     takeover: bool = False,
     progress: Say = quiet,
 ) -> str:
-    """Stop one variant's container under the project's lock (see `stop_variant`)."""
+    """Stop one variant's container under the project's lock (see `stop_variant`); it runs as
+    every change does (`composer.swap.runner`: a running record, a history line)."""
     with change_lock(stack.project, True, progress):
-        said = stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force, takeover)
-    if not said.endswith("nothing stopped") and LIVE_SET_SERVES_ON not in said:  # a live change wrote its own
-        append_history(stack.project, {"kind": "down", "source": variant, "target": None, "outcome": said})
-    return said
+        return stop_variant(Context(stack, client, UpOptions(), progress, progress), variant, force, takeover)
 
 
 def restart_target(stack: Stack, client: docker.DockerClient, variant: str | None = None) -> str:

@@ -3,6 +3,7 @@ the cost in words."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -148,9 +149,17 @@ class Downer:
         return stop_variant(self.ctx, variant, force)
 
 
-def _down(monkeypatch, containers: list[Running], asleep: list[Running], live: list | None = None) -> Downer:
+def _down(
+    monkeypatch,
+    containers: list[Running],
+    asleep: list[Running],
+    live: list | None = None,
+    state: Path | None = None,
+) -> Downer:
     from composer.swap import down as module
 
+    if state is not None:  # where `down VARIANT` writes its running record and history line
+        monkeypatch.setenv("XDG_STATE_HOME", str(state))
     members = [
         SimpleNamespace(
             variant=c.variant,
@@ -173,11 +182,14 @@ def _down(monkeypatch, containers: list[Running], asleep: list[Running], live: l
     return downer
 
 
-def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(monkeypatch) -> None:
+def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(
+    monkeypatch, tmp_path
+) -> None:
     from composer.errors import DownRefused
+    from composer.swap.journal import read_history
 
     serving, sleeping = Running("baseline", "p-vllm-baseline-1"), Running("mtp", "p-vllm-mtp-1")
-    swapper = _down(monkeypatch, [serving, sleeping], [sleeping])
+    swapper = _down(monkeypatch, [serving, sleeping], [sleeping], state=tmp_path)
     with pytest.raises(DownRefused, match="leaves nothing serving while mtp sleep") as refused:
         swapper.down_variant("baseline")
     assert refused.value.exit_code == 1 and "up mtp" in str(refused.value)
@@ -186,13 +198,20 @@ def test_down_variant_stops_a_sleeper_and_refuses_the_serving_one_unless_forced(
     assert "nothing serves now (mtp left)" in swapper.down_variant("baseline", force=True)
     assert serving.stopped
     assert swapper.down_variant("dflash2") == "dflash2 is not running; nothing stopped"
+    events = read_history(swapper.ctx.stack.project).events  # one line per stop, none for a refusal
+    assert [(e["kind"], e["source"], e["outcome"]) for e in events] == [
+        ("down", "mtp", "stopped"),
+        ("down", "baseline", "stopped"),
+    ]
 
 
-def test_down_of_the_only_variant_serving_is_refused_and_never_takes_the_project_down(monkeypatch) -> None:
+def test_down_of_the_only_variant_serving_is_refused_and_never_takes_the_project_down(
+    monkeypatch, tmp_path
+) -> None:
     from composer.errors import DownRefused
 
     only = Running("mtp", "p-vllm-mtp-1")
-    swapper = _down(monkeypatch, [only], [])
+    swapper = _down(monkeypatch, [only], [], state=tmp_path)
     with pytest.raises(DownRefused, match="mtp is all that serves") as refused:
         swapper.down_variant("mtp")
     assert "`compose-spec down` stops the project" in str(refused.value) and not only.stopped
@@ -200,7 +219,7 @@ def test_down_of_the_only_variant_serving_is_refused_and_never_takes_the_project
     assert only.stopped and "nothing serves now" in said and "removes the gateway too" in said
 
 
-def test_down_of_a_failed_variant_beside_a_live_set_stops_only_it(monkeypatch) -> None:
+def test_down_of_a_failed_variant_beside_a_live_set_stops_only_it(monkeypatch, tmp_path) -> None:
     """`up crash --no-rollback` on a live set leaves `crash` crash-looping as the shared
     service; `down crash` stops it alone: never the set, the gateway or its port holder."""
     crash = Running("crash", "p-vllm-1", status="restarting")
@@ -208,7 +227,7 @@ def test_down_of_a_failed_variant_beside_a_live_set_stops_only_it(monkeypatch) -
         SimpleNamespace(name=n, variant=n.split("/")[0], container=f"p-{n[:-2]}-1", owner=None)
         for n in ("baseline/1", "mtp/1")
     ]
-    swapper = _down(monkeypatch, [crash], [], live=live)
+    swapper = _down(monkeypatch, [crash], [], live=live, state=tmp_path)
     said = swapper.down_variant("crash")
     assert crash.stopped and swapper.removed == []
     assert said == "stopped crash (p-vllm-1); baseline/1, mtp/1 serve(s) on"
