@@ -129,7 +129,9 @@ def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
     if not listed.replace(b",", b"").replace(b" ", b"").isdigit():
         return None
     spans.append((start, closing + 1))
-    return [int(x) for x in listed.split(b",")], sorted(spans)
+    if len(spans) == 2:
+        spans.sort()
+    return [int(x) for x in listed.split(b",")] if b"," in listed else [int(listed)], spans
 
 
 def _cut(raw: bytes, spans: list[tuple[int, int]]) -> bytes:
@@ -327,28 +329,46 @@ class Stream:
                 return data
             self._buffer = data
             return b""
-        self._buffer = data[end + 2 :] if end + 2 < len(data) else b""
+        if end + 2 == len(data):
+            self._buffer = b""
+            if data.find(b"\n\n") == end:  # one event (the common read): no copy of it
+                out = self._plain(data)
+                return out if out is not None else self._event(data[:end], False)
+        else:
+            self._buffer = data[end + 2 :]
         events = data[:end]
-        if events.find(b"\n\n") < 0:  # one event (the common read)
+        if events.find(b"\n\n") < 0:
             return self._event(events)
         return b"".join([self._event(event) for event in events.split(b"\n\n")])
 
-    def _event(self, raw: bytes) -> bytes:
+    def _plain(self, framed: bytes) -> bytes | None:
+        """What the client gets of an ordinary first-leg event (`framed`: with its blank line),
+        its ids recorded, read from its bytes (`plain_ids`); None for any other (parse it)."""
+        if self.legs or not self.head or self.prompt_ids is None or not framed.startswith(b"data:"):
+            return None
+        plain = plain_ids(framed)
+        if plain is None:
+            return None
+        ids, spans = plain
+        try:
+            self.emitted.extend(ids)
+        except OverflowError:  # no token id: the stream cannot be continued
+            self.refuse("format")
+        if _HAS_TEXT.search(framed) is not None:
+            self.settled = len(self.emitted)
+        return framed if self.wants_ids else _cut(framed, spans)
+
+    def _event(self, raw: bytes, plain: bool = True) -> bytes:
+        """What the client gets of one event (`raw`: without its blank line; `plain`: it may be
+        an ordinary one, not yet tried)."""
         if not raw.startswith(b"data:"):
             if not raw.startswith(b":"):  # a field other than data (a comment is kept as it is)
                 self.refuse("format")
             return raw + b"\n\n"
-        if self.legs == 0 and self.head and self.prompt_ids is not None:
-            plain = plain_ids(raw)
-            if plain is not None:  # the common chunk: read without parsing the event
-                ids, spans = plain
-                try:
-                    self.emitted.extend(ids)
-                except OverflowError:  # no token id: the stream cannot be continued
-                    self.refuse("format")
-                if _HAS_TEXT.search(raw) is not None:
-                    self.settled = len(self.emitted)
-                return (raw if self.wants_ids else _cut(raw, spans)) + b"\n\n"
+        if plain and self.legs == 0 and self.head and self.prompt_ids is not None:
+            out = self._plain(raw + b"\n\n")
+            if out is not None:  # the common chunk: read without parsing the event
+                return out
         text = raw[5:].strip()
         if text == DONE:
             self.done = True
