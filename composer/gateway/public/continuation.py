@@ -87,6 +87,7 @@ ID_MEMBER = re.compile(
 )
 
 _IDS_KEY = b'"token_ids":'
+_PLAIN_MEMBER = re.compile(rb', ?"token_ids": ?\[([0-9]+(?:, ?[0-9]+)*)\](?=[,}])')
 _NULL_PROMPT_IDS = re.compile(rb', ?"prompt_token_ids": ?null(?=[,}])')
 _NOT_PLAIN = re.compile(
     rb'"(?:reasoning|tool_calls"|error")|"index": ?(?:[^0 ]|0[^,}])|"finish_reason": ?[^n ]'
@@ -100,38 +101,22 @@ _HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
 def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
     """The ids of an ordinary mid-stream event, read from its bytes, and the spans of its id
     members with their commas; None for any other event (the caller parses it): one
-    `"token_ids"` list after `"choices"`, at most a `"prompt_token_ids": null` beside it, nothing
-    `_NOT_PLAIN` matches."""
+    `"token_ids"` list of ids after `"choices"`, at most a `"prompt_token_ids": null` beside
+    it, nothing `_NOT_PLAIN` matches."""
     key = raw.find(_IDS_KEY)
-    if key < 0 or raw.find(b'"choices"', 0, key) < 0 or _NOT_PLAIN.search(raw) is not None:
+    if key < 0 or raw.find(b'"choices"', 0, key) < 0:
         return None
-    spans = []
     members = raw.count(b'token_ids"')
-    if members == 2:
-        prompt = _NULL_PROMPT_IDS.search(raw)
-        if prompt is None:
-            return None
-        spans.append(prompt.span())
-    elif members != 1:
+    prompt = _NULL_PROMPT_IDS.search(raw) if members == 2 else None
+    if members != 1 and prompt is None:
         return None
-    if raw[key - 1] == 44:  # ","
-        start = key - 1
-    elif raw[key - 2 : key] == b", ":
-        start = key - 2
-    else:
+    # the only `"token_ids":` member (a raw quote is never inside a JSON string), its comma before
+    member = _PLAIN_MEMBER.search(raw, key - 2)
+    if member is None or _NOT_PLAIN.search(raw) is not None:
         return None
-    gap = 1 if raw[key + 12 : key + 13] == b" " else 0  # after `"token_ids":`
-    opening = key + 12 + gap if raw[key + 12 + gap : key + 13 + gap] == b"[" else -1
-    closing = raw.find(b"]", opening)
-    if opening < 0 or closing < 0 or raw[closing + 1 : closing + 2] not in (b",", b"}"):
-        return None
-    listed = raw[opening + 1 : closing]
-    if not listed.replace(b",", b"").replace(b" ", b"").isdigit():
-        return None
-    spans.append((start, closing + 1))
-    if len(spans) == 2:
-        spans.sort()
-    return [int(x) for x in listed.split(b",")] if b"," in listed else [int(listed)], spans
+    listed = member[1]
+    ids = [int(x) for x in listed.split(b",")] if b"," in listed else [int(listed)]
+    return ids, [member.span()] if prompt is None else sorted((prompt.span(), member.span()))
 
 
 def _cut(raw: bytes, spans: list[tuple[int, int]]) -> bytes:
