@@ -306,8 +306,8 @@ class Gateway:
 class _Server(uvicorn.Server):
     """A uvicorn server that leaves signal handling to `serve()` (two servers share one loop),
     and whose main loop sleeps until `should_exit` is set: uvicorn's looks at it every 0.1 s
-    (20 wake-ups a second of an idle gateway for its two servers, a tenth of a millisecond of
-    CPU each), to renew a date header the gateway does not send."""
+    (20 wake-ups a second of an idle gateway for its two servers), to renew a date header the
+    gateway does not send."""
 
     _exit: asyncio.Future[None] | None = None  # done once `should_exit` is set (main_loop's wait)
 
