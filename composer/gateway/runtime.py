@@ -304,11 +304,48 @@ class Gateway:
 
 
 class _Server(uvicorn.Server):
-    """A uvicorn server that leaves signal handling to `serve()` (two servers share one loop)."""
+    """A uvicorn server that leaves signal handling to `serve()` (two servers share one loop),
+    and whose main loop sleeps until `should_exit` is set: uvicorn's looks at it every 0.1 s
+    (20 wake-ups a second of an idle gateway for its two servers), to renew a date header the
+    gateway does not send."""
+
+    _exit: asyncio.Future[None] | None = None  # done once `should_exit` is set (main_loop's wait)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    @property
+    def should_exit(self) -> bool:
+        return self.__dict__.get("_should_exit", False)
+
+    @should_exit.setter
+    def should_exit(self, value: bool) -> None:
+        self.__dict__["_should_exit"] = value
+        waiter = self._exit
+        if value and waiter is not None:  # (thread-safe: a test's thread may set it)
+            waiter.get_loop().call_soon_threadsafe(_settle, waiter)
+
+    async def main_loop(self) -> None:
+        # the first tick sets the default headers (no date header: nothing to renew later)
+        c = self.config
+        if c.date_header or c.limit_max_requests is not None or c.callback_notify is not None:
+            await super().main_loop()
+            return
+        if await self.on_tick(0):
+            return
+        self._exit = asyncio.get_running_loop().create_future()
+        try:
+            if not self.should_exit:
+                await self._exit
+        finally:
+            self._exit = None
+        await self.on_tick(0)
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def control_socket(path: str) -> socket.socket:

@@ -87,6 +87,7 @@ ID_MEMBER = re.compile(
 )
 
 _IDS_KEY = b'"token_ids":'
+_PLAIN_MEMBER = re.compile(rb', ?"token_ids": ?\[([0-9]+(?:, ?[0-9]+)*)\](?=[,}])')
 _NULL_PROMPT_IDS = re.compile(rb', ?"prompt_token_ids": ?null(?=[,}])')
 _NOT_PLAIN = re.compile(
     rb'"(?:reasoning|tool_calls"|error")|"index": ?(?:[^0 ]|0[^,}])|"finish_reason": ?[^n ]'
@@ -100,36 +101,22 @@ _HAS_TEXT = re.compile(rb'"(?:text|content)": ?"[^"]')
 def plain_ids(raw: bytes) -> tuple[list[int], list[tuple[int, int]]] | None:
     """The ids of an ordinary mid-stream event, read from its bytes, and the spans of its id
     members with their commas; None for any other event (the caller parses it): one
-    `"token_ids"` list after `"choices"`, at most a `"prompt_token_ids": null` beside it, nothing
-    `_NOT_PLAIN` matches."""
+    `"token_ids"` list of ids after `"choices"`, at most a `"prompt_token_ids": null` beside
+    it, nothing `_NOT_PLAIN` matches."""
     key = raw.find(_IDS_KEY)
-    if key < 0 or raw.find(b'"choices"', 0, key) < 0 or _NOT_PLAIN.search(raw) is not None:
+    if key < 0 or raw.find(b'"choices"', 0, key) < 0:
         return None
-    spans = []
     members = raw.count(b'token_ids"')
-    if members == 2:
-        prompt = _NULL_PROMPT_IDS.search(raw)
-        if prompt is None:
-            return None
-        spans.append(prompt.span())
-    elif members != 1:
+    prompt = _NULL_PROMPT_IDS.search(raw) if members == 2 else None
+    if members != 1 and prompt is None:
         return None
-    if raw[key - 1] == 44:  # ","
-        start = key - 1
-    elif raw[key - 2 : key] == b", ":
-        start = key - 2
-    else:
+    # the only `"token_ids":` member (a raw quote is never inside a JSON string), its comma before
+    member = _PLAIN_MEMBER.search(raw, key - 2)
+    if member is None or _NOT_PLAIN.search(raw) is not None:
         return None
-    gap = 1 if raw[key + 12 : key + 13] == b" " else 0  # after `"token_ids":`
-    opening = key + 12 + gap if raw[key + 12 + gap : key + 13 + gap] == b"[" else -1
-    closing = raw.find(b"]", opening)
-    if opening < 0 or closing < 0 or raw[closing + 1 : closing + 2] not in (b",", b"}"):
-        return None
-    listed = raw[opening + 1 : closing]
-    if not listed.replace(b",", b"").replace(b" ", b"").isdigit():
-        return None
-    spans.append((start, closing + 1))
-    return [int(x) for x in listed.split(b",")], sorted(spans)
+    listed = member[1]
+    ids = [int(x) for x in listed.split(b",")] if b"," in listed else [int(listed)]
+    return ids, [member.span()] if prompt is None else sorted((prompt.span(), member.span()))
 
 
 def _cut(raw: bytes, spans: list[tuple[int, int]]) -> bytes:
@@ -327,28 +314,46 @@ class Stream:
                 return data
             self._buffer = data
             return b""
-        self._buffer = data[end + 2 :] if end + 2 < len(data) else b""
+        if end + 2 == len(data):
+            self._buffer = b""
+            if data.find(b"\n\n") == end:  # one event (the common read): no copy of it
+                out = self._plain(data)
+                return out if out is not None else self._event(data[:end], False)
+        else:
+            self._buffer = data[end + 2 :]
         events = data[:end]
-        if events.find(b"\n\n") < 0:  # one event (the common read)
+        if events.find(b"\n\n") < 0:
             return self._event(events)
         return b"".join([self._event(event) for event in events.split(b"\n\n")])
 
-    def _event(self, raw: bytes) -> bytes:
+    def _plain(self, framed: bytes) -> bytes | None:
+        """What the client gets of an ordinary first-leg event (`framed`: with its blank line),
+        its ids recorded, read from its bytes (`plain_ids`); None for any other (parse it)."""
+        if self.legs or not self.head or self.prompt_ids is None or not framed.startswith(b"data:"):
+            return None
+        plain = plain_ids(framed)
+        if plain is None:
+            return None
+        ids, spans = plain
+        try:
+            self.emitted.extend(ids)
+        except OverflowError:  # no token id: the stream cannot be continued
+            self.refuse("format")
+        if _HAS_TEXT.search(framed) is not None:
+            self.settled = len(self.emitted)
+        return framed if self.wants_ids else _cut(framed, spans)
+
+    def _event(self, raw: bytes, plain: bool = True) -> bytes:
+        """What the client gets of one event (`raw`: without its blank line; `plain`: it may be
+        an ordinary one, not yet tried)."""
         if not raw.startswith(b"data:"):
             if not raw.startswith(b":"):  # a field other than data (a comment is kept as it is)
                 self.refuse("format")
             return raw + b"\n\n"
-        if self.legs == 0 and self.head and self.prompt_ids is not None:
-            plain = plain_ids(raw)
-            if plain is not None:  # the common chunk: read without parsing the event
-                ids, spans = plain
-                try:
-                    self.emitted.extend(ids)
-                except OverflowError:  # no token id: the stream cannot be continued
-                    self.refuse("format")
-                if _HAS_TEXT.search(raw) is not None:
-                    self.settled = len(self.emitted)
-                return (raw if self.wants_ids else _cut(raw, spans)) + b"\n\n"
+        if plain and self.legs == 0 and self.head and self.prompt_ids is not None:
+            out = self._plain(raw + b"\n\n")
+            if out is not None:  # the common chunk: read without parsing the event
+                return out
         text = raw[5:].strip()
         if text == DONE:
             self.done = True

@@ -145,7 +145,10 @@ class HopCycle(RequestResponseCycle):
     def write_chunk(self, body: bytes) -> None:
         """Write `body` as `send` would a body message with more to come (after `can_write`)."""
         if body and not self.disconnected:
-            self.transport.write(b"%x\r\n%b\r\n" % (len(body), body))
+            transport = self.transport
+            if type(transport) is _Joined and not transport.head:  # the head went out: no wrapper
+                transport = self.transport = cast(asyncio.Transport, transport.transport)
+            transport.write(b"%x\r\n%b\r\n" % (len(body), body))
 
     async def send(self, message: Any) -> None:
         if message["type"] == "http.response.start" and message.get(DEFER_HEAD) and not self.response_started:

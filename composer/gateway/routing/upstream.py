@@ -14,7 +14,6 @@ first candidate that answers healthy and awake.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 
@@ -60,7 +59,8 @@ class Upstream:
         )
         self.ready = False  # as of the last probe (or the last `mark_down`)
         self._listed = False
-        self._wake = asyncio.Event()
+        self._woken = False  # `route` or `mark_down` asked for a probe now
+        self._waiter: asyncio.Future[None] | None = None  # the poller's wait between probes
         self.last_error = ""
         self._on_route(None, url)
 
@@ -73,7 +73,7 @@ class Upstream:
         self._set_ready(False)
         self._on_route(old, url)
         log.info("route: %s -> %s", old, url)
-        self._wake.set()
+        self._wake()
         return old
 
     def assume_ready(self) -> None:
@@ -89,7 +89,14 @@ class Upstream:
         self.last_error = reason
         self._listed = False
         self._set_ready(False)
-        self._wake.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        """Probe now: end the poller's wait."""
+        self._woken = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
 
     def _set_ready(self, ready: bool) -> None:
         self.ready = ready
@@ -166,22 +173,37 @@ class Upstream:
         woken by `route` or `mark_down`."""
         loop = asyncio.get_running_loop()
         while True:
-            self._wake.clear()
+            self._woken = False
             ready = await self.probe()
             if not ready and self.candidates and await self.rediscover():
                 ready = await self.probe()
             self._failures = 0 if ready else self._failures + 1
             self._set_ready(ready)
             next_probe = loop.time() + self._interval()
-            while not self._wake.is_set():
+            while not self._woken:
                 left = next_probe - loop.time()
                 if left <= 0:
                     break
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), min(left, self.poll_interval))
+                await self._nap(loop, min(left, self.poll_interval))
                 if self._urgent():  # requests are held now: probe within one poll interval
                     next_probe = min(next_probe, loop.time())
+
+    async def _nap(self, loop: asyncio.AbstractEventLoop, seconds: float) -> None:
+        """Wait `seconds`, or until `_wake`: a future and a timer (`asyncio.wait_for` made a
+        task and a timeout each time, about 0.3 ms of CPU at 10 waits a second)."""
+        waiter = self._waiter = loop.create_future()
+        timer = loop.call_later(seconds, _settle, waiter)
+        try:
+            await waiter
+        finally:
+            timer.cancel()
+            self._waiter = None
 
     async def aclose(self) -> None:
         """Close the probe client."""
         await self._client.aclose()
+
+
+def _settle(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
