@@ -1,5 +1,5 @@
 """The one runner of every change of what serves: `up` on Docker (a switch, a live change, one
-variant replacing a set) and on Kubernetes, `down` and `down VARIANT`.
+variant replacing a set, `--recreate-gateway`) and on Kubernetes, `down` and `down VARIANT`.
 
 `run` opens the change's running record (what `status` shows; a killed change leaves it for the
 next `status` or `up`), runs the plan's operations through the engine's dispatch table
@@ -120,12 +120,8 @@ def _history(plan: Plan, result: UpResult, change: Change, failure: SwapFailed |
         entry = {"kind": "probation", "source": plan.serving, "target": plan.target, "outcome": ended}
         append_history(change.project, entry | {"timings": {"total": seconds}})
         return
-    outcome = (
-        (change.ran or result.outcome)
-        if failure is None
-        else "rolled back"
-        if failure.rolled_back
-        else "failed"
-    )
+    outcome = change.ran or result.outcome
+    if failure is not None:
+        outcome = "rolled back" if failure.rolled_back else "failed"
     event = plan.event(outcome, result, kind=change.kind, cause=failure, ran=ran, by=change.by)
     append_history(change.project, event)

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from composer.capacity.model import release_budget
 from composer.capacity.standby import decide_standby
@@ -49,9 +48,6 @@ from composer.swap.plan import (  # noqa: F401 - plan_swap is public here
 from composer.swap.profiles import start_profiles
 from composer.swap.runner import Change
 from composer.swap.transaction import Context
-
-if TYPE_CHECKING:
-    pass
 
 
 def preflight_warnings(ctx: Context, targets: Sequence[Target], snap: snapshot.Snapshot) -> list[str]:
