@@ -353,7 +353,6 @@ class DockerSwap:
         self.replaced: Replacement | None = None  # the gateway's last replacement
         self.cause, self.tail, self.hints = "", "", ()
         self.record: SwapRecord | None = None  # the running record (a watcher goes on with it)
-        self.ended = False  # a new change ended the probation early
 
     @property
     def ctx(self) -> Context:
@@ -388,7 +387,6 @@ class DockerSwap:
     def update_gateway(self, op: ops.UpdateGateway) -> None:
         """A new gateway container with the new settings beside the old one, which then finishes
         its requests (`gateway_replace`); a switch counts the port's gap and the old one's requests."""
-
         self.say(f"replacing the gateway: {op.why}")
         began = time.monotonic()
         file, pointed = Path(op.run_file), _pointing(op.route)
@@ -731,19 +729,21 @@ class DockerSwap:
         )
         began = time.monotonic()
         where = gate_target(ctx, variant)
+        ended = False  # a new change ended the probation early
         try:
             with probation.ending() if probation.is_watcher() else contextlib.nullcontext():
                 watch_probation(container, where, seconds, PROBATION_INTERVAL, watch_gateway(ctx))
         except probation.ProbationEnded:
-            self.ended = True
+            ended = True
         except BaseException as err:  # the undo that follows is a switch of its own on the page
             self._tell_probation(variant, "failed" if isinstance(err, Exception) else "interrupted")
             raise
-        self._tell_probation(variant, "ended early" if self.ended else "passed")
+        outcome = "ended early" if ended else "passed"
+        self._tell_probation(variant, outcome)
         self.timings["probation"] = time.monotonic() - began
         if probation.is_watcher():  # the watcher's history line says how the probation ended
-            self.result.probation = {"outcome": "ended early" if self.ended else "passed"}
-        if self.ended:
+            self.result.probation = {"outcome": outcome}
+        if ended:
             self.notes.append(f"{variant}'s probation was ended by a new change of the project")
             return
         self.notes.append(f"{variant} ran {seconds:.0f}s on probation without a crash or a restart")
@@ -867,15 +867,14 @@ class DockerSwap:
 
     def explain(self, plan: Plan, err: BaseException, ran: list[Op], undone: Undone | None) -> SwapFailed:
         """The error: the cause first, then what the undo did (or that there was none)."""
-        if all(isinstance(op, ops.UpdateGateway) for op in plan.ops):  # only the gateway changed
+        only_gateway = all(isinstance(op, ops.UpdateGateway) for op in plan.ops)
+        if only_gateway or (plan.single and _brought(plan) is None):  # no variant comes in
             return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         if not plan.single:  # a live change: what failed, and that the set serves as before
             failure = explain_failure(err, ran, undone)
             failure.log_tail = bootlog.redact(failure.log_tail, self.stack.api_key)
             failure.tail_shown = self.kept
             return failure
-        if _brought(plan) is None:
-            return SwapFailed(self.cause or f"{type(err).__name__}: {err}")
         message = f"{plan.target} failed: {self.cause}"
         removal = [why for op, why in undone or () if op.how == "remove"]
         others = [why for op, why in undone or () if op.how != "remove"]
@@ -901,13 +900,12 @@ class DockerSwap:
     def finish(self, plan: Plan, failure: SwapFailed | None, result: UpResult) -> None:
         """The held requests flow to what serves after a failure (the gateway is told why); what
         the drains counted, and what serves at the end (its container, its KV cache)."""
-        ctx = self.ctx
-        with interrupts_ignored():
-            if ctx.hold is not None and not self.released:  # a hold never outlasts `up`, --no-rollback or not
-                serving = plan.serving if failure is not None and failure.rolled_back else None
-                detail = str(failure).splitlines()[0] if failure is not None else ""
-                self._release(serving, ok=False, detail=detail)
-            standby.updates_done()
+        ctx = self.ctx  # (the runner calls it with stop signals ignored)
+        if ctx.hold is not None and not self.released:  # a hold never outlasts `up`, --no-rollback or not
+            serving = plan.serving if failure is not None and failure.rolled_back else None
+            detail = str(failure).splitlines()[0] if failure is not None else ""
+            self._release(serving, ok=False, detail=detail)
+        standby.updates_done()
         self.drained.report(result, live=not plan.single)
         if failure is not None or not plan.single:
             return
@@ -1018,7 +1016,8 @@ class DrainTally:
         """The counts in `result.drained`: a live change's, with a warning when something was
         cut; a switch's (its hold warned already), what finished too, when it held."""
         if not live:
-            result.drained = {name: getattr(self, name) for name in DRAINED} if self.holds else result.drained
+            if self.holds:
+                result.drained = {name: getattr(self, name) for name in DRAINED}
             return
         result.drained = {"cut": self.cut, "continued": self.continued, "refused": self.refused}
         if self.cut:
